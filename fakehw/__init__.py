@@ -1,0 +1,3 @@
+"""fakehw: emulated GPU-fabric hardware that real software cannot tell from the real thing."""
+
+__version__ = "0.1.0"

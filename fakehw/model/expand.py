@@ -1,0 +1,1126 @@
+"""Expand a validated profile document into a :class:`System`, checking every cross-reference.
+
+Field-level checks happen in :mod:`fakehw.model.spec` (pydantic). Here every object exists, so this is where a
+link to a missing device, a GPU with more NVLinks than its SKU, duplicate bus IDs or a broken NUMA distance
+matrix are found. Problems carry the path in the document so the loader can point at the line.
+
+Work that is the same for every node of a group (parsing the node template, checking it, resolving link
+patterns) is done once per group; per node only identities (names, UUIDs, ports) are stamped out. This keeps a
+1,000-node fleet cheap to expand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from pydantic import ValidationError
+
+from fakehw.model import spec as s
+from fakehw.model.catalogue import GpuSku, NVSwitchSku, catalogue
+from fakehw.model.errors import PathItem, Problems
+from fakehw.model.merge import merge_documents
+from fakehw.model.system import (
+    C2CLink,
+    Caches,
+    Cpu,
+    Cxl,
+    CxlHostBridge,
+    CxlMemdev,
+    CxlPool,
+    CxlRegion,
+    CxlSwitch,
+    CxlWindow,
+    Driver,
+    Fabric,
+    Gpu,
+    HostBridge,
+    Initiator,
+    LatencyDomain,
+    MemoryPool,
+    MigInstance,
+    Nic,
+    Node,
+    NumaNode,
+    NVLinkDomain,
+    NVLinkPort,
+    NVSwitch,
+    PcieSwitch,
+    Roce,
+    System,
+)
+from fakehw.model.units import PciAddress, parse_cpulist
+
+Path = tuple[PathItem, ...]
+ResolveProfile = Callable[[str], s.ProfileSpec]
+
+_NAMESPACE = uuid.UUID("6f1c2d2e-8a59-4a53-9b0e-2f61a8c0d7b1")
+_VALID_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
+_DEFAULT_DISTANCE = {"cxl": 50, "hbm": 80, "reserved": 80, "lpddr": 21, "dram": 21}
+
+
+def stable_uuid(*parts: str) -> uuid.UUID:
+    """A UUID that depends only on ``parts`` (so every run of a profile names devices the same)."""
+    return uuid.uuid5(_NAMESPACE, "/".join(parts))
+
+
+def _stable_int(*parts: str, digits: int) -> int:
+    return int(hashlib.sha256("/".join(parts).encode()).hexdigest(), 16) % (10**digits)
+
+
+# --------------------------------------------------------------------------------------------------- templates
+
+
+@dataclass(frozen=True, slots=True)
+class _Wire:
+    """``count`` NVLinks between two devices, resolved from a link pattern."""
+
+    a: str
+    b: str
+    b_is_gpu: bool
+    count: int
+    up: bool
+
+
+@dataclass
+class _Template:
+    """A node spec, checked once, with everything that is the same on every node of the group."""
+
+    key: int
+    group: str
+    path: Path
+    spec: s.NodeSpec
+    cpu: Cpu
+    numa: tuple[NumaNode, ...]
+    distances: tuple[tuple[int, ...], ...]
+    host_bridges: tuple[HostBridge, ...]
+    switches: tuple[PcieSwitch, ...]
+    gpu_specs: tuple[s.GpuSpec, ...]  # in NVML index order (by bus id)
+    gpu_numa: dict[str, int]
+    gpu_skus: dict[str, GpuSku]
+    hbm_numa: dict[str, int]
+    nvswitch_skus: dict[str, NVSwitchSku]
+    wires: tuple[_Wire, ...]
+    local_links: dict[str, int]
+    cxl: Cxl
+    nic_numa: dict[str, int]
+    domain_link_count: dict[str, int] = field(default_factory=dict)
+
+
+def _match(
+    patterns: str | list[str], names: Sequence[str], what: str, problems: Problems, path: Path
+) -> list[str]:
+    """Names matching any of ``patterns``, in the order of ``names``; a pattern matching nothing is a problem."""
+    pats = [patterns] if isinstance(patterns, str) else patterns
+    out: list[str] = []
+    for i, pat in enumerate(pats):
+        hits = [n for n in names if fnmatchcase(n, pat)]
+        if not hits:
+            where = path if isinstance(patterns, str) else (*path, i)
+            known = ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
+            problems.add(where, f"{pat!r} matches no {what} (known: {known or 'none'})")
+        out.extend(h for h in hits if h not in out)
+    return [n for n in names if n in out]
+
+
+def _cpu(spec: s.CpuSpec) -> Cpu:
+    c = spec.caches
+    return Cpu(
+        arch=spec.arch,
+        vendor=spec.vendor,
+        model=spec.model,
+        sockets=spec.sockets,
+        cores_per_socket=spec.cores_per_socket,
+        threads_per_core=spec.threads_per_core,
+        frequency_mhz=spec.frequency_mhz,
+        isa=tuple(spec.isa),
+        family=spec.family,
+        model_id=spec.model_id,
+        stepping=spec.stepping,
+        caches=Caches(c.l1d, c.l1i, c.l2, c.l3, c.l3_shared_by),
+    )
+
+
+def _numa_cpus(spec: s.NodeSpec, cpu: Cpu, problems: Problems, path: Path) -> dict[int, tuple[int, ...]]:
+    """CPU ids of every NUMA node: explicit lists, or each socket's cores split evenly over its nodes."""
+    by_socket: dict[int, list[s.NumaNodeSpec]] = defaultdict(list)
+    for i, node in enumerate(spec.numa.nodes):
+        if node.socket is not None:
+            if node.socket >= cpu.sockets:
+                problems.add((*path, "numa", "nodes", i, "socket"), f"socket {node.socket} does not exist "
+                             f"(the node has {cpu.sockets} socket(s))")
+                continue
+            by_socket[node.socket].append(node)
+    for sock in range(cpu.sockets):
+        if sock not in by_socket:
+            problems.add((*path, "numa", "nodes"), f"socket {sock} has no NUMA node")
+    result: dict[int, tuple[int, ...]] = {}
+    owner: dict[int, int] = {}
+    for sock, nodes in by_socket.items():
+        implicit = [n for n in nodes if n.cpus is None]
+        if implicit and cpu.cores_per_socket % len(implicit):
+            problems.add((*path, "cpu", "coresPerSocket"), f"{cpu.cores_per_socket} cores of socket {sock} do "
+                         f"not split evenly over its {len(implicit)} NUMA nodes")
+            continue
+        per = cpu.cores_per_socket // max(1, len(implicit))
+        for k, node in enumerate(implicit):
+            result[node.id] = tuple(
+                sorted(
+                    cpu.cpu_id(sock, core, t)
+                    for core in range(k * per, (k + 1) * per)
+                    for t in range(cpu.threads_per_core)
+                )
+            )
+    for i, node in enumerate(spec.numa.nodes):
+        if node.cpus is not None:
+            try:
+                cpus = parse_cpulist(node.cpus)
+            except ValueError as exc:
+                problems.add((*path, "numa", "nodes", i, "cpus"), str(exc))
+                continue
+            bad = [c for c in cpus if c >= cpu.logical_cpus]
+            if bad:
+                problems.add((*path, "numa", "nodes", i, "cpus"), f"cpu {bad[0]} does not exist (the node has "
+                             f"{cpu.logical_cpus} logical CPUs)")
+                continue
+            result[node.id] = cpus
+    for i, node in enumerate(spec.numa.nodes):
+        for c in result.get(node.id, ()):
+            if c in owner and owner[c] != node.id:
+                problems.add((*path, "numa", "nodes", i, "cpus"), f"cpu {c} is also in NUMA node {owner[c]}")
+                break
+            owner[c] = node.id
+    if not problems and len(owner) != cpu.logical_cpus:
+        missing = sorted(set(range(cpu.logical_cpus)) - set(owner))
+        problems.add((*path, "numa", "nodes"), f"cpus {missing[:8]} belong to no NUMA node")
+    return result
+
+
+def _distances(spec: s.NumaSpec, problems: Problems, path: Path) -> tuple[tuple[int, ...], ...]:
+    n = len(spec.nodes)
+    if spec.distances is None:
+        rows = []
+        for a in spec.nodes:
+            row = []
+            for b in spec.nodes:
+                if a.id == b.id:
+                    row.append(10)
+                elif a.socket is not None and b.socket is not None:
+                    row.append(12 if a.socket == b.socket else 21)
+                else:
+                    row.append(max(_DEFAULT_DISTANCE[a.kind], _DEFAULT_DISTANCE[b.kind]))
+            rows.append(tuple(row))
+        return tuple(rows)
+    dpath = (*path, "numa", "distances")
+    if len(spec.distances) != n:
+        problems.add(dpath, f"distance matrix has {len(spec.distances)} rows for {n} NUMA nodes (must be square)")
+        return ()
+    for i, row in enumerate(spec.distances):
+        if len(row) != n:
+            problems.add((*dpath, i), f"row has {len(row)} entries for {n} NUMA nodes (matrix must be square)")
+            return ()
+        for j, value in enumerate(row):
+            if i == j and value != 10:
+                problems.add((*dpath, i, j), f"distance of a node to itself must be 10, not {value}")
+            elif i != j and not 10 < value <= 254:
+                problems.add((*dpath, i, j), f"distance between different nodes must be 11..254, not {value}")
+    return tuple(tuple(r) for r in spec.distances)
+
+
+def _initiator(node: s.NumaNodeSpec, spec: s.NodeSpec, skus: dict[str, GpuSku]) -> Initiator:
+    if node.initiator is not None:
+        i = node.initiator
+        return Initiator(i.read_bandwidth_mbs, i.write_bandwidth_mbs, i.read_latency_ns, i.write_latency_ns)
+    if node.kind == "hbm":
+        bw = int(skus[node.gpu].hbm_bandwidth_gbs * 1000) if node.gpu in skus else 0
+        return Initiator(bw, bw, 400, 400)
+    if node.kind == "cxl":
+        return _cxl_initiator(node.id, spec)
+    if node.kind == "reserved":
+        return Initiator(0, 0, 0, 0)
+    if node.kind == "lpddr":
+        return Initiator(500_000, 500_000, 110, 110)
+    return Initiator(200_000, 200_000, 90, 90)
+
+
+def _cxl_initiator(numa_id: int, spec: s.NodeSpec) -> Initiator:
+    cat = catalogue().cxl_memdevs
+    devs = {m.name: m for m in spec.cxl.memdevs}
+    regions = [r for r in spec.cxl.regions if r.numa == numa_id]
+    if not regions:
+        return Initiator(64_000, 64_000, 210, 210)
+    region = regions[0]
+    members = [devs[t] for t in region.targets if t in devs]
+    sku = cat.get(members[0].sku) if members else None
+    latency = (sku.latency_ns if sku else 210) + (100 if any(".dp" in m.parent for m in members) else 0)
+    bandwidth = int((sku.bandwidth_gbs if sku else 64) * 1000 * max(1, len(members)))
+    return Initiator(bandwidth, bandwidth, latency, latency)
+
+
+def _check_pcie(spec: s.NodeSpec, numa_ids: set[int], problems: Problems, path: Path) -> dict[str, str]:
+    """Check the PCIe tree; return parent -> host bridge for every bridge name."""
+    bridges: dict[str, str | None] = {}
+    for i, hb in enumerate(spec.pcie.host_bridges):
+        if hb.name in bridges:
+            problems.add((*path, "pcie", "hostBridges", i, "name"), f"duplicate PCIe bridge name {hb.name!r}")
+        bridges[hb.name] = None
+        if hb.numa not in numa_ids:
+            problems.add((*path, "pcie", "hostBridges", i, "numa"), f"NUMA node {hb.numa} does not exist")
+    for i, sw in enumerate(spec.pcie.switches):
+        if sw.name in bridges:
+            problems.add((*path, "pcie", "switches", i, "name"), f"duplicate PCIe bridge name {sw.name!r}")
+        bridges[sw.name] = sw.parent
+    for i, sw in enumerate(spec.pcie.switches):
+        if sw.parent not in bridges:
+            problems.add((*path, "pcie", "switches", i, "parent"), f"PCIe parent {sw.parent!r} is not a host "
+                         "bridge or switch of this node")
+    roots: dict[str, str] = {}
+    for name in bridges:
+        seen = [name]
+        cur: str | None = name
+        while cur is not None and bridges.get(cur) is not None:
+            cur = bridges[cur]
+            if cur in seen:
+                problems.add((*path, "pcie", "switches"), f"PCIe switches form a loop: {' -> '.join(seen)}")
+                cur = None
+                break
+            seen.append(cur)  # type: ignore[arg-type]
+        if cur is not None and cur in bridges and bridges[cur] is None:
+            roots[name] = cur
+    return roots
+
+
+def _template(
+    key: int, group: str, spec: s.NodeSpec, path: Path, problems: Problems
+) -> _Template:
+    cat = catalogue()
+    cpu = _cpu(spec.cpu)
+    numa_specs = spec.numa.nodes
+    ids = [n.id for n in numa_specs]
+    for i, (a, b) in enumerate(zip(ids, ids[1:], strict=False)):
+        if b <= a:
+            problems.add((*path, "numa", "nodes", i + 1, "id"), f"NUMA node ids must ascend ({a} then {b})")
+    cpus = _numa_cpus(spec, cpu, problems, path)
+    distances = _distances(spec.numa, problems, path)
+    roots = _check_pcie(spec, set(ids), problems, path)
+    hb_numa = {hb.name: hb.numa for hb in spec.pcie.host_bridges}
+
+    # PCI devices: SKUs, parents, unique addresses.
+    addresses: dict[PciAddress, Path] = {}
+
+    def claim(addr: PciAddress, where: Path) -> None:
+        if addr in addresses:
+            problems.add(where, f"PCI address {addr} is also used at {_fmt(addresses[addr])}")
+        else:
+            addresses[addr] = where
+
+    for i, sw in enumerate(spec.pcie.switches):
+        claim(sw.bus, (*path, "pcie", "switches", i, "bus"))
+
+    def numa_of(parent: str, where: Path) -> int:
+        if parent not in roots:
+            problems.add(where, f"PCIe parent {parent!r} is not a host bridge or switch of this node")
+            return 0
+        return hb_numa[roots[parent]]
+
+    names: dict[str, Path] = {}
+
+    def claim_name(name: str, where: Path) -> None:
+        if name in names:
+            problems.add(where, f"duplicate device name {name!r} (also at {_fmt(names[name])})")
+        names[name] = where
+
+    gpu_skus: dict[str, GpuSku] = {}
+    gpu_numa: dict[str, int] = {}
+    for i, g in enumerate(spec.gpus):
+        where = (*path, "gpus", i)
+        claim_name(g.name, (*where, "name"))
+        claim(g.bus, (*where, "bus"))
+        gpu_numa[g.name] = numa_of(g.parent, (*where, "parent"))
+        sku = cat.gpus.get(g.sku)
+        if sku is None:
+            problems.add((*where, "sku"), f"unknown GPU SKU {g.sku!r} (known: {', '.join(sorted(cat.gpus))})")
+            continue
+        gpu_skus[g.name] = sku
+        _check_mig(g, sku, problems, where)
+    nvswitch_skus: dict[str, NVSwitchSku] = {}
+    for i, sw in enumerate(spec.nvswitches):
+        where = (*path, "nvswitches", i)
+        claim_name(sw.name, (*where, "name"))
+        if sw.bus is not None and sw.parent is not None:
+            claim(sw.bus, (*where, "bus"))
+            numa_of(sw.parent, (*where, "parent"))
+        nsku = cat.nvswitches.get(sw.sku)
+        if nsku is None:
+            problems.add((*where, "sku"), f"unknown NVSwitch SKU {sw.sku!r} (known: "
+                         f"{', '.join(sorted(cat.nvswitches))})")
+        else:
+            nvswitch_skus[sw.name] = nsku
+    nic_numa: dict[str, int] = {}
+    netdevs: set[str] = set()
+    for i, nic in enumerate(spec.nics):
+        where = (*path, "nics", i)
+        claim_name(nic.name, (*where, "name"))
+        claim(nic.bus, (*where, "bus"))
+        if nic.netdev in netdevs:
+            problems.add((*where, "netdev"), f"duplicate network interface name {nic.netdev!r}")
+        netdevs.add(nic.netdev)
+        nic_numa[nic.name] = numa_of(nic.parent, (*where, "parent"))
+        if nic.sku not in cat.nics:
+            problems.add((*where, "sku"), f"unknown NIC SKU {nic.sku!r} (known: {', '.join(sorted(cat.nics))})")
+
+    # NUMA: HBM nodes name GPUs.
+    hbm_numa: dict[str, int] = {}
+    for i, n in enumerate(numa_specs):
+        if n.kind == "hbm" and n.gpu is not None:
+            if n.gpu not in gpu_numa:
+                problems.add((*path, "numa", "nodes", i, "gpu"), f"GPU {n.gpu!r} does not exist on this node")
+            elif n.gpu in hbm_numa:
+                problems.add((*path, "numa", "nodes", i, "gpu"), f"GPU {n.gpu!r} already has HBM NUMA node "
+                             f"{hbm_numa[n.gpu]}")
+            else:
+                hbm_numa[n.gpu] = n.id
+
+    numa = tuple(
+        NumaNode(n.id, n.kind, n.socket, cpus.get(n.id, ()), n.memory, n.gpu, _initiator(n, spec, gpu_skus))
+        for n in numa_specs
+    )
+    gpu_names = [g.name for g in spec.gpus]
+    wires = _local_wires(spec, gpu_names, gpu_skus, nvswitch_skus, problems, path)
+    local_links: dict[str, int] = defaultdict(int)
+    switch_links: dict[str, int] = defaultdict(int)
+    for w in wires:
+        local_links[w.a] += w.count
+        if w.b_is_gpu:
+            local_links[w.b] += w.count
+        else:
+            switch_links[w.b] += w.count
+    for i, g in enumerate(spec.gpus):
+        sku = gpu_skus.get(g.name)
+        if sku and local_links[g.name] > sku.nvlink.links:
+            problems.add((*path, "gpus", i), f"GPU {g.name} is wired with {local_links[g.name]} NVLinks but "
+                         f"{sku.id} has {sku.nvlink.links}")
+    for i, sw in enumerate(spec.nvswitches):
+        nsku = nvswitch_skus.get(sw.name)
+        if nsku and switch_links[sw.name] > nsku.ports:
+            problems.add((*path, "nvswitches", i), f"NVSwitch {sw.name} is wired with {switch_links[sw.name]} "
+                         f"links but {nsku.id} has {nsku.ports} ports")
+    for i, c in enumerate(spec.c2c):
+        if c.gpu not in gpu_numa:
+            problems.add((*path, "c2c", i, "gpu"), f"GPU {c.gpu!r} does not exist on this node")
+        if c.socket >= cpu.sockets:
+            problems.add((*path, "c2c", i, "socket"), f"socket {c.socket} does not exist")
+    cxl = _cxl(spec, set(ids), {n.id: n.kind for n in numa_specs}, problems, path)
+    order = sorted(spec.gpus, key=lambda g: g.bus)
+    return _Template(
+        key=key,
+        group=group,
+        path=path,
+        spec=spec,
+        cpu=cpu,
+        numa=numa,
+        distances=distances,
+        host_bridges=tuple(HostBridge(h.name, h.numa, h.domain, h.bus) for h in spec.pcie.host_bridges),
+        switches=tuple(PcieSwitch(w.name, w.parent, w.bus) for w in spec.pcie.switches),
+        gpu_specs=tuple(order),
+        gpu_numa=gpu_numa,
+        gpu_skus=gpu_skus,
+        hbm_numa=hbm_numa,
+        nvswitch_skus=nvswitch_skus,
+        wires=wires,
+        local_links=dict(local_links),
+        cxl=cxl,
+        nic_numa=nic_numa,
+    )
+
+
+def _fmt(path: Path) -> str:
+    from fakehw.model.errors import format_path
+
+    return format_path(path)
+
+
+def _check_mig(g: s.GpuSpec, sku: GpuSku, problems: Problems, where: Path) -> None:
+    if g.mig is None:
+        return
+    if sku.mig is None:
+        problems.add((*where, "mig"), f"{sku.id} does not support MIG")
+        return
+    slices = 0
+    per_profile: dict[str, int] = defaultdict(int)
+    for j, name in enumerate(g.mig.instances):
+        profile = sku.mig.profile(name)
+        if profile is None:
+            known = ", ".join(p.name for p in sku.mig.profiles)
+            problems.add((*where, "mig", "instances", j), f"{sku.id} has no MIG profile {name!r} (known: {known})")
+            continue
+        slices += profile.slices
+        per_profile[name] += 1
+        if per_profile[name] > profile.max_instances:
+            problems.add((*where, "mig", "instances", j), f"at most {profile.max_instances} instances of {name}")
+    if slices > sku.mig.max_instances:
+        problems.add((*where, "mig", "instances"), f"MIG instances use {slices} slices; {sku.id} has "
+                     f"{sku.mig.max_instances}")
+    if g.mig.instances and not g.mig.enabled:
+        problems.add((*where, "mig", "instances"), "MIG instances listed but MIG is not enabled")
+
+
+def _local_wires(
+    spec: s.NodeSpec,
+    gpu_names: list[str],
+    gpu_skus: dict[str, GpuSku],
+    nvswitch_skus: dict[str, NVSwitchSku],
+    problems: Problems,
+    path: Path,
+) -> tuple[_Wire, ...]:
+    sw_names = [w.name for w in spec.nvswitches]
+    wires: list[_Wire] = []
+    for i, link in enumerate(spec.nvlinks):
+        where = (*path, "nvlinks", i)
+        sources = _match(link.from_, gpu_names, "GPU", problems, (*where, "from"))
+        targets = _match(link.to, gpu_names + sw_names, "GPU or NVSwitch", problems, (*where, "to"))
+        pairs: set[frozenset[str]] = set()
+        for a in sources:
+            for b in targets:
+                if a == b:
+                    continue
+                b_is_gpu = b in gpu_skus or b in gpu_names
+                if b_is_gpu:
+                    pair = frozenset((a, b))
+                    if pair in pairs:
+                        continue
+                    pairs.add(pair)
+                else:
+                    _check_generation(gpu_skus.get(a), nvswitch_skus.get(b), problems, where)
+                wires.append(_Wire(a, b, b_is_gpu, link.count, link.state == "up"))
+        if sources and targets and not wires:
+            problems.add(where, "these patterns only pair each GPU with itself")
+    return tuple(wires)
+
+
+def _check_generation(gpu: GpuSku | None, sw: NVSwitchSku | None, problems: Problems, where: Path) -> None:
+    if gpu and sw and gpu.nvlink.generation != sw.nvlink_generation:
+        problems.add(where, f"{gpu.id} speaks NVLink {gpu.nvlink.generation} but {sw.id} is an NVLink "
+                     f"{sw.nvlink_generation} switch")
+
+
+def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], problems: Problems, path: Path) -> Cxl:
+    c = spec.cxl
+    cpath = (*path, "cxl")
+    cat = catalogue().cxl_memdevs
+    ports: dict[str, str] = {}  # port name -> host bridge
+    occupied: dict[str, Path] = {}
+    hbs: list[CxlHostBridge] = []
+    names: set[str] = set()
+    for i, hb in enumerate(c.host_bridges):
+        if hb.name in names:
+            problems.add((*cpath, "hostBridges", i, "name"), f"duplicate CXL name {hb.name!r}")
+        names.add(hb.name)
+        if hb.numa not in numa_ids:
+            problems.add((*cpath, "hostBridges", i, "numa"), f"NUMA node {hb.numa} does not exist")
+        rps = tuple(f"{hb.name}.rp{k}" for k in range(hb.root_ports))
+        ports.update(dict.fromkeys(rps, hb.name))
+        hbs.append(CxlHostBridge(hb.name, hb.uid, hb.numa, rps))
+    switches: list[CxlSwitch] = []
+    behind: set[str] = set()
+    for i, sw in enumerate(c.switches):
+        where = (*cpath, "switches", i)
+        if sw.name in names:
+            problems.add((*where, "name"), f"duplicate CXL name {sw.name!r}")
+        names.add(sw.name)
+        if sw.parent not in ports:
+            problems.add((*where, "parent"), f"CXL port {sw.parent!r} does not exist (ports are "
+                         "<hostbridge>.rp<N> or <switch>.dp<N>)")
+            continue
+        if sw.parent in occupied:
+            problems.add((*where, "parent"), f"CXL port {sw.parent} is already used by {_fmt(occupied[sw.parent])}")
+        occupied[sw.parent] = where
+        dps = tuple(f"{sw.name}.dp{k}" for k in range(sw.downstream_ports))
+        ports.update(dict.fromkeys(dps, ports[sw.parent]))
+        behind.update(dps)
+        switches.append(CxlSwitch(sw.name, sw.parent, dps))
+    memdevs: list[CxlMemdev] = []
+    for i, m in enumerate(c.memdevs):
+        where = (*cpath, "memdevs", i)
+        if m.name in names:
+            problems.add((*where, "name"), f"duplicate CXL name {m.name!r}")
+        names.add(m.name)
+        sku = cat.get(m.sku)
+        if sku is None:
+            problems.add((*where, "sku"), f"unknown CXL memory device SKU {m.sku!r} (known: {', '.join(cat)})")
+            continue
+        if m.parent not in ports:
+            problems.add((*where, "parent"), f"CXL port {m.parent!r} does not exist")
+            continue
+        if m.parent in occupied:
+            problems.add((*where, "parent"), f"CXL port {m.parent} is already used by {_fmt(occupied[m.parent])}")
+        occupied[m.parent] = where
+        serial = m.serial if m.serial is not None else _stable_int(m.name, m.parent, digits=12)
+        memdevs.append(
+            CxlMemdev(m.name, sku, m.parent, ports[m.parent], m.parent in behind, m.ram_size, m.pmem_size, serial)
+        )
+    hb_names = {h.name for h in hbs}
+    windows: list[CxlWindow] = []
+    for i, w in enumerate(c.windows):
+        where = (*cpath, "windows", i)
+        for j, t in enumerate(w.targets):
+            if t not in hb_names:
+                problems.add((*where, "targets", j), f"CXL host bridge {t!r} does not exist")
+        if len(w.targets) not in _VALID_WAYS:
+            problems.add((*where, "targets"), f"{len(w.targets)}-way interleave is not allowed "
+                         f"(ways: {', '.join(map(str, _VALID_WAYS))})")
+        windows.append(CxlWindow(w.name, i, w.size, tuple(w.targets), w.interleave_granularity, w.ram, w.pmem))
+    by_window = {w.name: w for w in windows}
+    by_dev = {m.name: m for m in memdevs}
+    used: dict[tuple[str, str], str] = {}
+    regions: list[CxlRegion] = []
+    for i, r in enumerate(c.regions):
+        where = (*cpath, "regions", i)
+        region = _region(r, by_window, by_dev, used, numa_kind, problems, where)
+        if region is not None:
+            regions.append(region)
+    return Cxl(tuple(hbs), tuple(switches), tuple(memdevs), tuple(windows), tuple(regions))
+
+
+def _region(
+    r: s.CxlRegionSpec,
+    windows: dict[str, CxlWindow],
+    devs: dict[str, CxlMemdev],
+    used: dict[tuple[str, str], str],
+    numa_kind: dict[int, str],
+    problems: Problems,
+    where: Path,
+) -> CxlRegion | None:
+    window = windows.get(r.window)
+    if window is None:
+        problems.add((*where, "window"), f"CXL window {r.window!r} does not exist")
+        return None
+    if r.interleave_granularity not in (256, 512, 1024, 2048, 4096, 8192, 16384):
+        problems.add((*where, "interleaveGranularity"), "must be a power of two from 256 to 16384")
+    if len(r.targets) not in _VALID_WAYS:
+        problems.add((*where, "targets"), f"{len(r.targets)}-way interleave is not allowed")
+    if len(set(r.targets)) != len(r.targets):
+        problems.add((*where, "targets"), "a memory device is listed twice")
+    if (r.mode == "ram" and not window.ram) or (r.mode == "pmem" and not window.pmem):
+        problems.add((*where, "mode"), f"window {window.name} does not decode {r.mode} memory")
+    members: list[CxlMemdev] = []
+    for j, t in enumerate(r.targets):
+        dev = devs.get(t)
+        if dev is None:
+            problems.add((*where, "targets", j), f"CXL memory device {t!r} does not exist")
+            continue
+        if dev.host_bridge not in window.targets:
+            problems.add((*where, "targets", j), f"{t} sits under host bridge {dev.host_bridge}, which window "
+                         f"{window.name} does not interleave ({', '.join(window.targets)})")
+        if (t, r.mode) in used:
+            problems.add((*where, "targets", j), f"{r.mode} capacity of {t} is already in region {used[(t, r.mode)]}")
+        used[(t, r.mode)] = r.name
+        capacity = dev.ram_size if r.mode == "ram" else dev.pmem_size
+        if capacity == 0:
+            problems.add((*where, "targets", j), f"{t} has no {r.mode} capacity")
+        members.append(dev)
+    if r.numa is not None and numa_kind.get(r.numa) != "cxl":
+        problems.add((*where, "numa"), f"NUMA node {r.numa} is not a kind: cxl node of this host")
+    if not members:
+        return None
+    size = len(r.targets) * min((m.ram_size if r.mode == "ram" else m.pmem_size) for m in members)
+    if size > window.size:
+        problems.add(where, f"region of {size} bytes does not fit window {window.name} ({window.size} bytes)")
+    return CxlRegion(r.name, r.window, tuple(r.targets), r.interleave_granularity, r.mode, size, r.numa)
+
+
+# --------------------------------------------------------------------------------------------------- system
+
+
+@dataclass
+class _PortBook:
+    """Assigns NVLink port numbers in declaration order, for GPUs and switches alike."""
+
+    ports: dict[str, list[NVLinkPort]] = field(default_factory=lambda: defaultdict(list))
+
+    def connect(
+        self,
+        a: str,
+        a_addr: PciAddress,
+        b: str,
+        b_kind: str,
+        b_addr: PciAddress,
+        count: int,
+        up: bool,
+        bandwidth: float,
+    ) -> None:
+        a_ports, b_ports = self.ports[a], self.ports[b]
+        for _ in range(count):
+            pa, pb = len(a_ports), len(b_ports)
+            a_ports.append(NVLinkPort(pa, b_kind, b, pb, b_addr, up, bandwidth))  # type: ignore[arg-type]
+            b_ports.append(NVLinkPort(pb, "gpu", a, pa, a_addr, up, bandwidth))
+
+
+def _synthetic_address(index: int) -> PciAddress:
+    """Where a switch chip that is not on the node's PCI bus is said to be (NVLink remote PCI info)."""
+    return PciAddress(0x100 + index, 0, 0, 0)
+
+
+def expand(spec: s.ProfileSpec, resolve_profile: ResolveProfile, digest: str = "") -> System:
+    """Expand a profile into a :class:`System`; raise :class:`ProfileError` listing every problem found."""
+    problems = Problems()
+    groups = list(spec.groups)
+    if spec.nodes is not None:
+        if len(groups) != 1:
+            problems.add(("nodes",), f"nodes applies to a profile with one group; this one has {len(groups)}")
+        else:
+            groups = [groups[0].model_copy(update={"count": spec.nodes})]
+    if sum(g.count for g in groups) > s.MAX_NODES:
+        problems.add(("groups",), f"more than {s.MAX_NODES} nodes in all")
+    problems.raise_if_any()
+
+    templates: list[_Template] = []
+    group_names: dict[str, int] = {}
+    for gi, group in enumerate(groups):
+        gpath: Path = ("groups", gi)
+        if group.name in group_names:
+            problems.add((*gpath, "name"), f"duplicate group name {group.name!r}")
+        group_names[group.name] = gi
+        node_spec, npath = _group_node(group, gpath, resolve_profile, problems)
+        if node_spec is None:
+            continue
+        templates.append(_template(gi, group.name, node_spec, npath, problems))
+    problems.raise_if_any()
+
+    book = _PortBook()
+    addr: dict[str, PciAddress] = {}
+    # (node name, template, group index, node index)
+    members: list[tuple[str, _Template, int]] = []
+    for tpl, group in zip(templates, groups, strict=True):
+        for k in range(group.count):
+            node_name = f"{group.name}-{k}"
+            members.append((node_name, tpl, k))
+            for g in tpl.gpu_specs:
+                addr[f"{node_name}/{g.name}"] = g.bus
+            for si, sw in enumerate(tpl.spec.nvswitches):
+                addr[f"{node_name}/{sw.name}"] = sw.bus or _synthetic_address(si)
+            _wire_local(book, node_name, tpl, addr)
+
+    domains, node_domain, domain_switches = _domains(spec, templates, members, book, addr, problems)
+    problems.raise_if_any()
+
+    pools = _cxl_pools(spec, templates, members, problems)
+    problems.raise_if_any()
+
+    nodes: list[Node] = []
+    for node_name, tpl, k in members:
+        nodes.append(_node(spec, node_name, tpl, k, book, node_domain.get(node_name), pools, problems))
+    _check_uuids(nodes, {t.group: t for t in templates}, problems)
+    problems.raise_if_any()
+
+    finished_domains = tuple(
+        NVLinkDomain(
+            d.name,
+            d.spec_name,
+            d.nodes,
+            tuple(
+                NVSwitch(sw_id, sw_id.split("/", 1)[1], sku, addr[sw_id], None, tuple(book.ports.get(sw_id, ())))
+                for sw_id, sku in domain_switches[d.name]
+            ),
+            d.fabric,
+        )
+        for d in domains
+    )
+    return System(
+        name=spec.name,
+        description=spec.description,
+        projection=spec.projection,
+        driver=Driver(spec.driver.version, spec.driver.cuda_version),
+        seed=spec.seed,
+        nodes=tuple(nodes),
+        nvlink_domains=finished_domains,
+        cxl_pools=tuple(pools.values()),
+        digest=digest,
+    )
+
+
+def _group_node(
+    group: s.GroupSpec, gpath: Path, resolve_profile: ResolveProfile, problems: Problems
+) -> tuple[s.NodeSpec | None, Path]:
+    if group.node is not None:
+        return group.node, (*gpath, "node")
+    assert group.from_ is not None
+    try:
+        other = resolve_profile(group.from_)
+    except Exception as exc:  # a ProfileError or an unknown name: both are this document's problem
+        problems.add((*gpath, "from"), f"cannot use profile {group.from_!r}: {exc}")
+        return None, gpath
+    node = other.groups[0].node
+    if node is None:
+        problems.add((*gpath, "from"), f"profile {group.from_!r} borrows its node from another profile")
+        return None, gpath
+    if group.override is None:
+        return node, (*gpath, "from")
+    merged = merge_documents(node.model_dump(mode="json", by_alias=True, exclude_unset=True), group.override)
+    try:
+        return s.NodeSpec.model_validate(merged), (*gpath, "override")
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x))
+            problems.add((*gpath, "override", *loc), err["msg"].removeprefix("Value error, "))
+        return None, gpath
+
+
+def _wire_local(book: _PortBook, node: str, tpl: _Template, addr: dict[str, PciAddress]) -> None:
+    for w in tpl.wires:
+        a, b = f"{node}/{w.a}", f"{node}/{w.b}"
+        bw = tpl.gpu_skus[w.a].nvlink.link_bandwidth_gbs if w.a in tpl.gpu_skus else 0.0
+        book.connect(a, addr[a], b, "gpu" if w.b_is_gpu else "switch", addr[b], w.count, w.up, bw)
+
+
+@dataclass(frozen=True)
+class _DomainInstance:
+    name: str
+    spec_name: str
+    nodes: tuple[str, ...]
+    fabric: Fabric | None
+
+
+def _domains(
+    spec: s.ProfileSpec,
+    templates: list[_Template],
+    members: list[tuple[str, _Template, int]],
+    book: _PortBook,
+    addr: dict[str, PciAddress],
+    problems: Problems,
+) -> tuple[list[_DomainInstance], dict[str, str], dict[str, list[tuple[str, NVSwitchSku]]]]:
+    cat = catalogue()
+    by_group = {t.group: t for t in templates}
+    claimed: dict[str, str] = {}
+    instances: list[_DomainInstance] = []
+    node_domain: dict[str, str] = {}
+    switches: dict[str, list[tuple[str, NVSwitchSku]]] = {}
+    for di, dom in enumerate(spec.nvlink_domains):
+        dpath: Path = ("nvlinkDomains", di)
+        tpls: list[_Template] = []
+        for j, g in enumerate(dom.groups):
+            if g not in by_group:
+                problems.add((*dpath, "groups", j), f"group {g!r} does not exist")
+            elif g in claimed:
+                problems.add((*dpath, "groups", j), f"group {g!r} is already in NVLink domain {claimed[g]}")
+            else:
+                claimed[g] = dom.name
+                tpls.append(by_group[g])
+        sku = cat.nvswitches.get(dom.switches.sku)
+        if sku is None:
+            problems.add((*dpath, "switches", "sku"), f"unknown NVSwitch SKU {dom.switches.sku!r}")
+        if not tpls or sku is None:
+            continue
+        sw_names = [f"{dom.switches.name_prefix}{k}" for k in range(dom.switches.count)]
+        # Resolve link patterns once per template.
+        plans: dict[int, list[tuple[str, str, int, bool]]] = {}
+        for tpl in tpls:
+            gpu_names = [g.name for g in tpl.spec.gpus]
+            plan: list[tuple[str, str, int, bool]] = []
+            for li, link in enumerate(dom.links):
+                lpath = (*dpath, "links", li)
+                for a in _match(link.from_, gpu_names, f"GPU of group {tpl.group}", problems, (*lpath, "from")):
+                    _check_generation(tpl.gpu_skus.get(a), sku, problems, lpath)
+                    for b in _match(link.to, sw_names, "domain switch", problems, (*lpath, "to")):
+                        plan.append((a, b, link.count, link.state == "up"))
+            plans[tpl.key] = plan
+            per_gpu: dict[str, int] = defaultdict(int)
+            for a, _, count, _ in plan:
+                per_gpu[a] += count
+            for gi, g in enumerate(tpl.spec.gpus):
+                gsku = tpl.gpu_skus.get(g.name)
+                if gsku is None:
+                    continue
+                total = tpl.local_links.get(g.name, 0) + per_gpu[g.name]
+                if total > gsku.nvlink.links:
+                    problems.add((*tpl.path, "gpus", gi), f"GPU {g.name} is wired with {total} NVLinks (local and "
+                                 f"domain {dom.name}) but {gsku.id} has {gsku.nvlink.links}")
+                elif dom.require_full_wiring and total < gsku.nvlink.links:
+                    problems.add((*dpath, "links"), f"GPU {g.name} of group {tpl.group} is wired with {total} of "
+                                 f"its {gsku.nvlink.links} NVLinks; domain {dom.name} requires full wiring")
+        if problems:
+            continue
+        dom_nodes = [(n, t) for n, t, _ in members if t.group in {x.group for x in tpls}]
+        size = dom.nodes_per_domain or len(dom_nodes)
+        if len(dom_nodes) % size:
+            problems.add((*dpath, "nodesPerDomain"), f"{len(dom_nodes)} nodes do not split into domains of {size}")
+            continue
+        count = len(dom_nodes) // size
+        if dom.fabric and dom.fabric.cluster_uuid and count > 1:
+            problems.add((*dpath, "fabric", "clusterUuid"), f"one clusterUuid given for {count} domains")
+            continue
+        for k in range(count):
+            inst = f"{dom.name}-{k}" if count > 1 else dom.name
+            chunk = dom_nodes[k * size : (k + 1) * size]
+            fabric = None
+            if dom.fabric is not None:
+                cluster = dom.fabric.cluster_uuid or str(stable_uuid(spec.name, "fabric", inst))
+                fabric = Fabric(cluster, dom.fabric.clique_id)
+            sw_ids = []
+            for m, name in enumerate(sw_names):
+                sw_id = f"{inst}/{name}"
+                addr[sw_id] = _synthetic_address(m)
+                sw_ids.append((sw_id, sku))
+            switches[inst] = sw_ids
+            load: dict[str, int] = defaultdict(int)
+            for node_name, tpl in chunk:
+                node_domain[node_name] = inst
+                for a, b, cnt, up in plans[tpl.key]:
+                    gid, sid = f"{node_name}/{a}", f"{inst}/{b}"
+                    book.connect(gid, addr[gid], sid, "switch", addr[sid], cnt, up,
+                                 tpl.gpu_skus[a].nvlink.link_bandwidth_gbs)
+                    load[b] += cnt
+            for name, used in load.items():
+                if used > sku.ports:
+                    problems.add((*dpath, "links"), f"switch {name} of domain {inst} needs {used} ports; {sku.id} "
+                                 f"has {sku.ports}")
+            instances.append(_DomainInstance(inst, dom.name, tuple(n for n, _ in chunk), fabric))
+    return instances, node_domain, switches
+
+
+def _cxl_pools(
+    spec: s.ProfileSpec,
+    templates: list[_Template],
+    members: list[tuple[str, _Template, int]],
+    problems: Problems,
+) -> dict[str, CxlPool]:
+    by_group = {t.group: t for t in templates}
+    pools: dict[str, CxlPool] = {}
+    for pi, pool in enumerate(spec.cxl_pools):
+        ppath: Path = ("cxlPools", pi)
+        if pool.name in pools:
+            problems.add((*ppath, "name"), f"duplicate CXL pool {pool.name!r}")
+        nodes: list[str] = []
+        for j, g in enumerate(pool.groups):
+            tpl = by_group.get(g)
+            if tpl is None:
+                problems.add((*ppath, "groups", j), f"group {g!r} does not exist")
+                continue
+            ports = {p for hb in tpl.cxl.host_bridges for p in hb.root_ports}
+            ports |= {p for sw in tpl.cxl.switches for p in sw.downstream_ports}
+            taken = {m.parent for m in tpl.cxl.memdevs} | {sw.parent for sw in tpl.cxl.switches}
+            if pool.host_port not in ports:
+                problems.add((*ppath, "hostPort"), f"group {g} has no CXL port {pool.host_port!r}")
+            elif pool.host_port in taken:
+                problems.add((*ppath, "hostPort"), f"CXL port {pool.host_port} of group {g} is already in use")
+            nodes.extend(n for n, t, _ in members if t.group == g)
+        if pool.capacity % pool.logical_devices:
+            problems.add((*ppath, "capacity"), f"capacity does not split into {pool.logical_devices} logical devices")
+        assigned: list[tuple[int, str]] = []
+        for ld, node in sorted(pool.assignments.items()):
+            if not ld.isdigit() or int(ld) >= pool.logical_devices:
+                problems.add((*ppath, "assignments", ld), f"logical device {ld!r} does not exist "
+                             f"(0..{pool.logical_devices - 1})")
+            elif node not in nodes:
+                problems.add((*ppath, "assignments", ld), f"node {node!r} is not a member of pool {pool.name}")
+            else:
+                assigned.append((int(ld), node))
+        pools[pool.name] = CxlPool(pool.name, tuple(nodes), pool.host_port, pool.capacity, pool.logical_devices,
+                                   tuple(sorted(assigned)))
+    return pools
+
+
+def _node(
+    spec: s.ProfileSpec,
+    name: str,
+    tpl: _Template,
+    index: int,
+    book: _PortBook,
+    domain: str | None,
+    pools: dict[str, CxlPool],
+    problems: Problems,
+) -> Node:
+    nspec = tpl.spec
+    c2c = {c.gpu: C2CLink(c.socket, c.bandwidth_gbs, c.links) for c in nspec.c2c}
+    gpus = []
+    for i, g in enumerate(tpl.gpu_specs):
+        gid = f"{name}/{g.name}"
+        uid = g.uuid or f"GPU-{stable_uuid(spec.name, name, g.name)}"
+        mig = g.mig
+        instances: list[MigInstance] = []
+        sku = tpl.gpu_skus[g.name]
+        if mig and mig.enabled and sku.mig:
+            start = 0
+            for k, pname in enumerate(mig.instances):
+                prof = sku.mig.profile(pname)
+                if prof is None:
+                    continue
+                instances.append(MigInstance(k, prof, f"MIG-{stable_uuid(uid, str(k))}", start))
+                start += prof.slices
+        gpus.append(
+            Gpu(
+                node=name,
+                name=g.name,
+                index=i,
+                sku=sku,
+                address=g.bus,
+                parent=g.parent,
+                numa=tpl.gpu_numa[g.name],
+                uuid=uid,
+                serial=g.serial or str(1650000000000 + _stable_int(uid, digits=10)),
+                ports=tuple(book.ports.get(gid, ())),
+                c2c=c2c.get(g.name),
+                mig_enabled=bool(mig and mig.enabled),
+                mig_instances=tuple(instances),
+                hbm_numa=tpl.hbm_numa.get(g.name),
+            )
+        )
+    nvswitches = tuple(
+        NVSwitch(
+            f"{name}/{sw.name}",
+            sw.name,
+            tpl.nvswitch_skus[sw.name],
+            sw.bus or _synthetic_address(i),
+            sw.parent,
+            tuple(book.ports.get(f"{name}/{sw.name}", ())),
+        )
+        for i, sw in enumerate(nspec.nvswitches)
+    )
+    nics = tuple(_nic(name, n, tpl) for n in nspec.nics)
+    node_pools = _memory_pools(name, tpl, gpus, pools, problems)
+    return Node(
+        name=name,
+        group=tpl.group,
+        index=index,
+        cpu=tpl.cpu,
+        numa=tpl.numa,
+        distances=tpl.distances,
+        host_bridges=tpl.host_bridges,
+        pcie_switches=tpl.switches,
+        gpus=tuple(gpus),
+        nvswitches=nvswitches,
+        nics=nics,
+        cxl=tpl.cxl,
+        memory_pools=node_pools,
+        labels=tuple(sorted(nspec.labels.items())),
+        nvlink_domain=domain,
+        template=tpl.key,
+    )
+
+
+def _nic(node: str, n: s.NicSpec, tpl: _Template) -> Nic:
+    h = hashlib.sha256(f"{node}/{n.name}".encode()).digest()
+    mac = "02:" + ":".join(f"{b:02x}" for b in h[:5])
+    guid = ":".join(f"{h[5 + 2 * i]:02x}{h[6 + 2 * i]:02x}" for i in range(4))
+    r = n.roce
+    return Nic(
+        node=node,
+        name=n.name,
+        netdev=n.netdev,
+        sku=catalogue().nics[n.sku],
+        address=n.bus,
+        parent=n.parent,
+        numa=tpl.nic_numa[n.name],
+        link_layer=n.link_layer,
+        mtu=n.mtu,
+        rail=n.rail,
+        roce=Roce(r.trust, r.dscp, r.priority, tuple(r.pfc_priorities), r.ecn, r.cnp_dscp, r.cnp_priority),
+        mac=mac,
+        node_guid=guid,
+    )
+
+
+def latency_domain(tier: str, bandwidth_gbs: float, behind_switch: bool = False) -> LatencyDomain:
+    """The latency domain of a memory tier (orders of magnitude from reference/hardware.md)."""
+    if tier == "hbm":
+        return LatencyDomain("hbm", 0, 400, bandwidth_gbs)
+    if tier == "nvlink-peer-hbm":
+        return LatencyDomain("nvlink", 1, 1500, bandwidth_gbs)
+    if tier == "c2c-host":
+        return LatencyDomain("c2c", 2, 800, bandwidth_gbs)
+    if tier == "cxl":
+        if behind_switch:
+            return LatencyDomain("cxl-switched", 4, 310, bandwidth_gbs)
+        return LatencyDomain("cxl", 3, 210, bandwidth_gbs)
+    return LatencyDomain("rdma", 5, 3000, bandwidth_gbs)
+
+
+def _memory_pools(
+    node: str, tpl: _Template, gpus: list[Gpu], pools: dict[str, CxlPool], problems: Problems
+) -> tuple[MemoryPool, ...]:
+    out: list[MemoryPool] = []
+    names: set[str] = set()
+    for i, p in enumerate(tpl.spec.memory_pools):
+        where = (*tpl.path, "memoryPools", i)
+        if p.name in names:
+            problems.add((*where, "name"), f"duplicate memory pool {p.name!r}")
+        names.add(p.name)
+        src = p.source
+        available: int | None = None
+        bandwidth = 0.0
+        behind = False
+        source = ""
+        expect: tuple[str, ...] = ()
+        if src.gpus is not None:
+            expect = ("hbm", "nvlink-peer-hbm")
+            chosen = [g for g in gpus if any(fnmatchcase(g.name, pat) for pat in src.gpus)]
+            if not chosen:
+                problems.add((*where, "source", "gpus"), "matches no GPU of this node")
+            available = sum(g.memory_bytes for g in chosen)
+            if p.tier == "hbm":
+                bandwidth = min((g.sku.hbm_bandwidth_gbs for g in chosen), default=0.0)
+            else:
+                bandwidth = min((g.sku.nvlink.links * g.sku.nvlink.link_bandwidth_gbs for g in chosen), default=0.0)
+            source = "gpus:" + ",".join(g.name for g in chosen)
+        elif src.numa is not None:
+            expect = ("c2c-host",)
+            numa_node = next((n for n in tpl.numa if n.id == src.numa), None)
+            if numa_node is None:
+                problems.add((*where, "source", "numa"), f"NUMA node {src.numa} does not exist")
+            else:
+                available = numa_node.memory
+                bandwidth = min(450.0, numa_node.initiator.read_bandwidth_mbs / 1000)
+            source = f"numa:{src.numa}"
+        elif src.cxl_region is not None:
+            expect = ("cxl",)
+            region = next((r for r in tpl.cxl.regions if r.name == src.cxl_region), None)
+            if region is None:
+                problems.add((*where, "source", "cxlRegion"), f"CXL region {src.cxl_region!r} does not exist")
+            else:
+                available = region.size
+                devs = [d for d in tpl.cxl.memdevs if d.name in region.targets]
+                behind = any(d.behind_switch for d in devs)
+                bandwidth = sum(d.sku.bandwidth_gbs for d in devs)
+            source = f"cxlRegion:{src.cxl_region}"
+        elif src.cxl_pool is not None:
+            expect = ("cxl",)
+            pool = pools.get(src.cxl_pool)
+            if pool is None or node not in pool.nodes:
+                problems.add((*where, "source", "cxlPool"), f"CXL pool {src.cxl_pool!r} does not exist or does "
+                             "not reach this node")
+            else:
+                available = pool.capacity
+                bandwidth, behind = 64.0, True
+            source = f"cxlPool:{src.cxl_pool}"
+        elif src.nic is not None:
+            expect = ("rdma",)
+            nic = next((n for n in tpl.spec.nics if n.name == src.nic), None)
+            if nic is None:
+                problems.add((*where, "source", "nic"), f"NIC {src.nic!r} does not exist")
+            else:
+                bandwidth = catalogue().nics[nic.sku].rate_gbps / 8 if nic.sku in catalogue().nics else 0.0
+            source = f"nic:{src.nic}"
+        if p.tier not in expect:
+            problems.add((*where, "tier"), f"a {p.tier} pool cannot draw from {source.split(':')[0]}")
+        if available is not None and p.capacity > available:
+            problems.add((*where, "capacity"), f"capacity {p.capacity} exceeds the {available} bytes of {source}")
+        out.append(MemoryPool(node, p.name, p.tier, p.capacity, p.policy, source,
+                              latency_domain(p.tier, bandwidth, behind)))
+    return tuple(out)
+
+
+def _check_uuids(nodes: Iterable[Node], templates: dict[str, _Template], problems: Problems) -> None:
+    seen: dict[str, str] = {}
+    for node in nodes:
+        tpl = templates[node.group]
+        for g in node.gpus:
+            if g.uuid in seen:
+                index = next(i for i, gs in enumerate(tpl.spec.gpus) if gs.name == g.name)
+                problems.add((*tpl.path, "gpus", index, "uuid"), f"GPU UUID {g.uuid} is used by {seen[g.uuid]} "
+                             f"and {g.id}")
+                return
+            seen[g.uuid] = g.id

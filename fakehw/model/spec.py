@@ -1,0 +1,449 @@
+"""The profile document: what a person writes to describe a system.
+
+These models are the *authoring* format (exported as JSON Schema by ``fakehw schema``). They are checked field
+by field here; cross-references (a link to a GPU that does not exist, a GPU with more links than its SKU) are
+checked when the document is expanded into a :class:`fakehw.model.system.System`, where every object exists.
+
+Keys are camelCase in YAML (``coresPerSocket``), like Kubernetes manifests; unknown keys are errors so typos
+never pass silently.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from fakehw.model.units import PciAddressField, Size
+
+MAX_NODES = 10_000
+MAX_GPUS_PER_NODE = 64
+MAX_LINKS_PER_EDGE = 64
+
+Name = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
+        description="a name: letters, digits, '-', '_' or '.', at most 63 characters",
+    ),
+]
+Pattern = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9_.*?\[\]-]{1,63}$",
+        description="a name, or a shell-style pattern such as gpu* or sw[0-3]",
+    ),
+]
+
+
+class Spec(BaseModel):
+    """Base of every profile section: camelCase keys, unknown keys rejected, immutable."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        validate_default=True,
+    )
+
+
+# --------------------------------------------------------------------------------------------------- host
+
+
+class DriverSpec(Spec):
+    """Driver the fake reports. The default matches Debian's nvidia-smi 535 so the real binary accepts it."""
+
+    version: str = Field("535.261.03", pattern=r"^\d{2,4}\.\d{1,4}(\.\d{1,4})?$")
+    cuda_version: str = Field("12.2", pattern=r"^\d{1,2}\.\d{1,2}$")
+
+
+class CacheSpec(Spec):
+    l1d: Size = 48 * 1024
+    l1i: Size = 32 * 1024
+    l2: Size = 2 * 1024 * 1024
+    l3: Size = 32 * 1024 * 1024
+    l3_shared_by: Literal["socket", "numa"] = "socket"
+
+
+class CpuSpec(Spec):
+    """The host CPUs: every socket is the same part."""
+
+    arch: Literal["amd64", "arm64", "riscv64"]
+    vendor: str = Field(min_length=1, max_length=64, description="GenuineIntel, AuthenticAMD, ARM, a RISC-V vendor")
+    model: str = Field(min_length=1, max_length=128, description="model name as /proc/cpuinfo shows it")
+    sockets: int = Field(ge=1, le=16)
+    cores_per_socket: int = Field(ge=1, le=1024)
+    threads_per_core: int = Field(1, ge=1, le=8)
+    frequency_mhz: int = Field(2000, ge=100, le=10_000, alias="frequencyMHz")
+    isa: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list,
+        description="x86/arm feature flags, or for riscv64 the ISA string first (rv64imafdcv) then extensions",
+    )
+    family: int = Field(6, ge=0, le=0xFFFF, description="x86 cpu family; arm64 CPU implementer")
+    model_id: int = Field(143, ge=0, le=0xFFFF, description="x86 model number; arm64 CPU part")
+    stepping: int = Field(8, ge=0, le=255)
+    caches: CacheSpec = CacheSpec()
+
+    @model_validator(mode="after")
+    def _cpu_count(self) -> CpuSpec:
+        if self.sockets * self.cores_per_socket * self.threads_per_core > 16384:
+            raise ValueError("more than 16384 logical CPUs per node")
+        return self
+
+
+class InitiatorSpec(Spec):
+    """HMAT access performance of a memory node as seen from its nearest initiator."""
+
+    read_bandwidth_mbs: int = Field(ge=0, alias="readBandwidthMBs")
+    write_bandwidth_mbs: int = Field(ge=0, alias="writeBandwidthMBs")
+    read_latency_ns: int = Field(ge=0, alias="readLatencyNs")
+    write_latency_ns: int = Field(ge=0, alias="writeLatencyNs")
+
+
+class NumaNodeSpec(Spec):
+    """A NUMA node. With ``socket`` it holds CPUs; without, it is CPU-less (CXL memory, GPU HBM, reserved)."""
+
+    id: int = Field(ge=0, le=1023)
+    kind: Literal["dram", "lpddr", "hbm", "cxl", "reserved"] = "dram"
+    socket: int | None = Field(None, ge=0, le=15, description="socket whose cores this node holds")
+    cpus: str | None = Field(None, description="explicit cpulist; default: the socket's cores split evenly")
+    memory: Size = 0
+    gpu: Name | None = Field(None, description="for kind hbm: the GPU whose memory this node exposes")
+    initiator: InitiatorSpec | None = None
+
+    @model_validator(mode="after")
+    def _kind_rules(self) -> NumaNodeSpec:
+        if self.kind in ("hbm", "cxl", "reserved") and self.socket is not None:
+            raise ValueError(f"a {self.kind} NUMA node is CPU-less and cannot have a socket")
+        if self.gpu is not None and self.kind != "hbm":
+            raise ValueError("only a kind: hbm NUMA node names a gpu")
+        if self.cpus is not None and self.socket is None:
+            raise ValueError("cpus given for a NUMA node without a socket")
+        return self
+
+
+class NumaSpec(Spec):
+    nodes: list[NumaNodeSpec] = Field(min_length=1, max_length=256)
+    distances: list[list[int]] | None = Field(
+        None, description="SLIT matrix, one row per node in list order; 10 on the diagonal. Default derived."
+    )
+
+
+# --------------------------------------------------------------------------------------------------- PCIe
+
+
+class HostBridgeSpec(Spec):
+    """A PCIe root complex (``pciDDDD:BB``), attached to one NUMA node."""
+
+    name: Name
+    numa: int = Field(ge=0, le=1023)
+    domain: int = Field(0, ge=0, le=0xFFFF)
+    bus: int = Field(0, ge=0, le=0xFF)
+
+
+class PcieSwitchSpec(Spec):
+    """A PCIe switch (e.g. a PEX/Broadcom part). ``bus`` is its upstream port."""
+
+    name: Name
+    parent: Name = Field(description="host bridge or switch above this switch")
+    bus: PciAddressField
+
+
+class PcieSpec(Spec):
+    host_bridges: list[HostBridgeSpec] = Field(min_length=1, max_length=64)
+    switches: list[PcieSwitchSpec] = Field(default_factory=list, max_length=256)
+
+
+# --------------------------------------------------------------------------------------------------- devices
+
+
+class MigSpec(Spec):
+    """MIG mode of a GPU and the GPU instances created at boot."""
+
+    enabled: bool = True
+    instances: list[Annotated[str, Field(pattern=r"^\d+g\.\d+gb$")]] = Field(default_factory=list, max_length=8)
+
+
+class GpuSpec(Spec):
+    name: Name
+    sku: str = Field(description="a GPU SKU from the catalogue (fakehw show --catalogue)")
+    bus: PciAddressField
+    parent: Name = Field(description="host bridge or PCIe switch the GPU hangs off")
+    uuid: str | None = Field(
+        None,
+        pattern=r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+        description="default: derived from system, node and GPU names",
+    )
+    serial: str | None = Field(None, pattern=r"^[0-9]{1,29}$")
+    mig: MigSpec | None = None
+
+
+class NVSwitchSpec(Spec):
+    name: Name
+    sku: str
+    bus: PciAddressField | None = Field(None, description="where the switch shows on this node's PCI bus")
+    parent: Name | None = None
+
+    @model_validator(mode="after")
+    def _bus_parent(self) -> NVSwitchSpec:
+        if (self.bus is None) != (self.parent is None):
+            raise ValueError("give both bus and parent, or neither")
+        return self
+
+
+class RoceSpec(Spec):
+    """RoCE v2 settings of a NIC port (see reference/platform.md)."""
+
+    trust: Literal["dscp", "pcp"] = "dscp"
+    dscp: int = Field(26, ge=0, le=63, description="DSCP of RoCE traffic")
+    priority: int = Field(3, ge=0, le=7, description="802.1p priority RoCE traffic maps to")
+    pfc_priorities: list[Annotated[int, Field(ge=0, le=7)]] = Field(default_factory=lambda: [3], max_length=8)
+    ecn: bool = True
+    cnp_dscp: int = Field(48, ge=0, le=63)
+    cnp_priority: int = Field(6, ge=0, le=7)
+
+
+class NicSpec(Spec):
+    name: Name = Field(description="RDMA device name, e.g. mlx5_0")
+    netdev: Name = Field(description="network interface name, e.g. ens1np0")
+    sku: str
+    bus: PciAddressField
+    parent: Name
+    link_layer: Literal["ethernet", "infiniband"] = "ethernet"
+    mtu: int = Field(9000, ge=576, le=9216)
+    rail: int | None = Field(None, ge=0, le=63, description="rail index in a rail-optimised fabric")
+    roce: RoceSpec = RoceSpec()
+
+
+class LinkSpec(Spec):
+    """NVLink wiring: ``count`` links between every match of ``from`` and every match of ``to``.
+
+    Patterns are shell-style (``gpu*``). GPU-GPU pairs are unordered; a GPU is never linked to itself. Ports
+    are numbered in the order links are declared.
+    """
+
+    from_: Pattern | list[Pattern] = Field(alias="from")
+    to: Pattern | list[Pattern]
+    count: int = Field(1, ge=1, le=MAX_LINKS_PER_EDGE)
+    state: Literal["up", "down"] = "up"
+
+
+class C2CSpec(Spec):
+    """A coherent CPU-GPU link (NVLink-C2C, NVLink Fusion)."""
+
+    gpu: Name
+    socket: int = Field(ge=0, le=15)
+    bandwidth_gbs: float = Field(900, gt=0, le=10_000, alias="bandwidthGBs", description="bidirectional")
+    links: int = Field(10, ge=1, le=64)
+
+
+# --------------------------------------------------------------------------------------------------- CXL
+
+
+class CxlHostBridgeSpec(Spec):
+    """A CXL host bridge (ACPI0016) with its root ports, named ``<bridge>.rp<N>``."""
+
+    name: Name
+    uid: int = Field(ge=0, le=255)
+    numa: int = Field(ge=0, le=1023)
+    root_ports: int = Field(2, ge=1, le=16)
+
+
+class CxlSwitchSpec(Spec):
+    """A CXL switch below a root port; downstream ports are named ``<switch>.dp<N>``."""
+
+    name: Name
+    parent: str = Field(description="upstream root port, e.g. cxlhb0.rp0")
+    downstream_ports: int = Field(2, ge=1, le=32)
+
+
+class CxlMemdevSpec(Spec):
+    """A type-3 memory device (memX)."""
+
+    name: Name
+    sku: str = "cxl-type3"
+    parent: str = Field(description="root port or switch downstream port, e.g. cxlsw0.dp1")
+    ram_size: Size = 0
+    pmem_size: Size = 0
+    serial: int | None = Field(None, ge=0, le=2**63 - 1)
+
+    @model_validator(mode="after")
+    def _has_capacity(self) -> CxlMemdevSpec:
+        if self.ram_size == 0 and self.pmem_size == 0:
+            raise ValueError("a memory device needs ramSize or pmemSize")
+        return self
+
+
+class CxlWindowSpec(Spec):
+    """A CXL fixed memory window (CFMWS): a root decoder spanning one or more host bridges."""
+
+    name: Name
+    size: Size
+    targets: list[Name] = Field(min_length=1, max_length=16, description="host bridges interleaved")
+    interleave_granularity: int = Field(256, description="bytes: 256, 512, ... 16384")
+    ram: bool = True
+    pmem: bool = False
+
+    @field_validator("interleave_granularity")
+    @classmethod
+    def _granularity(cls, value: int) -> int:
+        if value not in (256, 512, 1024, 2048, 4096, 8192, 16384):
+            raise ValueError("interleave granularity must be a power of two from 256 to 16384")
+        return value
+
+
+class CxlRegionSpec(Spec):
+    """A region committed at boot across ``targets`` memdevs, decoded by ``window``."""
+
+    name: Name
+    window: Name
+    targets: list[Name] = Field(min_length=1, max_length=16)
+    interleave_granularity: int = 256
+    mode: Literal["ram", "pmem"] = "ram"
+    numa: int | None = Field(None, ge=0, le=1023, description="NUMA node the region's memory onlines into")
+
+
+class CxlSpec(Spec):
+    host_bridges: list[CxlHostBridgeSpec] = Field(default_factory=list, max_length=16)
+    switches: list[CxlSwitchSpec] = Field(default_factory=list, max_length=64)
+    memdevs: list[CxlMemdevSpec] = Field(default_factory=list, max_length=256)
+    windows: list[CxlWindowSpec] = Field(default_factory=list, max_length=64)
+    regions: list[CxlRegionSpec] = Field(default_factory=list, max_length=64)
+
+
+# --------------------------------------------------------------------------------------------------- pools
+
+PoolTier = Literal["hbm", "nvlink-peer-hbm", "c2c-host", "cxl", "rdma"]
+
+
+class PoolSourceSpec(Spec):
+    """Where a pool's memory comes from: exactly one of these."""
+
+    gpus: list[Pattern] | None = None
+    numa: int | None = Field(None, ge=0, le=1023)
+    cxl_region: Name | None = None
+    cxl_pool: Name | None = None
+    nic: Name | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PoolSourceSpec:
+        given = [k for k, v in self.model_dump(by_alias=True).items() if v is not None]
+        if len(given) != 1:
+            raise ValueError(f"a pool source names exactly one of gpus, numa, cxlRegion, cxlPool, nic (got {given})")
+        return self
+
+
+class MemoryPoolSpec(Spec):
+    """A pool of memory offered to GPU workloads (``gpu.memoryPool.<name>``)."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")]
+    tier: PoolTier
+    capacity: Size
+    policy: Literal["shared", "exclusive"] = "shared"
+    source: PoolSourceSpec
+
+
+# --------------------------------------------------------------------------------------------------- node
+
+
+class NodeSpec(Spec):
+    """One node (host): everything on one motherboard or compute tray."""
+
+    cpu: CpuSpec
+    numa: NumaSpec
+    pcie: PcieSpec
+    gpus: list[GpuSpec] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
+    nvswitches: list[NVSwitchSpec] = Field(default_factory=list, max_length=64)
+    nvlinks: list[LinkSpec] = Field(default_factory=list, max_length=512)
+    c2c: list[C2CSpec] = Field(default_factory=list, max_length=64)
+    nics: list[NicSpec] = Field(default_factory=list, max_length=64)
+    cxl: CxlSpec = CxlSpec()
+    memory_pools: list[MemoryPoolSpec] = Field(default_factory=list, max_length=64)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class GroupSpec(Spec):
+    """``count`` identical nodes named ``<name>-0`` ...
+
+    The node is given inline (``node``) or borrowed from another profile's first group (``from``), optionally
+    changed by ``override``, which merges into the borrowed node (named lists such as ``gpus`` merge by name).
+    """
+
+    name: Name
+    count: int = Field(1, ge=1, le=MAX_NODES)
+    node: NodeSpec | None = None
+    from_: str | None = Field(None, alias="from", description="profile (built-in name or file) to borrow from")
+    override: dict[str, Any] | None = Field(None, description="changes merged into the borrowed node")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> GroupSpec:
+        if (self.node is None) == (self.from_ is None):
+            raise ValueError("a group gives exactly one of node or from")
+        if self.override is not None and self.from_ is None:
+            raise ValueError("override only applies to a node borrowed with from")
+        return self
+
+
+class DomainSwitchesSpec(Spec):
+    sku: str
+    count: int = Field(ge=1, le=64)
+    name_prefix: Name = "sw"
+
+
+class FabricSpec(Spec):
+    """Fabric-manager view of a multi-node NVLink domain (NVML GPU fabric info)."""
+
+    cluster_uuid: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+        description="default: derived from the system and domain names",
+    )
+    clique_id: int = Field(1, ge=0, le=2**32 - 1)
+
+
+class NVLinkDomainSpec(Spec):
+    """A multi-node NVLink domain (e.g. GB200 NVL72): switch chips outside the nodes and their wiring.
+
+    With ``nodesPerDomain`` the domain repeats for every that many nodes of the member groups (a fleet of
+    racks); otherwise one domain holds every member node.
+    """
+
+    name: Name
+    groups: list[Name] = Field(min_length=1)
+    nodes_per_domain: int | None = Field(None, ge=1, le=MAX_NODES)
+    switches: DomainSwitchesSpec
+    links: list[LinkSpec] = Field(min_length=1, max_length=64)
+    require_full_wiring: bool = Field(
+        True, description="every GPU in the domain must use all of its SKU's NVLinks (true of NVL72)"
+    )
+    fabric: FabricSpec | None = FabricSpec()
+
+
+class CxlPoolSpec(Spec):
+    """CXL 2.0 pooling: a multi-logical device behind a switch that several hosts' root ports reach."""
+
+    name: Name
+    groups: list[Name] = Field(min_length=1)
+    host_port: str = Field(description="root port each host uses for the pool switch, e.g. cxlhb1.rp1")
+    capacity: Size
+    logical_devices: int = Field(16, ge=1, le=16)
+    assignments: dict[str, str] = Field(
+        default_factory=dict, description="logical device index (as a string) -> node name, at boot"
+    )
+
+
+class ProfileSpec(Spec):
+    """A whole system: node groups, NVLink domains spanning nodes, CXL pools shared by hosts."""
+
+    name: Name
+    description: str = Field(min_length=1, max_length=400)
+    projection: str | None = Field(None, description="set when the profile projects hardware that is not shipping")
+    extends: str | None = Field(None, description="a built-in profile name or a path relative to this file")
+    driver: DriverSpec = DriverSpec()
+    nodes: int | None = Field(None, ge=1, le=MAX_NODES, description="node count of a profile with one group")
+    groups: list[GroupSpec] = Field(min_length=1, max_length=64)
+    nvlink_domains: list[NVLinkDomainSpec] = Field(default_factory=list, max_length=64)
+    cxl_pools: list[CxlPoolSpec] = Field(default_factory=list, max_length=16)
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="seeds readings and counters that evolve over time")
