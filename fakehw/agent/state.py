@@ -1,0 +1,290 @@
+"""Runtime state of a node: the model's values with the active faults applied.
+
+State is a pure function of the node and its active faults (:func:`derive_state`); healing a fault removes it
+and the state falls back to what is left, so "heal restores the model's values" holds by construction and a
+restarted agent rebuilds the same state from its journal. Events are separate: a log of what happened
+(:func:`events_for`), which NVML delivers through its event API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fakehw.agent.faults import (
+    CRITICAL_XIDS,
+    XID_FALLEN_OFF_BUS,
+    CxlOffline,
+    Ecc,
+    FabricDegraded,
+    FallenOffBus,
+    FaultBase,
+    NVLinkDown,
+    NVLinkErrors,
+    PoolShrink,
+    PowerCap,
+    Thermal,
+    Xid,
+)
+from fakehw.model.system import Node
+
+Health = Literal["healthy", "degraded", "unhealthy", "lost"]
+NVLINK_COUNTERS = ("replay", "recovery", "crc-flit", "crc-data", "ecc-data")
+
+# nvmlClocksThrottleReasons bits.
+THROTTLE_SW_POWER_CAP = 0x4
+THROTTLE_SW_THERMAL = 0x20
+THROTTLE_HW_THERMAL = 0x40
+
+# nvmlEventType bits.
+EVENT_SINGLE_BIT_ECC = 0x1
+EVENT_DOUBLE_BIT_ECC = 0x2
+EVENT_XID = 0x8
+EVENT_CLOCK = 0x10
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveFault:
+    """A fault that has been injected and not healed."""
+
+    id: str
+    node: str
+    request: FaultBase
+    created: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "node": self.node, "created": self.created, **self.request.model_dump()}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something that happened on a device. ``nvml_type``/``nvml_data`` are what the NVML event API reports."""
+
+    seq: int
+    time: float
+    node: str
+    device: str
+    kind: str
+    data: int
+    nvml_type: int
+    fault: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkState:
+    link: int
+    up: bool
+    errors: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    name: str
+    index: int
+    uuid: str
+    health: Health
+    reasons: tuple[str, ...]
+    lost: bool
+    temperature_c: int
+    power_limit_w: int
+    throttle_reasons: int
+    ecc_sbe: dict[str, int]
+    ecc_dbe: dict[str, int]
+    retired_pages_dbe: int
+    links: tuple[LinkState, ...]
+    fabric_health: tuple[str, ...]
+    xids: tuple[int, ...]
+    faults: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MemdevState:
+    name: str
+    online: bool
+    faults: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    name: str
+    capacity: int
+    model_capacity: int
+    faults: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NodeState:
+    node: str
+    generation: int
+    seed: int
+    gpus: tuple[GpuState, ...]
+    memdevs: tuple[MemdevState, ...]
+    pools: tuple[PoolState, ...]
+    faults: tuple[ActiveFault, ...]
+    down_ports: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    """NVLink ports down at run time, (device id, port), both ends included."""
+
+    def gpu(self, name: str) -> GpuState | None:
+        return next((g for g in self.gpus if g.name == name), None)
+
+    @property
+    def health(self) -> Health:
+        order: dict[Health, int] = {"healthy": 0, "degraded": 1, "unhealthy": 2, "lost": 3}
+        return max((g.health for g in self.gpus), key=lambda h: order[h], default="healthy")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "generation": self.generation,
+            "seed": self.seed,
+            "health": self.health,
+            "gpus": [dataclasses.asdict(g) for g in self.gpus],
+            "memdevs": [dataclasses.asdict(m) for m in self.memdevs],
+            "pools": [dataclasses.asdict(p) for p in self.pools],
+            "faults": [f.to_json() for f in self.faults],
+            "down_ports": sorted([list(p) for p in self.down_ports]),
+        }
+
+
+def _down_ports(node: Node, faults: Sequence[ActiveFault]) -> frozenset[tuple[str, int]]:
+    down: set[tuple[str, int]] = set()
+    for f in faults:
+        if isinstance(f.request, NVLinkDown):
+            gpu = node.gpu(f.request.device)
+            if gpu is not None and f.request.link < len(gpu.ports):
+                port = gpu.ports[f.request.link]
+                down.add((gpu.id, port.port))
+                down.add((port.remote_id, port.remote_port))
+    return frozenset(down)
+
+
+def derive_state(node: Node, faults: Sequence[ActiveFault], generation: int = 0, seed: int = 0) -> NodeState:
+    """The state of ``node`` with ``faults`` (those of this node, in injection order) applied."""
+    by_device: dict[str, list[ActiveFault]] = defaultdict(list)
+    for f in faults:
+        by_device[f.request.device].append(f)
+    down = _down_ports(node, faults)
+    gpus = tuple(_gpu_state(node, g.name, by_device.get(g.name, []), down) for g in node.gpus)
+    memdevs = tuple(
+        MemdevState(
+            m.name,
+            not any(isinstance(f.request, CxlOffline) for f in by_device.get(m.name, [])),
+            tuple(f.id for f in by_device.get(m.name, [])),
+        )
+        for m in node.cxl.memdevs
+    )
+    pools = tuple(
+        PoolState(
+            p.name,
+            max(0, p.capacity - sum(f.request.bytes for f in by_device.get(p.name, [])
+                                    if isinstance(f.request, PoolShrink))),
+            p.capacity,
+            tuple(f.id for f in by_device.get(p.name, [])),
+        )
+        for p in node.memory_pools
+    )
+    return NodeState(node.name, generation, seed, gpus, memdevs, pools, tuple(faults), down)
+
+
+def _gpu_state(node: Node, name: str, faults: list[ActiveFault], down: frozenset[tuple[str, int]]) -> GpuState:
+    gpu = node.gpu(name)
+    assert gpu is not None
+    sku = gpu.sku
+    temperature = sku.thermal.idle_c
+    power_limit = sku.power.default_limit_w
+    throttle = 0
+    sbe: dict[str, int] = defaultdict(int)
+    dbe: dict[str, int] = defaultdict(int)
+    errors = [dict.fromkeys(NVLINK_COUNTERS, 0) for _ in gpu.ports]
+    fabric: list[str] = []
+    xids: list[int] = []
+    lost = False
+    for f in faults:
+        r = f.request
+        if isinstance(r, Xid):
+            xids.append(r.code)
+            lost |= r.code == XID_FALLEN_OFF_BUS
+        elif isinstance(r, FallenOffBus):
+            xids.append(XID_FALLEN_OFF_BUS)
+            lost = True
+        elif isinstance(r, Ecc):
+            (sbe if r.type == "sbe" else dbe)[r.location] += r.count
+            if r.type == "dbe":
+                xids.append(48)
+        elif isinstance(r, NVLinkErrors):
+            errors[r.link][r.counter] += r.increment
+        elif isinstance(r, NVLinkDown):
+            xids.append(74)
+        elif isinstance(r, Thermal):
+            temperature = max(temperature, r.temperature_c)
+        elif isinstance(r, PowerCap):
+            power_limit = min(power_limit, r.limit_w)
+        elif isinstance(r, FabricDegraded) and r.health not in fabric:
+            fabric.append(r.health)
+    if temperature >= sku.thermal.slowdown_c:
+        throttle |= THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL
+    if power_limit < sku.power.default_limit_w:
+        throttle |= THROTTLE_SW_POWER_CAP
+    links = tuple(
+        LinkState(p.port, p.up and (gpu.id, p.port) not in down, errors[i]) for i, p in enumerate(gpu.ports)
+    )
+    reasons: list[str] = []
+    if lost:
+        reasons.append("fallen off the bus (Xid 79)")
+    reasons += [f"Xid {x}" for x in dict.fromkeys(xids) if x in CRITICAL_XIDS and x != XID_FALLEN_OFF_BUS]
+    if sum(dbe.values()):
+        reasons.append(f"{sum(dbe.values())} double-bit ECC errors")
+    reasons += [f"NVLink {link.link} down" for link in links if not link.up]
+    reasons += [f"fabric {h}" for h in fabric if h == "route-unhealthy"]
+    degraded: list[str] = []
+    if throttle:
+        degraded.append(f"throttled (reasons 0x{throttle:x})")
+    if sum(sbe.values()):
+        degraded.append(f"{sum(sbe.values())} single-bit ECC errors")
+    degraded += [f"NVLink {i} errors" for i, e in enumerate(errors) if any(e.values())]
+    degraded += [f"fabric {h}" for h in fabric if h != "route-unhealthy"]
+    health: Health = "lost" if lost else "unhealthy" if reasons else "degraded" if degraded else "healthy"
+    return GpuState(
+        name=name,
+        index=gpu.index,
+        uuid=gpu.uuid,
+        health=health,
+        reasons=tuple(reasons + degraded),
+        lost=lost,
+        temperature_c=temperature,
+        power_limit_w=power_limit,
+        throttle_reasons=throttle,
+        ecc_sbe=dict(sbe),
+        ecc_dbe=dict(dbe),
+        retired_pages_dbe=sum(dbe.values()),
+        links=links,
+        fabric_health=tuple(fabric),
+        xids=tuple(xids),
+        faults=tuple(f.id for f in faults),
+    )
+
+
+def events_for(fault: ActiveFault) -> list[tuple[str, int, int]]:
+    """Events an injected fault raises: (kind, data, NVML event type)."""
+    r = fault.request
+    if isinstance(r, Xid):
+        return [("xid", r.code, EVENT_XID)]
+    if isinstance(r, FallenOffBus):
+        return [("xid", XID_FALLEN_OFF_BUS, EVENT_XID)]
+    if isinstance(r, Ecc):
+        if r.type == "sbe":
+            return [("ecc-sbe", r.count, EVENT_SINGLE_BIT_ECC)]
+        return [("ecc-dbe", r.count, EVENT_DOUBLE_BIT_ECC), ("xid", 48, EVENT_XID)]
+    if isinstance(r, NVLinkDown):
+        return [("nvlink-down", r.link, 0), ("xid", 74, EVENT_XID)]
+    if isinstance(r, NVLinkErrors):
+        return [("nvlink-errors", r.link, 0)]
+    if isinstance(r, Thermal | PowerCap):
+        return [(r.kind, r.temperature_c if isinstance(r, Thermal) else r.limit_w, EVENT_CLOCK)]
+    return [(r.kind, 0, 0)]

@@ -1,0 +1,50 @@
+"""Renderings of a node: pure functions of (system, node, runtime state) written atomically to a directory.
+
+Each renderer owns some files of a node's directory (``nodes/<node>/``). The agent calls :func:`render_node`
+after every state change; ``fakehw render`` calls it once per node. Renderers registered later (the NVML
+snapshot, the fake sysfs root) plug in through :data:`RENDERERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fakehw.agent.state import NodeState
+from fakehw.model.system import Node, System
+from fakehw.render.atomic import OutputDir
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    system: System
+    node: Node
+    state: NodeState
+    initial: bool
+    """True on the first render of a node dir (renderers of static content only write then)."""
+
+
+Renderer = Callable[[RenderContext, OutputDir], None]
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    node: str
+    written: int
+    unchanged: int
+
+
+def _renderers() -> tuple[Renderer, ...]:
+    from fakehw.render.basic import render_model, render_state
+
+    return (render_model, render_state)
+
+
+def render_node(system: System, node: Node, state: NodeState, out: Path, initial: bool = False) -> RenderResult:
+    """Render every output of ``node`` into ``out``; only files whose content changed are rewritten."""
+    ctx = RenderContext(system, node, state, initial)
+    target = OutputDir(out)
+    for renderer in _renderers():
+        renderer(ctx, target)
+    return RenderResult(node.name, target.written, target.unchanged)

@@ -1,0 +1,62 @@
+"""Atomic file output: a reader sees the old file or the new one, never half of either.
+
+Renderers write through :class:`OutputDir`, which writes to a temporary file in the same directory and renames
+it over the target, skips files whose content did not change (so an incremental re-render touches only what
+changed, and mtimes mean something), and counts what it did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> bool:
+    """Write ``data`` to ``path`` atomically; return False (and write nothing) when it already holds it."""
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def dump_json(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+
+
+@dataclass
+class OutputDir:
+    """A directory a renderer writes into, with counts of files written and left alone."""
+
+    root: Path
+    written: int = 0
+    unchanged: int = 0
+    paths: list[Path] = field(default_factory=list)
+
+    def write(self, relpath: str, data: bytes | str, mode: int = 0o644) -> Path:
+        path = self.root / relpath
+        raw = data.encode() if isinstance(data, str) else data
+        if atomic_write(path, raw, mode):
+            self.written += 1
+            self.paths.append(path)
+        else:
+            self.unchanged += 1
+        return path
+
+    def write_json(self, relpath: str, value: Any) -> Path:
+        return self.write(relpath, dump_json(value))
