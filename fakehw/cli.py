@@ -230,7 +230,7 @@ def cmd_kinds(args: argparse.Namespace) -> int:
         print(json.dumps(kinds, indent=2))
         return 0
     for k in kinds:
-        params = ", ".join(f"{n}={'<required>' if p['required'] else p['default']}"  # type: ignore[index]
+        params = ", ".join(f"{n}={'<required>' if p['required'] else p['default']}"
                            for n, p in k["params"].items())  # type: ignore[attr-defined]
         print(f"{k['kind']:16} target {k['target']:10} {k['summary']}" + (f"  [{params}]" if params else ""))
     return 0

@@ -119,7 +119,8 @@ class PoolShrink(FaultBase):
 
 
 FaultRequest = Annotated[
-    Xid | FallenOffBus | Ecc | NVLinkDown | NVLinkErrors | Thermal | PowerCap | FabricDegraded | CxlOffline | PoolShrink,
+    Xid | FallenOffBus | Ecc | NVLinkDown | NVLinkErrors | Thermal | PowerCap | FabricDegraded | CxlOffline
+    | PoolShrink,
     Field(discriminator="kind"),
 ]
 FAULT_ADAPTER: TypeAdapter[FaultRequest] = TypeAdapter(FaultRequest)
@@ -144,7 +145,8 @@ def check_target(fault: FaultBase, node: Node) -> None:
         if isinstance(fault, NVLinkDown | NVLinkErrors) and fault.link >= len(gpu.ports):
             raise FaultTargetError(f"{gpu.id} has {len(gpu.ports)} connected NVLink ports; link {fault.link} "
                                    "does not exist")
-        if isinstance(fault, PowerCap) and not gpu.sku.power.min_limit_w <= fault.limit_w <= gpu.sku.power.max_limit_w:
+        power = gpu.sku.power
+        if isinstance(fault, PowerCap) and not power.min_limit_w <= fault.limit_w <= power.max_limit_w:
             raise FaultTargetError(f"power limit {fault.limit_w} W is outside {gpu.sku.id}'s range "
                                    f"{gpu.sku.power.min_limit_w}..{gpu.sku.power.max_limit_w} W")
         if isinstance(fault, FabricDegraded) and node.nvlink_domain is None and not gpu.ports:

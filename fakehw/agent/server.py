@@ -21,6 +21,7 @@ Nothing a client sends can stop the server: bad input gets a 4xx, a bug gets a 5
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hmac
 import json
@@ -244,10 +245,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except Exception as exc:  # never let a bug take the agent down
             log.exception("internal error serving %s %s", method, self.path)
             self.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 self._send(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
-            except OSError:
-                pass
 
 
 class UnixAgentServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -275,10 +274,8 @@ class UnixAgentServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
 
     def server_close(self) -> None:
         super().server_close()
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 class TcpAgentServer(ThreadingHTTPServer):

@@ -138,7 +138,7 @@ class AgentService:
             raise AgentError(400, "a fault is a JSON object such as {\"kind\": \"xid\", \"device\": \"gpu0\", "
                              "\"code\": 79}")
         try:
-            return FAULT_ADAPTER.validate_python(body)  # type: ignore[return-value]
+            return FAULT_ADAPTER.validate_python(body)
         except ValidationError as exc:
             detail = validation_detail(exc)
             kind_problem = next((d for d in detail if d["loc"] in ("", "kind")), None)
@@ -252,8 +252,8 @@ class AgentService:
             if fnode not in self._nodes:
                 return
             request = FAULT_ADAPTER.validate_python(raw)
-            check_target(request, self._nodes[fnode])  # type: ignore[arg-type]
-            self._apply_inject(ActiveFault(fid, fnode, request, created), int(record["generation"]), events)  # type: ignore[arg-type]
+            check_target(request, self._nodes[fnode])
+            self._apply_inject(ActiveFault(fid, fnode, request, created), int(record["generation"]), events)
         elif op == "heal":
             if node not in self._nodes:
                 return

@@ -287,4 +287,4 @@ def events_for(fault: ActiveFault) -> list[tuple[str, int, int]]:
         return [("nvlink-errors", r.link, 0)]
     if isinstance(r, Thermal | PowerCap):
         return [(r.kind, r.temperature_c if isinstance(r, Thermal) else r.limit_w, EVENT_CLOCK)]
-    return [(r.kind, 0, 0)]
+    return [(str(getattr(r, "kind", "fault")), 0, 0)]

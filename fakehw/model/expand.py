@@ -12,6 +12,7 @@ patterns) is done once per group; per node only identities (names, UUIDs, ports)
 from __future__ import annotations
 
 import hashlib
+import itertools
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -69,7 +70,9 @@ def stable_uuid(*parts: str) -> uuid.UUID:
 
 
 def _stable_int(*parts: str, digits: int) -> int:
-    return int(hashlib.sha256("/".join(parts).encode()).hexdigest(), 16) % (10**digits)
+    digest = int(hashlib.sha256("/".join(parts).encode()).hexdigest(), 16)
+    modulus: int = 10**digits
+    return digest % modulus
 
 
 # --------------------------------------------------------------------------------------------------- templates
@@ -301,7 +304,7 @@ def _template(
     cpu = _cpu(spec.cpu)
     numa_specs = spec.numa.nodes
     ids = [n.id for n in numa_specs]
-    for i, (a, b) in enumerate(zip(ids, ids[1:], strict=False)):
+    for i, (a, b) in enumerate(itertools.pairwise(ids)):
         if b <= a:
             problems.add((*path, "numa", "nodes", i + 1, "id"), f"NUMA node ids must ascend ({a} then {b})")
     cpus = _numa_cpus(spec, cpu, problems, path)
@@ -348,18 +351,18 @@ def _template(
         gpu_skus[g.name] = sku
         _check_mig(g, sku, problems, where)
     nvswitch_skus: dict[str, NVSwitchSku] = {}
-    for i, sw in enumerate(spec.nvswitches):
+    for i, nvsw in enumerate(spec.nvswitches):
         where = (*path, "nvswitches", i)
-        claim_name(sw.name, (*where, "name"))
-        if sw.bus is not None and sw.parent is not None:
-            claim(sw.bus, (*where, "bus"))
-            numa_of(sw.parent, (*where, "parent"))
-        nsku = cat.nvswitches.get(sw.sku)
+        claim_name(nvsw.name, (*where, "name"))
+        if nvsw.bus is not None and nvsw.parent is not None:
+            claim(nvsw.bus, (*where, "bus"))
+            numa_of(nvsw.parent, (*where, "parent"))
+        nsku = cat.nvswitches.get(nvsw.sku)
         if nsku is None:
-            problems.add((*where, "sku"), f"unknown NVSwitch SKU {sw.sku!r} (known: "
+            problems.add((*where, "sku"), f"unknown NVSwitch SKU {nvsw.sku!r} (known: "
                          f"{', '.join(sorted(cat.nvswitches))})")
         else:
-            nvswitch_skus[sw.name] = nsku
+            nvswitch_skus[nvsw.name] = nsku
     nic_numa: dict[str, int] = {}
     netdevs: set[str] = set()
     for i, nic in enumerate(spec.nics):
@@ -404,10 +407,10 @@ def _template(
         if sku and local_links[g.name] > sku.nvlink.links:
             problems.add((*path, "gpus", i), f"GPU {g.name} is wired with {local_links[g.name]} NVLinks but "
                          f"{sku.id} has {sku.nvlink.links}")
-    for i, sw in enumerate(spec.nvswitches):
-        nsku = nvswitch_skus.get(sw.name)
-        if nsku and switch_links[sw.name] > nsku.ports:
-            problems.add((*path, "nvswitches", i), f"NVSwitch {sw.name} is wired with {switch_links[sw.name]} "
+    for i, nvsw in enumerate(spec.nvswitches):
+        nsku = nvswitch_skus.get(nvsw.name)
+        if nsku and switch_links[nvsw.name] > nsku.ports:
+            problems.add((*path, "nvswitches", i), f"NVSwitch {nvsw.name} is wired with {switch_links[nvsw.name]} "
                          f"links but {nsku.id} has {nsku.ports} ports")
     for i, c in enumerate(spec.c2c):
         if c.gpu not in gpu_numa:
@@ -831,16 +834,16 @@ def _domains(
             per_gpu: dict[str, int] = defaultdict(int)
             for a, _, count, _ in plan:
                 per_gpu[a] += count
-            for gi, g in enumerate(tpl.spec.gpus):
-                gsku = tpl.gpu_skus.get(g.name)
+            for gi, gspec in enumerate(tpl.spec.gpus):
+                gsku = tpl.gpu_skus.get(gspec.name)
                 if gsku is None:
                     continue
-                total = tpl.local_links.get(g.name, 0) + per_gpu[g.name]
+                total = tpl.local_links.get(gspec.name, 0) + per_gpu[gspec.name]
                 if total > gsku.nvlink.links:
-                    problems.add((*tpl.path, "gpus", gi), f"GPU {g.name} is wired with {total} NVLinks (local and "
-                                 f"domain {dom.name}) but {gsku.id} has {gsku.nvlink.links}")
+                    problems.add((*tpl.path, "gpus", gi), f"GPU {gspec.name} is wired with {total} NVLinks (local "
+                                 f"and domain {dom.name}) but {gsku.id} has {gsku.nvlink.links}")
                 elif dom.require_full_wiring and total < gsku.nvlink.links:
-                    problems.add((*dpath, "links"), f"GPU {g.name} of group {tpl.group} is wired with {total} of "
+                    problems.add((*dpath, "links"), f"GPU {gspec.name} of group {tpl.group} is wired with {total} of "
                                  f"its {gsku.nvlink.links} NVLinks; domain {dom.name} requires full wiring")
         if problems:
             continue

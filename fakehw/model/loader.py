@@ -28,7 +28,7 @@ from fakehw.model.merge import merge_documents
 from fakehw.model.spec import ProfileSpec
 from fakehw.model.system import System
 
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[assignment]
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_PROFILE_BYTES = 4 * 2**20
 MAX_EXTENDS_DEPTH = 8
 
@@ -85,7 +85,7 @@ def parse_yaml(text: str, source: str) -> Document:
     except (yaml.YAMLError, RecursionError, ValueError, TypeError, OverflowError) as exc:
         raise ProfileError([Problem((), f"malformed YAML: {exc}", source)]) from None
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
     return Document(source, data, root)
 
 
@@ -286,10 +286,7 @@ def _locate_problems(exc: ProfileError, loaded_docs: Sequence[Document]) -> Prof
 
 def load_spec(ref: str | Path, text: str | None = None) -> LoadedProfile:
     """Parse and check a profile document (with its extends chain) without expanding it."""
-    if text is not None:
-        path = Path(str(ref))
-    else:
-        path = ref if isinstance(ref, Path) else _find(str(ref), None)
+    path = Path(str(ref)) if text is not None else ref if isinstance(ref, Path) else _find(str(ref), None)
     data, docs = _resolve_document(path, text)
     try:
         spec = ProfileSpec.model_validate(data)

@@ -1,0 +1,24 @@
+"""``conformance``: certification runs (filled in by the device plugin and report work)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from fakehw.cli_common import run_cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="conformance", description="Conformance suites and certification reports.")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_subparsers(title="commands", metavar="COMMAND")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli("conformance", build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The testbed's Python API: the same verbs as the CLI, for tests and scripts.
+
+    with Testbed.up("dgx-h100") as tb:
+        tb.exec("dgx-h100-0", ["python", "-c", "import pynvml; ..."])
+        fault = tb.inject("dgx-h100-0", "xid", "gpu3", code=79)
+        tb.heal(fault["id"])
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from fakehw.agent.client import AgentClient
+from fakehw.model import System, load_profile
+from testbed.backends import Backend, BackendError, NodeInfo, UpRequest, get_backend
+from testbed.cluster import ClusterRecord, cluster_dir, default_state_dir, find_cluster
+
+
+class Testbed:
+    """A running cluster of fake nodes. Create with :meth:`up` or :meth:`attach`; end with :meth:`down`."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, record: ClusterRecord, backend: Backend):
+        self.record = record
+        self.backend = backend
+
+    @classmethod
+    def up(
+        cls,
+        profile: str,
+        nodes: int | None = None,
+        backend: str = "local",
+        name: str = "default",
+        state_dir: Path | None = None,
+        **options: Any,
+    ) -> Testbed:
+        """Stand up ``profile``; refuses if a live cluster of that name exists (stale ones are cleaned)."""
+        state = state_dir or default_state_dir()
+        cluster_dir(name, state)  # validates the name
+        impl = get_backend(backend)
+        existing = find_cluster(name, state)
+        if existing is not None:
+            old = get_backend(existing.backend)
+            if old.alive(existing):
+                raise BackendError(f"cluster {name!r} is already up ({existing.profile}, {existing.backend}); "
+                                   f"run 'testbed down --name {name}' first")
+            old.down(existing)
+        record = impl.up(UpRequest(profile, name, state, nodes, options))
+        return cls(record, impl)
+
+    @classmethod
+    def attach(cls, name: str = "default", state_dir: Path | None = None) -> Testbed:
+        record = find_cluster(name, state_dir)
+        if record is None:
+            raise BackendError(f"no cluster {name!r} (start one with 'testbed up --profile P --name {name}')")
+        return cls(record, get_backend(record.backend))
+
+    @cached_property
+    def system(self) -> System:
+        return load_profile(self.record.profile, nodes=self.record.node_count)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    def nodes(self) -> list[NodeInfo]:
+        return self.backend.nodes(self.record)
+
+    def node(self, name: str) -> NodeInfo:
+        for n in self.nodes():
+            if n.name == name:
+                return n
+        raise BackendError(f"cluster {self.name} has no node {name!r}")
+
+    def exec(self, node: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+             timeout: float | None = 120, capture: bool = True,
+             input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        return self.backend.exec(self.record, node, argv, env=env, timeout=timeout, capture=capture, input=input)
+
+    def agent(self, node: str | None = None) -> AgentClient:
+        return self.backend.agent(self.record, node or self.record.nodes[0])
+
+    def inject(self, node: str, kind: str, device: str, **params: Any) -> dict[str, Any]:
+        return self.backend.inject(self.record, node, kind, device, **params)
+
+    def heal(self, fault_id: str | None = None, node: str | None = None, device: str | None = None,
+             kind: str | None = None) -> list[dict[str, Any]]:
+        return self.backend.heal(self.record, fault_id=fault_id, node=node, device=device, kind=kind)
+
+    def state(self, node: str) -> dict[str, Any]:
+        return self.agent(node).state(node)
+
+    def alive(self) -> bool:
+        return self.backend.alive(self.record)
+
+    def down(self) -> None:
+        self.backend.down(self.record)
+
+    def __enter__(self) -> Testbed:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.down()

@@ -1,0 +1,18 @@
+"""Testbed backends: local (default), and later docker and kubernetes, behind one interface."""
+
+from __future__ import annotations
+
+from testbed.backends.base import Backend, BackendError, NodeInfo, UpRequest
+
+BACKENDS = ("local",)
+
+
+def get_backend(name: str) -> Backend:
+    if name == "local":
+        from testbed.backends.local import LocalBackend
+
+        return LocalBackend()
+    raise BackendError(f"unknown backend {name!r} (backends: {', '.join(BACKENDS)})")
+
+
+__all__ = ["BACKENDS", "Backend", "BackendError", "NodeInfo", "UpRequest", "get_backend"]

@@ -1,0 +1,92 @@
+"""The one interface every testbed backend implements, so a conformance test never knows which it runs on.
+
+A backend stands up the nodes of a profile (``up``), lists them (``nodes``), runs commands that see one node's
+fake hardware (``exec``), injects and heals faults through that node's agent (``inject``/``heal``) and tears
+everything down (``down``), leaving nothing behind, also after a failed ``up``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fakehw.agent.client import AgentClient
+from testbed.cluster import ClusterRecord
+
+
+class BackendError(Exception):
+    """A backend could not do what was asked; the message says what to do about it."""
+
+
+@dataclass(frozen=True)
+class UpRequest:
+    profile: str
+    name: str
+    state_dir: Path
+    nodes: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    arch: str
+    gpus: int
+    dir: Path
+    env: Mapping[str, str]
+    """Variables that make a process on this machine see the node (local backend)."""
+
+
+class Backend(ABC):
+    name: str = ""
+
+    @abstractmethod
+    def up(self, request: UpRequest) -> ClusterRecord: ...
+
+    @abstractmethod
+    def nodes(self, record: ClusterRecord) -> list[NodeInfo]: ...
+
+    @abstractmethod
+    def exec(
+        self,
+        record: ClusterRecord,
+        node: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        capture: bool = True,
+        input: bytes | None = None,
+    ) -> subprocess.CompletedProcess[bytes]: ...
+
+    @abstractmethod
+    def agent(self, record: ClusterRecord, node: str) -> AgentClient:
+        """A client for the agent that serves ``node``."""
+
+    def inject(self, record: ClusterRecord, node: str, kind: str, device: str, **params: Any) -> dict[str, Any]:
+        return self.agent(record, node).inject(node, kind, device, **params)
+
+    def heal(self, record: ClusterRecord, fault_id: str | None = None, node: str | None = None,
+             device: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+        nodes = [node] if node else record.nodes
+        healed: list[dict[str, Any]] = []
+        seen: set[int] = set()
+        for n in nodes:
+            client = self.agent(record, n)
+            if id(client) in seen:
+                continue
+            seen.add(id(client))
+            if fault_id is not None:
+                return client.heal(fault_id=fault_id)
+            healed += client.heal(node=node, device=device, kind=kind)
+        return healed
+
+    @abstractmethod
+    def alive(self, record: ClusterRecord) -> bool:
+        """Whether the cluster's agents are running."""
+
+    @abstractmethod
+    def down(self, record: ClusterRecord) -> None: ...

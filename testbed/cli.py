@@ -1,0 +1,345 @@
+"""``testbed``: stand up clusters of fake GPU nodes and drive them.
+
+Exit codes: 0 success, 2 bad input (unknown profile, node, fault kind or parameter), 1 anything else; ``exec``
+returns the command's own exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fakehw.agent.client import AgentRequestError
+from fakehw.cli_common import EXIT_BAD_INPUT, CliError, run_cli
+from fakehw.model import ProfileError
+from testbed.api import Testbed
+from testbed.backends import BACKENDS, BackendError
+from testbed.cluster import all_clusters, default_state_dir
+
+EPILOG = """\
+examples:
+  testbed up --profile dgx-h100                      stand up the default cluster (local backend)
+  testbed up --profile gb200-nvl72 --name rack        an NVL72 rack as cluster 'rack'
+  testbed status --topology                          nodes, health and the topology matrix
+  testbed exec dgx-h100-0 -- python -c 'import pynvml; pynvml.nvmlInit()'
+  testbed inject dgx-h100-0 xid gpu3 code=79         GPU 3 falls off the bus
+  testbed inject dgx-h100-0 nvlink-down gpu0 link=4
+  testbed faults                                     active faults
+  testbed heal --all                                 heal everything
+  testbed events --follow                            stream events
+  testbed down                                       tear it down (--all: every cluster)
+  testbed demo                                       up, show topology and health, inject, heal, down
+"""
+
+
+def _translate(exc: Exception) -> CliError | None:
+    if isinstance(exc, BackendError):
+        return CliError(str(exc), EXIT_BAD_INPUT if "no node" in str(exc) or "not valid" in str(exc) else 1)
+    if isinstance(exc, AgentRequestError):
+        return CliError(exc.message, EXIT_BAD_INPUT if 400 <= exc.status < 500 else 1)
+    if isinstance(exc, ProfileError):
+        return CliError(str(exc), EXIT_BAD_INPUT)
+    if isinstance(exc, ValueError):
+        return CliError(str(exc), EXIT_BAD_INPUT)
+    return None
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir) if args.state_dir else default_state_dir()
+
+
+def _attach(args: argparse.Namespace) -> Testbed:
+    return Testbed.attach(args.name, _state_dir(args))
+
+
+def _parse_params(items: Sequence[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"fault parameters are key=value, got {item!r}", EXIT_BAD_INPUT)
+        try:
+            params[key.replace("-", "_")] = json.loads(raw)
+        except json.JSONDecodeError:
+            params[key.replace("-", "_")] = raw
+    return params
+
+
+# --------------------------------------------------------------------------------------------------- commands
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    start = time.monotonic()
+    print(f"starting cluster {args.name!r}: profile {args.profile} on the {args.backend} backend ...", file=sys.stderr)
+    tb = Testbed.up(args.profile, nodes=args.nodes, backend=args.backend, name=args.name,
+                    state_dir=_state_dir(args))
+    print(f"cluster {tb.name} is up: {len(tb.record.nodes)} node(s) in {time.monotonic() - start:.1f} s "
+          f"({tb.record.dir})")
+    return 0
+
+
+def _health_summary(state: dict[str, Any]) -> str:
+    counts = Counter(g["health"] for g in state["gpus"])
+    text = ", ".join(f"{n} {h}" for h, n in sorted(counts.items())) or "no GPUs"
+    bad = [f"{g['name']}: {'; '.join(g['reasons'])}" for g in state["gpus"] if g["health"] != "healthy"]
+    bad += [f"{m['name']}: offline" for m in state["memdevs"] if not m["online"]]
+    return text + (f" ({' | '.join(bad)})" if bad else "")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    tb = _attach(args)
+    alive = tb.alive()
+    rec = tb.record
+    states = {n: tb.state(n) for n in rec.nodes} if alive else {}
+    if args.json:
+        print(json.dumps({"cluster": rec.name, "backend": rec.backend, "profile": rec.profile, "alive": alive,
+                          "nodes": list(states.values())}, indent=2))
+        return 0 if alive else 1
+    print(f"cluster {rec.name}: profile {rec.profile} on {rec.backend}, {len(rec.nodes)} node(s), agent "
+          f"{'up' if alive else 'DOWN'} (pid {rec.agent_pid})")
+    if not alive:
+        print(f"the agent is not running; see {rec.dir / 'agent.log'} or run 'testbed down --name {rec.name}'")
+        return 1
+    infos = {n.name: n for n in tb.nodes()}
+    width = max(len(n) for n in rec.nodes)
+    print(f"{'NODE':<{width}}  {'ARCH':8} {'GPUS':>4}  {'FAULTS':>6}  HEALTH")
+    for name in rec.nodes:
+        st = states[name]
+        print(f"{name:<{width}}  {infos[name].arch:8} {len(st['gpus']):>4}  {len(st['faults']):>6}  "
+              f"{_health_summary(st)}")
+    if args.topology:
+        from fakehw.views.topo_matrix import format_topo_matrix
+
+        shown: set[str] = set()
+        for node in tb.system.nodes:
+            if node.group in shown and not args.all_nodes:
+                continue
+            shown.add(node.group)
+            print(f"\ntopology of {node.name}:")
+            sys.stdout.write(format_topo_matrix(node, tb.system.topology.nodes[node.name]))
+    return 0
+
+
+def cmd_inject(args: argparse.Namespace) -> int:
+    tb = _attach(args)
+    fault = tb.inject(args.node, args.kind, args.device, **_parse_params(args.params))
+    if args.json:
+        print(json.dumps(fault, indent=2))
+    else:
+        params = {k: v for k, v in fault.items() if k not in ("id", "node", "kind", "device", "created")}
+        extra = " " + " ".join(f"{k}={v}" for k, v in params.items()) if params else ""
+        print(f"{fault['id']}: {fault['kind']} on {fault['node']}/{fault['device']}{extra}")
+    return 0
+
+
+def cmd_heal(args: argparse.Namespace) -> int:
+    if not (args.fault_id or args.node or args.device or args.kind or args.all):
+        raise CliError("say what to heal: a fault id, --node/--device/--kind, or --all", EXIT_BAD_INPUT)
+    tb = _attach(args)
+    healed = tb.heal(args.fault_id, node=args.node, device=args.device, kind=args.kind)
+    for f in healed:
+        print(f"healed {f['id']}: {f['kind']} on {f['node']}/{f['device']}")
+    if not healed:
+        print("nothing matched; no fault healed")
+    return 0
+
+
+def cmd_faults(args: argparse.Namespace) -> int:
+    tb = _attach(args)
+    faults = tb.agent().faults(args.node)
+    if args.json:
+        print(json.dumps(faults, indent=2))
+        return 0
+    for f in faults:
+        params = {k: v for k, v in f.items() if k not in ("id", "node", "kind", "device", "created")}
+        print(f"{f['id']}  {f['node']}/{f['device']}  {f['kind']}  " + " ".join(f"{k}={v}" for k, v in params.items()))
+    if not faults:
+        print("no active faults")
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    tb = _attach(args)
+    since = args.since
+    while True:
+        batch = tb.agent().events(since=since, node=args.node, wait=20.0 if args.follow else 0.0)
+        for e in batch["events"]:
+            print(json.dumps(e) if args.json else
+                  f"{e['seq']:>6}  {time.strftime('%H:%M:%S', time.localtime(e['time']))}  {e['node']}/{e['device']}"
+                  f"  {e['kind']}  {e['data']}", flush=True)
+            since = max(since, e["seq"])
+        if not args.follow:
+            return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise CliError("nothing to run: testbed exec NODE -- COMMAND [ARGS...]", EXIT_BAD_INPUT)
+    tb = _attach(args)
+    result = tb.exec(args.node, command, capture=False, timeout=None)
+    return result.returncode
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    tb = _attach(args)
+    for key, value in tb.node(args.node).env.items():
+        print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    if args.all:
+        records = all_clusters(_state_dir(args))
+        for rec in records:
+            Testbed.attach(rec.name, _state_dir(args)).down()
+            print(f"cluster {rec.name} is down")
+        if not records:
+            print("no clusters")
+        return 0
+    tb = _attach(args)
+    tb.down()
+    print(f"cluster {tb.name} is down")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    records = all_clusters(_state_dir(args))
+    for rec in records:
+        alive = Testbed.attach(rec.name, _state_dir(args)).alive()
+        print(f"{rec.name:16} {rec.backend:8} {rec.profile:24} {len(rec.nodes):>4} node(s)  "
+              f"{'up' if alive else 'down'}")
+    if not records:
+        print("no clusters")
+    return 0
+
+
+def cmd_restart_agent(args: argparse.Namespace) -> int:
+    from testbed.backends.local import LocalBackend
+
+    tb = _attach(args)
+    if not isinstance(tb.backend, LocalBackend):
+        raise CliError(f"restart-agent is for the local backend; this cluster runs on {tb.record.backend}")
+    tb.backend.stop_agent(tb.record, kill=args.kill)
+    tb.backend.start_agent(tb.record)
+    print(f"agent of {tb.name} restarted (pid {tb.record.agent_pid})")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The embedded default job: stand up a profile, show its topology and health, exercise a fault, tear down."""
+    name = args.name if args.name != "default" else "demo"
+    args.name = name
+    tb = Testbed.up(args.profile, nodes=args.nodes, backend=args.backend, name=name, state_dir=_state_dir(args))
+    try:
+        print(f"== {args.profile} on the {args.backend} backend: {len(tb.record.nodes)} node(s)\n")
+        args.topology, args.json, args.all_nodes = True, False, False
+        cmd_status(args)
+        node = tb.record.nodes[0]
+        gpus = tb.state(node)["gpus"]
+        if gpus:
+            device = gpus[-1]["name"]
+            print(f"\n== inject: {device} of {node} falls off the bus (Xid 79)")
+            fault = tb.inject(node, "xid", device, code=79)
+            print(f"{node}: {_health_summary(tb.state(node))}")
+            tb.heal(fault["id"])
+            print(f"== heal {fault['id']}\n{node}: {_health_summary(tb.state(node))}")
+    finally:
+        tb.down()
+    print(f"\ncluster {name} is down")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--name", default="default", help="cluster name (default: default)")
+    common.add_argument("--state-dir", metavar="DIR",
+                        help="where clusters live (default: $FAKEHW_STATE_DIR or /tmp/fakehw-<uid>)")
+
+    parser = argparse.ArgumentParser(
+        prog="testbed",
+        description="Stand up clusters of fake GPU nodes (local backend by default) and drive them: exec, "
+                    "inject and heal faults, watch events.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    def add(name: str, help: str, func: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, parents=[common])
+        p.set_defaults(func=func)
+        return p
+
+    for name, func, helptext in (("up", cmd_up, "stand up a cluster"),
+                                 ("demo", cmd_demo, "up, show topology and health, inject and heal a fault, down")):
+        p = add(name, helptext, func)
+        p.add_argument("--profile", required=name == "up", default="dgx-h100",
+                       help="built-in profile or YAML file" + (" (default: dgx-h100)" if name == "demo" else ""))
+        p.add_argument("--nodes", type=int, metavar="N", help="node count (single-group profiles)")
+        p.add_argument("--backend", default="local", choices=BACKENDS)
+
+    p = add("status", "nodes, health, and optionally the topology", cmd_status)
+    p.add_argument("--topology", action="store_true", help="print the topology matrix of each node type")
+    p.add_argument("--all-nodes", action="store_true", help="with --topology: every node, not one per group")
+    p.add_argument("--json", action="store_true")
+
+    p = add("inject", "inject a fault: NODE KIND DEVICE [key=value ...] (see 'fakehw kinds')", cmd_inject)
+    p.add_argument("node")
+    p.add_argument("kind")
+    p.add_argument("device")
+    p.add_argument("params", nargs="*", metavar="key=value")
+    p.add_argument("--json", action="store_true")
+
+    p = add("heal", "heal a fault by id, or all matching --node/--device/--kind, or --all", cmd_heal)
+    p.add_argument("fault_id", nargs="?")
+    p.add_argument("--node")
+    p.add_argument("--device")
+    p.add_argument("--kind")
+    p.add_argument("--all", action="store_true")
+
+    p = add("faults", "list active faults", cmd_faults)
+    p.add_argument("--node")
+    p.add_argument("--json", action="store_true")
+
+    p = add("events", "show events (--follow to stream)", cmd_events)
+    p.add_argument("--since", type=int, default=0)
+    p.add_argument("--node")
+    p.add_argument("--follow", "-f", action="store_true")
+    p.add_argument("--json", action="store_true")
+
+    p = add("exec", "run a command that sees NODE's fake hardware: exec NODE -- CMD", cmd_exec)
+    p.add_argument("node")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+
+    p = add("env", "print the environment of NODE as shell exports", cmd_env)
+    p.add_argument("node")
+
+    p = add("down", "tear a cluster down (--all: every cluster)", cmd_down)
+    p.add_argument("--all", action="store_true")
+
+    add("list", "list clusters", cmd_list)
+
+    p = add("restart-agent", "stop and start the agent (it comes back from its journal)", cmd_restart_agent)
+    p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli("testbed", build_parser(), argv, _translate)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

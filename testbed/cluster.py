@@ -1,0 +1,86 @@
+"""Where testbed clusters live on disk, and the record each one keeps (``cluster.json``).
+
+A cluster is a directory ``<state dir>/<name>/`` holding its record, the agent's state (journal, socket, node
+outputs) and the agent's log. The state dir defaults to ``$FAKEHW_STATE_DIR`` or ``/tmp/fakehw-<uid>``: short,
+because the agent's unix socket lives inside it and socket paths are limited to 107 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fakehw.render.atomic import atomic_write
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("FAKEHW_STATE_DIR")
+    return Path(env) if env else Path(f"/tmp/fakehw-{os.getuid()}")
+
+
+@dataclass
+class ClusterRecord:
+    """What ``testbed up`` stood up: enough for any later command (or process) to find and drive it."""
+
+    name: str
+    backend: str
+    profile: str
+    nodes: list[str]
+    node_count: int | None
+    root: str
+    created: float
+    agent_pid: int | None = None
+    agent_socket: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.root)
+
+    @property
+    def agent_dir(self) -> Path:
+        return self.dir / "agent"
+
+    def node_dir(self, node: str) -> Path:
+        return self.agent_dir / "nodes" / node
+
+    def save(self) -> None:
+        atomic_write(self.dir / "cluster.json", (json.dumps(asdict(self), indent=2) + "\n").encode())
+
+    @classmethod
+    def load(cls, path: Path) -> ClusterRecord:
+        data = json.loads((path / "cluster.json").read_text())
+        return cls(**data)
+
+
+def cluster_dir(name: str, state_dir: Path | None = None) -> Path:
+    if not NAME_RE.match(name):
+        raise ValueError(f"cluster name {name!r}: use 1-31 lower-case letters, digits and '-'")
+    return (state_dir or default_state_dir()) / name
+
+
+def find_cluster(name: str, state_dir: Path | None = None) -> ClusterRecord | None:
+    path = cluster_dir(name, state_dir)
+    if not (path / "cluster.json").is_file():
+        return None
+    try:
+        return ClusterRecord.load(path)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def all_clusters(state_dir: Path | None = None) -> list[ClusterRecord]:
+    root = state_dir or default_state_dir()
+    out = []
+    for path in sorted(root.glob("*/cluster.json")) if root.is_dir() else []:
+        try:
+            out.append(ClusterRecord.load(path.parent))
+        except (OSError, ValueError, TypeError):
+            continue
+    return out

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install the system packages the tests and benchmarks use. Idempotent and quick when all is present.
+# As root it installs; otherwise it says what is missing (tests that need it skip with a reason).
+set -euo pipefail
+
+# Debian packages (bookworm main) the suite uses.
+PACKAGES=(gcc make)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+  echo "install-system-deps: not root (or no apt-get); please install: ${missing[*]}" >&2
+  exit 0
+fi
+echo "install-system-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
