@@ -111,7 +111,7 @@ def _describe_node(node: Node) -> list[str]:
                      f"{len(node.cxl.regions)} regions")
     for p in node.memory_pools:
         lines.append(f"  Pool      {p.name}: {p.tier} {format_size(p.capacity)} {p.policy}, latency domain "
-                     f"{p.latency.name} (~{p.latency.latency_ns} ns, {p.latency.bandwidth_gbs:g} GB/s)")
+                     f"{p.latency.name} (~{p.latency.latency_ns} ns, {p.bandwidth_gbs:g} GB/s)")
     return lines
 
 

@@ -100,7 +100,7 @@ def node_to_json(system: System, node: Node) -> dict[str, Any]:
         "memory_pools": [
             {"name": p.name, "tier": p.tier, "capacity": p.capacity, "policy": p.policy, "source": p.source,
              "latency_domain": p.latency.name, "latency_ns": p.latency.latency_ns,
-             "bandwidth_gbs": p.latency.bandwidth_gbs, "resource": p.resource_name}
+             "bandwidth_gbs": p.bandwidth_gbs, "resource": p.resource_name}
             for p in node.memory_pools
         ],
         "labels": dict(node.labels),

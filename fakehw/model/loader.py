@@ -162,7 +162,8 @@ def _resolve_document(path: Path, text: str | None = None, chain: tuple[Path, ..
     try:
         base_path = _find(ref, path)
     except ProfileError as exc:
-        raise exc.located(source, lambda _: doc.locate(("extends",))) from None
+        raise ProfileError([Problem(("extends",), p.message, source, doc.locate(("extends",)))
+                            for p in exc.problems]) from None
     if base_path.resolve() in {p.resolve() for p in (*chain, path)}:
         raise ProfileError([Problem(("extends",), f"extends loops back to {base_path}", source,
                                     doc.locate(("extends",)))])

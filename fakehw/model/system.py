@@ -337,12 +337,11 @@ class CxlPool:
 
 @dataclass(frozen=True, slots=True)
 class LatencyDomain:
-    """How far a pool's memory is from the GPUs that use it (derived from its tier)."""
+    """How far a pool's memory is from the GPUs that use it (derived from its tier); rank 0 is nearest."""
 
     name: str
     rank: int
     latency_ns: int
-    bandwidth_gbs: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +353,7 @@ class MemoryPool:
     policy: Literal["shared", "exclusive"]
     source: str
     latency: LatencyDomain
+    bandwidth_gbs: float
 
     @property
     def resource_name(self) -> str:

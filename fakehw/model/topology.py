@@ -241,6 +241,6 @@ def derive_system(system: System) -> SystemTopology:
     )
 
 
-def domain_bond(system: System, a: Gpu, b: Gpu, down: frozenset[Port] = frozenset()) -> int:
+def domain_bond(a: Gpu, b: Gpu, down: frozenset[Port] = frozenset()) -> int:
     """NVLink bond between any two GPUs of the system (across nodes of one NVLink domain)."""
     return bond(a.id, b.id, link_counts((a, b), down))
