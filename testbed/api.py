@@ -17,7 +17,7 @@ from typing import Any
 
 from fakehw.agent.client import AgentClient
 from fakehw.model import System, load_profile
-from testbed.backends import Backend, BackendError, NodeInfo, UpRequest, get_backend
+from testbed.backends import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, get_backend
 from testbed.cluster import ClusterRecord, cluster_dir, default_state_dir, find_cluster
 
 
@@ -58,7 +58,7 @@ class Testbed:
     def attach(cls, name: str = "default", state_dir: Path | None = None) -> Testbed:
         record = find_cluster(name, state_dir)
         if record is None:
-            raise BackendError(f"no cluster {name!r} (start one with 'testbed up --profile P --name {name}')")
+            raise BackendInputError(f"no cluster {name!r} (start one with 'testbed up --profile P --name {name}')")
         return cls(record, get_backend(record.backend))
 
     @cached_property
@@ -76,7 +76,7 @@ class Testbed:
         for n in self.nodes():
             if n.name == name:
                 return n
-        raise BackendError(f"cluster {self.name} has no node {name!r}")
+        raise BackendInputError(f"cluster {self.name} has no node {name!r}")
 
     def exec(self, node: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
              timeout: float | None = 120, capture: bool = True,

@@ -20,7 +20,7 @@ from fakehw.agent.client import AgentRequestError
 from fakehw.cli_common import EXIT_BAD_INPUT, CliError, run_cli
 from fakehw.model import ProfileError
 from testbed.api import Testbed
-from testbed.backends import BACKENDS, BackendError
+from testbed.backends import BACKENDS, BackendError, BackendInputError
 from testbed.cluster import all_clusters, default_state_dir
 
 EPILOG = """\
@@ -40,8 +40,10 @@ examples:
 
 
 def _translate(exc: Exception) -> CliError | None:
+    if isinstance(exc, BackendInputError):
+        return CliError(str(exc), EXIT_BAD_INPUT)
     if isinstance(exc, BackendError):
-        return CliError(str(exc), EXIT_BAD_INPUT if "no node" in str(exc) or "not valid" in str(exc) else 1)
+        return CliError(str(exc))
     if isinstance(exc, AgentRequestError):
         return CliError(exc.message, EXIT_BAD_INPUT if 400 <= exc.status < 500 else 1)
     if isinstance(exc, ProfileError):

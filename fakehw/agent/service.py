@@ -141,6 +141,9 @@ class AgentService:
             return FAULT_ADAPTER.validate_python(body)
         except ValidationError as exc:
             detail = validation_detail(exc)
+            tag = f"{body.get('kind')}."
+            for d in detail:  # drop the discriminated union's tag ("xid.code" -> "code")
+                d["loc"] = d["loc"].removeprefix(tag)
             kind_problem = next((d for d in detail if d["loc"] in ("", "kind")), None)
             if kind_problem is not None or "kind" not in body:
                 from fakehw.agent.faults import FAULT_KINDS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from testbed.backends.base import Backend, BackendError, NodeInfo, UpRequest
+from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
 
 BACKENDS = ("local",)
 
@@ -12,7 +12,7 @@ def get_backend(name: str) -> Backend:
         from testbed.backends.local import LocalBackend
 
         return LocalBackend()
-    raise BackendError(f"unknown backend {name!r} (backends: {', '.join(BACKENDS)})")
+    raise BackendInputError(f"unknown backend {name!r} (backends: {', '.join(BACKENDS)})")
 
 
-__all__ = ["BACKENDS", "Backend", "BackendError", "NodeInfo", "UpRequest", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "BackendError", "BackendInputError", "NodeInfo", "UpRequest", "get_backend"]

@@ -22,6 +22,10 @@ class BackendError(Exception):
     """A backend could not do what was asked; the message says what to do about it."""
 
 
+class BackendInputError(BackendError):
+    """What was asked for does not exist or is not valid (a profile, cluster, node or command): exit code 2."""
+
+
 @dataclass(frozen=True)
 class UpRequest:
     profile: str

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fakehw.agent.client import AgentClient, AgentRequestError
 from fakehw.model import ProfileError, load_profile
-from testbed.backends.base import Backend, BackendError, NodeInfo, UpRequest
+from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
 from testbed.cluster import ClusterRecord
 from testbed.environment import merged_environment, node_environment
 
@@ -59,7 +59,7 @@ class LocalBackend(Backend):
         try:
             system = load_profile(profile, nodes=request.nodes)
         except ProfileError as exc:
-            raise BackendError(f"profile {request.profile} is not valid:\n{exc}") from None
+            raise BackendInputError(f"profile {request.profile} is not valid:\n{exc}") from None
         root = request.state_dir / request.name
         record = ClusterRecord(
             name=request.name,
@@ -145,9 +145,9 @@ class LocalBackend(Backend):
         input: bytes | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
         if node not in record.nodes:
-            raise BackendError(f"cluster {record.name} has no node {node!r} (nodes: {', '.join(record.nodes)})")
+            raise BackendInputError(f"cluster {record.name} has no node {node!r} (nodes: {', '.join(record.nodes)})")
         if not argv:
-            raise BackendError("nothing to run: give a command after --")
+            raise BackendInputError("nothing to run: give a command after --")
         d = record.node_dir(node)
         extra = node_environment(node, d, Path(record.agent_socket or ""))
         full = merged_environment({**extra, **(env or {})})
@@ -155,7 +155,7 @@ class LocalBackend(Backend):
             return subprocess.run(list(argv), env=full, timeout=timeout, input=input,
                                   capture_output=capture, check=False)
         except FileNotFoundError:
-            raise BackendError(f"command not found: {argv[0]}") from None
+            raise BackendInputError(f"command not found: {argv[0]}") from None
 
     def agent(self, record: ClusterRecord, node: str) -> AgentClient:
         if record.agent_socket is None:

@@ -129,7 +129,7 @@ def test_malformed_yaml_names_the_line(tmp_path: Path, capsys: pytest.CaptureFix
 def test_duplicate_keys_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = SMALL.replace("name: small\n", "name: small\nname: other\n")
     code, err = _validate(tmp_path, text, capsys)
-    assert code == 2 and f"profile.yaml:2: (document): duplicate key 'name'" in err
+    assert code == 2 and "profile.yaml:2: (document): duplicate key 'name'" in err
 
 
 @pytest.mark.parametrize("text", ["", "- a\n- b\n", "just a string\n", "42\n"])

@@ -1,0 +1,178 @@
+"""The agent core: faults change the state and the rendered files, heal restores the model, restarts replay."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fakehw.agent.service import AgentError, AgentService
+from fakehw.agent.state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, THROTTLE_HW_THERMAL, THROTTLE_SW_POWER_CAP
+from fakehw.model import load_profile
+
+NODE = "dgx-h100-0"
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> AgentService:
+    return AgentService(load_profile("dgx-h100"), tmp_path)
+
+
+def _rendered(svc: AgentService, node: str = NODE) -> dict:  # type: ignore[type-arg]
+    return json.loads((svc.node_dir(node) / "state.json").read_text())
+
+
+def _gpu(state: dict, name: str) -> dict:  # type: ignore[type-arg]
+    return next(g for g in state["gpus"] if g["name"] == name)
+
+
+def test_initial_render_matches_the_model(service: AgentService) -> None:
+    state = _rendered(service)
+    h100 = load_profile("dgx-h100").nodes[0].gpus[0].sku
+    assert state["health"] == "healthy" and state["generation"] >= 1
+    assert [g["uuid"] for g in state["gpus"]] == [g.uuid for g in load_profile("dgx-h100").nodes[0].gpus]
+    assert {g["temperature_c"] for g in state["gpus"]} == {h100.thermal.idle_c}
+    assert {g["power_limit_w"] for g in state["gpus"]} == {h100.power.default_limit_w}
+    node_json = json.loads((service.node_dir(NODE) / "node.json").read_text())
+    assert node_json["topology"]["nvlinks"][0][1] == 18
+
+
+def test_xid79_loses_the_gpu_until_healed(service: AgentService) -> None:
+    before = _rendered(service)
+    fault = service.inject(NODE, {"kind": "xid", "device": "gpu3", "code": 79})
+    after = _rendered(service)
+    assert after["generation"] == before["generation"] + 1
+    gpu3 = _gpu(after, "gpu3")
+    assert gpu3["lost"] and gpu3["health"] == "lost" and gpu3["xids"] == [79]
+    assert all(not g["lost"] for g in after["gpus"] if g["name"] != "gpu3")
+    events = service.events(since=0)
+    assert [(e.device, e.kind, e.data, e.nvml_type) for e in events] == [("gpu3", "xid", 79, EVENT_XID)]
+    healed = service.heal(fault.id)
+    assert [f.id for f in healed] == [fault.id]
+    restored = _rendered(service)
+    assert _gpu(restored, "gpu3") == {**_gpu(before, "gpu3")}
+    assert restored["generation"] == after["generation"] + 1
+
+
+def test_each_fault_kind_changes_what_it_should(service: AgentService) -> None:
+    h100 = load_profile("dgx-h100").nodes[0].gpus[0].sku
+    service.inject(NODE, {"kind": "ecc", "device": "gpu1", "type": "dbe", "count": 2})
+    service.inject(NODE, {"kind": "ecc", "device": "gpu1", "type": "sbe", "count": 5, "location": "l2-cache"})
+    service.inject(NODE, {"kind": "nvlink-down", "device": "gpu2", "link": 4})
+    service.inject(NODE, {"kind": "nvlink-errors", "device": "gpu2", "link": 1, "counter": "crc-flit",
+                          "increment": 7})
+    service.inject(NODE, {"kind": "thermal", "device": "gpu4", "temperature_c": 93})
+    service.inject(NODE, {"kind": "power-cap", "device": "gpu5", "limit_w": 350})
+    service.inject(NODE, {"kind": "fabric-degraded", "device": "gpu6"})
+    state = service.state(NODE)
+    g1, g2, g4, g5, g6 = (state.gpu(n) for n in ("gpu1", "gpu2", "gpu4", "gpu5", "gpu6"))
+    assert g1 and g1.ecc_dbe == {"device-memory": 2} and g1.ecc_sbe == {"l2-cache": 5} and g1.retired_pages_dbe == 2
+    assert g1.health == "unhealthy" and 48 in g1.xids
+    assert g2 and not g2.links[4].up and all(link.up for link in g2.links if link.link != 4)
+    assert g2.links[1].errors["crc-flit"] == 7
+    gpu2 = service.node(NODE).gpus[2]
+    remote = gpu2.ports[4]
+    assert (remote.remote_id, remote.remote_port) in state.down_ports
+    assert g4 and g4.temperature_c == 93 and g4.throttle_reasons & THROTTLE_HW_THERMAL
+    assert h100.thermal.slowdown_c <= 93
+    assert g5 and g5.power_limit_w == 350 and g5.throttle_reasons == THROTTLE_SW_POWER_CAP and g5.health == "degraded"
+    assert g6 and g6.fabric_health == ("degraded-bandwidth",)
+    kinds = [(e.kind, e.nvml_type) for e in service.events()]
+    assert ("ecc-dbe", EVENT_DOUBLE_BIT_ECC) in kinds and ("xid", EVENT_XID) in kinds
+    assert len(service.heal(node=NODE)) == 7
+    assert service.state(NODE).health == "healthy"
+
+
+def test_heal_by_device_and_kind(service: AgentService) -> None:
+    service.inject(NODE, {"kind": "thermal", "device": "gpu0"})
+    service.inject(NODE, {"kind": "thermal", "device": "gpu1"})
+    service.inject(NODE, {"kind": "xid", "device": "gpu1", "code": 13})
+    assert [f.request.device for f in service.heal(kind="thermal", device="gpu1")] == ["gpu1"]
+    assert sorted((f.request.device, f.request.kind) for f in service.faults()) == [("gpu0", "thermal"),
+                                                                                     ("gpu1", "xid")]
+
+
+def test_faults_survive_a_restart_and_generations_only_grow(tmp_path: Path) -> None:
+    system = load_profile("dgx-h100")
+    first = AgentService(system, tmp_path)
+    keep = first.inject(NODE, {"kind": "nvlink-down", "device": "gpu0", "link": 3})
+    gone = first.inject(NODE, {"kind": "thermal", "device": "gpu1"})
+    first.heal(gone.id)
+    generation = first.state(NODE).generation
+    last_seq = first.last_seq
+    first.close()
+
+    second = AgentService(system, tmp_path)
+    assert [f.id for f in second.faults()] == [keep.id]
+    state = second.state(NODE)
+    assert state.generation > generation
+    gpu0 = state.gpu("gpu0")
+    assert gpu0 is not None and not gpu0.links[3].up
+    assert _gpu(_rendered(second), "gpu0")["links"][3]["up"] is False
+    new = second.inject(NODE, {"kind": "xid", "device": "gpu2", "code": 31})
+    assert int(new.id.split("-")[1]) > int(gone.id.split("-")[1])
+    assert second.events()[-1].seq > last_seq
+
+
+def test_a_torn_or_garbled_journal_does_not_stop_the_agent(tmp_path: Path) -> None:
+    system = load_profile("dgx-h100")
+    first = AgentService(system, tmp_path)
+    first.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 43})
+    first.close()
+    with open(tmp_path / "journal.jsonl", "a") as fh:
+        fh.write('{"op": "inject", "fault": {"kind": "xid", "device": "gpu9"}}\n')  # refers to nothing
+        fh.write("not json at all\n")
+        fh.write('{"op": "inject", "fau')  # torn
+    second = AgentService(system, tmp_path)
+    assert [f.request.device for f in second.faults()] == ["gpu0"]
+
+
+@pytest.mark.parametrize(
+    ("node", "body", "status", "message"),
+    [
+        ("nope", {"kind": "xid", "device": "gpu0", "code": 1}, 404, "unknown node 'nope'"),
+        (NODE, {"kind": "melt", "device": "gpu0"}, 422, "unknown or missing fault kind 'melt'"),
+        (NODE, {"device": "gpu0"}, 422, "unknown or missing fault kind None"),
+        (NODE, {"kind": "xid", "device": "gpu9", "code": 79}, 404, "has no GPU 'gpu9'"),
+        (NODE, {"kind": "xid", "device": "gpu0"}, 422, "invalid xid fault: code: Field required"),
+        (NODE, {"kind": "xid", "device": "gpu0", "code": 79, "extra": 1}, 422, "extra: Extra inputs"),
+        (NODE, {"kind": "nvlink-down", "device": "gpu0", "link": 18}, 422, "link 18 does not exist"),
+        (NODE, {"kind": "power-cap", "device": "gpu0", "limit_w": 50}, 422, "outside h100-sxm5-80gb's range"),
+        (NODE, {"kind": "cxl-offline", "device": "mem0"}, 404, "has no CXL memory device 'mem0'"),
+        (NODE, {"kind": "pool-shrink", "device": "p", "bytes": 1}, 404, "has no memory pool 'p'"),
+        (NODE, ["xid"], 400, "a fault is a JSON object"),
+    ],
+)
+def test_bad_fault_requests_are_refused(service: AgentService, node: str, body: object, status: int,
+                                        message: str) -> None:
+    with pytest.raises(AgentError) as info:
+        service.inject(node, body)  # type: ignore[arg-type]
+    assert info.value.status == status and message in info.value.message, info.value.message
+    assert service.faults() == []
+
+
+def test_events_wait_for_the_next_injection(service: AgentService) -> None:
+    since = service.last_seq
+    timer = threading.Timer(0.2, lambda: service.inject(NODE, {"kind": "xid", "device": "gpu5", "code": 94}))
+    start = time.monotonic()
+    timer.start()
+    events = service.events(since=since, wait=5.0)
+    assert 0.15 < time.monotonic() - start < 4.0
+    assert [(e.device, e.data) for e in events] == [("gpu5", 94)]
+    assert service.events(since=events[-1].seq, wait=0.05) == []
+
+
+def test_cxl_and_pool_faults_on_the_cxl_profile(tmp_path: Path) -> None:
+    svc = AgentService(load_profile("cxl-pool"), tmp_path)
+    svc.inject("cxl-host-1", {"kind": "cxl-offline", "device": "mem4"})
+    svc.inject("cxl-host-1", {"kind": "pool-shrink", "device": "cxl-pooled", "bytes": 2**34})
+    state = svc.state("cxl-host-1")
+    assert [m.name for m in state.memdevs if not m.online] == ["mem4"]
+    pooled = next(p for p in state.pools if p.name == "cxl-pooled")
+    assert pooled.capacity == pooled.model_capacity - 2**34
+    assert all(m.online for m in svc.state("cxl-host-0").memdevs)
+    with pytest.raises(AgentError, match="cannot shrink by"):
+        svc.inject("cxl-host-1", {"kind": "pool-shrink", "device": "cxl-local", "bytes": 2**40})
