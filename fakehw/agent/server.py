@@ -22,7 +22,6 @@ Nothing a client sends can stop the server: bad input gets a 4xx, a bug gets a 5
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hmac
 import json
 import logging
@@ -71,10 +70,9 @@ def _node(svc: AgentService, p: dict[str, str], _q: dict[str, str], _b: Any) -> 
 
 def _device(svc: AgentService, p: dict[str, str], _q: dict[str, str], _b: Any) -> tuple[int, Any]:
     st = svc.state(p["node"])
-    for group in (st.gpus, st.memdevs, st.pools):
-        for item in group:
-            if item.name == p["device"]:
-                return 200, dataclasses.asdict(item)
+    for item in (*st.gpus, *st.memdevs, *st.pools):
+        if item.name == p["device"]:
+            return 200, item.to_json()
     raise AgentError(404, f"node {p['node']} has no device {p['device']!r}")
 
 

@@ -102,12 +102,36 @@ class GpuState:
     xids: tuple[int, ...]
     faults: tuple[str, ...]
 
+    def to_json(self) -> dict[str, Any]:
+        """Built by hand: ``dataclasses.asdict`` deep-copies and this runs on every render."""
+        return {
+            "name": self.name,
+            "index": self.index,
+            "uuid": self.uuid,
+            "health": self.health,
+            "reasons": list(self.reasons),
+            "lost": self.lost,
+            "temperature_c": self.temperature_c,
+            "power_limit_w": self.power_limit_w,
+            "throttle_reasons": self.throttle_reasons,
+            "ecc_sbe": self.ecc_sbe,
+            "ecc_dbe": self.ecc_dbe,
+            "retired_pages_dbe": self.retired_pages_dbe,
+            "links": [{"link": link.link, "up": link.up, "errors": link.errors} for link in self.links],
+            "fabric_health": list(self.fabric_health),
+            "xids": list(self.xids),
+            "faults": list(self.faults),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class MemdevState:
     name: str
     online: bool
     faults: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "online": self.online, "faults": list(self.faults)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +140,10 @@ class PoolState:
     capacity: int
     model_capacity: int
     faults: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "capacity": self.capacity, "model_capacity": self.model_capacity,
+                "faults": list(self.faults)}
 
 
 @dataclass(frozen=True)
@@ -144,9 +172,9 @@ class NodeState:
             "generation": self.generation,
             "seed": self.seed,
             "health": self.health,
-            "gpus": [dataclasses.asdict(g) for g in self.gpus],
-            "memdevs": [dataclasses.asdict(m) for m in self.memdevs],
-            "pools": [dataclasses.asdict(p) for p in self.pools],
+            "gpus": [g.to_json() for g in self.gpus],
+            "memdevs": [m.to_json() for m in self.memdevs],
+            "pools": [p.to_json() for p in self.pools],
             "faults": [f.to_json() for f in self.faults],
             "down_ports": sorted([list(p) for p in self.down_ports]),
         }

@@ -35,7 +35,10 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> bool:
     return True
 
 
-def dump_json(value: Any) -> bytes:
+def dump_json(value: Any, compact: bool = False) -> bytes:
+    """JSON with sorted keys; ``compact`` for files machines rewrite often, indented for people otherwise."""
+    if compact:
+        return (json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n").encode()
     return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -58,5 +61,5 @@ class OutputDir:
             self.unchanged += 1
         return path
 
-    def write_json(self, relpath: str, value: Any) -> Path:
-        return self.write(relpath, dump_json(value))
+    def write_json(self, relpath: str, value: Any, compact: bool = False) -> Path:
+        return self.write(relpath, dump_json(value, compact))

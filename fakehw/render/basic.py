@@ -13,4 +13,4 @@ def render_model(ctx: RenderContext, out: OutputDir) -> None:
 
 
 def render_state(ctx: RenderContext, out: OutputDir) -> None:
-    out.write_json("state.json", ctx.state.to_json())
+    out.write_json("state.json", ctx.state.to_json(), compact=True)
