@@ -25,7 +25,7 @@ def timed(fn: Callable[[], Any], repeat: int = 5) -> tuple[float, Any]:
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def in_child(code: str) -> tuple[dict[str, Any], float]:

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import percentile, row  # noqa: E402
+from _util import percentile, row
 
-from fakehw.agent.client import AgentClient, AgentRequestError  # noqa: E402
+from fakehw.agent.client import AgentClient, AgentRequestError
 
 N = 400
 NODE = "dgx-h100-0"

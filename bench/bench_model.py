@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import in_child, row  # noqa: E402
+from _util import in_child, row
 
 LOAD = """
 import json, time, yaml

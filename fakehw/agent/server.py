@@ -38,6 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fakehw.agent.faults import describe_kinds
 from fakehw.agent.service import AgentError, AgentService
+from fakehw.agent.state import GpuState, MemdevState, PoolState
 
 log = logging.getLogger(__name__)
 MAX_BODY = 64 * 1024
@@ -70,7 +71,8 @@ def _node(svc: AgentService, p: dict[str, str], _q: dict[str, str], _b: Any) -> 
 
 def _device(svc: AgentService, p: dict[str, str], _q: dict[str, str], _b: Any) -> tuple[int, Any]:
     st = svc.state(p["node"])
-    for item in (*st.gpus, *st.memdevs, *st.pools):
+    items: list[GpuState | MemdevState | PoolState] = [*st.gpus, *st.memdevs, *st.pools]
+    for item in items:
         if item.name == p["device"]:
             return 200, item.to_json()
     raise AgentError(404, f"node {p['node']} has no device {p['device']!r}")
