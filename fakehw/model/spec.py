@@ -44,7 +44,6 @@ class Spec(BaseModel):
         extra="forbid",
         frozen=True,
         alias_generator=to_camel,
-        populate_by_name=True,
         validate_default=True,
     )
 
@@ -60,8 +59,8 @@ class DriverSpec(Spec):
 
 
 class CacheSpec(Spec):
-    l1d: Size = 48 * 1024
-    l1i: Size = 32 * 1024
+    l1d: Size = Field(48 * 1024, alias="l1d")
+    l1i: Size = Field(32 * 1024, alias="l1i")
     l2: Size = 2 * 1024 * 1024
     l3: Size = 32 * 1024 * 1024
     l3_shared_by: Literal["socket", "numa"] = "socket"
@@ -285,6 +284,11 @@ class CxlWindowSpec(Spec):
     interleave_granularity: int = Field(256, description="bytes: 256, 512, ... 16384")
     ram: bool = True
     pmem: bool = False
+    numa: int | None = Field(
+        None, ge=0, le=1023,
+        description="kind: cxl NUMA node that RAM decoded by this window onlines into (firmware gives every "
+                    "window its own proximity domain); default: the node of a region committed on it at boot",
+    )
 
     @field_validator("interleave_granularity")
     @classmethod
@@ -357,7 +361,7 @@ class NodeSpec(Spec):
     gpus: list[GpuSpec] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
     nvswitches: list[NVSwitchSpec] = Field(default_factory=list, max_length=64)
     nvlinks: list[LinkSpec] = Field(default_factory=list, max_length=512)
-    c2c: list[C2CSpec] = Field(default_factory=list, max_length=64)
+    c2c: list[C2CSpec] = Field(default_factory=list, max_length=64, alias="c2c")
     nics: list[NicSpec] = Field(default_factory=list, max_length=64)
     cxl: CxlSpec = CxlSpec()
     memory_pools: list[MemoryPoolSpec] = Field(default_factory=list, max_length=64)
@@ -429,6 +433,10 @@ class CxlPoolSpec(Spec):
     host_port: str = Field(description="root port each host uses for the pool switch, e.g. cxlhb1.rp1")
     capacity: Size
     logical_devices: int = Field(16, ge=1, le=16)
+    window: Name | None = Field(
+        None, description="window that decodes the pooled device on every member host; default: the one RAM "
+                          "window whose only target is the host port's host bridge",
+    )
     assignments: dict[str, str] = Field(
         default_factory=dict, description="logical device index (as a string) -> node name, at boot"
     )
