@@ -11,6 +11,7 @@ patterns) is done once per group; per node only identities (names, UUIDs, ports)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import uuid
@@ -576,7 +577,13 @@ def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], proble
         if len(w.targets) not in _VALID_WAYS:
             problems.add((*where, "targets"), f"{len(w.targets)}-way interleave is not allowed "
                          f"(ways: {', '.join(map(str, _VALID_WAYS))})")
-        windows.append(CxlWindow(w.name, i, w.size, tuple(w.targets), w.interleave_granularity, w.ram, w.pmem))
+        if w.name in names:
+            problems.add((*where, "name"), f"duplicate CXL name {w.name!r}")
+        names.add(w.name)
+        if w.numa is not None and numa_kind.get(w.numa) != "cxl":
+            problems.add((*where, "numa"), f"NUMA node {w.numa} is not a kind: cxl node of this host")
+        windows.append(CxlWindow(w.name, i, w.size, tuple(w.targets), w.interleave_granularity, w.ram, w.pmem,
+                                 w.numa))
     by_window = {w.name: w for w in windows}
     by_dev = {m.name: m for m in memdevs}
     used: dict[tuple[str, str], str] = {}
@@ -586,7 +593,36 @@ def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], proble
         region = _region(r, by_window, by_dev, used, numa_kind, problems, where)
         if region is not None:
             regions.append(region)
+    windows, regions = _window_numa(windows, regions, problems, cpath)
     return Cxl(tuple(hbs), tuple(switches), tuple(memdevs), tuple(windows), tuple(regions))
+
+
+def _window_numa(
+    windows: list[CxlWindow], regions: list[CxlRegion], problems: Problems, cpath: Path
+) -> tuple[list[CxlWindow], list[CxlRegion]]:
+    """Give every window the NUMA node its RAM onlines into, and every RAM region its window's node.
+
+    A window without ``numa`` takes the node of a RAM region committed on it at boot; a region without ``numa``
+    takes its window's. Regions created at run time then know where their memory goes.
+    """
+    by_name = {w.name: w for w in windows}
+    numa: dict[str, int | None] = {w.name: w.numa for w in windows}
+    for i, r in enumerate(regions):
+        if r.mode != "ram" or r.numa is None:
+            continue
+        have = numa.get(r.window)
+        if have is None:
+            numa[r.window] = r.numa
+        elif have != r.numa:
+            problems.add((*cpath, "regions", i, "numa"), f"region {r.name} onlines into NUMA node {r.numa} but "
+                         f"window {r.window} maps its RAM to NUMA node {have}")
+    out_windows = [dataclasses.replace(w, numa=numa[w.name]) if w.ram else w for w in windows]
+    out_regions = [
+        dataclasses.replace(r, numa=numa.get(r.window)) if r.mode == "ram" and r.numa is None
+        and by_name.get(r.window) is not None else r
+        for r in regions
+    ]
+    return out_windows, out_regions
 
 
 def _region(
@@ -630,6 +666,14 @@ def _region(
         problems.add((*where, "numa"), f"NUMA node {r.numa} is not a kind: cxl node of this host")
     if not members:
         return None
+    per_hb = [sum(1 for m in members if m.host_bridge == hb) for hb in window.targets]
+    if len(members) == len(r.targets) and len(set(per_hb)) > 1:
+        spread = ", ".join(f"{n} under {hb}" for hb, n in zip(window.targets, per_hb, strict=True))
+        problems.add((*where, "targets"), f"window {window.name} interleaves {len(window.targets)} host bridges; "
+                     f"the region's targets must spread evenly over them (got {spread})")
+    if len(window.targets) > 1 and r.interleave_granularity != window.interleave_granularity:
+        problems.add((*where, "interleaveGranularity"), f"window {window.name} interleaves host bridges at "
+                     f"{window.interleave_granularity} bytes; a region on it must use that granularity")
     size = len(r.targets) * min((m.ram_size if r.mode == "ram" else m.pmem_size) for m in members)
     if size > window.size:
         problems.add(where, f"region of {size} bytes does not fit window {window.name} ({window.size} bytes)")
@@ -712,6 +756,8 @@ def expand(spec: s.ProfileSpec, resolve_profile: ResolveProfile, digest: str = "
     problems.raise_if_any()
 
     pools = _cxl_pools(spec, templates, members, problems)
+    problems.raise_if_any()
+    _check_cxl_numa(members, pools, problems)
     problems.raise_if_any()
 
     nodes: list[Node] = []
@@ -922,9 +968,91 @@ def _cxl_pools(
                 problems.add((*ppath, "assignments", ld), f"node {node!r} is not a member of pool {pool.name}")
             else:
                 assigned.append((int(ld), node))
+        window = _pool_window(pool, [by_group[g] for g in pool.groups if g in by_group], problems, ppath)
         pools[pool.name] = CxlPool(pool.name, tuple(nodes), pool.host_port, pool.capacity, pool.logical_devices,
-                                   tuple(sorted(assigned)))
+                                   tuple(sorted(assigned)), window)
     return pools
+
+
+def _pool_window(pool: s.CxlPoolSpec, tpls: list[_Template], problems: Problems, ppath: Path) -> str:
+    """The window that decodes the pooled device on every member host (one name for all of them).
+
+    Pooled memory reaches a host through its host port, so the window must interleave only that port's host
+    bridge, decode RAM, hold the whole device and name the NUMA node the memory onlines into; no region may be
+    committed on it at boot (the pool owns it).
+    """
+    chosen: str | None = None
+    for tpl in tpls:
+        cxl = tpl.cxl
+        hb = next((h.name for h in cxl.host_bridges if pool.host_port in h.root_ports), None)
+        if hb is None:
+            sw = next((w for w in cxl.switches if pool.host_port in w.downstream_ports), None)
+            hb = next((h.name for h in cxl.host_bridges if sw is not None and sw.parent in h.root_ports), None)
+        if hb is None:
+            return ""  # the host port problem is reported already
+        boot = {r.window for r in cxl.regions}
+        if pool.window is not None:
+            window = next((w for w in cxl.windows if w.name == pool.window), None)
+            if window is None:
+                problems.add((*ppath, "window"), f"group {tpl.group} has no CXL window {pool.window!r}")
+                continue
+        else:
+            fits = [w for w in cxl.windows if w.ram and w.targets == (hb,) and w.name not in boot]
+            if len(fits) != 1:
+                problems.add((*ppath, "window"), f"group {tpl.group} has {len(fits)} RAM windows whose only target "
+                             f"is {hb} and that hold no boot region; name the pool's window with window: NAME")
+                continue
+            window = fits[0]
+        if window.targets != (hb,) or not window.ram:
+            problems.add((*ppath, "window"), f"window {window.name} of group {tpl.group} must decode RAM of host "
+                         f"bridge {hb} alone to map the pooled device")
+        elif window.name in boot:
+            problems.add((*ppath, "window"), f"window {window.name} of group {tpl.group} holds a boot region; the "
+                         "pooled device needs a window of its own")
+        elif window.size < pool.capacity:
+            problems.add((*ppath, "window"), f"window {window.name} ({window.size} bytes) cannot map the pool's "
+                         f"{pool.capacity} bytes")
+        elif window.numa is None:
+            problems.add((*ppath, "window"), f"window {window.name} of group {tpl.group} has no NUMA node for "
+                         "the pooled memory; give it numa: N (a kind: cxl node)")
+        if chosen is not None and window.name != chosen:
+            problems.add((*ppath, "window"), f"member groups decode the pool with different windows ({chosen}, "
+                         f"{window.name}); name one with window: NAME")
+        chosen = window.name
+    return chosen or ""
+
+
+def _check_cxl_numa(members: list[tuple[str, _Template, int]], pools: dict[str, CxlPool],
+                    problems: Problems) -> None:
+    """A kind: cxl NUMA node that CXL windows map must declare the memory its boot regions and LDs give it.
+
+    The node's memory at run time is derived from the CXL state (regions, memdevs online, logical devices
+    assigned); at boot that must be what the profile says, or the model would contradict itself. Nodes no
+    window maps keep their declared memory (CXL memory without a modelled CXL topology).
+    """
+    checked: set[tuple[int, tuple[tuple[str, int], ...]]] = set()
+    for node_name, tpl, _ in members:
+        pool_bytes: dict[str, int] = {}
+        for pool in pools.values():
+            if node_name in pool.nodes and pool.window:
+                held = sum(1 for _, owner in pool.assignments if owner == node_name)
+                pool_bytes[pool.window] = pool_bytes.get(pool.window, 0) + held * pool.ld_size
+        key = (tpl.key, tuple(sorted(pool_bytes.items())))
+        if key in checked:
+            continue
+        checked.add(key)
+        mapped: dict[int, int] = {}
+        for w in tpl.cxl.windows:
+            if w.numa is not None:
+                mapped[w.numa] = mapped.get(w.numa, 0) + pool_bytes.get(w.name, 0)
+        for r in tpl.cxl.regions:
+            if r.mode == "ram" and r.numa is not None:
+                mapped[r.numa] = mapped.get(r.numa, 0) + r.size
+        for i, n in enumerate(tpl.spec.numa.nodes):
+            if n.kind == "cxl" and n.id in mapped and mapped[n.id] != n.memory:
+                problems.add((*tpl.path, "numa", "nodes", i, "memory"), f"NUMA node {n.id} declares {n.memory} "
+                             f"bytes but its CXL regions and pooled logical devices give {mapped[n.id]} at boot "
+                             f"on {node_name}")
 
 
 def _node(

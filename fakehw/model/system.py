@@ -291,6 +291,8 @@ class CxlWindow:
     interleave_granularity: int
     ram: bool
     pmem: bool
+    numa: int | None = None
+    """kind: cxl NUMA node that RAM decoded by this window onlines into (None: the window's RAM has no node)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +328,8 @@ class CxlPool:
     capacity: int
     logical_devices: int
     assignments: tuple[tuple[int, str], ...]
+    window: str = ""
+    """Name of the window (on every member host) that decodes the pooled device."""
 
     @property
     def ld_size(self) -> int:
