@@ -6,6 +6,7 @@ these variables; the fake ``libnvidia-ml.so.1`` is put first on ``LD_LIBRARY_PAT
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,8 +44,11 @@ def merged_environment(extra: Mapping[str, str], base: Mapping[str, str] | None 
 def _nvml_library_dir() -> Path | None:
     """Directory holding the fake libnvidia-ml.so.1, when the NVML shim is available."""
     try:
-        from fakehw.nvml import library_dir  # type: ignore[attr-defined]
+        nvml = importlib.import_module("fakehw.nvml")
     except ImportError:
         return None
-    result: Path | None = library_dir()
-    return result
+    library_dir = getattr(nvml, "library_dir", None)
+    if library_dir is None:
+        return None
+    result = library_dir()
+    return Path(result) if result is not None else None
