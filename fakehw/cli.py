@@ -319,6 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", metavar="HOST:PORT", help="also serve on loopback TCP (needs --token-file)")
     p.add_argument("--token-file", metavar="FILE", help="bearer token for the TCP listener")
     p.set_defaults(func=cmd_agent)
+
+    from fakehw.fabric.cli import register as register_fabric  # fakehw fabric ... (lint, up, probe, fuzz)
+
+    register_fabric(sub)
     return parser
 
 

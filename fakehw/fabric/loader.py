@@ -1,0 +1,229 @@
+"""Load fabric configs the way profiles load: built-in names or files, ``extends``, errors that point at the line.
+
+YAML parsing (line numbers, duplicate keys), ``extends`` merging (named lists merge by ``name``) and the
+``file:line: path: message`` errors are the hardware model's (:mod:`fakehw.model.loader`,
+:mod:`fakehw.model.merge`, :mod:`fakehw.model.errors`); only the pydantic error rewriting is repeated here because
+the model's version is bound to the profile schema for its did-you-mean hints.
+
+Every failure is a :class:`FabricError` (a :class:`~fakehw.model.errors.ProfileError`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from fakehw.fabric.spec import FabricConfigSpec
+from fakehw.model.errors import PathItem, Problem, ProfileError
+from fakehw.model.loader import Document, _clean_loc, _unwrap, parse_yaml
+from fakehw.model.merge import merge_documents
+
+MAX_EXTENDS_DEPTH = 8
+
+
+class FabricError(ProfileError):
+    """A fabric config that cannot be used; ``problems`` says where and why (file:line: path: message)."""
+
+
+def examples_dir() -> Path:
+    return Path(str(resources.files("fakehw.fabric").joinpath("examples")))
+
+
+@cache
+def builtin_fabrics() -> dict[str, Path]:
+    """Built-in (healthy) fabric configs by name."""
+    return {p.stem: p for p in sorted(examples_dir().glob("*.yaml"))}
+
+
+def broken_examples() -> dict[str, Path]:
+    """The deliberately broken configs: each file name starts with the requirement ID it violates."""
+    return {p.stem: p for p in sorted((examples_dir() / "broken").glob("*.yaml"))}
+
+
+def find_fabric(ref: str, relative_to: Path | None = None) -> Path:
+    """A fabric reference is a file path (relative to the including file) or a built-in name."""
+    candidates = []
+    if relative_to is not None:
+        candidates.append(relative_to.parent / ref)
+    candidates.append(Path(ref))
+    for c in candidates:
+        if c.suffix in (".yaml", ".yml") and c.is_file():
+            return c
+    if ref in builtin_fabrics():
+        return builtin_fabrics()[ref]
+    known = ", ".join(builtin_fabrics())
+    raise FabricError([Problem((), f"no fabric config {ref!r}: not a built-in ({known}) and not a .yaml file")])
+
+
+@dataclass(frozen=True)
+class LoadedFabric:
+    """A validated fabric document, the documents of its ``extends`` chain (for locating lines) and its digest."""
+
+    spec: FabricConfigSpec
+    documents: tuple[Document, ...]
+    digest: str
+    merged: Any = None
+    """The merged document the spec was validated from (list indices in paths refer to it)."""
+
+    @property
+    def source(self) -> str:
+        return self.documents[0].source
+
+    def locate(self, path: Sequence[PathItem]) -> tuple[str, int | None]:
+        """The file of the extends chain that holds the deepest part of ``path``, and the line there."""
+        return locate_in(self.merged, self.documents, path)
+
+
+_Step = PathItem | tuple[str, str]
+
+
+def _named_steps(merged: Any, path: Sequence[PathItem]) -> list[_Step]:
+    """Turn list indices of the merged document into ``("name", value)`` steps where the item has a name,
+    because ``extends`` merges named lists by name and each file numbers its items differently."""
+    steps: list[_Step] = []
+    data = merged
+    for item in path:
+        if isinstance(data, list) and isinstance(item, int) and 0 <= item < len(data):
+            element = data[item]
+            name = element.get("name") if isinstance(element, dict) else None
+            steps.append(("name", name) if isinstance(name, str) else item)
+            data = element
+        elif isinstance(data, dict) and item in data:
+            steps.append(item)
+            data = data[item]
+        else:
+            steps.append(item)
+            data = None
+    return steps
+
+
+def _walk(data: Any, steps: Sequence[_Step]) -> tuple[int, tuple[PathItem, ...]]:
+    """How deep ``steps`` go into one document, and the path in that document's own numbering."""
+    local: list[PathItem] = []
+    for step in steps:
+        if isinstance(step, tuple):
+            if not isinstance(data, list):
+                break
+            index = next((i for i, x in enumerate(data) if isinstance(x, dict) and x.get("name") == step[1]), None)
+            if index is None:
+                break
+            local.append(index)
+            data = data[index]
+        elif isinstance(data, dict) and step in data:
+            local.append(step)
+            data = data[step]
+        elif isinstance(data, list) and isinstance(step, int) and 0 <= step < len(data):
+            local.append(step)
+            data = data[step]
+        else:
+            break
+    return len(local), tuple(local)
+
+
+def locate_in(merged: Any, documents: Sequence[Document], path: Sequence[PathItem]) -> tuple[str, int | None]:
+    """Source and line for a path of the merged document: the deepest match wins, the child file on a tie."""
+    steps = _named_steps(merged, path) if merged is not None else list(path)
+    best_doc, best_depth = documents[0], -1
+    best_local: tuple[PathItem, ...] = ()
+    for doc in documents:
+        depth, local = _walk(doc.data, steps)
+        if depth > best_depth:
+            best_doc, best_depth, best_local = doc, depth, local
+    return best_doc.source, best_doc.locate(best_local)
+
+
+def _resolve(path: Path, text: str | None, chain: tuple[Path, ...] = ()) -> tuple[Any, list[Document]]:
+    source = str(path)
+    if len(chain) > MAX_EXTENDS_DEPTH:
+        raise FabricError([Problem(("extends",), f"extends chain longer than {MAX_EXTENDS_DEPTH}", source)])
+    if text is None:
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise FabricError([Problem((), f"cannot read fabric config: {exc}", source)]) from None
+    try:
+        doc = parse_yaml(text, source)
+    except ProfileError as exc:
+        raise FabricError(exc.problems) from None
+    data = doc.data
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else type(data).__name__
+        raise FabricError([Problem((), f"a fabric config is a YAML mapping, this document is {kind}", source, 1)])
+    ref = data.get("extends")
+    if ref is None:
+        return data, [doc]
+    line = doc.locate(("extends",))
+    if not isinstance(ref, str):
+        raise FabricError([Problem(("extends",), "extends names one fabric config (a string)", source, line)])
+    try:
+        base_path = find_fabric(ref, path)
+    except FabricError as exc:
+        raise FabricError([Problem(("extends",), p.message, source, line) for p in exc.problems]) from None
+    if base_path.resolve() in {p.resolve() for p in (*chain, path)}:
+        raise FabricError([Problem(("extends",), f"extends loops back to {base_path}", source, line)])
+    base, docs = _resolve(base_path, None, (*chain, path))
+    child = {k: v for k, v in data.items() if k != "extends"}
+    return merge_documents(base, child), [doc, *docs]
+
+
+def _allowed_keys(loc: tuple[PathItem, ...]) -> list[str]:
+    models: list[Any] = [FabricConfigSpec]
+    for item in loc:
+        if isinstance(item, int):
+            continue
+        nxt: list[Any] = []
+        for model in models:
+            for name, f in model.model_fields.items():
+                if (f.alias or name) == item:
+                    nxt.extend(_unwrap(f.annotation))
+        models = nxt or models
+    return sorted({f.alias or n for m in models if issubclass(m, BaseModel) for n, f in m.model_fields.items()})
+
+
+def _problems(exc: ValidationError, source: str) -> list[Problem]:
+    out: dict[tuple[PathItem, ...], Problem] = {}
+    for err in exc.errors(include_url=False):
+        loc = _clean_loc(err["loc"])
+        kind = err["type"]
+        if kind == "extra_forbidden" and loc:
+            key = str(loc[-1])
+            allowed = _allowed_keys(loc[:-1])
+            near = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else f" (allowed: {', '.join(allowed)})"
+            msg = f"unknown key {key!r}{hint}"
+        elif kind == "missing" and loc:
+            msg = f"missing required key {str(loc[-1])!r}"
+        else:
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            inp = err.get("input")
+            if isinstance(inp, str | int | float) and not isinstance(inp, bool):
+                msg = f"{msg} (got {repr(inp)[:60]})"
+        out.setdefault(loc, Problem(loc, msg, source))
+    return list(out.values())
+
+
+def load_fabric_spec(ref: str | Path, text: str | None = None) -> LoadedFabric:
+    """Parse and validate a fabric config (a built-in name, a file, or ``text`` named ``ref``)."""
+    path = Path(str(ref)) if text is not None or isinstance(ref, Path) else find_fabric(ref)
+    data, docs = _resolve(path, text)
+    try:
+        spec = FabricConfigSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for p in _problems(exc, str(path)):
+            source, line = locate_in(data, docs, p.path)
+            problems.append(Problem(p.path, p.message, source, line))
+        raise FabricError(problems) from None
+    except (RecursionError, OverflowError, ValueError, TypeError) as exc:
+        raise FabricError([Problem((), f"cannot read fabric config: {exc}", str(path))]) from None
+    canonical = json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
+    return LoadedFabric(spec, tuple(docs), hashlib.sha256(canonical.encode()).hexdigest(), data)

@@ -1,0 +1,490 @@
+"""The resolved fabric: every port and NIC with its effective MTU, VLANs and QoS, and the cables between them.
+
+:func:`resolve` turns a validated :class:`~fakehw.fabric.spec.FabricConfigSpec` plus the hardware profile it names
+into an immutable :class:`FabricModel`. Inheritance (port > switch > defaults, profile NIC settings < ``hosts``)
+is applied here once, and every effective value remembers which line of the document set it, so a finding about
+"the MTU of leaf-rail3/p1" points at the line that made it 1500.
+
+Cross-reference mistakes (a cable to a NIC that does not exist, a NIC cabled twice) are :class:`FabricError`:
+the config cannot be analysed at all. Legal but wrong settings are left for the linter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from ipaddress import IPv4Network
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+from fakehw.fabric.loader import FabricError, LoadedFabric, load_fabric_spec
+from fakehw.fabric.spec import EcnSpec, FabricConfigSpec, HostSpec, PortVlanSpec, QosSpec
+from fakehw.model import ProfileError, System, load_profile
+from fakehw.model.errors import PathItem, Problem
+from fakehw.model.system import Nic, Roce
+
+DocPath = tuple[PathItem, ...]
+Trust = Literal["dscp", "pcp"]
+
+# --------------------------------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class Ecn:
+    enabled: bool
+    priorities: frozenset[int]
+    min_kb: int
+    max_kb: int
+    probability: int
+
+    def marks(self, priority: int) -> bool:
+        return self.enabled and priority in self.priorities
+
+
+@dataclass(frozen=True, slots=True)
+class Qos:
+    """Effective classification and lossless settings of one switch port."""
+
+    trust: Trust
+    dscp_to_priority: tuple[tuple[int, int], ...]
+    default_priority: int
+    pfc_priorities: frozenset[int]
+    ecn: Ecn | None
+    cnp_priority: int | None
+
+    def classify(self, dscp: int, pcp: int | None) -> int:
+        """The switch priority of a frame with this DSCP and (when tagged) PCP."""
+        if self.trust == "pcp":
+            return self.default_priority if pcp is None else pcp
+        return dict(self.dscp_to_priority).get(dscp, self.default_priority)
+
+    def marks_ecn(self, priority: int) -> bool:
+        return self.ecn is not None and self.ecn.marks(priority)
+
+
+@dataclass(frozen=True, slots=True)
+class VlanMembership:
+    untagged: int | None
+    tagged: frozenset[int]
+
+    def carries(self, vid: int, tagged: bool) -> bool:
+        return vid in self.tagged if tagged else self.untagged == vid
+
+    def describe(self) -> str:
+        parts = []
+        if self.untagged is not None:
+            parts.append(f"untagged {self.untagged}")
+        if self.tagged:
+            parts.append("tagged " + ",".join(str(v) for v in sorted(self.tagged)))
+        return "; ".join(parts) or "no VLAN"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PortRef:
+    switch: str
+    port: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.switch}/{self.port}"
+
+    def __str__(self) -> str:
+        return self.id
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class NicRef:
+    node: str
+    nic: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.node}/{self.nic}"
+
+    def __str__(self) -> str:
+        return self.id
+
+
+Ref = PortRef | NicRef
+
+
+@dataclass(frozen=True, slots=True)
+class Port:
+    switch: str
+    name: str
+    index: int
+    mtu: int
+    vlan: VlanMembership
+    qos: Qos
+    peer: Ref | None
+    shutdown: bool
+    doc: DocPath
+    origins: Mapping[str, DocPath] = field(compare=False)
+    """Where each effective setting came from (``mtu``, ``vlan``, ``qos.<key>``)."""
+
+    @property
+    def ref(self) -> PortRef:
+        return PortRef(self.switch, self.name)
+
+    @property
+    def id(self) -> str:
+        return f"{self.switch}/{self.name}"
+
+    def origin(self, key: str) -> DocPath:
+        return self.origins.get(key, self.doc)
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    name: str
+    role: str
+    rail: int | None
+    ports: tuple[Port, ...]
+    doc: DocPath
+
+    def port(self, name: str) -> Port | None:
+        return next((p for p in self.ports if p.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class HostNic:
+    """A NIC of the profile as the fabric sees it: its effective MTU, VLAN tagging and RoCE settings."""
+
+    node: str
+    nic: Nic
+    mtu: int
+    vlan: int | None
+    """VLAN the NIC tags RoCE frames with; None sends untagged (the frames join the port's untagged VLAN)."""
+    roce: Roce
+    peer: PortRef | None
+    origins: Mapping[str, DocPath] = field(compare=False)
+    """Lines of ``hosts`` entries that changed a setting; settings from the profile are not listed."""
+
+    @property
+    def ref(self) -> NicRef:
+        return NicRef(self.node, self.nic.name)
+
+    @property
+    def id(self) -> str:
+        return f"{self.node}/{self.nic.name}"
+
+    @property
+    def rail(self) -> int | None:
+        return self.nic.rail
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    a: Ref
+    b: Ref
+    doc: DocPath
+
+
+@dataclass(frozen=True, slots=True)
+class Vlan:
+    id: int
+    name: str | None
+    rail: int | None
+    subnet: IPv4Network
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficClass:
+    name: str
+    dscp: int
+    pcp: int | None
+
+
+@dataclass(frozen=True)
+class FabricModel:
+    name: str
+    description: str
+    loaded: LoadedFabric
+    system: System
+    switches: tuple[Switch, ...]
+    nics: tuple[HostNic, ...]
+    links: tuple[Link, ...]
+    vlans: Mapping[int, Vlan]
+    traffic: tuple[TrafficClass, ...]
+    _ports: Mapping[PortRef, Port] = field(repr=False, compare=False)
+    _nics: Mapping[NicRef, HostNic] = field(repr=False, compare=False)
+
+    @property
+    def source(self) -> str:
+        return self.loaded.source
+
+    def port(self, ref: PortRef) -> Port:
+        return self._ports[ref]
+
+    def host_nic(self, ref: NicRef) -> HostNic:
+        return self._nics[ref]
+
+    def switch(self, name: str) -> Switch | None:
+        return next((s for s in self.switches if s.name == name), None)
+
+    def ports(self) -> Iterator[Port]:
+        for s in self.switches:
+            yield from s.ports
+
+    def vlan(self, vid: int) -> Vlan:
+        """The declared VLAN, or one with a derived subnet when the config only uses the ID."""
+        return self.vlans.get(vid) or Vlan(vid, None, None, default_subnet(vid))
+
+    def locate(self, path: DocPath) -> tuple[str, int | None]:
+        return self.loaded.locate(path)
+
+    def nic_vlan(self, nic: HostNic) -> int | None:
+        """The VLAN a NIC's frames travel in: its tag, or its port's untagged VLAN (None if it has neither)."""
+        if nic.vlan is not None:
+            return nic.vlan
+        if nic.peer is None:
+            return None
+        return self.port(nic.peer).vlan.untagged
+
+
+def default_subnet(vid: int) -> IPv4Network:
+    """10.<vid/256>.<vid%256>.0/24: one /24 per VLAN ID, never overlapping."""
+    return IPv4Network(f"10.{vid >> 8}.{vid & 0xFF}.0/24")
+
+
+# --------------------------------------------------------------------------------------------------- resolve
+
+_QOS_KEYS = {
+    "trust": "trust",
+    "dscp_to_priority": "dscpToPriority",
+    "default_priority": "defaultPriority",
+    "pfc_priorities": "pfcPriorities",
+    "ecn": "ecn",
+    "cnp_priority": "cnpPriority",
+}
+
+
+def _merge_qos(layers: Sequence[tuple[QosSpec | None, DocPath]], fallback: DocPath) -> tuple[Qos, dict[str, DocPath]]:
+    values: dict[str, Any] = {
+        "trust": "dscp", "dscp_to_priority": {}, "default_priority": 0, "pfc_priorities": [], "ecn": None,
+        "cnp_priority": None,
+    }
+    origins: dict[str, DocPath] = {f"qos.{alias}": fallback for alias in _QOS_KEYS.values()}
+    for spec, where in layers:
+        if spec is None:
+            continue
+        for key in spec.model_fields_set:
+            values[key] = getattr(spec, key)
+            origins[f"qos.{_QOS_KEYS[key]}"] = (*where, _QOS_KEYS[key])
+    ecn_spec: EcnSpec | None = values["ecn"]
+    ecn = None if ecn_spec is None else Ecn(
+        ecn_spec.enabled, frozenset(ecn_spec.priorities), ecn_spec.min_kb, ecn_spec.max_kb, ecn_spec.probability
+    )
+    qos = Qos(
+        trust=values["trust"] or "dscp",
+        dscp_to_priority=tuple(sorted(dict(values["dscp_to_priority"] or {}).items())),
+        default_priority=0 if values["default_priority"] is None else values["default_priority"],
+        pfc_priorities=frozenset(values["pfc_priorities"] or ()),
+        ecn=ecn,
+        cnp_priority=values["cnp_priority"],
+    )
+    return qos, origins
+
+
+def _membership(spec: PortVlanSpec) -> VlanMembership:
+    return VlanMembership(spec.untagged, frozenset(spec.tagged))
+
+
+def _load_system(spec: FabricConfigSpec, loaded: LoadedFabric) -> System:
+    base = Path(loaded.source)
+    ref: str | Path = spec.profile
+    if spec.profile.endswith((".yaml", ".yml")):
+        candidate = base.parent / spec.profile
+        ref = candidate if candidate.is_file() else Path(spec.profile)
+    try:
+        return load_profile(ref, nodes=spec.nodes)
+    except ProfileError as exc:
+        source, line = loaded.locate(("profile",))
+        lines = "; ".join(str(p) for p in exc.problems[:3])
+        raise FabricError([Problem(("profile",), f"hardware profile {spec.profile!r} cannot be used: {lines}",
+                                   source, line)]) from None
+
+
+def resolve(loaded: LoadedFabric) -> FabricModel:
+    """The effective fabric of a validated config. Raises :class:`FabricError` for broken cross-references."""
+    spec = loaded.spec
+    system = _load_system(spec, loaded)
+    problems: list[Problem] = []
+
+    def problem(path: DocPath, message: str) -> None:
+        source, line = loaded.locate(path)
+        problems.append(Problem(path, message, source, line))
+
+    nodes = {n.name: n for n in system.nodes}
+    switch_names = {s.name for s in spec.switches}
+    clash = switch_names & set(nodes)
+    for name in sorted(clash):
+        i = next(i for i, s in enumerate(spec.switches) if s.name == name)
+        problem(("switches", i, "name"), f"switch {name!r} has the name of a node of profile {system.name}")
+
+    def parse_endpoint(text: str, where: DocPath) -> Ref | None:
+        owner, _, item = text.partition("/")
+        if owner in switch_names:
+            sw = next(s for s in spec.switches if s.name == owner)
+            if not any(p.name == item for p in sw.ports):
+                names = ", ".join(p.name for p in sw.ports[:12]) + (" ..." if len(sw.ports) > 12 else "")
+                problem(where, f"switch {owner} has no port {item!r} (ports: {names})")
+                return None
+            return PortRef(owner, item)
+        node = nodes.get(owner)
+        if node is not None:
+            nic = next((n for n in node.nics if item in (n.name, n.netdev)), None)
+            if nic is None:
+                names = ", ".join(n.name for n in node.nics) or "none"
+                problem(where, f"node {owner} has no NIC {item!r} (NICs: {names})")
+                return None
+            return NicRef(owner, nic.name)
+        shown = sorted(nodes)
+        node_list = ", ".join(shown[:4]) + (f" ... {shown[-1]}" if len(shown) > 4 else "")
+        problem(where, f"{owner!r} is neither a switch of this config nor a node of profile {system.name} "
+                       f"(nodes: {node_list})")
+        return None
+
+    # ---- cabling
+    peers: dict[Ref, tuple[Ref, DocPath]] = {}
+    links: list[Link] = []
+    for si, sw in enumerate(spec.switches):
+        for pi, port in enumerate(sw.ports):
+            if port.connect is None:
+                continue
+            where: DocPath = ("switches", si, "ports", pi, "connect")
+            here = PortRef(sw.name, port.name)
+            there = parse_endpoint(port.connect, where)
+            if there is None:
+                continue
+            if there == here:
+                problem(where, f"port {here} is cabled to itself")
+                continue
+            if isinstance(there, PortRef) and there in peers and peers[there][0] == here:
+                continue  # the other end already declared this cable
+            for end, other in ((here, there), (there, here)):
+                if end in peers and peers[end][0] != other:
+                    problem(where, f"{end} is already cabled to {peers[end][0]} "
+                                   f"(line {loaded.locate(peers[end][1])[1]})")
+                    break
+            else:
+                peers[here] = (there, where)
+                peers[there] = (here, where)
+                links.append(Link(here, there, where))
+
+    # ---- switches and ports
+    defaults = spec.defaults
+    switches: list[Switch] = []
+    ports: dict[PortRef, Port] = {}
+    for si, sw in enumerate(spec.switches):
+        built: list[Port] = []
+        for pi, port in enumerate(sw.ports):
+            pdoc: DocPath = ("switches", si, "ports", pi)
+            origins: dict[str, DocPath] = {}
+            if port.mtu is not None:
+                mtu, origins["mtu"] = port.mtu, (*pdoc, "mtu")
+            elif sw.mtu is not None:
+                mtu, origins["mtu"] = sw.mtu, ("switches", si, "mtu")
+            else:
+                mtu, origins["mtu"] = defaults.mtu, ("defaults", "mtu")
+            if port.vlan is not None:
+                member, origins["vlan"] = _membership(port.vlan), (*pdoc, "vlan")
+            elif sw.vlan is not None:
+                member, origins["vlan"] = _membership(sw.vlan), ("switches", si, "vlan")
+            elif defaults.vlan is not None:
+                member, origins["vlan"] = _membership(defaults.vlan), ("defaults", "vlan")
+            else:
+                member, origins["vlan"] = VlanMembership(1, frozenset()), pdoc
+            qos, qos_origins = _merge_qos(
+                [(defaults.qos, ("defaults", "qos")), (sw.qos, ("switches", si, "qos")), (port.qos, (*pdoc, "qos"))],
+                ("switches", si),
+            )
+            origins.update(qos_origins)
+            ref = PortRef(sw.name, port.name)
+            peer = peers.get(ref)
+            p = Port(sw.name, port.name, pi, mtu, member, qos, peer[0] if peer else None, port.shutdown, pdoc,
+                     MappingProxyType(origins))
+            built.append(p)
+            ports[ref] = p
+        switches.append(Switch(sw.name, sw.role, sw.rail, tuple(built), ("switches", si)))
+
+    # ---- host overrides
+    used_patterns: set[str] = set()
+    host_nics: list[HostNic] = []
+    for node in system.nodes:
+        for nic in node.nics:
+            nref = NicRef(node.name, nic.name)
+            applied: list[tuple[str, HostSpec]] = []
+            for pattern, hspec in spec.hosts.items():
+                npat, _, cpat = pattern.partition("/")
+                if fnmatch.fnmatchcase(node.name, npat) and (
+                    fnmatch.fnmatchcase(nic.name, cpat) or fnmatch.fnmatchcase(nic.netdev, cpat)
+                ):
+                    applied.append((pattern, hspec))
+                    used_patterns.add(pattern)
+            mtu, roce = nic.mtu, nic.roce
+            vlan_choice: int | Literal["untagged"] | None = None
+            origins = {}
+            for pattern, hspec in applied:
+                hdoc: DocPath = ("hosts", pattern)
+                if hspec.mtu is not None:
+                    mtu, origins["mtu"] = hspec.mtu, (*hdoc, "mtu")
+                if hspec.vlan is not None:
+                    vlan_choice, origins["vlan"] = hspec.vlan, (*hdoc, "vlan")
+                if hspec.roce is not None:
+                    changes = {k: getattr(hspec.roce, k) for k in hspec.roce.model_fields_set}
+                    if "pfc_priorities" in changes:
+                        changes["pfc_priorities"] = tuple(changes["pfc_priorities"] or ())
+                    roce = _replace_roce(roce, changes)
+                    for k in changes:
+                        origins[f"roce.{k}"] = (*hdoc, "roce")
+            peer_ref = peers.get(nref)
+            peer_port = ports.get(peer_ref[0]) if peer_ref and isinstance(peer_ref[0], PortRef) else None
+            vlan: int | None
+            if vlan_choice == "untagged":
+                vlan = None
+            elif isinstance(vlan_choice, int):
+                vlan = vlan_choice
+            elif peer_port is not None and peer_port.vlan.untagged is None and len(peer_port.vlan.tagged) == 1:
+                vlan = next(iter(peer_port.vlan.tagged))
+            elif peer_port is not None and peer_port.vlan.untagged is None and len(peer_port.vlan.tagged) > 1:
+                problem((*peer_port.doc, "vlan"), f"port {peer_port.id} trunks several VLANs; say which one {nref} "
+                        f"uses with hosts: {{\"{nref}\": {{vlan: <id>}}}}")
+                vlan = None
+            else:
+                vlan = None
+            host_nics.append(HostNic(node.name, nic, mtu, vlan, roce,
+                                     peer_port.ref if peer_port is not None else None, MappingProxyType(origins)))
+    for pattern in spec.hosts:
+        if pattern not in used_patterns:
+            problem(("hosts", pattern), f"hosts pattern {pattern!r} matches no NIC of profile {system.name}")
+
+    if problems:
+        raise FabricError(problems)
+    vlans = {v.id: Vlan(v.id, v.name, v.rail, v.subnet or default_subnet(v.id)) for v in spec.vlans}
+    traffic = tuple(TrafficClass(t.name, t.dscp, t.pcp) for t in spec.traffic)
+    return FabricModel(
+        name=spec.name,
+        description=spec.description,
+        loaded=loaded,
+        system=system,
+        switches=tuple(switches),
+        nics=tuple(host_nics),
+        links=tuple(links),
+        vlans=MappingProxyType(vlans),
+        traffic=traffic,
+        _ports=MappingProxyType(ports),
+        _nics=MappingProxyType({n.ref: n for n in host_nics}),
+    )
+
+
+def _replace_roce(roce: Roce, changes: Mapping[str, Any]) -> Roce:
+    return dataclasses.replace(roce, **{k: v for k, v in changes.items() if v is not None})
+
+
+def load_fabric(ref: str | Path, text: str | None = None) -> FabricModel:
+    """Load, validate and resolve a fabric config (a built-in name, a file, or ``text`` named ``ref``)."""
+    return resolve(load_fabric_spec(ref, text))

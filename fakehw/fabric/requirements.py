@@ -1,0 +1,152 @@
+"""The fabric requirements: every check this package makes, with a stable ID, a severity and the reason it exists.
+
+This table is the single source the linter, the emulated-fabric checks and (later) the conformance suite's
+catalogue read. An ID never changes meaning once published; a retired check keeps its ID reserved.
+
+Static requirements are decided from the config alone (``fakehw fabric lint``). Dynamic ones are measured on
+the emulated fabric (real veths, real bridges, scapy-crafted frames) and carry the same IDs in the probe report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Literal
+
+
+class Severity(StrEnum):
+    """How bad a finding is. ``error`` breaks RoCE (drops, retries, no path); ``warning`` costs performance or
+    invites trouble; ``info`` only reports."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return {"error": 0, "warning": 1, "info": 2}[self.value]
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    id: str
+    title: str
+    severity: Severity
+    rationale: str
+    kind: Literal["static", "dynamic"] = "static"
+
+
+def _table(*items: Requirement) -> MappingProxyType[str, Requirement]:
+    table = {r.id: r for r in items}
+    if len(table) != len(items):
+        raise AssertionError("duplicate requirement ID")
+    return MappingProxyType(table)
+
+
+REQUIREMENTS: MappingProxyType[str, Requirement] = _table(
+    Requirement(
+        "FAB-MTU-001", "No hop of a RoCE path has a smaller MTU than the path's endpoints", Severity.ERROR,
+        "NICs derive their RoCE MTU from their own netdev MTU and never see the switches. A smaller MTU anywhere "
+        "along the path drops the oversized frames silently; RDMA shows it as transport retry exhaustion "
+        "(IBV_WC_RETRY_EXC_ERR) or collapsing throughput. When the RoCE MTU still fits and only larger "
+        "non-RoCE frames are lost, the finding is a warning.",
+    ),
+    Requirement(
+        "FAB-MTU-002", "Both endpoints of a RoCE path use the same MTU", Severity.ERROR,
+        "Endpoints with different netdev MTUs get different active RoCE MTUs; a queue pair cannot reach RTR with "
+        "a path MTU above the peer's active MTU, and the larger side's frames are dropped by the smaller.",
+    ),
+    Requirement(
+        "FAB-MTU-003", "RoCE paths carry the 4096-byte RoCE MTU", Severity.WARNING,
+        "With an Ethernet MTU of 1500 RoCE runs at 1024-byte packets: four times the per-packet work and a "
+        "visible bandwidth loss on 400G links. Jumbo frames (about 4200 or more, usually 9000) give 4096.",
+    ),
+    Requirement(
+        "FAB-PFC-001", "The RoCE priority is lossless on every hop", Severity.ERROR,
+        "RoCE v2 with go-back-N recovery collapses under loss. Priority flow control must be enabled for the "
+        "priority RoCE is classified into on every NIC and switch port along the path, in both directions.",
+    ),
+    Requirement(
+        "FAB-PFC-002", "PFC is not enabled on a priority that carries non-RoCE traffic", Severity.WARNING,
+        "Lossless priorities back-pressure the whole link. Best-effort or storage traffic on a PFC priority "
+        "spreads head-of-line blocking and pause storms to RoCE and beyond.",
+    ),
+    Requirement(
+        "FAB-ECN-001", "ECN marking is on wherever RoCE runs", Severity.ERROR,
+        "DCQCN congestion control needs switches to mark CE on the RoCE queue and NICs to react. Without it the "
+        "only brake is PFC, and congestion spreads as pause frames.",
+    ),
+    Requirement(
+        "FAB-ECN-002", "ECN marking thresholds are ordered (minimum below maximum)", Severity.ERROR,
+        "A RED-style marker with min >= max marks either everything or nothing; neither gives DCQCN a signal.",
+    ),
+    Requirement(
+        "FAB-CNP-001", "CNPs have a priority and are classified into it on every switch", Severity.ERROR,
+        "Congestion notification packets must reach the sender quickly. A switch without a CNP priority, or "
+        "whose DSCP map sends the NIC's CNP DSCP to another queue, delays or drops them and DCQCN reacts late.",
+    ),
+    Requirement(
+        "FAB-QOS-001", "DSCP/priority maps agree between the ends of every RoCE hop", Severity.ERROR,
+        "If a switch classifies the RoCE DSCP into another priority than the NICs use, PFC pauses the wrong "
+        "queue and RoCE is not lossless even though each device looks correct on its own.",
+    ),
+    Requirement(
+        "FAB-QOS-002", "The RoCE priority is carried on every hop (PCP trust only on tagged hops)", Severity.ERROR,
+        "A port that trusts PCP gives untagged frames its default priority, so RoCE loses its class on that hop.",
+    ),
+    Requirement(
+        "FAB-VLAN-001", "Both ends of every link agree on the VLANs and their tagging", Severity.ERROR,
+        "A VLAN that one end tags and the other does not carry (or expects untagged) is dropped at that link.",
+    ),
+    Requirement(
+        "FAB-VLAN-002", "No VLAN forms a layer-2 loop", Severity.ERROR,
+        "Fabric configs here carry no spanning tree; a loop in a VLAN floods broadcasts forever.",
+    ),
+    Requirement(
+        "FAB-PATH-001", "All NICs of one rail can reach each other", Severity.ERROR,
+        "Collective libraries connect NICs of the same rail across nodes; a rail split into separate layer-2 "
+        "segments (a VLAN missing on an uplink) fails connection setup between its halves.",
+    ),
+    Requirement(
+        "FAB-RAIL-001", "A host's NICs sit on distinct rails, each on the rail the profile gives it", Severity.ERROR,
+        "Rail-optimised fabrics and NCCL's rail-aware ring/tree building assume NIC i of every node shares a "
+        "leaf (or VLAN) with NIC i of the others. Two NICs of one host on one rail halve that rail's bandwidth "
+        "and leave another rail unreachable.",
+    ),
+    Requirement(
+        "FAB-LINK-001", "Every NIC of the hardware profile is cabled", Severity.WARNING,
+        "An uncabled NIC is a GPU without its scale-out bandwidth; usually a forgotten line in the config.",
+    ),
+    Requirement(
+        "FAB-DYN-REACH-001", "A RoCE probe (SEND with ACK request) is answered between every pair of NICs of a rail",
+        Severity.ERROR, "Reachability measured with real frames on the emulated fabric.", "dynamic",
+    ),
+    Requirement(
+        "FAB-DYN-MTU-001", "The largest RoCE payload that crosses a path equals the linter's prediction",
+        Severity.ERROR, "The kernel drops oversized frames on the emulated ports exactly as a switch would; the "
+        "measurement proves the static MTU analysis right.", "dynamic",
+    ),
+    Requirement(
+        "FAB-DYN-PRIO-001", "Priority tags (802.1Q PCP, DSCP, ECN) arrive as sent", Severity.ERROR,
+        "Measured on the emulated fabric: the path must not strip or rewrite the RoCE class.", "dynamic",
+    ),
+    Requirement(
+        "FAB-DYN-CNP-001", "A CE-marked RoCE packet is answered with a CNP in the configured CNP class",
+        Severity.ERROR, "End-to-end DCQCN signalling: the notification point sends a CNP (opcode 0x81) with the "
+        "NIC's CNP DSCP and priority, and it reaches the sender.", "dynamic",
+    ),
+    Requirement(
+        "FAB-DYN-PFC-001", "PFC frames stay on their link", Severity.ERROR,
+        "802.1Qbb pause frames are link-local (01:80:C2:00:00:01): the link partner receives them and no "
+        "switch forwards them further.", "dynamic",
+    ),
+)
+
+
+def requirement(req_id: str) -> Requirement:
+    """The requirement with this ID (KeyError names the ID)."""
+    try:
+        return REQUIREMENTS[req_id]
+    except KeyError:
+        raise KeyError(f"no fabric requirement {req_id!r}") from None

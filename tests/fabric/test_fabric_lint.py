@@ -1,0 +1,162 @@
+"""Static conformance: each seeded misconfiguration is flagged with its requirement ID, healthy configs are clean,
+and the RoCE path MTU predictions follow from the MTUs in the config."""
+
+from __future__ import annotations
+
+import json
+import re
+from itertools import combinations
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from fakehw.cli import main as fakehw_main
+from fakehw.fabric import REQUIREMENTS, Severity, lint, load_fabric
+from fakehw.fabric.analysis import IB_MTUS, ROCE_HEADROOM, max_send_payload, roce_mtu
+from fakehw.fabric.loader import broken_examples, builtin_fabrics
+from fakehw.fabric.model import FabricModel, NicRef, PortRef
+
+SEEDED = re.compile(r"^(FAB-[A-Z]+-\d{3})-")
+
+
+def _expected_paths(model: FabricModel) -> int:
+    """Every pair of NICs of one rail is a path (both built-in fabrics keep rails apart)."""
+    by_rail: dict[int | None, int] = {}
+    for nic in model.nics:
+        by_rail[nic.rail] = by_rail.get(nic.rail, 0) + 1
+    return sum(comb(n, 2) for n in by_rail.values())
+
+
+@pytest.mark.parametrize("name", sorted(builtin_fabrics()))
+def test_healthy_configs_have_no_findings(name: str) -> None:
+    model = load_fabric(name)
+    report = lint(model)
+    assert report.findings == (), report.format()
+    assert len(report.paths) == _expected_paths(model)
+    for path in report.paths:
+        a, b = model.host_nic(path.a), model.host_nic(path.b)
+        assert a.rail == b.rail
+        assert path.path_mtu == min(a.mtu, b.mtu, *(model.port(p).mtu for p in path.ports))
+        assert path.negotiated_roce_mtu == path.supported_roce_mtu == 4096
+
+
+@pytest.mark.parametrize("stem", sorted(broken_examples()))
+def test_each_broken_example_flags_exactly_its_seeded_requirement(stem: str) -> None:
+    match = SEEDED.match(stem)
+    assert match, f"broken example {stem} does not start with the requirement ID it seeds"
+    seeded = match.group(1)
+    path = broken_examples()[stem]
+    report = lint(load_fabric(path))
+    assert report.ids == {seeded}, report.format()
+    # the finding points at the seeding file, at a line that exists in it
+    for finding in report.findings:
+        assert finding.source == str(path), str(finding)
+        assert finding.line is not None and 1 <= finding.line <= len(path.read_text().splitlines())
+        assert finding.severity in (Severity.ERROR, Severity.WARNING)
+
+
+def test_every_static_requirement_has_a_broken_example() -> None:
+    seeded = {SEEDED.match(stem).group(1) for stem in broken_examples()}  # type: ignore[union-attr]
+    static = {r.id for r in REQUIREMENTS.values() if r.kind == "static"}
+    assert seeded == static
+
+
+def test_roce_mtu_follows_the_headroom_rule() -> None:
+    for ib in IB_MTUS:
+        assert roce_mtu(ib + ROCE_HEADROOM) == ib
+        below = roce_mtu(ib + ROCE_HEADROOM - 1)
+        assert below == (IB_MTUS[IB_MTUS.index(ib) - 1] if ib != IB_MTUS[0] else 0)
+    assert roce_mtu(1500) == 1024 and roce_mtu(9000) == 4096  # the facts in reference/platform.md
+
+
+def test_mtu_prediction_on_the_seeded_1500_port() -> None:
+    model = load_fabric(broken_examples()["FAB-MTU-001-port-1500"])
+    report = lint(model)
+    bad = PortRef("leaf-rail3", "p1")
+    small = model.port(bad).mtu
+    assert small == 1500
+    through = [p for p in report.paths if bad in p.ports]
+    assert {str(p.a) for p in through} | {str(p.b) for p in through} == {f"dgx-h100-{i}/mlx5_3" for i in range(4)}
+    assert len(through) == 3
+    for p in report.paths:
+        expected = small if bad in p.ports else min(model.host_nic(p.a).mtu, model.host_nic(p.b).mtu)
+        assert p.path_mtu == expected
+        assert p.max_payload == expected - (20 + 8 + 12 + 4)
+    (finding,) = report.findings
+    assert finding.paths == 3 and finding.severity is Severity.ERROR
+    assert f"at most {max_send_payload(small)} bytes" in finding.message
+    assert f"RoCE path MTU {roce_mtu(small)}" in finding.message
+
+
+def test_mtu_mismatch_that_still_fits_roce_is_a_warning(tmp_path: Path) -> None:
+    """A 5000-byte hop under 9000-byte NICs drops jumbo frames but not RoCE (4096 + headers fits)."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail0\n    ports:\n"
+                 "      - {name: p0, mtu: 5000}\n")
+    report = lint(load_fabric(f))
+    (finding,) = report.findings
+    assert (finding.id, finding.severity) == ("FAB-MTU-001", Severity.WARNING)
+    assert roce_mtu(5000) == 4096
+
+
+def test_pcp_trust_on_tagged_ports_is_fine_and_untagged_is_not(tmp_path: Path) -> None:
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: dgx-h100-rail\nname: x\ndefaults:\n  qos: {trust: pcp}\n")
+    assert lint(load_fabric(f)).findings == ()  # NICs tag with PCP 3 and CNPs with PCP 6
+
+
+def test_spine_leaf_paths_cross_the_spine() -> None:
+    model = load_fabric("gb200-nvl72-spine-leaf")
+    report = lint(model)
+    p = report.path(NicRef("gb200-tray-0", "mlx5_1"), NicRef("gb200-tray-17", "mlx5_1"))
+    assert p is not None
+    switches = [r.switch for r in p.ports]
+    # leaf0 in/out, spine1 in/out (rail 1 rides spine1), leaf1 in/out
+    assert switches == ["leaf0", "leaf0", "spine1", "spine1", "leaf1", "leaf1"]
+    assert report.path(NicRef("gb200-tray-0", "mlx5_1"), NicRef("gb200-tray-0", "mlx5_2")) is None
+    for a, b in combinations(report.paths[:5], 2):
+        assert a.id != b.id
+
+
+def test_lint_cli_exit_codes_and_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert fakehw_main(["fabric", "lint", "dgx-h100-rail"]) == 0
+    broken = str(broken_examples()["FAB-QOS-001-dscp-map"])
+    assert fakehw_main(["fabric", "lint", broken]) == 1
+    out = capsys.readouterr().out
+    assert "FAB-QOS-001" in out and f"{broken}:" in out
+    assert fakehw_main(["fabric", "lint", "--json", broken]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [f["id"] for f in data["findings"]] == ["FAB-QOS-001"]
+    assert data["summary"]["paths"] == len(data["paths"]) == 48
+    # warnings pass unless --strict
+    warn = str(broken_examples()["FAB-LINK-001-uncabled"])
+    assert fakehw_main(["fabric", "lint", warn]) == 0
+    assert fakehw_main(["fabric", "lint", "--strict", warn]) == 1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nprofile: dgx-h100\nswitches: 3\n")
+    assert fakehw_main(["fabric", "lint", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:3: switches:" in err and "Traceback" not in err
+
+
+def test_requirements_cli_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
+    assert fakehw_main(["fabric", "requirements", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in rows] == list(REQUIREMENTS)
+    assert all(r["rationale"] and r["title"] for r in rows)
+
+
+def test_generate_cli_round_trips(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "g.yaml"
+    assert fakehw_main(["fabric", "generate", "rail", "dgx-h100", "--nodes", "3", "--out", str(out)]) == 0
+    model = load_fabric(out)
+    assert len(model.system.nodes) == 3 and lint(model).findings == ()
+    capsys.readouterr()
+    norail = tmp_path / "norail.yaml"
+    nics = "".join(f"        - {{name: mlx5_{i}, rail: null}}\n" for i in range(8))
+    norail.write_text(f"extends: dgx-h100\nname: norail\ngroups:\n  - name: dgx-h100\n    node:\n      nics:\n{nics}")
+    assert fakehw_main(["fabric", "generate", "rail", str(norail)]) == 2
+    assert "gives its NICs no rails" in capsys.readouterr().err
+    assert fakehw_main(["fabric", "generate", "spine-leaf", "no-such-profile"]) == 2
+    assert "no profile 'no-such-profile'" in capsys.readouterr().err
