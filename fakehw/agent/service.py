@@ -7,6 +7,7 @@ before the call returns, so when ``inject`` returns the node's files already sho
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -233,7 +234,13 @@ class AgentService:
         faults = [f for f in self._faults.values() if f.node == name]
         state = derive_state(node, faults, self._generation[name], self.system.seed)
         self._states[name] = state
-        return render_node(self.system, node, state, self.node_dir(name), initial=initial)
+        return render_node(self.system, node, state, self.node_dir(name), initial=initial,
+                           events=self._recent_events(name))
+
+    def _recent_events(self, name: str, limit: int = 256) -> tuple[Event, ...]:
+        """The node's latest ``limit`` events, oldest first (newest are at the right of the deque)."""
+        recent = list(itertools.islice((e for e in reversed(self._events) if e.node == name), limit))
+        return tuple(reversed(recent))
 
     def _replay(self) -> None:
         for record in self.journal.replay():

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fakehw.agent.state import NodeState
+from fakehw.agent.state import Event, NodeState
 from fakehw.model.system import Node, System
 from fakehw.render.atomic import OutputDir
 
@@ -23,6 +23,8 @@ class RenderContext:
     state: NodeState
     initial: bool
     """True on the first render of a node dir (renderers of static content only write then)."""
+    events: tuple[Event, ...] = ()
+    """The node's recent events, oldest first (the NVML snapshot carries them to event waits)."""
 
 
 Renderer = Callable[[RenderContext, OutputDir], None]
@@ -36,14 +38,16 @@ class RenderResult:
 
 
 def _renderers() -> tuple[Renderer, ...]:
+    from fakehw.nvml.render import render_nvml_snapshot
     from fakehw.render.basic import render_model, render_state
 
-    return (render_model, render_state)
+    return (render_model, render_state, render_nvml_snapshot)
 
 
-def render_node(system: System, node: Node, state: NodeState, out: Path, initial: bool = False) -> RenderResult:
+def render_node(system: System, node: Node, state: NodeState, out: Path, initial: bool = False,
+                events: tuple[Event, ...] = ()) -> RenderResult:
     """Render every output of ``node`` into ``out``; only files whose content changed are rewritten."""
-    ctx = RenderContext(system, node, state, initial)
+    ctx = RenderContext(system, node, state, initial, events)
     target = OutputDir(out)
     for renderer in _renderers():
         renderer(ctx, target)

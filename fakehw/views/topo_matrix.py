@@ -1,9 +1,9 @@
 """The ``nvidia-smi topo -m`` matrix of a node, computed from the model.
 
-The layout follows nvidia-smi 535: tab-separated cells, `` X `` on the diagonal, ``NV#`` where GPUs share
-NVLinks and a PCIe level (PIX/PXB/PHB/NODE/SYS) elsewhere, then CPU affinity, NUMA affinity and GPU NUMA ID
-columns, a legend and a NIC legend. Tests compare it with what the real nvidia-smi prints against the fake
-NVML, so the two must agree cell for cell.
+The layout follows nvidia-smi 535 byte for byte: tab-separated cells, `` X `` on the diagonal, ``NV#`` where
+GPUs share NVLinks and a PCIe level (PIX/PXB/PHB/NODE/SYS) elsewhere, then CPU affinity, NUMA affinity and GPU
+NUMA ID columns, a legend and a NIC legend. tests/nvml/test_smi.py compares it with what the real nvidia-smi
+prints against the fake NVML, so the two must agree to the byte.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from fakehw.model.system import Node
 from fakehw.model.topology import NodeTopology
 from fakehw.model.units import format_cpulist
+
+UNDERLINE_ON, UNDERLINE_OFF = "\x1b[4m", "\x1b[0m"
 
 LEGEND = """\
 Legend:
@@ -47,20 +49,29 @@ def matrix_rows(topo: NodeTopology) -> list[list[str]]:
     return rows
 
 
-def format_topo_matrix(node: Node, topo: NodeTopology) -> str:
+def format_topo_matrix(node: Node, topo: NodeTopology, underline: bool = True) -> str:
+    """The matrix exactly as the real nvidia-smi 535 prints it (checked against the binary in tests/nvml).
+
+    Like nvidia-smi, the header row is underlined with ANSI escapes even when the output is not a terminal
+    (``underline=False`` leaves them out), the GPU NUMA ID column follows an empty cell, NIC rows carry four
+    empty affinity cells, and the NIC legend ends with a blank line.
+    """
     n = len(topo.gpus)
     rows = matrix_rows(topo)
-    rows[0] += ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
+    header = [*rows[0][1:], "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
+    on, off = (UNDERLINE_ON, UNDERLINE_OFF) if underline else ("", "")
+    lines = ["\t" + on + "\t".join(header) + off]
     for a in range(n):
         gpu_numa = topo.gpu_numa_id[a]
-        rows[1 + a] += [
+        lines.append("\t".join([
+            *rows[1 + a],
             format_cpulist(topo.cpu_affinity[a]) or "N/A",
             str(topo.numa_affinity[a]),
+            "",
             "N/A" if gpu_numa is None else str(gpu_numa),
-        ]
-    lines = ["\t".join(r) for r in rows]
+        ]))
+    lines += ["\t".join([*row, "", "", "", ""]) for row in rows[1 + n:]]
     out = "\n".join(lines) + "\n\n" + LEGEND
     if topo.nics:
-        out += "\nNIC Legend:\n\n" + "".join(f"  NIC{k}: {name}\n" for k, name in enumerate(topo.nics))
+        out += "\nNIC Legend:\n\n" + "".join(f"  NIC{k}: {name}\n" for k, name in enumerate(topo.nics)) + "\n"
     return out
-

@@ -1,0 +1,1042 @@
+/* Per-device queries: identity, memory, PCI, power, thermal, clocks, utilization, ECC, processes. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CHECK_PTR(p)                                     \
+    do {                                                 \
+        if ((p) == NULL) return NVML_ERROR_INVALID_ARGUMENT; \
+    } while (0)
+
+#define PHYS 0
+#define ANY FHW_ALLOW_MIG
+
+/* ------------------------------------------------------------------------------------------ identity */
+
+static nvmlReturn_t d_name(fhw_ctx_t *c, char *name, unsigned int length) {
+    if (c->m) return fhw_copy_str(name, length, c->m->name, sizeof c->m->name);
+    return fhw_copy_str(name, length, c->g->name, sizeof c->g->name);
+}
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    FHW_DEV_CALL(device, ANY, d_name(&C, name, length));
+}
+
+static nvmlReturn_t d_uuid(fhw_ctx_t *c, char *uuid, unsigned int length) {
+    if (c->m) return fhw_copy_str(uuid, length, c->m->uuid, sizeof c->m->uuid);
+    return fhw_copy_str(uuid, length, c->g->uuid, sizeof c->g->uuid);
+}
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    FHW_DEV_CALL(device, ANY, d_uuid(&C, uuid, length));
+}
+
+static nvmlReturn_t d_serial(fhw_ctx_t *c, char *serial, unsigned int length) {
+    if (c->g->serial[0] == '\0') return NVML_ERROR_NOT_SUPPORTED;
+    return fhw_copy_str(serial, length, c->g->serial, sizeof c->g->serial);
+}
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) {
+    FHW_DEV_CALL(device, ANY, d_serial(&C, serial, length));
+}
+
+static nvmlReturn_t d_index(fhw_ctx_t *c, unsigned int *index) {
+    CHECK_PTR(index);
+    *index = (unsigned int)c->dev;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) { FHW_DEV_CALL(device, PHYS, d_index(&C, index)); }
+
+#define U32_GETTER(fn, flags, field)                                              \
+    static nvmlReturn_t d_##fn(fhw_ctx_t *c, unsigned int *out) {                \
+        CHECK_PTR(out);                                                           \
+        *out = c->g->field;                                                       \
+        return NVML_SUCCESS;                                                      \
+    }                                                                             \
+    nvmlReturn_t nvmlDevice##fn(nvmlDevice_t device, unsigned int *out) {         \
+        FHW_DEV_CALL(device, flags, d_##fn(&C, out));                             \
+    }
+
+U32_GETTER(GetMinorNumber, PHYS, minor)
+U32_GETTER(GetBrand, ANY, brand)
+U32_GETTER(GetArchitecture, ANY, architecture)
+U32_GETTER(GetBoardId, ANY, board_id)
+U32_GETTER(GetMultiGpuBoard, ANY, multi_gpu_board)
+U32_GETTER(GetMemoryBusWidth, ANY, memory_bus_width)
+U32_GETTER(GetCurrPcieLinkGeneration, ANY, pcie_gen_cur)
+U32_GETTER(GetGpuMaxPcieLinkGeneration, ANY, pcie_gen_gpu_max)
+U32_GETTER(GetMaxPcieLinkGeneration, ANY, pcie_gen_max)
+U32_GETTER(GetCurrPcieLinkWidth, ANY, pcie_width_cur)
+U32_GETTER(GetMaxPcieLinkWidth, ANY, pcie_width_max)
+U32_GETTER(GetPcieReplayCounter, ANY, pcie_replay)
+U32_GETTER(GetPcieSpeed, ANY, pcie_speed_mbps)
+U32_GETTER(GetPowerUsage, PHYS, power_usage_mw)
+U32_GETTER(GetPowerManagementLimit, PHYS, power_limit_mw)
+U32_GETTER(GetPowerManagementDefaultLimit, PHYS, power_default_limit_mw)
+U32_GETTER(GetEnforcedPowerLimit, PHYS, power_enforced_mw)
+U32_GETTER(GetBusType, ANY, bus_type)
+U32_GETTER(GetComputeMode, ANY, compute_mode)
+U32_GETTER(GetPersistenceMode, PHYS, persistence_mode)
+U32_GETTER(GetDisplayMode, PHYS, display_mode)
+U32_GETTER(GetDisplayActive, PHYS, display_active)
+U32_GETTER(GetAccountingMode, PHYS, accounting_mode)
+U32_GETTER(GetPerformanceState, PHYS, pstate)
+U32_GETTER(GetPowerState, PHYS, pstate)
+U32_GETTER(GetNumFans, PHYS, fan_count)
+
+static nvmlReturn_t d_module_id(fhw_ctx_t *c, unsigned int *out) {
+    CHECK_PTR(out);
+    *out = c->g->module_id;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetModuleId(nvmlDevice_t device, unsigned int *moduleId) {
+    FHW_DEV_CALL(device, ANY, d_module_id(&C, moduleId));
+}
+
+static nvmlReturn_t d_cc(fhw_ctx_t *c, int *major, int *minor) {
+    if (major == NULL || minor == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *major = (int)c->g->cc_major;
+    *minor = (int)c->g->cc_minor;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor) {
+    FHW_DEV_CALL(device, ANY, d_cc(&C, major, minor));
+}
+
+static nvmlReturn_t d_part(fhw_ctx_t *c, char *out, unsigned int length) {
+    if (c->g->board_part_number[0] == '\0') return NVML_ERROR_NOT_SUPPORTED;
+    return fhw_copy_str(out, length, c->g->board_part_number, sizeof c->g->board_part_number);
+}
+nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length) {
+    FHW_DEV_CALL(device, ANY, d_part(&C, partNumber, length));
+}
+
+static nvmlReturn_t d_vbios(fhw_ctx_t *c, char *out, unsigned int length) {
+    return fhw_copy_str(out, length, c->g->vbios_version, sizeof c->g->vbios_version);
+}
+nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length) {
+    FHW_DEV_CALL(device, PHYS, d_vbios(&C, version, length));
+}
+
+static nvmlReturn_t d_inforom(fhw_ctx_t *c, unsigned int object, char *out, unsigned int length) {
+    const char *v;
+    switch (object) {
+    case 0: v = c->g->inforom_oem; break;
+    case 1: v = c->g->inforom_ecc; break;
+    case 2: v = c->g->inforom_power; break;
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (v[0] == '\0') return NVML_ERROR_NOT_SUPPORTED;
+    return fhw_copy_str(out, length, v, 16);
+}
+nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, unsigned int object, char *version,
+                                         unsigned int length) {
+    FHW_DEV_CALL(device, PHYS, d_inforom(&C, object, version, length));
+}
+
+static nvmlReturn_t d_inforom_image(fhw_ctx_t *c, char *out, unsigned int length) {
+    if (c->g->inforom_image[0] == '\0') return NVML_ERROR_NOT_SUPPORTED;
+    return fhw_copy_str(out, length, c->g->inforom_image, sizeof c->g->inforom_image);
+}
+nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version, unsigned int length) {
+    FHW_DEV_CALL(device, PHYS, d_inforom_image(&C, version, length));
+}
+
+static nvmlReturn_t d_inforom_checksum(fhw_ctx_t *c, unsigned int *checksum) {
+    CHECK_PTR(checksum);
+    /* A stable function of the image version: what the board's configuration would hash to. */
+    uint32_t h = 2166136261u;
+    for (const char *p = c->g->inforom_image; *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+    *checksum = h;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetInforomConfigurationChecksum(nvmlDevice_t device, unsigned int *checksum) {
+    FHW_DEV_CALL(device, PHYS, d_inforom_checksum(&C, checksum));
+}
+
+static nvmlReturn_t d_ok(fhw_ctx_t *c) {
+    (void)c;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device) { FHW_DEV_CALL(device, PHYS, d_ok(&C)); }
+
+static nvmlReturn_t d_gsp_version(fhw_ctx_t *c, char *version) {
+    CHECK_PTR(version);
+    if (c->g->gsp_firmware[0] == '\0') return NVML_ERROR_NOT_SUPPORTED;
+    /* The caller's buffer is NVML_GSP_FIRMWARE_VERSION_BUF_SIZE (0x40) bytes. */
+    return fhw_copy_str(version, 0x40, c->g->gsp_firmware, sizeof c->g->gsp_firmware);
+}
+nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version) {
+    FHW_DEV_CALL(device, PHYS, d_gsp_version(&C, version));
+}
+
+static nvmlReturn_t d_gsp_mode(fhw_ctx_t *c, unsigned int *isEnabled, unsigned int *defaultMode) {
+    if (isEnabled == NULL || defaultMode == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *isEnabled = c->g->gsp_firmware[0] != '\0';
+    *defaultMode = *isEnabled;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, unsigned int *isEnabled, unsigned int *defaultMode) {
+    FHW_DEV_CALL(device, PHYS, d_gsp_mode(&C, isEnabled, defaultMode));
+}
+
+static nvmlReturn_t d_attributes(fhw_ctx_t *c, nvmlDeviceAttributes_t *a) {
+    CHECK_PTR(a);
+    memset(a, 0, sizeof *a);
+    if (c->m) {
+        a->multiprocessorCount = c->m->multiprocessors;
+        a->sharedCopyEngineCount = c->m->copy_engines;
+        a->sharedDecoderCount = c->m->decoders;
+        a->sharedEncoderCount = c->m->encoders;
+        a->sharedJpegCount = c->m->jpegs;
+        a->sharedOfaCount = c->m->ofas;
+        a->gpuInstanceSliceCount = c->m->slice_count;
+        a->computeInstanceSliceCount = c->m->slice_count;
+        a->memorySizeMB = c->m->mem_total >> 20;
+    } else {
+        a->multiprocessorCount = c->g->multiprocessors;
+        a->sharedCopyEngineCount = c->g->copy_engines;
+        a->sharedDecoderCount = c->g->decoders;
+        a->sharedEncoderCount = c->g->encoders;
+        a->sharedJpegCount = c->g->jpegs;
+        a->sharedOfaCount = c->g->ofas;
+        a->gpuInstanceSliceCount = c->g->mig_capable ? c->g->mig_max_devices : 0;
+        a->computeInstanceSliceCount = a->gpuInstanceSliceCount;
+        a->memorySizeMB = c->g->mem_total >> 20;
+    }
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes) {
+    FHW_DEV_CALL(device, ANY, d_attributes(&C, attributes));
+}
+nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes) {
+    FHW_DEV_CALL(device, ANY, d_attributes(&C, attributes));
+}
+
+nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t device2, int *onSameBoard) {
+    fhw_ctx_t C1;
+    nvmlReturn_t r = fhw_enter_dev(&C1, device1, 0);
+    if (r != NVML_SUCCESS) return r;
+    int slot1 = C1.slot;
+    unsigned int board1 = C1.g->board_id, multi1 = C1.g->multi_gpu_board;
+    fhw_leave(&C1);
+    fhw_ctx_t C2;
+    r = fhw_enter_dev(&C2, device2, 0);
+    if (r != NVML_SUCCESS) return r;
+    if (onSameBoard == NULL) r = NVML_ERROR_INVALID_ARGUMENT;
+    else *onSameBoard = slot1 == C2.slot || (multi1 && C2.g->multi_gpu_board && board1 == C2.g->board_id);
+    fhw_leave(&C2);
+    return r;
+}
+
+static nvmlReturn_t d_virt_mode(fhw_ctx_t *c, unsigned int *mode) {
+    (void)c;
+    CHECK_PTR(mode);
+    *mode = 0; /* NVML_GPU_VIRTUALIZATION_MODE_NONE: bare metal */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, unsigned int *pVirtualMode) {
+    FHW_DEV_CALL(device, PHYS, d_virt_mode(&C, pVirtualMode));
+}
+
+static nvmlReturn_t d_api_restriction(fhw_ctx_t *c, unsigned int api, unsigned int *isRestricted) {
+    (void)c;
+    CHECK_PTR(isRestricted);
+    if (api > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    *isRestricted = NVML_FEATURE_ENABLED; /* clock changes need root, as on a stock install */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetAPIRestriction(nvmlDevice_t device, unsigned int apiType, unsigned int *isRestricted) {
+    FHW_DEV_CALL(device, PHYS, d_api_restriction(&C, apiType, isRestricted));
+}
+
+/* ------------------------------------------------------------------------------------------ memory */
+
+static nvmlReturn_t d_memory(fhw_ctx_t *c, nvmlMemory_t *m) {
+    CHECK_PTR(m);
+    if (c->m) {
+        m->total = c->m->mem_total;
+        m->used = c->m->mem_used + c->m->mem_reserved;
+        m->free = c->m->mem_free;
+    } else {
+        m->total = c->g->mem_total;
+        m->used = c->g->mem_used + c->g->mem_reserved; /* v1 counts the reserved memory as used */
+        m->free = c->g->mem_free;
+    }
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    FHW_DEV_CALL(device, ANY, d_memory(&C, memory));
+}
+
+static nvmlReturn_t d_memory_v2(fhw_ctx_t *c, nvmlMemory_v2_t *m) {
+    CHECK_PTR(m);
+    if (m->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (c->m) {
+        m->total = c->m->mem_total;
+        m->reserved = c->m->mem_reserved;
+        m->used = c->m->mem_used;
+        m->free = c->m->mem_free;
+    } else {
+        m->total = c->g->mem_total;
+        m->reserved = c->g->mem_reserved;
+        m->used = c->g->mem_used;
+        m->free = c->g->mem_free;
+    }
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    FHW_DEV_CALL(device, ANY, d_memory_v2(&C, memory));
+}
+
+static nvmlReturn_t d_bar1(fhw_ctx_t *c, nvmlBAR1Memory_t *b) {
+    CHECK_PTR(b);
+    b->bar1Total = c->g->bar1_total;
+    b->bar1Used = c->g->bar1_used;
+    b->bar1Free = c->g->bar1_total - c->g->bar1_used;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory) {
+    FHW_DEV_CALL(device, ANY, d_bar1(&C, bar1Memory));
+}
+
+/* ------------------------------------------------------------------------------------------ PCI */
+
+static nvmlReturn_t d_pci_v3(fhw_ctx_t *c, nvmlPciInfo_t *p) {
+    CHECK_PTR(p);
+    memset(p, 0, sizeof *p);
+    snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%s", c->g->bus_id_legacy);
+    snprintf(p->busId, sizeof p->busId, "%s", c->g->bus_id);
+    p->domain = c->g->pci_domain;
+    p->bus = c->g->pci_bus;
+    p->device = c->g->pci_device;
+    p->pciDeviceId = c->g->pci_device_id;
+    p->pciSubSystemId = c->g->pci_subsystem_id;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    FHW_DEV_CALL(device, ANY, d_pci_v3(&C, pci));
+}
+
+/* The unversioned and _v2 entry points fill the older 52-byte layout: 16-byte bus id, then the ids. */
+static nvmlReturn_t d_pci_v1(fhw_ctx_t *c, fhwPciInfoV1_t *p) {
+    CHECK_PTR(p);
+    memset(p, 0, sizeof *p);
+    snprintf(p->busId, sizeof p->busId, "%s", c->g->bus_id_legacy);
+    p->domain = c->g->pci_domain;
+    p->bus = c->g->pci_bus;
+    p->device = c->g->pci_device;
+    p->pciDeviceId = c->g->pci_device_id;
+    p->pciSubSystemId = c->g->pci_subsystem_id;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, fhwPciInfoV1_t *pci) {
+    FHW_DEV_CALL(device, ANY, d_pci_v1(&C, pci));
+}
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, fhwPciInfoV1_t *pci) {
+    FHW_DEV_CALL(device, ANY, d_pci_v1(&C, pci));
+}
+
+static nvmlReturn_t d_pci_ext(fhw_ctx_t *c, nvmlPciInfoExt_v1_t *p) {
+    CHECK_PTR(p);
+    if (p->version != nvmlPciInfoExt_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    p->domain = c->g->pci_domain;
+    p->bus = c->g->pci_bus;
+    p->device = c->g->pci_device;
+    p->pciDeviceId = c->g->pci_device_id;
+    p->pciSubSystemId = c->g->pci_subsystem_id;
+    p->baseClass = c->g->pci_base_class;
+    p->subClass = c->g->pci_sub_class;
+    memset(p->busId, 0, sizeof p->busId);
+    snprintf(p->busId, sizeof p->busId, "%s", c->g->bus_id);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_v1_t *pci) {
+    FHW_DEV_CALL(device, ANY, d_pci_ext(&C, pci));
+}
+
+static nvmlReturn_t d_pcie_throughput(fhw_ctx_t *c, unsigned int counter, unsigned int *value) {
+    CHECK_PTR(value);
+    if (counter == NVML_PCIE_UTIL_TX_BYTES) *value = c->g->pcie_tx_kbs;
+    else if (counter == NVML_PCIE_UTIL_RX_BYTES) *value = c->g->pcie_rx_kbs;
+    else return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, unsigned int counter, unsigned int *value) {
+    FHW_DEV_CALL(device, PHYS, d_pcie_throughput(&C, counter, value));
+}
+
+static nvmlReturn_t d_pcie_max_speed(fhw_ctx_t *c, unsigned int *maxSpeed) {
+    CHECK_PTR(maxSpeed);
+    /* NVML_PCIE_LINK_MAX_SPEED_*: 1 = 2.5 GT/s ... 5 = 32 GT/s, 6 = 64 GT/s (gen n -> n). */
+    *maxSpeed = c->g->pcie_gen_max;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPcieLinkMaxSpeed(nvmlDevice_t device, unsigned int *maxSpeed) {
+    FHW_DEV_CALL(device, PHYS, d_pcie_max_speed(&C, maxSpeed));
+}
+
+/* ------------------------------------------------------------------------------------------ power */
+
+static nvmlReturn_t d_power_constraints(fhw_ctx_t *c, unsigned int *minLimit, unsigned int *maxLimit) {
+    if (minLimit == NULL || maxLimit == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *minLimit = c->g->power_min_limit_mw;
+    *maxLimit = c->g->power_max_limit_mw;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int *minLimit,
+                                                          unsigned int *maxLimit) {
+    FHW_DEV_CALL(device, PHYS, d_power_constraints(&C, minLimit, maxLimit));
+}
+
+static nvmlReturn_t d_power_mode(fhw_ctx_t *c, unsigned int *mode) {
+    CHECK_PTR(mode);
+    *mode = c->g->power_max_limit_mw > 0 ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPowerManagementMode(nvmlDevice_t device, unsigned int *mode) {
+    FHW_DEV_CALL(device, PHYS, d_power_mode(&C, mode));
+}
+
+static nvmlReturn_t d_energy(fhw_ctx_t *c, unsigned long long *energy) {
+    CHECK_PTR(energy);
+    *energy = c->g->energy_mj;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    FHW_DEV_CALL(device, PHYS, d_energy(&C, energy));
+}
+
+static nvmlReturn_t d_power_source(fhw_ctx_t *c, unsigned int *source) {
+    (void)c;
+    CHECK_PTR(source);
+    *source = 0; /* NVML_POWER_SOURCE_AC */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPowerSource(nvmlDevice_t device, unsigned int *powerSource) {
+    FHW_DEV_CALL(device, PHYS, d_power_source(&C, powerSource));
+}
+
+/* ------------------------------------------------------------------------------------------ thermal */
+
+static nvmlReturn_t d_temperature(fhw_ctx_t *c, unsigned int sensor, unsigned int *temp) {
+    CHECK_PTR(temp);
+    if (sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    *temp = c->g->temperature;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned int sensorType, unsigned int *temp) {
+    FHW_DEV_CALL(device, PHYS, d_temperature(&C, sensorType, temp));
+}
+
+static nvmlReturn_t d_temp_threshold(fhw_ctx_t *c, unsigned int type, unsigned int *temp) {
+    CHECK_PTR(temp);
+    unsigned int v;
+    switch (type) {
+    case NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: v = c->g->temp_shutdown; break;
+    case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: v = c->g->temp_slowdown; break;
+    case NVML_TEMPERATURE_THRESHOLD_MEM_MAX: v = c->g->temp_mem_max; break;
+    case NVML_TEMPERATURE_THRESHOLD_GPU_MAX: v = c->g->temp_gpu_max; break;
+    default: return type < 7 ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (v == 0) return NVML_ERROR_NOT_SUPPORTED;
+    *temp = v;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, unsigned int thresholdType, unsigned int *temp) {
+    FHW_DEV_CALL(device, PHYS, d_temp_threshold(&C, thresholdType, temp));
+}
+
+static nvmlReturn_t d_thermal_settings(fhw_ctx_t *c, unsigned int sensorIndex, nvmlGpuThermalSettings_t *t) {
+    CHECK_PTR(t);
+    if (sensorIndex != 0 && sensorIndex != NVML_THERMAL_TARGET_ALL) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(t, 0, sizeof *t);
+    t->count = 1;
+    t->sensor[0].controller = NVML_THERMAL_CONTROLLER_GPU_INTERNAL;
+    t->sensor[0].defaultMinTemp = 0;
+    t->sensor[0].defaultMaxTemp = (int)c->g->temp_gpu_max;
+    t->sensor[0].currentTemp = (int)c->g->temperature;
+    t->sensor[0].target = NVML_THERMAL_TARGET_GPU;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetThermalSettings(nvmlDevice_t device, unsigned int sensorIndex,
+                                          nvmlGpuThermalSettings_t *pThermalSettings) {
+    FHW_DEV_CALL(device, PHYS, d_thermal_settings(&C, sensorIndex, pThermalSettings));
+}
+
+/* ------------------------------------------------------------------------------------------ fans */
+
+static nvmlReturn_t d_fan(fhw_ctx_t *c, unsigned int fan, unsigned int *speed) {
+    CHECK_PTR(speed);
+    if (c->g->fan_count == 0) return NVML_ERROR_NOT_SUPPORTED; /* passively cooled (SXM, PCIe L4) */
+    if (fan >= c->g->fan_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *speed = c->g->fan_speed;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed) { FHW_DEV_CALL(device, PHYS, d_fan(&C, 0, speed)); }
+nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int *speed) {
+    FHW_DEV_CALL(device, PHYS, d_fan(&C, fan, speed));
+}
+nvmlReturn_t nvmlDeviceGetTargetFanSpeed(nvmlDevice_t device, unsigned int fan, unsigned int *targetSpeed) {
+    FHW_DEV_CALL(device, PHYS, d_fan(&C, fan, targetSpeed));
+}
+
+static nvmlReturn_t d_fan_minmax(fhw_ctx_t *c, unsigned int *minSpeed, unsigned int *maxSpeed) {
+    if (minSpeed == NULL || maxSpeed == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (c->g->fan_count == 0) return NVML_ERROR_NOT_SUPPORTED;
+    *minSpeed = 30;
+    *maxSpeed = 100;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetMinMaxFanSpeed(nvmlDevice_t device, unsigned int *minSpeed, unsigned int *maxSpeed) {
+    FHW_DEV_CALL(device, PHYS, d_fan_minmax(&C, minSpeed, maxSpeed));
+}
+
+static nvmlReturn_t d_fan_policy(fhw_ctx_t *c, unsigned int fan, unsigned int *policy) {
+    CHECK_PTR(policy);
+    if (c->g->fan_count == 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (fan >= c->g->fan_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *policy = 0; /* NVML_FAN_POLICY_TEMPERATURE_CONTINOUS_SW */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetFanControlPolicy_v2(nvmlDevice_t device, unsigned int fan, unsigned int *policy) {
+    FHW_DEV_CALL(device, PHYS, d_fan_policy(&C, fan, policy));
+}
+
+/* ------------------------------------------------------------------------------------------ clocks */
+
+static nvmlReturn_t d_clock(fhw_ctx_t *c, unsigned int type, unsigned int id, unsigned int *mhz) {
+    CHECK_PTR(mhz);
+    if (type >= NVML_CLOCK_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    switch (id) {
+    case NVML_CLOCK_ID_CURRENT: *mhz = c->g->clocks_current[type]; break;
+    case NVML_CLOCK_ID_APP_CLOCK_TARGET: *mhz = c->g->clocks_app[type]; break;
+    case NVML_CLOCK_ID_APP_CLOCK_DEFAULT: *mhz = c->g->clocks_app_default[type]; break;
+    case NVML_CLOCK_ID_CUSTOMER_BOOST_MAX: *mhz = c->g->clocks_max[type]; break;
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (*mhz == 0) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, unsigned int clockType, unsigned int clockId,
+                                unsigned int *clockMHz) {
+    FHW_DEV_CALL(device, PHYS, d_clock(&C, clockType, clockId, clockMHz));
+}
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock) {
+    FHW_DEV_CALL(device, PHYS, d_clock(&C, type, NVML_CLOCK_ID_CURRENT, clock));
+}
+nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, unsigned int clockType, unsigned int *clockMHz) {
+    FHW_DEV_CALL(device, PHYS, d_clock(&C, clockType, NVML_CLOCK_ID_APP_CLOCK_TARGET, clockMHz));
+}
+nvmlReturn_t nvmlDeviceGetDefaultApplicationsClock(nvmlDevice_t device, unsigned int clockType,
+                                                   unsigned int *clockMHz) {
+    FHW_DEV_CALL(device, PHYS, d_clock(&C, clockType, NVML_CLOCK_ID_APP_CLOCK_DEFAULT, clockMHz));
+}
+nvmlReturn_t nvmlDeviceGetMaxCustomerBoostClock(nvmlDevice_t device, unsigned int clockType, unsigned int *clockMHz) {
+    FHW_DEV_CALL(device, PHYS, d_clock(&C, clockType, NVML_CLOCK_ID_CUSTOMER_BOOST_MAX, clockMHz));
+}
+
+static nvmlReturn_t d_max_clock(fhw_ctx_t *c, unsigned int type, unsigned int *mhz) {
+    CHECK_PTR(mhz);
+    if (type >= NVML_CLOCK_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    *mhz = c->g->clocks_max[type];
+    return *mhz ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock) {
+    FHW_DEV_CALL(device, PHYS, d_max_clock(&C, type, clock));
+}
+
+static nvmlReturn_t d_supported_mem_clocks(fhw_ctx_t *c, unsigned int *count, unsigned int *clocks) {
+    CHECK_PTR(count);
+    if (*count < 1) {
+        *count = 1;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    CHECK_PTR(clocks);
+    clocks[0] = c->g->clocks_max[NVML_CLOCK_MEM];
+    *count = 1;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, unsigned int *count, unsigned int *clocksMHz) {
+    FHW_DEV_CALL(device, PHYS, d_supported_mem_clocks(&C, count, clocksMHz));
+}
+
+/* Graphics clocks in 15 MHz steps from the maximum down to 210 MHz, the way the boards list them. */
+static nvmlReturn_t d_supported_gr_clocks(fhw_ctx_t *c, unsigned int mem, unsigned int *count, unsigned int *clocks) {
+    CHECK_PTR(count);
+    if (mem != c->g->clocks_max[NVML_CLOCK_MEM]) return NVML_ERROR_NOT_FOUND;
+    unsigned int top = c->g->clocks_max[NVML_CLOCK_GRAPHICS];
+    unsigned int n = top >= 210 ? (top - 210) / 15 + 1 : 1;
+    if (*count < n) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    CHECK_PTR(clocks);
+    for (unsigned int i = 0; i < n; i++) clocks[i] = top - 15 * i;
+    *count = n;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device, unsigned int memoryClockMHz,
+                                                  unsigned int *count, unsigned int *clocksMHz) {
+    FHW_DEV_CALL(device, PHYS, d_supported_gr_clocks(&C, memoryClockMHz, count, clocksMHz));
+}
+
+static nvmlReturn_t d_adaptive(fhw_ctx_t *c, unsigned int *status) {
+    (void)c;
+    CHECK_PTR(status);
+    *status = 1; /* NVML_ADAPTIVE_CLOCKING_INFO_STATUS_ENABLED */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetAdaptiveClockInfoStatus(nvmlDevice_t device, unsigned int *adaptiveClockStatus) {
+    FHW_DEV_CALL(device, PHYS, d_adaptive(&C, adaptiveClockStatus));
+}
+
+static nvmlReturn_t d_minmax_pstate_clock(fhw_ctx_t *c, unsigned int type, unsigned int pstate, unsigned int *minMHz,
+                                          unsigned int *maxMHz) {
+    if (minMHz == NULL || maxMHz == NULL || type >= NVML_CLOCK_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    if (pstate != 0) return NVML_ERROR_NOT_SUPPORTED; /* the boards expose P0 only */
+    *maxMHz = c->g->clocks_max[type];
+    *minMHz = type == NVML_CLOCK_MEM ? c->g->clocks_max[type] : 210;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetMinMaxClockOfPState(nvmlDevice_t device, unsigned int type, unsigned int pstate,
+                                              unsigned int *minClockMHz, unsigned int *maxClockMHz) {
+    FHW_DEV_CALL(device, PHYS, d_minmax_pstate_clock(&C, type, pstate, minClockMHz, maxClockMHz));
+}
+
+static nvmlReturn_t d_supported_pstates(fhw_ctx_t *c, unsigned int *pstates, unsigned int size) {
+    (void)c;
+    CHECK_PTR(pstates);
+    if (size < NVML_MAX_GPU_PERF_PSTATES * sizeof(unsigned int)) return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (unsigned int i = 0; i < NVML_MAX_GPU_PERF_PSTATES; i++) pstates[i] = NVML_PSTATE_UNKNOWN;
+    pstates[0] = NVML_PSTATE_0;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetSupportedPerformanceStates(nvmlDevice_t device, unsigned int *pstates, unsigned int size) {
+    FHW_DEV_CALL(device, PHYS, d_supported_pstates(&C, pstates, size));
+}
+
+/* ------------------------------------------------------------------------------------------ throttling */
+
+static nvmlReturn_t d_throttle(fhw_ctx_t *c, unsigned long long *reasons, int supported) {
+    CHECK_PTR(reasons);
+    *reasons = supported ? c->g->supported_throttle_reasons : c->g->throttle_reasons;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    FHW_DEV_CALL(device, PHYS, d_throttle(&C, reasons, 0));
+}
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    FHW_DEV_CALL(device, PHYS, d_throttle(&C, reasons, 0));
+}
+nvmlReturn_t nvmlDeviceGetSupportedClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    FHW_DEV_CALL(device, PHYS, d_throttle(&C, reasons, 1));
+}
+nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    FHW_DEV_CALL(device, PHYS, d_throttle(&C, reasons, 1));
+}
+
+static nvmlReturn_t d_violation(fhw_ctx_t *c, unsigned int policy, nvmlViolationTime_t *v) {
+    CHECK_PTR(v);
+    if (policy > 11) return NVML_ERROR_INVALID_ARGUMENT;
+    v->referenceTime = (unsigned long long)c->s->hdr->render_time_us;
+    /* Time held below clocks: one generation's worth (1 s) per active limiter of this kind. */
+    unsigned long long r = c->g->throttle_reasons, gen = c->s->hdr->generation;
+    int hit = (policy == 0 && (r & 0x84)) || (policy == 1 && (r & 0x60)) || (policy >= 10 && r);
+    v->violationTime = hit ? gen * 1000000000ULL : 0;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, unsigned int perfPolicyType,
+                                          nvmlViolationTime_t *violTime) {
+    FHW_DEV_CALL(device, PHYS, d_violation(&C, perfPolicyType, violTime));
+}
+
+/* ------------------------------------------------------------------------------------------ utilization */
+
+static nvmlReturn_t d_util(fhw_ctx_t *c, nvmlUtilization_t *u) {
+    CHECK_PTR(u);
+    u->gpu = c->g->util_gpu;
+    u->memory = c->g->util_memory;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    FHW_DEV_CALL(device, PHYS, d_util(&C, utilization));
+}
+
+static nvmlReturn_t d_engine_util(fhw_ctx_t *c, unsigned int which, unsigned int *util, unsigned int *period) {
+    if (util == NULL || period == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int engines = which == 0 ? c->g->encoders : which == 1 ? c->g->decoders : which == 2 ? c->g->jpegs : c->g->ofas;
+    if (engines == 0) return NVML_ERROR_NOT_SUPPORTED;
+    *util = which == 0 ? c->g->util_encoder : which == 1 ? c->g->util_decoder : which == 2 ? c->g->util_jpeg : c->g->util_ofa;
+    *period = 167000;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                             unsigned int *samplingPeriodUs) {
+    FHW_DEV_CALL(device, PHYS, d_engine_util(&C, 0, utilization, samplingPeriodUs));
+}
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                             unsigned int *samplingPeriodUs) {
+    FHW_DEV_CALL(device, PHYS, d_engine_util(&C, 1, utilization, samplingPeriodUs));
+}
+nvmlReturn_t nvmlDeviceGetJpgUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                         unsigned int *samplingPeriodUs) {
+    FHW_DEV_CALL(device, PHYS, d_engine_util(&C, 2, utilization, samplingPeriodUs));
+}
+nvmlReturn_t nvmlDeviceGetOfaUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                         unsigned int *samplingPeriodUs) {
+    FHW_DEV_CALL(device, PHYS, d_engine_util(&C, 3, utilization, samplingPeriodUs));
+}
+
+static nvmlReturn_t d_dyn_pstates(fhw_ctx_t *c, nvmlGpuDynamicPstatesInfo_t *p) {
+    CHECK_PTR(p);
+    memset(p, 0, sizeof *p);
+    unsigned int pct[4] = {c->g->util_gpu, c->g->util_memory, c->g->util_decoder, 0};
+    for (int i = 0; i < 4; i++) {
+        p->utilization[i].bIsPresent = 1;
+        p->utilization[i].percentage = pct[i];
+        p->utilization[i].incThreshold = 30;
+        p->utilization[i].decThreshold = 15;
+    }
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetDynamicPstatesInfo(nvmlDevice_t device, nvmlGpuDynamicPstatesInfo_t *pDynamicPstatesInfo) {
+    FHW_DEV_CALL(device, PHYS, d_dyn_pstates(&C, pDynamicPstatesInfo));
+}
+
+/* One sample per kind: the snapshot's reading at its render time. */
+static nvmlReturn_t d_samples(fhw_ctx_t *c, unsigned int type, unsigned long long last, unsigned int *valType,
+                              unsigned int *count, nvmlSample_t *samples) {
+    if (valType == NULL || count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long ts = (unsigned long long)c->s->hdr->render_time_us;
+    unsigned int v;
+    switch (type) {
+    case 0: v = c->g->power_usage_mw; break;
+    case 1: v = c->g->util_gpu; break;
+    case 2: v = c->g->util_memory; break;
+    case 3: v = c->g->util_encoder; break;
+    case 4: v = c->g->util_decoder; break;
+    case 5: v = c->g->clocks_current[NVML_CLOCK_GRAPHICS]; break;
+    case 6: v = c->g->clocks_current[NVML_CLOCK_MEM]; break;
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *valType = NVML_VALUE_TYPE_UNSIGNED_INT;
+    if (last >= ts) return NVML_ERROR_NOT_FOUND;
+    if (samples == NULL) {
+        *count = 1;
+        return NVML_SUCCESS;
+    }
+    if (*count < 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+    samples[0].timeStamp = ts;
+    samples[0].sampleValue.ullVal = 0;
+    samples[0].sampleValue.uiVal = v;
+    *count = 1;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, unsigned int type, unsigned long long lastSeenTimeStamp,
+                                  unsigned int *sampleValType, unsigned int *sampleCount, nvmlSample_t *samples) {
+    FHW_DEV_CALL(device, PHYS, d_samples(&C, type, lastSeenTimeStamp, sampleValType, sampleCount, samples));
+}
+
+static nvmlReturn_t d_proc_util(fhw_ctx_t *c, nvmlProcessUtilizationSample_t *u, unsigned int *count,
+                                unsigned long long last) {
+    (void)u;
+    (void)last;
+    CHECK_PTR(count);
+    if (c->g->process_count == 0) return NVML_ERROR_NOT_FOUND;
+    unsigned int n = c->g->process_count;
+    if (u == NULL || *count < n) {
+        *count = n;
+        return u == NULL ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        const fhw_process_t *p = &c->s->processes[c->g->process_first + i];
+        memset(&u[i], 0, sizeof u[i]);
+        u[i].pid = p->pid;
+        u[i].timeStamp = (unsigned long long)c->s->hdr->render_time_us;
+        u[i].smUtil = n ? c->g->util_gpu / n : 0;
+        u[i].memUtil = n ? c->g->util_memory / n : 0;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp) {
+    FHW_DEV_CALL(device, PHYS, d_proc_util(&C, utilization, processSamplesCount, lastSeenTimeStamp));
+}
+
+/* ------------------------------------------------------------------------------------------ ECC */
+
+static nvmlReturn_t d_ecc_mode(fhw_ctx_t *c, unsigned int *current, unsigned int *pending) {
+    if (current == NULL || pending == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *current = c->g->ecc_current;
+    *pending = c->g->ecc_pending;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending) {
+    FHW_DEV_CALL(device, PHYS, d_ecc_mode(&C, current, pending));
+}
+
+static nvmlReturn_t d_ecc_default(fhw_ctx_t *c, unsigned int *mode) {
+    CHECK_PTR(mode);
+    *mode = c->g->ecc_default;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device, unsigned int *defaultMode) {
+    FHW_DEV_CALL(device, PHYS, d_ecc_default(&C, defaultMode));
+}
+
+static nvmlReturn_t ecc_args(fhw_ctx_t *c, unsigned int type, unsigned int counter) {
+    if (type > 1 || counter > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!c->g->ecc_current) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t d_ecc_total(fhw_ctx_t *c, unsigned int type, unsigned int counter, unsigned long long *count) {
+    CHECK_PTR(count);
+    nvmlReturn_t r = ecc_args(c, type, counter);
+    if (r != NVML_SUCCESS) return r;
+    unsigned long long sum = 0;
+    for (int l = 0; l < FHW_ECC_LOCATIONS; l++) sum += c->g->ecc_counts[type][counter][l];
+    *count = sum;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int errorType, unsigned int counterType,
+                                         unsigned long long *eccCounts) {
+    FHW_DEV_CALL(device, PHYS, d_ecc_total(&C, errorType, counterType, eccCounts));
+}
+
+static nvmlReturn_t d_ecc_detailed(fhw_ctx_t *c, unsigned int type, unsigned int counter, nvmlEccErrorCounts_t *e) {
+    CHECK_PTR(e);
+    nvmlReturn_t r = ecc_args(c, type, counter);
+    if (r != NVML_SUCCESS) return r;
+    const uint64_t *v = c->g->ecc_counts[type][counter];
+    e->l1Cache = v[NVML_MEMORY_LOCATION_L1_CACHE];
+    e->l2Cache = v[NVML_MEMORY_LOCATION_L2_CACHE];
+    e->deviceMemory = v[NVML_MEMORY_LOCATION_DEVICE_MEMORY];
+    e->registerFile = v[NVML_MEMORY_LOCATION_REGISTER_FILE];
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device, unsigned int errorType, unsigned int counterType,
+                                            nvmlEccErrorCounts_t *eccCounts) {
+    FHW_DEV_CALL(device, PHYS, d_ecc_detailed(&C, errorType, counterType, eccCounts));
+}
+
+static nvmlReturn_t d_mem_error(fhw_ctx_t *c, unsigned int type, unsigned int counter, unsigned int loc,
+                                unsigned long long *count) {
+    CHECK_PTR(count);
+    nvmlReturn_t r = ecc_args(c, type, counter);
+    if (r != NVML_SUCCESS) return r;
+    if (loc >= NVML_MEMORY_LOCATION_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = c->g->ecc_counts[type][counter][loc];
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, unsigned int errorType, unsigned int counterType,
+                                             unsigned int locationType, unsigned long long *count) {
+    FHW_DEV_CALL(device, PHYS, d_mem_error(&C, errorType, counterType, locationType, count));
+}
+
+static nvmlReturn_t d_retired(fhw_ctx_t *c, unsigned int cause, unsigned int *count, unsigned long long *addresses,
+                              unsigned long long *timestamps) {
+    CHECK_PTR(count);
+    if (cause > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = cause == 0 ? c->g->retired_sbe : c->g->retired_dbe;
+    if (n > FHW_RETIRED_PAGES_MAX) n = FHW_RETIRED_PAGES_MAX;
+    const uint64_t *pages = cause == 0 ? c->g->retired_sbe_pages : c->g->retired_dbe_pages;
+    if (*count < n || (n > 0 && addresses == NULL)) {
+        *count = n;
+        return n == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        addresses[i] = pages[i];
+        if (timestamps) timestamps[i] = c->g->retired_time;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, unsigned int cause, unsigned int *pageCount,
+                                       unsigned long long *addresses) {
+    FHW_DEV_CALL(device, PHYS, d_retired(&C, cause, pageCount, addresses, NULL));
+}
+nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, unsigned int cause, unsigned int *pageCount,
+                                          unsigned long long *addresses, unsigned long long *timestamps) {
+    FHW_DEV_CALL(device, PHYS, d_retired(&C, cause, pageCount, addresses, timestamps));
+}
+
+static nvmlReturn_t d_retired_pending(fhw_ctx_t *c, unsigned int *isPending) {
+    CHECK_PTR(isPending);
+    *isPending = c->g->retired_pending;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, unsigned int *isPending) {
+    FHW_DEV_CALL(device, PHYS, d_retired_pending(&C, isPending));
+}
+
+static nvmlReturn_t d_remapped(fhw_ctx_t *c, unsigned int *corr, unsigned int *unc, unsigned int *pending,
+                               unsigned int *failure) {
+    if (corr == NULL || unc == NULL || pending == NULL || failure == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *corr = c->g->remap_corr;
+    *unc = c->g->remap_unc;
+    *pending = c->g->remap_pending;
+    *failure = c->g->remap_failure;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
+                                       unsigned int *isPending, unsigned int *failureOccurred) {
+    FHW_DEV_CALL(device, PHYS, d_remapped(&C, corrRows, uncRows, isPending, failureOccurred));
+}
+
+static nvmlReturn_t d_remap_hist(fhw_ctx_t *c, nvmlRowRemapperHistogramValues_t *v) {
+    CHECK_PTR(v);
+    v->max = c->g->remap_histogram[0];
+    v->high = c->g->remap_histogram[1];
+    v->partial = c->g->remap_histogram[2];
+    v->low = c->g->remap_histogram[3];
+    v->none = c->g->remap_histogram[4];
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvmlRowRemapperHistogramValues_t *values) {
+    FHW_DEV_CALL(device, PHYS, d_remap_hist(&C, values));
+}
+
+/* ------------------------------------------------------------------------------------------ processes */
+
+/* kind: 1 compute, 2 graphics, 4 MPS compute; `entry` is the caller's entry size (16 or 24 bytes). */
+static nvmlReturn_t d_processes(fhw_ctx_t *c, unsigned int kind, unsigned int *infoCount, void *infos, size_t entry) {
+    CHECK_PTR(infoCount);
+    unsigned int n = 0;
+    for (unsigned int i = 0; i < c->g->process_count; i++) {
+        const fhw_process_t *p = &c->s->processes[c->g->process_first + i];
+        if (!(p->kinds & kind)) continue;
+        if (c->m && (p->gpu_instance_id != c->m->gpu_instance_id || p->compute_instance_id != c->m->compute_instance_id))
+            continue;
+        n++;
+    }
+    if (*infoCount < n || (n > 0 && infos == NULL)) {
+        *infoCount = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    unsigned int k = 0;
+    for (unsigned int i = 0; i < c->g->process_count && k < n; i++) {
+        const fhw_process_t *p = &c->s->processes[c->g->process_first + i];
+        if (!(p->kinds & kind)) continue;
+        if (c->m && (p->gpu_instance_id != c->m->gpu_instance_id || p->compute_instance_id != c->m->compute_instance_id))
+            continue;
+        if (entry == sizeof(nvmlProcessInfo_v1_t)) {
+            nvmlProcessInfo_v1_t *o = (nvmlProcessInfo_v1_t *)infos + k;
+            memset(o, 0, sizeof *o);
+            o->pid = p->pid;
+            o->usedGpuMemory = p->used_memory;
+        } else {
+            nvmlProcessInfo_v2_t *o = (nvmlProcessInfo_v2_t *)infos + k;
+            memset(o, 0, sizeof *o);
+            o->pid = p->pid;
+            o->usedGpuMemory = p->used_memory;
+            o->gpuInstanceId = p->gpu_instance_id;
+            o->computeInstanceId = p->compute_instance_id;
+        }
+        k++;
+    }
+    *infoCount = n;
+    return NVML_SUCCESS;
+}
+
+#define PROCESS_FNS(Kind, bit)                                                                                   \
+    nvmlReturn_t nvmlDeviceGet##Kind##RunningProcesses(nvmlDevice_t device, unsigned int *infoCount,              \
+                                                       nvmlProcessInfo_v1_t *infos) {                            \
+        FHW_DEV_CALL(device, ANY, d_processes(&C, bit, infoCount, infos, sizeof(nvmlProcessInfo_v1_t)));          \
+    }                                                                                                            \
+    nvmlReturn_t nvmlDeviceGet##Kind##RunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,           \
+                                                          nvmlProcessInfo_v2_t *infos) {                         \
+        FHW_DEV_CALL(device, ANY, d_processes(&C, bit, infoCount, infos, sizeof(nvmlProcessInfo_v2_t)));          \
+    }                                                                                                            \
+    nvmlReturn_t nvmlDeviceGet##Kind##RunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,           \
+                                                          nvmlProcessInfo_v2_t *infos) {                         \
+        FHW_DEV_CALL(device, ANY, d_processes(&C, bit, infoCount, infos, sizeof(nvmlProcessInfo_v2_t)));          \
+    }
+
+PROCESS_FNS(Compute, 1)
+PROCESS_FNS(Graphics, 2)
+PROCESS_FNS(MPSCompute, 4)
+
+/* ------------------------------------------------------------------------------------------ sessions */
+
+static nvmlReturn_t d_zero_sessions(fhw_ctx_t *c, unsigned int *count) {
+    (void)c;
+    CHECK_PTR(count);
+    *count = 0;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetEncoderSessions(nvmlDevice_t device, unsigned int *sessionCount, void *sessionInfos) {
+    (void)sessionInfos;
+    FHW_DEV_CALL(device, PHYS, d_zero_sessions(&C, sessionCount));
+}
+nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int *sessionCount, void *sessionInfo) {
+    (void)sessionInfo;
+    FHW_DEV_CALL(device, PHYS, d_zero_sessions(&C, sessionCount));
+}
+nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count, unsigned int *pids) {
+    (void)pids;
+    FHW_DEV_CALL(device, PHYS, d_zero_sessions(&C, count));
+}
+
+static nvmlReturn_t d_encoder_stats(fhw_ctx_t *c, unsigned int *count, unsigned int *fps, unsigned int *latency) {
+    (void)c;
+    if (count == NULL || fps == NULL || latency == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = *fps = *latency = 0;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetEncoderStats(nvmlDevice_t device, unsigned int *sessionCount, unsigned int *averageFps,
+                                       unsigned int *averageLatency) {
+    FHW_DEV_CALL(device, PHYS, d_encoder_stats(&C, sessionCount, averageFps, averageLatency));
+}
+
+static nvmlReturn_t d_fbc_stats(fhw_ctx_t *c, nvmlFBCStats_t *s) {
+    (void)c;
+    CHECK_PTR(s);
+    memset(s, 0, sizeof *s);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetFBCStats(nvmlDevice_t device, nvmlFBCStats_t *fbcStats) {
+    FHW_DEV_CALL(device, PHYS, d_fbc_stats(&C, fbcStats));
+}
+
+static nvmlReturn_t d_encoder_capacity(fhw_ctx_t *c, unsigned int type, unsigned int *capacity) {
+    CHECK_PTR(capacity);
+    if (type > 2) return NVML_ERROR_INVALID_ARGUMENT;
+    if (c->g->encoders == 0) return NVML_ERROR_NOT_SUPPORTED;
+    *capacity = 100;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetEncoderCapacity(nvmlDevice_t device, unsigned int encoderQueryType,
+                                          unsigned int *encoderCapacity) {
+    FHW_DEV_CALL(device, PHYS, d_encoder_capacity(&C, encoderQueryType, encoderCapacity));
+}
+
+static nvmlReturn_t d_accounting_buffer(fhw_ctx_t *c, unsigned int *size) {
+    (void)c;
+    CHECK_PTR(size);
+    *size = 4000;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetAccountingBufferSize(nvmlDevice_t device, unsigned int *bufferSize) {
+    FHW_DEV_CALL(device, PHYS, d_accounting_buffer(&C, bufferSize));
+}
+
+static nvmlReturn_t d_not_found(fhw_ctx_t *c) {
+    (void)c;
+    return NVML_ERROR_NOT_FOUND;
+}
+nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid, void *stats) {
+    (void)pid;
+    (void)stats;
+    FHW_DEV_CALL(device, PHYS, d_not_found(&C));
+}
+
+static nvmlReturn_t d_bridges(fhw_ctx_t *c, nvmlBridgeChipHierarchy_t *b) {
+    (void)c;
+    CHECK_PTR(b);
+    b->bridgeCount = 0; /* single-GPU boards: no bridge chips */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetBridgeChipInfo(nvmlDevice_t device, nvmlBridgeChipHierarchy_t *bridgeHierarchy) {
+    FHW_DEV_CALL(device, PHYS, d_bridges(&C, bridgeHierarchy));
+}

@@ -1,0 +1,227 @@
+/*
+ * Events: the snapshot carries the node's recent events (oldest first, each with the agent's sequence number).
+ * An event set remembers, per device, the registered event types and the sequence number at registration,
+ * and the last sequence number it delivered; a wait delivers the next matching event, then reports a lost
+ * GPU, else sleeps on inotify (the writer renames a new snapshot into the directory) until the timeout.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#define FHW_EVENTSET_MAGIC 0x66687765u
+#define SUPPORTED_EVENTS                                                                                \
+    (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypePState |           \
+     nvmlEventTypeXidCriticalError | nvmlEventTypeClock | nvmlEventTypePowerSourceChange)
+#define POLL_FALLBACK_MS 2
+#define POLL_CAP_MS 100
+
+struct nvmlEventSet_st {
+    uint32_t magic;
+    pthread_mutex_t lock;
+    unsigned long long mask[FHW_MAX_GPUS];
+    uint64_t since[FHW_MAX_GPUS];
+    uint64_t cursor;
+    int inotify_fd;
+    struct nvmlEventSet_st *next;
+};
+
+/* Live sets, so a stale or foreign handle is refused instead of dereferenced. */
+static pthread_mutex_t g_sets_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nvmlEventSet_st *g_sets;
+
+static int set_live(nvmlEventSet_t set) {
+    int found = 0;
+    pthread_mutex_lock(&g_sets_lock);
+    for (struct nvmlEventSet_st *s = g_sets; s; s = s->next)
+        if (s == set) {
+            found = s->magic == FHW_EVENTSET_MAGIC;
+            break;
+        }
+    pthread_mutex_unlock(&g_sets_lock);
+    return found;
+}
+
+static nvmlReturn_t e_create(fhw_ctx_t *c, nvmlEventSet_t *out) {
+    if (out == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    struct nvmlEventSet_st *set = calloc(1, sizeof *set);
+    if (set == NULL) return NVML_ERROR_MEMORY;
+    set->magic = FHW_EVENTSET_MAGIC;
+    pthread_mutex_init(&set->lock, NULL);
+    set->cursor = c->s->hdr->event_last_seq;
+    set->inotify_fd = -1;
+    pthread_mutex_lock(&g_sets_lock);
+    set->next = g_sets;
+    g_sets = set;
+    pthread_mutex_unlock(&g_sets_lock);
+    *out = set;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) { FHW_SYS_CALL(e_create(&C, set)); }
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
+    pthread_mutex_lock(&g_sets_lock);
+    struct nvmlEventSet_st **pp = &g_sets;
+    while (*pp && *pp != set) pp = &(*pp)->next;
+    if (*pp == NULL) {
+        pthread_mutex_unlock(&g_sets_lock);
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *pp = set->next;
+    pthread_mutex_unlock(&g_sets_lock);
+    pthread_mutex_lock(&set->lock);
+    set->magic = 0;
+    if (set->inotify_fd >= 0) close(set->inotify_fd);
+    pthread_mutex_unlock(&set->lock);
+    pthread_mutex_destroy(&set->lock);
+    free(set);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t e_supported(fhw_ctx_t *c, unsigned long long *types) {
+    if (types == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *types = SUPPORTED_EVENTS | (c->g->mig_capable ? nvmlEventMigConfigChange : 0);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes) {
+    FHW_DEV_CALL(device, 0, e_supported(&C, eventTypes));
+}
+
+static nvmlReturn_t e_register(fhw_ctx_t *c, unsigned long long types, nvmlEventSet_t set) {
+    if (!set_live(set)) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long supported = SUPPORTED_EVENTS | (c->g->mig_capable ? nvmlEventMigConfigChange : 0);
+    if (types & ~supported) return NVML_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&set->lock);
+    if (set->mask[c->dev] == 0) set->since[c->dev] = c->s->hdr->event_last_seq;
+    set->mask[c->dev] |= types;
+    pthread_mutex_unlock(&set->lock);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set) {
+    FHW_DEV_CALL(device, 0, e_register(&C, eventTypes, set));
+}
+
+/* Visible device id of a snapshot slot, or -1. */
+static int dev_of_slot(const fhw_snap_t *s, uint32_t slot) {
+    const fhw_visible_t *vis = fhw_visible();
+    for (int d = 0; d < vis->count; d++)
+        if (s->dev_slot[d] == (int)slot) return d;
+    return -1;
+}
+
+/* One look at the current snapshot: SUCCESS with an event, GPU_IS_LOST, another error, or TIMEOUT (nothing). */
+static nvmlReturn_t e_poll_once(nvmlEventSet_t set, nvmlEventData_t *out) {
+    fhw_ctx_t C;
+    nvmlReturn_t r = fhw_enter(&C);
+    if (r == NVML_ERROR_DRIVER_NOT_LOADED) return NVML_ERROR_GPU_IS_LOST;
+    if (r != NVML_SUCCESS) return r;
+    r = NVML_ERROR_TIMEOUT;
+    pthread_mutex_lock(&set->lock);
+    const fhw_header_t *h = C.s->hdr;
+    for (uint32_t i = 0; i < h->event_count; i++) {
+        const fhw_event_t *e = &C.s->events[i];
+        if (e->seq <= set->cursor) continue;
+        int d = dev_of_slot(C.s, e->gpu);
+        if (d < 0 || !(set->mask[d] & e->event_type) || e->seq <= set->since[d]) continue;
+        out->device = fhw_device_handle(d);
+        out->eventType = e->event_type;
+        out->eventData = e->event_data;
+        out->gpuInstanceId = e->gpu_instance_id;
+        out->computeInstanceId = e->compute_instance_id;
+        set->cursor = e->seq;
+        r = NVML_SUCCESS;
+        break;
+    }
+    if (r == NVML_ERROR_TIMEOUT) {
+        const fhw_visible_t *vis = fhw_visible();
+        for (int d = 0; d < vis->count; d++) {
+            if (!set->mask[d]) continue;
+            int slot = C.s->dev_slot[d];
+            if (slot < 0 || C.s->gpus[slot].lost) {
+                r = NVML_ERROR_GPU_IS_LOST;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&set->lock);
+    fhw_leave(&C);
+    return r;
+}
+
+/* Watch the snapshot's directory: the writer renames each new snapshot into it. */
+static int e_watch(nvmlEventSet_t set) {
+    pthread_mutex_lock(&set->lock);
+    if (set->inotify_fd < 0) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", fhw_snapshot_path());
+        char *slash = strrchr(dir, '/');
+        if (slash == dir) slash[1] = '\0';
+        else if (slash) *slash = '\0';
+        else snprintf(dir, sizeof dir, ".");
+        int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (fd >= 0 && inotify_add_watch(fd, dir, IN_MOVED_TO | IN_CREATE | IN_CLOSE_WRITE | IN_DELETE | IN_ATTRIB) < 0) {
+            close(fd);
+            fd = -1;
+        }
+        set->inotify_fd = fd;
+    }
+    int fd = set->inotify_fd;
+    pthread_mutex_unlock(&set->lock);
+    return fd;
+}
+
+static nvmlReturn_t e_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (data == NULL || !set_live(set)) return NVML_ERROR_INVALID_ARGUMENT;
+    int fd = e_watch(set);
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    int force = 0;
+    for (;;) {
+        fhw_refresh(force);
+        nvmlReturn_t r = e_poll_once(set, data);
+        if (r != NVML_ERROR_TIMEOUT) return r;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long elapsed = (long long)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (elapsed >= (long long)timeoutms) return NVML_ERROR_TIMEOUT;
+        long long left = (long long)timeoutms - elapsed;
+        if (fd >= 0) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            int n = poll(&p, 1, (int)(left < POLL_CAP_MS ? left : POLL_CAP_MS));
+            if (n > 0) {
+                char buf[4096];
+                while (read(fd, buf, sizeof buf) > 0) {
+                }
+            }
+        } else {
+            struct timespec ts = {0, POLL_FALLBACK_MS * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        force = 1;
+        if (!set_live(set)) return NVML_ERROR_INVALID_ARGUMENT; /* freed by another thread */
+    }
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    return e_wait(set, data, timeoutms);
+}
+
+nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, fhwEventDataV1_t *data, unsigned int timeoutms) {
+    if (data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlEventData_t full;
+    nvmlReturn_t r = e_wait(set, &full, timeoutms);
+    if (r == NVML_SUCCESS) {
+        data->device = full.device;
+        data->eventType = full.eventType;
+        data->eventData = full.eventData;
+    }
+    return r;
+}

@@ -1,0 +1,217 @@
+/*
+ * nvmlInternalGetExportTable: the private entry table the real nvidia-smi asks for by GUID.
+ *
+ * The table is an array of function pointers whose first word is the table's size in bytes. Slots whose
+ * meaning is known answer from the snapshot (FAKEHW_NVML_TRACE=1 logs the slots a consumer calls; the known
+ * ones were found that way, by writing marker values and reading them back in nvidia-smi's output).
+ */
+#include "internal.h"
+
+#include <stdio.h>
+
+static const unsigned char SMI_TABLE_GUID[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                                 0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+
+/* Slots nvidia-smi 535 calls whose meaning is unknown get NOT_SUPPORTED (it prints N/A), except the ones
+   below that it needs to succeed. Answering success without writing the outputs makes it print stale stack
+   memory, which is worse than N/A. */
+static nvmlReturn_t slot_generic(int n, void *a, void *b, void *c, void *d) {
+    fhw_trace("export table slot %d (%p, %p, %p, %p): not supported", n, a, b, c, d);
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* Slot 26: called with two strings around most operations (a logging hook); it must succeed. */
+static nvmlReturn_t slot_ok(int n, void *a, void *b, void *c, void *d) {
+    (void)n;
+    (void)a;
+    (void)b;
+    (void)c;
+    (void)d;
+    return NVML_SUCCESS;
+}
+
+/* Slot 81: a device handle by index (index, nvmlDevice_t *). */
+static nvmlReturn_t slot_handle_by_index(int n, void *a, void *b, void *c, void *d) {
+    (void)n;
+    (void)c;
+    (void)d;
+    return nvmlDeviceGetHandleByIndex_v2((unsigned int)(uintptr_t)a, (nvmlDevice_t *)b);
+}
+
+/*
+ * Slots 213, 214, 215: compute, graphics and MPS processes of a device (device, unsigned *count, entries).
+ * *count holds the capacity on entry. Each entry is 4128 bytes and begins like nvmlProcessInfo_v2_t (pid,
+ * used memory at 8, GPU and compute instance ids at 16 and 20); nvidia-smi asks for names separately.
+ */
+#define SMI_PROCESS_ENTRY 4128
+static nvmlReturn_t slot_processes(int n, void *a, void *b, void *c, void *d) {
+    (void)d;
+    unsigned int *count = b;
+    if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int cap = *count;
+    unsigned int kind = n == 213 ? 1 : n == 214 ? 2 : 4;
+    fhw_ctx_t C;
+    nvmlReturn_t r = fhw_enter_dev(&C, (nvmlDevice_t)a, FHW_ALLOW_MIG);
+    if (r != NVML_SUCCESS) return r;
+    unsigned int found = 0;
+    for (unsigned int i = 0; i < C.g->process_count; i++) {
+        const fhw_process_t *p = &C.s->processes[C.g->process_first + i];
+        if (!(p->kinds & kind)) continue;
+        if (C.m && (p->gpu_instance_id != C.m->gpu_instance_id || p->compute_instance_id != C.m->compute_instance_id))
+            continue;
+        if (found < cap && c != NULL) {
+            unsigned char *e = (unsigned char *)c + (size_t)found * SMI_PROCESS_ENTRY;
+            memset(e, 0, SMI_PROCESS_ENTRY);
+            nvmlProcessInfo_v2_t info = {p->pid, p->used_memory, p->gpu_instance_id, p->compute_instance_id};
+            memcpy(e, &info, sizeof info);
+        }
+        found++;
+    }
+    fhw_leave(&C);
+    *count = found;
+    return found > cap ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+}
+
+/* Slot 230: the host's maximum PCIe generation (device, unsigned *). */
+static nvmlReturn_t slot_host_pcie_gen(int n, void *a, void *b, void *c, void *d) {
+    (void)n;
+    (void)c;
+    (void)d;
+    fhw_ctx_t C;
+    nvmlReturn_t r = fhw_enter_dev(&C, (nvmlDevice_t)a, 0);
+    if (r != NVML_SUCCESS) return r;
+    if (b == NULL) r = NVML_ERROR_INVALID_ARGUMENT;
+    else *(unsigned int *)b = C.s->hdr->host_pcie_gen_max ? C.s->hdr->host_pcie_gen_max : C.g->pcie_gen_max;
+    fhw_leave(&C);
+    return r;
+}
+
+/* Slot 240: "GPU T.Limit Temp", the headroom to the maximum operating temperature (device, int *). */
+static nvmlReturn_t slot_tlimit(int n, void *a, void *b, void *c, void *d) {
+    (void)n;
+    (void)c;
+    (void)d;
+    fhw_ctx_t C;
+    nvmlReturn_t r = fhw_enter_dev(&C, (nvmlDevice_t)a, 0);
+    if (r != NVML_SUCCESS) return r;
+    if (b == NULL) r = NVML_ERROR_INVALID_ARGUMENT;
+    else *(int *)b = (int)C.g->temp_gpu_max - (int)C.g->temperature;
+    fhw_leave(&C);
+    return r;
+}
+
+/* Slot 241: the GPU's own NUMA node, when its memory is one (device, int *, 1, 8); N/A otherwise. */
+static nvmlReturn_t slot_gpu_numa_id(int n, void *a, void *b, void *c, void *d) {
+    (void)n;
+    (void)c;
+    (void)d;
+    fhw_ctx_t C;
+    nvmlReturn_t r = fhw_enter_dev(&C, (nvmlDevice_t)a, 0);
+    if (r != NVML_SUCCESS) return r;
+    if (b == NULL) r = NVML_ERROR_INVALID_ARGUMENT;
+    else if (C.g->gpu_numa_id < 0) r = NVML_ERROR_NOT_SUPPORTED;
+    else *(int *)b = C.g->gpu_numa_id;
+    fhw_leave(&C);
+    return r;
+}
+
+/* An endpoint of the topology matrix: a GPU slot or a NIC index of the snapshot. */
+typedef struct {
+    int gpu, nic;
+} endpoint_t;
+
+static int find_endpoint(const fhw_snap_t *s, const char *desc, endpoint_t *out) {
+    char text[33];
+    memcpy(text, desc, 32);
+    text[32] = '\0';
+    fhw_pci_addr_t p;
+    if (!fhw_parse_bus_id(text, &p)) return 0;
+    for (uint32_t i = 0; i < s->hdr->gpu_count; i++) {
+        const fhw_gpu_t *g = &s->gpus[i];
+        if (g->pci_domain == p.domain && g->pci_bus == p.bus && g->pci_device == p.device && g->pci_function == p.function) {
+            *out = (endpoint_t){(int)i, -1};
+            return 1;
+        }
+    }
+    for (uint32_t i = 0; i < s->hdr->nic_count; i++) {
+        const fhw_nic_t *k = &s->nics[i];
+        if (k->domain == p.domain && k->bus == p.bus && k->device == p.device && k->function == p.function) {
+            *out = (endpoint_t){-1, (int)i};
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Slot 23: the cell of the topology matrix between two endpoints, each described by a record that starts with
+ * its 32-byte PCI bus id (descA, descB, int *cell). Cells: 0 PIX, 1 PXB, 2 PHB, 3 NODE, 4 SYS, 4 + n NV<n>.
+ */
+static int level_cell(unsigned int level) {
+    switch (level) {
+    case NVML_TOPOLOGY_SINGLE: return 0;
+    case NVML_TOPOLOGY_MULTIPLE: return 1;
+    case NVML_TOPOLOGY_HOSTBRIDGE: return 2;
+    case NVML_TOPOLOGY_NODE: return 3;
+    case NVML_TOPOLOGY_SYSTEM: return 4;
+    default: return -1;
+    }
+}
+
+static nvmlReturn_t slot_topology_cell(int n, void *a, void *b, void *c, void *d) {
+    (void)n;
+    (void)d;
+    if (a == NULL || b == NULL || c == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    fhw_ctx_t C;
+    nvmlReturn_t r = fhw_enter(&C);
+    if (r != NVML_SUCCESS) return r;
+    endpoint_t x, y;
+    int cell = -1;
+    if (find_endpoint(C.s, a, &x) && find_endpoint(C.s, b, &y)) {
+        if (x.gpu >= 0 && y.gpu >= 0) {
+            const fhw_gpu_t *g = &C.s->gpus[x.gpu];
+            cell = g->nvlink_bond[y.gpu] ? 4 + g->nvlink_bond[y.gpu] : level_cell(g->topo_level[y.gpu]);
+        } else if (x.gpu >= 0 || y.gpu >= 0) {
+            const fhw_nic_t *k = &C.s->nics[x.gpu >= 0 ? y.nic : x.nic];
+            cell = level_cell(k->gpu_level[x.gpu >= 0 ? x.gpu : y.gpu]);
+        } else {
+            cell = level_cell(C.s->nics[x.nic].nic_level[y.nic]);
+        }
+    }
+    fhw_leave(&C);
+    if (cell < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *(int *)c = cell;
+    return NVML_SUCCESS;
+}
+
+typedef nvmlReturn_t (*slot_fn)(int, void *, void *, void *, void *);
+static slot_fn slot_impl(int n) {
+    switch (n) {
+    case 23: return slot_topology_cell;
+    case 26: return slot_ok;
+    case 81: return slot_handle_by_index;
+    case 213:
+    case 214:
+    case 215: return slot_processes;
+    case 230: return slot_host_pcie_gen;
+    case 240: return slot_tlimit;
+    case 241: return slot_gpu_numa_id;
+    default: return slot_generic;
+    }
+}
+
+#include "export_slots.h" /* generated: FHW_EXPORT_SLOTS thunks slot_<n> calling slot_impl(n) */
+
+nvmlReturn_t nvmlInternalGetExportTable(const void **table, const unsigned char *guid) {
+    if (table == NULL || guid == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memcmp(guid, SMI_TABLE_GUID, sizeof SMI_TABLE_GUID) != 0) {
+        if (fhw_trace_enabled()) {
+            char hex[33];
+            for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", guid[i]);
+            fhw_trace("export table with unknown GUID %s refused", hex);
+        }
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    *table = fhw_export_table;
+    return NVML_SUCCESS;
+}

@@ -1,0 +1,174 @@
+/*
+ * Internals shared by the shim's translation units.
+ *
+ * The shim answers NVML calls from a snapshot file the Python side writes (layout in snapshot_layout.h,
+ * generated from fakehw/nvml/layout.py). It never derives anything: every answer is a field of the snapshot,
+ * at most filtered (visible devices, nearest GPUs at a level) or copied into the caller's struct.
+ *
+ * Concurrency: the current snapshot is one immutable heap object (fhw_snap_t) behind an atomic pointer.
+ * A call publishes the pointer it uses in its thread's hazard slot; a reload swaps the pointer and frees an
+ * old snapshot only when no hazard slot names it. Readers therefore never lock, and a snapshot is never freed
+ * under a reader.
+ */
+#ifndef FAKEHW_INTERNAL_H
+#define FAKEHW_INTERNAL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "nvml_abi.h"
+#include "snapshot_layout.h"
+
+#define FHW_UNUSED __attribute__((unused))
+
+#define FHW_DEFAULT_SNAPSHOT "/var/lib/fakehw/nvml.snapshot"
+#define FHW_MAX_SNAPSHOT_BYTES (64u << 20)
+#define FHW_RECHECK_MS 10
+
+/* An immutable, validated snapshot (or a "broken" one that only carries the error to answer with). */
+typedef struct fhw_snap {
+    nvmlReturn_t status;
+    uint8_t *data;
+    size_t size;
+    const fhw_header_t *hdr;
+    const fhw_gpu_t *gpus;
+    const fhw_mig_t *migs;
+    const fhw_mig_profile_t *mig_profiles;
+    const fhw_process_t *processes;
+    const fhw_event_t *events;
+    const fhw_nic_t *nics;
+    /* The first page of the file, mapped shared, to see the writer's in-place "superseded" flag. */
+    void *map;
+    size_t map_len;
+    const volatile uint32_t *superseded;
+    /* Identity of the file this came from, to notice a replacement by stat(). */
+    int have_identity;
+    dev_t st_dev;
+    ino_t st_ino;
+    off_t st_size;
+    struct timespec st_mtim;
+    _Atomic int64_t checked_ms;
+    /* Visible device id -> GPU slot of this snapshot (-1: gone); same for MIG devices. */
+    int dev_slot[FHW_MAX_GPUS];
+    int mig_slot[FHW_MAX_MIGS];
+    struct fhw_snap *retired_next;
+} fhw_snap_t;
+
+/* Handles handed to callers point into these static tables, so they stay valid across generations. */
+typedef struct nvmlDevice_st {
+    uint32_t magic;
+    int id;
+} fhw_device_t;
+
+typedef struct fhw_mig_handle {
+    uint32_t magic;
+    int id;
+} fhw_mig_handle_t;
+
+#define FHW_DEVICE_MAGIC 0x66687764u /* "fhwd" */
+#define FHW_MIG_MAGIC 0x6668776du    /* "fhwm" */
+
+typedef struct fhw_visible {
+    int count;
+    char uuid[FHW_MAX_GPUS][96];
+    int mig_count;
+    char mig_uuid[FHW_MAX_MIGS][96];
+    int mig_parent[FHW_MAX_MIGS]; /* device id of the parent */
+    int mig_index[FHW_MAX_MIGS];  /* index among the parent's MIG devices */
+} fhw_visible_t;
+
+/* A GPU instance / compute instance handle: one per MIG device (each has one full compute instance). */
+struct nvmlGpuInstance_st {
+    uint32_t magic;
+    int id;
+};
+struct nvmlComputeInstance_st {
+    uint32_t magic;
+    int id;
+};
+#define FHW_GI_MAGIC 0x66687767u
+#define FHW_CI_MAGIC 0x66687763u
+
+extern fhw_device_t fhw_devices[FHW_MAX_GPUS];
+extern fhw_mig_handle_t fhw_migs[FHW_MAX_MIGS];
+extern struct nvmlGpuInstance_st fhw_gis[FHW_MAX_MIGS];
+extern struct nvmlComputeInstance_st fhw_cis[FHW_MAX_MIGS];
+
+/* What one call works with. */
+typedef struct fhw_ctx {
+    fhw_snap_t *s;
+    const fhw_gpu_t *g;   /* the GPU (parent GPU for a MIG device) */
+    const fhw_mig_t *m;   /* the MIG device, or NULL for a physical GPU */
+    int dev;              /* visible device id (the parent's for a MIG device) */
+    int mig;              /* MIG handle id or -1 */
+    int slot;             /* GPU slot in the snapshot */
+} fhw_ctx_t;
+
+#define FHW_ALLOW_MIG 1   /* the call also accepts MIG device handles */
+#define FHW_ALLOW_LOST 2  /* the call answers for a GPU that fell off the bus */
+
+nvmlReturn_t fhw_enter(fhw_ctx_t *c);
+nvmlReturn_t fhw_enter_dev(fhw_ctx_t *c, nvmlDevice_t h, int flags);
+void fhw_leave(fhw_ctx_t *c);
+int fhw_initialized(void);
+const fhw_visible_t *fhw_visible(void);
+nvmlDevice_t fhw_device_handle(int id);
+nvmlDevice_t fhw_mig_device_handle(int id);
+int fhw_mig_id_of(nvmlDevice_t h);     /* MIG handle id or -1 */
+int fhw_device_id_of(nvmlDevice_t h);  /* device id or -1 (not a physical device handle) */
+const char *fhw_snapshot_path(void);
+/* Re-check the snapshot file now (events: after a wake-up) and reload it when it changed. */
+void fhw_refresh(int force);
+int64_t fhw_now_ms(void);
+int64_t fhw_realtime_us(void);
+int fhw_trace_enabled(void);
+void fhw_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Validation and loading (snapshot.c), callable from the fuzz harness. */
+nvmlReturn_t fhw_validate(const uint8_t *data, size_t size, const char **why);
+uint32_t fhw_crc32(const uint8_t *data, size_t size);
+
+typedef struct {
+    unsigned int domain, bus, device, function;
+} fhw_pci_addr_t;
+int fhw_parse_bus_id(const char *text, fhw_pci_addr_t *out);
+
+/* Copy a NUL-terminated field into a caller buffer of `length` bytes (INSUFFICIENT_SIZE when it won't fit). */
+nvmlReturn_t fhw_copy_str(char *dst, unsigned int length, const char *src, size_t src_cap);
+
+/* Public entry points the shim itself calls. */
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
+nvmlReturn_t nvmlShutdown(void);
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
+
+/* Function-call bodies: enter, run, leave. */
+#define FHW_DEV_CALL(handle, flags, expr)                                                             \
+    do {                                                                                              \
+        fhw_ctx_t C;                                                                                  \
+        nvmlReturn_t r_ = fhw_enter_dev(&C, (handle), (flags));                                       \
+        if (r_ == NVML_SUCCESS) {                                                                     \
+            r_ = (expr);                                                                              \
+            fhw_leave(&C);                                                                            \
+        }                                                                                             \
+        return r_;                                                                                    \
+    } while (0)
+
+#define FHW_SYS_CALL(expr)                                                                            \
+    do {                                                                                              \
+        fhw_ctx_t C;                                                                                  \
+        nvmlReturn_t r_ = fhw_enter(&C);                                                              \
+        if (r_ == NVML_SUCCESS) {                                                                     \
+            r_ = (expr);                                                                              \
+            fhw_leave(&C);                                                                            \
+        }                                                                                             \
+        return r_;                                                                                    \
+    } while (0)
+
+#endif

@@ -1,0 +1,310 @@
+/* System-level queries, device enumeration, handles by index/UUID/bus id/serial, error strings. */
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------------------------ errors */
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_IRQ_ISSUE: return "Interrupt request issue";
+    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_IN_USE: return "In use by another client";
+    case NVML_ERROR_MEMORY: return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA: return "No data";
+    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "The requested vgpu operation is not available on target device, because ECC is enabled";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Ran out of critical resources, other than memory";
+    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "The requested frequency is not supported";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "The provided version is invalid/unsupported";
+    case NVML_ERROR_DEPRECATED: return "The requested functionality has been deprecated";
+    case NVML_ERROR_NOT_READY: return "The system is not ready for the request";
+    case NVML_ERROR_GPU_NOT_FOUND: return "No GPUs were found";
+    case NVML_ERROR_INVALID_STATE: return "Resource not in correct state to perform requested operation";
+    case NVML_ERROR_UNKNOWN: return "Unknown Error";
+    }
+    return "Unknown Error";
+}
+
+/* ------------------------------------------------------------------------------------------ system */
+
+static nvmlReturn_t sys_driver_version(fhw_ctx_t *c, char *version, unsigned int length) {
+    return fhw_copy_str(version, length, c->s->hdr->driver_version, sizeof c->s->hdr->driver_version);
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    FHW_SYS_CALL(sys_driver_version(&C, version, length));
+}
+
+static nvmlReturn_t sys_nvml_version(fhw_ctx_t *c, char *version, unsigned int length) {
+    return fhw_copy_str(version, length, c->s->hdr->nvml_version, sizeof c->s->hdr->nvml_version);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    /* Like the real library, this one answers before nvmlInit too: it only needs the snapshot. */
+    if (!fhw_initialized()) {
+        nvmlReturn_t r = nvmlInitWithFlags(0);
+        if (r != NVML_SUCCESS) return r;
+        fhw_ctx_t C;
+        r = fhw_enter(&C);
+        if (r == NVML_SUCCESS) {
+            r = sys_nvml_version(&C, version, length);
+            fhw_leave(&C);
+        }
+        nvmlShutdown();
+        return r;
+    }
+    FHW_SYS_CALL(sys_nvml_version(&C, version, length));
+}
+
+static nvmlReturn_t sys_cuda(fhw_ctx_t *c, int *v) {
+    if (v == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *v = c->s->hdr->cuda_driver_version;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion) { FHW_SYS_CALL(sys_cuda(&C, cudaDriverVersion)); }
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) {
+    FHW_SYS_CALL(sys_cuda(&C, cudaDriverVersion));
+}
+
+nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
+    if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (name == NULL || length == 0) return NVML_ERROR_INVALID_ARGUMENT;
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%u/cmdline", pid);
+    FILE *f = fopen(path, "re");
+    size_t n = 0;
+    if (f != NULL) {
+        n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+    if (n == 0 || buf[0] == '\0') {
+        /* Kernel threads and zombies have no command line: fall back to the short name. */
+        snprintf(path, sizeof path, "/proc/%u/comm", pid);
+        f = fopen(path, "re");
+        if (f == NULL) return NVML_ERROR_NOT_FOUND;
+        n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        buf[strcspn(buf, "\n")] = '\0';
+    }
+    /* Truncate rather than fail, as NVML does for process names. */
+    snprintf(name, length, "%s", buf);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetHicVersion(unsigned int *hwbcCount, void *hwbcEntries) {
+    (void)hwbcEntries;
+    if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (hwbcCount == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *hwbcCount = 0; /* no host interface cards on these systems */
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t zero_count(unsigned int *count) {
+    if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlUnitGetCount(unsigned int *unitCount) { return zero_count(unitCount); }
+nvmlReturn_t nvmlGetExcludedDeviceCount(unsigned int *deviceCount) { return zero_count(deviceCount); }
+nvmlReturn_t nvmlGetBlacklistDeviceCount(unsigned int *deviceCount) { return zero_count(deviceCount); }
+
+static nvmlReturn_t no_such_index(void) {
+    return fhw_initialized() ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_UNINITIALIZED;
+}
+
+nvmlReturn_t nvmlUnitGetHandleByIndex(unsigned int index, nvmlUnit_t *unit) {
+    (void)index;
+    (void)unit;
+    return no_such_index();
+}
+nvmlReturn_t nvmlGetExcludedDeviceInfoByIndex(unsigned int index, nvmlExcludedDeviceInfo_t *info) {
+    (void)index;
+    (void)info;
+    return no_such_index();
+}
+nvmlReturn_t nvmlGetBlacklistDeviceInfoByIndex(unsigned int index, nvmlExcludedDeviceInfo_t *info) {
+    (void)index;
+    (void)info;
+    return no_such_index();
+}
+
+/* ------------------------------------------------------------------------------------------ enumeration */
+
+static nvmlReturn_t count_devices(fhw_ctx_t *c, unsigned int *count) {
+    (void)c;
+    if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = (unsigned int)fhw_visible()->count;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) { FHW_SYS_CALL(count_devices(&C, deviceCount)); }
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) { FHW_SYS_CALL(count_devices(&C, deviceCount)); }
+
+static nvmlReturn_t handle_by_index(unsigned int index, nvmlDevice_t *device) {
+    if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (device == NULL || index >= (unsigned int)fhw_visible()->count) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlDevice_t h = fhw_device_handle((int)index);
+    fhw_ctx_t C;
+    nvmlReturn_t r = fhw_enter_dev(&C, h, 0);
+    if (r != NVML_SUCCESS) return r; /* e.g. GPU_IS_LOST: the real library gives no handle then either */
+    fhw_leave(&C);
+    *device = h;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    return handle_by_index(index, device);
+}
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+    return handle_by_index(index, device);
+}
+
+typedef int (*gpu_match_fn)(const fhw_gpu_t *g, const void *arg);
+
+/* The first visible device whose GPU record matches; GPU_IS_LOST if it is lost, NOT_FOUND if none. */
+static nvmlReturn_t find_device(fhw_ctx_t *c, gpu_match_fn match, const void *arg, nvmlDevice_t *device) {
+    const fhw_visible_t *vis = fhw_visible();
+    for (int d = 0; d < vis->count; d++) {
+        int slot = c->s->dev_slot[d];
+        if (slot < 0) continue;
+        const fhw_gpu_t *g = &c->s->gpus[slot];
+        if (!match(g, arg)) continue;
+        if (g->lost) return NVML_ERROR_GPU_IS_LOST;
+        *device = fhw_device_handle(d);
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+static int match_uuid(const fhw_gpu_t *g, const void *arg) { return strcmp(g->uuid, (const char *)arg) == 0; }
+static int match_serial(const fhw_gpu_t *g, const void *arg) {
+    return g->serial[0] != '\0' && strcmp(g->serial, (const char *)arg) == 0;
+}
+
+static nvmlReturn_t by_uuid(fhw_ctx_t *c, const char *uuid, nvmlDevice_t *device) {
+    if (uuid == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = find_device(c, match_uuid, uuid, device);
+    if (r != NVML_ERROR_NOT_FOUND) return r;
+    const fhw_visible_t *vis = fhw_visible();
+    for (int m = 0; m < vis->mig_count; m++) {
+        if (strcmp(vis->mig_uuid[m], uuid) != 0) continue;
+        int slot = c->s->dev_slot[vis->mig_parent[m]];
+        if (slot >= 0 && c->s->gpus[slot].lost) return NVML_ERROR_GPU_IS_LOST;
+        if (c->s->mig_slot[m] < 0) return NVML_ERROR_NOT_FOUND;
+        *device = fhw_mig_device_handle(m);
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) { FHW_SYS_CALL(by_uuid(&C, uuid, device)); }
+
+static nvmlReturn_t by_serial(fhw_ctx_t *c, const char *serial, nvmlDevice_t *device) {
+    if (serial == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    return find_device(c, match_serial, serial, device);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device) {
+    FHW_SYS_CALL(by_serial(&C, serial, device));
+}
+
+/* Accept "00000000:1B:00.0", "0000:1b:00.0", "1b:00.0" and "1b:00" (any case). */
+int fhw_parse_bus_id(const char *text, fhw_pci_addr_t *out) {
+    unsigned int a = 0, b = 0, d = 0, f = 0;
+    int n = 0;
+    char tail = 0;
+    if (sscanf(text, "%x:%x:%x.%x%n", &a, &b, &d, &f, &n) == 4 && text[n] == '\0') {
+        *out = (fhw_pci_addr_t){a, b, d, f};
+        return 1;
+    }
+    if (sscanf(text, "%x:%x.%x%n", &b, &d, &f, &n) == 3 && text[n] == '\0') {
+        *out = (fhw_pci_addr_t){0, b, d, f};
+        return 1;
+    }
+    if (sscanf(text, "%x:%x:%x%c", &a, &b, &d, &tail) == 3) {
+        *out = (fhw_pci_addr_t){a, b, d, 0};
+        return 1;
+    }
+    if (sscanf(text, "%x:%x%c", &b, &d, &tail) == 2) {
+        *out = (fhw_pci_addr_t){0, b, d, 0};
+        return 1;
+    }
+    return 0;
+}
+
+static int match_pci(const fhw_gpu_t *g, const void *arg) {
+    const fhw_pci_addr_t *p = arg;
+    return g->pci_domain == p->domain && g->pci_bus == p->bus && g->pci_device == p->device &&
+           g->pci_function == p->function;
+}
+
+static nvmlReturn_t by_pci(fhw_ctx_t *c, const char *busId, nvmlDevice_t *device) {
+    if (busId == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strnlen(busId, 64) >= 64) return NVML_ERROR_INVALID_ARGUMENT;
+    fhw_pci_addr_t p;
+    if (!fhw_parse_bus_id(busId, &p)) return NVML_ERROR_INVALID_ARGUMENT;
+    return find_device(c, match_pci, &p, device);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device) {
+    FHW_SYS_CALL(by_pci(&C, pciBusId, device));
+}
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device) {
+    FHW_SYS_CALL(by_pci(&C, pciBusId, device));
+}
+
+/* ------------------------------------------------------------------------------------------ topology set */
+
+static nvmlReturn_t gpu_set(fhw_ctx_t *c, unsigned int cpu, unsigned int *count, nvmlDevice_t *devices) {
+    if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (cpu >= FHW_CPU_MASK_WORDS * 64) return NVML_ERROR_INVALID_ARGUMENT;
+    const fhw_visible_t *vis = fhw_visible();
+    unsigned int n = 0;
+    for (int d = 0; d < vis->count; d++) {
+        int slot = c->s->dev_slot[d];
+        if (slot < 0) continue;
+        const fhw_gpu_t *g = &c->s->gpus[slot];
+        if (!(g->cpu_affinity[cpu / 64] >> (cpu % 64) & 1)) continue;
+        if (*count != 0) {
+            if (devices == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+            if (n < *count) devices[n] = fhw_device_handle(d);
+        }
+        n++;
+    }
+    if (*count != 0 && n > *count) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count, nvmlDevice_t *deviceArray) {
+    FHW_SYS_CALL(gpu_set(&C, cpuNumber, count, deviceArray));
+}

@@ -1,0 +1,18 @@
+"""The NVML snapshot renderer: one ``nvml.snapshot`` per node directory, rewritten on every state change."""
+
+from __future__ import annotations
+
+from fakehw.nvml.snapshot import SNAPSHOT_FILE, build_snapshot, write_snapshot
+from fakehw.render import RenderContext
+from fakehw.render.atomic import OutputDir
+
+
+def render_nvml_snapshot(ctx: RenderContext, out: OutputDir) -> None:
+    """Write the node's snapshot (events included, so event waits in running processes see them)."""
+    data = build_snapshot(ctx.system, ctx.node, ctx.state, ctx.events).to_bytes()
+    path = out.root / SNAPSHOT_FILE
+    if write_snapshot(path, data):
+        out.written += 1
+        out.paths.append(path)
+    else:
+        out.unchanged += 1

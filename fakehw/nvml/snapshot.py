@@ -1,0 +1,638 @@
+"""The NVML snapshot of a node: built from the model and the runtime state, written atomically, read back.
+
+:func:`build_snapshot` is a pure function of (system, node, state, recent events): it computes every answer
+the shim gives (topology levels, NVLink bonds and P2P status under the current link faults, fabric health,
+MIG placements, readings), so the C side only copies fields. :func:`write_snapshot` replaces the file
+atomically and then marks the replaced file as superseded, which is how a running process notices a new
+generation without a system call per NVML call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import struct
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from fakehw.agent.state import Event, GpuState, NodeState
+from fakehw.model.catalogue import GpuSku
+from fakehw.model.system import Gpu, Node, NVLinkPort, System
+from fakehw.model.topology import NodeTopology, P2PCapability, derive_node
+from fakehw.nvml import layout
+from fakehw.nvml.layout import (
+    EventRecord,
+    GpuRecord,
+    HeaderRecord,
+    LinkRecord,
+    MigProfileRecord,
+    NicRecord,
+    MigRecord,
+    ProcessRecord,
+)
+from fakehw.nvml.readings import (
+    PCIE_SPEED_MBPS,
+    engines,
+    gpu_readings,
+    memory_bus_width,
+    reserved_mib,
+    sms_per_mig_slice,
+    stable_int,
+)
+
+SNAPSHOT_FILE = "nvml.snapshot"
+
+BRAND_NVIDIA = 14
+BUS_TYPE_PCIE = 2
+NVLINK_TYPE_GPU = 0
+NVLINK_TYPE_SWITCH = 2
+CAP_P2P, CAP_P2P_ATOMICS, CAP_VALID = 0, 2, 5
+FABRIC_NOT_SUPPORTED, FABRIC_COMPLETED = 0, 3
+NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED = 0, 3
+SUPPORTED_THROTTLE_REASONS = 0x1FF
+UNSET_INSTANCE = 0xFFFFFFFF
+
+# nvmlMemoryLocation_t of the model's ECC locations.
+ECC_LOCATION = {"l1-cache": 0, "l2-cache": 1, "device-memory": 2, "dram": 2, "register-file": 3, "sram": 7}
+NVLINK_COUNTER_ORDER = ("replay", "recovery", "crc-flit", "crc-data", "ecc-data")
+
+# Fabric health mask: 2-bit fields (1 = true, 2 = false) at these bit positions, incorrect-configuration at 8.
+HEALTH_BITS = {"degraded-bandwidth": 0, "route-recovery": 2, "route-unhealthy": 4, "access-timeout-recovery": 6}
+HEALTH_SUMMARY_HEALTHY, HEALTH_SUMMARY_UNHEALTHY, HEALTH_SUMMARY_LIMITED = 1, 2, 3
+
+# GPU instance profiles: NVML_GPU_INSTANCE_PROFILE_* index -> the unique profile id GPU instances report.
+MIG_PROFILE_UNIQUE_ID = {0: 19, 1: 14, 2: 9, 3: 5, 4: 0, 5: 20, 6: 21, 7: 15}
+# Compute instance profile index of a full-size compute instance, by slice count.
+CI_PROFILE_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+
+
+class SnapshotError(ValueError):
+    """A snapshot cannot be built (the node exceeds the format's limits) or read (not a valid snapshot)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the shim reads, as records; :meth:`to_bytes` lays them out and checksums the file."""
+
+    header: HeaderRecord
+    gpus: tuple[GpuRecord, ...]
+    migs: tuple[MigRecord, ...] = ()
+    mig_profiles: tuple[MigProfileRecord, ...] = ()
+    processes: tuple[ProcessRecord, ...] = ()
+    events: tuple[EventRecord, ...] = ()
+    nics: tuple[NicRecord, ...] = ()
+
+    def to_bytes(self) -> bytes:
+        sections: list[tuple[str, Sequence[object], type[object]]] = [
+            ("gpu", self.gpus, GpuRecord),
+            ("mig", self.migs, MigRecord),
+            ("mig_profile", self.mig_profiles, MigProfileRecord),
+            ("process", self.processes, ProcessRecord),
+            ("event", self.events, EventRecord),
+            ("nic", self.nics, NicRecord),
+        ]
+        limits = {"gpu": layout.MAX_GPUS, "mig": layout.MAX_GPUS * layout.MAX_MIG_PER_GPU,
+                  "mig_profile": layout.MAX_GPUS * layout.MAX_MIG_PROFILES_PER_GPU,
+                  "process": layout.MAX_PROCESSES, "event": layout.MAX_EVENTS, "nic": layout.MAX_NICS}
+        hdr_size = layout.layout_of(HeaderRecord).size
+        offset = hdr_size
+        fields: dict[str, int] = {}
+        for name, records, rtype in sections:
+            if len(records) > limits[name]:
+                raise SnapshotError(f"{len(records)} {name} records exceed the format's limit of {limits[name]}")
+            size = layout.layout_of(rtype).size
+            offset = (offset + 7) // 8 * 8
+            fields[f"{name}_count"] = len(records)
+            fields[f"{name}_record_size"] = size
+            fields[f"{name}_offset"] = offset
+            offset += size * len(records)
+        total = (offset + 7) // 8 * 8
+        header = replace(self.header, header_size=hdr_size, total_size=total, superseded=0, checksum=0, **fields)
+        buf = bytearray(total)
+        layout.pack_into(buf, 0, header)
+        for name, records, rtype in sections:
+            size = layout.layout_of(rtype).size
+            base = fields[f"{name}_offset"]
+            for i, rec in enumerate(records):
+                layout.pack_into(buf, base + i * size, rec, f"{name}[{i}]")
+        struct.pack_into("<I", buf, layout.layout_of(HeaderRecord).field("checksum").offset, layout.checksum(buf))
+        return bytes(buf)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Snapshot:
+        """Parse a snapshot (checks magic, version, size and checksum; the shim checks more)."""
+        hdr_size = layout.layout_of(HeaderRecord).size
+        if len(data) < hdr_size:
+            raise SnapshotError(f"{len(data)} bytes is shorter than the {hdr_size}-byte header")
+        header: HeaderRecord = layout.unpack(HeaderRecord, data)
+        if header.magic != layout.MAGIC:
+            raise SnapshotError(f"not an NVML snapshot (magic {header.magic!r})")
+        if header.format_version != layout.FORMAT_VERSION:
+            raise SnapshotError(f"snapshot format {header.format_version}, this fakehw reads "
+                                f"{layout.FORMAT_VERSION}")
+        if header.total_size != len(data):
+            raise SnapshotError(f"header says {header.total_size} bytes, file has {len(data)}")
+        if header.checksum != layout.checksum(data):
+            raise SnapshotError("checksum mismatch")
+
+        def section(name: str, rtype: type[object]) -> tuple[object, ...]:
+            count = getattr(header, f"{name}_count")
+            base = getattr(header, f"{name}_offset")
+            size = layout.layout_of(rtype).size
+            return tuple(layout.unpack(rtype, data, base + i * size) for i in range(count))
+
+        return cls(
+            header=header,
+            gpus=section("gpu", GpuRecord),  # type: ignore[arg-type]
+            migs=section("mig", MigRecord),  # type: ignore[arg-type]
+            mig_profiles=section("mig_profile", MigProfileRecord),  # type: ignore[arg-type]
+            processes=section("process", ProcessRecord),  # type: ignore[arg-type]
+            events=section("event", EventRecord),  # type: ignore[arg-type]
+            nics=section("nic", NicRecord),  # type: ignore[arg-type]
+        )
+
+
+# --------------------------------------------------------------------------------------------------- build
+
+
+@dataclass(frozen=True)
+class FakeProcess:
+    """A process to list as running on a GPU (the model has none; tests and future allocations add them)."""
+
+    gpu: str
+    pid: int
+    used_memory: int
+    name: str = ""
+    kinds: int = 1
+    """Bit 0 compute, bit 1 graphics, bit 2 MPS."""
+    mig_index: int | None = None
+
+
+@dataclass(frozen=True)
+class _Peers:
+    """PCI identity of whatever an NVLink port reaches."""
+
+    device_id: dict[str, int] = field(default_factory=dict)
+    subsystem_id: dict[str, int] = field(default_factory=dict)
+    gpu_slot: dict[str, int] = field(default_factory=dict)
+
+
+def _peers(system: System, node: Node) -> _Peers:
+    peers = _Peers()
+    for sw in node.nvswitches:
+        peers.device_id[sw.id] = (sw.sku.pci_device_id << 16) | 0x10DE
+    domain = system.domain_of(node)
+    if domain is not None:
+        for sw in domain.switches:
+            peers.device_id[sw.id] = (sw.sku.pci_device_id << 16) | 0x10DE
+    for slot, g in enumerate(node.gpus):
+        peers.gpu_slot[g.id] = slot
+    for g in system.gpus():
+        peers.device_id[g.id] = g.sku.pci_device_vendor_id
+        peers.subsystem_id[g.id] = g.sku.pci_subsystem_id
+    return peers
+
+
+def _mask(bits: Iterable[int], words: int) -> tuple[int, ...]:
+    out = [0] * words
+    for b in bits:
+        if 0 <= b < words * 64:
+            out[b // 64] |= 1 << (b % 64)
+    return tuple(out)
+
+
+def _link_record(port: NVLinkPort, gpu: Gpu, gstate: GpuState, i: int, peers: _Peers,
+                 rx: tuple[int, int], tx: tuple[int, int]) -> LinkRecord:
+    link_state = gstate.links[i]
+    addr = port.remote_address
+    return LinkRecord(
+        present=1,
+        up=int(link_state.up),
+        version=gpu.sku.nvlink.nvml_version,
+        remote_type=NVLINK_TYPE_SWITCH if port.remote_kind == "switch" else NVLINK_TYPE_GPU,
+        capabilities=(1 << CAP_P2P) | (1 << CAP_P2P_ATOMICS) | (1 << CAP_VALID),
+        remote_link=port.remote_port,
+        speed_mbps=int(port.bandwidth_gbs * 1000),
+        remote_gpu=peers.gpu_slot.get(port.remote_id, -1) if port.remote_kind == "gpu" else -1,
+        remote_bus_id=addr.nvml_bus_id,
+        remote_bus_id_legacy=addr.nvml_bus_id_legacy,
+        remote_domain=addr.domain,
+        remote_bus=addr.bus,
+        remote_device=addr.device,
+        remote_pci_device_id=peers.device_id.get(port.remote_id, 0),
+        remote_pci_subsystem_id=peers.subsystem_id.get(port.remote_id, 0),
+        errors=tuple(link_state.errors.get(c, 0) for c in NVLINK_COUNTER_ORDER),
+        util_rx=rx,
+        util_tx=tx,
+    )
+
+
+def _fabric(system: System, node: Node, gpu: Gpu, gstate: GpuState) -> dict[str, object]:
+    domain = system.domain_of(node)
+    fabric = domain.fabric if domain is not None else None
+    if fabric is None:
+        # Hopper and later answer the call and say "not in a fabric"; older GPUs do not support it.
+        return {"fabric_supported": int(gpu.sku.architecture in ("hopper", "blackwell")),
+                "fabric_state": FABRIC_NOT_SUPPORTED, "fabric_status": NVML_ERROR_NOT_SUPPORTED}
+    mask = 1 << 8  # incorrect configuration: none
+    for name, bit in HEALTH_BITS.items():
+        mask |= (1 if name in gstate.fabric_health else 2) << bit
+    if "route-unhealthy" in gstate.fabric_health:
+        summary = HEALTH_SUMMARY_UNHEALTHY
+    elif gstate.fabric_health:
+        summary = HEALTH_SUMMARY_LIMITED
+    else:
+        summary = HEALTH_SUMMARY_HEALTHY
+    return {
+        "fabric_supported": 1,
+        "fabric_cluster_uuid": tuple(uuid.UUID(fabric.cluster_uuid).bytes),
+        "fabric_state": FABRIC_COMPLETED,
+        "fabric_status": NVML_SUCCESS,
+        "fabric_clique_id": fabric.clique_id,
+        "fabric_health_mask": mask,
+        "fabric_health_summary": summary,
+    }
+
+
+def _placements(slices: int, total: int) -> tuple[int, ...]:
+    """Where a GPU instance of ``slices`` may start: aligned to its size, within the GPU's slices."""
+    step = slices if slices in (1, 2) else 4 if slices in (3, 4) else total
+    return tuple(s for s in range(0, total, step) if s + slices <= total)[: layout.MAX_PLACEMENTS]
+
+
+def _mig_profiles(gpu: Gpu, slot: int) -> list[MigProfileRecord]:
+    mig = gpu.sku.mig
+    if mig is None:
+        return []
+    used = sum(m.profile.slices for m in gpu.mig_instances) if gpu.mig_enabled else 0
+    eng = engines(gpu.sku)
+    out = []
+    for p in mig.profiles[: layout.MAX_MIG_PROFILES_PER_GPU]:
+        same = sum(1 for m in gpu.mig_instances if m.profile.name == p.name) if gpu.mig_enabled else 0
+        starts = _placements(p.slices, mig.max_instances)
+        out.append(MigProfileRecord(
+            name=p.name,
+            parent=slot,
+            profile_index=p.profile_id,
+            profile_id=MIG_PROFILE_UNIQUE_ID.get(p.profile_id, p.profile_id),
+            slice_count=p.slices,
+            instance_count=p.max_instances,
+            remaining=max(0, min(p.max_instances - same, (mig.max_instances - used) // p.slices)),
+            multiprocessors=p.slices * sms_per_mig_slice(gpu.sku),
+            copy_engines=max(1, eng.copy * p.slices // mig.max_instances),
+            decoders=eng.decoders * p.slices // mig.max_instances,
+            encoders=0,
+            jpegs=eng.jpegs * p.slices // mig.max_instances,
+            ofas=1 if p.slices == mig.max_instances else 0,
+            placement_count=len(starts),
+            placement_start=starts + (0,) * (layout.MAX_PLACEMENTS - len(starts)),
+            memory_mib=p.memory_mib,
+        ))
+    return out
+
+
+def _mig_devices(gpu: Gpu, slot: int) -> list[MigRecord]:
+    if not gpu.mig_enabled or gpu.sku.mig is None:
+        return []
+    eng = engines(gpu.sku)
+    total_slices = gpu.sku.mig.max_instances
+    out = []
+    for m in gpu.mig_instances[: layout.MAX_MIG_PER_GPU]:
+        p = m.profile
+        total = p.memory_mib * 2**20
+        reserved = min(total, max(32, p.memory_mib // 160) * 2**20)
+        out.append(MigRecord(
+            uuid=m.uuid,
+            name=f"{gpu.sku.name} MIG {p.name}",
+            parent=slot,
+            index=m.index,
+            gpu_instance_id=m.index + 1,
+            compute_instance_id=0,
+            profile_id=MIG_PROFILE_UNIQUE_ID.get(p.profile_id, p.profile_id),
+            ci_profile_id=CI_PROFILE_INDEX.get(p.slices, 0),
+            slice_count=p.slices,
+            start_slice=m.start_slice,
+            multiprocessors=p.slices * sms_per_mig_slice(gpu.sku),
+            copy_engines=max(1, eng.copy * p.slices // total_slices),
+            decoders=eng.decoders * p.slices // total_slices,
+            encoders=0,
+            jpegs=eng.jpegs * p.slices // total_slices,
+            ofas=1 if p.slices == total_slices else 0,
+            mem_total=total,
+            mem_reserved=reserved,
+            mem_used=0,
+            mem_free=total - reserved,
+        ))
+    return out
+
+
+def _inforom_objects(sku: GpuSku) -> tuple[str, str, str]:
+    """OEM, ECC and power object versions (assumed: the pattern datacenter boards report)."""
+    ecc = {"ampere": "6.16", "hopper": "7.16", "blackwell": "8.1", "ada": "6.16"}[sku.architecture]
+    return "2.1", ecc, ""
+
+
+def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: int, gstate: GpuState,
+                generation: int, peers: _Peers, first_mig: int, migs: list[MigRecord], first_profile: int,
+                profiles: list[MigProfileRecord], first_process: int, processes: list[ProcessRecord]) -> GpuRecord:
+    sku = gpu.sku
+    seed = system.seed
+    r = gpu_readings(seed, gpu, gstate, generation)
+    eng = engines(sku)
+    n = len(node.gpus)
+    total = sku.memory_mib * 2**20
+    reserved = reserved_mib(sku) * 2**20
+    used = sum(p.used_memory for p in processes)
+    ecc = [0] * (2 * 2 * layout.ECC_LOCATIONS)
+    for etype, counts in ((0, gstate.ecc_sbe), (1, gstate.ecc_dbe)):
+        for location, count in counts.items():
+            loc = ECC_LOCATION[location]
+            for counter in (0, 1):  # volatile, aggregate
+                ecc[(etype * 2 + counter) * layout.ECC_LOCATIONS + loc] += count
+    dbe = gstate.retired_pages_dbe
+    dbe_pages = tuple(0x1000 * (1 + stable_int(seed, gpu.id, "page", i, bits=24)) for i in range(dbe))
+    dbe_pages = dbe_pages[: layout.RETIRED_PAGES_MAX]
+    p2p = []
+    for cap in P2PCapability:
+        row = [int(topo.p2p[cap][slot][j]) for j in range(n)]
+        p2p += row + [0] * (layout.MAX_GPUS - n)
+    links: list[LinkRecord] = [LinkRecord() for _ in range(layout.MAX_LINKS)]
+    for i, port in enumerate(gpu.ports):
+        if port.port >= layout.MAX_LINKS:
+            raise SnapshotError(f"{gpu.id} NVLink port {port.port} exceeds NVML's {layout.MAX_LINKS} links")
+        links[port.port] = _link_record(port, gpu, gstate, i, peers, r.nvlink_rx[i], r.nvlink_tx[i])
+    nvswitch_links = sum(1 for i, p in enumerate(gpu.ports) if p.remote_kind == "switch" and gstate.links[i].up)
+    oem, ecc_obj, pwr = _inforom_objects(sku)
+    power = sku.power
+    clocks = sku.clocks
+    clock_max = (clocks.graphics_max_mhz, clocks.sm_max_mhz, clocks.mem_max_mhz, clocks.video_max_mhz)
+    mig = sku.mig
+    return GpuRecord(
+        uuid=gpu.uuid,
+        name=sku.name,
+        serial=gpu.serial,
+        board_part_number=sku.board_part_number,
+        vbios_version=sku.vbios,
+        inforom_image=sku.inforom,
+        inforom_oem=oem,
+        inforom_ecc=ecc_obj,
+        inforom_power=pwr,
+        gsp_firmware=system.driver.version,
+        bus_id=gpu.address.nvml_bus_id,
+        bus_id_legacy=gpu.address.nvml_bus_id_legacy,
+        model_name=gpu.name,
+        index=gpu.index,
+        minor=gpu.minor,
+        pci_domain=gpu.address.domain,
+        pci_bus=gpu.address.bus,
+        pci_device=gpu.address.device,
+        pci_function=gpu.address.function,
+        pci_device_id=sku.pci_device_vendor_id,
+        pci_subsystem_id=sku.pci_subsystem_id,
+        pci_base_class=0x03,
+        pci_sub_class=0x02,
+        brand=BRAND_NVIDIA,
+        architecture=int(sku.nvml_architecture),
+        cc_major=sku.cuda_major_minor[0],
+        cc_minor=sku.cuda_major_minor[1],
+        multiprocessors=sku.multiprocessors,
+        copy_engines=eng.copy,
+        decoders=eng.decoders,
+        encoders=eng.encoders,
+        jpegs=eng.jpegs,
+        ofas=eng.ofas,
+        board_id=stable_int(0, gpu.uuid, "board", bits=31),
+        module_id=gpu.index + 1,
+        multi_gpu_board=0,
+        numa_node=gpu.numa,
+        gpu_numa_id=-1 if gpu.hbm_numa is None else gpu.hbm_numa,
+        lost=int(gstate.lost),
+        bus_type=BUS_TYPE_PCIE,
+        memory_bus_width=memory_bus_width(sku),
+        pcie_gen_max=sku.pcie.generation,
+        pcie_gen_gpu_max=sku.pcie.generation,
+        pcie_gen_cur=sku.pcie.generation,
+        pcie_width_max=sku.pcie.width,
+        pcie_width_cur=sku.pcie.width,
+        pcie_speed_mbps=PCIE_SPEED_MBPS[sku.pcie.generation],
+        pcie_replay=0,
+        pcie_tx_kbs=r.pcie_tx_kbs,
+        pcie_rx_kbs=r.pcie_rx_kbs,
+        mem_total=total,
+        mem_reserved=reserved,
+        mem_used=used,
+        mem_free=max(0, total - reserved - used),
+        bar1_total=sku.bar1_mib * 2**20,
+        bar1_used=r.bar1_used,
+        temperature=gstate.temperature_c,
+        mem_temperature=r.mem_temperature,
+        temp_shutdown=sku.thermal.shutdown_c,
+        temp_slowdown=sku.thermal.slowdown_c,
+        temp_mem_max=sku.thermal.shutdown_c + 3,
+        temp_gpu_max=sku.thermal.max_operating_c,
+        power_usage_mw=r.power_mw,
+        power_limit_mw=gstate.power_limit_w * 1000,
+        power_default_limit_mw=power.default_limit_w * 1000,
+        power_min_limit_mw=power.min_limit_w * 1000,
+        power_max_limit_mw=power.max_limit_w * 1000,
+        power_enforced_mw=gstate.power_limit_w * 1000,
+        energy_mj=r.energy_mj,
+        throttle_reasons=gstate.throttle_reasons,
+        supported_throttle_reasons=SUPPORTED_THROTTLE_REASONS,
+        clocks_current=r.clocks_current,
+        clocks_max=clock_max,
+        clocks_app=clock_max,
+        clocks_app_default=clock_max,
+        util_gpu=r.util_gpu,
+        util_memory=r.util_memory,
+        pstate=0,
+        compute_mode=0,
+        persistence_mode=1,
+        ecc_current=1,
+        ecc_pending=1,
+        ecc_default=1,
+        ecc_counts=tuple(ecc),
+        retired_dbe=dbe,
+        retired_pending=int(dbe > 0),
+        retired_dbe_pages=dbe_pages + (0,) * (layout.RETIRED_PAGES_MAX - len(dbe_pages)),
+        retired_time=int(time.time()) if dbe else 0,
+        remap_unc=dbe,
+        remap_pending=int(dbe > 0),
+        remap_histogram=(640 - min(dbe, 640), min(dbe, 640), 0, 0, 0),
+        cpu_affinity=_mask(topo.cpu_affinity[slot], layout.CPU_MASK_WORDS),
+        mem_affinity=_mask([gpu.numa], layout.NUMA_MASK_WORDS),
+        nvlink_count=max((p.port + 1 for p in gpu.ports), default=0),
+        nvlink_version=sku.nvlink.nvml_version,
+        nvswitch_links=nvswitch_links,
+        **_fabric(system, node, gpu, gstate),  # type: ignore[arg-type]
+        mig_capable=int(mig is not None),
+        mig_current=int(gpu.mig_enabled),
+        mig_pending=int(gpu.mig_enabled),
+        mig_max_devices=mig.max_instances if mig is not None else 0,
+        mig_first=first_mig,
+        mig_count=len(migs),
+        mig_profile_first=first_profile,
+        mig_profile_count=len(profiles),
+        process_first=first_process,
+        process_count=len(processes),
+        xid_count=len(gstate.xids),
+        last_xid=gstate.xids[-1] if gstate.xids else 0,
+        topo_level=tuple(int(topo.levels[slot][j]) for j in range(n)) + (0,) * (layout.MAX_GPUS - n),
+        nvlink_bond=tuple(min(255, topo.nvlinks[slot][j]) for j in range(n)) + (0,) * (layout.MAX_GPUS - n),
+        p2p=tuple(p2p),
+        links=tuple(links),
+    )
+
+
+def node_topology(system: System, node: Node, state: NodeState) -> NodeTopology:
+    """The node's topology with the NVLink ports that are down at run time taken out."""
+    if state.down_ports:
+        return derive_node(node, state.down_ports)
+    return system.topology.nodes[node.name]
+
+
+def build_snapshot(system: System, node: Node, state: NodeState, events: Sequence[Event] = (),
+                   processes: Sequence[FakeProcess] = (), render_time: float | None = None) -> Snapshot:
+    """The snapshot of ``node`` in ``state``; ``events`` are the node's recent events, oldest first."""
+    if len(node.gpus) > layout.MAX_GPUS:
+        raise SnapshotError(f"node {node.name} has {len(node.gpus)} GPUs; the snapshot holds {layout.MAX_GPUS}")
+    topo = node_topology(system, node, state)
+    peers = _peers(system, node)
+    slot_of = {g.name: i for i, g in enumerate(node.gpus)}
+    unknown = sorted({p.gpu for p in processes} - slot_of.keys())
+    if unknown:
+        raise SnapshotError(f"processes name GPUs node {node.name} does not have: {', '.join(unknown)}")
+    gpus: list[GpuRecord] = []
+    migs: list[MigRecord] = []
+    profiles: list[MigProfileRecord] = []
+    procs: list[ProcessRecord] = []
+    for slot, gpu in enumerate(node.gpus):
+        gstate = state.gpu(gpu.name)
+        assert gstate is not None
+        gpu_migs = _mig_devices(gpu, slot)
+        gpu_profiles = _mig_profiles(gpu, slot)
+        gpu_procs = []
+        for p in processes:
+            if p.gpu != gpu.name:
+                continue
+            gi = ci = UNSET_INSTANCE
+            if p.mig_index is not None:
+                if p.mig_index >= len(gpu_migs):
+                    raise SnapshotError(f"process {p.pid}: {gpu.id} has no MIG device {p.mig_index}")
+                gi, ci = gpu_migs[p.mig_index].gpu_instance_id, gpu_migs[p.mig_index].compute_instance_id
+            gpu_procs.append(ProcessRecord(gpu=slot, pid=p.pid, kinds=p.kinds, gpu_instance_id=gi,
+                                           compute_instance_id=ci, used_memory=p.used_memory, name=p.name))
+        gpus.append(_gpu_record(system, node, topo, gpu, slot, gstate, state.generation, peers, len(migs), gpu_migs,
+                                len(profiles), gpu_profiles, len(procs), gpu_procs))
+        migs += gpu_migs
+        profiles += gpu_profiles
+        procs += gpu_procs
+    ring: list[EventRecord] = []
+    last_seq = 0
+    for e in events:
+        last_seq = max(last_seq, e.seq)
+        if e.nvml_type == 0 or e.device not in slot_of:
+            continue
+        ring.append(EventRecord(
+            seq=e.seq,
+            gpu=slot_of[e.device],
+            event_type=e.nvml_type,
+            event_data=e.data if e.kind == "xid" else 0,
+            time_us=int(e.time * 1e6),
+        ))
+    ring.sort(key=lambda e: e.seq)
+    ring = ring[-layout.MAX_EVENTS:]
+    driver = system.driver
+    header = HeaderRecord(
+        generation=state.generation,
+        seed=system.seed,
+        render_time_us=int((time.time() if render_time is None else render_time) * 1e6),
+        driver_version=driver.version,
+        nvml_version=driver.nvml_version,
+        hostname=node.hostname,
+        node_name=node.name,
+        profile=system.name[:63],
+        cuda_driver_version=driver.cuda_driver_version,
+        event_last_seq=last_seq,
+    )
+    return Snapshot(header, tuple(gpus), tuple(migs), tuple(profiles), tuple(procs), tuple(ring),
+                    _nic_records(node, topo))
+
+
+def _nic_records(node: Node, topo: NodeTopology) -> tuple[NicRecord, ...]:
+    nics = node.nics[: layout.MAX_NICS]
+    n_gpus, n_nics = len(node.gpus), len(nics)
+    out = []
+    for k, nic in enumerate(nics):
+        addr = nic.address
+        out.append(NicRecord(
+            name=nic.name,
+            bus_id=addr.nvml_bus_id,
+            domain=addr.domain,
+            bus=addr.bus,
+            device=addr.device,
+            function=addr.function,
+            gpu_level=tuple(int(topo.gpu_nic_levels[g][k]) for g in range(n_gpus)) + (0,) * (layout.MAX_GPUS - n_gpus),
+            nic_level=tuple(int(topo.nic_levels[k][j]) for j in range(n_nics)) + (0,) * (layout.MAX_NICS - n_nics),
+        ))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------------- files
+
+
+def write_snapshot(path: Path, data: bytes) -> bool:
+    """Replace ``path`` with ``data`` atomically, then flag the replaced file as superseded.
+
+    A reader that mapped the old file sees the flag on its next call and re-opens the path, so it never reads
+    half a file and needs no system call to notice a new generation. Returns False when the file already
+    held ``data`` (nothing written).
+    """
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old_fd = -1
+    with contextlib.suppress(OSError):
+        old_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        if old_fd >= 0:
+            _mark_superseded(old_fd)
+    finally:
+        if old_fd >= 0:
+            os.close(old_fd)
+    return True
+
+
+def _mark_superseded(fd: int) -> None:
+    offset = layout.layout_of(HeaderRecord).field("superseded").offset
+    try:
+        if os.fstat(fd).st_size >= offset + 4:
+            os.pwrite(fd, struct.pack("<I", 1), offset)
+    except OSError as exc:  # a read-only mount: readers fall back to noticing by stat()
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.EBADF):
+            raise
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror}") from None
+    return Snapshot.from_bytes(data)
