@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,15 +22,20 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN / "fakehw"), *args], capture_output=True, text=True, timeout=120)
 
 
+def _cells(line: str) -> list[str]:
+    """Non-empty cells of a topo -m line (nvidia-smi underlines the header and pads with empty cells)."""
+    return [c.strip() for c in re.sub(r"\x1b\[[0-9;]*m", "", line).split("\t") if c.strip()]
+
+
 def _matrix(text: str) -> tuple[list[str], dict[str, list[str]]]:
-    """Parse the topo -m table into its header and rows (cells stripped)."""
+    """Parse the topo -m table into its header and rows."""
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
-    header = [c.strip() for c in lines[0].split("\t")][1:]
+    header = _cells(lines[0])
     rows = {}
     for line in lines[1:]:
         if line.startswith("Legend"):
             break
-        cells = [c.strip() for c in line.split("\t")]
+        cells = _cells(line)
         rows[cells[0]] = cells[1:]
     return header, rows
 
@@ -126,8 +132,11 @@ def test_render_writes_every_node(tmp_path: Path) -> None:
     assert node["nvlink_domain"] == "nvl72" and len(node["gpus"]) == 4
     state = json.loads((tmp_path / "gb200-tray-17" / "state.json").read_text())
     assert state["health"] == "healthy" and state["faults"] == []
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "gb200-tray-0").glob("*.json")}
     again = _run("render", "gb200-nvl72", "--out", str(tmp_path), "--node", "0")
-    assert again.returncode == 0 and " 0 file(s) written" in again.stdout
+    assert again.returncode == 0
+    after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "gb200-tray-0").glob("*.json")}
+    assert before == after and set(before) == {"node.json", "state.json"}, "unchanged files are not rewritten"
 
 
 def test_kinds_lists_parameters(capsys: pytest.CaptureFixture[str]) -> None:

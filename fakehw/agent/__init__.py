@@ -1,6 +1,5 @@
-"""The node agent: owns runtime state of fake nodes, renders their outputs, serves the control API."""
+"""The node agent: owns runtime state of fake nodes, renders their outputs, serves the control API.
 
-from fakehw.agent.client import AgentClient, AgentRequestError
-from fakehw.agent.service import AgentError, AgentService
-
-__all__ = ["AgentClient", "AgentError", "AgentRequestError", "AgentService"]
+Import what you need from the modules (``fakehw.agent.client.AgentClient``, ``fakehw.agent.service.AgentService``);
+this package imports nothing eagerly so that light users (the renderers, the pytest plugin) stay light.
+"""

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fakehw.agent.state import Event, NodeState
-from fakehw.model.system import Node, System
 from fakehw.render.atomic import OutputDir
+
+if TYPE_CHECKING:  # the agent imports this package; importing it back here would be a cycle
+    from fakehw.agent.state import Event, NodeState
+    from fakehw.model.system import Node, System
 
 
 @dataclass(frozen=True)
