@@ -5,6 +5,8 @@ set -euo pipefail
 
 # Debian packages (bookworm main) the suite uses.
 PACKAGES=(gcc make)
+# Fake NVML: the riscv64 cross compiler (the shim must build for riscv64 node images).
+PACKAGES+=(gcc-riscv64-linux-gnu libc6-dev-riscv64-cross)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -12,13 +14,16 @@ for pkg in "${PACKAGES[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
-fi
-if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+  :
+elif [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
   echo "install-system-deps: not root (or no apt-get); please install: ${missing[*]}" >&2
-  exit 0
+else
+  echo "install-system-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "install-system-deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >/dev/null
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# Fake NVML: the real nvidia-smi 535, libnvidia-ml1 and nvml.h from bookworm non-free, extracted into a project
+# cache (never installed system-wide) for the tests that compare the fake with them.
+"$(dirname "$0")/fetch-real-nvidia.sh"

@@ -1,0 +1,45 @@
+"""Build hook: compile the fake libnvidia-ml.so.1 for this machine whenever the package is built or installed.
+
+Everything else about the package is declared in pyproject.toml. The library is built by
+fakehw/nvml/build.py (standard library only, so it runs in pip's isolated build environment); if no C compiler
+is present the install still succeeds and the library is built on first use instead (with a clear error then).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+from pathlib import Path
+from types import ModuleType
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = Path(__file__).resolve().parent
+
+
+def _nvml_build_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_fakehw_nvml_build", HERE / "fakehw" / "nvml" / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BuildPyWithNvml(build_py):
+    """build_py, then the NVML shim: into the wheel, or into the source tree for an editable install."""
+
+    def run(self) -> None:
+        super().run()
+        nvml = _nvml_build_module()
+        try:
+            if getattr(self, "editable_mode", False):
+                path = nvml.ensure_library()
+            else:
+                path = nvml.build_library(Path(self.build_lib) / "fakehw" / "nvml" / "_lib" / platform.machine()).path
+            self.announce(f"built the fake NVML library: {path}", level=2)
+        except nvml.BuildError as exc:
+            self.warn(f"the fake NVML library was not built now ({exc}); it is built on first use")
+
+
+setup(cmdclass={"build_py": BuildPyWithNvml})

@@ -1,0 +1,122 @@
+"""Helpers for the fake-NVML tests: snapshots of a node in a given fault state, the library, pynvml in-process.
+
+Expected values always come from the model (:mod:`fakehw.model`) or from the runtime state the agent would
+derive (:func:`fakehw.agent.state.derive_state`), never from constants written into a test.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fakehw.agent.faults import FAULT_ADAPTER, check_target
+from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
+from fakehw.model import load_profile
+from fakehw.model.system import Node, System
+from fakehw.nvml import library_dir
+from fakehw.nvml.snapshot import FakeProcess, Snapshot, build_snapshot, write_snapshot
+
+LIB_NAME = "libnvidia-ml.so.1"
+
+
+@dataclass
+class NodeSnap:
+    """A node, its runtime state and the snapshot written for it."""
+
+    system: System
+    node: Node
+    state: NodeState
+    events: tuple[Event, ...]
+    snapshot: Snapshot
+    path: Path
+
+
+def faults_state(node: Node, faults: Sequence[dict[str, Any]], seed: int, generation: int = 1,
+                 first_seq: int = 0) -> tuple[NodeState, tuple[Event, ...]]:
+    """The state and events the agent derives for ``faults`` (dicts like the control API takes)."""
+    active = []
+    events = []
+    seq = first_seq
+    for i, body in enumerate(faults):
+        request = FAULT_ADAPTER.validate_python(body)
+        check_target(request, node)
+        fault = ActiveFault(f"f-{i + 1:06d}", node.name, request, 1000.0 + i)
+        active.append(fault)
+        for kind, data, nvml_type in events_for(fault):
+            seq += 1
+            events.append(Event(seq, fault.created, node.name, request.device, kind, data, nvml_type, fault.id))
+    return derive_state(node, active, generation, seed), tuple(events)
+
+
+def write_node(path: Path, profile: str | System, node_index: int = 0, faults: Sequence[dict[str, Any]] = (),
+               processes: Sequence[FakeProcess] = (), generation: int = 1, first_seq: int = 0) -> NodeSnap:
+    system = load_profile(profile) if isinstance(profile, str) else profile
+    node = system.nodes[node_index]
+    state, events = faults_state(node, faults, system.seed, generation, first_seq)
+    snap = build_snapshot(system, node, state, events, processes)
+    write_snapshot(path, snap.to_bytes())
+    return NodeSnap(system, node, state, events, snap, path)
+
+
+def lib_path() -> Path:
+    return library_dir() / LIB_NAME
+
+
+def preload_library() -> ctypes.CDLL:
+    """Load the fake library in this process so pynvml's dlopen("libnvidia-ml.so.1") finds it by SONAME."""
+    return ctypes.CDLL(str(lib_path()), mode=ctypes.RTLD_GLOBAL)
+
+
+@contextmanager
+def snapshot_env(path: Path, **extra: str) -> Iterator[None]:
+    """Point this process's next nvmlInit at ``path`` (and set/clear other FAKEHW_ variables)."""
+    saved = {k: os.environ.get(k) for k in ("FAKEHW_NVML_SNAPSHOT", *extra)}
+    os.environ["FAKEHW_NVML_SNAPSHOT"] = str(path)
+    for k, v in extra.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def subprocess_env(snapshot: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["FAKEHW_NVML_SNAPSHOT"] = str(snapshot)
+    env["LD_LIBRARY_PATH"] = str(library_dir())
+    env.pop("FAKEHW_VISIBLE_DEVICES", None)
+    env.update(extra)
+    return env
+
+
+def run_python(code: str, snapshot: Path, timeout: float = 60, **extra: str) -> Any:
+    """Run ``code`` in a fresh interpreter against ``snapshot``; it prints one JSON document, returned here."""
+    proc = subprocess.run([sys.executable, "-c", code], env=subprocess_env(snapshot, **extra), capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+    return json.loads(proc.stdout)
+
+
+def wait_for(predicate: Any, timeout: float = 5.0, interval: float = 0.005) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())

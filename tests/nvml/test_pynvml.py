@@ -1,0 +1,545 @@
+"""nvidia-ml-py (the official bindings) against the fake, one test per function group, compared with the model."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from types import ModuleType
+
+import pytest
+
+from fakehw.model import P2PCapability, P2PStatus
+from fakehw.model.units import parse_cpulist
+from fakehw.nvml.readings import PCIE_SPEED_MBPS
+from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess, node_topology
+from tests.nvml.helpers import NodeSnap
+
+Nvml = Callable[..., NodeSnap]
+
+
+def handles(n: ModuleType) -> list[object]:
+    return [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+
+
+def addr(h: object) -> int | None:
+    """The handle's pointer value (handles are opaque pointers; equal handles are equal pointers)."""
+    return ctypes.cast(h, ctypes.c_void_p).value  # type: ignore[arg-type]
+
+
+def error_of(fn: Callable[[], object]) -> int:
+    import pynvml
+
+    with pytest.raises(pynvml.NVMLError) as info:
+        fn()
+    return int(info.value.value)
+
+
+# --------------------------------------------------------------------------------------------------- init
+
+
+def test_uninitialized_before_init_and_refcounted_shutdown(pynvml_module: ModuleType, node_snapshot: Callable[...,
+                                                            NodeSnap]) -> None:
+    n = pynvml_module
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    count = ctypes.c_uint()
+    assert lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == n.NVML_ERROR_UNINITIALIZED
+    assert lib.nvmlShutdown() == n.NVML_ERROR_UNINITIALIZED
+    snap = node_snapshot("dgx-h100")
+    os.environ["FAKEHW_NVML_SNAPSHOT"] = str(snap.path)
+    try:
+        assert lib.nvmlInit_v2() == 0
+        assert lib.nvmlInit() == 0  # refcounted: two inits need two shutdowns
+        assert lib.nvmlShutdown() == 0
+        assert lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+        assert count.value == len(snap.node.gpus)
+        assert lib.nvmlShutdown() == 0
+        assert lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == n.NVML_ERROR_UNINITIALIZED
+    finally:
+        del os.environ["FAKEHW_NVML_SNAPSHOT"]
+
+
+def test_error_string_for_every_code(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    nvml("edge-pcie")  # pynvml loads the library in nvmlInit
+    codes = [v for k, v in vars(n).items() if k.startswith("NVML_ERROR_") and isinstance(v, int)] + [n.NVML_SUCCESS]
+    strings = {c: n.nvmlErrorString(c) for c in codes}
+    assert all(s for s in strings.values())
+    named = {c: s for c, s in strings.items() if c != n.NVML_ERROR_UNKNOWN}
+    assert len(set(named.values())) == len(named), "every code has its own message"
+    assert n.nvmlErrorString(12345) == strings[n.NVML_ERROR_UNKNOWN]
+
+
+# --------------------------------------------------------------------------------------------------- system
+
+
+def test_system(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    driver = snap.system.driver
+    assert n.nvmlSystemGetDriverVersion() == driver.version
+    assert n.nvmlSystemGetNVMLVersion() == driver.nvml_version
+    assert n.nvmlSystemGetCudaDriverVersion() == driver.cuda_driver_version
+    assert n.nvmlSystemGetCudaDriverVersion_v2() == driver.cuda_driver_version
+    with open(f"/proc/{os.getpid()}/cmdline", "rb") as fh:
+        argv0 = fh.read().split(b"\0")[0].decode()
+    assert n.nvmlSystemGetProcessName(os.getpid()) == argv0
+    assert error_of(lambda: n.nvmlSystemGetProcessName(2**31 - 7)) == n.NVML_ERROR_NOT_FOUND
+    assert n.nvmlUnitGetCount() == 0
+    assert n.nvmlDeviceGetCount() == len(snap.node.gpus)
+
+
+# --------------------------------------------------------------------------------------------------- identity
+
+
+def test_identity(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    for gpu, h in zip(snap.node.gpus, handles(n), strict=True):
+        sku = gpu.sku
+        assert n.nvmlDeviceGetName(h) == sku.name == "NVIDIA H100 80GB HBM3"
+        assert n.nvmlDeviceGetUUID(h) == gpu.uuid
+        assert n.nvmlDeviceGetSerial(h) == gpu.serial
+        assert n.nvmlDeviceGetIndex(h) == gpu.index
+        assert n.nvmlDeviceGetMinorNumber(h) == gpu.minor
+        assert n.nvmlDeviceGetArchitecture(h) == int(sku.nvml_architecture)
+        assert n.nvmlDeviceGetCudaComputeCapability(h) == sku.cuda_major_minor
+        assert n.nvmlDeviceGetBoardPartNumber(h) == sku.board_part_number
+        assert n.nvmlDeviceGetVbiosVersion(h) == sku.vbios
+        assert n.nvmlDeviceGetInforomImageVersion(h) == sku.inforom
+        assert n.nvmlDeviceGetBrand(h) == n.NVML_BRAND_NVIDIA
+        attrs = n.nvmlDeviceGetAttributes(h)
+        assert attrs.multiprocessorCount == sku.multiprocessors
+        assert attrs.memorySizeMB == sku.memory_mib
+        # Every way of finding the device gives the same handle.
+        assert addr(n.nvmlDeviceGetHandleByUUID(gpu.uuid)) == addr(h)
+        assert addr(n.nvmlDeviceGetHandleBySerial(gpu.serial)) == addr(h)
+        for bus_id in (gpu.address.nvml_bus_id, gpu.address.nvml_bus_id_legacy, str(gpu.address)):
+            assert addr(n.nvmlDeviceGetHandleByPciBusId(bus_id)) == addr(h)
+    assert error_of(lambda: n.nvmlDeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000")) == \
+        n.NVML_ERROR_NOT_FOUND
+    assert error_of(lambda: n.nvmlDeviceGetHandleByPciBusId("not a bus id")) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(lambda: n.nvmlDeviceGetHandleByIndex(len(snap.node.gpus))) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+# --------------------------------------------------------------------------------------------------- memory, PCI
+
+
+def test_memory_bar1_pci(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    for gpu, h, rec in zip(snap.node.gpus, handles(n), snap.snapshot.gpus, strict=True):
+        total = gpu.sku.memory_mib * 2**20
+        v1 = n.nvmlDeviceGetMemoryInfo(h)
+        assert (v1.total, v1.used + v1.free) == (total, total)
+        v2 = n.nvmlDeviceGetMemoryInfo(h, version=n.nvmlMemory_v2)
+        assert v2.total == total and v2.reserved + v2.used + v2.free == total
+        assert v1.used == v2.used + v2.reserved  # v1 counts reserved memory as used
+        assert v2.reserved == rec.mem_reserved > 0
+        bar1 = n.nvmlDeviceGetBAR1MemoryInfo(h)
+        assert bar1.bar1Total == gpu.sku.bar1_mib * 2**20 and bar1.bar1Used + bar1.bar1Free == bar1.bar1Total
+        pci = n.nvmlDeviceGetPciInfo(h)  # the _v3 entry point
+        assert pci.busId == gpu.address.nvml_bus_id
+        assert pci.busIdLegacy == gpu.address.nvml_bus_id_legacy
+        assert (pci.domain, pci.bus, pci.device) == (gpu.address.domain, gpu.address.bus, gpu.address.device)
+        assert pci.pciDeviceId == gpu.sku.pci_device_vendor_id and pci.pciSubSystemId == gpu.sku.pci_subsystem_id
+        assert n.nvmlDeviceGetCurrPcieLinkGeneration(h) == gpu.sku.pcie.generation
+        assert n.nvmlDeviceGetMaxPcieLinkGeneration(h) == gpu.sku.pcie.generation
+        assert n.nvmlDeviceGetCurrPcieLinkWidth(h) == n.nvmlDeviceGetMaxPcieLinkWidth(h) == gpu.sku.pcie.width
+        assert n.nvmlDeviceGetPcieSpeed(h) == PCIE_SPEED_MBPS[gpu.sku.pcie.generation]
+        assert n.nvmlDeviceGetPcieReplayCounter(h) == 0
+        assert n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_TX_BYTES) == rec.pcie_tx_kbs
+    with pytest.raises(n.NVMLError_ArgumentVersionMismatch):
+        n.nvmlDeviceGetMemoryInfo(handles(n)[0], version=0x01000028)
+
+
+class PciInfoV1(ctypes.Structure):
+    """The 52-byte layout the unversioned and _v2 entry points fill."""
+
+    _fields_ = [("busId", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("reserved", ctypes.c_uint * 4)]
+
+
+def test_pci_versions_keep_their_layouts(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("gb200-nvl72")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    gpu, h = snap.node.gpus[2], handles(n)[2]
+    for name in ("nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v2"):
+        # A buffer larger than the old struct: nothing past its 52 bytes may be written.
+        buf = (ctypes.c_ubyte * 128)(*([0xAB] * 128))
+        assert getattr(lib, name)(h, buf) == 0
+        old = PciInfoV1.from_buffer(buf)
+        assert old.busId.decode() == gpu.address.nvml_bus_id_legacy
+        assert (old.domain, old.bus) == (gpu.address.domain, gpu.address.bus)
+        assert bytes(buf[ctypes.sizeof(PciInfoV1):]) == b"\xab" * (128 - ctypes.sizeof(PciInfoV1))
+
+    class PciInfoExt(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                    ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                    ("baseClass", ctypes.c_uint), ("subClass", ctypes.c_uint), ("busId", ctypes.c_char * 32)]
+
+    ext = PciInfoExt(version=ctypes.sizeof(PciInfoExt) | 1 << 24)
+    assert lib.nvmlDeviceGetPciInfoExt(h, ctypes.byref(ext)) == 0
+    assert ext.busId.decode() == gpu.address.nvml_bus_id and (ext.baseClass, ext.subClass) == (3, 2)
+    ext.version = 7
+    assert lib.nvmlDeviceGetPciInfoExt(h, ctypes.byref(ext)) == n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+
+
+# --------------------------------------------------------------------------------------------------- NVLink
+
+
+def test_nvlink_dgx_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    switches = {sw.id: sw for sw in snap.node.nvswitches}
+    for gpu, h in zip(snap.node.gpus, handles(n), strict=True):
+        assert len(gpu.ports) == n.NVML_NVLINK_MAX_LINKS == 18
+        for port in gpu.ports:
+            link = port.port
+            assert n.nvmlDeviceGetNvLinkState(h, link) == n.NVML_FEATURE_ENABLED
+            assert n.nvmlDeviceGetNvLinkVersion(h, link) == gpu.sku.nvlink.nvml_version
+            assert n.nvmlDeviceGetNvLinkRemoteDeviceType(h, link) == n.NVML_NVLINK_DEVICE_TYPE_SWITCH
+            remote = n.nvmlDeviceGetNvLinkRemotePciInfo(h, link)
+            assert remote.busId == port.remote_address.nvml_bus_id
+            assert remote.pciDeviceId == (switches[port.remote_id].sku.pci_device_id << 16 | 0x10DE)
+            assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_P2P_SUPPORTED) == 1
+            for counter in range(5):
+                assert n.nvmlDeviceGetNvLinkErrorCounter(h, link, counter) == 0
+        assert error_of(lambda h=h: n.nvmlDeviceGetNvLinkState(h, 18)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_nvlink_errors_and_per_process_reset(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    fault = {"kind": "nvlink-errors", "device": "gpu1", "link": 4, "counter": "crc-data", "increment": 37}
+    snap = nvml("dgx-h100", faults=[fault])
+    h = handles(n)[1]
+    expected = snap.state.gpu("gpu1").links[4].errors["crc-data"]  # type: ignore[union-attr]
+    assert expected == 37
+    assert n.nvmlDeviceGetNvLinkErrorCounter(h, 4, n.NVML_NVLINK_ERROR_DL_CRC_DATA) == expected
+    assert n.nvmlDeviceGetNvLinkErrorCounter(h, 5, n.NVML_NVLINK_ERROR_DL_CRC_DATA) == 0
+    n.nvmlDeviceResetNvLinkErrorCounters(h, 4)
+    assert n.nvmlDeviceGetNvLinkErrorCounter(h, 4, n.NVML_NVLINK_ERROR_DL_CRC_DATA) == 0
+    # Field values read the same counters.
+    fields = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L4 if hasattr(
+        n, "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L4") else 43])
+    assert fields[0].nvmlReturn == 0 and fields[0].value.ullVal == 0
+
+
+def test_nvlink_utilization_counters(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    h = handles(n)[0]
+    rec = snap.snapshot.gpus[0].links[3]
+    assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 3, 0) == (rec.util_rx[0], rec.util_tx[0])
+    n.nvmlDeviceFreezeNvLinkUtilizationCounter(h, 3, 0, 1)
+    n.nvmlDeviceResetNvLinkUtilizationCounter(h, 3, 0)
+    assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 3, 0) == (0, 0)
+
+
+def test_no_nvlink_on_pcie_only_boards(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    nvml("edge-pcie")
+    h = handles(n)[0]
+    assert error_of(lambda: n.nvmlDeviceGetNvLinkState(h, 0)) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+# --------------------------------------------------------------------------------------------------- topology
+
+
+@pytest.mark.parametrize("profile", ["dgx-h100", "edge-pcie", "dgx-a100", "gb200-nvl72"])
+def test_topology_and_p2p(nvml: Nvml, pynvml_module: ModuleType, profile: str) -> None:
+    n = pynvml_module
+    snap = nvml(profile)
+    topo = snap.system.topology.nodes[snap.node.name]
+    hs = handles(n)
+    for a, ha in enumerate(hs):
+        for b, hb in enumerate(hs):
+            if a != b:
+                assert n.nvmlDeviceGetTopologyCommonAncestor(ha, hb) == int(topo.levels[a][b])
+            for cap in P2PCapability:
+                assert n.nvmlDeviceGetP2PStatus(ha, hb, int(cap)) == int(topo.p2p[cap][a][b])
+        for level in (10, 20, 30, 40, 50):
+            near = n.nvmlDeviceGetTopologyNearestGpus(ha, level)
+            assert sorted(n.nvmlDeviceGetIndex(x) for x in near) == list(topo.nearest(a, level))  # type: ignore
+    if profile == "dgx-h100":
+        assert all(topo.p2p[P2PCapability.NVLINK][a][b] == P2PStatus.OK for a in range(8) for b in range(8))
+    if profile == "edge-pcie":
+        assert all(n.nvmlDeviceGetP2PStatus(hs[a], hs[b], n.NVML_P2P_CAPS_INDEX_NVLINK) ==
+                   n.NVML_P2P_STATUS_NOT_SUPPORTED for a in range(8) for b in range(8) if a != b)
+    # CPU -> GPUs: every CPU of a GPU's affinity lists that GPU.
+    for a, cpus in enumerate(topo.cpu_affinity):
+        if cpus:
+            got = {n.nvmlDeviceGetIndex(x) for x in n.nvmlSystemGetTopologyGpuSet(cpus[0])}
+            assert a in got
+            assert got == {b for b, other in enumerate(topo.cpu_affinity) if cpus[0] in other}
+
+
+def test_affinity(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("gb200-nvl72")
+    topo = snap.system.topology.nodes[snap.node.name]
+    for a, h in enumerate(handles(n)):
+        words = n.nvmlDeviceGetCpuAffinity(h, 4)
+        cpus = {w * 64 + b for w, word in enumerate(words) for b in range(64) if word >> b & 1}
+        assert cpus == set(topo.cpu_affinity[a])
+        nodes = n.nvmlDeviceGetMemoryAffinity(h, 1, n.NVML_AFFINITY_SCOPE_NODE)
+        assert nodes[0] == 1 << topo.numa_affinity[a]
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    numa = ctypes.c_uint()
+    assert lib.nvmlDeviceGetNumaNodeId(handles(n)[1], ctypes.byref(numa)) == 0
+    assert numa.value == snap.node.gpus[1].hbm_numa
+
+
+def test_set_cpu_affinity_pins_the_thread(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("edge-pcie")
+    topo = snap.system.topology.nodes[snap.node.name]
+    before = os.sched_getaffinity(0)
+    host = set(range(os.cpu_count() or 1))
+    try:
+        h = handles(n)[0]
+        wanted = set(topo.cpu_affinity[0]) & host
+        n.nvmlDeviceSetCpuAffinity(h)
+        assert os.sched_getaffinity(0) == wanted
+        n.nvmlDeviceClearCpuAffinity(h)
+        assert os.sched_getaffinity(0) == host
+    finally:
+        os.sched_setaffinity(0, before)
+    assert parse_cpulist("0-1") == (0, 1)
+
+
+# --------------------------------------------------------------------------------------------------- fabric
+
+
+class FabricInfo(ctypes.Structure):
+    """nvmlGpuFabricInfo_t as the 535 headers lay it out (28 bytes).
+
+    pynvml 12.535.161 declares clusterUuid as 80 bytes, which misreads every field after it (against the real
+    library too), so the tests pass this struct through pynvml's nvmlDeviceGetGpuFabricInfo instead.
+    """
+
+    _fields_ = [("clusterUuid", ctypes.c_ubyte * 16), ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint),
+                ("state", ctypes.c_ubyte)]
+
+
+class FabricInfoV3(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_ubyte * 16), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint), ("state", ctypes.c_ubyte), ("healthMask", ctypes.c_uint),
+                ("healthSummary", ctypes.c_ubyte)]
+
+
+def test_fabric_nvl72_all_72_gpus(pynvml_module: ModuleType, node_snapshot: Callable[..., NodeSnap]) -> None:
+    import uuid
+
+    from tests.nvml.helpers import snapshot_env
+
+    n = pynvml_module
+    seen: list[tuple[bytes, int]] = []
+    for node_index in range(18):
+        snap = node_snapshot("gb200-nvl72", node_index)
+        fabric = snap.system.domain_of(snap.node).fabric  # type: ignore[union-attr]
+        assert fabric is not None
+        with snapshot_env(snap.path):
+            n.nvmlInit()
+            try:
+                for h in handles(n):
+                    info = FabricInfo()
+                    n.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
+                    assert info.state == n.NVML_GPU_FABRIC_STATE_COMPLETED and info.status == n.NVML_SUCCESS
+                    assert bytes(info.clusterUuid) == uuid.UUID(fabric.cluster_uuid).bytes
+                    assert info.cliqueId == fabric.clique_id
+                    seen.append((bytes(info.clusterUuid), info.cliqueId))
+            finally:
+                n.nvmlShutdown()
+    assert len(seen) == 72 and len(set(seen)) == 1
+
+
+def test_fabric_versioned_forms_and_health(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    nvml("gb200-nvl72", faults=[{"kind": "fabric-degraded", "device": "gpu0", "health": "route-unhealthy"}])
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    hs = handles(n)
+    v3 = FabricInfoV3(version=0x03000028)
+    assert ctypes.sizeof(FabricInfoV3) == 40
+    assert lib.nvmlDeviceGetGpuFabricInfoV(hs[0], ctypes.byref(v3)) == 0
+    assert v3.state == 3 and v3.healthSummary == 2  # unhealthy
+    assert (v3.healthMask >> 4) & 3 == 1  # route unhealthy: true
+    ok = FabricInfoV3(version=0x03000028)
+    assert lib.nvmlDeviceGetGpuFabricInfoV(hs[1], ctypes.byref(ok)) == 0
+    assert ok.healthSummary == 1 and (ok.healthMask >> 4) & 3 == 2
+    # v2 fills 36 bytes and leaves the v3-only summary alone.
+    v2 = FabricInfoV3(version=0x02000024, healthSummary=0xEE)
+    assert lib.nvmlDeviceGetGpuFabricInfoV(hs[1], ctypes.byref(v2)) == 0
+    assert v2.cliqueId == ok.cliqueId and v2.healthSummary == 0xEE
+    bad = FabricInfoV3(version=0x01000024)
+    assert lib.nvmlDeviceGetGpuFabricInfoV(hs[1], ctypes.byref(bad)) == n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+
+
+def test_fabric_outside_a_domain(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    nvml("dgx-h100")
+    info = FabricInfo(state=0xEE)
+    assert ctypes.sizeof(FabricInfo) == 28
+    n.nvmlDeviceGetGpuFabricInfo(handles(n)[0], ctypes.byref(info))
+    assert info.state == n.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
+
+
+# --------------------------------------------------------------------------------------------------- MIG
+
+
+def test_mig(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("dgx-a100")
+    hs = handles(n)
+    mig_gpu = next(g for g in snap.node.gpus if g.mig_enabled)
+    plain = next(g for g in snap.node.gpus if not g.mig_enabled)
+    h = hs[mig_gpu.index]
+    assert n.nvmlDeviceGetMigMode(h) == [1, 1]
+    assert n.nvmlDeviceGetMigMode(hs[plain.index]) == [0, 0]
+    assert n.nvmlDeviceGetMaxMigDeviceCount(h) == mig_gpu.sku.mig.max_instances  # type: ignore[union-attr]
+    for inst in mig_gpu.mig_instances:
+        m = n.nvmlDeviceGetMigDeviceHandleByIndex(h, inst.index)
+        assert n.nvmlDeviceIsMigDeviceHandle(m).value == 1 and n.nvmlDeviceIsMigDeviceHandle(h).value == 0
+        assert n.nvmlDeviceGetUUID(m) == inst.uuid
+        assert n.nvmlDeviceGetName(m) == f"{mig_gpu.sku.name} MIG {inst.profile.name}"
+        assert n.nvmlDeviceGetMemoryInfo(m).total == inst.profile.memory_mib * 2**20
+        assert addr(n.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(m)) == addr(h)
+        assert addr(n.nvmlDeviceGetHandleByUUID(inst.uuid)) == addr(m)
+        gi_id = n.nvmlDeviceGetGpuInstanceId(m)
+        gi = n.nvmlDeviceGetGpuInstanceById(h, gi_id)
+        info = n.nvmlGpuInstanceGetInfo(gi)
+        assert (info.placement.start, info.placement.size) == (inst.start_slice, inst.profile.slices)
+        attrs = n.nvmlDeviceGetAttributes(m)
+        assert attrs.gpuInstanceSliceCount == inst.profile.slices
+        ci = n.nvmlGpuInstanceGetComputeInstanceById(gi, n.nvmlDeviceGetComputeInstanceId(m))
+        assert n.nvmlComputeInstanceGetInfo(ci).id == n.nvmlDeviceGetComputeInstanceId(m)
+    with pytest.raises(n.NVMLError_NotFound):
+        n.nvmlDeviceGetMigDeviceHandleByIndex(h, len(mig_gpu.mig_instances))
+    profile = mig_gpu.mig_instances[0].profile
+    info = n.nvmlDeviceGetGpuInstanceProfileInfo(h, profile.profile_id)
+    assert info.sliceCount == profile.slices and info.memorySizeMB == profile.memory_mib
+    gis = (n.c_nvmlGpuInstance_t * info.instanceCount)()
+    count = ctypes.c_uint()
+    n.nvmlDeviceGetGpuInstances(h, info.id, gis, ctypes.byref(count))
+    assert count.value == sum(1 for i in mig_gpu.mig_instances if i.profile.name == profile.name)
+    assert n.nvmlDeviceGetGpuInstanceRemainingCapacity(h, info.id) == 0  # both 3g slots are taken
+
+
+# --------------------------------------------------------------------------------------------------- ECC, health
+
+
+def test_ecc_retired_pages_remapped_rows_field_values(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    faults = [{"kind": "ecc", "device": "gpu2", "type": "sbe", "count": 5, "location": "l2-cache"},
+              {"kind": "ecc", "device": "gpu2", "type": "dbe", "count": 2, "location": "device-memory"}]
+    snap = nvml("dgx-h100", faults=faults)
+    state = snap.state.gpu("gpu2")
+    assert state is not None
+    h = handles(n)[2]
+    assert n.nvmlDeviceGetEccMode(h) == [1, 1]
+    for etype, counts in ((n.NVML_MEMORY_ERROR_TYPE_CORRECTED, state.ecc_sbe),
+                          (n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, state.ecc_dbe)):
+        for counter in (n.NVML_VOLATILE_ECC, n.NVML_AGGREGATE_ECC):
+            assert n.nvmlDeviceGetTotalEccErrors(h, etype, counter) == sum(counts.values())
+            for location, count in counts.items():
+                assert n.nvmlDeviceGetMemoryErrorCounter(h, etype, counter, ECC_LOCATION[location]) == count
+    detailed = n.nvmlDeviceGetDetailedEccErrors(h, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC)
+    assert detailed.l2Cache == state.ecc_sbe["l2-cache"]
+    pages = n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    assert len(pages) == state.retired_pages_dbe
+    assert n.nvmlDeviceGetRetiredPagesPendingStatus(h) == int(state.retired_pages_dbe > 0)
+    corr, unc, pending, failure = n.nvmlDeviceGetRemappedRows(h)
+    assert (unc, pending) == (state.retired_pages_dbe, 1)
+    values = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, n.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+                                            n.NVML_FI_DEV_ECC_SBE_VOL_L2, n.NVML_FI_DEV_RETIRED_DBE,
+                                            n.NVML_FI_DEV_REMAPPED_UNC, n.NVML_FI_DEV_NVLINK_LINK_COUNT, 9999])
+    assert [v.nvmlReturn for v in values[:6]] == [0] * 6
+    assert values[0].value.ullVal == sum(state.ecc_sbe.values())
+    assert values[1].value.ullVal == sum(state.ecc_dbe.values())
+    assert values[2].value.ullVal == state.ecc_sbe["l2-cache"]
+    assert values[3].value.ullVal == state.retired_pages_dbe
+    assert values[4].value.uiVal == state.retired_pages_dbe
+    assert values[5].value.uiVal == len(snap.node.gpus[2].ports)
+    assert values[6].nvmlReturn == n.NVML_ERROR_NOT_SUPPORTED
+    # The other GPUs are clean.
+    assert n.nvmlDeviceGetTotalEccErrors(handles(n)[0], 1, 0) == 0
+
+
+# --------------------------------------------------------------------------------------------------- readings
+
+
+def test_clocks_power_temperature_throttling(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    faults = [{"kind": "thermal", "device": "gpu4", "temperature_c": 96},
+              {"kind": "power-cap", "device": "gpu5", "limit_w": 350}]
+    snap = nvml("dgx-h100", faults=faults)
+    hs = handles(n)
+    for gpu, h, rec in zip(snap.node.gpus, hs, snap.snapshot.gpus, strict=True):
+        state = snap.state.gpu(gpu.name)
+        assert state is not None
+        sku = gpu.sku
+        assert n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU) == state.temperature_c
+        assert n.nvmlDeviceGetTemperatureThreshold(h, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN) == sku.thermal.slowdown_c
+        assert n.nvmlDeviceGetTemperatureThreshold(h, n.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN) == sku.thermal.shutdown_c
+        assert n.nvmlDeviceGetPowerManagementLimit(h) == state.power_limit_w * 1000
+        assert n.nvmlDeviceGetEnforcedPowerLimit(h) == state.power_limit_w * 1000
+        assert n.nvmlDeviceGetPowerManagementDefaultLimit(h) == sku.power.default_limit_w * 1000
+        assert n.nvmlDeviceGetPowerManagementLimitConstraints(h) == [sku.power.min_limit_w * 1000,
+                                                                     sku.power.max_limit_w * 1000]
+        assert n.nvmlDeviceGetPowerUsage(h) == rec.power_usage_mw <= state.power_limit_w * 1000
+        assert n.nvmlDeviceGetTotalEnergyConsumption(h) == rec.energy_mj
+        assert n.nvmlDeviceGetCurrentClocksThrottleReasons(h) == state.throttle_reasons
+        assert n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM) == sku.clocks.sm_max_mhz
+        assert n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_MEM) == sku.clocks.mem_max_mhz
+        assert n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM) == rec.clocks_current[1]
+        util = n.nvmlDeviceGetUtilizationRates(h)
+        assert (util.gpu, util.memory) == (rec.util_gpu, rec.util_memory)
+        assert n.nvmlDeviceGetPerformanceState(h) == 0
+        assert n.nvmlDeviceGetNumFans(h) == 0
+        assert error_of(lambda h=h: n.nvmlDeviceGetFanSpeed(h)) == n.NVML_ERROR_NOT_SUPPORTED
+    hot = snap.state.gpu("gpu4")
+    capped = snap.state.gpu("gpu5")
+    assert hot is not None and capped is not None
+    assert hot.throttle_reasons & n.nvmlClocksThrottleReasonSwThermalSlowdown
+    assert capped.throttle_reasons & n.nvmlClocksThrottleReasonSwPowerCap
+    assert n.nvmlDeviceGetClockInfo(hs[4], n.NVML_CLOCK_SM) < snap.node.gpus[4].sku.clocks.sm_max_mhz
+
+
+# --------------------------------------------------------------------------------------------------- processes
+
+
+def test_running_processes_in_every_layout(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    procs = [FakeProcess("gpu1", 4242, 3 * 2**30, "trainer", kinds=1),
+             FakeProcess("gpu1", 4343, 2**30, "viz", kinds=2),
+             FakeProcess("gpu1", 4444, 5 * 2**30, "mps-client", kinds=5)]
+    nvml("dgx-h100", processes=procs)
+    h = handles(n)[1]
+    compute = n.nvmlDeviceGetComputeRunningProcesses(h)  # _v3
+    assert {(p.pid, p.usedGpuMemory) for p in compute} == {(4242, 3 * 2**30), (4444, 5 * 2**30)}
+    assert [p.pid for p in n.nvmlDeviceGetGraphicsRunningProcesses(h)] == [4343]
+    assert [p.pid for p in n.nvmlDeviceGetMPSComputeRunningProcesses(h)] == [4444]
+    assert n.nvmlDeviceGetComputeRunningProcesses(handles(n)[0]) == []
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+
+    class V1(ctypes.Structure):
+        _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+    class V2(ctypes.Structure):
+        _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gi", ctypes.c_uint),
+                    ("ci", ctypes.c_uint)]
+
+    assert (ctypes.sizeof(V1), ctypes.sizeof(V2)) == (16, 24)
+    for name, struct in (("nvmlDeviceGetComputeRunningProcesses", V1),
+                         ("nvmlDeviceGetComputeRunningProcesses_v2", V2),
+                         ("nvmlDeviceGetComputeRunningProcesses_v3", V2)):
+        count = ctypes.c_uint(0)
+        assert getattr(lib, name)(h, ctypes.byref(count), None) == n.NVML_ERROR_INSUFFICIENT_SIZE
+        assert count.value == 2
+        arr = (struct * 2)()
+        assert getattr(lib, name)(h, ctypes.byref(count), arr) == 0
+        assert [(e.pid, e.usedGpuMemory) for e in arr] == [(4242, 3 * 2**30), (4444, 5 * 2**30)]
+        if struct is V2:
+            assert arr[0].gi == arr[0].ci == 0xFFFFFFFF
