@@ -16,24 +16,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from fakehw.fabric.model import FabricModel, HostNic, Link, NicRef, Port, PortRef
+from fakehw.fabric.wire import IB_MTUS, ROCE_HEADROOM, roce_mtu
 
-IB_MTUS = (256, 512, 1024, 2048, 4096)
-ROCE_HEADROOM = 40 + 8 + 12 + 4 + 28 + 4
-"""Bytes a NIC reserves below its netdev MTU for the biggest RoCE headers (GRH-sized IP header, UDP, BTH, XRC,
-AtomicETH, ICRC) when it picks its active RoCE MTU."""
+__all__ = ["IB_MTUS", "ROCE_HEADROOM", "Path", "Segment", "Topology", "analyse", "max_send_payload", "roce_mtu"]
+
 SEND_OVERHEAD_IPV4 = 20 + 8 + 12 + 4
 """IPv4 + UDP + BTH + ICRC: what a RoCE v2 SEND_ONLY adds to its payload inside the Ethernet MTU."""
 
 
-def roce_mtu(netdev_mtu: int) -> int:
-    """The active RoCE MTU a NIC derives from an Ethernet MTU (1500 -> 1024, 9000 -> 4096); 0 if none fits."""
-    usable = netdev_mtu - ROCE_HEADROOM
-    return max((m for m in IB_MTUS if m <= usable), default=0)
-
-
 def max_send_payload(path_mtu: int) -> int:
-    """The largest RoCE SEND_ONLY payload (IPv4) that fits in a path MTU."""
-    return path_mtu - SEND_OVERHEAD_IPV4
+    """The largest RoCE SEND_ONLY payload (IPv4) that fits in a path MTU. RoCE pads payloads to 4 bytes, so
+    this is the MTU less the headers, rounded down to a multiple of 4."""
+    return max(0, (path_mtu - SEND_OVERHEAD_IPV4) // 4 * 4)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,184 @@
-"""Runtime fabric commands (``up``, ``down``, ``probe``, ``fuzz``...): registered by :mod:`fakehw.fabric.cli`."""
+"""Runtime fabric commands: ``up``, ``status``, ``probe``, ``chaos``, ``down``, ``fuzz``, ``replay``.
+
+``up`` builds the emulated fabric, starts a responder on every NIC and leaves both running; the state directory
+holds the ledger (``fabric.json``) and the config reference, so ``probe``, ``chaos`` and ``down`` work from other
+processes, and ``down`` also cleans up after a process that died. Heavy imports (pyroute2, scapy) happen inside
+the commands so ``fakehw --help`` stays fast.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+from fakehw.cli_common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, CliError
+
+STATE_HELP = "directory for the fabric's ledger and the responder's files"
+
+
+def _load_model(ref: str) -> Any:
+    from fakehw.fabric.loader import FabricError
+    from fakehw.fabric.model import load_fabric
+
+    try:
+        return load_fabric(ref)
+    except FabricError as exc:
+        raise CliError(f"fabric config {ref} is not valid:\n{exc}", EXIT_BAD_INPUT) from None
+
+
+def _require_root() -> None:
+    from fakehw.fabric.emulate import root_problem
+
+    problem = root_problem()
+    if problem:
+        raise CliError(problem)
+
+
+def _attach(fabric_state: Path) -> Any:
+    """Re-open a fabric built by ``up`` (in this or another process)."""
+    from fakehw.fabric.emulate import EmulatedFabric, Ledger
+    from fakehw.fabric.plan import plan
+
+    try:
+        ledger = Ledger.load(fabric_state)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CliError(str(exc), EXIT_BAD_INPUT) from None
+    model = _load_model(ledger.source)
+    attachments = _read_attachments(fabric_state)
+    return EmulatedFabric(model, plan(model, ledger.run_id, attachments), ledger)
+
+
+def _read_attachments(state: Path) -> dict[str, Any]:
+    from fakehw.fabric.plan import NodeAttachment
+
+    path = state / "attachments.json"
+    if not path.exists():
+        return {}
+    return {k: NodeAttachment(v) for k, v in json.loads(path.read_text()).items()}
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from fakehw.fabric.emulate import EmulatedFabric, FabricBuildError, Ledger
+    from fakehw.fabric.plan import EmulationError, NodeAttachment
+    from fakehw.fabric.traffic import start_responder
+
+    _require_root()
+    model = _load_model(args.config)
+    state = Path(args.state_dir)
+    try:
+        if Ledger.load(state):
+            raise CliError(f"{state} already holds a fabric; run 'fakehw fabric down --state-dir {state}' first",
+                           EXIT_BAD_INPUT)
+    except FileNotFoundError:
+        pass
+    attachments: dict[str, NodeAttachment] = {}
+    for item in args.attach or []:
+        node, sep, path = item.partition("=")
+        if not sep or not path:
+            raise CliError(f"--attach takes NODE=NETNS_PATH, got {item!r}", EXIT_BAD_INPUT)
+        attachments[node] = NodeAttachment(path)
+    try:
+        fabric = EmulatedFabric.build(model, state_dir=state, run_id=args.run_id, attachments=attachments)
+    except EmulationError as exc:
+        raise CliError(f"cannot emulate {model.name}: {exc}", EXIT_BAD_INPUT) from None
+    except FabricBuildError as exc:
+        raise CliError(str(exc)) from None
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "attachments.json").write_text(json.dumps({k: v.path for k, v in attachments.items()}))
+    if not args.no_responder:
+        responder = start_responder(fabric, workdir=state)
+        fabric._teardown_hooks.clear()  # the responder outlives this command; the ledger keeps its pid
+        print(f"responder pid {responder.pid} on {len(responder.nics)} NIC(s)")
+    print(f"fabric {model.name} up: run {fabric.plan.run_id}, {len(fabric.plan.namespaces)} namespace(s), "
+          f"{len(fabric.plan.links)} link(s) in {fabric.build_seconds:.2f} s; state in {state}")
+    for key, ns in sorted(fabric.plan.namespaces.items())[: args.show]:
+        print(f"  {key:<28} ip netns exec {ns.name} ...")
+    return EXIT_OK
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from fakehw.fabric.emulate import Ledger, teardown_ledger
+
+    _require_root()
+    try:
+        ledger = Ledger.load(args.state_dir)
+    except FileNotFoundError as exc:
+        print(f"fakehw fabric down: nothing to do ({exc})", file=sys.stderr)
+        return EXIT_OK
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_BAD_INPUT) from None
+    report = teardown_ledger(ledger)
+    print(f"fabric {ledger.fabric} (run {ledger.run_id}) down: {len(report.removed_netns)} namespace(s), "
+          f"{len(report.removed_links)} borrowed link(s), {len(report.stopped)} process(es), "
+          f"{len(report.reverted)} impairment(s) reverted in {report.seconds:.2f} s")
+    for err in report.errors:
+        print(f"  error: {err}", file=sys.stderr)
+    if report.leftovers:
+        print("left over: " + ", ".join(report.leftovers), file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from fakehw.fabric.emulate import Ledger, leftovers
+
+    try:
+        ledger = Ledger.load(args.state_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CliError(str(exc), EXIT_BAD_INPUT) from None
+    present = leftovers(ledger)
+    data = {"fabric": ledger.fabric, "run": ledger.run_id, "source": ledger.source, "complete": ledger.complete,
+            "namespaces": len(ledger.owned_netns), "processes": ledger.processes,
+            "impairments": ledger.impairments, "present": len(present)}
+    print(json.dumps(data, indent=2) if args.json else
+          f"fabric {ledger.fabric} run {ledger.run_id}: {len(present)} resource(s) present, "
+          f"{len(ledger.processes)} process(es), {len(ledger.impairments)} impairment(s) active")
+    return EXIT_OK
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from fakehw.fabric.checks import run_checks
+    from fakehw.fabric.lint import lint
+    from fakehw.fabric.traffic import Prober
+
+    _require_root()
+    fabric = _attach(Path(args.state_dir))
+    prober = Prober(fabric)
+    try:
+        report = run_checks(fabric, lint(fabric.model), prober, mtu=args.mtu)
+    finally:
+        prober.close()
+    print(report.dumps() if args.json else report.format(verbose=args.verbose))
+    return EXIT_OK if report.passed else EXIT_FAILURE
 
 
 def register(fsub: Any) -> None:
-    """Add the runtime subcommands (filled in as the emulation lands)."""
+    p = fsub.add_parser("up", help="build the emulated fabric and start its responder (root)")
+    p.add_argument("config", help="built-in fabric name or YAML file")
+    p.add_argument("--state-dir", required=True, metavar="DIR", help=STATE_HELP)
+    p.add_argument("--run-id", metavar="ID", help="name prefix fh<ID> (default random)")
+    p.add_argument("--attach", action="append", metavar="NODE=NETNS",
+                   help="put a node's NICs into an existing namespace (e.g. /proc/<pid>/ns/net)")
+    p.add_argument("--no-responder", action="store_true")
+    p.add_argument("--show", type=int, default=0, metavar="N", help="list the first N namespaces")
+    p.set_defaults(func=cmd_up)
+
+    p = fsub.add_parser("down", help="remove everything a fabric run created (also after a crash)")
+    p.add_argument("--state-dir", required=True, metavar="DIR", help=STATE_HELP)
+    p.set_defaults(func=cmd_down)
+
+    p = fsub.add_parser("status", help="what a fabric run has running")
+    p.add_argument("--state-dir", required=True, metavar="DIR", help=STATE_HELP)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = fsub.add_parser("probe", help="measure the dynamic requirements on a running fabric (root)")
+    p.add_argument("--state-dir", required=True, metavar="DIR", help=STATE_HELP)
+    p.add_argument("--mtu", choices=["none", "sample", "all"], default="sample",
+                   help="largest-payload measurement: none, one path per MTU profile (default), every path")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true", help="list passing checks too")
+    p.set_defaults(func=cmd_probe)

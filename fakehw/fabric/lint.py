@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fakehw.fabric.analysis import Path, Topology, analyse, roce_mtu
+from fakehw.fabric.analysis import Path, Topology, analyse, max_send_payload, roce_mtu
 from fakehw.fabric.model import DocPath, FabricModel, HostNic, NicRef, Port
 from fakehw.fabric.requirements import REQUIREMENTS, Severity
 from fakehw.model.errors import format_path
@@ -169,7 +169,7 @@ class LintReport:
         for (mtu, negotiated, supported), count in sorted(groups.items(), reverse=True):
             note = "" if supported >= negotiated else f" but the NICs negotiate {negotiated}: oversized frames drop"
             lines.append(f"paths: {count} x path MTU {mtu}: RoCE MTU {supported} fits{note}; largest RoCE payload "
-                         f"{mtu - 44} B")
+                         f"{max_send_payload(mtu)} B")
         if show_paths:
             for p in self.topology.paths:
                 lines.append(f"  {p.id}  vlan {p.vlan}  via {' '.join(str(x) for x in p.ports)}  MTUs "
