@@ -127,7 +127,7 @@ def test_schema_accepts_every_builtin_and_rejects_typos(tmp_path: Path) -> None:
 def test_render_writes_every_node(tmp_path: Path) -> None:
     out = _run("render", "gb200-nvl72", "--out", str(tmp_path), "--node", "0", "--node", "gb200-tray-17")
     assert out.returncode == 0, out.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["gb200-tray-0", "gb200-tray-17"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["gb200-tray-0", "gb200-tray-17"]
     node = json.loads((tmp_path / "gb200-tray-17" / "node.json").read_text())
     assert node["nvlink_domain"] == "nvl72" and len(node["gpus"]) == 4
     state = json.loads((tmp_path / "gb200-tray-17" / "state.json").read_text())
