@@ -54,10 +54,11 @@ def _dump(path: Path) -> int:
 
 def _smi(snapshot: Path, args: Sequence[str]) -> int:
     from fakehw.nvml.smi import SmiUnavailable, run_nvidia_smi
+    from fakehw.nvml.snapshot import SnapshotError
 
     try:
         proc = run_nvidia_smi(list(args), snapshot)
-    except (SmiUnavailable, BuildError) as exc:
+    except (SmiUnavailable, BuildError, SnapshotError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     sys.stdout.write(proc.stdout)

@@ -38,12 +38,13 @@ nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int
     FHW_DEV_CALL(device, ANY, d_serial(&C, serial, length));
 }
 
+/* A MIG device's index is its position among its parent's MIG devices (what nvidia-smi -q lists them by). */
 static nvmlReturn_t d_index(fhw_ctx_t *c, unsigned int *index) {
     CHECK_PTR(index);
-    *index = (unsigned int)c->dev;
+    *index = c->m ? c->m->index : (unsigned int)c->dev;
     return NVML_SUCCESS;
 }
-nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) { FHW_DEV_CALL(device, PHYS, d_index(&C, index)); }
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) { FHW_DEV_CALL(device, ANY, d_index(&C, index)); }
 
 #define U32_GETTER(fn, flags, field)                                              \
     static nvmlReturn_t d_##fn(fhw_ctx_t *c, unsigned int *out) {                \
@@ -820,18 +821,20 @@ nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device, unsigned int er
     FHW_DEV_CALL(device, PHYS, d_ecc_detailed(&C, errorType, counterType, eccCounts));
 }
 
+/* A MIG device answers too (nvidia-smi -q asks per MIG device): the model attributes errors to the physical
+   GPU, not to one of its instances, so a MIG device's own counts are zero. */
 static nvmlReturn_t d_mem_error(fhw_ctx_t *c, unsigned int type, unsigned int counter, unsigned int loc,
                                 unsigned long long *count) {
     CHECK_PTR(count);
     nvmlReturn_t r = ecc_args(c, type, counter);
     if (r != NVML_SUCCESS) return r;
     if (loc >= NVML_MEMORY_LOCATION_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
-    *count = c->g->ecc_counts[type][counter][loc];
+    *count = c->m ? 0 : c->g->ecc_counts[type][counter][loc];
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, unsigned int errorType, unsigned int counterType,
                                              unsigned int locationType, unsigned long long *count) {
-    FHW_DEV_CALL(device, PHYS, d_mem_error(&C, errorType, counterType, locationType, count));
+    FHW_DEV_CALL(device, ANY, d_mem_error(&C, errorType, counterType, locationType, count));
 }
 
 static nvmlReturn_t d_retired(fhw_ctx_t *c, unsigned int cause, unsigned int *count, unsigned long long *addresses,

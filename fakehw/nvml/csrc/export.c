@@ -86,20 +86,6 @@ static nvmlReturn_t slot_host_pcie_gen(int n, void *a, void *b, void *c, void *d
     return r;
 }
 
-/* Slot 240: "GPU T.Limit Temp", the headroom to the maximum operating temperature (device, int *). */
-static nvmlReturn_t slot_tlimit(int n, void *a, void *b, void *c, void *d) {
-    (void)n;
-    (void)c;
-    (void)d;
-    fhw_ctx_t C;
-    nvmlReturn_t r = fhw_enter_dev(&C, (nvmlDevice_t)a, 0);
-    if (r != NVML_SUCCESS) return r;
-    if (b == NULL) r = NVML_ERROR_INVALID_ARGUMENT;
-    else *(int *)b = (int)C.g->temp_gpu_max - (int)C.g->temperature;
-    fhw_leave(&C);
-    return r;
-}
-
 /* Slot 241: the GPU's own NUMA node, when its memory is one (device, int *, 1, 8); N/A otherwise. */
 static nvmlReturn_t slot_gpu_numa_id(int n, void *a, void *b, void *c, void *d) {
     (void)n;
@@ -194,13 +180,30 @@ static slot_fn slot_impl(int n) {
     case 214:
     case 215: return slot_processes;
     case 230: return slot_host_pcie_gen;
-    case 240: return slot_tlimit;
     case 241: return slot_gpu_numa_id;
     default: return slot_generic;
     }
 }
 
 #include "export_slots.h" /* generated: FHW_EXPORT_SLOTS thunks slot_<n> calling slot_impl(n) */
+
+/*
+ * The driver version this table was learned from. nvidia-smi asks for the table right after nvmlInit and, when
+ * the library refuses, prints "Mismatch in versions between nvidia-smi and NVML" and exits: that is the real
+ * driver's answer to a tool from another driver release, and the fake gives it when the profile's driver
+ * version differs.
+ */
+#define SMI_TABLE_DRIVER "535.261.03"
+
+static nvmlReturn_t export_table(fhw_ctx_t *c, const void **table) {
+    if (strcmp(c->s->hdr->driver_version, SMI_TABLE_DRIVER) != 0) {
+        fhw_trace("export table refused: the snapshot's driver %s is not %s", c->s->hdr->driver_version,
+                  SMI_TABLE_DRIVER);
+        return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+    }
+    *table = fhw_export_table;
+    return NVML_SUCCESS;
+}
 
 nvmlReturn_t nvmlInternalGetExportTable(const void **table, const unsigned char *guid) {
     if (table == NULL || guid == NULL) return NVML_ERROR_INVALID_ARGUMENT;
@@ -212,6 +215,5 @@ nvmlReturn_t nvmlInternalGetExportTable(const void **table, const unsigned char 
         }
         return NVML_ERROR_NOT_SUPPORTED;
     }
-    *table = fhw_export_table;
-    return NVML_SUCCESS;
+    FHW_SYS_CALL(export_table(&C, table));
 }
