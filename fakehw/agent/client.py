@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from fakehw.agent.platform_client import PlatformClientMixin
+
 
 class AgentRequestError(Exception):
     """The agent answered with an error status (or could not be reached)."""
@@ -32,7 +34,7 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-class AgentClient:
+class AgentClient(PlatformClientMixin):
     """``AgentClient(socket_path)`` or ``AgentClient(url="http://127.0.0.1:7077", token=...)``."""
 
     def __init__(self, socket_path: Path | str | None = None, url: str | None = None, token: str | None = None,

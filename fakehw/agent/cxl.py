@@ -361,10 +361,7 @@ class CxlEngine:
     def window_base(self, node: Node, window: str) -> int:
         bases = self._window_bases.get(node.template)
         if bases is None:
-            bases, addr = {}, WINDOW_BASE
-            for w in node.cxl.windows:
-                bases[w.name] = addr
-                addr += -(-w.size // GiB) * GiB
+            bases = window_bases(node.cxl)
             self._window_bases[node.template] = bases
         return bases[window]
 
@@ -843,6 +840,15 @@ class CxlEngine:
             if aligned + size <= start + length:
                 return aligned
         return None
+
+
+def window_bases(cxl: Cxl) -> dict[str, int]:
+    """Host physical address of every fixed memory window: from 256 GiB up, each 1 GiB aligned."""
+    bases, addr = {}, WINDOW_BASE
+    for w in cxl.windows:
+        bases[w.name] = addr
+        addr += -(-w.size // GiB) * GiB
+    return bases
 
 
 def _holes(taken: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:

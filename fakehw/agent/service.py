@@ -7,12 +7,13 @@ before the call returns, so when ``inject`` returns the node's files already sho
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 
 from fakehw.agent.faults import FAULT_ADAPTER, FaultBase, FaultTargetError, check_target
 from fakehw.agent.journal import Journal
+from fakehw.agent.platform import Platform
 from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
 from fakehw.model.system import Node, System
 from fakehw.render import RenderResult, render_node
@@ -73,6 +75,7 @@ class AgentService:
         self.journal = Journal(state_dir / "journal.jsonl")
         self._replay()
         self._compact()
+        self.platform = Platform(system, self._nodes, state_dir, clock, self._lock, self._platform_changed)
         for name in self._nodes:
             self._render(name, initial=True)
 
@@ -233,6 +236,7 @@ class AgentService:
         node = self._nodes[name]
         faults = [f for f in self._faults.values() if f.node == name]
         state = derive_state(node, faults, self._generation[name], self.system.seed)
+        state = dataclasses.replace(state, platform=self.platform.attach(name, state))
         self._states[name] = state
         return render_node(self.system, node, state, self.node_dir(name), initial=initial,
                            events=self._recent_events(name))
@@ -295,5 +299,15 @@ class AgentService:
                             "events": []})
         self.journal.compact(records)
 
+    def _platform_changed(self, nodes: Iterable[str]) -> None:
+        """A CXL or memory-pool change (already journaled by the platform): new generation, re-render."""
+        with self._lock:
+            for name in nodes:
+                if name in self._nodes:
+                    self._generation[name] += 1
+                    self._render(name)
+            self._changed.notify_all()
+
     def close(self) -> None:
+        self.platform.close()
         self.journal.close()

@@ -12,7 +12,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fakehw.agent.faults import (
     CRITICAL_XIDS,
@@ -30,6 +30,9 @@ from fakehw.agent.faults import (
     Xid,
 )
 from fakehw.model.system import Node
+
+if TYPE_CHECKING:  # the platform module imports this one
+    from fakehw.agent.platform import PlatformView
 
 Health = Literal["healthy", "degraded", "unhealthy", "lost"]
 NVLINK_COUNTERS = ("replay", "recovery", "crc-flit", "crc-data", "ecc-data")
@@ -157,6 +160,8 @@ class NodeState:
     faults: tuple[ActiveFault, ...]
     down_ports: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     """NVLink ports down at run time, (device id, port), both ends included."""
+    platform: PlatformView | None = None
+    """CXL devices, NUMA memory and memory pools now (set by the agent; None outside an agent)."""
 
     def gpu(self, name: str) -> GpuState | None:
         return next((g for g in self.gpus if g.name == name), None)
@@ -177,6 +182,7 @@ class NodeState:
             "pools": [p.to_json() for p in self.pools],
             "faults": [f.to_json() for f in self.faults],
             "down_ports": sorted([list(p) for p in self.down_ports]),
+            **({"platform": self.platform.summary()} if self.platform is not None else {}),
         }
 
 

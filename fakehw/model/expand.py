@@ -256,7 +256,17 @@ def _cxl_initiator(numa_id: int, spec: s.NodeSpec) -> Initiator:
     devs = {m.name: m for m in spec.cxl.memdevs}
     regions = [r for r in spec.cxl.regions if r.numa == numa_id]
     if not regions:
-        return Initiator(64_000, 64_000, 210, 210)
+        # A window maps the node but nothing is committed at boot: judge by what sits under its host bridges.
+        # A host bridge without local memory devices reaches pooled memory, which is always behind a switch.
+        hbs = {t for w in spec.cxl.windows if w.numa == numa_id for t in w.targets}
+        if not hbs:
+            return Initiator(64_000, 64_000, 210, 210)
+        rps = {f"{hb.name}.rp{k}" for hb in spec.cxl.host_bridges if hb.name in hbs for k in range(hb.root_ports)}
+        below = {sw.name for sw in spec.cxl.switches if sw.parent in rps}
+        under = [m for m in spec.cxl.memdevs if m.parent in rps or m.parent.rsplit(".", 1)[0] in below]
+        switched = not under or any(".dp" in m.parent for m in under)
+        latency = 210 + (100 if switched else 0)
+        return Initiator(64_000, 64_000, latency, latency)
     region = regions[0]
     members = [devs[t] for t in region.targets if t in devs]
     sku = cat.get(members[0].sku) if members else None

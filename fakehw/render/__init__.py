@@ -43,8 +43,9 @@ class RenderResult:
 def _renderers() -> tuple[Renderer, ...]:
     from fakehw.nvml.render import render_nvml_snapshot
     from fakehw.render.basic import render_model, render_state
+    from fakehw.sysfs import render_root
 
-    return (render_model, render_state, render_nvml_snapshot)
+    return (render_model, render_state, render_nvml_snapshot, render_root)
 
 
 def render_node(system: System, node: Node, state: NodeState, out: Path, initial: bool = False,

@@ -1,0 +1,124 @@
+"""The fake root tree of a node: ``/sys``, ``/proc`` and ``/dev`` as real tools read them.
+
+:func:`render_root` is a renderer (see :mod:`fakehw.render`): it writes ``<node dir>/root/`` from the model and the
+node's runtime state, in sections (:mod:`fakehw.sysfs.tree`):
+
+============  =======  ========================================================================================
+section       kind     content
+============  =======  ========================================================================================
+cpu           static   ``sys/devices/system/cpu`` (topology, caches), ``sys/bus/cpu``, ``proc/cpuinfo``
+node-static   static   ``sys/devices/system/node``: masks, cpulist/cpumap, distance, HMAT access initiators
+node-memory   dynamic  per-node ``meminfo``, ``has_memory``, ``proc/meminfo``
+pci           static   ``sys/devices/pci*`` bridges, NVSwitches, NICs; ``sys/bus/pci``; ``sys/class/{net,infiniband}``
+gpus          dynamic  GPU PCI functions and ``proc/driver/nvidia/gpus/<bdf>`` (a lost GPU disappears)
+nvidia        static   ``proc/driver/nvidia/{version,params}``, ``dev/nvidia*``, ``proc/devices``
+cxl           dynamic  CXL PCI functions, ``sys/bus/cxl/devices``, ``sys/bus/dax/devices``
+pools         dynamic  ``run/fakehw/memory-pools.json``: the node's memory pools for device plugins
+system        static   ``proc/hwloc-nofile-info``, ``sys/class/dmi/id``
+============  =======  ========================================================================================
+
+Readers point at the tree with ``HWLOC_FSROOT=<root>`` (hwloc), by bind-mounting its directories over the real
+ones in a mount namespace or container (``numactl``, ``lspci``), or through ``FAKEHW_ROOT``. Every symlink in it is
+relative, so it resolves wherever the tree is mounted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from fakehw.model.system import CxlPool, Node, System
+from fakehw.render import RenderContext
+from fakehw.render.atomic import OutputDir
+from fakehw.sysfs.cpu import cpu_section, hwloc_info
+from fakehw.sysfs.cxl import cxl_section
+from fakehw.sysfs.node import node_dynamic_section, node_static_section
+from fakehw.sysfs.nvidia import gpu_section, nvidia_static_section
+from fakehw.sysfs.pci import pci_static_section
+from fakehw.sysfs.pcilayout import PciLayout, layout
+from fakehw.sysfs.tree import RootWriter, Section, SectionSpec, WriteStats
+
+SYSFS_VERSION = "1"
+"""Bump when the renderer's output changes, so existing trees are rebuilt."""
+ROOT_DIR = "root"
+MANIFEST = ".root-manifest"
+"""Next to the tree, hidden: what the last render wrote (not part of the tree a container mounts)."""
+POOLS_FILE = "run/fakehw/memory-pools.json"
+
+__all__ = ["MANIFEST", "POOLS_FILE", "ROOT_DIR", "render_root", "render_tree"]
+
+
+def node_pools(system: System, node: Node) -> tuple[CxlPool, ...]:
+    return tuple(p for p in system.cxl_pools if node.name in p.nodes and p.window)
+
+
+def node_layout(system: System, node: Node) -> PciLayout:
+    """The node's PCI tree (cheap: tens of functions), computed per render rather than cached globally."""
+    return layout(node, node_pools(system, node))
+
+
+def system_section(system: System, node: Node) -> Section:
+    sec = Section("system")
+    sec.file("proc/hwloc-nofile-info", hwloc_info(node))
+    dmi = "sys/class/dmi/id"
+    vendor = "NVIDIA" if node.gpus else "fakehw"
+    sec.text(f"{dmi}/sys_vendor", vendor)
+    sec.text(f"{dmi}/product_name", system.name)
+    sec.text(f"{dmi}/product_family", node.group)
+    sec.text(f"{dmi}/board_vendor", vendor)
+    sec.text(f"{dmi}/board_name", node.group)
+    sec.text(f"{dmi}/bios_vendor", "fakehw")
+    sec.text(f"{dmi}/bios_version", SYSFS_VERSION)
+    sec.text("proc/sys/kernel/hostname", node.hostname)
+    return sec
+
+
+def pools_section(node: Node, pools_json: list[dict[str, object]]) -> Section:
+    sec = Section("pools")
+    doc = {"node": node.name, "pools": pools_json}
+    sec.file(POOLS_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n", 0o444)
+    return sec
+
+
+def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
+    """Render the node's tree under ``root_parent.root / "root"``; returns what was written."""
+    from fakehw.agent.platform import PlatformView, boot_view
+
+    system, node, state = ctx.system, ctx.node, ctx.state
+    view = getattr(state, "platform", None)
+    if not isinstance(view, PlatformView):
+        view = boot_view(system, node, state)
+    lay = node_layout(system, node)
+    pools = node_pools(system, node)
+    key = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/{node.name}"
+    # Nodes of one template share their static CPU/NUMA/driver trees: hard links to a sibling's files.
+    share = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/template{node.template}"
+    platform = view
+    specs = [
+        SectionSpec("cpu", key, lambda: cpu_section(node), share=f"{share}/cpu"),
+        SectionSpec("node-static", key, lambda: node_static_section(node), share=f"{share}/node"),
+        SectionSpec("node-memory", None, lambda: node_dynamic_section(node, platform.numa_memory)),
+        SectionSpec("pci", key, lambda: pci_static_section(node, lay)),
+        SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay)),
+        SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
+        SectionSpec("cxl", None, lambda: cxl_section(node, pools, lay, platform.cxl)),
+        SectionSpec("pools", None, lambda: pools_section(node, [p.to_json() for p in platform.pools])),
+        SectionSpec("system", key, lambda: system_section(system, node)),
+    ]
+
+    def siblings() -> Iterator[tuple[Path, Path]]:
+        parent = root_parent.root.parent
+        for other in system.nodes:
+            if other.template == node.template and other.name != node.name:
+                yield parent / other.name / ROOT_DIR, parent / other.name / MANIFEST
+
+    writer = RootWriter(root_parent.root / ROOT_DIR, root_parent.root / MANIFEST, siblings=siblings)
+    return writer.render(specs)
+
+
+def render_root(ctx: RenderContext, out: OutputDir) -> None:
+    """The renderer registered in :func:`fakehw.render._renderers`."""
+    stats = render_tree(ctx, out)
+    out.written += stats.written
+    out.unchanged += stats.unchanged

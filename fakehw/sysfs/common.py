@@ -1,0 +1,40 @@
+"""Small formatting helpers shared by the sysfs/procfs sections: CPU masks and lists as the kernel prints them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fakehw.model.units import format_cpulist
+
+
+def cpumask(cpus: Iterable[int], nbits: int) -> str:
+    """A kernel bitmap (``%*pb``): 32-bit hex words, most significant first, comma separated, ``nbits`` wide.
+
+    The first word is as wide as the bits left over (``3`` for two CPUs), the others are 8 digits.
+    """
+    value = 0
+    for c in cpus:
+        value |= 1 << c
+    nbits = max(1, nbits)
+    words = (nbits + 31) // 32
+    parts = []
+    for i in range(words - 1, -1, -1):
+        chunk = (value >> (32 * i)) & 0xFFFFFFFF
+        width = (nbits % 32 + 3) // 4 if i == words - 1 and nbits % 32 else 8
+        parts.append(f"{chunk:0{width}x}")
+    return ",".join(parts)
+
+
+def cpulist(cpus: Iterable[int]) -> str:
+    """``0-55,112-167``; an empty list prints as an empty line, as the kernel does for CPU-less nodes."""
+    ordered = tuple(sorted(cpus))
+    return format_cpulist(ordered) if ordered else ""
+
+
+def kb(size: int) -> int:
+    return size // 1024
+
+
+def meminfo_line(label: str, value: int, prefix: str = "", unit: bool = True) -> str:
+    """One meminfo line: label padded to 16 columns, the value right-aligned in 8, then ``kB``."""
+    return f"{prefix}{label + ':':<16}{value:>8}" + (" kB" if unit else "") + "\n"

@@ -1,0 +1,202 @@
+"""CPUs: ``/sys/devices/system/cpu`` (topology and caches per CPU) and ``/proc/cpuinfo`` per architecture.
+
+Linux numbers the first thread of every core first and SMT siblings after them (the model's ``Cpu.cpu_id``);
+caches L1d/L1i/L2 are per core, L3 per socket or per NUMA node (``l3SharedBy``). ``/proc/cpuinfo`` follows the
+node's architecture: the x86 fields hwloc and lscpu read, arm64's implementer/part lines, and riscv64's
+``isa`` string (base ISA then the extensions joined by ``_``), as the kernel prints them.
+"""
+
+from __future__ import annotations
+
+from fakehw.model.system import Cpu, Node
+from fakehw.sysfs.common import cpulist, cpumask
+from fakehw.sysfs.tree import Section
+
+LINE = 64
+_WAYS_PREFERENCE = (16, 12, 15, 11, 20, 8, 10, 14, 4, 2, 1)
+CPU_DIR = "sys/devices/system/cpu"
+
+
+def _ways(size: int, preferred: int) -> int:
+    """An associativity that divides the cache into whole sets (kernel data always does)."""
+    lines = size // LINE
+    for ways in (preferred, *_WAYS_PREFERENCE):
+        if lines % ways == 0:
+            return ways
+    return 1
+
+
+def _l3_groups(node: Node) -> dict[int, tuple[int, ...]]:
+    cpu = node.cpu
+    groups: dict[int, tuple[int, ...]] = {}
+    if cpu.caches.l3_shared_by == "numa":
+        for n in node.numa:
+            for c in n.cpus:
+                groups[c] = n.cpus
+    else:
+        for s in range(cpu.sockets):
+            members = tuple(sorted(c for c in range(cpu.logical_cpus) if cpu.socket_of(c) == s))
+            for c in members:
+                groups[c] = members
+    return groups
+
+
+def cpu_section(node: Node) -> Section:
+    cpu = node.cpu
+    sec = Section("cpu")
+    n = cpu.logical_cpus
+    everything = cpulist(range(n))
+    for name in ("online", "possible", "present"):
+        sec.text(f"{CPU_DIR}/{name}", everything)
+    sec.text(f"{CPU_DIR}/offline", "")
+    sec.text(f"{CPU_DIR}/isolated", "")
+    sec.text(f"{CPU_DIR}/kernel_max", 8191 if cpu.arch == "amd64" else 4095)
+    sec.text(f"{CPU_DIR}/smt/active", 1 if cpu.threads_per_core > 1 else 0)
+    sec.text(f"{CPU_DIR}/smt/control", "on" if cpu.threads_per_core > 1 else "notsupported")
+    numa_of = {c: nn.id for nn in node.numa for c in nn.cpus}
+    l3 = _l3_groups(node)
+    caches = cpu.caches
+    l3_ids: dict[tuple[int, ...], int] = {}
+    pkg_cpus = {s: tuple(c for c in range(n) if cpu.socket_of(c) == s) for s in range(cpu.sockets)}
+    pkg_mask = {s: (cpumask(v, n), cpulist(v)) for s, v in pkg_cpus.items()}
+    for c in range(n):
+        base = f"{CPU_DIR}/cpu{c}"
+        socket = cpu.socket_of(c)
+        core = cpu.core_of(c)
+        siblings = cpu.thread_siblings(c)
+        sib_mask, sib_list = cpumask(siblings, n), cpulist(siblings)
+        p_mask, p_list = pkg_mask[socket]
+        topo = f"{base}/topology"
+        sec.text(f"{topo}/physical_package_id", socket)
+        sec.text(f"{topo}/die_id", 0)
+        sec.text(f"{topo}/core_id", core)
+        sec.text(f"{topo}/cluster_id", socket * cpu.cores_per_socket + core)
+        for name, mask, lst in (("core_cpus", sib_mask, sib_list), ("thread_siblings", sib_mask, sib_list),
+                                ("cluster_cpus", sib_mask, sib_list), ("package_cpus", p_mask, p_list),
+                                ("core_siblings", p_mask, p_list), ("die_cpus", p_mask, p_list)):
+            sec.text(f"{topo}/{name}", mask)
+            sec.text(f"{topo}/{name}_list", lst)
+        if c:
+            sec.text(f"{base}/online", 1, 0o644)
+        if c in numa_of:
+            sec.link(f"{base}/node{numa_of[c]}", f"sys/devices/system/node/node{numa_of[c]}")
+        sec.link(f"sys/bus/cpu/devices/cpu{c}", base)
+        core_index = socket * cpu.cores_per_socket + core
+        l3_members = l3.get(c, siblings)
+        l3_id = l3_ids.setdefault(l3_members, len(l3_ids))
+        for index, (level, kind, size, ways, shared, cid) in enumerate((
+            (1, "Data", caches.l1d, 12, siblings, core_index),
+            (1, "Instruction", caches.l1i, 8, siblings, core_index),
+            (2, "Unified", caches.l2, 16, siblings, core_index),
+            (3, "Unified", caches.l3, 15, l3_members, l3_id),
+        )):
+            if not size:
+                continue
+            d = f"{base}/cache/index{index}"
+            w = _ways(size, ways)
+            sec.text(f"{d}/level", level)
+            sec.text(f"{d}/type", kind)
+            sec.text(f"{d}/size", f"{size // 1024}K")
+            sec.text(f"{d}/coherency_line_size", LINE)
+            sec.text(f"{d}/ways_of_associativity", w)
+            sec.text(f"{d}/number_of_sets", size // (LINE * w))
+            sec.text(f"{d}/physical_line_partition", 1)
+            sec.text(f"{d}/shared_cpu_map", cpumask(shared, n))
+            sec.text(f"{d}/shared_cpu_list", cpulist(shared))
+            sec.text(f"{d}/id", cid)
+    sec.file("proc/cpuinfo", cpuinfo(node))
+    return sec
+
+
+def _x86_cpuinfo(cpu: Cpu, node: Node) -> str:
+    flags = " ".join(cpu.isa)
+    bogomips = f"{cpu.frequency_mhz * 2:.2f}"
+    l3 = cpu.caches.l3 // 1024
+    out = []
+    for c in range(cpu.logical_cpus):
+        socket, core = cpu.socket_of(c), cpu.core_of(c)
+        apic = socket * 256 + core * 2 + c // cpu.cores
+        out.append(
+            f"processor\t: {c}\n"
+            f"vendor_id\t: {cpu.vendor}\n"
+            f"cpu family\t: {cpu.family}\n"
+            f"model\t\t: {cpu.model_id}\n"
+            f"model name\t: {cpu.model}\n"
+            f"stepping\t: {cpu.stepping}\n"
+            f"microcode\t: 0x2b000590\n"
+            f"cpu MHz\t\t: {cpu.frequency_mhz:.3f}\n"
+            f"cache size\t: {l3} KB\n"
+            f"physical id\t: {socket}\n"
+            f"siblings\t: {cpu.cores_per_socket * cpu.threads_per_core}\n"
+            f"core id\t\t: {core}\n"
+            f"cpu cores\t: {cpu.cores_per_socket}\n"
+            f"apicid\t\t: {apic}\n"
+            f"initial apicid\t: {apic}\n"
+            f"fpu\t\t: yes\n"
+            f"fpu_exception\t: yes\n"
+            f"cpuid level\t: 32\n"
+            f"wp\t\t: yes\n"
+            f"flags\t\t: {flags}\n"
+            f"bugs\t\t: spectre_v1 spectre_v2 spec_store_bypass swapgs eibrs_pbrsb\n"
+            f"bogomips\t: {bogomips}\n"
+            f"clflush size\t: 64\n"
+            f"cache_alignment\t: 64\n"
+            f"address sizes\t: 46 bits physical, 57 bits virtual\n"
+            f"power management:\n\n"
+        )
+    return "".join(out)
+
+
+def _arm_cpuinfo(cpu: Cpu) -> str:
+    features = " ".join(cpu.isa)
+    block = (f"BogoMIPS\t: 2000.00\nFeatures\t: {features}\nCPU implementer\t: 0x{cpu.family:02x}\n"
+             f"CPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0x{cpu.model_id:03x}\n"
+             f"CPU revision\t: {cpu.stepping}\n\n")
+    return "".join(f"processor\t: {c}\n{block}" for c in range(cpu.logical_cpus))
+
+
+def riscv_isa(cpu: Cpu) -> str:
+    """The kernel's ISA string: the base (``rv64imafdcvh``) then every extension, joined by ``_``."""
+    if not cpu.isa:
+        return "rv64imafdc"
+    return "_".join(cpu.isa)
+
+
+def _riscv_cpuinfo(cpu: Cpu, node: Node) -> str:
+    isa = riscv_isa(cpu)
+    vendor = cpu.vendor.lower().replace(" ", "-")
+    out = []
+    for c in range(cpu.logical_cpus):
+        out.append(
+            f"processor\t: {c}\n"
+            f"hart\t\t: {c}\n"
+            f"isa\t\t: {isa}\n"
+            f"mmu\t\t: sv57\n"
+            f"uarch\t\t: {vendor},{cpu.model.split(' ')[0]}\n"
+            f"mvendorid\t: 0x{cpu.family:x}\n"
+            f"marchid\t\t: 0x{cpu.model_id:x}\n"
+            f"mimpid\t\t: 0x{cpu.stepping:x}\n"
+            f"hart isa\t: {isa}\n\n"
+        )
+    return "".join(out)
+
+
+def cpuinfo(node: Node) -> str:
+    cpu = node.cpu
+    if cpu.arch == "amd64":
+        return _x86_cpuinfo(cpu, node)
+    if cpu.arch == "arm64":
+        return _arm_cpuinfo(cpu)
+    return _riscv_cpuinfo(cpu, node)
+
+
+UNAME_MACHINE = {"amd64": "x86_64", "arm64": "aarch64", "riscv64": "riscv64"}
+
+
+def hwloc_info(node: Node) -> str:
+    """``/proc/hwloc-nofile-info``: what hwloc-gather-topology saves for an offline root (uname, page size), so
+    hwloc reading this tree with HWLOC_FSROOT parses cpuinfo for the node's architecture, not the host's."""
+    page = 65536 if node.cpu.arch == "arm64" else 4096
+    return (f"OSName: Linux\nOSRelease: 6.8.0-fakehw\nOSVersion: #1 SMP fakehw\nHostName: {node.hostname}\n"
+            f"Architecture: {UNAME_MACHINE[node.cpu.arch]}\nFallbackNbProcessors: {node.cpu.logical_cpus}\n"
+            f"PageSize: {page}\n")

@@ -1,0 +1,148 @@
+"""NUMA: ``/sys/devices/system/node`` and ``/proc/meminfo``.
+
+Every NUMA node of the model is present (as on GH200, whose reserved nodes show with no memory). Its CPUs,
+distances and HMAT access figures (``accessN/initiators``: MB/s and ns from the nearest CPU node) never change, so
+they are a static section; memory is runtime state (a CXL memdev going offline takes its regions' memory out of
+their node, a region created at run time adds it) and lives in a dynamic section with the masks that depend on
+it (``has_memory``).
+
+CPU-less nodes (CXL memory, GPU HBM, reserved) have an empty ``cpulist``; their initiator is the CPU node nearest
+to them: the GPU's node for HBM, the CXL host bridge's node for CXL memory, else the closest by distance. Readers
+such as hwloc place a CPU-less node next to its initiator's CPUs from these links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fakehw.model.system import Node, NumaNode
+from fakehw.sysfs.common import cpulist, cpumask, kb, meminfo_line
+from fakehw.sysfs.tree import Section
+
+NODE_DIR = "sys/devices/system/node"
+HUGEPAGE_SIZES_KB = (2048, 1048576)
+
+
+def initiator_of(node: Node, numa: NumaNode) -> int | None:
+    """The CPU node whose CPUs reach ``numa`` best (itself when it has CPUs)."""
+    if numa.cpus:
+        return numa.id
+    if numa.kind == "hbm" and numa.gpu is not None:
+        gpu = node.gpu(numa.gpu)
+        if gpu is not None:
+            return gpu.numa
+    if numa.kind == "cxl":
+        hbs = {w.targets[0] for w in node.cxl.windows if w.numa == numa.id and w.targets}
+        numas = sorted({hb.numa for hb in node.cxl.host_bridges if hb.name in hbs})
+        if numas:
+            return numas[0]
+    ids = [n.id for n in node.numa]
+    row = node.distances[ids.index(numa.id)] if node.distances else ()
+    best: tuple[int, int] | None = None
+    for other, dist in zip(node.numa, row, strict=False):
+        if other.cpus and (best is None or dist < best[0]):
+            best = (dist, other.id)
+    return best[1] if best else None
+
+
+def node_static_section(node: Node) -> Section:
+    sec = Section("node-static")
+    ncpu = node.cpu.logical_cpus
+    ids = [n.id for n in node.numa]
+    every = cpulist(ids)
+    sec.text(f"{NODE_DIR}/possible", every)
+    sec.text(f"{NODE_DIR}/online", every)
+    sec.text(f"{NODE_DIR}/has_cpu", cpulist(n.id for n in node.numa if n.cpus))
+    sec.text(f"{NODE_DIR}/has_generic_initiator", "")
+    for i, n in enumerate(node.numa):
+        d = f"{NODE_DIR}/node{n.id}"
+        sec.text(f"{d}/cpumap", cpumask(n.cpus, ncpu))
+        sec.text(f"{d}/cpulist", cpulist(n.cpus))
+        row = node.distances[i] if node.distances else (10,)
+        sec.text(f"{d}/distance", " ".join(str(x) for x in row))
+        for c in n.cpus:
+            sec.link(f"{d}/cpu{c}", f"sys/devices/system/cpu/cpu{c}")
+        for size in HUGEPAGE_SIZES_KB:
+            for name in ("nr_hugepages", "free_hugepages", "surplus_hugepages"):
+                sec.text(f"{d}/hugepages/hugepages-{size}kB/{name}", 0, 0o644 if name == "nr_hugepages" else 0o444)
+        sec.link(f"sys/bus/node/devices/node{n.id}", d)
+        init = initiator_of(node, n)
+        perf = n.initiator
+        if init is None or not (perf.read_bandwidth_mbs or perf.read_latency_ns):
+            continue
+        for access in ("access0", "access1"):
+            base = f"{d}/{access}/initiators"
+            sec.text(f"{base}/read_bandwidth", perf.read_bandwidth_mbs)
+            sec.text(f"{base}/write_bandwidth", perf.write_bandwidth_mbs)
+            sec.text(f"{base}/read_latency", perf.read_latency_ns)
+            sec.text(f"{base}/write_latency", perf.write_latency_ns)
+            sec.link(f"{base}/node{init}", f"{NODE_DIR}/node{init}")
+            sec.link(f"{NODE_DIR}/node{init}/{access}/targets/node{n.id}", d)
+    return sec
+
+
+def _used(numa: NumaNode, total: int) -> int:
+    """Memory the (fake) kernel and page cache hold: 2% of a node with CPUs, nothing on CPU-less nodes."""
+    return total // 50 if numa.cpus else 0
+
+
+def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
+    sec = Section("node-memory")
+    with_memory = [n.id for n in node.numa if memory.get(n.id, 0) > 0]
+    normal = [n.id for n in node.numa if memory.get(n.id, 0) > 0 and n.kind in ("dram", "lpddr")]
+    sec.text(f"{NODE_DIR}/has_memory", cpulist(with_memory))
+    sec.text(f"{NODE_DIR}/has_normal_memory", cpulist(normal))
+    totals = {"MemTotal": 0, "MemFree": 0, "Used": 0}
+    for n in node.numa:
+        total = memory.get(n.id, 0)
+        used = _used(n, total)
+        totals["MemTotal"] += total
+        totals["MemFree"] += total - used
+        totals["Used"] += used
+        p = f"Node {n.id} "
+        file_pages = used // 2
+        lines = [
+            ("MemTotal", kb(total)), ("MemFree", kb(total - used)), ("MemUsed", kb(used)), ("SwapCached", 0),
+            ("Active", kb(used // 2)), ("Inactive", kb(used // 4)), ("Active(anon)", kb(used // 8)),
+            ("Inactive(anon)", kb(used // 16)), ("Active(file)", kb(used // 2 - used // 8)),
+            ("Inactive(file)", kb(used // 4 - used // 16)), ("Unevictable", 0), ("Mlocked", 0), ("Dirty", 0),
+            ("Writeback", 0), ("FilePages", kb(file_pages)), ("Mapped", kb(used // 32)),
+            ("AnonPages", kb(used // 8)), ("Shmem", kb(used // 64)), ("KernelStack", kb(used // 256)),
+            ("PageTables", kb(used // 256)), ("SecPageTables", 0), ("NFS_Unstable", 0), ("Bounce", 0),
+            ("WritebackTmp", 0), ("KReclaimable", kb(used // 16)), ("Slab", kb(used // 10)),
+            ("SReclaimable", kb(used // 16)), ("SUnreclaim", kb(used // 10 - used // 16)),
+            ("AnonHugePages", 0), ("ShmemHugePages", 0), ("ShmemPmdMapped", 0), ("FileHugePages", 0),
+            ("FilePmdMapped", 0),
+        ]
+        text = "".join(meminfo_line(label, value, p) for label, value in lines)
+        text += "".join(meminfo_line(label, 0, p, unit=False)
+                        for label in ("HugePages_Total", "HugePages_Free", "HugePages_Surp"))
+        sec.file(f"{NODE_DIR}/node{n.id}/meminfo", text)
+    sec.file("proc/meminfo", proc_meminfo(totals["MemTotal"], totals["MemFree"]))
+    return sec
+
+
+def proc_meminfo(total: int, free: int) -> str:
+    used = total - free
+    lines = [
+        ("MemTotal", kb(total)), ("MemFree", kb(free)), ("MemAvailable", kb(free + used // 2)),
+        ("Buffers", kb(used // 64)), ("Cached", kb(used // 2)), ("SwapCached", 0), ("Active", kb(used // 2)),
+        ("Inactive", kb(used // 4)), ("Active(anon)", kb(used // 8)), ("Inactive(anon)", kb(used // 16)),
+        ("Active(file)", kb(used // 2 - used // 8)), ("Inactive(file)", kb(used // 4 - used // 16)),
+        ("Unevictable", 0), ("Mlocked", 0), ("SwapTotal", 0), ("SwapFree", 0), ("Zswap", 0), ("Zswapped", 0),
+        ("Dirty", 0), ("Writeback", 0), ("AnonPages", kb(used // 8)), ("Mapped", kb(used // 32)),
+        ("Shmem", kb(used // 64)), ("KReclaimable", kb(used // 16)), ("Slab", kb(used // 10)),
+        ("SReclaimable", kb(used // 16)), ("SUnreclaim", kb(used // 10 - used // 16)),
+        ("KernelStack", kb(used // 256)), ("PageTables", kb(used // 256)), ("SecPageTables", 0),
+        ("NFS_Unstable", 0), ("Bounce", 0), ("WritebackTmp", 0), ("CommitLimit", kb(total // 2)),
+        ("Committed_AS", kb(used // 4)), ("VmallocTotal", 34359738367), ("VmallocUsed", 0), ("VmallocChunk", 0),
+        ("Percpu", 0), ("HardwareCorrupted", 0), ("AnonHugePages", 0), ("ShmemHugePages", 0),
+        ("ShmemPmdMapped", 0), ("FileHugePages", 0), ("FilePmdMapped", 0),
+    ]
+    text = "".join(meminfo_line(label, value) for label, value in lines)
+    text += "".join(meminfo_line(label, 0, unit=False)
+                    for label in ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "HugePages_Surp"))
+    text += meminfo_line("Hugepagesize", 2048) + meminfo_line("Hugetlb", 0)
+    text += meminfo_line("DirectMap4k", 1048576) + meminfo_line("DirectMap2M", kb(total) // 2) \
+        + meminfo_line("DirectMap1G", kb(total) // 2)
+    return text

@@ -1,0 +1,149 @@
+"""PCI: ``/sys/devices/pci*`` (the device hierarchy), ``/sys/bus/pci``, and the class devices of NICs.
+
+Every function gets the attributes readers use (ids, class, ``numa_node``, ``local_cpus``, link speed and width)
+and 256 bytes of ``config`` (the hierarchy is rebuilt from the bridges' bus numbers there, and the link from the
+PCIe capability). ``/sys/bus/pci/devices/<bdf>`` links to the function, ``driver`` to ``/sys/bus/pci/drivers``.
+
+GPUs are a dynamic section: a GPU that fell off the bus disappears from PCI (its function, its bus link, its
+``/proc/driver/nvidia/gpus`` entry) and comes back when healed. Bridges, NVSwitches and NICs are static. RoCE/IB
+NICs also get ``/sys/class/net/<netdev>`` (MAC, MTU, state, speed) and ``/sys/class/infiniband/<dev>`` (GUIDs,
+port state, GIDs derived from the MAC, link layer, and ``active_mtu``, which the kernel exposes only through
+verbs and fakehw adds as a file for readers that cannot use verbs).
+"""
+
+from __future__ import annotations
+
+from fakehw.model.system import Nic, Node
+from fakehw.sysfs.common import cpulist, cpumask
+from fakehw.sysfs.pcilayout import PciFunction, PciLayout, config_space
+from fakehw.sysfs.tree import Section
+
+SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe",
+         6: "64.0 GT/s PCIe"}
+GPU_KINDS = ("gpu",)
+CXL_KINDS = ("cxl-root-port", "cxl-switch-upstream", "cxl-switch-downstream", "cxl-memdev")
+
+
+def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
+    """The attributes, config space and links of one PCI function."""
+    d = fn.path
+    ncpu = node.cpu.logical_cpus
+    numa = node.numa_node(fn.numa)
+    cpus = numa.cpus if numa is not None else ()
+    sec.text(f"{d}/vendor", f"0x{fn.vendor:04x}")
+    sec.text(f"{d}/device", f"0x{fn.device:04x}")
+    sec.text(f"{d}/subsystem_vendor", f"0x{fn.subsystem_vendor:04x}")
+    sec.text(f"{d}/subsystem_device", f"0x{fn.subsystem_device:04x}")
+    sec.text(f"{d}/class", f"0x{fn.class_code:06x}")
+    sec.text(f"{d}/revision", f"0x{fn.revision:02x}")
+    sec.text(f"{d}/numa_node", fn.numa)
+    sec.text(f"{d}/local_cpus", cpumask(cpus, ncpu))
+    sec.text(f"{d}/local_cpulist", cpulist(cpus))
+    sec.text(f"{d}/current_link_speed", SPEED.get(fn.link_gen, "Unknown"))
+    sec.text(f"{d}/max_link_speed", SPEED.get(fn.link_gen, "Unknown"))
+    sec.text(f"{d}/current_link_width", fn.link_width)
+    sec.text(f"{d}/max_link_width", fn.link_width)
+    sec.text(f"{d}/enable", 1, 0o644)
+    sec.text(f"{d}/irq", 0)
+    sec.text(f"{d}/dma_mask_bits", 64 if fn.is_bridge else 52)
+    sec.file(f"{d}/config", config_space(fn), 0o644)
+    cls = fn.class_code
+    modalias = (f"pci:v{fn.vendor:08X}d{fn.device:08X}sv{fn.subsystem_vendor:08X}sd{fn.subsystem_device:08X}"
+                f"bc{cls >> 16:02X}sc{(cls >> 8) & 0xFF:02X}i{cls & 0xFF:02X}")
+    sec.text(f"{d}/modalias", modalias)
+    uevent = (f"PCI_CLASS={cls:X}\nPCI_ID={fn.vendor:04X}:{fn.device:04X}\n"
+              f"PCI_SUBSYS_ID={fn.subsystem_vendor:04X}:{fn.subsystem_device:04X}\nPCI_SLOT_NAME={fn.bdf}\n"
+              f"MODALIAS={modalias}\n")
+    if fn.driver:
+        uevent = f"DRIVER={fn.driver}\n" + uevent
+        sec.link(f"{d}/driver", f"sys/bus/pci/drivers/{fn.driver}")
+        sec.link(f"sys/bus/pci/drivers/{fn.driver}/{fn.bdf}", d)
+    sec.file(f"{d}/uevent", uevent, 0o644)
+    if fn.is_bridge:
+        sec.text(f"{d}/secondary_bus_number", fn.secondary)
+        sec.text(f"{d}/subordinate_bus_number", fn.subordinate)
+    sec.link(f"sys/bus/pci/devices/{fn.bdf}", d)
+
+
+def pci_static_section(node: Node, lay: PciLayout) -> Section:
+    """Bridges, NVSwitches and NICs (with their network and RDMA class devices)."""
+    sec = Section("pci")
+    for fn in lay.functions:
+        if fn.kind in GPU_KINDS or fn.kind in CXL_KINDS:
+            continue
+        function_files(sec, fn, node)
+        if fn.kind == "nic":
+            nic = next(n for n in node.nics if n.name == fn.ref)
+            nic_files(sec, fn, nic)
+    for hb, path in lay.host_bridge_dirs.items():
+        if any(h.name == hb for h in node.host_bridges):
+            sec.text(f"{path}/uevent", "", 0o644)
+    return sec
+
+
+def active_mtu(mtu: int) -> int:
+    """RoCE path MTU for an Ethernet MTU: the largest of 256..4096 that fits with the RoCE headers."""
+    for size in (4096, 2048, 1024, 512, 256):
+        if mtu >= size + 100:
+            return size
+    return 256
+
+
+def gid_from_mac(mac: str) -> str:
+    """The link-local RoCE GID (fe80::/64 with the MAC's EUI-64), written as sysfs does: eight 4-digit groups."""
+    b = [int(x, 16) for x in mac.split(":")]
+    eui = [b[0] ^ 0x02, b[1], b[2], 0xFF, 0xFE, b[3], b[4], b[5]]
+    groups = ["fe80", "0000", "0000", "0000"] + [f"{eui[i]:02x}{eui[i + 1]:02x}" for i in range(0, 8, 2)]
+    return ":".join(groups)
+
+
+def nic_files(sec: Section, fn: PciFunction, nic: Nic) -> None:
+    net = f"{fn.path}/net/{nic.netdev}"
+    ether = nic.link_layer == "ethernet"
+    index = int(nic.name.rsplit("_", 1)[-1]) if nic.name.rsplit("_", 1)[-1].isdigit() else 0
+    sec.text(f"{net}/address", nic.mac)
+    ib_broadcast = "00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff"
+    sec.text(f"{net}/broadcast", "ff:ff:ff:ff:ff:ff" if ether else ib_broadcast)
+    sec.text(f"{net}/addr_len", 6 if ether else 20)
+    sec.text(f"{net}/mtu", nic.mtu, 0o644)
+    sec.text(f"{net}/type", 1 if ether else 32)
+    sec.text(f"{net}/operstate", "up")
+    sec.text(f"{net}/carrier", 1)
+    sec.text(f"{net}/speed", nic.sku.rate_gbps * 1000)
+    sec.text(f"{net}/duplex", "full")
+    sec.text(f"{net}/dev_port", 0)
+    sec.text(f"{net}/dev_id", "0x0")
+    sec.text(f"{net}/ifindex", 10 + index)
+    sec.text(f"{net}/iflink", 10 + index)
+    sec.link(f"{net}/device", fn.path)
+    sec.link(f"sys/class/net/{nic.netdev}", net)
+    ib = f"{fn.path}/infiniband/{nic.name}"
+    guid = nic.node_guid
+    sec.text(f"{ib}/node_guid", guid)
+    sec.text(f"{ib}/sys_image_guid", guid)
+    sec.text(f"{ib}/node_type", "1: CA")
+    sec.text(f"{ib}/node_desc", f"{nic.node} {nic.name}")
+    sec.text(f"{ib}/fw_ver", "28.39.1002")
+    sec.text(f"{ib}/hca_type", f"MT{nic.sku.device_id}")  # the device id in decimal: MT4129 is ConnectX-7
+    sec.text(f"{ib}/board_id", f"MT_{nic.sku.device_id:04X}")
+    sec.link(f"{ib}/device", fn.path)
+    port = f"{ib}/ports/1"
+    sec.text(f"{port}/state", "4: ACTIVE")
+    sec.text(f"{port}/phys_state", "5: LinkUp")
+    sec.text(f"{port}/rate", f"{nic.sku.rate_gbps} Gb/sec (4X {'NDR' if nic.sku.rate_gbps >= 400 else 'HDR'})")
+    sec.text(f"{port}/link_layer", "Ethernet" if ether else "InfiniBand")
+    sec.text(f"{port}/lid", "0x0" if ether else f"0x{index + 1:x}")
+    sec.text(f"{port}/sm_lid", "0x0" if ether else "0x1")
+    sec.text(f"{port}/lid_mask_count", 0)
+    sec.text(f"{port}/sm_sl", 0)
+    sec.text(f"{port}/cap_mask", "0x00010000" if ether else "0x2259e848")
+    sec.text(f"{port}/active_mtu", active_mtu(nic.mtu) if ether else 4096)
+    gid = gid_from_mac(nic.mac) if ether else f"fe80:0000:0000:0000:{guid}"
+    zero = "0000:0000:0000:0000:0000:0000:0000:0000"
+    for i in range(8):
+        value = gid if i < (2 if ether else 1) else zero
+        sec.text(f"{port}/gids/{i}", value)
+        if ether:
+            sec.text(f"{port}/gid_attrs/types/{i}", ("IB/RoCE v1" if i == 0 else "RoCE v2") if i < 2 else "")
+            sec.text(f"{port}/gid_attrs/ndevs/{i}", nic.netdev if i < 2 else "")
+    sec.link(f"sys/class/infiniband/{nic.name}", ib)

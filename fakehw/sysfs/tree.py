@@ -1,0 +1,490 @@
+"""Building a fake root tree in memory and writing it to disk atomically and incrementally.
+
+A renderer describes the tree in *sections* (:class:`Section`): named groups of entries (files, relative
+symlinks, directories, character devices), each path owned by exactly one section. A section is *static* when its
+content depends only on the model (it carries a key such as the profile digest) or *dynamic* when runtime state
+changes it (it is rebuilt on every render and compared entry by entry).
+
+:class:`RootWriter` keeps a manifest next to the tree (``<node dir>/root.manifest.json``, outside the tree so a
+container mounting the tree never sees it) with the key of every static section and a short digest of every
+entry of every dynamic section. Then:
+
+- the first render builds the whole tree in a temporary directory and renames it into place, so a reader never
+  sees a half-built tree;
+- later renders skip static sections whose key is unchanged and rewrite only the entries of dynamic sections
+  whose digest changed, each with write-to-temp-and-rename (a reader sees the old file or the new one), and remove
+  entries that are gone (links first, then files, then directories that became empty);
+- the tree's directories are never replaced, so a bind mount of the root (or of ``sys``, ``proc``, ``dev``)
+  keeps seeing every change. Single files bind-mounted on their own do not (a rename replaces the inode): mount
+  directories.
+
+Entries other renderers write under the same root are left alone: only paths in the manifest are ever removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import posixpath
+import shutil
+import stat
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MANIFEST_VERSION = 1
+WRITER_THREADS = 4
+PARALLEL_THRESHOLD = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class File:
+    data: bytes
+    mode: int = 0o444
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    target: str
+    """Relative to the link's directory, so it resolves inside the tree wherever the tree is mounted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dir:
+    mode: int = 0o755
+
+
+@dataclass(frozen=True, slots=True)
+class CharDev:
+    major: int
+    minor: int
+    mode: int = 0o666
+
+
+Entry = File | Link | Dir | CharDev
+
+
+def digest(entry: Entry) -> str:
+    if isinstance(entry, File):
+        return f"f{entry.mode:o}:" + hashlib.blake2b(entry.data, digest_size=8).hexdigest()
+    if isinstance(entry, Link):
+        return "l:" + entry.target
+    if isinstance(entry, Dir):
+        return f"d{entry.mode:o}"
+    return f"c{entry.mode:o}:{entry.major}:{entry.minor}"
+
+
+class Section:
+    """Entries of one part of the tree, by path relative to the root (``sys/devices/system/cpu/online``)."""
+
+    __slots__ = ("entries", "name")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.entries: dict[str, Entry] = {}
+
+    def file(self, path: str, data: str | bytes, mode: int = 0o444) -> None:
+        self.entries[path] = File(data.encode() if isinstance(data, str) else data, mode)
+
+    def text(self, path: str, value: object, mode: int = 0o444) -> None:
+        """A one-value sysfs attribute: ``value`` and a newline."""
+        self.entries[path] = File(f"{value}\n".encode(), mode)
+
+    def link(self, path: str, target: str) -> None:
+        """A symlink at ``path`` to the root-relative ``target``, stored relative to ``path``'s directory."""
+        self.entries[path] = Link(posixpath.relpath(target, posixpath.dirname(path)))
+
+    def dir(self, path: str, mode: int = 0o755) -> None:
+        self.entries[path] = Dir(mode)
+
+    def chardev(self, path: str, major: int, minor: int, mode: int = 0o666) -> None:
+        self.entries[path] = CharDev(major, minor, mode)
+
+    def update(self, other: Section) -> None:
+        self.entries.update(other.entries)
+
+
+@dataclass(frozen=True)
+class SectionSpec:
+    """A section to render: ``key`` is None for a dynamic section, else a string that changes with its content.
+
+    ``share`` (static sections only) names content that is the same on every node that has the same share key
+    (the CPU tree of all nodes of one node template): a node rendered after another with the same share key
+    hard-links the other's files instead of writing its own, which makes a fleet cheap to render and still gives
+    every node a plain tree a container can mount (a hard link is the file itself, unlike a symlink out of the
+    tree). Files are never modified in place, only replaced by rename, so linked trees never affect each other.
+    """
+
+    name: str
+    key: str | None
+    build: Callable[[], Section]
+    share: str | None = None
+
+
+@dataclass
+class WriteStats:
+    written: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    skipped_sections: int = 0
+    mode: str = ""
+    paths: list[str] = field(default_factory=list)
+
+
+class RootWriter:
+    """Writes sections under ``root`` and keeps ``manifest`` in step with what is on disk."""
+
+    def __init__(self, root: Path, manifest: Path, make_devices: bool | None = None,
+                 siblings: Callable[[], Iterable[tuple[Path, Path]]] | None = None):
+        self.root = root
+        self.manifest_path = manifest
+        self.make_devices = os.geteuid() == 0 if make_devices is None else make_devices
+        self.siblings = siblings
+        """(root, manifest) of other nodes' trees that may share static sections with this one."""
+        self.umask = _umask()
+
+    # ------------------------------------------------------------------------------------------ manifest
+
+    def _load_manifest(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.manifest_path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
+            return None
+        sections = data.get("sections")
+        return data if isinstance(sections, dict) else None
+
+    def _save_manifest(self, sections: dict[str, dict[str, Any]]) -> None:
+        from fakehw.render.atomic import atomic_write
+
+        data = json.dumps({"version": MANIFEST_VERSION, "sections": sections}, separators=(",", ":"),
+                          sort_keys=True).encode()
+        atomic_write(self.manifest_path, data, 0o644)
+
+    # ------------------------------------------------------------------------------------------ render
+
+    def render(self, specs: Iterable[SectionSpec]) -> WriteStats:
+        specs = list(specs)
+        manifest = self._load_manifest()
+        stats = WriteStats()
+        if manifest is None or not self.root.is_dir():
+            if self.root.exists() and manifest is None:
+                stats.mode = "sync"
+                return self._sync(specs, stats)
+            stats.mode = "full"
+            return self._full(specs, stats)
+        old: dict[str, dict[str, Any]] = manifest["sections"]
+        if any(s.key is not None and old.get(s.name, {}).get("key") != s.key for s in specs) or \
+                set(old) != {s.name for s in specs}:
+            # The model changed under an existing tree: start over (rare; the agent's state dir was reused).
+            stats.mode = "rebuild"
+            self._clear(old)
+            return self._full(specs, stats)
+        stats.mode = "incremental"
+        new_manifest: dict[str, dict[str, Any]] = {}
+        writes: dict[str, Entry] = {}
+        removes: list[str] = []
+        for spec in specs:
+            if spec.key is not None:
+                new_manifest[spec.name] = old[spec.name]
+                stats.skipped_sections += 1
+                continue
+            section = spec.build()
+            before: dict[str, str] = old[spec.name].get("entries", {})
+            after = {p: digest(e) for p, e in section.entries.items()}
+            for path, d in after.items():
+                if before.get(path) != d:
+                    writes[path] = section.entries[path]
+                else:
+                    stats.unchanged += 1
+            removes.extend(p for p in before if p not in after)
+            new_manifest[spec.name] = {"key": None, "entries": after}
+        keep_dirs = {p for spec in new_manifest.values() for p, d in (spec.get("entries") or {}).items()
+                     if d.startswith("d")}
+        self._remove(removes, stats, keep=writes, keep_dirs=keep_dirs)
+        self._write_all(writes, stats, atomic=True)
+        if writes or removes:
+            self._save_manifest(new_manifest)
+        return stats
+
+    def _full(self, specs: list[SectionSpec], stats: WriteStats) -> WriteStats:
+        """Build everything in a temporary directory next to the root and rename it into place."""
+        manifest: dict[str, dict[str, Any]] = {}
+        tmp = self.root.with_name(f".{self.root.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        writer = RootWriter(tmp, self.manifest_path, self.make_devices)
+        owner: dict[str, str] = {}
+        for spec in specs:
+            section = spec.build()
+            for path in section.entries:
+                if owner.setdefault(path, spec.name) != spec.name:
+                    raise ValueError(f"{path} is rendered by sections {owner[path]} and {spec.name}")
+            source = self._sibling_with(spec) if spec.share is not None and spec.key is not None else None
+            if source is None or not self._link_from(source, section, tmp, stats):
+                writer._write_all(section.entries, stats, atomic=False)
+            manifest[spec.name] = {"key": spec.key, "share": spec.share, "count": len(section.entries),
+                                   "entries": None if spec.key is not None else
+                                   {p: digest(e) for p, e in section.entries.items()}}
+        if self.root.exists():
+            # A rebuild keeps the root directory itself (it may be bind-mounted): move the new content in.
+            for child in tmp.iterdir():
+                target = self.root / child.name
+                if target.is_dir() and not target.is_symlink():
+                    _merge_dir(child, target)
+                else:
+                    os.replace(child, target)
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            os.rename(tmp, self.root)
+        self._save_manifest(manifest)
+        return stats
+
+    def _sibling_with(self, spec: SectionSpec) -> Path | None:
+        """The root of another node's tree that holds ``spec``'s content (same share key), if any."""
+        if self.siblings is None:
+            return None
+        for root, manifest_path in self.siblings():
+            try:
+                data = json.loads(manifest_path.read_text())
+            except (OSError, ValueError):
+                continue
+            section = data.get("sections", {}).get(spec.name, {}) if isinstance(data, dict) else {}
+            if data.get("version") == MANIFEST_VERSION and section.get("share") == spec.share and root.is_dir():
+                return root
+        return None
+
+    def _link_from(self, source: Path, section: Section, dest: Path, stats: WriteStats) -> bool:
+        """Hard-link ``section``'s files from ``source`` into ``dest`` (directories and links are made anew).
+        False when hard links are not possible here; then nothing but directories was made."""
+        src, dst = str(source), str(dest)
+        files = [p for p, e in section.entries.items() if isinstance(e, File | CharDev)]
+        if files:  # probe once: another filesystem or a refusing kernel means no hard links here
+            probe = os.path.join(dst, f".link-probe-{os.getpid()}")
+            try:
+                os.link(os.path.join(src, files[0]), probe)
+                os.unlink(probe)
+            except OSError:
+                return False
+        groups: dict[str, list[str]] = {}
+        for rel in section.entries:
+            groups.setdefault(posixpath.dirname(rel), []).append(rel)
+        buckets: list[list[str]] = [[] for _ in range(WRITER_THREADS)]
+        for i, (_, members) in enumerate(sorted(groups.items())):
+            buckets[i % WRITER_THREADS].extend(members)
+        entries = section.entries
+
+        def link_bucket(paths: list[str]) -> None:
+            made: set[str] = set()
+            for rel in paths:
+                entry = entries[rel]
+                parent = posixpath.dirname(rel)
+                if parent and parent not in made:
+                    os.makedirs(os.path.join(dst, parent), exist_ok=True)
+                    made.add(parent)
+                if isinstance(entry, Dir):
+                    os.makedirs(os.path.join(dst, rel), exist_ok=True)
+                    made.add(rel)
+                elif isinstance(entry, Link):
+                    os.symlink(entry.target, os.path.join(dst, rel))
+                else:
+                    try:
+                        os.link(os.path.join(src, rel), os.path.join(dst, rel))
+                    except FileNotFoundError:  # the sibling lost a file: write ours
+                        self._direct(os.path.join(dst, rel), entry)
+
+        with ThreadPoolExecutor(WRITER_THREADS) as pool:
+            list(pool.map(link_bucket, buckets))
+        stats.written += len(entries)
+        return True
+
+    def _sync(self, specs: list[SectionSpec], stats: WriteStats) -> WriteStats:
+        """A tree exists but no manifest: write what differs, remove nothing (the tree may hold others' files)."""
+        entries: dict[str, Entry] = {}
+        manifest: dict[str, dict[str, Any]] = {}
+        for spec in specs:
+            section = spec.build()
+            entries.update(section.entries)
+            manifest[spec.name] = {"key": spec.key, "entries": None if spec.key is not None else
+                                   {p: digest(e) for p, e in section.entries.items()}}
+        changed = {p: e for p, e in entries.items() if not self._matches(p, e)}
+        stats.unchanged += len(entries) - len(changed)
+        self._write_all(changed, stats, atomic=True)
+        self._save_manifest(manifest)
+        return stats
+
+    def _clear(self, old: dict[str, dict[str, Any]]) -> None:
+        """Remove what earlier renders wrote (whole top-level trees of static sections, listed entries else)."""
+        for name in ("sys", "proc", "dev", "run"):
+            path = self.root / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+        del old
+
+    # ------------------------------------------------------------------------------------------ disk
+
+    def _matches(self, rel: str, entry: Entry) -> bool:
+        path = self.root / rel
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if isinstance(entry, Link):
+            return stat.S_ISLNK(st.st_mode) and os.readlink(path) == entry.target
+        if isinstance(entry, Dir):
+            return stat.S_ISDIR(st.st_mode)
+        if isinstance(entry, CharDev):
+            if stat.S_ISCHR(st.st_mode):
+                return os.major(st.st_rdev) == entry.major and os.minor(st.st_rdev) == entry.minor
+            return stat.S_ISREG(st.st_mode) and path.read_bytes() == _device_placeholder(entry)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != len(entry.data) or stat.S_IMODE(st.st_mode) != entry.mode:
+            return False
+        return path.read_bytes() == entry.data
+
+    def _write_all(self, entries: dict[str, Entry], stats: WriteStats, atomic: bool) -> None:
+        """Write ``entries``: directories and files first, links last (a link's target exists when it appears).
+
+        A big fresh tree (the first render) is written by a few threads, each owning whole directories: file
+        creation is bound by the filesystem's latency, not the CPU, and overlaps well.
+        """
+        root = str(self.root)
+        plain = [p for p, e in entries.items() if not isinstance(e, Link)]
+        links = sorted(p for p, e in entries.items() if isinstance(e, Link))
+        if not atomic and len(plain) > PARALLEL_THRESHOLD:
+            groups: dict[str, list[str]] = {}
+            for rel in plain:
+                groups.setdefault(posixpath.dirname(rel), []).append(rel)
+            buckets: list[list[str]] = [[] for _ in range(WRITER_THREADS)]
+            for i, (_, members) in enumerate(sorted(groups.items())):
+                buckets[i % WRITER_THREADS].extend(members)
+            with ThreadPoolExecutor(WRITER_THREADS) as pool:
+                counts = list(pool.map(lambda b: self._write_list(root, b, entries, atomic), buckets))
+            stats.written += sum(counts)
+        else:
+            stats.written += self._write_list(root, sorted(plain), entries, atomic)
+        stats.written += self._write_list(root, links, entries, atomic)
+        for rel in plain[: max(0, 10_000 - len(stats.paths))]:
+            stats.paths.append(rel)
+
+    def _write_list(self, root: str, paths: list[str], entries: dict[str, Entry], atomic: bool) -> int:
+        made: set[str] = set()
+        for rel in paths:
+            entry = entries[rel]
+            full = os.path.join(root, rel)
+            if isinstance(entry, Dir):
+                if rel not in made:
+                    os.makedirs(full, mode=entry.mode, exist_ok=True)
+                    made.add(rel)
+                continue
+            parent = posixpath.dirname(rel)
+            if parent and parent not in made:
+                os.makedirs(os.path.join(root, parent), exist_ok=True)
+                while parent and parent not in made:
+                    made.add(parent)
+                    parent = posixpath.dirname(parent)
+            if atomic:
+                self._atomic(full, entry)
+            else:
+                self._direct(full, entry)
+        return len(paths)
+
+    def _direct(self, full: str, entry: Entry) -> None:
+        if isinstance(entry, File):
+            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, entry.mode)
+            try:
+                os.write(fd, entry.data)
+                if entry.mode & self.umask:  # the umask took bits this file needs
+                    os.fchmod(fd, entry.mode)
+            finally:
+                os.close(fd)
+        elif isinstance(entry, Link):
+            os.symlink(entry.target, full)
+        elif isinstance(entry, CharDev):
+            self._device(full, entry)
+
+    def _atomic(self, full: str, entry: Entry) -> None:
+        directory, name = os.path.split(full)
+        tmp = os.path.join(directory, f".{name}.fakehw-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        try:
+            self._direct(tmp, entry)
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full)
+            os.replace(tmp, full)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def _device(self, full: str, entry: CharDev) -> None:
+        """A character device with the real major/minor when we may create one, else a plain file saying it."""
+        if self.make_devices:
+            try:
+                os.mknod(full, stat.S_IFCHR | entry.mode, os.makedev(entry.major, entry.minor))
+                os.chmod(full, entry.mode)
+                return
+            except PermissionError:
+                self.make_devices = False
+        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, _device_placeholder(entry))
+        finally:
+            os.close(fd)
+
+    def _remove(self, paths: list[str], stats: WriteStats, keep: dict[str, Entry], keep_dirs: set[str]) -> None:
+        """Remove ``paths`` and the directories they leave empty, except directories a section declares."""
+        root = str(self.root)
+        entries = [p for p in paths if p not in keep]
+        # Deepest first so a directory is empty when its turn comes.
+        for rel in sorted(entries, key=lambda p: (-p.count("/"), p)):
+            full = os.path.join(root, rel)
+            try:
+                if os.path.isdir(full) and not os.path.islink(full):
+                    os.rmdir(full)
+                else:
+                    os.unlink(full)
+                stats.removed += 1
+            except FileNotFoundError:
+                continue
+            except OSError:
+                continue  # a directory someone else still uses
+            parent = posixpath.dirname(rel)
+            while parent and parent not in keep_dirs:
+                try:
+                    os.rmdir(os.path.join(root, parent))
+                except OSError:
+                    break
+                parent = posixpath.dirname(parent)
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (``os.umask`` would race with other threads)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o777  # unknown: always chmod
+
+
+def _device_placeholder(entry: CharDev) -> bytes:
+    return f"character device {entry.major}:{entry.minor} (fakehw: not created, needs root)\n".encode()
+
+
+def _merge_dir(src: Path, dst: Path) -> None:
+    for child in src.iterdir():
+        target = dst / child.name
+        if child.is_dir() and not child.is_symlink() and target.is_dir() and not target.is_symlink():
+            _merge_dir(child, target)
+        else:
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(child, target)
