@@ -7,6 +7,10 @@ set -euo pipefail
 PACKAGES=(gcc make)
 # Fake NVML: the riscv64 cross compiler (the shim must build for riscv64 node images).
 PACKAGES+=(gcc-riscv64-linux-gnu libc6-dev-riscv64-cross)
+# Fake platform: hwloc's lstopo reads the fake root (hwloc-nox has no X libraries; the full hwloc package is as
+# good), numactl and lspci read it when it is mounted.
+PACKAGES+=(numactl pciutils)
+command -v lstopo-no-graphics >/dev/null || PACKAGES+=(hwloc-nox)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
