@@ -80,8 +80,10 @@ def _parse_params(items: Sequence[str]) -> dict[str, Any]:
 def cmd_up(args: argparse.Namespace) -> int:
     start = time.monotonic()
     print(f"starting cluster {args.name!r}: profile {args.profile} on the {args.backend} backend ...", file=sys.stderr)
+    options = {k: v for k, v in (("gpus", getattr(args, "gpus", None)), ("image", getattr(args, "image", None)))
+               if v is not None}
     tb = Testbed.up(args.profile, nodes=args.nodes, backend=args.backend, name=args.name,
-                    state_dir=_state_dir(args))
+                    state_dir=_state_dir(args), **options)
     print(f"cluster {tb.name} is up: {len(tb.record.nodes)} node(s) in {time.monotonic() - start:.1f} s "
           f"({tb.record.dir})")
     return 0
@@ -207,6 +209,9 @@ def cmd_down(args: argparse.Namespace) -> int:
             print(f"cluster {rec.name} is down")
         if not records:
             print("no clusters")
+        from testbed.cli_docker import remove_docker_leftovers
+
+        remove_docker_leftovers(_state_dir(args))
         return 0
     tb = _attach(args)
     tb.down()
@@ -292,6 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="built-in profile or YAML file" + (" (default: dgx-h100)" if name == "demo" else ""))
         p.add_argument("--nodes", type=int, metavar="N", help="node count (single-group profiles)")
         p.add_argument("--backend", default="local", choices=BACKENDS)
+        p.add_argument("--gpus", help="docker backend: GPUs each node container gets (all, none, gpu2,gpu5 or 2,5)")
+        p.add_argument("--image", help="docker backend: node image to run (default: built from this checkout)")
 
     p = add("status", "nodes, health, and optionally the topology", cmd_status)
     p.add_argument("--topology", action="store_true", help="print the topology matrix of each node type")
@@ -336,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("restart-agent", "stop and start the agent (it comes back from its journal)", cmd_restart_agent)
     p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM")
+
+    from testbed.cli_docker import register as register_docker_commands
+
+    register_docker_commands(add, _state_dir)
     return parser
 
 

@@ -1,10 +1,10 @@
-"""Testbed backends: local (default), and later docker and kubernetes, behind one interface."""
+"""Testbed backends: local (default), docker, and later kubernetes, behind one interface."""
 
 from __future__ import annotations
 
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
 
-BACKENDS = ("local",)
+BACKENDS = ("local", "docker")
 
 
 def get_backend(name: str) -> Backend:
@@ -12,6 +12,10 @@ def get_backend(name: str) -> Backend:
         from testbed.backends.local import LocalBackend
 
         return LocalBackend()
+    if name == "docker":
+        from testbed.backends.docker import DockerBackend
+
+        return DockerBackend()
     raise BackendInputError(f"unknown backend {name!r} (backends: {', '.join(BACKENDS)})")
 
 

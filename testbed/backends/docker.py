@@ -1,0 +1,600 @@
+"""The docker backend: one container per fake node, from the node image of that node's architecture.
+
+``testbed up --backend docker --profile P`` makes, for a cluster:
+
+- a private bridge network (internal: no route out) on which every node is reachable by its node name;
+- per node, a container from the multi-platform node image (:mod:`testbed.images`) run with the node's platform,
+  so a riscv64 node runs riscv64 binaries under QEMU user mode. Its entrypoint (:mod:`testbed.node_entry`) creates
+  ``/dev/nvidiactl`` and ``/dev/nvidia<minor>`` for the GPUs the container was given and runs the node's own agent;
+- per node, a host directory ``<cluster>/agents/<node>/`` bind-mounted as the agent's state directory. The agent's
+  journal lives there (a killed and restarted container comes back with its faults), the node's renderings
+  (``nvml.snapshot``, ``state.json``, the fake root) are readable from the host, and the agent's control socket is
+  reached from the host through it: the control path does not use the network, so a partitioned node can still be
+  driven. The fake root's ``sys/bus``, ``sys/devices`` and ``sys/class`` are mounted read-only over the container's
+  own, where lspci, numactl, NFD-style labelers and device plugins read them.
+
+Everything the backend creates carries the labels :data:`LABEL_RUN` (one id per ``up``), :data:`LABEL_CLUSTER` and
+:data:`LABEL_STATE_DIR`. ``down`` removes by the run label, so it also cleans up after an ``up`` that failed half
+way; :func:`remove_orphans` (``testbed down --all``) removes what crashed runs left behind.
+
+Chaos verbs that need containers: :meth:`DockerBackend.kill_node`, ``restart_node``, ``pause_node``,
+``unpause_node``, ``partition_node`` (disconnect from the cluster network) and ``unpartition_node``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fakehw.agent.client import AgentClient, AgentRequestError
+from fakehw.model import ProfileError, System, load_profile
+from fakehw.model.system import Node
+from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
+from testbed.cluster import ClusterRecord
+
+LABEL_TESTBED = "org.fakehw.testbed"
+LABEL_RUN = "org.fakehw.run"
+LABEL_CLUSTER = "org.fakehw.cluster"
+LABEL_STATE_DIR = "org.fakehw.state-dir"
+LABEL_NODE = "org.fakehw.node"
+CONTAINER_STATE = "/var/lib/fakehw-agent"
+"""The agent's state directory inside a node container (bind-mounted from the host)."""
+CONTAINER_NODE_DIR = "/var/lib/fakehw"
+"""The node's rendered directory inside its container (a link the entrypoint makes into the state directory)."""
+CONTAINER_PROFILE_DIR = "/etc/fakehw/profile"
+SYS_MOUNTS = ("bus", "devices", "class")
+"""Directories of the node's fake ``sys`` mounted over the container's ``/sys``: self-contained (every link in
+them points inside them) and not needed by the container runtime (unlike ``/sys/fs``)."""
+OPTIONS = ("gpus", "image", "timeout")
+AGENT_READY_TIMEOUT_S = 90.0
+EMULATED_EXTRA_S = 20.0
+"""Extra seconds allowed per emulated node: Python starts 5-10x slower under QEMU user mode."""
+NATIVE_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "riscv64": "riscv64"}.get(os.uname().machine, "")
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """What one node container gets: derived from the model and the ``gpus`` option before anything starts."""
+
+    node: str
+    arch: str
+    container: str
+    minors: tuple[int, ...]
+    gpu_names: tuple[str, ...]
+
+
+def _client() -> Any:
+    """A docker SDK client, or a BackendError that says what to install or start."""
+    try:
+        import docker
+        from docker.errors import DockerException
+    except ImportError:
+        raise BackendError("the docker backend needs the docker SDK: pip install 'fakehw[docker]'") from None
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except DockerException as exc:
+        raise BackendError(f"no Docker engine answers ({exc}); run 'testbed host setup' (as root)") from None
+    return client
+
+
+def _not_found(exc: Exception) -> bool:
+    from docker.errors import NotFound
+
+    return isinstance(exc, NotFound)
+
+
+def parse_gpu_option(value: Any, system: System) -> dict[str, tuple[str, ...]]:
+    """The ``gpus`` option -> the GPU names each node's container is given.
+
+    ``None``/``"all"``: every GPU of the node; ``"none"``/``[]``: none; ``"gpu2,gpu5"``, ``"2,5"`` or a list of
+    names/indices: those GPUs on every node; a mapping ``{node: spec}``: per node (nodes left out get all).
+    """
+    result: dict[str, tuple[str, ...]] = {}
+    if isinstance(value, Mapping):
+        unknown = [n for n in value if system.node(str(n)) is None]
+        if unknown:
+            raise BackendInputError(f"gpus: profile {system.name} has no node(s) {', '.join(map(str, unknown))} "
+                                    f"(nodes: {', '.join(n.name for n in system.nodes)})")
+        for node in system.nodes:
+            result[node.name] = _gpu_names(value.get(node.name), node)
+        return result
+    for node in system.nodes:
+        result[node.name] = _gpu_names(value, node)
+    return result
+
+
+def _gpu_names(spec: Any, node: Node) -> tuple[str, ...]:
+    if spec is None or spec == "all":
+        return tuple(g.name for g in node.gpus)
+    if spec == "none":
+        return ()
+    if isinstance(spec, str):
+        tokens: list[Any] = [t.strip() for t in spec.split(",") if t.strip()]
+    elif isinstance(spec, int):
+        tokens = [spec]
+    elif isinstance(spec, Sequence):
+        tokens = list(spec)
+    else:
+        raise BackendInputError(f"gpus: expected 'all', 'none', a comma-separated list or a list, got {spec!r}")
+    names: list[str] = []
+    for token in tokens:
+        text = str(token)
+        gpu = node.gpu(text)
+        if gpu is None and re.fullmatch(r"\d+", text) and int(text) < len(node.gpus):
+            gpu = node.gpus[int(text)]
+        if gpu is None:
+            raise BackendInputError(f"gpus: node {node.name} has no GPU {text!r} "
+                                    f"(it has {', '.join(g.name for g in node.gpus) or 'none'})")
+        if gpu.name in names:
+            raise BackendInputError(f"gpus: {gpu.name} is given twice for node {node.name}")
+        names.append(gpu.name)
+    return tuple(sorted(names, key=lambda n: node.gpu(n).index))  # type: ignore[union-attr]
+
+
+def _resolve_profile_ref(ref: str) -> str:
+    path = Path(ref)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return str(path.resolve())
+    return ref
+
+
+class DockerBackend(Backend):
+    name = "docker"
+
+    # ------------------------------------------------------------------------------------------ up
+
+    def up(self, request: UpRequest) -> ClusterRecord:
+        unknown = sorted(set(request.options) - set(OPTIONS))
+        if unknown:
+            raise BackendInputError(f"the docker backend has no option(s) {', '.join(unknown)} "
+                                    f"(options: {', '.join(OPTIONS)})")
+        profile = _resolve_profile_ref(request.profile)
+        try:
+            system = load_profile(profile, nodes=request.nodes)
+        except ProfileError as exc:
+            raise BackendInputError(f"profile {request.profile} is not valid:\n{exc}") from None
+        gpus = parse_gpu_option(request.options.get("gpus"), system)
+        timeout = request.options.get("timeout")
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+            raise BackendInputError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+        root = request.state_dir / request.name
+        run = uuid.uuid4().hex[:10]
+        plans = [NodePlan(node.name, node.cpu.arch, _container_name(request.name, node.name, run),
+                          tuple(node.gpu(g).minor for g in gpus[node.name]),  # type: ignore[union-attr]
+                          gpus[node.name]) for node in system.nodes]
+        record = ClusterRecord(name=request.name, backend=self.name, profile=profile,
+                               nodes=[n.name for n in system.nodes], node_count=request.nodes, root=str(root),
+                               created=time.time())
+        record.extra = {"run": run, "network": f"fakehw-{request.name}-{run}", "image": None,
+                        "state_dir": str(request.state_dir.resolve()),
+                        "nodes": {p.node: {"arch": p.arch, "container": p.container, "minors": list(p.minors),
+                                           "gpus": list(p.gpu_names)} for p in plans},
+                        "partitioned": {}}
+        for plan in plans:
+            sock = self._socket_path(record, plan.node)
+            if len(str(sock).encode()) >= 107:
+                raise BackendError(f"state dir {request.state_dir} is too deep for the agents' unix sockets "
+                                   f"({sock}); use a shorter --state-dir (or FAKEHW_STATE_DIR)")
+        client = _client()
+        root.mkdir(parents=True, exist_ok=True)
+        record.save()
+        try:
+            image = self._image(client, request.options.get("image"), sorted({p.arch for p in plans}))
+            record.extra["image"] = image
+            record.save()
+            labels = self._labels(record)
+            client.networks.create(record.extra["network"], driver="bridge", internal=True, labels=labels)
+            for plan in plans:
+                self._create_node(client, record, plan, image, labels)
+            for plan in plans:
+                client.containers.get(plan.container).start()
+            self._wait_ready(client, record, [p.node for p in plans], timeout)
+        except BaseException:
+            self.down(record)
+            raise
+        return record
+
+    def _image(self, client: Any, ref: Any, arches: list[str]) -> str:
+        """The node image tag to run: the one given, or the content-addressed one (built if missing)."""
+        from testbed.images import ImageBuilder, ImageError, image_platforms
+
+        if ref is not None:
+            if not isinstance(ref, str) or not ref:
+                raise BackendInputError(f"image: expected an image reference, got {ref!r}")
+            have = image_platforms(ref)
+            if have is None:
+                raise BackendInputError(f"image {ref} is not in the local image store (build it with "
+                                        "'testbed images build')")
+            missing = [a for a in arches if a not in have]
+            if missing:
+                raise BackendInputError(f"image {ref} has no linux/{', linux/'.join(missing)} variant (it has "
+                                        f"{', '.join(sorted(have))}); build it with 'testbed images build "
+                                        f"--platform {','.join('linux/' + a for a in arches)}'")
+            return ref
+        try:
+            return ImageBuilder(progress="plain").node_image(tuple(arches)).tag
+        except ImageError as exc:
+            raise BackendError(f"cannot build the node image: {exc}") from None
+
+    def _labels(self, record: ClusterRecord) -> dict[str, str]:
+        return {LABEL_TESTBED: "1", LABEL_RUN: record.extra["run"], LABEL_CLUSTER: record.name,
+                LABEL_STATE_DIR: record.extra["state_dir"]}
+
+    def _agent_dir(self, record: ClusterRecord, node: str) -> Path:
+        return record.dir / "agents" / node
+
+    def _socket_path(self, record: ClusterRecord, node: str) -> Path:
+        return self._agent_dir(record, node) / "agent.sock"
+
+    def _create_node(self, client: Any, record: ClusterRecord, plan: NodePlan, image: str,
+                     labels: dict[str, str]) -> None:
+        from docker.types import EndpointConfig, Mount
+
+        agent_dir = self._agent_dir(record, plan.node)
+        fake_sys = agent_dir / "nodes" / plan.node / "root" / "sys"
+        for sub in SYS_MOUNTS:
+            (fake_sys / sub).mkdir(parents=True, exist_ok=True)
+        mounts = [Mount(CONTAINER_STATE, str(agent_dir), type="bind")]
+        mounts += [Mount(f"/sys/{sub}", str(fake_sys / sub), type="bind", read_only=True) for sub in SYS_MOUNTS]
+        profile = record.profile
+        if Path(profile).is_absolute():
+            mounts.append(Mount(CONTAINER_PROFILE_DIR, str(Path(profile).parent), type="bind", read_only=True))
+            profile = f"{CONTAINER_PROFILE_DIR}/{Path(profile).name}"
+        env = {
+            "FAKEHW_NODE": plan.node,
+            "FAKEHW_PROFILE": profile,
+            "FAKEHW_DEVICE_MINORS": ",".join(map(str, plan.minors)),
+            "FAKEHW_AGENT_UID": str(os.getuid()),
+            "FAKEHW_AGENT_GID": str(os.getgid()),
+            "FAKEHW_NODE_DIR": CONTAINER_NODE_DIR,
+            "FAKEHW_AGENT_SOCKET": f"{CONTAINER_STATE}/agent.sock",
+        }
+        if record.node_count is not None:
+            env["FAKEHW_NODE_COUNT"] = str(record.node_count)
+        network = record.extra["network"]
+        endpoint = EndpointConfig(version=client.api._version, aliases=[plan.node])
+        client.containers.create(
+            image, name=plan.container, hostname=plan.node, platform=f"linux/{plan.arch}",
+            environment=env, mounts=mounts, labels={**labels, LABEL_NODE: plan.node}, network=network,
+            networking_config={network: endpoint}, detach=True, stop_signal="SIGTERM")
+
+    def _wait_ready(self, client: Any, record: ClusterRecord, nodes: list[str], timeout: float | None) -> None:
+        """Wait until every node's agent answers its health check; a container that exits fails at once."""
+        emulated = sum(1 for n in nodes if record.extra["nodes"][n]["arch"] != NATIVE_ARCH)
+        limit = timeout or AGENT_READY_TIMEOUT_S + EMULATED_EXTRA_S * emulated
+        deadline = time.monotonic() + limit
+        waiting = list(nodes)
+        while waiting:
+            for node in list(waiting):
+                try:
+                    AgentClient(self._socket_path(record, node), timeout=5.0).health()
+                    waiting.remove(node)
+                    continue
+                except AgentRequestError:
+                    pass
+                container = client.containers.get(record.extra["nodes"][node]["container"])
+                if container.status in ("exited", "dead"):
+                    container.reload()
+                    code = container.attrs.get("State", {}).get("ExitCode")
+                    raise BackendError(f"node {node}: its container exited with status {code} while its agent "
+                                       f"was starting; its log ends:\n{_log_tail(container)}")
+            if not waiting:
+                break
+            if time.monotonic() > deadline:
+                raise BackendError(f"the agents of {', '.join(waiting)} did not answer within {limit:.0f} s "
+                                   f"(logs: docker logs {record.extra['nodes'][waiting[0]]['container']})")
+            time.sleep(0.1)
+
+    # ------------------------------------------------------------------------------------------ queries
+
+    def nodes(self, record: ClusterRecord) -> list[NodeInfo]:
+        out = []
+        for name in record.nodes:
+            meta = record.extra["nodes"][name]
+            env = {"FAKEHW_NODE": name, "FAKEHW_NODE_DIR": CONTAINER_NODE_DIR,
+                   "FAKEHW_AGENT_SOCKET": f"{CONTAINER_STATE}/agent.sock", "FAKEHW_ROOT": f"{CONTAINER_NODE_DIR}/root"}
+            out.append(NodeInfo(name, meta["arch"], len(meta["gpus"]),
+                                self._agent_dir(record, name) / "nodes" / name, env))
+        return out
+
+    def container_name(self, record: ClusterRecord, node: str) -> str:
+        self._check_node(record, node)
+        return str(record.extra["nodes"][node]["container"])
+
+    def _check_node(self, record: ClusterRecord, node: str) -> None:
+        if node not in record.nodes:
+            raise BackendInputError(f"cluster {record.name} has no node {node!r} (nodes: {', '.join(record.nodes)})")
+
+    def _container(self, client: Any, record: ClusterRecord, node: str) -> Any:
+        name = self.container_name(record, node)
+        try:
+            return client.containers.get(name)
+        except Exception as exc:
+            if _not_found(exc):
+                raise BackendError(f"node {node}: its container {name} is gone; run 'testbed down --name "
+                                   f"{record.name}' and up again") from None
+            raise
+
+    def agent(self, record: ClusterRecord, node: str) -> AgentClient:
+        self._check_node(record, node)
+        return AgentClient(self._socket_path(record, node))
+
+    def alive(self, record: ClusterRecord) -> bool:
+        """True when every node's container is running (or paused: it is still there and resumes)."""
+        try:
+            client = _client()
+        except BackendError:
+            return False
+        states = {}
+        for c in client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={record.extra.get('run')}"}):
+            states[c.labels.get(LABEL_NODE)] = c.status
+        return bool(record.nodes) and all(states.get(n) in ("running", "paused") for n in record.nodes)
+
+    # ------------------------------------------------------------------------------------------ faults
+
+    def heal(self, record: ClusterRecord, fault_id: str | None = None, node: str | None = None,
+             device: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+        """Each node has its own agent, so a fault id is only unique per node: heal where it is found."""
+        if node is not None:
+            self._check_node(record, node)
+        nodes = [node] if node else record.nodes
+        healed: list[dict[str, Any]] = []
+        for n in nodes:
+            client = self.agent(record, n)
+            if fault_id is not None:
+                if not any(f["id"] == fault_id for f in client.faults(n)):
+                    continue
+                healed += client.heal(fault_id=fault_id, device=device, kind=kind, node=n)
+            else:
+                healed += client.heal(node=n, device=device, kind=kind)
+        return healed
+
+    # ------------------------------------------------------------------------------------------ exec
+
+    def exec(
+        self,
+        record: ClusterRecord,
+        node: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        capture: bool = True,
+        input: bytes | None = None,
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run ``argv`` in the node's container (``docker exec``) and return what it printed and its status."""
+        self._check_node(record, node)
+        if not argv:
+            raise BackendInputError("nothing to run: give a command after --")
+        client = _client()
+        container = self._container(client, record, node)
+        if container.status != "running":
+            raise BackendError(f"node {node} is {container.status}, not running; "
+                               f"'testbed chaos restart {node}' or 'unpause' brings it back")
+        command = list(argv)
+        if timeout is not None:
+            # The process inside is stopped too, not only our wait for it.
+            command = ["timeout", "--kill-after=5", f"{timeout:.3f}", *command]
+        api = client.api
+        exec_id = api.exec_create(container.id, command, stdin=input is not None, stdout=True, stderr=True,
+                                  environment=dict(env or {}), tty=False)["Id"]
+        started = time.monotonic()
+        sock = api.exec_start(exec_id, socket=True)
+        raw: socket.socket = getattr(sock, "_sock", sock)
+        try:
+            if input is not None:
+                raw.sendall(input)
+            with contextlib.suppress(OSError):
+                raw.shutdown(socket.SHUT_WR)
+            out, err = _read_frames(raw, None if timeout is None else started + timeout + 10.0, capture)
+        except TimeoutError:
+            raise subprocess.TimeoutExpired(list(argv), timeout or 0.0) from None
+        finally:
+            with contextlib.suppress(OSError):
+                raw.close()
+        code = None
+        for _ in range(100):
+            code = api.exec_inspect(exec_id).get("ExitCode")
+            if code is not None:
+                break
+            time.sleep(0.02)
+        returncode = -1 if code is None else int(code)
+        if timeout is not None and returncode in (124, 137) and time.monotonic() - started >= timeout * 0.98:
+            raise subprocess.TimeoutExpired(list(argv), timeout, out, err)
+        text = (out + err).decode(errors="replace")
+        if returncode in (126, 127) and "OCI runtime exec failed" in text:
+            if "not found" in text or "no such file" in text:
+                raise BackendInputError(f"command not found on node {node}: {argv[0]}")
+            raise BackendError(f"cannot run {argv[0]} on node {node}: {text.strip()}")
+        if returncode == 127 and timeout is not None and b"timeout: failed to run command" in err:
+            raise BackendInputError(f"command not found on node {node}: {argv[0]}")
+        return subprocess.CompletedProcess(list(argv), returncode, out, err)
+
+    # ------------------------------------------------------------------------------------------ chaos
+
+    def kill_node(self, record: ClusterRecord, node: str) -> str:
+        """SIGKILL the node's container: its agent dies mid-flight, as on a power loss."""
+        container = self._container(_client(), record, node)
+        if container.status == "paused":
+            container.unpause()
+        container.reload()
+        if container.status == "running":
+            container.kill()
+        return f"node {node} killed"
+
+    def restart_node(self, record: ClusterRecord, node: str, timeout: float | None = None) -> str:
+        """Start the node's container again (killing it first if it runs); its agent replays its journal."""
+        client = _client()
+        container = self._container(client, record, node)
+        if container.status == "paused":
+            container.unpause()
+        container.reload()
+        if container.status in ("running", "restarting"):
+            container.kill()
+            container.wait(timeout=60)
+        container.start()
+        self._wait_ready(client, record, [node], timeout)
+        faults = self.agent(record, node).faults(node)
+        return f"node {node} restarted; {len(faults)} fault(s) restored from its journal"
+
+    def pause_node(self, record: ClusterRecord, node: str) -> str:
+        """Freeze every process of the node (cgroup freezer): it neither answers nor dies."""
+        container = self._container(_client(), record, node)
+        if container.status != "paused":
+            container.pause()
+        return f"node {node} paused"
+
+    def unpause_node(self, record: ClusterRecord, node: str) -> str:
+        container = self._container(_client(), record, node)
+        if container.status == "paused":
+            container.unpause()
+        return f"node {node} unpaused"
+
+    def partition_node(self, record: ClusterRecord, node: str) -> str:
+        """Cut the node off the cluster network; its agent stays reachable (the control path is a unix socket)."""
+        client = _client()
+        container = self._container(client, record, node)
+        network = client.networks.get(record.extra["network"])
+        container.reload()
+        settings = container.attrs["NetworkSettings"]["Networks"].get(network.name)
+        if settings is None:
+            return f"node {node} is already partitioned"
+        record.extra["partitioned"][node] = settings.get("IPAddress") or ""
+        record.save()
+        network.disconnect(container)
+        return f"node {node} partitioned from the other nodes"
+
+    def unpartition_node(self, record: ClusterRecord, node: str) -> str:
+        client = _client()
+        container = self._container(client, record, node)
+        network = client.networks.get(record.extra["network"])
+        container.reload()
+        if network.name in container.attrs["NetworkSettings"]["Networks"]:
+            return f"node {node} is not partitioned"
+        address = record.extra["partitioned"].pop(node, "") or None
+        network.connect(container, aliases=[node], ipv4_address=address)
+        record.save()
+        return f"node {node} rejoined the cluster network"
+
+    def node_address(self, record: ClusterRecord, node: str) -> str | None:
+        """The node's IPv4 address on the cluster network (None while partitioned)."""
+        container = self._container(_client(), record, node)
+        container.reload()
+        settings = container.attrs["NetworkSettings"]["Networks"].get(record.extra["network"])
+        return (settings or {}).get("IPAddress") or None
+
+    # ------------------------------------------------------------------------------------------ down
+
+    def down(self, record: ClusterRecord) -> None:
+        run = record.extra.get("run")
+        if run:
+            with contextlib.suppress(BackendError):
+                _remove_labelled(_client(), f"{LABEL_RUN}={run}")
+        _remove_tree(record.dir)
+
+
+def _container_name(cluster: str, node: str, run: str) -> str:
+    safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", node)
+    return f"fakehw-{cluster}-{safe}-{run[:6]}"
+
+
+def _log_tail(container: Any, lines: int = 25) -> str:
+    try:
+        text: str = container.logs(tail=lines).decode(errors="replace")
+    except Exception as exc:  # the log is a courtesy in an error message: never hide the real error
+        return f"(no log: {exc})"
+    return text.rstrip() or "(empty)"
+
+
+def _read_frames(sock: socket.socket, deadline: float | None, capture: bool) -> tuple[bytes, bytes]:
+    """Demultiplex docker's attach stream (8-byte headers: stream, 0, 0, 0, big-endian length) until EOF."""
+    out: list[bytes] = []
+    err: list[bytes] = []
+    buffer = b""
+    while True:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([sock], [], [], min(remaining, 1.0))
+            if not ready:
+                continue
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buffer += chunk
+        while len(buffer) >= 8:
+            stream, length = buffer[0], struct.unpack(">I", buffer[4:8])[0]
+            if len(buffer) < 8 + length:
+                break
+            data, buffer = buffer[8:8 + length], buffer[8 + length:]
+            target = err if stream == 2 else out
+            if capture:
+                target.append(data)
+            else:
+                pipe = sys.stderr if stream == 2 else sys.stdout
+                pipe.buffer.write(data)
+                pipe.flush()
+    return b"".join(out), b"".join(err)
+
+
+def _remove_labelled(client: Any, label: str) -> list[str]:
+    """Remove containers, networks and volumes carrying ``label`` (``key=value``); return what was removed."""
+    removed: list[str] = []
+    for container in client.containers.list(all=True, filters={"label": label}):
+        with contextlib.suppress(Exception):
+            container.remove(force=True, v=True)
+            removed.append(f"container {container.name}")
+    for network in client.networks.list(filters={"label": label}):
+        with contextlib.suppress(Exception):
+            network.remove()
+            removed.append(f"network {network.name}")
+    for volume in client.volumes.list(filters={"label": label}):
+        with contextlib.suppress(Exception):
+            volume.remove(force=True)
+            removed.append(f"volume {volume.name}")
+    return removed
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def leftovers(state_dir: Path | None = None) -> Iterator[tuple[str, str, str]]:
+    """(kind, name, run) of every labelled container and network whose cluster record is gone or is in
+    ``state_dir``: what ``testbed down --all`` removes."""
+    client = _client()
+    state = str(state_dir.resolve()) if state_dir is not None else None
+    for kind, items in (("container", client.containers.list(all=True, filters={"label": LABEL_TESTBED})),
+                        ("network", client.networks.list(filters={"label": LABEL_TESTBED}))):
+        for item in items:
+            labels = item.attrs.get("Labels") or item.attrs.get("Config", {}).get("Labels") or {}
+            owner = labels.get(LABEL_STATE_DIR, "")
+            cluster = labels.get(LABEL_CLUSTER, "")
+            record = Path(owner) / cluster / "cluster.json"
+            orphan = not record.is_file() or labels.get(LABEL_RUN) not in record.read_text()
+            if orphan or owner == state:
+                yield kind, item.name, labels.get(LABEL_RUN, "")
+
+
+def remove_orphans(state_dir: Path | None = None) -> list[str]:
+    """Remove what crashed runs left behind (and every docker-backend cluster of ``state_dir``)."""
+    client = _client()
+    runs = sorted({run for _, _, run in leftovers(state_dir) if run})
+    removed: list[str] = []
+    for run in runs:
+        removed += _remove_labelled(client, f"{LABEL_RUN}={run}")
+    return removed
