@@ -347,6 +347,10 @@ def build_parser() -> argparse.ArgumentParser:
     from testbed.cli_docker import register as register_docker_commands
 
     register_docker_commands(add, _state_dir)
+
+    from testbed.platform_cli import register as register_platform_commands
+
+    register_platform_commands(add, _state_dir)
     return parser
 
 
