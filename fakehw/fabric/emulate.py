@@ -30,6 +30,7 @@ from fakehw.fabric.plan import BRIDGE, FabricPlan, NodeAttachment, plan
 from fakehw.fabric.rawio import PacketSocket
 
 LEDGER = "fabric.json"
+SWITCH_IFINDEX_BASE = 100_000
 
 
 class FabricBuildError(RuntimeError):
@@ -217,11 +218,15 @@ class EmulatedFabric:
                         self.ledger.borrowed[ns.path].append(end.ifname)
                 self.ledger.save()
                 ha = ipr(a.ns)
-                ha.link("add", ifname=a.ifname, kind="veth", address=a.mac, mtu=a.mtu, master=bridges[a.ns],
-                        peer={"ifname": b.ifname, "net_ns_fd": p.namespaces[b.ns].path, "address": b.mac,
-                              "mtu": b.mtu})
+                # The switch end gets an ifindex no peer can have (peers are numbered from 2 upwards in their
+                # namespace): the kernel treats a veth whose ifindex equals its peer's like a plain device and
+                # then reports its carrier changes up to a second late, which stalls the bridge after link up.
+                a_index = SWITCH_IFINDEX_BASE + count
+                ha.link("add", index=a_index, ifname=a.ifname, kind="veth", address=a.mac, mtu=a.mtu,
+                        master=bridges[a.ns], peer={"ifname": b.ifname, "net_ns_fd": p.namespaces[b.ns].path,
+                                                    "address": b.mac, "mtu": b.mtu})
                 if a.up:
-                    ha.link("set", index=ha.link_lookup(ifname=a.ifname)[0], state="up")
+                    ha.link("set", index=a_index, state="up")
                 hb = ipr(b.ns)
                 b_index = hb.link_lookup(ifname=b.ifname)[0]
                 if b.ns.startswith("switch:"):
@@ -239,14 +244,14 @@ class EmulatedFabric:
 
     # ---- handles
 
-    def socket(self, ref: NicRef | PortRef) -> PacketSocket:
+    def socket(self, ref: NicRef | PortRef, *, timestamps: bool = False) -> PacketSocket:
         """A packet socket on a NIC (in its node) or a switch port (in the switch); closed at teardown."""
         if isinstance(ref, NicRef):
             nic = self.plan.nics[ref]
-            sock = PacketSocket(self.netns(nic.ns), nic.ifname)
+            sock = PacketSocket(self.netns(nic.ns), nic.ifname, timestamps=timestamps)
         else:
             port = self.plan.ports[ref]
-            sock = PacketSocket(self.netns(port.ns), port.ifname)
+            sock = PacketSocket(self.netns(port.ns), port.ifname, timestamps=timestamps)
         self._sockets.append(sock)
         return sock
 

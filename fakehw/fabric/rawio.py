@@ -26,6 +26,8 @@ TP_STATUS_VLAN_VALID = 1 << 4
 TP_STATUS_VLAN_TPID_VALID = 1 << 6
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("qq")
 _AUX = struct.Struct("IIIHHHH")
 MAX_FRAME = 65536 + 64
 
@@ -38,18 +40,22 @@ class SendError(OSError):
 class Received:
     frame: bytes
     at: float
+    """When it was read (monotonic clock), or with ``timestamps`` when the kernel received it (wall clock)."""
     outgoing: bool
 
 
 class PacketSocket:
     """An AF_PACKET socket bound to ``ifname`` inside ``ns``."""
 
-    def __init__(self, ns: Netns, ifname: str, *, rcvbuf: int = 16 * 2**20, ignore_outgoing: bool = True) -> None:
+    def __init__(self, ns: Netns, ifname: str, *, rcvbuf: int = 16 * 2**20, ignore_outgoing: bool = True,
+                 timestamps: bool = False) -> None:
         self.ns = ns
         self.ifname = ifname
         sock = ns.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         try:
             sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
+            if timestamps:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             if ignore_outgoing:
                 sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             with contextlib.suppress(OSError):
@@ -97,16 +103,21 @@ class PacketSocket:
 
     def _read(self) -> Received | None:
         try:
-            data, ancdata, _flags, addr = self.sock.recvmsg(MAX_FRAME, socket.CMSG_SPACE(_AUX.size))
+            data, ancdata, _flags, addr = self.sock.recvmsg(
+                MAX_FRAME, socket.CMSG_SPACE(_AUX.size) + socket.CMSG_SPACE(_TIMESPEC.size))
         except (BlockingIOError, InterruptedError):
             return None
+        at = time.monotonic()
         for level, kind, cdata in ancdata:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(cdata) >= _TIMESPEC.size:
+                sec, nsec = _TIMESPEC.unpack_from(cdata)
+                at = sec + nsec / 1e9
             if level == SOL_PACKET and kind == PACKET_AUXDATA and len(cdata) >= _AUX.size:
                 status, _len, _snap, _mac, _net, tci, tpid = _AUX.unpack_from(cdata)
                 if status & TP_STATUS_VLAN_VALID:
                     tpid = tpid if status & TP_STATUS_VLAN_TPID_VALID and tpid else 0x8100
                     data = data[:12] + struct.pack("!HH", tpid, tci) + data[12:]
-        return Received(data, time.monotonic(), addr[2] == PACKET_OUTGOING)
+        return Received(data, at, addr[2] == PACKET_OUTGOING)
 
     def recv(self, timeout: float) -> Received | None:
         """The next frame within ``timeout`` seconds, or None."""

@@ -1,0 +1,214 @@
+"""Chaos without netem on the emulated fabric: every impairment measured with real frames, and reverted."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from fakehw.fabric.chaos import Chaos, UnsupportedImpairment, binomial_interval, capabilities
+from fakehw.fabric.emulate import EmulatedFabric
+from fakehw.fabric.model import NicRef, load_fabric
+from fakehw.fabric.traffic import LiveFabric, start_responder
+
+RAILS = range(8)
+
+
+def nic(node: int, rail: int) -> NicRef:
+    return NicRef(f"dgx-h100-{node}", f"mlx5_{rail}")
+
+
+@pytest.fixture
+def chaos(healthy: LiveFabric) -> Iterator[Chaos]:
+    c = Chaos(healthy.fabric)
+    yield c
+    c.clear()
+    assert healthy.fabric.ledger.impairments == []
+
+
+def _send_and_count(live: LiveFabric, a: NicRef, b: NicRef, frames: list[bytes], settle: float = 0.3) -> Counter[bytes]:
+    """Send ``frames`` from a; the multiset of those frames b receives."""
+    capture = live.fabric.socket(b)
+    try:
+        capture.drain()
+        wanted = set(frames)
+        sock = live.prober.sock(a)
+        for f in frames:
+            assert sock.send(f)
+        got: Counter[bytes] = Counter()
+        while (r := capture.recv(settle)) is not None:
+            if r.frame in wanted:
+                got[r.frame] += 1
+        return got
+    finally:
+        capture.close()
+
+
+def _frames(live: LiveFabric, a: NicRef, b: NicRef, distinct: int, size: int = 64) -> list[bytes]:
+    """``distinct`` scapy-built SEND frames without ACK request (each a different PSN)."""
+    return [live.prober.request(a, b, bytes(size), ackreq=False)[1] for _ in range(distinct)]
+
+
+def test_capabilities_are_explicit() -> None:
+    caps = capabilities()
+    for kind in ("link-down", "flap", "partition", "loss", "bandwidth", "duplicate"):
+        assert caps[kind][0]
+    for kind in ("corrupt", "delay", "jitter"):
+        supported, why = caps[kind]
+        assert not supported and "netem" in why
+
+
+def test_unsupported_impairments_raise_with_the_reason(chaos: Chaos) -> None:
+    with pytest.raises(UnsupportedImpairment, match="sch_netem"):
+        chaos.delay(nic(0, 0), 10, jitter_ms=2)
+    with pytest.raises(UnsupportedImpairment, match="bit flip"):
+        chaos.corrupt(nic(0, 0), 0.01)
+    with pytest.raises(UnsupportedImpairment, match="delay"):
+        chaos.apply("delay", "dgx-h100-0/mlx5_0", ms=5)
+    assert chaos.active == {}
+
+
+def test_link_down_and_up(healthy: LiveFabric, chaos: Chaos) -> None:
+    a, b, c = nic(0, 2), nic(1, 2), nic(2, 2)
+    imp = chaos.link_down(b)
+    ns, ifname = chaos._port(healthy.fabric.model.host_nic(b).peer)  # type: ignore[arg-type]
+    state = json.loads(ns.run(["ip", "-j", "link", "show", ifname]).stdout)[0]
+    assert "UP" not in state["flags"]
+    res = healthy.prober.probe_pairs([(a, b), (a, c)], timeout=0.3)
+    assert [r.ok for r in res] == [False, True]
+    chaos.revert(imp)
+    assert healthy.prober.probe(a, b).ok
+
+
+def test_flapping_alternates_and_ends_up(healthy: LiveFabric, chaos: Chaos) -> None:
+    a, b = nic(0, 3), nic(2, 3)
+    period, duration = 0.3, 1.5
+    imp = chaos.flap(b, period, duration=duration)
+    outcomes = []
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        outcomes.append(healthy.prober.probe(a, b, timeout=0.05, retries=0).ok)
+        time.sleep(0.02)
+    assert imp._thread is not None
+    imp._thread.join(5)
+    assert True in outcomes and False in outcomes
+    changes = sum(1 for x, y in itertools.pairwise(outcomes) if x != y)
+    assert changes >= 2 * int(duration / period) - 3
+    assert imp.params["transitions"] >= 2 * int(duration / period) - 1
+    assert healthy.prober.probe(a, b).ok
+
+
+def test_partition_and_heal(healthy: LiveFabric, chaos: Chaos) -> None:
+    left, right = ["dgx-h100-0", "dgx-h100-1"], ["dgx-h100-2", "dgx-h100-3"]
+    paths = healthy.report.paths
+    pairs = [(p.a, p.b) for p in paths] + [(p.b, p.a) for p in paths]
+    imp = chaos.partition(left, right)
+    res = healthy.prober.probe_pairs(pairs, timeout=0.3)
+    for r in res:
+        across = (r.a.node in left) != (r.b.node in left)
+        assert r.ok is not across, r
+    assert chaos.counters(imp)["anonymous"] >= sum(1 for r in res if not r.ok)
+    chaos.revert(imp)
+    assert all(r.ok for r in healthy.prober.probe_pairs(pairs))
+
+
+def test_random_loss_is_within_binomial_bounds(healthy: LiveFabric, chaos: Chaos) -> None:
+    a, b = nic(1, 5), nic(3, 5)
+    n, rate = 2000, 0.25
+    frames = _frames(healthy, a, b, 50) * (n // 50)
+    baseline = _send_and_count(healthy, a, b, frames)
+    assert sum(baseline.values()) == n  # no loss without the impairment
+    imp = chaos.loss(a, rate, direction="in")
+    got = _send_and_count(healthy, a, b, frames)
+    received = sum(got.values())
+    dropped = chaos.counters(imp)["dropped_in"]
+    assert received + dropped == n, (received, dropped)
+    lo, hi = binomial_interval(n, rate)
+    assert lo <= dropped <= hi, f"{dropped} of {n} dropped, expected {lo}..{hi} for rate {rate}"
+    chaos.revert(imp)
+    assert sum(_send_and_count(healthy, a, b, frames).values()) == n
+
+
+@pytest.mark.parametrize("kind", ["tbf", "htb"])
+def test_bandwidth_limit(healthy: LiveFabric, chaos: Chaos, kind: str) -> None:
+    a, b = nic(0, 6), nic(1, 6)
+    limit_mbit, size, count = 8.0, 1000, 1000
+    frames = _frames(healthy, a, b, 10, size) * (count // 10)
+
+    def rate_mbit() -> float:
+        capture = healthy.fabric.socket(b, timestamps=True)
+        try:
+            capture.drain()
+            sock = healthy.prober.sock(a)
+            wanted = set(frames)
+            gap = (len(frames[0]) * 8) / (2 * limit_mbit * 1e6)  # offer twice the limit
+            t0 = time.monotonic()
+            for i, f in enumerate(frames):
+                sock.send(f)
+                while time.monotonic() < t0 + (i + 1) * gap:
+                    pass
+            stamps = []
+            while (r := capture.recv(0.3)) is not None:
+                if r.frame in wanted:
+                    stamps.append((r.at, len(r.frame)))
+        finally:
+            capture.close()
+        assert len(stamps) > 10
+        span = stamps[-1][0] - stamps[0][0]
+        return sum(n for _, n in stamps[1:]) * 8 / span / 1e6
+
+    imp = chaos.bandwidth(b, limit_mbit, direction="out", kind=kind)  # type: ignore[arg-type]
+    shaped = rate_mbit()
+    assert 0.8 * limit_mbit <= shaped <= 1.1 * limit_mbit, shaped
+    chaos.revert(imp)
+    assert rate_mbit() > 1.6 * limit_mbit  # the offered rate gets through again
+
+
+def test_duplication_is_counted_and_byte_identical(healthy: LiveFabric, chaos: Chaos) -> None:
+    a, b = nic(2, 7), nic(0, 7)
+    n, rate = 2000, 0.2
+    frames = _frames(healthy, a, b, 200) * (n // 200)
+    imp = chaos.duplicate(a, rate)
+    got = _send_and_count(healthy, a, b, frames)
+    dups = chaos.counters(imp)["duplicated"]
+    assert sum(got.values()) == n + dups  # every copy arrived and is byte for byte one of the frames sent
+    lo, hi = binomial_interval(n, rate)
+    assert lo <= dups <= hi
+    chaos.revert(imp)
+    assert sum(_send_and_count(healthy, a, b, frames).values()) == n
+    names = chaos._port(healthy.fabric.model.host_nic(a).peer)[0].run(["ip", "-br", "link"]).stdout  # type: ignore[arg-type]
+    assert b"dup" not in names
+
+
+def test_binomial_interval_is_exact_enough() -> None:
+    lo, hi = binomial_interval(2000, 0.25)
+    assert lo < 500 < hi and lo > 400 and hi < 600
+    assert binomial_interval(100, 0.0) == (0, 0)
+    assert binomial_interval(100, 1.0) == (100, 100)
+    with pytest.raises(ValueError):
+        binomial_interval(10, 1.5)
+
+
+def test_everything_is_reverted_on_teardown_after_a_failure(
+    need_root: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    state = tmp_path_factory.mktemp("chaos-fail")
+    model = load_fabric("dgx-h100-rail")
+    with pytest.raises(RuntimeError, match="boom"), EmulatedFabric.build(model, state_dir=state) as fabric:
+        start_responder(fabric, [nic(0, 0), nic(1, 0)])
+        c = Chaos(fabric)
+        c.loss(nic(0, 0), 0.5)
+        c.bandwidth(nic(1, 0), 5, direction="in")  # tc on the NIC's own end
+        c.duplicate(nic(1, 1), 0.1)
+        c.partition(["dgx-h100-0"], ["dgx-h100-3"])
+        c.flap(nic(2, 2), 0.2)
+        c.link_down(nic(3, 3))
+        assert len(fabric.ledger.impairments) == 6
+        ledger = fabric.ledger
+        raise RuntimeError("boom")
+    assert ledger.impairments == [] and ledger.processes == []
+    assert not (state / "fabric.json").exists()
