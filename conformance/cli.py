@@ -12,7 +12,10 @@ from fakehw.cli_common import run_cli
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="conformance", description="Conformance suites and certification reports.")
     parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_subparsers(title="commands", metavar="COMMAND")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    from conformance import cli_report
+
+    cli_report.register(sub)
     return parser
 
 

@@ -127,6 +127,13 @@ def conformance_targets(pytestconfig: pytest.Config) -> dict[str, TargetSpec]:
     return {s.kind: s for s in specs}
 
 
+@pytest.fixture(scope="session")
+def conformance_manifest(pytestconfig: pytest.Config) -> dict[str, Any]:
+    """Facts for the report's environment manifest that fixtures learn on the way: image digests per platform,
+    the component's version, Docker/kind/Kubernetes versions. ``conformance_manifest["images"] = {...}``."""
+    return pytestconfig.stash[_RECORDER].manifest
+
+
 @pytest.fixture
 def evidence(request: pytest.FixtureRequest) -> Callable[[str, Any], None]:
     """``evidence("offending response", body)``: shown in the report next to the requirement's result."""
@@ -192,14 +199,27 @@ class _Recorder:
             self.path = Path(raw)
         self.started = time.time()
         self.tests: dict[str, _TestResult] = {}
+        self.manifest: dict[str, Any] = {}
+        self._profile: tuple[str | None, list[str]] | None = None
+
+    def _profile_facts(self) -> tuple[str | None, list[str]]:
+        """Digest and node architectures of the profile under test (None when it does not load)."""
+        if self._profile is None:
+            from fakehw.model import ProfileError, load_profile
+
+            try:
+                system = load_profile(str(self.config.getoption("profile")))
+                self._profile = (system.digest, sorted({n.cpu.arch for n in system.nodes}))
+            except ProfileError:
+                self._profile = (None, [])
+        return self._profile
 
     def _result(self, report: pytest.TestReport) -> _TestResult | None:
-        props = dict(report.user_properties)
-        ids = props.get("requirements")
+        ids: list[str] = next((list(v) for k, v in report.user_properties if k == "requirements"), [])
         if not ids:
             return None
         if report.nodeid not in self.tests:
-            self.tests[report.nodeid] = _TestResult(report.nodeid, list(ids))
+            self.tests[report.nodeid] = _TestResult(report.nodeid, ids)
         return self.tests[report.nodeid]
 
     @pytest.hookimpl
@@ -215,7 +235,7 @@ class _Recorder:
             elif report.outcome == "skipped" and result.outcome != "failed":
                 result.outcome = "skipped"
                 result.message = _short(report)
-        result.evidence = [v for k, v in report.user_properties if k == "evidence"]
+        result.evidence = [dict(v) for k, v in report.user_properties if k == "evidence"]
         if report.when == "teardown":
             self.write(complete=False)
 
@@ -229,6 +249,7 @@ class _Recorder:
         tests = [vars(t) for t in self.tests.values()]
         targets = {r.target for t in self.tests.values() for i in t.requirements if (r := cat.get(i))}
         opts = self.config.option
+        digest, arches = self._profile_facts()
         return {
             "schema": RESULTS_SCHEMA,
             "complete": complete,
@@ -236,12 +257,15 @@ class _Recorder:
             "updated": time.time(),
             "environment": {
                 "profile": getattr(opts, "profile", None),
+                "profile_digest": digest,
+                "architectures": arches,
                 "backend": getattr(opts, "backend", None),
                 "arch": getattr(opts, "arch", None),
                 "targets": list(getattr(opts, "target", []) or []),
                 "harness_version": __version__,
                 "python": platform.python_version(),
                 "machine": platform.machine(),
+                **self.manifest,
             },
             "tests": tests,
             "requirements": aggregate(tests, cat, targets),

@@ -11,6 +11,8 @@ PACKAGES+=(gcc-riscv64-linux-gnu libc6-dev-riscv64-cross)
 # good), numactl and lspci read it when it is mounted.
 PACKAGES+=(numactl pciutils)
 command -v lstopo-no-graphics >/dev/null || PACKAGES+=(hwloc-nox)
+# Certification report: the HTML report is rendered in headless Chromium and its screenshot read by tesseract.
+PACKAGES+=(chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

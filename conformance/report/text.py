@@ -1,0 +1,87 @@
+"""Text renderings of a report: JUnit XML (for CI systems) and Markdown (for ``$GITHUB_STEP_SUMMARY``)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+
+from conformance.report.model import Report, RequirementResult
+
+STATUS_MARK = {"passed": "✅", "failed": "❌", "error": "💥", "skipped": "⏭️", "not-run": "⚪"}
+VERDICT_TEXT = {"certified": "CERTIFIED", "not-certified": "NOT CERTIFIED", "partial": "PARTIAL (run incomplete)"}
+
+
+def _evidence_text(r: RequirementResult) -> str:
+    parts = [r.message] if r.message else []
+    for e in r.evidence:
+        parts.append(f"{e.label}: {json.dumps(e.value, sort_keys=True)[:2000]}")
+    if r.seeds:
+        parts.append("seeds: " + ", ".join(r.seeds))
+    return "\n".join(parts)
+
+
+def to_junit(report: Report) -> str:
+    """One testsuite per target, one testcase per requirement (classname ``target.category``)."""
+    by_target: dict[str, list[RequirementResult]] = defaultdict(list)
+    for r in report.results:
+        by_target[r.target].append(r)
+    root = ET.Element("testsuites", name="fakehw conformance", tests=str(len(report.results)),
+                      failures=str(report.summary.get("failed", 0)), errors=str(report.summary.get("error", 0)),
+                      skipped=str(report.summary.get("skipped", 0) + report.summary.get("not-run", 0)),
+                      time=f"{sum(r.duration for r in report.results):.3f}")
+    for target, rows in sorted(by_target.items()):
+        suite = ET.SubElement(root, "testsuite", name=target, tests=str(len(rows)),
+                              failures=str(sum(r.status == "failed" for r in rows)),
+                              errors=str(sum(r.status == "error" for r in rows)),
+                              skipped=str(sum(r.status in ("skipped", "not-run") for r in rows)),
+                              time=f"{sum(r.duration for r in rows):.3f}")
+        props = ET.SubElement(suite, "properties")
+        for key, value in (("verdict", report.verdicts.overall), ("profile", report.manifest.profile),
+                           ("profile_digest", report.manifest.profile_digest), ("backend", report.manifest.backend),
+                           ("architectures", ",".join(report.manifest.architectures)), ("sha256", report.sha256)):
+            ET.SubElement(props, "property", name=key, value=str(value))
+        for r in rows:
+            case = ET.SubElement(suite, "testcase", classname=f"{target}.{r.category}", name=f"{r.id} {r.title}",
+                                 time=f"{r.duration:.3f}")
+            text = _evidence_text(r)
+            if r.status == "failed":
+                ET.SubElement(case, "failure", message=(r.message.splitlines() or ["failed"])[0][:300]).text = text
+            elif r.status == "error":
+                ET.SubElement(case, "error", message=(r.message.splitlines() or ["error"])[0][:300]).text = text
+            elif r.status in ("skipped", "not-run"):
+                ET.SubElement(case, "skipped", message=r.message[:300] or r.status)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(report: Report) -> str:
+    m = report.manifest
+    components = ", ".join(f"{c.kind} `{c.spec}`" for c in m.components) or "(no component)"
+    lines = [
+        f"## fakehw certification: {VERDICT_TEXT[report.verdicts.overall]}",
+        "",
+        f"{components} on profile `{m.profile}` ({', '.join(m.architectures) or '?'}), backend `{m.backend}`.",
+        "",
+        "| level | verdict | required passed |",
+        "|---|---|---|",
+    ]
+    for level, v in report.verdicts.levels.items():
+        if v.verdict != "n/a":
+            lines.append(f"| {level} | {v.verdict} | {v.passed}/{v.required} |")
+    s = report.summary
+    lines += ["", f"{s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
+                  f"{s.get('skipped', 0)} skipped, {s.get('not-run', 0)} not run.", ""]
+    lines += ["<details><summary>Requirements</summary>", "", "| | requirement | level | title | detail |",
+              "|---|---|---|---|---|"]
+    for r in report.results:
+        detail = _cell(r.message.splitlines()[0][:160]) if r.message else ""
+        lines.append(f"| {STATUS_MARK[r.status]} | {r.id} | {r.level} | {_cell(r.title)} | {detail} |")
+    lines += ["", "</details>", "",
+              f"Profile digest `{m.profile_digest}`; harness {m.versions.get('harness')}, python "
+              f"{m.versions.get('python')}; report sha256 `{report.sha256}`."]
+    return "\n".join(lines) + "\n"
