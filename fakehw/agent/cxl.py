@@ -207,7 +207,7 @@ def apply_fact(state: CxlState, fact: Mapping[str, Any]) -> CxlState:
         return replace(state, ld_owner=owners)
     if kind == "extent-add":
         ext = Extent.from_json(fact["extent"])
-        seq = max(state.extent_seq, int(ext.id.rsplit("-", 1)[-1]))
+        seq = max(state.extent_seq, _extent_number(ext.id))
         return replace(state, extents={**state.extents, ext.id: ext}, extent_seq=seq)
     if kind == "extent-del":
         extents = dict(state.extents)
@@ -840,6 +840,12 @@ class CxlEngine:
             if aligned + size <= start + length:
                 return aligned
         return None
+
+
+def _extent_number(extent_id: str) -> int:
+    """The sequence number in ``<pool>-e000042``."""
+    tail = extent_id.rsplit("-", 1)[-1].lstrip("e")
+    return int(tail) if tail.isdigit() else 0
 
 
 def window_bases(cxl: Cxl) -> dict[str, int]:

@@ -36,6 +36,7 @@ from fakehw.model.units import parse_size
 
 log = logging.getLogger(__name__)
 AUDIT_IN_MEMORY = 50_000
+LEDGER_FACTS = frozenset({"grant", "revoke", "map", "unmap"})
 SNAPSHOT_VERSION = 1
 
 
@@ -269,11 +270,14 @@ class Platform:
 
     def _apply(self, facts: list[dict[str, Any]], audit: bool = True) -> None:
         now = self._clock()
+        cxl = self.cxl
+        for fact in facts:  # CXL facts first, on a copy: a fact that cannot apply changes nothing
+            if fact["fact"] not in LEDGER_FACTS:
+                cxl = apply_fact(cxl, fact)
+        self.cxl = cxl
         for fact in facts:
-            if fact["fact"] in ("grant", "revoke", "map", "unmap"):
+            if fact["fact"] in LEDGER_FACTS:
                 self.ledger.apply(fact, (lambda e: self._record(e, now)) if audit else None)
-            else:
-                self.cxl = apply_fact(self.cxl, fact)
 
     def _record(self, entry: dict[str, Any], now: float) -> None:
         self.audit.record(entry, now)
@@ -282,6 +286,10 @@ class Platform:
         """Journal, apply and re-render. The caller holds the lock and has checked the facts."""
         if not facts:
             return
+        probe = self.cxl
+        for fact in facts:  # prove the CXL facts apply before anything is journaled
+            if fact["fact"] not in LEDGER_FACTS:
+                probe = apply_fact(probe, fact)
         self.journal.append({"op": "facts", "facts": facts, "time": self._clock()})
         self._apply(facts)
         self._on_change(sorted(set(nodes)))

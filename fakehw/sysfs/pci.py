@@ -21,6 +21,8 @@ from fakehw.sysfs.tree import Section
 SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe",
          6: "64.0 GT/s PCIe"}
 GPU_KINDS = ("gpu",)
+RESOURCE = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n" * 13
+"""BARs, ROM and bridge windows (start, end, flags): none assigned; lspci needs the file to exist."""
 CXL_KINDS = ("cxl-root-port", "cxl-switch-upstream", "cxl-switch-downstream", "cxl-memdev")
 
 
@@ -47,6 +49,7 @@ def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
     sec.text(f"{d}/irq", 0)
     sec.text(f"{d}/dma_mask_bits", 64 if fn.is_bridge else 52)
     sec.file(f"{d}/config", config_space(fn), 0o644)
+    sec.file(f"{d}/resource", RESOURCE)
     cls = fn.class_code
     modalias = (f"pci:v{fn.vendor:08X}d{fn.device:08X}sv{fn.subsystem_vendor:08X}sd{fn.subsystem_device:08X}"
                 f"bc{cls >> 16:02X}sc{(cls >> 8) & 0xFF:02X}i{cls & 0xFF:02X}")
