@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from fakehw.agent.cxl import CxlEngine
-from fakehw.model import builtin_profiles
-from fakehw.model import System
+from fakehw.model import System, builtin_profiles
 from fakehw.model.system import Node
 from fakehw.sysfs.hwloc import HwlocTopology, lstopo, lstopo_path
 
