@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -215,7 +215,7 @@ class _Recorder:
         return self._profile
 
     def _result(self, report: pytest.TestReport) -> _TestResult | None:
-        ids: list[str] = next((list(v) for k, v in report.user_properties if k == "requirements"), [])
+        ids = next((cast(list[str], v) for k, v in report.user_properties if k == "requirements"), [])
         if not ids:
             return None
         if report.nodeid not in self.tests:
@@ -235,7 +235,7 @@ class _Recorder:
             elif report.outcome == "skipped" and result.outcome != "failed":
                 result.outcome = "skipped"
                 result.message = _short(report)
-        result.evidence = [dict(v) for k, v in report.user_properties if k == "evidence"]
+        result.evidence = [cast(dict[str, Any], v) for k, v in report.user_properties if k == "evidence"]
         if report.when == "teardown":
             self.write(complete=False)
 
