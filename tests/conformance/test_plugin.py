@@ -134,3 +134,27 @@ def test_malformed_catalogue_entries_are_named(text: str, message: str) -> None:
 def test_the_shipped_catalogue_loads() -> None:
     cat = catalogue()
     assert len({r.id for r in cat.requirements}) == len(cat.requirements)
+
+
+def test_results_are_complete_under_xdist(suite: pytest.Pytester, tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    results = tmp_path / "results.json"
+    suite.makepyfile(test_suite="""
+        import pytest
+
+        @pytest.mark.parametrize("n", range(6))
+        @pytest.mark.requirement("ST-BASIC-001")
+        def test_many(n, evidence):
+            evidence("n", n)
+
+        @pytest.mark.requirement("ST-BASIC-002")
+        def test_fails():
+            assert False, "boom"
+    """)
+    run = suite.runpytest_subprocess("-n", "2", "-p", "xdist", "--conformance-results", str(results))
+    run.assert_outcomes(passed=6, failed=1)
+    doc = json.loads(results.read_text())
+    assert doc["complete"] is True and len(doc["tests"]) == 7
+    assert doc["requirements"]["ST-BASIC-001"]["status"] == "passed"
+    assert doc["requirements"]["ST-BASIC-002"]["status"] == "failed"
+    assert sorted(t["evidence"][0]["value"] for t in doc["tests"] if t["evidence"]) == list(range(6))
