@@ -1,0 +1,181 @@
+"""The tree writer: complete first render, incremental re-render of only what changed, device nodes, sharing,
+bind-mount safety (relative links, kept directories) and atomic files under concurrent readers."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from fakehw.agent.faults import FallenOffBus
+from fakehw.agent.state import ActiveFault, NodeState, derive_state
+from fakehw.model import System, load_profile
+from fakehw.model.system import Node
+from fakehw.render import RenderContext
+from fakehw.render.atomic import OutputDir
+from fakehw.sysfs import MANIFEST, ROOT_DIR, node_layout, render_tree
+from fakehw.sysfs.hwloc import lstopo, lstopo_path
+from fakehw.sysfs.nvidia import gpu_section
+from fakehw.sysfs.tree import RootWriter, Section, SectionSpec, WriteStats
+
+
+def _render(system_name: str, out: Path, lost: tuple[str, ...] = ()) -> tuple[WriteStats, System, Node, NodeState]:
+    system = load_profile(system_name)
+    node = system.nodes[0]
+    faults = [ActiveFault(f"f-{i}", node.name, FallenOffBus(device=g), 0.0) for i, g in enumerate(lost)]
+    state = derive_state(node, faults)
+    stats = render_tree(RenderContext(system, node, state, True), OutputDir(out / node.name))
+    return stats, system, node, state
+
+
+def test_first_render_is_complete_contained_and_keeps_its_manifest_outside(tmp_path: Path) -> None:
+    stats, *_ = _render("cxl-pool", tmp_path)
+    node_dir = tmp_path / "cxl-host-0"
+    root = node_dir / ROOT_DIR
+    assert stats.mode == "full" and stats.written > 1000
+    assert (node_dir / MANIFEST).is_file() and not (root / MANIFEST).exists()
+    links = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                links += 1
+                target = os.readlink(path)
+                assert not target.startswith("/"), f"{path} -> {target} is absolute"
+                resolved = (path.parent / target).resolve()
+                assert resolved.is_relative_to(root.resolve()), f"{path} -> {target} leaves the tree"
+                assert resolved.exists(), f"{path} -> {target} dangles"
+    assert links > 100
+
+
+def test_a_lost_gpu_rewrites_only_its_files_and_disappears_from_pci(tmp_path: Path) -> None:
+    _render("dgx-h100", tmp_path)
+    root = tmp_path / "dgx-h100-0" / ROOT_DIR
+    unrelated = root / "sys/devices/system/cpu/cpu0/topology/core_id"
+    before = unrelated.stat().st_mtime_ns
+    stats, system, node, state = _render("dgx-h100", tmp_path, lost=("gpu3",))
+    lay = node_layout(system, node)
+    with_gpu = set(gpu_section(system, node, derive_state(node, []), lay).entries)
+    without = set(gpu_section(system, node, state, lay).entries)
+    gone = with_gpu - without
+    assert stats.mode == "incremental"
+    assert stats.written == 0 and stats.removed == len(gone) > 20
+    gpu = node.gpu("gpu3")
+    assert gpu is not None
+    assert not (root / "sys/bus/pci/devices" / str(gpu.address)).exists()
+    assert not (root / "proc/driver/nvidia/gpus" / str(gpu.address)).exists()
+    assert (root / f"dev/nvidia{gpu.minor}").exists(), "device nodes outlive the device"
+    assert unrelated.stat().st_mtime_ns == before
+    if lstopo_path() is not None:
+        assert str(gpu.address) not in lstopo(root).pci()
+    healed, *_ = _render("dgx-h100", tmp_path)
+    assert healed.written == len(gone) and healed.removed == 0
+    assert (root / "sys/bus/pci/devices" / str(gpu.address) / "config").is_file()
+
+
+def test_nothing_changed_writes_nothing(tmp_path: Path) -> None:
+    _render("gh200", tmp_path)
+    again, *_ = _render("gh200", tmp_path)
+    assert again.written == 0 and again.removed == 0 and again.skipped_sections >= 4
+
+
+def _writer(tmp_path: Path, make_devices: bool) -> RootWriter:
+    return RootWriter(tmp_path / "root", tmp_path / "manifest", make_devices=make_devices)
+
+
+def _dev_section() -> Section:
+    sec = Section("dev")
+    sec.chardev("dev/nvidia0", 195, 0)
+    sec.chardev("dev/nvidiactl", 195, 255)
+    return sec
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating character devices needs root")
+def test_device_nodes_have_the_real_major_and_minor_as_root(tmp_path: Path) -> None:
+    _writer(tmp_path, True).render([SectionSpec("dev", "k", _dev_section)])
+    st = os.lstat(tmp_path / "root/dev/nvidiactl")
+    assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (195, 255)
+    assert stat.S_IMODE(st.st_mode) == 0o666
+
+
+def test_device_nodes_are_plain_files_without_root(tmp_path: Path) -> None:
+    _writer(tmp_path, False).render([SectionSpec("dev", "k", _dev_section)])
+    path = tmp_path / "root/dev/nvidia0"
+    assert stat.S_ISREG(os.lstat(path).st_mode) and "195:0" in path.read_text()
+
+
+def test_an_existing_tree_without_manifest_keeps_other_files(tmp_path: Path) -> None:
+    foreign = tmp_path / "root/proc/driver/nvidia/someone-elses"
+    foreign.parent.mkdir(parents=True)
+    foreign.write_text("kept\n")
+
+    def build() -> Section:
+        sec = Section("s")
+        sec.text("proc/driver/nvidia/version", "v1")
+        return sec
+
+    stats = _writer(tmp_path, False).render([SectionSpec("s", None, build)])
+    assert stats.mode == "sync" and foreign.read_text() == "kept\n"
+    assert (tmp_path / "root/proc/driver/nvidia/version").read_text() == "v1\n"
+
+
+def test_a_changed_model_rebuilds_in_place_keeping_the_root_directory(tmp_path: Path) -> None:
+    def section(name: str) -> SectionSpec:
+        def build() -> Section:
+            sec = Section("s")
+            sec.text(f"sys/{name}/value", name)
+            return sec
+        return SectionSpec("s", name, build)
+
+    _writer(tmp_path, False).render([section("old")])
+    inode = (tmp_path / "root").stat().st_ino
+    stats = _writer(tmp_path, False).render([section("new")])
+    assert stats.mode == "rebuild"
+    assert not (tmp_path / "root/sys/old").exists() and (tmp_path / "root/sys/new/value").read_text() == "new\n"
+    assert (tmp_path / "root").stat().st_ino == inode, "a bind mount of the root keeps working"
+
+
+def test_nodes_of_one_template_share_static_files_by_hard_link(tmp_path: Path) -> None:
+    system = load_profile("gb200-nvl72")
+    roots = []
+    for node in system.nodes[:2]:
+        render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(tmp_path / node.name))
+        roots.append(tmp_path / node.name / ROOT_DIR)
+    rel = "sys/devices/system/cpu/cpu71/cache/index3/shared_cpu_list"
+    a, b = (r / rel for r in roots)
+    assert a.stat().st_ino == b.stat().st_ino and a.read_text() == b.read_text()
+    # Per-node content is never shared.
+    nic = "sys/class/net/enP0p3s0np0/address"
+    assert (roots[0] / nic).read_text() != (roots[1] / nic).read_text()
+
+
+def test_readers_never_see_a_half_written_file(tmp_path: Path) -> None:
+    sizes = ["x" * 10, "y" * 100_000]
+    toggle = {"i": 0}
+
+    def build() -> Section:
+        sec = Section("s")
+        sec.file("proc/meminfo", sizes[toggle["i"] % 2])
+        return sec
+
+    writer = _writer(tmp_path, False)
+    writer.render([SectionSpec("s", None, build)])
+    path = tmp_path / "root/proc/meminfo"
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            seen.add(path.read_text())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for i in range(200):
+        toggle["i"] = i
+        writer.render([SectionSpec("s", None, build)])
+    stop.set()
+    reader.join()
+    assert seen <= set(sizes) and seen
