@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import platform
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -22,6 +23,7 @@ def _nvml_build_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("_fakehw_nvml_build", HERE / "fakehw" / "nvml" / "build.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

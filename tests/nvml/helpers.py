@@ -120,3 +120,54 @@ def wait_for(predicate: Any, timeout: float = 5.0, interval: float = 0.005) -> b
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+CONSUMER = Path(__file__).with_name("consumer.py")
+
+
+class Consumer:
+    """A running NVML consumer process (tests/nvml/consumer.py) steered one JSON line at a time."""
+
+    def __init__(self, env: dict[str, str]):
+        self.proc = subprocess.Popen([sys.executable, str(CONSUMER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env)
+        self.count = int(self._read(30)["ready"])
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        import select
+
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"consumer gave no answer within {timeout} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise RuntimeError(f"consumer exited ({self.proc.poll()}): {err}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def send(self, request: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+
+    def ask(self, request: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
+        self.send(request)
+        return self._read(timeout)
+
+    def call(self, fn: str, *args: Any) -> Any:
+        """The value, or the NVML error code as ``("err", code)``."""
+        answer = self.ask({"call": fn, "args": list(args)})
+        return answer["ok"] if "ok" in answer else ("err", answer["err"])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send({"quit": True})
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()

@@ -265,6 +265,19 @@ static fhw_snap_t *snap_load(const char *path) {
     s->st_ino = st.st_ino;
     s->st_size = st.st_size;
     s->st_mtim = st.st_mtim;
+    /* The first page is mapped even when the contents turn out bad: the writer flags this very file when it
+       replaces it, so a reader holding a broken snapshot notices the good one at once too. Only files long
+       enough to hold the flag are mapped (reading a mapped page past the end of a file faults). */
+    if (st.st_size >= (off_t)(FHW_SUPERSEDED_OFFSET + sizeof(uint32_t))) {
+        long page = sysconf(_SC_PAGESIZE);
+        size_t map_len = (size_t)(page > 0 ? page : 4096);
+        void *map = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
+        if (map != MAP_FAILED) {
+            s->map = map;
+            s->map_len = map_len;
+            s->superseded = (const volatile uint32_t *)((const uint8_t *)map + FHW_SUPERSEDED_OFFSET);
+        }
+    }
     if (st.st_size < (off_t)sizeof(fhw_header_t) || st.st_size > (off_t)FHW_MAX_SNAPSHOT_BYTES) {
         s->status = NVML_ERROR_UNKNOWN;
         fhw_trace("snapshot %s has an impossible size %lld", path, (long long)st.st_size);
@@ -276,7 +289,7 @@ static fhw_snap_t *snap_load(const char *path) {
     if (posix_memalign((void **)&s->data, 8, size) != 0) {
         s->data = NULL;
         close(fd);
-        free(s);
+        snap_free(s);
         return NULL;
     }
     size_t got = 0;
@@ -307,14 +320,6 @@ static fhw_snap_t *snap_load(const char *path) {
     s->processes = (const fhw_process_t *)(s->data + s->hdr->process_offset);
     s->events = (const fhw_event_t *)(s->data + s->hdr->event_offset);
     s->nics = (const fhw_nic_t *)(s->data + s->hdr->nic_offset);
-    long page = sysconf(_SC_PAGESIZE);
-    size_t map_len = (size_t)(page > 0 ? page : 4096);
-    void *map = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
-    if (map != MAP_FAILED) {
-        s->map = map;
-        s->map_len = map_len;
-        s->superseded = (const volatile uint32_t *)((const uint8_t *)map + FHW_SUPERSEDED_OFFSET);
-    }
     close(fd);
     fhw_trace("loaded snapshot %s generation %llu (%u GPUs, %u events)", path,
               (unsigned long long)s->hdr->generation, s->hdr->gpu_count, s->hdr->event_count);

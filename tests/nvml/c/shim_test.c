@@ -1,0 +1,414 @@
+/*
+ * C tests of the shim, built with the shim's sources under AddressSanitizer and UndefinedBehaviorSanitizer
+ * (tests/nvml/test_sanitizers.py compiles and runs this).
+ *
+ *   shim_test calls SNAPSHOT_A SNAPSHOT_B WORKDIR        every getter on every device, both snapshots
+ *   shim_test threads SNAPSHOT_A SNAPSHOT_B WORKDIR      readers in threads while the file is replaced
+ *   shim_test fuzz SNAPSHOT_A SNAPSHOT_B WORKDIR N SEED  N mutated snapshots: never a crash, hang or overread
+ *   shim_test events SNAPSHOT_A SNAPSHOT_B WORKDIR       waits, timeouts, frees under a changing file
+ *
+ * SNAPSHOT_A and SNAPSHOT_B are valid snapshots of the same node that differ in one GPU's temperature; the
+ * test writes WORKDIR/nvml.snapshot the way the Python writer does (temporary file, rename, then the in-place
+ * superseded flag on the replaced file).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Entry points the test calls, with their real signatures. */
+nvmlReturn_t nvmlInit_v2(void);
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *);
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t, char *, unsigned int);
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t, char *, unsigned int);
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t, char *, unsigned int);
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t *);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t, nvmlMemory_v2_t *);
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t, nvmlPciInfo_t *);
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t, fhwPciInfoV1_t *);
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t, unsigned int, unsigned int *);
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t, unsigned int, unsigned int *);
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t, unsigned int, nvmlPciInfo_t *);
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t, unsigned int, unsigned int, unsigned long long *);
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t, nvmlDevice_t, nvmlGpuTopologyLevel_t *);
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t, nvmlDevice_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t *);
+nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t, nvmlGpuTopologyLevel_t, unsigned int *, nvmlDevice_t *);
+nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t, unsigned int, unsigned long *);
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t, nvmlGpuFabricInfo_t *);
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t, int, nvmlFieldValue_t *);
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t, unsigned int *, unsigned int *);
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t, unsigned int, nvmlDevice_t *);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v2_t *);
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t, unsigned int, unsigned int *, unsigned long long *);
+nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t, unsigned int, unsigned int *, unsigned int *);
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *, nvmlDevice_t *);
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *, nvmlDevice_t *);
+nvmlReturn_t nvmlSystemGetDriverVersion(char *, unsigned int);
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *);
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t);
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t, unsigned long long, nvmlEventSet_t);
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t, nvmlEventData_t *, unsigned int);
+nvmlReturn_t nvmlInternalGetExportTable(const void **, const unsigned char *);
+const char *nvmlErrorString(nvmlReturn_t);
+
+static unsigned char *snap_a, *snap_b;
+static size_t size_a, size_b;
+static char path[4096];
+static char workdir[2048];
+
+#define CHECK(cond)                                                                        \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);      \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static unsigned char *slurp(const char *file, size_t *size) {
+    FILE *f = fopen(file, "rb");
+    CHECK(f != NULL);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)n + 1);
+    CHECK(buf != NULL && fread(buf, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    *size = (size_t)n;
+    return buf;
+}
+
+/* Replace the snapshot like the Python writer: temp file, rename, then flag the old file superseded. */
+static void publish(const unsigned char *data, size_t size) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s/.nvml.snapshot.tmp", workdir);
+    int old = open(path, O_RDWR);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    CHECK(write(fd, data, size) == (ssize_t)size);
+    close(fd);
+    CHECK(rename(tmp, path) == 0);
+    if (old >= 0) {
+        uint32_t one = 1;
+        struct stat st;
+        if (fstat(old, &st) == 0 && st.st_size >= FHW_SUPERSEDED_OFFSET + 4)
+            CHECK(pwrite(old, &one, 4, FHW_SUPERSEDED_OFFSET) == 4);
+        close(old);
+    }
+}
+
+/* Call (nearly) everything on every device; results are not checked, only that nothing goes wrong. */
+static void exercise(void) {
+    unsigned int count = 0;
+    if (nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS) return;
+    CHECK(count <= FHW_MAX_GPUS);
+    char buf[128];
+    (void)nvmlSystemGetDriverVersion(buf, sizeof buf);
+    (void)nvmlSystemGetDriverVersion(buf, 1); /* too small: INSUFFICIENT_SIZE, no overflow */
+    nvmlDevice_t devs[FHW_MAX_GPUS];
+    for (unsigned int i = 0; i < count; i++) devs[i] = fhw_device_handle((int)i);
+    for (unsigned int i = 0; i < count; i++) {
+        nvmlDevice_t d = devs[i];
+        nvmlMemory_t m;
+        nvmlMemory_v2_t m2 = {.version = nvmlMemory_v2};
+        nvmlPciInfo_t p;
+        fhwPciInfoV1_t p1;
+        unsigned int u, v;
+        unsigned long long ull;
+        (void)nvmlDeviceGetName(d, buf, sizeof buf);
+        (void)nvmlDeviceGetUUID(d, buf, 8);
+        (void)nvmlDeviceGetSerial(d, buf, sizeof buf);
+        (void)nvmlDeviceGetMemoryInfo(d, &m);
+        (void)nvmlDeviceGetMemoryInfo_v2(d, &m2);
+        (void)nvmlDeviceGetPciInfo_v3(d, &p);
+        (void)nvmlDeviceGetPciInfo(d, &p1);
+        (void)nvmlDeviceGetTemperature(d, 0, &u);
+        if (nvmlDeviceGetUUID(d, buf, sizeof buf) == NVML_SUCCESS) {
+            nvmlDevice_t back;
+            (void)nvmlDeviceGetHandleByUUID(buf, &back);
+        }
+        if (nvmlDeviceGetPciInfo_v3(d, &p) == NVML_SUCCESS) {
+            nvmlDevice_t back;
+            (void)nvmlDeviceGetHandleByPciBusId_v2(p.busId, &back);
+        }
+        for (unsigned int l = 0; l < FHW_MAX_LINKS + 2; l++) {
+            (void)nvmlDeviceGetNvLinkState(d, l, &u);
+            (void)nvmlDeviceGetNvLinkRemotePciInfo_v2(d, l, &p);
+            (void)nvmlDeviceGetNvLinkErrorCounter(d, l, l % 6, &ull);
+        }
+        for (unsigned int j = 0; j < count; j++) {
+            nvmlGpuTopologyLevel_t level;
+            nvmlGpuP2PStatus_t st;
+            (void)nvmlDeviceGetTopologyCommonAncestor(d, devs[j], &level);
+            for (int cap = 0; cap < 6; cap++) (void)nvmlDeviceGetP2PStatus(d, devs[j], (nvmlGpuP2PCapsIndex_t)cap, &st);
+        }
+        nvmlDevice_t near[FHW_MAX_GPUS];
+        unsigned int n = FHW_MAX_GPUS;
+        (void)nvmlDeviceGetTopologyNearestGpus(d, NVML_TOPOLOGY_SYSTEM, &n, near);
+        n = 1;
+        (void)nvmlDeviceGetTopologyNearestGpus(d, NVML_TOPOLOGY_NODE, &n, near);
+        unsigned long mask[4];
+        (void)nvmlDeviceGetCpuAffinity(d, 4, mask);
+        nvmlGpuFabricInfo_t f;
+        (void)nvmlDeviceGetGpuFabricInfo(d, &f);
+        nvmlFieldValue_t fv[8];
+        for (int k = 0; k < 8; k++) {
+            memset(&fv[k], 0, sizeof fv[k]);
+            fv[k].fieldId = (unsigned int)(k * 23 + 1);
+            fv[k].scopeId = (unsigned int)k;
+        }
+        (void)nvmlDeviceGetFieldValues(d, 8, fv);
+        if (nvmlDeviceGetMigMode(d, &u, &v) == NVML_SUCCESS)
+            for (unsigned int k = 0; k < 8; k++) {
+                nvmlDevice_t mig;
+                if (nvmlDeviceGetMigDeviceHandleByIndex(d, k, &mig) == NVML_SUCCESS) {
+                    (void)nvmlDeviceGetName(mig, buf, sizeof buf);
+                    (void)nvmlDeviceGetMemoryInfo(mig, &m);
+                }
+            }
+        nvmlProcessInfo_v2_t procs[4];
+        n = 4;
+        (void)nvmlDeviceGetComputeRunningProcesses_v3(d, &n, procs);
+        unsigned long long pages[FHW_RETIRED_PAGES_MAX];
+        n = FHW_RETIRED_PAGES_MAX;
+        (void)nvmlDeviceGetRetiredPages(d, 1, &n, pages);
+        unsigned int clocks[256];
+        n = 256;
+        (void)nvmlDeviceGetSupportedGraphicsClocks(d, 0, &n, clocks);
+    }
+    /* Garbage handles are refused, never dereferenced. */
+    nvmlMemory_t m;
+    CHECK(nvmlDeviceGetMemoryInfo((nvmlDevice_t)(uintptr_t)0x1234, &m) == NVML_ERROR_INVALID_ARGUMENT);
+    CHECK(nvmlDeviceGetMemoryInfo((nvmlDevice_t)((char *)fhw_device_handle(0) + 1), &m) == NVML_ERROR_INVALID_ARGUMENT);
+    CHECK(nvmlDeviceGetMemoryInfo(NULL, &m) == NVML_ERROR_INVALID_ARGUMENT);
+}
+
+static int cmd_calls(void) {
+    publish(snap_a, size_a);
+    CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    exercise();
+    publish(snap_b, size_b);
+    exercise();
+    CHECK(nvmlShutdown() == NVML_SUCCESS);
+    CHECK(nvmlShutdown() == NVML_ERROR_UNINITIALIZED);
+    for (int r = 0; r < 1000; r++) CHECK(nvmlErrorString((nvmlReturn_t)r) != NULL);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- threads */
+
+static unsigned int temp_a, temp_b;
+static _Atomic int stop;
+static _Atomic long reads;
+
+static void *reader(void *arg) {
+    (void)arg;
+    nvmlDevice_t d = fhw_device_handle(0);
+    while (!atomic_load(&stop)) {
+        unsigned int t = 0;
+        nvmlReturn_t r = nvmlDeviceGetTemperature(d, 0, &t);
+        CHECK(r == NVML_SUCCESS);
+        CHECK(t == temp_a || t == temp_b); /* one snapshot or the other, never a mix or garbage */
+        nvmlMemory_t m;
+        CHECK(nvmlDeviceGetMemoryInfo(d, &m) == NVML_SUCCESS && m.total > 0);
+        atomic_fetch_add(&reads, 1);
+    }
+    return NULL;
+}
+
+static unsigned int temperature_of(const unsigned char *snap) {
+    const fhw_header_t *h = (const fhw_header_t *)snap;
+    const fhw_gpu_t *g = (const fhw_gpu_t *)(snap + h->gpu_offset);
+    return g[0].temperature;
+}
+
+static int cmd_threads(void) {
+    temp_a = temperature_of(snap_a);
+    temp_b = temperature_of(snap_b);
+    CHECK(temp_a != temp_b);
+    publish(snap_a, size_a);
+    CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    enum { N = 4 };
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) CHECK(pthread_create(&t[i], NULL, reader, NULL) == 0);
+    unsigned int seen_b = 0;
+    for (int i = 0; i < 400; i++) {
+        publish(i % 2 ? snap_a : snap_b, i % 2 ? size_a : size_b);
+        unsigned int temp;
+        CHECK(nvmlDeviceGetTemperature(fhw_device_handle(0), 0, &temp) == NVML_SUCCESS);
+        /* The caller that replaced the file sees the new generation on its very next call. */
+        CHECK(temp == (i % 2 ? temp_a : temp_b));
+        seen_b += temp == temp_b;
+        usleep(200);
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+    CHECK(seen_b == 200);
+    CHECK(nvmlShutdown() == NVML_SUCCESS);
+    fprintf(stderr, "threads: %ld reads across 400 replacements\n", atomic_load(&reads));
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- fuzz */
+
+static uint64_t rng;
+static uint64_t next_rand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void fix_checksum(unsigned char *data, size_t size) {
+    if (size < sizeof(fhw_header_t)) return;
+    uint32_t crc = fhw_crc32(data, size);
+    memcpy(data + FHW_CHECKSUM_OFFSET, &crc, 4);
+}
+
+static size_t mutate(unsigned char *buf, size_t size, size_t cap) {
+    static const uint32_t interesting[] = {0, 1, 7, 8, 17, 18, 63, 64, 65, 255, 4096, 0x7fffffff, 0xffffffff};
+    int kind = (int)(next_rand() % 7);
+    size_t n = 1 + next_rand() % 8;
+    switch (kind) {
+    case 0: /* bit flips anywhere */
+        for (size_t i = 0; i < n; i++) buf[next_rand() % size] ^= (unsigned char)(1u << (next_rand() % 8));
+        break;
+    case 1: /* an interesting 32-bit value at an aligned offset of the header (counts, sizes, offsets) */
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = interesting[next_rand() % (sizeof interesting / sizeof interesting[0])];
+            size_t at = (next_rand() % (sizeof(fhw_header_t) / 4)) * 4;
+            memcpy(buf + at, &v, 4);
+        }
+        break;
+    case 2: /* an interesting value inside a record */
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = interesting[next_rand() % (sizeof interesting / sizeof interesting[0])];
+            size_t at = (next_rand() % (size / 4)) * 4;
+            memcpy(buf + at, &v, 4);
+        }
+        break;
+    case 3: /* truncation */
+        size = next_rand() % size;
+        break;
+    case 4: /* extension with garbage */
+        if (size < cap) {
+            size_t extra = 1 + next_rand() % (cap - size);
+            for (size_t i = 0; i < extra; i++) buf[size + i] = (unsigned char)next_rand();
+            size += extra;
+        }
+        break;
+    case 5: /* strings lose their terminators */
+        for (size_t i = 0; i < 64 && i < size; i++) {
+            size_t at = next_rand() % size;
+            if (buf[at] == 0) buf[at] = 'A';
+        }
+        break;
+    default: /* random bytes */
+        for (size_t i = 0; i < n * 16; i++) buf[next_rand() % size] = (unsigned char)next_rand();
+        break;
+    }
+    return size;
+}
+
+static int cmd_fuzz(long iterations, uint64_t seed) {
+    rng = seed ? seed : 0x9e3779b97f4a7c15ULL;
+    size_t cap = size_a + 4096;
+    unsigned char *buf = malloc(cap);
+    CHECK(buf != NULL);
+    long accepted = 0, refused = 0;
+    for (long it = 0; it < iterations; it++) {
+        const unsigned char *base = it % 3 ? snap_a : snap_b;
+        size_t size = it % 3 ? size_a : size_b;
+        memcpy(buf, base, size);
+        size = mutate(buf, size, cap);
+        if (next_rand() % 4 != 0) fix_checksum(buf, size); /* mostly reach past the checksum */
+        if (it % 2 == 0) {
+            /* A fresh init on the mutated file. */
+            publish(buf, size);
+            nvmlReturn_t r = nvmlInit_v2();
+            if (r == NVML_SUCCESS) {
+                accepted++;
+                exercise();
+                CHECK(nvmlShutdown() == NVML_SUCCESS);
+            } else {
+                refused++;
+            }
+        } else {
+            /* The file turns bad under an initialised library, then good again. */
+            publish(snap_a, size_a);
+            CHECK(nvmlInit_v2() == NVML_SUCCESS);
+            exercise();
+            publish(buf, size);
+            exercise();
+            publish(snap_b, size_b);
+            unsigned int t = 0;
+            nvmlReturn_t r = nvmlDeviceGetTemperature(fhw_device_handle(0), 0, &t);
+            if (r != NVML_SUCCESS || t != temperature_of(snap_b)) {
+                /* A file too short to carry the superseded flag is noticed by stat() within FHW_RECHECK_MS. */
+                CHECK(size < FHW_SUPERSEDED_OFFSET + 4);
+                usleep((FHW_RECHECK_MS + 5) * 1000);
+                r = nvmlDeviceGetTemperature(fhw_device_handle(0), 0, &t);
+            }
+            CHECK(r == NVML_SUCCESS && t == temperature_of(snap_b));
+            CHECK(nvmlShutdown() == NVML_SUCCESS);
+        }
+    }
+    fprintf(stderr, "fuzz: %ld iterations, %ld mutated snapshots accepted, %ld refused\n", iterations, accepted,
+            refused);
+    free(buf);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- events */
+
+static int cmd_events(void) {
+    publish(snap_a, size_a);
+    CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    nvmlEventSet_t set;
+    CHECK(nvmlEventSetCreate(&set) == NVML_SUCCESS);
+    CHECK(nvmlDeviceRegisterEvents(fhw_device_handle(0), nvmlEventTypeXidCriticalError, set) == NVML_SUCCESS);
+    CHECK(nvmlDeviceRegisterEvents(fhw_device_handle(0), 1ULL << 40, set) == NVML_ERROR_NOT_SUPPORTED);
+    nvmlEventData_t data;
+    CHECK(nvmlEventSetWait_v2(set, &data, 0) == NVML_ERROR_TIMEOUT);
+    CHECK(nvmlEventSetWait_v2(set, &data, 30) == NVML_ERROR_TIMEOUT);
+    CHECK(nvmlEventSetWait_v2(set, NULL, 30) == NVML_ERROR_INVALID_ARGUMENT);
+    CHECK(nvmlEventSetWait_v2((nvmlEventSet_t)(uintptr_t)0x5678, &data, 30) == NVML_ERROR_INVALID_ARGUMENT);
+    publish(snap_b, size_b);
+    CHECK(nvmlEventSetWait_v2(set, &data, 30) == NVML_ERROR_TIMEOUT);
+    CHECK(nvmlEventSetFree(set) == NVML_SUCCESS);
+    CHECK(nvmlEventSetFree(set) == NVML_ERROR_INVALID_ARGUMENT); /* double free refused */
+    const void *table = NULL;
+    static const unsigned char guid[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                           0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+    static const unsigned char other[16] = {1};
+    CHECK(nvmlInternalGetExportTable(&table, other) == NVML_ERROR_NOT_SUPPORTED);
+    nvmlReturn_t r = nvmlInternalGetExportTable(&table, guid);
+    CHECK(r == NVML_SUCCESS || r == NVML_ERROR_LIB_RM_VERSION_MISMATCH);
+    CHECK(nvmlShutdown() == NVML_SUCCESS);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) {
+        fprintf(stderr, "usage: %s calls|threads|fuzz|events SNAPSHOT_A SNAPSHOT_B WORKDIR [N SEED]\n", argv[0]);
+        return 2;
+    }
+    snap_a = slurp(argv[2], &size_a);
+    snap_b = slurp(argv[3], &size_b);
+    snprintf(workdir, sizeof workdir, "%s", argv[4]);
+    snprintf(path, sizeof path, "%s/nvml.snapshot", workdir);
+    setenv("FAKEHW_NVML_SNAPSHOT", path, 1);
+    unsetenv("FAKEHW_VISIBLE_DEVICES");
+    int rc = 2;
+    if (strcmp(argv[1], "calls") == 0) rc = cmd_calls();
+    else if (strcmp(argv[1], "threads") == 0) rc = cmd_threads();
+    else if (strcmp(argv[1], "fuzz") == 0) rc = cmd_fuzz(argc > 5 ? atol(argv[5]) : 1000, argc > 6 ? strtoull(argv[6], NULL, 0) : 1);
+    else if (strcmp(argv[1], "events") == 0) rc = cmd_events();
+    free(snap_a);
+    free(snap_b);
+    return rc;
+}

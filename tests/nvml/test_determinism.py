@@ -1,0 +1,50 @@
+"""Readings and counters are a pure function of (seed, node, GPU, generation): same seed, same answers."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from fakehw.model import load_profile
+from fakehw.nvml.layout import GpuRecord
+from fakehw.nvml.snapshot import build_snapshot
+from tests.nvml.helpers import NodeSnap, faults_state, run_python
+
+READ = ("import json, pynvml\npynvml.nvmlInit()\nout=[]\nfor i in range(pynvml.nvmlDeviceGetCount()):\n"
+        "    h = pynvml.nvmlDeviceGetHandleByIndex(i)\n    u = pynvml.nvmlDeviceGetUtilizationRates(h)\n"
+        "    out.append([pynvml.nvmlDeviceGetPowerUsage(h), u.gpu, u.memory, "
+        "pynvml.nvmlDeviceGetTotalEnergyConsumption(h), pynvml.nvmlDeviceGetNvLinkUtilizationCounter(h, 0, 0)])\n"
+        "print(json.dumps(out))\n")
+
+
+def readings(rec: GpuRecord) -> GpuRecord:
+    """A GPU record without the wall-clock fields."""
+    return dataclasses.replace(rec, retired_time=0)
+
+
+def test_same_seed_same_snapshot_contents() -> None:
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    faults = [{"kind": "ecc", "device": "gpu1", "type": "dbe", "count": 1}]
+    a = build_snapshot(system, node, faults_state(node, faults, system.seed, 7)[0], render_time=1.0)
+    b = build_snapshot(system, node, faults_state(node, faults, system.seed, 7)[0], render_time=2.0)
+    assert [readings(r) for r in a.gpus] == [readings(r) for r in b.gpus]
+    reseeded = dataclasses.replace(system, seed=system.seed + 1)
+    c = build_snapshot(reseeded, node, faults_state(node, faults, reseeded.seed, 7)[0])
+    assert [r.power_usage_mw for r in a.gpus] != [r.power_usage_mw for r in c.gpus]
+
+
+def test_counters_move_on_with_the_generation() -> None:
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    early = build_snapshot(system, node, faults_state(node, [], system.seed, 3)[0])
+    late = build_snapshot(system, node, faults_state(node, [], system.seed, 4)[0])
+    for e, la in zip(early.gpus, late.gpus, strict=True):
+        assert la.energy_mj > e.energy_mj
+        assert la.links[0].util_rx[0] > e.links[0].util_rx[0]
+
+
+def test_two_processes_on_two_renders_read_the_same(node_snapshot: Callable[..., NodeSnap]) -> None:
+    first = node_snapshot("dgx-h100", faults=[{"kind": "thermal", "device": "gpu2", "temperature_c": 91}])
+    second = node_snapshot("dgx-h100", faults=[{"kind": "thermal", "device": "gpu2", "temperature_c": 91}])
+    assert run_python(READ, first.path) == run_python(READ, second.path)

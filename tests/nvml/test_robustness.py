@@ -1,0 +1,144 @@
+"""Bad snapshots and bad arguments give NVML errors, never a crash, hang or read past a buffer.
+
+(The sanitizer and fuzz runs in test_sanitizers.py cover the same ground from C, with mutated snapshots.)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from fakehw.nvml import layout
+from fakehw.nvml.snapshot import write_snapshot
+from tests.nvml.helpers import NodeSnap, lib_path, run_python, snapshot_env
+
+INIT = "import json, pynvml\ntry:\n    pynvml.nvmlInit()\n    print(json.dumps({'ok': pynvml.nvmlDeviceGetCount()}))\n" \
+       "except pynvml.NVMLError as e:\n    print(json.dumps({'err': e.value, 'text': str(e)}))\n"
+
+
+def init_result(path: Path) -> dict[str, object]:
+    result: dict[str, object] = run_python(INIT, path)
+    return result
+
+
+def test_missing_snapshot_is_driver_not_loaded(tmp_path: Path) -> None:
+    assert init_result(tmp_path / "nowhere" / "nvml.snapshot") == {"err": 9, "text": "Driver Not Loaded"}
+
+
+def test_default_path_without_the_variable(tmp_path: Path) -> None:
+    code = INIT.replace("import json, pynvml", "import json, os, pynvml\nos.environ.pop('FAKEHW_NVML_SNAPSHOT')")
+    expected = 9 if not Path("/var/lib/fakehw/nvml.snapshot").exists() else None
+    result = run_python(code, tmp_path / "unused")
+    if expected is not None:
+        assert result["err"] == expected
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage", "checksum", "directory", "too-big-count"])
+def test_bad_snapshots_are_refused(node_snapshot: Callable[..., NodeSnap], damage: str) -> None:
+    snap = node_snapshot("dgx-h100")
+    data = bytearray(snap.path.read_bytes())
+    if damage == "empty":
+        data = bytearray()
+    elif damage == "truncated":
+        data = data[: len(data) // 2]
+    elif damage == "garbage":
+        data = bytearray(os.urandom(len(data)))
+    elif damage == "checksum":
+        data[-100] ^= 0xFF
+    elif damage == "too-big-count":
+        count = layout.layout_of(layout.HeaderRecord).field("gpu_count").offset
+        data[count:count + 4] = (10_000).to_bytes(4, "little")
+        data[20:24] = bytes(4)
+        data[24:28] = layout.checksum(data).to_bytes(4, "little")
+    if damage == "directory":
+        snap.path.unlink()
+        snap.path.mkdir()
+    else:
+        snap.path.write_bytes(bytes(data))
+    assert init_result(snap.path)["err"] == 999  # NVML_ERROR_UNKNOWN
+
+
+def test_other_format_version_is_a_version_mismatch(node_snapshot: Callable[..., NodeSnap]) -> None:
+    snap = node_snapshot("edge-pcie")
+    data = bytearray(snap.path.read_bytes())
+    at = layout.layout_of(layout.HeaderRecord).field("format_version").offset
+    data[at:at + 4] = (layout.FORMAT_VERSION + 1).to_bytes(4, "little")
+    data[24:28] = layout.checksum(data).to_bytes(4, "little")
+    snap.path.write_bytes(bytes(data))
+    assert init_result(snap.path)["err"] == 18  # LIB_RM_VERSION_MISMATCH
+
+
+def test_snapshot_going_bad_and_coming_back_under_a_running_process(
+        pynvml_module: ModuleType, node_snapshot: Callable[..., NodeSnap]) -> None:
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    good = snap.path.read_bytes()
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            h = n.nvmlDeviceGetHandleByIndex(0)
+            assert n.nvmlDeviceGetUUID(h) == snap.node.gpus[0].uuid
+            write_snapshot(snap.path, b"not a snapshot at all" * 40)
+            with pytest.raises(n.NVMLError_Unknown):
+                n.nvmlDeviceGetUUID(h)
+            with pytest.raises(n.NVMLError_Unknown):
+                n.nvmlSystemGetDriverVersion()
+            snap.path.unlink()
+            import time
+
+            time.sleep(0.05)  # a removed file is noticed by stat(), at most every 10 ms
+            with pytest.raises(n.NVMLError_GpuIsLost):
+                n.nvmlDeviceGetUUID(h)
+            write_snapshot(snap.path, good)
+            time.sleep(0.05)  # so is one that appears again (no old file to flag)
+            assert n.nvmlDeviceGetUUID(h) == snap.node.gpus[0].uuid
+        finally:
+            n.nvmlShutdown()
+
+
+def test_null_pointers_small_buffers_and_bad_handles(nvml: Callable[..., NodeSnap],
+                                                     pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("dgx-a100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    invalid, small = n.NVML_ERROR_INVALID_ARGUMENT, n.NVML_ERROR_INSUFFICIENT_SIZE
+    for fn in ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetBAR1MemoryInfo",
+               "nvmlDeviceGetIndex", "nvmlDeviceGetMinorNumber", "nvmlDeviceGetGpuFabricInfo"):
+        assert getattr(lib, fn)(h, None) == invalid, fn
+    assert lib.nvmlDeviceGetTemperatureThreshold(h, 0, None) == invalid
+    assert lib.nvmlDeviceGetCount_v2(None) == invalid
+    assert lib.nvmlDeviceGetHandleByIndex_v2(0, None) == invalid
+    assert lib.nvmlDeviceGetHandleByUUID(None, None) == invalid
+    buf = ctypes.create_string_buffer(200)
+    uuid = snap.node.gpus[0].uuid
+    assert lib.nvmlDeviceGetUUID(h, buf, len(uuid)) == small  # no room for the NUL
+    assert lib.nvmlDeviceGetUUID(h, buf, len(uuid) + 1) == 0 and buf.value.decode() == uuid
+    assert lib.nvmlDeviceGetName(h, buf, 4) == small
+    assert lib.nvmlSystemGetDriverVersion(buf, 3) == small
+    for bogus in (0x1, 0xDEADBEEF, ctypes.addressof(buf)):
+        assert lib.nvmlDeviceGetUUID(ctypes.c_void_p(bogus), buf, 200) == invalid
+    assert lib.nvmlEventSetFree(ctypes.c_void_p(0xDEADBEEF)) == invalid
+    assert lib.nvmlDeviceGetNvLinkState(h, 10_000, ctypes.byref(ctypes.c_uint())) == invalid
+    assert lib.nvmlDeviceGetTemperature(h, 7, ctypes.byref(ctypes.c_uint())) == invalid
+
+
+def test_every_unimplemented_symbol_answers_not_supported(nvml: Callable[..., NodeSnap]) -> None:
+    if shutil.which("nm") is None:
+        pytest.skip("nm (binutils) is not installed")
+    nvml("edge-pcie")
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib_path())], capture_output=True, text=True,
+                         check=True).stdout
+    weak = [line.split()[2] for line in out.splitlines() if line.split()[1] == "W"]
+    assert len(weak) > 50
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    zeros = [ctypes.c_void_p(0)] * 6
+    for name in weak:
+        assert getattr(lib, name)(*zeros) == 3, name  # NVML_ERROR_NOT_SUPPORTED, arguments untouched

@@ -1,0 +1,75 @@
+"""The shim's C tests (tests/nvml/c/shim_test.c) under AddressSanitizer + UndefinedBehaviorSanitizer.
+
+They link the shim's sources directly, so a read past a buffer, a use after free of a replaced snapshot, or
+undefined behaviour aborts the run. The fuzz run feeds thousands of mutated snapshots (most with the checksum
+fixed up, so validation past it is exercised too) both to a fresh nvmlInit and under an initialised library.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fakehw.nvml.build import CSRC, c_sources, generate
+from tests.nvml.helpers import NodeSnap
+
+HARNESS = Path(__file__).parent / "c" / "shim_test.c"
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1"]
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (cc)")
+    out = tmp_path_factory.mktemp("harness")
+    gen = generate(out)
+    exe = out / "shim_test"
+    cmd = [cc, "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror", "-pthread", *SANITIZE,
+           f"-I{gen}", f"-I{CSRC}", str(HARNESS), *map(str, c_sources()), str(gen / "stubs.c"), "-o", str(exe)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0 and "libasan" in proc.stderr + proc.stdout:
+        pytest.skip(f"the compiler has no AddressSanitizer runtime: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr
+    return exe
+
+
+@pytest.fixture
+def snapshots(node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> tuple[Path, Path, Path]:
+    """Two valid snapshots of the same node (GPU 0 hot in the second) and an empty work directory."""
+    a = node_snapshot("dgx-a100")
+    b = node_snapshot("dgx-a100", faults=[{"kind": "thermal", "device": "gpu0", "temperature_c": 95}])
+    work = tmp_path / "work"
+    work.mkdir()
+    return a.path, b.path, work
+
+
+def run(harness: Path, command: str, snaps: tuple[Path, Path, Path], *extra: str, timeout: float = 600) -> str:
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=1", UBSAN_OPTIONS="print_stacktrace=1")
+    proc = subprocess.run([str(harness), command, *map(str, snaps), *extra], capture_output=True, text=True,
+                          env=env, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"{command} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"
+    return proc.stderr
+
+
+def test_every_call_under_sanitizers(harness: Path, snapshots: tuple[Path, Path, Path]) -> None:
+    run(harness, "calls", snapshots)
+
+
+def test_readers_never_see_a_half_written_snapshot(harness: Path, snapshots: tuple[Path, Path, Path]) -> None:
+    assert "reads across 400 replacements" in run(harness, "threads", snapshots)
+
+
+def test_fuzzed_snapshots_never_crash_or_overread(harness: Path, snapshots: tuple[Path, Path, Path]) -> None:
+    iterations = os.environ.get("FAKEHW_FUZZ_ITERATIONS", "1500")
+    report = run(harness, "fuzz", snapshots, iterations, "0x5eed")
+    assert f"fuzz: {iterations} iterations" in report
+
+
+def test_events_under_sanitizers(harness: Path, snapshots: tuple[Path, Path, Path]) -> None:
+    run(harness, "events", snapshots)

@@ -1,0 +1,62 @@
+"""A process sees only the GPUs its node exposes: FAKEHW_VISIBLE_DEVICES (local backend) or /dev/nvidiaN
+(containers; FAKEHW_DEV_ROOT points at the directory to look in)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.nvml.helpers import NodeSnap, run_python
+
+LIST = ("import json, pynvml\npynvml.nvmlInit()\nhs=[pynvml.nvmlDeviceGetHandleByIndex(i) for i in "
+        "range(pynvml.nvmlDeviceGetCount())]\nprint(json.dumps([[pynvml.nvmlDeviceGetIndex(h), "
+        "pynvml.nvmlDeviceGetMinorNumber(h), pynvml.nvmlDeviceGetUUID(h)] for h in hs]))\n")
+
+
+def visible(snap: NodeSnap, **env: str) -> list[list[object]]:
+    result: list[list[object]] = run_python(LIST, snap.path, **env)
+    return result
+
+
+def test_everything_is_visible_by_default(node_snapshot: Callable[..., NodeSnap]) -> None:
+    snap = node_snapshot("dgx-h100")
+    assert visible(snap) == [[g.index, g.minor, g.uuid] for g in snap.node.gpus]
+
+
+def test_explicit_list_by_index_name_uuid_and_bus_id(node_snapshot: Callable[..., NodeSnap]) -> None:
+    snap = node_snapshot("dgx-h100")
+    g = snap.node.gpus
+    spec = f"1, gpu3,{g[5].uuid} ,{g[7].address.nvml_bus_id}"
+    chosen = [g[1], g[3], g[5], g[7]]
+    # NVML indices are positions among the visible devices; minor numbers stay the node's.
+    assert visible(snap, FAKEHW_VISIBLE_DEVICES=spec) == [[i, x.minor, x.uuid] for i, x in enumerate(chosen)]
+    assert visible(snap, FAKEHW_VISIBLE_DEVICES="none") == []
+    assert visible(snap, FAKEHW_VISIBLE_DEVICES="all") == [[x.index, x.minor, x.uuid] for x in g]
+
+
+def test_device_nodes_decide_in_containers(node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    snap = node_snapshot("edge-pcie")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidiactl", "nvidia2", "nvidia6"):
+        (dev / name).touch()
+    g = snap.node.gpus
+    assert visible(snap, FAKEHW_DEV_ROOT=str(dev)) == [[0, 2, g[2].uuid], [1, 6, g[6].uuid]]
+    # Without nvidiactl the directory is not a node's /dev: no filtering.
+    (dev / "nvidiactl").unlink()
+    assert len(visible(snap, FAKEHW_DEV_ROOT=str(dev))) == len(g)
+
+
+def test_invisible_devices_cannot_be_reached(node_snapshot: Callable[..., NodeSnap]) -> None:
+    snap = node_snapshot("dgx-h100")
+    hidden = snap.node.gpus[0]
+    code = ("import json, pynvml\npynvml.nvmlInit()\nout = {}\n"
+            f"try:\n    pynvml.nvmlDeviceGetHandleByUUID({hidden.uuid!r})\nexcept pynvml.NVMLError as e:\n"
+            "    out['uuid'] = e.value\n"
+            f"try:\n    pynvml.nvmlDeviceGetHandleByPciBusId({hidden.address.nvml_bus_id!r})\n"
+            "except pynvml.NVMLError as e:\n    out['bus'] = e.value\n"
+            "h = pynvml.nvmlDeviceGetHandleByIndex(0)\n"
+            "out['near'] = len(pynvml.nvmlDeviceGetTopologyNearestGpus(h, 40))\nprint(json.dumps(out))\n")
+    out = run_python(code, snap.path, FAKEHW_VISIBLE_DEVICES="1,2")
+    assert out["uuid"] == out["bus"] == 6  # NOT_FOUND
+    assert out["near"] == 1  # gpu1's NODE-level neighbours among the visible ones: gpu2 only
