@@ -182,3 +182,80 @@ def register(fsub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true", help="list passing checks too")
     p.set_defaults(func=cmd_probe)
+
+    register_fuzz(fsub)
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    if args.replay:
+        from fakehw.fabric.fuzz import replay
+
+        try:
+            same, why = replay(args.replay)
+        except ValueError as exc:
+            raise CliError(str(exc), EXIT_BAD_INPUT) from None
+        print(("replay ok: " if same else "replay MISMATCH: ") + why)
+        return EXIT_OK if same else EXIT_FAILURE
+    if args.count < 1:
+        raise CliError("--count must be at least 1", EXIT_BAD_INPUT)
+    if args.target == "parser":
+        from fakehw.fabric.fuzz import fuzz_parser
+
+        report = fuzz_parser(args.seed, args.count)
+    else:
+        report = _fuzz_responder(args)
+    if args.report:
+        report.write(args.report)
+    print(f"fuzz {report.target}: {report.count} packets, seed {report.seed}, {report.rate:.0f} packets/s, "
+          f"{len(report.findings)} finding(s); sha256 {report.digest}")
+    for f in report.findings[:10]:
+        print(f"  packet {f.index} ({f.kind}): {f.what}: {f.detail[:200]}")
+    if args.report:
+        print(f"report: {args.report} (replay: fakehw fabric fuzz --replay {args.report})")
+    return EXIT_OK if not report.findings else EXIT_FAILURE
+
+
+def _fuzz_responder(args: argparse.Namespace) -> Any:
+    from fakehw.fabric.emulate import EmulatedFabric, FabricBuildError
+    from fakehw.fabric.fuzz import fuzz_responder
+    from fakehw.fabric.model import NicRef
+
+    _require_root()
+
+    def ref(text: str) -> NicRef:
+        node, sep, nic = text.partition("/")
+        if not sep:
+            raise CliError(f"expected NODE/NIC, got {text!r}", EXIT_BAD_INPUT)
+        return NicRef(node, nic)
+
+    a, b = ref(args.source), ref(args.dest)
+    if args.state_dir:
+        fabric = _attach(Path(args.state_dir))
+        return _checked_fuzz(fabric, a, b, args, fuzz_responder)
+    model = _load_model(args.config)
+    try:
+        with EmulatedFabric.build(model) as fabric:
+            return _checked_fuzz(fabric, a, b, args, fuzz_responder)
+    except FabricBuildError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _checked_fuzz(fabric: Any, a: Any, b: Any, args: argparse.Namespace, run: Any) -> Any:
+    for r in (a, b):
+        if r not in fabric.plan.nics:
+            raise CliError(f"{r} is not a NIC of fabric {fabric.model.name}", EXIT_BAD_INPUT)
+    return run(fabric, a, b, args.seed, args.count)
+
+
+def register_fuzz(fsub: Any) -> None:
+    p = fsub.add_parser("fuzz", help="scapy fuzz() of BTH/RETH/AETH/PFC at the codec or the responder")
+    p.add_argument("--seed", type=int, default=1, help="random seed (recorded; the same seed, the same bytes)")
+    p.add_argument("--count", type=int, default=10_000)
+    p.add_argument("--target", choices=["parser", "responder"], default="parser")
+    p.add_argument("--report", metavar="FILE", help="write the JSON report here")
+    p.add_argument("--replay", metavar="REPORT", help="regenerate a recorded run and compare byte for byte")
+    p.add_argument("--config", default="dgx-h100-rail", help="fabric to build for --target responder")
+    p.add_argument("--state-dir", metavar="DIR", help="use a fabric started with 'fakehw fabric up' instead")
+    p.add_argument("--from", dest="source", default="dgx-h100-0/mlx5_0", metavar="NODE/NIC")
+    p.add_argument("--to", dest="dest", default="dgx-h100-1/mlx5_0", metavar="NODE/NIC")
+    p.set_defaults(func=cmd_fuzz)
