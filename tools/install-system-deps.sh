@@ -13,6 +13,8 @@ PACKAGES+=(numactl pciutils)
 command -v lstopo-no-graphics >/dev/null || PACKAGES+=(hwloc-nox)
 # Certification report: the HTML report is rendered in headless Chromium and its screenshot read by tesseract.
 PACKAGES+=(chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core)
+# Emulated fabric (fakehw.fabric): ip/tc for links and qdiscs, nft for VLAN rules and impairments, nsenter.
+PACKAGES+=(iproute2 nftables util-linux)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -34,3 +36,13 @@ fi
 # cache (never installed system-wide) for the tests that compare the fake with them.
 "$(dirname "$0")/fetch-real-nvidia.sh" ||
   echo "install-system-deps: the real NVIDIA packages were not fetched; the tests that need them skip" >&2
+
+# Docker backend: Docker engine with the containerd image store, buildx, QEMU + binfmt_misc for riscv64 nodes and
+# debootstrap for the offline base images (testbed/host.py). Quick when everything is there; the report is shown
+# only when it did something or something is missing (as a user it names the commands to run as root).
+testbed_bin="$(dirname "$0")/../.venv/bin/testbed"
+if [ -x "$testbed_bin" ]; then
+  if ! report="$("$testbed_bin" host setup 2>&1)" || grep -q "^  did " <<<"$report"; then
+    echo "$report" >&2
+  fi
+fi
