@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fakehw.agent.client import AgentClient
+from fakehw.agent.client import AgentApi
 from fakehw.model import System, load_profile
 from testbed.backends import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, get_backend
 from testbed.cluster import ClusterRecord, cluster_dir, default_state_dir, find_cluster
@@ -83,7 +83,7 @@ class Testbed:
              input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         return self.backend.exec(self.record, node, argv, env=env, timeout=timeout, capture=capture, input=input)
 
-    def agent(self, node: str | None = None) -> AgentClient:
+    def agent(self, node: str | None = None) -> AgentApi:
         return self.backend.agent(self.record, node or self.record.nodes[0])
 
     def inject(self, node: str, kind: str, device: str, **params: Any) -> dict[str, Any]:

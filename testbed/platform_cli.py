@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fakehw.agent.client import AgentClient
+from fakehw.agent.client import AgentApi
 from fakehw.cli_common import EXIT_BAD_INPUT, CliError
 from fakehw.model.units import format_size
 from testbed.api import Testbed
@@ -45,7 +45,7 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
     leaf.add_argument("--state-dir", default=argparse.SUPPRESS, metavar="DIR", help="where clusters live")
     leaf.add_argument("--json", action="store_true", help="print the agent's JSON answer")
 
-    def client(args: argparse.Namespace) -> AgentClient:
+    def client(args: argparse.Namespace) -> AgentApi:
         return Testbed.attach(args.name, state_dir_of(args)).agent(getattr(args, "node", None))
 
     def show(args: argparse.Namespace, value: Any, text: Callable[[Any], str]) -> int:

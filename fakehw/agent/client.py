@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -34,8 +35,57 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-class AgentClient(PlatformClientMixin):
-    """``AgentClient(socket_path)`` or ``AgentClient(url="http://127.0.0.1:7077", token=...)``."""
+class AgentApi(PlatformClientMixin, ABC):
+    """The agent's verbs over some transport. Subclasses implement :meth:`request`: HTTP here
+    (:class:`AgentClient`); backends may add others (``kubectl exec`` into an agent pod)."""
+
+    timeout: float = 30.0
+
+    @abstractmethod
+    def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
+        """Send one request; return the decoded JSON answer or raise :class:`AgentRequestError`."""
+
+    # Verbs ----------------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        return self.request("GET", "/v1/health")  # type: ignore[no-any-return]
+
+    def kinds(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/kinds")  # type: ignore[no-any-return]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/nodes")  # type: ignore[no-any-return]
+
+    def state(self, node: str) -> dict[str, Any]:
+        return self.request("GET", f"/v1/nodes/{node}")  # type: ignore[no-any-return]
+
+    def device(self, node: str, device: str) -> dict[str, Any]:
+        return self.request("GET", f"/v1/nodes/{node}/devices/{device}")  # type: ignore[no-any-return]
+
+    def faults(self, node: str | None = None) -> list[dict[str, Any]]:
+        query = f"?{urlencode({'node': node})}" if node else ""
+        return self.request("GET", f"/v1/faults{query}")  # type: ignore[no-any-return]
+
+    def inject(self, node: str, kind: str, device: str, **params: Any) -> dict[str, Any]:
+        body = {"node": node, "kind": kind, "device": device, **params}
+        return self.request("POST", "/v1/faults", body)  # type: ignore[no-any-return]
+
+    def heal(self, fault_id: str | None = None, node: str | None = None, device: str | None = None,
+             kind: str | None = None) -> list[dict[str, Any]]:
+        if fault_id is not None and node is None and device is None and kind is None:
+            return self.request("DELETE", f"/v1/faults/{fault_id}")["healed"]  # type: ignore[no-any-return]
+        body = {k: v for k, v in {"id": fault_id, "node": node, "device": device, "kind": kind}.items() if v}
+        return self.request("POST", "/v1/heal", body)["healed"]  # type: ignore[no-any-return]
+
+    def events(self, since: int = 0, node: str | None = None, wait: float = 0.0) -> dict[str, Any]:
+        query: dict[str, Any] = {"since": since, "wait": wait}
+        if node:
+            query["node"] = node
+        return self.request("GET", f"/v1/events?{urlencode(query)}", timeout=self.timeout + wait)  # type: ignore[no-any-return]
+
+
+class AgentClient(AgentApi):
+    """HTTP to the agent: ``AgentClient(socket_path)`` or ``AgentClient(url="http://127.0.0.1:7077", token=...)``."""
 
     def __init__(self, socket_path: Path | str | None = None, url: str | None = None, token: str | None = None,
                  timeout: float = 30.0):
@@ -81,41 +131,3 @@ class AgentClient(PlatformClientMixin):
             detail = payload.get("detail") if isinstance(payload, dict) else None
             raise AgentRequestError(resp.status, message, detail)
         return payload
-
-    # Verbs ----------------------------------------------------------------------------------------
-
-    def health(self) -> dict[str, Any]:
-        return self.request("GET", "/v1/health")  # type: ignore[no-any-return]
-
-    def kinds(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/v1/kinds")  # type: ignore[no-any-return]
-
-    def nodes(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/v1/nodes")  # type: ignore[no-any-return]
-
-    def state(self, node: str) -> dict[str, Any]:
-        return self.request("GET", f"/v1/nodes/{node}")  # type: ignore[no-any-return]
-
-    def device(self, node: str, device: str) -> dict[str, Any]:
-        return self.request("GET", f"/v1/nodes/{node}/devices/{device}")  # type: ignore[no-any-return]
-
-    def faults(self, node: str | None = None) -> list[dict[str, Any]]:
-        query = f"?{urlencode({'node': node})}" if node else ""
-        return self.request("GET", f"/v1/faults{query}")  # type: ignore[no-any-return]
-
-    def inject(self, node: str, kind: str, device: str, **params: Any) -> dict[str, Any]:
-        body = {"node": node, "kind": kind, "device": device, **params}
-        return self.request("POST", "/v1/faults", body)  # type: ignore[no-any-return]
-
-    def heal(self, fault_id: str | None = None, node: str | None = None, device: str | None = None,
-             kind: str | None = None) -> list[dict[str, Any]]:
-        if fault_id is not None and node is None and device is None and kind is None:
-            return self.request("DELETE", f"/v1/faults/{fault_id}")["healed"]  # type: ignore[no-any-return]
-        body = {k: v for k, v in {"id": fault_id, "node": node, "device": device, "kind": kind}.items() if v}
-        return self.request("POST", "/v1/heal", body)["healed"]  # type: ignore[no-any-return]
-
-    def events(self, since: int = 0, node: str | None = None, wait: float = 0.0) -> dict[str, Any]:
-        query: dict[str, Any] = {"since": since, "wait": wait}
-        if node:
-            query["node"] = node
-        return self.request("GET", f"/v1/events?{urlencode(query)}", timeout=self.timeout + wait)  # type: ignore[no-any-return]

@@ -1,10 +1,10 @@
-"""Testbed backends: local (default), docker, and later kubernetes, behind one interface."""
+"""Testbed backends: local (default), docker, kind and kubeconfig, behind one interface."""
 
 from __future__ import annotations
 
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
 
-BACKENDS = ("local", "docker")
+BACKENDS = ("local", "docker", "kind", "kubeconfig")
 
 
 def get_backend(name: str) -> Backend:
@@ -16,6 +16,14 @@ def get_backend(name: str) -> Backend:
         from testbed.backends.docker import DockerBackend
 
         return DockerBackend()
+    if name == "kind":
+        from testbed.backends.kubernetes import KindBackend
+
+        return KindBackend()
+    if name == "kubeconfig":
+        from testbed.backends.kubernetes import KubeconfigBackend
+
+        return KubeconfigBackend()
     raise BackendInputError(f"unknown backend {name!r} (backends: {', '.join(BACKENDS)})")
 
 

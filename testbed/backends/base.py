@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fakehw.agent.client import AgentClient
+from fakehw.agent.client import AgentApi
 from testbed.cluster import ClusterRecord
 
 
@@ -67,7 +67,7 @@ class Backend(ABC):
     ) -> subprocess.CompletedProcess[bytes]: ...
 
     @abstractmethod
-    def agent(self, record: ClusterRecord, node: str) -> AgentClient:
+    def agent(self, record: ClusterRecord, node: str) -> AgentApi:
         """A client for the agent that serves ``node``."""
 
     def inject(self, record: ClusterRecord, node: str, kind: str, device: str, **params: Any) -> dict[str, Any]:

@@ -1,0 +1,315 @@
+"""Kubernetes backends: ``kind`` (a local cluster through pytest-kind) and ``kubeconfig`` (an existing cluster).
+
+Both put one fake node's agent on one Kubernetes node, deploy NVIDIA's real k8s-device-plugin against the fake
+NVML, and drive faults through the node's agent. What they generate is in :mod:`testbed.kubernetes.manifests`.
+
+These machines cannot start a kind cluster (no ``kindest/node`` image can be pulled, no Kubernetes server
+binaries can be had), so ``up`` checks its prerequisites first and says exactly which one is missing; the
+GitHub Actions e2e workflow (``.github/workflows/e2e-kind.yml``) runs it for real.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fakehw.agent.client import AgentApi, AgentClient, AgentRequestError
+from fakehw.model import ProfileError, System, load_profile
+from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
+from testbed.cluster import ClusterRecord
+from testbed.kubernetes.manifests import (
+    KIND_NODE_IMAGE,
+    NAMESPACE,
+    NODE_IMAGE,
+    NODE_LABEL,
+    ClusterPlan,
+    KubernetesConfigError,
+    agent_daemonset,
+    check_kind_nodes,
+    device_plugin_daemonset,
+    kind_config,
+    namespace,
+    node_env,
+    profile_configmap,
+)
+
+READY_TIMEOUT_S = 300.0
+
+
+def _tool(name: str, given: str | None, package: str) -> str:
+    path = given or shutil.which(name)
+    if not path or not Path(path).exists():
+        raise BackendError(f"{name} is not installed; install Debian trixie's '{package}' package (or pass "
+                           f"{name}_path=...)")
+    return path
+
+
+def _load(request: UpRequest) -> tuple[System, str]:
+    ref = request.profile
+    if ref.endswith((".yaml", ".yml")) and Path(ref).is_file():
+        ref = str(Path(ref).resolve())
+    try:
+        return load_profile(ref, nodes=request.nodes), ref
+    except ProfileError as exc:
+        raise BackendInputError(f"profile {request.profile} is not valid:\n{exc}") from None
+
+
+def _dump(objects: Sequence[Mapping[str, Any]]) -> str:
+    return yaml.safe_dump_all(list(objects), sort_keys=False)
+
+
+class _Kubectl:
+    """kubectl against one cluster; every failure becomes a BackendError naming the command."""
+
+    def __init__(self, path: str, kubeconfig: str | None):
+        self.path = path
+        self.kubeconfig = kubeconfig
+
+    def __call__(self, *args: str, input: str | None = None, timeout: float = 120, check: bool = True) -> str:
+        cmd = [self.path, *(["--kubeconfig", self.kubeconfig] if self.kubeconfig else []), *args]
+        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise BackendError(f"kubectl {' '.join(args[:3])} failed: {proc.stderr.strip()[:500]}")
+        return proc.stdout
+
+    def apply(self, objects: Sequence[Mapping[str, Any]]) -> None:
+        self("apply", "-f", "-", input=_dump(objects))
+
+    def node_for(self, fake_node: str) -> str:
+        names = self("get", "nodes", "-l", f"{NODE_LABEL}={fake_node}", "-o", "name").split()
+        if not names:
+            raise BackendInputError(f"no Kubernetes node carries {NODE_LABEL}={fake_node}")
+        return names[0].removeprefix("node/")
+
+
+class KubectlAgentClient(AgentApi):
+    """An agent reached by ``kubectl exec`` into its pod (``python -m fakehw.agent.ctl`` is the transport)."""
+
+    def __init__(self, kubectl: _Kubectl, workload: str, timeout: float = 60.0):
+        self.timeout = timeout
+        self._kubectl = kubectl
+        self._workload = workload
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
+        args = ["exec", "-n", NAMESPACE, self._workload, "--", "/opt/fakehw/venv/bin/python", "-m",
+                "fakehw.agent.ctl", method, path]
+        if body is not None:
+            args.append(json.dumps(body))
+        out = self._kubectl(*args, timeout=timeout or self.timeout, check=False)
+        try:
+            answer = json.loads(out.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            raise AgentRequestError(0, f"no answer from the agent in {self._workload}") from None
+        status, payload = int(answer["status"]), answer["body"]
+        if status == 0 or status >= 400:
+            raise AgentRequestError(status, payload.get("error", "agent error"), payload.get("detail"))
+        return payload
+
+
+class KindBackend(Backend):
+    """A kind cluster whose workers are the fake nodes (fakehw kind node image)."""
+
+    name = "kind"
+
+    def preflight(self, options: Mapping[str, Any]) -> tuple[str, str, str]:
+        """kind, kubectl and the kind node image, or a BackendError naming what is missing."""
+        kind = _tool("kind", options.get("kind_path"), "kind")
+        kubectl = _tool("kubectl", options.get("kubectl_path"), "kubernetes-client")
+        image = str(options.get("kind_image", KIND_NODE_IMAGE))
+        docker = shutil.which("docker")
+        probe = subprocess.run([docker, "image", "inspect", image], capture_output=True, text=True) if docker else None
+        if probe is None or probe.returncode != 0:
+            raise BackendError(
+                f"the kind node image {image} is not available: it is built FROM kindest/node, which no reachable "
+                "registry serves on this machine. Build it where a registry is reachable (docker buildx bake -f "
+                "images/docker-bake.hcl kind-node --load; the e2e-kind GitHub workflow does) or pass kind_image=...")
+        return kind, kubectl, image
+
+    def up(self, request: UpRequest) -> ClusterRecord:
+        system, profile = _load(request)
+        try:
+            check_kind_nodes(system)
+        except KubernetesConfigError as exc:
+            raise BackendInputError(str(exc)) from None
+        kind, kubectl_path, image = self.preflight(request.options)
+        root = request.state_dir / request.name
+        plan = ClusterPlan(f"fakehw-{request.name}", profile, request.nodes, root,
+                           kind_image=image, node_image=str(request.options.get("node_image", NODE_IMAGE)))
+        record = ClusterRecord(name=request.name, backend=self.name, profile=profile,
+                               nodes=[n.name for n in system.nodes], node_count=request.nodes, root=str(root),
+                               created=time.time(),
+                               extra={"kind_path": kind, "kubectl_path": kubectl_path, "kind_cluster": plan.cluster,
+                                      "kubeconfig": str(root / "kubeconfig")})
+        try:
+            write_kind_files(plan, system)
+            record.save()
+            from pytest_kind import KindCluster
+
+            cluster = KindCluster(plan.cluster, kubeconfig=root / "kubeconfig", kind_path=Path(kind),
+                                  kubectl_path=Path(kubectl_path))
+            cluster.create(root / "kind.yaml")
+            self._wait_agents(record)
+            kubectl = _Kubectl(kubectl_path, record.extra["kubeconfig"])
+            kubectl.apply([namespace(), device_plugin_daemonset(plan)])
+            kubectl("rollout", "status", "-n", NAMESPACE, "daemonset/nvidia-device-plugin", "--timeout=300s",
+                    timeout=READY_TIMEOUT_S)
+        except BaseException:
+            self.down(record)
+            raise
+        return record
+
+    def _wait_agents(self, record: ClusterRecord) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        for node in record.nodes:
+            client = self.agent(record, node)
+            while True:
+                try:
+                    client.health()
+                    break
+                except AgentRequestError:
+                    if time.monotonic() > deadline:
+                        raise BackendError(f"the agent of kind worker {node} did not answer within "
+                                           f"{READY_TIMEOUT_S:.0f} s (docker logs of the worker show why)") from None
+                    time.sleep(1)
+
+    def nodes(self, record: ClusterRecord) -> list[NodeInfo]:
+        system = load_profile(record.profile, nodes=record.node_count)
+        return [NodeInfo(n.name, n.cpu.arch, len(n.gpus), record.dir / "nodes" / n.name / "agent" / "nodes" / n.name,
+                         {}) for n in system.nodes]
+
+    def _kubectl(self, record: ClusterRecord) -> _Kubectl:
+        return _Kubectl(record.extra["kubectl_path"], record.extra.get("kubeconfig"))
+
+    def exec(self, record: ClusterRecord, node: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+             timeout: float | None = None, capture: bool = True,
+             input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        if node not in record.nodes:
+            raise BackendInputError(f"cluster {record.name} has no node {node!r}")
+        worker = self._kubectl(record).node_for(node)  # kind names its node containers after the nodes
+        flags = [f"--env={k}={v}" for k, v in (env or {}).items()]
+        return subprocess.run(["docker", "exec", *(["-i"] if input is not None else []), *flags, worker, *argv],
+                              capture_output=capture, timeout=timeout, input=input, check=False)
+
+    def agent(self, record: ClusterRecord, node: str) -> AgentClient:
+        return AgentClient(record.dir / "nodes" / node / "agent" / "agent.sock")
+
+    def alive(self, record: ClusterRecord) -> bool:
+        kind = record.extra.get("kind_path")
+        if not kind or not Path(kind).exists():
+            return False
+        out = subprocess.run([kind, "get", "clusters"], capture_output=True, text=True)
+        return record.extra.get("kind_cluster") in out.stdout.split()
+
+    def down(self, record: ClusterRecord) -> None:
+        kind = record.extra.get("kind_path")
+        if kind and Path(kind).exists():
+            subprocess.run([kind, "delete", "cluster", "--name", record.extra["kind_cluster"]], capture_output=True)
+        shutil.rmtree(record.dir, ignore_errors=True)
+
+
+def write_kind_files(plan: ClusterPlan, system: System) -> Path:
+    """``kind.yaml`` and every worker's ``node.env`` and agent directory, under the cluster directory."""
+    for node in system.nodes:
+        d = plan.node_dir(node.name)
+        (d / "agent").mkdir(parents=True, exist_ok=True)
+        (d / "node.env").write_text(node_env(plan, node))
+    path = plan.state_dir / "kind.yaml"
+    path.write_text(yaml.safe_dump(kind_config(plan, system), sort_keys=False))
+    return path
+
+
+class KubeconfigBackend(Backend):
+    """An existing cluster reached by a kubeconfig: agents as DaemonSets on nodes labelled ``fakehw.io/node``."""
+
+    name = "kubeconfig"
+
+    def up(self, request: UpRequest) -> ClusterRecord:
+        system, profile = _load(request)
+        kubeconfig = request.options.get("kubeconfig")
+        if not kubeconfig or not Path(str(kubeconfig)).is_file():
+            raise BackendInputError("the kubeconfig backend needs kubeconfig=PATH (testbed up --backend kubeconfig "
+                                    "--kubeconfig FILE)")
+        kubectl = _Kubectl(_tool("kubectl", request.options.get("kubectl_path"), "kubernetes-client"),
+                           str(kubeconfig))
+        root = request.state_dir / request.name
+        plan = ClusterPlan(f"fakehw-{request.name}", profile, request.nodes, root,
+                           node_image=str(request.options.get("node_image", NODE_IMAGE)))
+        record = ClusterRecord(name=request.name, backend=self.name, profile=profile,
+                               nodes=[n.name for n in system.nodes], node_count=request.nodes, root=str(root),
+                               created=time.time(), extra={"kubectl_path": kubectl.path, "kubeconfig": str(kubeconfig),
+                                                           "labelled": []})
+        root.mkdir(parents=True, exist_ok=True)
+        record.save()
+        try:
+            record.extra["labelled"] = self._label_nodes(kubectl, system)
+            record.save()
+            objects: list[dict[str, Any]] = [namespace()]
+            if plan.profile_is_file:
+                objects.append(profile_configmap(Path(profile).read_text()))
+            objects += [agent_daemonset(plan, n) for n in system.nodes]
+            objects.append(device_plugin_daemonset(plan))
+            kubectl.apply(objects)
+            for node in system.nodes:
+                kubectl("rollout", "status", "-n", NAMESPACE, f"daemonset/fakehw-agent-{node.name}", "--timeout=300s",
+                        timeout=READY_TIMEOUT_S)
+        except BaseException:
+            self.down(record)
+            raise
+        return record
+
+    @staticmethod
+    def _label_nodes(kubectl: _Kubectl, system: System) -> list[str]:
+        """Use nodes already labelled with a fake node's name; label free schedulable nodes for the rest."""
+        data = json.loads(kubectl("get", "nodes", "-o", "json"))
+        taken = {n["metadata"]["labels"].get(NODE_LABEL): n["metadata"]["name"] for n in data["items"]}
+        free = sorted(n["metadata"]["name"] for n in data["items"]
+                      if NODE_LABEL not in n["metadata"]["labels"] and not n["spec"].get("unschedulable")
+                      and "node-role.kubernetes.io/control-plane" not in n["metadata"]["labels"])
+        missing = [n.name for n in system.nodes if n.name not in taken]
+        if len(missing) > len(free):
+            raise BackendInputError(f"{len(missing)} fake node(s) need a Kubernetes node but only {len(free)} free "
+                                    f"worker(s) exist; label nodes with {NODE_LABEL}=<fake node> or use fewer nodes")
+        labelled = []
+        for fake, real in zip(missing, free, strict=False):
+            kubectl("label", "node", real, f"{NODE_LABEL}={fake}")
+            labelled.append(real)
+        return labelled
+
+    def _kubectl(self, record: ClusterRecord) -> _Kubectl:
+        return _Kubectl(record.extra["kubectl_path"], record.extra["kubeconfig"])
+
+    def nodes(self, record: ClusterRecord) -> list[NodeInfo]:
+        system = load_profile(record.profile, nodes=record.node_count)
+        return [NodeInfo(n.name, n.cpu.arch, len(n.gpus), Path("/var/lib/fakehw-agent/nodes") / n.name, {})
+                for n in system.nodes]
+
+    def exec(self, record: ClusterRecord, node: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+             timeout: float | None = None, capture: bool = True,
+             input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        if node not in record.nodes:
+            raise BackendInputError(f"cluster {record.name} has no node {node!r}")
+        cmd = [record.extra["kubectl_path"], "--kubeconfig", record.extra["kubeconfig"], "exec",
+               *(["-i"] if input is not None else []), "-n", NAMESPACE, f"daemonset/fakehw-agent-{node}", "--",
+               "env", *[f"{k}={v}" for k, v in (env or {}).items()], *argv]
+        return subprocess.run(cmd, capture_output=capture, timeout=timeout, input=input, check=False)
+
+    def agent(self, record: ClusterRecord, node: str) -> AgentApi:
+        return KubectlAgentClient(self._kubectl(record), f"daemonset/fakehw-agent-{node}")
+
+    def alive(self, record: ClusterRecord) -> bool:
+        out = self._kubectl(record)("get", "namespace", NAMESPACE, "-o", "name", check=False)
+        return bool(out.strip())
+
+    def down(self, record: ClusterRecord) -> None:
+        kubectl = self._kubectl(record)
+        kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=300, check=False)
+        for real in record.extra.get("labelled", []):
+            kubectl("label", "node", real, f"{NODE_LABEL}-", check=False)
+        shutil.rmtree(record.dir, ignore_errors=True)
