@@ -61,6 +61,12 @@ def _load(request: UpRequest) -> tuple[System, str]:
         raise BackendInputError(f"profile {request.profile} is not valid:\n{exc}") from None
 
 
+def _image_present(image: str) -> bool:
+    docker = shutil.which("docker")
+    return bool(docker) and subprocess.run([docker or "docker", "image", "inspect", image],
+                                           capture_output=True).returncode == 0
+
+
 def _dump(objects: Sequence[Mapping[str, Any]]) -> str:
     return yaml.safe_dump_all(list(objects), sort_keys=False)
 
@@ -123,9 +129,7 @@ class KindBackend(Backend):
         kind = _tool("kind", options.get("kind_path"), "kind")
         kubectl = _tool("kubectl", options.get("kubectl_path"), "kubernetes-client")
         image = str(options.get("kind_image", KIND_NODE_IMAGE))
-        docker = shutil.which("docker")
-        probe = subprocess.run([docker, "image", "inspect", image], capture_output=True, text=True) if docker else None
-        if probe is None or probe.returncode != 0:
+        if not _image_present(image):
             raise BackendError(
                 f"the kind node image {image} is not available: it is built FROM kindest/node, which no reachable "
                 "registry serves on this machine. Build it where a registry is reachable (docker buildx bake -f "
@@ -155,6 +159,8 @@ class KindBackend(Backend):
             cluster = KindCluster(plan.cluster, kubeconfig=root / "kubeconfig", kind_path=Path(kind),
                                   kubectl_path=Path(kubectl_path))
             cluster.create(root / "kind.yaml")
+            if _image_present(plan.node_image):  # what test pods and probes run; kind nodes cannot pull it
+                cluster.load_docker_image(plan.node_image)
             self._wait_agents(record)
             kubectl = _Kubectl(kubectl_path, record.extra["kubeconfig"])
             kubectl.apply([namespace(), device_plugin_daemonset(plan)])
