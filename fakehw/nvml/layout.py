@@ -26,9 +26,10 @@ import dataclasses
 import struct
 import typing
 import zlib
+from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import cache
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, cast
 
 FORMAT_VERSION = 1
 MAGIC = "FHWNVML"
@@ -509,9 +510,15 @@ def _align_up(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-@cache
 def layout_of(record: type[Any]) -> RecordLayout:
     """Offsets of every field of ``record`` by C's rules (natural alignment, trailing padding)."""
+    return _layout_of(cast(Hashable, record))
+
+
+@cache
+def _layout_of(key: Hashable) -> RecordLayout:
+    """Computed once per record class (classes are immutable, so the cache never goes stale)."""
+    record = cast(type[Any], key)
     hints = typing.get_type_hints(record, include_extras=True)
     fields: list[FieldLayout] = []
     offset = 0

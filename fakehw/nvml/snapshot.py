@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from fakehw.agent.state import Event, GpuState, NodeState
 from fakehw.model.catalogue import GpuSku
@@ -31,8 +32,8 @@ from fakehw.nvml.layout import (
     HeaderRecord,
     LinkRecord,
     MigProfileRecord,
-    NicRecord,
     MigRecord,
+    NicRecord,
     ProcessRecord,
 )
 from fakehw.nvml.readings import (
@@ -101,7 +102,7 @@ class Snapshot:
                   "process": layout.MAX_PROCESSES, "event": layout.MAX_EVENTS, "nic": layout.MAX_NICS}
         hdr_size = layout.layout_of(HeaderRecord).size
         offset = hdr_size
-        fields: dict[str, int] = {}
+        fields: dict[str, Any] = {}
         for name, records, rtype in sections:
             if len(records) > limits[name]:
                 raise SnapshotError(f"{len(records)} {name} records exceed the format's limit of {limits[name]}")

@@ -12,7 +12,7 @@ import pytest
 from fakehw.model import P2PCapability, P2PStatus
 from fakehw.model.units import parse_cpulist
 from fakehw.nvml.readings import PCIE_SPEED_MBPS
-from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess, node_topology
+from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess
 from tests.nvml.helpers import NodeSnap
 
 Nvml = Callable[..., NodeSnap]
@@ -450,7 +450,7 @@ def test_ecc_retired_pages_remapped_rows_field_values(nvml: Nvml, pynvml_module:
     pages = n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
     assert len(pages) == state.retired_pages_dbe
     assert n.nvmlDeviceGetRetiredPagesPendingStatus(h) == int(state.retired_pages_dbe > 0)
-    corr, unc, pending, failure = n.nvmlDeviceGetRemappedRows(h)
+    _corr, unc, pending, _failure = n.nvmlDeviceGetRemappedRows(h)
     assert (unc, pending) == (state.retired_pages_dbe, 1)
     values = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, n.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
                                             n.NVML_FI_DEV_ECC_SBE_VOL_L2, n.NVML_FI_DEV_RETIRED_DBE,

@@ -19,8 +19,9 @@ from fakehw.nvml import layout
 from fakehw.nvml.snapshot import write_snapshot
 from tests.nvml.helpers import NodeSnap, lib_path, run_python, snapshot_env
 
-INIT = "import json, pynvml\ntry:\n    pynvml.nvmlInit()\n    print(json.dumps({'ok': pynvml.nvmlDeviceGetCount()}))\n" \
-       "except pynvml.NVMLError as e:\n    print(json.dumps({'err': e.value, 'text': str(e)}))\n"
+INIT = ("import json, pynvml\ntry:\n    pynvml.nvmlInit()\n"
+        "    print(json.dumps({'ok': pynvml.nvmlDeviceGetCount()}))\n"
+        "except pynvml.NVMLError as e:\n    print(json.dumps({'err': e.value, 'text': str(e)}))\n")
 
 
 def init_result(path: Path) -> dict[str, object]:
@@ -110,8 +111,9 @@ def test_null_pointers_small_buffers_and_bad_handles(nvml: Callable[..., NodeSna
     lib = ctypes.CDLL("libnvidia-ml.so.1")
     h = n.nvmlDeviceGetHandleByIndex(0)
     invalid, small = n.NVML_ERROR_INVALID_ARGUMENT, n.NVML_ERROR_INSUFFICIENT_SIZE
-    for fn in ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPowerUsage", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetBAR1MemoryInfo",
-               "nvmlDeviceGetIndex", "nvmlDeviceGetMinorNumber", "nvmlDeviceGetGpuFabricInfo"):
+    for fn in ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPowerUsage",
+               "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetBAR1MemoryInfo", "nvmlDeviceGetIndex",
+               "nvmlDeviceGetMinorNumber", "nvmlDeviceGetGpuFabricInfo"):
         assert getattr(lib, fn)(h, None) == invalid, fn
     assert lib.nvmlDeviceGetTemperatureThreshold(h, 0, None) == invalid
     assert lib.nvmlDeviceGetCount_v2(None) == invalid
