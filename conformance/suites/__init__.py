@@ -1,0 +1,1 @@
+"""Conformance suites, one package per target kind (run through ``conformance run`` or pytest)."""

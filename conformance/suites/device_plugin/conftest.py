@@ -1,0 +1,169 @@
+"""Fixtures and options of the device plugin suite.
+
+Run it with ``conformance run --target device-plugin --plugin-cmd '...' --profile P`` or directly:
+
+    pytest conformance/suites/device_plugin --profile dgx-h100 \\
+        --target "device-plugin=cmd:python -m testbed.reference.device_plugin"
+
+Without a ``device-plugin`` target the suite certifies the reference plugin. One testbed and one plugin process
+serve the whole session; after every check the plugin is brought back to a clean state (faults healed, pods
+gone, every GPU Healthy), restarting it when a check left it broken, so one failure does not cascade.
+
+A :class:`~testbed.kubelet.kubelet.PluginViolation` raised by a check becomes a plain failed check whose message
+says what the plugin did, with the offending response and the tail of the plugin's log as evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.pytest_plugin import TargetSpec
+from conformance.suites.device_plugin.support import REFERENCE_COMMAND, PluginUnderTest, SuiteOptions
+from fakehw import __version__
+from testbed.api import Testbed
+from testbed.kubelet.kubelet import PluginViolation, Timeouts
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("device-plugin", "device plugin suite")
+    group.addoption("--dp-node", default=None, help="node of the profile to run the plugin on (default: the first "
+                                                    "with GPUs)")
+    group.addoption("--dp-resource", default="nvidia.com/gpu", help="the plugin's GPU resource name")
+    group.addoption("--dp-timeout-scale", type=float, default=1.0,
+                    help="stretch every harness deadline (e.g. 4 for emulated riscv64 nodes)")
+    group.addoption("--dp-rpc-timeout", type=float, default=None, help="deadline of unary calls (default 5 s)")
+    group.addoption("--dp-start-timeout", type=float, default=None,
+                    help="seconds the plugin may take to register and list its GPUs (default 30)")
+    group.addoption("--dp-fuzz-examples", type=int, default=6, help="state-machine runs per isolation requirement")
+    group.addoption("--dp-fuzz-steps", type=int, default=12, help="steps per state-machine run")
+    group.addoption("--dp-fuzz-seed", type=int, default=None, help="replay a fuzz run (printed with every failure)")
+    group.addoption("--dp-fuzz-no-shrink", action="store_true", help="report fuzz failures unshrunk (faster)")
+
+
+def _command(spec: TargetSpec | None) -> str:
+    if spec is None:
+        return REFERENCE_COMMAND
+    text = spec.spec
+    if text.startswith("cmd:"):
+        return text[4:].strip()
+    if text.startswith("image:"):
+        raise pytest.UsageError("device-plugin=image:... needs the kind backend (issue 9); use cmd:... on the "
+                                "local and docker backends")
+    return text
+
+
+@pytest.fixture(scope="session")
+def dp_options(pytestconfig: pytest.Config, conformance_targets: dict[str, TargetSpec],
+               conformance_profile: str, conformance_backend: str) -> SuiteOptions:
+    timeouts = Timeouts()
+    scale = float(pytestconfig.getoption("dp_timeout_scale"))
+    if scale != 1.0:
+        timeouts = timeouts.scaled(scale)
+    rpc = pytestconfig.getoption("dp_rpc_timeout")
+    start = pytestconfig.getoption("dp_start_timeout")
+    if rpc is not None or start is not None:
+        from dataclasses import replace
+
+        timeouts = replace(timeouts, rpc=float(rpc) if rpc is not None else timeouts.rpc,
+                           start=float(start) if start is not None else timeouts.start)
+    return SuiteOptions(
+        command=_command(conformance_targets.get("device-plugin")),
+        profile=conformance_profile,
+        backend=conformance_backend,
+        node=pytestconfig.getoption("dp_node"),
+        gpu_resource=str(pytestconfig.getoption("dp_resource")),
+        timeouts=timeouts,
+        fuzz_examples=int(pytestconfig.getoption("dp_fuzz_examples")),
+        fuzz_steps=int(pytestconfig.getoption("dp_fuzz_steps")),
+        fuzz_seed=pytestconfig.getoption("dp_fuzz_seed"),
+        fuzz_shrink=not pytestconfig.getoption("dp_fuzz_no_shrink"),
+    )
+
+
+@pytest.fixture(scope="session")
+def dp_testbed(dp_options: SuiteOptions) -> Iterator[Testbed]:
+    state = Path(tempfile.mkdtemp(prefix="fhw-dp-", dir="/tmp"))
+    tb = Testbed.up(dp_options.profile, backend=dp_options.backend, name="dp", state_dir=state)
+    try:
+        yield tb
+    finally:
+        tb.down()
+
+
+@pytest.fixture(scope="session")
+def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict[str, Any]) -> Iterator[
+        PluginUnderTest]:
+    nodes = [n for n in dp_testbed.nodes() if n.gpus > 0]
+    if dp_options.node:
+        nodes = [n for n in dp_testbed.nodes() if n.name == dp_options.node]
+        if not nodes:
+            raise pytest.UsageError(f"--dp-node {dp_options.node}: no such node in {dp_options.profile}")
+    if not nodes:
+        raise pytest.UsageError(f"profile {dp_options.profile} has no node with GPUs")
+    node = nodes[0]
+    workdir = Path(tempfile.mkdtemp(prefix="fhw-dpk-", dir="/tmp"))
+    launcher = None
+    probe = None
+    if dp_options.backend == "docker":
+        from conformance.suites.device_plugin.docker import docker_launcher, docker_probe
+
+        launcher = docker_launcher(dp_testbed, node, dp_options, workdir)
+        probe = docker_probe(dp_testbed, node)
+        workdir = launcher.plugin_dir_host
+    put = PluginUnderTest(dp_testbed, node, dp_options, workdir, launcher, probe)
+    conformance_manifest.setdefault("targets", [f"device-plugin=cmd:{dp_options.command}"])
+    if dp_options.is_reference:
+        conformance_manifest.setdefault("component_versions", {})["device-plugin"] = f"fakehw reference {__version__}"
+    conformance_manifest["device_plugin_node"] = node.name
+    put.start()
+    try:
+        yield put
+    finally:
+        put.stop()
+
+
+@pytest.fixture
+def plugin(dp: PluginUnderTest) -> Iterator[PluginUnderTest]:
+    """The plugin under test, clean before and after the check."""
+    yield dp
+    dp.reset()
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """Turn plugin violations into clean failed checks with evidence (no harness traceback)."""
+    try:
+        return (yield)
+    except PluginViolation as exc:
+        item.user_properties.append(("evidence", {"label": exc.check, "value": _jsonable(exc.evidence)}))
+        put = _put_of(item)
+        if put is not None and "plugin log" not in exc.evidence:
+            item.user_properties.append(("evidence", {"label": "plugin log", "value": put.log_tail(2000)}))
+        raise pytest.fail.Exception(f"[{exc.check}] {exc.message}", pytrace=False) from None
+    except AssertionError:
+        put = _put_of(item)
+        if put is not None:
+            item.user_properties.append(("evidence", {"label": "plugin log", "value": put.log_tail(2000)}))
+        raise
+
+
+def _put_of(item: pytest.Item) -> PluginUnderTest | None:
+    funcargs = getattr(item, "funcargs", {})
+    for value in funcargs.values():
+        if isinstance(value, PluginUnderTest):
+            return value
+    return None

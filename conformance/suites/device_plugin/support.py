@@ -1,0 +1,365 @@
+"""The device plugin suite's machinery: the plugin under test on a testbed node, identities, expected values.
+
+:class:`PluginUnderTest` ties together a testbed node, the harness's :class:`~testbed.kubelet.kubelet.Kubelet` and
+the plugin process (a command on this machine or in the node's container). It never raises from setup: a plugin
+that fails to come up is recorded (:attr:`PluginUnderTest.startup_error`) and every check that needs a running
+plugin fails at once with that reason, so a broken plugin costs one start timeout, not one per test.
+
+Expected values come from the model: GPU identities (UUID, index, minor), NUMA nodes, and optimal preferred
+allocations computed here from the model's NVLink bonds and PCIe levels (independently of the reference plugin's
+own allocator, so a shared bug cannot hide).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fakehw.model.system import MemoryPool, Node, System
+from testbed.api import Testbed
+from testbed.backends import NodeInfo
+from testbed.kubelet.api import HEALTHY
+from testbed.kubelet.exposure import Exposure, GpuRef, container_dev_nodes, exposure
+from testbed.kubelet.kubelet import Assignment, Endpoint, Kubelet, PluginViolation, Timeouts
+from testbed.kubelet.launcher import CommandLauncher, PluginLauncher, PluginProcess
+from testbed.kubelet.nvmlprobe import NvmlProbe, ProbeError
+
+REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m testbed.reference.device_plugin"
+GPU_RESOURCE = "nvidia.com/gpu"
+POOL_PREFIX = "nvidia.com/gpu.memoryPool."
+HEALTH_BOUND_S = 5.0
+"""A fault must show in ListAndWatch within this many seconds (DP-HEALTH-001/002)."""
+RECOVERY_BOUND_S = 10.0
+"""A healed GPU must be Healthy again within this many seconds (DP-HEALTH-003)."""
+REREGISTER_BOUND_S = 10.0
+POOL_SETTLE_S = 5.0
+"""How long after the GPU resource the pool resources may take to register."""
+
+
+@dataclass(frozen=True)
+class SuiteOptions:
+    command: str
+    profile: str
+    backend: str
+    node: str | None = None
+    gpu_resource: str = GPU_RESOURCE
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    fuzz_examples: int = 6
+    fuzz_steps: int = 12
+    fuzz_seed: int | None = None
+    fuzz_shrink: bool = True
+
+    @property
+    def is_reference(self) -> bool:
+        return self.command == REFERENCE_COMMAND
+
+
+def gpu_refs(node: Node) -> list[GpuRef]:
+    return [GpuRef(g.name, g.index, g.minor, g.uuid) for g in node.gpus]
+
+
+# --------------------------------------------------------------------------------------------------- optimum
+
+
+@dataclass(frozen=True)
+class ModelTopology:
+    """The node's GPUs with the model's NVLink bonds and PCIe levels (index = NVML index)."""
+
+    names: tuple[str, ...]
+    bonds: tuple[tuple[int, ...], ...]
+    levels: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def of(cls, system: System, node: Node) -> ModelTopology:
+        topo = system.topology.nodes[node.name]
+        return cls(tuple(g.name for g in node.gpus), tuple(tuple(int(x) for x in r) for r in topo.nvlinks),
+                   tuple(tuple(int(x) for x in r) for r in topo.levels))
+
+    def index(self, name: str) -> int:
+        return self.names.index(name)
+
+    def score(self, names: Sequence[str]) -> tuple[int, int]:
+        """(sum of NVLink links over pairs, minus the sum of PCIe levels over pairs): bigger is better."""
+        idx = [self.index(n) for n in names]
+        pairs = list(itertools.combinations(idx, 2))
+        return sum(self.bonds[a][b] for a, b in pairs), -sum(self.levels[a][b] for a, b in pairs)
+
+    def optimum(self, available: Sequence[str], size: int, must: Sequence[str] = ()) -> tuple[tuple[int, int],
+                                                                                             tuple[str, ...]]:
+        """Best score of a ``size``-set from ``available`` containing ``must``, and one set that reaches it."""
+        rest = [a for a in available if a not in must]
+        best: tuple[tuple[int, int], tuple[str, ...]] | None = None
+        for combo in itertools.combinations(rest, size - len(must)):
+            members = (*must, *combo)
+            s = self.score(members)
+            if best is None or s > best[0]:
+                best = (s, members)
+        if best is None:
+            raise ValueError(f"no {size}-set from {len(available)} available GPUs")
+        return best
+
+
+# --------------------------------------------------------------------------------------------------- plugin
+
+
+class PluginUnderTest:
+    """The plugin under test, running against one node of a testbed, with the harness's kubelet."""
+
+    def __init__(self, testbed: Testbed, node: NodeInfo, options: SuiteOptions, workdir: Path,
+                 launcher: PluginLauncher | None = None, probe: NvmlProbe | None = None):
+        self.testbed = testbed
+        self.node_info = node
+        self.options = options
+        self.system: System = testbed.system
+        model = self.system.node(node.name)
+        assert model is not None
+        self.node: Node = model
+        self.gpus = gpu_refs(model)
+        self.topology = ModelTopology.of(self.system, model)
+        self.pools: dict[str, MemoryPool] = {p.resource_name: p for p in model.memory_pools}
+        self.workdir = workdir
+        self.plugin_dir = workdir
+        self.kubelet = Kubelet(self.plugin_dir, options.timeouts)
+        self.launcher = launcher or CommandLauncher(options.command, node.name, node.env, workdir / "logs")
+        self.probe = probe or NvmlProbe([sys.executable, "-m", "testbed.kubelet.nvmlprobe"], node.env)
+        self.process: PluginProcess | None = None
+        self.startup_error: PluginViolation | None = None
+        self.baseline: tuple[str, ...] = ()
+        """Device IDs of the GPU resource when the plugin first came up."""
+        self._identity: dict[str, str] = {}
+        self._pods = itertools.count(1)
+        self.lock = threading.RLock()
+
+    @property
+    def resource(self) -> str:
+        return self.options.gpu_resource
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start the kubelet (if needed) and the plugin; record instead of raise when it does not come up."""
+        if not self.kubelet.running:
+            self.kubelet.start()
+        after = self._generation()
+        self.process = self.launcher.start(self.plugin_dir)
+        try:
+            self.wait_ready(after)
+            self.startup_error = None
+        except PluginViolation as exc:
+            exc.evidence.setdefault("plugin log", self.log_tail())
+            if self.process is not None and not self.process.alive():
+                exc.message += f" (the plugin exited with status {self.process.returncode()})"
+            self.startup_error = exc
+        if not self.baseline and self.startup_error is None:
+            latest = self.kubelet.endpoint(self.resource).latest
+            assert latest is not None
+            self.baseline = tuple(d.id for d in latest.devices)
+
+    def _generation(self, resource: str | None = None) -> int:
+        ep = self.kubelet.endpoints.get(resource or self.resource)
+        return ep.generation if ep is not None else 0
+
+    def wait_ready(self, after: int = 0, timeout: float | None = None) -> Endpoint:
+        """Wait for the GPU resource (newer than ``after``), then give the pool resources a moment to follow."""
+        ep = self.kubelet.wait_endpoint(self.resource, after, timeout if timeout is not None
+                                        else self.options.timeouts.start)
+        deadline = time.monotonic() + POOL_SETTLE_S
+        for resource in self.pools:
+            with contextlib.suppress(PluginViolation):
+                self.kubelet.wait_endpoint(resource, 0, max(0.0, deadline - time.monotonic()))
+        return ep
+
+    def require(self) -> Endpoint:
+        """The GPU resource's endpoint, serving; or the reason it is not, as a failed check."""
+        if self.startup_error is not None:
+            raise PluginViolation(self.startup_error.check, f"the plugin never came up: {self.startup_error.message}",
+                                  self.startup_error.evidence)
+        ep = self.kubelet.endpoints.get(self.resource)
+        if ep is None or not ep.serving:
+            raise PluginViolation("not-serving", f"{self.resource} is not registered and listing devices",
+                                  {**self.kubelet.evidence(self.resource), "plugin log": self.log_tail()})
+        return ep
+
+    def restart(self, kill: bool = False, downtime: float = 0.2) -> Endpoint:
+        """Stop (SIGTERM) or kill (SIGKILL) the plugin and start it again; waits until it serves again."""
+        after = self._generation()
+        if self.process is not None:
+            self.process.kill() if kill else self.process.stop()
+        time.sleep(downtime)
+        self.process = self.launcher.start(self.plugin_dir)
+        return self.wait_ready(after)
+
+    def restart_kubelet(self, downtime: float = 0.2) -> Endpoint:
+        after = self._generation()
+        self.kubelet.restart(downtime)
+        return self.kubelet.wait_endpoint(self.resource, after, REREGISTER_BOUND_S)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+        self.kubelet.stop()
+        self.probe.close()
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.process.log_tail(chars) if self.process is not None else ""
+
+    def restart_agent(self) -> None:
+        """Restart the node's hardware agent (faults come back from its journal)."""
+        backend = self.testbed.backend
+        restart = getattr(backend, "restart_agent", None)
+        if restart is not None:
+            restart(self.testbed.record, self.node.name)
+            return
+        stop, start = getattr(backend, "stop_agent", None), getattr(backend, "start_agent", None)
+        if stop is None or start is None:
+            raise NotImplementedError(f"the {backend.name} backend cannot restart an agent")
+        stop(self.testbed.record)
+        start(self.testbed.record)
+
+    # ------------------------------------------------------------------------------------------ devices
+
+    def latest_ids(self) -> list[str]:
+        latest = self.require().latest
+        assert latest is not None
+        return [d.id for d in latest.devices]
+
+    def identify(self, device_id: str) -> str:
+        """The model GPU behind ``device_id``: the node GPU whose UUID the ID contains, else the only GPU that
+        allocating the ID alone exposes. A violation when neither tells."""
+        if device_id in self._identity:
+            return self._identity[device_id]
+        by_uuid = [g.name for g in self.gpus if g.uuid.lower() in device_id.lower()]
+        if len(by_uuid) == 1:
+            self._identity[device_id] = by_uuid[0]
+            return by_uuid[0]
+        response = self.kubelet.allocate(self.resource, [[device_id]]).container_responses[0]
+        exposed = exposure(response, self.gpus).all
+        if len(exposed) != 1:
+            raise PluginViolation("identity", f"cannot tell which GPU device {device_id!r} is: allocating it alone "
+                                              f"exposes {sorted(exposed) or 'no GPU'}",
+                                  {"device": device_id, "response": self.kubelet.calls[-1].response})
+        name = next(iter(exposed))
+        self._identity[device_id] = name
+        return name
+
+    def identities(self, ids: Sequence[str] | None = None) -> dict[str, str]:
+        return {d: self.identify(d) for d in (ids if ids is not None else self.latest_ids())}
+
+    def id_of(self, gpu_name: str) -> str:
+        for dev in self.latest_ids():
+            if self.identify(dev) == gpu_name:
+                return dev
+        raise PluginViolation("identity", f"no device of {self.resource} is GPU {gpu_name}",
+                              self.kubelet.evidence(self.resource))
+
+    def expose(self, response: Any) -> Exposure:
+        return exposure(response, self.gpus)
+
+    def nvml_view(self, response: Any) -> tuple[frozenset[str], int]:
+        """GPUs (model names) NVML enumerates inside a container made from this Allocate answer, and how many
+        more it enumerates that are off the bus (NVML cannot name those)."""
+        nodes = container_dev_nodes(response, self.gpus)
+        try:
+            uuids, lost = self.probe.view(nodes)
+        except ProbeError as exc:
+            raise PluginViolation("nvml-view", f"could not look inside the container: {exc}", {"dev_nodes": nodes}) \
+                from None
+        by_uuid = {g.uuid: g.name for g in self.gpus}
+        return frozenset(by_uuid.get(u, u) for u in uuids), lost
+
+    def new_pod(self, prefix: str = "pod") -> str:
+        return f"{prefix}-{next(self._pods)}"
+
+    def admit_exact(self, pod: str, resource: str, device_ids: Sequence[str]) -> Assignment:
+        """Give a container exactly these devices (as a kubelet does for a pod that was assigned them)."""
+        from testbed.kubelet.api import to_json
+
+        response = self.kubelet.allocate(resource, [list(device_ids)])
+        assignment = Assignment(pod, "main", resource, tuple(device_ids), to_json(response.container_responses[0]),
+                                time.time())
+        self.kubelet.checkpoint.add(assignment)
+        return assignment
+
+    # ------------------------------------------------------------------------------------------ faults
+
+    def inject(self, gpu: str, kind: str, **params: Any) -> str:
+        return str(self.testbed.inject(self.node.name, kind, gpu, **params)["id"])
+
+    def heal(self, fault_id: str) -> None:
+        self.testbed.heal(fault_id=fault_id)
+
+    def heal_all(self) -> None:
+        with contextlib.suppress(Exception):
+            self.testbed.heal(node=self.node.name)
+
+    def all_healthy(self, update: Any) -> bool:
+        states = update.by_id()
+        return all(d in states and states[d].health == HEALTHY for d in self.baseline)
+
+    # ------------------------------------------------------------------------------------------ between tests
+
+    def reset(self) -> None:
+        """Back to a clean state for the next check: faults healed, pods gone, plugin serving every GPU as
+        Healthy. Restarts the agent, kubelet or plugin when a check left them broken. Never raises."""
+        with contextlib.suppress(Exception):
+            if not self.testbed.alive():
+                self.restart_agent()
+        self.heal_all()
+        for pod in sorted({a.pod for a in self.kubelet.checkpoint.assignments}):
+            self.kubelet.release(pod)
+        if not self.kubelet.running:
+            with contextlib.suppress(Exception):
+                self.kubelet.start()
+        if self.startup_error is not None and not self.baseline:
+            return  # it never came up; do not pay the start timeout again for every check
+        for attempt in range(2):
+            try:
+                ep = self.kubelet.endpoints.get(self.resource)
+                if ep is None or not ep.serving or self.process is None or not self.process.alive():
+                    raise PluginViolation("not-serving", "not serving")
+                self.kubelet.wait_update(self.resource, self.all_healthy, RECOVERY_BOUND_S, "all GPUs healthy")
+                self.kubelet.problems.clear()
+                return
+            except PluginViolation:
+                if attempt == 0:
+                    with contextlib.suppress(PluginViolation):
+                        self.restart(kill=True)
+
+
+def run_load(put: PluginUnderTest, stop: threading.Event, errors: list[str], counts: dict[str, int],
+             pods: int = 2) -> None:
+    """Background pods coming and going (chaos "under load"): admit one GPU, release it, repeat.
+
+    Failures while the plugin or kubelet is down are expected and only counted; ``counts["after"]`` counts
+    admissions that succeeded after ``counts["mark"]`` was set by the test."""
+    n = 0
+    while not stop.is_set():
+        n += 1
+        pod = f"load-{n % pods}"
+        try:
+            put.kubelet.release(pod)
+            put.kubelet.admit(pod, "main", put.resource, 1)
+            counts["ok"] = counts.get("ok", 0) + 1
+            if counts.get("mark"):
+                counts["after"] = counts.get("after", 0) + 1
+        except Exception as exc:  # expected while things restart
+            errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            stop.wait(0.05)
+        stop.wait(0.02)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,162 @@
+"""Allocate and PreStartContainer; memory-pool resources and their reservation tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from conformance.suites.device_plugin.support import POOL_PREFIX, PluginUnderTest, wait_until
+from testbed.kubelet.api import to_json
+from testbed.kubelet.exposure import TOKEN_RE
+from testbed.kubelet.kubelet import PluginViolation, RpcFailed
+
+Evidence = Callable[[str, Any], None]
+
+
+@pytest.mark.requirement("DP-ALLOC-001")
+def test_allocate_answers_every_container(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    ids = plugin.latest_ids()
+    containers = [[ids[0]], ids[1:3]] if len(ids) >= 3 else [[ids[0]], []] if len(ids) == 1 else [[ids[0]], [ids[1]]]
+    containers = [c for c in containers if c]
+    response = plugin.kubelet.allocate(plugin.resource, containers)
+    evidence("allocate", {"containers": containers, "response": to_json(response)})
+    single = plugin.kubelet.allocate(plugin.resource, [[ids[-1]]])
+    assert len(single.container_responses) == 1
+
+
+def _sets(plugin: PluginUnderTest) -> list[list[str]]:
+    ids = plugin.latest_ids()
+    out = [[d] for d in ids]
+    if len(ids) >= 2:
+        out.append(ids[:2])
+        out.append(ids[-2:])
+    if len(ids) > 2:
+        out.append(ids)
+    return out
+
+
+@pytest.mark.requirement("DP-ALLOC-002")
+def test_allocate_exposes_exactly_the_allocated_gpus(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    failures = []
+    rows = []
+    for devices in _sets(plugin):
+        want = {plugin.identify(d) for d in devices}
+        response = plugin.kubelet.allocate(plugin.resource, [devices]).container_responses[0]
+        ex = plugin.expose(response)
+        seen, _ = plugin.nvml_view(response)
+        row = {"devices": devices, "gpus": sorted(want), "channels": {k: sorted(v) for k, v in ex.channels().items()},
+               "nvml inside the container": sorted(seen)}
+        rows.append(row)
+        problems = [f"{name} exposes {sorted(got)}" for name, got in ex.channels().items()
+                    if got and got != want]
+        if not ex.all:
+            problems.append("nothing exposes any GPU")
+        if ex.specs != want and not (ex.env or ex.cdi):
+            problems.append(f"device specs expose {sorted(ex.specs)}")
+        problems += list(ex.unknown)
+        if seen != want:
+            problems.append(f"NVML inside the container shows {sorted(seen)}")
+        if problems:
+            row["response"] = to_json(response)
+            failures.append(f"allocating {sorted(want)}: {'; '.join(problems)}")
+    evidence("allocations", rows)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.requirement("DP-ALLOC-003")
+def test_allocate_refuses_unknown_devices(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    plugin.require()
+    bogus = "no-such-device-0123456789"
+    try:
+        response = plugin.kubelet.allocate(plugin.resource, [[bogus]])
+    except RpcFailed as exc:
+        evidence("refusal", {"status": exc.code.name, "details": exc.details})
+        return
+    evidence("response", to_json(response))
+    pytest.fail(f"Allocate of the unknown device {bogus!r} succeeded: {to_json(response)}", pytrace=False)
+
+
+@pytest.mark.requirement("DP-ALLOC-004")
+def test_prestart_container(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    ep = plugin.require()
+    pod = plugin.new_pod()
+    assignment = plugin.kubelet.admit(pod, "main", plugin.resource, 1)  # calls PreStartContainer when required
+    if ep.options.pre_start_required:
+        evidence("pre-start", "required; called by admission and answered")
+        return
+    try:
+        plugin.kubelet.prestart(plugin.resource, list(assignment.device_ids))
+        evidence("pre-start", "not required; answered anyway")
+    except RpcFailed as exc:
+        if exc.code != grpc.StatusCode.UNIMPLEMENTED:
+            raise
+        evidence("pre-start", "not required; UNIMPLEMENTED (allowed)")
+
+
+# --------------------------------------------------------------------------------------------------- pools
+
+
+def _pool_resources(plugin: PluginUnderTest) -> list[str]:
+    return sorted(r for r in plugin.kubelet.endpoints if r.startswith(POOL_PREFIX))
+
+
+@pytest.mark.requirement("DP-POOL-001")
+def test_each_memory_pool_is_a_resource(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    plugin.require()
+    expected = sorted(plugin.pools)
+    wait_until(lambda: set(expected) <= set(plugin.kubelet.endpoints), 5.0)
+    registered = _pool_resources(plugin)
+    evidence("pools", {"model": expected, "registered": registered})
+    missing = sorted(set(expected) - set(registered))
+    phantom = sorted(set(registered) - set(expected))
+    assert not missing, f"memory pools of {plugin.node.name} not advertised: {missing}"
+    assert not phantom, f"advertised pools the node does not have: {phantom}"
+    empty = [r for r in registered if not (plugin.kubelet.endpoints[r].latest and
+                                            plugin.kubelet.endpoints[r].latest.devices)]  # type: ignore[union-attr]
+    assert not empty, f"pool resources without devices: {empty}"
+
+
+def _check_token(plugin: PluginUnderTest, pool: str, token: str) -> dict[str, Any]:
+    """Map with the token through the agent (proving it opens this pool on this node), then unmap."""
+    agent = plugin.testbed.agent(plugin.node.name)
+    try:
+        mapping = agent.map_pool(plugin.node.name, pool, token, "conformance-probe")
+    except Exception as exc:
+        raise PluginViolation("pool-token", f"the node refuses the token handed out for pool {pool}: {exc}",
+                              {"pool": pool}) from None
+    agent.unmap_pool(str(mapping["id"]), token)
+    return mapping
+
+
+@pytest.mark.requirement("DP-POOL-002")
+def test_pool_allocation_returns_a_valid_token(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    plugin.require()
+    resources = _pool_resources(plugin)
+    if not plugin.pools:
+        # Nothing to reserve on this node: the plugin must not hand out pool tokens for GPUs either.
+        response = plugin.kubelet.allocate(plugin.resource, [plugin.latest_ids()[:1]]).container_responses[0]
+        tokens = plugin.expose(response).tokens
+        evidence("applicability", f"{plugin.node.name} has no memory pools; checked that GPU allocations carry no "
+                                  "pool token")
+        assert not tokens, f"a GPU allocation carries pool tokens: {tokens}"
+        return
+    rows = []
+    for resource in resources:
+        pool = plugin.pools[resource].name
+        tokens = []
+        for _ in range(2):
+            pod = plugin.new_pod("pool")
+            a = plugin.kubelet.admit(pod, "main", resource, 1)
+            found = TOKEN_RE.findall(" ".join(a.response.get("envs", {}).values()) + " " +
+                                     " ".join(a.response.get("annotations", {}).values()))
+            rows.append({"resource": resource, "devices": list(a.device_ids), "response": a.response})
+            assert len(set(found)) == 1, f"{resource}: expected one reservation token in the answer, found " \
+                                         f"{len(set(found))}"
+            mapping = _check_token(plugin, pool, found[0])
+            rows[-1]["mapped grant"] = mapping.get("grant")
+            tokens.append(found[0])
+        assert tokens[0] != tokens[1], f"{resource}: two allocations got the same token"
+    evidence("pool allocations", rows)

@@ -1,0 +1,100 @@
+"""Inventory: the device list, its IDs and their stability; NUMA topology of every GPU."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from conformance.suites.device_plugin.support import PluginUnderTest
+
+Evidence = Callable[[str, Any], None]
+STREAM_KEPT_S = 1.0
+
+
+@pytest.mark.requirement("DP-INV-001")
+def test_device_list_arrives_and_stream_stays_open(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    plugin.require()
+    for resource, ep in sorted(plugin.kubelet.endpoints.items()):
+        first = ep.updates[0] if ep.updates else None
+        assert first is not None, f"{resource}: no device list"
+        assert ep.opened_at is not None
+        delay = first.time - ep.opened_at
+        evidence(f"{resource}: first device list", {"seconds": round(delay, 3), "devices": len(first.devices)})
+        assert delay <= plugin.options.timeouts.first_update, (
+            f"{resource}: the first device list came {delay:.1f} s after ListAndWatch opened")
+    time.sleep(max(0.0, STREAM_KEPT_S - (time.monotonic() - min(e.opened_at or 0 for e in
+                                                                   plugin.kubelet.endpoints.values()))))
+    closed = {r: f"{ep.stream_state}: {ep.stream_detail}" for r, ep in plugin.kubelet.endpoints.items()
+              if ep.stream_state != "open"}
+    assert not closed, f"ListAndWatch streams did not stay open: {closed}"
+
+
+@pytest.mark.requirement("DP-INV-002")
+def test_every_gpu_listed_exactly_once(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    ids = plugin.latest_ids()
+    identities = plugin.identities(ids)
+    evidence("device IDs", identities)
+    by_gpu: dict[str, list[str]] = {}
+    for dev, gpu in identities.items():
+        by_gpu.setdefault(gpu, []).append(dev)
+    twice = {g: d for g, d in by_gpu.items() if len(d) > 1}
+    assert not twice, f"GPUs behind more than one device ID: {twice}"
+    missing = sorted({g.name for g in plugin.gpus} - set(by_gpu))
+    assert not missing, f"GPUs of {plugin.node.name} not listed as {plugin.resource}: {missing}"
+    assert len(ids) == len(plugin.gpus), f"{len(ids)} devices listed for {len(plugin.gpus)} GPUs"
+
+
+@pytest.mark.requirement("DP-INV-003")
+def test_device_ids_and_health_values_are_valid(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    plugin.require()
+    bad = []
+    for resource in sorted(plugin.kubelet.endpoints):
+        for update in plugin.kubelet.history(resource):
+            problems = device_problems_of(update)
+            if problems:
+                bad.append({"resource": resource, "problems": problems, "device list": update.raw})
+    if bad:
+        evidence("malformed device lists", bad[:3])
+    assert not bad, f"{bad[0]['resource']}: {'; '.join(bad[0]['problems'])}"
+
+
+def device_problems_of(update: Any) -> list[str]:
+    return [p.message for p in update.problems]
+
+
+@pytest.mark.requirement("DP-INV-004")
+def test_device_ids_are_stable_across_plugin_restarts(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    before = plugin.identities()
+    plugin.restart(kill=False)
+    after_ids = plugin.latest_ids()
+    evidence("device IDs", {"before": sorted(before), "after": sorted(after_ids)})
+    assert sorted(after_ids) == sorted(before), (
+        f"the restarted plugin lists other IDs: gone {sorted(set(before) - set(after_ids))}, new "
+        f"{sorted(set(after_ids) - set(before))}")
+    moved = {}
+    for dev, gpu in before.items():
+        plugin._identity.pop(dev, None)
+        now = plugin.identify(dev)
+        if now != gpu:
+            moved[dev] = f"{gpu} -> {now}"
+    assert not moved, f"device IDs now name other GPUs: {moved}"
+
+
+@pytest.mark.requirement("DP-TOPO-001")
+def test_numa_nodes_match_the_model(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    ep = plugin.require()
+    latest = ep.latest
+    assert latest is not None
+    model = {g.name: g.numa for g in plugin.node.gpus}
+    rows = []
+    wrong = []
+    for d in latest.devices:
+        gpu = plugin.identify(d.id)
+        rows.append({"device": d.id, "gpu": gpu, "reported": list(d.numa), "model": [model[gpu]]})
+        if sorted(d.numa) != [model[gpu]]:
+            wrong.append(f"{d.id} ({gpu}): reported NUMA {list(d.numa) or 'none'}, the GPU is on node {model[gpu]}")
+    evidence("NUMA nodes", rows)
+    assert not wrong, "; ".join(wrong)

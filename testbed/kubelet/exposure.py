@@ -1,0 +1,142 @@
+"""What a container would get from an Allocate answer: which GPUs, through which channel, and which pool tokens.
+
+A container runtime turns a ``ContainerAllocateResponse`` into a container: device nodes from the device specs,
+environment variables (``NVIDIA_VISIBLE_DEVICES`` is read by the NVIDIA container runtime, which adds the GPUs it
+names), CDI devices (``nvidia.com/gpu=<index|uuid|all>``, directly or through ``cdi.k8s.io/*`` annotations).
+:func:`exposure` reads each channel separately so a check can say which one leaks, and :func:`container_dev_nodes`
+gives the device nodes the container would end up with (what NVML inside it enumerates).
+
+Identity of GPUs is the model's (:class:`GpuRef`): index, minor number and UUID, never the plugin's device ID.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from testbed.kubelet.api import pb
+
+VISIBLE_ENV = "NVIDIA_VISIBLE_DEVICES"
+GPU_NODE_RE = re.compile(r"^/dev/nvidia(\d+)$")
+CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+"""Device nodes every GPU container gets; they expose no particular GPU."""
+CDI_GPU_KIND = "nvidia.com/gpu"
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+TOKEN_RE = re.compile(r"fhw1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+"""A fakehw memory-pool access token (``fhw1.<token id>.<secret>``), wherever a plugin puts it."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRef:
+    """A GPU as the model knows it."""
+
+    name: str
+    index: int
+    minor: int
+    uuid: str
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """GPUs (model names) an allocation exposes, per channel, and the problems reading it."""
+
+    env: frozenset[str] | None
+    """GPUs named by NVIDIA_VISIBLE_DEVICES; None when the variable is not set."""
+    specs: frozenset[str]
+    """GPUs whose /dev/nvidiaN node is in the device specs."""
+    cdi: frozenset[str]
+    """GPUs named as CDI devices (field or annotations)."""
+    unknown: tuple[str, ...] = ()
+    """Names of GPUs the node does not have (a stale or made-up ID in the answer)."""
+    tokens: tuple[str, ...] = ()
+    other_nodes: tuple[str, ...] = ()
+    """Device specs that are neither a GPU nor a control device (shown in evidence)."""
+    raw: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def all(self) -> frozenset[str]:
+        """Every GPU the container would see through any channel."""
+        return (self.env or frozenset()) | self.specs | self.cdi
+
+    def channels(self) -> dict[str, frozenset[str]]:
+        out = {"device specs": self.specs}
+        if self.env is not None:
+            out[VISIBLE_ENV] = self.env
+        if self.cdi:
+            out["CDI devices"] = self.cdi
+        return out
+
+
+def _resolve(token: str, gpus: Sequence[GpuRef]) -> tuple[frozenset[str], str | None]:
+    token = token.strip()
+    if not token or token in ("none", "void"):
+        return frozenset(), None
+    if token == "all":
+        return frozenset(g.name for g in gpus), None
+    if token.isdigit():
+        hit = [g.name for g in gpus if g.index == int(token)]
+    else:
+        hit = [g.name for g in gpus if g.uuid.lower() == token.lower()]
+    return (frozenset(hit), None) if hit else (frozenset(), token)
+
+
+def _names(values: Iterable[str], gpus: Sequence[GpuRef]) -> tuple[frozenset[str], list[str]]:
+    found: set[str] = set()
+    unknown: list[str] = []
+    for v in values:
+        names, bad = _resolve(v, gpus)
+        found |= names
+        if bad is not None:
+            unknown.append(bad)
+    return frozenset(found), unknown
+
+
+def exposure(response: pb.ContainerAllocateResponse, gpus: Sequence[GpuRef]) -> Exposure:
+    unknown: list[str] = []
+    env: frozenset[str] | None = None
+    if VISIBLE_ENV in response.envs:
+        env, bad = _names(response.envs[VISIBLE_ENV].split(","), gpus)
+        unknown += [f"{VISIBLE_ENV} names {b!r}" for b in bad]
+    by_minor = {g.minor: g.name for g in gpus}
+    specs: set[str] = set()
+    other: list[str] = []
+    for spec in response.devices:
+        m = GPU_NODE_RE.match(spec.container_path)
+        if m:
+            name = by_minor.get(int(m.group(1)))
+            if name is None:
+                unknown.append(f"device spec {spec.container_path} (no GPU has minor {m.group(1)})")
+            else:
+                specs.add(name)
+        elif spec.container_path not in CONTROL_NODES and not spec.container_path.startswith("/dev/nvidia-caps"):
+            other.append(spec.container_path)
+    cdi_names = [d.name for d in response.cdi_devices]
+    for key, value in response.annotations.items():
+        if key.startswith(CDI_ANNOTATION_PREFIX):
+            cdi_names += [v.strip() for v in value.split(",") if v.strip()]
+    cdi: set[str] = set()
+    for full in cdi_names:
+        kind, sep, dev = full.partition("=")
+        if sep and kind == CDI_GPU_KIND:
+            names, bad = _names([dev], gpus)
+            cdi |= names
+            unknown += [f"CDI device {full!r}" for _ in bad]
+    texts = [*response.envs.values(), *response.annotations.values(),
+             *(m.host_path for m in response.mounts), *(m.container_path for m in response.mounts)]
+    tokens = tuple(dict.fromkeys(t for text in texts for t in TOKEN_RE.findall(text)))
+    return Exposure(env, frozenset(specs), frozenset(cdi), tuple(unknown), tokens, tuple(other))
+
+
+def container_dev_nodes(response: pb.ContainerAllocateResponse, gpus: Sequence[GpuRef]) -> list[str]:
+    """Device node names (``nvidiactl``, ``nvidia3``) a container gets: its device specs plus the GPUs its
+    ``NVIDIA_VISIBLE_DEVICES`` and CDI devices name (the NVIDIA runtime adds those)."""
+    ex = exposure(response, gpus)
+    by_name = {g.name: g for g in gpus}
+    nodes = {"nvidiactl"}
+    for spec in response.devices:
+        if spec.container_path.startswith("/dev/"):
+            nodes.add(spec.container_path.removeprefix("/dev/"))
+    for name in (ex.env or frozenset()) | ex.cdi:
+        nodes.add(f"nvidia{by_name[name].minor}")
+    return sorted(nodes)

@@ -1,0 +1,136 @@
+"""Starting and stopping the plugin under test: a command on this machine, or a command inside a node container.
+
+A plugin learns where the kubelet is from ``{plugin_dir}`` in its command (substituted) or from the environment
+variable :data:`PLUGIN_DIR_ENV`; it sees its node's fake hardware through the node's environment (local backend)
+or by running in the node's container (Docker backend). Output goes to a log file whose tail is evidence when a
+check fails.
+
+Processes are started in their own session and stopped by process group, so a plugin that forks helpers leaves
+nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from testbed.environment import merged_environment
+
+PLUGIN_DIR_ENV = "FAKEHW_DEVICE_PLUGIN_DIR"
+"""Environment variable naming the kubelet's device plugin directory for the plugin under test."""
+
+
+class PluginProcess(ABC):
+    """One run of the plugin under test."""
+
+    describe: str = ""
+
+    @abstractmethod
+    def alive(self) -> bool: ...
+
+    @abstractmethod
+    def returncode(self) -> int | None: ...
+
+    @abstractmethod
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds."""
+
+    @abstractmethod
+    def kill(self) -> None:
+        """SIGKILL at once (chaos: a crash)."""
+
+    @abstractmethod
+    def log_tail(self, chars: int = 4000) -> str: ...
+
+
+class PluginLauncher(ABC):
+    """Knows how to start the plugin under test pointed at a plugin directory."""
+
+    describe: str = ""
+
+    @abstractmethod
+    def start(self, plugin_dir: Path) -> PluginProcess: ...
+
+
+def substitute(command: str, plugin_dir: Path, node: str) -> str:
+    """``{plugin_dir}`` and ``{node}`` in a command (other braces are left alone)."""
+    return command.replace("{plugin_dir}", shlex.quote(str(plugin_dir))).replace("{node}", shlex.quote(node))
+
+
+class LocalProcess(PluginProcess):
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path, describe: str):
+        self.proc = proc
+        self.log = log
+        self.describe = describe
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def _signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self._signal(signal.SIGKILL)  # also whatever the plugin left in its group
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            with open(self.log, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - chars))
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+
+class CommandLauncher(PluginLauncher):
+    """Runs ``command`` (a shell command line) on this machine with a node's environment."""
+
+    def __init__(self, command: str | Sequence[str], node: str, env: Mapping[str, str], log_dir: Path):
+        self.command = command if isinstance(command, str) else shlex.join(command)
+        self.node = node
+        self.env = dict(env)
+        self.log_dir = log_dir
+        self.describe = self.command
+        self._runs = 0
+
+    def start(self, plugin_dir: Path) -> LocalProcess:
+        self._runs += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"plugin-{self._runs}.log"
+        command = substitute(self.command, plugin_dir, self.node)
+        env = merged_environment({**self.env, PLUGIN_DIR_ENV: str(plugin_dir)})
+        with open(log, "ab") as out:
+            out.write(f"# {time.strftime('%H:%M:%S')} start: {command}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(["/bin/sh", "-c", f"exec {command}"], env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        return LocalProcess(proc, log, command)
