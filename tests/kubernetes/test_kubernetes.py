@@ -228,7 +228,8 @@ def _kind_missing() -> str | None:
 def test_kind_e2e_real_device_plugin_gives_a_pod_its_gpus(testbed_state_dir: Path) -> None:
     from testbed import Testbed
 
-    with Testbed.up("dgx-h100", backend="kind", name="e2e", state_dir=testbed_state_dir,
+    profile = os.environ.get("FAKEHW_E2E_PROFILE", "dgx-h100")
+    with Testbed.up(profile, backend="kind", name="e2e", state_dir=testbed_state_dir,
                     kind_image=os.environ.get("FAKEHW_KIND_IMAGE", "fakehw/kind-node:dev")) as tb:
         system = tb.system
         backend = tb.backend
@@ -236,7 +237,7 @@ def test_kind_e2e_real_device_plugin_gives_a_pod_its_gpus(testbed_state_dir: Pat
         kubectl = _Kubectl(tb.record.extra["kubectl_path"], tb.record.extra["kubeconfig"])
         nodes = json.loads(kubectl("get", "nodes", "-l", "fakehw.io/node", "-o", "json"))["items"]
         assert nodes[0]["status"]["allocatable"]["nvidia.com/gpu"] == str(len(system.nodes[0].gpus))
-        plan = ClusterPlan("fakehw-e2e", "dgx-h100", None, tb.record.dir)
+        plan = ClusterPlan("fakehw-e2e", profile, None, tb.record.dir)
         kubectl.apply([gpu_test_pod(plan, system.nodes[0], 2)])
         kubectl("wait", "-n", "fakehw-system", "--for=jsonpath={.status.phase}=Succeeded", "pod/fakehw-gpu-test",
                 "--timeout=300s", timeout=330)

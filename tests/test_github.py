@@ -1,0 +1,68 @@
+"""The GitHub Actions workflows and the vendor action: schema-valid, and everything they name exists."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).parents[1]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+BIN = Path(sys.executable).parent
+
+
+def _load(path: Path) -> dict:  # type: ignore[type-arg]
+    return yaml.load(path.read_text(), Loader=yaml.BaseLoader)  # BaseLoader keeps "on" a string key
+
+
+def test_the_expected_workflows_exist() -> None:
+    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "e2e-kind.yml", "certify.yml"}
+    assert (ROOT / "action.yml").is_file()
+
+
+@pytest.mark.parametrize(("schema", "path"), [("vendor.github-workflows", p) for p in WORKFLOWS]
+                         + [("vendor.github-actions", ROOT / "action.yml")], ids=lambda x: getattr(x, "name", x))
+def test_schema_valid(schema: str, path: Path) -> None:
+    proc = subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", schema, str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _steps() -> list[tuple[str, dict]]:  # type: ignore[type-arg]
+    out = []
+    for path in WORKFLOWS:
+        for job in _load(path)["jobs"].values():
+            out += [(path.name, step) for step in job.get("steps", [])]
+    out += [("action.yml", step) for step in _load(ROOT / "action.yml")["runs"]["steps"]]
+    return out
+
+
+def test_actions_are_pinned_to_a_version() -> None:
+    for where, step in _steps():
+        if "uses" in step:
+            assert re.search(r"@v\d", step["uses"]), f"{where}: {step['uses']} is not pinned"
+
+
+def test_what_the_workflows_run_exists() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    bake = (ROOT / "images" / "docker-bake.hcl").read_text()
+    for where, step in _steps():
+        run = step.get("run", "")
+        for target in re.findall(r'\bmake (?:-C (?:"[^"]*"|\S+) )?([a-z-]+)', run):
+            assert re.search(rf"^{target}:", makefile, re.M), f"{where}: make {target} does not exist"
+        for target in re.findall(r"docker-bake\.hcl (\S+)", run) + [step.get("with", {}).get("targets", "")]:
+            if target and not target.startswith("$"):
+                assert f'target "{target}"' in bake, f"{where}: bake target {target} does not exist"
+        for path in re.findall(r"\b(tests/[\w/]+|tools/[\w.-]+)", run):
+            assert (ROOT / path).exists(), f"{where}: {path} does not exist"
+
+
+def test_reusable_workflow_inputs_are_all_used() -> None:
+    certify = _load(ROOT / ".github" / "workflows" / "certify.yml")
+    text = (ROOT / ".github" / "workflows" / "certify.yml").read_text()
+    for name in certify["on"]["workflow_call"]["inputs"]:
+        assert f"inputs.{name}" in text, f"input {name} is declared but never used"
