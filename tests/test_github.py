@@ -54,7 +54,7 @@ def test_what_the_workflows_run_exists() -> None:
         run = step.get("run", "")
         for target in re.findall(r'\bmake (?:-C (?:"[^"]*"|\S+) )?([a-z-]+)', run):
             assert re.search(rf"^{target}:", makefile, re.M), f"{where}: make {target} does not exist"
-        for target in re.findall(r"docker-bake\.hcl (\S+)", run) + [step.get("with", {}).get("targets", "")]:
+        for target in [*re.findall(r"docker-bake\.hcl (\S+)", run), step.get("with", {}).get("targets", "")]:
             if target and not target.startswith("$"):
                 assert f'target "{target}"' in bake, f"{where}: bake target {target} does not exist"
         for path in re.findall(r"\b(tests/[\w/]+|tools/[\w.-]+)", run):
