@@ -40,6 +40,7 @@ lint: deps
 	$(BIN)/ruff check .
 
 typecheck: deps
+	@$(BIN)/python -m testbed.kubelet.protogen >/dev/null  # generated device plugin API stubs mypy reads
 	$(BIN)/mypy
 
 check: lint typecheck

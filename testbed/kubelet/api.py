@@ -52,8 +52,14 @@ def method_path(service: Any, method: str) -> str:
 
 def to_json(message: Message) -> dict[str, Any]:
     """A message as JSON (proto field names, defaults included): what evidence and logs show."""
-    return json_format.MessageToDict(message, preserving_proto_field_name=True,
-                                     always_print_fields_with_no_presence=True)
+    try:
+        return json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                         always_print_fields_with_no_presence=True)
+    except TypeError:  # protobuf before 5.26 (e.g. a distribution's python3-protobuf) names it differently
+        convert: Any = json_format.MessageToDict
+        result: dict[str, Any] = convert(message, preserving_proto_field_name=True,
+                                         including_default_value_fields=True)
+        return result
 
 
 def unix_target(path: Path | str) -> str:

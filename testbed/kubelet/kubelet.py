@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from fakehw.render.atomic import atomic_write
 from testbed.kubelet.api import (
@@ -552,7 +553,7 @@ class Kubelet:
                                 f"valid {method} message: {details}", code, details, evidence) from None
             raise RpcFailed(f"{method}-error", f"{method} on {resource} failed: {code.name}: {details}", code,
                             details, evidence) from None
-        response = to_json(result) if hasattr(result, "DESCRIPTOR") else None
+        response = to_json(result) if isinstance(result, Message) else None
         self.calls.append(CallRecord(method, resource, started, time.monotonic() - started, to_json(request),
                                      response, None))
         return result

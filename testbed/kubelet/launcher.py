@@ -87,10 +87,8 @@ class LocalProcess(PluginProcess):
     def stop(self, timeout: float = 5.0) -> None:
         if self.proc.poll() is None:
             self._signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
         self._signal(signal.SIGKILL)  # also whatever the plugin left in its group
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)
@@ -134,3 +132,89 @@ class CommandLauncher(PluginLauncher):
             proc = subprocess.Popen(["/bin/sh", "-c", f"exec {command}"], env=env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         return LocalProcess(proc, log, command)
+
+
+class ContainerProcess(PluginProcess):
+    """The plugin running inside a container through ``docker exec``; its PID inside is kept in a file in the
+    (bind-mounted) plugin directory so signals reach the plugin, not only the ``docker exec`` client."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], container: str, pidfile: Path, log: Path, describe: str):
+        self.proc = proc
+        self.container = container
+        self.pidfile = pidfile
+        self.log = log
+        self.describe = describe
+
+    def _pid(self) -> str | None:
+        try:
+            pid = self.pidfile.read_text().strip()
+        except OSError:
+            return None
+        return pid if pid.isdigit() else None
+
+    def _signal(self, sig: str) -> None:
+        pid = self._pid()
+        if pid is not None:
+            subprocess.run(["docker", "exec", self.container, "kill", f"-{sig}", pid], capture_output=True,
+                           timeout=30, check=False)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            self._signal("TERM")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout)
+        self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self._signal("KILL")
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return LocalProcess.log_tail(self, chars)  # type: ignore[arg-type]
+
+
+class ContainerCommandLauncher(PluginLauncher):
+    """Runs ``command`` inside a node container (Docker backend). ``plugin_dir`` is the host side of a bind mount
+    that the container sees at ``container_plugin_dir``: the harness's kubelet.sock and the plugin's sockets meet
+    there."""
+
+    def __init__(self, container: str, command: str, node: str, plugin_dir: Path, container_plugin_dir: str,
+                 log_dir: Path, env: Mapping[str, str] | None = None):
+        self.container = container
+        self.command = command
+        self.node = node
+        self.plugin_dir = plugin_dir
+        self.container_plugin_dir = container_plugin_dir
+        self.log_dir = log_dir
+        self.env = dict(env or {})
+        self.describe = f"{command} (in container {container})"
+        self._runs = 0
+
+    def start(self, plugin_dir: Path) -> ContainerProcess:
+        self._runs += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"plugin-{self._runs}.log"
+        pidfile = f".plugin-{self._runs}.pid"
+        command = substitute(self.command, Path(self.container_plugin_dir), self.node)
+        argv = ["docker", "exec", "-i"]
+        for key, value in {**self.env, PLUGIN_DIR_ENV: self.container_plugin_dir}.items():
+            argv += ["-e", f"{key}={value}"]
+        script = f"echo $$ > {shlex.quote(self.container_plugin_dir + '/' + pidfile)}; exec {command}"
+        argv += [self.container, "sh", "-c", script]
+        with open(log, "ab") as out:
+            out.write(f"# {time.strftime('%H:%M:%S')} start in {self.container}: {command}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        return ContainerProcess(proc, self.container, self.plugin_dir / pidfile, log, command)

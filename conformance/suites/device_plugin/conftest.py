@@ -115,7 +115,7 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
 
         launcher = docker_launcher(dp_testbed, node, dp_options, workdir)
         probe = docker_probe(dp_testbed, node)
-        workdir = launcher.plugin_dir_host
+        workdir = launcher.plugin_dir
     put = PluginUnderTest(dp_testbed, node, dp_options, workdir, launcher, probe)
     conformance_manifest.setdefault("targets", [f"device-plugin=cmd:{dp_options.command}"])
     if dp_options.is_reference:

@@ -214,9 +214,12 @@ class PluginUnderTest:
     def restart_agent(self) -> None:
         """Restart the node's hardware agent (faults come back from its journal)."""
         backend = self.testbed.backend
-        restart = getattr(backend, "restart_agent", None)
-        if restart is not None:
-            restart(self.testbed.record, self.node.name)
+        restart_node = getattr(backend, "restart_node", None)
+        if restart_node is not None:
+            # Docker: the agent is the node container's main process; the plugin inside dies with it and comes
+            # back the way a DaemonSet pod does.
+            restart_node(self.testbed.record, self.node.name)
+            self.restart(kill=True)
             return
         stop, start = getattr(backend, "stop_agent", None), getattr(backend, "start_agent", None)
         if stop is None or start is None:

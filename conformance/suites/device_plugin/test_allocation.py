@@ -138,12 +138,12 @@ def test_pool_allocation_returns_a_valid_token(plugin: PluginUnderTest, evidence
     if not plugin.pools:
         # Nothing to reserve on this node: the plugin must not hand out pool tokens for GPUs either.
         response = plugin.kubelet.allocate(plugin.resource, [plugin.latest_ids()[:1]]).container_responses[0]
-        tokens = plugin.expose(response).tokens
+        carried = plugin.expose(response).tokens
         evidence("applicability", f"{plugin.node.name} has no memory pools; checked that GPU allocations carry no "
                                   "pool token")
-        assert not tokens, f"a GPU allocation carries pool tokens: {tokens}"
+        assert not carried, f"a GPU allocation carries pool tokens: {carried}"
         return
-    rows = []
+    rows: list[dict[str, Any]] = []
     for resource in resources:
         pool = plugin.pools[resource].name
         tokens = []

@@ -35,7 +35,7 @@ def load(plugin: PluginUnderTest) -> Iterator[dict[str, Any]]:
     counts: dict[str, Any] = {}
     worker = threading.Thread(target=run_load, args=(plugin, stop, errors, counts), daemon=True)
     worker.start()
-    state = {"counts": counts, "errors": errors}
+    state: dict[str, Any] = {"counts": counts, "errors": errors}
     try:
         yield state
     finally:
@@ -121,7 +121,7 @@ def test_kubelet_restart_mid_stream_under_load(plugin: PluginUnderTest, evidence
 def test_gpu_lost_between_preferred_allocation_and_allocate(plugin: PluginUnderTest, evidence: Evidence) -> None:
     available = plugin.kubelet.available(plugin.resource)
     size = min(2, len(available))
-    request, response = plugin.kubelet.preferred(plugin.resource, available, size)
+    _request, response = plugin.kubelet.preferred(plugin.resource, available, size)
     chosen = list(response.container_responses[0].deviceIDs) if response.container_responses else []
     chosen = [d for d in chosen if d in available][:size] or available[:size]
     victim = plugin.identify(chosen[0])

@@ -7,6 +7,7 @@ held by a running pod. One module-level run of the waves is judged by each requi
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -141,17 +142,15 @@ def _run_wave(plugin: PluginUnderTest, cases: list[tuple[FaultCase, str]], resul
         plugin.heal(f)
     for o in obs:
         o.healed = healed
-    try:
+    with contextlib.suppress(PluginTimeout):
         kubelet.wait_update(plugin.resource, lambda u: all(_health(u, o.device) == HEALTHY for o in obs),
                             RECOVERY_BOUND_S, "healed GPUs back", since=seq)
-    except PluginTimeout:
-        pass
     after = _updates_since(plugin, seq)
     for o in obs:
         if o.unhealthy_after is None:
             # Never reported: there was nothing to recover from (judged by DP-HEALTH-001/002, not here).
-            o.recovered_after = 0.0 if _health(kubelet.endpoint(plugin.resource).latest, o.device) == HEALTHY \
-                else None  # type: ignore[arg-type]
+            latest = kubelet.endpoint(plugin.resource).latest
+            o.recovered_after = 0.0 if latest is not None and _health(latest, o.device) == HEALTHY else None
             continue
         good = next((u for u in after if _health(u, o.device) == HEALTHY), None)
         o.recovered_after = None if good is None else max(0.0, good.time - healed)

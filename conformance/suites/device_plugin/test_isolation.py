@@ -11,6 +11,7 @@ then a big job" (a fault followed by a pod that asks for every available GPU).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from testbed.kubelet.kubelet import AdmissionRefused, Assignment, PluginTimeout,
 
 Evidence = Callable[[str, Any], None]
 TENANTS = ("tenant-a", "tenant-b", "tenant-c")
-FAULTS = (("xid", {"code": 48}), ("xid", {"code": 94}), ("fallen-off-bus", {}))
+FAULTS: tuple[tuple[str, dict[str, Any]], ...] = (("xid", {"code": 48}), ("xid", {"code": 94}), ("fallen-off-bus", {}))
 
 ISO_DISJOINT = "DP-ISO-001"
 ISO_NO_UNHEALTHY = "DP-ISO-002"
@@ -138,11 +139,10 @@ def _machine(put: PluginUnderTest, check: str) -> type[RuleBasedStateMachine]:
 
         def _wait_reported(self, gpu: str) -> None:
             device = put.id_of(gpu)
-            try:
+            # After the bound the fault is "known" whether or not the plugin reported it.
+            with contextlib.suppress(PluginTimeout):
                 put.kubelet.wait_update(put.resource, lambda u: u.health(device) != HEALTHY, HEALTH_BOUND_S,
                                         f"fault on {gpu} reported")
-            except PluginTimeout:
-                pass  # it is now "known" all the same: the bound has passed
 
         # ------------------------------------------------------------------------------------ rules
 
@@ -224,10 +224,8 @@ def _machine(put: PluginUnderTest, check: str) -> type[RuleBasedStateMachine]:
 
         def teardown(self) -> None:
             for fault in list(self.faults):
-                try:
+                with contextlib.suppress(Exception):  # the agent may be restarting; reset() heals all anyway
                     put.heal(fault)
-                except Exception:  # the agent may be restarting; reset() heals everything anyway
-                    pass
 
     Isolation.__name__ = f"Isolation_{check.replace('-', '_')}"
     return Isolation
@@ -246,9 +244,13 @@ def run_fuzz(put: PluginUnderTest, check: str, evidence: Evidence) -> None:
 
     test = hypothesis.seed(seed)(get_state_machine_test(_machine(put, check), settings=config))
     lines: list[str] = []
+
+    def report(value: object) -> None:
+        lines.append(str(value))
+
     started = time.monotonic()
     try:
-        with with_reporter(lines.append):
+        with with_reporter(report):
             test()
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt | SystemExit):

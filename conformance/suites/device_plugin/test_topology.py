@@ -18,6 +18,7 @@ import pytest
 from conformance.suites.device_plugin.support import PluginUnderTest
 from testbed.kubelet.api import pb, to_json
 from testbed.kubelet.checks import must_include_problems, preferred_problems
+from testbed.kubelet.kubelet import Endpoint
 
 Evidence = Callable[[str, Any], None]
 SIZES = (2, 4, 8)
@@ -55,8 +56,8 @@ def scenarios(gpus: list[str], with_must: bool) -> list[Scenario]:
                 out.append(Scenario(f"k={k} with {taken[0]} taken", tuple(g for g in shuffled if g not in taken), k))
         else:
             # A must-include GPU far from the first GPU (the last one: other socket on two-socket boards).
-            must = (gpus[-1],) if k >= 2 else ()
-            out.append(Scenario(f"k={k} must include {must[0]}", tuple(shuffled), k, must))
+            must = gpus[-1]
+            out.append(Scenario(f"k={k} must include {must}", tuple(shuffled), k, (must,)))
             if k >= 4:
                 two = tuple(rng.sample(gpus, 2))
                 out.append(Scenario(f"k={k} must include {', '.join(two)}", tuple(shuffled), k, two))
@@ -118,6 +119,13 @@ def test_preferred_allocation_honours_must_include(plugin: PluginUnderTest, evid
     assert not failures, "\n".join(failures)
 
 
+def _call(plugin: PluginUnderTest, ep: Endpoint,
+          request: pb.PreferredAllocationRequest) -> pb.PreferredAllocationResponse:
+    """GetPreferredAllocation with any request shape (the kubelet's helper sends one container only)."""
+    return plugin.kubelet._record_call("GetPreferredAllocation", plugin.resource, request,
+                                       lambda: ep.client.preferred_allocation(request, plugin.options.timeouts.rpc))
+
+
 @pytest.mark.requirement("DP-TOPO-004")
 def test_preferred_allocation_is_well_formed(plugin: PluginUnderTest, evidence: Evidence) -> None:
     assert _options_offer_preferred(plugin), "the plugin does not offer GetPreferredAllocation"
@@ -138,9 +146,7 @@ def test_preferred_allocation_is_well_formed(plugin: PluginUnderTest, evidence: 
     failures = []
     rows = []
     for request in requests:
-        response = plugin.kubelet._record_call("GetPreferredAllocation", plugin.resource, request,
-                                               lambda r=request: ep.client.preferred_allocation(
-                                                   r, plugin.options.timeouts.rpc))
+        response = _call(plugin, ep, request)
         problems = [p.message for p in preferred_problems(request, response)]
         rows.append({"request": to_json(request), "response": to_json(response), "problems": problems})
         failures += problems
