@@ -8,6 +8,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,26 @@ def test_wheel_carries_the_library(tmp_path: Path) -> None:
     assert f"fakehw/nvml/_lib/{platform.machine()}/libnvidia-ml.so.1" in names
     assert f"fakehw/nvml/_lib/{platform.machine()}/BUILD-ID" in names
     assert "fakehw/nvml/csrc/core.c" in names and "fakehw/nvml/nvml_535_symbols.txt" in names
+
+
+def test_riscv64_shim_reads_the_same_snapshots(tmp_path: Path, node_snapshot: Any) -> None:
+    """The riscv64 build, run under QEMU user mode, answers from snapshots written here (layout, byte order)."""
+    cc, qemu = "riscv64-linux-gnu-gcc", shutil.which("qemu-riscv64-static")
+    sysroot = Path("/usr/riscv64-linux-gnu")
+    if shutil.which(cc) is None or qemu is None or not sysroot.is_dir():
+        pytest.skip("needs riscv64-linux-gnu-gcc, its libc (libc6-dev-riscv64-cross) and qemu-riscv64-static "
+                    "(qemu-user-static, installed by 'testbed host setup')")
+    gen = build.generate(tmp_path)
+    exe = tmp_path / "shim_test"
+    harness = Path(__file__).parent / "c" / "shim_test.c"
+    subprocess.run([cc, "-std=gnu11", "-O1", "-pthread", f"-I{gen}", f"-I{build.CSRC}", str(harness),
+                    *map(str, build.c_sources()), str(gen / "stubs.c"), "-o", str(exe)], check=True)
+    assert elf_machine(exe) == EM_RISCV
+    a = node_snapshot("dgx-a100")
+    b = node_snapshot("dgx-a100", faults=[{"kind": "thermal", "device": "gpu0", "temperature_c": 95}])
+    work = tmp_path / "work"
+    work.mkdir()
+    for command in ("calls", "threads", "events"):
+        proc = subprocess.run([qemu, "-L", str(sysroot), str(exe), command, str(a.path), str(b.path), str(work)],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, f"{command}: {proc.stderr}"

@@ -175,6 +175,14 @@ def test_pci_versions_keep_their_layouts(nvml: Nvml, pynvml_module: ModuleType) 
         assert (old.domain, old.bus) == (gpu.address.domain, gpu.address.bus)
         assert bytes(buf[ctypes.sizeof(PciInfoV1):]) == b"\xab" * (128 - ctypes.sizeof(PciInfoV1))
 
+    # NVLink remote PCI info: the unversioned entry point fills the same old layout.
+    port = gpu.ports[3]
+    buf = (ctypes.c_ubyte * 128)(*([0xAB] * 128))
+    assert lib.nvmlDeviceGetNvLinkRemotePciInfo(h, port.port, buf) == 0
+    remote = PciInfoV1.from_buffer(buf)
+    assert remote.busId.decode() == port.remote_address.nvml_bus_id_legacy
+    assert bytes(buf[ctypes.sizeof(PciInfoV1):]) == b"\xab" * (128 - ctypes.sizeof(PciInfoV1))
+
     class PciInfoExt(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
                     ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),

@@ -342,12 +342,13 @@ static int snap_stale(fhw_snap_t *s, int force) {
 
 /* ------------------------------------------------------------------------------------------ hazards */
 
+/* One cache line per thread, so two threads publishing their hazards never share a line. */
 typedef struct hp_slot {
     _Atomic(fhw_snap_t *) ptr;
     _Atomic int owned;
     int depth;
     struct hp_slot *next;
-} hp_slot_t;
+} __attribute__((aligned(64))) hp_slot_t;
 
 static _Atomic(hp_slot_t *) g_slots;
 static __thread hp_slot_t *t_slot;
@@ -371,8 +372,9 @@ static hp_slot_t *hp_my_slot(void) {
         if (atomic_compare_exchange_strong(&slot->owned, &free_, 1)) break;
     }
     if (slot == NULL) {
-        slot = calloc(1, sizeof *slot);
+        slot = aligned_alloc(64, sizeof *slot);
         if (slot == NULL) return NULL;
+        memset(slot, 0, sizeof *slot);
         atomic_store(&slot->owned, 1);
         hp_slot_t *head = atomic_load(&g_slots);
         do {

@@ -301,11 +301,14 @@ nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *
 
 /* ------------------------------------------------------------------------------------------ PCI */
 
+/* The snapshot's bus id fields have the sizes of NVML's and are NUL-terminated (validated at load). */
+_Static_assert(sizeof(((fhw_gpu_t *)0)->bus_id) == NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE, "bus id size");
+_Static_assert(sizeof(((fhw_gpu_t *)0)->bus_id_legacy) == NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE, "bus id size");
+
 static nvmlReturn_t d_pci_v3(fhw_ctx_t *c, nvmlPciInfo_t *p) {
     CHECK_PTR(p);
-    memset(p, 0, sizeof *p);
-    snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%s", c->g->bus_id_legacy);
-    snprintf(p->busId, sizeof p->busId, "%s", c->g->bus_id);
+    memcpy(p->busIdLegacy, c->g->bus_id_legacy, sizeof p->busIdLegacy);
+    memcpy(p->busId, c->g->bus_id, sizeof p->busId);
     p->domain = c->g->pci_domain;
     p->bus = c->g->pci_bus;
     p->device = c->g->pci_device;

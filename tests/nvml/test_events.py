@@ -1,0 +1,101 @@
+"""The event API in-process: supported types, registration, wait v1 (24-byte data) and v2, timeouts, free.
+
+Events reach a running process through the snapshot's event ring; here the test writes the new snapshot itself
+(as the agent's renderer does) and the wait, already blocked, returns it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Callable
+from types import ModuleType
+
+from fakehw.agent.state import EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID
+from tests.nvml.helpers import NodeSnap, write_node
+
+
+class EventDataV1(ctypes.Structure):
+    _fields_ = [("device", ctypes.c_void_p), ("eventType", ctypes.c_ulonglong), ("eventData", ctypes.c_ulonglong)]
+
+
+class EventDataV2(ctypes.Structure):
+    _fields_ = [*EventDataV1._fields_, ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+def test_supported_types_and_registration(nvml: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    supported = n.nvmlDeviceGetSupportedEventTypes(h)
+    for bit in (EVENT_SINGLE_BIT_ECC, EVENT_DOUBLE_BIT_ECC, EVENT_XID, n.nvmlEventTypeClock, n.nvmlEventTypePState):
+        assert supported & bit
+    assert supported & n.nvmlEventMigConfigChange  # A100s are MIG capable
+    s = n.nvmlEventSetCreate()
+    n.nvmlDeviceRegisterEvents(h, supported, s)
+    try:
+        n.nvmlDeviceRegisterEvents(h, 1 << 40, s)
+        raise AssertionError("an unsupported event type was accepted")
+    except n.NVMLError_NotSupported:
+        pass
+    t0 = time.monotonic()
+    try:
+        n.nvmlEventSetWait(s, 50)
+        raise AssertionError("an event came from nowhere")
+    except n.NVMLError_Timeout:
+        assert 0.04 <= time.monotonic() - t0 < 2
+    n.nvmlEventSetFree(s)
+
+
+def test_wait_v1_and_v2_layouts_deliver_a_live_event(nvml: Callable[..., NodeSnap],
+                                                    pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    hs = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+    s = ctypes.c_void_p()
+    assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+    for h in hs:
+        assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_XID | EVENT_DOUBLE_BIT_ECC), s) == 0
+    results: dict[str, object] = {}
+
+    def wait() -> None:
+        buf = (ctypes.c_ubyte * 64)(*([0xAB] * 64))
+        results["rc"] = lib.nvmlEventSetWait(s, buf, 10000)  # v1: 24 bytes
+        results["v1"] = bytes(buf)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.2)
+    faults = [{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}]
+    write_node(snap.path, "dgx-h100", faults=faults, generation=2, first_seq=100)
+    t.join(15)
+    assert results["rc"] == 0
+    raw = results["v1"]
+    assert isinstance(raw, bytes)
+    v1 = EventDataV1.from_buffer_copy(raw)
+    assert v1.device == ctypes.cast(hs[6], ctypes.c_void_p).value
+    assert (v1.eventType, v1.eventData) == (EVENT_DOUBLE_BIT_ECC, 0)
+    assert raw[ctypes.sizeof(EventDataV1):] == b"\xab" * (64 - ctypes.sizeof(EventDataV1))
+    v2 = EventDataV2()
+    assert lib.nvmlEventSetWait_v2(s, ctypes.byref(v2), 1000) == 0  # the Xid 48 that came with it
+    assert (v2.eventType, v2.eventData) == (EVENT_XID, 48)
+    assert (v2.gpuInstanceId, v2.computeInstanceId) == (0xFFFFFFFF, 0xFFFFFFFF)
+    assert lib.nvmlEventSetWait_v2(s, ctypes.byref(v2), 10) == n.NVML_ERROR_TIMEOUT
+    assert lib.nvmlEventSetFree(s) == 0
+
+
+def test_events_before_registration_are_not_delivered(nvml: Callable[..., NodeSnap],
+                                                      pynvml_module: ModuleType) -> None:
+    n = pynvml_module
+    snap = nvml("edge-pcie", faults=[{"kind": "xid", "device": "gpu0", "code": 43}])
+    assert snap.snapshot.events  # the ring holds the old event
+    s = n.nvmlEventSetCreate()
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(0), EVENT_XID, s)
+    try:
+        n.nvmlEventSetWait(s, 20)
+        raise AssertionError("an event from before the registration was delivered")
+    except n.NVMLError_Timeout:
+        pass
+    n.nvmlEventSetFree(s)
