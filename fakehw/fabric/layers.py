@@ -23,10 +23,10 @@ from scapy.layers.inet import IP, UDP  # noqa: E402
 from scapy.layers.l2 import Dot1Q, Ether  # noqa: E402
 from scapy.packet import Packet, Raw, bind_layers  # noqa: E402
 
-from fakehw.fabric.wire import ROCE_V2_PORT, Opcode  # noqa: E402
+from fakehw.fabric.wire import ROCE_V2_PORT, Opcode, icrc  # noqa: E402
 
 __all__ = ["AETH", "BTH", "DETH", "IETH", "RETH", "AtomicAckETH", "AtomicETH", "CNPPadding", "ImmDt",
-           "pfc_frame", "roce_frame"]
+           "pfc_frame", "roce_bytes", "roce_frame"]
 
 
 class _Ext(Packet):
@@ -102,25 +102,42 @@ def _aeth_payload(self: Packet, payload: bytes) -> type[Packet]:
 setattr(AETH, "guess_payload_class", _aeth_payload)  # noqa: B010 - patching scapy's class
 
 
+def _stack(*layers: Packet | None) -> Packet:
+    """Chain layers without the copies scapy's ``/`` makes of both operands at every step."""
+    present = [x for x in layers if x is not None]
+    for upper, lower in zip(present[1:], present, strict=False):
+        lower.add_payload(upper)
+    return present[0]
+
+
 def roce_frame(*, src_mac: str, dst_mac: str, src_ip: IPv4Address | str, dst_ip: IPv4Address | str, opcode: int,
                dqpn: int, psn: int, payload: bytes = b"", vlan: int | None = None, pcp: int = 0, dscp: int = 0,
                ecn: int = 0, ackreq: bool = False, sport: int = 0xC000, reth: dict[str, int] | None = None,
                extra: Packet | None = None, ident: int = 0) -> Packet:
     """A RoCE v2 frame (IPv4, DF, UDP checksum 0, ICRC computed by scapy) with the payload padded to 4 bytes."""
     pad = -len(payload) % 4
-    l2: Packet = Ether(src=src_mac, dst=dst_mac)
-    if vlan is not None:
-        l2 = l2 / Dot1Q(vlan=vlan, prio=pcp)
-    pkt = l2 / IP(src=str(src_ip), dst=str(dst_ip), tos=(dscp << 2) | ecn, flags="DF", id=ident, ttl=64) / UDP(
-        sport=sport, dport=ROCE_V2_PORT, chksum=0) / BTH(opcode=opcode, dqpn=dqpn, psn=psn, ackreq=int(ackreq),
-                                                         padcount=pad)
-    if reth is not None:
-        pkt = pkt / RETH(va=reth.get("va", 0), rkey=reth.get("rkey", 0), dlen=reth.get("dlen", 0))
-    if extra is not None:
-        pkt = pkt / extra
-    if payload or pad:
-        pkt = pkt / Raw(payload + b"\x00" * pad)
-    return pkt
+    return _stack(
+        Ether(src=src_mac, dst=dst_mac),
+        Dot1Q(vlan=vlan, prio=pcp) if vlan is not None else None,
+        IP(src=str(src_ip), dst=str(dst_ip), tos=(dscp << 2) | ecn, flags="DF", id=ident, ttl=64),
+        UDP(sport=sport, dport=ROCE_V2_PORT, chksum=0),
+        BTH(opcode=opcode, dqpn=dqpn, psn=psn, ackreq=int(ackreq), padcount=pad),
+        RETH(va=reth.get("va", 0), rkey=reth.get("rkey", 0), dlen=reth.get("dlen", 0)) if reth is not None else None,
+        extra,
+        Raw(payload + b"\x00" * pad) if payload or pad else None,
+    )
+
+
+def roce_bytes(**kwargs: Any) -> bytes:
+    """:func:`roce_frame` as bytes, with the ICRC filled in by the project's codec instead of scapy.
+
+    scapy's ICRC routine copies and rebuilds the whole packet, which doubles the cost of every probe; the codec's
+    ICRC equals scapy's (tests/fabric/test_fabric_wire.py checks it on every opcode), so probes in bulk use it."""
+    pkt = roce_frame(**kwargs)
+    pkt[BTH].icrc = 0
+    frame = bytes(pkt)
+    l3 = 18 if pkt.haslayer(Dot1Q) else 14  # roce_frame adds at most one 802.1Q tag
+    return frame[:-4] + icrc(frame[l3:-4], False).to_bytes(4, "little")
 
 
 def pfc_frame(*, src_mac: str, quanta: dict[int, int], vlan: int | None = None, pcp: int = 0) -> Packet:

@@ -30,7 +30,7 @@ from typing import Any
 
 from fakehw.fabric.analysis import max_send_payload
 from fakehw.fabric.emulate import EmulatedFabric
-from fakehw.fabric.layers import pfc_frame, roce_frame
+from fakehw.fabric.layers import pfc_frame, roce_bytes
 from fakehw.fabric.lint import LintReport
 from fakehw.fabric.model import NicRef, PortRef
 from fakehw.fabric.rawio import PacketSocket
@@ -224,9 +224,9 @@ class Prober:
         if na.ip is None or nb.ip is None:
             raise TrafficError(f"{a} or {b} has no address")
         psn = self._next_psn() if psn is None else psn
-        frame = bytes(roce_frame(src_mac=na.mac, dst_mac=nb.mac, src_ip=na.ip, dst_ip=nb.ip, opcode=opcode,
-                                 dqpn=self.qp, psn=psn, payload=payload, vlan=na.vlan, pcp=host.roce.priority,
-                                 dscp=host.roce.dscp, ecn=ecn, ackreq=ackreq, reth=reth))
+        frame = roce_bytes(src_mac=na.mac, dst_mac=nb.mac, src_ip=na.ip, dst_ip=nb.ip, opcode=opcode,
+                           dqpn=self.qp, psn=psn, payload=payload, vlan=na.vlan, pcp=host.roce.priority,
+                           dscp=host.roce.dscp, ecn=ecn, ackreq=ackreq, reth=reth)
         return psn, frame
 
     def _collect(self, pending: dict[tuple[NicRef, int], tuple[NicRef, float]], timeout: float,

@@ -251,3 +251,26 @@ def test_vlan_mismatch_drops_where_lint_says(need_root: None, tmp_path: Path) ->
         assert [r.ok for r in res] == [False, True, True]
         counters = fabric.switch_netns("leaf-rail1").run(["nft", "list", "table", "bridge", "fakehw_vlan"])
         assert b"VLAN not on port" in counters.stdout
+
+
+def test_spine_leaf_reaches_across_spines_and_splits_where_lint_says(need_root: None, tmp_path: Path) -> None:
+    """gb200-nvl72 spine-leaf: every rail reaches across the spines (VLAN trunks enforced by nftables); with
+    VLAN 202 pruned from one uplink (FAB-PATH-001) rail 2 breaks exactly between the two leaves."""
+    healthy_model = load_fabric("gb200-nvl72-spine-leaf")
+    report = lint(healthy_model)
+    with EmulatedFabric.build(healthy_model, state_dir=tmp_path / "ok") as fabric:
+        start_responder(fabric)
+        result = run_checks(fabric, report, Prober(fabric), mtu="sample", priorities=False)
+        assert result.passed, result.format()
+        assert len(result.by_id("FAB-DYN-REACH-001")) == len(report.paths)
+    broken = load_fabric(broken_examples()["FAB-PATH-001-split-rail"])
+    with EmulatedFabric.build(broken, state_dir=tmp_path / "split") as fabric:
+        rail2 = [n.ref for n in broken.nics if n.rail == 2]
+        start_responder(fabric, rail2)
+        prober = Prober(fabric)
+        leaf = {r: broken.host_nic(r).peer.switch for r in rail2}  # type: ignore[union-attr]
+        pairs = [(x, y) for x in rail2 for y in rail2 if x != y and x.node < y.node][:60]
+        results = prober.probe_pairs(pairs, timeout=0.3)
+        for r in results:
+            assert r.ok == (leaf[r.a] == leaf[r.b]), r
+        assert any(r.ok for r in results) and not all(r.ok for r in results)
