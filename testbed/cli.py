@@ -157,7 +157,10 @@ def cmd_heal(args: argparse.Namespace) -> int:
 
 def cmd_faults(args: argparse.Namespace) -> int:
     tb = _attach(args)
-    faults = tb.agent().faults(args.node)
+    if args.node or tb.record.backend == "local":
+        faults = tb.agent(args.node).faults(args.node)
+    else:  # one agent per node (docker): ask each
+        faults = [f for node in tb.record.nodes for f in tb.agent(node).faults(node)]
     if args.json:
         print(json.dumps(faults, indent=2))
         return 0
@@ -173,7 +176,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     tb = _attach(args)
     since = args.since
     while True:
-        batch = tb.agent().events(since=since, node=args.node, wait=20.0 if args.follow else 0.0)
+        batch = tb.agent(args.node).events(since=since, node=args.node, wait=20.0 if args.follow else 0.0)
         for e in batch["events"]:
             print(json.dumps(e) if args.json else
                   f"{e['seq']:>6}  {time.strftime('%H:%M:%S', time.localtime(e['time']))}  {e['node']}/{e['device']}"

@@ -34,8 +34,9 @@ def cmd_host(args: argparse.Namespace) -> int:
     from testbed.host import HostSetup
 
     start = time.monotonic()
-    setup = HostSetup(platforms=_platforms(args.platform), act=args.action == "setup",
-                      base_images=not args.online)
+    setup = HostSetup(platforms=_platforms(args.platform), act=args.action == "setup")
+    if args.online:
+        setup.base_images = False
     report = setup.run()
     print(f"host {args.action} ({time.monotonic() - start:.1f} s):")
     print(report.render())
@@ -48,7 +49,8 @@ def cmd_host(args: argparse.Namespace) -> int:
 def cmd_images(args: argparse.Namespace) -> int:
     from testbed.images import ImageBuilder, ImageError, ImageInputError
 
-    builder = ImageBuilder(online=args.online, progress=args.progress)
+    builder = ImageBuilder(progress=args.progress)
+    builder.online = builder.online or args.online
     platforms = _platforms(args.platform)
     start = time.monotonic()
     try:

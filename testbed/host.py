@@ -196,8 +196,8 @@ class HostSetup:
     platforms: tuple[str, ...] = ("amd64", "riscv64")
     act: bool = True
     """Change the machine when root and apt-get are there; False only reports."""
-    base_images: bool = True
-    """Whether offline base images will be made here (needs debootstrap); False on online (GitHub) runners."""
+    base_images: bool = field(default_factory=lambda: os.environ.get("FAKEHW_IMAGES_ONLINE", "") != "1")
+    """Whether offline base images will be made here (needs debootstrap); not on online (GitHub) runners."""
     log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr, flush=True)
     os_info: OsInfo = field(default_factory=OsInfo.read)
 

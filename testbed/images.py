@@ -51,6 +51,7 @@ CROSS_GCC = {"amd64": "gcc-x86-64-linux-gnu", "arm64": "gcc-aarch64-linux-gnu", 
 SKIP_PARTS = {"__pycache__", "_lib", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 SKIP_SUFFIXES = (".pyc", ".so", ".o")
 LABEL_KEY = "org.fakehw.content-key"
+PLATFORMS_LABEL = "org.fakehw.platforms"
 
 
 class ImageError(Exception):
@@ -59,6 +60,11 @@ class ImageError(Exception):
 
 class ImageInputError(ImageError):
     """An unknown platform or a bad image reference."""
+
+
+def online_by_default() -> bool:
+    """``FAKEHW_IMAGES_ONLINE=1`` (set on runners that reach a registry) builds from debian:trixie-slim."""
+    return os.environ.get("FAKEHW_IMAGES_ONLINE", "") == "1"
 
 
 def parse_platforms(values: Iterable[str]) -> tuple[str, ...]:
@@ -144,26 +150,27 @@ def _docker(argv: list[str], timeout: float = 60.0) -> subprocess.CompletedProce
 
 
 def image_platforms(tag: str) -> set[str] | None:
-    """Architectures ``tag`` holds in the local image store (None if there is no such image)."""
-    out = _docker(["image", "inspect", tag, "--format", "{{.Architecture}}"])
+    """Architectures ``tag`` holds in the local image store (None if there is no such image).
+
+    Engines before API 1.48 inspect one platform of a multi-platform image only, so images built here carry the
+    list in the label :data:`PLATFORMS_LABEL`; any other image counts as its inspected architecture alone."""
+    out = _docker(["image", "inspect", tag, "--format", "{{.Architecture}} {{json .Config.Labels}}"])
     if out.returncode != 0:
         return None
-    archs = {out.stdout.strip()}
-    # A multi-platform image in the containerd store: ask for each platform's manifest.
-    for arch in SUPPORTED_ARCHES:
-        if arch in archs:
-            continue
-        probe = _docker(["image", "inspect", "--platform", f"linux/{arch}", tag, "--format", "{{.Architecture}}"])
-        if probe.returncode == 0 and probe.stdout.strip() == arch:
-            archs.add(arch)
-    return archs
+    arch, _, labels_json = out.stdout.strip().partition(" ")
+    try:
+        labels = json.loads(labels_json) or {}
+    except json.JSONDecodeError:
+        labels = {}
+    listed = labels.get(PLATFORMS_LABEL, "") if isinstance(labels, dict) else ""
+    return {a for a in listed.split(",") if a} or {arch}
 
 
 @dataclass
 class ImageBuilder:
     """Makes base images and the node image. ``online`` uses debian:trixie-slim from a registry."""
 
-    online: bool = False
+    online: bool = field(default_factory=lambda: online_by_default())
     progress: str = "auto"
     """buildx --progress value; 'quiet' also silences debootstrap."""
     log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -177,7 +184,8 @@ class ImageBuilder:
         own architecture (its base is also the build stage of the fake NVML)."""
         names = [*base_packages(), *DEBOOTSTRAP_EXTRA]
         if arch == NATIVE_ARCH:
-            names += [p for p in base_packages(BUILD_PACKAGES_FILE) if p != CROSS_GCC.get(arch)]
+            own = (CROSS_GCC.get(arch), f"libc6-dev-{arch}-cross")
+            names += [p for p in base_packages(BUILD_PACKAGES_FILE) if p not in own]
         return names
 
     def base_key(self, arch: str) -> str:
@@ -241,7 +249,8 @@ class ImageBuilder:
         include = ",".join(self.packages(arch))
         argv = ["debootstrap", "--variant=minbase", f"--arch={arch}", f"--include={include}", BASE_SUITE,
                 str(root), mirror]
-        self.log(f"images: debootstrap {BASE_SUITE} for {arch} from {mirror} (a few minutes under emulation)")
+        slow = " (minutes: package scripts run under QEMU)" if arch != native else ""
+        self.log(f"images: debootstrap {BASE_SUITE} for {arch} from {mirror}{slow}")
         _stream(argv, self.log if self.progress != "quiet" else None, f"debootstrap ({arch})",
                 tail_file=root / "debootstrap" / "debootstrap.log")
         # What a container never needs: downloaded .debs, package lists (apt update refetches them), manual
@@ -326,7 +335,8 @@ class ImageBuilder:
         self.fetch_wheels()
         start = time.monotonic()
         argv = ["docker", "buildx", "build", "--platform", ",".join(f"linux/{a}" for a in platforms),
-                "--file", str(NODE_DOCKERFILE), "--tag", tag, "--label", f"{LABEL_KEY}={key}", "--load",
+                "--file", str(NODE_DOCKERFILE), "--tag", tag, "--label", f"{LABEL_KEY}={key}",
+                "--label", f"{PLATFORMS_LABEL}={','.join(platforms)}", "--load",
                 f"--progress={'plain' if self.progress == 'quiet' else self.progress}"]
         for name, value in build_args.items():
             argv += ["--build-arg", f"{name}={value}"]

@@ -1,0 +1,97 @@
+"""Fixtures of the docker tests: an engine that can run node containers, the node image (built once per run).
+
+Tests here need a Docker engine with the containerd image store and, for riscv64, QEMU registered with
+binfmt_misc (``testbed host setup``, which ``make test`` runs as root). Where the engine cannot run they skip
+and say why; where this machine could have been set up (root, apt-get) but was not, they fail instead, so CI
+never passes by skipping them. ``FAKEHW_DOCKER_TESTS=skip`` skips them on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # no registry: the reaper image cannot be pulled
+
+from testbed.api import Testbed
+from testbed.host import binfmt_entry, engine_problem
+from testbed.images import NATIVE_ARCH, ImageBuilder, ImageError, ImageRef
+
+PLATFORMS = ("amd64", "riscv64")
+
+
+def _unavailable(reason: str) -> None:
+    """Skip (the engine cannot run here) or fail (it could, and CI must run these tests)."""
+    if os.environ.get("FAKEHW_DOCKER_TESTS") == "skip":
+        pytest.skip(f"FAKEHW_DOCKER_TESTS=skip ({reason})")
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        pytest.fail(f"{reason}. This machine can be set up (root, apt-get): run 'testbed host setup' (make test "
+                    "does), or set FAKEHW_DOCKER_TESTS=skip to skip these tests on purpose")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> None:
+    problem = engine_problem()
+    if problem is not None:
+        _unavailable(problem)
+
+
+@pytest.fixture(scope="session")
+def riscv64_emulation(docker_engine: None) -> None:
+    if NATIVE_ARCH == "riscv64":
+        return
+    entry = binfmt_entry("riscv64")
+    if entry is None or entry.get("enabled") != "enabled" or "F" not in entry.get("flags", ""):
+        _unavailable("riscv64 binaries cannot run here (no qemu-riscv64 binfmt entry with the F flag)")
+
+
+@pytest.fixture(scope="session")
+def node_image(docker_engine: None, riscv64_emulation: None) -> ImageRef:
+    """The node image for amd64 and riscv64, built (or found by its content tag) once per session."""
+    lines: list[str] = []
+    try:
+        return ImageBuilder(progress="plain", log=lines.append).node_image(PLATFORMS)
+    except ImageError as exc:
+        pytest.fail(f"the node image does not build: {exc}\n" + "\n".join(lines[-60:]))
+
+
+@pytest.fixture
+def docker_testbed(testbed_factory: Callable[..., Testbed], node_image: ImageRef
+                   ) -> Callable[..., Testbed]:
+    """``docker_testbed("mixed-arch", gpus=...)``: a docker-backend cluster from this run's node image."""
+
+    def make(profile: str, nodes: int | None = None, **options: Any) -> Testbed:
+        return testbed_factory(profile, nodes=nodes, backend="docker", image=node_image.tag, **options)
+
+    return make
+
+
+@pytest.fixture
+def profiles_dir() -> Path:
+    return Path(__file__).parent / "profiles"
+
+
+@pytest.fixture
+def no_leftovers(testbed_state_dir: Path) -> Iterator[Callable[[], list[str]]]:
+    """A function listing this session's labelled containers, networks and volumes (what must be gone)."""
+    import docker
+
+    from testbed.backends.docker import LABEL_STATE_DIR
+
+    client = docker.from_env()
+    label = f"{LABEL_STATE_DIR}={testbed_state_dir.resolve()}"
+
+    def listing() -> list[str]:
+        out = [f"container {c.name}" for c in client.containers.list(all=True, filters={"label": label})]
+        out += [f"network {n.name}" for n in client.networks.list(filters={"label": label})]
+        out += [f"volume {v.name}" for v in client.volumes.list(filters={"label": label})]
+        return out
+
+    yield listing
+    client.close()
