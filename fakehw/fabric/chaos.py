@@ -29,6 +29,7 @@ import itertools
 import json
 import math
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -133,6 +134,18 @@ def wait_forwarding(ns: Netns, ifname: str, timeout: float = 5.0) -> bool:
     return False
 
 
+def revert_one(ledger: Ledger, impairment_id: str) -> bool:
+    """Undo one recorded impairment by id (from any process); False if the ledger does not list it."""
+    rec = next((r for r in ledger.impairments if r["id"] == impairment_id), None)
+    if rec is None:
+        return False
+    for op in rec["undo"]:
+        _undo(op)
+    ledger.impairments = [r for r in ledger.impairments if r["id"] != impairment_id]
+    ledger.save()
+    return True
+
+
 def revert_recorded(ledger: Ledger) -> tuple[list[str], list[str]]:
     """Undo every impairment a ledger still lists (newest first). Returns (reverted ids, errors)."""
     reverted, errors = [], []
@@ -181,6 +194,16 @@ def binomial_interval(n: int, p: float, alpha: float = 1e-6) -> tuple[int, int]:
 # --------------------------------------------------------------------------------------------------- engine
 
 
+def _chance(rate: float) -> str | None:
+    """The nft match that is true with probability ``rate`` ("" always, None never)."""
+    k = round(rate * LOSS_SCALE)
+    if k <= 0:
+        return None
+    if k >= LOSS_SCALE:
+        return ""
+    return f"numgen random mod {LOSS_SCALE} < {k}"
+
+
 def parse_target(text: str) -> NicRef | PortRef:
     """``node/nic`` or ``switch/port`` as written in configs (which one is decided against the fabric)."""
     owner, sep, item = text.partition("/")
@@ -196,7 +219,8 @@ class Chaos:
     def __init__(self, fabric: EmulatedFabric) -> None:
         self.fabric = fabric
         self.active: dict[str, Impairment] = {}
-        self._ids = itertools.count(len(fabric.ledger.impairments) + 1)
+        self._ids = itertools.count(1)
+        self._tag = secrets.token_hex(2)  # impairments of several processes on one fabric never share a name
         fabric.on_teardown("chaos", self.clear)
 
     # ---- targets
@@ -234,7 +258,7 @@ class Chaos:
         return self.fabric.netns(end.ns), end.ifname
 
     def _new(self, kind: str, target: str, params: dict[str, Any]) -> Impairment:
-        return Impairment(f"c{self.fabric.plan.run_id}{next(self._ids)}", kind, target, params, [])
+        return Impairment(f"c{self._tag}{next(self._ids)}", kind, target, params, [])
 
     def _record_first(self, imp: Impairment) -> None:
         """Put the undo list in the ledger before touching the kernel, so a crash half-way is still undone."""
@@ -353,13 +377,12 @@ class Chaos:
         ns, ifname = self._port(ref)
         imp = self._new("loss", str(ref), {"rate": rate, "direction": direction})
         table = f"fh{imp.id}"
-        k = round(rate * LOSS_SCALE)
+        chance = _chance(rate)
         rules = []
-        if direction in ("in", "both"):
-            rules.append(f"    iifname \"{ifname}\" numgen random mod {LOSS_SCALE} < {k} counter name dropped_in drop")
-        if direction in ("out", "both"):
-            rules.append(f"    oifname \"{ifname}\" numgen random mod {LOSS_SCALE} < {k} counter name dropped_out "
-                         f"drop")
+        if direction in ("in", "both") and chance is not None:
+            rules.append(f"    iifname \"{ifname}\" {chance} counter name dropped_in drop")
+        if direction in ("out", "both") and chance is not None:
+            rules.append(f"    oifname \"{ifname}\" {chance} counter name dropped_out drop")
         ruleset = (f"table bridge {table} {{\n  counter dropped_in {{ }}\n  counter dropped_out {{ }}\n"
                    f"  chain forward {{ type filter hook forward priority -100; policy accept;\n"
                    + "\n".join(rules) + "\n  }\n}\n")
@@ -407,15 +430,15 @@ class Chaos:
         imp = self._new("duplicate", str(ref), {"rate": rate})
         inject, bridge_side = f"dupi{imp.id[-6:]}"[:15], f"dupb{imp.id[-6:]}"[:15]
         table = f"fh{imp.id}"
-        k = round(rate * LOSS_SCALE)
+        chance = _chance(rate)
         # copy only frames the port itself accepts (the VLAN rules see the original, not the copy's way in)
         matches = []
         if port.vlan.tagged:
             matches.append(f"vlan id {{ {', '.join(str(v) for v in sorted(port.vlan.tagged))} }}")
         if port.vlan.untagged is not None:
             matches.append("ether type != 8021q")
-        rules = "".join(f"    {m} numgen random mod {LOSS_SCALE} < {k} counter name duplicated dup to \"{inject}\"\n"
-                        for m in matches)
+        rules = "".join(f"    {m} {chance} counter name duplicated dup to \"{inject}\"\n"
+                        for m in matches) if chance is not None else ""
         ruleset = (f"table netdev {table} {{\n  counter duplicated {{ }}\n"
                    f"  chain ingress {{ type filter hook ingress device \"{ifname}\" priority -100; policy accept;\n"
                    f"{rules}  }}\n}}\n")

@@ -184,6 +184,7 @@ def register(fsub: Any) -> None:
     p.set_defaults(func=cmd_probe)
 
     register_fuzz(fsub)
+    register_chaos(fsub)
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
@@ -245,6 +246,85 @@ def _checked_fuzz(fabric: Any, a: Any, b: Any, args: argparse.Namespace, run: An
         if r not in fabric.plan.nics:
             raise CliError(f"{r} is not a NIC of fabric {fabric.model.name}", EXIT_BAD_INPUT)
     return run(fabric, a, b, args.seed, args.count)
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from fakehw.fabric.chaos import Chaos, ChaosError, UnsupportedImpairment, capabilities, revert_one
+
+    if args.kind == "kinds":
+        for kind, (ok, why) in capabilities().items():
+            print(f"{kind:<10} {'available' if ok else 'unsupported: ' + why}")
+        return EXIT_OK
+    _require_root()
+    fabric = _attach(Path(args.state_dir))
+    if args.kind == "list":
+        for rec in fabric.ledger.impairments:
+            print(f"{rec['id']}  {rec['kind']:<10} {rec['target']}  {json.dumps(rec['params'])}")
+        return EXIT_OK
+    if args.kind == "revert":
+        targets = [r["id"] for r in fabric.ledger.impairments] if args.target in (None, "all") else [args.target]
+        for imp_id in targets:
+            if not revert_one(fabric.ledger, imp_id):
+                raise CliError(f"no impairment {imp_id!r} (fakehw fabric chaos list --state-dir ...)", EXIT_BAD_INPUT)
+            print(f"reverted {imp_id}")
+        return EXIT_OK
+    params: dict[str, Any] = {}
+    if args.kind == "partition":
+        if not args.side_a or not args.side_b:
+            raise CliError("partition needs --side-a and --side-b (comma-separated node names)", EXIT_BAD_INPUT)
+        params = {"side_a": args.side_a.split(","), "side_b": args.side_b.split(",")}
+    elif args.kind in ("loss", "duplicate", "corrupt"):
+        params = {"rate": args.rate}
+        if args.kind == "loss":
+            params["direction"] = args.direction
+    elif args.kind == "bandwidth":
+        params = {"rate_mbit": args.mbit, "direction": "in" if args.direction == "in" else "out",
+                  "kind": args.shaper}
+    elif args.kind == "flap":
+        params = {"period": args.period, "duration": args.duration}
+    elif args.kind in ("delay", "jitter"):
+        params = {"ms": args.ms}
+    chaos = Chaos(fabric)
+    try:
+        imp = chaos.apply(args.kind, args.target, **params)
+    except UnsupportedImpairment as exc:
+        raise CliError(f"unsupported on this kernel: {exc}") from None
+    except ChaosError as exc:
+        raise CliError(str(exc), EXIT_BAD_INPUT) from None
+    if imp._thread is not None:  # flapping runs in the foreground for its duration
+        print(f"{imp.id}: flapping {imp.target} every {args.period} s for {args.duration} s")
+        imp._thread.join()
+        chaos.revert(imp)
+        print(f"{imp.id}: done, {imp.params['transitions']} transitions, link up")
+        return EXIT_OK
+    print(f"{imp.id}: {imp.kind} on {imp.target} {json.dumps(imp.params)} (revert: fakehw fabric chaos revert "
+          f"{imp.id} --state-dir {args.state_dir})")
+    return EXIT_OK
+
+
+def register_chaos(fsub: Any) -> None:
+    p = fsub.add_parser("chaos", help="impairments on a running fabric: loss, partition, bandwidth, flap, ...")
+    p.add_argument("kind", choices=["kinds", "list", "revert", "link-down", "flap", "partition", "loss", "bandwidth",
+                                    "duplicate", "corrupt", "delay", "jitter"])
+    p.add_argument("target", nargs="?", help="node/nic or switch/port (revert: an impairment id or all)")
+    p.add_argument("--state-dir", metavar="DIR", help=STATE_HELP)
+    p.add_argument("--rate", type=float, default=0.01, help="loss/duplication probability (0-1)")
+    p.add_argument("--direction", choices=["in", "out", "both"], default="both",
+                   help="in: from the cable into the switch; out: from the switch into the cable")
+    p.add_argument("--mbit", type=float, default=100.0, help="bandwidth limit, Mbit/s")
+    p.add_argument("--shaper", choices=["tbf", "htb"], default="tbf")
+    p.add_argument("--period", type=float, default=1.0, help="flap period, s")
+    p.add_argument("--duration", type=float, default=10.0, help="flap duration, s")
+    p.add_argument("--side-a", metavar="NODES")
+    p.add_argument("--side-b", metavar="NODES")
+    p.add_argument("--ms", type=float, default=1.0, help="delay (reported unsupported on this kernel)")
+    p.set_defaults(func=_chaos_entry)
+
+
+def _chaos_entry(args: argparse.Namespace) -> int:
+    if args.kind != "kinds" and not args.state_dir:
+        raise CliError("--state-dir is required (the fabric started with 'fakehw fabric up')", EXIT_BAD_INPUT)
+    return cmd_chaos(args)
 
 
 def register_fuzz(fsub: Any) -> None:
