@@ -161,3 +161,9 @@ def test_generate_cli_round_trips(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert "gives its NICs no rails" in capsys.readouterr().err
     assert fakehw_main(["fabric", "generate", "spine-leaf", "no-such-profile"]) == 2
     assert "no profile 'no-such-profile'" in capsys.readouterr().err
+
+
+def test_docs_list_every_requirement() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "fabric.md").read_text()
+    missing = [r for r in REQUIREMENTS if f"| {r} |" not in docs]
+    assert missing == []
