@@ -13,8 +13,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="conformance", description="Conformance suites and certification reports.")
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-    from conformance import cli_report
+    from conformance import cli_report, cli_run
 
+    cli_run.register(sub)
     cli_report.register(sub)
     return parser
 

@@ -57,6 +57,7 @@ from testbed.kubelet.checks import (
     registration_problems,
     summarize,
 )
+from testbed.kubelet.launcher import PluginProcess
 
 T = TypeVar("T")
 CHECKPOINT_FILE = "kubelet_internal_checkpoint"
@@ -478,13 +479,19 @@ class Kubelet:
                                         evidence() if evidence else self.evidence())
                 self._cond.wait(min(left, 0.5))
 
-    def wait_endpoint(self, resource: str, after: int = 0, timeout: float | None = None) -> Endpoint:
+    def wait_endpoint(self, resource: str, after: int = 0, timeout: float | None = None,
+                      process: PluginProcess | None = None) -> Endpoint:
         """The endpoint of ``resource`` with a generation above ``after`` whose stream delivered a device list.
 
-        Fails at once, with the reason, when the newest registration of ``resource`` was refused or failed."""
+        Fails at once, with the reason, when the newest registration of ``resource`` was refused or failed, or
+        when ``process`` (the plugin) exits."""
         limit = timeout if timeout is not None else self.timeouts.start
 
         def ready() -> Endpoint | None:
+            if process is not None and not process.alive():
+                raise PluginViolation("plugin-exited", f"the plugin exited with status {process.returncode()} "
+                                      f"before {resource} was registered and listing devices",
+                                      {**self.evidence(resource), "plugin log": process.log_tail(2000)})
             ep = self.endpoints.get(resource)
             if ep is not None and ep.generation > after:
                 if ep.serving:

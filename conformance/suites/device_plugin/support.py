@@ -134,8 +134,12 @@ class PluginUnderTest:
         self.startup_error: PluginViolation | None = None
         self.baseline: tuple[str, ...] = ()
         """Device IDs of the GPU resource when the plugin first came up."""
+        self.serving_pools_at_start: tuple[str, ...] = ()
+        """Pool resources that were serving when the plugin first came up (reset waits for them again)."""
         self._identity: dict[str, str] = {}
         self._pods = itertools.count(1)
+        self.reregisters: bool | None = None
+        """Whether the plugin registered again after a kubelet restart (None: not seen yet)."""
         self.lock = threading.RLock()
 
     @property
@@ -162,19 +166,29 @@ class PluginUnderTest:
             latest = self.kubelet.endpoint(self.resource).latest
             assert latest is not None
             self.baseline = tuple(d.id for d in latest.devices)
+            self.serving_pools_at_start = tuple(r for r in self.pools if r in self.kubelet.endpoints
+                                                and self.kubelet.endpoints[r].serving)
 
     def _generation(self, resource: str | None = None) -> int:
         ep = self.kubelet.endpoints.get(resource or self.resource)
         return ep.generation if ep is not None else 0
 
-    def wait_ready(self, after: int = 0, timeout: float | None = None) -> Endpoint:
-        """Wait for the GPU resource (newer than ``after``), then give the pool resources a moment to follow."""
-        ep = self.kubelet.wait_endpoint(self.resource, after, timeout if timeout is not None
-                                        else self.options.timeouts.start)
+    def _generations(self) -> dict[str, int]:
+        return {r: self._generation(r) for r in [self.resource, *self.pools]}
+
+    def wait_ready(self, after: int | dict[str, int] = 0, timeout: float | None = None) -> Endpoint:
+        """Wait for the GPU resource (registered anew: newer than ``after``), then give the pool resources a
+        moment to follow (a pool that does not come is judged by the pool checks)."""
+        afters = after if isinstance(after, dict) else {}
+        ep = self.kubelet.wait_endpoint(self.resource, afters.get(self.resource, after if isinstance(after, int)
+                                                                  else 0),
+                                        timeout if timeout is not None else self.options.timeouts.start,
+                                        self.process)
         deadline = time.monotonic() + POOL_SETTLE_S
         for resource in self.pools:
             with contextlib.suppress(PluginViolation):
-                self.kubelet.wait_endpoint(resource, 0, max(0.0, deadline - time.monotonic()))
+                self.kubelet.wait_endpoint(resource, afters.get(resource, 0),
+                                           max(0.0, deadline - time.monotonic()))
         return ep
 
     def require(self) -> Endpoint:
@@ -190,7 +204,7 @@ class PluginUnderTest:
 
     def restart(self, kill: bool = False, downtime: float = 0.2) -> Endpoint:
         """Stop (SIGTERM) or kill (SIGKILL) the plugin and start it again; waits until it serves again."""
-        after = self._generation()
+        after = self._generations()
         if self.process is not None:
             self.process.kill() if kill else self.process.stop()
         time.sleep(downtime)
@@ -198,9 +212,14 @@ class PluginUnderTest:
         return self.wait_ready(after)
 
     def restart_kubelet(self, downtime: float = 0.2) -> Endpoint:
-        after = self._generation()
+        after = self._generations()
         self.kubelet.restart(downtime)
-        return self.kubelet.wait_endpoint(self.resource, after, REREGISTER_BOUND_S)
+        ep = self.kubelet.wait_endpoint(self.resource, after[self.resource], REREGISTER_BOUND_S)
+        deadline = time.monotonic() + POOL_SETTLE_S
+        for resource in self.pools:
+            with contextlib.suppress(PluginViolation):
+                self.kubelet.wait_endpoint(resource, after[resource], max(0.0, deadline - time.monotonic()))
+        return ep
 
     def stop(self) -> None:
         if self.process is not None:
@@ -252,6 +271,10 @@ class PluginUnderTest:
         name = next(iter(exposed))
         self._identity[device_id] = name
         return name
+
+    def baseline_identities(self) -> dict[str, str]:
+        """Device ID -> GPU for the devices listed when the plugin first came up."""
+        return {d: self.identify(d) for d in self.baseline}
 
     def identities(self, ids: Sequence[str] | None = None) -> dict[str, str]:
         return {d: self.identify(d) for d in (ids if ids is not None else self.latest_ids())}
@@ -328,6 +351,8 @@ class PluginUnderTest:
                 ep = self.kubelet.endpoints.get(self.resource)
                 if ep is None or not ep.serving or self.process is None or not self.process.alive():
                     raise PluginViolation("not-serving", "not serving")
+                for resource in self.serving_pools_at_start:
+                    self.kubelet.wait_endpoint(resource, 0, POOL_SETTLE_S)
                 self.kubelet.wait_update(self.resource, self.all_healthy, RECOVERY_BOUND_S, "all GPUs healthy")
                 self.kubelet.problems.clear()
                 return

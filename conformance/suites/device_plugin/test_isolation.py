@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from conformance.suites.device_plugin.support import HEALTH_BOUND_S, POOL_PREFIX, PluginUnderTest
 from testbed.kubelet.api import HEALTHY, pb
@@ -50,9 +50,11 @@ class Live:
     token: str | None
 
 
-def _machine(put: PluginUnderTest, check: str) -> type[RuleBasedStateMachine]:
+def _machine(put: PluginUnderTest, check: str, stats: dict[str, int]) -> type[RuleBasedStateMachine]:
     gpus = [g.name for g in put.node.gpus]
     pools = sorted(r for r in put.kubelet.endpoints if r.startswith(POOL_PREFIX))
+    ids = put.baseline_identities()
+    device_of = {gpu: dev for dev, gpu in ids.items()}
 
     class Isolation(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -138,13 +140,24 @@ def _machine(put: PluginUnderTest, check: str) -> type[RuleBasedStateMachine]:
                                      f"{pool} memory although its devices now belong to {pod} ({live.tenant})")
 
         def _wait_reported(self, gpu: str) -> None:
-            device = put.id_of(gpu)
+            device = device_of[gpu]
             # After the bound the fault is "known" whether or not the plugin reported it.
             with contextlib.suppress(PluginTimeout):
                 put.kubelet.wait_update(put.resource, lambda u: u.health(device) != HEALTHY, HEALTH_BOUND_S,
                                         f"fault on {gpu} reported")
 
         # ------------------------------------------------------------------------------------ rules
+
+        @initialize()
+        def opening(self) -> None:
+            """Every run starts from a busy node: tenants a and b hold a GPU (and a slice of every pool); then a
+            GPU fails and tenant c asks for every GPU that is still available. The random steps follow."""
+            for tenant in TENANTS[:2]:
+                self._admit(tenant, put.resource, 1)
+                for resource in pools:
+                    if resource in put.kubelet.endpoints and put.kubelet.available(resource):
+                        self._admit(tenant, resource, 1)
+            self.fault_then_big_job(TENANTS[2], gpus[-1])
 
         @rule(tenant=st.sampled_from(TENANTS), count=st.integers(1, 4))
         def allocate_gpus(self, tenant: str, count: int) -> None:
@@ -199,10 +212,18 @@ def _machine(put: PluginUnderTest, check: str) -> type[RuleBasedStateMachine]:
 
         @rule()
         def restart_kubelet(self) -> None:
-            try:
-                put.restart_kubelet(downtime=0.1)
-            except PluginTimeout:
-                put.restart(kill=True)  # a plugin that does not re-register (judged by DP-REG-004) is restarted
+            if put.reregisters is False:
+                # Known not to register again (judged by DP-REG-004): restart it with the kubelet, as an operator
+                # would, instead of waiting for it every time.
+                put.kubelet.restart(0.1)
+                put.restart(kill=True)
+            else:
+                try:
+                    put.restart_kubelet(downtime=0.1)
+                    put.reregisters = True
+                except PluginTimeout:
+                    put.reregisters = False
+                    put.restart(kill=True)
             deadline = time.monotonic() + 5.0
             while pools and not set(pools) <= set(put.kubelet.endpoints) and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -211,6 +232,7 @@ def _machine(put: PluginUnderTest, check: str) -> type[RuleBasedStateMachine]:
 
         @invariant()
         def disjoint(self) -> None:
+            stats["steps"] = stats.get("steps", 0) + 1  # invariants run after every step
             if check != ISO_DISJOINT:
                 return
             seen: dict[str, str] = {}
@@ -242,7 +264,8 @@ def run_fuzz(put: PluginUnderTest, check: str, evidence: Evidence) -> None:
                       report_multiple_bugs=False, print_blob=False)
     from hypothesis.stateful import get_state_machine_test
 
-    test = hypothesis.seed(seed)(get_state_machine_test(_machine(put, check), settings=config))
+    stats: dict[str, int] = {}
+    test = hypothesis.seed(seed)(get_state_machine_test(_machine(put, check, stats), settings=config))
     lines: list[str] = []
 
     def report(value: object) -> None:
@@ -262,7 +285,7 @@ def run_fuzz(put: PluginUnderTest, check: str, evidence: Evidence) -> None:
                     + "\n".join(sequence), pytrace=False)
     finally:
         evidence("budget", {"examples": options.fuzz_examples, "steps per example": options.fuzz_steps,
-                            "seconds": round(time.monotonic() - started, 2)})
+                            "steps run": stats.get("steps", 0), "seconds": round(time.monotonic() - started, 2)})
         put.reset()
 
 

@@ -109,6 +109,11 @@ class HealthMonitor:
     # ------------------------------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        # The event set exists before the initial look, so nothing that happens in between is missed.
+        self._es: Any = None
+        self._by_handle: dict[int, str] = {}
+        self._es, self._by_handle = self._event_set()
+        self._rebuild = False
         self._initial()
         self._thread = threading.Thread(target=self._run, name="health", daemon=True)
         self._thread.start()
@@ -168,18 +173,35 @@ class HealthMonitor:
             by_handle[ctypes.cast(h, ctypes.c_void_p).value or 0] = g.uuid
         return es, by_handle
 
+    def _drain(self, es: Any, by_handle: dict[int, str]) -> bool:
+        """Deliver what an event set still holds (events come before GPU_IS_LOST), without waiting."""
+        nvml = self.nvml
+        changed = False
+        for _ in range(10_000):
+            try:
+                data = nvml.nvmlEventSetWait_v2(es, 0)
+            except nvml.NVMLError:
+                break  # TIMEOUT or GPU_IS_LOST: nothing left
+            uuid = by_handle.get(ctypes.cast(data.device, ctypes.c_void_p).value or 0)
+            if uuid is not None:
+                changed |= self._event(uuid, int(data.eventType), int(data.eventData))
+        return changed
+
     def _run(self) -> None:
         nvml = self.nvml
-        es: Any = None
-        by_handle: dict[int, str] = {}
+        es, by_handle = self._es, self._by_handle
         next_check = time.monotonic() + self.recheck_s
         while not self._stop.is_set():
             changed = False
             try:
                 if self._rebuild or es is None:
+                    # The new set starts at the newest event; the old one still holds anything older that was not
+                    # delivered yet (e.g. an Xid that came right after a GPU was lost), so drain it before freeing.
+                    new, new_by_handle = self._event_set()
                     if es is not None:
+                        changed |= self._drain(es, by_handle)
                         nvml.nvmlEventSetFree(es)
-                    es, by_handle = self._event_set()
+                    es, by_handle = new, new_by_handle
                     self._rebuild = False
                 data = nvml.nvmlEventSetWait_v2(es, WAIT_MS)
                 uuid = by_handle.get(ctypes.cast(data.device, ctypes.c_void_p).value or 0)

@@ -122,7 +122,7 @@ class PoolManager:
                 record = first
             else:
                 size = spec.slice_bytes * len(devices)
-                tenant = f"devplugin:{self.node}:{pool}:{devices[0]}+{len(devices) - 1}"[:128]
+                tenant = f"devplugin:{self.node}:{devices[0]}.x{len(devices)}"[:128]
                 answer = self.agent.reserve(self.node, pool, tenant, size, ttl=MAX_TTL_S)
                 record = GrantRecord(str(answer["grant"]["id"]), str(answer["token"]), pool, list(devices), size)
                 self.state.grants.append(record)

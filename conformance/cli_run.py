@@ -1,0 +1,163 @@
+"""``conformance run`` and ``conformance list``: run a suite against a component, list the requirements.
+
+    conformance run --target device-plugin --plugin-cmd 'python -m my_plugin' --profile dgx-h100 [--backend docker]
+    conformance list [--target device-plugin] [--category health] [--level core]
+
+``run`` runs the target's suite through pytest in a child process (so a crashing component cannot take the CLI
+with it), writes the per-requirement results file (``--out``, for ``conformance report``), and prints one line
+per requirement. Exit status: 0 only when every required requirement passed, 1 when one did not, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance.requirements import LEVELS, catalogue
+from fakehw.cli_common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, CliError
+
+
+@dataclass(frozen=True)
+class Suite:
+    target: str
+    package: str
+    option: str
+    """How the component is given to the suite (``--target KIND=cmd:...``)."""
+
+
+SUITES = {"device-plugin": Suite("device-plugin", "conformance.suites.device_plugin", "--plugin-cmd")}
+STATUS_ORDER = ("failed", "error", "not-run", "skipped", "passed")
+
+
+def suite_dir(suite: Suite) -> Path:
+    import importlib
+
+    module = importlib.import_module(suite.package)
+    assert module.__file__ is not None
+    return Path(module.__file__).parent
+
+
+def pytest_argv(args: argparse.Namespace, suite: Suite, results: Path) -> list[str]:
+    argv = [sys.executable, "-m", "pytest", str(suite_dir(suite)), "-p", "no:cacheprovider", "--import-mode=importlib",
+            "--profile", args.profile, "--backend", args.backend, "--conformance-results", str(results),
+            "--conformance-complete", "-q" if not args.verbose else "-v", "-rN"]
+    if args.plugin_cmd:
+        argv += ["--target", f"{suite.target}=cmd:{args.plugin_cmd}"]
+    for name in ("fuzz_examples", "fuzz_steps", "fuzz_seed"):
+        value = getattr(args, name)
+        if value is not None:
+            argv += [f"--dp-{name.replace('_', '-')}", str(value)]
+    if args.timeout_scale is not None:
+        argv += ["--dp-timeout-scale", str(args.timeout_scale)]
+    if args.keyword:
+        argv += ["-k", args.keyword]
+    return argv + list(args.pytest_args or [])
+
+
+def summarize(doc: dict[str, Any]) -> tuple[list[str], bool]:
+    """Lines of the per-requirement summary, and whether every required requirement passed."""
+    cat = catalogue()
+    lines = []
+    ok = True
+    reqs: dict[str, Any] = doc.get("requirements", {})
+    messages = {t["nodeid"]: t.get("message", "") for t in doc.get("tests", [])}
+    for req_id, entry in sorted(reqs.items()):
+        req = cat.get(req_id)
+        status = str(entry.get("status", "not-run"))
+        required = req.required if req is not None else True
+        if status != "passed" and required:
+            ok = False
+        mark = "" if required else " (recommended)"
+        lines.append(f"{status.upper():8} {req_id:15} {entry.get('title', '')}{mark}")
+        if status in ("failed", "error"):
+            for nodeid in entry.get("tests", []):
+                first = (messages.get(nodeid) or "").strip().splitlines()[:1]
+                if first:
+                    lines.append(f"{'':8} {'':15}   {first[0][:160]}")
+    counts: dict[str, int] = {}
+    for entry in reqs.values():
+        counts[str(entry.get("status"))] = counts.get(str(entry.get("status")), 0) + 1
+    lines.append("")
+    lines.append(", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s)) +
+                 f" of {len(reqs)} requirements; " + ("CERTIFIED: every required requirement passed" if ok and reqs
+                                                      else "NOT CERTIFIED"))
+    return lines, ok and bool(reqs)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    suite = SUITES.get(args.target)
+    if suite is None:
+        raise CliError(f"no suite for target {args.target!r} (targets: {', '.join(SUITES)})", EXIT_BAD_INPUT)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.json"
+    results.unlink(missing_ok=True)  # never report an old run as this one
+    argv = pytest_argv(args, suite, results)
+    print(f"conformance: {args.target} on {args.profile} ({args.backend}): {args.plugin_cmd or 'reference plugin'}",
+          file=sys.stderr)
+    if args.verbose:
+        print("conformance: " + shlex.join(argv), file=sys.stderr)
+    started = time.monotonic()
+    env = dict(os.environ)
+    env.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+    proc = subprocess.run(argv, env=env, check=False)
+    took = time.monotonic() - started
+    if not results.is_file():
+        raise CliError(f"the suite wrote no results (pytest exit status {proc.returncode}); run with -v to see the "
+                       "pytest command", EXIT_FAILURE if proc.returncode != 4 else EXIT_BAD_INPUT)
+    doc = json.loads(results.read_text())
+    lines, ok = summarize(doc)
+    print()
+    print(f"== {args.target} on {args.profile} ({args.backend}), {took:.0f} s, results: {results}")
+    print("\n".join(lines))
+    return EXIT_OK if ok else EXIT_FAILURE
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    reqs = catalogue().select(target=args.target, category=args.category, level=args.level)
+    if args.json:
+        print(json.dumps([{"id": r.id, "title": r.title, "target": r.target, "category": r.category,
+                           "level": r.level, "required": r.required, "rationale": r.rationale} for r in reqs],
+                         indent=2))
+        return EXIT_OK
+    if not reqs:
+        raise CliError("no requirement matches", EXIT_BAD_INPUT)
+    for r in reqs:
+        print(f"{r.id:15} {r.level:10} {r.category:12} {r.title}{'' if r.required else ' (recommended)'}")
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("run", help="run a target's conformance suite against a component",
+                       description="Runs the suite in pytest, writes OUT/results.json (for 'conformance report') "
+                                   "and prints one line per requirement. Exit 0 only if every required requirement "
+                                   "passed.")
+    p.add_argument("--target", required=True, choices=sorted(SUITES))
+    p.add_argument("--plugin-cmd", help="command that starts the device plugin on a node (default: the reference "
+                                        "plugin); {plugin_dir} and {node} are substituted")
+    p.add_argument("--profile", default="dgx-h100", help="hardware profile (name or YAML file)")
+    p.add_argument("--backend", default="local", choices=["local", "docker"])
+    p.add_argument("--out", default="conformance-out", help="directory for results.json (default conformance-out)")
+    p.add_argument("--fuzz-examples", type=int, help="isolation fuzz: runs per requirement (default 6)")
+    p.add_argument("--fuzz-steps", type=int, help="isolation fuzz: steps per run (default 12)")
+    p.add_argument("--fuzz-seed", type=int, help="replay an isolation fuzz run")
+    p.add_argument("--timeout-scale", type=float, help="stretch the harness's deadlines (slow or emulated nodes)")
+    p.add_argument("-k", dest="keyword", help="only checks matching this pytest -k expression")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("list", help="list the requirements of the catalogue")
+    p.add_argument("--target")
+    p.add_argument("--category")
+    p.add_argument("--level", choices=list(LEVELS))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)

@@ -1,0 +1,208 @@
+"""A list+watch cache of the cluster's Nodes and Pods, as client-go's informers keep one.
+
+The extender decides from this cache. Before each decision it makes a *consistent read*: it asks the API for
+the current resource version (a list with ``limit=1``) and waits until both watches have delivered everything up
+to it, so a pod bound or deleted a moment ago is never missed (kube-apiserver's consistent reads from cache do the
+same). A watch that fails or is told its version is too old (410) relists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+log = logging.getLogger("fakehw.reference.extender")
+Obj = dict[str, Any]
+
+
+class ApiError(Exception):
+    """The cluster API could not be reached or answered an error."""
+
+
+class ApiClient:
+    """Plain HTTP to the cluster API (no TLS: loopback in the testbed)."""
+
+    def __init__(self, base: str, timeout: float = 10.0):
+        url = urlsplit(base)
+        if url.scheme != "http" or not url.hostname:
+            raise ValueError(f"cluster API URL {base!r}: expected http://host:port")
+        self.host = url.hostname
+        self.port = url.port or 80
+        self.timeout = timeout
+        self._local = threading.local()
+
+    def _conn(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            self._local.conn = conn
+        return conn
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        for attempt in (0, 1):
+            conn = self._conn()
+            try:
+                conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                raw = resp.read()
+                return resp.status, json.loads(raw) if raw else None
+            except (OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
+                conn.close()
+                self._local.conn = None
+                if attempt == 1:
+                    raise ApiError(f"{method} {path}: {exc}") from None
+        raise ApiError(f"{method} {path}: failed")
+
+    def stream(self, path: str) -> http.client.HTTPResponse:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout + 330)
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            body = resp.read()
+            conn.close()
+            raise ApiError(f"GET {path}: HTTP {resp.status} {body[:200]!r}")
+        return resp
+
+
+class Informer:
+    """Nodes and pods by name, kept current by two watches; ``on_change`` runs (under the lock) after updates."""
+
+    def __init__(self, api: ApiClient, on_change: Callable[[], None] | None = None):
+        self.api = api
+        self.lock = threading.RLock()
+        self._cond = threading.Condition(self.lock)
+        self.nodes: dict[str, Obj] = {}
+        self.pods: dict[str, Obj] = {}
+        self.version = 0
+        """Bumped on every change: consumers cache derived state per version."""
+        self._seen = {"Node": 0, "Pod": 0}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.on_change = on_change
+
+    def start(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                for kind in ("Node", "Pod"):
+                    self._relist(kind)
+                break
+            except ApiError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        for kind in ("Node", "Pod"):
+            t = threading.Thread(target=self._watch_loop, args=(kind,), name=f"watch-{kind}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @staticmethod
+    def _path(kind: str) -> str:
+        return "/api/v1/nodes" if kind == "Node" else "/api/v1/pods"
+
+    @staticmethod
+    def _key(obj: Obj) -> str:
+        meta = obj["metadata"]
+        return meta["name"] if obj.get("kind") == "Node" or "namespace" not in meta else \
+            f"{meta['namespace']}/{meta['name']}"
+
+    def _relist(self, kind: str) -> int:
+        status, body = self.api.request("GET", self._path(kind))
+        if status != 200 or not isinstance(body, dict):
+            raise ApiError(f"list {kind}: HTTP {status}")
+        rv = int(body["metadata"]["resourceVersion"])
+        items = {(i["metadata"]["name"] if kind == "Node" else f"{i['metadata']['namespace']}/{i['metadata']['name']}"):
+                 i for i in body.get("items", [])}
+        with self._cond:
+            if kind == "Node":
+                self.nodes = items
+            else:
+                self.pods = items
+            self._seen[kind] = max(self._seen[kind], rv)
+            self._changed()
+        return rv
+
+    def _changed(self) -> None:
+        self.version += 1
+        if self.on_change is not None:
+            self.on_change()
+        self._cond.notify_all()
+
+    def _watch_loop(self, kind: str) -> None:
+        rv = self._seen[kind]
+        while not self._stop.is_set():
+            try:
+                resp = self.api.stream(f"{self._path(kind)}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}"
+                                       f"&timeoutSeconds=300")
+            except (ApiError, OSError, http.client.HTTPException) as exc:
+                log.debug("watch %s: %s", kind, exc)
+                self._stop.wait(0.2)
+                with contextlib.suppress(ApiError, OSError, http.client.HTTPException):
+                    rv = self._relist(kind)
+                continue
+            try:
+                while not self._stop.is_set():
+                    line = resp.readline()
+                    if not line:
+                        break
+                    event = json.loads(line)
+                    etype = event.get("type")
+                    obj = event.get("object") or {}
+                    if etype == "ERROR":
+                        rv = self._relist(kind)
+                        break
+                    rv = int(obj.get("metadata", {}).get("resourceVersion", rv))
+                    with self._cond:
+                        if etype in ("ADDED", "MODIFIED", "DELETED"):
+                            store = self.nodes if kind == "Node" else self.pods
+                            key = obj["metadata"]["name"] if kind == "Node" else \
+                                f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+                            if etype == "DELETED":
+                                store.pop(key, None)
+                            else:
+                                store[key] = obj
+                            self._seen[kind] = rv
+                            self._changed()
+                        else:
+                            self._seen[kind] = rv
+                            self._cond.notify_all()
+            except (OSError, http.client.HTTPException, json.JSONDecodeError, ValueError, KeyError, ApiError) as exc:
+                log.debug("watch %s broke: %s", kind, exc)
+            finally:
+                with contextlib.suppress(OSError):
+                    resp.close()
+
+    def sync(self, timeout: float = 2.0) -> bool:
+        """Consistent read: wait until the cache holds everything the API had when this was called."""
+        try:
+            status, body = self.api.request("GET", "/api/v1/pods?limit=1")
+        except ApiError:
+            return False
+        if status != 200 or not isinstance(body, dict):
+            return False
+        want = int(body["metadata"]["resourceVersion"])
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while min(self._seen.values()) < want:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def assume(self, pod: Obj) -> None:
+        """Record a pod this extender just bound, before the watch brings it (kube-scheduler's assume)."""
+        with self._cond:
+            self.pods[self._key(pod)] = pod
+            self._changed()

@@ -1,0 +1,48 @@
+"""Deliberately broken variants of the reference extender: each must be caught by exactly the requirements it breaks.
+
+A mutant is the reference extender with one behaviour changed (``--mutant NAME``). The table says what each one
+breaks; tests/scheduler/test_mutants.py runs the suite against every mutant and asserts that the failed
+requirements are exactly ``breaks`` (no more: a suite that fails unrelated requirements has imprecise checks; no
+fewer: a suite that misses one has no teeth there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    name: str
+    summary: str
+    breaks: frozenset[str]
+    profile: str = "dgx-h100"
+    """A profile on which every broken requirement can be observed."""
+
+
+MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    Mutant("snake-keys", "answers with snake_case JSON keys (node_names, failed_nodes) kube-scheduler drops",
+           frozenset({"SCHED-PROTO-001", "SCHED-PROTO-002"})),
+    Mutant("score-100", "scores on 0..100 instead of 0..10", frozenset({"SCHED-PROTO-002"})),
+    Mutant("ignore-health", "counts unhealthy GPUs as free", frozenset({"SCHED-FAIL-001"})),
+    Mutant("ignore-arch", "ignores image platforms and required ISA extensions",
+           frozenset({"SCHED-FIT-002", "SCHED-TOPO-004"}), profile="mixed-arch"),
+    Mutant("spread", "prefers the worst node of the cost model (inverted scores)",
+           frozenset({"SCHED-TOPO-001", "SCHED-TOPO-002", "SCHED-ISO-005"})),
+    Mutant("split-gangs", "places gang members one by one, without a domain booking",
+           frozenset({"SCHED-TOPO-003", "SCHED-ISO-004"})),
+    Mutant("double-book", "hands out GPUs other pods hold", frozenset({"SCHED-FIT-001", "SCHED-ISO-001"})),
+    Mutant("ignore-cxl", "counts pool capacity the model has, not what the pool holds now (offline CXL)",
+           frozenset({"SCHED-FAIL-002"}), profile="gb200-nvl72"),
+    Mutant("no-admission", "admits allocations past a pool's thrash threshold",
+           frozenset({"SCHED-MEM-001"}), profile="gb200-nvl72"),
+    Mutant("bursts-in-reserve", "lets bursts use the reserved part of a pool",
+           frozenset({"SCHED-MEM-002", "SCHED-ISO-002"}), profile="gb200-nvl72"),
+    Mutant("preempt-reservations", "offers reservations as preemption victims before bursts",
+           frozenset({"SCHED-ISO-003"}), profile="gb200-nvl72"),
+    Mutant("no-watch", "never watches the cluster: knows only the pods it bound itself since it started",
+           frozenset({"SCHED-CHAOS-001", "SCHED-CHAOS-002"})),
+    Mutant("memory-last", "ignores where a memory-bound job's memory would come from",
+           frozenset({"SCHED-TOPO-005"}), profile="gb200-nvl72"),
+    Mutant("slow", "takes 1.5 s per filter call", frozenset({"SCHED-CHAOS-003"})),
+)}

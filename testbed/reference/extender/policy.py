@@ -1,0 +1,473 @@
+"""The reference extender's decisions: filter, the cost model, GPU choice, pool grants and gang bookings.
+
+Cost of placing a pod on a node (lower is better)::
+
+    cost = w_memory * remoteMemoryPenalty + w_latency * avgNVLinkLatency + w_isolation * isolationPenalty
+
+- ``avgNVLinkLatency``: mean pair latency (ns, the node's ``fakehw.io/gpu-latency-ns`` matrix) of the best free
+  GPU set for the pod on the node: NVLink bonds where they exist, PCIe levels otherwise.
+- ``remoteMemoryPenalty``: memory the pod needs beyond its GPUs' HBM comes from the node's pools, nearest
+  (lowest latency) first; the penalty is the byte-weighted latency of that memory over all the pod's memory.
+- ``isolationPenalty``: the share of the node's GPUs other tenants hold, times :data:`ISOLATION_NS`.
+
+Memory-bound pods (``fakehw.io/memory-bound``) weigh memory first. Among equal costs the best fit wins (the
+node left with the fewest free GPUs), which packs a tenant's work and keeps whole nodes free for big jobs.
+
+Filter: image platform and ISA, free healthy GPUs (gang bookings count as taken), pool capacity under the
+cluster's pool policy (published on every node): no grant past the thrash threshold (admission control), bursts
+never into the reserved part, reservations (priority >= reservedPriority) may preempt bursts (answered as
+``FailedNodes``, which kube-scheduler's preemption acts on).
+
+Gangs: the first pod of a gang books, for every member, a node in one NVLink domain that can hold the whole
+gang; the booking (plan, domain, token) is written onto each member at binding, so it outlives restarts of
+this extender. A gang that fits no domain gets no node at all: all or nothing.
+
+Everything here is a pure function of a :class:`Snapshot` (the cluster as the informer sees it) and the pod.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fakehw.views.k8s import (
+    Holding,
+    NodeInfo,
+    PodRequest,
+    PodSpecError,
+    PoolPolicy,
+    average_latency,
+)
+
+ISOLATION_NS = 2000.0
+W_MEMORY, W_LATENCY, W_ISOLATION = 1.0, 1.0, 1.0
+W_MEMORY_BOUND, W_LATENCY_MEMORY_BOUND = 8.0, 0.25
+EXHAUSTIVE_LIMIT = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Flags:
+    """Behaviour switches; all False is the reference. Mutants set one (see mutants.py)."""
+
+    ignore_health: bool = False
+    ignore_arch: bool = False
+    split_gangs: bool = False
+    double_book: bool = False
+    spread: bool = False
+    ignore_cxl: bool = False
+    no_admission: bool = False
+    bursts_in_reserve: bool = False
+    preempt_reservations: bool = False
+    memory_last: bool = False
+
+    @classmethod
+    def for_mutant(cls, name: str | None) -> Flags:
+        if not name:
+            return cls()
+        attr = name.replace("-", "_")
+        if attr in cls.__dataclass_fields__:
+            return cls(**{attr: True})
+        return cls()
+
+
+# --------------------------------------------------------------------------------------------------- snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    key: str
+    uid: str
+    request: PodRequest
+    holding: Holding
+
+
+@dataclass
+class NodeUse:
+    """What bound pods and gang bookings take on one node."""
+
+    held: dict[int, str] = field(default_factory=dict)
+    tenants: Counter[str] = field(default_factory=Counter)
+    reserved: Counter[str] = field(default_factory=Counter)
+    burst: Counter[str] = field(default_factory=Counter)
+    pool_tenants: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    booked: int = 0
+    """GPUs promised to gang members not bound yet."""
+    pods: list[Bound] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GangPlan:
+    gang: str
+    domain: str
+    token: str
+    nodes: tuple[str, ...]
+    gpus_per_pod: int
+    bound: tuple[str, ...]
+    """Nodes of the members bound so far."""
+
+    def open_slots(self) -> Counter[str]:
+        slots = Counter(self.nodes)
+        slots.subtract(Counter(self.bound))
+        return Counter({n: c for n, c in slots.items() if c > 0})
+
+
+class Snapshot:
+    """The cluster as one decision sees it: node infos, what every node has given out, gang plans."""
+
+    def __init__(self, nodes: Mapping[str, NodeInfo], pods: Iterable[Mapping[str, Any]], flags: Flags):
+        self.nodes = nodes
+        self.flags = flags
+        self.use: dict[str, NodeUse] = {n: NodeUse() for n in nodes}
+        self.plans: dict[str, GangPlan] = {}
+        self.pending_plans: dict[str, GangPlan] = {}
+        self.pods: dict[str, Bound] = {}
+        members: dict[str, list[Bound]] = defaultdict(list)
+        for pod in pods:
+            try:
+                req = PodRequest.from_pod(pod)
+                holding = Holding.from_pod(pod)
+            except PodSpecError:
+                continue
+            if holding is None:
+                continue
+            b = Bound(req.key, req.uid, req, holding)
+            self.pods[b.uid] = b
+            use = self.use.get(holding.node)
+            if use is None:
+                continue
+            use.pods.append(b)
+            for i in holding.gpus:
+                if not flags.double_book:
+                    use.held[i] = b.key
+            use.tenants[req.tenant] += len(holding.gpus)
+            for pool, amount in holding.grants.items():
+                (use.reserved if holding.kind == "reservation" else use.burst)[pool] += amount
+                if amount:
+                    use.pool_tenants[pool].add(req.tenant)
+            if req.gang and holding.gang_plan:
+                members[f"{req.namespace}/{req.gang}"].append(b)
+        for gang, bs in members.items():
+            first = bs[0].holding
+            plan = GangPlan(gang, first.gang_domain or "", first.gang_token or "", first.gang_plan,
+                            bs[0].request.gpus, tuple(b.holding.node for b in bs))
+            self.plans[gang] = plan
+            for node, count in plan.open_slots().items():
+                if node in self.use:
+                    self.use[node].booked += count * plan.gpus_per_pod
+
+    # ----------------------------------------------------------------------------------- per node
+
+    def free_gpus(self, node: NodeInfo) -> list[int]:
+        use = self.use[node.name]
+        usable = [g.index for g in node.gpus] if self.flags.ignore_health else list(node.healthy_gpus)
+        return [i for i in usable if i not in use.held]
+
+    def pool_available(self, node: NodeInfo, name: str) -> int:
+        pool = node.pool(name)
+        if pool is None:
+            return 0
+        return pool.capacity if self.flags.ignore_cxl else pool.available
+
+
+# --------------------------------------------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    node: str
+    gpus: tuple[int, ...]
+    grants: Mapping[str, int]
+    kind: str
+    latency: float
+    remote: float
+    isolation: float
+    cost: float
+    free_after: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    node: str
+    reason: str
+    resolvable: bool
+
+
+Verdict = Placement | Refusal
+
+
+def choose_gpus(node: NodeInfo, free: Sequence[int], k: int) -> tuple[int, ...]:
+    """The ``k`` free GPUs with the lowest mean pair latency (ties: lowest indices)."""
+    if k <= 0:
+        return ()
+    if k >= len(free):
+        return tuple(free[:k])
+    matrix = node.latency
+    values = {matrix[a][b] for a in free for b in free if a != b}
+    if len(values) <= 1:
+        return tuple(free[:k])
+    n_sets = 1
+    for i in range(k):
+        n_sets = n_sets * (len(free) - i) // (i + 1)
+    if n_sets <= EXHAUSTIVE_LIMIT:
+        best = min(itertools.combinations(free, k), key=lambda s: (average_latency(matrix, s), s))
+        return tuple(best)
+    best_set: tuple[int, ...] = ()
+    best_key: tuple[float, tuple[int, ...]] | None = None
+    for seed in free:  # greedy from every start
+        chosen = [seed]
+        rest = [g for g in free if g != seed]
+        while len(chosen) < k:
+            nxt = min(rest, key=lambda g: (sum(matrix[g][c] for c in chosen), g))
+            chosen.append(nxt)
+            rest.remove(nxt)
+        s = tuple(sorted(chosen))
+        key = (average_latency(matrix, s), s)
+        if best_key is None or key < best_key:
+            best_set, best_key = s, key
+    return best_set
+
+
+class Policy:
+    """Decisions over one snapshot; caches per node and pod shape so a filter and its prioritize share work."""
+
+    def __init__(self, snapshot: Snapshot):
+        self.snap = snapshot
+        self._cache: dict[tuple[Any, ...], Verdict] = {}
+
+    # ----------------------------------------------------------------------------------- one node
+
+    def evaluate(self, req: PodRequest, node_name: str, own_booking: int = 0) -> Verdict:
+        """Can ``req`` go to the node, and at what cost? ``own_booking``: GPUs the pod's own gang booked there."""
+        snap = self.snap
+        node = snap.nodes.get(node_name)
+        if node is None:
+            return Refusal(node_name, "node unknown to the extender", False)
+        use = snap.use[node_name]
+        free = snap.free_gpus(node)
+        booked = max(0, use.booked - own_booking)
+        key = (node_name, req.gpus, req.memory, req.memory_bound, req.priority, req.tenant, req.platforms, req.isa,
+               own_booking)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        verdict = self._evaluate(req, node, use, free, booked)
+        self._cache[key] = verdict
+        return verdict
+
+    def _evaluate(self, req: PodRequest, node: NodeInfo, use: NodeUse, free: list[int], booked: int) -> Verdict:
+        flags = self.snap.flags
+        if not flags.ignore_arch:
+            if not req.allows_arch(node.arch):
+                return Refusal(node.name, f"image has no linux/{node.arch} variant (platforms: "
+                                          f"{', '.join(sorted(req.platforms))})", False)
+            missing = sorted(req.isa - node.isa)
+            if missing:
+                return Refusal(node.name, f"CPU ({node.arch}) lacks ISA extensions {', '.join(missing)}", False)
+        available = len(free) - booked
+        if req.gpus > available:
+            unhealthy = len(node.gpus) - len(node.healthy_gpus)
+            lower = sum(len(b.holding.gpus) for b in use.pods if b.request.priority < req.priority)
+            reason = (f"needs {req.gpus} GPUs; {max(0, available)} free and healthy ({unhealthy} unhealthy, "
+                      f"{len(use.held)} held, {booked} booked by gangs)")
+            return Refusal(node.name, reason, req.gpus <= available + lower)
+        gpus = choose_gpus(node, free, req.gpus)
+        local = sum(node.gpus[i].memory for i in gpus) if node.gpus else 0
+        spill = max(0, req.memory - local)
+        policy = node.policy
+        reservation = policy.is_reservation(req.priority)
+        grants, left, after_preempt = self._grants(node, use, req, spill, policy, reservation)
+        if left > 0:
+            if reservation and after_preempt <= 0:
+                return Refusal(node.name, f"pools hold bursts where this reservation of {spill} bytes fits; "
+                                          "preempting them makes room", True)
+            return Refusal(node.name, f"needs {spill} bytes beyond its GPUs' HBM; the node's pools can grant "
+                                      f"{spill - left} under the pool policy (thrash threshold "
+                                      f"{policy.thrash_threshold:g}, {policy.reserved_fraction:g} reserved for "
+                                      f"priority >= {policy.reserved_priority})", False)
+        latency = average_latency(node.latency, gpus)
+        remote = 0.0
+        if req.memory and not flags.memory_last:
+            remote = sum(amount * (p.latency_ns if (p := node.pool(name)) else 0)
+                         for name, amount in grants.items()) / req.memory
+        others = sum(n for t, n in use.tenants.items() if t != req.tenant)
+        isolation = ISOLATION_NS * others / len(node.gpus) if node.gpus else 0.0
+        if req.memory_bound:
+            cost = W_MEMORY_BOUND * remote + W_LATENCY_MEMORY_BOUND * latency + W_ISOLATION * isolation
+        else:
+            cost = W_MEMORY * remote + W_LATENCY * latency + W_ISOLATION * isolation
+        return Placement(node.name, gpus, grants, "reservation" if reservation else "burst", latency, remote,
+                         isolation, round(cost, 3), available - req.gpus)
+
+    def _grants(self, node: NodeInfo, use: NodeUse, req: PodRequest, spill: int, policy: PoolPolicy,
+                reservation: bool) -> tuple[dict[str, int], int, int]:
+        """Grants nearest pool first; (grants, bytes still missing, bytes missing even after preempting bursts)."""
+        flags = self.snap.flags
+        grants: dict[str, int] = {}
+        left = after = spill
+        if spill <= 0:
+            return grants, 0, 0
+        for pool in sorted(node.pools, key=lambda p: (p.latency_ns, p.name)):
+            if pool.tier == "hbm":
+                continue  # the GPUs' own memory: counted through the GPUs a pod gets
+            if pool.policy == "exclusive" and use.pool_tenants.get(pool.name, set()) - {req.tenant}:
+                continue
+            available = self.snap.pool_available(node, pool.name)
+            cap = available if flags.no_admission else policy.admission_cap(available)
+            res, bur = use.reserved[pool.name], use.burst[pool.name]
+            if reservation:
+                room = cap - res - bur
+                room_after = cap - res
+            else:
+                burst_cap = cap if flags.bursts_in_reserve else policy.burst_cap(available)
+                room = min(cap - res - bur, burst_cap - bur)
+                room_after = room
+            take = max(0, min(room, left))
+            if take:
+                grants[pool.name] = take
+                left -= take
+            after -= max(0, min(room_after, after))
+        return grants, left, after
+
+    # ----------------------------------------------------------------------------------- gangs
+
+    def gang_plan(self, req: PodRequest, candidates: Iterable[str]) -> GangPlan | Refusal:
+        """The booking for ``req``'s gang: the existing one, or a new one in the best domain that holds it all."""
+        if req.gang is None:
+            raise ValueError("not a gang pod")
+        gang = f"{req.namespace}/{req.gang}"
+        existing = self.snap.plans.get(gang) or self.snap.pending_plans.get(gang)
+        if existing is not None:
+            return existing
+        by_domain: dict[str, list[tuple[Placement, int]]] = defaultdict(list)
+        for name in candidates:
+            verdict = self.evaluate(req, name)
+            if not isinstance(verdict, Placement):
+                continue
+            free = verdict.free_after + req.gpus
+            slots = free // req.gpus if req.gpus else req.gang_size
+            by_domain[self.snap.nodes[name].domain].append((verdict, slots))
+        best: tuple[tuple[float, ...], str, list[str]] | None = None
+        for domain, entries in by_domain.items():
+            if sum(s for _, s in entries) < req.gang_size:
+                continue
+            entries.sort(key=lambda e: (-e[1], e[0].cost, e[0].node))
+            plan: list[str] = []
+            for placement, slots in entries:
+                take = min(slots, req.gang_size - len(plan))
+                plan += [placement.node] * take
+                if len(plan) == req.gang_size:
+                    break
+            used = {n for n in plan}
+            score = (float(len(used)), sum(p.cost for p, _ in entries if p.node in used) / len(used))
+            if best is None or (score, domain) < (best[0], best[1]):
+                best = (score, domain, plan)
+        if best is None:
+            biggest = max((sum(s for _, s in e) for e in by_domain.values()), default=0)
+            return Refusal("", f"no NVLink domain can hold gang {gang} ({req.gang_size} pods x {req.gpus} GPUs); "
+                               f"the largest has room for {biggest}", False)
+        plan_obj = GangPlan(gang, best[1], secrets.token_hex(8), tuple(best[2]), req.gpus, ())
+        self.snap.pending_plans[gang] = plan_obj
+        return plan_obj
+
+    # ----------------------------------------------------------------------------------- verbs
+
+    def filter(self, req: PodRequest, names: Sequence[str]) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        if req.gang and not self.snap.flags.split_gangs:
+            plan = self.gang_plan(req, names)
+            if isinstance(plan, Refusal):
+                return [], {}, {n: plan.reason for n in names}
+            slots = plan.open_slots()
+            committed = plan.gang in self.snap.plans
+            for n in names:
+                if slots.get(n, 0) <= 0:
+                    unresolvable[n] = f"gang {plan.gang} is booked on {plan.domain} (token {plan.token[:6]}...)"
+                    continue
+                verdict = self.evaluate(req, n, own_booking=slots[n] * req.gpus if committed else 0)
+                if isinstance(verdict, Placement):
+                    passed.append(n)
+                else:
+                    unresolvable[n] = verdict.reason
+            return passed, failed, unresolvable
+        for n in names:
+            verdict = self.evaluate(req, n)
+            if isinstance(verdict, Placement):
+                passed.append(n)
+            elif verdict.resolvable:
+                failed[n] = verdict.reason
+            else:
+                unresolvable[n] = verdict.reason
+        return passed, failed, unresolvable
+
+    def prioritize(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
+        placements = [v for n in names if isinstance(v := self.evaluate(req, n, self.own_booking(req, n)), Placement)]
+        if not placements:
+            return dict.fromkeys(names, 0)
+        sign = -1.0 if self.snap.flags.spread else 1.0
+        ranked = sorted(placements, key=lambda p: (sign * p.cost, sign * p.free_after, p.node))
+        best = ranked[0]
+        costs = [sign * p.cost for p in placements]
+        lo, hi = min(costs), max(costs)
+        scores = dict.fromkeys(names, 0)
+        for p in placements:
+            c = sign * p.cost
+            if c == lo:
+                scores[p.node] = 10 if sign * p.free_after == sign * best.free_after else 9
+            else:
+                scores[p.node] = int(8 * (hi - c) / (hi - lo)) if hi > lo else 8
+        return scores
+
+    def own_booking(self, req: PodRequest, node: str) -> int:
+        """GPUs the pod's gang has booked on ``node`` and not used yet (they are the pod's to take)."""
+        if req.gang is None or self.snap.flags.split_gangs:
+            return 0
+        plan = self.snap.plans.get(f"{req.namespace}/{req.gang}")
+        return plan.open_slots().get(node, 0) * req.gpus if plan is not None else 0
+
+    def victims(self, req: PodRequest, node: str, offered: Sequence[str]) -> list[str] | None:
+        """UIDs to evict on ``node`` so ``req`` fits there (bursts first, never reservations), or None."""
+        snap = self.snap
+        use = snap.use.get(node)
+        info = snap.nodes.get(node)
+        if use is None or info is None:
+            return None
+        lower = [b for b in use.pods if b.request.priority < req.priority]
+        if snap.flags.preempt_reservations:
+            protected: set[str] = set()
+            order = sorted(lower, key=lambda b: (b.holding.kind != "reservation", b.request.priority, b.key))
+        else:
+            protected = {b.uid for b in lower if b.holding.kind == "reservation"}
+            order = sorted((b for b in lower if b.uid not in protected), key=lambda b: (b.request.priority, b.key))
+        chosen = [uid for uid in offered if uid not in protected and uid in snap.pods]
+        for b in [x for x in order if x.uid not in chosen]:
+            if self._fits_without(req, node, chosen):
+                break
+            chosen.append(b.uid)
+        return chosen if self._fits_without(req, node, chosen) else None
+
+    def _fits_without(self, req: PodRequest, node: str, uids: Sequence[str]) -> bool:
+        gone = set(uids)
+        nodes = self.snap.nodes
+        pods = [_pod_of(b) for b in self.snap.pods.values() if b.uid not in gone]
+        trial = Policy(Snapshot(nodes, pods, self.snap.flags))
+        return isinstance(trial.evaluate(req, node), Placement)
+
+
+def _pod_of(b: Bound) -> dict[str, Any]:
+    """A minimal pod object carrying ``b``'s request and holding (to re-derive a snapshot without some pods)."""
+    r, h = b.request, b.holding
+    labels = {"fakehw.io/gang": r.gang} if r.gang else {}
+    ann = dict(h.annotations())
+    ann["fakehw.io/memory"] = str(r.memory)
+    if r.gang:
+        ann["fakehw.io/gang-size"] = str(r.gang_size)
+    return {"metadata": {"namespace": r.namespace, "name": r.name, "uid": r.uid, "labels": labels,
+                         "annotations": ann},
+            "spec": {"nodeName": h.node, "priority": r.priority,
+                     "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(r.gpus)}}}]}}

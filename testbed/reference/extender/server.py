@@ -1,0 +1,343 @@
+"""The reference extender's HTTP service: filter, prioritize, bind and preempt over the informer's cache.
+
+Answers use the protocol's Go field names. A request that is not JSON, or lacks the pod, gets HTTP 400 with an
+``Error`` (kube-scheduler treats any non-200 as a failed call); nothing a client sends stops the service. All
+decisions run one at a time under the informer's lock, so a bind never races a filter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from fakehw.views.k8s import NodeInfo, PodRequest, PodSpecError
+from testbed.reference.extender.informer import ApiClient, ApiError, Informer
+from testbed.reference.extender.policy import Flags, GangPlan, Placement, Policy, Refusal, Snapshot
+
+log = logging.getLogger("fakehw.reference.extender")
+MAX_BODY = 256 * 2**20
+
+
+class BadRequest(Exception):
+    """The request cannot be read; answered with HTTP 400."""
+
+
+@dataclass(frozen=True)
+class Options:
+    mutant: str | None = None
+    delay_s: float = 0.0
+    """Sleep this long in every filter call (the ``slow`` mutant)."""
+    watch: bool = True
+    """Keep the cache current by watching (off: the ``no-watch`` mutant, which knows only its own bindings)."""
+
+
+class Extender:
+    """The decision side: node infos parsed once per node version, a snapshot per cache version."""
+
+    def __init__(self, api: ApiClient, options: Options):
+        self.api = api
+        self.options = options
+        self.flags = Flags.for_mutant(options.mutant)
+        self.informer = Informer(api)
+        self._infos: dict[str, tuple[str, NodeInfo]] = {}
+        self._policy: tuple[int, Policy] | None = None
+        self._own: dict[str, dict[str, Any]] = {}
+        """Pods this process bound (all the ``no-watch`` mutant knows)."""
+
+    def start(self) -> None:
+        if self.options.watch:
+            self.informer.start()
+        else:
+            for kind in ("Node",):
+                self.informer._relist(kind)
+
+    # ----------------------------------------------------------------------------------- state
+
+    def _node_info(self, name: str, obj: Mapping[str, Any] | None = None) -> NodeInfo | None:
+        source = obj if obj is not None else self.informer.nodes.get(name)
+        if source is None:
+            return None
+        rv = str(source["metadata"].get("resourceVersion", ""))
+        cached = self._infos.get(name)
+        if cached is not None and cached[0] == rv and rv:
+            return cached[1]
+        try:
+            info = NodeInfo.from_object(source)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("node %s: cannot read its topology annotations: %s", name, exc)
+            return None
+        self._infos[name] = (rv, info)
+        return info
+
+    def policy(self) -> Policy:
+        version = self.informer.version
+        if self._policy is not None and self._policy[0] == version:
+            return self._policy[1]
+        infos = {}
+        for name in list(self.informer.nodes):
+            info = self._node_info(name)
+            if info is not None:
+                infos[name] = info
+        pods = self.informer.pods.values() if self.options.watch else self._own.values()
+        policy = Policy(Snapshot(infos, list(pods), self.flags))
+        self._policy = (version, policy)
+        return policy
+
+    def _sync(self) -> None:
+        if self.options.watch:
+            self.informer.sync()
+
+    # ----------------------------------------------------------------------------------- verbs
+
+    @staticmethod
+    def _request(args: Any) -> PodRequest:
+        if not isinstance(args, dict) or not isinstance(args.get("Pod"), dict):
+            raise BadRequest("ExtenderArgs.Pod is missing")
+        try:
+            return PodRequest.from_pod(args["Pod"])
+        except PodSpecError as exc:
+            raise BadRequest(f"pod: {exc}") from None
+
+    def _names(self, args: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]] | None]:
+        names = args.get("NodeNames")
+        nodes = args.get("Nodes")
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            return list(names), None
+        if isinstance(nodes, dict) and isinstance(nodes.get("items"), list):
+            items = [i for i in nodes["items"] if isinstance(i, dict) and isinstance(i.get("metadata"), dict)]
+            return [str(i["metadata"].get("name")) for i in items], items
+        raise BadRequest("ExtenderArgs has neither NodeNames nor Nodes")
+
+    def _refresh_from(self, items: list[dict[str, Any]] | None) -> None:
+        """Nodes sent as objects win over the cache when they are newer (or unknown to it)."""
+        if not items:
+            return
+        changed = False
+        for obj in items:
+            name = str(obj["metadata"].get("name"))
+            cached = self.informer.nodes.get(name)
+            if cached is None or cached["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                self.informer.nodes[name] = obj
+                changed = True
+        if changed:
+            self.informer.version += 1
+
+    def filter(self, args: Any) -> dict[str, Any]:
+        req = self._request(args)
+        names, items = self._names(args)
+        if self.options.delay_s:
+            time.sleep(self.options.delay_s)
+        self._sync()
+        with self.informer.lock:
+            self._refresh_from(items)
+            passed, failed, unresolvable = self.policy().filter(req, names)
+        out: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+        if items is None:
+            out["NodeNames"] = passed
+            out["Nodes"] = None
+        else:
+            keep = set(passed)
+            out["Nodes"] = {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
+                            "items": [i for i in items if i["metadata"].get("name") in keep]}
+            out["NodeNames"] = None
+        return out
+
+    def prioritize(self, args: Any) -> list[dict[str, Any]]:
+        req = self._request(args)
+        names, items = self._names(args)
+        self._sync()
+        with self.informer.lock:
+            self._refresh_from(items)
+            scores = self.policy().prioritize(req, names)
+        if self.options.mutant == "score-100":
+            scores = {k: v * 10 for k, v in scores.items()}
+        return [{"Host": n, "Score": s} for n, s in scores.items()]
+
+    def bind(self, args: Any) -> dict[str, Any]:
+        if not isinstance(args, dict):
+            raise BadRequest("ExtenderBindingArgs must be an object")
+        ns, name, uid, node = (args.get(k) for k in ("PodNamespace", "PodName", "PodUID", "Node"))
+        if not all(isinstance(x, str) and x for x in (ns, name, node)):
+            raise BadRequest("ExtenderBindingArgs needs PodName, PodNamespace and Node")
+        assert isinstance(ns, str) and isinstance(name, str) and isinstance(node, str)
+        self._sync()
+        with self.informer.lock:
+            pod = self.informer.pods.get(f"{ns}/{name}")
+            if pod is None:
+                try:
+                    status, pod = self.api.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+                except ApiError as exc:
+                    return {"Error": f"cannot read pod {ns}/{name}: {exc}"}
+                if status != 200 or not isinstance(pod, dict):
+                    return {"Error": f"pod {ns}/{name} not found"}
+            if uid and pod["metadata"].get("uid") != uid:
+                return {"Error": f"pod {ns}/{name} has uid {pod['metadata'].get('uid')}, not {uid}"}
+            try:
+                req = PodRequest.from_pod(pod)
+            except PodSpecError as exc:
+                return {"Error": f"pod {ns}/{name}: {exc}"}
+            policy = self.policy()
+            plan: GangPlan | None = None
+            own = 0
+            if req.gang and not self.flags.split_gangs:
+                got = policy.gang_plan(req, [node])
+                if isinstance(got, Refusal):
+                    return {"Error": got.reason}
+                plan = got
+                if plan.open_slots().get(node, 0) <= 0:
+                    return {"Error": f"gang {plan.gang} is booked elsewhere than {node}"}
+                own = policy.own_booking(req, node)
+            verdict = policy.evaluate(req, node, own)
+            if not isinstance(verdict, Placement):
+                return {"Error": f"{ns}/{name} no longer fits {node}: {verdict.reason}"}
+            annotations = _holding_annotations(verdict, plan)
+            body = {"apiVersion": "v1", "kind": "Binding",
+                    "metadata": {"name": name, "namespace": ns, "uid": uid or pod["metadata"].get("uid"),
+                                 "annotations": annotations},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+            try:
+                status, answer = self.api.request("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", body)
+            except ApiError as exc:
+                return {"Error": f"binding failed: {exc}"}
+            if status >= 300:
+                msg = answer.get("message") if isinstance(answer, dict) else answer
+                return {"Error": f"binding refused (HTTP {status}): {msg}"}
+            bound = json.loads(json.dumps(pod))
+            bound["spec"]["nodeName"] = node
+            bound["metadata"].setdefault("annotations", {}).update(annotations)
+            self._own[f"{ns}/{name}"] = bound
+            self.informer.assume(bound)
+            if plan is not None:
+                policy.snap.pending_plans.pop(plan.gang, None)
+        return {"Error": ""}
+
+    def preempt(self, args: Any) -> dict[str, Any]:
+        req = self._request(args)
+        offered: dict[str, list[str]] = {}
+        meta = args.get("NodeNameToMetaVictims")
+        full = args.get("NodeNameToVictims")
+        if isinstance(meta, dict):
+            for node, v in meta.items():
+                offered[str(node)] = [str(p.get("UID")) for p in (v or {}).get("Pods") or [] if isinstance(p, dict)]
+        elif isinstance(full, dict):
+            for node, v in full.items():
+                offered[str(node)] = [str((p.get("metadata") or {}).get("uid")) for p in (v or {}).get("Pods") or []
+                                      if isinstance(p, dict)]
+        else:
+            raise BadRequest("ExtenderPreemptionArgs has no victims map")
+        self._sync()
+        out: dict[str, Any] = {}
+        with self.informer.lock:
+            policy = self.policy()
+            for node, uids in offered.items():
+                chosen = policy.victims(req, node, uids)
+                if chosen is not None:
+                    out[node] = {"Pods": [{"UID": u} for u in chosen], "NumPDBViolations": 0}
+        return {"NodeNameToMetaVictims": out}
+
+
+def _holding_annotations(p: Placement, plan: GangPlan | None) -> dict[str, str]:
+    from fakehw.views.k8s import Holding
+
+    holding = Holding(p.node, p.gpus, dict(p.grants), p.kind,
+                      plan.domain if plan else None, plan.token if plan else None, plan.nodes if plan else ())
+    return holding.annotations()
+
+
+_SNAKE = {"NodeNames": "node_names", "Nodes": "nodes", "FailedNodes": "failed_nodes",
+          "FailedAndUnresolvableNodes": "failed_and_unresolvable_nodes", "Error": "error", "Host": "host",
+          "Score": "score"}
+
+
+def _snake(obj: Any) -> Any:
+    """The ``snake-keys`` mutant's spelling of a response (what a hand-rolled JSON encoder might produce)."""
+    if isinstance(obj, list):
+        return [_snake(x) for x in obj]
+    if isinstance(obj, dict) and set(obj) <= set(_SNAKE):
+        return {_SNAKE[k]: v for k, v in obj.items()}
+    return obj
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _send(self, code: int, body: Any) -> None:
+        if self.server.ext.options.mutant == "snake-keys":
+            body = _snake(body)
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") in ("/healthz", "/readyz"):
+            self._send(200, {"ok": True, "mutant": self.server.ext.options.mutant})
+        else:
+            self._send(404, {"Error": f"no such path {self.path}"})
+
+    def do_POST(self) -> None:
+        verb = self.path.strip("/").rsplit("/", 1)[-1]
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            self._send(400, {"Error": "missing or oversized Content-Length"})
+            return
+        raw = self.rfile.read(length)
+        handler = {"filter": self.server.ext.filter, "prioritize": self.server.ext.prioritize,
+                   "bind": self.server.ext.bind, "preempt": self.server.ext.preempt}.get(verb)
+        if handler is None:
+            self._send(404, {"Error": f"unknown verb {verb!r} (filter, prioritize, bind, preempt)"})
+            return
+        try:
+            args = json.loads(raw)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, nesting too deep
+            self._send(400, {"Error": f"the request is not JSON: {type(exc).__name__}: {str(exc)[:200]}"})
+            return
+        try:
+            self._send(200, handler(args))
+        except BadRequest as exc:
+            self._send(400, {"Error": str(exc)})
+        except Exception as exc:  # never let one request take the service down
+            log.exception("%s failed", verb)
+            self._send(500, {"Error": f"internal error in {verb}: {type(exc).__name__}: {exc}"})
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-request is normal (timeouts, restarts): no traceback on stderr."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            super().handle_error(request, client_address)
+
+    def __init__(self, address: tuple[str, int], ext: Extender):
+        super().__init__(address, _Handler)
+        self.ext = ext
+
+
+def serve(host: str, port: int, api: str, options: Options) -> None:
+    ext = Extender(ApiClient(api), options)
+    ext.start()
+    server = _Server((host, port), ext)
+    log.info("reference extender on http://%s:%d (cluster API %s, mutant %s)", host, server.server_address[1], api,
+             options.mutant or "none")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()

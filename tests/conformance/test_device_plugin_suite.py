@@ -1,0 +1,212 @@
+"""The device plugin suite, run as a certification would run it (pytest in a child process, results file):
+
+- the reference plugin passes every requirement on dgx-h100, gb200-nvl72, edge-pcie and riscv-nvlink-fusion
+  (local backend), and on one profile in the Docker backend when Docker and the node image are available;
+- every mutant fails exactly the requirements it breaks and passes all the others;
+- a hostile plugin (Allocate hangs) is reported requirement by requirement, within a bounded time.
+
+The runs are independent processes, started together by a session fixture and run ``FAKEHW_DP_PARALLEL`` (default
+2) at a time; each test waits for its own. Mutants run with a reduced fuzz budget and without shrinking (their
+failures are expected): every fuzz run opens with two tenants holding GPUs and pool memory, a fault and a big job,
+so each isolation property is exercised from the first step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.requirements import catalogue
+
+SUITE = Path(__file__).resolve().parents[2] / "conformance" / "suites" / "device_plugin"
+DATA = Path(__file__).resolve().parent / "data"
+REFERENCE = f"{shlex.quote(sys.executable)} -m testbed.reference.device_plugin"
+PROFILES = ("dgx-h100", "gb200-nvl72", "edge-pcie", "riscv-nvlink-fusion")
+REFERENCE_BUDGET = ("--dp-fuzz-examples", "3", "--dp-fuzz-steps", "10")
+MUTANT_BUDGET = ("--dp-fuzz-examples", "1", "--dp-fuzz-steps", "6", "--dp-fuzz-no-shrink")
+RUN_TIMEOUT_S = 900.0
+ALL_IDS = frozenset(r.id for r in catalogue().for_target("device-plugin"))
+
+
+@dataclass(frozen=True)
+class MutantCase:
+    name: str
+    profile: str
+    breaks: frozenset[str]
+    why: str
+
+
+MUTANTS = (
+    MutantCase("ignores-health", "edge-pcie",
+               frozenset({"DP-HEALTH-001", "DP-HEALTH-002", "DP-ISO-002", "DP-CHAOS-004"}),
+               "faults never show; new pods land on broken GPUs; faults after an agent restart are not seen either"),
+    MutantCase("leaks-extra-device", "edge-pcie", frozenset({"DP-ALLOC-002", "DP-ISO-001", "DP-ISO-003"}),
+               "every container also gets another GPU: not exactly its own, and shared with another tenant"),
+    MutantCase("ignores-must-include", "edge-pcie", frozenset({"DP-TOPO-003"}), "must-include devices are dropped"),
+    MutantCase("forgets-to-reregister", "edge-pcie", frozenset({"DP-REG-004", "DP-CHAOS-002"}),
+               "after a kubelet restart the node has no GPUs"),
+    MutantCase("ignores-nvlink", str(DATA / "nvlink-bridged-pairs.yaml"), frozenset({"DP-TOPO-002", "DP-TOPO-003"}),
+               "PCIe-nearest GPUs are picked across NVLink-bridged pairs"),
+    MutantCase("shares-pool-token", "riscv-nvlink-fusion", frozenset({"DP-POOL-002", "DP-ISO-004"}),
+               "two tenants get the same pool token"),
+    MutantCase("allocates-lost-gpu", "edge-pcie", frozenset({"DP-CHAOS-003"}),
+               "a GPU that fell off the bus is handed out"),
+    MutantCase("drops-unhealthy", "edge-pcie", frozenset({"DP-HEALTH-005"}),
+               "a faulty GPU disappears from the list instead of being Unhealthy"),
+    MutantCase("wrong-numa", "riscv-nvlink-fusion", frozenset({"DP-TOPO-001"}), "every GPU claims NUMA node 0"),
+)
+
+
+@dataclass
+class Run:
+    label: str
+    argv: list[str]
+    results: Path
+    returncode: int | None = None
+    seconds: float = 0.0
+    output: str = ""
+
+    def doc(self) -> dict[str, Any]:
+        if not self.results.is_file():
+            pytest.fail(f"{self.label}: no results (exit {self.returncode}); output ends:\n{self.output[-3000:]}")
+        data: dict[str, Any] = json.loads(self.results.read_text())
+        return data
+
+    def statuses(self) -> dict[str, str]:
+        return {k: v["status"] for k, v in self.doc()["requirements"].items()}
+
+    def failure_messages(self) -> str:
+        return "\n".join(f"{t['nodeid']}: {t['message'][:600]}" for t in self.doc()["tests"]
+                         if t["outcome"] in ("failed", "error"))
+
+
+def _execute(run: Run) -> Run:
+    started = time.monotonic()
+    env = {**os.environ, "TESTCONTAINERS_RYUK_DISABLED": "true"}
+    try:
+        proc = subprocess.run(run.argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env,
+                              check=False)
+        run.returncode, run.output = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        run.output = f"timed out after {RUN_TIMEOUT_S:g} s: {exc}"
+    run.seconds = time.monotonic() - started
+    return run
+
+
+def suite_argv(profile: str, command: str, results: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", "-q", "--profile", profile,
+            "--target", f"device-plugin=cmd:{command}", "--conformance-results", str(results),
+            "--conformance-complete", *extra]
+
+
+class Runs:
+    """Every suite run of this module, started at once and run a few at a time."""
+
+    def __init__(self, workdir: Path, parallel: int):
+        self.workdir = workdir
+        self.pool = ThreadPoolExecutor(max_workers=parallel)
+        self.futures: dict[str, Future[Run]] = {}
+
+    def submit(self, label: str, profile: str, command: str, *extra: str) -> None:
+        results = self.workdir / f"{label}.json"
+        self.futures[label] = self.pool.submit(_execute, Run(label, suite_argv(profile, command, results, *extra),
+                                                             results))
+
+    def get(self, label: str) -> Run:
+        return self.futures[label].result()
+
+
+@pytest.fixture(scope="module")
+def runs() -> Iterator[Runs]:
+    workdir = Path(tempfile.mkdtemp(prefix="fhw-dpsuite-"))
+    r = Runs(workdir, int(os.environ.get("FAKEHW_DP_PARALLEL", "2")))
+    for profile in PROFILES:
+        r.submit(f"reference-{profile}", profile, REFERENCE, *REFERENCE_BUDGET)
+    for m in MUTANTS:
+        r.submit(f"mutant-{m.name}", m.profile, f"{REFERENCE} --mutant {m.name}", *MUTANT_BUDGET)
+    hostile = f"{shlex.quote(sys.executable)} -m testbed.reference.device_plugin.hostile allocate-hang"
+    r.submit("hostile-allocate-hang", "edge-pcie", hostile, "--dp-rpc-timeout", "1", "--dp-start-timeout", "10",
+             *MUTANT_BUDGET)
+    yield r
+    r.pool.shutdown(wait=True, cancel_futures=True)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_the_catalogue_has_a_test_for_every_requirement() -> None:
+    assert len(ALL_IDS) >= 30
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_reference_plugin_passes_every_requirement(runs: Runs, profile: str) -> None:
+    run = runs.get(f"reference-{profile}")
+    statuses = run.statuses()
+    assert set(statuses) == ALL_IDS, f"requirements without a result: {sorted(ALL_IDS - set(statuses))}"
+    bad = {k: v for k, v in statuses.items() if v != "passed"}
+    assert not bad, f"{profile}: {bad}\n{run.failure_messages()}"
+    assert run.doc()["complete"] is True and run.returncode == 0
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_mutant_fails_exactly_what_it_breaks(runs: Runs, mutant: MutantCase) -> None:
+    run = runs.get(f"mutant-{mutant.name}")
+    statuses = run.statuses()
+    failed = {k for k, v in statuses.items() if v != "passed"}
+    assert set(statuses) == ALL_IDS
+    assert failed == mutant.breaks, (
+        f"{mutant.name} ({mutant.why}) should fail exactly {sorted(mutant.breaks)}; missed "
+        f"{sorted(mutant.breaks - failed)}, also failed {sorted(failed - mutant.breaks)}\n{run.failure_messages()}")
+    assert all(statuses[k] == "failed" for k in mutant.breaks), "a broken requirement is a failed check, not an error"
+    evidence = {r: [e for t in run.doc()["tests"] if r in t["requirements"] for e in t["evidence"]]
+                for r in mutant.breaks}
+    assert all(evidence.values()), f"failed checks without evidence: {[r for r, e in evidence.items() if not e]}"
+
+
+def test_hostile_plugin_is_reported_timed_out_and_moved_past(runs: Runs) -> None:
+    """Allocate never answers: every check that allocates fails with a timeout after the 1 s deadline; the run
+    ends (in bounded time) with a result for every requirement."""
+    run = runs.get("hostile-allocate-hang")
+    statuses = run.statuses()
+    assert set(statuses) == ALL_IDS, "every requirement has a result"
+    assert run.returncode == 1 and run.doc()["complete"] is True
+    assert statuses["DP-REG-001"] == "passed" and statuses["DP-INV-003"] == "passed"
+    assert statuses["DP-ALLOC-001"] == "failed" and statuses["DP-INV-002"] == "failed"
+    alloc = next(t for t in run.doc()["tests"] if "DP-ALLOC-001" in t["requirements"])
+    assert "Allocate-timeout" in alloc["message"] and "did not answer within its deadline" in alloc["message"]
+    assert any(e["label"] == "Allocate-timeout" and e["value"]["request"] for e in alloc["evidence"])
+    assert "Traceback" not in alloc["message"]
+    assert run.seconds < 400, f"the hostile run took {run.seconds:.0f} s"
+
+
+def test_docker_backend(tmp_path: Path) -> None:
+    """The reference plugin inside a node container (Docker backend), certified by the harness on the host."""
+    from testbed.backends.docker import _client
+
+    try:
+        _client().ping()
+    except Exception as exc:  # no SDK, no daemon, no permission: all mean "no Docker backend here"
+        pytest.skip(f"Docker backend unavailable here: {exc}")
+    from testbed.images import ImageBuilder
+
+    try:
+        ImageBuilder(progress="plain").node_image(("amd64",))
+    except Exception as exc:
+        pytest.skip(f"the node image cannot be built here: {exc}")
+    results = tmp_path / "docker.json"
+    run = _execute(Run("docker", suite_argv("edge-pcie", "python -m testbed.reference.device_plugin", results,
+                                            "--backend", "docker", *REFERENCE_BUDGET), results))
+    statuses = run.statuses()
+    bad = {k: v for k, v in statuses.items() if v != "passed"}
+    assert set(statuses) == ALL_IDS and not bad, f"{bad}\n{run.failure_messages()}\n{run.output[-3000:]}"
