@@ -48,22 +48,25 @@ print(json.dumps(out))
 """
 
 XID_PROBE = r"""
-import json, pathlib, sys, pynvml
+import ctypes, json, pathlib, sys, pynvml
+
+def address(handle):
+    return ctypes.cast(handle, ctypes.c_void_p).value
 
 ready, seconds = sys.argv[1], float(sys.argv[2])
 pynvml.nvmlInit()
 events = pynvml.nvmlEventSetCreate()
-uuids = []
+devices = {}
 for i in range(pynvml.nvmlDeviceGetCount()):
     h = pynvml.nvmlDeviceGetHandleByIndex(i)
-    uuids.append(pynvml.nvmlDeviceGetUUID(h))
+    uuid = pynvml.nvmlDeviceGetUUID(h)
+    devices[address(h)] = uuid.decode() if isinstance(uuid, bytes) else uuid
     pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, events)
 pathlib.Path(ready).touch()
 try:
     data = pynvml.nvmlEventSetWait(events, int(seconds * 1000))
-    uuid = pynvml.nvmlDeviceGetUUID(data.device)
-    out = {"event": {"type": data.eventType, "xid": data.eventData,
-                     "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid}}
+    # The device is lost after an Xid 79, so it is named by its handle, not asked for its UUID.
+    out = {"event": {"type": data.eventType, "xid": data.eventData, "uuid": devices.get(address(data.device))}}
 except pynvml.NVMLError as exc:
     out = {"error": exc.value}
 print(json.dumps(out))

@@ -123,7 +123,7 @@ def test_down_after_a_failed_up_leaves_nothing(docker_testbed: Factory, no_lefto
     with pytest.raises(BackendError, match="did not answer within"):
         docker_testbed("dgx-h100", nodes=2, timeout=0.01)
     assert no_leftovers() == []
-    assert not any(testbed_state_dir.glob("*/agents"))
+    assert [p for p in testbed_state_dir.glob("*/agents") if not p.parent.name.startswith(".trash-")] == []
 
 
 def test_down_all_removes_what_a_crashed_up_left(node_image: ImageRef, testbed_state_dir: Path,
