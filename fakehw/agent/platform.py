@@ -37,6 +37,7 @@ from fakehw.model.units import parse_size
 log = logging.getLogger(__name__)
 AUDIT_IN_MEMORY = 50_000
 LEDGER_FACTS = frozenset({"grant", "revoke", "map", "unmap"})
+EXPIRY_POLL_S = 1.0
 SNAPSHOT_VERSION = 1
 
 
@@ -245,6 +246,20 @@ class Platform:
         self.journal = Journal(state_dir / "platform.jsonl")
         self._replay()
         self._compact()
+        self._stop = threading.Event()
+        self._timer = threading.Thread(target=self._expiry_loop, name="fakehw-token-expiry", daemon=True)
+        self._timer.start()
+
+    def _expiry_loop(self) -> None:
+        """Revoke expired grants within a second of their expiry, so the rendered tree never shows them for
+        long even when no request comes in (requests also expire what is due before they look)."""
+        while not self._stop.wait(EXPIRY_POLL_S):
+            try:
+                with self._lock:
+                    if any(g.expires <= self._clock() for g in self.ledger.grants.values()):
+                        self._expire()
+            except Exception:  # never let the timer die; the next request expires what is due anyway
+                log.exception("token expiry failed")
 
     # ------------------------------------------------------------------------------------------ journal
 
@@ -295,8 +310,12 @@ class Platform:
         self._on_change(sorted(set(nodes)))
 
     def close(self) -> None:
-        self.journal.close()
-        self.audit.close()
+        self._stop.set()
+        if self._timer.is_alive() and self._timer is not threading.current_thread():
+            self._timer.join(timeout=5)
+        with self._lock:
+            self.journal.close()
+            self.audit.close()
 
     # ------------------------------------------------------------------------------------------ views
 
