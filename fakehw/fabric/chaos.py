@@ -1,7 +1,8 @@
 """Chaos without netem: impairments made of what this kernel has, each reversible and recorded in the ledger.
 
 The kernel here has no ``sch_netem`` (and no tc gact, pedit, vlan or red), so impairments are built from the
-pieces that exist, and anything that cannot be done honestly says so instead of pretending:
+pieces that exist (nftables with numgen, tc tbf/htb/clsact, cls_bpf), and anything that cannot be done honestly
+says so instead of pretending:
 
 ============== ======================================================================================== ========
 impairment     how                                                                                      honest?
@@ -13,8 +14,8 @@ random loss    nftables ``numgen random mod 1000000 < k`` on one port and direct
 bandwidth      tc ``tbf`` or ``htb`` on the egress of the cable's sending end                           yes
 duplication    nftables ``netdev`` ingress ``dup to`` an injection veth whose peer is a learning-off    yes
                bridge port: each chosen frame enters the switch a second time, byte for byte
-corruption     not available: it needs a random bit flip (netem corrupt, tc pedit, eBPF); this kernel  no
-               has none of them loaded, and overwriting a fixed byte with a constant is not corruption
+corruption     an eBPF classifier (cls_bpf, assembled in :mod:`fakehw.fabric.bpf`) flips one random bit of   yes
+               one random byte after the Ethernet header in a random fraction of frames, and counts them
 delay, jitter  not available: no netem; a userspace forwarder is not built (see docs/fabric.md)        no
 ============== ======================================================================================== ========
 
@@ -28,6 +29,7 @@ import contextlib
 import itertools
 import json
 import math
+import os
 import re
 import secrets
 import threading
@@ -55,14 +57,11 @@ class ChaosError(RuntimeError):
 
 
 UNSUPPORTED: dict[str, str] = {
-    "corrupt": "corruption needs a random bit flip per frame (netem corrupt, tc pedit or an eBPF program); this "
-               "kernel has no sch_netem and no act_pedit, and overwriting a fixed byte with a constant would not "
-               "be honest corruption",
     "delay": "latency and jitter need sch_netem, which this kernel lacks; no userspace forwarder is built",
     "jitter": "latency and jitter need sch_netem, which this kernel lacks; no userspace forwarder is built",
     "reorder": "reordering needs sch_netem, which this kernel lacks",
 }
-SUPPORTED = ("link-down", "flap", "partition", "loss", "bandwidth", "duplicate")
+SUPPORTED = ("link-down", "flap", "partition", "loss", "bandwidth", "duplicate", "corrupt")
 
 
 def capabilities() -> dict[str, tuple[bool, str]]:
@@ -82,6 +81,8 @@ class Impairment:
     """Operations that revert it, in order (also stored in the ledger)."""
     counters: list[dict[str, str]] = field(default_factory=list)
     """nft counters to read: {ns, family, table, name}."""
+    _map_fd: int | None = field(default=None, repr=False)
+    """The eBPF counter map of a corruption (readable by this process only)."""
     _stop: threading.Event | None = field(default=None, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
 
@@ -111,6 +112,8 @@ def _undo(op: dict[str, Any]) -> None:
         wait_forwarding(ns, op["ifname"])
     elif kind == "link-delete":
         ns.run(["ip", "link", "del", "dev", op["ifname"]], check=False)
+    elif kind == "clsact-delete":
+        ns.run(["tc", "qdisc", "del", "dev", op["ifname"], "clsact"], check=False)
     elif kind == "nft-element-delete":
         ns.run(["nft", "delete", "element", *op["element"].split(" ", 3)], check=False)
     else:
@@ -465,8 +468,44 @@ class Chaos:
         ]
         return self._apply(imp, steps)
 
-    def corrupt(self, target: NicRef | PortRef | str, rate: float) -> Impairment:
-        raise UnsupportedImpairment(UNSUPPORTED["corrupt"])
+    def corrupt(self, target: NicRef | PortRef | str, rate: float, direction: Literal["in", "out"] = "in"
+                ) -> Impairment:
+        """Flip one random bit of one random byte beyond the Ethernet header in each frame with probability
+        ``rate``, like netem's corrupt, with an eBPF program on the target's switch port (``in``: frames from
+        the cable, ``out``: frames to it). Counters: ``seen`` and ``corrupted``."""
+        from fakehw.fabric.bpf import BpfError, corrupt_program, create_counter_map, load_program
+
+        if not 0 <= rate <= 1:
+            raise ChaosError(f"corruption rate {rate} is not between 0 and 1")
+        ref = self._resolve(target)
+        ns, ifname = self._port(ref)
+        imp = self._new("corrupt", str(ref), {"rate": rate, "direction": direction})
+        imp.undo = [{"op": "clsact-delete", "ns": ns.path, "ifname": ifname}]
+        self._record_first(imp)
+        try:
+            map_fd = create_counter_map()
+            prog_fd = load_program(corrupt_program(rate, map_fd), "fhcorrupt")
+        except BpfError as exc:
+            self._drop(imp)
+            raise UnsupportedImpairment(f"corrupt: eBPF is not usable here: {exc}") from None
+        h = ns.iproute()
+        try:
+            index = h.link_lookup(ifname=ifname)[0]
+            existing = {q.get_attr("TCA_KIND") for q in h.get_qdiscs(index=index)}
+            if "clsact" not in existing:
+                h.tc("add", "clsact", index)
+            h.tc("add-filter", "bpf", index, ":1", fd=prog_fd, name="fhcorrupt",
+                 parent="ffff:fff2" if direction == "in" else "ffff:fff3", classid=1, direct_action=True)
+        except Exception as exc:
+            os.close(map_fd)
+            self._drop(imp)
+            raise ChaosError(f"corrupt on {ref}: attaching the eBPF program failed: {exc}") from None
+        finally:
+            os.close(prog_fd)
+            h.close()
+        imp._map_fd = map_fd
+        self.active[imp.id] = imp
+        return imp
 
     def delay(self, target: NicRef | PortRef | str, ms: float, jitter_ms: float = 0) -> Impairment:
         raise UnsupportedImpairment(UNSUPPORTED["jitter" if jitter_ms else "delay"])
@@ -480,7 +519,7 @@ class Chaos:
             return self.partition(params.pop("side_a"), params.pop("side_b"))
         table: dict[str, Callable[..., Impairment]] = {
             "link-down": self.link_down, "flap": self.flap, "loss": self.loss, "bandwidth": self.bandwidth,
-            "duplicate": self.duplicate}
+            "duplicate": self.duplicate, "corrupt": self.corrupt}
         fn = table.get(kind)
         if fn is None:
             raise ChaosError(f"unknown impairment {kind!r} (known: {', '.join((*SUPPORTED, *UNSUPPORTED))})")
@@ -491,8 +530,13 @@ class Chaos:
     # ---- inspection and revert
 
     def counters(self, imp: Impairment) -> dict[str, int]:
-        """Named nft counters of an impairment, summed over the switches it touches."""
+        """Named nft counters of an impairment, summed over the switches it touches (eBPF counters for
+        corruption)."""
         totals: dict[str, int] = {}
+        if imp._map_fd is not None:
+            from fakehw.fabric.bpf import read_counter
+
+            return {"seen": read_counter(imp._map_fd, 0), "corrupted": read_counter(imp._map_fd, 1)}
         for c in imp.counters:
             text = Netns.borrowed(c["ns"]).run(["nft", "list", "table", c["family"], c["table"]]).stdout.decode()
             for name, packets in re.findall(r"counter (\w+) \{\s*packets (\d+)", text):
@@ -507,7 +551,13 @@ class Chaos:
             imp._stop.set()
         if imp._thread is not None:
             imp._thread.join(10)
-        self._drop(imp)
+        try:
+            self._drop(imp)
+        finally:
+            if imp._map_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(imp._map_fd)
+                imp._map_fd = None
 
     def clear(self) -> None:
         errors = []

@@ -55,9 +55,9 @@ def _frames(live: LiveFabric, a: NicRef, b: NicRef, distinct: int, size: int = 6
 
 def test_capabilities_are_explicit() -> None:
     caps = capabilities()
-    for kind in ("link-down", "flap", "partition", "loss", "bandwidth", "duplicate"):
+    for kind in ("link-down", "flap", "partition", "loss", "bandwidth", "duplicate", "corrupt"):
         assert caps[kind][0]
-    for kind in ("corrupt", "delay", "jitter"):
+    for kind in ("delay", "jitter", "reorder"):
         supported, why = caps[kind]
         assert not supported and "netem" in why
 
@@ -65,8 +65,6 @@ def test_capabilities_are_explicit() -> None:
 def test_unsupported_impairments_raise_with_the_reason(chaos: Chaos) -> None:
     with pytest.raises(UnsupportedImpairment, match="sch_netem"):
         chaos.delay(nic(0, 0), 10, jitter_ms=2)
-    with pytest.raises(UnsupportedImpairment, match="bit flip"):
-        chaos.corrupt(nic(0, 0), 0.01)
     with pytest.raises(UnsupportedImpairment, match="delay"):
         chaos.apply("delay", "dgx-h100-0/mlx5_0", ms=5)
     assert chaos.active == {}
@@ -184,6 +182,58 @@ def test_duplication_is_counted_and_byte_identical(healthy: LiveFabric, chaos: C
     assert b"dup" not in names
 
 
+def test_corruption_flips_exactly_one_bit_in_the_counted_frames(healthy: LiveFabric, chaos: Chaos) -> None:
+    a, b = nic(3, 4), nic(1, 4)
+    n, rate = 2000, 0.2
+    frames = _frames(healthy, a, b, n, size=64)
+    imp = chaos.corrupt(a, rate)
+    got = _send_and_count(healthy, a, b, frames)  # only frames received byte for byte as sent
+    counters = chaos.counters(imp)
+    capture_all = healthy.fabric.socket(b)
+    chaos.revert(imp)
+    capture_all.close()
+    clean = sum(got.values())
+    assert counters["seen"] == n
+    assert clean + counters["corrupted"] == n
+    lo, hi = binomial_interval(n, rate)
+    assert lo <= counters["corrupted"] <= hi
+    assert sum(_send_and_count(healthy, a, b, frames).values()) == n  # reverted: all clean again
+
+
+def test_corrupted_frames_differ_by_one_bit(healthy: LiveFabric, chaos: Chaos) -> None:
+    from fakehw.fabric.wire import PacketError, RocePacket, parse_frame
+
+    a, b = nic(3, 1), nic(2, 1)
+    frames = _frames(healthy, a, b, 300, size=32)
+    by_len: dict[int, list[bytes]] = {}
+    for f in frames:
+        by_len.setdefault(len(f), []).append(f)
+    chaos.corrupt(a, 1.0)
+    capture = healthy.fabric.socket(b)
+    try:
+        capture.drain()
+        for f in frames:
+            healthy.prober.sock(a).send(f)
+        damaged = []
+        while (r := capture.recv(0.3)) is not None:
+            if r.frame[6:12] == frames[0][6:12] and r.frame not in frames:
+                damaged.append(r.frame)
+    finally:
+        capture.close()
+    assert len(damaged) == len(frames)
+    detected = 0
+    for d in damaged:
+        distances = [sum(bin(x ^ y).count("1") for x, y in zip(d, f, strict=True)) for f in by_len[len(d)]]
+        assert min(distances) == 1
+        try:
+            pkt = parse_frame(d)
+            detected += isinstance(pkt, RocePacket) and not pkt.icrc_ok
+        except PacketError:
+            detected += 1
+    # a flip in the ICRC-masked fields (TTL, TOS: also in the IP checksum; UDP checksum: not) can go unseen
+    assert detected >= 0.9 * len(damaged)
+
+
 def test_binomial_interval_is_exact_enough() -> None:
     lo, hi = binomial_interval(2000, 0.25)
     assert lo < 500 < hi and lo > 400 and hi < 600
@@ -207,7 +257,8 @@ def test_everything_is_reverted_on_teardown_after_a_failure(
         c.partition(["dgx-h100-0"], ["dgx-h100-3"])
         c.flap(nic(2, 2), 0.2)
         c.link_down(nic(3, 3))
-        assert len(fabric.ledger.impairments) == 6
+        c.corrupt(nic(2, 4), 0.5)
+        assert len(fabric.ledger.impairments) == 7
         ledger = fabric.ledger
         raise RuntimeError("boom")
     assert ledger.impairments == [] and ledger.processes == []
