@@ -134,7 +134,7 @@ def corrupt_program(rate: float, map_fd: int) -> list[Insn]:
         Insn(JMP | CALL, imm=FN_GET_PRANDOM_U32),
         Insn(ALU64 | AND | K, 0, 0, 0, RATE_SCALE - 1),
     ]
-    tail: list[Insn] = [
+    tail: list[Insn | None] = [
         Insn(JMP | CALL, imm=FN_GET_PRANDOM_U32),
         Insn(ALU64 | MOV | X, 7, 0),                     # r7 = random
         Insn(LDX | MEM | W, 2, 6, 0, 0),                 # r2 = skb->len
