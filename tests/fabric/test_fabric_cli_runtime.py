@@ -26,6 +26,12 @@ def test_up_probe_chaos_down(need_root: None, tmp_path: Path, capsys: pytest.Cap
                             "--state-dir", str(state)]) == 0
         imp_id = capsys.readouterr().out.split(":")[0]
         assert [r["id"] for r in Ledger.load(state).impairments] == [imp_id]
+        # the impairment is real: every path from that NIC fails now, the others still pass
+        assert fakehw_main(["fabric", "probe", "--state-dir", str(state), "--mtu", "none", "--json"]) == 1
+        results = json.loads(capsys.readouterr().out)["results"]
+        reach = [r for r in results if r["id"] == "FAB-DYN-REACH-001"]
+        assert {r["subject"] for r in reach if not r["passed"]} == {
+            r["subject"] for r in reach if "dgx-h100-0/mlx5_0" in r["subject"]}
         assert fakehw_main(["fabric", "chaos", "delay", "dgx-h100-0/mlx5_0", "--state-dir", str(state)]) == 1
         assert "sch_netem" in capsys.readouterr().err
         assert fakehw_main(["fabric", "chaos", "loss", "nosuch/mlx5_0", "--state-dir", str(state)]) == 2
@@ -34,6 +40,8 @@ def test_up_probe_chaos_down(need_root: None, tmp_path: Path, capsys: pytest.Cap
         assert fakehw_main(["fabric", "chaos", "revert", imp_id, "--state-dir", str(state)]) == 0
         assert capsys.readouterr().out.strip() == f"reverted {imp_id}"
         assert Ledger.load(state).impairments == []
+        assert fakehw_main(["fabric", "probe", "--state-dir", str(state), "--mtu", "none"]) == 0
+        capsys.readouterr()
         assert fakehw_main(["fabric", "status", "--state-dir", str(state), "--json"]) == 0
         status = json.loads(capsys.readouterr().out)
         assert status["present"] > 0 and len(status["processes"]) == 1
