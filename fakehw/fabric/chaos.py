@@ -16,7 +16,9 @@ duplication    nftables ``netdev`` ingress ``dup to`` an injection veth whose pe
                bridge port: each chosen frame enters the switch a second time, byte for byte
 corruption     an eBPF classifier (cls_bpf, assembled in :mod:`fakehw.fabric.bpf`) flips one random bit of   yes
                one random byte after the Ethernet header in a random fraction of frames, and counts them
-delay, jitter  not available: no netem; a userspace forwarder is not built (see docs/fabric.md)        no
+delay, jitter  a userspace forwarder (:mod:`fakehw.fabric.forwarder`) spliced into the cable at the switch:  yes
+               the port leaves the bridge, a veth pair takes its place and its name, the process delays
+               frames both ways by delay +- uniform jitter (order kept unless asked otherwise)
 ============== ======================================================================================== ========
 
 Every impairment is written to the ledger with the operations that undo it (:func:`revert_recorded`), so a
@@ -36,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from fakehw.fabric.model import NicRef, PortRef
@@ -57,11 +60,10 @@ class ChaosError(RuntimeError):
 
 
 UNSUPPORTED: dict[str, str] = {
-    "delay": "latency and jitter need sch_netem, which this kernel lacks; no userspace forwarder is built",
-    "jitter": "latency and jitter need sch_netem, which this kernel lacks; no userspace forwarder is built",
-    "reorder": "reordering needs sch_netem, which this kernel lacks",
+    "reorder": "reordering with a probability needs sch_netem, which this kernel lacks (delay with jitter and "
+               "keep_order=False reorders as a side effect)",
 }
-SUPPORTED = ("link-down", "flap", "partition", "loss", "bandwidth", "duplicate", "corrupt")
+SUPPORTED = ("link-down", "flap", "partition", "loss", "bandwidth", "duplicate", "corrupt", "delay")
 
 
 def capabilities() -> dict[str, tuple[bool, str]]:
@@ -112,6 +114,16 @@ def _undo(op: dict[str, Any]) -> None:
         wait_forwarding(ns, op["ifname"])
     elif kind == "link-delete":
         ns.run(["ip", "link", "del", "dev", op["ifname"]], check=False)
+    elif kind == "process-stop":
+        from fakehw.fabric.emulate import stop_process
+
+        stop_process(int(op["pid"]), str(op["marker"]))
+    elif kind == "rename-back":
+        ns.run(["ip", "link", "set", "dev", op["from"], "down"], check=False)
+        if ns.run(["ip", "link", "set", "dev", op["from"], "name", op["to"]], check=False).returncode == 0:
+            ns.run(["ip", "link", "set", "dev", op["to"], "master", "fhbr"])
+            ns.run(["ip", "link", "set", "dev", op["to"], "up"])
+            wait_forwarding(ns, op["to"])
     elif kind == "clsact-delete":
         ns.run(["tc", "qdisc", "del", "dev", op["ifname"], "clsact"], check=False)
     elif kind == "nft-element-delete":
@@ -507,8 +519,69 @@ class Chaos:
         self.active[imp.id] = imp
         return imp
 
-    def delay(self, target: NicRef | PortRef | str, ms: float, jitter_ms: float = 0) -> Impairment:
-        raise UnsupportedImpairment(UNSUPPORTED["jitter" if jitter_ms else "delay"])
+    def delay(self, target: NicRef | PortRef | str, ms: float, jitter_ms: float = 0.0, *,
+              keep_order: bool = True, seed: int = 0) -> Impairment:
+        """Delay every frame on the target's cable, both ways, by ``ms`` +- uniform ``jitter_ms``, through a
+        userspace forwarder (:mod:`fakehw.fabric.forwarder`) spliced in at the switch port."""
+        import subprocess
+        import sys
+        import tempfile
+
+        from fakehw.fabric.forwarder import MARKER
+        from fakehw.fabric.plan import BRIDGE
+
+        if ms < 0 or jitter_ms < 0 or ms > 10_000:
+            raise ChaosError(f"delay {ms} ms / jitter {jitter_ms} ms out of range")
+        ref = self._resolve(target)
+        ns, ifname = self._port(ref)
+        mtu = str(self.fabric.plan.ports[ref].mtu)
+        imp = self._new("delay", str(ref), {"ms": ms, "jitter_ms": jitter_ms, "keep_order": keep_order})
+        renamed, inject = f"dl{imp.id}"[:15], f"dj{imp.id}"[:15]
+        workdir = Path(self.fabric.ledger.state_dir or tempfile.gettempdir())
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = workdir / f"forwarder-{imp.id}.json"
+        stats = config.with_suffix(".stats.json")
+        imp.undo = [
+            {"op": "link-delete", "ns": ns.path, "ifname": ifname},
+            {"op": "rename-back", "ns": ns.path, "from": renamed, "to": ifname},
+        ]
+        self._record_first(imp)
+        steps: list[tuple[Netns, list[str], bytes | None]] = [
+            (ns, ["ip", "link", "set", "dev", ifname, "down"], None),
+            (ns, ["ip", "link", "set", "dev", ifname, "nomaster"], None),
+            (ns, ["ip", "link", "set", "dev", ifname, "name", renamed], None),
+            (ns, ["ip", "link", "add", ifname, "mtu", mtu, "type", "veth", "peer", "name", inject, "mtu", mtu], None),
+            (ns, ["ip", "link", "set", "dev", ifname, "master", BRIDGE], None),
+            (ns, ["ip", "link", "set", "dev", ifname, "up"], None),
+            (ns, ["ip", "link", "set", "dev", inject, "up"], None),
+            (ns, ["ip", "link", "set", "dev", renamed, "up"], None),
+        ]
+        try:
+            for step_ns, argv, data in steps:
+                step_ns.run(argv, input=data)
+            config.write_text(json.dumps({"ns": ns.path, "port": renamed, "inject": inject, "delay": ms / 1000,
+                                          "jitter": jitter_ms / 1000, "keep_order": keep_order, "seed": seed,
+                                          "stats": str(stats)}))
+            proc = subprocess.Popen([sys.executable, "-m", MARKER, str(config)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+            marker = f"{MARKER} {config}"
+            imp.undo.insert(0, {"op": "process-stop", "ns": ns.path, "pid": proc.pid, "marker": marker})
+            self.fabric.ledger.impairments[-1] = imp.record()
+            self.fabric.record_process(proc.pid, "forwarder", marker)
+            assert proc.stdout is not None
+            import select as _select
+
+            ready, _, _ = _select.select([proc.stdout], [], [], 15)
+            if not ready or proc.stdout.readline().strip() != b"ready":
+                raise ChaosError("the forwarder did not start")
+            proc.stdout.close()
+            wait_forwarding(ns, ifname)
+        except Exception as exc:
+            self._drop(imp)
+            raise ChaosError(f"delay on {ref}: {exc}") from None
+        imp.params["stats"] = str(stats)
+        self.active[imp.id] = imp
+        return imp
 
     def apply(self, kind: str, target: str | None = None, **params: Any) -> Impairment:
         """Apply an impairment by name (what scenario files and the CLI use); unknown or unsupported kinds
@@ -519,7 +592,7 @@ class Chaos:
             return self.partition(params.pop("side_a"), params.pop("side_b"))
         table: dict[str, Callable[..., Impairment]] = {
             "link-down": self.link_down, "flap": self.flap, "loss": self.loss, "bandwidth": self.bandwidth,
-            "duplicate": self.duplicate, "corrupt": self.corrupt}
+            "duplicate": self.duplicate, "corrupt": self.corrupt, "delay": self.delay}
         fn = table.get(kind)
         if fn is None:
             raise ChaosError(f"unknown impairment {kind!r} (known: {', '.join((*SUPPORTED, *UNSUPPORTED))})")

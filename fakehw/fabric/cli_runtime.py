@@ -282,8 +282,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
                   "kind": args.shaper}
     elif args.kind == "flap":
         params = {"period": args.period, "duration": args.duration}
-    elif args.kind in ("delay", "jitter"):
-        params = {"ms": args.ms}
+    elif args.kind == "delay":
+        params = {"ms": args.ms, "jitter_ms": args.jitter_ms}
     chaos = Chaos(fabric)
     try:
         imp = chaos.apply(args.kind, args.target, **params)
@@ -305,7 +305,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 def register_chaos(fsub: Any) -> None:
     p = fsub.add_parser("chaos", help="impairments on a running fabric: loss, partition, bandwidth, flap, ...")
     p.add_argument("kind", choices=["kinds", "list", "revert", "link-down", "flap", "partition", "loss", "bandwidth",
-                                    "duplicate", "corrupt", "delay", "jitter"])
+                                    "duplicate", "corrupt", "delay", "reorder"])
     p.add_argument("target", nargs="?", help="node/nic or switch/port (revert: an impairment id or all)")
     p.add_argument("--state-dir", metavar="DIR", help=STATE_HELP)
     p.add_argument("--rate", type=float, default=0.01, help="loss/duplication probability (0-1)")
@@ -317,7 +317,8 @@ def register_chaos(fsub: Any) -> None:
     p.add_argument("--duration", type=float, default=10.0, help="flap duration, s")
     p.add_argument("--side-a", metavar="NODES")
     p.add_argument("--side-b", metavar="NODES")
-    p.add_argument("--ms", type=float, default=1.0, help="delay (reported unsupported on this kernel)")
+    p.add_argument("--ms", type=float, default=1.0, help="delay, ms (both directions of the cable)")
+    p.add_argument("--jitter-ms", type=float, default=0.0, help="uniform jitter around the delay, ms")
     p.set_defaults(func=_chaos_entry)
 
 

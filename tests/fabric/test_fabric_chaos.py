@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import statistics
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -55,19 +56,49 @@ def _frames(live: LiveFabric, a: NicRef, b: NicRef, distinct: int, size: int = 6
 
 def test_capabilities_are_explicit() -> None:
     caps = capabilities()
-    for kind in ("link-down", "flap", "partition", "loss", "bandwidth", "duplicate", "corrupt"):
+    for kind in ("link-down", "flap", "partition", "loss", "bandwidth", "duplicate", "corrupt", "delay"):
         assert caps[kind][0]
-    for kind in ("delay", "jitter", "reorder"):
-        supported, why = caps[kind]
-        assert not supported and "netem" in why
+    supported, why = caps["reorder"]
+    assert not supported and "netem" in why
 
 
 def test_unsupported_impairments_raise_with_the_reason(chaos: Chaos) -> None:
     with pytest.raises(UnsupportedImpairment, match="sch_netem"):
-        chaos.delay(nic(0, 0), 10, jitter_ms=2)
-    with pytest.raises(UnsupportedImpairment, match="delay"):
-        chaos.apply("delay", "dgx-h100-0/mlx5_0", ms=5)
+        chaos.apply("reorder", "dgx-h100-0/mlx5_0", rate=0.1)
     assert chaos.active == {}
+
+
+def _rtts(live: LiveFabric, a: NicRef, b: NicRef, n: int = 25) -> list[float]:
+    out = []
+    for _ in range(n):
+        r = live.prober.probe(a, b, timeout=1.0)
+        assert r.ok and r.rtt is not None
+        out.append(r.rtt)
+    return out
+
+
+def test_delay_and_jitter_through_the_userspace_forwarder(healthy: LiveFabric, chaos: Chaos) -> None:
+    a, b = nic(1, 0), nic(3, 0)
+    base = statistics.median(_rtts(healthy, a, b))
+    delay_ms, jitter_ms = 20.0, 8.0
+    imp = chaos.delay(a, delay_ms)
+    rtts = _rtts(healthy, a, b)
+    # the request crosses the cable towards the switch, the ACK back: two delays, never less
+    assert min(rtts) >= 2 * delay_ms / 1000
+    assert statistics.median(rtts) <= 2 * delay_ms / 1000 + base + 0.03
+    obs = healthy.prober.observe(a, b)  # the forwarder keeps 802.1Q tags, DSCP and ECN
+    assert obs is not None and (obs.pcp, obs.dscp, obs.ecn) == (obs.sent_pcp, obs.sent_dscp, obs.sent_ecn)
+    assert healthy.prober.measure_payload(a, b).largest == healthy.report.path(a, b).max_payload  # type: ignore[union-attr]
+    chaos.revert(imp)
+    imp = chaos.delay(a, delay_ms, jitter_ms, seed=3)
+    rtts = _rtts(healthy, a, b, 40)
+    assert min(rtts) >= 2 * (delay_ms - jitter_ms) / 1000
+    assert statistics.pstdev(rtts) > jitter_ms / 1000 / 4
+    chaos.revert(imp)
+    assert statistics.median(_rtts(healthy, a, b)) < 0.01
+    ns, ifname = chaos._port(healthy.fabric.model.host_nic(a).peer)  # type: ignore[arg-type]
+    names = ns.run(["ip", "-br", "link"]).stdout.decode()
+    assert "dl" not in names and "dj" not in names and f"{ifname}@" in names
 
 
 def test_link_down_and_up(healthy: LiveFabric, chaos: Chaos) -> None:
@@ -258,7 +289,8 @@ def test_everything_is_reverted_on_teardown_after_a_failure(
         c.flap(nic(2, 2), 0.2)
         c.link_down(nic(3, 3))
         c.corrupt(nic(2, 4), 0.5)
-        assert len(fabric.ledger.impairments) == 7
+        c.delay(nic(0, 5), 5, 1)
+        assert len(fabric.ledger.impairments) == 8
         ledger = fabric.ledger
         raise RuntimeError("boom")
     assert ledger.impairments == [] and ledger.processes == []

@@ -32,7 +32,7 @@ def test_up_probe_chaos_down(need_root: None, tmp_path: Path, capsys: pytest.Cap
         reach = [r for r in results if r["id"] == "FAB-DYN-REACH-001"]
         assert {r["subject"] for r in reach if not r["passed"]} == {
             r["subject"] for r in reach if "dgx-h100-0/mlx5_0" in r["subject"]}
-        assert fakehw_main(["fabric", "chaos", "delay", "dgx-h100-0/mlx5_0", "--state-dir", str(state)]) == 1
+        assert fakehw_main(["fabric", "chaos", "reorder", "dgx-h100-0/mlx5_0", "--state-dir", str(state)]) == 1
         assert "sch_netem" in capsys.readouterr().err
         assert fakehw_main(["fabric", "chaos", "loss", "nosuch/mlx5_0", "--state-dir", str(state)]) == 2
         assert "neither a NIC nor a switch port" in capsys.readouterr().err
@@ -45,6 +45,16 @@ def test_up_probe_chaos_down(need_root: None, tmp_path: Path, capsys: pytest.Cap
         assert fakehw_main(["fabric", "status", "--state-dir", str(state), "--json"]) == 0
         status = json.loads(capsys.readouterr().out)
         assert status["present"] > 0 and len(status["processes"]) == 1
+        # a delay keeps its forwarder running after the command returns; revert stops it
+        assert fakehw_main(["fabric", "chaos", "delay", "dgx-h100-1/mlx5_1", "--ms", "5", "--jitter-ms", "1",
+                            "--state-dir", str(state)]) == 0
+        capsys.readouterr()
+        forwarder = [p for p in Ledger.load(state).processes if p["role"] == "forwarder"]
+        assert len(forwarder) == 1 and Path(f"/proc/{forwarder[0]['pid']}").exists()
+        assert fakehw_main(["fabric", "chaos", "revert", "all", "--state-dir", str(state)]) == 0
+        capsys.readouterr()
+        assert not Path(f"/proc/{forwarder[0]['pid']}/cmdline").exists() or \
+            b"forwarder" not in Path(f"/proc/{forwarder[0]['pid']}/cmdline").read_bytes()
     finally:
         assert fakehw_main(["fabric", "down", "--state-dir", str(state)]) == 0
     assert leftovers(ledger) == []
