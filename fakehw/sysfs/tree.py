@@ -24,6 +24,7 @@ Entries other renderers write under the same root are left alone: only paths in 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -295,7 +296,9 @@ class RootWriter:
                 else:
                     try:
                         os.link(os.path.join(src, rel), os.path.join(dst, rel))
-                    except FileNotFoundError:  # the sibling lost a file: write ours
+                    except OSError as exc:  # the sibling lost the file, or it has too many links: write ours
+                        if exc.errno not in (errno.ENOENT, errno.EMLINK, errno.EXDEV, errno.EPERM):
+                            raise
                         self._direct(os.path.join(dst, rel), entry)
 
         with ThreadPoolExecutor(WRITER_THREADS) as pool:

@@ -31,9 +31,9 @@ def _render(system_name: str, out: Path, lost: tuple[str, ...] = ()) -> tuple[Wr
     return stats, system, node, state
 
 
-def test_first_render_is_complete_contained_and_keeps_its_manifest_outside(tmp_path: Path) -> None:
-    stats, *_ = _render("cxl-pool", tmp_path)
-    node_dir = tmp_path / "cxl-host-0"
+def test_first_render_is_complete_contained_and_keeps_its_manifest_outside(fast_tmp: Path) -> None:
+    stats, *_ = _render("cxl-pool", fast_tmp)
+    node_dir = fast_tmp / "cxl-host-0"
     root = node_dir / ROOT_DIR
     assert stats.mode == "full" and stats.written > 1000
     assert (node_dir / MANIFEST).is_file() and not (root / MANIFEST).exists()
@@ -51,12 +51,12 @@ def test_first_render_is_complete_contained_and_keeps_its_manifest_outside(tmp_p
     assert links > 100
 
 
-def test_a_lost_gpu_rewrites_only_its_files_and_disappears_from_pci(tmp_path: Path) -> None:
-    _render("dgx-h100", tmp_path)
-    root = tmp_path / "dgx-h100-0" / ROOT_DIR
+def test_a_lost_gpu_rewrites_only_its_files_and_disappears_from_pci(fast_tmp: Path) -> None:
+    _render("dgx-h100", fast_tmp)
+    root = fast_tmp / "dgx-h100-0" / ROOT_DIR
     unrelated = root / "sys/devices/system/cpu/cpu0/topology/core_id"
     before = unrelated.stat().st_mtime_ns
-    stats, system, node, state = _render("dgx-h100", tmp_path, lost=("gpu3",))
+    stats, system, node, state = _render("dgx-h100", fast_tmp, lost=("gpu3",))
     lay = node_layout(system, node)
     with_gpu = set(gpu_section(system, node, derive_state(node, []), lay).entries)
     without = set(gpu_section(system, node, state, lay).entries)
@@ -71,19 +71,19 @@ def test_a_lost_gpu_rewrites_only_its_files_and_disappears_from_pci(tmp_path: Pa
     assert unrelated.stat().st_mtime_ns == before
     if lstopo_path() is not None:
         assert str(gpu.address) not in lstopo(root).pci()
-    healed, *_ = _render("dgx-h100", tmp_path)
+    healed, *_ = _render("dgx-h100", fast_tmp)
     assert healed.written == len(gone) and healed.removed == 0
     assert (root / "sys/bus/pci/devices" / str(gpu.address) / "config").is_file()
 
 
-def test_nothing_changed_writes_nothing(tmp_path: Path) -> None:
-    _render("gh200", tmp_path)
-    again, *_ = _render("gh200", tmp_path)
+def test_nothing_changed_writes_nothing(fast_tmp: Path) -> None:
+    _render("gh200", fast_tmp)
+    again, *_ = _render("gh200", fast_tmp)
     assert again.written == 0 and again.removed == 0 and again.skipped_sections >= 4
 
 
-def _writer(tmp_path: Path, make_devices: bool) -> RootWriter:
-    return RootWriter(tmp_path / "root", tmp_path / "manifest", make_devices=make_devices)
+def _writer(fast_tmp: Path, make_devices: bool) -> RootWriter:
+    return RootWriter(fast_tmp / "root", fast_tmp / "manifest", make_devices=make_devices)
 
 
 def _dev_section() -> Section:
@@ -94,21 +94,21 @@ def _dev_section() -> Section:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating character devices needs root")
-def test_device_nodes_have_the_real_major_and_minor_as_root(tmp_path: Path) -> None:
-    _writer(tmp_path, True).render([SectionSpec("dev", "k", _dev_section)])
-    st = os.lstat(tmp_path / "root/dev/nvidiactl")
+def test_device_nodes_have_the_real_major_and_minor_as_root(fast_tmp: Path) -> None:
+    _writer(fast_tmp, True).render([SectionSpec("dev", "k", _dev_section)])
+    st = os.lstat(fast_tmp / "root/dev/nvidiactl")
     assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (195, 255)
     assert stat.S_IMODE(st.st_mode) == 0o666
 
 
-def test_device_nodes_are_plain_files_without_root(tmp_path: Path) -> None:
-    _writer(tmp_path, False).render([SectionSpec("dev", "k", _dev_section)])
-    path = tmp_path / "root/dev/nvidia0"
+def test_device_nodes_are_plain_files_without_root(fast_tmp: Path) -> None:
+    _writer(fast_tmp, False).render([SectionSpec("dev", "k", _dev_section)])
+    path = fast_tmp / "root/dev/nvidia0"
     assert stat.S_ISREG(os.lstat(path).st_mode) and "195:0" in path.read_text()
 
 
-def test_an_existing_tree_without_manifest_keeps_other_files(tmp_path: Path) -> None:
-    foreign = tmp_path / "root/proc/driver/nvidia/someone-elses"
+def test_an_existing_tree_without_manifest_keeps_other_files(fast_tmp: Path) -> None:
+    foreign = fast_tmp / "root/proc/driver/nvidia/someone-elses"
     foreign.parent.mkdir(parents=True)
     foreign.write_text("kept\n")
 
@@ -117,12 +117,12 @@ def test_an_existing_tree_without_manifest_keeps_other_files(tmp_path: Path) -> 
         sec.text("proc/driver/nvidia/version", "v1")
         return sec
 
-    stats = _writer(tmp_path, False).render([SectionSpec("s", None, build)])
+    stats = _writer(fast_tmp, False).render([SectionSpec("s", None, build)])
     assert stats.mode == "sync" and foreign.read_text() == "kept\n"
-    assert (tmp_path / "root/proc/driver/nvidia/version").read_text() == "v1\n"
+    assert (fast_tmp / "root/proc/driver/nvidia/version").read_text() == "v1\n"
 
 
-def test_a_changed_model_rebuilds_in_place_keeping_the_root_directory(tmp_path: Path) -> None:
+def test_a_changed_model_rebuilds_in_place_keeping_the_root_directory(fast_tmp: Path) -> None:
     def section(name: str) -> SectionSpec:
         def build() -> Section:
             sec = Section("s")
@@ -130,20 +130,20 @@ def test_a_changed_model_rebuilds_in_place_keeping_the_root_directory(tmp_path: 
             return sec
         return SectionSpec("s", name, build)
 
-    _writer(tmp_path, False).render([section("old")])
-    inode = (tmp_path / "root").stat().st_ino
-    stats = _writer(tmp_path, False).render([section("new")])
+    _writer(fast_tmp, False).render([section("old")])
+    inode = (fast_tmp / "root").stat().st_ino
+    stats = _writer(fast_tmp, False).render([section("new")])
     assert stats.mode == "rebuild"
-    assert not (tmp_path / "root/sys/old").exists() and (tmp_path / "root/sys/new/value").read_text() == "new\n"
-    assert (tmp_path / "root").stat().st_ino == inode, "a bind mount of the root keeps working"
+    assert not (fast_tmp / "root/sys/old").exists() and (fast_tmp / "root/sys/new/value").read_text() == "new\n"
+    assert (fast_tmp / "root").stat().st_ino == inode, "a bind mount of the root keeps working"
 
 
-def test_nodes_of_one_template_share_static_files_by_hard_link(tmp_path: Path) -> None:
+def test_nodes_of_one_template_share_static_files_by_hard_link(fast_tmp: Path) -> None:
     system = load_profile("gb200-nvl72")
     roots = []
     for node in system.nodes[:2]:
-        render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(tmp_path / node.name))
-        roots.append(tmp_path / node.name / ROOT_DIR)
+        render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+        roots.append(fast_tmp / node.name / ROOT_DIR)
     rel = "sys/devices/system/cpu/cpu71/cache/index3/shared_cpu_list"
     a, b = (r / rel for r in roots)
     assert a.stat().st_ino == b.stat().st_ino and a.read_text() == b.read_text()
@@ -152,7 +152,7 @@ def test_nodes_of_one_template_share_static_files_by_hard_link(tmp_path: Path) -
     assert (roots[0] / nic).read_text() != (roots[1] / nic).read_text()
 
 
-def test_readers_never_see_a_half_written_file(tmp_path: Path) -> None:
+def test_readers_never_see_a_half_written_file(fast_tmp: Path) -> None:
     sizes = ["x" * 10, "y" * 100_000]
     toggle = {"i": 0}
 
@@ -161,9 +161,9 @@ def test_readers_never_see_a_half_written_file(tmp_path: Path) -> None:
         sec.file("proc/meminfo", sizes[toggle["i"] % 2])
         return sec
 
-    writer = _writer(tmp_path, False)
+    writer = _writer(fast_tmp, False)
     writer.render([SectionSpec("s", None, build)])
-    path = tmp_path / "root/proc/meminfo"
+    path = fast_tmp / "root/proc/meminfo"
     seen: set[str] = set()
     stop = threading.Event()
 
