@@ -539,7 +539,7 @@ class Chaos:
         renamed, inject = f"dl{imp.id}"[:15], f"dj{imp.id}"[:15]
         workdir = Path(self.fabric.ledger.state_dir or tempfile.gettempdir())
         workdir.mkdir(parents=True, exist_ok=True)
-        config = workdir / f"forwarder-{imp.id}.json"
+        config = workdir / f"forwarder-{self.fabric.plan.run_id}-{imp.id}.json"
         stats = config.with_suffix(".stats.json")
         imp.undo = [
             {"op": "link-delete", "ns": ns.path, "ifname": ifname},

@@ -342,8 +342,12 @@ def teardown_ledger(ledger: Ledger) -> TeardownReport:
     ledger.save()
     left = leftovers(ledger)
     if not left and ledger.state_dir:
-        with contextlib.suppress(OSError):
-            (Path(ledger.state_dir) / LEDGER).unlink()
+        state = Path(ledger.state_dir)
+        ours = [state / LEDGER, state / "attachments.json",
+                *state.glob(f"responder-{ledger.run_id}-*"), *state.glob(f"forwarder-{ledger.run_id}-*")]
+        for file in ours:
+            with contextlib.suppress(OSError):
+                file.unlink()
     return TeardownReport(removed, removed_links, stopped, reverted, errors, left, time.monotonic() - start)
 
 

@@ -25,7 +25,7 @@ from scapy.packet import Packet, Raw, bind_layers  # noqa: E402
 
 from fakehw.fabric.wire import ROCE_V2_PORT, Opcode, icrc  # noqa: E402
 
-__all__ = ["AETH", "BTH", "DETH", "IETH", "RETH", "AtomicAckETH", "AtomicETH", "CNPPadding", "ImmDt",
+__all__ = ["AETH", "BTH", "DETH", "IETH", "RETH", "AtomicAETH", "AtomicAckETH", "AtomicETH", "CNPPadding", "ImmDt",
            "pfc_frame", "roce_bytes", "roce_frame"]
 
 
@@ -82,8 +82,19 @@ class DETH(_Ext):
 
 for _op in (0x06, 0x0A, 0x0B, 0x0C, 0x26, 0x2A, 0x2B):
     bind_layers(BTH, RETH, opcode=_op)
-for _op in (0x0D, 0x0F, 0x10, 0x12):
+class AtomicAETH(_Ext):
+    """The AETH of an ATOMIC ACKNOWLEDGE, which (unlike other AETHs) is followed by an AtomicAckETH."""
+
+    name = "AETH"
+    fields_desc = AETH.fields_desc
+
+    def guess_payload_class(self, payload: bytes) -> type[Packet]:
+        return AtomicAckETH
+
+
+for _op in (0x0D, 0x0F, 0x10):
     bind_layers(BTH, AETH, opcode=_op)
+bind_layers(BTH, AtomicAETH, opcode=Opcode.ATOMIC_ACKNOWLEDGE)
 for _op in (0x13, 0x14):
     bind_layers(BTH, AtomicETH, opcode=_op)
 for _op in (0x03, 0x05, 0x09, 0x23, 0x25, 0x29):
@@ -92,14 +103,6 @@ for _op in (0x16, 0x17):
     bind_layers(BTH, IETH, opcode=_op)
 for _op in (0x64, 0x65):
     bind_layers(BTH, DETH, opcode=_op)
-
-
-def _aeth_payload(self: Packet, payload: bytes) -> type[Packet]:
-    under = self.underlayer
-    return AtomicAckETH if isinstance(under, BTH) and under.opcode == Opcode.ATOMIC_ACKNOWLEDGE else Raw
-
-
-setattr(AETH, "guess_payload_class", _aeth_payload)  # noqa: B010 - patching scapy's class
 
 
 def _stack(*layers: Packet | None) -> Packet:
