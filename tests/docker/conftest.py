@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +53,41 @@ def riscv64_emulation(docker_engine: None) -> None:
         _unavailable("riscv64 binaries cannot run here (no qemu-riscv64 binfmt entry with the F flag)")
 
 
+@dataclass(frozen=True)
+class Prebuild:
+    """The node image build started when collection finished, and the log it writes."""
+
+    future: Future[ImageRef]
+    log: list[str]
+
+
+PREBUILD = pytest.StashKey[Prebuild]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the node image as soon as the tests are collected, if any test here will need it.
+
+    Making the base images and the image takes minutes on a fresh machine (riscv64's package scripts run under
+    QEMU, mostly on one core); started here, it overlaps with the test modules that run before these."""
+    if not any("node_image" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    if os.environ.get("FAKEHW_DOCKER_TESTS") == "skip" or engine_problem() is not None:
+        return
+    log: list[str] = []
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-image")
+    session.config.stash[PREBUILD] = Prebuild(
+        pool.submit(ImageBuilder(progress="plain", log=log.append).node_image, PLATFORMS), log)
+    pool.shutdown(wait=False)
+
+
 @pytest.fixture(scope="session")
-def node_image(docker_engine: None, riscv64_emulation: None) -> ImageRef:
+def node_image(request: pytest.FixtureRequest, docker_engine: None, riscv64_emulation: None) -> ImageRef:
     """The node image for amd64 and riscv64, built (or found by its content tag) once per session."""
-    lines: list[str] = []
+    prebuild = request.config.stash.get(PREBUILD, None)
+    lines: list[str] = prebuild.log if prebuild is not None else []
     try:
+        if prebuild is not None:
+            return prebuild.future.result()
         return ImageBuilder(progress="plain", log=lines.append).node_image(PLATFORMS)
     except ImageError as exc:
         pytest.fail(f"the node image does not build: {exc}\n" + "\n".join(lines[-60:]))

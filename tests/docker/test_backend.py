@@ -67,7 +67,7 @@ def test_riscv_fusion_and_mixed_arch_answer_and_xid_is_seen_only_where_injected(
 
     def watch(tb: Testbed, name: str) -> None:
         results[f"{tb.name}/{name}"] = parse(tb.exec(name, ["python", "-c", XID_PROBE,
-                                                            "/var/lib/fakehw-agent/xid-ready", "25"], timeout=300))
+                                                            "/var/lib/fakehw-agent/xid-ready", "12"], timeout=300))
 
     threads = []
     for tb, name in watchers:
