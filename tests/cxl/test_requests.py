@@ -4,12 +4,14 @@ the state left as it was)."""
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fakehw.agent.cxl import DCD_BLOCK, ENDPOINT_DECODERS, GiB, MiB
+from fakehw.agent.cxl import DCD_BLOCK, ENDPOINT_DECODERS, MAX_EXTENTS_PER_HOST, GiB, MiB
 from fakehw.agent.platform import Platform, PlatformError
 from fakehw.agent.service import AgentService
 
@@ -239,3 +241,41 @@ def test_a_mapping_without_a_valid_token_is_refused_and_logged(platform: Platfor
     refused(platform, lambda: platform.map(H0, "cxl-local", {"who": "pod-1", "token": g["token"]}), 403,
             "was revoked (released)")
     assert platform.audit.query(since=seq)[0]["action"] == "map-refused"
+
+
+def test_host_bridge_decoders_run_out(platform: Platform) -> None:
+    # region0 already uses one decoder of cxlhb1; three more regions below it use the rest.
+    made = [platform.create_region(H0, region(window="cfmws1", targets=[dev], size="256MiB"))
+            for dev in ("mem5", "mem6", "mem7")]
+    refused(platform, lambda: platform.create_region(H0, region(window="cfmws1", targets=["mem6"], size="256MiB")),
+            409, "no free HDM decoder on host bridge cxlhb1")
+    assert len(made) == 3
+
+
+def test_a_grant_needs_a_contiguous_range(platform: Platform) -> None:
+    grants = [platform.grant(H0, "cxl-local", {"tenant": "a", "size": "1GiB"}, "reservation") for _ in range(4)]
+    for g in (grants[0], grants[2]):
+        platform.release_grant(g["grant"]["id"], {"token": g["token"]})
+    refused(platform, lambda: platform.grant(H0, "cxl-local", {"tenant": "a", "size": "2GiB"}, "reservation"), 409,
+            "no contiguous 2GiB free")
+
+
+def test_a_host_accepts_a_bounded_number_of_extents(platform: Platform) -> None:
+    for _ in range(MAX_EXTENTS_PER_HOST):
+        platform.add_extent("pool0", {"node": H1, "size": "256MiB"})
+    refused(platform, lambda: platform.add_extent("pool0", {"node": H1, "size": "256MiB"}), 409,
+            f"already holds {MAX_EXTENTS_PER_HOST} extents")
+
+
+def test_an_agent_serving_some_hosts_of_a_pool_cannot_arbitrate_it(cxl_system: Any, cxl_template: Path) -> None:
+    svc = AgentService(cxl_system, Path(tempfile.mkdtemp(dir=cxl_template)), nodes=[H0])
+    try:
+        pf = svc.platform
+        refused(pf, lambda: pf.assign_ld("pool0", {"ld": 9, "node": H0}), 409,
+                "shared with hosts this agent does not serve (cxl-host-1)")
+        refused(pf, lambda: pf.add_extent("pool0", {"node": H0, "size": "256MiB"}), 409, "only the agent serving")
+        # It still shows the host's boot assignment and serves everything local.
+        assert [p["arbitrated_here"] for p in pf.cxl_pools()] == [False]
+        assert pf.view(H0).numa_memory[2] == next(n.memory for n in cxl_system.node(H0).numa if n.id == 2)
+    finally:
+        svc.close()
