@@ -288,3 +288,18 @@ def test_spine_leaf_reaches_across_spines_and_splits_where_lint_says(need_root: 
         for r in results:
             assert r.ok == (leaf[r.a] == leaf[r.b]), r
         assert any(r.ok for r in results) and not all(r.ok for r in results)
+
+
+def test_without_root_everything_says_why(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """What a non-root user (or CI without privileges) sees: a reason, never a traceback; the tests skip with it."""
+    import fakehw.fabric.emulate as emulate
+
+    monkeypatch.setattr(emulate, "have_root", lambda: False)
+    reason = emulate.root_problem()
+    assert reason is not None and "needs root" in reason
+    with pytest.raises(FabricBuildError, match="needs root"):
+        EmulatedFabric.build(load_fabric("dgx-h100-rail"))
+    assert fakehw_main(["fabric", "up", "dgx-h100-rail", "--state-dir", str(tmp_path)]) == 1
+    assert "needs root" in capsys.readouterr().err
+    assert fakehw_main(["fabric", "lint", "dgx-h100-rail"]) == 0  # static conformance needs no privileges
