@@ -232,6 +232,22 @@ def test_read_request_returns_the_memory_pattern(healthy: LiveFabric) -> None:
     assert list(chunks) == [psn]
 
 
+def test_write_is_acknowledged_and_ce_marks_arrive(healthy: LiveFabric) -> None:
+    from fakehw.fabric.wire import Opcode
+
+    a, b = NicRef("dgx-h100-1", "mlx5_6"), NicRef("dgx-h100-3", "mlx5_6")
+    prober = healthy.prober
+    sock = prober.sock(a)
+    sock.drain()
+    psn, frame = prober.request(a, b, b"written data", opcode=Opcode.RDMA_WRITE_ONLY,
+                                reth={"va": 0x8000, "rkey": 1, "dlen": 12})
+    pending = {(a, psn): (b, time.monotonic())}
+    sock.send(frame)
+    assert prober._collect(pending, 2.0)  # the responder acknowledged the RDMA WRITE
+    obs = prober.observe(a, b, ecn=0b11)  # a CE-marked frame, captured in b's namespace
+    assert obs is not None and obs.ecn == 0b11 and obs.sent_ecn == 0b11
+
+
 def test_one_1500_port_measured_equals_lint(need_root: None, tmp_path: Path) -> None:
     model = load_fabric(broken_examples()["FAB-MTU-001-port-1500"])
     report = lint(model)
