@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Generator, Iterator
@@ -113,6 +114,7 @@ def _down(tb: Testbed, state: Path) -> None:
         except OSError:
             pass
     tb.down()
+    shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -127,6 +129,7 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
         raise pytest.UsageError(f"profile {dp_options.profile} has no node with GPUs")
     node = nodes[0]
     workdir = Path(tempfile.mkdtemp(prefix="fhw-dpk-", dir="/tmp"))
+    scratch = workdir
     launcher = None
     probe = None
     if dp_options.backend == "docker":
@@ -140,11 +143,15 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
     if dp_options.is_reference:
         conformance_manifest.setdefault("component_versions", {})["device-plugin"] = f"fakehw reference {__version__}"
     conformance_manifest["device_plugin_node"] = node.name
+    image = dp_testbed.record.extra.get("image") if dp_options.backend == "docker" else None
+    if image:
+        conformance_manifest.setdefault("images", {})[node.arch] = image
     put.start()
     try:
         yield put
     finally:
         put.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture
