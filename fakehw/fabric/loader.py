@@ -10,7 +10,6 @@ Every failure is a :class:`FabricError` (a :class:`~fakehw.model.errors.ProfileE
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from collections.abc import Sequence
@@ -20,11 +19,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from fakehw.fabric.spec import FabricConfigSpec
 from fakehw.model.errors import PathItem, Problem, ProfileError
-from fakehw.model.loader import Document, _clean_loc, _unwrap, parse_yaml
+from fakehw.model.loader import Document, parse_yaml, validation_problems
 from fakehw.model.merge import merge_documents
 
 MAX_EXTENDS_DEPTH = 8
@@ -175,42 +174,6 @@ def _resolve(path: Path, text: str | None, chain: tuple[Path, ...] = ()) -> tupl
     return merge_documents(base, child), [doc, *docs]
 
 
-def _allowed_keys(loc: tuple[PathItem, ...]) -> list[str]:
-    models: list[Any] = [FabricConfigSpec]
-    for item in loc:
-        if isinstance(item, int):
-            continue
-        nxt: list[Any] = []
-        for model in models:
-            for name, f in model.model_fields.items():
-                if (f.alias or name) == item:
-                    nxt.extend(_unwrap(f.annotation))
-        models = nxt or models
-    return sorted({f.alias or n for m in models if issubclass(m, BaseModel) for n, f in m.model_fields.items()})
-
-
-def _problems(exc: ValidationError, source: str) -> list[Problem]:
-    out: dict[tuple[PathItem, ...], Problem] = {}
-    for err in exc.errors(include_url=False):
-        loc = _clean_loc(err["loc"])
-        kind = err["type"]
-        if kind == "extra_forbidden" and loc:
-            key = str(loc[-1])
-            allowed = _allowed_keys(loc[:-1])
-            near = difflib.get_close_matches(key, allowed, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else f" (allowed: {', '.join(allowed)})"
-            msg = f"unknown key {key!r}{hint}"
-        elif kind == "missing" and loc:
-            msg = f"missing required key {str(loc[-1])!r}"
-        else:
-            msg = str(err["msg"]).removeprefix("Value error, ")
-            inp = err.get("input")
-            if isinstance(inp, str | int | float) and not isinstance(inp, bool):
-                msg = f"{msg} (got {repr(inp)[:60]})"
-        out.setdefault(loc, Problem(loc, msg, source))
-    return list(out.values())
-
-
 def load_fabric_spec(ref: str | Path, text: str | None = None) -> LoadedFabric:
     """Parse and validate a fabric config (a built-in name, a file, or ``text`` named ``ref``)."""
     path = Path(str(ref)) if text is not None or isinstance(ref, Path) else find_fabric(ref)
@@ -219,7 +182,7 @@ def load_fabric_spec(ref: str | Path, text: str | None = None) -> LoadedFabric:
         spec = FabricConfigSpec.model_validate(data)
     except ValidationError as exc:
         problems = []
-        for p in _problems(exc, str(path)):
+        for p in validation_problems(exc, str(path), FabricConfigSpec):
             source, line = locate_in(data, docs, p.path)
             problems.append(Problem(p.path, p.message, source, line))
         raise FabricError(problems) from None

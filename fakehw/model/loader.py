@@ -196,9 +196,9 @@ def _unwrap(tp: Any) -> list[Any]:
     return [tp] if isinstance(tp, type) and issubclass(tp, BaseModel) else []
 
 
-def _keys_at(loc: tuple[PathItem, ...]) -> list[str]:
-    """Keys allowed in the mapping at ``loc`` (for did-you-mean suggestions)."""
-    models: list[Any] = [ProfileSpec]
+def allowed_keys(root: type[BaseModel], loc: tuple[PathItem, ...]) -> list[str]:
+    """Keys allowed in the mapping at ``loc`` of a document validated by ``root`` (for did-you-mean hints)."""
+    models: list[Any] = [root]
     for item in loc:
         if isinstance(item, int):
             continue
@@ -211,32 +211,28 @@ def _keys_at(loc: tuple[PathItem, ...]) -> list[str]:
     return sorted({f.alias or n for m in models for n, f in m.model_fields.items()})
 
 
-def _problems(exc: ValidationError, source: str) -> list[Problem]:
-    out: list[Problem] = []
+def validation_problems(exc: ValidationError, source: str, root: type[BaseModel]) -> list[Problem]:
+    """Pydantic's errors for a document validated by ``root``, as located problems people can act on:
+    unknown keys with a did-you-mean, missing keys named, the offending value shown; one per path."""
+    unique: dict[tuple[PathItem, ...], Problem] = {}
     for err in exc.errors(include_url=False):
         loc = _clean_loc(err["loc"])
         kind = err["type"]
         if kind == "extra_forbidden" and loc:
             key = str(loc[-1])
-            allowed = _keys_at(loc[:-1])
+            allowed = allowed_keys(root, loc[:-1])
             near = difflib.get_close_matches(key, allowed, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else f" (allowed: {', '.join(allowed)})"
             msg = f"unknown key {key!r}{hint}"
         elif kind == "missing" and loc:
             msg = f"missing required key {str(loc[-1])!r}"
         else:
-            msg = err["msg"]
-            if msg.startswith("Value error, "):
-                msg = msg[len("Value error, ") :]
+            msg = str(err["msg"]).removeprefix("Value error, ")
             inp = err.get("input")
-            if kind not in ("model_type",) and isinstance(inp, str | int | float) and not isinstance(inp, bool):
-                shown = repr(inp)
-                msg = f"{msg} (got {shown[:60]})"
-        out.append(Problem(loc, msg, source))
-    # Keep one message per path: pydantic lists every union branch that failed.
-    unique: dict[tuple[PathItem, ...], Problem] = {}
-    for p in out:
-        unique.setdefault(p.path, p)
+            if kind != "model_type" and isinstance(inp, str | int | float) and not isinstance(inp, bool):
+                msg = f"{msg} (got {repr(inp)[:60]})"
+        # pydantic lists every union branch that failed; the first says it
+        unique.setdefault(loc, Problem(loc, msg, source))
     return list(unique.values())
 
 
@@ -292,7 +288,7 @@ def load_spec(ref: str | Path, text: str | None = None) -> LoadedProfile:
     try:
         spec = ProfileSpec.model_validate(data)
     except ValidationError as exc:
-        raise _locate_problems(ProfileError(_problems(exc, str(path))), docs) from None
+        raise _locate_problems(ProfileError(validation_problems(exc, str(path), ProfileSpec)), docs) from None
     except (RecursionError, OverflowError, ValueError, TypeError) as exc:
         raise ProfileError([Problem((), f"cannot read profile: {exc}", str(path))]) from None
     canonical = json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
