@@ -31,6 +31,7 @@ import os
 import posixpath
 import shutil
 import stat
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -412,7 +413,7 @@ class RootWriter:
 
     def _atomic(self, full: str, entry: Entry) -> None:
         directory, name = os.path.split(full)
-        tmp = os.path.join(directory, f".{name}.fakehw-{os.getpid()}")
+        tmp = os.path.join(directory, f".{name}.fakehw-{os.getpid()}-{threading.get_ident()}")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         try:
