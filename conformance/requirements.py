@@ -96,6 +96,23 @@ def catalogue() -> Catalogue:
     return _load(os.environ.get("FAKEHW_EXTRA_REQUIREMENTS", ""))
 
 
+def _fabric_requirements() -> list[Requirement]:
+    """The fabric target's requirements, read from the fabric package's own table (its single source).
+
+    Errors are required, warnings recommended; rail and path checks are the topology level, the rest core.
+    """
+    from fakehw.fabric.requirements import REQUIREMENTS, Severity
+
+    out = []
+    for req in REQUIREMENTS.values():
+        parts = req.id.split("-")
+        category = "measured" if parts[1] == "DYN" else parts[1].lower()
+        level: Level = "topology" if parts[1] in ("PATH", "RAIL", "LINK") else "core"
+        out.append(Requirement(req.id, req.title, req.rationale, category, level, "fabric",
+                               required=req.severity == Severity.ERROR))
+    return out
+
+
 @cache
 def _load(extra: str) -> Catalogue:
     reqs: list[Requirement] = []
@@ -103,6 +120,7 @@ def _load(extra: str) -> Catalogue:
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".yaml"):
             reqs.extend(_parse(entry.name, entry.read_text()))
+    reqs.extend(_fabric_requirements())
     if extra:
         for path in sorted(Path(extra).glob("*.yaml")):
             reqs.extend(_parse(path.name, path.read_text()))
