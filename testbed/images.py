@@ -51,6 +51,8 @@ CROSS_GCC = {"amd64": "gcc-x86-64-linux-gnu", "arm64": "gcc-aarch64-linux-gnu", 
 SKIP_PARTS = {"__pycache__", "_lib", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 SKIP_SUFFIXES = (".pyc", ".so", ".o")
 LABEL_KEY = "org.fakehw.content-key"
+KEEP_NODE_IMAGES = 2
+"""Node images of earlier contents kept besides the current one (another checkout may be using them)."""
 PLATFORMS_LABEL = "org.fakehw.platforms"
 
 
@@ -215,6 +217,7 @@ class ImageBuilder:
             self._debootstrap(arch, root)
             self._import(arch, root, tag, key)
         self._tag(tag, alias)
+        self.prune(BASE_REPO, keep={tag.split(":", 1)[1], alias.split(":", 1)[1]}, prefix=f"{BASE_SUITE}-{arch}-")
         seconds = time.monotonic() - start
         return ImageRef(tag, key, f"debootstrapped and imported in {seconds:.1f} s", seconds)
 
@@ -345,7 +348,25 @@ class ImageBuilder:
         _stream(argv, self.log if self.progress != "quiet" else None, "docker buildx build")
         seconds = time.monotonic() - start
         self._tag(tag, f"{NODE_REPO}:latest")
+        self.prune(NODE_REPO, keep={tag.split(":", 1)[1], "latest"}, newest=KEEP_NODE_IMAGES)
         return ImageRef(tag, key, f"built for {', '.join(platforms)} in {seconds:.1f} s", seconds)
+
+    def prune(self, repo: str, keep: set[str], newest: int = 0, prefix: str = "") -> list[str]:
+        """Remove tags of ``repo`` (starting with ``prefix``) other than ``keep`` and the ``newest`` others.
+
+        Every change to the project makes a new content tag; without this, each edit would leave a gigabyte behind.
+        An image a container still uses is left alone (the engine refuses), and so are dangling layers of other
+        tools: only images labelled by this module are pruned."""
+        out = _docker(["image", "ls", repo, "--format", "{{.Tag}}\t{{.CreatedAt}}"])
+        rows = [line.split("\t", 1) for line in out.stdout.splitlines() if "\t" in line]
+        candidates = sorted((r for r in rows if r[0] not in keep and r[0].startswith(prefix)),
+                            key=lambda r: r[1], reverse=True)[newest:]
+        removed = []
+        for tag, _created in candidates:
+            if _docker(["image", "rm", f"{repo}:{tag}"]).returncode == 0:
+                removed.append(f"{repo}:{tag}")
+        _docker(["image", "prune", "--force", "--filter", f"label={LABEL_KEY}"], timeout=300)
+        return removed
 
 
 def _stream(argv: list[str], log: Callable[[str], None] | None, what: str, tail_file: Path | None = None) -> None:
