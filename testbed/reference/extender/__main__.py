@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from testbed.reference.extender.mutants import MUTANTS
 from testbed.reference.extender.server import Options, serve
 
-SLOW_DELAY_S = 1.5
+SLOW_PER_POD_S = 0.1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,8 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(message)s")
     if not args.api:
         parser.error("--api (or FAKEHW_K8S_API) is required: the cluster API the extender watches")
-    options = Options(mutant=args.mutant, delay_s=SLOW_DELAY_S if args.mutant == "slow" else 0.0,
-                      watch=args.mutant != "no-watch")
+    options = Options(mutant=args.mutant, slow_per_pod_s=SLOW_PER_POD_S if args.mutant == "slow" else 0.0,
+                      own_binds_only=args.mutant == "own-binds-only",
+                      forget_on_restart=args.mutant == "forget-on-restart",
+                      reserve_at_filter=args.mutant == "reserve-at-filter")
     try:
         serve(args.host, args.port, args.api, options)
     except KeyboardInterrupt:

@@ -88,12 +88,16 @@ class Informer:
         self._threads: list[threading.Thread] = []
         self.on_change = on_change
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 30.0, forget_existing_pods: bool = False) -> None:
         deadline = time.monotonic() + timeout
         while True:
             try:
                 for kind in ("Node", "Pod"):
                     self._relist(kind)
+                if forget_existing_pods:
+                    with self._cond:
+                        self.pods = {}
+                        self._changed()
                 break
             except ApiError:
                 if time.monotonic() > deadline:

@@ -39,6 +39,7 @@ from fakehw.views.k8s import (
     NodeInfo,
     PodRequest,
     PodSpecError,
+    PoolInfo,
     PoolPolicy,
     average_latency,
 )
@@ -96,6 +97,8 @@ class NodeUse:
     pool_tenants: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     booked: int = 0
     """GPUs promised to gang members not bound yet."""
+    booked_bytes: int = 0
+    """Pool memory promised to gang members not bound yet."""
     pods: list[Bound] = field(default_factory=list)
 
 
@@ -108,6 +111,8 @@ class GangPlan:
     gpus_per_pod: int
     bound: tuple[str, ...]
     """Nodes of the members bound so far."""
+    memory: int = 0
+    """Memory each member asks for."""
 
     def open_slots(self) -> Counter[str]:
         slots = Counter(self.nodes)
@@ -141,8 +146,7 @@ class Snapshot:
                 continue
             use.pods.append(b)
             for i in holding.gpus:
-                if not flags.double_book:
-                    use.held[i] = b.key
+                use.held[i] = b.key
             use.tenants[req.tenant] += len(holding.gpus)
             for pool, amount in holding.grants.items():
                 (use.reserved if holding.kind == "reservation" else use.burst)[pool] += amount
@@ -153,11 +157,12 @@ class Snapshot:
         for gang, bs in members.items():
             first = bs[0].holding
             plan = GangPlan(gang, first.gang_domain or "", first.gang_token or "", first.gang_plan,
-                            bs[0].request.gpus, tuple(b.holding.node for b in bs))
+                            bs[0].request.gpus, tuple(b.holding.node for b in bs), bs[0].request.memory)
             self.plans[gang] = plan
             for node, count in plan.open_slots().items():
-                if node in self.use:
+                if node in self.use and node in nodes:
                     self.use[node].booked += count * plan.gpus_per_pod
+                    self.use[node].booked_bytes += count * spill_on(nodes[node], plan.gpus_per_pod, plan.memory)
 
     # ----------------------------------------------------------------------------------- per node
 
@@ -171,6 +176,12 @@ class Snapshot:
         if pool is None:
             return 0
         return pool.capacity if self.flags.ignore_cxl else pool.available
+
+
+def spill_on(node: NodeInfo, gpus: int, memory: int) -> int:
+    """Memory a pod needs beyond the HBM of ``gpus`` of the node's GPUs (GPUs of a node share one SKU)."""
+    hbm = node.gpus[0].memory if node.gpus else 0
+    return max(0, memory - gpus * hbm)
 
 
 # --------------------------------------------------------------------------------------------------- decisions
@@ -240,25 +251,27 @@ class Policy:
 
     # ----------------------------------------------------------------------------------- one node
 
-    def evaluate(self, req: PodRequest, node_name: str, own_booking: int = 0) -> Verdict:
-        """Can ``req`` go to the node, and at what cost? ``own_booking``: GPUs the pod's own gang booked there."""
+    def evaluate(self, req: PodRequest, node_name: str, own_slots: int = 0) -> Verdict:
+        """Can ``req`` go to the node, and at what cost? ``own_slots``: members of the pod's own gang booked there
+        (what they hold back is the pod's to take)."""
         snap = self.snap
         node = snap.nodes.get(node_name)
         if node is None:
             return Refusal(node_name, "node unknown to the extender", False)
-        use = snap.use[node_name]
-        free = snap.free_gpus(node)
-        booked = max(0, use.booked - own_booking)
         key = (node_name, req.gpus, req.memory, req.memory_bound, req.priority, req.tenant, req.platforms, req.isa,
-               own_booking)
+               own_slots)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        verdict = self._evaluate(req, node, use, free, booked)
+        use = snap.use[node_name]
+        booked = max(0, use.booked - own_slots * req.gpus)
+        booked_bytes = max(0, use.booked_bytes - own_slots * spill_on(node, req.gpus, req.memory))
+        verdict = self._evaluate(req, node, use, snap.free_gpus(node), booked, booked_bytes)
         self._cache[key] = verdict
         return verdict
 
-    def _evaluate(self, req: PodRequest, node: NodeInfo, use: NodeUse, free: list[int], booked: int) -> Verdict:
+    def _evaluate(self, req: PodRequest, node: NodeInfo, use: NodeUse, free: list[int], booked: int,
+                  booked_bytes: int) -> Verdict:
         flags = self.snap.flags
         if not flags.ignore_arch:
             if not req.allows_arch(node.arch):
@@ -274,12 +287,13 @@ class Policy:
             reason = (f"needs {req.gpus} GPUs; {max(0, available)} free and healthy ({unhealthy} unhealthy, "
                       f"{len(use.held)} held, {booked} booked by gangs)")
             return Refusal(node.name, reason, req.gpus <= available + lower)
-        gpus = choose_gpus(node, free, req.gpus)
+        pick_from = [i for i in node.healthy_gpus] if flags.double_book else free
+        gpus = choose_gpus(node, pick_from, req.gpus)
         local = sum(node.gpus[i].memory for i in gpus) if node.gpus else 0
         spill = max(0, req.memory - local)
         policy = node.policy
         reservation = policy.is_reservation(req.priority)
-        grants, left, after_preempt = self._grants(node, use, req, spill, policy, reservation)
+        grants, left, after_preempt = self._grants(node, use, req, spill, policy, reservation, booked_bytes)
         if left > 0:
             if reservation and after_preempt <= 0:
                 return Refusal(node.name, f"pools hold bursts where this reservation of {spill} bytes fits; "
@@ -303,14 +317,17 @@ class Policy:
                          isolation, round(cost, 3), available - req.gpus)
 
     def _grants(self, node: NodeInfo, use: NodeUse, req: PodRequest, spill: int, policy: PoolPolicy,
-                reservation: bool) -> tuple[dict[str, int], int, int]:
-        """Grants nearest pool first; (grants, bytes still missing, bytes missing even after preempting bursts)."""
+                reservation: bool, booked_bytes: int = 0) -> tuple[dict[str, int], int, int]:
+        """Grants nearest pool first; (grants, bytes still missing, bytes missing even after preempting bursts).
+
+        Memory booked for gang members not bound yet is set aside first, nearest pools first (as they will take it).
+        """
         flags = self.snap.flags
         grants: dict[str, int] = {}
         left = after = spill
         if spill <= 0:
             return grants, 0, 0
-        for pool in sorted(node.pools, key=lambda p: (p.latency_ns, p.name)):
+        for pool in self.pool_order(node):
             if pool.tier == "hbm":
                 continue  # the GPUs' own memory: counted through the GPUs a pod gets
             if pool.policy == "exclusive" and use.pool_tenants.get(pool.name, set()) - {req.tenant}:
@@ -325,12 +342,32 @@ class Policy:
                 burst_cap = cap if flags.bursts_in_reserve else policy.burst_cap(available)
                 room = min(cap - res - bur, burst_cap - bur)
                 room_after = room
+            aside = min(max(0, room), booked_bytes)
+            booked_bytes -= aside
+            room -= aside
+            room_after -= aside
             take = max(0, min(room, left))
             if take:
                 grants[pool.name] = take
                 left -= take
             after -= max(0, min(room_after, after))
         return grants, left, after
+
+    @staticmethod
+    def pool_order(node: NodeInfo) -> list[PoolInfo]:
+        return sorted(node.pools, key=lambda p: (p.latency_ns, p.name))
+
+    def member_slots(self, req: PodRequest, placement: Placement) -> int:
+        """How many members of ``req``'s gang the node of ``placement`` holds at once (GPUs and pool memory)."""
+        node = self.snap.nodes[placement.node]
+        gpu_slots = (placement.free_after + req.gpus) // req.gpus if req.gpus else req.gang_size
+        spill = spill_on(node, req.gpus, req.memory)
+        if spill <= 0:
+            return gpu_slots
+        use = self.snap.use[placement.node]
+        _, left, _ = self._grants(node, use, req, 2**62, node.policy, node.policy.is_reservation(req.priority),
+                                  use.booked_bytes)
+        return min(gpu_slots, (2**62 - left) // spill)
 
     # ----------------------------------------------------------------------------------- gangs
 
@@ -347,8 +384,7 @@ class Policy:
             verdict = self.evaluate(req, name)
             if not isinstance(verdict, Placement):
                 continue
-            free = verdict.free_after + req.gpus
-            slots = free // req.gpus if req.gpus else req.gang_size
+            slots = self.member_slots(req, verdict)
             by_domain[self.snap.nodes[name].domain].append((verdict, slots))
         best: tuple[tuple[float, ...], str, list[str]] | None = None
         for domain, entries in by_domain.items():
@@ -369,7 +405,7 @@ class Policy:
             biggest = max((sum(s for _, s in e) for e in by_domain.values()), default=0)
             return Refusal("", f"no NVLink domain can hold gang {gang} ({req.gang_size} pods x {req.gpus} GPUs); "
                                f"the largest has room for {biggest}", False)
-        plan_obj = GangPlan(gang, best[1], secrets.token_hex(8), tuple(best[2]), req.gpus, ())
+        plan_obj = GangPlan(gang, best[1], secrets.token_hex(8), tuple(best[2]), req.gpus, (), req.memory)
         self.snap.pending_plans[gang] = plan_obj
         return plan_obj
 
@@ -389,7 +425,7 @@ class Policy:
                 if slots.get(n, 0) <= 0:
                     unresolvable[n] = f"gang {plan.gang} is booked on {plan.domain} (token {plan.token[:6]}...)"
                     continue
-                verdict = self.evaluate(req, n, own_booking=slots[n] * req.gpus if committed else 0)
+                verdict = self.evaluate(req, n, own_slots=slots[n] if committed else 0)
                 if isinstance(verdict, Placement):
                     passed.append(n)
                 else:
@@ -406,7 +442,7 @@ class Policy:
         return passed, failed, unresolvable
 
     def prioritize(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
-        placements = [v for n in names if isinstance(v := self.evaluate(req, n, self.own_booking(req, n)), Placement)]
+        placements = [v for n in names if isinstance(v := self.evaluate(req, n, self.own_slots(req, n)), Placement)]
         if not placements:
             return dict.fromkeys(names, 0)
         sign = -1.0 if self.snap.flags.spread else 1.0
@@ -423,12 +459,12 @@ class Policy:
                 scores[p.node] = int(8 * (hi - c) / (hi - lo)) if hi > lo else 8
         return scores
 
-    def own_booking(self, req: PodRequest, node: str) -> int:
-        """GPUs the pod's gang has booked on ``node`` and not used yet (they are the pod's to take)."""
+    def own_slots(self, req: PodRequest, node: str) -> int:
+        """Members of the pod's gang booked on ``node`` and not bound yet (what they hold back is the pod's)."""
         if req.gang is None or self.snap.flags.split_gangs:
             return 0
         plan = self.snap.plans.get(f"{req.namespace}/{req.gang}")
-        return plan.open_slots().get(node, 0) * req.gpus if plan is not None else 0
+        return plan.open_slots().get(node, 0) if plan is not None else 0
 
     def victims(self, req: PodRequest, node: str, offered: Sequence[str]) -> list[str] | None:
         """UIDs to evict on ``node`` so ``req`` fits there (bursts first, never reservations), or None."""

@@ -30,10 +30,16 @@ class BadRequest(Exception):
 @dataclass(frozen=True)
 class Options:
     mutant: str | None = None
-    delay_s: float = 0.0
-    """Sleep this long in every filter call (the ``slow`` mutant)."""
-    watch: bool = True
-    """Keep the cache current by watching (off: the ``no-watch`` mutant, which knows only its own bindings)."""
+    slow_per_pod_s: float = 0.0
+    """Sleep this long per bound pod beyond 10 in every filter call (the ``slow`` mutant: an O(pods) decision)."""
+    reserve_at_filter: bool = False
+    """Hold the best node's GPUs for a pod from its filter call until it is bound (the ``reserve-at-filter``
+    mutant: a filter whose bind never comes leaves them held)."""
+    forget_on_restart: bool = False
+    """Ignore the pods that exist at start (the ``forget-on-restart`` mutant)."""
+    own_binds_only: bool = False
+    """Count only pods this process bound (the ``own-binds-only`` mutant: an assume cache without an informer
+    for pods; deletions and nodes are still watched)."""
 
 
 class Extender:
@@ -46,15 +52,13 @@ class Extender:
         self.informer = Informer(api)
         self._infos: dict[str, tuple[str, NodeInfo]] = {}
         self._policy: tuple[int, Policy] | None = None
-        self._own: dict[str, dict[str, Any]] = {}
-        """Pods this process bound (all the ``no-watch`` mutant knows)."""
+        self._own: set[str] = set()
+        self._provisional: dict[str, dict[str, Any]] = {}
+        """reserve-at-filter mutant: pod key -> a pod object holding what its filter call set aside."""
+        """Keys of the pods this process bound (all the ``own-binds-only`` mutant counts)."""
 
     def start(self) -> None:
-        if self.options.watch:
-            self.informer.start()
-        else:
-            for kind in ("Node",):
-                self.informer._relist(kind)
+        self.informer.start(forget_existing_pods=self.options.forget_on_restart)
 
     # ----------------------------------------------------------------------------------- state
 
@@ -83,14 +87,17 @@ class Extender:
             info = self._node_info(name)
             if info is not None:
                 infos[name] = info
-        pods = self.informer.pods.values() if self.options.watch else self._own.values()
+        pods = [p for k, p in self.informer.pods.items() if not self.options.own_binds_only or k in self._own]
+        for key, held in self._provisional.items():
+            live = self.informer.pods.get(key)
+            if live is not None and not live.get("spec", {}).get("nodeName"):
+                pods.append(held)
         policy = Policy(Snapshot(infos, list(pods), self.flags))
         self._policy = (version, policy)
         return policy
 
     def _sync(self) -> None:
-        if self.options.watch:
-            self.informer.sync()
+        self.informer.sync()
 
     # ----------------------------------------------------------------------------------- verbs
 
@@ -130,12 +137,17 @@ class Extender:
     def filter(self, args: Any) -> dict[str, Any]:
         req = self._request(args)
         names, items = self._names(args)
-        if self.options.delay_s:
-            time.sleep(self.options.delay_s)
+        if self.options.slow_per_pod_s:
+            bound = sum(1 for p in list(self.informer.pods.values()) if p.get("spec", {}).get("nodeName"))
+            time.sleep(self.options.slow_per_pod_s * max(0, bound - 10))
         self._sync()
         with self.informer.lock:
             self._refresh_from(items)
-            passed, failed, unresolvable = self.policy().filter(req, names)
+            self._drop_provisional(req.key)
+            policy = self.policy()
+            passed, failed, unresolvable = policy.filter(req, names)
+            if self.options.reserve_at_filter and passed and not req.gang:
+                self._reserve(policy, req, passed)
         out: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
         if items is None:
             out["NodeNames"] = passed
@@ -147,12 +159,30 @@ class Extender:
             out["NodeNames"] = None
         return out
 
+    def _drop_provisional(self, key: str) -> None:
+        """A pod's own provisional hold never counts against it (only the mutant makes any)."""
+        if self._provisional.pop(key, None) is not None:
+            self.informer.version += 1
+
+    def _reserve(self, policy: Policy, req: PodRequest, passed: list[str]) -> None:
+        scores = policy.prioritize(req, passed)
+        node = max(passed, key=lambda n: (scores.get(n, 0), n))
+        verdict = policy.evaluate(req, node)
+        live = self.informer.pods.get(req.key)
+        if isinstance(verdict, Placement) and live is not None:
+            held = json.loads(json.dumps(live))
+            held["spec"]["nodeName"] = node
+            held["metadata"].setdefault("annotations", {}).update(_holding_annotations(verdict, None))
+            self._provisional[req.key] = held
+            self.informer.version += 1
+
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
         req = self._request(args)
         names, items = self._names(args)
         self._sync()
         with self.informer.lock:
             self._refresh_from(items)
+            self._drop_provisional(req.key)
             scores = self.policy().prioritize(req, names)
         if self.options.mutant == "score-100":
             scores = {k: v * 10 for k, v in scores.items()}
@@ -181,6 +211,7 @@ class Extender:
                 req = PodRequest.from_pod(pod)
             except PodSpecError as exc:
                 return {"Error": f"pod {ns}/{name}: {exc}"}
+            self._drop_provisional(req.key)
             policy = self.policy()
             plan: GangPlan | None = None
             own = 0
@@ -191,7 +222,7 @@ class Extender:
                 plan = got
                 if plan.open_slots().get(node, 0) <= 0:
                     return {"Error": f"gang {plan.gang} is booked elsewhere than {node}"}
-                own = policy.own_booking(req, node)
+                own = policy.own_slots(req, node)
             verdict = policy.evaluate(req, node, own)
             if not isinstance(verdict, Placement):
                 return {"Error": f"{ns}/{name} no longer fits {node}: {verdict.reason}"}
@@ -210,7 +241,7 @@ class Extender:
             bound = json.loads(json.dumps(pod))
             bound["spec"]["nodeName"] = node
             bound["metadata"].setdefault("annotations", {}).update(annotations)
-            self._own[f"{ns}/{name}"] = bound
+            self._own.add(f"{ns}/{name}")
             self.informer.assume(bound)
             if plan is not None:
                 policy.snap.pending_plans.pop(plan.gang, None)
@@ -249,17 +280,13 @@ def _holding_annotations(p: Placement, plan: GangPlan | None) -> dict[str, str]:
     return holding.annotations()
 
 
-_SNAKE = {"NodeNames": "node_names", "Nodes": "nodes", "FailedNodes": "failed_nodes",
-          "FailedAndUnresolvableNodes": "failed_and_unresolvable_nodes", "Error": "error", "Host": "host",
-          "Score": "score"}
+_SNAKE = {"FailedNodes": "failed_nodes", "FailedAndUnresolvableNodes": "failed_and_unresolvable_nodes"}
 
 
 def _snake(obj: Any) -> Any:
-    """The ``snake-keys`` mutant's spelling of a response (what a hand-rolled JSON encoder might produce)."""
-    if isinstance(obj, list):
-        return [_snake(x) for x in obj]
-    if isinstance(obj, dict) and set(obj) <= set(_SNAKE):
-        return {_SNAKE[k]: v for k, v in obj.items()}
+    """The ``snake-keys`` mutant's spelling of a filter result (what a hand-rolled encoder might produce)."""
+    if isinstance(obj, dict):
+        return {_SNAKE.get(k, k): v for k, v in obj.items()}
     return obj
 
 
@@ -318,6 +345,15 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def get_request(self) -> tuple[Any, Any]:
+        """Answers go out in two writes (headers, body): without TCP_NODELAY, Nagle's algorithm and the client's
+        delayed ACK stall every keep-alive answer by ~40 ms."""
+        import socket
+
+        sock, addr = super().get_request()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock, addr
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hangs up mid-request is normal (timeouts, restarts): no traceback on stderr."""

@@ -1,0 +1,1 @@
+"""Scheduler extender suite: the harness plays kube-scheduler over the HTTP extender protocol."""

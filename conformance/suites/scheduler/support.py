@@ -1,0 +1,184 @@
+"""The extender under test as the scheduler suite drives it: harness, process, fillers, checks with evidence."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from fakehw.views.k8s import HOLD_GPUS, HOLD_GRANTS, HOLD_KIND, NodeInfo, PodRequest
+from testbed.api import Testbed
+from testbed.extender.harness import SchedulingHarness, Workload
+from testbed.extender.ledger import Ledger
+from testbed.extender.process import DelayProxy, ExtenderProcess, ExtenderTarget
+from testbed.extender.protocol import ExtenderClient, ExtenderConfig
+from testbed.extender.scheduler import Decision
+
+RESERVATION = 1000
+"""Priority of the suite's reservations (the published reservedPriority)."""
+LATENCY_BUDGET_S = 1.0
+
+
+@dataclass(frozen=True)
+class SuiteOptions:
+    target: ExtenderTarget
+    profile: str
+    nodes: int | None
+    fuzz_examples: int = 12
+    fuzz_steps: int = 10
+    fuzz_seed: int | None = None
+    http_timeout: float = 5.0
+
+
+class CheckFailed(AssertionError):
+    """A requirement is not met; the message says what the extender did."""
+
+
+@dataclass
+class Recorder:
+    """Decisions of the current check, attached as evidence when it fails."""
+
+    evidence: Callable[[str, Any], None]
+    decisions: list[Decision] = field(default_factory=list)
+
+    def check(self, ok: bool, message: str, **evidence: Any) -> None:
+        if ok:
+            return
+        for label, value in evidence.items():
+            self.evidence(label, _jsonable(value))
+        if self.decisions:
+            self.evidence("decisions", [d.evidence() for d in self.decisions[-6:]])
+        raise CheckFailed(message)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+class SchedulerUnderTest:
+    """One harness (kube-scheduler + cluster API) and the extender process for a whole session."""
+
+    def __init__(self, testbed: Testbed, options: SuiteOptions, workdir: Path):
+        self.testbed = testbed
+        self.options = options
+        self.system = testbed.system
+        self.harness = SchedulingHarness(self.system, testbed)
+        self.process = ExtenderProcess(options.target, self.harness.api_url, workdir / "extender.log")
+        self.proxy: DelayProxy | None = None
+        self.recorder: Recorder | None = None
+
+    # ----------------------------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self.process.start()
+        self.configure()
+
+    def stop(self) -> None:
+        self.process.stop()
+        if self.proxy is not None:
+            self.proxy.stop()
+        self.harness.close()
+
+    def config(self, via_proxy: bool = False, **overrides: Any) -> ExtenderConfig:
+        url = self.process.url
+        if via_proxy:
+            if self.proxy is None:
+                self.proxy = DelayProxy(self.process.url)
+            url = self.proxy.url
+        overrides.setdefault("httpTimeout", f"{self.options.http_timeout}s")
+        return self.options.target.config(url, **overrides)
+
+    def configure(self, via_proxy: bool = False, **overrides: Any) -> ExtenderConfig:
+        cfg = self.config(via_proxy, **overrides)
+        self.harness.set_extenders([cfg])
+        return cfg
+
+    def client(self, **overrides: Any) -> ExtenderClient:
+        return ExtenderClient(self.config(**overrides))
+
+    @property
+    def node_cache_capable(self) -> bool:
+        return bool(self.options.target.stanza.get("nodeCacheCapable", True))
+
+    def reset(self) -> None:
+        """Back to an empty, healthy cluster with the extender running and configured as given."""
+        with contextlib.suppress(Exception):
+            self.testbed.heal()
+        self.harness.reset()
+        self.harness.refresh_nodes()
+        if self.proxy is not None:
+            self.proxy.delays.clear()
+        if self.options.target.managed and not self.process.alive:
+            self.process.start()
+        self.configure()
+
+    # ----------------------------------------------------------------------------------- cluster
+
+    @property
+    def infos(self) -> dict[str, NodeInfo]:
+        return self.harness.node_infos()
+
+    def gpu_nodes(self) -> list[NodeInfo]:
+        return [i for i in self.infos.values() if i.gpus]
+
+    def ledger(self) -> Ledger:
+        return self.harness.ledger()
+
+    def run(self, workload: Workload) -> list[Decision]:
+        decisions = self.harness.run(workload)
+        if self.recorder is not None:
+            self.recorder.decisions.extend(decisions)
+        return decisions
+
+    def run_one(self, workload: Workload) -> Decision:
+        (d,) = self.run(workload)
+        return d
+
+    def fill(self, node: str, tenant: str, gpus: tuple[int, ...], priority: int = 0, name: str | None = None,
+             grants: dict[str, int] | None = None, memory: int = 0) -> str:
+        """A pod bound by someone else (another scheduler, an earlier run): the extender must see it via the API."""
+        reservation = priority >= RESERVATION
+        w = Workload(name or f"fill-{node}-{len(self.harness.store.pods())}", tenant=tenant, gpus=len(gpus),
+                     priority=priority, memory=memory)
+        (key,) = self.harness.submit(w)
+        ns, name_ = key.split("/")
+        ann = {HOLD_GPUS: ",".join(str(i) for i in gpus),
+               HOLD_GRANTS: ",".join(f"{k}={v}" for k, v in (grants or {}).items()),
+               HOLD_KIND: "reservation" if reservation else "burst"}
+        outcome = self.harness.store.bind(ns, name_, node, ann)
+        assert outcome.code < 300, outcome.message
+        return key
+
+    def request(self, workload: Workload) -> PodRequest:
+        return PodRequest.from_pod(workload.pod("probe"))
+
+    @contextlib.contextmanager
+    def slowed(self, **delays: float) -> Iterator[DelayProxy]:
+        """Route calls through a proxy that sleeps before the given verbs (``filter=6``)."""
+        self.configure(via_proxy=True)
+        assert self.proxy is not None
+        self.proxy.delays.update(delays)
+        try:
+            yield self.proxy
+        finally:
+            self.proxy.delays.clear()
+
+    def with_stanza(self, **overrides: Any) -> SchedulerUnderTest:
+        """Re-configure the harness's extender stanza (e.g. ignorable=True) until the next reset."""
+        self.configure(**overrides)
+        return self
+
+
+def decisions_bound(decisions: list[Decision]) -> list[Decision]:
+    return [d for d in decisions if d.status == "bound"]
+
+
+def with_name(w: Workload, name: str) -> Workload:
+    return replace(w, name=name)
