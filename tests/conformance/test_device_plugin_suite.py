@@ -66,8 +66,8 @@ MUTANTS = (
                "two tenants get the same pool token"),
     MutantCase("allocates-lost-gpu", "edge-pcie", frozenset({"DP-CHAOS-003"}),
                "a GPU that fell off the bus is handed out"),
-    MutantCase("drops-unhealthy", "edge-pcie", frozenset({"DP-HEALTH-005"}),
-               "a faulty GPU disappears from the list instead of being Unhealthy"),
+    MutantCase("drops-unhealthy", "edge-pcie", frozenset({"DP-HEALTH-005", "DP-INV-004"}),
+               "a faulty GPU disappears from the list instead of being Unhealthy (after a restart too)"),
     MutantCase("wrong-numa", "riscv-nvlink-fusion", frozenset({"DP-TOPO-001"}), "every GPU claims NUMA node 0"),
 )
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from conformance.suites.device_plugin.support import PluginUnderTest
+from conformance.suites.device_plugin.support import RECOVERY_BOUND_S, PluginUnderTest
+from testbed.kubelet.api import HEALTHY
 
 Evidence = Callable[[str, Any], None]
 STREAM_KEPT_S = 1.0
@@ -67,6 +68,8 @@ def device_problems_of(update: Any) -> list[str]:
 
 @pytest.mark.requirement("DP-INV-004")
 def test_device_ids_are_stable_across_plugin_restarts(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    """Restarted twice: once plainly, once while a GPU is off the bus (NVML cannot name it then; a plugin must
+    still list it under its ID, or a pod holding it would see its device vanish)."""
     before = plugin.identities()
     plugin.restart(kill=False)
     after_ids = plugin.latest_ids()
@@ -74,6 +77,18 @@ def test_device_ids_are_stable_across_plugin_restarts(plugin: PluginUnderTest, e
     assert sorted(after_ids) == sorted(before), (
         f"the restarted plugin lists other IDs: gone {sorted(set(before) - set(after_ids))}, new "
         f"{sorted(set(after_ids) - set(before))}")
+    lost = plugin.node.gpus[-1].name
+    fault = plugin.inject(lost, "fallen-off-bus")
+    plugin.restart(kill=False)
+    while_lost = plugin.latest_ids()
+    plugin.heal(fault)
+    evidence(f"device IDs after a restart with {lost} off the bus", sorted(while_lost))
+    assert sorted(while_lost) == sorted(before), (
+        f"restarted while {lost} was off the bus, the plugin lists other IDs: gone "
+        f"{sorted(set(before) - set(while_lost))}, new {sorted(set(while_lost) - set(before))}")
+    device = next(d for d, g in before.items() if g == lost)
+    plugin.kubelet.wait_update(plugin.resource, lambda u: u.health(device) == HEALTHY, RECOVERY_BOUND_S,
+                               f"{lost} back after healing")
     moved = {}
     for dev, gpu in before.items():
         plugin._identity.pop(dev, None)

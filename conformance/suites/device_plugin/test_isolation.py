@@ -28,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from conformance.suites.device_plugin.support import HEALTH_BOUND_S, POOL_PREFIX, PluginUnderTest
 from testbed.kubelet.api import HEALTHY, pb
 from testbed.kubelet.exposure import TOKEN_RE, Exposure
-from testbed.kubelet.kubelet import AdmissionRefused, Assignment, PluginTimeout, RpcFailed
+from testbed.kubelet.kubelet import AdmissionRefused, Assignment, PluginTimeout, PluginViolation, RpcFailed
 
 Evidence = Callable[[str, Any], None]
 TENANTS = ("tenant-a", "tenant-b", "tenant-c")
@@ -278,8 +278,11 @@ def run_fuzz(put: PluginUnderTest, check: str, evidence: Evidence) -> None:
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
-        sequence = [line for line in lines if line.strip()]
+        # Hypothesis reports the shrunk steps through its reporter and as notes on the exception.
+        sequence = [line for line in [*lines, *getattr(exc, "__notes__", [])] if line.strip()]
         evidence("falsifying sequence", "\n".join(sequence))
+        if isinstance(exc, PluginViolation):
+            evidence(exc.check, exc.evidence)
         message = str(getattr(exc, "message", None) or exc).strip()
         pytest.fail(f"{message}\n\nFalsifying sequence (seed {seed}; replay with --dp-fuzz-seed {seed}):\n"
                     + "\n".join(sequence), pytrace=False)

@@ -8,14 +8,20 @@ Only public NVML calls are used (through pynvml), so the plugin runs unchanged a
   ``nvmlDeviceGetNvLinkRemoteDeviceType``): direct links to the other GPU, plus, per switch both reach, the smaller
   number of links to it (what ``nvidia-smi topo -m`` prints as NV#);
 - PCIe level of two GPUs: ``nvmlDeviceGetTopologyCommonAncestor``.
+
+The inventory is cached in the plugin's state directory, so a plugin restarted while a GPU is off the bus still
+knows that GPU's identity (NVML cannot tell it then) and keeps listing it, as Unhealthy, under the same ID.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from fakehw.render.atomic import atomic_write
 from testbed.reference.device_plugin.allocator import TopologyMatrix
 
 NUMA_MASK_WORDS = 4
@@ -85,16 +91,39 @@ def _link_ends(nvml: Any, handle: Any) -> tuple[tuple[int, ...], Counter[tuple[s
     return tuple(active), ends
 
 
-def read_inventory(nvml: Any) -> Inventory:
-    """Read the node's GPUs through NVML (``nvml`` is the pynvml module, already initialised)."""
-    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+def _read_gpu(nvml: Any, index: int) -> tuple[GpuInfo, Any, Counter[tuple[str, str]]]:
+    h = nvml.nvmlDeviceGetHandleByIndex(index)
+    active, counts = _link_ends(nvml, h)
+    pci = nvml.nvmlDeviceGetPciInfo(h)
+    info = GpuInfo(index, _text(nvml.nvmlDeviceGetUUID(h)), int(nvml.nvmlDeviceGetMinorNumber(h)),
+                   _text(pci.busId).upper(), _numa_nodes(nvml, h), active)
+    return info, h, counts
+
+
+def read_inventory(nvml: Any, cache: Inventory | None = None) -> tuple[Inventory, list[int]]:
+    """Read the node's GPUs through NVML (``nvml`` is the pynvml module, already initialised).
+
+    A GPU that is off the bus answers nothing, not even its UUID. It is taken from ``cache`` (the inventory of an
+    earlier run on this node) when that has it, so it is listed under its usual ID (as Unhealthy: the health
+    monitor finds it lost); otherwise it is left out. Returns the inventory and the indices left out."""
+    count = nvml.nvmlDeviceGetCount()
+    cached = {g.index: g for g in cache.gpus} if cache is not None and len(cache.gpus) == count else {}
     gpus: list[GpuInfo] = []
-    ends: list[Counter[tuple[str, str]]] = []
-    for i, h in enumerate(handles):
-        active, counts = _link_ends(nvml, h)
-        pci = nvml.nvmlDeviceGetPciInfo(h)
-        gpus.append(GpuInfo(i, _text(nvml.nvmlDeviceGetUUID(h)), int(nvml.nvmlDeviceGetMinorNumber(h)),
-                            _text(pci.busId).upper(), _numa_nodes(nvml, h), active))
+    handles: list[Any] = []
+    ends: list[Counter[tuple[str, str]] | None] = []
+    missing: list[int] = []
+    for i in range(count):
+        try:
+            info, handle, counts = _read_gpu(nvml, i)
+        except nvml.NVMLError as exc:
+            if exc.value != nvml.NVML_ERROR_GPU_IS_LOST:
+                raise
+            if i not in cached:
+                missing.append(i)
+                continue
+            info, handle, counts = cached[i], None, None
+        gpus.append(info)
+        handles.append(handle)
         ends.append(counts)
     n = len(gpus)
     bonds = [[0] * n for _ in range(n)]
@@ -103,11 +132,38 @@ def read_inventory(nvml: Any) -> Inventory:
         for b in range(n):
             if a == b:
                 continue
-            direct = ends[a].get(("gpu", gpus[b].bus_id), 0)
-            shared = sum(min(count, ends[b].get(end, 0)) for end, count in ends[a].items() if end[0] == "switch")
+            ea, eb = ends[a], ends[b]
+            ha, hb = handles[a], handles[b]
+            if ea is None or eb is None or ha is None or hb is None:
+                assert cache is not None  # a GPU without ends came from the cache
+                bonds[a][b] = cache.matrix.bonds[gpus[a].index][gpus[b].index]
+                levels[a][b] = cache.matrix.levels[gpus[a].index][gpus[b].index]
+                continue
+            direct = ea.get(("gpu", gpus[b].bus_id), 0)
+            shared = sum(min(c, eb.get(end, 0)) for end, c in ea.items() if end[0] == "switch")
             bonds[a][b] = direct + shared
             try:
-                levels[a][b] = int(nvml.nvmlDeviceGetTopologyCommonAncestor(handles[a], handles[b]))
+                levels[a][b] = int(nvml.nvmlDeviceGetTopologyCommonAncestor(ha, hb))
             except nvml.NVMLError:
                 levels[a][b] = 50
-    return Inventory(tuple(gpus), TopologyMatrix(tuple(map(tuple, bonds)), tuple(map(tuple, levels))))
+    matrix = TopologyMatrix(tuple(map(tuple, bonds)), tuple(map(tuple, levels)))
+    return Inventory(tuple(gpus), matrix), missing
+
+
+def save_inventory(inventory: Inventory, path: Path) -> None:
+    doc = {"gpus": [asdict(g) for g in inventory.gpus], "bonds": inventory.matrix.bonds,
+           "levels": inventory.matrix.levels}
+    atomic_write(path, json.dumps(doc).encode())
+
+
+def load_inventory(path: Path) -> Inventory | None:
+    try:
+        doc = json.loads(path.read_text())
+        gpus = tuple(GpuInfo(int(g["index"]), str(g["uuid"]), int(g["minor"]), str(g["bus_id"]),
+                             tuple(int(x) for x in g["numa"]), tuple(int(x) for x in g["links"]))
+                     for g in doc["gpus"])
+        matrix = TopologyMatrix(tuple(tuple(int(x) for x in r) for r in doc["bonds"]),
+                                tuple(tuple(int(x) for x in r) for r in doc["levels"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Inventory(gpus, matrix)

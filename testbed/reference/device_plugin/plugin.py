@@ -33,7 +33,13 @@ from testbed.kubelet import api
 from testbed.kubelet.api import HEALTHY, UNHEALTHY, DevicePluginServicer, pb
 from testbed.reference.device_plugin.allocator import TopologyMatrix, best_set
 from testbed.reference.device_plugin.health import AgentOracle, HealthMonitor, RecoveryOracle
-from testbed.reference.device_plugin.inventory import GpuInfo, Inventory, read_inventory
+from testbed.reference.device_plugin.inventory import (
+    GpuInfo,
+    Inventory,
+    load_inventory,
+    read_inventory,
+    save_inventory,
+)
 from testbed.reference.device_plugin.pools import PoolError, PoolManager, PoolSpec
 
 log = logging.getLogger("fakehw.reference")
@@ -257,8 +263,17 @@ class ReferencePlugin:
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
+    def _state_path(self, what: str) -> Path:
+        base = self.config.state_file.parent if self.config.state_file else self.config.plugin_dir
+        return base / f".fakehw-ref-{self.config.node or 'node'}-{what}.json"
+
     def setup(self) -> None:
-        inventory = read_inventory(self.nvml)
+        cache_path = self._state_path("gpus")
+        inventory, missing = read_inventory(self.nvml, load_inventory(cache_path))
+        if missing:
+            log.warning("GPUs %s are off the bus and were never seen before: not listed until a restart", missing)
+        elif len(inventory.gpus) == self.nvml.nvmlDeviceGetCount():
+            save_inventory(inventory, cache_path)
         log.info("%d GPUs: %s", len(inventory.gpus), ", ".join(g.uuid for g in inventory.gpus))
         oracle: RecoveryOracle | None = None
         if self.config.agent_socket and self.config.node:
@@ -272,7 +287,7 @@ class ReferencePlugin:
 
     def _setup_pools(self) -> None:
         assert self.config.node
-        state = self.config.state_file or self.config.plugin_dir / f".fakehw-ref-{self.config.node}.json"
+        state = self.config.state_file or self._state_path("pools")
         manager = PoolManager(self._agent(), self.config.node, state, self.config.slice_bytes,
                               share_tokens=self.config.is_mutant("shares-pool-token"))
         delay = 0.2
