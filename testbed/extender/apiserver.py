@@ -199,13 +199,13 @@ class ClusterStore:
         """Events newer than ``rv`` (waiting up to ``timeout`` for one); None when ``rv`` is too old (410)."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            if rv < self._oldest:
-                return None
-            while self._rv <= rv and not self._closed:
+            while self._rv <= rv and not self._closed and rv >= self._oldest:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return []
                 self._cond.wait(left)
+            if rv < self._oldest:  # events after rv were dropped from the history (also while waiting)
+                return None
             return [e for e in self._events if e.rv > rv]
 
     @property
@@ -428,7 +428,8 @@ class ApiServer:
     def __init__(self, store: ClusterStore):
         self.store = store
         self._server = _Server(store)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fakehw-apiserver", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fakehw-apiserver",
+                                        daemon=True)
 
     @property
     def url(self) -> str:

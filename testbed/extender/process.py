@@ -300,7 +300,8 @@ class DelayProxy:
 
     def __init__(self, upstream: str):
         self._server = _ProxyServer(upstream)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="delay-proxy", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="delay-proxy",
+                                        daemon=True)
         self._thread.start()
 
     @property

@@ -46,6 +46,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--sched-fuzz-steps", type=int, default=10, help="workloads per sequence")
     group.addoption("--sched-fuzz-seed", type=int, default=None,
                     help="fuzz seed (default: a fixed derivation, so runs are reproducible)")
+    group.addoption("--sched-fuzz-no-shrink", action="store_true", help="report fuzz failures unshrunk (faster)")
     group.addoption("--sched-attach", default=None, metavar="STATE_DIR:NAME",
                     help="use this running testbed (of --profile) instead of standing one up; it is left running")
 
@@ -86,6 +87,7 @@ def sched_options(pytestconfig: pytest.Config, conformance_targets: dict[str, Ta
         fuzz_examples=int(pytestconfig.getoption("sched_fuzz_examples")),
         fuzz_steps=int(pytestconfig.getoption("sched_fuzz_steps")),
         fuzz_seed=pytestconfig.getoption("sched_fuzz_seed"),
+        fuzz_shrink=not pytestconfig.getoption("sched_fuzz_no_shrink"),
     )
 
 

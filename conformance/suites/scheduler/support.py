@@ -30,6 +30,7 @@ class SuiteOptions:
     fuzz_examples: int = 12
     fuzz_steps: int = 10
     fuzz_seed: int | None = None
+    fuzz_shrink: bool = True
     http_timeout: float = 5.0
 
 

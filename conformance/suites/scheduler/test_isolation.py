@@ -63,7 +63,7 @@ def _fuzz(sched: SchedulerUnderTest, check: Callable[..., None], invariant: Inva
     counter = [0]
 
     @settings(max_examples=opts.fuzz_examples, deadline=None, database=None, derandomize=False,
-              phases=(Phase.explicit, Phase.generate, Phase.shrink),
+              phases=(Phase.explicit, Phase.generate, *((Phase.shrink,) if opts.fuzz_shrink else ())),
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                      HealthCheck.function_scoped_fixture])
     @seed(fuzz_seed)

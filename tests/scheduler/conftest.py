@@ -1,0 +1,90 @@
+"""A scripted extender: an HTTP server answering each verb with whatever a test sets (bodies, statuses, delays)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+Reply = tuple[int, bytes] | Callable[[Any], tuple[int, bytes]]
+
+
+@dataclass
+class Script:
+    replies: dict[str, Reply] = field(default_factory=dict)
+    delays: dict[str, float] = field(default_factory=dict)
+    requests: list[tuple[str, Any]] = field(default_factory=list)
+
+    def json(self, verb: str, body: Any, status: int = 200) -> None:
+        self.replies[verb] = (status, json.dumps(body).encode())
+
+    def raw(self, verb: str, body: bytes, status: int = 200) -> None:
+        self.replies[verb] = (status, body)
+
+    def call(self, verb: str, fn: Callable[[Any], Any]) -> None:
+        """Answer ``verb`` with ``fn(request)`` (as JSON)."""
+        self.replies[verb] = lambda req: (200, json.dumps(fn(req)).encode())
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        verb = self.path.rstrip("/").rsplit("/", 1)[-1]
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = raw
+        script = self.server.script
+        script.requests.append((verb, body))
+        time.sleep(script.delays.get(verb, 0.0))
+        reply = script.replies.get(verb, (404, b'{"Error": "no reply scripted"}'))
+        status, data = reply(body) if callable(reply) else reply
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            return
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.script = Script()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return
+
+
+@dataclass
+class ScriptedExtender:
+    url: str
+    script: Script
+
+
+@pytest.fixture
+def scripted() -> Iterator[ScriptedExtender]:
+    server = _Server()
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield ScriptedExtender(f"http://127.0.0.1:{server.server_address[1]}", server.script)
+    finally:
+        server.shutdown()
+        server.server_close()
