@@ -22,6 +22,11 @@ variable "BASE_ARM64" {
   default = "fakehw/base:trixie-arm64"
 }
 
+# The base of the build stages (fake NVML cross compilers, the wheel): the build machine's own architecture.
+variable "BUILD_BASE" {
+  default = "fakehw/base:trixie-amd64"
+}
+
 variable "ONLINE_BASE" {
   default = "debian:trixie-slim"
 }
@@ -48,6 +53,7 @@ target "node" {
     BASE_AMD64   = "${BASE_AMD64}"
     BASE_RISCV64 = "${BASE_RISCV64}"
     BASE_ARM64   = "${BASE_ARM64}"
+    BUILD_BASE   = "${BUILD_BASE}"
   }
 }
 
@@ -58,6 +64,7 @@ target "node-online" {
     BASE_AMD64   = "${ONLINE_BASE}"
     BASE_RISCV64 = "${ONLINE_BASE}"
     BASE_ARM64   = "${ONLINE_BASE}"
+    BUILD_BASE   = "${ONLINE_BASE}"
   }
 }
 

@@ -106,8 +106,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps({"cluster": rec.name, "backend": rec.backend, "profile": rec.profile, "alive": alive,
                           "nodes": list(states.values())}, indent=2))
         return 0 if alive else 1
-    print(f"cluster {rec.name}: profile {rec.profile} on {rec.backend}, {len(rec.nodes)} node(s), agent "
-          f"{'up' if alive else 'DOWN'} (pid {rec.agent_pid})")
+    if rec.backend == "docker":  # one agent per node container
+        print(f"cluster {rec.name}: profile {rec.profile} on docker, {len(rec.nodes)} node container(s), agents "
+              f"{'up' if alive else 'NOT ALL RUNNING'}")
+        if not alive:
+            print(f"a node container is not running: 'testbed chaos restart NODE' brings one back, 'docker ps -a "
+                  f"--filter label=org.fakehw.cluster={rec.name}' shows them")
+            return 1
+    else:
+        print(f"cluster {rec.name}: profile {rec.profile} on {rec.backend}, {len(rec.nodes)} node(s), agent "
+              f"{'up' if alive else 'DOWN'} (pid {rec.agent_pid})")
     if not alive:
         print(f"the agent is not running; see {rec.dir / 'agent.log'} or run 'testbed down --name {rec.name}'")
         return 1

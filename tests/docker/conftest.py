@@ -99,7 +99,8 @@ def docker_testbed(testbed_factory: Callable[..., Testbed], node_image: ImageRef
     """``docker_testbed("mixed-arch", gpus=...)``: a docker-backend cluster from this run's node image."""
 
     def make(profile: str, nodes: int | None = None, **options: Any) -> Testbed:
-        return testbed_factory(profile, nodes=nodes, backend="docker", image=node_image.tag, **options)
+        options.setdefault("image", node_image.tag)
+        return testbed_factory(profile, nodes=nodes, backend="docker", **options)
 
     return make
 

@@ -126,6 +126,20 @@ def test_down_after_a_failed_up_leaves_nothing(docker_testbed: Factory, no_lefto
     assert [p for p in testbed_state_dir.glob("*/agents") if not p.parent.name.startswith(".trash-")] == []
 
 
+def test_a_node_that_exits_while_starting_fails_up_with_its_log(
+        docker_testbed: Factory, no_leftovers: Callable[[], list[str]]) -> None:
+    """An image whose containers do not run an agent (the bare base image): ``up`` fails at once with the
+    container's exit status and log, not after a timeout, and leaves nothing."""
+    from testbed.images import ImageBuilder
+
+    base = ImageBuilder(log=lambda _m: None).base_tag("amd64")
+    start = time.monotonic()
+    with pytest.raises(BackendError, match=r"its container exited with status 0 while its agent was starting"):
+        docker_testbed("dgx-h100", image=base)
+    assert time.monotonic() - start < 60
+    assert no_leftovers() == []
+
+
 def test_down_all_removes_what_a_crashed_up_left(node_image: ImageRef, testbed_state_dir: Path,
                                                  no_leftovers: Callable[[], list[str]]) -> None:
     """``testbed up`` killed mid-way and its cluster directory lost: ``testbed down --all`` finds the containers

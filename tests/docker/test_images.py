@@ -150,6 +150,11 @@ def test_bake_file_defines_the_node_and_kind_node_targets(docker_engine: None) -
     assert targets["node-online"]["platforms"] == ["linux/amd64", "linux/riscv64"]
     assert set(targets["node-online"]["args"].values()) == {"debian:trixie-slim"}
     assert targets["node"]["args"]["BASE_RISCV64"] == "fakehw/base:trixie-riscv64"
+    assert targets["node"]["args"]["BUILD_BASE"] == "fakehw/base:trixie-amd64"
+    # Every ARG of the Dockerfile that names an image is set by both node targets.
+    image_args = {rest.split("=", 1)[0] for word, rest in _instructions(NODE_DOCKERFILE)
+                  if word == "ARG" and "BASE" in rest}
+    assert image_args == set(targets["node"]["args"]) == set(targets["node-online"]["args"])
     for target in targets.values():
         assert (REPO_ROOT / target["context"] / target["dockerfile"]).is_file()
     assert targets["kind-node"]["dockerfile"] == "images/kind-node/Dockerfile"
