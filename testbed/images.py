@@ -343,6 +343,10 @@ class ImageBuilder:
                 f"--progress={'plain' if self.progress == 'quiet' else self.progress}"]
         for name, value in build_args.items():
             argv += ["--build-arg", f"{name}={value}"]
+        if not self.online:
+            # Offline means offline: no build step may reach a network (the bases have every package and the
+            # wheel of nvidia-ml-py is in the context), so a build that works here works without one.
+            argv += ["--network", "none"]
         argv.append(str(REPO_ROOT))
         self.log(f"images: building {tag} for {', '.join(platforms)} (docker buildx)")
         _stream(argv, self.log if self.progress != "quiet" else None, "docker buildx build")

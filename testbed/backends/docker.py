@@ -64,6 +64,7 @@ AGENT_READY_TIMEOUT_S = 90.0
 EMULATED_EXTRA_S = 20.0
 """Extra seconds allowed per emulated node: Python starts 5-10x slower under QEMU user mode."""
 NATIVE_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "riscv64": "riscv64"}.get(os.uname().machine, "")
+OCI_FAILURE = b"OCI runtime exec failed"
 
 
 @dataclass(frozen=True)
@@ -414,7 +415,7 @@ class DockerBackend(Backend):
         if timeout is not None and returncode in (124, 137) and time.monotonic() - started >= timeout * 0.98:
             raise subprocess.TimeoutExpired(list(argv), timeout, out, err)
         text = (out + err).decode(errors="replace")
-        if returncode in (126, 127) and "OCI runtime exec failed" in text:
+        if returncode in (126, 127) and OCI_FAILURE.decode() in text:
             if "not found" in text or "no such file" in text:
                 raise BackendInputError(f"command not found on node {node}: {argv[0]}")
             raise BackendError(f"cannot run {argv[0]} on node {node}: {text.strip()}")
@@ -537,8 +538,9 @@ def _read_frames(sock: socket.socket, deadline: float | None, capture: bool) -> 
                 break
             data, buffer = buffer[8:8 + length], buffer[8 + length:]
             target = err if stream == 2 else out
-            if capture:
-                target.append(data)
+            first = not out and not err
+            if capture or (first and data.startswith(OCI_FAILURE)):
+                target.append(data)  # the runtime's own failure is turned into an error, not shown as output
             else:
                 pipe = sys.stderr if stream == 2 else sys.stdout
                 pipe.buffer.write(data)

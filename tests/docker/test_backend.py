@@ -45,6 +45,10 @@ def _probe(tb: Testbed, node: str) -> dict[str, Any]:
 
 def test_riscv_fusion_and_mixed_arch_answer_and_xid_is_seen_only_where_injected(
         docker_testbed: Factory, no_leftovers: Callable[[], list[str]]) -> None:
+    import docker
+
+    engine = docker.from_env()
+    volumes_before = {v.name for v in engine.volumes.list()}
     fusion = docker_testbed("riscv-nvlink-fusion")
     mixed = docker_testbed("mixed-arch")
     for tb in (fusion, mixed):
@@ -100,6 +104,8 @@ def test_riscv_fusion_and_mixed_arch_answer_and_xid_is_seen_only_where_injected(
     mixed.down()
     fusion.down()
     assert no_leftovers() == []
+    assert {v.name for v in engine.volumes.list()} <= volumes_before  # not even anonymous ones
+    engine.close()
     assert not mixed.record.dir.exists() and not fusion.record.dir.exists()
 
 
@@ -187,27 +193,36 @@ def test_exec_environment_and_bad_input(docker_testbed: Factory) -> None:
 
 def test_cli_bad_input_is_exit_2_without_traceback(node_image: ImageRef, testbed_state_dir: Path) -> None:
     state = ["--state-dir", str(testbed_state_dir)]
+
+    def testbed(*args: str) -> subprocess.CompletedProcess[str]:
+        # options go right after the subcommand: exec takes everything after NODE as the command
+        return subprocess.run([str(BIN / "testbed"), args[0], *state, *args[1:]], capture_output=True, text=True,
+                              timeout=120)
+
     cases = [
         (["up", "--backend", "docker", "--profile", "dgx-h100", "--gpus", "gpu9", "--name", "bad"],
          "node dgx-h100-0 has no GPU 'gpu9'"),
         (["up", "--backend", "docker", "--profile", "riscv-nvlink-fusion", "--image", "fakehw/none:x",
           "--name", "bad"], "image fakehw/none:x is not in the local image store"),
         (["up", "--backend", "docker", "--profile", "no-such-profile", "--name", "bad"], "no-such-profile"),
+        (["exec", "--name", "ex", "dgx-h100-0", "--", "no-such-command"],
+         "command not found on node dgx-h100-0: no-such-command"),
+        (["chaos", "--name", "ex", "kill", "no-such-node"], "has no node 'no-such-node'"),
+        (["chaos", "--name", "loc", "kill", "dgx-h100-0"], "chaos verbs need containers"),
     ]
-    for args, message in cases:
-        proc = subprocess.run([str(BIN / "testbed"), *args, *state], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
-        assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-    up = subprocess.run([str(BIN / "testbed"), "up", "--profile", "dgx-h100", "--name", "loc", *state],
-                        capture_output=True, text=True, timeout=120)
-    assert up.returncode == 0, up.stderr
+    ex = Testbed.up("dgx-h100", backend="docker", name="ex", state_dir=testbed_state_dir, image=node_image.tag)
+    local = Testbed.up("dgx-h100", name="loc", state_dir=testbed_state_dir)
     try:
-        chaos = subprocess.run([str(BIN / "testbed"), "chaos", "kill", "dgx-h100-0", "--name", "loc", *state],
-                               capture_output=True, text=True, timeout=60)
-        assert chaos.returncode == 2 and "chaos verbs need containers" in chaos.stderr
-        assert "Traceback" not in chaos.stderr
+        for args, message in cases:
+            proc = testbed(*args)
+            assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+            assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+            assert "OCI runtime" not in proc.stdout + proc.stderr
+        streamed = testbed("exec", "--name", "ex", "dgx-h100-0", "--", "sh", "-c", "echo out; echo err >&2; exit 5")
+        assert (streamed.returncode, streamed.stdout, streamed.stderr) == (5, "out\n", "err\n")
     finally:
-        subprocess.run([str(BIN / "testbed"), "down", "--name", "loc", *state], capture_output=True, timeout=60)
+        ex.down()
+        local.down()
 
 
 def test_gpu_option_parsing_without_docker() -> None:
