@@ -140,9 +140,10 @@ def runs() -> Iterator[Runs]:
         r.submit(f"reference-{profile}", profile, REFERENCE, *REFERENCE_BUDGET)
     for m in MUTANTS:
         r.submit(f"mutant-{m.name}", m.profile, f"{REFERENCE} --mutant {m.name}", *MUTANT_BUDGET)
-    hostile = f"{shlex.quote(sys.executable)} -m testbed.reference.device_plugin.hostile allocate-hang"
-    r.submit("hostile-allocate-hang", "edge-pcie", hostile, "--dp-rpc-timeout", "1", "--dp-start-timeout", "10",
-             *MUTANT_BUDGET)
+    for behaviour in HOSTILE:
+        hostile = f"{shlex.quote(sys.executable)} -m testbed.reference.device_plugin.hostile {behaviour}"
+        r.submit(f"hostile-{behaviour}", "edge-pcie", hostile, "--dp-rpc-timeout", "1", "--dp-start-timeout", "10",
+                 *MUTANT_BUDGET)
     r.docker_problem = _docker_problem()
     if r.docker_problem is None:
         # Inside the node container the reference plugin is the image's own (its venv's python first on PATH).
@@ -180,6 +181,28 @@ def test_mutant_fails_exactly_what_it_breaks(runs: Runs, mutant: MutantCase) -> 
     evidence = {r: [e for t in run.doc()["tests"] if r in t["requirements"] for e in t["evidence"]]
                 for r in mutant.breaks}
     assert all(evidence.values()), f"failed checks without evidence: {[r for r, e in evidence.items() if not e]}"
+
+
+HOSTILE = ("allocate-hang", "wrong-version", "options-fail", "list-malformed")
+"""Hostile plugins run through the whole suite (see also tests/conformance/test_kubelet_harness.py)."""
+
+
+@pytest.mark.parametrize(("behaviour", "requirement", "words", "label"), [
+    ("wrong-version", "DP-REG-001", "registered with version 'v1alpha1'", "offending registrations"),
+    ("options-fail", "DP-REG-005", "GetDevicePluginOptions failed, so the registration fails and ListAndWatch is "
+                                   "not called", "registration"),
+    ("list-malformed", "DP-INV-003", "listed 2 times", "malformed device lists"),
+])
+def test_hostile_plugin_fails_the_right_check_with_evidence(runs: Runs, behaviour: str, requirement: str,
+                                                            words: str, label: str) -> None:
+    run = runs.get(f"hostile-{behaviour}")
+    statuses = run.statuses()
+    assert set(statuses) == ALL_IDS and run.returncode == 1
+    assert statuses[requirement] == "failed"
+    test = next(t for t in run.doc()["tests"] if requirement in t["requirements"])
+    assert words in test["message"] and "Traceback" not in test["message"]
+    assert any(e["label"] == label for e in test["evidence"]), test["evidence"]
+    assert run.seconds < 400, f"the hostile run took {run.seconds:.0f} s"
 
 
 def test_hostile_plugin_is_reported_timed_out_and_moved_past(runs: Runs) -> None:

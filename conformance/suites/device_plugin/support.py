@@ -134,6 +134,8 @@ class PluginUnderTest:
         self.startup_error: PluginViolation | None = None
         self.baseline: tuple[str, ...] = ()
         """Device IDs of the GPU resource when the plugin first came up."""
+        self.baseline_healthy: tuple[str, ...] = ()
+        """Of those, the ones that were Healthy (what "back to normal" means between checks)."""
         self.serving_pools_at_start: tuple[str, ...] = ()
         """Pool resources that were serving when the plugin first came up (reset waits for them again)."""
         self._identity: dict[str, str] = {}
@@ -166,6 +168,7 @@ class PluginUnderTest:
             latest = self.kubelet.endpoint(self.resource).latest
             assert latest is not None
             self.baseline = tuple(d.id for d in latest.devices)
+            self.baseline_healthy = tuple(d.id for d in latest.devices if d.health == HEALTHY)
             self.serving_pools_at_start = tuple(r for r in self.pools if r in self.kubelet.endpoints
                                                 and self.kubelet.endpoints[r].serving)
 
@@ -327,8 +330,9 @@ class PluginUnderTest:
             self.testbed.heal(node=self.node.name)
 
     def all_healthy(self, update: Any) -> bool:
+        """Every device that was Healthy when the plugin came up is listed and Healthy again."""
         states = update.by_id()
-        return all(d in states and states[d].health == HEALTHY for d in self.baseline)
+        return all(d in states and states[d].health == HEALTHY for d in self.baseline_healthy)
 
     # ------------------------------------------------------------------------------------------ between tests
 

@@ -119,6 +119,7 @@ def test_kubelet_restart_mid_stream_under_load(plugin: PluginUnderTest, evidence
 
 @pytest.mark.requirement("DP-CHAOS-003")
 def test_gpu_lost_between_preferred_allocation_and_allocate(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    plugin.require()
     available = plugin.kubelet.available(plugin.resource)
     size = min(2, len(available))
     _request, response = plugin.kubelet.preferred(plugin.resource, available, size)

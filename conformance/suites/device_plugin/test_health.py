@@ -17,7 +17,7 @@ import pytest
 
 from conformance.suites.device_plugin.support import HEALTH_BOUND_S, RECOVERY_BOUND_S, PluginUnderTest
 from testbed.kubelet.api import HEALTHY, UNHEALTHY
-from testbed.kubelet.kubelet import DeviceUpdate, PluginTimeout
+from testbed.kubelet.kubelet import DeviceUpdate, PluginTimeout, PluginViolation
 
 Evidence = Callable[[str, Any], None]
 QUIET_AFTER_MARKER_S = 0.5
@@ -73,8 +73,15 @@ class WaveResults:
     bystanders: list[str] = field(default_factory=list)
     """Problems with GPUs that had no fault: 'gpu3 (ID) was Unhealthy while Xid 48 hit gpu2'."""
     notes: list[str] = field(default_factory=list)
+    error: PluginViolation | None = None
+    """Why the waves could not run (raised by every check, so each fails cleanly with the reason)."""
+
+    def ok(self) -> None:
+        if self.error is not None:
+            raise self.error
 
     def of(self, requirement: str) -> list[Observation]:
+        self.ok()
         return [o for o in self.fatal + self.non_fatal if o.case.requirement == requirement]
 
 
@@ -190,8 +197,12 @@ def _waves(plugin: PluginUnderTest) -> WaveResults:
 @pytest.fixture(scope="module")
 def waves(dp: PluginUnderTest) -> Iterator[WaveResults]:
     dp.reset()
-    dp.require()
-    yield _waves(dp)
+    try:
+        dp.require()
+        results = _waves(dp)
+    except PluginViolation as exc:
+        results = WaveResults(error=exc)
+    yield results
     dp.reset()
 
 
@@ -231,6 +242,7 @@ def test_fallen_off_the_bus_makes_the_gpu_unhealthy(plugin: PluginUnderTest, wav
 
 @pytest.mark.requirement("DP-HEALTH-003")
 def test_healed_gpus_turn_healthy(plugin: PluginUnderTest, waves: WaveResults, evidence: Evidence) -> None:
+    waves.ok()
     obs = waves.fatal
     evidence("faults", _rows(obs))
     problems = [f"{o.case.label} on {o.gpu}: not Healthy {RECOVERY_BOUND_S:g} s after healing" for o in obs
@@ -240,6 +252,7 @@ def test_healed_gpus_turn_healthy(plugin: PluginUnderTest, waves: WaveResults, e
 
 @pytest.mark.requirement("DP-HEALTH-004")
 def test_faults_change_only_the_faulty_gpu(plugin: PluginUnderTest, waves: WaveResults, evidence: Evidence) -> None:
+    waves.ok()
     evidence("faults", _rows(waves.fatal))
     if waves.bystanders:
         evidence("GPUs without a fault that changed", waves.bystanders)
@@ -248,6 +261,7 @@ def test_faults_change_only_the_faulty_gpu(plugin: PluginUnderTest, waves: WaveR
 
 @pytest.mark.requirement("DP-HEALTH-005")
 def test_unhealthy_gpus_stay_listed(plugin: PluginUnderTest, waves: WaveResults, evidence: Evidence) -> None:
+    waves.ok()
     obs = waves.fatal + waves.non_fatal
     evidence("faults", _rows(obs))
     gone = [f"{o.case.label} on {o.gpu}: device {o.device} disappeared from the list while faulty (held by a pod)"
@@ -260,6 +274,7 @@ def test_unhealthy_gpus_stay_listed(plugin: PluginUnderTest, waves: WaveResults,
 @pytest.mark.requirement("DP-HEALTH-006")
 def test_non_fatal_events_keep_the_gpu_healthy(plugin: PluginUnderTest, waves: WaveResults,
                                                evidence: Evidence) -> None:
+    waves.ok()
     obs = waves.non_fatal
     evidence("non-fatal events", _rows(obs))
     if not obs:

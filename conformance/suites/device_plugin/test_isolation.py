@@ -206,12 +206,15 @@ def _machine(put: PluginUnderTest, check: str, stats: dict[str, int]) -> type[Ru
             if available:
                 self._admit(tenant, put.resource, available)
 
-        @rule()
-        def restart_plugin(self) -> None:
-            put.restart(kill=True, downtime=0.1)
+        @rule(what=st.sampled_from(["plugin", "kubelet"]))
+        def restart(self, what: str) -> None:
+            """Kill and restart the plugin, or restart the kubelet (one rule: restarts are the slow steps)."""
+            if what == "plugin":
+                put.restart(kill=True, downtime=0.1)
+            else:
+                self._restart_kubelet()
 
-        @rule()
-        def restart_kubelet(self) -> None:
+        def _restart_kubelet(self) -> None:
             if put.reregisters is False:
                 # Known not to register again (judged by DP-REG-004): restart it with the kubelet, as an operator
                 # would, instead of waiting for it every time.
