@@ -1,0 +1,1 @@
+"""Slurm suite: real munged, slurmctld and slurmd per fake node, configuration rendered from the model."""
