@@ -31,9 +31,14 @@ class Suite:
     package: str
     option: str
     """How the component is given to the suite (``--target KIND=cmd:...``)."""
+    fuzz: str | None = "dp"
+    """Prefix of the suite's fuzz options (``--dp-fuzz-examples``); None: the suite has no fuzz."""
 
 
-SUITES = {"device-plugin": Suite("device-plugin", "conformance.suites.device_plugin", "--plugin-cmd")}
+SUITES = {"device-plugin": Suite("device-plugin", "conformance.suites.device_plugin", "--plugin-cmd"),
+          "extender": Suite("extender", "conformance.suites.scheduler", "--spec", fuzz="sched"),
+          "slurm": Suite("slurm", "conformance.suites.slurm", "--spec", fuzz=None),
+          "ray": Suite("ray", "conformance.suites.ray", "--spec", fuzz=None)}
 STATUS_ORDER = ("failed", "error", "not-run", "skipped", "passed")
 
 
@@ -51,10 +56,12 @@ def pytest_argv(args: argparse.Namespace, suite: Suite, results: Path) -> list[s
             "--conformance-complete", "-q" if not args.verbose else "-v", "-rN"]
     if args.plugin_cmd:
         argv += ["--target", f"{suite.target}=cmd:{args.plugin_cmd}"]
+    if args.spec:
+        argv += ["--target", f"{suite.target}={args.spec}"]
     for name in ("fuzz_examples", "fuzz_steps", "fuzz_seed"):
         value = getattr(args, name)
-        if value is not None:
-            argv += [f"--dp-{name.replace('_', '-')}", str(value)]
+        if value is not None and suite.fuzz:
+            argv += [f"--{suite.fuzz}-{name.replace('_', '-')}", str(value)]
     if args.timeout_scale is not None:
         argv += ["--dp-timeout-scale", str(args.timeout_scale)]
     if args.keyword:
@@ -101,7 +108,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     results = out / "results.json"
     results.unlink(missing_ok=True)  # never report an old run as this one
     argv = pytest_argv(args, suite, results)
-    print(f"conformance: {args.target} on {args.profile} ({args.backend}): {args.plugin_cmd or 'reference plugin'}",
+    print(f"conformance: {args.target} on {args.profile} ({args.backend}): "
+          f"{args.plugin_cmd or args.spec or 'reference'}",
           file=sys.stderr)
     if args.verbose:
         print("conformance: " + shlex.join(argv), file=sys.stderr)
@@ -143,6 +151,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--target", required=True, choices=sorted(SUITES))
     p.add_argument("--plugin-cmd", help="command that starts the device plugin on a node (default: the reference "
                                         "plugin); {plugin_dir} and {node} are substituted")
+    p.add_argument("--spec", help="the component for the extender, slurm and ray targets: extender=reference, "
+                                  "reference:MUTANT, cmd:COMMAND ({port} {api}) or url:URL; slurm=system or "
+                                  "prefix:DIR; ray=python or python:PATH (see docs/scheduler.md)")
     p.add_argument("--profile", default="dgx-h100", help="hardware profile (name or YAML file)")
     p.add_argument("--backend", default="local", choices=["local", "docker"])
     p.add_argument("--out", default="conformance-out", help="directory for results.json (default conformance-out)")

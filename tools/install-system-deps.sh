@@ -15,6 +15,9 @@ command -v lstopo-no-graphics >/dev/null || PACKAGES+=(hwloc-nox)
 PACKAGES+=(chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core)
 # Emulated fabric (fakehw.fabric): ip/tc for links and qdiscs, nft for VLAN rules and impairments, nsenter.
 PACKAGES+=(iproute2 nftables util-linux)
+# Scheduler conformance (testbed/slurm): Slurm's daemons and clients and munge. testbed.slurm runs them with its own
+# configuration, key and socket; the packages' own services are never started (see policy-rc.d below).
+PACKAGES+=(slurmctld slurmd slurm-client munge)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -29,7 +32,16 @@ else
   echo "install-system-deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Daemons from these packages (munge, slurmd, slurmctld) must not start at install: no service manager runs
+  # here and slurmd has no configuration. Keep them from starting unless the machine already has a policy.
+  made_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made_policy=1
+  fi
+  rc=0
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+  [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
+  [ "$rc" -eq 0 ] || exit "$rc"
 fi
 
 # Fake NVML: the real nvidia-smi 535, libnvidia-ml1 and nvml.h from bookworm non-free, extracted into a project
