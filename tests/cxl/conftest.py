@@ -19,6 +19,16 @@ from fakehw.agent.service import AgentService
 from fakehw.model import System, load_profile
 
 
+def scratch_base() -> str | None:
+    """tmpfs when it has room (hard links cost an inode each there), else the default temp dir."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    roomy = st.f_favail > 1_000_000 and st.f_bavail * st.f_frsize > 2**30
+    return "/dev/shm" if roomy and os.access("/dev/shm", os.W_OK) else None
+
+
 def _link_or_copy(src: str, dst: str) -> None:
     """Hard-link the tree's files; copy files another renderer may update in place (the NVML snapshot)."""
     if src.endswith(".snapshot"):
@@ -41,14 +51,19 @@ class Clock:
 
 
 @pytest.fixture(scope="session")
+def scratch() -> str | None:
+    """Where big throwaway trees go (see :func:`scratch_base`)."""
+    return scratch_base()
+
+
+@pytest.fixture(scope="session")
 def cxl_system() -> System:
     return load_profile("cxl-pool")
 
 
 @pytest.fixture(scope="session")
 def cxl_template(cxl_system: System) -> Iterator[Path]:
-    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    path = Path(tempfile.mkdtemp(prefix="fhw-cxl-", dir=base))
+    path = Path(tempfile.mkdtemp(prefix="fhw-cxl-", dir=scratch_base()))
     AgentService(cxl_system, path / "template").close()
     yield path
     shutil.rmtree(path, ignore_errors=True)
@@ -72,3 +87,5 @@ def make_agent(cxl_system: System, cxl_template: Path) -> Iterator[Callable[...,
     yield make
     for svc in made:
         svc.close()
+        if svc.state_dir.parent == cxl_template:
+            shutil.rmtree(svc.state_dir, ignore_errors=True)

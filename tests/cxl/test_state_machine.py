@@ -297,9 +297,8 @@ class PlatformMachine(RuleBasedStateMachine):
 
 
 @pytest.fixture(scope="module")
-def machine_dir(cxl_system: System) -> Iterator[Path]:
-    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    path = Path(tempfile.mkdtemp(prefix="fhw-machine-", dir=base))
+def machine_dir(cxl_system: System, scratch: str | None) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="fhw-machine-", dir=scratch))
     AgentService(cxl_system, path).close()  # render once; every run starts incrementally from this tree
     yield path
     shutil.rmtree(path, ignore_errors=True)

@@ -21,8 +21,13 @@ RenderedNode = tuple[System, Node, Path]
 
 
 def _scratch_base() -> str | None:
-    shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    """tmpfs when it has room (trees are tens of thousands of entries), else the default temp dir."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    roomy = st.f_favail > 1_000_000 and st.f_bavail * st.f_frsize > 2**30
+    return "/dev/shm" if roomy and os.access("/dev/shm", os.W_OK) else None
 
 
 @pytest.fixture(scope="session")
