@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from fakehw.fabric.spec import FabricConfigSpec
 from fakehw.model.errors import PathItem, Problem, ProfileError
-from fakehw.model.loader import Document, parse_yaml, validation_problems
+from fakehw.model.loader import Document, find_document, parse_yaml, validation_problems
 from fakehw.model.merge import merge_documents
 
 MAX_EXTENDS_DEPTH = 8
@@ -50,17 +50,11 @@ def broken_examples() -> dict[str, Path]:
 
 def find_fabric(ref: str, relative_to: Path | None = None) -> Path:
     """A fabric reference is a file path (relative to the including file) or a built-in name."""
-    candidates = []
-    if relative_to is not None:
-        candidates.append(relative_to.parent / ref)
-    candidates.append(Path(ref))
-    for c in candidates:
-        if c.suffix in (".yaml", ".yml") and c.is_file():
-            return c
-    if ref in builtin_fabrics():
-        return builtin_fabrics()[ref]
-    known = ", ".join(builtin_fabrics())
-    raise FabricError([Problem((), f"no fabric config {ref!r}: not a built-in ({known}) and not a .yaml file")])
+    path = find_document(ref, relative_to, builtin_fabrics())
+    if path is None:
+        known = ", ".join(builtin_fabrics())
+        raise FabricError([Problem((), f"no fabric config {ref!r}: not a built-in ({known}) and not a .yaml file")])
+    return path
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import hashlib
 import json
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -123,19 +123,22 @@ def builtin_profiles() -> dict[str, Path]:
     return {p.stem: p for p in sorted(builtin_dir().glob("*.yaml"))}
 
 
-def _find(ref: str, relative_to: Path | None) -> Path:
-    """A profile reference is a built-in name or a file path (relative to the including file)."""
-    candidates = []
-    if relative_to is not None:
-        candidates.append(relative_to.parent / ref)
+def find_document(ref: str, relative_to: Path | None, builtins: Mapping[str, Path]) -> Path | None:
+    """A reference is a YAML file path (tried relative to the including file first) or a built-in name."""
+    candidates = [relative_to.parent / ref] if relative_to is not None else []
     candidates.append(Path(ref))
     for c in candidates:
         if c.suffix in (".yaml", ".yml") and c.is_file():
             return c
-    if ref in builtin_profiles():
-        return builtin_profiles()[ref]
-    known = ", ".join(builtin_profiles())
-    raise ProfileError([Problem((), f"no profile {ref!r}: not a built-in ({known}) and not a .yaml file")])
+    return builtins.get(ref)
+
+
+def _find(ref: str, relative_to: Path | None) -> Path:
+    path = find_document(ref, relative_to, builtin_profiles())
+    if path is None:
+        known = ", ".join(builtin_profiles())
+        raise ProfileError([Problem((), f"no profile {ref!r}: not a built-in ({known}) and not a .yaml file")])
+    return path
 
 
 def _resolve_document(path: Path, text: str | None = None, chain: tuple[Path, ...] = ()) -> tuple[Any, list[Document]]:
