@@ -3,10 +3,12 @@
 - the reference plugin passes every requirement on dgx-h100, gb200-nvl72, edge-pcie and riscv-nvlink-fusion
   (local backend), and on one profile in the Docker backend when Docker and the node image are available;
 - every mutant fails exactly the requirements it breaks and passes all the others;
-- a hostile plugin (Allocate hangs) is reported requirement by requirement, within a bounded time.
+- hostile plugins (Allocate hangs, wrong version, failing options, malformed device lists) are reported
+  requirement by requirement, with evidence, within a bounded time.
 
-The runs are independent processes, started together by a session fixture and run ``FAKEHW_DP_PARALLEL`` (default
-2) at a time; each test waits for its own. Mutants run with a reduced fuzz budget and without shrinking (their
+The runs are independent processes, started together by a module fixture and run ``FAKEHW_DP_PARALLEL`` (default
+4) at a time; each test waits for its own. A run mostly waits (fault bounds, restarts), so four at a time fit two
+cores. Mutants run with a reduced fuzz budget and without shrinking (their
 failures are expected): every fuzz run opens with two tenants holding GPUs and pool memory, a fault and a big job,
 so each isolation property is exercised from the first step.
 """
@@ -135,7 +137,7 @@ class Runs:
 @pytest.fixture(scope="module")
 def runs() -> Iterator[Runs]:
     workdir = Path(tempfile.mkdtemp(prefix="fhw-dpsuite-"))
-    r = Runs(workdir, int(os.environ.get("FAKEHW_DP_PARALLEL", "2")))
+    r = Runs(workdir, int(os.environ.get("FAKEHW_DP_PARALLEL", "4")))
     for profile in PROFILES:
         r.submit(f"reference-{profile}", profile, REFERENCE, *REFERENCE_BUDGET)
     for m in MUTANTS:
