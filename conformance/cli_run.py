@@ -1,11 +1,14 @@
 """``conformance run`` and ``conformance list``: run a suite against a component, list the requirements.
 
     conformance run --target device-plugin --plugin-cmd 'python -m my_plugin' --profile dgx-h100 [--backend docker]
+    conformance run --target device-plugin=cmd:'python -m my_plugin' ...     (the same, as KIND=SPEC)
+    conformance run --target device-plugin=reference ...                     (the reference plugin)
     conformance list [--target device-plugin] [--category health] [--level core]
 
 ``run`` runs the target's suite through pytest in a child process (so a crashing component cannot take the CLI
-with it), writes the per-requirement results file (``--out``, for ``conformance report``), and prints one line
-per requirement. Exit status: 0 only when every required requirement passed, 1 when one did not, 2 for bad input.
+with it), writes the per-requirement results file and the certification report (``--out``: results.json,
+report.json, junit.xml, summary.md, report.html) and prints one line per requirement. Exit status: 0 only when
+every required requirement passed, 1 when one did not, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -50,12 +53,34 @@ def suite_dir(suite: Suite) -> Path:
     return Path(module.__file__).parent
 
 
+def parse_target(text: str, plugin_cmd: str | None) -> tuple[Suite, str | None]:
+    """``device-plugin`` (with ``--plugin-cmd``) or ``device-plugin=SPEC`` where SPEC is ``reference``,
+    ``cmd:COMMAND`` or a bare command. Returns the suite and the component's command (None: the reference)."""
+    kind, sep, spec = text.partition("=")
+    suite = SUITES.get(kind.strip())
+    if suite is None:
+        raise CliError(f"no suite for target {kind!r} (targets: {', '.join(SUITES)})", EXIT_BAD_INPUT)
+    if sep and plugin_cmd:
+        raise CliError(f"give the component once: --target {text!r} or {suite.option}, not both", EXIT_BAD_INPUT)
+    spec = spec.strip()
+    if not sep:
+        return suite, plugin_cmd
+    if spec in ("", "reference"):
+        return suite, None
+    if spec.startswith("image:"):
+        raise CliError("image:... targets need the kind backend; on local and docker give a command (cmd:...)",
+                       EXIT_BAD_INPUT)
+    return suite, spec.removeprefix("cmd:").strip()
+
+
 def pytest_argv(args: argparse.Namespace, suite: Suite, results: Path) -> list[str]:
     argv = [sys.executable, "-m", "pytest", str(suite_dir(suite)), "-p", "no:cacheprovider", "--import-mode=importlib",
             "--profile", args.profile, "--backend", args.backend, "--conformance-results", str(results),
             "--conformance-complete", "-q" if not args.verbose else "-v", "-rN"]
     if args.plugin_cmd:
         argv += ["--target", f"{suite.target}=cmd:{args.plugin_cmd}"]
+    else:
+        argv += ["--target", f"{suite.target}=reference"]
     if args.spec:
         argv += ["--target", f"{suite.target}={args.spec}"]
     for name in ("fuzz_examples", "fuzz_steps", "fuzz_seed"):
@@ -99,10 +124,24 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], bool]:
     return lines, ok and bool(reqs)
 
 
+def write_report(results: Path, out: Path) -> str | None:
+    """The certification report next to the results (when the report package is installed); its verdict."""
+    try:
+        from conformance.report import ReportError, report_from_results, write_reports
+        from conformance.report.text import VERDICT_TEXT
+    except ImportError:
+        return None
+    try:
+        report = report_from_results(results)
+        write_reports(report, out)
+    except ReportError as exc:
+        print(f"conformance: no report: {exc}", file=sys.stderr)
+        return None
+    return str(VERDICT_TEXT[report.verdicts.overall])
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    suite = SUITES.get(args.target)
-    if suite is None:
-        raise CliError(f"no suite for target {args.target!r} (targets: {', '.join(SUITES)})", EXIT_BAD_INPUT)
+    suite, args.plugin_cmd = parse_target(args.target, args.plugin_cmd)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
@@ -124,8 +163,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     doc = json.loads(results.read_text())
     lines, ok = summarize(doc)
     print()
-    print(f"== {args.target} on {args.profile} ({args.backend}), {took:.0f} s, results: {results}")
+    print(f"== {suite.target} on {args.profile} ({args.backend}), {took:.0f} s, results: {results}")
     print("\n".join(lines))
+    verdict = write_report(results, out)
+    if verdict is not None:
+        print(f"report: {out / 'report.html'} ({verdict})")
     return EXIT_OK if ok else EXIT_FAILURE
 
 
@@ -148,7 +190,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        description="Runs the suite in pytest, writes OUT/results.json (for 'conformance report') "
                                    "and prints one line per requirement. Exit 0 only if every required requirement "
                                    "passed.")
-    p.add_argument("--target", required=True, choices=sorted(SUITES))
+    p.add_argument("--target", required=True, metavar="KIND[=SPEC]",
+                   help=f"what to certify: {', '.join(SUITES)}; SPEC: reference, cmd:COMMAND")
     p.add_argument("--plugin-cmd", help="command that starts the device plugin on a node (default: the reference "
                                         "plugin); {plugin_dir} and {node} are substituted")
     p.add_argument("--spec", help="the component for the extender, slurm and ray targets: extender=reference, "

@@ -245,6 +245,10 @@ def test_conformance_list_and_run_summary(capsys: pytest.CaptureFixture[str]) ->
     doc["requirements"]["DP-ALLOC-001"]["status"] = "passed"
     lines, ok = summarize(doc)
     assert ok, "a failed recommended requirement (DP-HEALTH-006) does not block certification"
-    with pytest.raises(SystemExit) as info:
-        main(["run", "--target", "nope", "--profile", "x"])
-    assert info.value.code == 2
+    assert main(["run", "--target", "nope", "--profile", "x"]) == 2
+    assert main(["run", "--target", "device-plugin=cmd:x", "--plugin-cmd", "y"]) == 2
+    from conformance.cli_run import parse_target
+
+    assert parse_target("device-plugin=reference", None)[1] is None
+    assert parse_target("device-plugin=cmd:my-plugin --x", None)[1] == "my-plugin --x"
+    assert parse_target("device-plugin", "my-plugin")[1] == "my-plugin"

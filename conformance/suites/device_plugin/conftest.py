@@ -50,7 +50,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _command(spec: TargetSpec | None) -> str:
-    if spec is None:
+    """The plugin's command from ``--target device-plugin=SPEC``: ``reference`` (also the default), ``cmd:CMD``."""
+    if spec is None or spec.spec.strip() == "reference":
         return REFERENCE_COMMAND
     text = spec.spec
     if text.startswith("cmd:"):
