@@ -141,6 +141,11 @@ def write_report(results: Path, out: Path) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    kind, sep, spec = args.target.partition("=")
+    if kind.strip() in SUITES and SUITES[kind.strip()].option == "--spec":  # these suites read SPEC themselves
+        if sep and args.spec:
+            raise CliError(f"give the component once: --target {args.target!r} or --spec, not both", EXIT_BAD_INPUT)
+        args.target, args.spec = kind.strip(), (spec.strip() if sep else args.spec)
     suite, args.plugin_cmd = parse_target(args.target, args.plugin_cmd)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
