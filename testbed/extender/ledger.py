@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from fakehw.views.k8s import Holding, PodRequest, PodSpecError
@@ -51,8 +52,15 @@ class Ledger:
                 holds.append(PodHold(req.key, req.uid, req, holding))
         return cls(tuple(holds), tuple(pending), tuple(problems))
 
+    @cached_property
+    def _by_node(self) -> dict[str, list[PodHold]]:
+        out: dict[str, list[PodHold]] = defaultdict(list)
+        for h in self.holds:
+            out[h.node].append(h)
+        return dict(out)
+
     def on_node(self, node: str) -> list[PodHold]:
-        return [h for h in self.holds if h.node == node]
+        return list(self._by_node.get(node, ()))
 
     def gpu_holders(self, node: str) -> dict[int, list[str]]:
         out: dict[int, list[str]] = defaultdict(list)

@@ -6,7 +6,7 @@ from typing import Any
 
 from fakehw.model import load_profile
 from fakehw.views.k8s import Holding, NodeInfo, PodRequest, PoolPolicy, node_info, node_objects, pod_object
-from testbed.reference.extender.policy import Flags, Placement, Policy, Refusal, Snapshot, choose_gpus
+from testbed.reference.extender.policy import Flags, Placement, Policy, Refusal, Snapshot, choose_gpus, parse_bound
 
 
 def infos(profile: str, nodes: int | None = None) -> dict[str, NodeInfo]:
@@ -20,6 +20,10 @@ def bound(ns: str, name: str, node: str, gpus: tuple[int, ...], priority: int = 
     pod["spec"]["nodeName"] = node
     pod["metadata"]["annotations"].update(Holding(node, gpus, grants or {}, kind).annotations())
     return pod
+
+
+def snapshot(nodes: dict[str, NodeInfo], pods: list[dict[str, Any]], flags: Flags) -> Snapshot:
+    return Snapshot(nodes, [b for p in pods if (b := parse_bound(p)) is not None], flags)
 
 
 def req(**kw: Any) -> PodRequest:
@@ -38,10 +42,10 @@ def test_node_with_the_closer_free_pair_wins() -> None:
     nodes = infos("edge-pcie", nodes=2)
     a, b = sorted(nodes)
     pods = [bound("t", "x", a, (1,)), bound("t", "y", a, (6,))]  # breaks both PIX pairs on a
-    policy = Policy(Snapshot(nodes, pods, Flags()))
+    policy = Policy(snapshot(nodes, pods, Flags()))
     scores = policy.prioritize(req(gpus=2), [a, b])
     assert scores[b] == 10 and scores[a] < 10
-    spread = Policy(Snapshot(nodes, pods, Flags(spread=True))).prioritize(req(gpus=2), [a, b])
+    spread = Policy(snapshot(nodes, pods, Flags(spread=True))).prioritize(req(gpus=2), [a, b])
     assert spread[a] == 10
 
 
@@ -52,7 +56,7 @@ def test_pool_grants_nearest_first_under_the_policy() -> None:
     hbm = info.gpus[0].memory
     lpddr = info.pool("grace-lpddr")
     assert lpddr is not None
-    policy = Policy(Snapshot(nodes, [], Flags()))
+    policy = Policy(snapshot(nodes, [], Flags()))
     p = policy.evaluate(req(gpus=1, memory=hbm + 2**30), name)
     assert isinstance(p, Placement) and p.grants == {"grace-lpddr": 2**30} and p.kind == "burst"
     assert p.remote == 2**30 * lpddr.latency_ns / (hbm + 2**30)
@@ -62,7 +66,7 @@ def test_pool_grants_nearest_first_under_the_policy() -> None:
     everything = sum(PoolPolicy().admission_cap(x.available) for x in info.pools)
     r = policy.evaluate(req(gpus=1, memory=hbm + everything + 1, priority=1000), name)
     assert isinstance(r, Refusal) and not r.resolvable and "thrash threshold 0.9" in r.reason
-    assert isinstance(Policy(Snapshot(nodes, [], Flags(no_admission=True))).evaluate(
+    assert isinstance(Policy(snapshot(nodes, [], Flags(no_admission=True))).evaluate(
         req(gpus=1, memory=hbm + everything + 1, priority=1000), name), Placement)
 
 
@@ -76,7 +80,7 @@ def test_reservation_preempts_bursts_never_reservations() -> None:
     pods = [bound("b", "burst1", name, (0,), grants={"grace-lpddr": pol.burst_cap(lpddr.available),
                                                      "nvl72-peer-hbm": pol.burst_cap(hbm_pool.available)}),
             bound("r", "res1", name, (1,), priority=1000, kind="reservation")]
-    policy = Policy(Snapshot(nodes, pods, Flags()))
+    policy = Policy(snapshot(nodes, pods, Flags()))
     hbm = nodes[name].gpus[0].memory
     free_now = sum(pol.admission_cap(p.available) - pol.burst_cap(p.available) for p in (lpddr, hbm_pool))
     need = free_now + 2**20  # more than is free: only preempting the bursts makes room
@@ -86,9 +90,9 @@ def test_reservation_preempts_bursts_never_reservations() -> None:
     assert policy.victims(req(gpus=1, memory=hbm + need, priority=1000), name, []) == ["uid-burst1"]
     # GPUs: a high-priority pod needing the reservation's GPU gets no victims there.
     full = [bound("r", f"res{i}", name, (i,), priority=1000, kind="reservation") for i in range(4)]
-    policy = Policy(Snapshot(nodes, full, Flags()))
+    policy = Policy(snapshot(nodes, full, Flags()))
     assert policy.victims(req(gpus=1, priority=2000), name, ["uid-res0"]) is None
-    mutant = Policy(Snapshot(nodes, full, Flags(preempt_reservations=True)))
+    mutant = Policy(snapshot(nodes, full, Flags(preempt_reservations=True)))
     assert mutant.victims(req(gpus=1, priority=2000), name, ["uid-res0"]) == ["uid-res0"]
 
 
@@ -98,7 +102,7 @@ def test_gang_plans_pick_one_domain_that_holds_all() -> None:
     assert len(domains) == 2
     busy = [n for n, i in nodes.items() if i.domain == domains[0]]
     pods = [bound("x", f"f{n}", n, (0, 1, 2, 3)) for n in busy[:10]]  # domain 0 keeps 8 trays
-    policy = Policy(Snapshot(nodes, pods, Flags()))
+    policy = Policy(snapshot(nodes, pods, Flags()))
     g = req(gpus=4, gang="job", gang_size=10)
     plan = policy.gang_plan(g, list(nodes))
     assert not isinstance(plan, Refusal)
@@ -107,7 +111,7 @@ def test_gang_plans_pick_one_domain_that_holds_all() -> None:
     assert set(passed) == set(plan.nodes) and not failed
     assert all("is booked on" in unresolvable[n] for n in nodes if n not in plan.nodes)
     too_big = req(gpus=4, gang="big", gang_size=19)
-    passed, _, unresolvable = Policy(Snapshot(nodes, pods, Flags())).filter(too_big, list(nodes))
+    passed, _, unresolvable = Policy(snapshot(nodes, pods, Flags())).filter(too_big, list(nodes))
     assert not passed and "no NVLink domain can hold gang t/big (19 pods x 4 GPUs); the largest has room for 18" in \
         next(iter(unresolvable.values()))
 
@@ -123,7 +127,7 @@ def test_gang_booking_holds_gpus_and_memory_for_its_members() -> None:
                    gang="g", gang_size=2)
     member["metadata"]["annotations"].update(Holding(name, (0, 1), {"grace-lpddr": spill}, "burst", "nvl72", "tok",
                                                      (name, name)).annotations())
-    policy = Policy(Snapshot(nodes, [member], Flags()))
+    policy = Policy(snapshot(nodes, [member], Flags()))
     other = policy.evaluate(req(name="o", ns="u", gpus=1), name)
     assert isinstance(other, Refusal) and "2 booked by gangs" in other.reason
     second = req(name="g-1", gpus=2, memory=2 * hbm + spill, gang="g", gang_size=2)
@@ -145,5 +149,5 @@ def test_snapshot_skips_unreadable_pods() -> None:
     good = bound("t", "a", name, (0,))
     bad = bound("t", "b", name, (1,))
     bad["metadata"]["annotations"]["fakehw.io/gpus"] = "one"
-    snap = Snapshot(nodes, [good, bad], Flags())
+    snap = snapshot(nodes, [good, bad], Flags())
     assert snap.use[name].held == {0: "t/a"}

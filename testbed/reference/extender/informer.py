@@ -83,6 +83,8 @@ class Informer:
         self.pods: dict[str, Obj] = {}
         self.version = 0
         """Bumped on every change: consumers cache derived state per version."""
+        self.node_version = 0
+        """Bumped on every change of a Node (a subset of :attr:`version`)."""
         self._seen = {"Node": 0, "Pod": 0}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -134,11 +136,13 @@ class Informer:
             else:
                 self.pods = items
             self._seen[kind] = max(self._seen[kind], rv)
-            self._changed()
+            self._changed(kind)
         return rv
 
-    def _changed(self) -> None:
+    def _changed(self, kind: str = "Pod") -> None:
         self.version += 1
+        if kind == "Node":
+            self.node_version += 1
         if self.on_change is not None:
             self.on_change()
         self._cond.notify_all()
@@ -177,7 +181,7 @@ class Informer:
                             else:
                                 store[key] = obj
                             self._seen[kind] = rv
-                            self._changed()
+                            self._changed(kind)
                         else:
                             self._seen[kind] = rv
                             self._cond.notify_all()

@@ -120,30 +120,38 @@ class GangPlan:
         return Counter({n: c for n, c in slots.items() if c > 0})
 
 
-class Snapshot:
-    """The cluster as one decision sees it: node infos, what every node has given out, gang plans."""
+def parse_bound(pod: Mapping[str, Any]) -> Bound | None:
+    """A bound pod's request and holding (None for pending or unreadable pods)."""
+    try:
+        req = PodRequest.from_pod(pod)
+        holding = Holding.from_pod(pod)
+    except PodSpecError:
+        return None
+    return Bound(req.key, req.uid, req, holding) if holding is not None else None
 
-    def __init__(self, nodes: Mapping[str, NodeInfo], pods: Iterable[Mapping[str, Any]], flags: Flags):
+
+class Snapshot:
+    """The cluster as one decision sees it: node infos, what nodes have given out, gang plans.
+
+    Usage is kept only for nodes that have pods (a fleet of 5,000 mostly empty nodes costs nothing to snapshot).
+    """
+
+    def __init__(self, nodes: Mapping[str, NodeInfo], bounds: Iterable[Bound], flags: Flags):
         self.nodes = nodes
         self.flags = flags
-        self.use: dict[str, NodeUse] = {n: NodeUse() for n in nodes}
+        self.use: dict[str, NodeUse] = {}
+        self.empty = NodeUse()
+        """The usage of every node without pods (never changed)."""
         self.plans: dict[str, GangPlan] = {}
         self.pending_plans: dict[str, GangPlan] = {}
         self.pods: dict[str, Bound] = {}
         members: dict[str, list[Bound]] = defaultdict(list)
-        for pod in pods:
-            try:
-                req = PodRequest.from_pod(pod)
-                holding = Holding.from_pod(pod)
-            except PodSpecError:
-                continue
-            if holding is None:
-                continue
-            b = Bound(req.key, req.uid, req, holding)
+        for b in bounds:
+            req, holding = b.request, b.holding
             self.pods[b.uid] = b
-            use = self.use.get(holding.node)
-            if use is None:
+            if holding.node not in nodes:
                 continue
+            use = self.use.setdefault(holding.node, NodeUse())
             use.pods.append(b)
             for i in holding.gpus:
                 use.held[i] = b.key
@@ -160,14 +168,29 @@ class Snapshot:
                             bs[0].request.gpus, tuple(b.holding.node for b in bs), bs[0].request.memory)
             self.plans[gang] = plan
             for node, count in plan.open_slots().items():
-                if node in self.use and node in nodes:
-                    self.use[node].booked += count * plan.gpus_per_pod
-                    self.use[node].booked_bytes += count * spill_on(nodes[node], plan.gpus_per_pod, plan.memory)
+                if node in nodes:
+                    use = self.use.setdefault(node, NodeUse())
+                    use.booked += count * plan.gpus_per_pod
+                    use.booked_bytes += count * spill_on(nodes[node], plan.gpus_per_pod, plan.memory)
+
+    def use_of(self, node: str) -> NodeUse:
+        return self.use.get(node, self.empty)
+
+    def state_key(self, node: str) -> tuple[Any, ...] | None:
+        """Everything about the node's usage a decision depends on (None: unused). Nodes of one template in the
+        same state decide alike, so a decision is computed once per (template, state)."""
+        use = self.use.get(node)
+        if use is None:
+            return None
+        return (tuple(sorted(use.held)), tuple(sorted(use.tenants.items())), tuple(sorted(use.reserved.items())),
+                tuple(sorted(use.burst.items())), tuple(sorted((k, tuple(sorted(v))) for k, v in
+                                                               use.pool_tenants.items())),
+                use.booked, use.booked_bytes)
 
     # ----------------------------------------------------------------------------------- per node
 
     def free_gpus(self, node: NodeInfo) -> list[int]:
-        use = self.use[node.name]
+        use = self.use_of(node.name)
         usable = [g.index for g in node.gpus] if self.flags.ignore_health else list(node.healthy_gpus)
         return [i for i in usable if i not in use.held]
 
@@ -190,6 +213,8 @@ def spill_on(node: NodeInfo, gpus: int, memory: int) -> int:
 @dataclass(frozen=True, slots=True)
 class Placement:
     node: str
+    """The node it was computed for: identical nodes in the same state share one verdict (pair it with the node
+    name it was asked for)."""
     gpus: tuple[int, ...]
     grants: Mapping[str, int]
     kind: str
@@ -245,9 +270,11 @@ def choose_gpus(node: NodeInfo, free: Sequence[int], k: int) -> tuple[int, ...]:
 class Policy:
     """Decisions over one snapshot; caches per node and pod shape so a filter and its prioritize share work."""
 
-    def __init__(self, snapshot: Snapshot):
+    def __init__(self, snapshot: Snapshot, templates: Mapping[str, Any] | None = None):
         self.snap = snapshot
         self._cache: dict[tuple[Any, ...], Verdict] = {}
+        self._templates = templates or {}
+        """Node -> a key equal for nodes whose static facts (GPUs, latency, pools, CPU) are equal."""
 
     # ----------------------------------------------------------------------------------- one node
 
@@ -258,12 +285,13 @@ class Policy:
         node = snap.nodes.get(node_name)
         if node is None:
             return Refusal(node_name, "node unknown to the extender", False)
-        key = (node_name, req.gpus, req.memory, req.memory_bound, req.priority, req.tenant, req.platforms, req.isa,
-               own_slots)
+        template = self._templates.get(node_name, node_name)
+        key = (template, snap.state_key(node_name), req.gpus, req.memory, req.memory_bound, req.priority, req.tenant,
+               req.platforms, req.isa, own_slots)
         cached = self._cache.get(key)
         if cached is not None:
-            return cached
-        use = snap.use[node_name]
+            return cached  # possibly computed for another node in the same state: its .node is not this one
+        use = snap.use_of(node_name)
         booked = max(0, use.booked - own_slots * req.gpus)
         booked_bytes = max(0, use.booked_bytes - own_slots * spill_on(node, req.gpus, req.memory))
         verdict = self._evaluate(req, node, use, snap.free_gpus(node), booked, booked_bytes)
@@ -357,14 +385,14 @@ class Policy:
     def pool_order(node: NodeInfo) -> list[PoolInfo]:
         return sorted(node.pools, key=lambda p: (p.latency_ns, p.name))
 
-    def member_slots(self, req: PodRequest, placement: Placement) -> int:
-        """How many members of ``req``'s gang the node of ``placement`` holds at once (GPUs and pool memory)."""
-        node = self.snap.nodes[placement.node]
+    def member_slots(self, req: PodRequest, name: str, placement: Placement) -> int:
+        """How many members of ``req``'s gang node ``name`` holds at once (GPUs and pool memory)."""
+        node = self.snap.nodes[name]
         gpu_slots = (placement.free_after + req.gpus) // req.gpus if req.gpus else req.gang_size
         spill = spill_on(node, req.gpus, req.memory)
         if spill <= 0:
             return gpu_slots
-        use = self.snap.use[placement.node]
+        use = self.snap.use_of(name)
         _, left, _ = self._grants(node, use, req, 2**62, node.policy, node.policy.is_reservation(req.priority),
                                   use.booked_bytes)
         return min(gpu_slots, (2**62 - left) // spill)
@@ -379,35 +407,51 @@ class Policy:
         existing = self.snap.plans.get(gang) or self.snap.pending_plans.get(gang)
         if existing is not None:
             return existing
-        by_domain: dict[str, list[tuple[Placement, int]]] = defaultdict(list)
+        by_domain: dict[str, list[tuple[str, Placement, int]]] = defaultdict(list)
         for name in candidates:
             verdict = self.evaluate(req, name)
             if not isinstance(verdict, Placement):
                 continue
-            slots = self.member_slots(req, verdict)
-            by_domain[self.snap.nodes[name].domain].append((verdict, slots))
+            slots = self.member_slots(req, name, verdict)
+            by_domain[self.snap.nodes[name].domain].append((name, verdict, slots))
         best: tuple[tuple[float, ...], str, list[str]] | None = None
         for domain, entries in by_domain.items():
-            if sum(s for _, s in entries) < req.gang_size:
+            if sum(s for _, _, s in entries) < req.gang_size:
                 continue
-            entries.sort(key=lambda e: (-e[1], e[0].cost, e[0].node))
+            entries.sort(key=lambda e: (-e[2], e[1].cost, e[0]))
             plan: list[str] = []
-            for placement, slots in entries:
+            for name, _, slots in entries:
                 take = min(slots, req.gang_size - len(plan))
-                plan += [placement.node] * take
+                plan += [name] * take
                 if len(plan) == req.gang_size:
                     break
-            used = {n for n in plan}
-            score = (float(len(used)), sum(p.cost for p, _ in entries if p.node in used) / len(used))
+            used = set(plan)
+            score = (float(len(used)), sum(p.cost for n, p, _ in entries if n in used) / len(used))
             if best is None or (score, domain) < (best[0], best[1]):
                 best = (score, domain, plan)
         if best is None:
-            biggest = max((sum(s for _, s in e) for e in by_domain.values()), default=0)
+            biggest = max((sum(s for _, _, s in e) for e in by_domain.values()), default=0)
             return Refusal("", f"no NVLink domain can hold gang {gang} ({req.gang_size} pods x {req.gpus} GPUs); "
                                f"the largest has room for {biggest}", False)
         plan_obj = GangPlan(gang, best[1], secrets.token_hex(8), tuple(best[2]), req.gpus, (), req.memory)
         self.snap.pending_plans[gang] = plan_obj
         return plan_obj
+
+    def evaluate_many(self, req: PodRequest, names: Sequence[str]) -> dict[str, Verdict]:
+        """:meth:`evaluate` for many nodes: unused nodes of one template share one evaluation, looked up in O(1)
+        (what keeps a decision over thousands of nodes in milliseconds)."""
+        gang = req.gang is not None and not self.snap.flags.split_gangs
+        templates, use = self._templates, self.snap.use
+        memo: dict[tuple[Any, ...], Verdict] = {}
+        out: dict[str, Verdict] = {}
+        for n in names:
+            slots = self.own_slots(req, n) if gang else 0
+            key = (templates.get(n, n), n in use and n, slots)
+            verdict = memo.get(key)
+            if verdict is None:
+                verdict = memo[key] = self.evaluate(req, n, slots)
+            out[n] = verdict
+        return out
 
     # ----------------------------------------------------------------------------------- verbs
 
@@ -431,8 +475,7 @@ class Policy:
                 else:
                     unresolvable[n] = verdict.reason
             return passed, failed, unresolvable
-        for n in names:
-            verdict = self.evaluate(req, n)
+        for n, verdict in self.evaluate_many(req, names).items():
             if isinstance(verdict, Placement):
                 passed.append(n)
             elif verdict.resolvable:
@@ -442,21 +485,20 @@ class Policy:
         return passed, failed, unresolvable
 
     def prioritize(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
-        placements = [v for n in names if isinstance(v := self.evaluate(req, n, self.own_slots(req, n)), Placement)]
-        if not placements:
-            return dict.fromkeys(names, 0)
-        sign = -1.0 if self.snap.flags.spread else 1.0
-        ranked = sorted(placements, key=lambda p: (sign * p.cost, sign * p.free_after, p.node))
-        best = ranked[0]
-        costs = [sign * p.cost for p in placements]
-        lo, hi = min(costs), max(costs)
+        placements = [(n, v) for n, v in self.evaluate_many(req, names).items() if isinstance(v, Placement)]
         scores = dict.fromkeys(names, 0)
-        for p in placements:
+        if not placements:
+            return scores
+        sign = -1.0 if self.snap.flags.spread else 1.0
+        lo = min(sign * p.cost for _, p in placements)
+        hi = max(sign * p.cost for _, p in placements)
+        tightest = min(sign * p.free_after for _, p in placements if sign * p.cost == lo)
+        for n, p in placements:
             c = sign * p.cost
             if c == lo:
-                scores[p.node] = 10 if sign * p.free_after == sign * best.free_after else 9
+                scores[n] = 10 if sign * p.free_after == tightest else 9
             else:
-                scores[p.node] = int(8 * (hi - c) / (hi - lo)) if hi > lo else 8
+                scores[n] = int(8 * (hi - c) / (hi - lo)) if hi > lo else 8
         return scores
 
     def own_slots(self, req: PodRequest, node: str) -> int:
@@ -469,9 +511,9 @@ class Policy:
     def victims(self, req: PodRequest, node: str, offered: Sequence[str]) -> list[str] | None:
         """UIDs to evict on ``node`` so ``req`` fits there (bursts first, never reservations), or None."""
         snap = self.snap
-        use = snap.use.get(node)
+        use = snap.use_of(node)
         info = snap.nodes.get(node)
-        if use is None or info is None:
+        if info is None:
             return None
         lower = [b for b in use.pods if b.request.priority < req.priority]
         if snap.flags.preempt_reservations:
@@ -489,21 +531,6 @@ class Policy:
 
     def _fits_without(self, req: PodRequest, node: str, uids: Sequence[str]) -> bool:
         gone = set(uids)
-        nodes = self.snap.nodes
-        pods = [_pod_of(b) for b in self.snap.pods.values() if b.uid not in gone]
-        trial = Policy(Snapshot(nodes, pods, self.snap.flags))
+        kept = [b for b in self.snap.pods.values() if b.uid not in gone]
+        trial = Policy(Snapshot(self.snap.nodes, kept, self.snap.flags), self._templates)
         return isinstance(trial.evaluate(req, node), Placement)
-
-
-def _pod_of(b: Bound) -> dict[str, Any]:
-    """A minimal pod object carrying ``b``'s request and holding (to re-derive a snapshot without some pods)."""
-    r, h = b.request, b.holding
-    labels = {"fakehw.io/gang": r.gang} if r.gang else {}
-    ann = dict(h.annotations())
-    ann["fakehw.io/memory"] = str(r.memory)
-    if r.gang:
-        ann["fakehw.io/gang-size"] = str(r.gang_size)
-    return {"metadata": {"namespace": r.namespace, "name": r.name, "uid": r.uid, "labels": labels,
-                         "annotations": ann},
-            "spec": {"nodeName": h.node, "priority": r.priority,
-                     "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(r.gpus)}}}]}}

@@ -17,7 +17,16 @@ from typing import Any
 
 from fakehw.views.k8s import NodeInfo, PodRequest, PodSpecError
 from testbed.reference.extender.informer import ApiClient, ApiError, Informer
-from testbed.reference.extender.policy import Flags, GangPlan, Placement, Policy, Refusal, Snapshot
+from testbed.reference.extender.policy import (
+    Bound,
+    Flags,
+    GangPlan,
+    Placement,
+    Policy,
+    Refusal,
+    Snapshot,
+    parse_bound,
+)
 
 log = logging.getLogger("fakehw.reference.extender")
 MAX_BODY = 256 * 2**20
@@ -50,12 +59,19 @@ class Extender:
         self.options = options
         self.flags = Flags.for_mutant(options.mutant)
         self.informer = Informer(api)
-        self._infos: dict[str, tuple[str, NodeInfo]] = {}
+        self._infos: dict[str, tuple[str, NodeInfo, int]] = {}
+        """Node -> (resourceVersion, parsed info, template id): each node version is parsed once."""
+        self._templates: dict[tuple[Any, ...], int] = {}
+        """Static facts of a node (what decisions depend on) -> a small id shared by identical nodes."""
+        self._bounds: dict[str, tuple[str, Bound | None]] = {}
+        """Pod -> (resourceVersion, its request and holding): each pod version is parsed once."""
         self._policy: tuple[int, Policy] | None = None
+        self._nodes: tuple[int, dict[str, NodeInfo], dict[str, int]] | None = None
+        """(node version, infos, template ids) of the last snapshot: nodes change far less often than pods."""
         self._own: set[str] = set()
+        """Keys of the pods this process bound (all the ``own-binds-only`` mutant counts)."""
         self._provisional: dict[str, dict[str, Any]] = {}
         """reserve-at-filter mutant: pod key -> a pod object holding what its filter call set aside."""
-        """Keys of the pods this process bound (all the ``own-binds-only`` mutant counts)."""
 
     def start(self) -> None:
         self.informer.start(forget_existing_pods=self.options.forget_on_restart)
@@ -75,24 +91,48 @@ class Extender:
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("node %s: cannot read its topology annotations: %s", name, exc)
             return None
-        self._infos[name] = (rv, info)
+        static = (info.arch, info.isa, info.latency, tuple((g.memory, g.health) for g in info.gpus),
+                  tuple((p.name, p.tier, p.capacity, p.available, p.latency_ns, p.policy) for p in info.pools),
+                  info.policy)
+        template = self._templates.setdefault(static, len(self._templates))
+        self._infos[name] = (rv, info, template)
         return info
+
+    def _bound(self, key: str, pod: Mapping[str, Any]) -> Bound | None:
+        rv = str(pod.get("metadata", {}).get("resourceVersion", ""))
+        cached = self._bounds.get(key)
+        if cached is not None and cached[0] == rv and rv:
+            return cached[1]
+        b = parse_bound(pod)
+        self._bounds[key] = (rv, b)
+        return b
 
     def policy(self) -> Policy:
         version = self.informer.version
         if self._policy is not None and self._policy[0] == version:
             return self._policy[1]
-        infos = {}
-        for name in list(self.informer.nodes):
-            info = self._node_info(name)
-            if info is not None:
-                infos[name] = info
-        pods = [p for k, p in self.informer.pods.items() if not self.options.own_binds_only or k in self._own]
+        if self._nodes is not None and self._nodes[0] == self.informer.node_version:
+            infos, templates = self._nodes[1], self._nodes[2]
+        else:
+            infos, templates = {}, {}
+            for name in list(self.informer.nodes):
+                info = self._node_info(name)
+                if info is not None:
+                    infos[name] = info
+                    templates[name] = self._infos[name][2]
+            self._nodes = (self.informer.node_version, infos, templates)
+        pods = self.informer.pods
+        for gone in [k for k in self._bounds if k not in pods]:
+            del self._bounds[gone]
+        bounds = [b for k, p in pods.items() if (not self.options.own_binds_only or k in self._own)
+                  and (b := self._bound(k, p)) is not None]
         for key, held in self._provisional.items():
-            live = self.informer.pods.get(key)
+            live = pods.get(key)
             if live is not None and not live.get("spec", {}).get("nodeName"):
-                pods.append(held)
-        policy = Policy(Snapshot(infos, list(pods), self.flags))
+                b = parse_bound(held)
+                if b is not None:
+                    bounds.append(b)
+        policy = Policy(Snapshot(infos, bounds, self.flags), templates)
         self._policy = (version, policy)
         return policy
 
@@ -133,6 +173,7 @@ class Extender:
                 changed = True
         if changed:
             self.informer.version += 1
+            self.informer.node_version += 1
 
     def filter(self, args: Any) -> dict[str, Any]:
         req = self._request(args)
@@ -172,7 +213,7 @@ class Extender:
         if isinstance(verdict, Placement) and live is not None:
             held = json.loads(json.dumps(live))
             held["spec"]["nodeName"] = node
-            held["metadata"].setdefault("annotations", {}).update(_holding_annotations(verdict, None))
+            held["metadata"].setdefault("annotations", {}).update(_holding_annotations(node, verdict, None))
             self._provisional[req.key] = held
             self.informer.version += 1
 
@@ -226,7 +267,7 @@ class Extender:
             verdict = policy.evaluate(req, node, own)
             if not isinstance(verdict, Placement):
                 return {"Error": f"{ns}/{name} no longer fits {node}: {verdict.reason}"}
-            annotations = _holding_annotations(verdict, plan)
+            annotations = _holding_annotations(node, verdict, plan)
             body = {"apiVersion": "v1", "kind": "Binding",
                     "metadata": {"name": name, "namespace": ns, "uid": uid or pod["metadata"].get("uid"),
                                  "annotations": annotations},
@@ -272,10 +313,10 @@ class Extender:
         return {"NodeNameToMetaVictims": out}
 
 
-def _holding_annotations(p: Placement, plan: GangPlan | None) -> dict[str, str]:
+def _holding_annotations(node: str, p: Placement, plan: GangPlan | None) -> dict[str, str]:
     from fakehw.views.k8s import Holding
 
-    holding = Holding(p.node, p.gpus, dict(p.grants), p.kind,
+    holding = Holding(node, p.gpus, dict(p.grants), p.kind,
                       plan.domain if plan else None, plan.token if plan else None, plan.nodes if plan else ())
     return holding.annotations()
 
