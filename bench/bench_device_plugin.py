@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,8 @@ def preferred_latency() -> None:
         proc.stop()
         kubelet.stop()
         tb.down()
+        shutil.rmtree(plugin_dir, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def domain_latency() -> None:
