@@ -264,7 +264,9 @@ class HostSetup:
             report.findings.append(Finding("buildx package", False, "no docker-buildx package",
                                            self._docker_install_commands()))
 
-        wanted = list(EMULATION_PACKAGES) if self._foreign_platforms() else []
+        # QEMU registered some other way (docker/setup-qemu-action, tonistiigi/binfmt) needs no packages here.
+        emulated = [a for a in self._foreign_platforms() if not _emulation_ready(binfmt_entry(a))]
+        wanted = list(EMULATION_PACKAGES) if emulated else []
         if self.base_images:
             wanted += BASE_IMAGE_PACKAGES
         missing = [p for p in wanted if installed_version(p) is None]
@@ -459,6 +461,10 @@ class HostSetup:
             else:
                 report.findings.append(Finding(f"{arch} emulation", True,
                                                f"{qemu} -> {entry.get('interpreter')} (flags {entry['flags']})"))
+
+
+def _emulation_ready(entry: dict[str, str] | None) -> bool:
+    return entry is not None and entry.get("enabled") == "enabled" and "F" in entry.get("flags", "")
 
 
 def _systemd() -> bool:

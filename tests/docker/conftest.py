@@ -1,9 +1,10 @@
 """Fixtures of the docker tests: an engine that can run node containers, the node image (built once per run).
 
 Tests here need a Docker engine with the containerd image store and, for riscv64, QEMU registered with
-binfmt_misc (``testbed host setup``, which ``make test`` runs as root). Where the engine cannot run they skip
-and say why; where this machine could have been set up (root, apt-get) but was not, they fail instead, so CI
-never passes by skipping them. ``FAKEHW_DOCKER_TESTS=skip`` skips them on purpose.
+binfmt_misc (``testbed host setup``, which ``make test`` runs as root; these fixtures run it too when root and
+apt-get are there and something is missing). Where the engine cannot run they skip and say why; where this
+machine could be set up but still cannot run them, they fail, so CI never passes by skipping them.
+``FAKEHW_DOCKER_TESTS=skip`` skips them on purpose.
 """
 
 from __future__ import annotations
@@ -21,36 +22,58 @@ import pytest
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # no registry: the reaper image cannot be pulled
 
 from testbed.api import Testbed
-from testbed.host import binfmt_entry, engine_problem
+from testbed.host import HostSetup, binfmt_entry, engine_problem
 from testbed.images import NATIVE_ARCH, ImageBuilder, ImageError, ImageRef
 
 PLATFORMS = ("amd64", "riscv64")
 
 
-def _unavailable(reason: str) -> None:
+def _can_set_up() -> bool:
+    return os.geteuid() == 0 and shutil.which("apt-get") is not None
+
+
+def _unavailable(reason: str, report: str = "") -> None:
     """Skip (the engine cannot run here) or fail (it could, and CI must run these tests)."""
     if os.environ.get("FAKEHW_DOCKER_TESTS") == "skip":
         pytest.skip(f"FAKEHW_DOCKER_TESTS=skip ({reason})")
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        pytest.fail(f"{reason}. This machine can be set up (root, apt-get): run 'testbed host setup' (make test "
-                    "does), or set FAKEHW_DOCKER_TESTS=skip to skip these tests on purpose")
+    if _can_set_up():
+        pytest.fail(f"{reason}, although this machine can be set up (root, apt-get) and 'testbed host setup' ran:\n"
+                    f"{report}\nSet FAKEHW_DOCKER_TESTS=skip to skip these tests on purpose")
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def docker_engine() -> None:
-    problem = engine_problem()
-    if problem is not None:
-        _unavailable(problem)
-
-
-@pytest.fixture(scope="session")
-def riscv64_emulation(docker_engine: None) -> None:
+def _emulation_problem() -> str | None:
     if NATIVE_ARCH == "riscv64":
-        return
+        return None
     entry = binfmt_entry("riscv64")
     if entry is None or entry.get("enabled") != "enabled" or "F" not in entry.get("flags", ""):
-        _unavailable("riscv64 binaries cannot run here (no qemu-riscv64 binfmt entry with the F flag)")
+        return "riscv64 binaries cannot run here (no qemu-riscv64 binfmt entry with the F flag)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def host_ready() -> str:
+    """Set the machine up when these tests can and must run (root, apt-get; e.g. a CI job that went straight to
+    pytest), exactly as ``make test`` does through tools/install-system-deps.sh. Returns the setup's report."""
+    if os.environ.get("FAKEHW_DOCKER_TESTS") == "skip" or not _can_set_up():
+        return ""
+    if engine_problem() is None and _emulation_problem() is None:
+        return ""
+    return HostSetup(platforms=PLATFORMS).run().render()
+
+
+@pytest.fixture(scope="session")
+def docker_engine(host_ready: str) -> None:
+    problem = engine_problem()
+    if problem is not None:
+        _unavailable(problem, host_ready)
+
+
+@pytest.fixture(scope="session")
+def riscv64_emulation(docker_engine: None, host_ready: str) -> None:
+    problem = _emulation_problem()
+    if problem is not None:
+        _unavailable(problem, host_ready)
 
 
 @dataclass(frozen=True)
@@ -71,8 +94,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     QEMU, mostly on one core); started here, it overlaps with the test modules that run before these."""
     if not any("node_image" in getattr(item, "fixturenames", ()) for item in session.items):
         return
-    if os.environ.get("FAKEHW_DOCKER_TESTS") == "skip" or engine_problem() is not None:
-        return
+    if os.environ.get("FAKEHW_DOCKER_TESTS") == "skip" or engine_problem() is not None \
+            or _emulation_problem() is not None:
+        return  # the session fixtures set the machine up first, then build
     log: list[str] = []
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-image")
     session.config.stash[PREBUILD] = Prebuild(
