@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _util import percentile, row
 
 from fakehw.model import load_profile
+from fakehw.views.k8s import Holding
 from testbed.extender.harness import SchedulingHarness, Workload
 from testbed.extender.process import ExtenderProcess, ExtenderTarget
 
@@ -43,8 +44,13 @@ def bench(nodes: int, cache_capable: bool, decisions: int = DECISIONS) -> tuple[
             warm = h.run_one(Workload("warm", gpus=1))  # the extender has listed every node once
             startup = time.perf_counter() - started
             assert warm.status == "bound", warm.message
-            for i in range(nodes // 10):  # background load: pods bound by someone else
-                h.run_one(Workload(f"bg{i}", tenant=f"t{i % 4}", gpus=(1, 2, 4)[i % 3]))
+            names = h.store.node_names()
+            for i in range(nodes // 10):  # background load: pods bound by someone else (another scheduler)
+                gpus = (1, 2, 4)[i % 3]
+                (key,) = h.submit(Workload(f"bg{i}", tenant=f"t{i % 4}", gpus=gpus))
+                ns, name = key.split("/")
+                h.store.bind(ns, name, names[(i * 7) % len(names)],
+                             Holding(names[0], tuple(range(gpus)), {}, "burst").annotations())
             shapes = [(1, 0), (2, 0), (4, 0), (8, 0), (1, 40 * 2**30), (2, 0)]
             latencies = []
             for i in range(decisions):

@@ -78,7 +78,7 @@ def main() -> None:
             if proc.returncode != 0:
                 raise SlurmError(proc.stderr.decode())
         ms = [x * 1000 for x in lat]
-        row("srun --gres=gpu:h100:4 true, one after another", f"p50 {statistics.median(ms):6.0f} ms",
+        row("srun --gres=gpu:h100:4 true, serial", f"p50 {statistics.median(ms):6.0f} ms",
             f"p90 {percentile(ms, 90):6.0f} ms")
     finally:
         if cluster is not None:

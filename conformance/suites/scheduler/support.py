@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fakehw.views.k8s import HOLD_GPUS, HOLD_GRANTS, HOLD_KIND, NodeInfo, PodRequest
+from fakehw.views.k8s import Holding, NodeInfo, PodRequest
 from testbed.api import Testbed
 from testbed.extender.harness import SchedulingHarness, Workload
 from testbed.extender.ledger import Ledger
 from testbed.extender.process import DelayProxy, ExtenderProcess, ExtenderTarget
-from testbed.extender.protocol import ExtenderClient, ExtenderConfig
+from testbed.extender.protocol import ExtenderConfig
 from testbed.extender.scheduler import Decision
 
 RESERVATION = 1000
@@ -101,13 +101,6 @@ class SchedulerUnderTest:
         self.harness.set_extenders([cfg])
         return cfg
 
-    def client(self, **overrides: Any) -> ExtenderClient:
-        return ExtenderClient(self.config(**overrides))
-
-    @property
-    def node_cache_capable(self) -> bool:
-        return bool(self.options.target.stanza.get("nodeCacheCapable", True))
-
     def reset(self) -> None:
         """Back to an empty, healthy cluster with the extender running and configured as given."""
         with contextlib.suppress(Exception):
@@ -150,36 +143,10 @@ class SchedulerUnderTest:
                      priority=priority, memory=memory)
         (key,) = self.harness.submit(w)
         ns, name_ = key.split("/")
-        ann = {HOLD_GPUS: ",".join(str(i) for i in gpus),
-               HOLD_GRANTS: ",".join(f"{k}={v}" for k, v in (grants or {}).items()),
-               HOLD_KIND: "reservation" if reservation else "burst"}
-        outcome = self.harness.store.bind(ns, name_, node, ann)
+        holding = Holding(node, gpus, grants or {}, "reservation" if reservation else "burst")
+        outcome = self.harness.store.bind(ns, name_, node, holding.annotations())
         assert outcome.code < 300, outcome.message
         return key
 
     def request(self, workload: Workload) -> PodRequest:
         return PodRequest.from_pod(workload.pod("probe"))
-
-    @contextlib.contextmanager
-    def slowed(self, **delays: float) -> Iterator[DelayProxy]:
-        """Route calls through a proxy that sleeps before the given verbs (``filter=6``)."""
-        self.configure(via_proxy=True)
-        assert self.proxy is not None
-        self.proxy.delays.update(delays)
-        try:
-            yield self.proxy
-        finally:
-            self.proxy.delays.clear()
-
-    def with_stanza(self, **overrides: Any) -> SchedulerUnderTest:
-        """Re-configure the harness's extender stanza (e.g. ignorable=True) until the next reset."""
-        self.configure(**overrides)
-        return self
-
-
-def decisions_bound(decisions: list[Decision]) -> list[Decision]:
-    return [d for d in decisions if d.status == "bound"]
-
-
-def with_name(w: Workload, name: str) -> Workload:
-    return replace(w, name=name)
