@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from fakehw.model.system import System
@@ -58,8 +58,6 @@ class Workload:
         """A gang's pods (``name-0`` ...), or just this workload."""
         if not self.gang:
             return [self]
-        from dataclasses import replace
-
         return [replace(self, name=f"{self.name}-{i}") for i in range(self.gang_size)]
 
 

@@ -142,7 +142,9 @@ class ExtenderProcess:
         self.target = target
         self.api_url = api_url
         self.log_path = log_path
-        self.port = port or (urlsplit(target.url).port or 0 if target.kind == "url" else free_port())
+        if port is None:
+            port = (urlsplit(target.url).port or 0) if target.kind == "url" else free_port()
+        self.port = port
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property

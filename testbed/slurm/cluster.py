@@ -16,7 +16,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +25,7 @@ from typing import Any
 
 from fakehw.model.system import System
 from fakehw.render.atomic import atomic_write
+from testbed.extender.process import free_port
 from testbed.slurm.render import ClusterLayout, NodeLayout, gres_conf, slurm_conf, task_prolog
 
 START_TIMEOUT_S = 60.0
@@ -62,12 +62,6 @@ class Binaries:
             raise SlurmError(f"Slurm/munge programs not found: {', '.join(missing)} (Debian: slurmctld slurmd "
                              "slurm-client munge; tools/install-system-deps.sh installs them)")
         return cls(found)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def parse_record(text: str) -> dict[str, str]:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from conformance.pytest_plugin import TargetSpec
+from conformance.suites.scheduler.support import teardown
 from fakehw.model.system import Node
 from testbed.api import Testbed
 
@@ -85,6 +86,5 @@ def ray_views(conformance_targets: dict[str, TargetSpec], conformance_profile: s
             views.append(RayView(node, full, limited, visible))
         yield views
     finally:
-        tb.down()
-        shutil.rmtree(state, ignore_errors=True)
+        teardown(tb, state)
         shutil.rmtree(temp, ignore_errors=True)

@@ -15,9 +15,7 @@ extender is restarted, so one failure does not cascade.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any
 import pytest
 
 from conformance.pytest_plugin import TargetSpec
-from conformance.suites.scheduler.support import Recorder, SchedulerUnderTest, SuiteOptions
+from conformance.suites.scheduler.support import Recorder, SchedulerUnderTest, SuiteOptions, teardown
 from fakehw import __version__
 from fakehw.model import load_profile
 from testbed.api import Testbed
@@ -113,24 +111,7 @@ def sched_testbed(sched_options: SuiteOptions, conformance_backend: str, pytestc
     try:
         yield tb
     finally:
-        _down(tb, state)
-
-
-def _down(tb: Testbed, state: Path) -> None:
-    """Stop the agent, then delete the node trees in the background (thousands of files: slow on a busy disk)."""
-    stop_agent = getattr(tb.backend, "stop_agent", None)
-    if tb.backend.name == "local" and stop_agent is not None:
-        try:
-            stop_agent(tb.record)
-            trash = state.with_name(f"{state.name}.trash")
-            os.rename(state, trash)
-            subprocess.Popen(["rm", "-rf", "--", str(trash)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-            return
-        except OSError:
-            pass
-    tb.down()
-    shutil.rmtree(state, ignore_errors=True)
+        teardown(tb, state)
 
 
 @pytest.fixture(scope="session")

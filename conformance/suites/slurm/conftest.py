@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from conformance.pytest_plugin import TargetSpec
+from conformance.suites.scheduler.support import teardown
 from conformance.suites.slurm.support import SlurmUnderTest
 from fakehw.model import load_profile
 from testbed.api import Testbed
@@ -78,9 +79,8 @@ def slurm_session(pytestconfig: pytest.Config, conformance_targets: dict[str, Ta
     finally:
         if cluster is not None:
             cluster.stop()
-        tb.down()
+        teardown(tb, state)
         shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)
