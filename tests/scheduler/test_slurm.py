@@ -1,8 +1,9 @@
 """Slurm: configuration rendered from the model (units), and the Slurm suite run against Debian's real slurm-wlm.
 
 - gres.conf/slurm.conf/TaskProlog follow the model (types, device files, Cores, Links, drained GPUs);
-- the suite passes on dgx-h100 and on a profile of NVLink-bridged pairs (where only Links= makes Slurm pick
-  bridged GPUs), and its NVLink check fails when Links= is left out (the check has teeth).
+- the suite passes on dgx-h100 (srun --gres=gpu:h100:4), edge-pcie (gpu:l4:4, PCIe only) and a profile of
+  NVLink-bridged pairs (where only Links= makes Slurm pick bridged GPUs), and its NVLink check fails when Links=
+  is left out (the check has teeth).
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def _suite(profile: str, out: Path) -> tuple[dict[str, Any], str]:
 @pytest.fixture(scope="module")
 def suite_runs() -> Iterator[dict[str, Any]]:
     work = Path(tempfile.mkdtemp(prefix="fhw-slt-", dir="/tmp"))
-    profiles = ("dgx-h100", PAIRS)
+    profiles = ("dgx-h100", "edge-pcie", PAIRS)
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {}
         for i, p in enumerate(profiles):
@@ -131,7 +132,7 @@ def suite_runs() -> Iterator[dict[str, Any]]:
 
 @needs_slurm
 @pytest.mark.slow
-@pytest.mark.parametrize("profile", ["dgx-h100", PAIRS], ids=["dgx-h100", "nvlink-pairs"])
+@pytest.mark.parametrize("profile", ["dgx-h100", "edge-pcie", PAIRS], ids=["dgx-h100", "edge-pcie", "nvlink-pairs"])
 def test_slurm_suite_passes(suite_runs: dict[str, Any], profile: str) -> None:
     doc, log = suite_runs[profile]
     statuses = {k: v["status"] for k, v in doc["requirements"].items()}
