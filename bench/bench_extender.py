@@ -14,6 +14,7 @@ which is what an extender that keeps no cache of its own costs kube-scheduler.
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import sys
 import tempfile
@@ -36,7 +37,8 @@ def bench(nodes: int, cache_capable: bool, decisions: int = DECISIONS) -> tuple[
     system = load_profile("dgx-h100", nodes=nodes)
     with SchedulingHarness(system) as h:
         target = ExtenderTarget.parse("reference")
-        proc = ExtenderProcess(target, h.api_url, Path(tempfile.mkdtemp(prefix="fhw-bx-")) / "ext.log")
+        logs = Path(tempfile.mkdtemp(prefix="fhw-bx-"))
+        proc = ExtenderProcess(target, h.api_url, logs / "ext.log")
         started = time.perf_counter()
         proc.start(timeout=300)
         try:
@@ -59,6 +61,7 @@ def bench(nodes: int, cache_capable: bool, decisions: int = DECISIONS) -> tuple[
                 latencies.append(sum(c.elapsed for c in d.calls if c.verb in ("filter", "prioritize")))
         finally:
             proc.stop()
+            shutil.rmtree(logs, ignore_errors=True)
     return latencies, startup
 
 

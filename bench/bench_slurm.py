@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -45,8 +46,8 @@ def main() -> None:
         infos = tb.nodes()
         env = {n.name: {k: v for k, v in n.env.items() if k.startswith("FAKEHW_") or k == "LD_LIBRARY_PATH"}
                for n in infos}
-        cluster = SlurmCluster(tb.system, {n.name: n.dir for n in infos}, env,
-                               Path(tempfile.mkdtemp(prefix="fhw-bsc-", dir="/tmp")))
+        root = Path(tempfile.mkdtemp(prefix="fhw-bsc-", dir="/tmp"))
+        cluster = SlurmCluster(tb.system, {n.name: n.dir for n in infos}, env, root)
         t0 = time.perf_counter()
         cluster.start()
         standup = time.perf_counter() - t0
@@ -83,7 +84,9 @@ def main() -> None:
     finally:
         if cluster is not None:
             cluster.stop()
+            shutil.rmtree(cluster.root, ignore_errors=True)
         tb.down()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -128,6 +129,7 @@ def suite_runs() -> Iterator[dict[str, Any]]:
             (work / str(i)).mkdir()
             futures[p] = pool.submit(_suite, p, work / str(i))
         yield {p: f.result() for p, f in futures.items()}
+    shutil.rmtree(work, ignore_errors=True)
 
 
 @needs_slurm
@@ -170,3 +172,5 @@ def test_nvlink_check_fails_without_links(monkeypatch: pytest.MonkeyPatch) -> No
         if cluster is not None:
             cluster.stop()
         tb.down()
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
