@@ -27,22 +27,33 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
-    path = Path(args.report)
+def _verify_one(path: Path) -> bool:
     try:
         report = load_report(path.read_text(), str(path))
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror}", EXIT_BAD_INPUT) from None
     except ReportError as exc:
-        raise CliError(str(exc), EXIT_FAILURE) from None
+        print(f"{exc}", file=sys.stderr)
+        return False
     problems = verify(report)
+    for p in problems:
+        print(f"{path}: {p}", file=sys.stderr)
     if problems:
-        for p in problems:
-            print(f"{path}: {p}", file=sys.stderr)
         print(f"conformance: {path} does NOT verify", file=sys.stderr)
-        return EXIT_FAILURE
+        return False
     print(f"{path}: intact (sha256 {report.sha256}); verdict {VERDICT_TEXT[report.verdicts.overall]}")
-    return 0
+    return True
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    paths: list[Path] = []
+    for item in args.report:
+        path = Path(item)
+        paths += sorted(path.rglob("report.json")) if path.is_dir() else [path]
+    if not paths:
+        raise CliError(f"no report.json under {', '.join(args.report)}", EXIT_BAD_INPUT)
+    ok = [_verify_one(p) for p in paths]
+    return 0 if all(ok) else EXIT_FAILURE
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -54,6 +65,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--out", metavar="DIR", help="write files here (default: one format to stdout, else .)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("verify", help="check a report.json: seal intact, verdicts follow from the results")
-    p.add_argument("report")
+    p = sub.add_parser("verify", help="check report.json files: seal intact, verdicts follow from the results")
+    p.add_argument("report", nargs="+", help="report.json files, or directories searched for them")
     p.set_defaults(func=cmd_verify)

@@ -3,12 +3,17 @@
     conformance run --target device-plugin --plugin-cmd 'python -m my_plugin' --profile dgx-h100 [--backend docker]
     conformance run --target device-plugin=cmd:'python -m my_plugin' ...     (the same, as KIND=SPEC)
     conformance run --target device-plugin=reference ...                     (the reference plugin)
+    conformance run --target device-plugin=reference --target extender=reference \
+                    --profile dgx-h100 --profile gb200-nvl72 --out out/            (a matrix: 4 runs)
+    conformance run --target fabric=my-fabric.yaml                            (a fabric config)
     conformance list [--target device-plugin] [--category health] [--level core]
 
-``run`` runs the target's suite through pytest in a child process (so a crashing component cannot take the CLI
-with it), writes the per-requirement results file and the certification report (``--out``: results.json,
-report.json, junit.xml, summary.md, report.html) and prints one line per requirement. Exit status: 0 only when
-every required requirement passed, 1 when one did not, 2 for bad input.
+``run`` runs each target's suite on each profile and backend through pytest in a child process (so a crashing
+component cannot take the CLI with it), writes the per-requirement results file and the certification report
+(results.json, report.json, junit.xml, summary.md, report.html: in ``--out`` for one run, in
+``--out/<target>-<profile>-<backend>/`` for several, with ``index.json`` and a combined ``summary.md``) and prints
+one line per requirement. Exit status: 0 only when every required requirement of every run passed, 1 when one
+did not, 2 for bad input (checked before anything runs).
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ class Suite:
 SUITES = {"device-plugin": Suite("device-plugin", "conformance.suites.device_plugin", "--plugin-cmd"),
           "extender": Suite("extender", "conformance.suites.scheduler", "--spec", fuzz="sched"),
           "slurm": Suite("slurm", "conformance.suites.slurm", "--spec", fuzz=None),
-          "ray": Suite("ray", "conformance.suites.ray", "--spec", fuzz=None)}
+          "ray": Suite("ray", "conformance.suites.ray", "--spec", fuzz=None),
+          "fabric": Suite("fabric", "conformance.suites.fabric", "--spec", fuzz=None)}
 STATUS_ORDER = ("failed", "error", "not-run", "skipped", "passed")
 
 
@@ -140,21 +146,85 @@ def write_report(results: Path, out: Path) -> str | None:
     return str(VERDICT_TEXT[report.verdicts.overall])
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    kind, sep, spec = args.target.partition("=")
-    if kind.strip() in SUITES and SUITES[kind.strip()].option == "--spec":  # these suites read SPEC themselves
-        if sep and args.spec:
-            raise CliError(f"give the component once: --target {args.target!r} or --spec, not both", EXIT_BAD_INPUT)
-        args.target, args.spec = kind.strip(), (spec.strip() if sep else args.spec)
-    suite, args.plugin_cmd = parse_target(args.target, args.plugin_cmd)
-    out = Path(args.out)
+@dataclass(frozen=True)
+class Run:
+    """One cell of the matrix: a component on a profile and a backend."""
+
+    suite: Suite
+    plugin_cmd: str | None
+    spec: str | None
+    profile: str
+    backend: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.suite.target} on {self.profile} ({self.backend})"
+
+    @property
+    def slug(self) -> str:
+        profile = Path(self.profile).stem if self.profile.endswith((".yaml", ".yml")) else self.profile
+        return f"{self.suite.target}-{profile}-{self.backend}"
+
+
+def _default_fabric(profile: str) -> str:
+    """The built-in fabric config for ``profile`` (the healthy one that ships with the package)."""
+    from fakehw.fabric.loader import builtin_fabrics, load_fabric_spec
+
+    for name, path in builtin_fabrics().items():
+        if load_fabric_spec(path).spec.profile == profile:
+            return name
+    raise CliError(f"no built-in fabric config for profile {profile}: give one (--target fabric=CONFIG)",
+                   EXIT_BAD_INPUT)
+
+
+def plan_runs(args: argparse.Namespace) -> list[Run]:
+    """Every (target, profile, backend) combination, checked before anything runs."""
+    from fakehw.model import ProfileError, load_profile
+
+    targets = args.target
+    args.profile = args.profile or ["dgx-h100"]
+    args.backend = args.backend or ["local"]
+    if (args.plugin_cmd or args.spec) and len(targets) > 1:
+        raise CliError("--plugin-cmd and --spec apply to one target; give each as --target KIND=SPEC",
+                       EXIT_BAD_INPUT)
+    for profile in args.profile:
+        try:
+            load_profile(profile)
+        except ProfileError as exc:
+            raise CliError(f"profile {profile} is not valid:\n{exc}", EXIT_BAD_INPUT) from None
+    runs = []
+    for text in targets:
+        kind, sep, spec_text = text.partition("=")
+        kind = kind.strip()
+        spec: str | None = args.spec
+        plugin_cmd: str | None = args.plugin_cmd
+        if kind in SUITES and SUITES[kind].option == "--spec":  # these suites read SPEC themselves
+            if sep and args.spec:
+                raise CliError(f"give the component once: --target {text!r} or --spec, not both", EXIT_BAD_INPUT)
+            suite, spec = SUITES[kind], (spec_text.strip() if sep else args.spec)
+        else:
+            suite, plugin_cmd = parse_target(text, args.plugin_cmd)
+        for profile in args.profile:
+            this_spec = spec
+            if suite.target == "fabric" and not this_spec:
+                this_spec = _default_fabric(profile)
+            for backend in args.backend:
+                runs.append(Run(suite, plugin_cmd, this_spec, profile, backend))
+    return runs
+
+
+def _pytest_args(args: argparse.Namespace, run: Run) -> argparse.Namespace:
+    one = argparse.Namespace(**vars(args))
+    one.profile, one.backend, one.plugin_cmd, one.spec = run.profile, run.backend, run.plugin_cmd, run.spec
+    return one
+
+
+def execute(args: argparse.Namespace, run: Run, out: Path) -> tuple[bool, str | None, float]:
+    """Run one suite into ``out``; whether every required requirement passed, the report verdict, seconds."""
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
     results.unlink(missing_ok=True)  # never report an old run as this one
-    argv = pytest_argv(args, suite, results)
-    print(f"conformance: {args.target} on {args.profile} ({args.backend}): "
-          f"{args.plugin_cmd or args.spec or 'reference'}",
-          file=sys.stderr)
+    argv = pytest_argv(_pytest_args(args, run), run.suite, results)
     if args.verbose:
         print("conformance: " + shlex.join(argv), file=sys.stderr)
     started = time.monotonic()
@@ -163,17 +233,56 @@ def cmd_run(args: argparse.Namespace) -> int:
     proc = subprocess.run(argv, env=env, check=False)
     took = time.monotonic() - started
     if not results.is_file():
-        raise CliError(f"the suite wrote no results (pytest exit status {proc.returncode}); run with -v to see the "
-                       "pytest command", EXIT_FAILURE if proc.returncode != 4 else EXIT_BAD_INPUT)
-    doc = json.loads(results.read_text())
-    lines, ok = summarize(doc)
+        raise CliError(f"{run.label}: the suite wrote no results (pytest exit status {proc.returncode}); run with -v "
+                       "to see the pytest command", EXIT_FAILURE if proc.returncode != 4 else EXIT_BAD_INPUT)
+    lines, ok = summarize(json.loads(results.read_text()))
     print()
-    print(f"== {suite.target} on {args.profile} ({args.backend}), {took:.0f} s, results: {results}")
+    print(f"== {run.label}, {took:.0f} s, results: {results}")
     print("\n".join(lines))
-    verdict = write_report(results, out)
-    if verdict is not None:
-        print(f"report: {out / 'report.html'} ({verdict})")
-    return EXIT_OK if ok else EXIT_FAILURE
+    return ok, write_report(results, out), took
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    runs = plan_runs(args)
+    out = Path(args.out)
+    single = len(runs) == 1
+    index = []
+    for i, run in enumerate(runs, 1):
+        component = run.plugin_cmd or run.spec or "reference"
+        print(f"conformance: [{i}/{len(runs)}] {run.label}: {component}", file=sys.stderr)
+        run_dir = out if single else out / run.slug
+        ok, verdict, took = execute(args, run, run_dir)
+        index.append({"target": run.suite.target, "component": component, "profile": run.profile,
+                      "backend": run.backend, "certified": ok, "verdict": verdict, "seconds": round(took, 1),
+                      "dir": str(run_dir)})
+        if verdict is not None:
+            print(f"report: {run_dir / 'report.html'} ({verdict})")
+    certified = all(bool(entry["certified"]) for entry in index)
+    _write_index(out, index, certified, combined_summary=not single)
+    if not single:
+        print(f"\nconformance: {sum(bool(e['certified']) for e in index)} of {len(index)} runs certified; "
+              f"index: {out / 'index.json'}")
+    return EXIT_OK if certified else EXIT_FAILURE
+
+
+def _write_index(out: Path, index: list[dict[str, Any]], certified: bool, combined_summary: bool) -> None:
+    """``index.json`` (every run and the overall verdict); for several runs also a ``summary.md`` of them all."""
+    from fakehw.render.atomic import atomic_write
+
+    doc = {"verdict": "certified" if certified else "not-certified", "runs": index}
+    atomic_write(out / "index.json", (json.dumps(doc, indent=2) + "\n").encode())
+    if not combined_summary:
+        return
+    lines = ["## fakehw certification matrix", "", "| target | profile | backend | verdict | seconds |",
+             "|---|---|---|---|---|"]
+    for e in index:
+        verdict = e["verdict"] or ("CERTIFIED" if e["certified"] else "NOT CERTIFIED")
+        lines.append(f"| {e['target']} | {e['profile']} | {e['backend']} | {verdict} | {e['seconds']} |")
+    for e in index:
+        summary = Path(e["dir"]) / "summary.md"
+        if summary.is_file():
+            lines += ["", summary.read_text()]
+    atomic_write(out / "summary.md", ("\n".join(lines) + "\n").encode())
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -191,19 +300,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("run", help="run a target's conformance suite against a component",
-                       description="Runs the suite in pytest, writes OUT/results.json (for 'conformance report') "
-                                   "and prints one line per requirement. Exit 0 only if every required requirement "
-                                   "passed.")
-    p.add_argument("--target", required=True, metavar="KIND[=SPEC]",
+    p = sub.add_parser("run", help="certify components: targets x profiles x backends",
+                       description="Runs each target's suite in pytest on each profile and backend, writes the results "
+                                   "and the certification report (OUT, or OUT/<target>-<profile>-<backend>/ plus "
+                                   "OUT/index.json for several runs) and prints one line per requirement. Exit 0 "
+                                   "only if every required requirement of every run passed.")
+    p.add_argument("--target", required=True, action="append", metavar="KIND[=SPEC]",
                    help=f"what to certify: {', '.join(SUITES)}; SPEC: reference, cmd:COMMAND")
     p.add_argument("--plugin-cmd", help="command that starts the device plugin on a node (default: the reference "
                                         "plugin); {plugin_dir} and {node} are substituted")
     p.add_argument("--spec", help="the component for the extender, slurm and ray targets: extender=reference, "
                                   "reference:MUTANT, cmd:COMMAND ({port} {api}) or url:URL; slurm=system or "
                                   "prefix:DIR; ray=python or python:PATH (see docs/scheduler.md)")
-    p.add_argument("--profile", default="dgx-h100", help="hardware profile (name or YAML file)")
-    p.add_argument("--backend", default="local", choices=["local", "docker"])
+    p.add_argument("--profile", action="append", help="hardware profile (name or YAML file); repeatable "
+                                                       "(default dgx-h100)")
+    p.add_argument("--backend", action="append", choices=["local", "docker"], help="repeatable (default local)")
     p.add_argument("--out", default="conformance-out", help="directory for results.json (default conformance-out)")
     p.add_argument("--fuzz-examples", type=int, help="isolation fuzz: runs per requirement (default 6)")
     p.add_argument("--fuzz-steps", type=int, help="isolation fuzz: steps per run (default 12)")
