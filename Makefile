@@ -1,4 +1,4 @@
-# Quick start: `make run` (the main job on the embedded default) and `make test` (the whole suite).
+# Quick start: `make run` (a certification run on the embedded default) and `make test` (the whole suite).
 # Both create/refresh .venv and install what they need (system packages too, when run as root).
 
 SHELL := /bin/bash
@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 .PHONY: run test deps system-deps lint typecheck check bench clean help
 
 help:
-	@echo "make run          stand up $(PROFILE) on the local backend, show topology and health, tear down"
+	@echo "make run          certify the reference device plugin and extender on $(PROFILE) (local backend)"
 	@echo "make test         the whole test suite (installs what it needs)"
 	@echo "make check        ruff + mypy"
 	@echo "make bench        benchmarks (figures printed, nothing asserted)"
@@ -29,7 +29,8 @@ system-deps:
 	@tools/install-system-deps.sh
 
 run: deps
-	$(BIN)/testbed demo --profile $(PROFILE)
+	$(BIN)/conformance run --target device-plugin=reference --target extender=reference --profile $(PROFILE) \
+		--backend local --out out/certification
 
 test: deps system-deps
 	@set +e; $(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \

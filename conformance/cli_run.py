@@ -255,24 +255,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         index.append({"target": run.suite.target, "component": component, "profile": run.profile,
                       "backend": run.backend, "certified": ok, "verdict": verdict, "seconds": round(took, 1),
                       "dir": str(run_dir)})
-        if verdict is not None:
-            print(f"report: {run_dir / 'report.html'} ({verdict})")
     certified = all(bool(entry["certified"]) for entry in index)
-    _write_index(out, index, certified, combined_summary=not single)
-    if not single:
-        print(f"\nconformance: {sum(bool(e['certified']) for e in index)} of {len(index)} runs certified; "
-              f"index: {out / 'index.json'}")
+    _write_index(out, index, certified, combined=not single)
+    html = out / ("report.html" if single else "index.html")
+    print(f"\nconformance: {sum(bool(e['certified']) for e in index)} of {len(index)} run(s) certified")
+    print(f"HTML report: {html.resolve()}")
+    print(f"verdict: {'CERTIFIED' if certified else 'NOT CERTIFIED'}")
     return EXIT_OK if certified else EXIT_FAILURE
 
 
-def _write_index(out: Path, index: list[dict[str, Any]], certified: bool, combined_summary: bool) -> None:
-    """``index.json`` (every run and the overall verdict); for several runs also a ``summary.md`` of them all."""
+def _write_index(out: Path, index: list[dict[str, Any]], certified: bool, combined: bool) -> None:
+    """``index.json`` (every run and the overall verdict); for several runs also ``index.html`` and a
+    ``summary.md`` of them all."""
+    from conformance.report.html import index_html
     from fakehw.render.atomic import atomic_write
 
     doc = {"verdict": "certified" if certified else "not-certified", "runs": index}
     atomic_write(out / "index.json", (json.dumps(doc, indent=2) + "\n").encode())
-    if not combined_summary:
+    if not combined:
         return
+    atomic_write(out / "index.html", index_html(index, certified, out).encode())
     lines = ["## fakehw certification matrix", "", "| target | profile | backend | verdict | seconds |",
              "|---|---|---|---|---|"]
     for e in index:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 from html import escape
+from pathlib import Path
+from typing import Any
 
 from conformance.report.model import Report
 from conformance.report.text import STATUS_MARK, VERDICT_TEXT
@@ -191,3 +193,23 @@ def to_html(report: Report) -> str:
     parts.append(f"</table><p class=mono>sha256 {report.sha256} &mdash; check with <code>conformance verify "
                  "report.json</code></p></body></html>")
     return "\n".join(parts) + "\n"
+
+
+def index_html(runs: list[dict[str, Any]], certified: bool, base: Path) -> str:
+    """A page over several runs (``conformance run`` with a matrix): the overall verdict and each run's report."""
+    verdict = "certified" if certified else "not-certified"
+    rows = []
+    for run in runs:
+        report = Path(run["dir"]) / "report.html"
+        link = escape(str(report.relative_to(base)) if report.is_relative_to(base) else str(report))
+        text = run["verdict"] or ("CERTIFIED" if run["certified"] else "NOT CERTIFIED")
+        cls = "passed" if run["certified"] else "failed"
+        rows.append(f"<tr><td>{escape(run['target'])}</td><td class=mono>{escape(run['component'])}</td>"
+                    f"<td>{escape(run['profile'])}</td><td>{escape(run['backend'])}</td><td class={cls}>{escape(text)}"
+                    f"</td><td>{run['seconds']}</td><td><a href=\"{link}\">report</a></td></tr>")
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>fakehw certification: "
+            f"{escape(VERDICT_TEXT[verdict])}</title><style>{_CSS}</style></head><body>"
+            f'<div class="banner" style="background:{_VERDICT_COLOUR[verdict]}" id="verdict">'
+            f"{escape(VERDICT_TEXT[verdict])}<div class=sub>{len(runs)} run(s)</div></div>"
+            "<h2>Runs</h2><table><tr><th>target</th><th>component</th><th>profile</th><th>backend</th><th>verdict</th>"
+            "<th>s</th><th></th></tr>" + "".join(rows) + "</table></body></html>\n")
