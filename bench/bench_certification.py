@@ -1,0 +1,64 @@
+"""A full certification run and what the report machinery costs.
+
+1. ``conformance run`` of the reference device plugin on dgx-h100 (local backend, every category, the suite's
+   default isolation-fuzz budget: 6 runs x 12 steps per isolation requirement), wall time.
+2. The same suite under plain pytest (the plugin's fixtures, no results file, no report) against pytest with the
+   results file written after every test plus the report built and rendered in all four formats, in the same
+   session: the difference is the report machinery's overhead.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import row
+
+BIN = Path(sys.executable).parent
+SUITE = Path(__file__).parents[1] / "conformance" / "suites" / "device_plugin"
+PROFILE = "dgx-h100"
+
+
+def _pytest(results: Path | None, cwd: Path) -> float:
+    argv = [sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
+            "--profile", PROFILE, "--target", "device-plugin=reference"]
+    if results is not None:
+        argv += ["--conformance-results", str(results)]
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, capture_output=True, check=False)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    from conformance.report import report_from_results, write_reports
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        start = time.perf_counter()
+        proc = subprocess.run([str(BIN / "conformance"), "run", "--target", "device-plugin=reference", "--profile",
+                               PROFILE, "--out", str(work / "cert")], cwd=work, capture_output=True, text=True)
+        full = time.perf_counter() - start
+        verdict = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "?"
+        bare = _pytest(None, work)
+        with_results = _pytest(work / "results.json", work)
+        start = time.perf_counter()
+        report = report_from_results(work / "results.json")
+        write_reports(report, work / "report")
+        render = time.perf_counter() - start
+    print(f"certification: device-plugin (reference) on {PROFILE}, local backend, default fuzz budget")
+    row("conformance run (all categories)", f"{full:7.1f} s", verdict)
+    row("bare pytest of the suite (baseline)", f"{bare:7.1f} s")
+    row("pytest + results file after every test", f"{with_results:7.1f} s",
+        f"{(with_results - bare) / bare * 100:+5.1f}% vs bare")
+    row("build + seal + render json/junit/md/html", f"{render * 1e3:7.1f} ms",
+        f"{len(report.results)} requirements")
+    row("report machinery overhead in all", f"{(with_results - bare + render) / bare * 100:+5.1f}%",
+        "(run-to-run noise is of the same order)")
+
+
+if __name__ == "__main__":
+    main()
