@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,3 +87,27 @@ def all_clusters(state_dir: Path | None = None) -> list[ClusterRecord]:
         except (OSError, ValueError, TypeError):
             continue
     return out
+
+
+def remove_tree_in_background(path: Path) -> None:
+    """Remove a cluster (or any) directory without waiting for it.
+
+    A node's fake root holds some 15,000 files and unlinking them takes seconds per node on a busy disk: the
+    directory is renamed out of the way at once (gone as far as any command can see; a cluster record inside it
+    is removed first so no listing finds the trash) and deleted by a detached ``rm`` that outlives this process.
+    """
+    if not path.exists():
+        return
+    (path / "cluster.json").unlink(missing_ok=True)
+    trash = path.with_name(f".trash-{path.name}-{uuid.uuid4().hex[:8]}")
+    try:
+        path.rename(trash)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    try:
+        # sh backgrounds rm and exits at once: rm is re-parented to init, so no zombie is left in this process.
+        subprocess.run(["sh", "-c", 'rm -rf -- "$0" </dev/null >/dev/null 2>&1 &', str(trash)], check=False,
+                       start_new_session=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        shutil.rmtree(trash, ignore_errors=True)

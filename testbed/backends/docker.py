@@ -27,7 +27,6 @@ import contextlib
 import os
 import re
 import select
-import shutil
 import socket
 import struct
 import subprocess
@@ -44,7 +43,7 @@ from fakehw.agent.client import AgentClient, AgentRequestError
 from fakehw.model import ProfileError, System, load_profile
 from fakehw.model.system import Node
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
-from testbed.cluster import ClusterRecord
+from testbed.cluster import ClusterRecord, remove_tree_in_background
 
 LABEL_TESTBED = "org.fakehw.testbed"
 LABEL_RUN = "org.fakehw.run"
@@ -499,7 +498,7 @@ class DockerBackend(Backend):
         if run:
             with contextlib.suppress(BackendError):
                 _remove_labelled(_client(), f"{LABEL_RUN}={run}")
-        _remove_tree(record.dir)
+        remove_tree_in_background(record.dir)
 
 
 def _container_name(cluster: str, node: str, run: str) -> str:
@@ -564,29 +563,6 @@ def _remove_labelled(client: Any, label: str) -> list[str]:
             volume.remove(force=True)
             removed.append(f"volume {volume.name}")
     return removed
-
-
-def _remove_tree(path: Path) -> None:
-    """Remove a cluster directory without waiting for it.
-
-    Each node's fake root holds some 15,000 files, and unlinking them takes seconds per node: the directory is
-    renamed out of the way at once (the cluster is gone as far as any command can see) and deleted by a detached
-    ``rm`` that outlives this process, so ``testbed down`` returns as soon as the containers are gone."""
-    if not path.exists():
-        return
-    (path / "cluster.json").unlink(missing_ok=True)  # so no listing of clusters ever finds the trash
-    trash = path.with_name(f".trash-{path.name}-{uuid.uuid4().hex[:8]}")
-    try:
-        path.rename(trash)
-    except OSError:
-        shutil.rmtree(path, ignore_errors=True)
-        return
-    try:
-        # sh backgrounds rm and exits at once: rm is re-parented to init, so no zombie is left in this process.
-        subprocess.run(["sh", "-c", 'rm -rf -- "$0" </dev/null >/dev/null 2>&1 &', str(trash)], check=False,
-                       start_new_session=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        shutil.rmtree(trash, ignore_errors=True)
 
 
 def leftovers(state_dir: Path | None = None) -> Iterator[tuple[str, str, str]]:

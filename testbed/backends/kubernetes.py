@@ -23,7 +23,7 @@ import yaml
 from fakehw.agent.client import AgentApi, AgentClient, AgentRequestError
 from fakehw.model import ProfileError, System, load_profile
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
-from testbed.cluster import ClusterRecord
+from testbed.cluster import ClusterRecord, remove_tree_in_background
 from testbed.kubernetes.manifests import (
     KIND_NODE_IMAGE,
     NAMESPACE,
@@ -217,7 +217,7 @@ class KindBackend(Backend):
         kind = record.extra.get("kind_path")
         if kind and Path(kind).exists():
             subprocess.run([kind, "delete", "cluster", "--name", record.extra["kind_cluster"]], capture_output=True)
-        shutil.rmtree(record.dir, ignore_errors=True)
+        remove_tree_in_background(record.dir)
 
 
 def write_kind_files(plan: ClusterPlan, system: System) -> Path:
@@ -318,4 +318,4 @@ class KubeconfigBackend(Backend):
         kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=300, check=False)
         for real in record.extra.get("labelled", []):
             kubectl("label", "node", real, f"{NODE_LABEL}-", check=False)
-        shutil.rmtree(record.dir, ignore_errors=True)
+        remove_tree_in_background(record.dir)

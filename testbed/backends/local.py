@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 from fakehw.agent.client import AgentClient, AgentRequestError
 from fakehw.model import ProfileError, load_profile
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
-from testbed.cluster import ClusterRecord
+from testbed.cluster import ClusterRecord, remove_tree_in_background
 from testbed.environment import merged_environment, node_environment
 
 AGENT_START_TIMEOUT_S = 60.0
@@ -167,4 +166,4 @@ class LocalBackend(Backend):
 
     def down(self, record: ClusterRecord) -> None:
         self.stop_agent(record)
-        shutil.rmtree(record.dir, ignore_errors=True)
+        remove_tree_in_background(record.dir)

@@ -16,9 +16,7 @@ says what the plugin did, with the offending response and the tail of the plugin
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -30,6 +28,7 @@ from conformance.pytest_plugin import TargetSpec
 from conformance.suites.device_plugin.support import REFERENCE_COMMAND, PluginUnderTest, SuiteOptions
 from fakehw import __version__
 from testbed.api import Testbed
+from testbed.cluster import remove_tree_in_background
 from testbed.kubelet.kubelet import PluginViolation, Timeouts
 
 
@@ -101,21 +100,9 @@ def dp_testbed(dp_options: SuiteOptions) -> Iterator[Testbed]:
 
 
 def _down(tb: Testbed, state: Path) -> None:
-    """Tear the testbed down, leaving the deletion of its files to a detached ``rm``: a local node's rendered tree
-    is thousands of files, and unlinking them right after the agent rewrote them (an agent restart) takes many
-    seconds on a busy disk, which would be charged to every certification run."""
-    stop_agent = getattr(tb.backend, "stop_agent", None)
-    if tb.backend.name == "local" and stop_agent is not None:
-        try:
-            stop_agent(tb.record)
-            trash = state.with_name(f"{state.name}.trash")
-            os.rename(state, trash)
-            subprocess.Popen(["rm", "-rf", "--", str(trash)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError:
-            pass
+    """Tear the testbed down; its files (thousands per node) are deleted in the background, not charged to the run."""
     tb.down()
-    shutil.rmtree(state, ignore_errors=True)
+    remove_tree_in_background(state)
 
 
 @pytest.fixture(scope="session")

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +11,7 @@ from typing import Any
 
 from fakehw.views.k8s import Holding, NodeInfo, PodRequest
 from testbed.api import Testbed
+from testbed.cluster import remove_tree_in_background
 from testbed.extender.harness import SchedulingHarness, Workload
 from testbed.extender.ledger import Ledger
 from testbed.extender.process import DelayProxy, ExtenderProcess, ExtenderTarget
@@ -38,21 +36,9 @@ class SuiteOptions:
 
 
 def teardown(tb: Testbed, state: Path) -> None:
-    """Stop the testbed's agent, then delete its node trees in the background: thousands of files, slow to unlink
-    on a busy disk, would be charged to every certification run."""
-    stop_agent = getattr(tb.backend, "stop_agent", None)
-    if tb.backend.name == "local" and stop_agent is not None:
-        try:
-            stop_agent(tb.record)
-            trash = state.with_name(f"{state.name}.trash")
-            os.rename(state, trash)
-            subprocess.Popen(["rm", "-rf", "--", str(trash)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-            return
-        except OSError:
-            pass
+    """Tear the testbed down; its files (thousands per node) are deleted in the background, not charged to the run."""
     tb.down()
-    shutil.rmtree(state, ignore_errors=True)
+    remove_tree_in_background(state)
 
 
 class CheckFailed(AssertionError):
