@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fakehw.agent.client import AgentApi
+from fakehw.model import ProfileError, System, load_profile
 from testbed.cluster import ClusterRecord
 
 
@@ -24,6 +25,17 @@ class BackendError(Exception):
 
 class BackendInputError(BackendError):
     """What was asked for does not exist or is not valid (a profile, cluster, node or command): exit code 2."""
+
+
+def load_request_profile(profile: str, nodes: int | None) -> tuple[System, str]:
+    """The profile of an ``up`` request, and how to refer to it from elsewhere: built-in names stay names, files
+    become absolute paths (agents and containers run in other directories). Bad profiles are bad input."""
+    path = Path(profile)
+    ref = str(path.resolve()) if path.suffix in (".yaml", ".yml") and path.is_file() else profile
+    try:
+        return load_profile(ref, nodes=nodes), ref
+    except ProfileError as exc:
+        raise BackendInputError(f"profile {profile} is not valid:\n{exc}") from None
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from fakehw.agent.client import AgentClient, AgentRequestError
-from fakehw.model import ProfileError, System, load_profile
+from fakehw.model import System
 from fakehw.model.system import Node
-from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
+from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
 from testbed.cluster import ClusterRecord, remove_tree_in_background
 
 LABEL_TESTBED = "org.fakehw.testbed"
@@ -146,13 +146,6 @@ def _gpu_names(spec: Any, node: Node) -> tuple[str, ...]:
     return tuple(sorted(names, key=lambda n: node.gpu(n).index))  # type: ignore[union-attr]
 
 
-def _resolve_profile_ref(ref: str) -> str:
-    path = Path(ref)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        return str(path.resolve())
-    return ref
-
-
 class DockerBackend(Backend):
     name = "docker"
 
@@ -163,11 +156,7 @@ class DockerBackend(Backend):
         if unknown:
             raise BackendInputError(f"the docker backend has no option(s) {', '.join(unknown)} "
                                     f"(options: {', '.join(OPTIONS)})")
-        profile = _resolve_profile_ref(request.profile)
-        try:
-            system = load_profile(profile, nodes=request.nodes)
-        except ProfileError as exc:
-            raise BackendInputError(f"profile {request.profile} is not valid:\n{exc}") from None
+        system, profile = load_request_profile(request.profile, request.nodes)
         gpus = parse_gpu_option(request.options.get("gpus"), system)
         timeout = request.options.get("timeout")
         if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):

@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from fakehw.agent.client import AgentApi, AgentClient, AgentRequestError
-from fakehw.model import ProfileError, System, load_profile
-from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
+from fakehw.model import System, load_profile
+from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
 from testbed.cluster import ClusterRecord, remove_tree_in_background
 from testbed.kubernetes.manifests import (
     KIND_NODE_IMAGE,
@@ -49,16 +49,6 @@ def _tool(name: str, given: str | None, package: str) -> str:
         raise BackendError(f"{name} is not installed; install Debian trixie's '{package}' package (or pass "
                            f"{name}_path=...)")
     return path
-
-
-def _load(request: UpRequest) -> tuple[System, str]:
-    ref = request.profile
-    if ref.endswith((".yaml", ".yml")) and Path(ref).is_file():
-        ref = str(Path(ref).resolve())
-    try:
-        return load_profile(ref, nodes=request.nodes), ref
-    except ProfileError as exc:
-        raise BackendInputError(f"profile {request.profile} is not valid:\n{exc}") from None
 
 
 def _image_present(image: str) -> bool:
@@ -137,7 +127,7 @@ class KindBackend(Backend):
         return kind, kubectl, image
 
     def up(self, request: UpRequest) -> ClusterRecord:
-        system, profile = _load(request)
+        system, profile = load_request_profile(request.profile, request.nodes)
         try:
             check_kind_nodes(system)
         except KubernetesConfigError as exc:
@@ -237,7 +227,7 @@ class KubeconfigBackend(Backend):
     name = "kubeconfig"
 
     def up(self, request: UpRequest) -> ClusterRecord:
-        system, profile = _load(request)
+        system, profile = load_request_profile(request.profile, request.nodes)
         kubeconfig = request.options.get("kubeconfig")
         if not kubeconfig or not Path(str(kubeconfig)).is_file():
             raise BackendInputError("the kubeconfig backend needs kubeconfig=PATH (testbed up --backend kubeconfig "

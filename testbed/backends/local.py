@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fakehw.agent.client import AgentClient, AgentRequestError
-from fakehw.model import ProfileError, load_profile
-from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest
+from fakehw.model import load_profile
+from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
 from testbed.cluster import ClusterRecord, remove_tree_in_background
 from testbed.environment import merged_environment, node_environment
 
@@ -42,23 +42,11 @@ def _pid_alive(pid: int | None) -> bool:
         return True
 
 
-def _resolve_profile_ref(ref: str) -> str:
-    """Built-in names stay names; files become absolute paths (the agent runs elsewhere)."""
-    path = Path(ref)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        return str(path.resolve())
-    return ref
-
-
 class LocalBackend(Backend):
     name = "local"
 
     def up(self, request: UpRequest) -> ClusterRecord:
-        profile = _resolve_profile_ref(request.profile)
-        try:
-            system = load_profile(profile, nodes=request.nodes)
-        except ProfileError as exc:
-            raise BackendInputError(f"profile {request.profile} is not valid:\n{exc}") from None
+        system, profile = load_request_profile(request.profile, request.nodes)
         root = request.state_dir / request.name
         record = ClusterRecord(
             name=request.name,
