@@ -362,6 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
     from testbed.platform_cli import register as register_platform_commands
 
     register_platform_commands(add, _state_dir)
+
+    from testbed.fabric_cli import register as register_fabric_commands
+
+    register_fabric_commands(sub, common)
     return parser
 
 

@@ -100,6 +100,11 @@ class Backend(ABC):
             healed += client.heal(node=node, device=device, kind=kind)
         return healed
 
+    def netns_path(self, record: ClusterRecord, node: str) -> str | None:
+        """The network namespace a fabric should put ``node``'s NICs into (None: the node has no namespace of its
+        own, so an emulated fabric makes one)."""
+        return None
+
     @abstractmethod
     def alive(self, record: ClusterRecord) -> bool:
         """Whether the cluster's agents are running."""

@@ -473,6 +473,15 @@ class DockerBackend(Backend):
         network.connect(container, aliases=[node])
         return f"node {node} rejoined the cluster network"
 
+    def netns_path(self, record: ClusterRecord, node: str) -> str | None:
+        """The node container's network namespace: a fabric attaches the node's NICs there, so they show inside."""
+        container = self._container(_client(), record, node)
+        container.reload()
+        pid = int(container.attrs["State"].get("Pid") or 0)
+        if pid <= 0:
+            raise BackendError(f"node {node}: its container is not running, so it has no network namespace")
+        return f"/proc/{pid}/ns/net"
+
     def node_address(self, record: ClusterRecord, node: str) -> str | None:
         """The node's IPv4 address on the cluster network (None while partitioned)."""
         container = self._container(_client(), record, node)
