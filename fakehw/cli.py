@@ -205,15 +205,19 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from fakehw.agent.state import derive_state
-    from fakehw.render import render_node
+    from fakehw.render import OUTPUTS, render_node
 
     system = _load(args.profile, args.nodes)
     nodes = [_pick_node(system, n) for n in args.node] if args.node else list(system.nodes)
+    outputs = frozenset(o.strip() for o in args.outputs.split(",") if o.strip()) if args.outputs else None
+    unknown = sorted(set(outputs or ()) - set(OUTPUTS))
+    if unknown:
+        raise CliError(f"unknown output(s) {', '.join(unknown)} (outputs: {', '.join(OUTPUTS)})", EXIT_BAD_INPUT)
     out = Path(args.out)
     written = unchanged = 0
     for i, node in enumerate(nodes, 1):
         state = derive_state(node, [], generation=1, seed=system.seed)
-        result = render_node(system, node, state, out / node.name, initial=True)
+        result = render_node(system, node, state, out / node.name, initial=True, outputs=outputs)
         written += result.written
         unchanged += result.unchanged
         if not args.quiet and (i == len(nodes) or i % 100 == 0):
@@ -303,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile_arg(p)
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--node", action="append", metavar="N|NAME", help="only these nodes (repeatable)")
+    p.add_argument("--outputs", metavar="LIST", help="comma list of model, state, nvml, root (default: all)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_render)
 

@@ -40,19 +40,29 @@ class RenderResult:
     unchanged: int
 
 
-def _renderers() -> tuple[Renderer, ...]:
+OUTPUTS = ("model", "state", "nvml", "root")
+"""What a node's directory holds: node.json, state.json, nvml.snapshot, and the fake root tree root/."""
+
+
+def _renderers(outputs: frozenset[str] | None) -> tuple[Renderer, ...]:
     from fakehw.nvml.render import render_nvml_snapshot
     from fakehw.render.basic import render_model, render_state
     from fakehw.sysfs import render_root
 
-    return (render_model, render_state, render_nvml_snapshot, render_root)
+    by_name: dict[str, Renderer] = {"model": render_model, "state": render_state, "nvml": render_nvml_snapshot,
+                                    "root": render_root}
+    return tuple(by_name[name] for name in OUTPUTS if outputs is None or name in outputs)
 
 
 def render_node(system: System, node: Node, state: NodeState, out: Path, initial: bool = False,
-                events: tuple[Event, ...] = ()) -> RenderResult:
-    """Render every output of ``node`` into ``out``; only files whose content changed are rewritten."""
+                events: tuple[Event, ...] = (), outputs: frozenset[str] | None = None) -> RenderResult:
+    """Render the outputs of ``node`` (all of :data:`OUTPUTS` unless ``outputs`` names some) into ``out``; only
+    files whose content changed are rewritten."""
+    unknown = set(outputs or ()) - set(OUTPUTS)
+    if unknown:
+        raise ValueError(f"unknown output(s) {', '.join(sorted(unknown))} (outputs: {', '.join(OUTPUTS)})")
     ctx = RenderContext(system, node, state, initial, events)
     target = OutputDir(out)
-    for renderer in _renderers():
+    for renderer in _renderers(outputs):
         renderer(ctx, target)
     return RenderResult(node.name, target.written, target.unchanged)
