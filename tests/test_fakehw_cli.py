@@ -149,3 +149,11 @@ def test_kinds_lists_parameters(capsys: pytest.CaptureFixture[str]) -> None:
 def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "examples:" in capsys.readouterr().out
+
+
+def test_render_outputs_can_be_chosen(tmp_path: Path) -> None:
+    out = _run("render", "dgx-h100", "--out", str(tmp_path), "--outputs", "model,nvml")
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in (tmp_path / "dgx-h100-0").iterdir()) == ["node.json", "nvml.snapshot"]
+    bad = _run("render", "dgx-h100", "--out", str(tmp_path), "--outputs", "model,sysfs")
+    assert bad.returncode == 2 and "unknown output(s) sysfs (outputs: model, state, nvml, root)" in bad.stderr
