@@ -139,13 +139,19 @@ def evidence(request: pytest.FixtureRequest) -> Callable[[str, Any], None]:
     """``evidence("offending response", body)``: shown in the report next to the requirement's result."""
 
     def record(label: str, value: Any) -> None:
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError):
-            value = repr(value)
-        request.node.user_properties.append(("evidence", {"label": label, "value": value}))
+        add_evidence(request.node, label, value)
 
     return record
+
+
+def add_evidence(item: pytest.Item, label: str, value: Any) -> None:
+    """Attach evidence to a check from a hook (where there is no fixture); values JSON cannot hold are shown
+    as their ``repr``."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        value = repr(value)
+    item.user_properties.append(("evidence", {"label": label, "value": value}))
 
 
 # --------------------------------------------------------------------------------------------------- results

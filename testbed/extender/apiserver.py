@@ -34,11 +34,13 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from testbed.httpservice import LoopbackJsonServer, send_json_bytes
 
 Obj = dict[str, Any]
 HISTORY = 20_000
@@ -253,11 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, body: Obj) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json_bytes(self, code, data)
 
     def _fail(self, code: int, message: str) -> None:
         self._send(code, status_object(code, message, _REASONS.get(code, "InternalError")))
@@ -396,26 +394,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def get_request(self) -> tuple[Any, Any]:
-        """Answers go out in two writes (headers, body): without TCP_NODELAY, Nagle's algorithm and the client's
-        delayed ACK stall every keep-alive answer by ~40 ms."""
-        import socket
-
-        sock, addr = super().get_request()
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock, addr
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up mid-request is normal (timeouts, restarts): no traceback on stderr."""
-        import sys
-
-        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
-            super().handle_error(request, client_address)
-
+class _Server(LoopbackJsonServer):
     def __init__(self, store: ClusterStore):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.store = store
@@ -452,12 +431,3 @@ class ApiServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

@@ -25,12 +25,13 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from testbed.extender.protocol import ConfigError, ExtenderConfig
+from testbed.httpservice import LoopbackJsonServer, send_json_bytes
 
 START_TIMEOUT_S = 30.0
 DEFAULT_STANZA: dict[str, Any] = {"filterVerb": "filter", "prioritizeVerb": "prioritize", "bindVerb": "bind",
@@ -260,35 +261,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             data, status = f'{{"Error": "proxy: upstream failed: {exc}"}}'.encode(), 502
         finally:
             conn.close()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except OSError:
-            return
+        send_json_bytes(self, status, data)
 
 
-class _ProxyServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def get_request(self) -> tuple[Any, Any]:
-        """Answers go out in two writes (headers, body): without TCP_NODELAY, Nagle's algorithm and the client's
-        delayed ACK stall every keep-alive answer by ~40 ms."""
-        import socket
-
-        sock, addr = super().get_request()
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock, addr
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up mid-request is normal (timeouts, restarts): no traceback on stderr."""
-        import sys
-
-        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
-            super().handle_error(request, client_address)
-
+class _ProxyServer(LoopbackJsonServer):
     def __init__(self, upstream: str):
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
         self.upstream = upstream

@@ -17,16 +17,7 @@ import pytest
 
 from fakehw.agent.service import AgentService
 from fakehw.model import System, load_profile
-
-
-def scratch_base() -> str | None:
-    """tmpfs when it has room (hard links cost an inode each there), else the default temp dir."""
-    try:
-        st = os.statvfs("/dev/shm")
-    except OSError:
-        return None
-    roomy = st.f_favail > 1_000_000 and st.f_bavail * st.f_frsize > 2**30
-    return "/dev/shm" if roomy and os.access("/dev/shm", os.W_OK) else None
+from tests.scratch import scratch_base
 
 
 def _link_or_copy(src: str, dst: str) -> None:

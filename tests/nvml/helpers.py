@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -111,15 +110,6 @@ def run_python(code: str, snapshot: Path, timeout: float = 60, **extra: str) -> 
                           text=True, timeout=timeout, check=False)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
     return json.loads(proc.stdout)
-
-
-def wait_for(predicate: Any, timeout: float = 5.0, interval: float = 0.005) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
 
 
 CONSUMER = Path(__file__).with_name("consumer.py")

@@ -7,10 +7,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+
+from testbed.httpservice import LoopbackJsonServer, send_json_bytes
 
 Reply = tuple[int, bytes] | Callable[[Any], tuple[int, bytes]]
 
@@ -51,25 +53,13 @@ class _Handler(BaseHTTPRequestHandler):
         time.sleep(script.delays.get(verb, 0.0))
         reply = script.replies.get(verb, (404, b'{"Error": "no reply scripted"}'))
         status, data = reply(body) if callable(reply) else reply
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except OSError:
-            return
+        send_json_bytes(self, status, data)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _Server(LoopbackJsonServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.script = Script()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return
 
 
 @dataclass

@@ -12,7 +12,8 @@ import pytest
 
 from fakehw.model import load_profile
 from fakehw.views.k8s import node_objects, pod_object
-from testbed.extender.apiserver import ApiServer, ClusterStore, wait_for
+from testbed.extender.apiserver import ApiServer, ClusterStore
+from testbed.polling import wait_until
 from testbed.reference.extender.informer import ApiClient, Informer
 
 
@@ -117,7 +118,7 @@ def test_informer_follows_and_syncs(api: ApiServer) -> None:
         # A burst of changes past the API's history: the watch gets 410 and the informer relists.
         for i in range(30):
             api.store.create_pod(pod_object("t", f"b{i}", f"ub{i}"))
-        assert wait_for(lambda: len(informer.pods) == 30, 10)
+        assert wait_until(lambda: len(informer.pods) == 30, 10, interval=0.01)
     finally:
         informer.stop()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -16,23 +15,15 @@ from fakehw.model.system import Node
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
 from fakehw.sysfs import ROOT_DIR, render_tree
+from tests.scratch import scratch_base
 
 RenderedNode = tuple[System, Node, Path]
 
 
-def _scratch_base() -> str | None:
-    """tmpfs when it has room (trees are tens of thousands of entries), else the default temp dir."""
-    try:
-        st = os.statvfs("/dev/shm")
-    except OSError:
-        return None
-    roomy = st.f_favail > 1_000_000 and st.f_bavail * st.f_frsize > 2**30
-    return "/dev/shm" if roomy and os.access("/dev/shm", os.W_OK) else None
-
 
 @pytest.fixture(scope="session")
 def scratch() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fhw-sysfs-", dir=_scratch_base()))
+    path = Path(tempfile.mkdtemp(prefix="fhw-sysfs-", dir=scratch_base()))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -15,7 +15,6 @@ says what the plugin did, with the offending response and the tail of the plugin
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from collections.abc import Generator, Iterator
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conformance.pytest_plugin import TargetSpec
+from conformance.pytest_plugin import TargetSpec, add_evidence
 from conformance.suites.device_plugin.support import REFERENCE_COMMAND, PluginUnderTest, SuiteOptions
 from fakehw import __version__
 from testbed.api import Testbed
@@ -149,13 +148,6 @@ def plugin(dp: PluginUnderTest) -> Iterator[PluginUnderTest]:
     dp.reset()
 
 
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
-
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
@@ -163,15 +155,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     try:
         return (yield)
     except PluginViolation as exc:
-        item.user_properties.append(("evidence", {"label": exc.check, "value": _jsonable(exc.evidence)}))
+        add_evidence(item, exc.check, exc.evidence)
         put = _put_of(item)
         if put is not None and "plugin log" not in exc.evidence:
-            item.user_properties.append(("evidence", {"label": "plugin log", "value": put.log_tail(2000)}))
+            add_evidence(item, "plugin log", put.log_tail(2000))
         raise pytest.fail.Exception(f"[{exc.check}] {exc.message}", pytrace=False) from None
     except AssertionError:
         put = _put_of(item)
         if put is not None:
-            item.user_properties.append(("evidence", {"label": "plugin log", "value": put.log_tail(2000)}))
+            add_evidence(item, "plugin log", put.log_tail(2000))
         raise
 
 

@@ -18,7 +18,7 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -386,12 +386,3 @@ def run_load(put: PluginUnderTest, stop: threading.Event, errors: list[str], cou
             errors.append(f"{type(exc).__name__}: {exc}"[:300])
             stop.wait(0.05)
         stop.wait(0.02)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

@@ -8,10 +8,11 @@ from typing import Any
 import grpc
 import pytest
 
-from conformance.suites.device_plugin.support import POOL_PREFIX, PluginUnderTest, wait_until
+from conformance.suites.device_plugin.support import POOL_PREFIX, PluginUnderTest
 from testbed.kubelet.api import to_json
 from testbed.kubelet.exposure import TOKEN_RE
 from testbed.kubelet.kubelet import PluginViolation, RpcFailed
+from testbed.polling import wait_until
 
 Evidence = Callable[[str, Any], None]
 

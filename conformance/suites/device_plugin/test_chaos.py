@@ -17,11 +17,11 @@ from conformance.suites.device_plugin.support import (
     RECOVERY_BOUND_S,
     PluginUnderTest,
     run_load,
-    wait_until,
 )
 from testbed.kubelet.api import HEALTHY, to_json
 from testbed.kubelet.exposure import TOKEN_RE
 from testbed.kubelet.kubelet import Assignment, PluginViolation, RpcFailed
+from testbed.polling import wait_until
 
 Evidence = Callable[[str, Any], None]
 LOAD_RESUME_S = 10.0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,18 +55,11 @@ class Recorder:
         if ok:
             return
         for label, value in evidence.items():
-            self.evidence(label, _jsonable(value))
+            self.evidence(label, value)
         if self.decisions:
             self.evidence("decisions", [d.evidence() for d in self.decisions[-6:]])
         raise CheckFailed(message)
 
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 class SchedulerUnderTest:

@@ -12,10 +12,11 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from fakehw.views.k8s import NodeInfo, PodRequest, PodSpecError
+from testbed.httpservice import LoopbackJsonServer, send_json_bytes
 from testbed.reference.extender.informer import ApiClient, ApiError, Informer
 from testbed.reference.extender.policy import (
     Bound,
@@ -342,11 +343,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.ext.options.mutant == "snake-keys":
             body = _snake(body)
         data = json.dumps(body, separators=(",", ":")).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json_bytes(self, code, data)
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/healthz", "/readyz"):
@@ -383,26 +380,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(500, {"Error": f"internal error in {verb}: {type(exc).__name__}: {exc}"})
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def get_request(self) -> tuple[Any, Any]:
-        """Answers go out in two writes (headers, body): without TCP_NODELAY, Nagle's algorithm and the client's
-        delayed ACK stall every keep-alive answer by ~40 ms."""
-        import socket
-
-        sock, addr = super().get_request()
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock, addr
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up mid-request is normal (timeouts, restarts): no traceback on stderr."""
-        import sys
-
-        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
-            super().handle_error(request, client_address)
-
+class _Server(LoopbackJsonServer):
     def __init__(self, address: tuple[str, int], ext: Extender):
         super().__init__(address, _Handler)
         self.ext = ext

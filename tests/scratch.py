@@ -1,0 +1,19 @@
+"""Where tests put big throwaway trees (rendered sysfs roots, agent node directories)."""
+
+from __future__ import annotations
+
+import os
+
+
+def scratch_base() -> str | None:
+    """tmpfs when it has room, else None (the default temp dir).
+
+    Rendered trees are tens of thousands of small files and hard links cost an inode each, so tmpfs is much
+    faster, but only when it has both inodes and space to spare.
+    """
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    roomy = st.f_favail > 1_000_000 and st.f_bavail * st.f_frsize > 2**30
+    return "/dev/shm" if roomy and os.access("/dev/shm", os.W_OK) else None
