@@ -591,11 +591,12 @@ def write_snapshot(path: Path, data: bytes) -> bool:
     """Replace ``path`` with ``data`` atomically, then flag the replaced file as superseded.
 
     A reader that mapped the old file sees the flag on its next call and re-opens the path, so it never reads
-    half a file and needs no system call to notice a new generation. Returns False when the file already
-    held ``data`` (nothing written).
+    half a file and needs no system call to notice a new generation. Returns False (nothing written) when the
+    file already gives the same answers: a re-render with nothing changed differs only in its render time, and
+    keeping the old file keeps sample timestamps at the moment the answers last changed.
     """
     try:
-        if path.stat().st_size == len(data) and path.read_bytes() == data:
+        if path.stat().st_size == len(data) and _answers(path.read_bytes()) == _answers(data):
             return False
     except OSError:
         pass
@@ -619,6 +620,17 @@ def write_snapshot(path: Path, data: bytes) -> bool:
         if old_fd >= 0:
             os.close(old_fd)
     return True
+
+
+def _answers(data: bytes) -> bytes:
+    """The snapshot without the header fields that change when nothing else does (render time, checksum)."""
+    buf = bytearray(data)
+    hdr = layout.layout_of(HeaderRecord)
+    for name in ("render_time_us", "checksum", "superseded"):
+        fld = hdr.field(name)
+        if len(buf) >= fld.offset + fld.size:
+            buf[fld.offset:fld.offset + fld.size] = bytes(fld.size)
+    return bytes(buf)
 
 
 def _mark_superseded(fd: int) -> None:

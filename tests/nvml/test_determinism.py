@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 from fakehw.model import load_profile
 from fakehw.nvml.layout import GpuRecord
-from fakehw.nvml.snapshot import build_snapshot
+from fakehw.nvml.snapshot import Snapshot, build_snapshot, write_snapshot
 from tests.nvml.helpers import NodeSnap, faults_state, run_python
 
 READ = ("import json, pynvml\npynvml.nvmlInit()\nout=[]\nfor i in range(pynvml.nvmlDeviceGetCount()):\n"
@@ -48,3 +49,19 @@ def test_two_processes_on_two_renders_read_the_same(node_snapshot: Callable[...,
     first = node_snapshot("dgx-h100", faults=[{"kind": "thermal", "device": "gpu2", "temperature_c": 91}])
     second = node_snapshot("dgx-h100", faults=[{"kind": "thermal", "device": "gpu2", "temperature_c": 91}])
     assert run_python(READ, first.path) == run_python(READ, second.path)
+
+
+def test_a_rerender_with_nothing_changed_keeps_the_file(tmp_path: Path) -> None:
+    """Only the render time differs: the file (and the time its samples carry) stays; a real change rewrites it."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    path = tmp_path / "nvml.snapshot"
+    state = faults_state(node, [], system.seed, 3)[0]
+    assert write_snapshot(path, build_snapshot(system, node, state, render_time=1.0).to_bytes())
+    first = path.read_bytes()
+    assert not write_snapshot(path, build_snapshot(system, node, state, render_time=2.0).to_bytes())
+    assert path.read_bytes() == first
+    assert Snapshot.from_bytes(first).header.render_time_us == 1_000_000
+    changed = faults_state(node, [{"kind": "thermal", "device": "gpu2", "temperature_c": 91}], system.seed, 4)[0]
+    assert write_snapshot(path, build_snapshot(system, node, changed, render_time=3.0).to_bytes())
+    assert Snapshot.from_bytes(path.read_bytes()).header.render_time_us == 3_000_000
