@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from _util import row
 BIN = Path(sys.executable).parent
 SUITE = Path(__file__).parents[1] / "conformance" / "suites" / "device_plugin"
 PROFILE = "dgx-h100"
+ROUNDS = 2
 
 
 def _pytest(results: Path | None, cwd: Path) -> float:
@@ -33,6 +35,21 @@ def _pytest(results: Path | None, cwd: Path) -> float:
     return time.perf_counter() - start
 
 
+def _write_cost(results: Path) -> tuple[int, float]:
+    """How many tests the results file holds and what one incremental write of it costs (serialise + atomic
+    replace), measured directly: the whole-run difference below is within run-to-run noise."""
+    from fakehw.render.atomic import atomic_write
+
+    doc = json.loads(results.read_text())
+    target = results.with_name("rewrite.json")
+    rounds = 50
+    start = time.perf_counter()
+    for i in range(rounds):
+        doc["updated"] = i
+        atomic_write(target, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+    return len(doc["tests"]), (time.perf_counter() - start) / rounds
+
+
 def main() -> None:
     from conformance.report import report_from_results, write_reports
 
@@ -43,21 +60,24 @@ def main() -> None:
                                PROFILE, "--out", str(work / "cert")], cwd=work, capture_output=True, text=True)
         full = time.perf_counter() - start
         verdict = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "?"
-        bare = _pytest(None, work)
-        with_results = _pytest(work / "results.json", work)
+        bare, with_results = [], []
+        for _ in range(ROUNDS):  # interleaved, so drift in machine load hits both alike; the best of each
+            bare.append(_pytest(None, work))
+            with_results.append(_pytest(work / "results.json", work))
+        tests, write = _write_cost(work / "results.json")
         start = time.perf_counter()
         report = report_from_results(work / "results.json")
         write_reports(report, work / "report")
         render = time.perf_counter() - start
+    b, w = min(bare), min(with_results)
     print(f"certification: device-plugin (reference) on {PROFILE}, local backend, default fuzz budget")
     row("conformance run (all categories)", f"{full:7.1f} s", verdict)
-    row("bare pytest of the suite (baseline)", f"{bare:7.1f} s")
-    row("pytest + results file after every test", f"{with_results:7.1f} s",
-        f"{(with_results - bare) / bare * 100:+5.1f}% vs bare")
+    row(f"bare pytest of the suite (best of {ROUNDS})", f"{b:7.1f} s", "baseline")
+    row(f"pytest + results file (best of {ROUNDS})", f"{w:7.1f} s", f"{(w - b) / b * 100:+5.1f}% vs bare")
+    row("one incremental results write", f"{write * 1e3:7.2f} ms",
+        f"x {tests} tests = {tests * write:.2f} s = {tests * write / b * 100:.2f}% of the bare run")
     row("build + seal + render json/junit/md/html", f"{render * 1e3:7.1f} ms",
-        f"{len(report.results)} requirements")
-    row("report machinery overhead in all", f"{(with_results - bare + render) / bare * 100:+5.1f}%",
-        "(run-to-run noise is of the same order)")
+        f"{len(report.results)} requirements = {render / b * 100:.2f}% of the bare run")
 
 
 if __name__ == "__main__":
