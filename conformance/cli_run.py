@@ -288,7 +288,13 @@ def _write_index(out: Path, index: list[dict[str, Any]], certified: bool, combin
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    reqs = catalogue().select(target=args.target, category=args.category, level=args.level)
+    cat = catalogue()
+    for name, value, known in (("target", args.target, {r.target for r in cat.requirements}),
+                               ("category", args.category, {r.category for r in cat.requirements})):
+        if value is not None and value not in known:
+            raise CliError(f"no {name} {value!r} in the catalogue (known: {', '.join(sorted(known))})",
+                           EXIT_BAD_INPUT)
+    reqs = cat.select(target=args.target, category=args.category, level=args.level)
     if args.json:
         print(json.dumps([{"id": r.id, "title": r.title, "target": r.target, "category": r.category,
                            "level": r.level, "required": r.required, "rationale": r.rationale} for r in reqs],
@@ -327,9 +333,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("list", help="list the requirements of the catalogue")
-    p.add_argument("--target")
-    p.add_argument("--category")
-    p.add_argument("--level", choices=list(LEVELS))
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("list", help="list the requirements of the catalogue",
+                       description="One line per requirement: ID, level, category, title; '(recommended)' marks "
+                                   "the ones a verdict does not depend on. Filters combine.")
+    p.add_argument("--target", metavar="KIND", help=f"only this target's requirements ({', '.join(SUITES)})")
+    p.add_argument("--category", help="only this category (e.g. allocation, health, isolation, pfc)")
+    p.add_argument("--level", choices=list(LEVELS), help="only this certification level")
+    p.add_argument("--json", action="store_true", help="as a JSON list (every field of each requirement)")
     p.set_defaults(func=cmd_list)

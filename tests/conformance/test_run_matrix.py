@@ -64,3 +64,18 @@ def test_bad_matrices_are_refused_before_anything_runs(tmp_path: Path, args: tup
     proc = _run(*args, "--out", str(tmp_path / "o"), cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "o" / "index.json").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--target", "gpu-operator"), "no target 'gpu-operator' in the catalogue (known: device-plugin, extender, "
+                                   "fabric, ray, slurm)"),
+    (("--category", "thermals"), "no category 'thermals' in the catalogue (known: allocation, chaos,"),
+    (("--target", "fabric", "--category", "health"), "no requirement matches"),
+])
+def test_list_names_what_it_does_not_know(args: tuple[str, ...], message: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from conformance.cli import main
+
+    assert main(["list", *args]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.out == ""
