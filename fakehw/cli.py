@@ -281,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--nodes", type=int, metavar="N", help="override the node count (single-group profiles)")
 
     p = sub.add_parser("profiles", help="list built-in profiles")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON list of {name, description, projection} instead of the table")
     p.set_defaults(func=cmd_profiles)
 
     p = sub.add_parser("show", help="summarise a profile (or the SKU catalogue)")
@@ -296,23 +297,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_topo)
 
     p = sub.add_parser("validate", help="check profile files; exit 2 naming file, line, path and problem")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="profile YAML files to check (built-in profile names work too); one or more")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("schema", help="print the profile JSON Schema (for editors)")
-    p.add_argument("--out", metavar="FILE")
+    p.add_argument("--out", metavar="FILE", help="write the schema to FILE instead of stdout")
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser("render", help="write every node's files (what a node needs) to a directory")
     profile_arg(p)
-    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory (required); each node's files go to DIR/<node name>/")
     p.add_argument("--node", action="append", metavar="N|NAME", help="only these nodes (repeatable)")
     p.add_argument("--outputs", metavar="LIST", help="comma list of model, state, nvml, root (default: all)")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no 'rendered i/N node(s)' progress lines on stderr (the summary line stays)")
     p.set_defaults(func=cmd_render)
 
     p = sub.add_parser("kinds", help="list the fault kinds the agent can inject")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON list of {kind, target, summary, params} instead of the table")
     p.set_defaults(func=cmd_kinds)
 
     p = sub.add_parser("agent", help="run the node agent (control API on a unix socket)")

@@ -293,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log debug messages (give it before the command; 'fabric probe -v' has its own)")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     def add(name: str, help: str, func: Any) -> argparse.ArgumentParser:
@@ -307,48 +308,60 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--profile", required=name == "up", default="dgx-h100",
                        help="built-in profile or YAML file" + (" (default: dgx-h100)" if name == "demo" else ""))
         p.add_argument("--nodes", type=int, metavar="N", help="node count (single-group profiles)")
-        p.add_argument("--backend", default="local", choices=BACKENDS)
+        p.add_argument("--backend", default="local", choices=BACKENDS,
+                       help="where the nodes run: local (node directories and one agent on this machine), docker "
+                            "(a container per node), kind (a local Kubernetes cluster) or kubeconfig (an existing "
+                            "cluster) (default: local)")
         p.add_argument("--gpus", help="docker backend: GPUs each node container gets (all, none, gpu2,gpu5 or 2,5)")
         p.add_argument("--image", help="docker backend: node image to run (default: built from this checkout)")
 
     p = add("status", "nodes, health, and optionally the topology", cmd_status)
     p.add_argument("--topology", action="store_true", help="print the topology matrix of each node type")
     p.add_argument("--all-nodes", action="store_true", help="with --topology: every node, not one per group")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print cluster, backend, profile, alive and every node's agent state as JSON")
 
     p = add("inject", "inject a fault: NODE KIND DEVICE [key=value ...] (see 'fakehw kinds')", cmd_inject)
-    p.add_argument("node")
-    p.add_argument("kind")
-    p.add_argument("device")
-    p.add_argument("params", nargs="*", metavar="key=value")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("node", help="node name, e.g. dgx-h100-0 ('testbed status' lists them)")
+    p.add_argument("kind", help="fault kind, e.g. xid, nvlink-down, ecc, cxl-offline ('fakehw kinds' lists them)")
+    p.add_argument("device", help="the device the kind targets: a GPU (gpu3), a CXL memdev (mem0) or a memory pool")
+    p.add_argument("params", nargs="*", metavar="key=value",
+                   help="fault parameters, e.g. code=79 link=4; values are read as JSON when they parse, else as "
+                        "strings; '-' in keys becomes '_'")
+    p.add_argument("--json", action="store_true", help="print the created fault record as JSON")
 
     p = add("heal", "heal a fault by id, or all matching --node/--device/--kind, or --all", cmd_heal)
-    p.add_argument("fault_id", nargs="?")
-    p.add_argument("--node")
-    p.add_argument("--device")
-    p.add_argument("--kind")
-    p.add_argument("--all", action="store_true")
+    p.add_argument("fault_id", nargs="?", help="id of the fault to heal, e.g. f-000001 ('testbed faults' lists them)")
+    p.add_argument("--node", help="heal every fault on this node (combines with --device and --kind)")
+    p.add_argument("--device", help="heal every fault on this device, e.g. gpu3 (combines with --node and --kind)")
+    p.add_argument("--kind", help="heal every fault of this kind, e.g. xid (combines with --node and --device)")
+    p.add_argument("--all", action="store_true", help="heal every active fault of the cluster")
 
     p = add("faults", "list active faults", cmd_faults)
-    p.add_argument("--node")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--node", help="only this node's faults (default: every node)")
+    p.add_argument("--json", action="store_true", help="print the fault records as a JSON list")
 
     p = add("events", "show events (--follow to stream)", cmd_events)
-    p.add_argument("--since", type=int, default=0)
-    p.add_argument("--node")
-    p.add_argument("--follow", "-f", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--since", type=int, default=0,
+                   help="only events whose sequence number is above this (default: 0, all events)")
+    p.add_argument("--node", help="only this node's events (default: every node)")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="keep waiting for new events and print them as they come (Ctrl-C stops)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per event (seq, time, node, device, kind, data)")
 
     p = add("exec", "run a command that sees NODE's fake hardware: exec NODE -- CMD", cmd_exec)
-    p.add_argument("node")
-    p.add_argument("command", nargs=argparse.REMAINDER)
+    p.add_argument("node", help="node whose fake hardware the command sees")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the command and its arguments, after '--'; testbed exits with its exit code")
 
     p = add("env", "print the environment of NODE as shell exports", cmd_env)
-    p.add_argument("node")
+    p.add_argument("node", help="node name; eval the output to run tools against its fake hardware")
 
     p = add("down", "tear a cluster down (--all: every cluster)", cmd_down)
-    p.add_argument("--all", action="store_true")
+    p.add_argument("--all", action="store_true",
+                   help="every cluster in the state directory (not just --name), and leftover containers and "
+                        "networks of crashed docker runs")
 
     add("list", "list clusters", cmd_list)
 

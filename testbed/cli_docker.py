@@ -132,5 +132,8 @@ def register(add: AddCommand, state_dir: Callable[[argparse.Namespace], Any]) ->
 
     p = add("chaos", "container chaos on a docker-backend node: kill, restart, pause, unpause, partition",
             with_state_dir(cmd_chaos))
-    p.add_argument("verb", choices=("kill", "restart", "pause", "unpause", "partition", "unpartition"))
-    p.add_argument("node")
+    p.add_argument("verb", choices=("kill", "restart", "pause", "unpause", "partition", "unpartition"),
+                   help="kill: SIGKILL the node's container; restart: start it again (its agent replays its "
+                        "journal); pause/unpause: freeze/thaw every process in it; partition/unpartition: cut it "
+                        "off/reconnect it to the cluster network (its agent stays reachable)")
+    p.add_argument("node", help="node name (its container is the target)")

@@ -33,6 +33,11 @@ from testbed.api import Testbed
 
 AddCommand = Callable[[str, str, Any], argparse.ArgumentParser]
 
+NODE_HELP = "node name, e.g. cxl-host-0 ('testbed status' lists them)"
+POOLED_HELP = "pooled CXL device, e.g. pool0 ('testbed cxl pools' lists them)"
+LD_HELP = "logical device index within the pooled device (0-based)"
+MEMORY_POOL_HELP = "memory pool name, e.g. cxl-pooled ('testbed pool list NODE' lists them)"
+
 
 def _size(value: int) -> str:
     return format_size(value) if value else "0"
@@ -72,7 +77,7 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
         return show(args, client(args).cxl(args.node), _cxl_text)
 
     p = action(cxl, "show", "a node's CXL memdevs, regions, extents and NUMA memory", cxl_show)
-    p.add_argument("node")
+    p.add_argument("node", help=NODE_HELP)
 
     def create(args: argparse.Namespace) -> int:
         targets = [t for t in args.targets.split(",") if t]
@@ -82,12 +87,12 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
                     f"{','.join(r['targets'])} in {r['window']} (NUMA node {r['numa']})")
 
     p = action(cxl, "create-region", "create a region over memory devices through a window", create)
-    p.add_argument("node")
+    p.add_argument("node", help="node the region is created on")
     p.add_argument("--window", required=True, help="root decoder / fixed memory window, e.g. cfmws0")
     p.add_argument("--targets", required=True, help="memory devices, comma separated: mem1,mem2")
     p.add_argument("--granularity", type=int, help="interleave granularity in bytes (default: the window's)")
     p.add_argument("--size", help="e.g. 2GiB (default: all that fits)")
-    p.add_argument("--mode", choices=("ram", "pmem"))
+    p.add_argument("--mode", choices=("ram", "pmem"), help="region type: ram (volatile) or pmem (default: ram)")
     p.add_argument("--region", metavar="regionN", help="name (default: the next free regionN)")
 
     def destroy(args: argparse.Namespace) -> int:
@@ -95,8 +100,8 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
         return show(args, r, lambda r: f"destroyed {r['destroyed']['name']}")
 
     p = action(cxl, "destroy-region", "destroy a region", destroy)
-    p.add_argument("node")
-    p.add_argument("region")
+    p.add_argument("node", help="node holding the region")
+    p.add_argument("region", help="region name, e.g. region5 ('testbed cxl show NODE' lists them)")
 
     for verb, online in (("online", True), ("offline", False)):
         def toggle(args: argparse.Namespace, online: bool = online) -> int:
@@ -105,8 +110,8 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
                         f"{'online' if m['online'] else 'offline'}{'' if m['changed'] else ' (unchanged)'}")
 
         p = action(cxl, verb, f"bring a memory device {verb}", toggle)
-        p.add_argument("node")
-        p.add_argument("memdev")
+        p.add_argument("node", help="node holding the memory device")
+        p.add_argument("memdev", help="memory device, e.g. mem0 ('testbed cxl show NODE' lists them)")
 
     def pools(args: argparse.Namespace) -> int:
         return show(args, client(args).cxl_pools(), _pools_text)
@@ -119,17 +124,17 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
                     + ("" if r["changed"] else " (already)"))
 
     p = action(cxl, "assign", "assign a logical device of a pooled device to a host", assign)
-    p.add_argument("pool")
-    p.add_argument("ld", type=int)
-    p.add_argument("node")
+    p.add_argument("pool", help=POOLED_HELP)
+    p.add_argument("ld", type=int, help=LD_HELP)
+    p.add_argument("node", help="host to give the logical device to (one of the hosts the pooled device serves)")
 
     def release(args: argparse.Namespace) -> int:
         r = client(args).release_ld(args.pool, args.ld, args.holder)
         return show(args, r, lambda r: f"logical device {r['ld']} of {r['pool']} released from {r['node']}")
 
     p = action(cxl, "release", "release a logical device from its host", release)
-    p.add_argument("pool")
-    p.add_argument("ld", type=int)
+    p.add_argument("pool", help=POOLED_HELP)
+    p.add_argument("ld", type=int, help=LD_HELP)
     p.add_argument("--node", dest="holder", help="refuse unless this host holds it")
 
     def add_extent(args: argparse.Namespace) -> int:
@@ -138,8 +143,8 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
                     f"{e['pool']} -> {e['node']}")
 
     p = action(cxl, "add-extent", "add a dynamic-capacity extent of a pooled device to a host", add_extent)
-    p.add_argument("pool")
-    p.add_argument("host")
+    p.add_argument("pool", help=POOLED_HELP)
+    p.add_argument("host", help="host that gets the extent (one of the hosts the pooled device serves)")
     p.add_argument("size", help="a multiple of 256MiB, e.g. 1GiB")
     p.add_argument("--offset", type=lambda v: int(v, 0), help="device offset (default: first free range)")
 
@@ -148,8 +153,8 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
         return show(args, e, lambda e: f"released {e['released']['id']}")
 
     p = action(cxl, "release-extent", "release a dynamic-capacity extent", release_extent)
-    p.add_argument("pool")
-    p.add_argument("extent")
+    p.add_argument("pool", help=POOLED_HELP)
+    p.add_argument("extent", help="extent id, e.g. pool0-e000001 ('testbed cxl pools' lists them)")
 
     # pool -----------------------------------------------------------------------------------------
     pool = group("pool", "memory pools: list, reserve, burst, map with a token, release, audit log")
@@ -158,7 +163,7 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
         return show(args, client(args).pools(args.node), _memory_pools_text)
 
     p = action(pool, "list", "a node's memory pools: capacity, latency, policy, grants", plist)
-    p.add_argument("node")
+    p.add_argument("node", help=NODE_HELP)
 
     for verb, burst in (("reserve", False), ("burst", True)):
         def grant(args: argparse.Namespace, burst: bool = burst) -> int:
@@ -171,9 +176,9 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
 
         p = action(pool, verb, "guaranteed reservation" if not burst else "opportunistic, preemptible burst",
                    grant)
-        p.add_argument("node")
-        p.add_argument("pool")
-        p.add_argument("tenant")
+        p.add_argument("node", help="node whose memory pool to draw from")
+        p.add_argument("pool", help=MEMORY_POOL_HELP)
+        p.add_argument("tenant", help="who the grant is for, e.g. team-a (1-128 letters, digits and . _ : / @ -)")
         p.add_argument("size", help="e.g. 4GiB")
         p.add_argument("--ttl", type=float, help="seconds until the token expires (default 3600)")
 
@@ -182,43 +187,45 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
         return show(args, r, lambda r: f"released {r['released']['id']}")
 
     p = action(pool, "release", "release a grant (needs its token)", prelease)
-    p.add_argument("grant")
-    p.add_argument("--token", required=True)
+    p.add_argument("grant", help="grant id, e.g. g-000001 (printed by reserve/burst)")
+    p.add_argument("--token", required=True, help="the grant's access token, as printed by reserve/burst (required)")
 
     def pmap(args: argparse.Namespace) -> int:
         m = client(args).map_pool(args.node, args.pool, args.token, args.who, args.offset, args.length)
         return show(args, m, lambda m: f"{m['id']}: {m['who']} maps {_size(m['length'])} of {m['grant']}")
 
     p = action(pool, "map", "map part of a grant (refused and logged without a valid token)", pmap)
-    p.add_argument("node")
-    p.add_argument("pool")
-    p.add_argument("--token")
+    p.add_argument("node", help="node of the grant")
+    p.add_argument("pool", help=MEMORY_POOL_HELP)
+    p.add_argument("--token", help="the grant's access token (the grant is found by it); without one the mapping is "
+                                   "refused and the refusal audited")
     p.add_argument("--who", required=True, help="the consumer, e.g. ns/pod")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--length", type=int)
+    p.add_argument("--offset", type=int, default=0, help="start of the mapping within the grant, bytes (default: 0)")
+    p.add_argument("--length", type=int, help="bytes to map (default: from --offset to the end of the grant)")
 
     def punmap(args: argparse.Namespace) -> int:
         r = client(args).unmap_pool(args.mapping, args.token)
         return show(args, r, lambda r: f"unmapped {r['unmapped']['id']}")
 
     p = action(pool, "unmap", "remove a mapping (needs the grant's token)", punmap)
-    p.add_argument("mapping")
-    p.add_argument("--token", required=True)
+    p.add_argument("mapping", help="mapping id, e.g. m-000001 (printed by map)")
+    p.add_argument("--token", required=True, help="access token of the grant the mapping belongs to (required)")
 
     def audit(args: argparse.Namespace) -> int:
         entries = client(args).audit(args.node, args.pool, args.since)
         return show(args, entries, _audit_text)
 
     p = action(pool, "audit", "the audit log: grants, revocations, mappings, refusals", audit)
-    p.add_argument("--node", default=None)
-    p.add_argument("--pool")
-    p.add_argument("--since", type=int, default=0)
+    p.add_argument("--node", default=None, help="only entries of this node (default: every node)")
+    p.add_argument("--pool", help="only entries of this memory pool (default: every pool)")
+    p.add_argument("--since", type=int, default=0,
+                   help="only entries whose sequence number is above this (default: 0; at most 1000 are shown)")
 
     def tokens(args: argparse.Namespace) -> int:
         return show(args, client(args).pool_tokens(args.node), _tokens_text)
 
     p = action(pool, "tokens", "token records (never the secrets): who, range, issued, revoked", tokens)
-    p.add_argument("--node", default=None)
+    p.add_argument("--node", default=None, help="only tokens of grants on this node (default: every node)")
 
 
 # --------------------------------------------------------------------------------------------------- text

@@ -121,28 +121,38 @@ def register(sub: Any) -> None:
 
     p = fsub.add_parser("list", help="built-in fabric configs")
     p.add_argument("--broken", action="store_true", help="also list the deliberately broken examples")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON list of {name, kind (healthy/broken), file, description}")
     p.set_defaults(func=cmd_list)
 
     p = fsub.add_parser("lint", help="static conformance of fabric configs (exit 1 on errors, 2 on bad input)")
     p.add_argument("configs", nargs="+", metavar="CONFIG", help="built-in name or YAML file")
     p.add_argument("--paths", action="store_true", help="list every RoCE path with its MTUs")
     p.add_argument("--strict", action="store_true", help="warnings fail too")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print the lint report as JSON (a list of reports when several configs are given)")
     p.set_defaults(func=cmd_lint)
 
     p = fsub.add_parser("requirements", help="the fabric requirement catalogue")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON list of {id, title, severity, kind, rationale} instead of the table")
     p.set_defaults(func=cmd_requirements)
 
-    p = fsub.add_parser("generate", help="write a fabric config for a hardware profile")
-    p.add_argument("kind", choices=["rail", "spine-leaf"])
+    p = fsub.add_parser("generate", help="write a fabric config for a hardware profile",
+                        description="Write a starting-point fabric config (YAML) for a hardware profile: rail-"
+                                    "optimised or spine-leaf, with the RoCE QoS of NVIDIA's DCQCN guidance.")
+    p.add_argument("kind", choices=["rail", "spine-leaf"],
+                   help="topology: rail (one leaf switch per NIC rail, every node cabled to each) or spine-leaf "
+                        "(nodes split over --leaves leaves, one VLAN per rail, rails spread over --spines spines)")
     p.add_argument("profile", help="hardware profile (built-in name or YAML file)")
-    p.add_argument("--nodes", type=int, metavar="N")
-    p.add_argument("--leaves", type=int, default=2)
-    p.add_argument("--spines", type=int, default=2)
+    p.add_argument("--nodes", type=int, metavar="N",
+                   help="node count to cable (single-group profiles; default: the profile's own)")
+    p.add_argument("--leaves", type=int, default=2,
+                   help="spine-leaf only: number of leaf switches, at least 1 (default: 2)")
+    p.add_argument("--spines", type=int, default=2,
+                   help="spine-leaf only: number of spine switches, at least 1 (default: 2)")
     p.add_argument("--mtu", type=int, default=9216, help="switch port MTU")
-    p.add_argument("--out", metavar="FILE")
+    p.add_argument("--out", metavar="FILE", help="write the YAML to FILE instead of stdout")
     p.set_defaults(func=cmd_generate)
 
     from fakehw.fabric import cli_runtime

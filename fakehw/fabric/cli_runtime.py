@@ -162,7 +162,9 @@ def register(fsub: Any) -> None:
     p.add_argument("--run-id", metavar="ID", help="name prefix fh<ID> (default random)")
     p.add_argument("--attach", action="append", metavar="NODE=NETNS",
                    help="put a node's NICs into an existing namespace (e.g. /proc/<pid>/ns/net)")
-    p.add_argument("--no-responder", action="store_true")
+    p.add_argument("--no-responder", action="store_true",
+                   help="build namespaces and links only; start no RoCE responder on the NICs (probes then "
+                        "get no answers)")
     p.add_argument("--show", type=int, default=0, metavar="N", help="list the first N namespaces")
     p.set_defaults(func=cmd_up)
 
@@ -172,14 +174,15 @@ def register(fsub: Any) -> None:
 
     p = fsub.add_parser("status", help="what a fabric run has running")
     p.add_argument("--state-dir", required=True, metavar="DIR", help=STATE_HELP)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print fabric, run, source, complete, counts, processes and impairments as JSON")
     p.set_defaults(func=cmd_status)
 
     p = fsub.add_parser("probe", help="measure the dynamic requirements on a running fabric (root)")
     p.add_argument("--state-dir", required=True, metavar="DIR", help=STATE_HELP)
     p.add_argument("--mtu", choices=["none", "sample", "all"], default="sample",
                    help="largest-payload measurement: none, one path per MTU profile (default), every path")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the probe report as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="list passing checks too")
     p.set_defaults(func=cmd_probe)
 
@@ -305,18 +308,24 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 def register_chaos(fsub: Any) -> None:
     p = fsub.add_parser("chaos", help="impairments on a running fabric: loss, partition, bandwidth, flap, ...")
     p.add_argument("kind", choices=["kinds", "list", "revert", "link-down", "flap", "partition", "loss", "bandwidth",
-                                    "duplicate", "corrupt", "delay", "reorder"])
+                                    "duplicate", "corrupt", "delay", "reorder"],
+                   help="kinds: which impairments this kernel supports (needs no fabric); list: the active ones; "
+                        "revert: undo TARGET; any other: the impairment to apply to TARGET (partition takes "
+                        "--side-a/--side-b instead; reorder is refused: it needs sch_netem)")
     p.add_argument("target", nargs="?", help="node/nic or switch/port (revert: an impairment id or all)")
     p.add_argument("--state-dir", metavar="DIR", help=STATE_HELP)
     p.add_argument("--rate", type=float, default=0.01, help="loss/duplication probability (0-1)")
     p.add_argument("--direction", choices=["in", "out", "both"], default="both",
                    help="in: from the cable into the switch; out: from the switch into the cable")
     p.add_argument("--mbit", type=float, default=100.0, help="bandwidth limit, Mbit/s")
-    p.add_argument("--shaper", choices=["tbf", "htb"], default="tbf")
+    p.add_argument("--shaper", choices=["tbf", "htb"], default="tbf",
+                   help="bandwidth: tc qdisc enforcing --mbit, tbf (token bucket) or htb (one class) (default: tbf)")
     p.add_argument("--period", type=float, default=1.0, help="flap period, s")
     p.add_argument("--duration", type=float, default=10.0, help="flap duration, s")
-    p.add_argument("--side-a", metavar="NODES")
-    p.add_argument("--side-b", metavar="NODES")
+    p.add_argument("--side-a", metavar="NODES",
+                   help="partition: comma-separated node names on one side (required for partition)")
+    p.add_argument("--side-b", metavar="NODES",
+                   help="partition: comma-separated node names on the other side, disjoint from --side-a")
     p.add_argument("--ms", type=float, default=1.0, help="delay, ms (both directions of the cable)")
     p.add_argument("--jitter-ms", type=float, default=0.0, help="uniform jitter around the delay, ms")
     p.set_defaults(func=_chaos_entry)
@@ -331,12 +340,17 @@ def _chaos_entry(args: argparse.Namespace) -> int:
 def register_fuzz(fsub: Any) -> None:
     p = fsub.add_parser("fuzz", help="scapy fuzz() of BTH/RETH/AETH/PFC at the codec or the responder")
     p.add_argument("--seed", type=int, default=1, help="random seed (recorded; the same seed, the same bytes)")
-    p.add_argument("--count", type=int, default=10_000)
-    p.add_argument("--target", choices=["parser", "responder"], default="parser")
+    p.add_argument("--count", type=int, default=10_000,
+                   help="number of fuzzed packets to send, at least 1 (default: 10000)")
+    p.add_argument("--target", choices=["parser", "responder"], default="parser",
+                   help="parser: the codec and responder logic in process, no root; responder: a live responder "
+                        "on an emulated fabric, root (default: parser)")
     p.add_argument("--report", metavar="FILE", help="write the JSON report here")
     p.add_argument("--replay", metavar="REPORT", help="regenerate a recorded run and compare byte for byte")
     p.add_argument("--config", default="dgx-h100-rail", help="fabric to build for --target responder")
     p.add_argument("--state-dir", metavar="DIR", help="use a fabric started with 'fakehw fabric up' instead")
-    p.add_argument("--from", dest="source", default="dgx-h100-0/mlx5_0", metavar="NODE/NIC")
-    p.add_argument("--to", dest="dest", default="dgx-h100-1/mlx5_0", metavar="NODE/NIC")
+    p.add_argument("--from", dest="source", default="dgx-h100-0/mlx5_0", metavar="NODE/NIC",
+                   help="--target responder: the NIC sending the packets (default: dgx-h100-0/mlx5_0)")
+    p.add_argument("--to", dest="dest", default="dgx-h100-1/mlx5_0", metavar="NODE/NIC",
+                   help="--target responder: the NIC whose responder receives them (default: dgx-h100-1/mlx5_0)")
     p.set_defaults(func=cmd_fuzz)
