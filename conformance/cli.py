@@ -12,7 +12,7 @@ from fakehw.cli_common import run_cli
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="conformance", description="Conformance suites and certification reports.")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="log debug messages (give it before the command; 'run -v' has its own)")
+                        help="log debug messages")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     from conformance import cli_report, cli_run
 

@@ -329,7 +329,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--fuzz-seed", type=int, help="replay an isolation fuzz run")
     p.add_argument("--timeout-scale", type=float, help="stretch the harness's deadlines (slow or emulated nodes)")
     p.add_argument("-k", dest="keyword", help="only checks matching this pytest -k expression")
-    p.add_argument("-v", "--verbose", action="store_true",
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                    help="pytest -v instead of -q, and print each pytest command line to stderr")
     p.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments")
     p.set_defaults(func=cmd_run)

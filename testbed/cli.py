@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="log debug messages (give it before the command; 'fabric probe -v' has its own)")
+                        help="log debug messages")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     def add(name: str, help: str, func: Any) -> argparse.ArgumentParser:

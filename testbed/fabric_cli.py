@@ -71,7 +71,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--mtu", choices=["none", "sample", "all"], default="sample",
                    help="largest-payload measurement: none, one path per MTU profile (default: sample), every path")
     p.add_argument("--json", action="store_true", help="print the probe report as JSON")
-    p.add_argument("-v", "--verbose", action="store_true", help="list passing checks too (and log debug messages)")
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="list passing checks too (and log debug messages)")
     p.set_defaults(func=cmd_probe)
     p = fsub.add_parser("down", help="tear the fabric down", parents=[common])
     p.set_defaults(func=cmd_down)

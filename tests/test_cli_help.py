@@ -66,3 +66,16 @@ def test_help_exits_zero(path: tuple[str, ...], capsys: pytest.CaptureFixture[st
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: "), out[:200]
+
+
+@pytest.mark.parametrize(("prog", "before", "after"), [
+    ("conformance", [], ["run", "--target", "device-plugin"]),
+    ("testbed", [], ["fabric", "probe"]),
+    ("fakehw", [], ["fabric", "probe", "--state-dir", "fabric-state"]),
+])
+def test_verbose_counts_before_or_after_the_command(prog: str, before: list[str], after: list[str]) -> None:
+    """A command with its own -v must not reset the global one given before it (argparse's subparser defaults)."""
+    parse = PARSERS[prog]().parse_args
+    assert parse(["-v", *after]).verbose is True
+    assert parse([*after, "-v"]).verbose is True
+    assert parse(after).verbose is False

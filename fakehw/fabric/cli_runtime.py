@@ -183,7 +183,8 @@ def register(fsub: Any) -> None:
     p.add_argument("--mtu", choices=["none", "sample", "all"], default="sample",
                    help="largest-payload measurement: none, one path per MTU profile (default), every path")
     p.add_argument("--json", action="store_true", help="print the probe report as JSON")
-    p.add_argument("-v", "--verbose", action="store_true", help="list passing checks too")
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="list passing checks too (and log debug messages)")
     p.set_defaults(func=cmd_probe)
 
     register_fuzz(fsub)
