@@ -87,17 +87,19 @@ class Backend(ABC):
 
     def heal(self, record: ClusterRecord, fault_id: str | None = None, node: str | None = None,
              device: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
-        nodes = [node] if node else record.nodes
+        """Heal faults node by node, asking the agent that serves each one: an agent may serve one node (Docker,
+        Kubernetes) or all of them (local), and a fault id is only unique within its agent."""
+        if node is not None and node not in record.nodes:
+            raise BackendInputError(f"cluster {record.name} has no node {node!r} (nodes: {', '.join(record.nodes)})")
         healed: list[dict[str, Any]] = []
-        seen: set[int] = set()
-        for n in nodes:
+        for n in [node] if node else record.nodes:
             client = self.agent(record, n)
-            if id(client) in seen:
-                continue
-            seen.add(id(client))
             if fault_id is not None:
-                return client.heal(fault_id=fault_id)
-            healed += client.heal(node=node, device=device, kind=kind)
+                if not any(f["id"] == fault_id for f in client.faults(n)):
+                    continue
+                healed += client.heal(fault_id=fault_id, device=device, kind=kind, node=n)
+            else:
+                healed += client.heal(node=n, device=device, kind=kind)
         return healed
 
     def netns_path(self, record: ClusterRecord, node: str) -> str | None:

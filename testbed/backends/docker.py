@@ -332,25 +332,6 @@ class DockerBackend(Backend):
             states[c.labels.get(LABEL_NODE)] = c.status
         return bool(record.nodes) and all(states.get(n) in ("running", "paused") for n in record.nodes)
 
-    # ------------------------------------------------------------------------------------------ faults
-
-    def heal(self, record: ClusterRecord, fault_id: str | None = None, node: str | None = None,
-             device: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
-        """Each node has its own agent, so a fault id is only unique per node: heal where it is found."""
-        if node is not None:
-            self._check_node(record, node)
-        nodes = [node] if node else record.nodes
-        healed: list[dict[str, Any]] = []
-        for n in nodes:
-            client = self.agent(record, n)
-            if fault_id is not None:
-                if not any(f["id"] == fault_id for f in client.faults(n)):
-                    continue
-                healed += client.heal(fault_id=fault_id, device=device, kind=kind, node=n)
-            else:
-                healed += client.heal(node=n, device=device, kind=kind)
-        return healed
-
     # ------------------------------------------------------------------------------------------ exec
 
     def exec(
