@@ -1,17 +1,5 @@
-"""Waiting for a condition the testbed cannot be told about directly (a file written by another process, a
-watch event, a plugin re-registering): poll it, with a deadline."""
+"""Deprecated location of :func:`fakehw.polling.wait_until` (kept while callers move)."""
 
-from __future__ import annotations
+from fakehw.polling import wait_until
 
-import time
-from collections.abc import Callable
-
-
-def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.05) -> bool:
-    """True as soon as ``predicate()`` is truthy; after ``timeout`` seconds, whether it is truthy then."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
+__all__ = ["wait_until"]
