@@ -27,10 +27,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conformance.requirements import LEVELS, catalogue
 from fakehw.cli_common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, CliError
+
+if TYPE_CHECKING:
+    from conformance.report import Report
 
 
 @dataclass(frozen=True)
@@ -107,12 +110,14 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], bool]:
     ok = True
     reqs: dict[str, Any] = doc.get("requirements", {})
     messages = {t["nodeid"]: t.get("message", "") for t in doc.get("tests", [])}
+    required_passed = 0
     for req_id, entry in sorted(reqs.items()):
         req = cat.get(req_id)
         status = str(entry.get("status", "not-run"))
         required = req.required if req is not None else True
         if status != "passed" and required:
             ok = False
+        required_passed += required and status == "passed"
         mark = "" if required else " (recommended)"
         lines.append(f"{status.upper():8} {req_id:15} {entry.get('title', '')}{mark}")
         if status in ("failed", "error"):
@@ -123,27 +128,29 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], bool]:
     counts: dict[str, int] = {}
     for entry in reqs.values():
         counts[str(entry.get("status"))] = counts.get(str(entry.get("status")), 0) + 1
+    # the report's rule (conformance.report.model.derive_verdicts): a finished run, and at least one required
+    # requirement passed
+    complete = bool(doc.get("complete", True))
+    ok = ok and complete and required_passed > 0
+    verdict = ("CERTIFIED: every required requirement passed" if ok
+               else "NOT CERTIFIED" + ("" if complete else " (partial: the run did not finish)"))
     lines.append("")
     lines.append(", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s)) +
-                 f" of {len(reqs)} requirements; " + ("CERTIFIED: every required requirement passed" if ok and reqs
-                                                      else "NOT CERTIFIED"))
-    return lines, ok and bool(reqs)
+                 f" of {len(reqs)} requirements; {verdict}")
+    return lines, ok
 
 
-def write_report(results: Path, out: Path) -> str | None:
-    """The certification report next to the results (when the report package is installed); its verdict."""
-    try:
-        from conformance.report import ReportError, report_from_results, write_reports
-        from conformance.report.text import VERDICT_TEXT
-    except ImportError:
-        return None
+def write_report(results: Path, out: Path) -> Report | None:
+    """The sealed certification report next to the results (None, said on stderr, when it cannot be built)."""
+    from conformance.report import ReportError, report_from_results, write_reports
+
     try:
         report = report_from_results(results)
         write_reports(report, out)
     except ReportError as exc:
         print(f"conformance: no report: {exc}", file=sys.stderr)
         return None
-    return str(VERDICT_TEXT[report.verdicts.overall])
+    return report
 
 
 @dataclass(frozen=True)
@@ -235,11 +242,16 @@ def execute(args: argparse.Namespace, run: Run, out: Path) -> tuple[bool, str | 
     if not results.is_file():
         raise CliError(f"{run.label}: the suite wrote no results (pytest exit status {proc.returncode}); run with -v "
                        "to see the pytest command", EXIT_FAILURE if proc.returncode != 4 else EXIT_BAD_INPUT)
-    lines, ok = summarize(json.loads(results.read_text()))
+    lines, _ = summarize(json.loads(results.read_text()))
     print()
     print(f"== {run.label}, {took:.0f} s, results: {results}")
     print("\n".join(lines))
-    return ok, write_report(results, out), took
+    from conformance.report.text import VERDICT_TEXT
+
+    report = write_report(results, out)
+    if report is None:
+        return False, None, took  # nothing sealed: nothing certified
+    return report.verdicts.overall == "certified", str(VERDICT_TEXT[report.verdicts.overall]), took
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -15,18 +15,17 @@ from __future__ import annotations
 import json
 import platform
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
+from conformance import RESULTS_SCHEMA
 from conformance.requirements import Catalogue, catalogue
 from fakehw import __version__
 from fakehw.render.atomic import atomic_write
-
-RESULTS_SCHEMA = "fakehw.conformance.results/v1"
 
 
 @dataclass(frozen=True)
@@ -300,10 +299,3 @@ def _short(report: pytest.TestReport) -> str:
     if crash is not None:
         return str(crash.message)[:2000]
     return str(report.longrepr)[:2000] if report.longrepr else ""
-
-
-def iter_requirement_items(items: list[pytest.Item]) -> Iterator[tuple[pytest.Item, list[str]]]:
-    for item in items:
-        ids = requirement_ids(item)
-        if ids:
-            yield item, ids

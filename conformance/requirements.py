@@ -48,10 +48,6 @@ class Catalogue:
     def for_target(self, target: str) -> tuple[Requirement, ...]:
         return tuple(r for r in self.requirements if r.target == target and not r.retired)
 
-    @property
-    def targets(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(r.target for r in self.requirements))
-
     def select(self, target: str | None = None, category: str | None = None,
                level: str | None = None) -> tuple[Requirement, ...]:
         return tuple(

@@ -21,10 +21,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from conformance import RESULTS_SCHEMA
 from conformance.requirements import LEVELS, Level, catalogue
 
 REPORT_SCHEMA = "fakehw.conformance.report/v1"
-RESULTS_SCHEMA = "fakehw.conformance.results/v1"
 Status = Literal["passed", "failed", "error", "skipped", "not-run"]
 
 

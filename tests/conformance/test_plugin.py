@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.cli_run import SUITES
 from conformance.pytest_plugin import requirement_status
 from conformance.requirements import CatalogueError, _parse, catalogue
 
@@ -134,6 +135,9 @@ def test_malformed_catalogue_entries_are_named(text: str, message: str) -> None:
 def test_the_shipped_catalogue_loads() -> None:
     cat = catalogue()
     assert len({r.id for r in cat.requirements}) == len(cat.requirements)
+    # every target `conformance run` offers has required requirements, and the catalogue names no other target
+    assert {r.target for r in cat.requirements} == set(SUITES)
+    assert all(any(r.required for r in cat.for_target(t)) for t in SUITES)
 
 
 def test_results_are_complete_under_xdist(suite: pytest.Pytester, tmp_path: Path) -> None:

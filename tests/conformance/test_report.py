@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 
 from conformance.cli import main as conformance_main
-from conformance.report import build_report, load_report, report_json_schema, verify
+from conformance.report import build_report, load_report, render, report_json_schema, verify
 from conformance.report.model import Report
 
 pytest_plugins = ["pytester"]
@@ -105,7 +105,7 @@ def test_a_failing_run_is_not_certified_and_carries_evidence(pytester: pytest.Py
     topo = next(r for r in report.results if r.id == "ST-TOPO-001")
     assert topo.status == "failed" and "picked GPUs that share no NVLink" in topo.message
     assert [(e.label, e.value) for e in topo.evidence] == [("preferred set", ["gpu0", "gpu5"])]
-    junit = ET.fromstring(report and __import__("conformance.report", fromlist=["render"]).render(report, "junit"))
+    junit = ET.fromstring(render(report, "junit"))
     suite = junit.find("testsuite")
     assert suite is not None and suite.get("name") == "selftest" and suite.get("failures") == "1"
     failure = next(c for c in suite.iter("testcase") if c.get("name", "").startswith("ST-TOPO-001"))
@@ -180,7 +180,7 @@ def test_a_killed_run_leaves_a_valid_partial_report(results: Path, tmp_path: Pat
     assert {r.id: r.status for r in report.results} == {"ST-BASIC-001": "passed", "ST-BASIC-002": "not-run",
                                                          "ST-TOPO-001": "not-run", "ST-FUZZ-001": "not-run"}
     assert verify(report) == []
-    assert "PARTIAL" in __import__("conformance.report", fromlist=["render"]).render(report, "md")
+    assert "PARTIAL" in render(report, "md")
 
 
 @pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("tesseract")),
@@ -189,7 +189,7 @@ def test_the_html_report_renders_in_headless_chromium(pytester: pytest.Pytester,
                                                       tmp_path: Path) -> None:
     report = _report(_run_suite(pytester, results, fail=True))
     html = tmp_path / "report.html"
-    html.write_text(__import__("conformance.report", fromlist=["render"]).render(report, "html"))
+    html.write_text(render(report, "html"))
     png = tmp_path / "shot.png"
     profile_dir = tmp_path / "chrome-profile"
     subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",

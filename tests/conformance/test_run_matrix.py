@@ -79,3 +79,17 @@ def test_list_names_what_it_does_not_know(args: tuple[str, ...], message: str,
     assert main(["list", *args]) == 2
     captured = capsys.readouterr()
     assert message in captured.err and captured.out == ""
+
+
+def test_the_run_summary_follows_the_reports_verdict_rules() -> None:
+    """A run that did not finish, or one where no required requirement passed, is not certified."""
+    from conformance.cli_run import summarize
+
+    passed = {"DP-REG-001": {"status": "passed", "title": "t", "tests": ["a"]}}
+    lines, ok = summarize({"complete": False, "requirements": passed, "tests": []})
+    assert not ok and lines[-1].endswith("NOT CERTIFIED (partial: the run did not finish)")
+    recommended_only = {"DP-HEALTH-006": {"status": "passed", "title": "t", "tests": ["a"]}}
+    lines, ok = summarize({"complete": True, "requirements": recommended_only, "tests": []})
+    assert not ok and lines[-1].endswith("NOT CERTIFIED")
+    lines, ok = summarize({"complete": True, "requirements": passed, "tests": []})
+    assert ok and lines[-1] == "1 passed of 1 requirements; CERTIFIED: every required requirement passed"

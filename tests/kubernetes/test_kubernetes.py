@@ -224,7 +224,10 @@ def _kind_missing() -> str | None:
     return None
 
 
-@pytest.mark.skipif(_kind_missing() is not None, reason=str(_kind_missing()))
+KIND_MISSING = _kind_missing()
+
+
+@pytest.mark.skipif(KIND_MISSING is not None, reason=str(KIND_MISSING))
 def test_kind_e2e_real_device_plugin_gives_a_pod_its_gpus(testbed_state_dir: Path) -> None:
     from testbed import Testbed
 
