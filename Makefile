@@ -19,7 +19,8 @@ help:
 	@echo "make bench        benchmarks (figures printed, nothing asserted)"
 
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# a fresh Debian has python3 but not its venv module (python3-venv): install the system packages, retry
+	@test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV) || { tools/install-system-deps.sh && $(PYTHON) -m venv --clear $(VENV); }
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@rm -f $(VENV)/.installed-*; touch $@

@@ -3,8 +3,8 @@
 # As root it installs; otherwise it says what is missing (tests that need it skip with a reason).
 set -euo pipefail
 
-# Debian packages (bookworm main) the suite uses.
-PACKAGES=(gcc make)
+# Debian packages (bookworm main) the suite uses. python3-venv: Debian's python3 has no ensurepip without it.
+PACKAGES=(python3-venv gcc make)
 # Fake NVML: the riscv64 cross compiler (the shim must build for riscv64 node images).
 PACKAGES+=(gcc-riscv64-linux-gnu libc6-dev-riscv64-cross)
 # Fake platform: hwloc's lstopo reads the fake root (hwloc-nox has no X libraries; the full hwloc package is as
