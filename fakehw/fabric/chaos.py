@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fakehw.fabric.model import NicRef, PortRef
 from fakehw.fabric.netns import Netns
+from fakehw.fabric.plan import BRIDGE
 
 if TYPE_CHECKING:
     from fakehw.fabric.emulate import EmulatedFabric, Ledger
@@ -121,7 +122,7 @@ def _undo(op: dict[str, Any]) -> None:
     elif kind == "rename-back":
         ns.run(["ip", "link", "set", "dev", op["from"], "down"], check=False)
         if ns.run(["ip", "link", "set", "dev", op["from"], "name", op["to"]], check=False).returncode == 0:
-            ns.run(["ip", "link", "set", "dev", op["to"], "master", "fhbr"])
+            ns.run(["ip", "link", "set", "dev", op["to"], "master", BRIDGE])
             ns.run(["ip", "link", "set", "dev", op["to"], "up"])
             wait_forwarding(ns, op["to"])
     elif kind == "clsact-delete":
@@ -465,7 +466,7 @@ class Chaos:
         steps: list[tuple[Netns, list[str], bytes | None]] = [
             (ns, ["ip", "link", "add", inject, "mtu", str(port.mtu), "type", "veth", "peer", "name", bridge_side,
                   "mtu", str(port.mtu)], None),
-            (ns, ["ip", "link", "set", bridge_side, "master", "fhbr"], None),
+            (ns, ["ip", "link", "set", bridge_side, "master", BRIDGE], None),
             (ns, ["ip", "link", "set", "dev", bridge_side, "type", "bridge_slave", "learning", "off"], None),
         ]
         if port.vlan.untagged is not None:
@@ -528,7 +529,6 @@ class Chaos:
         import tempfile
 
         from fakehw.fabric.forwarder import MARKER
-        from fakehw.fabric.plan import BRIDGE
 
         if ms < 0 or jitter_ms < 0 or ms > 10_000:
             raise ChaosError(f"delay {ms} ms / jitter {jitter_ms} ms out of range")
@@ -540,7 +540,6 @@ class Chaos:
         workdir = Path(self.fabric.ledger.state_dir or tempfile.gettempdir())
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / f"forwarder-{self.fabric.plan.run_id}-{imp.id}.json"
-        stats = config.with_suffix(".stats.json")
         imp.undo = [
             {"op": "link-delete", "ns": ns.path, "ifname": ifname},
             {"op": "rename-back", "ns": ns.path, "from": renamed, "to": ifname},
@@ -560,8 +559,7 @@ class Chaos:
             for step_ns, argv, data in steps:
                 step_ns.run(argv, input=data)
             config.write_text(json.dumps({"ns": ns.path, "port": renamed, "inject": inject, "delay": ms / 1000,
-                                          "jitter": jitter_ms / 1000, "keep_order": keep_order, "seed": seed,
-                                          "stats": str(stats)}))
+                                          "jitter": jitter_ms / 1000, "keep_order": keep_order, "seed": seed}))
             proc = subprocess.Popen([sys.executable, "-m", MARKER, str(config)], stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, start_new_session=True)
             marker = f"{MARKER} {config}"
@@ -579,7 +577,6 @@ class Chaos:
         except Exception as exc:
             self._drop(imp)
             raise ChaosError(f"delay on {ref}: {exc}") from None
-        imp.params["stats"] = str(stats)
         self.active[imp.id] = imp
         return imp
 

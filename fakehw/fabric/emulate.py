@@ -28,6 +28,7 @@ from fakehw.fabric.model import FabricModel, NicRef, PortRef
 from fakehw.fabric.netns import Netns, NetnsError, create_named, have_root, list_named, remove_named
 from fakehw.fabric.plan import BRIDGE, FabricPlan, NodeAttachment, plan
 from fakehw.fabric.rawio import PacketSocket
+from fakehw.render.atomic import atomic_write, dump_json
 
 LEDGER = "fabric.json"
 SWITCH_IFINDEX_BASE = 100_000
@@ -69,11 +70,7 @@ class Ledger:
     def save(self) -> None:
         if self.state_dir is None:
             return
-        d = Path(self.state_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".{LEDGER}.tmp"
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        os.replace(tmp, d / LEDGER)
+        atomic_write(Path(self.state_dir) / LEDGER, dump_json(asdict(self)))
 
     @classmethod
     def load(cls, state_dir: str | Path) -> Ledger:
@@ -212,11 +209,12 @@ class EmulatedFabric:
                 if fail_after is not None and count >= fail_after:
                     raise RuntimeError(f"injected failure after {fail_after} link(s)")
                 a, b = link.a, link.b
-                for end in (a, b):
-                    ns = p.namespaces[end.ns]
-                    if not ns.owned:
-                        self.ledger.borrowed[ns.path].append(end.ifname)
-                self.ledger.save()
+                borrowed_ends = [(p.namespaces[end.ns].path, end.ifname) for end in (a, b)
+                                 if not p.namespaces[end.ns].owned]
+                for path, ifname in borrowed_ends:
+                    self.ledger.borrowed[path].append(ifname)
+                if borrowed_ends:
+                    self.ledger.save()
                 ha = ipr(a.ns)
                 # The switch end gets an ifindex no peer can have (peers are numbered from 2 upwards in their
                 # namespace): the kernel treats a veth whose ifindex equals its peer's like a plain device and

@@ -8,20 +8,19 @@ the NIC) and sends them on ``inject`` into the bridge, and reads what the bridge
 [-jitter, +jitter], never below zero). With ``keep_order`` a frame never overtakes an earlier one of the same
 direction (jitter then only stretches gaps), as on a real link; without it frames may reorder.
 
-Run as ``python -m fakehw.fabric.forwarder CONFIG.json``; SIGTERM writes statistics and exits.
+Run as ``python -m fakehw.fabric.forwarder CONFIG.json``; SIGTERM stops it.
 """
 
 from __future__ import annotations
 
 import heapq
 import json
-import os
 import random
 import select
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from fakehw.fabric.netns import Netns
@@ -37,9 +36,6 @@ class Direction:
     src: PacketSocket
     dst: PacketSocket
     last_release: float = 0.0
-    forwarded: int = 0
-    dropped: int = 0
-    delays: list[float] = field(default_factory=list)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
         delay, jitter = float(cfg["delay"]), float(cfg["jitter"])
         keep_order = bool(cfg.get("keep_order", True))
         rng = random.Random(int(cfg.get("seed", 0)))
-        stats_path = Path(cfg["stats"])
         port = PacketSocket(ns, cfg["port"])
         inject = PacketSocket(ns, cfg["inject"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -77,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         now = time.monotonic()
         while queue and queue[0][0] <= now:
             _, _, d, frame = heapq.heappop(queue)
-            if d.dst.send(frame):
-                d.forwarded += 1
-            else:
-                d.dropped += 1
+            d.dst.send(frame)
         timeout = max(0.0, queue[0][0] - now) if queue else 0.5
         try:
             ready, _, _ = select.select(list(by_fd), [], [], min(timeout, 0.5))
@@ -96,18 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                     release = max(release, d.last_release)
                 d.last_release = release
                 if len(queue) >= MAX_QUEUE:
-                    d.dropped += 1
                     continue
-                if len(d.delays) < 10_000:
-                    d.delays.append(release - arrived)
                 heapq.heappush(queue, (release, seq, d, got.frame))
                 seq += 1
-    stats = {d.name: {"forwarded": d.forwarded, "dropped": d.dropped,
-                      "mean_delay": sum(d.delays) / len(d.delays) if d.delays else None}
-             for d in (to_switch, to_node)}
-    tmp = stats_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), **stats}))
-    os.replace(tmp, stats_path)
     return 0
 
 

@@ -13,9 +13,11 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fakehw.fabric.netns import Netns
+from fakehw.fabric.wire import Frame, PacketError, parse_frame
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -130,6 +132,19 @@ class PacketSocket:
             if left <= 0:
                 return None
             select.select([self.sock], [], [], left)
+
+    def frames(self, timeout: float) -> Iterator[tuple[Received, Frame]]:
+        """Each frame received within ``timeout`` seconds, with its parse; frames that do not parse are skipped."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            got = self.recv(left)
+            if got is None:
+                return
+            try:
+                parsed = parse_frame(got.frame)
+            except PacketError:
+                continue
+            yield got, parsed
 
     def drain(self) -> int:
         """Discard queued frames; returns how many."""

@@ -56,6 +56,7 @@ from fakehw.fabric.wire import (
     parse_frame,
     roce_mtu,
 )
+from fakehw.render.atomic import atomic_write, dump_json
 
 MAX_READ = 64 * 1024
 MAX_QPS = 4096
@@ -225,9 +226,7 @@ class Responder:
     def write_stats(self) -> None:
         if self.stats_path is None:
             return
-        tmp = self.stats_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.snapshot(), indent=2))
-        os.replace(tmp, self.stats_path)
+        atomic_write(self.stats_path, dump_json(self.snapshot()))
 
     def serve(self) -> None:
         by_fd = {s.fileno(): (s, ep) for s, ep in self.sockets}

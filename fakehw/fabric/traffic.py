@@ -35,7 +35,8 @@ from fakehw.fabric.lint import LintReport
 from fakehw.fabric.model import NicRef, PortRef
 from fakehw.fabric.rawio import PacketSocket
 from fakehw.fabric.responder import MARKER, Endpoint
-from fakehw.fabric.wire import Opcode, PacketError, PfcFrame, RocePacket, parse_frame
+from fakehw.fabric.wire import Opcode, PacketError, PfcFrame, RocePacket, mac_bytes, parse_frame
+from fakehw.polling import wait_until
 
 DEFAULT_TIMEOUT = 0.5
 
@@ -96,11 +97,8 @@ class ResponderProcess:
         before = self.stats_path.stat().st_mtime_ns if self.stats_path.exists() else 0
         if self.alive():
             os.kill(self.proc.pid, signal.SIGUSR1)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if self.stats_path.exists() and self.stats_path.stat().st_mtime_ns != before:
-                    break
-                time.sleep(0.01)
+            wait_until(lambda: self.stats_path.exists() and self.stats_path.stat().st_mtime_ns != before,
+                       timeout, interval=0.01)
         data: dict[str, Any] = json.loads(self.stats_path.read_text())
         return data
 
@@ -366,15 +364,7 @@ class Prober:
             assert isinstance(sent, RocePacket)
             self.sock(a).send(frame)
             self.sent += 1
-            deadline = time.monotonic() + timeout
-            while (left := deadline - time.monotonic()) > 0:
-                got = capture.recv(left)
-                if got is None:
-                    break
-                try:
-                    pkt = parse_frame(got.frame)
-                except PacketError:
-                    continue
+            for _got, pkt in capture.frames(timeout):
                 if isinstance(pkt, RocePacket) and pkt.bth.psn == psn and pkt.bth.dqpn == self.qp:
                     return Observation(sent.pcp, sent.ip.dscp, sent.ip.ecn, pkt.pcp, pkt.vid, pkt.ip.dscp,
                                        pkt.ip.ecn, pkt.icrc_ok)
@@ -389,15 +379,7 @@ class Prober:
         _psn, frame = self.request(a, b, b"congested", ecn=0b11, ackreq=False)
         sock.send(frame)
         self.sent += 1
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            got = sock.recv(left)
-            if got is None:
-                break
-            try:
-                pkt = parse_frame(got.frame)
-            except PacketError:
-                continue
+        for _got, pkt in sock.frames(timeout):
             if isinstance(pkt, RocePacket) and pkt.bth.opcode == Opcode.CNP and pkt.icrc_ok:
                 return CnpResult(True, pkt.ip.dscp, pkt.pcp, pkt.ip.ecn, pkt.bth.becn, pkt.bth.dqpn)
         return CnpResult(False, None, None, None, None, None)
@@ -417,17 +399,10 @@ class Prober:
             self.sock(a).send(bytes(pfc_frame(src_mac=na.mac, quanta=quanta)))
             self.sent += 1
             seen: dict[int, int] | None = None
-            deadline = time.monotonic() + timeout
-            while seen is None and (left := deadline - time.monotonic()) > 0:
-                got = partner.recv(left)
-                if got is None:
-                    break
-                try:
-                    pkt = parse_frame(got.frame)
-                except PacketError:
-                    continue
-                if isinstance(pkt, PfcFrame) and pkt.eth.src == bytes.fromhex(na.mac.replace(":", "")):
+            for _got, pkt in partner.frames(timeout):
+                if isinstance(pkt, PfcFrame) and pkt.eth.src == mac_bytes(na.mac):
                     seen = pkt.paused()
+                    break
             leaked = []
             for name, s in watchers.items():
                 while (got := s.recv(0.05)) is not None:
