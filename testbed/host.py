@@ -31,7 +31,9 @@ DOCKER_PACKAGES = ("docker.io", "docker-buildx", "containerd")
 EMULATION_PACKAGES = ("qemu-user-static", "binfmt-support")
 BASE_IMAGE_PACKAGES = ("debootstrap", "debian-archive-keyring")
 QEMU_NAMES = {"riscv64": "riscv64", "arm64": "aarch64", "amd64": "x86_64"}
-"""Docker architecture -> QEMU's name for it (binfmt entry ``qemu-<name>``)."""
+"""Docker architecture -> QEMU's name for it (binfmt entry ``qemu-<name>``), which is also the kernel's."""
+NATIVE_ARCH = {machine: arch for arch, machine in QEMU_NAMES.items()}.get(os.uname().machine, "")
+"""This machine's Docker architecture ("" for one the testbed does not know)."""
 DAEMON_JSON = Path("/etc/docker/daemon.json")
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
 APT_DIR = Path("/var/lib/fakehw/apt")
@@ -310,8 +312,7 @@ class HostSetup:
             report.actions.append(f"installed {' '.join(packages)}")
 
     def _foreign_platforms(self) -> list[str]:
-        native = {"x86_64": "amd64", "aarch64": "arm64", "riscv64": "riscv64"}.get(os.uname().machine, "")
-        return [p for p in self.platforms if p != native]
+        return [p for p in self.platforms if p != NATIVE_ARCH]
 
     # -- daemon.json ----------------------------------------------------------------------------------
 

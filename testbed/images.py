@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.host import NATIVE_ARCH, binfmt_entry, debian_mirror
+
 SUPPORTED_ARCHES = ("amd64", "riscv64", "arm64")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGES_DIR = REPO_ROOT / "images"
@@ -45,9 +47,8 @@ BASE_RECIPE = "2"
 """Bump when the way base images are made changes (not their package list: that is hashed)."""
 NODE_CONTEXT = ("pyproject.toml", "README.md", "setup.py", "fakehw", "testbed", "conformance", "images/base",
                 "images/node")
-NATIVE_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "riscv64": "riscv64"}.get(os.uname().machine, "")
-CROSS_GCC = {"amd64": "gcc-x86-64-linux-gnu", "arm64": "gcc-aarch64-linux-gnu", "riscv64": "gcc-riscv64-linux-gnu"}
 """What the node image's build context holds (mirrors images/node/Dockerfile.dockerignore)."""
+CROSS_GCC = {"amd64": "gcc-x86-64-linux-gnu", "arm64": "gcc-aarch64-linux-gnu", "riscv64": "gcc-riscv64-linux-gnu"}
 SKIP_PARTS = {"__pycache__", "_lib", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 SKIP_SUFFIXES = (".pyc", ".so", ".o")
 LABEL_KEY = "org.fakehw.content-key"
@@ -240,10 +241,7 @@ class ImageBuilder:
             shutil.rmtree(path, ignore_errors=True)
 
     def _debootstrap(self, arch: str, root: Path) -> None:
-        from testbed.host import binfmt_entry, debian_mirror
-
-        native = {"x86_64": "amd64", "aarch64": "arm64", "riscv64": "riscv64"}.get(os.uname().machine)
-        if arch != native:
+        if arch != NATIVE_ARCH:
             entry = binfmt_entry(arch)
             if entry is None or entry.get("enabled") != "enabled":
                 raise ImageError(f"{arch} binaries cannot run here (no QEMU binfmt entry); run 'testbed host "
@@ -252,7 +250,7 @@ class ImageBuilder:
         include = ",".join(self.packages(arch))
         argv = ["debootstrap", "--variant=minbase", f"--arch={arch}", f"--include={include}", BASE_SUITE,
                 str(root), mirror]
-        slow = " (minutes: package scripts run under QEMU)" if arch != native else ""
+        slow = " (minutes: package scripts run under QEMU)" if arch != NATIVE_ARCH else ""
         self.log(f"images: debootstrap {BASE_SUITE} for {arch} from {mirror}{slow}")
         _stream(argv, self.log if self.progress != "quiet" else None, f"debootstrap ({arch})",
                 tail_file=root / "debootstrap" / "debootstrap.log")

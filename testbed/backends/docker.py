@@ -44,6 +44,7 @@ from fakehw.model import System
 from fakehw.model.system import Node
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
 from testbed.cluster import ClusterRecord, remove_tree_in_background
+from testbed.host import NATIVE_ARCH
 
 LABEL_TESTBED = "org.fakehw.testbed"
 LABEL_RUN = "org.fakehw.run"
@@ -62,7 +63,6 @@ OPTIONS = ("gpus", "image", "timeout")
 AGENT_READY_TIMEOUT_S = 90.0
 EMULATED_EXTRA_S = 20.0
 """Extra seconds allowed per emulated node: Python starts 5-10x slower under QEMU user mode."""
-NATIVE_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "riscv64": "riscv64"}.get(os.uname().machine, "")
 OCI_FAILURE = b"OCI runtime exec failed"
 
 
