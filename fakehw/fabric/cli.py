@@ -13,10 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from fakehw.cli_common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, CliError
-from fakehw.fabric.lint import lint
-from fakehw.fabric.loader import FabricError, broken_examples, builtin_fabrics, load_fabric_spec
-from fakehw.fabric.model import FabricModel, load_fabric
-from fakehw.fabric.requirements import REQUIREMENTS
 
 EPILOG = """\
 examples:
@@ -32,14 +28,9 @@ examples:
 """
 
 
-def _load(ref: str) -> FabricModel:
-    try:
-        return load_fabric(ref)
-    except FabricError as exc:
-        raise CliError(f"fabric config {ref} is not valid:\n{exc}", EXIT_BAD_INPUT) from None
-
-
 def cmd_list(args: argparse.Namespace) -> int:
+    from fakehw.fabric.loader import broken_examples, builtin_fabrics, load_fabric_spec
+
     rows: list[dict[str, Any]] = []
     for name, path in builtin_fabrics().items():
         spec = load_fabric_spec(path).spec
@@ -58,6 +49,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
+    from fakehw.fabric.lint import lint
+    from fakehw.fabric.loader import FabricError
+    from fakehw.fabric.model import load_fabric
+
     worst = EXIT_OK
     reports = []
     for ref in args.configs:
@@ -81,6 +76,8 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_requirements(args: argparse.Namespace) -> int:
+    from fakehw.fabric.requirements import REQUIREMENTS
+
     rows = [{"id": r.id, "title": r.title, "severity": r.severity.value, "kind": r.kind, "rationale": r.rationale}
             for r in REQUIREMENTS.values()]
     if args.json:
