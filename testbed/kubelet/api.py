@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -37,7 +37,6 @@ PRESTART_TIMEOUT_S = 30.0
 """The kubelet's deadline for PreStartContainer."""
 MAX_MESSAGE_BYTES = 16 * 2**20
 
-PACKAGE = pb.DESCRIPTOR.package
 REGISTRATION = pb.DESCRIPTOR.services_by_name["Registration"]
 DEVICE_PLUGIN = pb.DESCRIPTOR.services_by_name["DevicePlugin"]
 
@@ -213,10 +212,6 @@ def register(socket: Path, request: pb.RegisterRequest, timeout: float) -> None:
     with grpc.insecure_channel(unix_target(socket), options=channel_options()) as channel:
         grpc.channel_ready_future(channel).result(timeout=timeout)
         RegistrationClient(channel).register(request, timeout=timeout)
-
-
-def device_list(devices: Iterable[pb.Device]) -> pb.ListAndWatchResponse:
-    return pb.ListAndWatchResponse(devices=list(devices))
 
 
 __all__ = [

@@ -12,8 +12,8 @@ Identity of GPUs is the model's (:class:`GpuRef`): index, minor number and UUID,
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from testbed.kubelet.api import pb
 
@@ -52,7 +52,6 @@ class Exposure:
     tokens: tuple[str, ...] = ()
     other_nodes: tuple[str, ...] = ()
     """Device specs that are neither a GPU nor a control device (shown in evidence)."""
-    raw: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def all(self) -> frozenset[str]:

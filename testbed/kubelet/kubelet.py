@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -190,7 +190,6 @@ class Endpoint:
         """opening, open, ended (the plugin closed it), failed, cancelled (the kubelet closed it)."""
         self.stream_detail = ""
         self.opened_at: float | None = None
-        self.stream_ended_at: float | None = None
         self.closed = False
         self._call: StreamCall | None = None
 
@@ -458,7 +457,6 @@ class Kubelet:
         with self._cond:
             ep.stream_state = state
             ep.stream_detail = detail
-            ep.stream_ended_at = time.monotonic()
             self._cond.notify_all()
 
     # ------------------------------------------------------------------------------------------ waiting
@@ -678,11 +676,6 @@ class Kubelet:
         eps = [e for e in [*self.retired, *self.endpoints.values()] if e.resource == resource]
         for ep in sorted(eps, key=lambda e: e.generation):
             yield from ep.updates
-
-
-def with_timeouts(kubelet: Kubelet, **changes: float) -> Timeouts:
-    kubelet.timeouts = replace(kubelet.timeouts, **changes)
-    return kubelet.timeouts
 
 
 def short_tmp_dir(prefix: str = "fhw-dp-") -> Path:

@@ -73,7 +73,7 @@ class ProbeError(RuntimeError):
 
 
 class NvmlProbe:
-    """The harness side: ``NvmlProbe(argv, env).visible(["nvidiactl", "nvidia0"])`` -> UUIDs NVML enumerates."""
+    """The harness side: ``NvmlProbe(argv, env).view(["nvidiactl", "nvidia0"])`` -> (UUIDs, GPUs off the bus)."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30.0):
         self.argv = list(argv)
@@ -87,10 +87,6 @@ class NvmlProbe:
             self._proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True, bufsize=1)
         return self._proc
-
-    def visible(self, dev_nodes: Sequence[str]) -> list[str]:
-        """UUIDs NVML enumerates with these device nodes (GPUs off the bus are left out: see :meth:`view`)."""
-        return self.view(dev_nodes)[0]
 
     def view(self, dev_nodes: Sequence[str]) -> tuple[list[str], int]:
         """(UUIDs NVML enumerates, number of enumerated GPUs that are off the bus)."""

@@ -144,12 +144,6 @@ def test_wrong_number_of_container_responses(hostile: Callable[[str], Hostile]) 
     assert v.evidence["response"] == {"container_responses": []}
 
 
-def test_undecodable_responses(hostile: Callable[[str], Hostile]) -> None:
-    h = hostile("garbage")
-    v = _violation(lambda: h.kubelet.wait_endpoint(GPU), FAST.start)
-    assert "not a valid" in v.message
-
-
 def test_bad_preferred_allocations_are_tolerated_and_recorded(hostile: Callable[[str], Hostile]) -> None:
     h = hostile("preferred-bad")
     h.kubelet.wait_endpoint(GPU)
@@ -181,7 +175,7 @@ def test_checkpoint_survives_a_kubelet_restart(hostile: Callable[[str], Hostile]
     a = h.kubelet.admit("pod-a", "main", GPU, 1)
     assert (h.kubelet.plugin_dir / CHECKPOINT_FILE).is_file()
     h.kubelet.restart()
-    assert not h.kubelet.socket.exists() or h.kubelet.running
+    assert h.kubelet.socket.exists()
     assert h.kubelet.checkpoint.find("pod-a", "main", GPU) == a
     # The hostile plugin does not register again: the harness says so within the deadline.
     v = _violation(lambda: h.kubelet.wait_endpoint(GPU, 0, FAST.reregister), FAST.reregister)

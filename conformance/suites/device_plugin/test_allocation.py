@@ -10,7 +10,6 @@ import pytest
 
 from conformance.suites.device_plugin.support import POOL_PREFIX, PluginUnderTest
 from testbed.kubelet.api import to_json
-from testbed.kubelet.exposure import TOKEN_RE
 from testbed.kubelet.kubelet import PluginViolation, RpcFailed
 from testbed.polling import wait_until
 
@@ -151,8 +150,7 @@ def test_pool_allocation_returns_a_valid_token(plugin: PluginUnderTest, evidence
         for _ in range(2):
             pod = plugin.new_pod("pool")
             a = plugin.kubelet.admit(pod, "main", resource, 1)
-            found = TOKEN_RE.findall(" ".join(a.response.get("envs", {}).values()) + " " +
-                                     " ".join(a.response.get("annotations", {}).values()))
+            found = list(plugin.expose(a.response_message()).tokens)
             rows.append({"resource": resource, "devices": list(a.device_ids), "response": a.response})
             assert len(set(found)) == 1, f"{resource}: expected one reservation token in the answer, found " \
                                          f"{len(set(found))}"

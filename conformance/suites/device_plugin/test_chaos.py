@@ -19,7 +19,6 @@ from conformance.suites.device_plugin.support import (
     run_load,
 )
 from testbed.kubelet.api import HEALTHY, to_json
-from testbed.kubelet.exposure import TOKEN_RE
 from testbed.kubelet.kubelet import Assignment, PluginViolation, RpcFailed
 from testbed.polling import wait_until
 
@@ -49,7 +48,7 @@ def _keep(plugin: PluginUnderTest) -> list[tuple[Assignment, str | None]]:
     out: list[tuple[Assignment, str | None]] = [(plugin.kubelet.admit("keep-gpu", "main", plugin.resource, 1), None)]
     for resource in sorted(r for r in plugin.kubelet.endpoints if r.startswith(POOL_PREFIX)):
         a = plugin.kubelet.admit(f"keep-{resource.rsplit('.', 1)[-1]}", "main", resource, 1)
-        tokens = TOKEN_RE.findall(" ".join(a.response.get("envs", {}).values()))
+        tokens = plugin.expose(a.response_message()).tokens
         out.append((a, tokens[0] if tokens else None))
     return out
 
@@ -167,6 +166,6 @@ def test_agent_restart(plugin: PluginUnderTest, evidence: Evidence) -> None:
                                f"{gpu} healthy again after healing")
     for resource in sorted(r for r in plugin.kubelet.endpoints if r.startswith(POOL_PREFIX)):
         a = plugin.kubelet.admit(plugin.new_pod("after-agent"), "main", resource, 1)
-        if not TOKEN_RE.findall(" ".join(a.response.get("envs", {}).values())):
+        if not plugin.expose(a.response_message()).tokens:
             raise PluginViolation("pool-token", f"{resource}: no token after the agent restart", a.response)
     evidence("agent restart", {"seconds": round(took, 3)})

@@ -27,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from conformance.suites.device_plugin.support import HEALTH_BOUND_S, POOL_PREFIX, PluginUnderTest
 from testbed.kubelet.api import HEALTHY, pb
-from testbed.kubelet.exposure import TOKEN_RE, Exposure
+from testbed.kubelet.exposure import Exposure
 from testbed.kubelet.kubelet import AdmissionRefused, Assignment, PluginTimeout, PluginViolation, RpcFailed
 
 Evidence = Callable[[str, Any], None]
@@ -84,8 +84,7 @@ def _machine(put: PluginUnderTest, check: str, stats: dict[str, int]) -> type[Ru
                 live = Live(tenant, a, names, put.expose(response), None)
                 self._check_new_gpu_allocation(live, response)
             else:
-                tokens = TOKEN_RE.findall(" ".join([*a.response.get("envs", {}).values(),
-                                                    *a.response.get("annotations", {}).values()]))
+                tokens = list(put.expose(a.response_message()).tokens)
                 live = Live(tenant, a, frozenset(), None, tokens[0] if tokens else None)
                 self._check_new_pool_allocation(live, tokens)
             self.live[pod] = live

@@ -60,9 +60,6 @@ def test_options_answer_and_match_the_registration(plugin: PluginUnderTest, evid
     failed = [r for r in regs if r.outcome == "options-failed"]
     if failed:
         evidence("registration", {"request": failed[0].request, "detail": failed[0].detail})
-        resource = failed[0].resource
-        never = [c for c in plugin.kubelet.calls if c.resource == resource and c.method == "ListAndWatch"]
-        assert not never, "the harness must not call ListAndWatch after a failed options call"
         pytest.fail(failed[0].detail, pytrace=False)
     mismatched = [(r.request, [p.message for p in r.problems if p.check == "options-mismatch"]) for r in regs
                   if any(p.check == "options-mismatch" for p in r.problems)]

@@ -271,7 +271,3 @@ class AgentOracle:
     def active_xids(self) -> dict[str, frozenset[int]] | None:
         state = self.client.state(self.node)
         return {str(g["uuid"]): frozenset(int(x) for x in g.get("xids", [])) for g in state.get("gpus", [])}
-
-
-def all_healthy(monitor: HealthMonitor | None, uuids: Sequence[str]) -> dict[str, bool]:
-    return {u: monitor.healthy(u) if monitor is not None else True for u in uuids}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 from collections.abc import Sequence
@@ -94,8 +93,7 @@ class PoolManager:
             return PoolState()
 
     def _save(self) -> None:
-        atomic_write(self.state_file, json.dumps(asdict(self.state)).encode())
-        os.chmod(self.state_file, 0o600)
+        atomic_write(self.state_file, json.dumps(asdict(self.state)).encode(), mode=0o600)
 
     def discover(self) -> list[PoolSpec]:
         specs = []
