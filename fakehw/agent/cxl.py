@@ -331,7 +331,6 @@ class CxlEngine:
         self.system = system
         self.served = frozenset(nodes)
         self._pools = {p.name: p for p in system.cxl_pools}
-        self._window_bases: dict[int, dict[str, int]] = {}
         self._sysfs_pool_base: dict[str, int] = {}
         base = 0
         for p in system.cxl_pools:
@@ -357,13 +356,6 @@ class CxlEngine:
     def arbitrable(self, pool: CxlPool) -> bool:
         """Whether this agent serves every host of ``pool`` (so it alone decides who holds what)."""
         return set(pool.nodes) <= self.served
-
-    def window_base(self, node: Node, window: str) -> int:
-        bases = self._window_bases.get(node.template)
-        if bases is None:
-            bases = window_bases(node.cxl)
-            self._window_bases[node.template] = bases
-        return bases[window]
 
     @staticmethod
     def path(cxl: Cxl, memdev: CxlMemdev) -> _Path:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fakehw.agent.cxl import CxlEngine, CxlError, CxlState, Extent, NodeCxlView, Region, apply_fact, size_text
+from fakehw.agent.cxl import CxlEngine, CxlError, CxlState, NodeCxlView, Region, apply_fact, size_text
 from fakehw.agent.journal import Journal
 from fakehw.agent.pools import GrantKind, PoolError, PoolLedger
 from fakehw.agent.state import NodeState
@@ -241,7 +241,6 @@ class Platform:
         self.cxl = self.engine.boot()
         self.ledger = PoolLedger()
         self._fault_states: dict[str, NodeState] = {}
-        self._views: dict[str, PlatformView] = {}
         self.audit = AuditLog(state_dir / "audit.jsonl")
         self.journal = Journal(state_dir / "platform.jsonl")
         self._replay()
@@ -338,7 +337,6 @@ class Platform:
             if shrink:
                 self._apply_quietly(shrink)
                 view = self._build_view(node_name)
-            self._views[node_name] = view
             return view
 
     def _apply_quietly(self, facts: list[dict[str, Any]]) -> None:
@@ -522,9 +520,6 @@ class Platform:
     def _region_json(self, node: str, region: Region) -> dict[str, Any]:
         rv = self._build_view(node).cxl.region(region.name)
         return rv.to_json() if rv is not None else region.to_json()
-
-    def extents(self) -> list[Extent]:
-        return list(self.cxl.extents.values())
 
     # ------------------------------------------------------------------------------------------ pools
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -34,7 +35,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,6 @@ class WriteStats:
     removed: int = 0
     skipped_sections: int = 0
     mode: str = ""
-    paths: list[str] = field(default_factory=list)
 
 
 class RootWriter:
@@ -185,7 +185,7 @@ class RootWriter:
                 set(old) != {s.name for s in specs}:
             # The model changed under an existing tree: start over (rare; the agent's state dir was reused).
             stats.mode = "rebuild"
-            self._clear(old)
+            self._clear()
             return self._full(specs, stats)
         stats.mode = "incremental"
         new_manifest: dict[str, dict[str, Any]] = {}
@@ -322,13 +322,12 @@ class RootWriter:
         self._save_manifest(manifest)
         return stats
 
-    def _clear(self, old: dict[str, dict[str, Any]]) -> None:
-        """Remove what earlier renders wrote (whole top-level trees of static sections, listed entries else)."""
+    def _clear(self) -> None:
+        """Remove the top-level trees earlier renders wrote (``sys``, ``proc``, ``dev``, ``run``)."""
         for name in ("sys", "proc", "dev", "run"):
             path = self.root / name
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
-        del old
 
     # ------------------------------------------------------------------------------------------ disk
 
@@ -372,8 +371,6 @@ class RootWriter:
         else:
             stats.written += self._write_list(root, sorted(plain), entries, atomic)
         stats.written += self._write_list(root, links, entries, atomic)
-        for rel in plain[: max(0, 10_000 - len(stats.paths))]:
-            stats.paths.append(rel)
 
     def _write_list(self, root: str, paths: list[str], entries: dict[str, Entry], atomic: bool) -> int:
         made: set[str] = set()
@@ -467,8 +464,10 @@ class RootWriter:
                 parent = posixpath.dirname(parent)
 
 
+@functools.cache
 def _umask() -> int:
-    """The process umask, read without changing it (``os.umask`` would race with other threads)."""
+    """The process umask, read once per process without changing it (``os.umask`` would race with other
+    threads)."""
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
