@@ -240,21 +240,14 @@ def _gpu_state(node: Node, name: str, faults: list[ActiveFault], down: frozenset
     xids: list[int] = []
     lost = False
     for f in faults:
+        raised = [data for kind, data, _ in events_for(f) if kind == "xid"]  # events_for decides which Xids
+        xids += raised
+        lost |= XID_FALLEN_OFF_BUS in raised
         r = f.request
-        if isinstance(r, Xid):
-            xids.append(r.code)
-            lost |= r.code == XID_FALLEN_OFF_BUS
-        elif isinstance(r, FallenOffBus):
-            xids.append(XID_FALLEN_OFF_BUS)
-            lost = True
-        elif isinstance(r, Ecc):
+        if isinstance(r, Ecc):
             (sbe if r.type == "sbe" else dbe)[r.location] += r.count
-            if r.type == "dbe":
-                xids.append(48)
         elif isinstance(r, NVLinkErrors):
             errors[r.link][r.counter] += r.increment
-        elif isinstance(r, NVLinkDown):
-            xids.append(74)
         elif isinstance(r, Thermal):
             temperature = max(temperature, r.temperature_c)
         elif isinstance(r, PowerCap):
