@@ -132,7 +132,12 @@ FAULT_KINDS: dict[str, type[FaultBase]] = {
 
 
 class FaultTargetError(ValueError):
-    """The fault names a device the node does not have (or one of the wrong kind)."""
+    """The fault names a device the node does not have or asks what that device cannot do. ``status`` is the
+    HTTP status the control API answers with: 404 for an unknown device or pool, 422 for the rest."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
 
 
 def check_target(fault: FaultBase, node: Node) -> None:
@@ -141,27 +146,29 @@ def check_target(fault: FaultBase, node: Node) -> None:
         gpu = node.gpu(fault.device)
         if gpu is None:
             names = ", ".join(g.name for g in node.gpus) or "none"
-            raise FaultTargetError(f"node {node.name} has no GPU {fault.device!r} (GPUs: {names})")
+            raise FaultTargetError(404, f"node {node.name} has no GPU {fault.device!r} (GPUs: {names})")
         if isinstance(fault, NVLinkDown | NVLinkErrors) and fault.link >= len(gpu.ports):
-            raise FaultTargetError(f"{gpu.id} has {len(gpu.ports)} connected NVLink ports; link {fault.link} "
-                                   "does not exist")
+            raise FaultTargetError(422, f"{gpu.id} has {len(gpu.ports)} connected NVLink ports; link "
+                                   f"{fault.link} does not exist")
         power = gpu.sku.power
         if isinstance(fault, PowerCap) and not power.min_limit_w <= fault.limit_w <= power.max_limit_w:
-            raise FaultTargetError(f"power limit {fault.limit_w} W is outside {gpu.sku.id}'s range "
+            raise FaultTargetError(422, f"power limit {fault.limit_w} W is outside {gpu.sku.id}'s range "
                                    f"{gpu.sku.power.min_limit_w}..{gpu.sku.power.max_limit_w} W")
         if isinstance(fault, FabricDegraded) and node.nvlink_domain is None and not gpu.ports:
-            raise FaultTargetError(f"{gpu.id} is in no NVLink fabric")
+            raise FaultTargetError(422, f"{gpu.id} is in no NVLink fabric")
     elif fault.target == "cxl-memdev":
         if node.cxl.memdev(fault.device) is None:
             names = ", ".join(m.name for m in node.cxl.memdevs) or "none"
-            raise FaultTargetError(f"node {node.name} has no CXL memory device {fault.device!r} (memdevs: {names})")
+            raise FaultTargetError(404, f"node {node.name} has no CXL memory device {fault.device!r} "
+                                   f"(memdevs: {names})")
     elif fault.target == "pool":
         pool = next((p for p in node.memory_pools if p.name == fault.device), None)
         if pool is None:
             names = ", ".join(p.name for p in node.memory_pools) or "none"
-            raise FaultTargetError(f"node {node.name} has no memory pool {fault.device!r} (pools: {names})")
+            raise FaultTargetError(404, f"node {node.name} has no memory pool {fault.device!r} (pools: {names})")
         if isinstance(fault, PoolShrink) and fault.bytes > pool.capacity:
-            raise FaultTargetError(f"pool {pool.name} holds {pool.capacity} bytes; cannot shrink by {fault.bytes}")
+            raise FaultTargetError(422, f"pool {pool.name} holds {pool.capacity} bytes; cannot shrink by "
+                                   f"{fault.bytes}")
 
 
 def describe_kinds() -> list[dict[str, object]]:

@@ -30,7 +30,7 @@ from typing import Any
 from fakehw.agent.cxl import CxlEngine, CxlError, CxlState, NodeCxlView, Region, apply_fact, size_text
 from fakehw.agent.journal import Journal
 from fakehw.agent.pools import GrantKind, PoolError, PoolLedger
-from fakehw.agent.state import NodeState
+from fakehw.agent.state import NodeState, derive_state
 from fakehw.model.system import MemoryPool, Node, System
 from fakehw.model.units import parse_size
 
@@ -348,8 +348,6 @@ class Platform:
     def _state(self, node_name: str) -> NodeState:
         state = self._fault_states.get(node_name)
         if state is None:
-            from fakehw.agent.state import derive_state
-
             state = derive_state(self.nodes[node_name], [])
         return state
 

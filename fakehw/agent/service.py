@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fakehw.agent.faults import FAULT_ADAPTER, FaultBase, FaultTargetError, check_target
+from fakehw.agent.faults import FAULT_ADAPTER, FAULT_KINDS, FaultBase, FaultTargetError, check_target
 from fakehw.agent.journal import Journal
 from fakehw.agent.platform import Platform
 from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
@@ -150,8 +150,6 @@ class AgentService:
                 d["loc"] = d["loc"].removeprefix(tag)
             kind_problem = next((d for d in detail if d["loc"] in ("", "kind")), None)
             if kind_problem is not None or "kind" not in body:
-                from fakehw.agent.faults import FAULT_KINDS
-
                 raise AgentError(422, f"unknown or missing fault kind {body.get('kind')!r} (kinds: "
                                  f"{', '.join(FAULT_KINDS)})", detail) from None
             raise AgentError(422, f"invalid {body.get('kind')} fault: " + "; ".join(
@@ -163,7 +161,7 @@ class AgentService:
         try:
             check_target(fault_req, node)
         except FaultTargetError as exc:
-            raise AgentError(404 if "has no" in str(exc) else 422, str(exc)) from None
+            raise AgentError(exc.status, str(exc)) from None
         with self._lock:
             if len(self._faults) >= MAX_ACTIVE_FAULTS:
                 raise AgentError(429, f"{MAX_ACTIVE_FAULTS} faults are active; heal some first")
