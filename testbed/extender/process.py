@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from fakehw.polling import wait_until
 from testbed.extender.protocol import ConfigError, ExtenderConfig
 from testbed.httpservice import LoopbackJsonServer, send_json_bytes
 
@@ -126,14 +127,15 @@ def free_port() -> int:
 def wait_http(url: str, timeout: float) -> bool:
     """Wait until something accepts TCP connections at ``url``'s host:port."""
     u = urlsplit(url)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def accepts() -> bool:
         try:
             with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80), timeout=0.5):
                 return True
         except OSError:
-            time.sleep(0.05)
-    return False
+            return False
+
+    return wait_until(accepts, timeout)
 
 
 class ExtenderProcess:
@@ -169,14 +171,16 @@ class ExtenderProcess:
                                               stdin=subprocess.DEVNULL, env=env, start_new_session=True)
             except OSError as exc:
                 raise TargetError(f"cannot start {shlex.join(self.argv())}: {exc}") from None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise TargetError(f"the extender exited with status {self._proc.returncode} while starting; "
+        proc = self._proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise TargetError(f"the extender exited with status {proc.returncode} while starting; "
                                   f"its log ends:\n{self.log_tail()}")
-            if wait_http(self.url, 0.1) and self._ready():
-                return
-            time.sleep(0.05)
+            return self._ready()
+
+        if wait_until(ready, timeout):
+            return
         self.stop(kill=True)
         raise TargetError(f"the extender did not listen on port {self.port} within {timeout:.0f} s; its log "
                           f"ends:\n{self.log_tail()}")

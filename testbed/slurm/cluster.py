@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fakehw.model.system import System
+from fakehw.polling import wait_until
 from fakehw.render.atomic import atomic_write
 from testbed.extender.process import free_port
 from testbed.slurm.render import ClusterLayout, NodeLayout, gres_conf, slurm_conf, task_prolog
@@ -214,16 +215,18 @@ class SlurmCluster:
         return self.run([self.bin["scontrol"], "ping"], timeout=10).stdout.find(b"UP") >= 0
 
     def _wait(self, ok: Callable[[], bool], timeout: float, what: str, daemon: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def up() -> bool:
             proc = self._procs.get(daemon)
             if proc is not None and proc.poll() is not None:
                 raise SlurmError(f"{daemon} exited with status {proc.returncode}; its log ends:\n"
                                  f"{self.log_tail(daemon)}{self._out_tail(daemon)}")
-            with contextlib.suppress(subprocess.SubprocessError, OSError):
-                if ok():
-                    return
-            time.sleep(0.1)
+            try:
+                return ok()
+            except (subprocess.SubprocessError, OSError):
+                return False
+
+        if wait_until(up, timeout, interval=0.1):
+            return
         raise SlurmError(f"{what} within {timeout:.0f} s; its log ends:\n{self.log_tail(daemon)}"
                          f"{self._out_tail(daemon)}")
 
@@ -270,13 +273,15 @@ class SlurmCluster:
     def wait_nodes(self, ok: Callable[[str], bool], nodes: Sequence[str] | None = None,
                    timeout: float = START_TIMEOUT_S) -> dict[str, str]:
         want = list(nodes or [n.name for n in self.layout.nodes])
-        deadline = time.monotonic() + timeout
         states: dict[str, str] = {}
-        while time.monotonic() < deadline:
+
+        def reached() -> bool:
+            nonlocal states
             states = self.node_states()
-            if all(ok(states.get(n, "")) for n in want):
-                return states
-            time.sleep(0.2)
+            return all(ok(states.get(n, "")) for n in want)
+
+        if wait_until(reached, timeout, interval=0.2):
+            return states
         raise SlurmError(f"nodes did not reach the expected state within {timeout:.0f} s: {states}; slurmctld log "
                          f"ends:\n{self.log_tail('slurmctld')}")
 

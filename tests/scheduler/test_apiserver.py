@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from fakehw.model import load_profile
+from fakehw.polling import wait_until
 from fakehw.views.k8s import node_objects, pod_object
 from testbed.extender.apiserver import ApiServer, ClusterStore
-from testbed.polling import wait_until
 from testbed.reference.extender.informer import ApiClient, Informer
 
 

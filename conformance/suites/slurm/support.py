@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fakehw.model.system import Node, System
+from fakehw.polling import wait_until
 from testbed.api import Testbed
 from testbed.slurm.cluster import SlurmCluster
 from testbed.slurm.render import gpu_type
@@ -96,14 +96,17 @@ class SlurmUnderTest:
         if proc.returncode != 0:
             raise JobFailed(f"sbatch failed: {proc.stderr.decode(errors='replace')}")
         job = proc.stdout.decode().split()[-1]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        found: list[re.Match[str]] = []
+
+        def running() -> bool:
             record = c.scontrol("show", "job", job, "-d", "-o")
             m = re.search(r"GRES=[^ ]*\(IDX:([0-9,\-]*)\)", record)
-            if "JobState=RUNNING" in record and m:
-                minors = self.minors(node)
-                return job, tuple(minors[i] for i in expand(m.group(1)))
-            time.sleep(0.2)
+            found[:] = [m] if "JobState=RUNNING" in record and m else []
+            return bool(found)
+
+        if wait_until(running, 60, interval=0.2):
+            minors = self.minors(node)
+            return job, tuple(minors[i] for i in expand(found[0].group(1)))
         raise JobFailed(f"job {job} did not start: {c.scontrol('show', 'job', job)}")
 
     def uuids_of(self, node: str, minors: Sequence[int]) -> tuple[str, ...]:

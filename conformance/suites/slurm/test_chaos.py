@@ -7,6 +7,7 @@ import time
 import pytest
 
 from conformance.suites.slurm.support import PROBE, SlurmUnderTest
+from fakehw.polling import wait_until
 
 
 @pytest.mark.requirement("SLURM-CHAOS-001")
@@ -19,17 +20,14 @@ def test_slurmd_restart(slurm: SlurmUnderTest, tmp_path: object) -> None:
                   "--wrap", " ".join([*PROBE, "6"])], timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
     job = proc.stdout.decode().split()[-1]
-    deadline = time.monotonic() + 60
-    while c.job_record(job).get("JobState") != "RUNNING" and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: c.job_record(job).get("JobState") == "RUNNING", 60, interval=0.2)
     assert c.job_record(job).get("JobState") == "RUNNING", c.job_record(job)
     c.kill_slurmd(node.name)
     time.sleep(1.0)
     assert c.job_record(job).get("JobState") == "RUNNING", "the job died with slurmd"
     c.start_slurmd(node.name)
-    deadline = time.monotonic() + 90
-    while c.job_record(job).get("JobState") in ("RUNNING", "COMPLETING", "PENDING") and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_until(lambda: c.job_record(job).get("JobState") not in ("RUNNING", "COMPLETING", "PENDING"), 90,
+               interval=0.5)
     rec = c.job_record(job)
     assert rec.get("JobState") == "COMPLETED" and rec.get("ExitCode") == "0:0", rec
     assert out.read_text().strip(), "the job's output is empty"
