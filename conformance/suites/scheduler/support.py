@@ -60,6 +60,10 @@ class Recorder:
             self.evidence("decisions", [d.evidence() for d in self.decisions[-6:]])
         raise CheckFailed(message)
 
+    def not_applicable(self, reason: str) -> None:
+        """The requirement does not apply to this extender or profile: the check passes having tested nothing, so
+        the reason goes into the report as evidence (a skip would fail certification)."""
+        self.evidence("not applicable", reason)
 
 
 class SchedulerUnderTest:
@@ -111,6 +115,12 @@ class SchedulerUnderTest:
         if self.options.target.managed and not self.process.alive:
             self.process.start()
         self.configure()
+
+    def not_applicable(self, reason: str) -> None:
+        """Record in the report why the current check passes without testing anything (see
+        :meth:`Recorder.not_applicable`)."""
+        assert self.recorder is not None, "not_applicable outside a check"
+        self.recorder.not_applicable(reason)
 
     # ----------------------------------------------------------------------------------- cluster
 

@@ -57,8 +57,9 @@ def test_prioritize_scores_sent_nodes_within_range(sched: SchedulerUnderTest, ch
 def test_bind_binds_where_asked(sched: SchedulerUnderTest, check: Callable[..., None]) -> None:
     cfg = sched.harness.extenders[0].config
     if not cfg.bind_verb:
-        check(True, "")
-        return  # kube-scheduler binds itself: nothing of the extender's to check
+        sched.not_applicable("the extender has no bindVerb: kube-scheduler binds itself, so there is no extender "
+                             "bind to check")
+        return
     client = sched.harness.extenders[0]
     (key,) = sched.harness.submit(Workload("bindme", tenant="proto", gpus=1))
     pod = sched.harness.pod(key)
@@ -93,8 +94,9 @@ def test_bind_binds_where_asked(sched: SchedulerUnderTest, check: Callable[..., 
 def test_preempt_names_valid_victims(sched: SchedulerUnderTest, check: Callable[..., None]) -> None:
     cfg = sched.harness.extenders[0].config
     if not cfg.preempt_verb:
-        check(True, "")
-        return  # kube-scheduler's own preemption: nothing of the extender's to check
+        sched.not_applicable("the extender has no preemptVerb: kube-scheduler's own preemption runs, so there is "
+                             "no extender preempt to check")
+        return
     client = sched.harness.extenders[0]
     nodes = sorted(sched.gpu_nodes(), key=lambda i: (-len(i.gpus), i.name))
     target = nodes[0]
