@@ -126,7 +126,12 @@ class SchedulerUnderTest:
 
     @property
     def infos(self) -> dict[str, NodeInfo]:
+        """Every node (a new dict each time: use :meth:`info` for one)."""
         return self.harness.node_infos()
+
+    def info(self, name: str) -> NodeInfo:
+        """One node as a scheduler reads it (KeyError if the cluster has no such node); cheaper than ``infos``."""
+        return self.harness.node_info(name)
 
     def gpu_nodes(self) -> list[NodeInfo]:
         return [i for i in self.infos.values() if i.gpus]

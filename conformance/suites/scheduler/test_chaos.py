@@ -39,7 +39,7 @@ def _restart_sequence(sched: SchedulerUnderTest, restart: bool) -> tuple[bool, b
         sched.process.restart(kill=True)
     rest = sched.harness.schedule(keys[1])
     together = lead.status == rest.status == "bound" and \
-        sched.infos[str(lead.node)].domain == sched.infos[str(rest.node)].domain
+        sched.info(str(lead.node)).domain == sched.info(str(rest.node)).domain
     for n in range(sum(len(i.healthy_gpus) for i in infos)):
         if sched.run_one(Workload(f"after-{n}", tenant="chaos", gpus=1)).status != "bound":
             break

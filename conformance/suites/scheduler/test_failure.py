@@ -24,7 +24,7 @@ def test_unhealthy_gpus_get_no_work(sched: SchedulerUnderTest, check: Callable[.
     for kind, device, params in faults:
         sched.testbed.inject(target.name, kind, device, **params)
     sched.harness.refresh_nodes()
-    info = sched.infos[target.name]
+    info = sched.info(target.name)
     healthy = [g.index for g in info.gpus if g.usable]
     check(len(healthy) == len(gpus) - len(faults), f"the node reports {len(healthy)} healthy GPUs after "
                                                   f"{len(faults)} faults (rendering problem, not the extender's)")
@@ -60,11 +60,11 @@ def test_pool_memory_lost_to_faults_is_not_granted(sched: SchedulerUnderTest, ch
     for memdev in model.cxl.memdevs:
         sched.testbed.inject(target.name, "cxl-offline", memdev.name)
     sched.harness.refresh_nodes()
-    for p in sched.infos[target.name].pools:
+    for p in sched.info(target.name).pools:
         if p.tier != "hbm" and p.available > p.capacity // 8:
             sched.testbed.inject(target.name, "pool-shrink", p.name, bytes=p.available - p.capacity // 8)
     sched.harness.refresh_nodes()
-    now = sched.infos[target.name]
+    now = sched.info(target.name)
     before = sum(now.policy.admission_cap(p.capacity) for p in now.pools if p.tier != "hbm")
     after = sum(now.policy.admission_cap(p.available) for p in now.pools if p.tier != "hbm")
     check(after < before, f"faults did not reduce {target.name}'s pools ({before} -> {after} bytes; rendering "

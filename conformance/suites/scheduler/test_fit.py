@@ -29,7 +29,7 @@ def holding_problems(sched: SchedulerUnderTest, d: Decision, gpus: int) -> list[
     if shared:
         out.append(f"{d.pod} got GPUs {shared} on {d.node} that other pods hold: "
                    + ", ".join(f"{i}: {holders[i]}" for i in shared))
-    info = sched.infos[d.node]
+    info = sched.info(d.node)
     bad = [i for i in mine.holding.gpus if i >= len(info.gpus) or not info.gpus[i].usable]
     if bad:
         out.append(f"{d.pod} got GPUs {bad} on {d.node} that are not healthy or do not exist")
@@ -121,7 +121,7 @@ def grant_problems(sched: SchedulerUnderTest, d: Decision, memory: int) -> list[
     mine = next((h for h in ledger.holds if h.key == d.pod), None)
     if mine is None:
         return [f"{d.pod} holds nothing"]
-    info = sched.infos[d.node]
+    info = sched.info(d.node)
     hbm = sum(info.gpus[i].memory for i in mine.holding.gpus if i < len(info.gpus))
     total = hbm + sum(mine.holding.grants.values())
     out = []
@@ -207,11 +207,11 @@ def test_reserved_part_is_kept_for_high_priority(sched: SchedulerUnderTest, chec
     check(d.status == "bound", f"a burst needing exactly the non-reserved part ({burst} bytes) was refused: "
                                f"{d.message}")
     node = str(d.node)
-    reserved = _caps(sched.infos[node], True) - burst
+    reserved = _caps(sched.info(node), True) - burst
     # A reservation for the reserved part on the same node fits without evicting anyone.
     others = [i.name for i in sched.gpu_nodes() if i.name != node]
     for name in others:
-        sched.fill(name, "elsewhere", tuple(g.index for g in sched.infos[name].gpus), priority=RESERVATION + 500)
+        sched.fill(name, "elsewhere", tuple(g.index for g in sched.info(name).gpus), priority=RESERVATION + 500)
     r = sched.run_one(Workload("reserve", tenant="high", gpus=1, priority=RESERVATION, memory=hbm + reserved))
     check(r.status == "bound" and r.node == node and not r.victims,
           f"a reservation for the reserved part ({reserved} bytes) of {node} was {r.status} on {r.node} "

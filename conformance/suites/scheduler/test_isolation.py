@@ -71,8 +71,8 @@ def _fuzz(sched: SchedulerUnderTest, check: Callable[..., None], invariant: Inva
     def run(ops: list[Op]) -> None:
         sched.harness.reset()
         live: list[str] = []
+        before = sched.ledger()
         for step, op in enumerate(ops):
-            before = sched.ledger()
             decisions: list[Decision] = []
             if isinstance(op, Submit):
                 counter[0] += 1
@@ -88,6 +88,7 @@ def _fuzz(sched: SchedulerUnderTest, check: Callable[..., None], invariant: Inva
             problems = invariant(sched, op, decisions, before, after)
             if problems:
                 raise AssertionError(f"step {step} ({op}): " + "; ".join(problems[:5]))
+            before = after  # only the steps change the store: this step's end is the next one's start
 
     try:
         run()
@@ -147,7 +148,7 @@ def gang_all_or_nothing(sched: SchedulerUnderTest, op: Op, decisions: list[Decis
     if bound and len(bound) != len(decisions):
         out.append(f"gang of {len(decisions)}: {len(bound)} pods bound, "
                    f"{[d.pod + ': ' + d.message for d in decisions if d.status != 'bound'][:2]} not")
-    domains = {sched.infos[str(d.node)].domain for d in bound}
+    domains = {sched.info(str(d.node)).domain for d in bound}
     if len(domains) > 1:
         out.append(f"gang spread over NVLink domains {sorted(domains)}")
     return out

@@ -80,7 +80,7 @@ def test_bind_binds_where_asked(sched: SchedulerUnderTest, check: Callable[..., 
     call = client.bind(ghost)
     check(not call.ok, "bind of a pod that does not exist answered success", response=call.evidence())
     # A pod that cannot fit the node it is bound to: every GPU of the node is held.
-    (key2,) = sched.harness.submit(Workload("toobig", tenant="proto", gpus=len(sched.infos[node].gpus)))
+    (key2,) = sched.harness.submit(Workload("toobig", tenant="proto", gpus=len(sched.info(node).gpus)))
     pod2 = sched.harness.pod(key2)
     assert pod2 is not None
     call = client.bind(binding_args(pod2, node))

@@ -49,7 +49,7 @@ def test_gpus_closest_together(sched: SchedulerUnderTest, check: Callable[..., N
               latencies=lat)
         if binder and d.node is not None:
             mine = next(h for h in sched.ledger().holds if h.key == d.pod)
-            info = sched.infos[d.node]
+            info = sched.info(d.node)
             got = average_latency(info.latency, mine.holding.gpus)
             want = next(f for f in fits if f.node == d.node)
             check(got <= want.latency + 0.5, f"{k}-GPU pod on {d.node} got GPUs {list(mine.holding.gpus)} "
@@ -105,10 +105,10 @@ def test_gang_in_one_nvlink_domain(sched: SchedulerUnderTest, check: Callable[..
             sched.fill(info.name, "gang", tuple(x.index for x in info.gpus))
     decisions = sched.run(Workload("job", tenant="gang", gpus=k, gang="job", gang_size=size))
     bound = [d for d in decisions if d.status == "bound"]
-    where = {d.pod: (d.node, sched.infos[str(d.node)].domain if d.node else None) for d in decisions}
+    where = {d.pod: (d.node, sched.info(str(d.node)).domain if d.node else None) for d in decisions}
     check(len(bound) == size, f"gang of {size} x {k} GPUs: {len(bound)} pods bound ({where}); domain {keep} holds it",
           placements=where)
-    doms = {sched.infos[str(d.node)].domain for d in bound}
+    doms = {sched.info(str(d.node)).domain for d in bound}
     check(len(doms) == 1, f"gang spread over NVLink domains {sorted(doms)}: {where}", placements=where)
 
 
@@ -125,7 +125,10 @@ def test_riscv_work_on_riscv_nodes(sched: SchedulerUnderTest, check: Callable[..
                 check(d.status == "bound" and d.node in allowed,
                       f"{arch}-only pod was {d.status} on {d.node}; {arch} nodes: {sorted(allowed)[:4]}: {d.message}")
             else:
-                where = sched.infos[d.node].arch if d.node in sched.infos else "?"
+                try:
+                    where = sched.info(str(d.node)).arch
+                except KeyError:
+                    where = "?"
                 check(d.status != "bound", f"{arch}-only pod bound to {d.node} ({where}); "
                                            f"the cluster has no {arch} node")
 
