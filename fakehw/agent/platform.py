@@ -284,13 +284,20 @@ class Platform:
         self.journal.compact([{"op": "snapshot", "version": SNAPSHOT_VERSION, "digest": self.system.digest,
                                "cxl": self.cxl.to_json(), "pools": self.ledger.to_json()}])
 
-    def _apply(self, facts: list[dict[str, Any]], audit: bool = True) -> None:
-        now = self._clock()
+    def _cxl_after(self, facts: list[dict[str, Any]]) -> CxlState:
+        """The CXL state after the CXL facts among ``facts``, computed on a copy (``self.cxl`` is a value): a
+        fact that cannot apply raises here and changes nothing."""
         cxl = self.cxl
-        for fact in facts:  # CXL facts first, on a copy: a fact that cannot apply changes nothing
+        for fact in facts:
             if fact["fact"] not in LEDGER_FACTS:
                 cxl = apply_fact(cxl, fact)
-        self.cxl = cxl
+        return cxl
+
+    def _apply(self, facts: list[dict[str, Any]], audit: bool = True, cxl: CxlState | None = None) -> None:
+        """Apply ``facts``: CXL facts first, then ledger facts. ``cxl`` is :meth:`_cxl_after` of ``facts`` when
+        the caller has it already."""
+        now = self._clock()
+        self.cxl = self._cxl_after(facts) if cxl is None else cxl
         for fact in facts:
             if fact["fact"] in LEDGER_FACTS:
                 self.ledger.apply(fact, (lambda e: self._record(e, now)) if audit else None)
@@ -298,16 +305,15 @@ class Platform:
     def _record(self, entry: dict[str, Any], now: float) -> None:
         self.audit.record(entry, now)
 
-    def _commit(self, facts: list[dict[str, Any]], nodes: Iterable[str]) -> None:
-        """Journal, apply and re-render. The caller holds the lock and has checked the facts."""
+    def _commit(self, facts: list[dict[str, Any]], nodes: Iterable[str], cxl: CxlState | None = None) -> None:
+        """Journal, apply and re-render. The caller holds the lock and has checked the facts; ``cxl`` is
+        :meth:`_cxl_after` of ``facts`` when the caller has it already."""
         if not facts:
             return
-        probe = self.cxl
-        for fact in facts:  # prove the CXL facts apply before anything is journaled
-            if fact["fact"] not in LEDGER_FACTS:
-                probe = apply_fact(probe, fact)
+        if cxl is None:
+            cxl = self._cxl_after(facts)  # prove the CXL facts apply before anything is journaled
         self.journal.append({"op": "facts", "facts": facts, "time": self._clock()})
-        self._apply(facts)
+        self._apply(facts, cxl=cxl)
         self._on_change(sorted(set(nodes)))
 
     def close(self) -> None:
@@ -384,23 +390,20 @@ class Platform:
         for name in nodes:
             if name not in self.nodes:
                 continue
-            view = self._build_view(name, new)
-            for p in view.pools:
+            before = {v.name: v.available for v in self._build_view(name).pools}
+            for p in self._build_view(name, new).pools:
                 usage = self.ledger.usage(name, p.name)
-                before = next(v.available for v in self._build_view(name).pools if v.name == p.name)
-                if p.available < before and p.available < usage.used:
+                if p.available < before[p.name] and p.available < usage.used:
                     raise PlatformError(409, f"{what} would shrink memory pool {p.name} on {name} to "
                                         f"{size_text(p.available)} but {size_text(usage.used)} of it is reserved or "
                                         f"bursting (tenants: {', '.join(usage.tenants)}); release those grants first")
 
     def _run(self, facts: list[dict[str, Any]], nodes: Iterable[str], what: str | None) -> None:
         nodes = list(nodes)
+        new = self._cxl_after(facts)  # computed once: checked here, then journaled and applied by _commit
         if what is not None:
-            new = self.cxl
-            for f in facts:
-                new = apply_fact(new, f)
             self._in_use_check(new, nodes, what)
-        self._commit(facts, nodes)
+        self._commit(facts, nodes, new)
 
     def create_region(self, node: str, body: Any) -> dict[str, Any]:
         args = _fields(body, required={"window", "targets"}, optional={"granularity", "size", "mode", "name"},
