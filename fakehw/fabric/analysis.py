@@ -12,7 +12,6 @@ The MTU arithmetic (what the linter predicts and the emulated fabric measures) l
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from fakehw.fabric.model import FabricModel, HostNic, Link, NicRef, Port, PortRef
@@ -91,9 +90,6 @@ class Topology:
     """NICs whose port does not accept their frames (or that are not cabled), with the reason."""
     segment_of: dict[NicRef, tuple[int, int]] = field(default_factory=dict)
     """NIC -> (VLAN, index of its segment in ``segments``)."""
-
-    def paths_through(self, port: PortRef) -> Iterator[Path]:
-        return (p for p in self.paths if port in p.ports)
 
 
 def _accepts(port: Port, vlan: int, tagged: bool) -> bool:

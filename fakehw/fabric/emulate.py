@@ -19,7 +19,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -373,13 +373,3 @@ def leftovers(ledger: Ledger) -> list[str]:
     left += [f"process {p['pid']} ({p['role']})" for p in ledger.processes
              if _process_is_ours(int(p["pid"]), str(p["marker"]))]
     return left
-
-
-@contextlib.contextmanager
-def emulated(model: FabricModel, **kwargs: Any) -> Iterator[EmulatedFabric]:
-    """``with emulated(model) as fabric:`` builds, yields and always tears down."""
-    fabric = EmulatedFabric.build(model, **kwargs)
-    try:
-        yield fabric
-    finally:
-        fabric.teardown()

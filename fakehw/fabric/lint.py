@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -443,7 +443,3 @@ def _check_direction(model: FabricModel, path: Path, a: HostNic, b: HostNic, por
         tagged_next = path.vlan in eg.vlan.tagged
         pcp = prio if tagged_next else None
         cnp_pcp = cnp_prio if tagged_next else None
-
-
-def lint_many(models: Iterable[FabricModel]) -> list[LintReport]:
-    return [lint(m) for m in models]

@@ -114,12 +114,6 @@ class FabricPlan:
     def node_ns(self, node: str) -> NsPlan:
         return self.namespaces[f"node:{node}"]
 
-    def switch_ns(self, switch: str) -> NsPlan:
-        return self.namespaces[f"switch:{switch}"]
-
-    def nic(self, node: str, nic: str) -> NicPlan:
-        return self.nics[NicRef(node, nic)]
-
 
 def new_run_id() -> str:
     return secrets.token_hex(3)

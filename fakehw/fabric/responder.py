@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import select
 import signal
 import sys
@@ -183,7 +182,7 @@ class Responder:
         try:
             pkt = parse_frame(frame)
         except PacketError as exc:
-            self.malformed[re.sub(r"0x[0-9a-f]+|(?<![\w.])\d+(?![\w.])", "#", exc.reason)[:80]] += 1
+            self.malformed[exc.key] += 1
             self.stats["malformed"] += 1
             return []
         if isinstance(pkt, PfcFrame):

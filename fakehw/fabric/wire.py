@@ -16,6 +16,7 @@ vector, eight 16-bit pause quanta, padded to the 64-byte minimum frame.
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from dataclasses import dataclass
@@ -54,6 +55,14 @@ class PacketError(ValueError):
         super().__init__(f"{message} (at byte {offset})")
         self.reason = message
         self.offset = offset
+
+    @property
+    def key(self) -> str:
+        """The reason with its numbers blanked, so errors group by kind of problem."""
+        return _NUMBERS.sub("#", self.reason)[:80]
+
+
+_NUMBERS = re.compile(r"0x[0-9a-f]+|(?<![\w.])\d+(?![\w.])")
 
 
 def _need(data: bytes | bytearray, offset: int, size: int, what: str) -> None:
