@@ -36,11 +36,10 @@ import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from testbed.httpservice import LoopbackJsonServer, send_json_bytes
+from testbed.httpservice import JsonHandler, LoopbackJsonServer
 
 Obj = dict[str, Any]
 HISTORY = 20_000
@@ -246,19 +245,11 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
 ]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(JsonHandler):
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def _send(self, code: int, body: Obj) -> None:
-        data = json.dumps(body, separators=(",", ":")).encode()
-        send_json_bytes(self, code, data)
-
     def _fail(self, code: int, message: str) -> None:
-        self._send(code, status_object(code, message, _REASONS.get(code, "InternalError")))
+        self.send_json(code, status_object(code, message, _REASONS.get(code, "InternalError")))
 
     def do_GET(self) -> None:
         self._dispatch("GET")
@@ -275,8 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self.read_body()
         for m, pattern, name in _ROUTES:
             match = pattern.match(url.path)
             if match is None:
@@ -294,7 +284,7 @@ class _Handler(BaseHTTPRequestHandler):
     # routes ----------------------------------------------------------------------------------
 
     def _r_version(self, p: dict[str, str], q: dict[str, str], raw: bytes) -> None:
-        self._send(200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0-fakehw", "platform": "linux/amd64"})
+        self.send_json(200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0-fakehw", "platform": "linux/amd64"})
 
     def _list(self, kind: str, q: dict[str, str], namespace: str | None) -> None:
         store = self.server.store
@@ -307,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._fail(400, "limit must be an integer")
             return
         items, rv = store.list_objects(kind, namespace, limit)
-        self._send(200, {"kind": f"{kind}List", "apiVersion": "v1", "metadata": {"resourceVersion": str(rv)},
+        self.send_json(200, {"kind": f"{kind}List", "apiVersion": "v1", "metadata": {"resourceVersion": str(rv)},
                          "items": items})
 
     def _r_nodes(self, p: dict[str, str], q: dict[str, str], raw: bytes) -> None:
@@ -321,14 +311,14 @@ class _Handler(BaseHTTPRequestHandler):
         if obj is None:
             self._fail(404, f'nodes "{p["name"]}" not found')
         else:
-            self._send(200, obj)
+            self.send_json(200, obj)
 
     def _r_pod(self, p: dict[str, str], q: dict[str, str], raw: bytes) -> None:
         obj = self.server.store.pod(f"{p['ns']}/{p['name']}")
         if obj is None:
             self._fail(404, f'pods "{p["name"]}" not found')
         else:
-            self._send(200, obj)
+            self.send_json(200, obj)
 
     def _r_binding(self, p: dict[str, str], q: dict[str, str], raw: bytes) -> None:
         try:
@@ -346,7 +336,7 @@ class _Handler(BaseHTTPRequestHandler):
         if outcome.code >= 400:
             self._fail(outcome.code, outcome.message)
         else:
-            self._send(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
+            self.send_json(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
 
     def _watch(self, kind: str, q: dict[str, str], namespace: str | None) -> None:
         store = self.server.store
@@ -407,8 +397,6 @@ class ApiServer:
     def __init__(self, store: ClusterStore):
         self.store = store
         self._server = _Server(store)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fakehw-apiserver",
-                                        daemon=True)
 
     @property
     def url(self) -> str:
@@ -416,15 +404,13 @@ class ApiServer:
         return f"http://{host!s}:{port}"
 
     def start(self) -> ApiServer:
-        self._thread.start()
+        self._server.start_background("fakehw-apiserver")
         return self
 
     def stop(self) -> None:
         self._server.stopping.set()
         self.store.close()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.close()
 
     def __enter__(self) -> ApiServer:
         return self.start()

@@ -25,14 +25,13 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from fakehw.polling import wait_until
 from testbed.extender.protocol import ConfigError, ExtenderConfig
-from testbed.httpservice import LoopbackJsonServer, send_json_bytes
+from testbed.httpservice import JsonHandler, LoopbackJsonServer, send_json_bytes
 
 START_TIMEOUT_S = 30.0
 DEFAULT_STANZA: dict[str, Any] = {"filterVerb": "filter", "prioritizeVerb": "prioritize", "bindVerb": "bind",
@@ -229,12 +228,8 @@ class ExtenderProcess:
 # --------------------------------------------------------------------------------------------------- chaos
 
 
-class _ProxyHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _ProxyHandler(JsonHandler):
     server: _ProxyServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
 
     def do_POST(self) -> None:
         with self.server.idle:
@@ -247,8 +242,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 self.server.idle.notify_all()
 
     def _forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
+        body = self.read_body()
         verb = self.path.rstrip("/").rsplit("/", 1)[-1]
         delay = self.server.delays.get(verb, 0.0)
         if delay:
@@ -282,9 +276,7 @@ class DelayProxy:
 
     def __init__(self, upstream: str):
         self._server = _ProxyServer(upstream)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="delay-proxy",
-                                        daemon=True)
-        self._thread.start()
+        self._server.start_background("delay-proxy")
 
     @property
     def url(self) -> str:
@@ -307,5 +299,4 @@ class DelayProxy:
         return True
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
-from testbed.httpservice import LoopbackJsonServer, send_json_bytes
+from testbed.httpservice import JsonHandler, LoopbackJsonServer, send_json_bytes
 
 Reply = tuple[int, bytes] | Callable[[Any], tuple[int, bytes]]
 
@@ -34,15 +32,11 @@ class Script:
         self.replies[verb] = lambda req: (200, json.dumps(fn(req)).encode())
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(JsonHandler):
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
     def do_POST(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        raw = self.read_body()
         verb = self.path.rstrip("/").rsplit("/", 1)[-1]
         try:
             body = json.loads(raw)
@@ -71,10 +65,8 @@ class ScriptedExtender:
 @pytest.fixture
 def scripted() -> Iterator[ScriptedExtender]:
     server = _Server()
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
+    server.start_background("scripted-extender")
     try:
         yield ScriptedExtender(f"http://127.0.0.1:{server.server_address[1]}", server.script)
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()

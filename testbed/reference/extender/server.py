@@ -12,11 +12,10 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from fakehw.views.k8s import NodeInfo, PodRequest, PodSpecError
-from testbed.httpservice import LoopbackJsonServer, send_json_bytes
+from testbed.httpservice import JsonHandler, LoopbackJsonServer
 from testbed.reference.extender.informer import ApiClient, ApiError, Informer
 from testbed.reference.extender.policy import (
     Bound,
@@ -332,8 +331,7 @@ def _snake(obj: Any) -> Any:
     return obj
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(JsonHandler):
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -342,8 +340,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, code: int, body: Any) -> None:
         if self.server.ext.options.mutant == "snake-keys":
             body = _snake(body)
-        data = json.dumps(body, separators=(",", ":")).encode()
-        send_json_bytes(self, code, data)
+        self.send_json(code, body)
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/healthz", "/readyz"):
@@ -354,13 +351,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         verb = self.path.strip("/").rsplit("/", 1)[-1]
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0 or length > MAX_BODY:
-            self._send(400, {"Error": "missing or oversized Content-Length"})
+            raw = self.read_body(MAX_BODY)
+        except ValueError as exc:
+            self._send(400, {"Error": str(exc)})
             return
-        raw = self.rfile.read(length)
         handler = {"filter": self.server.ext.filter, "prioritize": self.server.ext.prioritize,
                    "bind": self.server.ext.bind, "preempt": self.server.ext.preempt}.get(verb)
         if handler is None:
