@@ -110,6 +110,10 @@ def test_bad_icrc_is_reported_not_raised() -> None:
     from fakehw.fabric.wire import ipv4_checksum
     ttl_changed[14 + 10:14 + 12] = struct.pack("!H", ipv4_checksum(bytes(ttl_changed[14:34])))
     assert parse_frame(bytes(ttl_changed)).icrc_ok  # type: ignore[union-attr]
+    payload_changed = bytearray(frame)
+    payload_changed[-5] ^= 1  # the last payload byte, just before the 4-byte ICRC
+    parsed = parse_frame(bytes(payload_changed))
+    assert isinstance(parsed, RocePacket) and parsed.payload == b"abce" and not parsed.icrc_ok
 
 
 @pytest.mark.parametrize(
