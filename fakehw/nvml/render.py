@@ -10,9 +10,4 @@ from fakehw.render.atomic import OutputDir
 def render_nvml_snapshot(ctx: RenderContext, out: OutputDir) -> None:
     """Write the node's snapshot (events included, so event waits in running processes see them)."""
     data = build_snapshot(ctx.system, ctx.node, ctx.state, ctx.events).to_bytes()
-    path = out.root / SNAPSHOT_FILE
-    if write_snapshot(path, data):
-        out.written += 1
-        out.paths.append(path)
-    else:
-        out.unchanged += 1
+    out.count(write_snapshot(out.root / SNAPSHOT_FILE, data))

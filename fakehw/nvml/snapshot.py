@@ -13,7 +13,6 @@ import contextlib
 import errno
 import os
 import struct
-import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -45,6 +44,7 @@ from fakehw.nvml.readings import (
     sms_per_mig_slice,
     stable_int,
 )
+from fakehw.render.atomic import atomic_write
 
 SNAPSHOT_FILE = "nvml.snapshot"
 
@@ -595,31 +595,21 @@ def write_snapshot(path: Path, data: bytes) -> bool:
     file already gives the same answers: a re-render with nothing changed differs only in its render time, and
     keeping the old file keeps sample timestamps at the moment the answers last changed.
     """
-    try:
-        if path.stat().st_size == len(data) and _answers(path.read_bytes()) == _answers(data):
-            return False
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
     old_fd = -1
     with contextlib.suppress(OSError):
         old_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        if old_fd >= 0:
+        written = atomic_write(path, data, same=_same_answers)
+        if written and old_fd >= 0:
             _mark_superseded(old_fd)
     finally:
         if old_fd >= 0:
             os.close(old_fd)
-    return True
+    return written
+
+
+def _same_answers(old: bytes, new: bytes) -> bool:
+    return _answers(old) == _answers(new)
 
 
 def _answers(data: bytes) -> bytes:

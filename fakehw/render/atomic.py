@@ -8,17 +8,21 @@ changed, and mtimes mean something), and counts what it did.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> bool:
-    """Write ``data`` to ``path`` atomically; return False (and write nothing) when it already holds it."""
+def atomic_write(path: Path, data: bytes, mode: int = 0o644, same: Callable[[bytes, bytes], bool] = operator.eq
+                 ) -> bool:
+    """Write ``data`` to ``path`` atomically; return False (and write nothing) when it already holds the same
+    (``same(old, new)``; byte equality unless the format has fields that may differ without meaning anything)."""
     try:
-        if path.stat().st_size == len(data) and path.read_bytes() == data:
+        if path.stat().st_size == len(data) and same(path.read_bytes(), data):
             return False
     except OSError:
         pass
@@ -49,17 +53,19 @@ class OutputDir:
     root: Path
     written: int = 0
     unchanged: int = 0
-    paths: list[Path] = field(default_factory=list)
 
     def write(self, relpath: str, data: bytes | str, mode: int = 0o644) -> Path:
         path = self.root / relpath
         raw = data.encode() if isinstance(data, str) else data
-        if atomic_write(path, raw, mode):
+        self.count(atomic_write(path, raw, mode))
+        return path
+
+    def count(self, written: bool) -> None:
+        """Count a file a renderer wrote by other means (True: written, False: left alone)."""
+        if written:
             self.written += 1
-            self.paths.append(path)
         else:
             self.unchanged += 1
-        return path
 
     def write_json(self, relpath: str, value: Any, compact: bool = False) -> Path:
         return self.write(relpath, dump_json(value, compact))
