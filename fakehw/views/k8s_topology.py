@@ -15,16 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from fakehw.model.system import Node, System
+from fakehw.model.units import format_size
 
 DRA_DRIVER = "gpu.nvidia.com"
 
 
 def _quantity(size: int) -> str:
-    """A Kubernetes quantity in binary units (``81559Mi``)."""
-    for unit, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if size and size % factor == 0:
-            return f"{size // factor}{unit}"
-    return str(size)
+    """A Kubernetes quantity in binary units (``81559Mi``): the model's size spelling without the ``B``."""
+    return format_size(size).removesuffix("B")
 
 
 def node_resource_topology(system: System, node: Node) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
@@ -477,10 +477,12 @@ class ExtenderClient:
                 return None, "", time.monotonic() - start, f"connection failed: {exc}", False
         return None, "", time.monotonic() - start, "connection failed", False
 
-    def _call(self, verb: str, payload: Any) -> tuple[int | None, str, float, str | None, bool, Any, list[Check]]:
+    def _verb(self, verb: str, payload: Any, decode: Callable[[Any, str], tuple[T | None, str | None, list[Check]]]
+              ) -> CallResult[T]:
+        """POST ``payload`` to ``verb``; a 200 JSON answer is checked and decoded by ``decode(data, body)``."""
         status, body, elapsed, error, timed_out = self.post(verb, payload)
         checks: list[Check] = []
-        data: Any = None
+        value: T | None = None
         if error is not None:
             checks.append(Check("reachable", False, error, {"url": self.url(verb)}))
         elif status != 200:
@@ -494,43 +496,23 @@ class ExtenderClient:
             except json.JSONDecodeError as exc:
                 error = f"the body is not JSON: {exc}"
                 checks.append(Check("json", False, error, {"body": body[:EVIDENCE_BYTES]}))
-        return status, body, elapsed, error, timed_out, data, checks
+            else:
+                value, error, more = decode(data, body)
+                checks += more
+        return CallResult(verb, self.url(verb), status, body, elapsed, value, error, timed_out, tuple(checks))
 
     def filter(self, args: Mapping[str, Any], sent: Sequence[str]) -> CallResult[FilterResult]:
-        verb = self.config.filter_verb
-        status, body, elapsed, error, timed_out, data, checks = self._call(verb, args)
-        value = None
-        if error is None:
-            value, error, more = decode_filter(data, sent, self.config.node_cache_capable, body)
-            checks += more
-        return CallResult(verb, self.url(verb), status, body, elapsed, value, error, timed_out, tuple(checks))
+        cache = self.config.node_cache_capable
+        return self._verb(self.config.filter_verb, args, lambda data, body: decode_filter(data, sent, cache, body))
 
     def prioritize(self, args: Mapping[str, Any], sent: Sequence[str]) -> CallResult[tuple[HostPriority, ...]]:
-        verb = self.config.prioritize_verb
-        status, body, elapsed, error, timed_out, data, checks = self._call(verb, args)
-        value = None
-        if error is None:
-            value, error, more = decode_priorities(data, sent, body)
-            checks += more
-        return CallResult(verb, self.url(verb), status, body, elapsed, value, error, timed_out, tuple(checks))
+        return self._verb(self.config.prioritize_verb, args, lambda data, body: decode_priorities(data, sent, body))
 
     def bind(self, args: Mapping[str, Any]) -> CallResult[str]:
-        verb = self.config.bind_verb
-        status, body, elapsed, error, timed_out, data, checks = self._call(verb, args)
-        value = None
-        if error is None:
-            value, error, more = decode_bind(data, body)
-            checks += more
-        return CallResult(verb, self.url(verb), status, body, elapsed, value, error, timed_out, tuple(checks))
+        return self._verb(self.config.bind_verb, args, decode_bind)
 
     def preempt(self, args: Mapping[str, Any], offered: Mapping[str, Sequence[str]]) -> CallResult[PreemptResult]:
-        verb = self.config.preempt_verb
-        status, body, elapsed, error, timed_out, data, checks = self._call(verb, args)
-        value = None
-        if error is None:
-            value, error, more = decode_preempt(data, offered, body)
-            checks += more
-        return CallResult(verb, self.url(verb), status, body, elapsed, value, error, timed_out, tuple(checks))
+        return self._verb(self.config.preempt_verb, args, lambda data, body: decode_preempt(data, offered, body))
 
     def raw(self, verb: str, body: bytes, content_type: str = "application/json") -> tuple[int | None, str]:
         """Send arbitrary bytes (for the suites' malformed-request checks); never raises."""

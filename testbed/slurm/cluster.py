@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -94,7 +93,6 @@ class SlurmCluster:
             nodes=tuple(NodeLayout(n, free_port(), d / "root" / "dev") for n, d in self.node_dirs.items()),
             task_prolog=root / "etc" / "task_prolog.sh")
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.started_at: float | None = None
 
     # ----------------------------------------------------------------------------------- files
 
@@ -129,7 +127,6 @@ class SlurmCluster:
     # ----------------------------------------------------------------------------------- daemons
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        started = time.monotonic()
         for d in (self.layout.state_dir, self.layout.log_dir, self.layout.run_dir, self.root / "munge"):
             d.mkdir(parents=True, exist_ok=True)
         for d in (self.root, self.layout.run_dir):  # munged: everyone must be able to reach its socket
@@ -147,7 +144,6 @@ class SlurmCluster:
         except BaseException:
             self.stop()
             raise
-        self.started_at = time.monotonic() - started
 
     def _spawn(self, key: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
         log = open(self.layout.log_dir / f"{key}.out", "ab")  # noqa: SIM115 - kept open by the child
@@ -287,9 +283,6 @@ class SlurmCluster:
 
     # ----------------------------------------------------------------------------------- health
 
-    def drained(self) -> dict[str, frozenset[int]]:
-        return dict(self.layout.drained)
-
     def set_drained(self, drained: Mapping[str, frozenset[int]]) -> bool:
         """Take GPUs (minors) out of service, per node; returns whether anything changed.
 
@@ -297,10 +290,10 @@ class SlurmCluster:
         slurmd restart with the new configuration, and the node is resumed. Jobs keep running throughout.
         """
         new = {k: frozenset(v) for k, v in drained.items() if v}
-        if new == {k: v for k, v in self.layout.drained.items() if v}:
-            return False
         changed = {n for n in set(new) | set(self.layout.drained)
                    if new.get(n, frozenset()) != self.layout.drained.get(n, frozenset())}
+        if not changed:
+            return False
         self.layout = replace(self.layout, drained=new)
         self.write_config()
         self.stop_slurmctld()

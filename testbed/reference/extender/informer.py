@@ -14,7 +14,6 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -73,9 +72,9 @@ class ApiClient:
 
 
 class Informer:
-    """Nodes and pods by name, kept current by two watches; ``on_change`` runs (under the lock) after updates."""
+    """Nodes (by name) and pods (by namespace/name), kept current by two watches."""
 
-    def __init__(self, api: ApiClient, on_change: Callable[[], None] | None = None):
+    def __init__(self, api: ApiClient):
         self.api = api
         self.lock = threading.RLock()
         self._cond = threading.Condition(self.lock)
@@ -88,7 +87,6 @@ class Informer:
         self._seen = {"Node": 0, "Pod": 0}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.on_change = on_change
 
     def start(self, timeout: float = 30.0, forget_existing_pods: bool = False) -> None:
         deadline = time.monotonic() + timeout
@@ -118,18 +116,17 @@ class Informer:
         return "/api/v1/nodes" if kind == "Node" else "/api/v1/pods"
 
     @staticmethod
-    def _key(obj: Obj) -> str:
+    def _key(kind: str, obj: Obj) -> str:
+        """The cache key of a ``kind`` object: a Node's name, a Pod's namespace/name."""
         meta = obj["metadata"]
-        return meta["name"] if obj.get("kind") == "Node" or "namespace" not in meta else \
-            f"{meta['namespace']}/{meta['name']}"
+        return meta["name"] if kind == "Node" or "namespace" not in meta else f"{meta['namespace']}/{meta['name']}"
 
     def _relist(self, kind: str) -> int:
         status, body = self.api.request("GET", self._path(kind))
         if status != 200 or not isinstance(body, dict):
             raise ApiError(f"list {kind}: HTTP {status}")
         rv = int(body["metadata"]["resourceVersion"])
-        items = {(i["metadata"]["name"] if kind == "Node" else f"{i['metadata']['namespace']}/{i['metadata']['name']}"):
-                 i for i in body.get("items", [])}
+        items = {self._key(kind, i): i for i in body.get("items", [])}
         with self._cond:
             if kind == "Node":
                 self.nodes = items
@@ -143,8 +140,6 @@ class Informer:
         self.version += 1
         if kind == "Node":
             self.node_version += 1
-        if self.on_change is not None:
-            self.on_change()
         self._cond.notify_all()
 
     def _watch_loop(self, kind: str) -> None:
@@ -174,8 +169,7 @@ class Informer:
                     with self._cond:
                         if etype in ("ADDED", "MODIFIED", "DELETED"):
                             store = self.nodes if kind == "Node" else self.pods
-                            key = obj["metadata"]["name"] if kind == "Node" else \
-                                f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+                            key = self._key(kind, obj)
                             if etype == "DELETED":
                                 store.pop(key, None)
                             else:
@@ -212,5 +206,5 @@ class Informer:
     def assume(self, pod: Obj) -> None:
         """Record a pod this extender just bound, before the watch brings it (kube-scheduler's assume)."""
         with self._cond:
-            self.pods[self._key(pod)] = pod
+            self.pods[self._key("Pod", pod)] = pod
             self._changed()
