@@ -311,7 +311,7 @@ class PoolHostView:
 
 
 @dataclass(frozen=True, slots=True)
-class _Path:
+class MemdevPath:
     """Ports a memdev's traffic crosses: host bridge, root port, optional switch and its downstream port."""
 
     host_bridge: str
@@ -356,14 +356,6 @@ class CxlEngine:
     def arbitrable(self, pool: CxlPool) -> bool:
         """Whether this agent serves every host of ``pool`` (so it alone decides who holds what)."""
         return set(pool.nodes) <= self.served
-
-    @staticmethod
-    def path(cxl: Cxl, memdev: CxlMemdev) -> _Path:
-        if memdev.behind_switch:
-            sw_name = memdev.parent.rsplit(".", 1)[0]
-            sw = next(s for s in cxl.switches if s.name == sw_name)
-            return _Path(memdev.host_bridge, sw.parent, sw.name, memdev.parent)
-        return _Path(memdev.host_bridge, memdev.parent, None, None)
 
     def pools_of(self, node: str) -> list[CxlPool]:
         return [p for p in self.system.cxl_pools if node in p.nodes and p.window]
@@ -435,7 +427,7 @@ class CxlEngine:
                                       (node_name, m.name) not in state.admin_offline, m.name not in fault_offline))
         pools: list[PoolHostView] = []
         for pool in self.pools_of(node_name):
-            hb_name = self._port_host_bridge(node.cxl, pool.host_port)
+            hb_name = port_host_bridge(node.cxl, pool.host_port)
             hb = next(h for h in node.cxl.host_bridges if h.name == hb_name)
             lds = tuple(sorted(ld for (p, ld), o in state.ld_owner.items() if p == pool.name and o == node_name))
             exts = tuple(sorted((e for e in state.extents.values() if e.pool == pool.name and e.node == node_name),
@@ -443,11 +435,11 @@ class CxlEngine:
             for ld in lds:
                 name = f"{pool.name}.ld{ld}"
                 memdevs.append(MemdevView(name, self.memdev_sysfs_id(node, name), pool.ld_size, 0, 0,
-                                          _pool_serial(pool.name, ld), hb_name, pool.host_port, hb.numa, True, True,
+                                          _pool_serial(pool.name, ld), hb.name, pool.host_port, hb.numa, True, True,
                                           pool.name, ld))
             name = f"{pool.name}.dcd"
             memdevs.append(MemdevView(name, self.memdev_sysfs_id(node, name), 0, 0, pool.capacity,
-                                      _pool_serial(pool.name, -1), hb_name, pool.host_port, hb.numa, True, True,
+                                      _pool_serial(pool.name, -1), hb.name, pool.host_port, hb.numa, True, True,
                                       pool.name, None))
             pools.append(PoolHostView(pool.name, pool.window, lds, tuple(e.id for e in exts),
                                       len(lds) * pool.ld_size + sum(e.length for e in exts)))
@@ -560,7 +552,7 @@ class CxlEngine:
             raise CxlError(409, f"window {window.name} has no free {size_text(size)} range (largest free: "
                            f"{size_text(self._largest_hpa_hole(state, node, window, ways))})")
         if name is None:
-            name = f"region{self._free_region_id(state, node_name)}"
+            name = f"region{free_region_id(r.id for r in state.node_regions(node_name))}"
         elif not name.startswith("region") or not name.removeprefix("region").isdigit():
             raise CxlError(422, f"region names are regionN, not {name!r}")
         if (node_name, name) in state.regions:
@@ -701,25 +693,12 @@ class CxlEngine:
         if not 0 <= ld < pool.logical_devices:
             raise CxlError(422, f"pool {pool.name} has logical devices 0..{pool.logical_devices - 1}, not {ld}")
 
-    @staticmethod
-    def _port_host_bridge(cxl: Cxl, port: str) -> str:
-        for hb in cxl.host_bridges:
-            if port in hb.root_ports:
-                return hb.name
-        sw = next(s for s in cxl.switches if port in s.downstream_ports)
-        return next(hb.name for hb in cxl.host_bridges if sw.parent in hb.root_ports)
-
     def _pool_region(self, state: CxlState, node: Node, pool: CxlPool, offset: int, size: int, target: str,
                      origin: RegionOrigin, ld: int | None = None, extent: str | None = None) -> Region:
         window = self.pool_window(node, pool)
-        name = f"region{self._free_region_id(state, node.name)}"
+        name = f"region{free_region_id(r.id for r in state.node_regions(node.name))}"
         return Region(node.name, name, window.name, (target,), window.interleave_granularity, "ram", size, offset,
                       (offset if origin == "dcd-extent" else 0,), window.numa, origin, "", pool.name, ld, extent)
-
-    @staticmethod
-    def _free_region_id(state: CxlState, node: str) -> int:
-        used = {r.id for r in state.node_regions(node)}
-        return next(i for i in range(len(used) + 1) if i not in used)
 
     def _order_targets(self, node: Node, window: CxlWindow, targets: list[str]) -> list[str]:
         """Interleave positions: position i under the window's host bridge i mod ways, ports spread evenly."""
@@ -733,7 +712,7 @@ class CxlEngine:
             d = devs[t]
             per_hb.setdefault(d.host_bridge, []).append(t)
         for hb, names in per_hb.items():
-            paths = {n: self.path(cxl, devs[n]) for n in names}
+            paths = {n: memdev_path(cxl, devs[n]) for n in names}
             # Round-robin over root ports, then switch ports, so lower-level decoders interleave evenly.
             by_rp: dict[str, list[str]] = {}
             for n in sorted(names, key=lambda n: port_order.get(devs[n].parent, 0)):
@@ -757,9 +736,9 @@ class CxlEngine:
     def _check_decoders(self, state: CxlState, node: Node, devs: list[CxlMemdev], granularity: int,
                         wways: int) -> None:
         cxl = node.cxl
-        paths = {d.name: self.path(cxl, d) for d in devs}
+        paths = {d.name: memdev_path(cxl, d) for d in devs}
         regions = [r for r in state.node_regions(node.name) if r.origin in ("boot", "runtime")]
-        all_paths = {m.name: self.path(cxl, m) for m in cxl.memdevs}
+        all_paths = {m.name: memdev_path(cxl, m) for m in cxl.memdevs}
         # Ways and granularity at each level below the window.
         for hb in sorted({p.host_bridge for p in paths.values()}):
             under = [n for n, p in paths.items() if p.host_bridge == hb]
@@ -832,6 +811,31 @@ class CxlEngine:
             if aligned + size <= start + length:
                 return aligned
         return None
+
+
+def memdev_path(cxl: Cxl, memdev: CxlMemdev) -> MemdevPath:
+    """The ports between a local memdev and its host bridge."""
+    if memdev.behind_switch:
+        sw = next(s for s in cxl.switches if memdev.parent in s.downstream_ports)
+        return MemdevPath(memdev.host_bridge, sw.parent, sw.name, memdev.parent)
+    return MemdevPath(memdev.host_bridge, memdev.parent, None, None)
+
+
+def port_host_bridge(cxl: Cxl, port: str) -> str | None:
+    """The host bridge above a root port or a switch's downstream port (None for a port the host lacks)."""
+    for hb in cxl.host_bridges:
+        if port in hb.root_ports:
+            return hb.name
+    sw = next((s for s in cxl.switches if port in s.downstream_ports), None)
+    if sw is None:
+        return None
+    return next((hb.name for hb in cxl.host_bridges if sw.parent in hb.root_ports), None)
+
+
+def free_region_id(used: Iterable[int]) -> int:
+    """The lowest region number not in ``used`` (``regionN`` names are reused lowest first)."""
+    taken = set(used)
+    return next(i for i in range(len(taken) + 1) if i not in taken)
 
 
 def _extent_number(extent_id: str) -> int:

@@ -23,9 +23,12 @@ from fakehw.agent.cxl import (
     ENDPOINT_DECODERS,
     HOST_BRIDGE_DECODERS,
     SWITCH_DECODERS,
+    MemdevPath,
     NodeCxlView,
     Region,
-    RegionView,
+    free_region_id,
+    memdev_path,
+    port_host_bridge,
     window_bases,
 )
 from fakehw.model.system import CxlPool, Node
@@ -34,6 +37,8 @@ from fakehw.sysfs.pcilayout import PciFunction, PciLayout, pool_memdev_function
 from fakehw.sysfs.tree import Section
 
 ROOT = "sys/devices/platform/ACPI0017:00/root0"
+_NO_PATH = MemdevPath("", "", None, None)
+"""Stands in for the path of a region target that is no local memdev (a pooled device's)."""
 ACPI = "sys/devices/LNXSYSTM:00/LNXSYBUS:00"
 BUS = "sys/bus/cxl/devices"
 
@@ -160,7 +165,7 @@ def cxl_section(node: Node, pools: tuple[CxlPool, ...], lay: PciLayout, view: No
 
     regions = [rv for rv in view.regions]
     # Root decoders: one per window, regions below them.
-    next_region = _next_region_name(regions)
+    next_region = f"region{free_region_id(rv.region.id for rv in regions)}"
     for w in cxl.windows:
         d = f"{ROOT}/decoder0.{w.index}"
         targets = ",".join(str(hb_by_name[t].uid) for t in w.targets if t in hb_by_name)
@@ -227,11 +232,11 @@ def cxl_section(node: Node, pools: tuple[CxlPool, ...], lay: PciLayout, view: No
     # Port decoders (host bridges, switches) and endpoint decoders, committed in region order.
     active = {rv.region.name: rv.active for rv in regions}
     by_region = {rv.region.name: rv.region for rv in regions}
-    paths = _memdev_paths(node, view)
-    pool_hb = {p.name: ports.hb_of_rp.get(p.host_port) or _hb_of_dp(node, p.host_port) for p in pools}
+    paths = {m.name: memdev_path(cxl, m) for m in cxl.memdevs}
+    pool_hb = {p.name: port_host_bridge(cxl, p.host_port) for p in pools}
     for hb in cxl.host_bridges:
         through = [r for r in by_region.values()
-                   if (r.pool is None and any(paths.get(t, ("", "", None, None))[0] == hb.name for t in r.targets))
+                   if (r.pool is None and any(paths.get(t, _NO_PATH).host_bridge == hb.name for t in r.targets))
                    or (r.pool is not None and pool_hb.get(r.pool) == hb.name)]
         count = max(HOST_BRIDGE_DECODERS, len(through))
         pid = ports.hb_id[hb.name]
@@ -241,7 +246,8 @@ def cxl_section(node: Node, pools: tuple[CxlPool, ...], lay: PciLayout, view: No
             d = f"{pdir}/decoder{pid}.{i}"
             if i < len(through):
                 r = through[i]
-                rps = _ordered_unique(paths[t][1] for t in r.targets if paths.get(t, ("",))[0] == hb.name)
+                rps = _ordered_unique(paths[t].root_port for t in r.targets
+                                      if paths.get(t, _NO_PATH).host_bridge == hb.name)
                 rp_index = {rp: k for k, rp in enumerate(hb.root_ports)}
                 wways = len(next(w for w in cxl.windows if w.name == r.window).targets)
                 _decoder(sec, d, bases[r.window] + r.hpa_offset, r.size, ",".join(str(rp_index[x]) for x in rps),
@@ -253,7 +259,7 @@ def cxl_section(node: Node, pools: tuple[CxlPool, ...], lay: PciLayout, view: No
         sec.text(f"{pdir}/decoders_committed", committed)
     for sw in cxl.switches:
         through = [r for r in by_region.values() if r.pool is None
-                   and any(paths.get(t, ("", "", None, None))[2] == sw.name for t in r.targets)]
+                   and any(paths.get(t, _NO_PATH).switch == sw.name for t in r.targets)]
         pid = ports.sw_id[sw.name]
         pdir = ports.dir[sw.name]
         dp_index = {dp: k for k, dp in enumerate(sw.downstream_ports)}
@@ -261,11 +267,11 @@ def cxl_section(node: Node, pools: tuple[CxlPool, ...], lay: PciLayout, view: No
             d = f"{pdir}/decoder{pid}.{i}"
             if i < len(through):
                 r = through[i]
-                dps = _ordered_unique(paths[t][3] for t in r.targets
-                                      if paths.get(t, ("", "", None, None))[2] == sw.name)
+                dps = _ordered_unique(paths[t].downstream_port for t in r.targets
+                                      if paths.get(t, _NO_PATH).switch == sw.name)
                 window = next(w for w in cxl.windows if w.name == r.window)
-                hb_name = paths[r.targets[0]][0]
-                hb_ways = len({paths[t][1] for t in r.targets if paths[t][0] == hb_name})
+                hb_name = paths[r.targets[0]].host_bridge
+                hb_ways = len({paths[t].root_port for t in r.targets if paths[t].host_bridge == hb_name})
                 _decoder(sec, d, bases[r.window] + r.hpa_offset, r.size,
                          ",".join(str(dp_index[x]) for x in dps if x is not None), len(dps),
                          r.granularity * len(window.targets) * hb_ways)
@@ -374,35 +380,9 @@ def _ordered_unique(items: Iterable[str | None]) -> list[str]:
     return out
 
 
-def _memdev_paths(node: Node, view: NodeCxlView) -> dict[str, tuple[str, str, str | None, str | None]]:
-    """Local memdev -> (host bridge, root port, switch, downstream port)."""
-    out: dict[str, tuple[str, str, str | None, str | None]] = {}
-    for m in node.cxl.memdevs:
-        if m.behind_switch:
-            sw = next(s for s in node.cxl.switches if m.parent in s.downstream_ports)
-            out[m.name] = (m.host_bridge, sw.parent, sw.name, m.parent)
-        else:
-            out[m.name] = (m.host_bridge, m.parent, None, None)
-    del view
-    return out
-
-
-def _hb_of_dp(node: Node, port: str) -> str | None:
-    sw = next((s for s in node.cxl.switches if port in s.downstream_ports), None)
-    if sw is None:
-        return None
-    return next((h.name for h in node.cxl.host_bridges if sw.parent in h.root_ports), None)
-
-
 def _numa_of_region(node: Node, r: Region) -> int:
     """The NUMA node of the device side (the host bridge's node), as ``numa_node`` of a DAX device shows."""
     cxl = node.cxl
     window = next(w for w in cxl.windows if w.name == r.window)
     hb = next((h for h in cxl.host_bridges if h.name == window.targets[0]), None)
     return hb.numa if hb is not None else -1
-
-
-def _next_region_name(regions: list[RegionView]) -> str:
-    used = {rv.region.id for rv in regions}
-    return f"region{next(i for i in range(len(used) + 1) if i not in used)}"
-
