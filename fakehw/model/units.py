@@ -8,6 +8,7 @@ that say what was expected.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -156,8 +157,9 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
     return tuple(sorted(cpus))
 
 
-def format_cpulist(cpus: tuple[int, ...] | list[int] | frozenset[int]) -> str:
-    """Format CPU ids the way the kernel's ``cpulist`` files do (``0-55,112-167``)."""
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """Format CPU ids the way the kernel's ``cpulist`` files do (``0-55,112-167``); no CPUs print as an empty
+    string, as the kernel does for CPU-less nodes."""
     ordered = sorted(cpus)
     ranges: list[str] = []
     i = 0
@@ -168,12 +170,3 @@ def format_cpulist(cpus: tuple[int, ...] | list[int] | frozenset[int]) -> str:
         ranges.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
         i = j + 1
     return ",".join(ranges)
-
-
-def format_cpumask(cpus: tuple[int, ...] | list[int] | frozenset[int], ncpus: int) -> str:
-    """Format CPU ids as the kernel's ``cpumap``: hex in comma-separated 32-bit words, most significant first."""
-    words = max(1, (max(ncpus, 1) + 31) // 32)
-    mask = 0
-    for cpu in cpus:
-        mask |= 1 << cpu
-    return ",".join(f"{(mask >> (32 * w)) & 0xFFFFFFFF:08x}" for w in reversed(range(words)))

@@ -1,10 +1,8 @@
-"""Small formatting helpers shared by the sysfs/procfs sections: CPU masks and lists as the kernel prints them."""
+"""Small formatting helpers shared by the sysfs/procfs sections: CPU masks as the kernel prints them, meminfo lines."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-from fakehw.model.units import format_cpulist
 
 
 def cpumask(cpus: Iterable[int], nbits: int) -> str:
@@ -23,12 +21,6 @@ def cpumask(cpus: Iterable[int], nbits: int) -> str:
         width = (nbits % 32 + 3) // 4 if i == words - 1 and nbits % 32 else 8
         parts.append(f"{chunk:0{width}x}")
     return ",".join(parts)
-
-
-def cpulist(cpus: Iterable[int]) -> str:
-    """``0-55,112-167``; an empty list prints as an empty line, as the kernel does for CPU-less nodes."""
-    ordered = tuple(sorted(cpus))
-    return format_cpulist(ordered) if ordered else ""
 
 
 def kb(size: int) -> int:

@@ -9,7 +9,8 @@ node's architecture: the x86 fields hwloc and lscpu read, arm64's implementer/pa
 from __future__ import annotations
 
 from fakehw.model.system import Cpu, Node
-from fakehw.sysfs.common import cpulist, cpumask
+from fakehw.model.units import format_cpulist
+from fakehw.sysfs.common import cpumask
 from fakehw.sysfs.tree import Section
 
 LINE = 64
@@ -45,7 +46,7 @@ def cpu_section(node: Node) -> Section:
     cpu = node.cpu
     sec = Section("cpu")
     n = cpu.logical_cpus
-    everything = cpulist(range(n))
+    everything = format_cpulist(range(n))
     for name in ("online", "possible", "present"):
         sec.text(f"{CPU_DIR}/{name}", everything)
     sec.text(f"{CPU_DIR}/offline", "")
@@ -58,13 +59,13 @@ def cpu_section(node: Node) -> Section:
     caches = cpu.caches
     l3_ids: dict[tuple[int, ...], int] = {}
     pkg_cpus = {s: tuple(c for c in range(n) if cpu.socket_of(c) == s) for s in range(cpu.sockets)}
-    pkg_mask = {s: (cpumask(v, n), cpulist(v)) for s, v in pkg_cpus.items()}
+    pkg_mask = {s: (cpumask(v, n), format_cpulist(v)) for s, v in pkg_cpus.items()}
     for c in range(n):
         base = f"{CPU_DIR}/cpu{c}"
         socket = cpu.socket_of(c)
         core = cpu.core_of(c)
         siblings = cpu.thread_siblings(c)
-        sib_mask, sib_list = cpumask(siblings, n), cpulist(siblings)
+        sib_mask, sib_list = cpumask(siblings, n), format_cpulist(siblings)
         p_mask, p_list = pkg_mask[socket]
         topo = f"{base}/topology"
         sec.text(f"{topo}/physical_package_id", socket)
@@ -102,7 +103,7 @@ def cpu_section(node: Node) -> Section:
             sec.text(f"{d}/number_of_sets", size // (LINE * w))
             sec.text(f"{d}/physical_line_partition", 1)
             sec.text(f"{d}/shared_cpu_map", cpumask(shared, n))
-            sec.text(f"{d}/shared_cpu_list", cpulist(shared))
+            sec.text(f"{d}/shared_cpu_list", format_cpulist(shared))
             sec.text(f"{d}/id", cid)
     sec.file("proc/cpuinfo", cpuinfo(node))
     return sec

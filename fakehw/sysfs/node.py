@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from fakehw.model.system import Node, NumaNode
-from fakehw.sysfs.common import cpulist, cpumask, kb, meminfo_line
+from fakehw.model.units import format_cpulist
+from fakehw.sysfs.common import cpumask, kb, meminfo_line
 from fakehw.sysfs.tree import Section
 
 NODE_DIR = "sys/devices/system/node"
@@ -49,15 +50,15 @@ def node_static_section(node: Node) -> Section:
     sec = Section("node-static")
     ncpu = node.cpu.logical_cpus
     ids = [n.id for n in node.numa]
-    every = cpulist(ids)
+    every = format_cpulist(ids)
     sec.text(f"{NODE_DIR}/possible", every)
     sec.text(f"{NODE_DIR}/online", every)
-    sec.text(f"{NODE_DIR}/has_cpu", cpulist(n.id for n in node.numa if n.cpus))
+    sec.text(f"{NODE_DIR}/has_cpu", format_cpulist(n.id for n in node.numa if n.cpus))
     sec.text(f"{NODE_DIR}/has_generic_initiator", "")
     for i, n in enumerate(node.numa):
         d = f"{NODE_DIR}/node{n.id}"
         sec.text(f"{d}/cpumap", cpumask(n.cpus, ncpu))
-        sec.text(f"{d}/cpulist", cpulist(n.cpus))
+        sec.text(f"{d}/cpulist", format_cpulist(n.cpus))
         row = node.distances[i] if node.distances else (10,)
         sec.text(f"{d}/distance", " ".join(str(x) for x in row))
         for c in n.cpus:
@@ -90,8 +91,8 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
     sec = Section("node-memory")
     with_memory = [n.id for n in node.numa if memory.get(n.id, 0) > 0]
     normal = [n.id for n in node.numa if memory.get(n.id, 0) > 0 and n.kind in ("dram", "lpddr")]
-    sec.text(f"{NODE_DIR}/has_memory", cpulist(with_memory))
-    sec.text(f"{NODE_DIR}/has_normal_memory", cpulist(normal))
+    sec.text(f"{NODE_DIR}/has_memory", format_cpulist(with_memory))
+    sec.text(f"{NODE_DIR}/has_normal_memory", format_cpulist(normal))
     totals = {"MemTotal": 0, "MemFree": 0, "Used": 0}
     for n in node.numa:
         total = memory.get(n.id, 0)

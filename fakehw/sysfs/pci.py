@@ -14,7 +14,8 @@ verbs and fakehw adds as a file for readers that cannot use verbs).
 from __future__ import annotations
 
 from fakehw.model.system import Nic, Node
-from fakehw.sysfs.common import cpulist, cpumask
+from fakehw.model.units import format_cpulist
+from fakehw.sysfs.common import cpumask
 from fakehw.sysfs.pcilayout import PciFunction, PciLayout, config_space
 from fakehw.sysfs.tree import Section
 
@@ -40,7 +41,7 @@ def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
     sec.text(f"{d}/revision", f"0x{fn.revision:02x}")
     sec.text(f"{d}/numa_node", fn.numa)
     sec.text(f"{d}/local_cpus", cpumask(cpus, ncpu))
-    sec.text(f"{d}/local_cpulist", cpulist(cpus))
+    sec.text(f"{d}/local_cpulist", format_cpulist(cpus))
     sec.text(f"{d}/current_link_speed", SPEED.get(fn.link_gen, "Unknown"))
     sec.text(f"{d}/max_link_speed", SPEED.get(fn.link_gen, "Unknown"))
     sec.text(f"{d}/current_link_width", fn.link_width)
