@@ -31,13 +31,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from fakehw.model.spec import CXL_GRANULARITIES, CXL_INTERLEAVE_WAYS
 from fakehw.model.system import Cxl, CxlMemdev, CxlPool, CxlWindow, Node, System
 from fakehw.model.units import format_size
 
 MiB = 2**20
 GiB = 2**30
-WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
-GRANULARITIES = (256, 512, 1024, 2048, 4096, 8192, 16384)
 REGION_UNIT = 256 * MiB
 """A region's size is a multiple of this per interleave way (the kernel's SZ_256M region alignment)."""
 DCD_BLOCK = 256 * MiB
@@ -496,8 +495,9 @@ class CxlEngine:
                 raise CxlError(404, f"node {node_name} has no CXL memory device {t!r} (memdevs: {known})")
             devs.append(dev)
         ways = len(devs)
-        if ways not in WAYS:
-            raise CxlError(422, f"{ways}-way interleave is not possible (ways: {', '.join(map(str, WAYS))})")
+        if ways not in CXL_INTERLEAVE_WAYS:
+            raise CxlError(422, f"{ways}-way interleave is not possible "
+                           f"(ways: {', '.join(map(str, CXL_INTERLEAVE_WAYS))})")
         for dev in devs:
             if (node_name, dev.name) in state.admin_offline or dev.name in fault_offline:
                 raise CxlError(409, f"{dev.name} is offline; bring it online before putting it in a region")
@@ -514,7 +514,7 @@ class CxlEngine:
                            f"targets spread evenly over them (got {spread})")
         if granularity is None:
             granularity = window.interleave_granularity
-        if granularity not in GRANULARITIES:
+        if granularity not in CXL_GRANULARITIES:
             raise CxlError(422, f"interleave granularity {granularity} is not possible (a power of two from 256 "
                            "to 16384 bytes)")
         if wways > 1 and granularity != window.interleave_granularity:
@@ -745,14 +745,14 @@ class CxlEngine:
             rps = {paths[n].root_port for n in under}
             hb_ways = len(rps)
             counts = {rp: sum(1 for n in under if paths[n].root_port == rp) for rp in rps}
-            if hb_ways not in WAYS or len(set(counts.values())) > 1:
+            if hb_ways not in CXL_INTERLEAVE_WAYS or len(set(counts.values())) > 1:
                 raise CxlError(422, f"host bridge {hb} would interleave {hb_ways} root port(s) unevenly "
                                f"({', '.join(f'{c} under {rp}' for rp, c in sorted(counts.items()))})")
             hb_gran = granularity * wways
-            if hb_ways > 1 and hb_gran > GRANULARITIES[-1]:
+            if hb_ways > 1 and hb_gran > CXL_GRANULARITIES[-1]:
                 raise CxlError(422, f"the decoder of host bridge {hb} would need granularity {hb_gran} (region "
                                f"{granularity} x {wways} host bridge(s)); the largest a decoder supports is "
-                               f"{GRANULARITIES[-1]}")
+                               f"{CXL_GRANULARITIES[-1]}")
             for rp in rps:
                 sws = {paths[n].switch for n in under if paths[n].root_port == rp}
                 for sw in sws:
@@ -760,10 +760,10 @@ class CxlEngine:
                         continue
                     dps = {paths[n].downstream_port for n in under if paths[n].switch == sw}
                     sw_gran = hb_gran * hb_ways
-                    if len(dps) > 1 and sw_gran > GRANULARITIES[-1]:
+                    if len(dps) > 1 and sw_gran > CXL_GRANULARITIES[-1]:
                         raise CxlError(422, f"the decoder of switch {sw} would need granularity {sw_gran} (region "
                                        f"{granularity} x {wways * hb_ways} ways above it); the largest a decoder "
-                                       f"supports is {GRANULARITIES[-1]}")
+                                       f"supports is {CXL_GRANULARITIES[-1]}")
             used = [r.name for r in regions if any(all_paths[t].host_bridge == hb for t in r.targets
                                                    if t in all_paths)]
             if len(used) >= HOST_BRIDGE_DECODERS:

@@ -61,7 +61,6 @@ Path = tuple[PathItem, ...]
 ResolveProfile = Callable[[str], s.ProfileSpec]
 
 _NAMESPACE = uuid.UUID("6f1c2d2e-8a59-4a53-9b0e-2f61a8c0d7b1")
-_VALID_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
 _DEFAULT_DISTANCE = {"cxl": 50, "hbm": 80, "reserved": 80, "lpddr": 21, "dram": 21}
 
 
@@ -584,9 +583,9 @@ def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], proble
         for j, t in enumerate(w.targets):
             if t not in hb_names:
                 problems.add((*where, "targets", j), f"CXL host bridge {t!r} does not exist")
-        if len(w.targets) not in _VALID_WAYS:
+        if len(w.targets) not in s.CXL_INTERLEAVE_WAYS:
             problems.add((*where, "targets"), f"{len(w.targets)}-way interleave is not allowed "
-                         f"(ways: {', '.join(map(str, _VALID_WAYS))})")
+                         f"(ways: {', '.join(map(str, s.CXL_INTERLEAVE_WAYS))})")
         if w.name in names:
             problems.add((*where, "name"), f"duplicate CXL name {w.name!r}")
         names.add(w.name)
@@ -648,9 +647,9 @@ def _region(
     if window is None:
         problems.add((*where, "window"), f"CXL window {r.window!r} does not exist")
         return None
-    if r.interleave_granularity not in (256, 512, 1024, 2048, 4096, 8192, 16384):
+    if r.interleave_granularity not in s.CXL_GRANULARITIES:
         problems.add((*where, "interleaveGranularity"), "must be a power of two from 256 to 16384")
-    if len(r.targets) not in _VALID_WAYS:
+    if len(r.targets) not in s.CXL_INTERLEAVE_WAYS:
         problems.add((*where, "targets"), f"{len(r.targets)}-way interleave is not allowed")
     if len(set(r.targets)) != len(r.targets):
         problems.add((*where, "targets"), "a memory device is listed twice")

@@ -240,6 +240,11 @@ class C2CSpec(Spec):
 
 # --------------------------------------------------------------------------------------------------- CXL
 
+CXL_INTERLEAVE_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
+"""Interleave ways the kernel's CXL region driver accepts (drivers/cxl/core/region.c)."""
+CXL_GRANULARITIES = (256, 512, 1024, 2048, 4096, 8192, 16384)
+"""Interleave granularities (bytes) an HDM decoder supports: powers of two from 256 B to 16 KiB."""
+
 
 class CxlHostBridgeSpec(Spec):
     """A CXL host bridge (ACPI0016) with its root ports, named ``<bridge>.rp<N>``."""
@@ -293,7 +298,7 @@ class CxlWindowSpec(Spec):
     @field_validator("interleave_granularity")
     @classmethod
     def _granularity(cls, value: int) -> int:
-        if value not in (256, 512, 1024, 2048, 4096, 8192, 16384):
+        if value not in CXL_GRANULARITIES:
             raise ValueError("interleave granularity must be a power of two from 256 to 16384")
         return value
 
