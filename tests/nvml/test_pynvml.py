@@ -227,6 +227,10 @@ def test_nvlink_errors_and_per_process_reset(nvml: Nvml, pynvml_module: ModuleTy
     assert expected == 37
     assert n.nvmlDeviceGetNvLinkErrorCounter(h, 4, n.NVML_NVLINK_ERROR_DL_CRC_DATA) == expected
     assert n.nvmlDeviceGetNvLinkErrorCounter(h, 5, n.NVML_NVLINK_ERROR_DL_CRC_DATA) == 0
+    # Field values read the same counters: link 4's CRC count before the reset, link 5's (untouched) beside it.
+    before = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L4,
+                                            n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L5])
+    assert [(f.nvmlReturn, f.value.ullVal) for f in before] == [(0, expected), (0, 0)]
     n.nvmlDeviceResetNvLinkErrorCounters(h, 4)
     assert n.nvmlDeviceGetNvLinkErrorCounter(h, 4, n.NVML_NVLINK_ERROR_DL_CRC_DATA) == 0
     # Field values read the same counters.

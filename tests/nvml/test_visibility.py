@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from fakehw.model.system import TopologyLevel
 from tests.nvml.helpers import NodeSnap, run_python
 
 LIST = ("import json, pynvml\npynvml.nvmlInit()\nhs=[pynvml.nvmlDeviceGetHandleByIndex(i) for i in "
@@ -59,4 +60,7 @@ def test_invisible_devices_cannot_be_reached(node_snapshot: Callable[..., NodeSn
             "out['near'] = len(pynvml.nvmlDeviceGetTopologyNearestGpus(h, 40))\nprint(json.dumps(out))\n")
     out = run_python(code, snap.path, FAKEHW_VISIBLE_DEVICES="1,2")
     assert out["uuid"] == out["bus"] == 6  # NOT_FOUND
+    topo = snap.system.topology.nodes[snap.node.name]
+    visible_neighbours = [b for b in topo.nearest(1, TopologyLevel.NODE) if b in (1, 2)]
+    assert out["near"] == len(visible_neighbours)
     assert out["near"] == 1  # gpu1's NODE-level neighbours among the visible ones: gpu2 only
