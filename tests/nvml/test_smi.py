@@ -116,11 +116,6 @@ def test_query_text(real_nvidia: RealNvidia, node_snapshot: Callable[..., NodeSn
         assert q["Clocks Event Reasons/SW Thermal Slowdown"] == throttled
 
 
-def xml_gpus(text: str) -> list[ET.Element]:
-    root = ET.fromstring(text[text.index("<nvidia_smi_log>"):])
-    return root.findall("gpu")
-
-
 @pytest.mark.parametrize("profile", PROFILES)
 def test_query_xml(real_nvidia: RealNvidia, node_snapshot: Callable[..., NodeSnap], profile: str) -> None:
     faults = [{"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 3, "location": "device-memory"},

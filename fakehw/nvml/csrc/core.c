@@ -37,12 +37,6 @@ int64_t fhw_now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t fhw_realtime_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 int fhw_trace_enabled(void) { return g_trace; }
 
 void fhw_trace(const char *fmt, ...) {

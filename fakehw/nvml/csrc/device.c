@@ -4,11 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK_PTR(p)                                     \
-    do {                                                 \
-        if ((p) == NULL) return NVML_ERROR_INVALID_ARGUMENT; \
-    } while (0)
-
 #define PHYS 0
 #define ANY FHW_ALLOW_MIG
 

@@ -26,7 +26,11 @@
 #include "nvml_abi.h"
 #include "snapshot_layout.h"
 
-#define FHW_UNUSED __attribute__((unused))
+/* Argument checks every getter starts with. */
+#define CHECK_PTR(p)                                         \
+    do {                                                     \
+        if ((p) == NULL) return NVML_ERROR_INVALID_ARGUMENT; \
+    } while (0)
 
 #define FHW_DEFAULT_SNAPSHOT "/var/lib/fakehw/nvml.snapshot"
 #define FHW_MAX_SNAPSHOT_BYTES (64u << 20)
@@ -127,7 +131,6 @@ const char *fhw_snapshot_path(void);
 /* Re-check the snapshot file now (events: after a wake-up) and reload it when it changed. */
 void fhw_refresh(int force);
 int64_t fhw_now_ms(void);
-int64_t fhw_realtime_us(void);
 int fhw_trace_enabled(void);
 void fhw_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -6,11 +6,6 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#define CHECK_PTR(p)                                         \
-    do {                                                     \
-        if ((p) == NULL) return NVML_ERROR_INVALID_ARGUMENT; \
-    } while (0)
-
 /* ------------------------------------------------------------------------------------------ per-process state */
 
 /*

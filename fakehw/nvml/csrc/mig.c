@@ -3,11 +3,6 @@
 
 #include <stdio.h>
 
-#define CHECK_PTR(p)                                         \
-    do {                                                     \
-        if ((p) == NULL) return NVML_ERROR_INVALID_ARGUMENT; \
-    } while (0)
-
 static nvmlReturn_t m_mode(fhw_ctx_t *c, unsigned int *current, unsigned int *pending) {
     if (current == NULL || pending == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     if (!c->g->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
