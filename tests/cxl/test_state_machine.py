@@ -34,6 +34,7 @@ from fakehw.agent.pools import PoolLedger
 from fakehw.agent.service import AgentService
 from fakehw.model import System
 from fakehw.sysfs import POOLS_FILE, ROOT_DIR
+from tests.cxl.conftest import Clock
 
 NODES = ("cxl-host-0", "cxl-host-1")
 MEMDEVS = tuple(f"mem{i}" for i in range(8))
@@ -47,14 +48,6 @@ PLAUSIBLE: list[tuple[str, list[str]]] = [
     ("cfmws2", ["mem1", "mem5"]), ("cfmws2", ["mem2", "mem6"]), ("cfmws2", ["mem3", "mem7"]),
 ]
 """Requests a window of cxl-pool can take while capacity lasts (the rest of the time: anything)."""
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _snapshot(pf: Platform) -> str:
@@ -192,7 +185,7 @@ class PlatformMachine(RuleBasedStateMachine):
 
     @rule(seconds=st.sampled_from([1.0, 20.0, 45.0]))
     def time_passes(self, seconds: float) -> None:
-        self.clock.now += seconds
+        self.clock.advance(seconds)
 
     @rule()
     def restart_agent(self) -> None:
@@ -277,20 +270,31 @@ class PlatformMachine(RuleBasedStateMachine):
             for numa, size in view.numa_memory.items():
                 first = (root / f"sys/devices/system/node/node{numa}/meminfo").read_text().splitlines()[0]
                 assert int(first.split()[3]) * 1024 == size, (node_name, numa, first)
-            active: dict[int, int] = {}
-            for rv in view.cxl.regions:
-                online = all(m.online for m in view.cxl.memdevs if m.name in rv.region.targets)
-                assert rv.active == online
-                if rv.active and rv.region.mode == "ram" and rv.region.numa is not None:
-                    active[rv.region.numa] = active.get(rv.region.numa, 0) + rv.region.size
-            for numa, size in view.cxl.numa_memory.items():
-                assert size == active.get(numa, 0)
             bus = {p.name for p in (root / "sys/bus/cxl/devices").iterdir()}
             assert {n for n in bus if n.startswith("region")} == {rv.region.name for rv in view.cxl.regions}
             assert {n for n in bus if n.startswith("mem")} == {m.sysfs_name for m in view.cxl.memdevs}
+            rendered_state = {m.name: (root / "sys/bus/cxl/devices" / m.sysfs_name / "state").read_text().strip()
+                              for m in view.cxl.memdevs}
             for m in view.cxl.memdevs:
-                state = (root / "sys/bus/cxl/devices" / m.sysfs_name / "state").read_text().strip()
-                assert state == ("online" if m.online else "offline")
+                assert rendered_state[m.name] == ("online" if m.online else "offline")
+            # A RAM region's DAX device is bound to kmem (its memory is in a NUMA node) exactly when the region is
+            # active, i.e. when the tree shows every target online; the kmem-bound devices add up to what the
+            # CXL NUMA nodes hold.
+            dax_dir = root / "sys/bus/dax/devices"
+            dax = {p.name: p for p in dax_dir.iterdir()} if dax_dir.is_dir() else {}
+            ram = [rv for rv in view.cxl.regions if rv.region.mode == "ram"]
+            assert set(dax) == {f"dax{rv.region.id}.0" for rv in ram}
+            in_kmem: dict[int, int] = {}
+            for rv in ram:
+                dev = dax[f"dax{rv.region.id}.0"]
+                driver = Path(os.readlink(dev / "driver")).name
+                targets_online = all(rendered_state[t] == "online" for t in rv.region.targets)
+                assert driver == ("kmem" if rv.active else "device_dax"), (node_name, rv.region.name, driver)
+                assert rv.active == targets_online, (node_name, rv.region.name, rendered_state)
+                if driver == "kmem":
+                    target = int((dev / "target_node").read_text())
+                    in_kmem[target] = in_kmem.get(target, 0) + int((dev / "size").read_text())
+            assert {n: in_kmem.get(n, 0) for n in view.cxl.numa_memory} == dict(view.cxl.numa_memory)
             doc = json.loads((root / POOLS_FILE).read_text())
             rendered = {p["name"]: (p["available"], p["reserved"], p["bursting"]) for p in doc["pools"]}
             assert rendered == {p.name: (p.available, p.reserved, p.bursting) for p in view.pools}
