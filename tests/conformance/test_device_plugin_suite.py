@@ -1,7 +1,8 @@
 """The device plugin suite, run as a certification would run it (pytest in a child process, results file):
 
-- the reference plugin passes every requirement on dgx-h100, gb200-nvl72, edge-pcie and riscv-nvlink-fusion
-  (local backend), and on one profile in the Docker backend when Docker and the node image are available;
+- the reference plugin passes every requirement on dgx-h100, gb200-nvl72, edge-pcie, riscv-nvlink-fusion and cxl-pool
+  (one-device and exclusive pools, a pooled CXL device whose LDs are split between hosts) on the local backend,
+  and on one profile in the Docker backend when Docker and the node image are available;
 - every mutant fails exactly the requirements it breaks and passes all the others;
 - hostile plugins (Allocate hangs, wrong version, failing options, malformed device lists) are reported
   requirement by requirement, with evidence, within a bounded time.
@@ -38,7 +39,7 @@ pytestmark = pytest.mark.slow
 SUITE = Path(__file__).resolve().parents[2] / "conformance" / "suites" / "device_plugin"
 DATA = Path(__file__).resolve().parent / "data"
 REFERENCE = f"{shlex.quote(sys.executable)} -m testbed.reference.device_plugin"
-PROFILES = ("dgx-h100", "gb200-nvl72", "edge-pcie", "riscv-nvlink-fusion")
+PROFILES = ("dgx-h100", "gb200-nvl72", "edge-pcie", "riscv-nvlink-fusion", "cxl-pool")
 REFERENCE_BUDGET = ("--dp-fuzz-examples", "2", "--dp-fuzz-steps", "8")
 MUTANT_BUDGET = ("--dp-fuzz-examples", "1", "--dp-fuzz-steps", "6", "--dp-fuzz-no-shrink")
 RUN_TIMEOUT_S = 900.0

@@ -164,7 +164,10 @@ def test_agent_restart(plugin: PluginUnderTest, evidence: Evidence) -> None:
         plugin.heal(fault)
     plugin.kubelet.wait_update(plugin.resource, lambda u: u.health(device) == HEALTHY, RECOVERY_BOUND_S,
                                f"{gpu} healthy again after healing")
+    holders = {a.resource: a.pod for a, _ in kept}
     for resource in sorted(r for r in plugin.kubelet.endpoints if r.startswith(POOL_PREFIX)):
+        if not plugin.kubelet.available(resource):  # a one-device pool: its kept pod ends to make room
+            plugin.kubelet.release(holders[resource])
         a = plugin.kubelet.admit(plugin.new_pod("after-agent"), "main", resource, 1)
         if not plugin.expose(a.response_message()).tokens:
             raise PluginViolation("pool-token", f"{resource}: no token after the agent restart", a.response)

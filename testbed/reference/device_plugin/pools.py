@@ -98,7 +98,9 @@ class PoolManager:
     def discover(self) -> list[PoolSpec]:
         specs = []
         for p in self.agent.pools(self.node):
-            capacity = int(p["capacity"])
+            # what this node can reserve now (a pooled CXL device lends each host only the LDs assigned to it),
+            # not the pool's size in the model
+            capacity = int(p.get("available", p["capacity"]))
             exclusive = p.get("policy") == "exclusive"
             slice_bytes = max(self.slice_bytes, -(-capacity // MAX_SLICES))
             slices = 1 if exclusive or capacity <= slice_bytes else capacity // slice_bytes
