@@ -9,9 +9,9 @@ import grpc
 import pytest
 
 from conformance.suites.device_plugin.support import POOL_PREFIX, PluginUnderTest
+from fakehw.polling import wait_until
 from testbed.kubelet.api import to_json
 from testbed.kubelet.kubelet import PluginViolation, RpcFailed
-from testbed.polling import wait_until
 
 Evidence = Callable[[str, Any], None]
 

@@ -18,9 +18,9 @@ from conformance.suites.device_plugin.support import (
     PluginUnderTest,
     run_load,
 )
+from fakehw.polling import wait_until
 from testbed.kubelet.api import HEALTHY, to_json
 from testbed.kubelet.kubelet import Assignment, PluginViolation, RpcFailed
-from testbed.polling import wait_until
 
 Evidence = Callable[[str, Any], None]
 LOAD_RESUME_S = 10.0
