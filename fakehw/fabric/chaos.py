@@ -394,14 +394,18 @@ class Chaos:
         imp = self._new("loss", str(ref), {"rate": rate, "direction": direction})
         table = f"fh{imp.id}"
         chance = _chance(rate)
-        rules = []
+        # Inbound frames are judged at prerouting, which sees each frame once: the forward hook runs once per
+        # copy, and a frame to a MAC the switch has not learned is copied to every port (one draw per copy).
+        # Outbound frames are judged at postrouting, where each copy is one frame into one cable.
+        chains = []
         if direction in ("in", "both") and chance is not None:
-            rules.append(f"    iifname \"{ifname}\" {chance} counter name dropped_in drop")
+            chains.append(("prerouting", f"iifname \"{ifname}\" {chance} counter name dropped_in drop"))
         if direction in ("out", "both") and chance is not None:
-            rules.append(f"    oifname \"{ifname}\" {chance} counter name dropped_out drop")
+            chains.append(("postrouting", f"oifname \"{ifname}\" {chance} counter name dropped_out drop"))
         ruleset = (f"table bridge {table} {{\n  counter dropped_in {{ }}\n  counter dropped_out {{ }}\n"
-                   f"  chain forward {{ type filter hook forward priority -100; policy accept;\n"
-                   + "\n".join(rules) + "\n  }\n}\n")
+                   + "".join(f"  chain {hook} {{ type filter hook {hook} priority -100; policy accept;\n"
+                             f"    {rule}\n  }}\n" for hook, rule in chains)
+                   + "}\n")
         imp.undo = [{"op": "nft-delete", "ns": ns.path, "family": "bridge", "table": table}]
         imp.counters = [{"ns": ns.path, "family": "bridge", "table": table}]
         return self._apply(imp, [(ns, ["nft", "-f", "-"], ruleset.encode())])

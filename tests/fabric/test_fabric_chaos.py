@@ -11,9 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from fakehw.fabric.chaos import Chaos, UnsupportedImpairment, binomial_interval, capabilities
+from fakehw.fabric.chaos import Chaos, Direction, UnsupportedImpairment, binomial_interval, capabilities
 from fakehw.fabric.emulate import EmulatedFabric
 from fakehw.fabric.model import NicRef, load_fabric
+from fakehw.fabric.plan import BRIDGE
 from fakehw.fabric.traffic import LiveFabric, start_responder
 
 RAILS = range(8)
@@ -145,16 +146,27 @@ def test_partition_and_heal(healthy: LiveFabric, chaos: Chaos) -> None:
     assert all(r.ok for r in healthy.prober.probe_pairs(pairs))
 
 
-def test_random_loss_is_within_binomial_bounds(healthy: LiveFabric, chaos: Chaos) -> None:
+@pytest.mark.parametrize("direction", ["in", "out"])
+@pytest.mark.parametrize("learned", [True, False], ids=["learned", "flooded"])
+def test_random_loss_is_within_binomial_bounds(healthy: LiveFabric, chaos: Chaos, learned: bool,
+                                               direction: Direction) -> None:
+    """Each frame is dropped once or not at all, also when the switch floods it to every port because it has
+    not learned (or has aged out) the destination's MAC address. ``in`` impairs the sender's port (frames into
+    the switch), ``out`` the receiver's (frames out of the switch)."""
     a, b = nic(1, 5), nic(3, 5)
     n, rate = 2000, 0.25
     frames = _frames(healthy, a, b, 50) * (n // 50)
     baseline = _send_and_count(healthy, a, b, frames)
     assert sum(baseline.values()) == n  # no loss without the impairment
-    imp = chaos.loss(a, rate, direction="in")
+    imp = chaos.loss(a if direction == "in" else b, rate, direction=direction)
+    if not learned:
+        ns, _ = chaos._port(healthy.fabric.model.host_nic(a).peer)  # type: ignore[arg-type]
+        ns.run(["bridge", "fdb", "flush", "dev", BRIDGE, "dynamic"])
     got = _send_and_count(healthy, a, b, frames)
     received = sum(got.values())
-    dropped = chaos.counters(imp)["dropped_in"]
+    counters = chaos.counters(imp)
+    dropped = counters[f"dropped_{direction}"]
+    assert counters[f"dropped_{'out' if direction == 'in' else 'in'}"] == 0
     assert received + dropped == n, (received, dropped)
     lo, hi = binomial_interval(n, rate)
     assert lo <= dropped <= hi, f"{dropped} of {n} dropped, expected {lo}..{hi} for rate {rate}"
