@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PROFILE ?= dgx-h100
 PYTEST_ARGS ?=
-TEST_JOBS ?= 2  # pytest-xdist workers; each test file stays on one worker (tests/conftest.py)
+TEST_JOBS ?= 2  # pytest-xdist workers; each test file stays on one worker, Docker files on one (tests/conftest.py)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: run test deps system-deps lint typecheck check bench clean help
@@ -35,7 +35,7 @@ run: deps
 		--backend local --out out/certification
 
 test: deps system-deps
-	@set +e; $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS); rc=$$?; \
+	@set +e; $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected (exit 5); treated as success"; rc=0; fi; \
 	exit $$rc
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -17,18 +17,27 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-# Under pytest-xdist (`make test` runs -n 2 --dist loadgroup) each test file runs whole on one worker; everything
-# that drives the shared Docker engine (image builds, leftover checks) runs on the same worker, one after another.
-DOCKER_USERS = {"tests/conformance/test_device_plugin_suite.py"}
+# Under pytest-xdist (`make test` runs -n 2 --dist loadfile) each test file runs whole on one worker, so module
+# fixtures are set up once; every file that drives the shared Docker engine (image builds, leftover checks) is
+# one unit of work, run on one worker one file after another. This is a scheduler rather than xdist_group marks:
+# with pytest >= 9.2 (node ids moved to Node._id) pytest-xdist 3.8's loadgroup silently stops grouping.
+DOCKER_USERS = frozenset({"tests/conformance/test_device_plugin_suite.py"})
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    root = Path(str(config.rootpath))
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        path = Path(str(item.path)).resolve().relative_to(root).as_posix()
-        group = "docker" if path.startswith("tests/docker/") or path in DOCKER_USERS else path
-        item.add_marker(pytest.mark.xdist_group(group))
+def scope_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or "docker" for everything that drives Docker."""
+    path = nodeid.split("::", 1)[0]
+    return "docker" if path.startswith("tests/docker/") or path in DOCKER_USERS else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileDockerTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return ByFileDockerTogether(config, log)
