@@ -62,17 +62,15 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    from fakehw.fabric import cli_runtime
+
     fab = sub.add_parser("fabric", help="an emulated RoCE fabric for the cluster's nodes (root)")
     fsub = fab.add_subparsers(title="fabric commands", metavar="COMMAND")
     p = fsub.add_parser("up", help="build a fabric config over the cluster's nodes", parents=[common])
     p.add_argument("config", help="built-in fabric name (fakehw fabric list) or YAML file")
     p.set_defaults(func=cmd_up)
     p = fsub.add_parser("probe", help="measure the fabric's dynamic requirements", parents=[common])
-    p.add_argument("--mtu", choices=["none", "sample", "all"], default="sample",
-                   help="largest-payload measurement: none, one path per MTU profile (default: sample), every path")
-    p.add_argument("--json", action="store_true", help="print the probe report as JSON")
-    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                   help="list passing checks too (and log debug messages)")
+    cli_runtime.add_probe_options(p)
     p.set_defaults(func=cmd_probe)
     p = fsub.add_parser("down", help="tear the fabric down", parents=[common])
     p.set_defaults(func=cmd_down)

@@ -180,15 +180,20 @@ def register(fsub: Any) -> None:
 
     p = fsub.add_parser("probe", help="measure the dynamic requirements on a running fabric (root)")
     p.add_argument("--state-dir", required=True, metavar="DIR", help=STATE_HELP)
-    p.add_argument("--mtu", choices=["none", "sample", "all"], default="sample",
-                   help="largest-payload measurement: none, one path per MTU profile (default), every path")
-    p.add_argument("--json", action="store_true", help="print the probe report as JSON")
-    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                   help="list passing checks too (and log debug messages)")
+    add_probe_options(p)
     p.set_defaults(func=cmd_probe)
 
     register_fuzz(fsub)
     register_chaos(fsub)
+
+
+def add_probe_options(p: argparse.ArgumentParser) -> None:
+    """The options of a probe run (``fakehw fabric probe`` and ``testbed fabric probe``)."""
+    p.add_argument("--mtu", choices=["none", "sample", "all"], default="sample",
+                   help="largest-payload measurement: none, one path per MTU profile (default: sample), every path")
+    p.add_argument("--json", action="store_true", help="print the probe report as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="list passing checks too (and log debug messages)")
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
