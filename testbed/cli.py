@@ -77,11 +77,25 @@ def _parse_params(items: Sequence[str]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------- commands
 
 
+def _image_option(value: str | None) -> str | dict[str, str] | None:
+    """``--image TAG`` (every node) or ``--image amd64=TAG,riscv64=TAG`` (per architecture)."""
+    if value is None or "=" not in value:
+        return value
+    images: dict[str, str] = {}
+    for item in value.split(","):
+        arch, sep, tag = item.strip().partition("=")
+        if not sep or not arch or not tag:
+            raise CliError(f"--image: expected TAG or ARCH=TAG,ARCH=TAG, got {value!r}", EXIT_BAD_INPUT)
+        images[arch.removeprefix("linux/")] = tag
+    return images
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     start = time.monotonic()
     print(f"starting cluster {args.name!r}: profile {args.profile} on the {args.backend} backend ...", file=sys.stderr)
-    options = {k: v for k, v in (("gpus", getattr(args, "gpus", None)), ("image", getattr(args, "image", None)))
-               if v is not None}
+    options: dict[str, Any] = {k: v for k, v in (("gpus", getattr(args, "gpus", None)),
+                                                 ("image", _image_option(getattr(args, "image", None))))
+                               if v is not None}
     tb = Testbed.up(args.profile, nodes=args.nodes, backend=args.backend, name=args.name,
                     state_dir=_state_dir(args), **options)
     print(f"cluster {tb.name} is up: {len(tb.record.nodes)} node(s) in {time.monotonic() - start:.1f} s "
@@ -313,7 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(a container per node), kind (a local Kubernetes cluster) or kubeconfig (an existing "
                             "cluster) (default: local)")
         p.add_argument("--gpus", help="docker backend: GPUs each node container gets (all, none, gpu2,gpu5 or 2,5)")
-        p.add_argument("--image", help="docker backend: node image to run (default: built from this checkout)")
+        p.add_argument("--image", metavar="TAG|ARCH=TAG,...",
+                       help="docker backend: node image to run, one for every node or one per architecture "
+                            "(amd64=fakehw/node:amd64,riscv64=...) (default: built from this checkout)")
 
     p = add("status", "nodes, health, and optionally the topology", cmd_status)
     p.add_argument("--topology", action="store_true", help="print the topology matrix of each node type")
