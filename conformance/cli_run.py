@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conformance.components import IMAGE_UNSUPPORTED, check_component
 from conformance.requirements import LEVELS, catalogue
 from fakehw.cli_common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, CliError
 
@@ -77,8 +78,7 @@ def parse_target(text: str, plugin_cmd: str | None) -> tuple[Suite, str | None]:
     if spec in ("", "reference"):
         return suite, None
     if spec.startswith("image:"):
-        raise CliError("image:... targets need the kind backend; on local and docker give a command (cmd:...)",
-                       EXIT_BAD_INPUT)
+        raise CliError(f"--target {text}: {IMAGE_UNSUPPORTED}", EXIT_BAD_INPUT)
     return suite, spec.removeprefix("cmd:").strip()
 
 
@@ -198,7 +198,9 @@ def plan_runs(args: argparse.Namespace) -> list[Run]:
         try:
             load_profile(profile)
         except ProfileError as exc:
-            raise CliError(f"profile {profile} is not valid:\n{exc}", EXIT_BAD_INPUT) from None
+            text = str(exc)
+            raise CliError(f"profile {profile} is not valid:" + (f"\n{text}" if "\n" in text else f" {text}"),
+                           EXIT_BAD_INPUT) from None
     runs = []
     for text in targets:
         kind, sep, spec_text = text.partition("=")
@@ -217,6 +219,12 @@ def plan_runs(args: argparse.Namespace) -> list[Run]:
                 this_spec = _default_fabric(profile)
             for backend in args.backend:
                 runs.append(Run(suite, plugin_cmd, this_spec, profile, backend))
+    checked: set[tuple[str, str | None, str | None, str]] = set()
+    for run in runs:  # every component, once per backend, before any suite starts
+        key = (run.suite.target, run.spec, run.plugin_cmd, run.backend)
+        if key not in checked:
+            checked.add(key)
+            check_component(*key)
     return runs
 
 

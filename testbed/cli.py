@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fakehw import __version__
 from fakehw.agent.client import AgentRequestError
 from fakehw.cli_common import EXIT_BAD_INPUT, CliError, run_cli
 from fakehw.model import ProfileError
@@ -307,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"testbed {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log debug messages")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
