@@ -390,10 +390,10 @@ class DockerBackend(Backend):
         text = (out + err).decode(errors="replace")
         if returncode in (126, 127) and OCI_FAILURE.decode() in text:
             if "not found" in text or "no such file" in text:
-                raise BackendInputError(f"command not found on node {node}: {argv[0]}")
+                raise BackendInputError(f"command not found on node {node}: {argv[0]}{_not_found_hint(argv[0])}")
             raise BackendError(f"cannot run {argv[0]} on node {node}: {text.strip()}")
         if returncode == 127 and timeout is not None and b"timeout: failed to run command" in err:
-            raise BackendInputError(f"command not found on node {node}: {argv[0]}")
+            raise BackendInputError(f"command not found on node {node}: {argv[0]}{_not_found_hint(argv[0])}")
         return subprocess.CompletedProcess(list(argv), returncode, out, err)
 
     # ------------------------------------------------------------------------------------------ chaos
@@ -487,6 +487,13 @@ class DockerBackend(Backend):
 def _container_name(cluster: str, node: str, run: str) -> str:
     safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", node)
     return f"fakehw-{cluster}-{safe}-{run[:6]}"
+
+
+def _not_found_hint(program: str) -> str:
+    if program != "nvidia-smi":
+        return ""
+    return (" (node images hold no NVIDIA binary; inside a node, pynvml sees the fake GPUs: python -c 'import "
+            "pynvml; ...'; the real nvidia-smi runs on local-backend clusters after tools/fetch-real-nvidia.sh)")
 
 
 def _check_image(tag: str, arch: str) -> None:
