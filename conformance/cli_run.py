@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -85,7 +86,7 @@ def parse_target(text: str, plugin_cmd: str | None) -> tuple[Suite, str | None]:
 def pytest_argv(args: argparse.Namespace, suite: Suite, results: Path) -> list[str]:
     argv = [sys.executable, "-m", "pytest", str(suite_dir(suite)), "-p", "no:cacheprovider", "--import-mode=importlib",
             "--profile", args.profile, "--backend", args.backend, "--conformance-results", str(results),
-            "--conformance-complete", "-q" if not args.verbose else "-v", "-rN"]
+            "--conformance-complete", "--conformance-no-table", "-q" if not args.verbose else "-v", "-rN"]
     if args.plugin_cmd:
         argv += ["--target", f"{suite.target}=cmd:{args.plugin_cmd}"]
     else:
@@ -262,10 +263,36 @@ def execute(args: argparse.Namespace, run: Run, out: Path) -> tuple[bool, str | 
     return report.verdicts.overall == "certified", str(VERDICT_TEXT[report.verdicts.overall]), took
 
 
+def clear_previous(out: Path) -> list[Path]:
+    """Remove what an earlier ``conformance run`` into ``out`` wrote (the run directories its index.json lists,
+    its index and summaries), so the new index.json is the whole truth about ``out``. Only directories that hold
+    a run's files and lie inside ``out`` are touched; anything else there is left alone."""
+    index = out / "index.json"
+    try:
+        old = json.loads(index.read_text())
+        runs = old.get("runs", []) if isinstance(old, dict) else []
+    except (OSError, ValueError):
+        return []
+    removed = []
+    root = out.resolve()
+    for run in runs:
+        path = Path(str(run.get("dir", ""))) if isinstance(run, dict) else Path()
+        target = path.resolve()
+        if target != root and target.is_relative_to(root) and (target / "results.json").is_file():
+            shutil.rmtree(target, ignore_errors=True)
+            removed.append(path)
+    for name in ("index.json", "index.html", "summary.md", "results.json", "report.json", "report.html",
+                 "junit.xml"):
+        (out / name).unlink(missing_ok=True)
+    return removed
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     runs = plan_runs(args)
     out = Path(args.out)
     single = len(runs) == 1
+    for path in clear_previous(out):
+        print(f"conformance: removed {path} (an earlier run into {out})", file=sys.stderr)
     index = []
     for i, run in enumerate(runs, 1):
         component = run.plugin_cmd or run.spec or "reference"

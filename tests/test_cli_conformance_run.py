@@ -4,6 +4,7 @@ no traceback, and nothing run or written (docs/certification.md promises it). Al
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -106,3 +107,24 @@ def test_version(prog: str) -> None:
                           env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"{prog} {__version__}"
+
+
+def test_a_second_run_leaves_only_its_own_runs_and_prints_each_table_once(tmp_path: Path) -> None:
+    """Runs into the same --out: the earlier run's directories go (the new index.json lists all there is), a
+    directory of the user's stays, and the per-requirement table is printed once per run (not by pytest too)."""
+    out = tmp_path / "out"
+    quick = ["-k", "test_registers_with_v1beta1"]
+    first = _run(["--target", "device-plugin=reference", "--profile", "dgx-h100", "--profile", "edge-pcie", *quick],
+                 tmp_path)
+    assert {p.name for p in out.iterdir() if p.is_dir()} == {"device-plugin-dgx-h100-local",
+                                                             "device-plugin-edge-pcie-local"}, first.stderr
+    assert first.stdout.count("DP-REG-001") == 2, first.stdout  # one table per run
+    assert "results per requirement" not in first.stdout
+    (out / "notes").mkdir()
+    (out / "notes" / "mine.txt").write_text("keep")
+    second = _run(["--target", "device-plugin=reference", "--profile", "edge-pcie", *quick], tmp_path)
+    assert f"removed {out / 'device-plugin-dgx-h100-local'}" in second.stderr
+    index = json.loads((out / "index.json").read_text())
+    assert [Path(r["dir"]) for r in index["runs"]] == [out]  # one run: its files are in --out itself
+    assert {p.name for p in out.iterdir() if p.is_dir()} == {"notes"}
+    assert (out / "results.json").is_file() and not (out / "index.html").exists()
