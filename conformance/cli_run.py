@@ -121,7 +121,7 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], bool]:
         required_passed += required and status == "passed"
         mark = "" if required else " (recommended)"
         lines.append(f"{status.upper():14} {req_id:15} {entry.get('title', '')}{mark}")
-        if status in ("failed", "error", "not-applicable"):
+        if status in ("failed", "error", "skipped", "not-applicable"):  # say why, not only the status
             for nodeid in entry.get("tests", []):
                 first = (messages.get(nodeid) or "").strip().splitlines()[:1]
                 if first:

@@ -128,3 +128,17 @@ def test_a_second_run_leaves_only_its_own_runs_and_prints_each_table_once(tmp_pa
     assert [Path(r["dir"]) for r in index["runs"]] == [out]  # one run: its files are in --out itself
     assert {p.name for p in out.iterdir() if p.is_dir()} == {"notes"}
     assert (out / "results.json").is_file() and not (out / "index.html").exists()
+
+
+def test_the_console_says_why_a_check_was_skipped() -> None:
+    """A SKIPPED line is followed by the reason (e.g. the program the check needs), as failures are."""
+    from conformance.cli_run import summarize
+
+    nodeid = "conformance/suites/fabric/test_fabric.py::test_reach"
+    doc = {"requirements": {"FAB-DYN-REACH-001": {"status": "skipped", "title": "reach", "tests": [nodeid]}},
+           "tests": [{"nodeid": nodeid, "message": "nft is not installed (tools/install-system-deps.sh --run)"}],
+           "complete": True}
+    lines, ok = summarize(doc)
+    at = next(i for i, line in enumerate(lines) if line.startswith("SKIPPED") and "FAB-DYN-REACH-001" in line)
+    assert lines[at + 1].strip() == "nft is not installed (tools/install-system-deps.sh --run)"
+    assert not ok
