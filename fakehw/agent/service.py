@@ -19,7 +19,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fakehw.agent.faults import FAULT_ADAPTER, FAULT_KINDS, FaultBase, FaultTargetError, check_target
+from fakehw.agent.faults import (
+    FAULT_ADAPTER,
+    FAULT_KINDS,
+    FaultBase,
+    FaultTargetError,
+    check_target,
+    with_device_defaults,
+)
 from fakehw.agent.journal import Journal
 from fakehw.agent.platform import Platform
 from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
@@ -162,6 +169,7 @@ class AgentService:
             check_target(fault_req, node)
         except FaultTargetError as exc:
             raise AgentError(exc.status, str(exc)) from None
+        fault_req = with_device_defaults(fault_req, node)
         with self._lock:
             if len(self._faults) >= MAX_ACTIVE_FAULTS:
                 raise AgentError(429, f"{MAX_ACTIVE_FAULTS} faults are active; heal some first")
