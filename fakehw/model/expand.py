@@ -1166,13 +1166,17 @@ def _nic(node: str, n: s.NicSpec, tpl: _Template) -> Nic:
 
 LATENCY_DOMAINS = {
     "hbm": LatencyDomain("hbm", 0, 400),
-    "nvlink": LatencyDomain("nvlink", 1, 1500),
-    "c2c": LatencyDomain("c2c", 2, 800),
-    "cxl": LatencyDomain("cxl", 3, 210),
-    "cxl-switched": LatencyDomain("cxl-switched", 4, 310),
+    "c2c": LatencyDomain("c2c", 1, 800),
+    "nvlink": LatencyDomain("nvlink", 2, 1500),
+    "cxl": LatencyDomain("cxl", 3, 2210),
+    "cxl-switched": LatencyDomain("cxl-switched", 4, 2310),
     "rdma": LatencyDomain("rdma", 5, 3000),
 }
-"""Latency domains, nearest first (orders of magnitude from reference/hardware.md)."""
+"""Latency domains of memory pools as the GPU using them sees them, nearest first; rank and ns agree (schedulers
+sort by either). Orders of magnitude from reference/hardware.md: HBM 0.3-0.5 us; host memory over NVLink-C2C
+below 1 us; a peer's HBM over NVLink 1-2 us per transfer; CXL memory is reached over PCIe (2-5 us round trip)
+plus the device's 170-250 ns, about 100 ns more behind a switch; RDMA (RoCE) about 3 us. (The CPU's view of CXL
+memory, 210 ns and 310 ns, is what the HMAT attributes in sysfs say.)"""
 
 
 def latency_domain(tier: str, behind_switch: bool = False) -> LatencyDomain:

@@ -184,6 +184,10 @@ class DockerBackend(Backend):
         try:
             images = self._images(request.options.get("image"), sorted({p.arch for p in plans}))
             record.extra["image"] = images
+            # What a report needs to name exactly what ran: the image each architecture ran (content digest) and
+            # the engine's version.
+            record.extra["image_ids"] = {arch: client.images.get(tag).id for arch, tag in images.items()}
+            record.extra["engine"] = str(client.version().get("Version", ""))
             record.save()
             labels = self._labels(record)
             client.networks.create(record.extra["network"], driver="bridge", internal=True, labels=labels)

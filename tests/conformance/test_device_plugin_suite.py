@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -232,7 +233,11 @@ def test_docker_backend(runs: Runs) -> None:
     statuses = run.statuses()
     bad = {k: v for k, v in statuses.items() if v != "passed"}
     assert set(statuses) == ALL_IDS and not bad, f"{bad}\n{run.failure_messages()}\n{run.output[-3000:]}"
-    assert run.doc()["environment"]["backend"] == "docker"
+    env = run.doc()["environment"]
+    assert env["backend"] == "docker"
+    # The report names what ran: the node image by tag and content digest, and the engine's version.
+    assert re.fullmatch(r"fakehw/node:amd64-[0-9a-f]{12}@sha256:[0-9a-f]{64}", env["images"]["amd64"]), env
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", env["docker"]), env
 
 
 def _docker_problem() -> str | None:
