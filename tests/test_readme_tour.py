@@ -46,7 +46,8 @@ def tour() -> list[str]:
 
 def _gpu_lines(out: str) -> bool:
     lines = out.strip().splitlines()
-    return len(lines) == 4 and all(line.startswith(f"GPU {i}: NVIDIA GB200 (UUID: GPU-") for i, line in enumerate(lines))
+    return len(lines) == 4 and all(line.startswith(f"GPU {i}: NVIDIA GB200 (UUID: GPU-")
+                                   for i, line in enumerate(lines))
 
 
 # What each tour command must show (the README's comment on its line says the same in words).
