@@ -32,7 +32,7 @@ variable "ONLINE_BASE" {
 }
 
 variable "KIND_NODE_IMAGE" {
-  default = "kindest/node:v1.32.2"
+  default = "kindest/node:v1.37.0"
 }
 
 variable "KIND_TAG" {

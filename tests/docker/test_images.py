@@ -211,7 +211,7 @@ def test_dockerfiles_copy_only_what_exists_and_their_context_allows(dockerfile: 
 def test_kind_node_puts_the_shim_and_agent_where_they_are_expected() -> None:
     dockerfile = IMAGES_DIR / "kind-node" / "Dockerfile"
     instructions = _instructions(dockerfile)
-    assert instructions[0] == ("ARG", "KIND_NODE_IMAGE=kindest/node:v1.32.2")
+    assert instructions[0] == ("ARG", "KIND_NODE_IMAGE=kindest/node:v1.37.0")
     assert instructions[1] == ("FROM", "${KIND_NODE_IMAGE}")
     runs = "\n".join(rest for word, rest in instructions if word == "RUN")
     # The library directory the NVIDIA container toolkit and the device plugin's driver-root search use.
