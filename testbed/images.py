@@ -83,6 +83,10 @@ CORRUPTFILE, NOGETREL, NOGETRELSIG, INVALIDREL, MISSINGRELENTRY, BADRELSIG, UNKN
 project's fault (LEFTOVERDEBS: a package the list names does not exist)."""
 
 
+MIRROR_FAULT_MESSAGE = "the mirror's fault, not this project's"
+"""Words every :class:`MirrorError` carries (a test seeing them in a child's output knows who is at fault)."""
+
+
 class ImageError(Exception):
     """An image could not be made; the message says what failed and what to do."""
 
@@ -570,7 +574,7 @@ def _try_lock(fd: int) -> bool:
 
 def _mirror_message(arch: str, checks: list[IndexCheck]) -> str:
     """The few lines a user needs: that it is the mirror, what each source served, and what to change."""
-    lines = [f"no Debian source served a consistent {arch} index (the mirror's fault, not this project's):"]
+    lines = [f"no Debian source served a consistent {arch} index ({MIRROR_FAULT_MESSAGE}):"]
     lines += [f"  {check.describe()}" for check in checks if not check.ok]
     lines.append(f"  try another mirror or suite: FAKEHW_DEBIAN_MIRRORS=URL or FAKEHW_DEBIAN_SUITES=a,b "
                  f"({SOURCES_FILE.relative_to(REPO_ROOT)}), or retry later")
