@@ -66,8 +66,6 @@ NVLINK_COUNTER_ORDER = ("replay", "recovery", "crc-flit", "crc-data", "ecc-data"
 HEALTH_BITS = {"degraded-bandwidth": 0, "route-recovery": 2, "route-unhealthy": 4, "access-timeout-recovery": 6}
 HEALTH_SUMMARY_HEALTHY, HEALTH_SUMMARY_UNHEALTHY, HEALTH_SUMMARY_LIMITED = 1, 2, 3
 
-# GPU instance profiles: NVML_GPU_INSTANCE_PROFILE_* index -> the unique profile id GPU instances report.
-MIG_PROFILE_UNIQUE_ID = {0: 19, 1: 14, 2: 9, 3: 5, 4: 0, 5: 20, 6: 21, 7: 15}
 # Compute instance profile index of a full-size compute instance, by slice count.
 CI_PROFILE_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 
@@ -279,8 +277,8 @@ def _mig_profiles(gpu: Gpu, slot: int) -> list[MigProfileRecord]:
         out.append(MigProfileRecord(
             name=p.name,
             parent=slot,
-            profile_index=p.profile_id,
-            profile_id=MIG_PROFILE_UNIQUE_ID.get(p.profile_id, p.profile_id),
+            profile_index=p.index,
+            profile_id=p.id,
             slice_count=p.slices,
             instance_count=p.max_instances,
             remaining=max(0, min(p.max_instances - same, (mig.max_instances - used) // p.slices)),
@@ -314,7 +312,7 @@ def _mig_devices(gpu: Gpu, slot: int) -> list[MigRecord]:
             index=m.index,
             gpu_instance_id=m.index + 1,
             compute_instance_id=0,
-            profile_id=MIG_PROFILE_UNIQUE_ID.get(p.profile_id, p.profile_id),
+            profile_id=p.id,
             ci_profile_id=CI_PROFILE_INDEX.get(p.slices, 0),
             slice_count=p.slices,
             start_slice=m.start_slice,
