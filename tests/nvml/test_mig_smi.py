@@ -104,3 +104,26 @@ def test_seven_1g_instances_get_the_ids_a_real_a100_gives(mig_node: Callable[[st
     ids = [int(line.split("GPU instance ID")[1].split()[0]) for line in out.splitlines()]
     assert ids == [9, 7, 8, 11, 12, 13, 14]
     assert node.smi("mig", "-i", "0", "-cgi", "19").returncode != 0  # the eighth memory slice has no compute slice
+
+
+def test_refused_requests_get_nvmls_answers_and_change_nothing(mig_node: Callable[[str], MigNode]) -> None:
+    """Bad MIG requests through the real nvidia-smi: its exit code is the NVML return code (nvml.h), and neither the
+    agent's state nor the snapshot generation moves."""
+    node = mig_node("dgx-h100")
+    agent = node.tb.agent(node.name)
+
+    def unchanged(args: list[str], rc: int, message: str) -> None:
+        before = agent.mig(node.name), agent.state(node.name)["generation"]
+        proc = node.smi(*args)
+        assert (proc.returncode, message in proc.stdout + proc.stderr) == (rc, True), proc.stdout + proc.stderr
+        assert (agent.mig(node.name), agent.state(node.name)["generation"]) == before
+
+    unchanged(["mig", "-i", "0", "-cgi", "19"], 6, "No MIG-enabled devices found")  # MIG disabled
+    _enable(node)
+    unchanged(["mig", "-i", "0", "-cgi", "99"], 2, "Invalid Argument")  # no such profile ID
+    node.ok("mig", "-i", "0", "-cgi", "0", "-C")  # 7g.80gb takes the whole GPU
+    unchanged(["mig", "-i", "0", "-cgi", "19"], 23, "Insufficient Resources")
+    unchanged(["mig", "-i", "0", "-cci", "0", "-gi", "0"], 23, "Insufficient Resources")
+    unchanged(["mig", "-i", "0", "-dgi", "-gi", "0"], 19, "In use by another client")  # it has a compute instance
+    unchanged(["-i", "0", "-mig", "0"], 0, "pending disable state")  # GPU instances left: MIG stays on
+    assert node.ok("-i", "0", "--query-gpu=mig.mode.current", "--format=csv,noheader").strip() == "Enabled"
