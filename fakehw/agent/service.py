@@ -305,6 +305,8 @@ class AgentService:
             for name in nodes:
                 if name in self._nodes:
                     self._generation[name] += 1
+                    # so a restarted agent never hands out a generation a consumer has already seen
+                    self.journal.append({"op": "generation", "generations": {name: self._generation[name]}})
                     self._render(name)
             self._changed.notify_all()
 
