@@ -29,6 +29,7 @@ from fakehw.agent.server import UnixAgentServer, serve
 from fakehw.agent.service import AgentService
 from fakehw.livefs import LiveMount, unavailable
 from fakehw.model import load_profile
+from testbed.nodeview import Bind, NodeView, command
 
 NODE = "cxl-host-0"
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,12 +221,9 @@ def _cxl_binaries() -> list[Path]:
 
 
 def _in_view(live: Live, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` with the live sys at /sys and the node's /dev (a private mount namespace)."""
-    script = ('mount --rbind "$0/live-sys" /sys && mount -t tmpfs none /dev && cp -a "$1/root/dev/." /dev/ && '
-              'for d in null zero urandom; do cp -a "/proc/1/root/dev/$d" /dev/ 2>/dev/null || true; done && '
-              'shift && exec "$@"')
-    return subprocess.run(["unshare", "-m", "bash", "-c", script, str(live.sys.parent), str(live.node_dir), *argv],
-                          capture_output=True, text=True, timeout=120)
+    """Run ``argv`` as on the node (testbed.nodeview), with the live /sys bound over the rendered one."""
+    view = NodeView(root=str(live.node_dir / "root"), binds=(Bind(str(live.sys), "/sys"),))
+    return subprocess.run(command(view, argv), capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("cxl", _cxl_binaries(), ids=lambda p: "ndctl-81" if ".cache" in str(p) else "debian")
