@@ -40,7 +40,7 @@ from fakehw.sysfs.pci import pci_static_section
 from fakehw.sysfs.pcilayout import PciLayout, layout
 from fakehw.sysfs.tree import Link, RootWriter, Section, SectionSpec, WriteStats
 
-SYSFS_VERSION = "2"
+SYSFS_VERSION = "3"
 """Bump when the renderer's output changes, so existing trees are rebuilt."""
 ROOT_DIR = "root"
 MANIFEST = ".root-manifest"
