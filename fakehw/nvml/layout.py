@@ -14,7 +14,7 @@ multiple of its own size (no ``long`` or pointers appear), records are padded to
 the packer writes little-endian (the shim refuses a snapshot whose byte-order mark does not read back).
 
 The file is: header, GPU records, MIG device records, MIG profile records, process records, event records,
-NIC records, GPU instance records, compute instance profile records.
+NIC records, GPU instance records, compute instance profile records, platform records.
 Offsets and counts are in the header; the checksum is CRC-32 (zlib's) over the whole file with the
 ``superseded`` and ``checksum`` fields read as zero. This module uses only the standard library because the
 build (which generates the header) runs before the package's dependencies exist.
@@ -446,6 +446,22 @@ class CiProfileRecord:
 
 
 @dataclass(frozen=True)
+class PlatformRecord:
+    """Where a GPU sits in its rack (``nvmlDeviceGetPlatformInfo``); one per GPU, in GPU slot order."""
+
+    c_name: ClassVar[str] = "fhw_platform_t"
+
+    supported: U32 = 0
+    slot_number: U32 = 0
+    tray_index: U32 = 0
+    host_id: U32 = 0
+    peer_type: U32 = 0
+    module_id: U32 = 0
+    chassis_serial: Annotated[tuple[int, ...], Array(u8, 16)] = _zeros(16)
+    ib_guid: Annotated[tuple[int, ...], Array(u8, 16)] = _zeros(16)
+
+
+@dataclass(frozen=True)
 class ProcessRecord:
     """A process using a GPU (or a MIG device of it)."""
 
@@ -545,10 +561,13 @@ class HeaderRecord:
     ci_profile_count: U32 = 0
     ci_profile_record_size: U32 = 0
     ci_profile_offset: U64 = 0
+    platform_count: U32 = 0
+    platform_record_size: U32 = 0
+    platform_offset: U64 = 0
 
 
 RECORDS: tuple[type[Any], ...] = (LinkRecord, GpuRecord, MigRecord, MigProfileRecord, GpuInstanceRecord,
-                                  CiProfileRecord, ProcessRecord, EventRecord, NicRecord, HeaderRecord)
+                                  CiProfileRecord, PlatformRecord, ProcessRecord, EventRecord, NicRecord, HeaderRecord)
 """Every record, nested ones first (the order the C header declares them in)."""
 
 

@@ -36,9 +36,11 @@ from fakehw.nvml.layout import (
     MigProfileRecord,
     MigRecord,
     NicRecord,
+    PlatformRecord,
     ProcessRecord,
 )
 from fakehw.nvml.migsnap import MigRecords, add_gpu
+from fakehw.nvml.platform_info import module_id, platform_info
 from fakehw.nvml.readings import (
     PCIE_SPEED_MBPS,
     engines,
@@ -88,6 +90,7 @@ class Snapshot:
     nics: tuple[NicRecord, ...] = ()
     gis: tuple[GpuInstanceRecord, ...] = ()
     ci_profiles: tuple[CiProfileRecord, ...] = ()
+    platform: tuple[PlatformRecord, ...] = ()
 
     def to_bytes(self) -> bytes:
         sections: list[tuple[str, Sequence[object], type[object]]] = [
@@ -99,12 +102,13 @@ class Snapshot:
             ("nic", self.nics, NicRecord),
             ("gi", self.gis, GpuInstanceRecord),
             ("ci_profile", self.ci_profiles, CiProfileRecord),
+            ("platform", self.platform, PlatformRecord),
         ]
         limits = {"gpu": layout.MAX_GPUS, "mig": layout.MAX_GPUS * layout.MAX_MIG_PER_GPU,
                   "mig_profile": layout.MAX_GPUS * layout.MAX_MIG_PROFILES_PER_GPU,
                   "process": layout.MAX_PROCESSES, "event": layout.MAX_EVENTS, "nic": layout.MAX_NICS,
                   "gi": layout.MAX_GPUS * layout.MAX_GI_PER_GPU,
-                  "ci_profile": layout.MAX_GPUS * layout.MAX_CI_PROFILES_PER_GPU}
+                  "ci_profile": layout.MAX_GPUS * layout.MAX_CI_PROFILES_PER_GPU, "platform": layout.MAX_GPUS}
         hdr_size = layout.layout_of(HeaderRecord).size
         offset = hdr_size
         fields: dict[str, Any] = {}
@@ -162,6 +166,7 @@ class Snapshot:
             nics=section("nic", NicRecord),  # type: ignore[arg-type]
             gis=section("gi", GpuInstanceRecord),  # type: ignore[arg-type]
             ci_profiles=section("ci_profile", CiProfileRecord),  # type: ignore[arg-type]
+            platform=section("platform", PlatformRecord),  # type: ignore[arg-type]
         )
 
 
@@ -344,7 +349,7 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         jpegs=eng.jpegs,
         ofas=eng.ofas,
         board_id=stable_int(0, gpu.uuid, "board", bits=31),
-        module_id=gpu.index + 1,
+        module_id=module_id(node, gpu),
         multi_gpu_board=0,
         numa_node=gpu.numa,
         gpu_numa_id=-1 if gpu.hbm_numa is None else gpu.hbm_numa,
@@ -498,7 +503,17 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
         event_last_seq=last_seq,
     )
     return Snapshot(header, tuple(gpus), tuple(mig.migs), tuple(mig.profiles), tuple(procs), tuple(ring),
-                    _nic_records(node, topo), tuple(mig.gis), tuple(mig.ci_profiles))
+                    _nic_records(node, topo), tuple(mig.gis), tuple(mig.ci_profiles),
+                    tuple(_platform_record(system, node, g) for g in node.gpus))
+
+
+def _platform_record(system: System, node: Node, gpu: Gpu) -> PlatformRecord:
+    p = platform_info(system, node, gpu)
+    serial = p.chassis_serial.encode()[:16]
+    return PlatformRecord(supported=int(p.supported), slot_number=p.slot, tray_index=p.tray, host_id=p.host_id,
+                          peer_type=p.peer_type, module_id=p.module_id,
+                          chassis_serial=tuple(serial) + (0,) * (16 - len(serial)),
+                          ib_guid=tuple(p.fabric_guid.to_bytes(8, "big")) + (0,) * 8)
 
 
 def _nic_records(node: Node, topo: NodeTopology) -> tuple[NicRecord, ...]:

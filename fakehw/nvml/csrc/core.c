@@ -182,6 +182,10 @@ nvmlReturn_t fhw_validate(const uint8_t *data, size_t size, const char **why) {
     if (!section_ok(h->ci_profile_offset, h->ci_profile_count, h->ci_profile_record_size, sizeof(fhw_ci_profile_t),
                     size, FHW_MAX_CI_PROFILES))
         BAD(NVML_ERROR_UNKNOWN, "bad compute instance profile section");
+    if (!section_ok(h->platform_offset, h->platform_count, h->platform_record_size, sizeof(fhw_platform_t), size,
+                    FHW_MAX_GPUS) ||
+        (h->platform_count != 0 && h->platform_count != h->gpu_count))
+        BAD(NVML_ERROR_UNKNOWN, "bad platform section");
     const fhw_gpu_t *gpus = (const fhw_gpu_t *)(data + h->gpu_offset);
     for (uint32_t i = 0; i < h->gpu_count; i++)
         if (!gpu_ok(h, &gpus[i])) BAD(NVML_ERROR_UNKNOWN, "bad GPU record");
@@ -322,6 +326,7 @@ static fhw_snap_t *snap_load(const char *path) {
     s->nics = (const fhw_nic_t *)(s->data + s->hdr->nic_offset);
     s->gis = (const fhw_gi_t *)(s->data + s->hdr->gi_offset);
     s->ci_profiles = (const fhw_ci_profile_t *)(s->data + s->hdr->ci_profile_offset);
+    s->platform = s->hdr->platform_count ? (const fhw_platform_t *)(s->data + s->hdr->platform_offset) : NULL;
     close(fd);
     fhw_trace("loaded snapshot %s generation %llu (%u GPUs, %u events)", path,
               (unsigned long long)s->hdr->generation, s->hdr->gpu_count, s->hdr->event_count);

@@ -50,6 +50,7 @@ typedef struct fhw_snap {
     const fhw_nic_t *nics;
     const fhw_gi_t *gis;
     const fhw_ci_profile_t *ci_profiles;
+    const fhw_platform_t *platform; /* one per GPU slot, or none (header platform_count 0) */
     /* The first page of the file, mapped shared, to see the writer's in-place "superseded" flag. */
     void *map;
     size_t map_len;

@@ -16,6 +16,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #define MIG_WAIT_MS 10000
