@@ -8,9 +8,14 @@ GiB column x 1024), NVML's profile constants (nvml.h: ``NVML_GPU_INSTANCE_PROFIL
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -156,3 +161,48 @@ def test_without_an_agent_changes_are_not_permitted(pynvml_module: ModuleType,
                 n.nvmlDeviceSetMigMode(n.nvmlDeviceGetHandleByIndex(0), n.NVML_DEVICE_MIG_ENABLE)
         finally:
             n.nvmlShutdown()
+
+
+@pytest.mark.parametrize(
+    ("answer", "code"),
+    [
+        pytest.param(b"", 999, id="closes-at-once"),
+        pytest.param(b"garbage\r\n\r\n", 999, id="not-http"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", 999, id="no-generation"),
+        pytest.param(b"HTTP/1.1 409 Conflict\r\nContent-Length: 2\r\n\r\n{}", NVML_ERROR_INVALID_ARGUMENT,
+                     id="refusal-without-code"),
+        pytest.param(b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 100_000, 999, id="huge"),
+    ],
+)
+def test_a_broken_agent_gets_a_clear_error_not_a_hang(pynvml_module: ModuleType, node_snapshot: Callable[..., Any],
+                                                      tmp_path: Path, answer: bytes, code: int) -> None:
+    """Whatever answers on the agent socket, the call returns an NVML code (UNKNOWN = 999 when the answer is not the
+    agent's) at once, and the snapshot stays as it was."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-a100")
+    sock_path = tmp_path / "a.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock_path))
+    server.listen(4)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    before = snap.path.read_bytes()
+    with snapshot_env(snap.path, FAKEHW_AGENT_SOCKET=str(sock_path)):
+        n.nvmlInit()
+        try:
+            started = time.monotonic()
+            with nvml_error(n, code):
+                n.nvmlDeviceCreateGpuInstance(n.nvmlDeviceGetHandleByIndex(7), 19)
+            assert time.monotonic() - started < 10
+        finally:
+            n.nvmlShutdown()
+            server.close()
+    assert snap.path.read_bytes() == before

@@ -676,6 +676,16 @@ static nvmlReturn_t agent_change(const char *method, const char *path, const cha
     return wait_generation((uint64_t)generation);
 }
 
+/* Create a GPU or compute instance of `profile` (at `start` when given); `created` gets its id. */
+static nvmlReturn_t agent_create(const char *path, unsigned int profile, const unsigned int *start, long long *created) {
+    char body[96];
+    if (start != NULL)
+        snprintf(body, sizeof body, "{\"profile\": %u, \"placement\": %u}", profile, *start);
+    else
+        snprintf(body, sizeof body, "{\"profile\": %u}", profile);
+    return agent_change("POST", path, body, created);
+}
+
 static nvmlReturn_t set_mode_target(fhw_ctx_t *c, unsigned int mode, nvmlReturn_t *status, target_t *t) {
     if (status == NULL || (mode != NVML_DEVICE_MIG_DISABLE && mode != NVML_DEVICE_MIG_ENABLE))
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -731,14 +741,10 @@ static nvmlReturn_t create_gi(nvmlDevice_t device, unsigned int profile_id, cons
     if (p != NULL && placement != NULL && placement->size != p->placement_size) r = NVML_ERROR_INVALID_ARGUMENT;
     fhw_leave(&C);
     if (r != NVML_SUCCESS) return r;
-    char path[256], body[96];
+    char path[256];
     snprintf(path, sizeof path, "/v1/nodes/%s/gpus/%s/mig/gpu-instances", t.node, t.gpu);
-    if (placement != NULL)
-        snprintf(body, sizeof body, "{\"profile\": %u, \"placement\": %u}", profile_id, placement->start);
-    else
-        snprintf(body, sizeof body, "{\"profile\": %u}", profile_id);
     long long id = -1;
-    r = agent_change("POST", path, body, &id);
+    r = agent_create(path, profile_id, placement ? &placement->start : NULL, &id);
     return r == NVML_SUCCESS ? find_gi(&t, (unsigned int)id, out) : r;
 }
 
@@ -805,14 +811,10 @@ static nvmlReturn_t create_ci(nvmlGpuInstance_t gpuInstance, unsigned int profil
     if (p != NULL && placement != NULL && placement->size != p->slice_count) r = NVML_ERROR_INVALID_ARGUMENT;
     fhw_leave(&C);
     if (r != NVML_SUCCESS) return r;
-    char path[256], body[96];
+    char path[256];
     snprintf(path, sizeof path, "/v1/nodes/%s/gpus/%s/mig/gpu-instances/%u/compute-instances", t.node, t.gpu, t.gi);
-    if (placement != NULL)
-        snprintf(body, sizeof body, "{\"profile\": %u, \"placement\": %u}", profile, placement->start);
-    else
-        snprintf(body, sizeof body, "{\"profile\": %u}", profile);
     long long id = -1;
-    r = agent_change("POST", path, body, &id);
+    r = agent_create(path, profile, placement ? &placement->start : NULL, &id);
     return r == NVML_SUCCESS ? find_ci(&t, (unsigned int)id, out) : r;
 }
 
