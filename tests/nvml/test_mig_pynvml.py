@@ -189,7 +189,13 @@ def test_a_broken_agent_gets_a_clear_error_not_a_hang(pynvml_module: ModuleType,
         with contextlib.suppress(OSError):
             conn, _ = server.accept()
             with conn:
-                conn.recv(65536)
+                conn.settimeout(5)
+                request = b""
+                while not request.endswith(b"}"):  # the whole request (its JSON body) before answering
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    request += chunk
                 conn.sendall(answer)
 
     thread = threading.Thread(target=serve, daemon=True)
