@@ -95,3 +95,44 @@ def test_plugin_allocates_a_mig_device_made_at_run_time(testbed_factory: Callabl
     for m in caps:  # as root (the node view needs it) the renderer makes real device nodes
         st = (root / f"dev/nvidia-caps/nvidia-cap{m}").lstat()
         assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (major, m)
+
+
+@pytest.fixture(scope="module")
+def feature_discovery(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    packed = TOOLS / "gpu-feature-discovery.xz"
+    if not packed.is_file() or shutil.which("xz") is None or nodeview.unavailable() is not None:
+        pytest.skip(f"GPU feature discovery is not at {packed} (or no xz, or no node view)")
+    binary = tmp_path_factory.mktemp("gfd") / "gpu-feature-discovery"
+    with open(binary, "wb") as out:
+        subprocess.run(["xz", "-dc", str(packed)], stdout=out, check=True)
+    binary.chmod(0o755)
+    return binary
+
+
+def test_feature_discovery_labels_mig_devices_as_published(tmp_path: Path, feature_discovery: Path) -> None:
+    """GFD (mixed strategy) labels dgx-a100's two boot 3g.40gb devices with the published A100-80GB 3g.40gb row
+    (NVIDIA/mig-parted#97: SM 42, DEC 2, ENC 0, CE 3, JPEG 0, OFA 0, 39.25 GiB = 40192 MiB)."""
+    from fakehw.model import load_profile
+    from fakehw.render import render_node
+    from testbed.environment import node_environment
+    from tests.nvml.helpers import faults_state
+
+    system = load_profile("dgx-a100")
+    node = system.nodes[0]
+    state, _ = faults_state(node, [], system.seed)
+    render_node(system, node, state, tmp_path / "node", initial=True)
+    env = merged_environment(node_environment(node.name, tmp_path / "node", None))
+    out = tmp_path / "out"
+    out.mkdir()
+    view = nodeview.NodeView(root=str(tmp_path / "node" / "root"), binds=(nodeview.Bind(str(out), "/tmp/gfd-out"),))
+    argv = nodeview.command(view, [str(feature_discovery), "--oneshot", "--output-file=/tmp/gfd-out/labels",
+                                   "--use-node-feature-api=false", "--mig-strategy=mixed"])
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    labels = dict(line.split("=", 1) for line in (out / "labels").read_text().splitlines() if "=" in line)
+    prefix = "nvidia.com/mig-3g.40gb."
+    got = {k.removeprefix(prefix): v for k, v in labels.items() if k.startswith(prefix)}
+    assert got.items() >= {
+        "count": "2", "multiprocessors": "42", "engines.decoder": "2", "engines.encoder": "0", "engines.copy": "3",
+        "engines.jpeg": "0", "engines.ofa": "0", "memory": "40192", "slices.gi": "3", "slices.ci": "3"}.items()
+    assert labels["nvidia.com/mig.capable"] == "true"
