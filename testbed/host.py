@@ -246,7 +246,11 @@ class HostSetup:
                 "(https://docs.docker.com/engine/install/)",)
 
     def _trixie_line(self) -> str:
-        return (f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {debian_mirror()} trixie main")
+        """The trixie source of the Docker packages: the first of ``FAKEHW_DEBIAN_MIRRORS`` (the mirror setting
+        the base images use too) if set, else this machine's own mirror."""
+        chosen = os.environ.get("FAKEHW_DEBIAN_MIRRORS", "").replace(",", " ").split()
+        mirror = chosen[0].rstrip("/") if chosen else debian_mirror()
+        return f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror} trixie main"
 
     def _trixie_apt_options(self) -> list[str]:
         return trixie_apt_options()
