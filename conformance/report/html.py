@@ -139,6 +139,8 @@ th{background:#f0f2f5}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;padding:8px;font-size:12px;margin:4px 0}
 .reason{color:#444;font-size:13px}
 .mono{font-family:'DejaVu Sans Mono',monospace;font-size:12px}
+#requirements td:first-child,#requirements td:nth-child(2){white-space:nowrap}
+#requirements td:nth-child(2){font-size:13px}
 """
 
 # Status icons drawn in SVG, not taken from a font: Debian's default fonts (DejaVu) have no colour emoji, and a
