@@ -447,7 +447,7 @@ def resolve(loaded: LoadedFabric) -> FabricModel:
                         changes["pfc_priorities"] = tuple(changes["pfc_priorities"] or ())
                     roce = _replace_roce(roce, changes)
                     for k in changes:
-                        origins[f"roce.{k}"] = (*hdoc, "roce")
+                        origins[f"roce.{k}"] = (*hdoc, "roce", _ROCE_KEYS.get(k, k))
             peer_ref = peers.get(nref)
             peer_port = ports.get(peer_ref[0]) if peer_ref and isinstance(peer_ref[0], PortRef) else None
             vlan: int | None
@@ -489,10 +489,19 @@ def resolve(loaded: LoadedFabric) -> FabricModel:
     )
 
 
+_ROCE_KEYS = {"pfc_priorities": "pfcPriorities", "cnp_dscp": "cnpDscp", "cnp_priority": "cnpPriority"}
+
+
 def _replace_roce(roce: Roce, changes: Mapping[str, Any]) -> Roce:
     return dataclasses.replace(roce, **{k: v for k, v in changes.items() if v is not None})
 
 
 def load_fabric(ref: str | Path, text: str | None = None) -> FabricModel:
-    """Load, validate and resolve a fabric config (a built-in name, a file, or ``text`` named ``ref``)."""
+    """Load, validate and resolve a fabric config: a built-in name, a file, ``text`` named ``ref``, or an import
+    of operator configs, ``sonic:DIR`` / ``nvue:DIR`` (see :mod:`fakehw.fabric.importers`)."""
+    if text is None and isinstance(ref, str):
+        from fakehw.fabric.importers import is_import_ref, load_ref
+
+        if is_import_ref(ref):
+            return resolve(load_ref(ref))
     return resolve(load_fabric_spec(ref, text))
