@@ -477,8 +477,10 @@ def _check_cabling(model: FabricModel, topo: Topology, c: _Collector) -> None:
         if reason is None:
             continue
         if reason == "not cabled" or reason.endswith("shut down"):
+            where = ("switches",) if nic.peer is None else (
+                (*model.port(nic.peer).doc, "shutdown") if reason.endswith("shut down") else _nic_doc(model, nic))
             c.add("FAB-LINK-001", None, nic.id, f"{reason}; its rail has no scale-out bandwidth on this node",
-                  element=nic.id, doc_path=_nic_doc(model, nic) if nic.peer else ("switches",))
+                  element=nic.id, doc_path=where)
         else:
             origin = _nic_origin(nic, "vlan")
             port = model.port(nic.peer) if nic.peer else None
@@ -503,7 +505,7 @@ def _check_links(model: FabricModel, c: _Collector) -> None:
         for vlan in sorted(vlans):
             ma, mb = _mode(pa, vlan), _mode(pb, vlan)
             if ma != mb:
-                c.add("FAB-VLAN-001", link.doc, f"{pa.id}-{pb.id}",
+                c.add("FAB-VLAN-001", pb.origin("vlan") if ma is None else pa.origin("vlan"), f"{pa.id}-{pb.id}",
                       f"cable {pa.id} <-> {pb.id}: VLAN {vlan} is {ma or 'not carried'} on {pa.id} but "
                       f"{mb or 'not carried'} on {pb.id}", element=f"{pa.id}<->{pb.id}")
 
@@ -546,7 +548,9 @@ def _check_rails(model: FabricModel, topo: Topology, c: _Collector) -> set[NicRe
                 if rail != nic.rail:
                     misfits.add(nic.ref)
                     problems.append(f"{nic.nic.name} (rail {nic.rail} in the profile) is on rail {rail} ({name})")
-                    where = where or _nic_doc(model, nic)
+                    port = model.port(nic.peer) if nic.peer else None
+                    where = where or (port.origin("vlan") if port is not None and name.startswith("VLAN")
+                                      else _nic_doc(model, nic))
             elif nic.ref in topo.segment_of:
                 domains.setdefault(topo.segment_of[nic.ref], []).append(nic)
         for key, members in domains.items():
@@ -711,5 +715,5 @@ def _check_direction(path: Path, a: HostNic, b: HostNic, ports: Sequence[Port], 
         cnp_pcp = cnp_prio if tagged_next else None
     if b.roce.trust == "pcp" and pcp is None:
         c.nic("FAB-HOST-001", b, ("roce.trust",),
-              f"the NIC trusts PCP but its port {ports[-1].id} sends it RoCE untagged: received RoCE and CNPs land "
-              f"in priority 0, not its lossless priority {b.roce.priority}")
+              f"the NIC trusts PCP but its switch port sends it RoCE untagged (VLAN {path.vlan}): received RoCE and "
+              f"CNPs land in priority 0, not its lossless priority {b.roce.priority}")
