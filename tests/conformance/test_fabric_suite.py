@@ -66,7 +66,8 @@ def test_conformance_run_certifies_the_healthy_sonic_import(tmp_path: Path) -> N
     from fakehw.fabric.loader import examples_dir
 
     target = f"fabric=sonic:{examples_dir() / 'sonic' / 'dgx-h100-rail'}"
-    proc = subprocess.run([str(Path(sys.executable).parent / "conformance"), "run", "--target", target, "--out", str(tmp_path / "o")],
+    cli = str(Path(sys.executable).parent / "conformance")
+    proc = subprocess.run([cli, "run", "--target", target, "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((tmp_path / "o" / "report.json").read_text())

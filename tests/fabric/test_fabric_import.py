@@ -40,7 +40,7 @@ def test_healthy_imports_match_the_native_configs(ref: str) -> None:
         for q, nq in ((port.qos, nport.qos),):
             assert q.classify(26, None) == nq.classify(26, None) == 3
             assert q.classify(48, None) == nq.classify(48, None) == q.cnp_priority == 6
-            assert q.pfc_priorities == nq.pfc_priorities and q.headroom == nq.headroom == {3}
+            assert q.pfc_priorities == nq.pfc_priorities and q.headroom == nq.headroom == frozenset({3})
             assert q.marks_ecn(3) and not q.marks_ecn(0)
 
 
@@ -63,7 +63,8 @@ def test_the_issue_example_is_located_as_operators_read_it(capsys: pytest.Captur
     ref = f"sonic:{EX / 'sonic/broken/FAB-MTU-001-port-1500'}"
     assert fakehw_main(["fabric", "lint", ref]) == 1
     out = capsys.readouterr().out
-    assert "leaf-rail3/config_db.json:" in out and ": PORT|Ethernet8.mtu: error FAB-MTU-001: leaf-rail3/Ethernet8:" in out
+    assert "leaf-rail3/config_db.json:" in out
+    assert ": PORT|Ethernet8.mtu: error FAB-MTU-001: leaf-rail3/Ethernet8:" in out
 
 
 def test_import_prints_a_config_that_lints_like_the_original(tmp_path: Path,
@@ -161,9 +162,8 @@ def test_nvue_features_the_model_cannot_represent(tmp_path: Path, capsys: pytest
     original = f.read_text()
     f.write_text(original.replace(top, "\n    nve:\n      vxlan:\n        enable: on" + top, 1))
     _bad(f"nvue:{d}", capsys, "nve", "VXLAN")
-    f.write_text(original
-                 .replace("            br_default: {}\n", "            br_default: {}\n        ip:\n          address:\n"
-                                                           "            10.0.0.1/31: {}\n", 1))
+    routed = "            br_default: {}\n        ip:\n          address:\n            10.0.0.1/31: {}\n"
+    f.write_text(original.replace("            br_default: {}\n", routed, 1))
     _bad(f"nvue:{d}", capsys, "interface.swp1-4.ip.address", "routed port")
 
 

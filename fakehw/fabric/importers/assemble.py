@@ -200,8 +200,8 @@ def assemble(ref: str, name: str, manifest: Manifest, switches: list[ImportedSwi
     doc["switches"] = [_switch_doc(si, sw, prov) for si, sw in enumerate(switches)]
     if hosts.entries:
         doc["hosts"] = hosts.entries
-        for key, at in hosts.at.items():
-            prov[("hosts", *key)] = at
+        for hkey, hat in hosts.at.items():
+            prov[("hosts", *hkey)] = hat
     notes = tuple(n for sw in switches for n in sw.notes) + tuple(hosts.notes)
     return validate(ref, doc, prov, notes)
 
@@ -268,7 +268,8 @@ def validate(ref: str, doc: dict[str, Any], prov: dict[tuple[PathItem, ...], Sou
     try:
         spec = FabricConfigSpec.model_validate(doc)
     except ValidationError as exc:
-        draft = LoadedFabric(FabricConfigSpec.model_construct(), documents, "", doc, MappingProxyType(prov), notes)
+        draft = LoadedFabric(FabricConfigSpec.model_construct(),  # type: ignore[call-arg]
+                             documents, "", doc, MappingProxyType(prov), notes)
         raise FabricError([draft.problem(p.path, p.message)
                            for p in validation_problems(exc, ref, FabricConfigSpec)]) from None
     canonical = json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from fakehw.fabric.importers.assemble import ImportedPort, ImportedSwitch
 from fakehw.fabric.importers.source import SourceFile, as_int, int_list, read_yaml
-from fakehw.fabric.loader import SourceKey
+from fakehw.fabric.loader import ImportNote, NoteKind, SourceKey
 from fakehw.model.errors import PathItem
 
 DEFAULT_MTU = 9216
@@ -69,14 +69,14 @@ def _on(value: Any) -> bool:
 class _Reader:
     def __init__(self, src: SourceFile) -> None:
         self.src = src
-        self.notes = []
+        self.notes: list[ImportNote] = []
         self.set: dict[str, Any] = {}
         self.set_index = 0
 
     def at(self, *path: PathItem) -> SourceKey:
         return self.src.at(".".join(str(p) for p in path), (self.set_index, "set", *path))
 
-    def fail(self, path: tuple[PathItem, ...], message: str) -> Any:
+    def fail(self, path: tuple[PathItem, ...], message: str) -> NoReturn:
         at = self.at(*path)
         self.src.fail(at.key, (self.set_index, "set", *path), message)
 
@@ -85,11 +85,12 @@ class _Reader:
             return {}
         if not isinstance(value, dict):
             self.fail(path, f"expected a mapping, got {type(value).__name__} {value!r}")
-        return value
+        out: dict[str, Any] = value
+        return out
 
-    def note(self, path: tuple[PathItem, ...], kind: str, message: str) -> None:
+    def note(self, path: tuple[PathItem, ...], kind: NoteKind, message: str) -> None:
         at = self.at(*path)
-        self.notes.append(self.src.note(at.key, (self.set_index, "set", *path), kind, message))  # type: ignore[arg-type]
+        self.notes.append(self.src.note(at.key, (self.set_index, "set", *path), kind, message))
 
     # ---- document
     def switch(self) -> ImportedSwitch:
@@ -107,7 +108,7 @@ class _Reader:
             self.src.fail("set", (), "no '- set:' entry: the file configures nothing")
         for key in self.set:
             if key not in TOP_READ:
-                kind = "ignored" if key in TOP_IGNORED else "unknown"
+                kind: NoteKind = "ignored" if key in TOP_IGNORED else "unknown"
                 self.note((key,), kind, "not relevant to RoCE" if kind == "ignored" else "not known to the NVUE "
                                                                                          "importer: not read")
         system = self.mapping(self.set.get("system"), ("system",))
@@ -216,7 +217,7 @@ class _Reader:
         qos = self.mapping(self.set.get("qos"), ("qos",))
         for key in qos:
             if key not in QOS_READ:
-                kind = "ignored" if key in QOS_IGNORED else "unknown"
+                kind: NoteKind = "ignored" if key in QOS_IGNORED else "unknown"
                 self.note(("qos", key), kind, "not relevant to the RoCE checks" if kind == "ignored" else
                           "not known to the NVUE importer: not read")
         remark = self.mapping(qos.get("remark"), ("qos", "remark"))
@@ -249,6 +250,7 @@ class _Reader:
 
     def _port_qos(self, port: ImportedPort, qos: dict[str, Any], mode: str | None) -> None:
         roce = mode is not None
+        path: tuple[PathItem, ...]
         out: dict[str, Any] = {}
         at: dict[str, SourceKey] = {}
         here = self.at("qos", "roce") if roce else port.at

@@ -29,11 +29,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from fakehw.fabric.importers.assemble import ImportedPort, ImportedSwitch
 from fakehw.fabric.importers.source import SourceFile, as_int, int_list, read_json
-from fakehw.fabric.loader import SourceKey
+from fakehw.fabric.loader import ImportNote, NoteKind, SourceKey
 
 DEFAULT_MTU = 9100
 """SONiC's port MTU when PORT gives none."""
@@ -85,7 +85,7 @@ class _Reader:
     def __init__(self, src: SourceFile) -> None:
         self.src = src
         self.data: dict[str, Any] = src.data
-        self.notes = []
+        self.notes: list[ImportNote] = []
 
     # ---- helpers
     def table(self, name: str) -> dict[str, Any]:
@@ -101,7 +101,7 @@ class _Reader:
         label = f"{table}|{key}" + (f".{fld}" if fld else "")
         return self.src.at(label, (table, key, fld) if fld else (table, key))
 
-    def fail(self, table: str, key: str, fld: str | None, message: str) -> Any:
+    def fail(self, table: str, key: str, fld: str | None, message: str) -> NoReturn:
         at = self.at(table, key, fld)
         self.src.fail(at.key, (table, key, fld) if fld else (table, key), message)
 
@@ -144,7 +144,7 @@ class _Reader:
         for name in self.data:
             if name in READ:
                 continue
-            kind = "ignored" if name in IGNORED else "unknown"
+            kind: NoteKind = "ignored" if name in IGNORED else "unknown"
             why = "not relevant to RoCE" if kind == "ignored" else "table not known to the SONiC importer: not read"
             self.notes.append(self.src.note(name, (name,), kind, why))
 
