@@ -24,7 +24,7 @@ SPEC_FORMS = {
     "extender": "reference, reference:MUTANT, cmd:COMMAND or url:http://HOST:PORT[/prefix]",
     "slurm": "system or prefix:DIR",
     "ray": "python or python:PATH",
-    "fabric": "a built-in fabric config name or a .yaml file",
+    "fabric": "a built-in fabric config name, a .yaml file, sonic:DIR or nvue:DIR",
 }
 IMAGE_UNSUPPORTED = ("image: components are not run by 'conformance run' (its local and docker backends start the "
                      "component as a command on each node): give cmd:COMMAND")
@@ -93,11 +93,12 @@ def _check_listening(target: str, spec: str, url: str) -> None:
 
 
 def check_fabric(spec: str) -> None:
-    from fakehw.fabric.loader import load_fabric_spec
+    """The config loads as the suite will load it (a name, a YAML file, or an import: sonic:DIR, nvue:DIR)."""
+    from fakehw.fabric.model import load_fabric
     from fakehw.model.errors import ProfileError
 
     try:
-        load_fabric_spec(spec)
+        load_fabric(spec)
     except ProfileError as exc:  # FabricError is one: the first problem says which file and line
         first = exc.problems[0] if exc.problems else None
         raise _bad("fabric", spec, first.message if first is not None else str(exc)) from None

@@ -88,7 +88,9 @@ def clone() -> Iterator[Path]:
 
 
 def _sh(command: str, cwd: Path, state: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "FAKEHW_"))}
+    # As in a newcomer's shell: no venv, no FAKEHW_ settings, not inside another make (make test runs this test).
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("VIRTUAL_ENV", "PYTHON", "FAKEHW_", "MAKE", "MFLAGS"))}
     env["FAKEHW_STATE_DIR"] = str(state)
     env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if ".venv" not in p)  # no venv active
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
