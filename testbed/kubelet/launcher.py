@@ -39,6 +39,10 @@ class PluginProcess(ABC):
     def returncode(self) -> int | None: ...
 
     @abstractmethod
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until the process exits (or ``timeout`` passes); its status, or None while it runs."""
+
+    @abstractmethod
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` seconds."""
 
@@ -79,6 +83,11 @@ class LocalProcess(PluginProcess):
 
     def returncode(self) -> int | None:
         return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.proc.wait(timeout)
+        return None
 
     def _signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -163,6 +172,11 @@ class ContainerProcess(PluginProcess):
 
     def returncode(self) -> int | None:
         return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.proc.wait(timeout)
+        return None
 
     def stop(self, timeout: float = 5.0) -> None:
         if self.proc.poll() is None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conformance.pytest_plugin import TargetSpec, add_evidence
+from conformance.pytest_plugin import TargetSpec, add_evidence, requirement_ids
 from conformance.suites.device_plugin.support import REFERENCE_COMMAND, PluginUnderTest, SuiteOptions
 from fakehw import __version__
 from testbed.api import Testbed
@@ -142,11 +142,21 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
 
 
 @pytest.fixture
-def plugin(dp: PluginUnderTest) -> Iterator[PluginUnderTest]:
+def plugin(dp: PluginUnderTest, request: pytest.FixtureRequest) -> Iterator[PluginUnderTest]:
     """The plugin under test, clean before and after the check."""
+    dp.check = request.node.name
     yield dp
     dp.reset()
 
+
+JUDGED_LAST = "DP-CHAOS-005"
+"""Judged over the whole session (every exit of the plugin during any check), so it runs after the others."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    last = [i for i in items if JUDGED_LAST in requirement_ids(i)]
+    if last:
+        items[:] = [i for i in items if i not in last] + last
 
 
 @pytest.hookimpl(wrapper=True)

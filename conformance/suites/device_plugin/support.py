@@ -18,7 +18,7 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,29 @@ RECOVERY_BOUND_S = 10.0
 REREGISTER_BOUND_S = 10.0
 POOL_SETTLE_S = 5.0
 """How long after the GPU resource the pool resources may take to register."""
+LOG_EVIDENCE_CHARS = 3000
+
+
+@dataclass(frozen=True)
+class Death:
+    """The plugin exited without the harness asking it to, or did not come back when restarted."""
+
+    check: str
+    """The check that was running (its test id)."""
+    during: str
+    """What the harness was doing when it noticed: 'restart', 'kubelet restart', 'between checks', ..."""
+    status: int | None
+    """Exit status (None: still running but never served again)."""
+    detail: str
+    log: str
+
+    def describe(self) -> str:
+        how = f"exited with status {self.status}" if self.status is not None else "did not serve again"
+        return f"{self.check}: the plugin {how} ({self.during}){': ' + self.detail if self.detail else ''}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.check, "during": self.during, "status": self.status, "detail": self.detail,
+                "plugin log": self.log}
 
 
 @dataclass(frozen=True)
@@ -106,6 +129,61 @@ class ModelTopology:
             raise ValueError(f"no {size}-set from {len(available)} available GPUs")
         return best
 
+    def partition_choice(self, available: Sequence[str], size: int, must: Sequence[str],
+                         chosen: Sequence[str]) -> tuple[tuple[str, ...], ...] | None:
+        """A best division of ``available`` into ``size``-sets (one set padded when the count does not divide)
+        with one full set holding ``must``, in which ``chosen`` is that set and scores best among the full sets
+        holding ``must``: the rule of NVIDIA's best-effort policy (go-gpuallocator), computed here by exhaustive
+        search. None when there is no such division (or more than :data:`PARTITION_LIMIT` GPUs to divide)."""
+        if len(available) > PARTITION_LIMIT or size < 2:
+            return None
+        want = frozenset(chosen)
+        must_set = frozenset(must)
+        best: tuple[int, int] | None = None
+        hits: list[tuple[tuple[str, ...], ...]] = []
+        for partition in _partitions(list(available), size):
+            holders = [s for s in partition if len(s) == size and must_set <= set(s)]
+            if not holders:
+                continue
+            total = self._sum(partition)
+            if best is None or total > best:
+                best, hits = total, []
+            if total == best:
+                top = max(self.score(h) for h in holders)
+                if any(frozenset(h) == want and self.score(h) == top for h in holders):
+                    hits.append(partition)
+        return hits[0] if hits else None
+
+    def _sum(self, partition: Sequence[Sequence[str]]) -> tuple[int, int]:
+        scores = [self.score(s) for s in partition]
+        return sum(a for a, _ in scores), sum(b for _, b in scores)
+
+
+PARTITION_LIMIT = 12
+"""Most GPUs whose divisions into sets are searched exhaustively (12 GPUs in pairs: 10,395 divisions)."""
+
+
+def _partitions(items: list[str], size: int) -> Iterator[tuple[tuple[str, ...], ...]]:
+    """Every division of ``items`` into sets of ``size``, plus one smaller set when the count does not divide
+    (NVIDIA pads the list and allows the padding in one set only); each division once."""
+    padding = (-len(items)) % size
+
+    def divide(rest: list[str], pad: int) -> Iterator[tuple[tuple[str, ...], ...]]:
+        if not rest:
+            yield ()
+            return
+        head, tail = rest[0], rest[1:]
+        for real in {size - 1, size - 1 - pad} if pad else {size - 1}:
+            if real < 0 or real > len(tail):
+                continue
+            for combo in itertools.combinations(tail, real):
+                group = (head, *combo)
+                left = [x for x in tail if x not in combo]
+                for more in divide(left, pad if real == size - 1 else 0):
+                    yield (group, *more)
+
+    yield from divide(items, padding)
+
 
 # --------------------------------------------------------------------------------------------------- plugin
 
@@ -142,6 +220,15 @@ class PluginUnderTest:
         self._pods = itertools.count(1)
         self.reregisters: bool | None = None
         """Whether the plugin registered again after a kubelet restart (None: not seen yet)."""
+        self.recovers: bool | None = None
+        """Whether a healed GPU turned Healthy again without a restart (None: not seen yet). Once a plugin is
+        known not to recover (judged by DP-HEALTH-003), checks restart it instead of waiting for recovery."""
+        self.deaths: list[Death] = []
+        """Every time the plugin exited on its own or did not come back (judged by DP-CHAOS-005)."""
+        self.check = "startup"
+        """The check that is running (for :attr:`deaths`)."""
+        self._expected_exit: PluginProcess | None = None
+        self._noted: PluginProcess | None = None
         self.lock = threading.RLock()
 
     @property
@@ -161,8 +248,9 @@ class PluginUnderTest:
             self.startup_error = None
         except PluginViolation as exc:
             exc.evidence.setdefault("plugin log", self.log_tail())
-            if self.process is not None and not self.process.alive():
+            if self.process is not None and not self.process.alive() and "exited" not in exc.message:
                 exc.message += f" (the plugin exited with status {self.process.returncode()})"
+            self.note_death("start", exc.message)
             self.startup_error = exc
         if not self.baseline and self.startup_error is None:
             latest = self.kubelet.endpoint(self.resource).latest
@@ -205,19 +293,43 @@ class PluginUnderTest:
                                   {**self.kubelet.evidence(self.resource), "plugin log": self.log_tail()})
         return ep
 
-    def restart(self, kill: bool = False, downtime: float = 0.2) -> Endpoint:
-        """Stop (SIGTERM) or kill (SIGKILL) the plugin and start it again; waits until it serves again."""
+    def restart(self, kill: bool = False, downtime: float = 0.2, during: str = "restart") -> Endpoint:
+        """Stop (SIGTERM) or kill (SIGKILL) the plugin and start it again; waits until it serves again (or
+        raises, after recording the plugin's failure to come back in :attr:`deaths`)."""
         after = self._generations()
         if self.process is not None:
+            self.note_death(f"before a {during}")
+            self._expected_exit = self.process
             self.process.kill() if kill else self.process.stop()
         time.sleep(downtime)
         self.process = self.launcher.start(self.plugin_dir)
-        return self.wait_ready(after)
+        try:
+            return self.wait_ready(after)
+        except PluginViolation as exc:
+            self.note_death(during, exc.message, came_back=False)
+            raise
+
+    def note_death(self, during: str, detail: str = "", came_back: bool = True) -> Death | None:
+        """Record that the plugin exited on its own (or, with ``came_back=False``, that a restart did not bring
+        it back); once per process. Returns the record, or None when the plugin is fine."""
+        proc = self.process
+        if proc is None or proc is self._noted or proc is self._expected_exit:
+            return None
+        if proc.alive() and came_back:
+            return None
+        self._noted = proc
+        death = Death(self.check, during, proc.returncode(), detail, self.log_tail(LOG_EVIDENCE_CHARS))
+        self.deaths.append(death)
+        return death
 
     def restart_kubelet(self, downtime: float = 0.2) -> Endpoint:
         after = self._generations()
         self.kubelet.restart(downtime)
-        ep = self.kubelet.wait_endpoint(self.resource, after[self.resource], REREGISTER_BOUND_S)
+        try:
+            ep = self.kubelet.wait_endpoint(self.resource, after[self.resource], REREGISTER_BOUND_S, self.process)
+        except PluginViolation as exc:
+            self.note_death("kubelet restart", exc.message)
+            raise
         deadline = time.monotonic() + POOL_SETTLE_S
         for resource in self.pools:
             with contextlib.suppress(PluginViolation):
@@ -226,6 +338,7 @@ class PluginUnderTest:
 
     def stop(self) -> None:
         if self.process is not None:
+            self._expected_exit = self.process
             self.process.stop()
         self.kubelet.stop()
         self.probe.close()
@@ -240,8 +353,9 @@ class PluginUnderTest:
         if restart_node is not None:
             # Docker: the agent is the node container's main process; the plugin inside dies with it and comes
             # back the way a DaemonSet pod does.
+            self._expected_exit = self.process
             restart_node(self.testbed.record, self.node.name)
-            self.restart(kill=True)
+            self.restart(kill=True, during="agent restart")
             return
         stop, start = getattr(backend, "stop_agent", None), getattr(backend, "start_agent", None)
         if stop is None or start is None:
@@ -350,6 +464,7 @@ class PluginUnderTest:
                 self.kubelet.start()
         if self.startup_error is not None and not self.baseline:
             return  # it never came up; do not pay the start timeout again for every check
+        self.note_death("between checks")
         for attempt in range(2):
             try:
                 ep = self.kubelet.endpoints.get(self.resource)
@@ -357,13 +472,15 @@ class PluginUnderTest:
                     raise PluginViolation("not-serving", "not serving")
                 for resource in self.serving_pools_at_start:
                     self.kubelet.wait_endpoint(resource, 0, POOL_SETTLE_S)
-                self.kubelet.wait_update(self.resource, self.all_healthy, RECOVERY_BOUND_S, "all GPUs healthy")
+                # A plugin known not to recover healed GPUs is restarted at once instead of waited for.
+                bound = RECOVERY_BOUND_S if self.recovers is not False else 0.0
+                self.kubelet.wait_update(self.resource, self.all_healthy, bound, "all GPUs healthy")
                 self.kubelet.problems.clear()
                 return
             except PluginViolation:
                 if attempt == 0:
                     with contextlib.suppress(PluginViolation):
-                        self.restart(kill=True)
+                        self.restart(kill=True, during="restart between checks")
 
 
 def run_load(put: PluginUnderTest, stop: threading.Event, errors: list[str], counts: dict[str, int],

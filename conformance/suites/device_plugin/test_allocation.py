@@ -18,11 +18,25 @@ Evidence = Callable[[str, Any], None]
 
 @pytest.mark.requirement("DP-ALLOC-001")
 def test_allocate_answers_every_container(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    """One call for two or three containers (1, 2 and the rest of up to 2 devices): one answer per container,
+    in order, each exposing exactly that container's GPUs (a container that also gets another's GPUs shares
+    them with it)."""
     ids = plugin.latest_ids()
-    containers = [[ids[0]], ids[1:3]] if len(ids) >= 3 else [[ids[0]], []] if len(ids) == 1 else [[ids[0]], [ids[1]]]
-    containers = [c for c in containers if c]
+    containers = [c for c in (ids[:1], ids[1:3], ids[3:5]) if c]
     response = plugin.kubelet.allocate(plugin.resource, containers)
-    evidence("allocate", {"containers": containers, "response": to_json(response)})
+    rows = []
+    problems = []
+    for i, (devices, answer) in enumerate(zip(containers, response.container_responses, strict=True)):
+        want = {plugin.identify(d) for d in devices}
+        ex = plugin.expose(answer)
+        rows.append({"container": i, "devices": devices, "gpus": sorted(want),
+                     "channels": {k: sorted(v) for k, v in ex.channels().items()}})
+        wrong = {name: sorted(got) for name, got in ex.channels().items() if got and got != want}
+        if wrong or not ex.all:
+            seen = "; ".join(f"{k} expose {v}" for k, v in wrong.items()) or "nothing exposes any GPU"
+            problems.append(f"container {i} asked for {sorted(want)}: {seen}")
+    evidence("allocate", {"containers": containers, "answers": rows, "response": to_json(response)})
+    assert not problems, "\n".join(problems)
     single = plugin.kubelet.allocate(plugin.resource, [[ids[-1]]])
     assert len(single.container_responses) == 1
 

@@ -19,7 +19,7 @@ STREAM_KEPT_S = 1.0
 def test_device_list_arrives_and_stream_stays_open(plugin: PluginUnderTest, evidence: Evidence) -> None:
     plugin.require()
     for resource, ep in sorted(plugin.kubelet.endpoints.items()):
-        first = ep.updates[0] if ep.updates else None
+        first = ep.first
         assert first is not None, f"{resource}: no device list"
         assert ep.opened_at is not None
         delay = first.time - ep.opened_at

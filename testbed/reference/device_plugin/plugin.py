@@ -183,6 +183,10 @@ class GpuResource(_Resource):
             if self.plugin.config.is_mutant("leaks-extra-device"):
                 extra = next((g for g in self.inventory.gpus if g not in gpus), None)
                 gpus = gpus + ([extra] if extra else [])
+            if self.plugin.config.is_mutant("merges-containers") and response.container_responses:
+                earlier = [self.by_id[d] for r in request.container_requests[:len(response.container_responses)]
+                           for d in r.devices_ids if d in self.by_id]
+                gpus = list(dict.fromkeys([*earlier, *gpus]))
             response.container_responses.append(self._container(gpus))
         return response
 
