@@ -24,14 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from fakehw.model.system import MemoryPool, Node, System
+from testbed import nodeview
 from testbed.api import Testbed
 from testbed.backends import NodeInfo
 from testbed.kubelet.api import HEALTHY
+from testbed.kubelet.driver_root import CONTAINER_DRIVER_ROOT, DriverRootError, build_driver_root
 from testbed.kubelet.exposure import Exposure, GpuRef, container_dev_nodes, exposure
 from testbed.kubelet.kubelet import Assignment, Endpoint, Kubelet, PluginViolation, Timeouts
 from testbed.kubelet.launcher import CommandLauncher, PluginLauncher, PluginProcess
 from testbed.kubelet.nvmlprobe import NvmlProbe, ProbeError
 
+CDI_SPEC_DIR = "/var/run/cdi"
+"""Where NVIDIA's plugin writes its CDI specs (the CDI standard's dynamic spec directory)."""
 REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m testbed.reference.device_plugin"
 GPU_RESOURCE = "nvidia.com/gpu"
 POOL_PREFIX = "nvidia.com/gpu.memoryPool."
@@ -188,6 +192,26 @@ def _partitions(items: list[str], size: int) -> Iterator[tuple[tuple[str, ...], 
 # --------------------------------------------------------------------------------------------------- plugin
 
 
+def local_view(node: NodeInfo, system: System, workdir: Path) -> tuple[nodeview.NodeView | None, str | None]:
+    """The node's view for a plugin on the local backend (the launcher adds the plugin directory), or why there
+    is none. Besides the node's tree it holds what NVIDIA's components look for: a driver root at
+    :data:`CONTAINER_DRIVER_ROOT` (libnvidia-ml and a stand-in libcuda, for the CDI strategies' discovery) and a
+    writable CDI spec directory at :data:`CDI_SPEC_DIR` (kept in the work directory, read by the suite)."""
+    problem = nodeview.unavailable()
+    if problem is not None:
+        return None, problem
+    binds: list[nodeview.Bind] = []
+    cdi = workdir / "cdi"
+    cdi.mkdir(parents=True, exist_ok=True)
+    binds.append(nodeview.Bind(str(cdi), CDI_SPEC_DIR))
+    try:
+        root = build_driver_root(workdir / "driver-root", node.env, system.driver.version, system.driver.cuda_version)
+        binds.append(nodeview.Bind(str(root), CONTAINER_DRIVER_ROOT, read_only=True))
+    except DriverRootError as exc:
+        return nodeview.NodeView(str(node.dir / "root"), tuple(binds)), f"no driver root: {exc}"
+    return nodeview.NodeView(str(node.dir / "root"), tuple(binds)), None
+
+
 class PluginUnderTest:
     """The plugin under test, running against one node of a testbed, with the harness's kubelet."""
 
@@ -206,7 +230,12 @@ class PluginUnderTest:
         self.workdir = workdir
         self.plugin_dir = workdir
         self.kubelet = Kubelet(self.plugin_dir, options.timeouts)
-        self.launcher = launcher or CommandLauncher(options.command, node.name, node.env, workdir / "logs")
+        self.view_problem: str | None = None
+        """Why the plugin does not run in the node's view (None: it does, or runs in a node container)."""
+        if launcher is None:
+            view, self.view_problem = local_view(node, self.system, workdir)
+            launcher = CommandLauncher(options.command, node.name, node.env, workdir / "logs", view)
+        self.launcher = launcher
         self.probe = probe or NvmlProbe([sys.executable, "-m", "testbed.kubelet.nvmlprobe"], node.env)
         self.process: PluginProcess | None = None
         self.startup_error: PluginViolation | None = None
