@@ -2,9 +2,10 @@
 
 A container runtime turns a ``ContainerAllocateResponse`` into a container: device nodes from the device specs,
 environment variables (``NVIDIA_VISIBLE_DEVICES`` is read by the NVIDIA container runtime, which adds the GPUs it
-names), CDI devices (``nvidia.com/gpu=<index|uuid|all>``, directly or through ``cdi.k8s.io/*`` annotations).
-:func:`exposure` reads each channel separately so a check can say which one leaks, and :func:`container_dev_nodes`
-gives the device nodes the container would end up with (what NVML inside it enumerates).
+names), CDI devices (directly or through ``cdi.k8s.io/*`` annotations; resolved through the CDI specs the
+plugin wrote, or as the toolkit's ``nvidia.com/gpu=<index|uuid|all>``). :func:`exposure` reads each channel
+separately so a check can say which one leaks, and :func:`container_dev_nodes` gives the device nodes the
+container would end up with (what NVML inside it enumerates).
 
 Identity of GPUs is the model's (:class:`GpuRef`): index, minor number and UUID, never the plugin's device ID.
 """
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from testbed.kubelet.api import pb
+from testbed.kubelet.cdi import CdiRegistry
 
 VISIBLE_ENV = "NVIDIA_VISIBLE_DEVICES"
 GPU_NODE_RE = re.compile(r"^/dev/nvidia(\d+)$")
@@ -91,7 +93,35 @@ def _names(values: Iterable[str], gpus: Sequence[GpuRef]) -> tuple[frozenset[str
     return frozenset(found), unknown
 
 
-def exposure(response: pb.ContainerAllocateResponse, gpus: Sequence[GpuRef]) -> Exposure:
+def _cdi_gpus(full: str, gpus: Sequence[GpuRef], registry: CdiRegistry | None) -> tuple[frozenset[str], list[str]]:
+    """GPUs a CDI device brings: by its spec's device nodes when a spec defines it; else, for the toolkit's
+    ``nvidia.com/gpu`` kind, by index, UUID or ``all`` (the names ``nvidia-ctk cdi generate`` gives)."""
+    kind, sep, dev = full.partition("=")
+    nodes = registry.nodes(full) if registry is not None else None
+    if nodes is not None:
+        by_minor = {g.minor: g.name for g in gpus}
+        found: set[str] = set()
+        bad: list[str] = []
+        for path in nodes:
+            m = GPU_NODE_RE.match(path)
+            if m:
+                if int(m.group(1)) in by_minor:
+                    found.add(by_minor[int(m.group(1))])
+                else:
+                    bad.append(f"CDI device {full!r} brings {path} (no GPU has minor {m.group(1)})")
+        return frozenset(found), bad
+    if sep and kind == CDI_GPU_KIND:
+        names, unresolved = _names([dev], gpus)
+        return names, [f"CDI device {full!r}" for _ in unresolved]
+    if sep and registry is not None and kind in registry.kinds():
+        return frozenset(), [f"CDI device {full!r} is not in the plugin's CDI spec for {kind}"]
+    return frozenset(), []
+
+
+def exposure(response: pb.ContainerAllocateResponse, gpus: Sequence[GpuRef],
+             registry: CdiRegistry | None = None) -> Exposure:
+    """What the container gets; CDI devices are resolved through ``registry`` (the node's CDI specs) when
+    given."""
     unknown: list[str] = []
     env: frozenset[str] | None = None
     if VISIBLE_ENV in response.envs:
@@ -116,21 +146,20 @@ def exposure(response: pb.ContainerAllocateResponse, gpus: Sequence[GpuRef]) -> 
             cdi_names += [v.strip() for v in value.split(",") if v.strip()]
     cdi: set[str] = set()
     for full in cdi_names:
-        kind, sep, dev = full.partition("=")
-        if sep and kind == CDI_GPU_KIND:
-            names, bad = _names([dev], gpus)
-            cdi |= names
-            unknown += [f"CDI device {full!r}" for _ in bad]
+        names, bad = _cdi_gpus(full, gpus, registry)
+        cdi |= names
+        unknown += bad
     texts = [*response.envs.values(), *response.annotations.values(),
              *(m.host_path for m in response.mounts), *(m.container_path for m in response.mounts)]
     tokens = tuple(dict.fromkeys(t for text in texts for t in TOKEN_RE.findall(text)))
     return Exposure(env, frozenset(specs), frozenset(cdi), tuple(unknown), tokens, tuple(other))
 
 
-def container_dev_nodes(response: pb.ContainerAllocateResponse, gpus: Sequence[GpuRef]) -> list[str]:
+def container_dev_nodes(response: pb.ContainerAllocateResponse, gpus: Sequence[GpuRef],
+                        registry: CdiRegistry | None = None) -> list[str]:
     """Device node names (``nvidiactl``, ``nvidia3``) a container gets: its device specs plus the GPUs its
     ``NVIDIA_VISIBLE_DEVICES`` and CDI devices name (the NVIDIA runtime adds those)."""
-    ex = exposure(response, gpus)
+    ex = exposure(response, gpus, registry)
     by_name = {g.name: g for g in gpus}
     nodes = {"nvidiactl"}
     for spec in response.devices:

@@ -151,6 +151,7 @@ class CommandLauncher(PluginLauncher):
         self._runs += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"plugin-{self._runs}.log"
+        plugin_dir.mkdir(parents=True, exist_ok=True)
         command = substitute(self.command, plugin_dir, self.node)
         env = merged_environment({**self.env, PLUGIN_DIR_ENV: str(plugin_dir)})
         where = "in the node's view" if self.view is not None else "on this machine"

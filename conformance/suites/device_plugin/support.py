@@ -28,6 +28,7 @@ from testbed import nodeview
 from testbed.api import Testbed
 from testbed.backends import NodeInfo
 from testbed.kubelet.api import HEALTHY
+from testbed.kubelet.cdi import CdiRegistry
 from testbed.kubelet.driver_root import CONTAINER_DRIVER_ROOT, DriverRootError, build_driver_root
 from testbed.kubelet.exposure import Exposure, GpuRef, container_dev_nodes, exposure
 from testbed.kubelet.kubelet import Assignment, Endpoint, Kubelet, PluginViolation, Timeouts
@@ -232,10 +233,12 @@ class PluginUnderTest:
         self.kubelet = Kubelet(self.plugin_dir, options.timeouts)
         self.view_problem: str | None = None
         """Why the plugin does not run in the node's view (None: it does, or runs in a node container)."""
+        self.launcher_view: nodeview.NodeView | None = None
         if launcher is None:
-            view, self.view_problem = local_view(node, self.system, workdir)
-            launcher = CommandLauncher(options.command, node.name, node.env, workdir / "logs", view)
+            self.launcher_view, self.view_problem = local_view(node, self.system, workdir)
+            launcher = CommandLauncher(options.command, node.name, node.env, workdir / "logs", self.launcher_view)
         self.launcher = launcher
+        self._cdi: tuple[tuple[tuple[str, int, int], ...], CdiRegistry] | None = None
         self.probe = probe or NvmlProbe([sys.executable, "-m", "testbed.kubelet.nvmlprobe"], node.env)
         self.process: PluginProcess | None = None
         self.startup_error: PluginViolation | None = None
@@ -432,13 +435,24 @@ class PluginUnderTest:
         raise PluginViolation("identity", f"no device of {self.resource} is GPU {gpu_name}",
                               self.kubelet.evidence(self.resource))
 
+    def cdi_registry(self) -> CdiRegistry | None:
+        """The CDI specs the plugin wrote into the node's /var/run/cdi (None on backends where the suite cannot
+        read them), reloaded when the directory changes."""
+        directory = self.workdir / "cdi"
+        if self.launcher_view is None or not directory.is_dir():
+            return None
+        stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(directory.iterdir()))
+        if self._cdi is None or self._cdi[0] != stamp:
+            self._cdi = (stamp, CdiRegistry.load(directory))
+        return self._cdi[1]
+
     def expose(self, response: Any) -> Exposure:
-        return exposure(response, self.gpus)
+        return exposure(response, self.gpus, self.cdi_registry())
 
     def nvml_view(self, response: Any) -> tuple[frozenset[str], int]:
         """GPUs (model names) NVML enumerates inside a container made from this Allocate answer, and how many
         more it enumerates that are off the bus (NVML cannot name those)."""
-        nodes = container_dev_nodes(response, self.gpus)
+        nodes = container_dev_nodes(response, self.gpus, self.cdi_registry())
         try:
             uuids, lost = self.probe.view(nodes)
         except ProbeError as exc:
