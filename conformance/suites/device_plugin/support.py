@@ -308,7 +308,9 @@ class PluginUnderTest:
                                         timeout if timeout is not None else self.options.timeouts.start,
                                         self.process)
         deadline = time.monotonic() + POOL_SETTLE_S
-        for resource in self.pools:
+        # After the first start, only pools that served then are waited for (a plugin without the memory-pool
+        # extension does not cost every restart the settle time).
+        for resource in self.serving_pools_at_start if self.baseline else self.pools:
             with contextlib.suppress(PluginViolation):
                 self.kubelet.wait_endpoint(resource, afters.get(resource, 0),
                                            max(0.0, deadline - time.monotonic()))
@@ -354,6 +356,20 @@ class PluginUnderTest:
         self.deaths.append(death)
         return death
 
+    def pool_resources(self) -> list[str]:
+        """Memory-pool resources the plugin registered (the extension's resources)."""
+        return sorted(r for r in self.kubelet.endpoints if r.startswith(POOL_PREFIX))
+
+    def pools_not_applicable(self) -> str | None:
+        """Why the memory-pool requirements do not apply (None: they do): no pools on the node, or a plugin
+        without the memory-pool extension (it registered no pool resource, not even after the settle time)."""
+        if not self.pools:
+            return f"{self.node.name} has no memory pools"
+        if not self.serving_pools_at_start and not self.pool_resources():
+            return ("the plugin does not implement the memory-pool extension: it registered no "
+                    f"{POOL_PREFIX}* resource (the node has {', '.join(sorted(self.pools))})")
+        return None
+
     def restart_kubelet(self, downtime: float = 0.2) -> Endpoint:
         after = self._generations()
         self.kubelet.restart(downtime)
@@ -363,7 +379,7 @@ class PluginUnderTest:
             self.note_death("kubelet restart", exc.message)
             raise
         deadline = time.monotonic() + POOL_SETTLE_S
-        for resource in self.pools:
+        for resource in self.serving_pools_at_start:
             with contextlib.suppress(PluginViolation):
                 self.kubelet.wait_endpoint(resource, after[resource], max(0.0, deadline - time.monotonic()))
         return ep

@@ -8,7 +8,8 @@ from typing import Any
 import grpc
 import pytest
 
-from conformance.suites.device_plugin.support import POOL_PREFIX, PluginUnderTest
+from conformance import not_applicable
+from conformance.suites.device_plugin.support import PluginUnderTest
 from fakehw.polling import wait_until
 from testbed.kubelet.api import to_json
 from testbed.kubelet.kubelet import PluginViolation, RpcFailed
@@ -113,16 +114,15 @@ def test_prestart_container(plugin: PluginUnderTest, evidence: Evidence) -> None
 # --------------------------------------------------------------------------------------------------- pools
 
 
-def _pool_resources(plugin: PluginUnderTest) -> list[str]:
-    return sorted(r for r in plugin.kubelet.endpoints if r.startswith(POOL_PREFIX))
-
-
 @pytest.mark.requirement("DP-POOL-001")
 def test_each_memory_pool_is_a_resource(plugin: PluginUnderTest, evidence: Evidence) -> None:
     plugin.require()
+    reason = plugin.pools_not_applicable()
+    if reason is not None:
+        not_applicable(reason)
     expected = sorted(plugin.pools)
     wait_until(lambda: set(expected) <= set(plugin.kubelet.endpoints), 5.0)
-    registered = _pool_resources(plugin)
+    registered = plugin.pool_resources()
     evidence("pools", {"model": expected, "registered": registered})
     missing = sorted(set(expected) - set(registered))
     phantom = sorted(set(registered) - set(expected))
@@ -148,15 +148,10 @@ def _check_token(plugin: PluginUnderTest, pool: str, token: str) -> dict[str, An
 @pytest.mark.requirement("DP-POOL-002")
 def test_pool_allocation_returns_a_valid_token(plugin: PluginUnderTest, evidence: Evidence) -> None:
     plugin.require()
-    resources = _pool_resources(plugin)
-    if not plugin.pools:
-        # Nothing to reserve on this node: the plugin must not hand out pool tokens for GPUs either.
-        response = plugin.kubelet.allocate(plugin.resource, [plugin.latest_ids()[:1]]).container_responses[0]
-        carried = plugin.expose(response).tokens
-        evidence("applicability", f"{plugin.node.name} has no memory pools; checked that GPU allocations carry no "
-                                  "pool token")
-        assert not carried, f"a GPU allocation carries pool tokens: {carried}"
-        return
+    reason = plugin.pools_not_applicable()
+    if reason is not None:
+        not_applicable(reason)
+    resources = plugin.pool_resources()
     rows: list[dict[str, Any]] = []
     for resource in resources:
         pool = plugin.pools[resource].name
