@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from conformance.pytest_plugin import TargetSpec, add_evidence, requirement_ids
+from conformance.suites.device_plugin.component import component_version
 from conformance.suites.device_plugin.support import REFERENCE_COMMAND, PluginUnderTest, SuiteOptions
 from fakehw import __version__
 from testbed.api import Testbed
@@ -127,8 +128,17 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
         workdir = launcher.plugin_dir
     put = PluginUnderTest(dp_testbed, node, dp_options, workdir, launcher, probe)
     conformance_manifest.setdefault("targets", [f"device-plugin=cmd:{dp_options.command}"])
+    versions = conformance_manifest.setdefault("component_versions", {})
     if dp_options.is_reference:
-        conformance_manifest.setdefault("component_versions", {})["device-plugin"] = f"fakehw reference {__version__}"
+        versions["device-plugin"] = f"fakehw reference {__version__}"
+    elif dp_options.backend == "local":
+        version = component_version(dp_options.command)
+        if version:
+            versions["device-plugin"] = version
+    conformance_manifest["device_plugin_view"] = (
+        "the node's view: /sys, /dev, /proc/driver of the node; /var/lib/kubelet/device-plugins, /driver-root, "
+        "/var/run/cdi" if put.launcher_view is not None and put.view_problem is None
+        else put.view_problem or f"the node's container ({dp_options.backend} backend)")
     conformance_manifest["device_plugin_node"] = node.name
     image = dp_testbed.record.extra.get("image") if dp_options.backend == "docker" else None
     if image:

@@ -32,7 +32,7 @@ from testbed.kubelet.cdi import CdiRegistry
 from testbed.kubelet.driver_root import CONTAINER_DRIVER_ROOT, DriverRootError, build_driver_root
 from testbed.kubelet.exposure import Exposure, GpuRef, container_dev_nodes, exposure
 from testbed.kubelet.kubelet import Assignment, Endpoint, Kubelet, PluginViolation, Timeouts
-from testbed.kubelet.launcher import CommandLauncher, PluginLauncher, PluginProcess
+from testbed.kubelet.launcher import KUBELET_PLUGIN_DIR, CommandLauncher, PluginLauncher, PluginProcess
 from testbed.kubelet.nvmlprobe import NvmlProbe, ProbeError
 
 CDI_SPEC_DIR = "/var/run/cdi"
@@ -282,6 +282,9 @@ class PluginUnderTest:
             exc.evidence.setdefault("plugin log", self.log_tail())
             if self.process is not None and not self.process.alive() and "exited" not in exc.message:
                 exc.message += f" (the plugin exited with status {self.process.returncode()})"
+            if self.launcher_view is None and self.view_problem is not None:
+                exc.message += (f"; note: the plugin ran without the node's view ({self.view_problem}), so a "
+                                f"plugin with {KUBELET_PLUGIN_DIR} built in cannot find the kubelet")
             self.note_death("start", exc.message)
             self.startup_error = exc
         if not self.baseline and self.startup_error is None:
