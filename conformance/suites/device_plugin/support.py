@@ -50,6 +50,12 @@ POOL_SETTLE_S = 5.0
 LOG_EVIDENCE_CHARS = 3000
 
 
+def last_words(log: str) -> str:
+    """The last line of a plugin's log that is not the harness's own (what it said before it exited)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip() and not line.startswith("# ")]
+    return lines[-1][-400:] if lines else ""
+
+
 @dataclass(frozen=True)
 class Death:
     """The plugin exited without the harness asking it to, or did not come back when restarted."""
@@ -65,7 +71,8 @@ class Death:
 
     def describe(self) -> str:
         how = f"exited with status {self.status}" if self.status is not None else "did not serve again"
-        return f"{self.check}: the plugin {how} ({self.during}){': ' + self.detail if self.detail else ''}"
+        said = last_words(self.log)
+        return f"{self.check}: the plugin {how} ({self.during})" + (f"; its log ends: {said}" if said else "")
 
     def to_json(self) -> dict[str, Any]:
         return {"check": self.check, "during": self.during, "status": self.status, "detail": self.detail,

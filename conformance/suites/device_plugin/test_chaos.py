@@ -193,4 +193,5 @@ def test_plugin_stays_up(plugin: PluginUnderTest, evidence: Evidence) -> None:
         plugin.heal(fault)
     deaths = list(plugin.deaths)
     evidence("plugin exits", [d.to_json() for d in deaths] or "none: the plugin ran through every check")
-    assert not deaths, "\n".join(d.describe() for d in deaths)
+    if deaths:
+        pytest.fail("\n".join(d.describe() for d in deaths), pytrace=False)

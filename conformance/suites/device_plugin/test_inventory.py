@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from conformance.suites.device_plugin.support import RECOVERY_BOUND_S, PluginUnderTest
+from conformance.suites.device_plugin.support import RECOVERY_BOUND_S, PluginUnderTest, last_words
 from testbed.kubelet.api import HEALTHY
+from testbed.kubelet.kubelet import PluginViolation
 
 Evidence = Callable[[str, Any], None]
 STREAM_KEPT_S = 1.0
@@ -79,9 +80,15 @@ def test_device_ids_are_stable_across_plugin_restarts(plugin: PluginUnderTest, e
         f"{sorted(set(after_ids) - set(before))}")
     lost = plugin.node.gpus[-1].name
     fault = plugin.inject(lost, "fallen-off-bus")
-    plugin.restart(kill=False)
-    while_lost = plugin.latest_ids()
-    plugin.heal(fault)
+    try:
+        plugin.restart(kill=False)
+        while_lost = plugin.latest_ids()
+    except PluginViolation as exc:
+        said = last_words(plugin.log_tail())
+        pytest.fail(f"restarted while {lost} was off the bus, the plugin did not list its devices: {exc.message}"
+                    + (f"; its log ends: {said}" if said else ""), pytrace=False)
+    finally:
+        plugin.heal(fault)
     evidence(f"device IDs after a restart with {lost} off the bus", sorted(while_lost))
     assert sorted(while_lost) == sorted(before), (
         f"restarted while {lost} was off the bus, the plugin lists other IDs: gone "
