@@ -31,12 +31,28 @@ TOKEN_RE = re.compile(r"fhw1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
 @dataclass(frozen=True, slots=True)
 class GpuRef:
-    """A GPU as the model knows it."""
+    """A GPU, or a MIG device of one, as the model knows it."""
 
     name: str
     index: int
+    """NVML index of the GPU (of the parent GPU for a MIG device)."""
     minor: int
+    """Minor number of the GPU's ``/dev/nvidia<minor>`` (of the parent GPU for a MIG device)."""
     uuid: str
+    parent: str | None = None
+    """For a MIG device: the name of its GPU."""
+    mig_index: int | None = None
+    """For a MIG device: its position among its GPU's MIG devices (``NVIDIA_VISIBLE_DEVICES=<gpu>:<mig>``)."""
+    profile: str | None = None
+    """For a MIG device: its profile (``3g.40gb``)."""
+    split: bool = False
+    """A GPU served as MIG devices: its device node alone exposes none of them (the capability nodes under
+    ``/dev/nvidia-caps`` decide which MIG device a container may use)."""
+
+    @property
+    def gpu(self) -> str:
+        """The physical GPU: what NVML enumerates inside a container that has this device."""
+        return self.parent or self.name
 
 
 @dataclass(frozen=True)
@@ -74,9 +90,12 @@ def _resolve(token: str, gpus: Sequence[GpuRef]) -> tuple[frozenset[str], str | 
     if not token or token in ("none", "void"):
         return frozenset(), None
     if token == "all":
-        return frozenset(g.name for g in gpus), None
+        return frozenset(g.name for g in gpus if g.parent is None), None
+    gpu, colon, mig = token.partition(":")
     if token.isdigit():
-        hit = [g.name for g in gpus if g.index == int(token)]
+        hit = [g.name for g in gpus if g.parent is None and g.index == int(token)]
+    elif colon and gpu.isdigit() and mig.isdigit():
+        hit = [g.name for g in gpus if g.parent is not None and g.index == int(gpu) and g.mig_index == int(mig)]
     else:
         hit = [g.name for g in gpus if g.uuid.lower() == token.lower()]
     return (frozenset(hit), None) if hit else (frozenset(), token)
@@ -99,17 +118,21 @@ def _cdi_gpus(full: str, gpus: Sequence[GpuRef], registry: CdiRegistry | None) -
     kind, sep, dev = full.partition("=")
     nodes = registry.nodes(full) if registry is not None else None
     if nodes is not None:
-        by_minor = {g.minor: g.name for g in gpus}
+        by_minor = {g.minor: g for g in gpus if g.parent is None}
         found: set[str] = set()
         bad: list[str] = []
         for path in nodes:
             m = GPU_NODE_RE.match(path)
             if m:
-                if int(m.group(1)) in by_minor:
-                    found.add(by_minor[int(m.group(1))])
-                else:
+                ref = by_minor.get(int(m.group(1)))
+                if ref is None:
                     bad.append(f"CDI device {full!r} brings {path} (no GPU has minor {m.group(1)})")
-        return frozenset(found), bad
+                elif not ref.split:
+                    found.add(ref.name)
+        # A MIG device's CDI entry brings its GPU's node and its capability nodes; which MIG device it is comes
+        # from its name (UUID or <gpu>:<mig>, the plugin's device namer).
+        migs, _ = _names([dev], [g for g in gpus if g.parent is not None])
+        return frozenset(found) | migs, bad
     if sep and kind == CDI_GPU_KIND:
         names, unresolved = _names([dev], gpus)
         return names, [f"CDI device {full!r}" for _ in unresolved]
@@ -127,17 +150,17 @@ def exposure(response: pb.ContainerAllocateResponse, gpus: Sequence[GpuRef],
     if VISIBLE_ENV in response.envs:
         env, bad = _names(response.envs[VISIBLE_ENV].split(","), gpus)
         unknown += [f"{VISIBLE_ENV} names {b!r}" for b in bad]
-    by_minor = {g.minor: g.name for g in gpus}
+    by_minor = {g.minor: g for g in gpus if g.parent is None}
     specs: set[str] = set()
     other: list[str] = []
     for spec in response.devices:
         m = GPU_NODE_RE.match(spec.container_path)
         if m:
-            name = by_minor.get(int(m.group(1)))
-            if name is None:
+            ref = by_minor.get(int(m.group(1)))
+            if ref is None:
                 unknown.append(f"device spec {spec.container_path} (no GPU has minor {m.group(1)})")
-            else:
-                specs.add(name)
+            elif not ref.split:
+                specs.add(ref.name)
         elif spec.container_path not in CONTROL_NODES and not spec.container_path.startswith("/dev/nvidia-caps"):
             other.append(spec.container_path)
     cdi_names = [d.name for d in response.cdi_devices]

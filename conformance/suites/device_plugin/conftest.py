@@ -25,7 +25,8 @@ import pytest
 
 from conformance.pytest_plugin import TargetSpec, add_evidence, requirement_ids
 from conformance.suites.device_plugin.component import component_version
-from conformance.suites.device_plugin.support import REFERENCE_COMMAND, PluginUnderTest, SuiteOptions
+from conformance.suites.device_plugin.mig import STRATEGIES, MigConfigError
+from conformance.suites.device_plugin.support import DEFAULT_SEED, REFERENCE_COMMAND, PluginUnderTest, SuiteOptions
 from fakehw import __version__
 from testbed.api import Testbed
 from testbed.cluster import remove_tree_in_background
@@ -42,9 +43,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dp-rpc-timeout", type=float, default=None, help="deadline of unary calls (default 5 s)")
     group.addoption("--dp-start-timeout", type=float, default=None,
                     help="seconds the plugin may take to register and list its GPUs (default 30)")
-    group.addoption("--dp-fuzz-examples", type=int, default=6, help="state-machine runs per isolation requirement")
-    group.addoption("--dp-fuzz-steps", type=int, default=12, help="steps per state-machine run")
-    group.addoption("--dp-fuzz-seed", type=int, default=None, help="replay a fuzz run (printed with every failure)")
+    group.addoption("--dp-mig-strategy", choices=STRATEGIES, default="auto",
+                    help="how the plugin serves GPUs in MIG mode: none, single, mixed (as NVIDIA's --mig-strategy), "
+                         "or auto: told from the resources it registers (default)")
+    group.addoption("--dp-fuzz-examples", type=int, default=6,
+                    help="isolation fuzz: state-machine runs (shared by the isolation requirements)")
+    group.addoption("--dp-fuzz-steps", type=int, default=12, help="isolation fuzz: steps per run")
+    group.addoption("--dp-fuzz-seed", type=int, default=None,
+                    help=f"isolation fuzz seed (default {DEFAULT_SEED}; printed with every failure)")
     group.addoption("--dp-fuzz-no-shrink", action="store_true", help="report fuzz failures unshrunk (faster)")
 
 
@@ -86,6 +92,7 @@ def dp_options(pytestconfig: pytest.Config, conformance_targets: dict[str, Targe
         fuzz_steps=int(pytestconfig.getoption("dp_fuzz_steps")),
         fuzz_seed=pytestconfig.getoption("dp_fuzz_seed"),
         fuzz_shrink=not pytestconfig.getoption("dp_fuzz_no_shrink"),
+        mig_strategy=str(pytestconfig.getoption("dp_mig_strategy")),
     )
 
 
@@ -126,7 +133,10 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
         launcher = docker_launcher(dp_testbed, node, dp_options, workdir)
         probe = docker_probe(dp_testbed, node)
         workdir = launcher.plugin_dir
-    put = PluginUnderTest(dp_testbed, node, dp_options, workdir, launcher, probe)
+    try:
+        put = PluginUnderTest(dp_testbed, node, dp_options, workdir, launcher, probe)
+    except MigConfigError as exc:
+        raise pytest.UsageError(f"--dp-mig-strategy {dp_options.mig_strategy}: {exc}") from None
     conformance_manifest.setdefault("targets", [f"device-plugin=cmd:{dp_options.command}"])
     versions = conformance_manifest.setdefault("component_versions", {})
     if dp_options.is_reference:

@@ -18,11 +18,12 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.suites.device_plugin import mig
 from fakehw.model.system import MemoryPool, Node, System
 from testbed import nodeview
 from testbed.api import Testbed
@@ -47,6 +48,8 @@ RECOVERY_BOUND_S = 10.0
 REREGISTER_BOUND_S = 10.0
 POOL_SETTLE_S = 5.0
 """How long after the GPU resource the pool resources may take to register."""
+DEFAULT_SEED = 20240611
+"""The isolation fuzz's seed unless ``--dp-fuzz-seed`` gives another (recorded with every isolation result)."""
 LOG_EVIDENCE_CHARS = 3000
 
 
@@ -91,14 +94,12 @@ class SuiteOptions:
     fuzz_steps: int = 12
     fuzz_seed: int | None = None
     fuzz_shrink: bool = True
+    mig_strategy: str = "auto"
+    """none, single, mixed, or auto (told from what the plugin registers)."""
 
     @property
     def is_reference(self) -> bool:
         return self.command == REFERENCE_COMMAND
-
-
-def gpu_refs(node: Node) -> list[GpuRef]:
-    return [GpuRef(g.name, g.index, g.minor, g.uuid) for g in node.gpus]
 
 
 # --------------------------------------------------------------------------------------------------- optimum
@@ -232,7 +233,13 @@ class PluginUnderTest:
         model = self.system.node(node.name)
         assert model is not None
         self.node: Node = model
-        self.gpus = gpu_refs(model)
+        self.strategy: mig.Strategy = "none" if options.mig_strategy == "auto" else options.mig_strategy  # type: ignore[assignment]
+        self.gpus: list[GpuRef] = []
+        """The node's GPUs and (unless the MIG strategy is none) MIG devices, as the model knows them."""
+        self.expected: dict[str, tuple[str, ...]] = {}
+        """Resource -> the devices (GPU or MIG device names) it must list, for the MIG strategy in use."""
+        self._identity: dict[str, str] = {}
+        self._use_strategy(self.strategy)
         self.topology = ModelTopology.of(self.system, model)
         self.pools: dict[str, MemoryPool] = {p.resource_name: p for p in model.memory_pools}
         self.workdir = workdir
@@ -255,7 +262,9 @@ class PluginUnderTest:
         """Of those, the ones that were Healthy (what "back to normal" means between checks)."""
         self.serving_pools_at_start: tuple[str, ...] = ()
         """Pool resources that were serving when the plugin first came up (reset waits for them again)."""
-        self._identity: dict[str, str] = {}
+        self.followers: tuple[str, ...] = ()
+        """Resources besides the GPU resource (pools, MIG devices) that served when the plugin first came up;
+        every restart waits for them too."""
         self._pods = itertools.count(1)
         self.reregisters: bool | None = None
         """Whether the plugin registered again after a kubelet restart (None: not seen yet)."""
@@ -273,6 +282,32 @@ class PluginUnderTest:
     @property
     def resource(self) -> str:
         return self.options.gpu_resource
+
+    def _use_strategy(self, strategy: mig.Strategy) -> None:
+        self.strategy = strategy
+        self.gpus = mig.refs(self.node, strategy)
+        self.expected = mig.expected_resources(self.node, strategy, self.resource)
+        self._identity.clear()
+
+    @property
+    def units(self) -> list[str]:
+        """Devices (GPU or MIG device names) the GPU resource must list."""
+        return list(self.expected.get(self.resource, ()))
+
+    def ref(self, name: str) -> GpuRef:
+        return next(g for g in self.gpus if g.name == name)
+
+    def gpu_of(self, unit: str) -> str:
+        """The physical GPU behind a device (itself, or a MIG device's GPU): where faults are injected."""
+        return self.ref(unit).gpu
+
+    def physical(self, units: Iterable[str]) -> frozenset[str]:
+        """The physical GPUs behind devices: what NVML inside their container enumerates."""
+        return frozenset(self.gpu_of(u) for u in units)
+
+    def whole_gpus(self) -> list[str]:
+        """Devices of the GPU resource that are whole GPUs (what topology choices are made among)."""
+        return [u for u in self.units if self.ref(u).parent is None]
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -299,15 +334,34 @@ class PluginUnderTest:
             assert latest is not None
             self.baseline = tuple(d.id for d in latest.devices)
             self.baseline_healthy = tuple(d.id for d in latest.devices if d.health == HEALTHY)
-            self.serving_pools_at_start = tuple(r for r in self.pools if r in self.kubelet.endpoints
-                                                and self.kubelet.endpoints[r].serving)
+            self._settle_mig()
+            serving = [r for r, ep in self.kubelet.endpoints.items() if ep.serving and r != self.resource]
+            self.serving_pools_at_start = tuple(r for r in self.pools if r in serving)
+            self.followers = tuple(sorted(r for r in serving if r in self.pools or r in self.expected))
+
+    def _settle_mig(self) -> None:
+        """On a node with MIG devices: wait (event-driven, bounded) for the MIG resources the strategy expects,
+        and with ``auto`` tell the strategy from what the plugin registered."""
+        if not mig.has_mig(self.node):
+            return
+        if self.options.mig_strategy == "auto":
+            with contextlib.suppress(PluginViolation):
+                self.kubelet.wait_for(lambda: any(r.startswith(mig.MIG_RESOURCE_PREFIX) and ep.serving
+                                                  for r, ep in self.kubelet.endpoints.items()),
+                                      POOL_SETTLE_S, "MIG resources registered")
+            self._use_strategy(mig.detect(self.node, self.kubelet.endpoints, self.baseline))
+        deadline = time.monotonic() + POOL_SETTLE_S
+        for resource in self.expected:
+            if resource != self.resource:
+                with contextlib.suppress(PluginViolation):
+                    self.kubelet.wait_endpoint(resource, 0, max(0.0, deadline - time.monotonic()))
 
     def _generation(self, resource: str | None = None) -> int:
         ep = self.kubelet.endpoints.get(resource or self.resource)
         return ep.generation if ep is not None else 0
 
     def _generations(self) -> dict[str, int]:
-        return {r: self._generation(r) for r in [self.resource, *self.pools]}
+        return {r: self._generation(r) for r in [self.resource, *self.pools, *self.expected]}
 
     def wait_ready(self, after: int | dict[str, int] = 0, timeout: float | None = None) -> Endpoint:
         """Wait for the GPU resource (registered anew: newer than ``after``), then give the pool resources a
@@ -318,9 +372,9 @@ class PluginUnderTest:
                                         timeout if timeout is not None else self.options.timeouts.start,
                                         self.process)
         deadline = time.monotonic() + POOL_SETTLE_S
-        # After the first start, only pools that served then are waited for (a plugin without the memory-pool
-        # extension does not cost every restart the settle time).
-        for resource in self.serving_pools_at_start if self.baseline else self.pools:
+        # After the first start, only resources that served then are waited for (a plugin without the
+        # memory-pool extension does not cost every restart the settle time).
+        for resource in self.followers if self.baseline else self.pools:
             with contextlib.suppress(PluginViolation):
                 self.kubelet.wait_endpoint(resource, afters.get(resource, 0),
                                            max(0.0, deadline - time.monotonic()))
@@ -389,9 +443,9 @@ class PluginUnderTest:
             self.note_death("kubelet restart", exc.message)
             raise
         deadline = time.monotonic() + POOL_SETTLE_S
-        for resource in self.serving_pools_at_start:
+        for resource in self.followers:
             with contextlib.suppress(PluginViolation):
-                self.kubelet.wait_endpoint(resource, after[resource], max(0.0, deadline - time.monotonic()))
+                self.kubelet.wait_endpoint(resource, after.get(resource, 0), max(0.0, deadline - time.monotonic()))
         return ep
 
     def stop(self) -> None:
@@ -423,22 +477,24 @@ class PluginUnderTest:
 
     # ------------------------------------------------------------------------------------------ devices
 
-    def latest_ids(self) -> list[str]:
-        latest = self.require().latest
+    def latest_ids(self, resource: str | None = None) -> list[str]:
+        ep = self.require() if resource is None else self.kubelet.endpoint(resource)
+        latest = ep.latest
         assert latest is not None
         return [d.id for d in latest.devices]
 
-    def identify(self, device_id: str) -> str:
-        """The model GPU behind ``device_id``: the node GPU whose UUID the ID contains, else the only GPU that
-        allocating the ID alone exposes. A violation when neither tells."""
+    def identify(self, device_id: str, resource: str | None = None) -> str:
+        """The model GPU (or MIG device) behind ``device_id``: the one whose UUID the ID contains, else the only
+        one that allocating the ID alone (from ``resource``, default the GPU resource) exposes. A violation when
+        neither tells."""
         if device_id in self._identity:
             return self._identity[device_id]
         by_uuid = [g.name for g in self.gpus if g.uuid.lower() in device_id.lower()]
         if len(by_uuid) == 1:
             self._identity[device_id] = by_uuid[0]
             return by_uuid[0]
-        response = self.kubelet.allocate(self.resource, [[device_id]]).container_responses[0]
-        exposed = exposure(response, self.gpus).all
+        response = self.kubelet.allocate(resource or self.resource, [[device_id]]).container_responses[0]
+        exposed = self.expose(response).all
         if len(exposed) != 1:
             raise PluginViolation("identity", f"cannot tell which GPU device {device_id!r} is: allocating it alone "
                                               f"exposes {sorted(exposed) or 'no GPU'}",
@@ -454,12 +510,12 @@ class PluginUnderTest:
     def identities(self, ids: Sequence[str] | None = None) -> dict[str, str]:
         return {d: self.identify(d) for d in (ids if ids is not None else self.latest_ids())}
 
-    def id_of(self, gpu_name: str) -> str:
-        for dev in self.latest_ids():
-            if self.identify(dev) == gpu_name:
+    def id_of(self, unit: str, resource: str | None = None) -> str:
+        resource = resource or self.resource
+        for dev in self.latest_ids(resource):
+            if self.identify(dev, resource) == unit:
                 return dev
-        raise PluginViolation("identity", f"no device of {self.resource} is GPU {gpu_name}",
-                              self.kubelet.evidence(self.resource))
+        raise PluginViolation("identity", f"no device of {resource} is {unit}", self.kubelet.evidence(resource))
 
     def cdi_registry(self) -> CdiRegistry | None:
         """The CDI specs the plugin wrote into the node's /var/run/cdi (None on backends where the suite cannot
@@ -484,7 +540,7 @@ class PluginUnderTest:
         except ProbeError as exc:
             raise PluginViolation("nvml-view", f"could not look inside the container: {exc}", {"dev_nodes": nodes}) \
                 from None
-        by_uuid = {g.uuid: g.name for g in self.gpus}
+        by_uuid = {g.uuid: g.name for g in self.gpus if g.parent is None}
         return frozenset(by_uuid.get(u, u) for u in uuids), lost
 
     def new_pod(self, prefix: str = "pod") -> str:
@@ -539,7 +595,7 @@ class PluginUnderTest:
                 ep = self.kubelet.endpoints.get(self.resource)
                 if ep is None or not ep.serving or self.process is None or not self.process.alive():
                     raise PluginViolation("not-serving", "not serving")
-                for resource in self.serving_pools_at_start:
+                for resource in self.followers:
                     self.kubelet.wait_endpoint(resource, 0, POOL_SETTLE_S)
                 # A plugin known not to recover healed GPUs is restarted at once instead of waited for.
                 bound = RECOVERY_BOUND_S if self.recovers is not False else 0.0

@@ -42,28 +42,34 @@ def test_allocate_answers_every_container(plugin: PluginUnderTest, evidence: Evi
     assert len(single.container_responses) == 1
 
 
-def _sets(plugin: PluginUnderTest) -> list[list[str]]:
-    ids = plugin.latest_ids()
-    out = [[d] for d in ids]
-    if len(ids) >= 2:
-        out.append(ids[:2])
-        out.append(ids[-2:])
-    if len(ids) > 2:
-        out.append(ids)
+def _sets(plugin: PluginUnderTest) -> list[tuple[str, list[str]]]:
+    """(resource, device IDs) to allocate: every device alone, of every resource the node is served as; for
+    the GPU resource also two pairs and everything."""
+    out = []
+    for resource in plugin.expected:
+        if resource not in plugin.kubelet.endpoints:
+            continue  # not registered: DP-INV-002's
+        ids = plugin.latest_ids(resource)
+        out += [(resource, [d]) for d in ids]
+        if resource == plugin.resource and len(ids) >= 2:
+            out += [(resource, ids[:2]), (resource, ids[-2:])]
+            if len(ids) > 2:
+                out.append((resource, ids))
     return out
 
 
 @pytest.mark.requirement("DP-ALLOC-002")
 def test_allocate_exposes_exactly_the_allocated_gpus(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    plugin.require()
     failures = []
     rows = []
-    for devices in _sets(plugin):
-        want = {plugin.identify(d) for d in devices}
-        response = plugin.kubelet.allocate(plugin.resource, [devices]).container_responses[0]
+    for resource, devices in _sets(plugin):
+        want = {plugin.identify(d, resource) for d in devices}
+        response = plugin.kubelet.allocate(resource, [devices]).container_responses[0]
         ex = plugin.expose(response)
         seen, _ = plugin.nvml_view(response)
-        row = {"devices": devices, "gpus": sorted(want), "channels": {k: sorted(v) for k, v in ex.channels().items()},
-               "nvml inside the container": sorted(seen)}
+        row = {"resource": resource, "devices": devices, "gpus": sorted(want),
+               "channels": {k: sorted(v) for k, v in ex.channels().items()}, "nvml inside the container": sorted(seen)}
         rows.append(row)
         problems = [f"{name} exposes {sorted(got)}" for name, got in ex.channels().items()
                     if got and got != want]
@@ -72,11 +78,11 @@ def test_allocate_exposes_exactly_the_allocated_gpus(plugin: PluginUnderTest, ev
         if ex.specs != want and not (ex.env or ex.cdi):
             problems.append(f"device specs expose {sorted(ex.specs)}")
         problems += list(ex.unknown)
-        if seen != want:
+        if seen != plugin.physical(want):
             problems.append(f"NVML inside the container shows {sorted(seen)}")
         if problems:
             row["response"] = to_json(response)
-            failures.append(f"allocating {sorted(want)}: {'; '.join(problems)}")
+            failures.append(f"allocating {sorted(want)} ({resource}): {'; '.join(problems)}")
     evidence("allocations", rows)
     assert not failures, "\n".join(failures)
 

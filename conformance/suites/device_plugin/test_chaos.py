@@ -126,7 +126,7 @@ def test_gpu_lost_between_preferred_allocation_and_allocate(plugin: PluginUnderT
     chosen = list(response.container_responses[0].deviceIDs) if response.container_responses else []
     chosen = [d for d in chosen if d in available][:size] or available[:size]
     victim = plugin.identify(chosen[0])
-    plugin.inject(victim, "fallen-off-bus")
+    plugin.inject(plugin.gpu_of(victim), "fallen-off-bus")
     try:
         answer = plugin.kubelet.allocate(plugin.resource, [chosen])
     except RpcFailed as exc:
@@ -155,9 +155,9 @@ def test_agent_restart(plugin: PluginUnderTest, evidence: Evidence) -> None:
     problems = _check_kept(plugin, kept)
     assert not problems, "\n".join(problems)
     # Faults that happen after the restart are still seen. (Whether healing counts is DP-HEALTH-003's.)
-    gpu = plugin.node.gpus[-1].name
+    gpu = plugin.units[-1]
     device = plugin.id_of(gpu)
-    fault = plugin.inject(gpu, "xid", code=48)
+    fault = plugin.inject(plugin.gpu_of(gpu), "xid", code=48)
     try:
         plugin.kubelet.wait_update(plugin.resource, lambda u: u.health(device) != HEALTHY, HEALTH_BOUND_S,
                                    f"Xid 48 on {gpu} after the agent restart reported")
@@ -178,9 +178,9 @@ def test_plugin_stays_up(plugin: PluginUnderTest, evidence: Evidence) -> None:
     """Judged last (the suite's conftest orders it so): a kubelet restart while a GPU is off the bus, plus every
     time the plugin exited on its own or did not come back during the whole session."""
     plugin.require()
-    lost = plugin.node.gpus[-1].name
+    lost = plugin.units[-1]
     device = plugin.id_of(lost)
-    fault = plugin.inject(lost, "fallen-off-bus")
+    fault = plugin.inject(plugin.gpu_of(lost), "fallen-off-bus")
     try:
         with contextlib.suppress(PluginViolation):
             plugin.kubelet.wait_update(plugin.resource, lambda u: u.health(device) != HEALTHY, HEALTH_BOUND_S,

@@ -142,7 +142,7 @@ class FaultRunner:
     def __init__(self, plugin: PluginUnderTest, run: HealthRun):
         self.plugin = plugin
         self.run = run
-        self.ids = {g.name: plugin.id_of(g.name) for g in plugin.node.gpus}
+        self.ids = {u: plugin.id_of(u) for u in plugin.units}
 
     def fatal(self, case: FaultCase, gpu: str) -> Observation:
         """Inject ``case`` on ``gpu``; wait until it shows (or the bound); heal; wait for recovery."""
@@ -150,9 +150,9 @@ class FaultRunner:
         with self._held(gpu):
             seq, lists = self.plugin.kubelet.seq, _received(self.plugin)
             obs.injected = time.monotonic()
-            fault = self.plugin.inject(gpu, case.kind, **_params(self.plugin, case, gpu))
+            fault = self._inject(gpu, case)
             self._wait(obs, seq)
-            self._observe(obs, seq, lists, {gpu})
+            self._observe(obs, seq, lists, self._siblings(gpu))
             self._heal_and_recover(obs, [fault])
         self.plugin.reset()
         return obs
@@ -165,20 +165,30 @@ class FaultRunner:
         with self._held(gpu), self._held(marker):
             seq, lists = self.plugin.kubelet.seq, _received(self.plugin)
             obs.injected = time.monotonic()
-            faults = [self.plugin.inject(gpu, case.kind, **_params(self.plugin, case, gpu))]
+            faults = [self._inject(gpu, case)]
             mark.injected = time.monotonic()
-            faults.append(self.plugin.inject(marker, "xid", code=48))
+            faults.append(self._inject(marker, MARKER))
             self._wait(mark, seq)
             if mark.unhealthy_after is not None:
                 time.sleep(QUIET_AFTER_MARKER_S)
             else:
                 self.run.notes.append(f"{case.label}: the marker fault ({MARKER.label} on {marker}) was not "
                                       f"reported either, so the event had {HEALTH_BOUND_S:g} s to show")
-            self._observe(obs, seq, lists, {gpu, marker})
+            self._observe(obs, seq, lists, self._siblings(gpu) | self._siblings(marker))
             for f in faults:
                 self.plugin.heal(f)
         self.plugin.reset()
         return obs
+
+    def _inject(self, unit: str, case: FaultCase) -> str:
+        """Inject on the GPU behind ``unit`` (a MIG device's fault is its GPU's)."""
+        gpu = self.plugin.gpu_of(unit)
+        return self.plugin.inject(gpu, case.kind, **_params(self.plugin, case, gpu))
+
+    def _siblings(self, unit: str) -> set[str]:
+        """Devices a fault on ``unit``'s GPU rightly affects: the device and other MIG devices of its GPU."""
+        gpu = self.plugin.gpu_of(unit)
+        return {u for u in self.ids if self.plugin.gpu_of(u) == gpu}
 
     @contextlib.contextmanager
     def _held(self, gpu: str) -> Iterator[None]:
@@ -239,8 +249,8 @@ class FaultRunner:
 
 def _run_faults(plugin: PluginUnderTest) -> HealthRun:
     run = HealthRun()
-    gpus = [g.name for g in plugin.node.gpus]
-    nvlink = all(g.ports for g in plugin.node.gpus)
+    gpus = plugin.units
+    nvlink = all(g.ports for g in plugin.node.gpus if g.name in plugin.physical(gpus))
     run.notes = [f"{c.label}: not applicable, {plugin.node.name} has no NVLink" for c in FATAL + NON_FATAL
                  if c.needs_nvlink and not nvlink]
     runner = FaultRunner(plugin, run)
@@ -332,7 +342,7 @@ def test_faults_change_only_the_faulty_gpu(plugin: PluginUnderTest, faults: Heal
     for o in obs:
         if o.bystanders:
             loop = o.busy_loop()
-            others = len(plugin.node.gpus) - 1 - (o.case in NON_FATAL)
+            others = len(plugin.units) - 1 - (o.case in NON_FATAL)
             which = (f"every other GPU ({len(o.bystanders)}) Unhealthy too" if len(o.bystanders) >= others > 1
                      else f"{', '.join(o.bystanders)} too")
             problems.append(f"{o.what}: the plugin also reported {which}" + (f"; {loop}" if loop else ""))

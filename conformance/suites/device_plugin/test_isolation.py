@@ -34,7 +34,7 @@ from hypothesis.errors import Flaky, Unsatisfiable
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, invariant, rule
 
 from conformance import not_applicable
-from conformance.suites.device_plugin.support import HEALTH_BOUND_S, POOL_PREFIX, PluginUnderTest
+from conformance.suites.device_plugin.support import DEFAULT_SEED, HEALTH_BOUND_S, POOL_PREFIX, PluginUnderTest
 from testbed.kubelet.api import HEALTHY, pb
 from testbed.kubelet.exposure import Exposure
 from testbed.kubelet.kubelet import AdmissionRefused, Assignment, PluginTimeout, PluginViolation, RpcFailed
@@ -46,8 +46,6 @@ FAULTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("Xid 94", "xid", {"code": 94}),
     ("off the bus", "fallen-off-bus", {}),
 )
-DEFAULT_SEED = 20240611
-"""The campaign's seed unless ``--dp-fuzz-seed`` gives another (recorded with every isolation result)."""
 SHRINK_BUDGET_S = 90.0
 """Seconds shrinking may take per failure; after that the sequence found so far is reported."""
 
@@ -163,9 +161,10 @@ class Campaign:
 
 
 def _gpu_faults(put: PluginUnderTest) -> list[str]:
-    """GPUs the fuzz faults and allocates: those behind a device of the GPU resource."""
+    """Devices (GPUs, or MIG devices with the single strategy) the fuzz allocates and faults (a MIG device's
+    fault is its GPU's): those the GPU resource listed when the plugin came up."""
     listed = set(put.baseline_identities().values())
-    return [g.name for g in put.node.gpus if g.name in listed]
+    return [u for u in put.units if u in listed]
 
 
 def _machine(campaign: Campaign) -> type[RuleBasedStateMachine]:
@@ -238,7 +237,9 @@ def _machine(campaign: Campaign) -> type[RuleBasedStateMachine]:
                     f.restarted = self.step
 
         def _faulty(self) -> dict[str, Fault]:
-            return {f.gpu: f for f in self.faults.values()}
+            """Devices whose GPU has a fault."""
+            by_gpu = {f.gpu: f for f in self.faults.values()}
+            return {u: by_gpu[put.gpu_of(u)] for u in gpus if put.gpu_of(u) in by_gpu}
 
         def _admit(self, tenant: str, resource: str, count: int) -> None:
             self.n += 1
@@ -290,7 +291,8 @@ def _machine(campaign: Campaign) -> type[RuleBasedStateMachine]:
             if ex.unknown:
                 _breach_exact(f"{pod}: {list(ex.unknown)}")
             seen, lost = put.nvml_view(response)
-            if not (seen <= live.gpus and len(seen) + lost == len(live.gpus)):
+            physical = put.physical(live.gpus)
+            if not (seen <= physical and len(seen) + lost == len(physical)):
                 _breach_exact(f"{pod} was given {sorted(live.gpus)}; NVML inside its container shows "
                               f"{sorted(seen)}" + (f" and {lost} GPUs off the bus" if lost else ""))
 
@@ -329,8 +331,8 @@ def _machine(campaign: Campaign) -> type[RuleBasedStateMachine]:
 
         def _inject(self, gpu: str, which: int) -> str:
             label, kind, params = FAULTS[which]
-            fid = put.inject(gpu, kind, **params)
-            fault = self.faults[fid] = Fault(gpu, label, self.step)
+            fid = put.inject(put.gpu_of(gpu), kind, **params)
+            fault = self.faults[fid] = Fault(put.gpu_of(gpu), label, self.step)
             device = device_of[gpu]
             # After the bound the fault is "known" whether or not the plugin reported it.
             with contextlib.suppress(PluginTimeout):

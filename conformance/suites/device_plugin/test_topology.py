@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from conformance import not_applicable
 from conformance.suites.device_plugin.support import PluginUnderTest
 from testbed.kubelet.api import pb, to_json
 from testbed.kubelet.checks import must_include_problems, preferred_problems
@@ -72,6 +73,15 @@ def _ask(plugin: PluginUnderTest, sc: Scenario) -> tuple[pb.PreferredAllocationR
                                     [ids[g] for g in sc.must])
 
 
+def _whole_gpus(plugin: PluginUnderTest) -> list[str]:
+    """Whole GPUs of the GPU resource (the ones the model's NVLink and PCIe topology ranks)."""
+    gpus = plugin.whole_gpus()
+    if len(gpus) < 2:
+        not_applicable(f"{plugin.resource} serves {len(gpus)} whole GPU(s) on {plugin.node.name} (MIG strategy "
+                       f"{plugin.strategy}): no choice between GPUs to judge")
+    return gpus
+
+
 def _options_offer_preferred(plugin: PluginUnderTest) -> bool:
     ep = plugin.require()
     return bool(ep.options.get_preferred_allocation_available)
@@ -111,7 +121,7 @@ def _check(plugin: PluginUnderTest, sc: Scenario, evidence_rows: list[dict[str, 
 def test_preferred_allocation_is_optimal(plugin: PluginUnderTest, evidence: Evidence) -> None:
     assert _options_offer_preferred(plugin), "the plugin does not offer GetPreferredAllocation"
     rows: list[dict[str, Any]] = []
-    failures = [f for sc in scenarios([g.name for g in plugin.node.gpus], with_must=False)
+    failures = [f for sc in scenarios(_whole_gpus(plugin), with_must=False)
                 for f in _check(plugin, sc, rows)]
     evidence("scenarios", rows)
     assert not failures, "\n".join(failures)
@@ -121,7 +131,7 @@ def test_preferred_allocation_is_optimal(plugin: PluginUnderTest, evidence: Evid
 def test_preferred_allocation_honours_must_include(plugin: PluginUnderTest, evidence: Evidence) -> None:
     assert _options_offer_preferred(plugin), "the plugin does not offer GetPreferredAllocation"
     rows: list[dict[str, Any]] = []
-    failures = [f for sc in scenarios([g.name for g in plugin.node.gpus], with_must=True)
+    failures = [f for sc in scenarios(_whole_gpus(plugin), with_must=True)
                 for f in _check(plugin, sc, rows)]
     evidence("scenarios", rows)
     assert not failures, "\n".join(failures)
