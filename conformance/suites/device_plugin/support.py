@@ -324,6 +324,9 @@ class PluginUnderTest:
             exc.evidence.setdefault("plugin log", self.log_tail())
             if self.process is not None and not self.process.alive() and "exited" not in exc.message:
                 exc.message += f" (the plugin exited with status {self.process.returncode()})"
+            said = last_words(self.log_tail())
+            if said and self.process is not None and not self.process.alive():
+                exc.message += f"; its log ends: {said}"
             if self.launcher_view is None and self.view_problem is not None:
                 exc.message += (f"; note: the plugin ran without the node's view ({self.view_problem}), so a "
                                 f"plugin with {KUBELET_PLUGIN_DIR} built in cannot find the kubelet")
