@@ -16,6 +16,7 @@ import pytest
 
 from testbed.kubelet.kubelet import (
     CHECKPOINT_FILE,
+    MAX_KEPT_UPDATES,
     AdmissionRefused,
     Kubelet,
     PluginTimeout,
@@ -180,3 +181,17 @@ def test_checkpoint_survives_a_kubelet_restart(hostile: Callable[[str], Hostile]
     # The hostile plugin does not register again: the harness says so within the deadline.
     v = _violation(lambda: h.kubelet.wait_endpoint(GPU, 0, FAST.reregister), FAST.reregister)
     assert isinstance(v, PluginTimeout)
+
+
+def test_a_flooding_stream_is_held_bounded(hostile: Callable[[str], Hostile]) -> None:
+    """A plugin that re-sends its list in a loop (NVIDIA's on a lost GPU) cannot make the harness hold every list:
+    identical lists are counted, changes are kept (bounded), and waits on changes still work."""
+    h = hostile("list-flood")
+    ep = h.kubelet.wait_endpoint(GPU, process=h.process)
+    h.kubelet.wait_for(lambda: ep.received > 20_000, 30.0, "20,000 device lists")
+    assert ep.repeats > 0.9 * ep.received, (ep.repeats, ep.received)
+    assert len(ep.updates) <= MAX_KEPT_UPDATES
+    assert ep.first is not None and ep.first.seq <= ep.updates[0].seq
+    changed = h.kubelet.wait_update(GPU, lambda u: u.health("hostile-3") == "Unhealthy", 30.0, "hostile-3 sick")
+    assert changed.health("hostile-0") == "Healthy"
+    assert h.kubelet.evidence(GPU)["stream"]["identical repeats"] > 0

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from conformance import not_applicable
 from conformance.suites.device_plugin.support import HEALTH_BOUND_S, RECOVERY_BOUND_S, PluginUnderTest
 from testbed.kubelet.api import HEALTHY, UNHEALTHY
 from testbed.kubelet.kubelet import DeviceUpdate, PluginTimeout, PluginViolation
@@ -328,7 +329,9 @@ def test_healed_gpus_turn_healthy(plugin: PluginUnderTest, faults: HealthRun, ev
     faults.ok()
     obs = [o for o in faults.fatal if o.unhealthy_after is not None]
     evidence("faults", _rows(faults.fatal))
-    assert obs, "no fault was reported, so there was nothing to recover from (judged by DP-HEALTH-001/002)"
+    if not obs:
+        not_applicable("the plugin reported no fault, so there was nothing to recover from (DP-HEALTH-001/002 "
+                       "judge that)")
     problems = [f"{o.what}: {o.recovery}" for o in obs if o.recovered_after is None]
     assert not problems, "\n".join(problems)
 
