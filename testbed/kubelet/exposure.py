@@ -25,6 +25,10 @@ CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "
 """Device nodes every GPU container gets; they expose no particular GPU."""
 CDI_GPU_KIND = "nvidia.com/gpu"
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+DEVICE_LIST_MOUNT_DIR = "/var/run/nvidia-container-devices"
+"""The NVIDIA container runtime reads the device list from mounts under this directory (``volume-mounts``
+strategy, signalled by ``NVIDIA_VISIBLE_DEVICES`` set to the directory): each mount's last path element names a
+GPU, by UUID or index."""
 TOKEN_RE = re.compile(r"fhw1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 """A fakehw memory-pool access token (``fhw1.<token id>.<secret>``), wherever a plugin puts it."""
 
@@ -65,6 +69,8 @@ class Exposure:
     """GPUs whose /dev/nvidiaN node is in the device specs."""
     cdi: frozenset[str]
     """GPUs named as CDI devices (field or annotations)."""
+    mounts: frozenset[str] = frozenset()
+    """GPUs named by device-list mounts under :data:`DEVICE_LIST_MOUNT_DIR`."""
     unknown: tuple[str, ...] = ()
     """Names of GPUs the node does not have (a stale or made-up ID in the answer)."""
     tokens: tuple[str, ...] = ()
@@ -74,7 +80,7 @@ class Exposure:
     @property
     def all(self) -> frozenset[str]:
         """Every GPU the container would see through any channel."""
-        return (self.env or frozenset()) | self.specs | self.cdi
+        return (self.env or frozenset()) | self.specs | self.cdi | self.mounts
 
     def channels(self) -> dict[str, frozenset[str]]:
         out = {"device specs": self.specs}
@@ -82,6 +88,8 @@ class Exposure:
             out[VISIBLE_ENV] = self.env
         if self.cdi:
             out["CDI devices"] = self.cdi
+        if self.mounts:
+            out["device-list mounts"] = self.mounts
         return out
 
 
@@ -147,7 +155,7 @@ def exposure(response: pb.ContainerAllocateResponse, gpus: Sequence[GpuRef],
     given."""
     unknown: list[str] = []
     env: frozenset[str] | None = None
-    if VISIBLE_ENV in response.envs:
+    if VISIBLE_ENV in response.envs and response.envs[VISIBLE_ENV] != DEVICE_LIST_MOUNT_DIR:
         env, bad = _names(response.envs[VISIBLE_ENV].split(","), gpus)
         unknown += [f"{VISIBLE_ENV} names {b!r}" for b in bad]
     by_minor = {g.minor: g for g in gpus if g.parent is None}
@@ -172,10 +180,15 @@ def exposure(response: pb.ContainerAllocateResponse, gpus: Sequence[GpuRef],
         names, bad = _cdi_gpus(full, gpus, registry)
         cdi |= names
         unknown += bad
+    listed = [m.container_path.rstrip("/").rsplit("/", 1)[-1] for m in response.mounts
+              if m.container_path.startswith(DEVICE_LIST_MOUNT_DIR + "/")]
+    mounts, bad = _names(listed, gpus)
+    unknown += [f"device-list mount names {b!r}" for b in bad]
     texts = [*response.envs.values(), *response.annotations.values(),
              *(m.host_path for m in response.mounts), *(m.container_path for m in response.mounts)]
     tokens = tuple(dict.fromkeys(t for text in texts for t in TOKEN_RE.findall(text)))
-    return Exposure(env, frozenset(specs), frozenset(cdi), tuple(unknown), tokens, tuple(other))
+    return Exposure(env, frozenset(specs), frozenset(cdi), mounts=mounts, unknown=tuple(unknown), tokens=tokens,
+                    other_nodes=tuple(other))
 
 
 def container_dev_nodes(response: pb.ContainerAllocateResponse, gpus: Sequence[GpuRef],
@@ -188,6 +201,6 @@ def container_dev_nodes(response: pb.ContainerAllocateResponse, gpus: Sequence[G
     for spec in response.devices:
         if spec.container_path.startswith("/dev/"):
             nodes.add(spec.container_path.removeprefix("/dev/"))
-    for name in (ex.env or frozenset()) | ex.cdi:
+    for name in (ex.env or frozenset()) | ex.cdi | ex.mounts:
         nodes.add(f"nvidia{by_name[name].minor}")
     return sorted(nodes)

@@ -406,3 +406,18 @@ def test_component_version_says_what_the_binary_says(tmp_path: Path) -> None:
     assert component_version("python -m testbed.reference.device_plugin") == (
         f"testbed.reference.device_plugin (fakehw {__version__})")
     assert component_version("no-such-plugin-binary") is None and component_version("'unbalanced") is None
+
+
+def test_device_list_mounts() -> None:
+    """NVIDIA's volume-mounts strategy: NVIDIA_VISIBLE_DEVICES names the directory, the mounts under it name the
+    GPUs (what the NVIDIA container runtime reads)."""
+    gpus = [GpuRef(f"gpu{i}", i, i, f"GPU-{i}") for i in range(4)]
+    answer = pb.ContainerAllocateResponse(
+        envs={"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"},
+        mounts=[pb.Mount(container_path="/var/run/nvidia-container-devices/GPU-2", host_path="/dev/null"),
+                pb.Mount(container_path="/var/run/nvidia-container-devices/3", host_path="/dev/null")])
+    ex = exposure(answer, gpus)
+    assert ex.env is None and ex.mounts == frozenset({"gpu2", "gpu3"}) and ex.all == frozenset({"gpu2", "gpu3"})
+    assert container_dev_nodes(answer, gpus) == ["nvidia2", "nvidia3", "nvidiactl"]
+    bogus = pb.ContainerAllocateResponse(mounts=[pb.Mount(container_path="/var/run/nvidia-container-devices/GPU-9")])
+    assert exposure(bogus, gpus).unknown == ("device-list mount names 'GPU-9'",)
