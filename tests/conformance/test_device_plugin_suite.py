@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from conformance.requirements import catalogue
+from fakehw.model import load_profile
 
 pytestmark = pytest.mark.slow
 
@@ -46,13 +47,13 @@ MUTANT_BUDGET = ("--dp-fuzz-examples", "1", "--dp-fuzz-steps", "6", "--dp-fuzz-n
 RUN_TIMEOUT_S = 900.0
 ALL_IDS = frozenset(r.id for r in catalogue().for_target("device-plugin"))
 POOL_IDS = frozenset({"DP-POOL-001", "DP-POOL-002", "DP-ISO-004"})
-NO_POOLS = frozenset({"dgx-h100", "edge-pcie"})
-"""Profiles (of the ones run here) whose GPU node has no memory pools."""
 FAILED = ("failed", "error")
 
 
 def not_applicable_on(profile: str) -> frozenset[str]:
-    return POOL_IDS if profile in NO_POOLS else frozenset()
+    """The memory-pool requirements do not apply on a profile whose (first) GPU node has no memory pools."""
+    node = next(n for n in load_profile(profile).nodes if n.gpus)
+    return frozenset() if node.memory_pools else POOL_IDS
 
 
 @dataclass(frozen=True)

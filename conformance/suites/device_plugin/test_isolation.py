@@ -121,6 +121,8 @@ class Outcome:
     flaky: bool = False
     judged: int = 0
     """Allocations (or states) the requirement's check looked at."""
+    runs: int = 0
+    """Runs that ended with the requirement still being checked and not broken."""
 
 
 @dataclass
@@ -148,6 +150,7 @@ class Campaign:
             self.outcomes[req] = Outcome(req)
 
     last_breach: Breach | None = None
+    breached_run: int = 0
 
     def note(self, line: str) -> None:
         self.log.append(line)
@@ -156,6 +159,7 @@ class Campaign:
         """A run broke a requirement: keep its steps (the last one hypothesis runs is the shrunk sequence)."""
         self.failing_log = list(self.log)
         self.last_breach = breach
+        self.breached_run = self.examples
         if self.first_failure is None:
             self.first_failure = time.monotonic()
 
@@ -271,7 +275,6 @@ def _machine(campaign: Campaign) -> type[RuleBasedStateMachine]:
                 _breach_tokens(f"{pod}: a GPU allocation carries pool tokens {list(live.exposure.tokens)}")
             if self._on(ISO_NO_UNHEALTHY):
                 faulty = self._faulty()
-                campaign.outcomes[ISO_NO_UNHEALTHY].judged += bool(faulty)
                 for gpu in sorted(live.gpus & set(faulty)):
                     f = faulty[gpu]
                     _breach_unhealthy(f"{pod} was given {gpu}, which has had {f.label} since step {f.step} (at "
@@ -354,7 +357,14 @@ def _machine(campaign: Campaign) -> type[RuleBasedStateMachine]:
                 for resource in pools:
                     self._guard("admit", functools.partial(self._admit_pool, tenant, resource, 1))
             held = {g for live in self.live.values() for g in live.gpus}
-            victim = next((g for g in reversed(gpus) if g not in held), gpus[-1])
+            victim = next((g for g in reversed(gpus) if g not in held), None)
+            if victim is None:  # a small node: tenant b's pod ends, so its GPU is the one that breaks
+                b = max((p for p, live in self.live.items() if live.tenant == TENANTS[1] and live.gpus), default=None)
+                victim = sorted(self.live[b].gpus)[0] if b else gpus[-1]
+                if b:
+                    self._begin(f"{b} ends")
+                    put.kubelet.release(b)
+                    self.ended.append(self.live.pop(b))
             self._begin(f"{FAULTS[0][0]} on {victim}, then the plugin is killed and restarted")
             self._guard("fault", lambda: self._fault_and_restart(victim))
             self._begin("tenant-c asks for every available GPU")
@@ -365,8 +375,15 @@ def _machine(campaign: Campaign) -> type[RuleBasedStateMachine]:
             put.restart(kill=True, downtime=0.1, during="restart by the isolation fuzz")
             self._restarted()
 
+        def _attempt(self) -> int:
+            """A pod asks for GPUs: how many are available. Asking while a GPU is faulty is a judgement for
+            DP-ISO-002 whatever the answer (none available because the faulty GPU is not offered is right)."""
+            if self._faulty():
+                campaign.outcomes[ISO_NO_UNHEALTHY].judged += 1
+            return len(put.kubelet.available(put.resource))
+
         def _big_job(self, tenant: str) -> None:
-            available = len(put.kubelet.available(put.resource))
+            available = self._attempt()
             if available:
                 self._admit(tenant, put.resource, available)
 
@@ -381,7 +398,7 @@ def _machine(campaign: Campaign) -> type[RuleBasedStateMachine]:
             self._begin(f"{tenant} asks for {count} GPU(s)")
 
             def admit() -> None:
-                available = len(put.kubelet.available(put.resource))
+                available = self._attempt()
                 if available:
                     self._admit(tenant, put.resource, min(count, available))
 
@@ -485,6 +502,9 @@ def _machine(campaign: Campaign) -> type[RuleBasedStateMachine]:
                     seen[gpu] = f"{pod} ({live.tenant})"
 
         def teardown(self) -> None:
+            if campaign.last_breach is None or campaign.breached_run != campaign.examples:
+                for req in campaign.active:
+                    campaign.outcomes[req].runs += 1
             for fid in list(self.faults):
                 with contextlib.suppress(Exception):  # the agent may be restarting; reset() heals all anyway
                     put.heal(fid)
@@ -528,14 +548,15 @@ def run_campaign(put: PluginUnderTest, active: set[str]) -> Campaign:
     campaign = Campaign(put, set(active), seed)
     started = time.monotonic()
     budget = options.fuzz_examples
-    round_no = 0
-    while campaign.active and budget > 0:
-        before = campaign.examples
-        exc = _round(campaign, budget, seed + round_no)
-        budget -= max(1, campaign.examples - before)
-        round_no += 1
-        if exc is None:
+    # Each requirement gets the whole budget of runs in which it is checked to the end: a run cut short by
+    # another requirement's failure does not count for it. Bounded: one round per requirement, plus one.
+    for round_no in range(len(ISOLATION) + 1):
+        short = budget - min((campaign.outcomes[r].runs for r in campaign.active), default=budget)
+        if short <= 0:
             break
+        exc = _round(campaign, short, seed + round_no)
+        if exc is None:
+            continue
         breach = _find_breach(exc) or (campaign.last_breach if isinstance(exc, Flaky) else None)
         if breach is None:
             if isinstance(exc, Unsatisfiable):
