@@ -260,6 +260,8 @@ def _machine(campaign: Campaign) -> type[RuleBasedStateMachine]:
                 campaign.note(f"   {pod} ({tenant}) got {', '.join(sorted(names))}")
                 self.live[pod] = live
                 self._check_gpu_allocation(live, response)
+                if self._on(ISO_DISJOINT):
+                    self._check_disjoint()  # at once too: a later step may end one of the pods
             else:
                 tokens = list(put.expose(a.response_message()).tokens)
                 live = Live(tenant, a, frozenset(), None, tokens[0] if tokens else None)
