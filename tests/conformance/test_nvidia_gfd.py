@@ -58,6 +58,17 @@ EXPECTED: dict[str, dict[str, str]] = {
                  "nvidia.com/gpu.machine": "DGXA100", "nvidia.com/gpu.mode": "compute",
                  "nvidia.com/mig.capable": "true"},
 }
+MIG_MIXED = {
+    # GPU 7 of dgx-a100 runs two 3g.40gb instances. An A100 80GB 3g.40gb MIG device (NVIDIA MIG user guide,
+    # A100 profiles): 3 of 7 compute slices and 4 of 8 memory slices (GFD's slices.gi / slices.ci count the
+    # compute slices of the GPU and compute instance), 42 SMs, 3 copy engines, 2 NVDEC, no NVJPG/NVOFA/NVENC.
+    "nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-3g.40gb.count": "2",
+    "nvidia.com/mig-3g.40gb.product": "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
+    "nvidia.com/mig-3g.40gb.slices.gi": "3", "nvidia.com/mig-3g.40gb.slices.ci": "3",
+    "nvidia.com/mig-3g.40gb.multiprocessors": "42", "nvidia.com/mig-3g.40gb.engines.copy": "3",
+    "nvidia.com/mig-3g.40gb.engines.decoder": "2", "nvidia.com/mig-3g.40gb.engines.encoder": "0",
+    "nvidia.com/mig-3g.40gb.engines.jpeg": "0", "nvidia.com/mig-3g.40gb.engines.ofa": "0",
+}
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +104,25 @@ def run_gfd(gfd: Path, tb: Testbed, *args: str) -> dict[str, str]:
     return labels
 
 
+def _check(labels: dict[str, str], expected: dict[str, str]) -> None:
+    wrong = {k: (labels.get(k), v) for k, v in expected.items() if labels.get(k) != v}
+    assert not wrong, f"labels GFD gave that a real machine does not get (got, real): {wrong}\nall: {labels}"
+    assert "unknown" not in labels.values(), f"GFD could not tell something: {labels}"
+
+
 @pytest.mark.parametrize("profile", list(EXPECTED), ids=lambda p: Path(p).stem)
 def test_gfd_labels_a_fake_node_as_the_real_machine(gfd: Path, profile: str, tmp_path: Path,
                                                     testbed_of: list[Testbed]) -> None:
     tb = Testbed.up(profile, name="gfd", state_dir=tmp_path / "state")
     testbed_of.append(tb)
-    labels = run_gfd(gfd, tb)
-    wrong = {k: (labels.get(k), v) for k, v in EXPECTED[profile].items() if labels.get(k) != v}
-    assert not wrong, f"labels GFD gave that a real machine does not get (got, real): {wrong}\nall: {labels}"
-    assert "unknown" not in labels.values(), f"GFD could not tell something: {labels}"
+    _check(run_gfd(gfd, tb), EXPECTED[profile])
+
+
+def test_gfd_labels_mig_devices_with_the_mixed_strategy(gfd: Path, tmp_path: Path,
+                                                        testbed_of: list[Testbed]) -> None:
+    tb = Testbed.up("dgx-a100", name="gfd", state_dir=tmp_path / "state")
+    testbed_of.append(tb)
+    node = next(n for n in tb.nodes() if n.gpus)
+    if not (node.dir / "root" / "proc" / "driver" / "nvidia" / "capabilities" / "gpu7" / "mig").is_dir():
+        pytest.skip("this fakehw renders no MIG capability files (/proc/driver/nvidia/capabilities/gpuN/mig)")
+    _check(run_gfd(gfd, tb, "--mig-strategy=mixed"), {**EXPECTED["dgx-a100"], **MIG_MIXED})
