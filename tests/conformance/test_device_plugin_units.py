@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from conformance.suites.device_plugin import mig
 from conformance.suites.device_plugin.component import component_version
-from conformance.suites.device_plugin.support import ModelTopology, _partitions
+from conformance.suites.device_plugin.optimum import ModelTopology, _partitions
 from fakehw import __version__
 from fakehw.model import load_profile
 from fakehw.model.topology import domain_bond

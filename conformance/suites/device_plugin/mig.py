@@ -27,6 +27,14 @@ STRATEGIES: tuple[str, ...] = ("auto", "none", "single", "mixed")
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
+def strategy(name: str) -> Strategy:
+    """A strategy name (not ``auto``) as the type; a clear error for anything else."""
+    for known in ("none", "single", "mixed"):
+        if name == known:
+            return known
+    raise MigConfigError(f"unknown MIG strategy {name!r} (none, single, mixed)")
+
+
 class MigConfigError(ValueError):
     """The node's MIG configuration cannot be served with the strategy asked for."""
 
