@@ -57,7 +57,7 @@ class PluginConfig:
     agent_socket: str | None = None
     dev_root: str = "/dev"
     """Where the GPUs' device nodes are on the host (device spec host paths)."""
-    recheck_s: float = 1.0
+    recheck_s: float = 0.25
     slice_bytes: int = 16 * 2**30
     mutant: str | None = None
     state_file: Path | None = None
