@@ -162,7 +162,8 @@ class MigSpec(Spec):
     """MIG mode of a GPU and the GPU instances created at boot."""
 
     enabled: bool = True
-    instances: list[Annotated[str, Field(pattern=r"^\d+g\.\d+gb$")]] = Field(default_factory=list, max_length=8)
+    instances: list[Annotated[str, Field(pattern=r"^\d+g\.\d+gb(\+me|\+me\.all|-me|\+gfx)?$")]] = Field(
+        default_factory=list, max_length=7, description="GPU instance profiles, created in this order (e.g. 3g.40gb)")
 
 
 class GpuSpec(Spec):
