@@ -6,6 +6,7 @@ and memory sizes from the real ``nvidia-smi -q -x`` captures in ``../shared/refe
 nvidia-smi output where no capture exists), compute capabilities from NVIDIA's CUDA GPU list, GPU counts and DMI
 product names from the systems' documentation, driver versions from the capture the profile's driver follows.
 GFD derives ``gpu.family`` from the compute capability and ``gpu.mode`` from the PCI class (0x0302: compute).
+Its MIG labels (mixed strategy on dgx-a100) are checked by tests/nvml/test_mig_device_plugin.py.
 """
 
 from __future__ import annotations
@@ -58,19 +59,6 @@ EXPECTED: dict[str, dict[str, str]] = {
                  "nvidia.com/gpu.machine": "DGXA100", "nvidia.com/gpu.mode": "compute",
                  "nvidia.com/mig.capable": "true"},
 }
-MIG_MIXED = {
-    # GPU 7 of dgx-a100 runs two 3g.40gb instances. An A100 80GB 3g.40gb MIG device (NVIDIA MIG user guide,
-    # A100 profiles): 3 of 7 compute slices and 4 of 8 memory slices (GFD's slices.gi / slices.ci count the
-    # compute slices of the GPU and compute instance), 42 SMs, 3 copy engines, 2 NVDEC, no NVJPG/NVOFA/NVENC.
-    "nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-3g.40gb.count": "2",
-    "nvidia.com/mig-3g.40gb.product": "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
-    "nvidia.com/mig-3g.40gb.slices.gi": "3", "nvidia.com/mig-3g.40gb.slices.ci": "3",
-    "nvidia.com/mig-3g.40gb.multiprocessors": "42", "nvidia.com/mig-3g.40gb.engines.copy": "3",
-    "nvidia.com/mig-3g.40gb.engines.decoder": "2", "nvidia.com/mig-3g.40gb.engines.encoder": "0",
-    "nvidia.com/mig-3g.40gb.engines.jpeg": "0", "nvidia.com/mig-3g.40gb.engines.ofa": "0",
-}
-
-
 @pytest.fixture(scope="module")
 def gfd() -> Path:
     if nodeview.unavailable() is not None:
@@ -116,13 +104,3 @@ def test_gfd_labels_a_fake_node_as_the_real_machine(gfd: Path, profile: str, tmp
     tb = Testbed.up(profile, name="gfd", state_dir=tmp_path / "state")
     testbed_of.append(tb)
     _check(run_gfd(gfd, tb), EXPECTED[profile])
-
-
-def test_gfd_labels_mig_devices_with_the_mixed_strategy(gfd: Path, tmp_path: Path,
-                                                        testbed_of: list[Testbed]) -> None:
-    tb = Testbed.up("dgx-a100", name="gfd", state_dir=tmp_path / "state")
-    testbed_of.append(tb)
-    node = next(n for n in tb.nodes() if n.gpus)
-    if not (node.dir / "root" / "proc" / "driver" / "nvidia" / "capabilities" / "gpu7" / "mig").is_dir():
-        pytest.skip("this fakehw renders no MIG capability files (/proc/driver/nvidia/capabilities/gpuN/mig)")
-    _check(run_gfd(gfd, tb, "--mig-strategy=mixed"), {**EXPECTED["dgx-a100"], **MIG_MIXED})
