@@ -149,6 +149,7 @@ class FaultRunner:
         """Inject ``case`` on ``gpu``; wait until it shows (or the bound); heal; wait for recovery."""
         obs = Observation(case, gpu, self.ids[gpu], 0.0)
         with self._held(gpu):
+            self.plugin.settle()
             seq, lists = self.plugin.kubelet.seq, _received(self.plugin)
             obs.injected = time.monotonic()
             fault = self._inject(gpu, case)
@@ -164,6 +165,7 @@ class FaultRunner:
         obs = Observation(case, gpu, self.ids[gpu], 0.0)
         mark = Observation(MARKER, marker, self.ids[marker], 0.0)
         with self._held(gpu), self._held(marker):
+            self.plugin.settle()
             seq, lists = self.plugin.kubelet.seq, _received(self.plugin)
             obs.injected = time.monotonic()
             faults = [self._inject(gpu, case)]
