@@ -51,7 +51,8 @@ def suite_times() -> None:
         took, doc = suite(profile)
         tests = doc.get("tests", [])
         passed = sum(1 for t in tests if t["outcome"] == "passed")  # type: ignore[index]
-        row(profile, f"{took:6.1f} s", f"{passed}/{len(tests)} checks passed")
+        moot = sum(1 for t in tests if t["outcome"] == "not-applicable")  # type: ignore[index]
+        row(profile, f"{took:6.1f} s", f"{passed}/{len(tests)} checks passed, {moot} not applicable")
 
 
 def fuzz_throughput(examples: int = 6, steps: int = 12) -> None:
