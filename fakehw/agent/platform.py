@@ -667,9 +667,12 @@ def _opt_int(value: Any, name: str) -> int | None:
 
 def _size(value: Any, name: str) -> int:
     try:
-        return parse_size(value)
-    except ValueError as exc:
+        size = parse_size(value)
+    except (ValueError, OverflowError) as exc:
         raise PlatformError(422, f"{name}: {exc}") from None
+    if size >= 2**63:
+        raise PlatformError(422, f"{name}: {value!r} does not fit in 64 bits")
+    return size
 
 
 def _opt_size(value: Any, name: str) -> int | None:
