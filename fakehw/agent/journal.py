@@ -75,7 +75,7 @@ class Recovery:
     records: int = 0
     """Records replayed."""
     dropped: int = 0
-    """Lines that did not check out and were left out (salvage or a torn last line)."""
+    """Records lost: a torn last line, or (on salvage) records whose lines did not check out or are missing."""
     problems: list[str] = field(default_factory=list)
     kept: str | None = None
     """Where the damaged original was kept."""
@@ -182,6 +182,7 @@ class Journal:
         problems = [meta_problem] if meta_problem else []
         self._last_number = 0
         self._epoch_seen = 0
+        self._lost = 0
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -191,6 +192,7 @@ class Journal:
                 what = "is missing" if data is None else "is empty"
                 problems.append(f"the journal {what} but {self.meta_path.name} says it held at least "
                                 f"{self._meta.records} records")
+                self._lost = self._meta.records
             return [], problems
         if self._meta is None and meta_problem is None and data.lstrip()[:1] == b"{":
             return self._read_legacy(data), problems
@@ -204,12 +206,14 @@ class Journal:
         records: list[dict[str, Any]] = []
         expected = 1
         epoch = None
+        numbers: set[int] = set()
         for index, line in enumerate(lines, 1):
             try:
                 number, record = decode(line)
             except (ValueError, UnicodeDecodeError) as exc:
                 problems.append(f"line {index} {_describe(line, exc)}")
                 continue
+            numbers.add(number)
             if number != expected:
                 problems.append(f"line {index} is record {number}, expected {expected} (records are missing or "
                                 "out of order)")
@@ -223,6 +227,9 @@ class Journal:
                 continue
             records.append(record)
         problems += self._check_against_meta(epoch)
+        if problems:  # records lost: numbers missing below the last one seen (or below the high-water mark)
+            hwm = self._meta.records if self._meta is not None and epoch == self._meta.epoch else 0
+            self._lost = max(self._last_number, hwm) - len(numbers)
         return records, problems
 
     def _check_against_meta(self, epoch: Any) -> list[str]:
@@ -264,7 +271,7 @@ class Journal:
     def _damaged(self, problems: list[str]) -> None:
         if not self._salvage:
             raise JournalDamaged(self.path, problems)
-        self.recovery.dropped += sum(1 for p in problems if p.startswith("line "))
+        self.recovery.dropped += self._lost
         self.recovery.problems += problems
 
     def _keep_original(self) -> None:
@@ -420,7 +427,7 @@ class Journal:
                 self._durable = (self._number, self._size)
             self._write_meta(_Meta(epoch, len(lines), dict(meta.reserved)))
         if self.recovery.problems:
-            log.warning("journal %s recovered: %d records used, %d lines dropped (%s); the damaged original is "
+            log.warning("journal %s recovered: %d records used, %d records lost (%s); the damaged original is "
                         "kept as %s", self.path, self.recovery.records, self.recovery.dropped,
                         "; ".join(self.recovery.problems[:5]), self.recovery.kept)
 
@@ -454,6 +461,8 @@ def _write_all(fd: int, data: bytes) -> None:
 def _describe(line: bytes, exc: Exception) -> str:
     if not line.strip(b"\0 \t\r"):
         return "is blank or zeroed"
+    if b"\0" in line:
+        return f"holds {line.count(0)} zeroed bytes"
     if isinstance(exc, ValueError) and str(exc) == "checksum mismatch":
         return "fails its checksum (altered)"
     return "is not a journal record"
