@@ -45,7 +45,7 @@ def plant(state_dir: Path, root: Path, pid: int, owner: int | None = None) -> Pa
     """A cluster record as an attacker would plant it."""
     cluster = state_dir / "default"
     cluster.mkdir(parents=True, exist_ok=True)
-    record = {"name": "default", "backend": "local", "profile": "dgx-h100", "nodes": ["dgx-h100-0"],
+    record: dict[str, object] = {"name": "default", "backend": "local", "profile": "dgx-h100", "nodes": ["dgx-h100-0"],
               "node_count": None, "root": str(root), "created": 0.0, "agent_pid": pid, "agent_socket": None,
               "extra": {}}
     (cluster / "cluster.json").write_text(json.dumps(record))
