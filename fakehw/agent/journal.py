@@ -67,6 +67,10 @@ class JournalDamaged(Exception):
 class JournalWriteError(Exception):
     """A record could not be made durable; it is not in the journal (the change was not applied)."""
 
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
 
 @dataclass
 class Recovery:
@@ -158,7 +162,7 @@ class Journal:
         self._durable = (self._number, self._size)
         self._ticket = 0
         self._durable_ticket = 0
-        self._failed: deque[tuple[int, int, str]] = deque(maxlen=MAX_FAILED_RANGES)
+        self._failed: deque[tuple[int, int, JournalWriteError]] = deque(maxlen=MAX_FAILED_RANGES)
         """(first ticket, last ticket, why) of records that could not be made durable, newest last."""
         self._syncing = False
         self._broken: str | None = None
@@ -317,7 +321,7 @@ class Journal:
                 _write_all(self._fd, data)
             except OSError as exc:
                 self._cut(self._size)
-                raise JournalWriteError(f"cannot write to {self.path}: {exc.strerror}") from None
+                raise JournalWriteError(f"cannot write to {self.path}: {exc.strerror}", exc.errno) from None
             self._number = number
             self._size += len(data)
             self._ticket += 1
@@ -329,7 +333,7 @@ class Journal:
             while True:
                 failed = self._failure(ticket)
                 if failed is not None:
-                    raise JournalWriteError(failed)
+                    raise failed
                 if ticket <= self._durable_ticket:
                     return
                 if self._syncing:
@@ -337,15 +341,15 @@ class Journal:
                     continue
                 self._sync_locked()
 
-    def settled(self, ticket: int) -> tuple[bool, str | None]:
-        """(True, None) once ``ticket`` is durable, (True, why) if it failed, (False, None) while it is neither."""
+    def settled(self, ticket: int) -> tuple[bool, JournalWriteError | None]:
+        """(True, None) once ``ticket`` is durable, (True, error) if it failed, (False, None) while neither."""
         with self._lock:
             failed = self._failure(ticket)
             if failed is not None:
                 return True, failed
             return ticket <= self._durable_ticket, None
 
-    def _failure(self, ticket: int) -> str | None:
+    def _failure(self, ticket: int) -> JournalWriteError | None:
         for first, last, why in reversed(self._failed):
             if first <= ticket <= last:
                 return why
@@ -367,8 +371,8 @@ class Journal:
             self._durable_ticket = target[0]
             self._durable = (target[1], target[2])
         else:
-            message = f"cannot make {self.path} durable: {error.strerror}"
-            self._failed.append((self._durable_ticket + 1, self._ticket, message))
+            failure = JournalWriteError(f"cannot make {self.path} durable: {error.strerror}", error.errno)
+            self._failed.append((self._durable_ticket + 1, self._ticket, failure))
             self._durable_ticket = self._ticket
             self._cut(self._durable[1])
         self._synced.notify_all()
@@ -400,7 +404,7 @@ class Journal:
         try:
             atomic_write(self.meta_path, meta.to_bytes(), 0o600, durable=True)
         except OSError as exc:
-            raise JournalWriteError(f"cannot write {self.meta_path}: {exc.strerror}") from None
+            raise JournalWriteError(f"cannot write {self.meta_path}: {exc.strerror}", exc.errno) from None
         self._meta = meta
 
     def compact(self, records: Iterable[dict[str, Any]]) -> None:

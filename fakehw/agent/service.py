@@ -39,7 +39,7 @@ from fakehw.agent.idempotency import Answer, IdempotencyCache
 from fakehw.agent.journal import Journal, JournalWriteError
 from fakehw.agent.platform import Platform
 from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
-from fakehw.agent.statedir import DiskReserve, StateDirLock, is_disk_full
+from fakehw.agent.statedir import DISK_FULL_ERRNOS, DiskReserve, StateDirLock, is_disk_full
 from fakehw.agent.trust import private_dir
 from fakehw.model.system import Node, System
 from fakehw.render import RenderResult, render_node
@@ -80,7 +80,7 @@ class _Pending:
     """Apply the change in memory; returns the nodes to re-render."""
     settle: Callable[[], None]
     """Called once the change is applied or has failed (bookkeeping of what is in flight)."""
-    error: str | None = None
+    error: JournalWriteError | None = None
 
 
 class AgentService:
@@ -111,6 +111,8 @@ class AgentService:
         self._states: dict[str, NodeState] = {}
         self._stale: dict[str, str] = {}
         """Nodes whose files are behind (a render failed) and why; rendered again on the next change."""
+        self._disk_error: str | None = None
+        """The last change refused because the disk was full (cleared by the next change that succeeds)."""
         # Handed out (ahead of the applied state while changes wait for their fsync):
         self._fault_counter = 0
         self._issued_seq = 0
@@ -196,8 +198,8 @@ class AgentService:
         with self.lock:
             journals = {"faults": self.journal.recovery.to_json(),
                         "platform": self.platform.journal.recovery.to_json()}
-            return {"journals": journals, "disk_full": self.reserve.released if self.reserve else None,
-                    "stale_nodes": dict(self._stale)}
+            full = (self.reserve.released if self.reserve else None) or self._disk_error
+            return {"journals": journals, "disk_full": full, "stale_nodes": dict(self._stale)}
 
     # ------------------------------------------------------------------------------------------ changes
 
@@ -339,6 +341,7 @@ class AgentService:
             ticket = self.journal.write(record)
         except JournalWriteError as exc:
             settle()
+            self._note_failure(exc)
             raise AgentError(507, f"not applied: {exc}") from None
         pending = _Pending(ticket, apply, settle)
         self._pending.append(pending)
@@ -350,8 +353,10 @@ class AgentService:
             self.journal.wait(pending.ticket)
         with self.lock:
             self._apply_ready()
-        if pending.error is not None:
-            raise AgentError(507, f"not applied: {pending.error}")
+            if pending.error is not None:
+                self._note_failure(pending.error)
+                raise AgentError(507, f"not applied: {pending.error}")
+            self._disk_error = None
 
     def _apply_ready(self) -> None:
         touched: set[str] = set()
@@ -370,6 +375,10 @@ class AgentService:
             self._render_safely(name)
         if touched:
             self._changed.notify_all()
+
+    def _note_failure(self, error: JournalWriteError) -> None:
+        if error.errno in DISK_FULL_ERRNOS:
+            self._disk_error = str(error)
 
     def _next_fault_id(self) -> str:
         self._reserve("fault-id", self._fault_counter + 1)
@@ -391,6 +400,7 @@ class AgentService:
         try:
             self.journal.reserve(counter, value)
         except JournalWriteError as exc:
+            self._note_failure(exc)
             raise AgentError(507, f"not applied: {exc}") from None
 
     def _new_events(self, fault: ActiveFault) -> list[Event]:
