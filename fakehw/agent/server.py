@@ -324,6 +324,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Errors found by the HTTP layer (bad request line, headers too large) in the API's JSON shape."""
         self.close_connection = True
+        if code == 431 and explain:  # http.server's own words for it ("Too many headers") say less than ours
+            message, explain = explain, None
         self._send(code, {"error": message or http.client.responses.get(code, "error"), "detail": explain})
 
     def do_GET(self) -> None:
