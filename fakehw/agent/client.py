@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from fakehw.agent.mig_client import MigClientMixin
 from fakehw.agent.platform_client import PlatformClientMixin
 
 RETRY_ERRNOS = frozenset({errno.EAGAIN, errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT})
@@ -58,7 +59,7 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-class AgentApi(PlatformClientMixin, ABC):
+class AgentApi(PlatformClientMixin, MigClientMixin, ABC):
     """The agent's verbs over some transport. Subclasses implement :meth:`request`: HTTP here
     (:class:`AgentClient`); backends may add others (``kubectl exec`` into an agent pod)."""
 

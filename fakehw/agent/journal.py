@@ -166,6 +166,7 @@ class Journal:
         """(first ticket, last ticket, why) of records that could not be made durable, newest last."""
         self._syncing = False
         self._broken: str | None = None
+        self._reported = False
 
     # ------------------------------------------------------------------------------------------ opening
 
@@ -211,11 +212,13 @@ class Journal:
         expected = 1
         epoch = None
         numbers: set[int] = set()
+        unreadable = 0
         for index, line in enumerate(lines, 1):
             try:
                 number, record = decode(line)
             except (ValueError, UnicodeDecodeError) as exc:
                 problems.append(f"line {index} {_describe(line, exc)}")
+                unreadable += 1
                 continue
             numbers.add(number)
             if number != expected:
@@ -233,7 +236,7 @@ class Journal:
         problems += self._check_against_meta(epoch)
         if problems:  # records lost: numbers missing below the last one seen (or below the high-water mark)
             hwm = self._meta.records if self._meta is not None and epoch == self._meta.epoch else 0
-            self._lost = max(self._last_number, hwm) - len(numbers)
+            self._lost = max(max(self._last_number, hwm) - len(numbers), unreadable)
         return records, problems
 
     def _check_against_meta(self, epoch: Any) -> list[str]:
@@ -410,8 +413,8 @@ class Journal:
     def compact(self, records: Iterable[dict[str, Any]]) -> None:
         """Replace the journal by ``records`` (what still matters), durably, in a new epoch. A journal that was
         recovered is kept aside first."""
-        if self.recovery.problems or self.recovery.dropped:
-            self._keep_original()
+        if (self.recovery.problems or self.recovery.dropped) and self.recovery.kept is None:
+            self._keep_original()  # once: later compactions rewrite the journal this one wrote
         with self._meta_lock:
             meta = self._meta or _Meta()
             if self._meta is None:
@@ -430,7 +433,8 @@ class Journal:
                 self._size = len(data)
                 self._durable = (self._number, self._size)
             self._write_meta(_Meta(epoch, len(lines), dict(meta.reserved)))
-        if self.recovery.problems:
+        if self.recovery.problems and not self._reported:
+            self._reported = True
             log.warning("journal %s recovered: %d records used, %d records lost (%s); the damaged original is "
                         "kept as %s", self.path, self.recovery.records, self.recovery.dropped,
                         "; ".join(self.recovery.problems[:5]), self.recovery.kept)

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from fakehw.agent.faults import FAULT_ADAPTER, FAULT_KINDS, FaultBase, FaultTargetError, check_target
 from fakehw.agent.idempotency import Answer, IdempotencyCache
 from fakehw.agent.journal import Journal, JournalWriteError
+from fakehw.agent.mig import MigManager
 from fakehw.agent.platform import Platform
 from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
 from fakehw.agent.statedir import DISK_FULL_ERRNOS, DiskReserve, StateDirLock, is_disk_full
@@ -130,6 +131,7 @@ class AgentService:
             self._compact()
             self.platform = Platform(system, self._nodes, state_dir, clock, self.lock, self.nodes_changed,
                                      salvage=salvage)
+            self.mig = MigManager(system, self._nodes, state_dir, self.lock, self.nodes_changed, salvage=salvage)
             for name in self._nodes:
                 self._render(name, initial=True)
             self.reserve = DiskReserve(state_dir)
@@ -440,7 +442,8 @@ class AgentService:
         node = self._nodes[name]
         faults = [f for f in self._faults.values() if f.node == name]
         state = derive_state(node, faults, self._generation[name], self.system.seed)
-        state = dataclasses.replace(state, platform=self.platform.attach(name, state))
+        state = dataclasses.replace(state, platform=self.platform.attach(name, state),
+                                    mig=self.mig.attach(name, state))
         result = render_node(self.system, node, state, self.node_dir(name), initial=initial,
                              events=self._recent_events(name))
         self._states[name] = state  # only now: the API never reports what the files do not show yet
@@ -478,10 +481,11 @@ class AgentService:
         if self.journal.recovery.problems:  # ids handed out before may be missing from what was recovered
             self._fault_counter = max(self._fault_counter, self.journal.floor("fault-id"))
             self._seq = max(self._seq, self.journal.floor("event-seq"))
-            for name in self._generation:
-                self._generation[name] = max(self._generation[name], self.journal.floor("generation"))
+        # Generations also move with CXL, pool and MIG changes, which other journals hold: resume above the
+        # reservation, which covers every generation handed out (a restart may skip ahead).
+        floor = self.journal.floor("generation")
         for name in self._generation:
-            self._generation[name] += 1  # a restart is a change: consumers must re-read
+            self._generation[name] = max(self._generation[name], floor) + 1  # a restart is a change: re-read
         self._issued_seq = self._seq
         self._issued_generation = dict(self._generation)
 
@@ -548,7 +552,7 @@ class AgentService:
 
     def close(self) -> None:
         """Stop: sync and close the journals, let another agent have the state directory. Safe to call twice."""
-        for part in (getattr(self, "platform", None), getattr(self, "journal", None)):
+        for part in (getattr(self, "platform", None), getattr(self, "mig", None), getattr(self, "journal", None)):
             if part is not None:
                 part.close()
         self._dir_lock.release()

@@ -28,7 +28,8 @@ LOCK_FILE = "agent.lock"
 RESERVE_FILE = "agent.reserve"
 RESERVE_BYTES = 4 * 2**20
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-RUNTIME_FILES = ("journal.jsonl", "journal.jsonl.meta", "platform.jsonl", "platform.jsonl.meta", "audit.jsonl")
+RUNTIME_FILES = ("journal.jsonl", "journal.jsonl.meta", "platform.jsonl", "platform.jsonl.meta", "mig.jsonl",
+                 "mig.jsonl.meta", "audit.jsonl")
 
 
 class StateDirBusy(ValueError):
