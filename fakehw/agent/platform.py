@@ -34,6 +34,7 @@ from fakehw.agent.pools import GrantKind, PoolError, PoolLedger
 from fakehw.agent.state import NodeState, derive_state
 from fakehw.model.system import MemoryPool, Node, System
 from fakehw.model.units import parse_size
+from fakehw.render.atomic import fsync_dir
 
 log = logging.getLogger(__name__)
 AUDIT_IN_MEMORY = 50_000
@@ -192,6 +193,7 @@ class AuditLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         os.fchmod(fd, 0o600)  # it names tenants and token ids: for the agent's user only
+        fsync_dir(path.parent)  # a new audit log is there after a crash too
         self._fh = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - held open for the agent's lifetime
 
     def record(self, entry: dict[str, Any], now: float) -> dict[str, Any]:
