@@ -428,6 +428,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             handler, params = self._route(method, url.path)
             body = self._body(method) if method in MUTATING else None
             self.server.deadlines.set(self.connection, None)  # the request is in: handlers may wait (events)
+            if method in MUTATING:
+                self.server.service.check_writable()  # every kind of change is refused (507) while the disk is full
             keys = (self.headers.get_all("Idempotency-Key") or []) if method in MUTATING else []
             if len(keys) > 1:
                 raise AgentError(400, "more than one Idempotency-Key header")
