@@ -185,3 +185,22 @@ def test_cxl_and_pool_faults_on_the_cxl_profile(tmp_path: Path) -> None:
     assert all(m.online for m in svc.state("cxl-host-0").memdevs)
     with pytest.raises(AgentError, match="cannot shrink by"):
         svc.inject("cxl-host-1", {"kind": "pool-shrink", "device": "cxl-local", "bytes": 2**40})
+
+
+def test_a_journal_of_the_unchecked_format_is_taken_over(tmp_path: Path) -> None:
+    """State dirs written by earlier versions (plain JSON lines, no meta file) come back, then in the new format."""
+    fault = {"id": "f-000007", "node": NODE, "created": 1.0, "kind": "xid", "device": "gpu2", "code": 43}
+    lines = [{"op": "generation", "generations": {NODE: 5}, "fault_counter": 9, "seq": 12},
+             {"op": "inject", "fault": fault, "generation": 6, "events": []},
+             {"op": "inject", "fault": {**fault, "id": "f-000008"}, "generation": 7, "events": []},
+             {"op": "heal", "node": NODE, "ids": ["f-000008"], "generation": 8, "events": []}]
+    (tmp_path / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    svc = AgentService(load_profile("dgx-h100"), tmp_path)
+    try:
+        assert [f.id for f in svc.faults()] == ["f-000007"] and svc.journal.recovery.upgraded
+        assert svc.state(NODE).generation > 8 and svc.last_seq >= 12
+        assert svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 13}).id == "f-000010"
+    finally:
+        svc.close()
+    assert (tmp_path / "journal.jsonl").read_text().startswith("1 "), "rewritten with numbered, checked records"
+    AgentService(load_profile("dgx-h100"), tmp_path).close()
