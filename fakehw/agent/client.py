@@ -3,8 +3,9 @@
 :class:`AgentClient` retries what is safe to retry, with exponential backoff and jitter (bounded: a handful of
 attempts within a few seconds): a connection the agent did not accept (its queue was full: ``EAGAIN``), an answer
 503 (too many connections) or 409 for a request still running under the same key, and a connection that broke
-before the answer. Every mutating request carries a fresh ``Idempotency-Key``, reused by its retries, so a retry
-after a lost answer never applies a change twice.
+before the answer. A timeout is not retried (the agent is slow; asking again would only wait longer). Every
+mutating request carries a fresh ``Idempotency-Key``, reused by its retries, so a retry after a lost answer never
+applies a change twice.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from fakehw.agent.platform_client import PlatformClientMixin
 
 RETRY_ERRNOS = frozenset({errno.EAGAIN, errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT})
 RETRY_STATUSES = frozenset({409, 503})
+BROKEN = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, http.client.RemoteDisconnected,
+          http.client.IncompleteRead)
+"""A connection that broke before the answer came (not one that timed out)."""
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -169,9 +173,9 @@ class AgentClient(AgentApi):
                 raw = resp.read()
             except (OSError, http.client.HTTPException) as exc:
                 error = AgentRequestError(0, f"lost the connection to the agent at {where}: {exc}")
-                if isinstance(exc, TimeoutError) and method == "GET" and "wait=" in path:
-                    raise error from None  # a long poll that timed out: the caller decides
-                raise _Retry(error) from None  # safe: GETs change nothing, changes carry an Idempotency-Key
+                if isinstance(exc, BROKEN):
+                    raise _Retry(error) from None  # safe: GETs change nothing, changes carry an Idempotency-Key
+                raise error from None  # a timeout: the agent is slow, asking again would only wait longer
         finally:
             conn.close()
         try:
