@@ -27,17 +27,15 @@ def _testbed(state: Path, *args: str, env: dict[str, str] | None = None,
 
 
 @pytest.fixture(scope="module")
-def one_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def one_cluster() -> Iterator[Path]:
     """``testbed up`` with no option at all: dgx-h100, local backend, cluster 'default'."""
-    state = Path(tmp_path_factory.mktemp("tb", numbered=True))
-    short = Path("/tmp") / f"fhw-cli-{os.getpid()}"  # the agent's unix socket path must stay short
-    short.symlink_to(state)
+    short = Path(tempfile.mkdtemp(prefix="fhw-cli-", dir="/tmp"))  # the agent's unix socket path must stay short
     up = _testbed(short, "up")
     assert up.returncode == 0, up.stderr
     assert "profile dgx-h100 on the local backend" in up.stderr and "cluster default is up" in up.stdout
     yield short
     _testbed(short, "down", "--all")
-    short.unlink()
+    shutil.rmtree(short, ignore_errors=True)
 
 
 def test_one_cluster_needs_no_name_and_a_wrong_fault_id_is_an_error(one_cluster: Path) -> None:
@@ -78,9 +76,8 @@ def test_exec_nvidia_smi_is_the_real_one_or_says_how_to_get_it(one_cluster: Path
     assert len(lines) == 8 and all(line.startswith(f"GPU {i}: NVIDIA H100") for i, line in enumerate(lines))
 
 
-def test_names_are_asked_for_only_when_they_are_ambiguous(tmp_path: Path) -> None:
-    state = Path("/tmp") / f"fhw-cli2-{os.getpid()}"
-    state.symlink_to(tmp_path)
+def test_names_are_asked_for_only_when_they_are_ambiguous() -> None:
+    state = Path(tempfile.mkdtemp(prefix="fhw-cli2-", dir="/tmp"))
     try:
         assert _testbed(state, "status").stderr.strip().endswith(
             "no cluster 'default' (start one with 'testbed up --profile P --name default')")
@@ -93,7 +90,7 @@ def test_names_are_asked_for_only_when_they_are_ambiguous(tmp_path: Path) -> Non
         assert _testbed(state, "status", "--name", "b").returncode == 0
         assert _testbed(state, "down", "--all").returncode == 0
     finally:
-        state.unlink()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.mark.parametrize(("args", "message"), [
