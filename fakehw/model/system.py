@@ -186,6 +186,8 @@ class Gpu:
     mig_enabled: bool
     mig_instances: tuple[MigInstance, ...]
     hbm_numa: int | None
+    module_id: int = 0
+    """Position on the baseboard (nvmlDeviceGetModuleId); 0 means index + 1."""
 
     @property
     def id(self) -> str:
@@ -435,7 +437,13 @@ class Driver:
     cuda_version: str
 
     @property
+    def branch(self) -> int:
+        """The driver branch (``580.105.08`` -> 580): which NVML generation the library presents."""
+        return int(self.version.split(".", 1)[0])
+
+    @property
     def nvml_version(self) -> str:
+        """``nvmlSystemGetNVMLVersion``: the CUDA major version, then the driver version (13.580.105.08)."""
         major = self.cuda_version.split(".")[0]
         return f"{major}.{self.version}"
 

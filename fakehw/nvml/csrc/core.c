@@ -79,6 +79,43 @@ int fhw_mig_id_of(nvmlDevice_t h) {
     return id < g_vis.mig_count ? id : -1;
 }
 
+/* ------------------------------------------------------------------------------------------ branches */
+
+_Atomic int fhw_branch_now;
+
+typedef struct {
+    const char *name;
+    int since;
+} fhw_since_entry_t;
+extern const size_t fhw_since_count;
+extern const fhw_since_entry_t fhw_since_table[];
+
+int fhw_since(const char *name) {
+    size_t lo = 0, hi = fhw_since_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int cmp = strcmp(name, fhw_since_table[mid].name);
+        if (cmp == 0) return fhw_since_table[mid].since;
+        if (cmp < 0) hi = mid;
+        else lo = mid + 1;
+    }
+    return 0;
+}
+
+nvmlReturn_t fhw_gate(int since) {
+    if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
+    int branch = atomic_load_explicit(&fhw_branch_now, memory_order_relaxed);
+    return branch >= since ? NVML_SUCCESS : NVML_ERROR_FUNCTION_NOT_FOUND;
+}
+
+/* What every generated stub does: the branch's answer for a function the shim does not implement. */
+nvmlReturn_t fhw_stub(const char *name, int since) {
+    nvmlReturn_t r = fhw_gate(since);
+    if (r != NVML_SUCCESS) return r;
+    fhw_trace("%s is not implemented: NOT_SUPPORTED", name);
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
 /* ------------------------------------------------------------------------------------------ CRC-32 */
 
 static uint32_t crc_table[256];
@@ -220,6 +257,7 @@ static void snap_map_devices(fhw_snap_t *s) {
     for (int d = 0; d < FHW_MAX_GPUS; d++) s->dev_slot[d] = -1;
     for (int m = 0; m < FHW_MAX_MIGS; m++) s->mig_slot[m] = -1;
     if (s->status != NVML_SUCCESS) return;
+    atomic_store_explicit(&fhw_branch_now, (int)s->hdr->driver_branch, memory_order_relaxed);
     for (int d = 0; d < g_vis.count; d++)
         for (uint32_t i = 0; i < s->hdr->gpu_count; i++)
             if (strcmp(s->gpus[i].uuid, g_vis.uuid[d]) == 0) {

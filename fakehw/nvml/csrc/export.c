@@ -7,6 +7,8 @@
  */
 #include "internal.h"
 
+#include <link.h>
+#include <pthread.h>
 #include <stdio.h>
 
 static const unsigned char SMI_TABLE_GUID[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
@@ -188,18 +190,70 @@ static slot_fn slot_impl(int n) {
 #include "export_slots.h" /* generated: FHW_EXPORT_SLOTS thunks slot_<n> calling slot_impl(n) */
 
 /*
- * The driver version this table was learned from. nvidia-smi asks for the table right after nvmlInit and, when
- * the library refuses, prints "Mismatch in versions between nvidia-smi and NVML" and exits: that is the real
- * driver's answer to a tool from another driver release, and the fake gives it when the profile's driver
- * version differs.
+ * nvidia-smi ships with the libnvidia-ml of its own driver release (Debian's nvidia-smi depends on exactly its
+ * libnvidia-ml1 version) and asks for this table right after nvmlInit; when the library refuses it, nvidia-smi
+ * prints "Mismatch in versions between nvidia-smi and NVML" and exits. The fake plays the library of the
+ * snapshot's driver, so it refuses a program built for another driver release: the release an nvidia-smi was
+ * built for is the one NUL-delimited "NNN.NN.NN" string in its read-only image (535.261.03, 550.163.01 and
+ * 555.58.02 each carry exactly their own). A caller without such a string (a test harness) gets the table.
  */
-#define SMI_TABLE_DRIVER "535.261.03"
+typedef struct {
+    char version[32];
+} caller_version_t;
+
+static int version_at(const unsigned char *p, const unsigned char *end, char *out, size_t cap) {
+    const unsigned char *q = p;
+    int groups = 0, digits = 0;
+    while (q < end && *q != 0) {
+        if (*q >= '0' && *q <= '9') {
+            digits++;
+        } else if (*q == '.' && digits > 0) {
+            groups++;
+            digits = 0;
+        } else {
+            return 0;
+        }
+        if (q - p > 12) return 0;
+        q++;
+    }
+    if (q >= end || groups != 2 || digits != 2 || p[3] != '.' || (size_t)(q - p) >= cap) return 0;
+    memcpy(out, p, (size_t)(q - p));
+    out[q - p] = '\0';
+    return 1;
+}
+
+static int scan_main_program(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    caller_version_t *found = data;
+    for (int i = 0; i < info->dlpi_phnum && !found->version[0]; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_R) || (ph->p_flags & PF_W)) continue;
+        const unsigned char *start = (const unsigned char *)(info->dlpi_addr + ph->p_vaddr);
+        const unsigned char *end = start + ph->p_filesz;
+        for (const unsigned char *p = start + 1; p + 10 < end; p++) {
+            if (p[-1] != 0 || p[0] < '3' || p[0] > '9') continue;
+            if (version_at(p, end, found->version, sizeof found->version)) break;
+        }
+    }
+    return 1; /* the first object is the main program: stop there */
+}
+
+static caller_version_t g_caller;
+static pthread_once_t g_caller_once = PTHREAD_ONCE_INIT;
+
+static void find_caller(void) { dl_iterate_phdr(scan_main_program, &g_caller); }
+
+static const char *caller_driver_version(void) {
+    pthread_once(&g_caller_once, find_caller);
+    return g_caller.version;
+}
 
 static nvmlReturn_t export_table(fhw_ctx_t *c, const void **table) {
-    if (strcmp(c->s->hdr->driver_version, SMI_TABLE_DRIVER) != 0) {
-        fhw_trace("export table refused: the snapshot's driver %s is not %s", c->s->hdr->driver_version,
-                  SMI_TABLE_DRIVER);
-        return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+    const char *caller = caller_driver_version();
+    if (caller[0] != '\0' && strcmp(caller, c->s->hdr->driver_version) != 0) {
+        fhw_trace("export table refused: the caller was built for driver %s, the snapshot's driver is %s", caller,
+                  c->s->hdr->driver_version);
+        return NVML_ERROR_INVALID_ARGUMENT;
     }
     *table = fhw_export_table;
     return NVML_SUCCESS;
@@ -213,7 +267,7 @@ nvmlReturn_t nvmlInternalGetExportTable(const void **table, const unsigned char 
             for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", guid[i]);
             fhw_trace("export table with unknown GUID %s refused", hex);
         }
-        return NVML_ERROR_NOT_SUPPORTED;
+        return NVML_ERROR_INVALID_ARGUMENT;
     }
     FHW_SYS_CALL(export_table(&C, table));
 }
