@@ -146,6 +146,10 @@ class PcieLink(_Data):
                                           description="the GPU's own maximum, when above the link's")
     idle_width: int | None = Field(None, alias="idleWidth", ge=1, le=32,
                                    description="link width an idle board trains down to")
+    atomics_outbound: bool = Field(False, alias="atomicsOutbound",
+                                   description="PCIe atomics the GPU issues (B200 reports them)")
+    atomics_inbound: bool = Field(False, alias="atomicsInbound",
+                                  description="PCIe atomics the GPU completes (B200, GB200, GB300 report them)")
 
     @property
     def gpu_max_generation(self) -> int:

@@ -26,6 +26,12 @@ INCORRECT_CONFIGURATION_SHIFT, INCORRECT_CONFIGURATION_NONE = 8, 1
 HEALTH_SUMMARY_NA, HEALTH_SUMMARY_HEALTHY, HEALTH_SUMMARY_UNHEALTHY, HEALTH_SUMMARY_LIMITED = 0, 1, 2, 3
 PEER_TYPE_SWITCH = 1
 """``nvmlPlatformInfo_v2_t.peerType`` of a GPU whose NVLinks reach switches ("Switch Connected"; assumed value)."""
+CORES_PER_SM = {"turing": 64, "ampere": 64, "ada": 128, "hopper": 128, "blackwell": 128}
+"""FP32 CUDA cores per SM (public architecture whitepapers; GA100 has 64, e.g. 108 SMs -> 6912 on A100)."""
+FIRST_GPU_IRQ = 142
+"""Interrupt line of GPU 0 (assumed: MSI-X vectors are host-specific; consecutive per GPU here)."""
+PCIE_ATOMICS_REPORTED = 0x3F
+"""FETCHADD_32 FETCHADD_64 SWAP_32 SWAP_64 CAS_32 CAS_64: what the B200/GB200/GB300 captures list."""
 NVL72_FIRST_TRAY_SLOT = 10
 """Chassis slot of compute tray 0 in an NVL72 rack (both captures: tray 4 in slot 14, tray 15 in slot 25)."""
 
@@ -158,7 +164,11 @@ def board_fields(system: System, node: Node, gpu: Gpu, state: GpuState, r: GpuRe
     fields: dict[str, Any] = {
         "answers": support.answers(gpu, system.driver.branch, switched),
         "gpu_part_number": sku.gpu_part_number,
+        "cuda_cores": sku.multiprocessors * CORES_PER_SM[sku.architecture],
+        "irq": FIRST_GPU_IRQ + gpu.index,
         "addressing_mode": support.addressing_mode(gpu),
+        "pcie_atomics_outbound": PCIE_ATOMICS_REPORTED if sku.pcie.atomics_outbound else 0,
+        "pcie_atomics_inbound": PCIE_ATOMICS_REPORTED if sku.pcie.atomics_inbound else 0,
         "c2c_enabled": int(c2c is not None),
         "c2c_link_count": c2c.links if c2c else 0,
         "c2c_link_bandwidth_mbps": int(c2c.bandwidth_gbs * 1000 / 2 / c2c.links) if c2c else 0,

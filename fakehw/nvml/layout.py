@@ -389,6 +389,11 @@ class GpuRecord:
     module_default_limit_mw: U32 = 0
     module_min_limit_mw: U32 = 0
     module_max_limit_mw: U32 = 0
+    cuda_cores: U32 = 0
+    irq: U32 = 0
+    pcie_atomics_outbound: U32 = 0
+    """``NVML_PCIE_ATOMICS_CAP_*`` mask (0: the board reports none)."""
+    pcie_atomics_inbound: U32 = 0
     addressing_mode: U32 = 0
     """``nvmlDeviceAddressingModeType_t``: 0 none, 1 HMM, 2 ATS."""
     c2c_enabled: U32 = 0
@@ -552,6 +557,10 @@ class HeaderRecord:
     cuda_driver_version: I32 = 0
     driver_branch: U32 = 0
     """535, 550, ... 615: the NVML generation the library presents (functions, struct versions)."""
+    field_max: U32 = 0
+    """The branch's ``NVML_FI_MAX``: field ids from here on are unknown to its library."""
+    gpm_metric_max: U32 = 0
+    """The branch's ``NVML_GPM_METRIC_MAX``."""
     host_pcie_gen_max: U32 = 0
     gpu_count: U32 = 0
     gpu_record_size: U32 = 0

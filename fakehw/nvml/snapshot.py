@@ -21,6 +21,7 @@ from typing import Any
 
 from fakehw.agent.state import Event, GpuState, NodeState
 from fakehw.model.catalogue import GpuSku
+from fakehw.model.drivers import branch_of
 from fakehw.model.system import Gpu, Node, NVLinkPort, System
 from fakehw.model.topology import NodeTopology, P2PCapability, derive_node
 from fakehw.nvml import layout
@@ -534,6 +535,8 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
         profile=system.name[:63],
         cuda_driver_version=driver.cuda_driver_version,
         driver_branch=driver.branch,
+        field_max=branch_of(driver.version).field_max,
+        gpm_metric_max=branch_of(driver.version).gpm_metric_max,
         event_last_seq=last_seq,
     )
     return Snapshot(header, tuple(gpus), tuple(migs), tuple(profiles), tuple(procs), tuple(ring),

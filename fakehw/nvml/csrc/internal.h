@@ -143,6 +143,11 @@ typedef struct {
 } fhw_pci_addr_t;
 int fhw_parse_bus_id(const char *text, fhw_pci_addr_t *out);
 
+/* NVLink helpers shared with the field values (links.c): the link record (NOT_SUPPORTED when the GPU has no such
+   link), and an error counter net of this process's resets. */
+nvmlReturn_t fhw_link_of(fhw_ctx_t *c, unsigned int link, const fhw_link_t **out);
+uint64_t fhw_link_error(fhw_ctx_t *c, const fhw_link_t *k, unsigned int link, unsigned int counter);
+
 /* Copy a NUL-terminated field into a caller buffer of `length` bytes (INSUFFICIENT_SIZE when it won't fit). */
 nvmlReturn_t fhw_copy_str(char *dst, unsigned int length, const char *src, size_t src_cap);
 
@@ -191,6 +196,27 @@ nvmlReturn_t fhw_gate(int since);  /* UNINITIALIZED, FUNCTION_NOT_FOUND or SUCCE
         if ((p) == NULL) return NVML_ERROR_INVALID_ARGUMENT;                                          \
         if (*(const unsigned int *)(p) != (expected)) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;    \
     } while (0)
+
+/* A struct version a branch accepts: its tag (sizeof | version << 24) and the first branch that knows it. */
+typedef struct {
+    unsigned int tag;
+    int since;
+} fhw_struct_version_t;
+
+/* The version word of `p` is one this branch accepts (ARGUMENT_VERSION_MISMATCH otherwise); returns the tag. */
+static inline nvmlReturn_t fhw_check_versions(const fhw_ctx_t *c, const void *p, const fhw_struct_version_t *ok,
+                                              size_t n, unsigned int *tag) {
+    if (p == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int v;
+    memcpy(&v, p, sizeof v);
+    for (size_t i = 0; i < n; i++)
+        if (v == ok[i].tag && FHW_BRANCH(c) >= ok[i].since) {
+            if (tag) *tag = v;
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+}
+#define FHW_VERSIONS(c, p, table, tag) fhw_check_versions((c), (p), (table), sizeof(table) / sizeof((table)[0]), (tag))
 
 /* Function-call bodies: gate, enter, run, leave. */
 #define FHW_DEV_CALL(handle, flags, expr)                                                             \

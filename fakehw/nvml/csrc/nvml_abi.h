@@ -382,6 +382,8 @@ typedef union nvmlValue_st {
     unsigned long ulVal;
     unsigned long long ullVal;
     signed long long sllVal;
+    signed int siVal;     /* later headers */
+    unsigned short usVal; /* later headers */
 } nvmlValue_t;
 typedef struct nvmlFieldValue_st {
     unsigned int fieldId;
