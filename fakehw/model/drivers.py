@@ -24,8 +24,6 @@ class DriverBranch:
 
     number: int
     cuda: str
-    field_max: int
-    """``NVML_FI_MAX`` of the branch's header: field ids at or above it are unknown to its library."""
     gpm_metric_max: int
     """``NVML_GPM_METRIC_MAX`` of the branch's header: how many metrics one ``nvmlGpmMetricsGet`` call takes."""
     debian_suite: str | None = None
@@ -39,17 +37,17 @@ class DriverBranch:
 
 
 BRANCHES: tuple[DriverBranch, ...] = (
-    DriverBranch(535, "12.2", 197, 98, "bookworm"),
-    DriverBranch(550, "12.4", 200, 98, "trixie"),
-    DriverBranch(555, "12.5", 223, 98, "experimental"),
-    DriverBranch(560, "12.6", 230, 98),
-    DriverBranch(570, "12.8", 269, 98),
-    DriverBranch(575, "12.9", 274, 210),
-    DriverBranch(580, "13.0", 274, 210),
-    DriverBranch(590, "13.1", 289, 210),
-    DriverBranch(595, "13.2", 303, 333),
-    DriverBranch(610, "13.3", 303, 333),
-    DriverBranch(615, "13.4", 308, 477),
+    DriverBranch(535, "12.2", 98, "bookworm"),
+    DriverBranch(550, "12.4", 98, "trixie"),
+    DriverBranch(555, "12.5", 98, "experimental"),
+    DriverBranch(560, "12.6", 98),
+    DriverBranch(570, "12.8", 98),
+    DriverBranch(575, "12.9", 210),
+    DriverBranch(580, "13.0", 210),
+    DriverBranch(590, "13.1", 210),
+    DriverBranch(595, "13.2", 333),
+    DriverBranch(610, "13.3", 333),
+    DriverBranch(615, "13.4", 477),
 )
 """Known branches, oldest first (565 shipped too, but no public header of its CUDA 12.7 is at hand)."""
 

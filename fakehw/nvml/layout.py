@@ -557,8 +557,6 @@ class HeaderRecord:
     cuda_driver_version: I32 = 0
     driver_branch: U32 = 0
     """535, 550, ... 615: the NVML generation the library presents (functions, struct versions)."""
-    field_max: U32 = 0
-    """The branch's ``NVML_FI_MAX``: field ids from here on are unknown to its library."""
     gpm_metric_max: U32 = 0
     """The branch's ``NVML_GPM_METRIC_MAX``."""
     host_pcie_gen_max: U32 = 0

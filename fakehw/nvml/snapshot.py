@@ -535,7 +535,6 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
         profile=system.name[:63],
         cuda_driver_version=driver.cuda_driver_version,
         driver_branch=driver.branch,
-        field_max=branch_of(driver.version).field_max,
         gpm_metric_max=branch_of(driver.version).gpm_metric_max,
         event_last_seq=last_seq,
     )

@@ -10,6 +10,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static const unsigned char SMI_TABLE_GUID[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
                                                  0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
@@ -172,6 +173,75 @@ static nvmlReturn_t slot_topology_cell(int n, void *a, void *b, void *c, void *d
     return NVML_SUCCESS;
 }
 
+/*
+ * Slots of nvidia-smi 550 and 555 for values the public API of their time did not carry (found by answering a
+ * marker from one slot at a time and reading where it appears in "nvidia-smi -q"; each takes the device first):
+ * 226 PCIe atomics the GPU issues (mask), 231 GPU part number (char *, size), 240 T.Limit margin (int *), 242
+ * addressing mode (NONE 0, HMM 1, ATS 2), 249 sparse operation mode (243 in 535). nvidia-smi 535 calls 226,
+ * 231 and 240 too. The answers are the snapshot's, so the board decides N/A exactly as through the public calls.
+ */
+typedef nvmlReturn_t (*device_slot_fn)(fhw_ctx_t *c, void *out, uintptr_t size);
+
+static nvmlReturn_t s_atomics_outbound(fhw_ctx_t *c, void *out, uintptr_t size) {
+    (void)size;
+    if (c->g->pcie_atomics_outbound == 0) return NVML_ERROR_NOT_SUPPORTED;
+    *(unsigned int *)out = c->g->pcie_atomics_outbound;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t s_gpu_part_number(fhw_ctx_t *c, void *out, uintptr_t size) {
+    if (c->g->gpu_part_number[0] == '\0') return NVML_ERROR_NOT_SUPPORTED;
+    return fhw_copy_str(out, (unsigned int)(size > 4096 ? 4096 : size), c->g->gpu_part_number,
+                        sizeof c->g->gpu_part_number);
+}
+
+static nvmlReturn_t s_margin(fhw_ctx_t *c, void *out, uintptr_t size) {
+    (void)size;
+    FHW_REQUIRE(c, FHW_ANS_TLIMIT);
+    *(int *)out = c->g->temp_margin;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t s_addressing(fhw_ctx_t *c, void *out, uintptr_t size) {
+    (void)size;
+    FHW_REQUIRE(c, FHW_ANS_ADDRESSING_MODE);
+    *(unsigned int *)out = c->g->addressing_mode;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t s_sparse(fhw_ctx_t *c, void *out, uintptr_t size) {
+    (void)size;
+    FHW_REQUIRE(c, FHW_ANS_SPARSE_OPERATION);
+    *(unsigned int *)out = 0; /* Disabled, as the H100 capture says */
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t device_slot(int n, void *device, void *out, void *size) {
+    device_slot_fn fn = n == 226 ? s_atomics_outbound : n == 231 ? s_gpu_part_number : n == 240 ? s_margin
+                      : n == 242 ? s_addressing : s_sparse;
+    if (out == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    fhw_ctx_t C;
+    nvmlReturn_t r = fhw_enter_dev(&C, (nvmlDevice_t)device, 0);
+    if (r != NVML_SUCCESS) return r;
+    r = fn(&C, out, (uintptr_t)size);
+    fhw_leave(&C);
+    return r;
+}
+
+static nvmlReturn_t slot_device(int n, void *a, void *b, void *c, void *d) {
+    (void)d;
+    return device_slot(n, a, b, c);
+}
+
+/* nvidia-smi 535 asks for the sparse operation mode in slot 243 (550 and 555 moved it to 249). */
+static nvmlReturn_t slot_sparse_535(int n, void *a, void *b, void *c, void *d) {
+    (void)n;
+    (void)d;
+    return device_slot(249, a, b, c);
+}
+
+static int caller_branch(void);
+
 typedef nvmlReturn_t (*slot_fn)(int, void *, void *, void *, void *);
 static slot_fn slot_impl(int n) {
     switch (n) {
@@ -181,6 +251,12 @@ static slot_fn slot_impl(int n) {
     case 213:
     case 214:
     case 215: return slot_processes;
+    case 226:
+    case 231:
+    case 240:
+    case 242: return slot_device;
+    case 243: return caller_branch() == 535 ? slot_sparse_535 : slot_generic;
+    case 249: return caller_branch() >= 550 ? slot_device : slot_generic;
     case 230: return slot_host_pcie_gen;
     case 241: return slot_gpu_numa_id;
     default: return slot_generic;
@@ -247,6 +323,9 @@ static const char *caller_driver_version(void) {
     pthread_once(&g_caller_once, find_caller);
     return g_caller.version;
 }
+
+/* The branch of the calling nvidia-smi (0 when it names none): slot numbers moved between releases. */
+static int caller_branch(void) { return atoi(caller_driver_version()); }
 
 static nvmlReturn_t export_table(fhw_ctx_t *c, const void **table) {
     const char *caller = caller_driver_version();

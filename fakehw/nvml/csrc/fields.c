@@ -1,8 +1,10 @@
 /*
- * nvmlDeviceGetFieldValues: field ids 1 ... NVML_FI_MAX - 1 of the snapshot's driver branch (197 on 535, 308 on
- * 615). Each group of ids has one handler; a handler says whether the id is its own and fills the answer. Which
- * boards answer which group is in the snapshot (GpuRecord.answers, decided in fakehw/nvml/support.py); an id
- * the branch's library does not know answers NVML_ERROR_INVALID_ARGUMENT in its nvmlReturn.
+ * nvmlDeviceGetFieldValues: field ids 1 ... 307 (NVML_FI_MAX of the newest header is 308). Each group of ids has
+ * one handler; a handler says whether the id is its own and fills the answer. Which boards answer which group is
+ * in the snapshot (GpuRecord.answers, decided in fakehw/nvml/support.py). Ids are not gated by the branch's
+ * public header: late releases of a branch answer fields its CUDA header does not list yet (nvidia-smi
+ * 550.163.01 asks for 226 and 227, beyond the 12.4 header's NVML_FI_MAX of 200). An unknown id answers
+ * NVML_ERROR_INVALID_ARGUMENT in its nvmlReturn.
  */
 #include "internal.h"
 
@@ -67,6 +69,7 @@
 #define FI_ACTIVE_BANK_REMAPPINGS 303
 #define FI_PENDING_BANK_REMAPPING 307
 
+#define FI_MAX 308
 #define VT_DOUBLE NVML_VALUE_TYPE_DOUBLE
 #define VT_UINT NVML_VALUE_TYPE_UNSIGNED_INT
 #define VT_ULL NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
@@ -435,8 +438,8 @@ static int f_misc(fhw_ctx_t *c, unsigned int id, fv_answer_t *a) {
 static void field_value(fhw_ctx_t *c, nvmlFieldValue_t *v) {
     unsigned int id = v->fieldId;
     fv_answer_t a = {NVML_ERROR_NOT_SUPPORTED, VT_ULL, 0, 0};
-    if (id == 0 || id >= c->s->hdr->field_max) {
-        a.ret = NVML_ERROR_INVALID_ARGUMENT; /* an id this branch's library does not know */
+    if (id == 0 || id >= FI_MAX) {
+        a.ret = NVML_ERROR_INVALID_ARGUMENT; /* an id no library knows */
     } else if (f_ecc(c, id, &a) || f_retired_remapped(c, id, &a) || f_nvlink_counters(c, id, &a) ||
                f_nvlink_speed(c, id, &a) || f_nvlink_scoped(c, id, v->scopeId, &a) ||
                f_power(c, id, v->scopeId, &a) || f_thermal(c, id, &a) || f_smoothing(c, id, &a) ||
