@@ -49,6 +49,11 @@ fi
 "$(dirname "$0")/fetch-real-nvidia.sh" ||
   echo "install-system-deps: the real NVIDIA packages were not fetched; the tests that need them skip" >&2
 
+# Fake NVML: the newest public nvml.h and nvidia-ml-py 13.x/12.535 from PyPI, into project caches (the tests judge
+# the library's exports, struct layouts and Python sweeps by them).
+"$(dirname "$0")/fetch-nvml-references.sh" ||
+  echo "install-system-deps: the NVML references were not fetched; the tests that need them skip" >&2
+
 # Docker backend: Docker engine with the containerd image store, buildx, QEMU + binfmt_misc for riscv64 nodes and
 # debootstrap for the offline base images (testbed/host.py). Quick when everything is there; the report is shown
 # only when it did something or something is missing (as a user it names the commands to run as root).

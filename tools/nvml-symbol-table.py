@@ -16,23 +16,12 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-DECL = re.compile(r"DECLDIR\s+(?:char\s*\*\s*)?(nvml\w+)\s*\(")
-DEFINES = re.compile(r"#ifndef NVML_NO_UNVERSIONED_FUNC_DEFS(.*?)#endif", re.S)
-ALIAS = re.compile(r"#define\s+(nvml\w+)\s+(nvml\w+)")
-
-
-def header_symbols(text: str) -> set[str]:
-    """Link symbols a header declares: each declared name (versioned through its ``#define`` mapping) and the
-    unversioned names it still declares for ``NVML_NO_UNVERSIONED_FUNC_DEFS`` users."""
-    block = DEFINES.search(text)
-    mapping = dict(ALIAS.findall(block.group(1))) if block else {}
-    declared = set(DECL.findall(text))
-    return declared | {mapping.get(n, n) for n in declared}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fakehw.nvml.headers import declared_symbols  # noqa: E402  (standard library only)
 
 
 def library_symbols(root: Path) -> set[str]:
@@ -55,7 +44,7 @@ def main() -> int:
         sources.append((int(branch), f"libnvidia-ml {path}", library_symbols(Path(path))))
     for item in args.header:
         branch, path = item.split("=", 1)
-        sources.append((int(branch), f"nvml.h {path}", header_symbols(Path(path).read_text())))
+        sources.append((int(branch), f"nvml.h {path}", declared_symbols(Path(path).read_text())))
     sources.sort(key=lambda s: s[0])
     since: dict[str, int] = {}
     for branch, _, names in sources:

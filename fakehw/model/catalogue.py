@@ -216,6 +216,8 @@ class GpuSku(_Data):
     inforom: str
     inforom_oem: str = Field("2.1", alias="inforomOem")
     inforom_ecc: str = Field("7.16", alias="inforomEcc")
+    inforom_bbx: bool = Field(False, alias="inforomBbx",
+                              description="the infoROM black box reports its last flush (H100, GB200, GB300 do)")
     memory_reserved_mib: int = Field(alias="memoryReservedMiB", description="framebuffer the driver keeps")
     fabric_health: tuple[Literal["degraded-bandwidth", "route-recovery", "route-unhealthy",
                                  "access-timeout-recovery", "incorrect-configuration"], ...] = Field(

@@ -24,6 +24,8 @@ NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED = 0, 3
 HEALTH_BITS = {"degraded-bandwidth": 0, "route-recovery": 2, "route-unhealthy": 4, "access-timeout-recovery": 6}
 INCORRECT_CONFIGURATION_SHIFT, INCORRECT_CONFIGURATION_NONE = 8, 1
 HEALTH_SUMMARY_NA, HEALTH_SUMMARY_HEALTHY, HEALTH_SUMMARY_UNHEALTHY, HEALTH_SUMMARY_LIMITED = 0, 1, 2, 3
+PLATFORM_NOT_IN_RACK = 0xFF
+"""Slot and tray of a GPU outside a rack (the B200 capture prints N/A for both)."""
 PEER_TYPE_SWITCH = 1
 """``nvmlPlatformInfo_v2_t.peerType`` of a GPU whose NVLinks reach switches ("Switch Connected"; assumed value)."""
 CORES_PER_SM = {"turing": 64, "ampere": 64, "ada": 128, "hopper": 128, "blackwell": 128}
@@ -32,6 +34,8 @@ FIRST_GPU_IRQ = 142
 """Interrupt line of GPU 0 (assumed: MSI-X vectors are host-specific; consecutive per GPU here)."""
 PCIE_ATOMICS_REPORTED = 0x3F
 """FETCHADD_32 FETCHADD_64 SWAP_32 SWAP_64 CAS_32 CAS_64: what the B200/GB200/GB300 captures list."""
+BBX_EPOCH = 1_767_225_600
+"""2026-01-01 UTC: the infoROM black box was last flushed some weeks after it (a fixed date keeps renders equal)."""
 NVL72_FIRST_TRAY_SLOT = 10
 """Chassis slot of compute tray 0 in an NVL72 rack (both captures: tray 4 in slot 14, tray 15 in slot 25)."""
 
@@ -84,7 +88,7 @@ def _power(sku: GpuSku, r: GpuReadings) -> dict[str, Any]:
 def _platform(system: System, node: Node, gpu: Gpu) -> dict[str, Any]:
     """Platform info of a Blackwell GPU: inside a multi-node NVLink domain the tray's position in the rack."""
     domain = system.domain_of(node)
-    tray = slot = 0
+    tray = slot = PLATFORM_NOT_IN_RACK
     serial = ""
     if domain is not None:
         tray = domain.nodes.index(node.name)
@@ -172,7 +176,7 @@ def board_fields(system: System, node: Node, gpu: Gpu, state: GpuState, r: GpuRe
         "c2c_enabled": int(c2c is not None),
         "c2c_link_count": c2c.links if c2c else 0,
         "c2c_link_bandwidth_mbps": int(c2c.bandwidth_gbs * 1000 / 2 / c2c.links) if c2c else 0,
-        "bbx_flush_time_us": stable_int(system.seed, gpu.uuid, "bbx", bits=20) * 1_000_000,
+        "bbx_flush_time_us": (BBX_EPOCH + stable_int(system.seed, gpu.uuid, "bbx", bits=22)) * 1_000_000,
         "bbx_flush_duration_us": 60000 + stable_int(system.seed, gpu.uuid, "bbx-duration", bits=15),
     }
     fields.update(_clocks(sku))

@@ -58,6 +58,8 @@ SUPPORTED_THROTTLE_REASONS = 0x1FF
 CLOCK_EVENT_GPU_IDLE = 0x1
 """``nvmlClocksEventReasonGpuIdle``: active on every idle board in the captures."""
 UNSET_INSTANCE = 0xFFFFFFFF
+MEMORY_FRACTION = 300 * 1024
+"""Bytes beyond whole MiB in a board's total memory, and short of them in its reserved memory."""
 
 # nvmlMemoryLocation_t of the model's ECC locations.
 ECC_LOCATION = {"l1-cache": 0, "l2-cache": 1, "device-memory": 2, "dram": 2, "register-file": 3, "sram": 7}
@@ -312,8 +314,10 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
     r = gpu_readings(seed, gpu, gstate, generation, load=sum(p.utilization for p in processes))
     eng = engines(sku)
     n = len(node.gpus)
-    total = sku.memory_mib * 2**20
-    reserved = reserved_mib(sku) * 2**20
+    # Real boards' byte counts are not whole MiB: every capture's free memory is total - reserved + 1 MiB as
+    # nvidia-smi rounds them, which these fractions reproduce (total rounds down, reserved up, free up).
+    total = sku.memory_mib * 2**20 + MEMORY_FRACTION
+    reserved = reserved_mib(sku) * 2**20 - MEMORY_FRACTION
     used = sum(p.used_memory for p in processes)
     ecc = [0] * (2 * 2 * layout.ECC_LOCATIONS)
     for etype, counts in ((0, gstate.ecc_sbe), (1, gstate.ecc_dbe)):

@@ -65,7 +65,8 @@ def answers(gpu: Gpu, branch: int, in_fabric: bool) -> tuple[int, ...]:
         Answer.PDI: SUCCESS,
         # GPM (DCGM profiling metrics) is Hopper and later.
         Answer.GPM: _unless(arch in _HOPPER_OR_LATER),
-        Answer.BBX: _unless(arch in _HOPPER_OR_LATER and hbm),
+        # The infoROM black box flush: H100, GB200, GB300 report it; A100, B200, L40S, T4 print N/A.
+        Answer.BBX: _unless(sku.inforom_bbx),
         Answer.NVLINK_BW_MODE: _unless(in_fabric and arch in _HOPPER_OR_LATER),
         Answer.CLOCK_OFFSETS: NOT_SUPPORTED,  # datacenter boards do not offer clock offsets
         Answer.POWER_PROFILES: NOT_SUPPORTED,  # N/A in every capture

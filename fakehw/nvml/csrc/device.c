@@ -452,7 +452,7 @@ static nvmlReturn_t d_temp_threshold(fhw_ctx_t *c, unsigned int type, unsigned i
         v = c->g->temp_mem_max;
         break;
     case NVML_TEMPERATURE_THRESHOLD_GPU_MAX: v = c->g->temp_gpu_max; break;
-    default: return type < 7 ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+    default: return type < 8 ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT; /* acoustic, GPS: none */
     }
     if (v == 0) return NVML_ERROR_NOT_SUPPORTED;
     *temp = v;

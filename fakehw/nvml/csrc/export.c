@@ -75,7 +75,8 @@ static nvmlReturn_t slot_processes(int n, void *a, void *b, void *c, void *d) {
     return found > cap ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
 }
 
-/* Slot 230: the host's maximum PCIe generation (device, unsigned *). */
+/* Slot 230: the host's maximum PCIe generation (device, unsigned *). Every capture but one prints N/A for it
+   (max_host_link_gen), so the board does not report it unless the snapshot names the host's. */
 static nvmlReturn_t slot_host_pcie_gen(int n, void *a, void *b, void *c, void *d) {
     (void)n;
     (void)c;
@@ -84,7 +85,8 @@ static nvmlReturn_t slot_host_pcie_gen(int n, void *a, void *b, void *c, void *d
     nvmlReturn_t r = fhw_enter_dev(&C, (nvmlDevice_t)a, 0);
     if (r != NVML_SUCCESS) return r;
     if (b == NULL) r = NVML_ERROR_INVALID_ARGUMENT;
-    else *(unsigned int *)b = C.s->hdr->host_pcie_gen_max ? C.s->hdr->host_pcie_gen_max : C.g->pcie_gen_max;
+    else if (C.s->hdr->host_pcie_gen_max == 0) r = NVML_ERROR_NOT_SUPPORTED;
+    else *(unsigned int *)b = C.s->hdr->host_pcie_gen_max;
     fhw_leave(&C);
     return r;
 }
@@ -256,7 +258,7 @@ static slot_fn slot_impl(int n) {
     case 240:
     case 242: return slot_device;
     case 243: return caller_branch() == 535 ? slot_sparse_535 : slot_generic;
-    case 249: return caller_branch() >= 550 ? slot_device : slot_generic;
+    case 249: return caller_branch() != 535 ? slot_device : slot_generic; /* 550, 555 and later numbering */
     case 230: return slot_host_pcie_gen;
     case 241: return slot_gpu_numa_id;
     default: return slot_generic;
