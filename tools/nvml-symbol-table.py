@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fakehw.nvml.headers import declared_symbols  # noqa: E402  (standard library only)
+from fakehw.nvml.headers import declared_symbols  # standard library only
 
 
 def library_symbols(root: Path) -> set[str]:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from fakehw.nvml.build import BuildError
-from fakehw.nvml.smi import RealNvidia, SmiUnavailable, find_real_nvidia
+from fakehw.nvml.smi import RealNvidia
+from tests.nvml import references
 from tests.nvml.helpers import NodeSnap, lib_path, preload_library, snapshot_env, write_node
 
 
@@ -66,7 +67,5 @@ def nvml(pynvml_module: ModuleType, node_snapshot: Callable[..., NodeSnap]) -> I
 
 @pytest.fixture(scope="session")
 def real_nvidia() -> RealNvidia:
-    try:
-        return find_real_nvidia()
-    except SmiUnavailable as exc:
-        pytest.skip(str(exc))
+    """The real NVIDIA 535 packages (nvidia-smi, libnvidia-ml, nvml.h of CUDA 11.8)."""
+    return references.real_nvidia(535)
