@@ -58,9 +58,6 @@ BOARD_EXPLAINED: dict[tuple[str, str], str] = {
                                    "persistence mode on, as on the six other captured hosts",
     ("gb300", "/pci/pci_gpu_link_info/pcie_gen/max_host_link_gen"): "the GB300 capture's host reported its "
         "maximum PCIe generation (4); the other six print N/A, which the profiles model",
-    ("gb300", "/fabric/health/incorrect_configuration"): "reported by the GB300 board only (None)",
-    ("l40s", "/pci/pci_gpu_link_info/link_widths/current_link_width"): "the L40S trains its link down to x8 at "
-        "idle (the capture's 8x); this is modelled",
 }
 
 

@@ -92,13 +92,29 @@ def name_args(fn: Callable[..., Any], handles: list[Any], mem_clock: int) -> lis
         "vgpuTypeId": 0, "cpuNumber": 0, "sensorindex": 0, "mode": 0, "version": None, "cper": None,
         "settings": None, "status": None, "counts": None, "info": None, "c_info": None,
     }
+    # Out-parameters older bindings (12.535) make the caller pass, by reference as those bindings hand them to the
+    # C function unchanged: a fresh object per call.
+    def ref(make: Callable[[], Any]) -> Callable[[], Any]:
+        return lambda: ctypes.byref(make())
+
+    made: dict[str, Callable[[], Any]] = {
+        "minSpeed": ref(ctypes.c_uint), "maxSpeed": ref(ctypes.c_uint), "fanControlPolicy": ref(ctypes.c_uint),
+        "moduleId": ref(ctypes.c_uint), "isEnabled": ref(ctypes.c_uint), "defaultMode": ref(ctypes.c_uint),
+        "minClockMHz": ref(ctypes.c_uint), "maxClockMHz": ref(ctypes.c_uint), "minOffset": ref(ctypes.c_int),
+        "maxOffset": ref(ctypes.c_int), "c_thermalsettings": ref(lambda: n.c_nvmlGpuThermalSettings_t()),
+        "c_clkMonInfo": ref(lambda: getattr(n, "c_nvmlClkMonStatus_t", getattr(n, "nvmlClkMonStatus_t", None))()),
+        "c_dynamicpstatesinfo": ref(lambda: n.c_nvmlGpuDynamicPstatesInfo_t()),
+    }
     out = []
     for p in inspect.signature(fn).parameters.values():
         if p.default is not inspect.Parameter.empty:
             break
-        if p.name not in values:
+        if p.name in made:
+            out.append(made[p.name]())
+        elif p.name in values:
+            out.append(values[p.name])
+        else:
             raise LookupError(f"no argument for parameter {p.name!r}")
-        out.append(values[p.name])
     return out
 
 
