@@ -308,10 +308,11 @@ def _mig_devices(gpu: Gpu, slot: int) -> list[MigRecord]:
 
 def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: int, gstate: GpuState,
                 generation: int, peers: _Peers, first_mig: int, migs: list[MigRecord], first_profile: int,
-                profiles: list[MigProfileRecord], first_process: int, processes: list[ProcessRecord]) -> GpuRecord:
+                profiles: list[MigProfileRecord], first_process: int, processes: list[ProcessRecord],
+                load: int = 0) -> GpuRecord:
     sku = gpu.sku
     seed = system.seed
-    r = gpu_readings(seed, gpu, gstate, generation, load=sum(p.utilization for p in processes))
+    r = gpu_readings(seed, gpu, gstate, generation, load=load)
     eng = engines(sku)
     n = len(node.gpus)
     # Real boards' byte counts are not whole MiB: every capture's free memory is total - reserved + 1 MiB as
@@ -507,8 +508,9 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
                 gi, ci = gpu_migs[p.mig_index].gpu_instance_id, gpu_migs[p.mig_index].compute_instance_id
             gpu_procs.append(ProcessRecord(gpu=slot, pid=p.pid, kinds=p.kinds, gpu_instance_id=gi,
                                            compute_instance_id=ci, used_memory=p.used_memory, name=p.name))
+        load = sum(p.utilization for p in processes if p.gpu == gpu.name)
         gpus.append(_gpu_record(system, node, topo, gpu, slot, gstate, state.generation, peers, len(migs), gpu_migs,
-                                len(profiles), gpu_profiles, len(procs), gpu_procs))
+                                len(profiles), gpu_profiles, len(procs), gpu_procs, load))
         migs += gpu_migs
         profiles += gpu_profiles
         procs += gpu_procs
