@@ -67,7 +67,7 @@ class Clocks(_Data):
     def supported_mem(self) -> tuple[MemClock, ...]:
         if self.mem_clocks:
             return self.mem_clocks
-        return (MemClock(memMHz=self.mem_max_mhz, graphicsMaxMHz=self.graphics_max_mhz),)
+        return (MemClock(mem_mhz=self.mem_max_mhz, graphics_max_mhz=self.graphics_max_mhz),)
 
     @property
     def app_graphics(self) -> int:
@@ -75,8 +75,8 @@ class Clocks(_Data):
 
     @property
     def idle_clocks(self) -> IdleClocks:
-        return self.idle or IdleClocks(graphicsMHz=self.graphics_min_mhz, memMHz=self.mem_max_mhz,
-                                       videoMHz=self.video_max_mhz)
+        return self.idle or IdleClocks(graphics_mhz=self.graphics_min_mhz, mem_mhz=self.mem_max_mhz,
+                                       video_mhz=self.video_max_mhz)
 
     def graphics_top_x2(self, mem_mhz: int) -> int:
         """The highest graphics clock with ``mem_mhz`` in half MHz: the cap, or half a MHz above it when the

@@ -16,6 +16,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import pynvml as n
@@ -37,7 +38,7 @@ def text(fn: Callable[[], Any], fmt: Callable[[Any], str] = str) -> str:
         return fmt(fn())
     except n.NVMLError as exc:
         code = int(exc.value)
-        return ERROR_TEXT.get(code, n.nvmlErrorString(code))
+        return ERROR_TEXT.get(code, str(n.nvmlErrorString(code)))
 
 
 def on_off(v: int) -> str:
@@ -71,7 +72,7 @@ def fields(h: Any, ids: list[tuple[int, int]]) -> list[Any]:
 def field(h: Any, fid: int, fmt: Callable[[Any], str], scope: int = 0) -> str:
     v = fields(h, [(fid, scope)])[0]
     if v.nvmlReturn != 0:
-        return ERROR_TEXT.get(v.nvmlReturn, n.nvmlErrorString(v.nvmlReturn))
+        return ERROR_TEXT.get(v.nvmlReturn, str(n.nvmlErrorString(v.nvmlReturn)))
     value = {1: v.value.uiVal, 3: v.value.ullVal, 4: v.value.sllVal, 5: ctypes.c_int(v.value.uiVal).value}.get(
         v.valueType, v.value.ullVal)
     return fmt(value)
@@ -88,7 +89,7 @@ class ExportTable:
         self.base = table.value or 0
 
     def call(self, slot: int, h: Any, out: Any, size: int = 0) -> int:
-        addr = ctypes.c_void_p.from_address(self.base + 8 * slot).value
+        addr = ctypes.c_void_p.from_address(self.base + 8 * slot).value or 0
         proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
         handle = ctypes.cast(h, ctypes.c_void_p)
         return int(proto(addr)(handle, ctypes.cast(ctypes.byref(out), ctypes.c_void_p), size, None))
@@ -112,7 +113,7 @@ def identity(h: Any, v: dict[str, str]) -> None:
     v["/display_mode"] = text(lambda: n.nvmlDeviceGetDisplayMode(h), on_off)
     v["/display_active"] = text(lambda: n.nvmlDeviceGetDisplayActive(h), on_off)
     v["/persistence_mode"] = text(lambda: n.nvmlDeviceGetPersistenceMode(h), on_off)
-    v["/addressing_mode"] = text(lambda: n.nvmlDeviceGetAddressingMode(h), ADDRESSING.get)
+    v["/addressing_mode"] = text(lambda: n.nvmlDeviceGetAddressingMode(h), lambda m: ADDRESSING.get(m, str(m)))
     mig = text(lambda: n.nvmlDeviceGetMigMode(h), lambda m: f"{on_off(m[0])}|{on_off(m[1])}")
     v["/mig_mode/current_mig"], v["/mig_mode/pending_mig"] = mig.split("|") if "|" in mig else (mig, mig)
     v["/mig_devices"] = "None" if text(lambda: n.nvmlDeviceGetMigMode(h), lambda m: str(m[0])) != "1" else "present"
@@ -176,12 +177,13 @@ def inforom(h: Any, v: dict[str, str], table: ExportTable) -> None:
     v["/gpu_fru_part_number"] = table.string(237, h, 20)
     v["/inforom_version/img_version"] = text(lambda: n.nvmlDeviceGetInforomImageVersion(h))
     for key, obj in (("oem_object", 0), ("ecc_object", 1), ("pwr_object", 2)):
-        v[f"/inforom_version/{key}"] = text(lambda obj=obj: n.nvmlDeviceGetInforomVersion(h, obj))
+        v[f"/inforom_version/{key}"] = text(partial(n.nvmlDeviceGetInforomVersion, h, obj))
     flush = text(lambda: n.nvmlDeviceGetLastBBXFlushTime(h), lambda t: f"{t[0]}|{t[1]}")
     if "|" in flush:
         stamp, duration = flush.split("|")
         when = datetime.fromtimestamp(int(stamp) / 1e6, UTC)
-        v["/inforom_bbx_flush/latest_timestamp"] = when.strftime("%Y/%m/%d %H:%M:%S.") + f"{when.microsecond // 1000:03d}"
+        millis = f"{when.microsecond // 1000:03d}"
+        v["/inforom_bbx_flush/latest_timestamp"] = when.strftime("%Y/%m/%d %H:%M:%S.") + millis
         v["/inforom_bbx_flush/latest_duration"] = f"{duration} us"
     else:
         v["/inforom_bbx_flush/latest_timestamp"] = v["/inforom_bbx_flush/latest_duration"] = flush
@@ -274,7 +276,7 @@ def memory(h: Any, v: dict[str, str]) -> None:
     v["/utilization/gpu_util"], v["/utilization/memory_util"] = f"{u.gpu} %", f"{u.memory} %"
     for key, fn in (("encoder_util", "Encoder"), ("decoder_util", "Decoder"), ("jpeg_util", "Jpg"),
                     ("ofa_util", "Ofa")):
-        v[f"/utilization/{key}"] = text(lambda fn=fn: getattr(n, f"nvmlDeviceGet{fn}Utilization")(h),
+        v[f"/utilization/{key}"] = text(partial(getattr(n, f"nvmlDeviceGet{fn}Utilization"), h),
                                         lambda r: f"{r[0]} %")
     enc = n.nvmlDeviceGetEncoderStats(h)
     v["/encoder_stats/session_count"], v["/encoder_stats/average_fps"] = str(enc[0]), str(enc[1])
@@ -319,7 +321,7 @@ def ecc(h: Any, v: dict[str, str]) -> None:
 
 def retired_remapped(h: Any, v: dict[str, str]) -> None:
     for cause, key in ((0, "multiple_single_bit_retirement"), (1, "double_bit_retirement")):
-        pages = text(lambda cause=cause: n.nvmlDeviceGetRetiredPages(h, cause), lambda p: str(len(p)))
+        pages = text(partial(n.nvmlDeviceGetRetiredPages, h, cause), lambda p: str(len(p)))
         v[f"/retired_pages/{key}/retired_count"] = pages
         v[f"/retired_pages/{key}/retired_pagelist"] = "" if pages == "0" else pages
     pending = text(lambda: n.nvmlDeviceGetRetiredPagesPendingStatus(h), yes_no)
@@ -354,7 +356,7 @@ def temperature(h: Any, v: dict[str, str]) -> None:
     else:
         for key, threshold in (("max", 0), ("slow", 1), ("max_gpu", 3), ("max_mem", 2)):
             v[f"/temperature/gpu_temp_{key}_threshold"] = text(
-                lambda threshold=threshold: n.nvmlDeviceGetTemperatureThreshold(h, threshold), celsius)
+                partial(n.nvmlDeviceGetTemperatureThreshold, h, threshold), celsius)
     v["/temperature/gpu_target_temperature"] = text(
         lambda: n.nvmlDeviceGetTemperatureThreshold(h, n.NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_CURR), celsius)
     v["/temperature/memory_temp"] = field(h, 82, celsius)
@@ -390,12 +392,12 @@ def clocks(h: Any, v: dict[str, str], table: ExportTable) -> None:
     names = (("graphics_clock", n.NVML_CLOCK_GRAPHICS), ("sm_clock", n.NVML_CLOCK_SM), ("mem_clock", n.NVML_CLOCK_MEM),
              ("video_clock", n.NVML_CLOCK_VIDEO))
     for key, ct in names:
-        v[f"/clocks/{key}"] = text(lambda ct=ct: n.nvmlDeviceGetClockInfo(h, ct), mhz)
-        v[f"/max_clocks/{key}"] = text(lambda ct=ct: n.nvmlDeviceGetMaxClockInfo(h, ct), mhz)
+        v[f"/clocks/{key}"] = text(partial(n.nvmlDeviceGetClockInfo, h, ct), mhz)
+        v[f"/max_clocks/{key}"] = text(partial(n.nvmlDeviceGetMaxClockInfo, h, ct), mhz)
     for key, ct in (("graphics_clock", n.NVML_CLOCK_GRAPHICS), ("mem_clock", n.NVML_CLOCK_MEM)):
-        v[f"/applications_clocks/{key}"] = text(lambda ct=ct: n.nvmlDeviceGetApplicationsClock(h, ct), mhz)
+        v[f"/applications_clocks/{key}"] = text(partial(n.nvmlDeviceGetApplicationsClock, h, ct), mhz)
         v[f"/default_applications_clocks/{key}"] = text(
-            lambda ct=ct: n.nvmlDeviceGetDefaultApplicationsClock(h, ct), mhz)
+            partial(n.nvmlDeviceGetDefaultApplicationsClock, h, ct), mhz)
     v["/deferred_clocks/mem_clock"] = table.uint(232, h, mhz)
     v["/max_customer_boost_clocks/graphics_clock"] = text(
         lambda: n.nvmlDeviceGetMaxCustomerBoostClock(h, n.NVML_CLOCK_GRAPHICS), mhz)

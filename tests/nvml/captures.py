@@ -93,8 +93,8 @@ def capture_leaves(board: str) -> dict[str, str]:
             p = f"{path}/{child.tag}"
             if child.tag == "supported_clocks":
                 out[p] = "; ".join(
-                    f"{m.findtext('value')}: " + ",".join(g.text.split()[0] for g in m.findall("supported_graphics_clock")
-                                                      if g.text)
+                    f"{m.findtext('value')}: "
+                    + ",".join(g.text.split()[0] for g in m.findall("supported_graphics_clock") if g.text)
                     for m in child.findall("supported_mem_clock"))
             elif child.tag in ("processes", "accounted_processes", "mig_devices") or len(child) == 0:
                 out[p] = (child.text or "").strip()

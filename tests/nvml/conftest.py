@@ -29,7 +29,8 @@ def pynvml_module(nvml_library: Path) -> ModuleType:
     preload_library()
     import pynvml
 
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
 @pytest.fixture

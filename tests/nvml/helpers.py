@@ -94,7 +94,7 @@ def preload_library() -> ctypes.CDLL:
 
 
 @contextmanager
-def snapshot_env(path: Path, **extra: str) -> Iterator[None]:
+def snapshot_env(path: Path, **extra: str | None) -> Iterator[None]:
     """Point this process's next nvmlInit at ``path`` (and set/clear other FAKEHW_ variables)."""
     saved = {k: os.environ.get(k) for k in ("FAKEHW_NVML_SNAPSHOT", *extra)}
     os.environ["FAKEHW_NVML_SNAPSHOT"] = str(path)
@@ -122,7 +122,7 @@ def subprocess_env(snapshot: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_python(code: str, snapshot: Path, timeout: float = 60, **extra: str) -> Any:
+def run_python(code: str, snapshot: Path, *, timeout: float = 60, **extra: str) -> Any:
     """Run ``code`` in a fresh interpreter against ``snapshot``; it prints one JSON document, returned here."""
     proc = subprocess.run([sys.executable, "-c", code], env=subprocess_env(snapshot, **extra), capture_output=True,
                           text=True, timeout=timeout, check=False)

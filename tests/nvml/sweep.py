@@ -79,6 +79,12 @@ def struct_args(fn: str, handle: Any) -> list[Any] | None:
     return make() if make is not None else None
 
 
+def clock_monitor_status() -> Any:
+    """A fresh clock-monitor status struct under either of the names the bindings have used."""
+    cls: Any = getattr(n, "c_nvmlClkMonStatus_t", None) or n.nvmlClkMonStatus_t
+    return cls()
+
+
 def name_args(fn: Callable[..., Any], handles: list[Any], mem_clock: int) -> list[Any]:
     """Arguments by parameter name (defaults kept)."""
     values: dict[str, Any] = {
@@ -102,7 +108,7 @@ def name_args(fn: Callable[..., Any], handles: list[Any], mem_clock: int) -> lis
         "moduleId": ref(ctypes.c_uint), "isEnabled": ref(ctypes.c_uint), "defaultMode": ref(ctypes.c_uint),
         "minClockMHz": ref(ctypes.c_uint), "maxClockMHz": ref(ctypes.c_uint), "minOffset": ref(ctypes.c_int),
         "maxOffset": ref(ctypes.c_int), "c_thermalsettings": ref(lambda: n.c_nvmlGpuThermalSettings_t()),
-        "c_clkMonInfo": ref(lambda: getattr(n, "c_nvmlClkMonStatus_t", getattr(n, "nvmlClkMonStatus_t", None))()),
+        "c_clkMonInfo": ref(lambda: clock_monitor_status()),
         "c_dynamicpstatesinfo": ref(lambda: n.c_nvmlGpuDynamicPstatesInfo_t()),
     }
     out = []

@@ -75,8 +75,10 @@ def call(fn, size, version, word=None):
 print(json.dumps({
     "fabric_v2": call("nvmlDeviceGetGpuFabricInfoV", 36, 2), "fabric_v3": call("nvmlDeviceGetGpuFabricInfoV", 40, 3),
     "fabric_bad": call("nvmlDeviceGetGpuFabricInfoV", 40, 9),
-    "temperature_v1": call("nvmlDeviceGetTemperatureV", 12, 1), "temperature_bad": call("nvmlDeviceGetTemperatureV", 16, 1),
-    "margin_v1": call("nvmlDeviceGetMarginTemperature", 8, 1), "margin_bad": call("nvmlDeviceGetMarginTemperature", 8, 2),
+    "temperature_v1": call("nvmlDeviceGetTemperatureV", 12, 1),
+    "temperature_bad": call("nvmlDeviceGetTemperatureV", 16, 1),
+    "margin_v1": call("nvmlDeviceGetMarginTemperature", 8, 1),
+    "margin_bad": call("nvmlDeviceGetMarginTemperature", 8, 2),
     "pdi_v1": call("nvmlDeviceGetPdi", 16, 1), "pdi_bad": call("nvmlDeviceGetPdi", 8, 1),
     "memory_v2": call("nvmlDeviceGetMemoryInfo_v2", 40, 2), "memory_bad": call("nvmlDeviceGetMemoryInfo_v2", 40, 1),
 }))

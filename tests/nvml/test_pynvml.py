@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable
+from functools import partial
 from types import ModuleType
 
 import pytest
@@ -235,7 +236,7 @@ def test_nvlink_dgx_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
             assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_P2P_SUPPORTED) == 1
             for counter in range(5):
                 assert n.nvmlDeviceGetNvLinkErrorCounter(h, link, counter) == 0
-        assert error_of(lambda h=h: n.nvmlDeviceGetNvLinkState(h, 18)) == n.NVML_ERROR_INVALID_ARGUMENT
+        assert error_of(partial(n.nvmlDeviceGetNvLinkState, h, 18)) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
 def test_nvlink_errors_and_per_process_reset(nvml: Nvml, pynvml_module: ModuleType) -> None:
@@ -521,7 +522,7 @@ def test_clocks_power_temperature_throttling(nvml: Nvml, pynvml_module: ModuleTy
         assert (util.gpu, util.memory) == (0, 0)
         assert n.nvmlDeviceGetPerformanceState(h) == 0
         assert n.nvmlDeviceGetNumFans(h) == 0
-        assert error_of(lambda h=h: n.nvmlDeviceGetFanSpeed(h)) == n.NVML_ERROR_NOT_SUPPORTED
+        assert error_of(partial(n.nvmlDeviceGetFanSpeed, h)) == n.NVML_ERROR_NOT_SUPPORTED
         reasons = n.nvmlDeviceGetCurrentClocksThrottleReasons(h)
         assert reasons & n.nvmlClocksThrottleReasonGpuIdle  # "Idle: Active" on the idle real H100
         if i not in (4, 5):

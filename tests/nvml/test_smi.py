@@ -115,7 +115,8 @@ def test_query_values_of_the_model_are_the_real_boards(node_snapshot: Callable[.
                  "max_clocks/video_clock", "applications_clocks/graphics_clock", "temperature/gpu_temp_tlimit",
                  "temperature/gpu_temp_max_tlimit_threshold", "temperature/gpu_temp_slow_tlimit_threshold",
                  "gpu_power_readings/current_power_limit", "gpu_power_readings/min_power_limit",
-                 "gpu_power_readings/max_power_limit", "remapped_rows/row_remapper_histogram/row_remapper_histogram_max",
+                 "gpu_power_readings/max_power_limit",
+                 "remapped_rows/row_remapper_histogram/row_remapper_histogram_max",
                  "clocks_event_reasons/clocks_event_reason_gpu_idle", "sparse_operation_mode", "fabric/state",
                  "fabric/status", "retired_pages/double_bit_retirement/retired_count",
                  "pci/pci_bridge_chip/bridge_chip_type", *(["fabric/cliqueId"] if real.branch >= 550 else [])):

@@ -79,9 +79,10 @@ def test_new_getters_are_implemented(nvml_library: Path) -> None:
                  "nvmlDeviceGetCurrentClockFreqs", "nvmlDeviceGetPerformanceModes", "nvmlDeviceGetRepairStatus",
                  "nvmlDeviceGetUnrepairableMemoryFlag_v1", "nvmlDeviceGetPdi", "nvmlSystemGetDriverBranch",
                  "nvmlDeviceGetHostname_v1", "nvmlEventSetWait_v3", "nvmlSystemEventSetCreate",
-                 "nvmlSystemEventSetWait", "nvmlDeviceGetClockOffsets", "nvmlDeviceWorkloadPowerProfileGetCurrentProfiles",
-                 "nvmlDevicePowerSmoothingSetState", "nvmlDeviceGetDramEncryptionMode", "nvmlDeviceGetNvlinkBwMode",
-                 "nvmlDeviceGetDriverModel_v2", "nvmlGpmMetricsGet", "nvmlGpmSampleGet", "nvmlDeviceGetGpuFabricInfo_v4",
+                 "nvmlSystemEventSetWait", "nvmlDeviceGetClockOffsets",
+                 "nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", "nvmlDevicePowerSmoothingSetState",
+                 "nvmlDeviceGetDramEncryptionMode", "nvmlDeviceGetNvlinkBwMode", "nvmlDeviceGetDriverModel_v2",
+                 "nvmlGpmMetricsGet", "nvmlGpmSampleGet", "nvmlDeviceGetGpuFabricInfo_v4",
                  "nvmlInternalGetExportTable", "nvmlDeviceGetFieldValues"):
         assert name in implemented, name
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,7 +82,7 @@ print(json.dumps({"count": count.value, "levels": levels, "p2p": p2p, "nearest":
 
 
 def pairs(snap: NodeSnap, lib_dir: Path | None = None, visible: str | None = None) -> dict[str, object]:
-    extra = {}
+    extra: dict[str, Any] = {}
     if visible is not None:
         extra["FAKEHW_VISIBLE_DEVICES"] = visible
     if lib_dir is not None:
