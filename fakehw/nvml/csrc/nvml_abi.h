@@ -976,7 +976,8 @@ typedef struct {
 
 /* GPM (535 API). */
 typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
-#define NVML_GPM_METRIC_MAX 98 /* the 535 header's; later branches allow more (metric_max_of_branch) */
+#define NVML_GPM_METRIC_MAX 477 /* the newest header's; a caller of an older branch passes a shorter array,
+                                  so numMetrics is checked against the snapshot branch's maximum */
 typedef struct {
     unsigned int metricId;
     nvmlReturn_t nvmlReturn;
