@@ -2,7 +2,7 @@
 
 The values follow the real boards (``../shared/reference/captures``, read through the catalogue): clocks a
 board idles at and supports, T.Limit thresholds and margin, module and memory power, addressing mode, C2C,
-platform info, fabric state and health fields, board id. :func:`board_fields` returns them as keyword arguments
+fabric state and health fields, board id. :func:`board_fields` returns them as keyword arguments
 of :class:`fakehw.nvml.layout.GpuRecord`; :mod:`fakehw.nvml.snapshot` adds the rest.
 """
 
@@ -24,10 +24,6 @@ NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED = 0, 3
 HEALTH_BITS = {"degraded-bandwidth": 0, "route-recovery": 2, "route-unhealthy": 4, "access-timeout-recovery": 6}
 INCORRECT_CONFIGURATION_SHIFT, INCORRECT_CONFIGURATION_NONE = 8, 1
 HEALTH_SUMMARY_NA, HEALTH_SUMMARY_HEALTHY, HEALTH_SUMMARY_UNHEALTHY, HEALTH_SUMMARY_LIMITED = 0, 1, 2, 3
-PLATFORM_NOT_IN_RACK = 0xFF
-"""Slot and tray of a GPU outside a rack (the B200 capture prints N/A for both)."""
-PEER_TYPE_SWITCH = 1
-"""``nvmlPlatformInfo_v2_t.peerType`` of a GPU whose NVLinks reach switches ("Switch Connected"; assumed value)."""
 CORES_PER_SM = {"turing": 64, "ampere": 64, "ada": 128, "hopper": 128, "blackwell": 128}
 """FP32 CUDA cores per SM (public architecture whitepapers; GA100 has 64, e.g. 108 SMs -> 6912 on A100)."""
 FIRST_GPU_IRQ = 142
@@ -36,8 +32,6 @@ PCIE_ATOMICS_REPORTED = 0x3F
 """FETCHADD_32 FETCHADD_64 SWAP_32 SWAP_64 CAS_32 CAS_64: what the B200/GB200/GB300 captures list."""
 BBX_EPOCH = 1_767_225_600
 """2026-01-01 UTC: the infoROM black box was last flushed some weeks after it (a fixed date keeps renders equal)."""
-NVL72_FIRST_TRAY_SLOT = 10
-"""Chassis slot of compute tray 0 in an NVL72 rack (both captures: tray 4 in slot 14, tray 15 in slot 25)."""
 
 
 def board_id(gpu: Gpu) -> int:
@@ -85,28 +79,9 @@ def _power(sku: GpuSku, r: GpuReadings) -> dict[str, Any]:
     }
 
 
-def _platform(system: System, node: Node, gpu: Gpu) -> dict[str, Any]:
-    """Platform info of a Blackwell GPU: inside a multi-node NVLink domain the tray's position in the rack."""
-    domain = system.domain_of(node)
-    tray = slot = PLATFORM_NOT_IN_RACK
-    serial = ""
-    if domain is not None:
-        tray = domain.nodes.index(node.name)
-        slot = NVL72_FIRST_TRAY_SLOT + tray
-        serial = str(1820000000000 + stable_int(system.seed, domain.name, "chassis", bits=24))
-    switched = any(p.remote_kind == "switch" for p in gpu.ports)
-    guid = stable_int(system.seed, gpu.uuid, "fabric-guid", bits=63)
-    return {
-        "platform_slot": slot,
-        "platform_tray": tray,
-        "platform_host": 1,
-        "platform_peer_type": PEER_TYPE_SWITCH if switched else 0,
-        "platform_module": gpu.module_id,
-        "platform_chassis_serial": serial,
-        "platform_ib_guid": tuple(guid.to_bytes(8, "big")) + (0,) * 8,
-        "platform_fabric_guid": guid,
-        "pdi": stable_int(system.seed, gpu.uuid, "pdi", bits=63),
-    }
+def _pdi(system: System, gpu: Gpu) -> dict[str, Any]:
+    """The GPU's per-device identifier (``nvmlDeviceGetPdi``): a stable 64-bit number per GPU."""
+    return {"pdi": stable_int(system.seed, gpu.uuid, "pdi", bits=63)}
 
 
 def fabric(system: System, node: Node, gpu: Gpu, state: GpuState) -> dict[str, Any]:
@@ -182,7 +157,7 @@ def board_fields(system: System, node: Node, gpu: Gpu, state: GpuState, r: GpuRe
     fields.update(_clocks(sku))
     fields.update(_thermal(sku, state))
     fields.update(_power(sku, r))
-    fields.update(_platform(system, node, gpu))
+    fields.update(_pdi(system, gpu))
     fields.update(fabric(system, node, gpu, state))
     fields.update(gpm(r))
     return fields

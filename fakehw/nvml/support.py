@@ -59,8 +59,6 @@ def answers(gpu: Gpu, branch: int, in_fabric: bool) -> tuple[int, ...]:
         Answer.TLIMIT: _unless(sku.thermal.tlimit is not None),
         Answer.ABSOLUTE_THRESHOLDS: _unless(sku.thermal.tlimit is None),
         Answer.DRAM_ENCRYPTION: NOT_SUPPORTED,  # N/A on every captured board
-        # Platform info (host, peer type, fabric GUID): B200, GB200, GB300; the H100 capture prints N/A.
-        Answer.PLATFORM_INFO: _unless(arch == "blackwell"),
         Answer.ADDRESSING_MODE: SUCCESS,
         Answer.PDI: SUCCESS,
         # GPM (DCGM profiling metrics) is Hopper and later.

@@ -53,6 +53,19 @@ def real(request: pytest.FixtureRequest) -> RealNvidia:
     return references.real_nvidia(branch)
 
 
+@pytest.mark.parametrize("profile", ["dgx-a100", "dgx-h100"])
+def test_list(node_snapshot: Callable[..., NodeSnap], tmp_path: Path, real: RealNvidia, profile: str) -> None:
+    snap = at_branch(node_snapshot, tmp_path, profile, real.branch)
+    expected = []
+    for g in snap.node.gpus:
+        expected.append(f"GPU {g.index}: {g.sku.name} (UUID: {g.uuid})")
+        # MIG devices are numbered in GPU instance id order (MIG user guide, "nvidia-smi -L": Device 0 is GPU
+        # instance 1 after "-cgi 9,9" made instances 2 and 1).
+        for k, m in enumerate(sorted(g.mig_instances, key=lambda m: m.gpu_instance_id)):
+            expected.append(f"  MIG {m.profile.name:<11} Device {k:>2}: (UUID: {m.uuid})")
+    assert ok(run_nvidia_smi(["-L"], snap.path, real, sysfs=False)).splitlines() == expected
+
+
 def test_each_nvidia_smi_accepts_only_its_own_release(node_snapshot: Callable[..., NodeSnap], tmp_path: Path,
                                                      real: RealNvidia) -> None:
     """A driver's nvidia-smi and its libnvidia-ml come as one release (Debian's nvidia-smi depends on exactly its

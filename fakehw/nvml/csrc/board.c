@@ -1,5 +1,5 @@
 /*
- * Device queries of the later headers (550 ... 615): platform info, C2C, addressing mode, PDI, hostname,
+ * Device queries of the later headers (550 ... 615): C2C, addressing mode, PDI, hostname,
  * capabilities, performance modes and current clock frequencies, temperature V and margin, driver model, DRAM
  * encryption, power smoothing and workload power profiles, SRAM ECC status, repair status, unrepairable memory,
  * remapped rows v2, BBX, process utilization, conf compute, handle by UUID V. Whether a board answers a topic is
@@ -12,44 +12,7 @@
 #define PHYS 0
 #define ANY FHW_ALLOW_MIG
 
-/* ------------------------------------------------------------------------------------------ platform */
-
-static const fhw_struct_version_t platform_versions[] = {{nvmlPlatformInfo_v1, 570}, {nvmlPlatformInfo_v2, 570}};
-
-static nvmlReturn_t b_platform(fhw_ctx_t *c, void *info) {
-    unsigned int tag;
-    nvmlReturn_t r = FHW_VERSIONS(c, info, platform_versions, &tag);
-    if (r != NVML_SUCCESS) return r;
-    FHW_REQUIRE(c, FHW_ANS_PLATFORM_INFO);
-    const fhw_gpu_t *g = c->g;
-    if (tag == nvmlPlatformInfo_v2) {
-        nvmlPlatformInfo_v2_t *p = info;
-        memset(p, 0, sizeof *p);
-        p->version = tag;
-        memcpy(p->ibGuid, g->platform_ib_guid, sizeof p->ibGuid);
-        memcpy(p->chassisSerialNumber, g->platform_chassis_serial, 13); /* 13 bytes on Blackwell */
-        p->slotNumber = (unsigned char)g->platform_slot;
-        p->trayIndex = (unsigned char)g->platform_tray;
-        p->hostId = (unsigned char)g->platform_host;
-        p->peerType = (unsigned char)g->platform_peer_type;
-        p->moduleId = (unsigned char)g->platform_module;
-    } else {
-        nvmlPlatformInfo_v1_t *p = info;
-        memset(p, 0, sizeof *p);
-        p->version = tag;
-        memcpy(p->ibGuid, g->platform_ib_guid, sizeof p->ibGuid);
-        memcpy(p->rackGuid, g->platform_chassis_serial, 13);
-        p->chassisPhysicalSlotNumber = (unsigned char)g->platform_slot;
-        p->computeSlotIndex = (unsigned char)g->platform_tray;
-        p->nodeIndex = (unsigned char)g->platform_host;
-        p->peerType = (unsigned char)g->platform_peer_type;
-        p->moduleId = (unsigned char)g->platform_module;
-    }
-    return NVML_SUCCESS;
-}
-nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t device, void *platformInfo) {
-    FHW_DEV_CALL(device, PHYS, b_platform(&C, platformInfo));
-}
+/* ------------------------------------------------------------------------------------------ C2C */
 
 /* nvmlC2cModeInfo_v1_t has no version word. */
 static nvmlReturn_t b_c2c(fhw_ctx_t *c, nvmlC2cModeInfo_v1_t *info) {
