@@ -19,7 +19,7 @@ import pytest
 from fakehw.nvml.smi import RealNvidia, _namespace_prefix, run_nvidia_smi
 from testbed import nodeview
 from tests.nvml import references
-from tests.nvml.captures import capture_dir
+from tests.nvml.captures import capture_dir, capture_leaves
 from tests.nvml.helpers import NodeSnap, with_driver
 
 RELEASES = {535: "535.261.03", 550: "550.163.01", 555: "555.58.02"}
@@ -134,12 +134,11 @@ def test_query_values_of_the_model_are_the_real_boards(node_snapshot: Callable[.
                  "fabric/status", "retired_pages/double_bit_retirement/retired_count",
                  "pci/pci_bridge_chip/bridge_chip_type", *(["fabric/cliqueId"] if real.branch >= 550 else [])):
         assert fake.findtext(path) == truth.findtext(path), path
-    # Framebuffer MiB: the captures' nvidia-smi (570+) rounds each byte count (81559 total, 480 reserved, 81080
-    # free); 535 floors each (81559, 479, 81079) and 550/555 print the total as the sum of the rounded parts
-    # (81560). The bytes behind them are the same; the capture comparison checks them with the 570+ rounding.
+    # Framebuffer MiB: 550, 555 and the captures' nvidia-smi (570+) round each byte count, halves up (81559 total,
+    # 480 reserved, 81080 free as on the real H100); 535 floors each (81559, 479, 81079).
     memory = {k: fake.findtext(f"fb_memory_usage/{k}") for k in ("total", "reserved", "free")}
     expected = {535: {"total": "81559 MiB", "reserved": "479 MiB", "free": "81079 MiB"}}.get(
-        real.branch, {"total": "81560 MiB", "reserved": "480 MiB", "free": "81080 MiB"})
+        real.branch, {"total": "81559 MiB", "reserved": "480 MiB", "free": "81080 MiB"})
     assert memory == expected
 
 
@@ -229,13 +228,19 @@ def test_nvlink_status(node_snapshot: Callable[..., NodeSnap], tmp_path: Path, r
         assert {k: v.strip() for k, v in links.items()} == expected
 
 
+def h100_capture() -> dict[str, str]:
+    if capture_dir() is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    return capture_leaves("h100")
+
+
 def test_query_gpu_csv(node_snapshot: Callable[..., NodeSnap], tmp_path: Path, real: RealNvidia) -> None:
     snap = at_branch(node_snapshot, tmp_path, "dgx-h100", real.branch)
     out = ok(run_nvidia_smi(["--query-gpu=name,driver_version,power.limit,clocks.max.sm,pcie.link.gen.max,"
                              "memory.total,temperature.gpu", "--format=csv,noheader"], snap.path, real, sysfs=False))
     rows = [line.split(", ") for line in out.strip().splitlines()]
     assert len(rows) == 8
-    total = "81559 MiB" if real.branch == 535 else "81560 MiB"  # see test_query_values_of_the_model...
+    total = h100_capture()["/fb_memory_usage/total"]  # 81559 MiB, as every branch prints it
     for name, driver, power, sm, gen, memory, temp in rows:
         assert (name, driver, power, sm, gen, memory) == ("NVIDIA H100 80GB HBM3", real.driver_version, "700.00 W",
                                                           "1980 MHz", "5", total)
