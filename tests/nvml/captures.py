@@ -105,6 +105,20 @@ def capture_leaves(board: str) -> dict[str, str]:
     return out
 
 
+def board_capture(board: str) -> dict[str, str]:
+    """:func:`capture_leaves`, or skip the test when the captures are not on this machine."""
+    if capture_dir() is None:
+        import pytest
+
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    return capture_leaves(board)
+
+
+def number(text: str) -> int:
+    """'81559 MiB' -> 81559, '700.00 W' -> 700."""
+    return int(float(text.split()[0]))
+
+
 def shape(value: str) -> str:
     """The form of a value: runs of digits and hex digits folded to one, units and punctuation kept."""
     return re.sub(r"[0-9A-Fa-f]+", "9", value)

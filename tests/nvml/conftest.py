@@ -12,6 +12,7 @@ import pytest
 from fakehw.nvml.build import BuildError
 from fakehw.nvml.smi import RealNvidia
 from tests.nvml import references
+from tests.nvml.captures import board_capture
 from tests.nvml.helpers import NodeSnap, lib_path, preload_library, snapshot_env, write_node
 
 
@@ -70,3 +71,9 @@ def nvml(pynvml_module: ModuleType, node_snapshot: Callable[..., NodeSnap]) -> I
 def real_nvidia() -> RealNvidia:
     """The real NVIDIA 535 packages (nvidia-smi, libnvidia-ml, nvml.h of CUDA 11.8)."""
     return references.real_nvidia(535)
+
+
+@pytest.fixture(scope="module")
+def h100() -> dict[str, str]:
+    """The real (idle) H100's nvidia-smi -q -x, element path -> text."""
+    return board_capture("h100")

@@ -17,25 +17,12 @@ import pytest
 from fakehw.agent.state import EVENT_DOUBLE_BIT_ECC, EVENT_XID
 from testbed.api import Testbed
 from testbed.environment import merged_environment
-from tests.nvml.captures import capture_dir, capture_leaves
+from tests.nvml.captures import number
 from tests.nvml.helpers import Consumer
 
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_TIMEOUT = 10
 CLOCKS_EVENT_REASON_GPU_IDLE = 0x1  # nvmlClocksEventReasonGpuIdle
-
-
-@pytest.fixture(scope="module")
-def h100() -> dict[str, str]:
-    """The real idle H100's nvidia-smi -q -x (what a dgx-h100 GPU reads before any fault), path -> text."""
-    if capture_dir() is None:
-        pytest.skip("the captures (../shared/reference/captures) are not here")
-    return capture_leaves("h100")
-
-
-def number(text: str) -> int:
-    """'81559 MiB' -> 81559, '700.00 W' -> 700."""
-    return int(float(text.split()[0]))
 
 
 @pytest.fixture

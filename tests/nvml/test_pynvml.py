@@ -16,23 +16,10 @@ from types import ModuleType
 import pytest
 
 from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess
-from tests.nvml.captures import capture_dir, capture_leaves
+from tests.nvml.captures import number
 from tests.nvml.helpers import NodeSnap
 
 Nvml = Callable[..., NodeSnap]
-
-
-@pytest.fixture(scope="module")
-def h100() -> dict[str, str]:
-    """The real H100's nvidia-smi -q -x, element path -> text."""
-    if capture_dir() is None:
-        pytest.skip("the captures (../shared/reference/captures) are not here")
-    return capture_leaves("h100")
-
-
-def number(text: str) -> int:
-    """'81559 MiB' -> 81559, '700.00 W' -> 700."""
-    return int(float(text.split()[0]))
 
 
 def handles(n: ModuleType) -> list[object]:

@@ -19,7 +19,7 @@ import pytest
 from fakehw.nvml.smi import RealNvidia, _namespace_prefix, run_nvidia_smi
 from testbed import nodeview
 from tests.nvml import references
-from tests.nvml.captures import capture_dir, capture_leaves
+from tests.nvml.captures import board_capture, capture_dir
 from tests.nvml.helpers import NodeSnap, with_driver
 
 RELEASES = {535: "535.261.03", 550: "550.163.01", 555: "555.58.02"}
@@ -228,19 +228,13 @@ def test_nvlink_status(node_snapshot: Callable[..., NodeSnap], tmp_path: Path, r
         assert {k: v.strip() for k, v in links.items()} == expected
 
 
-def h100_capture() -> dict[str, str]:
-    if capture_dir() is None:
-        pytest.skip("the captures (../shared/reference/captures) are not here")
-    return capture_leaves("h100")
-
-
 def test_query_gpu_csv(node_snapshot: Callable[..., NodeSnap], tmp_path: Path, real: RealNvidia) -> None:
     snap = at_branch(node_snapshot, tmp_path, "dgx-h100", real.branch)
     out = ok(run_nvidia_smi(["--query-gpu=name,driver_version,power.limit,clocks.max.sm,pcie.link.gen.max,"
                              "memory.total,temperature.gpu", "--format=csv,noheader"], snap.path, real, sysfs=False))
     rows = [line.split(", ") for line in out.strip().splitlines()]
     assert len(rows) == 8
-    total = h100_capture()["/fb_memory_usage/total"]  # 81559 MiB, as every branch prints it
+    total = board_capture("h100")["/fb_memory_usage/total"]  # 81559 MiB, as every branch prints it
     for name, driver, power, sm, gen, memory, temp in rows:
         assert (name, driver, power, sm, gen, memory) == ("NVIDIA H100 80GB HBM3", real.driver_version, "700.00 W",
                                                           "1980 MHz", "5", total)
