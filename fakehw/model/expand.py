@@ -1165,6 +1165,8 @@ def _node(
         labels=tuple(sorted(nspec.labels.items())),
         nvlink_domain=domain,
         template=tpl.key,
+        dmi_vendor=nspec.dmi.vendor if nspec.dmi else None,
+        dmi_product=nspec.dmi.product if nspec.dmi else None,
     )
 
 

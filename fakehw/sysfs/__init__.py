@@ -63,9 +63,9 @@ def system_section(system: System, node: Node) -> Section:
     sec = Section("system")
     sec.file("proc/hwloc-nofile-info", hwloc_info(node))
     dmi = "sys/class/dmi/id"
-    vendor = "NVIDIA" if node.gpus else "fakehw"
+    vendor = node.dmi_vendor or ("NVIDIA" if node.gpus else "fakehw")
     sec.text(f"{dmi}/sys_vendor", vendor)
-    sec.text(f"{dmi}/product_name", system.name)
+    sec.text(f"{dmi}/product_name", node.dmi_product or system.name)
     sec.text(f"{dmi}/product_family", node.group)
     sec.text(f"{dmi}/board_vendor", vendor)
     sec.text(f"{dmi}/board_name", node.group)
