@@ -67,6 +67,11 @@ fi
 
 [ "$scope" = all ] || exit 0
 
+# Fake NVML: the newest public nvml.h and nvidia-ml-py 13.x/12.535 from PyPI, into project caches (the tests judge
+# the library's exports, struct layouts and Python sweeps by them).
+"$(dirname "$0")/fetch-nvml-references.sh" ||
+  echo "install-system-deps: the NVML references were not fetched; the tests that need them skip" >&2
+
 # CXL peer suite: ndctl v81 (what ../shared/peer-suites/ndctl-cxl was written for) built into a project cache.
 "$(dirname "$0")/build-ndctl.sh" ||
   echo "install-system-deps: ndctl 81 was not built; the ndctl peer-suite tests skip" >&2

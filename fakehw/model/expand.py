@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from fakehw.model import spec as s
 from fakehw.model.catalogue import GpuSku, NVSwitchSku, catalogue
+from fakehw.model.drivers import branch_of
 from fakehw.model.errors import PathItem, Problems
 from fakehw.model.merge import merge_documents
 from fakehw.model.mig import MigGeometryError, place_in_order
@@ -757,6 +758,8 @@ def expand(spec: s.ProfileSpec, resolve_profile: ResolveProfile, digest: str = "
             continue
         templates.append(_template(gi, group.name, node_spec, npath, problems))
     problems.raise_if_any()
+    _check_driver(spec.driver, templates, problems)
+    problems.raise_if_any()
 
     book = _PortBook()
     addr: dict[str, PciAddress] = {}
@@ -803,13 +806,28 @@ def expand(spec: s.ProfileSpec, resolve_profile: ResolveProfile, digest: str = "
         name=spec.name,
         description=spec.description,
         projection=spec.projection,
-        driver=Driver(spec.driver.version, spec.driver.cuda_version),
+        driver=Driver(spec.driver.version, spec.driver.cuda),
         seed=spec.seed,
         nodes=tuple(nodes),
         nvlink_domains=finished_domains,
         cxl_pools=tuple(pools.values()),
         digest=digest,
     )
+
+
+def _check_driver(driver: s.DriverSpec, templates: Sequence[_Template], problems: Problems) -> None:
+    """Every GPU must be supported by the driver's branch (a B200 needs 570 or newer): one problem per SKU."""
+    branch = branch_of(driver.version).number
+    seen: set[str] = set()
+    for tpl in templates:
+        for g in tpl.gpu_specs:
+            sku = tpl.gpu_skus.get(g.name)
+            if sku is None or sku.id in seen or sku.min_driver_branch <= branch:
+                continue
+            seen.add(sku.id)
+            problems.add(("driver", "version"), f"driver {driver.version} (branch {branch}) cannot run {sku.name} "
+                                                f"({sku.id}, {g.name} of group {tpl.group}): it needs branch "
+                                                f"{sku.min_driver_branch} or newer")
 
 
 def _group_node(
@@ -1114,6 +1132,7 @@ def _node(
                 mig_enabled=bool(mig and mig.enabled),
                 mig_instances=tuple(instances),
                 hbm_numa=tpl.hbm_numa.get(g.name),
+                module_id=g.module_id or 0,
             )
         )
     nvswitches = tuple(
