@@ -229,8 +229,9 @@ def _distances(spec: s.NumaSpec, problems: Problems, path: Path) -> tuple[tuple[
         for j, value in enumerate(row):
             if i == j and value != 10:
                 problems.add((*dpath, i, j), f"distance of a node to itself must be 10, not {value}")
-            elif i != j and not 10 < value <= 254:
-                problems.add((*dpath, i, j), f"distance between different nodes must be 11..254, not {value}")
+            elif i != j and not 10 < value <= 255:
+                problems.add((*dpath, i, j), f"distance between different nodes must be 11..255 (255: "
+                             f"unreachable), not {value}")
     return tuple(tuple(r) for r in spec.distances)
 
 
@@ -239,8 +240,7 @@ def _initiator(node: s.NumaNodeSpec, spec: s.NodeSpec, skus: dict[str, GpuSku]) 
         i = node.initiator
         return Initiator(i.read_bandwidth_mbs, i.write_bandwidth_mbs, i.read_latency_ns, i.write_latency_ns)
     if node.kind == "hbm":
-        bw = int(skus[node.gpu].hbm_bandwidth_gbs * 1000) if node.gpu in skus else 0
-        return Initiator(bw, bw, 400, 400)
+        return _hbm_initiator(node, spec, skus)
     if node.kind == "cxl":
         return _cxl_initiator(node.id, spec)
     if node.kind == "reserved":
@@ -248,6 +248,19 @@ def _initiator(node: s.NumaNodeSpec, spec: s.NodeSpec, skus: dict[str, GpuSku]) 
     if node.kind == "lpddr":
         return Initiator(500_000, 500_000, 110, 110)
     return Initiator(200_000, 200_000, 90, 90)
+
+
+def _hbm_initiator(node: s.NumaNodeSpec, spec: s.NodeSpec, skus: dict[str, GpuSku]) -> Initiator:
+    """GPU memory as the nearest CPU reaches it: over the coherent C2C link when there is one, whose one-way
+    bandwidth (half the bidirectional figure: 450 GB/s of GH200's 900) caps the HBM's own (4 TB/s on GH200,
+    which only the GPU itself gets), at the C2C latency domain's latency."""
+    hbm = int(skus[node.gpu].hbm_bandwidth_gbs * 1000) if node.gpu in skus else 0
+    link = next((c for c in spec.c2c if c.gpu == node.gpu), None)
+    if link is None:
+        return Initiator(hbm, hbm, 400, 400)
+    bw = min(hbm, int(link.bandwidth_gbs * 1000 / 2)) if hbm else int(link.bandwidth_gbs * 1000 / 2)
+    latency = LATENCY_DOMAINS["c2c"].latency_ns
+    return Initiator(bw, bw, latency, latency)
 
 
 def _cxl_initiator(numa_id: int, spec: s.NodeSpec) -> Initiator:
