@@ -320,6 +320,92 @@ def _check_pcie(spec: s.NodeSpec, numa_ids: set[int], problems: Problems, path: 
     return roots
 
 
+@dataclass
+class _PcieChild:
+    what: str
+    where: Path
+    address: PciAddress
+    buses: set[int] = field(default_factory=set)
+    """Buses of the child's subtree (its own included)."""
+
+
+def _check_pcie_buses(spec: s.NodeSpec, problems: Problems, path: Path) -> None:
+    """The PCIe tree must be one that hardware can build (PCI Express Base spec, sections 7.2 and 7.5.1.3).
+
+    A root port or a switch's downstream port leads to one link, so to one device: everything behind one port sits
+    on that port's secondary bus with one device number (several functions at most). A switch's upstream port on
+    bus B owns internal bus B+1 for its downstream ports, so what is below it starts at bus B+2. Subtrees of one
+    parent occupy disjoint bus ranges, all in the parent's PCI domain.
+    """
+    children: dict[str, list[_PcieChild]] = defaultdict(list)
+    switch_children: dict[str, str] = {}
+    for i, sw in enumerate(spec.pcie.switches):
+        children[sw.parent].append(_PcieChild(f"PCIe switch {sw.name}", (*path, "pcie", "switches", i, "bus"),
+                                              sw.bus))
+        switch_children[sw.name] = sw.parent
+    for kind, items in (("gpus", spec.gpus), ("nics", spec.nics), ("nvswitches", spec.nvswitches)):
+        for i, dev in enumerate(items):
+            bus, parent = getattr(dev, "bus", None), getattr(dev, "parent", None)
+            if bus is not None and parent is not None:
+                children[parent].append(_PcieChild(f"{kind[:-1]} {dev.name}", (*path, kind, i, "bus"), bus))
+    hbs = {hb.name: hb for hb in spec.pcie.host_bridges}
+    sws = {sw.name: sw for sw in spec.pcie.switches}
+
+    def subtree(name: str, own: PciAddress) -> set[int]:
+        out = {own.bus}
+        for c in children.get(name, []):
+            out |= c.buses
+        return out
+
+    def fill(name: str) -> None:
+        for c in children.get(name, []):
+            sw_name = c.what.removeprefix("PCIe switch ") if c.what.startswith("PCIe switch ") else None
+            if sw_name is not None:
+                fill(sw_name)
+                c.buses = subtree(sw_name, c.address) | {c.address.bus + 1}
+            else:
+                c.buses = {c.address.bus}
+
+    for name in hbs:
+        fill(name)
+    for parent, kids in children.items():
+        if parent in hbs:
+            domain, first = hbs[parent].domain, hbs[parent].bus
+            behind = [k for k in kids if not (k.address.domain == domain and k.address.bus == first)]
+            lowest, label = first + 1, f"host bridge {parent} (bus {first:02x})"
+        elif parent in sws:
+            up = sws[parent].bus
+            domain, behind = up.domain, kids
+            lowest, label = up.bus + 2, f"PCIe switch {parent} (upstream port {up}, internal bus {up.bus + 1:02x})"
+        else:
+            continue
+        for k in kids:
+            if k.address.domain != domain:
+                problems.add(k.where, f"{k.what} at {k.address} is in PCI domain {k.address.domain:04x} but its "
+                             f"parent {label} is in domain {domain:04x}")
+        by_bus: dict[int, list[_PcieChild]] = defaultdict(list)
+        for k in behind:
+            if k.address.bus < lowest:
+                problems.add(k.where, f"{k.what} at {k.address} cannot sit below {label}: buses below it start at "
+                             f"{lowest:02x}")
+            by_bus[k.address.bus].append(k)
+        for group in by_bus.values():
+            slots = {k.address.device for k in group}
+            if len(slots) > 1:
+                a, b = group[0], next(k for k in group if k.address.device != group[0].address.device)
+                problems.add(b.where, f"{b.what} at {b.address} and {a.what} at {a.address} are both on bus "
+                             f"{a.address.bus:02x} below {label}: a port leads to one device, so give each its own "
+                             "bus (or make them functions of one device)")
+            switches = [k for k in group if k.what.startswith("PCIe switch ")]
+            if switches and len(group) > 1:
+                problems.add(switches[0].where, f"{switches[0].what} at {switches[0].address} shares bus "
+                             f"{group[0].address.bus:02x} with another device below {label}")
+        ranges = sorted((min(k.buses), max(k.buses), k) for k in behind if k.what.startswith("PCIe switch "))
+        for (_, hi, a), (lo, _, b) in itertools.pairwise(ranges):
+            if lo <= hi:
+                problems.add(b.where, f"the buses below {b.what} overlap those below {a.what} (both under {label})")
+
+
 def _template(
     key: int, group: str, spec: s.NodeSpec, path: Path, problems: Problems
 ) -> _Template:
@@ -440,6 +526,8 @@ def _template(
             problems.add((*path, "c2c", i, "gpu"), f"GPU {c.gpu!r} does not exist on this node")
         if c.socket >= cpu.sockets:
             problems.add((*path, "c2c", i, "socket"), f"socket {c.socket} does not exist")
+    if not problems:
+        _check_pcie_buses(spec, problems, path)
     cxl = _cxl(spec, set(ids), {n.id: n.kind for n in numa_specs}, problems, path)
     order = sorted(spec.gpus, key=lambda g: g.bus)
     return _Template(

@@ -16,14 +16,19 @@ from __future__ import annotations
 from fakehw.model.system import Nic, Node
 from fakehw.model.units import format_cpulist
 from fakehw.sysfs.common import cpumask
-from fakehw.sysfs.pcilayout import PciFunction, PciLayout, config_space
+from fakehw.sysfs.pciconfig import config_space
+from fakehw.sysfs.pcilayout import Bar, PciFunction, PciLayout
 from fakehw.sysfs.tree import Section
 
 SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe",
          6: "64.0 GT/s PCIe"}
 GPU_KINDS = ("gpu",)
-RESOURCE = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n" * 13
-"""BARs, ROM and bridge windows (start, end, flags): none assigned; lspci needs the file to exist."""
+IOMMU_GROUPS = "sys/kernel/iommu_groups"
+# struct resource flags (include/linux/ioport.h) plus the BAR's own type bits, as the resource file shows them.
+IORESOURCE_MEM, IORESOURCE_PREFETCH, IORESOURCE_READONLY = 0x200, 0x2000, 0x4000
+IORESOURCE_SIZEALIGN, IORESOURCE_MEM_64 = 0x40000, 0x100000
+MSI_WINDOW = {"amd64": "0x00000000fee00000 0x00000000feefffff msi\n",
+              "arm64": "0x0000000008000000 0x00000000080fffff msi\n"}
 CXL_KINDS = ("cxl-root-port", "cxl-switch-upstream", "cxl-switch-downstream", "cxl-memdev")
 
 
@@ -50,7 +55,23 @@ def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
     sec.text(f"{d}/irq", 0)
     sec.text(f"{d}/dma_mask_bits", 64 if fn.is_bridge else 52)
     sec.file(f"{d}/config", config_space(fn), 0o644)
-    sec.file(f"{d}/resource", RESOURCE)
+    sec.file(f"{d}/resource", resource_file(fn))
+    for bar in fn.bars:
+        if bar.index == 6:
+            sec.sparse(f"{d}/rom", bar.size)
+            continue
+        sec.sparse(f"{d}/resource{bar.index}", bar.size)
+        if bar.prefetchable:
+            sec.sparse(f"{d}/resource{bar.index}_wc", bar.size)
+    sriov = fn.caps.sriov
+    if sriov is not None:
+        sec.text(f"{d}/sriov_totalvfs", sriov.total_vfs)
+        sec.text(f"{d}/sriov_numvfs", 0, 0o644)
+        sec.text(f"{d}/sriov_offset", sriov.vf_offset)
+        sec.text(f"{d}/sriov_stride", sriov.vf_stride)
+        sec.text(f"{d}/sriov_vf_device", f"{sriov.vf_device:x}")
+        sec.text(f"{d}/sriov_drivers_autoprobe", 1, 0o644)
+    iommu_group_files(sec, fn, node)
     cls = fn.class_code
     modalias = (f"pci:v{fn.vendor:08X}d{fn.device:08X}sv{fn.subsystem_vendor:08X}sd{fn.subsystem_device:08X}"
                 f"bc{cls >> 16:02X}sc{(cls >> 8) & 0xFF:02X}i{cls & 0xFF:02X}")
@@ -67,6 +88,45 @@ def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
         sec.text(f"{d}/secondary_bus_number", fn.secondary)
         sec.text(f"{d}/subordinate_bus_number", fn.subordinate)
     sec.link(f"sys/bus/pci/devices/{fn.bdf}", d)
+
+
+def _bar_flags(bar: Bar) -> int:
+    if bar.index == 6:
+        return IORESOURCE_SIZEALIGN | IORESOURCE_READONLY | IORESOURCE_PREFETCH | IORESOURCE_MEM
+    flags = IORESOURCE_SIZEALIGN | IORESOURCE_MEM
+    if bar.is64:
+        flags |= IORESOURCE_MEM_64 | 0x4
+    if bar.prefetchable:
+        flags |= IORESOURCE_PREFETCH | 0x8
+    return flags
+
+
+def resource_file(fn: PciFunction) -> str:
+    """``resource``: start, end and flags of every resource (BARs 0-5, the ROM, 6 SR-IOV BARs, and on bridges
+    the I/O, memory and prefetchable windows), as drivers/pci/pci-sysfs.c prints them; lspci takes the BAR
+    addresses and sizes from here."""
+    lines = [(0, 0, 0)] * (17 if fn.is_bridge else 13)
+    for bar in fn.bars:
+        lines[bar.index] = (bar.start, bar.end, _bar_flags(bar))
+    if fn.is_bridge and fn.windows is not None:
+        mem, pref = fn.windows.mem, fn.windows.pref
+        if mem[1] >= mem[0]:
+            lines[14] = (mem[0], mem[1], IORESOURCE_MEM)
+        if pref[1] >= pref[0]:
+            lines[15] = (pref[0], pref[1], IORESOURCE_MEM_64 | IORESOURCE_PREFETCH | IORESOURCE_MEM)
+    return "".join(f"0x{a:016x} 0x{b:016x} 0x{c:016x}\n" for a, b, c in lines)
+
+
+def iommu_group_files(sec: Section, fn: PciFunction, node: Node) -> None:
+    """The function's ``iommu_group`` and its group in ``/sys/kernel/iommu_groups`` (what VFIO and device plugins
+    read to know which devices must be assigned together)."""
+    if fn.iommu_group < 0:
+        return
+    group = f"{IOMMU_GROUPS}/{fn.iommu_group}"
+    sec.link(f"{fn.path}/iommu_group", group)
+    sec.link(f"{group}/devices/{fn.bdf}", fn.path)
+    sec.text(f"{group}/type", "DMA-FQ" if node.cpu.arch == "amd64" else "DMA")
+    sec.file(f"{group}/reserved_regions", MSI_WINDOW.get(node.cpu.arch, MSI_WINDOW["arm64"]))
 
 
 def pci_static_section(node: Node, lay: PciLayout) -> Section:
