@@ -39,7 +39,7 @@ from fakehw.sysfs.pci import pci_static_section
 from fakehw.sysfs.pcilayout import PciLayout, layout
 from fakehw.sysfs.tree import RootWriter, Section, SectionSpec, WriteStats
 
-SYSFS_VERSION = "1"
+SYSFS_VERSION = "2"
 """Bump when the renderer's output changes, so existing trees are rebuilt."""
 ROOT_DIR = "root"
 MANIFEST = ".root-manifest"
