@@ -7,6 +7,7 @@ carry. The model's own numbers are never the expectation.
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import subprocess
@@ -134,9 +135,9 @@ def test_the_pci_hierarchy_is_one_hardware_can_build(profile: str, rendered: Ren
             below = by_bus.get((domain, secondary), set())
             if kind and kind.group(1) in ("Root", "Downstream"):
                 assert len(below) <= 1, f"{profile}: {bdf} has devices {sorted(below)} on its secondary bus"
-        for (domain, primary), spans in ranges.items():
+        for spans in ranges.values():
             spans.sort()
-            for (_, hi, a), (lo, _, b) in zip(spans, spans[1:], strict=False):
+            for (_, hi, a), (lo, _, b) in itertools.pairwise(spans):
                 assert lo > hi, f"{profile}: bus ranges of {a} and {b} overlap"
         for siblings in _tree_siblings(lspci(root, "-t")):
             assert len(siblings) == len(set(siblings)), f"{profile}: lspci -t shows siblings {siblings}"
