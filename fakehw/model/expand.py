@@ -338,16 +338,18 @@ def _check_pcie_buses(spec: s.NodeSpec, problems: Problems, path: Path) -> None:
     parent occupy disjoint bus ranges, all in the parent's PCI domain.
     """
     children: dict[str, list[_PcieChild]] = defaultdict(list)
-    switch_children: dict[str, str] = {}
     for i, sw in enumerate(spec.pcie.switches):
         children[sw.parent].append(_PcieChild(f"PCIe switch {sw.name}", (*path, "pcie", "switches", i, "bus"),
                                               sw.bus))
-        switch_children[sw.name] = sw.parent
-    for kind, items in (("gpus", spec.gpus), ("nics", spec.nics), ("nvswitches", spec.nvswitches)):
-        for i, dev in enumerate(items):
-            bus, parent = getattr(dev, "bus", None), getattr(dev, "parent", None)
-            if bus is not None and parent is not None:
-                children[parent].append(_PcieChild(f"{kind[:-1]} {dev.name}", (*path, kind, i, "bus"), bus))
+    placed: list[tuple[str, int, str, PciAddress | None, str | None]] = [
+        *(("gpu", i, g.name, g.bus, g.parent) for i, g in enumerate(spec.gpus)),
+        *(("nic", i, n.name, n.bus, n.parent) for i, n in enumerate(spec.nics)),
+        *(("nvswitch", i, w.name, w.bus, w.parent) for i, w in enumerate(spec.nvswitches)),
+    ]
+    for kind, i, name, bus, parent in placed:
+        if bus is not None and parent is not None:
+            children[parent].append(_PcieChild(f"{kind} {name}", (*path, f"{kind}s" if kind != "nvswitch" else
+                                                                  "nvswitches", i, "bus"), bus))
     hbs = {hb.name: hb for hb in spec.pcie.host_bridges}
     sws = {sw.name: sw for sw in spec.pcie.switches}
 

@@ -188,11 +188,11 @@ def test_iommu_groups_isolate_devices_behind_acs_ports(rendered: Rendered) -> No
     Documentation/driver-api/vfio.rst), and lspci reads the group from the iommu_group link."""
     ((_, node, root),) = rendered("dgx-h100")
     blocks = devices(lspci(root, "-vv", "-D"))
-    groups = {}
-    for g in [*node.gpus, *node.nics]:
-        m = re.search(r"IOMMU group: (\d+)", blocks[str(g.address)])
-        assert m, g.name
-        groups[g.name] = int(m.group(1))
+    groups: dict[str, int] = {}
+    for name, address in [(g.name, g.address) for g in node.gpus] + [(n.name, n.address) for n in node.nics]:
+        m = re.search(r"IOMMU group: (\d+)", blocks[str(address)])
+        assert m, name
+        groups[name] = int(m.group(1))
         members = sorted(p.name for p in (root / f"sys/kernel/iommu_groups/{m.group(1)}/devices").iterdir())
-        assert str(g.address) in members
+        assert str(address) in members
     assert len(set(groups.values())) == len(groups)
