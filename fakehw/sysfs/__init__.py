@@ -9,7 +9,9 @@ section       kind     content
 cpu           static   ``sys/devices/system/cpu`` (topology, caches), ``sys/bus/cpu``, ``proc/cpuinfo``
 node-static   static   ``sys/devices/system/node``: masks, cpulist/cpumap, distance, HMAT access initiators
 node-memory   dynamic  per-node ``meminfo``, ``has_memory``, ``proc/meminfo``
-pci           static   ``sys/devices/pci*`` bridges, NVSwitches, NICs; ``sys/bus/pci``; ``sys/class/{net,infiniband}``
+pci           static   ``sys/devices/pci*`` bridges, NVSwitches, NICs; ``sys/bus/pci``; ``sys/kernel/iommu_groups``
+rdma          static   ``sys/class/{net,infiniband,infiniband_verbs,infiniband_mad}``, ``dev/infiniband``,
+                       nvidia-peermem (``sys/kernel/mm/memory_peers``, ``sys/module``)
 gpus          dynamic  GPU PCI functions and ``proc/driver/nvidia/gpus/<bdf>`` (a lost GPU disappears)
 nvidia        static   ``proc/driver/nvidia/{version,params}``, ``dev/nvidia*``, ``proc/devices``
 cxl           dynamic  CXL PCI functions, ``sys/bus/cxl/devices``, ``sys/bus/dax/devices``
@@ -37,6 +39,7 @@ from fakehw.sysfs.node import node_dynamic_section, node_static_section
 from fakehw.sysfs.nvidia import gpu_section, nvidia_static_section
 from fakehw.sysfs.pci import pci_static_section
 from fakehw.sysfs.pcilayout import PciLayout, layout
+from fakehw.sysfs.rdma import rdma_section
 from fakehw.sysfs.tree import RootWriter, Section, SectionSpec, WriteStats
 
 SYSFS_VERSION = "2"
@@ -100,6 +103,7 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("node-static", key, lambda: node_static_section(node), share=f"{share}/node"),
         SectionSpec("node-memory", None, lambda: node_dynamic_section(node, platform.numa_memory)),
         SectionSpec("pci", key, lambda: pci_static_section(node, lay)),
+        SectionSpec("rdma", key, lambda: rdma_section(system, node, lay)),
         SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay)),
         SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
         SectionSpec("cxl", None, lambda: cxl_section(node, pools, lay, platform.cxl)),

@@ -82,7 +82,13 @@ def test_hwloc_sees_the_model(profile: str, rendered: Rendered) -> None:
                                                     f"[{nic.sku.vendor_id:04x}:{nic.sku.device_id:04x}]")
             net, ib = osdevs[nic.netdev], osdevs[nic.name]
             assert net.parent is dev and ib.parent is dev
-            assert net.info("Address") == nic.mac
+            if nic.link_layer == "ethernet":
+                assert net.info("Address") == nic.mac
+            else:  # IPoIB (RFC 4391): 4 bytes of flags and QPN, then the 16-byte port GID (fe80::/64 + GUID)
+                guid = nic.node_guid.replace(":", "")
+                gid = "fe:80:00:00:00:00:00:00:" + ":".join(guid[i:i + 2] for i in range(0, 16, 2))
+                address = net.info("Address") or ""
+                assert len(address.split(":")) == 20 and address.endswith(gid)
             assert ib.info("NodeGUID") == nic.node_guid and ib.info("Port1State") == "4"
             home = node.numa_node(nic.numa)
             assert home is not None and dev.non_io_ancestor().cpuset() == frozenset(home.cpus)
@@ -104,7 +110,7 @@ def test_dgx_h100_two_packages_two_numa_nodes_eight_gpus_on_their_sockets(
         package = dev.non_io_ancestor()
         assert package.type == "Package" and package.nodeset() == frozenset({g.numa})
     nics = [o for o in topo.objects("OSDev") if o.name in {n.name for n in node.nics}]
-    assert len(nics) == len(node.nics) == 8
+    assert len(nics) == len(node.nics) == 12  # 8 compute ports + 2 dual-port storage cards (DGX H100 User Guide)
 
 
 @pytest.mark.parametrize("profile", ["gh200", "gb200-nvl72"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -104,3 +105,124 @@ def test_a_grace_cpu_reaches_gpu_memory_at_c2c_speed(profile: str, rendered: Ren
     assert hbm
     for numa in hbm:
         assert topo.memattrs["Bandwidth"][numa] == 450_000  # MB/s
+
+
+DGX_H100_PORTS = {
+    # RDMA name: (PCI bus, default network interface, link layer) as the DGX H100/H200 User Guide's "Network Port
+    # Mapping" table (Table 5) lists them: OSFP compute ports InfiniBand by default, slot 1/2 dual-port cards with
+    # port 1 InfiniBand and port 2 Ethernet.
+    "mlx5_0": ("0000:18:00.0", "ibp24s0", "InfiniBand"), "mlx5_3": ("0000:40:00.0", "ibp64s0", "InfiniBand"),
+    "mlx5_4": ("0000:4f:00.0", "ibp79s0", "InfiniBand"), "mlx5_5": ("0000:5e:00.0", "ibp94s0", "InfiniBand"),
+    "mlx5_6": ("0000:9a:00.0", "ibp154s0", "InfiniBand"), "mlx5_9": ("0000:c0:00.0", "ibp192s0", "InfiniBand"),
+    "mlx5_10": ("0000:ce:00.0", "ibp206s0", "InfiniBand"), "mlx5_11": ("0000:dc:00.0", "ibp220s0", "InfiniBand"),
+    "mlx5_7": ("0000:aa:00.0", "ibp170s0f0", "InfiniBand"), "mlx5_8": ("0000:aa:00.1", "enp170s0f1np1", "Ethernet"),
+    "mlx5_1": ("0000:29:00.0", "ibp41s0f0", "InfiniBand"), "mlx5_2": ("0000:29:00.1", "enp41s0f1np1", "Ethernet"),
+}
+DGX_H100_GPU_NIC = {0: "mlx5_0", 1: "mlx5_3", 2: "mlx5_4", 3: "mlx5_5", 4: "mlx5_6", 5: "mlx5_9", 6: "mlx5_10",
+                    7: "mlx5_11"}
+"""The guide's "Network Modules" table (Table 6): the compute NIC of each GPU."""
+
+
+def test_dgx_h100_has_the_nics_of_its_user_guide(rendered: Rendered) -> None:
+    """RDMA names, PCI addresses, network interface names and link layers of all 12 ConnectX-7 ports, and which
+    GPU each compute port serves (same PCIe switch), as the DGX H100/H200 User Guide tables list them."""
+    ((_, node, root),) = rendered("dgx-h100")
+    ib = root / "sys/class/infiniband"
+    assert sorted(p.name for p in ib.iterdir()) == sorted(DGX_H100_PORTS)
+    for name, (bdf, netdev, layer) in DGX_H100_PORTS.items():
+        device = (ib / name / "device").resolve()
+        assert device.name == bdf
+        assert (ib / name / "ports/1/link_layer").read_text().strip() == layer
+        assert [p.name for p in (device / "net").iterdir()] == [netdev]
+        # An IPoIB interface is ARPHRD_INFINIBAND (32) with a 20-byte address; Ethernet is type 1 with a MAC.
+        net = root / "sys/class/net" / netdev
+        assert (net / "type").read_text().strip() == ("32" if layer == "InfiniBand" else "1")
+        assert len((net / "address").read_text().strip().split(":")) == (20 if layer == "InfiniBand" else 6)
+    for index, nic in DGX_H100_GPU_NIC.items():
+        gpu = next(g for g in node.gpus if g.index == index)
+        gpu_port = (root / "sys/bus/pci/devices" / str(gpu.address)).resolve().parent.parent
+        nic_port = (ib / nic / "device").resolve().parent.parent
+        assert gpu_port == nic_port, f"GPU{index} and {nic} share a PCIe switch"
+
+
+def _in_node_namespace(root: Path, command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` with the tree's /sys and /dev/infiniband over the real ones (what a node's processes see)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare")
+    script = (f"mount --bind {root}/sys /sys && mkdir -p /dev/infiniband && "
+              f"mount --bind {root}/dev/infiniband /dev/infiniband && {command}")
+    proc = _run(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
+        pytest.skip(f"mount namespaces are not available here: {proc.stderr.strip()}")
+    return proc
+
+
+@pytest.mark.root
+@pytest.mark.skipif(shutil.which("ibv_devices") is None or shutil.which("ibstat") is None,
+                    reason="rdma-core's ibverbs-utils and infiniband-diags are not installed "
+                           "(tools/install-system-deps.sh)")
+def test_libibverbs_and_ibstat_find_every_rdma_device(rendered: Rendered) -> None:
+    """rdma-core's libibverbs (ibv_devices) enumerates the verbs devices from /sys/class/infiniband_verbs and
+    /dev/infiniband/uverbsN when the kernel has no RDMA netlink, as here; libibumad (ibstat) reads the ports."""
+    ((_, node, root),) = rendered("dgx-h100")
+    proc = _in_node_namespace(root, "ibv_devices")
+    assert proc.returncode == 0, proc.stderr
+    listed = dict(line.split() for line in proc.stdout.splitlines()[2:])
+    assert set(listed) == set(DGX_H100_PORTS)
+    for nic in node.nics:
+        assert listed[nic.name] == nic.node_guid.replace(":", "")
+    proc = _in_node_namespace(root, "ibstat mlx5_0 && ibstat mlx5_2")
+    assert proc.returncode == 0, proc.stderr
+    blocks = proc.stdout.split("CA '")[1:]
+    assert "Link layer: InfiniBand" in blocks[0] and "State: Active" in blocks[0] and "Rate: 400" in blocks[0]
+    assert "Link layer: Ethernet" in blocks[1]
+
+
+def test_gpudirect_rdma_readiness_checks_pass(rendered: Rendered) -> None:
+    """What GPUDirect RDMA users probe before trusting it: the peer-memory client nvidia-peermem registers
+    (``/sys/kernel/mm/memory_peers/nv_mem/version``: NCCL, UCX, NVSHMEM, GDS), the module itself
+    (``/sys/module/nvidia_peermem/version``), and the verbs ABI and devices (``/sys/class/infiniband_verbs``)."""
+    ((system, _, root),) = rendered("dgx-h100")
+    for probe in ("sys/kernel/mm/memory_peers/nv_mem/version", "sys/kernel/mm/memory_peers/nv_mem_nc/version",
+                  "sys/module/nvidia_peermem/version"):
+        assert (root / probe).read_text().strip() == system.driver.version
+    assert (root / "sys/class/infiniband_verbs/abi_version").read_text().strip() == "6"
+    verbs = sorted((root / "sys/class/infiniband_verbs").glob("uverbs*"))
+    assert len(verbs) == len(DGX_H100_PORTS)
+    for v in verbs:
+        major, minor = (v / "dev").read_text().strip().split(":")
+        assert major == "231" and int(minor) == 192 + int(v.name.removeprefix("uverbs"))
+        dev = root / "dev/infiniband" / v.name
+        if os.geteuid() == 0:
+            st = os.lstat(dev)
+            assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (231, int(minor))
+
+
+@pytest.mark.root
+def test_nvidia_smi_topo_shows_the_nic_columns_of_the_node(fast_tmp: Path) -> None:
+    """The real nvidia-smi (535) against the fake NVML, with the node's tree at /sys: its embedded hwloc finds
+    the ConnectX ports in sysfs and prints a NIC column for each, and every GPU is PIX to the compute NIC the
+    DGX H100 User Guide pairs it with (Table 6: one network-module ConnectX-7 per GPU, same PCIe switch)."""
+    from fakehw.cli import main as fakehw_main
+    from fakehw.nvml.smi import SmiUnavailable, find_real_nvidia, library_dir
+
+    try:
+        real = find_real_nvidia()
+    except SmiUnavailable as exc:
+        pytest.skip(str(exc))
+    assert fakehw_main(["render", "dgx-h100", "--out", str(fast_tmp)]) == 0
+    node_dir = fast_tmp / "dgx-h100-0"
+    env = (f"FAKEHW_NVML_SNAPSHOT={node_dir / 'nvml.snapshot'} LD_LIBRARY_PATH={library_dir()}")
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare")
+    proc = _run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                 f"mount --bind {node_dir / 'root/sys'} /sys && env {env} {real.smi} topo -m"])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = lines[0].replace("\x1b[4m", "").replace("\x1b[0m", "").split("\t")
+    legend = dict(re.findall(r"^\s+(NIC\d+): (\S+)$", proc.stdout, re.M))
+    assert sorted(legend.values()) == sorted(DGX_H100_PORTS)
+    rows = {ln.split("\t")[0]: ln.split("\t") for ln in lines[1:] if ln.startswith("GPU")}
+    for gpu, nic in DGX_H100_GPU_NIC.items():
+        column = next(k for k, v in legend.items() if v == nic)
+        assert rows[f"GPU{gpu}"][header.index(column)].strip() == "PIX", (gpu, nic)
