@@ -204,7 +204,8 @@ def test_nvidia_smi_topo_shows_the_nic_columns_of_the_node(fast_tmp: Path) -> No
     the ConnectX ports in sysfs and prints a NIC column for each, and every GPU is PIX to the compute NIC the
     DGX H100 User Guide pairs it with (Table 6: one network-module ConnectX-7 per GPU, same PCIe switch)."""
     from fakehw.cli import main as fakehw_main
-    from fakehw.nvml.smi import SmiUnavailable, find_real_nvidia, library_dir
+    from fakehw.nvml import library_dir
+    from fakehw.nvml.smi import SmiUnavailable, find_real_nvidia
 
     try:
         real = find_real_nvidia()
