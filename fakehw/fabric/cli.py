@@ -20,7 +20,7 @@ examples:
   fakehw fabric lint dgx-h100-rail                 static conformance: findings with requirement IDs
   fakehw fabric lint my-fabric.yaml --paths        ... and the RoCE path MTU of every path
   fakehw fabric requirements                       the requirement catalogue (ID, severity, title)
-  fakehw fabric generate rail dgx-h100 --nodes 16  a rail-optimised config to start from
+  fakehw fabric generate rail dgx-h100-roce --nodes 16  a rail-optimised config to start from
   fakehw fabric up dgx-h100-rail --state-dir /tmp/fab      build the emulated fabric (root)
   fakehw fabric probe --state-dir /tmp/fab --mtu           RoCE probes on every rail, measured path MTUs
   fakehw fabric down --state-dir /tmp/fab                  remove everything it built
