@@ -6,9 +6,11 @@ versioned schema (``report.schema.json``, shipped with the package and generated
 verdict, or the manifest) makes :func:`verify` fail. Verdicts are re-derived from the results on verify too,
 so a report whose hash was recomputed after editing a verdict is still caught.
 
-Verdict rules: a level passes when every *required* requirement of that level passed; skipped, not-run, failed
-and errored all fail it ("a certification run may skip nothing that is required"). A report built from an
-incomplete results file is partial and certifies nothing.
+Verdict rules: a level passes when every *required* requirement of that level that applies passed; skipped,
+not-run, failed and errored all fail it ("a certification run may skip nothing that is required"). A requirement
+whose tests all said it does not apply (``not-applicable``, with the reason in the row) neither passes nor fails
+its level; a level where nothing applies is ``n/a``. A report built from an incomplete results file is partial and
+certifies nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from conformance import RESULTS_SCHEMA
 from conformance.requirements import LEVELS, Level, catalogue
 
 REPORT_SCHEMA = "fakehw.conformance.report/v1"
-Status = Literal["passed", "failed", "error", "skipped", "not-run"]
+Status = Literal["passed", "failed", "error", "skipped", "not-applicable", "not-run"]
+STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "skipped", "not-applicable", "not-run")
 
 
 class _Model(BaseModel):
@@ -75,6 +78,8 @@ class LevelVerdict(_Model):
     required: int
     passed: int
     failing: list[str]
+    not_applicable: list[str] = Field(default_factory=list,
+                                      description="required requirements that do not apply to this run")
 
 
 class Verdicts(_Model):
@@ -115,14 +120,16 @@ def derive_verdicts(results: list[RequirementResult], partial: bool) -> Verdicts
     for level in LEVELS:
         required = [r for r in results if r.level == level and r.required]
         passed = [r for r in required if r.status == "passed"]
-        failing = [r.id for r in required if r.status != "passed"]
-        if not required:
+        inapplicable = [r.id for r in required if r.status == "not-applicable"]
+        failing = [r.id for r in required if r.status not in ("passed", "not-applicable")]
+        if len(inapplicable) == len(required):
             verdict: Literal["pass", "fail", "incomplete", "n/a"] = "n/a"
         elif partial:
             verdict = "incomplete"
         else:
             verdict = "pass" if not failing else "fail"
-        levels[level] = LevelVerdict(verdict=verdict, required=len(required), passed=len(passed), failing=failing)
+        levels[level] = LevelVerdict(verdict=verdict, required=len(required), passed=len(passed), failing=failing,
+                                     not_applicable=inapplicable)
     if partial:
         overall: Literal["certified", "not-certified", "partial"] = "partial"
     elif all(v.verdict in ("pass", "n/a") for v in levels.values()) and any(
@@ -169,7 +176,7 @@ def build_report(results: dict[str, Any], now: float | None = None) -> Report:
                     seeds.append(str(item.get("value")))
                 else:
                     evidence.append(Evidence(label=str(item.get("label")), value=item.get("value")))
-            if test.get("outcome") in ("failed", "error", "skipped") and test.get("message"):
+            if test.get("outcome") in ("failed", "error", "skipped", "not-applicable") and test.get("message"):
                 messages.append(f"{nodeid}: {test['message']}")
         rows.append(RequirementResult(
             id=req_id, title=req.title, target=req.target, category=req.category, level=req.level,
@@ -192,7 +199,7 @@ def build_report(results: dict[str, Any], now: float | None = None) -> Report:
         generated=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now if now is not None else time.time())),
         partial=partial,
         manifest=manifest,
-        summary={s: summary.get(s, 0) for s in ("passed", "failed", "error", "skipped", "not-run")},
+        summary={s: summary.get(s, 0) for s in STATUSES},
         verdicts=derive_verdicts(rows, partial),
         results=rows,
     )
@@ -225,7 +232,7 @@ def verify(report: Report) -> list[str]:
     if derived != report.verdicts:
         problems.append("verdicts do not follow from the results (a verdict or a result was edited)")
     counts = Counter(r.status for r in report.results)
-    if any(report.summary.get(s, 0) != counts.get(s, 0) for s in ("passed", "failed", "error", "skipped", "not-run")):
+    if any(report.summary.get(s, 0) != counts.get(s, 0) for s in STATUSES):
         problems.append("summary counts do not match the results")
     return problems
 

@@ -624,6 +624,14 @@ def _check_generation(gpu: GpuSku | None, sw: NVSwitchSku | None, problems: Prob
                      f"{sw.nvlink_generation} switch")
 
 
+def _memdev_qos(m: CxlMemdev, given: dict[str, int | None], windows: list[CxlWindow]) -> int:
+    """A memdev's QoS class: the profile's, else the QTG of the first window over its host bridge."""
+    own = given.get(m.name)
+    if own is not None:
+        return own
+    return next((w.qos_class for w in windows if m.host_bridge in w.targets), 0)
+
+
 def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], problems: Problems, path: Path) -> Cxl:
     c = spec.cxl
     cpath = (*path, "cxl")
@@ -695,7 +703,9 @@ def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], proble
         if w.numa is not None and numa_kind.get(w.numa) != "cxl":
             problems.add((*where, "numa"), f"NUMA node {w.numa} is not a kind: cxl node of this host")
         windows.append(CxlWindow(w.name, i, w.size, tuple(w.targets), w.interleave_granularity, w.ram, w.pmem,
-                                 w.numa))
+                                 w.numa, w.qos_class))
+    qos = {m.name: m.qos_class for m in c.memdevs}
+    memdevs = [dataclasses.replace(m, qos_class=_memdev_qos(m, qos, windows)) for m in memdevs]
     by_window = {w.name: w for w in windows}
     by_dev = {m.name: m for m in memdevs}
     used: dict[tuple[str, str], str] = {}

@@ -280,6 +280,7 @@ class CxlMemdev:
     serial: int
     pooled: str | None = None
     """Name of the system CXL pool when this is a logical device of a pooled multi-logical device."""
+    qos_class: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +294,8 @@ class CxlWindow:
     pmem: bool
     numa: int | None = None
     """kind: cxl NUMA node that RAM decoded by this window onlines into (None: the window's RAM has no node)."""
+    qos_class: int = 0
+    """QoS Throttling Group id of the window (CFMWS qtg_id), shown as the root decoder's ``qos_class``."""
 
 
 @dataclass(frozen=True, slots=True)

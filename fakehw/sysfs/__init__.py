@@ -40,9 +40,9 @@ from fakehw.sysfs.nvidia import gpu_section, nvidia_static_section
 from fakehw.sysfs.pci import pci_static_section
 from fakehw.sysfs.pcilayout import PciLayout, layout
 from fakehw.sysfs.rdma import rdma_section
-from fakehw.sysfs.tree import RootWriter, Section, SectionSpec, WriteStats
+from fakehw.sysfs.tree import Link, RootWriter, Section, SectionSpec, WriteStats
 
-SYSFS_VERSION = "2"
+SYSFS_VERSION = "3"
 """Bump when the renderer's output changes, so existing trees are rebuilt."""
 ROOT_DIR = "root"
 MANIFEST = ".root-manifest"
@@ -74,7 +74,27 @@ def system_section(system: System, node: Node) -> Section:
     sec.text(f"{dmi}/bios_vendor", "fakehw")
     sec.text(f"{dmi}/bios_version", SYSFS_VERSION)
     sec.text("proc/sys/kernel/hostname", node.hostname)
+    standard_devices(sec)
     return sec
+
+
+STANDARD_DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9),
+                    ("tty", 5, 0))
+"""(name, major, minor) of the devices every Linux /dev has (Documentation/admin-guide/devices.txt)."""
+
+
+def standard_devices(sec: Section) -> None:
+    """What every /dev has besides the hardware's nodes, so the node's ``dev/`` can stand in for ``/dev`` whole
+    (testbed.nodeview mounts it there): the memory and tty devices, ``pts``/``shm`` mount points, and the
+    ``fd``/``stdin``/``stdout``/``stderr`` and ``ptmx`` links udev and devtmpfs make."""
+    for name, major, minor in STANDARD_DEVICES:
+        sec.chardev(f"dev/{name}", major, minor, 0o666)
+    sec.dir("dev/pts")
+    sec.dir("dev/shm", 0o1777)
+    sec.entries["dev/ptmx"] = Link("pts/ptmx")
+    sec.entries["dev/fd"] = Link("/proc/self/fd")
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        sec.entries[f"dev/{name}"] = Link(f"/proc/self/fd/{fd}")
 
 
 def pools_section(node: Node, pools_json: list[dict[str, object]]) -> Section:
