@@ -50,15 +50,20 @@ def test_dgx_h100_cpus_are_bare_metal_sapphire_rapids(rendered: Rendered) -> Non
     assert "Hypervisor" not in out
 
 
+def on_node(root: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` run as on the node: testbed.nodeview puts the tree at /sys, /dev and /proc/driver."""
+    from testbed.nodeview import NodeView, command, unavailable
+
+    problem = unavailable()
+    if problem is not None:
+        pytest.skip(f"no node view here: {problem}")
+    return _run(command(NodeView(str(root)), argv))
+
+
 def _numactl_hardware(root: Path) -> str:
-    """``numactl --hardware`` run against the tree bind-mounted over /sys in a private mount namespace."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("numactl") is None:
-        pytest.skip("needs root, unshare and numactl (tools/install-system-deps.sh)")
-    script = (f"mount --bind {root}/sys/devices/system/node /sys/devices/system/node && "
-              f"mount --bind {root}/sys/devices/system/cpu /sys/devices/system/cpu && numactl --hardware")
-    proc = _run(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
-    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
-        pytest.skip(f"mount namespaces are not available here: {proc.stderr.strip()}")
+    if shutil.which("numactl") is None:
+        pytest.skip("numactl is not installed (tools/install-system-deps.sh)")
+    proc = on_node(root, ["numactl", "--hardware"])
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -145,18 +150,6 @@ def test_dgx_h100_has_the_nics_of_its_user_guide(rendered: Rendered) -> None:
         assert gpu_port == nic_port, f"GPU{index} and {nic} share a PCIe switch"
 
 
-def _in_node_namespace(root: Path, command: str) -> subprocess.CompletedProcess[str]:
-    """``command`` with the tree's /sys and /dev/infiniband over the real ones (what a node's processes see)."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare")
-    script = (f"mount --bind {root}/sys /sys && mkdir -p /dev/infiniband && "
-              f"mount --bind {root}/dev/infiniband /dev/infiniband && {command}")
-    proc = _run(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
-    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
-        pytest.skip(f"mount namespaces are not available here: {proc.stderr.strip()}")
-    return proc
-
-
 @pytest.mark.root
 @pytest.mark.skipif(shutil.which("ibv_devices") is None or shutil.which("ibstat") is None,
                     reason="rdma-core's ibverbs-utils and infiniband-diags are not installed "
@@ -165,13 +158,13 @@ def test_libibverbs_and_ibstat_find_every_rdma_device(rendered: Rendered) -> Non
     """rdma-core's libibverbs (ibv_devices) enumerates the verbs devices from /sys/class/infiniband_verbs and
     /dev/infiniband/uverbsN when the kernel has no RDMA netlink, as here; libibumad (ibstat) reads the ports."""
     ((_, node, root),) = rendered("dgx-h100")
-    proc = _in_node_namespace(root, "ibv_devices")
+    proc = on_node(root, ["ibv_devices"])
     assert proc.returncode == 0, proc.stderr
     listed = dict(line.split() for line in proc.stdout.splitlines()[2:])
     assert set(listed) == set(DGX_H100_PORTS)
     for nic in node.nics:
         assert listed[nic.name] == nic.node_guid.replace(":", "")
-    proc = _in_node_namespace(root, "ibstat mlx5_0 && ibstat mlx5_2")
+    proc = on_node(root, ["sh", "-c", "ibstat mlx5_0 && ibstat mlx5_2"])
     assert proc.returncode == 0, proc.stderr
     blocks = proc.stdout.split("CA '")[1:]
     assert "Link layer: InfiniBand" in blocks[0] and "State: Active" in blocks[0] and "Rate: 400" in blocks[0]
@@ -199,8 +192,8 @@ def test_gpudirect_rdma_readiness_checks_pass(rendered: Rendered) -> None:
 
 
 @pytest.mark.root
-def test_nvidia_smi_topo_shows_the_nic_columns_of_the_node(fast_tmp: Path) -> None:
-    """The real nvidia-smi (535) against the fake NVML, with the node's tree at /sys: its embedded hwloc finds
+def test_nvidia_smi_topo_shows_the_nic_columns_of_the_node(tmp_path: Path) -> None:
+    """The real nvidia-smi (535) against the fake NVML in the node view: its embedded hwloc finds
     the ConnectX ports in sysfs and prints a NIC column for each, and every GPU is PIX to the compute NIC the
     DGX H100 User Guide pairs it with (Table 6: one network-module ConnectX-7 per GPU, same PCIe switch)."""
     from fakehw.cli import main as fakehw_main
@@ -211,13 +204,11 @@ def test_nvidia_smi_topo_shows_the_nic_columns_of_the_node(fast_tmp: Path) -> No
         real = find_real_nvidia()
     except SmiUnavailable as exc:
         pytest.skip(str(exc))
-    assert fakehw_main(["render", "dgx-h100", "--out", str(fast_tmp)]) == 0
-    node_dir = fast_tmp / "dgx-h100-0"
-    env = (f"FAKEHW_NVML_SNAPSHOT={node_dir / 'nvml.snapshot'} LD_LIBRARY_PATH={library_dir()}")
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare")
-    proc = _run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                 f"mount --bind {node_dir / 'root/sys'} /sys && env {env} {real.smi} topo -m"])
+    # Not under /dev/shm: the snapshot must stay reachable once the node's /dev is over /dev.
+    assert fakehw_main(["render", "dgx-h100", "--out", str(tmp_path)]) == 0
+    node_dir = tmp_path / "dgx-h100-0"
+    proc = on_node(node_dir / "root", ["env", f"FAKEHW_NVML_SNAPSHOT={node_dir / 'nvml.snapshot'}",
+                                       f"LD_LIBRARY_PATH={library_dir()}", str(real.smi), "topo", "-m"])
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     header = lines[0].replace("\x1b[4m", "").replace("\x1b[0m", "").split("\t")
