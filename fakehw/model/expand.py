@@ -1252,6 +1252,7 @@ def _node(
         labels=tuple(sorted(nspec.labels.items())),
         nvlink_domain=domain,
         template=tpl.key,
+        hmat=nspec.numa.hmat,
     )
 
 

@@ -389,6 +389,8 @@ class Node:
     nvlink_domain: str | None
     template: int = field(compare=False)
     """Identity of the node template this node came from; nodes with the same template share topology."""
+    hmat: bool = True
+    """The firmware publishes an HMAT (the nodes' ``initiator`` figures reach the kernel)."""
 
     @property
     def hostname(self) -> str:

@@ -92,6 +92,20 @@ def digest(entry: Entry) -> str:
     return f"c{entry.mode:o}:{entry.major}:{entry.minor}"
 
 
+def relative(target: str, start: str) -> str:
+    """``posixpath.relpath`` for two root-relative, normalized paths (no ``.``/``..``, no trailing ``/``), without
+    its abspath calls: links are most of a tree's entries (a GB200 tray has tens of thousands)."""
+    t = target.split("/") if target else []
+    f = start.split("/") if start else []
+    common = 0
+    for a, b in zip(t, f, strict=False):
+        if a != b:
+            break
+        common += 1
+    parts = [".."] * (len(f) - common) + t[common:]
+    return "/".join(parts) or "."
+
+
 class Section:
     """Entries of one part of the tree, by path relative to the root (``sys/devices/system/cpu/online``)."""
 
@@ -110,7 +124,7 @@ class Section:
 
     def link(self, path: str, target: str) -> None:
         """A symlink at ``path`` to the root-relative ``target``, stored relative to ``path``'s directory."""
-        self.entries[path] = Link(posixpath.relpath(target, posixpath.dirname(path)))
+        self.entries[path] = Link(relative(target, path.rpartition("/")[0]))
 
     def dir(self, path: str, mode: int = 0o755) -> None:
         self.entries[path] = Dir(mode)

@@ -51,7 +51,9 @@ def test_hwloc_sees_the_model(profile: str, rendered: Rendered) -> None:
             if n.cpus:
                 assert numa[n.id].cpuset() == frozenset(n.cpus)
             perf = n.initiator
-            if perf.read_bandwidth_mbs:
+            # HMAT figures come with their initiator; a CXL node's figures (set by the CXL driver when a region
+            # comes online) have none, and hwloc attributes only figures it can tie to an initiator.
+            if perf.read_bandwidth_mbs and n.kind != "cxl" and n.kind != "reserved":
                 assert topo.memattrs["Bandwidth"][n.id] == perf.read_bandwidth_mbs
                 assert topo.memattrs["Latency"][n.id] == perf.read_latency_ns
         pci = topo.pci()
@@ -146,7 +148,9 @@ def test_cxl_pool_cpu_less_cxl_nodes_with_their_memory(
     for n in cxl_nodes:
         obj = numa[n.id]
         assert int(obj.attrs.get("local_memory", "0")) == n.memory == view.numa_memory[n.id]
-        assert not n.cpus and obj.cpuset() == frozenset(node.numa[0].cpus)  # next to the host bridge's CPUs
+        # CPU-less. The kernel gives a CXL node access figures but no initiator (generic targets: attributes
+        # only, drivers/acpi/numa/hmat.c), so hwloc cannot tie it to CPUs: it stays out of the package.
+        assert not n.cpus and obj.parent is not None and obj.parent.type != "Package"
         daxes = sorted(f"dax{r.region.id}.0" for r in view.regions if r.region.numa == n.id)
         assert sorted(obj.infos.get("DAXDevice", [])) == daxes
     # Every memory device (local, pooled logical devices, the DCD interface) as hwloc's CXLMem device.

@@ -218,3 +218,51 @@ def test_nvidia_smi_topo_shows_the_nic_columns_of_the_node(tmp_path: Path) -> No
     for gpu, nic in DGX_H100_GPU_NIC.items():
         column = next(k for k, v in legend.items() if v == nic)
         assert rows[f"GPU{gpu}"][header.index(column)].strip() == "PIX", (gpu, nic)
+
+
+SNC_HOST = """\
+name: snc-host
+description: two sockets in SNC3 mode (three NUMA nodes each) with an asymmetric SLIT
+groups:
+  - name: snc
+    node:
+      cpu: {arch: amd64, vendor: GenuineIntel, model: Intel(R) Xeon(R) Platinum 8480+, sockets: 2,
+            coresPerSocket: 6}
+      numa:
+        nodes:
+          - {id: 0, socket: 0, memory: 16GiB}
+          - {id: 1, socket: 0, memory: 16GiB}
+          - {id: 2, socket: 0, memory: 16GiB}
+          - {id: 3, socket: 1, memory: 16GiB}
+          - {id: 4, socket: 1, memory: 16GiB}
+          - {id: 5, socket: 1, memory: 16GiB}
+        distances:
+%s
+      pcie:
+        hostBridges: [{name: hb0, numa: 0}]
+"""
+
+
+@pytest.mark.root
+def test_an_asymmetric_slit_reaches_its_readers_the_right_way_round(tmp_path: Path) -> None:
+    """A real SLIT need not be symmetric (gramineproject/gramine#2122: an SNC host with UPI affinity has
+    d(0,4) = 28 but d(4,0) = 23). Row i of the profile's matrix is node i's ``distance`` file, and numactl -H
+    prints it as row i: a transposed matrix anywhere on the way fails here, where a symmetric one cannot."""
+    from fakehw.agent.state import derive_state
+    from fakehw.model import load_profile
+    from fakehw.render import RenderContext
+    from fakehw.render.atomic import OutputDir
+    from fakehw.sysfs import ROOT_DIR, render_tree
+
+    rows = _distance_rows(_capture("snc-upi-slit.txt"))
+    assert rows[0][4] != rows[4][0] and rows[1][3] != rows[3][1]
+    matrix = "\n".join(f"          - {rows[i]}" for i in range(6))
+    path = tmp_path / "snc.yaml"
+    path.write_text(SNC_HOST % matrix)
+    system = load_profile(path)
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(tmp_path / node.name))
+    root = tmp_path / node.name / ROOT_DIR
+    for i, row in rows.items():
+        assert [int(x) for x in (root / f"sys/devices/system/node/node{i}/distance").read_text().split()] == row
+    assert _distance_rows(_numactl_hardware(root)) == rows
