@@ -1,16 +1,18 @@
 """NUMA: ``/sys/devices/system/node`` and ``/proc/meminfo``.
 
 Every NUMA node of the model is present (as on GH200, whose reserved nodes show with no memory). Its CPUs,
-distances and HMAT access figures (``accessN/initiators``: MB/s and ns from the nearest CPU node) never change, so
-they are a static section; memory is runtime state (a CXL memdev going offline takes its regions' memory out of
-their node, a region created at run time adds it) and lives in a dynamic section with the masks that depend on
-it (``has_memory``).
+distances (row N of the model's SLIT) and firmware HMAT access figures (``accessN/initiators``: MB/s and ns from
+the nearest CPU node, with a link to it) never change, so they are a static section; memory is runtime state (a
+CXL memdev going offline takes its regions' memory out of their node, a region created at run time adds it) and
+lives in a dynamic section with what depends on it: ``has_memory``, ``meminfo``, ``numastat``, and a CXL node's
+access figures, which the CXL driver sets when a region's memory comes online and which carry no initiator link
+(firmware's HMAT describes no CXL window; drivers/acpi/numa/hmat.c updates generic targets' attributes only).
 
-CPU-less nodes (CXL memory, GPU HBM, reserved) have an empty ``cpulist``; their initiator is the CPU node nearest
-to them: the GPU's node for HBM, the CXL host bridge's node for CXL memory, else the closest by distance. Readers
-such as hwloc place a CPU-less node next to its initiator's CPUs from these links.
+HMAT figures are shown only where the kernel has them (:func:`fakehw.sysfs.memory.hmat_performance`): CPU nodes
+and coherent GPU memory when the firmware publishes an HMAT, not MIG-reserved nodes nor empty CXL windows (whose
+figures made hwloc 2.12 take the DRAM node for HBM). A CPU-less node's initiator is the CPU node nearest to it:
+the GPU's node for HBM, else the closest by distance.
 """
-
 from __future__ import annotations
 
 from collections.abc import Mapping
