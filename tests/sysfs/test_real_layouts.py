@@ -266,3 +266,21 @@ def test_an_asymmetric_slit_reaches_its_readers_the_right_way_round(tmp_path: Pa
     for i, row in rows.items():
         assert [int(x) for x in (root / f"sys/devices/system/node/node{i}/distance").read_text().split()] == row
     assert _distance_rows(_numactl_hardware(root)) == rows
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("profile", "want"), [
+    # DGX H100: GPU0-3 on socket 0, GPU4-7 on socket 1 (reference/hardware.md; its user guide's topology figure).
+    ("dgx-h100", {0: 0, 1: 0, 2: 0, 3: 0, 4: 1, 5: 1, 6: 1, 7: 1}),
+    # GB200 tray: GPUs 0,1 with Grace 0, GPUs 2,3 with Grace 1 (reference/hardware.md; srt-slurm#164's binding).
+    ("gb200-nvl72", {0: 0, 1: 0, 2: 1, 3: 1}),
+])
+def test_readers_of_pci_numa_node_find_each_gpu_on_its_socket(profile: str, want: dict[int, int],
+                                                             rendered: Rendered) -> None:
+    """What NVIDIA's device plugin and GFD do: read /sys/bus/pci/devices/<bdf>/numa_node at the real path (here
+    with cat in the node view) for each GPU NVML lists; the node is the CPU socket's, never the GPU-memory node."""
+    _, node, root = rendered(profile)[0]
+    bdfs = [str(g.address) for g in sorted(node.gpus, key=lambda g: g.index)]
+    proc = on_node(root, ["sh", "-c", " ".join(f"cat /sys/bus/pci/devices/{b}/numa_node;" for b in bdfs)])
+    assert proc.returncode == 0, proc.stderr
+    assert {i: int(v) for i, v in enumerate(proc.stdout.split())} == want
