@@ -290,7 +290,7 @@ class RootWriter:
         return None
 
     def _link_from(self, source: Path, section: Section, dest: Path, stats: WriteStats) -> bool:
-        """Hard-link ``section``'s files from ``source`` into ``dest`` (directories and links are made anew).
+        """Hard-link ``section``'s files and symlinks from ``source`` into ``dest`` (directories are made anew).
         False when hard links are not possible here; then nothing but directories was made."""
         src, dst = str(source), str(dest)
         files = [p for p, e in section.entries.items() if isinstance(e, File | CharDev | SparseFile)]
@@ -321,7 +321,14 @@ class RootWriter:
                     os.makedirs(os.path.join(dst, rel), exist_ok=True)
                     made.add(rel)
                 elif isinstance(entry, Link):
-                    os.symlink(entry.target, os.path.join(dst, rel))
+                    # A hard link to the sibling's symlink (same relative target: same share key) costs no new
+                    # inode, which on ext4 is most of a symlink's price; a fresh symlink when that fails.
+                    try:
+                        os.link(os.path.join(src, rel), os.path.join(dst, rel), follow_symlinks=False)
+                    except OSError as exc:
+                        if exc.errno not in (errno.ENOENT, errno.EMLINK, errno.EXDEV, errno.EPERM):
+                            raise
+                        os.symlink(entry.target, os.path.join(dst, rel))
                 else:
                     try:
                         os.link(os.path.join(src, rel), os.path.join(dst, rel))
