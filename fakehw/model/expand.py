@@ -1233,7 +1233,8 @@ def _node(
         )
         for i, sw in enumerate(nspec.nvswitches)
     )
-    nics = tuple(_nic(name, n, tpl) for n in nspec.nics)
+    # PCI bus order, as the kernel enumerates them and nvidia-smi's NIC columns list them (like GPUs).
+    nics = tuple(sorted((_nic(name, n, tpl) for n in nspec.nics), key=lambda n: n.address))
     node_pools = _memory_pools(name, tpl, gpus, pools, problems)
     return Node(
         name=name,

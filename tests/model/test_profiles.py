@@ -123,9 +123,9 @@ def test_dgx_h100_matches_reference() -> None:
     assert dict(per_switch) == {"nvsw0": 5, "nvsw1": 4, "nvsw2": 4, "nvsw3": 5}
     assert all(p.remote_kind == "switch" and p.bandwidth_gbs == 25 for p in node.gpus[0].ports)
     assert node.nvlink_domain is None
-    # The compute NICs (one per GPU), then the storage cards of slot 2 (socket 0) and slot 1 (socket 1).
-    assert [lv.short for lv in topo.gpu_nic_levels[0]] == ["PIX", "NODE", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS",
-                                                           "NODE", "NODE", "SYS", "SYS"]
+    # NICs in bus order: mlx5_0 (GPU0's), the slot-2 card (mlx5_1/2) and mlx5_3-5 on socket 0, the rest on 1.
+    assert [lv.short for lv in topo.gpu_nic_levels[0]] == ["PIX", "NODE", "NODE", "NODE", "NODE", "NODE", "SYS", "SYS",
+                                                           "SYS", "SYS", "SYS", "SYS"]
 
 
 def test_dgx_a100_is_nv12_on_paired_numa_nodes() -> None:
