@@ -15,7 +15,8 @@ pci           static   ``sys/devices/pci*`` bridges, NVSwitches, NICs; ``sys/bus
 rdma          static   ``sys/class/{net,infiniband,infiniband_verbs,infiniband_mad}``, ``dev/infiniband``,
                        nvidia-peermem (``sys/kernel/mm/memory_peers``, ``sys/module``)
 gpus          dynamic  GPU PCI functions and ``proc/driver/nvidia/gpus/<bdf>`` (a lost GPU disappears)
-nvidia        static   ``proc/driver/nvidia/{version,params}``, ``dev/nvidia*``, ``proc/devices``
+nvidia        static   ``proc/driver/nvidia/{version,params}``, ``dev/nvidia*``, ``proc/devices``, capability tables
+mig           dynamic  ``proc/driver/nvidia/capabilities/gpuN/mig/giX[/ciY]/access``, ``dev/nvidia-caps/nvidia-capN``
 cxl           dynamic  CXL PCI functions, ``sys/bus/cxl/devices``, ``sys/bus/dax/devices``
 pools         dynamic  ``run/fakehw/memory-pools.json``: the node's memory pools for device plugins
 system        static   ``proc/hwloc-nofile-info``, ``sys/class/dmi/id``
@@ -39,13 +40,13 @@ from fakehw.sysfs.cpu import cpu_section, hwloc_info
 from fakehw.sysfs.cxl import cxl_section
 from fakehw.sysfs.memory import memory_dynamic_section, memory_static_section
 from fakehw.sysfs.node import node_dynamic_section, node_static_section
-from fakehw.sysfs.nvidia import gpu_section, nvidia_static_section
+from fakehw.sysfs.nvidia import gpu_section, mig_section, nvidia_static_section
 from fakehw.sysfs.pci import pci_static_section
 from fakehw.sysfs.pcilayout import PciLayout, layout
 from fakehw.sysfs.rdma import rdma_section
 from fakehw.sysfs.tree import Link, RootWriter, Section, SectionSpec, WriteStats
 
-SYSFS_VERSION = "4"
+SYSFS_VERSION = "5"
 """Bump when the renderer's output changes, so existing trees are rebuilt."""
 ROOT_DIR = "root"
 MANIFEST = ".root-manifest"
@@ -68,9 +69,9 @@ def system_section(system: System, node: Node) -> Section:
     sec = Section("system")
     sec.file("proc/hwloc-nofile-info", hwloc_info(node))
     dmi = "sys/class/dmi/id"
-    vendor = "NVIDIA" if node.gpus else "fakehw"
+    vendor = node.dmi_vendor or ("NVIDIA" if node.gpus else "fakehw")
     sec.text(f"{dmi}/sys_vendor", vendor)
-    sec.text(f"{dmi}/product_name", system.name)
+    sec.text(f"{dmi}/product_name", node.dmi_product or system.name)
     sec.text(f"{dmi}/product_family", node.group)
     sec.text(f"{dmi}/board_vendor", vendor)
     sec.text(f"{dmi}/board_name", node.group)
@@ -109,6 +110,7 @@ def pools_section(node: Node, pools_json: list[dict[str, object]]) -> Section:
 
 def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     """Render the node's tree under ``root_parent.root / "root"``; returns what was written."""
+    from fakehw.agent.mig import boot_mig
     from fakehw.agent.platform import PlatformView, boot_view
 
     system, node, state = ctx.system, ctx.node, ctx.state
@@ -131,6 +133,7 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("pci", key, lambda: pci_static_section(node, lay)),
         SectionSpec("rdma", key, lambda: rdma_section(system, node, lay)),
         SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay)),
+        SectionSpec("mig", None, lambda: mig_section(node, state.mig if state.mig is not None else boot_mig(node))),
         SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
         SectionSpec("cxl", None, lambda: cxl_section(node, pools, lay, platform.cxl)),
         SectionSpec("pools", None, lambda: pools_section(node, [p.to_json() for p in platform.pools])),
