@@ -24,6 +24,8 @@ if [ "$scope" = all ]; then
   # Fake platform: hwloc's lstopo reads the fake root (hwloc-nox has no X libraries; the full hwloc package is as
   # good), numactl and lspci read it when it is mounted.
   PACKAGES+=(numactl pciutils)
+  # RDMA: rdma-core's ibverbs-utils (ibv_devices) and infiniband-diags (ibstat) read the NICs' verbs devices.
+  PACKAGES+=(ibverbs-utils infiniband-diags)
   command -v lstopo-no-graphics >/dev/null || PACKAGES+=(hwloc-nox)
   # Certification report: the HTML report is rendered in headless Chromium and its screenshot read by tesseract.
   PACKAGES+=(chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core)
@@ -71,6 +73,11 @@ fi
 # the library's exports, struct layouts and Python sweeps by them).
 "$(dirname "$0")/fetch-nvml-references.sh" ||
   echo "install-system-deps: the NVML references were not fetched; the tests that need them skip" >&2
+
+# hwloc 2.12 (bookworm has 2.9) from bookworm-backports, extracted into a project cache: its lstopo labels NUMA
+# nodes from HMAT figures (memory tiers), which the sysfs tests check the tree against.
+"$(dirname "$0")/fetch-real-hwloc.sh" ||
+  echo "install-system-deps: hwloc 2.12 was not fetched; the tests that need it skip" >&2
 
 # CXL peer suite: ndctl v81 (what ../shared/peer-suites/ndctl-cxl was written for) built into a project cache.
 "$(dirname "$0")/build-ndctl.sh" ||

@@ -166,8 +166,8 @@ def builtin_dir() -> Path:
 
 @cache
 def builtin_profiles() -> dict[str, Path]:
-    """Built-in profile names and their files."""
-    return {p.stem: p for p in sorted(builtin_dir().glob("*.yaml"))}
+    """Built-in profile names and their files, by name (``dgx-h100`` before ``dgx-h100-roce``)."""
+    return {p.stem: p for p in sorted(builtin_dir().glob("*.yaml"), key=lambda p: p.stem)}
 
 
 def find_document(ref: str, relative_to: Path | None, builtins: Mapping[str, Path]) -> Path | None:

@@ -154,6 +154,10 @@ class NumaSpec(Spec):
     distances: list[list[int]] | None = Field(
         None, description="SLIT matrix, one row per node in list order; 10 on the diagonal. Default derived."
     )
+    hmat: bool = Field(
+        True, description="the firmware publishes an HMAT: nodes' access figures (nodeN/accessM/initiators), which "
+                          "also place memory in memory tiers; false gives the kernel no performance data",
+    )
 
 
 # --------------------------------------------------------------------------------------------------- PCIe

@@ -396,6 +396,8 @@ class Node:
     nvlink_domain: str | None
     template: int = field(compare=False)
     """Identity of the node template this node came from; nodes with the same template share topology."""
+    hmat: bool = True
+    """The firmware publishes an HMAT (the nodes' ``initiator`` figures reach the kernel)."""
     dmi_vendor: str | None = None
     dmi_product: str | None = None
     """DMI sys_vendor and product_name of the machine (None: not given by the profile)."""

@@ -193,7 +193,7 @@ def agent_socket(tmp_path: Path) -> Iterator[Path]:
     thread = threading.Thread(target=run_agent, kwargs={"system": load_profile("gh200"), "state_dir": tmp_path,
                                                         "ready": ready, "stop": stop}, daemon=True)
     thread.start()
-    assert ready.wait(30)
+    assert ready.wait(120), "the agent did not come up (its first render writes the whole tree)"
     yield tmp_path / "agent.sock"
     stop.set()
     thread.join(10)
