@@ -28,6 +28,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from fakehw.livefs.notify import notify as notify_live
 from fakehw.model.system import CxlPool, Node, System
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
@@ -39,7 +40,7 @@ from fakehw.sysfs.pci import pci_static_section
 from fakehw.sysfs.pcilayout import PciLayout, layout
 from fakehw.sysfs.tree import Link, RootWriter, Section, SectionSpec, WriteStats
 
-SYSFS_VERSION = "2"
+SYSFS_VERSION = "3"
 """Bump when the renderer's output changes, so existing trees are rebuilt."""
 ROOT_DIR = "root"
 MANIFEST = ".root-manifest"
@@ -110,7 +111,6 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     if not isinstance(view, PlatformView):
         view = boot_view(system, node, state)
     lay = node_layout(system, node)
-    pools = node_pools(system, node)
     key = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/{node.name}"
     # Nodes of one template share their static CPU/NUMA/driver trees: hard links to a sibling's files.
     share = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/template{node.template}"
@@ -122,7 +122,7 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("pci", key, lambda: pci_static_section(node, lay)),
         SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay)),
         SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
-        SectionSpec("cxl", None, lambda: cxl_section(node, pools, lay, platform.cxl)),
+        SectionSpec("cxl", None, lambda: cxl_section(system, node, lay, platform.cxl)),
         SectionSpec("pools", None, lambda: pools_section(node, [p.to_json() for p in platform.pools])),
         SectionSpec("system", key, lambda: system_section(system, node)),
     ]
@@ -134,7 +134,10 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
                 yield parent / other.name / ROOT_DIR, parent / other.name / MANIFEST
 
     writer = RootWriter(root_parent.root / ROOT_DIR, root_parent.root / MANIFEST, siblings=siblings)
-    return writer.render(specs)
+    stats = writer.render(specs)
+    if stats.changed:
+        notify_live(root_parent.root, stats.changed)  # a live /sys must stop serving what changed first
+    return stats
 
 
 def render_root(ctx: RenderContext, out: OutputDir) -> None:

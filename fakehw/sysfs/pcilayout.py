@@ -233,8 +233,10 @@ def _subtree_link(node: Node, t: _Tree) -> tuple[int, int]:
 
 def _cxl_layout(node: Node, cxl: Cxl, pools: tuple[CxlPool, ...], out: list[PciFunction],
                 hb_dirs: dict[str, str], used_buses: dict[int, set[int]]) -> None:
-    """CXL host bridges, root ports, switches (and pool switches) and memory devices, numbered depth first."""
-    if not cxl.host_bridges:
+    """CXL host bridges, root ports, switches (and pool switches) and memory devices, numbered depth first; a
+    restricted host's device is an integrated endpoint on its host bridge's bus. None for the kernel's cxl_test
+    mock, whose devices are platform devices (fakehw.sysfs.cxldevices)."""
+    if not cxl.host_bridges or cxl.platform == "cxl_test":
         return
     memdev_at = {m.parent: m for m in cxl.memdevs}
     switch_at = {s.parent: s for s in cxl.switches}
@@ -295,6 +297,14 @@ def _cxl_layout(node: Node, cxl: Cxl, pools: tuple[CxlPool, ...], out: list[PciF
         hb_dir = f"sys/devices/pci{domain:04x}:{root_bus:02x}"
         hb_dirs[hb.name] = hb_dir
         bus = root_bus + 1
+        if hb.restricted:
+            m = memdev_at.get(hb.root_ports[0])
+            if m is not None:
+                addr = PciAddress(domain, root_bus, 0, 0)
+                out.append(PciFunction(addr, f"{hb_dir}/{addr}", "cxl-memdev", m.sku.vendor_id, m.sku.device_id,
+                                       m.sku.vendor_id, m.sku.device_id, 0x01, 0x050210, hb.numa, 5, 16,
+                                       PORT_TYPE["endpoint"], driver="cxl_pci", ref=m.name))
+            continue
         for k, rp in enumerate(hb.root_ports):
             rp_addr = PciAddress(domain, root_bus, k, 0)
             n = port_buses(rp)

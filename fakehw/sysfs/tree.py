@@ -35,7 +35,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +135,8 @@ class WriteStats:
     removed: int = 0
     skipped_sections: int = 0
     mode: str = ""
+    changed: list[str] = field(default_factory=list)
+    """Paths an incremental render wrote or removed (what a live view of the tree must stop caching)."""
 
 
 class RootWriter:
@@ -212,6 +214,7 @@ class RootWriter:
         self._write_all(writes, stats, atomic=True)
         if writes or removes:
             self._save_manifest(new_manifest)
+        stats.changed = [*writes, *removes]
         return stats
 
     def _full(self, specs: list[SectionSpec], stats: WriteStats) -> WriteStats:

@@ -120,6 +120,8 @@ def test_reads_pass_through_and_follow_the_agent_at_once(live: Live) -> None:
     ("bind a memdev that is bound", errno.EBUSY),
     ("bind a driver that does not exist", errno.ENOENT),
     ("write an attribute fakehw does not emulate", errno.EOPNOTSUPP),
+    ("create a region under a name the root decoder does not offer", errno.EBUSY),
+    ("create a region with a malformed name", errno.EINVAL),
 ])
 def test_a_refused_write_gets_the_kernels_errno_and_changes_nothing(live: Live, what: str, expected: int) -> None:
     d = live.sys / "bus/cxl"
@@ -133,8 +135,10 @@ def test_a_refused_write_gets_the_kernels_errno_and_changes_nothing(live: Live, 
         "unbind a memdev from a driver that does not match": lambda: _write(d / "drivers/cxl_port/unbind", "mem0"),
         "bind a memdev that is bound": lambda: _write(d / "drivers/cxl_mem/bind", "mem0\n"),
         "bind a driver that does not exist": lambda: _write(d / "drivers/cxl_nope/bind", "mem0"),
-        "write an attribute fakehw does not emulate": lambda: _write(d / "devices/decoder0.0/create_ram_region",
-                                                                     "region9\n"),
+        "write an attribute fakehw does not emulate": lambda: _write(d / "drivers_autoprobe", "0\n"),
+        "create a region under a name the root decoder does not offer":
+            lambda: _write(d / "devices/decoder0.0/create_ram_region", "region99\n"),
+        "create a region with a malformed name": lambda: _write(d / "devices/decoder0.0/create_ram_region", "r9\n"),
     }
     if what == "bind a driver that does not exist":
         # The directory does not exist on the bus: the open fails before any store (the kernel's ENOENT too).
