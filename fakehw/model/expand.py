@@ -26,6 +26,7 @@ from fakehw.model import spec as s
 from fakehw.model.catalogue import GpuSku, NVSwitchSku, catalogue
 from fakehw.model.errors import PathItem, Problems
 from fakehw.model.merge import merge_documents
+from fakehw.model.mig import MigGeometryError, place_in_order
 from fakehw.model.system import (
     C2CLink,
     Caches,
@@ -463,21 +464,21 @@ def _check_mig(g: s.GpuSpec, sku: GpuSku, problems: Problems, where: Path) -> No
     if sku.mig is None:
         problems.add((*where, "mig"), f"{sku.id} does not support MIG")
         return
-    slices = 0
-    per_profile: dict[str, int] = defaultdict(int)
+    profiles = []
     for j, name in enumerate(g.mig.instances):
         profile = sku.mig.profile(name)
         if profile is None:
             known = ", ".join(p.name for p in sku.mig.profiles)
             problems.add((*where, "mig", "instances", j), f"{sku.id} has no MIG profile {name!r} (known: {known})")
             continue
-        slices += profile.slices
-        per_profile[name] += 1
-        if per_profile[name] > profile.max_instances:
-            problems.add((*where, "mig", "instances", j), f"at most {profile.max_instances} instances of {name}")
-    if slices > sku.mig.max_instances:
-        problems.add((*where, "mig", "instances"), f"MIG instances use {slices} slices; {sku.id} has "
-                     f"{sku.mig.max_instances}")
+        profiles.append(profile)
+    if len(profiles) == len(g.mig.instances):
+        try:
+            place_in_order(sku.mig, profiles)
+        except MigGeometryError as exc:
+            problems.add((*where, "mig", "instances"), f"these GPU instances cannot all be created on a {sku.id}: "
+                         f"{exc} (the GPU has {sku.mig.max_instances} compute and {sku.mig.memory_slices} memory "
+                         f"slices; see fakehw show --catalogue)")
     if g.mig.instances and not g.mig.enabled:
         problems.add((*where, "mig", "instances"), "MIG instances listed but MIG is not enabled")
 
@@ -1113,13 +1114,9 @@ def _node(
         instances: list[MigInstance] = []
         sku = tpl.gpu_skus[g.name]
         if mig and mig.enabled and sku.mig:
-            start = 0
-            for k, pname in enumerate(mig.instances):
-                prof = sku.mig.profile(pname)
-                if prof is None:
-                    continue
-                instances.append(MigInstance(k, prof, f"MIG-{stable_uuid(uid, str(k))}", start))
-                start += prof.slices
+            profiles = [p for p in (sku.mig.profile(n) for n in mig.instances) if p is not None]
+            for k, (prof, (start, gi)) in enumerate(zip(profiles, place_in_order(sku.mig, profiles), strict=True)):
+                instances.append(MigInstance(k, prof, f"MIG-{stable_uuid(uid, str(k))}", start, gi))
         gpus.append(
             Gpu(
                 node=name,
@@ -1168,6 +1165,8 @@ def _node(
         labels=tuple(sorted(nspec.labels.items())),
         nvlink_domain=domain,
         template=tpl.key,
+        dmi_vendor=nspec.dmi.vendor if nspec.dmi else None,
+        dmi_product=nspec.dmi.product if nspec.dmi else None,
     )
 
 

@@ -162,7 +162,8 @@ class MigSpec(Spec):
     """MIG mode of a GPU and the GPU instances created at boot."""
 
     enabled: bool = True
-    instances: list[Annotated[str, Field(pattern=r"^\d+g\.\d+gb$")]] = Field(default_factory=list, max_length=8)
+    instances: list[Annotated[str, Field(pattern=r"^\d+g\.\d+gb(\+me|\+me\.all|-me|\+gfx)?$")]] = Field(
+        default_factory=list, max_length=7, description="GPU instance profiles, created in this order (e.g. 3g.40gb)")
 
 
 class GpuSpec(Spec):
@@ -406,6 +407,14 @@ class MemoryPoolSpec(Spec):
 # --------------------------------------------------------------------------------------------------- node
 
 
+class DmiSpec(Spec):
+    """What the firmware's DMI tables say the machine is (``/sys/class/dmi/id``): what GPU feature discovery
+    labels ``nvidia.com/gpu.machine`` with and inventory tools show."""
+
+    vendor: str = Field(min_length=1, max_length=64, description="sys_vendor, e.g. NVIDIA")
+    product: str = Field(min_length=1, max_length=64, description="product_name, e.g. DGXH100")
+
+
 class NodeSpec(Spec):
     """One node (host): everything on one motherboard or compute tray."""
 
@@ -420,6 +429,8 @@ class NodeSpec(Spec):
     cxl: CxlSpec = CxlSpec()
     memory_pools: list[MemoryPoolSpec] = Field(default_factory=list, max_length=64)
     labels: dict[str, str] = Field(default_factory=dict)
+    dmi: DmiSpec | None = None
+    """The machine's DMI identity; without it the fake says vendor NVIDIA (or fakehw) and the profile's name."""
 
 
 class GroupSpec(Spec):

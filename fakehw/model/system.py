@@ -162,12 +162,16 @@ class C2CLink:
 
 @dataclass(frozen=True, slots=True)
 class MigInstance:
-    """A GPU instance created at boot (with one full compute instance)."""
+    """A GPU instance created at boot (with one full compute instance, as ``nvidia-smi mig -cgi ... -C`` makes)."""
 
     index: int
+    """Position in the profile's list (the order they are created in)."""
     profile: MigProfile
     uuid: str
+    """Of its compute instance: the MIG device."""
     start_slice: int
+    """Placement start in memory slices (``nvidia-smi mig -lgi`` Placement Start)."""
+    gpu_instance_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +435,9 @@ class Node:
     nvlink_domain: str | None
     template: int = field(compare=False)
     """Identity of the node template this node came from; nodes with the same template share topology."""
+    dmi_vendor: str | None = None
+    dmi_product: str | None = None
+    """DMI sys_vendor and product_name of the machine (None: not given by the profile)."""
 
     @property
     def hostname(self) -> str:

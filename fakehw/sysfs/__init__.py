@@ -11,7 +11,8 @@ node-static   static   ``sys/devices/system/node``: masks, cpulist/cpumap, dista
 node-memory   dynamic  per-node ``meminfo``, ``has_memory``, ``proc/meminfo``
 pci           static   ``sys/devices/pci*`` bridges, NVSwitches, NICs; ``sys/bus/pci``; ``sys/class/{net,infiniband}``
 gpus          dynamic  GPU PCI functions and ``proc/driver/nvidia/gpus/<bdf>`` (a lost GPU disappears)
-nvidia        static   ``proc/driver/nvidia/{version,params}``, ``dev/nvidia*``, ``proc/devices``
+nvidia        static   ``proc/driver/nvidia/{version,params}``, ``dev/nvidia*``, ``proc/devices``, capability tables
+mig           dynamic  ``proc/driver/nvidia/capabilities/gpuN/mig/giX[/ciY]/access``, ``dev/nvidia-caps/nvidia-capN``
 cxl           dynamic  CXL PCI functions, ``sys/bus/cxl/devices``, ``sys/bus/dax/devices``
 pools         dynamic  ``run/fakehw/memory-pools.json``: the node's memory pools for device plugins
 system        static   ``proc/hwloc-nofile-info``, ``sys/class/dmi/id``
@@ -35,7 +36,7 @@ from fakehw.render.atomic import OutputDir
 from fakehw.sysfs.cpu import cpu_section, hwloc_info
 from fakehw.sysfs.cxl import cxl_section
 from fakehw.sysfs.node import node_dynamic_section, node_static_section
-from fakehw.sysfs.nvidia import gpu_section, nvidia_static_section
+from fakehw.sysfs.nvidia import gpu_section, mig_section, nvidia_static_section
 from fakehw.sysfs.pci import pci_static_section
 from fakehw.sysfs.pcilayout import PciLayout, layout
 from fakehw.sysfs.tree import Link, RootWriter, Section, SectionSpec, WriteStats
@@ -63,9 +64,9 @@ def system_section(system: System, node: Node) -> Section:
     sec = Section("system")
     sec.file("proc/hwloc-nofile-info", hwloc_info(node))
     dmi = "sys/class/dmi/id"
-    vendor = "NVIDIA" if node.gpus else "fakehw"
+    vendor = node.dmi_vendor or ("NVIDIA" if node.gpus else "fakehw")
     sec.text(f"{dmi}/sys_vendor", vendor)
-    sec.text(f"{dmi}/product_name", system.name)
+    sec.text(f"{dmi}/product_name", node.dmi_product or system.name)
     sec.text(f"{dmi}/product_family", node.group)
     sec.text(f"{dmi}/board_vendor", vendor)
     sec.text(f"{dmi}/board_name", node.group)
@@ -104,6 +105,7 @@ def pools_section(node: Node, pools_json: list[dict[str, object]]) -> Section:
 
 def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     """Render the node's tree under ``root_parent.root / "root"``; returns what was written."""
+    from fakehw.agent.mig import boot_mig
     from fakehw.agent.platform import PlatformView, boot_view
 
     system, node, state = ctx.system, ctx.node, ctx.state
@@ -121,6 +123,7 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("node-memory", None, lambda: node_dynamic_section(node, platform.numa_memory)),
         SectionSpec("pci", key, lambda: pci_static_section(node, lay)),
         SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay)),
+        SectionSpec("mig", None, lambda: mig_section(node, state.mig if state.mig is not None else boot_mig(node))),
         SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
         SectionSpec("cxl", None, lambda: cxl_section(system, node, lay, platform.cxl)),
         SectionSpec("pools", None, lambda: pools_section(node, [p.to_json() for p in platform.pools])),

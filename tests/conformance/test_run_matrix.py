@@ -69,7 +69,7 @@ def test_bad_matrices_are_refused_before_anything_runs(tmp_path: Path, args: tup
 @pytest.mark.parametrize(("args", "message"), [
     (("--target", "gpu-operator"), "no target 'gpu-operator' in the catalogue (known: device-plugin, extender, "
                                    "fabric, ray, slurm)"),
-    (("--category", "thermals"), "no category 'thermals' in the catalogue (known: allocation, chaos,"),
+    (("--category", "thermals"), "no category 'thermals' in the catalogue (known: allocation, buf, chaos,"),
     (("--target", "fabric", "--category", "health"), "no requirement matches"),
 ])
 def test_list_names_what_it_does_not_know(args: tuple[str, ...], message: str,
