@@ -183,6 +183,8 @@ def _cxl_bind_store(driver: str, bind: bool, name: str) -> Store:
             return _memdev_bind(core, s, name, bind)
         if kind == "port":
             port = _port_named(core, name)
+            if port is None and name.startswith("port"):
+                raise KernelError(errno.ENODEV, f"no device {name!r} on the cxl bus")
             if port is None:
                 raise KernelError(errno.EOPNOTSUPP, f"binding and unbinding {name} is not emulated by fakehw")
             return core.bind_port(s, port) if bind else core.unbind_port(s, port)
