@@ -21,7 +21,6 @@ import errno
 import logging
 import os
 import socket
-import stat
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -90,6 +89,9 @@ class LiveSysfs(mfusepy.Operations):  # type: ignore[misc]
         self._fuse: int | None = None
         self._lib: ctypes.CDLL | None = None
         self.invalidated = 0
+        self._modes: dict[str, int] = {}
+        """Mode of every path the kernel holds attributes of (what getattr answered, until invalidated): open
+        checks it without a system call."""
 
     # ------------------------------------------------------------------------------------------ caching
 
@@ -110,6 +112,7 @@ class LiveSysfs(mfusepy.Operations):  # type: ignore[misc]
             if rel != self.prefix and not rel.startswith(self.prefix + "/"):
                 continue
             path = rel[strip:] or "/"
+            self._modes.pop(path, None)
             known += self._lib.fuse_invalidate_path(self._fuse, path.encode()) == 0
         self.invalidated += known
         return known
@@ -130,6 +133,7 @@ class LiveSysfs(mfusepy.Operations):  # type: ignore[misc]
 
     def getattr(self, path: str, fh: Any = None) -> dict[str, Any]:
         st = self._lstat(path)
+        self._modes[path] = st.st_mode
         keys = ("st_mode", "st_nlink", "st_size", "st_uid", "st_gid", "st_rdev", "st_ino")
         out: dict[str, Any] = {k: getattr(st, k) for k in keys}
         out.update(st_atime_ns=st.st_atime_ns, st_mtime_ns=st.st_mtime_ns, st_ctime_ns=st.st_ctime_ns)
@@ -148,7 +152,9 @@ class LiveSysfs(mfusepy.Operations):  # type: ignore[misc]
             raise mfusepy.FuseOSError(exc.errno or errno.ENOENT) from None
 
     def open(self, path: str, fi: Any) -> int:
-        mode = self._lstat(path).st_mode
+        mode = self._modes.get(path)
+        if mode is None:
+            mode = self._lstat(path).st_mode
         acc = fi.flags & os.O_ACCMODE
         if acc in (os.O_WRONLY, os.O_RDWR) and not mode & 0o222:
             raise mfusepy.FuseOSError(errno.EACCES)
@@ -168,12 +174,6 @@ class LiveSysfs(mfusepy.Operations):  # type: ignore[misc]
                 return fh.read(size)
         except OSError as exc:
             raise mfusepy.FuseOSError(exc.errno or errno.EIO) from None
-
-    def access(self, path: str, amode: int) -> int:
-        mode = self._lstat(path).st_mode
-        if amode & os.W_OK and not stat.S_ISDIR(mode) and not mode & 0o222:
-            raise mfusepy.FuseOSError(errno.EACCES)
-        return 0
 
     def statfs(self, path: str) -> dict[str, int]:
         return {"f_bsize": 4096, "f_frsize": 4096, "f_namemax": 255}
@@ -258,7 +258,7 @@ def serve(tree: Path, mountpoint: Path, writer: SysfsWriter, prefix: str = "sys"
     listener = ChangeListener(fs, tree.parent.parent).start()
     try:
         mfusepy.FUSE(fs, str(mountpoint), foreground=True, raw_fi=True, nothreads=False,
-                      allow_other=os.geteuid() == 0, fsname="fakehw-sysfs", subtype="fakehw",
+                      allow_other=os.geteuid() == 0, default_permissions=True, fsname="fakehw-sysfs", subtype="fakehw",
                       attr_timeout=CACHE_TIMEOUT_S, entry_timeout=CACHE_TIMEOUT_S, negative_timeout=0)
     finally:
         listener.close()

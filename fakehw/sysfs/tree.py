@@ -99,7 +99,7 @@ class Section:
 
     def link(self, path: str, target: str) -> None:
         """A symlink at ``path`` to the root-relative ``target``, stored relative to ``path``'s directory."""
-        self.entries[path] = Link(posixpath.relpath(target, posixpath.dirname(path)))
+        self.entries[path] = Link(_relative(target, path))
 
     def dir(self, path: str, mode: int = 0o755) -> None:
         self.entries[path] = Dir(mode)
@@ -474,6 +474,21 @@ class RootWriter:
                 except OSError:
                     break
                 parent = posixpath.dirname(parent)
+
+
+def _relative(target: str, path: str) -> str:
+    """``posixpath.relpath(target, dirname(path))`` for the normalized root-relative paths sections use (no ``.``,
+    ``..`` or doubled slashes), without its absolute-path work: links are the bulk of a render."""
+    if "/." in target or "//" in target or target.startswith(".") or "/." in path or "//" in path:
+        return posixpath.relpath(target, posixpath.dirname(path))
+    t = target.split("/")
+    d = path.split("/")[:-1]
+    common = 0
+    for a, b in zip(t, d, strict=False):
+        if a != b:
+            break
+        common += 1
+    return "/".join([".."] * (len(d) - common) + t[common:]) or "."
 
 
 @functools.cache
