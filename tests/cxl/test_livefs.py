@@ -110,6 +110,26 @@ def test_reads_pass_through_and_follow_the_agent_at_once(live: Live) -> None:
     assert (live.sys / "bus/cxl/devices/mem1/driver").is_symlink()
 
 
+def test_what_the_kernel_cached_is_dropped_when_the_agent_changes_it(live: Live) -> None:
+    """Reads are cached by the kernel (that is what makes them fast) and still current: a file read, then
+    changed by a write through the mount or by the agent, reads the new content at once."""
+    offer = live.sys / "bus/cxl/devices/decoder0.1/create_ram_region"  # cfmws0 of cxl-pool
+    first = offer.read_text()
+    assert offer.read_text() == first  # now in the page cache
+    _write(offer, first)  # takes the offered id: the root decoder offers the next one
+    second = offer.read_text()
+    assert second != first, "the written attribute was served from the page cache"
+    region = first.strip()
+    assert (live.sys / f"bus/cxl/devices/{region}/commit").read_text() == "0\n"
+    name = live.svc.platform.create_region(NODE, {"window": "cfmws1", "targets": ["mem5"], "size": "256MiB"})["name"]
+    assert (live.sys / f"bus/cxl/devices/{name}/commit").read_text() == "1\n"
+    assert offer.read_text() == second
+    _write(live.sys / "bus/cxl/devices/decoder0.1/delete_region", region)
+    assert not (live.sys / f"bus/cxl/devices/{region}").exists()
+    live.svc.platform.destroy_region(NODE, name)
+    assert not (live.sys / f"bus/cxl/devices/{name}").exists()
+
+
 @pytest.mark.parametrize(("what", "expected"), [
     ("write a read-only attribute", errno.EACCES),
     ("read a write-only attribute", errno.EACCES),
