@@ -34,7 +34,8 @@ from fakehw.agent.cxlstate import (
     state_facts,
     with_region,
 )
-from fakehw.agent.cxltopo import MEMORY_BLOCK, GiB, MiB, NodeTopology, window_bases
+from fakehw.agent.cxltopo import GiB, MiB, NodeTopology, window_bases
+from fakehw.model.memblock import kmem_blocks
 from fakehw.model.spec import CXL_GRANULARITIES, CXL_INTERLEAVE_WAYS
 from fakehw.model.system import Cxl, CxlMemdev, CxlPool, CxlWindow, Node, System
 from fakehw.model.units import format_size
@@ -303,8 +304,8 @@ class CxlEngine:
         target = None if r.mode != "ram" or window is None else (r.numa if r.numa is not None else
                                                                   topo.target_node(window))
         active = r.committed and r.enabled
-        return RegionView(r, active, online_bytes(r) if active and r.mode == "ram" and r.dax == "kmem" else 0,
-                          target)
+        kmem = active and r.mode == "ram" and r.dax == "kmem"
+        return RegionView(r, active, online_bytes(r, topo.block) if kmem else 0, target)
 
     def _pool_memdevs(self, state: CxlState, node: Node, pool: CxlPool) -> list[MemdevView]:
         topo = self.topo(node.name)
@@ -625,11 +626,11 @@ class CxlEngine:
         core = self.core(node.name)
         rid = state.root_ids.get((node.name, window.name), 0)
         target = f"{pool.name}.dcd" if origin == "dcd-extent" else f"{pool.name}.ld{ld}"
-        blocks = size // MEMORY_BLOCK
-        online = 0 if node.cxl.hotplug_online == "offline" else (1 << blocks) - 1
+        blocks = kmem_blocks(core.topo.bases[window.name] + offset, size, core.topo.block)
+        online = 0 if node.cxl.hotplug_online == "offline" else (1 << len(blocks)) - 1
         region = Region(node.name, f"region{rid}", window.name, (target,), window.root_granularity, "ram", size,
                         offset, (offset if origin == "dcd-extent" else 0,), window.numa, origin, "", pool.name, ld,
-                        extent, online=online)
+                        extent, dax="kmem" if blocks else "", online=online)
         state = with_region(state, region)
         state = replace(state, root_ids={**state.root_ids, (node.name, window.name): -1})
         return core._fill_root_ids(state)

@@ -36,8 +36,9 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from fakehw.agent.cxlstate import STATE_ORDER, CxlState, EndpointDecoder, Region, with_region
-from fakehw.agent.cxltopo import MEMORY_BLOCK, Hop, NodeTopology
+from fakehw.agent.cxlstate import STATE_ORDER, CxlState, DaxDriver, EndpointDecoder, Region, with_region
+from fakehw.agent.cxltopo import Hop, NodeTopology
+from fakehw.model.memblock import kmem_blocks
 from fakehw.model.system import CxlMemdev, CxlWindow
 
 MiB = 2**20
@@ -606,6 +607,10 @@ class CxlCore:
     def base(self, r: Region) -> int:
         return self.topo.bases[r.window] + r.hpa_offset
 
+    def blocks(self, r: Region) -> range:
+        """The memory blocks kmem hot-adds for RAM region ``r`` (bit i of ``r.online`` is the i-th of them)."""
+        return kmem_blocks(self.base(r), r.size, self.topo.block)
+
     def port_kind(self, port: str) -> str:
         return "host bridge" if port in self.topo.hbs else "switch"
 
@@ -787,13 +792,14 @@ class CxlCore:
         return self._bind_region(state, r)
 
     def _bind_region(self, state: CxlState, r: Region) -> CxlState:
-        if r.mode == "ram":
-            return with_region(state, replace(r, enabled=True, dax="kmem", online=self._hotplug(r)))
+        if r.mode == "ram":  # kmem probes the region's DAX device; with no whole memory block it rejects it
+            dax: DaxDriver = "kmem" if self.blocks(r) else ""
+            return with_region(state, replace(r, enabled=True, dax=dax, online=self._hotplug(r)))
         return with_region(state, replace(r, enabled=True, dax="", online=0))
 
     def _hotplug(self, r: Region) -> int:
         """Memory blocks the kernel onlines when kmem hot-adds the region (auto_online_blocks policy)."""
-        return 0 if self.policy == "offline" else (1 << blocks(r)) - 1
+        return 0 if self.policy == "offline" else (1 << len(self.blocks(r))) - 1
 
     def unbind_region(self, state: CxlState, name: str) -> CxlState:
         r = self.region(state, name)
@@ -849,6 +855,9 @@ class CxlCore:
         if r.dax:
             raise _err(errno.EBUSY, f"{devname} is already bound to {r.dax}")
         if driver == "kmem":
+            if not self.blocks(r):
+                raise _err(errno.EINVAL, f"kmem rejects {devname}: no whole {self.topo.block >> 20} MiB memory "
+                                         "block in it after alignment")
             return with_region(state, replace(r, dax="kmem", online=self._hotplug(r)))
         return with_region(state, replace(r, dax="device_dax", online=0))
 
@@ -865,9 +874,9 @@ class CxlCore:
         for r in self.regions(state):
             if r.mode != "ram" or not r.enabled or r.dax != "kmem" or r.pool is not None:
                 continue
-            first = self.base(r) // MEMORY_BLOCK
-            if first <= phys_index < first + blocks(r):
-                return r, phys_index - first
+            span = self.blocks(r)
+            if phys_index in span:
+                return r, phys_index - span.start
         return None
 
     def set_block_state(self, state: CxlState, phys_index: int, text: str) -> CxlState:
@@ -938,12 +947,9 @@ class CxlCore:
 # --------------------------------------------------------------------------------------------------- helpers
 
 
-def blocks(r: Region) -> int:
-    return r.size // MEMORY_BLOCK
-
-
-def online_bytes(r: Region) -> int:
-    return bin(r.online).count("1") * MEMORY_BLOCK
+def online_bytes(r: Region, block: int) -> int:
+    """Bytes of RAM region ``r`` online, its memory blocks being ``block`` bytes."""
+    return bin(r.online).count("1") * block
 
 
 def _hdm_end(ds: Iterable[EndpointDecoder]) -> int:

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fakehw.model.memblock import block_size
 from fakehw.model.system import Cxl, CxlHostBridge, CxlMemdev, CxlPool, CxlSwitch, CxlWindow, Node, System
 
 MiB = 2**20
 GiB = 2**30
 WINDOW_BASE = 0x40_0000_0000
 """Host physical address of the first fixed memory window (256 GiB); windows follow each other 1 GiB aligned."""
-MEMORY_BLOCK = 128 * MiB
-"""Memory block size (``/sys/devices/system/memory/block_size_bytes``) that hot-added CXL memory comes in: the
-x86 default for a guest or a machine under 64 GiB, and the unit ``daxctl`` onlines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +53,8 @@ class NodeTopology:
         self.memdevs = {m.name: m for m in self.cxl.memdevs}
         self.windows = {w.name: w for w in self.cxl.windows}
         self.bases = window_bases(self.cxl)
+        self.block = block_size(node)
+        """The node's memory block size: the unit dax kmem hot-adds and daxctl onlines."""
         self.hb_of_rp = {rp: h.name for h in self.cxl.host_bridges for rp in h.root_ports}
         self.sw_of_dp = {dp: s.name for s in self.cxl.switches for dp in s.downstream_ports}
         self.sw_at = {s.parent: s.name for s in self.cxl.switches}

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from fakehw.agent.cxl import MemdevView, NodeCxlView, Region
 from fakehw.agent.cxlcore import CxlCore, KernelError, PortProgram
 from fakehw.agent.cxlstate import CxlState, EndpointDecoder
-from fakehw.agent.cxltopo import MEMORY_BLOCK, NodeTopology
+from fakehw.agent.cxltopo import NodeTopology
 from fakehw.model.system import CxlWindow, Node, System
 from fakehw.sysfs.cxldevices import CxlDevices
 from fakehw.sysfs.pci import function_files
@@ -32,7 +32,6 @@ BUS = "sys/bus/cxl"
 DEVICES = f"{BUS}/devices"
 DRIVERS = f"{BUS}/drivers"
 DAX_BUS = "sys/bus/dax"
-MEMORY = "sys/devices/system/memory"
 CXL_DRIVERS = ("cxl_port", "cxl_mem", "cxl_region", "cxl_pmem_region", "cxl_dax_region", "cxl_nvdimm_bridge",
                "cxl_nvdimm")
 DAX_DRIVERS = ("kmem", "device_dax")
@@ -566,34 +565,11 @@ class _CxlTree:
         sec.link(f"{DAX_BUS}/devices/{dax}", dd)
         sec.link(f"sys/dev/char/{DAX_MAJOR}:{r.id}", dd)
         sec.chardev(f"dev/{dax}", DAX_MAJOR, r.id, 0o600)
-        if r.dax == "kmem" and target >= 0:
-            self.memory_blocks(r, target)
         if r.origin == "dcd-extent" and r.extent is not None:
             ed = f"{dr}/extent{r.id}.0"
             sec.text(f"{ed}/offset", _hex(r.dpa_offsets[0]))
             sec.text(f"{ed}/length", _hex(r.size))
             sec.text(f"{ed}/tag", r.extent)
-
-    def memory_blocks(self, r: Region, node: int) -> None:
-        """The memory blocks kmem hot-added for the region (``memoryN``, N = physical block index), linked from
-        their NUMA node; online ones in ZONE_MOVABLE (daxctl's default)."""
-        sec = self.sec
-        sec.text(f"{MEMORY}/block_size_bytes", f"{MEMORY_BLOCK:x}")
-        sec.text(f"{MEMORY}/auto_online_blocks", self.cxl.hotplug_online, 0o644)
-        first = self.base(r) // MEMORY_BLOCK
-        for i in range(r.size // MEMORY_BLOCK):
-            online = bool(r.online >> i & 1)
-            b = f"{MEMORY}/memory{first + i}"
-            sec.text(f"{b}/state", "online" if online else "offline", 0o644)
-            sec.text(f"{b}/online", int(online), 0o644)
-            sec.text(f"{b}/phys_index", f"{first + i:08x}")
-            sec.text(f"{b}/phys_device", 0)
-            sec.text(f"{b}/removable", 1)
-            sec.text(f"{b}/valid_zones", "Movable" if online else "Normal Movable")
-            sec.link(f"{b}/subsystem", "sys/bus/memory")
-            sec.link(f"{b}/node{node}", f"sys/devices/system/node/node{node}")
-            sec.link(f"sys/devices/system/node/node{node}/memory{first + i}", b)
-            sec.link(f"sys/bus/memory/devices/memory{first + i}", b)
 
 
 def cxl_section(system: System, node: Node, lay: PciLayout, view: NodeCxlView) -> Section:

@@ -28,7 +28,6 @@ from pathlib import Path
 import pytest
 
 from fakehw.agent.cxlsysfs import CxlSysfs, SysfsError
-from fakehw.agent.cxltopo import MEMORY_BLOCK
 from fakehw.agent.service import AgentService
 from fakehw.model import System, load_profile
 from tests.scratch import scratch_base
@@ -262,14 +261,16 @@ def test_dax_devices_and_memory_blocks(kernel: Kernel) -> None:
     # region0 is RAM: its DAX device is bound to kmem, its memory hot-added offline (cxl_test's policy) into
     # node 0 (cfmws0 has no proximity domain: the kernel falls back to the first node).
     assert os.readlink(k.root / dax / "driver").endswith("/kmem") and k.read(f"{dax}/target_node") == "0"
-    first = int(k.read(f"{dax}/resource"), 16) // MEMORY_BLOCK
-    blocks = [f"sys/devices/system/memory/memory{first + i}" for i in range(512 * MiB // MEMORY_BLOCK)]
+    # x86 with under 64 GiB of RAM (cxl-test's 16 GiB): 128 MiB blocks (arch/x86/mm/init_64.c).
+    block = 128 * MiB
+    first = int(k.read(f"{dax}/resource"), 16) // block
+    blocks = [f"sys/devices/system/memory/memory{first + i}" for i in range(512 * MiB // block)]
     assert all(k.read(f"{b}/state") == "offline" for b in blocks)
-    assert k.read("sys/devices/system/memory/block_size_bytes") == f"{MEMORY_BLOCK:x}"
+    assert k.read("sys/devices/system/memory/block_size_bytes") == f"{block:x}"
     before = k.svc.platform.view(NODE).numa_memory[0]
     k.write(f"{blocks[0]}/state", "online_movable")
     assert k.read(f"{blocks[0]}/state") == "online" and k.exists(f"sys/devices/system/node/node0/memory{first}")
-    assert k.svc.platform.view(NODE).numa_memory[0] == before + MEMORY_BLOCK
+    assert k.svc.platform.view(NODE).numa_memory[0] == before + block
     assert k.refused(f"{blocks[1]}/state", "sideways") == errno.EINVAL
     assert k.refused("sys/bus/dax/drivers/kmem/unbind", "dax0.0") == errno.EBUSY  # memory still online
     k.write(f"{blocks[0]}/state", "offline")

@@ -30,7 +30,6 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 
 from fakehw.agent.cxl import DCD_BLOCK, REGION_UNIT, CxlState
 from fakehw.agent.cxlsysfs import CxlSysfs, SysfsError
-from fakehw.agent.cxltopo import MEMORY_BLOCK
 from fakehw.agent.platform import Platform, PlatformError
 from fakehw.agent.pools import PoolLedger
 from fakehw.agent.service import AgentService
@@ -70,6 +69,15 @@ VALUES = ("region{offered}", "region99", "1", "2", "0", "256", "4096", "0x200000
 
 def _snapshot(pf: Platform) -> str:
     return json.dumps({"cxl": pf.cxl.to_json(), "pools": pf.ledger.to_json()}, sort_keys=True)
+
+
+def _windows(root: Path) -> list[tuple[int, int]]:
+    """The CXL windows' host physical ranges as the root decoders under ``root0`` show them."""
+    out = []
+    for d in (root / "sys/bus/cxl/devices").glob("decoder0.*"):
+        start = int((d / "start").read_text(), 16)
+        out.append((start, start + int((d / "size").read_text(), 16)))
+    return out
 
 
 def _overlaps(ranges: list[tuple[int, int]]) -> bool:
@@ -333,10 +341,13 @@ class PlatformMachine(RuleBasedStateMachine):
                 link = dax[f"dax{rv.region.id}.0"] / "driver"
                 driver = Path(os.readlink(link)).name if link.is_symlink() else ""
                 assert driver == rv.region.dax, (node_name, rv.region.name, driver)
+            block = int((root / "sys/devices/system/memory/block_size_bytes").read_text(), 16)
+            windows = _windows(root)
             for numa, size in view.cxl.numa_memory.items():
                 blocks = [b for b in (root / f"sys/devices/system/node/node{numa}").glob("memory*")
-                          if (b / "state").read_text().strip() == "online"]
-                assert len(blocks) * MEMORY_BLOCK == size, (node_name, numa, len(blocks), size)
+                          if (b / "state").read_text().strip() == "online"
+                          and any(lo <= int(b.name[6:]) * block < hi for lo, hi in windows)]
+                assert len(blocks) * block == size, (node_name, numa, len(blocks), size)
             doc = json.loads((root / POOLS_FILE).read_text())
             rendered = {p["name"]: (p["available"], p["reserved"], p["bursting"]) for p in doc["pools"]}
             assert rendered == {p.name: (p.available, p.reserved, p.bursting) for p in view.pools}

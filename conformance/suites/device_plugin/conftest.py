@@ -150,9 +150,13 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
         "/var/run/cdi" if put.launcher_view is not None and put.view_problem is None
         else put.view_problem or f"the node's container ({dp_options.backend} backend)")
     conformance_manifest["device_plugin_node"] = node.name
-    image = dp_testbed.record.extra.get("image") if dp_options.backend == "docker" else None
-    if image:
-        conformance_manifest.setdefault("images", {})[node.arch] = image
+    if dp_options.backend == "docker":  # the image the node ran, by tag and content digest, and the engine
+        extra = dp_testbed.record.extra
+        tag, digest = extra.get("image", {}).get(node.arch), extra.get("image_ids", {}).get(node.arch)
+        if tag:
+            conformance_manifest.setdefault("images", {})[node.arch] = f"{tag}@{digest}" if digest else tag
+        if extra.get("engine"):
+            conformance_manifest["docker"] = extra["engine"]
     put.start()
     try:
         yield put
