@@ -153,11 +153,12 @@ def test_pooled_logical_devices_and_extents_move_between_hosts(platform: Platfor
     pooled = {h: platform.view(h).numa_memory[2] for h in (H0, H1)}
     platform.release_ld("pool0", {"ld": 3, "node": H0})
     platform.assign_ld("pool0", {"ld": 3, "node": H1})
-    ext = platform.add_extent("pool0", {"node": H0, "size": "1GiB"})
+    # 2 GiB: a host with 512 GiB of x86 RAM has 2 GiB memory blocks, and dax kmem hot-adds whole blocks only.
+    ext = platform.add_extent("pool0", {"node": H0, "size": "2GiB"})
     assert ext["offset"] % DCD_BLOCK == 0
     refused(platform, lambda: platform.assign_ld("pool0", {"ld": ext["offset"] // ld_size, "node": H1}), 409,
             "partly given out as dynamic-capacity extent")
-    assert platform.view(H0).numa_memory[2] == pooled[H0] - ld_size + GiB
+    assert platform.view(H0).numa_memory[2] == pooled[H0] - ld_size + 2 * GiB
     assert platform.view(H1).numa_memory[2] == pooled[H1] + ld_size
     platform.release_extent("pool0", ext["id"])
     assert platform.view(H0).numa_memory[2] == pooled[H0] - ld_size
