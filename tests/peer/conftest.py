@@ -1,17 +1,24 @@
-"""Prints the per-script table of the peer suites (ndctl's CXL tests) after the run."""
+"""The peer suites' shared fixtures (the table printed after the run: tests/peer/summary.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
+from tests.peer.ndctl import make_shims, needs
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    from tests.peer.test_ndctl_cxl import RESULTS
 
-    if not RESULTS:
-        return
-    terminalreporter.section("ndctl CXL tests against cxl-test (fakehw)")
-    width = max(len(name) for name, *_ in RESULTS)
-    terminalreporter.line(f"{'script':<{width}}  {'result':<10} {'seconds':>8}  evidence")
-    for name, result, seconds, evidence in RESULTS:
-        terminalreporter.line(f"{name:<{width}}  {result:<10} {seconds:>8.1f}  {evidence}")
+@pytest.fixture(scope="module")
+def shims(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_shims(tmp_path_factory.mktemp("shims"))
+
+
+@pytest.fixture(autouse=True)
+def _peer_host() -> Iterator[None]:
+    """Skip, with the reason, where the host truly cannot run the peer suites (no root, no FUSE, no ndctl 81)."""
+    reason = needs()
+    if reason is not None:
+        pytest.skip(reason)
+    yield

@@ -22,15 +22,13 @@ cxl-labels.sh is not run: it reads and writes each memdev's label storage area t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 from fakehw.livefs import unavailable
 from testbed.api import Testbed
@@ -98,11 +96,13 @@ SCRIPTS = (
     )),
 )
 
-RESULTS: list[tuple[str, str, float, str]] = []
-"""(script, result, seconds, evidence) for the summary table (tests/peer/conftest.py prints it)."""
+RESULTS_ENV = "FAKEHW_PEER_RESULTS"
+"""The file (named by the controlling pytest process, tests/peer/conftest.py) every worker appends a line of JSON
+to per script run: (script, result, seconds, evidence) for the summary table printed after the run."""
 
 
-def _needs() -> str | None:
+def needs() -> str | None:
+    """Why the peer suite cannot run on this host, or None."""
     if os.geteuid() != 0 or unavailable() is not None:
         return f"a live /sys needs root and FUSE: {unavailable() or 'not root'}"
     if not (NDCTL / "cxl").exists():
@@ -112,18 +112,8 @@ def _needs() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_needs() is not None, reason=str(_needs()))
-
-
-@pytest.fixture(scope="module")
-def shims(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``modprobe``/``udevadm`` that do nothing and a ``journalctl`` with the node's (empty) kernel log."""
-    d = tmp_path_factory.mktemp("shims")
-    for name, body in (("modprobe", "exit 0"), ("udevadm", "exit 0"),
-                       ("journalctl", 'echo "-- No entries --"')):
-        (d / name).write_text(f"#!/bin/sh\n# fakehw: the node has no kernel modules or kernel log of its own\n{body}\n")
-        (d / name).chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
-    return d
+def script(name: str) -> Script:
+    return next(s for s in SCRIPTS if s.name == name)
 
 
 @dataclass
@@ -135,6 +125,7 @@ class Run:
 
 
 def _run(script: Script, tb: Testbed, shims: Path) -> Run:
+    """Run one script in the node view of ``tb``'s node and count the evidence its output shows."""
     for argv in script.setup:
         done = tb.exec(NODE, [str(NDCTL / "cxl"), *argv], timeout=120)
         assert done.returncode == 0, done.stderr.decode(errors="replace")
@@ -152,23 +143,34 @@ def _run(script: Script, tb: Testbed, shims: Path) -> Run:
     return run
 
 
-@pytest.fixture
-def cluster(request: pytest.FixtureRequest, testbed_state_dir: Path) -> Iterator[Testbed]:
-    script: Script = request.param
-    tb = Testbed.up(script.profile, name=f"ndctl-{SCRIPTS.index(script)}", state_dir=testbed_state_dir)
+def make_shims(d: Path) -> Path:
+    """``modprobe``/``udevadm`` that do nothing and a ``journalctl`` with the node's (empty) kernel log, in ``d``."""
+    for name, body in (("modprobe", "exit 0"), ("udevadm", "exit 0"),
+                       ("journalctl", 'echo "-- No entries --"')):
+        (d / name).write_text(f"#!/bin/sh\n# fakehw: the node has no kernel modules or kernel log of its own\n{body}\n")
+        (d / name).chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    return d
+
+
+def run_and_judge(name: str, state_dir: Path, shims: Path) -> None:
+    """Bring up a fresh cluster of the script's profile (the script's ``modprobe -r; modprobe``), run the script
+    unchanged, record its row for the table and fail unless it exited 0 with all its evidence."""
+    s = script(name)
+    tb = Testbed.up(s.profile, name=f"ndctl-{SCRIPTS.index(s)}", state_dir=state_dir)
     try:
-        yield tb
+        run = _run(s, tb, shims)
     finally:
         tb.down()
-
-
-@pytest.mark.parametrize(("script", "cluster"), [(s, s) for s in SCRIPTS], indirect=["cluster"],
-                         ids=[s.name for s in SCRIPTS])
-def test_ndctl_cxl_script_passes_unchanged_with_its_checks_run(script: Script, cluster: Testbed, shims: Path) -> None:
-    run = _run(script, cluster, shims)
     evidence = "all" if not run.missing else f"missing: {'; '.join(run.missing)}"
-    RESULTS.append((script.name, "PASS" if run.returncode == 0 and not run.missing else f"FAIL ({run.returncode})",
-                    run.seconds, evidence))
+    result = "PASS" if run.returncode == 0 and not run.missing else f"FAIL ({run.returncode})"
+    _record(s.name, result, run.seconds, evidence)
     tail = "\n".join(run.output.splitlines()[-40:])
-    assert run.returncode == 0, f"{script.name} exited {run.returncode}:\n{tail}"
-    assert not run.missing, f"{script.name} passed without doing what its checks rest on: {run.missing}\n{tail}"
+    assert run.returncode == 0, f"{s.name} exited {run.returncode}:\n{tail}"
+    assert not run.missing, f"{s.name} passed without doing what its checks rest on: {run.missing}\n{tail}"
+
+
+def _record(name: str, result: str, seconds: float, evidence: str) -> None:
+    path = os.environ.get(RESULTS_ENV)
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps([name, result, round(seconds, 1), evidence]) + "\n")
