@@ -152,7 +152,8 @@ def runtime_numa_memory(node: Node, cxl: NodeCxlView) -> dict[int, int]:
 def boot_view(system: System, node: Node, state: NodeState) -> PlatformView:
     """The view of a node no agent serves (``fakehw render``): the model's CXL state, no grants."""
     engine = CxlEngine(system, [node.name])
-    cxl = engine.view(engine.boot(), node.name, _fault_offline(state))
+    down = _fault_offline(state)  # a memdev a fault holds down leaves its regions, as the agent settles it
+    cxl = engine.view(engine.settle(engine.boot(), node.name, down), node.name, down)
     numa = runtime_numa_memory(node, cxl)
     pools = tuple(_pool_view(p, pool_available(node, p, state, cxl, numa), PoolLedger()) for p in node.memory_pools)
     return PlatformView(node.name, numa, cxl, pools)
