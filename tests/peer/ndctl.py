@@ -34,7 +34,10 @@ from fakehw.livefs import unavailable
 from testbed.api import Testbed
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITE = Path(os.environ.get("FAKEHW_NDCTL_SUITE", ROOT.parent.parent / "shared/peer-suites/ndctl-cxl"))
+SUITE_CANDIDATES = (ROOT.parent.parent / "shared/peer-suites/ndctl-cxl", Path("/work/shared/peer-suites/ndctl-cxl"))
+"""../shared beside a worktree or /work/main, and the machine's /work/shared (a fresh clone elsewhere, as CI makes)."""
+SUITE = Path(os.environ.get("FAKEHW_NDCTL_SUITE") or next((p for p in SUITE_CANDIDATES if p.is_dir()),
+                                                          SUITE_CANDIDATES[-1]))
 NDCTL = ROOT / ".cache/ndctl-81/bin"
 NODE = "cxl-test-0"
 
