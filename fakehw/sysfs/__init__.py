@@ -33,6 +33,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from fakehw.livefs.notify import notify as notify_live
 from fakehw.model.system import CxlPool, Node, System
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
@@ -118,7 +119,6 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     if not isinstance(view, PlatformView):
         view = boot_view(system, node, state)
     lay = node_layout(system, node)
-    pools = node_pools(system, node)
     key = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/{node.name}"
     # Nodes of one template share their static CPU/NUMA/driver trees: hard links to a sibling's files.
     share = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/template{node.template}"
@@ -128,14 +128,13 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("node-static", key, lambda: node_static_section(node), share=f"{share}/node"),
         SectionSpec("node-memory", None, lambda: node_dynamic_section(node, platform.numa_memory)),
         SectionSpec("memory-static", key, lambda: memory_static_section(node), share=f"{share}/memory"),
-        SectionSpec("memory", None, lambda: memory_dynamic_section(node, platform.cxl, platform.numa_memory,
-                                                                   platform.memory_offline)),
+        SectionSpec("memory", None, lambda: memory_dynamic_section(node, platform.cxl, platform.numa_memory)),
         SectionSpec("pci", key, lambda: pci_static_section(node, lay)),
         SectionSpec("rdma", key, lambda: rdma_section(system, node, lay)),
         SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay)),
         SectionSpec("mig", None, lambda: mig_section(node, state.mig if state.mig is not None else boot_mig(node))),
         SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
-        SectionSpec("cxl", None, lambda: cxl_section(node, pools, lay, platform.cxl)),
+        SectionSpec("cxl", None, lambda: cxl_section(system, node, lay, platform.cxl)),
         SectionSpec("pools", None, lambda: pools_section(node, [p.to_json() for p in platform.pools])),
         SectionSpec("system", key, lambda: system_section(system, node)),
     ]
@@ -147,7 +146,10 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
                 yield parent / other.name / ROOT_DIR, parent / other.name / MANIFEST
 
     writer = RootWriter(root_parent.root / ROOT_DIR, root_parent.root / MANIFEST, siblings=siblings)
-    return writer.render(specs)
+    stats = writer.render(specs)
+    if stats.changed:
+        notify_live(root_parent.root, stats.changed)  # a live /sys must stop serving what changed first
+    return stats
 
 
 def render_root(ctx: RenderContext, out: OutputDir) -> None:

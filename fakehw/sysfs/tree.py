@@ -35,7 +35,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,10 @@ def digest(entry: Entry) -> str:
 
 def relative(target: str, start: str) -> str:
     """``posixpath.relpath`` for two root-relative, normalized paths (no ``.``/``..``, no trailing ``/``), without
-    its abspath calls: links are most of a tree's entries (a GB200 tray has tens of thousands)."""
+    its abspath calls: links are most of a tree's entries (a GB200 tray has tens of thousands). Anything else
+    (a ``.``/``..`` part, a doubled slash) goes through ``posixpath.relpath``."""
+    if _unnormalized(target) or _unnormalized(start):
+        return posixpath.relpath(target or ".", start or ".")
     t = target.split("/") if target else []
     f = start.split("/") if start else []
     common = 0
@@ -104,6 +107,11 @@ def relative(target: str, start: str) -> str:
         common += 1
     parts = [".."] * (len(f) - common) + t[common:]
     return "/".join(parts) or "."
+
+
+def _unnormalized(path: str) -> bool:
+    """Whether ``path`` has a part the fast path of :func:`relative` would get wrong."""
+    return "//" in path or path.startswith(".") or "/." in path or path.endswith("/")
 
 
 class Section:
@@ -163,6 +171,8 @@ class WriteStats:
     removed: int = 0
     skipped_sections: int = 0
     mode: str = ""
+    changed: list[str] = field(default_factory=list)
+    """Paths an incremental render wrote or removed (what a live view of the tree must stop caching)."""
 
 
 class RootWriter:
@@ -240,6 +250,7 @@ class RootWriter:
         self._write_all(writes, stats, atomic=True)
         if writes or removes:
             self._save_manifest(new_manifest)
+        stats.changed = [*writes, *removes]
         return stats
 
     def _full(self, specs: list[SectionSpec], stats: WriteStats) -> WriteStats:

@@ -17,8 +17,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from fakehw import livefs
 from fakehw.agent.client import AgentClient, AgentRequestError
 from fakehw.agent.trust import private_dir
+from fakehw.livefs.nodes import NodeMounts
 from fakehw.model import load_profile
 from testbed import nodeview
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
@@ -89,6 +91,7 @@ class LocalBackend(Backend):
             raise BackendError(f"state dir {request.state_dir} is too deep for a unix socket; use a shorter "
                                "--state-dir (or FAKEHW_STATE_DIR)")
         private_dir(root)
+        self.live_mounts(record).stop_all()  # a crashed cluster of the same name may have left mounts behind
         record.save()
         try:
             self.start_agent(record)
@@ -129,6 +132,7 @@ class LocalBackend(Backend):
         raise BackendError(f"the agent did not answer within {AGENT_START_TIMEOUT_S:.0f} s (log: {log_path})")
 
     def stop_agent(self, record: ClusterRecord, kill: bool = False, timeout: float = 10.0) -> None:
+        self.live_mounts(record).stop_all()
         pid = record.agent_pid
         if not _pid_alive(pid) or not _agent_of(pid, record):
             return
@@ -173,11 +177,28 @@ class LocalBackend(Backend):
         if not host_paths and nodeview.unavailable() is None:
             if shutil.which(run[0], path=full.get("PATH")) is None and "/" not in run[0]:
                 raise BackendInputError(f"command not found: {run[0]}")
-            run = nodeview.command(nodeview.NodeView(root=str(d / "root")), run)
+            run = nodeview.command(self.node_view(record, node), run)
         try:
             return subprocess.run(run, env=full, timeout=timeout, input=input, capture_output=capture, check=False)
         except FileNotFoundError:
             raise BackendInputError(f"command not found: {argv[0]}") from None
+
+    def live_mounts(self, record: ClusterRecord) -> NodeMounts:
+        """The nodes' live ``/sys`` mounts (:mod:`fakehw.livefs.nodes`), at ``<cluster>/live/<node>/sys``."""
+        return NodeMounts(record.dir / "live", Path(record.agent_socket or record.agent_dir / "agent.sock"),
+                          lambda n: record.node_dir(n) / "root" / "sys")
+
+    def node_view(self, record: ClusterRecord, node: str) -> nodeview.NodeView:
+        """What a command on ``node`` sees: its tree at the real paths, with ``/sys`` served live (kernel semantics
+        for writes, mounted on first use) when this machine can (root and FUSE), else the rendered tree read-only."""
+        root = str(record.node_dir(node) / "root")
+        if livefs.unavailable() is not None or not self.alive(record):
+            return nodeview.NodeView(root=root)
+        try:
+            mountpoint = self.live_mounts(record).ensure(node)
+        except (RuntimeError, OSError) as exc:
+            raise BackendError(f"cannot serve the live /sys of {node}: {exc}") from None
+        return nodeview.NodeView(root=root, binds=(nodeview.Bind(str(mountpoint), "/sys"),), writable_sys=True)
 
     def agent(self, record: ClusterRecord, node: str) -> AgentClient:
         if record.agent_socket is None:
@@ -188,5 +209,5 @@ class LocalBackend(Backend):
         return _pid_alive(record.agent_pid) and _agent_of(record.agent_pid, record)
 
     def down(self, record: ClusterRecord) -> None:
-        self.stop_agent(record)
+        self.stop_agent(record)  # takes the live /sys mounts down first: nothing may stay mounted in the tree
         remove_tree_in_background(record.dir)
