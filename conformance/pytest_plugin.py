@@ -206,6 +206,20 @@ class _Recorder:
         self.tests: dict[str, _TestResult] = {}
         self.manifest: dict[str, Any] = {}
         self._profile: tuple[str | None, list[str]] | None = None
+        self._provenance: dict[str, object] | None = None
+
+    @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Components by digest, harness and runner, resolved before any component runs (provenance)."""
+        if self.path is not None and any(requirement_ids(i) for i in session.items):
+            self._provenance_facts()
+
+    def _provenance_facts(self) -> dict[str, object]:
+        if self._provenance is None:
+            from conformance.provenance.facts import run_facts
+
+            self._provenance = run_facts(list(getattr(self.config.option, "target", []) or []), __version__)
+        return self._provenance
 
     def _profile_facts(self) -> tuple[str | None, list[str]]:
         """Digest and node architectures of the profile under test (None when it does not load)."""
@@ -270,6 +284,7 @@ class _Recorder:
                 "harness_version": __version__,
                 "python": platform.python_version(),
                 "machine": platform.machine(),
+                **self._provenance_facts(),
                 **self.manifest,
             },
             "tests": tests,
