@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from conformance.provenance.attest import Signer
     from conformance.provenance.verify import TrustPolicy
 
+RUN_MARKERS = ("report.json", "results.json", "attestation.intoto.json")
+"""Files that make a directory a run (one of them missing is a finding, not a reason to skip the run)."""
 SIGNING_HELP = ("How to sign: --sign-key KEY (a PEM private key: Ed25519, ECDSA or RSA; e.g. openssl genpkey "
                 "-algorithm ed25519 -out key.pem), --sigstore (keyless, with the ambient OIDC identity of a GitHub "
                 "Actions job that has 'id-token: write'), or neither: the run is then UNSIGNED, and says so.")
@@ -112,7 +114,7 @@ def _run_dirs(items: list[str]) -> list[Path]:
     for item in items:
         path = Path(item)
         if path.is_dir():
-            dirs += sorted({p.parent for p in path.rglob("report.json")})
+            dirs += sorted({p.parent for name in RUN_MARKERS for p in path.rglob(name)})
         elif path.name == "report.json":
             dirs.append(path.parent)
         else:
