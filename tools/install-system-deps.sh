@@ -13,6 +13,8 @@ PACKAGES+=(numactl pciutils)
 command -v lstopo-no-graphics >/dev/null || PACKAGES+=(hwloc-nox)
 # Certification report: the HTML report is rendered in headless Chromium and its screenshot read by tesseract.
 PACKAGES+=(chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core)
+# Signed reports: openssl checks the DSSE signatures and key ids conformance writes (an oracle outside our code).
+PACKAGES+=(openssl)
 # Emulated fabric (fakehw.fabric): ip/tc for links and qdiscs, nft for VLAN rules and impairments, nsenter.
 PACKAGES+=(iproute2 nftables util-linux)
 # Scheduler conformance (testbed/slurm): Slurm's daemons and clients and munge. testbed.slurm runs them with its own
