@@ -83,17 +83,25 @@ def signing_words(mode: str, signed: bool) -> str:
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
-    """Sign a finished run: it must verify as it stands (apart from a pending signature) first."""
+    """Sign finished runs (DIR, or every run below it): each must verify as it stands (apart from a pending
+    signature) first."""
+    signer = signer_from_args(args)
+    if signer.mode == "unsigned":
+        raise CliError("conformance sign needs --sign-key KEY or --sigstore", EXIT_BAD_INPUT)
+    root = Path(args.run)
+    runs = [root] if (root / "results.json").is_file() else sorted({p.parent for p in root.rglob("results.json")})
+    if not runs:
+        raise CliError(f"{root}: no results.json (not a run directory, and no runs below it)", EXIT_BAD_INPUT)
+    for run_dir in runs:
+        _sign_one(run_dir, signer)
+    return 0
+
+
+def _sign_one(run_dir: Path, signer: Signer) -> None:
     from conformance.provenance.attest import write_run
     from conformance.provenance.dsse import SignatureError
     from conformance.provenance.verify import TrustPolicy, verify_run
 
-    signer = signer_from_args(args)
-    if signer.mode == "unsigned":
-        raise CliError("conformance sign needs --sign-key KEY or --sigstore", EXIT_BAD_INPUT)
-    run_dir = Path(args.run)
-    if not (run_dir / "results.json").is_file():
-        raise CliError(f"{run_dir}: no results.json (not a run directory)", EXIT_BAD_INPUT)
     check = verify_run(run_dir, TrustPolicy())
     problems = [p for p in check.problems if "signature is still pending" not in p]
     if problems:
@@ -103,10 +111,9 @@ def cmd_sign(args: argparse.Namespace) -> int:
     try:
         written = write_run(run_dir / "results.json", run_dir, signer)
     except (ReportError, SignatureError) as exc:
-        raise CliError(str(exc), EXIT_FAILURE) from None
+        raise CliError(f"{run_dir}: {exc}", EXIT_FAILURE) from None
     print(f"{run_dir}: {signing_words(signer.mode, written.signed)}; verdict "
           f"{VERDICT_TEXT[written.report.verdicts.overall]}")
-    return 0
 
 
 def _run_dirs(items: list[str]) -> list[Path]:
@@ -183,7 +190,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("sign", help="sign a finished run directory (after checking it as it stands)",
                        description="Rebuilds the report files from DIR/results.json declaring the signature, reseals "
                                    "the run and signs the seal. Refuses a run that does not verify. " + SIGNING_HELP)
-    p.add_argument("run", metavar="DIR", help="a run directory (results.json, report.json, ...)")
+    p.add_argument("run", metavar="DIR", help="a run directory (results.json, report.json, ...) or a directory of "
+                                              "runs (conformance run --out with several targets or profiles)")
     add_signing_options(p)
     p.set_defaults(func=cmd_sign)
 

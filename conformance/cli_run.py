@@ -243,6 +243,8 @@ def execute(args: argparse.Namespace, run: Run, out: Path, signer: Signer) -> tu
     started = time.monotonic()
     env = dict(os.environ)
     env.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+    if args.component_user:
+        env["FAKEHW_COMPONENT_USER"] = args.component_user
     proc = subprocess.run(argv, env=env, check=False)
     took = time.monotonic() - started
     if not results.is_file():
@@ -264,6 +266,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from conformance.cli_report import signer_from_args
 
     signer = signer_from_args(args, defer=True)
+    if args.component_user:
+        from testbed.component_user import ComponentUserError, lookup
+
+        try:
+            lookup(args.component_user)
+        except ComponentUserError as exc:
+            raise CliError(str(exc), EXIT_BAD_INPUT) from None
     runs = plan_runs(args)
     out = Path(args.out)
     single = len(runs) == 1
@@ -354,6 +363,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-k", dest="keyword", help="only checks matching this pytest -k expression")
     p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                    help="pytest -v instead of -q, and print each pytest command line to stderr")
+    p.add_argument("--component-user", metavar="USER",
+                   help="start the component as this (non-root) user, so it cannot write the harness's output; "
+                        "the harness must run as root (the certify workflow does both)")
     add_signing_options(p, defer_help=True)
     p.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments")
     p.set_defaults(func=cmd_run)

@@ -94,7 +94,7 @@ def redact(spec: str) -> str:
         scheme, _, rest = words[0].partition(":")
         if scheme in ("cmd", "prefix", "python") and rest.startswith("/"):
             head, words[0] = scheme + ":", rest
-    return head + " ".join(_quote(Path(w).name if w.startswith("/") and len(w) > 1 else w) for w in words)
+    return head + " ".join(_quote(Path(w).name if w.startswith(("/", "~/")) and len(w) > 2 else w) for w in words)
 
 
 def _quote(word: str) -> str:
@@ -161,9 +161,21 @@ def _console_script(path: Path) -> Hashed | None:
     return result if isinstance(result, Hashed) else None
 
 
+def _home() -> str:
+    """The home directory ``~`` means in the component's command: the component user's when one is set."""
+    import pwd
+
+    user = os.environ.get("FAKEHW_COMPONENT_USER")
+    try:
+        return pwd.getpwnam(user).pw_dir if user else os.path.expanduser("~")
+    except KeyError:
+        return os.path.expanduser("~")
+
+
 def _command(words: list[str], which: Callable[[str], str | None]) -> Hashed | str:
     while words and ENV_ASSIGNMENT_RE.match(words[0]):
         words = words[1:]
+    words = [_home() + w[1:] if w.startswith("~/") else w for w in words]
     if not words:
         return "empty command"
     program = words[0] if "/" in words[0] else which(words[0])

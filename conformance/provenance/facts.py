@@ -45,6 +45,8 @@ class RunnerFacts:
     environment: str
     """``github-hosted``, ``self-hosted`` or ``local``."""
     platform: str
+    isolation: str
+    """How the component was kept from the harness's output: ``user NAME (uid N)`` or ``none``."""
 
 
 PACKAGES = ("fakehw", "testbed", "conformance")
@@ -92,6 +94,19 @@ def harness(version: str) -> HarnessFacts:
     return HarnessFacts(version, source, commit, modified, digest)
 
 
+def isolation() -> str:
+    from testbed.component_user import COMPONENT_USER_ENV, ComponentUserError, lookup
+
+    name = os.environ.get(COMPONENT_USER_ENV, "")
+    if not name:
+        return "none: the component ran as the harness's user"
+    try:
+        user = lookup(name)
+    except ComponentUserError as exc:
+        return f"none: {exc}"
+    return f"user {user.name} (uid {user.uid})"
+
+
 def runner() -> RunnerFacts:
     env = os.environ
     here = f"{platform.system().lower()}/{platform.machine()} python {platform.python_version()}"
@@ -101,8 +116,9 @@ def runner() -> RunnerFacts:
                f"/attempts/{env.get('GITHUB_RUN_ATTEMPT', '1')}")
         builder = env.get("FAKEHW_BUILDER_ID") or f"{server}/{env.get('GITHUB_WORKFLOW_REF', '?')}"
         return RunnerFacts("github-actions", run, builder, env.get("RUNNER_ENVIRONMENT", "github-hosted"),
-                           f"{env.get('RUNNER_OS', '?').lower()}/{env.get('RUNNER_ARCH', '?').lower()} {here}")
-    return RunnerFacts("local", "local", "local", "local", here)
+                           f"{env.get('RUNNER_OS', '?').lower()}/{env.get('RUNNER_ARCH', '?').lower()} {here}",
+                           isolation())
+    return RunnerFacts("local", "local", "local", "local", here, isolation())
 
 
 def run_facts(targets: list[str], version: str) -> dict[str, object]:

@@ -105,7 +105,8 @@ def statement(report: Report, run_dir: Path) -> dict[str, Any]:
                                        "profile": m.profile, "backend": m.backend,
                                        "architectures": m.architectures},
                 "internalParameters": {"catalogueVersion": m.catalogue.version, "signing": m.signing.mode,
-                                       "partial": report.partial},
+                                       "partial": report.partial,
+                                       "componentIsolation": runner.isolation if runner else "not recorded"},
                 "resolvedDependencies": _dependencies(report),
             },
             "runDetails": {

@@ -87,6 +87,7 @@ class Runner(_Model):
     builder: str
     environment: str
     platform: str
+    isolation: str = Field(description="how the component was kept from the harness's output")
 
 
 class Signing(_Model):

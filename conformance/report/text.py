@@ -32,7 +32,8 @@ def provenance_facts(report: Report) -> list[tuple[str, str]]:
                                 f"{' (modified)' if h.modified else ''}, {h.digest}"))
     rows.append(("catalogue", f"version {m.catalogue.version} (sha256 {m.catalogue.digest})"))
     if m.runner is not None:
-        rows.append(("runner", f"{m.runner.id} ({m.runner.environment}, {m.runner.platform})"))
+        rows.append(("runner", f"{m.runner.id} ({m.runner.environment}, {m.runner.platform}); component "
+                               f"isolation: {m.runner.isolation}"))
     rows.append(("signature", signing_text(report)))
     return rows
 

@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from testbed import component_user
 from testbed.environment import merged_environment
 
 PLUGIN_DIR_ENV = "FAKEHW_DEVICE_PLUGIN_DIR"
@@ -129,8 +130,9 @@ class CommandLauncher(PluginLauncher):
         with open(log, "ab") as out:
             out.write(f"# {time.strftime('%H:%M:%S')} start: {command}\n".encode())
             out.flush()
-            proc = subprocess.Popen(["/bin/sh", "-c", f"exec {command}"], env=env, stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            argv, env = component_user.wrap(["/bin/sh", "-c", f"exec {command}"], env)
+            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
         return LocalProcess(proc, log, command)
 
 

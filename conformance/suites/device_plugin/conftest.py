@@ -26,6 +26,7 @@ import pytest
 from conformance.pytest_plugin import TargetSpec, add_evidence
 from conformance.suites.device_plugin.support import REFERENCE_COMMAND, PluginUnderTest, SuiteOptions
 from fakehw import __version__
+from testbed import component_user
 from testbed.api import Testbed
 from testbed.cluster import remove_tree_in_background
 from testbed.kubelet.kubelet import PluginViolation, Timeouts
@@ -91,6 +92,7 @@ def dp_options(pytestconfig: pytest.Config, conformance_targets: dict[str, Targe
 @pytest.fixture(scope="session")
 def dp_testbed(dp_options: SuiteOptions) -> Iterator[Testbed]:
     state = Path(tempfile.mkdtemp(prefix="fhw-dp-", dir="/tmp"))
+    component_user.share_read(state)  # the node's view, read by a component run as another user
     tb = Testbed.up(dp_options.profile, backend=dp_options.backend, name="dp", state_dir=state)
     try:
         yield tb
@@ -116,6 +118,7 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
         raise pytest.UsageError(f"profile {dp_options.profile} has no node with GPUs")
     node = nodes[0]
     workdir = Path(tempfile.mkdtemp(prefix="fhw-dpk-", dir="/tmp"))
+    component_user.share_read(workdir)
     scratch = workdir
     launcher = None
     probe = None
