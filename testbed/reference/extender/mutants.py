@@ -31,6 +31,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            frozenset({"SCHED-TOPO-001", "SCHED-TOPO-002", "SCHED-ISO-005"}), profile="edge-pcie"),
     Mutant("split-gangs", "places gang members one by one, without a domain booking",
            frozenset({"SCHED-TOPO-003", "SCHED-ISO-004"})),
+    Mutant("ignore-bookings", "gives GPUs booked for a gang's pending members to other pods",
+           frozenset({"SCHED-ISO-006"})),
     Mutant("double-book", "counts GPUs right but hands out the best ones even if another pod holds them",
            frozenset({"SCHED-FIT-001", "SCHED-ISO-001"})),
     Mutant("ignore-cxl", "counts pool capacity the model has, not what the pool holds now (offline CXL)",
