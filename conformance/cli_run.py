@@ -53,7 +53,7 @@ SUITES = {"device-plugin": Suite("device-plugin", "conformance.suites.device_plu
           "slurm": Suite("slurm", "conformance.suites.slurm", "--spec", fuzz=None),
           "ray": Suite("ray", "conformance.suites.ray", "--spec", fuzz=None),
           "fabric": Suite("fabric", "conformance.suites.fabric", "--spec", fuzz=None)}
-STATUS_ORDER = ("failed", "error", "not-run", "skipped", "passed")
+STATUS_ORDER = ("failed", "error", "not-run", "skipped", "not-applicable", "passed")
 
 
 def suite_dir(suite: Suite) -> Path:
@@ -117,16 +117,16 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], bool]:
         req = cat.get(req_id)
         status = str(entry.get("status", "not-run"))
         required = req.required if req is not None else True
-        if status != "passed" and required:
+        if status not in ("passed", "not-applicable") and required:
             ok = False
         required_passed += required and status == "passed"
         mark = "" if required else " (recommended)"
-        lines.append(f"{status.upper():8} {req_id:15} {entry.get('title', '')}{mark}")
-        if status in ("failed", "error"):
+        lines.append(f"{status.upper():14} {req_id:15} {entry.get('title', '')}{mark}")
+        if status in ("failed", "error", "not-applicable"):
             for nodeid in entry.get("tests", []):
                 first = (messages.get(nodeid) or "").strip().splitlines()[:1]
                 if first:
-                    lines.append(f"{'':8} {'':15}   {first[0][:160]}")
+                    lines.append(f"{'':14} {'':15}   {first[0][:160]}")
     counts: dict[str, int] = {}
     for entry in reqs.values():
         counts[str(entry.get("status"))] = counts.get(str(entry.get("status")), 0) + 1
@@ -134,7 +134,7 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], bool]:
     # requirement passed
     complete = bool(doc.get("complete", True))
     ok = ok and complete and required_passed > 0
-    verdict = ("CERTIFIED: every required requirement passed" if ok
+    verdict = ("CERTIFIED: every required requirement that applies passed" if ok
                else "NOT CERTIFIED" + ("" if complete else " (partial: the run did not finish)"))
     lines.append("")
     lines.append(", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s)) +

@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import pytest
 
-from conformance import RESULTS_SCHEMA
+from conformance import RESULTS_SCHEMA, NotApplicable
 from conformance.requirements import Catalogue, catalogue
 from fakehw import __version__
 from fakehw.render.atomic import atomic_write
@@ -155,6 +155,21 @@ def add_evidence(item: pytest.Item, label: str, value: Any) -> None:
 
 # --------------------------------------------------------------------------------------------------- results
 
+NOT_APPLICABLE = "not-applicable"
+"""user_properties key under which a test's not-applicable reason travels (also from xdist workers)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Tell a :class:`~conformance.NotApplicable` ending apart from a plain skip: pytest reports both as skipped."""
+    report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(NotApplicable):
+        reason = str(getattr(call.excinfo.value, "msg", "") or "")
+        if all(k != NOT_APPLICABLE for k, _ in report.user_properties):
+            report.user_properties.append((NOT_APPLICABLE, reason))
+    return report
+
+
 
 @dataclass
 class _TestResult:
@@ -166,9 +181,14 @@ class _TestResult:
     evidence: list[dict[str, Any]] = field(default_factory=list)
 
 
+OUTCOMES = ("error", "failed", "passed", "skipped", "not-applicable")
+"""Per-test outcomes, in the order :func:`requirement_status` lets them win."""
+
+
 def requirement_status(outcomes: list[str]) -> str:
-    """error or failed if any test was; passed if one passed; skipped if all skipped; not-run without tests."""
-    for status in ("error", "failed", "passed", "skipped"):
+    """error or failed if any test was; passed if one passed; skipped if one was skipped (something that should
+    have run did not); not-applicable if every test said the requirement does not apply; not-run without tests."""
+    for status in OUTCOMES:
         if status in outcomes:
             return status
     return "not-run"
@@ -252,8 +272,9 @@ class _Recorder:
                 result.outcome = "failed" if report.when == "call" else "error"
                 result.message = _short(report)
             elif report.outcome == "skipped" and result.outcome != "failed":
-                result.outcome = "skipped"
-                result.message = _short(report)
+                reason = next((str(v) for k, v in report.user_properties if k == NOT_APPLICABLE), None)
+                result.outcome = "skipped" if reason is None else "not-applicable"
+                result.message = _short(report) if reason is None else reason
         result.evidence = [cast(dict[str, Any], v) for k, v in report.user_properties if k == "evidence"]
         if report.when == "teardown":
             self.write(complete=False)
@@ -304,7 +325,7 @@ class _Recorder:
         tr = terminalreporter
         tr.section("conformance: results per requirement")
         for req_id, entry in sorted(doc["requirements"].items()):
-            tr.write_line(f"{entry['status'].upper():8} {req_id:18} {entry.get('title', '')}")
+            tr.write_line(f"{entry['status'].upper():14} {req_id:18} {entry.get('title', '')}")
 
 
 def _short(report: pytest.TestReport) -> str:

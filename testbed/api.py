@@ -80,8 +80,9 @@ class Testbed:
 
     def exec(self, node: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
              timeout: float | None = 120, capture: bool = True,
-             input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        return self.backend.exec(self.record, node, argv, env=env, timeout=timeout, capture=capture, input=input)
+             input: bytes | None = None, host_paths: bool = False) -> subprocess.CompletedProcess[bytes]:
+        return self.backend.exec(self.record, node, argv, env=env, timeout=timeout, capture=capture, input=input,
+                                 host_paths=host_paths)
 
     def agent(self, node: str | None = None) -> AgentApi:
         return self.backend.agent(self.record, node or self.record.nodes[0])

@@ -20,6 +20,9 @@ PACKAGES+=(iproute2 nftables util-linux)
 # Scheduler conformance (testbed/slurm): Slurm's daemons and clients and munge. testbed.slurm runs them with its own
 # configuration, key and socket; the packages' own services are never started (see policy-rc.d below).
 PACKAGES+=(slurmctld slurmd slurm-client munge)
+# CXL: Debian's cxl/daxctl (ndctl 76.1) read the fake tree through a node view; jq and uuidgen are what ndctl's own
+# CXL tests use; fuse3 gives fusermount3 for the live sysfs (fakehw/livefs).
+PACKAGES+=(ndctl daxctl jq uuid-runtime fuse3)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -50,6 +53,10 @@ fi
 # cache (never installed system-wide) for the tests that compare the fake with them.
 "$(dirname "$0")/fetch-real-nvidia.sh" ||
   echo "install-system-deps: the real NVIDIA packages were not fetched; the tests that need them skip" >&2
+
+# CXL peer suite: ndctl v81 (what ../shared/peer-suites/ndctl-cxl was written for) built into a project cache.
+"$(dirname "$0")/build-ndctl.sh" ||
+  echo "install-system-deps: ndctl 81 was not built; the ndctl peer-suite tests skip" >&2
 
 # Docker backend: Docker engine with the containerd image store, buildx, QEMU + binfmt_misc for riscv64 nodes and
 # debootstrap for the offline base images (testbed/host.py). Quick when everything is there; the report is shown

@@ -131,6 +131,7 @@ th,td{border-bottom:1px solid #ddd;padding:6px 8px;text-align:left;vertical-alig
 th{background:#f0f2f5}
 .passed{color:#1b7f3b;font-weight:700}.failed,.error{color:#b3261e;font-weight:700}
 .skipped,.not-run{color:#8a6d00;font-weight:700}
+.not-applicable{color:#555;font-weight:700}
 details pre{white-space:pre-wrap;background:#f6f6f6;padding:8px;font-size:12px}
 .mono{font-family:monospace;font-size:12px}
 """
@@ -166,17 +167,20 @@ def to_html(report: Report) -> str:
         "<th>failing</th></tr>",
     ]
     for level, v in report.verdicts.levels.items():
-        if v.verdict == "n/a":
+        if not v.required:
             continue
-        cls = "passed" if v.verdict == "pass" else "failed"
-        parts.append(f"<tr><td>{level}</td><td class={cls}>{v.verdict.upper()}</td><td>{v.passed}/{v.required}</td>"
-                     f"<td class=mono>{escape(', '.join(v.failing))}</td></tr>")
+        cls = {"pass": "passed", "n/a": "not-applicable"}.get(v.verdict, "failed")
+        na = f"; not applicable: {', '.join(v.not_applicable)}" if v.not_applicable else ""
+        parts.append(f"<tr><td>{level}</td><td class={cls}>{v.verdict.upper()}</td>"
+                     f"<td>{v.passed}/{v.required - len(v.not_applicable)}</td>"
+                     f"<td class=mono>{escape(', '.join(v.failing) + na)}</td></tr>")
     parts.append("</table>")
     if system is not None:
         parts.append(f"<h2>Topology of {escape(system.name)}</h2><figure>{topology_svg(system)}</figure>")
     s = report.summary
     parts.append(f"<h2>Requirements</h2><p>{s.get('passed', 0)} passed, {s.get('failed', 0)} failed, "
-                 f"{s.get('error', 0)} errors, {s.get('skipped', 0)} skipped, {s.get('not-run', 0)} not run</p>")
+                 f"{s.get('error', 0)} errors, {s.get('skipped', 0)} skipped, "
+                 f"{s.get('not-applicable', 0)} not applicable, {s.get('not-run', 0)} not run</p>")
     parts.append("<table id=requirements><tr><th>status</th><th>requirement</th><th>level</th><th>category</th>"
                  "<th>title</th><th>s</th></tr>")
     for r in report.results:

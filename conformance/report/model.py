@@ -9,9 +9,11 @@ the catalogue's level and ``required`` flag. Anyone can recompute an unkeyed sea
 forgery from a real run: that is the signed attestation's job (:mod:`conformance.provenance`), which covers
 this file and every other file of the run.
 
-Verdict rules: a level passes when every *required* requirement of that level passed; skipped, not-run, failed
-and errored all fail it ("a certification run may skip nothing that is required"). A report built from an
-incomplete results file is partial and certifies nothing.
+Verdict rules: a level passes when every *required* requirement of that level that applies passed; skipped,
+not-run, failed and errored all fail it ("a certification run may skip nothing that is required"). A requirement
+whose tests all said it does not apply (``not-applicable``, with the reason in the row) neither passes nor fails
+its level; a level where nothing applies is ``n/a``. A report built from an incomplete results file is partial and
+certifies nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from conformance.catalogue_versions import CatalogueStamp, CatalogueVersionError
 from conformance.requirements import LEVELS, Level, catalogue
 
 REPORT_SCHEMA = "fakehw.conformance.report/v2"
-Status = Literal["passed", "failed", "error", "skipped", "not-run"]
-STATUSES: tuple[str, ...] = ("passed", "failed", "error", "skipped", "not-run")
+Status = Literal["passed", "failed", "error", "skipped", "not-applicable", "not-run"]
+STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "skipped", "not-applicable", "not-run")
 
 
 class _Model(BaseModel):
@@ -122,6 +124,8 @@ class LevelVerdict(_Model):
     required: int
     passed: int
     failing: list[str]
+    not_applicable: list[str] = Field(default_factory=list,
+                                      description="required requirements that do not apply to this run")
 
 
 class Verdicts(_Model):
@@ -162,14 +166,16 @@ def derive_verdicts(results: list[RequirementResult], partial: bool) -> Verdicts
     for level in LEVELS:
         required = [r for r in results if r.level == level and r.required]
         passed = [r for r in required if r.status == "passed"]
-        failing = [r.id for r in required if r.status != "passed"]
-        if not required:
+        inapplicable = [r.id for r in required if r.status == "not-applicable"]
+        failing = [r.id for r in required if r.status not in ("passed", "not-applicable")]
+        if len(inapplicable) == len(required):
             verdict: Literal["pass", "fail", "incomplete", "n/a"] = "n/a"
         elif partial:
             verdict = "incomplete"
         else:
             verdict = "pass" if not failing else "fail"
-        levels[level] = LevelVerdict(verdict=verdict, required=len(required), passed=len(passed), failing=failing)
+        levels[level] = LevelVerdict(verdict=verdict, required=len(required), passed=len(passed), failing=failing,
+                                     not_applicable=inapplicable)
     if partial:
         overall: Literal["certified", "not-certified", "partial"] = "partial"
     elif all(v.verdict in ("pass", "n/a") for v in levels.values()) and any(
@@ -207,7 +213,7 @@ def _row(req_id: str, entry: dict[str, Any], tests: dict[str, Any]) -> Requireme
                 seeds.append(str(item.get("value")))
             else:
                 evidence.append(Evidence(label=str(item.get("label")), value=item.get("value")))
-        if test.get("outcome") in ("failed", "error", "skipped") and test.get("message"):
+        if test.get("outcome") in ("failed", "error", "skipped", "not-applicable") and test.get("message"):
             messages.append(f"{nodeid}: {test['message']}")
     return RequirementResult(
         id=req_id, title=req.title, target=req.target, category=req.category, level=req.level,

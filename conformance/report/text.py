@@ -8,7 +8,7 @@ from collections import defaultdict
 
 from conformance.report.model import Report, RequirementResult
 
-STATUS_MARK = {"passed": "✅", "failed": "❌", "error": "💥", "skipped": "⏭️", "not-run": "⚪"}
+STATUS_MARK = {"passed": "✅", "failed": "❌", "error": "💥", "skipped": "⏭️", "not-applicable": "🚫", "not-run": "⚪"}
 VERDICT_TEXT = {"certified": "CERTIFIED", "not-certified": "NOT CERTIFIED", "partial": "PARTIAL (run incomplete)"}
 
 
@@ -54,13 +54,13 @@ def to_junit(report: Report) -> str:
         by_target[r.target].append(r)
     root = ET.Element("testsuites", name="fakehw conformance", tests=str(len(report.results)),
                       failures=str(report.summary.get("failed", 0)), errors=str(report.summary.get("error", 0)),
-                      skipped=str(report.summary.get("skipped", 0) + report.summary.get("not-run", 0)),
+                      skipped=str(sum(report.summary.get(k, 0) for k in ("skipped", "not-applicable", "not-run"))),
                       time=f"{sum(r.duration for r in report.results):.3f}")
     for target, rows in sorted(by_target.items()):
         suite = ET.SubElement(root, "testsuite", name=target, tests=str(len(rows)),
                               failures=str(sum(r.status == "failed" for r in rows)),
                               errors=str(sum(r.status == "error" for r in rows)),
-                              skipped=str(sum(r.status in ("skipped", "not-run") for r in rows)),
+                              skipped=str(sum(r.status in ("skipped", "not-applicable", "not-run") for r in rows)),
                               time=f"{sum(r.duration for r in rows):.3f}")
         props = ET.SubElement(suite, "properties")
         for key, value in (("verdict", report.verdicts.overall), ("profile", report.manifest.profile),
@@ -77,6 +77,8 @@ def to_junit(report: Report) -> str:
                 ET.SubElement(case, "error", message=(r.message.splitlines() or ["error"])[0][:300]).text = text
             elif r.status in ("skipped", "not-run"):
                 ET.SubElement(case, "skipped", message=r.message[:300] or r.status)
+            elif r.status == "not-applicable":
+                ET.SubElement(case, "skipped", message=f"not applicable: {r.message[:280]}")
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -95,15 +97,17 @@ def to_markdown(report: Report) -> str:
         "",
         f"**{signing_text(report)}**",
         "",
-        "| level | verdict | required passed |",
-        "|---|---|---|",
+        "| level | verdict | required passed | not applicable |",
+        "|---|---|---|---|",
     ]
     for level, v in report.verdicts.levels.items():
-        if v.verdict != "n/a":
-            lines.append(f"| {level} | {v.verdict} | {v.passed}/{v.required} |")
+        if v.required:
+            lines.append(f"| {level} | {v.verdict} | {v.passed}/{v.required - len(v.not_applicable)} | "
+                         f"{len(v.not_applicable)} |")
     s = report.summary
     lines += ["", f"{s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
-                  f"{s.get('skipped', 0)} skipped, {s.get('not-run', 0)} not run.", ""]
+                  f"{s.get('skipped', 0)} skipped, {s.get('not-applicable', 0)} not applicable, "
+                  f"{s.get('not-run', 0)} not run.", ""]
     lines += ["<details><summary>Requirements</summary>", "", "| | requirement | level | title | detail |",
               "|---|---|---|---|---|"]
     for r in report.results:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from fakehw.agent.mig_client import MigClientMixin
 from fakehw.agent.platform_client import PlatformClientMixin
 
 
@@ -35,7 +36,7 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-class AgentApi(PlatformClientMixin, ABC):
+class AgentApi(PlatformClientMixin, MigClientMixin, ABC):
     """The agent's verbs over some transport. Subclasses implement :meth:`request`: HTTP here
     (:class:`AgentClient`); backends may add others (``kubectl exec`` into an agent pod)."""
 

@@ -235,6 +235,7 @@ class MemdevView:
     fault_online: bool
     pool: str | None = None
     ld: int | None = None
+    qos_class: int = 0
 
     @property
     def online(self) -> bool:
@@ -249,7 +250,7 @@ class MemdevView:
                 "pmem_size": self.pmem_size, "dynamic_ram_size": self.dynamic_size, "serial": self.serial,
                 "host_bridge": self.host_bridge, "port": self.port, "numa_node": self.numa,
                 "online": self.online, "admin_online": self.admin_online, "fault_online": self.fault_online,
-                "pool": self.pool, "ld": self.ld}
+                "pool": self.pool, "ld": self.ld, "qos_class": self.qos_class}
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,11 +424,13 @@ class CxlEngine:
             hb = next(h for h in node.cxl.host_bridges if h.name == m.host_bridge)
             memdevs.append(MemdevView(m.name, self.memdev_sysfs_id(node, m.name), m.ram_size, m.pmem_size, 0,
                                       m.serial, m.host_bridge, m.parent, hb.numa,
-                                      (node_name, m.name) not in state.admin_offline, m.name not in fault_offline))
+                                      (node_name, m.name) not in state.admin_offline, m.name not in fault_offline,
+                                      qos_class=m.qos_class))
         pools: list[PoolHostView] = []
         for pool in self.pools_of(node_name):
             hb_name = port_host_bridge(node.cxl, pool.host_port)
             hb = next(h for h in node.cxl.host_bridges if h.name == hb_name)
+            qos = self.pool_window(node, pool).qos_class
             lds = tuple(sorted(ld for (p, ld), o in state.ld_owner.items() if p == pool.name and o == node_name))
             exts = tuple(sorted((e for e in state.extents.values() if e.pool == pool.name and e.node == node_name),
                                 key=lambda e: e.offset))
@@ -435,11 +438,11 @@ class CxlEngine:
                 name = f"{pool.name}.ld{ld}"
                 memdevs.append(MemdevView(name, self.memdev_sysfs_id(node, name), pool.ld_size, 0, 0,
                                           _pool_serial(pool.name, ld), hb.name, pool.host_port, hb.numa, True, True,
-                                          pool.name, ld))
+                                          pool.name, ld, qos))
             name = f"{pool.name}.dcd"
             memdevs.append(MemdevView(name, self.memdev_sysfs_id(node, name), 0, 0, pool.capacity,
                                       _pool_serial(pool.name, -1), hb.name, pool.host_port, hb.numa, True, True,
-                                      pool.name, None))
+                                      pool.name, None, qos))
             pools.append(PoolHostView(pool.name, pool.window, lds, tuple(e.id for e in exts),
                                       len(lds) * pool.ld_size + sum(e.length for e in exts)))
         online = {m.name for m in memdevs if m.online}

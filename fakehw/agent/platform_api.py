@@ -6,6 +6,9 @@ POST     /v1/nodes/{node}/cxl/regions                      create: {"window", "t
                                                            "mode"?, "name"?}
 DELETE   /v1/nodes/{node}/cxl/regions/{region}             destroy a region
 POST     /v1/nodes/{node}/cxl/memdevs/{memdev}/{online|offline}  bring a memory device online or take it offline
+POST     /v1/nodes/{node}/sysfs                            {"path", "data" (base64)}: a write(2) to a sysfs attribute
+                                                           (fakehw/agent/cxlsysfs.py); 200 with "errno" 0 and
+                                                           "written", or the kernel's "errno" and "error"
 GET      /v1/cxl/pools                                     pooled devices: LD owners, extents, free ranges
 POST     /v1/cxl/pools/{pool}/assign                       {"ld", "node"}: bind a logical device to a host
 POST     /v1/cxl/pools/{pool}/release                      {"ld", "node"?}: unbind it
@@ -29,10 +32,13 @@ or invalid access token.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from fakehw.agent.cxlsysfs import PAGE, CxlSysfs, SysfsError
 from fakehw.agent.platform import Platform, PlatformError
 
 if TYPE_CHECKING:
@@ -74,6 +80,25 @@ def _int_query(q: dict[str, str], name: str, default: int, lo: int, hi: int) -> 
     return value
 
 
+def _sysfs_write(pf: Platform, node: str, body: object) -> tuple[int, object]:
+    """A sysfs write: the kernel's answer (``errno``) is the result, not an HTTP error."""
+    if not isinstance(body, dict) or set(body) != {"path", "data"} or not isinstance(body["path"], str) \
+            or not isinstance(body["data"], str):
+        raise PlatformError(400, "a sysfs write is {\"path\": \"sys/...\", \"data\": \"<base64>\"}")
+    if len(body["data"]) > 2 * PAGE or len(body["path"]) > PAGE:
+        raise PlatformError(413, f"a sysfs write carries at most {PAGE} bytes")
+    try:
+        data = base64.b64decode(body["data"], validate=True)
+    except (binascii.Error, ValueError):
+        raise PlatformError(400, "data is not base64") from None
+    pf.view(node)  # 404 for an unknown node
+    try:
+        done = CxlSysfs(pf).write(node, body["path"], data)
+    except SysfsError as exc:
+        return 200, {"errno": exc.errno, "error": exc.message}
+    return 200, {"errno": 0, "written": done.count, "changed": done.changed}
+
+
 ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     ("GET", re.compile(r"^/v1/nodes/(?P<node>[^/]+)/cxl$"),
      _wrap(lambda pf, p, q, b: (200, pf.view(p["node"]).cxl.to_json()))),
@@ -85,6 +110,8 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
      _wrap(lambda pf, p, q, b: (200, pf.set_memdev(p["node"], p["memdev"], True)))),
     ("POST", re.compile(r"^/v1/nodes/(?P<node>[^/]+)/cxl/memdevs/(?P<memdev>[^/]+)/offline$"),
      _wrap(lambda pf, p, q, b: (200, pf.set_memdev(p["node"], p["memdev"], False)))),
+    ("POST", re.compile(r"^/v1/nodes/(?P<node>[^/]+)/sysfs$"),
+     _wrap(lambda pf, p, q, b: _sysfs_write(pf, p["node"], b))),
     ("GET", re.compile(r"^/v1/cxl/pools$"), _wrap(lambda pf, p, q, b: (200, pf.cxl_pools()))),
     ("POST", re.compile(r"^/v1/cxl/pools/(?P<pool>[^/]+)/assign$"),
      _wrap(lambda pf, p, q, b: (200, pf.assign_ld(p["pool"], b)))),

@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from fakehw.agent.faults import describe_kinds
+from fakehw.agent.mig_api import ROUTES as MIG_ROUTES
 from fakehw.agent.platform_api import ROUTES as PLATFORM_ROUTES
 from fakehw.agent.service import AgentError, AgentService
 from fakehw.agent.state import GpuState, MemdevState, PoolState
@@ -142,6 +143,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     ("POST", re.compile(r"^/v1/heal$"), _heal),
     ("GET", re.compile(r"^/v1/events$"), _events),
     *PLATFORM_ROUTES,  # CXL and memory pools: fakehw/agent/platform_api.py
+    *MIG_ROUTES,  # MIG mode and instances: fakehw/agent/mig_api.py
 ]
 
 

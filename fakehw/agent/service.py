@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from fakehw.agent.faults import FAULT_ADAPTER, FAULT_KINDS, FaultBase, FaultTargetError, check_target
 from fakehw.agent.journal import Journal
+from fakehw.agent.mig import MigManager
 from fakehw.agent.platform import Platform
 from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
 from fakehw.model.system import Node, System
@@ -76,6 +77,7 @@ class AgentService:
         self._replay()
         self._compact()
         self.platform = Platform(system, self._nodes, state_dir, clock, self._lock, self._platform_changed)
+        self.mig = MigManager(system, self._nodes, state_dir, self._lock, self._platform_changed)
         for name in self._nodes:
             self._render(name, initial=True)
 
@@ -234,7 +236,7 @@ class AgentService:
         node = self._nodes[name]
         faults = [f for f in self._faults.values() if f.node == name]
         state = derive_state(node, faults, self._generation[name], self.system.seed)
-        state = dataclasses.replace(state, platform=self.platform.attach(name, state))
+        state = dataclasses.replace(state, platform=self.platform.attach(name, state), mig=self.mig.attach(name, state))
         self._states[name] = state
         return render_node(self.system, node, state, self.node_dir(name), initial=initial,
                            events=self._recent_events(name))
@@ -298,14 +300,17 @@ class AgentService:
         self.journal.compact(records)
 
     def _platform_changed(self, nodes: Iterable[str]) -> None:
-        """A CXL or memory-pool change (already journaled by the platform): new generation, re-render."""
+        """A CXL, memory-pool or MIG change (already journaled by its owner): new generation, re-render."""
         with self._lock:
             for name in nodes:
                 if name in self._nodes:
                     self._generation[name] += 1
+                    # so a restarted agent never hands out a generation a consumer has already seen
+                    self.journal.append({"op": "generation", "generations": {name: self._generation[name]}})
                     self._render(name)
             self._changed.notify_all()
 
     def close(self) -> None:
         self.platform.close()
+        self.mig.close()
         self.journal.close()

@@ -31,7 +31,8 @@ from fakehw.agent.faults import (
 )
 from fakehw.model.system import Node
 
-if TYPE_CHECKING:  # the platform module imports this one
+if TYPE_CHECKING:  # the platform and MIG modules import this one
+    from fakehw.agent.mig import NodeMig
     from fakehw.agent.platform import PlatformView
 
 Health = Literal["healthy", "degraded", "unhealthy", "lost"]
@@ -162,6 +163,8 @@ class NodeState:
     """NVLink ports down at run time, (device id, port), both ends included."""
     platform: PlatformView | None = None
     """CXL devices, NUMA memory and memory pools now (set by the agent; None outside an agent)."""
+    mig: NodeMig | None = None
+    """MIG mode and instances now (set by the agent; None outside an agent: renderers use the profile's boot state)."""
 
     def gpu(self, name: str) -> GpuState | None:
         return next((g for g in self.gpus if g.name == name), None)
@@ -183,6 +186,7 @@ class NodeState:
             "faults": [f.to_json() for f in self.faults],
             "down_ports": sorted([list(p) for p in self.down_ports]),
             **({"platform": self.platform.summary()} if self.platform is not None else {}),
+            **({"mig": self.mig.to_json()["gpus"]} if self.mig is not None else {}),
         }
 
 

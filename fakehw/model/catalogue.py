@@ -73,19 +73,36 @@ class NVLinkCapability(_Data):
 
 
 class MigProfile(_Data):
+    """A GPU instance profile as ``nvidia-smi mig -lgip`` lists it (engine counts per instance)."""
+
     name: str
-    profile_id: int = Field(alias="profileId")
-    slices: int
+    index: int = Field(ge=0, lt=0x12, description="NVML_GPU_INSTANCE_PROFILE_* (what GetGpuInstanceProfileInfo takes)")
+    id: int = Field(ge=0, description="the profile ID nvidia-smi shows and GPU instances report")
+    slices: int = Field(ge=1, le=8, description="compute slices (the 'Ng' of the name)")
+    memory_slices: int = Field(alias="memorySlices", ge=1, le=8, description="placement size")
     memory_mib: int = Field(alias="memoryMiB")
     max_instances: int = Field(alias="maxInstances")
+    multiprocessors: int
+    copy_engines: int = Field(alias="copyEngines")
+    decoders: int
+    encoders: int = 0
+    jpegs: int
+    ofas: int
 
 
 class MigCapability(_Data):
-    max_instances: int = Field(alias="maxInstances")
+    max_instances: int = Field(alias="maxInstances", description="compute slices of the GPU")
+    memory_slices: int = Field(8, alias="memorySlices")
     profiles: tuple[MigProfile, ...]
 
     def profile(self, name: str) -> MigProfile | None:
         return next((p for p in self.profiles if p.name == name), None)
+
+    def by_index(self, index: int) -> MigProfile | None:
+        return next((p for p in self.profiles if p.index == index), None)
+
+    def by_id(self, profile_id: int) -> MigProfile | None:
+        return next((p for p in self.profiles if p.id == profile_id), None)
 
 
 class GpuSku(_Data):

@@ -26,6 +26,7 @@ from fakehw.model import spec as s
 from fakehw.model.catalogue import GpuSku, NVSwitchSku, catalogue
 from fakehw.model.errors import PathItem, Problems
 from fakehw.model.merge import merge_documents
+from fakehw.model.mig import MigGeometryError, place_in_order
 from fakehw.model.system import (
     C2CLink,
     Caches,
@@ -463,21 +464,21 @@ def _check_mig(g: s.GpuSpec, sku: GpuSku, problems: Problems, where: Path) -> No
     if sku.mig is None:
         problems.add((*where, "mig"), f"{sku.id} does not support MIG")
         return
-    slices = 0
-    per_profile: dict[str, int] = defaultdict(int)
+    profiles = []
     for j, name in enumerate(g.mig.instances):
         profile = sku.mig.profile(name)
         if profile is None:
             known = ", ".join(p.name for p in sku.mig.profiles)
             problems.add((*where, "mig", "instances", j), f"{sku.id} has no MIG profile {name!r} (known: {known})")
             continue
-        slices += profile.slices
-        per_profile[name] += 1
-        if per_profile[name] > profile.max_instances:
-            problems.add((*where, "mig", "instances", j), f"at most {profile.max_instances} instances of {name}")
-    if slices > sku.mig.max_instances:
-        problems.add((*where, "mig", "instances"), f"MIG instances use {slices} slices; {sku.id} has "
-                     f"{sku.mig.max_instances}")
+        profiles.append(profile)
+    if len(profiles) == len(g.mig.instances):
+        try:
+            place_in_order(sku.mig, profiles)
+        except MigGeometryError as exc:
+            problems.add((*where, "mig", "instances"), f"these GPU instances cannot all be created on a {sku.id}: "
+                         f"{exc} (the GPU has {sku.mig.max_instances} compute and {sku.mig.memory_slices} memory "
+                         f"slices; see fakehw show --catalogue)")
     if g.mig.instances and not g.mig.enabled:
         problems.add((*where, "mig", "instances"), "MIG instances listed but MIG is not enabled")
 
@@ -519,6 +520,14 @@ def _check_generation(gpu: GpuSku | None, sw: NVSwitchSku | None, problems: Prob
     if gpu and sw and gpu.nvlink.generation != sw.nvlink_generation:
         problems.add(where, f"{gpu.id} speaks NVLink {gpu.nvlink.generation} but {sw.id} is an NVLink "
                      f"{sw.nvlink_generation} switch")
+
+
+def _memdev_qos(m: CxlMemdev, given: dict[str, int | None], windows: list[CxlWindow]) -> int:
+    """A memdev's QoS class: the profile's, else the QTG of the first window over its host bridge."""
+    own = given.get(m.name)
+    if own is not None:
+        return own
+    return next((w.qos_class for w in windows if m.host_bridge in w.targets), 0)
 
 
 def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], problems: Problems, path: Path) -> Cxl:
@@ -592,7 +601,9 @@ def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], proble
         if w.numa is not None and numa_kind.get(w.numa) != "cxl":
             problems.add((*where, "numa"), f"NUMA node {w.numa} is not a kind: cxl node of this host")
         windows.append(CxlWindow(w.name, i, w.size, tuple(w.targets), w.interleave_granularity, w.ram, w.pmem,
-                                 w.numa))
+                                 w.numa, w.qos_class))
+    qos = {m.name: m.qos_class for m in c.memdevs}
+    memdevs = [dataclasses.replace(m, qos_class=_memdev_qos(m, qos, windows)) for m in memdevs]
     by_window = {w.name: w for w in windows}
     by_dev = {m.name: m for m in memdevs}
     used: dict[tuple[str, str], str] = {}
@@ -1084,13 +1095,9 @@ def _node(
         instances: list[MigInstance] = []
         sku = tpl.gpu_skus[g.name]
         if mig and mig.enabled and sku.mig:
-            start = 0
-            for k, pname in enumerate(mig.instances):
-                prof = sku.mig.profile(pname)
-                if prof is None:
-                    continue
-                instances.append(MigInstance(k, prof, f"MIG-{stable_uuid(uid, str(k))}", start))
-                start += prof.slices
+            profiles = [p for p in (sku.mig.profile(n) for n in mig.instances) if p is not None]
+            for k, (prof, (start, gi)) in enumerate(zip(profiles, place_in_order(sku.mig, profiles), strict=True)):
+                instances.append(MigInstance(k, prof, f"MIG-{stable_uuid(uid, str(k))}", start, gi))
         gpus.append(
             Gpu(
                 node=name,

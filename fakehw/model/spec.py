@@ -162,7 +162,8 @@ class MigSpec(Spec):
     """MIG mode of a GPU and the GPU instances created at boot."""
 
     enabled: bool = True
-    instances: list[Annotated[str, Field(pattern=r"^\d+g\.\d+gb$")]] = Field(default_factory=list, max_length=8)
+    instances: list[Annotated[str, Field(pattern=r"^\d+g\.\d+gb(\+me|\+me\.all|-me|\+gfx)?$")]] = Field(
+        default_factory=list, max_length=7, description="GPU instance profiles, created in this order (e.g. 3g.40gb)")
 
 
 class GpuSpec(Spec):
@@ -272,6 +273,11 @@ class CxlMemdevSpec(Spec):
     ram_size: Size = 0
     pmem_size: Size = 0
     serial: int | None = Field(None, ge=0, le=2**63 - 1)
+    qos_class: int | None = Field(
+        None, ge=-1, le=65535,
+        description="QoS class of the device's memory (memN/ram/qos_class, pmem/qos_class: the QTG the platform "
+                    "matched its performance to); default: the qosClass of the first window over its host bridge",
+    )
 
     @model_validator(mode="after")
     def _has_capacity(self) -> CxlMemdevSpec:
@@ -289,6 +295,8 @@ class CxlWindowSpec(Spec):
     interleave_granularity: int = Field(256, description="bytes: 256, 512, ... 16384")
     ram: bool = True
     pmem: bool = False
+    qos_class: int = Field(0, ge=-1, le=65535,
+                           description="the window's QoS Throttling Group id (CFMWS qtg_id; root decoder qos_class)")
     numa: int | None = Field(
         None, ge=0, le=1023,
         description="kind: cxl NUMA node that RAM decoded by this window onlines into (firmware gives every "

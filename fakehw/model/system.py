@@ -162,12 +162,16 @@ class C2CLink:
 
 @dataclass(frozen=True, slots=True)
 class MigInstance:
-    """A GPU instance created at boot (with one full compute instance)."""
+    """A GPU instance created at boot (with one full compute instance, as ``nvidia-smi mig -cgi ... -C`` makes)."""
 
     index: int
+    """Position in the profile's list (the order they are created in)."""
     profile: MigProfile
     uuid: str
+    """Of its compute instance: the MIG device."""
     start_slice: int
+    """Placement start in memory slices (``nvidia-smi mig -lgi`` Placement Start)."""
+    gpu_instance_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +284,7 @@ class CxlMemdev:
     serial: int
     pooled: str | None = None
     """Name of the system CXL pool when this is a logical device of a pooled multi-logical device."""
+    qos_class: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +298,8 @@ class CxlWindow:
     pmem: bool
     numa: int | None = None
     """kind: cxl NUMA node that RAM decoded by this window onlines into (None: the window's RAM has no node)."""
+    qos_class: int = 0
+    """QoS Throttling Group id of the window (CFMWS qtg_id), shown as the root decoder's ``qos_class``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ multiple of its own size (no ``long`` or pointers appear), records are padded to
 the packer writes little-endian (the shim refuses a snapshot whose byte-order mark does not read back).
 
 The file is: header, GPU records, MIG device records, MIG profile records, process records, event records,
-NIC records.
+NIC records, GPU instance records, compute instance profile records, platform records.
 Offsets and counts are in the header; the checksum is CRC-32 (zlib's) over the whole file with the
 ``superseded`` and ``checksum`` fields read as zero. This module uses only the standard library because the
 build (which generates the header) runs before the package's dependencies exist.
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, ClassVar, cast
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = "FHWNVML"
 BYTE_ORDER_MARK = 0x01020304
 
@@ -40,8 +40,15 @@ MAX_GPUS = 64
 MAX_LINKS = 18
 """NVML_NVLINK_MAX_LINKS of the 535 headers."""
 MAX_MIG_PER_GPU = 8
-MAX_MIG_PROFILES_PER_GPU = 8
+"""MIG devices (compute instances) per GPU: at most one per compute slice (7)."""
+MAX_MIG_PROFILES_PER_GPU = 16
+MAX_GI_PER_GPU = 8
+"""GPU instances per GPU (at most 7: one per compute slice)."""
+MAX_CI_PROFILES_PER_GPU = 64
+"""Compute instance profiles over all of a GPU's GPU instance profiles."""
 MAX_PLACEMENTS = 8
+CI_PROFILE_COUNT = 9
+"""``NVML_COMPUTE_INSTANCE_PROFILE_COUNT`` of the newest nvml.h."""
 MAX_EVENTS = 256
 MAX_NICS = 64
 MAX_PROCESSES = 4096
@@ -324,7 +331,9 @@ class GpuRecord:
 
 @dataclass(frozen=True)
 class MigRecord:
-    """A MIG device (GPU instance with its one compute instance) of a GPU with MIG enabled."""
+    """A MIG device: one compute instance of a GPU instance of a GPU with MIG enabled. ``index`` orders a GPU's MIG
+    devices by GPU instance id, then compute instance id; ``slice_count``, ``start_slice``, engines and memory are
+    the GPU instance's, ``multiprocessors`` and the ``ci_`` fields the compute instance's."""
 
     c_name: ClassVar[str] = "fhw_mig_t"
 
@@ -348,6 +357,11 @@ class MigRecord:
     mem_reserved: U64 = 0
     mem_used: U64 = 0
     mem_free: U64 = 0
+    ci_slice_count: U32 = 0
+    ci_start: U32 = 0
+    gi_placement_size: U32 = 0
+    gi_record: U32 = 0
+    """Index of its GPU instance's :class:`GpuInstanceRecord`."""
 
 
 @dataclass(frozen=True)
@@ -374,6 +388,77 @@ class MigProfileRecord:
     placement_count: U32 = 0
     placement_start: Annotated[tuple[int, ...], Array(u32, MAX_PLACEMENTS)] = _zeros(MAX_PLACEMENTS)
     memory_mib: U64 = 0
+    placement_size: U32 = 0
+    """Memory slices a placement spans."""
+    reserved0: U32 = 0
+
+
+@dataclass(frozen=True)
+class GpuInstanceRecord:
+    """A GPU instance (with or without compute instances) of a GPU with MIG enabled."""
+
+    c_name: ClassVar[str] = "fhw_gi_t"
+
+    serial: U64 = 0
+    """Never reused on its GPU: what keeps an NVML handle of a destroyed instance from naming a new one."""
+    memory_mib: U64 = 0
+    parent: U32 = 0
+    id: U32 = 0
+    profile_index: U32 = 0
+    profile_id: U32 = 0
+    slice_count: U32 = 0
+    placement_start: U32 = 0
+    placement_size: U32 = 0
+    multiprocessors: U32 = 0
+    copy_engines: U32 = 0
+    decoders: U32 = 0
+    encoders: U32 = 0
+    jpegs: U32 = 0
+    ofas: U32 = 0
+    mig_first: U32 = 0
+    """Its compute instances: MIG records ``mig_first .. mig_first + mig_count``."""
+    mig_count: U32 = 0
+    ci_remaining: Annotated[tuple[int, ...], Array(u32, CI_PROFILE_COUNT)] = _zeros(CI_PROFILE_COUNT)
+    """Compute instances of each ``NVML_COMPUTE_INSTANCE_PROFILE_*`` that still fit."""
+
+
+@dataclass(frozen=True)
+class CiProfileRecord:
+    """A compute instance profile of one GPU instance profile of a GPU (engines are shared: the GPU instance's)."""
+
+    c_name: ClassVar[str] = "fhw_ci_profile_t"
+
+    name: Annotated[str, Char(96)] = ""
+    parent: U32 = 0
+    gi_profile_index: U32 = 0
+    index: U32 = 0
+    """``NVML_COMPUTE_INSTANCE_PROFILE_*``, also the profile id NVML reports."""
+    slice_count: U32 = 0
+    instance_count: U32 = 0
+    multiprocessors: U32 = 0
+    copy_engines: U32 = 0
+    decoders: U32 = 0
+    encoders: U32 = 0
+    jpegs: U32 = 0
+    ofas: U32 = 0
+    placement_count: U32 = 0
+    placement_start: Annotated[tuple[int, ...], Array(u32, MAX_PLACEMENTS)] = _zeros(MAX_PLACEMENTS)
+
+
+@dataclass(frozen=True)
+class PlatformRecord:
+    """Where a GPU sits in its rack (``nvmlDeviceGetPlatformInfo``); one per GPU, in GPU slot order."""
+
+    c_name: ClassVar[str] = "fhw_platform_t"
+
+    supported: U32 = 0
+    slot_number: U32 = 0
+    tray_index: U32 = 0
+    host_id: U32 = 0
+    peer_type: U32 = 0
+    module_id: U32 = 0
+    chassis_serial: Annotated[tuple[int, ...], Array(u8, 16)] = _zeros(16)
+    ib_guid: Annotated[tuple[int, ...], Array(u8, 16)] = _zeros(16)
 
 
 @dataclass(frozen=True)
@@ -470,10 +555,19 @@ class HeaderRecord:
     nic_count: U32 = 0
     nic_record_size: U32 = 0
     nic_offset: U64 = 0
+    gi_count: U32 = 0
+    gi_record_size: U32 = 0
+    gi_offset: U64 = 0
+    ci_profile_count: U32 = 0
+    ci_profile_record_size: U32 = 0
+    ci_profile_offset: U64 = 0
+    platform_count: U32 = 0
+    platform_record_size: U32 = 0
+    platform_offset: U64 = 0
 
 
-RECORDS: tuple[type[Any], ...] = (LinkRecord, GpuRecord, MigRecord, MigProfileRecord, ProcessRecord, EventRecord,
-                                  NicRecord, HeaderRecord)
+RECORDS: tuple[type[Any], ...] = (LinkRecord, GpuRecord, MigRecord, MigProfileRecord, GpuInstanceRecord,
+                                  CiProfileRecord, PlatformRecord, ProcessRecord, EventRecord, NicRecord, HeaderRecord)
 """Every record, nested ones first (the order the C header declares them in)."""
 
 
@@ -567,6 +661,9 @@ def c_header() -> str:
         f"#define FHW_MAX_MIGS {MAX_GPUS * MAX_MIG_PER_GPU}",
         f"#define FHW_MAX_MIG_PROFILES {MAX_GPUS * MAX_MIG_PROFILES_PER_GPU}",
         f"#define FHW_MAX_PLACEMENTS {MAX_PLACEMENTS}",
+        f"#define FHW_MAX_GIS {MAX_GPUS * MAX_GI_PER_GPU}",
+        f"#define FHW_MAX_CI_PROFILES {MAX_GPUS * MAX_CI_PROFILES_PER_GPU}",
+        f"#define FHW_CI_PROFILE_COUNT {CI_PROFILE_COUNT}",
         f"#define FHW_MAX_EVENTS {MAX_EVENTS}",
         f"#define FHW_MAX_NICS {MAX_NICS}",
         f"#define FHW_MAX_PROCESSES {MAX_PROCESSES}",

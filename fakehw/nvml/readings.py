@@ -63,11 +63,6 @@ def memory_bus_width(sku: GpuSku) -> int:
     return 8192 if sku.architecture == "blackwell" else 5120
 
 
-def sms_per_mig_slice(sku: GpuSku) -> int:
-    """SMs one MIG compute slice gets (A100: 14, H100: 16; Blackwell assumed 18)."""
-    return {"ampere": 14, "hopper": 16, "blackwell": 18}.get(sku.architecture, max(1, sku.multiprocessors // 8))
-
-
 def reserved_mib(sku: GpuSku) -> int:
     """Framebuffer the driver keeps for itself (what ``nvmlMemory_v2_t.reserved`` reports; approx.)."""
     return max(256, sku.memory_mib // 160)

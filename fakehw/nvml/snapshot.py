@@ -20,28 +20,33 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fakehw.agent.mig import GpuMig, NodeMig, boot_mig
 from fakehw.agent.state import Event, GpuState, NodeState
 from fakehw.model.catalogue import GpuSku
 from fakehw.model.system import Gpu, Node, NVLinkPort, System
 from fakehw.model.topology import NodeTopology, P2PCapability, derive_node
 from fakehw.nvml import layout
 from fakehw.nvml.layout import (
+    CiProfileRecord,
     EventRecord,
+    GpuInstanceRecord,
     GpuRecord,
     HeaderRecord,
     LinkRecord,
     MigProfileRecord,
     MigRecord,
     NicRecord,
+    PlatformRecord,
     ProcessRecord,
 )
+from fakehw.nvml.migsnap import MigRecords, add_gpu
+from fakehw.nvml.platform_info import module_id, platform_info
 from fakehw.nvml.readings import (
     PCIE_SPEED_MBPS,
     engines,
     gpu_readings,
     memory_bus_width,
     reserved_mib,
-    sms_per_mig_slice,
     stable_int,
 )
 from fakehw.render.atomic import atomic_write
@@ -66,10 +71,6 @@ NVLINK_COUNTER_ORDER = ("replay", "recovery", "crc-flit", "crc-data", "ecc-data"
 HEALTH_BITS = {"degraded-bandwidth": 0, "route-recovery": 2, "route-unhealthy": 4, "access-timeout-recovery": 6}
 HEALTH_SUMMARY_HEALTHY, HEALTH_SUMMARY_UNHEALTHY, HEALTH_SUMMARY_LIMITED = 1, 2, 3
 
-# GPU instance profiles: NVML_GPU_INSTANCE_PROFILE_* index -> the unique profile id GPU instances report.
-MIG_PROFILE_UNIQUE_ID = {0: 19, 1: 14, 2: 9, 3: 5, 4: 0, 5: 20, 6: 21, 7: 15}
-# Compute instance profile index of a full-size compute instance, by slice count.
-CI_PROFILE_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 
 
 class SnapshotError(ValueError):
@@ -87,6 +88,9 @@ class Snapshot:
     processes: tuple[ProcessRecord, ...] = ()
     events: tuple[EventRecord, ...] = ()
     nics: tuple[NicRecord, ...] = ()
+    gis: tuple[GpuInstanceRecord, ...] = ()
+    ci_profiles: tuple[CiProfileRecord, ...] = ()
+    platform: tuple[PlatformRecord, ...] = ()
 
     def to_bytes(self) -> bytes:
         sections: list[tuple[str, Sequence[object], type[object]]] = [
@@ -96,10 +100,15 @@ class Snapshot:
             ("process", self.processes, ProcessRecord),
             ("event", self.events, EventRecord),
             ("nic", self.nics, NicRecord),
+            ("gi", self.gis, GpuInstanceRecord),
+            ("ci_profile", self.ci_profiles, CiProfileRecord),
+            ("platform", self.platform, PlatformRecord),
         ]
         limits = {"gpu": layout.MAX_GPUS, "mig": layout.MAX_GPUS * layout.MAX_MIG_PER_GPU,
                   "mig_profile": layout.MAX_GPUS * layout.MAX_MIG_PROFILES_PER_GPU,
-                  "process": layout.MAX_PROCESSES, "event": layout.MAX_EVENTS, "nic": layout.MAX_NICS}
+                  "process": layout.MAX_PROCESSES, "event": layout.MAX_EVENTS, "nic": layout.MAX_NICS,
+                  "gi": layout.MAX_GPUS * layout.MAX_GI_PER_GPU,
+                  "ci_profile": layout.MAX_GPUS * layout.MAX_CI_PROFILES_PER_GPU, "platform": layout.MAX_GPUS}
         hdr_size = layout.layout_of(HeaderRecord).size
         offset = hdr_size
         fields: dict[str, Any] = {}
@@ -155,6 +164,9 @@ class Snapshot:
             processes=section("process", ProcessRecord),  # type: ignore[arg-type]
             events=section("event", EventRecord),  # type: ignore[arg-type]
             nics=section("nic", NicRecord),  # type: ignore[arg-type]
+            gis=section("gi", GpuInstanceRecord),  # type: ignore[arg-type]
+            ci_profiles=section("ci_profile", CiProfileRecord),  # type: ignore[arg-type]
+            platform=section("platform", PlatformRecord),  # type: ignore[arg-type]
         )
 
 
@@ -260,78 +272,6 @@ def _fabric(system: System, node: Node, gpu: Gpu, gstate: GpuState) -> dict[str,
     }
 
 
-def _placements(slices: int, total: int) -> tuple[int, ...]:
-    """Where a GPU instance of ``slices`` may start: aligned to its size, within the GPU's slices."""
-    step = slices if slices in (1, 2) else 4 if slices in (3, 4) else total
-    return tuple(s for s in range(0, total, step) if s + slices <= total)[: layout.MAX_PLACEMENTS]
-
-
-def _mig_profiles(gpu: Gpu, slot: int) -> list[MigProfileRecord]:
-    mig = gpu.sku.mig
-    if mig is None:
-        return []
-    used = sum(m.profile.slices for m in gpu.mig_instances) if gpu.mig_enabled else 0
-    eng = engines(gpu.sku)
-    out = []
-    for p in mig.profiles[: layout.MAX_MIG_PROFILES_PER_GPU]:
-        same = sum(1 for m in gpu.mig_instances if m.profile.name == p.name) if gpu.mig_enabled else 0
-        starts = _placements(p.slices, mig.max_instances)
-        out.append(MigProfileRecord(
-            name=p.name,
-            parent=slot,
-            profile_index=p.profile_id,
-            profile_id=MIG_PROFILE_UNIQUE_ID.get(p.profile_id, p.profile_id),
-            slice_count=p.slices,
-            instance_count=p.max_instances,
-            remaining=max(0, min(p.max_instances - same, (mig.max_instances - used) // p.slices)),
-            multiprocessors=p.slices * sms_per_mig_slice(gpu.sku),
-            copy_engines=max(1, eng.copy * p.slices // mig.max_instances),
-            decoders=eng.decoders * p.slices // mig.max_instances,
-            encoders=0,
-            jpegs=eng.jpegs * p.slices // mig.max_instances,
-            ofas=1 if p.slices == mig.max_instances else 0,
-            placement_count=len(starts),
-            placement_start=starts + (0,) * (layout.MAX_PLACEMENTS - len(starts)),
-            memory_mib=p.memory_mib,
-        ))
-    return out
-
-
-def _mig_devices(gpu: Gpu, slot: int) -> list[MigRecord]:
-    if not gpu.mig_enabled or gpu.sku.mig is None:
-        return []
-    eng = engines(gpu.sku)
-    total_slices = gpu.sku.mig.max_instances
-    out = []
-    for m in gpu.mig_instances[: layout.MAX_MIG_PER_GPU]:
-        p = m.profile
-        total = p.memory_mib * 2**20
-        reserved = min(total, max(32, p.memory_mib // 160) * 2**20)
-        out.append(MigRecord(
-            uuid=m.uuid,
-            name=f"{gpu.sku.name} MIG {p.name}",
-            parent=slot,
-            index=m.index,
-            gpu_instance_id=m.index + 1,
-            compute_instance_id=0,
-            profile_id=MIG_PROFILE_UNIQUE_ID.get(p.profile_id, p.profile_id),
-            ci_profile_id=CI_PROFILE_INDEX.get(p.slices, 0),
-            slice_count=p.slices,
-            start_slice=m.start_slice,
-            multiprocessors=p.slices * sms_per_mig_slice(gpu.sku),
-            copy_engines=max(1, eng.copy * p.slices // total_slices),
-            decoders=eng.decoders * p.slices // total_slices,
-            encoders=0,
-            jpegs=eng.jpegs * p.slices // total_slices,
-            ofas=1 if p.slices == total_slices else 0,
-            mem_total=total,
-            mem_reserved=reserved,
-            mem_used=0,
-            mem_free=total - reserved,
-        ))
-    return out
-
-
 def _inforom_objects(sku: GpuSku) -> tuple[str, str, str]:
     """OEM, ECC and power object versions (assumed: the pattern datacenter boards report)."""
     ecc = {"ampere": "6.16", "hopper": "7.16", "blackwell": "8.1", "ada": "6.16"}[sku.architecture]
@@ -339,8 +279,9 @@ def _inforom_objects(sku: GpuSku) -> tuple[str, str, str]:
 
 
 def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: int, gstate: GpuState,
-                generation: int, peers: _Peers, first_mig: int, migs: list[MigRecord], first_profile: int,
-                profiles: list[MigProfileRecord], first_process: int, processes: list[ProcessRecord]) -> GpuRecord:
+                generation: int, peers: _Peers, mig_state: GpuMig | None, first_mig: int, migs: list[MigRecord],
+                first_profile: int, profiles: list[MigProfileRecord], first_process: int,
+                processes: list[ProcessRecord]) -> GpuRecord:
     sku = gpu.sku
     seed = system.seed
     r = gpu_readings(seed, gpu, gstate, generation)
@@ -408,7 +349,7 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         jpegs=eng.jpegs,
         ofas=eng.ofas,
         board_id=stable_int(0, gpu.uuid, "board", bits=31),
-        module_id=gpu.index + 1,
+        module_id=module_id(node, gpu),
         multi_gpu_board=0,
         numa_node=gpu.numa,
         gpu_numa_id=-1 if gpu.hbm_numa is None else gpu.hbm_numa,
@@ -472,8 +413,8 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         nvswitch_links=nvswitch_links,
         **_fabric(system, node, gpu, gstate),  # type: ignore[arg-type]
         mig_capable=int(mig is not None),
-        mig_current=int(gpu.mig_enabled),
-        mig_pending=int(gpu.mig_enabled),
+        mig_current=int(mig_state is not None and mig_state.current),
+        mig_pending=int(mig_state is not None and mig_state.pending),
         mig_max_devices=mig.max_instances if mig is not None else 0,
         mig_first=first_mig,
         mig_count=len(migs),
@@ -509,14 +450,16 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
     if unknown:
         raise SnapshotError(f"processes name GPUs node {node.name} does not have: {', '.join(unknown)}")
     gpus: list[GpuRecord] = []
-    migs: list[MigRecord] = []
-    profiles: list[MigProfileRecord] = []
+    mig = MigRecords()
+    mig_node: NodeMig = state.mig if state.mig is not None else boot_mig(node)
     procs: list[ProcessRecord] = []
     for slot, gpu in enumerate(node.gpus):
         gstate = state.gpu(gpu.name)
         assert gstate is not None
-        gpu_migs = _mig_devices(gpu, slot)
-        gpu_profiles = _mig_profiles(gpu, slot)
+        mig_state = mig_node.gpu(gpu.name)
+        first_mig, first_profile = len(mig.migs), len(mig.profiles)
+        add_gpu(mig, gpu, slot, mig_state)
+        gpu_migs, gpu_profiles = mig.migs[first_mig:], mig.profiles[first_profile:]
         gpu_procs = []
         for p in processes:
             if p.gpu != gpu.name:
@@ -528,10 +471,8 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
                 gi, ci = gpu_migs[p.mig_index].gpu_instance_id, gpu_migs[p.mig_index].compute_instance_id
             gpu_procs.append(ProcessRecord(gpu=slot, pid=p.pid, kinds=p.kinds, gpu_instance_id=gi,
                                            compute_instance_id=ci, used_memory=p.used_memory, name=p.name))
-        gpus.append(_gpu_record(system, node, topo, gpu, slot, gstate, state.generation, peers, len(migs), gpu_migs,
-                                len(profiles), gpu_profiles, len(procs), gpu_procs))
-        migs += gpu_migs
-        profiles += gpu_profiles
+        gpus.append(_gpu_record(system, node, topo, gpu, slot, gstate, state.generation, peers, mig_state,
+                                first_mig, gpu_migs, first_profile, gpu_profiles, len(procs), gpu_procs))
         procs += gpu_procs
     ring: list[EventRecord] = []
     last_seq = 0
@@ -561,8 +502,18 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
         cuda_driver_version=driver.cuda_driver_version,
         event_last_seq=last_seq,
     )
-    return Snapshot(header, tuple(gpus), tuple(migs), tuple(profiles), tuple(procs), tuple(ring),
-                    _nic_records(node, topo))
+    return Snapshot(header, tuple(gpus), tuple(mig.migs), tuple(mig.profiles), tuple(procs), tuple(ring),
+                    _nic_records(node, topo), tuple(mig.gis), tuple(mig.ci_profiles),
+                    tuple(_platform_record(system, node, g) for g in node.gpus))
+
+
+def _platform_record(system: System, node: Node, gpu: Gpu) -> PlatformRecord:
+    p = platform_info(system, node, gpu)
+    serial = p.chassis_serial.encode()[:16]
+    return PlatformRecord(supported=int(p.supported), slot_number=p.slot, tray_index=p.tray, host_id=p.host_id,
+                          peer_type=p.peer_type, module_id=p.module_id,
+                          chassis_serial=tuple(serial) + (0,) * (16 - len(serial)),
+                          ib_guid=tuple(p.fabric_guid.to_bytes(8, "big")) + (0,) * 8)
 
 
 def _nic_records(node: Node, topo: NodeTopology) -> tuple[NicRecord, ...]:

@@ -11,7 +11,8 @@ node-static   static   ``sys/devices/system/node``: masks, cpulist/cpumap, dista
 node-memory   dynamic  per-node ``meminfo``, ``has_memory``, ``proc/meminfo``
 pci           static   ``sys/devices/pci*`` bridges, NVSwitches, NICs; ``sys/bus/pci``; ``sys/class/{net,infiniband}``
 gpus          dynamic  GPU PCI functions and ``proc/driver/nvidia/gpus/<bdf>`` (a lost GPU disappears)
-nvidia        static   ``proc/driver/nvidia/{version,params}``, ``dev/nvidia*``, ``proc/devices``
+nvidia        static   ``proc/driver/nvidia/{version,params}``, ``dev/nvidia*``, ``proc/devices``, capability tables
+mig           dynamic  ``proc/driver/nvidia/capabilities/gpuN/mig/giX[/ciY]/access``, ``dev/nvidia-caps/nvidia-capN``
 cxl           dynamic  CXL PCI functions, ``sys/bus/cxl/devices``, ``sys/bus/dax/devices``
 pools         dynamic  ``run/fakehw/memory-pools.json``: the node's memory pools for device plugins
 system        static   ``proc/hwloc-nofile-info``, ``sys/class/dmi/id``
@@ -34,12 +35,12 @@ from fakehw.render.atomic import OutputDir
 from fakehw.sysfs.cpu import cpu_section, hwloc_info
 from fakehw.sysfs.cxl import cxl_section
 from fakehw.sysfs.node import node_dynamic_section, node_static_section
-from fakehw.sysfs.nvidia import gpu_section, nvidia_static_section
+from fakehw.sysfs.nvidia import gpu_section, mig_section, nvidia_static_section
 from fakehw.sysfs.pci import pci_static_section
 from fakehw.sysfs.pcilayout import PciLayout, layout
-from fakehw.sysfs.tree import RootWriter, Section, SectionSpec, WriteStats
+from fakehw.sysfs.tree import Link, RootWriter, Section, SectionSpec, WriteStats
 
-SYSFS_VERSION = "1"
+SYSFS_VERSION = "3"
 """Bump when the renderer's output changes, so existing trees are rebuilt."""
 ROOT_DIR = "root"
 MANIFEST = ".root-manifest"
@@ -71,7 +72,27 @@ def system_section(system: System, node: Node) -> Section:
     sec.text(f"{dmi}/bios_vendor", "fakehw")
     sec.text(f"{dmi}/bios_version", SYSFS_VERSION)
     sec.text("proc/sys/kernel/hostname", node.hostname)
+    standard_devices(sec)
     return sec
+
+
+STANDARD_DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9),
+                    ("tty", 5, 0))
+"""(name, major, minor) of the devices every Linux /dev has (Documentation/admin-guide/devices.txt)."""
+
+
+def standard_devices(sec: Section) -> None:
+    """What every /dev has besides the hardware's nodes, so the node's ``dev/`` can stand in for ``/dev`` whole
+    (testbed.nodeview mounts it there): the memory and tty devices, ``pts``/``shm`` mount points, and the
+    ``fd``/``stdin``/``stdout``/``stderr`` and ``ptmx`` links udev and devtmpfs make."""
+    for name, major, minor in STANDARD_DEVICES:
+        sec.chardev(f"dev/{name}", major, minor, 0o666)
+    sec.dir("dev/pts")
+    sec.dir("dev/shm", 0o1777)
+    sec.entries["dev/ptmx"] = Link("pts/ptmx")
+    sec.entries["dev/fd"] = Link("/proc/self/fd")
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        sec.entries[f"dev/{name}"] = Link(f"/proc/self/fd/{fd}")
 
 
 def pools_section(node: Node, pools_json: list[dict[str, object]]) -> Section:
@@ -83,6 +104,7 @@ def pools_section(node: Node, pools_json: list[dict[str, object]]) -> Section:
 
 def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     """Render the node's tree under ``root_parent.root / "root"``; returns what was written."""
+    from fakehw.agent.mig import boot_mig
     from fakehw.agent.platform import PlatformView, boot_view
 
     system, node, state = ctx.system, ctx.node, ctx.state
@@ -101,6 +123,7 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("node-memory", None, lambda: node_dynamic_section(node, platform.numa_memory)),
         SectionSpec("pci", key, lambda: pci_static_section(node, lay)),
         SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay)),
+        SectionSpec("mig", None, lambda: mig_section(node, state.mig if state.mig is not None else boot_mig(node))),
         SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
         SectionSpec("cxl", None, lambda: cxl_section(node, pools, lay, platform.cxl)),
         SectionSpec("pools", None, lambda: pools_section(node, [p.to_json() for p in platform.pools])),

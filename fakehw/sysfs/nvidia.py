@@ -8,10 +8,24 @@ platforms (GH200, GB200) ``gpus/<bdf>/numa_status`` names the GPU memory's NUMA 
 
 A GPU that fell off the bus loses its ``gpus/<bdf>`` directory and PCI function; its ``/dev/nvidiaN`` node stays
 (device nodes outlive the device on a real host too).
+
+nvidia-capabilities (what NVIDIA's device plugin and container runtime read for MIG; formats from the open kernel
+module's ``nv-caps.c`` and the MIG user guide, "Device Nodes and Capabilities"): the driver numbers every capability
+it can ever offer at load, ``fabric-mgmt`` 0, ``mig/config`` 1, ``mig/monitor`` 2, then per GPU minor 0..31 and GPU
+instance 0..14 one ``access`` for the GPU instance and eight for its compute instances, then ``fabric-imex-mgmt``;
+``/proc/driver/nvidia-caps/mig-minors`` lists that whole table. A capability's proc file (``DeviceFileMinor``,
+``DeviceFileMode``, ``DeviceFileModify``) exists while the instance does, and ``/dev/nvidia-caps/nvidia-cap<minor>``
+is the node a process opens to prove it may use it.
+
+IMEX (multi-node NVLink memory export, GB200/GB300): the driver registers ``nvidia-caps-imex-channels`` in
+``/proc/devices`` and, with ``NVreg_CreateImexChannel0=1`` as NVL72 racks are set up, creates
+``/dev/nvidia-caps-imex-channels/channel0``; ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt`` is the IMEX
+daemon's capability.
 """
 
 from __future__ import annotations
 
+from fakehw.agent.mig import NodeMig
 from fakehw.agent.state import NodeState
 from fakehw.model.system import Node, System
 from fakehw.sysfs.cpu import UNAME_MACHINE
@@ -25,7 +39,46 @@ MODESET_MINOR = 254
 UVM_MAJOR = 508          # dynamic on a real host; this is a typical value
 NVSWITCH_MAJOR = 509     # dynamic
 CAPS_MAJOR = 510         # dynamic
+IMEX_MAJOR = 511         # dynamic ("nvidia-caps-imex-channels")
 PROC = "proc/driver/nvidia"
+CAPS = f"{PROC}/capabilities"
+CAPS_PROC = "proc/driver/nvidia-caps"
+
+# The driver's capability table (nv-caps.c): minors in this order.
+CAP_FABRIC_MGMT, CAP_MIG_CONFIG, CAP_MIG_MONITOR = 0, 1, 2
+CAP_MIG_GPUS, CAP_MIG_GIS, CAP_MIG_CIS = 32, 15, 8
+CAP_FABRIC_IMEX_MGMT = 3 + CAP_MIG_GPUS * CAP_MIG_GIS * (1 + CAP_MIG_CIS)
+MODE_CONFIG, MODE_READ = 0o400, 0o444
+IMEX_CHANNEL_COUNT = 2048
+"""``NVreg_ImexChannelCount``'s default: the minors the channel device region spans."""
+
+
+def gi_cap_minor(gpu_minor: int, gi: int) -> int:
+    return 3 + gpu_minor * CAP_MIG_GIS * (1 + CAP_MIG_CIS) + gi * (1 + CAP_MIG_CIS)
+
+
+def ci_cap_minor(gpu_minor: int, gi: int, ci: int) -> int:
+    return gi_cap_minor(gpu_minor, gi) + 1 + ci
+
+
+def _cap_file(minor: int, mode: int) -> str:
+    return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
+
+
+def mig_minors() -> str:
+    """``/proc/driver/nvidia-caps/mig-minors``: the whole table, whether or not an instance exists."""
+    lines = [f"config {CAP_MIG_CONFIG}", f"monitor {CAP_MIG_MONITOR}"]
+    for gpu in range(CAP_MIG_GPUS):
+        for gi in range(CAP_MIG_GIS):
+            lines.append(f"gpu{gpu}/gi{gi}/access {gi_cap_minor(gpu, gi)}")
+            lines += [f"gpu{gpu}/gi{gi}/ci{ci}/access {ci_cap_minor(gpu, gi, ci)}" for ci in range(CAP_MIG_CIS)]
+    return "\n".join(lines) + "\n"
+
+
+def has_imex(system: System, node: Node) -> bool:
+    """IMEX channels: drivers from 550 on register them; a multi-node NVLink domain (NVL72) uses them."""
+    major = int(system.driver.version.split(".")[0])
+    return bool(node.gpus) and (major >= 550 or system.domain_of(node) is not None)
 
 
 def nvidia_static_section(system: System, node: Node) -> Section:
@@ -53,6 +106,10 @@ def nvidia_static_section(system: System, node: Node) -> Section:
               ("OpenRmEnableUnsupportedGpus", 0), ("DmaRemapPeerMmio", 1), ("RegistryDwords", '""'),
               ("RegistryDwordsPerDevice", '""'), ("RmMsg", '""'), ("GpuBlacklist", '""'),
               ("TemporaryFilePath", '""'), ("ExcludedGpus", '""')]
+    imex = has_imex(system, node)
+    channel0 = imex and system.domain_of(node) is not None
+    if imex:
+        params += [("ImexChannelCount", IMEX_CHANNEL_COUNT), ("CreateImexChannel0", int(channel0))]
     sec.file(f"{PROC}/params", "".join(f"{k}: {v}\n" for k, v in params))
     sec.file(f"{PROC}/registry", "Binary: \"\"\n")
     sec.dir(f"{PROC}/warnings")
@@ -62,8 +119,7 @@ def nvidia_static_section(system: System, node: Node) -> Section:
     sec.chardev("dev/nvidia-modeset", NVIDIA_MAJOR, MODESET_MINOR)
     sec.chardev("dev/nvidia-uvm", UVM_MAJOR, 0)
     sec.chardev("dev/nvidia-uvm-tools", UVM_MAJOR, 1)
-    sec.chardev("dev/nvidia-caps/nvidia-cap1", CAPS_MAJOR, 1, 0o400)
-    sec.chardev("dev/nvidia-caps/nvidia-cap2", CAPS_MAJOR, 2, 0o444)
+    _caps_static(sec, node, imex, channel0)
     on_pci = [s for s in node.nvswitches if s.on_pci]
     for i, _ in enumerate(on_pci):
         sec.chardev(f"dev/nvidia-nvswitch{i}", NVSWITCH_MAJOR, i)
@@ -75,8 +131,46 @@ def nvidia_static_section(system: System, node: Node) -> Section:
     if on_pci:
         chars.append((NVSWITCH_MAJOR, "nvidia-nvswitch"))
     chars.append((CAPS_MAJOR, "nvidia-caps"))
+    if imex:
+        chars.append((IMEX_MAJOR, "nvidia-caps-imex-channels"))
     sec.file("proc/devices", "Character devices:\n" + "".join(f"{m:3d} {n}\n" for m, n in chars)
              + "\nBlock devices:\n  7 loop\n  8 sd\n259 blkext\n")
+    return sec
+
+
+def _caps_static(sec: Section, node: Node, imex: bool, channel0: bool) -> None:
+    """Capabilities that exist from driver load: the minors tables, MIG config/monitor, IMEX."""
+    sec.file(f"{CAPS_PROC}/mig-minors", mig_minors())
+    sec.file(f"{CAPS_PROC}/nvlink-minors", f"fabric-mgmt {CAP_FABRIC_MGMT}\n")
+    sec.file(f"{CAPS_PROC}/sys-minors", f"fabric-imex-mgmt {CAP_FABRIC_IMEX_MGMT}\n")
+    sec.file(f"{CAPS}/mig/config", _cap_file(CAP_MIG_CONFIG, MODE_CONFIG))
+    sec.file(f"{CAPS}/mig/monitor", _cap_file(CAP_MIG_MONITOR, MODE_READ))
+    sec.chardev(f"dev/nvidia-caps/nvidia-cap{CAP_MIG_CONFIG}", CAPS_MAJOR, CAP_MIG_CONFIG, MODE_CONFIG)
+    sec.chardev(f"dev/nvidia-caps/nvidia-cap{CAP_MIG_MONITOR}", CAPS_MAJOR, CAP_MIG_MONITOR, MODE_READ)
+    for g in node.gpus:
+        if g.sku.mig is not None and g.minor < CAP_MIG_GPUS:
+            sec.dir(f"{CAPS}/gpu{g.minor}/mig")
+    if imex:
+        sec.file(f"{CAPS}/fabric-imex-mgmt", _cap_file(CAP_FABRIC_IMEX_MGMT, MODE_CONFIG))
+        sec.dir("dev/nvidia-caps-imex-channels")
+    if channel0:
+        sec.chardev("dev/nvidia-caps-imex-channels/channel0", IMEX_MAJOR, 0)
+
+
+def mig_section(node: Node, mig: NodeMig) -> Section:
+    """The capabilities of the GPU and compute instances that exist now, and their ``/dev/nvidia-caps`` nodes."""
+    sec = Section("mig")
+    for g in node.gpus:
+        state = mig.gpu(g.name)
+        if state is None or not state.current or g.minor >= CAP_MIG_GPUS:
+            continue
+        for gi in state.gis:
+            base = f"{CAPS}/gpu{g.minor}/mig/gi{gi.id}"
+            minors = [(f"{base}/access", gi_cap_minor(g.minor, gi.id))]
+            minors += [(f"{base}/ci{c.id}/access", ci_cap_minor(g.minor, gi.id, c.id)) for c in gi.cis]
+            for path, minor in minors:
+                sec.file(path, _cap_file(minor, MODE_READ))
+                sec.chardev(f"dev/nvidia-caps/nvidia-cap{minor}", CAPS_MAJOR, minor, MODE_READ)
     return sec
 
 

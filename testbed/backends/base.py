@@ -76,7 +76,12 @@ class Backend(ABC):
         timeout: float | None = None,
         capture: bool = True,
         input: bytes | None = None,
-    ) -> subprocess.CompletedProcess[bytes]: ...
+        host_paths: bool = False,
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run ``argv`` on ``node``. It sees the node's tree at ``/sys``, ``/dev`` and ``/proc/driver`` where the
+        backend can show it (containers always; the local backend as root, see :mod:`testbed.nodeview`);
+        ``host_paths=True`` asks the local backend for this machine's paths instead (the node's tree is still
+        at ``$FAKEHW_ROOT``)."""
 
     @abstractmethod
     def agent(self, record: ClusterRecord, node: str) -> AgentApi:

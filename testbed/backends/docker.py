@@ -343,8 +343,10 @@ class DockerBackend(Backend):
         timeout: float | None = None,
         capture: bool = True,
         input: bytes | None = None,
+        host_paths: bool = False,
     ) -> subprocess.CompletedProcess[bytes]:
-        """Run ``argv`` in the node's container (``docker exec``) and return what it printed and its status."""
+        """Run ``argv`` in the node's container (``docker exec``) and return what it printed and its status (the
+        container always shows the node's tree at the real paths, so ``host_paths`` changes nothing)."""
         self._check_node(record, node)
         if not argv:
             raise BackendInputError("nothing to run: give a command after --")

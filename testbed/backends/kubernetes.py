@@ -185,7 +185,7 @@ class KindBackend(Backend):
 
     def exec(self, record: ClusterRecord, node: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
              timeout: float | None = None, capture: bool = True,
-             input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+             input: bytes | None = None, host_paths: bool = False) -> subprocess.CompletedProcess[bytes]:
         if node not in record.nodes:
             raise BackendInputError(f"cluster {record.name} has no node {node!r}")
         worker = self._kubectl(record).node_for(node)  # kind names its node containers after the nodes
@@ -288,7 +288,7 @@ class KubeconfigBackend(Backend):
 
     def exec(self, record: ClusterRecord, node: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
              timeout: float | None = None, capture: bool = True,
-             input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+             input: bytes | None = None, host_paths: bool = False) -> subprocess.CompletedProcess[bytes]:
         if node not in record.nodes:
             raise BackendInputError(f"cluster {record.name} has no node {node!r}")
         cmd = [record.extra["kubectl_path"], "--kubeconfig", record.extra["kubeconfig"], "exec",

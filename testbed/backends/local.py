@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from fakehw.agent.client import AgentClient, AgentRequestError
 from fakehw.model import load_profile
+from testbed import nodeview
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
 from testbed.cluster import ClusterRecord, remove_tree_in_background
 from testbed.environment import merged_environment, node_environment
@@ -130,6 +132,7 @@ class LocalBackend(Backend):
         timeout: float | None = None,
         capture: bool = True,
         input: bytes | None = None,
+        host_paths: bool = False,
     ) -> subprocess.CompletedProcess[bytes]:
         if node not in record.nodes:
             raise BackendInputError(f"cluster {record.name} has no node {node!r} (nodes: {', '.join(record.nodes)})")
@@ -138,9 +141,13 @@ class LocalBackend(Backend):
         d = record.node_dir(node)
         extra = node_environment(node, d, Path(record.agent_socket or ""))
         full = merged_environment({**extra, **(env or {})})
+        run = list(argv)
+        if not host_paths and nodeview.unavailable() is None:
+            if shutil.which(run[0], path=full.get("PATH")) is None and "/" not in run[0]:
+                raise BackendInputError(f"command not found: {run[0]}")
+            run = nodeview.command(nodeview.NodeView(root=str(d / "root")), run)
         try:
-            return subprocess.run(list(argv), env=full, timeout=timeout, input=input,
-                                  capture_output=capture, check=False)
+            return subprocess.run(run, env=full, timeout=timeout, input=input, capture_output=capture, check=False)
         except FileNotFoundError:
             raise BackendInputError(f"command not found: {argv[0]}") from None
 

@@ -16,13 +16,19 @@ from conformance.provenance.attest import Signer, write_run
 from conformance.requirements import catalogue
 
 
-def write_suite(where: Path, target: str, failing: frozenset[str] = frozenset()) -> Path:
-    """A test file with one test per live requirement of ``target``; those in ``failing`` fail."""
+def write_suite(where: Path, target: str, failing: frozenset[str] = frozenset(),
+                inapplicable: frozenset[str] = frozenset()) -> Path:
+    """A test file with one test per live requirement of ``target``; those in ``failing`` fail, those in
+    ``inapplicable`` say they do not apply."""
     where.mkdir(parents=True, exist_ok=True)
-    lines = ["import pytest", ""]
+    lines = ["import pytest", "from conformance import not_applicable", ""]
     for req in catalogue().for_target(target):
         name = req.id.lower().replace("-", "_")
-        body = f"assert False, 'the component broke {req.id}'" if req.id in failing else "pass"
+        body = "pass"
+        if req.id in failing:
+            body = f"assert False, 'the component broke {req.id}'"
+        elif req.id in inapplicable:
+            body = f"not_applicable('the profile has nothing {req.id} could check')"
         lines += [f"@pytest.mark.requirement({req.id!r})", f"def test_{name}():", f"    {body}", ""]
     (where / "test_suite.py").write_text("\n".join(lines))
     return where
@@ -40,9 +46,10 @@ def run_suite(suite: Path, results: Path, target: str, spec: str = "reference",
 
 
 def certified_run(root: Path, signer: Signer, target: str = "device-plugin",
-                  failing: frozenset[str] = frozenset()) -> Path:
-    """A run directory of ``target`` (every requirement passing but ``failing``), written and signed."""
-    suite = write_suite(root / "suite", target, failing)
+                  failing: frozenset[str] = frozenset(), inapplicable: frozenset[str] = frozenset()) -> Path:
+    """A run directory of ``target`` (every requirement passing but ``failing`` and ``inapplicable``), written and
+    signed."""
+    suite = write_suite(root / "suite", target, failing, inapplicable)
     out = root / "run"
     out.mkdir(parents=True, exist_ok=True)
     run_suite(suite, out / "results.json", target)

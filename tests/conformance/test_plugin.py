@@ -112,6 +112,56 @@ def test_status_rules() -> None:
     assert requirement_status(["skipped", "passed"]) == "passed"
     assert requirement_status(["passed", "failed", "skipped"]) == "failed"
     assert requirement_status(["failed", "error"]) == "error"
+    assert requirement_status(["not-applicable", "not-applicable"]) == "not-applicable"
+    assert requirement_status(["not-applicable", "passed"]) == "passed"
+    assert requirement_status(["not-applicable", "skipped"]) == "skipped", "a skip means something did not run"
+    assert requirement_status(["not-applicable", "failed"]) == "failed"
+
+
+NOT_APPLICABLE_SUITE = """
+    import pytest
+    from conformance import not_applicable
+
+    @pytest.mark.requirement("ST-BASIC-001")
+    def test_runs():
+        pass
+
+    @pytest.mark.requirement("ST-BASIC-002")
+    def test_no_pools_here():
+        not_applicable("no memory pools on this profile: nothing to reserve")
+        raise AssertionError("not reached")
+
+    @pytest.mark.requirement("ST-CHAOS-001")
+    def test_plain_skip():
+        pytest.skip("harness could not start the chaos proxy")
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["serial", "xdist"])
+def test_not_applicable_is_its_own_outcome_with_its_reason(suite: pytest.Pytester, tmp_path: Path,
+                                                           workers: int) -> None:
+    """A not-applicable ending is neither a pass nor a skip in the results, and its reason travels with it (also
+    from xdist workers, where only the report crosses the process boundary)."""
+    if workers:
+        pytest.importorskip("xdist")
+    results = tmp_path / "results.json"
+    suite.makepyfile(test_suite=textwrap.dedent(NOT_APPLICABLE_SUITE))
+    args = ["--conformance-results", str(results)] + (["-n", str(workers), "-p", "xdist"] if workers else [])
+    run = suite.runpytest_subprocess(*args)
+    run.assert_outcomes(passed=1, skipped=2)
+    doc = json.loads(results.read_text())
+    assert {k: v["status"] for k, v in doc["requirements"].items()} == {
+        "ST-BASIC-001": "passed", "ST-BASIC-002": "not-applicable", "ST-CHAOS-001": "skipped"}
+    na = next(t for t in doc["tests"] if t["nodeid"].endswith("test_no_pools_here"))
+    assert na["outcome"] == "not-applicable"
+    assert na["message"] == "no memory pools on this profile: nothing to reserve"
+
+
+def test_not_applicable_needs_a_reason() -> None:
+    from conformance import not_applicable
+
+    with pytest.raises(ValueError, match="needs a reason"):
+        not_applicable("  ")
 
 
 @pytest.mark.parametrize(

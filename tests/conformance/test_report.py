@@ -115,6 +115,54 @@ def test_a_failing_run_is_not_certified_and_carries_evidence(pytester: pytest.Py
     assert failure.find("failure") is not None and "gpu5" in (failure.find("failure").text or "")  # type: ignore[union-attr]
 
 
+NOT_APPLICABLE_SUITE = """
+import pytest
+from conformance import not_applicable
+
+@pytest.mark.requirement("ST-BASIC-001")
+def test_registers():
+    pass
+
+@pytest.mark.requirement("ST-BASIC-002")
+def test_lists():
+    not_applicable("the component lists no devices of this kind")
+
+@pytest.mark.requirement("ST-TOPO-001")
+def test_topology():
+    not_applicable("one GPU per node: no placement to prefer")
+
+@pytest.mark.requirement("ST-FUZZ-001")
+def test_fuzz():
+    pass
+"""
+
+
+def test_not_applicable_neither_passes_nor_fails_and_shows_everywhere(pytester: pytest.Pytester,
+                                                                      results: Path) -> None:
+    pytester.makepyfile(test_suite=NOT_APPLICABLE_SUITE)
+    path = results / "na.json"
+    pytester.runpytest("--conformance-results", str(path), "--profile", "dgx-h100")
+    report = _report(path)
+    levels = report.verdicts.levels
+    assert report.verdicts.overall == "certified"
+    assert (levels["core"].verdict, levels["core"].passed, levels["core"].not_applicable) == (
+        "pass", 1, ["ST-BASIC-002"])
+    assert (levels["topology"].verdict, levels["topology"].passed, levels["topology"].failing) == ("n/a", 0, [])
+    assert report.summary["not-applicable"] == 2 and report.summary["passed"] == 2
+    assert verify(report) == []
+    row = next(r for r in report.results if r.id == "ST-TOPO-001")
+    assert row.status == "not-applicable" and "one GPU per node" in row.message
+    markdown = render(report, "md")
+    assert "2 not applicable" in markdown and "| core | pass | 1/1 | 1 |" in markdown
+    html = render(report, "html")
+    assert "not-applicable" in html and "one GPU per node: no placement to prefer" in html
+    junit = ET.fromstring(render(report, "junit"))
+    skipped = sorted(s.get("message", "") for c in junit.iter("testcase") if (s := c.find("skipped")) is not None)
+    assert len(skipped) == 2 and all(m.startswith("not applicable: ") for m in skipped)
+    assert "the component lists no devices of this kind" in skipped[0]
+    assert "one GPU per node: no placement to prefer" in skipped[1]
+
+
 def test_editing_one_result_breaks_verification(pytester: pytest.Pytester, results: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """The report's own checks (tests/conformance/test_report_tamper.py tries every field and file)."""

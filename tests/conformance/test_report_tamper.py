@@ -26,6 +26,8 @@ from tests.conformance.runs import certified_run, write_key
 
 FAILING = "DP-ALLOC-001"
 """The genuine run fails this requirement (a plugin that gives container 2 three GPUs), so it is NOT CERTIFIED."""
+INAPPLICABLE = "DP-POOL-001"
+"""... and this one does not apply (said with a reason; it neither passes nor fails its level)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,15 @@ def _swap_manifest(doc: dict[str, Any]) -> None:
     comp.update(spec="cmd:other-plugin", name="other-plugin", digest="sha256:" + "ab" * 32)
     doc["manifest"]["profile"] = "gb200-nvl72"
     doc["generated"] = "2030-01-01T00:00:00Z"
+
+
+def _failure_made_inapplicable(doc: dict[str, Any]) -> None:
+    """The forger's cheapest trick since not-applicable exists: it does not block a level."""
+    _row(doc, FAILING).update(status="not-applicable", message="not applicable: the profile has no such GPUs")
+
+
+def _inapplicable_made_passed(doc: dict[str, Any]) -> None:
+    _row(doc, INAPPLICABLE).update(status="passed", message="")
 
 
 def _keep_one(doc: dict[str, Any]) -> None:
@@ -176,6 +187,12 @@ FORGERIES: dict[str, tuple[Callable[[Forger], None], str]] = {
     "32 of 33 requirements deleted, resealed":
         (_edit_resealed(_keep_one), "requirement(s) of catalogue version"),
     "empty report seal": (_field("sha256", ""), "the report has no seal (sha256 is empty)"),
+    "a failed requirement declared not applicable, resealed":
+        (_edit_resealed(_failure_made_inapplicable), "the signed statement differs from the run: report.json was "
+                                                     "changed"),
+    "a not-applicable requirement declared passed, resealed":
+        (_edit_resealed(_inapplicable_made_passed), "the signed statement differs from the run: report.json was "
+                                                    "changed"),
     "manifest edited, not resealed":
         (lambda f: f.edit_json("report.json", lambda d: d["manifest"].update(backend="docker")), "sha256 mismatch"),
     "report.html edited": (_append("report.html"), "report.html was changed after the run was sealed"),
@@ -202,7 +219,7 @@ FORGERIES: dict[str, tuple[Callable[[Forger], None], str]] = {
         (_edit_resealed(lambda d: d["manifest"].update(signing={"mode": "unsigned"}), False),
          "the report declares itself unsigned but attestation.sigstore.json is present"),
     "field results (a requirement made recommended), resealed":
-        (_edit_resealed(_recommend, False), "catalogue version 1 says device-plugin, allocation, core, True"),
+        (_edit_resealed(_recommend, False), "required False; catalogue version"),
     "field summary, resealed": (_edit_resealed(lambda d: d["summary"].update(passed=99), False, False),
                                 "report.json was changed after the run was sealed"),
     "field verdicts, resealed":
@@ -236,7 +253,8 @@ def genuine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]
     root = tmp_path_factory.mktemp("genuine")
     vendor = write_key(root / "vendor.pem")
     forger = write_key(root / "forger.pem")
-    run = certified_run(root, Signer.with_key(vendor), "device-plugin", frozenset({FAILING}))
+    run = certified_run(root, Signer.with_key(vendor), "device-plugin", frozenset({FAILING}),
+                        frozenset({INAPPLICABLE}))
     return run, vendor.with_suffix(".pub"), forger
 
 
@@ -249,6 +267,10 @@ def test_the_genuine_run_verifies_with_the_vendor_key(genuine: tuple[Path, Path,
     report = json.loads((run / "report.json").read_text())
     assert len(report["results"]) == 33 and report["manifest"]["signing"]["mode"] == "key"
     assert report["manifest"]["components"][0]["digest"].startswith("sha256:")
+    pool = next(r for r in report["results"] if r["id"] == INAPPLICABLE)
+    assert pool["status"] == "not-applicable" and "the profile has nothing DP-POOL-001 could check" in pool["message"]
+    assert report["summary"]["not-applicable"] == 1
+    assert "1 not applicable" in (run / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("name", list(FORGERIES))

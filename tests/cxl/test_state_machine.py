@@ -273,8 +273,8 @@ class PlatformMachine(RuleBasedStateMachine):
             bus = {p.name for p in (root / "sys/bus/cxl/devices").iterdir()}
             assert {n for n in bus if n.startswith("region")} == {rv.region.name for rv in view.cxl.regions}
             assert {n for n in bus if n.startswith("mem")} == {m.sysfs_name for m in view.cxl.memdevs}
-            rendered_state = {m.name: (root / "sys/bus/cxl/devices" / m.sysfs_name / "state").read_text().strip()
-                              for m in view.cxl.memdevs}
+            rendered_state = {m.name: "online" if (root / "sys/bus/cxl/devices" / m.sysfs_name / "driver").is_symlink()
+                              else "offline" for m in view.cxl.memdevs}
             for m in view.cxl.memdevs:
                 assert rendered_state[m.name] == ("online" if m.online else "offline")
             # A RAM region's DAX device is bound to kmem (its memory is in a NUMA node) exactly when the region is
@@ -282,7 +282,9 @@ class PlatformMachine(RuleBasedStateMachine):
             # CXL NUMA nodes hold.
             dax_dir = root / "sys/bus/dax/devices"
             dax = {p.name: p for p in dax_dir.iterdir()} if dax_dir.is_dir() else {}
-            ram = [rv for rv in view.cxl.regions if rv.region.mode == "ram"]
+            # A region that lost a target (memdev offline) is torn down as the kernel does: no DAX device.
+            ram = [rv for rv in view.cxl.regions if rv.region.mode == "ram"
+                   and all(rendered_state.get(t, "online") == "online" for t in rv.region.targets)]
             assert set(dax) == {f"dax{rv.region.id}.0" for rv in ram}
             in_kmem: dict[int, int] = {}
             for rv in ram:

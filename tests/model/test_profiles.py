@@ -133,7 +133,9 @@ def test_dgx_a100_is_nv12_on_paired_numa_nodes() -> None:
     assert topo.numa_affinity == (3, 3, 1, 1, 7, 7, 5, 5)
     gpu7 = system.nodes[0].gpus[7]
     assert gpu7.mig_enabled and [m.profile.name for m in gpu7.mig_instances] == ["3g.40gb", "3g.40gb"]
-    assert [m.start_slice for m in gpu7.mig_instances] == [0, 3]
+    # Real A100: two 3g instances land at placements 0:4 and 4:4 (memory slices) and get GPU instance ids 2, then 1
+    # (NVIDIA MIG user guide, "nvidia-smi mig -cgi 9,3g.20gb" and "-lgi").
+    assert [(m.start_slice, m.gpu_instance_id) for m in gpu7.mig_instances] == [(0, 2), (4, 1)]
 
 
 def test_edge_pcie_levels_follow_its_tree() -> None:

@@ -398,47 +398,6 @@ def test_fabric_outside_a_domain(nvml: Nvml, pynvml_module: ModuleType) -> None:
     assert info.state == n.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED
 
 
-# --------------------------------------------------------------------------------------------------- MIG
-
-
-def test_mig(nvml: Nvml, pynvml_module: ModuleType) -> None:
-    n = pynvml_module
-    snap = nvml("dgx-a100")
-    hs = handles(n)
-    mig_gpu = next(g for g in snap.node.gpus if g.mig_enabled)
-    plain = next(g for g in snap.node.gpus if not g.mig_enabled)
-    h = hs[mig_gpu.index]
-    assert n.nvmlDeviceGetMigMode(h) == [1, 1]
-    assert n.nvmlDeviceGetMigMode(hs[plain.index]) == [0, 0]
-    assert n.nvmlDeviceGetMaxMigDeviceCount(h) == mig_gpu.sku.mig.max_instances  # type: ignore[union-attr]
-    for inst in mig_gpu.mig_instances:
-        m = n.nvmlDeviceGetMigDeviceHandleByIndex(h, inst.index)
-        assert n.nvmlDeviceIsMigDeviceHandle(m).value == 1 and n.nvmlDeviceIsMigDeviceHandle(h).value == 0
-        assert n.nvmlDeviceGetUUID(m) == inst.uuid
-        assert n.nvmlDeviceGetName(m) == f"{mig_gpu.sku.name} MIG {inst.profile.name}"
-        assert n.nvmlDeviceGetMemoryInfo(m).total == inst.profile.memory_mib * 2**20
-        assert addr(n.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(m)) == addr(h)
-        assert addr(n.nvmlDeviceGetHandleByUUID(inst.uuid)) == addr(m)
-        gi_id = n.nvmlDeviceGetGpuInstanceId(m)
-        gi = n.nvmlDeviceGetGpuInstanceById(h, gi_id)
-        info = n.nvmlGpuInstanceGetInfo(gi)
-        assert (info.placement.start, info.placement.size) == (inst.start_slice, inst.profile.slices)
-        attrs = n.nvmlDeviceGetAttributes(m)
-        assert attrs.gpuInstanceSliceCount == inst.profile.slices
-        ci = n.nvmlGpuInstanceGetComputeInstanceById(gi, n.nvmlDeviceGetComputeInstanceId(m))
-        assert n.nvmlComputeInstanceGetInfo(ci).id == n.nvmlDeviceGetComputeInstanceId(m)
-    with pytest.raises(n.NVMLError_NotFound):
-        n.nvmlDeviceGetMigDeviceHandleByIndex(h, len(mig_gpu.mig_instances))
-    profile = mig_gpu.mig_instances[0].profile
-    info = n.nvmlDeviceGetGpuInstanceProfileInfo(h, profile.profile_id)
-    assert info.sliceCount == profile.slices and info.memorySizeMB == profile.memory_mib
-    gis = (n.c_nvmlGpuInstance_t * info.instanceCount)()
-    count = ctypes.c_uint()
-    n.nvmlDeviceGetGpuInstances(h, info.id, gis, ctypes.byref(count))
-    assert count.value == sum(1 for i in mig_gpu.mig_instances if i.profile.name == profile.name)
-    assert n.nvmlDeviceGetGpuInstanceRemainingCapacity(h, info.id) == 0  # both 3g slots are taken
-
-
 # --------------------------------------------------------------------------------------------------- ECC, health
 
 

@@ -44,8 +44,10 @@ def test_list(real_nvidia: RealNvidia, node_snapshot: Callable[..., NodeSnap], p
     expected = []
     for g in snap.node.gpus:
         expected.append(f"GPU {g.index}: {g.sku.name} (UUID: {g.uuid})")
-        for m in g.mig_instances:
-            expected.append(f"  MIG {m.profile.name:<11} Device {m.index:>2}: (UUID: {m.uuid})")
+        # MIG devices are numbered in GPU instance id order (MIG user guide, "nvidia-smi -L": Device 0 is GPU
+        # instance 1 after "-cgi 9,9" made instances 2 and 1).
+        for k, m in enumerate(sorted(g.mig_instances, key=lambda m: m.gpu_instance_id)):
+            expected.append(f"  MIG {m.profile.name:<11} Device {k:>2}: (UUID: {m.uuid})")
     assert ok(smi(snap, real_nvidia, "-L")).splitlines() == expected
 
 

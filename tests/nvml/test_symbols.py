@@ -11,8 +11,10 @@ import pytest
 from fakehw.nvml.build import real_symbols
 from fakehw.nvml.smi import RealNvidia
 
-EXTRAS = {"nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetPciInfoExt", "nvmlDeviceGetNumaNodeId"}
-"""Later-header entry points the fake adds (the issue asks for the versioned fabric and PCI ext forms)."""
+EXTRAS = {"nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetPciInfoExt", "nvmlDeviceGetNumaNodeId",
+          "nvmlDeviceGetGpuInstanceProfileInfoByIdV", "nvmlDeviceGetPlatformInfo"}
+"""Later-header entry points the fake adds (the issue asks for the versioned fabric and PCI ext forms, MIG profile
+info by ID and platform info of the CUDA 13 header)."""
 
 
 def defined_symbols(lib: Path) -> dict[str, str]:

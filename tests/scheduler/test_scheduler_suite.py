@@ -58,7 +58,14 @@ class Outcome:
         return {k: str(v["status"]) for k, v in self.doc.get("requirements", {}).items()}
 
     def failed(self) -> set[str]:
-        return {k for k, v in self.statuses().items() if v != "passed"}
+        """Requirements that neither passed nor said, with a reason, that they do not apply."""
+        return {k for k, v in self.statuses().items() if v not in ("passed", "not-applicable")}
+
+    def unexplained_not_applicable(self) -> set[str]:
+        ids = {k for k, v in self.statuses().items() if v == "not-applicable"}
+        explained = {r for t in self.doc["tests"] if t["outcome"] == "not-applicable" and t["message"].strip()
+                     for r in t["requirements"]}
+        return ids - explained
 
 
 def _run(run: Run, cluster: str, state: Path, out: Path) -> Outcome:
@@ -122,6 +129,7 @@ def test_reference_passes_everything(outcomes: dict[Run, Future[Outcome]], profi
     assert set(statuses) == ALL_IDS, outcome.log
     assert outcome.doc["complete"] is True
     assert not outcome.failed(), f"{sorted(outcome.failed())}\n{outcome.log}"
+    assert not outcome.unexplained_not_applicable(), outcome.log
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))

@@ -44,6 +44,8 @@ def test_first_render_is_complete_contained_and_keeps_its_manifest_outside(fast_
             if path.is_symlink():
                 links += 1
                 target = os.readlink(path)
+                if path.parent == root / "dev" and (target.startswith("/proc/self/fd") or target == "pts/ptmx"):
+                    continue  # devtmpfs's own links: they resolve in whatever process opens them, as on a host
                 assert not target.startswith("/"), f"{path} -> {target} is absolute"
                 resolved = (path.parent / target).resolve()
                 assert resolved.is_relative_to(root.resolve()), f"{path} -> {target} leaves the tree"

@@ -6,8 +6,9 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from conformance import not_applicable
 from fakehw.views.k8s import Holding, NodeInfo, PodRequest
 from testbed.api import Testbed
 from testbed.cluster import remove_tree_in_background
@@ -60,11 +61,6 @@ class Recorder:
             self.evidence("decisions", [d.evidence() for d in self.decisions[-6:]])
         raise CheckFailed(message)
 
-    def not_applicable(self, reason: str) -> None:
-        """The requirement does not apply to this extender or profile: the check passes having tested nothing, so
-        the reason goes into the report as evidence (a skip would fail certification)."""
-        self.evidence("not applicable", reason)
-
 
 class SchedulerUnderTest:
     """One harness (kube-scheduler + cluster API) and the extender process for a whole session."""
@@ -116,11 +112,9 @@ class SchedulerUnderTest:
             self.process.start()
         self.configure()
 
-    def not_applicable(self, reason: str) -> None:
-        """Record in the report why the current check passes without testing anything (see
-        :meth:`Recorder.not_applicable`)."""
-        assert self.recorder is not None, "not_applicable outside a check"
-        self.recorder.not_applicable(reason)
+    def not_applicable(self, reason: str) -> NoReturn:
+        """End the current check as not-applicable, saying why (see :func:`conformance.not_applicable`)."""
+        not_applicable(reason)
 
     # ----------------------------------------------------------------------------------- cluster
 

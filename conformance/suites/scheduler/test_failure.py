@@ -53,7 +53,6 @@ def test_pool_memory_lost_to_faults_is_not_granted(sched: SchedulerUnderTest, ch
     pooled = sorted((i for i in sched.gpu_nodes() if any(p.tier != "hbm" for p in i.pools)), key=lambda i: i.name)
     if not pooled:
         sched.not_applicable("no memory pools beyond HBM in this profile: no pool memory to lose to faults")
-        return
     target = pooled[0]
     model = sched.system.node(target.name)
     assert model is not None

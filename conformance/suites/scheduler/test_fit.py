@@ -169,7 +169,6 @@ def test_admission_control_stops_at_the_thrash_threshold(sched: SchedulerUnderTe
     pooled = _pool_nodes(sched)
     if not pooled:
         sched.not_applicable("no memory pools beyond HBM in this profile: nothing can thrash")
-        return
     hbm = pooled[0].gpus[0].memory
     over = max(_caps(i, True) for i in pooled) + 2**20
     within = [i for i in pooled if sum(p.available for p in i.pools if p.tier != "hbm") >= over]
@@ -195,7 +194,6 @@ def test_reserved_part_is_kept_for_high_priority(sched: SchedulerUnderTest, chec
     pooled = _pool_nodes(sched)
     if not pooled:
         sched.not_applicable("no memory pools beyond HBM in this profile: nothing is reserved")
-        return
     hbm = pooled[0].gpus[0].memory
     burst_most = max(_caps(i, False) for i in pooled)
     d = sched.run_one(Workload("greedy", tenant="low", gpus=1, priority=0, memory=hbm + burst_most + 2**20))

@@ -59,7 +59,6 @@ def test_bind_binds_where_asked(sched: SchedulerUnderTest, check: Callable[..., 
     if not cfg.bind_verb:
         sched.not_applicable("the extender has no bindVerb: kube-scheduler binds itself, so there is no extender "
                              "bind to check")
-        return
     client = sched.harness.extenders[0]
     (key,) = sched.harness.submit(Workload("bindme", tenant="proto", gpus=1))
     pod = sched.harness.pod(key)
@@ -96,7 +95,6 @@ def test_preempt_names_valid_victims(sched: SchedulerUnderTest, check: Callable[
     if not cfg.preempt_verb:
         sched.not_applicable("the extender has no preemptVerb: kube-scheduler's own preemption runs, so there is "
                              "no extender preempt to check")
-        return
     client = sched.harness.extenders[0]
     nodes = sorted(sched.gpu_nodes(), key=lambda i: (-len(i.gpus), i.name))
     target = nodes[0]

@@ -17,7 +17,7 @@
 
 fhw_device_t fhw_devices[FHW_MAX_GPUS];
 fhw_mig_handle_t fhw_migs[FHW_MAX_MIGS];
-struct nvmlGpuInstance_st fhw_gis[FHW_MAX_MIGS];
+struct nvmlGpuInstance_st fhw_gis[FHW_MAX_GIS];
 struct nvmlComputeInstance_st fhw_cis[FHW_MAX_MIGS];
 
 static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -75,8 +75,7 @@ int fhw_device_id_of(nvmlDevice_t h) {
 int fhw_mig_id_of(nvmlDevice_t h) {
     uintptr_t p = (uintptr_t)h, b = (uintptr_t)fhw_migs;
     if (p < b || p >= b + sizeof fhw_migs || (p - b) % sizeof(fhw_mig_handle_t) != 0) return -1;
-    int id = (int)((p - b) / sizeof(fhw_mig_handle_t));
-    return id < g_vis.mig_count ? id : -1;
+    return (int)((p - b) / sizeof(fhw_mig_handle_t)); /* valid in a snapshot when its mig_slot[id] >= 0 */
 }
 
 /* ------------------------------------------------------------------------------------------ CRC-32 */
@@ -178,14 +177,31 @@ nvmlReturn_t fhw_validate(const uint8_t *data, size_t size, const char **why) {
         BAD(NVML_ERROR_UNKNOWN, "bad event section");
     if (!section_ok(h->nic_offset, h->nic_count, h->nic_record_size, sizeof(fhw_nic_t), size, FHW_MAX_NICS))
         BAD(NVML_ERROR_UNKNOWN, "bad NIC section");
+    if (!section_ok(h->gi_offset, h->gi_count, h->gi_record_size, sizeof(fhw_gi_t), size, FHW_MAX_GIS))
+        BAD(NVML_ERROR_UNKNOWN, "bad GPU instance section");
+    if (!section_ok(h->ci_profile_offset, h->ci_profile_count, h->ci_profile_record_size, sizeof(fhw_ci_profile_t),
+                    size, FHW_MAX_CI_PROFILES))
+        BAD(NVML_ERROR_UNKNOWN, "bad compute instance profile section");
+    if (!section_ok(h->platform_offset, h->platform_count, h->platform_record_size, sizeof(fhw_platform_t), size,
+                    FHW_MAX_GPUS) ||
+        (h->platform_count != 0 && h->platform_count != h->gpu_count))
+        BAD(NVML_ERROR_UNKNOWN, "bad platform section");
     const fhw_gpu_t *gpus = (const fhw_gpu_t *)(data + h->gpu_offset);
     for (uint32_t i = 0; i < h->gpu_count; i++)
         if (!gpu_ok(h, &gpus[i])) BAD(NVML_ERROR_UNKNOWN, "bad GPU record");
     const fhw_mig_t *migs = (const fhw_mig_t *)(data + h->mig_offset);
     for (uint32_t i = 0; i < h->mig_count; i++)
         if (migs[i].parent >= h->gpu_count || !NUL_IN(migs[i].uuid) || !NUL_IN(migs[i].name) ||
-            migs[i].uuid[0] == '\0')
+            migs[i].uuid[0] == '\0' || migs[i].gi_record >= h->gi_count)
             BAD(NVML_ERROR_UNKNOWN, "bad MIG record");
+    const fhw_gi_t *gis = (const fhw_gi_t *)(data + h->gi_offset);
+    for (uint32_t i = 0; i < h->gi_count; i++)
+        if (gis[i].parent >= h->gpu_count || (uint64_t)gis[i].mig_first + gis[i].mig_count > h->mig_count)
+            BAD(NVML_ERROR_UNKNOWN, "bad GPU instance record");
+    const fhw_ci_profile_t *cips = (const fhw_ci_profile_t *)(data + h->ci_profile_offset);
+    for (uint32_t i = 0; i < h->ci_profile_count; i++)
+        if (cips[i].parent >= h->gpu_count || cips[i].placement_count > FHW_MAX_PLACEMENTS || !NUL_IN(cips[i].name))
+            BAD(NVML_ERROR_UNKNOWN, "bad compute instance profile record");
     const fhw_mig_profile_t *profs = (const fhw_mig_profile_t *)(data + h->mig_profile_offset);
     for (uint32_t i = 0; i < h->mig_profile_count; i++)
         if (profs[i].parent >= h->gpu_count || profs[i].placement_count > FHW_MAX_PLACEMENTS ||
@@ -218,20 +234,14 @@ static void snap_free(fhw_snap_t *s) {
 
 static void snap_map_devices(fhw_snap_t *s) {
     for (int d = 0; d < FHW_MAX_GPUS; d++) s->dev_slot[d] = -1;
-    for (int m = 0; m < FHW_MAX_MIGS; m++) s->mig_slot[m] = -1;
-    if (s->status != NVML_SUCCESS) return;
-    for (int d = 0; d < g_vis.count; d++)
-        for (uint32_t i = 0; i < s->hdr->gpu_count; i++)
-            if (strcmp(s->gpus[i].uuid, g_vis.uuid[d]) == 0) {
-                s->dev_slot[d] = (int)i;
-                break;
-            }
-    for (int m = 0; m < g_vis.mig_count; m++)
-        for (uint32_t i = 0; i < s->hdr->mig_count; i++)
-            if (strcmp(s->migs[i].uuid, g_vis.mig_uuid[m]) == 0) {
-                s->mig_slot[m] = (int)i;
-                break;
-            }
+    if (s->status == NVML_SUCCESS)
+        for (int d = 0; d < g_vis.count; d++)
+            for (uint32_t i = 0; i < s->hdr->gpu_count; i++)
+                if (strcmp(s->gpus[i].uuid, g_vis.uuid[d]) == 0) {
+                    s->dev_slot[d] = (int)i;
+                    break;
+                }
+    fhw_mig_map(s);
 }
 
 /* Load the snapshot at `path`; NULL only when out of memory. Errors come back as a broken snapshot. */
@@ -314,6 +324,9 @@ static fhw_snap_t *snap_load(const char *path) {
     s->processes = (const fhw_process_t *)(s->data + s->hdr->process_offset);
     s->events = (const fhw_event_t *)(s->data + s->hdr->event_offset);
     s->nics = (const fhw_nic_t *)(s->data + s->hdr->nic_offset);
+    s->gis = (const fhw_gi_t *)(s->data + s->hdr->gi_offset);
+    s->ci_profiles = (const fhw_ci_profile_t *)(s->data + s->hdr->ci_profile_offset);
+    s->platform = s->hdr->platform_count ? (const fhw_platform_t *)(s->data + s->hdr->platform_offset) : NULL;
     close(fd);
     fhw_trace("loaded snapshot %s generation %llu (%u GPUs, %u events)", path,
               (unsigned long long)s->hdr->generation, s->hdr->gpu_count, s->hdr->event_count);
@@ -472,6 +485,7 @@ nvmlReturn_t fhw_enter(fhw_ctx_t *c) {
         c->s = s;
         c->g = NULL;
         c->m = NULL;
+        c->gi = NULL;
         c->dev = -1;
         c->mig = -1;
         c->slot = -1;
@@ -492,11 +506,17 @@ nvmlReturn_t fhw_enter_dev(fhw_ctx_t *c, nvmlDevice_t h, int flags) {
         mig = fhw_mig_id_of(h);
         if (mig < 0) return NVML_ERROR_INVALID_ARGUMENT;
         if (!(flags & FHW_ALLOW_MIG)) return NVML_ERROR_INVALID_ARGUMENT;
-        dev = g_vis.mig_parent[mig];
     }
     nvmlReturn_t r = fhw_enter(c);
     if (r == NVML_ERROR_DRIVER_NOT_LOADED) return NVML_ERROR_GPU_IS_LOST; /* the node went away under us */
     if (r != NVML_SUCCESS) return r;
+    if (mig >= 0) {
+        if (c->s->mig_slot[mig] < 0) { /* destroyed (or never existed): a stale handle */
+            fhw_leave(c);
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        dev = c->s->mig_dev[mig];
+    }
     int slot = c->s->dev_slot[dev];
     if (slot < 0) {
         fhw_leave(c);
@@ -510,13 +530,8 @@ nvmlReturn_t fhw_enter_dev(fhw_ctx_t *c, nvmlDevice_t h, int flags) {
         return NVML_ERROR_GPU_IS_LOST;
     }
     if (mig >= 0) {
-        int ms = c->s->mig_slot[mig];
-        if (ms < 0) {
-            fhw_leave(c);
-            return NVML_ERROR_INVALID_ARGUMENT;
-        }
         c->mig = mig;
-        c->m = &c->s->migs[ms];
+        c->m = &c->s->migs[c->s->mig_slot[mig]];
     }
     return NVML_SUCCESS;
 }
@@ -570,14 +585,6 @@ static void compute_visibility(const fhw_snap_t *s) {
         if (!ok) continue;
         int d = g_vis.count++;
         snprintf(g_vis.uuid[d], sizeof g_vis.uuid[d], "%s", g->uuid);
-        if (!g->mig_current) continue;
-        for (uint32_t k = 0; k < g->mig_count && g_vis.mig_count < FHW_MAX_MIGS; k++) {
-            const fhw_mig_t *m = &s->migs[g->mig_first + k];
-            int id = g_vis.mig_count++;
-            snprintf(g_vis.mig_uuid[id], sizeof g_vis.mig_uuid[id], "%s", m->uuid);
-            g_vis.mig_parent[id] = d;
-            g_vis.mig_index[id] = (int)k;
-        }
     }
     for (int d = 0; d < FHW_MAX_GPUS; d++) {
         fhw_devices[d].magic = FHW_DEVICE_MAGIC;
@@ -586,11 +593,14 @@ static void compute_visibility(const fhw_snap_t *s) {
     for (int m = 0; m < FHW_MAX_MIGS; m++) {
         fhw_migs[m].magic = FHW_MIG_MAGIC;
         fhw_migs[m].id = m;
-        fhw_gis[m].magic = FHW_GI_MAGIC;
-        fhw_gis[m].id = m;
         fhw_cis[m].magic = FHW_CI_MAGIC;
         fhw_cis[m].id = m;
     }
+    for (int i = 0; i < FHW_MAX_GIS; i++) {
+        fhw_gis[i].magic = FHW_GI_MAGIC;
+        fhw_gis[i].id = i;
+    }
+    fhw_mig_reset();
 }
 
 /* ------------------------------------------------------------------------------------------ init */
@@ -631,7 +641,7 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     pthread_mutex_unlock(&g_reload_lock);
     atomic_store(&g_refcount, 1);
     pthread_mutex_unlock(&g_init_lock);
-    fhw_trace("initialised: %d visible GPUs, %d MIG devices", g_vis.count, g_vis.mig_count);
+    fhw_trace("initialised: %d visible GPUs, %u MIG devices in the snapshot", g_vis.count, s->hdr->mig_count);
     return NVML_SUCCESS;
 }
 

@@ -185,7 +185,7 @@ static nvmlReturn_t d_attributes(fhw_ctx_t *c, nvmlDeviceAttributes_t *a) {
         a->sharedJpegCount = c->m->jpegs;
         a->sharedOfaCount = c->m->ofas;
         a->gpuInstanceSliceCount = c->m->slice_count;
-        a->computeInstanceSliceCount = c->m->slice_count;
+        a->computeInstanceSliceCount = c->m->ci_slice_count;
         a->memorySizeMB = c->m->mem_total >> 20;
     } else {
         a->multiprocessorCount = c->g->multiprocessors;

@@ -48,6 +48,9 @@ typedef struct fhw_snap {
     const fhw_process_t *processes;
     const fhw_event_t *events;
     const fhw_nic_t *nics;
+    const fhw_gi_t *gis;
+    const fhw_ci_profile_t *ci_profiles;
+    const fhw_platform_t *platform; /* one per GPU slot, or none (header platform_count 0) */
     /* The first page of the file, mapped shared, to see the writer's in-place "superseded" flag. */
     void *map;
     size_t map_len;
@@ -59,9 +62,17 @@ typedef struct fhw_snap {
     off_t st_size;
     struct timespec st_mtim;
     _Atomic int64_t checked_ms;
-    /* Visible device id -> GPU slot of this snapshot (-1: gone); same for MIG devices. */
+    /* Visible device id -> GPU slot of this snapshot (-1: gone). */
     int dev_slot[FHW_MAX_GPUS];
+    /* MIG device (= compute instance) handle id -> MIG record (-1: gone) and the visible id of its GPU; the
+       reverse (record -> handle id, -1: its GPU is not visible). Same for GPU instance handles. Filled by
+       fhw_mig_map when the snapshot is loaded: handles stay stable across generations (see mig.c). */
     int mig_slot[FHW_MAX_MIGS];
+    int mig_dev[FHW_MAX_MIGS];
+    int mig_handle[FHW_MAX_MIGS];
+    int gi_slot[FHW_MAX_GIS];
+    int gi_dev[FHW_MAX_GIS];
+    int gi_handle[FHW_MAX_GIS];
     struct fhw_snap *retired_next;
 } fhw_snap_t;
 
@@ -82,13 +93,9 @@ typedef struct fhw_mig_handle {
 typedef struct fhw_visible {
     int count;
     char uuid[FHW_MAX_GPUS][96];
-    int mig_count;
-    char mig_uuid[FHW_MAX_MIGS][96];
-    int mig_parent[FHW_MAX_MIGS]; /* device id of the parent */
-    int mig_index[FHW_MAX_MIGS];  /* index among the parent's MIG devices */
 } fhw_visible_t;
 
-/* A GPU instance / compute instance handle: one per MIG device (each has one full compute instance). */
+/* GPU instance and compute instance handles. A compute instance handle has the id of its MIG device's handle. */
 struct nvmlGpuInstance_st {
     uint32_t magic;
     int id;
@@ -102,7 +109,7 @@ struct nvmlComputeInstance_st {
 
 extern fhw_device_t fhw_devices[FHW_MAX_GPUS];
 extern fhw_mig_handle_t fhw_migs[FHW_MAX_MIGS];
-extern struct nvmlGpuInstance_st fhw_gis[FHW_MAX_MIGS];
+extern struct nvmlGpuInstance_st fhw_gis[FHW_MAX_GIS];
 extern struct nvmlComputeInstance_st fhw_cis[FHW_MAX_MIGS];
 
 /* What one call works with. */
@@ -110,6 +117,7 @@ typedef struct fhw_ctx {
     fhw_snap_t *s;
     const fhw_gpu_t *g;   /* the GPU (parent GPU for a MIG device) */
     const fhw_mig_t *m;   /* the MIG device, or NULL for a physical GPU */
+    const fhw_gi_t *gi;   /* the GPU instance of a GPU instance call, or NULL */
     int dev;              /* visible device id (the parent's for a MIG device) */
     int mig;              /* MIG handle id or -1 */
     int slot;             /* GPU slot in the snapshot */
@@ -133,6 +141,19 @@ void fhw_refresh(int force);
 int64_t fhw_now_ms(void);
 int fhw_trace_enabled(void);
 void fhw_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* MIG handles (mig.c): reset the handle registry (nvmlInit), map a freshly loaded snapshot's MIG devices and GPU
+   instances to handle ids (called with the reload lock held, after dev_slot is filled). */
+void fhw_mig_reset(void);
+void fhw_mig_map(fhw_snap_t *s);
+int fhw_gi_id_of(nvmlGpuInstance_t gi); /* handle id or -1 */
+
+/* The node agent's control API (agentc.c): send one JSON request on $FAKEHW_AGENT_SOCKET. Returns the HTTP status
+   (resp holds the body, NUL-terminated) or -1 when the agent cannot be reached (why says so). */
+int fhw_agent_request(const char *method, const char *path, const char *body, char *resp, size_t resp_cap,
+                      const char **why);
+/* The integer value of "key": N in a JSON answer (0 and found=0 when absent). */
+long long fhw_json_int(const char *json, const char *key, int *found);
 
 /* Validation and loading (snapshot.c), callable from the fuzz harness. */
 nvmlReturn_t fhw_validate(const uint8_t *data, size_t size, const char **why);

@@ -413,9 +413,12 @@ typedef struct nvmlExcludedDeviceInfo_st {
 /* MIG. */
 #define NVML_DEVICE_MIG_DISABLE 0x0
 #define NVML_DEVICE_MIG_ENABLE 0x1
-#define NVML_GPU_INSTANCE_PROFILE_COUNT 0x8
-#define NVML_COMPUTE_INSTANCE_PROFILE_COUNT 0x7
+/* The newest header's counts (CUDA 13): profile indices below them that a GPU does not offer answer NOT_SUPPORTED,
+   so callers built against any header (535's nvidia-smi asks index 8 and 9) get the real answer. */
+#define NVML_GPU_INSTANCE_PROFILE_COUNT 0x12
+#define NVML_COMPUTE_INSTANCE_PROFILE_COUNT 0x9
 #define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED 0x0
+#define NVML_GPU_INSTANCE_PROFILE_CAPS_P2P 0x1
 
 typedef struct nvmlGpuInstancePlacement_st {
     unsigned int start;
@@ -452,6 +455,24 @@ typedef struct nvmlGpuInstanceProfileInfo_v2_st {
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
 } nvmlGpuInstanceProfileInfo_v2_t;
 #define nvmlGpuInstanceProfileInfo_v2 NVML_STRUCT_VERSION(sizeof(nvmlGpuInstanceProfileInfo_v2_t), 2)
+
+/* v3 drops isP2pSupported for a capabilities bit field. */
+typedef struct nvmlGpuInstanceProfileInfo_v3_st {
+    unsigned int version;
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    unsigned int capabilities;
+} nvmlGpuInstanceProfileInfo_v3_t;
+#define nvmlGpuInstanceProfileInfo_v3 NVML_STRUCT_VERSION(sizeof(nvmlGpuInstanceProfileInfo_v3_t), 3)
 
 typedef struct nvmlGpuInstanceInfo_st {
     nvmlDevice_t device;
@@ -491,6 +512,22 @@ typedef struct nvmlComputeInstanceProfileInfo_v2_st {
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
 } nvmlComputeInstanceProfileInfo_v2_t;
 #define nvmlComputeInstanceProfileInfo_v2 NVML_STRUCT_VERSION(sizeof(nvmlComputeInstanceProfileInfo_v2_t), 2)
+
+typedef struct nvmlComputeInstanceProfileInfo_v3_st {
+    unsigned int version;
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    unsigned int capabilities;
+} nvmlComputeInstanceProfileInfo_v3_t;
+#define nvmlComputeInstanceProfileInfo_v3 NVML_STRUCT_VERSION(sizeof(nvmlComputeInstanceProfileInfo_v3_t), 3)
 
 /* What nvmlComputeInstanceGetInfo (unversioned) fills: no placement. */
 typedef struct fhwComputeInstanceInfoV1_st {

@@ -211,12 +211,10 @@ static nvmlReturn_t by_uuid(fhw_ctx_t *c, const char *uuid, nvmlDevice_t *device
     if (uuid == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlReturn_t r = find_device(c, match_uuid, uuid, device);
     if (r != NVML_ERROR_NOT_FOUND) return r;
-    const fhw_visible_t *vis = fhw_visible();
-    for (int m = 0; m < vis->mig_count; m++) {
-        if (strcmp(vis->mig_uuid[m], uuid) != 0) continue;
-        int slot = c->s->dev_slot[vis->mig_parent[m]];
-        if (slot >= 0 && c->s->gpus[slot].lost) return NVML_ERROR_GPU_IS_LOST;
-        if (c->s->mig_slot[m] < 0) return NVML_ERROR_NOT_FOUND;
+    for (uint32_t i = 0; i < c->s->hdr->mig_count; i++) {
+        int m = c->s->mig_handle[i];
+        if (m < 0 || strcmp(c->s->migs[i].uuid, uuid) != 0) continue;
+        if (c->s->gpus[c->s->migs[i].parent].lost) return NVML_ERROR_GPU_IS_LOST;
         *device = fhw_mig_device_handle(m);
         return NVML_SUCCESS;
     }

@@ -1,0 +1,229 @@
+"""Run a command as it would run on a fake node: the node's tree at ``/sys``, ``/dev`` and ``/proc/driver``.
+
+Why: real consumers read fixed paths, not ``$FAKEHW_ROOT``. numactl and libnuma read ``/sys/devices/system/node``,
+``cxl``/``daxctl`` walk ``/sys/bus/cxl`` and open ``/dev/cxl/memN``, nvidia-smi 550+ runs its embedded hwloc over
+all of ``/sys`` for the NIC columns of ``topo -m``, NVIDIA's device plugin reads
+``/sys/bus/pci/devices/<bdf>/numa_node`` and ``/proc/driver/nvidia-caps/mig-minors``. On the Docker backend the
+container's mounts give them the node; on the local backend this module does the same for one command: a private
+mount namespace (and UTS namespace, so ``hostname`` is the node's) in which
+
+- ``<root>/sys`` is bind-mounted on ``/sys`` (read-only unless the tree is served live, since a write to a rendered
+  file would stick where a kernel would refuse it),
+- ``<root>/dev`` on ``/dev`` (the node's character devices; the renderer also puts the standard ones there:
+  null, zero, random, tty, fd ...; the host's ``/dev/pts`` and a fresh ``/dev/shm`` are mounted inside first),
+- ``<root>/proc/driver`` on ``/proc/driver`` and the node's ``cpuinfo``, ``meminfo`` and ``devices`` over
+  ``/proc``'s own,
+- and any extra binds the caller names (a device plugin's socket directory at
+  ``/var/lib/kubelet/device-plugins``, a driver root), with their mount points created when missing.
+
+Nothing is visible outside the namespace, and the namespace ends with the command. Making one needs
+``CAP_SYS_ADMIN`` (root); :func:`unavailable` says why it cannot be made, so callers can say what is not presented.
+
+The part that runs inside the namespace is this file executed as a script (``python -I nodeview.py SPEC --
+ARGV``): it imports only the standard library, so it adds a few tens of milliseconds, not the testbed's imports.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# <linux/sched.h>, <sys/mount.h>
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+
+EXIT_SETUP = 125
+"""Exit status when the view could not be set up (as ``docker run`` uses it for its own failures)."""
+EXIT_NOT_FOUND = 127
+
+PROC_FILES = ("cpuinfo", "meminfo", "devices")
+"""Files of the node's ``proc/`` laid over ``/proc``'s own (what lscpu, free and device-number lookups read)."""
+
+
+@dataclass(frozen=True)
+class Bind:
+    """An extra bind mount: ``source`` (on this machine) appears at ``target`` (absolute) inside the view."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What a command on ``node`` sees: its fake root tree at the real paths, plus ``binds``."""
+
+    root: str
+    """The node's fake root (holds ``sys/``, ``dev/``, ``proc/``)."""
+    binds: tuple[Bind, ...] = ()
+    writable_sys: bool = False
+    """Mount ``/sys`` read-write (only for a tree served live, whose writes have kernel semantics)."""
+    hostname: str | None = None
+    """The hostname inside the view (default: the tree's ``proc/sys/kernel/hostname``)."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeView:
+        data = json.loads(text)
+        binds = tuple(Bind(**b) for b in data.pop("binds", ()))
+        return cls(binds=binds, **data)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One step of :func:`plan`: ``mount(source, target, fstype, flags, data)``; ``make`` creates the target."""
+
+    source: str
+    target: str
+    fstype: str | None = None
+    flags: int = 0
+    data: str | None = None
+    make: str | None = field(default=None)
+    """"dir" or "file": create the mount point if it is missing."""
+
+
+def unavailable() -> str | None:
+    """Why a node view cannot be made here (None when it can)."""
+    if os.geteuid() != 0:
+        return "not root: a private mount namespace needs CAP_SYS_ADMIN"
+    if not os.path.exists("/proc/self/ns/mnt"):
+        return "this kernel has no mount namespaces"
+    return None
+
+
+def command(view: NodeView, argv: Sequence[str], python: str | None = None) -> list[str]:
+    """The argv that runs ``argv`` inside ``view`` (a child process: its environment and cwd pass through)."""
+    if not argv:
+        raise ValueError("nothing to run")
+    return [python or sys.executable, "-I", os.path.abspath(__file__), view.to_json(), "--", *argv]
+
+
+def plan(view: NodeView) -> list[Mount]:
+    """The mounts that make ``view``, in order (a pure function of the view and what the tree holds)."""
+    root = Path(view.root)
+    steps: list[Mount] = []
+    sys_dir, dev_dir = root / "sys", root / "dev"
+    if sys_dir.is_dir():
+        steps.append(Mount(str(sys_dir), "/sys", flags=MS_BIND | MS_REC))
+        if not view.writable_sys:
+            steps.append(Mount("none", "/sys", flags=MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV))
+    if dev_dir.is_dir():
+        # The host's terminals and a fresh shared-memory mount, placed inside the node's /dev first so that the
+        # recursive bind below carries them along (after it, the host's /dev/pts is covered).
+        steps.append(Mount("/dev/pts", str(dev_dir / "pts"), flags=MS_BIND, make="dir"))
+        steps.append(Mount("tmpfs", str(dev_dir / "shm"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", make="dir"))
+        steps.append(Mount(str(dev_dir), "/dev", flags=MS_BIND | MS_REC))
+    driver = root / "proc" / "driver"
+    if driver.is_dir() and os.path.isdir("/proc/driver"):
+        steps.append(Mount(str(driver), "/proc/driver", flags=MS_BIND | MS_REC))
+    for name in PROC_FILES:
+        if (root / "proc" / name).is_file():
+            steps.append(Mount(str(root / "proc" / name), f"/proc/{name}", flags=MS_BIND))
+    for b in view.binds:
+        kind = "dir" if os.path.isdir(b.source) else "file"
+        steps.append(Mount(b.source, b.target, flags=MS_BIND | MS_REC, make=kind))
+        if b.read_only:
+            steps.append(Mount("none", b.target, flags=MS_BIND | MS_REMOUNT | MS_RDONLY))
+    return steps
+
+
+def view_hostname(view: NodeView) -> str | None:
+    if view.hostname:
+        return view.hostname
+    try:
+        return (Path(view.root) / "proc" / "sys" / "kernel" / "hostname").read_text().strip() or None
+    except OSError:
+        return None
+
+
+# ------------------------------------------------------------------------------------------ inside the namespace
+
+
+class SetupError(Exception):
+    """The view could not be made; the message names the step."""
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(err)} ({errno.errorcode.get(err, err)})")
+
+
+def _make_point(target: str, kind: str | None) -> None:
+    if kind is None or os.path.lexists(target):
+        return
+    try:
+        if kind == "dir":
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
+    except OSError as exc:
+        raise SetupError(f"cannot create mount point {target}: {exc.strerror}") from None
+
+
+def enter(view: NodeView) -> None:
+    """Make this process's private namespaces and mount ``view`` (the process then execs the command)."""
+    libc = _libc()
+    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare(CLONE_NEWNS|CLONE_NEWUTS)")
+    # Nothing mounted from here on may propagate back to the host's namespace.
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+    for m in plan(view):
+        _make_point(m.target, m.make)
+        _check(libc.mount(m.source.encode(), m.target.encode(), m.fstype.encode() if m.fstype else None,
+                          m.flags, m.data.encode() if m.data else None),
+               f"mount {m.source} on {m.target}")
+    name = view_hostname(view)
+    if name:
+        raw = name.encode()
+        _check(libc.sethostname(raw, len(raw)), f"sethostname({name})")
+
+
+def _main(args: Sequence[str], env: Mapping[str, str]) -> int:
+    if len(args) < 3 or args[1] != "--":
+        print("usage: nodeview.py VIEW-JSON -- COMMAND [ARG...]", file=sys.stderr)
+        return 2
+    view = NodeView.from_json(args[0])
+    cwd = os.getcwd()
+    try:
+        enter(view)
+    except SetupError as exc:
+        print(f"testbed: cannot show the node's tree at the real paths: {exc}", file=sys.stderr)
+        return EXIT_SETUP
+    try:
+        os.chdir(cwd)
+    except OSError:
+        os.chdir("/")
+    argv = list(args[2:])
+    try:
+        os.execvpe(argv[0], argv, dict(env))
+    except FileNotFoundError:
+        print(f"testbed: command not found: {argv[0]}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except OSError as exc:
+        print(f"testbed: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
+        return 126 if exc.errno in (errno.EACCES, errno.ENOEXEC) else EXIT_SETUP
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:], os.environ))

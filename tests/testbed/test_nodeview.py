@@ -1,0 +1,112 @@
+"""testbed.nodeview: a command on a local node sees the node at the real paths, judged by real tools.
+
+Expected values are facts about the real machine the profile models (NVIDIA DGX H100 user guide: two Xeon
+Platinum 8480C sockets, 2 x 56 cores with SMT = 224 logical CPUs, two NUMA nodes, eight GPUs), read back through
+numactl, lscpu, hostname and the device nodes, not recomputed from our model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from testbed import Testbed, nodeview
+from testbed.backends.base import BackendInputError
+
+pytestmark = pytest.mark.skipif(nodeview.unavailable() is not None, reason=f"{nodeview.unavailable()}")
+
+
+@pytest.fixture(scope="module")
+def h100(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A rendered dgx-h100 node root (no agent needed to look at a tree)."""
+    out = tmp_path_factory.mktemp("render")
+    subprocess.run([sys.executable, "-m", "fakehw.cli", "render", "dgx-h100", "--out", str(out), "-q"], check=True,
+                   capture_output=True)
+    return out / "dgx-h100-0" / "root"
+
+
+def run_in(view: nodeview.NodeView, script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(nodeview.command(view, ["sh", "-c", script]), capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl is not installed (tools/install-system-deps.sh)")
+def test_numactl_lscpu_and_hostname_see_the_node(h100: Path) -> None:
+    out = run_in(nodeview.NodeView(root=str(h100)), "numactl -H; echo ===; lscpu; echo ===; hostname")
+    assert out.returncode == 0, out.stderr
+    numa, cpu, host = out.stdout.split("===\n")
+    assert numa.startswith("available: 2 nodes (0-1)")
+    assert "CPU(s):                  224" in cpu or "CPU(s):              224" in cpu
+    assert "Xeon(R) Platinum 8480C" in cpu
+    assert host.strip() == "dgx-h100-0"
+    assert os.uname().nodename != "dgx-h100-0", "the hostname changed only inside the view"
+
+
+def test_dev_has_the_gpus_and_still_works_as_dev(h100: Path) -> None:
+    out = run_in(nodeview.NodeView(root=str(h100)),
+                 "ls /dev; echo data > /dev/null && echo null-ok; head -c 4 /dev/zero | od -An -tx1; "
+                 "test -d /dev/pts && test -w /dev/shm && echo pts-shm-ok; cat /proc/driver/nvidia/version")
+    assert out.returncode == 0, out.stderr
+    listed = set(out.stdout.split())
+    assert {f"nvidia{i}" for i in range(8)} | {"nvidiactl", "nvidia-uvm", "null", "zero", "pts"} <= listed
+    assert "null-ok" in out.stdout and "00 00 00 00" in out.stdout and "pts-shm-ok" in out.stdout
+    assert "NVRM version: NVIDIA UNIX" in out.stdout
+
+
+def test_sys_is_the_node_and_refuses_stray_writes(h100: Path) -> None:
+    """A rendered tree is not a kernel: a write there would stick, so /sys is read-only unless served live."""
+    out = run_in(nodeview.NodeView(root=str(h100)),
+                 "cat /sys/bus/pci/devices/*/numa_node | sort -u | tr '\\n' ' '; "
+                 "echo 1 > /sys/devices/system/node/node0/cpulist; echo rc=$?")
+    assert out.stdout.split()[:2] == ["0", "1"]
+    assert "rc=0" not in out.stdout and "Read-only file system" in out.stderr
+
+
+def test_extra_binds_appear_at_their_targets_and_nothing_leaks(h100: Path, tmp_path: Path) -> None:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "kubelet.sock.marker").write_text("here\n")
+    target = "/var/lib/kubelet/device-plugins"
+    view = nodeview.NodeView(root=str(h100), binds=(nodeview.Bind(str(plugins), target),))
+    out = run_in(view, f"cat {target}/kubelet.sock.marker; touch {target}/written")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "here\n" and (plugins / "written").exists()
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(h100) not in mounts and str(plugins) not in mounts, "a mount escaped the private namespace"
+
+
+def test_a_view_that_cannot_be_made_says_which_step(tmp_path: Path, h100: Path) -> None:
+    view = nodeview.NodeView(root=str(h100), binds=(nodeview.Bind(str(tmp_path / "absent"), "/mnt/x"),))
+    out = run_in(view, "true")
+    assert out.returncode == nodeview.EXIT_SETUP
+    assert out.stderr.startswith("testbed: cannot show the node's tree at the real paths: mount ")
+    assert "/mnt/x" in out.stderr and "Traceback" not in out.stderr
+    missing = subprocess.run(nodeview.command(nodeview.NodeView(root=str(h100)), ["no-such-command-xyz"]),
+                             capture_output=True, text=True)
+    assert missing.returncode == nodeview.EXIT_NOT_FOUND
+    assert missing.stderr == "testbed: command not found: no-such-command-xyz\n"
+
+
+def test_the_plan_mounts_terminals_before_covering_dev(h100: Path) -> None:
+    steps = nodeview.plan(nodeview.NodeView(root=str(h100)))
+    targets = [s.target for s in steps]
+    assert targets.index(str(h100 / "dev" / "pts")) < targets.index("/dev")
+    assert targets[:2] == ["/sys", "/sys"] and steps[1].flags & nodeview.MS_RDONLY
+    live = nodeview.plan(nodeview.NodeView(root=str(h100), writable_sys=True))
+    assert [s.target for s in live].count("/sys") == 1
+
+
+def test_local_exec_runs_in_the_view(testbed_factory: Callable[..., Testbed]) -> None:
+    tb = testbed_factory(profile="dgx-h100")
+    node = tb.nodes()[0].name
+    inside = tb.exec(node, ["hostname"])
+    assert inside.stdout.decode().strip() == node
+    outside = tb.exec(node, ["hostname"], host_paths=True)
+    assert outside.stdout.decode().strip() == os.uname().nodename
+    with pytest.raises(BackendInputError, match="command not found: no-such-command-xyz"):
+        tb.exec(node, ["no-such-command-xyz"])
