@@ -29,7 +29,6 @@ from conformance.provenance.dsse import (
     SignatureError,
     keyid,
     parse_public_pem,
-    read_envelope,
     verify_key_bundle,
 )
 from conformance.provenance.statement import BUNDLE_FILE, STATEMENT_FILE, StatementError, differences, statement
@@ -78,6 +77,9 @@ def _read_json(path: Path) -> Any:
 def _load(run_dir: Path, result: RunVerification) -> Report | None:
     path = run_dir / "report.json"
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            result.problems.append(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB, not a report")
+            return None
         return load_report(path.read_text(), str(path))
     except OSError as exc:
         result.problems.append(f"cannot read {path}: {exc.strerror}")
@@ -200,10 +202,3 @@ def verify_run(run_dir: Path, policy: TrustPolicy) -> RunVerification:
             result.problems += [f"the signed statement differs from the run: {_explain(d)}" for d in diffs[:20]]
     return result
 
-
-def envelope_payload(run_dir: Path) -> bytes | None:
-    """The statement inside the run's bundle, unchecked (for showing what a bundle claims)."""
-    try:
-        return read_envelope(json.loads((run_dir / BUNDLE_FILE).read_text())).payload
-    except (OSError, ValueError, SignatureError):
-        return None
