@@ -1,0 +1,82 @@
+"""Derived topology against sources outside the model: NVIDIA's enum values (nvidia-ml-py and reference/nvml.md),
+the NV# that ``nvidia-smi topo -m`` shows on real systems (reference/hardware.md), and the NVML rules for P2P
+(both ends must support it; a single NVLink is still NVLink). Written to kill the mutants ``make mutate`` found
+surviving in fakehw/model/topology.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pynvml
+import pytest
+
+from fakehw.model import load_profile
+from fakehw.model.system import TopologyLevel
+from fakehw.model.topology import LinkCounts, P2PCapability, P2PStatus, _p2p, bond, derive_node
+
+
+def _nvml(name: str) -> int:
+    value = getattr(pynvml, name)
+    # nvidia-ml-py 12.535 writes some of these with a trailing comma (NVML_P2P_CAPS_INDEX_READ = 0,): a tuple
+    return int(value[0] if isinstance(value, tuple) else value)
+
+
+def test_enum_values_are_nvmls() -> None:
+    for cap in P2PCapability:
+        assert cap.value == _nvml(f"NVML_P2P_CAPS_INDEX_{cap.name}"), cap
+    for status in P2PStatus:
+        assert status.value == _nvml(f"NVML_P2P_STATUS_{status.name}"), status
+    for level in TopologyLevel:
+        assert level.value == _nvml(f"NVML_TOPOLOGY_{level.name}"), level
+
+
+@pytest.mark.parametrize(("profile", "nv"), [("dgx-a100", 12), ("dgx-h100", 18), ("dgx-b200", 18)])
+def test_switched_systems_show_their_nv_number(profile: str, nv: int) -> None:
+    """reference/hardware.md: DGX A100 shows NV12 (12 NVLink3 links per GPU, 2 to each of 6 switches), DGX H100
+    and DGX B200 NV18 (18 links split over the switch chips): every GPU pair reaches every switch."""
+    topo = derive_node(load_profile(profile).nodes[0])
+    n = len(topo.gpus)
+    assert {topo.nvlinks[a][b] for a in range(n) for b in range(n) if a != b} == {nv}
+    assert all(topo.nvlinks[a][a] == 0 for a in range(n))
+
+
+def test_a_switch_only_one_gpu_reaches_joins_nothing() -> None:
+    """A path through an NVSwitch needs both GPUs on that switch; per shared switch the pair gets the smaller of
+    their link counts; direct links add up."""
+    counts = {
+        "a": LinkCounts(gpus={"c": 2}, switches={"sw1": 3, "sw2": 2}),
+        "b": LinkCounts(gpus={}, switches={"sw3": 4}),
+        "c": LinkCounts(gpus={"a": 2}, switches={"sw1": 1, "sw2": 5}),
+    }
+    assert bond("a", "b", counts) == 0
+    assert bond("b", "a", counts) == 0
+    assert bond("a", "c", counts) == 2 + 1 + 2
+    assert bond("c", "a", counts) == 2 + 1 + 2
+    assert bond("a", "a", counts) == 0
+
+
+def _pair(p2p_pcie: tuple[bool, bool], level: TopologyLevel, links: int) -> dict[P2PCapability, P2PStatus]:
+    gpus = load_profile("dgx-h100").nodes[0].gpus[:2]
+    gpus = tuple(replace(g, sku=g.sku.model_copy(update={"p2p_pcie": ok})) for g, ok in zip(gpus, p2p_pcie,
+                                                                                                strict=True))
+    levels = ((TopologyLevel.INTERNAL, level), (level, TopologyLevel.INTERNAL))
+    out = _p2p(levels, ((0, links), (links, 0)), gpus)
+    assert all(out[c][0][0] == P2PStatus.OK for c in P2PCapability)
+    return {c: out[c][0][1] for c in P2PCapability}
+
+
+def test_one_nvlink_is_nvlink() -> None:
+    got = _pair((True, True), TopologyLevel.SYSTEM, links=1)
+    assert got[P2PCapability.NVLINK] == got[P2PCapability.ATOMICS] == P2PStatus.OK
+    assert got[P2PCapability.READ] == got[P2PCapability.WRITE] == P2PStatus.OK  # over NVLink, whatever PCIe says
+    assert got[P2PCapability.PCI] == P2PStatus.CHIPSET_NOT_SUPPORTED
+
+
+def test_pcie_p2p_needs_both_ends() -> None:
+    for ends in ((True, False), (False, True), (False, False)):
+        got = _pair(ends, TopologyLevel.SINGLE, links=0)
+        assert got[P2PCapability.PCI] == got[P2PCapability.READ] == P2PStatus.GPU_NOT_SUPPORTED, ends
+        assert got[P2PCapability.NVLINK] == P2PStatus.NOT_SUPPORTED
+    got = _pair((True, True), TopologyLevel.NODE, links=0)
+    assert got[P2PCapability.PCI] == got[P2PCapability.READ] == got[P2PCapability.WRITE] == P2PStatus.OK
+    assert got[P2PCapability.ATOMICS] == P2PStatus.NOT_SUPPORTED
