@@ -14,8 +14,13 @@ from fakehw.model import load_profile
 from fakehw.model.system import TopologyLevel
 from fakehw.model.topology import LinkCounts, P2PCapability, P2PStatus, _p2p, bond, derive_node
 
+NEWER_THAN_THE_BINDING = {"NVML_P2P_CAPS_INDEX_PCI": 4}
+"""nvml.h gained the PCI index after nvidia-ml-py 12.535 (reference/nvml.md, "Enums": ... ATOMICS 3, PCI 4)."""
+
 
 def _nvml(name: str) -> int:
+    if not hasattr(pynvml, name):
+        return NEWER_THAN_THE_BINDING[name]
     value = getattr(pynvml, name)
     # nvidia-ml-py 12.535 writes some of these with a trailing comma (NVML_P2P_CAPS_INDEX_READ = 0,): a tuple
     return int(value[0] if isinstance(value, tuple) else value)
