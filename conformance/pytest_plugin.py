@@ -301,7 +301,7 @@ class _Recorder:
                 "architectures": arches,
                 "backend": getattr(opts, "backend", None),
                 "arch": getattr(opts, "arch", None),
-                "targets": list(getattr(opts, "target", []) or []),
+                "targets": [redact_target(t) for t in getattr(opts, "target", []) or []],
                 "harness_version": __version__,
                 "python": platform.python_version(),
                 "machine": platform.machine(),
@@ -326,6 +326,14 @@ class _Recorder:
         tr.section("conformance: results per requirement")
         for req_id, entry in sorted(doc["requirements"].items()):
             tr.write_line(f"{entry['status'].upper():14} {req_id:18} {entry.get('title', '')}")
+
+
+def redact_target(target: str) -> str:
+    """``KIND=SPEC`` with the directories of absolute paths cut off (they say where it was installed)."""
+    from conformance.provenance.component import redact
+
+    kind, sep, spec = target.partition("=")
+    return f"{kind}{sep}{redact(spec)}" if sep else target
 
 
 def _short(report: pytest.TestReport) -> str:

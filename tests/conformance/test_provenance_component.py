@@ -3,6 +3,7 @@ docs give a stranger), and the local paths that must not leak into a report."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -118,3 +119,24 @@ def test_runner_facts_in_github_actions(monkeypatch: pytest.MonkeyPatch) -> None
     assert facts.builder.endswith("certify.yml@v1") and facts.environment == "github-hosted"
     monkeypatch.delenv("GITHUB_ACTIONS")
     assert runner().id == "local"
+
+
+def test_no_local_path_reaches_the_report(tmp_path: Path) -> None:
+    """The suite is given the component by an absolute venv path; results.json and report.json name it without."""
+    from conformance.provenance.attest import Signer, write_run
+    from tests.conformance.runs import run_suite, write_suite
+
+    suite = write_suite(tmp_path / "suite", "extender")
+    out = tmp_path / "run"
+    out.mkdir()
+    run_suite(suite, out / "results.json", "extender", spec=f"cmd:{sys.executable} -m testbed.reference.extender")
+    write_run(out / "results.json", out, Signer())
+    venv = str(Path(sys.executable).parent)
+    results = json.loads((out / "results.json").read_text())
+    assert results["environment"]["targets"] == ["extender=cmd:python -m testbed.reference.extender"]
+    report = json.loads((out / "report.json").read_text())
+    (component,) = report["manifest"]["components"]
+    assert component["spec"] == "cmd:python -m testbed.reference.extender"
+    assert component["digest"] == _coreutils_tree(ROOT / "testbed" / "reference" / "extender")
+    for name in ("report.json", "results.json", "summary.md", "report.html", "attestation.intoto.json", "junit.xml"):
+        assert venv not in (out / name).read_text(), name
