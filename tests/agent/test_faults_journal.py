@@ -121,9 +121,41 @@ def test_malformed_requests_are_refused_naming_the_field(body: dict[str, Any], f
     assert field in str(info.value)
 
 
+@pytest.mark.parametrize(("kind", "field", "low", "high"), [
+    ("xid", "code", 1, 999),
+    ("nvlink-down", "link", 0, 35),  # NVML_NVLINK_MAX_LINKS is 36 in the newest nvml.h (reference/nvml.md)
+    ("nvlink-errors", "link", 0, 35),
+    ("nvlink-errors", "increment", 1, 2**31),
+    ("ecc", "count", 1, 1_000_000),
+    ("thermal", "temperature_c", 0, 150),
+    ("power-cap", "limit_w", 1, 5000),
+    ("pool-shrink", "bytes", 1, 2**62),
+])
+def test_the_control_apis_limits_are_inclusive(kind: str, field: str, low: int, high: int) -> None:
+    """A request at each limit is taken, one past it is refused (the limits bound what a caller can make the agent
+    hold; the ranges are the control API's)."""
+    base: dict[str, Any] = {"kind": kind, "device": "gpu0", "code": 48, "link": 0, "limit_w": 300, "bytes": 1}
+    base = {k: v for k, v in base.items() if k in ("kind", "device") or k in FAULT_KINDS[kind].model_fields}
+    for ok in (low, high):
+        assert getattr(_fault(**{**base, field: ok}), field) == ok
+    for bad in (low - 1, high + 1):
+        with pytest.raises(ValidationError):
+            _fault(**{**base, field: bad})
+
+
+def test_a_fault_request_is_a_value() -> None:
+    """Requests are compared, hashed and journaled as they were received: nothing may change one afterwards."""
+    fault = _fault(kind="xid", device="gpu0", code=48)
+    assert fault == _fault(kind="xid", device="gpu0", code=48) and hash(fault) == hash(_fault(kind="xid",
+                                                                                              device="gpu0", code=48))
+    with pytest.raises(ValidationError):
+        fault.code = 79
+
+
 def test_request_bounds_that_are_allowed() -> None:
     assert _fault(kind="xid", device="gpu0", code=999).code == 999
     assert _fault(kind="nvlink-down", device="gpu0", link=35).link == 35
+    assert _fault(kind="nvlink-errors", device="gpu0", link=0).increment == 1
     ecc = _fault(kind="ecc", device="gpu0")
     assert (ecc.type, ecc.count, ecc.location) == ("sbe", 1, "device-memory")
     assert _fault(kind="thermal", device="gpu0").temperature_c == 95
@@ -187,10 +219,21 @@ def test_compaction_replaces_the_journal_privately(tmp_path: Path) -> None:
         journal.append({"op": "inject", "n": i})
     journal.compact([{"op": "inject", "n": 4}])
     assert stat.S_IMODE(path.stat().st_mode) == 0o600  # fault history is the agent's alone
+    assert path.read_text() == '{"n":4,"op":"inject"}\n'  # the same compact, sorted lines as append writes
     journal.append({"op": "heal", "n": 5})
     journal.close()
     assert [json.loads(line)["n"] for line in path.read_text().splitlines()] == [4, 5]
     assert list(Journal(path).replay()) == [{"op": "inject", "n": 4}, {"op": "heal", "n": 5}]
+
+
+def test_the_journal_directory_is_made_and_reused(tmp_path: Path) -> None:
+    deep = tmp_path / "state" / "node-0" / "journal.jsonl"
+    first = Journal(deep)
+    first.append({"op": "inject"})
+    first.close()
+    again = Journal(deep)  # the directory exists now
+    assert list(again.replay()) == [{"op": "inject"}]
+    again.close()
 
 
 def test_a_missing_journal_replays_nothing(tmp_path: Path) -> None:

@@ -6,13 +6,23 @@ surviving in fakehw/model/topology.py."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pynvml
 import pytest
 
 from fakehw.model import load_profile
 from fakehw.model.system import TopologyLevel
-from fakehw.model.topology import LinkCounts, P2PCapability, P2PStatus, _p2p, bond, derive_node
+from fakehw.model.topology import (
+    LinkCounts,
+    P2PCapability,
+    P2PStatus,
+    _p2p,
+    bond,
+    derive_node,
+    derive_system,
+    pcie_level,
+)
 
 NEWER_THAN_THE_BINDING = {"NVML_P2P_CAPS_INDEX_PCI": 4}
 """nvml.h gained the PCI index after nvidia-ml-py 12.535 (reference/nvml.md, "Enums": ... ATOMICS 3, PCI 4)."""
@@ -85,3 +95,40 @@ def test_pcie_p2p_needs_both_ends() -> None:
     got = _pair((True, True), TopologyLevel.NODE, links=0)
     assert got[P2PCapability.PCI] == got[P2PCapability.READ] == got[P2PCapability.WRITE] == P2PStatus.OK
     assert got[P2PCapability.ATOMICS] == P2PStatus.NOT_SUPPORTED
+
+
+def test_derived_topology_is_immutable() -> None:
+    """Nodes of one template share one derived topology (derive_system derives it once): none may change it."""
+    import dataclasses
+
+    system = load_profile("gb200-nvl72")
+    topo = derive_system(system)
+    node = next(iter(topo.nodes.values()))
+    assert len({id(t) for t in topo.nodes.values()}) < len(topo.nodes)  # really shared
+    for value, field in ((node, "gpus"), (topo.domains[0], "nodes"), (topo, "domains"),
+                         (LinkCounts({}, {}), "gpus")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, field, ())
+
+
+def _bridges(switches: dict[str, str], host_bridges: dict[str, int]) -> SimpleNamespace:
+    """A node reduced to its PCIe tree: switch -> parent, host bridge -> NUMA node."""
+    return SimpleNamespace(pcie_switches=[SimpleNamespace(name=n, parent=p) for n, p in switches.items()],
+                           host_bridges=[SimpleNamespace(name=n, numa=numa) for n, numa in host_bridges.items()])
+
+
+def test_pcie_levels_through_every_switch_of_the_node() -> None:
+    """NVML's levels (reference/nvml.md): a device behind two switches in series and one on their host bridge
+    meet at the host bridge (PHB), however few switches the node has; two behind the same switch are PIX, one
+    behind two switches and one behind the second only cross both (PXB)."""
+    node = _bridges({"sw1": "sw0", "sw0": "hb0"}, {"hb0": 0, "hb1": 0, "hb2": 1})
+    assert pcie_level(node, "sw1", "hb0") == TopologyLevel.HOSTBRIDGE  # type: ignore[arg-type]
+    assert pcie_level(node, "sw1", "sw1") == TopologyLevel.SINGLE  # type: ignore[arg-type]
+    assert pcie_level(node, "sw1", "sw0") == TopologyLevel.MULTIPLE  # type: ignore[arg-type]  # sw1 and sw0
+    assert pcie_level(node, "sw1", "hb1") == TopologyLevel.NODE  # type: ignore[arg-type]
+    assert pcie_level(node, "sw1", "hb2") == TopologyLevel.SYSTEM  # type: ignore[arg-type]
+    assert pcie_level(node, "sw1", "sw1", same_device=True) == TopologyLevel.INTERNAL  # type: ignore[arg-type]
+    deeper = _bridges({"sw2": "sw1", "sw1": "sw0", "sw0": "hb0", "sw3": "sw0"}, {"hb0": 0})
+    assert pcie_level(deeper, "sw2", "sw3") == TopologyLevel.MULTIPLE  # type: ignore[arg-type]
+    looped = _bridges({"a": "b", "b": "a"}, {"hb0": 0})  # a malformed tree must not hang the derivation
+    assert pcie_level(looped, "a", "hb0") in (TopologyLevel.NODE, TopologyLevel.SYSTEM)  # type: ignore[arg-type]
