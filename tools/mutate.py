@@ -185,11 +185,36 @@ def enumerate_specs(area: Area) -> list[Spec]:
     specs = []
     for module in area.modules:
         tree = get_ast_from_path(ROOT / module)
+        hints = type_hints(ROOT / module)
         for name in OPERATORS:
             operator = get_operator(name)()
             positions = [start for node in ast_nodes(tree) for start, _ in operator.mutation_positions(node)]
-            specs += [Spec(module, name, i, start[0]) for i, start in enumerate(positions)]
+            specs += [Spec(module, name, i, start[0]) for i, start in enumerate(positions)
+                      if not any(a <= (start[0], start[1]) < b for a, b in hints)]
     return specs
+
+
+def type_hints(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Spans of the type hints nothing evaluates (every module has ``from __future__ import annotations``):
+    function signatures, local variables, dataclass fields. A mutant there (``X | None`` to ``X & None``) cannot
+    change behaviour. Pydantic models' fields are evaluated, so they stay."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    if not any(isinstance(n, ast.ImportFrom) and n.module == "__future__" and
+               any(a.name == "annotations" for a in n.names) for n in tree.body):
+        return []
+    spans: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = node.args
+            spans += [a.annotation for a in (*args.posonlyargs, *args.args, *args.kwonlyargs,
+                                             *filter(None, (args.vararg, args.kwarg))) if a.annotation]
+            spans += [node.returns] if node.returns else []
+            spans += [n.annotation for n in ast.walk(node) if isinstance(n, ast.AnnAssign)]
+        elif isinstance(node, ast.ClassDef) and any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+            spans += [n.annotation for n in node.body if isinstance(n, ast.AnnAssign)]
+    return [((e.lineno, e.col_offset), (e.end_lineno or e.lineno, e.end_col_offset or 0)) for e in spans]
 
 
 @contextmanager
