@@ -80,13 +80,14 @@ AREAS = (
                              "fakehw/sysfs/nvidia.py", "fakehw/sysfs/cxl.py"), ("tests/sysfs/test_tree.py",)),
     Area("reference plugin allocation", ("testbed/reference/device_plugin/allocator.py",),
          ("tests/conformance/test_device_plugin_units.py",)),
-    Area("extender policy", ("testbed/reference/extender/policy.py",), ("tests/scheduler/test_reference_policy.py",)),
+    Area("extender policy", ("testbed/reference/extender/policy.py",),
+         ("tests/scheduler/test_reference_policy.py", "tests/scheduler/test_reference_policy_rules.py")),
     Area("fabric lint", ("fakehw/fabric/lint.py",), ("tests/fabric/test_fabric_lint.py",)),
     Area("report verify", ("conformance/report/model.py", "conformance/provenance/verify.py",
                            "conformance/provenance/statement.py", "conformance/provenance/dsse.py",
                            "conformance/catalogue_versions.py"),
          ("tests/conformance/test_report_tamper.py", "tests/conformance/test_catalogue_versions.py",
-          "tests/conformance/test_report_signing.py"),
+          "tests/conformance/test_provenance_rules.py", "tests/conformance/test_report_signing.py"),
          select="not signing or a_keyless_run or bad_keys or payload_type or signing_refuses or ed25519"),
 )
 

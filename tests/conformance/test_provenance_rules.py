@@ -1,0 +1,99 @@
+"""Edges of report verification the tamper table does not reach: malformed seals, the statement's difference
+report, catalogue-version files edited by hand, value types. Written to kill the mutants ``make mutate`` found
+surviving in conformance/report and conformance/provenance."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import catalogue_versions as cv
+from conformance.cli import main as conformance_main
+from conformance.provenance.attest import Signer
+from conformance.provenance.dsse import Envelope
+from conformance.provenance.statement import STATEMENT_FILE, differences
+from conformance.report.model import completeness, load_report
+from tests.conformance.runs import certified_run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return certified_run(tmp_path_factory.mktemp("rules"), Signer(), "device-plugin")
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "run"
+    shutil.copytree(run, dest)
+    return dest
+
+
+@pytest.mark.parametrize("seal", ["[]", '"sealed"', "null", '{"subject": [], "predicate": {"x": 1}}',
+                                  '{"subject": [{"name": "x"}]}', "{not json"])
+def test_a_malformed_seal_is_refused_cleanly(seal: str, run: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    forged = _copy(run, tmp_path)
+    (forged / STATEMENT_FILE).write_text(seal)
+    assert conformance_main(["verify", str(forged)]) == 1
+    err = capsys.readouterr().err
+    assert "the seal is empty" in err or "unreadable seal" in err, err
+    assert "Traceback" not in err
+
+
+def test_the_statement_says_how_the_component_was_isolated(run: Path) -> None:
+    statement = json.loads((run / STATEMENT_FILE).read_text())
+    report = json.loads((run / "report.json").read_text())
+    isolation = statement["predicate"]["buildDefinition"]["internalParameters"]["componentIsolation"]
+    assert isolation == report["manifest"]["runner"]["isolation"] == "none: the component ran as the harness's user"
+
+
+def test_differences_name_the_path_and_both_values() -> None:
+    assert differences({"a": [1]}, {"a": {"x": 1}}) == ['a: sealed [1], the run has {"x": 1}']
+    assert differences({"a": {"x": 1}}, {"a": [1]}) == ['a: sealed {"x": 1}, the run has [1]']
+    assert differences({"a": [1, 2]}, {"a": [1]}) == ["a: the seal has 2 entries, the run 1"]
+    assert differences({"a": [{"name": "r", "v": 1}]}, {"a": [{"name": "r", "v": 2}]}) == ["a.r.v: sealed 1, the run "
+                                                                                           "has 2"]
+    assert differences({"k": 1}, {}) == ["k is not in the run"] and differences({}, {"k": 1}) == [
+        "k is missing from the seal"]
+    long = "x" * 100
+    assert differences({"k": long}, {"k": "y"}) == [f'k: sealed "{long[:76]}..., the run has "y"']
+
+
+def test_the_missing_requirements_are_listed_up_to_twelve(run: Path) -> None:
+    report = load_report((run / "report.json").read_text())
+    for keep, ellipsis in ((len(report.results) - 12, False), (len(report.results) - 13, True)):
+        cut = report.model_copy(update={"results": report.results[:keep]})
+        (problem,) = [p for p in completeness(cut) if "missing from the report" in p]
+        assert problem.startswith(f"{len(report.results) - keep} requirement(s) of catalogue version")
+        assert problem.endswith(" ...") is ellipsis, problem
+        assert problem.count("DP-") == 12
+
+
+@pytest.mark.parametrize("entry", [["t", "c", "gold", True], ["t", "c", "core"], ["t", "c", "core", "yes"],
+                                   ["t", 3, "core", True], "core", ["t", "c", "core", True, 1]])
+def test_a_hand_edited_version_entry_is_refused(entry: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = json.loads((Path(cv.__file__).parent / "catalogue" / "versions.json").read_text())
+    first = data["versions"]["1"]["requirements"]
+    first[next(iter(first))] = entry
+    edited = tmp_path / "versions.json"
+    edited.write_text(json.dumps(data))
+    monkeypatch.setattr(cv, "_versions_path", lambda: edited)
+    cv._published.cache_clear()
+    try:
+        with pytest.raises(cv.CatalogueVersionError, match=r"expected \[target, category, level, required\]"):
+            cv.published()
+    finally:
+        cv._published.cache_clear()
+
+
+def test_value_types_cannot_change_after_the_fact() -> None:
+    entry = cv.Entry("device-plugin", "allocation", "core", True)
+    assert {entry: 1}[cv.Entry("device-plugin", "allocation", "core", True)] == 1
+    envelope = Envelope(b"{}", "application/vnd.in-toto+json", (("k", b"s"),))
+    for value, field in ((entry, "required"), (envelope, "payload"), (cv.CatalogueStamp("1", "d"), "digest")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, field, None)
