@@ -73,11 +73,13 @@ AREAS = (
     Area("model/topology", ("fakehw/model/topology.py",), ("tests/model",)),
     Area("nvml snapshot", ("fakehw/nvml/snapshot.py",),
          ("tests/nvml/test_layout.py", "tests/nvml/test_determinism.py", "tests/nvml/test_visibility.py",
-          "tests/nvml/test_pynvml.py")),
+          "tests/nvml/test_pynvml.py", "tests/nvml/test_events.py", "tests/nvml/test_live.py")),
     Area("agent faults/journal", ("fakehw/agent/faults.py", "fakehw/agent/journal.py"),
          ("tests/agent/test_faults_journal.py",)),
     Area("sysfs renderers", ("fakehw/sysfs/node.py", "fakehw/sysfs/pci.py", "fakehw/sysfs/cpu.py",
-                             "fakehw/sysfs/nvidia.py", "fakehw/sysfs/cxl.py"), ("tests/sysfs/test_tree.py",)),
+                             "fakehw/sysfs/nvidia.py", "fakehw/sysfs/cxl.py"),
+         ("tests/sysfs/test_tree.py", "tests/sysfs/test_consumers.py", "tests/sysfs/test_hwloc_profiles.py",
+          "tests/cxl/test_state_machine.py")),
     Area("reference plugin allocation", ("testbed/reference/device_plugin/allocator.py",),
          ("tests/conformance/test_device_plugin_units.py",)),
     Area("extender policy", ("testbed/reference/extender/policy.py",),
@@ -101,7 +103,8 @@ class CMutant:
 
 
 NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
-                   ("tests/nvml/test_pynvml.py", "tests/nvml/test_visibility.py", "tests/nvml/test_determinism.py"))
+                   ("tests/nvml/test_pynvml.py", "tests/nvml/test_visibility.py", "tests/nvml/test_determinism.py",
+                    "tests/nvml/test_events.py", "tests/nvml/test_live.py"))
 C_MUTANTS_FILE = ROOT / "tools" / "nvml-c-mutants.toml"
 
 
