@@ -242,20 +242,16 @@ def cmd_kinds(args: argparse.Namespace) -> int:
 
 def cmd_agent(args: argparse.Namespace) -> int:
     from fakehw.agent.main import run_agent
+    from fakehw.agent.trust import read_token_file
 
     system = _load(args.profile, args.nodes)
-    token = None
-    if args.token_file:
-        try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            raise CliError(f"cannot read token file: {exc}", EXIT_BAD_INPUT) from None
     for name in args.node or []:
         if system.node(name) is None:
             raise CliError(f"profile {system.name} has no node {name!r}", EXIT_BAD_INPUT)
     try:
+        token = read_token_file(Path(args.token_file)) if args.token_file else None
         run_agent(system, Path(args.state_dir), args.node or None,
-                  Path(args.socket) if args.socket else None, args.listen, token)
+                  Path(args.socket) if args.socket else None, args.listen, token, salvage=args.salvage_journal)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_BAD_INPUT) from None
     return 0
@@ -327,7 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", action="append", metavar="NAME", help="serve only these nodes (repeatable)")
     p.add_argument("--socket", metavar="PATH", help="unix socket (default: STATE_DIR/agent.sock)")
     p.add_argument("--listen", metavar="HOST:PORT", help="also serve on loopback TCP (needs --token-file)")
-    p.add_argument("--token-file", metavar="FILE", help="bearer token for the TCP listener")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="bearer token for the TCP listener (a file only you can read and write: chmod 600)")
+    p.add_argument("--salvage-journal", action="store_true",
+                   help="start from a damaged journal: use the records that check out, keep the damaged file "
+                        "beside it (journal.jsonl.damaged-TIME) and report what was dropped (GET /v1/health)")
     p.set_defaults(func=cmd_agent)
 
     from fakehw.fabric.cli import register as register_fabric  # fakehw fabric ... (lint, up, probe, fuzz)

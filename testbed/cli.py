@@ -248,7 +248,7 @@ def cmd_restart_agent(args: argparse.Namespace) -> int:
     if not isinstance(tb.backend, LocalBackend):
         raise CliError(f"restart-agent is for the local backend; this cluster runs on {tb.record.backend}")
     tb.backend.stop_agent(tb.record, kill=args.kill)
-    tb.backend.start_agent(tb.record)
+    tb.backend.start_agent(tb.record, salvage=args.salvage_journal)
     print(f"agent of {tb.name} restarted (pid {tb.record.agent_pid})")
     return 0
 
@@ -367,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("restart-agent", "stop and start the agent (it comes back from its journal)", cmd_restart_agent)
     p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM")
+    p.add_argument("--salvage-journal", action="store_true",
+                   help="the agent refused a damaged journal: start from the records that check out (the damaged "
+                        "file is kept beside it; see docs/agent.md)")
 
     from testbed.cli_docker import register as register_docker_commands
 

@@ -3,11 +3,17 @@
 A cluster is a directory ``<state dir>/<name>/`` holding its record, the agent's state (journal, socket, node
 outputs) and the agent's log. The state dir defaults to ``$FAKEHW_STATE_DIR`` or ``/tmp/fakehw-<uid>``: short,
 because the agent's unix socket lives inside it and socket paths are limited to 107 bytes.
+
+A record says which directory to delete and which process to signal, so it is trusted only when this user owns
+the state dir, the cluster dir and the record and nobody else can write them (:mod:`fakehw.agent.trust`): the
+default name in ``/tmp`` is predictable and another user could create it first. A record must also name its own
+directory as its root. Anything else is refused with the path and the reason.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -17,14 +23,29 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fakehw.agent.trust import UntrustedPathError, check_dir, private_dir, read_trusted
 from fakehw.render.atomic import atomic_write
 
+log = logging.getLogger(__name__)
+MAX_RECORD_BYTES = 1 << 20
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 
 
 def default_state_dir() -> Path:
     env = os.environ.get("FAKEHW_STATE_DIR")
     return Path(env) if env else Path(f"/tmp/fakehw-{os.getuid()}")
+
+
+def trusted_state_dir(state_dir: Path | None = None, create: bool = False) -> Path | None:
+    """The state dir after the ownership and mode checks (created mode 0700 with ``create``); None when it does
+    not exist and ``create`` is false."""
+    path = Path(os.path.abspath(state_dir or default_state_dir()))
+    if create:
+        return private_dir(path)
+    if not os.path.lexists(path):
+        return None
+    check_dir(path)
+    return path
 
 
 @dataclass
@@ -54,12 +75,24 @@ class ClusterRecord:
         return self.agent_dir / "nodes" / node
 
     def save(self) -> None:
-        atomic_write(self.dir / "cluster.json", (json.dumps(asdict(self), indent=2) + "\n").encode())
+        atomic_write(self.dir / "cluster.json", (json.dumps(asdict(self), indent=2) + "\n").encode(), 0o600,
+                     durable=True)
 
     @classmethod
     def load(cls, path: Path) -> ClusterRecord:
-        data = json.loads((path / "cluster.json").read_text())
-        return cls(**data)
+        """The record in cluster dir ``path``, refused (:class:`UntrustedPathError`) unless this user owns the
+        directory and the record, nobody else can write them, and the record's root is ``path`` itself."""
+        check_dir(path)
+        record_file = path / "cluster.json"
+        data = json.loads(read_trusted(record_file, MAX_RECORD_BYTES))
+        record = cls(**data)
+        if os.path.realpath(record.root) != os.path.realpath(path):
+            raise UntrustedPathError(record_file, f"its root {record.root!r} is not the directory it lives in",
+                                     "a record only ever describes its own directory; remove it")
+        socket = record.agent_socket
+        if socket is not None and os.path.dirname(os.path.realpath(socket)) != os.path.realpath(record.agent_dir):
+            raise UntrustedPathError(record_file, f"its agent socket {socket!r} is outside {record.agent_dir}")
+        return record
 
 
 def cluster_dir(name: str, state_dir: Path | None = None) -> Path:
@@ -69,21 +102,31 @@ def cluster_dir(name: str, state_dir: Path | None = None) -> Path:
 
 
 def find_cluster(name: str, state_dir: Path | None = None) -> ClusterRecord | None:
-    path = cluster_dir(name, state_dir)
-    if not (path / "cluster.json").is_file():
+    """The record of cluster ``name``; None when there is none (or it does not parse). A record that cannot be
+    trusted raises :class:`UntrustedPathError`: it is someone else's, not a missing one."""
+    root = trusted_state_dir(state_dir)
+    if root is None:
+        return None
+    path = cluster_dir(name, root)
+    if not os.path.lexists(path / "cluster.json"):
         return None
     try:
         return ClusterRecord.load(path)
+    except UntrustedPathError:
+        raise
     except (OSError, ValueError, TypeError):
         return None
 
 
 def all_clusters(state_dir: Path | None = None) -> list[ClusterRecord]:
-    root = state_dir or default_state_dir()
+    """Every cluster record in the state dir; records that cannot be trusted are left out with a warning."""
+    root = trusted_state_dir(state_dir)
     out = []
-    for path in sorted(root.glob("*/cluster.json")) if root.is_dir() else []:
+    for path in sorted(root.glob("*/cluster.json")) if root is not None else []:
         try:
             out.append(ClusterRecord.load(path.parent))
+        except UntrustedPathError as exc:
+            log.warning("%s", exc)
         except (OSError, ValueError, TypeError):
             continue
     return out

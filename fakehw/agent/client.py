@@ -1,10 +1,22 @@
-"""A small client for the agent's control API (unix socket or loopback TCP with a token)."""
+"""A small client for the agent's control API (unix socket or loopback TCP with a token).
+
+:class:`AgentClient` retries what is safe to retry, with exponential backoff and jitter (bounded: a handful of
+attempts within a few seconds): a connection the agent did not accept (its queue was full: ``EAGAIN``), an answer
+503 (too many connections) or 409 for a request still running under the same key, and a connection that broke
+before the answer. A timeout is not retried (the agent is slow; asking again would only wait longer). Every
+mutating request carries a fresh ``Idempotency-Key``, reused by its retries, so a retry after a lost answer never
+applies a change twice.
+"""
 
 from __future__ import annotations
 
+import errno
 import http.client
 import json
+import random
 import socket
+import time
+import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -12,6 +24,21 @@ from urllib.parse import urlencode
 
 from fakehw.agent.mig_client import MigClientMixin
 from fakehw.agent.platform_client import PlatformClientMixin
+
+RETRY_ERRNOS = frozenset({errno.EAGAIN, errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT})
+RETRY_STATUSES = frozenset({409, 503})
+BROKEN = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, http.client.RemoteDisconnected,
+          http.client.IncompleteRead)
+"""A connection that broke before the answer came (not one that timed out)."""
+MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class _Retry(Exception):
+    """An attempt that may be repeated (see the module docstring)."""
+
+    def __init__(self, error: AgentRequestError):
+        super().__init__(str(error))
+        self.error = error
 
 
 class AgentRequestError(Exception):
@@ -86,16 +113,19 @@ class AgentApi(PlatformClientMixin, MigClientMixin, ABC):
 
 
 class AgentClient(AgentApi):
-    """HTTP to the agent: ``AgentClient(socket_path)`` or ``AgentClient(url="http://127.0.0.1:7077", token=...)``."""
+    """HTTP to the agent: ``AgentClient(socket_path)`` or ``AgentClient(url="http://127.0.0.1:7077", token=...)``.
+
+    ``retries``: how many times a request is repeated when that is safe (0: never; for polling loops)."""
 
     def __init__(self, socket_path: Path | str | None = None, url: str | None = None, token: str | None = None,
-                 timeout: float = 30.0):
+                 timeout: float = 30.0, retries: int = 6):
         if (socket_path is None) == (url is None):
             raise ValueError("give either socket_path or url")
         self.socket_path = str(socket_path) if socket_path is not None else None
         self.url = url
         self.token = token
         self.timeout = timeout
+        self.retries = retries
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         if self.socket_path is not None:
@@ -106,7 +136,6 @@ class AgentClient(AgentApi):
         return http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout)
 
     def request(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
-        conn = self._connection(timeout or self.timeout)
         headers = {"Accept": "application/json"}
         data = None
         if body is not None:
@@ -114,13 +143,39 @@ class AgentClient(AgentApi):
             headers["Content-Type"] = "application/json"
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
+        if method in MUTATING:
+            headers["Idempotency-Key"] = uuid.uuid4().hex
+        delay = 0.02
+        for attempt in range(self.retries + 1):
+            try:
+                return self._attempt(method, path, data, headers, timeout or self.timeout)
+            except _Retry as retry:
+                if attempt == self.retries:
+                    raise retry.error from None
+                time.sleep(random.uniform(0, delay))  # full jitter, so retrying clients spread out
+                delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    def _attempt(self, method: str, path: str, data: bytes | None, headers: dict[str, str], timeout: float) -> Any:
+        conn = self._connection(timeout)
+        where = self.socket_path or self.url
         try:
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
-            raw = resp.read()
-        except (OSError, http.client.HTTPException) as exc:
-            where = self.socket_path or self.url
-            raise AgentRequestError(0, f"cannot reach the agent at {where}: {exc}") from None
+            try:
+                conn.connect()
+            except OSError as exc:
+                error = AgentRequestError(0, f"cannot reach the agent at {where}: {exc}")
+                if exc.errno in RETRY_ERRNOS:
+                    raise _Retry(error) from None
+                raise error from None
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (OSError, http.client.HTTPException) as exc:
+                error = AgentRequestError(0, f"lost the connection to the agent at {where}: {exc}")
+                if isinstance(exc, BROKEN):
+                    raise _Retry(error) from None  # safe: GETs change nothing, changes carry an Idempotency-Key
+                raise error from None  # a timeout: the agent is slow, asking again would only wait longer
         finally:
             conn.close()
         try:
@@ -130,5 +185,8 @@ class AgentClient(AgentApi):
         if resp.status >= 400:
             message = payload.get("error", resp.reason) if isinstance(payload, dict) else resp.reason
             detail = payload.get("detail") if isinstance(payload, dict) else None
-            raise AgentRequestError(resp.status, message, detail)
+            error = AgentRequestError(resp.status, message, detail)
+            if resp.status in RETRY_STATUSES and (resp.status == 503 or "still running" in str(message)):
+                raise _Retry(error)
+            raise error
         return payload

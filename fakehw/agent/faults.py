@@ -22,7 +22,7 @@ XID_FALLEN_OFF_BUS = 79
 
 
 class FaultBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     target: ClassVar[Target] = "gpu"
     summary: ClassVar[str] = ""

@@ -359,7 +359,7 @@ class MigManager:
     generations and re-render; ``lock`` is the agent's lock (every change of any agent state happens under it)."""
 
     def __init__(self, system: System, nodes: Mapping[str, Node], state_dir: Path, lock: threading.RLock,
-                 on_change: Callable[[Iterable[str]], None]):
+                 on_change: Callable[[Iterable[str]], None], salvage: bool = False):
         self.system = system
         self.nodes = dict(nodes)
         self._lock = lock
@@ -367,7 +367,7 @@ class MigManager:
         self._state: dict[str, dict[str, GpuMig]] = {n: dict(boot_mig(node).gpus) for n, node in self.nodes.items()}
         self._lost: dict[str, frozenset[str]] = {}
         self._since_compact = 0
-        self.journal = Journal(state_dir / "mig.jsonl")
+        self.journal = Journal(state_dir / "mig.jsonl", salvage)
         self._replay()
         self._compact()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -28,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from fakehw.agent.cxl import CxlEngine, CxlError, CxlState, NodeCxlView, Region, apply_fact, size_text
-from fakehw.agent.journal import Journal
+from fakehw.agent.journal import Journal, JournalWriteError
 from fakehw.agent.pools import GrantKind, PoolError, PoolLedger
 from fakehw.agent.state import NodeState, derive_state
 from fakehw.model.system import MemoryPool, Node, System
 from fakehw.model.units import parse_size
+from fakehw.render.atomic import fsync_dir
 
 log = logging.getLogger(__name__)
 AUDIT_IN_MEMORY = 50_000
@@ -189,7 +191,10 @@ class AuditLog:
         except FileNotFoundError:
             pass
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held open for the agent's lifetime
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)  # it names tenants and token ids: for the agent's user only
+        fsync_dir(path.parent)  # a new audit log is there after a crash too
+        self._fh = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - held open for the agent's lifetime
 
     def record(self, entry: dict[str, Any], now: float) -> dict[str, Any]:
         with self._lock:
@@ -198,6 +203,7 @@ class AuditLog:
             self.entries.append(full)
             self._fh.write(json.dumps(full, sort_keys=True, separators=(",", ":")) + "\n")
             self._fh.flush()
+            os.fdatasync(self._fh.fileno())
             return full
 
     def query(self, node: str | None = None, pool: str | None = None, since: int = 0,
@@ -231,6 +237,7 @@ class Platform:
         clock: Callable[[], float],
         lock: threading.RLock,
         on_change: Callable[[Iterable[str]], None],
+        salvage: bool = False,
     ):
         self.system = system
         self.nodes = dict(nodes)
@@ -242,8 +249,10 @@ class Platform:
         self.ledger = PoolLedger()
         self._fault_states: dict[str, NodeState] = {}
         self.audit = AuditLog(state_dir / "audit.jsonl")
-        self.journal = Journal(state_dir / "platform.jsonl")
+        self.journal = Journal(state_dir / "platform.jsonl", salvage)
         self._replay()
+        if self.journal.recovery.problems:  # grant, token and mapping ids handed out before are never reused
+            self.ledger.seq = max(self.ledger.seq, self.journal.floor("pool-id"))
         self._compact()
         self._stop = threading.Event()
         self._timer = threading.Thread(target=self._expiry_loop, name="fakehw-token-expiry", daemon=True)
@@ -312,6 +321,7 @@ class Platform:
             return
         if cxl is None:
             cxl = self._cxl_after(facts)  # prove the CXL facts apply before anything is journaled
+        self.journal.reserve("pool-id", self.ledger.seq + 1)
         self.journal.append({"op": "facts", "facts": facts, "time": self._clock()})
         self._apply(facts, cxl=cxl)
         self._on_change(sorted(set(nodes)))
@@ -348,7 +358,11 @@ class Platform:
     def _apply_quietly(self, facts: list[dict[str, Any]]) -> None:
         """Journal and apply facts found while reconciling (no re-render: the caller is rendering)."""
         if facts:
-            self.journal.append({"op": "facts", "facts": facts, "time": self._clock()})
+            try:
+                self.journal.append({"op": "facts", "facts": facts, "time": self._clock()})
+            except JournalWriteError as exc:  # found again on the next render
+                log.warning("expiries/preemptions not applied yet: %s", exc)
+                return
             self._apply(facts)
 
     def _state(self, node_name: str) -> NodeState:
@@ -562,6 +576,8 @@ class Platform:
             try:
                 facts, grant = self.ledger.release(grant_id, _opt_str(args["token"]), self._clock())
             except PoolError as exc:
+                if exc.audit is not None:
+                    self._record(exc.audit, self._clock())
                 raise PlatformError(exc.status, exc.message) from None
             self._commit(facts, [grant.node])
             return {"released": grant.public()}
@@ -595,6 +611,8 @@ class Platform:
             try:
                 facts, mapping = self.ledger.unmap(mapping_id, _opt_str(args["token"]), self._clock())
             except PoolError as exc:
+                if exc.audit is not None:
+                    self._record(exc.audit, self._clock())
                 raise PlatformError(exc.status, exc.message) from None
             self._commit(facts, [mapping.node])
             return {"unmapped": mapping.to_json()}
@@ -651,9 +669,12 @@ def _opt_int(value: Any, name: str) -> int | None:
 
 def _size(value: Any, name: str) -> int:
     try:
-        return parse_size(value)
-    except ValueError as exc:
+        size = parse_size(value)
+    except (ValueError, OverflowError) as exc:
         raise PlatformError(422, f"{name}: {exc}") from None
+    if size >= 2**63:
+        raise PlatformError(422, f"{name}: {value!r} does not fit in 64 bits")
+    return size
 
 
 def _opt_size(value: Any, name: str) -> int | None:

@@ -248,12 +248,15 @@ class PoolLedger:
         return facts, grant, token
 
     def release(self, grant_id: str, token: str | None, now: float) -> tuple[list[Fact], Grant]:
+        """Check a release; a refusal raises :class:`PoolError` carrying the audit entry to log."""
         grant = self.grants.get(grant_id)
         if grant is None:
-            raise PoolError(404, f"no live grant {grant_id!r}")
+            raise PoolError(404, f"no live grant {grant_id!r}",
+                            _refusal("release-refused", None, grant_id, token, "no such live grant"))
         problem = self._token_problem(token, grant)
         if problem:
-            raise PoolError(403, f"cannot release {grant_id}: {problem}")
+            raise PoolError(403, f"cannot release {grant_id}: {problem}",
+                            _refusal("release-refused", grant, grant_id, token, problem))
         return [self._revoke_fact(grant, now, "released")], grant
 
     def map(self, node: str, pool: str, token: str | None, who: str, offset: int, length: int | None,
@@ -294,13 +297,18 @@ class PoolLedger:
         return [{"fact": "map", "mapping": mapping.to_json()}], mapping
 
     def unmap(self, mapping_id: str, token: str | None, now: float) -> tuple[list[Fact], PoolMapping]:
+        """Check an unmap; a refusal raises :class:`PoolError` carrying the audit entry to log."""
         mapping = self.mappings.get(mapping_id)
         if mapping is None:
-            raise PoolError(404, f"no live mapping {mapping_id!r}")
+            raise PoolError(404, f"no live mapping {mapping_id!r}",
+                            _refusal("unmap-refused", None, mapping_id, token, "no such live mapping"))
         grant = self.grants[mapping.grant]
         problem = self._token_problem(token, grant)
         if problem:
-            raise PoolError(403, f"cannot unmap {mapping_id}: {problem}")
+            entry = _refusal("unmap-refused", grant, mapping_id, token, problem)
+            entry.update(who=mapping.who, start=grant.start + mapping.offset,
+                         end=grant.start + mapping.offset + mapping.length)
+            raise PoolError(403, f"cannot unmap {mapping_id}: {problem}", entry)
         return [{"fact": "unmap", "mapping": mapping_id, "time": now, "reason": "unmapped"}], mapping
 
     # ------------------------------------------------------------------------------------------ reconciling
@@ -430,6 +438,14 @@ class PoolLedger:
                 float(raw["issued"]), float(raw["expires"]),
                 None if raw.get("revoked") is None else float(raw["revoked"]), str(raw.get("reason", "")))
         return ledger
+
+
+def _refusal(action: str, grant: Grant | None, target: str, token: str | None, reason: str) -> dict[str, Any]:
+    """The audit entry of a refused release or unmap (``target``: the grant or mapping asked for)."""
+    return {"action": action, "node": grant.node if grant else None, "pool": grant.pool if grant else None,
+            "who": grant.tenant if grant else None, "grant": grant.id if grant else None, "target": target,
+            "token_id": _token_id(token), "start": grant.start if grant else None,
+            "end": grant.end if grant else None, "reason": reason}
 
 
 def _token_id(token: str | None) -> str | None:

@@ -17,19 +17,34 @@ GET      /v1/events?since=&node=&wait=       events after a sequence number (lon
 =======  ==================================  ====================================================
 
 Nothing a client sends can stop the server: bad input gets a 4xx, a bug gets a 500 and a log line.
+
+What a peer can make the agent hold before it is authenticated is bounded (a TCP peer may be any local user):
+request line and headers together at most :data:`MAX_HEADER_BYTES`, read within :data:`HEADER_DEADLINE_S` in
+total (a deadline per request, not per ``recv``: a peer dripping one byte at a time is cut off), at most
+:data:`MAX_UNAUTHENTICATED` connections that have not yet shown the token and :data:`MAX_CONNECTIONS` in all
+(more are answered 503 and closed). The listen backlog is sized for the nodes served, so a burst of clients is
+queued, not refused.
+
+Bodies need a ``Content-Length`` (411 without one on POST/PUT/PATCH; a second ``Content-Length``, or one with
+``Transfer-Encoding``, is 400) and are strict JSON: integers beyond 64 bits and non-finite numbers are refused.
+A mutating request may carry an ``Idempotency-Key`` (:mod:`fakehw.agent.idempotency`). A change that could not
+be made durable (a full disk) is 507 and was not applied.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hmac
+import http.client
 import json
 import logging
+import math
 import os
 import re
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -37,21 +52,39 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from fakehw.agent.faults import describe_kinds
+from fakehw.agent.idempotency import IdempotencyError, check_key, fingerprint
+from fakehw.agent.journal import JournalWriteError
 from fakehw.agent.mig_api import ROUTES as MIG_ROUTES
 from fakehw.agent.platform_api import ROUTES as PLATFORM_ROUTES
-from fakehw.agent.service import AgentError, AgentService
+from fakehw.agent.service import AgentError, AgentService, Idempotency
 from fakehw.agent.state import GpuState, MemdevState, PoolState
 
 log = logging.getLogger(__name__)
 MAX_BODY = 64 * 1024
 REQUEST_TIMEOUT_S = 30.0
+"""Longest wait for one ``recv`` or ``send`` (and for a request's body and answer, in total)."""
+MAX_HEADER_BYTES = 16 * 1024
+HEADER_DEADLINE_S = 10.0
+MAX_CONNECTIONS = 512
+MAX_UNAUTHENTICATED = 64
+MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+INT64 = 2**63
 
 Handler = Callable[[AgentService, dict[str, str], dict[str, str], Any], tuple[int, Any]]
+"""(service, path parameters, query, body) -> (status, payload). The path parameters of a request carrying an
+``Idempotency-Key`` also hold ``idempotency-key`` and ``idempotency-fingerprint`` (see :func:`_idempotency`)."""
 
 
 def _health(svc: AgentService, _p: dict[str, str], _q: dict[str, str], _b: Any) -> tuple[int, Any]:
-    return 200, {"status": "ok", "system": svc.system.name, "nodes": svc.node_names, "last_seq": svc.last_seq,
-                 "pid": os.getpid()}
+    condition = svc.health()
+    degraded = condition["disk_full"] or condition["stale_nodes"]
+    return 200, {"status": "degraded" if degraded else "ok", "system": svc.system.name, "nodes": svc.node_names,
+                 "last_seq": svc.last_seq, "pid": os.getpid(), **condition}
+
+
+def _idempotency(p: dict[str, str]) -> Idempotency | None:
+    key = p.get("idempotency-key")
+    return None if key is None else (key, p["idempotency-fingerprint"])
 
 
 def _kinds(_svc: AgentService, _p: dict[str, str], _q: dict[str, str], _b: Any) -> tuple[int, Any]:
@@ -84,14 +117,14 @@ def _list_faults(svc: AgentService, _p: dict[str, str], q: dict[str, str], _b: A
     return 200, [f.to_json() for f in svc.faults(q.get("node"))]
 
 
-def _inject(svc: AgentService, _p: dict[str, str], _q: dict[str, str], body: Any) -> tuple[int, Any]:
+def _inject(svc: AgentService, p: dict[str, str], _q: dict[str, str], body: Any) -> tuple[int, Any]:
     if not isinstance(body, dict):
         raise AgentError(400, "expected a JSON object with node, kind and device")
     node = body.get("node")
     if not isinstance(node, str):
         raise AgentError(422, "missing \"node\": the node to inject the fault into")
     request = {k: v for k, v in body.items() if k != "node"}
-    return 201, svc.inject(node, request).to_json()
+    return 201, svc.inject(node, request, _idempotency(p)).to_json()
 
 
 def _get_fault(svc: AgentService, p: dict[str, str], _q: dict[str, str], _b: Any) -> tuple[int, Any]:
@@ -99,10 +132,10 @@ def _get_fault(svc: AgentService, p: dict[str, str], _q: dict[str, str], _b: Any
 
 
 def _heal_one(svc: AgentService, p: dict[str, str], _q: dict[str, str], _b: Any) -> tuple[int, Any]:
-    return 200, {"healed": [f.to_json() for f in svc.heal(fault_id=p["id"])]}
+    return 200, {"healed": [f.to_json() for f in svc.heal(fault_id=p["id"], idempotency=_idempotency(p))]}
 
 
-def _heal(svc: AgentService, _p: dict[str, str], _q: dict[str, str], body: Any) -> tuple[int, Any]:
+def _heal(svc: AgentService, p: dict[str, str], _q: dict[str, str], body: Any) -> tuple[int, Any]:
     body = {} if body is None else body
     if not isinstance(body, dict):
         raise AgentError(400, "expected a JSON object with any of node, device, kind, id")
@@ -113,7 +146,7 @@ def _heal(svc: AgentService, _p: dict[str, str], _q: dict[str, str], body: Any) 
         if value is not None and not isinstance(value, str):
             raise AgentError(422, f"{key} must be a string")
     healed = svc.heal(fault_id=body.get("id"), node=body.get("node"), device=body.get("device"),
-                      kind=body.get("kind"))
+                      kind=body.get("kind"), idempotency=_idempotency(p))
     return 200, {"healed": [f.to_json() for f in healed]}
 
 
@@ -147,10 +180,105 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
 ]
 
 
+class _HeaderTooLarge(http.client.HTTPException):
+    """The request line and headers exceed :data:`MAX_HEADER_BYTES`."""
+
+
+class _HeaderBudget:
+    """The connection's reader with a byte budget for the request line and headers of one request."""
+
+    def __init__(self, raw: Any, budget: int):
+        self.raw = raw
+        self.left = budget
+
+    def readline(self, limit: int = -1) -> bytes:
+        cap = self.left + 1 if limit < 0 else min(limit, self.left + 1)
+        line: bytes = self.raw.readline(cap)
+        self.left -= len(line)
+        if self.left < 0:
+            raise _HeaderTooLarge(f"request line and headers are larger than {MAX_HEADER_BYTES} bytes")
+        return line
+
+    def read(self, size: int = -1) -> bytes:
+        data: bytes = self.raw.read(size)
+        return data
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class Deadlines:
+    """Cuts off connections that take too long to send a request (or to take its answer): one thread per server
+    checks the deadlines and shuts the late sockets down, which ends any ``recv`` or ``send`` blocked on them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._due: dict[socket.socket, float] = {}
+        self._expired: set[socket.socket] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fakehw-agent-deadlines", daemon=True)
+        self._thread.start()
+
+    def set(self, conn: socket.socket, seconds: float | None) -> None:
+        with self._lock:
+            if seconds is None:
+                self._due.pop(conn, None)
+            else:
+                self._due[conn] = time.monotonic() + seconds
+
+    def expired(self, conn: socket.socket) -> bool:
+        with self._lock:
+            return conn in self._expired
+
+    def forget(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._due.pop(conn, None)
+            self._expired.discard(conn)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            now = time.monotonic()
+            with self._lock:
+                late = [c for c, due in self._due.items() if due <= now]
+                for conn in late:
+                    del self._due[conn]
+                    self._expired.add(conn)
+            for conn in late:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+
+def _strict_int(text: str) -> int:
+    if len(text.lstrip("-")) > 19 or not -INT64 <= (value := int(text)) < INT64:
+        raise ValueError(f"integer {text[:24]}{'...' if len(text) > 24 else ''} does not fit in 64 bits")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:24]} is out of range")
+    return value
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON: integers within 64 bits, finite numbers only (no NaN/Infinity)."""
+    return json.loads(raw, parse_int=_strict_int, parse_float=_finite_float, parse_constant=_no_constant)
+
+
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fakehw-agent/1"
     timeout = REQUEST_TIMEOUT_S
+    server: _AgentServerMixin  # type: ignore[assignment]
 
     def address_string(self) -> str:
         return "unix" if isinstance(self.client_address, str | bytes) or not self.client_address else \
@@ -158,6 +286,49 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
+
+    def setup(self) -> None:
+        super().setup()
+        self._raw_rfile = self.rfile
+        self.authenticated = self.server.token is None
+
+    def finish(self) -> None:
+        self.server.deadlines.forget(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def handle_one_request(self) -> None:
+        """One request, with the header budget and deadline (a peer that exceeds either is cut off)."""
+        self.rfile = _HeaderBudget(self._raw_rfile, MAX_HEADER_BYTES)  # type: ignore[assignment]
+        self.server.deadlines.set(self.connection, HEADER_DEADLINE_S)
+        try:
+            super().handle_one_request()
+        except _HeaderTooLarge as exc:  # in the request line (parse_request answers it for headers)
+            self.close_connection = True
+            self.requestline, self.request_version, self.command = "", "HTTP/1.1", ""
+            with contextlib.suppress(OSError):
+                self.send_error(431, str(exc))
+        except OSError:
+            self.close_connection = True
+        finally:
+            if self.server.deadlines.expired(self.connection):
+                self.close_connection = True
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if self.server.deadlines.expired(self.connection):  # cut off mid-headers: do not act on a fragment
+            self.close_connection = True
+            return False
+        if ok:
+            self.server.deadlines.set(self.connection, REQUEST_TIMEOUT_S)  # the body, within the same bound
+        return ok
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors found by the HTTP layer (bad request line, headers too large) in the API's JSON shape."""
+        self.close_connection = True
+        if code == 431 and explain:  # http.server's own words for it ("Too many headers") say less than ours
+            message, explain = explain, None
+        self._send(code, {"error": message or http.client.responses.get(code, "error"), "detail": explain})
 
     def do_GET(self) -> None:
         self._dispatch("GET")
@@ -174,38 +345,52 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:
         self._dispatch("PATCH")
 
-    def _send(self, status: int, payload: Any) -> None:
+    def _send(self, status: int, payload: Any, replayed: bool = False) -> None:
         data = (json.dumps(payload, sort_keys=True) + "\n").encode()
+        self.server.deadlines.set(self.connection, REQUEST_TIMEOUT_S)  # a peer that does not read is cut off
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if replayed:
+            self.send_header("Idempotent-Replayed", "true")
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
+        self.wfile.flush()
+        self.server.deadlines.set(self.connection, None)
 
     def _authorized(self) -> bool:
-        token: str | None = getattr(self.server, "token", None)
+        token = self.server.token
         if token is None:
             return True
         given = self.headers.get("Authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return False
+        if not self.authenticated:
+            self.authenticated = True
+            self.server.authenticated(self.request)
+        return True
 
-    def _body(self) -> Any:
+    def _body(self, method: str) -> Any:
         if self.headers.get("Transfer-Encoding"):
             self.close_connection = True
-            raise AgentError(411, "send the body with a Content-Length (chunked bodies are not accepted)")
-        raw_length = self.headers.get("Content-Length")
-        if raw_length is None:
+            raise AgentError(411 if not self.headers.get("Content-Length") else 400,
+                             "send the body with a Content-Length (chunked bodies are not accepted)")
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1:
+            self.close_connection = True
+            raise AgentError(400, f"{len(lengths)} Content-Length headers; send one")
+        if not lengths:
+            if method in ("POST", "PUT", "PATCH"):
+                self.close_connection = True
+                raise AgentError(411, f"{method} needs a Content-Length (use 0 and no body for an empty one)")
             return None
-        try:
-            length = int(raw_length)
-        except ValueError:
+        raw_length = lengths[0].strip()
+        if not raw_length.isascii() or not raw_length.isdigit() or len(raw_length) > 12:
             self.close_connection = True
-            raise AgentError(400, f"bad Content-Length {raw_length!r}") from None
-        if length < 0:
-            self.close_connection = True
-            raise AgentError(400, "negative Content-Length")
+            raise AgentError(400, f"bad Content-Length {raw_length[:20]!r}")
+        length = int(raw_length)
         if length > MAX_BODY:
             self.close_connection = True
             raise AgentError(413, f"body of {length} bytes is larger than the {MAX_BODY}-byte limit")
@@ -216,9 +401,22 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if not raw.strip():
             return None
         try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            return parse_json(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise AgentError(400, f"malformed JSON body: {exc}") from None
+
+    def _route(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
+        allowed = []
+        for route_method, pattern, handler in ROUTES:
+            match = pattern.match(path)
+            if match is None:
+                continue
+            allowed.append(route_method)
+            if route_method == method:
+                return handler, match.groupdict()
+        if allowed:
+            raise AgentError(405, f"{method} is not allowed on {path} (allowed: {', '.join(allowed)})")
+        raise AgentError(404, f"no such endpoint {path} (see the routes in GET /v1/health's docs)")
 
     def _dispatch(self, method: str) -> None:
         try:
@@ -227,23 +425,25 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 raise AgentError(401, "missing or wrong bearer token")
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-            allowed = []
-            for route_method, pattern, handler in ROUTES:
-                match = pattern.match(url.path)
-                if match is None:
-                    continue
-                allowed.append(route_method)
-                if route_method != method:
-                    continue
-                body = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
-                status, payload = handler(self.server.service, match.groupdict(), query, body)  # type: ignore[attr-defined]
-                self._send(status, payload)
+            handler, params = self._route(method, url.path)
+            body = self._body(method) if method in MUTATING else None
+            self.server.deadlines.set(self.connection, None)  # the request is in: handlers may wait (events)
+            if method in MUTATING:
+                self.server.service.check_writable()  # every kind of change is refused (507) while the disk is full
+            keys = (self.headers.get_all("Idempotency-Key") or []) if method in MUTATING else []
+            if len(keys) > 1:
+                raise AgentError(400, "more than one Idempotency-Key header")
+            if not keys:
+                self._send(*handler(self.server.service, params, query, body))
                 return
-            if allowed:
-                raise AgentError(405, f"{method} is not allowed on {url.path} (allowed: {', '.join(allowed)})")
-            raise AgentError(404, f"no such endpoint {url.path} (see the routes in GET /v1/health's docs)")
+            self._idempotent(check_key(keys[0].strip()), fingerprint(method, url.path, body), handler, params,
+                             query, body)
+        except IdempotencyError as exc:
+            self._send(exc.status, {"error": exc.message, "detail": None})
         except AgentError as exc:
             self._send(exc.status, {"error": exc.message, "detail": exc.detail})
+        except JournalWriteError as exc:
+            self._send(507, {"error": f"not applied: {exc}", "detail": None})
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
             self.close_connection = True
         except Exception as exc:  # never let a bug take the agent down
@@ -252,8 +452,92 @@ class _RequestHandler(BaseHTTPRequestHandler):
             with contextlib.suppress(OSError):
                 self._send(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
 
+    def _idempotent(self, key: str, fp: str, handler: Handler, params: dict[str, str], query: dict[str, str],
+                    body: Any) -> None:
+        """Run a request that carries an Idempotency-Key: the stored answer if it ran before, else run it once."""
+        cache = self.server.service.idempotency
+        answer = cache.begin(key, fp)
+        if answer is not None:
+            self._send(answer.status, answer.payload, replayed=True)
+            return
+        status, payload = None, None
+        try:
+            status, payload = handler(self.server.service, {**params, "idempotency-key": key,
+                                                            "idempotency-fingerprint": fp}, query, body)
+        finally:
+            cache.end(key, status, payload)
+        self._send(status, payload)
 
-class UnixAgentServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+
+class _AgentServerMixin:
+    """What both servers add to socketserver: the service, the token, deadlines and connection limits."""
+
+    service: AgentService
+    token: str | None
+    deadlines: Deadlines
+
+    def _setup_limits(self) -> None:
+        self.deadlines = Deadlines()
+        self._count_lock = threading.Lock()
+        self._open = 0
+        self._unauthenticated = 0
+        self._authenticated: set[Any] = set()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._count_lock:
+            refuse = self._open >= MAX_CONNECTIONS or (self.token is not None
+                                                       and self._unauthenticated >= MAX_UNAUTHENTICATED)
+            if not refuse:
+                self._open += 1
+                self._unauthenticated += self.token is not None
+        if refuse:
+            _turn_away(request)
+            return
+        super().process_request(request, client_address)  # type: ignore[misc]
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)  # type: ignore[misc]
+        finally:
+            with self._count_lock:
+                self._open -= 1
+                if self.token is not None and request not in self._authenticated:
+                    self._unauthenticated -= 1
+                self._authenticated.discard(request)
+
+    def authenticated(self, request: Any) -> None:
+        """The connection ``request`` showed the token: it no longer counts against the pre-auth limit."""
+        with self._count_lock:
+            if request not in self._authenticated:
+                self._authenticated.add(request)
+                self._unauthenticated -= 1
+
+    def close_limits(self) -> None:
+        self.deadlines.close()
+
+
+def _turn_away(request: socket.socket) -> None:
+    """Answer 503 to a connection over the limits, without waiting for it, and close it."""
+    with contextlib.suppress(OSError):
+        request.setblocking(False)
+        body = b'{"error": "too many connections; retry shortly"}\n'
+        request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                     b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    with contextlib.suppress(OSError):
+        request.close()
+
+
+def listen_backlog(nodes: int) -> int:
+    """A backlog that queues a burst of clients for every node served (bounded by the kernel's somaxconn)."""
+    try:
+        with open("/proc/sys/net/core/somaxconn") as fh:
+            limit = int(fh.read())
+    except (OSError, ValueError):
+        limit = 4096
+    return max(128, min(limit, 64 * nodes))
+
+
+class UnixAgentServer(_AgentServerMixin, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     """The control API on a unix socket created with mode 0600."""
 
     daemon_threads = True
@@ -261,8 +545,10 @@ class UnixAgentServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
 
     def __init__(self, path: Path, service: AgentService):
         self.service = service
-        self.token: str | None = None
+        self.token = None
         self.socket_path = path
+        self.request_queue_size = listen_backlog(len(service.node_names))
+        self._setup_limits()
         if len(str(path).encode()) >= 107:
             raise ValueError(f"unix socket path {path} is longer than the 107 bytes the kernel allows; "
                              "use a shorter --state-dir")
@@ -278,11 +564,12 @@ class UnixAgentServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
 
     def server_close(self) -> None:
         super().server_close()
+        self.close_limits()
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
 
 
-class TcpAgentServer(ThreadingHTTPServer):
+class TcpAgentServer(_AgentServerMixin, ThreadingHTTPServer):
     """The control API on loopback TCP; every request needs ``Authorization: Bearer <token>``."""
 
     daemon_threads = True
@@ -294,9 +581,15 @@ class TcpAgentServer(ThreadingHTTPServer):
             raise ValueError("the bearer token must be at least 16 characters")
         self.service = service
         self.token = token
+        self.request_queue_size = listen_backlog(len(service.node_names))
+        self._setup_limits()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.address_family = family
         super().__init__((host, port), _RequestHandler)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.close_limits()
 
 
 def serve(servers: list[socketserver.BaseServer], stop: threading.Event) -> None:

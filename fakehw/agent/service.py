@@ -1,12 +1,26 @@
 """The agent's core: runtime state of the nodes it serves, fault injection and healing, events, rendering.
 
 :class:`AgentService` is thread-safe and has no HTTP in it; the control API (:mod:`fakehw.agent.server`) and
-tests both drive it. Every change is journaled first, then applied, then the affected node is re-rendered
-before the call returns, so when ``inject`` returns the node's files already show the fault.
+tests both drive it. A change is decided under the agent's lock (ids, generation and event numbers are handed out
+then), written to the journal, made durable together with the changes of other requests running at the same time
+(group commit: one fsync for all of them, outside the lock), and only then applied and rendered, in journal order.
+So when ``inject`` returns, the change is on disk and the node's files show it; when it fails with a 5xx, nothing
+was applied, also after a restart; and nobody ever reads a change that might still be lost.
+
+The state directory is trusted only when this user owns it (:mod:`fakehw.agent.trust`) and held by one agent at
+a time (:class:`~fakehw.agent.statedir.StateDirLock`). When the disk fills after a change was journaled, the
+agent releases a reserve of space to finish rendering it and refuses further changes (507) until there is room
+(:class:`~fakehw.agent.statedir.DiskReserve`).
+
+Other modules with state of their own (the platform, MIG, CXL writes) keep their own :class:`Journal` and follow
+the same order under :attr:`AgentService.lock`: check, ``journal.append`` (durable; a
+:class:`~fakehw.agent.journal.JournalWriteError` means nothing happened and is answered 507), apply, then
+:meth:`AgentService.nodes_changed` to re-render.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -14,22 +28,31 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from fakehw.agent.faults import FAULT_ADAPTER, FAULT_KINDS, FaultBase, FaultTargetError, check_target
-from fakehw.agent.journal import Journal
+from fakehw.agent.idempotency import Answer, IdempotencyCache
+from fakehw.agent.journal import Journal, JournalWriteError
 from fakehw.agent.mig import MigManager
 from fakehw.agent.platform import Platform
 from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
+from fakehw.agent.statedir import DISK_FULL_ERRNOS, DiskReserve, StateDirLock, is_disk_full
+from fakehw.agent.trust import private_dir
 from fakehw.model.system import Node, System
 from fakehw.render import RenderResult, render_node
 
 log = logging.getLogger(__name__)
 MAX_EVENTS = 10_000
 MAX_ACTIVE_FAULTS = 100_000
+MAX_ANSWERS_KEPT = 1024
+"""Journaled idempotency answers carried over by compaction."""
+
+Idempotency = tuple[str, str]
+"""(key, request fingerprint) of a request that carried an ``Idempotency-Key``."""
 
 
 class AgentError(Exception):
@@ -49,6 +72,18 @@ def validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
     ]
 
 
+@dataclass
+class _Pending:
+    """A change written to the journal, waiting for its fsync to be applied."""
+
+    ticket: int
+    apply: Callable[[], Iterable[str]]
+    """Apply the change in memory; returns the nodes to re-render."""
+    settle: Callable[[], None]
+    """Called once the change is applied or has failed (bookkeeping of what is in flight)."""
+    error: JournalWriteError | None = None
+
+
 class AgentService:
     def __init__(
         self,
@@ -56,6 +91,7 @@ class AgentService:
         state_dir: Path,
         nodes: Sequence[str] | None = None,
         clock: Callable[[], float] = time.time,
+        salvage: bool = False,
     ):
         self.system = system
         self.state_dir = state_dir
@@ -65,21 +101,43 @@ class AgentService:
         if unknown:
             raise AgentError(404, f"profile {system.name} has no node(s) {', '.join(unknown)}")
         self._nodes: dict[str, Node] = {n: system.node(n) for n in served}  # type: ignore[misc]
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
+        self.lock = threading.RLock()
+        """The agent's lock: every change to any state of the agent happens under it."""
+        self._changed = threading.Condition(self.lock)
+        # Applied (what readers see):
         self._faults: dict[str, ActiveFault] = {}
         self._events: deque[Event] = deque(maxlen=MAX_EVENTS)
         self._seq = 0
-        self._fault_counter = 0
         self._generation: dict[str, int] = dict.fromkeys(self._nodes, 1)
         self._states: dict[str, NodeState] = {}
-        self.journal = Journal(state_dir / "journal.jsonl")
-        self._replay()
-        self._compact()
-        self.platform = Platform(system, self._nodes, state_dir, clock, self._lock, self._platform_changed)
-        self.mig = MigManager(system, self._nodes, state_dir, self._lock, self._platform_changed)
-        for name in self._nodes:
-            self._render(name, initial=True)
+        self._stale: dict[str, str] = {}
+        """Nodes whose files are behind (a render failed) and why; rendered again on the next change."""
+        self._disk_error: str | None = None
+        """The last change refused because the disk was full (cleared by the next change that succeeds)."""
+        # Handed out (ahead of the applied state while changes wait for their fsync):
+        self._fault_counter = 0
+        self._issued_seq = 0
+        self._issued_generation: dict[str, int] = dict.fromkeys(self._nodes, 1)
+        self._pending: deque[_Pending] = deque()
+        self._pending_injects = 0
+        self._healing: set[str] = set()
+        self.idempotency = IdempotencyCache(clock)
+        self.reserve: DiskReserve | None = None
+        private_dir(state_dir)
+        self._dir_lock = StateDirLock(state_dir)
+        try:
+            self.journal = Journal(state_dir / "journal.jsonl", salvage)
+            self._replay()
+            self._compact()
+            self.platform = Platform(system, self._nodes, state_dir, clock, self.lock, self.nodes_changed,
+                                     salvage=salvage)
+            self.mig = MigManager(system, self._nodes, state_dir, self.lock, self.nodes_changed, salvage=salvage)
+            for name in self._nodes:
+                self._render(name, initial=True)
+            self.reserve = DiskReserve(state_dir)
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------------------------------ queries
 
@@ -98,17 +156,17 @@ class AgentService:
 
     def state(self, name: str) -> NodeState:
         self.node(name)
-        with self._lock:
+        with self.lock:
             return self._states[name]
 
     def faults(self, node: str | None = None) -> list[ActiveFault]:
         if node is not None:
             self.node(node)
-        with self._lock:
+        with self.lock:
             return [f for f in self._faults.values() if node is None or f.node == node]
 
     def fault(self, fault_id: str) -> ActiveFault:
-        with self._lock:
+        with self.lock:
             fault = self._faults.get(fault_id)
         if fault is None:
             raise AgentError(404, f"no active fault {fault_id!r}")
@@ -137,6 +195,14 @@ class AgentService:
     def last_seq(self) -> int:
         return self._seq
 
+    def health(self) -> dict[str, Any]:
+        """What ``GET /v1/health`` adds about the agent's own condition: journal recovery, disk, stale nodes."""
+        with self.lock:
+            journals = {"faults": self.journal.recovery.to_json(),
+                        "platform": self.platform.journal.recovery.to_json()}
+            full = (self.reserve.released if self.reserve else None) or self._disk_error
+            return {"journals": journals, "disk_full": full, "stale_nodes": dict(self._stale)}
+
     # ------------------------------------------------------------------------------------------ changes
 
     def parse_fault(self, body: Any) -> FaultBase:
@@ -157,26 +223,37 @@ class AgentService:
             raise AgentError(422, f"invalid {body.get('kind')} fault: " + "; ".join(
                 f"{d['loc']}: {d['msg']}" for d in detail), detail) from None
 
-    def inject(self, node_name: str, request: FaultBase | dict[str, Any]) -> ActiveFault:
+    def inject(self, node_name: str, request: FaultBase | dict[str, Any],
+               idempotency: Idempotency | None = None) -> ActiveFault:
         node = self.node(node_name)
         fault_req = request if isinstance(request, FaultBase) else self.parse_fault(request)
         try:
             check_target(fault_req, node)
         except FaultTargetError as exc:
             raise AgentError(exc.status, str(exc)) from None
-        with self._lock:
-            if len(self._faults) >= MAX_ACTIVE_FAULTS:
+        with self.lock:
+            self.check_writable()
+            if len(self._faults) + self._pending_injects >= MAX_ACTIVE_FAULTS:
                 raise AgentError(429, f"{MAX_ACTIVE_FAULTS} faults are active; heal some first")
-            self._fault_counter += 1
-            fault = ActiveFault(f"f-{self._fault_counter:06d}", node_name, fault_req, self._clock())
-            generation = self._generation[node_name] + 1
+            fault = ActiveFault(self._next_fault_id(), node_name, fault_req, self._clock())
+            generation = self._next_generation(node_name)
             new_events = self._new_events(fault)
-            self.journal.append({"op": "inject", "fault": fault.to_json(), "generation": generation,
-                                 "events": [e.to_json() for e in new_events]})
-            self._apply_inject(fault, generation, new_events)
-            self._render(node_name)
-            self._changed.notify_all()
-            return fault
+            record: dict[str, Any] = {"op": "inject", "fault": fault.to_json(), "generation": generation,
+                                      "events": [e.to_json() for e in new_events]}
+            _tag(record, idempotency)
+
+            def apply() -> list[str]:
+                self._apply_inject(fault, generation, new_events)
+                self._remember(idempotency, 201, fault.to_json())
+                return [node_name]
+
+            def settle() -> None:
+                self._pending_injects -= 1
+
+            self._pending_injects += 1
+            pending = self._submit(record, apply, settle)
+        self._finish(pending)
+        return fault
 
     def heal(
         self,
@@ -184,67 +261,216 @@ class AgentService:
         node: str | None = None,
         device: str | None = None,
         kind: str | None = None,
+        idempotency: Idempotency | None = None,
     ) -> list[ActiveFault]:
         """Heal one fault by id, or every fault matching node/device/kind. Returns what was healed."""
         if node is not None:
             self.node(node)
-        with self._lock:
+        with self.lock:
+            self.check_writable()
             if fault_id is not None:
+                if fault_id in self._healing:
+                    raise AgentError(404, f"no active fault {fault_id!r} (it is being healed)")
                 chosen = [self.fault(fault_id)]
             else:
                 chosen = [
                     f for f in self._faults.values()
-                    if (node is None or f.node == node)
+                    if f.id not in self._healing
+                    and (node is None or f.node == node)
                     and (device is None or f.request.device == device)
                     and (kind is None or f.request.kind == kind)  # type: ignore[attr-defined]
                 ]
-            touched = sorted({f.node for f in chosen})
-            for name in touched:
-                generation = self._generation[name] + 1
+            if not chosen:
+                self._remember(idempotency, 200, {"healed": []})
+                return []
+            per_node: dict[str, dict[str, Any]] = {}
+            events = []
+            for name in sorted({f.node for f in chosen}):
                 ids = [f.id for f in chosen if f.node == name]
-                self._seq += 1
-                event = Event(self._seq, self._clock(), name, ",".join(sorted({self._faults[i].request.device
-                                                                                 for i in ids})),
-                              "heal", len(ids), 0, ",".join(ids))
-                self.journal.append({"op": "heal", "node": name, "ids": ids, "generation": generation,
-                                     "events": [event.to_json()]})
-                for i in ids:
-                    del self._faults[i]
-                self._events.append(event)
-                self._generation[name] = generation
-                self._render(name)
-            if touched:
-                self._changed.notify_all()
-            return chosen
+                devices = ",".join(sorted({f.request.device for f in chosen if f.node == name}))
+                self._issued_seq += 1
+                events.append(Event(self._issued_seq, self._clock(), name, devices, "heal", len(ids), 0,
+                                    ",".join(ids)))
+                per_node[name] = {"ids": ids, "generation": self._next_generation(name)}
+            self._reserve("event-seq", self._issued_seq)
+            record: dict[str, Any] = {"op": "heal", "nodes": per_node, "events": [e.to_json() for e in events]}
+            _tag(record, idempotency)
+            healing = {f.id for f in chosen}
+            self._healing |= healing
 
-    # ------------------------------------------------------------------------------------------ internals
+            def apply() -> list[str]:
+                self._remember(idempotency, 200, {"healed": [f.to_json() for f in chosen]})
+                self._apply_heal(per_node, events)
+                return list(per_node)
+
+            def settle() -> None:
+                self._healing -= healing
+
+            pending = self._submit(record, apply, settle)
+        self._finish(pending)
+        return chosen
+
+    def nodes_changed(self, nodes: Iterable[str]) -> None:
+        """Another module changed these nodes (already journaled and applied): new generation, re-render."""
+        with self.lock:
+            for name in nodes:
+                if name in self._nodes:
+                    self._generation[name] = self._next_generation(name, strict=False)
+                    self._render_safely(name)
+            self._changed.notify_all()
+
+    def check_writable(self) -> None:
+        """Refuse a change (507, nothing applied) while the disk is full, before anything is journaled."""
+        reserve = self.reserve
+        if reserve is None or reserve.released is None:
+            return
+        with self.lock:
+            if reserve.make():
+                log.warning("there is room in %s again: changes are accepted", self.state_dir)
+                for name in list(self._stale):
+                    self._render_safely(name)
+                return
+            raise AgentError(507, f"not applied: the disk of {self.state_dir} is full ({reserve.released}); "
+                             f"free some space there, changes are accepted again once the agent can set aside its "
+                             f"{reserve.size >> 20} MiB reserve")
+
+    # ------------------------------------------------------------------------------------------ commit
+
+    def _submit(self, record: dict[str, Any], apply: Callable[[], Iterable[str]],
+                settle: Callable[[], None]) -> _Pending:
+        """Under the lock: write ``record`` (not yet durable) and queue its change."""
+        try:
+            ticket = self.journal.write(record)
+        except JournalWriteError as exc:
+            settle()
+            self._note_failure(exc)
+            raise AgentError(507, f"not applied: {exc}") from None
+        pending = _Pending(ticket, apply, settle)
+        self._pending.append(pending)
+        return pending
+
+    def _finish(self, pending: _Pending) -> None:
+        """Wait (without the lock) until the change is durable, then apply every change that is, in order."""
+        with contextlib.suppress(JournalWriteError):  # the queue below learns it from the journal, in order
+            self.journal.wait(pending.ticket)
+        with self.lock:
+            self._apply_ready()
+            if pending.error is not None:
+                self._note_failure(pending.error)
+                raise AgentError(507, f"not applied: {pending.error}")
+            self._disk_error = None
+
+    def _apply_ready(self) -> None:
+        touched: set[str] = set()
+        while self._pending:
+            pending = self._pending[0]
+            settled, error = self.journal.settled(pending.ticket)
+            if not settled:
+                break
+            self._pending.popleft()
+            pending.settle()
+            if error is not None:
+                pending.error = error
+                continue
+            touched.update(pending.apply())
+        for name in sorted(touched | set(self._stale)):
+            self._render_safely(name)
+        if touched:
+            self._changed.notify_all()
+
+    def _note_failure(self, error: JournalWriteError) -> None:
+        if error.errno in DISK_FULL_ERRNOS:
+            self._disk_error = str(error)
+
+    def _next_fault_id(self) -> str:
+        self._reserve("fault-id", self._fault_counter + 1)
+        self._fault_counter += 1
+        return f"f-{self._fault_counter:06d}"
+
+    def _next_generation(self, name: str, strict: bool = True) -> int:
+        generation = self._issued_generation[name] + 1
+        try:
+            self._reserve("generation", generation)
+        except AgentError:
+            if strict:
+                raise
+            log.warning("generation %d of %s handed out without a reservation (disk full)", generation, name)
+        self._issued_generation[name] = generation
+        return generation
+
+    def _reserve(self, counter: str, value: int) -> None:
+        try:
+            self.journal.reserve(counter, value)
+        except JournalWriteError as exc:
+            self._note_failure(exc)
+            raise AgentError(507, f"not applied: {exc}") from None
 
     def _new_events(self, fault: ActiveFault) -> list[Event]:
         out = []
         for kind, data, nvml_type in events_for(fault):
-            self._seq += 1
-            out.append(Event(self._seq, fault.created, fault.node, fault.request.device, kind, data, nvml_type,
-                             fault.id))
+            self._issued_seq += 1
+            out.append(Event(self._issued_seq, fault.created, fault.node, fault.request.device, kind, data,
+                             nvml_type, fault.id))
+        self._reserve("event-seq", self._issued_seq)
         return out
+
+    def _remember(self, idempotency: Idempotency | None, status: int, payload: Any) -> None:
+        if idempotency is not None:
+            key, fp = idempotency
+            self.idempotency.remember(key, Answer(fp, status, payload, self._clock(), durable=True))
 
     def _apply_inject(self, fault: ActiveFault, generation: int, events: list[Event]) -> None:
         self._faults[fault.id] = fault
-        self._events.extend(events)
-        self._generation[fault.node] = generation
+        self._add_events(events)
+        self._generation[fault.node] = max(self._generation[fault.node], generation)
+
+    def _apply_heal(self, per_node: dict[str, dict[str, Any]], events: list[Event]) -> None:
+        for name, change in per_node.items():
+            for fid in change["ids"]:
+                self._faults.pop(fid, None)
+            self._generation[name] = max(self._generation[name], int(change["generation"]))
+        self._add_events(events)
+
+    def _add_events(self, events: Iterable[Event]) -> None:
+        for e in events:
+            self._events.append(e)
+            self._seq = max(self._seq, e.seq)
+
+    # ------------------------------------------------------------------------------------------ rendering
 
     def _render(self, name: str, initial: bool = False) -> RenderResult:
         node = self._nodes[name]
         faults = [f for f in self._faults.values() if f.node == name]
         state = derive_state(node, faults, self._generation[name], self.system.seed)
-        state = dataclasses.replace(state, platform=self.platform.attach(name, state), mig=self.mig.attach(name, state))
-        self._states[name] = state
-        return render_node(self.system, node, state, self.node_dir(name), initial=initial,
-                           events=self._recent_events(name))
+        state = dataclasses.replace(state, platform=self.platform.attach(name, state),
+                                    mig=self.mig.attach(name, state))
+        result = render_node(self.system, node, state, self.node_dir(name), initial=initial,
+                             events=self._recent_events(name))
+        self._states[name] = state  # only now: the API never reports what the files do not show yet
+        return result
+
+    def _render_safely(self, name: str) -> None:
+        """Render a node whose change is already durable: if the disk is full, release the reserve and try again;
+        if that fails too, the node is marked stale (reported by health) and rendered on the next change."""
+        for attempt in (1, 2):
+            try:
+                self._render(name)
+            except OSError as exc:
+                if attempt == 1 and is_disk_full(exc) and self.reserve and self.reserve.released is None:
+                    self.reserve.release(f"rendering {name}: {exc.strerror}")
+                    continue
+                self._stale[name] = f"files behind the journal since rendering failed: {exc}"
+                log.error("cannot render %s: %s (rendered again on the next change)", name, exc)
+                return
+            self._stale.pop(name, None)
+            return
 
     def _recent_events(self, name: str, limit: int = 256) -> tuple[Event, ...]:
         """The node's latest ``limit`` events, oldest first (newest are at the right of the deque)."""
         recent = list(itertools.islice((e for e in reversed(self._events) if e.node == name), limit))
         return tuple(reversed(recent))
+
+    # ------------------------------------------------------------------------------------------ replay
 
     def _replay(self) -> None:
         for record in self.journal.replay():
@@ -252,13 +478,22 @@ class AgentService:
                 self._replay_record(record)
             except (KeyError, TypeError, ValueError, ValidationError, AgentError) as exc:
                 log.warning("journal record %s not replayed: %s", record.get("op"), exc)
+        if self.journal.recovery.problems:  # ids handed out before may be missing from what was recovered
+            self._fault_counter = max(self._fault_counter, self.journal.floor("fault-id"))
+            self._seq = max(self._seq, self.journal.floor("event-seq"))
+        # Generations also move with CXL, pool and MIG changes, which other journals hold: resume above the
+        # reservation, which covers every generation handed out (a restart may skip ahead).
+        floor = self.journal.floor("generation")
+        for name in self._generation:
+            self._generation[name] = max(self._generation[name], floor) + 1  # a restart is a change: re-read
+        self._issued_seq = self._seq
+        self._issued_generation = dict(self._generation)
 
     def _replay_record(self, record: dict[str, Any]) -> None:
         op = record["op"]
         events = [Event(**e) for e in record.get("events", [])]
         for e in events:
             self._seq = max(self._seq, e.seq)
-        node = record.get("node") or record.get("fault", {}).get("node")
         if op == "inject":
             raw = dict(record["fault"])
             fid, fnode, created = raw.pop("id"), raw.pop("node"), raw.pop("created")
@@ -267,50 +502,62 @@ class AgentService:
                 return
             request = FAULT_ADAPTER.validate_python(raw)
             check_target(request, self._nodes[fnode])
-            self._apply_inject(ActiveFault(fid, fnode, request, created), int(record["generation"]), events)
+            fault = ActiveFault(fid, fnode, request, created)
+            self._apply_inject(fault, int(record["generation"]), events)
+            self._replay_answer(record, 201, fault.to_json())
         elif op == "heal":
-            if node not in self._nodes:
-                return
-            for fid in record["ids"]:
-                self._faults.pop(fid, None)
-            self._events.extend(events)
-            self._generation[node] = int(record["generation"])
-        elif op == "generation":
+            per_node = record["nodes"] if "nodes" in record else \
+                {record["node"]: {"ids": record["ids"], "generation": record["generation"]}}  # before 2026-11
+            per_node = {n: c for n, c in per_node.items() if n in self._nodes}
+            healed = [self._faults[i].to_json() for c in per_node.values() for i in c["ids"] if i in self._faults]
+            self._replay_answer(record, 200, {"healed": healed})
+            self._apply_heal(per_node, [e for e in events if e.node in self._nodes])
+        elif op in ("counters", "generation"):
             for name, gen in record["generations"].items():
                 if name in self._generation:
                     self._generation[name] = max(self._generation[name], int(gen))
             self._fault_counter = max(self._fault_counter, int(record.get("fault_counter", 0)))
             self._seq = max(self._seq, int(record.get("seq", 0)))
+        elif op == "answers":
+            for entry in record["entries"]:
+                self.idempotency.remember(str(entry["key"]), Answer(str(entry["fp"]), int(entry["status"]),
+                                                                   entry["payload"], float(entry["time"]), True))
         else:
             log.warning("journal record with unknown op %r skipped", op)
 
+    def _replay_answer(self, record: dict[str, Any], status: int, payload: Any) -> None:
+        if isinstance(record.get("key"), str) and isinstance(record.get("fp"), str):
+            self.idempotency.remember(record["key"], Answer(record["fp"], status, payload, self._clock(), True))
+
     def _compact(self) -> None:
-        """Rewrite the journal as: counters, then one inject per active fault (events kept only if recent)."""
+        """Rewrite the journal as: counters, one inject per active fault, the idempotency answers to keep."""
         records: list[dict[str, Any]] = [{
-            "op": "generation",
-            "generations": {n: g + 1 for n, g in self._generation.items()},
+            "op": "counters",
+            "generations": dict(self._generation),
             "fault_counter": self._fault_counter,
             "seq": self._seq,
         }]
-        for n in self._generation:
-            self._generation[n] += 1  # a restart is a change: consumers must re-read
         for f in self._faults.values():
             records.append({"op": "inject", "fault": f.to_json(), "generation": self._generation[f.node],
                             "events": []})
+        answers = self.idempotency.durable()[-MAX_ANSWERS_KEPT:]
+        if answers:
+            records.append({"op": "answers", "entries": [
+                {"key": k, "fp": a.fingerprint, "status": a.status, "payload": a.payload, "time": a.time}
+                for k, a in answers]})
         self.journal.compact(records)
-
-    def _platform_changed(self, nodes: Iterable[str]) -> None:
-        """A CXL, memory-pool or MIG change (already journaled by its owner): new generation, re-render."""
-        with self._lock:
-            for name in nodes:
-                if name in self._nodes:
-                    self._generation[name] += 1
-                    # so a restarted agent never hands out a generation a consumer has already seen
-                    self.journal.append({"op": "generation", "generations": {name: self._generation[name]}})
-                    self._render(name)
-            self._changed.notify_all()
+        self._reserve("fault-id", self._fault_counter)
+        self._reserve("event-seq", self._seq)
+        self._reserve("generation", max(self._generation.values(), default=0))
 
     def close(self) -> None:
-        self.platform.close()
-        self.mig.close()
-        self.journal.close()
+        """Stop: sync and close the journals, let another agent have the state directory. Safe to call twice."""
+        for part in (getattr(self, "platform", None), getattr(self, "mig", None), getattr(self, "journal", None)):
+            if part is not None:
+                part.close()
+        self._dir_lock.release()
+
+
+def _tag(record: dict[str, Any], idempotency: Idempotency | None) -> None:
+    if idempotency is not None:
+        record["key"], record["fp"] = idempotency

@@ -12,7 +12,9 @@ The MTU arithmetic (what the linter predicts and the emulated fabric measures) l
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from math import comb
 
 from fakehw.fabric.model import FabricModel, HostNic, Link, NicRef, Port, PortRef
 from fakehw.fabric.wire import IB_MTUS, ROCE_HEADROOM, roce_mtu
@@ -29,11 +31,37 @@ def max_send_payload(path_mtu: int) -> int:
     return max(0, (path_mtu - SEND_OVERHEAD_IPV4) // 4 * 4)
 
 
+_Parent = dict[str, "tuple[str, Port, Port] | None"]
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     vlan: int
     switches: frozenset[str]
     nics: tuple[NicRef, ...]
+    access: tuple[Port, ...] = field(default=(), compare=False, repr=False)
+    """The switch port each NIC enters through (aligned with ``nics``)."""
+    mtus: tuple[int, ...] = field(default=(), compare=False, repr=False)
+    """Each NIC's MTU (aligned with ``nics``)."""
+    parent: _Parent = field(default_factory=dict, compare=False, repr=False)
+    depth: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def path_count(self) -> int:
+        return comb(len(self.nics), 2)
+
+    def path(self, i: int, j: int) -> Path:
+        """The RoCE path between the segment's NICs ``i`` and ``j`` (``i`` first)."""
+        pa, pb = self.access[i], self.access[j]
+        inner = _switch_path(self.parent, self.depth, pa.switch, pb.switch)
+        ports = (pa.ref, *(p.ref for p in inner), pb.ref)
+        mtus = (self.mtus[i], pa.mtu, *(p.mtu for p in inner), pb.mtu, self.mtus[j])
+        return Path(self.nics[i], self.nics[j], self.vlan, ports, mtus)
+
+    def paths(self) -> Iterator[Path]:
+        for i in range(len(self.nics)):
+            for j in range(i + 1, len(self.nics)):
+                yield self.path(i, j)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +109,36 @@ class Loop:
 
 @dataclass
 class Topology:
-    """Everything derived from the cabling: segments, paths, loops and NICs left out of any segment."""
+    """Everything derived from the cabling: segments, loops and NICs left out of any segment. The RoCE paths
+    (every NIC pair of a segment: quadratic in a segment's size) are built only when asked for."""
 
     segments: list[Segment] = field(default_factory=list)
-    paths: list[Path] = field(default_factory=list)
     loops: list[Loop] = field(default_factory=list)
     detached: dict[NicRef, str] = field(default_factory=dict)
     """NICs whose port does not accept their frames (or that are not cabled), with the reason."""
     segment_of: dict[NicRef, tuple[int, int]] = field(default_factory=dict)
     """NIC -> (VLAN, index of its segment in ``segments``)."""
+    _paths: list[Path] | None = field(default=None, repr=False)
+
+    @property
+    def paths(self) -> list[Path]:
+        """Every RoCE path, segment by segment (built on first use)."""
+        if self._paths is None:
+            self._paths = [p for seg in self.segments for p in seg.paths()]
+        return self._paths
+
+    @property
+    def path_count(self) -> int:
+        return sum(seg.path_count for seg in self.segments)
+
+    def path(self, a: NicRef, b: NicRef) -> Path | None:
+        """The path between two NICs, or None when they share no segment."""
+        sa, sb = self.segment_of.get(a), self.segment_of.get(b)
+        if sa is None or sa != sb or a == b:
+            return None
+        seg = self.segments[sa[1]]
+        i, j = seg.nics.index(a), seg.nics.index(b)
+        return seg.path(min(i, j), max(i, j))
 
 
 def _accepts(port: Port, vlan: int, tagged: bool) -> bool:
@@ -176,26 +225,21 @@ def analyse(model: FabricModel) -> Topology:
             by_comp.setdefault(component[port.switch], []).append((nic, port))
         for cid, nics in sorted(by_comp.items()):
             seg_index = len(topo.segments)
-            topo.segments.append(Segment(vlan, frozenset(comp_switches[cid]), tuple(n.ref for n, _ in nics)))
+            topo.segments.append(Segment(vlan, frozenset(comp_switches[cid]), tuple(n.ref for n, _ in nics),
+                                         tuple(p for _, p in nics), tuple(n.mtu for n, _ in nics), parent, depth))
             for nic, _ in nics:
                 topo.segment_of[nic.ref] = (vlan, seg_index)
-            for i, (na, pa) in enumerate(nics):
-                for nb, pb in nics[i + 1:]:
-                    inner = _switch_path(parent, depth, pa.switch, pb.switch)
-                    ports = (pa.ref, *(p.ref for p in inner), pb.ref)
-                    mtus = (na.mtu, pa.mtu, *(p.mtu for p in inner), pb.mtu, nb.mtu)
-                    topo.paths.append(Path(na.ref, nb.ref, vlan, ports, mtus))
     return topo
 
 
-def _ancestors(parent: dict[str, tuple[str, Port, Port] | None], sw: str) -> list[str]:
+def _ancestors(parent: _Parent, sw: str) -> list[str]:
     out = [sw]
     while (step := parent[out[-1]]) is not None:
         out.append(step[0])
     return out
 
 
-def _cycle(parent: dict[str, tuple[str, Port, Port] | None], a: str, b: str) -> tuple[str, ...]:
+def _cycle(parent: _Parent, a: str, b: str) -> tuple[str, ...]:
     """The loop closed by a link between ``a`` and ``b``, two switches already in one BFS tree."""
     up_a, up_b = _ancestors(parent, a), _ancestors(parent, b)
     on_b = set(up_b)
@@ -205,8 +249,7 @@ def _cycle(parent: dict[str, tuple[str, Port, Port] | None], a: str, b: str) -> 
     return (*left, *reversed(right), a)
 
 
-def _switch_path(parent: dict[str, tuple[str, Port, Port] | None], depth: dict[str, int],
-                 src: str, dst: str) -> list[Port]:
+def _switch_path(parent: _Parent, depth: dict[str, int], src: str, dst: str) -> list[Port]:
     """Ports crossed between two switches of one tree: egress of each switch, ingress of the next."""
     up: list[tuple[Port, Port]] = []    # from src upwards: (egress at child, ingress at parent)
     down: list[tuple[Port, Port]] = []  # from dst upwards, reversed later

@@ -21,6 +21,9 @@ examples:
   fakehw fabric lint my-fabric.yaml --paths        ... and the RoCE path MTU of every path
   fakehw fabric requirements                       the requirement catalogue (ID, severity, title)
   fakehw fabric generate rail dgx-h100 --nodes 16  a rail-optimised config to start from
+  fakehw fabric import sonic DIR --out f.yaml      SONiC config_db.json files (+ links.csv, hosts/) -> fabric config
+  fakehw fabric import nvue leaf0.yaml leaf1.yaml --topology links.csv --profile dgx-h100
+  fakehw fabric lint sonic:DIR                     lint (up, probe, conformance) an import directly
   fakehw fabric up dgx-h100-rail --state-dir /tmp/fab      build the emulated fabric (root)
   fakehw fabric probe --state-dir /tmp/fab --mtu           RoCE probes on every rail, measured path MTUs
   fakehw fabric down --state-dir /tmp/fab                  remove everything it built
@@ -70,8 +73,8 @@ def cmd_lint(args: argparse.Namespace) -> int:
         if not args.json:
             print(report.format(show_paths=args.paths))
     if args.json:
-        print(json.dumps([r.to_json() for r in reports] if len(args.configs) > 1 else
-                         (reports[0].to_json() if reports else {}), indent=2))
+        print(json.dumps([r.to_json(args.paths) for r in reports] if len(args.configs) > 1 else
+                         (reports[0].to_json(args.paths) if reports else {}), indent=2))
     return worst
 
 
@@ -108,6 +111,35 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    import yaml
+
+    from fakehw.fabric.importers import load_import
+    from fakehw.fabric.loader import FabricError
+    from fakehw.fabric.model import resolve
+
+    try:
+        loaded = load_import(args.format, [Path(p) for p in args.paths], profile=args.profile, nodes=args.nodes,
+                             topology=Path(args.topology) if args.topology else None,
+                             hosts=Path(args.hosts) if args.hosts else None, name=args.name)
+        model = resolve(loaded)
+    except FabricError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for note in loaded.notes:
+        print(f"note: {note}", file=sys.stderr)
+    header = [f"# imported by: fakehw fabric import {args.format} {' '.join(args.paths)}",
+              f"# {len(model.switches)} switch(es), {len(model.nics)} NIC(s); lint findings of the original point "
+              f"at the operator's files: fakehw fabric lint {args.format}:{args.paths[0]}"]
+    text = "\n".join(header) + "\n" + yaml.safe_dump(loaded.merged, sort_keys=False, width=120)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}: {len(model.switches)} switch(es), {len(loaded.notes)} note(s)", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
 def register(sub: Any) -> None:
     """Add ``fabric`` and its subcommands to the ``fakehw`` parser's subparsers."""
     fabric = sub.add_parser("fabric", help="RoCE fabric configs: lint, emulate, probe, chaos, fuzz",
@@ -123,7 +155,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_list)
 
     p = fsub.add_parser("lint", help="static conformance of fabric configs (exit 1 on errors, 2 on bad input)")
-    p.add_argument("configs", nargs="+", metavar="CONFIG", help="built-in name or YAML file")
+    p.add_argument("configs", nargs="+", metavar="CONFIG",
+                   help="built-in name, YAML file, or an import of switch configs: sonic:DIR, nvue:DIR")
     p.add_argument("--paths", action="store_true", help="list every RoCE path with its MTUs")
     p.add_argument("--strict", action="store_true", help="warnings fail too")
     p.add_argument("--json", action="store_true",
@@ -151,6 +184,25 @@ def register(sub: Any) -> None:
     p.add_argument("--mtu", type=int, default=9216, help="switch port MTU")
     p.add_argument("--out", metavar="FILE", help="write the YAML to FILE instead of stdout")
     p.set_defaults(func=cmd_generate)
+
+    p = fsub.add_parser("import", help="turn SONiC config_db.json or Cumulus NVUE startup.yaml files into a fabric "
+                                      "config", formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="Read switch configs as operators write them and print the fabric config (YAML) "
+                                    "they amount to. Give a directory (one <switch>/config_db.json or "
+                                    "<switch>/startup.yaml per switch, an optional fabric.yaml manifest, links.csv "
+                                    "and hosts/) or switch files. Anything not read is named on stderr; features the "
+                                    "model cannot represent are errors at their key (exit 2). lint/up/probe and "
+                                    "conformance take the same input directly as sonic:DIR or nvue:DIR.")
+    p.add_argument("format", choices=["sonic", "nvue"], help="sonic: config_db.json; nvue: Cumulus 5.x startup.yaml")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a directory of switch configs, or switch config files")
+    p.add_argument("--topology", metavar="FILE",
+                   help="links file, CSV with StartDevice,StartPort,EndDevice,EndPort (sonic-mgmt lab links)")
+    p.add_argument("--hosts", metavar="DIR", help="host settings: DIR/<node>/{netplan,mlnx_qos,cma_roce_tos,sys}")
+    p.add_argument("--profile", help="hardware profile of the hosts (else the manifest's profile)")
+    p.add_argument("--nodes", type=int, metavar="N", help="node count (else the manifest's, else the hosts cabled)")
+    p.add_argument("--name", help="fabric name (else the manifest's, else the directory's)")
+    p.add_argument("--out", metavar="FILE", help="write the YAML to FILE instead of stdout")
+    p.set_defaults(func=cmd_import)
 
     from fakehw.fabric import cli_runtime
 

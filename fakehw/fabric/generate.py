@@ -18,6 +18,7 @@ ROCE_QOS: dict[str, Any] = {
     "dscpToPriority": {26: 3, 48: 6},
     "defaultPriority": 0,
     "pfcPriorities": [3],
+    "headroom": [3],
     "ecn": {"priorities": [3], "minKB": 150, "maxKB": 1500, "probability": 10},
     "cnpPriority": 6,
 }

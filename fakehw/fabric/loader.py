@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -57,23 +57,84 @@ def find_fabric(ref: str, relative_to: Path | None = None) -> Path:
     return path
 
 
+@dataclass(frozen=True, slots=True)
+class SourceKey:
+    """Where an imported setting came from: the operator's file, the key in it (``PORT|Ethernet8.mtu``) and its
+    line when the file's syntax lets us know it."""
+
+    source: str
+    key: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = self.source if self.line is None else f"{self.source}:{self.line}"
+        return f"{where}: {self.key}"
+
+
+NoteKind = Literal["ignored", "unknown", "info"]
+
+
+@dataclass(frozen=True, slots=True)
+class ImportNote:
+    """Something an importer read but did not turn into the fabric: a table irrelevant to RoCE (``ignored``), a
+    key it does not know (``unknown``), or how it interpreted a setting (``info``). Named, never silent."""
+
+    at: SourceKey
+    kind: NoteKind
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.at}: {self.kind}: {self.message}"
+
+
 @dataclass(frozen=True)
 class LoadedFabric:
-    """A validated fabric document, the documents of its ``extends`` chain (for locating lines) and its digest."""
+    """A validated fabric document, the documents of its ``extends`` chain (for locating lines) and its digest.
+
+    An imported fabric (SONiC, NVUE) carries ``provenance``: for document paths of the generated config, the
+    operator's file and key that produced them, so findings point there instead of at generated YAML."""
 
     spec: FabricConfigSpec
     documents: tuple[Document, ...]
     digest: str
     merged: Any = None
     """The merged document the spec was validated from (list indices in paths refer to it)."""
+    provenance: Mapping[tuple[PathItem, ...], SourceKey] | None = None
+    notes: tuple[ImportNote, ...] = ()
 
     @property
     def source(self) -> str:
+        """How to load this fabric again: the file, built-in name or import reference (``sonic:/dir``)."""
         return self.documents[0].source
+
+    def origin(self, path: Sequence[PathItem]) -> SourceKey | None:
+        """The operator's file and key behind ``path`` (its deepest recorded prefix), for imported fabrics."""
+        if self.provenance is None:
+            return None
+        key = tuple(path)
+        while True:
+            found = self.provenance.get(key)
+            if found is not None or not key:
+                return found
+            key = key[:-1]
 
     def locate(self, path: Sequence[PathItem]) -> tuple[str, int | None]:
         """The file of the extends chain that holds the deepest part of ``path``, and the line there."""
+        if self.provenance is not None:
+            found = self.origin(path)
+            return (found.source, found.line) if found is not None else (self.source, None)
         return locate_in(self.merged, self.documents, path)
+
+    def key(self, path: Sequence[PathItem]) -> str | None:
+        """The operator's key behind ``path`` (imported fabrics only)."""
+        found = self.origin(path)
+        return found.key if found is not None else None
+
+    def problem(self, path: Sequence[PathItem], message: str) -> Problem:
+        """A problem at ``path``, located in the operator's file and key when the fabric was imported."""
+        source, line = self.locate(path)
+        key = self.key(path)
+        return Problem((key,) if key is not None else tuple(path), message, source, line)
 
 
 _Step = PathItem | tuple[str, str]

@@ -36,8 +36,8 @@ Trust = Literal["dscp", "pcp"]
 class Ecn:
     enabled: bool
     priorities: frozenset[int]
-    min_kb: int
-    max_kb: int
+    min_kb: float
+    max_kb: float
     probability: int
 
     def marks(self, priority: int) -> bool:
@@ -54,11 +54,14 @@ class Qos:
     pfc_priorities: frozenset[int]
     ecn: Ecn | None
     cnp_priority: int | None
+    pcp_to_priority: tuple[tuple[int, int], ...] = ()
+    headroom: frozenset[int] | None = None
+    """Priorities with a lossless ingress buffer reserved; None: the config does not say."""
 
     def classify(self, dscp: int, pcp: int | None) -> int:
         """The switch priority of a frame with this DSCP and (when tagged) PCP."""
         if self.trust == "pcp":
-            return self.default_priority if pcp is None else pcp
+            return self.default_priority if pcp is None else dict(self.pcp_to_priority).get(pcp, pcp)
         return dict(self.dscp_to_priority).get(dscp, self.default_priority)
 
     def marks_ecn(self, priority: int) -> bool:
@@ -211,6 +214,7 @@ class FabricModel:
     traffic: tuple[TrafficClass, ...]
     _ports: Mapping[PortRef, Port] = field(repr=False, compare=False)
     _nics: Mapping[NicRef, HostNic] = field(repr=False, compare=False)
+    _switches: Mapping[str, Switch] = field(repr=False, compare=False, default_factory=dict)
 
     @property
     def source(self) -> str:
@@ -223,7 +227,7 @@ class FabricModel:
         return self._nics[ref]
 
     def switch(self, name: str) -> Switch | None:
-        return next((s for s in self.switches if s.name == name), None)
+        return self._switches.get(name)
 
     def ports(self) -> Iterator[Port]:
         for s in self.switches:
@@ -259,13 +263,15 @@ _QOS_KEYS = {
     "pfc_priorities": "pfcPriorities",
     "ecn": "ecn",
     "cnp_priority": "cnpPriority",
+    "pcp_to_priority": "pcpToPriority",
+    "headroom": "headroom",
 }
 
 
 def _merge_qos(layers: Sequence[tuple[QosSpec | None, DocPath]], fallback: DocPath) -> tuple[Qos, dict[str, DocPath]]:
     values: dict[str, Any] = {
         "trust": "dscp", "dscp_to_priority": {}, "default_priority": 0, "pfc_priorities": [], "ecn": None,
-        "cnp_priority": None,
+        "cnp_priority": None, "pcp_to_priority": {}, "headroom": None,
     }
     origins: dict[str, DocPath] = {f"qos.{alias}": fallback for alias in _QOS_KEYS.values()}
     for spec, where in layers:
@@ -285,6 +291,8 @@ def _merge_qos(layers: Sequence[tuple[QosSpec | None, DocPath]], fallback: DocPa
         pfc_priorities=frozenset(values["pfc_priorities"] or ()),
         ecn=ecn,
         cnp_priority=values["cnp_priority"],
+        pcp_to_priority=tuple(sorted(dict(values["pcp_to_priority"] or {}).items())),
+        headroom=None if values["headroom"] is None else frozenset(values["headroom"]),
     )
     return qos, origins
 
@@ -302,10 +310,9 @@ def _load_system(spec: FabricConfigSpec, loaded: LoadedFabric) -> System:
     try:
         return load_profile(ref, nodes=spec.nodes)
     except ProfileError as exc:
-        source, line = loaded.locate(("profile",))
         lines = "; ".join(str(p) for p in exc.problems[:3])
-        raise FabricError([Problem(("profile",), f"hardware profile {spec.profile!r} cannot be used: {lines}",
-                                   source, line)]) from None
+        raise FabricError([loaded.problem(("profile",), f"hardware profile {spec.profile!r} cannot be used: "
+                                                        f"{lines}")]) from None
 
 
 def resolve(loaded: LoadedFabric) -> FabricModel:
@@ -315,8 +322,7 @@ def resolve(loaded: LoadedFabric) -> FabricModel:
     problems: list[Problem] = []
 
     def problem(path: DocPath, message: str) -> None:
-        source, line = loaded.locate(path)
-        problems.append(Problem(path, message, source, line))
+        problems.append(loaded.problem(path, message))
 
     nodes = {n.name: n for n in system.nodes}
     switch_names = {s.name for s in spec.switches}
@@ -367,8 +373,9 @@ def resolve(loaded: LoadedFabric) -> FabricModel:
                 continue  # the other end already declared this cable
             for end, other in ((here, there), (there, here)):
                 if end in peers and peers[end][0] != other:
-                    problem(where, f"{end} is already cabled to {peers[end][0]} "
-                                   f"(line {loaded.locate(peers[end][1])[1]})")
+                    first = loaded.origin(peers[end][1])
+                    said = str(first) if first is not None else f"line {loaded.locate(peers[end][1])[1]}"
+                    problem(where, f"{end} is already cabled to {peers[end][0]} ({said})")
                     break
             else:
                 peers[here] = (there, where)
@@ -440,7 +447,7 @@ def resolve(loaded: LoadedFabric) -> FabricModel:
                         changes["pfc_priorities"] = tuple(changes["pfc_priorities"] or ())
                     roce = _replace_roce(roce, changes)
                     for k in changes:
-                        origins[f"roce.{k}"] = (*hdoc, "roce")
+                        origins[f"roce.{k}"] = (*hdoc, "roce", _ROCE_KEYS.get(k, k))
             peer_ref = peers.get(nref)
             peer_port = ports.get(peer_ref[0]) if peer_ref and isinstance(peer_ref[0], PortRef) else None
             vlan: int | None
@@ -478,7 +485,11 @@ def resolve(loaded: LoadedFabric) -> FabricModel:
         traffic=traffic,
         _ports=MappingProxyType(ports),
         _nics=MappingProxyType({n.ref: n for n in host_nics}),
+        _switches=MappingProxyType({s.name: s for s in switches}),
     )
+
+
+_ROCE_KEYS = {"pfc_priorities": "pfcPriorities", "cnp_dscp": "cnpDscp", "cnp_priority": "cnpPriority"}
 
 
 def _replace_roce(roce: Roce, changes: Mapping[str, Any]) -> Roce:
@@ -486,5 +497,11 @@ def _replace_roce(roce: Roce, changes: Mapping[str, Any]) -> Roce:
 
 
 def load_fabric(ref: str | Path, text: str | None = None) -> FabricModel:
-    """Load, validate and resolve a fabric config (a built-in name, a file, or ``text`` named ``ref``)."""
+    """Load, validate and resolve a fabric config: a built-in name, a file, ``text`` named ``ref``, or an import
+    of operator configs, ``sonic:DIR`` / ``nvue:DIR`` (see :mod:`fakehw.fabric.importers`)."""
+    if text is None and isinstance(ref, str):
+        from fakehw.fabric.importers import is_import_ref, load_ref
+
+        if is_import_ref(ref):
+            return resolve(load_ref(ref))
     return resolve(load_fabric_spec(ref, text))

@@ -73,6 +73,22 @@ REQUIREMENTS: MappingProxyType[str, Requirement] = _table(
         "spreads head-of-line blocking and pause storms to RoCE and beyond.",
     ),
     Requirement(
+        "FAB-BUF-001", "Every PFC priority of a switch port has lossless buffer headroom", Severity.ERROR,
+        "PFC is only lossless if the ingress buffer can absorb what is still on the wire after the pause is sent "
+        "(cable length x speed, plus the MTU-sized frames in flight on both ends). A priority with PFC enabled but "
+        "no lossless priority group (SONiC BUFFER_PG without a lossless profile, a Cumulus switch priority outside "
+        "the RoCE lossless pool) sends pause frames yet still drops on bursts, which RDMA sees as retries. Applies "
+        "where the config states its buffers (SONiC and Cumulus imports, a qos headroom list); a config that does "
+        "not is reported as not applicable.",
+    ),
+    Requirement(
+        "FAB-HOST-001", "A NIC's trust mode sees the RoCE class of the frames it receives", Severity.ERROR,
+        "A ConnectX NIC classifies received frames by its trust state (mlnx_qos --trust): with trust pcp an "
+        "untagged frame lands in priority 0, so RoCE arriving from an access port is neither lossless nor "
+        "protected by the NIC's own PFC, and the NIC pauses the wrong priority. Trust dscp (the NVIDIA RoCE "
+        "default) needs no tag; trust pcp needs the switch port to send the NIC's VLAN tagged.",
+    ),
+    Requirement(
         "FAB-ECN-001", "ECN marking is on wherever RoCE runs", Severity.ERROR,
         "DCQCN congestion control needs switches to mark CE on the RoCE queue and NICs to react. Without it the "
         "only brake is PFC, and congestion spreads as pause frames.",

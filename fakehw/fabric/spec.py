@@ -54,8 +54,8 @@ class EcnSpec(Spec):
 
     enabled: bool = True
     priorities: list[Priority] = Field(default_factory=list, max_length=8, description="queues that mark CE")
-    min_kb: int = Field(150, ge=0, le=2**20, alias="minKB", description="queue depth where marking starts, KiB")
-    max_kb: int = Field(1500, ge=0, le=2**20, alias="maxKB", description="queue depth of full marking, KiB")
+    min_kb: float = Field(150, ge=0, le=2**20, alias="minKB", description="queue depth where marking starts, KiB")
+    max_kb: float = Field(1500, ge=0, le=2**20, alias="maxKB", description="queue depth of full marking, KiB")
     probability: int = Field(10, ge=1, le=100, description="marking probability at maxKB, percent")
 
     @field_validator("priorities")
@@ -71,8 +71,15 @@ class QosSpec(Spec):
     dscp_to_priority: dict[Dscp, Priority] | None = Field(
         None, description="DSCP -> priority for trust dscp; DSCPs not listed get defaultPriority"
     )
+    pcp_to_priority: dict[Priority, Priority] | None = Field(
+        None, description="802.1p PCP -> priority for trust pcp; PCPs not listed keep their value"
+    )
     default_priority: Priority | None = Field(None, description="priority of unmapped DSCPs and untagged frames")
     pfc_priorities: list[Priority] | None = Field(None, max_length=8, description="PFC-enabled (lossless) priorities")
+    headroom: list[Priority] | None = Field(
+        None, max_length=8,
+        description="priorities with a lossless ingress buffer (PFC headroom) reserved; unset: the config does not say",
+    )
     ecn: EcnSpec | None = None
     cnp_priority: Priority | None = Field(None, description="priority (strict queue) for CNPs; null: none")
 
@@ -80,6 +87,11 @@ class QosSpec(Spec):
     @classmethod
     def _pfc(cls, v: list[int] | None) -> list[int] | None:
         return None if v is None else _unique(v, "pfcPriorities")
+
+    @field_validator("headroom")
+    @classmethod
+    def _headroom(cls, v: list[int] | None) -> list[int] | None:
+        return None if v is None else _unique(v, "headroom")
 
 
 class PortVlanSpec(Spec):

@@ -3,6 +3,11 @@
 Every failure while loading (YAML syntax, duplicate keys, unknown keys, wrong types, broken references) is a
 :class:`ProfileError` naming the file, the line where it could be found, the path in the document and the
 problem. Nothing else escapes: callers (the CLI, the agent) can rely on that.
+
+A profile is input from anyone, so what it can cost is bounded before any work: a file is checked (a regular
+file, at most :data:`MAX_PROFILE_BYTES`) before it is read, and YAML aliases may not expand the document past
+:data:`MAX_EXPANDED_NODES` nodes (a 700-byte "billion laughs" of nested aliases would otherwise expand to 10^9
+values in the steps that walk the data).
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
+import stat
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -31,6 +38,8 @@ from fakehw.model.system import System
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_PROFILE_BYTES = 4 * 2**20
 MAX_EXTENDS_DEPTH = 8
+MAX_EXPANDED_NODES = 200_000
+"""Nodes of a document with every alias counted as often as it is used (the built-in profiles have < 2,000)."""
 
 
 # --------------------------------------------------------------------------------------------------- YAML
@@ -75,6 +84,7 @@ def parse_yaml(text: str, source: str) -> Document:
     try:
         root = loader.get_single_node()
         if root is not None:
+            _check_expansion(root, source)
             _check_duplicate_keys(root, source)
         data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:
@@ -87,6 +97,43 @@ def parse_yaml(text: str, source: str) -> Document:
     finally:
         loader.dispose()
     return Document(source, data, root)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expansion(root: yaml.Node, source: str) -> None:
+    """Refuse a document whose aliases expand it past :data:`MAX_EXPANDED_NODES` nodes, or refer to themselves.
+
+    Each distinct node is visited once (its expanded size is remembered), so the check costs what the composed
+    document costs, not what it would expand to."""
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            on_path.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in _children(node))
+            if size[key] > MAX_EXPANDED_NODES:
+                raise ProfileError([Problem((), f"the document expands to more than {MAX_EXPANDED_NODES} values "
+                                            "(YAML aliases counted as often as they are used); refusing it", source,
+                                            node.start_mark.line + 1)])
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise ProfileError([Problem((), "a YAML alias refers to a node that contains it (a recursive "
+                                        "document)", source, node.start_mark.line + 1)])
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in size)
 
 
 def _check_duplicate_keys(root: yaml.Node, source: str) -> None:
@@ -141,16 +188,46 @@ def _find(ref: str, relative_to: Path | None) -> Path:
     return path
 
 
+def read_profile_text(path: Path) -> str:
+    """The text of a profile file, checked before it is read: a regular file (not a FIFO or device, which could
+    block or never end) of at most :data:`MAX_PROFILE_BYTES` bytes (a larger or sparse file is never read)."""
+    source = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ProfileError([Problem((), f"cannot read profile: {exc.strerror}", source)]) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ProfileError([Problem((), "cannot read profile: not a regular file", source)])
+        if st.st_size > MAX_PROFILE_BYTES:
+            raise ProfileError([Problem((), f"profile is {st.st_size} bytes, larger than the {MAX_PROFILE_BYTES}-byte "
+                                        "limit", source)])
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, MAX_PROFILE_BYTES + 1 - sum(map(len, chunks))):
+            chunks.append(chunk)
+            if sum(map(len, chunks)) > MAX_PROFILE_BYTES:
+                break
+        data = b"".join(chunks)
+        if len(data) > MAX_PROFILE_BYTES:  # it grew after the check
+            raise ProfileError([Problem((), f"profile is larger than {MAX_PROFILE_BYTES} bytes", source)])
+        return data.decode()
+    except OSError as exc:
+        raise ProfileError([Problem((), f"cannot read profile: {exc.strerror}", source)]) from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError([Problem((), f"cannot read profile: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                                    source)]) from None
+    finally:
+        os.close(fd)
+
+
 def _resolve_document(path: Path, text: str | None = None, chain: tuple[Path, ...] = ()) -> tuple[Any, list[Document]]:
     """The merged document for ``path`` (its ``extends`` chain applied) and the documents involved."""
     source = str(path)
     if len(chain) > MAX_EXTENDS_DEPTH:
         raise ProfileError([Problem(("extends",), f"extends chain longer than {MAX_EXTENDS_DEPTH}", source)])
     if text is None:
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ProfileError([Problem((), f"cannot read profile: {exc}", source)]) from None
+        text = read_profile_text(path)
     doc = parse_yaml(text, source)
     data = doc.data
     if not isinstance(data, dict):

@@ -216,23 +216,14 @@ class RootWriter:
 
     def _full(self, specs: list[SectionSpec], stats: WriteStats) -> WriteStats:
         """Build everything in a temporary directory next to the root and rename it into place."""
-        manifest: dict[str, dict[str, Any]] = {}
         tmp = self.root.with_name(f".{self.root.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        writer = RootWriter(tmp, self.manifest_path, self.make_devices)
-        owner: dict[str, str] = {}
-        for spec in specs:
-            section = spec.build()
-            for path in section.entries:
-                if owner.setdefault(path, spec.name) != spec.name:
-                    raise ValueError(f"{path} is rendered by sections {owner[path]} and {spec.name}")
-            source = self._sibling_with(spec) if spec.share is not None and spec.key is not None else None
-            if source is None or not self._link_from(source, section, tmp, stats):
-                writer._write_all(section.entries, stats, atomic=False)
-            manifest[spec.name] = {"key": spec.key, "share": spec.share, "count": len(section.entries),
-                                   "entries": None if spec.key is not None else
-                                   {p: digest(e) for p, e in section.entries.items()}}
+        try:
+            manifest = self._build_in(tmp, specs, stats)
+        except BaseException:  # a full disk, say: leave no half-built tree behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         if self.root.exists():
             # A rebuild keeps the root directory itself (it may be bind-mounted): move the new content in.
             for child in tmp.iterdir():
@@ -246,6 +237,24 @@ class RootWriter:
             os.rename(tmp, self.root)
         self._save_manifest(manifest)
         return stats
+
+    def _build_in(self, tmp: Path, specs: list[SectionSpec], stats: WriteStats) -> dict[str, dict[str, Any]]:
+        """Write every section under ``tmp``; returns the manifest."""
+        manifest: dict[str, dict[str, Any]] = {}
+        writer = RootWriter(tmp, self.manifest_path, self.make_devices)
+        owner: dict[str, str] = {}
+        for spec in specs:
+            section = spec.build()
+            for path in section.entries:
+                if owner.setdefault(path, spec.name) != spec.name:
+                    raise ValueError(f"{path} is rendered by sections {owner[path]} and {spec.name}")
+            source = self._sibling_with(spec) if spec.share is not None and spec.key is not None else None
+            if source is None or not self._link_from(source, section, tmp, stats):
+                writer._write_all(section.entries, stats, atomic=False)
+            manifest[spec.name] = {"key": spec.key, "share": spec.share, "count": len(section.entries),
+                                   "entries": None if spec.key is not None else
+                                   {p: digest(e) for p, e in section.entries.items()}}
+        return manifest
 
     def _sibling_with(self, spec: SectionSpec) -> Path | None:
         """The root of another node's tree that holds ``spec``'s content (same share key), if any."""

@@ -18,13 +18,34 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fakehw.agent.client import AgentClient, AgentRequestError
+from fakehw.agent.trust import private_dir
 from fakehw.model import load_profile
 from testbed import nodeview
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
-from testbed.cluster import ClusterRecord, remove_tree_in_background
+from testbed.cluster import ClusterRecord, remove_tree_in_background, trusted_state_dir
 from testbed.environment import merged_environment, node_environment
 
 AGENT_START_TIMEOUT_S = 60.0
+
+
+def _agent_of(pid: int | None, record: ClusterRecord) -> bool:
+    """Is ``pid`` this cluster's agent (this user's ``fakehw agent`` on its state dir)? A record names a pid, and
+    pids are reused: nothing is signalled on the record's word alone."""
+    if not pid:
+        return False
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.geteuid():
+            return False
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = [a.decode(errors="replace") for a in fh.read().split(b"\0")]
+    except OSError:
+        return False
+    if "fakehw.cli" not in argv or "agent" not in argv or "--state-dir" not in argv[:-1]:
+        return False
+    state_dir = argv[argv.index("--state-dir") + 1]
+    with contextlib.suppress(OSError):
+        state_dir = os.path.join(os.readlink(f"/proc/{pid}/cwd"), state_dir)  # as the agent resolved it
+    return os.path.realpath(state_dir) == os.path.realpath(record.agent_dir)
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -49,7 +70,9 @@ class LocalBackend(Backend):
 
     def up(self, request: UpRequest) -> ClusterRecord:
         system, profile = load_request_profile(request.profile, request.nodes)
-        root = request.state_dir / request.name
+        state_dir = trusted_state_dir(request.state_dir, create=True)
+        assert state_dir is not None
+        root = state_dir / request.name
         record = ClusterRecord(
             name=request.name,
             backend=self.name,
@@ -63,7 +86,7 @@ class LocalBackend(Backend):
         if len(record.agent_socket.encode()) >= 107:
             raise BackendError(f"state dir {request.state_dir} is too deep for a unix socket; use a shorter "
                                "--state-dir (or FAKEHW_STATE_DIR)")
-        root.mkdir(parents=True, exist_ok=True)
+        private_dir(root)
         record.save()
         try:
             self.start_agent(record)
@@ -72,20 +95,23 @@ class LocalBackend(Backend):
             raise
         return record
 
-    def start_agent(self, record: ClusterRecord) -> None:
-        """Start (or restart) the cluster's agent and wait until it answers."""
-        record.agent_dir.mkdir(parents=True, exist_ok=True)
+    def start_agent(self, record: ClusterRecord, salvage: bool = False) -> None:
+        """Start (or restart) the cluster's agent and wait until it answers; ``salvage``: from a damaged
+        journal (see ``fakehw agent --salvage-journal``)."""
+        private_dir(record.agent_dir)
         cmd = [sys.executable, "-m", "fakehw.cli", "agent", "--profile", record.profile,
                "--state-dir", str(record.agent_dir)]
         if record.node_count is not None:
             cmd += ["--nodes", str(record.node_count)]
+        if salvage:
+            cmd.append("--salvage-journal")
         log_path = record.dir / "agent.log"
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=record.dir)
         record.agent_pid = proc.pid
         record.save()
-        client = AgentClient(record.agent_socket, timeout=5.0)
+        client = AgentClient(record.agent_socket, timeout=5.0, retries=0)
         deadline = time.monotonic() + AGENT_START_TIMEOUT_S
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -102,7 +128,7 @@ class LocalBackend(Backend):
 
     def stop_agent(self, record: ClusterRecord, kill: bool = False, timeout: float = 10.0) -> None:
         pid = record.agent_pid
-        if not _pid_alive(pid):
+        if not _pid_alive(pid) or not _agent_of(pid, record):
             return
         assert pid is not None
         os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
@@ -157,7 +183,7 @@ class LocalBackend(Backend):
         return AgentClient(record.agent_socket)
 
     def alive(self, record: ClusterRecord) -> bool:
-        return _pid_alive(record.agent_pid)
+        return _pid_alive(record.agent_pid) and _agent_of(record.agent_pid, record)
 
     def down(self, record: ClusterRecord) -> None:
         self.stop_agent(record)

@@ -19,6 +19,7 @@ How fake GPUs reach Kubernetes:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,10 @@ def node_env(plan: ClusterPlan, node: Node) -> str:
         f"FAKEHW_NODE={node.name}",
         f"FAKEHW_PROFILE={plan.profile_in_node}",
         f"FAKEHW_DEVICE_MINORS={','.join(str(g.minor) for g in node.gpus)}",
+        # The agent's state dir is a directory of this user's on the host: the agent runs as its owner (it
+        # refuses a state dir another user owns), as in the docker backend.
+        f"FAKEHW_AGENT_UID={os.getuid()}",
+        f"FAKEHW_AGENT_GID={os.getgid()}",
     ]
     if plan.node_count is not None:
         lines.append(f"FAKEHW_NODE_COUNT={plan.node_count}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fakehw.agent.journal import JournalDamaged
 from fakehw.agent.service import AgentError, AgentService
 from fakehw.agent.state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, THROTTLE_HW_THERMAL, THROTTLE_SW_POWER_CAP
 from fakehw.model import load_profile
@@ -117,17 +118,25 @@ def test_faults_survive_a_restart_and_generations_only_grow(tmp_path: Path) -> N
     assert second.events()[-1].seq > last_seq
 
 
-def test_a_torn_or_garbled_journal_does_not_stop_the_agent(tmp_path: Path) -> None:
+def test_a_torn_last_record_is_dropped_and_garbage_is_refused_unless_salvaged(tmp_path: Path) -> None:
     system = load_profile("dgx-h100")
     first = AgentService(system, tmp_path)
     first.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 43})
     first.close()
-    with open(tmp_path / "journal.jsonl", "a") as fh:
-        fh.write('{"op": "inject", "fault": {"kind": "xid", "device": "gpu9"}}\n')  # refers to nothing
-        fh.write("not json at all\n")
-        fh.write('{"op": "inject", "fau')  # torn
+    with open(tmp_path / "journal.jsonl", "ab") as fh:
+        fh.write(b'7 0badc0de {"op": "inject", "fau')  # the agent died writing it: never acknowledged
     second = AgentService(system, tmp_path)
     assert [f.request.device for f in second.faults()] == ["gpu0"]
+    assert second.journal.recovery.dropped == 1 and second.journal.recovery.kept is not None
+    second.close()
+    with open(tmp_path / "journal.jsonl", "ab") as fh:
+        fh.write(b"not a record at all\n")
+    with pytest.raises(JournalDamaged, match="line 4 is not a journal record"):
+        AgentService(system, tmp_path)
+    third = AgentService(system, tmp_path, salvage=True)
+    assert [f.request.device for f in third.faults()] == ["gpu0"]
+    assert third.journal.recovery.dropped == 1 and Path(str(third.journal.recovery.kept)).exists()
+    third.close()
 
 
 @pytest.mark.parametrize(
@@ -176,3 +185,22 @@ def test_cxl_and_pool_faults_on_the_cxl_profile(tmp_path: Path) -> None:
     assert all(m.online for m in svc.state("cxl-host-0").memdevs)
     with pytest.raises(AgentError, match="cannot shrink by"):
         svc.inject("cxl-host-1", {"kind": "pool-shrink", "device": "cxl-local", "bytes": 2**40})
+
+
+def test_a_journal_of_the_unchecked_format_is_taken_over(tmp_path: Path) -> None:
+    """State dirs written by earlier versions (plain JSON lines, no meta file) come back, then in the new format."""
+    fault = {"id": "f-000007", "node": NODE, "created": 1.0, "kind": "xid", "device": "gpu2", "code": 43}
+    lines = [{"op": "generation", "generations": {NODE: 5}, "fault_counter": 9, "seq": 12},
+             {"op": "inject", "fault": fault, "generation": 6, "events": []},
+             {"op": "inject", "fault": {**fault, "id": "f-000008"}, "generation": 7, "events": []},
+             {"op": "heal", "node": NODE, "ids": ["f-000008"], "generation": 8, "events": []}]
+    (tmp_path / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    svc = AgentService(load_profile("dgx-h100"), tmp_path)
+    try:
+        assert [f.id for f in svc.faults()] == ["f-000007"] and svc.journal.recovery.upgraded
+        assert svc.state(NODE).generation > 8 and svc.last_seq >= 12
+        assert svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 13}).id == "f-000010"
+    finally:
+        svc.close()
+    assert (tmp_path / "journal.jsonl").read_text().startswith("1 "), "rewritten with numbered, checked records"
+    AgentService(load_profile("dgx-h100"), tmp_path).close()

@@ -27,6 +27,7 @@ import pytest
 from fakehw.agent.client import AgentClient, AgentRequestError
 from fakehw.agent.server import UnixAgentServer, serve
 from fakehw.agent.service import AgentService
+from fakehw.agent.statedir import RUNTIME_FILES
 from fakehw.livefs import LiveMount, unavailable
 from fakehw.model import load_profile
 from testbed.nodeview import Bind, NodeView, command
@@ -203,8 +204,9 @@ def test_a_refused_write_does_not_stick_across_an_agent_restart(live: Live, tmp_
     assert _errno_of(lambda: _write(target, "7\n")) == errno.EACCES
     state = tmp_path / "state"
     state.mkdir()
-    for journal in ("journal.jsonl", "platform.jsonl", "audit.jsonl"):  # what a restarted agent comes back from
-        shutil.copy2(live.svc.state_dir / journal, state / journal)
+    for journal in RUNTIME_FILES:  # what a restarted agent comes back from (journals with their meta files)
+        if (live.svc.state_dir / journal).exists():
+            shutil.copy2(live.svc.state_dir / journal, state / journal)
     again = AgentService(load_profile("cxl-pool"), state, nodes=[NODE])
     try:
         assert (again.node_dir(NODE) / "root/sys/bus/cxl/devices/mem0/numa_node").read_bytes() == before

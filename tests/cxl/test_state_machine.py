@@ -32,6 +32,7 @@ from fakehw.agent.cxl import DCD_BLOCK, REGION_UNIT, CxlState
 from fakehw.agent.platform import Platform, PlatformError
 from fakehw.agent.pools import PoolLedger
 from fakehw.agent.service import AgentService
+from fakehw.agent.statedir import discard_runtime_state
 from fakehw.model import System
 from fakehw.sysfs import POOLS_FILE, ROOT_DIR
 from tests.cxl.conftest import Clock
@@ -68,8 +69,7 @@ class PlatformMachine(RuleBasedStateMachine):
         super().__init__()
         self.system = system
         self.state_dir = state_dir
-        for name in ("journal.jsonl", "platform.jsonl", "audit.jsonl"):
-            (state_dir / name).unlink(missing_ok=True)
+        discard_runtime_state(state_dir)
         self.clock = Clock()
         self.svc = AgentService(system, state_dir, clock=self.clock)
         self.faults: list[str] = []

@@ -41,19 +41,45 @@ def test_healthy_configs_have_no_findings(name: str) -> None:
         assert path.negotiated_roce_mtu == path.supported_roce_mtu == 4096
 
 
+EXPECT = re.compile(r"^# expect: (error|warning) (.+)$", re.MULTILINE)
+
+
 @pytest.mark.parametrize("stem", sorted(broken_examples()))
 def test_each_broken_example_flags_exactly_its_seeded_requirement(stem: str) -> None:
+    """One example per branch of each rule: its file says (``# expect: SEVERITY TEXT``, written by hand from what
+    the seeded mistake does) which branch must fire, so a mutant that removes that branch fails here."""
     match = SEEDED.match(stem)
     assert match, f"broken example {stem} does not start with the requirement ID it seeds"
     seeded = match.group(1)
     path = broken_examples()[stem]
+    expect = EXPECT.search(path.read_text())
+    assert expect, f"{stem} has no '# expect: SEVERITY TEXT' line"
     report = lint(load_fabric(path))
     assert report.ids == {seeded}, report.format()
-    # the finding points at the seeding file, at a line that exists in it
+    assert any(f.severity.value == expect.group(1) and expect.group(2) in f.message for f in report.findings), \
+        report.format()
+    # a finding points at the seeding file; every finding at a line that exists in the file it names (a NIC that
+    # disagrees with the fabric also shows where the fabric's side was written)
+    assert any(f.source == str(path) for f in report.findings), report.format()
     for finding in report.findings:
-        assert finding.source == str(path), str(finding)
-        assert finding.line is not None and 1 <= finding.line <= len(path.read_text().splitlines())
+        assert finding.line is not None and 1 <= finding.line <= len(Path(finding.source).read_text().splitlines())
         assert finding.severity in (Severity.ERROR, Severity.WARNING)
+
+
+@pytest.mark.parametrize("name", [*sorted(builtin_fabrics()), *sorted(broken_examples())])
+def test_path_classes_find_what_every_path_finds(name: str) -> None:
+    """The class-based linter (one representative path per class) reports exactly what checking every path on its
+    own reports: rule, severity, element, message, place, port and path counts."""
+    model = load_fabric({**builtin_fabrics(), **broken_examples()}[name])
+
+    def shape(exhaustive: bool) -> list[tuple[object, ...]]:
+        return [(f.id, f.severity, f.element, f.message, f.source, f.line, f.key, f.ports, f.paths)
+                for f in lint(model, exhaustive=exhaustive).findings]
+
+    assert shape(False) == shape(True)
+    report = lint(model)
+    assert len(report.classes) <= len(lint(model, exhaustive=True).classes)
+    assert report.path_count == len(report.paths)
 
 
 def test_every_static_requirement_has_a_broken_example() -> None:
@@ -128,7 +154,9 @@ def test_lint_cli_exit_codes_and_json(capsys: pytest.CaptureFixture[str], tmp_pa
     assert fakehw_main(["fabric", "lint", "--json", broken]) == 1
     data = json.loads(capsys.readouterr().out)
     assert [f["id"] for f in data["findings"]] == ["FAB-QOS-001"]
-    assert data["summary"]["paths"] == len(data["paths"]) == 48
+    assert data["summary"]["paths"] == 48 and "paths" not in data
+    assert fakehw_main(["fabric", "lint", "--json", "--paths", broken]) == 1
+    assert len(json.loads(capsys.readouterr().out)["paths"]) == 48
     # warnings pass unless --strict
     warn = str(broken_examples()["FAB-LINK-001-uncabled"])
     assert fakehw_main(["fabric", "lint", warn]) == 0

@@ -73,7 +73,8 @@ def test_kind_files_are_written_per_node(tmp_path: Path) -> None:
     assert yaml.safe_load(config_path.read_text()) == kind_config(plan, system)
     env = dict(line.split("=", 1) for line in (tmp_path / "nodes" / "dgx-h100-0" / "node.env").read_text().split())
     assert env == {"FAKEHW_NODE": "dgx-h100-0", "FAKEHW_PROFILE": "dgx-h100",
-                   "FAKEHW_DEVICE_MINORS": ",".join(str(g.minor) for g in system.nodes[0].gpus)}
+                   "FAKEHW_DEVICE_MINORS": ",".join(str(g.minor) for g in system.nodes[0].gpus),
+                   "FAKEHW_AGENT_UID": str(os.getuid()), "FAKEHW_AGENT_GID": str(os.getgid())}
     assert (tmp_path / "nodes" / "dgx-h100-0" / "agent").is_dir()
 
 

@@ -23,7 +23,8 @@ def fabric_model(conformance_targets: dict[str, TargetSpec]) -> FabricModel:
 
     spec = conformance_targets.get("fabric")
     if spec is None:
-        raise pytest.UsageError("the fabric suite needs --target fabric=CONFIG (a built-in name or a YAML file)")
+        raise pytest.UsageError("the fabric suite needs --target fabric=CONFIG (a built-in name, a YAML file, or "
+                                "sonic:DIR / nvue:DIR)")
     try:
         return load_fabric(spec.spec)
     except FabricError as exc:

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,11 +224,86 @@ nvmlReturn_t fhw_validate(const uint8_t *data, size_t size, const char **why) {
 #undef BAD
 }
 
+/* ------------------------------------------------------------------------------------------ SIGBUS guard */
+
+/* The superseded flag is read through a shared mapping of the snapshot's first page (the data itself is a private
+   copy). When the file is truncated under a reader (rewritten in place, `cp backup nvml.snapshot`), touching that
+   page raises SIGBUS. This handler takes exactly those faults: it puts an anonymous page flagged "superseded" in
+   place of the lost one and returns, so the read completes, the reader reloads the path and answers from what it
+   finds there (NVML_ERROR_UNKNOWN while the file is torn). Any other SIGBUS goes to the handler installed before,
+   or kills the process as it would have. The library is never unloaded (-z nodelete), so neither is the handler. */
+#define FHW_GUARDED_MAPS 64
+
+static _Atomic(uintptr_t) g_guarded[FHW_GUARDED_MAPS];
+static size_t g_guard_len;
+static struct sigaction g_prev_bus;
+static pthread_once_t g_guard_once = PTHREAD_ONCE_INIT;
+static int g_guard_ok;
+
+static void bus_handler(int sig, siginfo_t *info, void *ctx) {
+    uintptr_t addr = (uintptr_t)info->si_addr;
+    for (int i = 0; i < FHW_GUARDED_MAPS; i++) {
+        uintptr_t start = atomic_load(&g_guarded[i]);
+        if (start == 0 || addr < start || addr >= start + g_guard_len) continue;
+        void *page = mmap((void *)start, g_guard_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                          -1, 0);
+        if (page == MAP_FAILED) break;
+        *(volatile uint32_t *)((uint8_t *)page + FHW_SUPERSEDED_OFFSET) = 1;
+        return; /* the faulting read runs again, on the new page */
+    }
+    if (g_prev_bus.sa_flags & SA_SIGINFO) {
+        if (g_prev_bus.sa_sigaction != NULL) {
+            g_prev_bus.sa_sigaction(sig, info, ctx);
+            return;
+        }
+    } else if (g_prev_bus.sa_handler != SIG_DFL && g_prev_bus.sa_handler != SIG_IGN) {
+        g_prev_bus.sa_handler(sig);
+        return;
+    }
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGBUS, &dfl, NULL);
+    raise(SIGBUS); /* delivered when the handler returns: the default action, as without us */
+}
+
+static void guard_install(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    g_guard_len = (size_t)(page > 0 ? page : 4096);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = bus_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART; /* SA_ONSTACK: Go runtimes require it of foreign handlers */
+    sigemptyset(&sa.sa_mask);
+    g_guard_ok = sigaction(SIGBUS, &sa, &g_prev_bus) == 0;
+}
+
+/* Register a mapped first page; 0 when it cannot be guarded (then it must not be read). */
+static int guard_add(void *map) {
+    pthread_once(&g_guard_once, guard_install);
+    if (!g_guard_ok) return 0;
+    for (int i = 0; i < FHW_GUARDED_MAPS; i++) {
+        uintptr_t none = 0;
+        if (atomic_compare_exchange_strong(&g_guarded[i], &none, (uintptr_t)map)) return 1;
+    }
+    return 0;
+}
+
+static void guard_remove(void *map) {
+    for (int i = 0; i < FHW_GUARDED_MAPS; i++) {
+        uintptr_t mine = (uintptr_t)map;
+        if (atomic_compare_exchange_strong(&g_guarded[i], &mine, 0)) return;
+    }
+}
+
 /* ------------------------------------------------------------------------------------------ loading */
 
 static void snap_free(fhw_snap_t *s) {
     if (s == NULL) return;
-    if (s->map) munmap(s->map, s->map_len);
+    if (s->map) {
+        guard_remove(s->map);
+        munmap(s->map, s->map_len);
+    }
     free(s->data);
     free(s);
 }
@@ -249,7 +325,7 @@ static fhw_snap_t *snap_load(const char *path) {
     fhw_snap_t *s = calloc(1, sizeof *s);
     if (s == NULL) return NULL;
     s->checked_ms = fhw_now_ms();
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* O_NONBLOCK: a FIFO there must not hang us */
     if (fd < 0) {
         s->status = (errno == ENOENT || errno == ENOTDIR) ? NVML_ERROR_DRIVER_NOT_LOADED
                     : (errno == EACCES || errno == EPERM) ? NVML_ERROR_NO_PERMISSION
@@ -276,6 +352,10 @@ static fhw_snap_t *snap_load(const char *path) {
         long page = sysconf(_SC_PAGESIZE);
         size_t map_len = (size_t)(page > 0 ? page : 4096);
         void *map = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
+        if (map != MAP_FAILED && !guard_add(map)) { /* unguarded, a truncation would kill us: rely on stat */
+            munmap(map, map_len);
+            map = MAP_FAILED;
+        }
         if (map != MAP_FAILED) {
             s->map = map;
             s->map_len = map_len;

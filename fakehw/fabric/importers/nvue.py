@@ -1,0 +1,396 @@
+"""Cumulus Linux 5.x NVUE ``startup.yaml`` -> an :class:`ImportedSwitch`.
+
+An NVUE file is a YAML list: a ``header`` and a ``set`` whose tree mirrors ``nv set`` commands (``nv set qos pfc
+default-global switch-priority 3`` is ``set.qos.pfc.default-global.switch-priority.'3': {}``). Interface keys may
+name ranges and lists (``swp1-32``, ``swp1-4,swp6``). Keys in findings are the ``nv set`` path, e.g.
+``interface.swp8.link.mtu`` or ``qos.congestion-control.default-global.traffic-class.3``.
+
+The model's priority is NVUE's switch priority (SP). ``qos roce`` (mode lossless, the default, or lossy) stands for
+the settings NVIDIA documents for it: trust PCP and DSCP (DSCP decides for IP), the default DSCP map (DSCP d -> SP
+d // 8: RoCE's 26 -> 3, CNP's 48 -> 6), SP 3 -> traffic class 3 and SP 6 -> 6 (others 0), traffic class 6 strict
+(the CNP queue), ECN on traffic class 3 from 150,000 to 1,500,000 bytes with probability 100, and in lossless mode
+PFC on SP 3 with SP 3 in the RoCE lossless buffer pool. Explicit ``qos`` settings override those, per key; a port's
+``qos.<feature>.profile`` replaces ``default-global`` for it. Without ``qos roce`` Cumulus trusts PCP, maps SP n to
+traffic class n, and enables neither PFC, ECN, a strict queue nor lossless buffers.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, NoReturn
+
+from fakehw.fabric.importers.assemble import ImportedPort, ImportedSwitch
+from fakehw.fabric.importers.source import SourceFile, as_int, int_list, read_yaml
+from fakehw.fabric.loader import ImportNote, NoteKind, SourceKey
+from fakehw.model.errors import PathItem
+
+DEFAULT_MTU = 9216
+TOP_READ = {"interface", "bridge", "qos", "system", "nve"}
+TOP_IGNORED = {"router", "vrf", "service", "evpn", "mlag", "acl", "platform", "routing", "ptp", "system-config"}
+IFACE_READ = {"type", "link", "bridge", "qos", "ip", "bond", "description", "acl"}
+IFACE_IGNORED = {"router", "lldp", "evpn", "synce", "ptp", "neighbor", "counters"}
+QOS_READ = {"roce", "pfc", "congestion-control", "mapping", "egress-queue-mapping", "egress-scheduler",
+            "traffic-pool", "remark"}
+QOS_IGNORED = {"link-pause", "egress-shaper", "advance-buffer-config", "pfc-watchdog"}
+_RANGE = re.compile(r"^(?P<prefix>.*?)(?P<lo>\d+)-(?P<hi>\d+)$")
+_SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>B|KB|MB|K|M)?\s*$", re.IGNORECASE)
+
+
+def read_switch(path: Path, display: str) -> ImportedSwitch:
+    src = read_yaml(path, display)
+    return _Reader(src).switch()
+
+
+def expand_names(text: str) -> list[str]:
+    """``swp1-4,swp6`` -> swp1 swp2 swp3 swp4 swp6 (a bare number reuses the previous prefix)."""
+    out: list[str] = []
+    prefix = ""
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        if part.isdigit() and prefix:
+            part = prefix + part
+        m = _RANGE.match(part)
+        if m and m["prefix"] and not m["prefix"][-1].isdigit():
+            prefix = m["prefix"]
+            lo, hi = int(m["lo"]), int(m["hi"])
+            out += [f"{prefix}{i}" for i in range(lo, hi + 1)] if lo <= hi else [part]
+        else:
+            prefix = re.sub(r"\d+$", "", part)
+            out.append(part)
+    return out
+
+
+def _on(value: Any) -> bool:
+    return str(value).lower() in ("on", "enable", "enabled", "true", "yes")
+
+
+class _Reader:
+    def __init__(self, src: SourceFile) -> None:
+        self.src = src
+        self.notes: list[ImportNote] = []
+        self.set: dict[str, Any] = {}
+        self.set_index = 0
+
+    def at(self, *path: PathItem) -> SourceKey:
+        return self.src.at(".".join(str(p) for p in path), (self.set_index, "set", *path))
+
+    def fail(self, path: tuple[PathItem, ...], message: str) -> NoReturn:
+        at = self.at(*path)
+        self.src.fail(at.key, (self.set_index, "set", *path), message)
+
+    def mapping(self, value: Any, path: tuple[PathItem, ...]) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping, got {type(value).__name__} {value!r}")
+        out: dict[str, Any] = value
+        return out
+
+    def note(self, path: tuple[PathItem, ...], kind: NoteKind, message: str) -> None:
+        at = self.at(*path)
+        self.notes.append(self.src.note(at.key, (self.set_index, "set", *path), kind, message))
+
+    # ---- document
+    def switch(self) -> ImportedSwitch:
+        data = self.src.data
+        if not isinstance(data, list):
+            self.src.fail("", (), "an NVUE startup.yaml is a YAML list (- header: ..., - set: ...), this file holds "
+                                  f"a {type(data).__name__}")
+        for i, item in enumerate(data):
+            if isinstance(item, dict) and "set" in item:
+                self.set_index, self.set = i, self.mapping(item["set"], ())
+                break
+            if not (isinstance(item, dict) and set(item) <= {"header", "unset"}):
+                self.src.fail(f"[{i}]", (i,), "expected '- header:' or '- set:' entries")
+        else:
+            self.src.fail("set", (), "no '- set:' entry: the file configures nothing")
+        for key in self.set:
+            if key not in TOP_READ:
+                kind: NoteKind = "ignored" if key in TOP_IGNORED else "unknown"
+                self.note((key,), kind, "not relevant to RoCE" if kind == "ignored" else "not known to the NVUE "
+                                                                                         "importer: not read")
+        system = self.mapping(self.set.get("system"), ("system",))
+        hostname = system.get("hostname")
+        name = str(hostname) if hostname else Path(self.src.name).parent.name or Path(self.src.name).stem
+        at = self.at("system", "hostname") if hostname else self.src.at("(file)")
+        sw = ImportedSwitch(name, at, self.src)
+        if "nve" in self.set:
+            self.fail(("nve",), "VXLAN (nve) is not modelled: RoCE inside a VXLAN tunnel takes the outer header's "
+                                "DSCP and MTU")
+        self._interfaces(sw)
+        self._qos(sw)
+        sw.notes = self.notes
+        return sw
+
+    # ---- interfaces
+    def _interfaces(self, sw: ImportedSwitch) -> None:
+        ifaces = self.mapping(self.set.get("interface"), ("interface",))
+        domains = self.mapping(self.mapping(self.set.get("bridge"), ("bridge",)).get("domain"), ("bridge", "domain"))
+        self.bonded: dict[str, tuple[str, ...]] = {}
+        self.routed: dict[str, tuple[str, ...]] = {}
+        self.acl: dict[str, tuple[str, ...]] = {}
+        self.profiles: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {}
+        for key, raw in ifaces.items():
+            body = self.mapping(raw, ("interface", key))
+            names = expand_names(key)
+            kind = body.get("type", "swp" if all(n.startswith("swp") for n in names) else None)
+            for member in self.mapping(self.mapping(body.get("bond"), ("interface", key, "bond")).get("member"),
+                                       ("interface", key, "bond", "member")):
+                for m in expand_names(member):
+                    self.bonded[m] = ("interface", key, "bond", "member", member)
+            if kind != "swp":
+                continue
+            for fld in body:
+                if fld not in IFACE_READ | IFACE_IGNORED:
+                    self.note(("interface", key, fld), "unknown", "not known to the NVUE importer: not read")
+            for name in names:
+                self._port(sw, name, key, body, domains)
+
+    def _port(self, sw: ImportedSwitch, name: str, key: str, body: dict[str, Any],
+              domains: dict[str, Any]) -> None:
+        base = ("interface", key)
+        port = sw.ports.get(name)
+        if port is None:
+            port = ImportedPort(name, self.at(*base), DEFAULT_MTU, self.at(*base), shutdown_at=self.at(*base))
+            sw.ports[name] = port
+        link = self.mapping(body.get("link"), (*base, "link"))
+        if "mtu" in link:
+            port.mtu = as_int(self.src, ".".join((*base, "link", "mtu")), (self.set_index, "set", *base, "link", "mtu"),
+                              link["mtu"], 552, 9216, "mtu")
+            port.mtu_at = self.at(*base, "link", "mtu")
+        state = link.get("state")
+        if state is not None:
+            states = set(self.mapping(state, (*base, "link", "state"))) if isinstance(state, dict) else {str(state)}
+            port.shutdown = "down" in states
+            port.shutdown_at = self.at(*base, "link", "state")
+        if "ip" in body and "address" in self.mapping(body["ip"], (*base, "ip")):
+            self.routed[name] = (*base, "ip", "address")
+        if "acl" in body:
+            self.acl[name] = (*base, "acl")
+        bridge = self.mapping(self.mapping(body.get("bridge"), (*base, "bridge")).get("domain"),
+                              (*base, "bridge", "domain"))
+        for dom_name, dom_raw in bridge.items():
+            where = (*base, "bridge", "domain", dom_name)
+            self._membership(port, self.mapping(dom_raw, where), where,
+                             self.mapping(domains.get(dom_name), ("bridge", "domain", dom_name)), dom_name)
+        qos = self.mapping(body.get("qos"), (*base, "qos"))
+        for feature, raw in qos.items():
+            prof = self.mapping(raw, (*base, "qos", feature)).get("profile") if isinstance(raw, dict) else raw
+            if prof is not None:
+                self.profiles.setdefault(name, {})[feature] = (str(prof), (*base, "qos", feature))
+
+    def _vids(self, value: Any, path: tuple[PathItem, ...]) -> list[int]:
+        keys = list(value) if isinstance(value, dict) else value
+        out: list[int] = []
+        for k in keys if isinstance(keys, list) else [keys]:
+            out += int_list(self.src, ".".join(map(str, path)), (self.set_index, "set", *path), str(k), 1, 4094,
+                            "VLAN")
+        return out
+
+    def _membership(self, port: ImportedPort, mine: dict[str, Any], where: tuple[PathItem, ...],
+                    domain: dict[str, Any], dom_name: str) -> None:
+        if "access" in mine:
+            port.untagged = as_int(self.src, ".".join(map(str, (*where, "access"))),
+                                   (self.set_index, "set", *where, "access"), mine["access"], 1, 4094, "access VLAN")
+            port.tagged = []
+            port.vlan_at = self.at(*where, "access")
+            return
+        if "vlan" in mine:
+            vids, vat = self._vids(mine["vlan"], (*where, "vlan")), self.at(*where, "vlan")
+        elif "vlan" in domain:
+            vids, vat = self._vids(domain["vlan"], ("bridge", "domain", dom_name, "vlan")), \
+                self.at("bridge", "domain", dom_name, "vlan")
+        else:
+            vids, vat = [1], self.at(*where)
+        untagged_raw = mine.get("untagged", domain.get("untagged", 1))
+        untagged = None if str(untagged_raw).lower() == "none" else as_int(
+            self.src, ".".join(map(str, (*where, "untagged"))), (self.set_index, "set", *where), untagged_raw, 1, 4094,
+            "untagged VLAN")
+        port.untagged = untagged
+        port.tagged = [v for v in vids if v != untagged]
+        port.vlan_at = vat
+
+    # ---- qos
+    def _qos(self, sw: ImportedSwitch) -> None:
+        qos = self.mapping(self.set.get("qos"), ("qos",))
+        for key in qos:
+            if key not in QOS_READ:
+                kind: NoteKind = "ignored" if key in QOS_IGNORED else "unknown"
+                self.note(("qos", key), kind, "not relevant to the RoCE checks" if kind == "ignored" else
+                          "not known to the NVUE importer: not read")
+        remark = self.mapping(qos.get("remark"), ("qos", "remark"))
+        for prof, body in remark.items():
+            if self.mapping(body, ("qos", "remark", prof)).get("rewrite") not in (None, "none"):
+                self.fail(("qos", "remark", prof, "rewrite"), "DSCP/PCP remarking is not modelled: the switch "
+                                                              "rewrites the class RoCE arrives with")
+        roce = self.mapping(qos.get("roce"), ("qos", "roce"))
+        enabled = "roce" in qos and (roce.get("enable") is None or _on(roce.get("enable")))
+        mode = str(roce.get("mode", "lossless")) if enabled else None
+        if mode not in (None, "lossless", "lossy", "lossless-single-ipool"):
+            self.fail(("qos", "roce", "mode"), f"RoCE mode must be lossless, lossy or lossless-single-ipool, got "
+                                               f"{mode!r}")
+        for port in sw.ports.values():
+            self._port_qos(port, qos, mode)
+        for what, table in (("a bond member: link aggregation is not modelled", self.bonded),
+                            ("a routed port (ip address): routed RoCE fabrics are not modelled", self.routed),
+                            ("bound to an ACL, which can reclassify or drop RoCE: not modelled", self.acl)):
+            for name, path in table.items():
+                sw.unsupported.setdefault(name, (self.at(*path), f"{name} is cabled and {what}"))
+
+    def _profile(self, qos: dict[str, Any], feature: str, port: str) -> tuple[str, dict[str, Any] | None]:
+        name, where = self.profiles.get(port, {}).get(feature, ("default-global", ()))
+        table = self.mapping(qos.get(feature), ("qos", feature))
+        if name not in table:
+            if where:
+                self.fail((*where, "profile"), f"names qos {feature} profile {name!r}, which is not defined")
+            return name, None
+        return name, self.mapping(table[name], ("qos", feature, name))
+
+    def _port_qos(self, port: ImportedPort, qos: dict[str, Any], mode: str | None) -> None:
+        roce = mode is not None
+        path: tuple[PathItem, ...]
+        out: dict[str, Any] = {}
+        at: dict[str, SourceKey] = {}
+        here = self.at("qos", "roce") if roce else port.at
+        # classification
+        mname, mapping = self._profile(qos, "mapping", port.name)
+        mbase = ("qos", "mapping", mname)
+        trust = str((mapping or {}).get("trust", "both" if roce else "l2"))
+        if trust not in ("l2", "l3", "both", "port"):
+            self.fail((*mbase, "trust"), f"trust must be l2, l3, both or port, got {trust!r}")
+        tat = self.at(*mbase, "trust") if mapping and "trust" in mapping else here
+        dscp = {d: d // 8 for d in range(64)}
+        for k, v in self.mapping((mapping or {}).get("dscp"), (*mbase, "dscp")).items():
+            sp = as_int(self.src, f"qos.mapping.{mname}.dscp.{k}", (self.set_index, "set", *mbase, "dscp", k),
+                        self.mapping(v, (*mbase, "dscp", k)).get("switch-priority"), 0, 7, "switch-priority")
+            for d in int_list(self.src, f"qos.mapping.{mname}.dscp.{k}", (self.set_index, "set", *mbase, "dscp", k),
+                              str(k), 0, 63, "DSCP"):
+                dscp[d] = sp
+        pcp = {p: p for p in range(8)}
+        for k, v in self.mapping((mapping or {}).get("pcp"), (*mbase, "pcp")).items():
+            sp = as_int(self.src, f"qos.mapping.{mname}.pcp.{k}", (self.set_index, "set", *mbase, "pcp", k),
+                        self.mapping(v, (*mbase, "pcp", k)).get("switch-priority"), 0, 7, "switch-priority")
+            for p in int_list(self.src, f"qos.mapping.{mname}.pcp.{k}", (self.set_index, "set", *mbase, "pcp", k),
+                              str(k), 0, 7, "PCP"):
+                pcp[p] = sp
+        default_sp = (mapping or {}).get("port-default-sp", 0)
+        out["defaultPriority"] = as_int(self.src, f"qos.mapping.{mname}.port-default-sp",
+                                        (self.set_index, "set", *mbase), default_sp, 0, 7, "port-default-sp")
+        at["defaultPriority"] = tat
+        if trust == "port":
+            out["trust"], out["dscpToPriority"] = "dscp", {}
+        else:
+            out["trust"] = "pcp" if trust == "l2" else "dscp"
+            out["dscpToPriority"], out["pcpToPriority"] = dscp, pcp
+        dat = self.at(*mbase, "dscp") if mapping and "dscp" in mapping else tat
+        at.update(trust=tat, dscpToPriority=dat, pcpToPriority=self.at(*mbase, "pcp") if mapping and "pcp" in mapping
+                  else tat)
+        # switch priority -> traffic class
+        sp_tc = {sp: (sp if sp in (3, 6) else 0) if roce else sp for sp in range(8)}
+        qname, qmap = self._profile(qos, "egress-queue-mapping", port.name)
+        for k, v in self.mapping((qmap or {}).get("switch-priority"),
+                                 ("qos", "egress-queue-mapping", qname, "switch-priority")).items():
+            path = ("qos", "egress-queue-mapping", qname, "switch-priority", k)
+            tc = as_int(self.src, ".".join(map(str, path)), (self.set_index, "set", *path),
+                        self.mapping(v, path).get("traffic-class"), 0, 7, "traffic-class")
+            for sp in int_list(self.src, ".".join(map(str, path)), (self.set_index, "set", *path), str(k), 0, 7,
+                               "switch-priority"):
+                sp_tc[sp] = tc
+        # PFC
+        pname, pfc = self._profile(qos, "pfc", port.name)
+        if pfc is not None and "switch-priority" in pfc:
+            path = ("qos", "pfc", pname, "switch-priority")
+            prios = self._vids_any(pfc["switch-priority"], path, 7)
+            at["pfcPriorities"] = self.at(*path)
+        else:
+            prios = [3] if mode in ("lossless", "lossless-single-ipool") else []
+            at["pfcPriorities"] = self.at("qos", "pfc", pname) if pfc is not None else (
+                self.at("qos", "roce", "mode") if roce and "mode" in self.mapping(qos.get("roce"), ("qos", "roce"))
+                else here)
+        out["pfcPriorities"] = prios
+        # ECN (per traffic class)
+        cname, cc = self._profile(qos, "congestion-control", port.name)
+        ecn_tc: dict[int, tuple[float, float, int]] = {3: (150_000, 1_500_000, 100)} if roce else {}
+        cat = here if roce else port.at
+        for k, v in self.mapping((cc or {}).get("traffic-class"),
+                                 ("qos", "congestion-control", cname, "traffic-class")).items():
+            path = ("qos", "congestion-control", cname, "traffic-class", k)
+            body = self.mapping(v, path)
+            for tc in int_list(self.src, ".".join(map(str, path)), (self.set_index, "set", *path), str(k), 0, 7,
+                               "traffic-class"):
+                if "ecn" in body and not _on(body["ecn"]):
+                    ecn_tc.pop(tc, None)
+                    continue
+                lo_hi = [self._bytes(body, path, name, ecn_tc.get(tc, (0, 0, 100))[i])
+                         for i, name in enumerate(("min-threshold", "max-threshold"))]
+                prob = as_int(self.src, ".".join(map(str, path)), (self.set_index, "set", *path),
+                              body.get("probability", ecn_tc.get(tc, (0, 0, 100))[2]), 1, 100, "probability")
+                ecn_tc[tc] = (lo_hi[0], lo_hi[1], prob)
+            cat = self.at(*path)
+        marked = sorted(sp for sp in range(8) if sp_tc[sp] in ecn_tc)
+        if marked:
+            lo, hi, prob = ecn_tc[sp_tc[marked[0]]]
+            out["ecn"] = {"priorities": marked, "minKB": lo / 1024, "maxKB": hi / 1024, "probability": prob}
+        else:
+            out["ecn"] = {"enabled": False}
+        at["ecn"] = cat
+        # strict queue -> CNP priority
+        ename, sched = self._profile(qos, "egress-scheduler", port.name)
+        strict_tc = {6} if roce else set()
+        sat = here if roce else port.at
+        for k, v in self.mapping((sched or {}).get("traffic-class"),
+                                 ("qos", "egress-scheduler", ename, "traffic-class")).items():
+            path = ("qos", "egress-scheduler", ename, "traffic-class", k)
+            body = self.mapping(v, path)
+            for tc in int_list(self.src, ".".join(map(str, path)), (self.set_index, "set", *path), str(k), 0, 7,
+                               "traffic-class"):
+                if body.get("mode") == "strict":
+                    strict_tc.add(tc)
+                else:
+                    strict_tc.discard(tc)
+            sat = self.at(*path)
+        strict_sp = [sp for sp in range(8) if sp_tc[sp] in strict_tc]
+        out["cnpPriority"] = max(strict_sp) if strict_sp else None
+        at["cnpPriority"] = sat
+        # lossless buffers: the RoCE lossless traffic pool
+        pools = self.mapping(qos.get("traffic-pool"), ("qos", "traffic-pool"))
+        headroom = [3] if mode in ("lossless", "lossless-single-ipool") else []
+        hat = here
+        for pool_name, raw in pools.items():
+            path = ("qos", "traffic-pool", pool_name)
+            body = self.mapping(raw, path)
+            if "switch-priority" not in body:
+                continue
+            sps = self._vids_any(body["switch-priority"], (*path, "switch-priority"), 7)
+            if "lossless" in pool_name:
+                headroom = sps
+                hat = self.at(*path, "switch-priority")
+            else:
+                headroom = [sp for sp in headroom if sp not in sps]
+        out["headroom"] = headroom
+        at["headroom"] = hat
+        port.qos, port.qos_at = out, at
+
+    def _vids_any(self, value: Any, path: tuple[PathItem, ...], hi: int) -> list[int]:
+        keys = list(value) if isinstance(value, dict) else value
+        out: list[int] = []
+        for k in keys if isinstance(keys, list) else [keys]:
+            out += [x for x in int_list(self.src, ".".join(map(str, path)), (self.set_index, "set", *path), str(k), 0,
+                                        hi, "switch-priority") if x not in out]
+        return out
+
+    def _bytes(self, body: dict[str, Any], path: tuple[PathItem, ...], name: str, default: float) -> float:
+        if f"{name}-bytes" in body:
+            return float(as_int(self.src, ".".join(map(str, (*path, f"{name}-bytes"))),
+                                (self.set_index, "set", *path, f"{name}-bytes"), body[f"{name}-bytes"], 0, 2**31,
+                                f"{name}-bytes"))
+        if name not in body:
+            return default
+        m = _SIZE.match(str(body[name]))
+        if m is None:
+            self.fail((*path, name), f"{name} must be a size such as 150KB or 1500000, got {body[name]!r}")
+        unit = (m["unit"] or "B").upper().rstrip("B") or "B"
+        return float(m["num"]) * {"B": 1, "K": 1000, "M": 1_000_000}[unit]
+

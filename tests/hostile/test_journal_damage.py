@@ -1,0 +1,208 @@
+"""Finding 2: every journal corruption is refused with a clear error, or recovered loudly with the original kept.
+
+Before: unreadable lines were skipped, a zero-length or deleted journal came back as 0 faults and fault ids
+restarted at f-000001 (an old client could heal someone else's fault), the event sequence and generations went
+backwards, 4 KiB of zeros dropped 19 of 35 faults with one warning, a valid-JSON edit of a heal record
+resurrected a fault, and every start compacted the journal over the damaged original.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fakehw.agent.journal import JournalDamaged, decode, encode
+from fakehw.agent.service import AgentService
+from fakehw.model import load_profile
+from fakehw.model.system import System
+
+PROFILE = "gh200"
+NODE = "gh200-0"
+FAULTS = 35
+
+
+@pytest.fixture(scope="module")
+def system() -> System:
+    return load_profile(PROFILE)
+
+
+@dataclass
+class Before:
+    """What the agent had handed out before the damage."""
+
+    ids: list[str]
+    active: set[str]
+    generation: int
+    last_seq: int
+
+
+def build(system: System, state_dir: Path, heal_every: int = 3) -> Before:
+    """35 faults, every third healed, then a clean stop (the journal holds injects and heals)."""
+    svc = AgentService(system, state_dir)
+    ids = [svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 13 + i % 5}).id for i in range(FAULTS)]
+    for fid in ids[::heal_every]:
+        svc.heal(fid)
+    before = Before(ids, {f.id for f in svc.faults()}, svc.state(NODE).generation, svc.last_seq)
+    svc.close()
+    return before
+
+
+def lines_of(journal: Path) -> list[bytes]:
+    return journal.read_bytes().split(b"\n")[:-1]
+
+
+def zero_length(d: Path) -> None:
+    (d / "journal.jsonl").write_bytes(b"")
+
+
+def deleted(d: Path) -> None:
+    (d / "journal.jsonl").unlink()
+
+
+def zeros_in_the_middle(d: Path) -> None:
+    data = (d / "journal.jsonl").read_bytes()
+    middle = len(data) // 3
+    (d / "journal.jsonl").write_bytes(data[:middle] + b"\0" * 4096 + data[middle + 4096:])
+
+
+def heal_record_edited(d: Path) -> None:
+    """A change that keeps the line valid JSON (a flipped bit in a fault id): the healed fault would come back."""
+    journal = d / "journal.jsonl"
+    lines = lines_of(journal)
+    k = next(i for i, line in enumerate(lines) if b'"op":"heal"' in line)
+    lines[k] = lines[k].replace(b'"f-0000', b'"f-0001', 1)
+    journal.write_bytes(b"\n".join(lines) + b"\n")
+
+
+def line_removed(d: Path) -> None:
+    journal = d / "journal.jsonl"
+    lines = lines_of(journal)
+    del lines[len(lines) // 2]
+    journal.write_bytes(b"\n".join(lines) + b"\n")
+
+
+def end_cut_at_a_line(d: Path) -> None:
+    journal = d / "journal.jsonl"
+    journal.write_bytes(b"\n".join(lines_of(journal)[:-5]) + b"\n")
+
+
+def meta_deleted(d: Path) -> None:
+    (d / "journal.jsonl.meta").unlink()
+
+
+DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
+    "zero-length": (zero_length, "the journal is empty but journal.jsonl.meta says it held at least"),
+    "deleted": (deleted, "the journal is missing but journal.jsonl.meta says it held at least"),
+    "4 KiB of zeros": (zeros_in_the_middle, "zeroed bytes"),
+    "valid-JSON edit of a heal": (heal_record_edited, "fails its checksum (altered)"),
+    "a line removed": (line_removed, "records are missing or out of order"),
+    "end cut at a line": (end_cut_at_a_line, "(its end is missing)"),
+    "meta file deleted": (meta_deleted, "journal.jsonl.meta is missing"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_damage_is_refused_then_salvaged_loudly_with_the_original_kept(system: System, tmp_path: Path,
+                                                                     case: str) -> None:
+    damage, message = DAMAGE[case]
+    before = build(system, tmp_path)
+    damage(tmp_path)
+    journal = tmp_path / "journal.jsonl"
+    damaged = journal.read_bytes() if journal.exists() else None
+
+    with pytest.raises(JournalDamaged) as refused:  # never a silent start (no fault lost or brought back)
+        AgentService(system, tmp_path)
+    assert message in str(refused.value) and "--salvage-journal" in str(refused.value), str(refused.value)
+    assert (journal.read_bytes() if journal.exists() else None) == damaged, "a refusal changes nothing"
+
+    svc = AgentService(system, tmp_path, salvage=True)
+    try:
+        recovery = svc.journal.recovery
+        assert recovery.problems and any(message in p for p in recovery.problems), recovery.problems
+        if damaged is not None:
+            assert recovery.kept is not None and Path(recovery.kept).read_bytes() == damaged
+        assert {f.id for f in svc.faults()} <= set(before.ids), "nothing made up"
+        health = svc.health()["journals"]["faults"]
+        assert health["problems"] and health["kept"] == recovery.kept
+        # Nothing handed out before is handed out again, and nothing goes backwards.
+        fresh = svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 31})
+        assert int(fresh.id.split("-")[1]) > max(int(i.split("-")[1]) for i in before.ids)
+        assert svc.state(NODE).generation > before.generation
+        assert svc.last_seq > before.last_seq
+    finally:
+        svc.close()
+    # The salvaged journal is sound: the next start needs no salvage and finds the same faults.
+    again = AgentService(system, tmp_path)
+    try:
+        assert fresh.id in {f.id for f in again.faults()} and not again.journal.recovery.problems
+    finally:
+        again.close()
+
+
+def test_zeros_in_the_middle_are_counted_and_the_rest_is_kept(system: System, tmp_path: Path) -> None:
+    before = build(system, tmp_path, heal_every=FAULTS)
+    zeros_in_the_middle(tmp_path)
+    svc = AgentService(system, tmp_path, salvage=True)
+    try:
+        kept = {f.id for f in svc.faults()}
+        recovery = svc.journal.recovery
+        assert 0 < len(kept) < len(before.active)
+        # Every inject whose record was lost is counted (35 injects, 1 heal: the heal was not in the zeros).
+        assert recovery.dropped == len(before.active) - len(kept), recovery
+    finally:
+        svc.close()
+
+
+def test_a_torn_last_record_is_dropped_with_a_warning(system: System, tmp_path: Path) -> None:
+    before = build(system, tmp_path)
+    with open(tmp_path / "journal.jsonl", "ab") as fh:
+        fh.write(encode(999, {"op": "inject"})[:25])  # the agent died writing it: it was never acknowledged
+    svc = AgentService(system, tmp_path)  # no salvage needed
+    try:
+        assert {f.id for f in svc.faults()} == before.active
+        assert svc.journal.recovery.dropped == 1 and "torn" in svc.journal.recovery.problems[0]
+        assert svc.journal.recovery.kept is not None
+    finally:
+        svc.close()
+
+
+def test_an_older_journal_put_back_is_refused(system: System, tmp_path: Path) -> None:
+    build(system, tmp_path)
+    old = (tmp_path / "journal.jsonl").read_bytes()
+    AgentService(system, tmp_path).close()  # a restart compacts into a new epoch
+    (tmp_path / "journal.jsonl").write_bytes(old)
+    with pytest.raises(JournalDamaged, match="an older or foreign journal"):
+        AgentService(system, tmp_path)
+
+
+def test_a_damaged_platform_journal_is_refused_too(tmp_path: Path) -> None:
+    system = load_profile("cxl-pool")
+    AgentService(system, tmp_path).close()
+    (tmp_path / "platform.jsonl").write_bytes(b"")
+    with pytest.raises(JournalDamaged, match=r"platform\.jsonl is damaged: the journal is empty"):
+        AgentService(system, tmp_path)
+
+
+def test_the_cli_refuses_with_a_clear_message_and_no_traceback(system: System, tmp_path: Path) -> None:
+    build(system, tmp_path)
+    zero_length(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "fakehw.cli", "agent", "--profile", PROFILE, "--state-dir",
+                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"journal {tmp_path / 'journal.jsonl'} is damaged: the journal is empty" in proc.stderr
+    assert "--salvage-journal" in proc.stderr
+
+
+def test_records_are_numbered_and_checksummed(system: System, tmp_path: Path) -> None:
+    build(system, tmp_path)
+    numbers = [decode(line)[0] for line in lines_of(tmp_path / "journal.jsonl")]
+    assert numbers == list(range(1, len(numbers) + 1))
+    meta = json.loads((tmp_path / "journal.jsonl.meta").read_text())
+    assert meta["records"] == numbers[-1], "a clean stop records the high-water mark"
+    assert meta["reserved"]["fault-id"] > FAULTS, "ids are reserved ahead of use"
