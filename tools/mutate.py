@@ -75,7 +75,7 @@ AREAS = (
          ("tests/nvml/test_layout.py", "tests/nvml/test_determinism.py", "tests/nvml/test_visibility.py",
           "tests/nvml/test_pynvml.py", "tests/nvml/test_events.py", "tests/nvml/test_live.py")),
     Area("agent faults/journal", ("fakehw/agent/faults.py", "fakehw/agent/journal.py"),
-         ("tests/agent/test_faults_journal.py",)),
+         ("tests/agent/test_fault_requests.py", "tests/hostile/test_journal_damage.py")),
     Area("sysfs renderers", ("fakehw/sysfs/node.py", "fakehw/sysfs/pci.py", "fakehw/sysfs/cpu.py",
                              "fakehw/sysfs/nvidia.py", "fakehw/sysfs/cxl.py"),
          ("tests/sysfs/test_tree.py", "tests/sysfs/test_consumers.py", "tests/sysfs/test_hwloc_profiles.py",

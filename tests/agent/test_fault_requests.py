@@ -1,14 +1,11 @@
-"""Fault requests and the agent's journal without an agent process: what a request may name and ask, checked
-against real hardware (the H100 capture's power limits, DGX H100's 18 NVLink ports per GPU, NVIDIA's Xid list in
-reference/hardware.md), and a journal that survives torn and foreign lines. Fast enough to run per mutant
-(``make mutate``, area "agent faults/journal")."""
+"""Fault requests without an agent process: what a request may name and ask, checked against real hardware (the
+H100 capture's power limits, DGX H100's 18 NVLink ports per GPU, NVIDIA's Xid list in reference/hardware.md).
+Fast enough to run per mutant (``make mutate``, area "agent faults/journal"; the journal's own tests are
+tests/hostile/test_journal_damage.py)."""
 
 from __future__ import annotations
 
-import json
-import logging
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +20,6 @@ from fakehw.agent.faults import (
     check_target,
     describe_kinds,
 )
-from fakehw.agent.journal import Journal
 from fakehw.model import load_profile
 from fakehw.model.system import Node
 
@@ -172,71 +168,3 @@ def test_the_kinds_are_described_for_the_api() -> None:
     assert kinds["cxl-offline"]["target"] == "cxl-memdev" and kinds["pool-shrink"]["target"] == "pool"
     assert kinds["fallen-off-bus"]["params"] == {} and "device" not in kinds["xid"]["params"]
     assert all(k["summary"] for k in kinds.values())
-
-
-# --------------------------------------------------------------------------------------------------- journal
-
-
-def test_records_come_back_in_order(tmp_path: Path) -> None:
-    journal = Journal(tmp_path / "j" / "journal.jsonl")
-    records = [{"op": "inject", "n": i, "fault": {"kind": "xid"}} for i in range(3)]
-    for r in records:
-        journal.append(r)
-    assert list(journal.replay()) == records
-    lines = (tmp_path / "j" / "journal.jsonl").read_text().splitlines()
-    assert lines[0] == '{"fault":{"kind":"xid"},"n":0,"op":"inject"}'  # one compact, sorted line per record
-    journal.close()
-    journal.close()
-
-
-def test_torn_and_foreign_lines_are_skipped_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = tmp_path / "journal.jsonl"
-    path.write_text('{"op":"inject","n":1}\nnot json\n[1,2]\n{"n":2}\n{"op":7}\n\n{"op":"heal","n":3}\n{"op":"inj')
-    caplog.set_level(logging.WARNING)
-    journal = Journal(path)
-    assert [r["n"] for r in journal.replay()] == [1, 3]
-    said = [r.getMessage() for r in caplog.records]
-    assert any("line 2 does not parse" in m for m in said)
-    assert any("line 8 is torn" in m for m in said)
-    assert sum("is not a record" in m for m in said) == 3
-    journal.close()
-
-
-def test_a_torn_line_before_the_final_newline_is_torn_too(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = tmp_path / "journal.jsonl"
-    path.write_text('{"op":"inject"}\n{"op":"he\n')
-    caplog.set_level(logging.WARNING)
-    journal = Journal(path)
-    assert list(journal.replay()) == [{"op": "inject"}]
-    assert any("line 2 is torn" in r.getMessage() for r in caplog.records)
-    journal.close()
-
-
-def test_compaction_replaces_the_journal_privately(tmp_path: Path) -> None:
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    for i in range(5):
-        journal.append({"op": "inject", "n": i})
-    journal.compact([{"op": "inject", "n": 4}])
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # fault history is the agent's alone
-    assert path.read_text() == '{"n":4,"op":"inject"}\n'  # the same compact, sorted lines as append writes
-    journal.append({"op": "heal", "n": 5})
-    journal.close()
-    assert [json.loads(line)["n"] for line in path.read_text().splitlines()] == [4, 5]
-    assert list(Journal(path).replay()) == [{"op": "inject", "n": 4}, {"op": "heal", "n": 5}]
-
-
-def test_the_journal_directory_is_made_and_reused(tmp_path: Path) -> None:
-    deep = tmp_path / "state" / "node-0" / "journal.jsonl"
-    first = Journal(deep)
-    first.append({"op": "inject"})
-    first.close()
-    again = Journal(deep)  # the directory exists now
-    assert list(again.replay()) == [{"op": "inject"}]
-    again.close()
-
-
-def test_a_missing_journal_replays_nothing(tmp_path: Path) -> None:
-    journal = Journal(tmp_path / "journal.jsonl")
-    (tmp_path / "journal.jsonl").unlink()
-    assert list(journal.replay()) == []
