@@ -260,7 +260,7 @@ def equivalent(module: str, diff: str, known: list[dict[str, str]]) -> str:
     """The recorded reason a survivor is equivalent ("" if it is not recorded)."""
     lines = [line[1:].strip() for line in diff.splitlines()]
     for entry in known:
-        if entry["module"] == module and entry["before"].strip() in lines and entry["after"].strip() in lines:
+        if entry["module"] in (module, "*") and entry["before"].strip() in lines and entry["after"].strip() in lines:
             return entry["why"]
     return ""
 

@@ -15,10 +15,11 @@ import pytest
 from conformance import catalogue_versions as cv
 from conformance.cli import main as conformance_main
 from conformance.provenance.attest import Signer
-from conformance.provenance.dsse import Envelope
-from conformance.provenance.statement import STATEMENT_FILE, differences
+from conformance.provenance.dsse import MAX_KEY_BYTES, Envelope, SignatureError, SigningKey
+from conformance.provenance.statement import BUNDLE_FILE, STATEMENT_FILE, differences
+from conformance.provenance.verify import MAX_FILE_BYTES
 from conformance.report.model import completeness, load_report
-from tests.conformance.runs import certified_run
+from tests.conformance.runs import certified_run, write_key
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +98,75 @@ def test_value_types_cannot_change_after_the_fact() -> None:
     for value, field in ((entry, "required"), (envelope, "payload"), (cv.CatalogueStamp("1", "d"), "digest")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(value, field, None)
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("signed")
+    key = write_key(root / "vendor.pem")
+    return certified_run(root, Signer.with_key(key), "extender"), key
+
+
+def test_a_key_signed_run_without_a_key_to_check_says_so(signed: tuple[Path, Path],
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    run, _ = signed
+    assert conformance_main(["verify", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "signed by key sha256:" in out and "not checked against a key or identity you trust" in out
+
+
+def test_malformed_envelopes_are_named_not_tracebacks(signed: tuple[Path, Path], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    run, key = signed
+    for signatures in (["not-an-object"], [{"keyid": "k"}], [{"sig": "!!!"}], "nope"):
+        forged = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(run, forged)
+        bundle = json.loads((forged / BUNDLE_FILE).read_text())
+        bundle["dsseEnvelope"]["signatures"] = signatures
+        (forged / BUNDLE_FILE).write_text(json.dumps(bundle))
+        assert conformance_main(["verify", str(forged), "--key", str(key.with_suffix(".pub"))]) == 1
+        err = capsys.readouterr().err
+        assert "signature: malformed DSSE envelope" in err and "Traceback" not in err, err
+
+
+def test_oversized_files_are_refused_before_reading(signed: tuple[Path, Path], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    run, _ = signed
+    forged = _copy(run, tmp_path)
+    with open(forged / STATEMENT_FILE, "r+b") as fh:
+        fh.truncate(MAX_FILE_BYTES + 1)  # sparse: no 64 MiB written
+    assert conformance_main(["verify", str(forged)]) == 1
+    assert f"unreadable seal (larger than {MAX_FILE_BYTES >> 20} MiB)" in capsys.readouterr().err
+    big = tmp_path / "big.pem"
+    pem = write_key(tmp_path / "k.pem").read_bytes()
+    big.write_bytes(pem + b"\n" * (MAX_KEY_BYTES - len(pem)))
+    assert SigningKey.load(big).public is not None  # exactly the limit is fine
+    big.write_bytes(pem + b"\n" * (MAX_KEY_BYTES + 1 - len(pem)))
+    with pytest.raises(SignatureError, match=f"too large for a signing key \\({MAX_KEY_BYTES + 1} bytes\\)"):
+        SigningKey.load(big)
+
+
+def test_a_modified_catalogue_names_both_digests() -> None:
+    now = cv.stamp()
+    with pytest.raises(cv.CatalogueVersionError) as info:
+        cv.resolve(cv.CatalogueStamp(now.version, "ab" * 32))
+    assert str(info.value).startswith(f"catalogue digest {'ab' * 8}... is not that of catalogue version "
+                                      f"{now.version} ({now.digest[:16]}...)")
+
+
+def test_report_building_edges() -> None:
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import ReportError, build_report
+
+    for bad in ([], "results", None, {"schema": "other"}):
+        with pytest.raises(ReportError, match="not a conformance results file"):
+            build_report(bad)  # type: ignore[arg-type]
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "updated": 86400.0, "environment": {},
+               "tests": [{"nodeid": "t::a", "outcome": "passed", "evidence": [
+                   {"label": "seed", "value": 42}, {"label": "allocate", "value": [1]}]}],
+               "requirements": {"SCHED-FIT-001": {"status": "passed", "tests": ["t::a"], "duration": 1.0}}}
+    report = build_report(results)
+    assert report.generated == "1970-01-02T00:00:00Z"  # the results' own time: a rebuilt report is the same
+    assert build_report(results, now=0).generated == "1970-01-01T00:00:00Z"
+    (row,) = report.results
+    assert row.seeds == ["42"] and [(e.label, e.value) for e in row.evidence] == [("allocate", [1])]

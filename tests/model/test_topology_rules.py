@@ -37,12 +37,12 @@ def _nvml(name: str) -> int:
 
 
 def test_enum_values_are_nvmls() -> None:
-    for cap in P2PCapability:
-        assert cap.value == _nvml(f"NVML_P2P_CAPS_INDEX_{cap.name}"), cap
-    for status in P2PStatus:
-        assert status.value == _nvml(f"NVML_P2P_STATUS_{status.name}"), status
-    for level in TopologyLevel:
-        assert level.value == _nvml(f"NVML_TOPOLOGY_{level.name}"), level
+    # __members__ (not iteration): a value changed into another's would make an alias iteration skips
+    for enum, prefix in ((P2PCapability, "NVML_P2P_CAPS_INDEX_"), (P2PStatus, "NVML_P2P_STATUS_"),
+                         (TopologyLevel, "NVML_TOPOLOGY_")):
+        for name, member in enum.__members__.items():
+            assert member.value == _nvml(prefix + name), (enum, name)
+        assert len(set(enum.__members__.values())) == len(enum.__members__), f"{enum.__name__} has aliases"
 
 
 @pytest.mark.parametrize(("profile", "nv"), [("dgx-a100", 12), ("dgx-h100", 18), ("dgx-b200", 18)])
@@ -132,3 +132,14 @@ def test_pcie_levels_through_every_switch_of_the_node() -> None:
     assert pcie_level(deeper, "sw2", "sw3") == TopologyLevel.MULTIPLE  # type: ignore[arg-type]
     looped = _bridges({"a": "b", "b": "a"}, {"hb0": 0})  # a malformed tree must not hang the derivation
     assert pcie_level(looped, "a", "hb0") in (TopologyLevel.NODE, TopologyLevel.SYSTEM)  # type: ignore[arg-type]
+
+
+def test_nearest_gpus_on_a_dgx_h100() -> None:
+    """nvmlDeviceGetTopologyNearestGpus: the other GPUs at exactly that level, never the GPU itself. DGX H100
+    (reference/hardware.md): GPU0-3 on NUMA node 0 behind their own switches and host bridges, GPU4-7 on node 1."""
+    topo = derive_node(load_profile("dgx-h100").nodes[0])
+    assert topo.nearest(0, TopologyLevel.NODE) == (1, 2, 3)
+    assert topo.nearest(0, TopologyLevel.SYSTEM) == (4, 5, 6, 7)
+    assert topo.nearest(5, TopologyLevel.NODE) == (4, 6, 7)
+    for level in (TopologyLevel.INTERNAL, TopologyLevel.SINGLE, TopologyLevel.MULTIPLE, TopologyLevel.HOSTBRIDGE):
+        assert topo.nearest(0, level) == ()

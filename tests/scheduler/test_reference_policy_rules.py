@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fakehw.views.k8s import NodeInfo
+from fakehw.views.k8s import Holding, NodeInfo
 from testbed.reference.extender.policy import Flags, GangPlan, Placement, Policy, choose_gpus
 from tests.scheduler.test_reference_policy import bound, infos, req, snapshot
 
@@ -120,3 +120,60 @@ def test_large_nodes_get_a_whole_clique() -> None:
     assert choose_gpus(node, [1, 2, 3, *range(4, 16)], 4) == (4, 5, 6, 7)  # type: ignore[arg-type]
     assert choose_gpus(node, [0, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 8], 3) == (5, 6, 7)  # type: ignore[arg-type]
     assert len(choose_gpus(_cliques(24, 8), list(range(24)), 5)) == 5  # type: ignore[arg-type]
+
+
+def test_decisions_are_values() -> None:
+    """Verdicts are cached and shared between nodes of one template: nothing may change one afterwards."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    snap = snapshot(nodes, [bound("x", "x1", name, (0,))], Flags())
+    placement = _placement(Policy(snap), name, gpus=1)
+    (held,) = snap.pods.values()
+    for value, field in ((placement, "cost"), (held, "uid"), (held.request, "gpus")):
+        with pytest.raises((dataclasses.FrozenInstanceError, AttributeError, TypeError, ValueError)):
+            setattr(value, field, 0)
+
+
+def test_a_node_without_gpus_serves_the_whole_memory_from_its_pools() -> None:
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    cpu_only = dataclasses.replace(nodes[name], gpus=(), latency=())
+    policy = Policy(snapshot({name: cpu_only}, [], Flags()))
+    p = _placement(policy, name, gpus=0, memory=2**30)
+    assert sum(p.grants.values()) == 2**30 and p.gpus == ()
+
+
+def test_gang_members_that_need_pool_memory_share_a_node_when_the_pools_allow() -> None:
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    hbm = nodes[name].gpus[0].memory
+    policy = Policy(snapshot({name: nodes[name]}, [], Flags()))
+    plan = policy.gang_plan(req(gpus=1, memory=hbm + 2**30, gang="g", gang_size=3), [name])
+    assert isinstance(plan, GangPlan) and plan.nodes == (name, name, name)
+
+
+def test_a_gang_no_node_can_start_says_there_is_room_for_none() -> None:
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    full = [bound("x", f"x{n}{i}", n, (i,)) for n in (a, b) for i in range(8)]
+    plan = Policy(snapshot(nodes, full, Flags())).gang_plan(req(gpus=1, gang="g", gang_size=2), [a, b])
+    assert not isinstance(plan, GangPlan) and plan.reason.endswith("the largest has room for 0")
+
+
+def test_a_booked_member_still_sees_other_nodes_as_they_are() -> None:
+    """The second member of a gang booked on node a: node b (no booking, exactly 4 free GPUs) is judged on what it
+    has; only a's booking is the member's own to take."""
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    policy = Policy(snapshot(nodes, [], Flags()))
+    first = req(gpus=4, gang="g", gang_size=2, name="m1")
+    plan = policy.gang_plan(first, [a])
+    assert isinstance(plan, GangPlan) and plan.nodes == (a, a)
+    lead = bound("t", "m1", a, (0, 1, 2, 3), gang="g", gang_size=2)
+    lead["metadata"]["annotations"].update(Holding(a, (0, 1, 2, 3), {}, "burst", gang_domain=plan.domain,
+                                                   gang_token=plan.token, gang_plan=plan.nodes).annotations())
+    others = [bound("x", f"x{i}", b, (i,)) for i in range(4)]
+    later = Policy(snapshot(nodes, [lead, *others], Flags()))
+    member = req(gpus=4, gang="g", gang_size=2, name="m2")
+    assert later.own_slots(member, a) == 1 and later.own_slots(member, b) == 0
+    assert all(isinstance(v, Placement) for v in later.evaluate_many(member, [a, b]).values())
