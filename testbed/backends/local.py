@@ -25,7 +25,9 @@ from testbed.backends.base import Backend, BackendError, BackendInputError, Node
 from testbed.cluster import ClusterRecord, remove_tree_in_background, trusted_state_dir
 from testbed.environment import merged_environment, node_environment
 
-AGENT_START_TIMEOUT_S = 60.0
+AGENT_START_TIMEOUT_S = 180.0
+"""The agent answers once it has rendered every node's tree: a GB200 rack is some 600k entries (memory blocks,
+BARs, IOMMU groups ...), which a loaded ext4 writes at 0.1-0.5 ms each."""
 
 
 def _agent_of(pid: int | None, record: ClusterRecord) -> bool:
