@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main as conformance_main
+from conformance.suites.device_plugin.component import component_version
 from testbed import component_user
 from testbed.component_user import COMPONENT_USER_ENV, ComponentUserError, lookup, wrap
 
@@ -77,6 +78,21 @@ def test_the_component_cannot_write_the_harness_output(public_dir: Path, monkeyp
     assert "WROTE-SHARED" in lines and lines[-1] == "none"
     assert proc.stderr.count("Permission denied") == 2, proc.stderr
     assert (out / "results.json").read_text() == "{}"
+
+
+@ROOT_ONLY
+def test_asking_the_component_its_version_runs_it_as_the_component_user(public_dir: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite asks ``PROGRAM --version`` for the report: that is the vendor's code running, so it runs as the
+    component user too (as root it could write the harness's output before the suite starts)."""
+    program = public_dir / "plugin"
+    program.write_text("#!/bin/sh\necho \"plugin 1.0 uid $(id -u)\"\n")
+    program.chmod(0o755)
+    monkeypatch.setenv(COMPONENT_USER_ENV, "nobody")
+    said = component_version(str(program))
+    assert said is not None and said.startswith(f"plugin 1.0 uid {lookup('nobody').uid} (sha256:"), said
+    monkeypatch.delenv(COMPONENT_USER_ENV)
+    assert component_version(str(program)) == said.replace(f"uid {lookup('nobody').uid}", "uid 0")
 
 
 @ROOT_ONLY
