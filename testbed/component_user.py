@@ -78,6 +78,22 @@ def share_read(path: Path) -> None:
         os.chmod(path, os.stat(path).st_mode | 0o055)
 
 
+def share_traverse(path: Path, top: Path) -> None:
+    """Let the component user reach ``path`` (a file it must read, such as a node's NVML snapshot) from ``top``: the
+    directories between them become traversable (``x`` for group and others), not listable; ``top`` itself is
+    shared with :func:`share_read`. The node agent keeps its state directories 0700; only the path to what the
+    component reads is opened, and nothing becomes writable."""
+    if current() is None:
+        return
+    path, top = Path(os.path.abspath(path)), Path(os.path.abspath(top))
+    if not path.is_relative_to(top):
+        raise ValueError(f"{path} is not under {top}")
+    for parent in path.parents:
+        if parent == top or not parent.is_relative_to(top):
+            break
+        os.chmod(parent, os.stat(parent).st_mode | 0o011)
+
+
 def hand_over(path: Path) -> None:
     """Give ``path`` to the component user (the directory it creates its sockets in, the socket it dials)."""
     user = current()

@@ -154,7 +154,9 @@ def test_request_bounds_that_are_allowed() -> None:
     assert _fault(kind="nvlink-errors", device="gpu0", link=0).increment == 1
     ecc = _fault(kind="ecc", device="gpu0")
     assert (ecc.type, ecc.count, ecc.location) == ("sbe", 1, "device-memory")
-    assert _fault(kind="thermal", device="gpu0").temperature_c == 95
+    # No temperature given: the agent takes one degree past the GPU's SKU slowdown when it injects (main's thermal
+    # thresholds from the real captures; tests/model/test_thermal_thresholds.py), so the request leaves it unset.
+    assert _fault(kind="thermal", device="gpu0").temperature_c is None
 
 
 def test_the_kinds_are_described_for_the_api() -> None:

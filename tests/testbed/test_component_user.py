@@ -112,6 +112,8 @@ def test_the_reference_plugin_works_as_another_user(tmp_path: Path) -> None:
                    env=env, capture_output=True, text=True, timeout=1200, check=False)
     report = json.loads((out / "report.json").read_text())
     ran = {r["id"]: r["status"] for r in report["results"] if r["status"] != "not-run"}
-    assert len(ran) >= 12 and set(ran.values()) == {"passed"}, ran
+    passed = {i for i, s in ran.items() if s == "passed"}
+    assert len(passed) >= 12 and set(ran) - passed == {"DP-POOL-001", "DP-POOL-002"}, ran  # dgx-h100 has no pools
+    assert {ran["DP-POOL-001"], ran["DP-POOL-002"]} == {"not-applicable"}
     assert report["manifest"]["runner"]["isolation"].startswith("user nobody (uid ")
     assert out.stat().st_uid == 0 and (out / "results.json").stat().st_mode & 0o022 == 0

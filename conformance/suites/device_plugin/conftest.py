@@ -103,6 +103,9 @@ def dp_testbed(dp_options: SuiteOptions) -> Iterator[Testbed]:
     component_user.share_read(state)  # the node's view, read by a component run as another user
     tb = Testbed.up(dp_options.profile, backend=dp_options.backend, name="dp", state_dir=state)
     try:
+        for node in tb.nodes():  # the NVML snapshot sits in the agent's private directory
+            if node.env.get("FAKEHW_NVML_SNAPSHOT"):
+                component_user.share_traverse(Path(node.env["FAKEHW_NVML_SNAPSHOT"]), state)
         yield tb
     finally:
         _down(tb, state)

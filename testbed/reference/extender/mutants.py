@@ -30,7 +30,7 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("spread", "prefers the worst node of the cost model (inverted scores)",
            frozenset({"SCHED-TOPO-001", "SCHED-TOPO-002", "SCHED-ISO-005"}), profile="edge-pcie"),
     Mutant("split-gangs", "places gang members one by one, without a domain booking",
-           frozenset({"SCHED-TOPO-003", "SCHED-ISO-004"})),
+           frozenset({"SCHED-TOPO-003", "SCHED-ISO-004", "SCHED-ISO-006"})),
     Mutant("ignore-bookings", "gives GPUs booked for a gang's pending members to other pods",
            frozenset({"SCHED-ISO-006"})),
     Mutant("double-book", "counts GPUs right but hands out the best ones even if another pod holds them",
