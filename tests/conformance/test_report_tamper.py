@@ -185,7 +185,7 @@ FORGERIES: dict[str, tuple[Callable[[Forger], None], str]] = {
         (_results_rebuilt(_results_passed, own_key=False), "the run is UNSIGNED: a signature is required"),
     "results.json edited and the report rebuilt, signed with the forger's key":
         (_results_rebuilt(_results_passed, own_key=True), "not with the key you trust"),
-    "32 of 33 requirements deleted, resealed":
+    "all requirements but one deleted, resealed":
         (_edit_resealed(_keep_one), "requirement(s) of catalogue version"),
     "empty report seal": (_field("sha256", ""), "the report has no seal (sha256 is empty)"),
     "a failed requirement declared not applicable, resealed":
