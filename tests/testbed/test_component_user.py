@@ -99,21 +99,23 @@ def test_asking_the_component_its_version_runs_it_as_the_component_user(public_d
 @pytest.mark.slow
 @pytest.mark.skipif(not SYSTEM_PYTHON.is_file(), reason="needs Debian's python3 (the harness's may be private)")
 def test_the_reference_plugin_works_as_another_user(tmp_path: Path) -> None:
-    """Registration, inventory, allocation and topology with the plugin run as ``nobody`` (by Debian's python3,
-    which nobody can execute, with this checkout's packages on PYTHONPATH). Health recovery is left out: the
-    reference plugin asks the node agent whether an Xid has cleared (its stand-in for DCGM), and the agent's
-    control socket is root's alone, as it must be (it injects and heals faults)."""
+    """Registration (kubelet restarts included) and allocation with the plugin run as ``nobody`` on edge-pcie (by
+    Debian's python3, which nobody can execute, with this checkout's packages on PYTHONPATH): the plugin reaches
+    its NVML snapshot, serves its socket in the handed-over directory and answers. The rest of the suite is left
+    out to keep the test short (the reference plugin as root certifies fully elsewhere). Health recovery could
+    not pass this way: the reference plugin asks the node agent whether an Xid has cleared (its stand-in for
+    DCGM), and the agent's control socket is root's alone, as it must be (it injects and heals faults)."""
     site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{site}"}
     out = tmp_path / "out"
     subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--target",
                     f"device-plugin=cmd:{SYSTEM_PYTHON} -m testbed.reference.device_plugin", "--component-user",
-                    "nobody", "--out", str(out), "-k", "registration or inventory or allocation or topology"],
+                    "nobody", "--profile", "edge-pcie", "--out", str(out), "-k", "registration or allocation"],
                    env=env, capture_output=True, text=True, timeout=1200, check=False)
     report = json.loads((out / "report.json").read_text())
     ran = {r["id"]: r["status"] for r in report["results"] if r["status"] != "not-run"}
-    passed = {i for i, s in ran.items() if s == "passed"}
-    assert len(passed) >= 12 and set(ran) - passed == {"DP-POOL-001", "DP-POOL-002"}, ran  # dgx-h100 has no pools
-    assert {ran["DP-POOL-001"], ran["DP-POOL-002"]} == {"not-applicable"}
+    core = {f"DP-REG-00{i}" for i in range(1, 6)} | {f"DP-ALLOC-00{i}" for i in range(1, 5)}
+    assert {ran.get(i) for i in core} == {"passed"}, ran
+    assert set(ran.values()) <= {"passed", "not-applicable"}, ran
     assert report["manifest"]["runner"]["isolation"].startswith("user nobody (uid ")
     assert out.stat().st_uid == 0 and (out / "results.json").stat().st_mode & 0o022 == 0
