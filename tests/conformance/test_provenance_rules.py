@@ -131,8 +131,19 @@ def test_malformed_envelopes_are_named_not_tracebacks(signed: tuple[Path, Path],
 
 def test_oversized_files_are_refused_before_reading(signed: tuple[Path, Path], tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert (MAX_FILE_BYTES, MAX_KEY_BYTES) == (64 << 20, 64 << 10)  # the limits docs/certification.md states
     run, _ = signed
     forged = _copy(run, tmp_path)
+    with open(forged / "report.json", "r+b") as fh:
+        fh.truncate(MAX_FILE_BYTES)  # exactly the limit: read (and then refused for what it holds, not its size)
+    assert conformance_main(["verify", str(forged)]) == 1
+    err = capsys.readouterr().err
+    assert "not JSON" in err and "MiB, not a report" not in err, err
+    with open(forged / "report.json", "r+b") as fh:
+        fh.truncate(MAX_FILE_BYTES + 1)
+    assert conformance_main(["verify", str(forged)]) == 1
+    assert "larger than 64 MiB, not a report" in capsys.readouterr().err
+    forged = _copy(run, tmp_path / "again")
     with open(forged / STATEMENT_FILE, "r+b") as fh:
         fh.truncate(MAX_FILE_BYTES + 1)  # sparse: no 64 MiB written
     assert conformance_main(["verify", str(forged)]) == 1
@@ -170,3 +181,7 @@ def test_report_building_edges() -> None:
     assert build_report(results, now=0).generated == "1970-01-01T00:00:00Z"
     (row,) = report.results
     assert row.seeds == ["42"] and [(e.label, e.value) for e in row.evidence] == [("allocate", [1])]
+    assert report.manifest.nodes is None  # the profile's own node count
+    scaled = {**results, "environment": {"scheduler_nodes": 4}}  # the scheduler suite scales one-node profiles
+    assert build_report(scaled).manifest.nodes == 4
+    assert build_report({**results, "environment": {"nodes": 2}}).manifest.nodes == 2
