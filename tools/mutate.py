@@ -299,7 +299,9 @@ def _run_c(area: Area, mutant: CMutant, timeout: float) -> Outcome:
         build = subprocess.run([sys.executable, "-m", "fakehw.nvml.build"], cwd=_COPY, capture_output=True,
                                env={**os.environ, "PYTHONPATH": str(_COPY)}, timeout=600, check=False)
         if build.returncode != 0:
-            return Outcome(area.name, mutant.file, "hand-written", 0, mutant.why, "killed", reason="does not build")
+            # A mutant the compiler refuses shows nothing about the tests: an error to fix in the mutant list.
+            return Outcome(area.name, mutant.file, "hand-written", 0, mutant.why, "error",
+                           reason="does not build: " + build.stderr.decode(errors="replace")[-300:])
         result, seconds = run_tests(_COPY, area, timeout)
     finally:
         path.write_text(original)
