@@ -79,6 +79,7 @@ AREAS = (
     Area("sysfs renderers", ("fakehw/sysfs/node.py", "fakehw/sysfs/pci.py", "fakehw/sysfs/cpu.py",
                              "fakehw/sysfs/nvidia.py", "fakehw/sysfs/cxl.py"),
          ("tests/sysfs/test_tree.py", "tests/sysfs/test_consumers.py", "tests/sysfs/test_hwloc_profiles.py",
+          "tests/sysfs/test_pci.py", "tests/sysfs/test_memory.py", "tests/sysfs/test_real_layouts.py",
           "tests/cxl/test_state_machine.py")),
     Area("reference plugin allocation", ("testbed/reference/device_plugin/allocator.py",),
          ("tests/conformance/test_device_plugin_units.py",)),
