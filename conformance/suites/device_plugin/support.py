@@ -29,7 +29,6 @@ from fakehw.model.system import MemoryPool, Node, System
 from testbed import nodeview
 from testbed.api import Testbed
 from testbed.backends import NodeInfo
-from testbed.backends.local import LocalBackend
 from testbed.kubelet.api import HEALTHY
 from testbed.kubelet.cdi import CdiRegistry
 from testbed.kubelet.driver_root import CONTAINER_DRIVER_ROOT, DriverRootError, build_driver_root
@@ -163,9 +162,10 @@ class PluginUnderTest:
         """Why the plugin does not run in the node's view (None: it does, or runs in a node container)."""
         self.launcher_view: nodeview.NodeView | None = None
         if launcher is None:
-            base = (testbed.backend.node_view(testbed.record, node.name)
-                    if isinstance(testbed.backend, LocalBackend) else None)
-            self.launcher_view, self.view_problem = local_view(node, self.system, workdir, base)
+            # The plugin sees the node's rendered tree, not the live /sys that `testbed exec` mounts
+            # (LocalBackend.node_view): in the live view NVIDIA's plugin v0.20.0 reports no NUMA node for any GPU
+            # (DP-TOPO-001 fails on every profile; in the rendered view it passes), a difference not yet explained.
+            self.launcher_view, self.view_problem = local_view(node, self.system, workdir)
             launcher = CommandLauncher(options.command, node.name, node.env, workdir / "logs", self.launcher_view)
         self.launcher = launcher
         self._cdi: tuple[tuple[tuple[str, int, int], ...], CdiRegistry] | None = None
