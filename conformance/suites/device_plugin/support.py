@@ -111,18 +111,15 @@ class SuiteOptions:
 # --------------------------------------------------------------------------------------------------- plugin
 
 
-def local_view(node: NodeInfo, system: System, workdir: Path,
-               base: nodeview.NodeView | None = None) -> tuple[nodeview.NodeView | None, str | None]:
+def local_view(node: NodeInfo, system: System, workdir: Path) -> tuple[nodeview.NodeView | None, str | None]:
     """The node's view for a plugin on the local backend (the launcher adds the plugin directory), or why there
-    is none. Besides the node's tree (``base``: what the backend's commands on the node see, e.g. its live
-    ``/sys``) it holds what NVIDIA's components look for: a driver root at :data:`CONTAINER_DRIVER_ROOT`
-    (libnvidia-ml and a stand-in libcuda, for the CDI strategies' discovery) and a writable CDI spec directory at
-    :data:`CDI_SPEC_DIR` (kept in the work directory, read by the suite)."""
+    is none. Besides the node's rendered tree it holds what NVIDIA's components look for: a driver root at
+    :data:`CONTAINER_DRIVER_ROOT` (libnvidia-ml and a stand-in libcuda, for the CDI strategies' discovery) and a
+    writable CDI spec directory at :data:`CDI_SPEC_DIR` (kept in the work directory, read by the suite)."""
     problem = nodeview.unavailable()
     if problem is not None:
         return None, problem
-    binds: list[nodeview.Bind] = list(base.binds) if base is not None else []
-    live = base is not None and base.writable_sys
+    binds: list[nodeview.Bind] = []
     cdi = workdir / "cdi"
     cdi.mkdir(parents=True, exist_ok=True)
     binds.append(nodeview.Bind(str(cdi), CDI_SPEC_DIR))
@@ -130,8 +127,8 @@ def local_view(node: NodeInfo, system: System, workdir: Path,
         root = build_driver_root(workdir / "driver-root", node.env, system.driver.version, system.driver.cuda_version)
         binds.append(nodeview.Bind(str(root), CONTAINER_DRIVER_ROOT, read_only=True))
     except DriverRootError as exc:
-        return nodeview.NodeView(str(node.dir / "root"), tuple(binds), live), f"no driver root: {exc}"
-    return nodeview.NodeView(str(node.dir / "root"), tuple(binds), live), None
+        return nodeview.NodeView(str(node.dir / "root"), tuple(binds)), f"no driver root: {exc}"
+    return nodeview.NodeView(str(node.dir / "root"), tuple(binds)), None
 
 
 class PluginUnderTest:
