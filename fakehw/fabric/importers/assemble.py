@@ -46,6 +46,7 @@ class ImportedPort:
     qos: dict[str, Any] = field(default_factory=dict)
     """camelCase QoS keys of :class:`~fakehw.fabric.spec.QosSpec`."""
     qos_at: dict[str, SourceKey] = field(default_factory=dict)
+    """Where each QoS key came from; ``pfcWatchdog.action`` names a key inside one."""
     peer: tuple[str, str] | None = None
     """(device, port) from the switch's own neighbour table."""
     peer_at: SourceKey | None = None
@@ -249,7 +250,7 @@ def _switch_doc(si: int, sw: ImportedSwitch, prov: dict[tuple[PathItem, ...], So
             doc["qos"] = port.qos
             prov[(*where, "qos")] = port.at
             for key, at in port.qos_at.items():
-                prov[(*where, "qos", key)] = at
+                prov[(*where, "qos", *key.split("."))] = at
         if port.shutdown:
             doc["shutdown"] = True
         prov[(*where, "shutdown")] = port.shutdown_at or port.at
