@@ -580,8 +580,13 @@ def _check_reach(model: FabricModel, topo: Topology, c: _Collector, misfits: set
         for (vlan, index), members in sorted(segments.items()):
             switches = ", ".join(sorted(topo.segments[index].switches))
             parts.append(f"VLAN {vlan} on {switches} ({len(members)} NIC(s), e.g. {members[0]})")
+        # an import has no "switches" in the operator's files: point at the rail's VLAN in its manifest
+        vids = {vlan for vlan, _ in segments}
+        declared = [i for i, v in enumerate(model.loaded.spec.vlans) if v.id in vids]
+        imported = model.loaded.provenance is not None
+        where: DocPath = ("vlans", declared[0]) if imported and len(vids) == 1 and declared else ("switches",)
         c.add("FAB-PATH-001", None, f"rail {rail}", f"rail {rail} is split into {len(segments)} layer-2 segments "
-              f"that cannot reach each other: " + "; ".join(parts), element=f"rail {rail}", doc_path=("switches",))
+              f"that cannot reach each other: " + "; ".join(parts), element=f"rail {rail}", doc_path=where)
 
 
 def _check_ecn_thresholds(model: FabricModel, c: _Collector) -> None:

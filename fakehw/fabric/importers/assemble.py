@@ -91,6 +91,8 @@ class ManifestSpec(Spec):
 class Manifest:
     spec: ManifestSpec
     source: SourceFile | None
+    key_sources: dict[str, SourceFile] = field(default_factory=dict)
+    """Which file of an ``extends`` chain set each key (default: ``source``)."""
 
 
 def read_manifest(path: Path, display: str) -> Manifest:
@@ -189,9 +191,14 @@ def assemble(ref: str, name: str, manifest: Manifest, switches: list[ImportedSwi
     prov: dict[tuple[PathItem, ...], SourceKey] = {}
     doc: dict[str, Any] = {"name": spec_m.name or name, "description": spec_m.description or
                            f"imported from {ref}", "profile": profile}
-    if manifest.source is not None:
-        for key in ("name", "description", "profile", "nodes", "traffic", "vlans"):
-            prov[(key,)] = manifest.source.at(key, (key,))
+    for key in ("name", "description", "profile", "nodes", "traffic", "vlans"):
+        src = manifest.key_sources.get(key, manifest.source)
+        if src is None:
+            continue
+        prov[(key,)] = src.at(key, (key,))
+        if key in ("traffic", "vlans") and isinstance(src.data, dict) and isinstance(src.data.get(key), list):
+            for i in range(len(src.data[key])):
+                prov[(key, i)] = src.at(f"{key}[{i}]", (key, i))
     if nodes is not None:
         doc["nodes"] = nodes
     if spec_m.vlans:
