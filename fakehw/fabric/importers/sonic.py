@@ -19,9 +19,13 @@ How SONiC's terms become the model's (the model's "priority" is the switch-inter
   profile reserves headroom (``xoff``) and, when its queue has a BUFFER_QUEUE entry, that profile's pool is a
   lossless one. With ``buffer_model: dynamic`` SONiC creates the lossless priority groups of ``pfc_enable``
   itself.
+- PFC watchdog: ``PFC_WD|<port>`` (action, detection_time and restoration_time in ms, the ranges of SONiC's YANG
+  model, both at least ``PFC_WD|GLOBAL.POLL_INTERVAL``); a port without an entry, or whose entry lacks
+  detection_time (orchagent then starts none), runs no watchdog.
 
 Features that change how RoCE is forwarded and that the model cannot represent are errors at their key: a cabled
-port in a PORTCHANNEL, a routed (INTERFACE) cabled port, VXLAN tunnels, data-plane ACLs, asymmetric PFC.
+port in a PORTCHANNEL, a routed (INTERFACE) cabled port, VXLAN tunnels, data-plane ACLs, asymmetric PFC, the PFC
+watchdog's BIG_RED_SWITCH.
 """
 
 from __future__ import annotations
