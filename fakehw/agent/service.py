@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import logging
 import threading
 import time
@@ -43,10 +42,13 @@ from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, even
 from fakehw.agent.statedir import DISK_FULL_ERRNOS, DiskReserve, StateDirLock, is_disk_full
 from fakehw.agent.trust import private_dir
 from fakehw.model.system import Node, System
-from fakehw.render import RenderResult, render_node
+from fakehw.render import RenderMemo, RenderResult, render_node
+from fakehw.render.atomic import Releaser
 
 log = logging.getLogger(__name__)
 MAX_EVENTS = 10_000
+RECENT_EVENTS = 256
+"""Events kept per node for its snapshot (the snapshot's event ring holds as many)."""
 MAX_ACTIVE_FAULTS = 100_000
 MAX_ANSWERS_KEPT = 1024
 """Journaled idempotency answers carried over by compaction."""
@@ -106,7 +108,17 @@ class AgentService:
         self._changed = threading.Condition(self.lock)
         # Applied (what readers see):
         self._faults: dict[str, ActiveFault] = {}
+        self._node_faults: dict[str, dict[str, ActiveFault]] = {n: {} for n in self._nodes}
+        """The active faults of each node, in injection order (a render must not walk the fleet's faults)."""
         self._events: deque[Event] = deque(maxlen=MAX_EVENTS)
+        self._node_events: dict[str, deque[Event]] = {}
+        """Each node's latest events (what its snapshot's event ring carries)."""
+        self._release = Releaser()
+        """Closes replaced files off the request path (see :class:`~fakehw.render.atomic.Releaser`)."""
+        self._memos: dict[str, RenderMemo] = {}
+        """Per node: what its renderers remember, so a re-render repeats only what a change needs."""
+        self._gpu_memos: dict[str, dict[str, Any]] = {}
+        """Per node: GPU states by the faults they were derived from (see :func:`derive_state`)."""
         self._seq = 0
         self._generation: dict[str, int] = dict.fromkeys(self._nodes, 1)
         self._states: dict[str, NodeState] = {}
@@ -421,6 +433,7 @@ class AgentService:
 
     def _apply_inject(self, fault: ActiveFault, generation: int, events: list[Event]) -> None:
         self._faults[fault.id] = fault
+        self._node_faults[fault.node][fault.id] = fault
         self._add_events(events)
         self._generation[fault.node] = max(self._generation[fault.node], generation)
 
@@ -428,24 +441,33 @@ class AgentService:
         for name, change in per_node.items():
             for fid in change["ids"]:
                 self._faults.pop(fid, None)
+                self._node_faults[name].pop(fid, None)
             self._generation[name] = max(self._generation[name], int(change["generation"]))
         self._add_events(events)
 
     def _add_events(self, events: Iterable[Event]) -> None:
         for e in events:
             self._events.append(e)
+            recent = self._node_events.get(e.node)
+            if recent is None:
+                recent = self._node_events[e.node] = deque(maxlen=RECENT_EVENTS)
+            recent.append(e)
             self._seq = max(self._seq, e.seq)
 
     # ------------------------------------------------------------------------------------------ rendering
 
     def _render(self, name: str, initial: bool = False) -> RenderResult:
         node = self._nodes[name]
-        faults = [f for f in self._faults.values() if f.node == name]
-        state = derive_state(node, faults, self._generation[name], self.system.seed)
+        faults = list(self._node_faults[name].values())
+        state = derive_state(node, faults, self._generation[name], self.system.seed,
+                             memo=self._gpu_memos.setdefault(name, {}))
         state = dataclasses.replace(state, platform=self.platform.attach(name, state),
                                     mig=self.mig.attach(name, state))
+        memo = self._memos.get(name)
+        if memo is None:
+            memo = self._memos[name] = RenderMemo()
         result = render_node(self.system, node, state, self.node_dir(name), initial=initial,
-                             events=self._recent_events(name))
+                             events=self._recent_events(name), memo=memo, release=self._release)
         self._states[name] = state  # only now: the API never reports what the files do not show yet
         return result
 
@@ -465,10 +487,9 @@ class AgentService:
             self._stale.pop(name, None)
             return
 
-    def _recent_events(self, name: str, limit: int = 256) -> tuple[Event, ...]:
-        """The node's latest ``limit`` events, oldest first (newest are at the right of the deque)."""
-        recent = list(itertools.islice((e for e in reversed(self._events) if e.node == name), limit))
-        return tuple(reversed(recent))
+    def _recent_events(self, name: str) -> tuple[Event, ...]:
+        """The node's latest events, oldest first."""
+        return tuple(self._node_events.get(name, ()))
 
     # ------------------------------------------------------------------------------------------ replay
 
@@ -552,7 +573,8 @@ class AgentService:
 
     def close(self) -> None:
         """Stop: sync and close the journals, let another agent have the state directory. Safe to call twice."""
-        for part in (getattr(self, "platform", None), getattr(self, "mig", None), getattr(self, "journal", None)):
+        for part in (getattr(self, "platform", None), getattr(self, "mig", None), getattr(self, "journal", None),
+                     getattr(self, "_release", None)):
             if part is not None:
                 part.close()
         self._dir_lock.release()

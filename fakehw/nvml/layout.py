@@ -797,7 +797,7 @@ def _packer(key: Hashable) -> Any:
     env: dict[str, Any] = {"flat": struct.Struct("".join(fmt)).pack_into, "fit": _fit, "records": _records}
     for i, (_, k) in enumerate(nested):
         env[f"sub{i}"] = _packer(cast(Hashable, k.record))
-    exec("\n".join(lines), env)  # noqa: S102 - generated from the record's own field list
+    exec("\n".join(lines), env)  # generated from the record's own field list
     return env["pack"]
 
 
