@@ -835,6 +835,7 @@ def checksum(data: bytes | bytearray) -> int:
     sup = hdr.field("superseded").offset
     chk = hdr.field("checksum").offset
     assert chk == sup + 4, "superseded and checksum must be adjacent"
-    crc = zlib.crc32(bytes(data[:sup]))
+    view = memoryview(data)
+    crc = zlib.crc32(view[:sup])
     crc = zlib.crc32(b"\0" * 8, crc)
-    return zlib.crc32(bytes(data[sup + 8:]), crc) & 0xFFFFFFFF
+    return zlib.crc32(view[sup + 8:], crc) & 0xFFFFFFFF

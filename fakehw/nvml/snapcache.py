@@ -18,7 +18,8 @@ this module compares them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import operator
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 from fakehw.nvml import layout
@@ -27,15 +28,14 @@ T = TypeVar("T")
 
 
 class SnapshotCache:
-    """Parts of one node's last snapshot, each with the inputs it was built from; packed records by identity."""
+    """Parts of one node's last snapshot, each with the inputs it was built from, and its sections as packed."""
 
     def __init__(self) -> None:
         self._parts: dict[Hashable, tuple[Any, Any]] = {}
-        self._packed: dict[int, tuple[object, bytes]] = {}
-        self._used: dict[int, tuple[object, bytes]] = {}
         self._generations: dict[str, int] = {}
         self._events: dict[int, Any] = {}
         self._events_used: dict[int, Any] = {}
+        self._sections: dict[str, tuple[tuple[object, ...], tuple[bytes, ...], bytes]] = {}
         self.built = 0
         """Parts built (not reused) since the cache was made: what tests and benchmarks look at."""
 
@@ -74,20 +74,26 @@ class SnapshotCache:
         self._events_used[seq] = hit
         return hit
 
-    def pack(self, record: object) -> bytes:
-        """``record`` packed; a record object packed before (the same object, so the same immutable value) is not
-        packed again."""
-        ident = id(record)
-        hit = self._packed.get(ident)
-        if hit is None or hit[0] is not record:
-            size = layout.layout_of(type(record)).size
-            buf = bytearray(size)
-            layout.pack_into(buf, 0, record)
-            hit = (record, bytes(buf))
-        self._used[ident] = hit
-        return hit[1]
+    def section(self, name: str, records: Sequence[object]) -> bytes:
+        """A section's records packed one after the other. The same record objects as last time give the bytes of
+        last time (a node's MIG profile section is hundreds of records a fault does not touch); otherwise only the
+        records that are new objects are packed."""
+        hit = self._sections.get(name)
+        if hit is not None and len(hit[0]) == len(records) and all(map(operator.is_, hit[0], records)):
+            return hit[2]
+        # The previous records are alive (held by the entry), so no new record can share an id with one of them.
+        before = {id(r): b for r, b in zip(hit[0], hit[1], strict=True)} if hit is not None else {}
+        parts = tuple(before.get(id(r)) or _pack(r) for r in records)
+        blob = b"".join(parts)
+        self._sections[name] = (tuple(records), parts, blob)
+        return blob
 
     def done(self) -> None:
-        """Keep only the event and packed records the last snapshot used (the cache holds one snapshot's worth)."""
-        self._packed, self._used = self._used, {}
+        """Keep only the event records the last snapshot used (the cache holds one snapshot's worth)."""
         self._events, self._events_used = self._events_used, {}
+
+
+def _pack(record: object) -> bytes:
+    buf = bytearray(layout.layout_of(type(record)).size)
+    layout.pack_into(buf, 0, record)
+    return bytes(buf)

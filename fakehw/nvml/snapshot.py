@@ -133,7 +133,7 @@ class Snapshot:
             size = layout.layout_of(rtype).size
             base = fields[f"{name}_offset"]
             if cache is not None and records:
-                buf[base:base + size * len(records)] = b"".join(map(cache.pack, records))
+                buf[base:base + size * len(records)] = cache.section(name, records)
                 continue
             for i, rec in enumerate(records):
                 layout.pack_into(buf, base + i * size, rec, f"{name}[{i}]")
