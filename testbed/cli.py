@@ -12,7 +12,7 @@ import shlex
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,10 +83,23 @@ def cmd_up(args: argparse.Namespace) -> int:
     options = {k: v for k, v in (("gpus", getattr(args, "gpus", None)), ("image", getattr(args, "image", None)))
                if v is not None}
     tb = Testbed.up(args.profile, nodes=args.nodes, backend=args.backend, name=args.name,
-                    state_dir=_state_dir(args), **options)
+                    state_dir=_state_dir(args), progress=_start_reporter(start), **options)
     print(f"cluster {tb.name} is up: {len(tb.record.nodes)} node(s) in {time.monotonic() - start:.1f} s "
           f"({tb.record.dir})")
     return 0
+
+
+def _start_reporter(start: float) -> Callable[[dict[str, Any]], None]:
+    """Prints what a starting agent reports, once the start has taken more than a couple of seconds."""
+    def report(progress: dict[str, Any]) -> None:
+        if time.monotonic() - start < 2.0:
+            return
+        done, total = progress.get("done", 0), progress.get("total", 0)
+        count = f" {done}/{total}" if total else ""
+        print(f"  agent: {progress.get('phase', 'starting')}{count} ({time.monotonic() - start:.0f} s)",
+              file=sys.stderr, flush=True)
+
+    return report
 
 
 def _health_summary(state: dict[str, Any]) -> str:
@@ -119,12 +132,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not alive:
         print(f"the agent is not running; see {rec.dir / 'agent.log'} or run 'testbed down --name {rec.name}'")
         return 1
-    infos = {n.name: n for n in tb.nodes()}
+    arch = {n.name: n.cpu.arch for n in tb.system.nodes}
     width = max(len(n) for n in rec.nodes)
     print(f"{'NODE':<{width}}  {'ARCH':8} {'GPUS':>4}  {'FAULTS':>6}  HEALTH")
     for name in rec.nodes:
         st = states[name]
-        print(f"{name:<{width}}  {infos[name].arch:8} {len(st['gpus']):>4}  {len(st['faults']):>6}  "
+        print(f"{name:<{width}}  {arch[name]:8} {len(st['gpus']):>4}  {len(st['faults']):>6}  "
               f"{_health_summary(st)}")
     if args.topology:
         from fakehw.views.topo_matrix import format_topo_matrix
@@ -248,7 +261,7 @@ def cmd_restart_agent(args: argparse.Namespace) -> int:
     if not isinstance(tb.backend, LocalBackend):
         raise CliError(f"restart-agent is for the local backend; this cluster runs on {tb.record.backend}")
     tb.backend.stop_agent(tb.record, kill=args.kill)
-    tb.backend.start_agent(tb.record, salvage=args.salvage_journal)
+    tb.backend.start_agent(tb.record, salvage=args.salvage_journal, report=_start_reporter(time.monotonic()))
     print(f"agent of {tb.name} restarted (pid {tb.record.agent_pid})")
     return 0
 

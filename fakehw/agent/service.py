@@ -47,6 +47,8 @@ from fakehw.render.atomic import Releaser
 
 log = logging.getLogger(__name__)
 MAX_EVENTS = 10_000
+FILES = ("all", "on-demand")
+"""Which nodes' files the agent makes: every node's at start, or a node's when asked (:meth:`AgentService.render`)."""
 RECENT_EVENTS = 256
 """Events kept per node for its snapshot (the snapshot's event ring holds as many)."""
 MAX_ACTIVE_FAULTS = 100_000
@@ -94,7 +96,11 @@ class AgentService:
         nodes: Sequence[str] | None = None,
         clock: Callable[[], float] = time.time,
         salvage: bool = False,
+        files: str = "all",
+        progress: Callable[..., None] | None = None,
     ):
+        if files not in FILES:
+            raise ValueError(f"files must be one of {', '.join(FILES)}, not {files!r}")
         self.system = system
         self.state_dir = state_dir
         self._clock = clock
@@ -122,6 +128,9 @@ class AgentService:
         self._seq = 0
         self._generation: dict[str, int] = dict.fromkeys(self._nodes, 1)
         self._states: dict[str, NodeState] = {}
+        self.files = files
+        self._rendered: set[str] = set()
+        """Nodes whose files exist and are kept current (all of them unless ``files`` is "on-demand")."""
         self._stale: dict[str, str] = {}
         """Nodes whose files are behind (a render failed) and why; rendered again on the next change."""
         self._disk_error: str | None = None
@@ -135,21 +144,42 @@ class AgentService:
         self._healing: set[str] = set()
         self.idempotency = IdempotencyCache(clock)
         self.reserve: DiskReserve | None = None
+        step = progress or (lambda *_a, **_k: None)
         private_dir(state_dir)
         self._dir_lock = StateDirLock(state_dir)
         try:
+            step("replaying journals")
             self.journal = Journal(state_dir / "journal.jsonl", salvage)
             self._replay()
             self._compact()
             self.platform = Platform(system, self._nodes, state_dir, clock, self.lock, self.nodes_changed,
                                      salvage=salvage)
             self.mig = MigManager(system, self._nodes, state_dir, self.lock, self.nodes_changed, salvage=salvage)
-            for name in self._nodes:
-                self._render(name, initial=True)
+            self._start(step)
             self.reserve = DiskReserve(state_dir)
         except BaseException:
             self.close()
             raise
+
+    def _start(self, step: Callable[..., None]) -> None:
+        """Derive the state of the nodes that differ from their boot state and render the nodes whose files must
+        exist: all of them, or (on demand) those rendered before this start, whose readers may still be there."""
+        changed = [n for n in self._nodes if self._node_faults[n] or self._nodes[n].memory_pools
+                   or self._nodes[n].cxl.memdevs]
+        for i, name in enumerate(changed):
+            step("deriving node states", i, len(changed))
+            self._derive(name)
+        if self.files == "all":
+            wanted = list(self._nodes)
+        else:
+            base = self.state_dir / "nodes"
+            wanted = [n for n in self._nodes if (base / n).is_dir()]
+        for i, name in enumerate(wanted):
+            step("rendering nodes", i, len(wanted))
+            self._render(name, initial=True)
+            self._rendered.add(name)
+        self.platform.started.set()
+        step("serving", len(wanted), len(wanted))
 
     # ------------------------------------------------------------------------------------------ queries
 
@@ -169,7 +199,31 @@ class AgentService:
     def state(self, name: str) -> NodeState:
         self.node(name)
         with self.lock:
-            return self._states[name]
+            state = self._states.get(name)
+            return state if state is not None else self._derive(name)
+
+    def rendered(self, name: str) -> bool:
+        """Whether the node's files exist and are kept current."""
+        return name in self._rendered
+
+    def render(self, names: Iterable[str]) -> list[Path]:
+        """Make the files of ``names`` (the nodes' directories) and keep them current from now on. Costs what the
+        node's tree costs once (static parts are hard links to one copy per node template); nodes already rendered
+        cost nothing. What a consumer that reads a node's files (not the API) must call first when the agent runs
+        with ``files="on-demand"``."""
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            self.node(name)
+        with self.lock:
+            for name in wanted:
+                if name in self._rendered:
+                    continue
+                self.check_writable()
+                self._render_safely(name, initial=True)
+                if name in self._stale:
+                    raise AgentError(507, f"cannot render {name}: {self._stale[name]}")
+                self._rendered.add(name)
+        return [self.node_dir(n) for n in wanted]
 
     def faults(self, node: str | None = None) -> list[ActiveFault]:
         if node is not None:
@@ -328,7 +382,7 @@ class AgentService:
             for name in nodes:
                 if name in self._nodes:
                     self._generation[name] = self._next_generation(name, strict=False)
-                    self._render_safely(name)
+                    self._update(name)
             self._changed.notify_all()
 
     def check_writable(self) -> None:
@@ -386,7 +440,7 @@ class AgentService:
                 continue
             touched.update(pending.apply())
         for name in sorted(touched | set(self._stale)):
-            self._render_safely(name)
+            self._update(name)
         if touched:
             self._changed.notify_all()
 
@@ -456,6 +510,24 @@ class AgentService:
 
     # ------------------------------------------------------------------------------------------ rendering
 
+    def _derive(self, name: str) -> NodeState:
+        """The node's state now (faults, platform, MIG), remembered for the API; files are not touched."""
+        node = self._nodes[name]
+        faults = list(self._node_faults[name].values())
+        state = derive_state(node, faults, self._generation[name], self.system.seed,
+                             memo=self._gpu_memos.setdefault(name, {}))
+        state = dataclasses.replace(state, platform=self.platform.attach(name, state),
+                                    mig=self.mig.attach(name, state))
+        self._states[name] = state
+        return state
+
+    def _update(self, name: str) -> None:
+        """After a change of ``name``: render it if its files are kept, else only derive its state."""
+        if name in self._rendered:
+            self._render_safely(name)
+        else:
+            self._derive(name)
+
     def _render(self, name: str, initial: bool = False) -> RenderResult:
         node = self._nodes[name]
         faults = list(self._node_faults[name].values())
@@ -471,12 +543,12 @@ class AgentService:
         self._states[name] = state  # only now: the API never reports what the files do not show yet
         return result
 
-    def _render_safely(self, name: str) -> None:
+    def _render_safely(self, name: str, initial: bool = False) -> None:
         """Render a node whose change is already durable: if the disk is full, release the reserve and try again;
         if that fails too, the node is marked stale (reported by health) and rendered on the next change."""
         for attempt in (1, 2):
             try:
-                self._render(name)
+                self._render(name, initial=initial)
             except OSError as exc:
                 if attempt == 1 and is_disk_full(exc) and self.reserve and self.reserve.released is None:
                     self.reserve.release(f"rendering {name}: {exc.strerror}")

@@ -26,7 +26,7 @@ relative, so it resolves wherever the tree is mounted.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from fakehw.model.system import CxlPool, Node, System
@@ -46,6 +46,8 @@ ROOT_DIR = "root"
 MANIFEST = ".root-manifest"
 """Next to the tree, hidden: what the last render wrote (not part of the tree a container mounts)."""
 POOLS_FILE = "run/fakehw/memory-pools.json"
+SHARED_DIR = ".shared-sysfs"
+"""Next to the node directories: one copy of each static section that nodes of a template share (hard-linked)."""
 
 __all__ = ["MANIFEST", "POOLS_FILE", "ROOT_DIR", "render_root", "render_tree"]
 
@@ -114,7 +116,7 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     lay = _Lazy(lambda: node_layout(system, node))  # only sections that are built need it
     pools = node_pools(system, node)
     key = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/{node.name}"
-    # Nodes of one template share their static CPU/NUMA/driver trees: hard links to a sibling's files.
+    # Nodes of one template share their static CPU/NUMA/driver trees: hard links to one shared copy.
     share = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/template{node.template}"
     platform = view
     mig = state.mig if state.mig is not None else boot_mig(node)
@@ -134,14 +136,8 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("system", key, lambda: system_section(system, node)),
     ]
 
-    def siblings() -> Iterator[tuple[Path, Path]]:
-        parent = root_parent.root.parent
-        for other in system.nodes:
-            if other.template == node.template and other.name != node.name:
-                yield parent / other.name / ROOT_DIR, parent / other.name / MANIFEST
-
-    writer = RootWriter(root_parent.root / ROOT_DIR, root_parent.root / MANIFEST, siblings=siblings,
-                        release=root_parent.release)
+    writer = RootWriter(root_parent.root / ROOT_DIR, root_parent.root / MANIFEST, release=root_parent.release,
+                        store=root_parent.root.parent / SHARED_DIR)
     return writer.render(specs, ctx.memo.get("root", dict) if ctx.memo is not None else None)
 
 

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from fakehw.render.atomic import Releaser
 
 MANIFEST_VERSION = 1
+COMPLETE = ".complete"
+"""Marks a shared copy in the store as whole (it is renamed into place with it)."""
+MANIFEST_NAME = ".manifest"
 WRITER_THREADS = 4
 PARALLEL_THRESHOLD = 2000
 
@@ -147,15 +150,15 @@ class WriteStats:
 class RootWriter:
     """Writes sections under ``root`` and keeps ``manifest`` in step with what is on disk."""
 
-    def __init__(self, root: Path, manifest: Path, make_devices: bool | None = None,
-                 siblings: Callable[[], Iterable[tuple[Path, Path]]] | None = None, release: Releaser | None = None):
+    def __init__(self, root: Path, manifest: Path, make_devices: bool | None = None, store: Path | None = None,
+                 release: Releaser | None = None):
         self.root = root
         self.release = release
         """Where replaced files are closed (:class:`~fakehw.render.atomic.Releaser`; None: inline)."""
         self.manifest_path = manifest
         self.make_devices = os.geteuid() == 0 if make_devices is None else make_devices
-        self.siblings = siblings
-        """(root, manifest) of other nodes' trees that may share static sections with this one."""
+        self.store = store
+        """Where shared sections are kept, one copy per share key, for trees to hard-link (None: no sharing)."""
         self.umask = _umask()
 
     # ------------------------------------------------------------------------------------------ manifest
@@ -272,7 +275,7 @@ class RootWriter:
             for path in section.entries:
                 if owner.setdefault(path, spec.name) != spec.name:
                     raise ValueError(f"{path} is rendered by sections {owner[path]} and {spec.name}")
-            source = self._sibling_with(spec) if spec.share is not None and spec.key is not None else None
+            source = self._shared_copy(spec, section) if spec.share is not None and spec.key is not None else None
             if source is None or not self._link_from(source, section, tmp, stats):
                 writer._write_all(section.entries, stats, atomic=False)
             manifest[spec.name] = {"key": spec.key, "share": spec.share, "count": len(section.entries),
@@ -280,19 +283,33 @@ class RootWriter:
                                    {p: digest(e) for p, e in section.entries.items()}}
         return manifest
 
-    def _sibling_with(self, spec: SectionSpec) -> Path | None:
-        """The root of another node's tree that holds ``spec``'s content (same share key), if any."""
-        if self.siblings is None:
+    def _shared_copy(self, spec: SectionSpec, section: Section) -> Path | None:
+        """The one copy of ``spec``'s files under the store (made now if this is the first tree that needs it).
+
+        Kept per share key rather than found in another node's tree: looking for a sibling tree walked the
+        fleet's nodes for every node rendered, and a sibling's tree may be gone."""
+        if self.store is None or spec.share is None:
             return None
-        for root, manifest_path in self.siblings():
+        key = f"{spec.share}|devices={self.make_devices}"
+        copy = self.store / hashlib.sha256(key.encode()).hexdigest()[:24]
+        if (copy / COMPLETE).exists():
+            return copy
+        tmp = self.store / f".{copy.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            tmp.mkdir(parents=True)
+            files: dict[str, Entry] = {p: e for p, e in section.entries.items() if isinstance(e, File | CharDev)}
+            RootWriter(tmp, tmp / MANIFEST_NAME, self.make_devices)._write_all(files, WriteStats(), atomic=False)
+            (tmp / COMPLETE).write_text(key + "\n")
             try:
-                data = json.loads(manifest_path.read_text())
-            except (OSError, ValueError):
-                continue
-            section = data.get("sections", {}).get(spec.name, {}) if isinstance(data, dict) else {}
-            if data.get("version") == MANIFEST_VERSION and section.get("share") == spec.share and root.is_dir():
-                return root
-        return None
+                os.rename(tmp, copy)
+            except OSError:  # another writer made it first (or a half one is in the way: use ours next time)
+                shutil.rmtree(tmp, ignore_errors=True)
+                return copy if (copy / COMPLETE).exists() else None
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None
+        return copy
 
     def _link_from(self, source: Path, section: Section, dest: Path, stats: WriteStats) -> bool:
         """Hard-link ``section``'s files from ``source`` into ``dest`` (directories and links are made anew).
