@@ -8,9 +8,11 @@ BIN := $(VENV)/bin
 PROFILE ?= dgx-h100
 PYTEST_ARGS ?=
 TEST_JOBS ?= 2  # pytest-xdist workers; each test file stays on one worker, Docker files on one (tests/conftest.py)
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+HASH := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-dev-$(HASH)
+RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 
-.PHONY: run test deps system-deps lint typecheck check bench clean help
+.PHONY: run test deps run-deps system-deps run-system-deps lint typecheck check bench clean help
 
 help:
 	@echo "make run          certify the reference device plugin and extender on $(PROFILE) (local backend)"
@@ -18,19 +20,35 @@ help:
 	@echo "make check        ruff + mypy"
 	@echo "make bench        benchmarks (figures printed, nothing asserted)"
 
-$(STAMP): pyproject.toml
-	@# a fresh Debian has python3 but not its venv module (python3-venv): install the system packages, retry
-	@test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV) || { tools/install-system-deps.sh && $(PYTHON) -m venv --clear $(VENV); }
+# A fresh Debian has python3 but not its venv module (python3-venv): install the system packages, retry.
+define venv
+	@test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV) || { tools/install-system-deps.sh --run && $(PYTHON) -m venv --clear $(VENV); }
 	$(BIN)/python -m pip install -q --upgrade pip
+endef
+
+# Everything (tests, linters, Docker and Ray): what `make test` and `make check` need.
+$(STAMP): pyproject.toml
+	$(venv)
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	@rm -f $(VENV)/.installed-*; touch $@
+	@rm -f $(VENV)/.installed-*; touch $@ $(RUN_STAMP)
+
+# Only what `make run` and the README's tour need (the `run` extra); the dev install includes it.
+$(RUN_STAMP): pyproject.toml
+	$(venv)
+	$(BIN)/python -m pip install -q -e '.[run]'
+	@rm -f $(VENV)/.installed-run-*; touch $@
 
 deps: $(STAMP)
+
+run-deps: $(RUN_STAMP)
 
 system-deps:
 	@tools/install-system-deps.sh
 
-run: deps
+run-system-deps:
+	@tools/install-system-deps.sh --run
+
+run: run-deps run-system-deps
 	$(BIN)/conformance run --target device-plugin=reference --target extender=reference --profile $(PROFILE) \
 		--backend local --out out/certification
 

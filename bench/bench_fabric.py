@@ -30,7 +30,7 @@ def main() -> int:
 
     print("fabric build/teardown (dgx-h100 rail-optimised; namespaces per node and per leaf, one veth per NIC)")
     for nodes, repeat in ((4, 3), (16, 3), (64, 2)):
-        text = to_yaml(rail_optimised("dgx-h100", nodes, name=f"bench-{nodes}"))
+        text = to_yaml(rail_optimised("dgx-h100-roce", nodes, name=f"bench-{nodes}"))
         start = time.perf_counter()
         model = resolve(load_fabric_spec(f"bench-{nodes}.yaml", text))
         report = lint(model)

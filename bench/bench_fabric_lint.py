@@ -21,7 +21,7 @@ def main() -> int:
 
     print("fabric lint, dgx-h100 rail-optimised (8 rails), class-based vs every path on its own (same run)")
     for nodes in (64, 128, 256, 512):
-        model = resolve(load_fabric_spec(f"bench-{nodes}.yaml", to_yaml(rail_optimised("dgx-h100", nodes))))
+        model = resolve(load_fabric_spec(f"bench-{nodes}.yaml", to_yaml(rail_optimised("dgx-h100-roce", nodes))))
         start = time.perf_counter()
         report = lint(model)
         fast = time.perf_counter() - start

@@ -1,8 +1,9 @@
 """Per-call time through pynvml against the fake, next to the floors measured in the same run.
 
 Two floors: a bare ctypes call to a C function that does nothing (what any Python caller of any C library pays),
-and the same pynvml wrapper with its function pointer swapped for that no-op (what pynvml itself costs). The
-ratio to the second is the fake library's own share. Prints figures; asserts nothing.
+and the same pynvml wrapper with its function pointer swapped for that no-op (what pynvml itself costs). Two
+ratios show the fake library's own share: pynvml against pynvml-on-the-no-op, and the getter called straight
+through ctypes (same arguments) against the no-op called the same way. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,24 +62,31 @@ def main() -> int:
         write_snapshot(snapshot, build_snapshot(system, node, derive_state(node, [], 1, system.seed)).to_bytes())
         os.environ["FAKEHW_NVML_SNAPSHOT"] = str(snapshot)
         os.environ.pop("FAKEHW_VISIBLE_DEVICES", None)
-        ctypes.CDLL(str(library_dir() / "libnvidia-ml.so.1"), mode=ctypes.RTLD_GLOBAL)
+        fake = ctypes.CDLL(str(library_dir() / "libnvidia-ml.so.1"), mode=ctypes.RTLD_GLOBAL)
         import pynvml
 
         pynvml.nvmlInit()
         h = pynvml.nvmlDeviceGetHandleByIndex(0)
         mem = pynvml.c_nvmlMemory_t()
         bare = per_call_ns(lambda: noop(h, ctypes.byref(mem), None))
-        cases: list[tuple[str, str, Callable[[], Any]]] = [
-            ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo", lambda: pynvml.nvmlDeviceGetMemoryInfo(h)),
-            ("nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v3", lambda: pynvml.nvmlDeviceGetPciInfo(h)),
-            ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkState", lambda: pynvml.nvmlDeviceGetNvLinkState(h, 3)),
-            ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperature", lambda: pynvml.nvmlDeviceGetTemperature(h, 0)),
+        pci, value = pynvml.nvmlPciInfo_t(), ctypes.c_uint()
+        # (label, symbol, pynvml call, arguments of the same call made straight through ctypes)
+        cases: list[tuple[str, str, Callable[[], Any], tuple[Any, ...]]] = [
+            ("nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo", lambda: pynvml.nvmlDeviceGetMemoryInfo(h),
+             (h, ctypes.byref(mem))),
+            ("nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v3", lambda: pynvml.nvmlDeviceGetPciInfo(h),
+             (h, ctypes.byref(pci))),
+            ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkState", lambda: pynvml.nvmlDeviceGetNvLinkState(h, 3),
+             (h, 3, ctypes.byref(value))),
+            ("nvmlDeviceGetTemperature", "nvmlDeviceGetTemperature", lambda: pynvml.nvmlDeviceGetTemperature(h, 0),
+             (h, 0, ctypes.byref(value))),
         ]
         print(f"pynvml {pynvml.__name__} against the fake (dgx-h100 snapshot); floor = bare ctypes call to a no-op "
               f"C function: {bare:.0f} ns")
-        print(f"{'call':28} {'fake':>9} {'pynvml->noop':>13} {'x noop-wrapper':>15} {'x bare floor':>13}")
+        print(f"{'call':28} {'fake':>9} {'pynvml->noop':>13} {'x noop-wrapper':>15} {'x bare floor':>13} "
+              f"{'ctypes->fake':>13} {'x ctypes->noop':>15}")
         cache = pynvml._nvmlGetFunctionPointer_cache
-        for label, symbol, call in cases:
+        for label, symbol, call, argv in cases:
             real = per_call_ns(call)
             saved = cache[symbol]
             cache[symbol] = noop
@@ -85,8 +94,11 @@ def main() -> int:
                 wrapped_noop = per_call_ns(call)
             finally:
                 cache[symbol] = saved
+            fn = getattr(fake, symbol)
+            direct = per_call_ns(partial(fn, *argv))
+            direct_noop = per_call_ns(partial(noop, *argv))
             print(f"{label:28} {real:7.0f}ns {wrapped_noop:11.0f}ns {real / wrapped_noop:14.2f}x "
-                  f"{real / bare:12.2f}x")
+                  f"{real / bare:12.2f}x {direct:11.0f}ns {direct / direct_noop:14.2f}x")
         pynvml.nvmlShutdown()
     return 0
 

@@ -1,4 +1,4 @@
-"""``conformance``: certification runs (filled in by the device plugin and report work)."""
+"""``conformance``: certification runs (``run``, ``list``) and reports (``report``, ``verify``)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from fakehw import __version__
 from fakehw.cli_common import run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="conformance", description="Conformance suites and certification reports.")
+    parser.add_argument("--version", action="version", version=f"conformance {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log debug messages")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conformance.components import IMAGE_UNSUPPORTED, check_component
 from conformance.requirements import LEVELS, catalogue
 from fakehw.cli_common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, CliError
 
@@ -77,15 +79,14 @@ def parse_target(text: str, plugin_cmd: str | None) -> tuple[Suite, str | None]:
     if spec in ("", "reference"):
         return suite, None
     if spec.startswith("image:"):
-        raise CliError("image:... targets need the kind backend; on local and docker give a command (cmd:...)",
-                       EXIT_BAD_INPUT)
+        raise CliError(f"--target {text}: {IMAGE_UNSUPPORTED}", EXIT_BAD_INPUT)
     return suite, spec.removeprefix("cmd:").strip()
 
 
 def pytest_argv(args: argparse.Namespace, suite: Suite, results: Path) -> list[str]:
     argv = [sys.executable, "-m", "pytest", str(suite_dir(suite)), "-p", "no:cacheprovider", "--import-mode=importlib",
             "--profile", args.profile, "--backend", args.backend, "--conformance-results", str(results),
-            "--conformance-complete", "-q" if not args.verbose else "-v", "-rN"]
+            "--conformance-complete", "--conformance-no-table", "-q" if not args.verbose else "-v", "-rN"]
     if args.plugin_cmd:
         argv += ["--target", f"{suite.target}=cmd:{args.plugin_cmd}"]
     else:
@@ -120,7 +121,7 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], bool]:
         required_passed += required and status == "passed"
         mark = "" if required else " (recommended)"
         lines.append(f"{status.upper():14} {req_id:15} {entry.get('title', '')}{mark}")
-        if status in ("failed", "error", "not-applicable"):
+        if status in ("failed", "error", "skipped", "not-applicable"):  # say why, not only the status
             for nodeid in entry.get("tests", []):
                 first = (messages.get(nodeid) or "").strip().splitlines()[:1]
                 if first:
@@ -198,7 +199,9 @@ def plan_runs(args: argparse.Namespace) -> list[Run]:
         try:
             load_profile(profile)
         except ProfileError as exc:
-            raise CliError(f"profile {profile} is not valid:\n{exc}", EXIT_BAD_INPUT) from None
+            text = str(exc)
+            raise CliError(f"profile {profile} is not valid:" + (f"\n{text}" if "\n" in text else f" {text}"),
+                           EXIT_BAD_INPUT) from None
     runs = []
     for text in targets:
         kind, sep, spec_text = text.partition("=")
@@ -217,6 +220,12 @@ def plan_runs(args: argparse.Namespace) -> list[Run]:
                 this_spec = _default_fabric(profile)
             for backend in args.backend:
                 runs.append(Run(suite, plugin_cmd, this_spec, profile, backend))
+    checked: set[tuple[str, str | None, str | None, str]] = set()
+    for run in runs:  # every component, once per backend, before any suite starts
+        key = (run.suite.target, run.spec, run.plugin_cmd, run.backend)
+        if key not in checked:
+            checked.add(key)
+            check_component(*key)
     return runs
 
 
@@ -254,10 +263,36 @@ def execute(args: argparse.Namespace, run: Run, out: Path) -> tuple[bool, str | 
     return report.verdicts.overall == "certified", str(VERDICT_TEXT[report.verdicts.overall]), took
 
 
+def clear_previous(out: Path) -> list[Path]:
+    """Remove what an earlier ``conformance run`` into ``out`` wrote (the run directories its index.json lists,
+    its index and summaries), so the new index.json is the whole truth about ``out``. Only directories that hold
+    a run's files and lie inside ``out`` are touched; anything else there is left alone."""
+    index = out / "index.json"
+    try:
+        old = json.loads(index.read_text())
+        runs = old.get("runs", []) if isinstance(old, dict) else []
+    except (OSError, ValueError):
+        return []
+    removed = []
+    root = out.resolve()
+    for run in runs:
+        path = Path(str(run.get("dir", ""))) if isinstance(run, dict) else Path()
+        target = path.resolve()
+        if target != root and target.is_relative_to(root) and (target / "results.json").is_file():
+            shutil.rmtree(target, ignore_errors=True)
+            removed.append(path)
+    for name in ("index.json", "index.html", "summary.md", "results.json", "report.json", "report.html",
+                 "junit.xml"):
+        (out / name).unlink(missing_ok=True)
+    return removed
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     runs = plan_runs(args)
     out = Path(args.out)
     single = len(runs) == 1
+    for path in clear_previous(out):
+        print(f"conformance: removed {path} (an earlier run into {out})", file=sys.stderr)
     index = []
     for i, run in enumerate(runs, 1):
         component = run.plugin_cmd or run.spec or "reference"

@@ -53,6 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="component under test, e.g. device-plugin='cmd:python -m plugin' (repeatable)")
     group.addoption("--conformance-results", default=None, metavar="PATH",
                     help="write per-requirement results (JSON) here, updated after every test")
+    group.addoption("--conformance-no-table", action="store_true",
+                    help="leave out the per-requirement table at the end (conformance run prints its own)")
     group.addoption("--conformance-complete", action="store_true",
                     help="fail collection when a requirement of a collected target has no test")
 
@@ -304,7 +306,7 @@ class _Recorder:
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.tests:
+        if not self.tests or terminalreporter.config.getoption("conformance_no_table"):
             return
         doc = self.document(complete=True)
         tr = terminalreporter

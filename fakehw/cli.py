@@ -102,8 +102,12 @@ def _describe_node(node: Node) -> list[str]:
                                              for g in node.gpus if g.c2c))
     if node.nics:
         rails = sorted({n.rail for n in node.nics if n.rail is not None})
-        lines.append(f"  NICs      {len(node.nics)} x {node.nics[0].sku.id} ({node.nics[0].name}.."
-                     f"{node.nics[-1].name}), MTU {node.nics[0].mtu}, rails {format_cpulist(rails) or '-'}")
+        skus = Counter(n.sku.id for n in node.nics)
+        layers = Counter("InfiniBand" if n.link_layer == "infiniband" else "Ethernet" for n in node.nics)
+        names = sorted((n.name for n in node.nics), key=lambda x: (len(x), x))
+        lines.append(f"  NICs      {', '.join(f'{c} x {k}' for k, c in skus.items())} "
+                     f"({', '.join(f'{c} {k}' for k, c in sorted(layers.items()))}; {names[0]} .. {names[-1]}), "
+                     f"rails {format_cpulist(rails) or '-'}")
     if node.cxl.memdevs:
         total = sum(m.ram_size + m.pmem_size for m in node.cxl.memdevs)
         lines.append(f"  CXL       {len(node.cxl.host_bridges)} host bridges, {len(node.cxl.switches)} switches, "

@@ -11,20 +11,20 @@ variable "TAG" {
 }
 
 variable "BASE_AMD64" {
-  default = "fakehw/base:trixie-amd64"
+  default = "fakehw/base:amd64"
 }
 
 variable "BASE_RISCV64" {
-  default = "fakehw/base:trixie-riscv64"
+  default = "fakehw/base:riscv64"
 }
 
 variable "BASE_ARM64" {
-  default = "fakehw/base:trixie-arm64"
+  default = "fakehw/base:arm64"
 }
 
 # The base of the build stages (fake NVML cross compilers, the wheel): the build machine's own architecture.
 variable "BUILD_BASE" {
-  default = "fakehw/base:trixie-amd64"
+  default = "fakehw/base:amd64"
 }
 
 variable "ONLINE_BASE" {
@@ -32,7 +32,7 @@ variable "ONLINE_BASE" {
 }
 
 variable "KIND_NODE_IMAGE" {
-  default = "kindest/node:v1.32.2"
+  default = "kindest/node:v1.37.0"
 }
 
 variable "KIND_TAG" {
@@ -43,7 +43,7 @@ group "default" {
   targets = ["node"]
 }
 
-# The node image from the offline debootstrap bases (fakehw/base:trixie-<arch>, made by `testbed images base`).
+# The node image from the offline debootstrap bases (fakehw/base:<arch>, made by `testbed images base`).
 target "node" {
   context    = "."
   dockerfile = "images/node/Dockerfile"

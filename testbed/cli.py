@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
+import shutil
 import sys
 import time
 from collections import Counter
@@ -16,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fakehw import __version__
 from fakehw.agent.client import AgentRequestError
 from fakehw.cli_common import EXIT_BAD_INPUT, CliError, run_cli
 from fakehw.model import ProfileError
@@ -25,7 +28,7 @@ from testbed.cluster import all_clusters, default_state_dir
 
 EPILOG = """\
 examples:
-  testbed up --profile dgx-h100                      stand up the default cluster (local backend)
+  testbed up                                         stand up dgx-h100 as cluster 'default' (local backend)
   testbed up --profile gb200-nvl72 --name rack        an NVL72 rack as cluster 'rack'
   testbed status --topology                          nodes, health and the topology matrix
   testbed exec dgx-h100-0 -- python -c 'import pynvml; pynvml.nvmlInit()'
@@ -61,6 +64,46 @@ def _attach(args: argparse.Namespace) -> Testbed:
     return Testbed.attach(args.name, _state_dir(args))
 
 
+NO_CLUSTER_NEEDED = frozenset({"up", "demo", "list", "host", "images"})
+"""Commands that do not act on an existing cluster (``up`` and ``demo`` make theirs: 'default', 'demo')."""
+
+
+def _cluster_name(args: argparse.Namespace) -> str:
+    """``--name`` if given; else the only cluster of the state directory; else 'default' if it is one of them."""
+    records = all_clusters(_state_dir(args))
+    names = [r.name for r in records]
+    if len(names) == 1:
+        return names[0]
+    if not names or "default" in names:
+        return "default"
+    raise CliError(f"{len(names)} clusters exist ({', '.join(names)}): say which with --name", EXIT_BAD_INPUT)
+
+
+def _resolving_name(command: str, func: Any) -> Any:
+    """``func`` with ``args.name`` filled in when ``--name`` was not given (see :func:`_cluster_name`)."""
+
+    def run(args: argparse.Namespace) -> int:
+        if getattr(args, "name", "") is None:
+            if command in NO_CLUSTER_NEEDED or (command == "down" and args.all):
+                args.name = "demo" if command == "demo" else "default"
+            else:
+                args.name = _cluster_name(args)
+        return int(func(args) or 0)
+
+    return run
+
+
+def _resolve_names(parser: argparse.ArgumentParser, command: str = "") -> None:
+    """Wrap the function of every (sub)command so a missing ``--name`` means the one cluster there is."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                _resolve_names(child, command or name)
+    func = parser.get_default("func")
+    if func is not None and command:
+        parser.set_defaults(func=_resolving_name(command, func))
+
+
 def _parse_params(items: Sequence[str]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for item in items:
@@ -77,11 +120,45 @@ def _parse_params(items: Sequence[str]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------- commands
 
 
+def _image_option(value: str | None) -> str | dict[str, str] | None:
+    """``--image TAG`` (every node) or ``--image amd64=TAG,riscv64=TAG`` (per architecture)."""
+    if value is None or "=" not in value:
+        return value
+    images: dict[str, str] = {}
+    for item in value.split(","):
+        arch, sep, tag = item.strip().partition("=")
+        if not sep or not arch or not tag:
+            raise CliError(f"--image: expected TAG or ARCH=TAG,ARCH=TAG, got {value!r}", EXIT_BAD_INPUT)
+        images[arch.removeprefix("linux/")] = tag
+    return images
+
+
+BACKEND_OPTIONS = {"gpus": ("docker",), "image": ("docker",), "kubeconfig": ("kubeconfig",),
+                   "node_image": ("kind", "kubeconfig"), "kind_image": ("kind",), "kind_path": ("kind",),
+                   "kubectl_path": ("kind", "kubeconfig")}
+"""``testbed up`` options and the backends that take them (others refuse them: a typo is not silently ignored)."""
+
+
+def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for key, backends in BACKEND_OPTIONS.items():
+        value = getattr(args, key, None)
+        if value is None:
+            continue
+        if args.backend not in backends:
+            raise CliError(f"--{key.replace('_', '-')} is for the {' and '.join(backends)} backend"
+                           f"{'s' if len(backends) > 1 else ''}, not {args.backend}", EXIT_BAD_INPUT)
+        options[key] = _image_option(value) if key == "image" else value
+    if args.backend == "kubeconfig" and "kubeconfig" not in options:
+        raise CliError("the kubeconfig backend needs --kubeconfig FILE (the cluster to put the fake nodes on)",
+                       EXIT_BAD_INPUT)
+    return options
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     start = time.monotonic()
     print(f"starting cluster {args.name!r}: profile {args.profile} on the {args.backend} backend ...", file=sys.stderr)
-    options = {k: v for k, v in (("gpus", getattr(args, "gpus", None)), ("image", getattr(args, "image", None)))
-               if v is not None}
+    options = _backend_options(args)
     tb = Testbed.up(args.profile, nodes=args.nodes, backend=args.backend, name=args.name,
                     state_dir=_state_dir(args), progress=_start_reporter(start), **options)
     print(f"cluster {tb.name} is up: {len(tb.record.nodes)} node(s) in {time.monotonic() - start:.1f} s "
@@ -171,6 +248,9 @@ def cmd_heal(args: argparse.Namespace) -> int:
     healed = tb.heal(args.fault_id, node=args.node, device=args.device, kind=args.kind)
     for f in healed:
         print(f"healed {f['id']}: {f['kind']} on {f['node']}/{f['device']}")
+    if not healed and args.fault_id:
+        raise CliError(f"cluster {tb.name} has no active fault {args.fault_id} ('testbed faults' lists them)",
+                       EXIT_BAD_INPUT)
     if not healed:
         print("nothing matched; no fault healed")
     return 0
@@ -214,8 +294,24 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not command:
         raise CliError("nothing to run: testbed exec NODE -- COMMAND [ARGS...]", EXIT_BAD_INPUT)
     tb = _attach(args)
-    result = tb.exec(args.node, command, capture=False, timeout=None)
+    env: dict[str, str] | None = None
+    if tb.record.backend == "local":
+        env, command = local_exec(command)
+    result = tb.exec(args.node, command, env=env, capture=False, timeout=None)
     return result.returncode
+
+
+def local_exec(command: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The environment and command line of ``testbed exec`` on a local-backend node.
+
+    The project's own environment comes first on PATH, so ``python`` there is the one with fakehw and pynvml
+    whether or not a venv is active. ``nvidia-smi``, when this machine has none, is the real one run against the
+    node's fake NVML (``python -m fakehw.nvml smi``), which says how to fetch it when it is not there."""
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.pathsep.join([bin_dir, os.environ.get("PATH", os.defpath)])
+    if command[0] == "nvidia-smi" and shutil.which("nvidia-smi", path=path) is None:
+        command = [sys.executable, "-m", "fakehw.nvml", "smi", "--", *command[1:]]
+    return {"PATH": path}, command
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -268,9 +364,9 @@ def cmd_restart_agent(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The embedded default job: stand up a profile, show its topology and health, exercise a fault, tear down."""
-    name = args.name if args.name != "default" else "demo"
-    args.name = name
-    tb = Testbed.up(args.profile, nodes=args.nodes, backend=args.backend, name=name, state_dir=_state_dir(args))
+    name = args.name
+    tb = Testbed.up(args.profile, nodes=args.nodes, backend=args.backend, name=name, state_dir=_state_dir(args),
+                    **_backend_options(args))
     try:
         print(f"== {args.profile} on the {args.backend} backend: {len(tb.record.nodes)} node(s)\n")
         args.topology, args.json, args.all_nodes = True, False, False
@@ -295,7 +391,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--name", default="default", help="cluster name (default: default)")
+    common.add_argument("--name", default=None,
+                        help="cluster name (default: the only cluster there is, else 'default'; 'up' names its "
+                             "cluster 'default')")
     common.add_argument("--state-dir", metavar="DIR",
                         help="where clusters live (default: $FAKEHW_STATE_DIR or /tmp/fakehw-<uid>)")
 
@@ -306,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"testbed {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log debug messages")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
@@ -315,18 +414,29 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    for name, func, helptext in (("up", cmd_up, "stand up a cluster"),
+    for name, func, helptext in (("up", cmd_up, "stand up a cluster (default: dgx-h100 on the local backend)"),
                                  ("demo", cmd_demo, "up, show topology and health, inject and heal a fault, down")):
         p = add(name, helptext, func)
-        p.add_argument("--profile", required=name == "up", default="dgx-h100",
-                       help="built-in profile or YAML file" + (" (default: dgx-h100)" if name == "demo" else ""))
+        p.add_argument("--profile", default="dgx-h100", help="built-in profile or YAML file (default: dgx-h100)")
         p.add_argument("--nodes", type=int, metavar="N", help="node count (single-group profiles)")
         p.add_argument("--backend", default="local", choices=BACKENDS,
                        help="where the nodes run: local (node directories and one agent on this machine), docker "
                             "(a container per node), kind (a local Kubernetes cluster) or kubeconfig (an existing "
                             "cluster) (default: local)")
         p.add_argument("--gpus", help="docker backend: GPUs each node container gets (all, none, gpu2,gpu5 or 2,5)")
-        p.add_argument("--image", help="docker backend: node image to run (default: built from this checkout)")
+        p.add_argument("--image", metavar="TAG|ARCH=TAG,...",
+                       help="docker backend: node image to run, one for every node or one per architecture "
+                            "(amd64=fakehw/node:amd64,riscv64=...) (default: built from this checkout)")
+        p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig backend: the cluster to put the nodes on")
+        p.add_argument("--node-image", metavar="IMAGE",
+                       help="kind and kubeconfig backends: the node image the cluster runs (the kubeconfig backend's "
+                            "cluster must be able to pull it; default: fakehw/node:amd64)")
+        p.add_argument("--kind-image", metavar="IMAGE",
+                       help="kind backend: the kind node image (default: fakehw/kind-node, built from "
+                            "images/kind-node where a registry is reachable)")
+        p.add_argument("--kind-path", metavar="PATH", help="kind backend: the kind binary (default: on PATH)")
+        p.add_argument("--kubectl-path", metavar="PATH",
+                       help="kind and kubeconfig backends: the kubectl binary (default: on PATH)")
 
     p = add("status", "nodes, health, and optionally the topology", cmd_status)
     p.add_argument("--topology", action="store_true", help="print the topology matrix of each node type")
@@ -366,7 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("exec", "run a command that sees NODE's fake hardware: exec NODE -- CMD", cmd_exec)
     p.add_argument("node", help="node whose fake hardware the command sees")
     p.add_argument("command", nargs=argparse.REMAINDER,
-                   help="the command and its arguments, after '--'; testbed exits with its exit code")
+                   help="the command and its arguments, after '--'; testbed exits with its exit code. Local "
+                        "backend: 'python' is this project's (fakehw, pynvml), and 'nvidia-smi' is the real one "
+                        "against the node's fake NVML (tools/fetch-real-nvidia.sh fetches it; make run does)")
 
     p = add("env", "print the environment of NODE as shell exports", cmd_env)
     p.add_argument("node", help="node name; eval the output to run tools against its fake hardware")
@@ -395,6 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
     from testbed.fabric_cli import register as register_fabric_commands
 
     register_fabric_commands(sub, common)
+    _resolve_names(parser)
     return parser
 
 

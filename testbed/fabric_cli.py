@@ -5,7 +5,8 @@ container see ``enp24s0np0`` and friends cabled to the fabric's switches; on the
 a namespace per node. The fabric's state lives in the cluster directory (``<cluster>/fabric``) and goes away
 with ``testbed fabric down`` (``testbed down`` of the cluster does not tear it down for you: down it first).
 
-    testbed fabric up dgx-h100-rail --name rails      # after: testbed up --backend docker --profile dgx-h100 --nodes 4
+    testbed up --backend docker --profile dgx-h100-roce --nodes 4
+    testbed fabric up dgx-h100-rail --name rails
     testbed fabric probe --name rails
     testbed fabric down --name rails
 """

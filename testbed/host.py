@@ -155,6 +155,13 @@ def debian_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
     return "http://deb.debian.org/debian"
 
 
+def trixie_apt_options() -> list[str]:
+    """apt-get options that use the separate trixie sources list (and lists) setup writes on Debian 12, leaving
+    the machine's own apt configuration alone."""
+    return [f"-o Dir::Etc::SourceList={APT_DIR}/trixie.list", "-o Dir::Etc::SourceParts=/dev/null",
+            f"-o Dir::State::Lists={APT_DIR}/lists"]
+
+
 def engine_info() -> dict[str, object] | None:
     """``docker info`` as a dict, or None when no engine answers."""
     out = _run(["docker", "info", "--format", "{{json .}}"], timeout=20)
@@ -239,11 +246,14 @@ class HostSetup:
                 "(https://docs.docker.com/engine/install/)",)
 
     def _trixie_line(self) -> str:
-        return (f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {debian_mirror()} trixie main")
+        """The trixie source of the Docker packages: the first of ``FAKEHW_DEBIAN_MIRRORS`` (the mirror setting
+        the base images use too) if set, else this machine's own mirror."""
+        chosen = os.environ.get("FAKEHW_DEBIAN_MIRRORS", "").replace(",", " ").split()
+        mirror = chosen[0].rstrip("/") if chosen else debian_mirror()
+        return f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror} trixie main"
 
     def _trixie_apt_options(self) -> list[str]:
-        return [f"-o Dir::Etc::SourceList={APT_DIR}/trixie.list", "-o Dir::Etc::SourceParts=/dev/null",
-                f"-o Dir::State::Lists={APT_DIR}/lists"]
+        return trixie_apt_options()
 
     def _packages(self, report: HostReport) -> None:
         dockerd = installed_version("docker.io") or installed_version("docker-ce")

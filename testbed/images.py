@@ -1,33 +1,47 @@
-"""Node images: offline base images (debootstrap) and the multi-arch node image (docker buildx).
+"""Node images: offline base images (debootstrap) and the node image of each architecture (docker buildx).
 
 No registry is reachable on the machines this project runs on, so nothing can be pulled, not even
 ``debian:trixie-slim``. Base images are therefore made locally: ``debootstrap --variant=minbase`` of Debian
-trixie for each architecture (riscv64 runs its package scripts under QEMU user mode), imported with
+for each architecture (riscv64 runs its package scripts under QEMU user mode), imported with
 ``docker import --platform``. Online (GitHub Actions) the node Dockerfile takes ``debian:trixie-slim`` through a
 build argument instead and installs the same packages with apt.
 
+Mirrors fail (one served trixie's riscv64 index with a size its InRelease disagreed with, for hours). Before
+debootstrap runs, the suite's index is checked (:mod:`testbed.archive`); an inconsistent one is skipped for the
+next suite or mirror of :class:`BaseSources` (``images/base/sources.toml``, ``FAKEHW_DEBIAN_SUITES``,
+``FAKEHW_DEBIAN_MIRRORS``), and when none works the error says which mirror served what, in a few lines
+(:class:`MirrorError`), with debootstrap's own log left in a file.
+
+Each architecture's node image is built on its own (``fakehw/node:<arch>-<key>``), so an amd64 node never waits
+for riscv64 (minutes under QEMU) nor fails because riscv64's mirror is broken.
+
 Everything is cached by content. A base image's tag carries a hash of what went into it (suite, architecture,
-package list, recipe version); the node image's tag carries a hash of its whole build context (Dockerfile,
-package list, the project's sources) and of the base images it was built on. A second run finds the tags and
-returns at once; nothing is rebuilt unless its inputs changed.
+package list, recipe version); a cached base of any configured suite is used without asking a mirror. A node
+image's tag carries a hash of its whole build context (Dockerfile, package list, the project's sources) and of the
+base images it was built on. A second run finds the tags and returns at once. Builds of the same image by several
+processes (pytest workers, a conformance run beside them) are serialised by a lock file: the second finds the
+first's image instead of building it again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+import tomllib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.archive import DebianSource, IndexCheck, Opener, first_consistent
 from testbed.host import NATIVE_ARCH, binfmt_entry, debian_mirror
 
 SUPPORTED_ARCHES = ("amd64", "riscv64", "arm64")
@@ -35,16 +49,22 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGES_DIR = REPO_ROOT / "images"
 PACKAGES_FILE = IMAGES_DIR / "base" / "packages.txt"
 BUILD_PACKAGES_FILE = IMAGES_DIR / "base" / "build-packages.txt"
+SOURCES_FILE = IMAGES_DIR / "base" / "sources.toml"
 WHEELS_DIR = IMAGES_DIR / "node" / "wheels"
 NVIDIA_ML_PY = "nvidia-ml-py==12.535.161"
 """The pynvml the node image gets; the same pin as the test extra of pyproject.toml."""
 NODE_DOCKERFILE = IMAGES_DIR / "node" / "Dockerfile"
-BASE_SUITE = "trixie"
+DEFAULT_SUITES = ("trixie", "forky", "sid")
+"""Used when images/base/sources.toml names none: trixie (stable), then testing and unstable (same packages,
+newer), which have riscv64 as an official architecture too."""
+FALLBACK_MIRROR = "http://deb.debian.org/debian"
 BASE_REPO = "fakehw/base"
 NODE_REPO = "fakehw/node"
 ONLINE_BASE = "debian:trixie-slim"
 BASE_RECIPE = "2"
 """Bump when the way base images are made changes (not their package list: that is hashed)."""
+NODE_RECIPE = "2"
+"""Bump when the way node images are built changes (2: one image per architecture)."""
 NODE_CONTEXT = ("pyproject.toml", "README.md", "setup.py", "fakehw", "testbed", "conformance", "images/base",
                 "images/node")
 """What the node image's build context holds (mirrors images/node/Dockerfile.dockerignore)."""
@@ -53,8 +73,18 @@ SKIP_PARTS = {"__pycache__", "_lib", ".mypy_cache", ".pytest_cache", ".ruff_cach
 SKIP_SUFFIXES = (".pyc", ".so", ".o")
 LABEL_KEY = "org.fakehw.content-key"
 KEEP_NODE_IMAGES = 2
-"""Node images of earlier contents kept besides the current one (another checkout may be using them)."""
+"""Node images of earlier contents kept per architecture besides the current one (another checkout may use them)."""
 PLATFORMS_LABEL = "org.fakehw.platforms"
+SUITE_LABEL = "org.fakehw.suite"
+MIRROR_FAULT = re.compile(r"Couldn't download|was corrupt|Invalid Release|Failed getting release|"
+                          r"Release signed by unknown key|from mirror$")
+"""debootstrap errors that mean the mirror served something wrong or nothing (COULDNTDL, COULDNTDLPKGS,
+CORRUPTFILE, NOGETREL, NOGETRELSIG, INVALIDREL, MISSINGRELENTRY, BADRELSIG, UNKNOWNRELSIG, WRONGSUITE), not the
+project's fault (LEFTOVERDEBS: a package the list names does not exist)."""
+
+
+MIRROR_FAULT_MESSAGE = "the mirror's fault, not this project's"
+"""Words every :class:`MirrorError` carries (a test seeing them in a child's output knows who is at fault)."""
 
 
 class ImageError(Exception):
@@ -62,7 +92,18 @@ class ImageError(Exception):
 
 
 class ImageInputError(ImageError):
-    """An unknown platform or a bad image reference."""
+    """An unknown platform, a bad image reference or a bad sources setting."""
+
+
+class MirrorError(ImageError):
+    """No configured Debian source served a consistent suite for an architecture: the mirror's fault, not ours.
+
+    Tests that need the image skip on this (with its message); everything else about a build failing fails them."""
+
+    def __init__(self, arch: str, message: str, checks: tuple[IndexCheck, ...] = ()) -> None:
+        super().__init__(message)
+        self.arch = arch
+        self.checks = checks
 
 
 def online_by_default() -> bool:
@@ -102,6 +143,72 @@ def base_packages(path: Path = PACKAGES_FILE) -> tuple[str, ...]:
 # depend on through a virtual name (python3-grpcio needs libre2-11-absl20240722, provided by libre2-11).
 DEBOOTSTRAP_EXTRA = ("libre2-11",)
 
+_SUITE_NAME = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
+_MIRROR_URL = re.compile(r"^(?:https?|file)://\S+$")
+
+
+def _split(value: str) -> list[str]:
+    return [item for item in re.split(r"[\s,]+", value) if item]
+
+
+@dataclass(frozen=True)
+class BaseSources:
+    """Where base images come from: suites in order of preference, the mirrors tried for each, and the keyring
+    their InRelease is checked against (debootstrap's default, the Debian archive keyring, when None).
+
+    The setting is ``images/base/sources.toml`` (kept with the package lists). ``testbed images --suite/--mirror``,
+    else ``FAKEHW_DEBIAN_SUITES`` / ``FAKEHW_DEBIAN_MIRRORS`` (comma- or space-separated), replace its lists; with
+    no mirror set anywhere, this machine's own apt mirror and then deb.debian.org are tried."""
+
+    suites: tuple[str, ...]
+    mirrors: tuple[str, ...]
+    keyring: str | None = None
+
+    @classmethod
+    def load(cls, path: Path = SOURCES_FILE, environ: Mapping[str, str] | None = None,
+             suites: Iterable[str] = (), mirrors: Iterable[str] = ()) -> BaseSources:
+        env = os.environ if environ is None else environ
+        file_suites, file_mirrors, keyring = _read_sources_setting(path)
+        chosen_suites = list(suites) or _split(env.get("FAKEHW_DEBIAN_SUITES", "")) or file_suites \
+            or list(DEFAULT_SUITES)
+        chosen_mirrors = list(mirrors) or _split(env.get("FAKEHW_DEBIAN_MIRRORS", "")) or file_mirrors \
+            or [debian_mirror(), FALLBACK_MIRROR]
+        for suite in chosen_suites:
+            if not _SUITE_NAME.match(suite):
+                raise ImageInputError(f"suite {suite!r}: not a Debian suite name (e.g. trixie, forky, sid)")
+        for mirror in chosen_mirrors:
+            if not _MIRROR_URL.match(mirror):
+                raise ImageInputError(f"mirror {mirror!r}: expected an http://, https:// or file:// URL of a "
+                                      "Debian archive (e.g. http://deb.debian.org/debian)")
+        if keyring is not None and not Path(keyring).is_file():
+            raise ImageInputError(f"{path}: keyring {keyring}: no such file")
+        return cls(tuple(dict.fromkeys(chosen_suites)), tuple(dict.fromkeys(m.rstrip("/") for m in chosen_mirrors)),
+                   keyring)
+
+    def candidates(self) -> list[DebianSource]:
+        """Every (suite, mirror) in the order tried: the preferred suite on every mirror before the next suite."""
+        return [DebianSource(mirror, suite) for suite in self.suites for mirror in self.mirrors]
+
+
+def _read_sources_setting(path: Path) -> tuple[list[str], list[str], str | None]:
+    """(suites, mirrors, keyring) of images/base/sources.toml; a bad file is a bad-input error naming it."""
+    try:
+        setting = tomllib.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ImageInputError(f"{path}: not a readable TOML file ({exc})") from None
+    unknown = set(setting) - {"suites", "mirrors", "keyring"}
+    if unknown:
+        raise ImageInputError(f"{path}: unknown setting {', '.join(sorted(unknown))} (known: suites, mirrors, "
+                              "keyring)")
+    for key in ("suites", "mirrors"):
+        value = setting.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ImageInputError(f"{path}: {key} must be a list of strings, got {value!r}")
+    keyring = setting.get("keyring")
+    if keyring is not None and not isinstance(keyring, str):
+        raise ImageInputError(f"{path}: keyring must be a file name, got {keyring!r}")
+    return list(setting.get("suites", [])), list(setting.get("mirrors", [])), keyring
+
 
 @dataclass(frozen=True)
 class ImageRef:
@@ -112,6 +219,8 @@ class ImageRef:
     how: str
     """'cached' (found, nothing done), 'built in 73.1 s', 'imported ...'."""
     seconds: float = 0.0
+    suite: str = ""
+    """The Debian suite a base image (or the base of a node image) holds; '' when not known (online builds)."""
 
 
 def _digest(parts: Iterable[bytes]) -> str:
@@ -169,16 +278,24 @@ def image_platforms(tag: str) -> set[str] | None:
     return {a for a in listed.split(",") if a} or {arch}
 
 
+def _check_arch(arch: str) -> None:
+    if arch not in SUPPORTED_ARCHES:
+        raise ImageInputError(f"unknown architecture {arch!r} (supported: {', '.join(SUPPORTED_ARCHES)})")
+
+
 @dataclass
 class ImageBuilder:
-    """Makes base images and the node image. ``online`` uses debian:trixie-slim from a registry."""
+    """Makes base images and node images. ``online`` uses debian:trixie-slim from a registry."""
 
     online: bool = field(default_factory=lambda: online_by_default())
     progress: str = "auto"
     """buildx --progress value; 'quiet' also silences debootstrap."""
     log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
-    mirror: str | None = None
+    sources: BaseSources | None = None
+    """Where base images come from (default: :meth:`BaseSources.load`, read when first needed)."""
     work_dir: Path = field(default_factory=lambda: Path(os.environ.get("FAKEHW_IMAGE_WORK", "/var/tmp")))
+    opener: Opener | None = None
+    """How mirror indexes are fetched (tests serve their own); None: urllib."""
 
     # ------------------------------------------------------------------------------------------ base
 
@@ -191,44 +308,87 @@ class ImageBuilder:
             names += [p for p in base_packages(BUILD_PACKAGES_FILE) if p not in own]
         return names
 
-    def base_key(self, arch: str) -> str:
-        spec = {"suite": BASE_SUITE, "arch": arch, "packages": self.packages(arch), "recipe": BASE_RECIPE}
+    def base_sources(self) -> BaseSources:
+        if self.sources is None:
+            self.sources = BaseSources.load()
+        return self.sources
+
+    def base_key(self, arch: str, suite: str) -> str:
+        spec = {"suite": suite, "arch": arch, "packages": self.packages(arch), "recipe": BASE_RECIPE}
         return _digest([json.dumps(spec, sort_keys=True).encode()])
 
-    def base_tag(self, arch: str) -> str:
-        return f"{BASE_REPO}:{BASE_SUITE}-{arch}-{self.base_key(arch)[:12]}"
+    def base_tag(self, arch: str, suite: str) -> str:
+        return f"{BASE_REPO}:{suite}-{arch}-{self.base_key(arch, suite)[:12]}"
+
+    def cached_base(self, arch: str) -> ImageRef | None:
+        """A base image of ``arch`` already in the store, for the most preferred configured suite that has one."""
+        for suite in self.base_sources().suites:
+            tag = self.base_tag(arch, suite)
+            if image_platforms(tag) is not None:
+                return ImageRef(tag, self.base_key(arch, suite), "cached", suite=suite)
+        return None
 
     def base_image(self, arch: str, rebuild: bool = False) -> ImageRef:
-        """The offline base image for ``arch``: found by its content tag, else debootstrapped and imported."""
-        if arch not in SUPPORTED_ARCHES:
-            raise ImageInputError(f"unknown architecture {arch!r} (supported: {', '.join(SUPPORTED_ARCHES)})")
-        key = self.base_key(arch)
-        tag = self.base_tag(arch)
-        alias = f"{BASE_REPO}:{BASE_SUITE}-{arch}"
-        if not rebuild and image_platforms(tag) is not None:
-            self._tag(tag, alias)
-            return ImageRef(tag, key, "cached")
+        """The offline base image for ``arch``: a cached one of any configured suite, else debootstrapped from the
+        first suite and mirror whose index is consistent (:class:`MirrorError` when none is)."""
+        _check_arch(arch)
+        found = None if rebuild else self.cached_base(arch)
+        if found is None:
+            with self._lock(f"base-{arch}"):
+                found = None if rebuild else self.cached_base(arch)  # another process may have made it meanwhile
+                if found is None:
+                    found = self._make_base(arch)
+        self._tag(found.tag, f"{BASE_REPO}:{arch}")
+        self._tag(found.tag, f"{BASE_REPO}:{found.suite}-{arch}")
+        return found
+
+    def _make_base(self, arch: str) -> ImageRef:
         if os.geteuid() != 0:
             raise ImageError(f"making the {arch} base image needs root (debootstrap); run 'sudo .venv/bin/testbed "
                              "images base' once, or build online with --online")
         if shutil.which("debootstrap") is None:
             raise ImageError("debootstrap is not installed; run 'testbed host setup' (as root)")
+        self._check_emulation(arch)
         start = time.monotonic()
-        with self._scratch(f"base-{arch}-") as root:
-            self._debootstrap(arch, root)
-            self._import(arch, root, tag, key)
-        self._tag(tag, alias)
-        self.prune(BASE_REPO, keep={tag.split(":", 1)[1], alias.split(":", 1)[1]}, prefix=f"{BASE_SUITE}-{arch}-")
-        seconds = time.monotonic() - start
-        return ImageRef(tag, key, f"debootstrapped and imported in {seconds:.1f} s", seconds)
+        checks: list[IndexCheck] = []
+        remaining = self.base_sources().candidates()
+        while remaining:
+            source, tried = self.choose_source(arch, remaining)
+            checks += tried
+            if source is None:
+                break
+            remaining = remaining[remaining.index(source) + 1:]
+            tag = self.base_tag(arch, source.suite)
+            key = self.base_key(arch, source.suite)
+            with self._scratch(f"base-{arch}-") as root:
+                fault = self._debootstrap(arch, root, source)
+                if fault is not None:
+                    checks.append(IndexCheck(source, arch, fault, 0.0))
+                    continue
+                self._import(arch, root, tag, key, source.suite)
+            self.prune(BASE_REPO, keep={tag.split(":", 1)[1]}, prefix=f"{source.suite}-{arch}-")
+            seconds = time.monotonic() - start
+            return ImageRef(tag, key, f"debootstrapped {source} and imported in {seconds:.1f} s", seconds,
+                            source.suite)
+        raise MirrorError(arch, _mirror_message(arch, checks), tuple(checks))
+
+    def choose_source(self, arch: str, candidates: list[DebianSource] | None = None
+                      ) -> tuple[DebianSource | None, list[IndexCheck]]:
+        """The first of ``candidates`` (default: every configured source) whose index of ``arch`` is consistent,
+        and the checks made to find it (each skipped source is logged in one line)."""
+        todo = self.base_sources().candidates() if candidates is None else candidates
+        return first_consistent(todo, arch, log=self.log, opener=self.opener)
+
+    def _check_emulation(self, arch: str) -> None:
+        if arch != NATIVE_ARCH:
+            entry = binfmt_entry(arch)
+            if entry is None or entry.get("enabled") != "enabled":
+                raise ImageError(f"{arch} binaries cannot run here (no QEMU binfmt entry); run 'testbed host "
+                                 "setup' (as root)")
 
     def base_images(self, arches: Iterable[str]) -> dict[str, ImageRef]:
-        """Base images for ``arches``, the missing ones made at the same time (debootstrap under QEMU is mostly
-        waiting on one core; a native one fits beside it)."""
-        wanted = list(dict.fromkeys(arches))
-        with ThreadPoolExecutor(max_workers=len(wanted) or 1) as pool:
-            futures = {arch: pool.submit(self.base_image, arch) for arch in wanted}
-            return {arch: future.result() for arch, future in futures.items()}
+        """Base images for ``arches``, one after the other (each architecture's are independent)."""
+        return {arch: self.base_image(arch) for arch in dict.fromkeys(arches)}
 
     @contextlib.contextmanager
     def _scratch(self, prefix: str) -> Iterator[Path]:
@@ -240,20 +400,44 @@ class ImageBuilder:
             _unmount_below(path)
             shutil.rmtree(path, ignore_errors=True)
 
-    def _debootstrap(self, arch: str, root: Path) -> None:
-        if arch != NATIVE_ARCH:
-            entry = binfmt_entry(arch)
-            if entry is None or entry.get("enabled") != "enabled":
-                raise ImageError(f"{arch} binaries cannot run here (no QEMU binfmt entry); run 'testbed host "
-                                 "setup' (as root)")
-        mirror = self.mirror or debian_mirror()
+    @contextlib.contextmanager
+    def _lock(self, name: str) -> Iterator[None]:
+        """Hold ``<work_dir>/fakehw-<name>.lock`` (one process builds an image; the others then find it)."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.work_dir / f"fakehw-{name}.lock", "a") as handle:
+            if not _try_lock(handle.fileno()):
+                self.log(f"images: waiting for another process building {name} ({self.work_dir}/fakehw-{name}.lock)")
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def debootstrap_log(self, arch: str) -> Path:
+        """Where the last debootstrap for ``arch`` left its whole output."""
+        return self.work_dir / f"fakehw-debootstrap-{arch}.log"
+
+    def _debootstrap(self, arch: str, root: Path, source: DebianSource) -> str | None:
+        """Debootstrap ``source`` into ``root``. None when it worked; the mirror's fault in one line when the
+        mirror served something wrong (the caller tries the next source); :class:`ImageError` otherwise."""
         include = ",".join(self.packages(arch))
-        argv = ["debootstrap", "--variant=minbase", f"--arch={arch}", f"--include={include}", BASE_SUITE,
-                str(root), mirror]
+        keyring = self.base_sources().keyring
+        argv = ["debootstrap", "--variant=minbase", f"--arch={arch}", f"--include={include}",
+                *([f"--keyring={keyring}"] if keyring else []), source.suite, str(root), source.mirror]
         slow = " (minutes: package scripts run under QEMU)" if arch != NATIVE_ARCH else ""
-        self.log(f"images: debootstrap {BASE_SUITE} for {arch} from {mirror}{slow}")
-        _stream(argv, self.log if self.progress != "quiet" else None, f"debootstrap ({arch})",
-                tail_file=root / "debootstrap" / "debootstrap.log")
+        self.log(f"images: debootstrap {source.suite} for {arch} from {source.mirror}{slow}")
+        log_path = self.debootstrap_log(arch)
+        code, errors = _run_logged(argv, log_path, self.log if self.progress != "quiet" else None)
+        if code != 0:
+            inner = root / "debootstrap" / "debootstrap.log"
+            if inner.is_file():
+                with log_path.open("a") as out:
+                    out.write("\n--- debootstrap/debootstrap.log ---\n" + inner.read_text(errors="replace"))
+            first = errors[0] if errors else f"exit {code}"
+            if any(MIRROR_FAULT.search(line) for line in errors):
+                return f"debootstrap: {first.removeprefix('E: ')} (log: {log_path})"
+            raise ImageError(f"debootstrap of {source} for {arch} failed: {first.removeprefix('E: ')} "
+                             f"(whole log: {log_path})")
         # What a container never needs: downloaded .debs, package lists (apt update refetches them), manual
         # pages, translations and documentation other than the copyright files.
         for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
@@ -265,11 +449,12 @@ class ImageBuilder:
         for item in (root / "usr/share/doc").rglob("*"):
             if item.is_file() and item.name != "copyright":
                 item.unlink()
+        return None
 
-    def _import(self, arch: str, root: Path, tag: str, key: str) -> None:
+    def _import(self, arch: str, root: Path, tag: str, key: str, suite: str) -> None:
         self.log(f"images: importing {root} as {tag} (linux/{arch})")
         changes = ["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8",
-                   'CMD ["/bin/bash"]', f"LABEL {LABEL_KEY}={key}"]
+                   'CMD ["/bin/bash"]', f"LABEL {LABEL_KEY}={key}", f"LABEL {SUITE_LABEL}={suite}"]
         argv = ["docker", "import", "--platform", f"linux/{arch}"]
         for change in changes:
             argv += ["--change", change]
@@ -302,42 +487,53 @@ class ImageBuilder:
             self.log(f"images: could not download {NVIDIA_ML_PY} ({out.stderr.strip().splitlines()[-1:]}); the "
                      "build will ask the index")
 
-    def node_key(self) -> str:
-        """Hash of the build context and of the recipe of every base image (not of which platforms are in it)."""
-        bases = [ONLINE_BASE] if self.online else [self.base_key(a) for a in SUPPORTED_ARCHES]
-        return _digest([context_key().encode(), *(b.encode() for b in bases)])
-
-    def node_tag(self) -> str:
-        return f"{NODE_REPO}:{self.node_key()[:12]}"
-
-    def node_image(self, platforms: tuple[str, ...] = ("amd64", "riscv64"), rebuild: bool = False) -> ImageRef:
-        """The node image holding (at least) ``platforms`` under one multi-platform tag named by its content.
-
-        Found: returned at once. Otherwise built with buildx, for ``platforms`` plus whatever platforms the tag
-        already had (the new image replaces the tag; BuildKit's cache makes those platforms cheap)."""
-        for arch in platforms:
-            if arch not in SUPPORTED_ARCHES:
-                raise ImageInputError(f"unknown architecture {arch!r} (supported: {', '.join(SUPPORTED_ARCHES)})")
-        key = self.node_key()
-        tag = self.node_tag()
-        have = image_platforms(tag)
-        if not rebuild and have is not None and set(platforms) <= have:
-            return ImageRef(tag, key, "cached")
-        platforms = tuple(a for a in SUPPORTED_ARCHES if a in set(platforms) | (have or set()))
-        build_args: dict[str, str] = {}
+    def node_bases(self, arch: str) -> dict[str, ImageRef]:
+        """The base images the node image of ``arch`` is built from: its own, and the build machine's (the
+        build stages), found or made. Online: none (debian:trixie-slim)."""
         if self.online:
-            for arch in (*platforms, NATIVE_ARCH):
-                build_args[f"BASE_{arch.upper()}"] = ONLINE_BASE
-            build_args["BUILD_BASE"] = ONLINE_BASE
-        else:
-            for arch, ref in self.base_images((*platforms, NATIVE_ARCH)).items():
-                build_args[f"BASE_{arch.upper()}"] = ref.tag
-            build_args["BUILD_BASE"] = build_args[f"BASE_{NATIVE_ARCH.upper()}"]
+            return {}
+        return self.base_images(dict.fromkeys((arch, NATIVE_ARCH)))
+
+    def node_key(self, arch: str, bases: Mapping[str, ImageRef]) -> str:
+        """Hash of the build context, the architecture and the base images it is built on."""
+        used = [ONLINE_BASE] if self.online else [f"{a}={ref.key}" for a, ref in sorted(bases.items())]
+        return _digest([context_key().encode(), arch.encode(), NODE_RECIPE.encode(), *(b.encode() for b in used)])
+
+    def node_image(self, arch: str, rebuild: bool = False) -> ImageRef:
+        """The node image of ``arch`` (``fakehw/node:<arch>-<key>``): found by its content tag, else built.
+
+        Only ``arch``'s base and the build machine's are needed: amd64 never waits for, nor fails with, riscv64."""
+        _check_arch(arch)
+        bases = self.node_bases(arch)
+        key = self.node_key(arch, bases)
+        tag = f"{NODE_REPO}:{arch}-{key[:12]}"
+        suite = bases[arch].suite if arch in bases else ""
+        if not rebuild and image_platforms(tag) is not None:
+            self._tag(tag, f"{NODE_REPO}:{arch}")
+            return ImageRef(tag, key, "cached", suite=suite)
+        with self._lock(f"node-{arch}"):
+            if not rebuild and image_platforms(tag) is not None:
+                return ImageRef(tag, key, "cached (built by another process)", suite=suite)
+            seconds = self._buildx(arch, bases, tag, key)
+        self._tag(tag, f"{NODE_REPO}:{arch}")
+        self.prune(NODE_REPO, keep={tag.split(":", 1)[1], arch}, newest=KEEP_NODE_IMAGES, prefix=f"{arch}-")
+        return ImageRef(tag, key, f"built in {seconds:.1f} s", seconds, suite)
+
+    def node_images(self, arches: Iterable[str], rebuild: bool = False) -> dict[str, ImageRef]:
+        """Node images of ``arches`` (each on its own; the first failure is raised)."""
+        return {arch: self.node_image(arch, rebuild) for arch in dict.fromkeys(arches)}
+
+    def _buildx(self, arch: str, bases: Mapping[str, ImageRef], tag: str, key: str) -> float:
+        build_args: dict[str, str] = {}
+        build_base = ONLINE_BASE if self.online else bases[NATIVE_ARCH].tag
+        for other in SUPPORTED_ARCHES:  # stages of other architectures are never built; any local image will do
+            build_args[f"BASE_{other.upper()}"] = ONLINE_BASE if self.online else bases.get(other, bases[
+                NATIVE_ARCH]).tag
+        build_args["BUILD_BASE"] = build_base
         self.fetch_wheels()
         start = time.monotonic()
-        argv = ["docker", "buildx", "build", "--platform", ",".join(f"linux/{a}" for a in platforms),
-                "--file", str(NODE_DOCKERFILE), "--tag", tag, "--label", f"{LABEL_KEY}={key}",
-                "--label", f"{PLATFORMS_LABEL}={','.join(platforms)}", "--load",
+        argv = ["docker", "buildx", "build", "--platform", f"linux/{arch}", "--file", str(NODE_DOCKERFILE),
+                "--tag", tag, "--label", f"{LABEL_KEY}={key}", "--label", f"{PLATFORMS_LABEL}={arch}", "--load",
                 f"--progress={'plain' if self.progress == 'quiet' else self.progress}"]
         for name, value in build_args.items():
             argv += ["--build-arg", f"{name}={value}"]
@@ -346,12 +542,9 @@ class ImageBuilder:
             # wheel of nvidia-ml-py is in the context), so a build that works here works without one.
             argv += ["--network", "none"]
         argv.append(str(REPO_ROOT))
-        self.log(f"images: building {tag} for {', '.join(platforms)} (docker buildx)")
-        _stream(argv, self.log if self.progress != "quiet" else None, "docker buildx build")
-        seconds = time.monotonic() - start
-        self._tag(tag, f"{NODE_REPO}:latest")
-        self.prune(NODE_REPO, keep={tag.split(":", 1)[1], "latest"}, newest=KEEP_NODE_IMAGES)
-        return ImageRef(tag, key, f"built for {', '.join(platforms)} in {seconds:.1f} s", seconds)
+        self.log(f"images: building {tag} for linux/{arch} (docker buildx)")
+        _stream(argv, self.log if self.progress != "quiet" else None, f"docker buildx build ({arch})")
+        return time.monotonic() - start
 
     def prune(self, repo: str, keep: set[str], newest: int = 0, prefix: str = "") -> list[str]:
         """Remove tags of ``repo`` (starting with ``prefix``) other than ``keep`` and the ``newest`` others.
@@ -371,7 +564,50 @@ class ImageBuilder:
         return removed
 
 
-def _stream(argv: list[str], log: Callable[[str], None] | None, what: str, tail_file: Path | None = None) -> None:
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _mirror_message(arch: str, checks: list[IndexCheck]) -> str:
+    """The few lines a user needs: that it is the mirror, what each source served, and what to change."""
+    lines = [f"no Debian source served a consistent {arch} index ({MIRROR_FAULT_MESSAGE}):"]
+    lines += [f"  {check.describe()}" for check in checks if not check.ok]
+    lines.append(f"  try another mirror or suite: FAKEHW_DEBIAN_MIRRORS=URL or FAKEHW_DEBIAN_SUITES=a,b "
+                 f"({SOURCES_FILE.relative_to(REPO_ROOT)}), or retry later")
+    return "\n".join(lines)
+
+
+def _run_logged(argv: list[str], log_path: Path, log: Callable[[str], None] | None) -> tuple[int, list[str]]:
+    """Run ``argv`` with its whole output in ``log_path`` (and line by line to ``log``); exit status and its
+    error lines (``E: ...``, else its last warning)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    warnings: list[str] = []
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace")
+    except FileNotFoundError:
+        raise ImageError(f"{argv[0]} is not installed; run 'testbed host setup' (as root)") from None
+    assert proc.stdout is not None
+    with log_path.open("w") as out:
+        for line in proc.stdout:
+            out.write(line)
+            line = line.rstrip("\n")
+            if line.startswith("E: "):
+                errors.append(line)
+            elif line.startswith("W: "):
+                warnings.append(line)
+            if log is not None:
+                log(f"  {line}")
+    proc.wait()
+    return proc.returncode, errors or warnings[-1:]
+
+
+def _stream(argv: list[str], log: Callable[[str], None] | None, what: str) -> None:
     """Run ``argv`` showing its output line by line (or keeping only the tail); fail with that tail."""
     tail: list[str] = []
     try:
@@ -388,10 +624,7 @@ def _stream(argv: list[str], log: Callable[[str], None] | None, what: str, tail_
             log(f"  {line}")
     proc.wait()
     if proc.returncode != 0:
-        extra = ""
-        if tail_file is not None and tail_file.is_file():
-            extra = "\n" + "\n".join(tail_file.read_text(errors="replace").splitlines()[-15:])
-        raise ImageError(f"{what} failed (exit {proc.returncode}):\n" + "\n".join(tail[-20:]) + extra)
+        raise ImageError(f"{what} failed (exit {proc.returncode}):\n" + "\n".join(tail[-20:]))
 
 
 def _unmount_below(path: Path) -> None:

@@ -188,11 +188,28 @@ def enter(view: NodeView) -> None:
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare(CLONE_NEWNS|CLONE_NEWUTS)")
     # Nothing mounted from here on may propagate back to the host's namespace.
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
-    for m in plan(view):
-        _make_point(m.target, m.make)
-        _check(libc.mount(m.source.encode(), m.target.encode(), m.fstype.encode() if m.fstype else None,
-                          m.flags, m.data.encode() if m.data else None),
-               f"mount {m.source} on {m.target}")
+    steps = plan(view)
+    # Hold every bind source open first: once the node's /dev is over /dev, a tree kept under /dev/shm (tests use
+    # tmpfs there) is out of reach by path, and its /proc/driver and other sources with it.
+    sources: dict[str, int] = {}
+    try:
+        for m in steps:
+            if m.flags & MS_BIND and not m.flags & MS_REMOUNT and m.source.startswith("/") \
+                    and m.source not in sources:
+                try:
+                    sources[m.source] = os.open(m.source, os.O_PATH | os.O_CLOEXEC)
+                except OSError as exc:
+                    code = errno.errorcode.get(exc.errno or 0, exc.errno)
+                    raise SetupError(f"mount {m.source} on {m.target}: {exc.strerror} ({code})") from None
+        for m in steps:
+            _make_point(m.target, m.make)
+            source = f"/proc/self/fd/{sources[m.source]}" if m.source in sources else m.source
+            _check(libc.mount(source.encode(), m.target.encode(), m.fstype.encode() if m.fstype else None,
+                              m.flags, m.data.encode() if m.data else None),
+                   f"mount {m.source} on {m.target}")
+    finally:
+        for fd in sources.values():
+            os.close(fd)
     name = view_hostname(view)
     if name:
         raw = name.encode()

@@ -66,3 +66,26 @@ def test_reusable_workflow_inputs_are_all_used() -> None:
     text = (ROOT / ".github" / "workflows" / "certify.yml").read_text()
     for name in certify["on"]["workflow_call"]["inputs"]:
         assert f"inputs.{name}" in text, f"input {name} is declared but never used"
+
+
+def test_the_action_takes_the_workflows_inputs() -> None:
+    """A vendor switching between the action and the reusable workflow keeps their inputs: the same names and
+    defaults, except where the action cannot differ (it is fakehw itself: no fakehw-repository/ref; its report
+    directory is an input, the workflow's is fixed)."""
+    workflow = _load(ROOT / ".github" / "workflows" / "certify.yml")["on"]["workflow_call"]["inputs"]
+    action = _load(ROOT / "action.yml")["inputs"]
+    assert set(workflow) - {"fakehw-repository", "fakehw-ref"} == set(action) - {"out"}
+    for name in set(workflow) & set(action):
+        assert workflow[name].get("default", "") == action[name].get("default", ""), name
+    action_text = (ROOT / "action.yml").read_text()
+    for name in action:
+        assert f"inputs.{name}" in action_text, f"action input {name} is declared but never used"
+
+
+def test_the_components_advertised_are_ones_conformance_run_accepts() -> None:
+    """Every form of component the action and the workflow describe is one ``conformance run`` takes; in
+    particular no image: (it runs components as commands on the nodes)."""
+    for path in (ROOT / "action.yml", ROOT / ".github" / "workflows" / "certify.yml"):
+        text = path.read_text()
+        assert "image:<" not in text and "image:registry" not in text, path.name
+        assert "url:http://<host>:<port> (extender)" in " ".join(text.split()), path.name

@@ -1,26 +1,41 @@
 #!/usr/bin/env bash
 # Install the system packages the tests and benchmarks use. Idempotent and quick when all is present.
 # As root it installs; otherwise it says what is missing (tests that need it skip with a reason).
+#
+#   tools/install-system-deps.sh          everything `make test` uses (Docker, Slurm, Chromium, ...)
+#   tools/install-system-deps.sh --run    only what `make run` and the README's tour use: the compiler of the
+#                                         fake NVML, nft/ip for the fabric target, the real nvidia-smi
 set -euo pipefail
+
+scope=all
+case "${1:-}" in
+  --run) scope=run ;;
+  "") ;;
+  *) echo "usage: $0 [--run]" >&2; exit 2 ;;
+esac
 
 # Debian packages (bookworm main) the suite uses. python3-venv: Debian's python3 has no ensurepip without it.
 PACKAGES=(python3-venv gcc make)
-# Fake NVML: the riscv64 cross compiler (the shim must build for riscv64 node images).
-PACKAGES+=(gcc-riscv64-linux-gnu libc6-dev-riscv64-cross)
-# Fake platform: hwloc's lstopo reads the fake root (hwloc-nox has no X libraries; the full hwloc package is as
-# good), numactl and lspci read it when it is mounted.
-PACKAGES+=(numactl pciutils)
-command -v lstopo-no-graphics >/dev/null || PACKAGES+=(hwloc-nox)
-# Certification report: the HTML report is rendered in headless Chromium and its screenshot read by tesseract.
-PACKAGES+=(chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core)
 # Emulated fabric (fakehw.fabric): ip/tc for links and qdiscs, nft for VLAN rules and impairments, nsenter.
 PACKAGES+=(iproute2 nftables util-linux)
-# Scheduler conformance (testbed/slurm): Slurm's daemons and clients and munge. testbed.slurm runs them with its own
-# configuration, key and socket; the packages' own services are never started (see policy-rc.d below).
-PACKAGES+=(slurmctld slurmd slurm-client munge)
-# CXL: Debian's cxl/daxctl (ndctl 76.1) read the fake tree through a node view; jq and uuidgen are what ndctl's own
-# CXL tests use; fuse3 gives fusermount3 for the live sysfs (fakehw/livefs).
-PACKAGES+=(ndctl daxctl jq uuid-runtime fuse3)
+if [ "$scope" = all ]; then
+  # Fake NVML: the riscv64 cross compiler (the shim must build for riscv64 node images).
+  PACKAGES+=(gcc-riscv64-linux-gnu libc6-dev-riscv64-cross)
+  # Fake platform: hwloc's lstopo reads the fake root (hwloc-nox has no X libraries; the full hwloc package is as
+  # good), numactl and lspci read it when it is mounted.
+  PACKAGES+=(numactl pciutils)
+  # RDMA: rdma-core's ibverbs-utils (ibv_devices) and infiniband-diags (ibstat) read the NICs' verbs devices.
+  PACKAGES+=(ibverbs-utils infiniband-diags)
+  command -v lstopo-no-graphics >/dev/null || PACKAGES+=(hwloc-nox)
+  # Certification report: the HTML report is rendered in headless Chromium and its screenshot read by tesseract.
+  PACKAGES+=(chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core)
+  # Scheduler conformance (testbed/slurm): Slurm's daemons and clients and munge. testbed.slurm runs them with its
+  # own configuration, key and socket; the packages' own services are never started (see policy-rc.d below).
+  PACKAGES+=(slurmctld slurmd slurm-client munge)
+  # CXL: Debian's cxl/daxctl (ndctl 76.1) read the fake tree through a node view; jq and uuidgen are what ndctl's
+  # own CXL tests use; fuse3 gives fusermount3 for the live sysfs (fakehw/livefs).
+  PACKAGES+=(ndctl daxctl jq uuid-runtime fuse3)
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -51,6 +66,18 @@ fi
 # cache (never installed system-wide) for the tests that compare the fake with them.
 "$(dirname "$0")/fetch-real-nvidia.sh" ||
   echo "install-system-deps: the real NVIDIA packages were not fetched; the tests that need them skip" >&2
+
+[ "$scope" = all ] || exit 0
+
+# Fake NVML: the newest public nvml.h and nvidia-ml-py 13.x/12.535 from PyPI, into project caches (the tests judge
+# the library's exports, struct layouts and Python sweeps by them).
+"$(dirname "$0")/fetch-nvml-references.sh" ||
+  echo "install-system-deps: the NVML references were not fetched; the tests that need them skip" >&2
+
+# hwloc 2.12 (bookworm has 2.9) from bookworm-backports, extracted into a project cache: its lstopo labels NUMA
+# nodes from HMAT figures (memory tiers), which the sysfs tests check the tree against.
+"$(dirname "$0")/fetch-real-hwloc.sh" ||
+  echo "install-system-deps: hwloc 2.12 was not fetched; the tests that need it skip" >&2
 
 # CXL peer suite: ndctl v81 (what ../shared/peer-suites/ndctl-cxl was written for) built into a project cache.
 "$(dirname "$0")/build-ndctl.sh" ||

@@ -12,8 +12,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from conformance.report.model import Report
-from conformance.report.text import STATUS_MARK, VERDICT_TEXT
+from conformance.report.model import Report, ReportError, RequirementResult, load_report
+from conformance.report.text import VERDICT_TEXT
 from fakehw.model import ProfileError, System, load_profile
 
 _PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f")
@@ -123,7 +123,7 @@ def topology_svg(system: System) -> str:
 
 
 _CSS = """
-body{font-family:-apple-system,'Segoe UI',Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
+body{font-family:'DejaVu Sans',-apple-system,'Segoe UI',Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
 .banner{padding:18px 22px;border-radius:8px;color:#fff;font-size:28px;font-weight:700}
 .sub{font-size:15px;font-weight:400;opacity:.95;margin-top:4px}
 table{border-collapse:collapse;margin:12px 0;width:100%}
@@ -132,47 +132,183 @@ th{background:#f0f2f5}
 .passed{color:#1b7f3b;font-weight:700}.failed,.error{color:#b3261e;font-weight:700}
 .skipped,.not-run{color:#8a6d00;font-weight:700}
 .not-applicable{color:#555;font-weight:700}
-details pre{white-space:pre-wrap;background:#f6f6f6;padding:8px;font-size:12px}
-.mono{font-family:monospace;font-size:12px}
+.icon{width:16px;height:16px;vertical-align:-3px;margin-right:4px}
+.why{border:2px solid #b3261e;border-radius:8px;padding:4px 16px;margin:16px 0;background:#fff8f7}
+.why.na{border-color:#888;background:#f7f7f7}
+.cause{margin:10px 0}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;padding:8px;font-size:12px;margin:4px 0}
+.reason{color:#444;font-size:13px}
+.mono{font-family:'DejaVu Sans Mono',monospace;font-size:12px}
+#requirements td:first-child,#requirements td:nth-child(2){white-space:nowrap}
+#requirements td:nth-child(2){font-size:13px}
 """
 
+# Status icons drawn in SVG, not taken from a font: Debian's default fonts (DejaVu) have no colour emoji, and a
+# missing glyph renders as an empty box. Each is a 16x16 shape with the status as its accessible name.
+_ICON_SHAPES = {
+    "passed": ('<circle cx="8" cy="8" r="7.5" fill="#1b7f3b"/>'
+               '<path d="M4.2 8.4 7 11.1 11.9 5.3" fill="none" stroke="#fff" stroke-width="2"/>'),
+    "failed": ('<circle cx="8" cy="8" r="7.5" fill="#b3261e"/>'
+               '<path d="M5 5 11 11M11 5 5 11" stroke="#fff" stroke-width="2"/>'),
+    "error": ('<path d="M8 .8 15.4 14.6H.6Z" fill="#b3261e"/>'
+              '<path d="M8 5.2V10M8 11.6V13.2" stroke="#fff" stroke-width="1.8"/>'),
+    "skipped": ('<circle cx="8" cy="8" r="7.5" fill="#8a6d00"/>'
+                '<path d="M4 4.5 8 8 4 11.5ZM8 4.5 12 8 8 11.5Z" fill="#fff"/>'),
+    "not-applicable": ('<circle cx="8" cy="8" r="6.5" fill="none" stroke="#666" stroke-width="2"/>'
+                       '<path d="M3.5 12.5 12.5 3.5" stroke="#666" stroke-width="2"/>'),
+    "not-run": '<circle cx="8" cy="8" r="6.5" fill="none" stroke="#8a6d00" stroke-width="2" stroke-dasharray="3 2"/>',
+}
+_STATUS_WORDS = {"not-applicable": "not applicable", "not-run": "not run"}
+_CAUSE_LINES = 14
+"""Lines of a failure's message and evidence shown at the top of the report (the rest is in its row)."""
 
-def to_html(report: Report) -> str:
+
+def status_icon(status: str) -> str:
+    word = _STATUS_WORDS.get(status, status)
+    return (f'<svg class=icon viewBox="0 0 16 16" role="img" aria-label="{word}"><title>{word}</title>'
+            f"{_ICON_SHAPES[status]}</svg>")
+
+
+def plain(value: Any, indent: str = "") -> str:
+    """Evidence as a person reads it: strings as they are (a log keeps its lines, no JSON escapes), mappings and
+    lists as indented ``key: value`` lines."""
+    if isinstance(value, str):
+        return value if "\n" not in value else "\n".join(indent + line for line in value.splitlines())
+    if isinstance(value, dict):
+        lines = []
+        for key, item in value.items():
+            if "\n" in plain(item) or (isinstance(item, dict) and item):
+                lines.append(f"{indent}{key}:\n{plain(item, indent + '  ')}")
+            else:
+                lines.append(f"{indent}{key}: {plain(item)}")
+        return "\n".join(lines) if lines else indent + "{}"
+    if isinstance(value, list):
+        if all(not isinstance(v, (dict, list)) for v in value) and len(value) <= 16:
+            return indent + ", ".join(plain(v) for v in value) if value else indent + "(none)"
+        return "\n".join(f"{indent}- {plain(v, indent + '  ').lstrip()}" for v in value)
+    return indent + json.dumps(value)
+
+
+def _detail_text(r: RequirementResult) -> str:
+    parts = [r.message] if r.message else []
+    for e in r.evidence:
+        body = plain(e.value)
+        if "\n" in body and isinstance(e.value, (dict, list)):
+            body = plain(e.value, "  ")
+        parts.append(f"{e.label}:" + ("\n" + body if "\n" in body else f" {body}"))
+    if r.seeds:
+        parts.append("replay with seeds: " + ", ".join(r.seeds))
+    return "\n".join(parts)
+
+
+def _clip(text: str, lines: int) -> str:
+    rows = text.splitlines()
+    return "\n".join(rows[:lines]) + (f"\n... ({len(rows) - lines} more lines in the table below)"
+                                      if len(rows) > lines else "")
+
+
+def _why(report: Report) -> list[str]:
+    """The causes of the verdict at the top: failed and errored requirements with their messages and evidence
+    in plain text, a partial run said so, and what does not apply here (with the reason), never hidden."""
+    failing = [r for r in report.results if r.status in ("failed", "error")]
+    failing.sort(key=lambda r: (not r.required, r.id))
+    parts: list[str] = []
+    if failing or report.partial:
+        parts.append("<section class=why id=why><h2>Why it is not certified</h2>")
+        if report.partial:
+            parts.append("<p>The run did not finish (it was stopped or crashed): requirements it did not reach are "
+                         "<b>not run</b>.</p>")
+        for r in failing:
+            kind = "required" if r.required else "recommended (does not decide the verdict)"
+            parts.append(f'<div class=cause id="why-{escape(r.id)}">{status_icon(r.status)}<b>{escape(r.id)}</b> '
+                         f"{escape(r.title)} <span class=reason>({r.level}, {kind}: {r.status})</span>"
+                         f"<pre>{escape(_clip(_detail_text(r) or '(no message recorded)', _CAUSE_LINES))}</pre>"
+                         "</div>")
+        parts.append("</section>")
+    na = [r for r in report.results if r.status == "not-applicable"]
+    if na:
+        parts.append("<section class='why na' id=not-applicable><h2>Not applicable here</h2><p>Neither passed nor "
+                     "failed: what they check does not exist in this run.</p>")
+        for r in na:
+            reason = r.message.split(": ", 1)[-1] if r.message else "(no reason given)"
+            parts.append(f"<div class=cause>{status_icon(r.status)}<b>{escape(r.id)}</b> {escape(r.title)} "
+                         f"<span class=reason>&mdash; {escape(reason)}</span></div>")
+        parts.append("</section>")
+    return parts
+
+
+def _manifest_rows(report: Report, system: System | None) -> list[tuple[str, str]]:
     m = report.manifest
-    verdict = report.verdicts.overall
-    try:
-        system = load_profile(m.profile) if m.profile else None
-    except ProfileError:
-        system = None
     components = ", ".join(f"{c.kind}: {c.spec}" + (f" ({c.version})" if c.version else "") for c in m.components)
-    rows_manifest = [
+    cluster = m.profile or "-"
+    if system is not None:
+        cluster = f"{len(system.nodes)} node(s) of {m.profile}, {sum(len(n.gpus) for n in system.nodes)} GPU(s)"
+    return [
         ("component(s)", components or "-"),
         ("profile", f"{m.profile} (sha256:{m.profile_digest})"),
+        ("cluster that ran", cluster),
         ("backend", str(m.backend)),
         ("architectures", ", ".join(m.architectures) or "-"),
         ("images", ", ".join(f"{k}: {v}" for k, v in m.images.items()) or "-"),
         ("versions", ", ".join(f"{k} {v}" for k, v in m.versions.items() if v)),
         ("generated", report.generated),
     ]
+
+
+def _ran_system(report: Report) -> System | None:
+    """The cluster the suite ran on: the profile at the node count it was scaled to (None if it cannot load)."""
+    m = report.manifest
+    if not m.profile:
+        return None
+    try:
+        system = load_profile(m.profile)
+        if m.nodes and m.nodes != len(system.nodes):
+            system = load_profile(m.profile, nodes=m.nodes)
+    except (ProfileError, ValueError):
+        return None
+    return system
+
+
+def _requirement_row(r: RequirementResult) -> str:
+    detail = ""
+    text = _detail_text(r)
+    if text:
+        if r.status == "not-applicable":
+            detail = f"<div class=reason>not applicable: {escape(r.message.split(': ', 1)[-1])}</div>"
+        else:
+            shown = " open" if r.status in ("failed", "error") else ""
+            detail = f"<details{shown}><summary>details</summary><pre>{escape(text)}</pre></details>"
+    word = _STATUS_WORDS.get(r.status, r.status)
+    return (f"<tr><td class={r.status}>{status_icon(r.status)}{word}</td><td class=mono>{r.id}</td>"
+            f"<td>{r.level}</td><td>{escape(r.category)}</td><td>{escape(r.title)}{detail}</td>"
+            f"<td>{r.duration:.2f}</td></tr>")
+
+
+def to_html(report: Report) -> str:
+    m = report.manifest
+    verdict = report.verdicts.overall
+    system = _ran_system(report)
+    components = ", ".join(f"{c.kind}: {c.spec}" + (f" ({c.version})" if c.version else "") for c in m.components)
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         f"<title>fakehw certification: {escape(VERDICT_TEXT[verdict])}</title><style>{_CSS}</style></head><body>",
         f'<div class="banner" style="background:{_VERDICT_COLOUR[verdict]}" id="verdict">'
         f"{escape(VERDICT_TEXT[verdict])}<div class=sub>{escape(components)} on {escape(str(m.profile))} "
         f"({escape(str(m.backend))})</div></div>",
+        *_why(report),
         "<h2>Environment</h2><table>",
-        *[f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows_manifest],
+        *[f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in _manifest_rows(report, system)],
         "</table><h2>Verdict per level</h2><table><tr><th>level</th><th>verdict</th><th>required passed</th>"
-        "<th>failing</th></tr>",
+        "<th>failing</th><th>not applicable</th></tr>",
     ]
     for level, v in report.verdicts.levels.items():
         if not v.required:
             continue
-        cls = {"pass": "passed", "n/a": "not-applicable"}.get(v.verdict, "failed")
-        na = f"; not applicable: {', '.join(v.not_applicable)}" if v.not_applicable else ""
-        parts.append(f"<tr><td>{level}</td><td class={cls}>{v.verdict.upper()}</td>"
+        cls = {"pass": "passed", "n/a": "not-applicable", "incomplete": "not-run"}.get(v.verdict, "failed")
+        parts.append(f"<tr><td>{level}</td><td class={cls}>{status_icon(cls)}{v.verdict.upper()}</td>"
                      f"<td>{v.passed}/{v.required - len(v.not_applicable)}</td>"
-                     f"<td class=mono>{escape(', '.join(v.failing) + na)}</td></tr>")
+                     f"<td class=mono>{escape(', '.join(v.failing))}</td>"
+                     f"<td class=mono>{escape(', '.join(v.not_applicable))}</td></tr>")
     parts.append("</table>")
     if system is not None:
         parts.append(f"<h2>Topology of {escape(system.name)}</h2><figure>{topology_svg(system)}</figure>")
@@ -182,21 +318,19 @@ def to_html(report: Report) -> str:
                  f"{s.get('not-applicable', 0)} not applicable, {s.get('not-run', 0)} not run</p>")
     parts.append("<table id=requirements><tr><th>status</th><th>requirement</th><th>level</th><th>category</th>"
                  "<th>title</th><th>s</th></tr>")
-    for r in report.results:
-        detail = ""
-        if r.message or r.evidence or r.seeds:
-            body = escape(r.message)
-            for e in r.evidence:
-                body += f"\n{escape(e.label)}: {escape(json.dumps(e.value, sort_keys=True, indent=1)[:4000])}"
-            if r.seeds:
-                body += "\nseeds: " + escape(", ".join(r.seeds))
-            detail = f"<details><summary>details</summary><pre>{body}</pre></details>"
-        parts.append(f"<tr><td class={r.status}>{STATUS_MARK[r.status]} {r.status}</td><td class=mono>{r.id}</td>"
-                     f"<td>{r.level}</td><td>{escape(r.category)}</td><td>{escape(r.title)}{detail}</td>"
-                     f"<td>{r.duration:.2f}</td></tr>")
+    parts += [_requirement_row(r) for r in report.results]
     parts.append(f"</table><p class=mono>sha256 {report.sha256} &mdash; check with <code>conformance verify "
                  "report.json</code></p></body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _failing_of(run_dir: Path) -> str:
+    """The failing requirement IDs of a run, from its report (empty when it has none or no report)."""
+    try:
+        report = load_report((run_dir / "report.json").read_text(), str(run_dir / "report.json"))
+    except (OSError, ReportError):
+        return ""
+    return ", ".join(r.id for r in report.results if r.status in ("failed", "error") and r.required)
 
 
 def index_html(runs: list[dict[str, Any]], certified: bool, base: Path) -> str:
@@ -208,12 +342,15 @@ def index_html(runs: list[dict[str, Any]], certified: bool, base: Path) -> str:
         link = escape(str(report.relative_to(base)) if report.is_relative_to(base) else str(report))
         text = run["verdict"] or ("CERTIFIED" if run["certified"] else "NOT CERTIFIED")
         cls = "passed" if run["certified"] else "failed"
+        failing = _failing_of(Path(run["dir"])) if not run["certified"] else ""
+        why = f"failing: {failing}" if failing else ("" if run["certified"] else "see its report")
         rows.append(f"<tr><td>{escape(run['target'])}</td><td class=mono>{escape(run['component'])}</td>"
-                    f"<td>{escape(run['profile'])}</td><td>{escape(run['backend'])}</td><td class={cls}>{escape(text)}"
-                    f"</td><td>{run['seconds']}</td><td><a href=\"{link}\">report</a></td></tr>")
+                    f"<td>{escape(run['profile'])}</td><td>{escape(run['backend'])}</td><td class={cls}>"
+                    f"{status_icon(cls)}{escape(text)}</td><td class=mono>{escape(why)}</td><td>{run['seconds']}</td>"
+                    f"<td><a href=\"{link}\">report</a></td></tr>")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>fakehw certification: "
             f"{escape(VERDICT_TEXT[verdict])}</title><style>{_CSS}</style></head><body>"
             f'<div class="banner" style="background:{_VERDICT_COLOUR[verdict]}" id="verdict">'
             f"{escape(VERDICT_TEXT[verdict])}<div class=sub>{len(runs)} run(s)</div></div>"
             "<h2>Runs</h2><table><tr><th>target</th><th>component</th><th>profile</th><th>backend</th><th>verdict</th>"
-            "<th>s</th><th></th></tr>" + "".join(rows) + "</table></body></html>\n")
+            "<th>why</th><th>s</th><th></th></tr>" + "".join(rows) + "</table></body></html>\n")

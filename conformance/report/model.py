@@ -69,6 +69,8 @@ class Manifest(_Model):
     backend: str | None
     architectures: list[str]
     components: list[Component]
+    nodes: int | None = Field(None, description="node count the profile was scaled to for the run (None: the "
+                                                "profile's own)")
     images: dict[str, str] = Field(default_factory=dict, description="image digest per platform")
     versions: dict[str, str | None] = Field(default_factory=dict, description="harness, python, docker, kind, ...")
 
@@ -191,6 +193,7 @@ def build_report(results: dict[str, Any], now: float | None = None) -> Report:
         backend=env.get("backend"),
         architectures=list(env.get("architectures", [])),
         components=_components(list(env.get("targets", [])), env),
+        nodes=env.get("nodes") or env.get("scheduler_nodes"),
         images=dict(env.get("images", {})),
         versions={"harness": env.get("harness_version"), "python": env.get("python"),
                   **{k: env.get(k) for k in ("docker", "kind", "kubernetes") if env.get(k)}},

@@ -61,6 +61,32 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _first_line(message: str) -> str:
+    """A message's first line without the test's node id it starts with (``path::test: text``)."""
+    line = message.splitlines()[0] if message else ""
+    head, sep, rest = line.partition(": ")
+    return rest if sep and "::" in head else line
+
+
+def _why_markdown(report: Report) -> list[str]:
+    """What decided the verdict, before any table: each failing requirement with its first message line, and
+    what does not apply here with the reason."""
+    lines = []
+    if report.partial:
+        lines.append("**The run did not finish**: requirements it did not reach are not run.")
+    failing = sorted((r for r in report.results if r.status in ("failed", "error")),
+                     key=lambda r: (not r.required, r.id))
+    if failing:
+        lines.append("**Why:**")
+        lines += [f"- {STATUS_MARK[r.status]} `{r.id}` {_cell(r.title)}{'' if r.required else ' (recommended)'}: "
+                  f"{_cell(_first_line(r.message)[:200]) or r.status}" for r in failing]
+    na = [r for r in report.results if r.status == "not-applicable"]
+    if na:
+        lines.append("**Not applicable here:** " + "; ".join(f"`{r.id}` ({_cell(_first_line(r.message)[:120])})"
+                                                          for r in na))
+    return [*lines, ""] if lines else []
+
+
 def to_markdown(report: Report) -> str:
     m = report.manifest
     components = ", ".join(f"{c.kind} `{c.spec}`" for c in m.components) or "(no component)"
@@ -69,6 +95,7 @@ def to_markdown(report: Report) -> str:
         "",
         f"{components} on profile `{m.profile}` ({', '.join(m.architectures) or '?'}), backend `{m.backend}`.",
         "",
+        *_why_markdown(report),
         "| level | verdict | required passed | not applicable |",
         "|---|---|---|---|",
     ]

@@ -76,11 +76,13 @@ class NVLinkErrors(FaultBase):
 
 
 class Thermal(FaultBase):
-    """The GPU runs hot: temperature reads ``temperature_c``; past the slowdown threshold clocks throttle."""
+    """The GPU runs hot: temperature reads ``temperature_c``; at the SKU's slowdown threshold clocks throttle, at
+    its shutdown threshold the GPU is unhealthy (real boards power off there). Default: one degree past slowdown,
+    below shutdown (throttling, as the summary says), resolved per SKU when the fault is injected."""
 
     kind: Literal["thermal"] = "thermal"
-    summary: ClassVar[str] = "GPU temperature rises (throttles past slowdown)"
-    temperature_c: int = Field(95, ge=0, le=150)
+    summary: ClassVar[str] = "GPU temperature rises (default: just past slowdown, so clocks throttle)"
+    temperature_c: int | None = Field(None, ge=0, le=150)
 
 
 class PowerCap(FaultBase):
@@ -169,6 +171,16 @@ def check_target(fault: FaultBase, node: Node) -> None:
         if isinstance(fault, PoolShrink) and fault.bytes > pool.capacity:
             raise FaultTargetError(422, f"pool {pool.name} holds {pool.capacity} bytes; cannot shrink by "
                                    f"{fault.bytes}")
+
+
+def with_device_defaults(fault: FaultBase, node: Node) -> FaultBase:
+    """``fault`` with the parameters that depend on its device filled in (after :func:`check_target`)."""
+    if isinstance(fault, Thermal) and fault.temperature_c is None:
+        gpu = node.gpu(fault.device)
+        assert gpu is not None
+        thermal = gpu.sku.thermal
+        return fault.model_copy(update={"temperature_c": min(thermal.slowdown_c + 1, thermal.shutdown_c - 1)})
+    return fault
 
 
 def describe_kinds() -> list[dict[str, object]]:

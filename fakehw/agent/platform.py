@@ -100,6 +100,9 @@ class PlatformView:
     """Bytes in every NUMA node now (CXL nodes follow their regions; others keep the model's value)."""
     cxl: NodeCxlView
     pools: tuple[PoolView, ...]
+    memory_offline: frozenset[int] = frozenset()
+    """Memory blocks (``memoryN`` numbers) of CXL RAM taken offline (daxctl offline-memory); their memory is out of
+    ``numa_memory`` too. Blocks of an active RAM region are online unless listed (fakehw.sysfs.memory)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"numa_memory": {str(k): v for k, v in sorted(self.numa_memory.items())},

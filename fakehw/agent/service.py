@@ -33,7 +33,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fakehw.agent.faults import FAULT_ADAPTER, FAULT_KINDS, FaultBase, FaultTargetError, check_target
+from fakehw.agent.faults import (
+    FAULT_ADAPTER,
+    FAULT_KINDS,
+    FaultBase,
+    FaultTargetError,
+    check_target,
+    with_device_defaults,
+)
 from fakehw.agent.idempotency import Answer, IdempotencyCache
 from fakehw.agent.journal import Journal, JournalWriteError
 from fakehw.agent.mig import MigManager
@@ -297,6 +304,7 @@ class AgentService:
             check_target(fault_req, node)
         except FaultTargetError as exc:
             raise AgentError(exc.status, str(exc)) from None
+        fault_req = with_device_defaults(fault_req, node)
         with self.lock:
             self.check_writable()
             if len(self._faults) + self._pending_injects >= MAX_ACTIVE_FAULTS:

@@ -273,7 +273,7 @@ def _gpu_state(node: Node, name: str, faults: list[ActiveFault], down: frozenset
             (sbe if r.type == "sbe" else dbe)[r.location] += r.count
         elif isinstance(r, NVLinkErrors):
             errors[r.link][r.counter] += r.increment
-        elif isinstance(r, Thermal):
+        elif isinstance(r, Thermal) and r.temperature_c is not None:
             temperature = max(temperature, r.temperature_c)
         elif isinstance(r, PowerCap):
             power_limit = min(power_limit, r.limit_w)
@@ -294,6 +294,8 @@ def _gpu_state(node: Node, name: str, faults: list[ActiveFault], down: frozenset
         reasons.append(f"{sum(dbe.values())} double-bit ECC errors")
     reasons += [f"NVLink {link.link} down" for link in links if not link.up]
     reasons += [f"fabric {h}" for h in fabric if h == "route-unhealthy"]
+    if temperature >= sku.thermal.shutdown_c:
+        reasons.append(f"at {temperature} C, past its {sku.thermal.shutdown_c} C shutdown temperature")
     degraded: list[str] = []
     if throttle:
         degraded.append(f"throttled (reasons 0x{throttle:x})")
@@ -338,5 +340,6 @@ def events_for(fault: ActiveFault) -> list[tuple[str, int, int]]:
     if isinstance(r, NVLinkErrors):
         return [("nvlink-errors", r.link, 0)]
     if isinstance(r, Thermal | PowerCap):
-        return [(r.kind, r.temperature_c if isinstance(r, Thermal) else r.limit_w, EVENT_CLOCK)]
+        value = (r.temperature_c or 0) if isinstance(r, Thermal) else r.limit_w  # resolved at inject: never None
+        return [(r.kind, value, EVENT_CLOCK)]
     return [(str(getattr(r, "kind", "fault")), 0, 0)]

@@ -20,9 +20,9 @@ examples:
   fakehw fabric lint dgx-h100-rail                 static conformance: findings with requirement IDs
   fakehw fabric lint my-fabric.yaml --paths        ... and the RoCE path MTU of every path
   fakehw fabric requirements                       the requirement catalogue (ID, severity, title)
-  fakehw fabric generate rail dgx-h100 --nodes 16  a rail-optimised config to start from
+  fakehw fabric generate rail dgx-h100-roce --nodes 16  a rail-optimised config to start from
   fakehw fabric import sonic DIR --out f.yaml      SONiC config_db.json files (+ links.csv, hosts/) -> fabric config
-  fakehw fabric import nvue leaf0.yaml leaf1.yaml --topology links.csv --profile dgx-h100
+  fakehw fabric import nvue leaf0.yaml leaf1.yaml --topology links.csv --profile dgx-h100-roce
   fakehw fabric lint sonic:DIR                     lint (up, probe, conformance) an import directly
   fakehw fabric up dgx-h100-rail --state-dir /tmp/fab      build the emulated fabric (root)
   fakehw fabric probe --state-dir /tmp/fab --mtu           RoCE probes on every rail, measured path MTUs

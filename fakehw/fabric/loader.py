@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from fakehw.fabric.spec import FabricConfigSpec
 from fakehw.model.errors import PathItem, Problem, ProfileError
-from fakehw.model.loader import Document, find_document, parse_yaml, validation_problems
+from fakehw.model.loader import Document, find_document, not_found, parse_yaml, validation_problems
 from fakehw.model.merge import merge_documents
 
 MAX_EXTENDS_DEPTH = 8
@@ -52,8 +52,7 @@ def find_fabric(ref: str, relative_to: Path | None = None) -> Path:
     """A fabric reference is a file path (relative to the including file) or a built-in name."""
     path = find_document(ref, relative_to, builtin_fabrics())
     if path is None:
-        known = ", ".join(builtin_fabrics())
-        raise FabricError([Problem((), f"no fabric config {ref!r}: not a built-in ({known}) and not a .yaml file")])
+        raise FabricError([Problem((), not_found("fabric config", ref, relative_to, builtin_fabrics()))])
     return path
 
 

@@ -347,6 +347,10 @@ def resolve(loaded: LoadedFabric) -> FabricModel:
                 names = ", ".join(n.name for n in node.nics) or "none"
                 problem(where, f"node {owner} has no NIC {item!r} (NICs: {names})")
                 return None
+            if nic.link_layer != "ethernet":
+                problem(where, f"{owner}/{nic.name} is an InfiniBand port; a RoCE fabric cables Ethernet ports (use "
+                        f"a profile whose ports run Ethernet, such as dgx-h100-roce for dgx-h100)")
+                return None
             return NicRef(owner, nic.name)
         shown = sorted(nodes)
         node_list = ", ".join(shown[:4]) + (f" ... {shown[-1]}" if len(shown) > 4 else "")
@@ -424,6 +428,8 @@ def resolve(loaded: LoadedFabric) -> FabricModel:
     for node in system.nodes:
         for nic in node.nics:
             nref = NicRef(node.name, nic.name)
+            if nic.link_layer != "ethernet" or (nic.rail is None and nref not in peers):
+                continue  # InfiniBand ports, and Ethernet ports of other networks (in-band, storage), are not in it
             applied: list[tuple[str, HostSpec]] = []
             for pattern, hspec in spec.hosts.items():
                 npat, _, cpat = pattern.partition("/")

@@ -35,11 +35,77 @@ class NvmlArchitecture(IntEnum):
     BLACKWELL = 10
 
 
+class MemClock(_Data):
+    """A supported memory clock and the highest graphics clock allowed with it (nvidia-smi's supported clocks)."""
+
+    mem_mhz: int = Field(alias="memMHz")
+    graphics_max_mhz: int = Field(alias="graphicsMaxMHz")
+
+
+class IdleClocks(_Data):
+    """Clocks an idle board reports (P0, clock event reason "GPU idle" active); SM runs at the graphics clock."""
+
+    graphics_mhz: int = Field(alias="graphicsMHz")
+    mem_mhz: int = Field(alias="memMHz")
+    video_mhz: int = Field(alias="videoMHz")
+
+
 class Clocks(_Data):
     sm_max_mhz: int = Field(alias="smMaxMHz")
     mem_max_mhz: int = Field(alias="memMaxMHz")
     graphics_max_mhz: int = Field(alias="graphicsMaxMHz")
     video_max_mhz: int = Field(alias="videoMaxMHz")
+    graphics_min_mhz: int = Field(210, alias="graphicsMinMHz", description="lowest supported graphics clock")
+    graphics_step_mhz: float = Field(15, alias="graphicsStepMHz", description="spacing of supported graphics clocks")
+    app_graphics_mhz: int | None = Field(None, alias="appGraphicsMHz",
+                                         description="default applications clock (default: graphics max)")
+    mem_clocks: tuple[MemClock, ...] = Field((), alias="memClocks",
+                                             description="supported memory clocks, highest first (default: max only)")
+    idle: IdleClocks | None = None
+
+    @property
+    def supported_mem(self) -> tuple[MemClock, ...]:
+        if self.mem_clocks:
+            return self.mem_clocks
+        return (MemClock(mem_mhz=self.mem_max_mhz, graphics_max_mhz=self.graphics_max_mhz),)
+
+    @property
+    def app_graphics(self) -> int:
+        return self.app_graphics_mhz or self.graphics_max_mhz
+
+    @property
+    def idle_clocks(self) -> IdleClocks:
+        return self.idle or IdleClocks(graphics_mhz=self.graphics_min_mhz, mem_mhz=self.mem_max_mhz,
+                                       video_mhz=self.video_max_mhz)
+
+    def graphics_top_x2(self, mem_mhz: int) -> int:
+        """The highest graphics clock with ``mem_mhz`` in half MHz: the cap, or half a MHz above it when the
+        steps from the minimum do not land on it (the driver's 2062.5 MHz top is listed as 2062); 0 if the
+        memory clock is not supported."""
+        cap = next((m.graphics_max_mhz for m in self.supported_mem if m.mem_mhz == mem_mhz), None)
+        if cap is None:
+            return 0
+        step_x2 = round(self.graphics_step_mhz * 2)
+        return cap * 2 + (1 if (cap - self.graphics_min_mhz) * 2 % step_x2 else 0)
+
+    def supported_graphics(self, mem_mhz: int) -> tuple[int, ...]:
+        """Graphics clocks supported with ``mem_mhz``, highest first: from the top down to the minimum in steps,
+        each rounded down to whole MHz (7.5 MHz steps give 2062, 2055, 2047, ...)."""
+        top_x2 = self.graphics_top_x2(mem_mhz)
+        if top_x2 == 0:
+            return ()
+        step_x2 = round(self.graphics_step_mhz * 2)
+        count = (top_x2 - self.graphics_min_mhz * 2) // step_x2 + 1
+        return tuple((top_x2 - k * step_x2) // 2 for k in range(count))
+
+
+class ModulePower(_Data):
+    """Power of the whole module (a Grace-Blackwell superchip) as the GPU's driver reports it."""
+
+    default_limit_w: int = Field(alias="defaultLimitW")
+    min_limit_w: int = Field(alias="minLimitW")
+    max_limit_w: int = Field(alias="maxLimitW")
+    idle_w: int = Field(alias="idleW")
 
 
 class Power(_Data):
@@ -47,6 +113,21 @@ class Power(_Data):
     min_limit_w: int = Field(alias="minLimitW")
     max_limit_w: int = Field(alias="maxLimitW")
     idle_w: int = Field(alias="idleW")
+    average_readout: bool = Field(True, alias="averageReadout",
+                                  description="the board reports an average power draw besides the instant one")
+    memory_idle_w: float | None = Field(None, alias="memoryIdleW",
+                                        description="memory power draw at idle (boards that report it)")
+    module: ModulePower | None = None
+    smoothing: bool = Field(False, description="power smoothing (Blackwell); reading it needs root")
+
+
+class TLimit(_Data):
+    """Thresholds relative to T.Limit (the slowdown reference) that Hopper, Ada and Blackwell report."""
+
+    shutdown_c: int = Field(alias="shutdownC")
+    slowdown_c: int = Field(alias="slowdownC")
+    max_gpu_c: int = Field(0, alias="maxGpuC")
+    max_mem_c: int | None = Field(0, alias="maxMemC")
 
 
 class Thermal(_Data):
@@ -54,11 +135,29 @@ class Thermal(_Data):
     slowdown_c: int = Field(alias="slowdownC")
     shutdown_c: int = Field(alias="shutdownC")
     max_operating_c: int = Field(alias="maxOperatingC")
+    mem_max_c: int | None = Field(None, alias="memMaxC", description="HBM shutdown threshold (absolute)")
+    tlimit: TLimit | None = None
 
 
 class PcieLink(_Data):
     generation: int = Field(ge=1, le=6)
     width: int = Field(ge=1, le=32)
+    device_generation: int | None = Field(None, alias="deviceGeneration", ge=1, le=6,
+                                          description="the GPU's own maximum, when above the link's")
+    idle_width: int | None = Field(None, alias="idleWidth", ge=1, le=32,
+                                   description="link width an idle board trains down to")
+    atomics_outbound: bool = Field(False, alias="atomicsOutbound",
+                                   description="PCIe atomics the GPU issues (B200 reports them)")
+    atomics_inbound: bool = Field(False, alias="atomicsInbound",
+                                  description="PCIe atomics the GPU completes (B200, GB200, GB300 report them)")
+
+    @property
+    def gpu_max_generation(self) -> int:
+        return self.device_generation or self.generation
+
+    @property
+    def current_width(self) -> int:
+        return self.idle_width or self.width
 
 
 class NVLinkCapability(_Data):
@@ -70,6 +169,12 @@ class NVLinkCapability(_Data):
     def nvml_version(self) -> int:
         """The ``NVML_NVLINK_VERSION_*`` enum value: 3.0 -> 4, 4.0 -> 6, 5.0 -> 7."""
         return {0: 0, 1: 1, 2: 2, 3: 4, 4: 6, 5: 7, 6: 8}[self.generation]
+
+    @property
+    def nvml_speed_mbps(self) -> int:
+        """Per-link speed NVML reports (``nvidia-smi nvlink -s``): the signalling rate, a little above the marketed
+        data rate on NVLink 4 and 5 (26.562 and 53.125 GB/s on real H100 and B200)."""
+        return {0: 0, 1: 20000, 2: 25000, 3: 25000, 4: 26562, 5: 53125, 6: 106250}[self.generation]
 
 
 class MigProfile(_Data):
@@ -108,7 +213,7 @@ class MigCapability(_Data):
 class GpuSku(_Data):
     id: str = ""
     name: str
-    architecture: Literal["ampere", "ada", "hopper", "blackwell"]
+    architecture: Literal["turing", "ampere", "ada", "hopper", "blackwell"]
     pci_device_id: int = Field(alias="pciDeviceId")
     pci_subsystem_id: int = Field(alias="pciSubsystemId")
     compute_capability: str = Field(alias="computeCapability")
@@ -123,10 +228,24 @@ class GpuSku(_Data):
     pcie: PcieLink
     nvlink: NVLinkCapability
     board_part_number: str
+    gpu_part_number: str = Field("", description="the GPU chip's part number (nvidia-smi gpu_part_number)")
     vbios: str
     inforom: str
+    inforom_oem: str = Field("2.1", alias="inforomOem")
+    inforom_ecc: str = Field("7.16", alias="inforomEcc")
+    inforom_bbx: bool = Field(False, alias="inforomBbx",
+                              description="the infoROM black box reports its last flush (H100, GB200, GB300 do)")
+    memory_reserved_mib: int = Field(alias="memoryReservedMiB", description="framebuffer the driver keeps")
+    fabric_health: tuple[Literal["degraded-bandwidth", "route-recovery", "route-unhealthy",
+                                 "access-timeout-recovery", "incorrect-configuration"], ...] = Field(
+        (), alias="fabricHealth", description="GPU fabric health fields the board reports (the rest read N/A)")
+    row_remap_banks: int | None = Field(None, alias="rowRemapBanks",
+                                        description="banks of the row remapper (histogram max); none: the board "
+                                                    "retires pages instead (before Ampere)")
     mig: MigCapability | None = None
     p2p_pcie: bool = Field(default=True, alias="p2pPcie")
+    min_driver_branch: int = Field(default=535, alias="minDriverBranch",
+                                   description="oldest driver branch that supports the board")
 
     @property
     def nvml_architecture(self) -> NvmlArchitecture:

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from fakehw.model import spec as s
 from fakehw.model.catalogue import GpuSku, NVSwitchSku, catalogue
+from fakehw.model.drivers import branch_of
 from fakehw.model.errors import PathItem, Problems
 from fakehw.model.merge import merge_documents
 from fakehw.model.mig import MigGeometryError, place_in_order
@@ -230,8 +231,9 @@ def _distances(spec: s.NumaSpec, problems: Problems, path: Path) -> tuple[tuple[
         for j, value in enumerate(row):
             if i == j and value != 10:
                 problems.add((*dpath, i, j), f"distance of a node to itself must be 10, not {value}")
-            elif i != j and not 10 < value <= 254:
-                problems.add((*dpath, i, j), f"distance between different nodes must be 11..254, not {value}")
+            elif i != j and not 10 < value <= 255:
+                problems.add((*dpath, i, j), f"distance between different nodes must be 11..255 (255: "
+                             f"unreachable), not {value}")
     return tuple(tuple(r) for r in spec.distances)
 
 
@@ -240,8 +242,7 @@ def _initiator(node: s.NumaNodeSpec, spec: s.NodeSpec, skus: dict[str, GpuSku]) 
         i = node.initiator
         return Initiator(i.read_bandwidth_mbs, i.write_bandwidth_mbs, i.read_latency_ns, i.write_latency_ns)
     if node.kind == "hbm":
-        bw = int(skus[node.gpu].hbm_bandwidth_gbs * 1000) if node.gpu in skus else 0
-        return Initiator(bw, bw, 400, 400)
+        return _hbm_initiator(node, spec, skus)
     if node.kind == "cxl":
         return _cxl_initiator(node.id, spec)
     if node.kind == "reserved":
@@ -249,6 +250,19 @@ def _initiator(node: s.NumaNodeSpec, spec: s.NodeSpec, skus: dict[str, GpuSku]) 
     if node.kind == "lpddr":
         return Initiator(500_000, 500_000, 110, 110)
     return Initiator(200_000, 200_000, 90, 90)
+
+
+def _hbm_initiator(node: s.NumaNodeSpec, spec: s.NodeSpec, skus: dict[str, GpuSku]) -> Initiator:
+    """GPU memory as the nearest CPU reaches it: over the coherent C2C link when there is one, whose one-way
+    bandwidth (half the bidirectional figure: 450 GB/s of GH200's 900) caps the HBM's own (4 TB/s on GH200,
+    which only the GPU itself gets), at the C2C latency domain's latency."""
+    hbm = int(skus[node.gpu].hbm_bandwidth_gbs * 1000) if node.gpu in skus else 0
+    link = next((c for c in spec.c2c if c.gpu == node.gpu), None)
+    if link is None:
+        return Initiator(hbm, hbm, 400, 400)
+    bw = min(hbm, int(link.bandwidth_gbs * 1000 / 2)) if hbm else int(link.bandwidth_gbs * 1000 / 2)
+    latency = LATENCY_DOMAINS["c2c"].latency_ns
+    return Initiator(bw, bw, latency, latency)
 
 
 def _cxl_initiator(numa_id: int, spec: s.NodeSpec) -> Initiator:
@@ -306,6 +320,94 @@ def _check_pcie(spec: s.NodeSpec, numa_ids: set[int], problems: Problems, path: 
         if cur is not None and cur in bridges and bridges[cur] is None:
             roots[name] = cur
     return roots
+
+
+@dataclass
+class _PcieChild:
+    what: str
+    where: Path
+    address: PciAddress
+    buses: set[int] = field(default_factory=set)
+    """Buses of the child's subtree (its own included)."""
+
+
+def _check_pcie_buses(spec: s.NodeSpec, problems: Problems, path: Path) -> None:
+    """The PCIe tree must be one that hardware can build (PCI Express Base spec, sections 7.2 and 7.5.1.3).
+
+    A root port or a switch's downstream port leads to one link, so to one device: everything behind one port sits
+    on that port's secondary bus with one device number (several functions at most). A switch's upstream port on
+    bus B owns internal bus B+1 for its downstream ports, so what is below it starts at bus B+2. Subtrees of one
+    parent occupy disjoint bus ranges, all in the parent's PCI domain.
+    """
+    children: dict[str, list[_PcieChild]] = defaultdict(list)
+    for i, sw in enumerate(spec.pcie.switches):
+        children[sw.parent].append(_PcieChild(f"PCIe switch {sw.name}", (*path, "pcie", "switches", i, "bus"),
+                                              sw.bus))
+    placed: list[tuple[str, int, str, PciAddress | None, str | None]] = [
+        *(("gpu", i, g.name, g.bus, g.parent) for i, g in enumerate(spec.gpus)),
+        *(("nic", i, n.name, n.bus, n.parent) for i, n in enumerate(spec.nics)),
+        *(("nvswitch", i, w.name, w.bus, w.parent) for i, w in enumerate(spec.nvswitches)),
+    ]
+    for kind, i, name, bus, parent in placed:
+        if bus is not None and parent is not None:
+            children[parent].append(_PcieChild(f"{kind} {name}", (*path, f"{kind}s" if kind != "nvswitch" else
+                                                                  "nvswitches", i, "bus"), bus))
+    hbs = {hb.name: hb for hb in spec.pcie.host_bridges}
+    sws = {sw.name: sw for sw in spec.pcie.switches}
+
+    def subtree(name: str, own: PciAddress) -> set[int]:
+        out = {own.bus}
+        for c in children.get(name, []):
+            out |= c.buses
+        return out
+
+    def fill(name: str) -> None:
+        for c in children.get(name, []):
+            sw_name = c.what.removeprefix("PCIe switch ") if c.what.startswith("PCIe switch ") else None
+            if sw_name is not None:
+                fill(sw_name)
+                c.buses = subtree(sw_name, c.address) | {c.address.bus + 1}
+            else:
+                c.buses = {c.address.bus}
+
+    for name in hbs:
+        fill(name)
+    for parent, kids in children.items():
+        if parent in hbs:
+            domain, first = hbs[parent].domain, hbs[parent].bus
+            behind = [k for k in kids if not (k.address.domain == domain and k.address.bus == first)]
+            lowest, label = first + 1, f"host bridge {parent} (bus {first:02x})"
+        elif parent in sws:
+            up = sws[parent].bus
+            domain, behind = up.domain, kids
+            lowest, label = up.bus + 2, f"PCIe switch {parent} (upstream port {up}, internal bus {up.bus + 1:02x})"
+        else:
+            continue
+        for k in kids:
+            if k.address.domain != domain:
+                problems.add(k.where, f"{k.what} at {k.address} is in PCI domain {k.address.domain:04x} but its "
+                             f"parent {label} is in domain {domain:04x}")
+        by_bus: dict[int, list[_PcieChild]] = defaultdict(list)
+        for k in behind:
+            if k.address.bus < lowest:
+                problems.add(k.where, f"{k.what} at {k.address} cannot sit below {label}: buses below it start at "
+                             f"{lowest:02x}")
+            by_bus[k.address.bus].append(k)
+        for group in by_bus.values():
+            slots = {k.address.device for k in group}
+            if len(slots) > 1:
+                a, b = group[0], next(k for k in group if k.address.device != group[0].address.device)
+                problems.add(b.where, f"{b.what} at {b.address} and {a.what} at {a.address} are both on bus "
+                             f"{a.address.bus:02x} below {label}: a port leads to one device, so give each its own "
+                             "bus (or make them functions of one device)")
+            switches = [k for k in group if k.what.startswith("PCIe switch ")]
+            if switches and len(group) > 1:
+                problems.add(switches[0].where, f"{switches[0].what} at {switches[0].address} shares bus "
+                             f"{group[0].address.bus:02x} with another device below {label}")
+        ranges = sorted((min(k.buses), max(k.buses), k) for k in behind if k.what.startswith("PCIe switch "))
+        for (_, hi, a), (lo, _, b) in itertools.pairwise(ranges):
+            if lo <= hi:
+                problems.add(b.where, f"the buses below {b.what} overlap those below {a.what} (both under {label})")
 
 
 def _template(
@@ -428,6 +530,8 @@ def _template(
             problems.add((*path, "c2c", i, "gpu"), f"GPU {c.gpu!r} does not exist on this node")
         if c.socket >= cpu.sockets:
             problems.add((*path, "c2c", i, "socket"), f"socket {c.socket} does not exist")
+    if not problems:
+        _check_pcie_buses(spec, problems, path)
     cxl = _cxl(spec, set(ids), {n.id: n.kind for n in numa_specs}, problems, path)
     order = sorted(spec.gpus, key=lambda g: g.bus)
     return _Template(
@@ -757,6 +861,8 @@ def expand(spec: s.ProfileSpec, resolve_profile: ResolveProfile, digest: str = "
             continue
         templates.append(_template(gi, group.name, node_spec, npath, problems))
     problems.raise_if_any()
+    _check_driver(spec.driver, templates, problems)
+    problems.raise_if_any()
 
     book = _PortBook()
     addr: dict[str, PciAddress] = {}
@@ -803,13 +909,28 @@ def expand(spec: s.ProfileSpec, resolve_profile: ResolveProfile, digest: str = "
         name=spec.name,
         description=spec.description,
         projection=spec.projection,
-        driver=Driver(spec.driver.version, spec.driver.cuda_version),
+        driver=Driver(spec.driver.version, spec.driver.cuda),
         seed=spec.seed,
         nodes=tuple(nodes),
         nvlink_domains=finished_domains,
         cxl_pools=tuple(pools.values()),
         digest=digest,
     )
+
+
+def _check_driver(driver: s.DriverSpec, templates: Sequence[_Template], problems: Problems) -> None:
+    """Every GPU must be supported by the driver's branch (a B200 needs 570 or newer): one problem per SKU."""
+    branch = branch_of(driver.version).number
+    seen: set[str] = set()
+    for tpl in templates:
+        for g in tpl.gpu_specs:
+            sku = tpl.gpu_skus.get(g.name)
+            if sku is None or sku.id in seen or sku.min_driver_branch <= branch:
+                continue
+            seen.add(sku.id)
+            problems.add(("driver", "version"), f"driver {driver.version} (branch {branch}) cannot run {sku.name} "
+                                                f"({sku.id}, {g.name} of group {tpl.group}): it needs branch "
+                                                f"{sku.min_driver_branch} or newer")
 
 
 def _group_node(
@@ -1114,6 +1235,7 @@ def _node(
                 mig_enabled=bool(mig and mig.enabled),
                 mig_instances=tuple(instances),
                 hbm_numa=tpl.hbm_numa.get(g.name),
+                module_id=g.module_id or 0,
             )
         )
     nvswitches = tuple(
@@ -1127,7 +1249,8 @@ def _node(
         )
         for i, sw in enumerate(nspec.nvswitches)
     )
-    nics = tuple(_nic(name, n, tpl) for n in nspec.nics)
+    # PCI bus order, as the kernel enumerates them and nvidia-smi's NIC columns list them (like GPUs).
+    nics = tuple(sorted((_nic(name, n, tpl) for n in nspec.nics), key=lambda n: n.address))
     node_pools = _memory_pools(name, tpl, gpus, pools, problems)
     return Node(
         name=name,
@@ -1146,6 +1269,9 @@ def _node(
         labels=tuple(sorted(nspec.labels.items())),
         nvlink_domain=domain,
         template=tpl.key,
+        hmat=nspec.numa.hmat,
+        dmi_vendor=nspec.dmi.vendor if nspec.dmi else None,
+        dmi_product=nspec.dmi.product if nspec.dmi else None,
     )
 
 
@@ -1173,13 +1299,17 @@ def _nic(node: str, n: s.NicSpec, tpl: _Template) -> Nic:
 
 LATENCY_DOMAINS = {
     "hbm": LatencyDomain("hbm", 0, 400),
-    "nvlink": LatencyDomain("nvlink", 1, 1500),
-    "c2c": LatencyDomain("c2c", 2, 800),
-    "cxl": LatencyDomain("cxl", 3, 210),
-    "cxl-switched": LatencyDomain("cxl-switched", 4, 310),
+    "c2c": LatencyDomain("c2c", 1, 800),
+    "nvlink": LatencyDomain("nvlink", 2, 1500),
+    "cxl": LatencyDomain("cxl", 3, 2210),
+    "cxl-switched": LatencyDomain("cxl-switched", 4, 2310),
     "rdma": LatencyDomain("rdma", 5, 3000),
 }
-"""Latency domains, nearest first (orders of magnitude from reference/hardware.md)."""
+"""Latency domains of memory pools as the GPU using them sees them, nearest first; rank and ns agree (schedulers
+sort by either). Orders of magnitude from reference/hardware.md: HBM 0.3-0.5 us; host memory over NVLink-C2C
+below 1 us; a peer's HBM over NVLink 1-2 us per transfer; CXL memory is reached over PCIe (2-5 us round trip)
+plus the device's 170-250 ns, about 100 ns more behind a switch; RDMA (RoCE) about 3 us. (The CPU's view of CXL
+memory, 210 ns and 310 ns, is what the HMAT attributes in sysfs say.)"""
 
 
 def latency_domain(tier: str, behind_switch: bool = False) -> LatencyDomain:

@@ -166,8 +166,8 @@ def builtin_dir() -> Path:
 
 @cache
 def builtin_profiles() -> dict[str, Path]:
-    """Built-in profile names and their files."""
-    return {p.stem: p for p in sorted(builtin_dir().glob("*.yaml"))}
+    """Built-in profile names and their files, by name (``dgx-h100`` before ``dgx-h100-roce``)."""
+    return {p.stem: p for p in sorted(builtin_dir().glob("*.yaml"), key=lambda p: p.stem)}
 
 
 def find_document(ref: str, relative_to: Path | None, builtins: Mapping[str, Path]) -> Path | None:
@@ -180,11 +180,24 @@ def find_document(ref: str, relative_to: Path | None, builtins: Mapping[str, Pat
     return builtins.get(ref)
 
 
+def not_found(kind: str, ref: str, relative_to: Path | None, builtins: Mapping[str, Path]) -> str:
+    """Why ``ref`` names no document: a path that does not exist, a file that is not YAML, or an unknown name."""
+    known = ", ".join(builtins)
+    path = relative_to.parent / ref if relative_to is not None and not Path(ref).is_absolute() else Path(ref)
+    if path.suffix in (".yaml", ".yml") or "/" in ref:
+        if not path.exists():
+            return f"no {kind} {ref!r}: no such file (built-in {kind}s: {known})"
+        if path.is_dir():
+            return f"no {kind} {ref!r}: a directory, not a .yaml file"
+        if path.suffix not in (".yaml", ".yml"):
+            return f"no {kind} {ref!r}: not a .yaml file"
+    return f"no {kind} {ref!r}: not a built-in ({known}) nor a .yaml file"
+
+
 def _find(ref: str, relative_to: Path | None) -> Path:
     path = find_document(ref, relative_to, builtin_profiles())
     if path is None:
-        known = ", ".join(builtin_profiles())
-        raise ProfileError([Problem((), f"no profile {ref!r}: not a built-in ({known}) and not a .yaml file")])
+        raise ProfileError([Problem((), not_found("profile", ref, relative_to, builtin_profiles()))])
     return path
 
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from fakehw.model.drivers import DEFAULT_DRIVER, VERSION_PATTERN, UnknownBranch, branch_of
 from fakehw.model.units import PciAddressField, Size
 
 MAX_NODES = 10_000
@@ -52,10 +53,35 @@ class Spec(BaseModel):
 
 
 class DriverSpec(Spec):
-    """Driver the fake reports. The default matches Debian's nvidia-smi 535 so the real binary accepts it."""
+    """The driver the node runs. Its branch selects the NVML generation the fake library presents (the functions
+    that exist, the struct versions they take) and the CUDA version it reports; see fakehw/model/drivers.py."""
 
-    version: str = Field("535.261.03", pattern=r"^\d{2,4}\.\d{1,4}(\.\d{1,4})?$")
-    cuda_version: str = Field("12.2", pattern=r"^\d{1,2}\.\d{1,2}$")
+    version: str = Field(DEFAULT_DRIVER, pattern=VERSION_PATTERN,
+                         description="e.g. 580.105.08; the branch (580) must be one fakehw knows")
+    cuda_version: str | None = Field(None, pattern=r"^\d{1,2}\.\d{1,2}$",
+                                     description="default: the branch's own; anything else is an error")
+
+    @field_validator("version")
+    @classmethod
+    def _known_branch(cls, value: str) -> str:
+        try:
+            branch_of(value)
+        except UnknownBranch as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _cuda_of_branch(self) -> DriverSpec:
+        branch = branch_of(self.version)
+        if self.cuda_version is not None and self.cuda_version != branch.cuda:
+            raise ValueError(f"driver {self.version} (branch {branch.number}) reports CUDA {branch.cuda}, "
+                             f"not {self.cuda_version}")
+        return self
+
+    @property
+    def cuda(self) -> str:
+        """The CUDA version the driver reports (its branch's)."""
+        return branch_of(self.version).cuda
 
 
 class CacheSpec(Spec):
@@ -128,6 +154,10 @@ class NumaSpec(Spec):
     distances: list[list[int]] | None = Field(
         None, description="SLIT matrix, one row per node in list order; 10 on the diagonal. Default derived."
     )
+    hmat: bool = Field(
+        True, description="the firmware publishes an HMAT: nodes' access figures (nodeN/accessM/initiators), which "
+                          "also place memory in memory tiers; false gives the kernel no performance data",
+    )
 
 
 # --------------------------------------------------------------------------------------------------- PCIe
@@ -177,6 +207,8 @@ class GpuSpec(Spec):
         description="default: derived from system, node and GPU names",
     )
     serial: str | None = Field(None, pattern=r"^[0-9]{1,29}$")
+    module_id: int | None = Field(None, ge=1, le=255, description="the GPU's position on its baseboard "
+                                                                  "(nvmlDeviceGetModuleId); default: index + 1")
     mig: MigSpec | None = None
 
 
@@ -365,6 +397,14 @@ class MemoryPoolSpec(Spec):
 # --------------------------------------------------------------------------------------------------- node
 
 
+class DmiSpec(Spec):
+    """What the firmware's DMI tables say the machine is (``/sys/class/dmi/id``): what GPU feature discovery
+    labels ``nvidia.com/gpu.machine`` with and inventory tools show."""
+
+    vendor: str = Field(min_length=1, max_length=64, description="sys_vendor, e.g. NVIDIA")
+    product: str = Field(min_length=1, max_length=64, description="product_name, e.g. DGXH100")
+
+
 class NodeSpec(Spec):
     """One node (host): everything on one motherboard or compute tray."""
 
@@ -379,6 +419,8 @@ class NodeSpec(Spec):
     cxl: CxlSpec = CxlSpec()
     memory_pools: list[MemoryPoolSpec] = Field(default_factory=list, max_length=64)
     labels: dict[str, str] = Field(default_factory=dict)
+    dmi: DmiSpec | None = None
+    """The machine's DMI identity; without it the fake says vendor NVIDIA (or fakehw) and the profile's name."""
 
 
 class GroupSpec(Spec):

@@ -190,6 +190,9 @@ class Gpu:
     mig_enabled: bool
     mig_instances: tuple[MigInstance, ...]
     hbm_numa: int | None
+    module_id: int = 0
+    """Position on the baseboard as the profile gives it (nvmlDeviceGetModuleId); 0: not given (see
+    fakehw.nvml.platform_info.module_id for the default)."""
 
     @property
     def id(self) -> str:
@@ -393,6 +396,11 @@ class Node:
     nvlink_domain: str | None
     template: int = field(compare=False)
     """Identity of the node template this node came from; nodes with the same template share topology."""
+    hmat: bool = True
+    """The firmware publishes an HMAT (the nodes' ``initiator`` figures reach the kernel)."""
+    dmi_vendor: str | None = None
+    dmi_product: str | None = None
+    """DMI sys_vendor and product_name of the machine (None: not given by the profile)."""
 
     @property
     def hostname(self) -> str:
@@ -442,7 +450,13 @@ class Driver:
     cuda_version: str
 
     @property
+    def branch(self) -> int:
+        """The driver branch (``580.105.08`` -> 580): which NVML generation the library presents."""
+        return int(self.version.split(".", 1)[0])
+
+    @property
     def nvml_version(self) -> str:
+        """``nvmlSystemGetNVMLVersion``: the CUDA major version, then the driver version (13.580.105.08)."""
         major = self.cuda_version.split(".")[0]
         return f"{major}.{self.version}"
 

@@ -23,6 +23,7 @@ build (which generates the header) runs before the package's dependencies exist.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import struct
 import typing
 import zlib
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, ClassVar, cast
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MAGIC = "FHWNVML"
 BYTE_ORDER_MARK = 0x01020304
 
@@ -52,6 +53,8 @@ CI_PROFILE_COUNT = 9
 MAX_EVENTS = 256
 MAX_NICS = 64
 MAX_PROCESSES = 4096
+MEM_CLOCKS = 4
+"""Supported memory clocks per GPU (the boards have one or two)."""
 CPU_MASK_WORDS = 16
 """64-bit words of CPU affinity: 1024 CPUs."""
 NUMA_MASK_WORDS = 4
@@ -147,6 +150,55 @@ I64 = Annotated[int, i64]
 
 def _zeros(n: int) -> tuple[int, ...]:
     return (0,) * n
+
+
+# --------------------------------------------------------------------------------------------------- answers
+
+
+class Answer(enum.IntEnum):
+    """Topics whose answer depends on the board, the driver branch or the node rather than on one reading.
+
+    ``GpuRecord.answers[topic]`` is the ``nvmlReturn_t`` the call gives (0: it answers from the record). Python
+    decides each one (:mod:`fakehw.nvml.support`, with the facts it rests on); the shim only returns it.
+    """
+
+    DISPLAY_MODE = 0
+    APPLICATIONS_CLOCKS = 1
+    POWER_STATE = 2
+    RETIRED_PAGES = 3
+    REMAPPED_ROWS = 4
+    MEMORY_TEMPERATURE = 5
+    POWER_AVERAGE = 6
+    MODULE_POWER = 7
+    MEMORY_POWER = 8
+    POWER_SMOOTHING = 9
+    C2C = 10
+    FABRIC = 11
+    UNREPAIRABLE_MEMORY = 12
+    SRAM_ECC_STATUS = 13
+    REPAIR_STATUS = 14
+    TLIMIT = 15
+    ABSOLUTE_THRESHOLDS = 16
+    DRAM_ENCRYPTION = 17
+    # 18: unused (platform info has its own records, PlatformRecord)
+    ADDRESSING_MODE = 19
+    PDI = 20
+    GPM = 21
+    MEMORY_MAX_THRESHOLD = 22
+    BBX = 23
+    NVLINK_BW_MODE = 24
+    CLOCK_OFFSETS = 25
+    POWER_PROFILES = 26
+    PERFORMANCE_MODES = 27
+    AUTO_BOOST = 28
+    SPARSE_OPERATION = 29
+    HOSTNAME = 30
+    CONF_COMPUTE = 31
+    GPU_OPERATION_MODE = 32
+    VGPU = 33
+
+
+ANSWER_SLOTS = 64
 
 
 # --------------------------------------------------------------------------------------------------- records
@@ -321,6 +373,51 @@ class GpuRecord:
     process_count: U32 = 0
     xid_count: U32 = 0
     last_xid: U32 = 0
+    answers: Annotated[tuple[int, ...], Array(u8, ANSWER_SLOTS)] = _zeros(ANSWER_SLOTS)
+    """``nvmlReturn_t`` per :class:`Answer` topic (0: answer from the record)."""
+    gpu_part_number: Annotated[str, Char(32)] = ""
+    graphics_clock_min: U32 = 0
+    graphics_step_x2: U32 = 0
+    """Spacing of supported graphics clocks in half MHz (15 MHz -> 30, 7.5 MHz -> 15)."""
+    mem_clock_count: U32 = 0
+    mem_clocks: Annotated[tuple[int, ...], Array(u32, MEM_CLOCKS)] = _zeros(MEM_CLOCKS)
+    graphics_top_x2: Annotated[tuple[int, ...], Array(u32, MEM_CLOCKS)] = _zeros(MEM_CLOCKS)
+    """Highest graphics clock with each memory clock, in half MHz (the driver lists 2062.5 as 2062)."""
+    temp_margin: I32 = 0
+    """T.Limit margin: degrees below the slowdown reference (nvmlDeviceGetMarginTemperature)."""
+    tlimit_shutdown: I32 = 0
+    tlimit_slowdown: I32 = 0
+    tlimit_gpu_max: I32 = 0
+    tlimit_mem_max: I32 = 0
+    power_average_mw: U32 = 0
+    memory_power_mw: U32 = 0
+    module_power_mw: U32 = 0
+    module_limit_mw: U32 = 0
+    module_default_limit_mw: U32 = 0
+    module_min_limit_mw: U32 = 0
+    module_max_limit_mw: U32 = 0
+    cuda_cores: U32 = 0
+    irq: U32 = 0
+    pcie_atomics_outbound: U32 = 0
+    """``NVML_PCIE_ATOMICS_CAP_*`` mask (0: the board reports none)."""
+    pcie_atomics_inbound: U32 = 0
+    addressing_mode: U32 = 0
+    """``nvmlDeviceAddressingModeType_t``: 0 none, 1 HMM, 2 ATS."""
+    c2c_enabled: U32 = 0
+    c2c_link_count: U32 = 0
+    c2c_link_bandwidth_mbps: U32 = 0
+    pdi: U64 = 0
+    bbx_flush_time_us: U64 = 0
+    bbx_flush_duration_us: U64 = 0
+    gpm_sm_activity: U32 = 0
+    """GPM metrics in hundredths of a percent (derived from the utilization, see readings.py)."""
+    gpm_sm_occupancy: U32 = 0
+    gpm_tensor_activity: U32 = 0
+    gpm_dram_bw_util: U32 = 0
+    gpm_fp64_activity: U32 = 0
+    gpm_fp32_activity: U32 = 0
+    gpm_fp16_activity: U32 = 0
+    gpm_graphics_activity: U32 = 0
     topo_level: Annotated[tuple[int, ...], Array(u8, MAX_GPUS)] = _zeros(MAX_GPUS)
     """``nvmlGpuTopologyLevel_t`` to every other slot."""
     nvlink_bond: Annotated[tuple[int, ...], Array(u8, MAX_GPUS)] = _zeros(MAX_GPUS)
@@ -535,6 +632,10 @@ class HeaderRecord:
     node_name: Annotated[str, Char(64)] = ""
     profile: Annotated[str, Char(64)] = ""
     cuda_driver_version: I32 = 0
+    driver_branch: U32 = 0
+    """535, 550, ... 615: the NVML generation the library presents (functions, struct versions)."""
+    gpm_metric_max: U32 = 0
+    """The branch's ``NVML_GPM_METRIC_MAX``."""
     host_pcie_gen_max: U32 = 0
     gpu_count: U32 = 0
     gpu_record_size: U32 = 0
@@ -673,6 +774,9 @@ def c_header() -> str:
         f"#define FHW_P2P_CAPS {P2P_CAPS}",
         f"#define FHW_ECC_LOCATIONS {ECC_LOCATIONS}",
         f"#define FHW_CLOCK_TYPES {CLOCK_TYPES}",
+        f"#define FHW_MEM_CLOCKS {MEM_CLOCKS}",
+        f"#define FHW_ANSWER_SLOTS {ANSWER_SLOTS}",
+        *(f"#define FHW_ANS_{a.name} {a.value}" for a in Answer),
         "",
     ]
     for rec in RECORDS:

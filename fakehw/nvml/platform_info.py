@@ -49,7 +49,10 @@ def _stable(*parts: str, digits: int) -> int:
 
 
 def module_id(node: Node, gpu: Gpu) -> int:
-    """``nvmlDeviceGetModuleId``: the tray pattern on 4-GPU NVLink-domain trays, else the GPU's position + 1."""
+    """``nvmlDeviceGetModuleId``: the profile's ``moduleId`` (DGX H100/B200 boards number their GPUs out of bus
+    order, as their captures show), else the tray pattern on 4-GPU NVLink-domain trays, else position + 1."""
+    if gpu.module_id:
+        return gpu.module_id
     if node.nvlink_domain is not None and len(node.gpus) == len(TRAY_MODULE_IDS):
         return TRAY_MODULE_IDS[gpu.index]
     return gpu.index + 1

@@ -45,7 +45,9 @@ class Engines:
 
 
 def engines(sku: GpuSku) -> Engines:
-    """Engine counts per architecture (public spec sheets, approx.; the L4 is the one with encoders)."""
+    """Engine counts per architecture (public spec sheets, approx.; the GDDR boards have video encoders)."""
+    if sku.architecture == "turing":
+        return Engines(copy=3, decoders=2, encoders=1, jpegs=0, ofas=0)
     if sku.memory_type.startswith("GDDR"):
         return Engines(copy=2, decoders=4, encoders=2, jpegs=4, ofas=1)
     return {
@@ -57,15 +59,16 @@ def engines(sku: GpuSku) -> Engines:
 
 
 def memory_bus_width(sku: GpuSku) -> int:
-    """Bits: 5120 for HBM2e/HBM3 boards, 8192 for Blackwell HBM3e, 192 for the GDDR6 L4 (approx.)."""
+    """Bits: 5120 for HBM2e/HBM3 boards, 8192 for Blackwell HBM3e; GDDR6: 256 (T4), 384 (L40S), 192 (L4)
+    (public spec sheets, approx.)."""
     if sku.memory_type.startswith("GDDR"):
-        return 192
+        return {"turing": 256}.get(sku.architecture, 384 if sku.memory_mib > 32768 else 192)
     return 8192 if sku.architecture == "blackwell" else 5120
 
 
 def reserved_mib(sku: GpuSku) -> int:
-    """Framebuffer the driver keeps for itself (what ``nvmlMemory_v2_t.reserved`` reports; approx.)."""
-    return max(256, sku.memory_mib // 160)
+    """Framebuffer the driver keeps for itself (``nvmlMemory_v2_t.reserved``): the board's, from the catalogue."""
+    return sku.memory_reserved_mib
 
 
 PCIE_SPEED_MBPS = {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}
@@ -76,9 +79,14 @@ class GpuReadings:
     util_gpu: int
     util_memory: int
     power_mw: int
+    power_average_mw: int
+    memory_power_mw: int
+    module_power_mw: int
     energy_mj: int
     clocks_current: tuple[int, int, int, int]
     """graphics, SM, memory, video (MHz)."""
+    idle: bool
+    """No work on the GPU: the "GPU idle" clock event reason is active and the clocks are the idle ones."""
     mem_temperature: int
     pcie_tx_kbs: int
     pcie_rx_kbs: int
@@ -86,23 +94,70 @@ class GpuReadings:
     nvlink_rx: tuple[tuple[int, int], ...]
     """Per port: utilization counters 0 and 1 (received)."""
     nvlink_tx: tuple[tuple[int, int], ...]
+    gpm: GpmMetrics
 
 
-def gpu_readings(seed: int, gpu: Gpu, state: GpuState, generation: int) -> GpuReadings:
-    """The readings of ``gpu`` at ``generation`` (see the module docstring for what they depend on)."""
+@dataclass(frozen=True, slots=True)
+class GpmMetrics:
+    """GPM (DCGM profiling) metrics in hundredths of a percent, derived from the utilization: an SM busy for
+    ``util`` percent of the time is active that much, keeps about 60 % of its warp slots occupied and spends a
+    share of its cycles in each pipe (stand-in ratios, so DCGM-style consumers see coherent numbers)."""
+
+    sm_activity: int
+    sm_occupancy: int
+    tensor_activity: int
+    dram_bw_util: int
+    fp64_activity: int
+    fp32_activity: int
+    fp16_activity: int
+    graphics_activity: int
+
+
+def gpm_metrics(util_gpu: int, util_memory: int) -> GpmMetrics:
+    u = util_gpu * 100
+    return GpmMetrics(
+        sm_activity=u,
+        sm_occupancy=u * 6 // 10,
+        tensor_activity=u * 4 // 10,
+        dram_bw_util=util_memory * 100,
+        fp64_activity=u // 10,
+        fp32_activity=u * 3 // 10,
+        fp16_activity=u * 2 // 10,
+        graphics_activity=u,
+    )
+
+
+def gpu_readings(seed: int, gpu: Gpu, state: GpuState, generation: int, load: int = 0) -> GpuReadings:
+    """The readings of ``gpu`` at ``generation`` with ``load`` percent of work on it (0: idle; see the module
+    docstring for what they depend on)."""
     sku = gpu.sku
     key = (gpu.node, gpu.name)
-    util_gpu = int(unit(seed, *key, "util", generation) * 3)
-    util_mem = int(unit(seed, *key, "mem-util", generation) * 2)
-    draw_w = sku.power.idle_w + unit(seed, *key, "power", generation) * 12 + util_gpu * 4
+    util_gpu = max(0, min(100, load))
+    util_mem = util_gpu * 2 // 5
+    idle = util_gpu == 0
+    power = sku.power
+    draw_w = power.idle_w + unit(seed, *key, "power", generation) + util_gpu * (power.default_limit_w -
+                                                                                  power.idle_w) / 100
     power_mw = min(int(draw_w * 1000), state.power_limit_w * 1000)
-    # One generation counts as one second at idle draw: monotonic and reproducible.
-    energy = stable_int(seed, *key, "energy", bits=30) + generation * sku.power.idle_w * 1000
+    average_mw = min(int((draw_w - 0.2 + unit(seed, *key, "power-avg", generation) * 0.4) * 1000),
+                     state.power_limit_w * 1000)
+    memory_mw = int(((power.memory_idle_w or 0) + unit(seed, *key, "mem-power", generation)) * 1000)
+    module_mw = 0
+    if power.module is not None:
+        module_mw = int((power.module.idle_w + (draw_w - power.idle_w) + unit(seed, *key, "module", generation))
+                        * 1000)
+    # One generation counts as one second at the current draw: monotonic and reproducible.
+    energy = stable_int(seed, *key, "energy", bits=30) + generation * int(draw_w) * 1000
     clocks = sku.clocks
-    graphics, sm = clocks.graphics_max_mhz, clocks.sm_max_mhz
+    if idle:
+        rest = clocks.idle_clocks
+        graphics, sm, mem, video = rest.graphics_mhz, rest.graphics_mhz, rest.mem_mhz, rest.video_mhz
+    else:
+        graphics, sm, mem, video = (clocks.graphics_max_mhz, clocks.sm_max_mhz, clocks.mem_max_mhz,
+                                    clocks.video_max_mhz)
     if state.throttle_reasons & _CLOCK_LOWERING:
-        graphics = graphics * 3 // 5 // 15 * 15
-        sm = sm * 3 // 5 // 15 * 15
+        graphics = min(graphics, clocks.graphics_max_mhz * 3 // 5 // 15 * 15)
+        sm = min(sm, clocks.sm_max_mhz * 3 // 5 // 15 * 15)
     rx = []
     tx = []
     for p in gpu.ports:
@@ -113,12 +168,17 @@ def gpu_readings(seed: int, gpu: Gpu, state: GpuState, generation: int) -> GpuRe
         util_gpu=util_gpu,
         util_memory=util_mem,
         power_mw=power_mw,
+        power_average_mw=average_mw,
+        memory_power_mw=memory_mw,
+        module_power_mw=module_mw,
         energy_mj=energy,
-        clocks_current=(graphics, sm, clocks.mem_max_mhz, clocks.video_max_mhz),
-        mem_temperature=state.temperature_c + 2 + int(unit(seed, *key, "hbm-temp") * 3),
-        pcie_tx_kbs=100 + int(unit(seed, *key, "pcie-tx", generation) * 900),
-        pcie_rx_kbs=100 + int(unit(seed, *key, "pcie-rx", generation) * 900),
-        bar1_used=2 * 2**20,
+        clocks_current=(graphics, sm, mem, video),
+        idle=idle,
+        mem_temperature=state.temperature_c + int(unit(seed, *key, "hbm-temp") * 4) - 1,
+        pcie_tx_kbs=300 + int(unit(seed, *key, "pcie-tx", generation) * 600),
+        pcie_rx_kbs=250 + int(unit(seed, *key, "pcie-rx", generation) * 650),
+        bar1_used=2**20,
         nvlink_rx=tuple(rx),
         nvlink_tx=tuple(tx),
+        gpm=gpm_metrics(util_gpu, util_mem),
     )

@@ -15,7 +15,6 @@ import functools
 import os
 import struct
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,9 +23,11 @@ from typing import Any
 from fakehw.agent.mig import GpuMig, NodeMig, boot_mig
 from fakehw.agent.state import Event, GpuState, NodeState
 from fakehw.model.catalogue import GpuSku
+from fakehw.model.drivers import branch_of
 from fakehw.model.system import Gpu, Node, NVLinkPort, System
 from fakehw.model.topology import NodeTopology, P2PCapability, derive_node
 from fakehw.nvml import layout
+from fakehw.nvml.gpu_fields import board_fields, board_id
 from fakehw.nvml.layout import (
     CiProfileRecord,
     EventRecord,
@@ -60,18 +61,19 @@ BUS_TYPE_PCIE = 2
 NVLINK_TYPE_GPU = 0
 NVLINK_TYPE_SWITCH = 2
 CAP_P2P, CAP_P2P_ATOMICS, CAP_VALID = 0, 2, 5
-FABRIC_NOT_SUPPORTED, FABRIC_COMPLETED = 0, 3
-NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED = 0, 3
 SUPPORTED_THROTTLE_REASONS = 0x1FF
+CLOCK_EVENT_GPU_IDLE = 0x1
+"""``nvmlClocksEventReasonGpuIdle``: active on every idle board in the captures."""
 UNSET_INSTANCE = 0xFFFFFFFF
+RESERVED_SHORT = 512 * 1024
+"""Bytes a board's reserved memory falls short of whole MiB. Every capture shows free = total - reserved + 1 MiB
+as nvidia-smi rounds them (half up); with a whole-MiB total (it must be: NVIDIA's feature discovery names the
+A100-80GB's 3g profile 3g.40gb from the total bytes, which a total above 80 GiB would make 3g.41gb) the only
+reading that does is a reserved size half a MiB short."""
 
 # nvmlMemoryLocation_t of the model's ECC locations.
 ECC_LOCATION = {"l1-cache": 0, "l2-cache": 1, "device-memory": 2, "dram": 2, "register-file": 3, "sram": 7}
 NVLINK_COUNTER_ORDER = ("replay", "recovery", "crc-flit", "crc-data", "ecc-data")
-
-# Fabric health mask: 2-bit fields (1 = true, 2 = false) at these bit positions, incorrect-configuration at 8.
-HEALTH_BITS = {"degraded-bandwidth": 0, "route-recovery": 2, "route-unhealthy": 4, "access-timeout-recovery": 6}
-HEALTH_SUMMARY_HEALTHY, HEALTH_SUMMARY_UNHEALTHY, HEALTH_SUMMARY_LIMITED = 1, 2, 3
 
 
 
@@ -193,6 +195,8 @@ class FakeProcess:
     kinds: int = 1
     """Bit 0 compute, bit 1 graphics, bit 2 MPS."""
     mig_index: int | None = None
+    utilization: int = 0
+    """Percent of the GPU's time this process keeps it busy (the GPU's utilization is the sum, at most 100)."""
 
 
 @dataclass(frozen=True)
@@ -256,7 +260,7 @@ def _link_record(port: NVLinkPort, gpu: Gpu, gstate: GpuState, i: int, peers: _P
         remote_type=NVLINK_TYPE_SWITCH if port.remote_kind == "switch" else NVLINK_TYPE_GPU,
         capabilities=(1 << CAP_P2P) | (1 << CAP_P2P_ATOMICS) | (1 << CAP_VALID),
         remote_link=port.remote_port,
-        speed_mbps=int(port.bandwidth_gbs * 1000),
+        speed_mbps=gpu.sku.nvlink.nvml_speed_mbps,
         remote_gpu=peers.gpu_slot.get(port.remote_id, -1) if port.remote_kind == "gpu" else -1,
         remote_bus_id=addr.nvml_bus_id,
         remote_bus_id_legacy=addr.nvml_bus_id_legacy,
@@ -271,50 +275,17 @@ def _link_record(port: NVLinkPort, gpu: Gpu, gstate: GpuState, i: int, peers: _P
     )
 
 
-def _fabric(system: System, node: Node, gpu: Gpu, gstate: GpuState) -> dict[str, object]:
-    domain = system.domain_of(node)
-    fabric = domain.fabric if domain is not None else None
-    if fabric is None:
-        # Hopper and later answer the call and say "not in a fabric"; older GPUs do not support it.
-        return {"fabric_supported": int(gpu.sku.architecture in ("hopper", "blackwell")),
-                "fabric_state": FABRIC_NOT_SUPPORTED, "fabric_status": NVML_ERROR_NOT_SUPPORTED}
-    mask = 1 << 8  # incorrect configuration: none
-    for name, bit in HEALTH_BITS.items():
-        mask |= (1 if name in gstate.fabric_health else 2) << bit
-    if "route-unhealthy" in gstate.fabric_health:
-        summary = HEALTH_SUMMARY_UNHEALTHY
-    elif gstate.fabric_health:
-        summary = HEALTH_SUMMARY_LIMITED
-    else:
-        summary = HEALTH_SUMMARY_HEALTHY
-    return {
-        "fabric_supported": 1,
-        "fabric_cluster_uuid": tuple(uuid.UUID(fabric.cluster_uuid).bytes),
-        "fabric_state": FABRIC_COMPLETED,
-        "fabric_status": NVML_SUCCESS,
-        "fabric_clique_id": fabric.clique_id,
-        "fabric_health_mask": mask,
-        "fabric_health_summary": summary,
-    }
-
-
-def _inforom_objects(sku: GpuSku) -> tuple[str, str, str]:
-    """OEM, ECC and power object versions (assumed: the pattern datacenter boards report)."""
-    ecc = {"ampere": "6.16", "hopper": "7.16", "blackwell": "8.1", "ada": "6.16"}[sku.architecture]
-    return "2.1", ecc, ""
-
-
 def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: int, gstate: GpuState,
                 generation: int, peers: _Peers, mig_state: GpuMig | None, first_mig: int, migs: list[MigRecord],
                 first_profile: int, profiles: list[MigProfileRecord], first_process: int,
-                processes: list[ProcessRecord]) -> GpuRecord:
+                processes: list[ProcessRecord], load: int = 0) -> GpuRecord:
     sku = gpu.sku
     seed = system.seed
-    r = gpu_readings(seed, gpu, gstate, generation)
+    r = gpu_readings(seed, gpu, gstate, generation, load=load)
     eng = engines(sku)
     n = len(node.gpus)
     total = sku.memory_mib * 2**20
-    reserved = reserved_mib(sku) * 2**20
+    reserved = reserved_mib(sku) * 2**20 - RESERVED_SHORT
     used = sum(p.used_memory for p in processes)
     ecc = [0] * (2 * 2 * layout.ECC_LOCATIONS)
     for etype, counts in ((0, gstate.ecc_sbe), (1, gstate.ecc_dbe)):
@@ -335,10 +306,10 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
             raise SnapshotError(f"{gpu.id} NVLink port {port.port} exceeds NVML's {layout.MAX_LINKS} links")
         links[port.port] = _link_record(port, gpu, gstate, i, peers, r.nvlink_rx[i], r.nvlink_tx[i])
     nvswitch_links = sum(1 for i, p in enumerate(gpu.ports) if p.remote_kind == "switch" and gstate.links[i].up)
-    oem, ecc_obj, pwr = _inforom_objects(sku)
     power = sku.power
     clocks = sku.clocks
     clock_max = (clocks.graphics_max_mhz, clocks.sm_max_mhz, clocks.mem_max_mhz, clocks.video_max_mhz)
+    clock_app = (clocks.app_graphics, clocks.app_graphics, clocks.mem_max_mhz, clocks.video_max_mhz)
     mig = sku.mig
     return GpuRecord(
         uuid=gpu.uuid,
@@ -347,9 +318,9 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         board_part_number=sku.board_part_number,
         vbios_version=sku.vbios,
         inforom_image=sku.inforom,
-        inforom_oem=oem,
-        inforom_ecc=ecc_obj,
-        inforom_power=pwr,
+        inforom_oem=sku.inforom_oem,
+        inforom_ecc=sku.inforom_ecc,
+        inforom_power="",
         gsp_firmware=system.driver.version,
         bus_id=gpu.address.nvml_bus_id,
         bus_id_legacy=gpu.address.nvml_bus_id_legacy,
@@ -374,7 +345,7 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         encoders=eng.encoders,
         jpegs=eng.jpegs,
         ofas=eng.ofas,
-        board_id=stable_int(0, gpu.uuid, "board", bits=31),
+        board_id=board_id(gpu),
         module_id=module_id(node, gpu),
         multi_gpu_board=0,
         numa_node=gpu.numa,
@@ -383,10 +354,10 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         bus_type=BUS_TYPE_PCIE,
         memory_bus_width=memory_bus_width(sku),
         pcie_gen_max=sku.pcie.generation,
-        pcie_gen_gpu_max=sku.pcie.generation,
+        pcie_gen_gpu_max=sku.pcie.gpu_max_generation,
         pcie_gen_cur=sku.pcie.generation,
         pcie_width_max=sku.pcie.width,
-        pcie_width_cur=sku.pcie.width,
+        pcie_width_cur=sku.pcie.current_width,
         pcie_speed_mbps=PCIE_SPEED_MBPS[sku.pcie.generation],
         pcie_replay=0,
         pcie_tx_kbs=r.pcie_tx_kbs,
@@ -401,7 +372,7 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         mem_temperature=r.mem_temperature,
         temp_shutdown=sku.thermal.shutdown_c,
         temp_slowdown=sku.thermal.slowdown_c,
-        temp_mem_max=sku.thermal.shutdown_c + 3,
+        temp_mem_max=sku.thermal.mem_max_c or 0,
         temp_gpu_max=sku.thermal.max_operating_c,
         power_usage_mw=r.power_mw,
         power_limit_mw=gstate.power_limit_w * 1000,
@@ -410,17 +381,18 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         power_max_limit_mw=power.max_limit_w * 1000,
         power_enforced_mw=gstate.power_limit_w * 1000,
         energy_mj=r.energy_mj,
-        throttle_reasons=gstate.throttle_reasons,
+        throttle_reasons=gstate.throttle_reasons | (CLOCK_EVENT_GPU_IDLE if r.idle else 0),
         supported_throttle_reasons=SUPPORTED_THROTTLE_REASONS,
         clocks_current=r.clocks_current,
         clocks_max=clock_max,
-        clocks_app=clock_max,
-        clocks_app_default=clock_max,
+        clocks_app=clock_app,
+        clocks_app_default=clock_app,
         util_gpu=r.util_gpu,
         util_memory=r.util_memory,
         pstate=0,
         compute_mode=0,
         persistence_mode=1,
+        display_mode=1,  # "Enabled" on the A100 capture (570); 580 and later answer DEPRECATED (support.py)
         ecc_current=1,
         ecc_pending=1,
         ecc_default=1,
@@ -431,13 +403,13 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         retired_time=int(time.time()) if dbe else 0,
         remap_unc=dbe,
         remap_pending=int(dbe > 0),
-        remap_histogram=(640 - min(dbe, 640), min(dbe, 640), 0, 0, 0),
+        remap_histogram=_remap_histogram(sku, dbe),
         cpu_affinity=_mask(topo.cpu_affinity[slot], layout.CPU_MASK_WORDS),
         mem_affinity=_mask([gpu.numa], layout.NUMA_MASK_WORDS),
         nvlink_count=max((p.port + 1 for p in gpu.ports), default=0),
         nvlink_version=sku.nvlink.nvml_version,
         nvswitch_links=nvswitch_links,
-        **_fabric(system, node, gpu, gstate),  # type: ignore[arg-type]
+        **board_fields(system, node, gpu, gstate, r),
         mig_capable=int(mig is not None),
         mig_current=int(mig_state is not None and mig_state.current),
         mig_pending=int(mig_state is not None and mig_state.pending),
@@ -455,6 +427,14 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         p2p=tuple(p2p),
         links=tuple(links),
     )
+
+
+def _remap_histogram(sku: GpuSku, uncorrectable: int) -> tuple[int, int, int, int, int]:
+    """Banks with all (max), most, some, few and no spare rows left: a healthy board has every bank at max (640
+    on A100, 2560 on H100, 3968 on GB200 in the captures); each uncorrectable remap moves one bank down to high."""
+    banks = sku.row_remap_banks or 0
+    moved = min(uncorrectable, banks)
+    return banks - moved, moved, 0, 0, 0
 
 
 def node_topology(system: System, node: Node, state: NodeState) -> NodeTopology:
@@ -509,15 +489,17 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
                 gi, ci = gpu_migs[p.mig_index].gpu_instance_id, gpu_migs[p.mig_index].compute_instance_id
             gpu_procs.append(ProcessRecord(gpu=slot, pid=p.pid, kinds=p.kinds, gpu_instance_id=gi,
                                            compute_instance_id=ci, used_memory=p.used_memory, name=p.name))
-        key = (gstate, state.down_ports, mig_state, counts, len(procs), tuple(gpu_procs))
+        load = sum(p.utilization for p in processes if p.gpu == gpu.name)
+        key = (gstate, state.down_ports, mig_state, counts, len(procs), tuple(gpu_procs), load)
         generation = state.generation if gpu_generations is None else gpu_generations.get(gpu.name, state.generation)
 
         def make(gen: int, gpu: Gpu = gpu, slot: int = slot, gstate: GpuState = gstate,
                  mig_state: GpuMig | None = mig_state, first_mig: int = first_mig, gpu_migs: list[MigRecord] = gpu_migs,
                  first_profile: int = first_profile, gpu_profiles: list[MigProfileRecord] = gpu_profiles,
-                 first_process: int = len(procs), gpu_procs: list[ProcessRecord] = gpu_procs) -> GpuRecord:
+                 first_process: int = len(procs), gpu_procs: list[ProcessRecord] = gpu_procs,
+                 load: int = load) -> GpuRecord:
             return _gpu_record(system, node, topo, gpu, slot, gstate, gen, peers, mig_state, first_mig, gpu_migs,
-                               first_profile, gpu_profiles, first_process, gpu_procs)
+                               first_profile, gpu_profiles, first_process, gpu_procs, load)
 
         gpus.append(memo.gpu_record(gpu.name, key, generation, make))
         procs += gpu_procs
@@ -547,6 +529,8 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
         node_name=node.name,
         profile=system.name[:63],
         cuda_driver_version=driver.cuda_driver_version,
+        driver_branch=driver.branch,
+        gpm_metric_max=branch_of(driver.version).gpm_metric_max,
         event_last_seq=last_seq,
     )
     return Snapshot(header, tuple(gpus), tuple(mig.migs), tuple(mig.profiles), tuple(procs), tuple(ring),

@@ -8,8 +8,12 @@ section       kind     content
 ============  =======  ========================================================================================
 cpu           static   ``sys/devices/system/cpu`` (topology, caches), ``sys/bus/cpu``, ``proc/cpuinfo``
 node-static   static   ``sys/devices/system/node``: masks, cpulist/cpumap, distance, HMAT access initiators
-node-memory   dynamic  per-node ``meminfo``, ``has_memory``, ``proc/meminfo``
-pci           static   ``sys/devices/pci*`` bridges, NVSwitches, NICs; ``sys/bus/pci``; ``sys/class/{net,infiniband}``
+node-memory   dynamic  per-node ``meminfo``, ``numastat``, ``has_memory``, ``proc/meminfo``, CXL nodes' access figures
+memory-static static   ``sys/devices/system/memory``: block size, onlining policy, blocks of boot RAM and GPU memory
+memory        dynamic  blocks of CXL RAM (online/offline), ``sys/devices/virtual/memory_tiering`` tiers
+pci           static   ``sys/devices/pci*`` bridges, NVSwitches, NICs; ``sys/bus/pci``; ``sys/kernel/iommu_groups``
+rdma          static   ``sys/class/{net,infiniband,infiniband_verbs,infiniband_mad}``, ``dev/infiniband``,
+                       nvidia-peermem (``sys/kernel/mm/memory_peers``, ``sys/module``)
 gpus          dynamic  GPU PCI functions and ``proc/driver/nvidia/gpus/<bdf>`` (a lost GPU disappears)
 nvidia        static   ``proc/driver/nvidia/{version,params}``, ``dev/nvidia*``, ``proc/devices``, capability tables
 mig           dynamic  ``proc/driver/nvidia/capabilities/gpuN/mig/giX[/ciY]/access``, ``dev/nvidia-caps/nvidia-capN``
@@ -27,20 +31,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 
 from fakehw.model.system import CxlPool, Node, System
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
 from fakehw.sysfs.cpu import cpu_section, hwloc_info
 from fakehw.sysfs.cxl import cxl_section
+from fakehw.sysfs.memory import memory_dynamic_section, memory_static_section
 from fakehw.sysfs.node import node_dynamic_section, node_static_section
 from fakehw.sysfs.nvidia import gpu_section, mig_section, nvidia_static_section
 from fakehw.sysfs.pci import pci_static_section
 from fakehw.sysfs.pcilayout import PciLayout, layout
+from fakehw.sysfs.rdma import rdma_section
 from fakehw.sysfs.tree import Link, RootWriter, Section, SectionSpec, WriteStats
 
-SYSFS_VERSION = "3"
+SYSFS_VERSION = "5"
 """Bump when the renderer's output changes, so existing trees are rebuilt."""
 ROOT_DIR = "root"
 MANIFEST = ".root-manifest"
@@ -65,9 +70,9 @@ def system_section(system: System, node: Node) -> Section:
     sec = Section("system")
     sec.file("proc/hwloc-nofile-info", hwloc_info(node))
     dmi = "sys/class/dmi/id"
-    vendor = "NVIDIA" if node.gpus else "fakehw"
+    vendor = node.dmi_vendor or ("NVIDIA" if node.gpus else "fakehw")
     sec.text(f"{dmi}/sys_vendor", vendor)
-    sec.text(f"{dmi}/product_name", system.name)
+    sec.text(f"{dmi}/product_name", node.dmi_product or system.name)
     sec.text(f"{dmi}/product_family", node.group)
     sec.text(f"{dmi}/board_vendor", vendor)
     sec.text(f"{dmi}/board_name", node.group)
@@ -126,7 +131,12 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("node-static", key, lambda: node_static_section(node), share=f"{share}/node"),
         SectionSpec("node-memory", None, lambda: node_dynamic_section(node, platform.numa_memory),
                     inputs=dict(platform.numa_memory)),
+        SectionSpec("memory-static", key, lambda: memory_static_section(node), share=f"{share}/memory"),
+        SectionSpec("memory", None, lambda: memory_dynamic_section(node, platform.cxl, platform.numa_memory,
+                                                                   platform.memory_offline),
+                    inputs=(platform.cxl, dict(platform.numa_memory), platform.memory_offline)),
         SectionSpec("pci", key, lambda: pci_static_section(node, lay())),
+        SectionSpec("rdma", key, lambda: rdma_section(system, node, lay())),
         SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay()),
                     inputs=frozenset(g.name for g in state.gpus if g.lost)),
         SectionSpec("mig", None, lambda: mig_section(node, mig), inputs=mig),

@@ -26,6 +26,32 @@ def lstopo_path() -> str | None:
     return next((p for name in LSTOPO_CANDIDATES if (p := shutil.which(name))), None)
 
 
+HWLOC_CACHE_ENV = "FAKEHW_HWLOC_DIR"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Lstopo:
+    """An lstopo to run: its path and the library path it needs (a cached newer hwloc, or the system's)."""
+
+    path: str
+    library_path: str | None = None
+    version: str = ""
+
+
+def newer_lstopo() -> Lstopo | None:
+    """hwloc 2.12+ as tools/fetch-real-hwloc.sh caches it (``$FAKEHW_HWLOC_DIR`` or ``.cache/hwloc-2.12``)."""
+    base = Path(os.environ.get(HWLOC_CACHE_ENV) or REPO_ROOT / ".cache" / "hwloc-2.12")
+    exe = base / "usr" / "bin" / "lstopo-no-graphics"
+    try:
+        version = (base / "VERSION").read_text().strip()
+    except OSError:
+        return None
+    if not os.access(exe, os.X_OK):
+        return None
+    return Lstopo(str(exe), str(base / "usr" / "lib" / "x86_64-linux-gnu"), version)
+
+
 @dataclass
 class HwlocObject:
     type: str
@@ -142,13 +168,18 @@ def parse_xml(text: str) -> HwlocTopology:
     return HwlocTopology(root, memattrs)
 
 
-def lstopo(root: Path, extra_env: Mapping[str, str] | None = None, timeout: float = 120.0) -> HwlocTopology:
-    """hwloc's view of the tree at ``root`` (all I/O objects kept, GPU memory NUMA nodes kept)."""
-    exe = lstopo_path()
+def lstopo(root: Path, extra_env: Mapping[str, str] | None = None, timeout: float = 120.0,
+           which: Lstopo | None = None) -> HwlocTopology:
+    """hwloc's view of the tree at ``root`` (all I/O objects kept, GPU memory NUMA nodes kept); ``which`` picks
+    an lstopo other than the system's (:func:`newer_lstopo`)."""
+    exe = which.path if which is not None else lstopo_path()
     if exe is None:
         raise HwlocError("hwloc is not installed (Debian: hwloc or hwloc-nox; tools/install-system-deps.sh)")
     env = {**os.environ, "HWLOC_FSROOT": str(root), "HWLOC_COMPONENTS": "linux,stop",
            "HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES": "1", **(extra_env or {})}
+    if which is not None and which.library_path:
+        env["LD_LIBRARY_PATH"] = which.library_path + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH")
+                                                       else "")
     try:
         proc = subprocess.run([exe, "--of", "xml", "--whole-io", "-"], capture_output=True, text=True, env=env,
                               timeout=timeout, check=False)

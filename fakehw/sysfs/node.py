@@ -1,23 +1,26 @@
 """NUMA: ``/sys/devices/system/node`` and ``/proc/meminfo``.
 
 Every NUMA node of the model is present (as on GH200, whose reserved nodes show with no memory). Its CPUs,
-distances and HMAT access figures (``accessN/initiators``: MB/s and ns from the nearest CPU node) never change, so
-they are a static section; memory is runtime state (a CXL memdev going offline takes its regions' memory out of
-their node, a region created at run time adds it) and lives in a dynamic section with the masks that depend on
-it (``has_memory``).
+distances (row N of the model's SLIT) and firmware HMAT access figures (``accessN/initiators``: MB/s and ns from
+the nearest CPU node, with a link to it) never change, so they are a static section; memory is runtime state (a
+CXL memdev going offline takes its regions' memory out of their node, a region created at run time adds it) and
+lives in a dynamic section with what depends on it: ``has_memory``, ``meminfo``, ``numastat``, and a CXL node's
+access figures, which the CXL driver sets when a region's memory comes online and which carry no initiator link
+(firmware's HMAT describes no CXL window; drivers/acpi/numa/hmat.c updates generic targets' attributes only).
 
-CPU-less nodes (CXL memory, GPU HBM, reserved) have an empty ``cpulist``; their initiator is the CPU node nearest
-to them: the GPU's node for HBM, the CXL host bridge's node for CXL memory, else the closest by distance. Readers
-such as hwloc place a CPU-less node next to its initiator's CPUs from these links.
+HMAT figures are shown only where the kernel has them (:func:`fakehw.sysfs.memory.hmat_performance`): CPU nodes
+and coherent GPU memory when the firmware publishes an HMAT, not MIG-reserved nodes nor empty CXL windows (whose
+figures made hwloc 2.12 take the DRAM node for HBM). A CPU-less node's initiator is the CPU node nearest to it:
+the GPU's node for HBM, else the closest by distance.
 """
-
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fakehw.model.system import Node, NumaNode
+from fakehw.model.system import Initiator, Node, NumaNode
 from fakehw.model.units import format_cpulist
 from fakehw.sysfs.common import cpumask, kb, meminfo_line
+from fakehw.sysfs.memory import hmat_performance
 from fakehw.sysfs.tree import Section
 
 NODE_DIR = "sys/devices/system/node"
@@ -68,18 +71,34 @@ def node_static_section(node: Node) -> Section:
                 sec.text(f"{d}/hugepages/hugepages-{size}kB/{name}", 0, 0o644 if name == "nr_hugepages" else 0o444)
         sec.link(f"sys/bus/node/devices/node{n.id}", d)
         init = initiator_of(node, n)
-        perf = n.initiator
-        if init is None or not (perf.read_bandwidth_mbs or perf.read_latency_ns):
-            continue
-        for access in ("access0", "access1"):
-            base = f"{d}/{access}/initiators"
-            sec.text(f"{base}/read_bandwidth", perf.read_bandwidth_mbs)
-            sec.text(f"{base}/write_bandwidth", perf.write_bandwidth_mbs)
-            sec.text(f"{base}/read_latency", perf.read_latency_ns)
-            sec.text(f"{base}/write_latency", perf.write_latency_ns)
-            sec.link(f"{base}/node{init}", f"{NODE_DIR}/node{init}")
+        perf = hmat_performance(node, n, n.memory)
+        if init is None or perf is None or n.kind == "cxl":
+            continue  # CXL nodes get their figures from the CXL driver when memory comes online: dynamic
+        _access_files(sec, d, perf)
+        for access in ACCESS_CLASSES:
+            sec.link(f"{d}/{access}/initiators/node{init}", f"{NODE_DIR}/node{init}")
             sec.link(f"{NODE_DIR}/node{init}/{access}/targets/node{n.id}", d)
     return sec
+
+
+ACCESS_CLASSES = ("access0", "access1")
+
+
+def _access_files(sec: Section, d: str, perf: Initiator) -> None:
+    for access in ACCESS_CLASSES:
+        base = f"{d}/{access}/initiators"
+        sec.text(f"{base}/read_bandwidth", perf.read_bandwidth_mbs)
+        sec.text(f"{base}/write_bandwidth", perf.write_bandwidth_mbs)
+        sec.text(f"{base}/read_latency", perf.read_latency_ns)
+        sec.text(f"{base}/write_latency", perf.write_latency_ns)
+
+
+def _numastat(numa: NumaNode, total: int) -> str:
+    """``nodeN/numastat`` (drivers/base/node.c): page allocation counters; the fake kernel's pages are local."""
+    pages = _used(numa, total) // 4096
+    counters = (("numa_hit", pages), ("numa_miss", 0), ("numa_foreign", 0), ("interleave_hit", 0),
+                ("local_node", pages), ("other_node", 0))
+    return "".join(f"{name} {value}\n" for name, value in counters)
 
 
 def _used(numa: NumaNode, total: int) -> int:
@@ -119,6 +138,12 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
         text += "".join(meminfo_line(label, 0, p, unit=False)
                         for label in ("HugePages_Total", "HugePages_Free", "HugePages_Surp"))
         sec.file(f"{NODE_DIR}/node{n.id}/meminfo", text)
+        sec.file(f"{NODE_DIR}/node{n.id}/numastat", _numastat(n, total))
+        perf = hmat_performance(node, n, total)
+        if n.kind == "cxl" and perf is not None:
+            # What the CXL driver sets once a region's memory is online (cxl_region_update_coordinates): the
+            # figures, no initiator links (those come from firmware HMAT, which knows nothing of CXL windows).
+            _access_files(sec, f"{NODE_DIR}/node{n.id}", perf)
     sec.file("proc/meminfo", proc_meminfo(totals["MemTotal"], totals["MemFree"]))
     return sec
 

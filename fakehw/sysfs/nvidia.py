@@ -113,6 +113,8 @@ def nvidia_static_section(system: System, node: Node) -> Section:
     sec.file(f"{PROC}/params", "".join(f"{k}: {v}\n" for k, v in params))
     sec.file(f"{PROC}/registry", "Binary: \"\"\n")
     sec.dir(f"{PROC}/warnings")
+    sec.text("sys/module/nvidia/version", version)
+    sec.text("sys/module/nvidia/initstate", "live")
     for g in node.gpus:
         sec.chardev(f"dev/nvidia{g.minor}", NVIDIA_MAJOR, g.minor)
     sec.chardev("dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR)

@@ -1,29 +1,33 @@
-"""PCI: ``/sys/devices/pci*`` (the device hierarchy), ``/sys/bus/pci``, and the class devices of NICs.
+"""PCI: ``/sys/devices/pci*`` (the device hierarchy) and ``/sys/bus/pci``.
 
 Every function gets the attributes readers use (ids, class, ``numa_node``, ``local_cpus``, link speed and width)
 and 256 bytes of ``config`` (the hierarchy is rebuilt from the bridges' bus numbers there, and the link from the
 PCIe capability). ``/sys/bus/pci/devices/<bdf>`` links to the function, ``driver`` to ``/sys/bus/pci/drivers``.
 
 GPUs are a dynamic section: a GPU that fell off the bus disappears from PCI (its function, its bus link, its
-``/proc/driver/nvidia/gpus`` entry) and comes back when healed. Bridges, NVSwitches and NICs are static. RoCE/IB
-NICs also get ``/sys/class/net/<netdev>`` (MAC, MTU, state, speed) and ``/sys/class/infiniband/<dev>`` (GUIDs,
-port state, GIDs derived from the MAC, link layer, and ``active_mtu``, which the kernel exposes only through
-verbs and fakehw adds as a file for readers that cannot use verbs).
+``/proc/driver/nvidia/gpus`` entry) and comes back when healed. Bridges, NVSwitches and NICs are static; the NICs'
+network and RDMA class devices are :mod:`fakehw.sysfs.rdma`. Every function also gets its BARs (``resource``,
+``resourceN``), SR-IOV attributes where it has the capability, and its IOMMU group.
 """
 
 from __future__ import annotations
 
-from fakehw.model.system import Nic, Node
+from fakehw.model.system import Node
 from fakehw.model.units import format_cpulist
 from fakehw.sysfs.common import cpumask
-from fakehw.sysfs.pcilayout import PciFunction, PciLayout, config_space
+from fakehw.sysfs.pciconfig import config_space
+from fakehw.sysfs.pcilayout import Bar, PciFunction, PciLayout
 from fakehw.sysfs.tree import Section
 
 SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe",
          6: "64.0 GT/s PCIe"}
 GPU_KINDS = ("gpu",)
-RESOURCE = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n" * 13
-"""BARs, ROM and bridge windows (start, end, flags): none assigned; lspci needs the file to exist."""
+IOMMU_GROUPS = "sys/kernel/iommu_groups"
+# struct resource flags (include/linux/ioport.h) plus the BAR's own type bits, as the resource file shows them.
+IORESOURCE_MEM, IORESOURCE_PREFETCH, IORESOURCE_READONLY = 0x200, 0x2000, 0x4000
+IORESOURCE_SIZEALIGN, IORESOURCE_MEM_64 = 0x40000, 0x100000
+MSI_WINDOW = {"amd64": "0x00000000fee00000 0x00000000feefffff msi\n",
+              "arm64": "0x0000000008000000 0x00000000080fffff msi\n"}
 CXL_KINDS = ("cxl-root-port", "cxl-switch-upstream", "cxl-switch-downstream", "cxl-memdev")
 
 
@@ -50,7 +54,23 @@ def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
     sec.text(f"{d}/irq", 0)
     sec.text(f"{d}/dma_mask_bits", 64 if fn.is_bridge else 52)
     sec.file(f"{d}/config", config_space(fn), 0o644)
-    sec.file(f"{d}/resource", RESOURCE)
+    sec.file(f"{d}/resource", resource_file(fn))
+    for bar in fn.bars:
+        if bar.index == 6:
+            sec.sparse(f"{d}/rom", bar.size)
+            continue
+        sec.sparse(f"{d}/resource{bar.index}", bar.size)
+        if bar.prefetchable:
+            sec.sparse(f"{d}/resource{bar.index}_wc", bar.size)
+    sriov = fn.caps.sriov
+    if sriov is not None:
+        sec.text(f"{d}/sriov_totalvfs", sriov.total_vfs)
+        sec.text(f"{d}/sriov_numvfs", 0, 0o644)
+        sec.text(f"{d}/sriov_offset", sriov.vf_offset)
+        sec.text(f"{d}/sriov_stride", sriov.vf_stride)
+        sec.text(f"{d}/sriov_vf_device", f"{sriov.vf_device:x}")
+        sec.text(f"{d}/sriov_drivers_autoprobe", 1, 0o644)
+    iommu_group_files(sec, fn, node)
     cls = fn.class_code
     modalias = (f"pci:v{fn.vendor:08X}d{fn.device:08X}sv{fn.subsystem_vendor:08X}sd{fn.subsystem_device:08X}"
                 f"bc{cls >> 16:02X}sc{(cls >> 8) & 0xFF:02X}i{cls & 0xFF:02X}")
@@ -69,6 +89,45 @@ def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
     sec.link(f"sys/bus/pci/devices/{fn.bdf}", d)
 
 
+def _bar_flags(bar: Bar) -> int:
+    if bar.index == 6:
+        return IORESOURCE_SIZEALIGN | IORESOURCE_READONLY | IORESOURCE_PREFETCH | IORESOURCE_MEM
+    flags = IORESOURCE_SIZEALIGN | IORESOURCE_MEM
+    if bar.is64:
+        flags |= IORESOURCE_MEM_64 | 0x4
+    if bar.prefetchable:
+        flags |= IORESOURCE_PREFETCH | 0x8
+    return flags
+
+
+def resource_file(fn: PciFunction) -> str:
+    """``resource``: start, end and flags of every resource (BARs 0-5, the ROM, 6 SR-IOV BARs, and on bridges
+    the I/O, memory and prefetchable windows), as drivers/pci/pci-sysfs.c prints them; lspci takes the BAR
+    addresses and sizes from here."""
+    lines = [(0, 0, 0)] * (17 if fn.is_bridge else 13)
+    for bar in fn.bars:
+        lines[bar.index] = (bar.start, bar.end, _bar_flags(bar))
+    if fn.is_bridge and fn.windows is not None:
+        mem, pref = fn.windows.mem, fn.windows.pref
+        if mem[1] >= mem[0]:
+            lines[14] = (mem[0], mem[1], IORESOURCE_MEM)
+        if pref[1] >= pref[0]:
+            lines[15] = (pref[0], pref[1], IORESOURCE_MEM_64 | IORESOURCE_PREFETCH | IORESOURCE_MEM)
+    return "".join(f"0x{a:016x} 0x{b:016x} 0x{c:016x}\n" for a, b, c in lines)
+
+
+def iommu_group_files(sec: Section, fn: PciFunction, node: Node) -> None:
+    """The function's ``iommu_group`` and its group in ``/sys/kernel/iommu_groups`` (what VFIO and device plugins
+    read to know which devices must be assigned together)."""
+    if fn.iommu_group < 0:
+        return
+    group = f"{IOMMU_GROUPS}/{fn.iommu_group}"
+    sec.link(f"{fn.path}/iommu_group", group)
+    sec.link(f"{group}/devices/{fn.bdf}", fn.path)
+    sec.text(f"{group}/type", "DMA-FQ" if node.cpu.arch == "amd64" else "DMA")
+    sec.file(f"{group}/reserved_regions", MSI_WINDOW.get(node.cpu.arch, MSI_WINDOW["arm64"]))
+
+
 def pci_static_section(node: Node, lay: PciLayout) -> Section:
     """Bridges, NVSwitches and NICs (with their network and RDMA class devices)."""
     sec = Section("pci")
@@ -76,78 +135,7 @@ def pci_static_section(node: Node, lay: PciLayout) -> Section:
         if fn.kind in GPU_KINDS or fn.kind in CXL_KINDS:
             continue
         function_files(sec, fn, node)
-        if fn.kind == "nic":
-            nic = next(n for n in node.nics if n.name == fn.ref)
-            nic_files(sec, fn, nic)
     for hb, path in lay.host_bridge_dirs.items():
         if any(h.name == hb for h in node.host_bridges):
             sec.text(f"{path}/uevent", "", 0o644)
     return sec
-
-
-def active_mtu(mtu: int) -> int:
-    """RoCE path MTU for an Ethernet MTU: the largest of 256..4096 that fits with the RoCE headers."""
-    for size in (4096, 2048, 1024, 512, 256):
-        if mtu >= size + 100:
-            return size
-    return 256
-
-
-def gid_from_mac(mac: str) -> str:
-    """The link-local RoCE GID (fe80::/64 with the MAC's EUI-64), written as sysfs does: eight 4-digit groups."""
-    b = [int(x, 16) for x in mac.split(":")]
-    eui = [b[0] ^ 0x02, b[1], b[2], 0xFF, 0xFE, b[3], b[4], b[5]]
-    groups = ["fe80", "0000", "0000", "0000"] + [f"{eui[i]:02x}{eui[i + 1]:02x}" for i in range(0, 8, 2)]
-    return ":".join(groups)
-
-
-def nic_files(sec: Section, fn: PciFunction, nic: Nic) -> None:
-    net = f"{fn.path}/net/{nic.netdev}"
-    ether = nic.link_layer == "ethernet"
-    index = int(nic.name.rsplit("_", 1)[-1]) if nic.name.rsplit("_", 1)[-1].isdigit() else 0
-    sec.text(f"{net}/address", nic.mac)
-    ib_broadcast = "00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff"
-    sec.text(f"{net}/broadcast", "ff:ff:ff:ff:ff:ff" if ether else ib_broadcast)
-    sec.text(f"{net}/addr_len", 6 if ether else 20)
-    sec.text(f"{net}/mtu", nic.mtu, 0o644)
-    sec.text(f"{net}/type", 1 if ether else 32)
-    sec.text(f"{net}/operstate", "up")
-    sec.text(f"{net}/carrier", 1)
-    sec.text(f"{net}/speed", nic.sku.rate_gbps * 1000)
-    sec.text(f"{net}/duplex", "full")
-    sec.text(f"{net}/dev_port", 0)
-    sec.text(f"{net}/dev_id", "0x0")
-    sec.text(f"{net}/ifindex", 10 + index)
-    sec.text(f"{net}/iflink", 10 + index)
-    sec.link(f"{net}/device", fn.path)
-    sec.link(f"sys/class/net/{nic.netdev}", net)
-    ib = f"{fn.path}/infiniband/{nic.name}"
-    guid = nic.node_guid
-    sec.text(f"{ib}/node_guid", guid)
-    sec.text(f"{ib}/sys_image_guid", guid)
-    sec.text(f"{ib}/node_type", "1: CA")
-    sec.text(f"{ib}/node_desc", f"{nic.node} {nic.name}")
-    sec.text(f"{ib}/fw_ver", "28.39.1002")
-    sec.text(f"{ib}/hca_type", f"MT{nic.sku.device_id}")  # the device id in decimal: MT4129 is ConnectX-7
-    sec.text(f"{ib}/board_id", f"MT_{nic.sku.device_id:04X}")
-    sec.link(f"{ib}/device", fn.path)
-    port = f"{ib}/ports/1"
-    sec.text(f"{port}/state", "4: ACTIVE")
-    sec.text(f"{port}/phys_state", "5: LinkUp")
-    sec.text(f"{port}/rate", f"{nic.sku.rate_gbps} Gb/sec (4X {'NDR' if nic.sku.rate_gbps >= 400 else 'HDR'})")
-    sec.text(f"{port}/link_layer", "Ethernet" if ether else "InfiniBand")
-    sec.text(f"{port}/lid", "0x0" if ether else f"0x{index + 1:x}")
-    sec.text(f"{port}/sm_lid", "0x0" if ether else "0x1")
-    sec.text(f"{port}/lid_mask_count", 0)
-    sec.text(f"{port}/sm_sl", 0)
-    sec.text(f"{port}/cap_mask", "0x00010000" if ether else "0x2259e848")
-    sec.text(f"{port}/active_mtu", active_mtu(nic.mtu) if ether else 4096)
-    gid = gid_from_mac(nic.mac) if ether else f"fe80:0000:0000:0000:{guid}"
-    zero = "0000:0000:0000:0000:0000:0000:0000:0000"
-    for i in range(8):
-        value = gid if i < (2 if ether else 1) else zero
-        sec.text(f"{port}/gids/{i}", value)
-        if ether:
-            sec.text(f"{port}/gid_attrs/types/{i}", ("IB/RoCE v1" if i == 0 else "RoCE v2") if i < 2 else "")
-            sec.text(f"{port}/gid_attrs/ndevs/{i}", nic.netdev if i < 2 else "")
-    sec.link(f"sys/class/infiniband/{nic.name}", ib)

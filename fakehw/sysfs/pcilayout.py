@@ -11,15 +11,25 @@ buses) is shown as one bridge spanning its children: the tree above and below it
 
 CXL host bridges get PCI root buses too (CXL.io is PCIe); their subtrees are numbered depth first in the
 highest free range of PCI domain 0, after everything the model places.
+
+Functions of one device (a dual-port NIC's ``.0`` and ``.1``) share the port above them. Once the tree stands,
+every BAR gets an address inside its host bridge's apertures and every bridge a window spanning what is below it
+(:func:`_assign_addresses`, sized bottom-up and placed top-down as the kernel's resource allocator does), and every
+function an IOMMU group: its own behind an ACS port, shared by the functions of one device.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from fakehw.model.system import Cxl, CxlPool, HostBridge, Node
 from fakehw.model.units import PciAddress
+from fakehw.sysfs import pcidevices as devs
+from fakehw.sysfs.pcidevices import NO_CAPABILITIES, BarSpec, Capabilities
 
 Kind = Literal[
     "root-port", "switch-upstream", "switch-downstream", "gpu", "nvswitch", "nic",
@@ -63,6 +73,14 @@ class PciFunction:
     driver: str | None = None
     ref: str | None = None
     """What the model calls it: ``gpu3``, ``mlx5_0``, ``nvsw0``, ``cxlhb0.rp1``, ``mem2``, ``pool0.ld3``."""
+    caps: Capabilities = NO_CAPABILITIES
+    bar_specs: tuple[BarSpec, ...] = ()
+    bars: tuple[Bar, ...] = ()
+    """BARs (and the expansion ROM, index 6) with their assigned addresses."""
+    windows: Windows | None = None
+    """A bridge's memory windows."""
+    multifunction: bool = False
+    iommu_group: int = -1
 
     @property
     def bdf(self) -> str:
@@ -71,6 +89,29 @@ class PciFunction:
     @property
     def is_bridge(self) -> bool:
         return self.secondary is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """A BAR with its address: the ``resource`` file's line and the config space register."""
+
+    index: int
+    start: int
+    size: int
+    is64: bool
+    prefetchable: bool
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Windows:
+    """A bridge's non-prefetchable (32-bit) and prefetchable (64-bit) memory windows; (0, -1) when closed."""
+
+    mem: tuple[int, int] = (0, -1)
+    pref: tuple[int, int] = (0, -1)
 
 
 @dataclass
@@ -97,31 +138,71 @@ class PciLayout:
     host_bridge_dirs: dict[str, str]
     """Host bridge name (model or CXL) -> ``sys/devices/pciDDDD:BB``."""
     by_ref: dict[str, PciFunction]
+    reserved: dict[str, PciFunction] = field(default_factory=dict)
+    """vPPB ref -> the function a pooled logical device shows there while its host holds it (addresses and
+    IOMMU group reserved at boot, as hot-plug slots reserve bus and memory space)."""
 
     def function(self, ref: str) -> PciFunction | None:
         return self.by_ref.get(ref)
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    vendor: int
+    device: int
+    subsystem_vendor: int
+    subsystem_device: int
+    revision: int
+    class_code: int
+    link_gen: int
+    link_width: int
+    driver: str
+    bars: tuple[BarSpec, ...] = ()
+    caps: Capabilities = NO_CAPABILITIES
 
 
 def _root_port_ids(node: Node) -> tuple[int, int]:
     return ROOT_PORT_IDS.get(node.cpu.vendor, DEFAULT_ROOT_PORT)
 
 
-def _device_info(node: Node, ref: str, kind: Kind) -> tuple[int, int, int, int, int, int, int, int, str]:
-    """(vendor, device, subsystem vendor, subsystem device, revision, class, link gen, link width, driver)."""
+def _serial(*parts: str) -> int:
+    """A stable 64-bit device serial number (PCIe Device Serial Number capability)."""
+    return int.from_bytes(hashlib.sha256("/".join(parts).encode()).digest()[:8], "big")
+
+
+def _device_facts(node: Node, ref: str, kind: Kind) -> _Facts:
     if kind == "gpu":
         g = node.gpu(ref)
         assert g is not None
         sub = g.sku.pci_subsystem_id
-        return 0x10DE, g.sku.pci_device_id, sub & 0xFFFF, sub >> 16, 0xA1, 0x030200, g.sku.pcie.generation, \
-            g.sku.pcie.width, "nvidia"
+        return _Facts(0x10DE, g.sku.pci_device_id, sub & 0xFFFF, sub >> 16, 0xA1, 0x030200, g.sku.pcie.generation,
+                      g.sku.pcie.width, "nvidia", devs.gpu_bars(g.sku),
+                      devs.gpu_capabilities(g.sku, _serial(node.name, g.uuid)))
     if kind == "nvswitch":
         sw = next(s for s in node.nvswitches if s.name == ref)
-        return 0x10DE, sw.sku.pci_device_id, 0x10DE, 0x1796, 0xA1, 0x068000, NVSWITCH_LINK[0], NVSWITCH_LINK[1], \
-            "nvidia-nvswitch"
+        return _Facts(0x10DE, sw.sku.pci_device_id, 0x10DE, 0x1796, 0xA1, 0x068000, NVSWITCH_LINK[0],
+                      NVSWITCH_LINK[1], "nvidia-nvswitch", devs.nvswitch_bars(), devs.NVSWITCH_CAPABILITIES)
     nic = next(n for n in node.nics if n.name == ref)
     gen, width = NIC_LINK.get(nic.sku.id, (5, 16))
     cls = 0x020700 if nic.link_layer == "infiniband" else 0x020000
-    return nic.sku.vendor_id, nic.sku.device_id, nic.sku.vendor_id, 0x0021, 0x00, cls, gen, width, "mlx5_core"
+    return _Facts(nic.sku.vendor_id, nic.sku.device_id, nic.sku.vendor_id, 0x0021, 0x00, cls, gen, width,
+                  "mlx5_core", (*devs.nic_bars(), devs.NIC_ROM),
+                  devs.nic_capabilities(nic.sku.device_id, _serial(node.name, nic.node_guid)))
+
+
+def _endpoint(node: Node, hb: HostBridge, t: _Tree, path: str) -> PciFunction:
+    f = _device_facts(node, t.ref, t.kind)
+    return PciFunction(t.address, path, t.kind, f.vendor, f.device, f.subsystem_vendor, f.subsystem_device,
+                       f.revision, f.class_code, hb.numa, f.link_gen, f.link_width, PORT_TYPE["endpoint"],
+                       driver=f.driver, ref=t.ref, caps=f.caps, bar_specs=f.bars)
+
+
+def _bridge(address: PciAddress, path: str, kind: Kind, ids: tuple[int, int], numa: int, link: tuple[int, int],
+            buses: tuple[int, int], ref: str | None, cxl: bool = False) -> PciFunction:
+    port = {"root-port": "root-port", "cxl-root-port": "root-port", "switch-upstream": "upstream",
+            "cxl-switch-upstream": "upstream"}.get(kind, "downstream")
+    return PciFunction(address, path, kind, *ids, *ids, 0x01, 0x060400, numa, link[0], link[1], PORT_TYPE[port],
+                       buses[0], buses[1], "pcieport", ref, caps=devs.port_capabilities(kind, cxl))
 
 
 def layout(node: Node, pools: tuple[CxlPool, ...] = ()) -> PciLayout:
@@ -150,95 +231,200 @@ def layout(node: Node, pools: tuple[CxlPool, ...] = ()) -> PciLayout:
         used.add(hb.bus)
         for c in children.get(hb.name, []):
             used |= grow(c).buses()
-    rp_vendor, rp_device = _root_port_ids(node)
+    rp_ids = _root_port_ids(node)
     for hb in node.host_bridges:
         hb_dir = f"sys/devices/pci{hb.domain:04x}:{hb.bus:02x}"
         hb_dirs[hb.name] = hb_dir
         kids = sorted(children.get(hb.name, []), key=lambda c: c.address)
-        _attach(node, hb, hb_dir, kids, functions, used_buses.setdefault(hb.domain, set()), rp_vendor, rp_device)
-    _cxl_layout(node, node.cxl, pools, functions, hb_dirs, used_buses)
-    by_ref = {f.ref: f for f in functions if f.ref is not None}
-    return PciLayout(functions, hb_dirs, by_ref)
+        _attach(node, hb, hb_dir, kids, functions, rp_ids)
+    placeholders: dict[str, PciFunction] = {}
+    _cxl_layout(node, node.cxl, pools, functions, hb_dirs, used_buses, placeholders)
+    finished = _finish([*functions, *placeholders.values()], hb_dirs)
+    by_path = {f.path: f for f in finished}
+    out = [by_path[f.path] for f in functions]
+    reserved = {vppb: by_path[f.path] for vppb, f in placeholders.items()}
+    by_ref = {f.ref: f for f in out if f.ref is not None}
+    return PciLayout(out, hb_dirs, by_ref, reserved)
+
+
+def _by_bus(kids: Iterable[_Tree]) -> list[list[_Tree]]:
+    """Children grouped by bus: one port leads to one link, so one device (several functions of it at most)."""
+    groups: dict[tuple[int, int], list[_Tree]] = {}
+    for k in kids:
+        groups.setdefault((k.address.domain, k.address.bus), []).append(k)
+    return [groups[key] for key in sorted(groups)]
 
 
 def _attach(node: Node, hb: HostBridge, hb_dir: str, kids: list[_Tree], out: list[PciFunction],
-            used: set[int], rp_vendor: int, rp_device: int) -> None:
-    """Children of a host bridge: on the root bus directly, else each behind a root port of its own."""
-    taken_devs = {k.address.device for k in kids if k.address.bus == hb.bus}
+            rp_ids: tuple[int, int]) -> None:
+    """Children of a host bridge: on the root bus directly, else behind a root port per device."""
+    on_root = [k for k in kids if k.address.bus == hb.bus and k.address.domain == hb.domain]
+    taken_devs = {k.address.device for k in on_root}
+    for kid in on_root:
+        _place(node, hb, kid, hb_dir, out)
     next_dev = 1
-    for kid in kids:
-        if kid.address.bus == hb.bus and kid.address.domain == hb.domain:
-            _place(node, hb, kid, hb_dir, out, used)
-            continue
+    for group in _by_bus(k for k in kids if k not in on_root):
         while next_dev in taken_devs:
             next_dev += 1
         rp_addr = PciAddress(hb.domain, hb.bus, next_dev, 0)
         taken_devs.add(next_dev)
-        buses = kid.buses()
-        gen, width = _subtree_link(node, kid)
-        rp = PciFunction(rp_addr, f"{hb_dir}/{rp_addr}", "root-port", rp_vendor, rp_device, rp_vendor, rp_device,
-                         0x01, 0x060400, hb.numa, gen, width, PORT_TYPE["root-port"], min(buses), max(buses),
-                         "pcieport", None)
+        buses = set().union(*(k.buses() for k in group))
+        link = max(_subtree_link(node, k) for k in group)
+        rp = _bridge(rp_addr, f"{hb_dir}/{rp_addr}", "root-port", rp_ids, hb.numa, link, (min(buses), max(buses)),
+                     None)
         out.append(rp)
-        _place(node, hb, kid, rp.path, out, used)
+        for kid in group:
+            _place(node, hb, kid, rp.path, out)
 
 
-def _place(node: Node, hb: HostBridge, t: _Tree, parent_dir: str, out: list[PciFunction], used: set[int]) -> None:
+def _place(node: Node, hb: HostBridge, t: _Tree, parent_dir: str, out: list[PciFunction]) -> None:
     path = f"{parent_dir}/{t.address}"
     if t.kind != "switch-upstream":
-        v, d, sv, sd, rev, cls, gen, width, driver = _device_info(node, t.ref, t.kind)
-        out.append(PciFunction(t.address, path, t.kind, v, d, sv, sd, rev, cls, hb.numa, gen, width,
-                               PORT_TYPE["endpoint"], driver=driver, ref=t.ref))
+        out.append(_endpoint(node, hb, t, path))
         return
-    gen, width = _subtree_link(node, t)
     below = set().union(*(c.buses() for c in t.children)) if t.children else set()
-    lowest = min(below, default=t.address.bus + 1)
-    internal = next((b for b in range(t.address.bus + 1, lowest) if b not in used), None)
-    sub = max(below | {internal or t.address.bus})
-    if internal is not None:
-        used.add(internal)
-        up = PciFunction(t.address, path, "switch-upstream", *SWITCH_IDS, *SWITCH_IDS, 0x01, 0x060400, hb.numa, gen,
-                         width, PORT_TYPE["upstream"], internal, sub, "pcieport", t.ref)
-        out.append(up)
-        by_bus: dict[int, list[_Tree]] = {}
-        for c in t.children:
-            by_bus.setdefault(c.address.bus, []).append(c)
-        for k, (_bus, group) in enumerate(sorted(by_bus.items())):
-            dp_addr = PciAddress(t.address.domain, internal, k, 0)
-            gb = set().union(*(c.buses() for c in group))
-            cgen, cwidth = max(_subtree_link(node, c) for c in group)
-            dp = PciFunction(dp_addr, f"{path}/{dp_addr}", "switch-downstream", *SWITCH_IDS, *SWITCH_IDS, 0x01,
-                             0x060400, hb.numa, cgen, cwidth, PORT_TYPE["downstream"], min(gb), max(gb),
-                             "pcieport", None)
-            out.append(dp)
-            for c in group:
-                _place(node, hb, c, dp.path, out, used)
-    else:
-        up = PciFunction(t.address, path, "switch-upstream", *SWITCH_IDS, *SWITCH_IDS, 0x01, 0x060400, hb.numa, gen,
-                         width, PORT_TYPE["upstream"], lowest, sub, "pcieport", t.ref)
-        out.append(up)
-        for c in t.children:
-            _place(node, hb, c, path, out, used)
+    internal = t.address.bus + 1
+    if below and min(below) <= internal:
+        raise ValueError(f"PCIe switch {t.ref} at {t.address} has devices on bus {min(below):02x}; its internal "
+                         f"bus is {internal:02x}, so what is below it starts at bus {internal + 1:02x}")
+    up = _bridge(t.address, path, "switch-upstream", SWITCH_IDS, hb.numa, _subtree_link(node, t),
+                 (internal, max(below | {internal})), t.ref)
+    out.append(up)
+    for k, group in enumerate(_by_bus(t.children)):
+        dp_addr = PciAddress(t.address.domain, internal, k, 0)
+        gb = set().union(*(c.buses() for c in group))
+        link = max(_subtree_link(node, c) for c in group)
+        dp = _bridge(dp_addr, f"{path}/{dp_addr}", "switch-downstream", SWITCH_IDS, hb.numa, link,
+                     (min(gb), max(gb)), None)
+        out.append(dp)
+        for c in group:
+            _place(node, hb, c, dp.path, out)
 
 
 def _subtree_link(node: Node, t: _Tree) -> tuple[int, int]:
     if t.kind == "switch-upstream":
         return max((_subtree_link(node, c) for c in t.children), default=(4, 16))
-    info = _device_info(node, t.ref, t.kind)
-    return info[6], info[7]
+    f = _device_facts(node, t.ref, t.kind)
+    return f.link_gen, f.link_width
+
+
+# --------------------------------------------------------------------------------------------------- addresses
+
+WINDOW_ALIGN = 1 << 20
+"""Bridge memory windows have 1 MiB granularity (PCI-to-PCI bridge spec: base/limit hold address bits 31:20)."""
+MEM32_BASE = 0x8000_0000
+"""Where host bridges' 32-bit apertures start (below the 4 GiB boundary, above RAM's low part)."""
+PREF64_BASE = 0x2000_0000_0000
+"""Where host bridges' 64-bit prefetchable apertures start (high MMIO, as x86 and arm64 firmware place it)."""
+
+
+@dataclass
+class _Item:
+    size: int
+    align: int
+    owner: str
+    """Path of the function (with ``#N`` for its BAR N) or of the bridge whose window this is."""
+
+
+def _kind_of(bar: BarSpec) -> str:
+    return "pref" if bar.prefetchable and bar.is64 and bar.index != 6 else "mem"
+
+
+def _finish(functions: list[PciFunction], hb_dirs: dict[str, str]) -> list[PciFunction]:
+    """Addresses for every BAR and window, multi-function headers and IOMMU groups."""
+    kids: dict[str, list[PciFunction]] = {}
+    for f in functions:
+        kids.setdefault(f.path.rsplit("/", 1)[0], []).append(f)
+    sizes: dict[tuple[str, str], tuple[int, int]] = {}  # (bridge path, kind) -> (size, align)
+
+    def items(parent: str, kind: str) -> list[_Item]:
+        out: list[_Item] = []
+        for f in kids.get(parent, []):
+            for b in f.bar_specs:
+                if _kind_of(b) == kind:
+                    out.append(_Item(b.size, b.size, f"{f.path}#{b.index}"))
+            if f.is_bridge:
+                size, align = size_of(f.path, kind)
+                if size:
+                    out.append(_Item(size, align, f.path))
+        return sorted(out, key=lambda i: (-i.align, -i.size, i.owner))
+
+    def size_of(parent: str, kind: str) -> tuple[int, int]:
+        key = (parent, kind)
+        if key not in sizes:
+            cursor, align = 0, WINDOW_ALIGN
+            for it in items(parent, kind):
+                cursor = _round_up(cursor, it.align) + it.size
+                align = max(align, it.align)
+            sizes[key] = (_round_up(cursor, WINDOW_ALIGN), align)
+        return sizes[key]
+
+    placed: dict[str, int] = {}
+    windows: dict[str, dict[str, tuple[int, int]]] = {}
+
+    def place(parent: str, kind: str, start: int) -> None:
+        cursor = start
+        for it in items(parent, kind):
+            cursor = _round_up(cursor, it.align)
+            placed[it.owner] = cursor
+            if "#" not in it.owner:
+                windows.setdefault(it.owner, {})[kind] = (cursor, cursor + it.size - 1)
+                place(it.owner, kind, cursor)
+            cursor += it.size
+
+    mem, pref = MEM32_BASE, PREF64_BASE
+    for hb_dir in hb_dirs.values():
+        for kind in ("mem", "pref"):
+            size, align = size_of(hb_dir, kind)
+            if kind == "mem":
+                mem = _round_up(mem, align)
+                place(hb_dir, kind, mem)
+                mem += size
+            else:
+                pref = _round_up(pref, align)
+                place(hb_dir, kind, pref)
+                pref += _round_up(size, 1 << 30)
+    if mem > 0xF000_0000:
+        raise ValueError(f"the 32-bit BARs of this node need {mem - MEM32_BASE:#x} bytes of MMIO below 4 GiB")
+    slots: dict[tuple[int, int, int], list[PciFunction]] = {}
+    for f in functions:
+        slots.setdefault((f.address.domain, f.address.bus, f.address.device), []).append(f)
+    groups: dict[tuple[int, int, int] | str, int] = {}
+    out: list[PciFunction] = []
+    for f in functions:
+        bars = tuple(Bar(b.index, placed[f"{f.path}#{b.index}"], b.size, b.is64, b.prefetchable)
+                     for b in f.bar_specs)
+        win = windows.get(f.path, {})
+        slot = (f.address.domain, f.address.bus, f.address.device)
+        # Functions of one device without ACS of their own share a group; ports are isolated by their ACS.
+        key: tuple[int, int, int] | str = f.path if f.is_bridge else slot
+        group = groups.setdefault(key, len(groups))
+        out.append(dataclasses.replace(
+            f, bars=bars, iommu_group=group, multifunction=len(slots[slot]) > 1,
+            windows=Windows(win.get("mem", (0, -1)), win.get("pref", (0, -1))) if f.is_bridge else None))
+    return out
+
+
+def _round_up(value: int, align: int) -> int:
+    return (value + align - 1) // align * align
 
 
 # --------------------------------------------------------------------------------------------------- CXL
 
 
 def _cxl_layout(node: Node, cxl: Cxl, pools: tuple[CxlPool, ...], out: list[PciFunction],
-                hb_dirs: dict[str, str], used_buses: dict[int, set[int]]) -> None:
-    """CXL host bridges, root ports, switches (and pool switches) and memory devices, numbered depth first."""
+                hb_dirs: dict[str, str], used_buses: dict[int, set[int]],
+                placeholders: dict[str, PciFunction]) -> None:
+    """CXL host bridges, root ports, switches (and pool switches) and memory devices, numbered depth first.
+
+    Below every vPPB of a pool's switch a pooled device's function is laid out too, into ``placeholders``: it
+    shows only while this host holds the logical device, but its addresses are reserved from the start."""
     if not cxl.host_bridges:
         return
     memdev_at = {m.parent: m for m in cxl.memdevs}
     switch_at = {s.parent: s for s in cxl.switches}
     pool_at = {p.host_port: p for p in pools}
+    link = (5, 16)
 
     def port_buses(port: str) -> int:
         """Buses a root/downstream port's subtree needs, the port's secondary bus included."""
@@ -255,9 +441,8 @@ def _cxl_layout(node: Node, cxl: Cxl, pools: tuple[CxlPool, ...], out: list[PciF
             up_addr = PciAddress(domain, bus, 0, 0)
             internal = bus + 1
             name = sw.name if sw is not None else f"{pool.name}.vcs" if pool is not None else ""
-            up = PciFunction(up_addr, f"{port_dir}/{up_addr}", "cxl-switch-upstream", *CXL_SWITCH_UP,
-                             *CXL_SWITCH_UP, 0x01, 0x060400, numa, 5, 16, PORT_TYPE["upstream"], internal,
-                             bus + port_buses(port) - 1, "pcieport", name)
+            up = _bridge(up_addr, f"{port_dir}/{up_addr}", "cxl-switch-upstream", CXL_SWITCH_UP, numa, link,
+                         (internal, bus + port_buses(port) - 1), name, cxl=True)
             out.append(up)
             child = internal + 1
             if sw is not None:
@@ -268,20 +453,19 @@ def _cxl_layout(node: Node, cxl: Cxl, pools: tuple[CxlPool, ...], out: list[PciF
             for k, dp in enumerate(dports):
                 dp_addr = PciAddress(domain, internal, k, 0)
                 n = port_buses(dp) if sw is not None else 1
-                fn = PciFunction(dp_addr, f"{up.path}/{dp_addr}", "cxl-switch-downstream", *CXL_SWITCH_DOWN,
-                                 *CXL_SWITCH_DOWN, 0x01, 0x060400, numa, 5, 16, PORT_TYPE["downstream"], child,
-                                 child + n - 1, "pcieport", dp)
+                fn = _bridge(dp_addr, f"{up.path}/{dp_addr}", "cxl-switch-downstream", CXL_SWITCH_DOWN, numa, link,
+                             (child, child + n - 1), dp, cxl=True)
                 out.append(fn)
                 if sw is not None:
                     below(dp, fn.path, domain, child, numa)
+                else:
+                    placeholders[dp] = _cxl_memdev(PciAddress(domain, child, 0, 0), fn.path, numa, dp, None)
                 child += n
             return
         m = memdev_at.get(port)
         if m is not None:
-            addr = PciAddress(domain, bus, 0, 0)
-            out.append(PciFunction(addr, f"{port_dir}/{addr}", "cxl-memdev", m.sku.vendor_id, m.sku.device_id,
-                                   m.sku.vendor_id, m.sku.device_id, 0x01, 0x050210, numa, 5, 16,
-                                   PORT_TYPE["endpoint"], driver="cxl_pci", ref=m.name))
+            out.append(_cxl_memdev(PciAddress(domain, bus, 0, 0), port_dir, numa, m.name, m.serial, m.sku.vendor_id,
+                                   m.sku.device_id))
 
     used = used_buses.setdefault(0, set())
     for hb in sorted(cxl.host_bridges, key=lambda h: h.uid):
@@ -298,26 +482,35 @@ def _cxl_layout(node: Node, cxl: Cxl, pools: tuple[CxlPool, ...], out: list[PciF
         for k, rp in enumerate(hb.root_ports):
             rp_addr = PciAddress(domain, root_bus, k, 0)
             n = port_buses(rp)
-            fn = PciFunction(rp_addr, f"{hb_dir}/{rp_addr}", "cxl-root-port", *CXL_ROOT_PORT, *CXL_ROOT_PORT, 0x01,
-                             0x060400, hb.numa, 5, 16, PORT_TYPE["root-port"], bus, bus + n - 1, "pcieport", rp)
+            fn = _bridge(rp_addr, f"{hb_dir}/{rp_addr}", "cxl-root-port", CXL_ROOT_PORT, hb.numa, link,
+                         (bus, bus + n - 1), rp, cxl=True)
             out.append(fn)
             below(rp, fn.path, domain, bus, hb.numa)
             bus += n
 
 
+def _cxl_memdev(addr: PciAddress, parent_dir: str, numa: int, ref: str, serial: int | None,
+                vendor: int = 0, device: int = 0) -> PciFunction:
+    """A CXL type-3 memory device function (class 0x050210); ids default to the generic expander's."""
+    if not vendor:
+        from fakehw.model.catalogue import catalogue
+
+        sku = catalogue().cxl_memdevs["cxl-type3"]
+        vendor, device = sku.vendor_id, sku.device_id
+    caps = devs.cxl_memdev_capabilities(serial if serial is not None else _serial(ref))
+    return PciFunction(addr, f"{parent_dir}/{addr}", "cxl-memdev", vendor, device, vendor, device, 0x01, 0x050210,
+                       numa, 5, 16, PORT_TYPE["endpoint"], driver="cxl_pci", ref=ref, caps=caps,
+                       bar_specs=devs.cxl_memdev_bars())
+
+
 def pool_memdev_function(layout_: PciLayout, pool: CxlPool, slot: int, numa: int) -> PciFunction | None:
     """The PCI function of a pooled device's logical device (``slot`` < LDs) or DCD interface (``slot`` = LDs),
     below its vPPB of the pool's switch; it exists only while the host holds it."""
-    from fakehw.model.catalogue import catalogue
-
-    vppb = layout_.function(f"{pool.name}.vppb{slot}")
-    if vppb is None or vppb.secondary is None:
+    reserved = layout_.reserved.get(f"{pool.name}.vppb{slot}")
+    if reserved is None:
         return None
-    sku = catalogue().cxl_memdevs["cxl-type3"]
-    addr = PciAddress(vppb.address.domain, vppb.secondary, 0, 0)
     ref = f"{pool.name}.dcd" if slot == pool.logical_devices else f"{pool.name}.ld{slot}"
-    return PciFunction(addr, f"{vppb.path}/{addr}", "cxl-memdev", sku.vendor_id, sku.device_id, sku.vendor_id,
-                       sku.device_id, 0x01, 0x050210, numa, 5, 16, PORT_TYPE["endpoint"], driver="cxl_pci", ref=ref)
+    return dataclasses.replace(reserved, ref=ref, numa=numa)
 
 
 def _free_range(used: set[int], need: int) -> int | None:
@@ -326,44 +519,3 @@ def _free_range(used: set[int], need: int) -> int | None:
         if not any(b in used for b in range(start, start + need)):
             return start
     return None
-
-
-def config_space(fn: PciFunction) -> bytes:
-    """256 bytes of configuration space: ids, class, header type, bridge bus numbers, a PCIe capability with the
-    link's speed and width (readers such as hwloc and lspci take the hierarchy and link from here)."""
-    cfg = bytearray(256)
-
-    def put16(off: int, value: int) -> None:
-        cfg[off:off + 2] = value.to_bytes(2, "little")
-
-    def put32(off: int, value: int) -> None:
-        cfg[off:off + 4] = value.to_bytes(4, "little")
-
-    put16(0x00, fn.vendor)
-    put16(0x02, fn.device)
-    put16(0x04, 0x0547 if fn.is_bridge else 0x0546)   # I/O (bridges), memory, bus master, SERR, parity
-    put16(0x06, 0x0010)                                # capabilities list present
-    cfg[0x08] = fn.revision
-    put32(0x08, (fn.class_code << 8) | fn.revision)
-    cfg[0x0C] = 0x10                                   # cache line size (64 bytes)
-    if fn.is_bridge:
-        cfg[0x0E] = 0x01
-        cfg[0x18] = fn.address.bus
-        cfg[0x19] = fn.secondary or 0
-        cfg[0x1A] = fn.subordinate or 0
-    else:
-        cfg[0x0E] = 0x00
-        put16(0x2C, fn.subsystem_vendor)
-        put16(0x2E, fn.subsystem_device)
-        cfg[0x3D] = 0x01                               # INTA
-    cfg[0x34] = 0x40
-    # PCI Express capability at 0x40.
-    cfg[0x40] = 0x10
-    cfg[0x41] = 0x00
-    put16(0x42, 0x0002 | (fn.port_type << 4))
-    put32(0x44, 0x00008FC2)                            # device capabilities (max payload 512, ...)
-    put16(0x48, 0x2930)
-    put32(0x4C, (fn.link_gen & 0xF) | ((fn.link_width & 0x3F) << 4))   # link capabilities: max speed, width
-    put16(0x50, 0x0040)
-    put16(0x52, (fn.link_gen & 0xF) | ((fn.link_width & 0x3F) << 4))   # link status: current speed, width
-    return bytes(cfg)

@@ -74,7 +74,16 @@ class CharDev:
     mode: int = 0o666
 
 
-Entry = File | Link | Dir | CharDev
+@dataclass(frozen=True, slots=True)
+class SparseFile:
+    """A file of ``size`` bytes that reads as zeros and takes no space (a BAR's ``resourceN``: its size is the
+    BAR's, 128 GiB for an H100's aperture)."""
+
+    size: int
+    mode: int = 0o600
+
+
+Entry = File | Link | Dir | CharDev | SparseFile
 
 
 def digest(entry: Entry) -> str:
@@ -84,7 +93,23 @@ def digest(entry: Entry) -> str:
         return "l:" + entry.target
     if isinstance(entry, Dir):
         return f"d{entry.mode:o}"
+    if isinstance(entry, SparseFile):
+        return f"s{entry.mode:o}:{entry.size}"
     return f"c{entry.mode:o}:{entry.major}:{entry.minor}"
+
+
+def relative(target: str, start: str) -> str:
+    """``posixpath.relpath`` for two root-relative, normalized paths (no ``.``/``..``, no trailing ``/``), without
+    its abspath calls: links are most of a tree's entries (a GB200 tray has tens of thousands)."""
+    t = target.split("/") if target else []
+    f = start.split("/") if start else []
+    common = 0
+    for a, b in zip(t, f, strict=False):
+        if a != b:
+            break
+        common += 1
+    parts = [".."] * (len(f) - common) + t[common:]
+    return "/".join(parts) or "."
 
 
 class Section:
@@ -105,13 +130,16 @@ class Section:
 
     def link(self, path: str, target: str) -> None:
         """A symlink at ``path`` to the root-relative ``target``, stored relative to ``path``'s directory."""
-        self.entries[path] = Link(posixpath.relpath(target, posixpath.dirname(path)))
+        self.entries[path] = Link(relative(target, path.rpartition("/")[0]))
 
     def dir(self, path: str, mode: int = 0o755) -> None:
         self.entries[path] = Dir(mode)
 
     def chardev(self, path: str, major: int, minor: int, mode: int = 0o666) -> None:
         self.entries[path] = CharDev(major, minor, mode)
+
+    def sparse(self, path: str, size: int, mode: int = 0o600) -> None:
+        self.entries[path] = SparseFile(size, mode)
 
     def update(self, other: Section) -> None:
         self.entries.update(other.entries)
@@ -312,10 +340,10 @@ class RootWriter:
         return copy
 
     def _link_from(self, source: Path, section: Section, dest: Path, stats: WriteStats) -> bool:
-        """Hard-link ``section``'s files from ``source`` into ``dest`` (directories and links are made anew).
+        """Hard-link ``section``'s files and symlinks from ``source`` into ``dest`` (directories are made anew).
         False when hard links are not possible here; then nothing but directories was made."""
         src, dst = str(source), str(dest)
-        files = [p for p, e in section.entries.items() if isinstance(e, File | CharDev)]
+        files = [p for p, e in section.entries.items() if isinstance(e, File | CharDev | SparseFile)]
         if files:  # probe once: another filesystem or a refusing kernel means no hard links here
             probe = os.path.join(dst, f".link-probe-{os.getpid()}")
             try:
@@ -343,7 +371,14 @@ class RootWriter:
                     os.makedirs(os.path.join(dst, rel), exist_ok=True)
                     made.add(rel)
                 elif isinstance(entry, Link):
-                    os.symlink(entry.target, os.path.join(dst, rel))
+                    # A hard link to the sibling's symlink (same relative target: same share key) costs no new
+                    # inode, which on ext4 is most of a symlink's price; a fresh symlink when that fails.
+                    try:
+                        os.link(os.path.join(src, rel), os.path.join(dst, rel), follow_symlinks=False)
+                    except OSError as exc:
+                        if exc.errno not in (errno.ENOENT, errno.EMLINK, errno.EXDEV, errno.EPERM):
+                            raise
+                        os.symlink(entry.target, os.path.join(dst, rel))
                 else:
                     try:
                         os.link(os.path.join(src, rel), os.path.join(dst, rel))
@@ -395,6 +430,8 @@ class RootWriter:
             if stat.S_ISCHR(st.st_mode):
                 return os.major(st.st_rdev) == entry.major and os.minor(st.st_rdev) == entry.minor
             return stat.S_ISREG(st.st_mode) and path.read_bytes() == _device_placeholder(entry)
+        if isinstance(entry, SparseFile):
+            return stat.S_ISREG(st.st_mode) and st.st_size == entry.size and stat.S_IMODE(st.st_mode) == entry.mode
         if not stat.S_ISREG(st.st_mode) or st.st_size != len(entry.data) or stat.S_IMODE(st.st_mode) != entry.mode:
             return False
         return path.read_bytes() == entry.data
@@ -457,6 +494,14 @@ class RootWriter:
             os.symlink(entry.target, full)
         elif isinstance(entry, CharDev):
             self._device(full, entry)
+        elif isinstance(entry, SparseFile):
+            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, entry.mode)
+            try:
+                os.ftruncate(fd, entry.size)
+                if entry.mode & self.umask:
+                    os.fchmod(fd, entry.mode)
+            finally:
+                os.close(fd)
 
     def _atomic(self, full: str, entry: Entry) -> None:
         directory, name = os.path.split(full)

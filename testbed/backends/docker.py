@@ -3,7 +3,7 @@
 ``testbed up --backend docker --profile P`` makes, for a cluster:
 
 - a private bridge network (internal: no route out) on which every node is reachable by its node name;
-- per node, a container from the multi-platform node image (:mod:`testbed.images`) run with the node's platform,
+- per node, a container from the node image of its architecture (:mod:`testbed.images`) run with its platform,
   so a riscv64 node runs riscv64 binaries under QEMU user mode. Its entrypoint (:mod:`testbed.node_entry`) creates
   ``/dev/nvidiactl`` and ``/dev/nvidia<minor>`` for the GPUs the container was given and runs the node's own agent;
 - per node, a host directory ``<cluster>/agents/<node>/`` bind-mounted as the agent's state directory. The agent's
@@ -182,41 +182,49 @@ class DockerBackend(Backend):
         root.mkdir(parents=True, exist_ok=True)
         record.save()
         try:
-            image = self._image(client, request.options.get("image"), sorted({p.arch for p in plans}))
-            record.extra["image"] = image
+            images = self._images(request.options.get("image"), sorted({p.arch for p in plans}))
+            record.extra["image"] = images
+            # What a report needs to name exactly what ran: the image each architecture ran (content digest) and
+            # the engine's version.
+            record.extra["image_ids"] = {arch: client.images.get(tag).id for arch, tag in images.items()}
+            record.extra["engine"] = str(client.version().get("Version", ""))
             record.save()
             labels = self._labels(record)
             client.networks.create(record.extra["network"], driver="bridge", internal=True, labels=labels)
             # Creating and starting containers are independent engine calls: in parallel they take a fraction.
             with ThreadPoolExecutor(max_workers=min(8, len(plans))) as pool:
-                list(pool.map(lambda plan: self._create_node(client, record, plan, image, labels).start(), plans))
+                list(pool.map(lambda plan: self._create_node(client, record, plan, images[plan.arch],
+                                                                labels).start(), plans))
             self._wait_ready(client, record, [p.node for p in plans], timeout)
         except BaseException:
             self.down(record)
             raise
         return record
 
-    def _image(self, client: Any, ref: Any, arches: list[str]) -> str:
-        """The node image tag to run: the one given, or the content-addressed one (built if missing)."""
-        from testbed.images import ImageBuilder, ImageError, image_platforms
+    def _images(self, ref: Any, arches: list[str]) -> dict[str, str]:
+        """The node image to run per architecture: the one given (a tag holding every architecture needed, or a
+        mapping architecture -> tag), or the content-addressed image of each architecture (built if missing)."""
+        from testbed.images import ImageBuilder, ImageError
 
-        if ref is not None:
-            if not isinstance(ref, str) or not ref:
-                raise BackendInputError(f"image: expected an image reference, got {ref!r}")
-            have = image_platforms(ref)
-            if have is None:
-                raise BackendInputError(f"image {ref} is not in the local image store (build it with "
-                                        "'testbed images build')")
-            missing = [a for a in arches if a not in have]
+        if ref is None:
+            try:
+                builder = ImageBuilder(progress="plain")
+                return {arch: builder.node_image(arch).tag for arch in arches}
+            except ImageError as exc:
+                raise BackendError(f"cannot build the node image: {exc}") from None
+        if isinstance(ref, str) and ref:
+            given = dict.fromkeys(arches, ref)
+        elif isinstance(ref, Mapping) and all(isinstance(v, str) and v for v in ref.values()):
+            given = {arch: ref[arch] for arch in arches if arch in ref}
+            missing = [a for a in arches if a not in given]
             if missing:
-                raise BackendInputError(f"image {ref} has no linux/{', linux/'.join(missing)} variant (it has "
-                                        f"{', '.join(sorted(have))}); build it with 'testbed images build "
-                                        f"--platform {','.join('linux/' + a for a in arches)}'")
-            return ref
-        try:
-            return ImageBuilder(progress="plain").node_image(tuple(arches)).tag
-        except ImageError as exc:
-            raise BackendError(f"cannot build the node image: {exc}") from None
+                raise BackendInputError(f"image: no image given for {', '.join(missing)} (given: "
+                                        f"{', '.join(sorted(map(str, ref)))})")
+        else:
+            raise BackendInputError(f"image: expected an image reference, got {ref!r}")
+        for arch, tag in given.items():
+            _check_image(tag, arch)
+        return given
 
     def _labels(self, record: ClusterRecord) -> dict[str, str]:
         return {LABEL_TESTBED: "1", LABEL_RUN: record.extra["run"], LABEL_CLUSTER: record.name,
@@ -388,10 +396,10 @@ class DockerBackend(Backend):
         text = (out + err).decode(errors="replace")
         if returncode in (126, 127) and OCI_FAILURE.decode() in text:
             if "not found" in text or "no such file" in text:
-                raise BackendInputError(f"command not found on node {node}: {argv[0]}")
+                raise BackendInputError(f"command not found on node {node}: {argv[0]}{_not_found_hint(argv[0])}")
             raise BackendError(f"cannot run {argv[0]} on node {node}: {text.strip()}")
         if returncode == 127 and timeout is not None and b"timeout: failed to run command" in err:
-            raise BackendInputError(f"command not found on node {node}: {argv[0]}")
+            raise BackendInputError(f"command not found on node {node}: {argv[0]}{_not_found_hint(argv[0])}")
         return subprocess.CompletedProcess(list(argv), returncode, out, err)
 
     # ------------------------------------------------------------------------------------------ chaos
@@ -485,6 +493,26 @@ class DockerBackend(Backend):
 def _container_name(cluster: str, node: str, run: str) -> str:
     safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", node)
     return f"fakehw-{cluster}-{safe}-{run[:6]}"
+
+
+def _not_found_hint(program: str) -> str:
+    if program != "nvidia-smi":
+        return ""
+    return (" (node images hold no NVIDIA binary; inside a node, pynvml sees the fake GPUs: python -c 'import "
+            "pynvml; ...'; the real nvidia-smi runs on local-backend clusters after tools/fetch-real-nvidia.sh)")
+
+
+def _check_image(tag: str, arch: str) -> None:
+    """A given image must be in the local store and hold ``arch`` (nothing can be pulled here)."""
+    from testbed.images import image_platforms
+
+    have = image_platforms(tag)
+    if have is None:
+        raise BackendInputError(f"image {tag} is not in the local image store (build it with 'testbed images "
+                                f"build --platform linux/{arch}')")
+    if arch not in have:
+        raise BackendInputError(f"image {tag} has no linux/{arch} variant (it has {', '.join(sorted(have))}); "
+                                f"build it with 'testbed images build --platform linux/{arch}'")
 
 
 def _log_tail(container: Any, lines: int = 25) -> str:

@@ -24,6 +24,7 @@ from fakehw.agent.client import AgentApi, AgentClient, AgentRequestError
 from fakehw.model import System, load_profile
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
 from testbed.cluster import ClusterRecord, remove_tree_in_background
+from testbed.host import trixie_apt_options
 from testbed.kubernetes.manifests import (
     KIND_NODE_IMAGE,
     NAMESPACE,
@@ -43,11 +44,21 @@ from testbed.kubernetes.manifests import (
 READY_TIMEOUT_S = 300.0
 
 
+TRIXIE_APT = " ".join(["apt-get", *trixie_apt_options()])
+"""apt-get on the separate trixie sources list ``testbed host setup`` writes on Debian 12."""
+
+
 def _tool(name: str, given: str | None, package: str) -> str:
+    """The path of ``name`` (``given``, else on PATH), or a BackendError saying how to get it on Debian."""
     path = given or shutil.which(name)
+    if given and not Path(given).exists():
+        raise BackendInputError(f"--{name}-path {given}: no such file")
     if not path or not Path(path).exists():
-        raise BackendError(f"{name} is not installed; install Debian trixie's '{package}' package (or pass "
-                           f"{name}_path=...)")
+        raise BackendError(
+            f"{name} is not installed. Debian 13 (trixie): apt-get install {package}. Debian 12 (bookworm) has no "
+            f"such package: take trixie's beside bookworm with the sources list 'testbed host setup' writes, as "
+            f"root: {TRIXIE_APT} update && {TRIXIE_APT} install -y --no-install-recommends {package}. Or give "
+            f"--{name}-path PATH")
     return path
 
 
@@ -123,7 +134,8 @@ class KindBackend(Backend):
             raise BackendError(
                 f"the kind node image {image} is not available: it is built FROM kindest/node, which no reachable "
                 "registry serves on this machine. Build it where a registry is reachable (docker buildx bake -f "
-                "images/docker-bake.hcl kind-node --load; the e2e-kind GitHub workflow does) or pass kind_image=...")
+                "images/docker-bake.hcl kind-node --load; the e2e-kind GitHub workflow does), or give --kind-image "
+                "IMAGE")
         return kind, kubectl, image
 
     def up(self, request: UpRequest) -> ClusterRecord:
@@ -230,8 +242,8 @@ class KubeconfigBackend(Backend):
         system, profile = load_request_profile(request.profile, request.nodes)
         kubeconfig = request.options.get("kubeconfig")
         if not kubeconfig or not Path(str(kubeconfig)).is_file():
-            raise BackendInputError("the kubeconfig backend needs kubeconfig=PATH (testbed up --backend kubeconfig "
-                                    "--kubeconfig FILE)")
+            raise BackendInputError(f"the kubeconfig backend needs a kubeconfig file (testbed up --backend kubeconfig "
+                                    f"--kubeconfig FILE){f'; {kubeconfig} does not exist' if kubeconfig else ''}")
         kubectl = _Kubectl(_tool("kubectl", request.options.get("kubectl_path"), "kubernetes-client"),
                            str(kubeconfig))
         root = request.state_dir / request.name

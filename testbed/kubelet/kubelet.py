@@ -61,6 +61,8 @@ from testbed.kubelet.launcher import PluginProcess
 
 T = TypeVar("T")
 CHECKPOINT_FILE = "kubelet_internal_checkpoint"
+MAX_KEPT_UPDATES = 2000
+"""Distinct device lists kept per endpoint (the first one is always kept; older ones are dropped and counted)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,15 @@ class Endpoint:
         self.client = DevicePluginClient(channel)
         self.options = options
         self.updates: list[DeviceUpdate] = []
+        """Device lists as received, except that a list identical to the one before it is only counted
+        (:attr:`repeats`): a plugin that re-sends the same list in a loop cannot make the harness hold it."""
+        self.first: DeviceUpdate | None = None
+        self.received = 0
+        """Device lists received on this stream, repeats included."""
+        self.repeats = 0
+        """Lists identical to the one before them (counted, not kept)."""
+        self.dropped = 0
+        """Distinct lists dropped from the front of :attr:`updates` to keep it bounded."""
         self.stream_state = "opening"
         """opening, open, ended (the plugin closed it), failed, cancelled (the kubelet closed it)."""
         self.stream_detail = ""
@@ -303,6 +314,7 @@ class Kubelet:
         """(resource, problem) the kubelet tolerated, e.g. a preferred allocation outside the available set."""
         self.checkpoint = Checkpoint.load(self.plugin_dir / CHECKPOINT_FILE)
         self._endpoint_generation = 0
+        self._watched: list[PluginProcess] = []
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -440,13 +452,7 @@ class Kubelet:
                 ep.opened_at = time.monotonic()
                 self._cond.notify_all()
             for response in call:
-                devices = tuple(DeviceState(d.ID, d.health, tuple(int(n.ID) for n in d.topology.nodes))
-                                for d in response.devices)
-                with self._cond:
-                    self._seq += 1
-                    ep.updates.append(DeviceUpdate(self._seq, time.monotonic(), devices,
-                                                   tuple(device_problems(response.devices)), to_json(response)))
-                    self._cond.notify_all()
+                self._on_update(ep, response)
             state, detail = "ended", "the plugin closed the ListAndWatch stream"
         except grpc.RpcError as exc:
             code = exc.code()
@@ -457,6 +463,27 @@ class Kubelet:
         with self._cond:
             ep.stream_state = state
             ep.stream_detail = detail
+            self._cond.notify_all()
+
+    def _on_update(self, ep: Endpoint, response: pb.ListAndWatchResponse) -> None:
+        devices = tuple(DeviceState(d.ID, d.health, tuple(int(n.ID) for n in d.topology.nodes))
+                        for d in response.devices)
+        with self._cond:
+            ep.received += 1
+            latest = ep.latest
+            if latest is not None and latest.devices == devices:
+                ep.repeats += 1
+                return
+            self._seq += 1
+            update = DeviceUpdate(self._seq, time.monotonic(), devices, tuple(device_problems(response.devices)),
+                                  to_json(response))
+            ep.updates.append(update)
+            if ep.first is None:
+                ep.first = update
+            if len(ep.updates) > MAX_KEPT_UPDATES:
+                cut = len(ep.updates) - MAX_KEPT_UPDATES // 2
+                ep.dropped += cut
+                del ep.updates[:cut]
             self._cond.notify_all()
 
     # ------------------------------------------------------------------------------------------ waiting
@@ -477,6 +504,20 @@ class Kubelet:
                                         evidence() if evidence else self.evidence())
                 self._cond.wait(min(left, 0.5))
 
+    def watch_process(self, process: PluginProcess) -> None:
+        """Wake every waiter when ``process`` exits, so a wait that depends on it ends at once."""
+        with self._cond:
+            if any(p is process for p in self._watched):
+                return
+            self._watched = [p for p in self._watched if p.alive()] + [process]
+
+        def watch() -> None:
+            process.wait()
+            with self._cond:
+                self._cond.notify_all()
+
+        threading.Thread(target=watch, daemon=True, name="dp-process-watch").start()
+
     def wait_endpoint(self, resource: str, after: int = 0, timeout: float | None = None,
                       process: PluginProcess | None = None) -> Endpoint:
         """The endpoint of ``resource`` with a generation above ``after`` whose stream delivered a device list.
@@ -484,6 +525,8 @@ class Kubelet:
         Fails at once, with the reason, when the newest registration of ``resource`` was refused or failed, or
         when ``process`` (the plugin) exits."""
         limit = timeout if timeout is not None else self.timeouts.start
+        if process is not None:
+            self.watch_process(process)
 
         def ready() -> Endpoint | None:
             if process is not None and not process.alive():
@@ -664,7 +707,8 @@ class Kubelet:
         }
         ep = self.endpoints.get(resource) if resource else None
         if ep is not None:
-            out["stream"] = {"state": ep.stream_state, "detail": ep.stream_detail, "updates": len(ep.updates)}
+            out["stream"] = {"state": ep.stream_state, "detail": ep.stream_detail, "updates": ep.received,
+                             "identical repeats": ep.repeats}
             if ep.latest is not None:
                 out["last_device_list"] = ep.latest.raw
         out["calls"] = [c.to_json() for c in list(self.calls)

@@ -1,9 +1,13 @@
 """Starting and stopping the plugin under test: a command on this machine, or a command inside a node container.
 
-A plugin learns where the kubelet is from ``{plugin_dir}`` in its command (substituted) or from the environment
-variable :data:`PLUGIN_DIR_ENV`; it sees its node's fake hardware through the node's environment (local backend)
-or by running in the node's container (Docker backend). Output goes to a log file whose tail is evidence when a
-check fails.
+A plugin finds the kubelet where a real one is: on the local backend the command runs in the node's view
+(:mod:`testbed.nodeview`, when this machine can make one: root) where the harness's plugin directory is
+``/var/lib/kubelet/device-plugins`` (so a plugin with that path built in, like NVIDIA's, registers unmodified),
+the node's tree is at ``/sys``, ``/dev`` and ``/proc/driver``, and extra directories (a driver root, the CDI spec
+directory) are where NVIDIA's components look for them. A plugin that takes a flag can still be given the
+directory as ``{plugin_dir}`` (substituted) or the environment variable :data:`PLUGIN_DIR_ENV`. On the Docker
+backend the command runs in the node's container. Output goes to a log file whose tail is evidence when a check
+fails.
 
 Processes are started in their own session and stopped by process group, so a plugin that forks helpers leaves
 nothing behind.
@@ -21,10 +25,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from testbed import nodeview
 from testbed.environment import merged_environment
 
 PLUGIN_DIR_ENV = "FAKEHW_DEVICE_PLUGIN_DIR"
 """Environment variable naming the kubelet's device plugin directory for the plugin under test."""
+KUBELET_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+"""Where the kubelet keeps ``kubelet.sock`` and plugin sockets (device plugin API v1beta1 ``DevicePluginPath``)."""
 
 
 class PluginProcess(ABC):
@@ -37,6 +44,10 @@ class PluginProcess(ABC):
 
     @abstractmethod
     def returncode(self) -> int | None: ...
+
+    @abstractmethod
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Block until the process exits (or ``timeout`` passes); its status, or None while it runs."""
 
     @abstractmethod
     def stop(self, timeout: float = 5.0) -> None:
@@ -80,6 +91,11 @@ class LocalProcess(PluginProcess):
     def returncode(self) -> int | None:
         return self.proc.poll()
 
+    def wait(self, timeout: float | None = None) -> int | None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.proc.wait(timeout)
+        return None
+
     def _signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
@@ -110,26 +126,39 @@ class LocalProcess(PluginProcess):
 
 
 class CommandLauncher(PluginLauncher):
-    """Runs ``command`` (a shell command line) on this machine with a node's environment."""
+    """Runs ``command`` (a shell command line) on this machine with a node's environment, in the node's view
+    when ``view`` is given: the plugin directory is then also bound at :data:`KUBELET_PLUGIN_DIR`."""
 
-    def __init__(self, command: str | Sequence[str], node: str, env: Mapping[str, str], log_dir: Path):
+    def __init__(self, command: str | Sequence[str], node: str, env: Mapping[str, str], log_dir: Path,
+                 view: nodeview.NodeView | None = None):
         self.command = command if isinstance(command, str) else shlex.join(command)
         self.node = node
         self.env = dict(env)
         self.log_dir = log_dir
+        self.view = view
         self.describe = self.command
         self._runs = 0
+
+    def argv(self, command: str, plugin_dir: Path) -> list[str]:
+        shell = ["/bin/sh", "-c", f"exec {command}"]
+        if self.view is None:
+            return shell
+        binds = (*self.view.binds, nodeview.Bind(str(plugin_dir), KUBELET_PLUGIN_DIR))
+        return nodeview.command(nodeview.NodeView(self.view.root, binds, self.view.writable_sys,
+                                                  self.view.hostname), shell)
 
     def start(self, plugin_dir: Path) -> LocalProcess:
         self._runs += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"plugin-{self._runs}.log"
+        plugin_dir.mkdir(parents=True, exist_ok=True)
         command = substitute(self.command, plugin_dir, self.node)
         env = merged_environment({**self.env, PLUGIN_DIR_ENV: str(plugin_dir)})
+        where = "in the node's view" if self.view is not None else "on this machine"
         with open(log, "ab") as out:
-            out.write(f"# {time.strftime('%H:%M:%S')} start: {command}\n".encode())
+            out.write(f"# {time.strftime('%H:%M:%S')} start {where}: {command}\n".encode())
             out.flush()
-            proc = subprocess.Popen(["/bin/sh", "-c", f"exec {command}"], env=env, stdout=out,
+            proc = subprocess.Popen(self.argv(command, plugin_dir), env=env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         return LocalProcess(proc, log, command)
 
@@ -163,6 +192,11 @@ class ContainerProcess(PluginProcess):
 
     def returncode(self) -> int | None:
         return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.proc.wait(timeout)
+        return None
 
     def stop(self, timeout: float = 5.0) -> None:
         if self.proc.poll() is None:

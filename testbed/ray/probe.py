@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -33,6 +34,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({"error": f"ray is not installed: {exc}"}))
         return 3
     temp = args.temp_dir or tempfile.mkdtemp(prefix="fhw-ray-", dir="/tmp")
+    try:
+        return _probe(ray, args, temp)
+    finally:
+        if args.temp_dir is None:  # made here: gone with this process (a given one is the caller's)
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def _probe(ray: Any, args: argparse.Namespace, temp: str) -> int:
     ray.init(num_cpus=max(2, args.tasks + 1), include_dashboard=False, log_to_driver=False, _temp_dir=temp,
              configure_logging=False)
     out: dict[str, Any] = {"version": ray.__version__, "resources": ray.cluster_resources(),

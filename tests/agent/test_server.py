@@ -39,7 +39,7 @@ def agent(tmp_path: Path) -> Iterator[tuple[Path, int]]:
         daemon=True,
     )
     thread.start()
-    assert ready.wait(30)
+    assert ready.wait(120), "the agent did not come up (its first render writes the whole tree)"
     yield sock, port
     stop.set()
     thread.join(10)

@@ -3,7 +3,11 @@ parsing and the reference plugin's allocator."""
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import itertools
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -11,11 +15,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conformance.suites.device_plugin import mig
+from conformance.suites.device_plugin.component import component_version
+from conformance.suites.device_plugin.optimum import ModelTopology, _partitions
+from fakehw import __version__
 from fakehw.model import load_profile
 from fakehw.model.topology import domain_bond
 from testbed.kubelet import protogen
 from testbed.kubelet.api import DEVICE_PLUGIN, REGISTRATION, method_path, pb
+from testbed.kubelet.cdi import MAX_SPEC_BYTES, CdiRegistry
 from testbed.kubelet.checks import device_problems, registration_problems, resource_name_problems
+from testbed.kubelet.driver_root import DriverRootError, build_driver_root
 from testbed.kubelet.exposure import GpuRef, container_dev_nodes, exposure
 from testbed.reference.device_plugin.allocator import TopologyMatrix, best_set
 
@@ -252,3 +262,162 @@ def test_conformance_list_and_run_summary(capsys: pytest.CaptureFixture[str]) ->
     assert parse_target("device-plugin=reference", None)[1] is None
     assert parse_target("device-plugin=cmd:my-plugin --x", None)[1] == "my-plugin --x"
     assert parse_target("device-plugin", "my-plugin")[1] == "my-plugin"
+
+
+# --------------------------------------------------------------------------------------------------- optimum rules
+
+
+def test_best_division_is_nvidia_best_effort_rule_on_edge_pcie() -> None:
+    """edge-pcie by its profile's comments: gpu0-gpu1 and gpu5-gpu6 share a switch (PIX); gpu2-gpu3 meet at host
+    bridge hb0 (PHB); gpu4 (hb1, socket 0) and gpu7 (hb3, socket 1) are SYS to each other. Dividing the eight
+    GPUs into the best pairs therefore gives (0,1) (5,6) (2,3) (4,7), so with gpu7 a must-include, (gpu7, gpu4)
+    is the set a best division holds, as NVIDIA's plugin answers, though (gpu7, gpu6) is better on its own."""
+    system = load_profile("edge-pcie")
+    node = system.nodes[0]
+    topo = ModelTopology.of(system, node)
+    names = [g.name for g in node.gpus]
+    division = topo.partition_choice(names, 2, ["gpu7"], ["gpu7", "gpu4"])
+    assert division is not None
+    assert {frozenset(s) for s in division} == {frozenset(p) for p in (("gpu0", "gpu1"), ("gpu5", "gpu6"),
+                                                                      ("gpu2", "gpu3"), ("gpu4", "gpu7"))}
+    assert topo.partition_choice(names, 2, ["gpu7"], ["gpu7", "gpu6"]) is None
+    assert topo.optimum(names, 2, ["gpu7"])[0] == topo.score(["gpu7", "gpu6"]) > topo.score(["gpu7", "gpu4"])
+
+
+@pytest.mark.parametrize(("n", "k", "count"), [(8, 2, 105), (7, 2, 105), (8, 4, 35), (8, 3, 280), (6, 6, 1),
+                                               (12, 2, 10395)])
+def test_divisions_are_each_counted_once(n: int, k: int, count: int) -> None:
+    """(2m-1)!! pairings of 2m items; 7 items in pairs = one single + 15 pairings of 6, times 7; 8 into 3+3+2."""
+    items = [f"g{i}" for i in range(n)]
+    parts = list(_partitions(items, k))
+    assert len(parts) == count
+    assert len({frozenset(frozenset(s) for s in p) for p in parts}) == count
+    assert all(sorted(x for s in p for x in s) == sorted(items) for p in parts)
+
+
+# --------------------------------------------------------------------------------------------------- MIG
+
+
+def test_mig_resources_per_strategy_on_dgx_a100() -> None:
+    """dgx-a100: gpu7 runs two 3g.40gb instances, the other seven GPUs are whole (its profile)."""
+    node = load_profile("dgx-a100").nodes[0]
+    whole = tuple(f"gpu{i}" for i in range(7))
+    assert mig.expected_resources(node, "none", "nvidia.com/gpu") == {"nvidia.com/gpu": (*whole, "gpu7")}
+    assert mig.expected_resources(node, "mixed", "nvidia.com/gpu") == {
+        "nvidia.com/gpu": whole, "nvidia.com/mig-3g.40gb": ("gpu7/mig0", "gpu7/mig1")}
+    with pytest.raises(mig.MigConfigError, match=r"gpu0, gpu1.*not"):
+        mig.expected_resources(node, "single", "nvidia.com/gpu")
+    uuids = [m.uuid for m in node.gpus[7].mig_instances]
+    assert mig.detect(node, ["nvidia.com/gpu", "nvidia.com/mig-3g.40gb"], []) == "mixed"
+    assert mig.detect(node, ["nvidia.com/gpu"], uuids) == "single"
+    assert mig.detect(node, ["nvidia.com/gpu"], [node.gpus[0].uuid]) == "none"
+    assert mig.detect(load_profile("dgx-h100").nodes[0], ["nvidia.com/mig-1g.10gb"], []) == "none"
+
+
+def test_mig_devices_in_allocate_answers() -> None:
+    """A MIG device is named by its UUID or as <gpu index>:<MIG index>; its GPU's device node alone exposes none
+    of the GPU's MIG devices; naming the GPU's own UUID gives the whole GPU."""
+    node = load_profile("dgx-a100").nodes[0]
+    refs = mig.refs(node, "mixed")
+    m0, m1 = node.gpus[7].mig_instances
+    spec = [pb.DeviceSpec(container_path="/dev/nvidia7", host_path="/dev/nvidia7", permissions="rw")]
+    by_uuid = exposure(pb.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": m1.uuid}, devices=spec), refs)
+    assert by_uuid.env == frozenset({"gpu7/mig1"}) and by_uuid.specs == frozenset() and not by_uuid.unknown
+    by_index = exposure(pb.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": "7:0"}), refs)
+    assert by_index.env == frozenset({"gpu7/mig0"})
+    whole = exposure(pb.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": node.gpus[7].uuid}), refs)
+    assert whole.env == frozenset({"gpu7"})
+    plain = exposure(pb.ContainerAllocateResponse(devices=spec), mig.refs(node, "none"))
+    assert plain.specs == {"gpu7"}
+    assert container_dev_nodes(pb.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": m0.uuid}), refs) == [
+        "nvidia7", "nvidiactl"]
+
+
+# --------------------------------------------------------------------------------------------------- CDI specs
+
+
+NVIDIA_SPEC = {  # the shape NVIDIA's plugin v0.20.0 writes to /var/run/cdi (trimmed)
+    "cdiVersion": "0.5.0", "kind": "k8s.device-plugin.nvidia.com/gpu",
+    "devices": [{"name": "GPU-aaa", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia2"}]}},
+                {"name": "MIG-bbb", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia7"},
+                                                                       {"path": "/dev/nvidia-caps/nvidia-cap21"}]}}],
+    "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}]},
+}
+
+
+def test_cdi_devices_resolve_through_the_plugins_spec(tmp_path: Path) -> None:
+    (tmp_path / "k8s.device-plugin.nvidia.com-gpu.json").write_text(json.dumps(NVIDIA_SPEC))
+    (tmp_path / "broken.yaml").write_text("kind: [unterminated")
+    (tmp_path / "huge.json").write_bytes(b" " * (MAX_SPEC_BYTES + 1))
+    reg = CdiRegistry.load(tmp_path)
+    assert reg.nodes("k8s.device-plugin.nvidia.com/gpu=GPU-aaa") == ("/dev/nvidia2", "/dev/nvidiactl",
+                                                                    "/dev/nvidia-uvm")
+    assert len(reg.problems) == 2 and any("huge.json" in p and "larger" in p for p in reg.problems)
+    gpus = [GpuRef(f"gpu{i}", i, i, f"GPU-{i}") for i in range(4)]
+    answer = pb.ContainerAllocateResponse(annotations={
+        "cdi.k8s.io/nvidia-device-plugin_x": "k8s.device-plugin.nvidia.com/gpu=GPU-aaa"})
+    ex = exposure(answer, gpus, reg)
+    assert ex.cdi == {"gpu2"} and not ex.unknown
+    stale = pb.ContainerAllocateResponse(cdi_devices=[pb.CDIDevice(name="k8s.device-plugin.nvidia.com/gpu=GPU-zzz")])
+    assert exposure(stale, gpus, reg).unknown == ("CDI device 'k8s.device-plugin.nvidia.com/gpu=GPU-zzz' is not in "
+                                                  "the plugin's CDI spec for k8s.device-plugin.nvidia.com/gpu",)
+    toolkit = pb.ContainerAllocateResponse(cdi_devices=[pb.CDIDevice(name="nvidia.com/gpu=3")])
+    assert exposure(toolkit, gpus, reg).cdi == {"gpu3"}
+
+
+# --------------------------------------------------------------------------------------------------- driver root
+
+
+def test_driver_root_holds_what_nvcdi_discovery_looks_for(tmp_path: Path) -> None:
+    """nvcdi infers the driver version from libcuda.so.<version> and loads nothing else from it; a program that
+    loads the stand-in libcuda learns the CUDA version (cuDriverGetVersion) and that there is no device."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler")
+    from fakehw.nvml import library_dir
+
+    root = build_driver_root(tmp_path / "root", {"LD_LIBRARY_PATH": str(library_dir())}, "580.173.02", "13.0",
+                             machine="x86_64")
+    lib = root / "usr" / "lib" / "x86_64-linux-gnu"
+    assert (lib / "libnvidia-ml.so.1").resolve() == lib / "libnvidia-ml.so.580.173.02"
+    assert os.readlink(lib / "libcuda.so.1") == "libcuda.so.580.173.02" and os.readlink(lib / "libcuda.so") == \
+        "libcuda.so.1"
+    cuda = ctypes.CDLL(str(lib / "libcuda.so.1"))
+    version = ctypes.c_int()
+    assert cuda.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value == 13000
+    assert cuda.cuInit(0) == 100  # CUDA_ERROR_NO_DEVICE
+    with pytest.raises(DriverRootError, match="LD_LIBRARY_PATH"):
+        build_driver_root(tmp_path / "other", {}, "535.261.03", "12.2", machine="x86_64")
+
+
+# --------------------------------------------------------------------------------------------------- versions
+
+
+def test_component_version_says_what_the_binary_says(tmp_path: Path) -> None:
+    tool = tmp_path / "my-plugin"
+    tool.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'my-plugin version v1.2.3' && exit 0\nexit 9\n")
+    tool.chmod(0o755)
+    said = component_version(f"{tool} --socket-dir {{plugin_dir}}")
+    digest = hashlib.sha256(tool.read_bytes()).hexdigest()
+    assert said == f"my-plugin version v1.2.3 (sha256:{digest})"
+    mute = tmp_path / "mute"
+    mute.write_text("#!/bin/sh\nexit 1\n")
+    mute.chmod(0o755)
+    assert component_version(str(mute)) == f"sha256:{hashlib.sha256(mute.read_bytes()).hexdigest()}"
+    assert component_version("python -m testbed.reference.device_plugin") == (
+        f"testbed.reference.device_plugin (fakehw {__version__})")
+    assert component_version("no-such-plugin-binary") is None and component_version("'unbalanced") is None
+
+
+def test_device_list_mounts() -> None:
+    """NVIDIA's volume-mounts strategy: NVIDIA_VISIBLE_DEVICES names the directory, the mounts under it name the
+    GPUs (what the NVIDIA container runtime reads)."""
+    gpus = [GpuRef(f"gpu{i}", i, i, f"GPU-{i}") for i in range(4)]
+    answer = pb.ContainerAllocateResponse(
+        envs={"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"},
+        mounts=[pb.Mount(container_path="/var/run/nvidia-container-devices/GPU-2", host_path="/dev/null"),
+                pb.Mount(container_path="/var/run/nvidia-container-devices/3", host_path="/dev/null")])
+    ex = exposure(answer, gpus)
+    assert ex.env is None and ex.mounts == frozenset({"gpu2", "gpu3"}) and ex.all == frozenset({"gpu2", "gpu3"})
+    assert container_dev_nodes(answer, gpus) == ["nvidia2", "nvidia3", "nvidiactl"]
+    bogus = pb.ContainerAllocateResponse(mounts=[pb.Mount(container_path="/var/run/nvidia-container-devices/GPU-9")])
+    assert exposure(bogus, gpus).unknown == ("device-list mount names 'GPU-9'",)

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed import nodeview
 from testbed.kubelet.kubelet import (
     CHECKPOINT_FILE,
+    MAX_KEPT_UPDATES,
     AdmissionRefused,
     Kubelet,
     PluginTimeout,
@@ -23,7 +25,7 @@ from testbed.kubelet.kubelet import (
     Timeouts,
     short_tmp_dir,
 )
-from testbed.kubelet.launcher import CommandLauncher, LocalProcess
+from testbed.kubelet.launcher import KUBELET_PLUGIN_DIR, CommandLauncher, LocalProcess
 
 FAST = Timeouts(start=4.0, rpc=1.0, dial=2.0, first_update=2.0, reregister=4.0, prestart=2.0)
 SLACK_S = 3.0
@@ -180,3 +182,38 @@ def test_checkpoint_survives_a_kubelet_restart(hostile: Callable[[str], Hostile]
     # The hostile plugin does not register again: the harness says so within the deadline.
     v = _violation(lambda: h.kubelet.wait_endpoint(GPU, 0, FAST.reregister), FAST.reregister)
     assert isinstance(v, PluginTimeout)
+
+
+def test_a_flooding_stream_is_held_bounded(hostile: Callable[[str], Hostile]) -> None:
+    """A plugin that re-sends its list in a loop (NVIDIA's on a lost GPU) cannot make the harness hold every list:
+    identical lists are counted, changes are kept (bounded), and waits on changes still work."""
+    h = hostile("list-flood")
+    ep = h.kubelet.wait_endpoint(GPU, process=h.process)
+    h.kubelet.wait_for(lambda: ep.received > 20_000, 30.0, "20,000 device lists")
+    assert ep.repeats > 0.9 * ep.received, (ep.repeats, ep.received)
+    assert len(ep.updates) <= MAX_KEPT_UPDATES
+    assert ep.first is not None and ep.first.seq <= ep.updates[0].seq
+    changed = h.kubelet.wait_update(GPU, lambda u: u.health("hostile-3") == "Unhealthy", 30.0, "hostile-3 sick")
+    assert changed.health("hostile-0") == "Healthy"
+    assert h.kubelet.evidence(GPU)["stream"]["identical repeats"] > 0
+
+
+def test_a_plugin_with_the_kubelet_path_built_in_registers_in_the_node_view(tmp_path: Path) -> None:
+    """In the node's view the harness's plugin directory is /var/lib/kubelet/device-plugins: a plugin that knows
+    only that path (as NVIDIA's does) registers with the harness, and its socket lands in the harness's dir."""
+    if nodeview.unavailable() is not None:
+        pytest.skip(nodeview.unavailable() or "")
+    d = short_tmp_dir("fhw-hv-")
+    kubelet = Kubelet(d, FAST)
+    kubelet.start()
+    view = nodeview.NodeView(str(tmp_path / "empty-root"))
+    cmd = f"{sys.executable} -m testbed.reference.device_plugin.hostile preferred-bad --plugin-dir {KUBELET_PLUGIN_DIR}"
+    proc = CommandLauncher(cmd, "node", {}, d / "logs", view).start(d)
+    try:
+        ep = kubelet.wait_endpoint(GPU, process=proc)
+        assert ep.socket == d / "hostile.sock" and ep.socket.exists()
+        assert "in the node's view" in proc.log_tail()
+    finally:
+        proc.kill()
+        kubelet.stop()
+        shutil.rmtree(d, ignore_errors=True)

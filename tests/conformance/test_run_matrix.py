@@ -21,15 +21,15 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_a_matrix_writes_a_report_per_run_and_an_index(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = _run("--target", "fabric", "--profile", "dgx-h100", "--profile", "gb200-nvl72", "-k", "static",
+    proc = _run("--target", "fabric", "--profile", "dgx-h100-roce", "--profile", "gb200-nvl72", "-k", "static",
                 "--out", str(out), cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr  # the measured requirements did not run: not certified
-    assert "[1/2] fabric on dgx-h100 (local): dgx-h100-rail" in proc.stderr
+    assert "[1/2] fabric on dgx-h100-roce (local): dgx-h100-rail" in proc.stderr
     assert "[2/2] fabric on gb200-nvl72 (local): gb200-nvl72-spine-leaf" in proc.stderr
     index = json.loads((out / "index.json").read_text())
     assert index["verdict"] == "not-certified"
     assert [(r["profile"], r["component"], r["certified"]) for r in index["runs"]] == [
-        ("dgx-h100", "dgx-h100-rail", False), ("gb200-nvl72", "gb200-nvl72-spine-leaf", False)]
+        ("dgx-h100-roce", "dgx-h100-rail", False), ("gb200-nvl72", "gb200-nvl72-spine-leaf", False)]
     for run in index["runs"]:
         report = json.loads((Path(run["dir"]) / "report.json").read_text())
         assert report["manifest"]["profile"] == run["profile"]
@@ -37,14 +37,14 @@ def test_a_matrix_writes_a_report_per_run_and_an_index(tmp_path: Path) -> None:
         assert {s for i, s in statuses.items() if "-DYN-" in i} == {"not-run"}
         assert {s for i, s in statuses.items() if "-DYN-" not in i} == {"passed"}
     summary = (out / "summary.md").read_text()
-    assert "| fabric | dgx-h100 | local | NOT CERTIFIED |" in summary
+    assert "| fabric | dgx-h100-roce | local | NOT CERTIFIED |" in summary
     verify = subprocess.run([str(BIN / "conformance"), "verify", str(out)], capture_output=True, text=True)
     assert verify.returncode == 0 and verify.stdout.count("intact") == 2
 
 
 @pytest.mark.skipif(root_problem() is not None, reason=f"needs root for network namespaces: {root_problem()}")
 def test_a_certified_run_exits_0(tmp_path: Path) -> None:
-    proc = _run("--target", "fabric=dgx-h100-rail", "--profile", "dgx-h100", "--out", str(tmp_path / "o"),
+    proc = _run("--target", "fabric=dgx-h100-rail", "--profile", "dgx-h100-roce", "--out", str(tmp_path / "o"),
                 cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert json.loads((tmp_path / "o" / "index.json").read_text())["verdict"] == "certified"
@@ -69,7 +69,7 @@ def test_bad_matrices_are_refused_before_anything_runs(tmp_path: Path, args: tup
 @pytest.mark.parametrize(("args", "message"), [
     (("--target", "gpu-operator"), "no target 'gpu-operator' in the catalogue (known: device-plugin, extender, "
                                    "fabric, ray, slurm)"),
-    (("--category", "thermals"), "no category 'thermals' in the catalogue (known: allocation, chaos,"),
+    (("--category", "thermals"), "no category 'thermals' in the catalogue (known: allocation, buf, chaos,"),
     (("--target", "fabric", "--category", "health"), "no requirement matches"),
 ])
 def test_list_names_what_it_does_not_know(args: tuple[str, ...], message: str,

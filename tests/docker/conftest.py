@@ -13,7 +13,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,10 @@ import pytest
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # no registry: the reaper image cannot be pulled
 
+from fakehw.model import load_profile
 from testbed.api import Testbed
-from testbed.host import HostSetup, binfmt_entry, engine_problem
-from testbed.images import NATIVE_ARCH, ImageBuilder, ImageError, ImageRef
+from testbed.host import NATIVE_ARCH, HostSetup, binfmt_entry, engine_problem
+from testbed.images import ImageBuilder, ImageError, ImageRef, MirrorError
 
 PLATFORMS = ("amd64", "riscv64")
 
@@ -76,54 +77,89 @@ def riscv64_emulation(docker_engine: None, host_ready: str) -> None:
         _unavailable(problem, host_ready)
 
 
-@dataclass(frozen=True)
-class Prebuild:
-    """The node image build started when collection finished, and the log it writes."""
+@dataclass
+class NodeImages:
+    """The node image of each architecture, built (or found by its content tag) at most once per session.
 
-    future: Future[ImageRef]
-    log: list[str]
+    Each architecture on its own: an amd64 test never waits for riscv64 (minutes under QEMU), and a Debian mirror
+    that serves riscv64 inconsistently on every configured suite skips the riscv64 tests (with the mirror's
+    problem as the reason) instead of failing them or the amd64 ones. Any other failure to build fails."""
+
+    futures: dict[str, Future[ImageRef]] = field(default_factory=dict)
+    log: list[str] = field(default_factory=list)
+
+    def start(self, arches: tuple[str, ...] = PLATFORMS) -> None:
+        for arch in arches:
+            if arch not in self.futures:
+                pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"node-image-{arch}")
+                self.futures[arch] = pool.submit(ImageBuilder(progress="plain", log=self.log.append).node_image,
+                                                 arch)
+                pool.shutdown(wait=False)
+
+    def get(self, arch: str) -> ImageRef:
+        if arch != NATIVE_ARCH:
+            problem = _emulation_problem()
+            if problem is not None:
+                _unavailable(problem)
+        self.start((arch,))
+        try:
+            return self.futures[arch].result()
+        except MirrorError as exc:
+            pytest.skip(f"linux/{arch} node image: {exc}")
+        except ImageError as exc:
+            pytest.fail(f"the linux/{arch} node image does not build: {exc}", pytrace=False)
 
 
-PREBUILD = pytest.StashKey[Prebuild]()
+IMAGES = pytest.StashKey[NodeImages]()
+IMAGE_FIXTURES = {"node_images", "node_image_amd64", "node_image_riscv64", "docker_testbed"}
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start building the node image as soon as the tests are collected, if any test here will need it.
+    """Start building the node images as soon as the tests are collected, if any test here will need one.
 
-    Making the base images and the image takes minutes on a fresh machine (riscv64's package scripts run under
-    QEMU, mostly on one core); started here, it overlaps with the test modules that run before these."""
-    if not any("node_image" in getattr(item, "fixturenames", ()) for item in session.items):
+    Making the base images and the images takes minutes on a fresh machine (riscv64's package scripts run under
+    QEMU, mostly on one core); started here, it overlaps with the test modules that run before these. Every
+    xdist worker collects every test: the builds' lock files make the second worker wait for the first's
+    images instead of building them again."""
+    if not any(IMAGE_FIXTURES.intersection(getattr(item, "fixturenames", ())) for item in session.items):
         return
     if os.environ.get("FAKEHW_DOCKER_TESTS") == "skip" or engine_problem() is not None \
             or _emulation_problem() is not None:
         return  # the session fixtures set the machine up first, then build
-    log: list[str] = []
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-image")
-    session.config.stash[PREBUILD] = Prebuild(
-        pool.submit(ImageBuilder(progress="plain", log=log.append).node_image, PLATFORMS), log)
-    pool.shutdown(wait=False)
+    images = NodeImages()
+    images.start()
+    session.config.stash[IMAGES] = images
 
 
 @pytest.fixture(scope="session")
-def node_image(request: pytest.FixtureRequest, docker_engine: None, riscv64_emulation: None) -> ImageRef:
-    """The node image for amd64 and riscv64, built (or found by its content tag) once per session."""
-    prebuild = request.config.stash.get(PREBUILD, None)
-    lines: list[str] = prebuild.log if prebuild is not None else []
-    try:
-        if prebuild is not None:
-            return prebuild.future.result()
-        return ImageBuilder(progress="plain", log=lines.append).node_image(PLATFORMS)
-    except ImageError as exc:
-        pytest.fail(f"the node image does not build: {exc}\n" + "\n".join(lines[-60:]))
+def node_images(request: pytest.FixtureRequest, docker_engine: None) -> NodeImages:
+    """The session's node images, per architecture (``node_images.get("riscv64")``)."""
+    images = request.config.stash.get(IMAGES, None)
+    if images is None:
+        images = NodeImages()
+        request.config.stash[IMAGES] = images
+    return images
+
+
+@pytest.fixture(scope="session")
+def node_image_amd64(node_images: NodeImages) -> ImageRef:
+    return node_images.get("amd64")
+
+
+@pytest.fixture(scope="session")
+def node_image_riscv64(node_images: NodeImages, riscv64_emulation: None) -> ImageRef:
+    return node_images.get("riscv64")
 
 
 @pytest.fixture
-def docker_testbed(testbed_factory: Callable[..., Testbed], node_image: ImageRef
-                   ) -> Callable[..., Testbed]:
-    """``docker_testbed("mixed-arch", gpus=...)``: a docker-backend cluster from this run's node image."""
+def docker_testbed(testbed_factory: Callable[..., Testbed], node_images: NodeImages) -> Callable[..., Testbed]:
+    """``docker_testbed("mixed-arch", gpus=...)``: a docker-backend cluster from this run's node images (only
+    the architectures the profile has are needed)."""
 
     def make(profile: str, nodes: int | None = None, **options: Any) -> Testbed:
-        options.setdefault("image", node_image.tag)
+        if "image" not in options:
+            arches = sorted({n.cpu.arch for n in load_profile(profile).nodes})
+            options["image"] = {arch: node_images.get(arch).tag for arch in arches}
         return testbed_factory(profile, nodes=nodes, backend="docker", **options)
 
     return make

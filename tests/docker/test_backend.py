@@ -138,7 +138,7 @@ def test_a_node_that_exits_while_starting_fails_up_with_its_log(
     container's exit status and log, not after a timeout, and leaves nothing."""
     from testbed.images import ImageBuilder
 
-    base = ImageBuilder(log=lambda _m: None).base_tag("amd64")
+    base = ImageBuilder(log=lambda _m: None).base_image("amd64").tag
     start = time.monotonic()
     with pytest.raises(BackendError, match=r"its container exited with status 0 while its agent was starting"):
         docker_testbed("dgx-h100", image=base)
@@ -146,13 +146,13 @@ def test_a_node_that_exits_while_starting_fails_up_with_its_log(
     assert no_leftovers() == []
 
 
-def test_down_all_removes_what_a_crashed_up_left(node_image: ImageRef, testbed_state_dir: Path,
+def test_down_all_removes_what_a_crashed_up_left(node_image_amd64: ImageRef, testbed_state_dir: Path,
                                                  no_leftovers: Callable[[], list[str]]) -> None:
     """``testbed up`` killed mid-way and its cluster directory lost: ``testbed down --all`` finds the containers
     and the network by their labels and removes them."""
     state = ["--state-dir", str(testbed_state_dir)]
     proc = subprocess.Popen([str(BIN / "testbed"), "up", "--backend", "docker", "--profile", "dgx-h100",
-                             "--nodes", "2", "--name", "crash", "--image", node_image.tag, *state],
+                             "--nodes", "2", "--name", "crash", "--image", node_image_amd64.tag, *state],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while sum(item.startswith("container") for item in no_leftovers()) < 2:
@@ -191,7 +191,7 @@ def test_exec_environment_and_bad_input(docker_testbed: Factory) -> None:
     assert gpu_buses <= {b.lower() for b in listing}
 
 
-def test_cli_bad_input_is_exit_2_without_traceback(node_image: ImageRef, testbed_state_dir: Path) -> None:
+def test_cli_bad_input_is_exit_2_without_traceback(node_image_amd64: ImageRef, testbed_state_dir: Path) -> None:
     state = ["--state-dir", str(testbed_state_dir)]
 
     def testbed(*args: str) -> subprocess.CompletedProcess[str]:
@@ -210,7 +210,7 @@ def test_cli_bad_input_is_exit_2_without_traceback(node_image: ImageRef, testbed
         (["chaos", "--name", "ex", "kill", "no-such-node"], "has no node 'no-such-node'"),
         (["chaos", "--name", "loc", "kill", "dgx-h100-0"], "chaos verbs need containers"),
     ]
-    ex = Testbed.up("dgx-h100", backend="docker", name="ex", state_dir=testbed_state_dir, image=node_image.tag)
+    ex = Testbed.up("dgx-h100", backend="docker", name="ex", state_dir=testbed_state_dir, image=node_image_amd64.tag)
     local = Testbed.up("dgx-h100", name="loc", state_dir=testbed_state_dir)
     try:
         for args, message in cases:

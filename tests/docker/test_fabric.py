@@ -34,8 +34,8 @@ def _netdevs(tb: Testbed, node: str) -> set[str]:
 def test_a_fabric_cables_the_containers_and_probes_cross_between_them(
         docker_testbed: Callable[..., Testbed]) -> None:
     model = load_fabric("dgx-h100-rail")
-    tb = docker_testbed("dgx-h100", nodes=len(model.system.nodes))
-    expected = {n.netdev for n in model.system.nodes[0].nics}
+    tb = docker_testbed("dgx-h100-roce", nodes=len(model.system.nodes))
+    expected = {n.nic.netdev for n in model.nics if n.node == model.system.nodes[0].name}  # what the fabric cables
     assert not expected & _netdevs(tb, "dgx-h100-1"), "no NICs before the fabric is up"
     up = _testbed(tb, "fabric", "up", "dgx-h100-rail")
     assert up.returncode == 0, up.stdout + up.stderr
@@ -52,6 +52,6 @@ def test_a_fabric_cables_the_containers_and_probes_cross_between_them(
 
 
 def test_a_fabric_for_nodes_the_cluster_lacks_is_refused(docker_testbed: Callable[..., Testbed]) -> None:
-    tb = docker_testbed("dgx-h100", nodes=2)
+    tb = docker_testbed("dgx-h100-roce", nodes=2)
     r = _testbed(tb, "fabric", "up", "dgx-h100-rail")
     assert r.returncode == 2 and "cables node(s) dgx-h100-2, dgx-h100-3, which cluster" in r.stderr

@@ -115,3 +115,12 @@ def test_mirror_is_read_from_deb822_and_one_line_sources(tmp_path: Path) -> None
     (tmp_path / "sources.list").write_text("deb [arch=amd64] http://other.example/debian bookworm main\n")
     assert debian_mirror(tmp_path) == "http://other.example/debian"
     assert debian_mirror(tmp_path / "none") == "http://deb.debian.org/debian"
+
+
+def test_the_docker_packages_come_from_the_configured_mirror(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mirror setting of the base images (FAKEHW_DEBIAN_MIRRORS) is also where trixie's Docker comes from."""
+    monkeypatch.setenv("FAKEHW_DEBIAN_MIRRORS", "http://mirror.example/debian/, http://other.example/debian")
+    line = HostSetup(act=False, os_info=OsInfo("debian", "bookworm"))._trixie_line()
+    assert line.endswith("] http://mirror.example/debian trixie main")
+    monkeypatch.delenv("FAKEHW_DEBIAN_MIRRORS")
+    assert " trixie main" in HostSetup(act=False, os_info=OsInfo("debian", "bookworm"))._trixie_line()

@@ -33,6 +33,7 @@ from testbed.images import (
     image_platforms,
     parse_platforms,
 )
+from tests.docker.conftest import NodeImages
 from tests.docker.probes import NVML_PROBE, UNAME, check_nvml, expected_for
 
 BIN = Path(sys.executable).parent
@@ -66,8 +67,10 @@ def test_bad_platform_is_a_clear_error_not_a_traceback() -> None:
 
 
 @pytest.mark.parametrize("arch", ["amd64", "riscv64"])
-def test_node_image_runs_on_both_platforms(arch: str, node_image: ImageRef, short_dir: Path) -> None:
-    assert {"amd64", "riscv64"} <= (image_platforms(node_image.tag) or set())
+def test_node_image_runs_on_both_platforms(arch: str, node_images: NodeImages, short_dir: Path) -> None:
+    node_image = node_images.get(arch)
+    assert image_platforms(node_image.tag) == {arch}
+    assert node_image.tag.startswith(f"fakehw/node:{arch}-")
     system = load_profile(PROFILE_OF[arch])
     node = system.nodes[0]
     assert node.cpu.arch == arch
@@ -111,13 +114,14 @@ def test_node_image_runs_on_both_platforms(arch: str, node_image: ImageRef, shor
         assert answer["driver"] == system.driver.version
 
 
-def test_a_second_build_is_instant(node_image: ImageRef) -> None:
-    """Everything is found by its content tag: no debootstrap, no buildx."""
+def test_a_second_build_is_instant(node_image_amd64: ImageRef, node_image_riscv64: ImageRef) -> None:
+    """Everything is found by its content tag: no debootstrap, no buildx, no mirror asked."""
     builder = ImageBuilder(log=lambda _m: None)
-    first = builder.node_image(("amd64", "riscv64"))  # the checkout as it is now (others may be editing it)
+    first = builder.node_images(("amd64", "riscv64"))  # the checkout as it is now (others may be editing it)
     start = time.monotonic()
-    again = builder.node_image(("amd64", "riscv64"))
-    assert again.tag == first.tag and again.how == "cached"
+    again = builder.node_images(("amd64", "riscv64"))
+    assert {a: r.tag for a, r in again.items()} == {a: r.tag for a, r in first.items()}
+    assert {r.how for r in again.values()} == {"cached"}
     proc = subprocess.run([str(BIN / "testbed"), "images", "base", "--platform", "linux/amd64,linux/riscv64"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -125,7 +129,7 @@ def test_a_second_build_is_instant(node_image: ImageRef) -> None:
     assert time.monotonic() - start < 15
 
 
-def test_base_images_need_root_and_say_so(node_image: ImageRef) -> None:
+def test_base_images_need_root_and_say_so(node_image_amd64: ImageRef) -> None:
     """As a user without root, a missing base image is a clear error naming the fix, not a traceback."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root (to drop to another user) and setpriv")
@@ -133,7 +137,7 @@ def test_base_images_need_root_and_say_so(node_image: ImageRef) -> None:
     proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(BIN / "python"),
                            "-c", "from testbed.images import ImageBuilder, ImageError\n"
                            "b = ImageBuilder(log=print)\n"
-                           "b.base_key = lambda arch: 'x' * 64\n"
+                           "b.base_key = lambda arch, suite: 'x' * 64\n"
                            "try:\n    b.base_image('riscv64')\nexcept ImageError as e:\n    print('ERR', e)\n"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert "ERR making the riscv64 base image needs root" in proc.stdout, proc
@@ -149,8 +153,8 @@ def test_bake_file_defines_the_node_and_kind_node_targets(docker_engine: None) -
     assert targets["node"]["platforms"] == ["linux/amd64", "linux/riscv64"]
     assert targets["node-online"]["platforms"] == ["linux/amd64", "linux/riscv64"]
     assert set(targets["node-online"]["args"].values()) == {"debian:trixie-slim"}
-    assert targets["node"]["args"]["BASE_RISCV64"] == "fakehw/base:trixie-riscv64"
-    assert targets["node"]["args"]["BUILD_BASE"] == "fakehw/base:trixie-amd64"
+    assert targets["node"]["args"]["BASE_RISCV64"] == "fakehw/base:riscv64"
+    assert targets["node"]["args"]["BUILD_BASE"] == "fakehw/base:amd64"
     # Every ARG of the Dockerfile that names an image is set by both node targets.
     image_args = {rest.split("=", 1)[0] for word, rest in _instructions(NODE_DOCKERFILE)
                   if word == "ARG" and "BASE" in rest}
@@ -207,7 +211,7 @@ def test_dockerfiles_copy_only_what_exists_and_their_context_allows(dockerfile: 
 def test_kind_node_puts_the_shim_and_agent_where_they_are_expected() -> None:
     dockerfile = IMAGES_DIR / "kind-node" / "Dockerfile"
     instructions = _instructions(dockerfile)
-    assert instructions[0] == ("ARG", "KIND_NODE_IMAGE=kindest/node:v1.32.2")
+    assert instructions[0] == ("ARG", "KIND_NODE_IMAGE=kindest/node:v1.37.0")
     assert instructions[1] == ("FROM", "${KIND_NODE_IMAGE}")
     runs = "\n".join(rest for word, rest in instructions if word == "RUN")
     # The library directory the NVIDIA container toolkit and the device plugin's driver-root search use.

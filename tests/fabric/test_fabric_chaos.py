@@ -18,10 +18,12 @@ from fakehw.fabric.plan import BRIDGE
 from fakehw.fabric.traffic import LiveFabric, start_responder
 
 RAILS = range(8)
+RAIL_NIC = ("mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11")
+"""The compute NIC of GPU r, rail r (dgx-h100-roce: the DGX H100 User Guide's RDMA names)."""
 
 
 def nic(node: int, rail: int) -> NicRef:
-    return NicRef(f"dgx-h100-{node}", f"mlx5_{rail}")
+    return NicRef(f"dgx-h100-{node}", RAIL_NIC[rail])
 
 
 @pytest.fixture

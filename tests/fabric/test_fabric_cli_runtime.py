@@ -46,7 +46,7 @@ def test_up_probe_chaos_down(need_root: None, tmp_path: Path, capsys: pytest.Cap
         status = json.loads(capsys.readouterr().out)
         assert status["present"] > 0 and len(status["processes"]) == 1
         # a delay keeps its forwarder running after the command returns; revert stops it
-        assert fakehw_main(["fabric", "chaos", "delay", "dgx-h100-1/mlx5_1", "--ms", "5", "--jitter-ms", "1",
+        assert fakehw_main(["fabric", "chaos", "delay", "dgx-h100-1/mlx5_3", "--ms", "5", "--jitter-ms", "1",
                             "--state-dir", str(state)]) == 0
         capsys.readouterr()
         forwarder = [p for p in Ledger.load(state).processes if p["role"] == "forwarder"]

@@ -14,7 +14,7 @@ from fakehw.fabric.model import NicRef, PortRef
 
 BASE = """\
 name: t
-profile: dgx-h100
+profile: dgx-h100-roce
 nodes: 2
 switches:
   - name: leaf0
@@ -47,7 +47,7 @@ def test_builtin_configs_load() -> None:
 
 def test_builtin_configs_equal_their_generators() -> None:
     rail = load_fabric_spec("dgx-h100-rail").spec
-    assert rail == load_fabric_spec("x.yaml", to_yaml(rail_optimised("dgx-h100", 4, name="dgx-h100-rail"))).spec
+    assert rail == load_fabric_spec("x.yaml", to_yaml(rail_optimised("dgx-h100-roce", 4, name="dgx-h100-rail"))).spec
     sl = load_fabric_spec("gb200-nvl72-spine-leaf").spec
     assert sl == load_fabric_spec("x.yaml", to_yaml(spine_leaf("gb200-nvl72", name="gb200-nvl72-spine-leaf"))).spec
 
@@ -91,10 +91,13 @@ def test_host_overrides_apply_in_order(tmp_path: Path) -> None:
          "less than or equal to 9216"),
         (lambda t: t.replace("dgx-h100-1/mlx5_0", "dgx-h100-7/mlx5_0"), "dgx-h100-7", "connect",
          "neither a switch of this config nor a node"),
-        (lambda t: t.replace("dgx-h100-1/mlx5_0", "dgx-h100-1/mlx5_9"), "mlx5_9", "connect",
-         "has no NIC 'mlx5_9'"),
+        (lambda t: t.replace("dgx-h100-1/mlx5_0", "dgx-h100-1/mlx5_12"), "mlx5_12", "connect",
+         "has no NIC 'mlx5_12'"),
         (lambda t: t.replace("dgx-h100-1/mlx5_0", "dgx-h100-0/mlx5_0"), "p1, connect", "connect",
          "already cabled to leaf0/p0"),
+        # dgx-h100 runs its compute ports as InfiniBand (DGX H100 User Guide): not part of an Ethernet fabric
+        (lambda t: t.replace("dgx-h100-1/mlx5_0", "dgx-h100-1/mlx5_1"), "dgx-h100-1/mlx5_1", "connect",
+         "dgx-h100-1/mlx5_1 is an InfiniBand port; a RoCE fabric cables Ethernet ports"),
         (lambda t: t.replace("dgx-h100-1/mlx5_0", "leaf0/p1"), "p1, connect", "connect", "cabled to itself"),
         (lambda t: t.replace("dgx-h100-1/mlx5_0", "leaf0/p7"), "leaf0/p7", "connect", "has no port 'p7'"),
         (lambda t: t.replace("connect: dgx-h100-1/mlx5_0", "connect: nothing"), "nothing", "connect",
@@ -109,7 +112,7 @@ def test_host_overrides_apply_in_order(tmp_path: Path) -> None:
          "switches[0].ports[1].vlan", "both untagged and tagged"),
         (lambda t: t.replace("p1, connect", "p1, vlan: {tagged: [5, 6]}, connect"), "tagged: [5, 6]",
          "switches[0].ports[1].vlan", "trunks several VLANs"),
-        (lambda t: t.replace("profile: dgx-h100", "profile: no-such-profile"), "profile:", "profile",
+        (lambda t: t.replace("profile: dgx-h100-roce", "profile: no-such-profile"), "profile:", "profile",
          "hardware profile 'no-such-profile' cannot be used"),
         (lambda t: t.replace("nodes: 2", "nodes: 2\nnodes: 3"), "nodes: 3", "(document)", "duplicate key 'nodes'"),
         (lambda t: t.replace("    ports:", "    ports: [\n"), None, "(document)", "malformed YAML"),

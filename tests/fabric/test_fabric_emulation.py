@@ -113,9 +113,9 @@ def test_build_matches_plan_and_teardown_leaves_nothing(need_root: None, tmp_pat
         assert {ns.name for ns in fabric.plan.namespaces.values()} <= listed
         node0 = model.system.nodes[0]
         links = {str(x["ifname"]).split("@")[0]: x for x in _ip_json(fabric.node_netns(node0.name), "link")}
-        for nic in node0.nics:
-            got = links[nic.netdev]
-            assert (got["mtu"], got["address"]) == (model.host_nic(NicRef(node0.name, nic.name)).mtu, nic.mac)
+        for host in (n for n in model.nics if n.node == node0.name):  # the NICs this fabric cables
+            got = links[host.nic.netdev]
+            assert (got["mtu"], got["address"]) == (host.mtu, host.nic.mac)
         sw = model.switches[3]
         ports = {str(x["ifname"]).split("@")[0]: x for x in _ip_json(fabric.switch_netns(sw.name), "link")}
         for port in sw.ports:
@@ -177,11 +177,11 @@ def test_a_node_can_live_in_an_existing_namespace(need_root: None, tmp_path: Pat
                                   attachments={node: NodeAttachment(outside.path)}) as fabric:
             assert not fabric.plan.node_ns(node).owned
             names = {str(x["ifname"]).split("@")[0] for x in _ip_json(outside, "link")}
-            assert {n.netdev for n in model.system.nodes[1].nics} <= names
-            responder = start_responder(fabric, [NicRef(node, "mlx5_2"), NicRef(model.system.nodes[0].name,
-                                                                                  "mlx5_2")])
+            assert {n.nic.netdev for n in model.nics if n.node == node} <= names
+            responder = start_responder(fabric, [NicRef(node, "mlx5_4"), NicRef(model.system.nodes[0].name,
+                                                                                  "mlx5_4")])
             prober = Prober(fabric)
-            assert prober.probe(NicRef(model.system.nodes[0].name, "mlx5_2"), NicRef(node, "mlx5_2")).ok
+            assert prober.probe(NicRef(model.system.nodes[0].name, "mlx5_4"), NicRef(node, "mlx5_4")).ok
             responder.stop()
         assert outside.exists()
         names = {str(x["ifname"]).split("@")[0] for x in _ip_json(outside, "link")}
@@ -210,7 +210,7 @@ def test_read_request_returns_the_memory_pattern(healthy: LiveFabric) -> None:
     from fakehw.fabric.responder import read_payload
     from fakehw.fabric.wire import Opcode, RocePacket
 
-    a, b = NicRef("dgx-h100-0", "mlx5_4"), NicRef("dgx-h100-2", "mlx5_4")
+    a, b = NicRef("dgx-h100-0", "mlx5_6"), NicRef("dgx-h100-2", "mlx5_6")
     sock = healthy.prober.sock(a)
     sock.drain()
     length, va = 3000, 0x1234
@@ -232,7 +232,7 @@ def test_read_request_returns_the_memory_pattern(healthy: LiveFabric) -> None:
 def test_write_is_acknowledged_and_ce_marks_arrive(healthy: LiveFabric) -> None:
     from fakehw.fabric.wire import Opcode
 
-    a, b = NicRef("dgx-h100-1", "mlx5_6"), NicRef("dgx-h100-3", "mlx5_6")
+    a, b = NicRef("dgx-h100-1", "mlx5_10"), NicRef("dgx-h100-3", "mlx5_10")
     prober = healthy.prober
     sock = prober.sock(a)
     sock.drain()
@@ -269,8 +269,8 @@ def test_one_1500_port_measured_equals_lint(need_root: None, tmp_path: Path) -> 
 def test_vlan_mismatch_drops_where_lint_says(need_root: None, tmp_path: Path) -> None:
     """FAB-VLAN-001 on the emulated fabric: the mis-tagged NIC is cut off, its rail peers still talk."""
     model = load_fabric(broken_examples()["FAB-VLAN-001-host-vlan"])
-    odd = NicRef("dgx-h100-3", "mlx5_1")
-    peers = [NicRef(f"dgx-h100-{i}", "mlx5_1") for i in range(3)]
+    odd = NicRef("dgx-h100-3", "mlx5_3")  # the rail-1 NIC
+    peers = [NicRef(f"dgx-h100-{i}", "mlx5_3") for i in range(3)]
     with EmulatedFabric.build(model, state_dir=tmp_path) as fabric:
         start_responder(fabric, [odd, *peers])
         prober = Prober(fabric)

@@ -70,7 +70,7 @@ def test_parser_survives_ten_thousand_packets_and_replays(tmp_path: Path) -> Non
 
 
 def test_responder_survives_ten_thousand_packets(healthy: LiveFabric, tmp_path: Path) -> None:
-    a, b = NicRef("dgx-h100-2", "mlx5_5"), NicRef("dgx-h100-3", "mlx5_5")
+    a, b = NicRef("dgx-h100-2", "mlx5_9"), NicRef("dgx-h100-3", "mlx5_9")
     report = fuzz_responder(healthy.fabric, a, b, seed=7, count=CI_PACKETS)
     assert report.findings == [], [f.to_json() for f in report.findings[:3]]
     assert report.liveness_checks >= CI_PACKETS // 1000

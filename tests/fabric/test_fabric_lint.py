@@ -103,7 +103,7 @@ def test_mtu_prediction_on_the_seeded_1500_port() -> None:
     small = model.port(bad).mtu
     assert small == 1500
     through = [p for p in report.paths if bad in p.ports]
-    assert {str(p.a) for p in through} | {str(p.b) for p in through} == {f"dgx-h100-{i}/mlx5_3" for i in range(4)}
+    assert {str(p.a) for p in through} | {str(p.b) for p in through} == {f"dgx-h100-{i}/mlx5_5" for i in range(4)}
     assert len(through) == 3
     for p in report.paths:
         expected = small if bad in p.ports else min(model.host_nic(p.a).mtu, model.host_nic(p.b).mtu)
@@ -177,12 +177,12 @@ def test_requirements_cli_lists_the_catalogue(capsys: pytest.CaptureFixture[str]
 
 def test_generate_cli_round_trips(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = tmp_path / "g.yaml"
-    assert fakehw_main(["fabric", "generate", "rail", "dgx-h100", "--nodes", "3", "--out", str(out)]) == 0
+    assert fakehw_main(["fabric", "generate", "rail", "dgx-h100-roce", "--nodes", "3", "--out", str(out)]) == 0
     model = load_fabric(out)
     assert len(model.system.nodes) == 3 and lint(model).findings == ()
     capsys.readouterr()
     norail = tmp_path / "norail.yaml"
-    nics = "".join(f"        - {{name: mlx5_{i}, rail: null}}\n" for i in range(8))
+    nics = "".join(f"        - {{name: mlx5_{i}, rail: null}}\n" for i in range(12))
     norail.write_text(f"extends: dgx-h100\nname: norail\ngroups:\n  - name: dgx-h100\n    node:\n      nics:\n{nics}")
     assert fakehw_main(["fabric", "generate", "rail", str(norail)]) == 2
     assert "gives its NICs no rails" in capsys.readouterr().err

@@ -167,15 +167,23 @@ def test_resource_slices_publish_every_gpu() -> None:
     assert "cliqueID" not in resource_slice(edge, edge.nodes[0])["spec"]["devices"][0]["basic"]["attributes"]
 
 
-def test_kind_up_names_what_is_missing(tmp_path: Path) -> None:
+def test_kind_up_names_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = get_backend("kind")
-    with pytest.raises(BackendError, match="kind is not installed; install Debian trixie's 'kind' package"):
+    with pytest.raises(BackendInputError, match="--kind-path /nonexistent/kind: no such file"):
         backend.up(UpRequest("dgx-h100", "t", tmp_path, options={"kind_path": "/nonexistent/kind"}))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no kind, no kubectl
+    with pytest.raises(BackendError) as missing:
+        backend.up(UpRequest("dgx-h100", "t", tmp_path))
+    text = str(missing.value)
+    assert text.startswith("kind is not installed. Debian 13 (trixie): apt-get install kind. Debian 12 (bookworm)")
+    assert "Dir::Etc::SourceList=/var/lib/fakehw/apt/trixie.list" in text and "--kind-path PATH" in text
+    assert "kind_path" not in text  # a CLI user never sees a Python keyword
     fake = {"kind_path": "/bin/true", "kubectl_path": "/bin/true", "kind_image": "fakehw/kind-node:absent"}
     with pytest.raises(BackendError, match="kind node image fakehw/kind-node:absent is not available: it is built "
                                            "FROM kindest/node"):
         backend.up(UpRequest("dgx-h100", "t", tmp_path, options=fake))
-    with pytest.raises(BackendInputError, match="needs kubeconfig=PATH"):
+    with pytest.raises(BackendInputError, match=r"needs a kubeconfig file \(testbed up --backend kubeconfig "
+                                                r"--kubeconfig FILE\)"):
         get_backend("kubeconfig").up(UpRequest("dgx-h100", "t", tmp_path))
 
 
@@ -185,7 +193,7 @@ def agent_socket(tmp_path: Path) -> Iterator[Path]:
     thread = threading.Thread(target=run_agent, kwargs={"system": load_profile("gh200"), "state_dir": tmp_path,
                                                         "ready": ready, "stop": stop}, daemon=True)
     thread.start()
-    assert ready.wait(30)
+    assert ready.wait(120), "the agent did not come up (its first render writes the whole tree)"
     yield tmp_path / "agent.sock"
     stop.set()
     thread.join(10)

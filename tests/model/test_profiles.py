@@ -123,7 +123,9 @@ def test_dgx_h100_matches_reference() -> None:
     assert dict(per_switch) == {"nvsw0": 5, "nvsw1": 4, "nvsw2": 4, "nvsw3": 5}
     assert all(p.remote_kind == "switch" and p.bandwidth_gbs == 25 for p in node.gpus[0].ports)
     assert node.nvlink_domain is None
-    assert [lv.short for lv in topo.gpu_nic_levels[0]] == ["PIX", "NODE", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS"]
+    # NICs in bus order: mlx5_0 (GPU0's), the slot-2 card (mlx5_1/2) and mlx5_3-5 on socket 0, the rest on 1.
+    assert [lv.short for lv in topo.gpu_nic_levels[0]] == ["PIX", "NODE", "NODE", "NODE", "NODE", "NODE", "SYS", "SYS",
+                                                           "SYS", "SYS", "SYS", "SYS"]
 
 
 def test_dgx_a100_is_nv12_on_paired_numa_nodes() -> None:
@@ -170,8 +172,9 @@ def test_gb200_nvl72_is_one_domain_of_72_gpus() -> None:
     assert all(topo.nvlinks[a][b] == 18 for a in range(4) for b in range(4) if a != b)
     # GPUs of different trays reach each other through the same 18 switch chips.
     assert domain_bond(system.nodes[0].gpus[0], system.nodes[17].gpus[3]) == 18
-    assert [n.kind for n in tray3.numa] == ["lpddr", "lpddr", "hbm", "hbm", "hbm", "hbm"]
-    assert [g.hbm_numa for g in tray3.gpus] == [2, 3, 4, 5]
+    # A real tray's numactl -H (NVIDIA TensorRT-LLM tech blog 8): 34 nodes, GPU memory on 2, 10, 18 and 26.
+    assert len(tray3.numa) == 34 and [n.id for n in tray3.numa if n.kind == "hbm"] == [2, 10, 18, 26]
+    assert [g.hbm_numa for g in tray3.gpus] == [2, 10, 18, 26]
     assert topo.cpu_affinity[0] == tuple(range(72)) and topo.cpu_affinity[3] == tuple(range(72, 144))
 
 

@@ -217,3 +217,21 @@ def test_profile_error_lists_problems() -> None:
         load_profile("bad.yaml", text=SMALL.replace("h100-sxm5-80gb", "x", 1))
     (problem,) = info.value.problems
     assert problem.path == ("groups", 0, "node", "gpus", 0, "sku") and problem.line == _line_of(SMALL, "gpu0, sku")
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ('bus: "0000:1b:00.0", parent: sw1', 'bus: "0000:1a:00.0", parent: sw1',
+     "groups[0].node.gpus[0].bus: gpu gpu0 at 0000:1a:00.0 cannot sit below PCIe switch sw1 (upstream port "
+     "0000:19:00.0, internal bus 1a): buses below it start at 1b"),
+    ('bus: "0000:22:00.0", parent: hb0', 'bus: "0000:39:01.0", parent: hb1',
+     "gpu gpu4 at 0000:39:00.0 and gpu gpu3 at 0000:39:01.0 are both on bus 39 below host bridge hb1 (bus 38): "
+     "a port leads to one device"),
+], ids=["device-on-a-switch-internal-bus", "two-devices-behind-one-root-port"])
+def test_a_pcie_tree_hardware_cannot_build_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str,
+                                                      new: str, message: str) -> None:
+    """PCI Express Base 7.2: a switch's downstream ports sit on its internal bus (upstream bus + 1), and a port
+    leads to one device. edge-pcie's first numbering broke both (lspci -t showed a bridge with two 00.0 children)."""
+    text = (builtin_dir() / "edge-pcie.yaml").read_text()
+    assert old in text
+    code, err = _validate(tmp_path, text.replace(old, new), capsys)
+    assert code == 2 and message in err, err

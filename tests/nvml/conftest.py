@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from fakehw.nvml.build import BuildError
-from fakehw.nvml.smi import RealNvidia, SmiUnavailable, find_real_nvidia
+from fakehw.nvml.smi import RealNvidia
+from tests.nvml import references
+from tests.nvml.captures import board_capture
 from tests.nvml.helpers import NodeSnap, lib_path, preload_library, snapshot_env, write_node
 
 
@@ -28,7 +30,8 @@ def pynvml_module(nvml_library: Path) -> ModuleType:
     preload_library()
     import pynvml
 
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
 @pytest.fixture
@@ -66,7 +69,11 @@ def nvml(pynvml_module: ModuleType, node_snapshot: Callable[..., NodeSnap]) -> I
 
 @pytest.fixture(scope="session")
 def real_nvidia() -> RealNvidia:
-    try:
-        return find_real_nvidia()
-    except SmiUnavailable as exc:
-        pytest.skip(str(exc))
+    """The real NVIDIA 535 packages (nvidia-smi, libnvidia-ml, nvml.h of CUDA 11.8)."""
+    return references.real_nvidia(535)
+
+
+@pytest.fixture(scope="module")
+def h100() -> dict[str, str]:
+    """The real (idle) H100's nvidia-smi -q -x, element path -> text."""
+    return board_capture("h100")

@@ -1,7 +1,16 @@
 """Helpers for the fake-NVML tests: snapshots of a node in a given fault state, the library, pynvml in-process.
 
-Expected values always come from the model (:mod:`fakehw.model`) or from the runtime state the agent would
-derive (:func:`fakehw.agent.state.derive_state`), never from constants written into a test.
+Where expected values come from (the rule of these tests): from outside the code under test. That is
+
+- a real board's reading: the captures in ``../shared/reference/captures`` (:mod:`tests.nvml.captures`);
+- a public specification: NVIDIA's documented topology and P2P rules, the public ``nvml.h`` of a branch, the
+  real libraries' exported symbols (:mod:`tests.nvml.references`);
+- what a real consumer prints: nvidia-smi 535/550/555, nvidia-ml-py 12.x/13.x, gpustat, nvitop;
+- the test's own input: what a profile or a fault request says (a bus address written in the YAML, the
+  temperature a fault sets), stated in the test, not recomputed by the snapshot or topology code.
+
+Recomputing an answer with the model code that produced it (``fakehw.model.topology``, ``fakehw.nvml.snapshot``)
+is not a test of it and is not used as an oracle.
 """
 
 from __future__ import annotations
@@ -56,14 +65,23 @@ def faults_state(node: Node, faults: Sequence[dict[str, Any]], seed: int, genera
     return derive_state(node, active, generation, seed), tuple(events)
 
 
-def write_node(path: Path, profile: str | System, node_index: int = 0, faults: Sequence[dict[str, Any]] = (),
+def write_node(path: Path, profile: str | Path | System, node_index: int = 0, faults: Sequence[dict[str, Any]] = (),
                processes: Sequence[FakeProcess] = (), generation: int = 1, first_seq: int = 0) -> NodeSnap:
-    system = load_profile(profile) if isinstance(profile, str) else profile
+    system = profile if isinstance(profile, System) else load_profile(str(profile))
     node = system.nodes[node_index]
     state, events = faults_state(node, faults, system.seed, generation, first_seq)
     snap = build_snapshot(system, node, state, events, processes)
     write_snapshot(path, snap.to_bytes())
     return NodeSnap(system, node, state, events, snap, path)
+
+
+def with_driver(tmp: Path, profile: str, version: str) -> Path:
+    """A profile file that is the built-in ``profile`` with its driver set to ``version`` (what a user writes to
+    pin a driver: ``extends`` plus a ``driver`` section)."""
+    path = tmp / f"{profile}-{version}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"extends: {profile}\ndriver: {{version: {version}}}\n")
+    return path
 
 
 def lib_path() -> Path:
@@ -76,7 +94,7 @@ def preload_library() -> ctypes.CDLL:
 
 
 @contextmanager
-def snapshot_env(path: Path, **extra: str) -> Iterator[None]:
+def snapshot_env(path: Path, **extra: str | None) -> Iterator[None]:
     """Point this process's next nvmlInit at ``path`` (and set/clear other FAKEHW_ variables)."""
     saved = {k: os.environ.get(k) for k in ("FAKEHW_NVML_SNAPSHOT", *extra)}
     os.environ["FAKEHW_NVML_SNAPSHOT"] = str(path)
@@ -104,7 +122,7 @@ def subprocess_env(snapshot: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_python(code: str, snapshot: Path, timeout: float = 60, **extra: str) -> Any:
+def run_python(code: str, snapshot: Path, *, timeout: float = 60, **extra: str) -> Any:
     """Run ``code`` in a fresh interpreter against ``snapshot``; it prints one JSON document, returned here."""
     proc = subprocess.run([sys.executable, "-c", code], env=subprocess_env(snapshot, **extra), capture_output=True,
                           text=True, timeout=timeout, check=False)

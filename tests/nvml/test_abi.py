@@ -1,12 +1,13 @@
-"""Struct layouts and constants of the fake's nvml_abi.h against Debian's libnvidia-ml-dev nvml.h.
+"""Struct layouts and constants of the fake's nvml_abi.h against the real headers.
 
 One probe program prints sizes, field offsets and constant values; it is compiled once against each header and
-the outputs must agree. Structures newer than that header (fabric info v2/v3, PCI info ext) are checked against
-the published sizes and version tags instead.
+the outputs must agree: Debian's libnvidia-ml-dev nvml.h (535) for the structs listed here, and nvidia-nvml-dev
+13.4.92's nvml.h (PyPI) for every struct, version word and enumerator the two headers share.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from fakehw.nvml.build import CSRC
 from fakehw.nvml.smi import RealNvidia
+from tests.nvml import references
 
 STRUCTS: dict[str, list[str]] = {
     "nvmlPciInfo_t": ["busIdLegacy", "domain", "bus", "device", "pciDeviceId", "pciSubSystemId", "busId"],
@@ -148,3 +150,83 @@ def test_newer_structs_match_their_published_layouts(tmp_path: Path) -> None:
     assert out[0] == "28 36 40 64"
     assert out[1] == "24 32 36 24"
     assert out[2] == "2000024 3000028 2000028"
+
+
+def _struct_bodies(text: str) -> dict[str, str]:
+    """``typedef struct [tag] { body } name;`` -> {name: body} (top-level members only; nested braces removed)."""
+    out: dict[str, str] = {}
+    for m in re.finditer(r"typedef\s+struct\s*\w*\s*\{", text):
+        depth, i = 1, m.end()
+        while depth and i < len(text):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        name = re.match(r"\s*(\w+)\s*;", text[i:])
+        if name:
+            body = text[m.end():i - 1]
+            while "{" in body:
+                body = re.sub(r"\{[^{}]*\}", "", body)
+            out[name.group(1)] = re.sub(r"/\*.*?\*/|//[^\n]*", "", body, flags=re.S)
+    return out
+
+
+def _members(body: str) -> list[str]:
+    """The member names of a struct body: the identifier before each declaration's ``[``, ``:`` or ``;``."""
+    names = []
+    for decl in body.split(";"):
+        m = re.search(r"(\w+)\s*(?:\[[^\]]*\]\s*)*(?::\s*\d+\s*)?$", decl.strip())
+        if m and not decl.strip().startswith("#"):
+            names.append(m.group(1))
+    return names
+
+
+def newest_probe(fake: str, real: str) -> tuple[str, int, int]:
+    """A probe of every struct and struct-version word both headers declare: size, each member's offset (members
+    both declare; bit-fields have no offset), version word. Returns (source, structs, versions)."""
+    fake_bodies, real_bodies = _struct_bodies(fake), _struct_bodies(real)
+    common = sorted(fake_bodies.keys() & real_bodies.keys())
+    versions = sorted(set(re.findall(r"#define\s+(nvml\w+_v\d+)\s+NVML_STRUCT_VERSION", fake))
+                      & set(re.findall(r"#define\s+(nvml\w+_v\d+)\s+NVML_STRUCT_VERSION", real)))
+    lines = ["#include <stddef.h>", "#include <stdio.h>", '#include HEADER', "int main(void) {"]
+    for struct in common:
+        lines.append(f'    printf("{struct} size %zu\\n", sizeof({struct}));')
+        real_members = set(_members(real_bodies[struct]))
+        bitfields = set(re.findall(r"(\w+)\s*:\s*\d+", fake_bodies[struct]))
+        for member in _members(fake_bodies[struct]):
+            if member in real_members and member not in bitfields:
+                lines.append(f'    printf("{struct}.{member} %zu\\n", offsetof({struct}, {member}));')
+    lines += [f'    printf("{v} %#x\\n", (unsigned)({v}));' for v in versions]
+    lines += [f'    printf("{e} %lld\\n", (long long)({e}));' for e in enumerators(fake, real)]
+    lines += ["    return 0;", "}"]
+    return "\n".join(lines) + "\n", len(common), len(versions)
+
+
+def enumerators(fake: str, real: str) -> list[str]:
+    """Enumerators of the fake header's enums that the real header also declares."""
+    names: set[str] = set()
+    for body in re.findall(r"typedef\s+enum\s*\w*\s*\{([^}]*)\}", fake):
+        names.update(re.findall(r"^\s*(NVML_\w+)\s*(?:=|,|$)", body, flags=re.M))
+    return sorted(n for n in names if re.search(rf"\b{n}\b\s*(?:=|,|\n)", real))
+
+
+def test_layouts_match_the_newest_nvml_h(tmp_path: Path) -> None:
+    """Every struct nvml_abi.h shares with nvidia-nvml-dev 13.4.92's nvml.h (platform info, C2C, NvLink info,
+    TemperatureV, margin temperature, clock offsets, PDI, repair status, events v3, ...): same size, same
+    member offsets and the same version words (so ARGUMENT_VERSION_MISMATCH is answered for the right ones)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc)")
+    header = references.newest_header()
+    fake_h = CSRC / "nvml_abi.h"
+    source, structs, versions = newest_probe(fake_h.read_text(), header.read_text())
+    assert structs >= 85 and versions >= 30, (structs, versions)
+    outputs = []
+    for name, h in (("real", header), ("fake", fake_h)):
+        src = tmp_path / f"newest_{name}.c"
+        src.write_text(source)
+        exe = tmp_path / f"newest_{name}"
+        subprocess.run(["cc", "-std=gnu11", "-w", f'-DHEADER="{h}"', str(src), "-o", str(exe)], check=True)
+        outputs.append(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines())
+    real_out, fake_out = outputs
+    assert len(real_out) == len(fake_out)
+    assert [f"{f}  (nvml.h: {r})" for f, r in zip(fake_out, real_out, strict=True) if f != r] == []
+    print(f"\n{structs} structs, their member offsets, {versions} version words and the enumerators: "
+          f"{len(real_out)} values agree with nvml.h {references.NEWEST_HEADER}")

@@ -30,11 +30,11 @@ def private_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of fakehw/nvml's build inputs, so a test can change a source and see the library rebuilt."""
     here = tmp_path / "nvml"
     shutil.copytree(build.CSRC, here / "csrc")
-    for name in ("layout.py", "build.py", "nvml_535_symbols.txt"):
+    for name in ("layout.py", "build.py", "nvml_symbols.txt"):
         shutil.copy(build.HERE / name, here / name)
     monkeypatch.setattr(build, "HERE", here)
     monkeypatch.setattr(build, "CSRC", here / "csrc")
-    monkeypatch.setattr(build, "SYMBOLS_FILE", here / "nvml_535_symbols.txt")
+    monkeypatch.setattr(build, "SYMBOLS_FILE", here / "nvml_symbols.txt")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return here
 
@@ -97,7 +97,7 @@ def test_wheel_carries_the_library(tmp_path: Path) -> None:
 
     assert f"fakehw/nvml/_lib/{platform.machine()}/libnvidia-ml.so.1" in names
     assert f"fakehw/nvml/_lib/{platform.machine()}/BUILD-ID" in names
-    assert "fakehw/nvml/csrc/core.c" in names and "fakehw/nvml/nvml_535_symbols.txt" in names
+    assert "fakehw/nvml/csrc/core.c" in names and "fakehw/nvml/nvml_symbols.txt" in names
 
 
 def test_riscv64_shim_reads_the_same_snapshots(tmp_path: Path, node_snapshot: Any) -> None:
@@ -111,7 +111,7 @@ def test_riscv64_shim_reads_the_same_snapshots(tmp_path: Path, node_snapshot: An
     exe = tmp_path / "shim_test"
     harness = Path(__file__).parent / "c" / "shim_test.c"
     subprocess.run([cc, "-std=gnu11", "-O1", "-pthread", f"-I{gen}", f"-I{build.CSRC}", str(harness),
-                    *map(str, build.c_sources()), str(gen / "stubs.c"), "-o", str(exe)], check=True)
+                    *map(str, build.c_sources()), *map(str, build.generated_sources(gen)), "-o", str(exe)], check=True)
     assert elf_machine(exe) == EM_RISCV
     a = node_snapshot("dgx-a100")
     b = node_snapshot("dgx-a100", faults=[{"kind": "thermal", "device": "gpu0", "temperature_c": 95}])

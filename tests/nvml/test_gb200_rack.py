@@ -25,7 +25,7 @@ from fakehw.render import render_node
 from testbed import nodeview
 from testbed.environment import merged_environment, node_environment
 from testbed.kubelet.kubelet import Kubelet, short_tmp_dir
-from tests.nvml.helpers import faults_state, lib_path, snapshot_env, write_node
+from tests.nvml.helpers import faults_state, lib_path, snapshot_env, with_driver, write_node
 from tests.nvml.test_mig_device_plugin import device_plugin  # noqa: F401 - fixture
 
 CAPTURES = Path("/work/shared/reference/captures")
@@ -152,10 +152,12 @@ def test_imex_channel_is_injected_by_nvidias_device_plugin(tmp_path: Path,
         shutil.rmtree(plugin_dir, ignore_errors=True)
 
 
-@pytest.mark.parametrize(("profile", "channel"), [("gb200-nvl72", True), ("dgx-a100", False)])
-def test_imex_only_where_a_rack_uses_it(tmp_path: Path, profile: str, channel: bool) -> None:
+@pytest.mark.parametrize(("profile", "driver", "channel"), [("gb200-nvl72", None, True),
+                                                           ("dgx-a100", "535.261.03", False)])
+def test_imex_only_where_a_rack_uses_it(tmp_path: Path, profile: str, driver: str | None, channel: bool) -> None:
     """A 535 driver outside an NVLink rack registers no IMEX channels; an NVL72 tray has channel 0."""
-    root, _ = _rendered(profile, tmp_path)
+    root, _ = _rendered(str(with_driver(tmp_path / "profile", profile, driver)) if driver else profile,
+                        tmp_path / "node")
     assert ("nvidia-caps-imex-channels" in (root / "proc/devices").read_text()) == channel
     assert (root / "dev/nvidia-caps-imex-channels/channel0").exists() == channel
     params = (root / "proc/driver/nvidia/params").read_text()

@@ -60,7 +60,7 @@ def test_records_round_trip() -> None:
 
 
 def test_values_that_do_not_fit_are_refused_with_the_field_named() -> None:
-    too_long = "x" * layout.layout_of(GpuRecord).field("name").kind.size  # type: ignore[union-attr]
+    too_long = "x" * layout.layout_of(GpuRecord).field("name").kind.size
     with pytest.raises(LayoutError, match=r"GpuRecord\.name"):
         layout.pack(GpuRecord(name=too_long))
     with pytest.raises(LayoutError, match="index"):

@@ -17,10 +17,12 @@ import pytest
 from fakehw.agent.state import EVENT_DOUBLE_BIT_ECC, EVENT_XID
 from testbed.api import Testbed
 from testbed.environment import merged_environment
+from tests.nvml.captures import number
 from tests.nvml.helpers import Consumer
 
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_TIMEOUT = 10
+CLOCKS_EVENT_REASON_GPU_IDLE = 0x1  # nvmlClocksEventReasonGpuIdle
 
 
 @pytest.fixture
@@ -38,7 +40,8 @@ def consumers() -> Iterator[Callable[[Testbed, str], Consumer]]:
 
 
 def test_blocked_wait_receives_xid_79_then_gpu_is_lost(testbed_factory: Callable[..., Testbed],
-                                                      consumers: Callable[[Testbed, str], Consumer]) -> None:
+                                                      consumers: Callable[[Testbed, str], Consumer],
+                                                      h100: dict[str, str]) -> None:
     """Acceptance: a process blocked in nvmlEventSetWait_v2 gets the injected Xid 79, then GPU_IS_LOST for that
     device, while the other devices keep answering."""
     tb = testbed_factory("dgx-h100")
@@ -58,14 +61,16 @@ def test_blocked_wait_receives_xid_79_then_gpu_is_lost(testbed_factory: Callable
     for gpu in node.gpus:
         if gpu is not lost:
             assert c.call("nvmlDeviceGetUUID", f"$dev:{gpu.index}") == gpu.uuid
-            assert c.call("nvmlDeviceGetMemoryInfo", f"$dev:{gpu.index}")["total"] == gpu.memory_bytes
+            total = c.call("nvmlDeviceGetMemoryInfo", f"$dev:{gpu.index}")["total"]
+            assert total // 2**20 == number(h100["/fb_memory_usage/total"])
     assert c.ask({"wait": 2000}) ["err"] == NVML_ERROR_GPU_IS_LOST
     state = tb.state(node.name)
     assert next(g for g in state["gpus"] if g["name"] == "gpu3")["lost"] is True
 
 
 def test_running_process_follows_faults_and_heal(testbed_factory: Callable[..., Testbed],
-                                                consumers: Callable[[Testbed, str], Consumer]) -> None:
+                                                consumers: Callable[[Testbed, str], Consumer],
+                                                h100: dict[str, str]) -> None:
     tb = testbed_factory("dgx-h100")
     node = tb.system.nodes[0]
     c = consumers(tb, node.name)
@@ -74,7 +79,10 @@ def test_running_process_follows_faults_and_heal(testbed_factory: Callable[..., 
                         c.call("nvmlDeviceGetCurrentClocksThrottleReasons", f"$dev:{g.index}"))
               for g in node.gpus}
     gpu = node.gpus[4]
-    assert before[4] == (gpu.sku.thermal.idle_c, gpu.sku.power.default_limit_w * 1000, 0)
+    # an idle H100: the captured temperature and power limit, "GPU idle" the only clock event reason
+    assert h100["/clocks_event_reasons/clocks_event_reason_gpu_idle"] == "Active"
+    assert before[4] == (number(h100["/temperature/gpu_temp"]),
+                         number(h100["/gpu_power_readings/current_power_limit"]) * 1000, CLOCKS_EVENT_REASON_GPU_IDLE)
 
     def gstate(name: str) -> dict[str, Any]:
         return next(g for g in tb.state(node.name)["gpus"] if g["name"] == name)
@@ -84,7 +92,8 @@ def test_running_process_follows_faults_and_heal(testbed_factory: Callable[..., 
     st = gstate("gpu4")
     assert c.call("nvmlDeviceGetTemperature", "$dev:4", 0) == st["temperature_c"] == 99
     assert c.call("nvmlDeviceGetPowerManagementLimit", "$dev:4") == st["power_limit_w"] * 1000
-    assert c.call("nvmlDeviceGetCurrentClocksThrottleReasons", "$dev:4") == st["throttle_reasons"] != 0
+    reasons = c.call("nvmlDeviceGetCurrentClocksThrottleReasons", "$dev:4")
+    assert reasons & ~CLOCKS_EVENT_REASON_GPU_IDLE == st["throttle_reasons"] != 0
 
     assert c.ask({"register": EVENT_XID | EVENT_DOUBLE_BIT_ECC})["ok"] is True
     tb.inject(node.name, "ecc", "gpu1", type="dbe", count=2, location="device-memory")

@@ -1,5 +1,5 @@
-"""NVIDIA's own device plugin (v0.20.0, /work/shared/tools) finds MIG devices made at run time and hands out their
-capability device nodes.
+"""NVIDIA's own device plugin (v0.20.0, from ../shared/tools through tests/conformance/nvidia_tools.py) finds MIG
+devices made at run time and hands out their capability device nodes.
 
 The plugin runs unmodified on a node's view (``testbed.nodeview``: the node's ``/proc/driver``, ``/dev`` and
 ``/sys`` at the real paths), its fixed ``/var/lib/kubelet/device-plugins`` bound to the harness kubelet's directory,
@@ -25,24 +25,20 @@ from testbed import nodeview
 from testbed.api import Testbed
 from testbed.environment import merged_environment
 from testbed.kubelet.kubelet import Kubelet, short_tmp_dir
+from tests.conformance.nvidia_tools import ToolsMissing, binary
 
-TOOLS = Path("/work/shared/tools/nvidia-k8s-device-plugin")
 RESOURCE = "nvidia.com/mig-1g.10gb"
 
 
 @pytest.fixture(scope="module")
-def device_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    packed = Path(os.environ.get("FAKEHW_NVIDIA_DEVICE_PLUGIN_XZ", TOOLS / "nvidia-device-plugin.xz"))
-    if not packed.is_file() or shutil.which("xz") is None:
-        pytest.skip(f"NVIDIA's device plugin is not at {packed} (or xz is missing)")
+def device_plugin() -> Path:
     why = nodeview.unavailable()
     if why is not None:
         pytest.skip(f"no node view: {why}")
-    binary = tmp_path_factory.mktemp("dp") / "nvidia-device-plugin"
-    with open(binary, "wb") as out:
-        subprocess.run(["xz", "-dc", str(packed)], stdout=out, check=True)
-    binary.chmod(0o755)
-    return binary
+    try:
+        return binary("nvidia-device-plugin")
+    except ToolsMissing as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture
@@ -98,15 +94,13 @@ def test_plugin_allocates_a_mig_device_made_at_run_time(testbed_factory: Callabl
 
 
 @pytest.fixture(scope="module")
-def feature_discovery(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    packed = TOOLS / "gpu-feature-discovery.xz"
-    if not packed.is_file() or shutil.which("xz") is None or nodeview.unavailable() is not None:
-        pytest.skip(f"GPU feature discovery is not at {packed} (or no xz, or no node view)")
-    binary = tmp_path_factory.mktemp("gfd") / "gpu-feature-discovery"
-    with open(binary, "wb") as out:
-        subprocess.run(["xz", "-dc", str(packed)], stdout=out, check=True)
-    binary.chmod(0o755)
-    return binary
+def feature_discovery() -> Path:
+    if nodeview.unavailable() is not None:
+        pytest.skip(f"no node view: {nodeview.unavailable()}")
+    try:
+        return binary("gpu-feature-discovery")
+    except ToolsMissing as exc:
+        pytest.skip(str(exc))
 
 
 def test_feature_discovery_labels_mig_devices_as_published(tmp_path: Path, feature_discovery: Path) -> None:

@@ -14,20 +14,24 @@ node agent; the agent journals the change and re-renders. Expected values are re
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from fakehw.nvml.smi import RealNvidia
 from testbed.api import Testbed
+from tests.nvml.helpers import with_driver
 from tests.nvml.migtools import A100_80GB_LGIP, H100_80GB_LGIP, LGIPP, MigNode, parse_lci, parse_lgi, parse_lgip
 
 PUBLISHED = {"dgx-h100": H100_80GB_LGIP, "dgx-a100": A100_80GB_LGIP}
 
 
 @pytest.fixture
-def mig_node(testbed_factory: Callable[..., Testbed], real_nvidia: RealNvidia) -> Callable[[str], MigNode]:
+def mig_node(testbed_factory: Callable[..., Testbed], real_nvidia: RealNvidia,
+             tmp_path: Path) -> Callable[[str], MigNode]:
     def make(profile: str) -> MigNode:
-        tb = testbed_factory(profile)
+        # the profile on the real nvidia-smi's own driver (a nvidia-smi refuses a library of another release)
+        tb = testbed_factory(str(with_driver(tmp_path, profile, real_nvidia.driver_version)))
         return MigNode(tb, tb.system.nodes[0].name, real_nvidia)
 
     return make

@@ -17,7 +17,8 @@ import pytest
 
 from fakehw.nvml import layout
 from fakehw.nvml.snapshot import write_snapshot
-from tests.nvml.helpers import NodeSnap, lib_path, run_python, snapshot_env
+from tests.nvml import references
+from tests.nvml.helpers import NodeSnap, lib_path, run_python, snapshot_env, with_driver
 
 INIT = ("import json, pynvml\ntry:\n    pynvml.nvmlInit()\n"
         "    print(json.dumps({'ok': pynvml.nvmlDeviceGetCount()}))\n"
@@ -132,15 +133,27 @@ def test_null_pointers_small_buffers_and_bad_handles(nvml: Callable[..., NodeSna
     assert lib.nvmlDeviceGetTemperature(h, 7, ctypes.byref(ctypes.c_uint())) == invalid
 
 
-def test_every_unimplemented_symbol_answers_not_supported(nvml: Callable[..., NodeSnap]) -> None:
+def _defined(lib: Path) -> dict[str, str]:
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True,
+                         check=True).stdout
+    return {parts[2]: parts[1] for parts in (line.split() for line in out.splitlines()) if len(parts) == 3}
+
+
+@pytest.mark.parametrize("driver", ["535.261.03", "615.00.00"])
+def test_every_unimplemented_symbol_answers_like_its_branch(driver: str, nvml: Callable[..., NodeSnap],
+                                                            tmp_path: Path) -> None:
+    """An unimplemented function the branch's real library exports answers NOT_SUPPORTED with its arguments
+    untouched; one the real 535 library does not export (nm -D of Debian's libnvidia-ml1) answers
+    FUNCTION_NOT_FOUND on a 535 node, as a binding resolving it against that library reports."""
     if shutil.which("nm") is None:
         pytest.skip("nm (binutils) is not installed")
-    nvml("edge-pcie")
-    out = subprocess.run(["nm", "-D", "--defined-only", str(lib_path())], capture_output=True, text=True,
-                         check=True).stdout
-    weak = [line.split()[2] for line in out.splitlines() if line.split()[1] == "W"]
+    real_535 = {s for s in _defined(references.real_nvidia(535).library) if s.startswith("nvml")}
+    nvml(with_driver(tmp_path, "edge-pcie", driver))
+    weak = [name for name, kind in _defined(lib_path()).items() if kind == "W"]
     assert len(weak) > 50
     lib = ctypes.CDLL("libnvidia-ml.so.1")
     zeros = [ctypes.c_void_p(0)] * 6
     for name in weak:
-        assert getattr(lib, name)(*zeros) == 3, name  # NVML_ERROR_NOT_SUPPORTED, arguments untouched
+        absent = driver.startswith("535") and name not in real_535
+        expected = 13 if absent else 3  # NVML_ERROR_FUNCTION_NOT_FOUND / NVML_ERROR_NOT_SUPPORTED
+        assert getattr(lib, name)(*zeros) == expected, name

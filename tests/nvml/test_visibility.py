@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fakehw.model.system import TopologyLevel
 from tests.nvml.helpers import NodeSnap, run_python
@@ -14,7 +15,7 @@ LIST = ("import json, pynvml\npynvml.nvmlInit()\nhs=[pynvml.nvmlDeviceGetHandleB
         "pynvml.nvmlDeviceGetMinorNumber(h), pynvml.nvmlDeviceGetUUID(h)] for h in hs]))\n")
 
 
-def visible(snap: NodeSnap, **env: str) -> list[list[object]]:
+def visible(snap: NodeSnap, **env: Any) -> list[list[object]]:
     result: list[list[object]] = run_python(LIST, snap.path, **env)
     return result
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,9 +36,12 @@ def test_ray_suite_passes_on_dgx_h100(tmp_path: Path) -> None:
 def test_without_the_fake_nvml_ray_sees_no_gpu() -> None:
     """The same probe outside any node's environment: Ray finds no NVML and offers no GPU (RAY-GPU-001 would fail)."""
     temp = tempfile.mkdtemp(prefix="fhw-ray-", dir="/tmp")
-    proc = subprocess.run([sys.executable, "-m", "testbed.ray.probe", "--temp-dir", temp], capture_output=True,
-                          text=True, timeout=300, check=False,
-                          env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "RAY_USAGE_STATS_ENABLED": "0"})
+    try:
+        proc = subprocess.run([sys.executable, "-m", "testbed.ray.probe", "--temp-dir", temp], capture_output=True,
+                              text=True, timeout=300, check=False,
+                              env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "RAY_USAGE_STATS_ENABLED": "0"})
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("{"))
     resources = json.loads(line)["resources"]
     assert resources.get("GPU", 0) == 0 and not any(k.startswith("accelerator_type:") for k in resources)

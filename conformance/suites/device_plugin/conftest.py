@@ -23,8 +23,10 @@ from typing import Any
 
 import pytest
 
-from conformance.pytest_plugin import TargetSpec, add_evidence
-from conformance.suites.device_plugin.support import REFERENCE_COMMAND, PluginUnderTest, SuiteOptions
+from conformance.pytest_plugin import TargetSpec, add_evidence, requirement_ids
+from conformance.suites.device_plugin.component import component_version
+from conformance.suites.device_plugin.mig import STRATEGIES, MigConfigError
+from conformance.suites.device_plugin.support import DEFAULT_SEED, REFERENCE_COMMAND, PluginUnderTest, SuiteOptions
 from fakehw import __version__
 from testbed.api import Testbed
 from testbed.cluster import remove_tree_in_background
@@ -41,9 +43,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dp-rpc-timeout", type=float, default=None, help="deadline of unary calls (default 5 s)")
     group.addoption("--dp-start-timeout", type=float, default=None,
                     help="seconds the plugin may take to register and list its GPUs (default 30)")
-    group.addoption("--dp-fuzz-examples", type=int, default=6, help="state-machine runs per isolation requirement")
-    group.addoption("--dp-fuzz-steps", type=int, default=12, help="steps per state-machine run")
-    group.addoption("--dp-fuzz-seed", type=int, default=None, help="replay a fuzz run (printed with every failure)")
+    group.addoption("--dp-mig-strategy", choices=STRATEGIES, default="auto",
+                    help="how the plugin serves GPUs in MIG mode: none, single, mixed (as NVIDIA's --mig-strategy), "
+                         "or auto: told from the resources it registers (default)")
+    group.addoption("--dp-fuzz-examples", type=int, default=6,
+                    help="isolation fuzz: state-machine runs (shared by the isolation requirements)")
+    group.addoption("--dp-fuzz-steps", type=int, default=12, help="isolation fuzz: steps per run")
+    group.addoption("--dp-fuzz-seed", type=int, default=None,
+                    help=f"isolation fuzz seed (default {DEFAULT_SEED}; printed with every failure)")
     group.addoption("--dp-fuzz-no-shrink", action="store_true", help="report fuzz failures unshrunk (faster)")
 
 
@@ -85,6 +92,7 @@ def dp_options(pytestconfig: pytest.Config, conformance_targets: dict[str, Targe
         fuzz_steps=int(pytestconfig.getoption("dp_fuzz_steps")),
         fuzz_seed=pytestconfig.getoption("dp_fuzz_seed"),
         fuzz_shrink=not pytestconfig.getoption("dp_fuzz_no_shrink"),
+        mig_strategy=str(pytestconfig.getoption("dp_mig_strategy")),
     )
 
 
@@ -125,14 +133,30 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
         launcher = docker_launcher(dp_testbed, node, dp_options, workdir)
         probe = docker_probe(dp_testbed, node)
         workdir = launcher.plugin_dir
-    put = PluginUnderTest(dp_testbed, node, dp_options, workdir, launcher, probe)
+    try:
+        put = PluginUnderTest(dp_testbed, node, dp_options, workdir, launcher, probe)
+    except MigConfigError as exc:
+        raise pytest.UsageError(f"--dp-mig-strategy {dp_options.mig_strategy}: {exc}") from None
     conformance_manifest.setdefault("targets", [f"device-plugin=cmd:{dp_options.command}"])
+    versions = conformance_manifest.setdefault("component_versions", {})
     if dp_options.is_reference:
-        conformance_manifest.setdefault("component_versions", {})["device-plugin"] = f"fakehw reference {__version__}"
+        versions["device-plugin"] = f"fakehw reference {__version__}"
+    elif dp_options.backend == "local":
+        version = component_version(dp_options.command)
+        if version:
+            versions["device-plugin"] = version
+    conformance_manifest["device_plugin_view"] = (
+        "the node's view: /sys, /dev, /proc/driver of the node; /var/lib/kubelet/device-plugins, /driver-root, "
+        "/var/run/cdi" if put.launcher_view is not None and put.view_problem is None
+        else put.view_problem or f"the node's container ({dp_options.backend} backend)")
     conformance_manifest["device_plugin_node"] = node.name
-    image = dp_testbed.record.extra.get("image") if dp_options.backend == "docker" else None
-    if image:
-        conformance_manifest.setdefault("images", {})[node.arch] = image
+    if dp_options.backend == "docker":  # the image the node ran, by tag and content digest, and the engine
+        extra = dp_testbed.record.extra
+        tag, digest = extra.get("image", {}).get(node.arch), extra.get("image_ids", {}).get(node.arch)
+        if tag:
+            conformance_manifest.setdefault("images", {})[node.arch] = f"{tag}@{digest}" if digest else tag
+        if extra.get("engine"):
+            conformance_manifest["docker"] = extra["engine"]
     put.start()
     try:
         yield put
@@ -142,11 +166,21 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
 
 
 @pytest.fixture
-def plugin(dp: PluginUnderTest) -> Iterator[PluginUnderTest]:
+def plugin(dp: PluginUnderTest, request: pytest.FixtureRequest) -> Iterator[PluginUnderTest]:
     """The plugin under test, clean before and after the check."""
+    dp.check = request.node.name
     yield dp
     dp.reset()
 
+
+JUDGED_LAST = "DP-CHAOS-005"
+"""Judged over the whole session (every exit of the plugin during any check), so it runs after the others."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    last = [i for i in items if JUDGED_LAST in requirement_ids(i)]
+    if last:
+        items[:] = [i for i in items if i not in last] + last
 
 
 @pytest.hookimpl(wrapper=True)

@@ -18,20 +18,27 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.suites.device_plugin import mig
+from conformance.suites.device_plugin.optimum import ModelTopology
 from fakehw.model.system import MemoryPool, Node, System
+from testbed import nodeview
 from testbed.api import Testbed
 from testbed.backends import NodeInfo
 from testbed.kubelet.api import HEALTHY
+from testbed.kubelet.cdi import CdiRegistry
+from testbed.kubelet.driver_root import CONTAINER_DRIVER_ROOT, DriverRootError, build_driver_root
 from testbed.kubelet.exposure import Exposure, GpuRef, container_dev_nodes, exposure
 from testbed.kubelet.kubelet import Assignment, Endpoint, Kubelet, PluginViolation, Timeouts
-from testbed.kubelet.launcher import CommandLauncher, PluginLauncher, PluginProcess
+from testbed.kubelet.launcher import KUBELET_PLUGIN_DIR, CommandLauncher, PluginLauncher, PluginProcess
 from testbed.kubelet.nvmlprobe import NvmlProbe, ProbeError
 
+CDI_SPEC_DIR = "/var/run/cdi"
+"""Where NVIDIA's plugin writes its CDI specs (the CDI standard's dynamic spec directory)."""
 REFERENCE_COMMAND = f"{shlex.quote(sys.executable)} -m testbed.reference.device_plugin"
 GPU_RESOURCE = "nvidia.com/gpu"
 POOL_PREFIX = "nvidia.com/gpu.memoryPool."
@@ -42,6 +49,43 @@ RECOVERY_BOUND_S = 10.0
 REREGISTER_BOUND_S = 10.0
 POOL_SETTLE_S = 5.0
 """How long after the GPU resource the pool resources may take to register."""
+WATCH_SETTLE_S = 1.0
+"""A plugin that has just registered (started, restarted, or after a kubelet restart) gets this long before a fault
+is injected: NVIDIA's plugin, for one, starts its health loop only after it registers, and a fault in that gap is
+never reported (NVML events are not queued for an event set that does not exist yet), on a real node as here.
+Injecting in the gap would judge the harness's timing, not the plugin."""
+DEFAULT_SEED = 20240611
+"""The isolation fuzz's seed unless ``--dp-fuzz-seed`` gives another (recorded with every isolation result)."""
+LOG_EVIDENCE_CHARS = 3000
+
+
+def last_words(log: str) -> str:
+    """The last line of a plugin's log that is not the harness's own (what it said before it exited)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip() and not line.startswith("# ")]
+    return lines[-1][-400:] if lines else ""
+
+
+@dataclass(frozen=True)
+class Death:
+    """The plugin exited without the harness asking it to, or did not come back when restarted."""
+
+    check: str
+    """The check that was running (its test id)."""
+    during: str
+    """What the harness was doing when it noticed: 'restart', 'kubelet restart', 'between checks', ..."""
+    status: int | None
+    """Exit status (None: still running but never served again)."""
+    detail: str
+    log: str
+
+    def describe(self) -> str:
+        how = f"exited with status {self.status}" if self.status is not None else "did not serve again"
+        said = last_words(self.log)
+        return f"{self.check}: the plugin {how} ({self.during})" + (f"; its log ends: {said}" if said else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.check, "during": self.during, "status": self.status, "detail": self.detail,
+                "plugin log": self.log}
 
 
 @dataclass(frozen=True)
@@ -56,58 +100,35 @@ class SuiteOptions:
     fuzz_steps: int = 12
     fuzz_seed: int | None = None
     fuzz_shrink: bool = True
+    mig_strategy: str = "auto"
+    """none, single, mixed, or auto (told from what the plugin registers)."""
 
     @property
     def is_reference(self) -> bool:
         return self.command == REFERENCE_COMMAND
 
 
-def gpu_refs(node: Node) -> list[GpuRef]:
-    return [GpuRef(g.name, g.index, g.minor, g.uuid) for g in node.gpus]
-
-
-# --------------------------------------------------------------------------------------------------- optimum
-
-
-@dataclass(frozen=True)
-class ModelTopology:
-    """The node's GPUs with the model's NVLink bonds and PCIe levels (index = NVML index)."""
-
-    names: tuple[str, ...]
-    bonds: tuple[tuple[int, ...], ...]
-    levels: tuple[tuple[int, ...], ...]
-
-    @classmethod
-    def of(cls, system: System, node: Node) -> ModelTopology:
-        topo = system.topology.nodes[node.name]
-        return cls(tuple(g.name for g in node.gpus), tuple(tuple(int(x) for x in r) for r in topo.nvlinks),
-                   tuple(tuple(int(x) for x in r) for r in topo.levels))
-
-    def index(self, name: str) -> int:
-        return self.names.index(name)
-
-    def score(self, names: Sequence[str]) -> tuple[int, int]:
-        """(sum of NVLink links over pairs, minus the sum of PCIe levels over pairs): bigger is better."""
-        idx = [self.index(n) for n in names]
-        pairs = list(itertools.combinations(idx, 2))
-        return sum(self.bonds[a][b] for a, b in pairs), -sum(self.levels[a][b] for a, b in pairs)
-
-    def optimum(self, available: Sequence[str], size: int, must: Sequence[str] = ()) -> tuple[tuple[int, int],
-                                                                                             tuple[str, ...]]:
-        """Best score of a ``size``-set from ``available`` containing ``must``, and one set that reaches it."""
-        rest = [a for a in available if a not in must]
-        best: tuple[tuple[int, int], tuple[str, ...]] | None = None
-        for combo in itertools.combinations(rest, size - len(must)):
-            members = (*must, *combo)
-            s = self.score(members)
-            if best is None or s > best[0]:
-                best = (s, members)
-        if best is None:
-            raise ValueError(f"no {size}-set from {len(available)} available GPUs")
-        return best
-
-
 # --------------------------------------------------------------------------------------------------- plugin
+
+
+def local_view(node: NodeInfo, system: System, workdir: Path) -> tuple[nodeview.NodeView | None, str | None]:
+    """The node's view for a plugin on the local backend (the launcher adds the plugin directory), or why there
+    is none. Besides the node's tree it holds what NVIDIA's components look for: a driver root at
+    :data:`CONTAINER_DRIVER_ROOT` (libnvidia-ml and a stand-in libcuda, for the CDI strategies' discovery) and a
+    writable CDI spec directory at :data:`CDI_SPEC_DIR` (kept in the work directory, read by the suite)."""
+    problem = nodeview.unavailable()
+    if problem is not None:
+        return None, problem
+    binds: list[nodeview.Bind] = []
+    cdi = workdir / "cdi"
+    cdi.mkdir(parents=True, exist_ok=True)
+    binds.append(nodeview.Bind(str(cdi), CDI_SPEC_DIR))
+    try:
+        root = build_driver_root(workdir / "driver-root", node.env, system.driver.version, system.driver.cuda_version)
+        binds.append(nodeview.Bind(str(root), CONTAINER_DRIVER_ROOT, read_only=True))
+    except DriverRootError as exc:
+        return nodeview.NodeView(str(node.dir / "root"), tuple(binds)), f"no driver root: {exc}"
+    return nodeview.NodeView(str(node.dir / "root"), tuple(binds)), None
 
 
 class PluginUnderTest:
@@ -122,13 +143,26 @@ class PluginUnderTest:
         model = self.system.node(node.name)
         assert model is not None
         self.node: Node = model
-        self.gpus = gpu_refs(model)
+        self.strategy: mig.Strategy = "none" if options.mig_strategy == "auto" else mig.strategy(options.mig_strategy)
+        self.gpus: list[GpuRef] = []
+        """The node's GPUs and (unless the MIG strategy is none) MIG devices, as the model knows them."""
+        self.expected: dict[str, tuple[str, ...]] = {}
+        """Resource -> the devices (GPU or MIG device names) it must list, for the MIG strategy in use."""
+        self._identity: dict[str, str] = {}
+        self._use_strategy(self.strategy)
         self.topology = ModelTopology.of(self.system, model)
         self.pools: dict[str, MemoryPool] = {p.resource_name: p for p in model.memory_pools}
         self.workdir = workdir
         self.plugin_dir = workdir
         self.kubelet = Kubelet(self.plugin_dir, options.timeouts)
-        self.launcher = launcher or CommandLauncher(options.command, node.name, node.env, workdir / "logs")
+        self.view_problem: str | None = None
+        """Why the plugin does not run in the node's view (None: it does, or runs in a node container)."""
+        self.launcher_view: nodeview.NodeView | None = None
+        if launcher is None:
+            self.launcher_view, self.view_problem = local_view(node, self.system, workdir)
+            launcher = CommandLauncher(options.command, node.name, node.env, workdir / "logs", self.launcher_view)
+        self.launcher = launcher
+        self._cdi: tuple[tuple[tuple[str, int, int], ...], CdiRegistry] | None = None
         self.probe = probe or NvmlProbe([sys.executable, "-m", "testbed.kubelet.nvmlprobe"], node.env)
         self.process: PluginProcess | None = None
         self.startup_error: PluginViolation | None = None
@@ -138,15 +172,52 @@ class PluginUnderTest:
         """Of those, the ones that were Healthy (what "back to normal" means between checks)."""
         self.serving_pools_at_start: tuple[str, ...] = ()
         """Pool resources that were serving when the plugin first came up (reset waits for them again)."""
-        self._identity: dict[str, str] = {}
+        self.followers: tuple[str, ...] = ()
+        """Resources besides the GPU resource (pools, MIG devices) that served when the plugin first came up;
+        every restart waits for them too."""
         self._pods = itertools.count(1)
         self.reregisters: bool | None = None
         """Whether the plugin registered again after a kubelet restart (None: not seen yet)."""
+        self.recovers: bool | None = None
+        """Whether a healed GPU turned Healthy again without a restart (None: not seen yet). Once a plugin is
+        known not to recover (judged by DP-HEALTH-003), checks restart it instead of waiting for recovery."""
+        self.deaths: list[Death] = []
+        """Every time the plugin exited on its own or did not come back (judged by DP-CHAOS-005)."""
+        self.check = "startup"
+        """The check that is running (for :attr:`deaths`)."""
+        self._expected_exit: PluginProcess | None = None
+        self._noted: PluginProcess | None = None
         self.lock = threading.RLock()
 
     @property
     def resource(self) -> str:
         return self.options.gpu_resource
+
+    def _use_strategy(self, strategy: mig.Strategy) -> None:
+        self.strategy = strategy
+        self.gpus = mig.refs(self.node, strategy)
+        self.expected = mig.expected_resources(self.node, strategy, self.resource)
+        self._identity.clear()
+
+    @property
+    def units(self) -> list[str]:
+        """Devices (GPU or MIG device names) the GPU resource must list."""
+        return list(self.expected.get(self.resource, ()))
+
+    def ref(self, name: str) -> GpuRef:
+        return next(g for g in self.gpus if g.name == name)
+
+    def gpu_of(self, unit: str) -> str:
+        """The physical GPU behind a device (itself, or a MIG device's GPU): where faults are injected."""
+        return self.ref(unit).gpu
+
+    def physical(self, units: Iterable[str]) -> frozenset[str]:
+        """The physical GPUs behind devices: what NVML inside their container enumerates."""
+        return frozenset(self.gpu_of(u) for u in units)
+
+    def whole_gpus(self) -> list[str]:
+        """Devices of the GPU resource that are whole GPUs (what topology choices are made among)."""
+        return [u for u in self.units if self.ref(u).parent is None]
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -161,23 +232,49 @@ class PluginUnderTest:
             self.startup_error = None
         except PluginViolation as exc:
             exc.evidence.setdefault("plugin log", self.log_tail())
-            if self.process is not None and not self.process.alive():
+            if self.process is not None and not self.process.alive() and "exited" not in exc.message:
                 exc.message += f" (the plugin exited with status {self.process.returncode()})"
+            said = last_words(self.log_tail())
+            if said and self.process is not None and not self.process.alive():
+                exc.message += f"; its log ends: {said}"
+            if self.launcher_view is None and self.view_problem is not None:
+                exc.message += (f"; note: the plugin ran without the node's view ({self.view_problem}), so a "
+                                f"plugin with {KUBELET_PLUGIN_DIR} built in cannot find the kubelet")
+            self.note_death("start", exc.message)
             self.startup_error = exc
         if not self.baseline and self.startup_error is None:
             latest = self.kubelet.endpoint(self.resource).latest
             assert latest is not None
             self.baseline = tuple(d.id for d in latest.devices)
             self.baseline_healthy = tuple(d.id for d in latest.devices if d.health == HEALTHY)
-            self.serving_pools_at_start = tuple(r for r in self.pools if r in self.kubelet.endpoints
-                                                and self.kubelet.endpoints[r].serving)
+            self._settle_mig()
+            serving = [r for r, ep in self.kubelet.endpoints.items() if ep.serving and r != self.resource]
+            self.serving_pools_at_start = tuple(r for r in self.pools if r in serving)
+            self.followers = tuple(sorted(r for r in serving if r in self.pools or r in self.expected))
+
+    def _settle_mig(self) -> None:
+        """On a node with MIG devices: wait (event-driven, bounded) for the MIG resources the strategy expects,
+        and with ``auto`` tell the strategy from what the plugin registered."""
+        if not mig.has_mig(self.node):
+            return
+        if self.options.mig_strategy == "auto":
+            with contextlib.suppress(PluginViolation):
+                self.kubelet.wait_for(lambda: any(r.startswith(mig.MIG_RESOURCE_PREFIX) and ep.serving
+                                                  for r, ep in self.kubelet.endpoints.items()),
+                                      POOL_SETTLE_S, "MIG resources registered")
+            self._use_strategy(mig.detect(self.node, self.kubelet.endpoints, self.baseline))
+        deadline = time.monotonic() + POOL_SETTLE_S
+        for resource in self.expected:
+            if resource != self.resource:
+                with contextlib.suppress(PluginViolation):
+                    self.kubelet.wait_endpoint(resource, 0, max(0.0, deadline - time.monotonic()))
 
     def _generation(self, resource: str | None = None) -> int:
         ep = self.kubelet.endpoints.get(resource or self.resource)
         return ep.generation if ep is not None else 0
 
     def _generations(self) -> dict[str, int]:
-        return {r: self._generation(r) for r in [self.resource, *self.pools]}
+        return {r: self._generation(r) for r in [self.resource, *self.pools, *self.expected]}
 
     def wait_ready(self, after: int | dict[str, int] = 0, timeout: float | None = None) -> Endpoint:
         """Wait for the GPU resource (registered anew: newer than ``after``), then give the pool resources a
@@ -188,7 +285,9 @@ class PluginUnderTest:
                                         timeout if timeout is not None else self.options.timeouts.start,
                                         self.process)
         deadline = time.monotonic() + POOL_SETTLE_S
-        for resource in self.pools:
+        # After the first start, only resources that served then are waited for (a plugin without the
+        # memory-pool extension does not cost every restart the settle time).
+        for resource in self.followers if self.baseline else self.pools:
             with contextlib.suppress(PluginViolation):
                 self.kubelet.wait_endpoint(resource, afters.get(resource, 0),
                                            max(0.0, deadline - time.monotonic()))
@@ -205,27 +304,66 @@ class PluginUnderTest:
                                   {**self.kubelet.evidence(self.resource), "plugin log": self.log_tail()})
         return ep
 
-    def restart(self, kill: bool = False, downtime: float = 0.2) -> Endpoint:
-        """Stop (SIGTERM) or kill (SIGKILL) the plugin and start it again; waits until it serves again."""
+    def restart(self, kill: bool = False, downtime: float = 0.2, during: str = "restart") -> Endpoint:
+        """Stop (SIGTERM) or kill (SIGKILL) the plugin and start it again; waits until it serves again (or
+        raises, after recording the plugin's failure to come back in :attr:`deaths`)."""
         after = self._generations()
         if self.process is not None:
+            self.note_death(f"before a {during}")
+            self._expected_exit = self.process
             self.process.kill() if kill else self.process.stop()
         time.sleep(downtime)
         self.process = self.launcher.start(self.plugin_dir)
-        return self.wait_ready(after)
+        try:
+            return self.wait_ready(after)
+        except PluginViolation as exc:
+            self.note_death(during, exc.message, came_back=False)
+            raise
+
+    def note_death(self, during: str, detail: str = "", came_back: bool = True) -> Death | None:
+        """Record that the plugin exited on its own (or, with ``came_back=False``, that a restart did not bring
+        it back); once per process. Returns the record, or None when the plugin is fine."""
+        proc = self.process
+        if proc is None or proc is self._noted or proc is self._expected_exit:
+            return None
+        if proc.alive() and came_back:
+            return None
+        self._noted = proc
+        death = Death(self.check, during, proc.returncode(), detail, self.log_tail(LOG_EVIDENCE_CHARS))
+        self.deaths.append(death)
+        return death
+
+    def pool_resources(self) -> list[str]:
+        """Memory-pool resources the plugin registered (the extension's resources)."""
+        return sorted(r for r in self.kubelet.endpoints if r.startswith(POOL_PREFIX))
+
+    def pools_not_applicable(self) -> str | None:
+        """Why the memory-pool requirements do not apply (None: they do): no pools on the node, or a plugin
+        without the memory-pool extension (it registered no pool resource, not even after the settle time)."""
+        if not self.pools:
+            return f"{self.node.name} has no memory pools"
+        if not self.serving_pools_at_start and not self.pool_resources():
+            return ("the plugin does not implement the memory-pool extension: it registered no "
+                    f"{POOL_PREFIX}* resource (the node has {', '.join(sorted(self.pools))})")
+        return None
 
     def restart_kubelet(self, downtime: float = 0.2) -> Endpoint:
         after = self._generations()
         self.kubelet.restart(downtime)
-        ep = self.kubelet.wait_endpoint(self.resource, after[self.resource], REREGISTER_BOUND_S)
+        try:
+            ep = self.kubelet.wait_endpoint(self.resource, after[self.resource], REREGISTER_BOUND_S, self.process)
+        except PluginViolation as exc:
+            self.note_death("kubelet restart", exc.message)
+            raise
         deadline = time.monotonic() + POOL_SETTLE_S
-        for resource in self.pools:
+        for resource in self.followers:
             with contextlib.suppress(PluginViolation):
-                self.kubelet.wait_endpoint(resource, after[resource], max(0.0, deadline - time.monotonic()))
+                self.kubelet.wait_endpoint(resource, after.get(resource, 0), max(0.0, deadline - time.monotonic()))
         return ep
 
     def stop(self) -> None:
         if self.process is not None:
+            self._expected_exit = self.process
             self.process.stop()
         self.kubelet.stop()
         self.probe.close()
@@ -240,8 +378,9 @@ class PluginUnderTest:
         if restart_node is not None:
             # Docker: the agent is the node container's main process; the plugin inside dies with it and comes
             # back the way a DaemonSet pod does.
+            self._expected_exit = self.process
             restart_node(self.testbed.record, self.node.name)
-            self.restart(kill=True)
+            self.restart(kill=True, during="agent restart")
             return
         stop, start = getattr(backend, "stop_agent", None), getattr(backend, "start_agent", None)
         if stop is None or start is None:
@@ -251,22 +390,24 @@ class PluginUnderTest:
 
     # ------------------------------------------------------------------------------------------ devices
 
-    def latest_ids(self) -> list[str]:
-        latest = self.require().latest
+    def latest_ids(self, resource: str | None = None) -> list[str]:
+        ep = self.require() if resource is None else self.kubelet.endpoint(resource)
+        latest = ep.latest
         assert latest is not None
         return [d.id for d in latest.devices]
 
-    def identify(self, device_id: str) -> str:
-        """The model GPU behind ``device_id``: the node GPU whose UUID the ID contains, else the only GPU that
-        allocating the ID alone exposes. A violation when neither tells."""
+    def identify(self, device_id: str, resource: str | None = None) -> str:
+        """The model GPU (or MIG device) behind ``device_id``: the one whose UUID the ID contains, else the only
+        one that allocating the ID alone (from ``resource``, default the GPU resource) exposes. A violation when
+        neither tells."""
         if device_id in self._identity:
             return self._identity[device_id]
         by_uuid = [g.name for g in self.gpus if g.uuid.lower() in device_id.lower()]
         if len(by_uuid) == 1:
             self._identity[device_id] = by_uuid[0]
             return by_uuid[0]
-        response = self.kubelet.allocate(self.resource, [[device_id]]).container_responses[0]
-        exposed = exposure(response, self.gpus).all
+        response = self.kubelet.allocate(resource or self.resource, [[device_id]]).container_responses[0]
+        exposed = self.expose(response).all
         if len(exposed) != 1:
             raise PluginViolation("identity", f"cannot tell which GPU device {device_id!r} is: allocating it alone "
                                               f"exposes {sorted(exposed) or 'no GPU'}",
@@ -282,26 +423,37 @@ class PluginUnderTest:
     def identities(self, ids: Sequence[str] | None = None) -> dict[str, str]:
         return {d: self.identify(d) for d in (ids if ids is not None else self.latest_ids())}
 
-    def id_of(self, gpu_name: str) -> str:
-        for dev in self.latest_ids():
-            if self.identify(dev) == gpu_name:
+    def id_of(self, unit: str, resource: str | None = None) -> str:
+        resource = resource or self.resource
+        for dev in self.latest_ids(resource):
+            if self.identify(dev, resource) == unit:
                 return dev
-        raise PluginViolation("identity", f"no device of {self.resource} is GPU {gpu_name}",
-                              self.kubelet.evidence(self.resource))
+        raise PluginViolation("identity", f"no device of {resource} is {unit}", self.kubelet.evidence(resource))
+
+    def cdi_registry(self) -> CdiRegistry | None:
+        """The CDI specs the plugin wrote into the node's /var/run/cdi (None on backends where the suite cannot
+        read them), reloaded when the directory changes."""
+        directory = self.workdir / "cdi"
+        if self.launcher_view is None or not directory.is_dir():
+            return None
+        stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(directory.iterdir()))
+        if self._cdi is None or self._cdi[0] != stamp:
+            self._cdi = (stamp, CdiRegistry.load(directory))
+        return self._cdi[1]
 
     def expose(self, response: Any) -> Exposure:
-        return exposure(response, self.gpus)
+        return exposure(response, self.gpus, self.cdi_registry())
 
     def nvml_view(self, response: Any) -> tuple[frozenset[str], int]:
         """GPUs (model names) NVML enumerates inside a container made from this Allocate answer, and how many
         more it enumerates that are off the bus (NVML cannot name those)."""
-        nodes = container_dev_nodes(response, self.gpus)
+        nodes = container_dev_nodes(response, self.gpus, self.cdi_registry())
         try:
             uuids, lost = self.probe.view(nodes)
         except ProbeError as exc:
             raise PluginViolation("nvml-view", f"could not look inside the container: {exc}", {"dev_nodes": nodes}) \
                 from None
-        by_uuid = {g.uuid: g.name for g in self.gpus}
+        by_uuid = {g.uuid: g.name for g in self.gpus if g.parent is None}
         return frozenset(by_uuid.get(u, u) for u in uuids), lost
 
     def new_pod(self, prefix: str = "pod") -> str:
@@ -319,7 +471,15 @@ class PluginUnderTest:
 
     # ------------------------------------------------------------------------------------------ faults
 
+    def settle(self) -> None:
+        """Return once the plugin has had :data:`WATCH_SETTLE_S` since it last registered (at once, mostly)."""
+        ep = self.kubelet.endpoints.get(self.resource)
+        if ep is not None and ep.opened_at is not None:
+            time.sleep(max(0.0, ep.opened_at + WATCH_SETTLE_S - time.monotonic()))
+
     def inject(self, gpu: str, kind: str, **params: Any) -> str:
+        """Inject a fault on ``gpu`` (a physical GPU), once the plugin has settled (:meth:`settle`)."""
+        self.settle()
         return str(self.testbed.inject(self.node.name, kind, gpu, **params)["id"])
 
     def heal(self, fault_id: str) -> None:
@@ -350,20 +510,23 @@ class PluginUnderTest:
                 self.kubelet.start()
         if self.startup_error is not None and not self.baseline:
             return  # it never came up; do not pay the start timeout again for every check
+        self.note_death("between checks")
         for attempt in range(2):
             try:
                 ep = self.kubelet.endpoints.get(self.resource)
                 if ep is None or not ep.serving or self.process is None or not self.process.alive():
                     raise PluginViolation("not-serving", "not serving")
-                for resource in self.serving_pools_at_start:
+                for resource in self.followers:
                     self.kubelet.wait_endpoint(resource, 0, POOL_SETTLE_S)
-                self.kubelet.wait_update(self.resource, self.all_healthy, RECOVERY_BOUND_S, "all GPUs healthy")
+                # A plugin known not to recover healed GPUs is restarted at once instead of waited for.
+                bound = RECOVERY_BOUND_S if self.recovers is not False else 0.0
+                self.kubelet.wait_update(self.resource, self.all_healthy, bound, "all GPUs healthy")
                 self.kubelet.problems.clear()
                 return
             except PluginViolation:
                 if attempt == 0:
                     with contextlib.suppress(PluginViolation):
-                        self.restart(kill=True)
+                        self.restart(kill=True, during="restart between checks")
 
 
 def run_load(put: PluginUnderTest, stop: threading.Event, errors: list[str], counts: dict[str, int],

@@ -8,7 +8,8 @@ from typing import Any
 import grpc
 import pytest
 
-from conformance.suites.device_plugin.support import POOL_PREFIX, PluginUnderTest
+from conformance import not_applicable
+from conformance.suites.device_plugin.support import PluginUnderTest
 from fakehw.polling import wait_until
 from testbed.kubelet.api import to_json
 from testbed.kubelet.kubelet import PluginViolation, RpcFailed
@@ -18,50 +19,70 @@ Evidence = Callable[[str, Any], None]
 
 @pytest.mark.requirement("DP-ALLOC-001")
 def test_allocate_answers_every_container(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    """One call for two or three containers (1, 2 and the rest of up to 2 devices): one answer per container,
+    in order, each exposing exactly that container's GPUs (a container that also gets another's GPUs shares
+    them with it)."""
     ids = plugin.latest_ids()
-    containers = [[ids[0]], ids[1:3]] if len(ids) >= 3 else [[ids[0]], []] if len(ids) == 1 else [[ids[0]], [ids[1]]]
-    containers = [c for c in containers if c]
+    containers = [c for c in (ids[:1], ids[1:3], ids[3:5]) if c]
     response = plugin.kubelet.allocate(plugin.resource, containers)
-    evidence("allocate", {"containers": containers, "response": to_json(response)})
+    rows = []
+    problems = []
+    for i, (devices, answer) in enumerate(zip(containers, response.container_responses, strict=True)):
+        want = {plugin.identify(d) for d in devices}
+        ex = plugin.expose(answer)
+        rows.append({"container": i, "devices": devices, "gpus": sorted(want),
+                     "channels": {k: sorted(v) for k, v in ex.channels().items()}})
+        wrong = {name: sorted(got) for name, got in ex.channels().items() if got and got != want}
+        if wrong or not ex.all:
+            seen = "; ".join(f"{k} expose {v}" for k, v in wrong.items()) or "nothing exposes any GPU"
+            problems.append(f"container {i} asked for {sorted(want)}: {seen}")
+    evidence("allocate", {"containers": containers, "answers": rows, "response": to_json(response)})
+    assert not problems, "\n".join(problems)
     single = plugin.kubelet.allocate(plugin.resource, [[ids[-1]]])
     assert len(single.container_responses) == 1
 
 
-def _sets(plugin: PluginUnderTest) -> list[list[str]]:
-    ids = plugin.latest_ids()
-    out = [[d] for d in ids]
-    if len(ids) >= 2:
-        out.append(ids[:2])
-        out.append(ids[-2:])
-    if len(ids) > 2:
-        out.append(ids)
+def _sets(plugin: PluginUnderTest) -> list[tuple[str, list[str]]]:
+    """(resource, device IDs) to allocate: every device alone, of every resource the node is served as; for
+    the GPU resource also two pairs and everything."""
+    out = []
+    for resource in plugin.expected:
+        if resource not in plugin.kubelet.endpoints:
+            continue  # not registered: DP-INV-002's
+        ids = plugin.latest_ids(resource)
+        out += [(resource, [d]) for d in ids]
+        if resource == plugin.resource and len(ids) >= 2:
+            out += [(resource, ids[:2]), (resource, ids[-2:])]
+            if len(ids) > 2:
+                out.append((resource, ids))
     return out
 
 
 @pytest.mark.requirement("DP-ALLOC-002")
 def test_allocate_exposes_exactly_the_allocated_gpus(plugin: PluginUnderTest, evidence: Evidence) -> None:
+    plugin.require()
     failures = []
     rows = []
-    for devices in _sets(plugin):
-        want = {plugin.identify(d) for d in devices}
-        response = plugin.kubelet.allocate(plugin.resource, [devices]).container_responses[0]
+    for resource, devices in _sets(plugin):
+        want = {plugin.identify(d, resource) for d in devices}
+        response = plugin.kubelet.allocate(resource, [devices]).container_responses[0]
         ex = plugin.expose(response)
         seen, _ = plugin.nvml_view(response)
-        row = {"devices": devices, "gpus": sorted(want), "channels": {k: sorted(v) for k, v in ex.channels().items()},
-               "nvml inside the container": sorted(seen)}
+        row = {"resource": resource, "devices": devices, "gpus": sorted(want),
+               "channels": {k: sorted(v) for k, v in ex.channels().items()}, "nvml inside the container": sorted(seen)}
         rows.append(row)
         problems = [f"{name} exposes {sorted(got)}" for name, got in ex.channels().items()
                     if got and got != want]
         if not ex.all:
             problems.append("nothing exposes any GPU")
-        if ex.specs != want and not (ex.env or ex.cdi):
+        if ex.specs != want and not (ex.env or ex.cdi or ex.mounts):
             problems.append(f"device specs expose {sorted(ex.specs)}")
         problems += list(ex.unknown)
-        if seen != want:
+        if seen != plugin.physical(want):
             problems.append(f"NVML inside the container shows {sorted(seen)}")
         if problems:
             row["response"] = to_json(response)
-            failures.append(f"allocating {sorted(want)}: {'; '.join(problems)}")
+            failures.append(f"allocating {sorted(want)} ({resource}): {'; '.join(problems)}")
     evidence("allocations", rows)
     assert not failures, "\n".join(failures)
 
@@ -99,16 +120,15 @@ def test_prestart_container(plugin: PluginUnderTest, evidence: Evidence) -> None
 # --------------------------------------------------------------------------------------------------- pools
 
 
-def _pool_resources(plugin: PluginUnderTest) -> list[str]:
-    return sorted(r for r in plugin.kubelet.endpoints if r.startswith(POOL_PREFIX))
-
-
 @pytest.mark.requirement("DP-POOL-001")
 def test_each_memory_pool_is_a_resource(plugin: PluginUnderTest, evidence: Evidence) -> None:
     plugin.require()
+    reason = plugin.pools_not_applicable()
+    if reason is not None:
+        not_applicable(reason)
     expected = sorted(plugin.pools)
     wait_until(lambda: set(expected) <= set(plugin.kubelet.endpoints), 5.0)
-    registered = _pool_resources(plugin)
+    registered = plugin.pool_resources()
     evidence("pools", {"model": expected, "registered": registered})
     missing = sorted(set(expected) - set(registered))
     phantom = sorted(set(registered) - set(expected))
@@ -134,15 +154,10 @@ def _check_token(plugin: PluginUnderTest, pool: str, token: str) -> dict[str, An
 @pytest.mark.requirement("DP-POOL-002")
 def test_pool_allocation_returns_a_valid_token(plugin: PluginUnderTest, evidence: Evidence) -> None:
     plugin.require()
-    resources = _pool_resources(plugin)
-    if not plugin.pools:
-        # Nothing to reserve on this node: the plugin must not hand out pool tokens for GPUs either.
-        response = plugin.kubelet.allocate(plugin.resource, [plugin.latest_ids()[:1]]).container_responses[0]
-        carried = plugin.expose(response).tokens
-        evidence("applicability", f"{plugin.node.name} has no memory pools; checked that GPU allocations carry no "
-                                  "pool token")
-        assert not carried, f"a GPU allocation carries pool tokens: {carried}"
-        return
+    reason = plugin.pools_not_applicable()
+    if reason is not None:
+        not_applicable(reason)
+    resources = plugin.pool_resources()
     rows: list[dict[str, Any]] = []
     for resource in resources:
         pool = plugin.pools[resource].name

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from conformance.suites.device_plugin.support import RECOVERY_BOUND_S, PluginUnderTest
+from conformance.suites.device_plugin.mig import MIG_RESOURCE_PREFIX
+from conformance.suites.device_plugin.support import RECOVERY_BOUND_S, PluginUnderTest, last_words
 from testbed.kubelet.api import HEALTHY
+from testbed.kubelet.kubelet import PluginViolation
 
 Evidence = Callable[[str, Any], None]
 STREAM_KEPT_S = 1.0
@@ -19,7 +21,7 @@ STREAM_KEPT_S = 1.0
 def test_device_list_arrives_and_stream_stays_open(plugin: PluginUnderTest, evidence: Evidence) -> None:
     plugin.require()
     for resource, ep in sorted(plugin.kubelet.endpoints.items()):
-        first = ep.updates[0] if ep.updates else None
+        first = ep.first
         assert first is not None, f"{resource}: no device list"
         assert ep.opened_at is not None
         delay = first.time - ep.opened_at
@@ -35,17 +37,38 @@ def test_device_list_arrives_and_stream_stays_open(plugin: PluginUnderTest, evid
 
 @pytest.mark.requirement("DP-INV-002")
 def test_every_gpu_listed_exactly_once(plugin: PluginUnderTest, evidence: Evidence) -> None:
-    ids = plugin.latest_ids()
-    identities = plugin.identities(ids)
-    evidence("device IDs", identities)
-    by_gpu: dict[str, list[str]] = {}
-    for dev, gpu in identities.items():
-        by_gpu.setdefault(gpu, []).append(dev)
-    twice = {g: d for g, d in by_gpu.items() if len(d) > 1}
-    assert not twice, f"GPUs behind more than one device ID: {twice}"
-    missing = sorted({g.name for g in plugin.gpus} - set(by_gpu))
-    assert not missing, f"GPUs of {plugin.node.name} not listed as {plugin.resource}: {missing}"
-    assert len(ids) == len(plugin.gpus), f"{len(ids)} devices listed for {len(plugin.gpus)} GPUs"
+    """Every resource the node should be served as (one, or with MIG devices several: see the MIG strategy)
+    lists exactly its GPUs or MIG devices, each once; no resource of GPUs the node does not have."""
+    plugin.require()
+    evidence("MIG strategy", plugin.strategy)
+    problems = []
+    listed: dict[str, dict[str, str]] = {}
+    for resource, want in plugin.expected.items():
+        if resource not in plugin.kubelet.endpoints:
+            problems.append(f"{resource} is not registered (the node has {', '.join(want)})")
+            continue
+        ids = plugin.latest_ids(resource)
+        identities = {d: plugin.identify(d, resource) for d in ids}
+        listed[resource] = identities
+        by_unit: dict[str, list[str]] = {}
+        for dev, unit in identities.items():
+            by_unit.setdefault(unit, []).append(dev)
+        twice = {u: d for u, d in by_unit.items() if len(d) > 1}
+        if twice:
+            problems.append(f"{resource}: devices behind more than one device ID: {twice}")
+        missing = [u for u in want if u not in by_unit]
+        if missing:
+            problems.append(f"{resource}: {', '.join(missing)} of {plugin.node.name} not listed")
+        foreign = sorted(set(by_unit) - set(want))
+        if foreign:
+            problems.append(f"{resource}: lists {', '.join(foreign)}, which belong to another resource")
+    phantom = sorted(r for r in plugin.kubelet.endpoints
+                     if r not in plugin.expected and r not in plugin.pools
+                     and (r.startswith(MIG_RESOURCE_PREFIX) or r == plugin.resource))
+    if phantom:
+        problems.append(f"registered {', '.join(phantom)}, which {plugin.node.name} does not have")
+    evidence("device IDs", listed)
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.requirement("DP-INV-003")
@@ -77,11 +100,17 @@ def test_device_ids_are_stable_across_plugin_restarts(plugin: PluginUnderTest, e
     assert sorted(after_ids) == sorted(before), (
         f"the restarted plugin lists other IDs: gone {sorted(set(before) - set(after_ids))}, new "
         f"{sorted(set(after_ids) - set(before))}")
-    lost = plugin.node.gpus[-1].name
-    fault = plugin.inject(lost, "fallen-off-bus")
-    plugin.restart(kill=False)
-    while_lost = plugin.latest_ids()
-    plugin.heal(fault)
+    lost = plugin.units[-1]
+    fault = plugin.inject(plugin.gpu_of(lost), "fallen-off-bus")
+    try:
+        plugin.restart(kill=False)
+        while_lost = plugin.latest_ids()
+    except PluginViolation as exc:
+        said = last_words(plugin.log_tail())
+        pytest.fail(f"restarted while {lost} was off the bus, the plugin did not list its devices: {exc.message}"
+                    + (f"; its log ends: {said}" if said else ""), pytrace=False)
+    finally:
+        plugin.heal(fault)
     evidence(f"device IDs after a restart with {lost} off the bus", sorted(while_lost))
     assert sorted(while_lost) == sorted(before), (
         f"restarted while {lost} was off the bus, the plugin lists other IDs: gone "
@@ -100,16 +129,20 @@ def test_device_ids_are_stable_across_plugin_restarts(plugin: PluginUnderTest, e
 
 @pytest.mark.requirement("DP-TOPO-001")
 def test_numa_nodes_match_the_model(plugin: PluginUnderTest, evidence: Evidence) -> None:
-    ep = plugin.require()
-    latest = ep.latest
-    assert latest is not None
+    plugin.require()
     model = {g.name: g.numa for g in plugin.node.gpus}
     rows = []
     wrong = []
-    for d in latest.devices:
-        gpu = plugin.identify(d.id)
-        rows.append({"device": d.id, "gpu": gpu, "reported": list(d.numa), "model": [model[gpu]]})
-        if sorted(d.numa) != [model[gpu]]:
-            wrong.append(f"{d.id} ({gpu}): reported NUMA {list(d.numa) or 'none'}, the GPU is on node {model[gpu]}")
+    for resource in plugin.expected:
+        ep = plugin.kubelet.endpoints.get(resource)
+        if ep is None or ep.latest is None:
+            continue  # not registered: DP-INV-002's
+        for d in ep.latest.devices:
+            unit = plugin.identify(d.id, resource)
+            numa = model[plugin.gpu_of(unit)]
+            rows.append({"resource": resource, "device": d.id, "gpu": unit, "reported": list(d.numa),
+                         "model": [numa]})
+            if sorted(d.numa) != [numa]:
+                wrong.append(f"{d.id} ({unit}): reported NUMA {list(d.numa) or 'none'}, the GPU is on node {numa}")
     evidence("NUMA nodes", rows)
     assert not wrong, "; ".join(wrong)

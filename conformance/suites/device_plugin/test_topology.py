@@ -3,7 +3,8 @@
 Scenarios are drawn with a fixed seed from the node's GPUs: every available GPU, the same list shuffled (a plugin
 that just takes the first k is caught), and subsets with some GPUs taken. Allocation sizes are 2, 4 and 8 where
 the node has that many GPUs (a 4-GPU tray gets 2 and 4). The optimum is computed here from the model by exhaustive
-search; any set reaching the optimal score passes.
+search; any set reaching the optimal score passes. With must-include devices, so does the set around them in a
+best division of all available GPUs into sets of that size (NVIDIA's best-effort rule, also searched here).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from conformance import not_applicable
 from conformance.suites.device_plugin.support import PluginUnderTest
 from testbed.kubelet.api import pb, to_json
 from testbed.kubelet.checks import must_include_problems, preferred_problems
@@ -71,6 +73,15 @@ def _ask(plugin: PluginUnderTest, sc: Scenario) -> tuple[pb.PreferredAllocationR
                                     [ids[g] for g in sc.must])
 
 
+def _whole_gpus(plugin: PluginUnderTest) -> list[str]:
+    """Whole GPUs of the GPU resource (the ones the model's NVLink and PCIe topology ranks)."""
+    gpus = plugin.whole_gpus()
+    if len(gpus) < 2:
+        not_applicable(f"{plugin.resource} serves {len(gpus)} whole GPU(s) on {plugin.node.name} (MIG strategy "
+                       f"{plugin.strategy}): no choice between GPUs to judge")
+    return gpus
+
+
 def _options_offer_preferred(plugin: PluginUnderTest) -> bool:
     ep = plugin.require()
     return bool(ep.options.get_preferred_allocation_available)
@@ -93,17 +104,24 @@ def _check(plugin: PluginUnderTest, sc: Scenario, evidence_rows: list[dict[str, 
     got = plugin.topology.score(chosen)
     best, example = plugin.topology.optimum(sc.available, sc.size, sc.must)
     row.update({"chosen": chosen, "score": list(got), "optimum": list(best), "an optimal set": list(example)})
-    if got < best:
-        return [f"{sc.name}: chose {chosen} with {got[0]} NVLink links and PCIe level sum {-got[1]}; "
-                f"{list(example)} has {best[0]} links and level sum {-best[1]}"]
-    return []
+    if got >= best:
+        return []
+    if sc.must:
+        division = plugin.topology.partition_choice(sc.available, sc.size, sc.must, chosen)
+        if division is not None:
+            row["a best division it belongs to"] = [list(s) for s in division]
+            return []
+    also = (" nor is it the set around the must-include devices in a best division of the available GPUs into "
+            f"sets of {sc.size}") if sc.must else ""
+    return [f"{sc.name}: chose {chosen} with {got[0]} NVLink links and PCIe level sum {-got[1]}; "
+            f"{list(example)} has {best[0]} links and level sum {-best[1]}{also}"]
 
 
 @pytest.mark.requirement("DP-TOPO-002")
 def test_preferred_allocation_is_optimal(plugin: PluginUnderTest, evidence: Evidence) -> None:
     assert _options_offer_preferred(plugin), "the plugin does not offer GetPreferredAllocation"
     rows: list[dict[str, Any]] = []
-    failures = [f for sc in scenarios([g.name for g in plugin.node.gpus], with_must=False)
+    failures = [f for sc in scenarios(_whole_gpus(plugin), with_must=False)
                 for f in _check(plugin, sc, rows)]
     evidence("scenarios", rows)
     assert not failures, "\n".join(failures)
@@ -113,7 +131,7 @@ def test_preferred_allocation_is_optimal(plugin: PluginUnderTest, evidence: Evid
 def test_preferred_allocation_honours_must_include(plugin: PluginUnderTest, evidence: Evidence) -> None:
     assert _options_offer_preferred(plugin), "the plugin does not offer GetPreferredAllocation"
     rows: list[dict[str, Any]] = []
-    failures = [f for sc in scenarios([g.name for g in plugin.node.gpus], with_must=True)
+    failures = [f for sc in scenarios(_whole_gpus(plugin), with_must=True)
                 for f in _check(plugin, sc, rows)]
     evidence("scenarios", rows)
     assert not failures, "\n".join(failures)

@@ -79,22 +79,77 @@ int fhw_mig_id_of(nvmlDevice_t h) {
     return (int)((p - b) / sizeof(fhw_mig_handle_t)); /* valid in a snapshot when its mig_slot[id] >= 0 */
 }
 
+/* ------------------------------------------------------------------------------------------ branches */
+
+_Atomic int fhw_branch_now;
+
+typedef struct {
+    const char *name;
+    int since;
+} fhw_since_entry_t;
+extern const size_t fhw_since_count;
+extern const fhw_since_entry_t fhw_since_table[];
+
+int fhw_since(const char *name) {
+    size_t lo = 0, hi = fhw_since_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int cmp = strcmp(name, fhw_since_table[mid].name);
+        if (cmp == 0) return fhw_since_table[mid].since;
+        if (cmp < 0) hi = mid;
+        else lo = mid + 1;
+    }
+    return 0;
+}
+
+nvmlReturn_t fhw_gate(int since) {
+    if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
+    int branch = atomic_load_explicit(&fhw_branch_now, memory_order_relaxed);
+    return branch >= since ? NVML_SUCCESS : NVML_ERROR_FUNCTION_NOT_FOUND;
+}
+
+/* What every generated stub does: the branch's answer for a function the shim does not implement. */
+nvmlReturn_t fhw_stub(const char *name, int since) {
+    nvmlReturn_t r = fhw_gate(since);
+    if (r != NVML_SUCCESS) return r;
+    fhw_trace("%s is not implemented: NOT_SUPPORTED", name);
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
 /* ------------------------------------------------------------------------------------------ CRC-32 */
 
-static uint32_t crc_table[256];
+/* Slicing by 8: table k holds the CRC of a byte followed by k zero bytes, so eight input bytes fold in with
+   eight lookups and no per-byte dependency chain (about 8x the byte-at-a-time loop; nvmlInit spent most of its
+   time here). Same polynomial and result as zlib's crc32. */
+static uint32_t crc_table[8][256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
 static void crc_init(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
         for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[i] = c;
+        crc_table[0][i] = c;
     }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++) {
+            uint32_t prev = crc_table[t - 1][i];
+            crc_table[t][i] = crc_table[0][prev & 0xFF] ^ (prev >> 8);
+        }
 }
 
 static uint32_t crc_update(uint32_t crc, const uint8_t *p, size_t n) {
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = crc_table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+    while (n >= 8) {
+        /* little-endian loads assembled bytewise: no alignment or byte-order assumption */
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
+              crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+              crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
     return ~crc;
 }
 
@@ -310,13 +365,15 @@ static void snap_free(fhw_snap_t *s) {
 
 static void snap_map_devices(fhw_snap_t *s) {
     for (int d = 0; d < FHW_MAX_GPUS; d++) s->dev_slot[d] = -1;
-    if (s->status == NVML_SUCCESS)
+    if (s->status == NVML_SUCCESS) {
+        atomic_store_explicit(&fhw_branch_now, (int)s->hdr->driver_branch, memory_order_relaxed);
         for (int d = 0; d < g_vis.count; d++)
             for (uint32_t i = 0; i < s->hdr->gpu_count; i++)
                 if (strcmp(s->gpus[i].uuid, g_vis.uuid[d]) == 0) {
                     s->dev_slot[d] = (int)i;
                     break;
                 }
+    }
     fhw_mig_map(s);
 }
 
@@ -438,7 +495,10 @@ typedef struct hp_slot {
 } __attribute__((aligned(64))) hp_slot_t;
 
 static _Atomic(hp_slot_t *) g_slots;
-static __thread hp_slot_t *t_slot;
+/* initial-exec: the slot pointer is one load at a fixed offset from the thread pointer instead of a
+   __tls_get_addr call on every entry and exit (8 bytes of the static TLS surplus glibc keeps for libraries
+   loaded with dlopen). */
+static __thread hp_slot_t *t_slot __attribute__((tls_model("initial-exec")));
 static pthread_key_t g_slot_key;
 static pthread_once_t g_slot_once = PTHREAD_ONCE_INIT;
 

@@ -71,12 +71,27 @@ U32_GETTER(GetEnforcedPowerLimit, PHYS, power_enforced_mw)
 U32_GETTER(GetBusType, ANY, bus_type)
 U32_GETTER(GetComputeMode, ANY, compute_mode)
 U32_GETTER(GetPersistenceMode, PHYS, persistence_mode)
-U32_GETTER(GetDisplayMode, PHYS, display_mode)
 U32_GETTER(GetDisplayActive, PHYS, display_active)
 U32_GETTER(GetAccountingMode, PHYS, accounting_mode)
 U32_GETTER(GetPerformanceState, PHYS, pstate)
-U32_GETTER(GetPowerState, PHYS, pstate)
+
+/* A getter whose answer depends on the board and branch (GpuRecord.answers) before the field is read. */
+#define U32_ANSWER_GETTER(fn, topic, field)                                       \
+    static nvmlReturn_t d_##fn(fhw_ctx_t *c, unsigned int *out) {                \
+        CHECK_PTR(out);                                                           \
+        FHW_REQUIRE(c, topic);                                                    \
+        *out = c->g->field;                                                       \
+        return NVML_SUCCESS;                                                      \
+    }                                                                             \
+    nvmlReturn_t nvmlDevice##fn(nvmlDevice_t device, unsigned int *out) {         \
+        FHW_DEV_CALL(device, PHYS, d_##fn(&C, out));                              \
+    }
+
+U32_ANSWER_GETTER(GetDisplayMode, FHW_ANS_DISPLAY_MODE, display_mode)
+U32_ANSWER_GETTER(GetPowerState, FHW_ANS_POWER_STATE, pstate)
 U32_GETTER(GetNumFans, PHYS, fan_count)
+U32_GETTER(GetNumGpuCores, PHYS, cuda_cores)
+U32_GETTER(GetIrqNum, PHYS, irq)
 
 static nvmlReturn_t d_module_id(fhw_ctx_t *c, unsigned int *out) {
     CHECK_PTR(out);
@@ -432,9 +447,12 @@ static nvmlReturn_t d_temp_threshold(fhw_ctx_t *c, unsigned int type, unsigned i
     switch (type) {
     case NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: v = c->g->temp_shutdown; break;
     case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: v = c->g->temp_slowdown; break;
-    case NVML_TEMPERATURE_THRESHOLD_MEM_MAX: v = c->g->temp_mem_max; break;
+    case NVML_TEMPERATURE_THRESHOLD_MEM_MAX:
+        FHW_REQUIRE(c, FHW_ANS_MEMORY_MAX_THRESHOLD);
+        v = c->g->temp_mem_max;
+        break;
     case NVML_TEMPERATURE_THRESHOLD_GPU_MAX: v = c->g->temp_gpu_max; break;
-    default: return type < 7 ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+    default: return type < 8 ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT; /* acoustic, GPS: none */
     }
     if (v == 0) return NVML_ERROR_NOT_SUPPORTED;
     *temp = v;
@@ -505,6 +523,8 @@ nvmlReturn_t nvmlDeviceGetFanControlPolicy_v2(nvmlDevice_t device, unsigned int 
 static nvmlReturn_t d_clock(fhw_ctx_t *c, unsigned int type, unsigned int id, unsigned int *mhz) {
     CHECK_PTR(mhz);
     if (type >= NVML_CLOCK_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    if (id == NVML_CLOCK_ID_APP_CLOCK_TARGET || id == NVML_CLOCK_ID_APP_CLOCK_DEFAULT)
+        FHW_REQUIRE(c, FHW_ANS_APPLICATIONS_CLOCKS);
     switch (id) {
     case NVML_CLOCK_ID_CURRENT: *mhz = c->g->clocks_current[type]; break;
     case NVML_CLOCK_ID_APP_CLOCK_TARGET: *mhz = c->g->clocks_app[type]; break;
@@ -545,31 +565,36 @@ nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, unsigned int type, u
 
 static nvmlReturn_t d_supported_mem_clocks(fhw_ctx_t *c, unsigned int *count, unsigned int *clocks) {
     CHECK_PTR(count);
-    if (*count < 1) {
-        *count = 1;
+    unsigned int n = c->g->mem_clock_count;
+    if (*count < n) {
+        *count = n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     CHECK_PTR(clocks);
-    clocks[0] = c->g->clocks_max[NVML_CLOCK_MEM];
-    *count = 1;
+    for (unsigned int i = 0; i < n; i++) clocks[i] = c->g->mem_clocks[i];
+    *count = n;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, unsigned int *count, unsigned int *clocksMHz) {
     FHW_DEV_CALL(device, PHYS, d_supported_mem_clocks(&C, count, clocksMHz));
 }
 
-/* Graphics clocks in 15 MHz steps from the maximum down to 210 MHz, the way the boards list them. */
+/* Graphics clocks with a memory clock: from its top down to the minimum in the board's steps, in half MHz and
+   rounded down as the driver lists them (2062.5 -> 2062, 2055, 2047, ...). */
 static nvmlReturn_t d_supported_gr_clocks(fhw_ctx_t *c, unsigned int mem, unsigned int *count, unsigned int *clocks) {
     CHECK_PTR(count);
-    if (mem != c->g->clocks_max[NVML_CLOCK_MEM]) return NVML_ERROR_NOT_FOUND;
-    unsigned int top = c->g->clocks_max[NVML_CLOCK_GRAPHICS];
-    unsigned int n = top >= 210 ? (top - 210) / 15 + 1 : 1;
+    const fhw_gpu_t *g = c->g;
+    unsigned int k = 0;
+    while (k < g->mem_clock_count && g->mem_clocks[k] != mem) k++;
+    if (k == g->mem_clock_count || g->graphics_step_x2 == 0) return NVML_ERROR_NOT_FOUND;
+    unsigned int top = g->graphics_top_x2[k], bottom = g->graphics_clock_min * 2;
+    unsigned int n = top >= bottom ? (top - bottom) / g->graphics_step_x2 + 1 : 1;
     if (*count < n) {
         *count = n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     CHECK_PTR(clocks);
-    for (unsigned int i = 0; i < n; i++) clocks[i] = top - 15 * i;
+    for (unsigned int i = 0; i < n; i++) clocks[i] = (top - g->graphics_step_x2 * i) / 2;
     *count = n;
     return NVML_SUCCESS;
 }
@@ -593,7 +618,7 @@ static nvmlReturn_t d_minmax_pstate_clock(fhw_ctx_t *c, unsigned int type, unsig
     if (minMHz == NULL || maxMHz == NULL || type >= NVML_CLOCK_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
     if (pstate != 0) return NVML_ERROR_NOT_SUPPORTED; /* the boards expose P0 only */
     *maxMHz = c->g->clocks_max[type];
-    *minMHz = type == NVML_CLOCK_MEM ? c->g->clocks_max[type] : 210;
+    *minMHz = type == NVML_CLOCK_MEM ? c->g->clocks_max[type] : c->g->graphics_clock_min;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetMinMaxClockOfPState(nvmlDevice_t device, unsigned int type, unsigned int pstate,
@@ -662,8 +687,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 
 static nvmlReturn_t d_engine_util(fhw_ctx_t *c, unsigned int which, unsigned int *util, unsigned int *period) {
     if (util == NULL || period == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned int engines = which == 0 ? c->g->encoders : which == 1 ? c->g->decoders : which == 2 ? c->g->jpegs : c->g->ofas;
-    if (engines == 0) return NVML_ERROR_NOT_SUPPORTED;
+    /* Every captured board answers 0 %, boards without encoders (H100, B200, GB200) included. */
     *util = which == 0 ? c->g->util_encoder : which == 1 ? c->g->util_decoder : which == 2 ? c->g->util_jpeg : c->g->util_ofa;
     *period = 167000;
     return NVML_SUCCESS;
@@ -839,6 +863,7 @@ static nvmlReturn_t d_retired(fhw_ctx_t *c, unsigned int cause, unsigned int *co
                               unsigned long long *timestamps) {
     CHECK_PTR(count);
     if (cause > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    FHW_REQUIRE(c, FHW_ANS_RETIRED_PAGES); /* Ampere and later remap rows instead (N/A in the captures) */
     unsigned int n = cause == 0 ? c->g->retired_sbe : c->g->retired_dbe;
     if (n > FHW_RETIRED_PAGES_MAX) n = FHW_RETIRED_PAGES_MAX;
     const uint64_t *pages = cause == 0 ? c->g->retired_sbe_pages : c->g->retired_dbe_pages;
@@ -864,6 +889,7 @@ nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, unsigned int caus
 
 static nvmlReturn_t d_retired_pending(fhw_ctx_t *c, unsigned int *isPending) {
     CHECK_PTR(isPending);
+    FHW_REQUIRE(c, FHW_ANS_RETIRED_PAGES);
     *isPending = c->g->retired_pending;
     return NVML_SUCCESS;
 }
@@ -874,6 +900,7 @@ nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, unsigne
 static nvmlReturn_t d_remapped(fhw_ctx_t *c, unsigned int *corr, unsigned int *unc, unsigned int *pending,
                                unsigned int *failure) {
     if (corr == NULL || unc == NULL || pending == NULL || failure == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    FHW_REQUIRE(c, FHW_ANS_REMAPPED_ROWS); /* T4 (Turing) retires pages instead */
     *corr = c->g->remap_corr;
     *unc = c->g->remap_unc;
     *pending = c->g->remap_pending;
@@ -887,6 +914,7 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
 
 static nvmlReturn_t d_remap_hist(fhw_ctx_t *c, nvmlRowRemapperHistogramValues_t *v) {
     CHECK_PTR(v);
+    FHW_REQUIRE(c, FHW_ANS_REMAPPED_ROWS);
     v->max = c->g->remap_histogram[0];
     v->high = c->g->remap_histogram[1];
     v->partial = c->g->remap_histogram[2];
@@ -1032,12 +1060,57 @@ nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid,
     FHW_DEV_CALL(device, PHYS, d_not_found(&C));
 }
 
+/* No on-board bridge chip on these boards: every capture prints N/A for its type and firmware. */
 static nvmlReturn_t d_bridges(fhw_ctx_t *c, nvmlBridgeChipHierarchy_t *b) {
     (void)c;
     CHECK_PTR(b);
-    b->bridgeCount = 0; /* single-GPU boards: no bridge chips */
-    return NVML_SUCCESS;
+    return NVML_ERROR_NOT_SUPPORTED;
 }
 nvmlReturn_t nvmlDeviceGetBridgeChipInfo(nvmlDevice_t device, nvmlBridgeChipHierarchy_t *bridgeHierarchy) {
     FHW_DEV_CALL(device, PHYS, d_bridges(&C, bridgeHierarchy));
+}
+
+/* ------------------------------------------------------------------------------------------ process details */
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+    unsigned long long usedGpuCcProtectedMemory;
+} fhw_process_detail_t;
+typedef struct {
+    unsigned int version;
+    unsigned int mode; /* 0 compute, 1 graphics, 2 MPS compute */
+    unsigned int numProcArrayEntries;
+    fhw_process_detail_t *procArray;
+} fhw_process_detail_list_t;
+#define FHW_PROCESS_DETAIL_LIST_V1 NVML_STRUCT_VERSION(sizeof(fhw_process_detail_list_t), 1)
+
+static nvmlReturn_t d_process_details(fhw_ctx_t *c, fhw_process_detail_list_t *list) {
+    CHECK_PTR(list);
+    if (list->version != FHW_PROCESS_DETAIL_LIST_V1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (list->mode > 2) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int kind = 1u << list->mode, n = 0;
+    for (unsigned int i = 0; i < c->g->process_count; i++) {
+        const fhw_process_t *p = &c->s->processes[c->g->process_first + i];
+        if (!(p->kinds & kind)) continue;
+        if (c->m && p->gpu_instance_id != c->m->gpu_instance_id) continue;
+        if (list->procArray != NULL && n < list->numProcArrayEntries) {
+            fhw_process_detail_t *o = &list->procArray[n];
+            memset(o, 0, sizeof *o);
+            o->pid = p->pid;
+            o->usedGpuMemory = p->used_memory;
+            o->gpuInstanceId = p->gpu_instance_id;
+            o->computeInstanceId = p->compute_instance_id;
+        }
+        n++;
+    }
+    nvmlReturn_t r = (list->procArray == NULL || n > list->numProcArrayEntries) && n > 0 ? NVML_ERROR_INSUFFICIENT_SIZE
+                                                                                       : NVML_SUCCESS;
+    list->numProcArrayEntries = n;
+    return r;
+}
+nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, fhw_process_detail_list_t *plist) {
+    FHW_DEV_CALL(device, ANY, d_process_details(&C, plist));
 }

@@ -225,3 +225,125 @@ nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, fhwEventDataV1_t *data, unsign
     }
     return r;
 }
+
+/* v3 (615): the caller's struct carries the timeout and gets the event with its GPU named by UUID. */
+nvmlReturn_t nvmlEventSetWait_v3(nvmlEventSet_t set, nvmlEventSetWait_v3_t *params) {
+    FHW_GATE();
+    if (params == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlEventData_t full;
+    nvmlReturn_t r = e_wait(set, &full, params->timeoutMs);
+    if (r != NVML_SUCCESS) return r;
+    unsigned int timeout = params->timeoutMs;
+    memset(params, 0, sizeof *params);
+    params->timeoutMs = timeout;
+    int dev = fhw_device_id_of(full.device);
+    const fhw_visible_t *vis = fhw_visible();
+    if (dev >= 0) snprintf(params->uuid, sizeof params->uuid, "%s", vis->uuid[dev]);
+    params->eventType = full.eventType;
+    params->eventData = full.eventData;
+    params->gpuInstanceId = full.gpuInstanceId;
+    params->computeInstanceId = full.computeInstanceId;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    params->timestampUsec = (unsigned long long)now.tv_sec * 1000000ULL + (unsigned long long)now.tv_nsec / 1000;
+    return NVML_SUCCESS;
+}
+
+/*
+ * System event sets (575): driver bind/unbind events of the whole system. Nothing binds or unbinds a GPU in the
+ * model, so a wait ends in TIMEOUT; sets are checked like device event sets so a stale handle is refused.
+ */
+#define FHW_SYSEVENTSET_MAGIC 0x66687773u
+#define SYSTEM_EVENTS (nvmlSystemEventTypeGpuDriverUnbind | nvmlSystemEventTypeGpuDriverBind)
+
+struct nvmlSystemEventSet_st {
+    uint32_t magic;
+    unsigned long long mask;
+    struct nvmlSystemEventSet_st *next;
+};
+static struct nvmlSystemEventSet_st *g_system_sets;
+
+static int system_set_live(nvmlSystemEventSet_t set) {
+    int found = 0;
+    pthread_mutex_lock(&g_sets_lock);
+    for (struct nvmlSystemEventSet_st *s = g_system_sets; s; s = s->next)
+        if (s == set) found = s->magic == FHW_SYSEVENTSET_MAGIC;
+    pthread_mutex_unlock(&g_sets_lock);
+    return found;
+}
+
+static const fhw_struct_version_t sys_create_versions[] = {{nvmlSystemEventSetCreateRequest_v1, 575}};
+static nvmlReturn_t se_create(fhw_ctx_t *c, nvmlSystemEventSetCreateRequest_v1_t *req) {
+    nvmlReturn_t r = FHW_VERSIONS(c, req, sys_create_versions, NULL);
+    if (r != NVML_SUCCESS) return r;
+    struct nvmlSystemEventSet_st *set = calloc(1, sizeof *set);
+    if (set == NULL) return NVML_ERROR_MEMORY;
+    set->magic = FHW_SYSEVENTSET_MAGIC;
+    pthread_mutex_lock(&g_sets_lock);
+    set->next = g_system_sets;
+    g_system_sets = set;
+    pthread_mutex_unlock(&g_sets_lock);
+    req->set = set;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemEventSetCreate(nvmlSystemEventSetCreateRequest_v1_t *request) {
+    FHW_SYS_CALL(se_create(&C, request));
+}
+
+static const fhw_struct_version_t sys_free_versions[] = {{nvmlSystemEventSetFreeRequest_v1, 575}};
+static nvmlReturn_t se_free(fhw_ctx_t *c, nvmlSystemEventSetFreeRequest_v1_t *req) {
+    nvmlReturn_t r = FHW_VERSIONS(c, req, sys_free_versions, NULL);
+    if (r != NVML_SUCCESS) return r;
+    pthread_mutex_lock(&g_sets_lock);
+    struct nvmlSystemEventSet_st **pp = &g_system_sets;
+    while (*pp && *pp != req->set) pp = &(*pp)->next;
+    if (*pp == NULL) {
+        pthread_mutex_unlock(&g_sets_lock);
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    struct nvmlSystemEventSet_st *set = *pp;
+    *pp = set->next;
+    pthread_mutex_unlock(&g_sets_lock);
+    set->magic = 0;
+    free(set);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemEventSetFree(nvmlSystemEventSetFreeRequest_v1_t *request) { FHW_SYS_CALL(se_free(&C, request)); }
+
+static const fhw_struct_version_t sys_register_versions[] = {{nvmlSystemRegisterEventRequest_v1, 575}};
+static nvmlReturn_t se_register(fhw_ctx_t *c, nvmlSystemRegisterEventRequest_v1_t *req) {
+    nvmlReturn_t r = FHW_VERSIONS(c, req, sys_register_versions, NULL);
+    if (r != NVML_SUCCESS) return r;
+    if (!system_set_live(req->set)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (req->eventTypes & ~SYSTEM_EVENTS) return NVML_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&g_sets_lock);
+    req->set->mask |= req->eventTypes;
+    pthread_mutex_unlock(&g_sets_lock);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemRegisterEvents(nvmlSystemRegisterEventRequest_v1_t *request) {
+    FHW_SYS_CALL(se_register(&C, request));
+}
+
+static const fhw_struct_version_t sys_wait_versions[] = {{nvmlSystemEventSetWaitRequest_v1, 575}};
+static nvmlReturn_t se_check_wait(fhw_ctx_t *c, nvmlSystemEventSetWaitRequest_v1_t *req) {
+    nvmlReturn_t r = FHW_VERSIONS(c, req, sys_wait_versions, NULL);
+    if (r != NVML_SUCCESS) return r;
+    if (!system_set_live(req->set) || (req->dataSize > 0 && req->data == NULL)) return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemEventSetWait(nvmlSystemEventSetWaitRequest_v1_t *request) {
+    FHW_GATE();
+    fhw_ctx_t C;
+    nvmlReturn_t r = fhw_enter(&C);
+    if (r != NVML_SUCCESS) return r;
+    r = se_check_wait(&C, request);
+    fhw_leave(&C);
+    if (r != NVML_SUCCESS) return r;
+    /* No driver bind or unbind happens to a modelled GPU: wait out the timeout (outside the snapshot). */
+    struct timespec ts = {(time_t)(request->timeoutms / 1000), (long)(request->timeoutms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    request->numEvent = 0;
+    return NVML_ERROR_TIMEOUT;
+}

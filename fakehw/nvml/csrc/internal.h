@@ -164,6 +164,11 @@ typedef struct {
 } fhw_pci_addr_t;
 int fhw_parse_bus_id(const char *text, fhw_pci_addr_t *out);
 
+/* NVLink helpers shared with the field values (links.c): the link record (NOT_SUPPORTED when the GPU has no such
+   link), and an error counter net of this process's resets. */
+nvmlReturn_t fhw_link_of(fhw_ctx_t *c, unsigned int link, const fhw_link_t **out);
+uint64_t fhw_link_error(fhw_ctx_t *c, const fhw_link_t *k, unsigned int link, unsigned int counter);
+
 /* Copy a NUL-terminated field into a caller buffer of `length` bytes (INSUFFICIENT_SIZE when it won't fit). */
 nvmlReturn_t fhw_copy_str(char *dst, unsigned int length, const char *src, size_t src_cap);
 
@@ -172,9 +177,72 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
 nvmlReturn_t nvmlShutdown(void);
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
 
-/* Function-call bodies: enter, run, leave. */
+/*
+ * Driver branches. The snapshot names the driver branch (535 ... 615); an entry point newer than it answers
+ * NVML_ERROR_FUNCTION_NOT_FOUND, as a loader finds nothing in that branch's library. fhw_since() looks a
+ * symbol up in the generated table (symbol_since.c, from nvml_symbols.txt); FHW_GATE() does it once per entry
+ * point (by __func__) and then costs one load and compare per call.
+ */
+#define FHW_OLDEST_BRANCH 535
+extern _Atomic int fhw_branch_now; /* branch of the current snapshot; 0 before nvmlInit */
+int fhw_since(const char *name);   /* first branch of an exported symbol; 0 if it is not in the table */
+nvmlReturn_t fhw_gate(int since);  /* UNINITIALIZED, FUNCTION_NOT_FOUND or SUCCESS */
+
+#define FHW_GATE()                                                                                    \
+    do {                                                                                              \
+        static _Atomic int since_ = -1;                                                               \
+        int s_ = atomic_load_explicit(&since_, memory_order_relaxed);                                 \
+        if (s_ < 0) {                                                                                 \
+            s_ = fhw_since(__func__);                                                                 \
+            atomic_store_explicit(&since_, s_, memory_order_relaxed);                                 \
+        }                                                                                             \
+        if (s_ > FHW_OLDEST_BRANCH) {                                                                 \
+            nvmlReturn_t g_ = fhw_gate(s_);                                                           \
+            if (g_ != NVML_SUCCESS) return g_;                                                        \
+        }                                                                                             \
+    } while (0)
+
+/* Topics whose answer the snapshot decides (GpuRecord.answers, see fakehw/nvml/support.py). */
+#define FHW_ANSWER(c, topic) ((nvmlReturn_t)(c)->g->answers[(topic)])
+#define FHW_REQUIRE(c, topic)                                       \
+    do {                                                            \
+        nvmlReturn_t a_ = FHW_ANSWER((c), (topic));                 \
+        if (a_ != NVML_SUCCESS) return a_;                          \
+    } while (0)
+#define FHW_BRANCH(c) ((int)(c)->s->hdr->driver_branch)
+
+/* Check a versioned struct's version word (sizeof | version << 24) against the versions this branch takes. */
+#define FHW_CHECK_VERSION(p, expected)                                                                \
+    do {                                                                                              \
+        if ((p) == NULL) return NVML_ERROR_INVALID_ARGUMENT;                                          \
+        if (*(const unsigned int *)(p) != (expected)) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;    \
+    } while (0)
+
+/* A struct version a branch accepts: its tag (sizeof | version << 24) and the first branch that knows it. */
+typedef struct {
+    unsigned int tag;
+    int since;
+} fhw_struct_version_t;
+
+/* The version word of `p` is one this branch accepts (ARGUMENT_VERSION_MISMATCH otherwise); returns the tag. */
+static inline nvmlReturn_t fhw_check_versions(const fhw_ctx_t *c, const void *p, const fhw_struct_version_t *ok,
+                                              size_t n, unsigned int *tag) {
+    if (p == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int v;
+    memcpy(&v, p, sizeof v);
+    for (size_t i = 0; i < n; i++)
+        if (v == ok[i].tag && FHW_BRANCH(c) >= ok[i].since) {
+            if (tag) *tag = v;
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+}
+#define FHW_VERSIONS(c, p, table, tag) fhw_check_versions((c), (p), (table), sizeof(table) / sizeof((table)[0]), (tag))
+
+/* Function-call bodies: gate, enter, run, leave. */
 #define FHW_DEV_CALL(handle, flags, expr)                                                             \
     do {                                                                                              \
+        FHW_GATE();                                                                                   \
         fhw_ctx_t C;                                                                                  \
         nvmlReturn_t r_ = fhw_enter_dev(&C, (handle), (flags));                                       \
         if (r_ == NVML_SUCCESS) {                                                                     \
@@ -186,6 +254,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
 
 #define FHW_SYS_CALL(expr)                                                                            \
     do {                                                                                              \
+        FHW_GATE();                                                                                   \
         fhw_ctx_t C;                                                                                  \
         nvmlReturn_t r_ = fhw_enter(&C);                                                              \
         if (r_ == NVML_SUCCESS) {                                                                     \

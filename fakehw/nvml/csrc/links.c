@@ -1,4 +1,4 @@
-/* NVLink, topology, P2P, CPU/memory affinity, NVLink fabric and field values. */
+/* NVLink, topology, P2P, CPU/memory affinity and NVLink fabric. */
 #include "internal.h"
 
 #include <pthread.h>
@@ -20,7 +20,7 @@ static int g_util_frozen[FHW_MAX_GPUS][FHW_MAX_LINKS][2];
 static uint64_t g_util_frozen_val[FHW_MAX_GPUS][FHW_MAX_LINKS][2][2];
 static nvmlNvLinkUtilizationControl_t g_util_control[FHW_MAX_GPUS][FHW_MAX_LINKS][2];
 
-static nvmlReturn_t link_of(fhw_ctx_t *c, unsigned int link, const fhw_link_t **out) {
+nvmlReturn_t fhw_link_of(fhw_ctx_t *c, unsigned int link, const fhw_link_t **out) {
     if (link >= FHW_MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
     if (c->g->nvlink_count == 0 || link >= c->g->nvlink_count || !c->g->links[link].present)
         return NVML_ERROR_NOT_SUPPORTED;
@@ -31,7 +31,7 @@ static nvmlReturn_t link_of(fhw_ctx_t *c, unsigned int link, const fhw_link_t **
 #define WITH_LINK(c, link, k)                             \
     const fhw_link_t *k;                                  \
     do {                                                  \
-        nvmlReturn_t lr_ = link_of((c), (link), &k);      \
+        nvmlReturn_t lr_ = fhw_link_of((c), (link), &k);      \
         if (lr_ != NVML_SUCCESS) return lr_;              \
     } while (0)
 
@@ -112,7 +112,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned i
     FHW_DEV_CALL(device, 0, l_remote_type(&C, link, pNvLinkDeviceType));
 }
 
-static uint64_t link_error(fhw_ctx_t *c, const fhw_link_t *k, unsigned int link, unsigned int counter) {
+uint64_t fhw_link_error(fhw_ctx_t *c, const fhw_link_t *k, unsigned int link, unsigned int counter) {
     pthread_mutex_lock(&g_link_lock);
     uint64_t base = g_err_base[c->dev][link][counter];
     pthread_mutex_unlock(&g_link_lock);
@@ -124,7 +124,7 @@ static nvmlReturn_t l_error(fhw_ctx_t *c, unsigned int link, unsigned int counte
     CHECK_PTR(value);
     if (counter >= NVML_NVLINK_ERROR_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
     WITH_LINK(c, link, k);
-    *value = link_error(c, k, link, counter);
+    *value = fhw_link_error(c, k, link, counter);
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, unsigned int counter,
@@ -390,12 +390,13 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t
     FHW_DEV_CALL(device, 0, f_info(&C, gpuFabricInfo));
 }
 
+/* v2 arrived with the function (550), v3 with the 580 header. */
+static const fhw_struct_version_t fabric_versions[] = {{nvmlGpuFabricInfo_v2, 550}, {nvmlGpuFabricInfo_v3, 580}};
+
 static nvmlReturn_t f_info_v(fhw_ctx_t *c, void *info) {
-    CHECK_PTR(info);
     unsigned int version;
-    memcpy(&version, info, sizeof version);
-    if (version != nvmlGpuFabricInfo_v2 && version != nvmlGpuFabricInfo_v3)
-        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlReturn_t r = FHW_VERSIONS(c, info, fabric_versions, &version);
+    if (r != NVML_SUCCESS) return r;
     if (!c->g->fabric_supported) return NVML_ERROR_NOT_SUPPORTED;
     nvmlGpuFabricInfo_v3_t v;
     memset(&v, 0, sizeof v);
@@ -413,185 +414,87 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, void *gpuFabricInf
     FHW_DEV_CALL(device, 0, f_info_v(&C, gpuFabricInfo));
 }
 
-/* ------------------------------------------------------------------------------------------ field values */
-
-static int per_link_field(unsigned int id, unsigned int base_lo, unsigned int base_hi, unsigned int *link) {
-    /* Lanes 0-5 sit at base_lo..base_lo+5, lanes 6-11 at base_hi..base_hi+5 (the NVML numbering). */
-    if (id >= base_lo && id < base_lo + 6) {
-        *link = id - base_lo;
-        return 1;
+/* v4 (615): no version word; the clique list holds the one unicast clique the fabric manager assigned. */
+static nvmlReturn_t f_info_v4(fhw_ctx_t *c, nvmlGpuFabricInfo_v4_t *f) {
+    CHECK_PTR(f);
+    if (!c->g->fabric_supported) return NVML_ERROR_NOT_SUPPORTED;
+    memset(f, 0, sizeof *f);
+    memcpy(f->clusterUuid, c->g->fabric_cluster_uuid, sizeof f->clusterUuid);
+    f->status = (nvmlReturn_t)c->g->fabric_status;
+    f->state = (nvmlGpuFabricState_t)c->g->fabric_state;
+    f->healthMask = c->g->fabric_health_mask;
+    f->healthSummary = (unsigned char)c->g->fabric_health_summary;
+    if (c->g->fabric_state == NVML_GPU_FABRIC_STATE_COMPLETED) {
+        f->cliques[0].type = 0; /* NVML_GPU_FABRIC_CLIQUE_TYPE_UNICAST_POINTER */
+        f->cliques[0].id = c->g->fabric_clique_id;
+        f->numCliques = 1;
     }
-    if (base_hi && id >= base_hi && id < base_hi + 6) {
-        *link = id - base_hi + 6;
-        return 1;
-    }
-    return 0;
-}
-
-/* Per-lane NVLink error fields: (first id of lanes 0-5, first id of lanes 6-11, counter in snapshot order). */
-static const struct {
-    unsigned int lo, hi, counter;
-} lane_fields[] = {
-    {NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L0, NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L6, 2},
-    {NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0, NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6, 3},
-    {NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L0, NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L6, 0},
-    {NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L0, NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L6, 1},
-    {NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L0, NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L0 + 6, 4},
-};
-
-static int lane_counter_field(unsigned int id, unsigned int *link, unsigned int *counter) {
-    for (size_t i = 0; i < sizeof lane_fields / sizeof lane_fields[0]; i++)
-        if (per_link_field(id, lane_fields[i].lo, lane_fields[i].hi, link)) {
-            *counter = lane_fields[i].counter;
-            return 1;
-        }
-    return 0;
-}
-
-static uint64_t link_sum(fhw_ctx_t *c, unsigned int counter) {
-    uint64_t sum = 0;
-    for (unsigned int l = 0; l < c->g->nvlink_count; l++)
-        if (c->g->links[l].present) sum += link_error(c, &c->g->links[l], l, counter);
-    return sum;
-}
-
-static void field_value(fhw_ctx_t *c, nvmlFieldValue_t *v) {
-    const fhw_gpu_t *g = c->g;
-    unsigned int id = v->fieldId, link = 0, counter_ix = 0;
-    unsigned long long u = 0;
-    nvmlValueType_t type = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
-    nvmlReturn_t r = NVML_SUCCESS;
-    /* NVLink counter order in the snapshot: replay, recovery, crc-flit, crc-data, ecc-data. */
-    if (id == NVML_FI_DEV_ECC_CURRENT || id == NVML_FI_DEV_ECC_PENDING) {
-        u = id == NVML_FI_DEV_ECC_CURRENT ? g->ecc_current : g->ecc_pending;
-        type = NVML_VALUE_TYPE_UNSIGNED_INT;
-    } else if (id >= NVML_FI_DEV_ECC_SBE_VOL_TOTAL && id <= NVML_FI_DEV_ECC_DBE_AGG_TOTAL) {
-        unsigned int k = id - NVML_FI_DEV_ECC_SBE_VOL_TOTAL; /* sbe vol, dbe vol, sbe agg, dbe agg */
-        for (int l = 0; l < FHW_ECC_LOCATIONS; l++) u += g->ecc_counts[k % 2][k / 2][l];
-        if (!g->ecc_current) r = NVML_ERROR_NOT_SUPPORTED;
-    } else if (id >= NVML_FI_DEV_ECC_SBE_VOL_L1 && id <= NVML_FI_DEV_ECC_DBE_AGG_CBU) {
-        /* 7..17 volatile, 18..28 aggregate: L1, L2, DEV, REG, TEX pairs (sbe, dbe), then CBU dbe. */
-        static const signed char loc[11] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 6};
-        static const signed char err[11] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1};
-        unsigned int k = id - NVML_FI_DEV_ECC_SBE_VOL_L1;
-        unsigned int counter = k >= 11;
-        k %= 11;
-        u = g->ecc_counts[(int)err[k]][counter][(int)loc[k]];
-        if (!g->ecc_current) r = NVML_ERROR_NOT_SUPPORTED;
-    } else if (id == NVML_FI_DEV_RETIRED_SBE || id == NVML_FI_DEV_RETIRED_DBE) {
-        u = id == NVML_FI_DEV_RETIRED_SBE ? g->retired_sbe : g->retired_dbe;
-    } else if (id == NVML_FI_DEV_RETIRED_PENDING || id == NVML_FI_DEV_RETIRED_PENDING_DBE) {
-        u = g->retired_pending;
-    } else if (id == NVML_FI_DEV_RETIRED_PENDING_SBE) {
-        u = g->retired_pending_sbe;
-    } else if (lane_counter_field(id, &link, &counter_ix)) {
-        const fhw_link_t *k;
-        r = link_of(c, link, &k);
-        if (r == NVML_SUCCESS) u = link_error(c, k, link, counter_ix);
-    } else if (id == NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL) {
-        u = link_sum(c, 2);
-    } else if (id == NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL) {
-        u = link_sum(c, 3);
-    } else if (id == NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL) {
-        u = link_sum(c, 0);
-    } else if (id == NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL) {
-        u = link_sum(c, 1);
-    } else if (id == NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_TOTAL) {
-        u = link_sum(c, 4);
-    } else if (id == NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY || id == NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY ||
-               id == NVML_FI_DEV_NVLINK_ERROR_DL_CRC || id == NVML_FI_DEV_NVLINK_GET_SPEED ||
-               id == NVML_FI_DEV_NVLINK_GET_STATE || id == NVML_FI_DEV_NVLINK_GET_VERSION ||
-               id == NVML_FI_DEV_NVLINK_REMOTE_NVLINK_ID) {
-        /* Scoped by link: scopeId names the link. */
-        const fhw_link_t *k;
-        r = link_of(c, v->scopeId, &k);
-        if (r == NVML_SUCCESS) {
-            switch (id) {
-            case NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: u = link_error(c, k, v->scopeId, 0); break;
-            case NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: u = link_error(c, k, v->scopeId, 1); break;
-            case NVML_FI_DEV_NVLINK_ERROR_DL_CRC: u = link_error(c, k, v->scopeId, 2) + link_error(c, k, v->scopeId, 3); break;
-            case NVML_FI_DEV_NVLINK_GET_SPEED: u = k->speed_mbps; type = NVML_VALUE_TYPE_UNSIGNED_INT; break;
-            case NVML_FI_DEV_NVLINK_GET_STATE: u = k->up; type = NVML_VALUE_TYPE_UNSIGNED_INT; break;
-            case NVML_FI_DEV_NVLINK_GET_VERSION: u = k->version; type = NVML_VALUE_TYPE_UNSIGNED_INT; break;
-            default: u = k->remote_link; type = NVML_VALUE_TYPE_UNSIGNED_INT; break;
-            }
-        }
-    } else if (per_link_field(id, NVML_FI_DEV_NVLINK_BANDWIDTH_C0_L0, NVML_FI_DEV_NVLINK_BANDWIDTH_C0_L6, &link) ||
-               per_link_field(id, NVML_FI_DEV_NVLINK_BANDWIDTH_C1_L0, NVML_FI_DEV_NVLINK_BANDWIDTH_C1_L6, &link)) {
-        unsigned int counter = (id >= NVML_FI_DEV_NVLINK_BANDWIDTH_C1_L0 && id < NVML_FI_DEV_NVLINK_BANDWIDTH_C1_L0 + 6) ||
-                               id >= NVML_FI_DEV_NVLINK_BANDWIDTH_C1_L6;
-        const fhw_link_t *k;
-        r = link_of(c, link, &k);
-        if (r == NVML_SUCCESS) u = k->util_rx[counter] + k->util_tx[counter];
-    } else if (id == NVML_FI_DEV_NVLINK_BANDWIDTH_C0_TOTAL || id == NVML_FI_DEV_NVLINK_BANDWIDTH_C1_TOTAL) {
-        unsigned int counter = id == NVML_FI_DEV_NVLINK_BANDWIDTH_C1_TOTAL;
-        for (unsigned int l = 0; l < g->nvlink_count; l++) u += g->links[l].util_rx[counter] + g->links[l].util_tx[counter];
-    } else if (id >= NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX && id <= NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX) {
-        int tx = id == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX || id == NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX;
-        for (unsigned int l = 0; l < g->nvlink_count; l++) u += tx ? g->links[l].util_tx[0] : g->links[l].util_rx[0];
-        u /= 1024; /* KiB */
-        if (g->nvlink_count == 0) r = NVML_ERROR_NOT_SUPPORTED;
-    } else if (id >= NVML_FI_DEV_NVLINK_SPEED_MBPS_L0 && id <= NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON) {
-        type = NVML_VALUE_TYPE_UNSIGNED_INT;
-        if (id == NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON) {
-            for (unsigned int l = 0; l < g->nvlink_count; l++)
-                if (g->links[l].up) u = g->links[l].speed_mbps;
-            if (g->nvlink_count == 0) r = NVML_ERROR_NOT_SUPPORTED;
-        } else {
-            const fhw_link_t *k;
-            r = link_of(c, id - NVML_FI_DEV_NVLINK_SPEED_MBPS_L0, &k);
-            if (r == NVML_SUCCESS) u = k->speed_mbps;
-        }
-    } else if (per_link_field(id, 0xFFFF, NVML_FI_DEV_NVLINK_SPEED_MBPS_L6, &link)) {
-        const fhw_link_t *k;
-        type = NVML_VALUE_TYPE_UNSIGNED_INT;
-        r = link_of(c, link, &k);
-        if (r == NVML_SUCCESS) u = k->speed_mbps;
-    } else if (id == NVML_FI_DEV_NVLINK_LINK_COUNT) {
-        u = g->nvlink_count;
-        type = NVML_VALUE_TYPE_UNSIGNED_INT;
-        if (g->nvlink_count == 0) r = NVML_ERROR_NOT_SUPPORTED;
-    } else if (id == NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT) {
-        u = g->nvswitch_links;
-        type = NVML_VALUE_TYPE_UNSIGNED_INT;
-    } else if (id >= NVML_FI_DEV_PERF_POLICY_POWER && id <= NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS) {
-        unsigned int policy = id - NVML_FI_DEV_PERF_POLICY_POWER;
-        if (policy >= 6) policy += 4; /* 80, 81 -> TOTAL_APP_CLOCKS (10), TOTAL_BASE_CLOCKS (11) */
-        unsigned long long rr = g->throttle_reasons;
-        int hit = (policy == 0 && (rr & 0x84)) || (policy == 1 && (rr & 0x60)) || (policy >= 10 && rr);
-        u = hit ? c->s->hdr->generation * 1000000000ULL : 0;
-    } else if (id == NVML_FI_DEV_MEMORY_TEMP) {
-        u = g->mem_temperature;
-        type = NVML_VALUE_TYPE_UNSIGNED_INT;
-    } else if (id == NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) {
-        u = g->energy_mj;
-    } else if (id == NVML_FI_DEV_PCIE_REPLAY_COUNTER) {
-        u = g->pcie_replay;
-    } else if (id == NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER) {
-        u = 0;
-    } else if (id >= NVML_FI_DEV_REMAPPED_COR && id <= NVML_FI_DEV_REMAPPED_FAILURE) {
-        const uint32_t vals[4] = {g->remap_corr, g->remap_unc, g->remap_pending, g->remap_failure};
-        u = vals[id - NVML_FI_DEV_REMAPPED_COR];
-        type = NVML_VALUE_TYPE_UNSIGNED_INT;
-    } else {
-        r = NVML_ERROR_NOT_SUPPORTED;
-    }
-    v->timestamp = c->s->hdr->render_time_us;
-    v->latencyUsec = 0;
-    v->nvmlReturn = r;
-    v->valueType = type;
-    v->value.ullVal = 0;
-    if (r == NVML_SUCCESS) {
-        if (type == NVML_VALUE_TYPE_UNSIGNED_INT) v->value.uiVal = (unsigned int)u;
-        else v->value.ullVal = u;
-    }
-}
-
-static nvmlReturn_t fv_get(fhw_ctx_t *c, int count, nvmlFieldValue_t *values) {
-    if (values == NULL || count <= 0) return NVML_ERROR_INVALID_ARGUMENT;
-    for (int i = 0; i < count; i++) field_value(c, &values[i]);
     return NVML_SUCCESS;
 }
-nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values) {
-    FHW_DEV_CALL(device, 0, fv_get(&C, valuesCount, values));
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo_v4(nvmlDevice_t device, nvmlGpuFabricInfo_v4_t *gpuFabricInfo) {
+    FHW_DEV_CALL(device, 0, f_info_v4(&C, gpuFabricInfo));
+}
+
+/* ------------------------------------------------------------------------------------------ NVLink info, modes */
+
+static const fhw_struct_version_t nvlink_info_versions[] = {{nvmlNvLinkInfo_v1, 580}, {nvmlNvLinkInfo_v2, 580}};
+
+/* NVLink encryption (NVLE) is a confidential-computing feature: off. No NVLink firmware images are reported. */
+static nvmlReturn_t l_info(fhw_ctx_t *c, void *info) {
+    unsigned int version;
+    nvmlReturn_t r = FHW_VERSIONS(c, info, nvlink_info_versions, &version);
+    if (r != NVML_SUCCESS) return r;
+    if (c->g->nvlink_count == 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (version == nvmlNvLinkInfo_v2) {
+        nvmlNvLinkInfo_v2_t *v = info;
+        memset(v, 0, sizeof *v);
+        v->version = version;
+    } else {
+        nvmlNvLinkInfo_v1_t *v = info;
+        memset(v, 0, sizeof *v);
+        v->version = version;
+    }
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetNvLinkInfo(nvmlDevice_t device, void *info) { FHW_DEV_CALL(device, 0, l_info(&C, info)); }
+
+static const fhw_struct_version_t bw_modes_versions[] = {{nvmlNvlinkSupportedBwModes_v1, 570}};
+static nvmlReturn_t l_bw_modes(fhw_ctx_t *c, nvmlNvlinkSupportedBwModes_v1_t *m) {
+    nvmlReturn_t r = FHW_VERSIONS(c, m, bw_modes_versions, NULL);
+    if (r != NVML_SUCCESS) return r;
+    FHW_REQUIRE(c, FHW_ANS_NVLINK_BW_MODE);
+    memset(m->bwModes, 0, sizeof m->bwModes);
+    /* NVML_GPU_NVLINK_BW_MODE_FULL, _OFF, _MIN, _HALF, _3QUARTER */
+    for (unsigned char i = 0; i < 5; i++) m->bwModes[i] = i;
+    m->totalBwModes = 5;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetNvlinkSupportedBwModes(nvmlDevice_t device, nvmlNvlinkSupportedBwModes_v1_t *supportedBwModes) {
+    FHW_DEV_CALL(device, 0, l_bw_modes(&C, supportedBwModes));
+}
+
+static const fhw_struct_version_t bw_mode_versions[] = {{nvmlNvlinkGetBwMode_v1, 570}};
+static nvmlReturn_t l_bw_mode(fhw_ctx_t *c, nvmlNvlinkGetBwMode_v1_t *m) {
+    nvmlReturn_t r = FHW_VERSIONS(c, m, bw_mode_versions, NULL);
+    if (r != NVML_SUCCESS) return r;
+    FHW_REQUIRE(c, FHW_ANS_NVLINK_BW_MODE);
+    m->bIsBest = 1;
+    m->bwMode = 0; /* FULL */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetNvlinkBwMode(nvmlDevice_t device, nvmlNvlinkGetBwMode_v1_t *getBwMode) {
+    FHW_DEV_CALL(device, 0, l_bw_mode(&C, getBwMode));
+}
+
+/* Changing the mode needs root and all GPU work stopped; this library never changes the model. */
+static nvmlReturn_t l_set_bw_mode(fhw_ctx_t *c, const void *m) {
+    CHECK_PTR(m);
+    FHW_REQUIRE(c, FHW_ANS_NVLINK_BW_MODE);
+    return NVML_ERROR_NO_PERMISSION;
+}
+nvmlReturn_t nvmlDeviceSetNvlinkBwMode(nvmlDevice_t device, void *setBwMode) {
+    FHW_DEV_CALL(device, 0, l_set_bw_mode(&C, setBwMode));
+}
+nvmlReturn_t nvmlDeviceSetNvlinkBwModeAsync_v1(nvmlDevice_t device, void *setBwModeAsync) {
+    FHW_DEV_CALL(device, 0, l_set_bw_mode(&C, setBwModeAsync));
 }

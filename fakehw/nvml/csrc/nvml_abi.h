@@ -382,6 +382,8 @@ typedef union nvmlValue_st {
     unsigned long ulVal;
     unsigned long long ullVal;
     signed long long sllVal;
+    signed int siVal;     /* later headers */
+    unsigned short usVal; /* later headers */
 } nvmlValue_t;
 typedef struct nvmlFieldValue_st {
     unsigned int fieldId;
@@ -606,5 +608,435 @@ typedef struct nvmlComputeInstanceInfo_st {
 #define NVML_FI_DEV_NVLINK_GET_SPEED 164
 #define NVML_FI_DEV_NVLINK_GET_STATE 165
 #define NVML_FI_DEV_NVLINK_GET_VERSION 166
+
+/* ------------------------------------------------------------------------------------------------------------------
+ * Types of later headers (550 ... 615), from the public nvml.h of each branch (PyPI nvidia-nvml-dev 13.4.92 is the
+ * newest). tests/nvml/test_abi.py compiles the same probe against that header and against this one.
+ * ---------------------------------------------------------------------------------------------------------------- */
+
+typedef struct nvmlSystemEventSet_st *nvmlSystemEventSet_t;
+typedef unsigned int nvmlVgpuTypeId_t;
+typedef unsigned int nvmlVgpuInstance_t;
+
+#define NVML_DEVICE_UUID_ASCII_LEN 41
+#define NVML_DEVICE_UUID_BINARY_LEN 16
+#define NVML_PERF_MODES_BUFFER_SIZE 2048
+#define NVML_NVLINK_TOTAL_SUPPORTED_BW_MODES 23
+#define NVML_NVLINK_FIRMWARE_VERSION_LENGTH 100
+#define NVML_255_MASK_NUM_ELEMS 8
+#define NVML_WORKLOAD_POWER_MAX_PROFILES 255
+#define NVML_DEVICE_HOSTNAME_BUFFER_SIZE 64
+#define NVML_GPU_FABRIC_CLIQUE_MAX 64
+#define NVML_GSP_FIRMWARE_VERSION_BUF_SIZE 0x40
+
+typedef struct {
+    unsigned int isC2cEnabled;
+} nvmlC2cModeInfo_v1_t;
+
+typedef enum { NVML_DEVICE_ADDRESSING_MODE_NONE = 0, NVML_DEVICE_ADDRESSING_MODE_HMM = 1,
+               NVML_DEVICE_ADDRESSING_MODE_ATS = 2 } nvmlDeviceAddressingModeType_t;
+typedef struct {
+    unsigned int version;
+    unsigned int value;
+} nvmlDeviceAddressingMode_v1_t;
+#define nvmlDeviceAddressingMode_v1 NVML_STRUCT_VERSION(sizeof(nvmlDeviceAddressingMode_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    unsigned int bChannelRepairPending;
+    unsigned int bTpcRepairPending;
+} nvmlRepairStatus_v1_t;
+#define nvmlRepairStatus_v1 NVML_STRUCT_VERSION(sizeof(nvmlRepairStatus_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    unsigned long long value;
+} nvmlPdi_v1_t;
+#define nvmlPdi_v1 NVML_STRUCT_VERSION(sizeof(nvmlPdi_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    nvmlEnableState_t encryptionState;
+} nvmlDramEncryptionInfo_v1_t;
+#define nvmlDramEncryptionInfo_v1 NVML_STRUCT_VERSION(sizeof(nvmlDramEncryptionInfo_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    int marginTemperature;
+} nvmlMarginTemperature_v1_t;
+#define nvmlMarginTemperature_v1 NVML_STRUCT_VERSION(sizeof(nvmlMarginTemperature_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    nvmlClockType_t type;
+    nvmlPstates_t pstate;
+    int clockOffsetMHz;
+    int minClockOffsetMHz;
+    int maxClockOffsetMHz;
+} nvmlClockOffset_v1_t;
+#define nvmlClockOffset_v1 NVML_STRUCT_VERSION(sizeof(nvmlClockOffset_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    unsigned int fan;
+    unsigned int speed;
+} nvmlFanSpeedInfo_v1_t;
+#define nvmlFanSpeedInfo_v1 NVML_STRUCT_VERSION(sizeof(nvmlFanSpeedInfo_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    unsigned int index;
+    unsigned int signalType;
+    unsigned int target;
+} nvmlCoolerInfo_v1_t;
+#define nvmlCoolerInfo_v1 NVML_STRUCT_VERSION(sizeof(nvmlCoolerInfo_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    char str[NVML_PERF_MODES_BUFFER_SIZE];
+} nvmlDevicePerfModes_v1_t;
+#define nvmlDevicePerfModes_v1 NVML_STRUCT_VERSION(sizeof(nvmlDevicePerfModes_v1_t), 1)
+typedef nvmlDevicePerfModes_v1_t nvmlDeviceCurrentClockFreqs_v1_t;
+#define nvmlDeviceCurrentClockFreqs_v1 NVML_STRUCT_VERSION(sizeof(nvmlDeviceCurrentClockFreqs_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    unsigned long long aggregateUncParity;
+    unsigned long long aggregateUncSecDed;
+    unsigned long long aggregateCor;
+    unsigned long long volatileUncParity;
+    unsigned long long volatileUncSecDed;
+    unsigned long long volatileCor;
+    unsigned long long aggregateUncBucketL2;
+    unsigned long long aggregateUncBucketSm;
+    unsigned long long aggregateUncBucketPcie;
+    unsigned long long aggregateUncBucketMcu;
+    unsigned long long aggregateUncBucketOther;
+    unsigned int bThresholdExceeded;
+} nvmlEccSramErrorStatus_v1_t;
+#define nvmlEccSramErrorStatus_v1 NVML_STRUCT_VERSION(sizeof(nvmlEccSramErrorStatus_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    unsigned char ibGuid[16];
+    unsigned char rackGuid[16];
+    unsigned char chassisPhysicalSlotNumber;
+    unsigned char computeSlotIndex;
+    unsigned char nodeIndex;
+    unsigned char peerType;
+    unsigned char moduleId;
+} nvmlPlatformInfo_v1_t;
+#define nvmlPlatformInfo_v1 NVML_STRUCT_VERSION(sizeof(nvmlPlatformInfo_v1_t), 1)
+typedef struct {
+    unsigned int version;
+    unsigned char ibGuid[16];
+    unsigned char chassisSerialNumber[16];
+    unsigned char slotNumber;
+    unsigned char trayIndex;
+    unsigned char hostId;
+    unsigned char peerType;
+    unsigned char moduleId;
+} nvmlPlatformInfo_v2_t;
+#define nvmlPlatformInfo_v2 NVML_STRUCT_VERSION(sizeof(nvmlPlatformInfo_v2_t), 2)
+
+typedef struct {
+    unsigned int unit;
+    unsigned int location;
+    unsigned int sublocation;
+    unsigned int extlocation;
+    unsigned int address;
+    unsigned int isParity;
+    unsigned int count;
+} nvmlEccSramUniqueUncorrectedErrorEntry_v1_t;
+typedef struct {
+    unsigned int version;
+    unsigned int entryCount;
+    nvmlEccSramUniqueUncorrectedErrorEntry_v1_t *entries;
+} nvmlEccSramUniqueUncorrectedErrorCounts_v1_t;
+#define nvmlEccSramUniqueUncorrectedErrorCounts_v1 \
+    NVML_STRUCT_VERSION(sizeof(nvmlEccSramUniqueUncorrectedErrorCounts_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    char branch[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
+} nvmlSystemDriverBranchInfo_v1_t;
+#define nvmlSystemDriverBranchInfo_v1 NVML_STRUCT_VERSION(sizeof(nvmlSystemDriverBranchInfo_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    nvmlTemperatureSensors_t sensorType;
+    int temperature;
+} nvmlTemperature_v1_t;
+#define nvmlTemperature_v1 NVML_STRUCT_VERSION(sizeof(nvmlTemperature_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    unsigned char bwModes[NVML_NVLINK_TOTAL_SUPPORTED_BW_MODES];
+    unsigned char totalBwModes;
+} nvmlNvlinkSupportedBwModes_v1_t;
+#define nvmlNvlinkSupportedBwModes_v1 NVML_STRUCT_VERSION(sizeof(nvmlNvlinkSupportedBwModes_v1_t), 1)
+typedef struct {
+    unsigned int version;
+    unsigned int bIsBest;
+    unsigned char bwMode;
+} nvmlNvlinkGetBwMode_v1_t;
+#define nvmlNvlinkGetBwMode_v1 NVML_STRUCT_VERSION(sizeof(nvmlNvlinkGetBwMode_v1_t), 1)
+
+typedef struct {
+    unsigned char ucodeType;
+    unsigned int major;
+    unsigned int minor;
+    unsigned int subMinor;
+} nvmlNvlinkFirmwareVersion_t;
+typedef struct {
+    nvmlNvlinkFirmwareVersion_t firmwareVersion[NVML_NVLINK_FIRMWARE_VERSION_LENGTH];
+    unsigned int numValidEntries;
+} nvmlNvlinkFirmwareInfo_t;
+typedef struct {
+    unsigned int version;
+    unsigned int isNvleEnabled;
+} nvmlNvLinkInfo_v1_t;
+typedef struct {
+    unsigned int version;
+    unsigned int isNvleEnabled;
+    nvmlNvlinkFirmwareInfo_t firmwareInfo;
+} nvmlNvLinkInfo_v2_t;
+#define nvmlNvLinkInfo_v1 NVML_STRUCT_VERSION(sizeof(nvmlNvLinkInfo_v1_t), 1)
+#define nvmlNvLinkInfo_v2 NVML_STRUCT_VERSION(sizeof(nvmlNvLinkInfo_v2_t), 2)
+
+typedef struct {
+    unsigned int version;
+    unsigned int capMask;
+} nvmlDeviceCapabilities_v1_t;
+#define nvmlDeviceCapabilities_v1 NVML_STRUCT_VERSION(sizeof(nvmlDeviceCapabilities_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    unsigned int mode;
+} nvmlVgpuHeterogeneousMode_v1_t;
+#define nvmlVgpuHeterogeneousMode_v1 NVML_STRUCT_VERSION(sizeof(nvmlVgpuHeterogeneousMode_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    unsigned int environment;
+    unsigned int ccFeature;
+    unsigned int devToolsMode;
+    unsigned int multiGpuMode;
+} nvmlSystemConfComputeSettings_v1_t;
+#define nvmlSystemConfComputeSettings_v1 NVML_STRUCT_VERSION(sizeof(nvmlSystemConfComputeSettings_v1_t), 1)
+typedef struct {
+    unsigned int environment;
+    unsigned int ccFeature;
+    unsigned int devToolsMode;
+} nvmlConfComputeSystemState_t;
+typedef struct {
+    unsigned int cpuCaps;
+    unsigned int gpusCaps;
+} nvmlConfComputeSystemCaps_t;
+typedef struct {
+    unsigned long long protectedMemSizeKib;
+    unsigned long long unprotectedMemSizeKib;
+} nvmlConfComputeMemSizeInfo_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long attackerAdvantage;
+} nvmlConfComputeGetKeyRotationThresholdInfo_v1_t;
+#define nvmlConfComputeGetKeyRotationThresholdInfo_v1 \
+    NVML_STRUCT_VERSION(sizeof(nvmlConfComputeGetKeyRotationThresholdInfo_v1_t), 1)
+
+typedef struct {
+    unsigned long long timeStamp;
+    unsigned int pid;
+    unsigned int smUtil;
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+    unsigned int jpgUtil;
+    unsigned int ofaUtil;
+} nvmlProcessUtilizationInfo_v1_t;
+typedef struct {
+    unsigned int version;
+    unsigned int processSamplesCount;
+    unsigned long long lastSeenTimeStamp;
+    nvmlProcessUtilizationInfo_v1_t *procUtilArray;
+} nvmlProcessesUtilizationInfo_v1_t;
+#define nvmlProcessesUtilizationInfo_v1 NVML_STRUCT_VERSION(sizeof(nvmlProcessesUtilizationInfo_v1_t), 1)
+
+typedef struct {
+    unsigned int mask[NVML_255_MASK_NUM_ELEMS];
+} nvmlMask255_t;
+typedef struct {
+    unsigned int version;
+    unsigned int profileId;
+    unsigned int priority;
+    nvmlMask255_t conflictingMask;
+} nvmlWorkloadPowerProfileInfo_v1_t;
+typedef struct {
+    unsigned int version;
+    nvmlMask255_t perfProfilesMask;
+    nvmlWorkloadPowerProfileInfo_v1_t perfProfile[NVML_WORKLOAD_POWER_MAX_PROFILES];
+} nvmlWorkloadPowerProfileProfilesInfo_v1_t;
+typedef struct {
+    unsigned int version;
+    nvmlMask255_t perfProfilesMask;
+    nvmlMask255_t requestedProfilesMask;
+    nvmlMask255_t enforcedProfilesMask;
+} nvmlWorkloadPowerProfileCurrentProfiles_v1_t;
+#define nvmlWorkloadPowerProfileCurrentProfiles_v1 \
+    NVML_STRUCT_VERSION(sizeof(nvmlWorkloadPowerProfileCurrentProfiles_v1_t), 1)
+#define nvmlWorkloadPowerProfileProfilesInfo_v1 \
+    NVML_STRUCT_VERSION(sizeof(nvmlWorkloadPowerProfileProfilesInfo_v1_t), 1)
+
+typedef struct {
+    unsigned int version;
+    nvmlEnableState_t state;
+} nvmlPowerSmoothingState_v1_t;
+
+typedef struct {
+    unsigned int bUnrepairableMemory;
+} nvmlUnrepairableMemoryStatus_v1_t;
+
+typedef struct {
+    char value[NVML_DEVICE_HOSTNAME_BUFFER_SIZE];
+} nvmlHostname_v1_t;
+
+typedef struct {
+    unsigned int corrActiveRemaps;
+    unsigned int corrInactiveRemaps;
+    unsigned int uncActiveRemaps;
+    unsigned int uncInactiveRemaps;
+    unsigned int bPending;
+    unsigned int bFailureOccurred;
+} nvmlRemappedRowsInfo_v2_t;
+
+typedef struct {
+    unsigned int maxSpareGroupCount;
+    unsigned int noSpareGroupCount;
+} nvmlEccBankRemapperHistogram_v1_t;
+typedef struct {
+    unsigned int activeRemappings;
+    unsigned int inactiveRemappings;
+    unsigned int bPending;
+    nvmlEccBankRemapperHistogram_v1_t histogram;
+} nvmlEccBankRemapperStatus_v1_t;
+
+typedef struct {
+    unsigned int timeRun;
+} nvmlBBXTimeData_v1_t;
+
+typedef struct {
+    unsigned char type;
+    unsigned int id;
+} nvmlGpuFabricClique_v1_t;
+typedef struct {
+    unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+    nvmlReturn_t status;
+    nvmlGpuFabricClique_v1_t cliques[NVML_GPU_FABRIC_CLIQUE_MAX];
+    unsigned int numCliques;
+    nvmlGpuFabricState_t state;
+    unsigned int healthMask;
+    unsigned char healthSummary;
+} nvmlGpuFabricInfo_v4_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int type;
+    union {
+        char str[NVML_DEVICE_UUID_ASCII_LEN];
+        unsigned char bytes[NVML_DEVICE_UUID_BINARY_LEN];
+    } value;
+} nvmlUUID_v1_t;
+#define nvmlUUID_v1 NVML_STRUCT_VERSION(sizeof(nvmlUUID_v1_t), 1)
+#define NVML_UUID_TYPE_ASCII 1
+#define NVML_UUID_TYPE_BINARY 2
+
+typedef struct {
+    unsigned int version;
+    nvmlSystemEventSet_t set;
+} nvmlSystemEventSetCreateRequest_v1_t;
+typedef nvmlSystemEventSetCreateRequest_v1_t nvmlSystemEventSetFreeRequest_v1_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long eventTypes;
+    nvmlSystemEventSet_t set;
+} nvmlSystemRegisterEventRequest_v1_t;
+typedef struct {
+    unsigned long long eventType;
+    unsigned int gpuId;
+} nvmlSystemEventData_v1_t;
+typedef struct {
+    unsigned int version;
+    unsigned int timeoutms;
+    nvmlSystemEventSet_t set;
+    nvmlSystemEventData_v1_t *data;
+    unsigned int dataSize;
+    unsigned int numEvent;
+} nvmlSystemEventSetWaitRequest_v1_t;
+#define nvmlSystemEventSetCreateRequest_v1 NVML_STRUCT_VERSION(sizeof(nvmlSystemEventSetCreateRequest_v1_t), 1)
+#define nvmlSystemEventSetFreeRequest_v1 NVML_STRUCT_VERSION(sizeof(nvmlSystemEventSetFreeRequest_v1_t), 1)
+#define nvmlSystemRegisterEventRequest_v1 NVML_STRUCT_VERSION(sizeof(nvmlSystemRegisterEventRequest_v1_t), 1)
+#define nvmlSystemEventSetWaitRequest_v1 NVML_STRUCT_VERSION(sizeof(nvmlSystemEventSetWaitRequest_v1_t), 1)
+#define nvmlSystemEventTypeGpuDriverUnbind 0x0000000000000001ULL
+#define nvmlSystemEventTypeGpuDriverBind 0x0000000000000002ULL
+
+typedef struct {
+    unsigned int timeoutMs;
+    unsigned int dataType;
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    char sourceModule[16];
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned long long groupCursor;
+    unsigned long long instanceId;
+    unsigned long long timestampUsec;
+    unsigned long long traceId;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+    unsigned int severity;
+    unsigned int categoryId;
+    unsigned int moduleEventCode;
+    unsigned int scope;
+    unsigned int originator;
+    unsigned int moduleInstance;
+    unsigned int chipletId;
+    unsigned int logLevel;
+    unsigned int attributes;
+    unsigned int groupCperSize;
+    unsigned int groupAttributes;
+    unsigned char groupSize;
+    unsigned char groupIndex;
+} nvmlEventSetWait_v3_t;
+
+#define NVML_POWER_SCOPE_GPU 0U
+#define NVML_POWER_SCOPE_MODULE 1U
+#define NVML_POWER_SCOPE_MEMORY 2U
+
+/* GPM (535 API). */
+typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
+#define NVML_GPM_METRIC_MAX 477 /* the newest header's; a caller of an older branch passes a shorter array,
+                                  so numMetrics is checked against the snapshot branch's maximum */
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct {
+        char *shortName;
+        char *longName;
+        char *unit;
+    } metricInfo;
+} nvmlGpmMetric_t;
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+#define NVML_GPM_METRICS_GET_VERSION 1
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+#define NVML_GPM_SUPPORT_VERSION 1
 
 #endif

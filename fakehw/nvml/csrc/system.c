@@ -88,6 +88,81 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) {
     FHW_SYS_CALL(sys_cuda(&C, cudaDriverVersion));
 }
 
+/* The driver's branch: NVIDIA names its release branches r<branch>_00 (r580_00). */
+static const fhw_struct_version_t branch_versions[] = {{nvmlSystemDriverBranchInfo_v1, 560}};
+static nvmlReturn_t sys_branch(fhw_ctx_t *c, nvmlSystemDriverBranchInfo_v1_t *info, unsigned int length) {
+    nvmlReturn_t r = FHW_VERSIONS(c, info, branch_versions, NULL);
+    if (r != NVML_SUCCESS) return r;
+    char text[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
+    snprintf(text, sizeof text, "r%u_00", c->s->hdr->driver_branch);
+    if (length > sizeof info->branch) length = sizeof info->branch;
+    return fhw_copy_str(info->branch, length, text, sizeof text);
+}
+nvmlReturn_t nvmlSystemGetDriverBranch(nvmlSystemDriverBranchInfo_v1_t *branchInfo, unsigned int length) {
+    FHW_SYS_CALL(sys_branch(&C, branchInfo, length));
+}
+
+/* Confidential computing is off on every captured system (protected memory 0 MiB). */
+static nvmlReturn_t sys_cc_state(fhw_ctx_t *c, nvmlConfComputeSystemState_t *state) {
+    (void)c;
+    CHECK_PTR(state);
+    memset(state, 0, sizeof *state); /* NVML_CC_SYSTEM_ENVIRONMENT_UNAVAILABLE, feature and dev tools off */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemGetConfComputeState(nvmlConfComputeSystemState_t *state) { FHW_SYS_CALL(sys_cc_state(&C, state)); }
+
+static nvmlReturn_t sys_cc_caps(fhw_ctx_t *c, nvmlConfComputeSystemCaps_t *caps) {
+    (void)c;
+    CHECK_PTR(caps);
+    memset(caps, 0, sizeof *caps); /* NVML_CC_SYSTEM_CPU_CAPS_NONE, NVML_CC_SYSTEM_GPUS_CC_NOT_CAPABLE */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemGetConfComputeCapabilities(nvmlConfComputeSystemCaps_t *capabilities) {
+    FHW_SYS_CALL(sys_cc_caps(&C, capabilities));
+}
+
+static nvmlReturn_t sys_cc_ready(fhw_ctx_t *c, unsigned int *ready) {
+    (void)c;
+    CHECK_PTR(ready);
+    *ready = 0; /* NVML_CC_ACCEPTING_CLIENT_REQUESTS_FALSE: CC is off */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemGetConfComputeGpusReadyState(unsigned int *isAcceptingWork) {
+    FHW_SYS_CALL(sys_cc_ready(&C, isAcceptingWork));
+}
+
+static const fhw_struct_version_t cc_settings_versions[] = {{nvmlSystemConfComputeSettings_v1, 550}};
+static nvmlReturn_t sys_cc_settings(fhw_ctx_t *c, nvmlSystemConfComputeSettings_v1_t *s) {
+    nvmlReturn_t r = FHW_VERSIONS(c, s, cc_settings_versions, NULL);
+    if (r != NVML_SUCCESS) return r;
+    unsigned int version = s->version;
+    memset(s, 0, sizeof *s);
+    s->version = version;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemGetConfComputeSettings(nvmlSystemConfComputeSettings_v1_t *settings) {
+    FHW_SYS_CALL(sys_cc_settings(&C, settings));
+}
+
+static const fhw_struct_version_t key_rotation_versions[] = {{nvmlConfComputeGetKeyRotationThresholdInfo_v1, 550}};
+static nvmlReturn_t sys_key_rotation(fhw_ctx_t *c, nvmlConfComputeGetKeyRotationThresholdInfo_v1_t *info) {
+    nvmlReturn_t r = FHW_VERSIONS(c, info, key_rotation_versions, NULL);
+    if (r != NVML_SUCCESS) return r;
+    return NVML_ERROR_NOT_SUPPORTED; /* only in a confidential-computing environment */
+}
+nvmlReturn_t nvmlSystemGetConfComputeKeyRotationThresholdInfo(nvmlConfComputeGetKeyRotationThresholdInfo_v1_t *info) {
+    FHW_SYS_CALL(sys_key_rotation(&C, info));
+}
+
+/* The system-wide NVLink bandwidth mode: full on a system that boots normally. */
+static nvmlReturn_t sys_bw_mode(fhw_ctx_t *c, unsigned int *mode) {
+    (void)c;
+    CHECK_PTR(mode);
+    *mode = 0; /* NVML_GPU_NVLINK_BW_MODE_FULL */
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemGetNvlinkBwMode(unsigned int *nvlinkBwMode) { FHW_SYS_CALL(sys_bw_mode(&C, nvlinkBwMode)); }
+
 nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
     if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
     if (name == NULL || length == 0) return NVML_ERROR_INVALID_ARGUMENT;
@@ -207,7 +282,7 @@ static int match_serial(const fhw_gpu_t *g, const void *arg) {
     return g->serial[0] != '\0' && strcmp(g->serial, (const char *)arg) == 0;
 }
 
-static nvmlReturn_t by_uuid(fhw_ctx_t *c, const char *uuid, nvmlDevice_t *device) {
+nvmlReturn_t fhw_device_by_uuid(fhw_ctx_t *c, const char *uuid, nvmlDevice_t *device) {
     if (uuid == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlReturn_t r = find_device(c, match_uuid, uuid, device);
     if (r != NVML_ERROR_NOT_FOUND) return r;
@@ -221,7 +296,7 @@ static nvmlReturn_t by_uuid(fhw_ctx_t *c, const char *uuid, nvmlDevice_t *device
     return NVML_ERROR_NOT_FOUND;
 }
 
-nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) { FHW_SYS_CALL(by_uuid(&C, uuid, device)); }
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) { FHW_SYS_CALL(fhw_device_by_uuid(&C, uuid, device)); }
 
 static nvmlReturn_t by_serial(fhw_ctx_t *c, const char *serial, nvmlDevice_t *device) {
     if (serial == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;

@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "and Xid conditions never clear")
     p.add_argument("--dev-root", default=os.environ.get("FAKEHW_DEV_ROOT", "/dev"),
                    help="host directory of the GPU device nodes (default $FAKEHW_DEV_ROOT or /dev)")
-    p.add_argument("--recheck", type=float, default=1.0, help="seconds between health re-checks (default 1)")
+    p.add_argument("--recheck", type=float, default=0.25,
+                   help="seconds between health re-checks: how soon a repaired GPU is Healthy again (default 0.25)")
     p.add_argument("--pool-slice", type=_size, default=16 * 2**30,
                    help="capacity per memory-pool device (default 16GiB)")
     p.add_argument("--state-file", type=Path, default=None, help="checkpoint of memory-pool grants")

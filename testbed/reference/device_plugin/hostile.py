@@ -32,6 +32,8 @@ BEHAVIOURS = {
     "list-hang": "ListAndWatch never sends a device list",
     "list-closes": "ListAndWatch sends one list, then closes the stream",
     "list-malformed": "ListAndWatch sends duplicate, empty and over-long IDs, an unknown health value, NUMA -1",
+    "list-flood": "ListAndWatch re-sends the same list as fast as it can (as NVIDIA's health loop does on a lost "
+                  "GPU), and a changed one now and then",
     "garbage": "every response is bytes that are not a protobuf message",
     "allocate-hang": "Allocate never answers",
     "allocate-wrong-count": "Allocate answers with no container responses",
@@ -83,7 +85,18 @@ class Hostile(DevicePluginServicer):
         yield pb.ListAndWatchResponse(devices=devices)
         if self.behaviour == "list-closes":
             return
+        if self.behaviour == "list-flood":
+            yield from self._flood(context, devices)
+            return
         self._hang(context)
+
+    def _flood(self, context: grpc.ServicerContext, devices: list[pb.Device]) -> Iterator[pb.ListAndWatchResponse]:
+        n = 0
+        while context.is_active() and not self.stop.is_set():
+            n += 1
+            sick = n // 1000 % len(devices)  # a different device is Unhealthy every 1000 lists
+            yield pb.ListAndWatchResponse(devices=[pb.Device(ID=d.ID, health=api.UNHEALTHY if i == sick else HEALTHY)
+                                                   for i, d in enumerate(devices)])
 
     def GetPreferredAllocation(self, request: pb.PreferredAllocationRequest,
                                context: grpc.ServicerContext) -> pb.PreferredAllocationResponse:

@@ -2,7 +2,7 @@
 
 A mutant is the reference plugin with one behaviour switched (``python -m testbed.reference.device_plugin
 --mutant NAME``). Which requirements each must fail is stated by the test that runs them
-(tests/conformance/test_mutants.py), not here, so a mutant cannot vouch for itself.
+(tests/conformance/test_device_plugin_suite.py), not here, so a mutant cannot vouch for itself.
 """
 
 from __future__ import annotations
@@ -28,4 +28,6 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("allocates-lost-gpu", "Allocate hands out a GPU that has fallen off the bus"),
     Mutant("drops-unhealthy", "withdraws unhealthy GPUs from ListAndWatch instead of listing them as Unhealthy"),
     Mutant("wrong-numa", "reports NUMA node 0 for every GPU"),
+    Mutant("merges-containers", "in an Allocate call for several containers, each container also gets the devices "
+                                "of the containers before it"),
 )}

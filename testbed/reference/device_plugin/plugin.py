@@ -57,7 +57,7 @@ class PluginConfig:
     agent_socket: str | None = None
     dev_root: str = "/dev"
     """Where the GPUs' device nodes are on the host (device spec host paths)."""
-    recheck_s: float = 1.0
+    recheck_s: float = 0.25
     slice_bytes: int = 16 * 2**30
     mutant: str | None = None
     state_file: Path | None = None
@@ -183,6 +183,10 @@ class GpuResource(_Resource):
             if self.plugin.config.is_mutant("leaks-extra-device"):
                 extra = next((g for g in self.inventory.gpus if g not in gpus), None)
                 gpus = gpus + ([extra] if extra else [])
+            if self.plugin.config.is_mutant("merges-containers") and response.container_responses:
+                earlier = [self.by_id[d] for r in request.container_requests[:len(response.container_responses)]
+                           for d in r.devices_ids if d in self.by_id]
+                gpus = list(dict.fromkeys([*earlier, *gpus]))
             response.container_responses.append(self._container(gpus))
         return response
 

@@ -1,0 +1,207 @@
+/*
+ * GPM, the GPU performance monitoring DCGM's profiling metrics come from (Hopper and later). A sample records
+ * the snapshot's activity figures (fakehw/nvml/readings.py derives them from the GPU's utilization) and its NVLink
+ * and PCIe counters at the moment it is taken; nvmlGpmMetricsGet turns two samples into metrics: activity
+ * percentages of the later sample, and rates from the counter differences over the time between the samples.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+#define FHW_GPM_MAGIC 0x66687770u
+#define GPM_LINKS FHW_MAX_LINKS
+
+struct nvmlGpmSample_st {
+    uint32_t magic;
+    int filled;
+    int dev;
+    int64_t time_ns;
+    unsigned int activity[8]; /* hundredths of a percent: graphics, sm, occupancy, tensor, dram, fp64, fp32, fp16 */
+    unsigned long long pcie_tx_bytes, pcie_rx_bytes;
+    unsigned long long nvlink_rx[GPM_LINKS], nvlink_tx[GPM_LINKS];
+    unsigned int decoders, jpegs, ofas;
+};
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample) {
+    FHW_GATE();
+    if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (gpmSample == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    struct nvmlGpmSample_st *s = calloc(1, sizeof *s);
+    if (s == NULL) return NVML_ERROR_MEMORY;
+    s->magic = FHW_GPM_MAGIC;
+    *gpmSample = s;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample) {
+    FHW_GATE();
+    if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (gpmSample == NULL || gpmSample->magic != FHW_GPM_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    gpmSample->magic = 0;
+    free(gpmSample);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t g_sample(fhw_ctx_t *c, nvmlGpmSample_t s) {
+    if (s == NULL || s->magic != FHW_GPM_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    FHW_REQUIRE(c, FHW_ANS_GPM);
+    const fhw_gpu_t *g = c->g;
+    s->filled = 1;
+    s->dev = c->dev;
+    s->time_ns = now_ns();
+    const unsigned int act[8] = {g->gpm_graphics_activity, g->gpm_sm_activity, g->gpm_sm_occupancy,
+                                 g->gpm_tensor_activity,   g->gpm_dram_bw_util, g->gpm_fp64_activity,
+                                 g->gpm_fp32_activity,     g->gpm_fp16_activity};
+    memcpy(s->activity, act, sizeof act);
+    /* PCIe byte counters: the snapshot's throughput (KiB/s) integrated over the monotonic clock. */
+    s->pcie_tx_bytes = (unsigned long long)((double)g->pcie_tx_kbs * 1024.0 * (double)s->time_ns / 1e9);
+    s->pcie_rx_bytes = (unsigned long long)((double)g->pcie_rx_kbs * 1024.0 * (double)s->time_ns / 1e9);
+    for (unsigned int l = 0; l < GPM_LINKS; l++) {
+        s->nvlink_rx[l] = g->links[l].present ? g->links[l].util_rx[0] : 0;
+        s->nvlink_tx[l] = g->links[l].present ? g->links[l].util_tx[0] : 0;
+    }
+    s->decoders = g->decoders;
+    s->jpegs = g->jpegs;
+    s->ofas = g->ofas;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample) {
+    FHW_DEV_CALL(device, 0, g_sample(&C, gpmSample));
+}
+
+static nvmlReturn_t g_mig_sample(fhw_ctx_t *c, unsigned int gpuInstanceId, nvmlGpmSample_t s) {
+    if (!c->g->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    for (unsigned int k = 0; k < c->g->mig_count; k++)
+        if (c->s->migs[c->g->mig_first + k].gpu_instance_id == gpuInstanceId) return g_sample(c, s);
+    return NVML_ERROR_NOT_FOUND;
+}
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample) {
+    FHW_DEV_CALL(device, 0, g_mig_sample(&C, gpuInstanceId, gpmSample));
+}
+
+static nvmlReturn_t g_support(fhw_ctx_t *c, nvmlGpmSupport_t *s) {
+    CHECK_PTR(s);
+    if (s->version != NVML_GPM_SUPPORT_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    s->isSupportedDevice = FHW_ANSWER(c, FHW_ANS_GPM) == NVML_SUCCESS;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport) {
+    FHW_DEV_CALL(device, 0, g_support(&C, gpmSupport));
+}
+
+/* Streaming (the driver sampling on its own) is off; turning it on needs root. */
+static nvmlReturn_t g_streaming(fhw_ctx_t *c, unsigned int *state) {
+    CHECK_PTR(state);
+    FHW_REQUIRE(c, FHW_ANS_GPM);
+    *state = 0;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlGpmQueryIfStreamingEnabled(nvmlDevice_t device, unsigned int *state) {
+    FHW_DEV_CALL(device, 0, g_streaming(&C, state));
+}
+static nvmlReturn_t g_set_streaming(fhw_ctx_t *c, unsigned int state) {
+    if (state > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    FHW_REQUIRE(c, FHW_ANS_GPM);
+    return NVML_ERROR_NO_PERMISSION;
+}
+nvmlReturn_t nvmlGpmSetStreamingEnabled(nvmlDevice_t device, unsigned int state) {
+    FHW_DEV_CALL(device, 0, g_set_streaming(&C, state));
+}
+
+/* ------------------------------------------------------------------------------------------ metrics */
+
+typedef struct {
+    unsigned int id;
+    const char *short_name, *long_name, *unit;
+} metric_info_t;
+
+static const metric_info_t METRICS[] = {
+    {1, "gr_util", "Graphics engine utilization", "%"},
+    {2, "sm_util", "SM utilization", "%"},
+    {3, "sm_occupancy", "SM occupancy", "%"},
+    {4, "integer_util", "Integer pipe utilization", "%"},
+    {5, "any_tensor_util", "Any tensor pipe utilization", "%"},
+    {6, "dfma_tensor_util", "DFMA tensor pipe utilization", "%"},
+    {7, "hmma_tensor_util", "HMMA tensor pipe utilization", "%"},
+    {9, "imma_tensor_util", "IMMA tensor pipe utilization", "%"},
+    {10, "dram_bw_util", "DRAM bandwidth utilization", "%"},
+    {11, "fp64_util", "FP64 pipe utilization", "%"},
+    {12, "fp32_util", "FP32 pipe utilization", "%"},
+    {13, "fp16_util", "FP16 pipe utilization", "%"},
+    {20, "pcie_tx", "PCIe bytes transmitted", "MiB/sec"},
+    {21, "pcie_rx", "PCIe bytes received", "MiB/sec"},
+    {60, "nvlink_rx", "NvLink bytes received", "MiB/sec"},
+    {61, "nvlink_tx", "NvLink bytes transmitted", "MiB/sec"},
+};
+
+static const metric_info_t *metric_info(unsigned int id) {
+    for (size_t i = 0; i < sizeof METRICS / sizeof METRICS[0]; i++)
+        if (METRICS[i].id == id) return &METRICS[i];
+    if (id >= 30 && id <= 50) return &METRICS[0]; /* engine utilizations share the graphics entry's unit */
+    if (id >= 62 && id < 62 + 2 * GPM_LINKS) return &METRICS[14];
+    return NULL;
+}
+
+/* One metric from two samples; a - b over dt seconds in MiB/s for the rates. */
+static nvmlReturn_t metric_value(const struct nvmlGpmSample_st *a, const struct nvmlGpmSample_st *b, unsigned int id,
+                                 double *out) {
+    double dt = (double)(b->time_ns - a->time_ns) / 1e9;
+    const double mib = 1024.0 * 1024.0;
+    static const int activity_slot[14] = {-1, 0, 1, 2, 6, 3, 3, 3, -1, 3, 4, 5, 6, 7};
+    if (id >= 1 && id <= 13 && activity_slot[id] >= 0) {
+        *out = b->activity[activity_slot[id]] / 100.0;
+        if (id == 6 || id == 7 || id == 9) *out /= 3.0; /* the tensor activity split over three tensor pipes */
+        return NVML_SUCCESS;
+    }
+    if (id == 20 || id == 21) {
+        unsigned long long d = id == 20 ? b->pcie_tx_bytes - a->pcie_tx_bytes : b->pcie_rx_bytes - a->pcie_rx_bytes;
+        *out = dt > 0 ? (double)d / mib / dt : 0.0;
+        return NVML_SUCCESS;
+    }
+    if (id >= 30 && id <= 50) {
+        unsigned int engines = id < 40 ? b->decoders : id < 50 ? b->jpegs : b->ofas;
+        unsigned int index = id < 40 ? id - 30 : id < 50 ? id - 40 : 0;
+        if (index >= engines) return NVML_ERROR_NOT_SUPPORTED;
+        *out = 0.0; /* no video, JPEG or optical-flow work in the model */
+        return NVML_SUCCESS;
+    }
+    if (id == 60 || id == 61 || (id >= 62 && id < 62 + 2 * GPM_LINKS)) {
+        unsigned long long d = 0;
+        for (unsigned int l = 0; l < GPM_LINKS; l++) {
+            if (id >= 62 && l != (id - 62) / 2) continue;
+            int tx = id >= 62 ? (id - 62) % 2 : id == 61;
+            d += tx ? b->nvlink_tx[l] - a->nvlink_tx[l] : b->nvlink_rx[l] - a->nvlink_rx[l];
+        }
+        *out = dt > 0 ? (double)d / mib / dt : 0.0;
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+static nvmlReturn_t g_metrics(fhw_ctx_t *c, nvmlGpmMetricsGet_t *m) {
+    CHECK_PTR(m);
+    if (m->version != NVML_GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (m->numMetrics > c->s->hdr->gpm_metric_max) return NVML_ERROR_INVALID_ARGUMENT;
+    const struct nvmlGpmSample_st *a = m->sample1, *b = m->sample2;
+    if (a == NULL || b == NULL || a->magic != FHW_GPM_MAGIC || b->magic != FHW_GPM_MAGIC || !a->filled ||
+        !b->filled || a->dev != b->dev || b->time_ns < a->time_ns)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlGpmMetric_t *metrics = &m->metrics[0];
+    for (unsigned int i = 0; i < m->numMetrics; i++) {
+        nvmlGpmMetric_t *x = &metrics[i];
+        const metric_info_t *info = metric_info(x->metricId);
+        x->value = 0.0;
+        x->nvmlReturn = info ? metric_value(a, b, x->metricId, &x->value) : NVML_ERROR_NOT_SUPPORTED;
+        x->metricInfo.shortName = info ? (char *)info->short_name : NULL;
+        x->metricInfo.longName = info ? (char *)info->long_name : NULL;
+        x->metricInfo.unit = info ? (char *)info->unit : NULL;
+    }
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) { FHW_SYS_CALL(g_metrics(&C, metricsGet)); }

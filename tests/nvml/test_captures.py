@@ -1,0 +1,78 @@
+"""Readings that match real hardware: each board the built-in profiles model, against its real capture.
+
+For every capture in ../shared/reference/captures the fake GPU of the matching profile (its default driver, the
+captured board's branch) is read as that capture's nvidia-smi reads a GPU (tests/nvml/capture_view.py, with
+nvidia-ml-py 13.615.71) and compared element by element (tests/nvml/captures.py): model-describing elements must
+be equal, unit-describing ones of the same kind, N/A where the real board says N/A; every other difference must
+carry a written reason. The counts are printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fakehw.nvml import library_dir
+from tests.nvml import references
+from tests.nvml.captures import capture_dir, capture_leaves, compare
+from tests.nvml.helpers import NodeSnap
+
+VIEW = Path(__file__).with_name("capture_view.py")
+TESTS = Path(__file__).resolve().parent
+
+BOARDS = {
+    # capture: (profile, node of the profile that matches the captured host)
+    "a100": (str(TESTS / "profiles" / "a100-40gb.yaml"), 0),
+    "h100": ("dgx-h100", 0),
+    "b200": ("dgx-b200", 0),
+    "gb200": ("gb200-nvl72", 4),  # the capture's tray index is 4
+    "gb300": ("gb300-nvl72", 15),  # and 15
+    "l40s": ("l40s-server", 0),
+    "t4": ("t4-cloud", 0),
+}
+
+
+def observe(snapshot: Path) -> dict[str, object]:
+    env = dict(os.environ, FAKEHW_NVML_SNAPSHOT=str(snapshot), LD_LIBRARY_PATH=str(library_dir()),
+               PYTHONPATH=str(references.bindings("13.615.71")))
+    env.pop("FAKEHW_VISIBLE_DEVICES", None)
+    proc = subprocess.run([sys.executable, str(VIEW)], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, object] = json.loads(proc.stdout)
+    return result
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_the_fake_reads_as_the_captured_board(node_snapshot: Callable[..., NodeSnap], board: str) -> None:
+    if capture_dir() is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    profile, node_index = BOARDS[board]
+    snap = node_snapshot(profile, node_index)
+    seen = observe(snap.path)
+    gpus = seen["gpus"]
+    assert isinstance(gpus, list)
+    result = compare(board, capture_leaves(board), gpus[0])
+    print("\n" + result.summary())
+    for path, reason in result.explained:
+        print(f"    explained {path}: {reason}")
+    assert result.diff == [], "\n".join(f"{p}: real {r!r}, fake {f!r}" for p, r, f in result.diff)
+    # The comparison has teeth: most of a board is model-describing and must match exactly.
+    assert len(result.match) >= 100
+
+
+def test_a_wrong_model_value_is_a_difference() -> None:
+    """The comparison itself: a value off by one on a model element is reported, not excused."""
+    truth = {"/max_clocks/graphics_clock": "1980 MHz", "/temperature/gpu_temp": "29 C", "/fan_speed": "N/A"}
+    off = compare("h100", truth, {"/max_clocks/graphics_clock": "1965 MHz", "/temperature/gpu_temp": "31 C",
+                                  "/fan_speed": "N/A"})
+    assert off.diff == [("/max_clocks/graphics_clock", "1980 MHz", "1965 MHz")]
+    assert off.kind == ["/temperature/gpu_temp"] and off.na == ["/fan_speed"]
+    missing = compare("h100", truth, {"/temperature/gpu_temp": "N/A", "/fan_speed": "0 %"})
+    assert {p for p, _, _ in missing.diff} == set(truth)

@@ -1,0 +1,196 @@
+"""Topology, P2P and pairwise getters against the documented hardware and NVIDIA's rules, not the model's code.
+
+Expected values are written here from two outside sources:
+
+- the boards' documented layouts (each profile's header comment, the DGX H100 and GB200 NVL72 descriptions):
+  which GPUs share a PCIe switch, a host bridge, a socket, which are NVLink-connected;
+- NVIDIA's definitions of the levels and P2P answers (nvml.h: nvmlGpuTopologyLevel_t; ``nvidia-smi topo -p2p``):
+  PIX one PCIe switch, PXB several, PHB a host bridge, NODE host bridges of one NUMA node, SYS across the
+  sockets' interconnect; P2P reads and writes go over NVLink wherever GPUs are NVLink-connected, else over PCIe
+  unless the path crosses sockets ("CNS", chipset not supported); NVLINK and ATOMICS need NVLink.
+
+The pairwise getters must index the second device by its snapshot slot under FAKEHW_VISIBLE_DEVICES subsets; a
+library built with the other device indexed by its visible index instead (a mutant) must fail these tests.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakehw.nvml import build
+from tests.nvml.helpers import NodeSnap, run_python
+
+SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM = 10, 20, 30, 40, 50
+OK, CHIPSET_NOT_SUPPORTED, NOT_SUPPORTED = 0, 1, 5
+READ, WRITE, NVLINK, ATOMICS, PCI = 0, 1, 2, 3, 4
+
+# edge-pcie (its YAML header): socket 0: hb0 -> sw0 -> {sw1: gpu0, gpu1; sw2: gpu2}, hb0 -> gpu3, hb1 -> gpu4;
+# socket 1: hb2 -> sw3 -> {gpu5, gpu6}, hb3 -> gpu7.
+P, X, H, N, S = SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM
+EDGE_PCIE_LEVELS = [
+    [0, P, X, H, N, S, S, S],
+    [P, 0, X, H, N, S, S, S],
+    [X, X, 0, H, N, S, S, S],
+    [H, H, H, 0, N, S, S, S],
+    [N, N, N, N, 0, S, S, S],
+    [S, S, S, S, S, 0, P, N],
+    [S, S, S, S, S, P, 0, N],
+    [S, S, S, S, S, N, N, 0],
+]
+
+PAIRS = r"""
+import ctypes, json
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+assert lib.nvmlInit_v2() == 0
+count = ctypes.c_uint()
+assert lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+hs = []
+for i in range(count.value):
+    h = ctypes.c_void_p()
+    assert lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)) == 0
+    hs.append(h)
+levels, p2p, nearest = {}, {}, {}
+for a, ha in enumerate(hs):
+    for b, hb in enumerate(hs):
+        if a == b:
+            continue
+        v = ctypes.c_int()
+        assert lib.nvmlDeviceGetTopologyCommonAncestor(ha, hb, ctypes.byref(v)) == 0
+        levels[f"{a},{b}"] = v.value
+        for cap in range(5):
+            s = ctypes.c_int()
+            assert lib.nvmlDeviceGetP2PStatus(ha, hb, cap, ctypes.byref(s)) == 0
+            p2p[f"{a},{b},{cap}"] = s.value
+    for level in (10, 20, 30, 40, 50):
+        n = ctypes.c_uint(0)
+        assert lib.nvmlDeviceGetTopologyNearestGpus(ha, level, ctypes.byref(n), None) == 0
+        arr = (ctypes.c_void_p * max(1, n.value))()
+        assert lib.nvmlDeviceGetTopologyNearestGpus(ha, level, ctypes.byref(n), arr) == 0
+        idx = []
+        for k in range(n.value):
+            i = ctypes.c_uint()
+            assert lib.nvmlDeviceGetIndex(ctypes.c_void_p(arr[k]), ctypes.byref(i)) == 0
+            idx.append(i.value)
+        nearest[f"{a},{level}"] = sorted(idx)
+print(json.dumps({"count": count.value, "levels": levels, "p2p": p2p, "nearest": nearest}))
+"""
+
+
+def pairs(snap: NodeSnap, lib_dir: Path | None = None, visible: str | None = None) -> dict[str, object]:
+    extra: dict[str, Any] = {}
+    if visible is not None:
+        extra["FAKEHW_VISIBLE_DEVICES"] = visible
+    if lib_dir is not None:
+        extra["LD_LIBRARY_PATH"] = str(lib_dir)
+    result: dict[str, object] = run_python(PAIRS, snap.path, **extra)
+    return result
+
+
+def pcie_p2p(level: int) -> int:
+    return CHIPSET_NOT_SUPPORTED if level == SYSTEM else OK
+
+
+def check_edge_pcie(got: dict[str, object], members: list[int]) -> None:
+    """``members``: the model GPUs the process sees, in visible-index order."""
+    levels, p2p, nearest = got["levels"], got["p2p"], got["nearest"]
+    assert isinstance(levels, dict) and isinstance(p2p, dict) and isinstance(nearest, dict)
+    for a, ga in enumerate(members):
+        for b, gb in enumerate(members):
+            if a == b:
+                continue
+            level = EDGE_PCIE_LEVELS[ga][gb]
+            assert levels[f"{a},{b}"] == level, (ga, gb)
+            for cap in (READ, WRITE, PCI):
+                assert p2p[f"{a},{b},{cap}"] == pcie_p2p(level), (ga, gb, cap)
+            for cap in (NVLINK, ATOMICS):
+                assert p2p[f"{a},{b},{cap}"] == NOT_SUPPORTED
+        for level in (SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM):
+            want = sorted(b for b, gb in enumerate(members) if b != a and EDGE_PCIE_LEVELS[ga][gb] == level)
+            assert nearest[f"{a},{level}"] == want, (ga, level)
+
+
+def test_pcie_levels_and_p2p_of_the_documented_layout(node_snapshot: Callable[..., NodeSnap]) -> None:
+    snap = node_snapshot("edge-pcie")
+    check_edge_pcie(pairs(snap), list(range(8)))
+
+
+SUBSETS = ["gpu0,gpu5", "gpu0,gpu3", "gpu2,gpu7,gpu4", "5,1", "gpu6,gpu5,gpu0"]
+
+
+@pytest.mark.parametrize("visible", SUBSETS)
+def test_pairwise_getters_under_visible_subsets(node_snapshot: Callable[..., NodeSnap], visible: str) -> None:
+    """Visible devices keep the model's order; each pair answers for the two GPUs it names, whatever indices they
+    have in this process (gpu0 and gpu5 are SYS apart: the mutant answers PIX, gpu0 and gpu1)."""
+    snap = node_snapshot("edge-pcie")
+    tokens = [t.removeprefix("gpu") for t in visible.split(",")]
+    members = sorted(int(t) for t in tokens)
+    got = pairs(snap, visible=visible)
+    assert got["count"] == len(members)
+    check_edge_pcie(got, members)
+
+
+def test_p2p_reads_go_over_nvlink_across_sockets(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """DGX H100: all 8 GPUs are NVLink-connected through the NVSwitches, so reads and writes are OK even between
+    the sockets, where the PCIe path alone is CNS; NVLink and atomics are OK everywhere."""
+    got = pairs(node_snapshot("dgx-h100"))
+    p2p, levels = got["p2p"], got["levels"]
+    assert isinstance(p2p, dict) and isinstance(levels, dict)
+    for a in range(8):
+        for b in range(8):
+            if a == b:
+                continue
+            cross = a // 4 != b // 4  # GPUs 0-3 on socket 0, 4-7 on socket 1
+            assert levels[f"{a},{b}"] == (SYSTEM if cross else NODE)
+            for cap in (READ, WRITE, NVLINK, ATOMICS):
+                assert p2p[f"{a},{b},{cap}"] == OK, (a, b, cap)
+            assert p2p[f"{a},{b},{PCI}"] == (CHIPSET_NOT_SUPPORTED if cross else OK)
+
+
+def test_gb200_tray_gpus_reach_each_other_over_nvlink(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """A GB200 tray: GPUs 0,1 on Grace 0 and 2,3 on Grace 1, each in its own PCIe domain, all on the NVL72
+    switches: the PCIe levels are NODE within a socket and SYS across, P2P reads are OK over NVLink everywhere."""
+    got = pairs(node_snapshot("gb200-nvl72", 3))
+    p2p, levels = got["p2p"], got["levels"]
+    assert isinstance(p2p, dict) and isinstance(levels, dict)
+    for a in range(4):
+        for b in range(4):
+            if a != b:
+                assert levels[f"{a},{b}"] == (SYSTEM if a // 2 != b // 2 else NODE)
+                assert [p2p[f"{a},{b},{cap}"] for cap in (READ, WRITE, NVLINK, ATOMICS)] == [OK] * 4
+
+
+@pytest.fixture(scope="module")
+def visible_index_mutant(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The library with the second device of a pair looked up by its visible index instead of its snapshot slot."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp_path_factory.mktemp("mutant")
+    tree = src / "nvml"
+    shutil.copytree(build.CSRC, tree / "csrc")
+    for name in ("layout.py", "build.py", "nvml_symbols.txt"):
+        shutil.copy(build.HERE / name, tree / name)
+    links = tree / "csrc" / "links.c"
+    original = links.read_text()
+    mutated = original.replace("int sb = c->s->dev_slot[db];", "int sb = db;")
+    assert mutated != original, "the mutation point moved: update this fixture"
+    links.write_text(mutated)
+    out = src / "lib"
+    saved = (build.HERE, build.CSRC, build.SYMBOLS_FILE)
+    try:
+        build.HERE, build.CSRC, build.SYMBOLS_FILE = tree, tree / "csrc", tree / "nvml_symbols.txt"
+        built = build.build_library(out)
+    finally:
+        build.HERE, build.CSRC, build.SYMBOLS_FILE = saved
+    return built.path.parent
+
+
+def test_the_visible_index_mutant_is_caught(node_snapshot: Callable[..., NodeSnap], visible_index_mutant: Path) -> None:
+    snap = node_snapshot("edge-pcie")
+    with pytest.raises(AssertionError):
+        check_edge_pcie(pairs(snap, visible_index_mutant, visible="gpu0,gpu5"), [0, 5])
+    check_edge_pcie(pairs(snap, visible_index_mutant), list(range(8)))  # with every GPU visible it cannot tell

@@ -1,0 +1,206 @@
+"""PCI functions against real devices, judged by pciutils' lspci reading the fake tree's sysfs.
+
+Expected values come from public captures and specifications, named at each test: BAR layouts from real
+``lspci``/kernel logs of the parts, the PCI Express rules a hierarchy must follow, the capabilities real devices
+carry. The model's own numbers are never the expectation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fakehw.model import System, builtin_profiles
+from fakehw.model.system import Node
+
+pytestmark = pytest.mark.skipif(shutil.which("lspci") is None,
+                                reason="pciutils is not installed (tools/install-system-deps.sh)")
+Rendered = Callable[[str], list[tuple[System, Node, Path]]]
+
+
+def lspci(root: Path, *args: str) -> str:
+    proc = subprocess.run(["lspci", "-A", "linux-sysfs", "-O", f"sysfs.path={root}/sys/bus/pci", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def devices(text: str) -> dict[str, str]:
+    """``lspci -vv -D`` output split per function: bdf -> its block."""
+    blocks: dict[str, str] = {}
+    for block in text.strip().split("\n\n"):
+        blocks[block.split()[0]] = block
+    return blocks
+
+
+def regions(block: str) -> dict[int, tuple[str, int]]:
+    """Region index -> (kind as lspci prints it, size in bytes)."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    out = {}
+    for m in re.finditer(r"Region (\d): Memory at [0-9a-f]+ \(([^)]+)\) \[size=(\d+)([KMGT])\]", block):
+        out[int(m.group(1))] = (m.group(2), int(m.group(3)) * units[m.group(4)])
+    return out
+
+
+def test_h100_decodes_its_128_gib_aperture_in_bar2(rendered: Rendered) -> None:
+    """An H100 SXM5 (10de:2330) decodes three 64-bit prefetchable BARs: 16 MiB, 128 GiB, 32 MiB in BARs 0, 2, 4
+    (the kernel's BAR log of a 10de:2330 quoted on LKML; NVIDIA/nvtrust#128's lspci of GH100 parts)."""
+    ((_, node, root),) = rendered("dgx-h100")
+    blocks = devices(lspci(root, "-vv", "-D"))
+    for g in node.gpus:
+        assert regions(blocks[str(g.address)]) == {0: ("64-bit, prefetchable", 16 * 2**20),
+                                                   2: ("64-bit, prefetchable", 128 * 2**30),
+                                                   4: ("64-bit, prefetchable", 32 * 2**20)}
+
+
+def test_ampere_and_ada_gpus_keep_a_32_bit_register_bar(rendered: Rendered) -> None:
+    """Before Hopper, BAR0 is 32-bit non-prefetchable 16 MiB, the aperture BAR1, 32 MiB in BAR3 (lspci -vvv of a
+    T4 in cloud-hypervisor#434; the A100 BAR probe in kata-containers#4358: 16M, 64-bit pref, 32M pref)."""
+    for profile, aperture in (("dgx-a100", None), ("edge-pcie", 32 * 2**30)):
+        ((_, node, root),) = rendered(profile)
+        blocks = devices(lspci(root, "-vv", "-D"))
+        for g in node.gpus:
+            got = regions(blocks[str(g.address)])
+            assert got[0] == ("32-bit, non-prefetchable", 16 * 2**20)
+            assert got[1][0] == "64-bit, prefetchable" and got[3] == ("64-bit, prefetchable", 32 * 2**20)
+            if aperture is not None:  # NVIDIA's L4 datasheet: 24 GB, BAR1 32 GiB
+                assert got[1][1] == aperture
+
+
+def test_every_bar_lies_in_the_windows_of_every_bridge_above_it(rendered: Rendered) -> None:
+    """A PCI-to-PCI bridge forwards only what its memory windows hold (PCI-to-PCI Bridge spec 1.2, 3.2.5): each
+    device's BARs must lie inside the window of every bridge above it, as lspci reports both."""
+    for profile in ("dgx-h100", "edge-pcie", "cxl-pool", "gb200-nvl72"):
+        _, _, root = rendered(profile)[0]
+        blocks = devices(lspci(root, "-vv", "-D"))
+        windows: dict[str, list[tuple[int, int]]] = {}
+        for bdf, block in blocks.items():
+            windows[bdf] = [(int(a, 16), int(b, 16)) for a, b in
+                            re.findall(r"[Mm]emory behind bridge: ([0-9a-f]+)-([0-9a-f]+)", block)]
+        for path in (root / "sys/bus/pci/devices").iterdir():
+            chain = [p.name for p in path.resolve().parents if re.match(r"^[0-9a-f]{4}:", p.name)]
+            for m in re.finditer(r"Memory at ([0-9a-f]+) .*?\[size=(\d+)([KMG])\]", blocks[path.name]):
+                start = int(m.group(1), 16)
+                end = start + int(m.group(2)) * {"K": 2**10, "M": 2**20, "G": 2**30}[m.group(3)] - 1
+                for bridge in chain:
+                    assert any(a <= start and end <= b for a, b in windows[bridge]), \
+                        f"{profile}: {path.name} BAR {start:#x}-{end:#x} outside the windows of {bridge}"
+
+
+def _bus_numbers(block: str) -> tuple[int, int, int] | None:
+    m = re.search(r"Bus: primary=([0-9a-f]+), secondary=([0-9a-f]+), subordinate=([0-9a-f]+)", block)
+    return None if m is None else (int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16))
+
+
+def _tree_siblings(tree: str) -> list[list[str]]:
+    """The device.function labels of each set of siblings in ``lspci -t``: they hang at one column, opened by
+    ``+-`` and closed by ``\\-``."""
+    open_: dict[int, list[str]] = {}
+    out: list[list[str]] = []
+    for line in tree.splitlines():
+        for m in re.finditer(r"([+\\])-([0-9a-f]{2}\.[0-9a-f])", line):
+            col = m.start()
+            open_.setdefault(col, []).append(m.group(2))
+            if m.group(1) == "\\":
+                out.append(open_.pop(col))
+    return out
+
+
+@pytest.mark.parametrize("profile", sorted(builtin_profiles()))
+def test_the_pci_hierarchy_is_one_hardware_can_build(profile: str, rendered: Rendered) -> None:
+    """PCI Express Base spec, 7.2 and 7.5.1.3: a root or downstream port leads to one link, so one device (its
+    functions) on its secondary bus; a switch's upstream port has only its downstream ports on its internal bus;
+    sibling bridges' bus ranges are disjoint. Read from lspci's view of the config space."""
+    for _, _, root in rendered(profile):
+        blocks = devices(lspci(root, "-vv", "-D"))
+        by_bus: dict[tuple[str, int], set[int]] = {}
+        for bdf in blocks:
+            domain, bus, devfn = bdf.split(":")
+            by_bus.setdefault((domain, int(bus, 16)), set()).add(int(devfn.split(".")[0], 16))
+        ranges: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
+        for bdf, block in blocks.items():
+            buses = _bus_numbers(block)
+            if buses is None:
+                continue
+            domain = bdf.split(":")[0]
+            primary, secondary, subordinate = buses
+            ranges.setdefault((domain, primary), []).append((secondary, subordinate, bdf))
+            kind = re.search(r"Express \(v2\) ([A-Za-z ]+?) (?:Port|\(Slot)", block)
+            below = by_bus.get((domain, secondary), set())
+            if kind and kind.group(1) in ("Root", "Downstream"):
+                assert len(below) <= 1, f"{profile}: {bdf} has devices {sorted(below)} on its secondary bus"
+        for spans in ranges.values():
+            spans.sort()
+            for (_, hi, a), (lo, _, b) in itertools.pairwise(spans):
+                assert lo > hi, f"{profile}: bus ranges of {a} and {b} overlap"
+        for siblings in _tree_siblings(lspci(root, "-t")):
+            assert len(siblings) == len(set(siblings)), f"{profile}: lspci -t shows siblings {siblings}"
+
+
+def _caps(block: str) -> list[str]:
+    return re.findall(r"Capabilities: \[[0-9a-f]+(?: v\d)?\] ([^\n]+)", block)
+
+
+def test_capabilities_are_those_of_the_real_devices(rendered: Rendered) -> None:
+    """What lspci -vv lists for each kind of function. GPUs: as NVIDIA/nvtrust#128's GH100 capture (PM, MSI 1/16,
+    PCIe endpoint, MSI-X with 9 vectors, LTR, Resizable BAR, AER, serial number). ConnectX: MSI-X, SR-IOV and a
+    serial number. Root and switch downstream ports: ACS (PCIe Base 6.12) and AER. Everything at 8 GT/s and up:
+    Secondary PCI Express (PCIe Base 7.7.3)."""
+    ((_, node, root),) = rendered("dgx-h100")
+    blocks = devices(lspci(root, "-vv", "-D"))
+    gpu = blocks[str(node.gpus[0].address)]
+    caps = _caps(gpu)
+    for want in ("Power Management version 3", "MSI: Enable- Count=1/16 Maskable+ 64bit+", "Express (v2) Endpoint",
+                 "MSI-X: Enable+ Count=9", "Latency Tolerance Reporting", "Physical Resizable BAR",
+                 "Advanced Error Reporting", "Secondary PCI Express"):
+        assert any(c.startswith(want) for c in caps), (want, caps)
+    assert re.search(r"Device Serial Number ([0-9a-f]{2}-){7}[0-9a-f]{2}", gpu)
+    assert "BAR 2: current size: 128GB" in gpu
+    nic = blocks[str(node.nics[0].address)]
+    assert "Single Root I/O Virtualization (SR-IOV)" in nic and re.search(r"Total VFs: \d+", nic)
+    assert re.search(r"Expansion ROM at [0-9a-f]+ \[disabled\] \[size=1M\]", nic)
+    ports = [b for b in blocks.values() if re.search(r"Express \(v2\) (Root Port|Downstream Port)", b)]
+    assert ports and all("Access Control Services" in b and "Advanced Error Reporting" in b for b in ports)
+
+
+def test_the_link_is_trained_to_its_target_speed(rendered: Rendered) -> None:
+    """LnkCap, LnkSta and LnkCtl2's target speed agree (a 32 GT/s link has its target at 32 GT/s, not 2.5), and
+    LnkCap2 lists every speed up to it. (Function 0 carries the link's second register set; lspci prints it for
+    function 0 only.)"""
+    for profile in ("dgx-h100", "dgx-a100", "edge-pcie"):
+        _, _, root = rendered(profile)[0]
+        for bdf, block in devices(lspci(root, "-vv", "-D")).items():
+            cap = re.search(r"LnkCap:\s+Port #\d+, Speed ([0-9.]+)GT/s, Width x(\d+)", block)
+            sta = re.search(r"LnkSta:\s+Speed ([0-9.]+)GT/s(?: \(ok\))?, Width x(\d+)", block)
+            target = re.search(r"Target Link Speed: ([0-9.]+)GT/s", block)
+            supported = re.search(r"Supported Link Speeds: 2\.5-([0-9.]+)GT/s", block)
+            assert cap and sta, f"{profile} {bdf}"
+            assert cap.group(1) == sta.group(1) and cap.group(2) == sta.group(2), f"{profile} {bdf}"
+            if bdf.endswith(".0"):
+                assert target and supported, f"{profile} {bdf}"
+                assert cap.group(1) == target.group(1) == supported.group(1), f"{profile} {bdf}"
+
+
+def test_iommu_groups_isolate_devices_behind_acs_ports(rendered: Rendered) -> None:
+    """With ACS on every root and downstream port each device is its own IOMMU group, while the functions of a
+    multi-function device without ACS of its own (a dual-port ConnectX) share one (kernel
+    Documentation/driver-api/vfio.rst, "Groups, Devices, and IOMMUs"). lspci reads the group from the iommu_group
+    link; /sys/kernel/iommu_groups/N/devices lists the members."""
+    ((_, node, root),) = rendered("dgx-h100")
+    blocks = devices(lspci(root, "-vv", "-D"))
+    groups: dict[str, int] = {}
+    for name, address in [(g.name, g.address) for g in node.gpus] + [(n.name, n.address) for n in node.nics]:
+        m = re.search(r"IOMMU group: (\d+)", blocks[str(address)])
+        assert m, name
+        groups[str(address)] = int(m.group(1))
+        members = sorted(p.name for p in (root / f"sys/kernel/iommu_groups/{m.group(1)}/devices").iterdir())
+        assert str(address) in members
+    devices_ = {a.rsplit(".", 1)[0] for a in groups}
+    assert len(set(groups.values())) == len(devices_)
+    assert groups["0000:29:00.0"] == groups["0000:29:00.1"] != groups["0000:aa:00.0"] == groups["0000:aa:00.1"]

@@ -1,0 +1,115 @@
+"""``testbed`` as a newcomer meets it: ``up`` needs no flag, one cluster needs no ``--name``, ``exec`` runs the
+project's python and the real nvidia-smi, a wrong fault id or backend option is exit 2 with a message.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fakehw.nvml.smi import SmiUnavailable, find_real_nvidia
+
+BIN = Path(sys.executable).parent
+
+
+def _testbed(state: Path, *args: str, env: dict[str, str] | None = None,
+             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "FAKEHW_STATE_DIR": str(state), **(env or {})}
+    return subprocess.run([str(BIN / "testbed"), *args], capture_output=True, text=True, timeout=300, env=full,
+                          cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def one_cluster() -> Iterator[Path]:
+    """``testbed up`` with no option at all: dgx-h100, local backend, cluster 'default'."""
+    short = Path(tempfile.mkdtemp(prefix="fhw-cli-", dir="/tmp"))  # the agent's unix socket path must stay short
+    up = _testbed(short, "up")
+    assert up.returncode == 0, up.stderr
+    assert "profile dgx-h100 on the local backend" in up.stderr and "cluster default is up" in up.stdout
+    yield short
+    _testbed(short, "down", "--all")
+    shutil.rmtree(short, ignore_errors=True)
+
+
+def test_one_cluster_needs_no_name_and_a_wrong_fault_id_is_an_error(one_cluster: Path) -> None:
+    status = _testbed(one_cluster, "status")
+    assert status.returncode == 0 and "cluster default: profile dgx-h100" in status.stdout
+    injected = _testbed(one_cluster, "inject", "dgx-h100-0", "xid", "gpu3", "code=79")
+    assert injected.returncode == 0, injected.stderr
+    fault = injected.stdout.split(":")[0]
+    missing = _testbed(one_cluster, "heal", "f-999")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == ("testbed: error: cluster default has no active fault f-999 ('testbed faults' "
+                                      "lists them)")
+    healed = _testbed(one_cluster, "heal", fault)
+    assert healed.returncode == 0 and healed.stdout.startswith(f"healed {fault}: xid on dgx-h100-0/gpu3")
+
+
+def test_exec_runs_the_projects_python_from_anywhere(one_cluster: Path, tmp_path: Path) -> None:
+    """No venv active, a PATH without it, another directory: 'python' is still the project's (fakehw, pynvml)."""
+    env = {"PATH": "/usr/bin:/bin", "VIRTUAL_ENV": ""}
+    code = "import fakehw, pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount(), fakehw.__file__)"
+    proc = _testbed(one_cluster, "exec", "dgx-h100-0", "--", "python", "-c", code, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    count, where = proc.stdout.split()
+    assert count == "8"  # dgx-h100: 8 GPUs
+    assert Path(where).resolve().is_relative_to(Path(__file__).resolve().parents[1])
+
+
+def test_exec_nvidia_smi_is_the_real_one_or_says_how_to_get_it(one_cluster: Path) -> None:
+    proc = _testbed(one_cluster, "exec", "dgx-h100-0", "--", "nvidia-smi", "-L")
+    try:
+        find_real_nvidia()
+    except SmiUnavailable:
+        assert proc.returncode != 0
+        assert "run tools/fetch-real-nvidia.sh (as root)" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 8 and all(line.startswith(f"GPU {i}: NVIDIA H100") for i, line in enumerate(lines))
+
+
+def test_names_are_asked_for_only_when_they_are_ambiguous() -> None:
+    state = Path(tempfile.mkdtemp(prefix="fhw-cli2-", dir="/tmp"))
+    try:
+        assert _testbed(state, "status").stderr.strip().endswith(
+            "no cluster 'default' (start one with 'testbed up --profile P --name default')")
+        for name in ("a", "b"):
+            up = _testbed(state, "up", "--profile", "edge-pcie", "--name", name)
+            assert up.returncode == 0, up.stderr
+        which = _testbed(state, "status")
+        assert which.returncode == 2
+        assert which.stderr.strip() == "testbed: error: 2 clusters exist (a, b): say which with --name"
+        assert _testbed(state, "status", "--name", "b").returncode == 0
+        assert _testbed(state, "down", "--all").returncode == 0
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["up", "--backend", "kubeconfig"], "the kubeconfig backend needs --kubeconfig FILE"),
+    (["up", "--backend", "kubeconfig", "--kubeconfig", "/no/such/kubeconfig"],
+     "needs a kubeconfig file (testbed up --backend kubeconfig --kubeconfig FILE); /no/such/kubeconfig does not "
+     "exist"),
+    (["up", "--kubeconfig", "/etc/hostname"], "--kubeconfig is for the kubeconfig backend, not local"),
+    (["up", "--image", "fakehw/node:amd64"], "--image is for the docker backend, not local"),
+    (["up", "--backend", "docker", "--image", "amd64"], "image amd64 is not in the local image store"),
+    (["up", "--backend", "kind", "--kind-path", "/no/such/kind"], "--kind-path /no/such/kind: no such file"),
+])
+def test_backend_options_are_checked(args: list[str], message: str) -> None:
+    state = Path(tempfile.mkdtemp(prefix="fhw-bo-", dir="/tmp"))  # short: agent sockets live below it
+    try:
+        proc = _testbed(state, *args)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    if "docker" in args and "not in the local image store" not in proc.stderr and "docker" in proc.stderr.lower():
+        pytest.skip(f"no Docker engine here: {proc.stderr.strip()[-200:]}")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert message in proc.stderr and "Traceback" not in proc.stderr
