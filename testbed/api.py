@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
@@ -16,9 +18,31 @@ from types import TracebackType
 from typing import Any
 
 from fakehw.agent.client import AgentApi
-from fakehw.model import System, load_profile
+from fakehw.agent.trust import private_dir
+from fakehw.model import System, builtin_profiles, load_profile
+from fakehw.model.drivers import UnknownBranch, branch_of
+from fakehw.render.atomic import atomic_write
 from testbed.backends import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, get_backend
-from testbed.cluster import ClusterRecord, cluster_dir, default_state_dir, find_cluster
+from testbed.cluster import ClusterRecord, cluster_dir, default_state_dir, find_cluster, trusted_state_dir
+
+
+def pin_driver(profile: str, driver: str, state_dir: Path, name: str) -> Path:
+    """A profile file ``<state>/profiles/<name>.yaml`` that is ``profile`` running ``driver``.
+
+    The version is checked here (a driver version of a branch fakehw knows) so that a typo is named as the
+    ``--driver`` value, not as a line of a file the user never wrote; whether the GPUs run on that branch
+    (Blackwell needs 570) is the profile loader's check, as for any profile."""
+    try:
+        branch_of(driver)
+    except UnknownBranch as exc:
+        raise BackendInputError(f"--driver: {exc}") from None
+    base = profile if profile in builtin_profiles() else os.path.abspath(profile)
+    state = trusted_state_dir(state_dir, create=True)
+    assert state is not None  # created
+    path = private_dir(state / "profiles") / f"{name}.yaml"
+    text = f"# testbed up --driver {driver}\nextends: {json.dumps(base)}\ndriver: {{version: {json.dumps(driver)}}}\n"
+    atomic_write(path, text.encode(), mode=0o600)
+    return path
 
 
 class Testbed:
@@ -39,12 +63,18 @@ class Testbed:
         name: str = "default",
         state_dir: Path | None = None,
         progress: Callable[[dict[str, Any]], None] | None = None,
+        driver: str | None = None,
         **options: Any,
     ) -> Testbed:
-        """Stand up ``profile``; refuses if a live cluster of that name exists (stale ones are cleaned)."""
+        """Stand up ``profile``; refuses if a live cluster of that name exists (stale ones are cleaned).
+
+        ``driver`` pins the NVIDIA driver every node runs (``535.261.03``): the profile is then a small one of the
+        state directory's that ``extends`` the given one, as a user would write it (docs/nvml.md)."""
         state = state_dir or default_state_dir()
         cluster_dir(name, state)  # validates the name
         impl = get_backend(backend)
+        if driver is not None:
+            profile = str(pin_driver(profile, driver, state, name))
         existing = find_cluster(name, state)
         if existing is not None:
             old = get_backend(existing.backend)

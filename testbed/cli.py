@@ -160,7 +160,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"starting cluster {args.name!r}: profile {args.profile} on the {args.backend} backend ...", file=sys.stderr)
     options = _backend_options(args)
     tb = Testbed.up(args.profile, nodes=args.nodes, backend=args.backend, name=args.name,
-                    state_dir=_state_dir(args), progress=_start_reporter(start), **options)
+                    state_dir=_state_dir(args), driver=args.driver, progress=_start_reporter(start), **options)
     print(f"cluster {tb.name} is up: {len(tb.record.nodes)} node(s) in {time.monotonic() - start:.1f} s "
           f"({tb.record.dir})")
     return 0
@@ -366,7 +366,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """The embedded default job: stand up a profile, show its topology and health, exercise a fault, tear down."""
     name = args.name
     tb = Testbed.up(args.profile, nodes=args.nodes, backend=args.backend, name=name, state_dir=_state_dir(args),
-                    **_backend_options(args))
+                    driver=args.driver, **_backend_options(args))
     try:
         print(f"== {args.profile} on the {args.backend} backend: {len(tb.record.nodes)} node(s)\n")
         args.topology, args.json, args.all_nodes = True, False, False
@@ -419,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = add(name, helptext, func)
         p.add_argument("--profile", default="dgx-h100", help="built-in profile or YAML file (default: dgx-h100)")
         p.add_argument("--nodes", type=int, metavar="N", help="node count (single-group profiles)")
+        p.add_argument("--driver", metavar="VERSION",
+                       help="the NVIDIA driver every node runs instead of the profile's, e.g. 535.261.03: the real "
+                            "nvidia-smi can be had for 535, 550 and 555 only (Blackwell needs 570 or newer)")
         p.add_argument("--backend", default="local", choices=BACKENDS,
                        help="where the nodes run: local (node directories and one agent on this machine), docker "
                             "(a container per node), kind (a local Kubernetes cluster) or kubeconfig (an existing "

@@ -63,17 +63,39 @@ def test_exec_runs_the_projects_python_from_anywhere(one_cluster: Path, tmp_path
     assert Path(where).resolve().is_relative_to(Path(__file__).resolve().parents[1])
 
 
-def test_exec_nvidia_smi_is_the_real_one_or_says_how_to_get_it(one_cluster: Path) -> None:
+def test_exec_nvidia_smi_on_a_driver_debian_does_not_ship_says_how_to_pin_one(one_cluster: Path) -> None:
+    """dgx-h100 runs the H100 capture's driver 580, whose nvidia-smi NVIDIA ships only in its driver packages:
+    no real binary can be had here, and the message says how to run a node on one that can."""
     proc = _testbed(one_cluster, "exec", "dgx-h100-0", "--", "nvidia-smi", "-L")
+    assert proc.returncode != 0
+    assert "no real nvidia-smi of branch 580" in proc.stderr and "testbed up --driver 535.261.03" in proc.stderr
+
+
+def test_up_driver_pins_the_driver_and_the_real_nvidia_smi_of_it_runs(tmp_path: Path) -> None:
+    """``testbed up --driver 535.261.03``: every node runs 535, which Debian's real nvidia-smi 535 accepts (it
+    refuses any other NVML version: 'Failed to initialize NVML: Driver/library version mismatch')."""
+    state = Path(tempfile.mkdtemp(prefix="fhw-drv-", dir="/tmp"))
     try:
-        find_real_nvidia()
-    except SmiUnavailable:
-        assert proc.returncode != 0
-        assert "run tools/fetch-real-nvidia.sh (as root)" in proc.stderr, proc.stderr
-        return
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.strip().splitlines()
-    assert len(lines) == 8 and all(line.startswith(f"GPU {i}: NVIDIA H100") for i, line in enumerate(lines))
+        bad = _testbed(state, "up", "--driver", "536.1.1")
+        assert bad.returncode == 2 and "--driver: driver 536.1.1 is of branch 536" in bad.stderr, bad.stderr
+        up = _testbed(state, "up", "--driver", "535.261.03")
+        assert up.returncode == 0, up.stderr
+        proc = _testbed(state, "exec", "dgx-h100-0", "--", "nvidia-smi", "-L")
+        try:
+            find_real_nvidia(535)
+        except SmiUnavailable:
+            assert proc.returncode != 0
+            assert "tools/fetch-real-nvidia.sh has not run" in proc.stderr, proc.stderr
+            return
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.strip().splitlines()
+        assert len(lines) == 8 and all(line.startswith(f"GPU {i}: NVIDIA H100") for i, line in enumerate(lines))
+        smi = _testbed(state, "exec", "dgx-h100-0", "--", "nvidia-smi", "--query-gpu=driver_version",
+                       "--format=csv,noheader")
+        assert smi.stdout.split() == ["535.261.03"] * 8, smi.stdout
+    finally:
+        _testbed(state, "down", "--all")
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def test_names_are_asked_for_only_when_they_are_ambiguous() -> None:

@@ -46,29 +46,31 @@ def tour() -> list[str]:
 
 def _gpu_lines(out: str) -> bool:
     lines = out.strip().splitlines()
-    return len(lines) == 4 and all(line.startswith(f"GPU {i}: NVIDIA GB200 (UUID: GPU-")
+    return len(lines) == 8 and all(line.startswith(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-")
                                    for i, line in enumerate(lines))
 
 
-# What each tour command must show (the README's comment on its line says the same in words).
-EXPECT: dict[str, Callable[[str], bool]] = {
-    ".venv/bin/fakehw profiles": lambda out: all(p in out for p in ("dgx-h100", "gb200-nvl72", "mixed-arch")),
-    ".venv/bin/fakehw topo dgx-h100": lambda out: "GPU0" in out and "NV18" in out,
-    ".venv/bin/fakehw validate fakehw/profiles/gb200-nvl72.yaml": lambda out: "not valid" not in out,
-    ".venv/bin/testbed up --profile gb200-nvl72": lambda out: "cluster default is up: 18 node(s)" in out,
-    ".venv/bin/testbed exec gb200-tray-3 -- nvidia-smi -L": _gpu_lines,
-    ".venv/bin/testbed exec gb200-tray-3 -- python -c": lambda out: out.strip() == "4",
-    ".venv/bin/testbed inject gb200-tray-3 xid gpu2 code=79": lambda out: "xid on gb200-tray-3/gpu2 code=79" in out,
-    ".venv/bin/testbed status": lambda out: "gpu2: fallen off the bus (Xid 79)" in out,
-    ".venv/bin/testbed down": lambda out: "cluster default is down" in out,
-}
+# What each tour command must show, in order (the README's comment on its line says the same in words).
+EXPECT: list[tuple[str, Callable[[str], bool]]] = [
+    (".venv/bin/fakehw profiles", lambda out: all(p in out for p in ("dgx-h100", "gb200-nvl72", "mixed-arch"))),
+    (".venv/bin/fakehw topo dgx-h100", lambda out: "GPU0" in out and "NV18" in out),
+    (".venv/bin/fakehw validate fakehw/profiles/gb200-nvl72.yaml", lambda out: "not valid" not in out),
+    (".venv/bin/testbed up --profile gb200-nvl72", lambda out: "cluster default is up: 18 node(s)" in out),
+    (".venv/bin/testbed exec gb200-tray-3 -- python -c", lambda out: out.strip() == "4"),
+    (".venv/bin/testbed inject gb200-tray-3 xid gpu2 code=79", lambda out: "xid on gb200-tray-3/gpu2 code=79" in out),
+    (".venv/bin/testbed status", lambda out: "gpu2: fallen off the bus (Xid 79)" in out),
+    (".venv/bin/testbed down", lambda out: "cluster default is down" in out),
+    (".venv/bin/testbed up --driver 535.261.03", lambda out: "cluster default is up: 1 node(s)" in out),
+    (".venv/bin/testbed exec dgx-h100-0 -- nvidia-smi -L", _gpu_lines),
+    (".venv/bin/testbed down", lambda out: "cluster default is down" in out),
+]
 
 
 def test_the_readme_lists_what_this_test_checks() -> None:
     """Every tour line has an expectation here, and every expectation a tour line (the two stay in step)."""
     commands = tour()
     assert len(commands) == len(EXPECT)
-    for command, prefix in zip(commands, EXPECT, strict=True):
+    for command, (prefix, _) in zip(commands, EXPECT, strict=True):
         assert command.startswith(prefix), (command, prefix)
     assert quick_start()[0] == "make run"
 
@@ -107,7 +109,7 @@ def test_quick_start_then_the_tour_on_a_fresh_clone(clone: Path) -> None:
         index = json.loads((html.parent / "index.json").read_text())
         assert [(r["target"], r["profile"], r["certified"]) for r in index["runs"]] == [
             ("device-plugin", "dgx-h100", True), ("extender", "dgx-h100", True)]
-        for command, check in zip(tour(), EXPECT.values(), strict=True):
+        for command, (_, check) in zip(tour(), EXPECT, strict=True):
             proc = _sh(command, clone, state, timeout=600)
             assert proc.returncode == 0, (command, proc.stdout[-2000:], proc.stderr[-2000:])
             assert check(proc.stdout), (command, proc.stdout[-2000:])

@@ -86,7 +86,11 @@ def find_real_nvidia(branch: int = 535, root: Path | None = None) -> RealNvidia:
     """The extracted packages of ``branch``, or :class:`SmiUnavailable` saying why they are not there."""
     if branch not in DEBIAN_BRANCHES:
         raise SmiUnavailable(f"no real nvidia-smi of branch {branch} can be had here (Debian ships "
-                             f"{', '.join(map(str, DEBIAN_BRANCHES))}); its behaviour comes from the header")
+                             f"{', '.join(map(str, DEBIAN_BRANCHES))}); pynvml, go-nvml and NVIDIA's components see "
+                             f"branch {branch} as its header defines it. For the real nvidia-smi, run a node on one of "
+                             "those drivers: 'testbed up --driver 535.261.03' (or 550.163.01, 555.58.02), or a "
+                             "profile with 'extends: <profile>' and 'driver: {version: 535.261.03}'; Blackwell GPUs "
+                             "need 570 or newer")
     base = root or real_nvidia_dir(branch)
     try:
         version = (base / "VERSION").read_text().strip()

@@ -30,13 +30,15 @@ DATA = Path(__file__).resolve().parent / "data"
 GB200_R580 = str(DATA / "gb200-nvl72-r580.yaml")
 
 EXPECTED: dict[str, dict[str, str]] = {
-    # DGX H100: 8x H100 SXM5 80GB; capture qx-h100.xml: "NVIDIA H100 80GB HBM3", 81559 MiB; CC 9.0.
+    # DGX H100: 8x H100 SXM5 80GB; capture qx-h100.xml: "NVIDIA H100 80GB HBM3", 81559 MiB, driver 580.105.08 /
+    # CUDA 13.0 (the driver dgx-h100 runs); CC 9.0.
     "dgx-h100": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559",
                  "nvidia.com/gpu.count": "8", "nvidia.com/gpu.family": "hopper",
                  "nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0",
                  "nvidia.com/gpu.machine": "DGXH100", "nvidia.com/gpu.mode": "compute",
-                 "nvidia.com/mig.capable": "true", "nvidia.com/cuda.driver.major": "535",
-                 "nvidia.com/cuda.runtime.major": "12", "nvidia.com/cuda.runtime.minor": "2"},
+                 "nvidia.com/mig.capable": "true", "nvidia.com/cuda.driver.major": "580",
+                 "nvidia.com/cuda.driver.minor": "105", "nvidia.com/cuda.driver.rev": "08",
+                 "nvidia.com/cuda.runtime.major": "13", "nvidia.com/cuda.runtime.minor": "0"},
     # 8x L4 24GB in a PowerEdge R760xa; nvidia-smi shows 23034 MiB for an L4; CC 8.9; the L4 has no MIG.
     "edge-pcie": {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.memory": "23034",
                   "nvidia.com/gpu.count": "8", "nvidia.com/gpu.family": "ada-lovelace",

@@ -19,8 +19,6 @@ from tests.hostile.conftest import AgentProcess, SmallDisk, start_agent
 PROFILE = "gh200"
 NODE = "gh200-0"
 INJECTS = 150
-DISK = "96m"
-"""Room for the gh200 tree (~45 MiB on tmpfs since memory blocks and PCI BARs) and the journal, then filled."""
 TEMP_NAME = re.compile(r"^\..+\.(fakehw-\d+-\d+|tmp-\d+|[a-z0-9_]{8})$")
 """Temporary names of atomic_write (.NAME.XXXXXXXX) and of the tree writer (.NAME.fakehw-PID-TID, .root.tmp-PID)."""
 
@@ -35,7 +33,7 @@ def agent_on(disk: SmallDisk, tmp_path: Path, *extra: str, wait: bool = True) ->
 
 
 def test_answers_on_a_full_disk_tell_the_truth(small_disk: Callable[[str], SmallDisk], tmp_path: Path) -> None:
-    disk = small_disk(DISK)
+    disk = small_disk("96m")  # a gh200 node tree is ~48 MB in 4 KiB pages
     agent = agent_on(disk, tmp_path)
     try:
         client = agent.client(retries=0)
@@ -85,7 +83,7 @@ def test_an_agent_on_a_disk_too_small_exits_with_a_clear_error(small_disk: Calla
 def test_a_restart_after_the_disk_filled_replays_exactly_what_was_acknowledged(
         small_disk: Callable[[str], SmallDisk], tmp_path: Path) -> None:
     """The agent is killed (no clean stop) while the disk is full; the restart finds only acknowledged faults."""
-    disk = small_disk(DISK)
+    disk = small_disk("96m")  # a gh200 node tree is ~48 MB in 4 KiB pages
     agent = agent_on(disk, tmp_path)
     acknowledged: list[str] = []
     refused = 0

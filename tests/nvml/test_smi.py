@@ -145,11 +145,20 @@ def test_query_values_of_the_model_are_the_real_boards(node_snapshot: Callable[.
 DGX_H100_CPUS = ("0-55,112-167", "56-111,168-223")
 
 
-def dgx_h100_expected_row(i: int, nics: int) -> list[str]:
+DGX_H100_GPU_NIC = (0, 3, 4, 5, 6, 9, 10, 11)
+"""mlx5_N of each GPU's compute ConnectX-7, the one on its PCIe switch (DGX H100/H200 User Guide, Table 6)."""
+DGX_H100_NICS = 12
+"""8 compute ports and two dual-port slot cards (mlx5_1/2 and mlx5_7/8), the guide's Table 5; mlx5_0-5 sit on
+socket 0's buses, mlx5_6-11 on socket 1's."""
+
+
+def dgx_h100_expected_row(i: int) -> list[str]:
     """The DGX H100's documented topology: all 8 GPUs NV18 through the NVSwitches; each GPU shares a PCIe switch
-    with one ConnectX-7 (PIX), NICs of its socket are NODE away, the other socket's SYS; socket 0 holds GPUs 0-3."""
+    with its compute ConnectX-7 (PIX), NICs of its socket are NODE away, the other socket's SYS; socket 0 holds
+    GPUs 0-3."""
     row = [" X " if j == i else "NV18" for j in range(8)]
-    row += ["PIX" if j == i else "NODE" if j // 4 == i // 4 else "SYS" for j in range(nics)]
+    row += ["PIX" if j == DGX_H100_GPU_NIC[i] else "NODE" if j // 6 == i // 4 else "SYS"
+            for j in range(DGX_H100_NICS)]
     return [*row, DGX_H100_CPUS[i // 4], str(i // 4), "", "N/A"]
 
 
@@ -172,11 +181,11 @@ def test_topology_matrix_with_nic_columns(node_snapshot: Callable[..., NodeSnap]
     text = ANSI.sub("", ok(run_nvidia_smi(["topo", "-m"], node / "nvml.snapshot", real, wrap=wrap)))
     lines = [line for line in text.splitlines() if line]
     header = lines[0].split("\t")[1:]
-    assert header[:16] == [f"GPU{i}" for i in range(8)] + [f"NIC{i}" for i in range(8)]
+    assert header[:20] == [f"GPU{i}" for i in range(8)] + [f"NIC{i}" for i in range(DGX_H100_NICS)]
     rows = {r.split("\t")[0]: r.split("\t")[1:] for r in lines[1:] if r.startswith(("GPU", "NIC"))}
     for i in range(8):
-        assert rows[f"GPU{i}"] == dgx_h100_expected_row(i, 8)
-    assert [f"NIC{i}: mlx5_{i}" for i in range(8)] == re.findall(r"NIC\d+: mlx5_\d+", text)
+        assert rows[f"GPU{i}"] == dgx_h100_expected_row(i)
+    assert [f"NIC{i}: mlx5_{i}" for i in range(DGX_H100_NICS)] == re.findall(r"NIC\d+: mlx5_\d+", text)
 
 
 def topo_fakehw(profile: str, node_index: int) -> str:

@@ -20,12 +20,13 @@ from fakehw.sysfs.hwloc import HwlocTopology, lstopo, lstopo_path
 pytestmark = pytest.mark.skipif(lstopo_path() is None, reason="hwloc is not installed (tools/install-system-deps.sh)")
 
 Rendered = Callable[[str], list[tuple[System, Node, Path]]]
-GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
+GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 
 
 def link_gbs(gen: int, width: int) -> float:
-    """Usable bandwidth hwloc computes from a link's speed and width (8b/10b up to gen2, 128b/130b after)."""
-    encoding = 0.8 if gen <= 2 else 128 / 130
+    """Usable bandwidth hwloc computes from a link's speed and width: 8b/10b up to gen2, 128b/130b for gen3-5,
+    242/256 for gen6's FLIT mode (hwloc 2.9 prints 121.0 GB/s for a 64 GT/s x16 GB300, = 128 x 242/256)."""
+    encoding = 0.8 if gen <= 2 else 128 / 130 if gen <= 5 else 242 / 256
     return GTS[gen] * encoding * width / 8
 
 

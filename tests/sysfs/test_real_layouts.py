@@ -204,8 +204,11 @@ def test_nvidia_smi_topo_shows_the_nic_columns_of_the_node(tmp_path: Path) -> No
         real = find_real_nvidia()
     except SmiUnavailable as exc:
         pytest.skip(str(exc))
+    # The real nvidia-smi accepts only its own driver's NVML: the node runs 535 (dgx-h100 itself runs 580).
+    profile = tmp_path / "dgx-h100-535.yaml"
+    profile.write_text(f"extends: dgx-h100\ndriver: {{version: {real.driver_version}}}\n")
     # Not under /dev/shm: the snapshot must stay reachable once the node's /dev is over /dev.
-    assert fakehw_main(["render", "dgx-h100", "--out", str(tmp_path)]) == 0
+    assert fakehw_main(["render", str(profile), "--out", str(tmp_path)]) == 0
     node_dir = tmp_path / "dgx-h100-0"
     proc = on_node(node_dir / "root", ["env", f"FAKEHW_NVML_SNAPSHOT={node_dir / 'nvml.snapshot'}",
                                        f"LD_LIBRARY_PATH={library_dir()}", str(real.smi), "topo", "-m"])
