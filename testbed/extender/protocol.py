@@ -21,7 +21,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
@@ -256,6 +256,16 @@ def _go_string_list(v: Any, where: str) -> list[str] | None:
     return [_go_string(x, f"{where}[{i}]") for i, x in enumerate(v)]
 
 
+def listed_twice(names: Iterable[str]) -> list[str]:
+    """Names that occur more than once, sorted. One pass over a set: an answer naming 10,000 nodes is checked in
+    linear time (``list.count`` per name took 1.1 s per check at 10,000 nodes)."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for name in names:
+        (twice if name in seen else seen).add(name)
+    return sorted(twice)
+
+
 def _key_checks(keys: _Keys, body: str) -> list[Check]:
     out = []
     if keys.unknown:
@@ -324,7 +334,7 @@ def decode_filter(data: Any, sent: Sequence[str], node_cache_capable: bool, body
                             {"body": body[:EVIDENCE_BYTES]}))
     else:
         checks.append(Check("known-nodes", True, "only nodes that were sent"))
-    dup = sorted({n for n in returned if returned.count(n) > 1})
+    dup = listed_twice(returned)
     both = sorted(set(returned) & (set(failed) | set(unresolvable)))
     if dup or both:
         checks.append(Check("consistent", False, f"nodes listed twice: {', '.join(dup)}; nodes both passed and "
@@ -364,8 +374,7 @@ def decode_priorities(data: Any, sent: Sequence[str], body: str
                         {"body": body[:EVIDENCE_BYTES]} if bad else {}))
     sent_set = set(sent)
     unknown = sorted({p.host for p in out if p.host not in sent_set})
-    hosts = [p.host for p in out]
-    dup = sorted({h for h in hosts if hosts.count(h) > 1})
+    dup = listed_twice(p.host for p in out)
     checks.append(Check("known-nodes", not unknown and not dup,
                         (f"hosts that were not sent: {', '.join(unknown[:10])}" if unknown else "")
                         + (f" hosts listed twice: {', '.join(dup)}" if dup else "")
