@@ -7,6 +7,7 @@ decisions run one at a time under the informer's lock, so a bind never races a f
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
@@ -383,6 +384,9 @@ class _Server(LoopbackJsonServer):
 def serve(host: str, port: int, api: str, options: Options) -> None:
     ext = Extender(ApiClient(api), options)
     ext.start()
+    # What the first list built (10,000 Node objects are millions of Python objects) lives as long as the process:
+    # kept out of the collector, a full collection no longer walks it (that walk was most of the p99 at 10,000 nodes).
+    gc.freeze()
     server = _Server((host, port), ext)
     log.info("reference extender on http://%s:%d (cluster API %s, mutant %s)", host, server.server_address[1], api,
              options.mutant or "none")
