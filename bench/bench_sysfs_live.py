@@ -4,7 +4,10 @@ Figures are printed, nothing is asserted. One cxl-pool host is served by an in-p
 ``sys`` is read directly (the baseline) and through the FUSE mount: single attribute reads (open, read, close, as
 libcxl's sysfs_read_attr does), a walk of ``/sys/bus/cxl/devices`` resolving every link and reading every attribute
 below it (what one ``cxl list -M -P -D -E -R`` costs), and one sysfs write that acts (cxl_mem unbind + bind,
-journaled and re-rendered) for scale. Needs root and FUSE.
+journaled and re-rendered) for scale; then what the local testbed adds to each command it runs on a node
+(``testbed exec``): the node's mount found (or started: the first command on a node pays for its server) and
+``true`` run in the node view with the rendered tree read-only against the same with the live /sys bound on
+``/sys``. Needs root and FUSE.
 
 Usage: ``python bench/bench_sysfs_live.py [--reads N]``
 """
@@ -15,6 +18,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -27,7 +31,9 @@ from _util import percentile, row
 from fakehw.agent.server import UnixAgentServer, serve
 from fakehw.agent.service import AgentService
 from fakehw.livefs import LiveMount, unavailable
+from fakehw.livefs.nodes import NodeMounts
 from fakehw.model import load_profile
+from testbed import nodeview
 
 NODE = "cxl-host-0"
 ATTRS = ("bus/cxl/devices/mem0/serial", "bus/cxl/devices/decoder0.0/size", "bus/cxl/devices/region0/commit",
@@ -69,6 +75,38 @@ def walk(sys_dir: Path) -> int:
     return count
 
 
+def per_exec(base: Path, rendered: Path, root: Path, runs: int = 20) -> None:
+    """What the local testbed adds to each command run on a node: finding (or starting) the node's live mount, and
+    entering the node view with it bound on /sys."""
+    mounts = NodeMounts(base / "live", base / "agent.sock", lambda n: rendered)
+    try:
+        t = time.perf_counter()
+        point = mounts.ensure(NODE)
+        row("first command on a node: mount its live /sys", f"{(time.perf_counter() - t) * 1e3:8.1f} ms")
+        times = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            mounts.ensure(NODE)
+            times.append(time.perf_counter() - t)
+        row("later commands: find the node's mount", f"{statistics.median(times) * 1e3:8.2f} ms")
+        if nodeview.unavailable() is not None:
+            return
+        views = (("node view, rendered /sys (read-only)", nodeview.NodeView(root=str(root))),
+                 ("node view, live /sys", nodeview.NodeView(root=str(root), binds=(nodeview.Bind(str(point), "/sys"),),
+                                                            writable_sys=True)))
+        argvs = [nodeview.command(view, ["true"]) for _, view in views]
+        spent: list[list[float]] = [[] for _ in views]
+        for _ in range(runs):  # alternated, so that a busy moment costs both the same
+            for argv, out in zip(argvs, spent, strict=True):
+                t = time.perf_counter()
+                subprocess.run(argv, check=True)
+                out.append(time.perf_counter() - t)
+        for (name, _), out in zip(views, spent, strict=True):
+            row(f"`true` in the {name}", f"{statistics.median(out) * 1e3:8.1f} ms")
+    finally:
+        mounts.stop_all()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reads", type=int, default=5000)
@@ -104,6 +142,7 @@ def main() -> int:
             os.write(fd, b"mem3\n")
             os.close(fd)
         row("cxl_mem unbind + bind through the agent", f"{(time.perf_counter() - t) * 1e3:8.1f} ms")
+        per_exec(base, rendered, svc.node_dir(NODE) / "root")
     finally:
         mount.stop()
         stop.set()

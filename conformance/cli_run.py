@@ -10,7 +10,8 @@
 
 ``run`` runs each target's suite on each profile and backend through pytest in a child process (so a crashing
 component cannot take the CLI with it), writes the per-requirement results file and the certification report
-(results.json, report.json, junit.xml, summary.md, report.html: in ``--out`` for one run, in
+(results.json, report.json, junit.xml, summary.md, report.html, sealed by attestation.intoto.json and signed
+with ``--sign-key``/``--sigstore`` in attestation.sigstore.json: in ``--out`` for one run, in
 ``--out/<target>-<profile>-<backend>/`` for several, with ``index.json`` and a combined ``summary.md``) and prints
 one line per requirement. Exit status: 0 only when every required requirement of every run passed, 1 when one
 did not, 2 for bad input (checked before anything runs).
@@ -35,6 +36,7 @@ from conformance.requirements import LEVELS, catalogue
 from fakehw.cli_common import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, CliError
 
 if TYPE_CHECKING:
+    from conformance.provenance.attest import Signer
     from conformance.report import Report
 
 
@@ -141,17 +143,21 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], bool]:
     return lines, ok
 
 
-def write_report(results: Path, out: Path) -> Report | None:
-    """The sealed certification report next to the results (None, said on stderr, when it cannot be built)."""
-    from conformance.report import ReportError, report_from_results, write_reports
+def write_report(results: Path, out: Path, signer: Signer) -> Report | None:
+    """The sealed (and signed) certification report next to the results (None, said on stderr, when it cannot be
+    built or signed)."""
+    from conformance.cli_report import signing_words
+    from conformance.provenance.attest import write_run
+    from conformance.provenance.dsse import SignatureError
+    from conformance.report import ReportError
 
     try:
-        report = report_from_results(results)
-        write_reports(report, out)
-    except ReportError as exc:
+        written = write_run(results, out, signer)
+    except (ReportError, SignatureError) as exc:
         print(f"conformance: no report: {exc}", file=sys.stderr)
         return None
-    return report
+    print(f"conformance: {out}: sealed; {signing_words(signer.mode, written.signed)}")
+    return written.report
 
 
 @dataclass(frozen=True)
@@ -235,7 +241,7 @@ def _pytest_args(args: argparse.Namespace, run: Run) -> argparse.Namespace:
     return one
 
 
-def execute(args: argparse.Namespace, run: Run, out: Path) -> tuple[bool, str | None, float]:
+def execute(args: argparse.Namespace, run: Run, out: Path, signer: Signer) -> tuple[bool, str | None, float]:
     """Run one suite into ``out``; whether every required requirement passed, the report verdict, seconds."""
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
@@ -246,6 +252,8 @@ def execute(args: argparse.Namespace, run: Run, out: Path) -> tuple[bool, str | 
     started = time.monotonic()
     env = dict(os.environ)
     env.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+    if args.component_user:
+        env["FAKEHW_COMPONENT_USER"] = args.component_user
     proc = subprocess.run(argv, env=env, check=False)
     took = time.monotonic() - started
     if not results.is_file():
@@ -257,7 +265,7 @@ def execute(args: argparse.Namespace, run: Run, out: Path) -> tuple[bool, str | 
     print("\n".join(lines))
     from conformance.report.text import VERDICT_TEXT
 
-    report = write_report(results, out)
+    report = write_report(results, out, signer)
     if report is None:
         return False, None, took  # nothing sealed: nothing certified
     return report.verdicts.overall == "certified", str(VERDICT_TEXT[report.verdicts.overall]), took
@@ -288,6 +296,16 @@ def clear_previous(out: Path) -> list[Path]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from conformance.cli_report import signer_from_args
+
+    signer = signer_from_args(args, defer=True)
+    if args.component_user:
+        from testbed.component_user import ComponentUserError, lookup
+
+        try:
+            lookup(args.component_user)
+        except ComponentUserError as exc:
+            raise CliError(str(exc), EXIT_BAD_INPUT) from None
     runs = plan_runs(args)
     out = Path(args.out)
     single = len(runs) == 1
@@ -298,7 +316,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         component = run.plugin_cmd or run.spec or "reference"
         print(f"conformance: [{i}/{len(runs)}] {run.label}: {component}", file=sys.stderr)
         run_dir = out if single else out / run.slug
-        ok, verdict, took = execute(args, run, run_dir)
+        ok, verdict, took = execute(args, run, run_dir, signer)
         index.append({"target": run.suite.target, "component": component, "profile": run.profile,
                       "backend": run.backend, "certified": ok, "verdict": verdict, "seconds": round(took, 1),
                       "dir": str(run_dir)})
@@ -355,6 +373,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from conformance.cli_report import add_signing_options
+
     p = sub.add_parser("run", help="certify components: targets x profiles x backends",
                        description="Runs each target's suite in pytest on each profile and backend, writes the results "
                                    "and the certification report (OUT, or OUT/<target>-<profile>-<backend>/ plus "
@@ -378,6 +398,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-k", dest="keyword", help="only checks matching this pytest -k expression")
     p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                    help="pytest -v instead of -q, and print each pytest command line to stderr")
+    p.add_argument("--component-user", metavar="USER",
+                   help="start the component as this (non-root) user, so it cannot write the harness's output; "
+                        "the harness must run as root (the certify workflow does both)")
+    add_signing_options(p, defer_help=True)
     p.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments")
     p.set_defaults(func=cmd_run)
 

@@ -228,6 +228,20 @@ class _Recorder:
         self.tests: dict[str, _TestResult] = {}
         self.manifest: dict[str, Any] = {}
         self._profile: tuple[str | None, list[str]] | None = None
+        self._provenance: dict[str, object] | None = None
+
+    @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Components by digest, harness and runner, resolved before any component runs (provenance)."""
+        if self.path is not None and any(requirement_ids(i) for i in session.items):
+            self._provenance_facts()
+
+    def _provenance_facts(self) -> dict[str, object]:
+        if self._provenance is None:
+            from conformance.provenance.facts import run_facts
+
+            self._provenance = run_facts(list(getattr(self.config.option, "target", []) or []), __version__)
+        return self._provenance
 
     def _profile_facts(self) -> tuple[str | None, list[str]]:
         """Digest and node architectures of the profile under test (None when it does not load)."""
@@ -289,10 +303,11 @@ class _Recorder:
                 "architectures": arches,
                 "backend": getattr(opts, "backend", None),
                 "arch": getattr(opts, "arch", None),
-                "targets": list(getattr(opts, "target", []) or []),
+                "targets": [redact_target(t) for t in getattr(opts, "target", []) or []],
                 "harness_version": __version__,
                 "python": platform.python_version(),
                 "machine": platform.machine(),
+                **self._provenance_facts(),
                 **self.manifest,
             },
             "tests": tests,
@@ -313,6 +328,14 @@ class _Recorder:
         tr.section("conformance: results per requirement")
         for req_id, entry in sorted(doc["requirements"].items()):
             tr.write_line(f"{entry['status'].upper():14} {req_id:18} {entry.get('title', '')}")
+
+
+def redact_target(target: str) -> str:
+    """``KIND=SPEC`` with the directories of absolute paths cut off (they say where it was installed)."""
+    from conformance.provenance.component import redact
+
+    kind, sep, spec = target.partition("=")
+    return f"{kind}{sep}{redact(spec)}" if sep else target
 
 
 def _short(report: pytest.TestReport) -> str:

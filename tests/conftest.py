@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["testbed.fixtures"]
+pytest_plugins = ["testbed.fixtures", "tests.peer.summary"]
 
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile(

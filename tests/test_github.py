@@ -71,10 +71,11 @@ def test_reusable_workflow_inputs_are_all_used() -> None:
 def test_the_action_takes_the_workflows_inputs() -> None:
     """A vendor switching between the action and the reusable workflow keeps their inputs: the same names and
     defaults, except where the action cannot differ (it is fakehw itself: no fakehw-repository/ref; its report
-    directory is an input, the workflow's is fixed)."""
+    directory is an input, the workflow's is fixed; signing is the action's choice, ``sigstore``, because it signs
+    as the caller's workflow, where the workflow always signs in a job of its own)."""
     workflow = _load(ROOT / ".github" / "workflows" / "certify.yml")["on"]["workflow_call"]["inputs"]
     action = _load(ROOT / "action.yml")["inputs"]
-    assert set(workflow) - {"fakehw-repository", "fakehw-ref"} == set(action) - {"out"}
+    assert set(workflow) - {"fakehw-repository", "fakehw-ref"} == set(action) - {"out", "sigstore"}
     for name in set(workflow) & set(action):
         assert workflow[name].get("default", "") == action[name].get("default", ""), name
     action_text = (ROOT / "action.yml").read_text()

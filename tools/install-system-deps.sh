@@ -29,6 +29,8 @@ if [ "$scope" = all ]; then
   command -v lstopo-no-graphics >/dev/null || PACKAGES+=(hwloc-nox)
   # Certification report: the HTML report is rendered in headless Chromium and its screenshot read by tesseract.
   PACKAGES+=(chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core)
+  # Signed reports: openssl checks the DSSE signatures and key ids conformance writes (an oracle outside our code).
+  PACKAGES+=(openssl)
   # Scheduler conformance (testbed/slurm): Slurm's daemons and clients and munge. testbed.slurm runs them with its
   # own configuration, key and socket; the packages' own services are never started (see policy-rc.d below).
   PACKAGES+=(slurmctld slurmd slurm-client munge)

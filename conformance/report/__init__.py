@@ -6,7 +6,16 @@ import json
 from pathlib import Path
 
 from conformance.report.html import to_html
-from conformance.report.model import Report, ReportError, build_report, load_report, report_json_schema, verify
+from conformance.report.model import (
+    UNSIGNED,
+    Report,
+    ReportError,
+    Signing,
+    build_report,
+    load_report,
+    report_json_schema,
+    verify,
+)
 from conformance.report.text import to_junit, to_markdown
 from fakehw.render.atomic import atomic_write
 
@@ -25,14 +34,14 @@ def render(report: Report, fmt: str) -> str:
     raise ReportError(f"unknown format {fmt!r} (formats: {', '.join(FORMATS)})")
 
 
-def report_from_results(path: Path) -> Report:
+def report_from_results(path: Path, signing: Signing = UNSIGNED) -> Report:
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise ReportError(f"cannot read {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise ReportError(f"{path}: not JSON ({exc})") from None
-    return build_report(data)
+    return build_report(data, signing=signing)
 
 
 def write_reports(report: Report, out_dir: Path, formats: tuple[str, ...] = tuple(FORMATS)) -> dict[str, Path]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.report.model import Report, ReportError, RequirementResult, load_report
-from conformance.report.text import VERDICT_TEXT
+from conformance.report.text import VERDICT_TEXT, provenance_facts
 from fakehw.model import ProfileError, System, load_profile
 
 _PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f")
@@ -252,6 +252,7 @@ def _manifest_rows(report: Report, system: System | None) -> list[tuple[str, str
         ("images", ", ".join(f"{k}: {v}" for k, v in m.images.items()) or "-"),
         ("versions", ", ".join(f"{k} {v}" for k, v in m.versions.items() if v)),
         ("generated", report.generated),
+        *provenance_facts(report),
     ]
 
 

@@ -1,10 +1,13 @@
-"""The certification report: what was certified, on what, with which verdicts, sealed by a sha256.
+"""The certification report: what was certified (by digest), on what, by which harness, with which verdicts.
 
 A report is built from a results file (``--conformance-results``) and is itself JSON (``report.json``) with a
 versioned schema (``report.schema.json``, shipped with the package and generated from these models). The
-``sha256`` field is computed over the canonical form of everything else, so changing one result (or a
-verdict, or the manifest) makes :func:`verify` fail. Verdicts are re-derived from the results on verify too,
-so a report whose hash was recomputed after editing a verdict is still caught.
+``sha256`` field is computed over the canonical form of everything else. :func:`verify` checks what the report
+can show about itself: the seal is present and matches, the verdicts and counts follow from the results, and
+every requirement of the recorded catalogue version for the report's targets is there with a status and with
+the catalogue's level and ``required`` flag. Anyone can recompute an unkeyed seal, so none of this tells a
+forgery from a real run: that is the signed attestation's job (:mod:`conformance.provenance`), which covers
+this file and every other file of the run.
 
 Verdict rules: a level passes when every *required* requirement of that level that applies passed; skipped,
 not-run, failed and errored all fail it ("a certification run may skip nothing that is required"). A requirement
@@ -24,9 +27,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from conformance import RESULTS_SCHEMA
+from conformance.catalogue_versions import CatalogueStamp, CatalogueVersionError, resolve, stamp
 from conformance.requirements import LEVELS, Level, catalogue
 
-REPORT_SCHEMA = "fakehw.conformance.report/v1"
+REPORT_SCHEMA = "fakehw.conformance.report/v2"
 Status = Literal["passed", "failed", "error", "skipped", "not-applicable", "not-run"]
 STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "skipped", "not-applicable", "not-run")
 
@@ -56,9 +60,47 @@ class RequirementResult(_Model):
 
 
 class Component(_Model):
+    """A component under test, named by what was hashed (see conformance.provenance.component)."""
+
     kind: str
-    spec: str
+    spec: str = Field(description="the target as given, absolute directories cut off")
     version: str | None = None
+    name: str = ""
+    digest: str | None = Field(None, description="sha256:<hex> of what was hashed; null when it cannot be pinned")
+    hashed: str = Field("", description="what the digest covers")
+
+
+class CatalogueRef(_Model):
+    version: str
+    digest: str
+
+
+class Harness(_Model):
+    version: str
+    source: str
+    commit: str | None
+    modified: bool = Field(description="the harness checkout had local changes")
+    digest: str = Field(description="directory digest of the fakehw, testbed and conformance packages")
+
+
+class Runner(_Model):
+    kind: str
+    id: str
+    builder: str
+    environment: str
+    platform: str
+    isolation: str = Field(description="how the component was kept from the harness's output")
+
+
+class Signing(_Model):
+    """How the run is signed, declared when the report is written (the summary says it)."""
+
+    mode: Literal["unsigned", "key", "sigstore"]
+    keyid: str | None = Field(None, description="sha256 of the signing key's SubjectPublicKeyInfo (mode key)")
+    public_key: str | None = Field(None, description="PEM public key (mode key), checked against --key on verify")
+
+
+UNSIGNED = Signing(mode="unsigned")
 
 
 class Manifest(_Model):
@@ -73,6 +115,10 @@ class Manifest(_Model):
                                                 "profile's own)")
     images: dict[str, str] = Field(default_factory=dict, description="image digest per platform")
     versions: dict[str, str | None] = Field(default_factory=dict, description="harness, python, docker, kind, ...")
+    catalogue: CatalogueRef
+    harness: Harness | None = Field(description="null only for results written by a harness that did not record it")
+    runner: Runner | None
+    signing: Signing
 
 
 class LevelVerdict(_Model):
@@ -92,7 +138,7 @@ class Verdicts(_Model):
 class Report(_Model):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    schema_: Literal["fakehw.conformance.report/v1"] = Field("fakehw.conformance.report/v1", alias="schema")
+    schema_: Literal["fakehw.conformance.report/v2"] = Field("fakehw.conformance.report/v2", alias="schema")
     generated: str
     partial: bool
     manifest: Manifest
@@ -142,16 +188,70 @@ def derive_verdicts(results: list[RequirementResult], partial: bool) -> Verdicts
     return Verdicts(overall=overall, levels=levels)
 
 
-def _components(targets: list[str], extra: dict[str, Any]) -> list[Component]:
-    versions = extra.get("component_versions", {}) if isinstance(extra.get("component_versions"), dict) else {}
+def _components(env: dict[str, Any]) -> list[Component]:
+    """The components by digest as the harness resolved them; results of an older harness name targets only."""
+    versions = env.get("component_versions", {}) if isinstance(env.get("component_versions"), dict) else {}
+    resolved = env.get("components")
+    if isinstance(resolved, list):
+        return [Component.model_validate({**c, "version": versions.get(c.get("kind"))}) for c in resolved]
     out = []
-    for t in targets:
-        kind, _, spec = t.partition("=")
-        out.append(Component(kind=kind, spec=spec, version=versions.get(kind)))
+    for t in env.get("targets", []):
+        kind, _, spec = str(t).partition("=")
+        out.append(Component(kind=kind, spec=spec, version=versions.get(kind), hashed="not pinned: not recorded"))
     return out
 
 
-def build_report(results: dict[str, Any], now: float | None = None) -> Report:
+def _row(req_id: str, entry: dict[str, Any], tests: dict[str, Any]) -> RequirementResult:
+    req = catalogue().get(req_id)
+    if req is None:
+        raise ReportError(f"results name requirement {req_id}, which the catalogue does not have")
+    evidence: list[Evidence] = []
+    seeds: list[str] = []
+    messages: list[str] = []
+    for nodeid in entry.get("tests", []):
+        test = tests.get(nodeid, {})
+        for item in test.get("evidence", []):
+            if item.get("label") == "seed":
+                seeds.append(str(item.get("value")))
+            else:
+                evidence.append(Evidence(label=str(item.get("label")), value=item.get("value")))
+        if test.get("outcome") in ("failed", "error", "skipped", "not-applicable") and test.get("message"):
+            messages.append(f"{nodeid}: {test['message']}")
+    return RequirementResult(
+        id=req_id, title=req.title, target=req.target, category=req.category, level=req.level,
+        required=req.required, status=entry.get("status", "not-run"), duration=round(entry.get("duration", 0.0), 3),
+        tests=list(entry.get("tests", [])), message="\n".join(messages)[:4000], evidence=evidence, seeds=seeds,
+    )
+
+
+def _manifest(env: dict[str, Any], signing: Signing) -> Manifest:
+    cat = stamp()
+    return Manifest(
+        profile=env.get("profile"),
+        profile_digest=env.get("profile_digest"),
+        backend=env.get("backend"),
+        architectures=list(env.get("architectures", [])),
+        components=_components(env),
+        nodes=env.get("nodes") or env.get("scheduler_nodes"),
+        images=dict(env.get("images", {})),
+        versions={"harness": env.get("harness_version"), "python": env.get("python"),
+                  **{k: env.get(k) for k in ("docker", "kind", "kubernetes") if env.get(k)}},
+        catalogue=CatalogueRef(version=cat.version, digest=cat.digest),
+        harness=Harness.model_validate(env["harness"]) if isinstance(env.get("harness"), dict) else None,
+        runner=Runner.model_validate(env["runner"]) if isinstance(env.get("runner"), dict) else None,
+        signing=signing,
+    )
+
+
+def _generated(results: dict[str, Any], now: float | None) -> str:
+    """When the run last wrote its results (so a report rebuilt from them is the same report), else now."""
+    when = now if now is not None else results.get("updated")
+    if not isinstance(when, int | float):
+        when = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+def build_report(results: dict[str, Any], now: float | None = None, signing: Signing = UNSIGNED) -> Report:
     """A sealed report from a results document (as written by the conformance pytest plugin)."""
     if not isinstance(results, dict) or results.get("schema") != RESULTS_SCHEMA:
         raise ReportError(f"not a conformance results file (expected schema {RESULTS_SCHEMA!r})")
@@ -162,44 +262,16 @@ def build_report(results: dict[str, Any], now: float | None = None) -> Report:
         complete = bool(results["complete"])
     except (KeyError, TypeError) as exc:
         raise ReportError(f"results file is missing {exc}") from None
-    cat = catalogue()
-    rows: list[RequirementResult] = []
-    for req_id, entry in sorted(requirements.items()):
-        req = cat.get(req_id)
-        if req is None:
-            raise ReportError(f"results name requirement {req_id}, which the catalogue does not have")
-        evidence: list[Evidence] = []
-        seeds: list[str] = []
-        messages: list[str] = []
-        for nodeid in entry.get("tests", []):
-            test = tests.get(nodeid, {})
-            for item in test.get("evidence", []):
-                if item.get("label") == "seed":
-                    seeds.append(str(item.get("value")))
-                else:
-                    evidence.append(Evidence(label=str(item.get("label")), value=item.get("value")))
-            if test.get("outcome") in ("failed", "error", "skipped", "not-applicable") and test.get("message"):
-                messages.append(f"{nodeid}: {test['message']}")
-        rows.append(RequirementResult(
-            id=req_id, title=req.title, target=req.target, category=req.category, level=req.level,
-            required=req.required, status=entry.get("status", "not-run"), duration=round(entry.get("duration", 0.0), 3),
-            tests=list(entry.get("tests", [])), message="\n".join(messages)[:4000], evidence=evidence, seeds=seeds,
-        ))
+    try:
+        rows = [_row(req_id, entry, tests) for req_id, entry in sorted(requirements.items())]
+        manifest = _manifest(env, signing)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        raise ReportError(f"results file: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}") from None
     partial = not complete
-    summary = Counter(r.status for r in rows)
-    manifest = Manifest(
-        profile=env.get("profile"),
-        profile_digest=env.get("profile_digest"),
-        backend=env.get("backend"),
-        architectures=list(env.get("architectures", [])),
-        components=_components(list(env.get("targets", [])), env),
-        nodes=env.get("nodes") or env.get("scheduler_nodes"),
-        images=dict(env.get("images", {})),
-        versions={"harness": env.get("harness_version"), "python": env.get("python"),
-                  **{k: env.get(k) for k in ("docker", "kind", "kubernetes") if env.get(k)}},
-    )
+    summary: Counter[str] = Counter(r.status for r in rows)
     report = Report(
-        generated=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now if now is not None else time.time())),
+        generated=_generated(results, now),
         partial=partial,
         manifest=manifest,
         summary={s: summary.get(s, 0) for s in STATUSES},
@@ -225,18 +297,65 @@ def load_report(text: str, source: str = "report") -> Report:
 
 
 def verify(report: Report) -> list[str]:
-    """Problems with a report (empty when it is intact): a broken seal or verdicts that the results contradict."""
+    """Problems with a report (empty when it is intact): a missing or broken seal, verdicts or counts the results
+    contradict, requirements of the recorded catalogue that are missing or not as the catalogue defines them."""
     problems = []
     expected = hashlib.sha256(report.canonical()).hexdigest()
-    if report.sha256 != expected:
+    if not report.sha256:
+        problems.append("the report has no seal (sha256 is empty)")
+    elif report.sha256 != expected:
         problems.append(f"sha256 mismatch: the report says {report.sha256[:16]}..., its content hashes to "
                         f"{expected[:16]}... (the report was edited after it was sealed)")
     derived = derive_verdicts(report.results, report.partial)
     if derived != report.verdicts:
-        problems.append("verdicts do not follow from the results (a verdict or a result was edited)")
-    counts = Counter(r.status for r in report.results)
-    if any(report.summary.get(s, 0) != counts.get(s, 0) for s in STATUSES):
-        problems.append("summary counts do not match the results")
+        problems.append("verdicts do not follow from the results (a verdict or a result was edited): "
+                        + _verdict_difference(report.verdicts, derived))
+    counts: Counter[str] = Counter(r.status for r in report.results)
+    wrong = [s for s in set(STATUSES) | set(report.summary) if report.summary.get(s, 0) != counts.get(s, 0)]
+    if wrong:
+        problems.append("summary counts do not match the results: " + ", ".join(
+            f"{s} {report.summary.get(s, 0)} (results: {counts.get(s, 0)})" for s in sorted(wrong)))
+    return problems + completeness(report)
+
+
+def _verdict_difference(stated: Verdicts, derived: Verdicts) -> str:
+    parts = [] if stated.overall == derived.overall else [f"overall {stated.overall} (results give {derived.overall})"]
+    for level, v in derived.levels.items():
+        said = stated.levels.get(level)
+        if said != v:
+            parts.append(f"{level} {said.verdict if said else 'missing'} (results give {v.verdict})")
+    return "; ".join(parts) or "level details differ"
+
+
+def completeness(report: Report) -> list[str]:
+    """Every requirement of the recorded catalogue version for the report's targets is in the report, once, with
+    the catalogue's target, category, level and required flag; no component, no certification."""
+    try:
+        version = resolve(CatalogueStamp(report.manifest.catalogue.version, report.manifest.catalogue.digest))
+    except CatalogueVersionError as exc:
+        return [str(exc)]
+    targets = {c.kind for c in report.manifest.components} | {r.target for r in report.results}
+    if not targets:
+        return ["the report names no component and no result: it certifies nothing"]
+    problems = []
+    wanted = version.for_targets(targets)
+    seen = Counter(r.id for r in report.results)
+    missing = sorted(set(wanted) - set(seen))
+    if missing:
+        problems.append(f"{len(missing)} requirement(s) of catalogue version {version.version} for "
+                        f"{', '.join(sorted(targets))} are missing from the report: {', '.join(missing[:12])}"
+                        + (" ..." if len(missing) > 12 else ""))
+    twice = sorted(i for i, n in seen.items() if n > 1)
+    if twice:
+        problems.append(f"requirements listed more than once: {', '.join(twice)}")
+    for r in report.results:
+        entry = version.requirements.get(r.id)
+        if entry is None:
+            problems.append(f"{r.id} is not in catalogue version {version.version}")
+        elif (r.target, r.category, r.level, r.required) != (entry.target, entry.category, entry.level, entry.required):
+            problems.append(f"{r.id} says target {r.target}, category {r.category}, level {r.level}, required "
+                            f"{r.required}; catalogue version {version.version} says {entry.target}, "
+                            f"{entry.category}, {entry.level}, {entry.required}")
     return problems
 
 

@@ -12,6 +12,32 @@ STATUS_MARK = {"passed": "✅", "failed": "❌", "error": "💥", "skipped": "�
 VERDICT_TEXT = {"certified": "CERTIFIED", "not-certified": "NOT CERTIFIED", "partial": "PARTIAL (run incomplete)"}
 
 
+def signing_text(report: Report) -> str:
+    """How the run is signed, in words (the summary and the HTML say it; ``conformance verify`` checks it)."""
+    s = report.manifest.signing
+    if s.mode == "key":
+        return f"signed with key {s.keyid} (check: conformance verify DIR --key PUBLIC_KEY)"
+    if s.mode == "sigstore":
+        return "signed keyless with Sigstore (check: conformance verify DIR --identity WORKFLOW --issuer ISSUER)"
+    return "UNSIGNED: anyone could have written this report; only a signed run proves who ran it"
+
+
+def provenance_facts(report: Report) -> list[tuple[str, str]]:
+    """What was certified by digest and by what: rows for the summary and the HTML manifest."""
+    m = report.manifest
+    rows = [(f"{c.kind}", f"{c.name or c.spec}: {c.digest or 'no digest'} ({c.hashed})") for c in m.components]
+    if m.harness is not None:
+        h = m.harness
+        rows.append(("harness", f"fakehw {h.version}, {h.source}, commit {h.commit or 'unknown'}"
+                                f"{' (modified)' if h.modified else ''}, {h.digest}"))
+    rows.append(("catalogue", f"version {m.catalogue.version} (sha256 {m.catalogue.digest})"))
+    if m.runner is not None:
+        rows.append(("runner", f"{m.runner.id} ({m.runner.environment}, {m.runner.platform}); component "
+                               f"isolation: {m.runner.isolation}"))
+    rows.append(("signature", signing_text(report)))
+    return rows
+
+
 def _evidence_text(r: RequirementResult) -> str:
     parts = [r.message] if r.message else []
     for e in r.evidence:
@@ -95,6 +121,8 @@ def to_markdown(report: Report) -> str:
         "",
         f"{components} on profile `{m.profile}` ({', '.join(m.architectures) or '?'}), backend `{m.backend}`.",
         "",
+        f"**{signing_text(report)}**",
+        "",
         *_why_markdown(report),
         "| level | verdict | required passed | not applicable |",
         "|---|---|---|---|",
@@ -114,5 +142,6 @@ def to_markdown(report: Report) -> str:
         lines.append(f"| {STATUS_MARK[r.status]} | {r.id} | {r.level} | {_cell(r.title)} | {detail} |")
     lines += ["", "</details>", "",
               f"Profile digest `{m.profile_digest}`; harness {m.versions.get('harness')}, python "
-              f"{m.versions.get('python')}; report sha256 `{report.sha256}`."]
+              f"{m.versions.get('python')}; report sha256 `{report.sha256}`.", ""]
+    lines += [f"- {k}: {_cell(v)}" for k, v in provenance_facts(report)]
     return "\n".join(lines) + "\n"

@@ -1,22 +1,13 @@
 """CXL at run time: regions, memory devices online/offline, pooled logical devices and dynamic capacity.
 
 The model (:class:`fakehw.model.system.Cxl`, :class:`fakehw.model.system.CxlPool`) says what exists at boot;
-:class:`CxlState` is what the CXL fabric looks like now. It is a value: every operation of :class:`CxlEngine`
-checks a request against the model and the current state and returns the *facts* that change it (``region-add``,
-``ld-assign``, ...), without touching anything. The platform (:mod:`fakehw.agent.platform`) journals the facts and
-then applies them with :func:`apply_fact`, so a restarted agent replays exactly what happened and a refused
-request leaves no trace.
-
-The checks follow the kernel's CXL region rules (drivers/cxl/core/region.c and ``cxl create-region``):
-
-- a region decodes through one fixed memory window (CFMWS root decoder) whose host bridges it must interleave
-  evenly, in the window's order (position ``i`` sits under the window's host bridge ``i mod ways``);
-- ways are 1, 2, 3, 4, 6, 8, 12 or 16; granularity 256 B .. 16 KiB; a window that interleaves several host
-  bridges forces its own granularity on the region; every decoder below it interleaves at
-  ``region granularity x ways above``, which must still be at most 16 KiB;
-- every port on the path spends one HDM decoder per region and has few of them;
-- capacity comes from each memory device's RAM or PMEM partition (DPA) and the window's address space (HPA), in
-  units of 256 MiB per interleave way.
+:class:`~fakehw.agent.cxlstate.CxlState` is what the CXL fabric looks like now, down to every HDM decoder
+(:mod:`fakehw.agent.cxlstate`). The kernel's rules for changing it, one sysfs store at a time, are in
+:mod:`fakehw.agent.cxlcore`; :class:`CxlEngine` adds the operator's requests on top (``testbed cxl
+create-region`` is the same sequence of stores ``cxl create-region`` makes: reserve DPA on each target, create
+the region, set granularity, ways, uuid and size, attach the targets in decode order, commit, enable), the
+pooled-device fabric manager and the views the renderers read. Every operation returns the *facts* that change
+the state, without touching anything; the platform (:mod:`fakehw.agent.platform`) journals and applies them.
 
 Pooled memory (CXL 2.0 multi-logical devices) is assigned to hosts a logical device (LD) at a time; a dynamic
 capacity device (CXL 3.x DCD) hands out extents of 256 MiB blocks. Both come from the same device address space,
@@ -26,29 +17,40 @@ memory is decoded by the pool's window at ``window base + device offset`` and on
 
 from __future__ import annotations
 
+import errno
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
+from fakehw.agent.cxlcore import CxlCore, KernelError, online_bytes
+from fakehw.agent.cxlstate import (
+    CxlState,
+    Extent,
+    Fact,
+    Region,
+    RegionOrigin,
+    apply_fact,
+    state_facts,
+    with_region,
+)
+from fakehw.agent.cxltopo import GiB, MiB, NodeTopology, window_bases
+from fakehw.model.memblock import kmem_blocks
 from fakehw.model.spec import CXL_GRANULARITIES, CXL_INTERLEAVE_WAYS
 from fakehw.model.system import Cxl, CxlMemdev, CxlPool, CxlWindow, Node, System
 from fakehw.model.units import format_size
 
-MiB = 2**20
-GiB = 2**30
+__all__ = [
+    "DCD_BLOCK", "MAX_EXTENTS_PER_HOST", "REGION_UNIT", "CxlEngine", "CxlError", "CxlState", "Extent", "GiB",
+    "MemdevView", "MiB", "NodeCxlView", "PoolHostView", "Region", "RegionView", "apply_fact", "size_text",
+    "window_bases",
+]
+
 REGION_UNIT = 256 * MiB
 """A region's size is a multiple of this per interleave way (the kernel's SZ_256M region alignment)."""
 DCD_BLOCK = 256 * MiB
 """Dynamic-capacity extents are whole blocks of this size."""
 MAX_EXTENTS_PER_HOST = 64
-HOST_BRIDGE_DECODERS = 4
-SWITCH_DECODERS = 4
-ENDPOINT_DECODERS = 2
-WINDOW_BASE = 0x40_0000_0000
-"""Host physical address of the first fixed memory window (256 GiB); windows follow each other 1 GiB aligned."""
-
-RegionOrigin = Literal["boot", "runtime", "pooled-ld", "dcd-extent"]
 
 
 class CxlError(Exception):
@@ -64,155 +66,13 @@ def size_text(size: int) -> str:
     return format_size(size) if size else "0 B"
 
 
-# --------------------------------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True, slots=True)
-class Region:
-    """A committed region: its targets in interleave-position order and where it sits in DPA and HPA."""
-
-    node: str
-    name: str
-    window: str
-    targets: tuple[str, ...]
-    granularity: int
-    mode: Literal["ram", "pmem"]
-    size: int
-    hpa_offset: int
-    dpa_offsets: tuple[int, ...]
-    numa: int | None
-    origin: RegionOrigin
-    uuid: str = ""
-    pool: str | None = None
-    ld: int | None = None
-    extent: str | None = None
-
-    @property
-    def ways(self) -> int:
-        return len(self.targets)
-
-    @property
-    def id(self) -> int:
-        return int(self.name.removeprefix("region"))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node, "name": self.name, "window": self.window, "targets": list(self.targets),
-            "granularity": self.granularity, "mode": self.mode, "size": self.size, "hpa_offset": self.hpa_offset,
-            "dpa_offsets": list(self.dpa_offsets), "numa": self.numa, "origin": self.origin, "uuid": self.uuid,
-            "pool": self.pool, "ld": self.ld, "extent": self.extent,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Region:
-        return cls(
-            node=str(d["node"]), name=str(d["name"]), window=str(d["window"]),
-            targets=tuple(str(t) for t in d["targets"]), granularity=int(d["granularity"]),
-            mode="pmem" if d["mode"] == "pmem" else "ram", size=int(d["size"]), hpa_offset=int(d["hpa_offset"]),
-            dpa_offsets=tuple(int(x) for x in d["dpa_offsets"]),
-            numa=None if d.get("numa") is None else int(d["numa"]),
-            origin=_origin(str(d["origin"])), uuid=str(d.get("uuid", "")),
-            pool=None if d.get("pool") is None else str(d["pool"]),
-            ld=None if d.get("ld") is None else int(d["ld"]),
-            extent=None if d.get("extent") is None else str(d["extent"]),
-        )
-
-
-def _origin(value: str) -> RegionOrigin:
-    if value == "boot":
-        return "boot"
-    if value == "pooled-ld":
-        return "pooled-ld"
-    if value == "dcd-extent":
-        return "dcd-extent"
-    return "runtime"
-
-
-@dataclass(frozen=True, slots=True)
-class Extent:
-    """Dynamic capacity of a pooled device added to one host: ``length`` bytes at device ``offset``."""
-
-    id: str
-    pool: str
-    node: str
-    offset: int
-    length: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "pool": self.pool, "node": self.node, "offset": self.offset, "length": self.length}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Extent:
-        return cls(str(d["id"]), str(d["pool"]), str(d["node"]), int(d["offset"]), int(d["length"]))
-
-
-@dataclass(frozen=True)
-class CxlState:
-    """What the CXL fabric looks like now. Treated as a value: :func:`apply_fact` returns a new one."""
-
-    regions: Mapping[tuple[str, str], Region] = field(default_factory=dict)
-    admin_offline: frozenset[tuple[str, str]] = frozenset()
-    ld_owner: Mapping[tuple[str, int], str] = field(default_factory=dict)
-    extents: Mapping[str, Extent] = field(default_factory=dict)
-    extent_seq: int = 0
-
-    def node_regions(self, node: str) -> list[Region]:
-        return sorted((r for (n, _), r in self.regions.items() if n == node), key=lambda r: r.id)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "regions": [r.to_json() for r in sorted(self.regions.values(), key=lambda r: (r.node, r.id))],
-            "admin_offline": sorted([list(k) for k in self.admin_offline]),
-            "ld_owner": [[p, ld, n] for (p, ld), n in sorted(self.ld_owner.items())],
-            "extents": [e.to_json() for e in sorted(self.extents.values(), key=lambda e: e.id)],
-            "extent_seq": self.extent_seq,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> CxlState:
-        regions = [Region.from_json(r) for r in d.get("regions", [])]
-        return cls(
-            regions={(r.node, r.name): r for r in regions},
-            admin_offline=frozenset((str(a), str(b)) for a, b in d.get("admin_offline", [])),
-            ld_owner={(str(p), int(ld)): str(n) for p, ld, n in d.get("ld_owner", [])},
-            extents={e.id: e for e in (Extent.from_json(x) for x in d.get("extents", []))},
-            extent_seq=int(d.get("extent_seq", 0)),
-        )
-
-
-Fact = dict[str, Any]
-"""A journaled change: ``{"fact": "region-add", ...}``."""
-
-
-def apply_fact(state: CxlState, fact: Mapping[str, Any]) -> CxlState:
-    """The state after ``fact``. Facts were checked before they were journaled, so this never refuses."""
-    kind = fact["fact"]
-    if kind == "region-add":
-        region = Region.from_json(fact["region"])
-        return replace(state, regions={**state.regions, (region.node, region.name): region})
-    if kind == "region-del":
-        regions = dict(state.regions)
-        regions.pop((str(fact["node"]), str(fact["name"])), None)
-        return replace(state, regions=regions)
-    if kind == "memdev-admin":
-        key = (str(fact["node"]), str(fact["memdev"]))
-        offline = state.admin_offline - {key} if fact["online"] else state.admin_offline | {key}
-        return replace(state, admin_offline=offline)
-    if kind == "ld-assign":
-        return replace(state, ld_owner={**state.ld_owner, (str(fact["pool"]), int(fact["ld"])): str(fact["node"])})
-    if kind == "ld-release":
-        owners = dict(state.ld_owner)
-        owners.pop((str(fact["pool"]), int(fact["ld"])), None)
-        return replace(state, ld_owner=owners)
-    if kind == "extent-add":
-        ext = Extent.from_json(fact["extent"])
-        seq = max(state.extent_seq, _extent_number(ext.id))
-        return replace(state, extents={**state.extents, ext.id: ext}, extent_seq=seq)
-    if kind == "extent-del":
-        extents = dict(state.extents)
-        extents.pop(str(fact["id"]), None)
-        return replace(state, extents=extents)
-    raise ValueError(f"unknown CXL fact {kind!r}")
+def _status(code: int) -> int:
+    """The HTTP status of a refused operation from the kernel's errno."""
+    if code == errno.ENODEV:
+        return 404
+    if code in (errno.EINVAL, errno.ERANGE):
+        return 422
+    return 409
 
 
 # --------------------------------------------------------------------------------------------------- views
@@ -236,10 +96,12 @@ class MemdevView:
     pool: str | None = None
     ld: int | None = None
     qos_class: int = 0
+    bound: bool = True
+    """Bound to ``cxl_mem``: its endpoint port exists (admin and fault online, its ports and the root enabled)."""
 
     @property
     def online(self) -> bool:
-        return self.admin_online and self.fault_online
+        return self.bound
 
     @property
     def sysfs_name(self) -> str:
@@ -257,10 +119,14 @@ class MemdevView:
 class RegionView:
     region: Region
     active: bool
-    """All targets online: the region's memory is in its NUMA node."""
+    """Committed and bound to ``cxl_region``: the region decodes its memory."""
+    memory_online: int = 0
+    """Bytes of its RAM hot-added and online (in its target NUMA node)."""
+    target_node: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.region.to_json(), "active": self.active}
+        return {**self.region.to_json(), "active": self.active, "memory_online": self.memory_online,
+                "target_node": self.target_node}
 
 
 @dataclass(frozen=True)
@@ -272,8 +138,11 @@ class NodeCxlView:
     regions: tuple[RegionView, ...]
     extents: tuple[Extent, ...]
     numa_memory: Mapping[int, int]
-    """Memory of every kind: cxl NUMA node that a window maps (derived from the active regions)."""
+    """Bytes of hot-added CXL memory online per NUMA node (every kind: cxl node a window maps, listed even when
+    empty; other nodes only when CXL memory is online in them)."""
     pools: tuple[PoolHostView, ...]
+    state: CxlState | None = None
+    """The node's CXL state (decoders, ports, root decoder ids) for the renderer."""
 
     def memdev(self, name: str) -> MemdevView | None:
         return next((m for m in self.memdevs if m.name == name), None)
@@ -331,11 +200,7 @@ class CxlEngine:
         self.system = system
         self.served = frozenset(nodes)
         self._pools = {p.name: p for p in system.cxl_pools}
-        self._sysfs_pool_base: dict[str, int] = {}
-        base = 0
-        for p in system.cxl_pools:
-            self._sysfs_pool_base[p.name] = base
-            base += p.logical_devices + 1
+        self._topos: dict[str, NodeTopology] = {}
 
     # ------------------------------------------------------------------------------------------ model helpers
 
@@ -345,6 +210,15 @@ class CxlEngine:
             served = ", ".join(sorted(self.served)[:8])
             raise CxlError(404, f"unknown node {name!r} (this agent serves: {served})")
         return node
+
+    def topo(self, name: str) -> NodeTopology:
+        topo = self._topos.get(name)
+        if topo is None:
+            topo = self._topos[name] = NodeTopology(self.system, self.node(name))
+        return topo
+
+    def core(self, name: str, fault_offline: frozenset[str] = frozenset()) -> CxlCore:
+        return CxlCore(self.topo(name), name, fault_offline)
 
     def pool(self, name: str) -> CxlPool:
         pool = self._pools.get(name)
@@ -364,54 +238,35 @@ class CxlEngine:
         return next(w for w in node.cxl.windows if w.name == pool.window)
 
     def memdev_sysfs_id(self, node: Node, name: str) -> int:
-        """``memN`` numbering: local devices in model order, then per pool its LDs and its DCD interface."""
-        for i, m in enumerate(node.cxl.memdevs):
-            if m.name == name:
-                return i
-        pool, _, rest = name.partition(".")
-        base = len(node.cxl.memdevs) + self._sysfs_pool_base[pool]
-        p = self._pools[pool]
-        return base + (p.logical_devices if rest == "dcd" else int(rest.removeprefix("ld")))
+        return self.topo(node.name).memdev_id[name]
 
     # ------------------------------------------------------------------------------------------ boot
 
     def boot(self) -> CxlState:
-        """The state the model describes: boot regions, every memdev online, LDs as assigned at boot."""
-        regions: dict[tuple[str, str], Region] = {}
-        owners: dict[tuple[str, int], str] = {}
+        """The state the model describes: root decoders offering their first region ids, every memdev bound with
+        the decoders firmware committed (boot regions assembled, committed and enabled), LDs as assigned."""
         state = CxlState()
         for name in sorted(self.served):
-            node = self.system.node(name)
-            assert node is not None
-            dpa_used: dict[tuple[str, str], int] = {}
-            for r in node.cxl.regions:
-                window = next(w for w in node.cxl.windows if w.name == r.window)
-                offsets = []
-                for t in r.targets:
-                    offsets.append(dpa_used.get((t, r.mode), 0))
-                    dpa_used[(t, r.mode)] = offsets[-1] + r.size // len(r.targets)
-                hpa = self._free_hpa(state, regions, node, window, r.size, len(r.targets))
-                ordered = self._order_targets(node, window, list(r.targets))
-                offset_of = dict(zip(r.targets, offsets, strict=True))
-                uid = "" if r.mode == "ram" else str(uuid.uuid5(uuid.NAMESPACE_URL, f"fakehw/{name}/{r.name}"))
-                regions[(name, r.name)] = Region(name, r.name, r.window, tuple(ordered), r.interleave_granularity,
-                                                 r.mode, r.size, hpa if hpa is not None else 0,
-                                                 tuple(offset_of[t] for t in ordered), r.numa, "boot", uid)
+            core = self.core(name)
+            state = core.settle(core.boot_root_ids(state))
+        owners: dict[tuple[str, int], str] = {}
         for pool in self.system.cxl_pools:
             for ld, owner in pool.assignments:
                 if owner in self.served:
                     owners[(pool.name, ld)] = owner
-        state = CxlState(regions=regions, ld_owner=owners)
-        # Assigned logical devices are decoded at boot like any assignment made later.
+        state = replace(state, ld_owner=owners)
         for (pool_name, ld), owner in sorted(owners.items()):
             pool = self._pools[pool_name]
             node = self.system.node(owner)
             if node is None or not pool.window:
                 continue
-            region = self._pool_region(state, node, pool, ld * pool.ld_size, pool.ld_size, f"{pool_name}.ld{ld}",
-                                       "pooled-ld", ld=ld)
-            state = replace(state, regions={**state.regions, (owner, region.name): region})
+            state = self._add_pool_region(state, node, pool, ld * pool.ld_size, pool.ld_size, "pooled-ld", ld=ld)
         return state
+
+    def settle(self, state: CxlState, node_name: str, fault_offline: frozenset[str]) -> CxlState:
+        """The state once every endpoint follows its memdev's admin and fault state (faults change without a
+        request: the platform settles on every render)."""
+        return self.core(node_name, fault_offline).settle(state)
 
     # ------------------------------------------------------------------------------------------ views
 
@@ -419,43 +274,52 @@ class CxlEngine:
         """The host's CXL devices and regions now; ``fault_offline``: memdevs a ``cxl-offline`` fault took down."""
         node = self.system.node(node_name)
         assert node is not None
+        topo = self.topo(node_name)
         memdevs: list[MemdevView] = []
         for m in node.cxl.memdevs:
-            hb = next(h for h in node.cxl.host_bridges if h.name == m.host_bridge)
-            memdevs.append(MemdevView(m.name, self.memdev_sysfs_id(node, m.name), m.ram_size, m.pmem_size, 0,
-                                      m.serial, m.host_bridge, m.parent, hb.numa,
-                                      (node_name, m.name) not in state.admin_offline, m.name not in fault_offline,
-                                      qos_class=m.qos_class))
+            memdevs.append(MemdevView(
+                m.name, topo.memdev_id[m.name], m.ram_size, m.pmem_size, 0, m.serial, m.host_bridge, m.parent,
+                _memdev_numa(node, m), (node_name, m.name) not in state.admin_offline, m.name not in fault_offline,
+                qos_class=m.qos_class, bound=(node_name, m.name) in state.endpoints))
         pools: list[PoolHostView] = []
         for pool in self.pools_of(node_name):
-            hb_name = port_host_bridge(node.cxl, pool.host_port)
-            hb = next(h for h in node.cxl.host_bridges if h.name == hb_name)
-            qos = self.pool_window(node, pool).qos_class
+            memdevs += self._pool_memdevs(state, node, pool)
             lds = tuple(sorted(ld for (p, ld), o in state.ld_owner.items() if p == pool.name and o == node_name))
             exts = tuple(sorted((e for e in state.extents.values() if e.pool == pool.name and e.node == node_name),
                                 key=lambda e: e.offset))
-            for ld in lds:
-                name = f"{pool.name}.ld{ld}"
-                memdevs.append(MemdevView(name, self.memdev_sysfs_id(node, name), pool.ld_size, 0, 0,
-                                          _pool_serial(pool.name, ld), hb.name, pool.host_port, hb.numa, True, True,
-                                          pool.name, ld, qos))
-            name = f"{pool.name}.dcd"
-            memdevs.append(MemdevView(name, self.memdev_sysfs_id(node, name), 0, 0, pool.capacity,
-                                      _pool_serial(pool.name, -1), hb.name, pool.host_port, hb.numa, True, True,
-                                      pool.name, None, qos))
             pools.append(PoolHostView(pool.name, pool.window, lds, tuple(e.id for e in exts),
                                       len(lds) * pool.ld_size + sum(e.length for e in exts)))
-        online = {m.name for m in memdevs if m.online}
-        regions = tuple(RegionView(r, all(t in online for t in r.targets)) for r in state.node_regions(node_name))
-        mapped = {w.numa for w in node.cxl.windows if w.numa is not None}
-        numa_memory = dict.fromkeys(sorted(mapped), 0)
+        regions = tuple(self._region_view(topo, r) for r in state.node_regions(node_name))
+        numa_memory = dict.fromkeys(sorted({w.numa for w in node.cxl.windows if w.numa is not None}), 0)
         for rv in regions:
-            r = rv.region
-            if rv.active and r.mode == "ram" and r.numa is not None and r.numa in numa_memory:
-                numa_memory[r.numa] += r.size
+            if rv.memory_online and rv.target_node is not None:
+                numa_memory[rv.target_node] = numa_memory.get(rv.target_node, 0) + rv.memory_online
         extents = tuple(sorted((e for e in state.extents.values() if e.node == node_name), key=lambda e: e.id))
         memdevs.sort(key=lambda m: m.sysfs_id)
-        return NodeCxlView(node_name, tuple(memdevs), regions, extents, numa_memory, tuple(pools))
+        return NodeCxlView(node_name, tuple(memdevs), regions, extents, numa_memory, tuple(pools), state)
+
+    @staticmethod
+    def _region_view(topo: NodeTopology, r: Region) -> RegionView:
+        window = topo.window(r.window)
+        target = None if r.mode != "ram" or window is None else (r.numa if r.numa is not None else
+                                                                  topo.target_node(window))
+        active = r.committed and r.enabled
+        kmem = active and r.mode == "ram" and r.dax == "kmem"
+        return RegionView(r, active, online_bytes(r, topo.block) if kmem else 0, target)
+
+    def _pool_memdevs(self, state: CxlState, node: Node, pool: CxlPool) -> list[MemdevView]:
+        topo = self.topo(node.name)
+        hb_name = port_host_bridge(node.cxl, pool.host_port)
+        hb = next(h for h in node.cxl.host_bridges if h.name == hb_name)
+        qos = self.pool_window(node, pool).qos_class
+        lds = sorted(ld for (p, ld), o in state.ld_owner.items() if p == pool.name and o == node.name)
+        out = [MemdevView(f"{pool.name}.ld{ld}", topo.memdev_id[f"{pool.name}.ld{ld}"], pool.ld_size, 0, 0,
+                          _pool_serial(pool.name, ld), hb.name, pool.host_port, hb.numa, True, True, pool.name, ld,
+                          qos) for ld in lds]
+        out.append(MemdevView(f"{pool.name}.dcd", topo.memdev_id[f"{pool.name}.dcd"], 0, 0, pool.capacity,
+                              _pool_serial(pool.name, -1), hb.name, pool.host_port, hb.numa, True, True, pool.name,
+                              None, qos))
+        return out
 
     # ------------------------------------------------------------------------------------------ regions
 
@@ -471,13 +335,52 @@ class CxlEngine:
         name: str | None = None,
         fault_offline: frozenset[str] = frozenset(),
     ) -> tuple[list[Fact], Region]:
+        """A region made the way ``cxl create-region`` makes one, store by store (see the module docstring);
+        requests are checked first so the refusal names what is wrong in the request's terms."""
         node = self.node(node_name)
+        window, devs = self._check_request(state, node, window_name, targets, mode)
+        granularity = self._check_granularity(window, granularity)
+        core = self.core(node_name, fault_offline)
+        ordered = core.order_targets(window, [d.name for d in devs])
+        indexes = {d.name: self._free_decoder(state, node_name, d) for d in devs}
+        size = self._region_size(state, core, window, devs, mode, size)
+        offered = state.root_ids.get((node_name, window.name))
+        if name is not None:
+            if not name.startswith("region") or not name.removeprefix("region").isdigit():
+                raise CxlError(422, f"region names are regionN, not {name!r}")
+            if (node_name, name) in state.regions:
+                raise CxlError(409, f"node {node_name} already has {name}")
+            if name != f"region{offered}":
+                raise CxlError(409, f"window {window.name} offers region{offered} next, not {name} (the kernel "
+                               "names regions)")
+        region_name = f"region{offered}"
+        try:
+            s = state
+            for d in devs:
+                s = core._set_mode(s, d.name, indexes[d.name], mode)
+                s = core._alloc_dpa(s, d.name, indexes[d.name], size // len(devs))
+            s = core.create_region(s, window.name, mode, region_name)
+            s = core.set_granularity(s, region_name, str(granularity))
+            s = core.set_ways(s, region_name, str(len(devs)))
+            if mode == "pmem":
+                s = core.set_uuid(s, region_name, 37, str(uuid.uuid4()))
+            s = core.set_size(s, region_name, str(size))
+            for pos, t in enumerate(ordered):
+                s = core._attach(s, core.region(s, region_name), pos, t, indexes[t])
+            s = core.set_commit(s, region_name, "1")
+            s = core.bind_region(s, region_name)
+        except KernelError as exc:
+            raise CxlError(_status(exc.errno), exc.message) from None
+        return state_facts(state, s), core.region(s, region_name)
+
+    def _check_request(self, state: CxlState, node: Node, window_name: str, targets: Sequence[str],
+                       mode: str) -> tuple[CxlWindow, list[CxlMemdev]]:
         cxl = node.cxl
         window = next((w for w in cxl.windows if w.name == window_name), None)
         if window is None:
             known = ", ".join(w.name for w in cxl.windows) or "none"
-            raise CxlError(404, f"node {node_name} has no CXL window {window_name!r} (windows: {known})")
-        for pool in self.pools_of(node_name):
+            raise CxlError(404, f"node {node.name} has no CXL window {window_name!r} (windows: {known})")
+        for pool in self.pools_of(node.name):
             if pool.window == window.name:
                 raise CxlError(409, f"window {window.name} decodes the pooled device {pool.name}; assign its "
                                "logical devices or add dynamic-capacity extents instead of creating regions on it")
@@ -495,14 +398,13 @@ class CxlEngine:
             dev = cxl.memdev(t)
             if dev is None:
                 known = ", ".join(m.name for m in cxl.memdevs) or "none"
-                raise CxlError(404, f"node {node_name} has no CXL memory device {t!r} (memdevs: {known})")
+                raise CxlError(404, f"node {node.name} has no CXL memory device {t!r} (memdevs: {known})")
             devs.append(dev)
-        ways = len(devs)
-        if ways not in CXL_INTERLEAVE_WAYS:
-            raise CxlError(422, f"{ways}-way interleave is not possible "
+        if len(devs) not in CXL_INTERLEAVE_WAYS:
+            raise CxlError(422, f"{len(devs)}-way interleave is not possible "
                            f"(ways: {', '.join(map(str, CXL_INTERLEAVE_WAYS))})")
         for dev in devs:
-            if (node_name, dev.name) in state.admin_offline or dev.name in fault_offline:
+            if (node.name, dev.name) not in state.endpoints:
                 raise CxlError(409, f"{dev.name} is offline; bring it online before putting it in a region")
             if dev.host_bridge not in window.targets:
                 raise CxlError(422, f"{dev.name} sits under host bridge {dev.host_bridge}, which window "
@@ -511,63 +413,62 @@ class CxlEngine:
                                "them")
         wways = len(window.targets)
         per_hb = {hb: [d for d in devs if d.host_bridge == hb] for hb in window.targets}
-        if ways % wways or any(len(v) != ways // wways for v in per_hb.values()):
+        if len(devs) % wways or any(len(v) != len(devs) // wways for v in per_hb.values()):
             spread = ", ".join(f"{len(v)} under {hb}" for hb, v in per_hb.items())
             raise CxlError(422, f"window {window.name} interleaves {wways} host bridge(s); a region on it needs its "
                            f"targets spread evenly over them (got {spread})")
+        return window, devs
+
+    @staticmethod
+    def _check_granularity(window: CxlWindow, granularity: int | None) -> int:
         if granularity is None:
-            granularity = window.interleave_granularity
+            return window.root_granularity
         if granularity not in CXL_GRANULARITIES:
             raise CxlError(422, f"interleave granularity {granularity} is not possible (a power of two from 256 "
                            "to 16384 bytes)")
-        if wways > 1 and granularity != window.interleave_granularity:
-            raise CxlError(422, f"window {window.name} interleaves {wways} host bridges at "
-                           f"{window.interleave_granularity} bytes; a region on it must use that granularity, not "
+        if len(window.targets) > 1 and granularity != window.root_granularity:
+            raise CxlError(422, f"window {window.name} interleaves {len(window.targets)} host bridges at "
+                           f"{window.root_granularity} bytes; a region on it must use that granularity, not "
                            f"{granularity}")
-        ordered = self._order_targets(node, window, list(targets))
-        self._check_decoders(state, node, devs, granularity, wways)
-        # Capacity: DPA on every target, HPA in the window.
-        dpa_free = {d.name: self._dpa_holes(state, node_name, d, mode) for d in devs}
+        return granularity
+
+    @staticmethod
+    def _free_decoder(state: CxlState, node: str, dev: CxlMemdev) -> int:
+        """The decoder a new region takes on ``dev``: the one after the last with DPA (allocations go in order)."""
+        ds = state.endpoints[(node, dev.name)]
+        nxt = max((i for i, d in enumerate(ds) if d.dpa_size or d.committed), default=-1) + 1
+        if nxt >= len(ds):
+            used = sorted({d.region for d in ds if d.region})
+            raise CxlError(409, f"no free HDM decoder on the endpoint of {dev.name} ({len(ds)} of {len(ds)} in use"
+                           f"{' by ' + ', '.join(used) if used else ''})")
+        return nxt
+
+    def _region_size(self, state: CxlState, core: CxlCore, window: CxlWindow, devs: list[CxlMemdev], mode: str,
+                     size: int | None) -> int:
+        ways = len(devs)
+        free = {d.name: _dpa_free(state, core, d, mode) for d in devs}
         if size is None:
-            per_way = min(max((length for _, length in holes), default=0) for holes in dpa_free.values())
+            per_way = min(free.values())
             per_way -= per_way % REGION_UNIT
-            hpa_hole = self._largest_hpa_hole(state, node, window, ways)
-            size = min(per_way * ways, hpa_hole - hpa_hole % (REGION_UNIT * ways))
+            hole = _largest_hole(state, core, window)
+            size = min(per_way * ways, hole - hole % (REGION_UNIT * ways))
             if size <= 0:
                 raise CxlError(409, "no capacity left for a region on " + ", ".join(d.name for d in devs)
                                + f" in window {window.name}")
         if size <= 0 or size % (REGION_UNIT * ways):
             raise CxlError(422, f"region size must be a positive multiple of {size_text(REGION_UNIT * ways)} "
                            f"({size_text(REGION_UNIT)} per way x {ways} way(s)), not {size}")
-        per_way = size // ways
-        offsets = []
         for d in devs:
-            hole = next((start for start, length in dpa_free[d.name] if length >= per_way), None)
-            if hole is None:
+            if free[d.name] < size // ways:
                 total = d.ram_size if mode == "ram" else d.pmem_size
-                free = sum(length for _, length in dpa_free[d.name])
-                raise CxlError(409, f"{d.name} has {size_text(free)} of {mode} capacity free (of "
+                raise CxlError(409, f"{d.name} has {size_text(free[d.name])} of {mode} capacity free (of "
                                f"{size_text(total)}); a {ways}-way region of {size_text(size)} needs "
-                               f"{size_text(per_way)} on each target")
-            offsets.append(hole)
-        hpa = self._free_hpa(state, None, node, window, size, ways)
-        if hpa is None:
-            raise CxlError(409, f"window {window.name} has no free {size_text(size)} range (largest free: "
-                           f"{size_text(self._largest_hpa_hole(state, node, window, ways))})")
-        if name is None:
-            name = f"region{free_region_id(r.id for r in state.node_regions(node_name))}"
-        elif not name.startswith("region") or not name.removeprefix("region").isdigit():
-            raise CxlError(422, f"region names are regionN, not {name!r}")
-        if (node_name, name) in state.regions:
-            raise CxlError(409, f"node {node_name} already has {name}")
-        offset_of = dict(zip([d.name for d in devs], offsets, strict=True))
-        numa = window.numa if mode == "ram" else None
-        uid = "" if mode == "ram" else str(uuid.uuid4())
-        region = Region(node_name, name, window.name, tuple(ordered), granularity, "pmem" if mode == "pmem" else "ram",
-                        size, hpa, tuple(offset_of[t] for t in ordered), numa, "runtime", uid)
-        return [{"fact": "region-add", "region": region.to_json()}], region
+                               f"{size_text(size // ways)} on each target")
+        return size
 
     def destroy_region(self, state: CxlState, node_name: str, name: str) -> tuple[list[Fact], Region]:
+        """What ``cxl destroy-region --force`` does: offline its memory, disable it, reset its decode, detach
+        its targets, free their DPA (in the kernel's order, or refuse) and delete it."""
         self.node(node_name)
         region = state.regions.get((node_name, name))
         if region is None:
@@ -579,11 +480,35 @@ class CxlEngine:
         if region.origin == "dcd-extent":
             raise CxlError(409, f"{name} decodes dynamic-capacity extent {region.extent} of {region.pool}; release "
                            "the extent instead")
-        return [{"fact": "region-del", "node": node_name, "name": name}], region
+        core = self.core(node_name)
+        try:
+            s = with_region(state, replace(region, online=0))
+            if region.enabled:
+                s = core.unbind_region(s, name)
+            s = core.set_commit(s, name, "0")
+            held = [(t, region.decoders[pos]) for pos, t in enumerate(region.targets) if t]
+            for pos in range(region.ways):
+                s = core.set_target(s, name, pos, "")
+            for memdev, index in held:
+                s = self._free_dpa(core, s, name, memdev, index)
+            s = core.delete_region(s, region.window, name)
+        except KernelError as exc:
+            raise CxlError(_status(exc.errno), exc.message) from None
+        return state_facts(state, s), region
+
+    @staticmethod
+    def _free_dpa(core: CxlCore, s: CxlState, name: str, memdev: str, index: int) -> CxlState:
+        try:
+            return core.set_dpa_size(s, memdev, index, "0")
+        except KernelError as exc:
+            raise KernelError(exc.errno, f"destroying {name} frees its DPA on {memdev}, but {exc.message} (the "
+                              "kernel frees a device's DPA newest first: destroy the newer region on it first)"
+                              ) from None
 
     # ------------------------------------------------------------------------------------------ memdevs
 
-    def set_memdev(self, state: CxlState, node_name: str, memdev: str, online: bool) -> list[Fact]:
+    def set_memdev(self, state: CxlState, node_name: str, memdev: str, online: bool,
+                   fault_offline: frozenset[str] = frozenset()) -> list[Fact]:
         node = self.node(node_name)
         if node.cxl.memdev(memdev) is None:
             known = ", ".join(m.name for m in node.cxl.memdevs) or "none"
@@ -591,7 +516,8 @@ class CxlEngine:
             raise CxlError(404, f"node {node_name} has no CXL memory device {memdev!r} (memdevs: {known}){hint}")
         if ((node_name, memdev) not in state.admin_offline) == online:
             return []
-        return [{"fact": "memdev-admin", "node": node_name, "memdev": memdev, "online": online}]
+        new = self.core(node_name, fault_offline).set_memdev_admin(state, memdev, online)
+        return state_facts(state, new)
 
     # ------------------------------------------------------------------------------------------ pooling
 
@@ -620,9 +546,10 @@ class CxlEngine:
             if e.pool == pool.name and e.offset < end and start < e.offset + e.length:
                 raise CxlError(409, f"logical device {ld} of {pool.name} is partly given out as dynamic-capacity "
                                f"extent {e.id} (to {e.node}); release the extent first")
-        region = self._pool_region(state, node, pool, start, pool.ld_size, f"{pool.name}.ld{ld}", "pooled-ld", ld=ld)
+        new = self._add_pool_region(state, node, pool, start, pool.ld_size, "pooled-ld", ld=ld)
+        region = next(r for r in new.node_regions(node_name) if r.pool == pool.name and r.ld == ld)
         return [{"fact": "ld-assign", "pool": pool.name, "ld": ld, "node": node_name},
-                {"fact": "region-add", "region": region.to_json()}], region
+                *state_facts(state, new)], region
 
     def release_ld(self, state: CxlState, pool_name: str, ld: int, node_name: str | None = None) -> list[Fact]:
         pool = self._pool_for_change(pool_name)
@@ -632,10 +559,8 @@ class CxlEngine:
             raise CxlError(409, f"logical device {ld} of {pool.name} is not assigned to any host")
         if node_name is not None and owner != node_name:
             raise CxlError(409, f"logical device {ld} of {pool.name} is held by {owner}, not {node_name}")
-        facts: list[Fact] = [{"fact": "region-del", "node": owner, "name": r.name}
-                             for r in state.node_regions(owner) if r.pool == pool.name and r.ld == ld]
-        facts.append({"fact": "ld-release", "pool": pool.name, "ld": ld})
-        return facts
+        new = self._remove_pool_regions(state, owner, lambda r: r.pool == pool.name and r.ld == ld)
+        return [*state_facts(state, new), {"fact": "ld-release", "pool": pool.name, "ld": ld}]
 
     def add_extent(
         self, state: CxlState, pool_name: str, node_name: str, length: int, offset: int | None = None
@@ -667,10 +592,8 @@ class CxlEngine:
                 raise CxlError(409, f"{pool.name} has no {size_text(length)} of contiguous free capacity (free: "
                                f"{size_text(free)} in {len(holes)} range(s))")
         ext = Extent(f"{pool.name}-e{state.extent_seq + 1:06d}", pool.name, node_name, offset, length)
-        region = self._pool_region(state, node, pool, offset, length, f"{pool.name}.dcd", "dcd-extent",
-                                   extent=ext.id)
-        return [{"fact": "extent-add", "extent": ext.to_json()},
-                {"fact": "region-add", "region": region.to_json()}], ext
+        new = self._add_pool_region(state, node, pool, offset, length, "dcd-extent", extent=ext.id)
+        return [{"fact": "extent-add", "extent": ext.to_json()}, *state_facts(state, new)], ext
 
     def release_extent(self, state: CxlState, pool_name: str, extent_id: str) -> tuple[list[Fact], Extent]:
         pool = self._pool_for_change(pool_name)
@@ -678,10 +601,8 @@ class CxlEngine:
         if ext is None or ext.pool != pool.name:
             known = ", ".join(e.id for e in state.extents.values() if e.pool == pool.name) or "none"
             raise CxlError(404, f"pool {pool.name} has no extent {extent_id!r} (extents: {known})")
-        facts: list[Fact] = [{"fact": "region-del", "node": ext.node, "name": r.name}
-                             for r in state.node_regions(ext.node) if r.extent == ext.id]
-        facts.append({"fact": "extent-del", "id": ext.id})
-        return facts, ext
+        new = self._remove_pool_regions(state, ext.node, lambda r: r.extent == ext.id)
+        return [*state_facts(state, new), {"fact": "extent-del", "id": ext.id}], ext
 
     def device_holes(self, state: CxlState, pool: CxlPool) -> list[tuple[int, int]]:
         """Free ranges of a pooled device: not in an assigned LD, not in an extent (start, length)."""
@@ -696,124 +617,49 @@ class CxlEngine:
         if not 0 <= ld < pool.logical_devices:
             raise CxlError(422, f"pool {pool.name} has logical devices 0..{pool.logical_devices - 1}, not {ld}")
 
-    def _pool_region(self, state: CxlState, node: Node, pool: CxlPool, offset: int, size: int, target: str,
-                     origin: RegionOrigin, ld: int | None = None, extent: str | None = None) -> Region:
+    def _add_pool_region(self, state: CxlState, node: Node, pool: CxlPool, offset: int, size: int,
+                         origin: RegionOrigin, ld: int | None = None, extent: str | None = None) -> CxlState:
+        """A region decoding pooled memory, as the kernel discovers one the fabric manager committed: it takes
+        the region id its root decoder offers (which then offers the next free one), its memory online per the
+        hotplug policy."""
         window = self.pool_window(node, pool)
-        name = f"region{free_region_id(r.id for r in state.node_regions(node.name))}"
-        return Region(node.name, name, window.name, (target,), window.interleave_granularity, "ram", size, offset,
-                      (offset if origin == "dcd-extent" else 0,), window.numa, origin, "", pool.name, ld, extent)
+        core = self.core(node.name)
+        rid = state.root_ids.get((node.name, window.name), 0)
+        target = f"{pool.name}.dcd" if origin == "dcd-extent" else f"{pool.name}.ld{ld}"
+        blocks = kmem_blocks(core.topo.bases[window.name] + offset, size, core.topo.block)
+        online = 0 if node.cxl.hotplug_online == "offline" else (1 << len(blocks)) - 1
+        region = Region(node.name, f"region{rid}", window.name, (target,), window.root_granularity, "ram", size,
+                        offset, (offset if origin == "dcd-extent" else 0,), window.numa, origin, "", pool.name, ld,
+                        extent, dax="kmem" if blocks else "", online=online)
+        state = with_region(state, region)
+        state = replace(state, root_ids={**state.root_ids, (node.name, window.name): -1})
+        return core._fill_root_ids(state)
 
-    def _order_targets(self, node: Node, window: CxlWindow, targets: list[str]) -> list[str]:
-        """Interleave positions: position i under the window's host bridge i mod ways, ports spread evenly."""
-        cxl = node.cxl
-        devs = {m.name: m for m in cxl.memdevs}
-        port_order = {p: i for i, p in enumerate(
-            [rp for hb in cxl.host_bridges for rp in hb.root_ports]
-            + [dp for sw in cxl.switches for dp in sw.downstream_ports])}
-        per_hb: dict[str, list[str]] = {hb: [] for hb in window.targets}
-        for t in targets:
-            d = devs[t]
-            per_hb.setdefault(d.host_bridge, []).append(t)
-        for hb, names in per_hb.items():
-            paths = {n: memdev_path(cxl, devs[n]) for n in names}
-            # Round-robin over root ports, then switch ports, so lower-level decoders interleave evenly.
-            by_rp: dict[str, list[str]] = {}
-            for n in sorted(names, key=lambda n: port_order.get(devs[n].parent, 0)):
-                by_rp.setdefault(paths[n].root_port, []).append(n)
-            merged: list[str] = []
-            queues = list(by_rp.values())
-            while any(queues):
-                for q in queues:
-                    if q:
-                        merged.append(q.pop(0))
-            per_hb[hb] = merged
-        out: list[str] = []
-        hbs = list(window.targets)
-        for i in range(len(targets)):
-            queue = per_hb.get(hbs[i % len(hbs)])
-            if not queue:  # uneven spread: the caller refuses it; keep the given order
-                return list(targets)
-            out.append(queue.pop(0))
-        return out
-
-    def _check_decoders(self, state: CxlState, node: Node, devs: list[CxlMemdev], granularity: int,
-                        wways: int) -> None:
-        cxl = node.cxl
-        paths = {d.name: memdev_path(cxl, d) for d in devs}
-        regions = [r for r in state.node_regions(node.name) if r.origin in ("boot", "runtime")]
-        all_paths = {m.name: memdev_path(cxl, m) for m in cxl.memdevs}
-        # Ways and granularity at each level below the window.
-        for hb in sorted({p.host_bridge for p in paths.values()}):
-            under = [n for n, p in paths.items() if p.host_bridge == hb]
-            rps = {paths[n].root_port for n in under}
-            hb_ways = len(rps)
-            counts = {rp: sum(1 for n in under if paths[n].root_port == rp) for rp in rps}
-            if hb_ways not in CXL_INTERLEAVE_WAYS or len(set(counts.values())) > 1:
-                raise CxlError(422, f"host bridge {hb} would interleave {hb_ways} root port(s) unevenly "
-                               f"({', '.join(f'{c} under {rp}' for rp, c in sorted(counts.items()))})")
-            hb_gran = granularity * wways
-            if hb_ways > 1 and hb_gran > CXL_GRANULARITIES[-1]:
-                raise CxlError(422, f"the decoder of host bridge {hb} would need granularity {hb_gran} (region "
-                               f"{granularity} x {wways} host bridge(s)); the largest a decoder supports is "
-                               f"{CXL_GRANULARITIES[-1]}")
-            for rp in rps:
-                sws = {paths[n].switch for n in under if paths[n].root_port == rp}
-                for sw in sws:
-                    if sw is None:
-                        continue
-                    dps = {paths[n].downstream_port for n in under if paths[n].switch == sw}
-                    sw_gran = hb_gran * hb_ways
-                    if len(dps) > 1 and sw_gran > CXL_GRANULARITIES[-1]:
-                        raise CxlError(422, f"the decoder of switch {sw} would need granularity {sw_gran} (region "
-                                       f"{granularity} x {wways * hb_ways} ways above it); the largest a decoder "
-                                       f"supports is {CXL_GRANULARITIES[-1]}")
-            used = [r.name for r in regions if any(all_paths[t].host_bridge == hb for t in r.targets
-                                                   if t in all_paths)]
-            if len(used) >= HOST_BRIDGE_DECODERS:
-                raise CxlError(409, f"no free HDM decoder on host bridge {hb} ({HOST_BRIDGE_DECODERS} of "
-                               f"{HOST_BRIDGE_DECODERS} in use by {', '.join(used)})")
-        for sw in sorted({p.switch for p in paths.values() if p.switch}):
-            used = [r.name for r in regions if any(all_paths[t].switch == sw for t in r.targets if t in all_paths)]
-            if len(used) >= SWITCH_DECODERS:
-                raise CxlError(409, f"no free HDM decoder on switch {sw} ({SWITCH_DECODERS} of {SWITCH_DECODERS} "
-                               f"in use by {', '.join(used)})")
-        for d in devs:
-            used = [r.name for r in regions if d.name in r.targets]
-            if len(used) >= ENDPOINT_DECODERS:
-                raise CxlError(409, f"no free HDM decoder on the endpoint of {d.name} ({ENDPOINT_DECODERS} of "
-                               f"{ENDPOINT_DECODERS} in use by {', '.join(used)})")
-
-    @staticmethod
-    def _dpa_holes(state: CxlState, node: str, dev: CxlMemdev, mode: str) -> list[tuple[int, int]]:
-        total = dev.ram_size if mode == "ram" else dev.pmem_size
-        taken = []
+    def _remove_pool_regions(self, state: CxlState, node: str, which: Any) -> CxlState:
+        core = self.core(node)
         for r in state.node_regions(node):
-            if r.mode == mode and dev.name in r.targets:
-                taken.append((r.dpa_offsets[r.targets.index(dev.name)], r.size // r.ways))
-        return _holes(taken, 0, total)
+            if which(r):
+                state = core.remove_region(state, r)
+        return state
 
-    def _largest_hpa_hole(self, state: CxlState, node: Node, window: CxlWindow, ways: int) -> int:
-        align = REGION_UNIT * ways
-        best = 0
-        for start, length in self._hpa_holes(state, None, node, window):
-            aligned = -(-start // align) * align
-            best = max(best, start + length - aligned)
-        return best
 
-    def _hpa_holes(self, state: CxlState, extra: Mapping[tuple[str, str], Region] | None, node: Node,
-                   window: CxlWindow) -> list[tuple[int, int]]:
-        regions = list(state.node_regions(node.name)) + list((extra or {}).values())
-        taken = [(r.hpa_offset, r.size) for r in regions if r.window == window.name and r.node == node.name]
-        return _holes(taken, 0, window.size)
+def _dpa_free(state: CxlState, core: CxlCore, dev: CxlMemdev, mode: str) -> int:
+    """Bytes a new allocation in ``mode`` can take on ``dev``: from the end of that partition's allocations."""
+    from fakehw.agent.cxlcore import _last_end
 
-    def _free_hpa(self, state: CxlState, extra: Mapping[tuple[str, str], Region] | None, node: Node,
-                  window: CxlWindow, size: int, ways: int) -> int | None:
-        align = REGION_UNIT * ways
-        for start, length in self._hpa_holes(state, extra, node, window):
-            aligned = -(-start // align) * align
-            if aligned + size <= start + length:
-                return aligned
-        return None
+    start, size = core.topo.partitions(dev)[mode]
+    ds = state.endpoints.get((core.node, dev.name), ())
+    return start + size - _last_end(ds, start, size) if size else 0
+
+
+def _largest_hole(state: CxlState, core: CxlCore, window: CxlWindow) -> int:
+    taken = sorted((r.hpa_offset, r.size) for r in core.regions(state) if r.window == window.name and r.size)
+    return max((length for _, length in _holes(taken, 0, window.size)), default=0)
+
+
+def _memdev_numa(node: Node, m: CxlMemdev) -> int:
+    hb = next(h for h in node.cxl.host_bridges if h.name == m.host_bridge)
+    return m.numa if m.numa is not None else hb.numa
 
 
 def memdev_path(cxl: Cxl, memdev: CxlMemdev) -> MemdevPath:
@@ -836,24 +682,9 @@ def port_host_bridge(cxl: Cxl, port: str) -> str | None:
 
 
 def free_region_id(used: Iterable[int]) -> int:
-    """The lowest region number not in ``used`` (``regionN`` names are reused lowest first)."""
+    """The lowest region number not in ``used``."""
     taken = set(used)
     return next(i for i in range(len(taken) + 1) if i not in taken)
-
-
-def _extent_number(extent_id: str) -> int:
-    """The sequence number in ``<pool>-e000042``."""
-    tail = extent_id.rsplit("-", 1)[-1].lstrip("e")
-    return int(tail) if tail.isdigit() else 0
-
-
-def window_bases(cxl: Cxl) -> dict[str, int]:
-    """Host physical address of every fixed memory window: from 256 GiB up, each 1 GiB aligned."""
-    bases, addr = {}, WINDOW_BASE
-    for w in cxl.windows:
-        bases[w.name] = addr
-        addr += -(-w.size // GiB) * GiB
-    return bases
 
 
 def _holes(taken: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from fakehw.agent.cxl import CxlEngine, CxlError, CxlState, NodeCxlView, Region, apply_fact, size_text
+from fakehw.agent.cxlcore import CxlCore, KernelError
+from fakehw.agent.cxlstate import state_facts
 from fakehw.agent.journal import Journal, JournalWriteError
 from fakehw.agent.pools import GrantKind, PoolError, PoolLedger
 from fakehw.agent.state import NodeState, derive_state
@@ -40,7 +42,7 @@ log = logging.getLogger(__name__)
 AUDIT_IN_MEMORY = 50_000
 LEDGER_FACTS = frozenset({"grant", "revoke", "map", "unmap"})
 EXPIRY_POLL_S = 1.0
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 
 
 class PlatformError(Exception):
@@ -100,9 +102,6 @@ class PlatformView:
     """Bytes in every NUMA node now (CXL nodes follow their regions; others keep the model's value)."""
     cxl: NodeCxlView
     pools: tuple[PoolView, ...]
-    memory_offline: frozenset[int] = frozenset()
-    """Memory blocks (``memoryN`` numbers) of CXL RAM taken offline (daxctl offline-memory); their memory is out of
-    ``numa_memory`` too. Blocks of an active RAM region are online unless listed (fakehw.sysfs.memory)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"numa_memory": {str(k): v for k, v in sorted(self.numa_memory.items())},
@@ -131,9 +130,9 @@ def pool_backing(node: Node, pool: MemoryPool, state: NodeState, cxl: NodeCxlVie
         return numa_memory.get(int(arg), 0)
     if kind == "cxlRegion":
         rv = cxl.region(arg)
-        return rv.region.size if rv is not None and rv.active else 0
+        return rv.memory_online if rv is not None else 0
     if kind == "cxlPool":
-        return sum(rv.region.size for rv in cxl.regions if rv.active and rv.region.pool == arg)
+        return sum(rv.memory_online for rv in cxl.regions if rv.region.pool == arg)
     return pool.capacity
 
 
@@ -144,13 +143,17 @@ def pool_available(node: Node, pool: MemoryPool, state: NodeState, cxl: NodeCxlV
 
 
 def runtime_numa_memory(node: Node, cxl: NodeCxlView) -> dict[int, int]:
-    return {n.id: cxl.numa_memory.get(n.id, n.memory) if n.kind == "cxl" else n.memory for n in node.numa}
+    """Memory of every NUMA node now: a kind: cxl node holds what CXL regions have online in it; any other node
+    its own memory plus CXL memory hot-added into it (a window without a proximity domain of its own)."""
+    return {n.id: cxl.numa_memory.get(n.id, n.memory) if n.kind == "cxl" else n.memory + cxl.numa_memory.get(n.id, 0)
+            for n in node.numa}
 
 
 def boot_view(system: System, node: Node, state: NodeState) -> PlatformView:
     """The view of a node no agent serves (``fakehw render``): the model's CXL state, no grants."""
     engine = CxlEngine(system, [node.name])
-    cxl = engine.view(engine.boot(), node.name, _fault_offline(state))
+    down = _fault_offline(state)  # a memdev a fault holds down leaves its regions, as the agent settles it
+    cxl = engine.view(engine.settle(engine.boot(), node.name, down), node.name, down)
     numa = runtime_numa_memory(node, cxl)
     pools = tuple(_pool_view(p, pool_available(node, p, state, cxl, numa), PoolLedger()) for p in node.memory_pools)
     return PlatformView(node.name, numa, cxl, pools)
@@ -349,6 +352,8 @@ class Platform:
             now = self._clock()
             facts = self.ledger.expire(now)
             self._apply_quietly(facts)
+            settled = self.engine.settle(self.cxl, node_name, _fault_offline(state))
+            self._apply_quietly(state_facts(self.cxl, settled))
             view = self._build_view(node_name)
             node = self.nodes[node_name]
             shrink: list[dict[str, Any]] = self.ledger.drop_pool(node_name, [p.name for p in node.memory_pools], now)
@@ -459,13 +464,30 @@ class Platform:
         self._node(node)
         with self._lock:
             try:
-                facts = self.engine.set_memdev(self.cxl, node, memdev, online)
+                facts = self.engine.set_memdev(self.cxl, node, memdev, online, _fault_offline(self._state(node)))
             except CxlError as exc:
                 raise PlatformError(exc.status, exc.message) from None
             self._run(facts, [node], None if online else f"taking {memdev} offline")
             view = self._build_view(node).cxl.memdev(memdev)
             assert view is not None
             return {**view.to_json(), "changed": bool(facts)}
+
+    def kernel_store(self, node: str, store: Callable[[CxlCore, CxlState], CxlState], what: str) -> bool:
+        """Apply a sysfs store the kernel acts on (:mod:`fakehw.agent.cxlsysfs`): journaled, applied and
+        re-rendered before it returns whether anything changed. Raises KernelError (nothing changed, except
+        what the kernel itself keeps: ``KernelError.keep``) or PlatformError 409 (memory in use by grants)."""
+        self._node(node)
+        with self._lock:
+            core = self.engine.core(node, _fault_offline(self._state(node)))
+            try:
+                new = store(core, self.cxl)
+            except KernelError as exc:
+                if exc.keep is not None:
+                    self._run(state_facts(self.cxl, exc.keep), [node], what)
+                raise
+            facts = state_facts(self.cxl, new)
+            self._run(facts, [node], what)
+            return bool(facts)
 
     def assign_ld(self, pool: str, body: Any) -> dict[str, Any]:
         args = _fields(body, required={"ld", "node"}, optional=set(), what="assignment")

@@ -285,6 +285,12 @@ class CxlMemdevSku(_Data):
     device_id: int = Field(alias="deviceId")
     latency_ns: int = Field(alias="latencyNs")
     bandwidth_gbs: float = Field(alias="bandwidthGBs")
+    firmware_version: str = Field("", alias="firmwareVersion")
+    """The Identify Memory Device "FW Revision" (memN/firmware_version)."""
+    label_storage_size: int = Field(0, alias="labelStorageSize")
+    """Label storage area bytes (memN/label_storage_size)."""
+    payload_max: int = Field(2048, alias="payloadMax")
+    """Mailbox payload size (memN/payload_max)."""
 
 
 class Catalogue(_Data):

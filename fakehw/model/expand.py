@@ -650,9 +650,11 @@ def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], proble
             problems.add((*cpath, "hostBridges", i, "numa"), f"NUMA node {hb.numa} does not exist")
         rps = tuple(f"{hb.name}.rp{k}" for k in range(hb.root_ports))
         ports.update(dict.fromkeys(rps, hb.name))
-        hbs.append(CxlHostBridge(hb.name, hb.uid, hb.numa, rps))
+        hbs.append(CxlHostBridge(hb.name, hb.uid, hb.numa, rps, tuple(hb.root_port_ids or range(hb.root_ports)),
+                                 hb.decoders, hb.restricted))
     switches: list[CxlSwitch] = []
     behind: set[str] = set()
+    restricted = {rp for h in hbs if h.restricted for rp in h.root_ports}
     for i, sw in enumerate(c.switches):
         where = (*cpath, "switches", i)
         if sw.name in names:
@@ -664,11 +666,15 @@ def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], proble
             continue
         if sw.parent in occupied:
             problems.add((*where, "parent"), f"CXL port {sw.parent} is already used by {_fmt(occupied[sw.parent])}")
+        if sw.parent in restricted:
+            problems.add((*where, "parent"), f"{sw.parent} belongs to a restricted host bridge (RCH): only a memory "
+                         "device attaches there")
         occupied[sw.parent] = where
         dps = tuple(f"{sw.name}.dp{k}" for k in range(sw.downstream_ports))
         ports.update(dict.fromkeys(dps, ports[sw.parent]))
         behind.update(dps)
-        switches.append(CxlSwitch(sw.name, sw.parent, dps))
+        switches.append(CxlSwitch(sw.name, sw.parent, dps, tuple(sw.downstream_port_ids or range(sw.downstream_ports)),
+                                  sw.decoders))
     memdevs: list[CxlMemdev] = []
     for i, m in enumerate(c.memdevs):
         where = (*cpath, "memdevs", i)
@@ -686,8 +692,13 @@ def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], proble
             problems.add((*where, "parent"), f"CXL port {m.parent} is already used by {_fmt(occupied[m.parent])}")
         occupied[m.parent] = where
         serial = m.serial if m.serial is not None else _stable_int(m.name, m.parent, digits=12)
+        if m.numa is not None and m.numa not in numa_ids:
+            problems.add((*where, "numa"), f"NUMA node {m.numa} does not exist")
+        if m.parent in restricted and m.pmem_size:
+            problems.add((*where, "pmemSize"), "a device behind a restricted host bridge (RCD) is volatile only")
         memdevs.append(
-            CxlMemdev(m.name, sku, m.parent, ports[m.parent], m.parent in behind, m.ram_size, m.pmem_size, serial)
+            CxlMemdev(m.name, sku, m.parent, ports[m.parent], m.parent in behind, m.ram_size, m.pmem_size, serial,
+                      decoders=m.decoders, numa=m.numa)
         )
     hb_names = {h.name for h in hbs}
     windows: list[CxlWindow] = []
@@ -705,7 +716,7 @@ def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], proble
         if w.numa is not None and numa_kind.get(w.numa) != "cxl":
             problems.add((*where, "numa"), f"NUMA node {w.numa} is not a kind: cxl node of this host")
         windows.append(CxlWindow(w.name, i, w.size, tuple(w.targets), w.interleave_granularity, w.ram, w.pmem,
-                                 w.numa, w.qos_class))
+                                 w.numa, w.qos_class, w.arithmetic))
     qos = {m.name: m.qos_class for m in c.memdevs}
     memdevs = [dataclasses.replace(m, qos_class=_memdev_qos(m, qos, windows)) for m in memdevs]
     by_window = {w.name: w for w in windows}
@@ -718,7 +729,8 @@ def _cxl(spec: s.NodeSpec, numa_ids: set[int], numa_kind: dict[int, str], proble
         if region is not None:
             regions.append(region)
     windows, regions = _window_numa(windows, regions, problems, cpath)
-    return Cxl(tuple(hbs), tuple(switches), tuple(memdevs), tuple(windows), tuple(regions))
+    return Cxl(tuple(hbs), tuple(switches), tuple(memdevs), tuple(windows), tuple(regions), c.platform,
+               c.hotplug_online)
 
 
 def _window_numa(
@@ -799,6 +811,13 @@ def _region(
         problems.add((*where, "interleaveGranularity"), f"window {window.name} interleaves host bridges at "
                      f"{window.interleave_granularity} bytes; a region on it must use that granularity")
     size = len(r.targets) * min((m.ram_size if r.mode == "ram" else m.pmem_size) for m in members)
+    if r.size is not None:
+        unit = 256 * 2**20 * len(r.targets)
+        if r.size <= 0 or r.size % unit or r.size > size:
+            problems.add((*where, "size"), f"a {len(r.targets)}-way region is a multiple of {unit} bytes up to its "
+                         f"targets' capacity ({size} bytes), not {r.size}")
+        else:
+            size = r.size
     if size > window.size:
         problems.add(where, f"region of {size} bytes does not fit window {window.name} ({window.size} bytes)")
     return CxlRegion(r.name, r.window, tuple(r.targets), r.interleave_granularity, r.mode, size, r.numa)

@@ -286,6 +286,27 @@ class CxlHostBridgeSpec(Spec):
     uid: int = Field(ge=0, le=255)
     numa: int = Field(ge=0, le=1023)
     root_ports: int = Field(2, ge=1, le=16)
+    root_port_ids: list[int] | None = Field(
+        None, description="hardware port id of each root port (dport ids in HDM target lists); default 0, 1, ...")
+    decoders: int = Field(4, ge=1, le=32, description="HDM decoders of the host bridge's port")
+    restricted: bool = Field(False, description="a restricted CXL host (RCH, CXL 1.1): its one device's endpoint "
+                             "hangs off the CXL root; give it one root port for that device")
+
+    @model_validator(mode="after")
+    def _ids(self) -> CxlHostBridgeSpec:
+        _check_port_ids(self.root_port_ids, self.root_ports, "rootPortIds", "rootPorts")
+        if self.restricted and self.root_ports != 1:
+            raise ValueError("a restricted host bridge (RCH) has exactly one root port (rootPorts: 1)")
+        return self
+
+
+def _check_port_ids(ids: list[int] | None, count: int, what: str, count_name: str) -> None:
+    if ids is None:
+        return
+    if len(ids) != count:
+        raise ValueError(f"{what} names {len(ids)} port(s) but {count_name} is {count}")
+    if len(set(ids)) != len(ids) or any(not 0 <= i <= 255 for i in ids):
+        raise ValueError(f"{what} must be distinct port ids from 0 to 255")
 
 
 class CxlSwitchSpec(Spec):
@@ -294,6 +315,14 @@ class CxlSwitchSpec(Spec):
     name: Name
     parent: str = Field(description="upstream root port, e.g. cxlhb0.rp0")
     downstream_ports: int = Field(2, ge=1, le=32)
+    downstream_port_ids: list[int] | None = Field(
+        None, description="hardware port id of each downstream port; default 0, 1, ...")
+    decoders: int = Field(4, ge=1, le=32, description="HDM decoders of the switch's upstream port")
+
+    @model_validator(mode="after")
+    def _ids(self) -> CxlSwitchSpec:
+        _check_port_ids(self.downstream_port_ids, self.downstream_ports, "downstreamPortIds", "downstreamPorts")
+        return self
 
 
 class CxlMemdevSpec(Spec):
@@ -310,6 +339,9 @@ class CxlMemdevSpec(Spec):
         description="QoS class of the device's memory (memN/ram/qos_class, pmem/qos_class: the QTG the platform "
                     "matched its performance to); default: the qosClass of the first window over its host bridge",
     )
+    decoders: int = Field(2, ge=1, le=32, description="HDM decoders of the device (its endpoint port)")
+    numa: int | None = Field(None, ge=0, le=1023, description="NUMA node of the device (memN/numa_node); default: "
+                             "its host bridge's")
 
     @model_validator(mode="after")
     def _has_capacity(self) -> CxlMemdevSpec:
@@ -329,6 +361,8 @@ class CxlWindowSpec(Spec):
     pmem: bool = False
     qos_class: int = Field(0, ge=-1, le=65535,
                            description="the window's QoS Throttling Group id (CFMWS qtg_id; root decoder qos_class)")
+    arithmetic: Literal["modulo", "xor"] = Field(
+        "modulo", description="interleave arithmetic of the window (CFMWS): modulo or XOR")
     numa: int | None = Field(
         None, ge=0, le=1023,
         description="kind: cxl NUMA node that RAM decoded by this window onlines into (firmware gives every "
@@ -352,9 +386,17 @@ class CxlRegionSpec(Spec):
     interleave_granularity: int = 256
     mode: Literal["ram", "pmem"] = "ram"
     numa: int | None = Field(None, ge=0, le=1023, description="NUMA node the region's memory onlines into")
+    size: Size | None = Field(None, description="bytes decoded (a multiple of 256 MiB per target); default: all "
+                              "of the targets' capacity of that mode")
 
 
 class CxlSpec(Spec):
+    platform: Literal["acpi", "cxl_test"] = Field(
+        "acpi", description="who publishes the CXL root: ACPI firmware (ACPI0017/ACPI0016 and PCI devices) or the "
+        "kernel's cxl_test mock (platform devices cxl_acpi.0, cxl_host_bridge.N ... cxl_mem.N: bus 'cxl_test')")
+    hotplug_online: Literal["offline", "online", "online_movable"] = Field(
+        "online_movable", description="what the kernel does with memory a RAM region hot-adds "
+        "(/sys/devices/system/memory/auto_online_blocks)")
     host_bridges: list[CxlHostBridgeSpec] = Field(default_factory=list, max_length=16)
     switches: list[CxlSwitchSpec] = Field(default_factory=list, max_length=64)
     memdevs: list[CxlMemdevSpec] = Field(default_factory=list, max_length=256)

@@ -266,6 +266,15 @@ class CxlHostBridge:
     uid: int
     numa: int
     root_ports: tuple[str, ...]
+    port_ids: tuple[int, ...] = ()
+    """Hardware port id of each root port (the dport id in ``portN/dportID`` and HDM target lists)."""
+    decoders: int = 4
+    """HDM decoders of the host bridge's port."""
+    restricted: bool = False
+    """A restricted CXL host (RCH, CXL 1.1): no port of its own; its device's endpoint hangs off the root."""
+
+    def port_id(self, root_port: str) -> int:
+        return self.port_ids[self.root_ports.index(root_port)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +282,12 @@ class CxlSwitch:
     name: str
     parent: str
     downstream_ports: tuple[str, ...]
+    port_ids: tuple[int, ...] = ()
+    """Hardware port id of each downstream port."""
+    decoders: int = 4
+
+    def port_id(self, downstream_port: str) -> int:
+        return self.port_ids[self.downstream_ports.index(downstream_port)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +303,10 @@ class CxlMemdev:
     pooled: str | None = None
     """Name of the system CXL pool when this is a logical device of a pooled multi-logical device."""
     qos_class: int = 0
+    decoders: int = 2
+    """HDM decoders of the device's endpoint port."""
+    numa: int | None = None
+    """NUMA node of the device (``memN/numa_node``); None: its host bridge's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +322,14 @@ class CxlWindow:
     """kind: cxl NUMA node that RAM decoded by this window onlines into (None: the window's RAM has no node)."""
     qos_class: int = 0
     """QoS Throttling Group id of the window (CFMWS qtg_id), shown as the root decoder's ``qos_class``."""
+    arithmetic: Literal["modulo", "xor"] = "modulo"
+    """How the window picks a host bridge from a host address (CFMWS interleave arithmetic)."""
+
+    @property
+    def root_granularity(self) -> int:
+        """The root decoder's ``interleave_granularity``: the window's, except that a window over one host bridge
+        advertises the smallest (256), so any region granularity fits it (drivers/cxl/acpi.c)."""
+        return 256 if len(self.targets) == 1 else self.interleave_granularity
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +343,10 @@ class CxlRegion:
     numa: int | None
 
 
+CxlPlatform = Literal["acpi", "cxl_test"]
+OnlinePolicy = Literal["offline", "online", "online_movable"]
+
+
 @dataclass(frozen=True, slots=True)
 class Cxl:
     host_bridges: tuple[CxlHostBridge, ...] = ()
@@ -323,6 +354,17 @@ class Cxl:
     memdevs: tuple[CxlMemdev, ...] = ()
     windows: tuple[CxlWindow, ...] = ()
     regions: tuple[CxlRegion, ...] = ()
+    platform: CxlPlatform = "acpi"
+    """Who publishes the CXL root: ACPI (ACPI0017, host bridges ACPI0016, PCI devices) or the kernel's cxl_test
+    mock (platform devices cxl_acpi.0, cxl_host_bridge.N, ..., cxl_mem.N; libcxl calls its bus ``cxl_test``)."""
+    hotplug_online: OnlinePolicy = "online_movable"
+    """What happens to memory a RAM region hot-adds (the kernel's ``auto_online_blocks`` policy)."""
+
+    def host_bridge(self, name: str) -> CxlHostBridge | None:
+        return next((h for h in self.host_bridges if h.name == name), None)
+
+    def window(self, name: str) -> CxlWindow | None:
+        return next((w for w in self.windows if w.name == name), None)
 
     def memdev(self, name: str) -> CxlMemdev | None:
         return next((m for m in self.memdevs if m.name == name), None)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from fakehw.livefs.notify import notify as notify_live
 from fakehw.model.system import CxlPool, Node, System
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
@@ -119,7 +120,6 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     if not isinstance(view, PlatformView):
         view = boot_view(system, node, state)
     lay = _Lazy(lambda: node_layout(system, node))  # only sections that are built need it
-    pools = node_pools(system, node)
     key = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/{node.name}"
     # Nodes of one template share their static CPU/NUMA/driver trees: hard links to one shared copy.
     share = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/template{node.template}"
@@ -132,23 +132,25 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("node-memory", None, lambda: node_dynamic_section(node, platform.numa_memory),
                     inputs=dict(platform.numa_memory)),
         SectionSpec("memory-static", key, lambda: memory_static_section(node), share=f"{share}/memory"),
-        SectionSpec("memory", None, lambda: memory_dynamic_section(node, platform.cxl, platform.numa_memory,
-                                                                   platform.memory_offline),
-                    inputs=(platform.cxl, dict(platform.numa_memory), platform.memory_offline)),
+        SectionSpec("memory", None, lambda: memory_dynamic_section(node, platform.cxl, platform.numa_memory),
+                    inputs=(platform.cxl, dict(platform.numa_memory))),
         SectionSpec("pci", key, lambda: pci_static_section(node, lay())),
         SectionSpec("rdma", key, lambda: rdma_section(system, node, lay())),
         SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay()),
                     inputs=frozenset(g.name for g in state.gpus if g.lost)),
         SectionSpec("mig", None, lambda: mig_section(node, mig), inputs=mig),
         SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
-        SectionSpec("cxl", None, lambda: cxl_section(node, pools, lay(), platform.cxl), inputs=platform.cxl),
+        SectionSpec("cxl", None, lambda: cxl_section(system, node, lay(), platform.cxl), inputs=platform.cxl),
         SectionSpec("pools", None, lambda: pools_section(node, pools_json), inputs=pools_json),
         SectionSpec("system", key, lambda: system_section(system, node)),
     ]
 
     writer = RootWriter(root_parent.root / ROOT_DIR, root_parent.root / MANIFEST, release=root_parent.release,
                         store=root_parent.root.parent / SHARED_DIR)
-    return writer.render(specs, ctx.memo.get("root", dict) if ctx.memo is not None else None)
+    stats = writer.render(specs, ctx.memo.get("root", dict) if ctx.memo is not None else None)
+    if stats.changed:
+        notify_live(root_parent.root, stats.changed)  # a live /sys must stop serving what changed first
+    return stats
 
 
 class _Lazy:

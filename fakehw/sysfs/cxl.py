@@ -1,21 +1,16 @@
-"""CXL: ``/sys/bus/cxl/devices`` (root, ports, endpoints, decoders, memdevs, regions), ``/sys/bus/dax`` and the
-character devices ``/dev/cxl/memN`` and ``/dev/daxN.0``, laid out as the kernel's CXL core lays them out, so that
-libcxl and libdaxctl (``cxl list``, ``daxctl list``) parse the tree the way they parse a kernel's.
+"""CXL: ``/sys/bus/cxl/devices`` (root, ports, endpoints, decoders, memdevs, regions), ``/sys/bus/dax``, hot-added
+memory blocks and the character devices ``/dev/cxl/memN`` and ``/dev/daxN.0``, laid out as the kernel's CXL core
+lays them out, so that libcxl and libdaxctl (``cxl``, ``daxctl``) read the tree as they read a kernel's.
 
-Layout (drivers/cxl, Documentation/ABI/testing/sysfs-bus-cxl): ``root0`` sits under the platform device of the
-CXL root (ACPI0017:00, or ``cxl_acpi.0`` for the kernel's cxl_test mock, whose bus libcxl then calls
-``cxl_test``) and links to it as ``uport``; one port per host bridge below it, ports nest down through switches to
-endpoints, every port has HDM decoders ``decoder<port>.<n>``, root decoders are the fixed memory windows, regions
-live under their root decoder with ``target<i>`` naming endpoint decoders, and a RAM region's DAX region
-(``regionN/dax_regionN``, its attributes in ``dax_regionN/dax_region/``) holds ``daxN.0`` with the NUMA node its
-memory goes to (``target_node``). Memory devices sit under their PCI functions (class 0x050210), or under the mock
-platform devices for cxl_test.
-
-Enabled devices have a ``driver`` link (libcxl's test for "enabled"): ``cxl_port`` on root0, ports and endpoints,
-``cxl_mem`` on memdevs, ``cxl_region`` on regions. A memdev taken offline (``cxl-offline`` fault or an operator's
-offline) is shown as the kernel shows an unbound ``cxl_mem``: no driver, its endpoint port and endpoint decoders
-gone, and every region that targets it detached from that target, decommitted and disabled (no DAX device). When
-the memdev is back its regions are re-assembled, as the kernel does for regions firmware committed.
+The tree is a function of the agent's CXL state (:mod:`fakehw.agent.cxlstate`): every HDM decoder shows what the
+state holds (endpoint decoders their mode, DPA, region and commit; host bridge and switch decoders the region
+that holds them, programmed once the region is active), every region its configuration in whatever state it is
+(``idle`` to ``commit``), ``targetN`` only for N below its interleave ways, ``driver`` links exactly where a
+driver is bound. Layout (drivers/cxl, Documentation/ABI/testing/sysfs-bus-cxl): ``root0`` under the platform
+device of the CXL root (:mod:`fakehw.sysfs.cxldevices`), one port per (unrestricted) host bridge below it, switch
+ports while a device below them is bound, endpoints below their parent port (below ``root0`` for a restricted
+host's device), root decoders ``decoder0.N`` (the windows) with their regions, a RAM region's DAX region
+(``regionN/dax_regionN``, attributes in ``dax_region/``) holding ``daxN.0``.
 """
 
 from __future__ import annotations
@@ -23,29 +18,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from fakehw.agent.cxl import (
-    ENDPOINT_DECODERS,
-    HOST_BRIDGE_DECODERS,
-    SWITCH_DECODERS,
-    MemdevPath,
-    MemdevView,
-    NodeCxlView,
-    Region,
-    free_region_id,
-    memdev_path,
-    port_host_bridge,
-    window_bases,
-)
-from fakehw.model.system import CxlPool, CxlWindow, Node
+from fakehw.agent.cxl import MemdevView, NodeCxlView, Region
+from fakehw.agent.cxlcore import CxlCore, KernelError, PortProgram
+from fakehw.agent.cxlstate import CxlState, EndpointDecoder
+from fakehw.agent.cxltopo import NodeTopology
+from fakehw.model.system import CxlWindow, Node, System
+from fakehw.sysfs.cxldevices import CxlDevices
 from fakehw.sysfs.pci import function_files
 from fakehw.sysfs.pcilayout import PciFunction, PciLayout, pool_memdev_function
 from fakehw.sysfs.tree import Section
 
-ACPI_ROOT = "sys/devices/platform/ACPI0017:00"
-ROOT = f"{ACPI_ROOT}/root0"
-_NO_PATH = MemdevPath("", "", None, None)
-"""Stands in for the path of a region target that is no local memdev (a pooled device's)."""
-ACPI = "sys/devices/LNXSYSTM:00/LNXSYBUS:00"
 BUS = "sys/bus/cxl"
 DEVICES = f"{BUS}/devices"
 DRIVERS = f"{BUS}/drivers"
@@ -53,58 +35,21 @@ DAX_BUS = "sys/bus/dax"
 CXL_DRIVERS = ("cxl_port", "cxl_mem", "cxl_region", "cxl_pmem_region", "cxl_dax_region", "cxl_nvdimm_bridge",
                "cxl_nvdimm")
 DAX_DRIVERS = ("kmem", "device_dax")
+MODULES = ("cxl_core", "cxl_acpi", "cxl_port", "cxl_mem", "cxl_pmem", "dax", "dax_cxl", "device_dax", "kmem")
+"""Modules a CXL host has loaded (``/sys/module/<name>/initstate``: libkmod's test for a loaded module)."""
+MOCK_MODULES = ("cxl_test", "cxl_mock", "cxl_mock_mem")
 MEMDEV_MAJOR = 250
 """The ``cxl`` memdev character device major (dynamic in the kernel; what fakehw hands out)."""
 DAX_MAJOR = 251
 DAX_ALIGN = 2 * 1024 * 1024
-FIRMWARE_VERSION = "BWFW VERSION 00"
-LABEL_STORAGE = 0
+NO_RESOURCE = 0xFFFF_FFFF_FFFF_FFFF
+"""What an attribute without an address shows (-1 as %#llx: ``resource`` of a region with no HPA, an unallocated
+decoder's ``dpa_resource``)."""
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 def _hex(value: int) -> str:
     return f"0x{value:x}"
-
-
-class _Ports:
-    """Port ids and directories: root0, a port per host bridge, per switch, per pool switch, per endpoint."""
-
-    def __init__(self, node: Node, pools: tuple[CxlPool, ...]):
-        cxl = node.cxl
-        self.hb_id: dict[str, int] = {}
-        self.dir: dict[str, str] = {}
-        self.hb_of_rp: dict[str, str] = {}
-        next_id = 1
-        for hb in sorted(cxl.host_bridges, key=lambda h: h.uid):
-            self.hb_id[hb.name] = next_id
-            self.dir[hb.name] = f"{ROOT}/port{next_id}"
-            for rp in hb.root_ports:
-                self.hb_of_rp[rp] = hb.name
-            next_id += 1
-        self.sw_id: dict[str, int] = {}
-        self.sw_of_dp: dict[str, str] = {}
-        for sw in cxl.switches:
-            self.sw_id[sw.name] = next_id
-            self.dir[sw.name] = f"{self.dir[self.hb_of_rp[sw.parent]]}/port{next_id}"
-            for dp in sw.downstream_ports:
-                self.sw_of_dp[dp] = sw.name
-            next_id += 1
-        for p in pools:
-            name = f"{p.name}.vcs"
-            self.sw_id[name] = next_id
-            self.dir[name] = f"{self._port_dir(p.host_port)}/port{next_id}"
-            next_id += 1
-        self.endpoint_base = next_id
-
-    def _port_dir(self, port: str) -> str:
-        """Directory of the CXL port object that owns the PCIe port ``port`` (root or downstream)."""
-        if port in self.hb_of_rp:
-            return self.dir[self.hb_of_rp[port]]
-        return self.dir[self.sw_of_dp[port]]
-
-    def endpoint_parent(self, memdev_port: str, pool: str | None) -> str:
-        if pool is not None:
-            return self.dir[f"{pool}.vcs"]
-        return self._port_dir(memdev_port)
 
 
 @dataclass
@@ -118,21 +63,22 @@ class _Endpoint:
 class _CxlTree:
     """Builds the CXL section of one node (one instance per render)."""
 
-    def __init__(self, node: Node, pools: tuple[CxlPool, ...], lay: PciLayout, view: NodeCxlView):
+    def __init__(self, system: System, node: Node, lay: PciLayout, view: NodeCxlView):
         self.sec = Section("cxl")
         self.node = node
         self.cxl = node.cxl
-        self.pools = pools
+        self.topo = NodeTopology(system, node)
+        self.pools = self.topo.pools
         self.lay = lay
         self.view = view
-        self.ports = _Ports(node, pools)
-        self.bases = window_bases(self.cxl)
-        self.pool_by_name = {p.name: p for p in pools}
-        self.hb_by_name = {h.name: h for h in self.cxl.host_bridges}
-        self.windows = {w.name: w for w in self.cxl.windows}
-        self.paths = {m.name: memdev_path(self.cxl, m) for m in self.cxl.memdevs}
-        self.online = {m.name for m in view.memdevs if m.online}
+        self.state = view.state if view.state is not None else CxlState()
+        self.core = CxlCore(self.topo, node.name)
+        self.dev = CxlDevices(node, lay)
+        self.bus_up = node.name not in self.state.buses_disabled
+        self.root = f"{self.dev.root_parent}/root0"
+        self.pool_by_name = {p.name: p for p in self.pools}
         self.memdev_fn: dict[str, PciFunction] = {}
+        self.port_dir: dict[str, str] = {}
         self.endpoints: dict[str, _Endpoint] = {}
         self.regions = [rv.region for rv in view.regions]
 
@@ -143,13 +89,15 @@ class _CxlTree:
         sec = self.sec
         sec.link(f"{path}/subsystem", BUS)
         sec.text(f"{path}/uevent", f"DEVTYPE={devtype}" if devtype else "", 0o644)
+        if devtype:
+            sec.text(f"{path}/devtype", devtype)
         sec.link(f"{DEVICES}/{name}", path)
         if driver is not None:
             sec.link(f"{path}/driver", f"{DRIVERS}/{driver}")
             sec.link(f"{DRIVERS}/{driver}/{name}", path)
 
     def decoder(self, d: str, start: int, size: int, ways: int, granularity: int, targets: str | None,
-                region: str | None) -> None:
+                region: str) -> None:
         sec = self.sec
         sec.text(f"{d}/start", _hex(start))
         sec.text(f"{d}/size", _hex(size))
@@ -159,12 +107,10 @@ class _CxlTree:
         sec.text(f"{d}/interleave_granularity", granularity)
         if targets is not None:
             sec.text(f"{d}/target_list", targets)
-        if region is not None:
-            sec.text(f"{d}/region", region)
+        sec.text(f"{d}/region", region)
 
-    def region_live(self, r: Region) -> bool:
-        """A region is assembled while every target is online (local memdevs; pooled targets are always there)."""
-        return all(t in self.online for t in r.targets if t in self.paths)
+    def base(self, r: Region) -> int:
+        return self.topo.bases[r.window] + r.hpa_offset
 
     # ------------------------------------------------------------------------------------------ build
 
@@ -173,16 +119,19 @@ class _CxlTree:
             return self.sec
         self.bus_files()
         self.pci_functions()
-        self.root()
-        self.host_bridge_ports()
-        self.switch_ports()
-        self.pool_ports()
-        self.root_decoders()
+        self.root_device()
+        if self.bus_up:
+            self.root_port()
+            self.host_bridge_ports()
+            self.switch_ports()
+            self.pool_ports()
+            self.root_decoders()
         self.memdevs()
-        self.port_decoders()
-        self.endpoint_decoders()
-        for r in self.regions:
-            self.region(r)
+        if self.bus_up:
+            self.port_decoders()
+            self.endpoint_decoders()
+            for r in self.regions:
+                self.region(r)
         return self.sec
 
     def bus_files(self) -> None:
@@ -196,12 +145,12 @@ class _CxlTree:
             sec.file(f"{DRIVERS}/{drv}/unbind", b"", 0o200)
         sec.dir(f"{DAX_BUS}/devices")
         for drv in DAX_DRIVERS:
-            sec.file(f"{DAX_BUS}/drivers/{drv}/bind", b"", 0o200)
-            sec.file(f"{DAX_BUS}/drivers/{drv}/unbind", b"", 0o200)
-            sec.file(f"{DAX_BUS}/drivers/{drv}/new_id", b"", 0o200)
-            sec.file(f"{DAX_BUS}/drivers/{drv}/remove_id", b"", 0o200)
+            for attr in ("bind", "unbind", "new_id", "remove_id"):
+                sec.file(f"{DAX_BUS}/drivers/{drv}/{attr}", b"", 0o200)
         sec.file("sys/bus/platform/drivers/cxl_acpi/bind", b"", 0o200)
         sec.file("sys/bus/platform/drivers/cxl_acpi/unbind", b"", 0o200)
+        for mod in (*MODULES, *(MOCK_MODULES if self.dev.mock else ())):
+            sec.text(f"sys/module/{mod}/initstate", "live")
 
     def pci_functions(self) -> None:
         """PCI functions of the CXL hierarchy (pooled memdevs only while a logical device is held)."""
@@ -219,22 +168,56 @@ class _CxlTree:
                     self.memdev_fn[m.name] = fn2
                     function_files(self.sec, fn2, self.node)
 
-    def root(self) -> None:
+    def root_device(self) -> None:
+        """The platform device of the CXL root (bound to cxl_acpi while the bus is up) and, for cxl_test, the mock
+        host bridges, root ports and switch ports (platform devices that exist whatever CXL binds)."""
         sec = self.sec
-        sec.link(f"{ROOT}/uport", ACPI_ROOT)
-        sec.link(f"{ACPI_ROOT}/driver", "sys/bus/platform/drivers/cxl_acpi")
-        sec.link("sys/bus/platform/drivers/cxl_acpi/ACPI0017:00", ACPI_ROOT)
-        sec.link(f"{ACPI_ROOT}/subsystem", "sys/bus/platform")
-        self.device(ROOT, "root0", "cxl_port", "cxl_port")
-        for i, hb in enumerate(sorted(self.cxl.host_bridges, key=lambda h: h.uid)):
-            acpi = f"{ACPI}/ACPI0016:{i:02x}"
-            sec.text(f"{acpi}/uid", hb.uid)
-            sec.text(f"{acpi}/path", f"\\_SB_.CXL{hb.uid}")
-            sec.link(f"{acpi}/physical_node", self.lay.host_bridge_dirs[hb.name])
-            sec.link(f"{ROOT}/dport{hb.uid}", acpi)
+        if self.dev.mock:
+            self.dev.platform_device(sec, self.dev.root_parent, "cxl_acpi" if self.bus_up else None)
+            self.mock_devices()
+        else:
+            parent = self.dev.root_parent
+            sec.link(f"{parent}/subsystem", "sys/bus/platform")
+            if self.bus_up:
+                sec.link(f"{parent}/driver", "sys/bus/platform/drivers/cxl_acpi")
+                sec.link("sys/bus/platform/drivers/cxl_acpi/ACPI0017:00", parent)
+            for hb in self.cxl.host_bridges:
+                acpi = self.dev.host_bridge(hb)
+                sec.text(f"{acpi}/uid", hb.uid)
+                sec.text(f"{acpi}/path", f"\\_SB_.CXL{hb.uid}")
+                if hb.name in self.lay.host_bridge_dirs:
+                    sec.link(f"{acpi}/physical_node", self.lay.host_bridge_dirs[hb.name])
+
+    def mock_devices(self) -> None:
+        sec, dev = self.sec, self.dev
+        for hb in self.cxl.host_bridges:
+            path = dev.host_bridge(hb)
+            dev.platform_device(sec, path)
+            sec.link(f"{path}/firmware_node" if hb.restricted else f"{path}/physical_node", path)
+            if hb.restricted:
+                continue
+            for rp in hb.root_ports:
+                rpath = dev.root_port(rp)
+                assert rpath is not None
+                dev.platform_device(sec, rpath)
+        for sw in self.cxl.switches:
+            up = dev.switch_up(sw.name, sw.parent)
+            assert up is not None
+            dev.platform_device(sec, up)
+            for dp in sw.downstream_ports:
+                dpath = dev.switch_dport(dp, sw.name, sw.parent, sw.port_id(dp))
+                assert dpath is not None
+                dev.platform_device(sec, dpath)
+
+    def root_port(self) -> None:
+        sec = self.sec
+        sec.link(f"{self.root}/uport", self.dev.root_parent)
+        self.device(self.root, "root0", "cxl_port", "cxl_port")
+        for hb in self.cxl.host_bridges:
+            sec.link(f"{self.root}/dport{hb.uid}", self.dev.host_bridge(hb))
 
     def port(self, pdir: str, pid: int, uport: str | None, parent_dport: str | None,
-             dports: Iterable[tuple[int, str]]) -> None:
+             dports: Iterable[tuple[int, str]], bound: bool = True) -> None:
         sec = self.sec
         if uport is not None:
             sec.link(f"{pdir}/uport", uport)
@@ -242,63 +225,101 @@ class _CxlTree:
             sec.link(f"{pdir}/parent_dport", parent_dport)
         for k, target in dports:
             sec.link(f"{pdir}/dport{k}", target)
-        self.device(pdir, f"port{pid}", "cxl_port", "cxl_port")
+        self.device(pdir, f"port{pid}", "cxl_port" if bound else None, "cxl_port")
 
     def host_bridge_ports(self) -> None:
-        for i, hb in enumerate(sorted(self.cxl.host_bridges, key=lambda h: h.uid)):
-            acpi = f"{ACPI}/ACPI0016:{i:02x}"
-            dports = [(k, fn.path) for k, rp in enumerate(hb.root_ports) if (fn := self.lay.function(rp))]
-            self.port(self.ports.dir[hb.name], self.ports.hb_id[hb.name], acpi, acpi, dports)
+        for hb in self.cxl.host_bridges:
+            if hb.restricted:
+                continue
+            pdir = self.port_dir[hb.name] = f"{self.root}/port{self.topo.port_id[hb.name]}"
+            dports = [(hb.port_id(rp), p) for rp in hb.root_ports if (p := self.dev.root_port(rp))]
+            host = self.dev.host_bridge(hb)
+            self.port(pdir, self.topo.port_id[hb.name], host, host, dports,
+                      bound=self.core.port_enabled(self.state, hb.name))
 
     def switch_ports(self) -> None:
         for sw in self.cxl.switches:
-            up, parent = self.lay.function(sw.name), self.lay.function(sw.parent)
-            dports = [(k, fn.path) for k, dp in enumerate(sw.downstream_ports) if (fn := self.lay.function(dp))]
-            self.port(self.ports.dir[sw.name], self.ports.sw_id[sw.name], up.path if up else None,
-                      parent.path if parent else None, dports)
+            hb = self.dev.rp_hb[sw.parent]
+            if hb.name not in self.port_dir or not self.core.port_exists(self.state, sw.name):
+                continue
+            pdir = self.port_dir[sw.name] = f"{self.port_dir[hb.name]}/port{self.topo.port_id[sw.name]}"
+            dports = [(sw.port_id(dp), p) for dp in sw.downstream_ports
+                      if (p := self.dev.switch_dport(dp, sw.name, sw.parent, sw.port_id(dp)))]
+            self.port(pdir, self.topo.port_id[sw.name], self.dev.switch_up(sw.name, sw.parent),
+                      self.dev.root_port(sw.parent), dports)
+
+    def _owner_dir(self, port: str) -> str | None:
+        """Directory of the CXL port object that owns the PCIe port ``port`` (root or downstream)."""
+        if port in self.dev.rp_hb:
+            return self.port_dir.get(self.dev.rp_hb[port].name)
+        sw = self.topo.sw_of_dp.get(port)
+        return self.port_dir.get(sw) if sw else None
 
     def pool_ports(self) -> None:
         for p in self.pools:
             name = f"{p.name}.vcs"
+            owner = self._owner_dir(p.host_port)
+            if owner is None:
+                continue
+            pdir = self.port_dir[name] = f"{owner}/port{self.topo.port_id[name]}"
             up, parent = self.lay.function(name), self.lay.function(p.host_port)
             dports = [(k, fn.path) for k in range(p.logical_devices + 1)
                       if (fn := self.lay.function(f"{p.name}.vppb{k}"))]
-            self.port(self.ports.dir[name], self.ports.sw_id[name], up.path if up else None,
-                      parent.path if parent else None, dports)
+            self.port(pdir, self.topo.port_id[name], up.path if up else None, parent.path if parent else None, dports)
 
     def root_decoders(self) -> None:
         sec = self.sec
-        next_region = f"region{free_region_id(r.id for r in self.regions)}"
         for w in self.cxl.windows:
-            d = f"{ROOT}/decoder0.{w.index}"
-            targets = ",".join(str(self.hb_by_name[t].uid) for t in w.targets if t in self.hb_by_name)
-            sec.text(f"{d}/start", _hex(self.bases[w.name]))
+            d = f"{self.root}/decoder0.{w.index}"
+            targets = ",".join(str(h.uid) for t in w.targets if (h := self.cxl.host_bridge(t)) is not None)
+            sec.text(f"{d}/start", _hex(self.topo.bases[w.name]))
             sec.text(f"{d}/size", _hex(w.size))
-            sec.text(f"{d}/locked", 1)
+            sec.text(f"{d}/locked", 0 if self.dev.mock else 1)
             sec.text(f"{d}/target_list", targets)
             sec.text(f"{d}/target_type", "expander")
             sec.text(f"{d}/interleave_ways", len(w.targets))
-            sec.text(f"{d}/interleave_granularity", w.interleave_granularity)
+            sec.text(f"{d}/interleave_granularity", w.root_granularity)
             sec.text(f"{d}/cap_ram", int(w.ram))
             sec.text(f"{d}/cap_pmem", int(w.pmem))
             sec.text(f"{d}/cap_type2", 0)
             sec.text(f"{d}/cap_type3", 1)
             sec.text(f"{d}/qos_class", w.qos_class)
+            offered = f"region{self.state.root_ids.get((self.node.name, w.name), 0)}"
             if w.ram:
-                sec.text(f"{d}/create_ram_region", next_region, 0o644)
+                sec.text(f"{d}/create_ram_region", offered, 0o644)
             if w.pmem:
-                sec.text(f"{d}/create_pmem_region", next_region, 0o644)
+                sec.text(f"{d}/create_pmem_region", offered, 0o644)
             sec.file(f"{d}/delete_region", b"", 0o200)
             self.device(d, f"decoder0.{w.index}", None, "cxl_decoder_root")
 
+    # ------------------------------------------------------------------------------------------ memdevs
+
     def memdevs(self) -> None:
+        local = {m.name: m for m in self.cxl.memdevs}
         for m in self.view.memdevs:
-            fn = self.memdev_fn.get(m.name)
-            if fn is not None:
-                self.memdev(m, f"{fn.path}/{m.sysfs_name}")
+            if m.name in local:
+                model = local[m.name]
+                port_dir = None
+                if self.dev.mock and not self.topo.hbs[model.host_bridge].restricted:
+                    hop = self.topo.hops(model)[-1]
+                    if model.behind_switch:
+                        sw = self.topo.switches[hop.port]
+                        port_dir = self.dev.switch_dport(hop.dport, sw.name, sw.parent, hop.dport_id)
+                    else:
+                        port_dir = self.dev.root_port(hop.dport)
+                parent = self.dev.memdev_parent(model, port_dir)
+                if parent is not None and self.dev.mock:
+                    self.dev.platform_device(self.sec, parent, "cxl_mock_mem")
+            else:
+                fn = self.memdev_fn.get(m.name)
+                parent = fn.path if fn else None
+            if parent is not None:
+                self.memdev(m, f"{parent}/{m.sysfs_name}")
 
     def memdev(self, m: MemdevView, md: str) -> None:
         sec = self.sec
+        model = self.cxl.memdev(m.name)
+        sku = model.sku if model is not None else None
         sec.text(f"{md}/ram/size", _hex(m.ram_size))
         sec.text(f"{md}/pmem/size", _hex(m.pmem_size))
         if m.ram_size:
@@ -310,135 +331,199 @@ class _CxlTree:
             sec.text(f"{md}/dynamic_ram_a/qos_class", m.qos_class)
         sec.text(f"{md}/serial", _hex(m.serial))
         sec.text(f"{md}/numa_node", m.numa)
-        sec.text(f"{md}/firmware_version", FIRMWARE_VERSION)
-        sec.text(f"{md}/payload_max", 2048)
-        sec.text(f"{md}/label_storage_size", LABEL_STORAGE)
+        sec.text(f"{md}/firmware_version", sku.firmware_version if sku else "BWFW VERSION 00")
+        sec.text(f"{md}/payload_max", sku.payload_max if sku else 2048)
+        sec.text(f"{md}/label_storage_size", sku.label_storage_size if sku else 0)
         sec.text(f"{md}/security/state", "disabled")
         sec.text(f"{md}/dev", f"{MEMDEV_MAJOR}:{m.sysfs_id}")
         sec.link(f"sys/dev/char/{MEMDEV_MAJOR}:{m.sysfs_id}", md)
         sec.chardev(f"dev/cxl/{m.sysfs_name}", MEMDEV_MAJOR, m.sysfs_id, 0o600)
-        self.device(md, m.sysfs_name, "cxl_mem" if m.online else None, "cxl_memdev")
-        if m.online:
+        bound = m.online and self.bus_up
+        self.device(md, m.sysfs_name, "cxl_mem" if bound else None, "cxl_memdev")
+        if bound:
             self.endpoint(m, md)
 
     def endpoint(self, m: MemdevView, md: str) -> None:
-        """The endpoint port of an enabled memdev (the kernel removes it when ``cxl_mem`` unbinds)."""
-        eid = self.ports.endpoint_base + m.sysfs_id
-        edir = f"{self.ports.endpoint_parent(m.port, m.pool)}/endpoint{eid}"
-        self.endpoints[m.name] = _Endpoint(eid, edir)
-        parent: PciFunction | None
-        if m.pool is None:
-            parent = self.lay.function(m.port)
+        """The endpoint port of a bound memdev (the kernel removes it when ``cxl_mem`` unbinds)."""
+        eid = self.topo.endpoint_id(m.name)
+        model = self.cxl.memdev(m.name)
+        parent_dport: str | None
+        if model is not None:
+            hops = self.topo.hops(model)
+            if not hops:  # a restricted host's device: its endpoint hangs off the root, through the host's dport
+                hb = self.topo.hbs[model.host_bridge]
+                parent_dir, parent_dport = self.root, self.dev.host_bridge(hb)
+            else:
+                parent_dir = self.port_dir.get(hops[-1].port, "")
+                hop = hops[-1]
+                if model.behind_switch:
+                    sw = self.topo.switches[hop.port]
+                    parent_dport = self.dev.switch_dport(hop.dport, sw.name, sw.parent, hop.dport_id)
+                else:
+                    parent_dport = self.dev.root_port(hop.dport)
         else:
-            pool = self.pool_by_name[m.pool]
-            parent = self.lay.function(f"{m.pool}.vppb{pool.logical_devices if m.ld is None else m.ld}")
-        self.port(edir, eid, md, parent.path if parent else None, ())
+            pool = self.pool_by_name[m.pool or ""]
+            parent_dir = self.port_dir.get(f"{pool.name}.vcs", "")
+            fn = self.lay.function(f"{pool.name}.vppb{pool.logical_devices if m.ld is None else m.ld}")
+            parent_dport = fn.path if fn else None
+        if not parent_dir:
+            return
+        edir = f"{parent_dir}/endpoint{eid}"
+        self.endpoints[m.name] = _Endpoint(eid, edir)
+        self.port(edir, eid, md, parent_dport, ())
         self.sec.link(f"{DEVICES}/endpoint{eid}", edir)
 
     # ------------------------------------------------------------------------------------------ decoders
 
     def window_of(self, r: Region) -> CxlWindow:
-        return self.windows[r.window]
+        return self.topo.windows[r.window]
+
+    def programming(self, r: Region) -> dict[str, PortProgram]:
+        if r.state not in ("active", "commit") or r.pool is not None:
+            return {}
+        try:
+            return self.core.programming(r)
+        except KernelError:
+            return {}
 
     def port_decoders(self) -> None:
-        """Host bridge and switch decoders, one per assembled region passing through, in region order."""
-        pool_hb = {p.name: port_host_bridge(self.cxl, p.host_port) for p in self.pools}
-        live = [r for r in self.regions if self.region_live(r)]
-        for hb in self.cxl.host_bridges:
-            rp_index = {rp: k for k, rp in enumerate(hb.root_ports)}
-            rows: list[tuple[Region, list[int], int]] = []
-            for r in live:
-                wways = len(self.window_of(r).targets)
-                if r.pool is not None:
-                    if pool_hb.get(r.pool) == hb.name:
-                        rows.append((r, [rp_index[self.pool_by_name[r.pool].host_port]], r.granularity * wways))
-                    continue
-                rps = _ordered_unique(self.paths[t].root_port for t in r.targets
-                                      if self.paths.get(t, _NO_PATH).host_bridge == hb.name)
-                if rps:
-                    rows.append((r, [rp_index[x] for x in rps], r.granularity * wways))
-            self.port_decoder_set(self.ports.dir[hb.name], self.ports.hb_id[hb.name], HOST_BRIDGE_DECODERS, rows)
-        for sw in self.cxl.switches:
-            dp_index = {dp: k for k, dp in enumerate(sw.downstream_ports)}
-            rows = []
-            for r in live:
-                if r.pool is not None:
-                    continue
-                dps = _ordered_unique(self.paths[t].downstream_port for t in r.targets
-                                      if self.paths.get(t, _NO_PATH).switch == sw.name)
-                if not dps:
-                    continue
-                hb_name = self.paths[r.targets[0]].host_bridge
-                hb_ways = len({self.paths[t].root_port for t in r.targets if self.paths[t].host_bridge == hb_name})
-                rows.append((r, [dp_index[x] for x in dps], r.granularity * len(self.window_of(r).targets) * hb_ways))
-            self.port_decoder_set(self.ports.dir[sw.name], self.ports.sw_id[sw.name], SWITCH_DECODERS, rows)
-        for p in self.pools:
-            rows = [(r, [p.logical_devices if r.ld is None else r.ld], r.granularity) for r in live
-                    if r.pool == p.name]
-            name = f"{p.name}.vcs"
-            self.port_decoder_set(self.ports.dir[name], self.ports.sw_id[name], SWITCH_DECODERS, rows)
+        """Host bridge and switch decoders from the state's slots (region programming once it is active); the
+        pooled devices' virtual switches decode the regions that hold their logical devices."""
+        programs = {r.name: self.programming(r) for r in self.regions}
+        by_name = {r.name: r for r in self.regions}
+        for port, pdir in self.port_dir.items():
+            if port.endswith(".vcs"):
+                continue
+            if port in self.topo.hbs and not self.core.port_enabled(self.state, port):
+                continue  # an unbound port has no decoders (they are devm on the port)
+            slots = self.state.port_slots.get((self.node.name, port), ())
+            count = self.topo.port_decoders(port)
+            default = ",".join(str(i) for i in self.topo.port_dports(port))
+            committed = 0
+            pid = self.topo.port_id[port]
+            for i in range(count):
+                d = f"{pdir}/decoder{pid}.{i}"
+                holder = by_name.get(slots[i]) if i < len(slots) and slots[i] else None
+                prog = programs.get(holder.name, {}).get(port) if holder is not None else None
+                if holder is not None and prog is not None:
+                    self.decoder(d, self.base(holder), holder.size, prog.ways, prog.granularity,
+                                 ",".join(map(str, prog.targets)), holder.name)
+                    committed += holder.committed
+                else:
+                    self.decoder(d, 0, 0, 1, 256, default, holder.name if holder else "")
+                self.device(d, f"decoder{pid}.{i}", None, "cxl_decoder_switch")
+            self.sec.text(f"{pdir}/decoders_committed", committed)
+        self.pool_port_decoders()
 
-    def port_decoder_set(self, pdir: str, pid: int, minimum: int, rows: list[tuple[Region, list[int], int]]) -> None:
-        for i in range(max(minimum, len(rows))):
-            d = f"{pdir}/decoder{pid}.{i}"
-            if i < len(rows):
-                r, targets, gran = rows[i]
-                self.decoder(d, self.bases[r.window] + r.hpa_offset, r.size, len(targets), gran,
-                             ",".join(str(t) for t in targets), r.name)
-            else:
-                self.decoder(d, 0, 0, 1, 256, "", "")
-            self.device(d, f"decoder{pid}.{i}", None, "cxl_decoder_switch")
-        self.sec.text(f"{pdir}/decoders_committed", len(rows))
+    def pool_port_decoders(self) -> None:
+        for p in self.pools:
+            name = f"{p.name}.vcs"
+            pdir = self.port_dir.get(name)
+            if pdir is None:
+                continue
+            rows = [r for r in self.regions if r.pool == p.name and r.committed]
+            pid = self.topo.port_id[name]
+            for i in range(max(4, len(rows))):
+                d = f"{pdir}/decoder{pid}.{i}"
+                if i < len(rows):
+                    r = rows[i]
+                    self.decoder(d, self.base(r), r.size, 1, r.granularity,
+                                 str(p.logical_devices if r.ld is None else r.ld), r.name)
+                else:
+                    self.decoder(d, 0, 0, 1, 256, "", "")
+                self.device(d, f"decoder{pid}.{i}", None, "cxl_decoder_switch")
+            self.sec.text(f"{pdir}/decoders_committed", len(rows))
+        self.pool_host_decoders()
+
+    def pool_host_decoders(self) -> None:
+        """A pooled region passes its host bridge through one decoder (its root port), after the slots regions of
+        local devices hold."""
+        for p in self.pools:
+            hb = self.dev.rp_hb.get(p.host_port)
+            if hb is None or hb.name not in self.port_dir:
+                continue
+            rows = [r for r in self.regions if r.pool == p.name and r.committed]
+            if not rows:
+                continue
+            slots = self.state.port_slots.get((self.node.name, hb.name), ())
+            pid = self.topo.port_id[hb.name]
+            free = [i for i in range(max(hb.decoders, len(slots) + len(rows)))
+                    if i >= len(slots) or not slots[i]]
+            for i, r in zip(free, rows, strict=False):
+                d = f"{self.port_dir[hb.name]}/decoder{pid}.{i}"
+                self.decoder(d, self.base(r), r.size, 1, r.granularity * len(self.window_of(r).targets),
+                             str(hb.port_id(p.host_port)), r.name)
+                self.device(d, f"decoder{pid}.{i}", None, "cxl_decoder_switch")
 
     def endpoint_decoders(self) -> None:
-        sec = self.sec
         for m in self.view.memdevs:
             ep = self.endpoints.get(m.name)
             if ep is None:
                 continue
-            mine = [r for r in self.regions if m.name in r.targets]
-            live = 0
-            for i in range(max(ENDPOINT_DECODERS, len(mine))):
-                d = f"{ep.dir}/decoder{ep.id}.{i}"
-                if i < len(mine):
-                    r = mine[i]
-                    pos = r.targets.index(m.name)
-                    assembled = self.region_live(r)
-                    live += assembled
-                    start, size = (self.bases[r.window] + r.hpa_offset, r.size) if assembled else (0, 0)
-                    self.decoder(d, start, size, r.ways, r.granularity, None, r.name if assembled else "")
-                    sec.text(f"{d}/mode", "dynamic_ram_a" if r.origin == "dcd-extent" else r.mode, 0o644)
-                    sec.text(f"{d}/dpa_resource", _hex(r.dpa_offsets[pos]))
-                    sec.text(f"{d}/dpa_size", _hex(r.size // r.ways), 0o644)
-                    ep.decoders[r.name] = f"decoder{ep.id}.{i}"
-                else:
-                    self.decoder(d, 0, 0, 1, 256, None, "")
-                    sec.text(f"{d}/mode", "none", 0o644)
-                    sec.text(f"{d}/dpa_resource", _hex(0))
-                    sec.text(f"{d}/dpa_size", _hex(0), 0o644)
-                self.device(d, f"decoder{ep.id}.{i}", None, "cxl_decoder_endpoint")
-            sec.text(f"{ep.dir}/decoders_committed", live)
+            ds = self.state.decoders(self.node.name, m.name)
+            if ds is not None:
+                self.local_endpoint_decoders(m, ep, ds)
+            else:
+                self.pooled_endpoint_decoders(m, ep)
+
+    def local_endpoint_decoders(self, m: MemdevView, ep: _Endpoint, ds: tuple[EndpointDecoder, ...]) -> None:
+        sec = self.sec
+        by_name = {r.name: r for r in self.regions}
+        for i, dec in enumerate(ds):
+            d = f"{ep.dir}/decoder{ep.id}.{i}"
+            r = by_name.get(dec.region) if dec.region else None
+            if r is not None:
+                self.decoder(d, self.base(r), r.size, r.ways, r.granularity, None, r.name)
+                ep.decoders[r.name] = f"decoder{ep.id}.{i}"
+            else:
+                self.decoder(d, 0, 0, 1, 256, None, "")
+            sec.text(f"{d}/mode", dec.mode, 0o644)
+            sec.text(f"{d}/dpa_resource", _hex(dec.dpa_base if dec.dpa_size else NO_RESOURCE))
+            sec.text(f"{d}/dpa_size", _hex(dec.dpa_size), 0o644)
+            self.device(d, f"decoder{ep.id}.{i}", None, "cxl_decoder_endpoint")
+        sec.text(f"{ep.dir}/decoders_committed", sum(d.committed for d in ds))
+
+    def pooled_endpoint_decoders(self, m: MemdevView, ep: _Endpoint) -> None:
+        sec = self.sec
+        mine = [r for r in self.regions if m.name in r.targets]
+        for i in range(max(2, len(mine))):
+            d = f"{ep.dir}/decoder{ep.id}.{i}"
+            if i < len(mine):
+                r = mine[i]
+                self.decoder(d, self.base(r), r.size, r.ways, r.granularity, None, r.name)
+                sec.text(f"{d}/mode", "dynamic_ram_a" if r.origin == "dcd-extent" else r.mode, 0o644)
+                sec.text(f"{d}/dpa_resource", _hex(r.dpa_offsets[0]))
+                sec.text(f"{d}/dpa_size", _hex(r.size), 0o644)
+                ep.decoders[r.name] = f"decoder{ep.id}.{i}"
+            else:
+                self.decoder(d, 0, 0, 1, 256, None, "")
+                sec.text(f"{d}/mode", "none", 0o644)
+                sec.text(f"{d}/dpa_resource", _hex(NO_RESOURCE))
+                sec.text(f"{d}/dpa_size", _hex(0), 0o644)
+            self.device(d, f"decoder{ep.id}.{i}", None, "cxl_decoder_endpoint")
+        sec.text(f"{ep.dir}/decoders_committed", len(mine))
 
     # ------------------------------------------------------------------------------------------ regions
 
     def region(self, r: Region) -> None:
         sec = self.sec
         w = self.window_of(r)
-        d = f"{ROOT}/decoder0.{w.index}/{r.name}"
-        assembled = self.region_live(r)
-        mode = "dynamic_ram_a" if r.origin == "dcd-extent" else r.mode
-        sec.text(f"{d}/uuid", r.uuid, 0o644 if r.mode == "pmem" else 0o444)
+        d = f"{self.root}/decoder0.{w.index}/{r.name}"
+        if r.mode == "pmem":
+            sec.text(f"{d}/uuid", r.uuid or ZERO_UUID, 0o644)
+        else:
+            sec.text(f"{d}/uuid", "", 0o444)
         sec.text(f"{d}/interleave_ways", r.ways, 0o644)
         sec.text(f"{d}/interleave_granularity", r.granularity, 0o644)
         sec.text(f"{d}/size", _hex(r.size), 0o644)
-        sec.text(f"{d}/mode", mode)
-        sec.text(f"{d}/resource", _hex(self.bases[r.window] + r.hpa_offset))
-        sec.text(f"{d}/commit", int(assembled), 0o644)
+        sec.text(f"{d}/mode", "dynamic_ram_a" if r.origin == "dcd-extent" else r.mode)
+        sec.text(f"{d}/resource", _hex(self.base(r) if r.size else NO_RESOURCE))
+        sec.text(f"{d}/commit", int(r.committed), 0o644)
         for i, t in enumerate(r.targets):
-            ep = self.endpoints.get(t)
+            ep = self.endpoints.get(t) if t else None
             sec.text(f"{d}/target{i}", ep.decoders.get(r.name, "") if ep else "", 0o644)
-        self.device(d, r.name, "cxl_region" if assembled else None, "cxl_region")
-        if not assembled:
+        self.device(d, r.name, "cxl_region" if r.enabled else None, "cxl_region")
+        if not r.enabled:
             return
         if r.mode != "ram":
             pd = f"{d}/pmem_region{r.id}"
@@ -450,7 +535,6 @@ class _CxlTree:
         """``regionN/dax_regionN`` with its attribute group ``dax_region/`` and the one device ``daxN.0``."""
         sec = self.sec
         rv = self.view.region(r.name)
-        active = rv is not None and rv.active
         dr = f"{d}/dax_region{r.id}"
         self.device(dr, f"dax_region{r.id}", "cxl_dax_region", "cxl_dax_region")
         sec.text(f"{dr}/dax_region/id", r.id)
@@ -462,17 +546,22 @@ class _CxlTree:
         sec.file(f"{dr}/dax_region/delete", b"", 0o200)
         dax = f"dax{r.id}.0"
         dd = f"{dr}/{dax}"
-        sec.text(f"{dd}/target_node", -1 if r.numa is None else r.numa)
+        target = rv.target_node if rv is not None and rv.target_node is not None else -1
+        start = self.base(r)
+        sec.text(f"{dd}/target_node", target)
         sec.text(f"{dd}/numa_node", _numa_of_region(self.node, r))
         sec.text(f"{dd}/size", r.size, 0o644)
-        sec.text(f"{dd}/resource", _hex(self.bases[r.window] + r.hpa_offset))
+        sec.text(f"{dd}/resource", _hex(start))
         sec.text(f"{dd}/align", DAX_ALIGN, 0o644)
         sec.text(f"{dd}/dev", f"{DAX_MAJOR}:{r.id}")
         sec.text(f"{dd}/modalias", "dax:t0*")
+        sec.text(f"{dd}/mapping0/start", _hex(start))
+        sec.text(f"{dd}/mapping0/end", _hex(start + r.size - 1))
+        sec.text(f"{dd}/mapping0/page_offset", _hex(0))
         sec.link(f"{dd}/subsystem", DAX_BUS)
-        driver = "kmem" if active else "device_dax"
-        sec.link(f"{dd}/driver", f"{DAX_BUS}/drivers/{driver}")
-        sec.link(f"{DAX_BUS}/drivers/{driver}/{dax}", dd)
+        if r.dax:
+            sec.link(f"{dd}/driver", f"{DAX_BUS}/drivers/{r.dax}")
+            sec.link(f"{DAX_BUS}/drivers/{r.dax}/{dax}", dd)
         sec.link(f"{DAX_BUS}/devices/{dax}", dd)
         sec.link(f"sys/dev/char/{DAX_MAJOR}:{r.id}", dd)
         sec.chardev(f"dev/{dax}", DAX_MAJOR, r.id, 0o600)
@@ -483,16 +572,8 @@ class _CxlTree:
             sec.text(f"{ed}/tag", r.extent)
 
 
-def cxl_section(node: Node, pools: tuple[CxlPool, ...], lay: PciLayout, view: NodeCxlView) -> Section:
-    return _CxlTree(node, pools, lay, view).build()
-
-
-def _ordered_unique(items: Iterable[str | None]) -> list[str]:
-    out: list[str] = []
-    for x in items:
-        if x is not None and x not in out:
-            out.append(x)
-    return out
+def cxl_section(system: System, node: Node, lay: PciLayout, view: NodeCxlView) -> Section:
+    return _CxlTree(system, node, lay, view).build()
 
 
 def _numa_of_region(node: Node, r: Region) -> int:
@@ -501,3 +582,4 @@ def _numa_of_region(node: Node, r: Region) -> int:
     window = next(w for w in cxl.windows if w.name == r.window)
     hb = next((h for h in cxl.host_bridges if h.name == window.targets[0]), None)
     return hb.numa if hb is not None else -1
+

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fakehw.agent.cxl import NodeCxlView, window_bases
+from fakehw.model.memblock import block_size, kmem_blocks
 from fakehw.model.system import Initiator, Node, NumaNode
 from fakehw.model.units import format_cpulist
 from fakehw.sysfs.tree import Section
@@ -61,16 +62,6 @@ class MemoryRange:
 
     def blocks(self, block: int) -> range:
         return range(self.start // block, (self.start + self.size + block - 1) // block)
-
-
-def block_size(node: Node) -> int:
-    """The kernel's memory block size for the node's architecture (and, on x86, its memory)."""
-    if node.cpu.arch == "arm64":
-        return 512 * MiB
-    if node.cpu.arch == "amd64":
-        boot = sum(n.memory for n in node.numa if n.kind in ("dram", "lpddr"))
-        return 2 * GiB if boot >= 64 * GiB else 128 * MiB
-    return 128 * MiB
 
 
 def _reserved(node: Node) -> list[tuple[int, int]]:
@@ -120,15 +111,25 @@ def boot_ranges(node: Node) -> tuple[MemoryRange, ...]:
     return tuple(out)
 
 
-def hotplug_ranges(node: Node, view: NodeCxlView) -> tuple[MemoryRange, ...]:
-    """CXL RAM that dax kmem added: every active RAM region with a NUMA node, at its window address."""
+def hotplug_ranges(node: Node, view: NodeCxlView) -> tuple[tuple[MemoryRange, frozenset[int]], ...]:
+    """CXL RAM that dax kmem added: every active RAM region bound to kmem with a target NUMA node, at its window
+    address shrunk to whole blocks, with the numbers of its blocks that are offline (bit i of the region's
+    ``online`` is the i-th block)."""
     bases = window_bases(node.cxl)
+    block = block_size(node)
     out = []
     for rv in view.regions:
         r = rv.region
-        if rv.active and r.mode == "ram" and r.numa is not None and r.window in bases:
-            out.append(MemoryRange(r.numa, bases[r.window] + r.hpa_offset, r.size, "Movable", f"cxl:{r.name}"))
-    return tuple(sorted(out, key=lambda m: m.start))
+        if not (rv.active and r.mode == "ram" and r.dax == "kmem" and rv.target_node is not None
+                and r.window in bases):
+            continue
+        span = kmem_blocks(bases[r.window] + r.hpa_offset, r.size, block)
+        if not span:
+            continue
+        offline = frozenset(n for i, n in enumerate(span) if not r.online >> i & 1)
+        out.append((MemoryRange(rv.target_node, span.start * block, len(span) * block, "Movable", f"cxl:{r.name}"),
+                    offline))
+    return tuple(sorted(out, key=lambda m: m[0].start))
 
 
 def _zone_name(node: Node, r: MemoryRange, index: int, block: int) -> str:
@@ -169,18 +170,20 @@ def memory_static_section(node: Node) -> Section:
     sec = Section("memory-static")
     sec.text(f"{MEMORY_DIR}/block_size_bytes", f"{block_size(node):x}")
     hotplug = any(n.kind in ("hbm", "cxl") for n in node.numa)
-    # Coherent GPU memory and CXL memory are onlined movable (NVIDIA's and daxctl's guidance); else the default.
-    sec.text(f"{MEMORY_DIR}/auto_online_blocks", "online_movable" if hotplug else "offline", 0o644)
+    # CXL hosts: the profile's policy (cxl.hotplugOnline; the agent hot-adds by it). Otherwise coherent GPU
+    # memory is onlined movable (NVIDIA's guidance), and the kernel's default is offline.
+    policy = node.cxl.hotplug_online if node.cxl.windows else "online_movable" if hotplug else "offline"
+    sec.text(f"{MEMORY_DIR}/auto_online_blocks", policy, 0o644)
     for r in boot_ranges(node):
         block_files(sec, node, r)
     return sec
 
 
-def memory_dynamic_section(node: Node, view: NodeCxlView, memory: Mapping[int, int],
-                           offline: Collection[int] = ()) -> Section:
-    """CXL memory blocks now (``offline``: block numbers daxctl took offline) and the memory tiers."""
+def memory_dynamic_section(node: Node, view: NodeCxlView, memory: Mapping[int, int]) -> Section:
+    """CXL memory blocks now (online or offline as daxctl or a write to ``state`` left them) and the memory
+    tiers."""
     sec = Section("memory")
-    for r in hotplug_ranges(node, view):
+    for r, offline in hotplug_ranges(node, view):
         block_files(sec, node, r, offline)
     for tier, nodes in sorted(memory_tiers(node, memory).items()):
         sec.text(f"{TIER_DIR}/memory_tier{tier}/nodelist", format_cpulist(nodes))

@@ -131,6 +131,8 @@ def iommu_group_files(sec: Section, fn: PciFunction, node: Node) -> None:
 def pci_static_section(node: Node, lay: PciLayout) -> Section:
     """Bridges, NVSwitches and NICs (with their network and RDMA class devices)."""
     sec = Section("pci")
+    sec.dir("sys/bus/pci/devices")  # a kernel with PCI has the bus even with nothing on it (cxl-test)
+    sec.dir("sys/bus/pci/drivers")
     for fn in lay.functions:
         if fn.kind in GPU_KINDS or fn.kind in CXL_KINDS:
             continue

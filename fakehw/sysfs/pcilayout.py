@@ -415,11 +415,13 @@ def _round_up(value: int, align: int) -> int:
 def _cxl_layout(node: Node, cxl: Cxl, pools: tuple[CxlPool, ...], out: list[PciFunction],
                 hb_dirs: dict[str, str], used_buses: dict[int, set[int]],
                 placeholders: dict[str, PciFunction]) -> None:
-    """CXL host bridges, root ports, switches (and pool switches) and memory devices, numbered depth first.
+    """CXL host bridges, root ports, switches (and pool switches) and memory devices, numbered depth first; a
+    restricted host's device is an integrated endpoint on its host bridge's bus. None for the kernel's cxl_test
+    mock, whose devices are platform devices (fakehw.sysfs.cxldevices).
 
     Below every vPPB of a pool's switch a pooled device's function is laid out too, into ``placeholders``: it
     shows only while this host holds the logical device, but its addresses are reserved from the start."""
-    if not cxl.host_bridges:
+    if not cxl.host_bridges or cxl.platform == "cxl_test":
         return
     memdev_at = {m.parent: m for m in cxl.memdevs}
     switch_at = {s.parent: s for s in cxl.switches}
@@ -479,6 +481,12 @@ def _cxl_layout(node: Node, cxl: Cxl, pools: tuple[CxlPool, ...], out: list[PciF
         hb_dir = f"sys/devices/pci{domain:04x}:{root_bus:02x}"
         hb_dirs[hb.name] = hb_dir
         bus = root_bus + 1
+        if hb.restricted:
+            m = memdev_at.get(hb.root_ports[0])
+            if m is not None:
+                out.append(_cxl_memdev(PciAddress(domain, root_bus, 0, 0), hb_dir, hb.numa, m.name, m.serial,
+                                       m.sku.vendor_id, m.sku.device_id))
+            continue
         for k, rp in enumerate(hb.root_ports):
             rp_addr = PciAddress(domain, root_bus, k, 0)
             n = port_buses(rp)

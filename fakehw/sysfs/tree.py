@@ -35,7 +35,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -100,7 +100,10 @@ def digest(entry: Entry) -> str:
 
 def relative(target: str, start: str) -> str:
     """``posixpath.relpath`` for two root-relative, normalized paths (no ``.``/``..``, no trailing ``/``), without
-    its abspath calls: links are most of a tree's entries (a GB200 tray has tens of thousands)."""
+    its abspath calls: links are most of a tree's entries (a GB200 tray has tens of thousands). Anything else
+    (a ``.``/``..`` part, a doubled slash) goes through ``posixpath.relpath``."""
+    if _unnormalized(target) or _unnormalized(start):
+        return posixpath.relpath(target or ".", start or ".")
     t = target.split("/") if target else []
     f = start.split("/") if start else []
     common = 0
@@ -110,6 +113,11 @@ def relative(target: str, start: str) -> str:
         common += 1
     parts = [".."] * (len(f) - common) + t[common:]
     return "/".join(parts) or "."
+
+
+def _unnormalized(path: str) -> bool:
+    """Whether ``path`` has a part the fast path of :func:`relative` would get wrong."""
+    return "//" in path or path.startswith(".") or "/." in path or path.endswith("/")
 
 
 class Section:
@@ -173,6 +181,8 @@ class WriteStats:
     removed: int = 0
     skipped_sections: int = 0
     mode: str = ""
+    changed: list[str] = field(default_factory=list)
+    """Paths an incremental render wrote or removed (what a live view of the tree must stop caching)."""
 
 
 class RootWriter:
@@ -264,6 +274,7 @@ class RootWriter:
         if writes or removes:
             self._save_manifest(new_manifest)
         memo["manifest"] = {"version": MANIFEST_VERSION, "sections": new_manifest}
+        stats.changed = [*writes, *removes]
         return stats
 
     def _full(self, specs: list[SectionSpec], stats: WriteStats, memo: dict[str, Any] | None = None) -> WriteStats:

@@ -18,9 +18,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fakehw import livefs
 from fakehw.agent.client import AgentClient, AgentRequestError
 from fakehw.agent.progress import read_progress
 from fakehw.agent.trust import private_dir
+from fakehw.livefs.nodes import NodeMounts
 from fakehw.model import System, load_profile
 from fakehw.model.system import Node
 from testbed import nodeview
@@ -134,6 +136,7 @@ class LocalBackend(Backend):
             raise BackendError(f"state dir {request.state_dir} is too deep for a unix socket; use a shorter "
                                "--state-dir (or FAKEHW_STATE_DIR)")
         private_dir(root)
+        self.live_mounts(record).stop_all()  # a crashed cluster of the same name may have left mounts behind
         record.save()
         self._systems[(profile, request.nodes)] = system
         try:
@@ -202,6 +205,7 @@ class LocalBackend(Backend):
             client.render(list(names[i:i + RENDER_BATCH]))
 
     def stop_agent(self, record: ClusterRecord, kill: bool = False, timeout: float = 10.0) -> None:
+        self.live_mounts(record).stop_all()
         pid = record.agent_pid
         if not _pid_alive(pid) or not _agent_of(pid, record):
             return
@@ -257,11 +261,30 @@ class LocalBackend(Backend):
         if not host_paths and nodeview.unavailable() is None:
             if shutil.which(run[0], path=full.get("PATH")) is None and "/" not in run[0]:
                 raise BackendInputError(f"command not found: {run[0]}")
-            run = nodeview.command(nodeview.NodeView(root=str(d / "root")), run)
+            run = nodeview.command(self.node_view(record, node), run)
         try:
             return subprocess.run(run, env=full, timeout=timeout, input=input, capture_output=capture, check=False)
         except FileNotFoundError:
             raise BackendInputError(f"command not found: {argv[0]}") from None
+
+    def live_mounts(self, record: ClusterRecord) -> NodeMounts:
+        """The nodes' live ``/sys`` mounts (:mod:`fakehw.livefs.nodes`), at ``<cluster>/live/<node>/sys``."""
+        return NodeMounts(record.dir / "live", Path(record.agent_socket or record.agent_dir / "agent.sock"),
+                          lambda n: record.node_dir(n) / "root" / "sys")
+
+    def node_view(self, record: ClusterRecord, node: str) -> nodeview.NodeView:
+        """What a command on ``node`` sees: its tree at the real paths, with ``/sys`` served live (kernel semantics
+        for writes, mounted on first use) when this machine can (root and FUSE), else the rendered tree read-only."""
+        root = str(record.node_dir(node) / "root")
+        if self.alive(record):
+            self.render(record, [node])  # the agent makes a node's files when first asked (no cost after that)
+        if livefs.unavailable() is not None or not self.alive(record):
+            return nodeview.NodeView(root=root)
+        try:
+            mountpoint = self.live_mounts(record).ensure(node)
+        except (RuntimeError, OSError) as exc:
+            raise BackendError(f"cannot serve the live /sys of {node}: {exc}") from None
+        return nodeview.NodeView(root=root, binds=(nodeview.Bind(str(mountpoint), "/sys"),), writable_sys=True)
 
     def agent(self, record: ClusterRecord, node: str) -> AgentClient:
         if record.agent_socket is None:
@@ -272,5 +295,5 @@ class LocalBackend(Backend):
         return _pid_alive(record.agent_pid) and _agent_of(record.agent_pid, record)
 
     def down(self, record: ClusterRecord) -> None:
-        self.stop_agent(record)
+        self.stop_agent(record)  # takes the live /sys mounts down first: nothing may stay mounted in the tree
         remove_tree_in_background(record.dir)

@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from fakehw.polling import wait_until
+from testbed import component_user
 from testbed.extender.protocol import ConfigError, ExtenderConfig
 from testbed.httpservice import JsonHandler, LoopbackJsonServer, send_json_bytes
 
@@ -166,7 +167,8 @@ class ExtenderProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             try:
-                self._proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT,
+                argv, env = component_user.wrap(self.argv(), env)
+                self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, env=env, start_new_session=True)
             except OSError as exc:
                 raise TargetError(f"cannot start {shlex.join(self.argv())}: {exc}") from None

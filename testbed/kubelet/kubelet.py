@@ -35,6 +35,7 @@ import grpc
 from google.protobuf.message import Message
 
 from fakehw.render.atomic import atomic_write
+from testbed import component_user
 from testbed.kubelet.api import (
     HEALTHY,
     KUBELET_SOCKET,
@@ -320,6 +321,7 @@ class Kubelet:
 
     def start(self) -> None:
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        component_user.hand_over(self.plugin_dir)  # where the plugin creates its socket (--component-user)
         with contextlib.suppress(FileNotFoundError):
             self.socket.unlink()
         server = new_server()
@@ -327,6 +329,7 @@ class Kubelet:
         if server.add_insecure_port(unix_target(self.socket)) == 0:
             raise OSError(f"cannot listen on {self.socket}")
         server.start()
+        component_user.hand_over(self.socket)
         with self._cond:
             self._server = server
             self.generation += 1

@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from testbed import nodeview
+from testbed import component_user, nodeview
 from testbed.environment import merged_environment
 
 PLUGIN_DIR_ENV = "FAKEHW_DEVICE_PLUGIN_DIR"
@@ -139,8 +139,8 @@ class CommandLauncher(PluginLauncher):
         self.describe = self.command
         self._runs = 0
 
-    def argv(self, command: str, plugin_dir: Path) -> list[str]:
-        shell = ["/bin/sh", "-c", f"exec {command}"]
+    def argv(self, shell: list[str], plugin_dir: Path) -> list[str]:
+        """``shell`` (the plugin's command line, as the component user when one is set) in the node's view."""
         if self.view is None:
             return shell
         binds = (*self.view.binds, nodeview.Bind(str(plugin_dir), KUBELET_PLUGIN_DIR))
@@ -158,7 +158,9 @@ class CommandLauncher(PluginLauncher):
         with open(log, "ab") as out:
             out.write(f"# {time.strftime('%H:%M:%S')} start {where}: {command}\n".encode())
             out.flush()
-            proc = subprocess.Popen(self.argv(command, plugin_dir), env=env, stdout=out,
+            # The user switch happens inside the node's view: making the view's mounts needs root.
+            shell, env = component_user.wrap(["/bin/sh", "-c", f"exec {command}"], env)
+            proc = subprocess.Popen(self.argv(shell, plugin_dir), env=env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         return LocalProcess(proc, log, command)
 

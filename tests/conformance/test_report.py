@@ -91,9 +91,12 @@ def test_a_passing_run_is_certified_and_verifies(pytester: pytest.Pytester, resu
     assert verify(report) == []
     out = results / "out"
     assert conformance_main(["report", str(path), "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "report.html", "report.json", "summary.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["attestation.intoto.json", "junit.xml", "report.html",
+                                                     "report.json", "results.json", "summary.md"]
+    assert "UNSIGNED" in (out / "summary.md").read_text()
     assert conformance_main(["verify", str(out / "report.json")]) == 0
-    assert "intact" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "verified; verdict CERTIFIED; UNSIGNED" in said, said
 
 
 def test_a_failing_run_is_not_certified_and_carries_evidence(pytester: pytest.Pytester, results: Path) -> None:
@@ -162,20 +165,24 @@ def test_not_applicable_neither_passes_nor_fails_and_shows_everywhere(pytester: 
 
 def test_editing_one_result_breaks_verification(pytester: pytest.Pytester, results: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The report's own checks (tests/conformance/test_report_tamper.py tries every field and file)."""
     path = _run_suite(pytester, results, fail=True)
     out = results / "out"
-    assert conformance_main(["report", str(path), "--out", str(out), "--format", "json"]) == 0
+    assert conformance_main(["report", str(path), "--out", str(out)]) == 0
     doc = json.loads((out / "report.json").read_text())
     row = next(r for r in doc["results"] if r["id"] == "ST-TOPO-001")
     row["status"] = "passed"
-    (out / "edited.json").write_text(json.dumps(doc))
-    assert conformance_main(["verify", str(out / "edited.json")]) == 1
-    assert "sha256 mismatch" in capsys.readouterr().err
-    # Re-sealing after the edit does not help: the verdicts no longer follow from the results.
+    (out / "report.json").write_text(json.dumps(doc))
+    assert conformance_main(["verify", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "sha256 mismatch" in err and "report.json was changed after the run was sealed" in err, err
+    # Re-sealing the report after the edit does not help: the verdicts no longer follow from the results.
     resealed = load_report(json.dumps(doc)).sealed()
-    (out / "resealed.json").write_text(resealed.to_json())
-    assert conformance_main(["verify", str(out / "resealed.json")]) == 1
-    assert "verdicts do not follow from the results" in capsys.readouterr().err
+    (out / "report.json").write_text(resealed.to_json())
+    assert conformance_main(["verify", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "verdicts do not follow from the results" in err and "overall not-certified (results give certified)" \
+        in err, err
 
 
 def test_bad_inputs_to_report_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -184,12 +191,23 @@ def test_bad_inputs_to_report_and_verify(tmp_path: Path, capsys: pytest.CaptureF
     assert "not a conformance results file" in capsys.readouterr().err
     assert conformance_main(["report", str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
-    (tmp_path / "bad.json").write_text("{not json")
-    assert conformance_main(["verify", str(tmp_path / "bad.json")]) == 1
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "report.json").write_text("{not json")
+    assert conformance_main(["verify", str(tmp_path / "bad")]) == 1
     assert "not JSON" in capsys.readouterr().err
-    (tmp_path / "r.json").write_text(json.dumps({"schema": "fakehw.conformance.report/v1", "partial": "maybe"}))
-    assert conformance_main(["verify", str(tmp_path / "r.json")]) == 1
-    assert "r.json:" in capsys.readouterr().err
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "report.json").write_text(json.dumps({"schema": "fakehw.conformance.report/v1"}))
+    assert conformance_main(["verify", str(tmp_path / "old")]) == 1
+    assert "not a certification report (expected schema 'fakehw.conformance.report/v2')" in capsys.readouterr().err
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "report.json").write_text(json.dumps({"schema": "fakehw.conformance.report/v2",
+                                                            "partial": "maybe"}))
+    assert conformance_main(["verify", str(tmp_path / "r")]) == 1
+    assert "report.json:" in capsys.readouterr().err
+    assert conformance_main(["verify", str(tmp_path / "x.json")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+    assert conformance_main(["verify", str(tmp_path / "r"), "--key", str(tmp_path / "x.json")]) == 2
+    assert "not a PEM public key" in capsys.readouterr().err
 
 
 def test_the_shipped_schema_is_current_and_validates_reports(pytester: pytest.Pytester, results: Path) -> None:

@@ -110,6 +110,26 @@ def test_reads_pass_through_and_follow_the_agent_at_once(live: Live) -> None:
     assert (live.sys / "bus/cxl/devices/mem1/driver").is_symlink()
 
 
+def test_what_the_kernel_cached_is_dropped_when_the_agent_changes_it(live: Live) -> None:
+    """Reads are cached by the kernel (that is what makes them fast) and still current: a file read, then
+    changed by a write through the mount or by the agent, reads the new content at once."""
+    offer = live.sys / "bus/cxl/devices/decoder0.1/create_ram_region"  # cfmws0 of cxl-pool
+    first = offer.read_text()
+    assert offer.read_text() == first  # now in the page cache
+    _write(offer, first)  # takes the offered id: the root decoder offers the next one
+    second = offer.read_text()
+    assert second != first, "the written attribute was served from the page cache"
+    region = first.strip()
+    assert (live.sys / f"bus/cxl/devices/{region}/commit").read_text() == "0\n"
+    name = live.svc.platform.create_region(NODE, {"window": "cfmws1", "targets": ["mem5"], "size": "256MiB"})["name"]
+    assert (live.sys / f"bus/cxl/devices/{name}/commit").read_text() == "1\n"
+    assert offer.read_text() == second
+    _write(live.sys / "bus/cxl/devices/decoder0.1/delete_region", region)
+    assert not (live.sys / f"bus/cxl/devices/{region}").exists()
+    live.svc.platform.destroy_region(NODE, name)
+    assert not (live.sys / f"bus/cxl/devices/{name}").exists()
+
+
 @pytest.mark.parametrize(("what", "expected"), [
     ("write a read-only attribute", errno.EACCES),
     ("read a write-only attribute", errno.EACCES),
@@ -121,6 +141,8 @@ def test_reads_pass_through_and_follow_the_agent_at_once(live: Live) -> None:
     ("bind a memdev that is bound", errno.EBUSY),
     ("bind a driver that does not exist", errno.ENOENT),
     ("write an attribute fakehw does not emulate", errno.EOPNOTSUPP),
+    ("create a region under a name the root decoder does not offer", errno.EBUSY),
+    ("create a region with a malformed name", errno.EINVAL),
 ])
 def test_a_refused_write_gets_the_kernels_errno_and_changes_nothing(live: Live, what: str, expected: int) -> None:
     d = live.sys / "bus/cxl"
@@ -134,8 +156,10 @@ def test_a_refused_write_gets_the_kernels_errno_and_changes_nothing(live: Live, 
         "unbind a memdev from a driver that does not match": lambda: _write(d / "drivers/cxl_port/unbind", "mem0"),
         "bind a memdev that is bound": lambda: _write(d / "drivers/cxl_mem/bind", "mem0\n"),
         "bind a driver that does not exist": lambda: _write(d / "drivers/cxl_nope/bind", "mem0"),
-        "write an attribute fakehw does not emulate": lambda: _write(d / "devices/decoder0.0/create_ram_region",
-                                                                     "region9\n"),
+        "write an attribute fakehw does not emulate": lambda: _write(d / "drivers_autoprobe", "0\n"),
+        "create a region under a name the root decoder does not offer":
+            lambda: _write(d / "devices/decoder0.0/create_ram_region", "region99\n"),
+        "create a region with a malformed name": lambda: _write(d / "devices/decoder0.0/create_ram_region", "r9\n"),
     }
     if what == "bind a driver that does not exist":
         # The directory does not exist on the bus: the open fails before any store (the kernel's ENOENT too).

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule, run_state_machine_as_test
 
 from fakehw.agent.cxl import DCD_BLOCK, REGION_UNIT, CxlState
+from fakehw.agent.cxlsysfs import CxlSysfs, SysfsError
 from fakehw.agent.platform import Platform, PlatformError
 from fakehw.agent.pools import PoolLedger
 from fakehw.agent.service import AgentService
@@ -49,10 +50,34 @@ PLAUSIBLE: list[tuple[str, list[str]]] = [
     ("cfmws2", ["mem1", "mem5"]), ("cfmws2", ["mem2", "mem6"]), ("cfmws2", ["mem3", "mem7"]),
 ]
 """Requests a window of cxl-pool can take while capacity lasts (the rest of the time: anything)."""
+STORES = (
+    "sys/bus/cxl/devices/decoder0.1/create_ram_region", "sys/bus/cxl/devices/decoder0.3/create_pmem_region",
+    "sys/bus/cxl/devices/decoder0.1/delete_region", "sys/bus/cxl/devices/decoder0.3/delete_region",
+    "sys/bus/cxl/devices/region{region}/interleave_ways", "sys/bus/cxl/devices/region{region}/interleave_granularity",
+    "sys/bus/cxl/devices/region{region}/size", "sys/bus/cxl/devices/region{region}/uuid",
+    "sys/bus/cxl/devices/region{region}/target0", "sys/bus/cxl/devices/region{region}/target1",
+    "sys/bus/cxl/devices/region{region}/commit", "sys/bus/cxl/drivers/cxl_region/bind",
+    "sys/bus/cxl/drivers/cxl_region/unbind", "sys/bus/cxl/devices/decoder11.1/mode",
+    "sys/bus/cxl/devices/decoder11.1/dpa_size", "sys/bus/cxl/devices/decoder12.0/mode",
+    "sys/bus/cxl/devices/decoder12.0/dpa_size", "sys/bus/cxl/drivers/cxl_port/unbind",
+    "sys/bus/cxl/drivers/cxl_port/bind", "sys/bus/dax/drivers/kmem/unbind", "sys/bus/dax/drivers/device_dax/bind",
+)
+"""Kernel stores the machine writes (region numbers drawn; endpoint decoders of mem2 and mem3 of cxl-pool)."""
+VALUES = ("region{offered}", "region99", "1", "2", "0", "256", "4096", "0x20000000", "0x40000000", "0x7", "ram",
+          "pmem", "{uuid}", "decoder11.1", "decoder12.0", "region{offered}", "port1", "port3", "dax0.0", "junk", "")
 
 
 def _snapshot(pf: Platform) -> str:
     return json.dumps({"cxl": pf.cxl.to_json(), "pools": pf.ledger.to_json()}, sort_keys=True)
+
+
+def _windows(root: Path) -> list[tuple[int, int]]:
+    """The CXL windows' host physical ranges as the root decoders under ``root0`` show them."""
+    out = []
+    for d in (root / "sys/bus/cxl/devices").glob("decoder0.*"):
+        start = int((d / "start").read_text(), 16)
+        out.append((start, start + int((d / "size").read_text(), 16)))
+    return out
 
 
 def _overlaps(ranges: list[tuple[int, int]]) -> bool:
@@ -113,6 +138,25 @@ class PlatformMachine(RuleBasedStateMachine):
     def destroy_region(self, node: str, pick: int) -> None:
         names = [*(r.name for r in self.pf.cxl.node_regions(node)), "region99"]
         self.attempt(lambda: self.pf.destroy_region(node, names[pick % len(names)]))
+
+    @rule(node=st.sampled_from(NODES), store=st.sampled_from(STORES), region=st.integers(0, 12),
+          value=st.sampled_from(VALUES))
+    def sysfs_store(self, node: str, store: str, region: int, value: str) -> None:
+        """A kernel store through the sysfs route, as a tool would write it; refused: nothing changed (the one
+        exception the kernel makes: a dpa_size write releases the old allocation before the new one fails)."""
+        path = store.format(region=region)
+        data = value.format(offered=self._offered(node, path), uuid="7c8d6b3f-0a39-4f0b-9d6c-2b5e1f8a0c11").encode()
+        before = _snapshot(self.pf)
+        try:
+            CxlSysfs(self.pf).write(node, path, data + b"\0")
+        except SysfsError as exc:
+            assert exc.errno > 0 and exc.message
+            if not path.endswith("/dpa_size"):
+                assert _snapshot(self.pf) == before, f"refused ({exc.message}) but the state changed"
+
+    def _offered(self, node: str, path: str) -> int:
+        window = next((w for w in self.system.nodes[0].cxl.windows if f"decoder0.{w.index}/" in path), None)
+        return self.pf.cxl.root_ids.get((node, window.name), 0) if window else 0
 
     @rule(node=st.sampled_from(NODES), memdev=st.sampled_from(MEMDEVS), online=st.booleans())
     def memdev_admin(self, node: str, memdev: str, online: bool) -> None:
@@ -218,16 +262,26 @@ class PlatformMachine(RuleBasedStateMachine):
             node = self.system.node(node_name)
             assert node is not None
             regions = state.node_regions(node_name)
-            dpa: dict[tuple[str, str], list[tuple[int, int]]] = {}
             hpa: dict[str, list[tuple[int, int]]] = {}
             for r in regions:
-                hpa.setdefault(r.window, []).append((r.hpa_offset, r.size))
-                for t, off in zip(r.targets, r.dpa_offsets, strict=True):
-                    dpa.setdefault((t, r.mode), []).append((off, r.size // r.ways))
-            for (t, mode), ranges in dpa.items():
-                dev = node.cxl.memdev(t)
-                limit = (dev.ram_size if mode == "ram" else dev.pmem_size) if dev else pool.capacity
-                assert not _overlaps(ranges) and all(s + n <= limit for s, n in ranges), (t, mode, ranges)
+                if r.size:
+                    hpa.setdefault(r.window, []).append((r.hpa_offset, r.size))
+            for m in node.cxl.memdevs:  # DPA: reservations (skips included) never overlap, inside the device
+                decoders = state.endpoints.get((node_name, m.name), ())
+                taken = [(d.dpa_base - d.skip, d.skip + d.dpa_size) for d in decoders if d.dpa_size]
+                assert not _overlaps(taken) and all(a >= 0 and a + n <= m.ram_size + m.pmem_size for a, n in taken)
+                for i, d in enumerate(decoders):  # a decoder in a region is that region's, at its position
+                    if d.region:
+                        r = state.regions[(node_name, d.region)]
+                        assert r.targets[d.position] == m.name and r.decoders[d.position] == i
+                        assert d.dpa_size * r.ways == r.size and d.mode == r.mode
+                    assert not d.committed or d.region, (m.name, i)
+            for r in regions:  # a committed region's endpoint decoders are committed, and only then
+                for pos, t in enumerate(r.targets):
+                    if t and r.decoders:
+                        d = state.endpoints[(node_name, t)][r.decoders[pos]]
+                        assert d.committed == r.committed and d.region == r.name, (r.name, t)
+                assert r.committed == (r.state == "commit") and (not r.enabled or r.committed)
             windows = {w.name: w.size for w in node.cxl.windows}
             for w, ranges in hpa.items():
                 assert not _overlaps(ranges) and all(s + n <= windows[w] for s, n in ranges), (w, ranges)
@@ -277,26 +331,23 @@ class PlatformMachine(RuleBasedStateMachine):
                               else "offline" for m in view.cxl.memdevs}
             for m in view.cxl.memdevs:
                 assert rendered_state[m.name] == ("online" if m.online else "offline")
-            # A RAM region's DAX device is bound to kmem (its memory is in a NUMA node) exactly when the region is
-            # active, i.e. when the tree shows every target online; the kmem-bound devices add up to what the
-            # CXL NUMA nodes hold.
+            # An enabled RAM region has its DAX device, bound to the driver the state says; the online memory
+            # blocks linked from each NUMA node add up to the CXL memory the view puts there.
             dax_dir = root / "sys/bus/dax/devices"
             dax = {p.name: p for p in dax_dir.iterdir()} if dax_dir.is_dir() else {}
-            # A region that lost a target (memdev offline) is torn down as the kernel does: no DAX device.
-            ram = [rv for rv in view.cxl.regions if rv.region.mode == "ram"
-                   and all(rendered_state.get(t, "online") == "online" for t in rv.region.targets)]
+            ram = [rv for rv in view.cxl.regions if rv.region.mode == "ram" and rv.region.enabled]
             assert set(dax) == {f"dax{rv.region.id}.0" for rv in ram}
-            in_kmem: dict[int, int] = {}
             for rv in ram:
-                dev = dax[f"dax{rv.region.id}.0"]
-                driver = Path(os.readlink(dev / "driver")).name
-                targets_online = all(rendered_state[t] == "online" for t in rv.region.targets)
-                assert driver == ("kmem" if rv.active else "device_dax"), (node_name, rv.region.name, driver)
-                assert rv.active == targets_online, (node_name, rv.region.name, rendered_state)
-                if driver == "kmem":
-                    target = int((dev / "target_node").read_text())
-                    in_kmem[target] = in_kmem.get(target, 0) + int((dev / "size").read_text())
-            assert {n: in_kmem.get(n, 0) for n in view.cxl.numa_memory} == dict(view.cxl.numa_memory)
+                link = dax[f"dax{rv.region.id}.0"] / "driver"
+                driver = Path(os.readlink(link)).name if link.is_symlink() else ""
+                assert driver == rv.region.dax, (node_name, rv.region.name, driver)
+            block = int((root / "sys/devices/system/memory/block_size_bytes").read_text(), 16)
+            windows = _windows(root)
+            for numa, size in view.cxl.numa_memory.items():
+                blocks = [b for b in (root / f"sys/devices/system/node/node{numa}").glob("memory*")
+                          if (b / "state").read_text().strip() == "online"
+                          and any(lo <= int(b.name[6:]) * block < hi for lo, hi in windows)]
+                assert len(blocks) * block == size, (node_name, numa, len(blocks), size)
             doc = json.loads((root / POOLS_FILE).read_text())
             rendered = {p["name"]: (p["available"], p["reserved"], p["bursting"]) for p in doc["pools"]}
             assert rendered == {p.name: (p.available, p.reserved, p.bursting) for p in view.pools}

@@ -1,11 +1,15 @@
 """End to end on the local testbed: the agent process, its HTTP API, the ``testbed cxl``/``testbed pool`` verbs,
-and hwloc reading the node's tree as a CXL memdev goes offline and comes back."""
+hwloc reading the node's tree as a CXL memdev goes offline and comes back, and ``testbed exec`` seeing the node's
+live ``/sys`` (mounted on first use, replaced when its server dies, gone with the agent and the cluster)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +17,11 @@ import pytest
 
 from fakehw.agent.client import AgentRequestError
 from fakehw.agent.cxl import GiB
+from fakehw.livefs import unavailable
+from fakehw.livefs.mount import LiveMount, live_mounts
 from fakehw.sysfs.hwloc import HwlocTopology, lstopo, lstopo_path
 from testbed.api import Testbed
+from testbed.backends.local import LocalBackend
 
 NODE = "cxl-host-0"
 TESTBED = str(Path(sys.executable).with_name("testbed"))
@@ -29,7 +36,9 @@ def cluster(testbed_state_dir: Path) -> Iterator[Testbed]:
     """One cluster for the module (standing one up is the slow part); every test leaves mem0 online."""
     tb = Testbed.up("cxl-pool", name="cxl-e2e", state_dir=testbed_state_dir)
     yield tb
+    live = tb.record.dir / "live"
     tb.down()
+    assert live_mounts(live) == [], "a live /sys stayed mounted after down"
 
 
 def cli(tb: Testbed, *args: str) -> subprocess.CompletedProcess[str]:
@@ -111,3 +120,56 @@ def test_http_errors_carry_the_reason(cluster: Testbed) -> None:
         agent.request("GET", "/v1/pools/audit?limit=0")
     assert info.value.status == 400
     assert agent.health()["status"] == "ok"
+
+
+# --------------------------------------------------------------------------------------------------- live /sys
+
+needs_live = pytest.mark.skipif(unavailable() is not None or os.geteuid() != 0,
+                                reason=f"a live /sys needs root and FUSE: {unavailable() or 'not root'}")
+
+
+def _server(tb: Testbed, node: str) -> LiveMount:
+    mounts = LocalBackend().live_mounts(tb.record)
+    return LiveMount(tb.record.node_dir(node) / "root/sys", mounts.mountpoint(node), Path(), node)
+
+
+@needs_live
+def test_exec_mounts_the_live_sys_on_first_use_and_real_cxl_writes_reach_the_agent(cluster: Testbed) -> None:
+    assert _server(cluster, "cxl-host-1").server_pid() is None  # lazy: no command ran on the other node
+    listed = cluster.exec(NODE, ["cxl", "list", "-M", "-m", "mem3"])
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)[0]["memdev"]
+    assert _server(cluster, NODE).alive()
+    done = cluster.exec(NODE, ["cxl", "disable-memdev", json.loads(listed.stdout)[0]["memdev"], "--force"])
+    assert done.returncode == 0, done.stderr
+    try:
+        memdev = next(m for m in cluster.agent().cxl(NODE)["memdevs"] if m["name"] == "mem3")
+        assert memdev["online"] is False and memdev["admin_online"] is False
+    finally:
+        cluster.agent().memdev_online(NODE, "mem3", True)
+    # The node's /sys is the live one: a write the kernel refuses fails with its errno inside the node view too.
+    refused = cluster.exec(NODE, ["sh", "-c", "echo 7 > /sys/bus/cxl/devices/mem0/numa_node"])
+    assert refused.returncode != 0 and b"Permission denied" in refused.stderr
+
+
+@needs_live
+def test_a_dead_server_is_replaced_by_the_next_exec_and_an_agent_stop_unmounts(cluster: Testbed) -> None:
+    assert cluster.exec(NODE, ["true"]).returncode == 0
+    server = _server(cluster, NODE)
+    pid = server.server_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # the server of this test's own mount, by its pid
+    deadline = time.monotonic() + 10
+    while server.server_pid() == pid and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.server_pid() is None and live_mounts(server.mountpoint)  # stale: mounted, nobody serving
+    serial = cluster.exec(NODE, ["cat", "/sys/bus/cxl/devices/mem0/serial"])
+    assert serial.returncode == 0 and serial.stdout.startswith(b"0x"), serial.stderr
+    assert server.alive() and server.server_pid() != pid
+    backend = LocalBackend()
+    backend.stop_agent(cluster.record)
+    try:
+        assert live_mounts(cluster.record.dir / "live") == [] and server.server_pid() is None
+    finally:
+        backend.start_agent(cluster.record)
+    assert cluster.exec(NODE, ["cat", "/sys/bus/cxl/devices/mem0/serial"]).stdout == serial.stdout

@@ -35,7 +35,8 @@ def devices(text: str) -> dict[str, str]:
     """``lspci -vv -D`` output split per function: bdf -> its block."""
     blocks: dict[str, str] = {}
     for block in text.strip().split("\n\n"):
-        blocks[block.split()[0]] = block
+        if block.strip():
+            blocks[block.split()[0]] = block
     return blocks
 
 
@@ -119,6 +120,8 @@ def test_the_pci_hierarchy_is_one_hardware_can_build(profile: str, rendered: Ren
     sibling bridges' bus ranges are disjoint. Read from lspci's view of the config space."""
     for _, _, root in rendered(profile):
         blocks = devices(lspci(root, "-vv", "-D"))
+        if not blocks:  # cxl_test's devices are platform devices: nothing on the PCI bus to judge
+            pytest.skip(f"not applicable: {profile} has no PCI functions")
         by_bus: dict[tuple[str, int], set[int]] = {}
         for bdf in blocks:
             domain, bus, devfn = bdf.split(":")

@@ -9,7 +9,6 @@ named by the version of the distribution that provides ``pkg`` (asking the inter
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shlex
 import shutil
@@ -18,16 +17,11 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from conformance.provenance.component import file_digest
+from testbed import component_user
+
 VERSION_TIMEOUT_S = 5.0
 MAX_VERSION_CHARS = 400
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _module_version(module: str) -> str | None:
@@ -40,12 +34,14 @@ def _module_version(module: str) -> str | None:
 
 
 def _says(executable: Path) -> str | None:
-    """What ``executable --version`` prints, or None (fails, hangs, says too much)."""
+    """What ``executable --version`` prints, or None (fails, hangs, says too much). It is the vendor's code: under
+    ``--component-user`` it runs as that user, like the component itself."""
     with tempfile.TemporaryDirectory(prefix="fhw-version-") as cwd:
+        argv, env = component_user.wrap([str(executable), "--version"],
+                                        {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": cwd})
         try:
-            proc = subprocess.run([str(executable), "--version"], capture_output=True, text=True, cwd=cwd,
-                                  timeout=VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False,
-                                  env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": cwd})
+            proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=VERSION_TIMEOUT_S,
+                                  stdin=subprocess.DEVNULL, check=False, env=env)
         except (OSError, subprocess.TimeoutExpired):
             return None
     text = " ".join((proc.stdout or proc.stderr).split())
@@ -68,6 +64,6 @@ def component_version(command: str) -> str | None:
     executable = Path(found).resolve()
     if executable.name.startswith("python") and len(argv) >= 3 and argv[1] == "-m":
         return _module_version(argv[2])
-    digest = f"sha256:{_sha256(executable)}"
+    digest = f"sha256:{file_digest(executable)}"
     said = _says(executable)
     return f"{said} ({digest})" if said else digest

@@ -28,6 +28,7 @@ from conformance.suites.device_plugin.component import component_version
 from conformance.suites.device_plugin.mig import STRATEGIES, MigConfigError
 from conformance.suites.device_plugin.support import DEFAULT_SEED, REFERENCE_COMMAND, PluginUnderTest, SuiteOptions
 from fakehw import __version__
+from testbed import component_user
 from testbed.api import Testbed
 from testbed.cluster import remove_tree_in_background
 from testbed.kubelet.kubelet import PluginViolation, Timeouts
@@ -99,8 +100,12 @@ def dp_options(pytestconfig: pytest.Config, conformance_targets: dict[str, Targe
 @pytest.fixture(scope="session")
 def dp_testbed(dp_options: SuiteOptions) -> Iterator[Testbed]:
     state = Path(tempfile.mkdtemp(prefix="fhw-dp-", dir="/tmp"))
+    component_user.share_read(state)  # the node's view, read by a component run as another user
     tb = Testbed.up(dp_options.profile, backend=dp_options.backend, name="dp", state_dir=state)
     try:
+        for node in tb.nodes():  # the NVML snapshot sits in the agent's private directory
+            if node.env.get("FAKEHW_NVML_SNAPSHOT"):
+                component_user.share_traverse(Path(node.env["FAKEHW_NVML_SNAPSHOT"]), state)
         yield tb
     finally:
         _down(tb, state)
@@ -124,6 +129,7 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
         raise pytest.UsageError(f"profile {dp_options.profile} has no node with GPUs")
     node = nodes[0]
     workdir = Path(tempfile.mkdtemp(prefix="fhw-dpk-", dir="/tmp"))
+    component_user.share_read(workdir)
     scratch = workdir
     launcher = None
     probe = None

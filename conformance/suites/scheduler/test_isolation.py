@@ -179,6 +179,37 @@ def test_gang_all_or_nothing(sched: SchedulerUnderTest, check: Callable[..., Non
     _fuzz(sched, check, gang_all_or_nothing)
 
 
+@pytest.mark.requirement("SCHED-ISO-006")
+def test_gang_bookings_are_not_given_away(sched: SchedulerUnderTest, check: Callable[..., None]) -> None:
+    """One node with room for a gang of two (every other node full); the first member is placed, then another
+    tenant's pod arrives before the second member. The GPUs booked for the second member are not free: the other pod
+    must not get them, and the second member must still get its node."""
+    sched.harness.reset()
+    infos = sorted(sched.gpu_nodes(), key=lambda i: (-len(i.healthy_gpus), i.name))
+    target = infos[0]
+    k = len(target.healthy_gpus) // 2
+    if k < 1:
+        sched.not_applicable(f"no node has two healthy GPUs for a gang of two ({target.name} has "
+                             f"{len(target.healthy_gpus)})")
+    for other in infos[1:]:
+        sched.fill(other.name, "elsewhere", tuple(g.index for g in other.gpus))
+    keys = sched.harness.submit(Workload("gang", tenant="gang", gpus=k, gang="gang", gang_size=2))
+    lead = sched.harness.schedule(keys[0])
+    check(lead.status == "bound" and lead.node == target.name,
+          f"the first member of a gang of 2 x {k} GPUs, which only {target.name} can hold, was not placed there: "
+          f"{lead.status} on {lead.node} ({lead.message})")
+    interloper = sched.run_one(Workload("interloper", tenant="other", gpus=k))
+    rest = sched.harness.schedule(keys[1])
+    booked = sorted(set(target.healthy_gpus) - set(sched.ledger().gpu_holders(target.name)))
+    story = (f"gang member 1 on {lead.node}; another tenant's {k}-GPU pod {interloper.status} on {interloper.node} "
+             f"({interloper.message}); gang member 2 {rest.status} on {rest.node} ({rest.message})")
+    check(not (interloper.status == "bound" and interloper.node == target.name),
+          f"the GPUs booked on {target.name} for the gang's second member went to another tenant's pod: {story}",
+          placements={"lead": lead.node, "interloper": interloper.node, "member 2": rest.node})
+    check(rest.status == "bound" and rest.node == target.name,
+          f"the gang's second member lost the node booked for it: {story}; GPUs left unheld there: {booked}")
+
+
 @pytest.mark.requirement("SCHED-ISO-003")
 def test_bursts_preempted_before_reservations(sched: SchedulerUnderTest, check: Callable[..., None]) -> None:
     infos = sorted(sched.gpu_nodes(), key=lambda i: (-len(i.gpus), i.name))

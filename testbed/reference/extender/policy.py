@@ -64,6 +64,7 @@ class Flags:
     bursts_in_reserve: bool = False
     preempt_reservations: bool = False
     memory_last: bool = False
+    ignore_bookings: bool = False
 
     @classmethod
     def for_mutant(cls, name: str | None) -> Flags:
@@ -294,6 +295,8 @@ class Policy:
         use = snap.use_of(node_name)
         booked = max(0, use.booked - own_slots * req.gpus)
         booked_bytes = max(0, use.booked_bytes - own_slots * spill_on(node, req.gpus, req.memory))
+        if snap.flags.ignore_bookings:
+            booked = booked_bytes = 0
         verdict = self._evaluate(req, node, use, snap.free_gpus(node), booked, booked_bytes)
         self._cache[key] = verdict
         return verdict

@@ -1,0 +1,98 @@
+"""The catalogue is versioned: the shipped catalogue is its recorded current version, published versions never change,
+and a report is checked for completeness against the version it records."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conformance import catalogue_versions as cv
+from conformance.requirements import catalogue
+
+VERSIONS = Path(__file__).parents[2] / "conformance" / "catalogue" / "versions.json"
+
+
+def test_the_catalogue_is_its_recorded_current_version() -> None:
+    now = cv.stamp()
+    recorded = cv.published()[now.version]
+    assert recorded.digest == now.digest, (
+        f"the requirement catalogue changed since version {now.version} was recorded: run "
+        "`python -m conformance.catalogue_versions --bump` (published versions never change)")
+    live = {r.id for r in catalogue().requirements if not r.retired}
+    assert set(recorded.requirements) == live
+
+
+def test_published_versions_only_grow_and_are_self_consistent() -> None:
+    versions = cv.published()
+    numbers = sorted(int(v) for v in versions)
+    assert numbers == list(range(1, len(numbers) + 1))
+    for version in versions.values():
+        assert cv.digest(version.requirements) == version.digest
+    for older, newer in itertools.pairwise(numbers):
+        assert versions[str(older)].digest != versions[str(newer)].digest, "a version recorded twice"
+
+
+def test_a_hand_edited_version_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = json.loads(VERSIONS.read_text())
+    first = data["versions"]["1"]["requirements"]
+    first[next(iter(first))][3] = not first[next(iter(first))][3]
+    edited = tmp_path / "versions.json"
+    edited.write_text(json.dumps(data))
+    monkeypatch.setattr(cv, "_versions_path", lambda: edited)
+    cv._published.cache_clear()
+    try:
+        with pytest.raises(cv.CatalogueVersionError, match="version 1: its digest does not match"):
+            cv.published()
+    finally:
+        cv._published.cache_clear()
+
+
+def test_bump_records_a_new_version_only_when_the_catalogue_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    copy = tmp_path / "versions.json"
+    shutil.copyfile(VERSIONS, copy)
+    monkeypatch.setattr(cv, "_versions_path", lambda: copy)
+    cv._published.cache_clear()
+    try:
+        assert cv.main(["--bump"]) == 2
+        assert "nothing to record" in capsys.readouterr().err
+        extra = tmp_path / "extra"
+        extra.mkdir()
+        (extra / "vendor.yaml").write_text("target: vendor\nrequirements:\n  - {id: VN-XTRA-001, title: t, "
+                                           "rationale: r, category: c, level: core}\n")
+        monkeypatch.setenv("FAKEHW_EXTRA_REQUIREMENTS", str(extra))
+        assert cv.main([]) == 1
+        assert "changed since version" in capsys.readouterr().err
+        before = cv.current_version()
+        assert cv.main(["--bump"]) == 0
+        after = json.loads(copy.read_text())
+        assert after["current"] == str(int(before) + 1)
+        assert after["versions"][after["current"]]["requirements"]["VN-XTRA-001"] == ["vendor", "c", "core", True]
+        assert after["versions"][before] == json.loads(VERSIONS.read_text())["versions"][before]
+        assert cv.main([]) == 0
+    finally:
+        cv._published.cache_clear()
+
+
+def test_resolving_a_recorded_catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = cv.stamp()
+    assert cv.resolve(now).requirements == cv.published()[now.version].requirements
+    with pytest.raises(cv.CatalogueVersionError, match="catalogue version '99' is unknown to this verifier"):
+        cv.resolve(cv.CatalogueStamp("99", now.digest))
+    with pytest.raises(cv.CatalogueVersionError, match="modified or extended catalogue"):
+        cv.resolve(cv.CatalogueStamp(now.version, "0" * 64))
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "vendor.yaml").write_text("target: vendor\nrequirements:\n  - {id: VN-XTRA-001, title: t, rationale: r, "
+                                       "category: c, level: core}\n")
+    monkeypatch.setenv("FAKEHW_EXTRA_REQUIREMENTS", str(extra))
+    extended = cv.stamp()
+    assert extended.version == now.version and extended.digest != now.digest
+    assert "VN-XTRA-001" in cv.resolve(extended).requirements
+    monkeypatch.delenv("FAKEHW_EXTRA_REQUIREMENTS")
+    with pytest.raises(cv.CatalogueVersionError, match="set FAKEHW_EXTRA_REQUIREMENTS to the same files"):
+        cv.resolve(extended)

@@ -1,0 +1,187 @@
+"""Edges of report verification the tamper table does not reach: malformed seals, the statement's difference
+report, catalogue-version files edited by hand, value types. Written to kill the mutants ``make mutate`` found
+surviving in conformance/report and conformance/provenance."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import catalogue_versions as cv
+from conformance.cli import main as conformance_main
+from conformance.provenance.attest import Signer
+from conformance.provenance.dsse import MAX_KEY_BYTES, Envelope, SignatureError, SigningKey
+from conformance.provenance.statement import BUNDLE_FILE, STATEMENT_FILE, differences
+from conformance.provenance.verify import MAX_FILE_BYTES
+from conformance.report.model import completeness, load_report
+from tests.conformance.runs import certified_run, write_key
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return certified_run(tmp_path_factory.mktemp("rules"), Signer(), "device-plugin")
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "run"
+    shutil.copytree(run, dest)
+    return dest
+
+
+@pytest.mark.parametrize("seal", ["[]", '"sealed"', "null", '{"subject": [], "predicate": {"x": 1}}',
+                                  '{"subject": [{"name": "x"}]}', "{not json"])
+def test_a_malformed_seal_is_refused_cleanly(seal: str, run: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    forged = _copy(run, tmp_path)
+    (forged / STATEMENT_FILE).write_text(seal)
+    assert conformance_main(["verify", str(forged)]) == 1
+    err = capsys.readouterr().err
+    assert "the seal is empty" in err or "unreadable seal" in err, err
+    assert "Traceback" not in err
+
+
+def test_the_statement_says_how_the_component_was_isolated(run: Path) -> None:
+    statement = json.loads((run / STATEMENT_FILE).read_text())
+    report = json.loads((run / "report.json").read_text())
+    isolation = statement["predicate"]["buildDefinition"]["internalParameters"]["componentIsolation"]
+    assert isolation == report["manifest"]["runner"]["isolation"] == "none: the component ran as the harness's user"
+
+
+def test_differences_name_the_path_and_both_values() -> None:
+    assert differences({"a": [1]}, {"a": {"x": 1}}) == ['a: sealed [1], the run has {"x": 1}']
+    assert differences({"a": {"x": 1}}, {"a": [1]}) == ['a: sealed {"x": 1}, the run has [1]']
+    assert differences({"a": [1, 2]}, {"a": [1]}) == ["a: the seal has 2 entries, the run 1"]
+    assert differences({"a": [{"name": "r", "v": 1}]}, {"a": [{"name": "r", "v": 2}]}) == ["a.r.v: sealed 1, the run "
+                                                                                           "has 2"]
+    assert differences({"k": 1}, {}) == ["k is not in the run"] and differences({}, {"k": 1}) == [
+        "k is missing from the seal"]
+    long = "x" * 100
+    assert differences({"k": long}, {"k": "y"}) == [f'k: sealed "{long[:76]}..., the run has "y"']
+
+
+def test_the_missing_requirements_are_listed_up_to_twelve(run: Path) -> None:
+    report = load_report((run / "report.json").read_text())
+    for keep, ellipsis in ((len(report.results) - 12, False), (len(report.results) - 13, True)):
+        cut = report.model_copy(update={"results": report.results[:keep]})
+        (problem,) = [p for p in completeness(cut) if "missing from the report" in p]
+        assert problem.startswith(f"{len(report.results) - keep} requirement(s) of catalogue version")
+        assert problem.endswith(" ...") is ellipsis, problem
+        assert problem.count("DP-") == 12
+
+
+@pytest.mark.parametrize("entry", [["t", "c", "gold", True], ["t", "c", "core"], ["t", "c", "core", "yes"],
+                                   ["t", 3, "core", True], "core", ["t", "c", "core", True, 1]])
+def test_a_hand_edited_version_entry_is_refused(entry: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = json.loads((Path(cv.__file__).parent / "catalogue" / "versions.json").read_text())
+    first = data["versions"]["1"]["requirements"]
+    first[next(iter(first))] = entry
+    edited = tmp_path / "versions.json"
+    edited.write_text(json.dumps(data))
+    monkeypatch.setattr(cv, "_versions_path", lambda: edited)
+    cv._published.cache_clear()
+    try:
+        with pytest.raises(cv.CatalogueVersionError, match=r"expected \[target, category, level, required\]"):
+            cv.published()
+    finally:
+        cv._published.cache_clear()
+
+
+def test_value_types_cannot_change_after_the_fact() -> None:
+    entry = cv.Entry("device-plugin", "allocation", "core", True)
+    assert {entry: 1}[cv.Entry("device-plugin", "allocation", "core", True)] == 1
+    envelope = Envelope(b"{}", "application/vnd.in-toto+json", (("k", b"s"),))
+    for value, field in ((entry, "required"), (envelope, "payload"), (cv.CatalogueStamp("1", "d"), "digest")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, field, None)
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("signed")
+    key = write_key(root / "vendor.pem")
+    return certified_run(root, Signer.with_key(key), "extender"), key
+
+
+def test_a_key_signed_run_without_a_key_to_check_says_so(signed: tuple[Path, Path],
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    run, _ = signed
+    assert conformance_main(["verify", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "signed by key sha256:" in out and "not checked against a key or identity you trust" in out
+
+
+def test_malformed_envelopes_are_named_not_tracebacks(signed: tuple[Path, Path], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    run, key = signed
+    for signatures in (["not-an-object"], [{"keyid": "k"}], [{"sig": "!!!"}], "nope"):
+        forged = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(run, forged)
+        bundle = json.loads((forged / BUNDLE_FILE).read_text())
+        bundle["dsseEnvelope"]["signatures"] = signatures
+        (forged / BUNDLE_FILE).write_text(json.dumps(bundle))
+        assert conformance_main(["verify", str(forged), "--key", str(key.with_suffix(".pub"))]) == 1
+        err = capsys.readouterr().err
+        assert "signature: malformed DSSE envelope" in err and "Traceback" not in err, err
+
+
+def test_oversized_files_are_refused_before_reading(signed: tuple[Path, Path], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert (MAX_FILE_BYTES, MAX_KEY_BYTES) == (64 << 20, 64 << 10)  # the limits docs/certification.md states
+    run, _ = signed
+    forged = _copy(run, tmp_path)
+    with open(forged / "report.json", "r+b") as fh:
+        fh.truncate(MAX_FILE_BYTES)  # exactly the limit: read (and then refused for what it holds, not its size)
+    assert conformance_main(["verify", str(forged)]) == 1
+    err = capsys.readouterr().err
+    assert "not JSON" in err and "MiB, not a report" not in err, err
+    with open(forged / "report.json", "r+b") as fh:
+        fh.truncate(MAX_FILE_BYTES + 1)
+    assert conformance_main(["verify", str(forged)]) == 1
+    assert "larger than 64 MiB, not a report" in capsys.readouterr().err
+    forged = _copy(run, tmp_path / "again")
+    with open(forged / STATEMENT_FILE, "r+b") as fh:
+        fh.truncate(MAX_FILE_BYTES + 1)  # sparse: no 64 MiB written
+    assert conformance_main(["verify", str(forged)]) == 1
+    assert f"unreadable seal (larger than {MAX_FILE_BYTES >> 20} MiB)" in capsys.readouterr().err
+    big = tmp_path / "big.pem"
+    pem = write_key(tmp_path / "k.pem").read_bytes()
+    big.write_bytes(pem + b"\n" * (MAX_KEY_BYTES - len(pem)))
+    assert SigningKey.load(big).public is not None  # exactly the limit is fine
+    big.write_bytes(pem + b"\n" * (MAX_KEY_BYTES + 1 - len(pem)))
+    with pytest.raises(SignatureError, match=f"too large for a signing key \\({MAX_KEY_BYTES + 1} bytes\\)"):
+        SigningKey.load(big)
+
+
+def test_a_modified_catalogue_names_both_digests() -> None:
+    now = cv.stamp()
+    with pytest.raises(cv.CatalogueVersionError) as info:
+        cv.resolve(cv.CatalogueStamp(now.version, "ab" * 32))
+    assert str(info.value).startswith(f"catalogue digest {'ab' * 8}... is not that of catalogue version "
+                                      f"{now.version} ({now.digest[:16]}...)")
+
+
+def test_report_building_edges() -> None:
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import ReportError, build_report
+
+    for bad in ([], "results", None, {"schema": "other"}):
+        with pytest.raises(ReportError, match="not a conformance results file"):
+            build_report(bad)  # type: ignore[arg-type]
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "updated": 86400.0, "environment": {},
+               "tests": [{"nodeid": "t::a", "outcome": "passed", "evidence": [
+                   {"label": "seed", "value": 42}, {"label": "allocate", "value": [1]}]}],
+               "requirements": {"SCHED-FIT-001": {"status": "passed", "tests": ["t::a"], "duration": 1.0}}}
+    report = build_report(results)
+    assert report.generated == "1970-01-02T00:00:00Z"  # the results' own time: a rebuilt report is the same
+    assert build_report(results, now=0).generated == "1970-01-01T00:00:00Z"
+    (row,) = report.results
+    assert row.seeds == ["42"] and [(e.label, e.value) for e in row.evidence] == [("allocate", [1])]
+    assert report.manifest.nodes is None  # the profile's own node count
+    scaled = {**results, "environment": {"scheduler_nodes": 4}}  # the scheduler suite scales one-node profiles
+    assert build_report(scaled).manifest.nodes == 4
+    assert build_report({**results, "environment": {"nodes": 2}}).manifest.nodes == 2

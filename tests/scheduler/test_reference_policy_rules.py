@@ -1,0 +1,179 @@
+"""The reference extender's policy against its published rules (docs/scheduler.md: the cost model and its weights,
+the 10/9/0..8 scores, pool grants under the pool policy, gang plans across domains, GPU choice on large nodes).
+Written to kill the mutants ``make mutate`` found surviving in testbed/reference/extender/policy.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from fakehw.views.k8s import Holding, NodeInfo
+from testbed.reference.extender.policy import Flags, GangPlan, Placement, Policy, choose_gpus
+from tests.scheduler.test_reference_policy import bound, infos, req, snapshot
+
+
+def _placement(policy: Policy, node: str, **kw: object) -> Placement:
+    verdict = policy.evaluate(req(**kw), node)
+    assert isinstance(verdict, Placement), verdict
+    return verdict
+
+
+def test_cost_is_the_published_weighted_sum() -> None:
+    """cost = 1 x remote memory + 1 x NVLink latency + 1 x isolation; memory-bound pods 8 / 0.25 / 1."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    hbm = nodes[name].gpus[0].memory
+    policy = Policy(snapshot(nodes, [bound("other", "o", name, (3,))], Flags()))
+    for memory_bound, (w_mem, w_lat) in ((False, (1.0, 1.0)), (True, (8.0, 0.25))):
+        p = _placement(policy, name, gpus=2, memory=2 * hbm + 2**34, memory_bound=memory_bound)
+        assert p.remote > 0 and p.latency > 0 and p.isolation > 0, p
+        assert p.cost == round(w_mem * p.remote + w_lat * p.latency + 1.0 * p.isolation, 3)
+
+
+def test_scores_for_the_rest_are_0_to_8_by_cost() -> None:
+    """Nodes whose GPUs other tenants hold 0, 1 and 2 of 8 (isolation 0, 250, 500 ns; NVLink everywhere alike):
+    the cheapest scores 10, the one halfway scores 4 of 8, the dearest 0."""
+    nodes = infos("dgx-h100", nodes=3)
+    a, b, c = sorted(nodes)
+    pods = [bound("x", "x1", b, (0,)), bound("x", "x2", c, (0,)), bound("x", "x3", c, (1,))]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    costs = {n: _placement(policy, n, gpus=1).cost for n in (a, b, c)}
+    assert costs[b] - costs[a] == pytest.approx(250) and costs[c] - costs[a] == pytest.approx(500)
+    assert policy.prioritize(req(gpus=1), [a, b, c]) == {a: 10, b: 4, c: 0}
+
+
+def test_the_reference_flags_are_all_off_and_unhealthy_gpus_are_not_free() -> None:
+    assert not any(dataclasses.asdict(Flags()).values())
+    assert Flags.for_mutant(None) == Flags() == Flags.for_mutant("no-such-mutant")
+    assert Flags.for_mutant("ignore-health") == Flags(ignore_health=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Flags().spread = True  # type: ignore[misc]
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    info = nodes[name]
+    sick = dataclasses.replace(info, gpus=tuple(dataclasses.replace(g, health="unhealthy") if g.index in (2, 5)
+                                                else g for g in info.gpus))
+    ref = Policy(snapshot({name: sick}, [], Flags())).snap
+    assert ref.free_gpus(sick) == [0, 1, 3, 4, 6, 7]
+    assert Policy(snapshot({name: sick}, [], Flags(ignore_health=True))).snap.free_gpus(sick) == list(range(8))
+
+
+def _pool_node(reserved: int, burst: int) -> tuple[dict[str, NodeInfo], str, int]:
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    info = nodes[name]
+    pool = info.pool("grace-lpddr")
+    assert pool is not None
+    pods = []
+    if reserved:
+        pods.append(bound("r", "res", name, (0,), priority=info.policy.reserved_priority,
+                          grants={"grace-lpddr": reserved}, kind="reservation"))
+    if burst:
+        pods.append(bound("b", "bur", name, (1,), grants={"grace-lpddr": burst}))
+    return nodes, name, pool.available
+
+
+def test_bursts_get_what_reservations_leave_under_the_admission_cap() -> None:
+    """Reservations beyond the reserved part of the pool leave bursts only what the admission cap still holds."""
+    nodes, name, available = _pool_node(reserved=0, burst=0)
+    policy_cfg = nodes[name].policy
+    cap = policy_cfg.admission_cap(available)
+    reserved = policy_cfg.burst_cap(available) // 2 + (cap - policy_cfg.burst_cap(available))
+    nodes, name, _ = _pool_node(reserved=reserved, burst=0)
+    hbm = nodes[name].gpus[0].memory
+    policy = Policy(snapshot(nodes, [bound("r", "res", name, (0,), priority=policy_cfg.reserved_priority,
+                                           grants={"grace-lpddr": reserved}, kind="reservation")], Flags()))
+    room = cap - reserved
+    ok = policy.evaluate(req(gpus=1, memory=hbm + room), name)
+    assert isinstance(ok, Placement) and ok.grants.get("grace-lpddr") == room
+    over = policy.evaluate(req(gpus=1, memory=hbm + room + 2**20), name)
+    assert not isinstance(over, Placement) or over.grants.get("grace-lpddr", 0) <= room
+
+
+def test_a_gang_goes_to_the_domain_needing_fewest_nodes_then_cheapest() -> None:
+    """Every DGX H100 node is its own NVLink domain: a gang of two 4-GPU pods fits on one node, so the plan puts
+    both on one node; with two candidate domains the plan is made (not an error) and is the cheaper one."""
+    nodes = infos("dgx-h100", nodes=3)
+    a, b, c = sorted(nodes)
+    pods = [bound("x", "x1", a, (0,))]  # another tenant on a: a costs more
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    plan = policy.gang_plan(req(gpus=4, gang="g", gang_size=2), [a, b, c])
+    assert isinstance(plan, GangPlan)
+    assert plan.nodes in ((b, b), (c, c)) and plan.domain == nodes[plan.nodes[0]].domain
+    assert plan.gpus_per_pod == 4 and plan.bound == ()
+    split = Policy(snapshot(nodes, pods, Flags())).gang_plan(req(gpus=8, gang="h", gang_size=2), [b, c])
+    assert not isinstance(split, GangPlan) and "no NVLink domain can hold gang t/h" in split.reason
+
+
+def _cliques(n: int, size: int) -> SimpleNamespace:
+    """A node of ``n`` GPUs in NVLink cliques of ``size`` (10 ns inside, 1000 ns across): too many GPUs for the
+    exhaustive search, so the greedy one decides."""
+    return SimpleNamespace(latency=tuple(tuple(0 if a == b else 10 if a // size == b // size else 1000
+                                               for b in range(n)) for a in range(n)))
+
+
+def test_large_nodes_get_a_whole_clique() -> None:
+    node = _cliques(16, 4)
+    assert choose_gpus(node, list(range(16)), 4) == (0, 1, 2, 3)  # type: ignore[arg-type]
+    assert choose_gpus(node, [1, 2, 3, *range(4, 16)], 4) == (4, 5, 6, 7)  # type: ignore[arg-type]
+    assert choose_gpus(node, [0, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 8], 3) == (5, 6, 7)  # type: ignore[arg-type]
+    assert len(choose_gpus(_cliques(24, 8), list(range(24)), 5)) == 5  # type: ignore[arg-type]
+
+
+def test_decisions_are_values() -> None:
+    """Verdicts are cached and shared between nodes of one template: nothing may change one afterwards."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    snap = snapshot(nodes, [bound("x", "x1", name, (0,))], Flags())
+    placement = _placement(Policy(snap), name, gpus=1)
+    (held,) = snap.pods.values()
+    for value, field in ((placement, "cost"), (held, "uid"), (held.request, "gpus")):
+        with pytest.raises((dataclasses.FrozenInstanceError, AttributeError, TypeError, ValueError)):
+            setattr(value, field, 0)
+
+
+def test_a_node_without_gpus_serves_the_whole_memory_from_its_pools() -> None:
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    cpu_only = dataclasses.replace(nodes[name], gpus=(), latency=())
+    policy = Policy(snapshot({name: cpu_only}, [], Flags()))
+    p = _placement(policy, name, gpus=0, memory=2**30)
+    assert sum(p.grants.values()) == 2**30 and p.gpus == ()
+
+
+def test_gang_members_that_need_pool_memory_share_a_node_when_the_pools_allow() -> None:
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    hbm = nodes[name].gpus[0].memory
+    policy = Policy(snapshot({name: nodes[name]}, [], Flags()))
+    plan = policy.gang_plan(req(gpus=1, memory=hbm + 2**30, gang="g", gang_size=3), [name])
+    assert isinstance(plan, GangPlan) and plan.nodes == (name, name, name)
+
+
+def test_a_gang_no_node_can_start_says_there_is_room_for_none() -> None:
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    full = [bound("x", f"x{n}{i}", n, (i,)) for n in (a, b) for i in range(8)]
+    plan = Policy(snapshot(nodes, full, Flags())).gang_plan(req(gpus=1, gang="g", gang_size=2), [a, b])
+    assert not isinstance(plan, GangPlan) and plan.reason.endswith("the largest has room for 0")
+
+
+def test_a_booked_member_still_sees_other_nodes_as_they_are() -> None:
+    """The second member of a gang booked on node a: node b (no booking, exactly 4 free GPUs) is judged on what it
+    has; only a's booking is the member's own to take."""
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    policy = Policy(snapshot(nodes, [], Flags()))
+    first = req(gpus=4, gang="g", gang_size=2, name="m1")
+    plan = policy.gang_plan(first, [a])
+    assert isinstance(plan, GangPlan) and plan.nodes == (a, a)
+    lead = bound("t", "m1", a, (0, 1, 2, 3), gang="g", gang_size=2)
+    lead["metadata"]["annotations"].update(Holding(a, (0, 1, 2, 3), {}, "burst", gang_domain=plan.domain,
+                                                   gang_token=plan.token, gang_plan=plan.nodes).annotations())
+    others = [bound("x", f"x{i}", b, (i,)) for i in range(4)]
+    later = Policy(snapshot(nodes, [lead, *others], Flags()))
+    member = req(gpus=4, gang="g", gang_size=2, name="m2")
+    assert later.own_slots(member, a) == 1 and later.own_slots(member, b) == 0
+    assert all(isinstance(v, Placement) for v in later.evaluate_many(member, [a, b]).values())
