@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_nvml_pynvml import NOOP_C, per_call_ns
+from bench_nvml_pynvml import noop_function, per_call_ns
 
 from fakehw.agent.main import run_agent
 from fakehw.agent.state import derive_state
@@ -75,9 +74,7 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="fhw-bench-") as tmp:
         out = Path(tmp)
-        (out / "noop.c").write_text(NOOP_C)
-        subprocess.run([cc, "-O2", "-shared", "-fPIC", str(out / "noop.c"), "-o", str(out / "libnoop.so")], check=True)
-        noop = ctypes.CDLL(str(out / "libnoop.so")).fhw_noop
+        noop = noop_function(cc, out)
         lib = ctypes.CDLL(str(library_dir() / "libnvidia-ml.so.1"))
         system = load_profile("dgx-a100")
         node = system.nodes[0]

@@ -46,6 +46,13 @@ def per_call_ns(fn: Callable[[], Any], seconds: float = 0.5) -> float:
     return best
 
 
+def noop_function(cc: str, out: Path) -> Any:
+    """A C function that does nothing, called through ctypes: the floor each getter's cost is held against."""
+    (out / "noop.c").write_text(NOOP_C)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", str(out / "noop.c"), "-o", str(out / "libnoop.so")], check=True)
+    return ctypes.CDLL(str(out / "libnoop.so")).fhw_noop
+
+
 def main() -> int:
     cc = shutil.which("cc")
     if cc is None:
@@ -53,9 +60,7 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="fhw-bench-") as tmp:
         out = Path(tmp)
-        (out / "noop.c").write_text(NOOP_C)
-        subprocess.run([cc, "-O2", "-shared", "-fPIC", str(out / "noop.c"), "-o", str(out / "libnoop.so")], check=True)
-        noop = ctypes.CDLL(str(out / "libnoop.so")).fhw_noop
+        noop = noop_function(cc, out)
         system = load_profile("dgx-h100")
         node = system.nodes[0]
         snapshot = out / "nvml.snapshot"

@@ -29,7 +29,6 @@ from fakehw.model.system import MemoryPool, Node, System
 from testbed import nodeview
 from testbed.api import Testbed
 from testbed.backends import NodeInfo
-from testbed.backends.local import LocalBackend
 from testbed.kubelet.api import HEALTHY
 from testbed.kubelet.cdi import CdiRegistry
 from testbed.kubelet.driver_root import CONTAINER_DRIVER_ROOT, DriverRootError, build_driver_root
@@ -112,18 +111,15 @@ class SuiteOptions:
 # --------------------------------------------------------------------------------------------------- plugin
 
 
-def local_view(node: NodeInfo, system: System, workdir: Path,
-               base: nodeview.NodeView | None = None) -> tuple[nodeview.NodeView | None, str | None]:
+def local_view(node: NodeInfo, system: System, workdir: Path) -> tuple[nodeview.NodeView | None, str | None]:
     """The node's view for a plugin on the local backend (the launcher adds the plugin directory), or why there
-    is none. Besides the node's tree (``base``: what the backend's commands on the node see, e.g. its live
-    ``/sys``) it holds what NVIDIA's components look for: a driver root at :data:`CONTAINER_DRIVER_ROOT`
-    (libnvidia-ml and a stand-in libcuda, for the CDI strategies' discovery) and a writable CDI spec directory at
-    :data:`CDI_SPEC_DIR` (kept in the work directory, read by the suite)."""
+    is none. Besides the node's rendered tree it holds what NVIDIA's components look for: a driver root at
+    :data:`CONTAINER_DRIVER_ROOT` (libnvidia-ml and a stand-in libcuda, for the CDI strategies' discovery) and a
+    writable CDI spec directory at :data:`CDI_SPEC_DIR` (kept in the work directory, read by the suite)."""
     problem = nodeview.unavailable()
     if problem is not None:
         return None, problem
-    binds: list[nodeview.Bind] = list(base.binds) if base is not None else []
-    live = base is not None and base.writable_sys
+    binds: list[nodeview.Bind] = []
     cdi = workdir / "cdi"
     cdi.mkdir(parents=True, exist_ok=True)
     binds.append(nodeview.Bind(str(cdi), CDI_SPEC_DIR))
@@ -131,8 +127,8 @@ def local_view(node: NodeInfo, system: System, workdir: Path,
         root = build_driver_root(workdir / "driver-root", node.env, system.driver.version, system.driver.cuda_version)
         binds.append(nodeview.Bind(str(root), CONTAINER_DRIVER_ROOT, read_only=True))
     except DriverRootError as exc:
-        return nodeview.NodeView(str(node.dir / "root"), tuple(binds), live), f"no driver root: {exc}"
-    return nodeview.NodeView(str(node.dir / "root"), tuple(binds), live), None
+        return nodeview.NodeView(str(node.dir / "root"), tuple(binds)), f"no driver root: {exc}"
+    return nodeview.NodeView(str(node.dir / "root"), tuple(binds)), None
 
 
 class PluginUnderTest:
@@ -163,9 +159,10 @@ class PluginUnderTest:
         """Why the plugin does not run in the node's view (None: it does, or runs in a node container)."""
         self.launcher_view: nodeview.NodeView | None = None
         if launcher is None:
-            base = (testbed.backend.node_view(testbed.record, node.name)
-                    if isinstance(testbed.backend, LocalBackend) else None)
-            self.launcher_view, self.view_problem = local_view(node, self.system, workdir, base)
+            # The plugin sees the node's rendered tree, not the live /sys that `testbed exec` mounts
+            # (LocalBackend.node_view): in the live view NVIDIA's plugin v0.20.0 reports no NUMA node for any GPU
+            # (DP-TOPO-001 fails on every profile; in the rendered view it passes), a difference not yet explained.
+            self.launcher_view, self.view_problem = local_view(node, self.system, workdir)
             launcher = CommandLauncher(options.command, node.name, node.env, workdir / "logs", self.launcher_view)
         self.launcher = launcher
         self._cdi: tuple[tuple[tuple[str, int, int], ...], CdiRegistry] | None = None
