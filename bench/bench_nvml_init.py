@@ -16,17 +16,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from bench_nvml_c import bench_env, build_bench, run, snapshot_of
+from bench_nvml_c import BenchProgram, bench_program, run, snapshot_of
 
 from fakehw.model import ProfileError, load_profile
 from fakehw.model.spec import MAX_GPUS_PER_NODE
-from fakehw.nvml import library_dir
 
 PROFILES = Path(__file__).resolve().parents[1] / "fakehw" / "profiles"
 
@@ -58,9 +56,9 @@ class Timing:
     mean: float
 
 
-def init_ms(exe: Path, env: dict[str, str], snapshot: tuple[Path, int, int], rounds: int) -> Timing:
+def init_ms(prog: BenchProgram, snapshot: tuple[Path, int, int], rounds: int) -> Timing:
     path, gpus, size = snapshot
-    best, median, mean = run(exe, dict(env, FAKEHW_NVML_SNAPSHOT=str(path)), "init", str(rounds)).split()
+    best, median, mean = run(prog.exe, dict(prog.env, FAKEHW_NVML_SNAPSHOT=str(path)), "init", str(rounds)).split()
     return Timing(gpus, size, float(best), float(median), float(mean))
 
 
@@ -78,21 +76,18 @@ def main() -> int:
     parser.add_argument("--library", type=Path, help="directory holding the libnvidia-ml.so.1 to time")
     parser.add_argument("--rounds", type=int, default=200, help="nvmlInit rounds per snapshot")
     args = parser.parse_args()
-    lib = (args.library or library_dir()).resolve()
-    with tempfile.TemporaryDirectory(prefix="fhw-bench-") as tmp:
-        out = Path(tmp)
-        exe = build_bench(out, lib)
-        if exe is None:
+    with bench_program(args.library) as prog:
+        if prog is None:
             print("bench_nvml_init: no C compiler (cc); skipped")
             return 0
-        env = bench_env()
-        print(f"nvmlInit_v2 + nvmlShutdown, {args.rounds} rounds each ({lib / 'libnvidia-ml.so.1'}, "
-              f"{os.cpu_count()} CPUs): load, validate, CRC-32 of the whole file")
-        h100 = init_ms(exe, env, snapshot_of(load_profile("dgx-h100"), 0, out / "h100.snapshot"), args.rounds)
+        out = prog.workdir
+        print(f"nvmlInit_v2 + nvmlShutdown, {args.rounds} rounds each ({prog.library}, {os.cpu_count()} CPUs): "
+              "load, validate, CRC-32 of the whole file")
+        h100 = init_ms(prog, snapshot_of(load_profile("dgx-h100"), 0, out / "h100.snapshot"), args.rounds)
         rack = load_profile("gb200-nvl72")
-        trays = [init_ms(exe, env, snapshot_of(rack, i, out / f"tray{i}.snapshot"), args.rounds)
+        trays = [init_ms(prog, snapshot_of(rack, i, out / f"tray{i}.snapshot"), args.rounds)
                  for i in range(len(rack.nodes))]
-        top = init_ms(exe, env, snapshot_of(load_profile(pcie_node(out, MAX_GPUS_PER_NODE)), 0, out / "max.snapshot"),
+        top = init_ms(prog, snapshot_of(load_profile(pcie_node(out, MAX_GPUS_PER_NODE)), 0, out / "max.snapshot"),
                       args.rounds)
 
         def line(label: str, t: Timing) -> None:
