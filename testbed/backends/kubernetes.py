@@ -286,7 +286,8 @@ class KubeconfigBackend(Backend):
 
     def _up_kwok(self, request: UpRequest, system: System, profile: str, kubeconfig: Path) -> ClusterRecord:
         """Register every model node as a KWOK node (Node, NodeResourceTopology, ResourceSlice); no agents."""
-        workers = int(request.options.get("kwok_workers") or KWOK_WORKERS)
+        given = request.options.get("kwok_workers")
+        workers = KWOK_WORKERS if given is None else int(given)
         if workers < 1:
             raise BackendInputError(f"--kwok-workers {workers}: at least 1")
         try:

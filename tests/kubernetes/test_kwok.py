@@ -1,0 +1,352 @@
+"""KWOK registration (testbed up --backend kubeconfig --kwok) to the API boundary, and on a real cluster in CI.
+
+Here the cluster is a fake API server at the HTTP level (fake_apiserver.py) that records every request and holds
+each object to the published API rules; expected labels come from what NVIDIA's real GFD v0.20.0 prints on these
+profiles (tests/conformance/test_nvidia_gfd.py), device attributes from NVIDIA's DRA driver's published set.
+The end-to-end test (a real kube-scheduler with the reference extender scheduling a GPU pod onto a KWOK node)
+runs in the kwok job of .github/workflows/e2e-kind.yml and skips elsewhere, naming what it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakehw.model import load_profile
+from fakehw.views.gfd import gfd_labels
+from testbed.api import Testbed
+from testbed.backends import BackendError, BackendInputError
+from testbed.cli import main as cli_main
+from testbed.kubernetes import kwok
+from testbed.kubernetes.kubeapi import KubeApi, KubeconfigError, load_kubeconfig
+from tests.conformance.test_nvidia_gfd import EXPECTED as GFD_EXPECTED
+from tests.kubernetes.fake_apiserver import FakeApiServer, kubeconfig_text, running
+
+NODES = "/api/v1/nodes"
+NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApiServer]:
+    with running(FakeApiServer()) as server:
+        yield server
+
+
+def _kubeconfig(tmp_path: Path, fake: FakeApiServer, token: str | None = "t0ken") -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubeconfig_text(fake.url, token))
+    return path
+
+
+def _up(tmp_path: Path, fake: FakeApiServer, profile: str = "dgx-h100", nodes: int | None = 3,
+        name: str = "fleet", **options: Any) -> Testbed:
+    return Testbed.up(profile, nodes=nodes, backend="kubeconfig", name=name, state_dir=tmp_path / "state",
+                      kubeconfig=str(_kubeconfig(tmp_path, fake)), kwok=True, **options)
+
+
+# --------------------------------------------------------------------------------------------------- objects
+
+
+@pytest.mark.parametrize("profile", ["dgx-h100", "edge-pcie", "dgx-a100", "gb200-r580"])
+def test_node_labels_are_what_real_gfd_prints(profile: str) -> None:
+    key = next(k for k in GFD_EXPECTED if k == profile or k.endswith(f"{profile.split('-')[0]}-nvl72-r580.yaml"))
+    system = load_profile(key)
+    labels = kwok.kwok_node(system, system.nodes[0], "o")["metadata"]["labels"]
+    expected = GFD_EXPECTED[key]
+    assert {k: labels.get(k) for k in expected} == expected
+    assert gfd_labels(system, system.nodes[0]).items() <= labels.items()
+
+
+def test_registration_writes_schema_valid_objects_as_kwok_prescribes(tmp_path: Path, fake: FakeApiServer) -> None:
+    tb = _up(tmp_path, fake, "gb200-nvl72", nodes=None)
+    assert fake.invalid == []
+    system = load_profile("gb200-nvl72")
+    names = [n.name for n in system.nodes]
+    assert sorted(fake.objects(NODES)) == sorted(names) == sorted(tb.record.nodes)
+    assert sorted(fake.objects(NRTS)) == sorted(names)
+    assert sorted(fake.objects(SLICES)) == sorted(f"{n}-gpu.nvidia.com" for n in names)
+    node = fake.objects(NODES)[names[0]]
+    meta = node["metadata"]
+    assert meta["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    assert node["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
+    assert meta["labels"]["type"] == "kwok" and meta["labels"]["fakehw.io/kwok-cluster"] == "fleet"
+    assert meta["labels"]["nvidia.com/gpu.clique"].endswith(".32766")
+    cap = node["status"]["capacity"]
+    # A DGX GB200 tray: 2 Grace CPUs of 72 cores, 4 GPUs; hugepages as the kubelet reports them (none reserved).
+    assert cap["nvidia.com/gpu"] == "4" and cap["cpu"] == "144" and cap["pods"] == "110"
+    assert cap["hugepages-2Mi"] == "0" and cap["hugepages-1Gi"] == "0"
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    rs = fake.objects(SLICES)[f"{names[0]}-gpu.nvidia.com"]
+    dev = rs["spec"]["devices"][0]
+    assert rs["apiVersion"] == "resource.k8s.io/v1" and rs["spec"]["nodeName"] == names[0]
+    # NVIDIA's DRA driver's attribute set (GpuInfo.Attributes) and capacity; capture qx-gb200.xml: 189471 MiB,
+    # driver 580.173.02 (a strict semver attribute: 580.173.2), CUDA 13.0, CC 10.0, "NVIDIA GB200".
+    attrs = dev["attributes"]
+    assert {k: next(iter(v.values())) for k, v in attrs.items() if "/" not in k} == {
+        "type": "gpu", "uuid": system.nodes[0].gpus[0].uuid, "productName": "NVIDIA GB200", "brand": "Nvidia",
+        "architecture": "Blackwell", "cudaComputeCapability": "10.0.0", "driverVersion": "580.173.2",
+        "cudaDriverVersion": "13.0.0"}
+    assert attrs["resource.kubernetes.io/pciBusID"]["string"] == str(system.nodes[0].gpus[0].address)
+    assert dev["capacity"] == {"memory": {"value": "189471Mi"}}
+    nrt = fake.objects(NRTS)[names[0]]
+    assert [z["name"] for z in nrt["zones"]][:2] == ["node-0", "node-1"]
+    assert nrt["metadata"]["labels"]["fakehw.io/kwok-cluster"] == "fleet"
+
+
+def test_every_write_is_a_server_side_apply_with_credentials(tmp_path: Path, fake: FakeApiServer) -> None:
+    _up(tmp_path, fake)
+    writes = [r for r in fake.requests if r.method == "PATCH"]
+    assert len(writes) == 3 * 4  # per node: Node, Node status, NodeResourceTopology, ResourceSlice
+    assert all(r.content_type == "application/apply-patch+yaml" for r in writes)
+    assert all(r.query == {"fieldManager": "fakehw-kwok", "force": "true"} for r in writes)
+    assert all(r.authorization == "Bearer t0ken" for r in fake.requests)
+    status = [r for r in writes if r.path.endswith("/status")]
+    assert len(status) == 3 and all(set(r.body) == {"apiVersion", "kind", "metadata", "status"} for r in status)
+
+
+def test_rerun_updates_in_place_and_down_deletes_exactly_its_own(tmp_path: Path, fake: FakeApiServer) -> None:
+    fake.store[f"{NODES}/real-worker"] = {"metadata": {"name": "real-worker", "labels": {}}}
+    fake.store[f"{NODES}/other-0"] = {"metadata": {"name": "other-0", "labels": {"fakehw.io/kwok-cluster": "other"}}}
+    tb = _up(tmp_path, fake)
+    before = dict(fake.store)
+    api = KubeApi.from_kubeconfig(_kubeconfig(tmp_path, fake))
+    plan = kwok.preflight(api, "fleet")
+    report = kwok.register(api, plan, tb.system)
+    assert report.nodes == 3 and report.objects == 9 and report.requests == 12
+    assert fake.store.keys() == before.keys() and fake.invalid == []
+    assert tb.alive()
+    tb.down()
+    assert sorted(fake.store) == [f"{NODES}/other-0", f"{NODES}/real-worker"]
+    deletes = [r for r in fake.requests if r.method == "DELETE"]
+    assert {r.query["labelSelector"] for r in deletes} == {"fakehw.io/kwok-cluster=fleet"}
+    assert not tb.alive()
+
+
+def test_registration_is_concurrent_but_bounded(tmp_path: Path, fake: FakeApiServer) -> None:
+    fake.delay_s = 0.01
+    system = load_profile("dgx-h100", nodes=40)
+    api = KubeApi.from_kubeconfig(_kubeconfig(tmp_path, fake))
+    seen: list[dict[str, Any]] = []
+    report = kwok.register(api, kwok.preflight(api, "b"), system, workers=4, batch=16, progress=seen.append)
+    assert 1 < fake.max_inflight <= 4
+    assert [p["done"] for p in seen] == [16, 32, 40] and report.objects == 120
+
+
+def test_without_the_optional_apis_only_nodes_are_written(tmp_path: Path, fake: FakeApiServer) -> None:
+    del fake.groups["topology.node.k8s.io/v1alpha2"], fake.groups["resource.k8s.io/v1"]
+    notes: list[dict[str, Any]] = []
+    tb = Testbed.up("dgx-h100", nodes=2, backend="kubeconfig", name="n", state_dir=tmp_path / "state",
+                    kubeconfig=str(_kubeconfig(tmp_path, fake)), kwok=True, progress=notes.append)
+    texts = [n["notice"] for n in notes if "notice" in n]
+    assert any("NodeResourceTopology" in t for t in texts) and any("ResourceSlice" in t for t in texts)
+    assert {r.path.split("/")[1] for r in fake.requests if r.method == "PATCH"} == {"api"}
+    assert tb.record.extra["kwok_kinds"] == ["Node"]
+    tb.down()
+    assert fake.store == {}
+
+
+# --------------------------------------------------------------------------------------------------- bad input
+
+
+def test_an_unreachable_cluster_is_named(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubeconfig_text(f"http://127.0.0.1:{port}", "x"))
+    with pytest.raises(BackendError, match=rf"cannot reach the Kubernetes API at http://127.0.0.1:{port}"):
+        Testbed.up("dgx-h100", nodes=1, backend="kubeconfig", name="x", state_dir=tmp_path / "s",
+                   kubeconfig=str(path), kwok=True)
+
+
+def test_a_cluster_without_kwok_is_refused_before_any_write(tmp_path: Path, fake: FakeApiServer) -> None:
+    del fake.groups["kwok.x-k8s.io/v1alpha1"]
+    with pytest.raises(BackendError, match=r"KWOK is not installed in the cluster .*kwok\.yaml"):
+        _up(tmp_path, fake)
+    fake.groups["kwok.x-k8s.io/v1alpha1"] = {"stages"}
+    fake.stages = 0
+    with pytest.raises(BackendError, match=r"no Stage.*stage-fast\.yaml"):
+        _up(tmp_path, fake)
+    assert not [r for r in fake.requests if r.method == "PATCH"]
+
+
+def test_rbac_refusals_are_named_before_any_write(tmp_path: Path, fake: FakeApiServer) -> None:
+    fake.denied = {("patch", "resourceslices", ""), ("patch", "nodes", "status")}
+    with pytest.raises(BackendError) as err:
+        _up(tmp_path, fake)
+    assert "may not patch nodes/status" in str(err.value)
+    assert "patch resourceslices.resource.k8s.io (RBAC: no rule allows it)" in str(err.value)
+    assert not [r for r in fake.requests if r.method == "PATCH"]
+
+
+def test_a_refusal_mid_run_names_the_object_and_stops(tmp_path: Path, fake: FakeApiServer) -> None:
+    fake.refuse = {SLICES: 403}
+    with pytest.raises(BackendError, match=r"apply ResourceSlice dgx-h100-\d-gpu.nvidia.com: HTTP 403 Forbidden.*"
+                                           r"RBAC.*testbed down --name fleet"):
+        _up(tmp_path, fake)
+    tb = Testbed.attach("fleet", tmp_path / "state")  # recorded before the first write: down removes it
+    tb.down()
+    assert fake.store == {}
+
+
+def test_refused_credentials_are_named(tmp_path: Path, fake: FakeApiServer) -> None:
+    fake.token = "other"
+    with pytest.raises(BackendError, match=r"HTTP 401.*credentials were not accepted"):
+        _up(tmp_path, fake)
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("{", "not YAML"),
+    ("[]", "no mapping"),
+    (json.dumps({"contexts": []}), "no current-context"),
+    (json.dumps({"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k"}}]}),
+     "no cluster named 'k'"),
+    (json.dumps({"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k"}}],
+                 "clusters": [{"name": "k", "cluster": {"server": "ftp://x"}}]}), "no http\\(s\\) server URL"),
+    (json.dumps({"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+                 "clusters": [{"name": "k", "cluster": {"server": "https://x"}}],
+                 "users": [{"name": "u", "user": {"client-certificate-data": "Zm9v"}}]}), "without a key"),
+    (json.dumps({"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k"}}],
+                 "clusters": [{"name": "k", "cluster": {"server": "https://x", "certificate-authority-data": "!"}}]}),
+     "not base64"),
+])
+def test_a_bad_kubeconfig_is_named(tmp_path: Path, text: str, error: str) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    with pytest.raises(KubeconfigError, match=error):
+        load_kubeconfig(path)
+    with pytest.raises(BackendInputError, match=error):
+        Testbed.up("dgx-h100", nodes=1, backend="kubeconfig", name="x", state_dir=tmp_path / "s",
+                   kubeconfig=str(path), kwok=True)
+
+
+def test_an_exec_credential_plugin_gives_the_token(tmp_path: Path, fake: FakeApiServer) -> None:
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text("import json; print(json.dumps({'kind': 'ExecCredential', 'status': {'token': 't0ken'}}))\n")
+    path = tmp_path / "kubeconfig"
+    config = json.loads(kubeconfig_text(fake.url, None))
+    config["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
+                                           "args": [str(plugin)]}}
+    path.write_text(json.dumps(config))
+    assert load_kubeconfig(path).token == "t0ken"
+    assert KubeApi.from_kubeconfig(path).served("v1") == {"nodes", "nodes/status", "pods"}
+
+
+def test_kwok_nodes_have_no_agent_to_drive(tmp_path: Path, fake: FakeApiServer) -> None:
+    tb = _up(tmp_path, fake, nodes=1)
+    with pytest.raises(BackendInputError, match="is a KWOK node: it exists only as API objects"):
+        tb.backend.agent(tb.record, "dgx-h100-0")
+    with pytest.raises(BackendInputError, match="KWOK node"):
+        tb.backend.exec(tb.record, "dgx-h100-0", ["true"])
+    tb.down()
+
+
+def test_the_cli_registers_reports_and_removes(tmp_path: Path, fake: FakeApiServer,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    config = _kubeconfig(tmp_path, fake)
+    common = ["--name", "cli", "--state-dir", str(tmp_path / "state")]
+    assert cli_main(["up", "--backend", "kubeconfig", "--kubeconfig", str(config), "--kwok", "--nodes", "5",
+                         "--kwok-workers", "2", *common]) == 0
+    assert len(fake.objects(NODES)) == 5
+    assert cli_main(["status", *common]) == 0
+    assert "5 KWOK node(s)" in capsys.readouterr().out
+    assert cli_main(["down", *common]) == 0
+    assert fake.store == {}
+    assert cli_main(["up", "--kwok", *common]) == 2
+    assert "--kwok is for the kubeconfig backend" in capsys.readouterr().err
+    assert cli_main(["up", "--backend", "kubeconfig", "--kubeconfig", str(config), "--kwok",
+                         "--kwok-workers", "0", *common]) == 2
+    assert "--kwok-workers 0: at least 1" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------- real cluster
+
+
+E2E_KUBECONFIG = os.environ.get("FAKEHW_KWOK_KUBECONFIG")
+E2E_NODES = int(os.environ.get("FAKEHW_KWOK_NODES", "1000"))
+SCHEDULER = "fakehw-scheduler"
+
+
+def _e2e_missing() -> str | None:
+    if not E2E_KUBECONFIG:
+        return "FAKEHW_KWOK_KUBECONFIG is not set (a cluster with KWOK; the kwok job of e2e-kind.yml sets it)"
+    for tool in ("kube-scheduler", "kubectl"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not on PATH"
+    return None
+
+
+def _scheduler_config(tmp_path: Path, kubeconfig: str, extender: str) -> Path:
+    """A KubeSchedulerConfiguration: a second scheduler whose profile calls the reference extender."""
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": kubeconfig, "qps": 200, "burst": 400},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": SCHEDULER}],
+        "extenders": [{"urlPrefix": extender, "filterVerb": "filter", "prioritizeVerb": "prioritize",
+                       "bindVerb": "bind", "weight": 1, "nodeCacheCapable": True, "httpTimeout": "30s",
+                       "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]}],
+    }
+    path = tmp_path / "scheduler.yaml"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(_e2e_missing() is not None, reason=str(_e2e_missing()))
+def test_kwok_e2e_real_scheduler_and_extender_place_a_gpu_pod(tmp_path: Path) -> None:
+    assert E2E_KUBECONFIG is not None
+    start = time.monotonic()
+    tb = Testbed.up("dgx-h100", nodes=E2E_NODES, backend="kubeconfig", name="kwok-e2e", state_dir=tmp_path / "s",
+                    kubeconfig=E2E_KUBECONFIG, kwok=True,
+                    progress=lambda p: print(p, file=sys.stderr, flush=True))
+    print(f"registered {E2E_NODES} KWOK nodes ({tb.record.extra['kwok_objects']} objects) in "
+          f"{time.monotonic() - start:.1f} s", file=sys.stderr)
+    kubectl = ["kubectl", "--kubeconfig", E2E_KUBECONFIG]
+    proxy_port, ext_port = _free_port(), _free_port()
+    procs = [subprocess.Popen([*kubectl, "proxy", f"--port={proxy_port}"])]
+    try:
+        time.sleep(2)
+        procs.append(subprocess.Popen([sys.executable, "-m", "testbed.reference.extender", "--port", str(ext_port),
+                                       "--api", f"http://127.0.0.1:{proxy_port}"]))
+        config = _scheduler_config(tmp_path, E2E_KUBECONFIG, f"http://127.0.0.1:{ext_port}")
+        procs.append(subprocess.Popen(["kube-scheduler", f"--config={config}", "--secure-port=0", "-v=2"]))
+        ready = subprocess.run([*kubectl, "wait", "--for=condition=Ready", "node", "-l",
+                                "fakehw.io/kwok-cluster=kwok-e2e", "--timeout=300s"], capture_output=True, text=True)
+        assert ready.returncode == 0, ready.stderr
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-job", "namespace": "default"},
+               "spec": {"schedulerName": SCHEDULER, "tolerations": [kwok.KWOK_TOLERATION],
+                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                        "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}
+        subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(pod), text=True, check=True)
+        running_pod = subprocess.run([*kubectl, "wait", "--for=jsonpath={.status.phase}=Running", "pod/gpu-job",
+                                      "--timeout=300s"], capture_output=True, text=True)
+        got = json.loads(subprocess.run([*kubectl, "get", "pod", "gpu-job", "-o", "json"], capture_output=True,
+                                        text=True, check=True).stdout)
+        assert running_pod.returncode == 0, json.dumps(got.get("status"), indent=1)
+        node = got["spec"]["nodeName"]
+        assert node in tb.record.nodes, f"bound to {node}, not a KWOK node"
+        # The reference extender bound it (bindVerb): its binding annotations name the 4 GPUs it holds.
+        assert len(got["metadata"]["annotations"]["fakehw.io/gpus"].split(",")) == 4
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(timeout=30)
+        subprocess.run([*kubectl, "delete", "pod", "gpu-job", "--ignore-not-found", "--wait=false"], check=False)
+        tb.down()
