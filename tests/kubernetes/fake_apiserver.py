@@ -432,3 +432,16 @@ def kubeconfig_text(url: str, token: str | None) -> str:
                        "clusters": [{"name": "fake", "cluster": {"server": url}}],
                        "users": [{"name": "u", "user": user}],
                        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}]})
+
+
+def main() -> None:
+    """``python -m tests.kubernetes.fake_apiserver``: serve until killed (bench/bench_kwok.py runs it apart from
+    the client, so the two do not share a GIL); prints the URL, keeps no request bodies."""
+    fake = FakeApiServer(token=None, record_bodies=False)
+    with running(fake):
+        print(fake.url, flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
