@@ -24,13 +24,15 @@ import pytest
 
 from fakehw.model import load_profile
 from fakehw.views.gfd import gfd_labels
+from fakehw.views.k8s import NodeInfo, node_info
+from fakehw.views.k8s_topology import resource_slice
 from testbed.api import Testbed
 from testbed.backends import BackendError, BackendInputError
 from testbed.cli import main as cli_main
 from testbed.kubernetes import kwok
 from testbed.kubernetes.kubeapi import KubeApi, KubeconfigError, load_kubeconfig
 from tests.conformance.test_nvidia_gfd import EXPECTED as GFD_EXPECTED
-from tests.kubernetes.fake_apiserver import FakeApiServer, kubeconfig_text, running
+from tests.kubernetes.fake_apiserver import FakeApiServer, check_node, check_slice, kubeconfig_text, running
 
 NODES = "/api/v1/nodes"
 NRTS = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"
@@ -66,6 +68,51 @@ def test_node_labels_are_what_real_gfd_prints(profile: str) -> None:
     expected = GFD_EXPECTED[key]
     assert {k: labels.get(k) for k in expected} == expected
     assert gfd_labels(system, system.nodes[0]).items() <= labels.items()
+
+
+def test_the_reference_extender_reads_a_kwok_node_as_the_harness_renders_it() -> None:
+    system = load_profile("gb200-nvl72")
+    node = system.nodes[0]
+    read = NodeInfo.from_object(kwok.kwok_node(system, node, "o"))
+    want = node_info(system, node)
+    assert (read.gpus, read.latency, read.pools, read.clique, read.domain, read.arch, read.cpus, read.memory) == (
+        want.gpus, want.latency, want.pools, want.clique, want.domain, want.arch, want.cpus, want.memory)
+
+
+def _bad_slice_device(**change: Any) -> dict[str, Any]:
+    system = load_profile("dgx-h100", nodes=1)
+    rs = resource_slice(system, system.nodes[0])
+    rs["spec"]["devices"][0]["attributes"].update(change)
+    return rs
+
+
+@pytest.mark.parametrize(("obj", "error"), [
+    (_bad_slice_device(driverVersion={"version": "580.105.08"}), "is not semver 2.0"),
+    (_bad_slice_device(productName={"string": "x" * 65}), "at most 64"),
+    (_bad_slice_device(**{"fakehw.io/a-b": {"int": 1}}), "not a C identifier"),
+    (_bad_slice_device(index={"int": 1, "string": "1"}), "exactly one of"),
+    ({**_bad_slice_device(), "apiVersion": "resource.k8s.io/v1beta1"}, "must be resource.k8s.io/v1"),
+])
+def test_the_fake_refuses_a_slice_the_api_would(obj: dict[str, Any], error: str) -> None:
+    errors: list[str] = []
+    check_slice(obj, errors)
+    assert any(error in e for e in errors), errors
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    ({"metadata": {"name": "Node_0"}}, "not a DNS-1123 subdomain"),
+    ({"metadata": {"name": "n", "labels": {"a": "x" * 64}}}, "not a valid label value"),
+    ({"metadata": {"name": "n", "labels": {"bad key": "x"}}}, "not a qualified name"),
+    ({"status": {"capacity": {"memory": "80GB"}}}, "is not a quantity"),
+    ({"status": {"capacity": {"nvidia.com/gpu": "1.5"}}}, "whole numbers"),
+    ({"spec": {"taints": [{"key": "k", "effect": "Never"}]}}, "effect"),
+])
+def test_the_fake_refuses_a_node_the_api_would(change: dict[str, Any], error: str) -> None:
+    system = load_profile("dgx-h100", nodes=1)
+    obj = {**kwok.kwok_node(system, system.nodes[0], "o"), **change}
+    errors: list[str] = []
+    check_node(obj, errors)
+    assert any(error in e for e in errors), errors
 
 
 def test_registration_writes_schema_valid_objects_as_kwok_prescribes(tmp_path: Path, fake: FakeApiServer) -> None:
