@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import threading
 import time
 import urllib.parse
@@ -413,9 +414,12 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def running(fake: FakeApiServer) -> Iterator[FakeApiServer]:
+def running(fake: FakeApiServer, tls: ssl.SSLContext | None = None) -> Iterator[FakeApiServer]:
+    """Serve ``fake`` on a free port (HTTPS with ``tls``: a server context, client certificates as it requires)."""
     server = _Server(fake)
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    fake.url = f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -290,6 +290,75 @@ def test_an_exec_credential_plugin_gives_the_token(tmp_path: Path, fake: FakeApi
     assert KubeApi.from_kubeconfig(path).served("v1") == {"nodes", "nodes/status", "pods"}
 
 
+def _cert(name: str, issuer: tuple[Any, Any] | None, tmp: Path, server: bool) -> tuple[Any, Any, Path, Path]:
+    """A key and certificate (self-signed CA when ``issuer`` is None), written as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (x509.CertificateBuilder().subject_name(subject)
+               .issuer_name(issuer[0].subject if issuer else subject).public_key(key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+               .not_valid_after(now + datetime.timedelta(hours=1))
+               .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True))
+    if issuer is None:
+        builder = builder.add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+                                        critical=True)
+    else:
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        if server:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+    cert = builder.sign(issuer[1] if issuer else key, hashes.SHA256())
+    cert_path, key_path = tmp / f"{name}.crt", tmp / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert, key, cert_path, key_path
+
+
+def test_tls_with_the_cluster_ca_and_a_client_certificate_as_kind_writes_them(tmp_path: Path) -> None:
+    """kind's kubeconfig: certificate-authority-data and client-certificate-data/client-key-data, no token."""
+    import base64
+    import ssl
+
+    ca, ca_key, ca_path, _ = _cert("ca", None, tmp_path, False)
+    _, _, server_crt, server_key = _cert("apiserver", (ca, ca_key), tmp_path, True)
+    _, _, client_crt, client_key = _cert("kubernetes-admin", (ca, ca_key), tmp_path, False)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(server_crt, server_key)
+    tls.load_verify_locations(ca_path)
+    tls.verify_mode = ssl.CERT_REQUIRED
+    def b64(p: Path) -> str:
+        return base64.b64encode(p.read_bytes()).decode()
+
+    with running(FakeApiServer(token=None), tls) as fake:
+        config = json.loads(kubeconfig_text(fake.url, None))
+        config["clusters"][0]["cluster"]["certificate-authority-data"] = b64(ca_path)
+        config["users"][0]["user"] = {"client-certificate-data": b64(client_crt), "client-key-data": b64(client_key)}
+        path = tmp_path / "kubeconfig"
+        path.write_text(json.dumps(config))
+        tb = Testbed.up("dgx-h100", nodes=2, backend="kubeconfig", name="tls", state_dir=tmp_path / "s",
+                        kubeconfig=str(path), kwok=True)
+        assert len(fake.objects(NODES)) == 2 and fake.invalid == []
+        tb.down()
+        # The same server with another CA in the kubeconfig: refused, and said so.
+        _, _, other_path, _ = _cert("other-ca", None, tmp_path, False)
+        config["clusters"][0]["cluster"]["certificate-authority-data"] = b64(other_path)
+        path.write_text(json.dumps(config))
+        with pytest.raises(BackendError, match=r"cannot reach the Kubernetes API.*CERTIFICATE_VERIFY_FAILED"):
+            Testbed.up("dgx-h100", nodes=1, backend="kubeconfig", name="tls2", state_dir=tmp_path / "s",
+                       kubeconfig=str(path), kwok=True)
+
+
 def test_kwok_nodes_have_no_agent_to_drive(tmp_path: Path, fake: FakeApiServer) -> None:
     tb = _up(tmp_path, fake, nodes=1)
     with pytest.raises(BackendInputError, match="is a KWOK node: it exists only as API objects"):
