@@ -442,7 +442,8 @@ def test_kwok_e2e_real_scheduler_and_extender_place_a_gpu_pod(tmp_path: Path) ->
         procs.append(subprocess.Popen([sys.executable, "-m", "testbed.reference.extender", "--port", str(ext_port),
                                        "--api", f"http://127.0.0.1:{proxy_port}"]))
         config = _scheduler_config(tmp_path, E2E_KUBECONFIG, f"http://127.0.0.1:{ext_port}")
-        procs.append(subprocess.Popen(["kube-scheduler", f"--config={config}", "--secure-port=0", "-v=2"]))
+        procs.append(subprocess.Popen(["kube-scheduler", f"--config={config}", "--bind-address=127.0.0.1",
+                                       f"--secure-port={_free_port()}", "-v=2"]))
         ready = subprocess.run([*kubectl, "wait", "--for=condition=Ready", "node", "-l",
                                 "fakehw.io/kwok-cluster=kwok-e2e", "--timeout=300s"], capture_output=True, text=True)
         assert ready.returncode == 0, ready.stderr
@@ -455,7 +456,10 @@ def test_kwok_e2e_real_scheduler_and_extender_place_a_gpu_pod(tmp_path: Path) ->
                                       "--timeout=300s"], capture_output=True, text=True)
         got = json.loads(subprocess.run([*kubectl, "get", "pod", "gpu-job", "-o", "json"], capture_output=True,
                                         text=True, check=True).stdout)
-        assert running_pod.returncode == 0, json.dumps(got.get("status"), indent=1)
+        if running_pod.returncode != 0:
+            events = subprocess.run([*kubectl, "get", "events", "--field-selector", "involvedObject.name=gpu-job"],
+                                    capture_output=True, text=True).stdout
+            pytest.fail(f"gpu-job is not Running: {json.dumps(got.get('status'))}\n{events}")
         node = got["spec"]["nodeName"]
         assert node in tb.record.nodes, f"bound to {node}, not a KWOK node"
         # The reference extender bound it (bindVerb): its binding annotations name the 4 GPUs it holds.
