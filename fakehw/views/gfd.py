@@ -35,6 +35,14 @@ def arch_family(major: int, minor: int) -> str:
             12: "blackwell", 13: "rubin"}.get(major, "undefined")
 
 
+def gpu_family(node: Node) -> str:
+    """GFD's family of the node's GPUs (``ada-lovelace`` for an L4, not the model's ``ada``); empty without GPUs."""
+    if not node.gpus:
+        return ""
+    major, _, minor = node.gpus[0].sku.compute_capability.partition(".")
+    return arch_family(int(major), int(minor or 0))
+
+
 def gfd_labels(system: System, node: Node) -> dict[str, str]:
     """What GFD (no MIG strategy, no sharing config) labels ``node`` with; empty for a node without GPUs."""
     if not node.gpus:
@@ -49,7 +57,7 @@ def gfd_labels(system: System, node: Node) -> dict[str, str]:
         "nvidia.com/gpu.replicas": "1",
         "nvidia.com/gpu.sharing-strategy": "none",
         "nvidia.com/gpu.memory": str(gpu.sku.memory_mib),
-        "nvidia.com/gpu.family": arch_family(int(major), int(minor or 0)),
+        "nvidia.com/gpu.family": gpu_family(node),
         "nvidia.com/gpu.compute.major": str(int(major)),
         "nvidia.com/gpu.compute.minor": str(int(minor or 0)),
         "nvidia.com/gpu.mode": "compute",
