@@ -29,6 +29,8 @@ from fakehw.views.k8s_topology import resource_slice
 from testbed.api import Testbed
 from testbed.backends import BackendError, BackendInputError
 from testbed.cli import main as cli_main
+from testbed.extender.harness import SchedulingHarness, Workload
+from testbed.extender.process import ExtenderProcess, ExtenderTarget
 from testbed.kubernetes import kwok
 from testbed.kubernetes.kubeapi import KubeApi, KubeconfigError, load_kubeconfig
 from tests.conformance.test_nvidia_gfd import EXPECTED as GFD_EXPECTED
@@ -77,6 +79,30 @@ def test_the_reference_extender_reads_a_kwok_node_as_the_harness_renders_it() ->
     want = node_info(system, node)
     assert (read.gpus, read.latency, read.pools, read.clique, read.domain, read.arch, read.cpus, read.memory) == (
         want.gpus, want.latency, want.pools, want.clique, want.domain, want.arch, want.cpus, want.memory)
+
+
+def test_the_reference_extender_places_gpu_pods_among_kwok_nodes(tmp_path: Path) -> None:
+    """The reference extender process, watching a cluster API that serves KWOK Node objects (the harness's
+    store), filters, scores and binds as kube-scheduler drives it: the local stand-in of the CI kwok job."""
+    system = load_profile("dgx-h100", nodes=20)
+    with SchedulingHarness(system) as h:
+        nodes = [kwok.kwok_node(system, n, "o") for n in system.nodes]
+        for obj in nodes:  # what KWOK's node-initialize stage adds once it manages the node
+            obj["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
+        h.store.set_nodes(nodes)
+        target = ExtenderTarget.parse("reference")
+        ext = ExtenderProcess(target, h.api_url, tmp_path / "extender.log")
+        ext.start()
+        try:
+            h.add_extender(target.config(ext.url))
+            decisions = [h.run_one(Workload(f"job-{i}", gpus=4)) for i in range(3)]
+        finally:
+            ext.stop()
+    assert all(d.status == "bound" and d.node in {n.name for n in system.nodes} for d in decisions), decisions
+    holds = h.ledger().holds
+    assert len(holds) == 3 and all(len(hold.holding.gpus) == 4 for hold in holds)
+    verbs = {c.verb for d in decisions for c in d.calls}
+    assert verbs >= {"filter", "prioritize", "bind"}, verbs  # the extender decided and bound, not the harness
 
 
 def _bad_slice_device(**change: Any) -> dict[str, Any]:
