@@ -11,6 +11,7 @@ GitHub Actions e2e workflow (``.github/workflows/e2e-kind.yml``) runs it for rea
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import time
@@ -26,7 +27,7 @@ from testbed.backends.base import Backend, BackendError, BackendInputError, Node
 from testbed.cluster import ClusterRecord, remove_tree_in_background
 from testbed.host import trixie_apt_options
 from testbed.kubernetes import kwok
-from testbed.kubernetes.kubeapi import KubeApi, KubeconfigError
+from testbed.kubernetes.kubeapi import UNREACHABLE, KubeApi, KubeconfigError
 from testbed.kubernetes.manifests import (
     KIND_NODE_IMAGE,
     NAMESPACE,
@@ -44,6 +45,7 @@ from testbed.kubernetes.manifests import (
 )
 
 READY_TIMEOUT_S = 300.0
+log = logging.getLogger(__name__)
 
 
 TRIXIE_APT = " ".join(["apt-get", *trixie_apt_options()])
@@ -391,7 +393,12 @@ class KubeconfigBackend(Backend):
             try:
                 kwok.unregister(self._kwok_api(record), record.extra["kwok_owner"])
             except kwok.KwokError as exc:
-                raise BackendError(f"removing the KWOK nodes of {record.name}: {exc}") from None
+                if exc.status != UNREACHABLE:
+                    raise BackendError(f"removing the KWOK nodes of {record.name}: {exc}") from None
+                # The cluster is gone (or away): keep no record that can never be taken down, and say what may be
+                # left behind should it come back.
+                log.warning("%s; the record of cluster %s is removed, and any of its objects left in that cluster "
+                            "are those labelled %s=%s", exc, record.name, kwok.OWNER_LABEL, record.extra["kwok_owner"])
             remove_tree_in_background(record.dir)
             return
         kubectl = self._kubectl(record)

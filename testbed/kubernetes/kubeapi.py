@@ -34,6 +34,10 @@ APPLY_PATCH = "application/apply-patch+yaml"
 """Server-side apply: create or update in one request; JSON is YAML, so the body is JSON."""
 
 
+UNREACHABLE = 0
+"""KubeApiError.status when no HTTP answer came (connection refused, DNS, TLS, timeout)."""
+
+
 class KubeApiError(RuntimeError):
     """A request to the cluster failed; the message names the request and what the server (or network) said."""
 
@@ -251,7 +255,7 @@ class KubeApi:
                 self.close()
                 if attempt == 2 or isinstance(exc, (ssl.SSLCertVerificationError, TimeoutError)):
                     raise KubeApiError(f"cannot reach the Kubernetes API at {self.creds.server} ({method} {path}): "
-                                       f"{exc or type(exc).__name__}") from None
+                                       f"{exc or type(exc).__name__}", UNREACHABLE) from None
         try:
             parsed: Any = json.loads(raw) if raw else None
         except ValueError:

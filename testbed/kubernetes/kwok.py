@@ -57,6 +57,11 @@ KWOK_INSTALL = ("install KWOK in the cluster first (kubectl apply -f https://git
 class KwokError(RuntimeError):
     """The cluster cannot take KWOK nodes (or refused them); the message says what is missing and what to do."""
 
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+        """The HTTP status that caused it (0: the API server could not be reached; None: not an HTTP failure)."""
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -288,7 +293,7 @@ def unregister(api: KubeApi, owner: str, kinds: Iterable[Kind] = (SLICES, NRTS, 
             if gone[kind.name]:
                 api.checked("DELETE", kind.collection, query=selector, what=f"delete {kind.name}s of {owner}")
         except KubeApiError as exc:
-            raise KwokError(str(exc)) from None
+            raise KwokError(str(exc), exc.status) from None
     return gone
 
 

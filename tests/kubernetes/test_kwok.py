@@ -243,6 +243,16 @@ def test_an_unreachable_cluster_is_named(tmp_path: Path) -> None:
                    kubeconfig=str(path), kwok=True)
 
 
+def test_a_cluster_gone_for_good_does_not_leave_a_record_that_cannot_go(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    with running(FakeApiServer()) as fake:
+        tb = _up(tmp_path, fake, nodes=1)
+    tb.down()  # the API server is gone: the record goes, with a warning naming the label of what may remain
+    assert "cannot reach the Kubernetes API" in caplog.text and "fakehw.io/kwok-cluster=fleet" in caplog.text
+    with running(FakeApiServer()) as fake:  # the name can be used again, on another cluster
+        _up(tmp_path, fake, nodes=1).down()
+
+
 def test_a_cluster_without_kwok_is_refused_before_any_write(tmp_path: Path, fake: FakeApiServer) -> None:
     del fake.groups["kwok.x-k8s.io/v1alpha1"]
     with pytest.raises(BackendError, match=r"KWOK is not installed in the cluster .*kwok\.yaml"):
