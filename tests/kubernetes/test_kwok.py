@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -461,18 +462,76 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.skipif(_e2e_missing() is not None, reason=str(_e2e_missing()))
-def test_kwok_e2e_real_scheduler_and_extender_place_a_gpu_pod(tmp_path: Path) -> None:
+@dataclass
+class KwokCluster:
+    tb: Testbed
+    kubectl: list[str]
+
+    def run(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*self.kubectl, *args], input=input, capture_output=True, text=True, check=check)
+
+    def apply(self, *objects: dict[str, Any]) -> None:
+        proc = self.run("apply", "-f", "-", input="\n".join(json.dumps(o) for o in objects), check=False)
+        assert proc.returncode == 0, proc.stderr
+
+    def get(self, kind: str, name: str) -> dict[str, Any]:
+        got: dict[str, Any] = json.loads(self.run("get", kind, name, "-o", "json").stdout)
+        return got
+
+    def wait_running(self, pod: str) -> dict[str, Any]:
+        done = self.run("wait", "--for=jsonpath={.status.phase}=Running", f"pod/{pod}", "--timeout=300s",
+                        check=False)
+        got = self.get("pod", pod)
+        if done.returncode != 0:
+            events = self.run("get", "events", "--field-selector", f"involvedObject.name={pod}", check=False).stdout
+            pytest.fail(f"{pod} is not Running: {json.dumps(got.get('status'))}\n{events}")
+        return got
+
+
+@pytest.fixture(scope="module")
+def kwok_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KwokCluster]:
+    """E2E_NODES dgx-h100 nodes registered as KWOK nodes in the cluster of FAKEHW_KWOK_KUBECONFIG, all Ready."""
+    missing = _e2e_missing()
+    if missing is not None:
+        pytest.skip(missing)
     assert E2E_KUBECONFIG is not None
     start = time.monotonic()
-    tb = Testbed.up("dgx-h100", nodes=E2E_NODES, backend="kubeconfig", name="kwok-e2e", state_dir=tmp_path / "s",
-                    kubeconfig=E2E_KUBECONFIG, kwok=True,
+    tb = Testbed.up("dgx-h100", nodes=E2E_NODES, backend="kubeconfig", name="kwok-e2e",
+                    state_dir=tmp_path_factory.mktemp("kwok-state"), kubeconfig=E2E_KUBECONFIG, kwok=True,
                     progress=lambda p: print(p, file=sys.stderr, flush=True))
     print(f"registered {E2E_NODES} KWOK nodes ({tb.record.extra['kwok_objects']} objects) in "
           f"{time.monotonic() - start:.1f} s", file=sys.stderr)
-    kubectl = ["kubectl", "--kubeconfig", E2E_KUBECONFIG]
+    cluster = KwokCluster(tb, ["kubectl", "--kubeconfig", E2E_KUBECONFIG])
+    try:
+        ready = cluster.run("wait", "--for=condition=Ready", "node", "-l", f"{kwok.OWNER_LABEL}=kwok-e2e",
+                            "--timeout=300s", check=False)
+        assert ready.returncode == 0, ready.stderr
+        print(f"all {E2E_NODES} Ready after {time.monotonic() - start:.1f} s", file=sys.stderr)
+        yield cluster
+    finally:
+        tb.down()
+
+
+def _gpu_pod(name: str, scheduler: str | None = None, gpus: int = 0,
+             claim: str | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "c", "image": "registry.k8s.io/pause:3.10"}
+    spec: dict[str, Any] = {"tolerations": [kwok.KWOK_TOLERATION], "containers": [container]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    if claim:
+        container["resources"] = {"claims": [{"name": "gpus"}]}
+        spec["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def test_kwok_e2e_real_scheduler_and_extender_place_a_gpu_pod(kwok_cluster: KwokCluster, tmp_path: Path) -> None:
+    """The real kube-scheduler, with the reference extender (filter, prioritize, bind), binds a 4-GPU pod to a
+    KWOK node, and KWOK runs it."""
+    assert E2E_KUBECONFIG is not None
     proxy_port, ext_port = _free_port(), _free_port()
-    procs = [subprocess.Popen([*kubectl, "proxy", f"--port={proxy_port}"])]
+    procs = [subprocess.Popen([*kwok_cluster.kubectl, "proxy", f"--port={proxy_port}"])]
     try:
         time.sleep(2)
         procs.append(subprocess.Popen([sys.executable, "-m", "testbed.reference.extender", "--port", str(ext_port),
@@ -480,29 +539,43 @@ def test_kwok_e2e_real_scheduler_and_extender_place_a_gpu_pod(tmp_path: Path) ->
         config = _scheduler_config(tmp_path, E2E_KUBECONFIG, f"http://127.0.0.1:{ext_port}")
         procs.append(subprocess.Popen(["kube-scheduler", f"--config={config}", "--bind-address=127.0.0.1",
                                        f"--secure-port={_free_port()}", "-v=2"]))
-        ready = subprocess.run([*kubectl, "wait", "--for=condition=Ready", "node", "-l",
-                                "fakehw.io/kwok-cluster=kwok-e2e", "--timeout=300s"], capture_output=True, text=True)
-        assert ready.returncode == 0, ready.stderr
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-job", "namespace": "default"},
-               "spec": {"schedulerName": SCHEDULER, "tolerations": [kwok.KWOK_TOLERATION],
-                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                                        "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}
-        subprocess.run([*kubectl, "apply", "-f", "-"], input=json.dumps(pod), text=True, check=True)
-        running_pod = subprocess.run([*kubectl, "wait", "--for=jsonpath={.status.phase}=Running", "pod/gpu-job",
-                                      "--timeout=300s"], capture_output=True, text=True)
-        got = json.loads(subprocess.run([*kubectl, "get", "pod", "gpu-job", "-o", "json"], capture_output=True,
-                                        text=True, check=True).stdout)
-        if running_pod.returncode != 0:
-            events = subprocess.run([*kubectl, "get", "events", "--field-selector", "involvedObject.name=gpu-job"],
-                                    capture_output=True, text=True).stdout
-            pytest.fail(f"gpu-job is not Running: {json.dumps(got.get('status'))}\n{events}")
+        kwok_cluster.apply(_gpu_pod("gpu-job", SCHEDULER, gpus=4))
+        got = kwok_cluster.wait_running("gpu-job")
         node = got["spec"]["nodeName"]
-        assert node in tb.record.nodes, f"bound to {node}, not a KWOK node"
+        assert node in kwok_cluster.tb.record.nodes, f"bound to {node}, not a KWOK node"
         # The reference extender bound it (bindVerb): its binding annotations name the 4 GPUs it holds.
         assert len(got["metadata"]["annotations"]["fakehw.io/gpus"].split(",")) == 4
     finally:
         for proc in reversed(procs):
             proc.terminate()
             proc.wait(timeout=30)
-        subprocess.run([*kubectl, "delete", "pod", "gpu-job", "--ignore-not-found", "--wait=false"], check=False)
-        tb.down()
+        kwok_cluster.run("delete", "pod", "gpu-job", "--ignore-not-found", "--wait=false", check=False)
+
+
+def test_kwok_e2e_dra_claim_is_allocated_from_the_models_resource_slices(kwok_cluster: KwokCluster) -> None:
+    """The cluster's own scheduler (its DRA plugin, GA since 1.34) allocates a ResourceClaim for 2 H100s, chosen
+    by a CEL selector on NVIDIA's attribute names (an H100 has 81559 MiB: at least 80 GB, less than 80 GiB),
+    from the ResourceSlices registration published."""
+    device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
+                    "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}]}}
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "two-h100", "namespace": "default"},
+             "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                 "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2,
+                 "selectors": [{"cel": {"expression":
+                                        'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+                                        ' && device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("80G")) >= 0'
+                                        }}]}}]}}}
+    try:
+        kwok_cluster.apply(device_class, claim)
+        kwok_cluster.apply(_gpu_pod("dra-job", claim="two-h100"))
+        node = kwok_cluster.wait_running("dra-job")["spec"]["nodeName"]
+        allocation = kwok_cluster.get("resourceclaim", "two-h100")["status"]["allocation"]
+        results = allocation["devices"]["results"]
+        assert len(results) == 2 and {r["driver"] for r in results} == {"gpu.nvidia.com"}
+        assert {r["pool"] for r in results} == {node} and node in kwok_cluster.tb.record.nodes
+        assert len({r["device"] for r in results}) == 2
+    finally:
+        kwok_cluster.run("delete", "pod", "dra-job", "--ignore-not-found", "--wait=false", check=False)
+        kwok_cluster.run("delete", "resourceclaim", "two-h100", "--ignore-not-found", "--wait=false", check=False)
+        kwok_cluster.run("delete", "deviceclass", "gpu.nvidia.com", "--ignore-not-found", check=False)
