@@ -98,10 +98,15 @@ def _resources(where: str, resources: Any, errors: list[str]) -> None:
         _quantity(f"{where}[{name}]", value, errors, whole=extended)
 
 
-def check_node(obj: dict[str, Any], errors: list[str], status_only: bool = False) -> None:
-    if obj.get("apiVersion") != "v1" or obj.get("kind") != "Node":
-        errors.append("apiVersion/kind: must be v1 Node")
+def _header(obj: dict[str, Any], api: str, kind: str, errors: list[str]) -> None:
+    """apiVersion, kind and metadata of any object."""
+    if obj.get("apiVersion") != api or obj.get("kind") != kind:
+        errors.append(f"apiVersion/kind: must be {api} {kind}")
     check_metadata(obj.get("metadata"), errors)
+
+
+def check_node(obj: dict[str, Any], errors: list[str], status_only: bool = False) -> None:
+    _header(obj, "v1", "Node", errors)
     if not status_only:
         for i, taint in enumerate((obj.get("spec") or {}).get("taints") or []):
             if not _qualified(taint.get("key")):
@@ -115,9 +120,7 @@ def check_node(obj: dict[str, Any], errors: list[str], status_only: bool = False
 
 
 def check_nrt(obj: dict[str, Any], errors: list[str]) -> None:
-    if obj.get("apiVersion") != "topology.node.k8s.io/v1alpha2" or obj.get("kind") != "NodeResourceTopology":
-        errors.append("apiVersion/kind: must be topology.node.k8s.io/v1alpha2 NodeResourceTopology")
-    check_metadata(obj.get("metadata"), errors)
+    _header(obj, "topology.node.k8s.io/v1alpha2", "NodeResourceTopology", errors)
     zones = obj.get("zones")
     if not isinstance(zones, list):
         errors.append("zones: required")
@@ -187,9 +190,7 @@ def _device(where: str, dev: Any, errors: list[str]) -> None:
 
 
 def check_slice(obj: dict[str, Any], errors: list[str]) -> None:
-    if obj.get("apiVersion") != "resource.k8s.io/v1" or obj.get("kind") != "ResourceSlice":
-        errors.append("apiVersion/kind: must be resource.k8s.io/v1 ResourceSlice")
-    check_metadata(obj.get("metadata"), errors)
+    _header(obj, "resource.k8s.io/v1", "ResourceSlice", errors)
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         errors.append("spec: required")
