@@ -94,14 +94,17 @@ def hugepage_capacity() -> dict[str, str]:
 
 
 def kwok_node(system: System, node: Node, owner: str) -> dict[str, Any]:
-    """The ``v1.Node`` KWOK manages for ``node`` (status included: the API keeps it on create)."""
+    """The ``v1.Node`` KWOK manages for ``node``. Its status is in the object, but the API takes status only
+    through the ``nodes/status`` subresource on updates, so :func:`register` applies it there too.
+
+    No ``fakehw.io/node`` label: that one marks real nodes that run a fake node's agent (the kubeconfig backend
+    without ``--kwok`` pins agent DaemonSets by it), and a KWOK node runs nothing."""
     obj = node_info(system, node).to_object()
     meta = obj["metadata"]
     del meta["uid"], meta["resourceVersion"]  # the API server's to assign
     labels = dict(meta["labels"])
     labels.update(gfd_labels(system, node))
-    labels.update({"type": "kwok", OWNER_LABEL: owner, "fakehw.io/node": node.name,
-                   "fakehw.io/profile": system.name})
+    labels.update({"type": "kwok", OWNER_LABEL: owner, "fakehw.io/profile": system.name})
     meta["labels"] = labels
     meta["annotations"] = {**meta["annotations"], KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"}
     obj["spec"] = {"taints": [dict(KWOK_TAINT)]}

@@ -155,6 +155,7 @@ def test_registration_writes_schema_valid_objects_as_kwok_prescribes(tmp_path: P
     assert meta["annotations"]["kwok.x-k8s.io/node"] == "fake"
     assert node["spec"]["taints"] == [{"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}]
     assert meta["labels"]["type"] == "kwok" and meta["labels"]["fakehw.io/kwok-cluster"] == "fleet"
+    assert "fakehw.io/node" not in meta["labels"]  # that label pins agents of the non-KWOK mode to real nodes
     assert meta["labels"]["nvidia.com/gpu.clique"].endswith(".32766")
     cap = node["status"]["capacity"]
     # A DGX GB200 tray: 2 Grace CPUs of 72 cores, 4 GPUs; hugepages as the kubelet reports them (none reserved).
