@@ -288,6 +288,10 @@ class KubeconfigBackend(Backend):
 
     def _up_kwok(self, request: UpRequest, system: System, profile: str, kubeconfig: Path) -> ClusterRecord:
         """Register every model node as a KWOK node (Node, NodeResourceTopology, ResourceSlice); no agents."""
+        unused = [f"--{k.replace('_', '-')}" for k in ("node_image", "kubectl_path") if request.options.get(k)]
+        if unused:
+            raise BackendInputError(f"{' and '.join(unused)}: not used with --kwok (KWOK nodes run no node image and "
+                                    "registration talks to the API directly, not through kubectl)")
         given = request.options.get("kwok_workers")
         workers = KWOK_WORKERS if given is None else int(given)
         if workers < 1:

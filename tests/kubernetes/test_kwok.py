@@ -422,6 +422,9 @@ def test_the_cli_registers_reports_and_removes(tmp_path: Path, fake: FakeApiServ
     assert cli_main(["up", "--backend", "kubeconfig", "--kubeconfig", str(config), "--kwok",
                          "--kwok-workers", "0", *common]) == 2
     assert "--kwok-workers 0: at least 1" in capsys.readouterr().err
+    assert cli_main(["up", "--backend", "kubeconfig", "--kubeconfig", str(config), "--kwok",
+                     "--node-image", "x:1", *common]) == 2
+    assert "--node-image: not used with --kwok" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------------------- real cluster
