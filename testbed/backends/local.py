@@ -205,7 +205,9 @@ class LocalBackend(Backend):
             client.render(list(names[i:i + RENDER_BATCH]))
 
     def stop_agent(self, record: ClusterRecord, kill: bool = False, timeout: float = 10.0) -> None:
-        self.live_mounts(record).stop_all()
+        """Stop the agent (``kill``: as a crash would). The nodes' live ``/sys`` stay mounted and served, as a
+        kernel's sysfs outlives any daemon: their reads are of the files the agent left (the restarted agent renders
+        what changed and tells them), writes fail with EIO until it answers again. Only :meth:`down` unmounts."""
         pid = record.agent_pid
         if not _pid_alive(pid) or not _agent_of(pid, record):
             return
@@ -295,5 +297,6 @@ class LocalBackend(Backend):
         return _pid_alive(record.agent_pid) and _agent_of(record.agent_pid, record)
 
     def down(self, record: ClusterRecord) -> None:
-        self.stop_agent(record)  # takes the live /sys mounts down first: nothing may stay mounted in the tree
+        self.live_mounts(record).stop_all()  # first: nothing may stay mounted in a tree that is being removed
+        self.stop_agent(record)
         remove_tree_in_background(record.dir)
