@@ -39,9 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fakehw import livefs
 from fakehw.agent.client import AgentClient, AgentRequestError
+from fakehw.livefs.nodes import NodeMounts
 from fakehw.model import System
 from fakehw.model.system import Node
+from testbed import nodeview
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
 from testbed.cluster import ClusterRecord, remove_tree_in_background
 from testbed.host import NATIVE_ARCH
@@ -59,6 +62,9 @@ CONTAINER_PROFILE_DIR = "/etc/fakehw/profile"
 SYS_MOUNTS = ("bus", "devices", "class")
 """Directories of the node's fake ``sys`` mounted over the container's ``/sys``: self-contained (every link in
 them points inside them) and not needed by the container runtime (unlike ``/sys/fs``)."""
+CONTAINER_LIVE_SYS = "/run/fakehw/sys"
+"""Where a node container gets the node's live ``/sys`` (the host's FUSE mount, :mod:`fakehw.livefs`), which the
+node view then mounts over ``/sys``."""
 OPTIONS = ("gpus", "image", "timeout")
 AGENT_READY_TIMEOUT_S = 90.0
 EMULATED_EXTRA_S = 20.0
@@ -190,12 +196,15 @@ class DockerBackend(Backend):
             record.extra["engine"] = str(client.version().get("Version", ""))
             record.save()
             labels = self._labels(record)
+            self._start_live_sys(record, [p.node for p in plans])
             client.networks.create(record.extra["network"], driver="bridge", internal=True, labels=labels)
             # Creating and starting containers are independent engine calls: in parallel they take a fraction.
             with ThreadPoolExecutor(max_workers=min(8, len(plans))) as pool:
                 list(pool.map(lambda plan: self._create_node(client, record, plan, images[plan.arch],
                                                                 labels).start(), plans))
             self._wait_ready(client, record, [p.node for p in plans], timeout)
+            for plan in plans:
+                self._present_view(client, record, plan.node)
         except BaseException:
             self.down(record)
             raise
@@ -236,6 +245,73 @@ class DockerBackend(Backend):
     def _socket_path(self, record: ClusterRecord, node: str) -> Path:
         return self._agent_dir(record, node) / "agent.sock"
 
+    def _node_root(self, record: ClusterRecord, node: str) -> Path:
+        """The node's rendered fake root on the host (the agent in its container renders it)."""
+        return self._agent_dir(record, node) / "nodes" / node / "root"
+
+    def live_mounts(self, record: ClusterRecord) -> NodeMounts:
+        """The nodes' live ``/sys`` (FUSE, served on the host from the node's rendered tree, writes through the node's
+        agent), at ``<cluster>/live/<node>/sys``: the same server the local backend mounts for ``testbed exec``."""
+        return NodeMounts(record.dir / "live", lambda n: self._socket_path(record, n),
+                          lambda n: self._node_root(record, n) / "sys")
+
+    def _start_live_sys(self, record: ClusterRecord, nodes: list[str]) -> None:
+        """Mount each node's live ``/sys`` before its container is made, so the container's bind of it holds the
+        FUSE mount (the host's mounts are private: one made later would not reach the container). The tree is
+        served by path, so it may be filled by the agent after this; its directories are never replaced
+        (:mod:`fakehw.sysfs.tree`). Where this machine cannot (not root, no FUSE), the containers get the rendered
+        tree and ``record.extra["view"]`` says what is not presented."""
+        for node in nodes:
+            root = self._node_root(record, node)
+            for sub in (*(f"sys/{d}" for d in SYS_MOUNTS), "dev", "proc/driver"):
+                (root / sub).mkdir(parents=True, exist_ok=True)
+        why = nodeview.unavailable() or livefs.unavailable()
+        record.extra["view"] = None if why is None else f"the node's live /sys and devices are not presented: {why}"
+        record.save()
+        if why is not None:
+            return
+        mounts = self.live_mounts(record)
+        for node in nodes:
+            try:
+                mounts.ensure(node)
+            except (RuntimeError, OSError) as exc:
+                raise BackendError(f"cannot serve the live /sys of {node}: {exc}") from None
+
+    def _present_view(self, client: Any, record: ClusterRecord, node: str) -> None:
+        """Show the node's tree at the real paths inside its running container, as ``testbed exec`` shows it on the
+        local backend (one piece of code: :mod:`testbed.nodeview`): the live ``/sys``, ``/proc/driver`` and the
+        node's ``cpuinfo``/``meminfo``/``devices`` mounted in the container's mount namespace from the host (as the
+        NVIDIA container runtime's hook mounts a GPU container's driver files: the container needs no capability),
+        and the node's device files mirrored into its ``/dev``. Every process that enters the container later
+        (``docker exec``) sees it."""
+        if record.extra.get("view") is not None:
+            return
+        pid = self._container_pid(client, record, node)
+        view = nodeview.NodeView(root=f"{CONTAINER_STATE}/nodes/{node}/root",
+                                 binds=(nodeview.Bind(CONTAINER_LIVE_SYS, "/sys"),), writable_sys=True, dev=False)
+        done = subprocess.run([sys.executable, "-I", nodeview.__file__, "--join", f"/proc/{pid}/ns/mnt",
+                               view.to_json()], capture_output=True, text=True, check=False, timeout=60)
+        if done.returncode != 0:
+            raise BackendError(f"node {node}: cannot show its tree in its container: "
+                               f"{(done.stderr or done.stdout).strip()}")
+        self._sync_devices(record, node, pid)
+
+    def _sync_devices(self, record: ClusterRecord, node: str, pid: int) -> None:
+        """The node's device files (those a runtime change adds or removes too: a CXL region's ``daxX.Y``) in its
+        container's ``/dev``; done before every exec."""
+        try:
+            nodeview.mirror_devices(str(self._node_root(record, node) / "dev"), f"/proc/{pid}/root/dev")
+        except OSError as exc:
+            raise BackendError(f"node {node}: cannot present its devices in its container: {exc}") from None
+
+    def _container_pid(self, client: Any, record: ClusterRecord, node: str) -> int:
+        container = self._container(client, record, node)
+        container.reload()
+        pid = int(container.attrs["State"].get("Pid") or 0)
+        if pid <= 0:
+            raise BackendError(f"node {node}: its container is not running")
+        return pid
+
     def _create_node(self, client: Any, record: ClusterRecord, plan: NodePlan, image: str,
                      labels: dict[str, str]) -> Any:
         from docker.types import EndpointConfig, Mount
@@ -246,6 +322,8 @@ class DockerBackend(Backend):
             (fake_sys / sub).mkdir(parents=True, exist_ok=True)
         mounts = [Mount(CONTAINER_STATE, str(agent_dir), type="bind")]
         mounts += [Mount(f"/sys/{sub}", str(fake_sys / sub), type="bind", read_only=True) for sub in SYS_MOUNTS]
+        if record.extra.get("view") is None:
+            mounts.append(Mount(CONTAINER_LIVE_SYS, str(self.live_mounts(record).mountpoint(plan.node)), type="bind"))
         profile = record.profile
         if Path(profile).is_absolute():
             mounts.append(Mount(CONTAINER_PROFILE_DIR, str(Path(profile).parent), type="bind", read_only=True))
@@ -363,6 +441,8 @@ class DockerBackend(Backend):
         if container.status != "running":
             raise BackendError(f"node {node} is {container.status}, not running; "
                                f"'testbed chaos restart {node}' or 'unpause' brings it back")
+        if record.extra.get("view") is None:
+            self._sync_devices(record, node, int(container.attrs["State"].get("Pid") or 0))
         command = list(argv)
         if timeout is not None:
             # The process inside is stopped too, not only our wait for it.
@@ -426,6 +506,7 @@ class DockerBackend(Backend):
             container.wait(timeout=60)
         container.start()
         self._wait_ready(client, record, [node], timeout)
+        self._present_view(client, record, node)  # a new container process: a new mount namespace
         faults = self.agent(record, node).faults(node)
         return f"node {node} restarted; {len(faults)} fault(s) restored from its journal"
 
@@ -487,6 +568,7 @@ class DockerBackend(Backend):
         if run:
             with contextlib.suppress(BackendError):
                 _remove_labelled(_client(), f"{LABEL_RUN}={run}")
+        self.live_mounts(record).stop_all()  # before the tree goes: nothing may stay mounted in it
         remove_tree_in_background(record.dir)
 
 
