@@ -46,6 +46,7 @@ MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
+MNT_DETACH = 0x2
 
 EXIT_SETUP = 125
 """Exit status when the view could not be set up (as ``docker run`` uses it for its own failures)."""
@@ -293,11 +294,15 @@ def enter(view: NodeView) -> None:
         _check(libc.sethostname(raw, len(raw)), f"sethostname({name})")
 
 
-def join(view: NodeView, namespace: str) -> None:
+def join(view: NodeView, namespace: str, files_only: bool = False) -> None:
     """Mount ``view`` in an existing mount namespace (``/proc/PID/ns/mnt`` of a node container), as the NVIDIA
     container runtime's hook mounts a GPU container's driver files from outside: the container needs no capability
     of its own, and every process that later enters it (``docker exec``) sees the view. ``view``'s paths are the
-    container's."""
+    container's.
+
+    ``files_only``: mount again only the single files laid over ``/proc``'s own (``meminfo``...), replacing the
+    earlier ones. A render replaces a file by a rename, so a bind of the old file shows the old content for as long
+    as the namespace lives (directories are never replaced, so their binds stay current)."""
     libc = _libc()  # loaded here: the library search may run programs, which the container need not have
     try:
         fd = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
@@ -307,8 +312,13 @@ def join(view: NodeView, namespace: str) -> None:
         _check(libc.setns(fd, CLONE_NEWNS), f"setns({namespace})")
     finally:
         os.close(fd)
+    steps = plan(view)
+    if files_only:
+        steps = [m for m in steps if m.target in {f"/proc/{name}" for name in PROC_FILES}]
+        for m in steps:
+            libc.umount2(m.target.encode(), MNT_DETACH)  # EINVAL when nothing is mounted there: nothing to undo
     # By path: this process is not in the container's pid namespace, so the container's /proc/self is not it.
-    _mount_all(libc, plan(view), by_fd=False)
+    _mount_all(libc, steps, by_fd=False)
 
 
 def _mount_all(libc: ctypes.CDLL, steps: list[Mount], by_fd: bool = True) -> None:
@@ -336,16 +346,16 @@ def _mount_all(libc: ctypes.CDLL, steps: list[Mount], by_fd: bool = True) -> Non
 
 
 def _main(args: Sequence[str], env: Mapping[str, str]) -> int:
-    if len(args) == 3 and args[0] == "--join":
+    if len(args) in (3, 4) and args[0] == "--join" and args[3:] in ([], ["--files"]):
         try:
-            join(NodeView.from_json(args[2]), args[1])
+            join(NodeView.from_json(args[2]), args[1], files_only=args[3:] == ["--files"])
         except SetupError as exc:
             print(f"testbed: cannot show the node's tree at the real paths in {args[1]}: {exc}", file=sys.stderr)
             return EXIT_SETUP
         return 0
     if len(args) < 3 or args[1] != "--":
         print("usage: nodeview.py VIEW-JSON -- COMMAND [ARG...]\n"
-              "       nodeview.py --join /proc/PID/ns/mnt VIEW-JSON", file=sys.stderr)
+              "       nodeview.py --join /proc/PID/ns/mnt VIEW-JSON [--files]", file=sys.stderr)
         return 2
     view = NodeView.from_json(args[0])
     cwd = os.getcwd()

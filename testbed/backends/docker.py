@@ -287,13 +287,41 @@ class DockerBackend(Backend):
         if record.extra.get("view") is not None:
             return
         pid = self._container_pid(client, record, node)
+        self._join(record, node, pid, files_only=False)
+        self._sync_view(record, node, pid)
+
+    def _join(self, record: ClusterRecord, node: str, pid: int, files_only: bool) -> None:
         view = nodeview.NodeView(root=f"{CONTAINER_STATE}/nodes/{node}/root",
                                  binds=(nodeview.Bind(CONTAINER_LIVE_SYS, "/sys"),), writable_sys=True, dev=False)
-        done = subprocess.run([sys.executable, "-I", nodeview.__file__, "--join", f"/proc/{pid}/ns/mnt",
-                               view.to_json()], capture_output=True, text=True, check=False, timeout=60)
+        argv = [sys.executable, "-I", nodeview.__file__, "--join", f"/proc/{pid}/ns/mnt", view.to_json()]
+        done = subprocess.run(argv + (["--files"] if files_only else []), capture_output=True, text=True,
+                              check=False, timeout=60)
         if done.returncode != 0:
             raise BackendError(f"node {node}: cannot show its tree in its container: "
                                f"{(done.stderr or done.stdout).strip()}")
+        self._proc_mark(record, node).write_text(self._proc_files(record, node))
+
+    def _proc_mark(self, record: ClusterRecord, node: str) -> Path:
+        return self._agent_dir(record, node).parent / f".{node}.proc-files"
+
+    def _proc_files(self, record: ClusterRecord, node: str) -> str:
+        """Which files the node's ``proc/{cpuinfo,meminfo,devices}`` are now (a render replaces them by rename)."""
+        proc = self._node_root(record, node) / "proc"
+        marks = []
+        for name in nodeview.PROC_FILES:
+            with contextlib.suppress(OSError):
+                marks.append(f"{name}:{(proc / name).stat().st_ino}")
+        return " ".join(marks)
+
+    def _sync_view(self, record: ClusterRecord, node: str, pid: int) -> None:
+        """Before every exec: what a render replaced or added since the view was mounted (the node's proc files,
+        its device files, e.g. a new CXL region's ``daxX.Y``)."""
+        try:
+            mounted = self._proc_mark(record, node).read_text()
+        except OSError:
+            mounted = ""
+        if mounted != self._proc_files(record, node):
+            self._join(record, node, pid, files_only=True)
         self._sync_devices(record, node, pid)
 
     def _sync_devices(self, record: ClusterRecord, node: str, pid: int) -> None:
@@ -442,7 +470,7 @@ class DockerBackend(Backend):
             raise BackendError(f"node {node} is {container.status}, not running; "
                                f"'testbed chaos restart {node}' or 'unpause' brings it back")
         if record.extra.get("view") is None:
-            self._sync_devices(record, node, int(container.attrs["State"].get("Pid") or 0))
+            self._sync_view(record, node, int(container.attrs["State"].get("Pid") or 0))
         command = list(argv)
         if timeout is not None:
             # The process inside is stopped too, not only our wait for it.
