@@ -73,6 +73,19 @@ OCI_FAILURE = b"OCI runtime exec failed"
 
 
 @dataclass(frozen=True)
+class ComponentView:
+    """What a component's own container (``image:`` components) is given to see its node, as a DaemonSet pod sees
+    the node it runs on: ``binds`` (host path -> container path), ``env`` and the cluster's ``labels`` (so ``down``
+    removes a container a crashed suite left)."""
+
+    binds: tuple[nodeview.Bind, ...]
+    env: dict[str, str]
+    labels: dict[str, str]
+    not_presented: str | None = None
+    """What the component does not see of its node, and why (None: everything listed in docs/docker.md)."""
+
+
+@dataclass(frozen=True)
 class NodePlan:
     """What one node container gets: derived from the model and the ``gpus`` option before anything starts."""
 
@@ -339,6 +352,73 @@ class DockerBackend(Backend):
         if pid <= 0:
             raise BackendError(f"node {node}: its container is not running")
         return pid
+
+    def component_view(self, record: ClusterRecord, node: str) -> ComponentView:
+        """The mounts and environment of a component's container on ``node`` (``image:`` components): the node's
+        ``/sys`` (live when the node's is), its device files (of the GPUs the node container was given), the node's
+        rendered directory at ``/var/lib/fakehw`` (the fake NVML's snapshot), the agent's directory (its socket) and
+        a driver root at ``/driver-root`` with the node image's fake ``libnvidia-ml`` for the node's architecture,
+        which is also on ``LD_LIBRARY_PATH``. The kubelet's plugin directory is the caller's to add."""
+        from testbed.kubelet.driver_root import CONTAINER_DRIVER_ROOT, MULTIARCH
+
+        self._check_node(record, node)
+        root = self._node_root(record, node)
+        live = record.extra.get("view") is None
+        sys_source = self.live_mounts(record).mountpoint(node) if live else root / "sys"
+        binds = [nodeview.Bind(str(sys_source / entry.name), f"/sys/{entry.name}", read_only=not live)
+                 for entry in sorted((root / "sys").iterdir(), key=lambda e: e.name) if entry.is_dir()]
+        minors = record.extra["nodes"][node]["minors"]
+        given = {"nvidiactl", *(f"nvidia{m}" for m in minors)}
+        for entry in sorted((root / "dev").iterdir(), key=lambda e: e.name):
+            gpu = entry.name == "nvidiactl" or (entry.name.startswith("nvidia") and entry.name[6:].isdigit())
+            if entry.name in nodeview.CONTAINER_DEV or (gpu and entry.name not in given):
+                continue
+            binds.append(nodeview.Bind(str(entry), f"/dev/{entry.name}", read_only=True))
+        binds.append(nodeview.Bind(str(root.parent), CONTAINER_NODE_DIR, read_only=True))
+        binds.append(nodeview.Bind(str(self._agent_dir(record, node)), CONTAINER_STATE, read_only=True))
+        arch = record.extra["nodes"][node]["arch"]
+        machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+        driver_root = self._driver_root(record, node, machine)
+        binds.append(nodeview.Bind(str(driver_root), CONTAINER_DRIVER_ROOT, read_only=True))
+        env = {"FAKEHW_NODE": node, "FAKEHW_AGENT_SOCKET": f"{CONTAINER_STATE}/agent.sock",
+               "FAKEHW_NVML_SNAPSHOT": f"{CONTAINER_NODE_DIR}/nvml.snapshot",
+               "LD_LIBRARY_PATH": f"{CONTAINER_DRIVER_ROOT}/usr/lib/{MULTIARCH[machine]}",
+               "NVIDIA_DRIVER_ROOT": CONTAINER_DRIVER_ROOT}
+        missing = ("/proc/driver (a container runtime refuses binds under /proc; a hook-style mount after the "
+                   "start would race the component's first reads)")
+        if not live:
+            missing += f"; {record.extra['view']}"
+        return ComponentView(tuple(binds), env, {**self._labels(record), LABEL_NODE: node}, missing)
+
+    def _driver_root(self, record: ClusterRecord, node: str, machine: str) -> Path:
+        """``<cluster>/driver-root/<node>``: the fake NVML the node image carries (copied out of the node's
+        container, so it is the one built for the node's architecture) laid out as a driver package installs it."""
+        from testbed.kubelet.driver_root import DriverRootError, build_driver_root
+
+        dest = record.dir / "driver-root" / node
+        if dest.is_dir():
+            return dest
+        nvml = record.dir / "driver-root" / f".{node}.nvml"
+        nvml.mkdir(parents=True, exist_ok=True)
+        container = self.container_name(record, node)
+        done = subprocess.run(["docker", "cp", f"{container}:/opt/fakehw/nvml/libnvidia-ml.so.1", str(nvml)],
+                              capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode != 0:
+            raise BackendError(f"node {node}: cannot copy the fake NVML out of its container: {done.stderr.strip()}")
+        system = self._system(record)
+        try:
+            # The stand-in libcuda is compiled by this machine's compiler: for a node of another architecture
+            # the driver root holds the NVML alone.
+            build_driver_root(dest, {"LD_LIBRARY_PATH": str(nvml)}, system.driver.version, system.driver.cuda_version,
+                              machine, libcuda=machine == os.uname().machine)
+        except DriverRootError as exc:
+            raise BackendError(f"node {node}: cannot lay out its driver root: {exc}") from None
+        return dest
+
+    def _system(self, record: ClusterRecord) -> System:
+        from fakehw.model import load_profile
+
+        return load_profile(record.profile, nodes=record.node_count)
 
     def _create_node(self, client: Any, record: ClusterRecord, plan: NodePlan, image: str,
                      labels: dict[str, str]) -> Any:
