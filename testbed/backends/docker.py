@@ -788,4 +788,18 @@ def remove_orphans(state_dir: Path | None = None) -> list[str]:
     removed: list[str] = []
     for run in runs:
         removed += _remove_labelled(client, f"{LABEL_RUN}={run}")
+    return removed + _remove_orphan_live_sys(state_dir)
+
+
+def _remove_orphan_live_sys(state_dir: Path | None) -> list[str]:
+    """Unmount the live ``/sys`` of nodes whose cluster record is gone (an ``up`` killed before it could take them
+    down: ``<cluster>/live/<node>/sys``); their servers end with the mount, now that no container holds it."""
+    from fakehw.livefs.mount import live_mounts, unmount
+
+    removed = []
+    for point in live_mounts(state_dir):
+        cluster = point.parent.parent.parent
+        if point.parent.parent.name == "live" and not (cluster / "cluster.json").is_file():
+            unmount(point)
+            removed.append(f"live /sys mount {point}")
     return removed
