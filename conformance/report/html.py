@@ -286,7 +286,7 @@ def _requirement_row(r: RequirementResult) -> str:
             shown = " open" if r.status in ("failed", "error") else ""
             detail = f"<details{shown}><summary>details</summary><pre>{escape(text)}</pre></details>"
     word = _STATUS_WORDS.get(r.status, r.status)
-    cls = r.status
+    cls: str = r.status
     if missed_recommended(r):  # seen as a miss, not as a failure that decides a level (summary.md: the same)
         word, cls = f"{word} (recommended)", "recommended"
     return (f"<tr><td class={cls}>{status_icon(r.status)}{word}</td><td class=mono>{r.id}</td>"
