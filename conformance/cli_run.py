@@ -384,7 +384,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "OUT/index.json for several runs) and prints one line per requirement. Exit 0 "
                                    "only if every required requirement of every run passed.")
     p.add_argument("--target", required=True, action="append", metavar="KIND[=SPEC]",
-                   help=f"what to certify: {', '.join(SUITES)}; SPEC: reference, cmd:COMMAND")
+                   help=f"what to certify: {', '.join(SUITES)}; SPEC: reference, cmd:COMMAND, or image:IMAGE "
+                        "(device-plugin on --backend docker: its own container from the local image store)")
     p.add_argument("--plugin-cmd", help="command that starts the device plugin on a node (default: the reference "
                                         "plugin); {plugin_dir} and {node} are substituted")
     p.add_argument("--spec", help="the component for the extender, slurm and ray targets: extender=reference, "
