@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import heapq
 import json
 import re
 import threading
@@ -190,11 +191,13 @@ class ClusterStore:
                      ) -> tuple[list[Obj], int]:
         with self._cond:
             source = self._nodes if kind == "Node" else self._pods
-            items = [v for _, v in sorted(source.items())
-                     if namespace is None or v["metadata"].get("namespace") == namespace]
-            if limit:
-                items = items[:limit]
-            return items, self._rv
+            keys: Iterable[str] = source
+            if namespace is not None:
+                keys = [k for k, v in source.items() if v["metadata"].get("namespace") == namespace]
+            # ?limit=1 is how clients read the current resourceVersion before every decision: the first items in
+            # name order without sorting everything.
+            names = heapq.nsmallest(limit, keys) if limit else sorted(keys)
+            return [source[k] for k in names], self._rv
 
     def events_after(self, rv: int, timeout: float) -> list[WatchEvent] | None:
         """Events newer than ``rv`` (waiting up to ``timeout`` for one); None when ``rv`` is too old (410)."""
