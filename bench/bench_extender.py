@@ -11,8 +11,8 @@ extender's consistent read, snapshot and per-node evaluation all count): the fig
 The pods are a mix (1, 2, 4, 8 GPUs; some with pool memory; several tenants), and the cluster already holds
 N/10 bound pods when measuring starts. Targets: under 10 ms at 1,000 nodes and a p99 under 50 ms at 10,000
 (garbage collection included; the design notes call under 100 ms tolerable; pilots saw 10-200 ms). The machine is
-shared: the load average is printed with each size. A second figure sends Node objects instead of names (nodeCacheCapable=false),
-which is what an extender that keeps no cache of its own costs kube-scheduler.
+shared: the load average is printed with each size. A second figure sends Node objects instead of names
+(nodeCacheCapable=false), which is what an extender that keeps no cache of its own costs kube-scheduler.
 """
 
 from __future__ import annotations

@@ -60,6 +60,8 @@ class Options:
     own_binds_only: bool = False
     """Count only pods this process bound (the ``own-binds-only`` mutant: an assume cache without an informer
     for pods; deletions and nodes are still watched)."""
+    quadratic: bool = False
+    """Compare every candidate node with every other one in filter and prioritize (the ``quadratic`` mutant)."""
 
 
 class Extender:
@@ -95,7 +97,10 @@ class Extender:
         """Node -> the start of its HostPriority in JSON (``{"Host":"name","Score":``), made once per node."""
 
     def start(self) -> None:
+        """List the cluster and read every node before answering (the first decision does not pay for it)."""
         self.informer.start(forget_existing_pods=self.options.forget_on_restart)
+        with self.informer.lock:
+            self.policy()
 
     # ----------------------------------------------------------------------------------- state
 
@@ -214,9 +219,22 @@ class Extender:
             if cached is None or cached["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
                 self.informer.put_node(obj)
 
+    def _alike_pairwise(self, names: list[str]) -> dict[str, list[str]]:
+        """The ``quadratic`` mutant's grouping of nodes with the same GPU topology: each candidate's latency matrix
+        compared with every other candidate's (the reference hashes it once per node version instead)."""
+        infos = self._node_infos
+        out: dict[str, list[str]] = {}
+        for n in names:
+            a = infos.get(n)
+            if a is not None:
+                out[n] = [m for m in names if (b := infos.get(m)) is not None and b.latency == a.latency]
+        return out
+
     def filter(self, args: Any) -> dict[str, Any]:
         req = self._request(args)
         names, items = self._names(args)
+        if self.options.quadratic:
+            self._alike_pairwise(names)
         if self.options.slow_per_pod_s:
             bound = sum(1 for p in list(self.informer.pods.values()) if p.get("spec", {}).get("nodeName"))
             time.sleep(self.options.slow_per_pod_s * max(0, bound - 10))
@@ -261,6 +279,8 @@ class Extender:
     def prioritize(self, args: Any) -> Encoded:
         req = self._request(args)
         names, items = self._names(args)
+        if self.options.quadratic:
+            self._alike_pairwise(names)
         self._sync()
         with self.informer.lock:
             self._refresh_from(items)
