@@ -39,6 +39,8 @@ examples:
   testbed events --follow                            stream events
   testbed down                                       tear it down (--all: every cluster)
   testbed demo                                       up, show topology and health, inject, heal, down
+  testbed up --backend kubeconfig --kubeconfig ~/.kube/config --kwok --nodes 10000 --name fleet
+                                                     10,000 dgx-h100 nodes as KWOK nodes in a real cluster
 """
 
 
@@ -135,7 +137,8 @@ def _image_option(value: str | None) -> str | dict[str, str] | None:
 
 BACKEND_OPTIONS = {"gpus": ("docker",), "image": ("docker",), "kubeconfig": ("kubeconfig",),
                    "node_image": ("kind", "kubeconfig"), "kind_image": ("kind",), "kind_path": ("kind",),
-                   "kubectl_path": ("kind", "kubeconfig")}
+                   "kubectl_path": ("kind", "kubeconfig"), "kwok": ("kubeconfig",),
+                   "kwok_workers": ("kubeconfig",)}
 """``testbed up`` options and the backends that take them (others refuse them: a typo is not silently ignored)."""
 
 
@@ -169,10 +172,17 @@ def cmd_up(args: argparse.Namespace) -> int:
 def _start_reporter(start: float) -> Callable[[dict[str, Any]], None]:
     """Prints what a starting agent reports, once the start has taken more than a couple of seconds."""
     def report(progress: dict[str, Any]) -> None:
+        if progress.get("notice"):
+            print(f"  note: {progress['notice']}", file=sys.stderr, flush=True)
+            return
         if time.monotonic() - start < 2.0:
             return
         done, total = progress.get("done", 0), progress.get("total", 0)
         count = f" {done}/{total}" if total else ""
+        if progress.get("phase") == "kwok":
+            print(f"  kwok: {done}/{total} nodes registered, {progress.get('objects', 0)} objects "
+                  f"({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+            return
         print(f"  agent: {progress.get('phase', 'starting')}{count} ({time.monotonic() - start:.0f} s)",
               file=sys.stderr, flush=True)
 
@@ -191,6 +201,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     tb = _attach(args)
     alive = tb.alive()
     rec = tb.record
+    if rec.extra.get("kwok"):
+        return _kwok_status(tb, alive, args.json)
     states = {n: tb.state(n) for n in rec.nodes} if alive else {}
     if args.json:
         print(json.dumps({"cluster": rec.name, "backend": rec.backend, "profile": rec.profile, "alive": alive,
@@ -227,6 +239,20 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"\ntopology of {node.name}:")
             sys.stdout.write(format_topo_matrix(node, tb.system.topology.nodes[node.name]))
     return 0
+
+
+def _kwok_status(tb: Testbed, alive: bool, as_json: bool) -> int:
+    """A KWOK cluster has no agents: what was registered and whether its Nodes are still in the cluster."""
+    rec = tb.record
+    if as_json:
+        print(json.dumps({"cluster": rec.name, "backend": rec.backend, "profile": rec.profile, "alive": alive,
+                          "kwok": True, "nodes": rec.nodes, "kinds": rec.extra.get("kwok_kinds", []),
+                          "objects": rec.extra.get("kwok_objects")}, indent=2))
+        return 0 if alive else 1
+    print(f"cluster {rec.name}: profile {rec.profile} as {len(rec.nodes)} KWOK node(s) in "
+          f"{rec.extra['kubeconfig']} ({', '.join(rec.extra.get('kwok_kinds', []))}; "
+          f"{rec.extra.get('kwok_objects', '?')} objects); {'registered' if alive else 'NOT FOUND in the cluster'}")
+    return 0 if alive else 1
 
 
 def cmd_inject(args: argparse.Namespace) -> int:
@@ -431,6 +457,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="docker backend: node image to run, one for every node or one per architecture "
                             "(amd64=fakehw/node:amd64,riscv64=...) (default: built from this checkout)")
         p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig backend: the cluster to put the nodes on")
+        p.add_argument("--kwok", action="store_true", default=None,
+                       help="kubeconfig backend: register the nodes as KWOK-managed Node objects (labels as GFD "
+                            "writes them, capacity, NodeResourceTopology, DRA ResourceSlices) instead of running "
+                            "agents on real nodes: a real kube-scheduler then schedules against thousands of them. "
+                            "KWOK must be installed in the cluster (docs/kubernetes.md)")
+        p.add_argument("--kwok-workers", type=int, metavar="N",
+                       help="with --kwok: API requests in flight at most (default 16)")
         p.add_argument("--node-image", metavar="IMAGE",
                        help="kind and kubeconfig backends: the node image the cluster runs (the kubeconfig backend's "
                             "cluster must be able to pull it; default: fakehw/node:amd64)")

@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, ClassVar, cast
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MAGIC = "FHWNVML"
 BYTE_ORDER_MARK = 0x01020304
 
-MAX_GPUS = 64
-"""GPUs per node the snapshot can describe (topology rows are this wide)."""
+MAX_GPUS = 32
+"""GPUs per node the snapshot can describe (topology rows are this wide): the real driver's per-host limit,
+``NV_MAX_DEVICES`` (``fakehw.model.spec.MAX_GPUS_PER_NODE`` says why; this module cannot import it, see above)."""
 MAX_LINKS = 18
 """NVML_NVLINK_MAX_LINKS of the 535 headers."""
 MAX_MIG_PER_GPU = 8
