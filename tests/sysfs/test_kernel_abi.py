@@ -1,0 +1,136 @@
+"""Values of the fake tree the kernel's own code fixes, checked against that code and documentation.
+
+These are values no consumer in the other sysfs tests reads closely enough to notice a wrong one (numactl's numastat
+prints the counters without relating them, lspci reads link speeds from config space, not sysfs), so each is held
+here against where the kernel defines it:
+
+- ``nodeN/numastat``: Documentation/admin-guide/numastat.rst. numa_hit/numa_miss split the pages allocated on a
+  node by the node the allocation preferred, local_node/other_node split the same pages by the node the process ran
+  on, so hit + miss = local + other on every node; a miss on one node is a foreign allocation of another, so the
+  misses and foreigns of a machine sum to the same.
+- ``/proc/meminfo`` ``HardwareCorrupted``: fs/proc/meminfo.c prints the pages memory-failure handling poisoned
+  (mm/memory-failure.c, num_poisoned_pages) in kB; a host no memory failure was injected into has none.
+- ``max_link_speed``/``current_link_speed``: drivers/pci/pci.h PCIE_SPEED2STR, for the PCIe generation the real
+  board reports (``nvidia-smi -q -x`` captures in ../shared/reference/captures: pcie_gen/max_link_gen).
+- Modes: a device's ``uevent`` is DEVICE_ATTR_RW (drivers/base/core.c, 0644), PCI ``enable`` DEVICE_ATTR_RW and
+  ``config`` a 0644 bin attribute (drivers/pci/pci-sysfs.c); the ids and ``class`` are read-only (0444).
+- CXL endpoints: drivers/cxl/core/port.c adds a memdev's endpoint port as a child of the port that owns the
+  memdev's upstream dport (the PCIe downstream or root port above the memdev), and links that dport as the
+  endpoint's ``parent_dport``; the parent port lists it among its ``dportN``. ndctl's ``cxl list -BPE`` nests
+  endpoints by this.
+- A dynamic-capacity device (CXL 3.1, 9.13.3) shows its capacity under ``dynamic_ram_a/size``, not as static
+  ``ram/size``: the pooled device of cxl-pool offers its whole pool (``cxlPools: capacity: 64GiB`` in the
+  profile) that way.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fakehw.model import System
+from fakehw.model.system import Node
+from tests.nvml.captures import capture_dir
+
+Rendered = Callable[[str], list[tuple[System, Node, Path]]]
+NODES = "sys/devices/system/node"
+
+PCIE_SPEED2STR = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe",
+                  5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}
+"""drivers/pci/pci.h (PCIE_SPEED2STR), as ``/sys/bus/pci/devices/*/max_link_speed`` prints them."""
+
+CAPTURED_BOARDS = {"h100": "dgx-h100", "b200": "dgx-b200", "gb300": "gb300-nvl72", "l40s": "l40s-server",
+                   "t4": "t4-cloud"}
+"""Capture -> the built-in profile whose GPUs are that board (as tests/nvml/test_captures.py pairs them)."""
+
+PROFILES = ("dgx-h100", "cxl-pool", "gb200-nvl72", "t4-cloud")
+
+
+def _counters(path: Path) -> dict[str, int]:
+    return {name: int(value) for name, value in (line.split() for line in path.read_text().splitlines())}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_numastat_counters_partition_each_nodes_pages_both_ways(rendered: Rendered, profile: str) -> None:
+    for _, _, root in rendered(profile):
+        nodes = sorted((root / NODES).glob("node[0-9]*"))
+        assert nodes
+        stats = {n.name: _counters(n / "numastat") for n in nodes}
+        for name, c in stats.items():
+            assert list(c) == ["numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node",
+                               "other_node"], name
+            assert all(v >= 0 for v in c.values()), (name, c)
+            assert c["numa_hit"] + c["numa_miss"] == c["local_node"] + c["other_node"], (name, c)
+        assert sum(c["numa_miss"] for c in stats.values()) == sum(c["numa_foreign"] for c in stats.values())
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_no_memory_is_hardware_corrupted_without_an_injected_memory_failure(rendered: Rendered,
+                                                                            profile: str) -> None:
+    for _, _, root in rendered(profile):
+        line = next(line for line in (root / "proc/meminfo").read_text().splitlines()
+                    if line.startswith("HardwareCorrupted:"))
+        assert line.split()[1:] == ["0", "kB"], line
+
+
+@pytest.mark.parametrize("board", sorted(CAPTURED_BOARDS))
+def test_gpu_link_speed_is_the_kernels_string_for_the_captured_boards_generation(rendered: Rendered,
+                                                                                 board: str) -> None:
+    captures = capture_dir()
+    if captures is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    gen = ET.parse(captures / f"qx-{board}.xml").getroot().findtext("gpu/pci/pci_gpu_link_info/pcie_gen/max_link_gen")
+    assert gen is not None
+    expected = PCIE_SPEED2STR[int(gen)]
+    (_, _, root), *_ = rendered(CAPTURED_BOARDS[board])
+    gpus = [d for d in sorted((root / "sys/bus/pci/devices").iterdir())
+            if (d / "vendor").read_text().strip() == "0x10de" and (d / "class").read_text().startswith("0x03")]
+    assert gpus
+    for d in gpus:
+        assert (d / "max_link_speed").read_text().strip() == expected, d.name
+        assert (d / "current_link_speed").read_text().strip() == expected, d.name
+
+
+def test_pci_attribute_modes_are_the_kernels(rendered: Rendered) -> None:
+    modes = {"uevent": 0o644, "enable": 0o644, "config": 0o644, "vendor": 0o444, "device": 0o444, "class": 0o444}
+    (_, _, root), *_ = rendered("dgx-h100")
+    functions = sorted((root / "sys/bus/pci/devices").iterdir())
+    assert len(functions) > 8
+    for link in functions:
+        for name, mode in modes.items():
+            st = os.stat(link / name)
+            assert stat.S_IMODE(st.st_mode) == mode, (link.name, name, oct(st.st_mode))
+
+
+CXL_DEVICES = "sys/bus/cxl/devices"
+
+
+def test_a_cxl_endpoint_hangs_off_the_port_that_owns_the_memdevs_upstream_dport(rendered: Rendered) -> None:
+    for _, _, root in rendered("cxl-pool"):
+        endpoints = sorted((root / CXL_DEVICES).glob("endpoint*"))
+        assert len(endpoints) >= 8
+        for link in endpoints:
+            endpoint = link.resolve()
+            memdev = (endpoint / "uport").resolve()
+            upstream_dport = memdev.parent.parent  # memN -> its PCI function -> the downstream/root port above
+            assert (endpoint / "parent_dport").resolve() == upstream_dport, link.name
+            port = endpoint.parent
+            assert port.name.startswith("port"), (link.name, port.name)
+            dports = {d.resolve() for d in port.glob("dport*")}
+            assert upstream_dport in dports, (link.name, port.name)
+
+
+def test_the_pooled_dynamic_capacity_device_offers_the_whole_pool_as_dynamic_ram(rendered: Rendered) -> None:
+    for _, _, root in rendered("cxl-pool"):
+        dcd = []
+        for link in sorted((root / CXL_DEVICES).glob("mem*")):
+            mem = link.resolve()
+            if int((mem / "ram/size").read_text(), 16) == 0 and int((mem / "pmem/size").read_text(), 16) == 0:
+                dcd.append(mem)
+        assert len(dcd) == 1, dcd
+        assert int((dcd[0] / "dynamic_ram_a/size").read_text(), 16) == 64 << 30
