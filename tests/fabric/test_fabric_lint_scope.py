@@ -1,0 +1,44 @@
+"""What a lint finding says about its reach: the element and line that set the value, how many ports/NICs and paths it
+reaches (docs/fabric.md: "A setting that is wrong on many ports gives one finding at the line that set it, with
+the number of ports and paths it reaches and one example path").
+
+The expected counts are worked out by hand from the built-in ``dgx-h100-rail`` as docs/fabric.md describes it:
+4 DGX H100 nodes, one leaf per rail (8 leaves, one port per node each: 32 host-facing ports), every pair of NICs of
+a rail a RoCE path (4 nodes: 6 per rail, 48 in all).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fakehw.fabric import load_fabric
+from fakehw.fabric.lint import lint
+
+
+def _one_finding(tmp_path: Path, text: str) -> str:
+    f = tmp_path / "f.yaml"
+    f.write_text(text)
+    (finding,) = lint(load_fabric(f)).findings
+    return str(finding)
+
+
+def test_a_wrong_default_is_one_finding_at_defaults_reaching_every_port(tmp_path: Path) -> None:
+    line = _one_finding(tmp_path, "extends: dgx-h100-rail\nname: x\ndefaults:\n  qos: {pfcPriorities: []}\n")
+    assert line.startswith(f"{tmp_path / 'f.yaml'}:4: error FAB-PFC-001: defaults: "), line
+    assert line.endswith("[32 ports/NICs; 48 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0]"), line
+
+
+def test_a_host_setting_on_two_nics_counts_both_and_their_paths(tmp_path: Path) -> None:
+    """Two rail-0 NICs lose PFC: 2 NICs; of rail 0's 6 paths all but dgx-h100-2 <-> dgx-h100-3 touch one: 5."""
+    line = _one_finding(tmp_path, 'extends: dgx-h100-rail\nname: x\nhosts:\n'
+                                  '  "dgx-h100-[01]/mlx5_0": {roce: {pfcPriorities: []}}\n')
+    assert ": error FAB-PFC-001: dgx-h100-0/mlx5_0: " in line, line
+    assert line.endswith("[2 ports/NICs; 5 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0]"), line
+
+
+def test_a_single_port_finding_names_the_port_and_no_port_count(tmp_path: Path) -> None:
+    """One port at 5000 under 9000-byte NICs: leaf-rail0/p0 faces dgx-h100-0, so the 3 rail-0 paths from it."""
+    line = _one_finding(tmp_path, "extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail0\n"
+                                  "    ports:\n      - {name: p0, mtu: 5000}\n")
+    assert line.startswith(f"{tmp_path / 'f.yaml'}:6: warning FAB-MTU-001: leaf-rail0/p0: "), line
+    assert line.endswith(" [3 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0]"), line
