@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fakehw.fabric import load_fabric
 from fakehw.fabric.lint import lint
 
@@ -41,4 +43,20 @@ def test_a_single_port_finding_names_the_port_and_no_port_count(tmp_path: Path) 
     line = _one_finding(tmp_path, "extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail0\n"
                                   "    ports:\n      - {name: p0, mtu: 5000}\n")
     assert line.startswith(f"{tmp_path / 'f.yaml'}:6: warning FAB-MTU-001: leaf-rail0/p0: "), line
+    assert line.endswith(" [3 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0]"), line
+
+
+@pytest.mark.parametrize("node", [1, 2, 3])
+def test_the_example_path_of_one_bad_nic_starts_at_the_first_nic_of_its_rail(tmp_path: Path, node: int) -> None:
+    """One rail-0 NIC without PFC reaches its 3 paths to the other rail-0 NICs; the example is the first of them in
+    node order (docs/fabric.md), the one from dgx-h100-0 (for dgx-h100-0 itself: to dgx-h100-1)."""
+    line = _one_finding(tmp_path, f'extends: dgx-h100-rail\nname: x\nhosts:\n'
+                                  f'  "dgx-h100-{node}/mlx5_0": {{roce: {{pfcPriorities: []}}}}\n')
+    assert f": error FAB-PFC-001: dgx-h100-{node}/mlx5_0: " in line, line
+    assert line.endswith(f" [3 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-{node}/mlx5_0]"), line
+
+
+def test_the_example_path_of_the_first_nic_goes_to_the_second(tmp_path: Path) -> None:
+    line = _one_finding(tmp_path, 'extends: dgx-h100-rail\nname: x\nhosts:\n'
+                                  '  "dgx-h100-0/mlx5_0": {roce: {pfcPriorities: []}}\n')
     assert line.endswith(" [3 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0]"), line

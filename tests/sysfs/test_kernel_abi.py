@@ -21,6 +21,15 @@ here against where the kernel defines it:
 - A dynamic-capacity device (CXL 3.1, 9.13.3) shows its capacity under ``dynamic_ram_a/size``, not as static
   ``ram/size``: the pooled device of cxl-pool offers its whole pool (``cxlPools: capacity: 64GiB`` in the
   profile) that way.
+- CXL regions: drivers/cxl/core/region.c makes ``size``, ``commit``, ``interleave_ways`` and
+  ``interleave_granularity`` DEVICE_ATTR_RW (0644): region tooling writes them.
+- Huge pages: Documentation/admin-guide/mm/hugetlbpage.rst names the per-node pools
+  ``nodeN/hugepages/hugepages-<size>kB``; x86-64 has 2 MiB and (with pdpe1gb) 1 GiB pages: 2048 and 1048576 kB.
+- meminfo values are unsigned (fs/proc/meminfo.c, drivers/base/node.c print them with %lu).
+- ``modalias``: drivers/pci/pci-sysfs.c prints ``bc``/``sc``/``i`` as the three bytes of the class code.
+- ``/proc/driver/nvidia/params``: the driver's registry defaults (nv-reg.h, NV_DEFINE_REG_ENTRY_GLOBAL) where
+  nothing overrides them: MemoryPoolSize, KMallocHeapMaxSize, VMallocHeapMaxSize, IgnoreMMIOCheck and
+  NvLinkDisable 0, EnableUserNUMAManagement 1.
 """
 
 from __future__ import annotations
@@ -134,3 +143,49 @@ def test_the_pooled_dynamic_capacity_device_offers_the_whole_pool_as_dynamic_ram
                 dcd.append(mem)
         assert len(dcd) == 1, dcd
         assert int((dcd[0] / "dynamic_ram_a/size").read_text(), 16) == 64 << 30
+
+
+def test_cxl_region_attributes_tools_write_are_writable(rendered: Rendered) -> None:
+    writable = ("size", "commit", "interleave_ways", "interleave_granularity")
+    for _, _, root in rendered("cxl-pool"):
+        regions = sorted((root / CXL_DEVICES).glob("region[0-9]*"))
+        assert regions
+        for link in regions:
+            for name in writable:
+                assert stat.S_IMODE(os.stat(link / name).st_mode) == 0o644, (link.name, name)
+
+
+def test_x86_nodes_have_2_mib_and_1_gib_huge_page_pools(rendered: Rendered) -> None:
+    (_, node, root), *_ = rendered("dgx-h100")
+    assert node.cpu.arch == "amd64"
+    for n in sorted((root / NODES).glob("node[0-9]*")):
+        names = {d.name for d in (n / "hugepages").iterdir()}
+        assert names == {"hugepages-2048kB", "hugepages-1048576kB"}, (n.name, names)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_meminfo_values_are_never_negative(rendered: Rendered, profile: str) -> None:
+    for _, _, root in rendered(profile):
+        files = [root / "proc/meminfo", *sorted((root / NODES).glob("node[0-9]*/meminfo"))]
+        for f in files:
+            for line in f.read_text().splitlines():
+                value = line.split(":", 1)[1].split()[0]
+                assert int(value) >= 0, (f, line)
+
+
+def test_modalias_carries_the_three_bytes_of_the_class_code(rendered: Rendered) -> None:
+    (_, _, root), *_ = rendered("dgx-h100")
+    for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+        cls = int((d / "class").read_text(), 16)
+        alias = (d / "modalias").read_text().strip()
+        assert alias.endswith(f"bc{cls >> 16:02X}sc{(cls >> 8) & 0xFF:02X}i{cls & 0xFF:02X}"), (d.name, alias)
+
+
+NV_REG_DEFAULTS = {"MemoryPoolSize": "0", "KMallocHeapMaxSize": "0", "VMallocHeapMaxSize": "0",
+                   "IgnoreMMIOCheck": "0", "NvLinkDisable": "0", "EnableUserNUMAManagement": "1"}
+
+
+def test_nvidia_params_show_the_drivers_registry_defaults(rendered: Rendered) -> None:
+    (_, _, root), *_ = rendered("dgx-h100")
+    params = dict(line.split(": ", 1) for line in (root / "proc/driver/nvidia/params").read_text().splitlines())
+    assert {k: params.get(k) for k in NV_REG_DEFAULTS} == NV_REG_DEFAULTS
