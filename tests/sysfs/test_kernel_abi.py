@@ -189,3 +189,24 @@ def test_nvidia_params_show_the_drivers_registry_defaults(rendered: Rendered) ->
     (_, _, root), *_ = rendered("dgx-h100")
     params = dict(line.split(": ", 1) for line in (root / "proc/driver/nvidia/params").read_text().splitlines())
     assert {k: params.get(k) for k in NV_REG_DEFAULTS} == NV_REG_DEFAULTS
+
+
+def test_every_port_between_a_committed_regions_endpoints_and_the_root_decodes_it(rendered: Rendered) -> None:
+    """drivers/cxl/core/region.c (cxl_port_setup_targets, commit): a committed region has a decoder programmed for
+    it in every port from each target's endpoint up to the host bridge; ``cxl list -D -r`` lists them. On cxl-pool
+    that includes the pooled region's path through the pool's host bridge."""
+    for _, _, root in rendered("cxl-pool"):
+        devices = root / CXL_DEVICES
+        committed = [r for r in sorted(devices.glob("region[0-9]*")) if (r / "commit").read_text().strip() == "1"]
+        assert len(committed) >= 2
+        for region in committed:
+            targets = sorted(region.glob("target[0-9]*"))
+            assert targets, region.name
+            for target in targets:
+                decoder = (devices / target.read_text().strip()).resolve()
+                port = decoder.parent.parent  # decoder -> its endpoint -> the port above
+                assert port.name.startswith("port"), (region.name, decoder)
+                while port.name.startswith("port"):
+                    decoded = {(d / "region").read_text().strip() for d in port.glob("decoder*.*")}
+                    assert region.name in decoded, (region.name, port.name, decoded)
+                    port = port.parent
