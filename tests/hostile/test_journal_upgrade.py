@@ -62,3 +62,17 @@ def test_a_record_is_settled_only_once_it_is_synced(tmp_path: Path) -> None:
         assert journal.settled(ticket) == (True, None)
     finally:
         journal.close()
+
+
+def test_an_unreadable_line_of_an_old_format_journal_is_named_by_its_line_number(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    good = {"op": "generation", "generations": {"n0": 2}, "fault_counter": 3, "seq": 4}
+    path.write_text(json.dumps(good) + "\n{not json\n" + json.dumps(good) + "\n")
+    journal = Journal(path, salvage=True)
+    try:
+        report = journal.recovery.to_json()
+        assert report["upgraded"] is True and report["dropped"] == 1, report
+        assert report["problems"] == ["line 2 of the old-format journal does not parse"], report
+        assert journal.replay() == [good, good]
+    finally:
+        journal.close()
