@@ -1,84 +1,244 @@
-"""Control API: fault injections per second, and latency from an injection to the node's rendered state changing.
+"""Fault injection end to end: inject -> a consumer's nvmlEventSetWait_v2 returns, and injections/s sustained.
 
-The baseline is a ``GET /v1/health`` round trip over the same unix socket in the same run (the HTTP floor).
-The agent runs as its own process, as in the local backend. The latency is measured by a thread that watches
-``state.json`` for the new generation, so it includes the journal write and the render, as a consumer sees it.
+One agent process serves the profile's nodes (dgx-h100: 1 node; gb200-nvl72: 18 trays), as in the local backend.
+Every figure is measured from the call that starts the work, in the same run as its baselines:
+
+- ``fdatasync`` of a small append in the agent's state dir (the durability floor: the agent answers a change only
+  once its journal record is synced, and renders it only then);
+- ``GET /v1/health`` round trip (the HTTP floor), one client, and its throughput with the same concurrency as the
+  concurrent injections;
+- inject -> consumer: a process blocked in ``nvmlEventSetWait_v2`` (pynvml, every GPU of node 0 registered for Xid
+  events) wakes with the Xid; time from just before ``POST /v1/faults`` to the wake, CLOCK_MONOTONIC of both
+  processes. Each fault is healed after it was seen, so every sample starts from the same state;
+- concurrent injections: ``--clients`` processes x ``--threads`` threads inject Xids round robin over every node
+  and GPU for ``--seconds``: injections/s (group commit lets one fsync carry many clients' records) and the
+  agent's own CPU time per injection.
+
+Prints figures; asserts nothing. ``PYTHONPATH=<other checkout> python bench/bench_agent.py`` measures that
+checkout's agent with the same harness (how the before/after figures in docs/agent.md were taken).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import multiprocessing
+import os
+import select
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _util import percentile, row
 
 from fakehw.agent.client import AgentClient, AgentRequestError
+from fakehw.model import load_profile
+from testbed.environment import merged_environment, node_environment
 
-N = 400
-NODE = "dgx-h100-0"
+WAITER = r"""
+import json, sys, time, pynvml
+pynvml.nvmlInit()
+s = pynvml.nvmlEventSetCreate()
+for i in range(pynvml.nvmlDeviceGetCount()):
+    pynvml.nvmlDeviceRegisterEvents(pynvml.nvmlDeviceGetHandleByIndex(i), pynvml.nvmlEventTypeXidCriticalError, s)
+print(json.dumps({"ready": True}), flush=True)
+while True:
+    try:
+        e = pynvml.nvmlEventSetWait_v2(s, 10000)
+    except pynvml.NVMLError_Timeout:
+        continue
+    print(json.dumps({"t": time.monotonic(), "xid": e.eventData}), flush=True)
+"""
 
 
-def main() -> None:
-    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-        agent = subprocess.Popen([sys.executable, "-m", "fakehw.cli", "agent", "--profile", "dgx-h100",
-                                  "--state-dir", tmp])
-        client = AgentClient(Path(tmp) / "agent.sock")
-        for _ in range(600):
+def stats(values: list[float]) -> str:
+    return (f"p50 {statistics.median(values) * 1e3:7.2f} ms  p99 {percentile(values, 99) * 1e3:7.2f} ms  "
+            f"max {max(values) * 1e3:7.2f} ms  (n={len(values)})")
+
+
+def fsync_floor(directory: Path, samples: int) -> list[float]:
+    path = directory / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    out = []
+    try:
+        for _ in range(samples):
+            start = time.perf_counter()
+            os.write(fd, b"x" * 200 + b"\n")
+            os.fdatasync(fd)
+            out.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return out
+
+
+def agent_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _client_process(sock: str, targets: list[tuple[str, str]], threads: int, seconds: float, op: str,
+                    start_at: float, out: Any) -> None:
+    counts = [0] * threads
+    errors = [0] * threads
+
+    def work(k: int) -> None:
+        client = AgentClient(sock, timeout=30.0)
+        i = k
+        while time.monotonic() < start_at:
+            time.sleep(0.001)
+        deadline = start_at + seconds
+        while time.monotonic() < deadline:
+            node, gpu = targets[i % len(targets)]
+            i += threads
+            try:
+                if op == "inject":
+                    client.inject(node, "xid", gpu, code=13)
+                else:
+                    client.health()
+                counts[k] += 1
+            except AgentRequestError:
+                errors[k] += 1
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    out.put((sum(counts), sum(errors)))
+
+
+def concurrent(sock: str, targets: list[tuple[str, str]], clients: int, threads: int, seconds: float,
+               op: str) -> tuple[float, int]:
+    """(operations per second, errors) of ``clients`` x ``threads`` doing ``op`` for ``seconds``."""
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    start_at = time.monotonic() + 1.0  # every client connected and waiting before the clock starts
+    procs = [ctx.Process(target=_client_process,
+                         args=(sock, targets[c::clients] or targets, threads, seconds, op, start_at, out))
+             for c in range(clients)]
+    for p in procs:
+        p.start()
+    results = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(r[0] for r in results) / seconds, sum(r[1] for r in results)
+
+
+def journal_records(state_dir: Path) -> int:
+    try:
+        return sum(1 for _ in (state_dir / "journal.jsonl").open("rb"))
+    except OSError:
+        return 0
+
+
+def run_profile(profile: str, args: argparse.Namespace) -> None:
+    system = load_profile(profile)
+    targets = [(n.name, g.name) for n in system.nodes for g in n.gpus]
+    with tempfile.TemporaryDirectory(prefix="fhw-bench-agent-", dir=args.dir) as tmp:
+        state_dir = Path(tmp)
+        sock = str(state_dir / "agent.sock")
+        started = time.perf_counter()
+        agent = subprocess.Popen([sys.executable, "-m", "fakehw.cli", "agent", "--profile", profile,
+                                  "--state-dir", str(state_dir)], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        client = AgentClient(sock, timeout=30.0, retries=0)
+        while True:
             try:
                 client.health()
                 break
             except AgentRequestError:
-                time.sleep(0.05)
-        state_file = Path(tmp) / "nodes" / NODE / "state.json"
+                if agent.poll() is not None:
+                    raise SystemExit(f"the agent for {profile} exited with {agent.returncode}") from None
+                time.sleep(0.02)
+        start_s = time.perf_counter() - started
+        try:
+            print(f"\n{profile}: {len(system.nodes)} node(s), {len(targets)} GPUs, one agent (up in {start_s:.1f} s)")
+            floor = fsync_floor(state_dir, args.samples // 2)
+            health = []
+            for _ in range(args.samples):
+                t = time.perf_counter()
+                client.health()
+                health.append(time.perf_counter() - t)
+            row("fdatasync of a journal-sized append (floor)", stats(floor))
+            row("GET /v1/health round trip (HTTP floor)", stats(health))
 
-        start = time.perf_counter()
-        for _ in range(N):
-            client.health()
-        health = (time.perf_counter() - start) / N
+            node = system.nodes[0]
+            env = merged_environment(node_environment(node.name, state_dir / "nodes" / node.name, Path(sock)))
+            waiter = subprocess.Popen([sys.executable, "-c", WAITER], stdout=subprocess.PIPE, text=True, env=env)
+            assert waiter.stdout is not None
+            json.loads(waiter.stdout.readline())
+            seen, returned = [], []
+            for i in range(args.samples):
+                gpu = node.gpus[i % len(node.gpus)].name
+                start = time.monotonic()
+                fid = client.inject(node.name, "xid", gpu, code=13)["id"]
+                returned.append(time.monotonic() - start)
+                ready, _, _ = select.select([waiter.stdout], [], [], 10)
+                if not ready:
+                    raise SystemExit(f"event {i} never reached the consumer")
+                event = json.loads(waiter.stdout.readline())
+                seen.append(event["t"] - start)
+                client.heal(fid)
+            waiter.kill()
+            waiter.wait()
+            floor += fsync_floor(state_dir, args.samples // 2)
+            row("inject -> POST answered", stats(returned),
+                f"{statistics.median(returned) / statistics.median(health):5.1f}x health")
+            row("inject -> nvmlEventSetWait_v2 returns", stats(seen),
+                f"{statistics.median(seen) / statistics.median(health):5.1f}x health")
+            row("  of which fdatasync (same run, both halves)", stats(floor))
 
-        start = time.perf_counter()
-        ids = [client.inject(NODE, "thermal", f"gpu{i % 8}", temperature_c=80 + i % 10)["id"] for i in range(N)]
-        inject = (time.perf_counter() - start) / N
-        start = time.perf_counter()
-        for fid in ids:
-            client.heal(fid)
-        heal = (time.perf_counter() - start) / N
+            health_rate, _ = concurrent(sock, targets, args.clients, args.threads, args.seconds / 2, "health")
+            records = journal_records(state_dir)
+            cpu = agent_cpu(agent.pid)
+            t = time.perf_counter()
+            rate, errors = concurrent(sock, targets, args.clients, args.threads, args.seconds, "inject")
+            wall = time.perf_counter() - t
+            cpu = agent_cpu(agent.pid) - cpu
+            injected = rate * args.seconds
+            records = journal_records(state_dir) - records
+            conc = f"{args.clients}x{args.threads} clients"
+            row(f"GET /v1/health, {conc}", f"{health_rate:8.0f} req/s")
+            row(f"inject, {conc}, {args.seconds:.0f} s", f"{rate:8.0f} injections/s",
+                f"{rate / health_rate:5.2f}x health's rate", f"errors {errors}")
+            row("  agent CPU per injection", f"{cpu / max(injected, 1) * 1e3:7.2f} ms",
+                f"({cpu:.1f} s CPU in {wall:.1f} s)")
+            row("  journal records written", f"{records}")
+        finally:
+            agent.terminate()
+            try:
+                agent.wait(30)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait()
 
-        latencies = []
-        for i in range(100):
-            generation = json.loads(state_file.read_text())["generation"]
-            seen = threading.Event()
 
-            def watch(target: int = generation + 1, done: threading.Event = seen) -> None:
-                while json.loads(state_file.read_text() or "{}").get("generation", 0) < target:
-                    time.sleep(0.0002)
-                done.set()
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profiles", default="dgx-h100,gb200-nvl72")
+    parser.add_argument("--samples", type=int, default=500, help="inject -> consumer samples (p99 needs 100+)")
+    parser.add_argument("--clients", type=int, default=4, help="client processes for the concurrent run")
+    parser.add_argument("--threads", type=int, default=8, help="threads per client process")
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--dir", default=os.environ.get("FAKEHW_STATE_DIR", "/tmp"),
+                        help="where the agent's state dir is made (the disk matters: fsync)")
+    args = parser.parse_args()
+    Path(args.dir).mkdir(parents=True, exist_ok=True)
+    import fakehw
 
-            watcher = threading.Thread(target=watch)
-            watcher.start()
-            sent = time.perf_counter()
-            fid = client.inject(NODE, "xid", f"gpu{i % 8}", code=13)["id"]
-            seen.wait(10)
-            latencies.append(time.perf_counter() - sent)
-            watcher.join()
-            client.heal(fid)
-        agent.terminate()
-        agent.wait(10)
-
-    print("agent control API over its unix socket (dgx-h100, 8 GPUs)")
-    row("GET /v1/health round trip (baseline)", f"{health * 1e3:6.2f} ms", f"{1 / health:7.0f} req/s")
-    row("inject (POST /v1/faults, journaled + rendered)", f"{inject * 1e3:6.2f} ms",
-        f"{1 / inject:7.0f} injections/s", f"{inject / health:4.1f}x baseline")
-    row("heal (DELETE /v1/faults/{id})", f"{heal * 1e3:6.2f} ms", f"{1 / heal:7.0f} heals/s")
-    row("inject -> state.json shows it", f"p50 {percentile(latencies, 50) * 1e3:5.2f} ms",
-        f"p99 {percentile(latencies, 99) * 1e3:5.2f} ms")
+    print(f"agent from {Path(fakehw.__file__).parent.parent}; load {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs")
+    for profile in args.profiles.split(","):
+        run_profile(profile, args)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

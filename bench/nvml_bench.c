@@ -4,7 +4,8 @@
  *
  *   nvml_bench getters ITERATIONS   ns per call of hot getters, 1 and 2 threads, and the same call shape into
  *                                   the no-op (the floor any call into a shared library pays)
- *   nvml_bench init ROUNDS          ms per nvmlInit_v2 + nvmlShutdown on $FAKEHW_NVML_SNAPSHOT
+ *   nvml_bench init ROUNDS          ms per nvmlInit_v2 + nvmlShutdown on $FAKEHW_NVML_SNAPSHOT: best,
+ *                                   median and mean of ROUNDS
  */
 #include "nvml_abi.h"
 
@@ -119,20 +120,29 @@ static int getters(long iterations) {
     return nvmlShutdown() == NVML_SUCCESS ? 0 : 1;
 }
 
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static int init(long rounds) {
-    double best = 1e18, total = 0;
+    double *took = calloc((size_t)(rounds > 0 ? rounds : 1), sizeof *took);
+    double total = 0;
+    if (took == NULL || rounds <= 0) return 2;
     for (long i = 0; i < rounds; i++) {
         double start = now_ns();
         if (nvmlInit_v2() != NVML_SUCCESS) {
             fprintf(stderr, "nvmlInit failed: is FAKEHW_NVML_SNAPSHOT set?\n");
+            free(took);
             return 1;
         }
-        double took = now_ns() - start;
+        took[i] = now_ns() - start;
         nvmlShutdown();
-        total += took;
-        if (took < best) best = took;
+        total += took[i];
     }
-    printf("%.3f %.3f\n", best / 1e6, total / (double)rounds / 1e6);
+    qsort(took, (size_t)rounds, sizeof *took, by_value);
+    printf("%.3f %.3f %.3f\n", took[0] / 1e6, took[rounds / 2] / 1e6, total / (double)rounds / 1e6);
+    free(took);
     return 0;
 }
 

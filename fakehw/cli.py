@@ -246,8 +246,10 @@ def cmd_kinds(args: argparse.Namespace) -> int:
 
 def cmd_agent(args: argparse.Namespace) -> int:
     from fakehw.agent.main import run_agent
+    from fakehw.agent.progress import StartProgress
     from fakehw.agent.trust import read_token_file
 
+    StartProgress(Path(args.state_dir))("loading the profile")
     system = _load(args.profile, args.nodes)
     for name in args.node or []:
         if system.node(name) is None:
@@ -255,7 +257,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     try:
         token = read_token_file(Path(args.token_file)) if args.token_file else None
         run_agent(system, Path(args.state_dir), args.node or None,
-                  Path(args.socket) if args.socket else None, args.listen, token, salvage=args.salvage_journal)
+                  Path(args.socket) if args.socket else None, args.listen, token, salvage=args.salvage_journal,
+                  files=args.files)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_BAD_INPUT) from None
     return 0
@@ -329,6 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", metavar="HOST:PORT", help="also serve on loopback TCP (needs --token-file)")
     p.add_argument("--token-file", metavar="FILE",
                    help="bearer token for the TCP listener (a file only you can read and write: chmod 600)")
+    p.add_argument("--files", choices=("all", "on-demand"), default="all",
+                   help="make every node's files (NVML snapshot, /sys tree) at start (all, the default), or a "
+                        "node's only when asked with POST /v1/render (on-demand: a 10,000-node fleet starts in "
+                        "seconds and costs disk only for the nodes used; the local testbed runs it so)")
     p.add_argument("--salvage-journal", action="store_true",
                    help="start from a damaged journal: use the records that check out, keep the damaged file "
                         "beside it (journal.jsonl.damaged-TIME) and report what was dropped (GET /v1/health)")

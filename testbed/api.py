@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -62,6 +62,7 @@ class Testbed:
         backend: str = "local",
         name: str = "default",
         state_dir: Path | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
         driver: str | None = None,
         **options: Any,
     ) -> Testbed:
@@ -81,7 +82,7 @@ class Testbed:
                 raise BackendError(f"cluster {name!r} is already up ({existing.profile}, {existing.backend}); "
                                    f"run 'testbed down --name {name}' first")
             old.down(existing)
-        record = impl.up(UpRequest(profile, name, state, nodes, options))
+        record = impl.up(UpRequest(profile, name, state, nodes, options, progress))
         return cls(record, impl)
 
     @classmethod
@@ -103,10 +104,13 @@ class Testbed:
         return self.backend.nodes(self.record)
 
     def node(self, name: str) -> NodeInfo:
-        for n in self.nodes():
-            if n.name == name:
-                return n
-        raise BackendInputError(f"cluster {self.name} has no node {name!r}")
+        """One node, its files made (on the local backend, :meth:`nodes` makes every node's)."""
+        return self.backend.node(self.record, name)
+
+    @property
+    def node_names(self) -> list[str]:
+        """The nodes' names (nothing is made or loaded)."""
+        return list(self.record.nodes)
 
     def exec(self, node: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
              timeout: float | None = 120, capture: bool = True,

@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,8 @@ examples:
   testbed events --follow                            stream events
   testbed down                                       tear it down (--all: every cluster)
   testbed demo                                       up, show topology and health, inject, heal, down
+  testbed up --backend kubeconfig --kubeconfig ~/.kube/config --kwok --nodes 10000 --name fleet
+                                                     10,000 dgx-h100 nodes as KWOK nodes in a real cluster
 """
 
 
@@ -135,7 +137,8 @@ def _image_option(value: str | None) -> str | dict[str, str] | None:
 
 BACKEND_OPTIONS = {"gpus": ("docker",), "image": ("docker",), "kubeconfig": ("kubeconfig",),
                    "node_image": ("kind", "kubeconfig"), "kind_image": ("kind",), "kind_path": ("kind",),
-                   "kubectl_path": ("kind", "kubeconfig")}
+                   "kubectl_path": ("kind", "kubeconfig"), "kwok": ("kubeconfig",),
+                   "kwok_workers": ("kubeconfig",)}
 """``testbed up`` options and the backends that take them (others refuse them: a typo is not silently ignored)."""
 
 
@@ -160,10 +163,30 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"starting cluster {args.name!r}: profile {args.profile} on the {args.backend} backend ...", file=sys.stderr)
     options = _backend_options(args)
     tb = Testbed.up(args.profile, nodes=args.nodes, backend=args.backend, name=args.name,
-                    state_dir=_state_dir(args), driver=args.driver, **options)
+                    state_dir=_state_dir(args), driver=args.driver, progress=_start_reporter(start), **options)
     print(f"cluster {tb.name} is up: {len(tb.record.nodes)} node(s) in {time.monotonic() - start:.1f} s "
           f"({tb.record.dir})")
     return 0
+
+
+def _start_reporter(start: float) -> Callable[[dict[str, Any]], None]:
+    """Prints what a starting agent reports, once the start has taken more than a couple of seconds."""
+    def report(progress: dict[str, Any]) -> None:
+        if progress.get("notice"):
+            print(f"  note: {progress['notice']}", file=sys.stderr, flush=True)
+            return
+        if time.monotonic() - start < 2.0:
+            return
+        done, total = progress.get("done", 0), progress.get("total", 0)
+        count = f" {done}/{total}" if total else ""
+        if progress.get("phase") == "kwok":
+            print(f"  kwok: {done}/{total} nodes registered, {progress.get('objects', 0)} objects "
+                  f"({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+            return
+        print(f"  agent: {progress.get('phase', 'starting')}{count} ({time.monotonic() - start:.0f} s)",
+              file=sys.stderr, flush=True)
+
+    return report
 
 
 def _health_summary(state: dict[str, Any]) -> str:
@@ -178,6 +201,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     tb = _attach(args)
     alive = tb.alive()
     rec = tb.record
+    if rec.extra.get("kwok"):
+        return _kwok_status(tb, alive, args.json)
     states = {n: tb.state(n) for n in rec.nodes} if alive else {}
     if args.json:
         print(json.dumps({"cluster": rec.name, "backend": rec.backend, "profile": rec.profile, "alive": alive,
@@ -196,12 +221,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not alive:
         print(f"the agent is not running; see {rec.dir / 'agent.log'} or run 'testbed down --name {rec.name}'")
         return 1
-    infos = {n.name: n for n in tb.nodes()}
+    arch = {n.name: n.cpu.arch for n in tb.system.nodes}
     width = max(len(n) for n in rec.nodes)
     print(f"{'NODE':<{width}}  {'ARCH':8} {'GPUS':>4}  {'FAULTS':>6}  HEALTH")
     for name in rec.nodes:
         st = states[name]
-        print(f"{name:<{width}}  {infos[name].arch:8} {len(st['gpus']):>4}  {len(st['faults']):>6}  "
+        print(f"{name:<{width}}  {arch[name]:8} {len(st['gpus']):>4}  {len(st['faults']):>6}  "
               f"{_health_summary(st)}")
     if args.topology:
         from fakehw.views.topo_matrix import format_topo_matrix
@@ -214,6 +239,20 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"\ntopology of {node.name}:")
             sys.stdout.write(format_topo_matrix(node, tb.system.topology.nodes[node.name]))
     return 0
+
+
+def _kwok_status(tb: Testbed, alive: bool, as_json: bool) -> int:
+    """A KWOK cluster has no agents: what was registered and whether its Nodes are still in the cluster."""
+    rec = tb.record
+    if as_json:
+        print(json.dumps({"cluster": rec.name, "backend": rec.backend, "profile": rec.profile, "alive": alive,
+                          "kwok": True, "nodes": rec.nodes, "kinds": rec.extra.get("kwok_kinds", []),
+                          "objects": rec.extra.get("kwok_objects")}, indent=2))
+        return 0 if alive else 1
+    print(f"cluster {rec.name}: profile {rec.profile} as {len(rec.nodes)} KWOK node(s) in "
+          f"{rec.extra['kubeconfig']} ({', '.join(rec.extra.get('kwok_kinds', []))}; "
+          f"{rec.extra.get('kwok_objects', '?')} objects); {'registered' if alive else 'NOT FOUND in the cluster'}")
+    return 0 if alive else 1
 
 
 def cmd_inject(args: argparse.Namespace) -> int:
@@ -344,7 +383,7 @@ def cmd_restart_agent(args: argparse.Namespace) -> int:
     if not isinstance(tb.backend, LocalBackend):
         raise CliError(f"restart-agent is for the local backend; this cluster runs on {tb.record.backend}")
     tb.backend.stop_agent(tb.record, kill=args.kill)
-    tb.backend.start_agent(tb.record, salvage=args.salvage_journal)
+    tb.backend.start_agent(tb.record, salvage=args.salvage_journal, report=_start_reporter(time.monotonic()))
     print(f"agent of {tb.name} restarted (pid {tb.record.agent_pid})")
     return 0
 
@@ -418,6 +457,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="docker backend: node image to run, one for every node or one per architecture "
                             "(amd64=fakehw/node:amd64,riscv64=...) (default: built from this checkout)")
         p.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig backend: the cluster to put the nodes on")
+        p.add_argument("--kwok", action="store_true", default=None,
+                       help="kubeconfig backend: register the nodes as KWOK-managed Node objects (labels as GFD "
+                            "writes them, capacity, NodeResourceTopology, DRA ResourceSlices) instead of running "
+                            "agents on real nodes: a real kube-scheduler then schedules against thousands of them. "
+                            "KWOK must be installed in the cluster (docs/kubernetes.md)")
+        p.add_argument("--kwok-workers", type=int, metavar="N",
+                       help="with --kwok: API requests in flight at most (default 16)")
         p.add_argument("--node-image", metavar="IMAGE",
                        help="kind and kubeconfig backends: the node image the cluster runs (the kubeconfig backend's "
                             "cluster must be able to pull it; default: fakehw/node:amd64)")

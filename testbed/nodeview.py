@@ -182,6 +182,18 @@ def _make_point(target: str, kind: str | None) -> None:
         raise SetupError(f"cannot create mount point {target}: {exc.strerror}") from None
 
 
+def _require_entries(source: str) -> None:
+    """Refuse an empty ``/sys`` (a live server's mount point with nothing mounted on it): every reader would get
+    ENOENT and most would carry on as if the machine had no such device, which is the wrong answer, not an error."""
+    try:
+        with os.scandir(source) as entries:
+            if next(entries, None) is not None:
+                return
+    except OSError as exc:
+        raise SetupError(f"cannot read {source} (for /sys): {exc.strerror}") from None
+    raise SetupError(f"{source} (for /sys) is empty: the node's live /sys is not mounted there")
+
+
 def enter(view: NodeView) -> None:
     """Make this process's private namespaces and mount ``view`` (the process then execs the command)."""
     libc = _libc()
@@ -201,6 +213,8 @@ def enter(view: NodeView) -> None:
                 except OSError as exc:
                     code = errno.errorcode.get(exc.errno or 0, exc.errno)
                     raise SetupError(f"mount {m.source} on {m.target}: {exc.strerror} ({code})") from None
+                if m.target == "/sys":
+                    _require_entries(m.source)
         for m in steps:
             _make_point(m.target, m.make)
             source = f"/proc/self/fd/{sources[m.source]}" if m.source in sources else m.source

@@ -57,7 +57,7 @@ def test_what_the_workflows_run_exists() -> None:
         for target in [*re.findall(r"docker-bake\.hcl (\S+)", run), step.get("with", {}).get("targets", "")]:
             if target and not target.startswith("$"):
                 assert f'target "{target}"' in bake, f"{where}: bake target {target} does not exist"
-        for path in re.findall(r"\b(tests/[\w/]+|tools/[\w.-]+)", run):
+        for path in re.findall(r"\b(tests/[\w/.]+|tools/[\w.-]+)", run):
             assert (ROOT / path).exists(), f"{where}: {path} does not exist"
 
 
@@ -90,3 +90,26 @@ def test_the_components_advertised_are_ones_conformance_run_accepts() -> None:
         text = path.read_text()
         assert "image:<" not in text and "image:registry" not in text, path.name
         assert "url:http://<host>:<port> (extender)" in " ".join(text.split()), path.name
+
+
+def test_the_kwok_job_pins_what_it_installs_and_runs_the_kwok_e2e() -> None:
+    """The kwok job of e2e-kind.yml installs kind, KWOK and the NRT CRD at pinned versions (never "latest"), gives
+    the e2e test the cluster, and selects a test that exists (a renamed test would otherwise skip silently)."""
+    path = ROOT / ".github" / "workflows" / "e2e-kind.yml"
+    job = _load(path)["jobs"]["kwok"]
+    env = job["env"]
+    for key in ("KIND_VERSION", "KWOK_VERSION", "NRT_API_VERSION"):
+        assert re.fullmatch(r"v\d+\.\d+\.\d+", env[key]), f"{key}={env[key]} is not a pinned release"
+    runs = "\n".join(step.get("run", "") for step in job["steps"])
+    assert "latest" not in runs
+    for needed in ("releases/download/${KWOK_VERSION}/kwok.yaml", "releases/download/${KWOK_VERSION}/stage-fast.yaml",
+                   "noderesourcetopology-api/${NRT_API_VERSION}/manifests/crd.yaml",
+                   "kind.sigs.k8s.io/dl/${KIND_VERSION}", "bin/linux/amd64/$bin", "kube-scheduler"):
+        assert needed in runs, f"the kwok job does not run {needed}"
+    e2e = next(step for step in job["steps"] if "pytest" in step.get("run", ""))
+    assert set(e2e["env"]) >= {"FAKEHW_KWOK_KUBECONFIG", "FAKEHW_KWOK_NODES"}
+    selected = re.search(r"-k (\w+)", e2e["run"])
+    assert selected is not None
+    test_file = (ROOT / "tests" / "kubernetes" / "test_kwok.py").read_text()
+    assert re.search(rf"^def test_\w*{selected.group(1)}\w*\(", test_file, re.M), "-k selects no test"
+    assert int(e2e["env"]["FAKEHW_KWOK_NODES"]) >= 1000

@@ -84,6 +84,12 @@ class AgentApi(PlatformClientMixin, MigClientMixin, ABC):
     def nodes(self) -> list[dict[str, Any]]:
         return self.request("GET", "/v1/nodes")  # type: ignore[no-any-return]
 
+    def render(self, nodes: list[str], timeout: float | None = None) -> dict[str, str]:
+        """Make these nodes' files (an agent started with ``--files on-demand`` makes none by itself): node name
+        -> its directory."""
+        answer = self.request("POST", "/v1/render", {"nodes": nodes}, timeout=timeout)
+        return answer["rendered"]  # type: ignore[no-any-return]
+
     def state(self, node: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/nodes/{node}")  # type: ignore[no-any-return]
 

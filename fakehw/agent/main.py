@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from fakehw.agent.journal import JournalDamaged
+from fakehw.agent.progress import StartProgress
 from fakehw.agent.server import TcpAgentServer, UnixAgentServer, serve
 from fakehw.agent.service import AgentService
 from fakehw.agent.statedir import is_disk_full
@@ -32,12 +33,15 @@ def run_agent(
     ready: threading.Event | None = None,
     stop: threading.Event | None = None,
     salvage: bool = False,
+    files: str = "all",
 ) -> None:
-    """Serve until ``stop`` is set or a termination signal arrives (in the main thread)."""
+    """Serve until ``stop`` is set or a termination signal arrives (in the main thread). ``files``: "all" renders
+    every node's files at start, "on-demand" only when asked (``POST /v1/render``)."""
     if listen and not token:
         raise ValueError("--listen needs a bearer token (--token-file)")
     try:
-        service = AgentService(system, state_dir, nodes, salvage=salvage)
+        service = AgentService(system, state_dir, nodes, salvage=salvage, files=files,
+                               progress=StartProgress(state_dir))
     except JournalDamaged as exc:
         raise AgentStartError(str(exc)) from None
     except OSError as exc:

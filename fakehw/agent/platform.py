@@ -254,6 +254,8 @@ class Platform:
         self.cxl = self.engine.boot()
         self.ledger = PoolLedger()
         self._fault_states: dict[str, NodeState] = {}
+        self.started = threading.Event()
+        """Set by the agent once it has reconciled the nodes it starts with (the expiry timer waits for it)."""
         self.audit = AuditLog(state_dir / "audit.jsonl")
         self.journal = Journal(state_dir / "platform.jsonl", salvage)
         self._replay()
@@ -268,8 +270,8 @@ class Platform:
         """Revoke expired grants within a second of their expiry, so the rendered tree never shows them for
         long even when no request comes in (requests also expire what is due before they look)."""
         while not self._stop.wait(EXPIRY_POLL_S):
-            if len(self._fault_states) < len(self.nodes):
-                continue  # the agent is still rendering its nodes for the first time; it expires as it goes
+            if not self.started.is_set():
+                continue  # the agent is still starting; it expires as it goes
             try:
                 with self._lock:
                     if any(g.expires <= self._clock() for g in self.ledger.grants.values()):

@@ -14,6 +14,7 @@ GET      /v1/faults/{id}                     one active fault
 DELETE   /v1/faults/{id}                     heal one fault
 POST     /v1/heal                            heal all matching {"node", "device", "kind"} (any subset)
 GET      /v1/events?since=&node=&wait=       events after a sequence number (long-poll up to wait s)
+POST     /v1/render                          make nodes' files and keep them current: {"nodes": [...]}
 =======  ==================================  ====================================================
 
 Nothing a client sends can stop the server: bad input gets a 4xx, a bug gets a 500 and a log line.
@@ -96,8 +97,18 @@ def _nodes(svc: AgentService, _p: dict[str, str], _q: dict[str, str], _b: Any) -
     for name in svc.node_names:
         st = svc.state(name)
         out.append({"name": name, "health": st.health, "generation": st.generation, "gpus": len(st.gpus),
-                    "faults": len(st.faults), "dir": str(svc.node_dir(name))})
+                    "faults": len(st.faults), "dir": str(svc.node_dir(name)), "rendered": svc.rendered(name)})
     return 200, out
+
+
+def _render(svc: AgentService, _p: dict[str, str], _q: dict[str, str], body: Any) -> tuple[int, Any]:
+    if not isinstance(body, dict) or not isinstance(body.get("nodes"), list) or \
+            not all(isinstance(n, str) for n in body["nodes"]):
+        raise AgentError(400, "expected {\"nodes\": [names]}: the nodes whose files to make")
+    if len(body["nodes"]) > len(svc.node_names):
+        raise AgentError(422, f"{len(body['nodes'])} names for {len(svc.node_names)} nodes")
+    dirs = svc.render(body["nodes"])
+    return 200, {"rendered": {n: str(d) for n, d in zip(body["nodes"], dirs, strict=False)}}
 
 
 def _node(svc: AgentService, p: dict[str, str], _q: dict[str, str], _b: Any) -> tuple[int, Any]:
@@ -175,6 +186,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     ("DELETE", re.compile(r"^/v1/faults/(?P<id>[^/]+)$"), _heal_one),
     ("POST", re.compile(r"^/v1/heal$"), _heal),
     ("GET", re.compile(r"^/v1/events$"), _events),
+    ("POST", re.compile(r"^/v1/render$"), _render),
     *PLATFORM_ROUTES,  # CXL and memory pools: fakehw/agent/platform_api.py
     *MIG_ROUTES,  # MIG mode and instances: fakehw/agent/mig_api.py
 ]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import logging
 import threading
 import time
@@ -50,10 +49,15 @@ from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, even
 from fakehw.agent.statedir import DISK_FULL_ERRNOS, DiskReserve, StateDirLock, is_disk_full
 from fakehw.agent.trust import private_dir
 from fakehw.model.system import Node, System
-from fakehw.render import RenderResult, render_node
+from fakehw.render import RenderMemo, RenderResult, render_node
+from fakehw.render.atomic import Releaser
 
 log = logging.getLogger(__name__)
 MAX_EVENTS = 10_000
+FILES = ("all", "on-demand")
+"""Which nodes' files the agent makes: every node's at start, or a node's when asked (:meth:`AgentService.render`)."""
+RECENT_EVENTS = 256
+"""Events kept per node for its snapshot (the snapshot's event ring holds as many)."""
 MAX_ACTIVE_FAULTS = 100_000
 MAX_ANSWERS_KEPT = 1024
 """Journaled idempotency answers carried over by compaction."""
@@ -99,7 +103,11 @@ class AgentService:
         nodes: Sequence[str] | None = None,
         clock: Callable[[], float] = time.time,
         salvage: bool = False,
+        files: str = "all",
+        progress: Callable[..., None] | None = None,
     ):
+        if files not in FILES:
+            raise ValueError(f"files must be one of {', '.join(FILES)}, not {files!r}")
         self.system = system
         self.state_dir = state_dir
         self._clock = clock
@@ -113,10 +121,23 @@ class AgentService:
         self._changed = threading.Condition(self.lock)
         # Applied (what readers see):
         self._faults: dict[str, ActiveFault] = {}
+        self._node_faults: dict[str, dict[str, ActiveFault]] = {n: {} for n in self._nodes}
+        """The active faults of each node, in injection order (a render must not walk the fleet's faults)."""
         self._events: deque[Event] = deque(maxlen=MAX_EVENTS)
+        self._node_events: dict[str, deque[Event]] = {}
+        """Each node's latest events (what its snapshot's event ring carries)."""
+        self._release = Releaser()
+        """Closes replaced files off the request path (see :class:`~fakehw.render.atomic.Releaser`)."""
+        self._memos: dict[str, RenderMemo] = {}
+        """Per node: what its renderers remember, so a re-render repeats only what a change needs."""
+        self._gpu_memos: dict[str, dict[str, Any]] = {}
+        """Per node: GPU states by the faults they were derived from (see :func:`derive_state`)."""
         self._seq = 0
         self._generation: dict[str, int] = dict.fromkeys(self._nodes, 1)
         self._states: dict[str, NodeState] = {}
+        self.files = files
+        self._rendered: set[str] = set()
+        """Nodes whose files exist and are kept current (all of them unless ``files`` is "on-demand")."""
         self._stale: dict[str, str] = {}
         """Nodes whose files are behind (a render failed) and why; rendered again on the next change."""
         self._disk_error: str | None = None
@@ -130,21 +151,42 @@ class AgentService:
         self._healing: set[str] = set()
         self.idempotency = IdempotencyCache(clock)
         self.reserve: DiskReserve | None = None
+        step = progress or (lambda *_a, **_k: None)
         private_dir(state_dir)
         self._dir_lock = StateDirLock(state_dir)
         try:
+            step("replaying journals")
             self.journal = Journal(state_dir / "journal.jsonl", salvage)
             self._replay()
             self._compact()
             self.platform = Platform(system, self._nodes, state_dir, clock, self.lock, self.nodes_changed,
                                      salvage=salvage)
             self.mig = MigManager(system, self._nodes, state_dir, self.lock, self.nodes_changed, salvage=salvage)
-            for name in self._nodes:
-                self._render(name, initial=True)
+            self._start(step)
             self.reserve = DiskReserve(state_dir)
         except BaseException:
             self.close()
             raise
+
+    def _start(self, step: Callable[..., None]) -> None:
+        """Derive the state of the nodes that differ from their boot state and render the nodes whose files must
+        exist: all of them, or (on demand) those rendered before this start, whose readers may still be there."""
+        changed = [n for n in self._nodes if self._node_faults[n] or self._nodes[n].memory_pools
+                   or self._nodes[n].cxl.memdevs]
+        for i, name in enumerate(changed):
+            step("deriving node states", i, len(changed))
+            self._derive(name)
+        if self.files == "all":
+            wanted = list(self._nodes)
+        else:
+            base = self.state_dir / "nodes"
+            wanted = [n for n in self._nodes if (base / n).is_dir()]
+        for i, name in enumerate(wanted):
+            step("rendering nodes", i, len(wanted))
+            self._render(name, initial=True)
+            self._rendered.add(name)
+        self.platform.started.set()
+        step("serving", len(wanted), len(wanted))
 
     # ------------------------------------------------------------------------------------------ queries
 
@@ -164,7 +206,31 @@ class AgentService:
     def state(self, name: str) -> NodeState:
         self.node(name)
         with self.lock:
-            return self._states[name]
+            state = self._states.get(name)
+            return state if state is not None else self._derive(name)
+
+    def rendered(self, name: str) -> bool:
+        """Whether the node's files exist and are kept current."""
+        return name in self._rendered
+
+    def render(self, names: Iterable[str]) -> list[Path]:
+        """Make the files of ``names`` (the nodes' directories) and keep them current from now on. Costs what the
+        node's tree costs once (static parts are hard links to one copy per node template); nodes already rendered
+        cost nothing. What a consumer that reads a node's files (not the API) must call first when the agent runs
+        with ``files="on-demand"``."""
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            self.node(name)
+        with self.lock:
+            for name in wanted:
+                if name in self._rendered:
+                    continue
+                self.check_writable()
+                self._render_safely(name, initial=True)
+                if name in self._stale:
+                    raise AgentError(507, f"cannot render {name}: {self._stale[name]}")
+                self._rendered.add(name)
+        return [self.node_dir(n) for n in wanted]
 
     def faults(self, node: str | None = None) -> list[ActiveFault]:
         if node is not None:
@@ -324,7 +390,7 @@ class AgentService:
             for name in nodes:
                 if name in self._nodes:
                     self._generation[name] = self._next_generation(name, strict=False)
-                    self._render_safely(name)
+                    self._update(name)
             self._changed.notify_all()
 
     def check_writable(self) -> None:
@@ -382,7 +448,7 @@ class AgentService:
                 continue
             touched.update(pending.apply())
         for name in sorted(touched | set(self._stale)):
-            self._render_safely(name)
+            self._update(name)
         if touched:
             self._changed.notify_all()
 
@@ -429,6 +495,7 @@ class AgentService:
 
     def _apply_inject(self, fault: ActiveFault, generation: int, events: list[Event]) -> None:
         self._faults[fault.id] = fault
+        self._node_faults[fault.node][fault.id] = fault
         self._add_events(events)
         self._generation[fault.node] = max(self._generation[fault.node], generation)
 
@@ -436,33 +503,60 @@ class AgentService:
         for name, change in per_node.items():
             for fid in change["ids"]:
                 self._faults.pop(fid, None)
+                self._node_faults[name].pop(fid, None)
             self._generation[name] = max(self._generation[name], int(change["generation"]))
         self._add_events(events)
 
     def _add_events(self, events: Iterable[Event]) -> None:
         for e in events:
             self._events.append(e)
+            recent = self._node_events.get(e.node)
+            if recent is None:
+                recent = self._node_events[e.node] = deque(maxlen=RECENT_EVENTS)
+            recent.append(e)
             self._seq = max(self._seq, e.seq)
 
     # ------------------------------------------------------------------------------------------ rendering
 
-    def _render(self, name: str, initial: bool = False) -> RenderResult:
+    def _derive(self, name: str) -> NodeState:
+        """The node's state now (faults, platform, MIG), remembered for the API; files are not touched."""
         node = self._nodes[name]
-        faults = [f for f in self._faults.values() if f.node == name]
-        state = derive_state(node, faults, self._generation[name], self.system.seed)
+        faults = list(self._node_faults[name].values())
+        state = derive_state(node, faults, self._generation[name], self.system.seed,
+                             memo=self._gpu_memos.setdefault(name, {}))
         state = dataclasses.replace(state, platform=self.platform.attach(name, state),
                                     mig=self.mig.attach(name, state))
+        self._states[name] = state
+        return state
+
+    def _update(self, name: str) -> None:
+        """After a change of ``name``: render it if its files are kept, else only derive its state."""
+        if name in self._rendered:
+            self._render_safely(name)
+        else:
+            self._derive(name)
+
+    def _render(self, name: str, initial: bool = False) -> RenderResult:
+        node = self._nodes[name]
+        faults = list(self._node_faults[name].values())
+        state = derive_state(node, faults, self._generation[name], self.system.seed,
+                             memo=self._gpu_memos.setdefault(name, {}))
+        state = dataclasses.replace(state, platform=self.platform.attach(name, state),
+                                    mig=self.mig.attach(name, state))
+        memo = self._memos.get(name)
+        if memo is None:
+            memo = self._memos[name] = RenderMemo()
         result = render_node(self.system, node, state, self.node_dir(name), initial=initial,
-                             events=self._recent_events(name))
+                             events=self._recent_events(name), memo=memo, release=self._release)
         self._states[name] = state  # only now: the API never reports what the files do not show yet
         return result
 
-    def _render_safely(self, name: str) -> None:
+    def _render_safely(self, name: str, initial: bool = False) -> None:
         """Render a node whose change is already durable: if the disk is full, release the reserve and try again;
         if that fails too, the node is marked stale (reported by health) and rendered on the next change."""
         for attempt in (1, 2):
             try:
-                self._render(name)
+                self._render(name, initial=initial)
             except OSError as exc:
                 if attempt == 1 and is_disk_full(exc) and self.reserve and self.reserve.released is None:
                     self.reserve.release(f"rendering {name}: {exc.strerror}")
@@ -473,10 +567,9 @@ class AgentService:
             self._stale.pop(name, None)
             return
 
-    def _recent_events(self, name: str, limit: int = 256) -> tuple[Event, ...]:
-        """The node's latest ``limit`` events, oldest first (newest are at the right of the deque)."""
-        recent = list(itertools.islice((e for e in reversed(self._events) if e.node == name), limit))
-        return tuple(reversed(recent))
+    def _recent_events(self, name: str) -> tuple[Event, ...]:
+        """The node's latest events, oldest first."""
+        return tuple(self._node_events.get(name, ()))
 
     # ------------------------------------------------------------------------------------------ replay
 
@@ -560,7 +653,8 @@ class AgentService:
 
     def close(self) -> None:
         """Stop: sync and close the journals, let another agent have the state directory. Safe to call twice."""
-        for part in (getattr(self, "platform", None), getattr(self, "mig", None), getattr(self, "journal", None)):
+        for part in (getattr(self, "platform", None), getattr(self, "mig", None), getattr(self, "journal", None),
+                     getattr(self, "_release", None)):
             if part is not None:
                 part.close()
         self._dir_lock.release()

@@ -174,16 +174,18 @@ class NodeState:
         order: dict[Health, int] = {"healthy": 0, "degraded": 1, "unhealthy": 2, "lost": 3}
         return max((g.health for g in self.gpus), key=lambda h: order[h], default="healthy")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, gpus: bool = True, faults: bool = True) -> dict[str, Any]:
+        """The state as JSON; ``gpus``/``faults`` False leave those keys out (``state.json`` encodes them from
+        remembered fragments)."""
         return {
             "node": self.node,
             "generation": self.generation,
             "seed": self.seed,
             "health": self.health,
-            "gpus": [g.to_json() for g in self.gpus],
+            **({"gpus": [g.to_json() for g in self.gpus]} if gpus else {}),
             "memdevs": [m.to_json() for m in self.memdevs],
             "pools": [p.to_json() for p in self.pools],
-            "faults": [f.to_json() for f in self.faults],
+            **({"faults": [f.to_json() for f in self.faults]} if faults else {}),
             "down_ports": sorted([list(p) for p in self.down_ports]),
             **({"platform": self.platform.summary()} if self.platform is not None else {}),
             **({"mig": self.mig.to_json()["gpus"]} if self.mig is not None else {}),
@@ -202,13 +204,21 @@ def _down_ports(node: Node, faults: Sequence[ActiveFault]) -> frozenset[tuple[st
     return frozenset(down)
 
 
-def derive_state(node: Node, faults: Sequence[ActiveFault], generation: int = 0, seed: int = 0) -> NodeState:
-    """The state of ``node`` with ``faults`` (those of this node, in injection order) applied."""
+def derive_state(node: Node, faults: Sequence[ActiveFault], generation: int = 0, seed: int = 0,
+                 memo: dict[str, Any] | None = None) -> NodeState:
+    """The state of ``node`` with ``faults`` (those of this node, in injection order) applied.
+
+    ``memo`` (kept by the caller between calls for one node): a GPU whose faults and the node's down NVLink ports
+    are the same as at the last call keeps its state object, so a change to one GPU derives that one only (and
+    renderers that remember what they built from a GPU state see it unchanged)."""
     by_device: dict[str, list[ActiveFault]] = defaultdict(list)
     for f in faults:
         by_device[f.request.device].append(f)
     down = _down_ports(node, faults)
-    gpus = tuple(_gpu_state(node, g.name, by_device.get(g.name, []), down) for g in node.gpus)
+    if memo is None:
+        gpus = tuple(_gpu_state(node, g.name, by_device.get(g.name, []), down) for g in node.gpus)
+    else:
+        gpus = tuple(_remembered_gpu_state(node, g.name, by_device.get(g.name, []), down, memo) for g in node.gpus)
     memdevs = tuple(
         MemdevState(
             m.name,
@@ -228,6 +238,17 @@ def derive_state(node: Node, faults: Sequence[ActiveFault], generation: int = 0,
         for p in node.memory_pools
     )
     return NodeState(node.name, generation, seed, gpus, memdevs, pools, tuple(faults), down)
+
+
+def _remembered_gpu_state(node: Node, name: str, faults: list[ActiveFault], down: frozenset[tuple[str, int]],
+                          memo: dict[str, Any]) -> GpuState:
+    key = (tuple(f.id for f in faults), down)  # fault ids are never reused and faults never change
+    hit = memo.get(name)
+    if hit is not None and hit[0] == key:
+        return hit[1]  # type: ignore[no-any-return]
+    state = _gpu_state(node, name, faults, down)
+    memo[name] = (key, state)
+    return state
 
 
 def _gpu_state(node: Node, name: str, faults: list[ActiveFault], down: frozenset[tuple[str, int]]) -> GpuState:

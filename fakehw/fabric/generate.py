@@ -4,7 +4,8 @@ The built-in examples were written by these generators (a test keeps them equal)
 16 and 64 nodes, and ``fakehw fabric generate`` offers them as a starting point for a real config.
 
 Both use the RoCE QoS that NVIDIA's DCQCN guidance describes (see ``reference/platform.md``): trust DSCP,
-RoCE on DSCP 26 -> priority 3 (lossless, ECN-marked), CNPs on DSCP 48 -> priority 6.
+RoCE on DSCP 26 -> priority 3 (lossless, ECN-marked), CNPs on DSCP 48 -> priority 6, and a PFC watchdog on
+every port with SONiC's pfcwd defaults (drop after 200 ms, restore after 200 ms).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ ROCE_QOS: dict[str, Any] = {
     "headroom": [3],
     "ecn": {"priorities": [3], "minKB": 150, "maxKB": 1500, "probability": 10},
     "cnpPriority": 6,
+    "pfcWatchdog": {"action": "drop", "detectionMs": 200, "restorationMs": 200},
 }
 OTHER_TRAFFIC = [{"name": "storage", "dscp": 10}, {"name": "management", "dscp": 0}]
 

@@ -435,6 +435,7 @@ def lint(model: FabricModel, *, exhaustive: bool = False) -> LintReport:
     _check_ecn_thresholds(model, c)
     _check_pfc_sharing(model, c)
     _check_headroom(model, c)
+    _check_watchdog(model, c)
     _check_roce_agreement(model, topo, c)
     for pc in classes:
         path = pc.rep()
@@ -453,6 +454,9 @@ def _not_applicable(model: FabricModel) -> dict[str, str]:
     if all(p.qos.headroom is None for p in model.ports() if p.peer is not None):
         out["FAB-BUF-001"] = ("the config states no lossless buffers (no qos headroom; an imported SONiC or Cumulus "
                               "config always does), so whether PFC priorities have headroom cannot be checked")
+    if all(p.qos.watchdog is None for p in model.ports() if p.peer is not None):
+        out["FAB-PFC-003"] = ("the config states no PFC watchdogs (no qos pfcWatchdog; an imported SONiC or Cumulus "
+                              "config always does), so whether pause storms are mitigated cannot be checked")
     return out
 
 
@@ -576,8 +580,13 @@ def _check_reach(model: FabricModel, topo: Topology, c: _Collector, misfits: set
         for (vlan, index), members in sorted(segments.items()):
             switches = ", ".join(sorted(topo.segments[index].switches))
             parts.append(f"VLAN {vlan} on {switches} ({len(members)} NIC(s), e.g. {members[0]})")
+        # an import has no "switches" in the operator's files: point at the rail's VLAN in its manifest
+        vids = {vlan for vlan, _ in segments}
+        declared = [i for i, v in enumerate(model.loaded.spec.vlans) if v.id in vids]
+        imported = model.loaded.provenance is not None
+        where: DocPath = ("vlans", declared[0]) if imported and len(vids) == 1 and declared else ("switches",)
         c.add("FAB-PATH-001", None, f"rail {rail}", f"rail {rail} is split into {len(segments)} layer-2 segments "
-              f"that cannot reach each other: " + "; ".join(parts), element=f"rail {rail}", doc_path=("switches",))
+              f"that cannot reach each other: " + "; ".join(parts), element=f"rail {rail}", doc_path=where)
 
 
 def _check_ecn_thresholds(model: FabricModel, c: _Collector) -> None:
@@ -615,6 +624,35 @@ def _check_headroom(model: FabricModel, c: _Collector) -> None:
             c.port("FAB-BUF-001", port, "qos.headroom",
                    f"PFC is enabled on priority {prio} but no lossless buffer (headroom) is reserved for it: the "
                    f"port pauses its peer yet drops what is still in flight")
+
+
+WATCHDOG_DETECTION_MS = (100, 1000)
+"""The detection times FAB-PFC-003 accepts (its rationale says why)."""
+
+
+def _check_watchdog(model: FabricModel, c: _Collector) -> None:
+    lo, hi = WATCHDOG_DETECTION_MS
+    for port in model.ports():
+        q, wd = port.qos, port.qos.watchdog
+        if port.peer is None or port.shutdown or wd is None or not q.pfc_priorities:
+            continue
+        prios = ", ".join(str(p) for p in sorted(q.pfc_priorities))
+        if not wd.enabled:
+            c.port("FAB-PFC-003", port, "qos.pfcWatchdog",
+                   f"PFC is enabled on priority {prios} but no PFC watchdog runs on the port: a peer that never "
+                   f"stops pausing holds the lossless queue, and the pause spreads upstream")
+        elif wd.action == "alert":
+            c.port("FAB-PFC-003", port, "qos.pfcWatchdog.action",
+                   "the PFC watchdog only alerts: a storm is logged and the queue stays paused (drop or forward "
+                   "mitigate it)")
+        elif wd.detection_ms > hi:
+            c.port("FAB-PFC-003", port, "qos.pfcWatchdog.detectionMs",
+                   f"the PFC watchdog acts after {wd.detection_ms} ms, above {hi} ms: the storm outlasts the RDMA "
+                   f"local ACK timeout and the senders behind the paused queue retransmit")
+        elif wd.detection_ms < lo:
+            c.port("FAB-PFC-003", port, "qos.pfcWatchdog.detectionMs",
+                   f"the PFC watchdog acts after {wd.detection_ms} ms, below {lo} ms: no switch polls its queues "
+                   f"that often, and bursts of ordinary congestion would be taken for storms")
 
 
 def _check_roce_agreement(model: FabricModel, topo: Topology, c: _Collector) -> None:

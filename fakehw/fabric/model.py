@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from fakehw.fabric.loader import FabricError, LoadedFabric, load_fabric_spec
-from fakehw.fabric.spec import EcnSpec, FabricConfigSpec, HostSpec, PortVlanSpec, QosSpec
+from fakehw.fabric.spec import EcnSpec, FabricConfigSpec, HostSpec, PfcWatchdogSpec, PortVlanSpec, QosSpec
 from fakehw.model import ProfileError, System, load_profile
 from fakehw.model.errors import PathItem, Problem
 from fakehw.model.system import Nic, Roce
@@ -45,6 +45,16 @@ class Ecn:
 
 
 @dataclass(frozen=True, slots=True)
+class PfcWatchdog:
+    """A port's PFC watchdog (see FAB-PFC-003)."""
+
+    enabled: bool
+    action: str
+    detection_ms: int
+    restoration_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Qos:
     """Effective classification and lossless settings of one switch port."""
 
@@ -57,6 +67,8 @@ class Qos:
     pcp_to_priority: tuple[tuple[int, int], ...] = ()
     headroom: frozenset[int] | None = None
     """Priorities with a lossless ingress buffer reserved; None: the config does not say."""
+    watchdog: PfcWatchdog | None = None
+    """The port's PFC watchdog; None: the config does not say."""
 
     def classify(self, dscp: int, pcp: int | None) -> int:
         """The switch priority of a frame with this DSCP and (when tagged) PCP."""
@@ -265,21 +277,27 @@ _QOS_KEYS = {
     "cnp_priority": "cnpPriority",
     "pcp_to_priority": "pcpToPriority",
     "headroom": "headroom",
+    "pfc_watchdog": "pfcWatchdog",
 }
+_WATCHDOG_KEYS = ("enabled", "action", "detectionMs", "restorationMs")
 
 
 def _merge_qos(layers: Sequence[tuple[QosSpec | None, DocPath]], fallback: DocPath) -> tuple[Qos, dict[str, DocPath]]:
     values: dict[str, Any] = {
         "trust": "dscp", "dscp_to_priority": {}, "default_priority": 0, "pfc_priorities": [], "ecn": None,
-        "cnp_priority": None, "pcp_to_priority": {}, "headroom": None,
+        "cnp_priority": None, "pcp_to_priority": {}, "headroom": None, "pfc_watchdog": None,
     }
     origins: dict[str, DocPath] = {f"qos.{alias}": fallback for alias in _QOS_KEYS.values()}
+    origins.update({f"qos.pfcWatchdog.{sub}": fallback for sub in _WATCHDOG_KEYS})
     for spec, where in layers:
         if spec is None:
             continue
         for key in spec.model_fields_set:
             values[key] = getattr(spec, key)
             origins[f"qos.{_QOS_KEYS[key]}"] = (*where, _QOS_KEYS[key])
+            if key == "pfc_watchdog":
+                for sub in _WATCHDOG_KEYS:
+                    origins[f"qos.pfcWatchdog.{sub}"] = (*where, "pfcWatchdog", sub)
     ecn_spec: EcnSpec | None = values["ecn"]
     ecn = None if ecn_spec is None else Ecn(
         ecn_spec.enabled, frozenset(ecn_spec.priorities), ecn_spec.min_kb, ecn_spec.max_kb, ecn_spec.probability
@@ -293,8 +311,15 @@ def _merge_qos(layers: Sequence[tuple[QosSpec | None, DocPath]], fallback: DocPa
         cnp_priority=values["cnp_priority"],
         pcp_to_priority=tuple(sorted(dict(values["pcp_to_priority"] or {}).items())),
         headroom=None if values["headroom"] is None else frozenset(values["headroom"]),
+        watchdog=_watchdog(values["pfc_watchdog"]),
     )
     return qos, origins
+
+
+def _watchdog(spec: PfcWatchdogSpec | None) -> PfcWatchdog | None:
+    if spec is None:
+        return None
+    return PfcWatchdog(spec.enabled, spec.action, spec.detection_ms, spec.restoration_ms)
 
 
 def _membership(spec: PortVlanSpec) -> VlanMembership:

@@ -73,6 +73,24 @@ REQUIREMENTS: MappingProxyType[str, Requirement] = _table(
         "spreads head-of-line blocking and pause storms to RoCE and beyond.",
     ),
     Requirement(
+        "FAB-PFC-003", "Every lossless switch port runs a PFC watchdog that mitigates a pause storm within 100-1000 ms",
+        Severity.ERROR,
+        "A peer that keeps sending pause frames (a stuck NIC receive pipeline) stops its lossless queue for good, "
+        "and the pause spreads upstream until every RoCE flow crossing those switches stalls - the PFC storm and "
+        "deadlock Microsoft reported running RoCE at scale (Guo et al., 'RDMA over Commodity Ethernet at Scale', "
+        "SIGCOMM 2016), answered there by watchdogs. The switch watchdog sees a queue that stays paused and drops "
+        "(or forwards regardless of pause) what is queued for it until the storm ends. It must run on every port "
+        "with PFC enabled (SONiC: a PFC_WD entry with detection_time, without which orchagent starts none; "
+        "Cumulus Linux 5.6+: 'qos pfc-watchdog' on the interface, off by default), act rather than only alert "
+        "(SONiC action alert logs the storm and leaves the queue paused; drop and forward both mitigate; Cumulus "
+        "always drops), and act in time: the shipped defaults are 200 ms (SONiC pfcwd, Junos) and 300 ms "
+        "(Cumulus: 100 ms polling x robustness 3), nothing configurable lies below 100 ms (SONiC's YANG model "
+        "and Cumulus' minimum polling interval), and a storm lasting beyond about a second outlasts the RDMA "
+        "local ACK timeout RoCE jobs commonly run with (4.096 us x 2^18 = 1.07 s for NCCL_IB_TIMEOUT=18), so the "
+        "senders behind the paused queue retransmit. Applies where the config states its watchdogs (SONiC and "
+        "Cumulus imports, qos pfcWatchdog); a config that does not is reported as not applicable.",
+    ),
+    Requirement(
         "FAB-BUF-001", "Every PFC priority of a switch port has lossless buffer headroom", Severity.ERROR,
         "PFC is only lossless if the ingress buffer can absorb what is still on the wire after the pause is sent "
         "(cable length x speed, plus the MTU-sized frames in flight on both ends). A priority with PFC enabled but "

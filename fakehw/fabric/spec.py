@@ -64,6 +64,18 @@ class EcnSpec(Spec):
         return _unique(v, "priorities")
 
 
+class PfcWatchdogSpec(Spec):
+    """The PFC watchdog of a port: whether it runs, what it does to a queue paused for ``detectionMs`` (drop or
+    forward mitigate, alert only logs) and when it gives the queue back to PFC."""
+
+    enabled: bool = True
+    action: Literal["drop", "forward", "alert"] = "drop"
+    detection_ms: int = Field(200, ge=1, le=60_000, alias="detectionMs",
+                              description="how long a queue stays paused before the watchdog acts, ms")
+    restoration_ms: int | None = Field(200, ge=1, le=600_000, alias="restorationMs",
+                                       description="how long after the storm PFC is restored, ms (null: never)")
+
+
 class QosSpec(Spec):
     """A switch's (or port's) classification and lossless settings. Keys left out are inherited."""
 
@@ -82,6 +94,8 @@ class QosSpec(Spec):
     )
     ecn: EcnSpec | None = None
     cnp_priority: Priority | None = Field(None, description="priority (strict queue) for CNPs; null: none")
+    pfc_watchdog: PfcWatchdogSpec | None = Field(
+        None, description="the port's PFC watchdog ({enabled: false}: none runs); unset: the config does not say")
 
     @field_validator("pfc_priorities")
     @classmethod

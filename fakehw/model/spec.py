@@ -19,7 +19,12 @@ from fakehw.model.drivers import DEFAULT_DRIVER, VERSION_PATTERN, UnknownBranch,
 from fakehw.model.units import PciAddressField, Size
 
 MAX_NODES = 10_000
-MAX_GPUS_PER_NODE = 64
+MAX_GPUS_PER_NODE = 32
+"""GPUs one host (one driver instance) can present: NVIDIA's kernel driver holds ``NV_MAX_DEVICES`` = 32 ("the
+maximum number of GPUs supported in a single system", nvlimits.h of open-gpu-kernel-modules, 32 in every branch
+535-595), its resource manager refuses a 33rd with NV_ERR_INSUFFICIENT_RESOURCES (``gpumgrAllocGpuInstance``) and
+the attached-GPU table NVML reads is ``NV0000_CTRL_GPU_MAX_ATTACHED_GPUS`` = 32 long. Racks with more GPUs are
+several hosts: a GB200 NVL72 is 18 trays of 4."""
 MAX_LINKS_PER_EDGE = 64
 
 Name = Annotated[
@@ -463,6 +468,16 @@ class NodeSpec(Spec):
     labels: dict[str, str] = Field(default_factory=dict)
     dmi: DmiSpec | None = None
     """The machine's DMI identity; without it the fake says vendor NVIDIA (or fakehw) and the profile's name."""
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus_one_host_holds(cls, value: Any) -> Any:
+        """Checked before the GPUs themselves, so an oversized list is refused without validating each entry."""
+        if isinstance(value, list) and len(value) > MAX_GPUS_PER_NODE:
+            raise ValueError(f"{len(value)} GPUs on one node; NVIDIA's driver supports at most {MAX_GPUS_PER_NODE} "
+                             "per host (NV_MAX_DEVICES): describe a bigger system as several nodes, as gb200-nvl72 "
+                             "does (18 trays of 4)")
+        return value
 
 
 class GroupSpec(Spec):

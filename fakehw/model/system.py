@@ -545,4 +545,9 @@ class System:
         return sum(len(n.gpus) for n in self.nodes)
 
     def domain_of(self, node: Node) -> NVLinkDomain | None:
-        return next((d for d in self.nvlink_domains if d.name == node.nvlink_domain), None)
+        return self._domains_by_name.get(node.nvlink_domain) if node.nvlink_domain is not None else None
+
+    @cached_property
+    def _domains_by_name(self) -> dict[str, NVLinkDomain]:
+        """By name: a lookup per GPU per snapshot must not walk a fleet's hundreds of domains."""
+        return {d.name: d for d in self.nvlink_domains}

@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, ClassVar, cast
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MAGIC = "FHWNVML"
 BYTE_ORDER_MARK = 0x01020304
 
-MAX_GPUS = 64
-"""GPUs per node the snapshot can describe (topology rows are this wide)."""
+MAX_GPUS = 32
+"""GPUs per node the snapshot can describe (topology rows are this wide): the real driver's per-host limit,
+``NV_MAX_DEVICES`` (``fakehw.model.spec.MAX_GPUS_PER_NODE`` says why; this module cannot import it, see above)."""
 MAX_LINKS = 18
 """NVML_NVLINK_MAX_LINKS of the 535 headers."""
 MAX_MIG_PER_GPU = 8
@@ -828,11 +829,81 @@ def _pack_field(buf: bytearray, base: int, f: FieldLayout, value: Any, where: st
 
 
 def pack_into(buf: bytearray, offset: int, record: Any, where: str | None = None) -> None:
-    """Write ``record`` into ``buf`` at ``offset`` (``buf`` must be zeroed there: padding is left alone)."""
+    """Write ``record`` into ``buf`` at ``offset`` (padding and absent nested records are written as zeros).
+
+    One ``struct`` call per record (see :func:`_packer`); a value that does not fit is packed again field by field
+    so the error names the field."""
+    try:
+        _packer(cast(Hashable, type(record)))(buf, offset, record)
+    except (struct.error, _DoesNotFit, TypeError):
+        _pack_slowly(buf, offset, record, where)
+
+
+def _pack_slowly(buf: bytearray, offset: int, record: Any, where: str | None) -> None:
     lay = layout_of(type(record))
     label = where or type(record).__name__
     for f in lay.fields:
         _pack_field(buf, offset, f, getattr(record, f.name), label)
+
+
+class _DoesNotFit(Exception):
+    """Raised by a compiled packer; the record is packed again field by field for a precise :class:`LayoutError`."""
+
+
+def _fit(value: str, size: int) -> bytes:
+    raw = value.encode()
+    if len(raw) >= size or b"\0" in raw:
+        raise _DoesNotFit
+    return raw
+
+
+def _records(value: tuple[Any, ...], count: int) -> tuple[Any, ...]:
+    if len(value) > count:
+        raise _DoesNotFit
+    return value
+
+
+@cache
+def _packer(key: Hashable) -> Any:
+    """A function ``(buf, offset, record)`` that writes ``record`` with one ``struct.pack_into`` of all its flat
+    fields (an explicit little-endian format with the layout's padding, so offsets are the layout's by
+    construction), then its nested records at their offsets. Generated once per record class: packing a
+    snapshot field by field in Python cost milliseconds per change."""
+    record = cast(type[Any], key)
+    lay = layout_of(record)
+    fmt = ["<"]
+    args: list[str] = []
+    nested: list[tuple[FieldLayout, Records]] = []
+    pos = 0
+    for f in lay.fields:
+        if f.offset > pos:
+            fmt.append(f"{f.offset - pos}x")
+        k = f.kind
+        if isinstance(k, Scalar):
+            fmt.append(k.code)
+            args.append(f"r.{f.name}")
+        elif isinstance(k, Char):
+            fmt.append(f"{k.size}s")
+            args.append(f"fit(r.{f.name}, {k.size})")
+        elif isinstance(k, Array):
+            fmt.append(f"{k.length}{k.item.code}")
+            args.append(f"*r.{f.name}")
+        else:
+            fmt.append(f"{k.size}x")  # zeroed here, the records present are written below
+            nested.append((f, k))
+        pos = f.offset + f.size
+    if lay.size > pos:
+        fmt.append(f"{lay.size - pos}x")
+    lines = ["def pack(buf, offset, r):", f"    flat(buf, offset, {', '.join(args)})"]
+    for i, (f, k) in enumerate(nested):
+        size = layout_of(k.record).size
+        lines += [f"    for i, item in enumerate(records(r.{f.name}, {k.count})):",
+                  f"        sub{i}(buf, offset + {f.offset} + i * {size}, item)"]
+    env: dict[str, Any] = {"flat": struct.Struct("".join(fmt)).pack_into, "fit": _fit, "records": _records}
+    for i, (_, k) in enumerate(nested):
+        env[f"sub{i}"] = _packer(cast(Hashable, k.record))
+    exec("\n".join(lines), env)  # generated from the record's own field list
+    return env["pack"]
 
 
 def pack(record: Any) -> bytes:
@@ -869,6 +940,7 @@ def checksum(data: bytes | bytearray) -> int:
     sup = hdr.field("superseded").offset
     chk = hdr.field("checksum").offset
     assert chk == sup + 4, "superseded and checksum must be adjacent"
-    crc = zlib.crc32(bytes(data[:sup]))
+    view = memoryview(data)
+    crc = zlib.crc32(view[:sup])
     crc = zlib.crc32(b"\0" * 8, crc)
-    return zlib.crc32(bytes(data[sup + 8:]), crc) & 0xFFFFFFFF
+    return zlib.crc32(view[sup + 8:], crc) & 0xFFFFFFFF

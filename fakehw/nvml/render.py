@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fakehw.nvml.snapcache import SnapshotCache
 from fakehw.nvml.snapshot import SNAPSHOT_FILE, build_snapshot, write_snapshot
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
@@ -9,5 +10,6 @@ from fakehw.render.atomic import OutputDir
 
 def render_nvml_snapshot(ctx: RenderContext, out: OutputDir) -> None:
     """Write the node's snapshot (events included, so event waits in running processes see them)."""
-    data = build_snapshot(ctx.system, ctx.node, ctx.state, ctx.events).to_bytes()
-    out.count(write_snapshot(out.root / SNAPSHOT_FILE, data))
+    cache = ctx.memo.get("nvml", SnapshotCache) if ctx.memo is not None else None
+    data = build_snapshot(ctx.system, ctx.node, ctx.state, ctx.events, cache=cache).to_bytes(cache)
+    out.count(write_snapshot(out.root / SNAPSHOT_FILE, data, out.release))

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import struct
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,8 @@ from fakehw.nvml.readings import (
     reserved_mib,
     stable_int,
 )
-from fakehw.render.atomic import atomic_write
+from fakehw.nvml.snapcache import SnapshotCache
+from fakehw.render.atomic import Releaser, atomic_write
 
 SNAPSHOT_FILE = "nvml.snapshot"
 
@@ -94,7 +96,9 @@ class Snapshot:
     ci_profiles: tuple[CiProfileRecord, ...] = ()
     platform: tuple[PlatformRecord, ...] = ()
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, cache: SnapshotCache | None = None) -> bytes:
+        """The file; with ``cache`` (the one :func:`build_snapshot` was given), records packed for an earlier
+        snapshot of the node are not packed again."""
         sections: list[tuple[str, Sequence[object], type[object]]] = [
             ("gpu", self.gpus, GpuRecord),
             ("mig", self.migs, MigRecord),
@@ -130,8 +134,13 @@ class Snapshot:
         for name, records, rtype in sections:
             size = layout.layout_of(rtype).size
             base = fields[f"{name}_offset"]
+            if cache is not None and records:
+                buf[base:base + size * len(records)] = cache.section(name, records)
+                continue
             for i, rec in enumerate(records):
                 layout.pack_into(buf, base + i * size, rec, f"{name}[{i}]")
+        if cache is not None:
+            cache.done()
         struct.pack_into("<I", buf, layout.layout_of(HeaderRecord).field("checksum").offset, layout.checksum(buf))
         return bytes(buf)
 
@@ -200,19 +209,36 @@ class _Peers:
 
 
 def _peers(system: System, node: Node) -> _Peers:
+    """What the node's NVLink ports reach: its own GPUs and switches and, through its NVLink domain, the domain's
+    switches and other nodes' GPUs. Only the ports' far ends are looked up (a fleet of 10,000 nodes costs the same
+    per node as one; walking every GPU of the fleet made building every node's snapshot quadratic)."""
     peers = _Peers()
-    for sw in node.nvswitches:
-        peers.device_id[sw.id] = (sw.sku.pci_device_id << 16) | 0x10DE
+    switches = {sw.id: sw for sw in node.nvswitches}
     domain = system.domain_of(node)
     if domain is not None:
-        for sw in domain.switches:
-            peers.device_id[sw.id] = (sw.sku.pci_device_id << 16) | 0x10DE
+        switches.update((sw.id, sw) for sw in domain.switches)
     for slot, g in enumerate(node.gpus):
         peers.gpu_slot[g.id] = slot
-    for g in system.gpus():
-        peers.device_id[g.id] = g.sku.pci_device_vendor_id
-        peers.subsystem_id[g.id] = g.sku.pci_subsystem_id
+    for g in node.gpus:
+        for port in g.ports:
+            rid = port.remote_id
+            if rid in peers.device_id:
+                continue
+            if rid in switches:
+                peers.device_id[rid] = (switches[rid].sku.pci_device_id << 16) | 0x10DE
+                continue
+            remote = _gpu_by_id(system, rid)
+            if remote is not None:
+                peers.device_id[rid] = remote.sku.pci_device_vendor_id
+                peers.subsystem_id[rid] = remote.sku.pci_subsystem_id
     return peers
+
+
+def _gpu_by_id(system: System, gpu_id: str) -> Gpu | None:
+    """The GPU ``<node>/<name>`` of the system, if there is one."""
+    node_name, _, name = gpu_id.rpartition("/")
+    owner = system.node(node_name)
+    return owner.gpu(name) if owner is not None else None
 
 
 def _mask(bits: Iterable[int], words: int) -> tuple[int, ...]:
@@ -419,12 +445,18 @@ def node_topology(system: System, node: Node, state: NodeState) -> NodeTopology:
 
 
 def build_snapshot(system: System, node: Node, state: NodeState, events: Sequence[Event] = (),
-                   processes: Sequence[FakeProcess] = (), render_time: float | None = None) -> Snapshot:
-    """The snapshot of ``node`` in ``state``; ``events`` are the node's recent events, oldest first."""
+                   processes: Sequence[FakeProcess] = (), render_time: float | None = None,
+                   cache: SnapshotCache | None = None, gpu_generations: Mapping[str, int] | None = None) -> Snapshot:
+    """The snapshot of ``node`` in ``state``; ``events`` are the node's recent events, oldest first.
+
+    ``cache`` (the agent keeps one per node): parts whose inputs did not change since the cache's last snapshot are
+    reused (:mod:`fakehw.nvml.snapcache`). ``gpu_generations``: the generation each GPU's readings are of (default:
+    the node's), which is what a cache's reused records answer."""
     if len(node.gpus) > layout.MAX_GPUS:
         raise SnapshotError(f"node {node.name} has {len(node.gpus)} GPUs; the snapshot holds {layout.MAX_GPUS}")
-    topo = node_topology(system, node, state)
-    peers = _peers(system, node)
+    memo = cache if cache is not None else SnapshotCache()
+    topo = memo.part("topology", state.down_ports, lambda: node_topology(system, node, state))
+    peers = memo.part("peers", None, lambda: _peers(system, node))
     slot_of = {g.name: i for i, g in enumerate(node.gpus)}
     unknown = sorted({p.gpu for p in processes} - slot_of.keys())
     if unknown:
@@ -438,8 +470,14 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
         assert gstate is not None
         mig_state = mig_node.gpu(gpu.name)
         first_mig, first_profile = len(mig.migs), len(mig.profiles)
-        add_gpu(mig, gpu, slot, mig_state)
-        gpu_migs, gpu_profiles = mig.migs[first_mig:], mig.profiles[first_profile:]
+        counts = (len(mig.profiles), len(mig.gis), len(mig.migs), len(mig.ci_profiles))
+        part = memo.part(("mig", gpu.name), (mig_state, counts),
+                         functools.partial(_mig_part, gpu, slot, mig_state, counts))
+        mig.profiles += part.profiles
+        mig.gis += part.gis
+        mig.migs += part.migs
+        mig.ci_profiles += part.ci_profiles
+        gpu_migs, gpu_profiles = part.migs, part.profiles
         gpu_procs = []
         for p in processes:
             if p.gpu != gpu.name:
@@ -452,8 +490,18 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
             gpu_procs.append(ProcessRecord(gpu=slot, pid=p.pid, kinds=p.kinds, gpu_instance_id=gi,
                                            compute_instance_id=ci, used_memory=p.used_memory, name=p.name))
         load = sum(p.utilization for p in processes if p.gpu == gpu.name)
-        gpus.append(_gpu_record(system, node, topo, gpu, slot, gstate, state.generation, peers, mig_state,
-                                first_mig, gpu_migs, first_profile, gpu_profiles, len(procs), gpu_procs, load))
+        key = (gstate, state.down_ports, mig_state, counts, len(procs), tuple(gpu_procs), load)
+        generation = state.generation if gpu_generations is None else gpu_generations.get(gpu.name, state.generation)
+
+        def make(gen: int, gpu: Gpu = gpu, slot: int = slot, gstate: GpuState = gstate,
+                 mig_state: GpuMig | None = mig_state, first_mig: int = first_mig, gpu_migs: list[MigRecord] = gpu_migs,
+                 first_profile: int = first_profile, gpu_profiles: list[MigProfileRecord] = gpu_profiles,
+                 first_process: int = len(procs), gpu_procs: list[ProcessRecord] = gpu_procs,
+                 load: int = load) -> GpuRecord:
+            return _gpu_record(system, node, topo, gpu, slot, gstate, gen, peers, mig_state, first_mig, gpu_migs,
+                               first_profile, gpu_profiles, first_process, gpu_procs, load)
+
+        gpus.append(memo.gpu_record(gpu.name, key, generation, make))
         procs += gpu_procs
     ring: list[EventRecord] = []
     last_seq = 0
@@ -461,13 +509,13 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
         last_seq = max(last_seq, e.seq)
         if e.nvml_type == 0 or e.device not in slot_of:
             continue
-        ring.append(EventRecord(
+        ring.append(memo.event(e.seq, lambda e=e: EventRecord(  # type: ignore[misc]
             seq=e.seq,
             gpu=slot_of[e.device],
             event_type=e.nvml_type,
             event_data=e.data if e.kind == "xid" else 0,
             time_us=int(e.time * 1e6),
-        ))
+        )))
     ring.sort(key=lambda e: e.seq)
     ring = ring[-layout.MAX_EVENTS:]
     driver = system.driver
@@ -486,8 +534,17 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
         event_last_seq=last_seq,
     )
     return Snapshot(header, tuple(gpus), tuple(mig.migs), tuple(mig.profiles), tuple(procs), tuple(ring),
-                    _nic_records(node, topo), tuple(mig.gis), tuple(mig.ci_profiles),
-                    tuple(_platform_record(system, node, g) for g in node.gpus))
+                    memo.part("nics", state.down_ports, lambda: _nic_records(node, topo)), tuple(mig.gis),
+                    tuple(mig.ci_profiles),
+                    memo.part("platform", None, lambda: tuple(_platform_record(system, node, g) for g in node.gpus)))
+
+
+def _mig_part(gpu: Gpu, slot: int, state: GpuMig | None, counts: tuple[int, int, int, int]) -> MigRecords:
+    """``gpu``'s MIG records when the GPUs before it have ``counts`` (profiles, GPU instances, MIG devices,
+    compute-instance profiles) records."""
+    out = MigRecords(*([None] * n for n in counts))  # type: ignore[arg-type]  # placeholders: indices follow them
+    add_gpu(out, gpu, slot, state)
+    return MigRecords(out.profiles[counts[0]:], out.gis[counts[1]:], out.migs[counts[2]:], out.ci_profiles[counts[3]:])
 
 
 def _platform_record(system: System, node: Node, gpu: Gpu) -> PlatformRecord:
@@ -521,13 +578,14 @@ def _nic_records(node: Node, topo: NodeTopology) -> tuple[NicRecord, ...]:
 # --------------------------------------------------------------------------------------------------- files
 
 
-def write_snapshot(path: Path, data: bytes) -> bool:
+def write_snapshot(path: Path, data: bytes, release: Releaser | None = None) -> bool:
     """Replace ``path`` with ``data`` atomically, then flag the replaced file as superseded.
 
     A reader that mapped the old file sees the flag on its next call and re-opens the path, so it never reads
     half a file and needs no system call to notice a new generation. Returns False (nothing written) when the
     file already gives the same answers: a re-render with nothing changed differs only in its render time, and
-    keeping the old file keeps sample timestamps at the moment the answers last changed.
+    keeping the old file keeps sample timestamps at the moment the answers last changed. ``release``: where the
+    replaced file is closed (:class:`~fakehw.render.atomic.Releaser`).
     """
     old_fd = -1
     with contextlib.suppress(OSError):
@@ -538,7 +596,10 @@ def write_snapshot(path: Path, data: bytes) -> bool:
             _mark_superseded(old_fd)
     finally:
         if old_fd >= 0:
-            os.close(old_fd)
+            if release is not None:
+                release.later(old_fd)
+            else:
+                os.close(old_fd)
     return written
 
 

@@ -10,13 +10,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from fakehw.render.atomic import OutputDir
+from fakehw.render.atomic import OutputDir, Releaser
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # the agent imports this package; importing it back here would be a cycle
     from fakehw.agent.state import Event, NodeState
     from fakehw.model.system import Node, System
+
+
+class RenderMemo:
+    """What the renderers of one node remember between its renders, so a re-render after a change repeats only the
+    work the change needs (the agent keeps one per node; a render without one starts from nothing). Each renderer
+    keeps its own object under its own name."""
+
+    def __init__(self) -> None:
+        self._parts: dict[str, Any] = {}
+
+    def get(self, name: str, factory: Callable[[], T]) -> T:
+        part = self._parts.get(name)
+        if part is None:
+            part = self._parts[name] = factory()
+        return part
 
 
 @dataclass(frozen=True)
@@ -28,6 +45,8 @@ class RenderContext:
     """True on the first render of a node dir (renderers of static content only write then)."""
     events: tuple[Event, ...] = ()
     """The node's recent events, oldest first (the NVML snapshot carries them to event waits)."""
+    memo: RenderMemo | None = None
+    """The node's memory of earlier renders (None: render from scratch)."""
 
 
 Renderer = Callable[[RenderContext, OutputDir], None]
@@ -55,14 +74,15 @@ def _renderers(outputs: frozenset[str] | None) -> tuple[Renderer, ...]:
 
 
 def render_node(system: System, node: Node, state: NodeState, out: Path, initial: bool = False,
-                events: tuple[Event, ...] = (), outputs: frozenset[str] | None = None) -> RenderResult:
+                events: tuple[Event, ...] = (), outputs: frozenset[str] | None = None,
+                memo: RenderMemo | None = None, release: Releaser | None = None) -> RenderResult:
     """Render the outputs of ``node`` (all of :data:`OUTPUTS` unless ``outputs`` names some) into ``out``; only
     files whose content changed are rewritten."""
     unknown = set(outputs or ()) - set(OUTPUTS)
     if unknown:
         raise ValueError(f"unknown output(s) {', '.join(sorted(unknown))} (outputs: {', '.join(OUTPUTS)})")
-    ctx = RenderContext(system, node, state, initial, events)
-    target = OutputDir(out)
+    ctx = RenderContext(system, node, state, initial, events, memo)
+    target = OutputDir(out, release=release)
     for renderer in _renderers(outputs):
         renderer(ctx, target)
     return RenderResult(node.name, target.written, target.unchanged)

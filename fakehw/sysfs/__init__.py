@@ -30,8 +30,7 @@ relative, so it resolves wherever the tree is mounted.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 from fakehw.livefs.notify import notify as notify_live
 from fakehw.model.system import CxlPool, Node, System
@@ -53,6 +52,8 @@ ROOT_DIR = "root"
 MANIFEST = ".root-manifest"
 """Next to the tree, hidden: what the last render wrote (not part of the tree a container mounts)."""
 POOLS_FILE = "run/fakehw/memory-pools.json"
+SHARED_DIR = ".shared-sysfs"
+"""Next to the node directories: one copy of each static section that nodes of a template share (hard-linked)."""
 
 __all__ = ["MANIFEST", "POOLS_FILE", "ROOT_DIR", "render_root", "render_tree"]
 
@@ -118,38 +119,51 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     view = getattr(state, "platform", None)
     if not isinstance(view, PlatformView):
         view = boot_view(system, node, state)
-    lay = node_layout(system, node)
+    lay = _Lazy(lambda: node_layout(system, node))  # only sections that are built need it
     key = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/{node.name}"
-    # Nodes of one template share their static CPU/NUMA/driver trees: hard links to a sibling's files.
+    # Nodes of one template share their static CPU/NUMA/driver trees: hard links to one shared copy.
     share = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/template{node.template}"
     platform = view
+    mig = state.mig if state.mig is not None else boot_mig(node)
+    pools_json = [p.to_json() for p in platform.pools]
     specs = [
         SectionSpec("cpu", key, lambda: cpu_section(node), share=f"{share}/cpu"),
         SectionSpec("node-static", key, lambda: node_static_section(node), share=f"{share}/node"),
-        SectionSpec("node-memory", None, lambda: node_dynamic_section(node, platform.numa_memory)),
+        SectionSpec("node-memory", None, lambda: node_dynamic_section(node, platform.numa_memory),
+                    inputs=dict(platform.numa_memory)),
         SectionSpec("memory-static", key, lambda: memory_static_section(node), share=f"{share}/memory"),
-        SectionSpec("memory", None, lambda: memory_dynamic_section(node, platform.cxl, platform.numa_memory)),
-        SectionSpec("pci", key, lambda: pci_static_section(node, lay)),
-        SectionSpec("rdma", key, lambda: rdma_section(system, node, lay)),
-        SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay)),
-        SectionSpec("mig", None, lambda: mig_section(node, state.mig if state.mig is not None else boot_mig(node))),
+        SectionSpec("memory", None, lambda: memory_dynamic_section(node, platform.cxl, platform.numa_memory),
+                    inputs=(platform.cxl, dict(platform.numa_memory))),
+        SectionSpec("pci", key, lambda: pci_static_section(node, lay())),
+        SectionSpec("rdma", key, lambda: rdma_section(system, node, lay())),
+        SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay()),
+                    inputs=frozenset(g.name for g in state.gpus if g.lost)),
+        SectionSpec("mig", None, lambda: mig_section(node, mig), inputs=mig),
         SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
-        SectionSpec("cxl", None, lambda: cxl_section(system, node, lay, platform.cxl)),
-        SectionSpec("pools", None, lambda: pools_section(node, [p.to_json() for p in platform.pools])),
+        SectionSpec("cxl", None, lambda: cxl_section(system, node, lay(), platform.cxl), inputs=platform.cxl),
+        SectionSpec("pools", None, lambda: pools_section(node, pools_json), inputs=pools_json),
         SectionSpec("system", key, lambda: system_section(system, node)),
     ]
 
-    def siblings() -> Iterator[tuple[Path, Path]]:
-        parent = root_parent.root.parent
-        for other in system.nodes:
-            if other.template == node.template and other.name != node.name:
-                yield parent / other.name / ROOT_DIR, parent / other.name / MANIFEST
-
-    writer = RootWriter(root_parent.root / ROOT_DIR, root_parent.root / MANIFEST, siblings=siblings)
-    stats = writer.render(specs)
+    writer = RootWriter(root_parent.root / ROOT_DIR, root_parent.root / MANIFEST, release=root_parent.release,
+                        store=root_parent.root.parent / SHARED_DIR)
+    stats = writer.render(specs, ctx.memo.get("root", dict) if ctx.memo is not None else None)
     if stats.changed:
         notify_live(root_parent.root, stats.changed)  # a live /sys must stop serving what changed first
     return stats
+
+
+class _Lazy:
+    """A value computed on first use."""
+
+    def __init__(self, make: Callable[[], PciLayout]):
+        self._make = make
+        self._value: PciLayout | None = None
+
+    def __call__(self) -> PciLayout:
+        if self._value is None:
+            self._value = self._make()
+        return self._value
 
 
 def render_root(ctx: RenderContext, out: OutputDir) -> None:

@@ -37,9 +37,15 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fakehw.render.atomic import Releaser
 
 MANIFEST_VERSION = 1
+COMPLETE = ".complete"
+"""Marks a shared copy in the store as whole (it is renamed into place with it)."""
+MANIFEST_NAME = ".manifest"
 WRITER_THREADS = 4
 PARALLEL_THRESHOLD = 2000
 
@@ -162,6 +168,10 @@ class SectionSpec:
     key: str | None
     build: Callable[[], Section]
     share: str | None = None
+    inputs: object = None
+    """Dynamic sections: everything the section is built from besides the model (compared with ``==``). With a
+    memo (:meth:`RootWriter.render`), a section whose inputs equal those of the last render is not even built: a
+    fault on one GPU rebuilds no sysfs section that does not depend on it. None: rebuilt and compared every time."""
 
 
 @dataclass
@@ -178,13 +188,15 @@ class WriteStats:
 class RootWriter:
     """Writes sections under ``root`` and keeps ``manifest`` in step with what is on disk."""
 
-    def __init__(self, root: Path, manifest: Path, make_devices: bool | None = None,
-                 siblings: Callable[[], Iterable[tuple[Path, Path]]] | None = None):
+    def __init__(self, root: Path, manifest: Path, make_devices: bool | None = None, store: Path | None = None,
+                 release: Releaser | None = None):
         self.root = root
+        self.release = release
+        """Where replaced files are closed (:class:`~fakehw.render.atomic.Releaser`; None: inline)."""
         self.manifest_path = manifest
         self.make_devices = os.geteuid() == 0 if make_devices is None else make_devices
-        self.siblings = siblings
-        """(root, manifest) of other nodes' trees that may share static sections with this one."""
+        self.store = store
+        """Where shared sections are kept, one copy per share key, for trees to hard-link (None: no sharing)."""
         self.umask = _umask()
 
     # ------------------------------------------------------------------------------------------ manifest
@@ -204,37 +216,48 @@ class RootWriter:
 
         data = json.dumps({"version": MANIFEST_VERSION, "sections": sections}, separators=(",", ":"),
                           sort_keys=True).encode()
-        atomic_write(self.manifest_path, data, 0o644)
+        atomic_write(self.manifest_path, data, 0o644, release=self.release)
 
     # ------------------------------------------------------------------------------------------ render
 
-    def render(self, specs: Iterable[SectionSpec]) -> WriteStats:
+    def render(self, specs: Iterable[SectionSpec], memo: dict[str, Any] | None = None) -> WriteStats:
+        """Bring the tree in line with ``specs``. ``memo`` (kept by the caller between renders of one tree): the
+        manifest and every dynamic section's inputs as last written, so an unchanged section costs a comparison."""
         specs = list(specs)
-        manifest = self._load_manifest()
+        memo = {} if memo is None else memo
+        manifest = memo.get("manifest") if self.root.is_dir() else None
+        if manifest is None:
+            manifest = self._load_manifest()
+            memo.pop("inputs", None)
+        inputs: dict[str, object] = memo.setdefault("inputs", {})
         stats = WriteStats()
         if manifest is None or not self.root.is_dir():
+            memo.clear()
             if self.root.exists() and manifest is None:
                 stats.mode = "sync"
                 return self._sync(specs, stats)
             stats.mode = "full"
-            return self._full(specs, stats)
+            return self._full(specs, stats, memo)
         old: dict[str, dict[str, Any]] = manifest["sections"]
         if any(s.key is not None and old.get(s.name, {}).get("key") != s.key for s in specs) or \
                 set(old) != {s.name for s in specs}:
             # The model changed under an existing tree: start over (rare; the agent's state dir was reused).
             stats.mode = "rebuild"
             self._clear()
-            return self._full(specs, stats)
+            memo.clear()
+            return self._full(specs, stats, memo)
         stats.mode = "incremental"
         new_manifest: dict[str, dict[str, Any]] = {}
         writes: dict[str, Entry] = {}
         removes: list[str] = []
         for spec in specs:
-            if spec.key is not None:
+            if spec.key is not None or (spec.inputs is not None and spec.name in inputs and
+                                        inputs[spec.name] == spec.inputs):
                 new_manifest[spec.name] = old[spec.name]
                 stats.skipped_sections += 1
                 continue
             section = spec.build()
+            inputs[spec.name] = spec.inputs
             before: dict[str, str] = old[spec.name].get("entries", {})
             after = {p: digest(e) for p, e in section.entries.items()}
             for path, d in after.items():
@@ -250,10 +273,11 @@ class RootWriter:
         self._write_all(writes, stats, atomic=True)
         if writes or removes:
             self._save_manifest(new_manifest)
+        memo["manifest"] = {"version": MANIFEST_VERSION, "sections": new_manifest}
         stats.changed = [*writes, *removes]
         return stats
 
-    def _full(self, specs: list[SectionSpec], stats: WriteStats) -> WriteStats:
+    def _full(self, specs: list[SectionSpec], stats: WriteStats, memo: dict[str, Any] | None = None) -> WriteStats:
         """Build everything in a temporary directory next to the root and rename it into place."""
         tmp = self.root.with_name(f".{self.root.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -275,6 +299,9 @@ class RootWriter:
         else:
             os.rename(tmp, self.root)
         self._save_manifest(manifest)
+        if memo is not None:
+            memo["manifest"] = {"version": MANIFEST_VERSION, "sections": manifest}
+            memo["inputs"] = {s.name: s.inputs for s in specs if s.key is None}
         return stats
 
     def _build_in(self, tmp: Path, specs: list[SectionSpec], stats: WriteStats) -> dict[str, dict[str, Any]]:
@@ -287,7 +314,7 @@ class RootWriter:
             for path in section.entries:
                 if owner.setdefault(path, spec.name) != spec.name:
                     raise ValueError(f"{path} is rendered by sections {owner[path]} and {spec.name}")
-            source = self._sibling_with(spec) if spec.share is not None and spec.key is not None else None
+            source = self._shared_copy(spec, section) if spec.share is not None and spec.key is not None else None
             if source is None or not self._link_from(source, section, tmp, stats):
                 writer._write_all(section.entries, stats, atomic=False)
             manifest[spec.name] = {"key": spec.key, "share": spec.share, "count": len(section.entries),
@@ -295,19 +322,33 @@ class RootWriter:
                                    {p: digest(e) for p, e in section.entries.items()}}
         return manifest
 
-    def _sibling_with(self, spec: SectionSpec) -> Path | None:
-        """The root of another node's tree that holds ``spec``'s content (same share key), if any."""
-        if self.siblings is None:
+    def _shared_copy(self, spec: SectionSpec, section: Section) -> Path | None:
+        """The one copy of ``spec``'s files under the store (made now if this is the first tree that needs it).
+
+        Kept per share key rather than found in another node's tree: looking for a sibling tree walked the
+        fleet's nodes for every node rendered, and a sibling's tree may be gone."""
+        if self.store is None or spec.share is None:
             return None
-        for root, manifest_path in self.siblings():
+        key = f"{spec.share}|devices={self.make_devices}"
+        copy = self.store / hashlib.sha256(key.encode()).hexdigest()[:24]
+        if (copy / COMPLETE).exists():
+            return copy
+        tmp = self.store / f".{copy.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            tmp.mkdir(parents=True)
+            files: dict[str, Entry] = {p: e for p, e in section.entries.items() if isinstance(e, File | CharDev)}
+            RootWriter(tmp, tmp / MANIFEST_NAME, self.make_devices)._write_all(files, WriteStats(), atomic=False)
+            (tmp / COMPLETE).write_text(key + "\n")
             try:
-                data = json.loads(manifest_path.read_text())
-            except (OSError, ValueError):
-                continue
-            section = data.get("sections", {}).get(spec.name, {}) if isinstance(data, dict) else {}
-            if data.get("version") == MANIFEST_VERSION and section.get("share") == spec.share and root.is_dir():
-                return root
-        return None
+                os.rename(tmp, copy)
+            except OSError:  # another writer made it first (or a half one is in the way: use ours next time)
+                shutil.rmtree(tmp, ignore_errors=True)
+                return copy if (copy / COMPLETE).exists() else None
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None
+        return copy
 
     def _link_from(self, source: Path, section: Section, dest: Path, stats: WriteStats) -> bool:
         """Hard-link ``section``'s files and symlinks from ``source`` into ``dest`` (directories are made anew).
@@ -482,7 +523,12 @@ class RootWriter:
             self._direct(tmp, entry)
             if os.path.isdir(full) and not os.path.islink(full):
                 shutil.rmtree(full)
-            os.replace(tmp, full)
+            held = self.release.hold(full) if self.release is not None else None
+            try:
+                os.replace(tmp, full)
+            finally:
+                if held is not None:
+                    self.release.later(held)  # type: ignore[union-attr]
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

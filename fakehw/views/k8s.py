@@ -29,6 +29,7 @@ from typing import Any
 
 from fakehw.model.system import Gpu, Node, System, TopologyLevel
 from fakehw.model.topology import NodeTopology, Port, derive_node
+from fakehw.views.gfd import gpu_family
 
 # --------------------------------------------------------------------------------------------------- keys
 
@@ -417,7 +418,7 @@ def node_info(system: System, node: Node, health: RuntimeHealth | None = None,
         clique=f"{fabric.cluster_uuid}.{fabric.clique_id}" if fabric is not None else None,
         nvlink=any(x > 0 for row in topo.nvlinks for x in row),
         product=product,
-        family=node.gpus[0].sku.architecture if node.gpus else "",
+        family=gpu_family(node),
         gpus=gpus,
         latency=latency_matrix(node, topo),
         pools=pools,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,8 @@ class UpRequest:
     state_dir: Path
     nodes: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    progress: Callable[[dict[str, Any]], None] | None = None
+    """Told what a long start is doing (``{"phase", "done", "total"}``), where the backend can say."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,13 @@ class Backend(ABC):
 
     @abstractmethod
     def nodes(self, record: ClusterRecord) -> list[NodeInfo]: ...
+
+    def node(self, record: ClusterRecord, name: str) -> NodeInfo:
+        """One node, ready to be used (a backend that makes nodes' files on demand makes this one's only)."""
+        for info in self.nodes(record):
+            if info.name == name:
+                return info
+        raise BackendInputError(f"cluster {record.name} has no node {name!r}")
 
     @abstractmethod
     def exec(

@@ -40,11 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from fakehw.agent.client import AgentClient, AgentRequestError
+from fakehw.agent.progress import read_progress
 from fakehw.model import System
 from fakehw.model.system import Node
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
 from testbed.cluster import ClusterRecord, remove_tree_in_background
-from testbed.host import NATIVE_ARCH
 
 LABEL_TESTBED = "org.fakehw.testbed"
 LABEL_RUN = "org.fakehw.run"
@@ -60,10 +60,53 @@ SYS_MOUNTS = ("bus", "devices", "class")
 """Directories of the node's fake ``sys`` mounted over the container's ``/sys``: self-contained (every link in
 them points inside them) and not needed by the container runtime (unlike ``/sys/fs``)."""
 OPTIONS = ("gpus", "image", "timeout")
-AGENT_READY_TIMEOUT_S = 90.0
-EMULATED_EXTRA_S = 20.0
-"""Extra seconds allowed per emulated node: Python starts 5-10x slower under QEMU user mode."""
+STALL_S = 60.0
+"""A starting node is given up on when, for this long, its agent neither answered, reported progress, nor its
+container used CPU (Python starts 5-10x slower under QEMU user mode, and slower still on a loaded machine: a
+fixed limit is either too short there or far too long for a node that is stuck)."""
 OCI_FAILURE = b"OCI runtime exec failed"
+
+
+class _ContainerWatch:
+    """Whether a starting node container moves: its agent's progress file changes or the container uses CPU."""
+
+    def __init__(self, agent_dir: Path):
+        self.agent_dir = agent_dir
+        self.last: tuple[object, int] | None = None
+        self.moved = time.monotonic()
+
+    def poll(self, pid: int) -> None:
+        mark = (read_progress(self.agent_dir), _cgroup_cpu_ns(pid))
+        if mark != self.last:
+            self.last, self.moved = mark, time.monotonic()
+
+    def stalled_for(self) -> float:
+        return time.monotonic() - self.moved
+
+
+def _cgroup_cpu_ns(pid: int) -> int:
+    """CPU used by the cgroup of ``pid`` (the container's, so every process in it counts), 0 when unknown.
+
+    cgroup v1 (``cpuacct.usage``, ns) and v2 (``cpu.stat`` ``usage_usec``) are both read: HOST.md's machines run v1,
+    GitHub's runners v2."""
+    if pid <= 0:
+        return 0
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        try:
+            if "cpuacct" in controllers.split(","):
+                return int(Path(f"/sys/fs/cgroup/cpuacct{path}/cpuacct.usage").read_text())
+            if controllers == "":
+                for stat in Path(f"/sys/fs/cgroup{path}/cpu.stat").read_text().splitlines():
+                    if stat.startswith("usage_usec "):
+                        return int(stat.split()[1]) * 1000
+        except (OSError, ValueError):
+            continue
+    return 0
 
 
 @dataclass(frozen=True)
@@ -269,29 +312,35 @@ class DockerBackend(Backend):
             networking_config={network: endpoint}, detach=True, stop_signal="SIGTERM")
 
     def _wait_ready(self, client: Any, record: ClusterRecord, nodes: list[str], timeout: float | None) -> None:
-        """Wait until every node's agent answers its health check; a container that exits fails at once."""
-        emulated = sum(1 for n in nodes if record.extra["nodes"][n]["arch"] != NATIVE_ARCH)
-        limit = timeout or AGENT_READY_TIMEOUT_S + EMULATED_EXTRA_S * emulated
-        deadline = time.monotonic() + limit
-        waiting = list(nodes)
-        while waiting:
-            for node in list(waiting):
+        """Wait until every node's agent answers its health check; a container that exits fails at once.
+
+        Without a ``timeout`` option there is no fixed limit (an emulated riscv64 node on a busy 2-core machine
+        took 59 s in a quiet CI run and over 110 s at load 19): a node is given up on when, for
+        :data:`STALL_S`, its agent neither answered, reported progress, nor its container used any CPU."""
+        deadline = time.monotonic() + timeout if timeout else None
+        watches = {node: _ContainerWatch(self._agent_dir(record, node)) for node in nodes}
+        while watches:
+            for node, watch in list(watches.items()):
                 try:
                     AgentClient(self._socket_path(record, node), timeout=5.0).health()
-                    waiting.remove(node)
+                    del watches[node]
                     continue
                 except AgentRequestError:
                     pass
                 container = client.containers.get(record.extra["nodes"][node]["container"])
                 if container.status in ("exited", "dead"):
-                    container.reload()
                     code = container.attrs.get("State", {}).get("ExitCode")
                     raise BackendError(f"node {node}: its container exited with status {code} while its agent "
                                        f"was starting; its log ends:\n{_log_tail(container)}")
-            if not waiting:
+                watch.poll(container.attrs.get("State", {}).get("Pid") or 0)
+                if deadline is None and watch.stalled_for() > STALL_S:
+                    raise BackendError(f"the agent of {node} stopped making progress while starting (nothing "
+                                       f"moved for {STALL_S:.0f} s; logs: docker logs {container.name})")
+            if not watches:
                 break
-            if time.monotonic() > deadline:
-                raise BackendError(f"the agents of {', '.join(waiting)} did not answer within {limit:.0f} s "
+            if deadline is not None and time.monotonic() > deadline:
+                waiting = list(watches)
+                raise BackendError(f"the agents of {', '.join(waiting)} did not answer within {timeout:.0f} s "
                                    f"(logs: docker logs {record.extra['nodes'][waiting[0]]['container']})")
             time.sleep(0.1)
 

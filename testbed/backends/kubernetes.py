@@ -11,6 +11,7 @@ GitHub Actions e2e workflow (``.github/workflows/e2e-kind.yml``) runs it for rea
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import time
@@ -25,6 +26,8 @@ from fakehw.model import System, load_profile
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
 from testbed.cluster import ClusterRecord, remove_tree_in_background
 from testbed.host import trixie_apt_options
+from testbed.kubernetes import kwok
+from testbed.kubernetes.kubeapi import UNREACHABLE, KubeApi, KubeconfigError
 from testbed.kubernetes.manifests import (
     KIND_NODE_IMAGE,
     NAMESPACE,
@@ -42,6 +45,7 @@ from testbed.kubernetes.manifests import (
 )
 
 READY_TIMEOUT_S = 300.0
+log = logging.getLogger(__name__)
 
 
 TRIXIE_APT = " ".join(["apt-get", *trixie_apt_options()])
@@ -233,8 +237,14 @@ def write_kind_files(plan: ClusterPlan, system: System) -> Path:
     return path
 
 
+KWOK_WORKERS = 16
+"""Requests in flight while registering KWOK nodes (``--kwok-workers``): enough to keep a real API server busy
+without tripping its default max-requests-inflight (400 mutating)."""
+
+
 class KubeconfigBackend(Backend):
-    """An existing cluster reached by a kubeconfig: agents as DaemonSets on nodes labelled ``fakehw.io/node``."""
+    """An existing cluster reached by a kubeconfig: agents as DaemonSets on nodes labelled ``fakehw.io/node``, or
+    (``kwok``) the model's nodes registered as KWOK-managed Node objects, with no agent behind them."""
 
     name = "kubeconfig"
 
@@ -244,6 +254,10 @@ class KubeconfigBackend(Backend):
         if not kubeconfig or not Path(str(kubeconfig)).is_file():
             raise BackendInputError(f"the kubeconfig backend needs a kubeconfig file (testbed up --backend kubeconfig "
                                     f"--kubeconfig FILE){f'; {kubeconfig} does not exist' if kubeconfig else ''}")
+        if request.options.get("kwok"):
+            return self._up_kwok(request, system, profile, Path(str(kubeconfig)))
+        if request.options.get("kwok_workers") is not None:
+            raise BackendInputError("--kwok-workers is for --kwok registration")
         kubectl = _Kubectl(_tool("kubectl", request.options.get("kubectl_path"), "kubernetes-client"),
                            str(kubeconfig))
         root = request.state_dir / request.name
@@ -272,6 +286,47 @@ class KubeconfigBackend(Backend):
             raise
         return record
 
+    def _up_kwok(self, request: UpRequest, system: System, profile: str, kubeconfig: Path) -> ClusterRecord:
+        """Register every model node as a KWOK node (Node, NodeResourceTopology, ResourceSlice); no agents."""
+        unused = [f"--{k.replace('_', '-')}" for k in ("node_image", "kubectl_path") if request.options.get(k)]
+        if unused:
+            raise BackendInputError(f"{' and '.join(unused)}: not used with --kwok (KWOK nodes run no node image and "
+                                    "registration talks to the API directly, not through kubectl)")
+        given = request.options.get("kwok_workers")
+        workers = KWOK_WORKERS if given is None else int(given)
+        if workers < 1:
+            raise BackendInputError(f"--kwok-workers {workers}: at least 1")
+        try:
+            api = KubeApi.from_kubeconfig(kubeconfig)
+        except KubeconfigError as exc:
+            raise BackendInputError(str(exc)) from None
+
+        def notice(text: str) -> None:
+            if request.progress is not None:
+                request.progress({"phase": "kwok", "notice": text})
+
+        try:
+            plan = kwok.preflight(api, request.name, notice=notice)
+        except kwok.KwokError as exc:
+            raise BackendError(str(exc)) from None
+        root = request.state_dir / request.name
+        record = ClusterRecord(name=request.name, backend=self.name, profile=profile,
+                               nodes=[n.name for n in system.nodes], node_count=request.nodes, root=str(root),
+                               created=time.time(),
+                               extra={"kubeconfig": str(kubeconfig), "kwok": True, "kwok_owner": plan.owner,
+                                      "kwok_kinds": [k.name for k in plan.kinds]})
+        root.mkdir(parents=True, exist_ok=True)
+        record.save()  # before the first write: a failed or interrupted up is still removed by 'testbed down'
+        try:
+            report = kwok.register(api, plan, system, workers=workers, progress=request.progress)
+        except kwok.KwokError as exc:
+            raise BackendError(f"registering KWOK nodes: {exc} (what was written stays for a re-run to update; "
+                               f"'testbed down --name {request.name}' removes it)") from None
+        record.extra["kwok_objects"] = report.objects
+        record.extra["kwok_seconds"] = round(report.seconds, 3)
+        record.save()
+        return record
+
     @staticmethod
     def _label_nodes(kubectl: _Kubectl, system: System) -> list[str]:
         """Use nodes already labelled with a fake node's name; label free schedulable nodes for the rest."""
@@ -293,29 +348,63 @@ class KubeconfigBackend(Backend):
     def _kubectl(self, record: ClusterRecord) -> _Kubectl:
         return _Kubectl(record.extra["kubectl_path"], record.extra["kubeconfig"])
 
+    @staticmethod
+    def _kwok_api(record: ClusterRecord) -> KubeApi:
+        try:
+            return KubeApi.from_kubeconfig(Path(record.extra["kubeconfig"]))
+        except KubeconfigError as exc:
+            raise BackendError(str(exc)) from None
+
+    @staticmethod
+    def _no_agent(record: ClusterRecord, node: str) -> BackendInputError:
+        if node not in record.nodes:
+            return BackendInputError(f"cluster {record.name} has no node {node!r}")
+        return BackendInputError(f"{node} of cluster {record.name} is a KWOK node: it exists only as API objects "
+                                 "(Node, NodeResourceTopology, ResourceSlice), with no agent, processes or files; "
+                                 "run without --kwok for nodes that have them")
+
     def nodes(self, record: ClusterRecord) -> list[NodeInfo]:
         system = load_profile(record.profile, nodes=record.node_count)
-        return [NodeInfo(n.name, n.cpu.arch, len(n.gpus), Path("/var/lib/fakehw-agent/nodes") / n.name, {})
-                for n in system.nodes]
+        root = Path("/nonexistent/kwok") if record.extra.get("kwok") else Path("/var/lib/fakehw-agent/nodes")
+        return [NodeInfo(n.name, n.cpu.arch, len(n.gpus), root / n.name, {}) for n in system.nodes]
 
     def exec(self, record: ClusterRecord, node: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
              timeout: float | None = None, capture: bool = True,
              input: bytes | None = None, host_paths: bool = False) -> subprocess.CompletedProcess[bytes]:
-        if node not in record.nodes:
-            raise BackendInputError(f"cluster {record.name} has no node {node!r}")
+        if node not in record.nodes or record.extra.get("kwok"):
+            raise self._no_agent(record, node)
         cmd = [record.extra["kubectl_path"], "--kubeconfig", record.extra["kubeconfig"], "exec",
                *(["-i"] if input is not None else []), "-n", NAMESPACE, f"daemonset/fakehw-agent-{node}", "--",
                "env", *[f"{k}={v}" for k, v in (env or {}).items()], *argv]
         return subprocess.run(cmd, capture_output=capture, timeout=timeout, input=input, check=False)
 
     def agent(self, record: ClusterRecord, node: str) -> AgentApi:
+        if record.extra.get("kwok"):
+            raise self._no_agent(record, node)
         return KubectlAgentClient(self._kubectl(record), f"daemonset/fakehw-agent-{node}")
 
     def alive(self, record: ClusterRecord) -> bool:
+        if record.extra.get("kwok"):
+            try:
+                return bool(kwok.owned_nodes(self._kwok_api(record), record.extra["kwok_owner"]))
+            except (kwok.KwokError, BackendError):
+                return False
         out = self._kubectl(record)("get", "namespace", NAMESPACE, "-o", "name", check=False)
         return bool(out.strip())
 
     def down(self, record: ClusterRecord) -> None:
+        if record.extra.get("kwok"):
+            try:
+                kwok.unregister(self._kwok_api(record), record.extra["kwok_owner"])
+            except kwok.KwokError as exc:
+                if exc.status != UNREACHABLE:
+                    raise BackendError(f"removing the KWOK nodes of {record.name}: {exc}") from None
+                # The cluster is gone (or away): keep no record that can never be taken down, and say what may be
+                # left behind should it come back.
+                log.warning("%s; the record of cluster %s is removed, and any of its objects left in that cluster "
+                            "are those labelled %s=%s", exc, record.name, kwok.OWNER_LABEL, record.extra["kwok_owner"])
+            remove_tree_in_background(record.dir)
+            return
         kubectl = self._kubectl(record)
         kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=300, check=False)
         for real in record.extra.get("labelled", []):

@@ -14,22 +14,27 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from fakehw import livefs
 from fakehw.agent.client import AgentClient, AgentRequestError
+from fakehw.agent.progress import read_progress
 from fakehw.agent.trust import private_dir
 from fakehw.livefs.nodes import NodeMounts
-from fakehw.model import load_profile
+from fakehw.model import System, load_profile
+from fakehw.model.system import Node
 from testbed import nodeview
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
 from testbed.cluster import ClusterRecord, remove_tree_in_background, trusted_state_dir
 from testbed.environment import merged_environment, node_environment
 
-AGENT_START_TIMEOUT_S = 180.0
-"""The agent answers once it has rendered every node's tree: a GB200 rack is some 600k entries (memory blocks,
-BARs, IOMMU groups ...), which a loaded ext4 writes at 0.1-0.5 ms each."""
+STALL_S = 60.0
+"""The agent is given up on when, for this long, it neither answered, reported progress, nor used any CPU: a bigger
+fleet takes longer to start but never stands still (see :mod:`fakehw.agent.progress`)."""
+RENDER_BATCH = 16
+"""Nodes per ``POST /v1/render`` when many nodes' files are asked for at once."""
 
 
 def _agent_of(pid: int | None, record: ClusterRecord) -> bool:
@@ -69,8 +74,48 @@ def _pid_alive(pid: int | None) -> bool:
         return True
 
 
+class _StartWatch:
+    """Whether a starting agent moves: its progress file changes or it uses CPU."""
+
+    def __init__(self, pid: int, state_dir: Path):
+        self.pid = pid
+        self.state_dir = state_dir
+        self.last: tuple[object, float] | None = None
+        self.moved = time.monotonic()
+        self.progress: dict[str, Any] | None = None
+
+    def poll(self) -> dict[str, Any] | None:
+        """The agent's progress when it changed since the last poll."""
+        progress = read_progress(self.state_dir)
+        mark = (progress, _cpu_seconds(self.pid))
+        if mark == self.last:
+            return None
+        changed = self.last is None or mark[0] != self.last[0]
+        self.last, self.moved = mark, time.monotonic()
+        self.progress = progress
+        return progress if changed else None
+
+    def stalled_for(self) -> float:
+        return time.monotonic() - self.moved
+
+    def describe(self) -> str:
+        p = self.progress or {}
+        return f"last: {p.get('phase', 'starting')} {p.get('done', 0)}/{p.get('total', 0)}"
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class LocalBackend(Backend):
     name = "local"
+
+    def __init__(self) -> None:
+        self._systems: dict[tuple[str, int | None], System] = {}
 
     def up(self, request: UpRequest) -> ClusterRecord:
         system, profile = load_request_profile(request.profile, request.nodes)
@@ -93,19 +138,33 @@ class LocalBackend(Backend):
         private_dir(root)
         self.live_mounts(record).stop_all()  # a crashed cluster of the same name may have left mounts behind
         record.save()
+        self._systems[(profile, request.nodes)] = system
         try:
-            self.start_agent(record)
+            self.start_agent(record, report=request.progress)
         except BaseException:
             self.down(record)
             raise
         return record
 
-    def start_agent(self, record: ClusterRecord, salvage: bool = False) -> None:
+    def _system(self, record: ClusterRecord) -> System:
+        """The cluster's model, loaded once per backend object (a 10,000-node model takes seconds to expand)."""
+        key = (record.profile, record.node_count)
+        if key not in self._systems:
+            self._systems[key] = load_profile(record.profile, nodes=record.node_count)
+        return self._systems[key]
+
+    def start_agent(self, record: ClusterRecord, salvage: bool = False,
+                    report: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Start (or restart) the cluster's agent and wait until it answers; ``salvage``: from a damaged
-        journal (see ``fakehw agent --salvage-journal``)."""
+        journal (see ``fakehw agent --salvage-journal``). ``report`` is given the agent's progress while it starts
+        (``{"phase", "done", "total"}``, see :mod:`fakehw.agent.progress`).
+
+        The agent makes a node's files when they are asked for (:meth:`node`, :meth:`nodes`, :meth:`exec`), so a
+        fleet starts in the time it takes to load its model, and there is no fixed limit to beat: the wait ends
+        when the agent answers, exits, or stands still (no progress and no CPU used) for :data:`STALL_S`."""
         private_dir(record.agent_dir)
         cmd = [sys.executable, "-m", "fakehw.cli", "agent", "--profile", record.profile,
-               "--state-dir", str(record.agent_dir)]
+               "--state-dir", str(record.agent_dir), "--files", "on-demand"]
         if record.node_count is not None:
             cmd += ["--nodes", str(record.node_count)]
         if salvage:
@@ -117,8 +176,8 @@ class LocalBackend(Backend):
         record.agent_pid = proc.pid
         record.save()
         client = AgentClient(record.agent_socket, timeout=5.0, retries=0)
-        deadline = time.monotonic() + AGENT_START_TIMEOUT_S
-        while time.monotonic() < deadline:
+        watch = _StartWatch(proc.pid, record.agent_dir)
+        while True:
             if proc.poll() is not None:
                 tail = log_path.read_text(errors="replace")[-2000:]
                 raise BackendError(f"the agent exited with status {proc.returncode} while starting; its log "
@@ -127,12 +186,28 @@ class LocalBackend(Backend):
                 client.health()
                 return
             except AgentRequestError:
-                time.sleep(0.05)
-        proc.kill()
-        raise BackendError(f"the agent did not answer within {AGENT_START_TIMEOUT_S:.0f} s (log: {log_path})")
+                pass
+            progress = watch.poll()
+            if progress is not None and report is not None:
+                report(progress)
+            if watch.stalled_for() > STALL_S:
+                proc.kill()
+                raise BackendError(f"the agent stopped making progress while starting ({watch.describe()}; nothing "
+                                   f"moved for {STALL_S:.0f} s; log: {log_path})")
+            time.sleep(0.05)
+
+    def render(self, record: ClusterRecord, names: Sequence[str]) -> None:
+        """Have the agent make these nodes' files (those it made before cost nothing)."""
+        if record.agent_socket is None:
+            raise BackendError(f"cluster {record.name} has no agent")
+        client = AgentClient(record.agent_socket, timeout=600.0)
+        for i in range(0, len(names), RENDER_BATCH):
+            client.render(list(names[i:i + RENDER_BATCH]))
 
     def stop_agent(self, record: ClusterRecord, kill: bool = False, timeout: float = 10.0) -> None:
-        self.live_mounts(record).stop_all()
+        """Stop the agent (``kill``: as a crash would). The nodes' live ``/sys`` stay mounted and served, as a
+        kernel's sysfs outlives any daemon: their reads are of the files the agent left (the restarted agent renders
+        what changed and tells them), writes fail with EIO until it answers again. Only :meth:`down` unmounts."""
         pid = record.agent_pid
         if not _pid_alive(pid) or not _agent_of(pid, record):
             return
@@ -147,13 +222,23 @@ class LocalBackend(Backend):
             os.kill(pid, signal.SIGKILL)
 
     def nodes(self, record: ClusterRecord) -> list[NodeInfo]:
-        system = load_profile(record.profile, nodes=record.node_count)
-        out = []
-        for node in system.nodes:
-            d = record.node_dir(node.name)
-            out.append(NodeInfo(node.name, node.cpu.arch, len(node.gpus), d,
-                                node_environment(node.name, d, Path(record.agent_socket or ""))))
-        return out
+        """Every node, with its files made (what a node's files cost is paid here for every node: for one node of a
+        big fleet use :meth:`node`; for names only, ``record.nodes``)."""
+        system = self._system(record)
+        self.render(record, [n.name for n in system.nodes])
+        return [self._info(record, node) for node in system.nodes]
+
+    def node(self, record: ClusterRecord, name: str) -> NodeInfo:
+        node = self._system(record).node(name)
+        if node is None:
+            raise BackendInputError(f"cluster {record.name} has no node {name!r}")
+        self.render(record, [name])
+        return self._info(record, node)
+
+    def _info(self, record: ClusterRecord, node: Node) -> NodeInfo:
+        d = record.node_dir(node.name)
+        return NodeInfo(node.name, node.cpu.arch, len(node.gpus), d,
+                        node_environment(node.name, d, Path(record.agent_socket or "")))
 
     def exec(
         self,
@@ -170,6 +255,7 @@ class LocalBackend(Backend):
             raise BackendInputError(f"cluster {record.name} has no node {node!r} (nodes: {', '.join(record.nodes)})")
         if not argv:
             raise BackendInputError("nothing to run: give a command after --")
+        self.render(record, [node])
         d = record.node_dir(node)
         extra = node_environment(node, d, Path(record.agent_socket or ""))
         full = merged_environment({**extra, **(env or {})})
@@ -192,6 +278,8 @@ class LocalBackend(Backend):
         """What a command on ``node`` sees: its tree at the real paths, with ``/sys`` served live (kernel semantics
         for writes, mounted on first use) when this machine can (root and FUSE), else the rendered tree read-only."""
         root = str(record.node_dir(node) / "root")
+        if self.alive(record):
+            self.render(record, [node])  # the agent makes a node's files when first asked (no cost after that)
         if livefs.unavailable() is not None or not self.alive(record):
             return nodeview.NodeView(root=root)
         try:
@@ -209,5 +297,6 @@ class LocalBackend(Backend):
         return _pid_alive(record.agent_pid) and _agent_of(record.agent_pid, record)
 
     def down(self, record: ClusterRecord) -> None:
-        self.stop_agent(record)  # takes the live /sys mounts down first: nothing may stay mounted in the tree
+        self.live_mounts(record).stop_all()  # first: nothing may stay mounted in a tree that is being removed
+        self.stop_agent(record)
         remove_tree_in_background(record.dir)

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from testbed import component_user, nodeview
@@ -127,15 +127,18 @@ class LocalProcess(PluginProcess):
 
 class CommandLauncher(PluginLauncher):
     """Runs ``command`` (a shell command line) on this machine with a node's environment, in the node's view
-    when ``view`` is given: the plugin directory is then also bound at :data:`KUBELET_PLUGIN_DIR`."""
+    when ``view`` is given: the plugin directory is then also bound at :data:`KUBELET_PLUGIN_DIR`. ``prepare`` is
+    called before every start: it makes sure what the view binds is there (the node's live ``/sys`` is served:
+    a server that died since the last start is replaced, so a restarted plugin never finds an empty ``/sys``)."""
 
     def __init__(self, command: str | Sequence[str], node: str, env: Mapping[str, str], log_dir: Path,
-                 view: nodeview.NodeView | None = None):
+                 view: nodeview.NodeView | None = None, prepare: Callable[[], object] | None = None):
         self.command = command if isinstance(command, str) else shlex.join(command)
         self.node = node
         self.env = dict(env)
         self.log_dir = log_dir
         self.view = view
+        self.prepare = prepare
         self.describe = self.command
         self._runs = 0
 
@@ -149,6 +152,8 @@ class CommandLauncher(PluginLauncher):
 
     def start(self, plugin_dir: Path) -> LocalProcess:
         self._runs += 1
+        if self.prepare is not None:
+            self.prepare()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"plugin-{self._runs}.log"
         plugin_dir.mkdir(parents=True, exist_ok=True)

@@ -217,3 +217,21 @@ def test_a_plugin_with_the_kubelet_path_built_in_registers_in_the_node_view(tmp_
         proc.kill()
         kubelet.stop()
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_launcher_prepares_the_view_before_every_start(tmp_path: Path) -> None:
+    """``prepare`` runs before each start, so what the view binds (a node's live /sys) is there for a restarted
+    plugin too; a ``prepare`` that fails stops the start with its error (nothing is started)."""
+    calls: list[int] = []
+    launcher = CommandLauncher("true", "node", {}, tmp_path / "logs", prepare=lambda: calls.append(len(calls)))
+    for _ in range(2):
+        launcher.start(tmp_path / "plugins").wait(30)
+    assert calls == [0, 1]
+
+    def broken() -> None:
+        raise RuntimeError("cannot serve the live /sys of node")
+
+    failing = CommandLauncher("true", "node", {}, tmp_path / "logs2", prepare=broken)
+    with pytest.raises(RuntimeError, match="live /sys"):
+        failing.start(tmp_path / "plugins")
+    assert not (tmp_path / "logs2").exists()

@@ -21,15 +21,15 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_a_matrix_writes_a_report_per_run_and_an_index(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = _run("--target", "fabric", "--profile", "dgx-h100-roce", "--profile", "gb200-nvl72", "-k", "static",
+    proc = _run("--target", "fabric", "--profile", "dgx-h100-roce", "--profile", "gb200-nvl72-roce", "-k", "static",
                 "--out", str(out), cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr  # the measured requirements did not run: not certified
     assert "[1/2] fabric on dgx-h100-roce (local): dgx-h100-rail" in proc.stderr
-    assert "[2/2] fabric on gb200-nvl72 (local): gb200-nvl72-spine-leaf" in proc.stderr
+    assert "[2/2] fabric on gb200-nvl72-roce (local): gb200-nvl72-spine-leaf" in proc.stderr
     index = json.loads((out / "index.json").read_text())
     assert index["verdict"] == "not-certified"
     assert [(r["profile"], r["component"], r["certified"]) for r in index["runs"]] == [
-        ("dgx-h100-roce", "dgx-h100-rail", False), ("gb200-nvl72", "gb200-nvl72-spine-leaf", False)]
+        ("dgx-h100-roce", "dgx-h100-rail", False), ("gb200-nvl72-roce", "gb200-nvl72-spine-leaf", False)]
     for run in index["runs"]:
         report = json.loads((Path(run["dir"]) / "report.json").read_text())
         assert report["manifest"]["profile"] == run["profile"]

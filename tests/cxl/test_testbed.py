@@ -1,6 +1,7 @@
 """End to end on the local testbed: the agent process, its HTTP API, the ``testbed cxl``/``testbed pool`` verbs,
 hwloc reading the node's tree as a CXL memdev goes offline and comes back, and ``testbed exec`` seeing the node's
-live ``/sys`` (mounted on first use, replaced when its server dies, gone with the agent and the cluster)."""
+live ``/sys`` (mounted on first use, replaced when its server dies, kept across an agent restart, gone with the
+cluster)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from fakehw.agent.cxl import GiB
 from fakehw.livefs import unavailable
 from fakehw.livefs.mount import LiveMount, live_mounts
 from fakehw.sysfs.hwloc import HwlocTopology, lstopo, lstopo_path
+from testbed import nodeview
 from testbed.api import Testbed
 from testbed.backends.local import LocalBackend
 
@@ -153,7 +155,7 @@ def test_exec_mounts_the_live_sys_on_first_use_and_real_cxl_writes_reach_the_age
 
 
 @needs_live
-def test_a_dead_server_is_replaced_by_the_next_exec_and_an_agent_stop_unmounts(cluster: Testbed) -> None:
+def test_a_dead_server_is_replaced_by_the_next_exec(cluster: Testbed) -> None:
     assert cluster.exec(NODE, ["true"]).returncode == 0
     server = _server(cluster, NODE)
     pid = server.server_pid()
@@ -166,10 +168,60 @@ def test_a_dead_server_is_replaced_by_the_next_exec_and_an_agent_stop_unmounts(c
     serial = cluster.exec(NODE, ["cat", "/sys/bus/cxl/devices/mem0/serial"])
     assert serial.returncode == 0 and serial.stdout.startswith(b"0x"), serial.stderr
     assert server.alive() and server.server_pid() != pid
+
+
+@needs_live
+def test_the_live_sys_outlives_an_agent_restart(cluster: Testbed) -> None:
+    """A kernel's sysfs outlives any daemon; so does a node's live /sys outlive its agent. A command that runs
+    across the restart reads on, one started afterwards in a view made before it (the device-plugin suite's
+    launcher) finds /sys, and a write while the agent is down fails with EIO and changes nothing. (When an agent
+    stop unmounted every live /sys, NVIDIA's device plugin, restarted after DP-CHAOS-004's agent restart, got the
+    bare mount point as /sys: ENOENT for every numa_node, so NUMA "none" for every GPU.)"""
     backend = LocalBackend()
-    backend.stop_agent(cluster.record)
+    view = backend.node_view(cluster.record, NODE)
+    server = _server(cluster, NODE)
+    pid = server.server_pid()
+    assert pid is not None
+    serial = "/sys/bus/cxl/devices/mem0/serial"
+    across = subprocess.Popen(nodeview.command(view, ["sh", "-c", f"read go; cat {serial}"]),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        assert live_mounts(cluster.record.dir / "live") == [] and server.server_pid() is None
+        before = _run_in(view, ["cat", serial])
+        backend.stop_agent(cluster.record)
+        try:
+            assert server.server_pid() == pid and server.alive()
+            assert _run_in(view, ["cat", serial]) == before
+            unbind = _run_in(view, ["sh", "-c", "echo mem0 > /sys/bus/cxl/drivers/cxl_mem/unbind"], check=False)
+            assert b"I/O error" in unbind, unbind  # dash's words for EIO
+        finally:
+            backend.start_agent(cluster.record)
+        out, err = across.communicate(b"go\n", timeout=60)
+        assert across.returncode == 0 and out == before, err
+        assert _run_in(view, ["cat", serial]) == before
+        assert server.server_pid() == pid
+        assert next(m for m in cluster.agent().cxl(NODE)["memdevs"] if m["name"] == "mem0")["online"] is True
     finally:
-        backend.start_agent(cluster.record)
-    assert cluster.exec(NODE, ["cat", "/sys/bus/cxl/devices/mem0/serial"]).stdout == serial.stdout
+        across.kill()
+        across.wait()
+
+
+def _run_in(view: nodeview.NodeView, argv: list[str], check: bool = True) -> bytes:
+    """``argv``'s stdout in ``view`` (stdout and stderr when ``check`` is off: what a failure says)."""
+    done = subprocess.run(nodeview.command(view, argv), capture_output=True, timeout=120, check=False)
+    if check:
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    assert done.returncode != 0, done.stdout
+    return done.stdout + done.stderr
+
+
+@needs_live
+def test_a_view_whose_live_sys_is_not_mounted_is_refused(cluster: Testbed) -> None:
+    """An empty mount point is never shown as /sys: a reader would take ENOENT for "no such device"."""
+    view = LocalBackend().node_view(cluster.record, NODE)
+    empty = cluster.record.dir / "not-mounted"
+    empty.mkdir(exist_ok=True)
+    bare = nodeview.NodeView(view.root, (nodeview.Bind(str(empty), "/sys"),), writable_sys=True)
+    done = subprocess.run(nodeview.command(bare, ["true"]), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == nodeview.EXIT_SETUP
+    assert f"{empty} (for /sys) is empty: the node's live /sys is not mounted there" in done.stderr

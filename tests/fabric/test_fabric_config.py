@@ -49,7 +49,7 @@ def test_builtin_configs_equal_their_generators() -> None:
     rail = load_fabric_spec("dgx-h100-rail").spec
     assert rail == load_fabric_spec("x.yaml", to_yaml(rail_optimised("dgx-h100-roce", 4, name="dgx-h100-rail"))).spec
     sl = load_fabric_spec("gb200-nvl72-spine-leaf").spec
-    assert sl == load_fabric_spec("x.yaml", to_yaml(spine_leaf("gb200-nvl72", name="gb200-nvl72-spine-leaf"))).spec
+    assert sl == load_fabric_spec("x.yaml", to_yaml(spine_leaf("gb200-nvl72-roce", name="gb200-nvl72-spine-leaf"))).spec
 
 
 def test_inheritance_port_over_switch_over_defaults(tmp_path: Path) -> None:

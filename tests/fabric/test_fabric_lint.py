@@ -88,6 +88,21 @@ def test_every_static_requirement_has_a_broken_example() -> None:
     assert seeded == static
 
 
+def test_a_config_that_states_no_watchdogs_is_not_applicable_not_passed(tmp_path: Path) -> None:
+    """Without qos pfcWatchdog nothing says whether pause storms are mitigated: FAB-PFC-003 is not applicable (with
+    the reason), never a pass; a watchdog switched off on a port without PFC is no finding (it guards nothing)."""
+    f = tmp_path / "f.yaml"
+    text = Path(builtin_fabrics()["dgx-h100-rail"]).read_text()
+    f.write_text(text.replace("    pfcWatchdog: {action: drop, detectionMs: 200, restorationMs: 200}\n", ""))
+    report = lint(load_fabric(f))
+    assert report.findings == () and "states no PFC watchdogs" in report.not_applicable["FAB-PFC-003"]
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail0\n"
+                 "    qos: {pfcPriorities: [], headroom: [], pfcWatchdog: {enabled: false}}\n"
+                 "hosts:\n  \"*/mlx5_0\": {roce: {pfcPriorities: []}}\n")
+    report = lint(load_fabric(f))
+    assert "FAB-PFC-003" not in report.ids and "FAB-PFC-003" not in report.not_applicable, report.format()
+
+
 def test_roce_mtu_follows_the_headroom_rule() -> None:
     for ib in IB_MTUS:
         assert roce_mtu(ib + ROCE_HEADROOM) == ib
@@ -140,7 +155,7 @@ def test_spine_leaf_paths_cross_the_spine() -> None:
     switches = [r.switch for r in p.ports]
     # leaf0 in/out, spine1 in/out (rail 1 rides spine1), leaf1 in/out
     assert switches == ["leaf0", "leaf0", "spine1", "spine1", "leaf1", "leaf1"]
-    assert report.path(NicRef("gb200-tray-0", "mlx5_1"), NicRef("gb200-tray-0", "mlx5_2")) is None
+    assert report.path(NicRef("gb200-tray-0", "mlx5_1"), NicRef("gb200-tray-0", "mlx5_4")) is None
     ids = [path.id for path in report.paths]
     assert len(set(ids)) == len(ids)
 

@@ -158,13 +158,13 @@ def test_resource_slices_publish_every_gpu() -> None:
     for node, rs in zip(system.nodes, slices, strict=True):
         spec = rs["spec"]
         assert spec["driver"] == "gpu.nvidia.com" and spec["nodeName"] == node.name
-        assert [d["basic"]["attributes"]["uuid"]["string"] for d in spec["devices"]] == [g.uuid for g in node.gpus]
-        assert {d["basic"]["capacity"]["memory"]["value"] for d in spec["devices"]} == {"189471Mi"}
-    cliques = {d["basic"]["attributes"]["cliqueID"]["string"] for rs in slices for d in rs["spec"]["devices"]}
+        assert [d["attributes"]["uuid"]["string"] for d in spec["devices"]] == [g.uuid for g in node.gpus]
+        assert {d["capacity"]["memory"]["value"] for d in spec["devices"]} == {"189471Mi"}
+    cliques = {d["attributes"]["fakehw.io/cliqueID"]["string"] for rs in slices for d in rs["spec"]["devices"]}
     fabric = system.nvlink_domains[0].fabric
     assert fabric is not None and cliques == {f"{fabric.cluster_uuid}.{fabric.clique_id}"}
     edge = load_profile("edge-pcie")
-    assert "cliqueID" not in resource_slice(edge, edge.nodes[0])["spec"]["devices"][0]["basic"]["attributes"]
+    assert "fakehw.io/cliqueID" not in resource_slice(edge, edge.nodes[0])["spec"]["devices"][0]["attributes"]
 
 
 def test_kind_up_names_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -135,5 +135,8 @@ class MigNode:
 
     def ok(self, *args: str) -> str:
         proc = self.smi(*args)
-        assert proc.returncode == 0, f"nvidia-smi {' '.join(args)} exited {proc.returncode}: {proc.stdout}{proc.stderr}"
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"nvidia-smi {' '.join(args)} exited {proc.returncode}: {out}"
+        for bad in ("Function Not Found", "Unknown Error", "Not Supported", "Invalid Argument"):
+            assert bad not in out, f"{bad!r} in nvidia-smi {' '.join(args)}:\n{out}"
         return proc.stdout

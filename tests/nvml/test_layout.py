@@ -9,14 +9,27 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
+import yaml
 
+from fakehw.model.loader import builtin_dir
+from fakehw.model.spec import MAX_GPUS_PER_NODE
 from fakehw.nvml import layout
 from fakehw.nvml.build import generate
 from fakehw.nvml.layout import Char, GpuRecord, HeaderRecord, LayoutError, LinkRecord
 from fakehw.nvml.snapshot import Snapshot, SnapshotError
+from tests.nvml.helpers import NodeSnap
+
+NV_MAX_DEVICES = 32
+"""GPUs NVIDIA's driver supports in one system: ``#define NV_MAX_DEVICES 32`` ("the maximum number of GPUs supported
+in a single system"), src/common/sdk/nvidia/inc/nvlimits.h of NVIDIA/open-gpu-kernel-modules, the same at tags
+535.261.03, 550.163.01, 555.58.02, 580.95.05 and 595.45.04."""
 
 
 def test_c_and_python_agree_on_every_offset(tmp_path: Path) -> None:
@@ -51,7 +64,7 @@ def test_header_asserts_every_field() -> None:
 
 def test_records_round_trip() -> None:
     link = LinkRecord(present=1, up=1, remote_bus_id="00000000:05:00.0", errors=(1, 2, 3, 4, 5))
-    gpu = GpuRecord(uuid="GPU-x", name="A GPU", links=(link,), p2p=tuple(i % 7 for i in range(5 * 64)))
+    gpu = GpuRecord(uuid="GPU-x", name="A GPU", links=(link,), p2p=tuple(i % 7 for i in range(5 * layout.MAX_GPUS)))
     back = layout.unpack(GpuRecord, layout.pack(gpu))
     assert back.uuid == "GPU-x" and back.links[0] == link and back.p2p == gpu.p2p
     snap = Snapshot(HeaderRecord(driver_version="535.261.03", generation=9), (gpu,))
@@ -82,3 +95,50 @@ def test_reading_a_bad_snapshot_says_what_is_wrong() -> None:
         Snapshot.from_bytes(good[:600] + bytes([good[600] ^ 1]) + good[601:])
     with pytest.raises(SnapshotError, match="magic"):
         Snapshot.from_bytes(b"X" + good[1:])
+
+
+def pcie_host(tmp_path: Path, count: int) -> tuple[Path, int, list[str]]:
+    """edge-pcie's host with ``count`` L4s over four host bridges: the file, the line of its ``gpus:`` key and the
+    bus ids it gives the GPUs."""
+    doc: dict[str, Any] = yaml.safe_load((builtin_dir() / "edge-pcie.yaml").read_text())
+    doc["name"] = f"pcie-{count}"
+    node = doc["groups"][0]["node"]
+    buses = (0x10, 0x50, 0x90, 0xD0)
+    node["pcie"] = {"hostBridges": [{"name": f"hb{i}", "numa": i // 2, "bus": b} for i, b in enumerate(buses)],
+                    "switches": []}
+    bus_ids = [f"0000:{buses[k % 4] + 1 + k // 4:02x}:00.0" for k in range(count)]
+    node["gpus"] = [{"name": f"gpu{k}", "sku": "l4", "bus": bus, "parent": f"hb{k % 4}"}
+                    for k, bus in enumerate(bus_ids)]
+    node["nics"] = []
+    text = yaml.safe_dump(doc, sort_keys=False)
+    path = tmp_path / f"pcie-{count}.yaml"
+    path.write_text(text)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.strip() == "gpus:")
+    return path, line, bus_ids
+
+
+def test_the_format_holds_what_one_host_can_have() -> None:
+    assert layout.MAX_GPUS == MAX_GPUS_PER_NODE == NV_MAX_DEVICES
+
+
+@pytest.mark.parametrize("count", [NV_MAX_DEVICES + 1, 72])
+def test_more_gpus_than_a_host_holds_is_a_located_profile_error(tmp_path: Path, count: int) -> None:
+    """72 is the NVL72 rack as one host: no driver presents that; the error says to write trays."""
+    path, line, _ = pcie_host(tmp_path, count)
+    proc = subprocess.run([sys.executable, "-m", "fakehw.cli", "validate", str(path)], capture_output=True,
+                          text=True, check=False, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{path}:{line}: groups[0].node.gpus: {count} GPUs on one node; NVIDIA's driver supports at most " \
+           f"{NV_MAX_DEVICES} per host" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_host_with_the_most_gpus_loads(tmp_path: Path, pynvml_module: ModuleType,
+                                          nvml: Callable[..., NodeSnap]) -> None:
+    """nvidia-ml-py on a 32-GPU node sees every GPU, at the bus ids the profile gives."""
+    path, _, bus_ids = pcie_host(tmp_path, NV_MAX_DEVICES)
+    nvml(path)
+    pynvml = pynvml_module
+    assert pynvml.nvmlDeviceGetCount() == NV_MAX_DEVICES
+    got = [pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).busId for i in range(NV_MAX_DEVICES)]
+    assert sorted(b.lower() for b in got) == sorted("0000" + b for b in bus_ids)

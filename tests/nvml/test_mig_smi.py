@@ -1,4 +1,10 @@
-"""The real ``nvidia-smi mig`` (535, Debian non-free) against a running node: profiles, create/list/destroy.
+"""The real ``nvidia-smi mig`` (535, 550, 555: Debian non-free) against a running node: profiles, create/list/destroy.
+
+Each branch's nvidia-smi runs against the profile pinned to its own driver (``extends`` + ``driver.version``).
+Traced with ``LD_DEBUG=bindings`` and ``FAKEHW_NVML_TRACE=1``, 550 and 555 bind the same 26 NVML functions for
+``-mig``, ``-lgip``, ``-lgipp``, ``-cgi -C``, ``-lgi``, ``-lci``, ``-lcip``, ``-dci``, ``-dgi`` as 535 (the
+versioned ``nvmlDeviceGetGpuInstanceProfileInfoV``/``nvmlGpuInstanceGetComputeInstanceProfileInfoV`` and
+``nvmlDeviceGetGpuInstancePossiblePlacements_v2`` among them) and reach no stub or unknown export-table slot.
 
 A testbed node with its agent is what a user has: nvidia-smi changes MIG through the fake library, which asks the
 node agent; the agent journals the change and re-renders. Expected values are real ``nvidia-smi`` outputs
@@ -18,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from fakehw.nvml.smi import RealNvidia
 from testbed.api import Testbed
+from tests.nvml import references
 from tests.nvml.helpers import with_driver
 from tests.nvml.migtools import A100_80GB_LGIP, H100_80GB_LGIP, LGIPP, MigNode, parse_lci, parse_lgi, parse_lgip
 
@@ -27,14 +33,21 @@ PUBLISHED = {"dgx-h100": H100_80GB_LGIP, "dgx-a100": A100_80GB_LGIP}
 
 
 @pytest.fixture
-def mig_node(testbed_factory: Callable[..., Testbed], real_nvidia: RealNvidia,
-             tmp_path: Path) -> Callable[[str], MigNode]:
-    def make(profile: str) -> MigNode:
-        # the profile on the real nvidia-smi's own driver (a nvidia-smi refuses a library of another release)
-        tb = testbed_factory(str(with_driver(tmp_path, profile, real_nvidia.driver_version)))
-        return MigNode(tb, tb.system.nodes[0].name, real_nvidia)
+def mig_node(testbed_factory: Callable[..., Testbed], tmp_path: Path) -> Callable[..., MigNode]:
+    """``mig_node(profile, branch)``: a running node of ``profile`` pinned to ``branch``'s driver, with that
+    branch's real nvidia-smi (a nvidia-smi refuses a library of another release)."""
+
+    def make(profile: str, branch: int = 535) -> MigNode:
+        real = references.real_nvidia(branch)
+        tb = testbed_factory(str(with_driver(tmp_path, profile, real.driver_version)))
+        return MigNode(tb, tb.system.nodes[0].name, real)
 
     return make
+
+
+# The real nvidia-smi of every branch Debian ships (535 bookworm, 550 trixie, 555 experimental) runs the profile
+# listing and the create/list/destroy cycle; the rest of the file runs 535.
+BRANCHES = [535, 550, 555]
 
 
 def _enable(node: MigNode, gpu: int = 0) -> None:
@@ -42,9 +55,10 @@ def _enable(node: MigNode, gpu: int = 0) -> None:
     assert out.startswith("Enabled MIG Mode for GPU"), out
 
 
+@pytest.mark.parametrize("branch", BRANCHES, ids=lambda b: f"smi{b}")
 @pytest.mark.parametrize("profile", ["dgx-h100", "dgx-a100"])
-def test_lgip_is_the_published_table(mig_node: Callable[[str], MigNode], profile: str) -> None:
-    node = mig_node(profile)
+def test_lgip_is_the_published_table(mig_node: Callable[..., MigNode], profile: str, branch: int) -> None:
+    node = mig_node(profile, branch)
     _enable(node)
     rows = {r.name: r for r in parse_lgip(node.ok("mig", "-i", "0", "-lgip"))}
     for published in PUBLISHED[profile]:
@@ -60,9 +74,10 @@ def test_lgip_is_the_published_table(mig_node: Callable[[str], MigNode], profile
     assert {pid: placements[pid] for pid in LGIPP} == LGIPP
 
 
+@pytest.mark.parametrize("branch", BRANCHES, ids=lambda b: f"smi{b}")
 @pytest.mark.parametrize("profile", ["dgx-a100", "dgx-h100"])
-def test_create_list_destroy(mig_node: Callable[[str], MigNode], profile: str) -> None:
-    node = mig_node(profile)
+def test_create_list_destroy(mig_node: Callable[..., MigNode], profile: str, branch: int) -> None:
+    node = mig_node(profile, branch)
     _enable(node)
     gi = "3g.40gb"
     out = node.ok("mig", "-i", "0", "-cgi", f"9,{gi}", "-C")
@@ -101,7 +116,7 @@ def test_create_list_destroy(mig_node: Callable[[str], MigNode], profile: str) -
     assert node.ok("-i", "0", "--query-gpu=mig.mode.current", "--format=csv,noheader").strip() == "Disabled"
 
 
-def test_seven_1g_instances_get_the_ids_a_real_a100_gives(mig_node: Callable[[str], MigNode]) -> None:
+def test_seven_1g_instances_get_the_ids_a_real_a100_gives(mig_node: Callable[..., MigNode]) -> None:
     node = mig_node("dgx-a100")
     _enable(node)
     out = node.ok("mig", "-i", "0", "-cgi", ",".join(["19"] * 7))
@@ -110,7 +125,7 @@ def test_seven_1g_instances_get_the_ids_a_real_a100_gives(mig_node: Callable[[st
     assert node.smi("mig", "-i", "0", "-cgi", "19").returncode != 0  # the eighth memory slice has no compute slice
 
 
-def test_refused_requests_get_nvmls_answers_and_change_nothing(mig_node: Callable[[str], MigNode]) -> None:
+def test_refused_requests_get_nvmls_answers_and_change_nothing(mig_node: Callable[..., MigNode]) -> None:
     """Bad MIG requests through the real nvidia-smi: its exit code is the NVML return code (nvml.h), and neither the
     agent's state nor the snapshot generation moves."""
     node = mig_node("dgx-h100")

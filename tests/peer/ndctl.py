@@ -17,7 +17,9 @@ cxl-xor-region.sh loads the module with ``interleave_arithmetic=1``: its cluster
 
 cxl-labels.sh is not run: it reads and writes each memdev's label storage area through the mailbox
 (``/dev/cxl/memN`` ioctls: CXL_MEM_SEND_COMMAND with GET_LSA/SET_LSA) and ``ndctl`` over the nvdimm bridge
-(``/sys/bus/nd``, ``ndbusN``, ``nmemN``), neither of which fakehw emulates yet.
+(``/sys/bus/nd``, ``ndbusN``, ``nmemN`` and its ND_IOCTL_*_CONFIG_* ioctls), neither of which fakehw emulates:
+both libraries insist on a character device whose number matches sysfs, which FUSE cannot provide and CUSE (the
+user-space character device) is not built into this machine's kernel (docs/platform.md says what it would take).
 """
 
 from __future__ import annotations

@@ -150,6 +150,44 @@ def test_dgx_h100_has_the_nics_of_its_user_guide(rendered: Rendered) -> None:
         assert gpu_port == nic_port, f"GPU{index} and {nic} share a PCIe switch"
 
 
+GB200_TRAY_PORTS = {
+    # RDMA name: (PCI function, network interface, link layer). PCI functions and RDMA names as NVIDIA's Mission
+    # Control "North-South Network GB200 Deployment Guide" (2.3.0, Introduction, "Compute Tray Network Ports",
+    # GB200 compute tray table; https://docs.nvidia.com/mission-control/docs/ext-north-south-network-gb200-deploy-
+    # guide/2.3.0/ext-north-south-network-gb200-intro.html) lists them: left/right bay OSFP P3/P4 (InfiniBand
+    # ConnectX-7) at 00/02/10/12:03:00.0 = mlx5_0/1/4/5, left/right bay BF3 P1/P2 (Ethernet QSFP) at 06:03:00.0/.1
+    # = mlx5_2/3 and 16:03:00.0/.1 = mlx5_6/7. Interface names as udev gives them (systemd.net-naming-scheme(7),
+    # PCI path names: "P<domain>" in decimal only for a domain other than 0, "f<function>" only on a
+    # multi-function device, "n<phys_port_name>" for an Ethernet port; the same rules give the DGX H100 guide's
+    # ibp24s0, ibp41s0f0 and enp41s0f1np1 above).
+    "mlx5_0": ("0000:03:00.0", "ibp3s0", "InfiniBand"), "mlx5_1": ("0002:03:00.0", "ibP2p3s0", "InfiniBand"),
+    "mlx5_4": ("0010:03:00.0", "ibP16p3s0", "InfiniBand"), "mlx5_5": ("0012:03:00.0", "ibP18p3s0", "InfiniBand"),
+    "mlx5_2": ("0006:03:00.0", "enP6p3s0f0np0", "Ethernet"), "mlx5_3": ("0006:03:00.1", "enP6p3s0f1np1", "Ethernet"),
+    "mlx5_6": ("0016:03:00.0", "enP22p3s0f0np0", "Ethernet"),
+    "mlx5_7": ("0016:03:00.1", "enP22p3s0f1np1", "Ethernet"),
+}
+GB200_TRAY_NIC_DEVICES = {"mlx5_0": "0x1021", "mlx5_1": "0x1021", "mlx5_4": "0x1021", "mlx5_5": "0x1021",
+                          "mlx5_2": "0xa2dc", "mlx5_3": "0xa2dc", "mlx5_6": "0xa2dc", "mlx5_7": "0xa2dc"}
+"""PCI device ids (pci.ids: 15b3:1021 MT2910 Family [ConnectX-7], 15b3:a2dc MT43244 BlueField-3 integrated
+ConnectX-7 network controller): the guide's OSFP ports are ConnectX-7, its BF3 ports BlueField-3."""
+
+
+def test_gb200_tray_has_the_nics_of_nvidias_deployment_guide(rendered: Rendered) -> None:
+    """A GB200 NVL72 compute tray's eight RDMA ports: PCI functions, RDMA names, network interface names, link
+    layers and adapters as NVIDIA's deployment guide lists them and udev names them (see GB200_TRAY_PORTS)."""
+    ((_, _, root), *_) = rendered("gb200-nvl72")
+    ib = root / "sys/class/infiniband"
+    assert sorted(p.name for p in ib.iterdir()) == sorted(GB200_TRAY_PORTS)
+    for name, (bdf, netdev, layer) in GB200_TRAY_PORTS.items():
+        device = (ib / name / "device").resolve()
+        assert device.name == bdf, name
+        assert (device / "device").read_text().strip() == GB200_TRAY_NIC_DEVICES[name], name
+        assert (ib / name / "ports/1/link_layer").read_text().strip() == layer, name
+        assert [p.name for p in (device / "net").iterdir()] == [netdev], name
+        assert (root / "sys/class/net" / netdev / "type").read_text().strip() == ("32" if layer == "InfiniBand"
+                                                                                 else "1")
+
+
 @pytest.mark.root
 @pytest.mark.skipif(shutil.which("ibv_devices") is None or shutil.which("ibstat") is None,
                     reason="rdma-core's ibverbs-utils and infiniband-diags are not installed "

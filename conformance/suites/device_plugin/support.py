@@ -13,12 +13,13 @@ own allocator, so a shared bug cannot hide).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import shlex
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from fakehw.model.system import MemoryPool, Node, System
 from testbed import nodeview
 from testbed.api import Testbed
 from testbed.backends import NodeInfo
+from testbed.backends.local import LocalBackend
 from testbed.kubelet.api import HEALTHY
 from testbed.kubelet.cdi import CdiRegistry
 from testbed.kubelet.driver_root import CONTAINER_DRIVER_ROOT, DriverRootError, build_driver_root
@@ -111,15 +113,18 @@ class SuiteOptions:
 # --------------------------------------------------------------------------------------------------- plugin
 
 
-def local_view(node: NodeInfo, system: System, workdir: Path) -> tuple[nodeview.NodeView | None, str | None]:
+def local_view(node: NodeInfo, system: System, workdir: Path,
+               base: nodeview.NodeView | None = None) -> tuple[nodeview.NodeView | None, str | None]:
     """The node's view for a plugin on the local backend (the launcher adds the plugin directory), or why there
-    is none. Besides the node's rendered tree it holds what NVIDIA's components look for: a driver root at
-    :data:`CONTAINER_DRIVER_ROOT` (libnvidia-ml and a stand-in libcuda, for the CDI strategies' discovery) and a
-    writable CDI spec directory at :data:`CDI_SPEC_DIR` (kept in the work directory, read by the suite)."""
+    is none. Besides the node's tree (``base``: what the backend's commands on the node see, e.g. its live
+    ``/sys``) it holds what NVIDIA's components look for: a driver root at :data:`CONTAINER_DRIVER_ROOT`
+    (libnvidia-ml and a stand-in libcuda, for the CDI strategies' discovery) and a writable CDI spec directory at
+    :data:`CDI_SPEC_DIR` (kept in the work directory, read by the suite)."""
     problem = nodeview.unavailable()
     if problem is not None:
         return None, problem
-    binds: list[nodeview.Bind] = []
+    binds: list[nodeview.Bind] = list(base.binds) if base is not None else []
+    live = base is not None and base.writable_sys
     cdi = workdir / "cdi"
     cdi.mkdir(parents=True, exist_ok=True)
     binds.append(nodeview.Bind(str(cdi), CDI_SPEC_DIR))
@@ -127,8 +132,8 @@ def local_view(node: NodeInfo, system: System, workdir: Path) -> tuple[nodeview.
         root = build_driver_root(workdir / "driver-root", node.env, system.driver.version, system.driver.cuda_version)
         binds.append(nodeview.Bind(str(root), CONTAINER_DRIVER_ROOT, read_only=True))
     except DriverRootError as exc:
-        return nodeview.NodeView(str(node.dir / "root"), tuple(binds)), f"no driver root: {exc}"
-    return nodeview.NodeView(str(node.dir / "root"), tuple(binds)), None
+        return nodeview.NodeView(str(node.dir / "root"), tuple(binds), live), f"no driver root: {exc}"
+    return nodeview.NodeView(str(node.dir / "root"), tuple(binds), live), None
 
 
 class PluginUnderTest:
@@ -159,11 +164,15 @@ class PluginUnderTest:
         """Why the plugin does not run in the node's view (None: it does, or runs in a node container)."""
         self.launcher_view: nodeview.NodeView | None = None
         if launcher is None:
-            # The plugin sees the node's rendered tree, not the live /sys that `testbed exec` mounts
-            # (LocalBackend.node_view): in the live view NVIDIA's plugin v0.20.0 reports no NUMA node for any GPU
-            # (DP-TOPO-001 fails on every profile; in the rendered view it passes), a difference not yet explained.
-            self.launcher_view, self.view_problem = local_view(node, self.system, workdir)
-            launcher = CommandLauncher(options.command, node.name, node.env, workdir / "logs", self.launcher_view)
+            base: nodeview.NodeView | None = None
+            prepare: Callable[[], object] | None = None
+            if isinstance(testbed.backend, LocalBackend):
+                # The node's live /sys when this machine can serve it, made sure of again before every start.
+                base = testbed.backend.node_view(testbed.record, node.name)
+                prepare = functools.partial(testbed.backend.node_view, testbed.record, node.name)
+            self.launcher_view, self.view_problem = local_view(node, self.system, workdir, base)
+            launcher = CommandLauncher(options.command, node.name, node.env, workdir / "logs", self.launcher_view,
+                                       prepare)
         self.launcher = launcher
         self._cdi: tuple[tuple[tuple[str, int, int], ...], CdiRegistry] | None = None
         self.probe = probe or NvmlProbe([sys.executable, "-m", "testbed.kubelet.nvmlprobe"], node.env)

@@ -106,10 +106,13 @@ def _merged_manifest(layers: list[tuple[Path, Manifest]]) -> tuple[Manifest, Pat
     spec = None
     source = None
     topology = hosts = None
+    key_sources = {}
     for _root, manifest in reversed(layers):
         data = manifest.spec.model_dump(exclude_unset=True, by_alias=True)
         spec = data if spec is None else {**spec, **data}
         source = manifest.source or source
+        if manifest.source is not None:
+            key_sources.update({key: manifest.source for key in data})
     for root, manifest in layers:
         if topology is None:
             name = manifest.spec.topology or DEFAULT_TOPOLOGY
@@ -124,7 +127,7 @@ def _merged_manifest(layers: list[tuple[Path, Manifest]]) -> tuple[Manifest, Pat
                 hosts = root / name
     from fakehw.fabric.importers.assemble import ManifestSpec
 
-    return Manifest(ManifestSpec.model_validate(spec or {}), source), topology, hosts
+    return Manifest(ManifestSpec.model_validate(spec or {}), source, key_sources), topology, hosts
 
 
 def load_import(kind: str, paths: Sequence[Path], *, ref: str | None = None, profile: str | None = None,

@@ -46,6 +46,7 @@ class ImportedPort:
     qos: dict[str, Any] = field(default_factory=dict)
     """camelCase QoS keys of :class:`~fakehw.fabric.spec.QosSpec`."""
     qos_at: dict[str, SourceKey] = field(default_factory=dict)
+    """Where each QoS key came from; ``pfcWatchdog.action`` names a key inside one."""
     peer: tuple[str, str] | None = None
     """(device, port) from the switch's own neighbour table."""
     peer_at: SourceKey | None = None
@@ -90,6 +91,8 @@ class ManifestSpec(Spec):
 class Manifest:
     spec: ManifestSpec
     source: SourceFile | None
+    key_sources: dict[str, SourceFile] = field(default_factory=dict)
+    """Which file of an ``extends`` chain set each key (default: ``source``)."""
 
 
 def read_manifest(path: Path, display: str) -> Manifest:
@@ -188,9 +191,14 @@ def assemble(ref: str, name: str, manifest: Manifest, switches: list[ImportedSwi
     prov: dict[tuple[PathItem, ...], SourceKey] = {}
     doc: dict[str, Any] = {"name": spec_m.name or name, "description": spec_m.description or
                            f"imported from {ref}", "profile": profile}
-    if manifest.source is not None:
-        for key in ("name", "description", "profile", "nodes", "traffic", "vlans"):
-            prov[(key,)] = manifest.source.at(key, (key,))
+    for key in ("name", "description", "profile", "nodes", "traffic", "vlans"):
+        src = manifest.key_sources.get(key, manifest.source)
+        if src is None:
+            continue
+        prov[(key,)] = src.at(key, (key,))
+        if key in ("traffic", "vlans") and isinstance(src.data, dict) and isinstance(src.data.get(key), list):
+            for i in range(len(src.data[key])):
+                prov[(key, i)] = src.at(f"{key}[{i}]", (key, i))
     if nodes is not None:
         doc["nodes"] = nodes
     if spec_m.vlans:
@@ -249,7 +257,7 @@ def _switch_doc(si: int, sw: ImportedSwitch, prov: dict[tuple[PathItem, ...], So
             doc["qos"] = port.qos
             prov[(*where, "qos")] = port.at
             for key, at in port.qos_at.items():
-                prov[(*where, "qos", key)] = at
+                prov[(*where, "qos", *key.split("."))] = at
         if port.shutdown:
             doc["shutdown"] = True
         prov[(*where, "shutdown")] = port.shutdown_at or port.at

@@ -12,6 +12,10 @@ d // 8: RoCE's 26 -> 3, CNP's 48 -> 6), SP 3 -> traffic class 3 and SP 6 -> 6 (o
 PFC on SP 3 with SP 3 in the RoCE lossless buffer pool. Explicit ``qos`` settings override those, per key; a port's
 ``qos.<feature>.profile`` replaces ``default-global`` for it. Without ``qos roce`` Cumulus trusts PCP, maps SP n to
 traffic class n, and enables neither PFC, ECN, a strict queue nor lossless buffers.
+
+The PFC watchdog (Cumulus Linux 5.6+) runs on the interfaces with ``qos pfc-watchdog`` (``{}`` or ``state
+enable``; off by default). It acts - always by dropping - on a queue paused for ``qos pfc-watchdog robustness``
+(default 3) ``polling-interval``s (default 100 ms), and restores PFC after an interval without pause frames.
 """
 
 from __future__ import annotations
@@ -31,8 +35,12 @@ TOP_IGNORED = {"router", "vrf", "service", "evpn", "mlag", "acl", "platform", "r
 IFACE_READ = {"type", "link", "bridge", "qos", "ip", "bond", "description", "acl"}
 IFACE_IGNORED = {"router", "lldp", "evpn", "synce", "ptp", "neighbor", "counters"}
 QOS_READ = {"roce", "pfc", "congestion-control", "mapping", "egress-queue-mapping", "egress-scheduler",
-            "traffic-pool", "remark"}
-QOS_IGNORED = {"link-pause", "egress-shaper", "advance-buffer-config", "pfc-watchdog"}
+            "traffic-pool", "remark", "pfc-watchdog"}
+QOS_IGNORED = {"link-pause", "egress-shaper", "advance-buffer-config"}
+WATCHDOG_POLL_MS = 100
+"""Cumulus' PFC watchdog polling interval when ``qos pfc-watchdog polling-interval`` is not set (100-5000)."""
+WATCHDOG_ROBUSTNESS = 3
+"""Polling intervals a queue stays paused before the watchdog acts, when ``robustness`` is not set (1-1000)."""
 _RANGE = re.compile(r"^(?P<prefix>.*?)(?P<lo>\d+)-(?P<hi>\d+)$")
 _SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>B|KB|MB|K|M)?\s*$", re.IGNORECASE)
 
@@ -72,6 +80,9 @@ class _Reader:
         self.notes: list[ImportNote] = []
         self.set: dict[str, Any] = {}
         self.set_index = 0
+        self.watchdogs: dict[str, tuple[bool, tuple[PathItem, ...]]] = {}
+        self.wd_poll, self.wd_robustness = WATCHDOG_POLL_MS, WATCHDOG_ROBUSTNESS
+        self.wd_at: SourceKey | None = None
 
     def at(self, *path: PathItem) -> SourceKey:
         return self.src.at(".".join(str(p) for p in path), (self.set_index, "set", *path))
@@ -177,9 +188,25 @@ class _Reader:
                              self.mapping(domains.get(dom_name), ("bridge", "domain", dom_name)), dom_name)
         qos = self.mapping(body.get("qos"), (*base, "qos"))
         for feature, raw in qos.items():
+            if feature == "pfc-watchdog":
+                self.watchdogs[name] = self._port_watchdog(raw, (*base, "qos", feature))
+                continue
             prof = self.mapping(raw, (*base, "qos", feature)).get("profile") if isinstance(raw, dict) else raw
             if prof is not None:
                 self.profiles.setdefault(name, {})[feature] = (str(prof), (*base, "qos", feature))
+
+    def _port_watchdog(self, raw: Any, path: tuple[PathItem, ...]) -> tuple[bool, tuple[PathItem, ...]]:
+        """``interface <if> qos pfc-watchdog`` ({} or ``state: enable|disable``): whether it runs, and where."""
+        body = self.mapping(raw, path)
+        for key in body:
+            if key != "state":
+                self.note((*path, key), "unknown", "not known to the NVUE importer: not read")
+        if "state" not in body:
+            return True, path
+        state = str(body["state"]).lower()
+        if state not in ("enable", "enabled", "disable", "disabled", "on", "off"):
+            self.fail((*path, "state"), f"state must be enable or disable, got {body['state']!r}")
+        return _on(state), (*path, "state")
 
     def _vids(self, value: Any, path: tuple[PathItem, ...]) -> list[int]:
         keys = list(value) if isinstance(value, dict) else value
@@ -225,6 +252,7 @@ class _Reader:
             if self.mapping(body, ("qos", "remark", prof)).get("rewrite") not in (None, "none"):
                 self.fail(("qos", "remark", prof, "rewrite"), "DSCP/PCP remarking is not modelled: the switch "
                                                               "rewrites the class RoCE arrives with")
+        self._global_watchdog(qos)
         roce = self.mapping(qos.get("roce"), ("qos", "roce"))
         enabled = "roce" in qos and (roce.get("enable") is None or _on(roce.get("enable")))
         mode = str(roce.get("mode", "lossless")) if enabled else None
@@ -238,6 +266,26 @@ class _Reader:
                             ("bound to an ACL, which can reclassify or drop RoCE: not modelled", self.acl)):
             for name, path in table.items():
                 sw.unsupported.setdefault(name, (self.at(*path), f"{name} is cabled and {what}"))
+
+    def _global_watchdog(self, qos: dict[str, Any]) -> None:
+        """``qos pfc-watchdog polling-interval`` (ms) and ``robustness``: the watchdog acts on a queue paused for
+        robustness polling intervals and restores PFC after an interval without pause frames."""
+        path: tuple[PathItem, ...] = ("qos", "pfc-watchdog")
+        body = self.mapping(qos.get("pfc-watchdog"), path)
+        for key in body:
+            if key not in ("polling-interval", "robustness"):
+                self.note((*path, key), "unknown", "not known to the NVUE importer: not read")
+        for key, lo, hi, default in (("polling-interval", 100, 5000, WATCHDOG_POLL_MS),
+                                     ("robustness", 1, 1000, WATCHDOG_ROBUSTNESS)):
+            value = default if key not in body else as_int(
+                self.src, ".".join(map(str, (*path, key))), (self.set_index, "set", *path, key), body[key], lo, hi,
+                f"pfc-watchdog {key}")
+            if key == "robustness":
+                self.wd_robustness = value
+            else:
+                self.wd_poll = value
+        chosen = next((k for k in ("robustness", "polling-interval") if k in body), None)
+        self.wd_at = self.at(*path, chosen) if chosen else None
 
     def _profile(self, qos: dict[str, Any], feature: str, port: str) -> tuple[str, dict[str, Any] | None]:
         name, where = self.profiles.get(port, {}).get(feature, ("default-global", ()))
@@ -371,6 +419,15 @@ class _Reader:
                 headroom = [sp for sp in headroom if sp not in sps]
         out["headroom"] = headroom
         at["headroom"] = hat
+        # PFC watchdog (Cumulus always drops)
+        running, wpath = self.watchdogs.get(port.name, (False, ()))
+        at["pfcWatchdog"] = self.at(*wpath) if wpath else port.at
+        if running:
+            out["pfcWatchdog"] = {"enabled": True, "action": "drop", "detectionMs": self.wd_poll * self.wd_robustness,
+                                  "restorationMs": self.wd_poll}
+            at["pfcWatchdog.detectionMs"] = self.wd_at or at["pfcWatchdog"]
+        else:
+            out["pfcWatchdog"] = {"enabled": False}
         port.qos, port.qos_at = out, at
 
     def _vids_any(self, value: Any, path: tuple[PathItem, ...], hi: int) -> list[int]:

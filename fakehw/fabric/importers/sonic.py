@@ -19,9 +19,13 @@ How SONiC's terms become the model's (the model's "priority" is the switch-inter
   profile reserves headroom (``xoff``) and, when its queue has a BUFFER_QUEUE entry, that profile's pool is a
   lossless one. With ``buffer_model: dynamic`` SONiC creates the lossless priority groups of ``pfc_enable``
   itself.
+- PFC watchdog: ``PFC_WD|<port>`` (action, detection_time and restoration_time in ms, the ranges of SONiC's YANG
+  model, both at least ``PFC_WD|GLOBAL.POLL_INTERVAL``); a port without an entry, or whose entry lacks
+  detection_time (orchagent then starts none), runs no watchdog.
 
 Features that change how RoCE is forwarded and that the model cannot represent are errors at their key: a cabled
-port in a PORTCHANNEL, a routed (INTERFACE) cabled port, VXLAN tunnels, data-plane ACLs, asymmetric PFC.
+port in a PORTCHANNEL, a routed (INTERFACE) cabled port, VXLAN tunnels, data-plane ACLs, asymmetric PFC, the PFC
+watchdog's BIG_RED_SWITCH.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ PORT_FIELDS_IGNORED = {"alias", "lanes", "speed", "index", "fec", "autoneg", "de
                        "dhcp_rate_limit", "mode", "asic_port_name", "coreid", "core_port_id", "num_voq"}
 PORT_QOS_FIELDS = {"dscp_to_tc_map", "dot1p_to_tc_map", "tc_to_pg_map", "tc_to_queue_map", "pfc_enable",
                    "pfc_to_queue_map", "pfc_to_pg_map", "pfcwd_sw_enable", "scheduler"}
+WATCHDOG_FIELDS = {"action", "detection_time", "restoration_time", "pfc_stat_history"}
 GREEN_ECN = {"ecn_green", "ecn_green_yellow", "ecn_green_red", "ecn_all"}
 REMARK_ACTIONS = re.compile(r"(DSCP|TC|PCP|COLOR|QOS)", re.IGNORECASE)
 CONTROL_PLANE_ACL = {"CTRLPLANE"}
@@ -400,17 +405,52 @@ class _Reader:
                                              "or drop RoCE")
 
     def _watchdog(self, sw: ImportedSwitch) -> None:
-        ports = []
-        for key, entry in self.table("PFC_WD").items():
+        """PFC_WD: per port ``action`` / ``detection_time`` / ``restoration_time`` (ms) and GLOBAL
+        ``POLL_INTERVAL``, range-checked as SONiC's YANG model (sonic-pfcwd) does. A port without an entry, or
+        with one that lacks ``detection_time`` (orchagent then starts none), runs no watchdog."""
+        table = self.table("PFC_WD")
+        glob = table.get("GLOBAL", {})
+        poll = None
+        if "POLL_INTERVAL" in glob:
+            poll = as_int(self.src, "PFC_WD|GLOBAL.POLL_INTERVAL", ("PFC_WD", "GLOBAL", "POLL_INTERVAL"),
+                          glob["POLL_INTERVAL"], 100, 1000, "POLL_INTERVAL (ms)")
+        if str(glob.get("BIG_RED_SWITCH", "disable")).lower() == "enable":
+            self.fail("PFC_WD", "GLOBAL", "BIG_RED_SWITCH", "BIG_RED_SWITCH enable puts every lossless queue in "
+                                                            "storm mitigation (PFC frames ignored): not modelled")
+        for key, entry in table.items():
             if key == "GLOBAL":
                 continue
             at = self.at("PFC_WD", key)
-            sw.port(key, at.key, at)
-            action = str(entry.get("action", "drop"))
+            port = sw.port(key, at.key, at)
+            for fld in entry:
+                if fld not in WATCHDOG_FIELDS:
+                    self.notes.append(self.src.note(f"PFC_WD|{key}.{fld}", ("PFC_WD", key, fld), "unknown",
+                                                    "field not known to the SONiC importer: not read"))
+            action = str(entry.get("action", "drop")).lower()
             if action not in ("drop", "forward", "alert"):
                 self.fail("PFC_WD", key, "action", f"action must be drop, forward or alert, got {action!r}")
-            ports.append(key)
-        if ports:
-            self.notes.append(self.src.note("PFC_WD", ("PFC_WD",), "info",
-                                            f"PFC watchdog configured on {len(ports)} port(s); read, not checked "
-                                            "(no requirement covers pause-storm recovery)"))
+            port.qos_at["pfcWatchdog"] = at
+            port.qos_at["pfcWatchdog.action"] = self.at("PFC_WD", key, "action") if "action" in entry else at
+            if "detection_time" not in entry:
+                self.notes.append(self.src.note(at.key, ("PFC_WD", key), "info", "no detection_time: orchagent "
+                                                "starts no PFC watchdog on this port"))
+                port.qos["pfcWatchdog"] = {"enabled": False}
+                continue
+            times = {fld: self._watchdog_time(key, entry, fld, hi, poll)
+                     for fld, hi in (("detection_time", 5000), ("restoration_time", 60_000)) if fld in entry}
+            port.qos["pfcWatchdog"] = {"enabled": True, "action": action, "detectionMs": times["detection_time"],
+                                       "restorationMs": times.get("restoration_time")}
+            port.qos_at["pfcWatchdog.detectionMs"] = self.at("PFC_WD", key, "detection_time")
+            if "restoration_time" in entry:
+                port.qos_at["pfcWatchdog.restorationMs"] = self.at("PFC_WD", key, "restoration_time")
+        for port in sw.ports.values():
+            if "pfcWatchdog" not in port.qos:
+                port.qos["pfcWatchdog"] = {"enabled": False}
+                port.qos_at["pfcWatchdog"] = port.qos_at.get("pfcPriorities", port.at)
+
+    def _watchdog_time(self, key: str, entry: dict[str, Any], fld: str, hi: int, poll: int | None) -> int:
+        value = as_int(self.src, f"PFC_WD|{key}.{fld}", ("PFC_WD", key, fld), entry[fld], 100, hi, f"{fld} (ms)")
+        if poll is not None and value < poll:
+            self.fail("PFC_WD", key, fld, f"{fld} {value} ms is below PFC_WD|GLOBAL.POLL_INTERVAL {poll} ms (SONiC's "
+                                          "YANG model rejects it)")
+        return value

@@ -1,0 +1,263 @@
+"""Incremental renders give what a render from scratch gives, and redo only the work a change needs.
+
+The oracle of every test here is the renderer without memory (the full build), which the rest of the suite checks
+against real consumers and captures: a re-render after a change must produce the same bytes (snapshot,
+``state.json``) and the same tree (sysfs) as rendering the new state afresh.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakehw.agent.faults import FAULT_ADAPTER
+from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
+from fakehw.model import System, load_profile
+from fakehw.model.system import Node
+from fakehw.nvml import snapshot
+from fakehw.nvml.snapcache import SnapshotCache
+from fakehw.nvml.snapshot import _Peers, build_snapshot
+from fakehw.render import RenderMemo, render_node
+from fakehw.render.atomic import Releaser, dump_json
+from fakehw.render.basic import StateFragments, state_json
+
+PROFILES = sorted(p.stem for p in (Path(snapshot.__file__).parents[1] / "profiles").glob("*.yaml"))
+
+
+@dataclass
+class Scenario:
+    """A node and the agent-like bookkeeping of faults injected and healed on it."""
+
+    system: System
+    node: Node
+    faults: dict[str, ActiveFault] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    generation: int = 1
+    counter: int = 0
+    gpu_memo: dict[str, Any] = field(default_factory=dict)
+
+    def inject(self, body: dict[str, Any]) -> None:
+        self.counter += 1
+        self.generation += 1
+        fault = ActiveFault(f"f-{self.counter:06d}", self.node.name, FAULT_ADAPTER.validate_python(body),
+                            1000.0 + self.counter)
+        self.faults[fault.id] = fault
+        for kind, data, nvml_type in events_for(fault):
+            seq = len(self.events) + 1
+            self.events.append(Event(seq, fault.created, self.node.name, body["device"], kind, data, nvml_type,
+                                     fault.id))
+
+    def heal(self, device: str) -> None:
+        self.generation += 1
+        for fid in [f.id for f in self.faults.values() if f.request.device == device]:
+            del self.faults[fid]
+
+    def state(self) -> NodeState:
+        return derive_state(self.node, list(self.faults.values()), self.generation, self.system.seed,
+                            memo=self.gpu_memo)
+
+
+def changes(node: Node) -> Iterator[dict[str, Any] | str]:
+    """Fault requests (and device names to heal) that touch GPU records, links, topology and the event ring."""
+    gpus = [g for g in node.gpus]
+    if not gpus:
+        return
+    first, last = gpus[0], gpus[-1]
+    yield {"kind": "xid", "device": first.name, "code": 13}
+    yield {"kind": "thermal", "device": last.name, "temperature_c": 95}
+    yield {"kind": "ecc", "device": first.name, "type": "dbe", "count": 2, "location": "device-memory"}
+    linked = next((g for g in gpus if g.ports), None)
+    if linked is not None:
+        yield {"kind": "nvlink-down", "device": linked.name, "link": 0}
+        yield {"kind": "nvlink-errors", "device": linked.name, "link": 0, "counter": "replay", "increment": 5}
+    yield first.name
+    yield {"kind": "fallen-off-bus", "device": last.name}
+    if linked is not None:
+        yield linked.name
+
+
+@pytest.fixture
+def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The snapshot stamps retired pages with the wall clock: freeze it so builds at different times compare."""
+    monkeypatch.setattr(snapshot, "time", types.SimpleNamespace(time=lambda: 1_700_000_000.0))
+
+
+def first_nodes(system: System) -> list[Node]:
+    """One node per node template (what differs between templates is what the snapshot is built from)."""
+    seen: set[int] = set()
+    out = []
+    for node in system.nodes:
+        if node.template not in seen:
+            seen.add(node.template)
+            out.append(node)
+    return out
+
+
+@pytest.mark.usefixtures("fixed_clock")
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_snapshot_rebuilt_from_its_cache_is_the_full_build(profile: str) -> None:
+    system = load_profile(profile)
+    for node in first_nodes(system)[:3]:
+        run = Scenario(system, node)
+        cache = SnapshotCache()
+        for change in [None, *changes(node)]:
+            if isinstance(change, dict):
+                run.inject(change)
+            elif isinstance(change, str):
+                run.heal(change)
+            state, events = run.state(), tuple(run.events)
+            incremental = build_snapshot(system, node, state, events, render_time=5.0, cache=cache).to_bytes(cache)
+            full = build_snapshot(system, node, state, events, render_time=5.0,
+                                  gpu_generations=cache.generations()).to_bytes()
+            assert incremental == full, f"{profile} {node.name} after {change}"
+
+
+@pytest.mark.usefixtures("fixed_clock")
+def test_a_fault_on_one_gpu_rebuilds_that_gpu_only() -> None:
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    run = Scenario(system, node)
+    cache = SnapshotCache()
+    build_snapshot(system, node, run.state(), (), cache=cache).to_bytes(cache)
+    before = cache.generations()
+    built = cache.built
+    run.inject({"kind": "xid", "device": "gpu3", "code": 13})
+    build_snapshot(system, node, run.state(), tuple(run.events), cache=cache).to_bytes(cache)
+    after = cache.generations()
+    assert cache.built - built == 2  # gpu3's record and the one new event's
+    assert {g for g in after if after[g] != before[g]} == {"gpu3"}
+    assert after["gpu3"] == run.generation
+
+
+def old_peers(system: System, node: Node) -> _Peers:
+    """The lookup as it was before it was restricted to what the node's ports reach: every switch of the node and
+    its domain, every GPU of the fleet (the answers for the node's ports must not change)."""
+    peers = _Peers()
+    for sw in node.nvswitches:
+        peers.device_id[sw.id] = (sw.sku.pci_device_id << 16) | 0x10DE
+    domain = system.domain_of(node)
+    if domain is not None:
+        for sw in domain.switches:
+            peers.device_id[sw.id] = (sw.sku.pci_device_id << 16) | 0x10DE
+    for slot, g in enumerate(node.gpus):
+        peers.gpu_slot[g.id] = slot
+    for g in system.gpus():
+        peers.device_id[g.id] = g.sku.pci_device_vendor_id
+        peers.subsystem_id[g.id] = g.sku.pci_subsystem_id
+    return peers
+
+
+@pytest.mark.usefixtures("fixed_clock")
+@pytest.mark.parametrize("profile", PROFILES)
+def test_peers_of_the_node_and_its_domain_answer_as_the_whole_fleet_did(profile: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    system = load_profile(profile)
+    for node in system.nodes:
+        state = derive_state(node, [], 3, system.seed)
+        new = build_snapshot(system, node, state, render_time=1.0).to_bytes()
+        with monkeypatch.context() as m:
+            m.setattr(snapshot, "_peers", old_peers)
+            old = build_snapshot(system, node, state, render_time=1.0).to_bytes()
+        assert new == old, f"{profile} {node.name}"
+
+
+def test_a_link_to_another_gpu_reports_that_gpus_pci_ids() -> None:
+    """From the catalogue (the board's PCI ids), not from the code that builds the record."""
+    system = load_profile("riscv-nvlink-fusion")
+    for node in system.nodes:
+        peers = snapshot._peers(system, node)
+        for gpu in node.gpus:
+            for port in gpu.ports:
+                if port.remote_kind == "gpu":
+                    owner, _, name = port.remote_id.rpartition("/")
+                    remote = system.node(owner).gpu(name)  # type: ignore[union-attr]
+                    assert remote is not None
+                    assert peers.device_id[port.remote_id] == remote.sku.pci_device_vendor_id
+
+
+@pytest.mark.parametrize("profile", ["dgx-h100", "gb200-nvl72", "cxl-pool"])
+def test_state_json_from_fragments_is_the_full_encoding(profile: str) -> None:
+    system = load_profile(profile)
+    node = system.nodes[0]
+    run = Scenario(system, node)
+    memo = StateFragments()
+    for change in [None, *changes(node)]:
+        if isinstance(change, dict):
+            run.inject(change)
+        elif isinstance(change, str):
+            run.heal(change)
+        state = run.state()
+        assert state_json(state, memo) == dump_json(state.to_json(), compact=True)
+
+
+def tree(root: Path) -> dict[str, tuple[str, bytes | str]]:
+    """Every entry under ``root``: kind or mode, and content."""
+    out: dict[str, tuple[str, bytes | str]] = {}
+    for base, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(base) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                out[rel] = ("link", os.readlink(path))
+            elif path.is_dir():
+                out[rel] = ("dir", "")
+            elif path.is_char_device():
+                out[rel] = ("chr", str(path.stat().st_rdev))
+            else:
+                st = path.stat()
+                # A BAR's resourceN file is sparse and as big as the BAR (GiBs): its size is what it says.
+                sparse = st.st_size > 1 << 20 and st.st_blocks * 512 < st.st_size
+                out[rel] = (oct(st.st_mode & 0o777), f"sparse {st.st_size}" if sparse else path.read_bytes())
+    return out
+
+
+def test_a_node_rendered_with_memory_is_the_node_rendered_afresh(tmp_path: Path) -> None:
+    """Every change is rendered with memory; the tree is compared with a fresh render after a GPU fell off the
+    bus and once everything is healed (a fresh tree is ~17,000 entries: two comparisons keep this test quick)."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    run = Scenario(system, node)
+    memo = RenderMemo()
+    release = Releaser()
+    steps = [*changes(node), *(g.name for g in node.gpus)]
+    compare = {steps.index(next(c for c in steps if isinstance(c, dict) and c["kind"] == "fallen-off-bus")),
+               len(steps) - 1}
+    try:
+        render_node(system, node, run.state(), tmp_path / "kept", initial=True, memo=memo, release=release)
+        for i, change in enumerate(steps):
+            if isinstance(change, dict):
+                run.inject(change)
+            else:
+                run.heal(change)
+            state = run.state()
+            render_node(system, node, state, tmp_path / "kept", events=tuple(run.events), memo=memo, release=release)
+            if i not in compare:
+                continue
+            fresh = tmp_path / f"fresh-{i}"
+            render_node(system, node, state, fresh, initial=True, events=tuple(run.events))
+            kept = tree(tmp_path / "kept" / "root")
+            assert kept == tree(fresh / "root"), f"after {change}"
+            assert (tmp_path / "kept" / "state.json").read_bytes() == (fresh / "state.json").read_bytes()
+    finally:
+        release.close()
+
+
+def test_the_releaser_closes_what_it_is_given_and_closes_inline_when_full(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    release = Releaser(limit=1)
+    fds = [release.hold(path) for _ in range(50)]
+    assert all(fd is not None for fd in fds)
+    for fd in fds:
+        release.later(fd)  # type: ignore[arg-type]
+    release.close()
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # type: ignore[arg-type]
+    assert release.hold(tmp_path / "missing") is None
