@@ -69,3 +69,27 @@ UNIFORM = _matrix(8, {(i, j): 18 for i in range(8) for j in range(i + 1, 8)}, {}
 def test_ties_go_to_the_lowest_indices(limit: int, candidates: list[int], size: int,
                                        expected: tuple[int, ...]) -> None:
     assert best_set(UNIFORM, candidates, size, exhaustive_limit=limit) == expected
+
+
+@pytest.mark.parametrize("limit", [20_000, 0])
+def test_nothing_wanted_gives_nothing(limit: int) -> None:
+    assert best_set(UNIFORM, list(range(8)), 0, exhaustive_limit=limit) == ()
+    assert best_set(UNIFORM, list(range(8)), 2, must=[6, 3], exhaustive_limit=limit) == (3, 6)
+
+
+TWO_BEST_PAIRS = _matrix(4, {(0, 3): 12, (1, 2): 12}, {})
+"""0-3 and 1-2 both have twelve NVLinks, every other pair none: two equally good pairs."""
+
+
+@pytest.mark.parametrize("limit", [20_000, 0])
+def test_of_two_equal_pairs_the_one_with_the_lowest_index_wins(limit: int) -> None:
+    assert best_set(TWO_BEST_PAIRS, [0, 1, 2, 3], 2, exhaustive_limit=limit) == (0, 3)
+
+
+TRIANGLE_BEHIND_A_PAIR = _matrix(4, {(0, 1): 10, (1, 2): 6, (1, 3): 6, (2, 3): 6}, {})
+"""The best pair (0-1, 10 links) is not in the best triple: 1-2-3 has 18 links, 0-1-2 and 0-1-3 have 16."""
+
+
+@pytest.mark.parametrize("limit", [20_000, 0])
+def test_the_best_set_need_not_contain_the_best_pair(limit: int) -> None:
+    assert best_set(TRIANGLE_BEHIND_A_PAIR, [0, 1, 2, 3], 3, exhaustive_limit=limit) == (1, 2, 3)

@@ -60,3 +60,31 @@ def test_the_example_path_of_the_first_nic_goes_to_the_second(tmp_path: Path) ->
     line = _one_finding(tmp_path, 'extends: dgx-h100-rail\nname: x\nhosts:\n'
                                   '  "dgx-h100-0/mlx5_0": {roce: {pfcPriorities: []}}\n')
     assert line.endswith(" [3 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0]"), line
+
+
+def test_a_port_facing_the_last_nic_of_a_rail_counts_its_three_paths(tmp_path: Path) -> None:
+    """leaf-rail0/p3 faces dgx-h100-3 (the far end of its paths): 3 paths, the example from dgx-h100-0; the report's
+    path summary splits rail 0's 6 paths and the other rails' 42 as 45 at 9000 and 3 at 5000."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail0\n    ports:\n"
+                 "      - {name: p3, mtu: 5000}\n")
+    report = lint(load_fabric(f))
+    (finding,) = report.findings
+    assert str(finding).endswith(" [3 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-3/mlx5_0]"), finding
+    text = report.format()
+    assert "paths: 45 x path MTU 9000:" in text and "paths: 3 x path MTU 5000:" in text, text
+
+
+def test_the_healthy_rail_fabric_summarises_its_48_paths() -> None:
+    text = lint(load_fabric("dgx-h100-rail")).format()
+    assert "48 RoCE path(s)" in text and "paths: 48 x path MTU 9000: RoCE MTU 4096 fits" in text, text
+
+
+def test_a_nic_with_another_dscp_is_told_what_its_peers_use(tmp_path: Path) -> None:
+    """dgx-h100-rail marks RoCE DSCP 26 on priority 3 (docs/fabric.md's example config: dscpToPriority {26: 3});
+    a NIC sending DSCP 24 is told its peers' DSCP 26 / priority 3."""
+    f = tmp_path / "f.yaml"
+    f.write_text('extends: dgx-h100-rail\nname: x\nhosts:\n  "dgx-h100-2/mlx5_0": {roce: {dscp: 24}}\n')
+    messages = [x.message for x in lint(load_fabric(f)).findings if x.element == "dgx-h100-2/mlx5_0"]
+    assert messages == ["the NIC sends RoCE with DSCP 24 / priority 3, most of its VLAN 100 peers with DSCP 26 / "
+                        "priority 3"], messages

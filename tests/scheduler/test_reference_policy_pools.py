@@ -26,3 +26,17 @@ def test_an_exclusive_pool_serves_one_tenant_at_a_time_per_node() -> None:
     assert isinstance(elsewhere, Placement) and "cxl-pooled" in elsewhere.grants, elsewhere
     small = policy.evaluate(req(ns="b", gpus=1, memory=hbm + 2**20), "cxl-host-0")
     assert isinstance(small, Placement) and set(small.grants) == {"cxl-local"}, small
+
+
+def test_only_pods_of_lower_priority_are_preempted() -> None:
+    """Kubernetes preemption (kubernetes.io, "Pod Priority and Preemption"): the scheduler looks for a node where
+    removing pods *with lower priority* than the pending pod lets it fit. A node whose 8 GPUs are held by pods of
+    priority 100 offers no victims to a pod of priority 100, and one victim to a pod of priority 101."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    held = [bound("x", f"x{i}", name, (i,), priority=100) for i in range(8)]
+    policy = Policy(snapshot(nodes, held, Flags()))
+    assert policy.victims(req(gpus=1, priority=100), name, []) is None
+    assert policy.victims(req(gpus=1, priority=99), name, []) is None
+    victims = policy.victims(req(gpus=1, priority=101), name, [])
+    assert victims is not None and len(victims) == 1, victims

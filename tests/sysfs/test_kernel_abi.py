@@ -210,3 +210,57 @@ def test_every_port_between_a_committed_regions_endpoints_and_the_root_decodes_i
                     decoded = {(d / "region").read_text().strip() for d in port.glob("decoder*.*")}
                     assert region.name in decoded, (region.name, port.name, decoded)
                     port = port.parent
+
+
+def test_every_cxl_decoders_granularity_is_one_the_spec_encodes(rendered: Rendered) -> None:
+    """CXL 2.0 8.2.5.12.7 (HDM decoder control, IG): interleave granularity is 256 bytes x 2^n, up to 16 KiB."""
+    for _, _, root in rendered("cxl-pool"):
+        decoders = sorted((root / CXL_DEVICES).glob("decoder*.*"))
+        assert decoders
+        for d in decoders:
+            if (d / "interleave_granularity").exists():
+                g = int((d / "interleave_granularity").read_text())
+                assert g in {256 << n for n in range(7)}, (d.name, g)
+
+
+def test_a_cxl_memdev_sits_in_its_host_bridges_numa_node(rendered: Rendered) -> None:
+    """drivers/cxl/core/memdev.c: memN/numa_node is the NUMA node of the device (its host bridge's): cxl-pool's
+    profile puts all three CXL host bridges in NUMA node 0 (``cxl.hostBridges: numa: 0``)."""
+    for _, _, root in rendered("cxl-pool"):
+        memdevs = sorted((root / CXL_DEVICES).glob("mem[0-9]*"))
+        assert memdevs
+        for m in memdevs:
+            assert (m / "numa_node").read_text().strip() == "0", m.name
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_nfs_unstable_is_always_zero(rendered: Rendered, profile: str) -> None:
+    """Since Linux 5.8 the kernel has no unstable-NFS page counter and prints NFS_Unstable as a constant 0 kB (fs/proc/
+    meminfo.c and drivers/base/node.c); readers expect the line, at 0."""
+    for _, _, root in rendered(profile):
+        for f in [root / "proc/meminfo", *sorted((root / NODES).glob("node[0-9]*/meminfo"))]:
+            (line,) = [x for x in f.read_text().splitlines() if "NFS_Unstable:" in x]
+            assert line.split()[-2:] == ["0", "kB"], (f, line)
+
+
+def test_proc_devices_has_the_documented_character_majors(rendered: Rendered) -> None:
+    """Documentation/admin-guide/devices.txt: 1 mem, 4 tty (and /dev/vc/0), 5 /dev/tty, /dev/console and /dev/ptmx,
+    10 misc; NVIDIA's driver registers 195 (nvidia, nvidiactl, nvidia-modeset)."""
+    (_, _, root), *_ = rendered("dgx-h100")
+    text = (root / "proc/devices").read_text()
+    chars = text.split("Character devices:\n", 1)[1].split("\n\n", 1)[0]
+    majors = {(int(m), name) for m, name in (line.split() for line in chars.splitlines())}
+    assert {(1, "mem"), (4, "/dev/vc/0"), (4, "tty"), (5, "/dev/tty"), (5, "/dev/console"), (5, "/dev/ptmx"),
+            (10, "misc"), (195, "nvidia"), (195, "nvidiactl"), (195, "nvidia-modeset")} <= majors, majors
+
+
+def test_a_cxl_dax_device_is_in_its_host_bridges_numa_node_and_targets_the_windows(rendered: Rendered) -> None:
+    """A region's DAX device reports the device side's NUMA node (the host bridge's: 0 on cxl-pool) as
+    ``numa_node`` and the node its memory goes online in as ``target_node`` (daxctl list prints both): the profile
+    gives region0's window cfmws2 NUMA node 1 and the pool's window cfmws4 node 2."""
+    for _, _, root in rendered("cxl-pool"):
+        daxes = sorted((root / "sys/bus/dax/devices").glob("dax*"))
+        assert daxes
+        for d in daxes:
+            assert (d / "numa_node").read_text().strip() == "0", d.name
+            assert (d / "target_node").read_text().strip() in ("1", "2"), d.name
