@@ -93,3 +93,11 @@ TRIANGLE_BEHIND_A_PAIR = _matrix(4, {(0, 1): 10, (1, 2): 6, (1, 3): 6, (2, 3): 6
 @pytest.mark.parametrize("limit", [20_000, 0])
 def test_the_best_set_need_not_contain_the_best_pair(limit: int) -> None:
     assert best_set(TRIANGLE_BEHIND_A_PAIR, [0, 1, 2, 3], 3, exhaustive_limit=limit) == (1, 2, 3)
+
+
+def test_too_few_devices_is_refused_naming_how_many_there_are() -> None:
+    """Two candidates and one must-include device cannot make four: the error says 4 wanted, 3 available."""
+    with pytest.raises(ValueError, match=r"^4 devices wanted, only 3 available$"):
+        best_set(UNIFORM, [0, 1], 4, must=[5])
+    with pytest.raises(ValueError, match=r"^3 must-include devices exceed the allocation size 2$"):
+        best_set(UNIFORM, [0, 1], 2, must=[5, 6, 7])
