@@ -10,6 +10,7 @@ component then behaves is what the suites judge.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -20,7 +21,7 @@ from fakehw.cli_common import EXIT_BAD_INPUT, CliError
 
 CONNECT_TIMEOUT_S = 3.0
 SPEC_FORMS = {
-    "device-plugin": "reference or cmd:COMMAND",
+    "device-plugin": "reference, cmd:COMMAND or, on the docker backend, image:IMAGE",
     "extender": "reference, reference:MUTANT, cmd:COMMAND or url:http://HOST:PORT[/prefix]",
     "slurm": "system or prefix:DIR",
     "ray": "python or python:PATH",
@@ -28,6 +29,9 @@ SPEC_FORMS = {
 }
 IMAGE_UNSUPPORTED = ("image: components are not run by 'conformance run' (its local and docker backends start the "
                      "component as a command on each node): give cmd:COMMAND")
+IMAGE_REFERENCE = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+                             r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+"""A Docker image reference: [registry[:port]/]name[/name...][:tag][@sha256:digest], lower-case name parts."""
 
 
 def _bad(target: str, spec: str, why: str) -> CliError:
@@ -58,9 +62,37 @@ def check_command(target: str, spec: str, command: str, backend: str) -> None:
         raise _bad(target, spec, f"no command {program!r} on this machine's PATH (give {SPEC_FORMS[target]})")
 
 
+def check_image(target: str, spec: str, backend: str) -> None:
+    """An ``image:`` component runs as its own container beside a node container, so only on the docker backend,
+    and from the local image store: nothing can be pulled, so an image that is not there is named before the suite
+    starts (not found by the first check that fails)."""
+    ref = spec.removeprefix("image:").strip()
+    if backend != "docker":
+        raise _bad(target, spec, f"image: components run on the docker backend (--backend docker); on the {backend} "
+                                 "backend give cmd:COMMAND")
+    if not ref:
+        raise _bad(target, spec, "no image given (image:REPOSITORY[:TAG] or image:REPOSITORY@sha256:DIGEST)")
+    if not IMAGE_REFERENCE.match(ref):
+        raise _bad(target, spec, f"{ref!r} is not an image reference (image:REPOSITORY[:TAG], lower-case name)")
+    from testbed.host import engine_problem
+    from testbed.images import ImageError, image_platforms
+
+    problem = engine_problem()
+    if problem is not None:
+        raise _bad(target, spec, f"cannot look the image up: {problem}")
+    try:
+        have = image_platforms(ref)
+    except ImageError as exc:
+        raise _bad(target, spec, str(exc)) from None
+    if have is None:
+        raise _bad(target, spec, f"image {ref} is not in the local image store (nothing is pulled: build or load it "
+                                 "first, e.g. docker build -t ... or docker load)")
+
+
 def check_device_plugin(spec: str, command: str | None, backend: str) -> None:
     if spec.startswith("image:"):
-        raise _bad("device-plugin", spec, IMAGE_UNSUPPORTED)
+        check_image("device-plugin", spec, backend)
+        return
     if command is not None:
         check_command("device-plugin", spec, command, backend)
 

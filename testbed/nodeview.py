@@ -30,6 +30,7 @@ import ctypes.util
 import errno
 import json
 import os
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,6 +46,7 @@ MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
+MNT_DETACH = 0x2
 
 EXIT_SETUP = 125
 """Exit status when the view could not be set up (as ``docker run`` uses it for its own failures)."""
@@ -74,6 +76,10 @@ class NodeView:
     """Mount ``/sys`` read-write (only for a tree served live, whose writes have kernel semantics)."""
     hostname: str | None = None
     """The hostname inside the view (default: the tree's ``proc/sys/kernel/hostname``)."""
+    dev: bool = True
+    """Bind the node's ``dev`` over ``/dev``. False where the caller presents the devices itself: a node container
+    whose ``/dev`` holds only the GPUs it was given (the docker backend mirrors the rest, see
+    :func:`mirror_devices`)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -96,6 +102,99 @@ class Mount:
     data: str | None = None
     make: str | None = field(default=None)
     """"dir" or "file": create the mount point if it is missing."""
+
+
+CONTAINER_DEV = frozenset({"console", "core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm",
+                           "stderr", "stdin", "stdout", "tty", "urandom", "zero"})
+"""What a container runtime itself puts in a container's ``/dev``: never replaced by :func:`mirror_devices`."""
+
+
+def _gpu_device(name: str) -> bool:
+    """``nvidiactl`` and ``nvidia<minor>``: in a node container, those of the GPUs it was given (its entrypoint
+    makes them; the fake NVML shows a GPU only when its node exists)."""
+    return name == "nvidiactl" or (name.startswith("nvidia") and name[6:].isdigit())
+
+
+def mirror_devices(node_dev: str, dev: str) -> int:
+    """Make the container ``/dev`` at ``dev`` (reached from outside as ``/proc/PID/root/dev``) hold the node's
+    device files from its rendered ``node_dev`` (``cxl/memN``, ``daxX.Y``, ``infiniband/*``, ``nvidia-caps/*``,
+    ``nvidia-uvm`` ...), and none it no longer has; the runtime's own entries and the given GPUs are left alone.
+    Returns how many entries changed. Runs as root outside the container, so it never follows a link the
+    container could have planted: every directory is opened with ``O_NOFOLLOW`` and worked on by descriptor."""
+    src = os.open(node_dev, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        dst = os.open(dev, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        os.close(src)
+        raise
+    try:
+        return _mirror_dir(src, dst, top=True)
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
+def _mirror_dir(src: int, dst: int, top: bool) -> int:
+    def ours(name: str) -> bool:
+        return not top or (name not in CONTAINER_DEV and not _gpu_device(name))
+
+    wanted = {name: os.stat(name, dir_fd=src, follow_symlinks=False) for name in os.listdir(src) if ours(name)}
+    changed = 0
+    for name in os.listdir(dst):
+        if ours(name) and name not in wanted:
+            _remove_at(dst, name)
+            changed += 1
+    for name, st in sorted(wanted.items()):
+        changed += _mirror_entry(src, dst, name, st)
+    return changed
+
+
+def _mirror_entry(src: int, dst: int, name: str, st: os.stat_result) -> int:
+    try:
+        have: os.stat_result | None = os.stat(name, dir_fd=dst, follow_symlinks=False)
+    except FileNotFoundError:
+        have = None
+    kind = stat.S_IFMT(st.st_mode)
+    if have is not None and (stat.S_IFMT(have.st_mode) != kind or (
+            kind in (stat.S_IFCHR, stat.S_IFBLK) and (have.st_rdev, have.st_mode) != (st.st_rdev, st.st_mode))):
+        _remove_at(dst, name)
+        have = None
+    if kind == stat.S_IFDIR:
+        if have is None:
+            os.mkdir(name, stat.S_IMODE(st.st_mode), dir_fd=dst)
+        sub_src = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src)
+        try:
+            sub_dst = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dst)
+            try:
+                return int(have is None) + _mirror_dir(sub_src, sub_dst, top=False)
+            finally:
+                os.close(sub_dst)
+        finally:
+            os.close(sub_src)
+    if have is not None:
+        return 0
+    if kind == stat.S_IFLNK:
+        os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+    elif kind in (stat.S_IFCHR, stat.S_IFBLK):
+        os.mknod(name, st.st_mode, st.st_rdev, dir_fd=dst)
+        os.chmod(name, stat.S_IMODE(st.st_mode), dir_fd=dst)  # mknod applies the umask
+    else:
+        return 0  # a device directory holds no regular files worth copying
+    return 1
+
+
+def _remove_at(dirfd: int, name: str) -> None:
+    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=dirfd)
+        return
+    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+    try:
+        for child in os.listdir(sub):
+            _remove_at(sub, child)
+    finally:
+        os.close(sub)
+    os.rmdir(name, dir_fd=dirfd)
 
 
 def unavailable() -> str | None:
@@ -123,7 +222,7 @@ def plan(view: NodeView) -> list[Mount]:
         steps.append(Mount(str(sys_dir), "/sys", flags=MS_BIND | MS_REC))
         if not view.writable_sys:
             steps.append(Mount("none", "/sys", flags=MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV))
-    if dev_dir.is_dir():
+    if dev_dir.is_dir() and view.dev:
         # The host's terminals and a fresh shared-memory mount, placed inside the node's /dev first so that the
         # recursive bind below carries them along (after it, the host's /dev/pts is covered).
         steps.append(Mount("/dev/pts", str(dev_dir / "pts"), flags=MS_BIND, make="dir"))
@@ -200,13 +299,47 @@ def enter(view: NodeView) -> None:
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare(CLONE_NEWNS|CLONE_NEWUTS)")
     # Nothing mounted from here on may propagate back to the host's namespace.
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+    _mount_all(libc, plan(view))
+    name = view_hostname(view)
+    if name:
+        raw = name.encode()
+        _check(libc.sethostname(raw, len(raw)), f"sethostname({name})")
+
+
+def join(view: NodeView, namespace: str, files_only: bool = False) -> None:
+    """Mount ``view`` in an existing mount namespace (``/proc/PID/ns/mnt`` of a node container), as the NVIDIA
+    container runtime's hook mounts a GPU container's driver files from outside: the container needs no capability
+    of its own, and every process that later enters it (``docker exec``) sees the view. ``view``'s paths are the
+    container's.
+
+    ``files_only``: mount again only the single files laid over ``/proc``'s own (``meminfo``...), replacing the
+    earlier ones. A render replaces a file by a rename, so a bind of the old file shows the old content for as long
+    as the namespace lives (directories are never replaced, so their binds stay current)."""
+    libc = _libc()  # loaded here: the library search may run programs, which the container need not have
+    try:
+        fd = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SetupError(f"open {namespace}: {exc.strerror}") from None
+    try:
+        _check(libc.setns(fd, CLONE_NEWNS), f"setns({namespace})")
+    finally:
+        os.close(fd)
     steps = plan(view)
+    if files_only:
+        steps = [m for m in steps if m.target in {f"/proc/{name}" for name in PROC_FILES}]
+        for m in steps:
+            libc.umount2(m.target.encode(), MNT_DETACH)  # EINVAL when nothing is mounted there: nothing to undo
+    # By path: this process is not in the container's pid namespace, so the container's /proc/self is not it.
+    _mount_all(libc, steps, by_fd=False)
+
+
+def _mount_all(libc: ctypes.CDLL, steps: list[Mount], by_fd: bool = True) -> None:
     # Hold every bind source open first: once the node's /dev is over /dev, a tree kept under /dev/shm (tests use
     # tmpfs there) is out of reach by path, and its /proc/driver and other sources with it.
     sources: dict[str, int] = {}
     try:
         for m in steps:
-            if m.flags & MS_BIND and not m.flags & MS_REMOUNT and m.source.startswith("/") \
+            if by_fd and m.flags & MS_BIND and not m.flags & MS_REMOUNT and m.source.startswith("/") \
                     and m.source not in sources:
                 try:
                     sources[m.source] = os.open(m.source, os.O_PATH | os.O_CLOEXEC)
@@ -224,15 +357,19 @@ def enter(view: NodeView) -> None:
     finally:
         for fd in sources.values():
             os.close(fd)
-    name = view_hostname(view)
-    if name:
-        raw = name.encode()
-        _check(libc.sethostname(raw, len(raw)), f"sethostname({name})")
 
 
 def _main(args: Sequence[str], env: Mapping[str, str]) -> int:
+    if len(args) in (3, 4) and args[0] == "--join" and args[3:] in ([], ["--files"]):
+        try:
+            join(NodeView.from_json(args[2]), args[1], files_only=args[3:] == ["--files"])
+        except SetupError as exc:
+            print(f"testbed: cannot show the node's tree at the real paths in {args[1]}: {exc}", file=sys.stderr)
+            return EXIT_SETUP
+        return 0
     if len(args) < 3 or args[1] != "--":
-        print("usage: nodeview.py VIEW-JSON -- COMMAND [ARG...]", file=sys.stderr)
+        print("usage: nodeview.py VIEW-JSON -- COMMAND [ARG...]\n"
+              "       nodeview.py --join /proc/PID/ns/mnt VIEW-JSON [--files]", file=sys.stderr)
         return 2
     view = NodeView.from_json(args[0])
     cwd = os.getcwd()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.report.model import Report, ReportError, RequirementResult, load_report
-from conformance.report.text import VERDICT_TEXT, provenance_facts
+from conformance.report.text import VERDICT_TEXT, importance, missed_recommended, provenance_facts
 from fakehw.model import ProfileError, System, load_profile
 
 _PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f")
@@ -129,7 +129,7 @@ body{font-family:'DejaVu Sans',-apple-system,'Segoe UI',Roboto,sans-serif;margin
 table{border-collapse:collapse;margin:12px 0;width:100%}
 th,td{border-bottom:1px solid #ddd;padding:6px 8px;text-align:left;vertical-align:top;font-size:14px}
 th{background:#f0f2f5}
-.passed{color:#1b7f3b;font-weight:700}.failed,.error{color:#b3261e;font-weight:700}
+.passed{color:#1b7f3b;font-weight:700}.failed,.error{color:#b3261e;font-weight:700}.recommended{color:#8a5a00;font-weight:700}
 .skipped,.not-run{color:#8a6d00;font-weight:700}
 .not-applicable{color:#555;font-weight:700}
 .icon{width:16px;height:16px;vertical-align:-3px;margin-right:4px}
@@ -210,20 +210,20 @@ def _clip(text: str, lines: int) -> str:
 def _why(report: Report) -> list[str]:
     """The causes of the verdict at the top: failed and errored requirements with their messages and evidence
     in plain text, a partial run said so, and what does not apply here (with the reason), never hidden."""
-    failing = [r for r in report.results if r.status in ("failed", "error")]
-    failing.sort(key=lambda r: (not r.required, r.id))
+    failing = sorted((r for r in report.results if r.status in ("failed", "error") and r.required), key=lambda r: r.id)
+    missed = sorted((r for r in report.results if missed_recommended(r)), key=lambda r: r.id)
     parts: list[str] = []
     if failing or report.partial:
         parts.append("<section class=why id=why><h2>Why it is not certified</h2>")
         if report.partial:
             parts.append("<p>The run did not finish (it was stopped or crashed): requirements it did not reach are "
                          "<b>not run</b>.</p>")
-        for r in failing:
-            kind = "required" if r.required else "recommended (does not decide the verdict)"
-            parts.append(f'<div class=cause id="why-{escape(r.id)}">{status_icon(r.status)}<b>{escape(r.id)}</b> '
-                         f"{escape(r.title)} <span class=reason>({r.level}, {kind}: {r.status})</span>"
-                         f"<pre>{escape(_clip(_detail_text(r) or '(no message recorded)', _CAUSE_LINES))}</pre>"
-                         "</div>")
+        parts += [_cause(r, "required") for r in failing]
+        parts.append("</section>")
+    if missed:
+        parts.append("<section class='why recommended' id=recommended><h2>Recommended, not met</h2><p>Reported; "
+                     "they do not decide the verdict.</p>")
+        parts += [_cause(r, "recommended (does not decide the verdict)") for r in missed]
         parts.append("</section>")
     na = [r for r in report.results if r.status == "not-applicable"]
     if na:
@@ -235,6 +235,12 @@ def _why(report: Report) -> list[str]:
                          f"<span class=reason>&mdash; {escape(reason)}</span></div>")
         parts.append("</section>")
     return parts
+
+
+def _cause(r: RequirementResult, kind: str) -> str:
+    return (f'<div class=cause id="why-{escape(r.id)}">{status_icon(r.status)}<b>{escape(r.id)}</b> '
+            f"{escape(r.title)} <span class=reason>({r.level}, {kind}: {r.status})</span>"
+            f"<pre>{escape(_clip(_detail_text(r) or '(no message recorded)', _CAUSE_LINES))}</pre></div>")
 
 
 def _manifest_rows(report: Report, system: System | None) -> list[tuple[str, str]]:
@@ -280,8 +286,11 @@ def _requirement_row(r: RequirementResult) -> str:
             shown = " open" if r.status in ("failed", "error") else ""
             detail = f"<details{shown}><summary>details</summary><pre>{escape(text)}</pre></details>"
     word = _STATUS_WORDS.get(r.status, r.status)
-    return (f"<tr><td class={r.status}>{status_icon(r.status)}{word}</td><td class=mono>{r.id}</td>"
-            f"<td>{r.level}</td><td>{escape(r.category)}</td><td>{escape(r.title)}{detail}</td>"
+    cls: str = r.status
+    if missed_recommended(r):  # seen as a miss, not as a failure that decides a level (summary.md: the same)
+        word, cls = f"{word} (recommended)", "recommended"
+    return (f"<tr><td class={cls}>{status_icon(r.status)}{word}</td><td class=mono>{r.id}</td>"
+            f"<td>{r.level}, {importance(r)}</td><td>{escape(r.category)}</td><td>{escape(r.title)}{detail}</td>"
             f"<td>{r.duration:.2f}</td></tr>")
 
 

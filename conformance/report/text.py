@@ -10,6 +10,21 @@ from conformance.report.model import Report, RequirementResult
 
 STATUS_MARK = {"passed": "✅", "failed": "❌", "error": "💥", "skipped": "⏭️", "not-applicable": "🚫", "not-run": "⚪"}
 VERDICT_TEXT = {"certified": "CERTIFIED", "not-certified": "NOT CERTIFIED", "partial": "PARTIAL (run incomplete)"}
+RECOMMENDED_MISS_MARK = "⚠️"
+"""A recommended requirement that failed or errored: visible, but not the ❌ of a failure that decides a level."""
+
+
+def missed_recommended(r: RequirementResult) -> bool:
+    """A recommended (``required: false``) requirement that failed or errored: reported, never blocking a level."""
+    return not r.required and r.status in ("failed", "error")
+
+
+def status_mark(r: RequirementResult) -> str:
+    return RECOMMENDED_MISS_MARK if missed_recommended(r) else STATUS_MARK[r.status]
+
+
+def importance(r: RequirementResult) -> str:
+    return "required" if r.required else "recommended"
 
 
 def signing_text(report: Report) -> str:
@@ -95,22 +110,48 @@ def _first_line(message: str) -> str:
 
 
 def _why_markdown(report: Report) -> list[str]:
-    """What decided the verdict, before any table: each failing requirement with its first message line, and
-    what does not apply here with the reason."""
+    """What decided the verdict, before any table: each failing required requirement with its first message line;
+    then, apart, the recommended ones that failed (they never decide a level, but a reader must see them), and what
+    does not apply here with the reason."""
     lines = []
     if report.partial:
         lines.append("**The run did not finish**: requirements it did not reach are not run.")
-    failing = sorted((r for r in report.results if r.status in ("failed", "error")),
-                     key=lambda r: (not r.required, r.id))
+    failing = sorted((r for r in report.results if r.status in ("failed", "error") and r.required), key=lambda r: r.id)
     if failing:
         lines.append("**Why:**")
-        lines += [f"- {STATUS_MARK[r.status]} `{r.id}` {_cell(r.title)}{'' if r.required else ' (recommended)'}: "
-                  f"{_cell(_first_line(r.message)[:200]) or r.status}" for r in failing]
+        lines += [_cause_line(r) for r in failing]
+    missed = sorted((r for r in report.results if missed_recommended(r)), key=lambda r: r.id)
+    if missed:
+        lines.append(f"**{RECOMMENDED_MISS_MARK} Recommended, not met** (reported; they do not decide the verdict):")
+        lines += [_cause_line(r) for r in missed]
     na = [r for r in report.results if r.status == "not-applicable"]
     if na:
         lines.append("**Not applicable here:** " + "; ".join(f"`{r.id}` ({_cell(_first_line(r.message)[:120])})"
                                                           for r in na))
     return [*lines, ""] if lines else []
+
+
+def _cause_line(r: RequirementResult) -> str:
+    return (f"- {status_mark(r)} `{r.id}` {_cell(r.title)} ({r.level}, {importance(r)}, {r.status}): "
+            f"{_cell(_first_line(r.message)[:200]) or r.status}")
+
+
+def _level_rows(report: Report) -> list[str]:
+    """One row per level that has requirements: its verdict (decided by the required ones) and, in a column of
+    its own, how many recommended requirements of that level failed."""
+    missed: defaultdict[str, int] = defaultdict(int)
+    recommended: defaultdict[str, int] = defaultdict(int)
+    for r in report.results:
+        if not r.required:
+            recommended[r.level] += 1
+            missed[r.level] += missed_recommended(r)
+    rows = []
+    for level, v in report.verdicts.levels.items():
+        if v.required or recommended[level]:
+            applies = v.required - len(v.not_applicable)
+            rows.append(f"| {level} | {v.verdict} | {v.passed}/{applies} | {len(v.not_applicable)} | "
+                        f"{missed[level]}/{recommended[level]} |")
+    return rows
 
 
 def to_markdown(report: Report) -> str:
@@ -124,22 +165,22 @@ def to_markdown(report: Report) -> str:
         f"**{signing_text(report)}**",
         "",
         *_why_markdown(report),
-        "| level | verdict | required passed | not applicable |",
-        "|---|---|---|---|",
+        "| level | verdict | required passed | not applicable | recommended not met |",
+        "|---|---|---|---|---|",
+        *_level_rows(report),
     ]
-    for level, v in report.verdicts.levels.items():
-        if v.required:
-            lines.append(f"| {level} | {v.verdict} | {v.passed}/{v.required - len(v.not_applicable)} | "
-                         f"{len(v.not_applicable)} |")
     s = report.summary
-    lines += ["", f"{s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors, "
+    missed = sum(missed_recommended(r) for r in report.results)
+    of_them = f" ({missed} of them recommended: {RECOMMENDED_MISS_MARK} below)" if missed else ""
+    lines += ["", f"{s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('error', 0)} errors{of_them}, "
                   f"{s.get('skipped', 0)} skipped, {s.get('not-applicable', 0)} not applicable, "
                   f"{s.get('not-run', 0)} not run.", ""]
-    lines += ["<details><summary>Requirements</summary>", "", "| | requirement | level | title | detail |",
-              "|---|---|---|---|---|"]
+    lines += ["<details><summary>Requirements</summary>", "",
+              "| | requirement | level | required | status | title | detail |", "|---|---|---|---|---|---|---|"]
     for r in report.results:
         detail = _cell(r.message.splitlines()[0][:160]) if r.message else ""
-        lines.append(f"| {STATUS_MARK[r.status]} | {r.id} | {r.level} | {_cell(r.title)} | {detail} |")
+        lines.append(f"| {status_mark(r)} | {r.id} | {r.level} | {importance(r)} | {r.status} | {_cell(r.title)} | "
+                     f"{detail} |")
     lines += ["", "</details>", "",
               f"Profile digest `{m.profile_digest}`; harness {m.versions.get('harness')}, python "
               f"{m.versions.get('python')}; report sha256 `{report.sha256}`.", ""]

@@ -23,9 +23,10 @@ _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 class NodeMounts:
     """Live ``/sys`` mounts of a cluster's nodes under ``base``, served from ``tree_of(node)`` (the node's rendered
-    ``sys``) and writing through the agent at ``socket_path``."""
+    ``sys``) and writing through the agent at ``socket_path`` (one agent for every node), or at
+    ``socket_path(node)`` (an agent per node: the docker backend's node containers)."""
 
-    def __init__(self, base: Path, socket_path: Path, tree_of: Callable[[str], Path]):
+    def __init__(self, base: Path, socket_path: Path | Callable[[str], Path], tree_of: Callable[[str], Path]):
         self.base = base
         self.socket_path = socket_path
         self.tree_of = tree_of
@@ -33,7 +34,8 @@ class NodeMounts:
     def _mount(self, node: str) -> LiveMount:
         if not _NODE.match(node):
             raise ValueError(f"not a node name: {node!r}")
-        return LiveMount(self.tree_of(node), self.base / node / "sys", self.socket_path, node)
+        socket_path = self.socket_path(node) if callable(self.socket_path) else self.socket_path
+        return LiveMount(self.tree_of(node), self.base / node / "sys", socket_path, node)
 
     def mountpoint(self, node: str) -> Path:
         return self.base / node / "sys"

@@ -61,16 +61,21 @@ class RenderResult:
 
 OUTPUTS = ("model", "state", "nvml", "root")
 """What a node's directory holds: node.json, state.json, nvml.snapshot, and the fake root tree root/."""
+CHANGE_ORDER = ("nvml", "model", "state", "root")
+"""The order of a re-render after a change: the NVML snapshot first, since its rename is what wakes consumers
+blocked in nvmlEventSetWait (inotify), so a fault reaches them before the agent spends time on the files nobody
+waits on. A first render keeps :data:`OUTPUTS`' order (node.json exists before anything refers to the node)."""
 
 
-def _renderers(outputs: frozenset[str] | None) -> tuple[Renderer, ...]:
+def _renderers(outputs: frozenset[str] | None, initial: bool = True) -> tuple[Renderer, ...]:
     from fakehw.nvml.render import render_nvml_snapshot
     from fakehw.render.basic import render_model, render_state
     from fakehw.sysfs import render_root
 
     by_name: dict[str, Renderer] = {"model": render_model, "state": render_state, "nvml": render_nvml_snapshot,
                                     "root": render_root}
-    return tuple(by_name[name] for name in OUTPUTS if outputs is None or name in outputs)
+    order = OUTPUTS if initial else CHANGE_ORDER
+    return tuple(by_name[name] for name in order if outputs is None or name in outputs)
 
 
 def render_node(system: System, node: Node, state: NodeState, out: Path, initial: bool = False,
@@ -83,6 +88,6 @@ def render_node(system: System, node: Node, state: NodeState, out: Path, initial
         raise ValueError(f"unknown output(s) {', '.join(sorted(unknown))} (outputs: {', '.join(OUTPUTS)})")
     ctx = RenderContext(system, node, state, initial, events, memo)
     target = OutputDir(out, release=release)
-    for renderer in _renderers(outputs):
+    for renderer in _renderers(outputs, initial):
         renderer(ctx, target)
     return RenderResult(node.name, target.written, target.unchanged)

@@ -39,10 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fakehw import livefs
 from fakehw.agent.client import AgentClient, AgentRequestError
 from fakehw.agent.progress import read_progress
+from fakehw.livefs.nodes import NodeMounts
 from fakehw.model import System
 from fakehw.model.system import Node
+from testbed import nodeview
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
 from testbed.cluster import ClusterRecord, remove_tree_in_background
 
@@ -59,6 +62,9 @@ CONTAINER_PROFILE_DIR = "/etc/fakehw/profile"
 SYS_MOUNTS = ("bus", "devices", "class")
 """Directories of the node's fake ``sys`` mounted over the container's ``/sys``: self-contained (every link in
 them points inside them) and not needed by the container runtime (unlike ``/sys/fs``)."""
+CONTAINER_LIVE_SYS = "/run/fakehw/sys"
+"""Where a node container gets the node's live ``/sys`` (the host's FUSE mount, :mod:`fakehw.livefs`), which the
+node view then mounts over ``/sys``."""
 OPTIONS = ("gpus", "image", "timeout")
 STALL_S = 60.0
 """A starting node is given up on when, for this long, its agent neither answered, reported progress, nor its
@@ -107,6 +113,19 @@ def _cgroup_cpu_ns(pid: int) -> int:
         except (OSError, ValueError):
             continue
     return 0
+
+
+@dataclass(frozen=True)
+class ComponentView:
+    """What a component's own container (``image:`` components) is given to see its node, as a DaemonSet pod sees
+    the node it runs on: ``binds`` (host path -> container path), ``env`` and the cluster's ``labels`` (so ``down``
+    removes a container a crashed suite left)."""
+
+    binds: tuple[nodeview.Bind, ...]
+    env: dict[str, str]
+    labels: dict[str, str]
+    not_presented: str | None = None
+    """What the component does not see of its node, and why (None: everything listed in docs/docker.md)."""
 
 
 @dataclass(frozen=True)
@@ -233,12 +252,15 @@ class DockerBackend(Backend):
             record.extra["engine"] = str(client.version().get("Version", ""))
             record.save()
             labels = self._labels(record)
+            self._start_live_sys(record, [p.node for p in plans])
             client.networks.create(record.extra["network"], driver="bridge", internal=True, labels=labels)
             # Creating and starting containers are independent engine calls: in parallel they take a fraction.
             with ThreadPoolExecutor(max_workers=min(8, len(plans))) as pool:
                 list(pool.map(lambda plan: self._create_node(client, record, plan, images[plan.arch],
                                                                 labels).start(), plans))
             self._wait_ready(client, record, [p.node for p in plans], timeout)
+            for plan in plans:
+                self._present_view(client, record, plan.node)
         except BaseException:
             self.down(record)
             raise
@@ -279,6 +301,168 @@ class DockerBackend(Backend):
     def _socket_path(self, record: ClusterRecord, node: str) -> Path:
         return self._agent_dir(record, node) / "agent.sock"
 
+    def _node_root(self, record: ClusterRecord, node: str) -> Path:
+        """The node's rendered fake root on the host (the agent in its container renders it)."""
+        return self._agent_dir(record, node) / "nodes" / node / "root"
+
+    def live_mounts(self, record: ClusterRecord) -> NodeMounts:
+        """The nodes' live ``/sys`` (FUSE, served on the host from the node's rendered tree, writes through the node's
+        agent), at ``<cluster>/live/<node>/sys``: the same server the local backend mounts for ``testbed exec``."""
+        return NodeMounts(record.dir / "live", lambda n: self._socket_path(record, n),
+                          lambda n: self._node_root(record, n) / "sys")
+
+    def _start_live_sys(self, record: ClusterRecord, nodes: list[str]) -> None:
+        """Mount each node's live ``/sys`` before its container is made, so the container's bind of it holds the
+        FUSE mount (the host's mounts are private: one made later would not reach the container). The tree is
+        served by path, so it may be filled by the agent after this; its directories are never replaced
+        (:mod:`fakehw.sysfs.tree`). Where this machine cannot (not root, no FUSE), the containers get the rendered
+        tree and ``record.extra["view"]`` says what is not presented."""
+        for node in nodes:
+            root = self._node_root(record, node)
+            for sub in (*(f"sys/{d}" for d in SYS_MOUNTS), "dev", "proc/driver"):
+                (root / sub).mkdir(parents=True, exist_ok=True)
+        why = nodeview.unavailable() or livefs.unavailable()
+        record.extra["view"] = None if why is None else f"the node's live /sys and devices are not presented: {why}"
+        record.save()
+        if why is not None:
+            return
+        mounts = self.live_mounts(record)
+        for node in nodes:
+            try:
+                mounts.ensure(node)
+            except (RuntimeError, OSError) as exc:
+                raise BackendError(f"cannot serve the live /sys of {node}: {exc}") from None
+
+    def _present_view(self, client: Any, record: ClusterRecord, node: str) -> None:
+        """Show the node's tree at the real paths inside its running container, as ``testbed exec`` shows it on the
+        local backend (one piece of code: :mod:`testbed.nodeview`): the live ``/sys``, ``/proc/driver`` and the
+        node's ``cpuinfo``/``meminfo``/``devices`` mounted in the container's mount namespace from the host (as the
+        NVIDIA container runtime's hook mounts a GPU container's driver files: the container needs no capability),
+        and the node's device files mirrored into its ``/dev``. Every process that enters the container later
+        (``docker exec``) sees it."""
+        if record.extra.get("view") is not None:
+            return
+        pid = self._container_pid(client, record, node)
+        self._join(record, node, pid, files_only=False)
+        self._sync_view(record, node, pid)
+
+    def _join(self, record: ClusterRecord, node: str, pid: int, files_only: bool) -> None:
+        view = nodeview.NodeView(root=f"{CONTAINER_STATE}/nodes/{node}/root",
+                                 binds=(nodeview.Bind(CONTAINER_LIVE_SYS, "/sys"),), writable_sys=True, dev=False)
+        argv = [sys.executable, "-I", nodeview.__file__, "--join", f"/proc/{pid}/ns/mnt", view.to_json()]
+        done = subprocess.run(argv + (["--files"] if files_only else []), capture_output=True, text=True,
+                              check=False, timeout=60)
+        if done.returncode != 0:
+            raise BackendError(f"node {node}: cannot show its tree in its container: "
+                               f"{(done.stderr or done.stdout).strip()}")
+        self._proc_mark(record, node).write_text(self._proc_files(record, node))
+
+    def _proc_mark(self, record: ClusterRecord, node: str) -> Path:
+        return self._agent_dir(record, node).parent / f".{node}.proc-files"
+
+    def _proc_files(self, record: ClusterRecord, node: str) -> str:
+        """Which files the node's ``proc/{cpuinfo,meminfo,devices}`` are now (a render replaces them by rename)."""
+        proc = self._node_root(record, node) / "proc"
+        marks = []
+        for name in nodeview.PROC_FILES:
+            with contextlib.suppress(OSError):
+                marks.append(f"{name}:{(proc / name).stat().st_ino}")
+        return " ".join(marks)
+
+    def _sync_view(self, record: ClusterRecord, node: str, pid: int) -> None:
+        """Before every exec: what a render replaced or added since the view was mounted (the node's proc files,
+        its device files, e.g. a new CXL region's ``daxX.Y``)."""
+        try:
+            mounted = self._proc_mark(record, node).read_text()
+        except OSError:
+            mounted = ""
+        if mounted != self._proc_files(record, node):
+            self._join(record, node, pid, files_only=True)
+        self._sync_devices(record, node, pid)
+
+    def _sync_devices(self, record: ClusterRecord, node: str, pid: int) -> None:
+        """The node's device files (those a runtime change adds or removes too: a CXL region's ``daxX.Y``) in its
+        container's ``/dev``; done before every exec."""
+        try:
+            nodeview.mirror_devices(str(self._node_root(record, node) / "dev"), f"/proc/{pid}/root/dev")
+        except OSError as exc:
+            raise BackendError(f"node {node}: cannot present its devices in its container: {exc}") from None
+
+    def _container_pid(self, client: Any, record: ClusterRecord, node: str) -> int:
+        container = self._container(client, record, node)
+        container.reload()
+        pid = int(container.attrs["State"].get("Pid") or 0)
+        if pid <= 0:
+            raise BackendError(f"node {node}: its container is not running")
+        return pid
+
+    def component_view(self, record: ClusterRecord, node: str) -> ComponentView:
+        """The mounts and environment of a component's container on ``node`` (``image:`` components): the node's
+        ``/sys`` (live when the node's is), its device files (of the GPUs the node container was given), the node's
+        rendered directory at ``/var/lib/fakehw`` (the fake NVML's snapshot), the agent's directory (its socket) and
+        a driver root at ``/driver-root`` with the node image's fake ``libnvidia-ml`` for the node's architecture,
+        which is also on ``LD_LIBRARY_PATH``. The kubelet's plugin directory is the caller's to add."""
+        from testbed.kubelet.driver_root import CONTAINER_DRIVER_ROOT, MULTIARCH
+
+        self._check_node(record, node)
+        root = self._node_root(record, node)
+        live = record.extra.get("view") is None
+        sys_source = self.live_mounts(record).mountpoint(node) if live else root / "sys"
+        binds = [nodeview.Bind(str(sys_source / entry.name), f"/sys/{entry.name}", read_only=not live)
+                 for entry in sorted((root / "sys").iterdir(), key=lambda e: e.name) if entry.is_dir()]
+        minors = record.extra["nodes"][node]["minors"]
+        given = {"nvidiactl", *(f"nvidia{m}" for m in minors)}
+        for entry in sorted((root / "dev").iterdir(), key=lambda e: e.name):
+            gpu = entry.name == "nvidiactl" or (entry.name.startswith("nvidia") and entry.name[6:].isdigit())
+            if entry.name in nodeview.CONTAINER_DEV or (gpu and entry.name not in given):
+                continue
+            binds.append(nodeview.Bind(str(entry), f"/dev/{entry.name}", read_only=True))
+        binds.append(nodeview.Bind(str(root.parent), CONTAINER_NODE_DIR, read_only=True))
+        binds.append(nodeview.Bind(str(self._agent_dir(record, node)), CONTAINER_STATE, read_only=True))
+        arch = record.extra["nodes"][node]["arch"]
+        machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+        driver_root = self._driver_root(record, node, machine)
+        binds.append(nodeview.Bind(str(driver_root), CONTAINER_DRIVER_ROOT, read_only=True))
+        env = {"FAKEHW_NODE": node, "FAKEHW_AGENT_SOCKET": f"{CONTAINER_STATE}/agent.sock",
+               "FAKEHW_NVML_SNAPSHOT": f"{CONTAINER_NODE_DIR}/nvml.snapshot",
+               "LD_LIBRARY_PATH": f"{CONTAINER_DRIVER_ROOT}/usr/lib/{MULTIARCH[machine]}",
+               "NVIDIA_DRIVER_ROOT": CONTAINER_DRIVER_ROOT}
+        missing = ("/proc/driver (a container runtime refuses binds under /proc; a hook-style mount after the "
+                   "start would race the component's first reads)")
+        if not live:
+            missing += f"; {record.extra['view']}"
+        return ComponentView(tuple(binds), env, {**self._labels(record), LABEL_NODE: node}, missing)
+
+    def _driver_root(self, record: ClusterRecord, node: str, machine: str) -> Path:
+        """``<cluster>/driver-root/<node>``: the fake NVML the node image carries (copied out of the node's
+        container, so it is the one built for the node's architecture) laid out as a driver package installs it."""
+        from testbed.kubelet.driver_root import DriverRootError, build_driver_root
+
+        dest = record.dir / "driver-root" / node
+        if dest.is_dir():
+            return dest
+        nvml = record.dir / "driver-root" / f".{node}.nvml"
+        nvml.mkdir(parents=True, exist_ok=True)
+        container = self.container_name(record, node)
+        done = subprocess.run(["docker", "cp", f"{container}:/opt/fakehw/nvml/libnvidia-ml.so.1", str(nvml)],
+                              capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode != 0:
+            raise BackendError(f"node {node}: cannot copy the fake NVML out of its container: {done.stderr.strip()}")
+        system = self._system(record)
+        try:
+            # The stand-in libcuda is compiled by this machine's compiler: for a node of another architecture
+            # the driver root holds the NVML alone.
+            build_driver_root(dest, {"LD_LIBRARY_PATH": str(nvml)}, system.driver.version, system.driver.cuda_version,
+                              machine, libcuda=machine == os.uname().machine)
+        except DriverRootError as exc:
+            raise BackendError(f"node {node}: cannot lay out its driver root: {exc}") from None
+        return dest
+
+    def _system(self, record: ClusterRecord) -> System:
+        from fakehw.model import load_profile
+
+        return load_profile(record.profile, nodes=record.node_count)
+
     def _create_node(self, client: Any, record: ClusterRecord, plan: NodePlan, image: str,
                      labels: dict[str, str]) -> Any:
         from docker.types import EndpointConfig, Mount
@@ -289,6 +473,8 @@ class DockerBackend(Backend):
             (fake_sys / sub).mkdir(parents=True, exist_ok=True)
         mounts = [Mount(CONTAINER_STATE, str(agent_dir), type="bind")]
         mounts += [Mount(f"/sys/{sub}", str(fake_sys / sub), type="bind", read_only=True) for sub in SYS_MOUNTS]
+        if record.extra.get("view") is None:
+            mounts.append(Mount(CONTAINER_LIVE_SYS, str(self.live_mounts(record).mountpoint(plan.node)), type="bind"))
         profile = record.profile
         if Path(profile).is_absolute():
             mounts.append(Mount(CONTAINER_PROFILE_DIR, str(Path(profile).parent), type="bind", read_only=True))
@@ -412,6 +598,8 @@ class DockerBackend(Backend):
         if container.status != "running":
             raise BackendError(f"node {node} is {container.status}, not running; "
                                f"'testbed chaos restart {node}' or 'unpause' brings it back")
+        if record.extra.get("view") is None:
+            self._sync_view(record, node, int(container.attrs["State"].get("Pid") or 0))
         command = list(argv)
         if timeout is not None:
             # The process inside is stopped too, not only our wait for it.
@@ -475,6 +663,7 @@ class DockerBackend(Backend):
             container.wait(timeout=60)
         container.start()
         self._wait_ready(client, record, [node], timeout)
+        self._present_view(client, record, node)  # a new container process: a new mount namespace
         faults = self.agent(record, node).faults(node)
         return f"node {node} restarted; {len(faults)} fault(s) restored from its journal"
 
@@ -536,6 +725,7 @@ class DockerBackend(Backend):
         if run:
             with contextlib.suppress(BackendError):
                 _remove_labelled(_client(), f"{LABEL_RUN}={run}")
+        self.live_mounts(record).stop_all()  # before the tree goes: nothing may stay mounted in it
         remove_tree_in_background(record.dir)
 
 
@@ -647,4 +837,18 @@ def remove_orphans(state_dir: Path | None = None) -> list[str]:
     removed: list[str] = []
     for run in runs:
         removed += _remove_labelled(client, f"{LABEL_RUN}={run}")
+    return removed + _remove_orphan_live_sys(state_dir)
+
+
+def _remove_orphan_live_sys(state_dir: Path | None) -> list[str]:
+    """Unmount the live ``/sys`` of nodes whose cluster record is gone (an ``up`` killed before it could take them
+    down: ``<cluster>/live/<node>/sys``); their servers end with the mount, now that no container holds it."""
+    from fakehw.livefs.mount import live_mounts, unmount
+
+    removed = []
+    for point in live_mounts(state_dir):
+        cluster = point.parent.parent.parent
+        if point.parent.parent.name == "live" and not (cluster / "cluster.json").is_file():
+            unmount(point)
+            removed.append(f"live /sys mount {point}")
     return removed

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import heapq
 import json
 import re
 import threading
@@ -90,8 +91,11 @@ class ClusterStore:
         self._cond.notify_all()
         return obj
 
-    def set_nodes(self, objs: Iterable[Obj]) -> int:
-        """Make the node set equal to ``objs``: changed nodes are MODIFIED, new ADDED, missing DELETED."""
+    def set_nodes(self, objs: Iterable[Obj], adopt: bool = False) -> int:
+        """Make the node set equal to ``objs``: changed nodes are MODIFIED, new ADDED, missing DELETED.
+
+        ``adopt``: the caller hands the objects over and never touches them again, so they are stored as they are
+        (copying thousands of Node objects is most of the cost of a large cluster)."""
         changed = 0
         with self._cond:
             seen = set()
@@ -101,7 +105,7 @@ class ClusterStore:
                 old = self._nodes.get(name)
                 if old is not None and _same(old, obj):
                     continue
-                new = copy.deepcopy(obj)
+                new = obj if adopt else copy.deepcopy(obj)
                 self._nodes[name] = self._emit("Node", "ADDED" if old is None else "MODIFIED", new)
                 changed += 1
             for name in [n for n in self._nodes if n not in seen]:
@@ -190,11 +194,13 @@ class ClusterStore:
                      ) -> tuple[list[Obj], int]:
         with self._cond:
             source = self._nodes if kind == "Node" else self._pods
-            items = [v for _, v in sorted(source.items())
-                     if namespace is None or v["metadata"].get("namespace") == namespace]
-            if limit:
-                items = items[:limit]
-            return items, self._rv
+            keys: Iterable[str] = source
+            if namespace is not None:
+                keys = [k for k, v in source.items() if v["metadata"].get("namespace") == namespace]
+            # ?limit=1 is how clients read the current resourceVersion before every decision: the first items in
+            # name order without sorting everything.
+            names = heapq.nsmallest(limit, keys) if limit else sorted(keys)
+            return [source[k] for k in names], self._rv
 
     def events_after(self, rv: int, timeout: float) -> list[WatchEvent] | None:
         """Events newer than ``rv`` (waiting up to ``timeout`` for one); None when ``rv`` is too old (410)."""

@@ -13,12 +13,23 @@ Kubernetes API of :mod:`testbed.extender.apiserver`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from fakehw.model.system import System
-from fakehw.views.k8s import NodeInfo, PoolPolicy, node_objects, pod_object
+from fakehw.views.k8s import (
+    ANN_GPUS,
+    LABEL_CLIQUE,
+    LABEL_DOMAIN,
+    LABEL_HOSTNAME,
+    NodeInfo,
+    PoolPolicy,
+    node_objects,
+    pod_object,
+)
 from testbed.extender.apiserver import ApiServer, ClusterStore
 from testbed.extender.ledger import Ledger
 from testbed.extender.protocol import CallResult, ExtenderClient, ExtenderConfig
@@ -59,6 +70,52 @@ class Workload:
         if not self.gang:
             return [self]
         return [replace(self, name=f"{self.name}-{i}") for i in range(self.gang_size)]
+
+
+def replicated_nodes(objs: Sequence[Mapping[str, Any]], total: int) -> list[dict[str, Any]]:
+    """``total`` Node objects: ``objs`` (a profile's nodes, as rendered) and copies of them named ``NAME-cK``.
+
+    Copy K of a node is the same hardware in copy K of its NVLink domain (domain and clique labels get the same
+    suffix, so gangs still find whole domains) with its own GPU UUIDs. This is how a suite puts an extender in
+    front of a fleet of thousands of nodes without rendering thousands of nodes from the model: the extender cannot
+    tell, since it reads only the Node objects.
+    """
+    if not objs:
+        raise ValueError("no nodes to replicate")
+    out = [json.loads(json.dumps(o)) for o in objs]
+    texts = [json.dumps(o) for o in objs]
+    k = 1
+    while len(out) < total:
+        for text in texts:
+            if len(out) >= total:
+                break
+            out.append(_copy_of(json.loads(text), k))
+        k += 1
+    return out
+
+
+def _copy_of(node: dict[str, Any], k: int) -> dict[str, Any]:
+    meta = node["metadata"]
+    name = f"{meta['name']}-c{k}"
+    meta["name"] = name
+    meta["uid"] = f"node-{name}"
+    labels = meta.setdefault("labels", {})
+    labels[LABEL_HOSTNAME] = name
+    if LABEL_DOMAIN in labels:
+        labels[LABEL_DOMAIN] = f"{labels[LABEL_DOMAIN]}-c{k}"
+    if LABEL_CLIQUE in labels:  # <ClusterUUID>.<CliqueId>, as GFD writes it: a cluster UUID of the copy's own
+        cluster, _, clique = labels[LABEL_CLIQUE].rpartition(".")
+        labels[LABEL_CLIQUE] = f"{uuid.uuid5(uuid.NAMESPACE_OID, f'{cluster}/{k}')}.{clique}"
+    ann = meta.setdefault("annotations", {})
+    if ANN_GPUS in ann:
+        gpus = json.loads(ann[ANN_GPUS])
+        for g in gpus:
+            g["uuid"] = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_OID, f"{g['uuid']}/{k}"))
+        ann[ANN_GPUS] = json.dumps(gpus, separators=(",", ":"))
+    for address in (node.get("status") or {}).get("addresses") or []:
+        if address.get("type") == "Hostname":
+            address["address"] = name
+    return node
 
 
 class SchedulingHarness:

@@ -44,6 +44,7 @@ from testbed.extender.protocol import (
 
 Status = Literal["bound", "unschedulable", "error"]
 MAX_PODS = 110
+MAX_CACHED_NODES = 100_000
 
 
 @dataclass
@@ -79,6 +80,23 @@ class Decision:
                 "calls": [c.evidence() for c in self.calls]}
 
 
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What the in-tree filters read of one Node version."""
+
+    schedulable: bool
+    """Ready and not cordoned."""
+    gpus: int
+    """Allocatable ``nvidia.com/gpu``."""
+
+    @classmethod
+    def of(cls, node: Mapping[str, Any]) -> NodeFacts:
+        status = node.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        return cls(ready and not (node.get("spec") or {}).get("unschedulable"),
+                   parse_quantity((status.get("allocatable") or {}).get(GPU_RESOURCE, 0)))
+
+
 @dataclass
 class Extender:
     """An extender as kube-scheduler is configured with it."""
@@ -103,6 +121,7 @@ class Scheduler:
         self.binder = binders[0] if binders else None
         self.preemption = preemption
         self.on_call = on_call
+        self._node_facts: dict[tuple[str, Any], NodeFacts] = {}
 
     def _record(self, decision: Decision, call: CallResult[Any]) -> None:
         decision.calls.append(call)
@@ -191,7 +210,7 @@ class Scheduler:
         out = []
         for n in nodes:
             name = n["metadata"]["name"]
-            reason, resolvable = self._fits(request, n, ledger, set())
+            reason, resolvable = self._fits(request, n, ledger, set(), self._facts(n))
             if reason is None:
                 out.append(n)
             elif resolvable:
@@ -200,15 +219,25 @@ class Scheduler:
                 decision.unresolvable[name] = reason
         return out
 
+    def _facts(self, node: Mapping[str, Any]) -> NodeFacts:
+        """What the in-tree filters read of a Node, worked out once per node version (not once per pod)."""
+        meta = node["metadata"]
+        key = (meta["name"], meta.get("resourceVersion"))
+        facts = self._node_facts.get(key)
+        if facts is None:
+            if len(self._node_facts) > 4 * MAX_CACHED_NODES:
+                self._node_facts.clear()
+            facts = self._node_facts[key] = NodeFacts.of(node)
+        return facts
+
     @staticmethod
-    def _fits(request: PodRequest, node: Mapping[str, Any], ledger: Ledger, without: set[str]
-              ) -> tuple[str | None, bool]:
+    def _fits(request: PodRequest, node: Mapping[str, Any], ledger: Ledger, without: set[str],
+              facts: NodeFacts | None = None) -> tuple[str | None, bool]:
         """None if the pod fits (ignoring pods in ``without``); else the reason and whether preemption may help."""
         name = node["metadata"]["name"]
         labels = node["metadata"].get("labels") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in (node.get("status") or {}).get("conditions") or [])
-        if not ready or (node.get("spec") or {}).get("unschedulable"):
+        facts = facts or NodeFacts.of(node)
+        if not facts.schedulable:
             return "node(s) were not ready or unschedulable", False
         for k, v in request.node_selector.items():
             if labels.get(k) != v:
@@ -217,7 +246,7 @@ class Scheduler:
         if len(on_node) + 1 > MAX_PODS:
             return "Too many pods", True
         if request.gpus:
-            alloc = parse_quantity(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0))
+            alloc = facts.gpus
             used = sum(h.request.gpus for h in on_node)
             if used + request.gpus > alloc:
                 return f"Insufficient {GPU_RESOURCE}", True

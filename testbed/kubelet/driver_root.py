@@ -80,9 +80,11 @@ def _build_libcuda(out: Path, cuda: str) -> bool:
 
 
 def build_driver_root(dest: Path, env: Mapping[str, str], version: str, cuda: str,
-                      machine: str | None = None) -> Path:
+                      machine: str | None = None, libcuda: bool = True) -> Path:
     """Lay out in ``dest`` the driver root of a node whose environment is ``env`` (the fake NVML is on its
-    ``LD_LIBRARY_PATH``) and whose driver reports ``version`` and CUDA ``cuda``; returns ``dest``."""
+    ``LD_LIBRARY_PATH``) and whose driver reports ``version`` and CUDA ``cuda``; returns ``dest``. ``libcuda``:
+    also the stand-in libcuda (built by this machine's compiler, so only for a root of this machine's
+    architecture)."""
     arch = MULTIARCH.get(machine or platform.machine())
     if arch is None:
         raise DriverRootError(f"no library directory convention for {machine or platform.machine()}")
@@ -91,7 +93,7 @@ def build_driver_root(dest: Path, env: Mapping[str, str], version: str, cuda: st
     lib.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(nvml, lib / f"libnvidia-ml.so.{version}")
     _link(f"libnvidia-ml.so.{version}", lib / "libnvidia-ml.so.1")
-    if _build_libcuda(lib / f"libcuda.so.{version}", cuda):
+    if libcuda and _build_libcuda(lib / f"libcuda.so.{version}", cuda):
         _link(f"libcuda.so.{version}", lib / "libcuda.so.1")
         _link("libcuda.so.1", lib / "libcuda.so")
     return dest

@@ -259,3 +259,64 @@ class ContainerCommandLauncher(PluginLauncher):
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         return ContainerProcess(proc, self.container, self.plugin_dir / pidfile, log, command)
+
+
+class ImageProcess(ContainerProcess):
+    """The component's own container (``docker run``, attached: the client's exit status is the container's);
+    signals go to the container's main process through the engine."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], container: str, log: Path, describe: str):
+        super().__init__(proc, container, Path("/nonexistent"), log, describe)
+
+    def _signal(self, sig: str) -> None:
+        subprocess.run(["docker", "kill", "--signal", sig, self.container], capture_output=True, timeout=30,
+                       check=False)
+
+
+class ImageLauncher(PluginLauncher):
+    """Runs a component given as a container image (``image:REF``) beside a node container, as a DaemonSet pod
+    runs beside a kubelet: its own container from its own image, no network, the kubelet's plugin directory at
+    :data:`KUBELET_PLUGIN_DIR` and the node as the backend presents it to components (``binds``, ``env``: the
+    node's ``/sys`` and device files, a driver root with the fake NVML; see ``DockerBackend.component_view``).
+    Each start is a new container (``--rm``), named after the node and the run so it can be found and stopped."""
+
+    def __init__(self, image: str, node: str, name: str, binds: Sequence[nodeview.Bind], env: Mapping[str, str],
+                 labels: Mapping[str, str], plugin_dir: Path, log_dir: Path, view_note: str = ""):
+        self.image = image
+        self.plugin_dir = plugin_dir
+        """The host directory the container sees at :data:`KUBELET_PLUGIN_DIR` (where the harness's kubelet is)."""
+        self.view_note = view_note
+        """What the container is shown of its node, in words (for the report)."""
+        self.node = node
+        self.name = name
+        self.binds = tuple(binds)
+        self.env = dict(env)
+        self.labels = dict(labels)
+        self.log_dir = log_dir
+        self.describe = f"image {image}"
+        self._runs = 0
+
+    def argv(self, plugin_dir: Path, container: str) -> list[str]:
+        argv = ["docker", "run", "--rm", "--name", container, "--network", "none", "--hostname", self.node,
+                "--mount", f"type=bind,source={plugin_dir},target={KUBELET_PLUGIN_DIR}"]
+        for b in self.binds:
+            argv += ["--mount", f"type=bind,source={b.source},target={b.target}" + (",readonly" if b.read_only else "")]
+        for key, value in {**self.env, PLUGIN_DIR_ENV: KUBELET_PLUGIN_DIR}.items():
+            argv += ["--env", f"{key}={value}"]
+        for key, value in self.labels.items():
+            argv += ["--label", f"{key}={value}"]
+        return [*argv, self.image]
+
+    def start(self, plugin_dir: Path) -> ImageProcess:
+        self._runs += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"plugin-{self._runs}.log"
+        plugin_dir.mkdir(parents=True, exist_ok=True)
+        container = f"{self.name}-{self._runs}"
+        subprocess.run(["docker", "rm", "--force", container], capture_output=True, timeout=60, check=False)
+        with open(log, "ab") as out:
+            out.write(f"# {time.strftime('%H:%M:%S')} start container {container} of image {self.image}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(self.argv(plugin_dir, container), stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        return ImageProcess(proc, container, log, f"image {self.image} (container {container})")

@@ -115,6 +115,50 @@ def test_a_failing_run_is_not_certified_and_carries_evidence(pytester: pytest.Py
     assert failure.find("failure") is not None and "gpu5" in (failure.find("failure").text or "")  # type: ignore[union-attr]
 
 
+def test_a_failed_recommended_requirement_is_shown_as_such_in_every_format(
+        pytester: pytest.Pytester, results: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The catalogue (input to the suite, not the code under test) makes ST-TOPO-001 recommended and the suite
+    fails it: the run certifies (recommended requirements never decide a level), yet summary.md, report.html and
+    report.json each show that requirement as a recommended miss, apart from required failures and passes; the
+    sealed run still verifies."""
+    (results / "extra" / "selftest.yaml").write_text(CATALOGUE.replace(
+        "category: topology, level: topology}", "category: topology, level: topology, required: false}"))
+    path = _run_suite(pytester, results, fail=True)
+    out = results / "out"
+    assert conformance_main(["report", str(path), "--out", str(out)]) == 0
+    assert conformance_main(["verify", str(out)]) == 0
+    assert "verified; verdict CERTIFIED" in capsys.readouterr().out
+    data = json.loads((out / "report.json").read_text())
+    topo = next(r for r in data["results"] if r["id"] == "ST-TOPO-001")
+    assert (topo["status"], topo["required"], data["verdicts"]["overall"]) == ("failed", False, "certified")
+
+    summary = (out / "summary.md").read_text()
+    assert "**Why:**" not in summary  # nothing required failed: nothing explains a verdict that was not lost
+    assert "**⚠️ Recommended, not met**" in summary
+    assert "- ⚠️ `ST-TOPO-001` prefers NVLink (topology, recommended, failed): " in summary
+    assert "picked GPUs that share no NVLink" in summary
+    assert "| topology | n/a | 0/0 | 0 | 1/1 |" in summary and "| core | pass | 2/2 | 0 | 0/0 |" in summary
+    assert "3 passed, 1 failed, 0 errors (1 of them recommended: ⚠️ below)" in summary
+    assert "| ⚠️ | ST-TOPO-001 | topology | recommended | failed | prefers NVLink |" in summary
+    assert "| ✅ | ST-BASIC-001 | core | required | passed | registers |" in summary
+    assert "❌" not in summary
+
+    html = (out / "report.html").read_text()
+    assert "<td class=recommended>" in html and "failed (recommended)</td><td class=mono>ST-TOPO-001" in html
+    assert "Recommended, not met" in html and "Why it is not certified" not in html
+
+    # The same failure when the catalogue makes it required: a ❌ that decides the level, under "Why".
+    extra = results / "extra-required"
+    extra.mkdir()
+    (extra / "selftest.yaml").write_text(CATALOGUE)
+    monkeypatch.setenv("FAKEHW_EXTRA_REQUIREMENTS", str(extra))
+    required = render(_report(_run_suite(pytester, results, fail=True)), "md")
+    assert "**Why:**\n- ❌ `ST-TOPO-001` prefers NVLink (topology, required, failed): " in required
+    assert "| ❌ | ST-TOPO-001 | topology | required | failed | prefers NVLink |" in required
+    assert "⚠️" not in required and "| topology | fail | 0/1 | 0 | 0/0 |" in required
+
+
 NOT_APPLICABLE_SUITE = """
 import pytest
 from conformance import not_applicable
@@ -153,7 +197,7 @@ def test_not_applicable_neither_passes_nor_fails_and_shows_everywhere(pytester: 
     row = next(r for r in report.results if r.id == "ST-TOPO-001")
     assert row.status == "not-applicable" and "one GPU per node" in row.message
     markdown = render(report, "md")
-    assert "2 not applicable" in markdown and "| core | pass | 1/1 | 1 |" in markdown
+    assert "2 not applicable" in markdown and "| core | pass | 1/1 | 1 | 0/0 |" in markdown
     html = render(report, "html")
     assert "not-applicable" in html and "one GPU per node: no placement to prefer" in html
     junit = ET.fromstring(render(report, "junit"))

@@ -24,7 +24,9 @@ def text(value):
 pynvml.nvmlInit()
 out = {"machine": os.uname().machine, "driver": text(pynvml.nvmlSystemGetDriverVersion()),
        "count": pynvml.nvmlDeviceGetCount(), "gpus": [],
-       "dev": sorted(name for name in os.listdir("/dev") if name.startswith("nvidia"))}
+       # The GPU device nodes (the node's other nvidia-uvm, nvidia-modeset, nvidia-caps are there too, as the NVIDIA
+       # container runtime gives them to every GPU container).
+       "dev": sorted(name for name in os.listdir("/dev") if name == "nvidiactl" or name[6:].isdigit())}
 for i in range(out["count"]):
     gpu = {"index": i}
     try:

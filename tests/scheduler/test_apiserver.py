@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -12,8 +13,9 @@ import pytest
 
 from fakehw.model import load_profile
 from fakehw.polling import wait_until
-from fakehw.views.k8s import node_objects, pod_object
+from fakehw.views.k8s import NodeInfo, node_objects, pod_object
 from testbed.extender.apiserver import ApiServer, ClusterStore
+from testbed.extender.harness import replicated_nodes
 from testbed.reference.extender.informer import ApiClient, Informer
 
 
@@ -137,3 +139,27 @@ def test_concurrent_bindings_of_one_pod_bind_once(api: ApiServer) -> None:
     for t in threads:
         t.join()
     assert sorted(results) == [201] + [409] * 7
+
+
+def test_replicated_nodes_are_distinct_nodes_of_the_same_hardware() -> None:
+    """A fleet made of a profile's nodes: names, GPU UUIDs, NVLink domains and cliques of each copy are its own
+    (an extender keyed on any of them must not see two nodes as one), the hardware is the original's."""
+    system = load_profile("gb200-nvl72")
+    base = node_objects(system, {})
+    fleet = replicated_nodes(base, 50)
+    infos = [NodeInfo.from_object(o) for o in fleet]
+    assert len(fleet) == 50 and [o["metadata"]["name"] for o in fleet[: len(base)]] == \
+        [o["metadata"]["name"] for o in base]
+    names = [i.name for i in infos]
+    assert len(set(names)) == 50
+    assert all(o["metadata"]["labels"]["kubernetes.io/hostname"] == o["metadata"]["name"] for o in fleet)
+    uuids = [g.uuid for i in infos for g in i.gpus]
+    assert len(set(uuids)) == len(uuids) and all(re.fullmatch(r"GPU-[0-9a-f-]{36}", u) for u in uuids)
+    copy = infos[len(base)]
+    assert copy.domain != infos[0].domain and copy.clique != infos[0].clique
+    assert re.fullmatch(r"[0-9a-f-]{36}\.\d+", copy.clique or "")  # GFD's <ClusterUUID>.<CliqueId>
+    assert (copy.latency, copy.pools, [g.memory for g in copy.gpus]) == \
+        (infos[0].latency, infos[0].pools, [g.memory for g in infos[0].gpus])
+    assert len({i.domain for i in infos[len(base): 2 * len(base)]}) == len({i.domain for i in infos[: len(base)]})
+    with pytest.raises(ValueError, match="no nodes"):
+        replicated_nodes([], 3)

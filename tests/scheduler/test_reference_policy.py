@@ -150,4 +150,4 @@ def test_snapshot_skips_unreadable_pods() -> None:
     bad = bound("t", "b", name, (1,))
     bad["metadata"]["annotations"]["fakehw.io/gpus"] = "one"
     snap = snapshot(nodes, [good, bad], Flags())
-    assert snap.use[name].held == {0: "t/a"}
+    assert snap.use[name].held == {0: ["t/a"]}

@@ -110,3 +110,31 @@ def test_local_exec_runs_in_the_view(testbed_factory: Callable[..., Testbed]) ->
     assert outside.stdout.decode().strip() == os.uname().nodename
     with pytest.raises(BackendInputError, match="command not found: no-such-command-xyz"):
         tb.exec(node, ["no-such-command-xyz"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making device nodes needs root")
+def test_mirror_devices_copies_the_nodes_devices_and_follows_no_link_the_container_planted(tmp_path: Path) -> None:
+    """What the docker backend does to a node container's /dev from outside (as root, through /proc/PID/root):
+    the node's device files appear, the runtime's own entries and the given GPUs stay, devices the node no longer
+    has go, and a directory the container replaced by a link to elsewhere is replaced, never written through."""
+    import stat as st
+
+    node, dev, elsewhere = tmp_path / "node-dev", tmp_path / "container-dev", tmp_path / "host-etc"
+    for d in (node / "cxl", dev, elsewhere):
+        d.mkdir(parents=True)
+    os.mknod(node / "cxl" / "mem0", 0o600 | st.S_IFCHR, os.makedev(250, 0))
+    os.mknod(node / "dax0.0", 0o600 | st.S_IFCHR, os.makedev(251, 0))
+    os.mknod(node / "nvidia3", 0o666 | st.S_IFCHR, os.makedev(195, 3))  # not given to this container
+    os.mknod(node / "null", 0o666 | st.S_IFCHR, os.makedev(1, 3))
+    os.mknod(dev / "nvidia0", 0o666 | st.S_IFCHR, os.makedev(195, 0))  # given: made by the entrypoint
+    (dev / "null").write_text("the runtime's own")
+    os.mknod(dev / "dax9.0", 0o600 | st.S_IFCHR, os.makedev(251, 9))  # the node no longer has it
+    (dev / "cxl").symlink_to(elsewhere)  # planted by the container
+
+    assert nodeview.mirror_devices(str(node), str(dev)) > 0
+    assert sorted(os.listdir(dev)) == ["cxl", "dax0.0", "null", "nvidia0"]
+    assert (dev / "cxl").is_dir() and not (dev / "cxl").is_symlink() and os.listdir(elsewhere) == []
+    mem0 = os.stat(dev / "cxl" / "mem0")
+    assert st.S_ISCHR(mem0.st_mode) and mem0.st_rdev == os.makedev(250, 0) and st.S_IMODE(mem0.st_mode) == 0o600
+    assert (dev / "null").read_text() == "the runtime's own"
+    assert nodeview.mirror_devices(str(node), str(dev)) == 0  # nothing to do the second time

@@ -63,9 +63,22 @@ def _command(spec: TargetSpec | None) -> str:
     if text.startswith("cmd:"):
         return text[4:].strip()
     if text.startswith("image:"):
-        raise pytest.UsageError("device-plugin=image:... needs the kind backend (issue 9); use cmd:... on the "
-                                "local and docker backends")
+        return ""  # the plugin is the image's own entrypoint (see _image)
     return text
+
+
+def _image(spec: TargetSpec | None, backend: str) -> str | None:
+    """The plugin's image from ``--target device-plugin=image:REF`` (None: a command). Only the docker backend runs
+    a component as its own container."""
+    if spec is None or not spec.spec.startswith("image:"):
+        return None
+    ref = spec.spec.removeprefix("image:").strip()
+    if backend != "docker":
+        raise pytest.UsageError(f"device-plugin=image:{ref}: image components run on the docker backend "
+                                f"(--backend docker); on the {backend} backend give cmd:COMMAND")
+    if not ref:
+        raise pytest.UsageError("device-plugin=image: names no image (image:REPOSITORY[:TAG])")
+    return ref
 
 
 @pytest.fixture(scope="session")
@@ -94,6 +107,7 @@ def dp_options(pytestconfig: pytest.Config, conformance_targets: dict[str, Targe
         fuzz_seed=pytestconfig.getoption("dp_fuzz_seed"),
         fuzz_shrink=not pytestconfig.getoption("dp_fuzz_no_shrink"),
         mig_strategy=str(pytestconfig.getoption("dp_mig_strategy")),
+        image=_image(conformance_targets.get("device-plugin"), conformance_backend),
     )
 
 
@@ -134,27 +148,29 @@ def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict
     launcher = None
     probe = None
     if dp_options.backend == "docker":
-        from conformance.suites.device_plugin.docker import docker_launcher, docker_probe
+        from conformance.suites.device_plugin.docker import docker_launcher, docker_probe, image_launcher
 
-        launcher = docker_launcher(dp_testbed, node, dp_options, workdir)
+        launcher = (image_launcher(dp_testbed, node, dp_options.image, workdir) if dp_options.image
+                    else docker_launcher(dp_testbed, node, dp_options, workdir))
         probe = docker_probe(dp_testbed, node)
         workdir = launcher.plugin_dir
     try:
         put = PluginUnderTest(dp_testbed, node, dp_options, workdir, launcher, probe)
     except MigConfigError as exc:
         raise pytest.UsageError(f"--dp-mig-strategy {dp_options.mig_strategy}: {exc}") from None
-    conformance_manifest.setdefault("targets", [f"device-plugin=cmd:{dp_options.command}"])
+    conformance_manifest.setdefault("targets", [dp_options.target])
     versions = conformance_manifest.setdefault("component_versions", {})
     if dp_options.is_reference:
         versions["device-plugin"] = f"fakehw reference {__version__}"
-    elif dp_options.backend == "local":
+    elif dp_options.backend == "local" and not dp_options.image:
         version = component_version(dp_options.command)
         if version:
             versions["device-plugin"] = version
     conformance_manifest["device_plugin_view"] = (
         "the node's view: /sys, /dev, /proc/driver of the node; /var/lib/kubelet/device-plugins, /driver-root, "
         "/var/run/cdi" if put.launcher_view is not None and put.view_problem is None
-        else put.view_problem or f"the node's container ({dp_options.backend} backend)")
+        else put.view_problem or getattr(launcher, "view_note", None)
+        or f"the node's container ({dp_options.backend} backend)")
     conformance_manifest["device_plugin_node"] = node.name
     if dp_options.backend == "docker":  # the image the node ran, by tag and content digest, and the engine
         extra = dp_testbed.record.extra

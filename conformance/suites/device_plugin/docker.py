@@ -15,7 +15,7 @@ from pathlib import Path
 from conformance.suites.device_plugin.support import SuiteOptions
 from testbed.api import Testbed
 from testbed.backends import BackendError, NodeInfo
-from testbed.kubelet.launcher import ContainerCommandLauncher
+from testbed.kubelet.launcher import ContainerCommandLauncher, ImageLauncher
 from testbed.kubelet.nvmlprobe import NvmlProbe
 
 REFERENCE_IN_CONTAINER = "python -m testbed.reference.device_plugin"
@@ -48,3 +48,19 @@ def docker_launcher(testbed: Testbed, node: NodeInfo, options: SuiteOptions, wor
 def docker_probe(testbed: Testbed, node: NodeInfo) -> NvmlProbe:
     container = _container(testbed, node.name)
     return NvmlProbe(["docker", "exec", "-i", container, "python", "-m", "testbed.kubelet.nvmlprobe"], timeout=120)
+
+
+def image_launcher(testbed: Testbed, node: NodeInfo, image: str, workdir: Path) -> ImageLauncher:
+    """The plugin's own container from ``image``, beside the node's: the kubelet's plugin directory is the host
+    directory the harness's kubelet.sock is in (``<agent dir>/dp``), the node as the backend presents it to
+    components (``DockerBackend.component_view``)."""
+    view_of = getattr(testbed.backend, "component_view", None)
+    if view_of is None:
+        raise BackendError(f"the {testbed.backend.name} backend runs no component images")
+    view = view_of(testbed.record, node.name)
+    host_dir = node.dir.parent.parent / "dp"
+    host_dir.mkdir(parents=True, exist_ok=True)
+    note = (f"the plugin's own container (image {image}): the node's /sys, devices, driver root and "
+            f"/var/lib/kubelet/device-plugins; not presented: {view.not_presented}")
+    return ImageLauncher(image, node.name, f"{_container(testbed, node.name)}-dp", view.binds, view.env, view.labels,
+                         host_dir, workdir / "logs", note)

@@ -104,10 +104,17 @@ class SuiteOptions:
     fuzz_shrink: bool = True
     mig_strategy: str = "auto"
     """none, single, mixed, or auto (told from what the plugin registers)."""
+    image: str | None = None
+    """The plugin as a container image (``image:REF``, docker backend): run as its own container beside the node's."""
 
     @property
     def is_reference(self) -> bool:
-        return self.command == REFERENCE_COMMAND
+        return self.image is None and self.command == REFERENCE_COMMAND
+
+    @property
+    def target(self) -> str:
+        """The component as ``--target`` names it (for the report)."""
+        return f"device-plugin=image:{self.image}" if self.image else f"device-plugin=cmd:{self.command}"
 
 
 # --------------------------------------------------------------------------------------------------- plugin

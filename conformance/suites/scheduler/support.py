@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -12,15 +12,20 @@ from conformance import not_applicable
 from fakehw.views.k8s import Holding, NodeInfo, PodRequest
 from testbed.api import Testbed
 from testbed.cluster import remove_tree_in_background
-from testbed.extender.harness import SchedulingHarness, Workload
+from testbed.extender.harness import SchedulingHarness, Workload, replicated_nodes
 from testbed.extender.ledger import Ledger
-from testbed.extender.process import DelayProxy, ExtenderProcess, ExtenderTarget
+from testbed.extender.process import START_TIMEOUT_S, DelayProxy, ExtenderProcess, ExtenderTarget
 from testbed.extender.protocol import ExtenderConfig
 from testbed.extender.scheduler import Decision
 
 RESERVATION = 1000
 """Priority of the suite's reservations (the published reservedPriority)."""
 LATENCY_BUDGET_S = 1.0
+FLEET_NODES = 5000
+"""Nodes of the cluster the latency requirement is also checked on: the largest cluster Kubernetes supports
+("no more than 5,000 nodes", kubernetes.io/docs/setup/best-practices/cluster-large/). There an extender whose
+decision compares every node with every other one (25 million pairs) is far past the budget, while one linear in
+the nodes it is sent answers in milliseconds."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class SchedulerUnderTest:
         self.options = options
         self.system = testbed.system
         self.harness = SchedulingHarness(self.system, testbed)
+        self.workdir = workdir
         self.process = ExtenderProcess(options.target, self.harness.api_url, workdir / "extender.log")
         self.proxy: DelayProxy | None = None
         self.recorder: Recorder | None = None
@@ -111,6 +117,30 @@ class SchedulerUnderTest:
         if self.options.target.managed and not self.process.alive:
             self.process.start()
         self.configure()
+
+    @contextlib.contextmanager
+    def fleet(self, nodes: int) -> Iterator[SchedulingHarness]:
+        """A second cluster of ``nodes`` nodes (this testbed's, replicated) with a second process of the extender
+        under test watching it; one node in ten already holds a pod bound by another scheduler."""
+        harness = SchedulingHarness(self.system)
+        process = ExtenderProcess(self.options.target, harness.api_url, self.workdir / "extender-fleet.log")
+        try:
+            harness.store.set_nodes(replicated_nodes(self.harness.store.nodes(), nodes), adopt=True)
+            for i, name in enumerate(harness.store.node_names()[::10]):
+                healthy = harness.node_info(name).healthy_gpus
+                if not healthy:
+                    continue
+                (key,) = harness.submit(Workload(f"other-{i}", tenant=f"other{i % 3}", gpus=1))
+                ns, pod = key.split("/")
+                gpu = healthy[i % len(healthy)]
+                harness.store.bind(ns, pod, name, Holding(name, (gpu,), {}, "burst").annotations())
+            process.start(timeout=START_TIMEOUT_S * 4)
+            harness.set_extenders([self.options.target.config(
+                process.url, httpTimeout=f"{self.options.http_timeout}s")])
+            yield harness
+        finally:
+            process.stop(kill=True)
+            harness.close()
 
     def not_applicable(self, reason: str) -> NoReturn:
         """End the current check as not-applicable, saying why (see :func:`conformance.not_applicable`)."""

@@ -7,12 +7,13 @@ booking the extender also makes undisturbed is a fit/isolation failure, not a ch
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
-from conformance.suites.scheduler.support import LATENCY_BUDGET_S, SchedulerUnderTest
+from conformance.suites.scheduler.support import FLEET_NODES, LATENCY_BUDGET_S, SchedulerUnderTest
 from testbed.extender.harness import Workload
+from testbed.extender.scheduler import Decision
 
 
 def _double_booked(sched: SchedulerUnderTest) -> list[str]:
@@ -125,6 +126,37 @@ def test_timeouts_and_ignorable(sched: SchedulerUnderTest, check: Callable[..., 
     check(d.status == "bound", f"a prioritize timeout must be ignored, but the pod was {d.status}: {d.message}")
     sched.proxy.delays.clear()
     sched.proxy.wait_idle()
+
+
+def _slowest_call(decisions: Sequence[Decision], verbs: set[str]) -> tuple[float, str]:
+    slowest = (0.0, "")
+    for d in decisions:
+        for c in d.calls:
+            if c.verb in verbs and c.elapsed > slowest[0]:
+                slowest = (c.elapsed, f"{c.verb} for {d.pod}" + (f" ({c.error})" if c.error else ""))
+    return slowest
+
+
+@pytest.mark.requirement("SCHED-CHAOS-003")
+def test_decisions_within_a_second_in_a_full_size_cluster(sched: SchedulerUnderTest,
+                                                          check: Callable[..., None]) -> None:
+    if not sched.options.target.managed:
+        pytest.skip("a url: target watches its own cluster API; the harness cannot start it in front of "
+                    f"{FLEET_NODES} nodes")
+    if not sched.harness.extenders[0].config.node_cache_capable:
+        pytest.skip(f"nodeCacheCapable=false: kube-scheduler sends all {FLEET_NODES} Node objects in every call "
+                    "(about 40 MB of JSON each way): the time is that configuration's traffic, not the extender's "
+                    "decisions")
+    with sched.fleet(FLEET_NODES) as fleet:
+        cfg = fleet.extenders[0].config
+        verbs = {cfg.filter_verb, cfg.prioritize_verb} - {""}
+        decisions = []
+        for n in range(6):
+            decisions.append(fleet.run_one(Workload(f"fleet-{n}", tenant=f"t{n % 3}", gpus=1 + n % 2)))
+            took, what = _slowest_call(decisions, verbs)
+            check(took <= LATENCY_BUDGET_S,
+                  f"in a cluster of {FLEET_NODES} nodes, {what} took {took:.2f} s (budget {LATENCY_BUDGET_S:g} s)",
+                  decisions=[d.evidence() for d in decisions[-2:]])
 
 
 @pytest.mark.requirement("SCHED-CHAOS-003")

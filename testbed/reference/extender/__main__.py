@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = Options(mutant=args.mutant, slow_per_pod_s=SLOW_PER_POD_S if args.mutant == "slow" else 0.0,
                       own_binds_only=args.mutant == "own-binds-only",
                       forget_on_restart=args.mutant == "forget-on-restart",
-                      reserve_at_filter=args.mutant == "reserve-at-filter")
+                      reserve_at_filter=args.mutant == "reserve-at-filter", quadratic=args.mutant == "quadratic")
     try:
         serve(args.host, args.port, args.api, options)
     except KeyboardInterrupt:

@@ -82,8 +82,8 @@ class Informer:
         self.pods: dict[str, Obj] = {}
         self.version = 0
         """Bumped on every change: consumers cache derived state per version."""
-        self.node_version = 0
-        """Bumped on every change of a Node (a subset of :attr:`version`)."""
+        self._dirty: dict[str, set[str] | None] = {"Node": None, "Pod": None}
+        """Keys changed since :meth:`changes` was last asked, by kind (None: everything, after a relist)."""
         self._seen = {"Node": 0, "Pod": 0}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -136,11 +136,28 @@ class Informer:
             self._changed(kind)
         return rv
 
-    def _changed(self, kind: str = "Pod") -> None:
+    def _changed(self, kind: str = "Pod", key: str | None = None) -> None:
+        """Something of ``kind`` changed: ``key`` only, or (None) possibly everything."""
         self.version += 1
-        if kind == "Node":
-            self.node_version += 1
+        dirty = self._dirty[kind]
+        if key is None:
+            self._dirty[kind] = None
+        elif dirty is not None:
+            dirty.add(key)
         self._cond.notify_all()
+
+    def changes(self, kind: str) -> set[str] | None:
+        """The keys of ``kind`` changed since the last call (None: re-read everything); call with the lock held.
+        What a consumer needs to keep state derived from the cache current in time linear in what changed."""
+        dirty = self._dirty[kind]
+        self._dirty[kind] = set()
+        return dirty
+
+    def put_node(self, obj: Obj) -> None:
+        """A Node learnt from elsewhere (a scheduler that sent Node objects); call with the lock held."""
+        key = self._key("Node", obj)
+        self.nodes[key] = obj
+        self._changed("Node", key)
 
     def _watch_loop(self, kind: str) -> None:
         rv = self._seen[kind]
@@ -175,7 +192,7 @@ class Informer:
                             else:
                                 store[key] = obj
                             self._seen[kind] = rv
-                            self._changed(kind)
+                            self._changed(kind, key)
                         else:
                             self._seen[kind] = rv
                             self._cond.notify_all()
@@ -206,5 +223,6 @@ class Informer:
     def assume(self, pod: Obj) -> None:
         """Record a pod this extender just bound, before the watch brings it (kube-scheduler's assume)."""
         with self._cond:
-            self.pods[self._key("Pod", pod)] = pod
-            self._changed()
+            key = self._key("Pod", pod)
+            self.pods[key] = pod
+            self._changed("Pod", key)

@@ -48,6 +48,9 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("forget-on-restart", "watches from the moment it starts: pods bound before a restart are unknown",
            frozenset({"SCHED-CHAOS-001"})),
     Mutant("slow", "takes 100 ms more per decision for every bound pod beyond 10", frozenset({"SCHED-CHAOS-003"})),
+    Mutant("quadratic", "compares every candidate node's GPU topology with every other one's in each filter and "
+                        "prioritize: milliseconds on a few nodes, seconds at thousands",
+           frozenset({"SCHED-CHAOS-003"})),
     Mutant("reserve-at-filter", "holds GPUs for a pod from its filter call until it is bound",
            frozenset({"SCHED-CHAOS-002"})),
     Mutant("own-binds-only", "counts only the pods it bound itself (an assume cache, no informer for pods)",

@@ -48,6 +48,9 @@ ISOLATION_NS = 2000.0
 W_MEMORY, W_LATENCY, W_ISOLATION = 1.0, 1.0, 1.0
 W_MEMORY_BOUND, W_LATENCY_MEMORY_BOUND = 8.0, 0.25
 EXHAUSTIVE_LIMIT = 400
+VERDICT_CACHE = 100_000
+INTERNED_KEYS = 100_000
+"""Verdicts kept across decisions before the cache starts again (bounds the extender's memory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,18 +92,102 @@ class Bound:
 
 @dataclass
 class NodeUse:
-    """What bound pods and gang bookings take on one node."""
+    """What bound pods and gang bookings take on one node, kept up to date pod by pod (:meth:`add`)."""
 
-    held: dict[int, str] = field(default_factory=dict)
+    held: dict[int, list[str]] = field(default_factory=dict)
+    """GPU index -> keys of the pods holding it (more than one only when something double-booked it)."""
     tenants: Counter[str] = field(default_factory=Counter)
     reserved: Counter[str] = field(default_factory=Counter)
     burst: Counter[str] = field(default_factory=Counter)
-    pool_tenants: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    pool_tenants: dict[str, Counter[str]] = field(default_factory=dict)
+    """Pool -> tenants with a grant there (and how many grants)."""
     booked: int = 0
     """GPUs promised to gang members not bound yet."""
     booked_bytes: int = 0
     """Pool memory promised to gang members not bound yet."""
     pods: list[Bound] = field(default_factory=list)
+    keys: dict[Key, Key] | None = field(default=None, repr=False, compare=False)
+    """Where state keys are interned (shared by every node of a snapshot)."""
+    _key: Key | None = None
+
+    def add(self, b: Bound, sign: int) -> None:
+        """Count (``sign`` 1) or uncount (-1) what ``b`` holds here."""
+        req, holding = b.request, b.holding
+        self._key = None
+        if sign > 0:
+            self.pods.append(b)
+        else:
+            self.pods.remove(b)
+        for i in holding.gpus:
+            if sign > 0:
+                self.held.setdefault(i, []).append(b.key)
+            else:
+                keys = self.held[i]
+                keys.remove(b.key)
+                if not keys:
+                    del self.held[i]
+        _count(self.tenants, req.tenant, sign * len(holding.gpus))
+        for pool, amount in holding.grants.items():
+            _count(self.reserved if holding.kind == "reservation" else self.burst, pool, sign * amount)
+            if amount:
+                _count(self.pool_tenants.setdefault(pool, Counter()), req.tenant, sign)
+                if not self.pool_tenants[pool]:
+                    del self.pool_tenants[pool]
+
+    def book(self, gpus: int, memory: int) -> None:
+        self._key = None
+        self.booked += gpus
+        self.booked_bytes += memory
+
+    @property
+    def empty(self) -> bool:
+        return not self.pods and not self.booked and not self.booked_bytes
+
+    def state_key(self) -> Key:
+        """Everything about this usage a decision depends on (computed once per change)."""
+        if self._key is None:
+            key = Key((tuple(sorted(self.held)), tuple(sorted(self.tenants.items())),
+                       tuple(sorted(self.reserved.items())), tuple(sorted(self.burst.items())),
+                       tuple(sorted((k, tuple(sorted(v))) for k, v in self.pool_tenants.items())),
+                       tuple(sorted((b.request.priority, len(b.holding.gpus)) for b in self.pods)),
+                       self.booked, self.booked_bytes))
+            if self.keys is not None:  # one object per distinct state: dictionaries then match it by identity
+                if len(self.keys) > INTERNED_KEYS:
+                    self.keys.clear()
+                key = self.keys.setdefault(key, key)
+            self._key = key
+        return self._key
+
+
+class Key:
+    """A tuple used as a dictionary key, hashed once (Python hashes a tuple of tuples anew at every lookup, which
+    made cache lookups most of a decision over 10,000 nodes)."""
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, value: tuple[Any, ...]):
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, Key) and self._hash == other._hash and self.value == other.value)
+
+    def __repr__(self) -> str:
+        return f"Key{self.value!r}"
+
+
+def _count(counter: Counter[str], key: str, n: int) -> None:
+    """Add ``n`` (maybe negative) to ``counter[key]``; a key that reaches 0 goes (equal usages have equal keys)."""
+    if not n:
+        return
+    left = counter[key] + n
+    if left:
+        counter[key] = left
+    else:
+        del counter[key]
 
 
 @dataclass(frozen=True)
@@ -134,59 +221,106 @@ def parse_bound(pod: Mapping[str, Any]) -> Bound | None:
 class Snapshot:
     """The cluster as one decision sees it: node infos, what nodes have given out, gang plans.
 
-    Usage is kept only for nodes that have pods (a fleet of 5,000 mostly empty nodes costs nothing to snapshot).
+    Usage is kept only for nodes that have pods or bookings (a fleet of 10,000 mostly empty nodes costs nothing to
+    snapshot), and is updated pod by pod (:meth:`put`): a decision after a bind pays for that pod, not the fleet's.
     """
 
-    def __init__(self, nodes: Mapping[str, NodeInfo], bounds: Iterable[Bound], flags: Flags):
+    def __init__(self, nodes: Mapping[str, NodeInfo], bounds: Iterable[Bound], flags: Flags,
+                 keys: dict[Key, Key] | None = None):
         self.nodes = nodes
         self.flags = flags
+        self._keys: dict[Key, Key] = keys if keys is not None else {}
+        """Interned usage states (pass the same dictionary to the next snapshot to keep them)."""
         self.use: dict[str, NodeUse] = {}
         self.empty = NodeUse()
         """The usage of every node without pods (never changed)."""
         self.plans: dict[str, GangPlan] = {}
         self.pending_plans: dict[str, GangPlan] = {}
+        """Bookings made by this decision's filter and not bound yet (a new decision starts without them)."""
         self.pods: dict[str, Bound] = {}
-        members: dict[str, list[Bound]] = defaultdict(list)
+        """Bound pods by uid."""
+        self._by_key: dict[str, Bound] = {}
+        self._members: dict[str, dict[str, Bound]] = {}
+        """Gang -> its bound members (on known nodes) by key."""
+        gangs: set[str] = set()
         for b in bounds:
-            req, holding = b.request, b.holding
+            gang = self._add(b, 1)
+            if gang:
+                gangs.add(gang)
+        for gang in gangs:
+            self._replan(gang)
+
+    def put(self, key: str, bound: Bound | None) -> None:
+        """The pod ``key`` now holds ``bound`` (None: nothing, pending or gone)."""
+        gangs = set()
+        old = self._by_key.get(key)
+        if old is not None:
+            gangs.add(self._add(old, -1))
+        if bound is not None:
+            gangs.add(self._add(bound, 1))
+        for gang in gangs - {None}:
+            assert gang is not None
+            self._replan(gang)
+
+    def _add(self, b: Bound, sign: int) -> str | None:
+        """Count or uncount a bound pod; its gang (whose plan must be redone) if it is a member of one."""
+        if sign > 0:
+            self._by_key[b.key] = b
             self.pods[b.uid] = b
-            if holding.node not in nodes:
+        else:
+            del self._by_key[b.key]
+            if self.pods.get(b.uid) is b:
+                del self.pods[b.uid]
+        node = b.holding.node
+        if node not in self.nodes:
+            return None
+        use = self.use.setdefault(node, NodeUse(keys=self._keys))
+        use.add(b, sign)
+        if use.empty:
+            del self.use[node]
+        if not (b.request.gang and b.holding.gang_plan):
+            return None
+        gang = f"{b.request.namespace}/{b.request.gang}"
+        members = self._members.setdefault(gang, {})
+        if sign > 0:
+            members[b.key] = b
+        else:
+            members.pop(b.key, None)
+        return gang
+
+    def _book(self, plan: GangPlan, sign: int) -> None:
+        for node, count in plan.open_slots().items():
+            info = self.nodes.get(node)
+            if info is None:
                 continue
-            use = self.use.setdefault(holding.node, NodeUse())
-            use.pods.append(b)
-            for i in holding.gpus:
-                use.held[i] = b.key
-            use.tenants[req.tenant] += len(holding.gpus)
-            for pool, amount in holding.grants.items():
-                (use.reserved if holding.kind == "reservation" else use.burst)[pool] += amount
-                if amount:
-                    use.pool_tenants[pool].add(req.tenant)
-            if req.gang and holding.gang_plan:
-                members[f"{req.namespace}/{req.gang}"].append(b)
-        for gang, bs in members.items():
-            first = bs[0].holding
-            plan = GangPlan(gang, first.gang_domain or "", first.gang_token or "", first.gang_plan,
-                            bs[0].request.gpus, tuple(b.holding.node for b in bs), bs[0].request.memory)
-            self.plans[gang] = plan
-            for node, count in plan.open_slots().items():
-                if node in nodes:
-                    use = self.use.setdefault(node, NodeUse())
-                    use.booked += count * plan.gpus_per_pod
-                    use.booked_bytes += count * spill_on(nodes[node], plan.gpus_per_pod, plan.memory)
+            use = self.use.setdefault(node, NodeUse(keys=self._keys))
+            use.book(sign * count * plan.gpus_per_pod, sign * count * spill_on(info, plan.gpus_per_pod, plan.memory))
+            if use.empty:
+                del self.use[node]
+
+    def _replan(self, gang: str) -> None:
+        """Redo a gang's plan (and what it books) from its bound members."""
+        old = self.plans.pop(gang, None)
+        if old is not None:
+            self._book(old, -1)
+        members = list(self._members.get(gang, {}).values())
+        if not members:
+            self._members.pop(gang, None)
+            return
+        first = members[0].holding
+        plan = GangPlan(gang, first.gang_domain or "", first.gang_token or "", first.gang_plan,
+                        members[0].request.gpus, tuple(b.holding.node for b in members), members[0].request.memory)
+        self.plans[gang] = plan
+        self._book(plan, 1)
 
     def use_of(self, node: str) -> NodeUse:
         return self.use.get(node, self.empty)
 
-    def state_key(self, node: str) -> tuple[Any, ...] | None:
+    def state_key(self, node: str) -> Key | None:
         """Everything about the node's usage a decision depends on (None: unused). Nodes of one template in the
         same state decide alike, so a decision is computed once per (template, state)."""
         use = self.use.get(node)
-        if use is None:
-            return None
-        return (tuple(sorted(use.held)), tuple(sorted(use.tenants.items())), tuple(sorted(use.reserved.items())),
-                tuple(sorted(use.burst.items())), tuple(sorted((k, tuple(sorted(v))) for k, v in
-                                                               use.pool_tenants.items())),
-                use.booked, use.booked_bytes)
+        return None if use is None else use.state_key()
 
     # ----------------------------------------------------------------------------------- per node
 
@@ -271,11 +405,17 @@ def choose_gpus(node: NodeInfo, free: Sequence[int], k: int) -> tuple[int, ...]:
 class Policy:
     """Decisions over one snapshot; caches per node and pod shape so a filter and its prioritize share work."""
 
-    def __init__(self, snapshot: Snapshot, templates: Mapping[str, Any] | None = None):
+    def __init__(self, snapshot: Snapshot, templates: Mapping[str, Any] | None = None,
+                 verdicts: dict[tuple[Any, ...], Verdict] | None = None):
         self.snap = snapshot
-        self._cache: dict[tuple[Any, ...], Verdict] = {}
         self._templates = templates or {}
         """Node -> a key equal for nodes whose static facts (GPUs, latency, pools, CPU) are equal."""
+        self._cache: dict[tuple[Any, ...], Verdict] = verdicts if verdicts is not None and templates else {}
+        """(template, usage state, request shape) -> verdict. A verdict is a function of that key alone, so with
+        templates the cache may outlive this snapshot (the extender keeps one across decisions)."""
+        if len(self._cache) > VERDICT_CACHE:
+            self._cache.clear()
+        self._last_shape: tuple[PodRequest, Key] | None = None
 
     # ----------------------------------------------------------------------------------- one node
 
@@ -286,9 +426,7 @@ class Policy:
         node = snap.nodes.get(node_name)
         if node is None:
             return Refusal(node_name, "node unknown to the extender", False)
-        template = self._templates.get(node_name, node_name)
-        key = (template, snap.state_key(node_name), req.gpus, req.memory, req.memory_bound, req.priority, req.tenant,
-               req.platforms, req.isa, own_slots)
+        key = (self._templates.get(node_name, node_name), snap.state_key(node_name), self._shape(req), own_slots)
         cached = self._cache.get(key)
         if cached is not None:
             return cached  # possibly computed for another node in the same state: its .node is not this one
@@ -300,6 +438,15 @@ class Policy:
         verdict = self._evaluate(req, node, use, snap.free_gpus(node), booked, booked_bytes)
         self._cache[key] = verdict
         return verdict
+
+    def _shape(self, req: PodRequest) -> Key:
+        """What of the request a verdict depends on (made once per request)."""
+        last = self._last_shape
+        if last is not None and last[0] is req:
+            return last[1]
+        shape = Key((req.gpus, req.memory, req.memory_bound, req.priority, req.tenant, req.platforms, req.isa))
+        self._last_shape = (req, shape)
+        return shape
 
     def _evaluate(self, req: PodRequest, node: NodeInfo, use: NodeUse, free: list[int], booked: int,
                   booked_bytes: int) -> Verdict:
@@ -361,7 +508,7 @@ class Policy:
         for pool in self.pool_order(node):
             if pool.tier == "hbm":
                 continue  # the GPUs' own memory: counted through the GPUs a pod gets
-            if pool.policy == "exclusive" and use.pool_tenants.get(pool.name, set()) - {req.tenant}:
+            if pool.policy == "exclusive" and any(t != req.tenant for t in use.pool_tenants.get(pool.name, ())):
                 continue
             available = self.snap.pool_available(node, pool.name)
             cap = available if flags.no_admission else policy.admission_cap(available)
@@ -440,21 +587,48 @@ class Policy:
         self.snap.pending_plans[gang] = plan_obj
         return plan_obj
 
-    def evaluate_many(self, req: PodRequest, names: Sequence[str]) -> dict[str, Verdict]:
-        """:meth:`evaluate` for many nodes: unused nodes of one template share one evaluation, looked up in O(1)
-        (what keeps a decision over thousands of nodes in milliseconds)."""
+    def groups(self, req: PodRequest, names: Iterable[str]) -> list[tuple[Verdict, list[str]]]:
+        """:meth:`evaluate` for many nodes, as (verdict, the nodes that got it). Unused nodes of one template share
+        one verdict, found with a dictionary lookup per name: a decision over 10,000 nodes costs one pass over the
+        names plus one evaluation per used node (whose verdicts are cached per state across decisions)."""
+        names = list(dict.fromkeys(names))
         gang = req.gang is not None and not self.snap.flags.split_gangs
-        templates, use = self._templates, self.snap.use
-        memo: dict[tuple[Any, ...], Verdict] = {}
-        out: dict[str, Verdict] = {}
-        for n in names:
-            slots = self.own_slots(req, n) if gang else 0
-            key = (templates.get(n, n), n in use and n, slots)
-            verdict = memo.get(key)
-            if verdict is None:
-                verdict = memo[key] = self.evaluate(req, n, slots)
-            out[n] = verdict
-        return out
+        by_verdict: dict[int, tuple[Verdict, list[str]]] = {}
+        if gang:
+            for n in names:
+                v = self.evaluate(req, n, self.own_slots(req, n))
+                by_verdict.setdefault(id(v), (v, []))[1].append(n)
+            return list(by_verdict.values())
+        for same in self._alike(names):
+            v = self.evaluate(req, same[0])
+            entry = by_verdict.get(id(v))
+            if entry is None:
+                by_verdict[id(v)] = (v, same)
+            else:
+                entry[1].extend(same)
+        return list(by_verdict.values())
+
+    def _alike(self, names: list[str]) -> Iterable[list[str]]:
+        """``names`` in groups of nodes with the same template and usage state (one evaluation per group).
+
+        The per-name work runs in C (map/filter over dictionary methods): in a Python loop, 10,000 lookups were
+        most of a decision."""
+        use, templates = self.snap.use, self._templates
+        alike: dict[Any, list[str]] = {}
+        for n in filter(use.__contains__, names):
+            alike.setdefault((templates.get(n, n), use[n].state_key()), []).append(n)
+        unused = list(itertools.filterfalse(use.__contains__, names))
+        tids = list(map(templates.get, unused, itertools.repeat(None)))
+        distinct = set(tids)
+        if len(distinct) == 1 and None not in distinct:
+            return [unused, *alike.values()] if unused else alike.values()
+        for n, t in zip(unused, tids, strict=True):
+            alike.setdefault((n if t is None else t, None), []).append(n)
+        return alike.values()
+
+    def evaluate_many(self, req: PodRequest, names: Sequence[str]) -> dict[str, Verdict]:
+        """:meth:`evaluate` for each of ``names``."""
+        return {n: v for v, ns in self.groups(req, names) for n in ns}
 
     # ----------------------------------------------------------------------------------- verbs
 
@@ -478,30 +652,37 @@ class Policy:
                 else:
                     unresolvable[n] = verdict.reason
             return passed, failed, unresolvable
-        for n, verdict in self.evaluate_many(req, names).items():
+        for verdict, ns in self.groups(req, names):
             if isinstance(verdict, Placement):
-                passed.append(n)
-            elif verdict.resolvable:
-                failed[n] = verdict.reason
+                passed += ns
             else:
-                unresolvable[n] = verdict.reason
+                (failed if verdict.resolvable else unresolvable).update(dict.fromkeys(ns, verdict.reason))
         return passed, failed, unresolvable
 
-    def prioritize(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
-        placements = [(n, v) for n, v in self.evaluate_many(req, names).items() if isinstance(v, Placement)]
-        scores = dict.fromkeys(names, 0)
+    def score_groups(self, req: PodRequest, names: Sequence[str]) -> list[tuple[int, list[str]]]:
+        """Scores 0..10 as (score, the nodes that got it): computed once per distinct verdict, not per node."""
+        groups = self.groups(req, names)
+        placements = [(v, ns) for v, ns in groups if isinstance(v, Placement)]
+        out = [(0, ns) for v, ns in groups if not isinstance(v, Placement)]
         if not placements:
-            return scores
+            return out
         sign = -1.0 if self.snap.flags.spread else 1.0
-        lo = min(sign * p.cost for _, p in placements)
-        hi = max(sign * p.cost for _, p in placements)
-        tightest = min(sign * p.free_after for _, p in placements if sign * p.cost == lo)
-        for n, p in placements:
+        lo = min(sign * p.cost for p, _ in placements)
+        hi = max(sign * p.cost for p, _ in placements)
+        tightest = min(sign * p.free_after for p, _ in placements if sign * p.cost == lo)
+        for p, ns in placements:
             c = sign * p.cost
             if c == lo:
-                scores[n] = 10 if sign * p.free_after == tightest else 9
+                score = 10 if sign * p.free_after == tightest else 9
             else:
-                scores[n] = int(8 * (hi - c) / (hi - lo)) if hi > lo else 8
+                score = int(8 * (hi - c) / (hi - lo)) if hi > lo else 8
+            out.append((score, ns))
+        return out
+
+    def prioritize(self, req: PodRequest, names: Sequence[str]) -> dict[str, int]:
+        scores = dict.fromkeys(names, 0)
+        for score, ns in self.score_groups(req, names):
+            scores.update(dict.fromkeys(ns, score))
         return scores
 
     def own_slots(self, req: PodRequest, node: str) -> int:
