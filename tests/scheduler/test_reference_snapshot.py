@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
+
 from fakehw.model import load_profile
 from fakehw.views.k8s import Holding, NodeInfo, PodRequest, node_info, pod_object
 from testbed.reference.extender.policy import Bound, Flags, Policy, Snapshot, parse_bound
@@ -116,3 +118,31 @@ def _same_filter(a: Policy, b: Policy, r: PodRequest, names: list[str]) -> bool:
     pa, fa, ua = a.filter(r, names)
     pb, fb, ub = b.filter(r, names)
     return sorted(pa) == sorted(pb) and fa == fb and ua == ub
+
+
+def test_prioritize_after_filter_scores_as_a_fresh_decision(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prioritize reuses its pod's filter verdicts only for exactly the nodes that filter passed: the scores equal
+    those of a policy that never saw the filter, for that pod, and not for another pod or another node list."""
+    nodes = _infos("dgx-h100", nodes=60)
+    names = sorted(nodes)
+    rng = random.Random(7)
+    bounds = [b for i in range(40) if (b := parse_bound(_pod(rng, i, names[:30], nodes[names[0]]))) is not None]
+    snap = Snapshot(nodes, bounds, Flags())
+    templates = {n: 0 for n in names}
+    small = PodRequest.from_pod(pod_object("t2", "small", "uid-s", gpus=1))
+    big = PodRequest.from_pod(pod_object("t2", "big", "uid-b", gpus=8))
+    policy = Policy(snap, templates, {})
+    passed, _, _ = policy.filter(small, names)
+    assert set(passed) & set(names[:30]), "the small pod must pass some used nodes (where the big one fails)"
+    calls = []
+    monkeypatch.setattr(policy, "groups", lambda r, ns: calls.append(r) or Policy.groups(policy, r, ns))
+    assert policy.score_groups(small, list(passed)) and not calls  # its own filter's nodes: reused
+    assert policy.prioritize(small, passed) == Policy(snap).prioritize(small, passed)
+    # Another pod with the small pod's passed nodes: the big one fails on used nodes (score 0 there).
+    big_scores = policy.prioritize(big, passed)
+    assert big_scores == Policy(snap).prioritize(big, passed) and calls
+    assert any(big_scores[n] == 0 for n in passed)
+    # The caller changing the list filter returned does not change what was remembered.
+    fewer = passed[: len(passed) // 2]
+    passed[:] = fewer
+    assert policy.prioritize(small, passed) == Policy(snap).prioritize(small, fewer)

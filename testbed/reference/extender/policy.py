@@ -416,6 +416,10 @@ class Policy:
         if len(self._cache) > VERDICT_CACHE:
             self._cache.clear()
         self._last_shape: tuple[PodRequest, Key] | None = None
+        self._last_filter: tuple[PodRequest, list[str], list[tuple[Verdict, list[str]]]] | None = None
+        """The last filter's request, the nodes it passed and their verdict groups: kube-scheduler sends prioritize
+        for the same pod with exactly those nodes, and over the same snapshot the verdicts are the same, so
+        prioritize reuses them instead of grouping 10,000 names again (a third of its work at 10,000 nodes)."""
 
     # ----------------------------------------------------------------------------------- one node
 
@@ -652,16 +656,21 @@ class Policy:
                 else:
                     unresolvable[n] = verdict.reason
             return passed, failed, unresolvable
+        placements: list[tuple[Verdict, list[str]]] = []
         for verdict, ns in self.groups(req, names):
             if isinstance(verdict, Placement):
                 passed += ns
+                placements.append((verdict, ns))
             else:
                 (failed if verdict.resolvable else unresolvable).update(dict.fromkeys(ns, verdict.reason))
+        self._last_filter = (req, passed.copy(), placements)  # a copy: the caller may change its list
         return passed, failed, unresolvable
 
     def score_groups(self, req: PodRequest, names: Sequence[str]) -> list[tuple[int, list[str]]]:
         """Scores 0..10 as (score, the nodes that got it): computed once per distinct verdict, not per node."""
-        groups = self.groups(req, names)
+        last = self._last_filter
+        reuse = last is not None and last[0] == req and names == last[1]  # this pod's filter passed exactly these
+        groups = last[2] if reuse and last is not None else self.groups(req, names)
         placements = [(v, ns) for v, ns in groups if isinstance(v, Placement)]
         out = [(0, ns) for v, ns in groups if not isinstance(v, Placement)]
         if not placements:
