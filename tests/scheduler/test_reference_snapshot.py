@@ -8,13 +8,14 @@ plain way gives: a snapshot counted from scratch from the same pods, and every n
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
 from fakehw.model import load_profile
 from fakehw.views.k8s import Holding, NodeInfo, PodRequest, node_info, pod_object
-from testbed.reference.extender.policy import Bound, Flags, Policy, Snapshot, parse_bound
+from testbed.reference.extender.policy import Bound, Flags, Policy, Snapshot, Verdict, parse_bound
 
 
 def _infos(profile: str, nodes: int | None = None) -> dict[str, NodeInfo]:
@@ -134,8 +135,13 @@ def test_prioritize_after_filter_scores_as_a_fresh_decision(monkeypatch: pytest.
     policy = Policy(snap, templates, {})
     passed, _, _ = policy.filter(small, names)
     assert set(passed) & set(names[:30]), "the small pod must pass some used nodes (where the big one fails)"
-    calls = []
-    monkeypatch.setattr(policy, "groups", lambda r, ns: calls.append(r) or Policy.groups(policy, r, ns))
+    calls: list[PodRequest] = []
+
+    def counted(r: PodRequest, ns: Iterable[str]) -> list[tuple[Verdict, list[str]]]:
+        calls.append(r)
+        return Policy.groups(policy, r, ns)
+
+    monkeypatch.setattr(policy, "groups", counted)
     assert policy.score_groups(small, list(passed)) and not calls  # its own filter's nodes: reused
     assert policy.prioritize(small, passed) == Policy(snap).prioritize(small, passed)
     # Another pod with the small pod's passed nodes: the big one fails on used nodes (score 0 there).
