@@ -11,6 +11,7 @@ import gc
 import itertools
 import json
 import logging
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,10 @@ from testbed.reference.extender.policy import (
 
 log = logging.getLogger("fakehw.reference.extender")
 MAX_BODY = 256 * 2**20
+SOCKET_BUFFER = 4 * 2**20
+"""Send and receive buffers of the service's connections: a call over 10,000 nodes carries ~150-250 KB each way,
+which the default 16 KB send buffer passes in pieces, each waiting for the other process to be scheduled (on a
+loaded machine those waits were much of the p99). Capped by net.core.[rw]mem_max."""
 
 
 class BadRequest(Exception):
@@ -460,6 +465,11 @@ class _Server(LoopbackJsonServer):
     def __init__(self, address: tuple[str, int], ext: Extender):
         super().__init__(address, _Handler)
         self.ext = ext
+
+    def server_bind(self) -> None:
+        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):  # accepted connections inherit them
+            self.socket.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
+        super().server_bind()
 
 
 def serve(host: str, port: int, api: str, options: Options) -> None:
