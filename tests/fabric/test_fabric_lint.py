@@ -260,8 +260,8 @@ def test_the_path_summary_says_when_the_nics_negotiate_more_than_a_path_carries(
     text = lint(load_fabric(broken_examples()["FAB-MTU-001-port-1500"])).format()
     rows = [line.split("; largest")[0] for line in text.splitlines() if line.startswith("paths: ")]
     assert rows == ["paths: 45 x path MTU 9000: RoCE MTU 4096 fits",
-                    "paths: 3 x path MTU 1500: RoCE MTU 1024 fits but the NICs negotiate 4096: oversized frames drop"], \
-        rows
+                    "paths: 3 x path MTU 1500: RoCE MTU 1024 fits but the NICs negotiate 4096: oversized frames "
+                    "drop"], rows
 
 
 def test_two_nics_on_one_rail_are_named_with_the_leaf_that_makes_it_their_rail() -> None:
