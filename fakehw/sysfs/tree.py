@@ -337,8 +337,8 @@ class RootWriter:
         device plugin's node) writes each file once, where keeping a separate copy in the store wrote every file
         twice (the store's copy, then a link per file: 9 s + 11 s of a riscv-nvlink-fusion node's 21 s). The
         named tree is trusted only while its manifest still says it rendered this section as static content of
-        this share key (which names the renderer's version, the model's digest and the template); a tree that is gone or was rebuilt from another model is ignored (this node writes its own files
-        and is named instead)."""
+        this share key (which names the renderer's version, the model's digest and the template); a tree that is
+        gone or was rebuilt from another model is ignored (this node writes its own files and is named instead)."""
         pointer = self._share_pointer(spec)
         if pointer is None:
             return None
