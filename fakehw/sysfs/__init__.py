@@ -53,7 +53,8 @@ MANIFEST = ".root-manifest"
 """Next to the tree, hidden: what the last render wrote (not part of the tree a container mounts)."""
 POOLS_FILE = "run/fakehw/memory-pools.json"
 SHARED_DIR = ".shared-sysfs"
-"""Next to the node directories: one copy of each static section that nodes of a template share (hard-linked)."""
+"""Next to the node directories: for each static section that nodes of a template share, the tree that holds it (the
+template's first node; the others hard-link its files)."""
 
 __all__ = ["MANIFEST", "POOLS_FILE", "ROOT_DIR", "render_root", "render_tree"]
 

@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from fakehw.render.atomic import Releaser
 
 MANIFEST_VERSION = 1
-COMPLETE = ".complete"
-"""Marks a shared copy in the store as whole (it is renamed into place with it)."""
+SOURCE_SUFFIX = ".source"
+"""A file in the store naming the root of the tree that holds one share key's files (others hard-link them)."""
 MANIFEST_NAME = ".manifest"
 WRITER_THREADS = 4
 PARALLEL_THRESHOLD = 2000
@@ -299,6 +299,7 @@ class RootWriter:
         else:
             os.rename(tmp, self.root)
         self._save_manifest(manifest)
+        self._offer_shares(specs)
         if memo is not None:
             memo["manifest"] = {"version": MANIFEST_VERSION, "sections": manifest}
             memo["inputs"] = {s.name: s.inputs for s in specs if s.key is None}
@@ -314,7 +315,7 @@ class RootWriter:
             for path in section.entries:
                 if owner.setdefault(path, spec.name) != spec.name:
                     raise ValueError(f"{path} is rendered by sections {owner[path]} and {spec.name}")
-            source = self._shared_copy(spec, section) if spec.share is not None and spec.key is not None else None
+            source = self._shared_source(spec) if spec.share is not None and spec.key is not None else None
             if source is None or not self._link_from(source, section, tmp, stats):
                 writer._write_all(section.entries, stats, atomic=False)
             manifest[spec.name] = {"key": spec.key, "share": spec.share, "count": len(section.entries),
@@ -322,33 +323,45 @@ class RootWriter:
                                    {p: digest(e) for p, e in section.entries.items()}}
         return manifest
 
-    def _shared_copy(self, spec: SectionSpec, section: Section) -> Path | None:
-        """The one copy of ``spec``'s files under the store (made now if this is the first tree that needs it).
-
-        Kept per share key rather than found in another node's tree: looking for a sibling tree walked the
-        fleet's nodes for every node rendered, and a sibling's tree may be gone."""
+    def _share_pointer(self, spec: SectionSpec) -> Path | None:
+        """Where the store names the tree that holds ``spec``'s shared files (None: no sharing)."""
         if self.store is None or spec.share is None:
             return None
         key = f"{spec.share}|devices={self.make_devices}"
-        copy = self.store / hashlib.sha256(key.encode()).hexdigest()[:24]
-        if (copy / COMPLETE).exists():
-            return copy
-        tmp = self.store / f".{copy.name}.tmp-{os.getpid()}-{threading.get_ident()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            tmp.mkdir(parents=True)
-            files: dict[str, Entry] = {p: e for p, e in section.entries.items() if isinstance(e, File | CharDev)}
-            RootWriter(tmp, tmp / MANIFEST_NAME, self.make_devices)._write_all(files, WriteStats(), atomic=False)
-            (tmp / COMPLETE).write_text(key + "\n")
-            try:
-                os.rename(tmp, copy)
-            except OSError:  # another writer made it first (or a half one is in the way: use ours next time)
-                shutil.rmtree(tmp, ignore_errors=True)
-                return copy if (copy / COMPLETE).exists() else None
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
+        return self.store / (hashlib.sha256(key.encode()).hexdigest()[:24] + SOURCE_SUFFIX)
+
+    def _shared_source(self, spec: SectionSpec) -> Path | None:
+        """The root of a tree that holds ``spec``'s files as this node needs them (None: write them).
+
+        The first tree of a node template is the shared copy (the store only names it): a node rendered alone (a
+        device plugin's node) writes each file once, where keeping a separate copy in the store wrote every file
+        twice (the store's copy, then a link per file: 9 s + 11 s of a riscv-nvlink-fusion node's 21 s). The
+        named tree is trusted only while its manifest still says it rendered this section as static content of
+        this share key (which names the renderer's version, the model's digest and the template); a tree that is
+        gone or was rebuilt from another model is ignored (this node writes its own files and is named instead)."""
+        pointer = self._share_pointer(spec)
+        if pointer is None:
             return None
-        return copy
+        try:
+            root, manifest = (Path(line) for line in pointer.read_text().splitlines())
+            section = json.loads(manifest.read_text())["sections"][spec.name]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(section, dict) or section.get("key") is None or section.get("share") != spec.share:
+            return None
+        return root if root != self.root and root.is_dir() else None
+
+    def _offer_shares(self, specs: list[SectionSpec]) -> None:
+        """Name this (complete) tree in the store as the source of its shared sections that have none."""
+        for spec in specs:
+            pointer = self._share_pointer(spec)
+            if pointer is None or spec.key is None or self._shared_source(spec) is not None:
+                continue
+            from fakehw.render.atomic import atomic_write
+
+            with contextlib.suppress(OSError):  # no store (read-only, full): the next node writes its own files
+                self.store.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+                atomic_write(pointer, f"{self.root}\n{self.manifest_path}\n".encode(), 0o644)
 
     def _link_from(self, source: Path, section: Section, dest: Path, stats: WriteStats) -> bool:
         """Hard-link ``section``'s files and symlinks from ``source`` into ``dest`` (directories are made anew).

@@ -154,6 +154,63 @@ def test_nodes_of_one_template_share_static_files_by_hard_link(fast_tmp: Path) -
     assert (roots[0] / nic).read_text() != (roots[1] / nic).read_text()
 
 
+def _listing(root: Path) -> dict[str, tuple[str, int, bytes]]:
+    """Every entry under ``root``: its kind, permission bits and content (link target, file bytes, device
+    numbers); what a reader of the tree can tell apart."""
+    out: dict[str, tuple[str, int, bytes]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            full = Path(dirpath) / name
+            st = full.lstat()
+            rel = str(full.relative_to(root))
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("l", 0, os.readlink(full).encode())
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("d", stat.S_IMODE(st.st_mode), b"")
+            elif stat.S_ISCHR(st.st_mode):
+                out[rel] = ("c", stat.S_IMODE(st.st_mode), f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}".encode())
+            elif st.st_size > 1 << 20:  # a BAR's resourceN: sparse, as big as the BAR (128 GiB)
+                out[rel] = ("s", stat.S_IMODE(st.st_mode), str(st.st_size).encode())
+            else:
+                out[rel] = ("f", stat.S_IMODE(st.st_mode), full.read_bytes())
+    return out
+
+
+def test_a_node_linked_from_its_template_sibling_is_the_tree_it_would_write_alone(fast_tmp: Path) -> None:
+    """The first tree of a template is the others' source: the second node's tree, made mostly of hard links to
+    the first's files and symlinks, must be entry for entry what rendering it alone writes."""
+    system = load_profile("cxl-pool")
+    first, second = system.nodes[:2]
+    assert first.template == second.template
+    for node in (first, second):
+        render_tree(RenderContext(system, node, derive_state(node, []), True),
+                    OutputDir(fast_tmp / "fleet" / node.name))
+    render_tree(RenderContext(system, second, derive_state(second, []), True),
+                OutputDir(fast_tmp / "alone" / second.name))
+    linked, alone = (fast_tmp / d / second.name / ROOT_DIR for d in ("fleet", "alone"))
+    rel = "sys/devices/system/cpu/cpu0/topology/physical_package_id"
+    assert (linked / rel).stat().st_ino == (fast_tmp / "fleet" / first.name / ROOT_DIR / rel).stat().st_ino
+    a, b = _listing(linked), _listing(alone)
+    assert len(a) > 1000 and sorted(p for p in a.keys() | b.keys() if a.get(p) != b.get(p)) == []
+
+
+def test_a_template_source_that_is_gone_is_not_used(fast_tmp: Path) -> None:
+    """The store names the first tree of a template; once that tree is removed the next node writes its own files
+    (complete, not a tree of dangling names) and becomes the template's source."""
+    import shutil
+
+    system = load_profile("cxl-pool")
+    first, second = system.nodes[:2]
+    render_tree(RenderContext(system, first, derive_state(first, []), True), OutputDir(fast_tmp / first.name))
+    shutil.rmtree(fast_tmp / first.name)
+    render_tree(RenderContext(system, second, derive_state(second, []), True), OutputDir(fast_tmp / second.name))
+    rel = "sys/devices/system/cpu/cpu0/topology/physical_package_id"
+    assert (fast_tmp / second.name / ROOT_DIR / rel).read_text().strip()
+    render_tree(RenderContext(system, first, derive_state(first, []), True), OutputDir(fast_tmp / first.name))
+    again, source = (fast_tmp / n.name / ROOT_DIR / rel for n in (first, second))
+    assert again.stat().st_ino == source.stat().st_ino
+
+
 def test_readers_never_see_a_half_written_file(fast_tmp: Path) -> None:
     sizes = ["x" * 10, "y" * 100_000]
     toggle = {"i": 0}
