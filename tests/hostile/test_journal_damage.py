@@ -206,3 +206,20 @@ def test_records_are_numbered_and_checksummed(system: System, tmp_path: Path) ->
     meta = json.loads((tmp_path / "journal.jsonl.meta").read_text())
     assert meta["records"] == numbers[-1], "a clean stop records the high-water mark"
     assert meta["reserved"]["fault-id"] > FAULTS, "ids are reserved ahead of use"
+
+
+def test_the_first_fault_id_is_reserved_too(system: System, tmp_path: Path) -> None:
+    """docs/agent.md: fault ids "only ever grow, across restarts and after a salvage". The first id an agent hands
+    out (f-000001, ids start at 1) must be reserved like every later one: with one fault and the journal lost,
+    the salvaged agent must not hand f-000001 out again (an old client could heal someone else's fault)."""
+    svc = AgentService(system, tmp_path)
+    first = svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 13}).id
+    svc.close()
+    assert first == "f-000001"
+    deleted(tmp_path)
+    svc = AgentService(system, tmp_path, salvage=True)
+    try:
+        fresh = svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 31}).id
+        assert int(fresh.split("-")[1]) > 1, f"{fresh} after f-000001 was handed out and the journal lost"
+    finally:
+        svc.close()
