@@ -22,7 +22,8 @@ from conformance import catalogue_versions as cv
 from conformance.cli import main as conformance_main
 from conformance.provenance.attest import Signer, write_run
 from conformance.provenance.statement import BUNDLE_FILE, STATEMENT_FILE, statement
-from conformance.report.model import derive_verdicts, load_report
+from conformance.report.model import derive_verdicts, load_report, verify
+from conformance.report.text import to_markdown
 from tests.conformance.runs import certified_run, write_key
 
 FAILING = "DP-ALLOC-001"
@@ -306,3 +307,17 @@ def test_an_unsigned_forgery_is_accepted_only_as_unsigned(genuine: tuple[Path, P
     assert "UNSIGNED: anyone could have written this report" in (forged / "summary.md").read_text()
     assert conformance_main(["verify", str(forged), "--require-signature"]) == 1
     assert "a signature is required" in capsys.readouterr().err
+
+
+def test_a_summary_without_a_zero_count_reads_as_zero(genuine: tuple[Path, Path, Path]) -> None:
+    """Every reader of report.json's summary (summary.md, report.html, the JUnit file: conformance/report/text.py,
+    html.py) shows a status the summary leaves out as 0, so the check that "the summary counts follow from the
+    results" (docs/certification.md, verify step 1) must read it the same way: a summary without the errors it
+    does not have says "0 errors", which is true. (Leaving out a status that IS counted is a forgery:
+    FORGERIES["field summary, a status dropped"].)"""
+    run, _, _ = genuine
+    report = load_report((run / "report.json").read_text())
+    assert report.summary["error"] == 0 and verify(report) == []
+    thin = report.model_copy(update={"summary": {s: n for s, n in report.summary.items() if s != "error"}}).sealed()
+    assert "0 errors" in to_markdown(thin)
+    assert verify(thin) == []
