@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fakehw.agent.journal import JournalDamaged, decode, encode
+from fakehw.agent.journal import Journal, JournalDamaged, decode, encode
 from fakehw.agent.service import AgentService
 from fakehw.model import load_profile
 from fakehw.model.system import System
@@ -223,3 +223,22 @@ def test_the_first_fault_id_is_reserved_too(system: System, tmp_path: Path) -> N
         assert int(fresh.split("-")[1]) > 1, f"{fresh} after f-000001 was handed out and the journal lost"
     finally:
         svc.close()
+
+
+def test_a_checksum_field_edited_to_the_same_value_is_still_damage(tmp_path: Path) -> None:
+    """docs/agent.md: "Anything else [than a torn last line] stops the agent with a message naming the file, the
+    line and the problem." A zero put in front of a record's checksum leaves its value, but the line is not what
+    the journal wrote (a record is ``<number> <crc32 as 8 hex digits> <json>``): it is refused, not read."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 2})
+    journal.close()
+    lines = lines_of(path)
+    number, crc, body = lines[1].split(b" ", 2)
+    lines[1] = b" ".join([number, b"0" + crc, body])
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert "line 2 is not a journal record" in str(refused.value), str(refused.value)
