@@ -177,3 +177,16 @@ def test_a_booked_member_still_sees_other_nodes_as_they_are() -> None:
     member = req(gpus=4, gang="g", gang_size=2, name="m2")
     assert later.own_slots(member, a) == 1 and later.own_slots(member, b) == 0
     assert all(isinstance(v, Placement) for v in later.evaluate_many(member, [a, b]).values())
+
+
+def test_the_spread_mutant_inverts_the_scores() -> None:
+    """docs/scheduler.md's mutant table: ``spread`` "prefers the worst node of the cost model (inverted scores)",
+    which is what makes it fail SCHED-TOPO-001/002 and ISO-005. Of two DGX H100 nodes, the one where another tenant
+    holds a GPU costs more (isolation penalty): the reference scores the other one higher, spread this one."""
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    pods = [bound("x", "x1", a, (0,))]
+    reference = Policy(snapshot(nodes, pods, Flags())).prioritize(req(gpus=1), [a, b])
+    spread = Policy(snapshot(nodes, pods, Flags(spread=True))).prioritize(req(gpus=1), [a, b])
+    assert reference[b] > reference[a], reference
+    assert spread[a] > spread[b], spread
