@@ -321,3 +321,20 @@ def test_a_summary_without_a_zero_count_reads_as_zero(genuine: tuple[Path, Path,
     thin = report.model_copy(update={"summary": {s: n for s, n in report.summary.items() if s != "error"}}).sealed()
     assert "0 errors" in to_markdown(thin)
     assert verify(thin) == []
+
+
+def test_the_statement_names_the_harness_that_judged(genuine: tuple[Path, Path, Path]) -> None:
+    """SLSA provenance v1 (slsa.dev/spec/v1.0/provenance): ``resolvedDependencies`` lists the artifacts the build
+    used, as resource descriptors (name, digest). docs/certification.md: the provenance names "the harness (version,
+    source, git commit, whether the checkout was modified, and the digest of" its code). A verifier reading the
+    signed statement must find the harness there, with the digest and commit report.json records."""
+    run, _, _ = genuine
+    report = json.loads((run / "report.json").read_text())
+    harness = report["manifest"]["harness"]
+    assert harness is not None
+    sealed = json.loads((run / STATEMENT_FILE).read_text())
+    deps = {d["name"]: d for d in sealed["predicate"]["buildDefinition"]["resolvedDependencies"]}
+    assert "fakehw" in deps, sorted(deps)
+    assert deps["fakehw"]["digest"]["sha256"] == harness["digest"].removeprefix("sha256:")
+    assert deps["fakehw"]["digest"].get("gitCommit") == (harness["commit"] or None)
+    assert deps["fakehw"]["annotations"]["version"] == harness["version"]
