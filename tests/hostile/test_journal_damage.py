@@ -9,6 +9,7 @@ resurrected a fault, and every start compacted the journal over the damaged orig
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Callable
@@ -245,3 +246,27 @@ def test_a_checksum_field_edited_to_the_same_value_is_still_damage(tmp_path: Pat
     with pytest.raises(JournalDamaged) as refused:
         Journal(path)
     assert "line 2 is not a journal record" in str(refused.value), str(refused.value)
+
+
+def test_what_was_lost_is_logged_once_and_a_sound_journal_logs_nothing(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """docs/agent.md: a recovered journal "logs what was lost" (a warning an operator sees once, at the start
+    that recovered it); a journal that checked out is no news, and later compactions do not repeat it."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.close()
+    caplog.set_level(logging.WARNING, logger="fakehw.agent.journal")
+    sound = Journal(path)
+    sound.compact(sound.replay())
+    sound.close()
+    assert not [r for r in caplog.records if "recovered" in r.getMessage()], caplog.text
+    with open(path, "ab") as fh:
+        fh.write(encode(3, {"op": "inject"})[:25])  # torn: a record lost
+    recovered = Journal(path)
+    recovered.compact(recovered.replay())
+    recovered.compact(recovered.replay())
+    recovered.close()
+    said = [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()]
+    assert len(said) == 1 and "1 records lost" in said[0] and "line 3 is torn" in said[0], said
