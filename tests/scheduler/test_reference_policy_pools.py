@@ -70,3 +70,19 @@ def test_preemption_is_offered_only_where_evicting_the_bursts_makes_room() -> No
     r = policy.evaluate(never, name)
     assert isinstance(r, Refusal) and not r.resolvable, r
     assert policy.victims(never, name, []) is None
+
+
+def test_filter_sorts_nodes_into_the_three_lists_kube_scheduler_reads() -> None:
+    """kube-scheduler's extender protocol (k8s.io/kube-scheduler/extender/v1, ExtenderFilterResult): ``NodeNames``
+    fit; ``FailedNodes`` do not, but preemption may help; ``FailedAndUnresolvableNodes`` do not and preemption
+    cannot help. Here: a free node fits; a node whose 8 GPUs lower-priority pods hold is resolvable (docs/
+    scheduler.md: "resolvable when lower-priority pods hold enough"); one whose GPUs pods of higher priority hold
+    is not."""
+    nodes = infos("dgx-h100", nodes=3)
+    free, low, high = sorted(nodes)
+    pods = [bound("x", f"l{i}", low, (i,), priority=1) for i in range(8)]
+    pods += [bound("x", f"h{i}", high, (i,), priority=1000) for i in range(8)]
+    passed, failed, unresolvable = Policy(snapshot(nodes, pods, Flags())).filter(req(gpus=1, priority=10),
+                                                                                   [free, low, high])
+    assert passed == [free]
+    assert list(failed) == [low] and list(unresolvable) == [high], (failed, unresolvable)

@@ -141,6 +141,8 @@ def test_a_node_without_gpus_serves_the_whole_memory_from_its_pools() -> None:
     policy = Policy(snapshot({name: cpu_only}, [], Flags()))
     p = _placement(policy, name, gpus=0, memory=2**30)
     assert sum(p.grants.values()) == 2**30 and p.gpus == ()
+    # docs/scheduler.md: isolationPenalty is the share of the node's GPUs other tenants hold: none of none.
+    assert p.isolation == 0.0, p
 
 
 def test_gang_members_that_need_pool_memory_share_a_node_when_the_pools_allow() -> None:
