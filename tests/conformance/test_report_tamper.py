@@ -8,6 +8,7 @@ accepted before this work: see the commit that added this file)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections import Counter
@@ -338,3 +339,15 @@ def test_the_statement_names_the_harness_that_judged(genuine: tuple[Path, Path, 
     assert deps["fakehw"]["digest"]["sha256"] == harness["digest"].removeprefix("sha256:")
     assert deps["fakehw"]["digest"].get("gitCommit") == (harness["commit"] or None)
     assert deps["fakehw"]["annotations"]["version"] == harness["version"]
+
+
+def test_a_stranger_recomputes_the_seal_from_report_json_alone(genuine: tuple[Path, Path, Path]) -> None:
+    """docs/certification.md: report.json carries "a sha256 over the canonical form of all of it" (every field but
+    the seal itself, as the file names them, keys sorted, no whitespace, ASCII). A verifier in another language
+    needs only report.json and hashlib: the seal must be the hash of the file's own fields, not of the harness's
+    internal field names."""
+    run, _, _ = genuine
+    doc = json.loads((run / "report.json").read_text())
+    seal = doc.pop("sha256")
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    assert seal == hashlib.sha256(canonical).hexdigest()
