@@ -351,3 +351,20 @@ def test_a_stranger_recomputes_the_seal_from_report_json_alone(genuine: tuple[Pa
     seal = doc.pop("sha256")
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
     assert seal == hashlib.sha256(canonical).hexdigest()
+
+
+def test_each_level_is_judged_on_its_own_requirements(genuine: tuple[Path, Path, Path]) -> None:
+    """docs/certification.md: "a level passes when every required requirement of it that applies passed". The
+    levels and required flags come from the published catalogue version the report records (conformance/catalogue/
+    versions.json): each level's verdict counts exactly that level's required requirements, and the one failure of
+    the genuine run fails its own level only."""
+    run, _, _ = genuine
+    report = json.loads((run / "report.json").read_text())
+    published = cv.published()[cv.current_version()].for_targets(["device-plugin"])
+    status = {r["id"]: r["status"] for r in report["results"]}
+    for level, verdict in report["verdicts"]["levels"].items():
+        mine = [i for i, e in published.items() if e.level == level and e.required]
+        assert verdict["required"] == len(mine), level
+        assert verdict["passed"] == sum(status[i] == "passed" for i in mine), level
+        assert verdict["failing"] == ([FAILING] if FAILING in mine else []), level
+        assert verdict["verdict"] == ("fail" if FAILING in mine else "pass" if mine else "n/a"), level
