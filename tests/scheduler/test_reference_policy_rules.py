@@ -192,3 +192,19 @@ def test_the_spread_mutant_inverts_the_scores() -> None:
     spread = Policy(snapshot(nodes, pods, Flags(spread=True))).prioritize(req(gpus=1), [a, b])
     assert reference[b] > reference[a], reference
     assert spread[a] > spread[b], spread
+
+
+def test_a_gang_booking_on_a_node_without_pods_keeps_its_gpus() -> None:
+    """docs/scheduler.md (SCHED-ISO-006, gang bookings): GPUs booked for a gang's pending members are not given to
+    others. The gang's first member is bound on tray a; its plan books tray b, where nothing runs yet, for the second
+    member (4 GPUs, no pool memory): another tenant's pod does not get a GPU of b, the second member does."""
+    nodes = infos("gb200-nvl72")
+    a = sorted(nodes)[0]
+    b = next(n for n in sorted(nodes) if n != a and nodes[n].domain == nodes[a].domain)
+    lead = bound("t", "m1", a, (0, 1, 2, 3), gang="g", gang_size=2)
+    lead["metadata"]["annotations"].update(Holding(a, (0, 1, 2, 3), {}, "burst", gang_domain=nodes[a].domain,
+                                                   gang_token="tok", gang_plan=(a, b)).annotations())
+    policy = Policy(snapshot(nodes, [lead], Flags()))
+    assert not isinstance(policy.evaluate(req(ns="other", gpus=1), b), Placement)
+    member = req(gpus=4, gang="g", gang_size=2, name="m2")
+    assert isinstance(policy.evaluate(member, b, policy.own_slots(member, b)), Placement)
