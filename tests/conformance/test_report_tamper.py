@@ -368,3 +368,13 @@ def test_each_level_is_judged_on_its_own_requirements(genuine: tuple[Path, Path,
         assert verdict["passed"] == sum(status[i] == "passed" for i in mine), level
         assert verdict["failing"] == ([FAILING] if FAILING in mine else []), level
         assert verdict["verdict"] == ("fail" if FAILING in mine else "pass" if mine else "n/a"), level
+
+
+def test_a_requirement_listed_twice_is_refused(genuine: tuple[Path, Path, Path]) -> None:
+    """docs/certification.md, verify step 2: every requirement of the recorded catalogue version is there "once".
+    A second row for the failing requirement (saying it passed) is named, even when it appears just twice."""
+    run, _, _ = genuine
+    report = load_report((run / "report.json").read_text())
+    row = next(r for r in report.results if r.id == FAILING)
+    doubled = report.model_copy(update={"results": [*report.results, row.model_copy(update={"status": "passed"})]})
+    assert f"requirements listed more than once: {FAILING}" in verify(doubled.sealed())
