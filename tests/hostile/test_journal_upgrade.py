@@ -168,7 +168,7 @@ def test_a_record_that_could_not_be_synced_is_cut_off_and_the_numbering_goes_on(
         syncs = _Syncs(os.fdatasync, journal._fd, fail=1)
         syncs.release.set()
         monkeypatch.setattr(os, "fdatasync", syncs)
-        with pytest.raises(JournalWriteError, match="cannot make .* durable"):
+        with pytest.raises(JournalWriteError, match=r"cannot make .* durable"):
             journal.append({**RECORD, "seq": 2})  # the disk is full: 507, not applied
         journal.append({**RECORD, "seq": 3})  # the disk has room again
     finally:
