@@ -414,11 +414,14 @@ def test_fabric_outside_any_fabric(nvml: Nvml, pynvml_module: ModuleType) -> Non
 def test_one_uncorrectable_error_leaves_a_row_remap_pending(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """NVIDIA's GPU memory error management guide (row remapping): an uncorrectable error marks its row for
     remapping, and the remap stays pending until the GPU is reset. The first one already does: nvml.h's
-    nvmlDeviceGetRemappedRows reports ``isPending`` 1 and one uncorrectable remap."""
+    nvmlDeviceGetRemappedRows reports ``isPending`` 1 and one uncorrectable remap. A GPU without errors has none
+    pending: the real H100's capture prints ``remapped_row_unc`` 0, ``remapped_row_pending`` No."""
     n = pynvml_module
     nvml("dgx-h100", faults=[{"kind": "ecc", "device": "gpu2", "type": "dbe", "count": 1}])
     _corr, unc, pending, failure = n.nvmlDeviceGetRemappedRows(handles(n)[2])
     assert (unc, pending, failure) == (1, 1, 0)
+    _corr, unc, pending, failure = n.nvmlDeviceGetRemappedRows(handles(n)[0])
+    assert (unc, pending, failure) == (0, 0, 0)
 
 
 def test_ecc_retired_pages_remapped_rows_field_values(nvml: Nvml, pynvml_module: ModuleType,
