@@ -378,3 +378,17 @@ def test_a_requirement_listed_twice_is_refused(genuine: tuple[Path, Path, Path])
     row = next(r for r in report.results if r.id == FAILING)
     doubled = report.model_copy(update={"results": [*report.results, row.model_copy(update={"status": "passed"})]})
     assert f"requirements listed more than once: {FAILING}" in verify(doubled.sealed())
+
+
+def test_the_statement_carries_the_verdict_on_report_json(genuine: tuple[Path, Path, Path]) -> None:
+    """conformance/provenance/statement.py's documented layout: byproducts are the run's files by sha256, "report.json
+    (with the verdict)": a reader of the signed statement learns the verdict and the report's seal from it without
+    opening the run, and only report.json carries them."""
+    run, _, _ = genuine
+    report = json.loads((run / "report.json").read_text())
+    sealed = json.loads((run / STATEMENT_FILE).read_text())
+    products = {p["name"]: p for p in sealed["predicate"]["runDetails"]["byproducts"]}
+    assert products["report.json"]["annotations"] == {"verdict": report["verdicts"]["overall"],
+                                                      "seal": report["sha256"]}
+    assert report["verdicts"]["overall"] == "not-certified"
+    assert all("annotations" not in p for name, p in products.items() if name != "report.json"), products
