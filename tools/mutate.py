@@ -22,6 +22,7 @@ never modified. Results are also written as JSON (``--json``).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -357,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default="/tmp/fhw-mutate", help="where the working copies go")
     parser.add_argument("--json", metavar="PATH", help="also write every outcome here")
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("cosmic_ray") is None:
+        print("tools/mutate.py: Cosmic Ray (the mutation engine) is not installed in this Python; `make mutate` "
+              "installs it, or: .venv/bin/pip install -e '.[mutate]'", file=sys.stderr)
+        return 2
     areas = [a for a in (*AREAS, NVML_C_AREA) if not args.area or a.name in args.area]
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

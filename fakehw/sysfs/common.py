@@ -27,6 +27,12 @@ def kb(size: int) -> int:
     return size // 1024
 
 
+def page_size(arch: str) -> int:
+    """The kernel's base page size in bytes: 4 KiB on x86-64 (its only one) and riscv64; the arm64 nodes (Grace)
+    run a kernel built with 64 KiB pages, as NVIDIA recommends for Grace and its distributions ship (``-64k``)."""
+    return 65536 if arch == "arm64" else 4096
+
+
 def meminfo_line(label: str, value: int, prefix: str = "", unit: bool = True) -> str:
     """One meminfo line: label padded to 16 columns, the value right-aligned in 8, then ``kB``."""
     return f"{prefix}{label + ':':<16}{value:>8}" + (" kB" if unit else "") + "\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fakehw.model.system import Cpu, Node
 from fakehw.model.units import format_cpulist
-from fakehw.sysfs.common import cpumask
+from fakehw.sysfs.common import cpumask, page_size
 from fakehw.sysfs.tree import Section
 
 LINE = 64
@@ -197,7 +197,7 @@ UNAME_MACHINE = {"amd64": "x86_64", "arm64": "aarch64", "riscv64": "riscv64"}
 def hwloc_info(node: Node) -> str:
     """``/proc/hwloc-nofile-info``: what hwloc-gather-topology saves for an offline root (uname, page size), so
     hwloc reading this tree with HWLOC_FSROOT parses cpuinfo for the node's architecture, not the host's."""
-    page = 65536 if node.cpu.arch == "arm64" else 4096
+    page = page_size(node.cpu.arch)
     return (f"OSName: Linux\nOSRelease: 6.8.0-fakehw\nOSVersion: #1 SMP fakehw\nHostName: {node.hostname}\n"
             f"Architecture: {UNAME_MACHINE[node.cpu.arch]}\nFallbackNbProcessors: {node.cpu.logical_cpus}\n"
             f"PageSize: {page}\n")

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from fakehw.model.system import Initiator, Node, NumaNode
 from fakehw.model.units import format_cpulist
-from fakehw.sysfs.common import cpumask, kb, meminfo_line
+from fakehw.sysfs.common import cpumask, meminfo_line, page_size
 from fakehw.sysfs.memory import hmat_performance
 from fakehw.sysfs.tree import Section
 
@@ -93,9 +93,9 @@ def _access_files(sec: Section, d: str, perf: Initiator) -> None:
         sec.text(f"{base}/write_latency", perf.write_latency_ns)
 
 
-def _numastat(numa: NumaNode, total: int) -> str:
+def _numastat(numa: NumaNode, total: int, page: int) -> str:
     """``nodeN/numastat`` (drivers/base/node.c): page allocation counters; the fake kernel's pages are local."""
-    pages = _used(numa, total) // 4096
+    pages = _used(numa, total) // page
     counters = (("numa_hit", pages), ("numa_miss", 0), ("numa_foreign", 0), ("interleave_hit", 0),
                 ("local_node", pages), ("other_node", 0))
     return "".join(f"{name} {value}\n" for name, value in counters)
@@ -107,68 +107,78 @@ def _used(numa: NumaNode, total: int) -> int:
 
 
 def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
+    """``has_memory``, each node's ``meminfo``/``numastat`` and ``/proc/meminfo``. Memory is counted in whole
+    pages, as the kernel does (a node's managed pages; the machine's totals are its nodes' summed)."""
     sec = Section("node-memory")
     with_memory = [n.id for n in node.numa if memory.get(n.id, 0) > 0]
     normal = [n.id for n in node.numa if memory.get(n.id, 0) > 0 and n.kind in ("dram", "lpddr")]
     sec.text(f"{NODE_DIR}/has_memory", format_cpulist(with_memory))
     sec.text(f"{NODE_DIR}/has_normal_memory", format_cpulist(normal))
-    totals = {"MemTotal": 0, "MemFree": 0, "Used": 0}
+    page = page_size(node.cpu.arch)
+    k = page // 1024
+    machine_total = machine_free = 0
     for n in node.numa:
         total = memory.get(n.id, 0)
-        used = _used(n, total)
-        totals["MemTotal"] += total
-        totals["MemFree"] += total - used
-        totals["Used"] += used
+        pages, used = total // page, _used(n, total) // page
+        machine_total += pages
+        machine_free += pages - used
         p = f"Node {n.id} "
-        file_pages = used // 2
         lines = [
-            ("MemTotal", kb(total)), ("MemFree", kb(total - used)), ("MemUsed", kb(used)), ("SwapCached", 0),
-            ("Active", kb(used // 2)), ("Inactive", kb(used // 4)), ("Active(anon)", kb(used // 8)),
-            ("Inactive(anon)", kb(used // 16)), ("Active(file)", kb(used // 2 - used // 8)),
-            ("Inactive(file)", kb(used // 4 - used // 16)), ("Unevictable", 0), ("Mlocked", 0), ("Dirty", 0),
-            ("Writeback", 0), ("FilePages", kb(file_pages)), ("Mapped", kb(used // 32)),
-            ("AnonPages", kb(used // 8)), ("Shmem", kb(used // 64)), ("KernelStack", kb(used // 256)),
-            ("PageTables", kb(used // 256)), ("SecPageTables", 0), ("NFS_Unstable", 0), ("Bounce", 0),
-            ("WritebackTmp", 0), ("KReclaimable", kb(used // 16)), ("Slab", kb(used // 10)),
-            ("SReclaimable", kb(used // 16)), ("SUnreclaim", kb(used // 10 - used // 16)),
+            ("MemTotal", pages), ("MemFree", pages - used), ("MemUsed", used), ("SwapCached", 0),
+            ("Active", used // 2), ("Inactive", used // 4), ("Active(anon)", used // 8),
+            ("Inactive(anon)", used // 16), ("Active(file)", used // 2 - used // 8),
+            ("Inactive(file)", used // 4 - used // 16), ("Unevictable", 0), ("Mlocked", 0), ("Dirty", 0),
+            ("Writeback", 0), ("FilePages", used // 2), ("Mapped", used // 32),
+            ("AnonPages", used // 8), ("Shmem", used // 64), ("KernelStack", used // 256),
+            ("PageTables", used // 256), ("SecPageTables", 0), ("NFS_Unstable", 0), ("Bounce", 0),
+            ("WritebackTmp", 0), ("KReclaimable", used // 16), ("Slab", used // 10),
+            ("SReclaimable", used // 16), ("SUnreclaim", used // 10 - used // 16),
             ("AnonHugePages", 0), ("ShmemHugePages", 0), ("ShmemPmdMapped", 0), ("FileHugePages", 0),
             ("FilePmdMapped", 0),
         ]
-        text = "".join(meminfo_line(label, value, p) for label, value in lines)
+        text = "".join(meminfo_line(label, value * k, p) for label, value in lines)
         text += "".join(meminfo_line(label, 0, p, unit=False)
                         for label in ("HugePages_Total", "HugePages_Free", "HugePages_Surp"))
         sec.file(f"{NODE_DIR}/node{n.id}/meminfo", text)
-        sec.file(f"{NODE_DIR}/node{n.id}/numastat", _numastat(n, total))
+        sec.file(f"{NODE_DIR}/node{n.id}/numastat", _numastat(n, total, page))
         perf = hmat_performance(node, n, total)
         if n.kind == "cxl" and perf is not None:
             # What the CXL driver sets once a region's memory is online (cxl_region_update_coordinates): the
             # figures, no initiator links (those come from firmware HMAT, which knows nothing of CXL windows).
             _access_files(sec, f"{NODE_DIR}/node{n.id}", perf)
-    sec.file("proc/meminfo", proc_meminfo(totals["MemTotal"], totals["MemFree"]))
+    sec.file("proc/meminfo", proc_meminfo(machine_total, machine_free, page))
     return sec
 
 
-def proc_meminfo(total: int, free: int) -> str:
+def proc_meminfo(total: int, free: int, page: int) -> str:
+    """``/proc/meminfo`` of a machine with ``total`` pages, ``free`` of them free. Page counts are printed as
+    fs/proc/meminfo.c does (``pages << (PAGE_SHIFT - 10)``: whole pages in kB); VmallocTotal and x86's DirectMap
+    lines are in their own units (bytes >> 10; 4 KiB, 2 MiB and 1 GiB mappings)."""
     used = total - free
     lines = [
-        ("MemTotal", kb(total)), ("MemFree", kb(free)), ("MemAvailable", kb(free + used // 2)),
-        ("Buffers", kb(used // 64)), ("Cached", kb(used // 2)), ("SwapCached", 0), ("Active", kb(used // 2)),
-        ("Inactive", kb(used // 4)), ("Active(anon)", kb(used // 8)), ("Inactive(anon)", kb(used // 16)),
-        ("Active(file)", kb(used // 2 - used // 8)), ("Inactive(file)", kb(used // 4 - used // 16)),
+        ("MemTotal", total), ("MemFree", free), ("MemAvailable", free + used // 2),
+        ("Buffers", used // 64), ("Cached", used // 2), ("SwapCached", 0), ("Active", used // 2),
+        ("Inactive", used // 4), ("Active(anon)", used // 8), ("Inactive(anon)", used // 16),
+        ("Active(file)", used // 2 - used // 8), ("Inactive(file)", used // 4 - used // 16),
         ("Unevictable", 0), ("Mlocked", 0), ("SwapTotal", 0), ("SwapFree", 0), ("Zswap", 0), ("Zswapped", 0),
-        ("Dirty", 0), ("Writeback", 0), ("AnonPages", kb(used // 8)), ("Mapped", kb(used // 32)),
-        ("Shmem", kb(used // 64)), ("KReclaimable", kb(used // 16)), ("Slab", kb(used // 10)),
-        ("SReclaimable", kb(used // 16)), ("SUnreclaim", kb(used // 10 - used // 16)),
-        ("KernelStack", kb(used // 256)), ("PageTables", kb(used // 256)), ("SecPageTables", 0),
-        ("NFS_Unstable", 0), ("Bounce", 0), ("WritebackTmp", 0), ("CommitLimit", kb(total // 2)),
-        ("Committed_AS", kb(used // 4)), ("VmallocTotal", 34359738367), ("VmallocUsed", 0), ("VmallocChunk", 0),
-        ("Percpu", 0), ("HardwareCorrupted", 0), ("AnonHugePages", 0), ("ShmemHugePages", 0),
-        ("ShmemPmdMapped", 0), ("FileHugePages", 0), ("FilePmdMapped", 0),
+        ("Dirty", 0), ("Writeback", 0), ("AnonPages", used // 8), ("Mapped", used // 32),
+        ("Shmem", used // 64), ("KReclaimable", used // 16), ("Slab", used // 10),
+        ("SReclaimable", used // 16), ("SUnreclaim", used // 10 - used // 16),
+        ("KernelStack", used // 256), ("PageTables", used // 256), ("SecPageTables", 0),
+        ("NFS_Unstable", 0), ("Bounce", 0), ("WritebackTmp", 0), ("CommitLimit", total // 2),
+        ("Committed_AS", used // 4),
     ]
-    text = "".join(meminfo_line(label, value) for label, value in lines)
+    k = page // 1024
+    text = "".join(meminfo_line(label, value * k) for label, value in lines)
+    text += meminfo_line("VmallocTotal", 34359738367)
+    text += "".join(meminfo_line(label, value * k) for label, value in (
+        ("VmallocUsed", 0), ("VmallocChunk", 0), ("Percpu", 0), ("HardwareCorrupted", 0), ("AnonHugePages", 0),
+        ("ShmemHugePages", 0), ("ShmemPmdMapped", 0), ("FileHugePages", 0), ("FilePmdMapped", 0)))
     text += "".join(meminfo_line(label, 0, unit=False)
                     for label in ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "HugePages_Surp"))
     text += meminfo_line("Hugepagesize", 2048) + meminfo_line("Hugetlb", 0)
-    text += meminfo_line("DirectMap4k", 1048576) + meminfo_line("DirectMap2M", kb(total) // 2) \
-        + meminfo_line("DirectMap1G", kb(total) // 2)
+    # The direct map: the first GiB in 4 KiB pages (1048576 kB), the rest half in 2 MiB and half in 1 GiB pages.
+    gib = (total * page) >> 30
+    text += meminfo_line("DirectMap4k", 1048576) + meminfo_line("DirectMap2M", (gib - gib // 2) << 20) \
+        + meminfo_line("DirectMap1G", (gib // 2) << 20)
     return text

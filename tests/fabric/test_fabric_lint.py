@@ -209,3 +209,66 @@ def test_docs_list_every_requirement() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "fabric.md").read_text()
     missing = [r for r in REQUIREMENTS if f"| {r} |" not in docs]
     assert missing == []
+
+
+@pytest.mark.parametrize(("ms", "message"), [
+    (100, None), (1000, None),
+    (99, "the PFC watchdog acts after 99 ms, below 100 ms"),
+    (1001, "the PFC watchdog acts after 1001 ms, above 1000 ms"),
+])
+def test_the_watchdog_window_is_100_to_1000_ms_inclusive(tmp_path: Path, ms: int, message: str | None) -> None:
+    """FAB-PFC-003 asks for mitigation "within 100-1000 ms": both ends are allowed (SONiC's YANG model and Cumulus'
+    polling minimum allow 100 ms; 1000 ms is still inside the 1.07 s RDMA local ACK timeout its rationale cites)."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail2\n"
+                 f"    qos: {{pfcWatchdog: {{action: drop, detectionMs: {ms}, restorationMs: 200}}}}\n")
+    found = [(x.element, x.message.split(":")[0]) for x in lint(load_fabric(f)).findings if x.id == "FAB-PFC-003"]
+    assert found == ([] if message is None else [("leaf-rail2", message)]), found
+
+
+def test_a_port_the_watchdog_rule_skips_does_not_end_the_check(tmp_path: Path) -> None:
+    """leaf-rail0 (the first switch) has no PFC, so its ports need no watchdog; leaf-rail7 (the last) only alerts:
+    that is still a finding, on each of its 4 ports."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail0\n"
+                 "    qos: {pfcPriorities: [], headroom: [], pfcWatchdog: {enabled: false}}\n"
+                 "  - name: leaf-rail7\n"
+                 "    qos: {pfcWatchdog: {action: alert, detectionMs: 200, restorationMs: 200}}\n"
+                 "hosts:\n  \"*/mlx5_0\": {roce: {pfcPriorities: []}}\n")
+    (finding,) = [x for x in lint(load_fabric(f)).findings if x.id == "FAB-PFC-003"]
+    assert (finding.element, finding.ports) == ("leaf-rail7", 4), finding
+    assert finding.message.startswith("the PFC watchdog only alerts"), finding
+
+
+def test_findings_of_one_requirement_in_one_file_come_in_line_order(tmp_path: Path) -> None:
+    """Like a compiler's diagnostics (gcc, mypy, ruff): within a severity and requirement, a file's findings are
+    listed top to bottom, so an editor's jump list walks down the file. Line 4 blames dgx-h100-3, line 5 dgx-h100-0:
+    line order is not name order."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: dgx-h100-rail\nname: x\nhosts:\n"
+                 "  \"dgx-h100-3/mlx5_0\": {roce: {pfcPriorities: []}}\n"
+                 "  \"dgx-h100-0/mlx5_3\": {roce: {pfcPriorities: []}}\n")
+    found = [(x.line, x.element) for x in lint(load_fabric(f)).findings if x.id == "FAB-PFC-001"]
+    assert found == [(4, "dgx-h100-3/mlx5_0"), (5, "dgx-h100-0/mlx5_3")], found
+
+
+def test_the_path_summary_says_when_the_nics_negotiate_more_than_a_path_carries() -> None:
+    """NVIDIA's RoCE MTU rule: the active RoCE MTU is the largest IB MTU (256-4096) that fits the Ethernet MTU
+    with RoCE's headers, so 9000-byte NICs negotiate 4096 and a 1500-byte port carries 1024. The seeded 1500-byte
+    leaf-rail3/p1 is on the 3 rail-3 paths of dgx-h100-1 (of 48): those carry 1024 while the NICs negotiate 4096,
+    and the summary says so; the other 45 paths fit 4096 and the line says nothing more."""
+    text = lint(load_fabric(broken_examples()["FAB-MTU-001-port-1500"])).format()
+    rows = [line.split("; largest")[0] for line in text.splitlines() if line.startswith("paths: ")]
+    assert rows == ["paths: 45 x path MTU 9000: RoCE MTU 4096 fits",
+                    "paths: 3 x path MTU 1500: RoCE MTU 1024 fits but the NICs negotiate 4096: oversized frames "
+                    "drop"], rows
+
+
+def test_two_nics_on_one_rail_are_named_with_the_leaf_that_makes_it_their_rail() -> None:
+    """The seeded example cables dgx-h100-1's rail-2 NIC to the rail-3 leaf. dgx-h100-rail's rails follow the DGX
+    H100 User Guide's NIC names (rail 2 = mlx5_4, rail 3 = mlx5_5), so mlx5_4 is on rail 3 beside mlx5_5, both
+    because of switch leaf-rail3."""
+    report = lint(load_fabric(broken_examples()["FAB-RAIL-001-same-rail"]))
+    (finding,) = [f for f in report.findings if f.id == "FAB-RAIL-001"]
+    assert finding.message == ("mlx5_4 (rail 2 in the profile) is on rail 3 (switch leaf-rail3); mlx5_4 and mlx5_5 "
+                               "share rail 3 (switch leaf-rail3)"), finding.message

@@ -88,3 +88,24 @@ def test_a_nic_with_another_dscp_is_told_what_its_peers_use(tmp_path: Path) -> N
     messages = [x.message for x in lint(load_fabric(f)).findings if x.element == "dgx-h100-2/mlx5_0"]
     assert messages == ["the NIC sends RoCE with DSCP 24 / priority 3, most of its VLAN 100 peers with DSCP 26 / "
                         "priority 3"], messages
+
+
+_PRIORITY_4_PORT = ("{dscpToPriority: {26: 3, 34: 4, 48: 6}, pfcPriorities: [3, 4], headroom: [3, 4], "
+                    "ecn: {priorities: [3, 4], minKB: 150, maxKB: 1500, probability: 10}}")
+
+
+def test_a_far_end_port_missing_the_senders_priority_counts_every_port_of_its_class(tmp_path: Path) -> None:
+    """Rail 0's dgx-h100-0 and -1 send RoCE with DSCP 34 on priority 4, and their ports p0/p1 classify and protect
+    it; p2 and p3 (facing dgx-h100-2 and -3) keep the defaults' PFC [3] and ECN [3]. Only traffic from nodes 0/1
+    towards 2/3 is hurt, at the far end's egress: 2 ports (p2, p3), 2 x 2 = 4 paths; each of the three groups of
+    ports agrees among itself (0<->1 and 2<->3 are clean), so only the far end of a path reaches it."""
+    f = tmp_path / "f.yaml"
+    f.write_text('extends: dgx-h100-rail\nname: x\nhosts:\n'
+                 '  "dgx-h100-[01]/mlx5_0": {roce: {dscp: 34, priority: 4, pfcPriorities: [4]}}\n'
+                 'switches:\n  - name: leaf-rail0\n    ports:\n'
+                 f'      - {{name: p0, qos: {_PRIORITY_4_PORT}}}\n      - {{name: p1, qos: {_PRIORITY_4_PORT}}}\n')
+    lines = {x.id: str(x) for x in lint(load_fabric(f)).findings if x.element == "defaults"}
+    reach = " [2 ports/NICs; 4 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-2/mlx5_0]"
+    assert lines["FAB-PFC-001"].endswith(": PFC priorities [3] do not include priority 4, which RoCE is classified "
+                                         "into" + reach), lines
+    assert lines["FAB-ECN-001"].endswith(": ECN marks priorities [3] only; RoCE runs on priority 4" + reach), lines

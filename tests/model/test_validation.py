@@ -235,3 +235,16 @@ def test_a_pcie_tree_hardware_cannot_build_is_refused(tmp_path: Path, capsys: py
     assert old in text
     code, err = _validate(tmp_path, text.replace(old, new), capsys)
     assert code == 2 and message in err, err
+
+
+def test_pcie_switches_in_a_loop_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A PCIe tree has no cycles (every bridge has one upstream port, ending at a host bridge); a profile whose
+    switches are each other's parents is refused before any topology is derived. topology.py's ancestor walk
+    relies on this: its length bound never binds on an acyclic tree (tools/mutation-equivalents.toml)."""
+    text = SMALL.replace("          - {name: hb1, numa: 1, bus: 0x80}\n",
+                         "          - {name: hb1, numa: 1, bus: 0x80}\n        switches:\n"
+                         "          - {name: swa, parent: swb, bus: \"0000:81:00.0\"}\n"
+                         "          - {name: swb, parent: swa, bus: \"0000:82:00.0\"}\n", 1)
+    text = text.replace("parent: hb1}", "parent: swa}", 1)
+    code, err = _validate(tmp_path, text, capsys)
+    assert code == 2 and "groups[0].node.pcie.switches: PCIe switches form a loop: swa -> swb" in err, err

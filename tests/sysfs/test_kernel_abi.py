@@ -26,6 +26,13 @@ here against where the kernel defines it:
 - Huge pages: Documentation/admin-guide/mm/hugetlbpage.rst names the per-node pools
   ``nodeN/hugepages/hugepages-<size>kB``; x86-64 has 2 MiB and (with pdpe1gb) 1 GiB pages: 2048 and 1048576 kB.
 - meminfo values are unsigned (fs/proc/meminfo.c, drivers/base/node.c print them with %lu).
+- meminfo figures are whole pages: fs/proc/meminfo.c (show_val_kb) and drivers/base/node.c (K()) print page counts
+  as ``pages << (PAGE_SHIFT - 10)``, so each is a multiple of the page size in kB (4 on x86-64, whose base page
+  is 4 KiB; 64 on an arm64 kernel built with 64 KiB pages, as the tree's ``PageSize`` says for the Grace nodes).
+  The exceptions print other units: ``KernelStack`` and ``ShadowCallStack`` (kB of stacks), ``VmallocTotal``
+  (bytes >> 10), ``Hugepagesize``/``Hugetlb`` and x86's ``DirectMap4k/2M/1G`` (arch/x86/mm/pat/set_memory.c:
+  4 KiB, 2 MiB and 1 GiB mappings counted << 2, << 11, << 20, so multiples of 4, 2048 and 1048576 kB). The
+  machine's ``MemTotal``/``MemFree`` are its nodes' summed (si_meminfo's totalram is every zone's managed pages).
 - ``modalias``: drivers/pci/pci-sysfs.c prints ``bc``/``sc``/``i`` as the three bytes of the class code.
 - ``/proc/driver/nvidia/params``: the driver's registry defaults (nv-reg.h, NV_DEFINE_REG_ENTRY_GLOBAL) where
   nothing overrides them: MemoryPoolSize, KMallocHeapMaxSize, VMallocHeapMaxSize, IgnoreMMIOCheck and
@@ -171,6 +178,48 @@ def test_meminfo_values_are_never_negative(rendered: Rendered, profile: str) -> 
             for line in f.read_text().splitlines():
                 value = line.split(":", 1)[1].split()[0]
                 assert int(value) >= 0, (f, line)
+
+
+NOT_PAGES = {"KernelStack", "ShadowCallStack", "VmallocTotal", "Hugepagesize", "Hugetlb", "DirectMap4k",
+             "DirectMap2M", "DirectMap1G"}
+"""meminfo lines in kB that are not ``pages << (PAGE_SHIFT - 10)`` (fs/proc/meminfo.c, arch_report_meminfo)."""
+
+DIRECT_MAP_KB = {"DirectMap4k": 4, "DirectMap2M": 2048, "DirectMap1G": 1048576}
+
+
+def _meminfo_kb(path: Path) -> dict[str, int]:
+    """The ``kB`` lines of a meminfo file, by label (``Node N `` prefix dropped)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        label, rest = line.split(":", 1)
+        if rest.endswith(" kB"):
+            out[label.split()[-1]] = int(rest.split()[0])
+    return out
+
+
+def _page_kb(root: Path) -> int:
+    """The page size in kB the tree declares (``/proc/hwloc-nofile-info``, hwloc-gather-topology's PageSize)."""
+    info = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+    page = int(info["PageSize"])
+    if info["Architecture"] == "x86_64":
+        assert page == 4096, info  # x86-64 has one base page size
+    return page // 1024
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_meminfo_figures_are_whole_pages(rendered: Rendered, profile: str) -> None:
+    for _, node, root in rendered(profile):
+        page_kb = _page_kb(root)
+        nodes = {f.parent.name: _meminfo_kb(f) for f in sorted((root / NODES).glob("node[0-9]*/meminfo"))}
+        machine = _meminfo_kb(root / "proc/meminfo")
+        for where, values in [("proc/meminfo", machine), *nodes.items()]:
+            for label, value in values.items():
+                if label not in NOT_PAGES:
+                    assert value % page_kb == 0, (node.name, where, label, value, page_kb)
+        for label, unit in DIRECT_MAP_KB.items():
+            assert machine.get(label, 0) % unit == 0, (node.name, label, machine.get(label), unit)
+        for label in ("MemTotal", "MemFree"):
+            assert machine[label] == sum(v[label] for v in nodes.values()), (node.name, label)
 
 
 def test_modalias_carries_the_three_bytes_of_the_class_code(rendered: Rendered) -> None:
