@@ -96,3 +96,14 @@ def test_resolving_a_recorded_catalogue(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.delenv("FAKEHW_EXTRA_REQUIREMENTS")
     with pytest.raises(cv.CatalogueVersionError, match="set FAKEHW_EXTRA_REQUIREMENTS to the same files"):
         cv.resolve(extended)
+
+
+def test_a_report_from_a_newer_catalogue_names_the_newest_version_known() -> None:
+    """A report judged against a catalogue version this verifier has never heard of (made by a newer fakehw) is
+    refused, and the message says how far this verifier's knowledge goes: the highest version number in
+    conformance/catalogue/versions.json, compared as a number (version 10 is after version 9)."""
+    newest = max(int(v) for v in json.loads(VERSIONS.read_text())["versions"])
+    with pytest.raises(cv.CatalogueVersionError) as refused:
+        cv.resolve(cv.CatalogueStamp(str(newest + 90), "0" * 64))
+    assert f"catalogue version '{newest + 90}' is unknown to this verifier (it knows versions up to {newest})" in \
+        str(refused.value), str(refused.value)

@@ -8,6 +8,7 @@ accepted before this work: see the commit that added this file)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections import Counter
@@ -22,7 +23,8 @@ from conformance import catalogue_versions as cv
 from conformance.cli import main as conformance_main
 from conformance.provenance.attest import Signer, write_run
 from conformance.provenance.statement import BUNDLE_FILE, STATEMENT_FILE, statement
-from conformance.report.model import derive_verdicts, load_report
+from conformance.report.model import derive_verdicts, load_report, verify
+from conformance.report.text import to_markdown
 from tests.conformance.runs import certified_run, write_key
 
 FAILING = "DP-ALLOC-001"
@@ -306,3 +308,87 @@ def test_an_unsigned_forgery_is_accepted_only_as_unsigned(genuine: tuple[Path, P
     assert "UNSIGNED: anyone could have written this report" in (forged / "summary.md").read_text()
     assert conformance_main(["verify", str(forged), "--require-signature"]) == 1
     assert "a signature is required" in capsys.readouterr().err
+
+
+def test_a_summary_without_a_zero_count_reads_as_zero(genuine: tuple[Path, Path, Path]) -> None:
+    """Every reader of report.json's summary (summary.md, report.html, the JUnit file: conformance/report/text.py,
+    html.py) shows a status the summary leaves out as 0, so the check that "the summary counts follow from the
+    results" (docs/certification.md, verify step 1) must read it the same way: a summary without the errors it
+    does not have says "0 errors", which is true. (Leaving out a status that IS counted is a forgery:
+    FORGERIES["field summary, a status dropped"].)"""
+    run, _, _ = genuine
+    report = load_report((run / "report.json").read_text())
+    assert report.summary["error"] == 0 and verify(report) == []
+    thin = report.model_copy(update={"summary": {s: n for s, n in report.summary.items() if s != "error"}}).sealed()
+    assert "0 errors" in to_markdown(thin)
+    assert verify(thin) == []
+
+
+def test_the_statement_names_the_harness_that_judged(genuine: tuple[Path, Path, Path]) -> None:
+    """SLSA provenance v1 (slsa.dev/spec/v1.0/provenance): ``resolvedDependencies`` lists the artifacts the build
+    used, as resource descriptors (name, digest). docs/certification.md: the provenance names "the harness (version,
+    source, git commit, whether the checkout was modified, and the digest of" its code). A verifier reading the
+    signed statement must find the harness there, with the digest and commit report.json records."""
+    run, _, _ = genuine
+    report = json.loads((run / "report.json").read_text())
+    harness = report["manifest"]["harness"]
+    assert harness is not None
+    sealed = json.loads((run / STATEMENT_FILE).read_text())
+    deps = {d["name"]: d for d in sealed["predicate"]["buildDefinition"]["resolvedDependencies"]}
+    assert "fakehw" in deps, sorted(deps)
+    assert deps["fakehw"]["digest"]["sha256"] == harness["digest"].removeprefix("sha256:")
+    assert deps["fakehw"]["digest"].get("gitCommit") == (harness["commit"] or None)
+    assert deps["fakehw"]["annotations"]["version"] == harness["version"]
+
+
+def test_a_stranger_recomputes_the_seal_from_report_json_alone(genuine: tuple[Path, Path, Path]) -> None:
+    """docs/certification.md: report.json carries "a sha256 over the canonical form of all of it" (every field but
+    the seal itself, as the file names them, keys sorted, no whitespace, ASCII). A verifier in another language
+    needs only report.json and hashlib: the seal must be the hash of the file's own fields, not of the harness's
+    internal field names."""
+    run, _, _ = genuine
+    doc = json.loads((run / "report.json").read_text())
+    seal = doc.pop("sha256")
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    assert seal == hashlib.sha256(canonical).hexdigest()
+
+
+def test_each_level_is_judged_on_its_own_requirements(genuine: tuple[Path, Path, Path]) -> None:
+    """docs/certification.md: "a level passes when every required requirement of it that applies passed". The
+    levels and required flags come from the published catalogue version the report records (conformance/catalogue/
+    versions.json): each level's verdict counts exactly that level's required requirements, and the one failure of
+    the genuine run fails its own level only."""
+    run, _, _ = genuine
+    report = json.loads((run / "report.json").read_text())
+    published = cv.published()[cv.current_version()].for_targets(["device-plugin"])
+    status = {r["id"]: r["status"] for r in report["results"]}
+    for level, verdict in report["verdicts"]["levels"].items():
+        mine = [i for i, e in published.items() if e.level == level and e.required]
+        assert verdict["required"] == len(mine), level
+        assert verdict["passed"] == sum(status[i] == "passed" for i in mine), level
+        assert verdict["failing"] == ([FAILING] if FAILING in mine else []), level
+        assert verdict["verdict"] == ("fail" if FAILING in mine else "pass" if mine else "n/a"), level
+
+
+def test_a_requirement_listed_twice_is_refused(genuine: tuple[Path, Path, Path]) -> None:
+    """docs/certification.md, verify step 2: every requirement of the recorded catalogue version is there "once".
+    A second row for the failing requirement (saying it passed) is named, even when it appears just twice."""
+    run, _, _ = genuine
+    report = load_report((run / "report.json").read_text())
+    row = next(r for r in report.results if r.id == FAILING)
+    doubled = report.model_copy(update={"results": [*report.results, row.model_copy(update={"status": "passed"})]})
+    assert f"requirements listed more than once: {FAILING}" in verify(doubled.sealed())
+
+
+def test_the_statement_carries_the_verdict_on_report_json(genuine: tuple[Path, Path, Path]) -> None:
+    """conformance/provenance/statement.py's documented layout: byproducts are the run's files by sha256, "report.json
+    (with the verdict)": a reader of the signed statement learns the verdict and the report's seal from it without
+    opening the run, and only report.json carries them."""
+    run, _, _ = genuine
+    report = json.loads((run / "report.json").read_text())
+    sealed = json.loads((run / STATEMENT_FILE).read_text())
+    products = {p["name"]: p for p in sealed["predicate"]["runDetails"]["byproducts"]}
+    assert products["report.json"]["annotations"] == {"verdict": report["verdicts"]["overall"],
+                                                      "seal": report["sha256"]}
+    assert report["verdicts"]["overall"] == "not-certified"
+    assert all("annotations" not in p for name, p in products.items() if name != "report.json"), products

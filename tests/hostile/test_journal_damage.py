@@ -9,6 +9,7 @@ resurrected a fault, and every start compacted the journal over the damaged orig
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fakehw.agent.journal import JournalDamaged, decode, encode
+from fakehw.agent.journal import Journal, JournalDamaged, decode, encode
 from fakehw.agent.service import AgentService
 from fakehw.model import load_profile
 from fakehw.model.system import System
@@ -161,12 +162,15 @@ def test_zeros_in_the_middle_are_counted_and_the_rest_is_kept(system: System, tm
 
 def test_a_torn_last_record_is_dropped_with_a_warning(system: System, tmp_path: Path) -> None:
     before = build(system, tmp_path)
+    whole = len(lines_of(tmp_path / "journal.jsonl"))
     with open(tmp_path / "journal.jsonl", "ab") as fh:
         fh.write(encode(999, {"op": "inject"})[:25])  # the agent died writing it: it was never acknowledged
     svc = AgentService(system, tmp_path)  # no salvage needed
     try:
         assert {f.id for f in svc.faults()} == before.active
-        assert svc.journal.recovery.dropped == 1 and "torn" in svc.journal.recovery.problems[0]
+        # Named by its line number in the file as an editor or `sed -n Np` counts it: after the whole lines.
+        assert svc.journal.recovery.dropped == 1
+        assert svc.journal.recovery.problems[0].startswith(f"line {whole + 1} is torn"), svc.journal.recovery.problems
         assert svc.journal.recovery.kept is not None
     finally:
         svc.close()
@@ -206,3 +210,63 @@ def test_records_are_numbered_and_checksummed(system: System, tmp_path: Path) ->
     meta = json.loads((tmp_path / "journal.jsonl.meta").read_text())
     assert meta["records"] == numbers[-1], "a clean stop records the high-water mark"
     assert meta["reserved"]["fault-id"] > FAULTS, "ids are reserved ahead of use"
+
+
+def test_the_first_fault_id_is_reserved_too(system: System, tmp_path: Path) -> None:
+    """docs/agent.md: fault ids "only ever grow, across restarts and after a salvage". The first id an agent hands
+    out (f-000001, ids start at 1) must be reserved like every later one: with one fault and the journal lost,
+    the salvaged agent must not hand f-000001 out again (an old client could heal someone else's fault)."""
+    svc = AgentService(system, tmp_path)
+    first = svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 13}).id
+    svc.close()
+    assert first == "f-000001"
+    deleted(tmp_path)
+    svc = AgentService(system, tmp_path, salvage=True)
+    try:
+        fresh = svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 31}).id
+        assert int(fresh.split("-")[1]) > 1, f"{fresh} after f-000001 was handed out and the journal lost"
+    finally:
+        svc.close()
+
+
+def test_a_checksum_field_edited_to_the_same_value_is_still_damage(tmp_path: Path) -> None:
+    """docs/agent.md: "Anything else [than a torn last line] stops the agent with a message naming the file, the
+    line and the problem." A zero put in front of a record's checksum leaves its value, but the line is not what
+    the journal wrote (a record is ``<number> <crc32 as 8 hex digits> <json>``): it is refused, not read."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 2})
+    journal.close()
+    lines = lines_of(path)
+    number, crc, body = lines[1].split(b" ", 2)
+    lines[1] = b" ".join([number, b"0" + crc, body])
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert "line 2 is not a journal record" in str(refused.value), str(refused.value)
+
+
+def test_what_was_lost_is_logged_once_and_a_sound_journal_logs_nothing(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """docs/agent.md: a recovered journal "logs what was lost" (a warning an operator sees once, at the start
+    that recovered it); a journal that checked out is no news, and later compactions do not repeat it."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.close()
+    caplog.set_level(logging.WARNING, logger="fakehw.agent.journal")
+    sound = Journal(path)
+    sound.compact(sound.replay())
+    sound.close()
+    assert not [r for r in caplog.records if "recovered" in r.getMessage()], caplog.text
+    with open(path, "ab") as fh:
+        fh.write(encode(3, {"op": "inject"})[:25])  # torn: a record lost
+    recovered = Journal(path)
+    recovered.compact(recovered.replay())
+    recovered.compact(recovered.replay())
+    recovered.close()
+    said = [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()]
+    assert len(said) == 1 and "1 records lost" in said[0] and "line 3 is torn" in said[0], said

@@ -6,14 +6,28 @@
   the checked format, so the next start reports no upgrade.
 - "A change is answered only once its record is on disk (fdatasync)": a record written but not yet synced is not
   settled; once synced it is, without error.
+- "concurrent requests share one sync (group commit)": records written while a sync is in flight wait for it to
+  end and are then made durable by ONE more sync, never by one each (what etcd's WAL and PostgreSQL's commit
+  delay do: the point of a group commit is the number of fsyncs).
+- "A record that cannot be made durable is cut off the file again: its request gets 507 and a restart does not
+  bring it back": after a failed sync the journal still numbers its records from 1 without a gap, so the next
+  record is accepted and a restart replays exactly what was acknowledged, without calling the journal damaged.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import threading
+import time
 from pathlib import Path
 
-from fakehw.agent.journal import Journal
+import pytest
+
+from fakehw.agent.journal import Journal, JournalWriteError
+
+RECORD = {"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1}
 
 
 def test_an_old_format_journal_is_reported_upgraded_once(tmp_path: Path) -> None:
@@ -76,3 +90,95 @@ def test_an_unreadable_line_of_an_old_format_journal_is_named_by_its_line_number
         assert journal.replay() == [good, good]
     finally:
         journal.close()
+
+
+class _Syncs:
+    """Stands in for ``os.fdatasync`` on the journal's file: counts the calls, holds the first one until released
+    (a slow disk), and fails the calls it is told to (a full disk)."""
+
+    def __init__(self, real: object, fd: int, fail: int = 0) -> None:
+        self.real = real
+        self.fd = fd
+        self.calls = 0
+        self.in_flight = 0
+        self.fail = fail
+        self.first_entered = threading.Event()
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+
+    def __call__(self, fd: int) -> None:
+        if fd != self.fd:
+            self.real(fd)  # type: ignore[operator]
+            return
+        with self.lock:
+            self.calls += 1
+            first = self.calls == 1
+            self.in_flight += 1
+        try:
+            if first:
+                self.first_entered.set()
+                self.release.wait(10)
+            if self.fail:
+                self.fail -= 1
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.real(fd)  # type: ignore[operator]
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def test_records_written_during_a_sync_share_one_more_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    try:
+        journal.compact([])
+        syncs = _Syncs(os.fdatasync, journal._fd)
+        monkeypatch.setattr(os, "fdatasync", syncs)
+        first = journal.write(RECORD)
+        waiters = [threading.Thread(target=journal.wait, args=(first,))]
+        waiters[0].start()
+        assert syncs.first_entered.wait(10), "the first waiter syncs"
+        # Written while that sync is in flight: it cannot cover them (it began before they were written).
+        later = [journal.write(RECORD) for _ in range(3)]
+        waiters += [threading.Thread(target=journal.wait, args=(t,)) for t in later]
+        for w in waiters[1:]:
+            w.start()
+        deadline = time.monotonic() + 1.0  # time for a waiter that wrongly starts its own sync to start it
+        while time.monotonic() < deadline and syncs.calls == 1:
+            time.sleep(0.01)
+        started_meanwhile = syncs.calls - 1
+        syncs.release.set()
+        for w in waiters:
+            w.join(10)
+        assert not any(w.is_alive() for w in waiters)
+        assert started_meanwhile == 0, "a second sync started while one was in flight"
+        assert syncs.calls == 2, f"{syncs.calls} syncs for a record and 3 written during its sync (group commit: 2)"
+        assert all(journal.settled(t) == (True, None) for t in [first, *later])
+    finally:
+        monkeypatch.undo()
+        journal.close()
+
+
+def test_a_record_that_could_not_be_synced_is_cut_off_and_the_numbering_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    try:
+        journal.compact([])
+        journal.append({**RECORD, "seq": 1})  # acknowledged
+        syncs = _Syncs(os.fdatasync, journal._fd, fail=1)
+        syncs.release.set()
+        monkeypatch.setattr(os, "fdatasync", syncs)
+        with pytest.raises(JournalWriteError, match=r"cannot make .* durable"):
+            journal.append({**RECORD, "seq": 2})  # the disk is full: 507, not applied
+        journal.append({**RECORD, "seq": 3})  # the disk has room again
+    finally:
+        monkeypatch.undo()
+        journal.close()
+    lines = path.read_bytes().split(b"\n")[:-1]
+    assert [int(line.split(b" ", 1)[0]) for line in lines] == [1, 2, 3], "checkpoint, seq 1, seq 3: numbered from 1"
+    again = Journal(path)
+    try:
+        assert again.recovery.problems == [], again.recovery.problems
+        assert [r["seq"] for r in again.replay()] == [1, 3], "what was acknowledged, not the refused record"
+    finally:
+        again.close()

@@ -142,3 +142,29 @@ def test_a_host_with_the_most_gpus_loads(tmp_path: Path, pynvml_module: ModuleTy
     assert pynvml.nvmlDeviceGetCount() == NV_MAX_DEVICES
     got = [pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).busId for i in range(NV_MAX_DEVICES)]
     assert sorted(b.lower() for b in got) == sorted("0000" + b for b in bus_ids)
+
+
+A100_80GB_1G_INSTANCES = 7
+"""``MIG 1g.10gb`` instances an A100-SXM4-80GB holds at once: the "Instances Total" column of its published
+``nvidia-smi mig -lgip`` (tests/nvml/migtools.py ``A100_80GB_LGIP``, NVIDIA/mig-parted#97), which NVIDIA's MIG user
+guide gives as "up to seven" instances per A100."""
+
+
+def test_a_host_with_every_gpu_split_into_seven_mig_devices_loads(tmp_path: Path, pynvml_module: ModuleType,
+                                                                  nvml: Callable[..., NodeSnap]) -> None:
+    """The snapshot holds a DGX A100 with each of its 8 GPUs split into seven 1g.10gb instances (56 MIG devices,
+    far more than one GPU's worth): nvidia-ml-py sees all seven on every GPU."""
+    doc: dict[str, Any] = yaml.safe_load((builtin_dir() / "dgx-a100.yaml").read_text())
+    for gpu in doc["groups"][0]["node"]["gpus"]:
+        gpu["mig"] = {"enabled": True, "instances": ["1g.10gb"] * A100_80GB_1G_INSTANCES}
+    path = tmp_path / "dgx-a100-1g.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    snap = nvml(str(path))
+    assert len(snap.snapshot.migs) == 8 * A100_80GB_1G_INSTANCES
+    pynvml = pynvml_module
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        gpu = pynvml.nvmlDeviceGetHandleByIndex(i)
+        assert pynvml.nvmlDeviceGetMaxMigDeviceCount(gpu) == A100_80GB_1G_INSTANCES
+        uuids = {pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, k))
+                 for k in range(A100_80GB_1G_INSTANCES)}
+        assert len(uuids) == A100_80GB_1G_INSTANCES and all(u.startswith("MIG-") for u in uuids), uuids

@@ -226,6 +226,23 @@ def test_nvlink_dgx_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
         assert error_of(partial(n.nvmlDeviceGetNvLinkState, h, 18)) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+def test_nvlink_between_two_gpus_names_the_peer_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """cxl-pool's two H200 NVL are bridged GPU to GPU (18 links, no NVSwitch). nvml.h: the remote PCI info is "the
+    PCI information for the remote node on a NvLink link", so across a bridge it is the peer GPU's own, exactly
+    what nvmlDeviceGetPciInfo of that GPU reports (device and subsystem id included), and the remote device type
+    is NVML_NVLINK_DEVICE_TYPE_GPU."""
+    n = pynvml_module
+    snap = nvml("cxl-pool")
+    own = {g.id: n.nvmlDeviceGetPciInfo(h) for g, h in zip(snap.node.gpus, handles(n), strict=True)}
+    for gpu, h in zip(snap.node.gpus, handles(n), strict=True):
+        assert gpu.ports
+        for port in gpu.ports:
+            assert n.nvmlDeviceGetNvLinkRemoteDeviceType(h, port.port) == n.NVML_NVLINK_DEVICE_TYPE_GPU
+            remote, peer = n.nvmlDeviceGetNvLinkRemotePciInfo(h, port.port), own[port.remote_id]
+            assert (remote.busId, remote.pciDeviceId, remote.pciSubSystemId) == \
+                (peer.busId, peer.pciDeviceId, peer.pciSubSystemId), port
+
+
 def test_nvlink_errors_and_per_process_reset(nvml: Nvml, pynvml_module: ModuleType) -> None:
     n = pynvml_module
     fault = {"kind": "nvlink-errors", "device": "gpu1", "link": 4, "counter": "crc-data", "increment": 37}
@@ -392,6 +409,19 @@ def test_fabric_outside_any_fabric(nvml: Nvml, pynvml_module: ModuleType) -> Non
 
 
 # --------------------------------------------------------------------------------------------------- ECC, health
+
+
+def test_one_uncorrectable_error_leaves_a_row_remap_pending(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """NVIDIA's GPU memory error management guide (row remapping): an uncorrectable error marks its row for
+    remapping, and the remap stays pending until the GPU is reset. The first one already does: nvml.h's
+    nvmlDeviceGetRemappedRows reports ``isPending`` 1 and one uncorrectable remap. A GPU without errors has none
+    pending: the real H100's capture prints ``remapped_row_unc`` 0, ``remapped_row_pending`` No."""
+    n = pynvml_module
+    nvml("dgx-h100", faults=[{"kind": "ecc", "device": "gpu2", "type": "dbe", "count": 1}])
+    _corr, unc, pending, failure = n.nvmlDeviceGetRemappedRows(handles(n)[2])
+    assert (unc, pending, failure) == (1, 1, 0)
+    _corr, unc, pending, failure = n.nvmlDeviceGetRemappedRows(handles(n)[0])
+    assert (unc, pending, failure) == (0, 0, 0)
 
 
 def test_ecc_retired_pages_remapped_rows_field_values(nvml: Nvml, pynvml_module: ModuleType,

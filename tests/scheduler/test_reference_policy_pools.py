@@ -40,3 +40,49 @@ def test_only_pods_of_lower_priority_are_preempted() -> None:
     assert policy.victims(req(gpus=1, priority=99), name, []) is None
     victims = policy.victims(req(gpus=1, priority=101), name, [])
     assert victims is not None and len(victims) == 1, victims
+
+
+def test_preemption_is_offered_only_where_evicting_the_bursts_makes_room() -> None:
+    """docs/scheduler.md: "A reservation that fits once bursts are evicted is answered in FailedNodes ("preempting
+    them makes room")": kube-scheduler then preempts. Kubernetes preempts only where removing lower-priority pods
+    lets the pod fit, so a reservation that would not fit even with every burst gone gets no victims. The node's
+    grace-lpddr already holds another reservation's memory, which no eviction frees. The extender decides with
+    node templates and a verdict cache kept across decisions (testbed/reference/extender/server.py does)."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    cfg = nodes[name].policy
+    lpddr, peer = nodes[name].pool("grace-lpddr"), nodes[name].pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    held_by_reservation = cfg.admission_cap(lpddr.available) // 4
+    pods = [bound("b", "burst1", name, (0,), grants={"grace-lpddr": cfg.burst_cap(lpddr.available) // 2,
+                                                     "nvl72-peer-hbm": cfg.burst_cap(peer.available) // 2}),
+            bound("r", "res1", name, (1,), priority=1000, kind="reservation",
+                  grants={"grace-lpddr": held_by_reservation})]
+    templates = {n: "gb200-tray" for n in nodes}
+    policy = Policy(snapshot(nodes, pods, Flags()), templates, {})
+    hbm = nodes[name].gpus[0].memory
+    after_eviction = (cfg.admission_cap(lpddr.available) - held_by_reservation) + cfg.admission_cap(peer.available)
+    fits_then = req(gpus=1, memory=hbm + after_eviction, priority=1000)
+    r = policy.evaluate(fits_then, name)
+    assert isinstance(r, Refusal) and r.resolvable and "preempting them" in r.reason, r
+    assert policy.victims(fits_then, name, []) == ["uid-burst1"]
+    never = req(gpus=1, memory=hbm + after_eviction + 2**20, priority=1000)
+    r = policy.evaluate(never, name)
+    assert isinstance(r, Refusal) and not r.resolvable, r
+    assert policy.victims(never, name, []) is None
+
+
+def test_filter_sorts_nodes_into_the_three_lists_kube_scheduler_reads() -> None:
+    """kube-scheduler's extender protocol (k8s.io/kube-scheduler/extender/v1, ExtenderFilterResult): ``NodeNames``
+    fit; ``FailedNodes`` do not, but preemption may help; ``FailedAndUnresolvableNodes`` do not and preemption
+    cannot help. Here: a free node fits; a node whose 8 GPUs lower-priority pods hold is resolvable (docs/
+    scheduler.md: "resolvable when lower-priority pods hold enough"); one whose GPUs pods of higher priority hold
+    is not."""
+    nodes = infos("dgx-h100", nodes=3)
+    free, low, high = sorted(nodes)
+    pods = [bound("x", f"l{i}", low, (i,), priority=1) for i in range(8)]
+    pods += [bound("x", f"h{i}", high, (i,), priority=1000) for i in range(8)]
+    passed, failed, unresolvable = Policy(snapshot(nodes, pods, Flags())).filter(req(gpus=1, priority=10),
+                                                                                   [free, low, high])
+    assert passed == [free]
+    assert list(failed) == [low] and list(unresolvable) == [high], (failed, unresolvable)

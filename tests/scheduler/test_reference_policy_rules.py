@@ -141,6 +141,8 @@ def test_a_node_without_gpus_serves_the_whole_memory_from_its_pools() -> None:
     policy = Policy(snapshot({name: cpu_only}, [], Flags()))
     p = _placement(policy, name, gpus=0, memory=2**30)
     assert sum(p.grants.values()) == 2**30 and p.gpus == ()
+    # docs/scheduler.md: isolationPenalty is the share of the node's GPUs other tenants hold: none of none.
+    assert p.isolation == 0.0, p
 
 
 def test_gang_members_that_need_pool_memory_share_a_node_when_the_pools_allow() -> None:
@@ -177,3 +179,32 @@ def test_a_booked_member_still_sees_other_nodes_as_they_are() -> None:
     member = req(gpus=4, gang="g", gang_size=2, name="m2")
     assert later.own_slots(member, a) == 1 and later.own_slots(member, b) == 0
     assert all(isinstance(v, Placement) for v in later.evaluate_many(member, [a, b]).values())
+
+
+def test_the_spread_mutant_inverts_the_scores() -> None:
+    """docs/scheduler.md's mutant table: ``spread`` "prefers the worst node of the cost model (inverted scores)",
+    which is what makes it fail SCHED-TOPO-001/002 and ISO-005. Of two DGX H100 nodes, the one where another tenant
+    holds a GPU costs more (isolation penalty): the reference scores the other one higher, spread this one."""
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    pods = [bound("x", "x1", a, (0,))]
+    reference = Policy(snapshot(nodes, pods, Flags())).prioritize(req(gpus=1), [a, b])
+    spread = Policy(snapshot(nodes, pods, Flags(spread=True))).prioritize(req(gpus=1), [a, b])
+    assert reference[b] > reference[a], reference
+    assert spread[a] > spread[b], spread
+
+
+def test_a_gang_booking_on_a_node_without_pods_keeps_its_gpus() -> None:
+    """docs/scheduler.md (SCHED-ISO-006, gang bookings): GPUs booked for a gang's pending members are not given to
+    others. The gang's first member is bound on tray a; its plan books tray b, where nothing runs yet, for the second
+    member (4 GPUs, no pool memory): another tenant's pod does not get a GPU of b, the second member does."""
+    nodes = infos("gb200-nvl72")
+    a = sorted(nodes)[0]
+    b = next(n for n in sorted(nodes) if n != a and nodes[n].domain == nodes[a].domain)
+    lead = bound("t", "m1", a, (0, 1, 2, 3), gang="g", gang_size=2)
+    lead["metadata"]["annotations"].update(Holding(a, (0, 1, 2, 3), {}, "burst", gang_domain=nodes[a].domain,
+                                                   gang_token="tok", gang_plan=(a, b)).annotations())
+    policy = Policy(snapshot(nodes, [lead], Flags()))
+    assert not isinstance(policy.evaluate(req(ns="other", gpus=1), b), Placement)
+    member = req(gpus=4, gang="g", gang_size=2, name="m2")
+    assert isinstance(policy.evaluate(member, b, policy.own_slots(member, b)), Placement)
