@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import http.client
 import json
+import os
 import random
 import socket
 import threading
@@ -146,7 +147,7 @@ class AgentClient(AgentApi):
         """Close the calling thread's kept connection (others close when their thread's client goes away)."""
         conn = getattr(self._kept, "conn", None)
         self._kept.conn = None
-        if conn is not None:
+        if conn is not None and getattr(self._kept, "pid", None) == os.getpid():
             conn.close()
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
@@ -181,6 +182,8 @@ class AgentClient(AgentApi):
     def _attempt(self, method: str, path: str, data: bytes | None, headers: dict[str, str], timeout: float) -> Any:
         kept: http.client.HTTPConnection | None = getattr(self._kept, "conn", None)
         self._kept.conn = None
+        if kept is not None and getattr(self._kept, "pid", None) != os.getpid():
+            kept = None  # inherited through fork: the parent's socket, not ours to use (nor to close)
         if kept is not None:
             try:
                 resp, raw = self._exchange(kept, method, path, data, headers, timeout)
@@ -226,7 +229,7 @@ class AgentClient(AgentApi):
         if resp.will_close:
             conn.close()
         else:
-            self._kept.conn = conn
+            self._kept.conn, self._kept.pid = conn, os.getpid()
         return resp, raw
 
     def _answer(self, resp: http.client.HTTPResponse, raw: bytes) -> Any:
