@@ -16,6 +16,7 @@ gRPC) and on a 72-GPU NVLink domain.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -48,11 +49,13 @@ def suite(profile: str, *extra: str) -> tuple[float, dict[str, object]]:
 def suite_times() -> None:
     print("suite wall time per profile, local backend, isolation fuzz included (target < 60 s)")
     for profile in PROFILES:
+        load = os.getloadavg()[0]  # the machine is shared: a figure means little without the load it ran under
         took, doc = suite(profile)
         tests = doc.get("tests", [])
         passed = sum(1 for t in tests if t["outcome"] == "passed")  # type: ignore[index]
         moot = sum(1 for t in tests if t["outcome"] == "not-applicable")  # type: ignore[index]
-        row(profile, f"{took:6.1f} s", f"{passed}/{len(tests)} checks passed, {moot} not applicable")
+        row(profile, f"{took:6.1f} s", f"{passed}/{len(tests)} checks passed, {moot} not applicable",
+            f"load {load:.1f} -> {os.getloadavg()[0]:.1f}")
 
 
 def fuzz_throughput(examples: int = 6, steps: int = 12) -> None:

@@ -204,6 +204,8 @@ FORGERIES: dict[str, tuple[Callable[[Forger], None], str]] = {
     "field manifest": (lambda f: f.edit_json("report.json", _swap_manifest), "sha256 mismatch"),
     "field summary": (lambda f: f.edit_json("report.json", lambda d: d["summary"].update(failed=0)),
                       "summary counts do not match the results: failed 0 (results: 1)"),
+    "field summary, a status dropped": (lambda f: f.edit_json("report.json", lambda d: d["summary"].pop("failed")),
+                                        "summary counts do not match the results: failed 0 (results: 1)"),
     "field verdicts": (lambda f: f.edit_json("report.json", lambda d: d["verdicts"].update(overall="certified")),
                        "overall certified (results give not-certified)"),
     "field results": (lambda f: f.edit_json("report.json", _flip), "sha256 mismatch"),

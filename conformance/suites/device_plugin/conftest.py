@@ -30,6 +30,7 @@ from conformance.suites.device_plugin.support import DEFAULT_SEED, REFERENCE_COM
 from fakehw import __version__
 from testbed import component_user
 from testbed.api import Testbed
+from testbed.backends import NodeInfo
 from testbed.cluster import remove_tree_in_background
 from testbed.kubelet.kubelet import PluginViolation, Timeouts
 
@@ -117,9 +118,6 @@ def dp_testbed(dp_options: SuiteOptions) -> Iterator[Testbed]:
     component_user.share_read(state)  # the node's view, read by a component run as another user
     tb = Testbed.up(dp_options.profile, backend=dp_options.backend, name="dp", state_dir=state)
     try:
-        for node in tb.nodes():  # the NVML snapshot sits in the agent's private directory
-            if node.env.get("FAKEHW_NVML_SNAPSHOT"):
-                component_user.share_traverse(Path(node.env["FAKEHW_NVML_SNAPSHOT"]), state)
         yield tb
     finally:
         _down(tb, state)
@@ -131,17 +129,27 @@ def _down(tb: Testbed, state: Path) -> None:
     remove_tree_in_background(state)
 
 
+def _plugin_node(tb: Testbed, options: SuiteOptions) -> NodeInfo:
+    """The node the plugin runs on, chosen from the model, with only its files made: the other nodes of the
+    profile are never looked at, and making every tray of a rack (``tb.nodes()``) cost most of a gb200-nvl72 run."""
+    names = [n.name for n in tb.system.nodes if n.gpus]
+    if options.node:
+        names = [n.name for n in tb.system.nodes if n.name == options.node]
+        if not names:
+            raise pytest.UsageError(f"--dp-node {options.node}: no such node in {options.profile}")
+    if not names:
+        raise pytest.UsageError(f"profile {options.profile} has no node with GPUs")
+    node = tb.node(names[0])
+    snapshot = node.env.get("FAKEHW_NVML_SNAPSHOT")
+    if snapshot:  # the NVML snapshot sits in the agent's private directory
+        component_user.share_traverse(Path(snapshot), tb.record.dir.parent)
+    return node
+
+
 @pytest.fixture(scope="session")
 def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict[str, Any]) -> Iterator[
         PluginUnderTest]:
-    nodes = [n for n in dp_testbed.nodes() if n.gpus > 0]
-    if dp_options.node:
-        nodes = [n for n in dp_testbed.nodes() if n.name == dp_options.node]
-        if not nodes:
-            raise pytest.UsageError(f"--dp-node {dp_options.node}: no such node in {dp_options.profile}")
-    if not nodes:
-        raise pytest.UsageError(f"profile {dp_options.profile} has no node with GPUs")
-    node = nodes[0]
+    node = _plugin_node(dp_testbed, dp_options)
     workdir = Path(tempfile.mkdtemp(prefix="fhw-dpk-", dir="/tmp"))
     component_user.share_read(workdir)
     scratch = workdir

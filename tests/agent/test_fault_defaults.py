@@ -1,0 +1,40 @@
+"""A thermal fault without a temperature heats the GPU to 1 C past its slowdown threshold (docs/agent.md, fault
+kinds), judged against the real board: the T4 capture (../shared/reference/captures/qx-t4.xml, nvidia-smi -q -x)
+reports gpu_temp_slow_threshold 93 C and gpu_temp_max_threshold (shutdown) 96 C, so the default is 94 C: slowed
+down, not shut down."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from fakehw.agent.faults import FAULT_ADAPTER, Thermal, check_target, with_device_defaults
+from fakehw.model import load_profile
+from tests.nvml.captures import capture_dir
+
+
+def _threshold(name: str) -> int:
+    captures = capture_dir()
+    if captures is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    text = ET.parse(captures / "qx-t4.xml").getroot().findtext(f"gpu/temperature/{name}")
+    assert text is not None and text.endswith(" C"), text
+    return int(text.split()[0])
+
+
+def test_a_thermal_fault_defaults_to_one_degree_past_the_real_boards_slowdown() -> None:
+    slowdown, shutdown = _threshold("gpu_temp_slow_threshold"), _threshold("gpu_temp_max_threshold")
+    node = load_profile("t4-cloud").nodes[0]
+    fault = FAULT_ADAPTER.validate_python({"kind": "thermal", "device": node.gpus[0].name})
+    check_target(fault, node)
+    filled = with_device_defaults(fault, node)
+    assert isinstance(filled, Thermal)
+    assert filled.temperature_c == slowdown + 1 == 94 and filled.temperature_c < shutdown
+
+
+def test_a_thermal_fault_with_a_temperature_keeps_it() -> None:
+    node = load_profile("t4-cloud").nodes[0]
+    fault = FAULT_ADAPTER.validate_python({"kind": "thermal", "device": node.gpus[0].name, "temperature_c": 70})
+    filled = with_device_defaults(fault, node)
+    assert isinstance(filled, Thermal) and filled.temperature_c == 70

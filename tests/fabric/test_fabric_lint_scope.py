@@ -1,0 +1,90 @@
+"""What a lint finding says about its reach: the element and line that set the value, how many ports/NICs and paths it
+reaches (docs/fabric.md: "A setting that is wrong on many ports gives one finding at the line that set it, with
+the number of ports and paths it reaches and one example path").
+
+The expected counts are worked out by hand from the built-in ``dgx-h100-rail`` as docs/fabric.md describes it:
+4 DGX H100 nodes, one leaf per rail (8 leaves, one port per node each: 32 host-facing ports), every pair of NICs of
+a rail a RoCE path (4 nodes: 6 per rail, 48 in all).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fakehw.fabric import load_fabric
+from fakehw.fabric.lint import lint
+
+
+def _one_finding(tmp_path: Path, text: str) -> str:
+    f = tmp_path / "f.yaml"
+    f.write_text(text)
+    (finding,) = lint(load_fabric(f)).findings
+    return str(finding)
+
+
+def test_a_wrong_default_is_one_finding_at_defaults_reaching_every_port(tmp_path: Path) -> None:
+    line = _one_finding(tmp_path, "extends: dgx-h100-rail\nname: x\ndefaults:\n  qos: {pfcPriorities: []}\n")
+    assert line.startswith(f"{tmp_path / 'f.yaml'}:4: error FAB-PFC-001: defaults: "), line
+    assert line.endswith("[32 ports/NICs; 48 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0]"), line
+
+
+def test_a_host_setting_on_two_nics_counts_both_and_their_paths(tmp_path: Path) -> None:
+    """Two rail-0 NICs lose PFC: 2 NICs; of rail 0's 6 paths all but dgx-h100-2 <-> dgx-h100-3 touch one: 5."""
+    line = _one_finding(tmp_path, 'extends: dgx-h100-rail\nname: x\nhosts:\n'
+                                  '  "dgx-h100-[01]/mlx5_0": {roce: {pfcPriorities: []}}\n')
+    assert ": error FAB-PFC-001: dgx-h100-0/mlx5_0: " in line, line
+    assert line.endswith("[2 ports/NICs; 5 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0]"), line
+
+
+def test_a_single_port_finding_names_the_port_and_no_port_count(tmp_path: Path) -> None:
+    """One port at 5000 under 9000-byte NICs: leaf-rail0/p0 faces dgx-h100-0, so the 3 rail-0 paths from it."""
+    line = _one_finding(tmp_path, "extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail0\n"
+                                  "    ports:\n      - {name: p0, mtu: 5000}\n")
+    assert line.startswith(f"{tmp_path / 'f.yaml'}:6: warning FAB-MTU-001: leaf-rail0/p0: "), line
+    assert line.endswith(" [3 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0]"), line
+
+
+@pytest.mark.parametrize("node", [1, 2, 3])
+def test_the_example_path_of_one_bad_nic_starts_at_the_first_nic_of_its_rail(tmp_path: Path, node: int) -> None:
+    """One rail-0 NIC without PFC reaches its 3 paths to the other rail-0 NICs; the example is the first of them in
+    node order (docs/fabric.md), the one from dgx-h100-0 (for dgx-h100-0 itself: to dgx-h100-1)."""
+    line = _one_finding(tmp_path, f'extends: dgx-h100-rail\nname: x\nhosts:\n'
+                                  f'  "dgx-h100-{node}/mlx5_0": {{roce: {{pfcPriorities: []}}}}\n')
+    assert f": error FAB-PFC-001: dgx-h100-{node}/mlx5_0: " in line, line
+    assert line.endswith(f" [3 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-{node}/mlx5_0]"), line
+
+
+def test_the_example_path_of_the_first_nic_goes_to_the_second(tmp_path: Path) -> None:
+    line = _one_finding(tmp_path, 'extends: dgx-h100-rail\nname: x\nhosts:\n'
+                                  '  "dgx-h100-0/mlx5_0": {roce: {pfcPriorities: []}}\n')
+    assert line.endswith(" [3 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0]"), line
+
+
+def test_a_port_facing_the_last_nic_of_a_rail_counts_its_three_paths(tmp_path: Path) -> None:
+    """leaf-rail0/p3 faces dgx-h100-3 (the far end of its paths): 3 paths, the example from dgx-h100-0; the report's
+    path summary splits rail 0's 6 paths and the other rails' 42 as 45 at 9000 and 3 at 5000."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail0\n    ports:\n"
+                 "      - {name: p3, mtu: 5000}\n")
+    report = lint(load_fabric(f))
+    (finding,) = report.findings
+    assert str(finding).endswith(" [3 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-3/mlx5_0]"), finding
+    text = report.format()
+    assert "paths: 45 x path MTU 9000:" in text and "paths: 3 x path MTU 5000:" in text, text
+
+
+def test_the_healthy_rail_fabric_summarises_its_48_paths() -> None:
+    text = lint(load_fabric("dgx-h100-rail")).format()
+    assert "48 RoCE path(s)" in text and "paths: 48 x path MTU 9000: RoCE MTU 4096 fits" in text, text
+
+
+def test_a_nic_with_another_dscp_is_told_what_its_peers_use(tmp_path: Path) -> None:
+    """dgx-h100-rail marks RoCE DSCP 26 on priority 3 (docs/fabric.md's example config: dscpToPriority {26: 3});
+    a NIC sending DSCP 24 is told its peers' DSCP 26 / priority 3."""
+    f = tmp_path / "f.yaml"
+    f.write_text('extends: dgx-h100-rail\nname: x\nhosts:\n  "dgx-h100-2/mlx5_0": {roce: {dscp: 24}}\n')
+    messages = [x.message for x in lint(load_fabric(f)).findings if x.element == "dgx-h100-2/mlx5_0"]
+    assert messages == ["the NIC sends RoCE with DSCP 24 / priority 3, most of its VLAN 100 peers with DSCP 26 / "
+                        "priority 3"], messages
