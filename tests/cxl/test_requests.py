@@ -229,7 +229,10 @@ def test_release_and_unmap_need_the_grants_token(platform: Platform) -> None:
 def test_a_mapping_without_a_valid_token_is_refused_and_logged(platform: Platform) -> None:
     g = platform.grant(H0, "cxl-local", {"tenant": "a", "size": "1GiB"}, "reservation")
     other = platform.grant(H0, "hbm", {"tenant": "a", "size": "1GiB"}, "reservation")
-    tampered = g["token"][:-2] + ("A" if not g["token"].endswith("A") else "B") + g["token"][-1]
+    # One character of the secret changed (the one replaced must differ from it: a random secret's second-to-last
+    # character is "A" one time in 64, which made the "tampered" token the real one).
+    tampered = g["token"][:-2] + ("A" if g["token"][-2] != "A" else "B") + g["token"][-1]
+    assert tampered != g["token"]
     cases = [
         ({"who": "pod-1"}, "no access token"),
         ({"who": "pod-1", "token": "not-a-token"}, "unknown or malformed access token"),
