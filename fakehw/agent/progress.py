@@ -3,7 +3,7 @@
 A big fleet takes a while to load (about a millisecond per node to expand the model) and a state dir with
 rendered nodes takes a while to bring up to date, so a waiter cannot use a fixed time limit that a bigger fleet
 would have to beat. Instead the agent says what it is doing (phase, done of total) and the waiter gives up only
-when nothing moves (see :func:`testbed.backends.local.LocalBackend.start_agent`). The file is rewritten atomically
+when nothing moves (see :mod:`testbed.backends.startwatch`). The file is rewritten atomically
 at most every :data:`INTERVAL_S` and on every change of phase; it is advice, not state (never fsynced).
 """
 

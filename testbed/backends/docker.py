@@ -41,12 +41,12 @@ from typing import Any
 
 from fakehw import livefs
 from fakehw.agent.client import AgentClient, AgentRequestError
-from fakehw.agent.progress import read_progress
 from fakehw.livefs.nodes import NodeMounts
 from fakehw.model import System
 from fakehw.model.system import Node
 from testbed import nodeview
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
+from testbed.backends.startwatch import STALL_S, StartWatch, cgroup_cpu_seconds
 from testbed.cluster import ClusterRecord, remove_tree_in_background
 
 LABEL_TESTBED = "org.fakehw.testbed"
@@ -66,53 +66,10 @@ CONTAINER_LIVE_SYS = "/run/fakehw/sys"
 """Where a node container gets the node's live ``/sys`` (the host's FUSE mount, :mod:`fakehw.livefs`), which the
 node view then mounts over ``/sys``."""
 OPTIONS = ("gpus", "image", "timeout")
-STALL_S = 60.0
 """A starting node is given up on when, for this long, its agent neither answered, reported progress, nor its
 container used CPU (Python starts 5-10x slower under QEMU user mode, and slower still on a loaded machine: a
 fixed limit is either too short there or far too long for a node that is stuck)."""
 OCI_FAILURE = b"OCI runtime exec failed"
-
-
-class _ContainerWatch:
-    """Whether a starting node container moves: its agent's progress file changes or the container uses CPU."""
-
-    def __init__(self, agent_dir: Path):
-        self.agent_dir = agent_dir
-        self.last: tuple[object, int] | None = None
-        self.moved = time.monotonic()
-
-    def poll(self, pid: int) -> None:
-        mark = (read_progress(self.agent_dir), _cgroup_cpu_ns(pid))
-        if mark != self.last:
-            self.last, self.moved = mark, time.monotonic()
-
-    def stalled_for(self) -> float:
-        return time.monotonic() - self.moved
-
-
-def _cgroup_cpu_ns(pid: int) -> int:
-    """CPU used by the cgroup of ``pid`` (the container's, so every process in it counts), 0 when unknown.
-
-    cgroup v1 (``cpuacct.usage``, ns) and v2 (``cpu.stat`` ``usage_usec``) are both read: HOST.md's machines run v1,
-    GitHub's runners v2."""
-    if pid <= 0:
-        return 0
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return 0
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        try:
-            if "cpuacct" in controllers.split(","):
-                return int(Path(f"/sys/fs/cgroup/cpuacct{path}/cpuacct.usage").read_text())
-            if controllers == "":
-                for stat in Path(f"/sys/fs/cgroup{path}/cpu.stat").read_text().splitlines():
-                    if stat.startswith("usage_usec "):
-                        return int(stat.split()[1]) * 1000
-        except (OSError, ValueError):
-            continue
-    return 0
 
 
 @dataclass(frozen=True)
@@ -210,6 +167,8 @@ def _gpu_names(spec: Any, node: Node) -> tuple[str, ...]:
 
 class DockerBackend(Backend):
     name = "docker"
+    stall_s = STALL_S
+    """How long a starting node may stand still before ``up`` gives up (see :mod:`testbed.backends.startwatch`)."""
 
     # ------------------------------------------------------------------------------------------ up
 
@@ -504,7 +463,7 @@ class DockerBackend(Backend):
         took 59 s in a quiet CI run and over 110 s at load 19): a node is given up on when, for
         :data:`STALL_S`, its agent neither answered, reported progress, nor its container used any CPU."""
         deadline = time.monotonic() + timeout if timeout else None
-        watches = {node: _ContainerWatch(self._agent_dir(record, node)) for node in nodes}
+        watches = {node: StartWatch(self._agent_dir(record, node), self.stall_s) for node in nodes}
         while watches:
             for node, watch in list(watches.items()):
                 try:
@@ -518,10 +477,10 @@ class DockerBackend(Backend):
                     code = container.attrs.get("State", {}).get("ExitCode")
                     raise BackendError(f"node {node}: its container exited with status {code} while its agent "
                                        f"was starting; its log ends:\n{_log_tail(container)}")
-                watch.poll(container.attrs.get("State", {}).get("Pid") or 0)
-                if deadline is None and watch.stalled_for() > STALL_S:
-                    raise BackendError(f"the agent of {node} stopped making progress while starting (nothing "
-                                       f"moved for {STALL_S:.0f} s; logs: docker logs {container.name})")
+                watch.poll(cgroup_cpu_seconds(container.attrs.get("State", {}).get("Pid") or 0))
+                if deadline is None and watch.stalled():
+                    raise BackendError(f"the agent of {node} stopped making progress while starting "
+                                       f"({watch.describe()}; logs: docker logs {container.name})")
             if not watches:
                 break
             if deadline is not None and time.monotonic() > deadline:

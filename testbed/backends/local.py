@@ -20,17 +20,16 @@ from typing import Any
 
 from fakehw import livefs
 from fakehw.agent.client import AgentClient, AgentRequestError
-from fakehw.agent.progress import read_progress
 from fakehw.agent.trust import private_dir
 from fakehw.livefs.nodes import NodeMounts
 from fakehw.model import System, load_profile
 from fakehw.model.system import Node
 from testbed import nodeview
 from testbed.backends.base import Backend, BackendError, BackendInputError, NodeInfo, UpRequest, load_request_profile
+from testbed.backends.startwatch import STALL_S, StartWatch, process_cpu_seconds
 from testbed.cluster import ClusterRecord, remove_tree_in_background, trusted_state_dir
 from testbed.environment import merged_environment, node_environment
 
-STALL_S = 60.0
 """The agent is given up on when, for this long, it neither answered, reported progress, nor used any CPU: a bigger
 fleet takes longer to start but never stands still (see :mod:`fakehw.agent.progress`)."""
 RENDER_BATCH = 16
@@ -74,45 +73,10 @@ def _pid_alive(pid: int | None) -> bool:
         return True
 
 
-class _StartWatch:
-    """Whether a starting agent moves: its progress file changes or it uses CPU."""
-
-    def __init__(self, pid: int, state_dir: Path):
-        self.pid = pid
-        self.state_dir = state_dir
-        self.last: tuple[object, float] | None = None
-        self.moved = time.monotonic()
-        self.progress: dict[str, Any] | None = None
-
-    def poll(self) -> dict[str, Any] | None:
-        """The agent's progress when it changed since the last poll."""
-        progress = read_progress(self.state_dir)
-        mark = (progress, _cpu_seconds(self.pid))
-        if mark == self.last:
-            return None
-        changed = self.last is None or mark[0] != self.last[0]
-        self.last, self.moved = mark, time.monotonic()
-        self.progress = progress
-        return progress if changed else None
-
-    def stalled_for(self) -> float:
-        return time.monotonic() - self.moved
-
-    def describe(self) -> str:
-        p = self.progress or {}
-        return f"last: {p.get('phase', 'starting')} {p.get('done', 0)}/{p.get('total', 0)}"
-
-
-def _cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 class LocalBackend(Backend):
     name = "local"
+    stall_s = STALL_S
+    """How long a starting agent may stand still before ``up`` gives up (see :mod:`testbed.backends.startwatch`)."""
 
     def __init__(self) -> None:
         self._systems: dict[tuple[str, int | None], System] = {}
@@ -176,7 +140,7 @@ class LocalBackend(Backend):
         record.agent_pid = proc.pid
         record.save()
         client = AgentClient(record.agent_socket, timeout=5.0, retries=0)
-        watch = _StartWatch(proc.pid, record.agent_dir)
+        watch = StartWatch(record.agent_dir, self.stall_s)
         while True:
             if proc.poll() is not None:
                 tail = log_path.read_text(errors="replace")[-2000:]
@@ -187,13 +151,13 @@ class LocalBackend(Backend):
                 return
             except AgentRequestError:
                 pass
-            progress = watch.poll()
+            progress = watch.poll(process_cpu_seconds(proc.pid))
             if progress is not None and report is not None:
                 report(progress)
-            if watch.stalled_for() > STALL_S:
+            if watch.stalled():
                 proc.kill()
-                raise BackendError(f"the agent stopped making progress while starting ({watch.describe()}; nothing "
-                                   f"moved for {STALL_S:.0f} s; log: {log_path})")
+                raise BackendError(f"the agent stopped making progress while starting ({watch.describe()}; "
+                                   f"log: {log_path})")
             time.sleep(0.05)
 
     def render(self, record: ClusterRecord, names: Sequence[str]) -> None:

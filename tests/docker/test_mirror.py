@@ -125,6 +125,13 @@ def mirror(tmp_path: Path) -> Iterator[LocalMirror]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+        _stop_gpg_agent(home)
+
+
+def _stop_gpg_agent(home: Path) -> None:
+    """gpg starts an agent for the signing key's home and leaves it running: stop it with the mirror."""
+    if shutil.which("gpgconf") is not None and home.exists():
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], check=False, capture_output=True)
 
 
 def test_inconsistent_index_is_found_and_described(mirror: LocalMirror) -> None:
