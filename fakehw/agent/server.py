@@ -297,7 +297,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             str(self.client_address[0])
 
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+        if log.isEnabledFor(logging.DEBUG):  # http.server logs every request: format it only when it is shown
+            log.debug("%s %s", self.address_string(), format % args)
 
     def setup(self) -> None:
         super().setup()

@@ -45,7 +45,7 @@ from fakehw.agent.idempotency import Answer, IdempotencyCache
 from fakehw.agent.journal import Journal, JournalWriteError
 from fakehw.agent.mig import MigManager
 from fakehw.agent.platform import Platform
-from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
+from fakehw.agent.state import ActiveFault, Event, NodeFaults, NodeState, derive_state, events_for
 from fakehw.agent.statedir import DISK_FULL_ERRNOS, DiskReserve, StateDirLock, is_disk_full
 from fakehw.agent.trust import private_dir
 from fakehw.model.system import Node, System
@@ -121,8 +121,9 @@ class AgentService:
         self._changed = threading.Condition(self.lock)
         # Applied (what readers see):
         self._faults: dict[str, ActiveFault] = {}
-        self._node_faults: dict[str, dict[str, ActiveFault]] = {n: {} for n in self._nodes}
-        """The active faults of each node, in injection order (a render must not walk the fleet's faults)."""
+        self._node_faults: dict[str, NodeFaults] = {n: NodeFaults() for n in self._nodes}
+        """The active faults of each node, in injection order and by device (a render walks neither the fleet's
+        faults nor all of its node's)."""
         self._events: deque[Event] = deque(maxlen=MAX_EVENTS)
         self._node_events: dict[str, deque[Event]] = {}
         """Each node's latest events (what its snapshot's event ring carries)."""
@@ -495,7 +496,7 @@ class AgentService:
 
     def _apply_inject(self, fault: ActiveFault, generation: int, events: list[Event]) -> None:
         self._faults[fault.id] = fault
-        self._node_faults[fault.node][fault.id] = fault
+        self._node_faults[fault.node].add(fault)
         self._add_events(events)
         self._generation[fault.node] = max(self._generation[fault.node], generation)
 
@@ -503,7 +504,7 @@ class AgentService:
         for name, change in per_node.items():
             for fid in change["ids"]:
                 self._faults.pop(fid, None)
-                self._node_faults[name].pop(fid, None)
+                self._node_faults[name].remove(fid)
             self._generation[name] = max(self._generation[name], int(change["generation"]))
         self._add_events(events)
 
@@ -521,8 +522,7 @@ class AgentService:
     def _derive(self, name: str) -> NodeState:
         """The node's state now (faults, platform, MIG), remembered for the API; files are not touched."""
         node = self._nodes[name]
-        faults = list(self._node_faults[name].values())
-        state = derive_state(node, faults, self._generation[name], self.system.seed,
+        state = derive_state(node, self._node_faults[name], self._generation[name], self.system.seed,
                              memo=self._gpu_memos.setdefault(name, {}))
         state = dataclasses.replace(state, platform=self.platform.attach(name, state),
                                     mig=self.mig.attach(name, state))
@@ -538,8 +538,7 @@ class AgentService:
 
     def _render(self, name: str, initial: bool = False) -> RenderResult:
         node = self._nodes[name]
-        faults = list(self._node_faults[name].values())
-        state = derive_state(node, faults, self._generation[name], self.system.seed,
+        state = derive_state(node, self._node_faults[name], self._generation[name], self.system.seed,
                              memo=self._gpu_memos.setdefault(name, {}))
         state = dataclasses.replace(state, platform=self.platform.attach(name, state),
                                     mig=self.mig.attach(name, state))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -192,6 +192,51 @@ class NodeState:
         }
 
 
+class NodeFaults:
+    """The active faults of one node in injection order, kept grouped the way :func:`derive_state` reads them (by
+    device, and the NVLink-down ones): the agent adds and removes one fault at a time, so deriving the state after
+    a change costs what the change touched instead of a walk over every active fault of the node (which made an
+    injection slower the more faults were active)."""
+
+    def __init__(self, faults: Iterable[ActiveFault] = ()):
+        self._all: dict[str, ActiveFault] = {}
+        self._by_device: dict[str, dict[str, ActiveFault]] = {}
+        self._links_down: dict[str, ActiveFault] = {}
+        for f in faults:
+            self.add(f)
+
+    def add(self, fault: ActiveFault) -> None:
+        self._all[fault.id] = fault
+        self._by_device.setdefault(fault.request.device, {})[fault.id] = fault
+        if isinstance(fault.request, NVLinkDown):
+            self._links_down[fault.id] = fault
+
+    def remove(self, fault_id: str) -> None:
+        fault = self._all.pop(fault_id, None)
+        if fault is None:
+            return
+        on_device = self._by_device[fault.request.device]
+        del on_device[fault_id]
+        if not on_device:
+            del self._by_device[fault.request.device]
+        self._links_down.pop(fault_id, None)
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def ordered(self) -> tuple[ActiveFault, ...]:
+        """Every fault of the node, in injection order."""
+        return tuple(self._all.values())
+
+    def on(self, device: str) -> tuple[ActiveFault, ...]:
+        """The faults of one device, in injection order."""
+        faults = self._by_device.get(device)
+        return tuple(faults.values()) if faults else ()
+
+    def links_down(self) -> tuple[ActiveFault, ...]:
+        return tuple(self._links_down.values())
+
+
 def _down_ports(node: Node, faults: Sequence[ActiveFault]) -> frozenset[tuple[str, int]]:
     down: set[tuple[str, int]] = set()
     for f in faults:
@@ -204,45 +249,43 @@ def _down_ports(node: Node, faults: Sequence[ActiveFault]) -> frozenset[tuple[st
     return frozenset(down)
 
 
-def derive_state(node: Node, faults: Sequence[ActiveFault], generation: int = 0, seed: int = 0,
+def derive_state(node: Node, faults: Sequence[ActiveFault] | NodeFaults, generation: int = 0, seed: int = 0,
                  memo: dict[str, Any] | None = None) -> NodeState:
     """The state of ``node`` with ``faults`` (those of this node, in injection order) applied.
 
     ``memo`` (kept by the caller between calls for one node): a GPU whose faults and the node's down NVLink ports
     are the same as at the last call keeps its state object, so a change to one GPU derives that one only (and
-    renderers that remember what they built from a GPU state see it unchanged)."""
-    by_device: dict[str, list[ActiveFault]] = defaultdict(list)
-    for f in faults:
-        by_device[f.request.device].append(f)
-    down = _down_ports(node, faults)
+    renderers that remember what they built from a GPU state see it unchanged). ``faults`` as a
+    :class:`NodeFaults` (the agent keeps one per node) spares grouping them again."""
+    grouped = faults if isinstance(faults, NodeFaults) else NodeFaults(faults)
+    down = _down_ports(node, grouped.links_down())
     if memo is None:
-        gpus = tuple(_gpu_state(node, g.name, by_device.get(g.name, []), down) for g in node.gpus)
+        gpus = tuple(_gpu_state(node, g.name, grouped.on(g.name), down) for g in node.gpus)
     else:
-        gpus = tuple(_remembered_gpu_state(node, g.name, by_device.get(g.name, []), down, memo) for g in node.gpus)
+        gpus = tuple(_remembered_gpu_state(node, g.name, grouped.on(g.name), down, memo) for g in node.gpus)
     memdevs = tuple(
         MemdevState(
             m.name,
-            not any(isinstance(f.request, CxlOffline) for f in by_device.get(m.name, [])),
-            tuple(f.id for f in by_device.get(m.name, [])),
+            not any(isinstance(f.request, CxlOffline) for f in grouped.on(m.name)),
+            tuple(f.id for f in grouped.on(m.name)),
         )
         for m in node.cxl.memdevs
     )
     pools = tuple(
         PoolState(
             p.name,
-            max(0, p.capacity - sum(f.request.bytes for f in by_device.get(p.name, [])
-                                    if isinstance(f.request, PoolShrink))),
+            max(0, p.capacity - sum(f.request.bytes for f in grouped.on(p.name) if isinstance(f.request, PoolShrink))),
             p.capacity,
-            tuple(f.id for f in by_device.get(p.name, [])),
+            tuple(f.id for f in grouped.on(p.name)),
         )
         for p in node.memory_pools
     )
-    return NodeState(node.name, generation, seed, gpus, memdevs, pools, tuple(faults), down)
+    return NodeState(node.name, generation, seed, gpus, memdevs, pools, grouped.ordered(), down)
 
 
-def _remembered_gpu_state(node: Node, name: str, faults: list[ActiveFault], down: frozenset[tuple[str, int]],
+def _remembered_gpu_state(node: Node, name: str, faults: tuple[ActiveFault, ...], down: frozenset[tuple[str, int]],
                           memo: dict[str, Any]) -> GpuState:
-    key = (tuple(f.id for f in faults), down)  # fault ids are never reused and faults never change
+    key = (faults, down)  # faults never change and their ids are never reused: equal tuples, the same faults
     hit = memo.get(name)
     if hit is not None and hit[0] == key:
         return hit[1]  # type: ignore[no-any-return]
@@ -251,7 +294,7 @@ def _remembered_gpu_state(node: Node, name: str, faults: list[ActiveFault], down
     return state
 
 
-def _gpu_state(node: Node, name: str, faults: list[ActiveFault], down: frozenset[tuple[str, int]]) -> GpuState:
+def _gpu_state(node: Node, name: str, faults: Sequence[ActiveFault], down: frozenset[tuple[str, int]]) -> GpuState:
     gpu = node.gpu(name)
     assert gpu is not None
     sku = gpu.sku

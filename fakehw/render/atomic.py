@@ -16,7 +16,6 @@ import contextlib
 import json
 import operator
 import os
-import queue
 import tempfile
 import threading
 from collections.abc import Callable
@@ -34,23 +33,37 @@ class Releaser:
     would pay it on every fault, inside the time a consumer waits for the fault to show. Holding the old file open
     across the rename and closing it here moves that cost off the path (the rename itself then costs microseconds).
     At most ``limit`` handles wait; beyond that the caller closes inline (the disk sets the pace, memory stays
-    bounded)."""
+    bounded).
+
+    The thread is woken once per batch, not once per handle: only the handle that finds the list empty wakes it,
+    and it closes everything that gathered meanwhile (a wake per replaced file, two or three per render, cost the
+    agent a thread switch each). It does not linger to gather more: a close postponed by milliseconds lands in
+    the middle of the next change's rename and fsync, which then wait behind it (measured: sequential
+    inject -> answered p50 3.6 -> 8 ms with a 5 ms linger)."""
 
     def __init__(self, limit: int = 4096):
-        self._queue: queue.Queue[int | None] = queue.Queue(maxsize=limit)
-        self._thread: threading.Thread | None = None
+        self._limit = limit
+        self._pending: list[int] = []
         self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
 
     def later(self, fd: int) -> None:
         """Close ``fd`` soon (inline when too many wait)."""
+        wake = False
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="fakehw-releaser", daemon=True)
-                self._thread.start()
-        try:
-            self._queue.put_nowait(fd)
-        except queue.Full:
+            inline = len(self._pending) >= self._limit
+            if not inline:
+                self._pending.append(fd)
+                wake = len(self._pending) == 1
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="fakehw-releaser", daemon=True)
+                    self._thread.start()
+        if inline:
             os.close(fd)
+        elif wake:
+            self._wake.set()
 
     def hold(self, path: Path | str) -> int | None:
         """A handle on the regular file at ``path`` (None when there is none), to pass to :meth:`later` once
@@ -62,30 +75,42 @@ class Releaser:
 
     def _run(self) -> None:
         while True:
-            fd = self._queue.get()
-            if fd is None:
+            self._wake.wait()
+            with self._lock:
+                self._wake.clear()
+                batch, self._pending = self._pending, []
+                stop = self._stop
+            for fd in batch:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            if stop:
                 return
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
     def close(self) -> None:
         """Close everything waiting and stop the thread."""
         with self._lock:
             thread, self._thread = self._thread, None
+            self._stop = thread is not None
         if thread is not None:
-            self._queue.put(None)
+            self._wake.set()
             thread.join()
+        with self._lock:
+            batch, self._pending, self._stop = self._pending, [], False
+        for fd in batch:  # given after the thread took its last batch
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o644, same: Callable[[bytes, bytes], bool] = operator.eq,
-                 durable: bool = False, release: Releaser | None = None) -> bool:
+                 durable: bool = False, release: Releaser | None = None, compare: bool = True) -> bool:
     """Write ``data`` to ``path`` atomically; return False (and write nothing) when it already holds the same
     (``same(old, new)``; byte equality unless the format has fields that may differ without meaning anything).
 
     ``durable``: the new content is on disk when this returns (file and directory fsynced). A failure (a full
     disk) leaves the old file in place and no temporary file behind. ``release``: the replaced file's last close
-    happens there (see :class:`Releaser`)."""
-    if not durable:
+    happens there (see :class:`Releaser`). ``compare`` False: the caller knows the content changed (the file is
+    not read back)."""
+    if compare and not durable:
         try:
             if path.stat().st_size == len(data) and same(path.read_bytes(), data):
                 return False

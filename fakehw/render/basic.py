@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fakehw.model.export import node_to_json
 from fakehw.render import RenderContext
-from fakehw.render.atomic import OutputDir
+from fakehw.render.atomic import OutputDir, atomic_write
 
 if TYPE_CHECKING:
     from fakehw.agent.state import NodeState
@@ -22,7 +22,15 @@ def render_state(ctx: RenderContext, out: OutputDir) -> None:
     if ctx.memo is None:
         out.write_json("state.json", ctx.state.to_json(), compact=True)
         return
-    out.write("state.json", state_json(ctx.state, ctx.memo.get("state", StateFragments)))
+    memo = ctx.memo.get("state", StateFragments)
+    data = state_json(ctx.state, memo)
+    path = out.root / "state.json"
+    if data == memo.written and path.exists():
+        out.count(False)
+        return
+    # What was written last is remembered: no need to read the file back to see whether it changed.
+    out.count(atomic_write(path, data, compare=False, release=out.release))
+    memo.written = data
 
 
 class StateFragments:
@@ -32,10 +40,35 @@ class StateFragments:
     def __init__(self) -> None:
         self.gpus: dict[int, tuple[object, str]] = {}
         self.faults: dict[str, str] = {}
+        self.fault_list: tuple[object, ...] = ()
+        """The faults the last ``state.json`` listed, and their JSON text (``fault_text``): an injection appends
+        one fault, so its text is appended to the last one's instead of walking every active fault again."""
+        self.fault_text = ""
+        self.written: bytes | None = None
+        """The bytes of the last ``state.json`` written."""
 
 
 def _compact(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _faults_text(state: NodeState, memo: StateFragments) -> str:
+    """The active faults as a JSON list's inside: appended to when the last list is a prefix of this one (an
+    injection), else rebuilt from the remembered text of each fault (a heal)."""
+    old, new = memo.fault_list, state.faults
+    if old and len(new) >= len(old) and new[:len(old)] == old:  # the same objects: compared by identity first
+        added = [_compact(f.to_json()) for f in new[len(old):]]
+        memo.faults.update((f.id, t) for f, t in zip(new[len(old):], added, strict=True))
+        text = ",".join([memo.fault_text, *added]) if added else memo.fault_text
+    else:
+        faults: dict[str, str] = {}
+        for f in new:
+            known = memo.faults.get(f.id)
+            faults[f.id] = known if known is not None else _compact(f.to_json())
+        memo.faults = faults
+        text = ",".join(faults.values())
+    memo.fault_list, memo.fault_text = new, text
+    return text
 
 
 def state_json(state: NodeState, memo: StateFragments) -> bytes:
@@ -46,12 +79,8 @@ def state_json(state: NodeState, memo: StateFragments) -> bytes:
         if hit is None or hit[0] is not g:
             hit = (g, _compact(g.to_json()))
         gpus[id(g)] = hit
-    faults: dict[str, str] = {}
-    for f in state.faults:
-        text = memo.faults.get(f.id)
-        faults[f.id] = text if text is not None else _compact(f.to_json())
-    memo.gpus, memo.faults = gpus, faults
+    memo.gpus = gpus
     doc = state.to_json(gpus=False, faults=False)
-    raw = {"gpus": "[" + ",".join(t for _, t in gpus.values()) + "]", "faults": "[" + ",".join(faults.values()) + "]"}
+    raw = {"gpus": "[" + ",".join(t for _, t in gpus.values()) + "]", "faults": "[" + _faults_text(state, memo) + "]"}
     parts = [f"{_compact(k)}:{raw[k] if k in raw else _compact(doc[k])}" for k in sorted([*doc, *raw])]
     return ("{" + ",".join(parts) + "}\n").encode()

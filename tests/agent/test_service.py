@@ -204,3 +204,41 @@ def test_a_journal_of_the_unchecked_format_is_taken_over(tmp_path: Path) -> None
         svc.close()
     assert (tmp_path / "journal.jsonl").read_text().startswith("1 "), "rewritten with numbered, checked records"
     AgentService(load_profile("dgx-h100"), tmp_path).close()
+
+
+def test_state_json_follows_injections_and_heals_in_any_order(service: AgentService) -> None:
+    """Faults are kept grouped by device and ``state.json``'s fault list is appended to on an injection and
+    rebuilt on a heal: after heals in the middle, of the last one and of a whole GPU, every GPU lists exactly the
+    faults the test left on it (its own bookkeeping), in injection order, and the file says what the API says."""
+    gpus = ["gpu0", "gpu3", "gpu5"]
+    mine: dict[str, list[str]] = {g: [] for g in gpus}
+    codes: dict[str, int] = {}
+
+    def inject(gpu: str, code: int) -> None:
+        fault = service.inject(NODE, {"kind": "xid", "device": gpu, "code": code})
+        mine[gpu].append(fault.id)
+        codes[fault.id] = code
+
+    def check() -> None:
+        rendered = _rendered(service)
+        assert rendered == json.loads(json.dumps(service.state(NODE).to_json()))
+        assert [f["id"] for f in rendered["faults"]] == sorted(i for ids in mine.values() for i in ids)
+        for gpu in gpus:
+            assert _gpu(rendered, gpu)["faults"] == mine[gpu], gpu
+            assert _gpu(rendered, gpu)["xids"] == [codes[i] for i in mine[gpu]], gpu
+
+    for i in range(9):
+        inject(gpus[i % 3], 13 + i)
+        check()
+    middle = mine["gpu3"].pop(1)
+    service.heal(middle)
+    check()
+    inject("gpu5", 31)
+    last = mine["gpu5"].pop()
+    service.heal(last)
+    check()
+    service.heal(node=NODE, device="gpu0")
+    mine["gpu0"].clear()
+    check()
+    inject("gpu0", 43)
+    check()
