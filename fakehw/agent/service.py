@@ -519,14 +519,16 @@ class AgentService:
 
     # ------------------------------------------------------------------------------------------ rendering
 
-    def _derive(self, name: str) -> NodeState:
-        """The node's state now (faults, platform, MIG), remembered for the API; files are not touched."""
-        node = self._nodes[name]
-        state = derive_state(node, self._node_faults[name], self._generation[name], self.system.seed,
+    def _state_now(self, name: str) -> NodeState:
+        """The node's state from its faults, platform and MIG now (neither remembered nor rendered)."""
+        state = derive_state(self._nodes[name], self._node_faults[name], self._generation[name], self.system.seed,
                              memo=self._gpu_memos.setdefault(name, {}))
-        state = dataclasses.replace(state, platform=self.platform.attach(name, state),
-                                    mig=self.mig.attach(name, state))
-        self._states[name] = state
+        return dataclasses.replace(state, platform=self.platform.attach(name, state),
+                                   mig=self.mig.attach(name, state))
+
+    def _derive(self, name: str) -> NodeState:
+        """The node's state now, remembered for the API; files are not touched."""
+        state = self._states[name] = self._state_now(name)
         return state
 
     def _update(self, name: str) -> None:
@@ -538,10 +540,7 @@ class AgentService:
 
     def _render(self, name: str, initial: bool = False) -> RenderResult:
         node = self._nodes[name]
-        state = derive_state(node, self._node_faults[name], self._generation[name], self.system.seed,
-                             memo=self._gpu_memos.setdefault(name, {}))
-        state = dataclasses.replace(state, platform=self.platform.attach(name, state),
-                                    mig=self.mig.attach(name, state))
+        state = self._state_now(name)
         memo = self._memos.get(name)
         if memo is None:
             memo = self._memos[name] = RenderMemo()
