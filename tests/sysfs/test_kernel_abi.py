@@ -313,3 +313,120 @@ def test_a_cxl_dax_device_is_in_its_host_bridges_numa_node_and_targets_the_windo
         for d in daxes:
             assert (d / "numa_node").read_text().strip() == "0", d.name
             assert (d / "target_node").read_text().strip() in ("1", "2"), d.name
+
+
+SUMS = {"Slab": ("SReclaimable", "SUnreclaim"), "Active": ("Active(anon)", "Active(file)"),
+        "Inactive": ("Inactive(anon)", "Inactive(file)")}
+"""fs/proc/meminfo.c and drivers/base/node.c print these as the sums of their parts: ``Slab`` is
+``sreclaimable + sunreclaim``, ``Active``/``Inactive`` the anon and file LRU lists added (``pages[LRU_ACTIVE_ANON] +
+pages[LRU_ACTIVE_FILE]``)."""
+
+THP_COUNTERS = ("AnonHugePages", "ShmemHugePages", "ShmemPmdMapped", "FileHugePages", "FilePmdMapped")
+"""Counted in transparent huge pages (``... * HPAGE_PMD_NR`` in fs/proc/meminfo.c and drivers/base/node.c)."""
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_meminfo_totals_are_the_sums_the_kernel_prints(rendered: Rendered, profile: str) -> None:
+    """Each total is its parts added, a node's ``MemUsed`` is ``MemTotal - MemFree`` (node.c: ``i.totalram -
+    i.freeram``), and ``KReclaimable`` includes ``SReclaimable`` (it is reclaimable slab plus other reclaimable
+    kernel memory); the transparent-huge-page counters are whole PMD mappings: a PMD maps a page table page of
+    PAGE_SIZE / 8 entries, 2 MiB with 4 KiB pages and 512 MiB with 64 KiB pages."""
+    for _, node, root in rendered(profile):
+        page_kb = _page_kb(root)
+        pmd_kb = page_kb * (page_kb * 1024 // 8)
+        files = [root / "proc/meminfo", *sorted((root / NODES).glob("node[0-9]*/meminfo"))]
+        for f in files:
+            values = _meminfo_kb(f)
+            for total, parts in SUMS.items():
+                assert values[total] == sum(values[p] for p in parts), (node.name, f.name, total)
+            assert values["KReclaimable"] >= values["SReclaimable"], (node.name, f)
+            if "MemUsed" in values:
+                assert values["MemUsed"] == values["MemTotal"] - values["MemFree"], (node.name, f)
+            for label in THP_COUNTERS:
+                assert values[label] % pmd_kb == 0, (node.name, f, label, values[label], pmd_kb)
+
+
+def test_x86_default_huge_page_size_is_2_mib(rendered: Rendered) -> None:
+    """Documentation/admin-guide/mm/hugetlbpage.rst: ``Hugepagesize`` is the default huge page size, one of the
+    pools under ``hugepages/``; on x86-64 the default (no ``default_hugepagesz=``) is the PMD size, 2048 kB."""
+    for profile in ("dgx-h100", "t4-cloud"):
+        for _, node, root in rendered(profile):
+            assert node.cpu.arch == "amd64"
+            size = _meminfo_kb(root / "proc/meminfo")["Hugepagesize"]
+            assert size == 2048, (profile, size)
+            pools = {d.name for d in (root / "sys/kernel/mm/hugepages").iterdir()} \
+                if (root / "sys/kernel/mm/hugepages").is_dir() else \
+                {d.name for d in (root / NODES / "node0/hugepages").iterdir()}
+            assert f"hugepages-{size}kB" in pools, (profile, pools)
+
+
+def test_cpu_cache_ids_are_unique_per_level_and_unsigned(rendered: Rendered) -> None:
+    """Documentation/ABI/testing/sysfs-devices-system-cpu (cache/indexN/id): the id identifies the cache among
+    the caches of its level and type, so CPUs with the same id share one cache (the same ``shared_cpu_list``) and
+    caches with different CPU sets have different ids; it is an unsigned number (``%u``)."""
+    for profile in ("dgx-h100", "gh200", "riscv-nvlink-fusion"):
+        for _, _, root in rendered(profile):
+            caches: dict[tuple[str, str, str], str] = {}
+            for index in sorted((root / "sys/devices/system/cpu").glob("cpu[0-9]*/cache/index[0-9]*")):
+                if not (index / "id").exists():
+                    continue
+                level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
+                ident = (index / "id").read_text().strip()
+                assert ident.isdigit(), (profile, index, ident)
+                shared = (index / "shared_cpu_list").read_text().strip()
+                assert caches.setdefault((level, kind, ident), shared) == shared, (profile, index, ident)
+            assert caches, profile
+            by_cpus: dict[tuple[str, str, str], str] = {}
+            for (level, kind, ident), shared in caches.items():
+                assert by_cpus.setdefault((level, kind, shared), ident) == ident, (profile, level, kind, shared)
+
+
+def test_cxl_decoder_capabilities_are_flags_and_cover_their_regions(rendered: Rendered) -> None:
+    """drivers/cxl/core/port.c prints a root decoder's ``cap_type2``, ``cap_type3``, ``cap_ram`` and ``cap_pmem`` as
+    ``(flags & flag) ? "1" : "0"`` (the CFMWS restrictions cxl_acpi read); a region is created under a root decoder
+    whose window allows its mode (``ram`` regions under ``cap_ram`` windows, ``pmem`` under ``cap_pmem``) and
+    type-3 memory expanders (``target_type`` ``expander``) only under ``cap_type3`` windows. A root decoder shows
+    ``create_ram_region``/``create_pmem_region`` only when it can create such a region (port.c,
+    cxl_root_decoder_visible: can_create_ram/can_create_pmem test the same flags); ``delete_region`` is write-only
+    (DEVICE_ATTR_WO, 0200). cxl-pool has both kinds of window."""
+    for _, _, root in rendered("cxl-pool"):
+        devices = root / CXL_DEVICES
+        roots = sorted(devices.glob("decoder0.*"))
+        assert roots
+        kinds = set()
+        for d in roots:
+            caps = {flag: (d / f"cap_{flag}").read_text().strip() for flag in ("type2", "type3", "ram", "pmem")}
+            assert set(caps.values()) <= {"0", "1"}, (d.name, caps)
+            for mode in ("ram", "pmem"):
+                can = caps[mode] == "1" and caps["type3"] == "1"
+                assert (d / f"create_{mode}_region").exists() == can, (d.name, mode, caps)
+                if can:
+                    kinds.add(mode)
+            assert stat.S_IMODE(os.stat(d / "delete_region").st_mode) == 0o200, d.name
+        assert kinds == {"ram", "pmem"}, kinds
+        regions = sorted(devices.glob("region[0-9]*"))
+        assert regions
+        for region in regions:
+            decoder = region.resolve().parent
+            assert decoder.name.startswith("decoder0."), (region.name, decoder)
+            mode = (region / "mode").read_text().strip()
+            assert (decoder / f"cap_{mode}").read_text().strip() == "1", (region.name, decoder.name, mode)
+            if (decoder / "target_type").read_text().strip() == "expander":
+                assert (decoder / "cap_type3").read_text().strip() == "1", (region.name, decoder.name)
+
+
+def test_cxl_endpoint_decoder_allocation_attributes_are_writable(rendered: Rendered) -> None:
+    """drivers/cxl/core/port.c: an endpoint decoder's ``mode`` and ``dpa_size`` are DEVICE_ATTR_RW (0644):
+    ``cxl create-region`` writes them to allocate device memory, on decoders in use and on idle ones alike. An idle
+    decoder (mode ``none``) has no device memory allocated, so its ``dpa_size`` is 0."""
+    for _, _, root in rendered("cxl-pool"):
+        endpoint_decoders = [d for d in sorted((root / CXL_DEVICES).glob("decoder*.*"))
+                             if d.resolve().parent.name.startswith("endpoint")]
+        assert len(endpoint_decoders) >= 8
+        idle = [d for d in endpoint_decoders if (d / "mode").read_text().strip() == "none"]
+        assert idle
+        for d in idle:  # no device memory allocated: dpa_size_show prints resource_size(NULL), 0
+            assert int((d / "dpa_size").read_text(), 16) == 0, d.name
+        for d in endpoint_decoders:
+            for name in ("mode", "dpa_size"):
+                assert stat.S_IMODE(os.stat(d / name).st_mode) == 0o644, (d.name, name)
