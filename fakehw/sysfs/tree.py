@@ -282,8 +282,9 @@ class RootWriter:
         tmp = self.root.with_name(f".{self.root.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        sources: dict[Path, dict[str, Any] | None] = {}
         try:
-            manifest = self._build_in(tmp, specs, stats)
+            manifest = self._build_in(tmp, specs, stats, sources)
         except BaseException:  # a full disk, say: leave no half-built tree behind
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -299,14 +300,16 @@ class RootWriter:
         else:
             os.rename(tmp, self.root)
         self._save_manifest(manifest)
-        self._offer_shares(specs)
+        self._offer_shares(specs, sources)
         if memo is not None:
             memo["manifest"] = {"version": MANIFEST_VERSION, "sections": manifest}
             memo["inputs"] = {s.name: s.inputs for s in specs if s.key is None}
         return stats
 
-    def _build_in(self, tmp: Path, specs: list[SectionSpec], stats: WriteStats) -> dict[str, dict[str, Any]]:
-        """Write every section under ``tmp``; returns the manifest."""
+    def _build_in(self, tmp: Path, specs: list[SectionSpec], stats: WriteStats,
+                  sources: dict[Path, dict[str, Any] | None]) -> dict[str, dict[str, Any]]:
+        """Write every section under ``tmp``; returns the manifest. ``sources``: the source trees' manifests
+        read so far in this render (see :meth:`_shared_source`)."""
         manifest: dict[str, dict[str, Any]] = {}
         writer = RootWriter(tmp, self.manifest_path, self.make_devices)
         owner: dict[str, str] = {}
@@ -315,7 +318,8 @@ class RootWriter:
             for path in section.entries:
                 if owner.setdefault(path, spec.name) != spec.name:
                     raise ValueError(f"{path} is rendered by sections {owner[path]} and {spec.name}")
-            source = self._shared_source(spec) if spec.share is not None and spec.key is not None else None
+            source = self._shared_source(spec, sources) if spec.share is not None and spec.key is not None \
+                else None
             if source is None or not self._link_from(source, section, tmp, stats):
                 writer._write_all(section.entries, stats, atomic=False)
             manifest[spec.name] = {"key": spec.key, "share": spec.share, "count": len(section.entries),
@@ -330,7 +334,7 @@ class RootWriter:
         key = f"{spec.share}|devices={self.make_devices}"
         return self.store / (hashlib.sha256(key.encode()).hexdigest()[:24] + SOURCE_SUFFIX)
 
-    def _shared_source(self, spec: SectionSpec) -> Path | None:
+    def _shared_source(self, spec: SectionSpec, sources: dict[Path, dict[str, Any] | None]) -> Path | None:
         """The root of a tree that holds ``spec``'s files as this node needs them (None: write them).
 
         The first tree of a node template is the shared copy (the store only names it): a node rendered alone (a
@@ -338,24 +342,31 @@ class RootWriter:
         twice (the store's copy, then a link per file: 9 s + 11 s of a riscv-nvlink-fusion node's 21 s). The
         named tree is trusted only while its manifest still says it rendered this section as static content of
         this share key (which names the renderer's version, the model's digest and the template); a tree that is
-        gone or was rebuilt from another model is ignored (this node writes its own files and is named instead)."""
+        gone or was rebuilt from another model is ignored (this node writes its own files and is named instead).
+
+        ``sources`` holds the manifests this render has read, by path: the source's manifest carries a digest per
+        entry of its dynamic sections (1-5 MB on a large node), and every shared section (four) names the same
+        tree, before and after the build; parsing it once per render instead of eight times was most of a linked
+        node's cost. The small pointer files are read each time (another node may name itself meanwhile)."""
         pointer = self._share_pointer(spec)
         if pointer is None:
             return None
         try:
             root, manifest = (Path(line) for line in pointer.read_text().splitlines())
-            section = json.loads(manifest.read_text())["sections"][spec.name]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError):
             return None
+        if manifest not in sources:
+            sources[manifest] = _read_sections(manifest)
+        section = (sources[manifest] or {}).get(spec.name)
         if not isinstance(section, dict) or section.get("key") is None or section.get("share") != spec.share:
             return None
         return root if root != self.root and root.is_dir() else None
 
-    def _offer_shares(self, specs: list[SectionSpec]) -> None:
+    def _offer_shares(self, specs: list[SectionSpec], sources: dict[Path, dict[str, Any] | None]) -> None:
         """Name this (complete) tree in the store as the source of its shared sections that have none."""
         for spec in specs:
             pointer = self._share_pointer(spec)
-            if pointer is None or spec.key is None or self._shared_source(spec) is not None:
+            if pointer is None or spec.key is None or self._shared_source(spec, sources) is not None:
                 continue
             from fakehw.render.atomic import atomic_write
 
@@ -589,6 +600,15 @@ class RootWriter:
 
 
 @functools.cache
+def _read_sections(manifest: Path) -> dict[str, Any] | None:
+    """The ``sections`` of a manifest on disk (None: unreadable, not JSON or not a manifest)."""
+    try:
+        sections = json.loads(manifest.read_text())["sections"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return sections if isinstance(sections, dict) else None
+
+
 def _umask() -> int:
     """The process umask, read once per process without changing it (``os.umask`` would race with other
     threads)."""
