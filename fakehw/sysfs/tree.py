@@ -599,7 +599,6 @@ class RootWriter:
                 parent = posixpath.dirname(parent)
 
 
-@functools.cache
 def _read_sections(manifest: Path) -> dict[str, Any] | None:
     """The ``sections`` of a manifest on disk (None: unreadable, not JSON or not a manifest)."""
     try:
@@ -609,6 +608,7 @@ def _read_sections(manifest: Path) -> dict[str, Any] | None:
     return sections if isinstance(sections, dict) else None
 
 
+@functools.cache
 def _umask() -> int:
     """The process umask, read once per process without changing it (``os.umask`` would race with other
     threads)."""
