@@ -35,8 +35,9 @@ here against where the kernel defines it:
   machine's ``MemTotal``/``MemFree`` are its nodes' summed (si_meminfo's totalram is every zone's managed pages).
 - ``modalias``: drivers/pci/pci-sysfs.c prints ``bc``/``sc``/``i`` as the three bytes of the class code.
 - ``/proc/driver/nvidia/params``: the driver's registry defaults (nv-reg.h, NV_DEFINE_REG_ENTRY_GLOBAL) where
-  nothing overrides them: MemoryPoolSize, KMallocHeapMaxSize, VMallocHeapMaxSize, IgnoreMMIOCheck and
-  NvLinkDisable 0, EnableUserNUMAManagement 1.
+  nothing overrides them: MemoryPoolSize, KMallocHeapMaxSize, VMallocHeapMaxSize, IgnoreMMIOCheck,
+  NvLinkDisable, EnableDbgBreakpoint and EnableResizableBar 0, EnableUserNUMAManagement, ModifyDeviceFiles and
+  RegisterPCIDriver 1, DeviceFileMode 0666, and the rest in NV_REG_DEFAULTS.
 """
 
 from __future__ import annotations
@@ -231,7 +232,17 @@ def test_modalias_carries_the_three_bytes_of_the_class_code(rendered: Rendered) 
 
 
 NV_REG_DEFAULTS = {"MemoryPoolSize": "0", "KMallocHeapMaxSize": "0", "VMallocHeapMaxSize": "0",
-                   "IgnoreMMIOCheck": "0", "NvLinkDisable": "0", "EnableUserNUMAManagement": "1"}
+                   "IgnoreMMIOCheck": "0", "NvLinkDisable": "0", "EnableUserNUMAManagement": "1",
+                   "ModifyDeviceFiles": "1", "EnablePCIERelaxedOrderingMode": "0", "RegisterPCIDriver": "1",
+                   "EnableResizableBar": "0", "EnableDbgBreakpoint": "0", "ResmanDebugLevel": "4294967295",
+                   "RmLogonRC": "1", "DeviceFileUID": "0", "DeviceFileGID": "0", "DeviceFileMode": "438",
+                   "InitializeSystemMemoryAllocations": "1", "UsePageAttributeTable": "4294967295",
+                   "EnablePCIeGen3": "0", "EnableMSI": "1", "EnableStreamMemOPs": "0", "RmProfilingAdminOnly": "1",
+                   "PreserveVideoMemoryAllocations": "0", "EnableS0ixPowerManagement": "0",
+                   "S0ixPowerManagementVideoMemoryThreshold": "256", "DynamicPowerManagement": "3",
+                   "DynamicPowerManagementVideoMemoryThreshold": "200"}
+"""nv-reg.h's NV_DEFINE_REG_ENTRY(_GLOBAL) defaults (``~0`` prints as 4294967295, ``0666`` as 438); the ones that
+change between driver branches (EnableGpuFirmware, OpenRmEnableUnsupportedGpus) are left out."""
 
 
 def test_nvidia_params_show_the_drivers_registry_defaults(rendered: Rendered) -> None:
@@ -430,3 +441,17 @@ def test_cxl_endpoint_decoder_allocation_attributes_are_writable(rendered: Rende
         for d in endpoint_decoders:
             for name in ("mode", "dpa_size"):
                 assert stat.S_IMODE(os.stat(d / name).st_mode) == 0o644, (d.name, name)
+
+
+def test_every_nvidia_capability_has_its_own_device_minor(rendered: Rendered) -> None:
+    """``/proc/driver/nvidia-caps/mig-minors`` maps each MIG capability to the minor of its
+    ``/dev/nvidia-caps/nvidia-capN`` node (MIG user guide, "Device Nodes and Capabilities"): a minor names one
+    character device, so no two capabilities share one, and a minor is below 2^20 (MINORBITS,
+    include/linux/kdev_t.h). The table covers every GPU and instance slot, present or not."""
+    (_, _, root), *_ = rendered("dgx-h100")
+    pairs = [line.split() for line in (root / "proc/driver/nvidia-caps/mig-minors").read_text().splitlines()]
+    minors = [int(minor) for _, minor in pairs]
+    assert len(set(minors)) == len(minors)
+    assert all(0 <= m < 1 << 20 for m in minors)
+    names = {name for name, _ in pairs}
+    assert {"config", "monitor", "gpu0/gi0/access", "gpu0/gi0/ci0/access", "gpu0/gi1/access"} <= names
