@@ -85,11 +85,11 @@ AREAS = (
           "tests/sysfs/test_kernel_abi.py"),
          # Per mutant: the tests whose expected values come from outside the renderers (lspci, lscpu, numactl,
          # hwloc, lsmem, numastat, the kernel's ABI, real machines' layouts), on the profiles that exercise every
-         # renderer (x86 DGX, Grace, GB200, RISC-V, CXL pool); the all-profile sweeps and test_tree's writer tests
-         # (tree.py is not in this area) and the CXL state machine (minutes; its cxl.py coverage is the same
-         # region/decoder files test_kernel_abi reads) run in `make test`.
+         # renderer (x86 DGX, Grace, GB200, RISC-V, CXL pool, ndctl's cxl_test topology). The all-profile sweeps,
+         # test_tree's writer tests (tree.py is not in this area) and the CXL state machine (minutes; the region
+         # and decoder files it reads are read by test_kernel_abi too) run in `make test`.
          select="not (lscpu or hwloc_sees or pci_hierarchy or gpu_link_speed) or dgx-h100] or cxl-pool] "
-                "or gb200-nvl72] or gh200] or riscv-nvlink-fusion] or h100] or t4]", timeout=600.0),
+                "or gb200-nvl72] or gh200] or riscv-nvlink-fusion] or cxl-test] or h100] or t4]", timeout=600.0),
     Area("reference plugin allocation", ("testbed/reference/device_plugin/allocator.py",),
          ("tests/conformance/test_device_plugin_units.py", "tests/conformance/test_allocator_rules.py")),
     Area("extender policy", ("testbed/reference/extender/policy.py",),

@@ -455,3 +455,18 @@ def test_every_nvidia_capability_has_its_own_device_minor(rendered: Rendered) ->
     assert all(0 <= m < 1 << 20 for m in minors)
     names = {name for name, _ in pairs}
     assert {"config", "monitor", "gpu0/gi0/access", "gpu0/gi0/ci0/access", "gpu0/gi1/access"} <= names
+
+
+def test_every_cxl_host_bridge_names_its_pci_root_as_physical_node(rendered: Rendered) -> None:
+    """Documentation/ABI/testing/sysfs-bus-acpi (physical_node): an ACPI device bound to a physical device links
+    it (drivers/acpi/glue.c). A CXL host bridge (ACPI0016, a ``dportN`` of ``root0``) is bound to its PCI root
+    bridge, ``pciDDDD:BB``, which ``cxl list -B`` prints as the bridge's host."""
+    for _, _, root in rendered("cxl-pool"):
+        dports = sorted((root / CXL_DEVICES / "root0").glob("dport*"))
+        assert dports
+        for dport in dports:
+            bridge = dport.resolve()
+            assert bridge.name.startswith("ACPI0016:"), (dport.name, bridge)
+            physical = (bridge / "physical_node").resolve()
+            assert physical.is_dir() and physical.name.startswith("pci"), (bridge.name, physical)
+            assert any(child.name.startswith(physical.name[3:]) for child in physical.iterdir()), physical
