@@ -470,3 +470,24 @@ def test_every_cxl_host_bridge_names_its_pci_root_as_physical_node(rendered: Ren
             physical = (bridge / "physical_node").resolve()
             assert physical.is_dir() and physical.name.startswith("pci"), (bridge.name, physical)
             assert any(child.name.startswith(physical.name[3:]) for child in physical.iterdir()), physical
+
+
+def test_a_bridges_memory_window_in_resource_is_the_one_its_config_space_decodes(rendered: Rendered) -> None:
+    """PCI-to-PCI Bridge Architecture Specification 1.2, 3.2.5.8: the Memory Base/Limit registers (config 0x20,
+    0x22) hold address bits 31:20 of the non-prefetchable window, the limit's low 20 bits all ones. The kernel
+    reads the window from them and ``resource`` prints it as the bridge's line 14 (PCI_BRIDGE_RESOURCES + 1,
+    drivers/pci/pci-sysfs.c resource_show); lspci -v prints the same range as "Memory behind bridge"."""
+    (_, _, root), *_ = rendered("dgx-h100")
+    bridges = 0
+    for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+        config = (d / "config").read_bytes()
+        if config[0x0E] & 0x7F != 1:  # header type 1: a bridge
+            continue
+        base, limit = int.from_bytes(config[0x20:0x22], "little"), int.from_bytes(config[0x22:0x24], "little")
+        if (limit & 0xFFF0) < (base & 0xFFF0):
+            continue  # the window is closed
+        line = (d / "resource").read_text().splitlines()[14].split()
+        start, end = int(line[0], 16), int(line[1], 16)
+        assert (start, end) == ((base & 0xFFF0) << 16, ((limit & 0xFFF0) << 16) | 0xFFFFF), d.name
+        bridges += 1
+    assert bridges >= 4
