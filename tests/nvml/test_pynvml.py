@@ -207,6 +207,9 @@ def test_pci_versions_keep_their_layouts(nvml: Nvml, pynvml_module: ModuleType) 
 
 
 def test_nvlink_dgx_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """Every NVLink port of a DGX H100 is up, reaches an NVSwitch and can carry peer traffic and peer atomics:
+    NVLink carries native peer atomics between GPUs (CUDA programming guide: cudaDevP2PAttrNativeAtomicSupported
+    over NVLink), which nvml.h reports as NVML_NVLINK_CAP_P2P_ATOMICS (capability 2, nvidia-ml-py's constant)."""
     n = pynvml_module
     snap = nvml("dgx-h100")
     switches = {sw.id: sw for sw in snap.node.nvswitches}
@@ -221,6 +224,7 @@ def test_nvlink_dgx_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
             assert remote.busId == port.remote_address.nvml_bus_id
             assert remote.pciDeviceId == (switches[port.remote_id].sku.pci_device_id << 16 | 0x10DE)
             assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_P2P_SUPPORTED) == 1
+            assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_P2P_ATOMICS) == 1
             for counter in range(5):
                 assert n.nvmlDeviceGetNvLinkErrorCounter(h, link, counter) == 0
         assert error_of(partial(n.nvmlDeviceGetNvLinkState, h, 18)) == n.NVML_ERROR_INVALID_ARGUMENT
