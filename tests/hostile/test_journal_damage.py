@@ -270,3 +270,25 @@ def test_what_was_lost_is_logged_once_and_a_sound_journal_logs_nothing(tmp_path:
     recovered.close()
     said = [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()]
     assert len(said) == 1 and "1 records lost" in said[0] and "line 3 is torn" in said[0], said
+
+
+@pytest.mark.parametrize("garbage", [b'{"version": 1, "epoch"', b"[]\n", b'{"version": 1, "epoch": 0, "records": "3"}'])
+def test_a_meta_file_that_does_not_parse_is_damage_named_by_its_file(tmp_path: Path, garbage: bytes) -> None:
+    """docs/agent.md: the meta file holds the journal's high-water mark and epoch, and damage "stops the agent with a
+    message naming the file ... and the problem" (never a traceback). A meta file cut short, of another shape, or
+    with a mark that is not a number is that: refused, then salvaged from the journal's own records."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.close()
+    path.with_name("journal.jsonl.meta").write_bytes(garbage)
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert "journal.jsonl.meta does not parse" in str(refused.value), str(refused.value)
+    salvaged = Journal(path, salvage=True)
+    try:
+        assert [r["seq"] for r in salvaged.replay()] == [1]
+        assert any("journal.jsonl.meta does not parse" in p for p in salvaged.recovery.problems)
+    finally:
+        salvaged.close()
