@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 
 from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess
-from tests.nvml.captures import number
+from tests.nvml.captures import board_capture, number
 from tests.nvml.helpers import NodeSnap
 
 Nvml = Callable[..., NodeSnap]
@@ -209,7 +209,9 @@ def test_pci_versions_keep_their_layouts(nvml: Nvml, pynvml_module: ModuleType) 
 def test_nvlink_dgx_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """Every NVLink port of a DGX H100 is up, reaches an NVSwitch and can carry peer traffic and peer atomics:
     NVLink carries native peer atomics between GPUs (CUDA programming guide: cudaDevP2PAttrNativeAtomicSupported
-    over NVLink), which nvml.h reports as NVML_NVLINK_CAP_P2P_ATOMICS (capability 2, nvidia-ml-py's constant)."""
+    over NVLink), which nvml.h reports as NVML_NVLINK_CAP_P2P_ATOMICS (capability 2, nvidia-ml-py's constant).
+    SLI (NVML_NVLINK_CAP_SLI_BRIDGE, 4) is a GeForce/Quadro graphics feature over a bridge: an SXM module cabled to
+    NVSwitches has none, so each capability is its own bit, not "this or any later one"."""
     n = pynvml_module
     snap = nvml("dgx-h100")
     switches = {sw.id: sw for sw in snap.node.nvswitches}
@@ -225,6 +227,7 @@ def test_nvlink_dgx_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
             assert remote.pciDeviceId == (switches[port.remote_id].sku.pci_device_id << 16 | 0x10DE)
             assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_P2P_SUPPORTED) == 1
             assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_P2P_ATOMICS) == 1
+            assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_SLI_BRIDGE) == 0
             for counter in range(5):
                 assert n.nvmlDeviceGetNvLinkErrorCounter(h, link, counter) == 0
         assert error_of(partial(n.nvmlDeviceGetNvLinkState, h, 18)) == n.NVML_ERROR_INVALID_ARGUMENT
@@ -475,6 +478,20 @@ def test_a_turing_board_retires_pages(nvml: Nvml, pynvml_module: ModuleType) -> 
     assert len(n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)) == 3
     assert n.nvmlDeviceGetRetiredPagesPendingStatus(h) == 1
     assert error_of(lambda: n.nvmlDeviceGetRemappedRows(h)) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+def test_temperature_thresholds_are_the_real_t4s(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvidia-smi -q prints nvmlDeviceGetTemperatureThreshold as ``gpu_temp_max_threshold`` (SHUTDOWN),
+    ``gpu_temp_slow_threshold`` (SLOWDOWN) and ``gpu_temp_max_gpu_threshold`` (GPU_MAX): each must be the real
+    Tesla T4's own reading in the capture (96, 93 and 85 C there), not a neighbour's."""
+    n = pynvml_module
+    real = board_capture("t4")
+    nvml("t4-cloud")
+    h = handles(n)[0]
+    for threshold, leaf in ((n.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, "gpu_temp_max_threshold"),
+                            (n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, "gpu_temp_slow_threshold"),
+                            (n.NVML_TEMPERATURE_THRESHOLD_GPU_MAX, "gpu_temp_max_gpu_threshold")):
+        assert n.nvmlDeviceGetTemperatureThreshold(h, threshold) == number(real[f"/temperature/{leaf}"]), leaf
 
 
 # --------------------------------------------------------------------------------------------------- readings
