@@ -494,6 +494,23 @@ def test_temperature_thresholds_are_the_real_t4s(nvml: Nvml, pynvml_module: Modu
         assert n.nvmlDeviceGetTemperatureThreshold(h, threshold) == number(real[f"/temperature/{leaf}"]), leaf
 
 
+def test_mig_device_indices_end_below_the_max_mig_device_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """dgx-a100's gpu7 is in MIG mode with two 3g.40gb instances (the profile says so). An A100 holds at most seven
+    MIG devices (NVIDIA's MIG user guide), which nvmlDeviceGetMaxMigDeviceCount reports. nvml.h,
+    nvmlDeviceGetMigDeviceHandleByIndex: NOT_FOUND when "no valid MIG device was found at index", INVALID_ARGUMENT
+    when the index itself is invalid: 0-6 are slots (two filled), 7 is past the last one."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    assert n.nvmlDeviceGetMaxMigDeviceCount(h) == 7
+    for index in (0, 1):
+        n.nvmlDeviceGetMigDeviceHandleByIndex(h, index)
+    for index in range(2, 7):
+        assert error_of(partial(n.nvmlDeviceGetMigDeviceHandleByIndex, h, index)) == n.NVML_ERROR_NOT_FOUND
+    for index in (7, 8):
+        assert error_of(partial(n.nvmlDeviceGetMigDeviceHandleByIndex, h, index)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
 # --------------------------------------------------------------------------------------------------- readings
 
 
