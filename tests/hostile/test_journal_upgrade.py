@@ -141,6 +141,33 @@ def test_a_first_compaction_that_dies_before_its_last_meta_write_leaves_a_journa
         again.close()
 
 
+def test_a_journal_made_again_after_a_failed_compaction_is_owner_only(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agent.md (security): journals are mode 0600. A journal file removed from under the agent while its
+    compaction fails (a full disk) is made again when the agent reopens it for appending: with mode 0600, like
+    the one it replaces, whatever the umask lets through."""
+    import fakehw.agent.journal as journal_module
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+
+    real_write = journal_module.atomic_write
+
+    def disk_full(target: Path, data: bytes, *args: object, **kwargs: object) -> None:
+        if target == path:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(target, data, *args, **kwargs)  # type: ignore[arg-type]
+
+    path.unlink()
+    monkeypatch.setattr(journal_module, "atomic_write", disk_full)
+    try:
+        with pytest.raises(OSError):
+            journal.compact([RECORD])
+        assert path.stat().st_mode & 0o777 == 0o600
+    finally:
+        journal.close()
+
+
 class _Syncs:
     """Stands in for ``os.fdatasync`` on the journal's file: counts the calls, holds the first one until released
     (a slow disk), and fails the calls it is told to (a full disk)."""
