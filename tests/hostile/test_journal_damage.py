@@ -292,3 +292,19 @@ def test_a_meta_file_that_does_not_parse_is_damage_named_by_its_file(tmp_path: P
         assert any("journal.jsonl.meta does not parse" in p for p in salvaged.recovery.problems)
     finally:
         salvaged.close()
+
+
+@pytest.mark.parametrize("count", range(1, 9))
+def test_the_refusal_names_or_counts_every_problem(tmp_path: Path, count: int) -> None:
+    """A refusal shows the first problems and counts the rest ("; and N more"): however many there are, each one is
+    either shown or counted, exactly once, so an operator never reads fewer problems than the journal has (and is
+    never told of "0 more")."""
+    import re
+
+    problems = [f"line {i} fails its checksum (altered)" for i in range(1, count + 1)]
+    message = str(JournalDamaged(tmp_path / "journal.jsonl", problems))
+    shown = sum(p in message for p in problems)
+    more = re.search(r"; and (\d+) more\.", message)
+    assert shown + (int(more.group(1)) if more else 0) == count, message
+    assert more is None or int(more.group(1)) > 0, message  # never "and 0 more"
+    assert shown >= 1 and all(p in message for p in problems[:shown]), message  # the first ones, in order
