@@ -168,6 +168,32 @@ def test_a_journal_made_again_after_a_failed_compaction_is_owner_only(tmp_path: 
         journal.close()
 
 
+def test_a_reservation_already_covered_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Journal.reserve: "make sure ids ... up to value are durably reserved before one is handed out". Ids up to
+    the reserved mark are covered already, the mark included: asking for them again costs no meta write (no fsync
+    on the path of every id handed out) and leaves the floor where it was."""
+    import fakehw.agent.journal as journal_module
+
+    journal = Journal(tmp_path / "journal.jsonl")
+    try:
+        journal.compact([])
+        journal.reserve("fault", 1)
+        mark = journal.floor("fault")
+        writes: list[Path] = []
+        real_write = journal_module.atomic_write
+
+        def counted(target: Path, data: bytes, *args: object, **kwargs: object) -> bool:
+            writes.append(target)
+            return real_write(target, data, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(journal_module, "atomic_write", counted)
+        journal.reserve("fault", mark)
+        journal.reserve("fault", mark - 1)
+        assert writes == [] and journal.floor("fault") == mark
+    finally:
+        journal.close()
+
+
 class _Syncs:
     """Stands in for ``os.fdatasync`` on the journal's file: counts the calls, holds the first one until released
     (a slow disk), and fails the calls it is told to (a full disk)."""
