@@ -272,3 +272,21 @@ def test_two_nics_on_one_rail_are_named_with_the_leaf_that_makes_it_their_rail()
     (finding,) = [f for f in report.findings if f.id == "FAB-RAIL-001"]
     assert finding.message == ("mlx5_4 (rail 2 in the profile) is on rail 3 (switch leaf-rail3); mlx5_4 and mlx5_5 "
                                "share rail 3 (switch leaf-rail3)"), finding.message
+
+
+def test_nics_the_profile_gives_no_rail_are_not_judged_by_the_rail_rule(tmp_path: Path) -> None:
+    """FAB-RAIL-001 checks each NIC against "the rail the profile gives it" (docs/fabric.md); a NIC given none has
+    none to be off. A DGX H100's in-band ports (port 2 of the storage ConnectX-7 cards, mlx5_2 and mlx5_8 in the
+    DGX H100 User Guide's naming, "in-band management and storage") are not compute rails, and a BasePOD puts
+    the pair on one in-band network (bonded), so both sit in one segment of one VLAN. Cabled that way on a leaf
+    of their own, the profile's compute rails stay as they were and the lint stays clean."""
+    f = tmp_path / "f.yaml"
+    ports = "".join(f"      - {{name: p{2 * i}, connect: dgx-h100-{i}/mlx5_2}}\n"
+                    f"      - {{name: p{2 * i + 1}, connect: dgx-h100-{i}/mlx5_8}}\n" for i in range(4))
+    f.write_text("extends: dgx-h100-rail\nname: x\nvlans:\n  - {id: 200, name: inband}\nswitches:\n"
+                 "  - name: leaf-inband\n    role: leaf\n    vlan: {untagged: 200}\n    ports:\n" + ports)
+    model = load_fabric(f)
+    inband = [n for n in model.nics if n.nic.name in ("mlx5_2", "mlx5_8")]
+    assert len(inband) == 8 and all(n.rail is None and n.peer is not None for n in inband)  # in the fabric, cabled
+    report = lint(model)
+    assert report.findings == (), report.format()
