@@ -290,3 +290,36 @@ def test_prioritize_reuses_only_its_own_pods_filter() -> None:
     passed, _, _ = policy.filter(pod_a, [a, b])
     assert passed == [a, b] and policy.prioritize(pod_a, passed) == {a: 10, b: 9}
     assert policy.prioritize(pod_b, passed) == {a: 0, b: 10}
+
+
+def test_bursts_get_what_admission_leaves_once_reservations_pass_the_reserved_part() -> None:
+    """docs/scheduler.md (Filter): nothing past thrashThreshold x what a pool holds now (admission control), and
+    bursts never into the reservedFraction part. On a GB200 tray's grace-lpddr (A bytes; the policy the node
+    publishes: thrashThreshold t, reservedFraction f) a reservation holds A/2, more than the reserved part fA, and a
+    burst A/10: what admission leaves, tA - A/2 - A/10, is less than the bursts' own cap leaves (tA - fA - A/10), so
+    that is all a new burst gets there; the rest of its 0.4A comes from the next pool (nvl72-peer-hbm)."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    lpddr = nodes[name].pool("grace-lpddr")
+    assert lpddr is not None
+    available = lpddr.available
+    res, burst = available // 2, available // 10
+    pods = [bound("r", "res", name, (0,), priority=1000, kind="reservation", grants={"grace-lpddr": res}),
+            bound("b", "burst", name, (1,), grants={"grace-lpddr": burst})]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    t, f = nodes[name].policy.thrash_threshold, nodes[name].policy.reserved_fraction
+    assert res > int(available * f)
+    admission_left = int(available * t) - res - burst
+    assert 0 < admission_left < int(available * t) - int(available * f) - burst
+    p = _placement(policy, name, ns="n", gpus=0, memory=4 * available // 10)
+    assert p.grants == {"grace-lpddr": admission_left, "nvl72-peer-hbm": 4 * available // 10 - admission_left}, p
+
+
+def test_the_ignore_bookings_mutant_still_counts_the_gpus_pods_hold() -> None:
+    """docs/scheduler.md's mutant table: ignore-bookings gives GPUs *booked for a gang's pending members* to other
+    pods. GPUs bound pods hold are still taken: on a DGX H100 whose 8 GPUs are all held, it places no pod either."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    full = [bound("x", f"x{i}", name, (i,)) for i in range(8)]
+    verdict = Policy(snapshot(nodes, full, Flags(ignore_bookings=True))).evaluate(req(ns="u", gpus=1), name)
+    assert isinstance(verdict, Refusal) and "needs 1 GPUs; 0 free and healthy" in verdict.reason, verdict
