@@ -7,8 +7,6 @@
 from __future__ import annotations
 
 import itertools
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,15 +14,19 @@ from typing import Any
 import pytest
 
 from testbed.api import Testbed
+from testbed.cluster import remove_tree_in_background, scratch_dir
 
 _counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
 def testbed_state_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="fhw-", dir="/tmp"))
+    """Short (see :func:`scratch_dir`); removed in the background like each cluster in it: the clusters' own
+    detached removals may still be running, and deleting their trees again here, and waiting for it, cost the
+    last test of a session tens of seconds."""
+    path = scratch_dir("fhw-")
     yield path
-    shutil.rmtree(path, ignore_errors=True)
+    remove_tree_in_background(path)
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.scratch import scratch_base
+
 pytest_plugins = ["testbed.fixtures", "tests.peer.summary"]
 
 settings.register_profile("dev", max_examples=100, deadline=None)
@@ -17,11 +19,37 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Throwaway clusters (and the suites run as subprocesses) go to tmpfs when it has room: see
+    :func:`testbed.cluster.scratch_dir` for what that saves. Set before xdist starts its workers, who inherit it."""
+    base = scratch_base()
+    if base is not None and not os.statvfs(base).f_flag & (os.ST_NOEXEC | os.ST_NODEV):  # prologs, device nodes
+        os.environ.setdefault("FAKEHW_SCRATCH_DIR", base)
+
+
 # Under pytest-xdist (`make test` runs -n 2 --dist loadfile) each test file runs whole on one worker, so module
 # fixtures are set up once; every file that drives the shared Docker engine (image builds, leftover checks) is
 # one unit of work, run on one worker one file after another. This is a scheduler rather than xdist_group marks:
 # with pytest >= 9.2 (node ids moved to Node._id) pytest-xdist 3.8's loadgroup silently stops grouping.
 DOCKER_USERS = frozenset({"tests/conformance/test_device_plugin_suite.py"})
+
+
+# The longest units of work in CI, longest first (their tests' setup+call+teardown among `make test`'s slowest 40
+# durations, 2026-11-26: docker 589 s, scheduler suite 226, NVIDIA plugin 182, Slurm 277 before it ran its suites
+# at once, README tour 99, ...). xdist hands out units with the most tests first, which queued these few-test
+# files late (the tour 110th of 116 units) where one worker may run one alone at the end; longest first is the
+# classic cure (a simulation of two workers over CI's durations: 1,510 -> 1,476 s). A unit not named keeps xdist's
+# order after these; a renamed file only loses its place (tests/test_scheduling.py checks that each exists).
+LONGEST_FIRST = ("docker", "tests/scheduler/test_scheduler_suite.py", "tests/conformance/test_nvidia_device_plugin.py",
+                 "tests/scheduler/test_slurm.py", "tests/test_readme_tour.py", "tests/testbed/test_component_user.py",
+                 "tests/conformance/test_fabric_suite.py", "tests/hostile/test_tcp_limits.py",
+                 "tests/conformance/test_nvidia_gfd.py", "tests/scheduler/test_ray.py")
+
+
+def longest_first(units: list[str]) -> list[str]:
+    """``units`` (in xdist's order) with those of :data:`LONGEST_FIRST` moved to the front, in its order."""
+    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+    return sorted(units, key=lambda unit: rank.get(unit, len(rank)))
 
 
 def scope_of(nodeid: str) -> str:
@@ -37,7 +65,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class ByFileDockerTogether(LoadScopeScheduling):  # type: ignore[misc]
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the first call: the queue is complete (xdist's schedule() filled it)
+                self.ordered = True
+                units = dict(self.workqueue)
+                self.workqueue.clear()
+                self.workqueue.update((unit, units[unit]) for unit in longest_first(list(units)))
+            super()._assign_work_unit(node)
 
     return ByFileDockerTogether(config, log)

@@ -36,6 +36,9 @@ from conformance.report.model import Report, ReportError, load_report
 from conformance.report.model import verify as verify_report
 
 MAX_FILE_BYTES = 64 << 20
+MAX_LISTED_DIFFERENCES = 20
+"""Differences listed per comparison (seal against run, signed statement against run); the rest are counted, so a
+forged seal cannot flood the output and a long list is never mistaken for all of them (docs/certification.md)."""
 
 
 @dataclass(frozen=True)
@@ -107,9 +110,16 @@ def _check_seal(run_dir: Path, report: Report, result: RunVerification) -> dict[
     if not isinstance(sealed, dict) or not sealed.get("subject") or not sealed.get("predicate"):
         result.problems.append(f"{STATEMENT_FILE}: the seal is empty (no subject or predicate)")
         return actual
-    for diff in differences(sealed, actual)[:20]:
-        result.problems.append(f"seal mismatch: {_explain(diff)}")
+    result.problems += _listed(differences(sealed, actual), "seal mismatch")
     return actual
+
+
+def _listed(diffs: list[str], what: str) -> list[str]:
+    """The first :data:`MAX_LISTED_DIFFERENCES` of ``diffs`` explained, then how many more there are."""
+    shown = [f"{what}: {_explain(d)}" for d in diffs[:MAX_LISTED_DIFFERENCES]]
+    if len(diffs) > MAX_LISTED_DIFFERENCES:
+        shown.append(f"{what}: {len(diffs) - MAX_LISTED_DIFFERENCES} more not listed")
+    return shown
 
 
 def _explain(diff: str) -> str:
@@ -199,6 +209,6 @@ def verify_run(run_dir: Path, policy: TrustPolicy) -> RunVerification:
             signed_statement = None
         if signed_statement != actual:
             diffs = differences(signed_statement, actual) if isinstance(signed_statement, dict) else ["not JSON"]
-            result.problems += [f"the signed statement differs from the run: {_explain(d)}" for d in diffs[:20]]
+            result.problems += _listed(diffs, "the signed statement differs from the run")
     return result
 

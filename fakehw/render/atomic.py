@@ -116,8 +116,11 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644, same: Callable[[byt
                 return False
         except OSError:
             pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except FileNotFoundError:  # the directory is made once, not asked for on every write (a syscall each)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -165,10 +168,12 @@ class OutputDir:
     release: Releaser | None = None
     """Where replaced files are closed (see :class:`Releaser`; None: inline)."""
 
-    def write(self, relpath: str, data: bytes | str, mode: int = 0o644) -> Path:
+    def write(self, relpath: str, data: bytes | str, mode: int = 0o644, changed: bool = False) -> Path:
+        """Write ``relpath`` unless it already holds ``data``. ``changed``: the caller knows the content differs
+        from what is there (it remembers what it wrote last), so the file is neither stat'ed nor read back."""
         path = self.root / relpath
         raw = data.encode() if isinstance(data, str) else data
-        self.count(atomic_write(path, raw, mode, release=self.release))
+        self.count(atomic_write(path, raw, mode, release=self.release, compare=not changed))
         return path
 
     def count(self, written: bool) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fakehw.model.export import node_to_json
 from fakehw.render import RenderContext
-from fakehw.render.atomic import OutputDir, atomic_write
+from fakehw.render.atomic import OutputDir
 
 if TYPE_CHECKING:
     from fakehw.agent.state import NodeState
@@ -24,12 +24,9 @@ def render_state(ctx: RenderContext, out: OutputDir) -> None:
         return
     memo = ctx.memo.get("state", StateFragments)
     data = state_json(ctx.state, memo)
-    path = out.root / "state.json"
-    if data == memo.written and path.exists():
-        out.count(False)
-        return
-    # What was written last is remembered: no need to read the file back to see whether it changed.
-    out.count(atomic_write(path, data, compare=False, release=out.release))
+    # What was written last is remembered: a change is written without reading the file back; the same bytes
+    # again are compared with the file (which puts it back if someone removed it).
+    out.write("state.json", data, changed=data != memo.written)
     memo.written = data
 
 

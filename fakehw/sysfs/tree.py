@@ -267,9 +267,10 @@ class RootWriter:
                     stats.unchanged += 1
             removes.extend(p for p in before if p not in after)
             new_manifest[spec.name] = {"key": None, "entries": after}
-        keep_dirs = {p for spec in new_manifest.values() for p, d in (spec.get("entries") or {}).items()
-                     if d.startswith("d")}
-        self._remove(removes, stats, keep=writes, keep_dirs=keep_dirs)
+        if removes:  # the directories to keep walk every entry of the tree: only when something is removed
+            keep_dirs = {p for spec in new_manifest.values() for p, d in (spec.get("entries") or {}).items()
+                         if d.startswith("d")}
+            self._remove(removes, stats, keep=writes, keep_dirs=keep_dirs)
         self._write_all(writes, stats, atomic=True)
         if writes or removes:
             self._save_manifest(new_manifest)

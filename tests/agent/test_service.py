@@ -242,3 +242,38 @@ def test_state_json_follows_injections_and_heals_in_any_order(service: AgentServ
     check()
     inject("gpu0", 43)
     check()
+
+
+def test_injections_on_one_gpu_carry_its_state_on_and_leave_earlier_states_alone(service: AgentService) -> None:
+    """The agent adds a new fault to the GPU's remembered fold instead of walking its faults again: after every
+    change the state must be what deriving it from scratch gives, and a state handed out earlier must not move."""
+    from fakehw.agent.state import derive_state
+
+    node = service.node(NODE)
+    requests = [
+        {"kind": "nvlink-errors", "device": "gpu2", "link": 1, "counter": "crc-flit", "increment": 7},
+        {"kind": "ecc", "device": "gpu2", "type": "sbe", "count": 5, "location": "l2-cache"},
+        {"kind": "xid", "device": "gpu2", "code": 13},
+        {"kind": "thermal", "device": "gpu2", "temperature_c": 93},
+        {"kind": "nvlink-errors", "device": "gpu2", "link": 1, "counter": "crc-flit", "increment": 3},
+        {"kind": "power-cap", "device": "gpu2", "limit_w": 350},
+        {"kind": "fabric-degraded", "device": "gpu2"},
+        {"kind": "ecc", "device": "gpu2", "type": "dbe", "count": 2},
+        {"kind": "xid", "device": "gpu2", "code": 79},
+    ]
+    earlier = []
+    for i, request in enumerate(requests):
+        fault = service.inject(NODE, request)
+        state = service.state(NODE)
+        scratch = derive_state(node, state.faults, state.generation, state.seed)
+        assert state.gpu("gpu2") == scratch.gpu("gpu2"), f"after injection {i} ({request['kind']})"
+        earlier.append((state.gpu("gpu2"), state.gpu("gpu2").to_json()))  # type: ignore[union-attr]
+        if i == 4:  # a heal in between: the fold starts over from the remaining faults
+            service.heal(fault_id=fault.id)
+            state = service.state(NODE)
+            assert state.gpu("gpu2") == derive_state(node, state.faults, state.generation, state.seed).gpu("gpu2")
+    for gpu, seen in earlier:
+        assert gpu is not None and gpu.to_json() == seen
+    assert earlier[0][1]["links"][1]["errors"]["crc-flit"] == 7
+    final = service.state(NODE).gpu("gpu2")
+    assert final is not None and final.links[1].errors["crc-flit"] == 7 and final.lost  # the +3 was healed

@@ -101,3 +101,40 @@ def test_too_few_devices_is_refused_naming_how_many_there_are() -> None:
         best_set(UNIFORM, [0, 1], 4, must=[5])
     with pytest.raises(ValueError, match=r"^3 must-include devices exceed the allocation size 2$"):
         best_set(UNIFORM, [0, 1], 2, must=[5, 6, 7])
+
+
+TWO_TRIANGLES = _matrix(6, {(0, 1): 10, (0, 2): 1, (1, 2): 1, (3, 4): 5, (3, 5): 5, (4, 5): 5}, {})
+"""0-1-2 holds the best pair (10 links) but 12 links in all; 3-4-5 has five links on every pair, 15 in all."""
+
+
+def test_a_search_as_large_as_the_limit_is_still_exhaustive() -> None:
+    """``exhaustive_limit`` is the largest number of candidate sets searched exhaustively (its documentation), so
+    3 of 6 GPUs (20 sets) with a limit of 20 are all looked at: the triangle with the most links (3-4-5, 15) wins,
+    where a search that grows from the best pair (0-1) stops at 0-1-2 (12 links)."""
+    assert best_set(TWO_TRIANGLES, list(range(6)), 3, exhaustive_limit=20) == (3, 4, 5)
+
+
+SWAPS_IN_TWO_ROUNDS = _matrix(5, {(0, 2): 4, (0, 3): 4, (0, 4): 6, (1, 2): 6, (1, 3): 6, (1, 4): 2, (2, 3): 6,
+                                  (3, 4): 1}, {})
+"""1-2-3 is a triangle of six links a pair (18). Every set of three with 0 or 4 has fewer: 0-2-3 14, 0-3-4 11,
+0-2-4 10, 1-2-4 8, 0-1-4 8, ... by adding up the pairs."""
+
+
+@pytest.mark.parametrize("limit", [20_000, 0])
+def test_swaps_go_on_until_none_helps(limit: int) -> None:
+    """The greedy search starts from the lowest of the equally good pairs (0-4), so it reaches 1-2-3 only by
+    swapping twice (4 for 2, then 0 for 1): go-gpuallocator's best set is the one with the most links, wherever
+    the search starts."""
+    assert best_set(SWAPS_IN_TWO_ROUNDS, list(range(5)), 3, exhaustive_limit=limit) == (1, 2, 3)
+
+
+GAINS_CHANGE = _matrix(6, {(0, 1): 2, (0, 3): 4, (0, 4): 12, (0, 5): 2, (1, 3): 2, (1, 4): 1, (1, 5): 4, (2, 3): 6,
+                           (2, 4): 1, (2, 5): 12, (3, 5): 4, (4, 5): 4}, {})
+"""0-2-4-5 holds 12 + 12 + 4 + 2 + 1 = 31 links, more than any other four (1-2-3-5 has 28, 0-3-4-5 26, ...)."""
+
+
+@pytest.mark.parametrize("limit", [20_000, 0])
+def test_each_pick_counts_its_links_to_every_gpu_already_chosen(limit: int) -> None:
+    """The greedy search adds, one at a time, the GPU with the most links to the set so far: after 0-4 it must
+    count links to 0 and 4 and then to the GPU it just added, or it grows towards the wrong four."""
+    assert best_set(GAINS_CHANGE, list(range(6)), 4, exhaustive_limit=limit) == (0, 2, 4, 5)

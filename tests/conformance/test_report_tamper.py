@@ -392,3 +392,23 @@ def test_the_statement_carries_the_verdict_on_report_json(genuine: tuple[Path, P
                                                       "seal": report["sha256"]}
     assert report["verdicts"]["overall"] == "not-certified"
     assert all("annotations" not in p for name, p in products.items() if name != "report.json"), products
+
+
+@pytest.mark.parametrize("extra", [20, 21, 25])
+def test_a_seal_differing_everywhere_lists_twenty_differences_and_counts_the_rest(
+        extra: int, genuine: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/certification.md: a seal that differs from the run in many places lists its first 20 differences and
+    says how many more there are (a forged seal cannot flood the output, and a cut list is never taken for all of
+    it). A seal with ``extra`` keys the run does not have: 20 listed at most, the rest counted in one line."""
+    run, vendor_pub, _ = genuine
+    forged = tmp_path / "run"
+    shutil.copytree(run, forged)
+    sealed = json.loads((forged / STATEMENT_FILE).read_text())
+    sealed["predicate"].update({f"forged{i:02d}": i for i in range(extra)})
+    (forged / STATEMENT_FILE).write_text(json.dumps(sealed))
+    capsys.readouterr()
+    assert conformance_main(["verify", str(forged), "--key", str(vendor_pub)]) == 1
+    lines = [line.split("seal mismatch: ", 1)[1] for line in capsys.readouterr().err.splitlines()
+             if "seal mismatch: " in line]
+    more = [] if extra <= 20 else [f"{extra - 20} more not listed"]
+    assert lines == [f"predicate.forged{i:02d} is not in the run" for i in range(min(extra, 20))] + more, lines

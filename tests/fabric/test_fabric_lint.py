@@ -272,3 +272,43 @@ def test_two_nics_on_one_rail_are_named_with_the_leaf_that_makes_it_their_rail()
     (finding,) = [f for f in report.findings if f.id == "FAB-RAIL-001"]
     assert finding.message == ("mlx5_4 (rail 2 in the profile) is on rail 3 (switch leaf-rail3); mlx5_4 and mlx5_5 "
                                "share rail 3 (switch leaf-rail3)"), finding.message
+
+
+def test_nics_the_profile_gives_no_rail_are_not_judged_by_the_rail_rule(tmp_path: Path) -> None:
+    """FAB-RAIL-001 checks each NIC against "the rail the profile gives it" (docs/fabric.md); a NIC given none has
+    none to be off. A DGX H100's in-band ports (port 2 of the storage ConnectX-7 cards, mlx5_2 and mlx5_8 in the
+    DGX H100 User Guide's naming, "in-band management and storage") are not compute rails, and a BasePOD puts
+    the pair on one in-band network (bonded), so both sit in one segment of one VLAN. Cabled that way on a leaf
+    of their own, the profile's compute rails stay as they were and the lint stays clean."""
+    f = tmp_path / "f.yaml"
+    ports = "".join(f"      - {{name: p{2 * i}, connect: dgx-h100-{i}/mlx5_2}}\n"
+                    f"      - {{name: p{2 * i + 1}, connect: dgx-h100-{i}/mlx5_8}}\n" for i in range(4))
+    f.write_text("extends: dgx-h100-rail\nname: x\nvlans:\n  - {id: 200, name: inband}\nswitches:\n"
+                 "  - name: leaf-inband\n    role: leaf\n    vlan: {untagged: 200}\n    ports:\n" + ports)
+    model = load_fabric(f)
+    inband = [n for n in model.nics if n.nic.name in ("mlx5_2", "mlx5_8")]
+    assert len(inband) == 8 and all(n.rail is None and n.peer is not None for n in inband)  # in the fabric, cabled
+    report = lint(model)
+    assert report.findings == (), report.format()
+
+
+def test_lossless_buffers_are_checked_where_stated_and_not_applicable_where_not(tmp_path: Path) -> None:
+    """FAB-BUF-001 (its rationale): "Applies where the config states its buffers (... a qos headroom list); a config
+    that does not is reported as not applicable." dgx-h100-rail states headroom [3] on every port: it applies (and
+    passes). Without the headroom lists it is not applicable, with the reason; never a pass."""
+    assert "FAB-BUF-001" not in lint(load_fabric("dgx-h100-rail")).not_applicable
+    f = tmp_path / "f.yaml"
+    f.write_text(Path(builtin_fabrics()["dgx-h100-rail"]).read_text().replace("    headroom: [3]\n", ""))
+    report = lint(load_fabric(f))
+    assert report.findings == () and "states no lossless buffers" in report.not_applicable["FAB-BUF-001"]
+
+
+@pytest.mark.parametrize(("min_kb", "max_kb", "flagged"), [(1500, 1500, True), (1499, 1500, False)])
+def test_equal_ecn_thresholds_are_not_ordered(tmp_path: Path, min_kb: int, max_kb: int, flagged: bool) -> None:
+    """FAB-ECN-002 asks for minimum below maximum: a RED-style marker with min >= max marks everything or nothing
+    (its rationale; RED's marking probability ramps between the two thresholds), so equal ones are a finding."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail1\n"
+                 f"    qos: {{ecn: {{priorities: [3], minKB: {min_kb}, maxKB: {max_kb}, probability: 10}}}}\n")
+    found = [(x.element, x.message) for x in lint(load_fabric(f)).findings if x.id == "FAB-ECN-002"]
+    assert found == ([("leaf-rail1", f"ECN minKB {min_kb} is not below maxKB {max_kb}")] if flagged else []), found

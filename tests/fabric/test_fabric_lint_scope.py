@@ -109,3 +109,62 @@ def test_a_far_end_port_missing_the_senders_priority_counts_every_port_of_its_cl
     assert lines["FAB-PFC-001"].endswith(": PFC priorities [3] do not include priority 4, which RoCE is classified "
                                          "into" + reach), lines
     assert lines["FAB-ECN-001"].endswith(": ECN marks priorities [3] only; RoCE runs on priority 4" + reach), lines
+
+
+def test_each_line_that_set_a_bad_value_counts_only_its_own_ports_paths(tmp_path: Path) -> None:
+    """The far-end case above, but p2 now states its PFC list ([3]) on a line of its own while p3 keeps the
+    defaults': the same wrong value from two lines is two findings (docs/fabric.md: "one finding at the line that
+    set it"), each reaching only its own port's paths. p2 faces dgx-h100-2, so from nodes 0 and 1 to node 2: 2 paths,
+    e.g. 0 <-> 2; the defaults now reach only p3: 0 <-> 3 and 1 <-> 3, e.g. 0 <-> 3 (not 0 <-> 2, which is p2's)."""
+    f = tmp_path / "f.yaml"
+    f.write_text('extends: dgx-h100-rail\nname: x\nhosts:\n'
+                 '  "dgx-h100-[01]/mlx5_0": {roce: {dscp: 34, priority: 4, pfcPriorities: [4]}}\n'
+                 'switches:\n  - name: leaf-rail0\n    ports:\n'
+                 f'      - {{name: p0, qos: {_PRIORITY_4_PORT}}}\n      - {{name: p1, qos: {_PRIORITY_4_PORT}}}\n'
+                 '      - {name: p2, qos: {pfcPriorities: [3]}}\n')
+    pfc = sorted(str(x).split(": error FAB-PFC-001: ")[1] for x in lint(load_fabric(f)).findings
+                 if x.id == "FAB-PFC-001")
+    why = "PFC priorities [3] do not include priority 4, which RoCE is classified into"
+    assert pfc == [f"defaults: {why} [2 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-3/mlx5_0]",
+                   f"leaf-rail0/p2: {why} [2 path(s), e.g. dgx-h100-0/mlx5_0 <-> dgx-h100-2/mlx5_0]"], pfc
+
+
+def test_a_spine_port_finding_counts_every_path_that_crosses_the_spine(tmp_path: Path) -> None:
+    """gb200-nvl72-spine-leaf as its header describes it: trays 0-8 on leaf0, 9-17 on leaf1, spine1 trunks rails 1
+    and 3. A 1500-byte spine1/p0 (a port in the middle of paths, facing leaf0) sits on every rail-1 and rail-3 path
+    from a leaf0 tray to a leaf1 tray: 9 x 9 per rail, 162 in all; paths within one leaf never reach it."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: gb200-nvl72-spine-leaf\nname: x\nswitches:\n  - name: spine1\n    ports:\n"
+                 "      - {name: p0, mtu: 1500}\n")
+    (finding,) = lint(load_fabric(f)).findings
+    assert (finding.id, finding.element, finding.paths) == ("FAB-MTU-001", "spine1/p0", 9 * 9 * 2), finding
+    assert finding.example == "gb200-tray-0/mlx5_1 <-> gb200-tray-9/mlx5_1", finding
+
+
+def test_a_value_shared_by_a_whole_rail_but_written_on_two_lines_is_two_findings(tmp_path: Path) -> None:
+    """All four rail-0 NICs lose PFC, nodes 0-1 on one line and nodes 2-3 on another: the NICs look alike (one
+    class), but each line is a finding of its own with its 2 NICs. Of rail 0's 6 paths, all but the one between
+    the other line's two nodes touch a NIC of the line: 5 each; the example is the first such path, 0 <-> 1 for the
+    first line, 0 <-> 2 for the second (node 2's first path goes to node 0)."""
+    f = tmp_path / "f.yaml"
+    f.write_text('extends: dgx-h100-rail\nname: x\nhosts:\n'
+                 '  "dgx-h100-[01]/mlx5_0": {roce: {pfcPriorities: []}}\n'
+                 '  "dgx-h100-[23]/mlx5_0": {roce: {pfcPriorities: []}}\n')
+    found = sorted((x.line, x.ports, x.paths, x.example) for x in lint(load_fabric(f)).findings
+                   if x.id == "FAB-PFC-001")
+    assert found == [(4, 2, 5, "dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0"),
+                     (5, 2, 5, "dgx-h100-0/mlx5_0 <-> dgx-h100-2/mlx5_0")], found
+
+
+def test_every_nic_off_the_common_roce_setting_is_named_when_three_settings_meet(tmp_path: Path) -> None:
+    """FAB-QOS-001 (all NICs of a segment send RoCE with one DSCP and priority): rail 0's dgx-h100-2 sends DSCP 24
+    and dgx-h100-3 DSCP 34 while nodes 0 and 1 keep the common 26. Three settings in one segment: both odd NICs are
+    named, each with its 3 paths to the NICs that differ from it (the switches' DSCP map findings aside)."""
+    f = tmp_path / "f.yaml"
+    f.write_text('extends: dgx-h100-rail\nname: x\nhosts:\n  "dgx-h100-2/mlx5_0": {roce: {dscp: 24}}\n'
+                 '  "dgx-h100-3/mlx5_0": {roce: {dscp: 34}}\n')
+    found = sorted((x.element, x.message, x.paths) for x in lint(load_fabric(f)).findings
+                   if x.id == "FAB-QOS-001" and x.element.startswith("dgx-h100-"))  # not the switches' own findings
+    common = "most of its VLAN 100 peers with DSCP 26 / priority 3"
+    assert found == [("dgx-h100-2/mlx5_0", f"the NIC sends RoCE with DSCP 24 / priority 3, {common}", 3),
+                     ("dgx-h100-3/mlx5_0", f"the NIC sends RoCE with DSCP 34 / priority 3, {common}", 3)], found

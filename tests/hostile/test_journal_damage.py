@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -270,3 +271,63 @@ def test_what_was_lost_is_logged_once_and_a_sound_journal_logs_nothing(tmp_path:
     recovered.close()
     said = [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()]
     assert len(said) == 1 and "1 records lost" in said[0] and "line 3 is torn" in said[0], said
+
+
+@pytest.mark.parametrize("garbage", [b'{"version": 1, "epoch"', b"[]\n", b'{"version": 1, "epoch": 0, "records": "3"}'])
+def test_a_meta_file_that_does_not_parse_is_damage_named_by_its_file(tmp_path: Path, garbage: bytes) -> None:
+    """docs/agent.md: the meta file holds the journal's high-water mark and epoch, and damage "stops the agent with a
+    message naming the file ... and the problem" (never a traceback). A meta file cut short, of another shape, or
+    with a mark that is not a number is that: refused, then salvaged from the journal's own records."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.close()
+    path.with_name("journal.jsonl.meta").write_bytes(garbage)
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert "journal.jsonl.meta does not parse" in str(refused.value), str(refused.value)
+    salvaged = Journal(path, salvage=True)
+    try:
+        assert [r["seq"] for r in salvaged.replay()] == [1]
+        assert any("journal.jsonl.meta does not parse" in p for p in salvaged.recovery.problems)
+    finally:
+        salvaged.close()
+
+
+@pytest.mark.parametrize("count", range(1, 9))
+def test_the_refusal_names_or_counts_every_problem(tmp_path: Path, count: int) -> None:
+    """A refusal shows the first problems and counts the rest ("; and N more"): however many there are, each one is
+    either shown or counted, exactly once, so an operator never reads fewer problems than the journal has (and is
+    never told of "0 more")."""
+    import re
+
+    problems = [f"line {i} fails its checksum (altered)" for i in range(1, count + 1)]
+    message = str(JournalDamaged(tmp_path / "journal.jsonl", problems))
+    shown = sum(p in message for p in problems)
+    more = re.search(r"; and (\d+) more\.", message)
+    assert shown + (int(more.group(1)) if more else 0) == count, message
+    assert more is None or int(more.group(1)) > 0, message  # never "and 0 more"
+    assert shown >= 1 and all(p in message for p in problems[:shown]), message  # the first ones, in order
+
+
+def test_records_damaged_past_the_high_water_mark_are_counted_lost(tmp_path: Path) -> None:
+    """The meta file's high-water mark is only raised now and then (at a reservation or a clean stop), so records
+    after it are known only from the journal itself. Two such records whose lines no longer check out (a flipped
+    bit each) are two records lost: the salvage report says 2, not 0 because the numbers still run without a gap."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    for seq in range(1, 6):
+        journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": seq})
+    os.close(journal._fd)  # the agent stops dead: no clean close raises the mark
+    lines = lines_of(path)
+    for k in (-2, -1):
+        lines[k] = lines[k].replace(b'"seq":', b'"seQ":')
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    salvaged = Journal(path, salvage=True)
+    try:
+        assert [r["seq"] for r in salvaged.replay()] == [1, 2, 3]
+        assert salvaged.recovery.dropped == 2, salvaged.recovery.to_json()
+    finally:
+        salvaged.close()

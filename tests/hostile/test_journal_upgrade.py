@@ -92,6 +92,108 @@ def test_an_unreadable_line_of_an_old_format_journal_is_named_by_its_line_number
         journal.close()
 
 
+def test_a_blank_line_of_an_old_format_journal_is_skipped_and_what_follows_kept(tmp_path: Path) -> None:
+    """JSON Lines (jsonlines.org, the old format) has one value per line; a blank line holds none, so it is no
+    record and no damage: the records after it are taken like those before it and nothing is counted lost."""
+    path = tmp_path / "journal.jsonl"
+    first = {"op": "generation", "generations": {"n0": 2}, "fault_counter": 3, "seq": 4}
+    later = {"op": "inject", "fault": {"id": "f-000003"}, "generation": 3, "events": []}
+    path.write_text(json.dumps(first) + "\n\n   \n" + json.dumps(later) + "\n")
+    journal = Journal(path)
+    try:
+        report = journal.recovery.to_json()
+        assert report["upgraded"] is True and report["dropped"] == 0 and report["problems"] == [], report
+        assert journal.replay() == [first, later]
+    finally:
+        journal.close()
+
+
+class _Died(Exception):
+    """The agent stopping dead at this point (power loss, SIGKILL)."""
+
+
+def test_a_first_compaction_that_dies_before_its_last_meta_write_leaves_a_journal_that_opens(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agent.md: "A journal that is empty, missing, shorter than the mark, or of another epoch is damage", and
+    the journal never loses what it acknowledged. A new state dir's first compaction writes the checkpointed journal
+    and then records its epoch in the meta file; an agent that dies between the two must start again from that
+    journal without --salvage-journal (it lost nothing): the meta file has to exist before the journal does."""
+    import fakehw.agent.journal as journal_module
+
+    path = tmp_path / "journal.jsonl"
+    real_write = journal_module.atomic_write
+
+    def dies_after_the_journal(target: Path, data: bytes, *args: object, **kwargs: object) -> None:
+        if target.name.endswith(".meta") and path.stat().st_size > 0:  # the new journal is in place
+            raise _Died(target)
+        real_write(target, data, *args, **kwargs)  # type: ignore[arg-type]
+
+    journal = Journal(path)
+    monkeypatch.setattr(journal_module, "atomic_write", dies_after_the_journal)
+    with pytest.raises(_Died):
+        journal.compact([RECORD])
+    monkeypatch.setattr(journal_module, "atomic_write", real_write)
+    os.close(journal._fd)  # the process is gone: nothing else of it runs
+    again = Journal(path)
+    try:
+        assert again.replay() == [RECORD] and again.recovery.problems == [], again.recovery.to_json()
+    finally:
+        again.close()
+
+
+def test_a_journal_made_again_after_a_failed_compaction_is_owner_only(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agent.md (security): journals are mode 0600. A journal file removed from under the agent while its
+    compaction fails (a full disk) is made again when the agent reopens it for appending: with mode 0600, like
+    the one it replaces, whatever the umask lets through."""
+    import fakehw.agent.journal as journal_module
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+
+    real_write = journal_module.atomic_write
+
+    def disk_full(target: Path, data: bytes, *args: object, **kwargs: object) -> None:
+        if target == path:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(target, data, *args, **kwargs)  # type: ignore[arg-type]
+
+    path.unlink()
+    monkeypatch.setattr(journal_module, "atomic_write", disk_full)
+    try:
+        with pytest.raises(OSError):
+            journal.compact([RECORD])
+        assert path.stat().st_mode & 0o777 == 0o600
+    finally:
+        journal.close()
+
+
+def test_a_reservation_already_covered_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Journal.reserve: "make sure ids ... up to value are durably reserved before one is handed out". Ids up to
+    the reserved mark are covered already, the mark included: asking for them again costs no meta write (no fsync
+    on the path of every id handed out) and leaves the floor where it was."""
+    import fakehw.agent.journal as journal_module
+
+    journal = Journal(tmp_path / "journal.jsonl")
+    try:
+        journal.compact([])
+        journal.reserve("fault", 1)
+        mark = journal.floor("fault")
+        writes: list[Path] = []
+        real_write = journal_module.atomic_write
+
+        def counted(target: Path, data: bytes, *args: object, **kwargs: object) -> bool:
+            writes.append(target)
+            return real_write(target, data, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(journal_module, "atomic_write", counted)
+        journal.reserve("fault", mark)
+        journal.reserve("fault", mark - 1)
+        assert writes == [] and journal.floor("fault") == mark
+    finally:
+        journal.close()
+
+
 class _Syncs:
     """Stands in for ``os.fdatasync`` on the journal's file: counts the calls, holds the first one until released
     (a slow disk), and fails the calls it is told to (a full disk)."""

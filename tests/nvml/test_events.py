@@ -103,3 +103,24 @@ def test_events_before_registration_are_not_delivered(nvml: Callable[..., NodeSn
     except n.NVMLError_Timeout:
         pass
     n.nvmlEventSetFree(s)
+
+
+def test_a_device_registered_late_gets_none_of_its_earlier_events(nvml: Callable[..., NodeSnap],
+                                                                  pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceRegisterEvents: "Starts recording of events on a specified device". A set already waiting
+    on gpu0 sees an Xid land on gpu1, and only then registers gpu1: that Xid happened before gpu1's recording
+    started, so the set has nothing to deliver (the newest event at registration is the one most easily let in)."""
+    n = pynvml_module
+    snap = nvml("edge-pcie")
+    s = n.nvmlEventSetCreate()
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(0), EVENT_XID, s)
+    write_node(snap.path, "edge-pcie", faults=[{"kind": "xid", "device": "gpu1", "code": 43}], generation=2,
+               first_seq=100)
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(1), EVENT_XID, s)
+    try:
+        n.nvmlEventSetWait(s, 20)
+        raise AssertionError("gpu1's Xid from before its registration was delivered")
+    except n.NVMLError_Timeout:
+        pass
+    finally:
+        n.nvmlEventSetFree(s)

@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 
 from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess
-from tests.nvml.captures import number
+from tests.nvml.captures import board_capture, number
 from tests.nvml.helpers import NodeSnap
 
 Nvml = Callable[..., NodeSnap]
@@ -207,6 +207,11 @@ def test_pci_versions_keep_their_layouts(nvml: Nvml, pynvml_module: ModuleType) 
 
 
 def test_nvlink_dgx_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """Every NVLink port of a DGX H100 is up, reaches an NVSwitch and can carry peer traffic and peer atomics:
+    NVLink carries native peer atomics between GPUs (CUDA programming guide: cudaDevP2PAttrNativeAtomicSupported
+    over NVLink), which nvml.h reports as NVML_NVLINK_CAP_P2P_ATOMICS (capability 2, nvidia-ml-py's constant).
+    SLI (NVML_NVLINK_CAP_SLI_BRIDGE, 4) is a GeForce/Quadro graphics feature over a bridge: an SXM module cabled to
+    NVSwitches has none, so each capability is its own bit, not "this or any later one"."""
     n = pynvml_module
     snap = nvml("dgx-h100")
     switches = {sw.id: sw for sw in snap.node.nvswitches}
@@ -221,6 +226,8 @@ def test_nvlink_dgx_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
             assert remote.busId == port.remote_address.nvml_bus_id
             assert remote.pciDeviceId == (switches[port.remote_id].sku.pci_device_id << 16 | 0x10DE)
             assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_P2P_SUPPORTED) == 1
+            assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_P2P_ATOMICS) == 1
+            assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_SLI_BRIDGE) == 0
             for counter in range(5):
                 assert n.nvmlDeviceGetNvLinkErrorCounter(h, link, counter) == 0
         assert error_of(partial(n.nvmlDeviceGetNvLinkState, h, 18)) == n.NVML_ERROR_INVALID_ARGUMENT
@@ -471,6 +478,37 @@ def test_a_turing_board_retires_pages(nvml: Nvml, pynvml_module: ModuleType) -> 
     assert len(n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)) == 3
     assert n.nvmlDeviceGetRetiredPagesPendingStatus(h) == 1
     assert error_of(lambda: n.nvmlDeviceGetRemappedRows(h)) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+def test_temperature_thresholds_are_the_real_t4s(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvidia-smi -q prints nvmlDeviceGetTemperatureThreshold as ``gpu_temp_max_threshold`` (SHUTDOWN),
+    ``gpu_temp_slow_threshold`` (SLOWDOWN) and ``gpu_temp_max_gpu_threshold`` (GPU_MAX): each must be the real
+    Tesla T4's own reading in the capture (96, 93 and 85 C there), not a neighbour's."""
+    n = pynvml_module
+    real = board_capture("t4")
+    nvml("t4-cloud")
+    h = handles(n)[0]
+    for threshold, leaf in ((n.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, "gpu_temp_max_threshold"),
+                            (n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, "gpu_temp_slow_threshold"),
+                            (n.NVML_TEMPERATURE_THRESHOLD_GPU_MAX, "gpu_temp_max_gpu_threshold")):
+        assert n.nvmlDeviceGetTemperatureThreshold(h, threshold) == number(real[f"/temperature/{leaf}"]), leaf
+
+
+def test_mig_device_indices_end_below_the_max_mig_device_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """dgx-a100's gpu7 is in MIG mode with two 3g.40gb instances (the profile says so). An A100 holds at most seven
+    MIG devices (NVIDIA's MIG user guide), which nvmlDeviceGetMaxMigDeviceCount reports. nvml.h,
+    nvmlDeviceGetMigDeviceHandleByIndex: NOT_FOUND when "no valid MIG device was found at index", INVALID_ARGUMENT
+    when the index itself is invalid: 0-6 are slots (two filled), 7 is past the last one."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    assert n.nvmlDeviceGetMaxMigDeviceCount(h) == 7
+    for index in (0, 1):
+        n.nvmlDeviceGetMigDeviceHandleByIndex(h, index)
+    for index in range(2, 7):
+        assert error_of(partial(n.nvmlDeviceGetMigDeviceHandleByIndex, h, index)) == n.NVML_ERROR_NOT_FOUND
+    for index in (7, 8):
+        assert error_of(partial(n.nvmlDeviceGetMigDeviceHandleByIndex, h, index)) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
 # --------------------------------------------------------------------------------------------------- readings

@@ -65,3 +65,17 @@ def test_invisible_devices_cannot_be_reached(node_snapshot: Callable[..., NodeSn
     visible_neighbours = [b for b in topo.nearest(1, TopologyLevel.NODE) if b in (1, 2)]
     assert out["near"] == len(visible_neighbours)
     assert out["near"] == 1  # gpu1's NODE-level neighbours among the visible ones: gpu2 only
+
+
+def test_the_gpus_near_a_cpu_are_handed_out_as_visible_devices(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """A DGX H100's second socket is CPUs 56-111 and 168-223 (two 56-core Xeon 8480C with Hyper-Threading, Linux
+    numbering: what `nvidia-smi topo -m` prints as the CPU affinity of GPUs 4-7). With gpu5 and gpu6 the visible
+    ones, nvmlSystemGetTopologyGpuSet of CPU 56 or 168 hands out both, as devices of this process (the handles its
+    own index 0 and 1 give), and CPU 0 (first socket) none."""
+    snap = node_snapshot("dgx-h100")
+    g = snap.node.gpus
+    code = ("import json, pynvml\npynvml.nvmlInit()\n"
+            "print(json.dumps({cpu: [pynvml.nvmlDeviceGetUUID(h) for h in pynvml.nvmlSystemGetTopologyGpuSet(cpu)]"
+            " for cpu in (0, 56, 168)}))\n")
+    out = run_python(code, snap.path, FAKEHW_VISIBLE_DEVICES="5,6")
+    assert out == {"0": [], "56": [g[5].uuid, g[6].uuid], "168": [g[5].uuid, g[6].uuid]}

@@ -5,6 +5,7 @@ not fit), while ``a`` itself still does, and the same pool on another node is st
 
 from __future__ import annotations
 
+from fakehw.views.k8s import Holding, PoolPolicy
 from testbed.reference.extender.policy import Flags, Placement, Policy, Refusal
 from tests.scheduler.test_reference_policy import bound, infos, req, snapshot
 
@@ -86,3 +87,28 @@ def test_filter_sorts_nodes_into_the_three_lists_kube_scheduler_reads() -> None:
                                                                                    [free, low, high])
     assert passed == [free]
     assert list(failed) == [low] and list(unresolvable) == [high], (failed, unresolvable)
+
+
+def test_a_pool_over_its_cap_sets_nothing_aside_for_a_booked_gang() -> None:
+    """The nearest pool (grace-lpddr) holds more burst memory than its burst cap allows (a burst granted before the
+    pool shrank), so it has no room, and none to set aside for the booked gang member: the member's whole share is
+    set aside in the next pool (nvl72-peer-hbm), as docs/scheduler.md's gang bookings say (memory booked for a
+    gang's pending members is not given to others). A newcomer then gets exactly what is left there: the peer
+    pool's burst cap less the booked bytes (worked out from the profile's pool size and the burst cap), and one
+    byte more does not fit."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    hbm = nodes[name].gpus[0].memory
+    lpddr, peer = nodes[name].pool("grace-lpddr"), nodes[name].pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    cap = PoolPolicy()
+    spill = 2**30
+    member = bound("t", "g-0", name, (0, 1), memory=2 * hbm + spill, gang="g", gang_size=2)
+    member["metadata"]["annotations"].update(Holding(name, (0, 1), {}, "burst", "nvl72", "tok",
+                                                     (name, name)).annotations())
+    over = bound("o", "over", name, (), grants={"grace-lpddr": cap.burst_cap(lpddr.available) + 2**20})
+    policy = Policy(snapshot(nodes, [member, over], Flags()))
+    left = cap.burst_cap(peer.available) - spill
+    fits = policy.evaluate(req(name="m", ns="u", memory=left), name)
+    assert isinstance(fits, Placement) and fits.grants == {"nvl72-peer-hbm": left}, fits
+    assert isinstance(policy.evaluate(req(name="m", ns="u", memory=left + 1), name), Refusal)

@@ -9,8 +9,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from fakehw.views.k8s import Holding, NodeInfo
-from testbed.reference.extender.policy import Flags, GangPlan, Placement, Policy, choose_gpus
+from fakehw.model import load_profile
+from fakehw.views.k8s import Holding, NodeInfo, PoolPolicy, RuntimeHealth, node_info
+from testbed.reference.extender.policy import (
+    Flags,
+    GangPlan,
+    Placement,
+    Policy,
+    Refusal,
+    Snapshot,
+    choose_gpus,
+    parse_bound,
+)
 from tests.scheduler.test_reference_policy import bound, infos, req, snapshot
 
 
@@ -208,3 +218,108 @@ def test_a_gang_booking_on_a_node_without_pods_keeps_its_gpus() -> None:
     assert not isinstance(policy.evaluate(req(ns="other", gpus=1), b), Placement)
     member = req(gpus=4, gang="g", gang_size=2, name="m2")
     assert isinstance(policy.evaluate(member, b, policy.own_slots(member, b)), Placement)
+
+
+def test_gang_members_are_limited_by_what_the_pools_can_lend_per_node() -> None:
+    """A gang of 4 one-GPU members, each needing half of what a tray's pools may lend to bursts beyond its HBM:
+    a GB200 tray has 4 GPUs, but its pools (grace-lpddr and nvl72-peer-hbm, each under the published burst cap)
+    hold only 2 such members, so the plan takes 2 trays of 2 members each, not one tray of 4."""
+    nodes = infos("gb200-nvl72")
+    a, b = sorted(nodes)[:2]
+    info = nodes[a]
+    lpddr, peer = info.pool("grace-lpddr"), info.pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None and len(info.gpus) == 4
+    lend = PoolPolicy().burst_cap(lpddr.available) + PoolPolicy().burst_cap(peer.available)
+    policy = Policy(snapshot({a: info, b: nodes[b]}, [], Flags()))
+    plan = policy.gang_plan(req(gpus=1, memory=info.gpus[0].memory + lend // 2, gang="g", gang_size=4), [a, b])
+    assert isinstance(plan, GangPlan) and sorted(plan.nodes) == [a, a, b, b], plan
+
+
+def test_a_second_bound_member_leaves_the_rest_of_the_booking() -> None:
+    """docs/scheduler.md (gang bookings): GPUs booked for a gang's pending members are not given to others. A gang
+    of 3 one-GPU members planned on one GB200 tray (4 GPUs): the first is bound (2 GPUs booked for the others), then
+    the second binds (the snapshot is updated pod by pod, as the extender's cache is): 2 GPUs are held and 1 is
+    booked for the third, so another tenant's pod finds 1 GPU free: 1 GPU fits, 2 do not."""
+    nodes = infos("gb200-nvl72")
+    a = sorted(nodes)[0]
+    members = []
+    for i in range(2):
+        m = bound("t", f"m{i}", a, (i,), gang="g", gang_size=3)
+        m["metadata"]["annotations"].update(Holding(a, (i,), {}, "burst", gang_domain=nodes[a].domain,
+                                                    gang_token="tok", gang_plan=(a, a, a)).annotations())
+        members.append(parse_bound(m))
+    first, second = members
+    assert first is not None and second is not None
+    snap = Snapshot(nodes, [first], Flags())
+    before = Policy(snap).evaluate(req(ns="other", gpus=2), a)
+    assert isinstance(before, Refusal) and before.reason.endswith("1 held, 2 booked by gangs)"), before
+    snap.put(second.key, second)
+    policy = Policy(snap)
+    two = policy.evaluate(req(ns="other", gpus=2), a)
+    assert isinstance(two, Refusal) and "1 free and healthy (0 unhealthy, 2 held, 1 booked by gangs)" in two.reason
+    assert isinstance(policy.evaluate(req(ns="other", gpus=1), a), Placement)
+
+
+def test_a_pool_that_holds_nothing_now_lends_nothing() -> None:
+    """docs/scheduler.md (Filter): pool grants are under the pool policy, "nothing past thrashThreshold x what a pool
+    holds now". cxl-pool's exclusive cxl-pooled pool taken offline (the agent reports 0 bytes available): a pod that
+    needs more than the shared 4 GiB cxl-local can lend does not fit; with the pool back, it does."""
+    system = load_profile("cxl-pool")
+    node = system.nodes[0]
+    online = node_info(system, node)
+    offline = node_info(system, node, RuntimeHealth(pool_available={"cxl-pooled": 0}))
+    pooled = offline.pool("cxl-pooled")
+    assert pooled is not None and pooled.capacity > 0 and pooled.available == 0
+    need = online.gpus[0].memory + 8 * 2**30
+    refused = Policy(snapshot({node.name: offline}, [], Flags())).evaluate(req(gpus=1, memory=need), node.name)
+    assert isinstance(refused, Refusal) and not refused.resolvable, refused
+    placed = Policy(snapshot({node.name: online}, [], Flags())).evaluate(req(gpus=1, memory=need), node.name)
+    assert isinstance(placed, Placement) and "cxl-pooled" in placed.grants, placed
+
+
+def test_prioritize_reuses_only_its_own_pods_filter() -> None:
+    """docs/scheduler.md: prioritize reuses *its pod's* filter verdicts when asked for the nodes that filter passed.
+    Two DGX H100 nodes; tenant x holds 4 GPUs of a. Pod A (tenant x, 1 GPU) costs the same on both (no other tenant
+    near it), and a is the tighter fit: 10 for a, 9 for b. Pod B (tenant u, 1 GPU) pays the isolation penalty on a
+    (half its GPUs are another tenant's): 10 for b, the cheapest, and 0 for a, the dearest. B is prioritized right
+    after A's filter passed the same two nodes: B's scores, not A's."""
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    policy = Policy(snapshot(nodes, [bound("x", f"x{i}", a, (i,)) for i in range(4)], Flags()))
+    pod_a, pod_b = req(ns="x", name="pa", gpus=1), req(ns="u", name="pb", gpus=1)
+    passed, _, _ = policy.filter(pod_a, [a, b])
+    assert passed == [a, b] and policy.prioritize(pod_a, passed) == {a: 10, b: 9}
+    assert policy.prioritize(pod_b, passed) == {a: 0, b: 10}
+
+
+def test_bursts_get_what_admission_leaves_once_reservations_pass_the_reserved_part() -> None:
+    """docs/scheduler.md (Filter): nothing past thrashThreshold x what a pool holds now (admission control), and
+    bursts never into the reservedFraction part. On a GB200 tray's grace-lpddr (A bytes; the policy the node
+    publishes: thrashThreshold t, reservedFraction f) a reservation holds A/2, more than the reserved part fA, and a
+    burst A/10: what admission leaves, tA - A/2 - A/10, is less than the bursts' own cap leaves (tA - fA - A/10), so
+    that is all a new burst gets there; the rest of its 0.4A comes from the next pool (nvl72-peer-hbm)."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    lpddr = nodes[name].pool("grace-lpddr")
+    assert lpddr is not None
+    available = lpddr.available
+    res, burst = available // 2, available // 10
+    pods = [bound("r", "res", name, (0,), priority=1000, kind="reservation", grants={"grace-lpddr": res}),
+            bound("b", "burst", name, (1,), grants={"grace-lpddr": burst})]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    t, f = nodes[name].policy.thrash_threshold, nodes[name].policy.reserved_fraction
+    assert res > int(available * f)
+    admission_left = int(available * t) - res - burst
+    assert 0 < admission_left < int(available * t) - int(available * f) - burst
+    p = _placement(policy, name, ns="n", gpus=0, memory=4 * available // 10)
+    assert p.grants == {"grace-lpddr": admission_left, "nvl72-peer-hbm": 4 * available // 10 - admission_left}, p
+
+
+def test_the_ignore_bookings_mutant_still_counts_the_gpus_pods_hold() -> None:
+    """docs/scheduler.md's mutant table: ignore-bookings gives GPUs *booked for a gang's pending members* to other
+    pods. GPUs bound pods hold are still taken: on a DGX H100 whose 8 GPUs are all held, it places no pod either."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    full = [bound("x", f"x{i}", name, (i,)) for i in range(8)]
+    verdict = Policy(snapshot(nodes, full, Flags(ignore_bookings=True))).evaluate(req(ns="u", gpus=1), name)
+    assert isinstance(verdict, Refusal) and "needs 1 GPUs; 0 free and healthy" in verdict.reason, verdict

@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +28,7 @@ import pytest
 
 from conformance.requirements import catalogue
 from testbed.api import Testbed
+from testbed.cluster import scratch_dir
 from testbed.reference.extender.mutants import MUTANTS
 
 pytestmark = pytest.mark.slow
@@ -88,8 +88,8 @@ def outcomes() -> Iterator[dict[Run, Future[Outcome]]]:
     by_profile: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by_profile[r.profile].append(r)
-    state = Path(tempfile.mkdtemp(prefix="fhw-ss-", dir="/tmp"))
-    work = Path(tempfile.mkdtemp(prefix="fhw-ssw-", dir="/tmp"))
+    state = scratch_dir("fhw-ss-")
+    work = scratch_dir("fhw-ssw-")
     futures: dict[Run, Future[Outcome]] = {r: Future() for r in runs}
 
     def lane(profile: str, cluster: str) -> None:

@@ -23,6 +23,7 @@ import pytest
 
 from fakehw.model import load_profile
 from testbed.api import Testbed
+from testbed.cluster import scratch_dir
 from testbed.slurm.cluster import Binaries, SlurmCluster, SlurmError, parse_record
 from testbed.slurm.render import ClusterLayout, NodeLayout, gpu_type, gres_conf, slurm_conf, task_prolog
 
@@ -123,7 +124,7 @@ def _suite(profile: str, out: Path) -> tuple[dict[str, Any], str]:
 def suite_runs() -> Iterator[dict[str, Any]]:
     work = Path(tempfile.mkdtemp(prefix="fhw-slt-", dir="/tmp"))
     profiles = ("dgx-h100", "edge-pcie", PAIRS)
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=len(profiles)) as pool:  # mostly waits on Slurm and jobs: little CPU
         futures = {}
         for i, p in enumerate(profiles):
             (work / str(i)).mkdir()
@@ -156,9 +157,9 @@ def test_nvlink_check_fails_without_links(monkeypatch: pytest.MonkeyPatch) -> No
                                         tuple(0 for _ in self.links)))
 
     monkeypatch.setattr(render.GresLine, "render", no_links)
-    state = Path(tempfile.mkdtemp(prefix="fhw-sln-", dir="/tmp"))
+    state = scratch_dir("fhw-sln-")
     tb = Testbed.up(PAIRS, name="nolinks", state_dir=state)
-    root = Path(tempfile.mkdtemp(prefix="fhw-slnc-", dir="/tmp"))
+    root = scratch_dir("fhw-slnc-")
     cluster = None
     try:
         infos = tb.nodes()

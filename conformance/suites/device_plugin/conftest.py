@@ -16,7 +16,6 @@ says what the plugin did, with the offending response and the tail of the plugin
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from fakehw import __version__
 from testbed import component_user
 from testbed.api import Testbed
 from testbed.backends import NodeInfo
-from testbed.cluster import remove_tree_in_background
+from testbed.cluster import remove_tree_in_background, scratch_dir
 from testbed.kubelet.kubelet import PluginViolation, Timeouts
 
 
@@ -114,7 +113,7 @@ def dp_options(pytestconfig: pytest.Config, conformance_targets: dict[str, Targe
 
 @pytest.fixture(scope="session")
 def dp_testbed(dp_options: SuiteOptions) -> Iterator[Testbed]:
-    state = Path(tempfile.mkdtemp(prefix="fhw-dp-", dir="/tmp"))
+    state = scratch_dir("fhw-dp-")
     component_user.share_read(state)  # the node's view, read by a component run as another user
     tb = Testbed.up(dp_options.profile, backend=dp_options.backend, name="dp", state_dir=state)
     try:
@@ -150,7 +149,7 @@ def _plugin_node(tb: Testbed, options: SuiteOptions) -> NodeInfo:
 def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict[str, Any]) -> Iterator[
         PluginUnderTest]:
     node = _plugin_node(dp_testbed, dp_options)
-    workdir = Path(tempfile.mkdtemp(prefix="fhw-dpk-", dir="/tmp"))
+    workdir = scratch_dir("fhw-dpk-")
     component_user.share_read(workdir)
     scratch = workdir
     launcher = None

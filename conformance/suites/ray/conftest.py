@@ -13,7 +13,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from conformance.pytest_plugin import TargetSpec
 from conformance.suites.scheduler.support import teardown
 from fakehw.model.system import Node
 from testbed.api import Testbed
+from testbed.cluster import scratch_dir
 
 MAX_TASKS = 4
 
@@ -69,8 +69,8 @@ def ray_views(conformance_targets: dict[str, TargetSpec], conformance_profile: s
     if check.returncode != 0:
         pytest.skip(f"ray is not importable by {python}: {check.stderr.strip()[-300:]} (pip install 'fakehw[ray]')")
     conformance_manifest.setdefault("component_versions", {})["ray"] = check.stdout.strip()
-    state = Path(tempfile.mkdtemp(prefix="fhw-ry-", dir="/tmp"))
-    temp = Path(tempfile.mkdtemp(prefix="fhw-ray-", dir="/tmp"))
+    state = scratch_dir("fhw-ry-")
+    temp = scratch_dir("fhw-ray-")
     tb = Testbed.up(conformance_profile, backend=conformance_backend, name="ry", state_dir=state)
     try:
         nodes: dict[str, Node] = {}

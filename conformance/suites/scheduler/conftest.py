@@ -16,7 +16,6 @@ extender is restarted, so one failure does not cascade.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from conformance.suites.scheduler.support import Recorder, SchedulerUnderTest, S
 from fakehw import __version__
 from fakehw.model import load_profile
 from testbed.api import Testbed
+from testbed.cluster import scratch_dir
 from testbed.extender.process import ExtenderTarget, TargetError
 
 SMALL_PROFILE_NODES = 4
@@ -105,7 +105,7 @@ def sched_testbed(sched_options: SuiteOptions, conformance_backend: str, pytestc
                                     f"{sched_options.profile}")
         yield tb
         return
-    state = Path(tempfile.mkdtemp(prefix="fhw-sx-", dir="/tmp"))
+    state = scratch_dir("fhw-sx-")
     tb = Testbed.up(sched_options.profile, nodes=sched_options.nodes, backend=conformance_backend, name="sx",
                     state_dir=state)
     try:
@@ -117,7 +117,7 @@ def sched_testbed(sched_options: SuiteOptions, conformance_backend: str, pytestc
 @pytest.fixture(scope="session")
 def sched_session(sched_testbed: Testbed, sched_options: SuiteOptions,
                   conformance_manifest: dict[str, Any]) -> Iterator[SchedulerUnderTest]:
-    workdir = Path(tempfile.mkdtemp(prefix="fhw-sxw-", dir="/tmp"))
+    workdir = scratch_dir("fhw-sxw-")
     sut = SchedulerUnderTest(sched_testbed, sched_options, workdir)
     conformance_manifest.setdefault("targets", [f"extender={sched_options.target.describe()}"])
     if sched_options.target.kind == "reference":

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from conformance.suites.scheduler.support import teardown
 from conformance.suites.slurm.support import SlurmUnderTest
 from fakehw.model import load_profile
 from testbed.api import Testbed
+from testbed.cluster import scratch_dir
 from testbed.slurm.cluster import Binaries, SlurmCluster, SlurmError
 
 DEFAULT_NODES = 2
@@ -57,9 +57,9 @@ def slurm_session(pytestconfig: pytest.Config, conformance_targets: dict[str, Ta
     nodes = asked
     if nodes is None and len({n.group for n in system.nodes}) == 1 and len(system.nodes) < DEFAULT_NODES:
         nodes = DEFAULT_NODES
-    state = Path(tempfile.mkdtemp(prefix="fhw-sl-", dir="/tmp"))
+    state = scratch_dir("fhw-sl-")
     tb = Testbed.up(conformance_profile, nodes=nodes, backend=conformance_backend, name="sl", state_dir=state)
-    root = Path(tempfile.mkdtemp(prefix="fhw-slc-", dir="/tmp"))
+    root = scratch_dir("fhw-slc-")
     cluster = None
     try:
         infos = [n for n in tb.nodes() if n.gpus][: asked or 8]
