@@ -19,12 +19,11 @@ from collections.abc import Mapping
 
 from fakehw.model.system import Initiator, Node, NumaNode
 from fakehw.model.units import format_cpulist
-from fakehw.sysfs.common import cpumask, meminfo_line, page_size
+from fakehw.sysfs.common import cpumask, default_hugepage_kb, hugepage_sizes_kb, meminfo_line, page_size
 from fakehw.sysfs.memory import hmat_performance
 from fakehw.sysfs.tree import Section
 
 NODE_DIR = "sys/devices/system/node"
-HUGEPAGE_SIZES_KB = (2048, 1048576)
 
 
 def initiator_of(node: Node, numa: NumaNode) -> int | None:
@@ -66,7 +65,7 @@ def node_static_section(node: Node) -> Section:
         sec.text(f"{d}/distance", " ".join(str(x) for x in row))
         for c in n.cpus:
             sec.link(f"{d}/cpu{c}", f"sys/devices/system/cpu/cpu{c}")
-        for size in HUGEPAGE_SIZES_KB:
+        for size in hugepage_sizes_kb(node.cpu.arch):
             for name in ("nr_hugepages", "free_hugepages", "surplus_hugepages"):
                 sec.text(f"{d}/hugepages/hugepages-{size}kB/{name}", 0, 0o644 if name == "nr_hugepages" else 0o444)
         sec.link(f"sys/bus/node/devices/node{n.id}", d)
@@ -176,7 +175,7 @@ def proc_meminfo(total: int, free: int, page: int) -> str:
         ("ShmemHugePages", 0), ("ShmemPmdMapped", 0), ("FileHugePages", 0), ("FilePmdMapped", 0)))
     text += "".join(meminfo_line(label, 0, unit=False)
                     for label in ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "HugePages_Surp"))
-    text += meminfo_line("Hugepagesize", 2048) + meminfo_line("Hugetlb", 0)
+    text += meminfo_line("Hugepagesize", default_hugepage_kb(page)) + meminfo_line("Hugetlb", 0)
     # The direct map: the first GiB in 4 KiB pages (1048576 kB), the rest half in 2 MiB and half in 1 GiB pages.
     gib = (total * page) >> 30
     text += meminfo_line("DirectMap4k", 1048576) + meminfo_line("DirectMap2M", (gib - gib // 2) << 20) \

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fakehw.model.system import Node, System
-from fakehw.sysfs.node import HUGEPAGE_SIZES_KB
+from fakehw.sysfs.common import hugepage_sizes_kb
 from fakehw.views.gfd import gfd_labels
 from fakehw.views.k8s import node_info
 from fakehw.views.k8s_topology import RESOURCE_API, node_resource_topology, resource_slice
@@ -85,10 +85,11 @@ NRTS = Kind("NodeResourceTopology", NRT_API, "noderesourcetopologies")
 SLICES = Kind("ResourceSlice", RESOURCE_API, "resourceslices")
 
 
-def hugepage_capacity() -> dict[str, str]:
-    """``hugepages-<size>``: 0 for every size the fake sysfs lists (no pages reserved), as the kubelet reports."""
+def hugepage_capacity(arch: str) -> dict[str, str]:
+    """``hugepages-<size>``: 0 for every size the fake sysfs lists for ``arch`` (no pages reserved), as the kubelet
+    reports."""
     out = {}
-    for kb in HUGEPAGE_SIZES_KB:
+    for kb in hugepage_sizes_kb(arch):
         out[f"hugepages-{kb // 1024 // 1024}Gi" if kb >= 1024 * 1024 else f"hugepages-{kb // 1024}Mi"] = "0"
     return out
 
@@ -110,7 +111,7 @@ def kwok_node(system: System, node: Node, owner: str) -> dict[str, Any]:
     obj["spec"] = {"taints": [dict(KWOK_TAINT)]}
     status = obj["status"]
     for key in ("capacity", "allocatable"):
-        status[key] = {**status[key], **hugepage_capacity()}
+        status[key] = {**status[key], **hugepage_capacity(node.cpu.arch)}
     status["nodeInfo"] = {**status["nodeInfo"], "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": "",
                           "containerRuntimeVersion": "kwok://fake", "kernelVersion": "", "osImage": "",
                           "machineID": "", "systemUUID": "", "bootID": ""}

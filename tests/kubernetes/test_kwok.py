@@ -158,9 +158,11 @@ def test_registration_writes_schema_valid_objects_as_kwok_prescribes(tmp_path: P
     assert "fakehw.io/node" not in meta["labels"]  # that label pins agents of the non-KWOK mode to real nodes
     assert meta["labels"]["nvidia.com/gpu.clique"].endswith(".32766")
     cap = node["status"]["capacity"]
-    # A DGX GB200 tray: 2 Grace CPUs of 72 cores, 4 GPUs; hugepages as the kubelet reports them (none reserved).
+    # A DGX GB200 tray: 2 Grace CPUs of 72 cores, 4 GPUs; hugepages as the kubelet reports them (none reserved),
+    # one per size a 64K-page arm64 kernel has (Documentation/arch/arm64/hugetlbpage.rst: 2M, 512M, 16G; no 1G).
     assert cap["nvidia.com/gpu"] == "4" and cap["cpu"] == "144" and cap["pods"] == "110"
-    assert cap["hugepages-2Mi"] == "0" and cap["hugepages-1Gi"] == "0"
+    assert {k: v for k, v in cap.items() if k.startswith("hugepages-")} == \
+        {"hugepages-2Mi": "0", "hugepages-512Mi": "0", "hugepages-16Gi": "0"}
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     rs = fake.objects(SLICES)[f"{names[0]}-gpu.nvidia.com"]
     dev = rs["spec"]["devices"][0]

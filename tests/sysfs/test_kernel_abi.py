@@ -371,6 +371,19 @@ def test_x86_default_huge_page_size_is_2_mib(rendered: Rendered) -> None:
             assert f"hugepages-{size}kB" in pools, (profile, pools)
 
 
+
+def test_arm64_64k_nodes_have_the_64k_granules_huge_pages(rendered: Rendered) -> None:
+    """Documentation/arch/arm64/hugetlbpage.rst, its table of huge page sizes per granule: with 64K pages (the Grace
+    nodes' kernel, ``getconf PAGESIZE`` 65536) they are 2M (contiguous PTEs), 512M (PMD) and 16G (contiguous PMDs),
+    and no 1G; hugetlbpage.rst makes the PMD size the default, so meminfo's ``Hugepagesize`` is 524288 kB there."""
+    for profile in ("gh200", "gb200-nvl72"):
+        (_, node, root), *_ = rendered(profile)
+        assert node.cpu.arch == "arm64"
+        assert _meminfo_kb(root / "proc/meminfo")["Hugepagesize"] == 524288, profile
+        for n in sorted((root / NODES).glob("node[0-9]*")):
+            names = {d.name for d in (n / "hugepages").iterdir()}
+            assert names == {"hugepages-2048kB", "hugepages-524288kB", "hugepages-16777216kB"}, (profile, n, names)
+
 def test_cpu_cache_ids_are_unique_per_level_and_unsigned(rendered: Rendered) -> None:
     """Documentation/ABI/testing/sysfs-devices-system-cpu (cache/indexN/id): the id identifies the cache among
     the caches of its level and type, so CPUs with the same id share one cache (the same ``shared_cpu_list``) and
