@@ -37,14 +37,16 @@ def default_state_dir() -> Path:
     return Path(env) if env else Path(f"/tmp/fakehw-{os.getuid()}")
 
 
-def scratch_dir(prefix: str) -> Path:
+def scratch_dir(prefix: str, base: str | None = None) -> Path:
     """A new private directory for a throwaway cluster (a suite's testbed, its sockets and work files).
 
-    Under ``$FAKEHW_SCRATCH_DIR`` when that is set, else ``/tmp``: short either way, as unix socket paths below it
-    are limited to 107 bytes. The test run points it at tmpfs (``tests/conftest.py``): a node's fake root is some
-    28,000 files, and making and deleting them on a busy ext4 disk mounted with ``discard`` took 20-40 s per
-    two-node cluster where tmpfs takes 2-3 s (measured on these 2-core machines)."""
-    base = os.environ.get("FAKEHW_SCRATCH_DIR") or "/tmp"
+    Under ``base``, else ``$FAKEHW_SCRATCH_DIR`` when that is set, else ``/tmp``: short either way, as unix socket
+    paths below it are limited to 107 bytes. The Slurm and scheduler tests put theirs on tmpfs: a node's fake root
+    is some 28,000 files, and making and deleting them on a busy ext4 disk mounted with ``discard`` took 20-40 s per
+    two-node cluster where tmpfs takes 2-3 s (measured on these 2-core machines). Not ``/dev/shm`` for a cluster
+    whose components run in a node view (the device-plugin suite): the view puts the node's own tree at ``/dev``,
+    so everything under the host's ``/dev`` (the node's snapshot among it) is gone for the component."""
+    base = base or os.environ.get("FAKEHW_SCRATCH_DIR") or "/tmp"
     return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 

@@ -8,8 +8,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.scratch import scratch_base
-
 pytest_plugins = ["testbed.fixtures", "tests.peer.summary"]
 
 settings.register_profile("dev", max_examples=100, deadline=None)
@@ -17,14 +15,6 @@ settings.register_profile(
     "ci", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Throwaway clusters (and the suites run as subprocesses) go to tmpfs when it has room: see
-    :func:`testbed.cluster.scratch_dir` for what that saves. Set before xdist starts its workers, who inherit it."""
-    base = scratch_base()
-    if base is not None and not os.statvfs(base).f_flag & (os.ST_NOEXEC | os.ST_NODEV):  # prologs, device nodes
-        os.environ.setdefault("FAKEHW_SCRATCH_DIR", base)
 
 
 # Under pytest-xdist (`make test` runs -n 2 --dist loadfile) each test file runs whole on one worker, so module

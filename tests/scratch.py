@@ -17,3 +17,13 @@ def scratch_base() -> str | None:
         return None
     roomy = st.f_favail > 1_000_000 and st.f_bavail * st.f_frsize > 2**30
     return "/dev/shm" if roomy and os.access("/dev/shm", os.W_OK) else None
+
+
+def cluster_scratch_base() -> str | None:
+    """:func:`scratch_base` when it also lets programs run and device nodes work (Slurm's prologs, a node's device
+    files): for clusters whose components run on the host. Never for a node view's components (the device-plugin
+    suite, :func:`testbed.cluster.scratch_dir` says why)."""
+    base = scratch_base()
+    if base is None or os.statvfs(base).f_flag & (os.ST_NOEXEC | os.ST_NODEV):
+        return None
+    return base
