@@ -90,6 +90,17 @@ def test_wait_v1_and_v2_layouts_deliver_a_live_event(nvml: Callable[..., NodeSna
     assert lib.nvmlEventSetFree(s) == 0
 
 
+
+def assert_nothing_delivered(n: ModuleType, event_set: object, what: str) -> None:
+    """The set's wait times out (20 ms: nothing is pending); the set is freed either way."""
+    try:
+        n.nvmlEventSetWait(event_set, 20)
+        raise AssertionError(what)
+    except n.NVMLError_Timeout:
+        pass
+    finally:
+        n.nvmlEventSetFree(event_set)
+
 def test_events_before_registration_are_not_delivered(nvml: Callable[..., NodeSnap],
                                                       pynvml_module: ModuleType) -> None:
     n = pynvml_module
@@ -97,12 +108,7 @@ def test_events_before_registration_are_not_delivered(nvml: Callable[..., NodeSn
     assert snap.snapshot.events  # the ring holds the old event
     s = n.nvmlEventSetCreate()
     n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(0), EVENT_XID, s)
-    try:
-        n.nvmlEventSetWait(s, 20)
-        raise AssertionError("an event from before the registration was delivered")
-    except n.NVMLError_Timeout:
-        pass
-    n.nvmlEventSetFree(s)
+    assert_nothing_delivered(n, s, "an event from before the registration was delivered")
 
 
 def test_a_device_registered_late_gets_none_of_its_earlier_events(nvml: Callable[..., NodeSnap],
@@ -117,10 +123,4 @@ def test_a_device_registered_late_gets_none_of_its_earlier_events(nvml: Callable
     write_node(snap.path, "edge-pcie", faults=[{"kind": "xid", "device": "gpu1", "code": 43}], generation=2,
                first_seq=100)
     n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(1), EVENT_XID, s)
-    try:
-        n.nvmlEventSetWait(s, 20)
-        raise AssertionError("gpu1's Xid from before its registration was delivered")
-    except n.NVMLError_Timeout:
-        pass
-    finally:
-        n.nvmlEventSetFree(s)
+    assert_nothing_delivered(n, s, "gpu1's Xid from before its registration was delivered")
