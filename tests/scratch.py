@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 
 def scratch_base() -> str | None:
@@ -27,3 +28,19 @@ def cluster_scratch_base() -> str | None:
     if base is None or os.statvfs(base).f_flag & (os.ST_NOEXEC | os.ST_NODEV):
         return None
     return base
+
+
+@dataclass(frozen=True)
+class ClusterScratch:
+    """Where a test file's clusters go, for the test's own :func:`testbed.cluster.scratch_dir` calls (``base``)
+    and for a suite it runs in a child pytest (``env``, which sets ``$FAKEHW_SCRATCH_DIR`` to the same place)."""
+
+    base: str | None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def cluster_scratch() -> ClusterScratch:
+    """:func:`cluster_scratch_base`, with the environment that hands it to a child (empty when there is none:
+    the child then keeps the caller's ``$FAKEHW_SCRATCH_DIR`` or ``/tmp``)."""
+    base = cluster_scratch_base()
+    return ClusterScratch(base, {"FAKEHW_SCRATCH_DIR": base} if base else {})

@@ -30,13 +30,12 @@ from conformance.requirements import catalogue
 from testbed.api import Testbed
 from testbed.cluster import scratch_dir
 from testbed.reference.extender.mutants import MUTANTS
-from tests.scratch import cluster_scratch_base
+from tests.scratch import cluster_scratch
 
 pytestmark = pytest.mark.slow
-SCRATCH = cluster_scratch_base()
+SCRATCH = cluster_scratch()
 """The suites' clusters on tmpfs where it has room (no node views here: the extender and its kube-scheduler run on
 the host); see :func:`testbed.cluster.scratch_dir`."""
-SCRATCH_ENV = {"FAKEHW_SCRATCH_DIR": SCRATCH} if SCRATCH else {}
 
 SUITE = Path(__file__).resolve().parents[2] / "conformance" / "suites" / "scheduler"
 NODES = {"dgx-h100": 4, "edge-pcie": 4}
@@ -79,7 +78,7 @@ def _run(run: Run, cluster: str, state: Path, out: Path) -> Outcome:
             "--profile", run.profile, "--target", f"extender={run.target}", "--conformance-results", str(results),
             "--conformance-complete", "--sched-attach", f"{state}:{cluster}", *run.extra]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
-                          env={**os.environ, "HYPOTHESIS_PROFILE": "dev", **SCRATCH_ENV})
+                          env={**os.environ, "HYPOTHESIS_PROFILE": "dev", **SCRATCH.env})
     log = proc.stdout[-6000:] + proc.stderr[-3000:]
     if not results.is_file():
         raise AssertionError(f"the suite wrote no results (exit {proc.returncode}):\n{log}")
@@ -93,8 +92,8 @@ def outcomes() -> Iterator[dict[Run, Future[Outcome]]]:
     by_profile: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by_profile[r.profile].append(r)
-    state = scratch_dir("fhw-ss-", SCRATCH)
-    work = scratch_dir("fhw-ssw-", SCRATCH)
+    state = scratch_dir("fhw-ss-", SCRATCH.base)
+    work = scratch_dir("fhw-ssw-", SCRATCH.base)
     futures: dict[Run, Future[Outcome]] = {r: Future() for r in runs}
 
     def lane(profile: str, cluster: str) -> None:

@@ -26,15 +26,14 @@ from testbed.api import Testbed
 from testbed.cluster import scratch_dir
 from testbed.slurm.cluster import Binaries, SlurmCluster, SlurmError, parse_record
 from testbed.slurm.render import ClusterLayout, NodeLayout, gpu_type, gres_conf, slurm_conf, task_prolog
-from tests.scratch import cluster_scratch_base
+from tests.scratch import cluster_scratch
 
 DATA = Path(__file__).resolve().parent / "data"
 SUITE = Path(__file__).resolve().parents[2] / "conformance" / "suites" / "slurm"
 PAIRS = str(DATA / "nvlink-pairs.yaml")
-SCRATCH = cluster_scratch_base()
+SCRATCH = cluster_scratch()
 """The clusters' fake roots on tmpfs where it has room: slurmd runs on the host, no node view hides it (see
 :func:`testbed.cluster.scratch_dir`); on a busy ext4 disk rendering them was most of this file's time."""
-SCRATCH_ENV = {"FAKEHW_SCRATCH_DIR": SCRATCH} if SCRATCH else {}
 
 
 def layout(profile: str, nodes: int | None = None, drained: dict[str, frozenset[int]] | None = None) -> Any:
@@ -120,7 +119,7 @@ def _suite(profile: str, out: Path) -> tuple[dict[str, Any], str]:
     proc = subprocess.run([sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", "-q",
                            "--import-mode=importlib", "--profile", profile, "--conformance-results", str(results),
                            "--conformance-complete"], capture_output=True, text=True, timeout=900, check=False,
-                          env={**os.environ, **SCRATCH_ENV})
+                          env={**os.environ, **SCRATCH.env})
     log = proc.stdout[-5000:] + proc.stderr[-2000:]
     assert results.is_file(), log
     return json.loads(results.read_text()), log
@@ -163,9 +162,9 @@ def test_nvlink_check_fails_without_links(monkeypatch: pytest.MonkeyPatch) -> No
                                         tuple(0 for _ in self.links)))
 
     monkeypatch.setattr(render.GresLine, "render", no_links)
-    state = scratch_dir("fhw-sln-", SCRATCH)
+    state = scratch_dir("fhw-sln-", SCRATCH.base)
     tb = Testbed.up(PAIRS, name="nolinks", state_dir=state)
-    root = scratch_dir("fhw-slnc-", SCRATCH)
+    root = scratch_dir("fhw-slnc-", SCRATCH.base)
     cluster = None
     try:
         infos = tb.nodes()
