@@ -37,17 +37,27 @@ def default_state_dir() -> Path:
     return Path(env) if env else Path(f"/tmp/fakehw-{os.getuid()}")
 
 
-def scratch_dir(prefix: str, base: str | None = None) -> Path:
+def scratch_dir(prefix: str, base: str | None = None, *, for_node_view: bool = False) -> Path:
     """A new private directory for a throwaway cluster (a suite's testbed, its sockets and work files).
 
-    Under ``base``, else ``$FAKEHW_SCRATCH_DIR`` when that is set, else ``/tmp``: short either way, as unix socket
-    paths below it are limited to 107 bytes. The Slurm and scheduler tests put theirs on tmpfs: a node's fake root
-    is some 28,000 files, and making and deleting them on a busy ext4 disk mounted with ``discard`` took 20-40 s per
-    two-node cluster where tmpfs takes 2-3 s (measured on these 2-core machines). Not ``/dev/shm`` for a cluster
-    whose components run in a node view (the device-plugin suite): the view puts the node's own tree at ``/dev``,
-    so everything under the host's ``/dev`` (the node's snapshot among it) is gone for the component."""
-    base = base or os.environ.get("FAKEHW_SCRATCH_DIR") or "/tmp"
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    Under :func:`scratch_base` (``base``, else ``$FAKEHW_SCRATCH_DIR``, else ``/tmp``): short either way, as unix
+    socket paths below it are limited to 107 bytes. The Slurm and scheduler tests put theirs on tmpfs: a node's
+    fake root is some 28,000 files, and making and deleting them on a busy ext4 disk mounted with ``discard`` took
+    20-40 s per two-node cluster where tmpfs takes 2-3 s (measured on these 2-core machines). ``for_node_view``: the
+    cluster's components run in a node view (the device-plugin suite), which keeps it out of ``/dev``."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_base(base, for_node_view=for_node_view)))
+
+
+def scratch_base(base: str | None = None, *, for_node_view: bool = False) -> str:
+    """Where :func:`scratch_dir` makes its directory: ``base``, else ``$FAKEHW_SCRATCH_DIR``, else ``/tmp``.
+
+    With ``for_node_view``, ``/tmp`` instead of anything under ``/dev`` (``/dev/shm``, or a link to it): a node
+    view puts the node's own tree at ``/dev``, so everything under the host's ``/dev`` (the node's snapshot among
+    it) is gone for a component run in it, and NVML reports "Driver Not Loaded" there."""
+    chosen = base or os.environ.get("FAKEHW_SCRATCH_DIR") or "/tmp"
+    if for_node_view and Path(chosen).resolve().is_relative_to("/dev"):
+        return "/tmp"
+    return chosen
 
 
 def trusted_state_dir(state_dir: Path | None = None, create: bool = False) -> Path | None:

@@ -23,7 +23,7 @@ def scratch_base() -> str | None:
 def cluster_scratch_base() -> str | None:
     """:func:`scratch_base` when it also lets programs run and device nodes work (Slurm's prologs, a node's device
     files): for clusters whose components run on the host. Never for a node view's components (the device-plugin
-    suite, :func:`testbed.cluster.scratch_dir` says why)."""
+    suite, :func:`testbed.cluster.scratch_base` says why)."""
     base = scratch_base()
     if base is None or os.statvfs(base).f_flag & (os.ST_NOEXEC | os.ST_NODEV):
         return None

@@ -15,7 +15,6 @@ says what the plugin did, with the offending response and the tail of the plugin
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -112,16 +111,9 @@ def dp_options(pytestconfig: pytest.Config, conformance_targets: dict[str, Targe
     )
 
 
-
-def _outside_dev() -> str | None:
-    """``/tmp`` when ``$FAKEHW_SCRATCH_DIR`` is under ``/dev`` (``/dev/shm``): the plugin runs in a node view whose
-    ``/dev`` is the node's own, where the cluster's files would not be (it then fails with "Driver Not Loaded")."""
-    base = os.environ.get("FAKEHW_SCRATCH_DIR")
-    return "/tmp" if base and Path(base).resolve().is_relative_to("/dev") else None
-
 @pytest.fixture(scope="session")
 def dp_testbed(dp_options: SuiteOptions) -> Iterator[Testbed]:
-    state = scratch_dir("fhw-dp-", _outside_dev())
+    state = scratch_dir("fhw-dp-", for_node_view=True)
     component_user.share_read(state)  # the node's view, read by a component run as another user
     tb = Testbed.up(dp_options.profile, backend=dp_options.backend, name="dp", state_dir=state)
     try:
@@ -157,7 +149,7 @@ def _plugin_node(tb: Testbed, options: SuiteOptions) -> NodeInfo:
 def dp(dp_testbed: Testbed, dp_options: SuiteOptions, conformance_manifest: dict[str, Any]) -> Iterator[
         PluginUnderTest]:
     node = _plugin_node(dp_testbed, dp_options)
-    workdir = scratch_dir("fhw-dpk-", _outside_dev())
+    workdir = scratch_dir("fhw-dpk-", for_node_view=True)
     component_user.share_read(workdir)
     scratch = workdir
     launcher = None
