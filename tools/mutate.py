@@ -9,7 +9,9 @@ mutants (:data:`C_MUTANTS`) that are applied the same way and rebuilt with the s
 
 The score of an area is killed / (killed + survived), with survivors listed in ``tools/mutation-equivalents.toml``
 (mutants that cannot change behaviour, each with the reason) left out of both. Every survivor is printed with its
-diff so it can be killed by a new test or added there with its reason. Target: 90 % per area.
+diff so it can be killed by a new test or added there with its reason. Entries of that file that match no mutant
+of the run's modules any more (the code changed or moved) are listed in a warning at the end, so they do not rot.
+Target: 90 % per area.
 
 Runtime: every mutant costs one run of its area's tests (seconds for most areas), so the default sample of 30 per
 area takes about 20-40 minutes with ``--jobs 2`` on a 2-core machine; ``--area`` runs one area, ``--sample 0`` all of
@@ -125,6 +127,12 @@ def c_mutants() -> list[CMutant]:
     return [CMutant(**m) for m in data["mutant"]]
 
 
+def c_diff(mutant: CMutant) -> str:
+    """A hand-written mutant shown and matched like a Python mutant's diff: its removed lines, then its added ones."""
+    return "".join(f"-{line}\n" for line in mutant.before.splitlines()) + \
+        "".join(f"+{line}\n" for line in mutant.after.splitlines())
+
+
 @dataclass
 class Outcome:
     area: str
@@ -236,8 +244,6 @@ def type_hints(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
 @contextmanager
 def mutated(copy: Path, spec: Spec) -> Iterator[str | None]:
     """Apply ``spec`` to the module in ``copy`` for the block; yields the diff (None: nothing to mutate)."""
-    import difflib
-
     from cosmic_ray.mutating import mutate_code
     from cosmic_ray.plugins import get_operator
 
@@ -250,8 +256,7 @@ def mutated(copy: Path, spec: Spec) -> Iterator[str | None]:
     _forget_bytecode(path)  # a mutant of the same size written in the same second could reuse the old .pyc
     path.write_text(mutated_code)
     try:
-        yield "".join(line for line in difflib.unified_diff(original.splitlines(True), mutated_code.splitlines(True),
-                                                           n=0) if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+        yield changed_lines(original, mutated_code)
     finally:
         path.write_text(original)
         _forget_bytecode(path)
@@ -262,19 +267,146 @@ def _forget_bytecode(module: Path) -> None:
         pyc.unlink(missing_ok=True)
 
 
-def load_equivalents() -> list[dict[str, str]]:
-    if not EQUIVALENTS.is_file():
+def changed_lines(original: str, mutant: str) -> str:
+    """The lines a mutant removes (``-``) and adds (``+``), without context: how a survivor is shown and matched."""
+    import difflib
+
+    return "".join(line for line in difflib.unified_diff(original.splitlines(True), mutant.splitlines(True), n=0)
+                   if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+
+
+# --------------------------------------------------------------------------------------------------- equivalents
+
+
+class EquivalentsError(ValueError):
+    """tools/mutation-equivalents.toml is not what the tool reads (named with the entry and the key)."""
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    """An entry of tools/mutation-equivalents.toml: a survivor that cannot change behaviour, and why."""
+
+    module: str
+    """The module's path, or ``*`` for any module."""
+    before: str
+    """The original line (whitespace trimmed), a ``-`` line of the survivor's diff."""
+    after: str
+    """The mutated line, a ``+`` line of the survivor's diff."""
+    why: str
+    line: int | None = None
+    """The line the survivor is reported at (``module:line``): for text that occurs on several lines of the module
+    (``continue``) where only one of them is equivalent. None: any line."""
+
+    def matches(self, module: str, line: int, diff: str) -> bool:
+        removed = [d[1:].strip() for d in diff.splitlines() if d.startswith("-")]
+        added = [d[1:].strip() for d in diff.splitlines() if d.startswith("+")]
+        return (self.module in (module, "*") and self.line in (None, line) and self.before.strip() in removed
+                and self.after.strip() in added)
+
+
+def load_equivalents(path: Path | None = None) -> list[Equivalent]:
+    """The entries of ``path`` (default :data:`EQUIVALENTS`; none when it does not exist); a malformed one is an
+    :class:`EquivalentsError`."""
+    path = path or EQUIVALENTS
+    if not path.is_file():
         return []
-    return list(tomllib.loads(EQUIVALENTS.read_text()).get("equivalent", []))
+    try:
+        entries = tomllib.loads(path.read_text()).get("equivalent", [])
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise EquivalentsError(f"{path}: {e}") from e
+    if not isinstance(entries, list):
+        raise EquivalentsError(f"{path}: `equivalent` must be an array of tables ([[equivalent]])")
+    return [_equivalent(path, i, entry) for i, entry in enumerate(entries, 1)]
 
 
-def equivalent(module: str, diff: str, known: list[dict[str, str]]) -> str:
+def _equivalent(path: Path, index: int, entry: object) -> Equivalent:
+    where = f"{path}: [[equivalent]] number {index}"
+    if not isinstance(entry, dict):
+        raise EquivalentsError(f"{where} is not a table")
+    where += f" (module {entry.get('module')!r}, before {entry.get('before')!r})"
+    unknown = sorted(set(entry) - {"module", "before", "after", "why", "line"})
+    if unknown:
+        raise EquivalentsError(f"{where}: unknown key {', '.join(unknown)} (module, before, after, why, line)")
+    for key in ("module", "before", "after", "why"):
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            raise EquivalentsError(f"{where}: `{key}` must be a non-empty string")
+    line = entry.get("line")
+    if line is not None and (type(line) is not int or line < 1):
+        raise EquivalentsError(f"{where}: `line` must be a line number (1 or more), not {line!r}")
+    return Equivalent(entry["module"], entry["before"], entry["after"], entry["why"], line)
+
+
+def equivalent(module: str, line: int, diff: str, known: list[Equivalent]) -> str:
     """The recorded reason a survivor is equivalent ("" if it is not recorded)."""
-    lines = [line[1:].strip() for line in diff.splitlines()]
+    return next((e.why for e in known if e.matches(module, line, diff)), "")
+
+
+@dataclass(frozen=True)
+class Stale:
+    entry: Equivalent
+    reason: str
+
+
+def stale_equivalents(known: list[Equivalent], areas: list[Area]) -> list[Stale]:
+    """The entries that match no mutant the tool makes any more, so they would hide nothing and only rot: their
+    module is in no area, or no mutant of it (every one Cosmic Ray enumerates, not only a sample; the hand-written
+    ones for C) has their lines (and line number). Judged for the modules of ``areas``; a ``*`` entry only when
+    ``areas`` are all the Python areas (then no module of any area has the mutant)."""
+    python = [a for a in areas if a is not NVML_C_AREA]
+    modules = {m for a in python for m in a.modules}
+    every = set(AREAS) <= set(python)
+    mutants = _ModuleMutants()
+    stale = []
     for entry in known:
-        if entry["module"] in (module, "*") and entry["before"].strip() in lines and entry["after"].strip() in lines:
-            return entry["why"]
-    return ""
+        if entry.module == "*":
+            if every and not any(mutants.match(m, entry) for m in sorted(modules)):
+                stale.append(Stale(entry, "no mutant of any area's module has these lines"))
+        elif entry.module.startswith(tuple(f"{m}/" for m in NVML_C_AREA.modules)):
+            diffs = [c_diff(m) for m in c_mutants() if m.file == entry.module]
+            if NVML_C_AREA in areas and not any(entry.matches(entry.module, 0, d) for d in diffs):
+                stale.append(Stale(entry, f"no mutant in {C_MUTANTS_FILE.relative_to(ROOT)} has these lines"))
+        elif entry.module not in {m for a in AREAS for m in a.modules}:
+            stale.append(Stale(entry, "its module is in no area of tools/mutate.py"))
+        elif entry.module in modules and not mutants.match(entry.module, entry):
+            where = f"at line {entry.line}" if entry.line else "on any line"
+            stale.append(Stale(entry, f"no mutant of the module has these lines {where} (the code changed or moved)"))
+    return stale
+
+
+class _ModuleMutants:
+    """Every mutant of a module, enumerated once, and the diffs of those an entry is checked against (made when
+    first needed: each costs a parse of the module)."""
+
+    WINDOW = 50
+    """How many lines above a line with an entry's text a mutant is looked for: a mutant changes the line its
+    operator is on and, for a loop's iterable or an exception type written over several lines, the lines below it."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, list[Spec]] = {}
+        self._diffs: dict[Spec, str] = {}
+
+    def match(self, module: str, entry: Equivalent) -> bool:
+        source = (ROOT / module).read_text()
+        if module not in self._specs:
+            self._specs[module] = enumerate_specs(Area(module, (module,), ()))
+        specs = self._specs[module]
+        if entry.line is not None:
+            candidates = [s for s in specs if s.line == entry.line]
+        else:
+            lines = {n for n, text in enumerate(source.splitlines(), 1) if text.strip() == entry.before.strip()}
+            candidates = [s for s in specs if s.line in lines]  # nearly always there: looked at first
+            candidates += [s for s in specs if s.line not in lines and any(n - self.WINDOW <= s.line < n
+                                                                            for n in lines)]
+        return any(entry.matches(module, s.line, self._diff(source, s)) for s in candidates)
+
+    def _diff(self, source: str, spec: Spec) -> str:
+        if spec not in self._diffs:
+            from cosmic_ray.mutating import mutate_code
+            from cosmic_ray.plugins import get_operator
+
+            mutant = mutate_code(source, get_operator(spec.operator)(), spec.occurrence)
+            self._diffs[spec] = "" if mutant is None else changed_lines(source, mutant)
+        return self._diffs[spec]
 
 
 _COPY: Path | None = None
@@ -320,8 +452,7 @@ def _run_c(area: Area, mutant: CMutant, timeout: float) -> Outcome:
         subprocess.run([sys.executable, "-m", "fakehw.nvml.build"], cwd=_COPY, capture_output=True,
                        env={**os.environ, "PYTHONPATH": str(_COPY)}, timeout=600, check=False)
     verdict = {"failed": "killed", "timeout": "killed", "passed": "survived"}[result]
-    return Outcome(area.name, mutant.file, "hand-written", 0, f"-{mutant.before}\n+{mutant.after}\n({mutant.why})",
-                   verdict, seconds)
+    return Outcome(area.name, mutant.file, "hand-written", 0, f"{c_diff(mutant)}({mutant.why})", verdict, seconds)
 
 
 # --------------------------------------------------------------------------------------------------- driver
@@ -370,13 +501,19 @@ def main(argv: list[str] | None = None) -> int:
               "installs it, or: .venv/bin/pip install -e '.[mutate]'", file=sys.stderr)
         return 2
     areas = [a for a in (*AREAS, NVML_C_AREA) if not args.area or a.name in args.area]
+    try:
+        known = load_equivalents()
+    except EquivalentsError as e:
+        print(f"tools/mutate.py: {e}", file=sys.stderr)
+        return 2
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     times = baseline(areas, work)
     jobs = plan(areas, args.sample, args.seed)
     scores = {a.name: Score(a.name) for a in areas}
-    known = load_equivalents()
+    print(f"checking the {len(known)} entries of {EQUIVALENTS.relative_to(ROOT)} against the mutants", flush=True)
+    stale = stale_equivalents(known, areas)
     import multiprocessing
 
     counter = multiprocessing.Value("i", 0)
@@ -394,16 +531,17 @@ def main(argv: list[str] | None = None) -> int:
         for copy in work.glob("worker-*"):
             shutil.rmtree(copy, ignore_errors=True)
     _print(scores, time.monotonic() - started)
+    _warn_stale(stale)
     if args.json:
         Path(args.json).write_text(json.dumps({n: {**asdict(s), "score": s.score} for n, s in scores.items()},
                                               indent=2))
     return 0 if all(s.score >= TARGET for s in scores.values()) else 1
 
 
-def _record(scores: dict[str, Score], outcome: Outcome, known: list[dict[str, str]], i: int, n: int) -> None:
+def _record(scores: dict[str, Score], outcome: Outcome, known: list[Equivalent], i: int, n: int) -> None:
     score = scores[outcome.area]
     score.sampled += 1
-    if outcome.result == "survived" and (why := equivalent(outcome.module, outcome.diff, known)):
+    if outcome.result == "survived" and (why := equivalent(outcome.module, outcome.line, outcome.diff, known)):
         outcome.result, outcome.reason = "equivalent", why
     counter = outcome.result if outcome.result in ("killed", "survived", "equivalent") else "errors"
     setattr(score, counter, getattr(score, counter) + 1)
@@ -423,6 +561,18 @@ def _print(scores: dict[str, Score], seconds: float) -> None:
         for o in s.outcomes:
             if o.result in ("survived", "error"):
                 print(f"\n{o.result.upper()} {o.area}: {o.module}:{o.line} {o.operator} {o.reason}\n{o.diff.rstrip()}")
+
+
+
+def _warn_stale(stale: list[Stale]) -> None:
+    """Entries of the equivalents file that hide nothing any more: to delete, or to update where the code moved."""
+    if not stale:
+        return
+    print(f"\nWARNING: {len(stale)} entries of {EQUIVALENTS.relative_to(ROOT)} match no mutant any more "
+          "(delete them, or update them where the code moved):")
+    for s in stale:
+        line = f":{s.entry.line}" if s.entry.line else ""
+        print(f"  {s.entry.module}{line}: {s.entry.before.strip()!r} -> {s.entry.after.strip()!r}: {s.reason}")
 
 
 if __name__ == "__main__":
