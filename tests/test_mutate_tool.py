@@ -135,3 +135,80 @@ def test_stale_entries_are_a_warning_naming_each(capsys: pytest.CaptureFixture[s
     assert "fakehw/sysfs/pci.py:61: 'continue' -> 'break': no mutant of the module has these lines at line 61" in out
     tool._warn_stale([])
     assert capsys.readouterr().out == ""
+
+
+# ------------------------------------------------------------------------- signature markers are not mutated
+
+SIGNATURES = '''from __future__ import annotations
+
+
+def kw(a: int, *, b: int) -> int:
+    return a * b
+
+
+def kw_first(*, b: int = 2 * 3) -> int:
+    return b
+
+
+def pos(a: float = 6 / 3, /, b: float = 1) -> float:
+    return a / b
+
+
+def both(a, /, b, *, c): ...
+
+
+def star_args(a, *args, b): ...
+
+
+async def coro(name="éééé", *, wait=True): ...
+
+
+g = lambda a, *, b: a * b
+
+
+class C:
+    def m(self, x: int = 2 * 2, *,
+          y: int = 3) -> int:
+        return x
+'''
+
+
+def _at(line: int, prefix: str) -> tuple[int, int]:
+    """(line, character column) of what follows ``prefix`` on ``line`` of SIGNATURES."""
+    assert SIGNATURES.split("\n")[line - 1].startswith(prefix)
+    return line, len(prefix)
+
+
+MARKERS = [_at(4, "def kw(a: int, "), _at(8, "def kw_first("), _at(12, "def pos(a: float = 6 / 3, "),
+           _at(16, "def both(a, "), _at(16, "def both(a, /, b, "), _at(22, 'async def coro(name="éééé", '),
+           _at(25, "g = lambda a, "), _at(29, "    def m(self, x: int = 2 * 2, ")]
+
+
+def test_signature_markers_are_the_bare_star_and_slash_of_signatures(tmp_path: Path) -> None:
+    tool = _load_tool()
+    module = tmp_path / "m.py"
+    module.write_text(SIGNATURES)
+    compile(SIGNATURES, "m.py", "exec")  # the sample is Python
+    spans = tool.signature_markers(module)
+    assert sorted(start for start, _ in spans) == sorted(MARKERS)
+    assert all(end == (line, col + 1) for (line, col), end in spans)
+
+
+def test_enumeration_skips_signature_markers_but_not_arithmetic(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("cosmic_ray")
+    from cosmic_ray.ast import ast_nodes, get_ast_from_path
+    from cosmic_ray.plugins import get_operator
+
+    tool = _load_tool()
+    (tmp_path / "m.py").write_text(SIGNATURES)
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    swaps = ("core/ReplaceBinaryOperator_Mul_Div", "core/ReplaceBinaryOperator_Div_Mul")
+    tree = get_ast_from_path(tmp_path / "m.py")
+    offered = {start for name in swaps for node in ast_nodes(tree)
+               for start, _ in get_operator(name)().mutation_positions(node)}
+    assert set(MARKERS) <= offered  # Cosmic Ray does offer them: the filter is what keeps them out
+    specs = [s for s in tool.enumerate_specs(tool.Area("t", ("m.py",), ())) if s.operator in swaps]
+    # a * b, the default 2 * 3, the default 6 / 3, a / b, the lambda's a * b, the default 2 * 2: one mutant each
+    assert sorted(s.line for s in specs) == [5, 8, 12, 13, 25, 29]
+    assert len(specs) == len(offered) - len(MARKERS)

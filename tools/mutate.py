@@ -209,12 +209,12 @@ def enumerate_specs(area: Area) -> list[Spec]:
     specs = []
     for module in area.modules:
         tree = get_ast_from_path(ROOT / module)
-        hints = type_hints(ROOT / module)
+        unobserved = type_hints(ROOT / module) + signature_markers(ROOT / module)
         for name in OPERATORS:
             operator = get_operator(name)()
             positions = [start for node in ast_nodes(tree) for start, _ in operator.mutation_positions(node)]
             specs += [Spec(module, name, i, start[0]) for i, start in enumerate(positions)
-                      if not any(a <= (start[0], start[1]) < b for a, b in hints)]
+                      if not any(a <= (start[0], start[1]) < b for a, b in unobserved)]
     return specs
 
 
@@ -239,6 +239,49 @@ def type_hints(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
         elif isinstance(node, ast.ClassDef) and any("dataclass" in ast.unparse(d) for d in node.decorator_list):
             spans += [n.annotation for n in node.body if isinstance(n, ast.AnnAssign)]
     return [((e.lineno, e.col_offset), (e.end_lineno or e.lineno, e.end_col_offset or 0)) for e in spans]
+
+
+def signature_markers(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Spans of the bare ``*`` (keyword-only parameters follow) and ``/`` (positional-only ones precede) of def and
+    lambda signatures. Cosmic Ray takes them for binary operators and swaps them (``*`` to ``/`` and back), but they
+    are how calls must spell their arguments, not arithmetic, and the swap is not a bug a person makes: ``def f(*,
+    b)`` becomes a syntax error (every test fails at import), and ``def f(a, *, b)`` to ``def f(a, /, b)`` only
+    fails a call that passes ``a`` by keyword (``/`` to ``*``: one that passes ``b`` by position). The function's
+    behaviour is never in question, so such a mutant dies or survives on how its callers happen to be written (two
+    of them were recorded equivalent for that reason in fakehw/fabric/lint.py).
+
+    Positions are (line, character column) as Cosmic Ray gives them; ``ast`` columns are UTF-8 byte offsets."""
+    import ast
+    import io
+    import tokenize
+
+    source = path.read_text()
+    lines = source.split("\n")
+    ops = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.OP]
+
+    def chars(line: int, col: int) -> tuple[int, int]:
+        return line, len(lines[line - 1].encode()[:col].decode(errors="replace"))
+
+    def first(op: str, after: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+        token = next(t for t in ops if t.string == op and t.start >= after)
+        return token.start, token.end
+
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        args = node.args
+        positional = [*args.posonlyargs, *args.args]
+        defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + [*args.defaults]
+        ends = [chars(e.end_lineno or e.lineno, e.end_col_offset or 0)
+                for pair in zip(positional, defaults, strict=True) for e in pair if e is not None]
+        if args.posonlyargs:  # the "/" follows the last positional-only parameter (and its default)
+            last = len(args.posonlyargs) - 1
+            pair = [e for e in (positional[last], defaults[last]) if e is not None]
+            spans.append(first("/", max(chars(e.end_lineno or e.lineno, e.end_col_offset or 0) for e in pair)))
+        if args.kwonlyargs and args.vararg is None:  # a bare "*" follows the positional ones, or opens the list
+            spans.append(first("*", max(ends, default=chars(node.lineno, node.col_offset))))
+    return spans
 
 
 @contextmanager
@@ -369,7 +412,8 @@ def stale_equivalents(known: list[Equivalent], areas: list[Area]) -> list[Stale]
             stale.append(Stale(entry, "its module is in no area of tools/mutate.py"))
         elif entry.module in modules and not mutants.match(entry.module, entry):
             where = f"at line {entry.line}" if entry.line else "on any line"
-            stale.append(Stale(entry, f"no mutant of the module has these lines {where} (the code changed or moved)"))
+            stale.append(Stale(entry, f"no mutant of the module has these lines {where} (the code changed or moved, "
+                                      "or the tool no longer makes such mutants)"))
     return stale
 
 
