@@ -16,46 +16,115 @@ from pathlib import Path
 import pytest
 
 from fakehw.fabric import load_fabric
-from fakehw.fabric.lint import Finding, lint
+from fakehw.fabric.lint import lint
 from fakehw.fabric.loader import broken_examples, builtin_fabrics, examples_dir
 
+SEEDED_AT: dict[str, tuple[str, str, int, int, str | None]] = {
+    # stem: (the text of the line that seeds the mistake, the element named, ports/NICs, paths, example path).
+    # dgx-h100-rail's rails: r = leaf-rail<r>, its 4 host ports (p<n> faces dgx-h100-<n>) and 6 paths; rail r's NIC
+    # is mlx5_0, 3, 4, 5, 6, 9, 10, 11 (the DGX H100 User Guide's names). A switch-wide setting reaches the switch's
+    # 4 ports and every path of its rail (all 6 enter and leave through it); one NIC or one host port reaches its
+    # 3 paths; the example is the first path in node order (docs/fabric.md). Rules about settings rather than paths
+    # (thresholds, buffers, watchdogs, PFC on other traffic, cabling, VLANs, rails) count no paths.
+    "FAB-BUF-001-no-headroom": ("qos: {headroom: []}", "leaf-rail2", 4, 0, None),
+    "FAB-CNP-001-cnp-map": ("qos: {dscpToPriority: {26: 3, 48: 5}}", "leaf-rail1", 4, 6,
+                            "dgx-h100-0/mlx5_3 <-> dgx-h100-1/mlx5_3"),
+    "FAB-CNP-001-no-cnp-priority": ("qos: {cnpPriority: null}", "leaf-rail6", 4, 6,
+                                    "dgx-h100-0/mlx5_10 <-> dgx-h100-1/mlx5_10"),
+    "FAB-ECN-001-nic": ("dgx-h100-3/mlx5_4: {roce: {ecn: false}}", "dgx-h100-3/mlx5_4", 1, 3,
+                        "dgx-h100-0/mlx5_4 <-> dgx-h100-3/mlx5_4"),
+    "FAB-ECN-001-no-ecn": ("ecn: {enabled: false}", "leaf-rail5", 4, 6, "dgx-h100-0/mlx5_9 <-> dgx-h100-1/mlx5_9"),
+    "FAB-ECN-001-other-priority": ("qos: {ecn: {priorities: [4]", "leaf-rail6", 4, 6,
+                                   "dgx-h100-0/mlx5_10 <-> dgx-h100-1/mlx5_10"),
+    # defaults reach every host port: 8 leaves x 4
+    "FAB-ECN-002-thresholds": ("minKB: 2000, maxKB: 1000", "defaults", 32, 0, None),
+    # one hosts line for the 4 rail-4 NICs: the first of them names the finding
+    "FAB-HOST-001-trust-pcp": ('"dgx-h100-*/mlx5_6": {roce: {trust: pcp}}', "dgx-h100-0/mlx5_6", 4, 6,
+                               "dgx-h100-0/mlx5_6 <-> dgx-h100-1/mlx5_6"),
+    "FAB-LINK-001-shutdown": ("- {name: p1, shutdown: true}", "dgx-h100-1/mlx5_5", 1, 0, None),
+    # an uncabled NIC has no port to point at: the config's cabling (its switches) is where it is missing
+    "FAB-LINK-001-uncabled": ("switches:", "dgx-h100-2/mlx5_11", 1, 0, None),
+    "FAB-MTU-001-port-1500": ("- {name: p1, mtu: 1500}", "leaf-rail3/p1", 1, 3,
+                              "dgx-h100-0/mlx5_5 <-> dgx-h100-1/mlx5_5"),
+    "FAB-MTU-001-port-5000": ("- {name: p0, mtu: 5000}", "leaf-rail0/p0", 1, 3,
+                              "dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0"),
+    # FAB-MTU-002 blames the smaller NIC (1500 and 4200 against 9000-byte peers)
+    "FAB-MTU-002-host-mtu": ("dgx-h100-2/mlx5_9: {mtu: 1500}", "dgx-h100-2/mlx5_9", 1, 3,
+                             "dgx-h100-0/mlx5_9 <-> dgx-h100-2/mlx5_9"),
+    "FAB-MTU-002-same-roce-mtu": ("dgx-h100-1/mlx5_6: {mtu: 4200}", "dgx-h100-1/mlx5_6", 1, 3,
+                                  "dgx-h100-0/mlx5_6 <-> dgx-h100-1/mlx5_6"),
+    # every NIC (32) on every path (48) runs RoCE 1024: the NICs' MTU line
+    "FAB-MTU-003-small-mtu": ('"*/*": {mtu: 1500}', "RoCE paths", 32, 48, "dgx-h100-0/mlx5_0 <-> dgx-h100-1/mlx5_0"),
+    "FAB-PATH-001-split-rail": ("switches:", "rail 2", 1, 0, None),
+    "FAB-PFC-001-nic": ("dgx-h100-2/mlx5_0: {roce: {pfcPriorities: [4]}}", "dgx-h100-2/mlx5_0", 1, 3,
+                        "dgx-h100-0/mlx5_0 <-> dgx-h100-2/mlx5_0"),
+    "FAB-PFC-001-no-pfc": ("qos: {pfcPriorities: []}", "leaf-rail1", 4, 6, "dgx-h100-0/mlx5_3 <-> dgx-h100-1/mlx5_3"),
+    "FAB-PFC-002-default-priority": ("qos: {pfcPriorities: [3, 0]", "leaf-rail3", 4, 0, None),
+    "FAB-PFC-002-nic-priority-0": ("dgx-h100-0/mlx5_10: {roce: {pfcPriorities: [0, 3]}}", "dgx-h100-0/mlx5_10", 1, 0,
+                                   None),
+    # the ports trust DSCP, so the DSCP map is what puts storage (DSCP 10) on a PFC priority
+    "FAB-PFC-002-storage-lossless": ("dscpToPriority: {26: 3, 48: 6, 10: 3}", "defaults", 32, 0, None),
+    "FAB-PFC-003-alert-only": ("qos: {pfcWatchdog: {action: alert", "leaf-rail1", 4, 0, None),
+    "FAB-PFC-003-hasty-detection": ("qos: {pfcWatchdog: {action: forward, detectionMs: 20", "leaf-rail0", 4, 0, None),
+    "FAB-PFC-003-no-watchdog": ("qos: {pfcWatchdog: {enabled: false}}", "leaf-rail6", 4, 0, None),
+    "FAB-PFC-003-slow-detection": ("detectionMs: 3000", "leaf-rail5", 4, 0, None),
+    "FAB-QOS-001-dscp-map": ("qos: {dscpToPriority: {26: 4, 48: 6}}", "leaf-rail2", 4, 6,
+                             "dgx-h100-0/mlx5_4 <-> dgx-h100-1/mlx5_4"),
+    # dgx-h100-1's rail-7 NIC differs from its 3 peers: its 3 paths
+    "FAB-QOS-001-nic-priority": ("dgx-h100-1/mlx5_11: {roce: {priority: 4", "dgx-h100-1/mlx5_11", 1, 3,
+                                 "dgx-h100-0/mlx5_11 <-> dgx-h100-1/mlx5_11"),
+    "FAB-QOS-001-pcp-map": ("qos: {trust: pcp, pcpToPriority: {3: 4}}", "leaf-rail5", 4, 6,
+                            "dgx-h100-0/mlx5_9 <-> dgx-h100-1/mlx5_9"),
+    "FAB-QOS-002-pcp-untagged": ("qos: {trust: pcp}", "leaf-rail4", 4, 6, "dgx-h100-0/mlx5_6 <-> dgx-h100-1/mlx5_6"),
+    # the misfit NIC's new cable puts it on rail 3
+    "FAB-RAIL-001-same-rail": ("- {name: p4, connect: dgx-h100-1/mlx5_4}", "dgx-h100-1", 1, 0, None),
+    # the port's VLAN puts tray 0's rail-1 NIC on rail 0
+    "FAB-RAIL-001-vlan-rail": ("- {name: p1, vlan: {tagged: [200]}}", "gb200-tray-0", 1, 0, None),
+    # spine1/p0 is the end that carries VLAN 299; the element is the cable's two ends (spine1/p0 faces leaf0/up1)
+    "FAB-VLAN-001-cable": ("- {name: p0, vlan: {tagged: [201, 203, 299]}}", "leaf0/up1<->spine1/p0", 1, 0, None),
+    "FAB-VLAN-001-host-vlan": ("dgx-h100-3/mlx5_3: {vlan: 111}", "dgx-h100-3/mlx5_3", 1, 0, None),
+    "FAB-VLAN-001-untagged-nic": ("dgx-h100-3/mlx5_4: {vlan: untagged}", "dgx-h100-3/mlx5_4", 1, 0, None),
+    # the cable that closes the loop (its message names it), and the loop is the VLAN's
+    "FAB-VLAN-002-loop": ("- {name: p5, connect: patch/u1}", "VLAN 100", 1, 0, None),
+}
 
-def _only(stem: str) -> Finding:
-    (finding,) = lint(load_fabric(broken_examples()[stem])).findings
-    return finding
+
+def test_every_broken_example_is_in_the_table() -> None:
+    assert sorted(SEEDED_AT) == sorted(broken_examples())
 
 
-@pytest.mark.parametrize(("stem", "element", "ports", "paths", "example"), [
-    # a cable's two ends, as the message names them (spine1/p0 faces leaf0/up1; the header names both)
-    ("FAB-VLAN-001-cable", "leaf0/up1<->spine1/p0", 1, 0, None),
-    # a loop is a VLAN's property, not one port's: the VLAN the patch switch trunks twice
-    ("FAB-VLAN-002-loop", "VLAN 100", 1, 0, None),
-    # a NIC's own VLAN mistake names the NIC the header names, not the hosts entry that set it
-    ("FAB-VLAN-001-host-vlan", "dgx-h100-3/mlx5_3", 1, 0, None),
-    ("FAB-VLAN-001-untagged-nic", "dgx-h100-3/mlx5_4", 1, 0, None),
-    # the uncabled NIC (leaf-rail7/p2 faces dgx-h100-2, rail 7 = mlx5_11 in the DGX H100 User Guide's naming)
-    ("FAB-LINK-001-uncabled", "dgx-h100-2/mlx5_11", 1, 0, None),
-    # rail 2 split by the leaf1-spine0 uplink: the rail, not a switch
-    ("FAB-PATH-001-split-rail", "rail 2", 1, 0, None),
-])
-def test_a_finding_outside_any_path_names_the_element_the_mistake_is_about(
-        stem: str, element: str, ports: int, paths: int, example: str | None) -> None:
-    """Findings about cabling, VLANs, loops and rails name the thing that is wrong (docs/fabric.md's output lines:
-    ``error FAB-VLAN-001: leaf0/up1<->spine1/p0: cable ...``), never the config element that merely holds the
-    offending line: that is the location's job."""
-    finding = _only(stem)
-    assert (finding.element, finding.ports, finding.paths, finding.example) == (element, ports, paths, example), \
-        str(finding)
+@pytest.mark.parametrize("stem", sorted(SEEDED_AT))
+def test_a_seeded_mistake_is_found_at_its_line_naming_what_it_reaches(stem: str) -> None:
+    """docs/fabric.md: "A setting that is wrong on many ports gives one finding at the line that set it, with the
+    number of ports and paths it reaches and one example path (the first it reaches, in node order)". Each broken
+    example's finding in its own file is at the line that seeds it (header comments say what it changes), names the
+    element the mistake is about (a NIC, a port, a switch, a cable, a VLAN, a rail, a host) - never the config
+    element that merely holds the line - and reaches what that setting reaches on the fabric."""
+    at, element, ports, paths, example = SEEDED_AT[stem]
+    path = broken_examples()[stem]
+    lines = path.read_text().splitlines()
+    (line,) = [i + 1 for i, text in enumerate(lines) if at in text]
+    (finding,) = [f for f in lint(load_fabric(path)).findings if f.source == str(path)]
+    assert (finding.line, finding.element, finding.ports, finding.paths, finding.example) == (
+        line, element, ports, paths, example), str(finding)
 
 
-def test_a_nic_off_its_segments_roce_setting_counts_and_names_its_paths() -> None:
-    """FAB-QOS-001-nic-priority: dgx-h100-1's rail-7 NIC (mlx5_11) sends RoCE on priority 4 while its 3 rail-7
-    peers use 3. It differs from all 3, so 3 paths, and the example is the first of them in node order
-    (docs/fabric.md: "one example path (the first it reaches, in node order)"): the one from dgx-h100-0."""
+def test_a_nic_off_its_segments_roce_setting_and_the_port_it_disagrees_with() -> None:
+    """FAB-QOS-001-nic-priority: dgx-h100-1's rail-7 NIC (mlx5_11) sends RoCE on priority 4 while its 3 rail-7 peers
+    use 3 and the switches map its DSCP 26 to 3 (dgx-h100-rail's defaults). Two findings: the NIC, differing from
+    all 3 peers (3 paths); and the one port that receives its RoCE, leaf-rail7/p1, whose classification comes from
+    the defaults' DSCP map in dgx-h100-rail.yaml - the same 3 paths. Both name the first path in node order
+    (docs/fabric.md), the one from dgx-h100-0."""
     report = lint(load_fabric(broken_examples()["FAB-QOS-001-nic-priority"]))
-    (finding,) = [f for f in report.findings if f.element == "dgx-h100-1/mlx5_11"]
-    assert (finding.id, finding.ports, finding.paths, finding.example) == (
-        "FAB-QOS-001", 1, 3, "dgx-h100-0/mlx5_11 <-> dgx-h100-1/mlx5_11"), str(finding)
+    example = "dgx-h100-0/mlx5_11 <-> dgx-h100-1/mlx5_11"
+    found = sorted((f.id, f.element, f.ports, f.paths, f.example) for f in report.findings)
+    assert found == [("FAB-QOS-001", "defaults", 1, 3, example),
+                     ("FAB-QOS-001", "dgx-h100-1/mlx5_11", 1, 3, example)], found
+    (port,) = [f for f in report.findings if f.element == "defaults"]
+    base = Path(builtin_fabrics()["dgx-h100-rail"])
+    assert port.source == str(base) and port.line is not None, str(port)
+    assert base.read_text().splitlines()[port.line - 1].strip() == "dscpToPriority: {26: 3, 48: 6}", str(port)
+    assert port.message == "classifies RoCE (DSCP 26) into priority 3; the NICs use priority 4"
 
 
 def test_two_nics_of_a_host_in_one_segment_without_a_rail_share_it(tmp_path: Path) -> None:
@@ -158,6 +227,6 @@ def test_a_split_rail_points_at_its_vlan_in_an_imports_manifest_and_at_switches_
         str(finding)
     assert manifest.read_text().splitlines()[9].strip() == "- {id: 203, name: rail3, rail: 3}"
     assert str(finding).startswith(f"{finding.source}:10: vlans[3]: error FAB-PATH-001: rail 3: ")
-    native = _only("FAB-PATH-001-split-rail")
+    (native,) = lint(load_fabric(broken_examples()["FAB-PATH-001-split-rail"])).findings
     assert (native.line, native.key) == (6, None)
     assert Path(native.source).read_text().splitlines()[5] == "switches:"
