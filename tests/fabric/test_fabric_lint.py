@@ -312,3 +312,30 @@ def test_equal_ecn_thresholds_are_not_ordered(tmp_path: Path, min_kb: int, max_k
                  f"    qos: {{ecn: {{priorities: [3], minKB: {min_kb}, maxKB: {max_kb}, probability: 10}}}}\n")
     found = [(x.element, x.message) for x in lint(load_fabric(f)).findings if x.id == "FAB-ECN-002"]
     assert found == ([("leaf-rail1", f"ECN minKB {min_kb} is not below maxKB {max_kb}")] if flagged else []), found
+
+
+def test_a_port_that_carries_nothing_needs_no_buffers_watchdog_or_pfc_care(tmp_path: Path) -> None:
+    """FAB-BUF-001 and FAB-PFC-003 are about lossless queues of live links (headroom absorbs what is in flight after
+    a pause; the watchdog guards against a peer that keeps pausing), and FAB-PFC-002 about traffic that arrives: a
+    shut-down port (leaf-rail2/p1) and a port with no cable (leaf-rail2/p4, added) carry none, so headroom [],
+    no watchdog and storage mapped onto the RoCE priority there are no finding. The shut-down port is FAB-LINK-001
+    (dgx-h100-1's rail-2 NIC, mlx5_4, loses its link), and nothing else is."""
+    f = tmp_path / "f.yaml"
+    idle = "headroom: [], pfcWatchdog: {enabled: false}"
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail2\n    ports:\n"
+                 f"      - {{name: p1, shutdown: true, qos: {{{idle}}}}}\n"
+                 f"      - {{name: p4, qos: {{{idle}, dscpToPriority: {{26: 3, 48: 6, 10: 3}}}}}}\n")
+    found = [(x.id, x.element) for x in lint(load_fabric(f)).findings]
+    assert found == [("FAB-LINK-001", "dgx-h100-1/mlx5_4")], found
+
+
+def test_a_port_at_exactly_the_nics_mtu_drops_nothing(tmp_path: Path) -> None:
+    """FAB-MTU-001 is about a hop *smaller* than the endpoints' MTU: a 9000-byte port between 9000-byte NICs
+    forwards every frame they send (path MTU 9000, RoCE 4096), so it is no finding; 8999 is one."""
+    f = tmp_path / "f.yaml"
+    for mtu, ids in ((9000, []), (8999, ["FAB-MTU-001"])):
+        f.write_text(f"extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail3\n    ports:\n"
+                     f"      - {{name: p0, mtu: {mtu}}}\n")
+        report = lint(load_fabric(f))
+        assert [x.id for x in report.findings] == ids, report.format()
+        assert sorted(report.mtu_groups().items(), reverse=True)[-1][0] == (min(mtu, 9000), 4096, 4096)
