@@ -339,3 +339,17 @@ def test_a_port_at_exactly_the_nics_mtu_drops_nothing(tmp_path: Path) -> None:
         report = lint(load_fabric(f))
         assert [x.id for x in report.findings] == ids, report.format()
         assert sorted(report.mtu_groups().items(), reverse=True)[-1][0] == (min(mtu, 9000), 4096, 4096)
+
+
+def test_a_setting_no_line_states_is_blamed_on_each_switch_that_lacks_it(tmp_path: Path) -> None:
+    """dgx-h100-rail without its one ``cnpPriority: 6`` (in defaults): no line sets a CNP priority, so each of the 8
+    leaves lacks one on its own - 8 FAB-CNP-001 findings, each at the leaf's ``- name:`` line, naming the leaf,
+    with its 4 ports and the 6 paths of its rail (every rail-r path enters and leaves through leaf-rail<r>)."""
+    f = tmp_path / "f.yaml"
+    text = Path(builtin_fabrics()["dgx-h100-rail"]).read_text()
+    assert text.count("    cnpPriority: 6\n") == 1
+    f.write_text(text.replace("    cnpPriority: 6\n", ""))
+    lines = f.read_text().splitlines()
+    found = [(x.id, x.element, lines[(x.line or 0) - 1].strip(), x.ports, x.paths)
+             for x in lint(load_fabric(f)).findings]
+    assert found == [("FAB-CNP-001", f"leaf-rail{r}", f"- name: leaf-rail{r}", 4, 6) for r in range(8)], found
