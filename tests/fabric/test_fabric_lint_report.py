@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fakehw.cli import main as fakehw_main
 from fakehw.fabric import load_fabric
 from fakehw.fabric.lint import lint
 from fakehw.fabric.loader import broken_examples, builtin_fabrics, examples_dir
@@ -178,6 +179,15 @@ def test_the_json_report_carries_each_findings_place_and_reach() -> None:
     assert [(g["pathMtu"], g["supportedRoceMtu"], g["maxRocePayload"], g["paths"]) for g in doc["pathMtus"]] == [
         (9000, 4096, 8956, 45), (1500, 1024, 1456, 3)]
     assert len(doc["paths"]) == 48 and doc["notApplicable"] == {}
+
+
+def test_the_reports_json_text_is_what_the_cli_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """``LintReport.dumps`` gives the text ``fakehw fabric lint --json [--paths]`` prints for one config, byte for
+    byte (2-space indentation), so a script switching from the CLI to the library sees no difference."""
+    path = str(broken_examples()["FAB-MTU-001-port-1500"])
+    for flags, include_paths in (([], False), (["--paths"], True)):
+        assert fakehw_main(["fabric", "lint", "--json", *flags, path]) == 1
+        assert capsys.readouterr().out == lint(load_fabric(path)).dumps(include_paths=include_paths) + "\n"
 
 
 def _sonic_copy(tmp_path: Path) -> Path:
