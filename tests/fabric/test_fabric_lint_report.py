@@ -17,7 +17,7 @@ import pytest
 
 from fakehw.cli import main as fakehw_main
 from fakehw.fabric import load_fabric
-from fakehw.fabric.lint import lint
+from fakehw.fabric.lint import _describe, lint
 from fakehw.fabric.loader import broken_examples, builtin_fabrics, examples_dir
 
 SEEDED_AT: dict[str, tuple[str, str, int, int, str | None]] = {
@@ -240,3 +240,20 @@ def test_a_split_rail_points_at_its_vlan_in_an_imports_manifest_and_at_switches_
     (native,) = lint(load_fabric(broken_examples()["FAB-PATH-001-split-rail"])).findings
     assert (native.line, native.key) == (6, None)
     assert Path(native.source).read_text().splitlines()[5] == "switches:"
+
+
+@pytest.mark.parametrize(("doc_path", "name"), [
+    (("switches", 2), "leaf-rail2"), (("switches", 2, "qos"), "leaf-rail2"),
+    (("switches", 2, "ports", 1), "leaf-rail2/p1"), (("switches", 2, "ports", 1, "mtu"), "leaf-rail2/p1"),
+    (("defaults", "qos"), "defaults"), (("hosts", "dgx-h100-1/mlx5_0", "mtu"), "hosts[dgx-h100-1/mlx5_0]"),
+    (("hosts", "dgx-h100-1/mlx5_0"), "hosts[dgx-h100-1/mlx5_0]"),
+    # paths that name no switch or port of the config: the path itself, never an IndexError
+    (("switches",), "switches"), (("switches", 8), "switches[8]"), (("switches", 2, "ports"), "leaf-rail2"),
+    (("switches", 2, "ports", 4), "leaf-rail2"), (("hosts",), "hosts"), (("vlans", 3), "vlans[3]"), ((), "(document)"),
+])
+def test_a_config_element_is_named_from_its_document_path(doc_path: tuple[str | int, ...], name: str) -> None:
+    """How a finding names the config element that holds an offending value (docs/fabric.md's output:
+    ``error FAB-PFC-001: defaults: ...``, ``leaf0/p3``, ``leaf0``). dgx-h100-rail's third switch is leaf-rail2 with
+    ports p0-p3 (its header), so switches[8] and ports[4] do not exist: those, and paths outside the switches, are
+    named by the path as the loader's errors write it (``switches[8]``)."""
+    assert _describe(load_fabric("dgx-h100-rail"), doc_path) == name
