@@ -745,9 +745,9 @@ def _check_direction(path: Path, a: HostNic, b: HostNic, ports: Sequence[Port], 
             if q.cnp_priority is None:
                 c.port("FAB-CNP-001", ing, "qos.cnpPriority", "no CNP priority is configured")
             elif cnp_prio != q.cnp_priority:
+                how = f"DSCP {r.cnp_dscp}" if q.trust == "dscp" else f"PCP {cnp_pcp}"
                 c.port("FAB-CNP-001", ing, "qos.dscpToPriority" if q.trust == "dscp" else "qos.pcpToPriority",
-                       f"CNPs (DSCP {r.cnp_dscp}) are classified into priority {cnp_prio}, not the CNP priority "
-                       f"{q.cnp_priority}")
+                       f"CNPs ({how}) are classified into priority {cnp_prio}, not the CNP priority {q.cnp_priority}")
         tagged_next = path.vlan in eg.vlan.tagged
         pcp = prio if tagged_next else None
         cnp_pcp = cnp_prio if tagged_next else None

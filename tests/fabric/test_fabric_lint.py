@@ -353,3 +353,17 @@ def test_a_setting_no_line_states_is_blamed_on_each_switch_that_lacks_it(tmp_pat
     found = [(x.id, x.element, lines[(x.line or 0) - 1].strip(), x.ports, x.paths)
              for x in lint(load_fabric(f)).findings]
     assert found == [("FAB-CNP-001", f"leaf-rail{r}", f"- name: leaf-rail{r}", 4, 6) for r in range(8)], found
+
+
+def test_a_pcp_trusting_switch_that_misfiles_cnps_is_told_their_pcp(tmp_path: Path) -> None:
+    """A port that trusts PCP classifies a frame by its 802.1Q priority, not its DSCP (mlnx_qos / switch "trust
+    pcp"; docs/fabric.md's FAB-QOS-002). dgx-h100-rail's NICs tag RoCE with PCP 3 and CNPs with their CNP priority
+    6 (the NIC's cnp_802p_prio); leaf-rail5 trusting PCP but mapping PCP 6 to priority 5 misfiles the CNPs by their
+    PCP, so the finding names PCP 6 (as FAB-QOS-001 names "PCP 3" for RoCE), at the line that sets the map, on the
+    leaf's 4 ports and the 6 rail-5 paths."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail5\n"
+                 "    qos: {trust: pcp, pcpToPriority: {3: 3, 6: 5}}\n")
+    found = [(x.id, x.line, x.element, x.message, x.ports, x.paths) for x in lint(load_fabric(f)).findings]
+    assert found == [("FAB-CNP-001", 5, "leaf-rail5", "CNPs (PCP 6) are classified into priority 5, not the CNP "
+                      "priority 6", 4, 6)], found
