@@ -144,6 +144,11 @@ def test_two_nics_of_a_host_in_one_segment_without_a_rail_share_it(tmp_path: Pat
         "rail 1 is split into 2 layer-2 segments that cannot reach each other: VLAN 201 on leaf0, leaf1, spine1 "
         "(17 NIC(s), e.g. gb200-tray-1/mlx5_1); VLAN 299 on leaf0 (1 NIC(s), e.g. gb200-tray-0/mlx5_1)"), found
     assert set(found) == {("FAB-RAIL-001", "gb200-tray-0"), ("FAB-PATH-001", "rail 0"), ("FAB-PATH-001", "rail 1")}
+    # pointed at the cable of the NIC that joins the first one's segment: mlx5_1's, leaf0/p1 in the base config
+    (rail,) = [x for x in report.findings if x.id == "FAB-RAIL-001"]
+    base = Path(builtin_fabrics()["gb200-nvl72-spine-leaf"])
+    assert rail.source == str(base) and rail.line is not None, str(rail)
+    assert base.read_text().splitlines()[rail.line - 1].strip().startswith("- {name: p1, connect: gb200-tray-0/mlx5_1,")
 
 
 def test_the_listing_of_every_path_gives_its_hops_and_mtus(tmp_path: Path) -> None:
