@@ -367,3 +367,19 @@ def test_a_pcp_trusting_switch_that_misfiles_cnps_is_told_their_pcp(tmp_path: Pa
     found = [(x.id, x.line, x.element, x.message, x.ports, x.paths) for x in lint(load_fabric(f)).findings]
     assert found == [("FAB-CNP-001", 5, "leaf-rail5", "CNPs (PCP 6) are classified into priority 5, not the CNP "
                       "priority 6", 4, 6)], found
+
+
+def test_pfc_on_priority_0_is_the_nics_own_business_when_roce_runs_there(tmp_path: Path) -> None:
+    """FAB-PFC-002's NIC branch: PFC on priority 0 makes the NIC's non-RoCE traffic lossless - unless RoCE itself
+    runs on priority 0. Rail 0 moved whole to priority 0 (NICs and leaf-rail0): the NICs are no finding; the leaf
+    is, since its priority 0 is also the default priority and where storage (DSCP 10, unmapped) and management
+    (DSCP 0) land (dgx-h100-rail's traffic), one warning each, on its 4 ports."""
+    f = tmp_path / "f.yaml"
+    f.write_text('extends: dgx-h100-rail\nname: x\nhosts:\n  "*/mlx5_0": {roce: {priority: 0, pfcPriorities: [0]}}\n'
+                 "switches:\n  - name: leaf-rail0\n    qos: {dscpToPriority: {26: 0, 48: 6}, pfcPriorities: [0], "
+                 "headroom: [0], ecn: {priorities: [0], minKB: 150, maxKB: 1500, probability: 10}}\n")
+    found = sorted((x.id, x.element, x.message.split(":")[0], x.ports) for x in lint(load_fabric(f)).findings)
+    assert found == [("FAB-PFC-002", "leaf-rail0", "PFC is on the default priority 0", 4),
+                     ("FAB-PFC-002", "leaf-rail0", "management traffic (DSCP 0) is classified into PFC priority 0", 4),
+                     ("FAB-PFC-002", "leaf-rail0", "storage traffic (DSCP 10) is classified into PFC priority 0", 4)], \
+        found
