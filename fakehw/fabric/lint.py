@@ -604,8 +604,9 @@ def _check_pfc_sharing(model: FabricModel, c: _Collector) -> None:
         for t in model.traffic:
             prio = q.classify(t.dscp, t.pcp)
             if prio in q.pfc_priorities:
+                how = f"DSCP {t.dscp}" if q.trust == "dscp" else "untagged" if t.pcp is None else f"PCP {t.pcp}"
                 c.port("FAB-PFC-002", port, "qos.dscpToPriority" if q.trust == "dscp" else "qos.pfcPriorities",
-                       f"{t.name} traffic (DSCP {t.dscp}) is classified into PFC priority {prio}")
+                       f"{t.name} traffic ({how}) is classified into PFC priority {prio}")
         if q.default_priority in q.pfc_priorities:
             c.port("FAB-PFC-002", port, "qos.pfcPriorities",
                    f"PFC is on the default priority {q.default_priority}: every unclassified frame is lossless")

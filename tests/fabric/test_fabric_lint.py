@@ -383,3 +383,19 @@ def test_pfc_on_priority_0_is_the_nics_own_business_when_roce_runs_there(tmp_pat
                      ("FAB-PFC-002", "leaf-rail0", "management traffic (DSCP 0) is classified into PFC priority 0", 4),
                      ("FAB-PFC-002", "leaf-rail0", "storage traffic (DSCP 10) is classified into PFC priority 0", 4)], \
         found
+
+
+@pytest.mark.parametrize(("pcp", "how", "prio"), [(3, "PCP 3", 3), (None, "untagged", 0)])
+def test_other_traffic_on_a_pcp_trusting_switch_is_told_by_its_pcp(tmp_path: Path, pcp: int | None, how: str,
+                                                                   prio: int) -> None:
+    """A port that trusts PCP classifies by the 802.1Q priority (FAB-QOS-002): storage tagged PCP 3 lands in
+    leaf-rail5's lossless priority 3 whatever its DSCP 10 says, and untagged storage in the default priority 0;
+    made lossless (PFC [3, 0] on the leaf), both are FAB-PFC-002 findings naming what classified them. The leaf
+    sets no PCP map, so the PFC list is what to change: the leaf's qos line, on its 4 ports."""
+    f = tmp_path / "f.yaml"
+    tag = "" if pcp is None else f", pcp: {pcp}"
+    f.write_text(f"extends: dgx-h100-rail\nname: x\ntraffic:\n  - {{name: storage, dscp: 10{tag}}}\nswitches:\n"
+                 "  - name: leaf-rail5\n    qos: {trust: pcp, pfcPriorities: [3, 0], headroom: [3, 0]}\n")
+    found = [(x.line, x.element, x.message, x.ports) for x in lint(load_fabric(f)).findings
+             if x.message.startswith("storage")]
+    assert found == [(7, "leaf-rail5", f"storage traffic ({how}) is classified into PFC priority {prio}", 4)], found
