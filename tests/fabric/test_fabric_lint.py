@@ -147,6 +147,18 @@ def test_pcp_trust_on_tagged_ports_is_fine_and_untagged_is_not(tmp_path: Path) -
     assert lint(load_fabric(f)).findings == ()  # NICs tag with PCP 3 and CNPs with PCP 6
 
 
+def test_pcp_trust_holds_across_a_spine_because_trunks_keep_the_tag(tmp_path: Path) -> None:
+    """gb200-nvl72-spine-leaf trunks every rail's VLAN tagged on the leaf-spine links (its header: each rail is a
+    VLAN, 200 + rail), so a frame keeps its 802.1Q priority from hop to hop: with every port trusting PCP, RoCE
+    (PCP 3) and CNPs (PCP 6, the NICs' CNP priority) are still classified into 3 and 6 at the spine and the far
+    leaf, on all 612 paths (per rail 18 NICs: 9 x 8 / 2 = 36 within each leaf and 9 x 9 across, 4 x 153). A leaf
+    that forgot the tag of the hop before would give them the default priority 0."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: gb200-nvl72-spine-leaf\nname: x\ndefaults:\n  qos: {trust: pcp}\n")
+    report = lint(load_fabric(f))
+    assert report.findings == () and report.path_count == 612, report.format()
+
+
 def test_spine_leaf_paths_cross_the_spine() -> None:
     model = load_fabric("gb200-nvl72-spine-leaf")
     report = lint(model)
