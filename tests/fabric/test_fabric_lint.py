@@ -343,7 +343,8 @@ def test_a_port_that_carries_nothing_needs_no_buffers_watchdog_or_pfc_care(tmp_p
 
 def test_a_port_at_exactly_the_nics_mtu_drops_nothing(tmp_path: Path) -> None:
     """FAB-MTU-001 is about a hop *smaller* than the endpoints' MTU: a 9000-byte port between 9000-byte NICs
-    forwards every frame they send (path MTU 9000, RoCE 4096), so it is no finding; 8999 is one."""
+    forwards every frame they send (path MTU 9000; RoCE 4096, the largest InfiniBand MTU - IBTA spec vol. 1's
+    256-4096, which the RoCEv2 annex keeps - that fits with the headers), so it is no finding; 8999 is one."""
     f = tmp_path / "f.yaml"
     for mtu, ids in ((9000, []), (8999, ["FAB-MTU-001"])):
         f.write_text(f"extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail3\n    ports:\n"
@@ -368,11 +369,12 @@ def test_a_setting_no_line_states_is_blamed_on_each_switch_that_lacks_it(tmp_pat
 
 
 def test_a_pcp_trusting_switch_that_misfiles_cnps_is_told_their_pcp(tmp_path: Path) -> None:
-    """A port that trusts PCP classifies a frame by its 802.1Q priority, not its DSCP (mlnx_qos / switch "trust
-    pcp"; docs/fabric.md's FAB-QOS-002). dgx-h100-rail's NICs tag RoCE with PCP 3 and CNPs with their CNP priority
-    6 (the NIC's cnp_802p_prio); leaf-rail5 trusting PCP but mapping PCP 6 to priority 5 misfiles the CNPs by their
-    PCP, so the finding names PCP 6 (as FAB-QOS-001 names "PCP 3" for RoCE), at the line that sets the map, on the
-    leaf's 4 ports and the 6 rail-5 paths."""
+    """A port that trusts PCP classifies a frame by its 802.1Q priority (the PCP field of the VLAN tag, IEEE
+    802.1Q; PFC, IEEE 802.1Qbb, pauses per such priority), not its DSCP (NVIDIA's mlnx_qos --trust pcp, SONiC's
+    DOT1P_TO_TC_MAP; docs/fabric.md's FAB-QOS-002). dgx-h100-rail's NICs tag RoCE with PCP 3 and CNPs with their
+    CNP priority 6 (the NIC's cnp_802p_prio); leaf-rail5 trusting PCP but mapping PCP 6 to priority 5 misfiles
+    the CNPs by their PCP, so the finding names PCP 6 (as FAB-QOS-001 names "PCP 3" for RoCE), at the line that
+    sets the map, on the leaf's 4 ports and the 6 rail-5 paths."""
     f = tmp_path / "f.yaml"
     f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail5\n"
                  "    qos: {trust: pcp, pcpToPriority: {3: 3, 6: 5}}\n")
@@ -400,7 +402,8 @@ def test_pfc_on_priority_0_is_the_nics_own_business_when_roce_runs_there(tmp_pat
 @pytest.mark.parametrize(("pcp", "how", "prio"), [(3, "PCP 3", 3), (None, "untagged", 0)])
 def test_other_traffic_on_a_pcp_trusting_switch_is_told_by_its_pcp(tmp_path: Path, pcp: int | None, how: str,
                                                                    prio: int) -> None:
-    """A port that trusts PCP classifies by the 802.1Q priority (FAB-QOS-002): storage tagged PCP 3 lands in
+    """A port that trusts PCP classifies by the 802.1Q priority (the VLAN tag's PCP field, IEEE 802.1Q; frames
+    without a tag get the port's default priority; FAB-QOS-002): storage tagged PCP 3 lands in
     leaf-rail5's lossless priority 3 whatever its DSCP 10 says, and untagged storage in the default priority 0;
     made lossless (PFC [3, 0] on the leaf), both are FAB-PFC-002 findings naming what classified them. The leaf
     sets no PCP map, so the PFC list is what to change: the leaf's qos line, on its 4 ports."""
