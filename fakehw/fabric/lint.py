@@ -604,8 +604,9 @@ def _check_pfc_sharing(model: FabricModel, c: _Collector) -> None:
         for t in model.traffic:
             prio = q.classify(t.dscp, t.pcp)
             if prio in q.pfc_priorities:
+                how = f"DSCP {t.dscp}" if q.trust == "dscp" else "untagged" if t.pcp is None else f"PCP {t.pcp}"
                 c.port("FAB-PFC-002", port, "qos.dscpToPriority" if q.trust == "dscp" else "qos.pfcPriorities",
-                       f"{t.name} traffic (DSCP {t.dscp}) is classified into PFC priority {prio}")
+                       f"{t.name} traffic ({how}) is classified into PFC priority {prio}")
         if q.default_priority in q.pfc_priorities:
             c.port("FAB-PFC-002", port, "qos.pfcPriorities",
                    f"PFC is on the default priority {q.default_priority}: every unclassified frame is lossless")
@@ -745,9 +746,9 @@ def _check_direction(path: Path, a: HostNic, b: HostNic, ports: Sequence[Port], 
             if q.cnp_priority is None:
                 c.port("FAB-CNP-001", ing, "qos.cnpPriority", "no CNP priority is configured")
             elif cnp_prio != q.cnp_priority:
+                how = f"DSCP {r.cnp_dscp}" if q.trust == "dscp" else f"PCP {cnp_pcp}"
                 c.port("FAB-CNP-001", ing, "qos.dscpToPriority" if q.trust == "dscp" else "qos.pcpToPriority",
-                       f"CNPs (DSCP {r.cnp_dscp}) are classified into priority {cnp_prio}, not the CNP priority "
-                       f"{q.cnp_priority}")
+                       f"CNPs ({how}) are classified into priority {cnp_prio}, not the CNP priority {q.cnp_priority}")
         tagged_next = path.vlan in eg.vlan.tagged
         pcp = prio if tagged_next else None
         cnp_pcp = cnp_prio if tagged_next else None

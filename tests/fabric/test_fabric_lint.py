@@ -147,6 +147,18 @@ def test_pcp_trust_on_tagged_ports_is_fine_and_untagged_is_not(tmp_path: Path) -
     assert lint(load_fabric(f)).findings == ()  # NICs tag with PCP 3 and CNPs with PCP 6
 
 
+def test_pcp_trust_holds_across_a_spine_because_trunks_keep_the_tag(tmp_path: Path) -> None:
+    """gb200-nvl72-spine-leaf trunks every rail's VLAN tagged on the leaf-spine links (its header: each rail is a
+    VLAN, 200 + rail), so a frame keeps its 802.1Q priority from hop to hop: with every port trusting PCP, RoCE
+    (PCP 3) and CNPs (PCP 6, the NICs' CNP priority) are still classified into 3 and 6 at the spine and the far
+    leaf, on all 612 paths (per rail 18 NICs: 9 x 8 / 2 = 36 within each leaf and 9 x 9 across, 4 x 153). A leaf
+    that forgot the tag of the hop before would give them the default priority 0."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: gb200-nvl72-spine-leaf\nname: x\ndefaults:\n  qos: {trust: pcp}\n")
+    report = lint(load_fabric(f))
+    assert report.findings == () and report.path_count == 612, report.format()
+
+
 def test_spine_leaf_paths_cross_the_spine() -> None:
     model = load_fabric("gb200-nvl72-spine-leaf")
     report = lint(model)
@@ -312,3 +324,93 @@ def test_equal_ecn_thresholds_are_not_ordered(tmp_path: Path, min_kb: int, max_k
                  f"    qos: {{ecn: {{priorities: [3], minKB: {min_kb}, maxKB: {max_kb}, probability: 10}}}}\n")
     found = [(x.element, x.message) for x in lint(load_fabric(f)).findings if x.id == "FAB-ECN-002"]
     assert found == ([("leaf-rail1", f"ECN minKB {min_kb} is not below maxKB {max_kb}")] if flagged else []), found
+
+
+def test_a_port_that_carries_nothing_needs_no_buffers_watchdog_or_pfc_care(tmp_path: Path) -> None:
+    """FAB-BUF-001 and FAB-PFC-003 are about lossless queues of live links (headroom absorbs what is in flight after
+    a pause; the watchdog guards against a peer that keeps pausing), and FAB-PFC-002 about traffic that arrives: a
+    shut-down port (leaf-rail2/p1) and a port with no cable (leaf-rail2/p4, added) carry none, so headroom [],
+    no watchdog and storage mapped onto the RoCE priority there are no finding. The shut-down port is FAB-LINK-001
+    (dgx-h100-1's rail-2 NIC, mlx5_4, loses its link), and nothing else is."""
+    f = tmp_path / "f.yaml"
+    idle = "headroom: [], pfcWatchdog: {enabled: false}"
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail2\n    ports:\n"
+                 f"      - {{name: p1, shutdown: true, qos: {{{idle}}}}}\n"
+                 f"      - {{name: p4, qos: {{{idle}, dscpToPriority: {{26: 3, 48: 6, 10: 3}}}}}}\n")
+    found = [(x.id, x.element) for x in lint(load_fabric(f)).findings]
+    assert found == [("FAB-LINK-001", "dgx-h100-1/mlx5_4")], found
+
+
+def test_a_port_at_exactly_the_nics_mtu_drops_nothing(tmp_path: Path) -> None:
+    """FAB-MTU-001 is about a hop *smaller* than the endpoints' MTU: a 9000-byte port between 9000-byte NICs
+    forwards every frame they send (path MTU 9000; RoCE 4096, the largest InfiniBand MTU - IBTA spec vol. 1's
+    256-4096, which the RoCEv2 annex keeps - that fits with the headers), so it is no finding; 8999 is one."""
+    f = tmp_path / "f.yaml"
+    for mtu, ids in ((9000, []), (8999, ["FAB-MTU-001"])):
+        f.write_text(f"extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail3\n    ports:\n"
+                     f"      - {{name: p0, mtu: {mtu}}}\n")
+        report = lint(load_fabric(f))
+        assert [x.id for x in report.findings] == ids, report.format()
+        assert sorted(report.mtu_groups().items(), reverse=True)[-1][0] == (min(mtu, 9000), 4096, 4096)
+
+
+def test_a_setting_no_line_states_is_blamed_on_each_switch_that_lacks_it(tmp_path: Path) -> None:
+    """dgx-h100-rail without its one ``cnpPriority: 6`` (in defaults): no line sets a CNP priority, so each of the 8
+    leaves lacks one on its own - 8 FAB-CNP-001 findings, each at the leaf's ``- name:`` line, naming the leaf,
+    with its 4 ports and the 6 paths of its rail (every rail-r path enters and leaves through leaf-rail<r>)."""
+    f = tmp_path / "f.yaml"
+    text = Path(builtin_fabrics()["dgx-h100-rail"]).read_text()
+    assert text.count("    cnpPriority: 6\n") == 1
+    f.write_text(text.replace("    cnpPriority: 6\n", ""))
+    lines = f.read_text().splitlines()
+    found = [(x.id, x.element, lines[(x.line or 0) - 1].strip(), x.ports, x.paths)
+             for x in lint(load_fabric(f)).findings]
+    assert found == [("FAB-CNP-001", f"leaf-rail{r}", f"- name: leaf-rail{r}", 4, 6) for r in range(8)], found
+
+
+def test_a_pcp_trusting_switch_that_misfiles_cnps_is_told_their_pcp(tmp_path: Path) -> None:
+    """A port that trusts PCP classifies a frame by its 802.1Q priority (the PCP field of the VLAN tag, IEEE
+    802.1Q; PFC, IEEE 802.1Qbb, pauses per such priority), not its DSCP (NVIDIA's mlnx_qos --trust pcp, SONiC's
+    DOT1P_TO_TC_MAP; docs/fabric.md's FAB-QOS-002). dgx-h100-rail's NICs tag RoCE with PCP 3 and CNPs with their
+    CNP priority 6 (the NIC's cnp_802p_prio); leaf-rail5 trusting PCP but mapping PCP 6 to priority 5 misfiles
+    the CNPs by their PCP, so the finding names PCP 6 (as FAB-QOS-001 names "PCP 3" for RoCE), at the line that
+    sets the map, on the leaf's 4 ports and the 6 rail-5 paths."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail5\n"
+                 "    qos: {trust: pcp, pcpToPriority: {3: 3, 6: 5}}\n")
+    found = [(x.id, x.line, x.element, x.message, x.ports, x.paths) for x in lint(load_fabric(f)).findings]
+    assert found == [("FAB-CNP-001", 5, "leaf-rail5", "CNPs (PCP 6) are classified into priority 5, not the CNP "
+                      "priority 6", 4, 6)], found
+
+
+def test_pfc_on_priority_0_is_the_nics_own_business_when_roce_runs_there(tmp_path: Path) -> None:
+    """FAB-PFC-002's NIC branch: PFC on priority 0 makes the NIC's non-RoCE traffic lossless - unless RoCE itself
+    runs on priority 0. Rail 0 moved whole to priority 0 (NICs and leaf-rail0): the NICs are no finding; the leaf
+    is, since its priority 0 is also the default priority and where storage (DSCP 10, unmapped) and management
+    (DSCP 0) land (dgx-h100-rail's traffic), one warning each, on its 4 ports."""
+    f = tmp_path / "f.yaml"
+    f.write_text('extends: dgx-h100-rail\nname: x\nhosts:\n  "*/mlx5_0": {roce: {priority: 0, pfcPriorities: [0]}}\n'
+                 "switches:\n  - name: leaf-rail0\n    qos: {dscpToPriority: {26: 0, 48: 6}, pfcPriorities: [0], "
+                 "headroom: [0], ecn: {priorities: [0], minKB: 150, maxKB: 1500, probability: 10}}\n")
+    found = sorted((x.id, x.element, x.message.split(":")[0], x.ports) for x in lint(load_fabric(f)).findings)
+    assert found == [("FAB-PFC-002", "leaf-rail0", "PFC is on the default priority 0", 4),
+                     ("FAB-PFC-002", "leaf-rail0", "management traffic (DSCP 0) is classified into PFC priority 0", 4),
+                     ("FAB-PFC-002", "leaf-rail0", "storage traffic (DSCP 10) is classified into PFC priority 0", 4)], \
+        found
+
+
+@pytest.mark.parametrize(("pcp", "how", "prio"), [(3, "PCP 3", 3), (None, "untagged", 0)])
+def test_other_traffic_on_a_pcp_trusting_switch_is_told_by_its_pcp(tmp_path: Path, pcp: int | None, how: str,
+                                                                   prio: int) -> None:
+    """A port that trusts PCP classifies by the 802.1Q priority (the VLAN tag's PCP field, IEEE 802.1Q; frames
+    without a tag get the port's default priority; FAB-QOS-002): storage tagged PCP 3 lands in
+    leaf-rail5's lossless priority 3 whatever its DSCP 10 says, and untagged storage in the default priority 0;
+    made lossless (PFC [3, 0] on the leaf), both are FAB-PFC-002 findings naming what classified them. The leaf
+    sets no PCP map, so the PFC list is what to change: the leaf's qos line, on its 4 ports."""
+    f = tmp_path / "f.yaml"
+    tag = "" if pcp is None else f", pcp: {pcp}"
+    f.write_text(f"extends: dgx-h100-rail\nname: x\ntraffic:\n  - {{name: storage, dscp: 10{tag}}}\nswitches:\n"
+                 "  - name: leaf-rail5\n    qos: {trust: pcp, pfcPriorities: [3, 0], headroom: [3, 0]}\n")
+    found = [(x.line, x.element, x.message, x.ports) for x in lint(load_fabric(f)).findings
+             if x.message.startswith("storage")]
+    assert found == [(7, "leaf-rail5", f"storage traffic ({how}) is classified into PFC priority {prio}", 4)], found
