@@ -585,3 +585,135 @@ def test_running_processes_in_every_layout(nvml: Nvml, pynvml_module: ModuleType
         assert [(e.pid, e.usedGpuMemory) for e in arr] == [(4242, 3 * 2**30), (4444, 5 * 2**30)]
         if struct is V2:
             assert arr[0].gi == arr[0].ci == 0xFFFFFFFF
+
+
+# --------------------------------------------------------------------------------------------------- nvml.h contracts
+
+
+def test_ecc_errors_are_counted_at_nvmls_own_memory_locations(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """Each fault location the control API takes lands at the nvmlMemoryLocation_t nvml.h gives it (nvidia-ml-py's
+    constants: L1 0, L2 1, device memory/DRAM 2, register file 3, SRAM 7), and the totals sum every location, SRAM
+    (the last one) included. The counts are the fault requests' own, each location a different one."""
+    n = pynvml_module
+    sbe = {"l1-cache": (n.NVML_MEMORY_LOCATION_L1_CACHE, 1), "l2-cache": (n.NVML_MEMORY_LOCATION_L2_CACHE, 2),
+           "register-file": (n.NVML_MEMORY_LOCATION_REGISTER_FILE, 3), "sram": (n.NVML_MEMORY_LOCATION_SRAM, 4),
+           "device-memory": (n.NVML_MEMORY_LOCATION_DEVICE_MEMORY, 5)}
+    faults: list[dict[str, object]] = [{"kind": "ecc", "device": "gpu3", "type": "sbe", "count": count,
+                                        "location": where} for where, (_, count) in sbe.items()]
+    faults.append({"kind": "ecc", "device": "gpu3", "type": "dbe", "count": 6, "location": "dram"})
+    nvml("dgx-h100", faults=faults)
+    h = handles(n)[3]
+    corrected, uncorrected = n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    for counter in (n.NVML_VOLATILE_ECC, n.NVML_AGGREGATE_ECC):
+        for where, (location, count) in sbe.items():
+            assert n.nvmlDeviceGetMemoryErrorCounter(h, corrected, counter, location) == count, where
+        assert n.nvmlDeviceGetMemoryErrorCounter(h, uncorrected, counter, n.NVML_MEMORY_LOCATION_DRAM) == 6
+        for location in (n.NVML_MEMORY_LOCATION_TEXTURE_MEMORY, n.NVML_MEMORY_LOCATION_TEXTURE_SHM,
+                         n.NVML_MEMORY_LOCATION_CBU):
+            assert n.nvmlDeviceGetMemoryErrorCounter(h, corrected, counter, location) == 0
+        assert n.nvmlDeviceGetTotalEccErrors(h, corrected, counter) == 1 + 2 + 3 + 4 + 5
+        assert n.nvmlDeviceGetTotalEccErrors(h, uncorrected, counter) == 6
+    detailed = n.nvmlDeviceGetDetailedEccErrors(h, corrected, n.NVML_AGGREGATE_ECC)
+    assert (detailed.l1Cache, detailed.l2Cache, detailed.deviceMemory, detailed.registerFile) == (1, 2, 5, 3)
+    assert error_of(partial(n.nvmlDeviceGetMemoryErrorCounter, h, corrected, n.NVML_VOLATILE_ECC,
+                            n.NVML_MEMORY_LOCATION_COUNT)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_energy_is_in_millijoules_like_its_field_value(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h documents nvmlDeviceGetTotalEnergyConsumption and NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION alike as the
+    energy "in millijoules (mJ) since the driver was last reloaded": the two must be the same number."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    for h in handles(n):
+        field = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION])[0]
+        assert field.nvmlReturn == n.NVML_SUCCESS
+        assert n.nvmlDeviceGetTotalEnergyConsumption(h) == field.value.ullVal > 0
+
+
+def test_pcie_throughput_answers_each_direction_from_its_own_counter(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_TX_BYTES) is what nvidia-smi prints as ``tx_util`` and RX as
+    ``rx_util``, two readings that differ on the real H100 (502 and 578 KB/s on its first GPU). The shim copies the
+    snapshot's two fields; swapped, every board would transmit what it receives. An unknown counter is
+    INVALID_ARGUMENT (nvml.h)."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    pairs = []
+    for rec, h in zip(snap.snapshot.gpus, handles(n), strict=True):
+        tx = n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_TX_BYTES)
+        rx = n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_RX_BYTES)
+        assert (tx, rx) == (rec.pcie_tx_kbs, rec.pcie_rx_kbs)
+        pairs.append((tx, rx))
+        assert error_of(partial(n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_COUNT)) == \
+            n.NVML_ERROR_INVALID_ARGUMENT
+    assert any(tx != rx for tx, rx in pairs), "the readings must tell the directions apart"
+
+
+def test_an_unknown_sensor_or_threshold_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetTemperature returns NVML_ERROR_INVALID_ARGUMENT "if ... sensorType is invalid" (GPU,
+    0, is the only sensor: NVML_TEMPERATURE_COUNT is 1), and nvmlDeviceGetTemperatureThreshold likewise for a
+    threshold type past NVML_TEMPERATURE_THRESHOLD_COUNT; a known threshold the board lacks (acoustic limits) is
+    NOT_SUPPORTED."""
+    n = pynvml_module
+    nvml("t4-cloud")
+    h = handles(n)[0]
+    assert n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU) > 0
+    for sensor in (n.NVML_TEMPERATURE_COUNT, 7):
+        assert error_of(partial(n.nvmlDeviceGetTemperature, h, sensor)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(partial(n.nvmlDeviceGetTemperatureThreshold, h, n.NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MIN)) == \
+        n.NVML_ERROR_NOT_SUPPORTED
+    assert error_of(partial(n.nvmlDeviceGetTemperatureThreshold, h, 99)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_null_output_pointer_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, for every getter with more than one output: NVML_ERROR_INVALID_ARGUMENT if any of them is NULL
+    ("current or pending is NULL", "minLimit or maxLimit is NULL", ...). The library must say so, not write
+    through the null pointer (which would kill the caller, a monitoring daemon, with SIGSEGV)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[0]
+    a, b, c = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    ref = ctypes.byref
+    calls: dict[str, list[tuple[object, ...]]] = {
+        "nvmlDeviceGetEccMode": [(ref(a), None), (None, ref(b))],
+        "nvmlDeviceGetPowerManagementLimitConstraints": [(ref(a), None), (None, ref(b))],
+        "nvmlDeviceGetCudaComputeCapability": [(ref(major), None), (None, ref(minor))],
+        "nvmlDeviceGetRemappedRows": [(ref(a), ref(b), ref(c), None), (None, ref(a), ref(b), ref(c))],
+        "nvmlDeviceGetEncoderStats": [(ref(a), ref(b), None)],
+        "nvmlDeviceGetEncoderUtilization": [(ref(a), None)],
+        "nvmlDeviceGetMinMaxClockOfPState": [(n.NVML_CLOCK_SM, 0, ref(a), None)],
+    }
+    for name, argument_lists in calls.items():
+        for args in argument_lists:
+            assert getattr(lib, name)(h, *args) == n.NVML_ERROR_INVALID_ARGUMENT, (name, args)
+
+
+def test_fans_are_indexed_from_zero_below_the_fan_count(pynvml_module: ModuleType,
+                                                        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """Every captured board is passively cooled (fan_speed N/A), so no profile has fans; a snapshot of a board
+    with two (a workstation card's record, written here) exercises the index rule of nvml.h's
+    nvmlDeviceGetFanSpeed_v2: fans are "zero indexed", nvmlDeviceGetNumFans counts them, and an index that is not
+    one of them is NVML_ERROR_INVALID_ARGUMENT."""
+    from dataclasses import replace
+
+    from fakehw.nvml.snapshot import write_snapshot
+    from tests.nvml.helpers import snapshot_env
+
+    n = pynvml_module
+    snap = node_snapshot("edge-pcie")
+    gpus = (replace(snap.snapshot.gpus[0], fan_count=2, fan_speed=41), *snap.snapshot.gpus[1:])
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=gpus).to_bytes())
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            h = handles(n)[0]
+            assert n.nvmlDeviceGetNumFans(h) == 2
+            assert [n.nvmlDeviceGetFanSpeed_v2(h, fan) for fan in (0, 1)] == [41, 41]
+            assert n.nvmlDeviceGetFanSpeed(h) == 41
+            for fan in (2, 3):
+                assert error_of(partial(n.nvmlDeviceGetFanSpeed_v2, h, fan)) == n.NVML_ERROR_INVALID_ARGUMENT
+                assert error_of(partial(n.nvmlDeviceGetTargetFanSpeed, h, fan)) == n.NVML_ERROR_INVALID_ARGUMENT
+            assert error_of(partial(n.nvmlDeviceGetFanSpeed_v2, handles(n)[1], 0)) == n.NVML_ERROR_NOT_SUPPORTED
+        finally:
+            n.nvmlShutdown()
