@@ -717,3 +717,41 @@ def test_fans_are_indexed_from_zero_below_the_fan_count(pynvml_module: ModuleTyp
             assert error_of(partial(n.nvmlDeviceGetFanSpeed_v2, handles(n)[1], 0)) == n.NVML_ERROR_NOT_SUPPORTED
         finally:
             n.nvmlShutdown()
+
+
+def test_modes_and_clock_settings_are_the_real_h100s(nvml: Nvml, pynvml_module: ModuleType,
+                                                     h100: dict[str, str]) -> None:
+    """The settings nvidia-smi -q prints from these getters, as the real (idle) H100 prints them: persistence
+    mode Enabled, display Disabled, accounting Disabled, compute mode Default, not a multi-GPU board, ECC Enabled
+    now and pending, MIG Disabled, P0, PCIe gen 5 at most on the device, the nine clock event reasons it lists
+    (nvidia-ml-py's nvmlClocksEventReasonAll), and its application, default application and customer boost
+    clocks. nvml.h: an SXM module's bus is NVML_BUS_TYPE_PCIE (its host interface) and every NVLink of a GPU
+    cabled to NVSwitches is NVML_NVLINK_CAP_VALID."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    enabled = {"Enabled": n.NVML_FEATURE_ENABLED, "Disabled": n.NVML_FEATURE_DISABLED}
+    assert h100["/compute_mode"] == "Default" and h100["/multigpu_board"] == "No"
+    assert h100["/performance_state"] == "P0"
+    for h in handles(n):
+        assert n.nvmlDeviceGetPersistenceMode(h) == enabled[h100["/persistence_mode"]]
+        assert n.nvmlDeviceGetDisplayActive(h) == enabled[h100["/display_active"]]
+        assert n.nvmlDeviceGetAccountingMode(h) == enabled[h100["/accounting_mode"]]
+        assert n.nvmlDeviceGetComputeMode(h) == n.NVML_COMPUTEMODE_DEFAULT
+        assert n.nvmlDeviceGetMultiGpuBoard(h) == 0
+        assert n.nvmlDeviceGetEccMode(h) == [enabled[h100["/ecc_mode/current_ecc"]],
+                                             enabled[h100["/ecc_mode/pending_ecc"]]]
+        assert n.nvmlDeviceGetMigMode(h) == [enabled[h100["/mig_mode/current_mig"]],
+                                             enabled[h100["/mig_mode/pending_mig"]]]
+        assert n.nvmlDeviceGetPerformanceState(h) == n.NVML_PSTATE_0
+        assert str(n.nvmlDeviceGetGpuMaxPcieLinkGeneration(h)) == \
+            h100["/pci/pci_gpu_link_info/pcie_gen/max_device_link_gen"]
+        assert n.nvmlDeviceGetBusType(h) == n.NVML_BUS_TYPE_PCIE
+        assert n.nvmlDeviceGetSupportedClocksEventReasons(h) == n.nvmlClocksEventReasonAll
+        for clock, leaf in ((n.NVML_CLOCK_GRAPHICS, "graphics_clock"), (n.NVML_CLOCK_MEM, "mem_clock")):
+            assert n.nvmlDeviceGetApplicationsClock(h, clock) == number(h100[f"/applications_clocks/{leaf}"])
+            assert n.nvmlDeviceGetDefaultApplicationsClock(h, clock) == \
+                number(h100[f"/default_applications_clocks/{leaf}"])
+        assert n.nvmlDeviceGetMaxCustomerBoostClock(h, n.NVML_CLOCK_GRAPHICS) == \
+            number(h100["/max_customer_boost_clocks/graphics_clock"])
+        for link in range(n.NVML_NVLINK_MAX_LINKS):
+            assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_VALID) == 1
