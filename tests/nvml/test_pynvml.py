@@ -755,3 +755,21 @@ def test_modes_and_clock_settings_are_the_real_h100s(nvml: Nvml, pynvml_module: 
             number(h100["/max_customer_boost_clocks/graphics_clock"])
         for link in range(n.NVML_NVLINK_MAX_LINKS):
             assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_VALID) == 1
+
+
+def test_samples_are_stamped_in_microseconds_of_the_wall_clock(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSample_t.timeStamp: "CPU Timestamp in microseconds" (of the Unix epoch, what nvidia-smi -q -d
+    POWER prints as a date). A sample read now was taken between the start of this test and now; a caller that
+    already saw it (lastSeenTimeStamp at it) gets NVML_ERROR_NOT_FOUND, "no new samples"."""
+    import time
+
+    n = pynvml_module
+    before_us = int(time.time() * 1e6)
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    _kind, samples = n.nvmlDeviceGetSamples(h, n.NVML_GPU_UTILIZATION_SAMPLES, 0)
+    after_us = int(time.time() * 1e6)
+    assert len(samples) == 1
+    assert before_us <= samples[0].timeStamp <= after_us
+    assert error_of(partial(n.nvmlDeviceGetSamples, h, n.NVML_GPU_UTILIZATION_SAMPLES, samples[0].timeStamp)) == \
+        n.NVML_ERROR_NOT_FOUND
