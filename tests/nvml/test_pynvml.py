@@ -723,8 +723,8 @@ def test_modes_and_clock_settings_are_the_real_h100s(nvml: Nvml, pynvml_module: 
                                                      h100: dict[str, str]) -> None:
     """The settings nvidia-smi -q prints from these getters, as the real (idle) H100 prints them: persistence
     mode Enabled, display Disabled, accounting Disabled, compute mode Default, not a multi-GPU board, ECC Enabled
-    now and pending, MIG Disabled, P0, PCIe gen 5 at most on the device, the nine clock event reasons it lists
-    (nvidia-ml-py's nvmlClocksEventReasonAll), and its application, default application and customer boost
+    now, pending and by default, MIG Disabled, P0, PCIe gen 5 at most on the device, the nine clock event reasons
+    it lists (nvidia-ml-py's nvmlClocksEventReasonAll), and its application, default application and customer boost
     clocks. nvml.h: an SXM module's bus is NVML_BUS_TYPE_PCIE (its host interface) and every NVLink of a GPU
     cabled to NVSwitches is NVML_NVLINK_CAP_VALID."""
     n = pynvml_module
@@ -740,6 +740,9 @@ def test_modes_and_clock_settings_are_the_real_h100s(nvml: Nvml, pynvml_module: 
         assert n.nvmlDeviceGetMultiGpuBoard(h) == 0
         assert n.nvmlDeviceGetEccMode(h) == [enabled[h100["/ecc_mode/current_ecc"]],
                                              enabled[h100["/ecc_mode/pending_ecc"]]]
+        # A board nobody reconfigured runs in its default ECC mode: the one it reports now, Enabled (data
+        # center boards ship with ECC on, NVIDIA's GPU memory error management guide).
+        assert n.nvmlDeviceGetDefaultEccMode(h) == [enabled[h100["/ecc_mode/current_ecc"]]]  # pynvml: a list
         assert n.nvmlDeviceGetMigMode(h) == [enabled[h100["/mig_mode/current_mig"]],
                                              enabled[h100["/mig_mode/pending_mig"]]]
         assert n.nvmlDeviceGetPerformanceState(h) == n.NVML_PSTATE_0
