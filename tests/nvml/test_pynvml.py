@@ -776,3 +776,50 @@ def test_samples_are_stamped_in_microseconds_of_the_wall_clock(nvml: Nvml, pynvm
     assert before_us <= samples[0].timeStamp <= after_us
     assert error_of(partial(n.nvmlDeviceGetSamples, h, n.NVML_GPU_UTILIZATION_SAMPLES, samples[0].timeStamp)) == \
         n.NVML_ERROR_NOT_FOUND
+
+
+def test_nvswitch_connected_links_count_the_ports_that_are_up(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT (nvml.h: "Number of NVLinks connected to NVSwitch"): each H100
+    of a DGX H100 has its 18 NVLink4 ports cabled to the NVSwitches, so 18; gpu0 with one port down (the fault
+    request) has 17 left."""
+    n = pynvml_module
+    nvml("dgx-h100", faults=[{"kind": "nvlink-down", "device": "gpu0", "link": 3}])
+    counts = [n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT])[0] for h in handles(n)]
+    assert [c.nvmlReturn for c in counts] == [n.NVML_SUCCESS] * 8
+    assert [c.value.uiVal for c in counts] == [17] + [18] * 7
+
+
+def test_gpus_bridged_to_each_other_have_no_nvswitch_links(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """cxl-pool's H200 NVL pair is bridged GPU to GPU: NVLinks, none of them connected to an NVSwitch."""
+    n = pynvml_module
+    nvml("cxl-pool")
+    for h in handles(n):
+        assert n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_LINK_COUNT])[0].value.uiVal > 0
+        field = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT])[0]
+        assert (field.nvmlReturn, field.value.uiVal) == (n.NVML_SUCCESS, 0)
+
+
+def test_gpu_memory_is_a_numa_node_only_on_coherent_platforms(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetNumaNodeId: "This only applies to platforms where the GPUs are NUMA nodes" (a Grace
+    superchip's coherent HBM, test_affinity). A DGX H100's GPUs sit behind PCIe on x86: NOT_SUPPORTED."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    node = ctypes.c_uint(0xEEEE)
+    for h in handles(n):
+        assert lib.nvmlDeviceGetNumaNodeId(h, ctypes.byref(node)) == n.NVML_ERROR_NOT_SUPPORTED
+    assert node.value == 0xEEEE
+
+
+def test_a_process_given_only_its_memory_is_a_compute_process_that_adds_no_load(nvml: Nvml,
+                                                                               pynvml_module: ModuleType) -> None:
+    """FakeProcess's documented defaults: a process is a compute process (kinds bit 0) and keeps the GPU busy
+    only as much as its ``utilization`` says (none given: none). So it is listed by the compute getter only and
+    the idle board stays at 0 % (the idle real H100's reading)."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 5150, 2**30)])
+    h = handles(n)[6]
+    assert [(p.pid, p.usedGpuMemory) for p in n.nvmlDeviceGetComputeRunningProcesses(h)] == [(5150, 2**30)]
+    assert n.nvmlDeviceGetGraphicsRunningProcesses(h) == []
+    assert n.nvmlDeviceGetMPSComputeRunningProcesses(h) == []
+    assert n.nvmlDeviceGetUtilizationRates(h).gpu == 0
