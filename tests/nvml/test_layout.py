@@ -168,3 +168,21 @@ def test_a_host_with_every_gpu_split_into_seven_mig_devices_loads(tmp_path: Path
         uuids = {pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, k))
                  for k in range(A100_80GB_1G_INSTANCES)}
         assert len(uuids) == A100_80GB_1G_INSTANCES and all(u.startswith("MIG-") for u in uuids), uuids
+
+
+def test_a_profile_name_longer_than_its_field_is_cut_to_what_the_field_holds() -> None:
+    """The header's profile field is a 64-byte NUL-terminated string (layout.py, checked by the shim at load): a
+    profile whose name is longer still renders, keeping the first 63 characters."""
+    import dataclasses
+
+    from fakehw.agent.state import derive_state
+    from fakehw.model import load_profile
+    from fakehw.nvml.snapshot import build_snapshot
+
+    assert layout.layout_of(HeaderRecord).field("profile").size == 64
+    system = load_profile("edge-pcie")
+    long_name = "a-very-long-profile-name-" * 4
+    renamed = dataclasses.replace(system, name=long_name)
+    node = renamed.nodes[0]
+    snap = build_snapshot(renamed, node, derive_state(node, [], 1, renamed.seed))
+    assert Snapshot.from_bytes(snap.to_bytes()).header.profile == long_name[:63]
