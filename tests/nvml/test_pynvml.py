@@ -823,3 +823,30 @@ def test_a_process_given_only_its_memory_is_a_compute_process_that_adds_no_load(
     assert n.nvmlDeviceGetGraphicsRunningProcesses(h) == []
     assert n.nvmlDeviceGetMPSComputeRunningProcesses(h) == []
     assert n.nvmlDeviceGetUtilizationRates(h).gpu == 0
+
+
+def test_an_a100_in_mig_mode_answers_the_published_profile_table(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """dgx-a100's gpu7 (an A100-SXM4-80GB) is in MIG mode with two 3g.40gb instances (the profile says so). Its GPU
+    instance profiles answer by nvml.h's profile index as the A100 80GB's published `nvidia-smi mig -lgip`
+    (tests/nvml/migtools.py A100_80GB_LGIP): id, instances, SMs, engines and memory as nvidia-smi prints it. Both
+    3g.40gb slots are taken, so none remains; each MIG device is a 3g.40gb: 42 SMs, 3 slices, its memory."""
+    from tests.nvml.migtools import A100_80GB_LGIP
+
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    index = {"1g.10gb": n.NVML_GPU_INSTANCE_PROFILE_1_SLICE, "1g.10gb+me": n.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
+             "2g.20gb": n.NVML_GPU_INSTANCE_PROFILE_2_SLICE, "3g.40gb": n.NVML_GPU_INSTANCE_PROFILE_3_SLICE}
+    info_of = {}
+    for name, pid, total, gib, sm, dec, enc, ce, jpeg, ofa in A100_80GB_LGIP:
+        info = n.nvmlDeviceGetGpuInstanceProfileInfo(h, index[name.removeprefix("MIG ")])
+        assert (info.id, info.instanceCount, info.multiprocessorCount, info.decoderCount, info.encoderCount,
+                info.copyEngineCount, info.jpegCount, info.ofaCount) == (pid, total, sm, dec, enc, ce, jpeg, ofa), name
+        assert f"{info.memorySizeMB / 1024:.2f}" == gib, name
+        info_of[name] = info
+    three = info_of["MIG 3g.40gb"]
+    assert n.nvmlDeviceGetGpuInstanceRemainingCapacity(h, three.id) == 0
+    for i in range(2):
+        attrs = n.nvmlDeviceGetAttributes(n.nvmlDeviceGetMigDeviceHandleByIndex(h, i))
+        assert (attrs.multiprocessorCount, attrs.gpuInstanceSliceCount) == (42, 3)
+        assert attrs.memorySizeMB == three.memorySizeMB
