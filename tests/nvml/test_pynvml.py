@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections.abc import Callable
 from functools import partial
 from types import ModuleType
@@ -764,8 +765,6 @@ def test_samples_are_stamped_in_microseconds_of_the_wall_clock(nvml: Nvml, pynvm
     """nvml.h, nvmlSample_t.timeStamp: "CPU Timestamp in microseconds" (of the Unix epoch, what nvidia-smi -q -d
     POWER prints as a date). A sample read now was taken between the start of this test and now; a caller that
     already saw it (lastSeenTimeStamp at it) gets NVML_ERROR_NOT_FOUND, "no new samples"."""
-    import time
-
     n = pynvml_module
     before_us = int(time.time() * 1e6)
     nvml("dgx-h100")
@@ -850,3 +849,37 @@ def test_an_a100_in_mig_mode_answers_the_published_profile_table(nvml: Nvml, pyn
         attrs = n.nvmlDeviceGetAttributes(n.nvmlDeviceGetMigDeviceHandleByIndex(h, i))
         assert (attrs.multiprocessorCount, attrs.gpuInstanceSliceCount) == (42, 3)
         assert attrs.memorySizeMB == three.memorySizeMB
+
+
+def test_gpm_pcie_rates_agree_with_the_pcie_throughput_getter(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """GPU performance monitoring is a Hopper feature (nvml.h: "Hopper or newer fully supported devices"): an H100
+    supports it. Its PCIe metrics between two samples (NVML_GPM_METRIC_PCIE_TX/RX_PER_SEC, MiB/s) measure the same
+    traffic as nvmlDeviceGetPcieThroughput (KB/s, nvml.h), direction by direction, so they agree to within the
+    samples' byte rounding. A request of another version is ARGUMENT_VERSION_MISMATCH."""
+    import math
+
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    assert n.nvmlGpmQueryDeviceSupport(h).isSupportedDevice == 1
+    first, second = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(h, first)
+        time.sleep(0.02)  # let the monotonic clock move on (no assertion on time)
+        n.nvmlGpmSampleGet(h, second)
+        request = n.c_nvmlGpmMetricsGet_t()
+        request.version = n.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 2
+        request.sample1, request.sample2 = first, second
+        request.metrics[0].metricId = n.NVML_GPM_METRIC_PCIE_TX_PER_SEC
+        request.metrics[1].metricId = n.NVML_GPM_METRIC_PCIE_RX_PER_SEC
+        n.nvmlGpmMetricsGet(request)
+        for metric, counter in ((request.metrics[0], n.NVML_PCIE_UTIL_TX_BYTES),
+                                (request.metrics[1], n.NVML_PCIE_UTIL_RX_BYTES)):
+            assert metric.nvmlReturn == n.NVML_SUCCESS
+            assert math.isclose(metric.value, n.nvmlDeviceGetPcieThroughput(h, counter) / 1024, rel_tol=0.01)
+        request.version = n.NVML_GPM_METRICS_GET_VERSION + 1
+        assert error_of(partial(n.nvmlGpmMetricsGet, request)) == n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    finally:
+        n.nvmlGpmSampleFree(first)
+        n.nvmlGpmSampleFree(second)
