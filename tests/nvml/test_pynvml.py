@@ -883,3 +883,29 @@ def test_gpm_pcie_rates_agree_with_the_pcie_throughput_getter(nvml: Nvml, pynvml
     finally:
         n.nvmlGpmSampleFree(first)
         n.nvmlGpmSampleFree(second)
+
+
+def test_getters_that_restate_another_agree_with_it(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h answers some readings twice; each pair must agree. nvmlDeviceGetCpuAffinityWithinScope at node and at
+    socket scope is nvmlDeviceGetCpuAffinity where NUMA nodes are sockets (a DGX H100's two Xeons), and a scope past
+    NVML_AFFINITY_SCOPE_SOCKET is INVALID_ARGUMENT. nvmlDeviceGetThermalSettings' one GPU sensor reads the current
+    temperature nvmlDeviceGetTemperature gives. A GPU is on its own board; two SXM modules, each its own board and
+    not a multi-GPU board, are not on one. The supported performance states are the one it reports, P0 (the
+    real H100's)."""
+    n = pynvml_module
+    nvml("dgx-h100", faults=[{"kind": "thermal", "device": "gpu3", "temperature_c": 88}])
+    hs = handles(n)
+    for h in hs:
+        words = list(n.nvmlDeviceGetCpuAffinity(h, 4))
+        assert any(words)
+        for scope in (n.NVML_AFFINITY_SCOPE_NODE, n.NVML_AFFINITY_SCOPE_SOCKET):
+            assert list(n.nvmlDeviceGetCpuAffinityWithinScope(h, 4, scope)) == words
+        assert error_of(partial(n.nvmlDeviceGetCpuAffinityWithinScope, h, 4, 2)) == n.NVML_ERROR_INVALID_ARGUMENT
+        settings = n.c_nvmlGpuThermalSettings_t()
+        n.nvmlDeviceGetThermalSettings(h, 0, ctypes.byref(settings))
+        assert settings.count == 1
+        assert settings.sensor[0].currentTemp == n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)
+        assert n.nvmlDeviceGetSupportedPerformanceStates(h) == [n.NVML_PSTATE_0]
+    assert n.nvmlDeviceGetTemperature(hs[3], n.NVML_TEMPERATURE_GPU) == 88
+    assert n.nvmlDeviceOnSameBoard(hs[0], hs[0])
+    assert not n.nvmlDeviceOnSameBoard(hs[0], hs[1])
