@@ -186,3 +186,22 @@ def test_a_profile_name_longer_than_its_field_is_cut_to_what_the_field_holds() -
     node = renamed.nodes[0]
     snap = build_snapshot(renamed, node, derive_state(node, [], 1, renamed.seed))
     assert Snapshot.from_bytes(snap.to_bytes()).header.profile == long_name[:63]
+
+
+def test_an_nvlink_port_past_nvmls_last_link_is_refused_by_name() -> None:
+    """NVML numbers a GPU's NVLinks 0 to NVML_NVLINK_MAX_LINKS - 1 (18 links, 0-17, nvml.h): a GPU whose port is
+    numbered 18 cannot be rendered, and the refusal names the GPU and the port (not an IndexError)."""
+    import dataclasses
+
+    from fakehw.agent.state import derive_state
+    from fakehw.model import load_profile
+    from fakehw.nvml.snapshot import build_snapshot
+
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    gpu = node.gpus[0]
+    assert layout.MAX_LINKS == 18 and len(gpu.ports) == 18
+    ports = (*gpu.ports[:-1], dataclasses.replace(gpu.ports[-1], port=18))
+    bad = dataclasses.replace(node, gpus=(dataclasses.replace(gpu, ports=ports), *node.gpus[1:]))
+    with pytest.raises(SnapshotError, match=rf"{gpu.id} NVLink port 18 exceeds"):
+        build_snapshot(system, bad, derive_state(bad, [], 1, system.seed))
