@@ -205,3 +205,39 @@ def test_an_nvlink_port_past_nvmls_last_link_is_refused_by_name() -> None:
     bad = dataclasses.replace(node, gpus=(dataclasses.replace(gpu, ports=ports), *node.gpus[1:]))
     with pytest.raises(SnapshotError, match=rf"{gpu.id} NVLink port 18 exceeds"):
         build_snapshot(system, bad, derive_state(bad, [], 1, system.seed))
+
+
+def many_cpu_host(tmp_path: Path, cores_per_socket: int) -> Path:
+    """edge-pcie's host (two sockets, two threads per core; gpu5-gpu7 on the second socket) with more cores."""
+    doc: dict[str, Any] = yaml.safe_load((builtin_dir() / "edge-pcie.yaml").read_text())
+    doc["name"] = f"edge-{cores_per_socket}-cores"
+    doc["groups"][0]["node"]["cpu"]["coresPerSocket"] = cores_per_socket
+    path = tmp_path / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_a_host_with_1024_cpus_gives_each_gpu_its_whole_socket(tmp_path: Path, pynvml_module: ModuleType,
+                                                               nvml: Callable[..., NodeSnap]) -> None:
+    """Two sockets of 256 cores with two threads each: Linux numbers the second socket's cores 256-511 and their
+    siblings 768-1023 (the numbering `nvidia-smi topo -m` shows on a DGX H100, CPUs 56-111 and 168-223), and
+    nvmlDeviceGetCpuAffinity of a GPU on that socket holds all 512, the last CPU (1023) included."""
+    nvml(many_cpu_host(tmp_path, 256))
+    n = pynvml_module
+    words = n.nvmlDeviceGetCpuAffinity(n.nvmlDeviceGetHandleByIndex(5), 16)
+    cpus = {w * 64 + b for w, word in enumerate(words) for b in range(64) if word >> b & 1}
+    assert cpus == set(range(256, 512)) | set(range(768, 1024))
+
+
+def test_cpus_past_what_the_snapshot_holds_are_refused_not_dropped(tmp_path: Path) -> None:
+    """The snapshot holds NVML's CPU affinity for CPUs 0-1023 (16 words). A host of 2 x 600 cores x 2 threads (a
+    valid profile: 2,400 CPUs) would have its second socket's GPUs report CPUs 600-1023 only, silently, so the
+    render refuses it and says why."""
+    from fakehw.agent.state import derive_state
+    from fakehw.model import load_profile
+    from fakehw.nvml.snapshot import build_snapshot
+
+    system = load_profile(str(many_cpu_host(tmp_path, 600)))
+    node = system.nodes[0]
+    with pytest.raises(SnapshotError, match=r"gpu0's CPUs reach CPU 1799; .* holds CPUs 0-1023"):
+        build_snapshot(system, node, derive_state(node, [], 1, system.seed))
