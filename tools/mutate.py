@@ -76,7 +76,8 @@ AREAS = (
     Area("model/topology", ("fakehw/model/topology.py",), ("tests/model",)),
     Area("nvml snapshot", ("fakehw/nvml/snapshot.py",),
          ("tests/nvml/test_layout.py", "tests/nvml/test_determinism.py", "tests/nvml/test_visibility.py",
-          "tests/nvml/test_pynvml.py", "tests/nvml/test_events.py", "tests/nvml/test_live.py")),
+          "tests/nvml/test_pynvml.py", "tests/nvml/test_events.py", "tests/nvml/test_live.py",
+          "tests/nvml/test_captures.py")),
     Area("agent faults/journal", ("fakehw/agent/faults.py", "fakehw/agent/journal.py"),
          ("tests/agent/test_fault_requests.py", "tests/agent/test_fault_defaults.py",
           "tests/hostile/test_journal_damage.py", "tests/hostile/test_journal_upgrade.py")),
@@ -119,7 +120,8 @@ class CMutant:
 
 NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                    ("tests/nvml/test_pynvml.py", "tests/nvml/test_visibility.py", "tests/nvml/test_determinism.py",
-                    "tests/nvml/test_events.py", "tests/nvml/test_live.py", "tests/nvml/test_topology.py"))
+                    "tests/nvml/test_events.py", "tests/nvml/test_live.py", "tests/nvml/test_topology.py",
+                    "tests/nvml/test_captures.py"))
 C_MUTANTS_FILE = ROOT / "tools" / "nvml-c-mutants.toml"
 
 

@@ -300,6 +300,10 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
     for cap in P2PCapability:
         row = [int(topo.p2p[cap][slot][j]) for j in range(n)]
         p2p += row + [0] * (layout.MAX_GPUS - n)
+    cpus = topo.cpu_affinity[slot]
+    if cpus and max(cpus) >= layout.CPU_MASK_WORDS * 64:
+        raise SnapshotError(f"{gpu.id}'s CPUs reach CPU {max(cpus)}; NVML's CPU affinity in the snapshot holds CPUs "
+                            f"0-{layout.CPU_MASK_WORDS * 64 - 1}")
     links: list[LinkRecord] = [LinkRecord() for _ in range(layout.MAX_LINKS)]
     for i, port in enumerate(gpu.ports):
         if port.port >= layout.MAX_LINKS:
@@ -404,7 +408,7 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         remap_unc=dbe,
         remap_pending=int(dbe > 0),
         remap_histogram=_remap_histogram(sku, dbe),
-        cpu_affinity=_mask(topo.cpu_affinity[slot], layout.CPU_MASK_WORDS),
+        cpu_affinity=_mask(cpus, layout.CPU_MASK_WORDS),
         mem_affinity=_mask([gpu.numa], layout.NUMA_MASK_WORDS),
         nvlink_count=max((p.port + 1 for p in gpu.ports), default=0),
         nvlink_version=sku.nvlink.nvml_version,

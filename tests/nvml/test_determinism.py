@@ -65,3 +65,48 @@ def test_a_rerender_with_nothing_changed_keeps_the_file(tmp_path: Path) -> None:
     changed = faults_state(node, [{"kind": "thermal", "device": "gpu2", "temperature_c": 91}], system.seed, 4)[0]
     assert write_snapshot(path, build_snapshot(system, node, changed, render_time=3.0).to_bytes())
     assert Snapshot.from_bytes(path.read_bytes()).header.render_time_us == 3_000_000
+
+
+def test_the_replaced_file_is_flagged_superseded_for_readers_that_still_hold_it(tmp_path: Path) -> None:
+    """write_snapshot's contract with the shim: a process that mapped the old file learns of the new one from the
+    old file's ``superseded`` word turning non-zero (csrc/core.c reads it on every call, without a system call).
+    A file written where there was none and a re-render that keeps the file flag nothing, and the renderer closes
+    only what it opened: its own stdin (descriptor 0, what an unset "no old file" descriptor must never be taken
+    for) stays open."""
+    import os
+    import struct
+
+    from fakehw.nvml import layout
+
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    path = tmp_path / "nvml.snapshot"
+    offset = layout.layout_of(layout.HeaderRecord).field("superseded").offset
+
+    def flag(fd: int) -> int:
+        word: int = struct.unpack("<I", os.pread(fd, 4, offset))[0]
+        return word
+
+    try:
+        stdin_before: os.stat_result | None = os.fstat(0)
+    except OSError:  # run with stdin closed: nothing to check there
+        stdin_before = None
+    first = faults_state(node, [], system.seed, 3)[0]
+    assert write_snapshot(path, build_snapshot(system, node, first, render_time=1.0).to_bytes())
+    assert stdin_before is None or os.fstat(0) == stdin_before
+    old = os.open(path, os.O_RDONLY)
+    try:
+        assert flag(old) == 0
+        assert not write_snapshot(path, build_snapshot(system, node, first, render_time=2.0).to_bytes())
+        assert flag(old) == 0, "a kept file is not superseded"
+        changed = faults_state(node, [{"kind": "thermal", "device": "gpu2", "temperature_c": 91}], system.seed, 4)[0]
+        assert write_snapshot(path, build_snapshot(system, node, changed, render_time=3.0).to_bytes())
+        assert flag(old) != 0
+        new = os.open(path, os.O_RDONLY)
+        try:
+            assert flag(new) == 0
+        finally:
+            os.close(new)
+    finally:
+        os.close(old)
+    assert stdin_before is None or os.fstat(0) == stdin_before

@@ -168,3 +168,76 @@ def test_a_host_with_every_gpu_split_into_seven_mig_devices_loads(tmp_path: Path
         uuids = {pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, k))
                  for k in range(A100_80GB_1G_INSTANCES)}
         assert len(uuids) == A100_80GB_1G_INSTANCES and all(u.startswith("MIG-") for u in uuids), uuids
+
+
+def test_a_profile_name_longer_than_its_field_is_cut_to_what_the_field_holds() -> None:
+    """The header's profile field is a 64-byte NUL-terminated string (layout.py, checked by the shim at load): a
+    profile whose name is longer still renders, keeping the first 63 characters."""
+    import dataclasses
+
+    from fakehw.agent.state import derive_state
+    from fakehw.model import load_profile
+    from fakehw.nvml.snapshot import build_snapshot
+
+    assert layout.layout_of(HeaderRecord).field("profile").size == 64
+    system = load_profile("edge-pcie")
+    long_name = "a-very-long-profile-name-" * 4
+    renamed = dataclasses.replace(system, name=long_name)
+    node = renamed.nodes[0]
+    snap = build_snapshot(renamed, node, derive_state(node, [], 1, renamed.seed))
+    assert Snapshot.from_bytes(snap.to_bytes()).header.profile == long_name[:63]
+
+
+def test_an_nvlink_port_past_nvmls_last_link_is_refused_by_name() -> None:
+    """NVML numbers a GPU's NVLinks 0 to NVML_NVLINK_MAX_LINKS - 1 (18 links, 0-17, nvml.h): a GPU whose port is
+    numbered 18 cannot be rendered, and the refusal names the GPU and the port (not an IndexError)."""
+    import dataclasses
+
+    from fakehw.agent.state import derive_state
+    from fakehw.model import load_profile
+    from fakehw.nvml.snapshot import build_snapshot
+
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    gpu = node.gpus[0]
+    assert layout.MAX_LINKS == 18 and len(gpu.ports) == 18
+    ports = (*gpu.ports[:-1], dataclasses.replace(gpu.ports[-1], port=18))
+    bad = dataclasses.replace(node, gpus=(dataclasses.replace(gpu, ports=ports), *node.gpus[1:]))
+    with pytest.raises(SnapshotError, match=rf"{gpu.id} NVLink port 18 exceeds"):
+        build_snapshot(system, bad, derive_state(bad, [], 1, system.seed))
+
+
+def many_cpu_host(tmp_path: Path, cores_per_socket: int) -> Path:
+    """edge-pcie's host (two sockets, two threads per core; gpu5-gpu7 on the second socket) with more cores."""
+    doc: dict[str, Any] = yaml.safe_load((builtin_dir() / "edge-pcie.yaml").read_text())
+    doc["name"] = f"edge-{cores_per_socket}-cores"
+    doc["groups"][0]["node"]["cpu"]["coresPerSocket"] = cores_per_socket
+    path = tmp_path / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_a_host_with_1024_cpus_gives_each_gpu_its_whole_socket(tmp_path: Path, pynvml_module: ModuleType,
+                                                               nvml: Callable[..., NodeSnap]) -> None:
+    """Two sockets of 256 cores with two threads each: Linux numbers the second socket's cores 256-511 and their
+    siblings 768-1023 (the numbering `nvidia-smi topo -m` shows on a DGX H100, CPUs 56-111 and 168-223), and
+    nvmlDeviceGetCpuAffinity of a GPU on that socket holds all 512, the last CPU (1023) included."""
+    nvml(many_cpu_host(tmp_path, 256))
+    n = pynvml_module
+    words = n.nvmlDeviceGetCpuAffinity(n.nvmlDeviceGetHandleByIndex(5), 16)
+    cpus = {w * 64 + b for w, word in enumerate(words) for b in range(64) if word >> b & 1}
+    assert cpus == set(range(256, 512)) | set(range(768, 1024))
+
+
+def test_cpus_past_what_the_snapshot_holds_are_refused_not_dropped(tmp_path: Path) -> None:
+    """The snapshot holds NVML's CPU affinity for CPUs 0-1023 (16 words). A host of 2 x 600 cores x 2 threads (a
+    valid profile: 2,400 CPUs) would have its second socket's GPUs report CPUs 600-1023 only, silently, so the
+    render refuses it and says why."""
+    from fakehw.agent.state import derive_state
+    from fakehw.model import load_profile
+    from fakehw.nvml.snapshot import build_snapshot
+
+    system = load_profile(str(many_cpu_host(tmp_path, 600)))
+    node = system.nodes[0]
+    with pytest.raises(SnapshotError, match=r"gpu0's CPUs reach CPU 1799; .* holds CPUs 0-1023"):
+        build_snapshot(system, node, derive_state(node, [], 1, system.seed))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from collections.abc import Callable
 from functools import partial
 from types import ModuleType
@@ -585,3 +586,326 @@ def test_running_processes_in_every_layout(nvml: Nvml, pynvml_module: ModuleType
         assert [(e.pid, e.usedGpuMemory) for e in arr] == [(4242, 3 * 2**30), (4444, 5 * 2**30)]
         if struct is V2:
             assert arr[0].gi == arr[0].ci == 0xFFFFFFFF
+
+
+# --------------------------------------------------------------------------------------------------- nvml.h contracts
+
+
+def test_ecc_errors_are_counted_at_nvmls_own_memory_locations(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """Each fault location the control API takes lands at the nvmlMemoryLocation_t nvml.h gives it (nvidia-ml-py's
+    constants: L1 0, L2 1, device memory/DRAM 2, register file 3, SRAM 7), and the totals sum every location, SRAM
+    (the last one) included. The counts are the fault requests' own, each location a different one."""
+    n = pynvml_module
+    sbe = {"l1-cache": (n.NVML_MEMORY_LOCATION_L1_CACHE, 1), "l2-cache": (n.NVML_MEMORY_LOCATION_L2_CACHE, 2),
+           "register-file": (n.NVML_MEMORY_LOCATION_REGISTER_FILE, 3), "sram": (n.NVML_MEMORY_LOCATION_SRAM, 4),
+           "device-memory": (n.NVML_MEMORY_LOCATION_DEVICE_MEMORY, 5)}
+    faults: list[dict[str, object]] = [{"kind": "ecc", "device": "gpu3", "type": "sbe", "count": count,
+                                        "location": where} for where, (_, count) in sbe.items()]
+    faults.append({"kind": "ecc", "device": "gpu3", "type": "dbe", "count": 6, "location": "dram"})
+    nvml("dgx-h100", faults=faults)
+    h = handles(n)[3]
+    corrected, uncorrected = n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    for counter in (n.NVML_VOLATILE_ECC, n.NVML_AGGREGATE_ECC):
+        for where, (location, count) in sbe.items():
+            assert n.nvmlDeviceGetMemoryErrorCounter(h, corrected, counter, location) == count, where
+        assert n.nvmlDeviceGetMemoryErrorCounter(h, uncorrected, counter, n.NVML_MEMORY_LOCATION_DRAM) == 6
+        for location in (n.NVML_MEMORY_LOCATION_TEXTURE_MEMORY, n.NVML_MEMORY_LOCATION_TEXTURE_SHM,
+                         n.NVML_MEMORY_LOCATION_CBU):
+            assert n.nvmlDeviceGetMemoryErrorCounter(h, corrected, counter, location) == 0
+        assert n.nvmlDeviceGetTotalEccErrors(h, corrected, counter) == 1 + 2 + 3 + 4 + 5
+        assert n.nvmlDeviceGetTotalEccErrors(h, uncorrected, counter) == 6
+    detailed = n.nvmlDeviceGetDetailedEccErrors(h, corrected, n.NVML_AGGREGATE_ECC)
+    assert (detailed.l1Cache, detailed.l2Cache, detailed.deviceMemory, detailed.registerFile) == (1, 2, 5, 3)
+    assert error_of(partial(n.nvmlDeviceGetMemoryErrorCounter, h, corrected, n.NVML_VOLATILE_ECC,
+                            n.NVML_MEMORY_LOCATION_COUNT)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_energy_is_in_millijoules_like_its_field_value(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h documents nvmlDeviceGetTotalEnergyConsumption and NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION alike as the
+    energy "in millijoules (mJ) since the driver was last reloaded": the two must be the same number."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    for h in handles(n):
+        field = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION])[0]
+        assert field.nvmlReturn == n.NVML_SUCCESS
+        assert n.nvmlDeviceGetTotalEnergyConsumption(h) == field.value.ullVal > 0
+
+
+def test_pcie_throughput_answers_each_direction_from_its_own_counter(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_TX_BYTES) is what nvidia-smi prints as ``tx_util`` and RX as
+    ``rx_util``, two readings that differ on the real H100 (502 and 578 KB/s on its first GPU). The shim copies the
+    snapshot's two fields; swapped, every board would transmit what it receives. An unknown counter is
+    INVALID_ARGUMENT (nvml.h)."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    pairs = []
+    for rec, h in zip(snap.snapshot.gpus, handles(n), strict=True):
+        tx = n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_TX_BYTES)
+        rx = n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_RX_BYTES)
+        assert (tx, rx) == (rec.pcie_tx_kbs, rec.pcie_rx_kbs)
+        pairs.append((tx, rx))
+        assert error_of(partial(n.nvmlDeviceGetPcieThroughput, h, n.NVML_PCIE_UTIL_COUNT)) == \
+            n.NVML_ERROR_INVALID_ARGUMENT
+    assert any(tx != rx for tx, rx in pairs), "the readings must tell the directions apart"
+
+
+def test_an_unknown_sensor_or_threshold_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetTemperature returns NVML_ERROR_INVALID_ARGUMENT "if ... sensorType is invalid" (GPU,
+    0, is the only sensor: NVML_TEMPERATURE_COUNT is 1), and nvmlDeviceGetTemperatureThreshold likewise for a
+    threshold type past NVML_TEMPERATURE_THRESHOLD_COUNT; a known threshold the board lacks (acoustic limits) is
+    NOT_SUPPORTED."""
+    n = pynvml_module
+    nvml("t4-cloud")
+    h = handles(n)[0]
+    assert n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU) > 0
+    for sensor in (n.NVML_TEMPERATURE_COUNT, 7):
+        assert error_of(partial(n.nvmlDeviceGetTemperature, h, sensor)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(partial(n.nvmlDeviceGetTemperatureThreshold, h, n.NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MIN)) == \
+        n.NVML_ERROR_NOT_SUPPORTED
+    assert error_of(partial(n.nvmlDeviceGetTemperatureThreshold, h, 99)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_null_output_pointer_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, for every getter with more than one output: NVML_ERROR_INVALID_ARGUMENT if any of them is NULL
+    ("current or pending is NULL", "minLimit or maxLimit is NULL", ...). The library must say so, not write
+    through the null pointer (which would kill the caller, a monitoring daemon, with SIGSEGV)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[0]
+    a, b, c = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    ref = ctypes.byref
+    calls: dict[str, list[tuple[object, ...]]] = {
+        "nvmlDeviceGetEccMode": [(ref(a), None), (None, ref(b))],
+        "nvmlDeviceGetPowerManagementLimitConstraints": [(ref(a), None), (None, ref(b))],
+        "nvmlDeviceGetCudaComputeCapability": [(ref(major), None), (None, ref(minor))],
+        "nvmlDeviceGetRemappedRows": [(ref(a), ref(b), ref(c), None), (None, ref(a), ref(b), ref(c))],
+        "nvmlDeviceGetEncoderStats": [(ref(a), ref(b), None)],
+        "nvmlDeviceGetEncoderUtilization": [(ref(a), None)],
+        "nvmlDeviceGetMinMaxClockOfPState": [(n.NVML_CLOCK_SM, 0, ref(a), None)],
+    }
+    for name, argument_lists in calls.items():
+        for args in argument_lists:
+            assert getattr(lib, name)(h, *args) == n.NVML_ERROR_INVALID_ARGUMENT, (name, args)
+
+
+def test_fans_are_indexed_from_zero_below_the_fan_count(pynvml_module: ModuleType,
+                                                        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """Every captured board is passively cooled (fan_speed N/A), so no profile has fans; a snapshot of a board
+    with two (a workstation card's record, written here) exercises the index rule of nvml.h's
+    nvmlDeviceGetFanSpeed_v2: fans are "zero indexed", nvmlDeviceGetNumFans counts them, and an index that is not
+    one of them is NVML_ERROR_INVALID_ARGUMENT."""
+    from dataclasses import replace
+
+    from fakehw.nvml.snapshot import write_snapshot
+    from tests.nvml.helpers import snapshot_env
+
+    n = pynvml_module
+    snap = node_snapshot("edge-pcie")
+    gpus = (replace(snap.snapshot.gpus[0], fan_count=2, fan_speed=41), *snap.snapshot.gpus[1:])
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=gpus).to_bytes())
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            h = handles(n)[0]
+            assert n.nvmlDeviceGetNumFans(h) == 2
+            assert [n.nvmlDeviceGetFanSpeed_v2(h, fan) for fan in (0, 1)] == [41, 41]
+            assert n.nvmlDeviceGetFanSpeed(h) == 41
+            for fan in (2, 3):
+                assert error_of(partial(n.nvmlDeviceGetFanSpeed_v2, h, fan)) == n.NVML_ERROR_INVALID_ARGUMENT
+                assert error_of(partial(n.nvmlDeviceGetTargetFanSpeed, h, fan)) == n.NVML_ERROR_INVALID_ARGUMENT
+            assert error_of(partial(n.nvmlDeviceGetFanSpeed_v2, handles(n)[1], 0)) == n.NVML_ERROR_NOT_SUPPORTED
+        finally:
+            n.nvmlShutdown()
+
+
+def test_modes_and_clock_settings_are_the_real_h100s(nvml: Nvml, pynvml_module: ModuleType,
+                                                     h100: dict[str, str]) -> None:
+    """The settings nvidia-smi -q prints from these getters, as the real (idle) H100 prints them: persistence
+    mode Enabled, display Disabled, accounting Disabled, compute mode Default, not a multi-GPU board, ECC Enabled
+    now, pending and by default, MIG Disabled, P0, PCIe gen 5 at most on the device, the nine clock event reasons
+    it lists (nvidia-ml-py's nvmlClocksEventReasonAll), and its application, default application and customer boost
+    clocks. nvml.h: an SXM module's bus is NVML_BUS_TYPE_PCIE (its host interface) and every NVLink of a GPU
+    cabled to NVSwitches is NVML_NVLINK_CAP_VALID."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    enabled = {"Enabled": n.NVML_FEATURE_ENABLED, "Disabled": n.NVML_FEATURE_DISABLED}
+    assert h100["/compute_mode"] == "Default" and h100["/multigpu_board"] == "No"
+    assert h100["/performance_state"] == "P0"
+    for h in handles(n):
+        assert n.nvmlDeviceGetPersistenceMode(h) == enabled[h100["/persistence_mode"]]
+        assert n.nvmlDeviceGetDisplayActive(h) == enabled[h100["/display_active"]]
+        assert n.nvmlDeviceGetAccountingMode(h) == enabled[h100["/accounting_mode"]]
+        assert n.nvmlDeviceGetComputeMode(h) == n.NVML_COMPUTEMODE_DEFAULT
+        assert n.nvmlDeviceGetMultiGpuBoard(h) == 0
+        assert n.nvmlDeviceGetEccMode(h) == [enabled[h100["/ecc_mode/current_ecc"]],
+                                             enabled[h100["/ecc_mode/pending_ecc"]]]
+        # A board nobody reconfigured runs in its default ECC mode: the one it reports now, Enabled (data
+        # center boards ship with ECC on, NVIDIA's GPU memory error management guide).
+        assert n.nvmlDeviceGetDefaultEccMode(h) == [enabled[h100["/ecc_mode/current_ecc"]]]  # pynvml: a list
+        assert n.nvmlDeviceGetMigMode(h) == [enabled[h100["/mig_mode/current_mig"]],
+                                             enabled[h100["/mig_mode/pending_mig"]]]
+        assert n.nvmlDeviceGetPerformanceState(h) == n.NVML_PSTATE_0
+        assert str(n.nvmlDeviceGetGpuMaxPcieLinkGeneration(h)) == \
+            h100["/pci/pci_gpu_link_info/pcie_gen/max_device_link_gen"]
+        assert n.nvmlDeviceGetBusType(h) == n.NVML_BUS_TYPE_PCIE
+        assert n.nvmlDeviceGetSupportedClocksEventReasons(h) == n.nvmlClocksEventReasonAll
+        for clock, leaf in ((n.NVML_CLOCK_GRAPHICS, "graphics_clock"), (n.NVML_CLOCK_MEM, "mem_clock")):
+            assert n.nvmlDeviceGetApplicationsClock(h, clock) == number(h100[f"/applications_clocks/{leaf}"])
+            assert n.nvmlDeviceGetDefaultApplicationsClock(h, clock) == \
+                number(h100[f"/default_applications_clocks/{leaf}"])
+        assert n.nvmlDeviceGetMaxCustomerBoostClock(h, n.NVML_CLOCK_GRAPHICS) == \
+            number(h100["/max_customer_boost_clocks/graphics_clock"])
+        for link in range(n.NVML_NVLINK_MAX_LINKS):
+            assert n.nvmlDeviceGetNvLinkCapability(h, link, n.NVML_NVLINK_CAP_VALID) == 1
+
+
+def test_samples_are_stamped_in_microseconds_of_the_wall_clock(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSample_t.timeStamp: "CPU Timestamp in microseconds" (of the Unix epoch, what nvidia-smi -q -d
+    POWER prints as a date). A sample read now was taken between the start of this test and now; a caller that
+    already saw it (lastSeenTimeStamp at it) gets NVML_ERROR_NOT_FOUND, "no new samples"."""
+    n = pynvml_module
+    before_us = int(time.time() * 1e6)
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    _kind, samples = n.nvmlDeviceGetSamples(h, n.NVML_GPU_UTILIZATION_SAMPLES, 0)
+    after_us = int(time.time() * 1e6)
+    assert len(samples) == 1
+    assert before_us <= samples[0].timeStamp <= after_us
+    assert error_of(partial(n.nvmlDeviceGetSamples, h, n.NVML_GPU_UTILIZATION_SAMPLES, samples[0].timeStamp)) == \
+        n.NVML_ERROR_NOT_FOUND
+
+
+def test_nvswitch_connected_links_count_the_ports_that_are_up(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT (nvml.h: "Number of NVLinks connected to NVSwitch"): each H100
+    of a DGX H100 has its 18 NVLink4 ports cabled to the NVSwitches, so 18; gpu0 with one port down (the fault
+    request) has 17 left."""
+    n = pynvml_module
+    nvml("dgx-h100", faults=[{"kind": "nvlink-down", "device": "gpu0", "link": 3}])
+    counts = [n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT])[0] for h in handles(n)]
+    assert [c.nvmlReturn for c in counts] == [n.NVML_SUCCESS] * 8
+    assert [c.value.uiVal for c in counts] == [17] + [18] * 7
+
+
+def test_gpus_bridged_to_each_other_have_no_nvswitch_links(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """cxl-pool's H200 NVL pair is bridged GPU to GPU: NVLinks, none of them connected to an NVSwitch."""
+    n = pynvml_module
+    nvml("cxl-pool")
+    for h in handles(n):
+        assert n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_LINK_COUNT])[0].value.uiVal > 0
+        field = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVSWITCH_CONNECTED_LINK_COUNT])[0]
+        assert (field.nvmlReturn, field.value.uiVal) == (n.NVML_SUCCESS, 0)
+
+
+def test_gpu_memory_is_a_numa_node_only_on_coherent_platforms(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetNumaNodeId: "This only applies to platforms where the GPUs are NUMA nodes" (a Grace
+    superchip's coherent HBM, test_affinity). A DGX H100's GPUs sit behind PCIe on x86: NOT_SUPPORTED."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    node = ctypes.c_uint(0xEEEE)
+    for h in handles(n):
+        assert lib.nvmlDeviceGetNumaNodeId(h, ctypes.byref(node)) == n.NVML_ERROR_NOT_SUPPORTED
+    assert node.value == 0xEEEE
+
+
+def test_a_process_given_only_its_memory_is_a_compute_process_that_adds_no_load(nvml: Nvml,
+                                                                               pynvml_module: ModuleType) -> None:
+    """FakeProcess's documented defaults: a process is a compute process (kinds bit 0) and keeps the GPU busy
+    only as much as its ``utilization`` says (none given: none). So it is listed by the compute getter only and
+    the idle board stays at 0 % (the idle real H100's reading)."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 5150, 2**30)])
+    h = handles(n)[6]
+    assert [(p.pid, p.usedGpuMemory) for p in n.nvmlDeviceGetComputeRunningProcesses(h)] == [(5150, 2**30)]
+    assert n.nvmlDeviceGetGraphicsRunningProcesses(h) == []
+    assert n.nvmlDeviceGetMPSComputeRunningProcesses(h) == []
+    assert n.nvmlDeviceGetUtilizationRates(h).gpu == 0
+
+
+def test_an_a100_in_mig_mode_answers_the_published_profile_table(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """dgx-a100's gpu7 (an A100-SXM4-80GB) is in MIG mode with two 3g.40gb instances (the profile says so). Its GPU
+    instance profiles answer by nvml.h's profile index as the A100 80GB's published `nvidia-smi mig -lgip`
+    (tests/nvml/migtools.py A100_80GB_LGIP): id, instances, SMs, engines and memory as nvidia-smi prints it. Both
+    3g.40gb slots are taken, so none remains; each MIG device is a 3g.40gb: 42 SMs, 3 slices, its memory."""
+    from tests.nvml.migtools import A100_80GB_LGIP
+
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    index = {"1g.10gb": n.NVML_GPU_INSTANCE_PROFILE_1_SLICE, "1g.10gb+me": n.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
+             "2g.20gb": n.NVML_GPU_INSTANCE_PROFILE_2_SLICE, "3g.40gb": n.NVML_GPU_INSTANCE_PROFILE_3_SLICE}
+    info_of = {}
+    for name, pid, total, gib, sm, dec, enc, ce, jpeg, ofa in A100_80GB_LGIP:
+        info = n.nvmlDeviceGetGpuInstanceProfileInfo(h, index[name.removeprefix("MIG ")])
+        assert (info.id, info.instanceCount, info.multiprocessorCount, info.decoderCount, info.encoderCount,
+                info.copyEngineCount, info.jpegCount, info.ofaCount) == (pid, total, sm, dec, enc, ce, jpeg, ofa), name
+        assert f"{info.memorySizeMB / 1024:.2f}" == gib, name
+        info_of[name] = info
+    three = info_of["MIG 3g.40gb"]
+    assert n.nvmlDeviceGetGpuInstanceRemainingCapacity(h, three.id) == 0
+    for i in range(2):
+        attrs = n.nvmlDeviceGetAttributes(n.nvmlDeviceGetMigDeviceHandleByIndex(h, i))
+        assert (attrs.multiprocessorCount, attrs.gpuInstanceSliceCount) == (42, 3)
+        assert attrs.memorySizeMB == three.memorySizeMB
+
+
+def test_gpm_pcie_rates_agree_with_the_pcie_throughput_getter(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """GPU performance monitoring is a Hopper feature (nvml.h: "Hopper or newer fully supported devices"): an H100
+    supports it. Its PCIe metrics between two samples (NVML_GPM_METRIC_PCIE_TX/RX_PER_SEC, MiB/s) measure the same
+    traffic as nvmlDeviceGetPcieThroughput (KB/s, nvml.h), direction by direction, so they agree to within the
+    samples' byte rounding. A request of another version is ARGUMENT_VERSION_MISMATCH."""
+    import math
+
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    assert n.nvmlGpmQueryDeviceSupport(h).isSupportedDevice == 1
+    first, second = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(h, first)
+        time.sleep(0.02)  # let the monotonic clock move on (no assertion on time)
+        n.nvmlGpmSampleGet(h, second)
+        request = n.c_nvmlGpmMetricsGet_t()
+        request.version = n.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 2
+        request.sample1, request.sample2 = first, second
+        request.metrics[0].metricId = n.NVML_GPM_METRIC_PCIE_TX_PER_SEC
+        request.metrics[1].metricId = n.NVML_GPM_METRIC_PCIE_RX_PER_SEC
+        n.nvmlGpmMetricsGet(request)
+        for metric, counter in ((request.metrics[0], n.NVML_PCIE_UTIL_TX_BYTES),
+                                (request.metrics[1], n.NVML_PCIE_UTIL_RX_BYTES)):
+            assert metric.nvmlReturn == n.NVML_SUCCESS
+            assert math.isclose(metric.value, n.nvmlDeviceGetPcieThroughput(h, counter) / 1024, rel_tol=0.01)
+        request.version = n.NVML_GPM_METRICS_GET_VERSION + 1
+        assert error_of(partial(n.nvmlGpmMetricsGet, request)) == n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    finally:
+        n.nvmlGpmSampleFree(first)
+        n.nvmlGpmSampleFree(second)
+
+
+def test_getters_that_restate_another_agree_with_it(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h answers some readings twice; each pair must agree. nvmlDeviceGetCpuAffinityWithinScope at node and at
+    socket scope is nvmlDeviceGetCpuAffinity where NUMA nodes are sockets (a DGX H100's two Xeons), and a scope past
+    NVML_AFFINITY_SCOPE_SOCKET is INVALID_ARGUMENT. nvmlDeviceGetThermalSettings' one GPU sensor reads the current
+    temperature nvmlDeviceGetTemperature gives. A GPU is on its own board; two SXM modules, each its own board and
+    not a multi-GPU board, are not on one. The supported performance states are the one it reports, P0 (the
+    real H100's)."""
+    n = pynvml_module
+    nvml("dgx-h100", faults=[{"kind": "thermal", "device": "gpu3", "temperature_c": 88}])
+    hs = handles(n)
+    for h in hs:
+        words = list(n.nvmlDeviceGetCpuAffinity(h, 4))
+        assert any(words)
+        for scope in (n.NVML_AFFINITY_SCOPE_NODE, n.NVML_AFFINITY_SCOPE_SOCKET):
+            assert list(n.nvmlDeviceGetCpuAffinityWithinScope(h, 4, scope)) == words
+        assert error_of(partial(n.nvmlDeviceGetCpuAffinityWithinScope, h, 4, 2)) == n.NVML_ERROR_INVALID_ARGUMENT
+        settings = n.c_nvmlGpuThermalSettings_t()
+        n.nvmlDeviceGetThermalSettings(h, 0, ctypes.byref(settings))
+        assert settings.count == 1
+        assert settings.sensor[0].currentTemp == n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)
+        assert n.nvmlDeviceGetSupportedPerformanceStates(h) == [n.NVML_PSTATE_0]
+    assert n.nvmlDeviceGetTemperature(hs[3], n.NVML_TEMPERATURE_GPU) == 88
+    assert n.nvmlDeviceOnSameBoard(hs[0], hs[0])
+    assert not n.nvmlDeviceOnSameBoard(hs[0], hs[1])

@@ -79,3 +79,14 @@ def test_the_gpus_near_a_cpu_are_handed_out_as_visible_devices(node_snapshot: Ca
             " for cpu in (0, 56, 168)}))\n")
     out = run_python(code, snap.path, FAKEHW_VISIBLE_DEVICES="5,6")
     assert out == {"0": [], "56": [g[5].uuid, g[6].uuid], "168": [g[5].uuid, g[6].uuid]}
+
+
+def test_the_nearest_gpus_are_handed_out_as_visible_devices(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """A DGX H100's gpu1 and gpu2 sit on the first CPU socket under different PCIe switches (NODE level in
+    `nvidia-smi topo -m`). With gpu1 and gpu2 the visible ones, nvmlDeviceGetTopologyNearestGpus of gpu1 at NODE
+    level hands out gpu2 as a device of this process: the handle that answers gpu2's UUID."""
+    snap = node_snapshot("dgx-h100")
+    code = ("import json, pynvml\npynvml.nvmlInit()\nh = pynvml.nvmlDeviceGetHandleByIndex(0)\n"
+            "print(json.dumps([pynvml.nvmlDeviceGetUUID(x) for x in pynvml.nvmlDeviceGetTopologyNearestGpus(h, 40)]))"
+            "\n")
+    assert run_python(code, snap.path, FAKEHW_VISIBLE_DEVICES="1,2") == [snap.node.gpus[2].uuid]
