@@ -66,12 +66,17 @@ def _thermal(sku: GpuSku, state: GpuState) -> dict[str, Any]:
     }
 
 
-def _power(sku: GpuSku, r: GpuReadings) -> dict[str, Any]:
-    module = sku.power.module
+def _power(r: GpuReadings) -> dict[str, Any]:
     return {
         "power_average_mw": r.power_average_mw,
         "memory_power_mw": r.memory_power_mw,
         "module_power_mw": r.module_power_mw,
+    }
+
+
+def _module_limits(sku: GpuSku) -> dict[str, Any]:
+    module = sku.power.module
+    return {
         "module_limit_mw": module.default_limit_w * 1000 if module else 0,
         "module_default_limit_mw": module.default_limit_w * 1000 if module else 0,
         "module_min_limit_mw": module.min_limit_w * 1000 if module else 0,
@@ -137,6 +142,12 @@ def gpm(r: GpuReadings) -> dict[str, Any]:
 
 def board_fields(system: System, node: Node, gpu: Gpu, state: GpuState, r: GpuReadings) -> dict[str, Any]:
     """Every field of this module's concern for one GPU."""
+    return {**board_static_fields(system, node, gpu), **board_state_fields(system, node, gpu, state, r)}
+
+
+def board_static_fields(system: System, node: Node, gpu: Gpu) -> dict[str, Any]:
+    """The fields that depend only on the model (the board, the driver branch, where the GPU sits): the agent
+    computes them once per GPU, not on every change (``fakehw.nvml.snapshot``)."""
     sku = gpu.sku
     switched = any(p.remote_kind == "switch" for p in gpu.ports)
     c2c = gpu.c2c
@@ -155,9 +166,16 @@ def board_fields(system: System, node: Node, gpu: Gpu, state: GpuState, r: GpuRe
         "bbx_flush_duration_us": 60000 + stable_int(system.seed, gpu.uuid, "bbx-duration", bits=15),
     }
     fields.update(_clocks(sku))
-    fields.update(_thermal(sku, state))
-    fields.update(_power(sku, r))
+    fields.update(_module_limits(sku))
     fields.update(_pdi(system, gpu))
+    return fields
+
+
+def board_state_fields(system: System, node: Node, gpu: Gpu, state: GpuState, r: GpuReadings) -> dict[str, Any]:
+    """The fields that follow the GPU's runtime state and readings (temperature, power, fabric health, GPM)."""
+    fields: dict[str, Any] = {}
+    fields.update(_thermal(gpu.sku, state))
+    fields.update(_power(r))
     fields.update(fabric(system, node, gpu, state))
     fields.update(gpm(r))
     return fields

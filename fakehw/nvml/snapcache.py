@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from fakehw.nvml import layout
 
 T = TypeVar("T")
+E = TypeVar("E")
 
 
 class SnapshotCache:
@@ -33,8 +34,9 @@ class SnapshotCache:
     def __init__(self) -> None:
         self._parts: dict[Hashable, tuple[Any, Any]] = {}
         self._generations: dict[str, int] = {}
-        self._events: dict[int, Any] = {}
-        self._events_used: dict[int, Any] = {}
+        self._window: tuple[Any, ...] = ()
+        self._window_records: list[Any] = []
+        """The last :meth:`ring` call's events, and the record (or None) ``make`` gave for each."""
         self._sections: dict[str, tuple[tuple[object, ...], tuple[bytes, ...], bytes]] = {}
         self.built = 0
         """Parts built (not reused) since the cache was made: what tests and benchmarks look at."""
@@ -65,14 +67,27 @@ class SnapshotCache:
         """The generation each GPU's record was built at (see the module docstring)."""
         return dict(self._generations)
 
-    def event(self, seq: int, make: Callable[[], T]) -> T:
-        """The record of event ``seq`` (events never change once raised)."""
-        hit = self._events.get(seq)
-        if hit is None:
-            hit = make()
+    def ring(self, events: Sequence[E], make: Callable[[E], T | None]) -> list[T]:
+        """The records ``make`` gives for ``events`` (None: the event has no record), in the order of ``events``.
+
+        ``events`` is a node's window of recent events: from one call to the next, events leave at its front and
+        new ones join at its back (a fault raises one or two; the window holds hundreds). Only the events that
+        joined are made into records; any other change of the window makes every record again. Events never
+        change once raised, so a record made once stays right."""
+        old = self._window
+        joined, records = len(events), []
+        if old and events:
+            last = old[-1]
+            # Where the last call's newest event is now: near the back, since few events join per change.
+            at = next((i for i in range(len(events) - 1, -1, -1) if events[i] is last), -1)
+            left = len(old) - (at + 1)
+            if at >= 0 and left >= 0 and all(map(operator.is_, events[:at + 1], old[left:])):
+                joined, records = len(events) - (at + 1), self._window_records[left:]
+        for e in events[len(events) - joined:]:
+            records.append(make(e))
             self.built += 1
-        self._events_used[seq] = hit
-        return hit
+        self._window, self._window_records = tuple(events), records
+        return [r for r in records if r is not None]
 
     def section(self, name: str, records: Sequence[object]) -> bytes:
         """A section's records packed one after the other. The same record objects as last time give the bytes of
@@ -87,10 +102,6 @@ class SnapshotCache:
         blob = b"".join(parts)
         self._sections[name] = (tuple(records), parts, blob)
         return blob
-
-    def done(self) -> None:
-        """Keep only the event records the last snapshot used (the cache holds one snapshot's worth)."""
-        self._events, self._events_used = self._events_used, {}
 
 
 def _pack(record: object) -> bytes:

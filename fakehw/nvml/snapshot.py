@@ -27,7 +27,7 @@ from fakehw.model.drivers import branch_of
 from fakehw.model.system import Gpu, Node, NVLinkPort, System
 from fakehw.model.topology import NodeTopology, P2PCapability, derive_node
 from fakehw.nvml import layout
-from fakehw.nvml.gpu_fields import board_fields, board_id
+from fakehw.nvml.gpu_fields import board_id, board_state_fields, board_static_fields
 from fakehw.nvml.layout import (
     CiProfileRecord,
     EventRecord,
@@ -139,8 +139,6 @@ class Snapshot:
                 continue
             for i, rec in enumerate(records):
                 layout.pack_into(buf, base + i * size, rec, f"{name}[{i}]")
-        if cache is not None:
-            cache.done()
         struct.pack_into("<I", buf, layout.layout_of(HeaderRecord).field("checksum").offset, layout.checksum(buf))
         return bytes(buf)
 
@@ -249,73 +247,58 @@ def _mask(bits: Iterable[int], words: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _link_record(port: NVLinkPort, gpu: Gpu, gstate: GpuState, i: int, peers: _Peers,
-                 rx: tuple[int, int], tx: tuple[int, int]) -> LinkRecord:
-    link_state = gstate.links[i]
+@dataclass(frozen=True)
+class _GpuStatic:
+    """The fields of a GPU's record (and of its NVLink records) that depend only on the model and the node's
+    topology, not on faults or readings: built once per topology, so a change to the GPU rebuilds only the rest
+    (the same record either way: tests/nvml compare snapshots built with and without a cache)."""
+
+    record: dict[str, Any]
+    links: tuple[tuple[int, dict[str, Any]], ...]
+    """Per entry of ``gpu.ports``: the NVML link number and the static fields of its :class:`LinkRecord`."""
+
+
+def _link_static(port: NVLinkPort, gpu: Gpu, peers: _Peers) -> dict[str, Any]:
     addr = port.remote_address
-    return LinkRecord(
-        present=1,
-        up=int(link_state.up),
-        version=gpu.sku.nvlink.nvml_version,
-        remote_type=NVLINK_TYPE_SWITCH if port.remote_kind == "switch" else NVLINK_TYPE_GPU,
-        capabilities=(1 << CAP_P2P) | (1 << CAP_P2P_ATOMICS) | (1 << CAP_VALID),
-        remote_link=port.remote_port,
-        speed_mbps=gpu.sku.nvlink.nvml_speed_mbps,
-        remote_gpu=peers.gpu_slot.get(port.remote_id, -1) if port.remote_kind == "gpu" else -1,
-        remote_bus_id=addr.nvml_bus_id,
-        remote_bus_id_legacy=addr.nvml_bus_id_legacy,
-        remote_domain=addr.domain,
-        remote_bus=addr.bus,
-        remote_device=addr.device,
-        remote_pci_device_id=peers.device_id.get(port.remote_id, 0),
-        remote_pci_subsystem_id=peers.subsystem_id.get(port.remote_id, 0),
-        errors=tuple(link_state.errors.get(c, 0) for c in NVLINK_COUNTER_ORDER),
-        util_rx=rx,
-        util_tx=tx,
-    )
+    return {
+        "present": 1,
+        "version": gpu.sku.nvlink.nvml_version,
+        "remote_type": NVLINK_TYPE_SWITCH if port.remote_kind == "switch" else NVLINK_TYPE_GPU,
+        "capabilities": (1 << CAP_P2P) | (1 << CAP_P2P_ATOMICS) | (1 << CAP_VALID),
+        "remote_link": port.remote_port,
+        "speed_mbps": gpu.sku.nvlink.nvml_speed_mbps,
+        "remote_gpu": peers.gpu_slot.get(port.remote_id, -1) if port.remote_kind == "gpu" else -1,
+        "remote_bus_id": addr.nvml_bus_id,
+        "remote_bus_id_legacy": addr.nvml_bus_id_legacy,
+        "remote_domain": addr.domain,
+        "remote_bus": addr.bus,
+        "remote_device": addr.device,
+        "remote_pci_device_id": peers.device_id.get(port.remote_id, 0),
+        "remote_pci_subsystem_id": peers.subsystem_id.get(port.remote_id, 0),
+    }
 
 
-def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: int, gstate: GpuState,
-                generation: int, peers: _Peers, mig_state: GpuMig | None, first_mig: int, migs: list[MigRecord],
-                first_profile: int, profiles: list[MigProfileRecord], first_process: int,
-                processes: list[ProcessRecord], load: int = 0) -> GpuRecord:
+def _gpu_static(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: int, peers: _Peers) -> _GpuStatic:
     sku = gpu.sku
-    seed = system.seed
-    r = gpu_readings(seed, gpu, gstate, generation, load=load)
-    eng = engines(sku)
     n = len(node.gpus)
-    total = sku.memory_mib * 2**20
-    reserved = reserved_mib(sku) * 2**20 - RESERVED_SHORT
-    used = sum(p.used_memory for p in processes)
-    ecc = [0] * (2 * 2 * layout.ECC_LOCATIONS)
-    for etype, counts in ((0, gstate.ecc_sbe), (1, gstate.ecc_dbe)):
-        for location, count in counts.items():
-            loc = ECC_LOCATION[location]
-            for counter in (0, 1):  # volatile, aggregate
-                ecc[(etype * 2 + counter) * layout.ECC_LOCATIONS + loc] += count
-    dbe = gstate.retired_pages_dbe
-    dbe_pages = tuple(0x1000 * (1 + stable_int(seed, gpu.id, "page", i, bits=24)) for i in range(dbe))
-    dbe_pages = dbe_pages[: layout.RETIRED_PAGES_MAX]
     p2p = []
     for cap in P2PCapability:
         row = [int(topo.p2p[cap][slot][j]) for j in range(n)]
         p2p += row + [0] * (layout.MAX_GPUS - n)
+    for port in gpu.ports:
+        if port.port >= layout.MAX_LINKS:
+            raise SnapshotError(f"{gpu.id} NVLink port {port.port} exceeds NVML's {layout.MAX_LINKS} links")
     cpus = topo.cpu_affinity[slot]
     if cpus and max(cpus) >= layout.CPU_MASK_WORDS * 64:
         raise SnapshotError(f"{gpu.id}'s CPUs reach CPU {max(cpus)}; NVML's CPU affinity in the snapshot holds CPUs "
                             f"0-{layout.CPU_MASK_WORDS * 64 - 1}")
-    links: list[LinkRecord] = [LinkRecord() for _ in range(layout.MAX_LINKS)]
-    for i, port in enumerate(gpu.ports):
-        if port.port >= layout.MAX_LINKS:
-            raise SnapshotError(f"{gpu.id} NVLink port {port.port} exceeds NVML's {layout.MAX_LINKS} links")
-        links[port.port] = _link_record(port, gpu, gstate, i, peers, r.nvlink_rx[i], r.nvlink_tx[i])
-    nvswitch_links = sum(1 for i, p in enumerate(gpu.ports) if p.remote_kind == "switch" and gstate.links[i].up)
     power = sku.power
     clocks = sku.clocks
     clock_max = (clocks.graphics_max_mhz, clocks.sm_max_mhz, clocks.mem_max_mhz, clocks.video_max_mhz)
     clock_app = (clocks.app_graphics, clocks.app_graphics, clocks.mem_max_mhz, clocks.video_max_mhz)
+    eng = engines(sku)
     mig = sku.mig
-    return GpuRecord(
+    record = dict(
         uuid=gpu.uuid,
         name=sku.name,
         serial=gpu.serial,
@@ -354,7 +337,6 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         multi_gpu_board=0,
         numa_node=gpu.numa,
         gpu_numa_id=-1 if gpu.hbm_numa is None else gpu.hbm_numa,
-        lost=int(gstate.lost),
         bus_type=BUS_TYPE_PCIE,
         memory_bus_width=memory_bus_width(sku),
         pcie_gen_max=sku.pcie.generation,
@@ -364,35 +346,20 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         pcie_width_cur=sku.pcie.current_width,
         pcie_speed_mbps=PCIE_SPEED_MBPS[sku.pcie.generation],
         pcie_replay=0,
-        pcie_tx_kbs=r.pcie_tx_kbs,
-        pcie_rx_kbs=r.pcie_rx_kbs,
-        mem_total=total,
-        mem_reserved=reserved,
-        mem_used=used,
-        mem_free=max(0, total - reserved - used),
+        mem_total=sku.memory_mib * 2**20,
+        mem_reserved=reserved_mib(sku) * 2**20 - RESERVED_SHORT,
         bar1_total=sku.bar1_mib * 2**20,
-        bar1_used=r.bar1_used,
-        temperature=gstate.temperature_c,
-        mem_temperature=r.mem_temperature,
         temp_shutdown=sku.thermal.shutdown_c,
         temp_slowdown=sku.thermal.slowdown_c,
         temp_mem_max=sku.thermal.mem_max_c or 0,
         temp_gpu_max=sku.thermal.max_operating_c,
-        power_usage_mw=r.power_mw,
-        power_limit_mw=gstate.power_limit_w * 1000,
         power_default_limit_mw=power.default_limit_w * 1000,
         power_min_limit_mw=power.min_limit_w * 1000,
         power_max_limit_mw=power.max_limit_w * 1000,
-        power_enforced_mw=gstate.power_limit_w * 1000,
-        energy_mj=r.energy_mj,
-        throttle_reasons=gstate.throttle_reasons | (CLOCK_EVENT_GPU_IDLE if r.idle else 0),
         supported_throttle_reasons=SUPPORTED_THROTTLE_REASONS,
-        clocks_current=r.clocks_current,
         clocks_max=clock_max,
         clocks_app=clock_app,
         clocks_app_default=clock_app,
-        util_gpu=r.util_gpu,
-        util_memory=r.util_memory,
         pstate=0,
         compute_mode=0,
         persistence_mode=1,
@@ -400,6 +367,68 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         ecc_current=1,
         ecc_pending=1,
         ecc_default=1,
+        cpu_affinity=_mask(cpus, layout.CPU_MASK_WORDS),
+        mem_affinity=_mask([gpu.numa], layout.NUMA_MASK_WORDS),
+        nvlink_count=max((p.port + 1 for p in gpu.ports), default=0),
+        nvlink_version=sku.nvlink.nvml_version,
+        **board_static_fields(system, node, gpu),
+        mig_capable=int(mig is not None),
+        mig_max_devices=mig.max_instances if mig is not None else 0,
+        topo_level=tuple(int(topo.levels[slot][j]) for j in range(n)) + (0,) * (layout.MAX_GPUS - n),
+        nvlink_bond=tuple(min(255, topo.nvlinks[slot][j]) for j in range(n)) + (0,) * (layout.MAX_GPUS - n),
+        p2p=tuple(p2p),
+    )
+    return _GpuStatic(record, tuple((port.port, _link_static(port, gpu, peers)) for port in gpu.ports))
+
+
+_NO_LINK = LinkRecord()
+
+
+def _gpu_record(system: System, node: Node, static: _GpuStatic, gpu: Gpu, gstate: GpuState,
+                generation: int, mig_state: GpuMig | None, first_mig: int, migs: list[MigRecord],
+                first_profile: int, profiles: list[MigProfileRecord], first_process: int,
+                processes: list[ProcessRecord], load: int = 0) -> GpuRecord:
+    """The record of ``gpu``: its static fields (:class:`_GpuStatic`) and those that follow its state, readings,
+    MIG devices and processes."""
+    seed = system.seed
+    r = gpu_readings(seed, gpu, gstate, generation, load=load)
+    total = static.record["mem_total"]
+    reserved = static.record["mem_reserved"]
+    used = sum(p.used_memory for p in processes)
+    ecc = [0] * (2 * 2 * layout.ECC_LOCATIONS)
+    for etype, counts in ((0, gstate.ecc_sbe), (1, gstate.ecc_dbe)):
+        for location, count in counts.items():
+            loc = ECC_LOCATION[location]
+            for counter in (0, 1):  # volatile, aggregate
+                ecc[(etype * 2 + counter) * layout.ECC_LOCATIONS + loc] += count
+    dbe = gstate.retired_pages_dbe
+    dbe_pages = tuple(0x1000 * (1 + stable_int(seed, gpu.id, "page", i, bits=24)) for i in range(dbe))
+    dbe_pages = dbe_pages[: layout.RETIRED_PAGES_MAX]
+    links: list[LinkRecord] = [_NO_LINK] * layout.MAX_LINKS
+    for i, (number, link) in enumerate(static.links):
+        link_state = gstate.links[i]
+        links[number] = LinkRecord(**link, up=int(link_state.up),
+                                   errors=tuple(link_state.errors.get(c, 0) for c in NVLINK_COUNTER_ORDER),
+                                   util_rx=r.nvlink_rx[i], util_tx=r.nvlink_tx[i])
+    nvswitch_links = sum(1 for i, p in enumerate(gpu.ports) if p.remote_kind == "switch" and gstate.links[i].up)
+    return GpuRecord(
+        **static.record,
+        lost=int(gstate.lost),
+        pcie_tx_kbs=r.pcie_tx_kbs,
+        pcie_rx_kbs=r.pcie_rx_kbs,
+        mem_used=used,
+        mem_free=max(0, total - reserved - used),
+        bar1_used=r.bar1_used,
+        temperature=gstate.temperature_c,
+        mem_temperature=r.mem_temperature,
+        power_usage_mw=r.power_mw,
+        power_limit_mw=gstate.power_limit_w * 1000,
+        power_enforced_mw=gstate.power_limit_w * 1000,
+        energy_mj=r.energy_mj,
+        throttle_reasons=gstate.throttle_reasons | (CLOCK_EVENT_GPU_IDLE if r.idle else 0),
+        clocks_current=r.clocks_current,
+        util_gpu=r.util_gpu,
+        util_memory=r.util_memory,
         ecc_counts=tuple(ecc),
         retired_dbe=dbe,
         retired_pending=int(dbe > 0),
@@ -407,17 +436,11 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         retired_time=int(time.time()) if dbe else 0,
         remap_unc=dbe,
         remap_pending=int(dbe > 0),
-        remap_histogram=_remap_histogram(sku, dbe),
-        cpu_affinity=_mask(cpus, layout.CPU_MASK_WORDS),
-        mem_affinity=_mask([gpu.numa], layout.NUMA_MASK_WORDS),
-        nvlink_count=max((p.port + 1 for p in gpu.ports), default=0),
-        nvlink_version=sku.nvlink.nvml_version,
+        remap_histogram=_remap_histogram(gpu.sku, dbe),
         nvswitch_links=nvswitch_links,
-        **board_fields(system, node, gpu, gstate, r),
-        mig_capable=int(mig is not None),
+        **board_state_fields(system, node, gpu, gstate, r),
         mig_current=int(mig_state is not None and mig_state.current),
         mig_pending=int(mig_state is not None and mig_state.pending),
-        mig_max_devices=mig.max_instances if mig is not None else 0,
         mig_first=first_mig,
         mig_count=len(migs),
         mig_profile_first=first_profile,
@@ -426,9 +449,6 @@ def _gpu_record(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         process_count=len(processes),
         xid_count=len(gstate.xids),
         last_xid=gstate.xids[-1] if gstate.xids else 0,
-        topo_level=tuple(int(topo.levels[slot][j]) for j in range(n)) + (0,) * (layout.MAX_GPUS - n),
-        nvlink_bond=tuple(min(255, topo.nvlinks[slot][j]) for j in range(n)) + (0,) * (layout.MAX_GPUS - n),
-        p2p=tuple(p2p),
         links=tuple(links),
     )
 
@@ -502,25 +522,23 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
                  first_profile: int = first_profile, gpu_profiles: list[MigProfileRecord] = gpu_profiles,
                  first_process: int = len(procs), gpu_procs: list[ProcessRecord] = gpu_procs,
                  load: int = load) -> GpuRecord:
-            return _gpu_record(system, node, topo, gpu, slot, gstate, gen, peers, mig_state, first_mig, gpu_migs,
+            static = memo.part(("gpu-static", gpu.name), state.down_ports,
+                               lambda: _gpu_static(system, node, topo, gpu, slot, peers))
+            return _gpu_record(system, node, static, gpu, gstate, gen, mig_state, first_mig, gpu_migs,
                                first_profile, gpu_profiles, first_process, gpu_procs, load)
 
         gpus.append(memo.gpu_record(gpu.name, key, generation, make))
         procs += gpu_procs
-    ring: list[EventRecord] = []
-    last_seq = 0
-    for e in events:
-        last_seq = max(last_seq, e.seq)
+
+    def event_record(e: Event) -> EventRecord | None:
         if e.nvml_type == 0 or e.device not in slot_of:
-            continue
-        ring.append(memo.event(e.seq, lambda e=e: EventRecord(  # type: ignore[misc]
-            seq=e.seq,
-            gpu=slot_of[e.device],
-            event_type=e.nvml_type,
-            event_data=e.data if e.kind == "xid" else 0,
-            time_us=int(e.time * 1e6),
-        )))
-    ring.sort(key=lambda e: e.seq)
+            return None
+        return EventRecord(seq=e.seq, gpu=slot_of[e.device], event_type=e.nvml_type,
+                           event_data=e.data if e.kind == "xid" else 0, time_us=int(e.time * 1e6))
+
+    ring = memo.ring(events, event_record)
+    ring.sort(key=lambda r: r.seq)
+    last_seq = max((e.seq for e in events), default=0)
     ring = ring[-layout.MAX_EVENTS:]
     driver = system.driver
     header = HeaderRecord(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import types
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +18,11 @@ from typing import Any
 import pytest
 
 from fakehw.agent.faults import FAULT_ADAPTER
+from fakehw.agent.service import RECENT_EVENTS
 from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
 from fakehw.model import System, load_profile
 from fakehw.model.system import Node
-from fakehw.nvml import snapshot
+from fakehw.nvml import layout, snapshot
 from fakehw.nvml.snapcache import SnapshotCache
 from fakehw.nvml.snapshot import _Peers, build_snapshot
 from fakehw.render import RenderMemo, render_node
@@ -133,6 +135,39 @@ def test_a_fault_on_one_gpu_rebuilds_that_gpu_only() -> None:
     assert cache.built - built == 2  # gpu3's record and the one new event's
     assert {g for g in after if after[g] != before[g]} == {"gpu3"}
     assert after["gpu3"] == run.generation
+
+
+@pytest.mark.usefixtures("fixed_clock")
+def test_the_event_ring_follows_a_moving_window_of_events() -> None:
+    """The agent hands the snapshot a window of the node's last RECENT_EVENTS events: it moves forward, some events
+    have no NVML record (a memdev's, or of a kind NVML does not report). Through hundreds of changes, past the
+    point where events leave the window and the ring is full, the cached build equals the full build, and each
+    build makes records only for the events that joined."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    state = derive_state(node, [], 1, system.seed)
+    cache = SnapshotCache()
+    build_snapshot(system, node, state, (), cache=cache).to_bytes(cache)  # every GPU's record: none after this
+    window: deque[Event] = deque(maxlen=RECENT_EVENTS)
+    seq = 0
+    for step in range(RECENT_EVENTS + 60):
+        joined = 1 + step % 3
+        for k in range(joined):
+            seq += 1
+            device = ("mem0" if k == 2 else node.gpus[seq % len(node.gpus)].name)
+            window.append(Event(seq, 1000.0 + seq, node.name, device, "xid", 13 + seq % 50, 0 if seq % 7 == 0 else 8))
+        built = cache.built
+        events = tuple(window)
+        incremental = build_snapshot(system, node, state, events, render_time=5.0, cache=cache).to_bytes(cache)
+        assert cache.built - built == joined, f"step {step}"
+        full = build_snapshot(system, node, state, events, render_time=5.0).to_bytes()
+        assert incremental == full, f"step {step}"
+    ring = snapshot.Snapshot.from_bytes(full).events
+    assert len(ring) == min(layout.MAX_EVENTS, sum(1 for e in window if e.nvml_type and e.device != "mem0"))
+    # A window that did not move forward (the agent restarted; another window) is made again, whole.
+    built = cache.built
+    build_snapshot(system, node, state, events[:10], cache=cache)
+    assert cache.built - built == 10
 
 
 def old_peers(system: System, node: Node) -> _Peers:
