@@ -533,8 +533,13 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
     def event_record(e: Event) -> EventRecord | None:
         if e.nvml_type == 0 or e.device not in slot_of:
             return None
-        return EventRecord(seq=e.seq, gpu=slot_of[e.device], event_type=e.nvml_type,
-                           event_data=e.data if e.kind == "xid" else 0, time_us=int(e.time * 1e6))
+        return EventRecord(
+            seq=e.seq,
+            gpu=slot_of[e.device],
+            event_type=e.nvml_type,
+            event_data=e.data if e.kind == "xid" else 0,
+            time_us=int(e.time * 1e6),
+        )
 
     ring = memo.ring(events, event_record)
     ring.sort(key=lambda r: r.seq)
