@@ -94,7 +94,7 @@ AREAS = (
          ("tests/conformance/test_device_plugin_units.py", "tests/conformance/test_allocator_rules.py")),
     Area("extender policy", ("testbed/reference/extender/policy.py",),
          ("tests/scheduler/test_reference_policy.py", "tests/scheduler/test_reference_policy_rules.py",
-          "tests/scheduler/test_reference_policy_pools.py")),
+          "tests/scheduler/test_reference_policy_pools.py", "tests/scheduler/test_reference_policy_snapshot.py")),
     Area("fabric lint", ("fakehw/fabric/lint.py",),
          ("tests/fabric/test_fabric_lint.py", "tests/fabric/test_fabric_lint_scope.py")),
     Area("report verify", ("conformance/report/model.py", "conformance/provenance/verify.py",
