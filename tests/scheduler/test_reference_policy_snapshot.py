@@ -4,7 +4,7 @@ Each expected answer is worked out by hand from the profiles' documented hardwar
 
 from __future__ import annotations
 
-from fakehw.views.k8s import NodeInfo
+from fakehw.views.k8s import Holding, NodeInfo
 from testbed.reference.extender.policy import Flags, Placement, Policy, Refusal, Snapshot, parse_bound
 from tests.scheduler.test_reference_policy import bound, infos, req
 
@@ -66,3 +66,65 @@ def test_nodes_of_different_templates_are_judged_each_on_its_own() -> None:
     assert passed == [dgx] and not failed and list(unresolvable) == [tray], (passed, failed, unresolvable)
     small = policy.evaluate_many(req(name="s", gpus=1), [dgx, tray])
     assert all(isinstance(v, Placement) for v in small.values()), small
+
+
+def test_gpus_held_by_pods_of_equal_priority_are_not_resolvable() -> None:
+    """Kubernetes preemption ("Pod Priority and Preemption", kubernetes.io) removes only pods of *lower* priority
+    than the pending pod, so a node is worth preempting on (ExtenderFilterResult's FailedNodes) only when such pods
+    hold what is missing. A DGX H100's 8 GPUs held by pods of priority 10: for a 1-GPU pod of priority 10 the node
+    is FailedAndUnresolvable; for one of priority 11 it is FailedNodes."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    held = [b for i in range(8) if (b := parse_bound(bound("x", f"x{i}", name, (i,), priority=10))) is not None]
+    policy = Policy(Snapshot(nodes, held, Flags()))
+    passed, failed, unresolvable = policy.filter(req(gpus=1, priority=10), [name])
+    assert not passed and not failed and list(unresolvable) == [name], (failed, unresolvable)
+    passed, failed, unresolvable = policy.filter(req(name="q", gpus=1, priority=11), [name])
+    assert not passed and list(failed) == [name] and not unresolvable, (failed, unresolvable)
+
+
+def test_an_exclusive_pool_opens_to_others_once_its_tenants_pod_is_gone() -> None:
+    """Exclusive pools serve one tenant at a time per node (docs/scheduler.md, Filter). On cxl-pool (cxl-pooled
+    exclusive, 64 GiB; cxl-local shared, 4 GiB) tenant a's pod holds 1 GiB of cxl-pooled on cxl-host-0, so tenant b's
+    pod needing 8 GiB beyond its GPU's HBM (more than cxl-local's 4 GiB) does not fit there; once a's pod is deleted
+    (the watch's DELETED, ``Snapshot.put`` with nothing) nobody holds the pool and b's pod gets cxl-pooled memory."""
+    nodes = infos("cxl-pool")
+    hbm = nodes["cxl-host-0"].gpus[0].memory
+    held = parse_bound(bound("a", "a1", "cxl-host-0", (0,), grants={"cxl-pooled": 2**30}, memory=hbm + 2**30))
+    assert held is not None
+    snap = Snapshot(nodes, [held], Flags())
+    need = req(ns="b", gpus=1, memory=hbm + 8 * 2**30)
+    assert isinstance(Policy(snap).evaluate(need, "cxl-host-0"), Refusal)
+    snap.put(held.key, None)
+    after = Policy(snap).evaluate(need, "cxl-host-0")
+    assert isinstance(after, Placement) and "cxl-pooled" in after.grants, after
+
+
+def test_a_gang_of_memory_only_pods_shares_one_node() -> None:
+    """A gang whose members ask for no GPU, only pool memory (1 GiB each): GPUs do not limit how many members a node
+    holds, its pools do. A GB200 tray's pools lend hundreds of GiB to bursts (grace-lpddr 400 GiB, nvl72-peer-hbm
+    256 GiB, under the 0.9 / 0.25 policy), so one tray holds all 3 members and the plan (fewest nodes first,
+    docs/scheduler.md) is that tray three times."""
+    nodes = infos("gb200-nvl72")
+    a, b = sorted(nodes)[:2]
+    policy = Policy(Snapshot({a: nodes[a], b: nodes[b]}, [], Flags()))
+    plan = policy.gang_plan(req(gpus=0, memory=2**30, gang="g", gang_size=3), [a, b])
+    assert not isinstance(plan, Refusal) and len(set(plan.nodes)) == 1 and len(plan.nodes) == 3, plan
+
+
+def test_a_booked_member_passes_the_filter_where_its_booking_is() -> None:
+    """docs/scheduler.md (gangs, SCHED-ISO-006): GPUs booked for a gang's pending members are theirs. The gang's
+    first member (4 GPUs) is bound on GB200 tray a with the plan (a, b); tray b's 4 GPUs are all booked for the
+    second member. kube-scheduler asks the extender to filter [a, b] for the second member: b passes (its booking
+    is the member's own), a is unresolvable (the plan has no open slot there)."""
+    nodes = infos("gb200-nvl72")
+    a = sorted(nodes)[0]
+    b = next(n for n in sorted(nodes) if n != a and nodes[n].domain == nodes[a].domain)
+    lead = bound("t", "m1", a, (0, 1, 2, 3), gang="g", gang_size=2)
+    lead["metadata"]["annotations"].update(Holding(a, (0, 1, 2, 3), {}, "burst", gang_domain=nodes[a].domain,
+                                                   gang_token="tok", gang_plan=(a, b)).annotations())
+    held = parse_bound(lead)
+    assert held is not None
+    passed, failed, unresolvable = Policy(Snapshot(nodes, [held], Flags())).filter(
+        req(gpus=4, gang="g", gang_size=2, name="m2"), [a, b])
+    assert passed == [b] and not failed and list(unresolvable) == [a], (passed, failed, unresolvable)
