@@ -128,3 +128,36 @@ def test_a_booked_member_passes_the_filter_where_its_booking_is() -> None:
     passed, failed, unresolvable = Policy(Snapshot(nodes, [held], Flags())).filter(
         req(gpus=4, gang="g", gang_size=2, name="m2"), [a, b])
     assert passed == [b] and not failed and list(unresolvable) == [a], (passed, failed, unresolvable)
+
+
+def test_priorities_whose_hashes_collide_get_their_own_verdicts() -> None:
+    """Kubernetes priorities are 32-bit integers and may be negative (PriorityClass ``value``). In CPython
+    hash(-1) == hash(-2), so requests differing only in priority -1 / -2 hash alike, and the verdict cache must still
+    tell them apart. A DGX H100 whose 8 GPUs pods of priority -2 hold: for a 1-GPU pod of priority -1 those are
+    lower-priority pods (FailedNodes: preemption helps); for one of priority -2 they are not (unresolvable)."""
+    assert hash(-1) == hash(-2)
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    held = [b for i in range(8) if (b := parse_bound(bound("x", f"x{i}", name, (i,), priority=-2))) is not None]
+    policy = Policy(Snapshot(nodes, held, Flags()))
+    higher = policy.evaluate(req(gpus=1, priority=-1), name)
+    assert isinstance(higher, Refusal) and higher.resolvable, higher
+    equal = policy.evaluate(req(name="q", gpus=1, priority=-2), name)
+    assert isinstance(equal, Refusal) and not equal.resolvable, equal
+
+
+def test_resolvable_when_lower_priority_pods_hold_exactly_what_is_missing() -> None:
+    """docs/scheduler.md (Filter): short of GPUs is resolvable "when lower-priority pods hold enough". A DGX H100
+    (8 GPUs): 4 held by pods of priority 1000, 4 by pods of priority 1. A pod of priority 10 asking for 4 GPUs would
+    fit with the 4 low-priority pods evicted (FailedNodes); asking for 5 it would not, whatever is evicted
+    (FailedAndUnresolvableNodes)."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    pods = [bound("h", f"h{i}", name, (i,), priority=1000) for i in range(4)]
+    pods += [bound("l", f"l{i}", name, (i,), priority=1) for i in range(4, 8)]
+    held = [b for p in pods if (b := parse_bound(p)) is not None]
+    policy = Policy(Snapshot(nodes, held, Flags()))
+    four = policy.evaluate(req(gpus=4, priority=10), name)
+    assert isinstance(four, Refusal) and four.resolvable, four
+    five = policy.evaluate(req(name="q", gpus=5, priority=10), name)
+    assert isinstance(five, Refusal) and not five.resolvable, five

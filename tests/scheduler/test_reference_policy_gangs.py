@@ -1,0 +1,80 @@
+"""The reference extender's gang plans (testbed/reference/extender/policy.py, ``gang_plan``) and GPU choice at the
+limits docs/scheduler.md publishes: a plan books exactly one node per member, in the NVLink domain that needs the
+fewest nodes, filled from the nodes with the most room; the best GPU set is found exhaustively up to 400 sets.
+Each expected answer is worked out by hand from the profiles' documented hardware."""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import SimpleNamespace
+
+from testbed.reference.extender.policy import Flags, GangPlan, Policy, choose_gpus
+from tests.scheduler.test_reference_policy import bound, infos, req, snapshot
+
+
+def _two_trays(held_a: int, held_b: int) -> tuple[Policy, str, str]:
+    """Two GB200 NVL72 compute trays (4 GPUs each, one NVLink domain), other tenants holding the first GPUs."""
+    nodes = infos("gb200-nvl72")
+    a, b = sorted(nodes)[:2]
+    assert nodes[a].domain == nodes[b].domain and len(nodes[a].gpus) == 4
+    pods = [bound("x", f"{n}-{i}", n, (i,)) for n, held in ((a, held_a), (b, held_b)) for i in range(held)]
+    return Policy(snapshot({a: nodes[a], b: nodes[b]}, pods, Flags())), a, b
+
+
+def test_a_plan_is_filled_from_the_node_with_the_most_room() -> None:
+    """Two trays of one NVL72 domain: a has 1 free GPU, b all 4. A gang of two 1-GPU pods fits on b alone, so the
+    plan books b twice (docs/scheduler.md: packing, whole nodes kept free; one node rather than two)."""
+    policy, a, b = _two_trays(3, 0)
+    plan = policy.gang_plan(req(gpus=1, gang="g", gang_size=2), [a, b])
+    assert isinstance(plan, GangPlan) and plan.nodes == (b, b), plan
+
+
+def test_a_plan_books_exactly_one_slot_per_member() -> None:
+    """docs/scheduler.md: the first member books "a node for every member". Two trays with 2 free GPUs each, a gang
+    of three 1-GPU pods: 2 on one tray and 1 on the other, 3 slots in all (not 4: the last tray is not filled)."""
+    policy, a, b = _two_trays(2, 2)
+    plan = policy.gang_plan(req(gpus=1, gang="g", gang_size=3), [a, b])
+    assert isinstance(plan, GangPlan) and len(plan.nodes) == 3, plan
+    assert sorted(Counter(plan.nodes).values()) == [1, 2], plan
+
+
+def test_the_domain_needing_fewest_nodes_wins() -> None:
+    """gb200-nvl72 with 36 trays is two NVL72 domains of 18 trays. Every tray of the first has 2 of its 4 GPUs held
+    by another tenant, so a gang of two 2-GPU pods needs 2 trays there; in the empty second domain one tray holds
+    both. The plan goes to the second domain, on one tray (docs/scheduler.md: fewest nodes, then cheapest)."""
+    nodes = infos("gb200-nvl72", nodes=36)
+    domains = sorted({i.domain for i in nodes.values()})
+    assert len(domains) == 2
+    first = sorted(n for n, i in nodes.items() if i.domain == domains[0])
+    pods = [bound("x", f"{n}-{i}", n, (i,)) for n in first for i in range(2)]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    names = first + sorted(n for n in nodes if n not in first)  # the busy domain first, then the other
+    plan = policy.gang_plan(req(gpus=2, gang="g", gang_size=2), names)
+    assert isinstance(plan, GangPlan), plan
+    assert plan.domain == domains[1] and len(set(plan.nodes)) == 1 and len(plan.nodes) == 2, plan
+    backwards = Policy(snapshot(nodes, pods, Flags())).gang_plan(req(gpus=2, gang="h", gang_size=2), names[::-1])
+    assert isinstance(backwards, GangPlan) and backwards.domain == domains[1], backwards
+
+
+def test_up_to_400_sets_the_search_is_exhaustive() -> None:
+    """docs/scheduler.md: the best free set is found "exhaustive up to 400 sets, greedy beyond". 12 GPUs, 3 wanted:
+    C(12, 3) = 220 sets, so the answer is the true minimum of the mean pair latency. GPUs 0, 1, 2 are 10 ns apart
+    from each other (mean 10); each has a private partner 1 ns away (3, 4, 5) that is 1000 ns from everything else;
+    the rest are 1000 ns from everything. Any set but {0, 1, 2} has a 1000 ns pair (mean >= 337), so (0, 1, 2) is
+    the answer, although a greedy search from any start takes a 1 ns partner first and misses it."""
+    near = {frozenset(p): 10 for p in ((0, 1), (0, 2), (1, 2))} | {frozenset((i, i + 3)): 1 for i in range(3)}
+    matrix = tuple(tuple(0 if a == b else near.get(frozenset((a, b)), 1000) for b in range(12)) for a in range(12))
+    node = SimpleNamespace(latency=matrix)
+    assert choose_gpus(node, list(range(12)), 3) == (0, 1, 2)  # type: ignore[arg-type]
+
+
+def test_a_node_named_twice_is_answered_once() -> None:
+    """The extender answers kube-scheduler's ExtenderArgs.NodeNames as it gets them (testbed/reference/extender/
+    server.py passes the list on); ExtenderFilterResult's NodeNames are the nodes that fit, each a node, so a name
+    the request repeats is still one node: it is passed once, and prioritize's HostPriorityList scores it once."""
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    policy = Policy(snapshot(nodes, [], Flags()))
+    passed, failed, unresolvable = policy.filter(req(gpus=1), [a, a, b])
+    assert passed == [a, b] and not failed and not unresolvable, (passed, failed, unresolvable)
+    assert [n for _, ns in policy.score_groups(req(name="q", gpus=1), [b, b]) for n in ns] == [b]
