@@ -78,3 +78,17 @@ def test_a_node_named_twice_is_answered_once() -> None:
     passed, failed, unresolvable = policy.filter(req(gpus=1), [a, a, b])
     assert passed == [a, b] and not failed and not unresolvable, (passed, failed, unresolvable)
     assert [n for _, ns in policy.score_groups(req(name="q", gpus=1), [b, b]) for n in ns] == [b]
+
+
+def test_beyond_400_sets_the_greedy_search_decides() -> None:
+    """docs/scheduler.md: "exhaustive up to 400 sets, greedy beyond" (a decision's cost stays bounded on large
+    nodes). The matrix of the test above, on 13 and 16 GPUs: C(13, 3) = 286 sets, so (0, 1, 2), the optimum; C(16, 3)
+    = 560, so the greedy search from every start (ties: lowest index) decides. Worked by hand: from 0 it takes 3
+    (1 ns), then 1 (10 + 1000 ns, tied with 2); from 1: 4, then 0; from 2: 5, then 0; from any of 6-15: 0, then 3.
+    Best of those by mean pair latency, then lowest indices: (0, 1, 3), mean (10 + 1 + 1000) / 3."""
+    def node(n: int) -> SimpleNamespace:
+        near = {frozenset(p): 10 for p in ((0, 1), (0, 2), (1, 2))} | {frozenset((i, i + 3)): 1 for i in range(3)}
+        return SimpleNamespace(latency=tuple(tuple(0 if a == b else near.get(frozenset((a, b)), 1000)
+                                                   for b in range(n)) for a in range(n)))
+    assert choose_gpus(node(13), list(range(13)), 3) == (0, 1, 2)  # type: ignore[arg-type]
+    assert choose_gpus(node(16), list(range(16)), 3) == (0, 1, 3)  # type: ignore[arg-type]

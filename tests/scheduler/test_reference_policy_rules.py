@@ -402,3 +402,25 @@ def test_a_gang_whose_members_need_one_pool_byte_each_is_held_to_the_pools_room(
     assert isinstance(one, Placement) and one.grants == {"grace-lpddr": 1}, one
     plan = policy.gang_plan(req(**member), [name])
     assert isinstance(plan, Refusal) and plan.reason.endswith("the largest has room for 1"), plan
+
+
+def test_image_platforms_and_cpu_isa_decide_before_anything_else() -> None:
+    """docs/scheduler.md (Filter: image platform and ISA, unresolvable). mixed-arch has a DGX H100 (kubernetes.io/arch
+    amd64, Sapphire Rapids: AVX-512) and a RISC-V NVLink Fusion host (riscv64, RVA23 vector extensions such as Zvfh).
+    An image built only for linux/riscv64 cannot run on the amd64 node, one needing Zvfh lacks it there, one needing
+    AVX-512F lacks it on the RISC-V host; no eviction changes a CPU, so all are FailedAndUnresolvable. A pod naming no
+    platform and no extension runs on both (an image index without platforms constrains nothing here)."""
+    nodes = infos("mixed-arch")
+    x86, rv = "dgx-h100-0", "rv-fusion-0"
+    assert (nodes[x86].arch, nodes[rv].arch) == ("amd64", "riscv64")
+    policy = Policy(snapshot(nodes, [], Flags()))
+    riscv_only = policy.evaluate(req(gpus=1, platforms=["linux/riscv64"]), x86)
+    assert isinstance(riscv_only, Refusal) and not riscv_only.resolvable, riscv_only
+    assert riscv_only.reason.startswith("image has no linux/amd64 variant"), riscv_only
+    assert isinstance(policy.evaluate(req(gpus=1, platforms=["linux/riscv64"]), rv), Placement)
+    zvfh = policy.evaluate(req(name="v", gpus=1, isa=["zvfh"]), x86)
+    assert isinstance(zvfh, Refusal) and not zvfh.resolvable and "lacks ISA extensions zvfh" in zvfh.reason, zvfh
+    assert isinstance(policy.evaluate(req(name="v", gpus=1, isa=["zvfh"]), rv), Placement)
+    avx = policy.evaluate(req(name="a", gpus=1, isa=["avx512f"]), rv)
+    assert isinstance(avx, Refusal) and not avx.resolvable and "avx512f" in avx.reason, avx
+    assert all(isinstance(policy.evaluate(req(name="any", gpus=1), n), Placement) for n in (x86, rv))

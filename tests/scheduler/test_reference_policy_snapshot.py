@@ -161,3 +161,47 @@ def test_resolvable_when_lower_priority_pods_hold_exactly_what_is_missing() -> N
     assert isinstance(four, Refusal) and four.resolvable, four
     five = policy.evaluate(req(name="q", gpus=5, priority=10), name)
     assert isinstance(five, Refusal) and not five.resolvable, five
+
+
+def test_nodes_share_a_verdict_only_when_their_pods_split_alike() -> None:
+    """Nodes of one template in the same usage state share a verdict (docs/scheduler.md). Two DGX H100 nodes with
+    GPUs 0-2 held by one tenant: on a, a pod of priority 1 holds GPUs 0-1 and one of priority 5 GPU 2; on b, priority
+    1 holds GPU 0 and priority 5 GPUs 1-2. For a 7-GPU pod of priority 3 (5 GPUs free) Kubernetes' preemption of
+    lower-priority pods frees 2 more GPUs on a (fits: FailedNodes) but 1 on b (unresolvable)."""
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    pods = [bound("x", "a1", a, (0, 1), priority=1), bound("x", "a5", a, (2,), priority=5),
+            bound("x", "b1", b, (0,), priority=1), bound("x", "b5", b, (1, 2), priority=5)]
+    held = [x for p in pods if (x := parse_bound(p)) is not None]
+    policy = Policy(Snapshot(nodes, held, Flags()), dict.fromkeys(nodes, "dgx-h100"), {})
+    passed, failed, unresolvable = policy.filter(req(gpus=7, priority=3), [a, b])
+    assert not passed and list(failed) == [a] and list(unresolvable) == [b], (failed, unresolvable)
+
+
+def test_nodes_share_a_verdict_only_when_their_gang_bookings_hold_alike_memory() -> None:
+    """Two GB200 trays in what looks like one state: one GPU held by tenant t's pod with S bytes of grace-lpddr, one
+    GPU booked for a gang's pending member. On a the booking is the second member of the holder's own gang, which
+    needs S bytes too (set aside, docs/scheduler.md: booked memory is not given to others); on b it is a member of
+    another gang (its lead on tray c) that needs no pool memory. A memory-only pod asking for all that bursts may
+    still take on b (grace-lpddr's burst cap less S, plus nvl72-peer-hbm's burst cap) fits b and not a."""
+    nodes = infos("gb200-nvl72")
+    a, b, c = sorted(nodes)[:3]
+    info = nodes[a]
+    hbm = info.gpus[0].memory
+    lpddr, peer = info.pool("grace-lpddr"), info.pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    s = 2**34
+    lead_a = bound("t", "g-0", a, (0,), memory=hbm + s, grants={"grace-lpddr": s}, gang="g", gang_size=2)
+    lead_a["metadata"]["annotations"].update(Holding(a, (0,), {"grace-lpddr": s}, "burst", info.domain, "tok",
+                                                     (a, a)).annotations())
+    plain_b = bound("t", "p", b, (0,), memory=hbm + s, grants={"grace-lpddr": s})
+    lead_c = bound("u", "h-0", c, (0,), gang="h", gang_size=2)
+    lead_c["metadata"]["annotations"].update(Holding(c, (0,), {}, "burst", info.domain, "tok2",
+                                                     (c, b)).annotations())
+    held = [x for p in (lead_a, plain_b, lead_c) if (x := parse_bound(p)) is not None]
+    trio = {n: nodes[n] for n in (a, b, c)}
+    policy = Policy(Snapshot(trio, held, Flags()), dict.fromkeys(trio, "gb200-tray"), {})
+    cfg = info.policy
+    room = cfg.burst_cap(lpddr.available) - s + cfg.burst_cap(peer.available)
+    passed, failed, unresolvable = policy.filter(req(ns="n", gpus=0, memory=room), [a, b])
+    assert passed == [b] and list(unresolvable) == [a] and not failed, (passed, failed, unresolvable)
