@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from types import SimpleNamespace
 
-from testbed.reference.extender.policy import Flags, GangPlan, Policy, choose_gpus
+from fakehw.views.k8s import Holding
+from testbed.reference.extender.policy import Flags, GangPlan, Placement, Policy, Refusal, choose_gpus
 from tests.scheduler.test_reference_policy import bound, infos, req, snapshot
 
 
@@ -92,3 +93,59 @@ def test_beyond_400_sets_the_greedy_search_decides() -> None:
                                                    for b in range(n)) for a in range(n)))
     assert choose_gpus(node(13), list(range(13)), 3) == (0, 1, 2)  # type: ignore[arg-type]
     assert choose_gpus(node(16), list(range(16)), 3) == (0, 1, 3)  # type: ignore[arg-type]
+
+
+def _gang_lead(node: str, gpus: tuple[int, ...], plan: tuple[str, ...], memory: int = 0,
+               grants: dict[str, int] | None = None, size: int = 3) -> dict[str, object]:
+    """The first member of gang t/g, bound on ``node`` with its booking ``plan`` (as the binder writes it)."""
+    pod = bound("t", "g-0", node, gpus, memory=memory, grants=grants, gang="g", gang_size=size)
+    pod["metadata"]["annotations"].update(Holding(node, gpus, grants or {}, "burst", "domain", "tok",
+                                                  plan).annotations())
+    return pod
+
+
+def test_a_booking_holds_gpus_for_every_pending_member() -> None:
+    """docs/scheduler.md (SCHED-ISO-006): GPUs booked for a gang's pending members are not given to others. A gang of
+    three 2-GPU pods planned on one DGX H100 (8 GPUs): the first holds 2, and 2 x 2 = 4 are booked for the other two,
+    so 2 GPUs are free for anyone else: a 2-GPU pod of another tenant fits, a 3-GPU one does not."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    policy = Policy(snapshot(nodes, [_gang_lead(name, (0, 1), (name, name, name))], Flags()))
+    assert isinstance(policy.evaluate(req(ns="u", gpus=2), name), Placement)
+    three = policy.evaluate(req(ns="u", name="q", gpus=3), name)
+    assert isinstance(three, Refusal) and "2 free and healthy (0 unhealthy, 2 held, 4 booked by gangs)" in \
+        three.reason, three
+
+
+def test_a_booking_holds_pool_memory_for_every_pending_member() -> None:
+    """docs/scheduler.md: memory booked for a gang's pending members is not given to others. A gang of three 1-GPU
+    pods, each needing its GPU's HBM plus S = 16 GiB, planned on one GB200 tray: the first holds S of grace-lpddr,
+    2S are booked for the other two. Bursts may take each pool's burst cap (thrashThreshold less reservedFraction
+    of what it holds), so another tenant's memory-only pod gets at most grace-lpddr's cap - 3S plus
+    nvl72-peer-hbm's cap: that much fits, one byte more does not."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    info = nodes[name]
+    lpddr, peer = info.pool("grace-lpddr"), info.pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    s = 16 * 2**30
+    lead = _gang_lead(name, (0,), (name, name, name), memory=info.gpus[0].memory + s, grants={"grace-lpddr": s})
+    policy = Policy(snapshot({name: info}, [lead], Flags()))
+    room = info.policy.burst_cap(lpddr.available) - 3 * s + info.policy.burst_cap(peer.available)
+    assert isinstance(policy.evaluate(req(ns="u", gpus=0, memory=room), name), Placement)
+    assert isinstance(policy.evaluate(req(ns="u", name="q", gpus=0, memory=room + 1), name), Refusal)
+
+
+def test_bind_finds_the_booking_its_filter_made() -> None:
+    """docs/scheduler.md (gangs): the first member books, and the plan, domain and token go onto every member at
+    binding. kube-scheduler filters the first member over all nodes, then asks the binder to bind it to one node;
+    the binder (testbed/reference/extender/server.py) asks for the gang's plan again with only that node, and must
+    get the booking the filter made (the same token and nodes), not a new one."""
+    nodes = infos("dgx-h100", nodes=2)
+    policy = Policy(snapshot(nodes, [], Flags()))
+    member = req(gpus=4, gang="g", gang_size=2)
+    passed, _, _ = policy.filter(member, sorted(nodes))
+    made = policy.gang_plan(member, sorted(nodes))
+    assert isinstance(made, GangPlan) and passed == [made.nodes[0]], (passed, made)
+    again = policy.gang_plan(member, [made.nodes[0]])
+    assert isinstance(again, GangPlan) and again.token == made.token and again.nodes == made.nodes, again

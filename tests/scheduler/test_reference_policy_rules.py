@@ -424,3 +424,15 @@ def test_image_platforms_and_cpu_isa_decide_before_anything_else() -> None:
     avx = policy.evaluate(req(name="a", gpus=1, isa=["avx512f"]), rv)
     assert isinstance(avx, Refusal) and not avx.resolvable and "avx512f" in avx.reason, avx
     assert all(isinstance(policy.evaluate(req(name="any", gpus=1), n), Placement) for n in (x86, rv))
+
+
+def test_a_node_near_the_cheapest_scores_near_8() -> None:
+    """docs/scheduler.md: 0..8 by cost for the rest, linear between the cheapest and the dearest. Three DGX H100
+    nodes; another tenant holds 0, 1 and 7 of their 8 GPUs; 1-GPU pods (no pair latency): costs 0, 250 and 1750 ns
+    (2000 ns x share held). The middle node is 1500 / 1750 of the way from the dearest: 8 x 6/7 = 6.86, score 6."""
+    nodes = infos("dgx-h100", nodes=3)
+    a, b, c = sorted(nodes)
+    pods = [bound("x", "x1", b, (0,))] + [bound("x", f"y{i}", c, (i,)) for i in range(7)]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    assert [_placement(policy, n, gpus=1).cost for n in (a, b, c)] == [0, 250, 1750]
+    assert policy.prioritize(req(gpus=1), [a, b, c]) == {a: 10, b: 6, c: 0}
