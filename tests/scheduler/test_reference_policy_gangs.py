@@ -5,8 +5,11 @@ Each expected answer is worked out by hand from the profiles' documented hardwar
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from types import SimpleNamespace
+
+import pytest
 
 from fakehw.views.k8s import Holding
 from testbed.reference.extender.policy import Flags, GangPlan, Placement, Policy, Refusal, choose_gpus
@@ -149,3 +152,28 @@ def test_bind_finds_the_booking_its_filter_made() -> None:
     assert isinstance(made, GangPlan) and passed == [made.nodes[0]], (passed, made)
     again = policy.gang_plan(member, [made.nodes[0]])
     assert isinstance(again, GangPlan) and again.token == made.token and again.nodes == made.nodes, again
+
+
+def test_a_gang_without_a_booking_scores_other_gangs_bookings_as_taken() -> None:
+    """kube-scheduler's prioritize (HostPriorityList, scores 0..10) for the first member of gang g, which has no
+    booking yet, on two DGX H100 nodes (8 GPUs each). On a, gang h's first member (tenant x) holds 4 GPUs and h's
+    plan books the other 4 for its second member; on b, tenant x's plain pods hold 4 and 4 are free. GPUs booked
+    for h are not g's (docs/scheduler.md, SCHED-ISO-006): the 4-GPU member does not fit a (score 0) and fits b
+    (score 10, the only and so the cheapest fit)."""
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    lead = bound("x", "h-0", a, (0, 1, 2, 3), gang="h", gang_size=2)
+    lead["metadata"]["annotations"].update(Holding(a, (0, 1, 2, 3), {}, "burst", a, "tok", (a, a)).annotations())
+    plain = [bound("x", f"p{i}", b, (i,)) for i in range(4)]
+    policy = Policy(snapshot(nodes, [lead, *plain], Flags()))
+    assert policy.prioritize(req(gpus=4, gang="g", gang_size=2), [a, b]) == {a: 0, b: 10}
+
+
+def test_gang_plans_are_values() -> None:
+    """A gang's plan is read back from the cluster and shared by every decision about its members (docs/
+    scheduler.md: the booking lives in the cluster); nothing may change one in place."""
+    nodes = infos("dgx-h100", nodes=1)
+    plan = Policy(snapshot(nodes, [], Flags())).gang_plan(req(gpus=4, gang="g", gang_size=2), list(nodes))
+    assert isinstance(plan, GangPlan), plan
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.nodes = ()  # type: ignore[misc]
