@@ -205,3 +205,29 @@ def test_nodes_share_a_verdict_only_when_their_gang_bookings_hold_alike_memory()
     room = cfg.burst_cap(lpddr.available) - s + cfg.burst_cap(peer.available)
     passed, failed, unresolvable = policy.filter(req(ns="n", gpus=0, memory=room), [a, b])
     assert passed == [b] and list(unresolvable) == [a] and not failed, (passed, failed, unresolvable)
+
+
+def test_a_deleted_pod_stops_counting_against_other_tenants() -> None:
+    """docs/scheduler.md: isolationPenalty is the share of the node's GPUs other tenants hold, x 2,000 ns. Tenant x
+    holds GPUs 0 and 1 of a DGX H100 (8 GPUs) with two pods: for tenant u's 1-GPU pod that is 2000 x 2/8 = 500 ns.
+    One of x's pods is deleted (the watch's DELETED): x holds 1 GPU, 2000 x 1/8 = 250 ns; and once the other is
+    replaced by a pod holding GPUs 0-2 (a MODIFIED pod, as the cache sees it), 2000 x 3/8 = 750 ns."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    held = [b for i in range(2) if (b := parse_bound(bound("x", f"x{i}", name, (i,)))) is not None]
+    snap = Snapshot(nodes, held, Flags())
+    newcomer = req(ns="u", gpus=1)
+
+    def isolation() -> float:
+        placement = Policy(snap).evaluate(newcomer, name)
+        assert isinstance(placement, Placement), placement
+        return placement.isolation
+
+    assert isolation() == 500
+    snap.put("x/x0", None)
+    assert isolation() == 250
+    wider = parse_bound(bound("x", "x1", name, (0, 1, 2)))
+    assert wider is not None
+    snap.put("x/x1", wider)
+    assert isolation() == 750
+    assert sorted(snap.use_of(name).held) == [0, 1, 2]
