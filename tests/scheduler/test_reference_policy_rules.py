@@ -436,3 +436,28 @@ def test_a_node_near_the_cheapest_scores_near_8() -> None:
     policy = Policy(snapshot(nodes, pods, Flags()))
     assert [_placement(policy, n, gpus=1).cost for n in (a, b, c)] == [0, 250, 1750]
     assert policy.prioritize(req(gpus=1), [a, b, c]) == {a: 10, b: 6, c: 0}
+
+
+def test_a_node_the_pod_does_not_fit_scores_the_minimum() -> None:
+    """kube-scheduler's extender scores are 0..MaxExtenderPriority (10). Three DGX H100 nodes: a free, b with 2 of 8
+    GPUs held by another tenant (isolation 500 ns: the dearest fit, score 0), c with all 8 held. A node the pod cannot
+    run on must not outscore one it can, and nothing scores below 0: c scores 0."""
+    nodes = infos("dgx-h100", nodes=3)
+    a, b, c = sorted(nodes)
+    pods = [bound("x", f"b{i}", b, (i,)) for i in range(2)] + [bound("x", f"c{i}", c, (i,)) for i in range(8)]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    assert policy.prioritize(req(gpus=1), [a, b, c]) == {a: 10, b: 0, c: 0}
+
+
+def test_prioritize_answers_for_the_nodes_it_is_asked_about() -> None:
+    """The extender harness's check (docs/scheduler.md: answers name only nodes that were sent) and kube-scheduler's
+    HostPriorityList: one entry per node of the prioritize request. After the pod's filter passed two DGX H100
+    nodes, kube-scheduler may prioritize fewer (another filter or extender removed one): the answer is about those
+    only, and a node alone is the cheapest: 10."""
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    policy = Policy(snapshot(nodes, [bound("x", "x0", a, (0,))], Flags()))
+    pod = req(gpus=1)
+    passed, _, _ = policy.filter(pod, [a, b])
+    assert passed == [a, b] or passed == [b, a], passed
+    assert policy.prioritize(pod, [a]) == {a: 10}
