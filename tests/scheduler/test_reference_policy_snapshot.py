@@ -231,3 +231,23 @@ def test_a_deleted_pod_stops_counting_against_other_tenants() -> None:
     snap.put("x/x1", wider)
     assert isolation() == 750
     assert sorted(snap.use_of(name).held) == [0, 1, 2]
+
+
+def test_without_templates_every_unused_node_is_judged_on_its_own() -> None:
+    """With no node templates (each node its own), unused nodes share nothing: the DGX H100 (8 GPUs) fits an 8-GPU
+    pod, the GB200 tray (4 GPUs) does not, whichever is asked about first."""
+    nodes, dgx, tray = _two_kinds()
+    for order in ([tray, dgx], [dgx, tray]):
+        verdicts = Policy(Snapshot(nodes, [], Flags())).evaluate_many(req(gpus=8), order)
+        assert isinstance(verdicts[dgx], Placement) and isinstance(verdicts[tray], Refusal), verdicts
+
+
+def test_unused_nodes_of_one_template_are_answered_beside_used_ones() -> None:
+    """Three DGX H100 nodes of one template, a pod of tenant x on one of them: a 1-GPU pod fits all three, so the
+    filter's NodeNames (ExtenderFilterResult) list all three, used and unused alike."""
+    nodes = infos("dgx-h100", nodes=3)
+    a, b, c = sorted(nodes)
+    held = [x for x in (parse_bound(bound("x", "x0", b, (0,))),) if x is not None]
+    policy = Policy(Snapshot(nodes, held, Flags()), dict.fromkeys(nodes, "dgx-h100"), {})
+    passed, failed, unresolvable = policy.filter(req(gpus=1), [a, b, c])
+    assert sorted(passed) == [a, b, c] and not failed and not unresolvable, (passed, failed, unresolvable)
