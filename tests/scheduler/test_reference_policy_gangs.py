@@ -177,3 +177,27 @@ def test_gang_plans_are_values() -> None:
     assert isinstance(plan, GangPlan), plan
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.nodes = ()  # type: ignore[misc]
+
+
+def test_a_booking_without_pool_memory_sets_none_aside() -> None:
+    """docs/scheduler.md: a gang's booking holds what its pending members need; gang t/g's members (1 GPU, no memory
+    beyond their HBM) need no pool memory, so their booking sets none aside. On a GB200 tray where t/g's first member
+    holds GPU 0 and books GPU 1, gang u/g's members (1 GPU plus S bytes of pools each) see the pools' whole burst room
+    R (grace-lpddr's and nvl72-peer-hbm's burst caps, made odd by a 1-byte burst if need be) with S = (R + 1) / 2:
+    one member fits (S <= R), two do not (2S = R + 1), so a gang of two with only this tray gets no node."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    info = nodes[name]
+    lpddr, peer = info.pool("grace-lpddr"), info.pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    room = info.policy.burst_cap(lpddr.available) + info.policy.burst_cap(peer.available)
+    pods = [_gang_lead(name, (0,), (name, name), size=2)]
+    if room % 2 == 0:
+        pods.append(bound("o", "byte", name, (), grants={"grace-lpddr": 1}))
+        room -= 1
+    s = (room + 1) // 2
+    policy = Policy(snapshot({name: info}, pods, Flags()))
+    member = dict(gpus=1, memory=info.gpus[0].memory + s, gang="g", gang_size=2, ns="u")
+    assert isinstance(policy.evaluate(req(**member), name), Placement)
+    plan = policy.gang_plan(req(**member), [name])
+    assert isinstance(plan, Refusal) and plan.reason.endswith("the largest has room for 1"), plan
