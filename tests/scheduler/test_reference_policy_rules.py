@@ -461,3 +461,13 @@ def test_prioritize_answers_for_the_nodes_it_is_asked_about() -> None:
     passed, _, _ = policy.filter(pod, [a, b])
     assert passed == [a, b] or passed == [b, a], passed
     assert policy.prioritize(pod, [a]) == {a: 10}
+
+
+def test_a_node_the_extender_does_not_know_is_unresolvable() -> None:
+    """ExtenderFilterResult: FailedNodes are nodes where preemption may help, FailedAndUnresolvableNodes those where it
+    cannot. A node name the extender has no Node object for (deleted, or not yet seen by its informer) has no GPUs,
+    pods or pools it knows of: evicting pods cannot make the pod fit there, so it is unresolvable."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    passed, failed, unresolvable = Policy(snapshot(nodes, [], Flags())).filter(req(gpus=1), [name, "gone-node"])
+    assert passed == [name] and not failed and list(unresolvable) == ["gone-node"], (passed, failed, unresolvable)
