@@ -201,3 +201,19 @@ def test_a_booking_without_pool_memory_sets_none_aside() -> None:
     assert isinstance(policy.evaluate(req(**member), name), Placement)
     plan = policy.gang_plan(req(**member), [name])
     assert isinstance(plan, Refusal) and plan.reason.endswith("the largest has room for 1"), plan
+
+
+def test_a_plan_does_not_depend_on_the_order_nodes_are_listed() -> None:
+    """kube-scheduler starts each cycle's node search where the last one stopped (its round-robin start index), so
+    the same nodes reach the extender in different orders; the booking must not follow that order. Three empty GB200
+    trays of one domain alike in cost; a gang of two 4-GPU pods needs two of them (4 GPUs each): the same two trays,
+    the first by name, whichever way round the candidates come."""
+    nodes = infos("gb200-nvl72")
+    trays = sorted(nodes)[:3]
+    plans = []
+    for order in (trays, trays[::-1], [trays[1], trays[2], trays[0]]):
+        plan = Policy(snapshot({n: nodes[n] for n in trays}, [], Flags())).gang_plan(
+            req(gpus=4, gang="g", gang_size=2), order)
+        assert isinstance(plan, GangPlan), plan
+        plans.append(sorted(plan.nodes))
+    assert plans == [trays[:2]] * 3, plans

@@ -471,3 +471,15 @@ def test_a_node_the_extender_does_not_know_is_unresolvable() -> None:
     (name,) = nodes
     passed, failed, unresolvable = Policy(snapshot(nodes, [], Flags())).filter(req(gpus=1), [name, "gone-node"])
     assert passed == [name] and not failed and list(unresolvable) == ["gone-node"], (passed, failed, unresolvable)
+
+
+def test_the_ignore_bookings_mutant_counts_no_booking_at_all() -> None:
+    """docs/scheduler.md's mutant table: ignore-bookings ignores GPUs booked for gangs, nothing else. On an empty DGX
+    H100 (8 GPUs, nothing held or booked) it places an 8-GPU pod, as the reference does, and refuses a 9-GPU one."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    for flags in (Flags(), Flags(ignore_bookings=True)):
+        policy = Policy(snapshot(nodes, [], flags))
+        assert isinstance(policy.evaluate(req(gpus=8), name), Placement), flags
+        nine = policy.evaluate(req(name="q", gpus=9), name)
+        assert isinstance(nine, Refusal) and "needs 9 GPUs; 8 free" in nine.reason, (flags, nine)
