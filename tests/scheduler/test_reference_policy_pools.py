@@ -158,3 +158,42 @@ def test_a_pool_held_by_reservations_frees_nothing_by_eviction() -> None:
     assert isinstance(fits, Refusal) and fits.resolvable, fits
     never = policy.evaluate(req(ns="n", name="q", gpus=1, memory=hbm + p + 1, priority=1000), name)
     assert isinstance(never, Refusal) and not never.resolvable, never
+
+
+def test_a_pool_reservations_hold_past_its_cap_frees_nothing_and_costs_nothing_more() -> None:
+    """As the test above, but grace-lpddr's reservations hold 1 MiB more than its admission cap (granted before the
+    pool shrank): that pool still frees nothing by eviction, and its overdraft is not charged to the next pool. A
+    reservation needing nvl72-peer-hbm's admission cap P beyond its GPU's HBM fits once the burst there is evicted
+    (FailedNodes); P + 1 bytes do not (unresolvable)."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    cfg = nodes[name].policy
+    lpddr, peer = nodes[name].pool("grace-lpddr"), nodes[name].pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    pods = [bound("r", "res", name, (0,), priority=1000, kind="reservation",
+                  grants={"grace-lpddr": cfg.admission_cap(lpddr.available) + 2**20}),
+            bound("b", "burst", name, (1,), grants={"nvl72-peer-hbm": cfg.burst_cap(peer.available)})]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    hbm = nodes[name].gpus[0].memory
+    p = cfg.admission_cap(peer.available)
+    fits = policy.evaluate(req(ns="n", gpus=1, memory=hbm + p, priority=1000), name)
+    assert isinstance(fits, Refusal) and fits.resolvable, fits
+    never = policy.evaluate(req(ns="n", name="q", gpus=1, memory=hbm + p + 1, priority=1000), name)
+    assert isinstance(never, Refusal) and not never.resolvable, never
+
+
+def test_a_refusal_says_how_much_the_pools_can_grant() -> None:
+    """docs/scheduler.md (Filter): bursts may take each pool's admission cap (thrashThreshold x what it holds now)
+    less its reserved part (reservedFraction x the same). An empty GB200 tray's pools can thus grant a burst
+    B = burst cap of grace-lpddr + burst cap of nvl72-peer-hbm; a pod asking for its GPU's HBM plus B + 1 GiB is
+    refused with that figure, the one an operator compares with the pod's request."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    info = nodes[name]
+    lpddr, peer = info.pool("grace-lpddr"), info.pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    grant = info.policy.burst_cap(lpddr.available) + info.policy.burst_cap(peer.available)
+    refusal = Policy(snapshot(nodes, [], Flags())).evaluate(req(gpus=1, memory=info.gpus[0].memory + grant + 2**30),
+                                                            name)
+    assert isinstance(refusal, Refusal) and not refusal.resolvable, refusal
+    assert f"needs {grant + 2**30} bytes beyond its GPUs' HBM; the node's pools can grant {grant} " in refusal.reason
