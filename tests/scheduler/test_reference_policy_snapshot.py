@@ -128,6 +128,8 @@ def test_a_booked_member_passes_the_filter_where_its_booking_is() -> None:
     passed, failed, unresolvable = Policy(Snapshot(nodes, [held], Flags())).filter(
         req(gpus=4, gang="g", gang_size=2, name="m2"), [a, b])
     assert passed == [b] and not failed and list(unresolvable) == [a], (passed, failed, unresolvable)
+    # The reason names the booking as the binder wrote it onto the first member (domain and token annotations).
+    assert f"is booked on {nodes[a].domain} (token tok" in unresolvable[a], unresolvable
 
 
 def test_priorities_whose_hashes_collide_get_their_own_verdicts() -> None:
