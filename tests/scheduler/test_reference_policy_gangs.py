@@ -217,3 +217,21 @@ def test_a_plan_does_not_depend_on_the_order_nodes_are_listed() -> None:
         assert isinstance(plan, GangPlan), plan
         plans.append(sorted(plan.nodes))
     assert plans == [trays[:2]] * 3, plans
+
+
+def test_a_memory_only_booking_holds_its_memory_on_a_node_without_pods() -> None:
+    """docs/scheduler.md: memory booked for a gang's pending members is not given to others. Gang t/g's members ask
+    for no GPU and M = 64 GiB of pool memory each; the first is bound on GB200 tray a and the plan books tray b, where
+    nothing runs, for the second: b holds M back. Another tenant's memory-only pod gets what bursts may take of b's
+    pools (grace-lpddr's and nvl72-peer-hbm's burst caps) less M: that fits, one byte more does not."""
+    nodes = infos("gb200-nvl72")
+    a, b = sorted(nodes)[:2]
+    info = nodes[b]
+    lpddr, peer = info.pool("grace-lpddr"), info.pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    m = 64 * 2**30
+    lead = _gang_lead(a, (), (a, b), memory=m, grants={"grace-lpddr": m}, size=2)
+    policy = Policy(snapshot({a: nodes[a], b: info}, [lead], Flags()))
+    room = info.policy.burst_cap(lpddr.available) + info.policy.burst_cap(peer.available) - m
+    assert isinstance(policy.evaluate(req(ns="u", gpus=0, memory=room), b), Placement)
+    assert isinstance(policy.evaluate(req(ns="u", name="q", gpus=0, memory=room + 1), b), Refusal)
