@@ -235,3 +235,18 @@ def test_a_memory_only_booking_holds_its_memory_on_a_node_without_pods() -> None
     room = info.policy.burst_cap(lpddr.available) + info.policy.burst_cap(peer.available) - m
     assert isinstance(policy.evaluate(req(ns="u", gpus=0, memory=room), b), Placement)
     assert isinstance(policy.evaluate(req(ns="u", name="q", gpus=0, memory=room + 1), b), Refusal)
+
+
+def test_no_negative_free_count_when_bookings_outnumber_the_healthy_gpus() -> None:
+    """A DGX H100: gang t/g's first member (4 GPUs) holds GPUs 0-3 and books 4 more for the second; then GPUs 6 and 7
+    turn unhealthy, so only 2 free GPUs remain for a booking of 4. Another pod's refusal counts what is left for
+    it: 0 free and healthy (2 unhealthy, 4 held, 4 booked), never a negative number of GPUs."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    info = nodes[name]
+    sick = dataclasses.replace(info, gpus=tuple(dataclasses.replace(g, health="unhealthy") if g.index in (6, 7)
+                                                else g for g in info.gpus))
+    policy = Policy(snapshot({name: sick}, [_gang_lead(name, (0, 1, 2, 3), (name, name), size=2)], Flags()))
+    refusal = policy.evaluate(req(ns="u", gpus=1), name)
+    assert isinstance(refusal, Refusal), refusal
+    assert "needs 1 GPUs; 0 free and healthy (2 unhealthy, 4 held, 4 booked by gangs)" in refusal.reason, refusal
