@@ -112,3 +112,88 @@ def test_a_pool_over_its_cap_sets_nothing_aside_for_a_booked_gang() -> None:
     fits = policy.evaluate(req(name="m", ns="u", memory=left), name)
     assert isinstance(fits, Placement) and fits.grants == {"nvl72-peer-hbm": left}, fits
     assert isinstance(policy.evaluate(req(name="m", ns="u", memory=left + 1), name), Refusal)
+
+
+def test_evicting_bursts_never_frees_memory_booked_for_a_gang() -> None:
+    """docs/scheduler.md: a reservation that fits once bursts are evicted is answered in FailedNodes; memory booked
+    for a gang's pending members is not given to others. GH200 (one pool besides the GPU's own HBM: grace-lpddr, A
+    bytes, admission cap C = 0.9 A): a gang of two memory-only pods of M = 0.3 A each has its first member bound
+    (a burst of M) and M booked for the second; another burst holds C - 2M. Nothing is left under the cap, so a
+    reservation gets nothing now; evicting both bursts frees all of C but the booked M: a reservation of C - M
+    bytes is resolvable, one of C - M + 1 is not."""
+    nodes = infos("gh200")
+    (name,) = nodes
+    lpddr = nodes[name].pool("grace-lpddr")
+    assert lpddr is not None and [p.name for p in nodes[name].pools if p.tier != "hbm"] == ["grace-lpddr"]
+    cap = nodes[name].policy.admission_cap(lpddr.available)
+    m = lpddr.available * 3 // 10
+    first = bound("t", "g-0", name, (), memory=m, grants={"grace-lpddr": m}, gang="g", gang_size=2)
+    first["metadata"]["annotations"].update(Holding(name, (), {"grace-lpddr": m}, "burst", name, "tok",
+                                                    (name, name)).annotations())
+    other = bound("o", "burst", name, (), grants={"grace-lpddr": cap - 2 * m})
+    policy = Policy(snapshot(nodes, [first, other], Flags()))
+    fits = policy.evaluate(req(ns="r", gpus=0, memory=cap - m, priority=1000), name)
+    assert isinstance(fits, Refusal) and fits.resolvable, fits
+    never = policy.evaluate(req(ns="r", name="q", gpus=0, memory=cap - m + 1, priority=1000), name)
+    assert isinstance(never, Refusal) and not never.resolvable, never
+
+
+def test_a_pool_held_by_reservations_frees_nothing_by_eviction() -> None:
+    """docs/scheduler.md: bursts may be evicted for a reservation, reservations never. A GB200 tray: reservations
+    hold all of grace-lpddr's admission cap; a burst holds nvl72-peer-hbm's burst cap. A reservation needing P bytes
+    (nvl72-peer-hbm's admission cap) beyond its GPU's HBM fits once the burst is gone (FailedNodes); P + 1 bytes do
+    not fit whatever is evicted, since nothing of grace-lpddr can be freed (unresolvable)."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    cfg = nodes[name].policy
+    lpddr, peer = nodes[name].pool("grace-lpddr"), nodes[name].pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    pods = [bound("r", "res", name, (0,), priority=1000, kind="reservation",
+                  grants={"grace-lpddr": cfg.admission_cap(lpddr.available)}),
+            bound("b", "burst", name, (1,), grants={"nvl72-peer-hbm": cfg.burst_cap(peer.available)})]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    hbm = nodes[name].gpus[0].memory
+    p = cfg.admission_cap(peer.available)
+    fits = policy.evaluate(req(ns="n", gpus=1, memory=hbm + p, priority=1000), name)
+    assert isinstance(fits, Refusal) and fits.resolvable, fits
+    never = policy.evaluate(req(ns="n", name="q", gpus=1, memory=hbm + p + 1, priority=1000), name)
+    assert isinstance(never, Refusal) and not never.resolvable, never
+
+
+def test_a_pool_reservations_hold_past_its_cap_frees_nothing_and_costs_nothing_more() -> None:
+    """As the test above, but grace-lpddr's reservations hold 1 MiB more than its admission cap (granted before the
+    pool shrank): that pool still frees nothing by eviction, and its overdraft is not charged to the next pool. A
+    reservation needing nvl72-peer-hbm's admission cap P beyond its GPU's HBM fits once the burst there is evicted
+    (FailedNodes); P + 1 bytes do not (unresolvable)."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    cfg = nodes[name].policy
+    lpddr, peer = nodes[name].pool("grace-lpddr"), nodes[name].pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    pods = [bound("r", "res", name, (0,), priority=1000, kind="reservation",
+                  grants={"grace-lpddr": cfg.admission_cap(lpddr.available) + 2**20}),
+            bound("b", "burst", name, (1,), grants={"nvl72-peer-hbm": cfg.burst_cap(peer.available)})]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    hbm = nodes[name].gpus[0].memory
+    p = cfg.admission_cap(peer.available)
+    fits = policy.evaluate(req(ns="n", gpus=1, memory=hbm + p, priority=1000), name)
+    assert isinstance(fits, Refusal) and fits.resolvable, fits
+    never = policy.evaluate(req(ns="n", name="q", gpus=1, memory=hbm + p + 1, priority=1000), name)
+    assert isinstance(never, Refusal) and not never.resolvable, never
+
+
+def test_a_refusal_says_how_much_the_pools_can_grant() -> None:
+    """docs/scheduler.md (Filter): bursts may take each pool's admission cap (thrashThreshold x what it holds now)
+    less its reserved part (reservedFraction x the same). An empty GB200 tray's pools can thus grant a burst
+    B = burst cap of grace-lpddr + burst cap of nvl72-peer-hbm; a pod asking for its GPU's HBM plus B + 1 GiB is
+    refused with that figure, the one an operator compares with the pod's request."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    info = nodes[name]
+    lpddr, peer = info.pool("grace-lpddr"), info.pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    grant = info.policy.burst_cap(lpddr.available) + info.policy.burst_cap(peer.available)
+    refusal = Policy(snapshot(nodes, [], Flags())).evaluate(req(gpus=1, memory=info.gpus[0].memory + grant + 2**30),
+                                                            name)
+    assert isinstance(refusal, Refusal) and not refusal.resolvable, refusal
+    assert f"needs {grant + 2**30} bytes beyond its GPUs' HBM; the node's pools can grant {grant} " in refusal.reason

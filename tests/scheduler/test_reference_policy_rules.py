@@ -323,3 +323,163 @@ def test_the_ignore_bookings_mutant_still_counts_the_gpus_pods_hold() -> None:
     full = [bound("x", f"x{i}", name, (i,)) for i in range(8)]
     verdict = Policy(snapshot(nodes, full, Flags(ignore_bookings=True))).evaluate(req(ns="u", gpus=1), name)
     assert isinstance(verdict, Refusal) and "needs 1 GPUs; 0 free and healthy" in verdict.reason, verdict
+
+
+def test_scores_between_cheapest_and_dearest_are_linear_in_cost() -> None:
+    """docs/scheduler.md: 10 for the cheapest node, 0..8 by cost for the rest (within kube-scheduler's extender score
+    range 0..MaxExtenderPriority = 10). Three DGX H100 nodes; 2-GPU pods, so every cost includes the pair's NVLink
+    latency L > 0: on a DGX H100 every GPU pair is joined through the NVSwitches (NV18 between any two), so the
+    best free pair costs the same L on each node. Another tenant holds 0, 1 and 2 of a node's 8 GPUs: isolation 0,
+    250 and 500 ns (2000 ns x share). Costs L, L + 250, L + 500: the middle one is halfway, 8 x 250 / 500 = 4."""
+    nodes = infos("dgx-h100", nodes=3)
+    a, b, c = sorted(nodes)
+    pods = [bound("x", "x1", b, (0,)), bound("x", "x2", c, (0,)), bound("x", "x3", c, (1,))]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    costs = {n: _placement(policy, n, gpus=2) for n in (a, b, c)}
+    assert costs[a].latency > 0 and costs[a].latency == costs[b].latency == costs[c].latency, costs
+    assert policy.prioritize(req(gpus=2), [a, b, c]) == {a: 10, b: 4, c: 0}
+
+
+def test_one_byte_beyond_the_gpus_hbm_comes_from_the_nearest_pool() -> None:
+    """docs/scheduler.md: a pod's memory beyond its GPUs' HBM is granted from the node's pools, nearest first. On a
+    GB200 tray a 1-GPU pod asking for its GPU's HBM plus one byte gets that byte from grace-lpddr (the Grace CPU's
+    LPDDR5X over NVLink-C2C, the tray's nearest pool), and pays its latency for 1 of its bytes."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    hbm = nodes[name].gpus[0].memory
+    lpddr = nodes[name].pool("grace-lpddr")
+    assert lpddr is not None and Policy.pool_order(nodes[name])[0] is lpddr
+    p = _placement(Policy(snapshot(nodes, [], Flags())), name, gpus=1, memory=hbm + 1)
+    assert p.grants == {"grace-lpddr": 1}, p
+    assert p.remote == lpddr.latency_ns / (hbm + 1)
+
+
+def test_refusals_are_values_too() -> None:
+    """A verdict, a refusal as much as a placement, is cached and shared by every node of the same template and
+    state (docs/scheduler.md: "Decisions are shared by nodes of one template in the same state"): changing one
+    would change the answer for nodes it was never computed for, so it cannot be changed."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    refusal = Policy(snapshot(nodes, [], Flags())).evaluate(req(gpus=9), name)
+    assert isinstance(refusal, Refusal) and not refusal.resolvable, refusal
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        refusal.resolvable = True  # type: ignore[misc]
+    assert {refusal: 1}[refusal] == 1  # a frozen dataclass is hashable
+
+
+def test_the_preempt_reservations_mutant_offers_reservations_first() -> None:
+    """docs/scheduler.md's mutant table and mutants.py: preempt-reservations "offers reservations as preemption
+    victims before bursts" (which SCHED-ISO-003 must catch). A DGX H100 whose GPUs 0-3 bursts (priority 0) and 4-7
+    reservations (priority 1000, >= reservedPriority) hold; a pod of priority 2000 needs 1 GPU: the reference
+    evicts a burst (the lowest priority, then the first by name), the mutant the first reservation."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    pods = [bound("b", f"b{i}", name, (i,)) for i in range(4)]
+    pods += [bound("r", f"r{i}", name, (i,), priority=1000, kind="reservation") for i in range(4, 8)]
+    urgent = req(gpus=1, priority=2000)
+    assert Policy(snapshot(nodes, pods, Flags())).victims(urgent, name, []) == ["uid-b0"]
+    mutant = Policy(snapshot(nodes, pods, Flags(preempt_reservations=True)))
+    assert mutant.victims(urgent, name, []) == ["uid-r4"]
+
+
+def test_a_gang_whose_members_need_one_pool_byte_each_is_held_to_the_pools_room() -> None:
+    """docs/scheduler.md (gangs): the first member books a node for every member, "GPU and pool room for all of them
+    at once". A GB200 tray where another tenant's burst holds all but one byte of what bursts may take of its pools
+    (each pool's burst cap, thrashThreshold less reservedFraction of what it holds): 3 GPUs are free, but the pools
+    can lend 1 more byte. Members of 1 GPU needing their GPU's HBM plus 1 byte: the tray places one (it gets that
+    byte), holds only one at once, so a gang of 2 with only this tray to go to gets no node (all or nothing)."""
+    nodes = infos("gb200-nvl72")
+    name = sorted(nodes)[0]
+    info = nodes[name]
+    lpddr, peer = info.pool("grace-lpddr"), info.pool("nvl72-peer-hbm")
+    assert lpddr is not None and peer is not None
+    cfg = info.policy
+    other = bound("o", "full", name, (0,), grants={"grace-lpddr": cfg.burst_cap(lpddr.available) - 1,
+                                                   "nvl72-peer-hbm": cfg.burst_cap(peer.available)})
+    policy = Policy(snapshot({name: info}, [other], Flags()))
+    member = dict(gpus=1, memory=info.gpus[0].memory + 1, gang="g", gang_size=2)
+    one = policy.evaluate(req(**member), name)
+    assert isinstance(one, Placement) and one.grants == {"grace-lpddr": 1}, one
+    plan = policy.gang_plan(req(**member), [name])
+    assert isinstance(plan, Refusal) and plan.reason.endswith("the largest has room for 1"), plan
+
+
+def test_image_platforms_and_cpu_isa_decide_before_anything_else() -> None:
+    """docs/scheduler.md (Filter: image platform and ISA, unresolvable). mixed-arch has a DGX H100 (kubernetes.io/arch
+    amd64, Sapphire Rapids: AVX-512) and a RISC-V NVLink Fusion host (riscv64, RVA23 vector extensions such as Zvfh).
+    An image built only for linux/riscv64 cannot run on the amd64 node, one needing Zvfh lacks it there, one needing
+    AVX-512F lacks it on the RISC-V host; no eviction changes a CPU, so all are FailedAndUnresolvable. A pod naming no
+    platform and no extension runs on both (an image index without platforms constrains nothing here)."""
+    nodes = infos("mixed-arch")
+    x86, rv = "dgx-h100-0", "rv-fusion-0"
+    assert (nodes[x86].arch, nodes[rv].arch) == ("amd64", "riscv64")
+    policy = Policy(snapshot(nodes, [], Flags()))
+    riscv_only = policy.evaluate(req(gpus=1, platforms=["linux/riscv64"]), x86)
+    assert isinstance(riscv_only, Refusal) and not riscv_only.resolvable, riscv_only
+    assert riscv_only.reason.startswith("image has no linux/amd64 variant"), riscv_only
+    assert isinstance(policy.evaluate(req(gpus=1, platforms=["linux/riscv64"]), rv), Placement)
+    zvfh = policy.evaluate(req(name="v", gpus=1, isa=["zvfh"]), x86)
+    assert isinstance(zvfh, Refusal) and not zvfh.resolvable and "lacks ISA extensions zvfh" in zvfh.reason, zvfh
+    assert isinstance(policy.evaluate(req(name="v", gpus=1, isa=["zvfh"]), rv), Placement)
+    avx = policy.evaluate(req(name="a", gpus=1, isa=["avx512f"]), rv)
+    assert isinstance(avx, Refusal) and not avx.resolvable and "avx512f" in avx.reason, avx
+    assert all(isinstance(policy.evaluate(req(name="any", gpus=1), n), Placement) for n in (x86, rv))
+
+
+def test_a_node_near_the_cheapest_scores_near_8() -> None:
+    """docs/scheduler.md: 0..8 by cost for the rest, linear between the cheapest and the dearest. Three DGX H100
+    nodes; another tenant holds 0, 1 and 7 of their 8 GPUs; 1-GPU pods (no pair latency): costs 0, 250 and 1750 ns
+    (2000 ns x share held). The middle node is 1500 / 1750 of the way from the dearest: 8 x 6/7 = 6.86, score 6."""
+    nodes = infos("dgx-h100", nodes=3)
+    a, b, c = sorted(nodes)
+    pods = [bound("x", "x1", b, (0,))] + [bound("x", f"y{i}", c, (i,)) for i in range(7)]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    assert [_placement(policy, n, gpus=1).cost for n in (a, b, c)] == [0, 250, 1750]
+    assert policy.prioritize(req(gpus=1), [a, b, c]) == {a: 10, b: 6, c: 0}
+
+
+def test_a_node_the_pod_does_not_fit_scores_the_minimum() -> None:
+    """kube-scheduler's extender scores are 0..MaxExtenderPriority (10). Three DGX H100 nodes: a free, b with 2 of 8
+    GPUs held by another tenant (isolation 500 ns: the dearest fit, score 0), c with all 8 held. A node the pod cannot
+    run on must not outscore one it can, and nothing scores below 0: c scores 0."""
+    nodes = infos("dgx-h100", nodes=3)
+    a, b, c = sorted(nodes)
+    pods = [bound("x", f"b{i}", b, (i,)) for i in range(2)] + [bound("x", f"c{i}", c, (i,)) for i in range(8)]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    assert policy.prioritize(req(gpus=1), [a, b, c]) == {a: 10, b: 0, c: 0}
+
+
+def test_prioritize_answers_for_the_nodes_it_is_asked_about() -> None:
+    """The extender harness's check (docs/scheduler.md: answers name only nodes that were sent) and kube-scheduler's
+    HostPriorityList: one entry per node of the prioritize request. After the pod's filter passed two DGX H100
+    nodes, kube-scheduler may prioritize fewer (another filter or extender removed one): the answer is about those
+    only, and a node alone is the cheapest: 10."""
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    policy = Policy(snapshot(nodes, [bound("x", "x0", a, (0,))], Flags()))
+    pod = req(gpus=1)
+    passed, _, _ = policy.filter(pod, [a, b])
+    assert passed == [a, b] or passed == [b, a], passed
+    assert policy.prioritize(pod, [a]) == {a: 10}
+
+
+def test_a_node_the_extender_does_not_know_is_unresolvable() -> None:
+    """ExtenderFilterResult: FailedNodes are nodes where preemption may help, FailedAndUnresolvableNodes those where it
+    cannot. A node name the extender has no Node object for (deleted, or not yet seen by its informer) has no GPUs,
+    pods or pools it knows of: evicting pods cannot make the pod fit there, so it is unresolvable."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    passed, failed, unresolvable = Policy(snapshot(nodes, [], Flags())).filter(req(gpus=1), [name, "gone-node"])
+    assert passed == [name] and not failed and list(unresolvable) == ["gone-node"], (passed, failed, unresolvable)
+
+
+def test_the_ignore_bookings_mutant_counts_no_booking_at_all() -> None:
+    """docs/scheduler.md's mutant table: ignore-bookings ignores GPUs booked for gangs, nothing else. On an empty DGX
+    H100 (8 GPUs, nothing held or booked) it places an 8-GPU pod, as the reference does, and refuses a 9-GPU one."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    for flags in (Flags(), Flags(ignore_bookings=True)):
+        policy = Policy(snapshot(nodes, [], flags))
+        assert isinstance(policy.evaluate(req(gpus=8), name), Placement), flags
+        nine = policy.evaluate(req(name="q", gpus=9), name)
+        assert isinstance(nine, Refusal) and "needs 9 GPUs; 8 free" in nine.reason, (flags, nine)
