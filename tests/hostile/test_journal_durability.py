@@ -171,3 +171,34 @@ def test_the_first_record_of_a_new_file_is_record_1(tmp_path: Path) -> None:
     finally:
         journal.close()
     assert decode(path.read_bytes().split(b"\n")[0])[0] == 1
+
+
+def test_a_stop_never_lowers_the_high_water_mark_nor_rewrites_it_for_nothing(tmp_path: Path) -> None:
+    """The meta file's mark says "the journal held at least this many records" (docs/agent.md): a clean stop may
+    only raise it. A journal whose end was lost, opened with salvage and stopped before it was compacted again (an
+    agent that could not finish starting), must leave the mark where it was, or the next start would take the short
+    journal for a whole one. And a stop with nothing new to record leaves the meta file alone (the same file, not a
+    fresh copy: no durable write on the way out, as a covered reservation writes nothing)."""
+    path = tmp_path / "journal.jsonl"
+    meta = tmp_path / "journal.jsonl.meta"
+    journal = Journal(path)
+    journal.compact([])
+    for seq in range(1, 5):
+        journal.append({**RECORD, "seq": seq})
+    journal.close()
+    marked = meta.read_bytes()
+    assert b'"records": 5' in marked
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join(lines[:3]) + b"\n")  # the last two records are gone
+    salvaged = Journal(path, salvage=True)
+    salvaged.close()
+    assert meta.read_bytes() == marked, "the mark stays at 5"
+    sound = Journal(tmp_path / "other.jsonl")
+    sound.compact([])
+    sound.close()
+    other_meta = tmp_path / "other.jsonl.meta"
+    before = os.stat(other_meta)
+    again = Journal(tmp_path / "other.jsonl")
+    again.close()
+    after = os.stat(other_meta)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "rewritten for nothing"
