@@ -202,3 +202,21 @@ def test_a_stop_never_lowers_the_high_water_mark_nor_rewrites_it_for_nothing(tmp
     again.close()
     after = os.stat(other_meta)
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "rewritten for nothing"
+
+
+def test_a_reservation_covers_the_ids_asked_for_also_after_a_restart(tmp_path: Path) -> None:
+    """Journal.reserve: "make sure ids of counter name up to value are durably reserved before one is handed out":
+    once it returns, the floor a restarted agent resumes above is at least ``value`` (ids up to it may have been
+    handed out), even when the journal itself is lost."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.reserve("fault-id", 5)
+    assert journal.floor("fault-id") >= 5
+    journal.close()
+    path.unlink()
+    again = Journal(path, salvage=True)
+    try:
+        assert again.floor("fault-id") >= 5
+    finally:
+        again.close()

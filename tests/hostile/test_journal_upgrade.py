@@ -359,3 +359,28 @@ def test_a_refused_record_that_cannot_be_cut_off_stops_every_later_write(
         journal.close()
     assert path.with_name("journal.jsonl.meta").read_bytes() == meta_before
     assert b'"seq":3' not in path.read_bytes()
+
+
+def test_a_failed_sync_does_not_take_back_what_an_earlier_one_made_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed sync refuses only the records written since the last sync that succeeded: a record acknowledged
+    before it stays settled without error (docs/agent.md: a change is answered once on disk; only a record that
+    cannot be made durable is refused, 507)."""
+    journal = Journal(tmp_path / "journal.jsonl")
+    try:
+        journal.compact([])
+        first = journal.write({**RECORD, "seq": 1})
+        second = journal.write({**RECORD, "seq": 2})
+        journal.wait(second)
+        syncs = _Syncs(os.fdatasync, journal._fd, fail=1)
+        syncs.release.set()
+        monkeypatch.setattr(os, "fdatasync", syncs)
+        refused = journal.write({**RECORD, "seq": 3})
+        with pytest.raises(JournalWriteError):
+            journal.wait(refused)
+        monkeypatch.undo()
+        assert journal.settled(first) == (True, None) and journal.settled(second) == (True, None)
+        assert journal.settled(refused)[0] is True and journal.settled(refused)[1] is not None
+    finally:
+        monkeypatch.undo()
+        journal.close()
