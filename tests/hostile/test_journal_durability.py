@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from fakehw.agent.journal import Journal, decode
+from fakehw.agent.journal import Journal, decode, encode
 
 RECORD = {"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1}
 
@@ -191,6 +191,8 @@ def test_a_stop_never_lowers_the_high_water_mark_nor_rewrites_it_for_nothing(tmp
     lines = path.read_bytes().split(b"\n")
     path.write_bytes(b"\n".join(lines[:3]) + b"\n")  # the last two records are gone
     salvaged = Journal(path, salvage=True)
+    # What was lost is counted from the mark (GET /v1/health's "records lost"): 5 held, 3 left, 2 lost.
+    assert salvaged.recovery.dropped == 2, salvaged.recovery.to_json()
     salvaged.close()
     assert meta.read_bytes() == marked, "the mark stays at 5"
     sound = Journal(tmp_path / "other.jsonl")
@@ -220,3 +222,48 @@ def test_a_reservation_covers_the_ids_asked_for_also_after_a_restart(tmp_path: P
         assert again.floor("fault-id") >= 5
     finally:
         again.close()
+
+
+def test_a_journal_on_descriptor_0_is_closed_like_any_other(tmp_path: Path) -> None:
+    """open(2) returns the lowest descriptor not in use (POSIX), so an agent started with its standard input closed
+    (a daemon that closed it) holds its journal on descriptor 0. Its clean stop must still sync the journal and
+    record the high-water mark: 0 is a valid descriptor, only a negative one means closed."""
+    path = tmp_path / "journal.jsonl"
+    saved = os.dup(0)
+    os.close(0)
+    try:
+        journal = Journal(path)
+        journal.compact([])
+        journal.append(RECORD)
+        assert journal._fd == 0, "the lowest free descriptor"
+        journal.close()
+        assert b'"records": 2' in path.with_name("journal.jsonl.meta").read_bytes()
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+
+
+def test_closing_twice_is_harmless(tmp_path: Path) -> None:
+    """close() may be reached twice (an error path, then the agent's own stop): like Python's file objects ("calling
+    close() more than once is allowed", io.IOBase) the second call does nothing, rather than closing a descriptor
+    number that may by then belong to another file."""
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.compact([])
+    journal.close()
+    journal.close()
+
+
+def test_a_journal_that_is_only_a_torn_line_counts_one_record_lost(tmp_path: Path) -> None:
+    """Recovery.dropped counts "records lost: a torn last line, or records whose lines did not check out or are
+    missing". A journal that held one record (its checkpoint: the meta file's mark is 1) and now holds only that
+    line cut short lost one record, not two (the torn line and the record the mark counts are the same one)."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.close()
+    path.write_bytes(encode(1, {"op": "checkpoint", "epoch": 1})[:20])
+    salvaged = Journal(path, salvage=True)
+    try:
+        assert salvaged.recovery.dropped == 1, salvaged.recovery.to_json()
+    finally:
+        salvaged.close()
