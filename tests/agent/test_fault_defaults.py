@@ -5,12 +5,14 @@ down, not shut down."""
 
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from fakehw.agent.faults import FAULT_ADAPTER, Thermal, check_target, with_device_defaults
 from fakehw.model import load_profile
+from fakehw.model.system import Node
 from tests.nvml.captures import capture_dir
 
 
@@ -38,3 +40,25 @@ def test_a_thermal_fault_with_a_temperature_keeps_it() -> None:
     fault = FAULT_ADAPTER.validate_python({"kind": "thermal", "device": node.gpus[0].name, "temperature_c": 70})
     filled = with_device_defaults(fault, node)
     assert isinstance(filled, Thermal) and filled.temperature_c == 70
+
+
+def _t4_node_with_thresholds(slowdown: int, shutdown: int) -> Node:
+    """t4-cloud's node with its GPU's SKU given other slowdown and shutdown thresholds."""
+    node = load_profile("t4-cloud").nodes[0]
+    gpu = node.gpus[0]
+    thermal = gpu.sku.thermal.model_copy(update={"slowdown_c": slowdown, "shutdown_c": shutdown})
+    sku = gpu.sku.model_copy(update={"thermal": thermal})
+    return dataclasses.replace(node, gpus=(dataclasses.replace(gpu, sku=sku), *node.gpus[1:]))
+
+
+def test_the_default_throttles_and_never_shuts_the_gpu_down() -> None:
+    """docs/agent.md (fault kinds): the GPU throttles *from* its SKU's slowdown threshold and is unhealthy *from* its
+    shutdown threshold; the thermal kind's summary promises "just past slowdown, so clocks throttle". On a SKU whose
+    two thresholds are one degree apart (none in today's catalogue: its closest pair is 91/93 C) no temperature is
+    past slowdown and below shutdown, and the default must still only throttle: the slowdown threshold itself (90 C
+    of 90/91), never the shutdown one."""
+    node = _t4_node_with_thresholds(90, 91)
+    fault = FAULT_ADAPTER.validate_python({"kind": "thermal", "device": node.gpus[0].name})
+    check_target(fault, node)
+    filled = with_device_defaults(fault, node)
+    assert isinstance(filled, Thermal) and filled.temperature_c == 90

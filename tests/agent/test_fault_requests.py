@@ -10,17 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from fakehw.agent.faults import (
     CRITICAL_XIDS,
     FAULT_ADAPTER,
     FAULT_KINDS,
+    XID_FALLEN_OFF_BUS,
     FaultTargetError,
     check_target,
     describe_kinds,
 )
 from fakehw.model import load_profile
+from fakehw.model.spec import Name
 from fakehw.model.system import Node
 
 REFERENCE = Path("/work/shared/reference")
@@ -170,3 +172,40 @@ def test_the_kinds_are_described_for_the_api() -> None:
     assert kinds["cxl-offline"]["target"] == "cxl-memdev" and kinds["pool-shrink"]["target"] == "pool"
     assert kinds["fallen-off-bus"]["params"] == {} and "device" not in kinds["xid"]["params"]
     assert all(k["summary"] for k in kinds.values())
+
+
+@pytest.mark.skipif(not (REFERENCE / "hardware.md").is_file(), reason="needs /work/shared/reference/hardware.md")
+def test_the_fallen_off_the_bus_xid_is_nvidias() -> None:
+    """NVIDIA's Xid catalogue (docs.nvidia.com/deploy/xid-errors, as reference/hardware.md tabulates it): Xid 79 is
+    "GPU has fallen off the bus". The agent raises that code for a fallen-off-bus fault and marks the GPU lost when
+    an xid fault carries it, so the constant must be that row's code."""
+    table = (REFERENCE / "hardware.md").read_text().split("## Xid codes worth injecting", 1)[1].split("\n## ")[0]
+    row = next(r for r in table.splitlines() if "fallen off the bus" in r)
+    assert int(row.split("|")[1]) == XID_FALLEN_OFF_BUS == 79
+
+
+@pytest.mark.parametrize("code", ["79", 79.0, True])
+def test_an_xid_code_of_another_json_type_is_refused(code: object) -> None:
+    """docs/agent.md (requests): "a field is its declared type or refused with 422 (Xid code "79", 79.0 or true are
+    refused)": the request is not coerced into an Xid it did not send."""
+    with pytest.raises(ValidationError) as info:
+        FAULT_ADAPTER.validate_python({"kind": "xid", "device": "gpu0", "code": code})
+    assert "code" in str(info.value)
+
+
+@pytest.mark.parametrize("length", [1, 63])
+def test_every_name_a_profile_may_give_a_device_can_be_named_in_a_request(length: int) -> None:
+    """A profile names devices with 1 to 63 characters (fakehw/model/spec.py, ``Name``: "at most 63 characters",
+    the first a letter or digit): a fault request must be able to name any of them."""
+    name = "g" * length
+    assert TypeAdapter(Name).validate_python(name) == name, "a name the profile rules allow"
+    assert _fault(kind="xid", device=name, code=48).device == name
+
+
+def test_a_name_longer_than_any_profile_gives_is_an_unknown_device() -> None:
+    """A 64-character name is one past the longest a profile may give (63) but within the API's bound on the field
+    (65 is refused as malformed, above): it is a device the node does not have, answered like every unknown device
+    (docs/agent.md: 404, naming the devices there are), not as a malformed request."""
+    node = _node("dgx-h100")
+    err = _refused(_fault(kind="xid", device="g" * 64, code=48), node)
+    assert err.status == 404 and "gpu0, gpu1" in str(err)

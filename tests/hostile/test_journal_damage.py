@@ -331,3 +331,26 @@ def test_records_damaged_past_the_high_water_mark_are_counted_lost(tmp_path: Pat
         assert salvaged.recovery.dropped == 2, salvaged.recovery.to_json()
     finally:
         salvaged.close()
+
+
+def test_a_meta_file_that_cannot_be_read_is_damage_named_by_its_file(tmp_path: Path) -> None:
+    """docs/agent.md: damage "stops the agent with a message naming the file ... and the problem", never a traceback.
+    A meta file that cannot be read at all (here a directory stands at its name: read(2) fails with EISDIR, which a
+    root agent gets where permissions would not stop it) is refused naming it and why, then salvaged from the
+    journal's own records."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.close()
+    meta = path.with_name("journal.jsonl.meta")
+    meta.unlink()
+    meta.mkdir()
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert f"{meta} cannot be read (Is a directory)" in str(refused.value), str(refused.value)
+    salvaged = Journal(path, salvage=True)
+    try:
+        assert [r["seq"] for r in salvaged.replay()] == [1]
+    finally:
+        salvaged.close()

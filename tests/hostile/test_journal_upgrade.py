@@ -284,3 +284,103 @@ def test_a_record_that_could_not_be_synced_is_cut_off_and_the_numbering_goes_on(
         assert [r["seq"] for r in again.replay()] == [1, 3], "what was acknowledged, not the refused record"
     finally:
         again.close()
+
+
+def test_a_record_the_disk_could_not_take_is_cut_off_and_the_numbering_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agent.md: "A record that cannot be made durable is cut off the file again: its request gets 507 and a
+    restart does not bring it back". Here the disk fills in the middle of writing the record (write(2) takes part of
+    it, then fails with ENOSPC): the writer is told why (the errno the API maps to 507), the part written is cut off,
+    and the next record is the next number, so a restart replays exactly what was acknowledged, without damage."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    try:
+        journal.compact([])
+        journal.append({**RECORD, "seq": 1})
+        real_write = os.write
+        calls = {"n": 0}
+
+        def fills_up(fd: int, data: bytes) -> int:
+            if fd != journal._fd:
+                return real_write(fd, data)
+            calls["n"] += 1
+            if calls["n"] == 1:
+                return real_write(fd, bytes(data)[:10])  # part of the line reaches the file
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(os, "write", fills_up)
+        with pytest.raises(JournalWriteError) as refused:
+            journal.append({**RECORD, "seq": 2})
+        assert refused.value.errno == errno.ENOSPC and "cannot write to" in str(refused.value)
+        monkeypatch.undo()
+        journal.append({**RECORD, "seq": 3})
+    finally:
+        monkeypatch.undo()
+        journal.close()
+    lines = path.read_bytes().split(b"\n")[:-1]
+    assert [int(line.split(b" ", 1)[0]) for line in lines] == [1, 2, 3], "checkpoint, seq 1, seq 3"
+    again = Journal(path)
+    try:
+        assert again.recovery.problems == [] and [r["seq"] for r in again.replay()] == [1, 3]
+    finally:
+        again.close()
+
+
+def test_a_refused_record_that_cannot_be_cut_off_stops_every_later_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a refused record cannot be cut off either (ftruncate fails too), the file holds a record the caller was
+    told was not applied: nothing more may be written after it (a later acknowledged record would make it look
+    applied on replay), every later write is refused with the way out docs/agent.md gives (restart with
+    --salvage-journal), and a clean stop does not raise the high-water mark over the refused record."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({**RECORD, "seq": 1})
+    journal.close()
+    journal = Journal(path)
+    journal.compact(journal.replay())
+    meta_before = path.with_name("journal.jsonl.meta").read_bytes()
+    syncs = _Syncs(os.fdatasync, journal._fd, fail=1)
+    syncs.release.set()
+
+    def cannot_truncate(fd: int, size: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fdatasync", syncs)
+    monkeypatch.setattr(os, "ftruncate", cannot_truncate)
+    try:
+        with pytest.raises(JournalWriteError, match=r"cannot make .* durable"):
+            journal.append({**RECORD, "seq": 2})
+        monkeypatch.undo()
+        with pytest.raises(JournalWriteError, match="--salvage-journal"):
+            journal.write({**RECORD, "seq": 3})
+    finally:
+        monkeypatch.undo()
+        journal.close()
+    assert path.with_name("journal.jsonl.meta").read_bytes() == meta_before
+    assert b'"seq":3' not in path.read_bytes()
+
+
+def test_a_failed_sync_does_not_take_back_what_an_earlier_one_made_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed sync refuses only the records written since the last sync that succeeded: a record acknowledged
+    before it stays settled without error (docs/agent.md: a change is answered once on disk; only a record that
+    cannot be made durable is refused, 507)."""
+    journal = Journal(tmp_path / "journal.jsonl")
+    try:
+        journal.compact([])
+        first = journal.write({**RECORD, "seq": 1})
+        second = journal.write({**RECORD, "seq": 2})
+        journal.wait(second)
+        syncs = _Syncs(os.fdatasync, journal._fd, fail=1)
+        syncs.release.set()
+        monkeypatch.setattr(os, "fdatasync", syncs)
+        refused = journal.write({**RECORD, "seq": 3})
+        with pytest.raises(JournalWriteError):
+            journal.wait(refused)
+        monkeypatch.undo()
+        assert journal.settled(first) == (True, None) and journal.settled(second) == (True, None)
+        assert journal.settled(refused)[0] is True and journal.settled(refused)[1] is not None
+    finally:
+        monkeypatch.undo()
+        journal.close()
