@@ -8,6 +8,7 @@ carry. The model's own numbers are never the expectation.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import shutil
 import subprocess
@@ -207,3 +208,38 @@ def test_iommu_groups_isolate_devices_behind_acs_ports(rendered: Rendered) -> No
     devices_ = {a.rsplit(".", 1)[0] for a in groups}
     assert len(set(groups.values())) == len(devices_)
     assert groups["0000:29:00.0"] == groups["0000:29:00.1"] != groups["0000:aa:00.0"] == groups["0000:aa:00.1"]
+
+
+BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
+def _function_dirs(root: Path) -> dict[str, Path]:
+    """Every directory under ``/sys/devices/pciDDDD:BB`` named as a PCI function (domain:bus:device.function)."""
+    out: dict[str, Path] = {}
+    for top in (root / "sys/devices").glob("pci[0-9a-f][0-9a-f][0-9a-f][0-9a-f]:[0-9a-f][0-9a-f]"):
+        for dirpath, dirnames, _ in os.walk(top):
+            for name in dirnames:
+                if BDF.fullmatch(name):
+                    out[name] = Path(dirpath) / name
+    return out
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "gb200-nvl72"))
+def test_every_function_in_the_device_tree_is_on_the_pci_bus(profile: str, rendered: Rendered) -> None:
+    """The driver core puts every PCI device it registers on its bus (drivers/base/bus.c, bus_add_device links it
+    into ``/sys/bus/pci/devices``), and lspci enumerates that directory: so each function directory under
+    ``/sys/devices/pciDDDD:BB`` (bridges and NICs as much as GPUs and CXL ports) is a function lspci lists, with
+    its ids. Below the root bus a function is reached through a PCI-to-PCI bridge (PCI Express Base spec 7.1), so
+    the directory it sits in is its host bridge's or a bridge lspci lists as one."""
+    for _, _, root in rendered(profile):
+        dirs = _function_dirs(root)
+        assert dirs, f"{profile}: no PCI functions under sys/devices"
+        blocks = {line.split()[0]: line for line in lspci(root, "-D", "-nn").splitlines()}
+        assert sorted(blocks) == sorted(dirs), f"{profile}: lspci misses {sorted(set(dirs) - set(blocks))}"
+        for bdf, path in dirs.items():
+            assert re.search(r"\[[0-9a-f]{4}:[0-9a-f]{4}\]", blocks[bdf]), (profile, blocks[bdf])
+            parent = path.parent.name
+            if BDF.fullmatch(parent):
+                assert re.search(r"bridge \[0604\]", blocks[parent]), (profile, bdf, blocks[parent])
+            else:
+                assert parent == f"pci{bdf[:7]}", (profile, bdf, parent)
