@@ -504,3 +504,156 @@ def test_a_bridges_memory_window_in_resource_is_the_one_its_config_space_decodes
         assert (start, end) == ((base & 0xFFF0) << 16, ((limit & 0xFFF0) << 16) | 0xFFFFF), d.name
         bridges += 1
     assert bridges >= 4
+
+
+CPUS = "sys/devices/system/cpu"
+
+
+def _cpulist(text: str) -> set[int]:
+    """A kernel cpulist (``0-55,112-167``) as a set (lib/bitmap-str.c, bitmap_parselist)."""
+    out: set[int] = set()
+    for part in filter(None, text.strip().split(",")):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _cpumask(text: str) -> set[int]:
+    """A kernel cpumask (``00000000,00010000,00000001``): 32-bit hex words, most significant first (%*pb)."""
+    value = int(text.strip().replace(",", ""), 16)
+    return {bit for bit in range(value.bit_length()) if value >> bit & 1}
+
+
+def _read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
+def test_cpu_topology_files_relate_as_the_abi_defines(rendered: Rendered, profile: str) -> None:
+    """Documentation/ABI/stable/sysfs-devices-system-cpu and admin-guide/cputopology.rst: ``online``, ``possible``
+    and ``present`` are cpulists (all CPUs of a machine without hotplugged-out CPUs, ``offline`` then empty) and
+    ``kernel_max`` is the highest CPU index the kernel allows; each ``topology/X`` mask lists the CPUs of
+    ``X_list``; ``thread_siblings`` and ``core_siblings`` are the deprecated names of ``core_cpus`` and
+    ``package_cpus`` (same masks); a CPU is in its own core, the core in its cluster and die, the die in its
+    package, and the CPUs of one package (core) share ``physical_package_id`` (and ``core_id``).
+    ``smt/active`` is 1 when SMT siblings run and ``smt/control`` ``on``, or ``notsupported`` on a CPU without SMT
+    (sysfs-devices-system-cpu, "/sys/devices/system/cpu/smt")."""
+    for _, _, root in rendered(profile):
+        cpus = root / CPUS
+        n = len(list(cpus.glob("cpu[0-9]*")))
+        everything = set(range(n))
+        for name in ("online", "possible", "present"):
+            assert _cpulist(_read(cpus / name)) == everything, (profile, name)
+        assert _read(cpus / "offline") == ""
+        assert int(_read(cpus / "kernel_max")) >= n - 1
+        package_id = {c: _read(cpus / f"cpu{c}/topology/physical_package_id") for c in range(n)}
+        core_id = {c: _read(cpus / f"cpu{c}/topology/core_id") for c in range(n)}
+        smt = False
+        for c in range(n):
+            topo = cpus / f"cpu{c}/topology"
+            sets = {}
+            for name in ("core_cpus", "thread_siblings", "cluster_cpus", "die_cpus", "package_cpus",
+                         "core_siblings"):
+                sets[name] = _cpulist(_read(topo / f"{name}_list"))
+                assert _cpumask(_read(topo / name)) == sets[name], (profile, c, name)
+            assert sets["thread_siblings"] == sets["core_cpus"] and sets["core_siblings"] == sets["package_cpus"]
+            assert c in sets["core_cpus"] <= sets["cluster_cpus"] <= sets["package_cpus"], (profile, c, sets)
+            assert sets["core_cpus"] <= sets["die_cpus"] <= sets["package_cpus"], (profile, c, sets)
+            assert {package_id[o] for o in sets["package_cpus"]} == {package_id[c]}, (profile, c)
+            assert {core_id[o] for o in sets["core_cpus"]} == {core_id[c]}, (profile, c)
+            smt = smt or len(sets["core_cpus"]) > 1
+        assert _read(cpus / "smt/active") == ("1" if smt else "0"), profile
+        assert _read(cpus / "smt/control") == ("on" if smt else "notsupported"), profile
+
+
+def test_x86_cpu0_cannot_be_taken_offline(rendered: Rendered) -> None:
+    """On x86-64 the boot CPU is not hotpluggable (arch/x86/kernel/topology.c, arch_cpu_is_hotpluggable: cpu > 0),
+    so the driver core shows no ``online`` attribute for cpu0 (drivers/base/core.c shows it only for devices that
+    can go offline); every other CPU has one, writable, reading 1 while online (sysfs-devices-system-cpu)."""
+    (_, _, root), *_ = rendered("dgx-h100")
+    cpus = root / CPUS
+    assert not (cpus / "cpu0/online").exists()
+    for d in sorted(cpus.glob("cpu[1-9]*")):
+        assert _read(d / "online") == "1", d.name
+        assert stat.S_IMODE(os.stat(d / "online").st_mode) == 0o644, d.name
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
+def test_every_caches_geometry_multiplies_out_to_its_size(rendered: Rendered, profile: str) -> None:
+    """drivers/base/cacheinfo.c: ``size`` (in K) is ``coherency_line_size * number_of_sets *
+    ways_of_associativity`` (the kernel derives the size so on every architecture that reports geometry:
+    x86 CPUID leaf 4, arm64/riscv cache nodes' ``*-size``/``*-sets``), and ``shared_cpu_map`` lists the CPUs of
+    ``shared_cpu_list``; a CPU is among the CPUs that share its own caches."""
+    for _, _, root in rendered(profile):
+        indices = sorted((root / CPUS).glob("cpu[0-9]*/cache/index[0-9]*"))
+        assert indices
+        for index in indices:
+            size = _read(index / "size")
+            assert size.endswith("K"), (index, size)
+            line, sets, ways = (int(_read(index / name)) for name in
+                                ("coherency_line_size", "number_of_sets", "ways_of_associativity"))
+            assert line * sets * ways == int(size[:-1]) * 1024, (profile, index, line, sets, ways, size)
+            shared = _cpulist(_read(index / "shared_cpu_list"))
+            assert _cpumask(_read(index / "shared_cpu_map")) == shared, (profile, index)
+            assert int(index.parent.parent.name[3:]) in shared, (profile, index)
+
+
+def _cpuinfo(root: Path) -> list[dict[str, str]]:
+    blocks = []
+    for block in (root / "proc/cpuinfo").read_text().strip().split("\n\n"):
+        blocks.append({k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in block.splitlines())})
+    return blocks
+
+
+def test_x86_cpuinfo_agrees_with_the_topology_in_sysfs(rendered: Rendered) -> None:
+    """arch/x86/kernel/cpu/proc.c (show_cpuinfo, show_cpuinfo_core): ``physical id`` and ``core id`` are the
+    package and core ids sysfs shows, ``siblings`` the CPUs of the package (cpumask_weight of its core mask),
+    ``cpu cores`` its cores, ``initial apicid`` the APIC id, ``cache size`` the last level cache in KB, and
+    ``bogomips`` loops_per_jiffy scaled to twice the TSC's MHz (the delay loop runs on the constant TSC, which
+    ``cpu MHz`` shows). SMT siblings differ only in the APIC id's lowest (SMT) bits and every CPU has its own
+    (Intel SDM vol. 3A, 9.9.1 hierarchical mapping of APIC ids)."""
+    for profile in ("dgx-h100", "t4-cloud"):
+        (_, _, root), *_ = rendered(profile)
+        cpus = root / CPUS
+        blocks = _cpuinfo(root)
+        apics = set()
+        for b in blocks:
+            cpu = cpus / f"cpu{b['processor']}"
+            topo = cpu / "topology"
+            package = _cpulist(_read(topo / "package_cpus_list"))
+            assert b["physical id"] == _read(topo / "physical_package_id"), (profile, b["processor"])
+            assert b["core id"] == _read(topo / "core_id"), (profile, b["processor"])
+            assert int(b["siblings"]) == len(package), (profile, b["processor"])
+            cores = {_read(cpus / f"cpu{c}/topology/core_id") for c in package}
+            assert int(b["cpu cores"]) == len(cores), (profile, b["processor"])
+            assert b["initial apicid"] == b["apicid"] and b["apicid"] not in apics, (profile, b["processor"])
+            apics.add(b["apicid"])
+            assert b["cache size"] == f"{_read(cpu / 'cache/index3/size')[:-1]} KB", (profile, b["processor"])
+            assert float(b["bogomips"]) == 2 * float(b["cpu MHz"]), (profile, b["processor"])
+        by_cpu = {int(b["processor"]): int(b["apicid"]) for b in blocks}
+        for c, apic in by_cpu.items():
+            core = _cpulist(_read(cpus / f"cpu{c}/topology/core_cpus_list"))
+            width = (len(core) - 1).bit_length()
+            assert {by_cpu[s] >> width for s in core} == {apic >> width}, (profile, c)
+            assert len({by_cpu[s] for s in core}) == len(core), (profile, c)
+
+
+def test_an_idle_hdm_decoder_shows_its_registers_reset_values(rendered: Rendered) -> None:
+    """A switch or endpoint HDM decoder nothing committed reads its registers' reset values (CXL 2.0 8.2.5.12:
+    Base and Size 0, Control's IW and IG 0). drivers/cxl/core/hdm.c init_hdm_decoder turns them into the sysfs
+    values port.c prints: ``start`` 0x0 and ``size`` 0x0 (the empty HPA range), ``interleave_ways`` 1
+    (eiw_to_ways(0)) and ``interleave_granularity`` 256 (eig_to_granularity(0): 256 << 0); a type-3 device's
+    decoders are ``expander``s (CXL_DECODER_HOSTONLYMEM) and hold no region."""
+    idle = 0
+    for d in sorted(d for _, _, root in rendered("cxl-pool") for d in (root / CXL_DEVICES).glob("decoder*")):
+        owner = d.resolve().parent.name
+        if owner == "root0":
+            continue  # root decoders are the firmware's windows (CFMWS), never idle
+        assert owner.startswith(("port", "endpoint")), (d.name, owner)
+        assert _read(d / "target_type") == "expander", d.name
+        if _read(d / "region"):
+            continue
+        values = tuple(_read(d / name) for name in ("start", "size", "interleave_ways", "interleave_granularity"))
+        assert values == ("0x0", "0x0", "1", "256"), (d.name, owner, values)
+        idle += 1
+    assert idle >= 8
