@@ -657,3 +657,46 @@ def test_an_idle_hdm_decoder_shows_its_registers_reset_values(rendered: Rendered
         assert values == ("0x0", "0x0", "1", "256"), (d.name, owner, values)
         idle += 1
     assert idle >= 8
+
+
+def _char_majors(root: Path) -> dict[int, set[str]]:
+    """``/proc/devices``' character majors: major -> the names registered on it."""
+    text = (root / "proc/devices").read_text()
+    chars = text.split("Character devices:\n", 1)[1].split("\n\n", 1)[0]
+    out: dict[int, set[str]] = {}
+    for line in chars.splitlines():
+        major, name = line.split()
+        out.setdefault(int(major), set()).add(name)
+    return out
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "cxl-test", "gb200-nvl72"))
+def test_every_character_device_has_a_registered_major(rendered: Rendered, profile: str) -> None:
+    """A character device node opens only if a driver registered its major (fs/char_dev.c, chrdev_open looks the
+    dev_t up among the registered regions), and ``/proc/devices`` lists every registered region (chrdev_show): so
+    each node under ``/dev`` has its major there. The names are the drivers' registrations: ``cxl`` (drivers/cxl/
+    core/memdev.c, cxl_memdev_init) and ``dax`` (drivers/dax/super.c, dax_core_init) on a CXL host whatever is
+    bound, ``infiniband_mad`` and ``infiniband_verbs`` (drivers/infiniband/core/user_mad.c and uverbs_main.c) where
+    RDMA devices are. A device's ``dev`` attribute and its ``/sys/dev/char/MAJOR:MINOR`` link name the same
+    numbers as its node (drivers/base/core.c: dev_show, device_create_sys_dev_entry)."""
+    names = {"mem": "cxl", "dax": "dax", "uverbs": "infiniband_verbs", "umad": "infiniband_mad",
+             "issm": "infiniband_mad"}
+    for _, _, root in rendered(profile):
+        majors = _char_majors(root)
+        nodes = 0
+        for dirpath, _, files in os.walk(root / "dev"):
+            for name in files:
+                st = os.lstat(Path(dirpath) / name)
+                if not stat.S_ISCHR(st.st_mode):
+                    continue
+                nodes += 1
+                major = os.major(st.st_rdev)
+                assert major in majors, (profile, name, major, sorted(majors))
+                kind = name.rstrip("0123456789.")
+                if kind in names and (kind != "mem" or Path(dirpath).name == "cxl"):
+                    assert names[kind] in majors[major], (profile, name, majors[major])
+        assert nodes >= 5, profile
+        for link in sorted((root / "sys/dev/char").glob("*:*")):
+            dev = link / "dev"
+            if dev.exists():
+                assert _read(dev) == link.name, (profile, link)
