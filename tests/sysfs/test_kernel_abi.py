@@ -7,7 +7,9 @@ here against where the kernel defines it:
 - ``nodeN/numastat``: Documentation/admin-guide/numastat.rst. numa_hit/numa_miss split the pages allocated on a
   node by the node the allocation preferred, local_node/other_node split the same pages by the node the process ran
   on, so hit + miss = local + other on every node; a miss on one node is a foreign allocation of another, so the
-  misses and foreigns of a machine sum to the same.
+  misses and foreigns of a machine sum to the same. ``interleave_hit`` counts the interleaved allocations that got
+  the node they wanted, which are hits too (mm/mempolicy.c counts NUMA_INTERLEAVE_HIT for a page allocated on the
+  node it asked for, which zone_statistics counts as NUMA_HIT), so it never exceeds ``numa_hit``.
 - ``/proc/meminfo`` ``HardwareCorrupted``: fs/proc/meminfo.c prints the pages memory-failure handling poisoned
   (mm/memory-failure.c, num_poisoned_pages) in kB; a host no memory failure was injected into has none.
 - ``max_link_speed``/``current_link_speed``: drivers/pci/pci.h PCIE_SPEED2STR, for the PCIe generation the real
@@ -83,6 +85,7 @@ def test_numastat_counters_partition_each_nodes_pages_both_ways(rendered: Render
                                "other_node"], name
             assert all(v >= 0 for v in c.values()), (name, c)
             assert c["numa_hit"] + c["numa_miss"] == c["local_node"] + c["other_node"], (name, c)
+            assert c["interleave_hit"] <= c["numa_hit"], (name, c)
         assert sum(c["numa_miss"] for c in stats.values()) == sum(c["numa_foreign"] for c in stats.values())
 
 
