@@ -703,3 +703,68 @@ def test_every_character_device_has_a_registered_major(rendered: Rendered, profi
             dev = link / "dev"
             if dev.exists():
                 assert _read(dev) == link.name, (profile, link)
+
+
+def test_a_dax_devices_mappings_cover_its_size_inside_its_region(rendered: Rendered) -> None:
+    """drivers/dax/bus.c and Documentation/ABI/testing/sysfs-bus-dax: each ``mappingN`` of a DAX device is one
+    physical range, ``start`` to ``end`` inclusive (range.end), at ``page_offset`` into the device (0 for the first),
+    and the mappings add up to the device's ``size``; ``resource`` is where the first starts. The region's
+    ``available_size`` is its ``size`` less what its devices hold (dax_region_avail_size). Ranges keep the
+    device's ``align`` (a power of two, at least a page; dev_dax_validate_align), which starts as the region's.
+    ``size`` and ``align`` are DEVICE_ATTR_RW (0644); the region's ``create`` is RW and ``delete`` WO (0200)."""
+    devices = 0
+    for _, _, root in rendered("cxl-pool"):
+        regions = sorted({d.resolve().parent for d in (root / "sys/bus/dax/devices").glob("dax*")})
+        for region in regions:
+            attrs = region / "dax_region"
+            held = 0
+            for dev in sorted(region.glob("dax*.*")):
+                devices += 1
+                size, align = int(_read(dev / "size")), int(_read(dev / "align"))
+                assert align >= 4096 and align & (align - 1) == 0, (dev.name, align)
+                assert align == int(_read(attrs / "align")), dev.name
+                mappings = sorted(dev.glob("mapping*"), key=lambda m: int(m.name[7:]))
+                assert mappings and int(_read(mappings[0] / "start"), 16) == int(_read(dev / "resource"), 16)
+                offset = 0
+                for m in mappings:
+                    start, end = int(_read(m / "start"), 16), int(_read(m / "end"), 16)
+                    assert int(_read(m / "page_offset"), 16) == offset, (dev.name, m.name)
+                    assert start % align == 0 and (end + 1 - start) % align == 0, (dev.name, m.name)
+                    offset += end + 1 - start
+                assert offset == size, (dev.name, offset, size)
+                held += size
+                for name in ("size", "align"):
+                    assert stat.S_IMODE(os.stat(dev / name).st_mode) == 0o644, (dev.name, name)
+            assert int(_read(attrs / "available_size")) == int(_read(attrs / "size")) - held, region.name
+            assert stat.S_IMODE(os.stat(attrs / "create").st_mode) == 0o644, region.name
+            assert stat.S_IMODE(os.stat(attrs / "delete").st_mode) == 0o200, region.name
+    assert devices >= 2
+
+
+BUS_WRITE_ONLY = ("bind", "unbind")
+"""drivers/base/bus.c: a driver's ``bind``/``unbind`` are DRIVER_ATTR_IGNORE_LOCKDEP(..., 0200), the bus's
+``drivers_probe`` BUS_ATTR_WO and ``drivers_autoprobe`` BUS_ATTR_RW, 1 unless userspace turned probing off."""
+
+
+def test_the_cxl_and_dax_buses_driver_files_are_the_driver_cores(rendered: Rendered) -> None:
+    """What ``cxl``/``daxctl`` and udev rules write to re-bind devices: every driver of the cxl, dax and platform
+    buses has write-only ``bind`` and ``unbind``; the dax drivers add ``new_id``/``remove_id`` (drivers/dax/bus.c,
+    DRIVER_ATTR_WO); the buses have write-only ``drivers_probe`` and an ``drivers_autoprobe`` reading 1, and the
+    cxl bus a write-only ``flush`` (sysfs-bus-cxl: "/sys/bus/cxl/flush"). Each loaded module's ``initstate`` reads
+    ``live`` (kernel/module/sysfs.c)."""
+    for profile in ("cxl-pool", "cxl-test"):
+        (_, _, root), *_ = rendered(profile)
+        cxl, dax = root / "sys/bus/cxl", root / "sys/bus/dax"
+        drivers = [*sorted((cxl / "drivers").iterdir()), *sorted((dax / "drivers").iterdir()),
+                   root / "sys/bus/platform/drivers/cxl_acpi"]
+        assert len(drivers) >= 8, profile
+        for drv in drivers:
+            names = BUS_WRITE_ONLY + (("new_id", "remove_id") if drv.parent.parent == dax else ())
+            for name in names:
+                assert stat.S_IMODE(os.stat(drv / name).st_mode) == 0o200, (profile, drv.name, name)
+        for path in (cxl / "flush", cxl / "drivers_probe"):
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o200, (profile, path.name)
+        assert _read(cxl / "drivers_autoprobe") == "1"
+        assert stat.S_IMODE(os.stat(cxl / "drivers_autoprobe").st_mode) == 0o644
+        for module in ("cxl_core", "cxl_acpi", "cxl_port", "cxl_mem", "dax", "kmem"):
+            assert _read(root / f"sys/module/{module}/initstate") == "live", (profile, module)
