@@ -768,3 +768,43 @@ def test_the_cxl_and_dax_buses_driver_files_are_the_driver_cores(rendered: Rende
         assert stat.S_IMODE(os.stat(cxl / "drivers_autoprobe").st_mode) == 0o644
         for module in ("cxl_core", "cxl_acpi", "cxl_port", "cxl_mem", "dax", "kmem"):
             assert _read(root / f"sys/module/{module}/initstate") == "live", (profile, module)
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "cxl-pool"))
+def test_numa_node_files_relate_as_the_abi_defines(rendered: Rendered, profile: str) -> None:
+    """Documentation/ABI/stable/sysfs-devices-node: ``possible``/``online`` list the nodes, ``has_cpu`` those with
+    CPUs, ``has_memory`` those with memory and ``has_normal_memory`` a subset of it, ``has_generic_initiator``
+    none here (no ACPI generic initiators); each node's ``cpumap`` is its ``cpulist`` as a mask, with a ``cpuN``
+    link per CPU of it, and ``/sys/bus/node/devices/nodeN`` links to it. ``distance`` is the node's SLIT row, 10 to
+    itself and more to others (ACPI 6.5, 5.2.17). Per-node huge page pools have a writable ``nr_hugepages`` and
+    read-only ``free_hugepages``/``surplus_hugepages`` (admin-guide/mm/hugetlbpage.rst). HMAT access classes
+    (admin-guide/mm/numaperf.rst): a target's ``accessN/initiators/nodeX`` and the initiator's
+    ``accessN/targets/nodeY`` come in pairs, and an ``access1`` initiator has CPUs."""
+    for _, _, root in rendered(profile):
+        base = root / NODES
+        ids = sorted(int(d.name[4:]) for d in base.glob("node[0-9]*"))
+        assert _cpulist(_read(base / "possible")) == _cpulist(_read(base / "online")) == set(ids), profile
+        cpus = {i: _cpulist(_read(base / f"node{i}/cpulist")) for i in ids}
+        assert _cpulist(_read(base / "has_cpu")) == {i for i in ids if cpus[i]}, profile
+        with_memory = _cpulist(_read(base / "has_memory"))
+        assert _cpulist(_read(base / "has_normal_memory")) <= with_memory <= set(ids), profile
+        assert _read(base / "has_generic_initiator") == ""
+        for k, i in enumerate(ids):
+            node = base / f"node{i}"
+            assert _cpumask(_read(node / "cpumap")) == cpus[i], (profile, i)
+            assert {int(p.name[3:]) for p in node.glob("cpu[0-9]*")} == cpus[i], (profile, i)
+            assert (root / f"sys/bus/node/devices/node{i}").resolve() == node.resolve(), (profile, i)
+            row = [int(x) for x in _read(node / "distance").split()]
+            assert len(row) == len(ids) and row[k] == 10, (profile, i, row)
+            assert all(d > 10 for j, d in enumerate(row) if j != k), (profile, i, row)
+            for pool in node.glob("hugepages/hugepages-*kB"):
+                for name, mode in (("nr_hugepages", 0o644), ("free_hugepages", 0o444), ("surplus_hugepages", 0o444)):
+                    assert stat.S_IMODE(os.stat(pool / name).st_mode) == mode, (profile, pool, name)
+            for access in ("access0", "access1"):
+                for initiator in node.glob(f"{access}/initiators/node*"):
+                    x = initiator.name
+                    assert (base / x / access / "targets" / node.name).is_symlink(), (profile, node.name, x)
+                    if access == "access1":
+                        assert cpus[int(x[4:])], (profile, node.name, x)
+                for target in node.glob(f"{access}/targets/node*"):
+                    assert (base / target.name / access / "initiators" / node.name).is_symlink(), (profile, target)
