@@ -107,7 +107,9 @@ def _used(numa: NumaNode, total: int) -> int:
 
 def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
     """``has_memory``, each node's ``meminfo``/``numastat`` and ``/proc/meminfo``. Memory is counted in whole
-    pages, as the kernel does (a node's managed pages; the machine's totals are its nodes' summed)."""
+    pages, as the kernel does (a node's managed pages; the machine's totals are its nodes' summed). The used pages
+    split so the counters relate as the kernel's do: the page cache (``FilePages``; the machine's ``Cached`` plus
+    ``Buffers``) holds the file LRU lists and ``Shmem``, and everything allocated fits in what is used."""
     sec = Section("node-memory")
     with_memory = [n.id for n in node.numa if memory.get(n.id, 0) > 0]
     normal = [n.id for n in node.numa if memory.get(n.id, 0) > 0 and n.kind in ("dram", "lpddr")]
@@ -127,7 +129,7 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
             ("Active", used // 2), ("Inactive", used // 4), ("Active(anon)", used // 8),
             ("Inactive(anon)", used // 16), ("Active(file)", used // 2 - used // 8),
             ("Inactive(file)", used // 4 - used // 16), ("Unevictable", 0), ("Mlocked", 0), ("Dirty", 0),
-            ("Writeback", 0), ("FilePages", used // 2), ("Mapped", used // 32),
+            ("Writeback", 0), ("FilePages", used // 2 + used // 8 + used // 64), ("Mapped", used // 32),
             ("AnonPages", used // 8), ("Shmem", used // 64), ("KernelStack", used // 256),
             ("PageTables", used // 256), ("SecPageTables", 0), ("NFS_Unstable", 0), ("Bounce", 0),
             ("WritebackTmp", 0), ("KReclaimable", used // 16), ("Slab", used // 10),
@@ -156,7 +158,7 @@ def proc_meminfo(total: int, free: int, page: int) -> str:
     used = total - free
     lines = [
         ("MemTotal", total), ("MemFree", free), ("MemAvailable", free + used // 2),
-        ("Buffers", used // 64), ("Cached", used // 2), ("SwapCached", 0), ("Active", used // 2),
+        ("Buffers", used // 64), ("Cached", used // 2 + used // 8), ("SwapCached", 0), ("Active", used // 2),
         ("Inactive", used // 4), ("Active(anon)", used // 8), ("Inactive(anon)", used // 16),
         ("Active(file)", used // 2 - used // 8), ("Inactive(file)", used // 4 - used // 16),
         ("Unevictable", 0), ("Mlocked", 0), ("SwapTotal", 0), ("SwapFree", 0), ("Zswap", 0), ("Zswapped", 0),
