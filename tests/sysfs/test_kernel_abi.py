@@ -816,13 +816,15 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
     ``Buffers`` (NR_FILE_PAGES - swapcache - bufferram), so the page cache is ``Cached + Buffers + SwapCached`` (a
     node's ``FilePages``); it holds the file LRU lists (``Active(file)``, ``Inactive(file)``) and ``Shmem`` (shmem
     pages are page cache on the anon LRU), and ``Mapped`` file pages. Without swap (``SwapTotal`` 0) nothing is in
-    the swap cache and ``SwapFree`` is 0. What is allocated (anon pages, page cache, slab, stacks, page tables) fits
-    in ``MemTotal - MemFree``, ``MemAvailable`` never exceeds ``MemTotal``, and with no swap and no huge pages
-    ``CommitLimit`` is ``MemTotal * overcommit_ratio / 100`` at the default ratio 50 (mm/util.c vm_commit_limit,
-    admin-guide/sysctl/vm.rst)."""
+    the swap cache, ``SwapFree`` is 0 and zswap, which compresses pages on their way to swap, holds nothing
+    (admin-guide/mm/zswap.rst); mlocked pages are unevictable (mm/unevictable-lru.rst). What is allocated (anon
+    pages, page cache, slab, stacks, page tables) fits in ``MemTotal - MemFree``, ``MemAvailable`` never exceeds
+    ``MemTotal``, and with no swap and no huge pages ``CommitLimit`` is ``MemTotal * overcommit_ratio / 100`` at
+    the default ratio 50 (mm/util.c vm_commit_limit, admin-guide/sysctl/vm.rst)."""
     for _, _, root in rendered(profile):
         machine = _meminfo_kb(root / "proc/meminfo")
         assert machine["SwapTotal"] == machine["SwapFree"] == machine["SwapCached"] == 0, profile
+        assert machine["Zswap"] == machine["Zswapped"] == 0, profile
         cache = machine["Cached"] + machine["Buffers"] + machine["SwapCached"]
         caches = {"proc/meminfo": (machine, cache)}
         for f in sorted((root / NODES).glob("node[0-9]*/meminfo")):
@@ -831,6 +833,7 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
         for where, (values, page_cache) in caches.items():
             assert values["Active(file)"] + values["Inactive(file)"] + values["Shmem"] <= page_cache, (profile, where)
             assert values["Mapped"] <= page_cache, (profile, where)
+            assert values["Mlocked"] <= values["Unevictable"], (profile, where)
             allocated = (values["AnonPages"] + page_cache + values["Slab"] + values["KernelStack"]
                          + values["PageTables"])
             assert allocated <= values["MemTotal"] - values["MemFree"], (profile, where, allocated)
