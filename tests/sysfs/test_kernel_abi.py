@@ -814,13 +814,14 @@ def test_numa_node_files_relate_as_the_abi_defines(rendered: Rendered, profile: 
 def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str) -> None:
     """fs/proc/meminfo.c and Documentation/filesystems/proc.rst: ``Cached`` is the page cache less swap cache and
     ``Buffers`` (NR_FILE_PAGES - swapcache - bufferram), so the page cache is ``Cached + Buffers + SwapCached`` (a
-    node's ``FilePages``); it holds the file LRU lists (``Active(file)``, ``Inactive(file)``) and ``Shmem`` (shmem
-    pages are page cache on the anon LRU), and ``Mapped`` file pages. Without swap (``SwapTotal`` 0) nothing is in
-    the swap cache, ``SwapFree`` is 0 and zswap, which compresses pages on their way to swap, holds nothing
-    (admin-guide/mm/zswap.rst); mlocked pages are unevictable (mm/unevictable-lru.rst). What is allocated (anon
-    pages, page cache, slab, stacks, page tables) fits in ``MemTotal - MemFree``, ``MemAvailable`` never exceeds
-    ``MemTotal``, and with no swap and no huge pages ``CommitLimit`` is ``MemTotal * overcommit_ratio / 100`` at
-    the default ratio 50 (mm/util.c vm_commit_limit, admin-guide/sysctl/vm.rst)."""
+    node's ``FilePages``); it holds the file LRU lists (``Active(file)``, ``Inactive(file)``) and ``Shmem`` (shmem pages
+    are page cache on the anon LRU), and ``Mapped`` file pages. Without swap (``SwapTotal`` 0) nothing is in the swap
+    cache, ``SwapFree`` is 0 and zswap, which compresses pages on their way to swap, holds nothing
+    (admin-guide/mm/zswap.rst); mlocked pages are unevictable (mm/unevictable-lru.rst). What is allocated (anon pages,
+    page cache, slab, stacks, page tables) fits in ``MemTotal - MemFree``, ``MemAvailable`` never exceeds ``MemTotal``,
+    ``Committed_AS`` covers the anonymous and shmem pages (they are the private writable and shared memory mm/util.c
+    vm_acct_memory accounts), and with no swap and no huge pages ``CommitLimit`` is ``MemTotal * overcommit_ratio /
+    100`` at the default ratio 50 (mm/util.c vm_commit_limit, admin-guide/sysctl/vm.rst)."""
     for _, _, root in rendered(profile):
         machine = _meminfo_kb(root / "proc/meminfo")
         assert machine["SwapTotal"] == machine["SwapFree"] == machine["SwapCached"] == 0, profile
@@ -838,4 +839,5 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
                          + values["PageTables"])
             assert allocated <= values["MemTotal"] - values["MemFree"], (profile, where, allocated)
         assert machine["MemAvailable"] <= machine["MemTotal"], profile
+        assert machine["Committed_AS"] >= machine["AnonPages"] + machine["Shmem"], profile
         assert machine["CommitLimit"] == machine["MemTotal"] * 50 // 100, profile
