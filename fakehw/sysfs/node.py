@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fakehw.model.system import Initiator, Node, NumaNode
+from fakehw.model.system import Cpu, Initiator, Node, NumaNode
 from fakehw.model.units import format_cpulist
 from fakehw.sysfs.common import cpumask, default_hugepage_kb, hugepage_sizes_kb, meminfo_line, page_size
 from fakehw.sysfs.memory import hmat_performance
@@ -147,14 +147,20 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
             # What the CXL driver sets once a region's memory is online (cxl_region_update_coordinates): the
             # figures, no initiator links (those come from firmware HMAT, which knows nothing of CXL windows).
             _access_files(sec, f"{NODE_DIR}/node{n.id}", perf)
-    sec.file("proc/meminfo", proc_meminfo(machine_total, machine_free, page))
+    sec.file("proc/meminfo", proc_meminfo(machine_total, machine_free, page, node.cpu))
     return sec
 
 
-def proc_meminfo(total: int, free: int, page: int) -> str:
+X86_VMALLOC_TOTAL_KB = {4: 32 * 2**30 - 1, 5: 12800 * 2**30 - 1}
+"""x86-64's ``VmallocTotal`` (VMALLOC_TOTAL >> 10) with 4- and 5-level paging: the vmalloc/ioremap space is 32 TB
+and 12.5 PB (Documentation/arch/x86/x86_64/mm.rst); the kernel pages with 5 levels where the CPU has LA57."""
+
+
+def proc_meminfo(total: int, free: int, page: int, cpu: Cpu) -> str:
     """``/proc/meminfo`` of a machine with ``total`` pages, ``free`` of them free. Page counts are printed as
     fs/proc/meminfo.c does (``pages << (PAGE_SHIFT - 10)``: whole pages in kB); VmallocTotal and x86's DirectMap
-    lines are in their own units (bytes >> 10; 4 KiB, 2 MiB and 1 GiB mappings)."""
+    lines are in their own units (bytes >> 10; 4 KiB, 2 MiB and 1 GiB mappings). Only x86 reports its direct map
+    (arch_report_meminfo, arch/x86/mm/pat/set_memory.c); arm64 and RISC-V print no DirectMap lines."""
     used = total - free
     lines = [
         ("MemTotal", total), ("MemFree", free), ("MemAvailable", free + used // 2),
@@ -171,15 +177,16 @@ def proc_meminfo(total: int, free: int, page: int) -> str:
     ]
     k = page // 1024
     text = "".join(meminfo_line(label, value * k) for label, value in lines)
-    text += meminfo_line("VmallocTotal", 34359738367)
+    x86 = cpu.arch == "amd64"
+    text += meminfo_line("VmallocTotal", X86_VMALLOC_TOTAL_KB[5 if x86 and "la57" in cpu.isa else 4])
     text += "".join(meminfo_line(label, value * k) for label, value in (
         ("VmallocUsed", 0), ("VmallocChunk", 0), ("Percpu", 0), ("HardwareCorrupted", 0), ("AnonHugePages", 0),
         ("ShmemHugePages", 0), ("ShmemPmdMapped", 0), ("FileHugePages", 0), ("FilePmdMapped", 0)))
     text += "".join(meminfo_line(label, 0, unit=False)
                     for label in ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "HugePages_Surp"))
     text += meminfo_line("Hugepagesize", default_hugepage_kb(page)) + meminfo_line("Hugetlb", 0)
-    # The direct map: the first GiB in 4 KiB pages (1048576 kB), the rest half in 2 MiB and half in 1 GiB pages.
-    gib = (total * page) >> 30
-    text += meminfo_line("DirectMap4k", 1048576) + meminfo_line("DirectMap2M", (gib - gib // 2) << 20) \
-        + meminfo_line("DirectMap1G", (gib // 2) << 20)
+    if x86:  # the direct map: the first GiB in 4 KiB pages (1048576 kB), the rest half in 2 MiB, half in 1 GiB pages
+        gib = (total * page) >> 30
+        text += meminfo_line("DirectMap4k", 1048576) + meminfo_line("DirectMap2M", (gib - gib // 2) << 20) \
+            + meminfo_line("DirectMap1G", (gib // 2) << 20)
     return text
