@@ -841,3 +841,28 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
         assert machine["MemAvailable"] <= machine["MemTotal"], profile
         assert machine["Committed_AS"] >= machine["AnonPages"] + machine["Shmem"], profile
         assert machine["CommitLimit"] == machine["MemTotal"] * 50 // 100, profile
+
+
+def test_the_vmalloc_area_and_direct_map_are_the_architectures(rendered: Rendered) -> None:
+    """Documentation/arch/x86/x86_64/mm.rst: the vmalloc/ioremap space is 32 TB with 4-level paging and 12.5 PB with
+    5-level paging, which a CPU with LA57 (``la57`` in /proc/cpuinfo's flags) runs; meminfo prints it as
+    ``VmallocTotal`` (VMALLOC_TOTAL >> 10: 34359738367 and 13743895347199 kB). The direct map covers all RAM, and
+    only x86 reports it (``DirectMap4k/2M/1G``: arch_report_meminfo in arch/x86/mm/pat/set_memory.c); arm64 and
+    RISC-V kernels print no DirectMap lines."""
+    for profile in ("dgx-h100", "t4-cloud", "gh200", "riscv-nvlink-fusion"):
+        (_, _, root), *_ = rendered(profile)
+        values = _meminfo_kb(root / "proc/meminfo")
+        direct = [label for label in values if label.startswith("DirectMap")]
+        if "x86_64" not in (root / "proc/hwloc-nofile-info").read_text():
+            assert direct == [], (profile, direct)
+            continue
+        la57 = "la57" in _flags_of(root)
+        assert values["VmallocTotal"] == (13743895347199 if la57 else 34359738367), (profile, la57)
+        assert sum(values[label] for label in direct) >= values["MemTotal"], profile
+
+
+def _flags_of(root: Path) -> set[str]:
+    for line in (root / "proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    raise AssertionError("no flags in /proc/cpuinfo")
