@@ -866,3 +866,31 @@ def _flags_of(root: Path) -> set[str]:
         if line.startswith("flags"):
             return set(line.split(":", 1)[1].split())
     raise AssertionError("no flags in /proc/cpuinfo")
+
+
+def test_every_nvidia_capability_table_names_distinct_minors_its_files_agree_with(rendered: Rendered) -> None:
+    """The driver's capability tables (``/proc/driver/nvidia-caps/{mig,nvlink,sys}-minors``: ``name minor``) share
+    one device region, ``/dev/nvidia-caps/nvidia-capN`` (MIG user guide, "Device Nodes and Capabilities"; IMEX's
+    ``fabric-imex-mgmt`` in ``sys-minors``): every minor is distinct across them and below 2^20 (MINORBITS), and a
+    capability's file under ``/proc/driver/nvidia/capabilities`` shows the same minor as ``DeviceFileMinor`` and
+    its mode in decimal (``DeviceFileMode: 256`` for mig/config, 0400, in the guide)."""
+    for profile in ("dgx-h100", "gb200-nvl72"):
+        (_, _, root), *_ = rendered(profile)
+        tables = sorted((root / "proc/driver/nvidia-caps").glob("*-minors"))
+        assert {t.name for t in tables} >= {"mig-minors", "nvlink-minors", "sys-minors"}, profile
+        minors: dict[str, int] = {}
+        for table in tables:
+            for line in table.read_text().splitlines():
+                name, minor = line.split()
+                minors[name] = int(minor)
+        assert len(set(minors.values())) == len(minors), profile
+        assert all(0 <= m < 1 << 20 for m in minors.values()), profile
+        caps = root / "proc/driver/nvidia/capabilities"
+        files = [f for f in caps.rglob("*") if f.is_file()]
+        assert any(f.name == "fabric-imex-mgmt" for f in files), profile
+        for f in files:
+            fields = dict(line.split(": ", 1) for line in f.read_text().splitlines())
+            name = str(f.relative_to(caps)).replace("mig/", "")  # mig/config: config; gpu0/mig/gi1/...: gpu0/gi1/...
+            assert int(fields["DeviceFileMinor"]) == minors[name], (profile, f)
+        assert dict(line.split(": ", 1) for line in (caps / "mig/config").read_text().splitlines()) == {
+            "DeviceFileMinor": "1", "DeviceFileMode": "256", "DeviceFileModify": "1"}, profile
