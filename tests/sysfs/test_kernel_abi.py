@@ -894,3 +894,36 @@ def test_every_nvidia_capability_table_names_distinct_minors_its_files_agree_wit
             assert int(fields["DeviceFileMinor"]) == minors[name], (profile, f)
         assert dict(line.split(": ", 1) for line in (caps / "mig/config").read_text().splitlines()) == {
             "DeviceFileMinor": "1", "DeviceFileMode": "256", "DeviceFileModify": "1"}, profile
+
+
+IORESOURCE = {"MEM": 0x200, "PREFETCH": 0x2000, "READONLY": 0x4000, "SIZEALIGN": 0x40000, "MEM_64": 0x100000}
+"""include/linux/ioport.h's resource flags."""
+
+
+def test_resource_flags_are_what_the_kernel_decodes_from_each_bar(rendered: Rendered) -> None:
+    """drivers/pci/probe.c: decode_bar keeps a memory BAR's own type bits (bits 3:0 of the BAR in config space)
+    and adds IORESOURCE_MEM, IORESOURCE_PREFETCH for a prefetchable BAR and IORESOURCE_MEM_64 for a 64-bit one;
+    __pci_read_base adds IORESOURCE_SIZEALIGN; the expansion ROM is IORESOURCE_MEM | PREFETCH | READONLY |
+    SIZEALIGN (pci_read_bases). ``resource`` prints those flags as its third column (resource_show)."""
+    (_, _, root), *_ = rendered("dgx-h100")
+    bars = rom = 0
+    for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+        config = (d / "config").read_bytes()
+        lines = [[int(x, 16) for x in line.split()] for line in (d / "resource").read_text().splitlines()]
+        count = 2 if config[0x0E] & 0x7F == 1 else 6
+        for i in range(count):
+            start, _, flags = lines[i]
+            if not start:
+                continue
+            low = int.from_bytes(config[0x10 + 4 * i:0x14 + 4 * i], "little") & 0xF
+            assert not low & 1, (d.name, i)  # no I/O BARs on these devices
+            want = low | IORESOURCE["MEM"] | IORESOURCE["SIZEALIGN"]
+            want |= IORESOURCE["PREFETCH"] if low & 0x8 else 0
+            want |= IORESOURCE["MEM_64"] if low & 0x6 == 0x4 else 0
+            assert flags == want, (d.name, i, hex(flags), hex(want))
+            bars += 1
+        if lines[6][0]:
+            assert lines[6][2] == (IORESOURCE["MEM"] | IORESOURCE["PREFETCH"] | IORESOURCE["READONLY"]
+                                   | IORESOURCE["SIZEALIGN"]), d.name
+            rom += 1
+    assert bars >= 16 and rom >= 1
