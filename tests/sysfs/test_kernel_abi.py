@@ -904,9 +904,11 @@ def test_resource_flags_are_what_the_kernel_decodes_from_each_bar(rendered: Rend
     """drivers/pci/probe.c: decode_bar keeps a memory BAR's own type bits (bits 3:0 of the BAR in config space)
     and adds IORESOURCE_MEM, IORESOURCE_PREFETCH for a prefetchable BAR and IORESOURCE_MEM_64 for a 64-bit one;
     __pci_read_base adds IORESOURCE_SIZEALIGN; the expansion ROM is IORESOURCE_MEM | PREFETCH | READONLY |
-    SIZEALIGN (pci_read_bases). ``resource`` prints those flags as its third column (resource_show)."""
+    SIZEALIGN (pci_read_bases); a bridge's prefetchable window keeps the Prefetchable Memory Base's type bits and
+    adds IORESOURCE_MEM, PREFETCH and, for a 64-bit window, MEM_64 (pci_read_bridge_mmio_pref). ``resource`` prints
+    those flags as its third column (resource_show)."""
     (_, _, root), *_ = rendered("dgx-h100")
-    bars = rom = 0
+    bars = rom = windows = 0
     for d in sorted((root / "sys/bus/pci/devices").iterdir()):
         config = (d / "config").read_bytes()
         lines = [[int(x, 16) for x in line.split()] for line in (d / "resource").read_text().splitlines()]
@@ -926,4 +928,9 @@ def test_resource_flags_are_what_the_kernel_decodes_from_each_bar(rendered: Rend
             assert lines[6][2] == (IORESOURCE["MEM"] | IORESOURCE["PREFETCH"] | IORESOURCE["READONLY"]
                                    | IORESOURCE["SIZEALIGN"]), d.name
             rom += 1
-    assert bars >= 16 and rom >= 1
+        if count == 2 and lines[15][1] >= lines[15][0] and lines[15][1]:
+            low = config[0x24] & 0xF  # Prefetchable Memory Base's type bits: 1 is a 64-bit window
+            want = low | IORESOURCE["MEM"] | IORESOURCE["PREFETCH"] | (IORESOURCE["MEM_64"] if low == 1 else 0)
+            assert lines[15][2] == want, (d.name, hex(lines[15][2]), hex(want))
+            windows += 1
+    assert bars >= 16 and rom >= 1 and windows >= 4
