@@ -934,3 +934,26 @@ def test_resource_flags_are_what_the_kernel_decodes_from_each_bar(rendered: Rend
             assert lines[15][2] == want, (d.name, hex(lines[15][2]), hex(want))
             windows += 1
     assert bars >= 16 and rom >= 1 and windows >= 4
+
+
+NODE_COUNTERS = ("Active", "Inactive", "Active(anon)", "Inactive(anon)", "Active(file)", "Inactive(file)",
+                 "Unevictable", "Mlocked", "Dirty", "Writeback", "AnonPages", "Mapped", "Shmem", "KReclaimable",
+                 "Slab", "SReclaimable", "SUnreclaim", "KernelStack", "PageTables", "SecPageTables", "NFS_Unstable",
+                 "Bounce", "WritebackTmp", "AnonHugePages", "ShmemHugePages", "ShmemPmdMapped", "FileHugePages",
+                 "FilePmdMapped")
+"""Counters both fs/proc/meminfo.c and drivers/base/node.c print from the same per-node vmstat items."""
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_machines_meminfo_counters_are_its_nodes_summed(rendered: Rendered, profile: str) -> None:
+    """/proc/meminfo reads the global vmstat counters (global_node_page_state, global_zone_page_state), which are
+    the nodes' counters (node_page_state, as ``nodeN/meminfo`` prints them) added up; and the page cache a node
+    calls ``FilePages`` (NR_FILE_PAGES) is what the machine splits into ``Cached``, ``Buffers`` and ``SwapCached``
+    (fs/proc/meminfo.c: cached = NR_FILE_PAGES - swapcache - bufferram)."""
+    for _, _, root in rendered(profile):
+        machine = _meminfo_kb(root / "proc/meminfo")
+        nodes = [_meminfo_kb(f) for f in sorted((root / NODES).glob("node[0-9]*/meminfo"))]
+        assert nodes, profile
+        for label in NODE_COUNTERS:
+            assert machine[label] == sum(n[label] for n in nodes), (profile, label)
+        assert machine["Cached"] + machine["Buffers"] + machine["SwapCached"] == sum(n["FilePages"] for n in nodes)
