@@ -905,8 +905,8 @@ def test_resource_flags_are_what_the_kernel_decodes_from_each_bar(rendered: Rend
     and adds IORESOURCE_MEM, IORESOURCE_PREFETCH for a prefetchable BAR and IORESOURCE_MEM_64 for a 64-bit one;
     __pci_read_base adds IORESOURCE_SIZEALIGN; the expansion ROM is IORESOURCE_MEM | PREFETCH | READONLY |
     SIZEALIGN (pci_read_bases); a bridge's prefetchable window keeps the Prefetchable Memory Base's type bits and
-    adds IORESOURCE_MEM, PREFETCH and, for a 64-bit window, MEM_64 (pci_read_bridge_mmio_pref). ``resource`` prints
-    those flags as its third column (resource_show)."""
+    adds IORESOURCE_MEM, PREFETCH and, for a 64-bit window, MEM_64 (pci_read_bridge_mmio_pref), and spans what the
+    base and limit registers decode. ``resource`` prints start, end and flags (resource_show)."""
     (_, _, root), *_ = rendered("dgx-h100")
     bars = rom = windows = 0
     for d in sorted((root / "sys/bus/pci/devices").iterdir()):
@@ -932,6 +932,12 @@ def test_resource_flags_are_what_the_kernel_decodes_from_each_bar(rendered: Rend
             low = config[0x24] & 0xF  # Prefetchable Memory Base's type bits: 1 is a 64-bit window
             want = low | IORESOURCE["MEM"] | IORESOURCE["PREFETCH"] | (IORESOURCE["MEM_64"] if low == 1 else 0)
             assert lines[15][2] == want, (d.name, hex(lines[15][2]), hex(want))
+            # P2P Bridge spec 3.2.5.9-10: bits 31:20 in Prefetchable Base/Limit, 63:32 in the Upper 32 Bits registers
+            word = [int.from_bytes(config[off:off + size], "little") for off, size in
+                    ((0x24, 2), (0x26, 2), (0x28, 4), (0x2C, 4))]
+            start = ((word[0] & 0xFFF0) << 16) | (word[2] << 32)
+            end = ((word[1] & 0xFFF0) << 16) | 0xFFFFF | (word[3] << 32)
+            assert (lines[15][0], lines[15][1]) == (start, end), d.name
             windows += 1
     assert bars >= 16 and rom >= 1 and windows >= 4
 
