@@ -59,12 +59,12 @@ def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
     sec.file(f"{d}/config", config_space(fn), 0o644)
     sec.file(f"{d}/resource", resource_file(fn))
     for bar in fn.bars:
-        if bar.index == 6:
+        if bar.index == 6:  # the expansion ROM
             sec.sparse(f"{d}/rom", bar.size)
-            continue
-        sec.sparse(f"{d}/resource{bar.index}", bar.size)
-        if bar.prefetchable:
-            sec.sparse(f"{d}/resource{bar.index}_wc", bar.size)
+        else:
+            sec.sparse(f"{d}/resource{bar.index}", bar.size)
+            if bar.prefetchable:
+                sec.sparse(f"{d}/resource{bar.index}_wc", bar.size)
     sriov = fn.caps.sriov
     if sriov is not None:
         sec.text(f"{d}/sriov_totalvfs", sriov.total_vfs)
