@@ -873,7 +873,7 @@ def test_every_nvidia_capability_table_names_distinct_minors_its_files_agree_wit
     one device region, ``/dev/nvidia-caps/nvidia-capN`` (MIG user guide, "Device Nodes and Capabilities"; IMEX's
     ``fabric-imex-mgmt`` in ``sys-minors``): every minor is distinct across them and below 2^20 (MINORBITS), and a
     capability's file under ``/proc/driver/nvidia/capabilities`` shows the same minor as ``DeviceFileMinor`` and
-    its mode in decimal (``DeviceFileMode: 256`` for mig/config, 0400, in the guide)."""
+    its mode in decimal (the guide's mig/config: minor 1, mode 256, 0400; mig/monitor: minor 2, mode 292, 0444)."""
     for profile in ("dgx-h100", "gb200-nvl72"):
         (_, _, root), *_ = rendered(profile)
         tables = sorted((root / "proc/driver/nvidia-caps").glob("*-minors"))
@@ -892,8 +892,9 @@ def test_every_nvidia_capability_table_names_distinct_minors_its_files_agree_wit
             fields = dict(line.split(": ", 1) for line in f.read_text().splitlines())
             name = str(f.relative_to(caps)).replace("mig/", "")  # mig/config: config; gpu0/mig/gi1/...: gpu0/gi1/...
             assert int(fields["DeviceFileMinor"]) == minors[name], (profile, f)
-        assert dict(line.split(": ", 1) for line in (caps / "mig/config").read_text().splitlines()) == {
-            "DeviceFileMinor": "1", "DeviceFileMode": "256", "DeviceFileModify": "1"}, profile
+        for name, minor, mode in (("config", "1", "256"), ("monitor", "2", "292")):
+            assert dict(line.split(": ", 1) for line in (caps / f"mig/{name}").read_text().splitlines()) == {
+                "DeviceFileMinor": minor, "DeviceFileMode": mode, "DeviceFileModify": "1"}, (profile, name)
 
 
 IORESOURCE = {"MEM": 0x200, "PREFETCH": 0x2000, "READONLY": 0x4000, "SIZEALIGN": 0x40000, "MEM_64": 0x100000}
