@@ -109,7 +109,8 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
     """``has_memory``, each node's ``meminfo``/``numastat`` and ``/proc/meminfo``. Memory is counted in whole
     pages, as the kernel does (a node's managed pages; the machine's totals are its nodes' summed). The used pages
     split so the counters relate as the kernel's do: the page cache (``FilePages``; the machine's ``Cached`` plus
-    ``Buffers``) holds the file LRU lists and ``Shmem``, and everything allocated fits in what is used."""
+    ``Buffers``) holds the file LRU lists and ``Shmem``, the anon LRU lists hold the anonymous pages and ``Shmem``,
+    and everything allocated fits in what is used."""
     sec = Section("node-memory")
     with_memory = [n.id for n in node.numa if memory.get(n.id, 0) > 0]
     normal = [n.id for n in node.numa if memory.get(n.id, 0) > 0 and n.kind in ("dram", "lpddr")]
@@ -128,7 +129,7 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
             ("Inactive(anon)", used // 16), ("Active(file)", used // 2 - used // 8),
             ("Inactive(file)", used // 4 - used // 16), ("Unevictable", 0), ("Mlocked", 0), ("Dirty", 0),
             ("Writeback", 0), ("FilePages", used // 2 + used // 8 + used // 64), ("Mapped", used // 32),
-            ("AnonPages", used // 8), ("Shmem", used // 64), ("KernelStack", used // 256),
+            ("AnonPages", used // 8 + used // 16 - used // 64), ("Shmem", used // 64), ("KernelStack", used // 256),
             ("PageTables", used // 256), ("SecPageTables", 0), ("NFS_Unstable", 0), ("Bounce", 0),
             ("WritebackTmp", 0), ("KReclaimable", used // 16), ("Slab", used // 10),
             ("SReclaimable", used // 16), ("SUnreclaim", used // 10 - used // 16),
