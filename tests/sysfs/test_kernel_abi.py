@@ -817,7 +817,9 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
     node's ``FilePages``); it holds the file LRU lists (``Active(file)``, ``Inactive(file)``) and ``Shmem`` (shmem pages
     are page cache on the anon LRU), and ``Mapped`` file pages. Without swap (``SwapTotal`` 0) nothing is in the swap
     cache, ``SwapFree`` is 0 and zswap, which compresses pages on their way to swap, holds nothing
-    (admin-guide/mm/zswap.rst); mlocked pages are unevictable (mm/unevictable-lru.rst). What is allocated (anon pages,
+    (admin-guide/mm/zswap.rst); mlocked pages are unevictable (mm/unevictable-lru.rst); the anon LRU lists hold
+    swap-backed pages: mapped anonymous pages, shmem and the swap cache. ``MemAvailable`` is at most the free pages
+    plus the file LRU and reclaimable kernel memory (mm/page_alloc.c si_mem_available). What is allocated (anon pages,
     page cache, slab, stacks, page tables) fits in ``MemTotal - MemFree``, ``MemAvailable`` never exceeds ``MemTotal``,
     ``Committed_AS`` covers the anonymous and shmem pages (they are the private writable and shared memory mm/util.c
     vm_acct_memory accounts), and with no swap and no huge pages ``CommitLimit`` is ``MemTotal * overcommit_ratio /
@@ -835,10 +837,14 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
             assert values["Active(file)"] + values["Inactive(file)"] + values["Shmem"] <= page_cache, (profile, where)
             assert values["Mapped"] <= page_cache, (profile, where)
             assert values["Mlocked"] <= values["Unevictable"], (profile, where)
+            anon_lru = values["Active(anon)"] + values["Inactive(anon)"]
+            assert anon_lru <= values["AnonPages"] + values["Shmem"] + machine["SwapCached"], (profile, where)
             allocated = (values["AnonPages"] + page_cache + values["Slab"] + values["KernelStack"]
                          + values["PageTables"])
             assert allocated <= values["MemTotal"] - values["MemFree"], (profile, where, allocated)
         assert machine["MemAvailable"] <= machine["MemTotal"], profile
+        reclaimable = machine["Active(file)"] + machine["Inactive(file)"] + machine["KReclaimable"]
+        assert machine["MemAvailable"] <= machine["MemFree"] + reclaimable, profile
         assert machine["Committed_AS"] >= machine["AnonPages"] + machine["Shmem"], profile
         assert machine["CommitLimit"] == machine["MemTotal"] * 50 // 100, profile
 
