@@ -414,7 +414,8 @@ def test_cxl_decoder_capabilities_are_flags_and_cover_their_regions(rendered: Re
     whose window allows its mode (``ram`` regions under ``cap_ram`` windows, ``pmem`` under ``cap_pmem``) and
     type-3 memory expanders (``target_type`` ``expander``) only under ``cap_type3`` windows. A root decoder shows
     ``create_ram_region``/``create_pmem_region`` only when it can create such a region (port.c,
-    cxl_root_decoder_visible: can_create_ram/can_create_pmem test the same flags); ``delete_region`` is write-only
+    cxl_root_decoder_visible: can_create_ram/can_create_pmem test the same flags), read-write (region.c:
+    DEVICE_ATTR_RW, 0644: reading names the next region, writing creates it); ``delete_region`` is write-only
     (DEVICE_ATTR_WO, 0200). cxl-pool has both kinds of window."""
     for _, _, root in rendered("cxl-pool"):
         devices = root / CXL_DEVICES
@@ -429,6 +430,7 @@ def test_cxl_decoder_capabilities_are_flags_and_cover_their_regions(rendered: Re
                 assert (d / f"create_{mode}_region").exists() == can, (d.name, mode, caps)
                 if can:
                     kinds.add(mode)
+                    assert stat.S_IMODE(os.stat(d / f"create_{mode}_region").st_mode) == 0o644, (d.name, mode)
             assert stat.S_IMODE(os.stat(d / "delete_region").st_mode) == 0o200, d.name
         assert kinds == {"ram", "pmem"}, kinds
         regions = sorted(devices.glob("region[0-9]*"))
