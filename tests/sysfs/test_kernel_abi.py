@@ -972,3 +972,24 @@ def test_the_machines_meminfo_counters_are_its_nodes_summed(rendered: Rendered, 
         for label in NODE_COUNTERS:
             assert machine[label] == sum(n[label] for n in nodes), (profile, label)
         assert machine["Cached"] + machine["Buffers"] + machine["SwapCached"] == sum(n["FilePages"] for n in nodes)
+
+
+@pytest.mark.parametrize("profile", ("cxl-test",))
+def test_every_cxl_ports_dports_and_uport_are_registered_devices(rendered: Rendered, profile: str) -> None:
+    """drivers/cxl/core/port.c links a port's ``uport``, ``parent_dport`` and each ``dportN`` to the devices that
+    are its upstream and downstream ports (host bridges, root and switch ports; cxl_test's mock platform devices),
+    and those are registered devices: each has a ``uevent`` attribute (drivers/base/core.c, device_add). A link into
+    a directory that is only a path is no device. (cxl_test's ports link to its mock platform devices; the ACPI
+    and PCI devices of cxl-pool have no ``uevent`` in the fake yet.)"""
+    for _, _, root in rendered(profile):
+        links = 0
+        for port in sorted((root / CXL_DEVICES).glob("*")):
+            if not port.name.startswith(("root", "port", "endpoint")):
+                continue
+            for link in [*sorted(port.glob("dport*")), port / "uport", port / "parent_dport"]:
+                if not link.is_symlink():
+                    continue
+                target = link.resolve()
+                assert (target / "uevent").is_file(), (profile, link, target)
+                links += 1
+        assert links >= 8, profile
