@@ -15,11 +15,11 @@ pci           static   ``sys/devices/pci*`` bridges, NVSwitches, NICs; ``sys/bus
 rdma          static   ``sys/class/{net,infiniband,infiniband_verbs,infiniband_mad}``, ``dev/infiniband``,
                        nvidia-peermem (``sys/kernel/mm/memory_peers``, ``sys/module``)
 gpus          dynamic  GPU PCI functions and ``proc/driver/nvidia/gpus/<bdf>`` (a lost GPU disappears)
-nvidia        static   ``proc/driver/nvidia/{version,params}``, ``dev/nvidia*``, ``proc/devices``, capability tables
+nvidia        static   ``proc/driver/nvidia/{version,params}``, ``dev/nvidia*``, capability tables
 mig           dynamic  ``proc/driver/nvidia/capabilities/gpuN/mig/giX[/ciY]/access``, ``dev/nvidia-caps/nvidia-capN``
 cxl           dynamic  CXL PCI functions, ``sys/bus/cxl/devices``, ``sys/bus/dax/devices``
 pools         dynamic  ``run/fakehw/memory-pools.json``: the node's memory pools for device plugins
-system        static   ``proc/hwloc-nofile-info``, ``sys/class/dmi/id``
+system        static   ``proc/hwloc-nofile-info``, ``proc/devices``, ``sys/class/dmi/id``
 ============  =======  ========================================================================================
 
 Readers point at the tree with ``HWLOC_FSROOT=<root>`` (hwloc), by bind-mounting its directories over the real
@@ -43,10 +43,11 @@ from fakehw.sysfs.node import node_dynamic_section, node_static_section
 from fakehw.sysfs.nvidia import gpu_section, mig_section, nvidia_static_section
 from fakehw.sysfs.pci import pci_static_section
 from fakehw.sysfs.pcilayout import PciLayout, layout
+from fakehw.sysfs.procdevices import proc_devices
 from fakehw.sysfs.rdma import rdma_section
 from fakehw.sysfs.tree import Link, RootWriter, Section, SectionSpec, WriteStats
 
-SYSFS_VERSION = "5"
+SYSFS_VERSION = "6"
 """Bump when the renderer's output changes, so existing trees are rebuilt."""
 ROOT_DIR = "root"
 MANIFEST = ".root-manifest"
@@ -68,9 +69,10 @@ def node_layout(system: System, node: Node) -> PciLayout:
     return layout(node, node_pools(system, node))
 
 
-def system_section(system: System, node: Node) -> Section:
+def system_section(system: System, node: Node, lay: PciLayout) -> Section:
     sec = Section("system")
     sec.file("proc/hwloc-nofile-info", hwloc_info(node))
+    sec.file("proc/devices", proc_devices(system, node, lay))
     dmi = "sys/class/dmi/id"
     vendor = node.dmi_vendor or ("NVIDIA" if node.gpus else "fakehw")
     sec.text(f"{dmi}/sys_vendor", vendor)
@@ -143,7 +145,7 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
         SectionSpec("cxl", None, lambda: cxl_section(system, node, lay(), platform.cxl), inputs=platform.cxl),
         SectionSpec("pools", None, lambda: pools_section(node, pools_json), inputs=pools_json),
-        SectionSpec("system", key, lambda: system_section(system, node)),
+        SectionSpec("system", key, lambda: system_section(system, node, lay())),
     ]
 
     writer = RootWriter(root_parent.root / ROOT_DIR, root_parent.root / MANIFEST, release=root_parent.release,

@@ -546,9 +546,11 @@ class _CxlTree:
         sec.file(f"{dr}/dax_region/delete", b"", 0o200)
         dax = f"dax{r.id}.0"
         dd = f"{dr}/{dax}"
-        target = rv.target_node if rv is not None and rv.target_node is not None else -1
+        # Only RAM regions have a DAX region, and a RAM region's view always names the node its memory goes online
+        # in (NodeCxlView._region_view: the region's node, else its window's): never NUMA_NO_NODE here.
+        assert rv is not None and rv.target_node is not None, r.name
         start = self.base(r)
-        sec.text(f"{dd}/target_node", target)
+        sec.text(f"{dd}/target_node", rv.target_node)
         sec.text(f"{dd}/numa_node", _numa_of_region(self.node, r))
         sec.text(f"{dd}/size", r.size, 0o644)
         sec.text(f"{dd}/resource", _hex(start))

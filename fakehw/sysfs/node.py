@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fakehw.model.system import Initiator, Node, NumaNode
+from fakehw.model.system import Cpu, Initiator, Node, NumaNode
 from fakehw.model.units import format_cpulist
 from fakehw.sysfs.common import cpumask, default_hugepage_kb, hugepage_sizes_kb, meminfo_line, page_size
 from fakehw.sysfs.memory import hmat_performance
@@ -107,7 +107,10 @@ def _used(numa: NumaNode, total: int) -> int:
 
 def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
     """``has_memory``, each node's ``meminfo``/``numastat`` and ``/proc/meminfo``. Memory is counted in whole
-    pages, as the kernel does (a node's managed pages; the machine's totals are its nodes' summed)."""
+    pages, as the kernel does (a node's managed pages; the machine's totals are its nodes' summed). The used pages
+    split so the counters relate as the kernel's do: the page cache (``FilePages``; the machine's ``Cached`` plus
+    ``Buffers``) holds the file LRU lists and ``Shmem``, the anon LRU lists hold the anonymous pages and ``Shmem``,
+    and everything allocated fits in what is used."""
     sec = Section("node-memory")
     with_memory = [n.id for n in node.numa if memory.get(n.id, 0) > 0]
     normal = [n.id for n in node.numa if memory.get(n.id, 0) > 0 and n.kind in ("dram", "lpddr")]
@@ -115,26 +118,26 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
     sec.text(f"{NODE_DIR}/has_normal_memory", format_cpulist(normal))
     page = page_size(node.cpu.arch)
     k = page // 1024
-    machine_total = machine_free = 0
+    machine: dict[str, int] = {}
     for n in node.numa:
         total = memory.get(n.id, 0)
         pages, used = total // page, _used(n, total) // page
-        machine_total += pages
-        machine_free += pages - used
         p = f"Node {n.id} "
         lines = [
             ("MemTotal", pages), ("MemFree", pages - used), ("MemUsed", used), ("SwapCached", 0),
             ("Active", used // 2), ("Inactive", used // 4), ("Active(anon)", used // 8),
             ("Inactive(anon)", used // 16), ("Active(file)", used // 2 - used // 8),
             ("Inactive(file)", used // 4 - used // 16), ("Unevictable", 0), ("Mlocked", 0), ("Dirty", 0),
-            ("Writeback", 0), ("FilePages", used // 2), ("Mapped", used // 32),
-            ("AnonPages", used // 8), ("Shmem", used // 64), ("KernelStack", used // 256),
+            ("Writeback", 0), ("FilePages", used // 2 + used // 8 + used // 64), ("Mapped", used // 32),
+            ("AnonPages", used // 8 + used // 16 - used // 64), ("Shmem", used // 64), ("KernelStack", used // 256),
             ("PageTables", used // 256), ("SecPageTables", 0), ("NFS_Unstable", 0), ("Bounce", 0),
             ("WritebackTmp", 0), ("KReclaimable", used // 16), ("Slab", used // 10),
             ("SReclaimable", used // 16), ("SUnreclaim", used // 10 - used // 16),
             ("AnonHugePages", 0), ("ShmemHugePages", 0), ("ShmemPmdMapped", 0), ("FileHugePages", 0),
             ("FilePmdMapped", 0),
         ]
+        for label, value in lines:
+            machine[label] = machine.get(label, 0) + value
         text = "".join(meminfo_line(label, value * k, p) for label, value in lines)
         text += "".join(meminfo_line(label, 0, p, unit=False)
                         for label in ("HugePages_Total", "HugePages_Free", "HugePages_Surp"))
@@ -145,39 +148,51 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
             # What the CXL driver sets once a region's memory is online (cxl_region_update_coordinates): the
             # figures, no initiator links (those come from firmware HMAT, which knows nothing of CXL windows).
             _access_files(sec, f"{NODE_DIR}/node{n.id}", perf)
-    sec.file("proc/meminfo", proc_meminfo(machine_total, machine_free, page))
+    sec.file("proc/meminfo", proc_meminfo(machine, page, node.cpu))
     return sec
 
 
-def proc_meminfo(total: int, free: int, page: int) -> str:
-    """``/proc/meminfo`` of a machine with ``total`` pages, ``free`` of them free. Page counts are printed as
+X86_VMALLOC_TOTAL_KB = {4: 32 * 2**30 - 1, 5: 12800 * 2**30 - 1}
+"""x86-64's ``VmallocTotal`` (VMALLOC_TOTAL >> 10) with 4- and 5-level paging: the vmalloc/ioremap space is 32 TB
+and 12.5 PB (Documentation/arch/x86/x86_64/mm.rst); the kernel pages with 5 levels where the CPU has LA57."""
+
+
+def proc_meminfo(nodes: Mapping[str, int], page: int, cpu: Cpu) -> str:
+    """``/proc/meminfo`` of a machine whose nodes' meminfo counters sum to ``nodes`` (in pages). The node counters
+    are those sums (global_node_page_state adds the nodes' vmstat), ``Cached`` the summed page cache (FilePages)
+    less ``Buffers`` and the swap cache, as fs/proc/meminfo.c computes it. Page counts are printed as
     fs/proc/meminfo.c does (``pages << (PAGE_SHIFT - 10)``: whole pages in kB); VmallocTotal and x86's DirectMap
-    lines are in their own units (bytes >> 10; 4 KiB, 2 MiB and 1 GiB mappings)."""
+    lines are in their own units (bytes >> 10; 4 KiB, 2 MiB and 1 GiB mappings). Only x86 reports its direct map
+    (arch_report_meminfo, arch/x86/mm/pat/set_memory.c); arm64 and RISC-V print no DirectMap lines."""
+    total, free = nodes["MemTotal"], nodes["MemFree"]
     used = total - free
+    buffers = used // 64
+
+    def summed(*labels: str) -> list[tuple[str, int]]:
+        return [(label, nodes[label]) for label in labels]
+
     lines = [
-        ("MemTotal", total), ("MemFree", free), ("MemAvailable", free + used // 2),
-        ("Buffers", used // 64), ("Cached", used // 2), ("SwapCached", 0), ("Active", used // 2),
-        ("Inactive", used // 4), ("Active(anon)", used // 8), ("Inactive(anon)", used // 16),
-        ("Active(file)", used // 2 - used // 8), ("Inactive(file)", used // 4 - used // 16),
-        ("Unevictable", 0), ("Mlocked", 0), ("SwapTotal", 0), ("SwapFree", 0), ("Zswap", 0), ("Zswapped", 0),
-        ("Dirty", 0), ("Writeback", 0), ("AnonPages", used // 8), ("Mapped", used // 32),
-        ("Shmem", used // 64), ("KReclaimable", used // 16), ("Slab", used // 10),
-        ("SReclaimable", used // 16), ("SUnreclaim", used // 10 - used // 16),
-        ("KernelStack", used // 256), ("PageTables", used // 256), ("SecPageTables", 0),
-        ("NFS_Unstable", 0), ("Bounce", 0), ("WritebackTmp", 0), ("CommitLimit", total // 2),
-        ("Committed_AS", used // 4),
+        ("MemTotal", total), ("MemFree", free), ("MemAvailable", free + used // 2), ("Buffers", buffers),
+        ("Cached", nodes["FilePages"] - buffers), ("SwapCached", 0),
+        *summed("Active", "Inactive", "Active(anon)", "Inactive(anon)", "Active(file)", "Inactive(file)",
+                "Unevictable", "Mlocked"),
+        ("SwapTotal", 0), ("SwapFree", 0), ("Zswap", 0), ("Zswapped", 0),
+        *summed("Dirty", "Writeback", "AnonPages", "Mapped", "Shmem", "KReclaimable", "Slab", "SReclaimable",
+                "SUnreclaim", "KernelStack", "PageTables", "SecPageTables", "NFS_Unstable", "Bounce", "WritebackTmp"),
+        ("CommitLimit", total // 2), ("Committed_AS", used // 4),
     ]
     k = page // 1024
     text = "".join(meminfo_line(label, value * k) for label, value in lines)
-    text += meminfo_line("VmallocTotal", 34359738367)
+    x86 = cpu.arch == "amd64"
+    text += meminfo_line("VmallocTotal", X86_VMALLOC_TOTAL_KB[5 if x86 and "la57" in cpu.isa else 4])
     text += "".join(meminfo_line(label, value * k) for label, value in (
-        ("VmallocUsed", 0), ("VmallocChunk", 0), ("Percpu", 0), ("HardwareCorrupted", 0), ("AnonHugePages", 0),
-        ("ShmemHugePages", 0), ("ShmemPmdMapped", 0), ("FileHugePages", 0), ("FilePmdMapped", 0)))
+        ("VmallocUsed", 0), ("VmallocChunk", 0), ("Percpu", 0), ("HardwareCorrupted", 0),
+        *summed("AnonHugePages", "ShmemHugePages", "ShmemPmdMapped", "FileHugePages", "FilePmdMapped")))
     text += "".join(meminfo_line(label, 0, unit=False)
                     for label in ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "HugePages_Surp"))
     text += meminfo_line("Hugepagesize", default_hugepage_kb(page)) + meminfo_line("Hugetlb", 0)
-    # The direct map: the first GiB in 4 KiB pages (1048576 kB), the rest half in 2 MiB and half in 1 GiB pages.
-    gib = (total * page) >> 30
-    text += meminfo_line("DirectMap4k", 1048576) + meminfo_line("DirectMap2M", (gib - gib // 2) << 20) \
-        + meminfo_line("DirectMap1G", (gib // 2) << 20)
+    if x86:  # the direct map: the first GiB in 4 KiB pages (1048576 kB), the rest half in 2 MiB, half in 1 GiB pages
+        gib = (total * page) >> 30
+        text += meminfo_line("DirectMap4k", 1048576) + meminfo_line("DirectMap2M", (gib - gib // 2) << 20) \
+            + meminfo_line("DirectMap1G", (gib // 2) << 20)
     return text

@@ -127,17 +127,21 @@ def nvidia_static_section(system: System, node: Node) -> Section:
         sec.chardev(f"dev/nvidia-nvswitch{i}", NVSWITCH_MAJOR, i)
     if on_pci:
         sec.chardev("dev/nvidia-nvswitchctl", NVSWITCH_MAJOR, 255)
-    chars = [(1, "mem"), (4, "/dev/vc/0"), (4, "tty"), (5, "/dev/tty"), (5, "/dev/console"), (5, "/dev/ptmx"),
-             (10, "misc"), (NVIDIA_MAJOR, "nvidia-frontend"), (NVIDIA_MAJOR, "nvidia"), (NVIDIA_MAJOR, "nvidiactl"),
+    return sec
+
+
+def nvidia_majors(system: System, node: Node) -> list[tuple[int, str]]:
+    """The character majors the driver registers, as ``/proc/devices`` names them (none without GPUs)."""
+    if not node.gpus:
+        return []
+    chars = [(NVIDIA_MAJOR, "nvidia-frontend"), (NVIDIA_MAJOR, "nvidia"), (NVIDIA_MAJOR, "nvidiactl"),
              (NVIDIA_MAJOR, "nvidia-modeset"), (UVM_MAJOR, "nvidia-uvm")]
-    if on_pci:
+    if any(s.on_pci for s in node.nvswitches):
         chars.append((NVSWITCH_MAJOR, "nvidia-nvswitch"))
     chars.append((CAPS_MAJOR, "nvidia-caps"))
-    if imex:
+    if has_imex(system, node):
         chars.append((IMEX_MAJOR, "nvidia-caps-imex-channels"))
-    sec.file("proc/devices", "Character devices:\n" + "".join(f"{m:3d} {n}\n" for m, n in chars)
-             + "\nBlock devices:\n  7 loop\n  8 sd\n259 blkext\n")
-    return sec
+    return chars
 
 
 def _caps_static(sec: Section, node: Node, imex: bool, channel0: bool) -> None:

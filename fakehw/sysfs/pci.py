@@ -26,6 +26,9 @@ IOMMU_GROUPS = "sys/kernel/iommu_groups"
 # struct resource flags (include/linux/ioport.h) plus the BAR's own type bits, as the resource file shows them.
 IORESOURCE_MEM, IORESOURCE_PREFETCH, IORESOURCE_READONLY = 0x200, 0x2000, 0x4000
 IORESOURCE_SIZEALIGN, IORESOURCE_MEM_64 = 0x40000, 0x100000
+PCI_PREF_RANGE_TYPE_64 = 0x1
+"""The Prefetchable Memory Base register's type bits (include/uapi/linux/pci_regs.h): the window is 64-bit, as
+config space (fakehw.sysfs.pciconfig) makes every prefetchable window."""
 MSI_WINDOW = {"amd64": "0x00000000fee00000 0x00000000feefffff msi\n",
               "arm64": "0x0000000008000000 0x00000000080fffff msi\n"}
 CXL_KINDS = ("cxl-root-port", "cxl-switch-upstream", "cxl-switch-downstream", "cxl-memdev")
@@ -56,12 +59,12 @@ def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
     sec.file(f"{d}/config", config_space(fn), 0o644)
     sec.file(f"{d}/resource", resource_file(fn))
     for bar in fn.bars:
-        if bar.index == 6:
+        if bar.index == 6:  # the expansion ROM
             sec.sparse(f"{d}/rom", bar.size)
-            continue
-        sec.sparse(f"{d}/resource{bar.index}", bar.size)
-        if bar.prefetchable:
-            sec.sparse(f"{d}/resource{bar.index}_wc", bar.size)
+        else:
+            sec.sparse(f"{d}/resource{bar.index}", bar.size)
+            if bar.prefetchable:
+                sec.sparse(f"{d}/resource{bar.index}_wc", bar.size)
     sriov = fn.caps.sriov
     if sriov is not None:
         sec.text(f"{d}/sriov_totalvfs", sriov.total_vfs)
@@ -112,7 +115,9 @@ def resource_file(fn: PciFunction) -> str:
         if mem[1] >= mem[0]:
             lines[14] = (mem[0], mem[1], IORESOURCE_MEM)
         if pref[1] >= pref[0]:
-            lines[15] = (pref[0], pref[1], IORESOURCE_MEM_64 | IORESOURCE_PREFETCH | IORESOURCE_MEM)
+            # pci_read_bridge_mmio_pref keeps the base register's type bits and adds MEM, PREFETCH and MEM_64
+            flags = PCI_PREF_RANGE_TYPE_64 | IORESOURCE_MEM_64 | IORESOURCE_PREFETCH | IORESOURCE_MEM
+            lines[15] = (pref[0], pref[1], flags)
     return "".join(f"0x{a:016x} 0x{b:016x} 0x{c:016x}\n" for a, b, c in lines)
 
 

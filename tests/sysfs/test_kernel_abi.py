@@ -7,7 +7,9 @@ here against where the kernel defines it:
 - ``nodeN/numastat``: Documentation/admin-guide/numastat.rst. numa_hit/numa_miss split the pages allocated on a
   node by the node the allocation preferred, local_node/other_node split the same pages by the node the process ran
   on, so hit + miss = local + other on every node; a miss on one node is a foreign allocation of another, so the
-  misses and foreigns of a machine sum to the same.
+  misses and foreigns of a machine sum to the same. ``interleave_hit`` counts the interleaved allocations that got
+  the node they wanted, which are hits too (mm/mempolicy.c counts NUMA_INTERLEAVE_HIT for a page allocated on the
+  node it asked for, which zone_statistics counts as NUMA_HIT), so it never exceeds ``numa_hit``.
 - ``/proc/meminfo`` ``HardwareCorrupted``: fs/proc/meminfo.c prints the pages memory-failure handling poisoned
   (mm/memory-failure.c, num_poisoned_pages) in kB; a host no memory failure was injected into has none.
 - ``max_link_speed``/``current_link_speed``: drivers/pci/pci.h PCIE_SPEED2STR, for the PCIe generation the real
@@ -83,6 +85,7 @@ def test_numastat_counters_partition_each_nodes_pages_both_ways(rendered: Render
                                "other_node"], name
             assert all(v >= 0 for v in c.values()), (name, c)
             assert c["numa_hit"] + c["numa_miss"] == c["local_node"] + c["other_node"], (name, c)
+            assert c["interleave_hit"] <= c["numa_hit"], (name, c)
         assert sum(c["numa_miss"] for c in stats.values()) == sum(c["numa_foreign"] for c in stats.values())
 
 
@@ -411,7 +414,8 @@ def test_cxl_decoder_capabilities_are_flags_and_cover_their_regions(rendered: Re
     whose window allows its mode (``ram`` regions under ``cap_ram`` windows, ``pmem`` under ``cap_pmem``) and
     type-3 memory expanders (``target_type`` ``expander``) only under ``cap_type3`` windows. A root decoder shows
     ``create_ram_region``/``create_pmem_region`` only when it can create such a region (port.c,
-    cxl_root_decoder_visible: can_create_ram/can_create_pmem test the same flags); ``delete_region`` is write-only
+    cxl_root_decoder_visible: can_create_ram/can_create_pmem test the same flags), read-write (region.c:
+    DEVICE_ATTR_RW, 0644: reading names the next region, writing creates it); ``delete_region`` is write-only
     (DEVICE_ATTR_WO, 0200). cxl-pool has both kinds of window."""
     for _, _, root in rendered("cxl-pool"):
         devices = root / CXL_DEVICES
@@ -426,6 +430,7 @@ def test_cxl_decoder_capabilities_are_flags_and_cover_their_regions(rendered: Re
                 assert (d / f"create_{mode}_region").exists() == can, (d.name, mode, caps)
                 if can:
                     kinds.add(mode)
+                    assert stat.S_IMODE(os.stat(d / f"create_{mode}_region").st_mode) == 0o644, (d.name, mode)
             assert stat.S_IMODE(os.stat(d / "delete_region").st_mode) == 0o200, d.name
         assert kinds == {"ram", "pmem"}, kinds
         regions = sorted(devices.glob("region[0-9]*"))
@@ -504,3 +509,487 @@ def test_a_bridges_memory_window_in_resource_is_the_one_its_config_space_decodes
         assert (start, end) == ((base & 0xFFF0) << 16, ((limit & 0xFFF0) << 16) | 0xFFFFF), d.name
         bridges += 1
     assert bridges >= 4
+
+
+CPUS = "sys/devices/system/cpu"
+
+
+def _cpulist(text: str) -> set[int]:
+    """A kernel cpulist (``0-55,112-167``) as a set (lib/bitmap-str.c, bitmap_parselist)."""
+    out: set[int] = set()
+    for part in filter(None, text.strip().split(",")):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _cpumask(text: str) -> set[int]:
+    """A kernel cpumask (``00000000,00010000,00000001``): 32-bit hex words, most significant first (%*pb)."""
+    value = int(text.strip().replace(",", ""), 16)
+    return {bit for bit in range(value.bit_length()) if value >> bit & 1}
+
+
+def _read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
+def test_cpu_topology_files_relate_as_the_abi_defines(rendered: Rendered, profile: str) -> None:
+    """Documentation/ABI/stable/sysfs-devices-system-cpu and admin-guide/cputopology.rst: ``online``, ``possible``
+    and ``present`` are cpulists (all CPUs of a machine without hotplugged-out CPUs, ``offline`` then empty) and
+    ``kernel_max`` is the highest CPU index the kernel allows; each ``topology/X`` mask lists the CPUs of
+    ``X_list``; ``thread_siblings`` and ``core_siblings`` are the deprecated names of ``core_cpus`` and
+    ``package_cpus`` (same masks); a CPU is in its own core, the core in its cluster and die, the die in its
+    package, and the CPUs of one package (core) share ``physical_package_id`` (and ``core_id``).
+    ``smt/active`` is 1 when SMT siblings run and ``smt/control`` ``on``, or ``notsupported`` on a CPU without SMT
+    (sysfs-devices-system-cpu, "/sys/devices/system/cpu/smt")."""
+    for _, _, root in rendered(profile):
+        cpus = root / CPUS
+        n = len(list(cpus.glob("cpu[0-9]*")))
+        everything = set(range(n))
+        for name in ("online", "possible", "present"):
+            assert _cpulist(_read(cpus / name)) == everything, (profile, name)
+        assert _read(cpus / "offline") == ""
+        assert int(_read(cpus / "kernel_max")) >= n - 1
+        package_id = {c: _read(cpus / f"cpu{c}/topology/physical_package_id") for c in range(n)}
+        core_id = {c: _read(cpus / f"cpu{c}/topology/core_id") for c in range(n)}
+        smt = False
+        for c in range(n):
+            topo = cpus / f"cpu{c}/topology"
+            sets = {}
+            for name in ("core_cpus", "thread_siblings", "cluster_cpus", "die_cpus", "package_cpus",
+                         "core_siblings"):
+                sets[name] = _cpulist(_read(topo / f"{name}_list"))
+                assert _cpumask(_read(topo / name)) == sets[name], (profile, c, name)
+            assert sets["thread_siblings"] == sets["core_cpus"] and sets["core_siblings"] == sets["package_cpus"]
+            assert c in sets["core_cpus"] <= sets["cluster_cpus"] <= sets["package_cpus"], (profile, c, sets)
+            assert sets["core_cpus"] <= sets["die_cpus"] <= sets["package_cpus"], (profile, c, sets)
+            assert {package_id[o] for o in sets["package_cpus"]} == {package_id[c]}, (profile, c)
+            assert {core_id[o] for o in sets["core_cpus"]} == {core_id[c]}, (profile, c)
+            smt = smt or len(sets["core_cpus"]) > 1
+        assert _read(cpus / "smt/active") == ("1" if smt else "0"), profile
+        assert _read(cpus / "smt/control") == ("on" if smt else "notsupported"), profile
+
+
+def test_x86_cpu0_cannot_be_taken_offline(rendered: Rendered) -> None:
+    """On x86-64 the boot CPU is not hotpluggable (arch/x86/kernel/topology.c, arch_cpu_is_hotpluggable: cpu > 0),
+    so the driver core shows no ``online`` attribute for cpu0 (drivers/base/core.c shows it only for devices that
+    can go offline); every other CPU has one, writable, reading 1 while online (sysfs-devices-system-cpu)."""
+    (_, _, root), *_ = rendered("dgx-h100")
+    cpus = root / CPUS
+    assert not (cpus / "cpu0/online").exists()
+    for d in sorted(cpus.glob("cpu[1-9]*")):
+        assert _read(d / "online") == "1", d.name
+        assert stat.S_IMODE(os.stat(d / "online").st_mode) == 0o644, d.name
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
+def test_every_caches_geometry_multiplies_out_to_its_size(rendered: Rendered, profile: str) -> None:
+    """drivers/base/cacheinfo.c: ``size`` (in K) is ``coherency_line_size * number_of_sets *
+    ways_of_associativity`` (the kernel derives the size so on every architecture that reports geometry:
+    x86 CPUID leaf 4, arm64/riscv cache nodes' ``*-size``/``*-sets``), and ``shared_cpu_map`` lists the CPUs of
+    ``shared_cpu_list``; a CPU is among the CPUs that share its own caches."""
+    for _, _, root in rendered(profile):
+        indices = sorted((root / CPUS).glob("cpu[0-9]*/cache/index[0-9]*"))
+        assert indices
+        for index in indices:
+            size = _read(index / "size")
+            assert size.endswith("K"), (index, size)
+            line, sets, ways = (int(_read(index / name)) for name in
+                                ("coherency_line_size", "number_of_sets", "ways_of_associativity"))
+            assert line * sets * ways == int(size[:-1]) * 1024, (profile, index, line, sets, ways, size)
+            shared = _cpulist(_read(index / "shared_cpu_list"))
+            assert _cpumask(_read(index / "shared_cpu_map")) == shared, (profile, index)
+            assert int(index.parent.parent.name[3:]) in shared, (profile, index)
+
+
+def _cpuinfo(root: Path) -> list[dict[str, str]]:
+    blocks = []
+    for block in (root / "proc/cpuinfo").read_text().strip().split("\n\n"):
+        blocks.append({k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in block.splitlines())})
+    return blocks
+
+
+def test_x86_cpuinfo_agrees_with_the_topology_in_sysfs(rendered: Rendered) -> None:
+    """arch/x86/kernel/cpu/proc.c (show_cpuinfo, show_cpuinfo_core): ``physical id`` and ``core id`` are the
+    package and core ids sysfs shows, ``siblings`` the CPUs of the package (cpumask_weight of its core mask),
+    ``cpu cores`` its cores, ``initial apicid`` the APIC id, ``cache size`` the last level cache in KB, and
+    ``bogomips`` loops_per_jiffy scaled to twice the TSC's MHz (the delay loop runs on the constant TSC, which
+    ``cpu MHz`` shows). SMT siblings differ only in the APIC id's lowest (SMT) bits and every CPU has its own
+    (Intel SDM vol. 3A, 9.9.1 hierarchical mapping of APIC ids)."""
+    for profile in ("dgx-h100", "t4-cloud"):
+        (_, _, root), *_ = rendered(profile)
+        cpus = root / CPUS
+        blocks = _cpuinfo(root)
+        apics = set()
+        for b in blocks:
+            cpu = cpus / f"cpu{b['processor']}"
+            topo = cpu / "topology"
+            package = _cpulist(_read(topo / "package_cpus_list"))
+            assert b["physical id"] == _read(topo / "physical_package_id"), (profile, b["processor"])
+            assert b["core id"] == _read(topo / "core_id"), (profile, b["processor"])
+            assert int(b["siblings"]) == len(package), (profile, b["processor"])
+            cores = {_read(cpus / f"cpu{c}/topology/core_id") for c in package}
+            assert int(b["cpu cores"]) == len(cores), (profile, b["processor"])
+            assert b["initial apicid"] == b["apicid"] and b["apicid"] not in apics, (profile, b["processor"])
+            apics.add(b["apicid"])
+            assert b["cache size"] == f"{_read(cpu / 'cache/index3/size')[:-1]} KB", (profile, b["processor"])
+            assert float(b["bogomips"]) == 2 * float(b["cpu MHz"]), (profile, b["processor"])
+        by_cpu = {int(b["processor"]): int(b["apicid"]) for b in blocks}
+        for c, apic in by_cpu.items():
+            core = _cpulist(_read(cpus / f"cpu{c}/topology/core_cpus_list"))
+            width = (len(core) - 1).bit_length()
+            assert {by_cpu[s] >> width for s in core} == {apic >> width}, (profile, c)
+            assert len({by_cpu[s] for s in core}) == len(core), (profile, c)
+
+
+def test_an_idle_hdm_decoder_shows_its_registers_reset_values(rendered: Rendered) -> None:
+    """A switch or endpoint HDM decoder nothing committed reads its registers' reset values (CXL 2.0 8.2.5.12:
+    Base and Size 0, Control's IW and IG 0). drivers/cxl/core/hdm.c init_hdm_decoder turns them into the sysfs
+    values port.c prints: ``start`` 0x0 and ``size`` 0x0 (the empty HPA range), ``interleave_ways`` 1
+    (eiw_to_ways(0)) and ``interleave_granularity`` 256 (eig_to_granularity(0): 256 << 0); a type-3 device's
+    decoders are ``expander``s (CXL_DECODER_HOSTONLYMEM) and hold no region."""
+    idle = 0
+    for d in sorted(d for _, _, root in rendered("cxl-pool") for d in (root / CXL_DEVICES).glob("decoder*")):
+        owner = d.resolve().parent.name
+        if owner == "root0":
+            continue  # root decoders are the firmware's windows (CFMWS), never idle
+        assert owner.startswith(("port", "endpoint")), (d.name, owner)
+        assert _read(d / "target_type") == "expander", d.name
+        if _read(d / "region"):
+            continue
+        values = tuple(_read(d / name) for name in ("start", "size", "interleave_ways", "interleave_granularity"))
+        assert values == ("0x0", "0x0", "1", "256"), (d.name, owner, values)
+        idle += 1
+    assert idle >= 8
+
+
+def _char_majors(root: Path) -> dict[int, set[str]]:
+    """``/proc/devices``' character majors: major -> the names registered on it."""
+    text = (root / "proc/devices").read_text()
+    chars = text.split("Character devices:\n", 1)[1].split("\n\n", 1)[0]
+    out: dict[int, set[str]] = {}
+    for line in chars.splitlines():
+        major, name = line.split()
+        out.setdefault(int(major), set()).add(name)
+    return out
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "cxl-test", "gb200-nvl72"))
+def test_every_character_device_has_a_registered_major(rendered: Rendered, profile: str) -> None:
+    """A character device node opens only if a driver registered its major (fs/char_dev.c, chrdev_open looks the
+    dev_t up among the registered regions), and ``/proc/devices`` lists every registered region (chrdev_show): so
+    each node under ``/dev`` has its major there. The names are the drivers' registrations: ``cxl`` (drivers/cxl/
+    core/memdev.c, cxl_memdev_init) and ``dax`` (drivers/dax/super.c, dax_core_init) on a CXL host whatever is
+    bound, ``infiniband_mad`` and ``infiniband_verbs`` (drivers/infiniband/core/user_mad.c and uverbs_main.c) where
+    RDMA devices are. A device's ``dev`` attribute and its ``/sys/dev/char/MAJOR:MINOR`` link name the same
+    numbers as its node (drivers/base/core.c: dev_show, device_create_sys_dev_entry)."""
+    names = {"mem": "cxl", "dax": "dax", "uverbs": "infiniband_verbs", "umad": "infiniband_mad",
+             "issm": "infiniband_mad"}
+    for _, _, root in rendered(profile):
+        majors = _char_majors(root)
+        nodes = 0
+        for dirpath, _, files in os.walk(root / "dev"):
+            for name in files:
+                st = os.lstat(Path(dirpath) / name)
+                if not stat.S_ISCHR(st.st_mode):
+                    continue
+                nodes += 1
+                major = os.major(st.st_rdev)
+                assert major in majors, (profile, name, major, sorted(majors))
+                kind = name.rstrip("0123456789.")
+                if kind in names and (kind != "mem" or Path(dirpath).name == "cxl"):
+                    assert names[kind] in majors[major], (profile, name, majors[major])
+        assert nodes >= 5, profile
+        for link in sorted((root / "sys/dev/char").glob("*:*")):
+            dev = link / "dev"
+            if dev.exists():
+                assert _read(dev) == link.name, (profile, link)
+
+
+def test_a_dax_devices_mappings_cover_its_size_inside_its_region(rendered: Rendered) -> None:
+    """drivers/dax/bus.c and Documentation/ABI/testing/sysfs-bus-dax: each ``mappingN`` of a DAX device is one
+    physical range, ``start`` to ``end`` inclusive (range.end), at ``page_offset`` into the device (0 for the first),
+    and the mappings add up to the device's ``size``; ``resource`` is where the first starts. The region's
+    ``available_size`` is its ``size`` less what its devices hold (dax_region_avail_size). Ranges keep the
+    device's ``align`` (a power of two, at least a page; dev_dax_validate_align), which starts as the region's.
+    ``size`` and ``align`` are DEVICE_ATTR_RW (0644); the region's ``create`` is RW and ``delete`` WO (0200)."""
+    devices = 0
+    for _, _, root in rendered("cxl-pool"):
+        regions = sorted({d.resolve().parent for d in (root / "sys/bus/dax/devices").glob("dax*")})
+        for region in regions:
+            attrs = region / "dax_region"
+            held = 0
+            for dev in sorted(region.glob("dax*.*")):
+                devices += 1
+                size, align = int(_read(dev / "size")), int(_read(dev / "align"))
+                assert align >= 4096 and align & (align - 1) == 0, (dev.name, align)
+                assert align == int(_read(attrs / "align")), dev.name
+                mappings = sorted(dev.glob("mapping*"), key=lambda m: int(m.name[7:]))
+                assert mappings and int(_read(mappings[0] / "start"), 16) == int(_read(dev / "resource"), 16)
+                offset = 0
+                for m in mappings:
+                    start, end = int(_read(m / "start"), 16), int(_read(m / "end"), 16)
+                    assert int(_read(m / "page_offset"), 16) == offset, (dev.name, m.name)
+                    assert start % align == 0 and (end + 1 - start) % align == 0, (dev.name, m.name)
+                    offset += end + 1 - start
+                assert offset == size, (dev.name, offset, size)
+                held += size
+                for name in ("size", "align"):
+                    assert stat.S_IMODE(os.stat(dev / name).st_mode) == 0o644, (dev.name, name)
+            assert int(_read(attrs / "available_size")) == int(_read(attrs / "size")) - held, region.name
+            assert stat.S_IMODE(os.stat(attrs / "create").st_mode) == 0o644, region.name
+            assert stat.S_IMODE(os.stat(attrs / "delete").st_mode) == 0o200, region.name
+    assert devices >= 2
+
+
+BUS_WRITE_ONLY = ("bind", "unbind")
+"""drivers/base/bus.c: a driver's ``bind``/``unbind`` are DRIVER_ATTR_IGNORE_LOCKDEP(..., 0200), the bus's
+``drivers_probe`` BUS_ATTR_WO and ``drivers_autoprobe`` BUS_ATTR_RW, 1 unless userspace turned probing off."""
+
+
+def test_the_cxl_and_dax_buses_driver_files_are_the_driver_cores(rendered: Rendered) -> None:
+    """What ``cxl``/``daxctl`` and udev rules write to re-bind devices: every driver of the cxl, dax and platform
+    buses has write-only ``bind`` and ``unbind``; the dax drivers add ``new_id``/``remove_id`` (drivers/dax/bus.c,
+    DRIVER_ATTR_WO); the buses have write-only ``drivers_probe`` and an ``drivers_autoprobe`` reading 1, and the
+    cxl bus a write-only ``flush`` (sysfs-bus-cxl: "/sys/bus/cxl/flush"). Each loaded module's ``initstate`` reads
+    ``live`` (kernel/module/sysfs.c)."""
+    for profile in ("cxl-pool", "cxl-test"):
+        (_, _, root), *_ = rendered(profile)
+        cxl, dax = root / "sys/bus/cxl", root / "sys/bus/dax"
+        drivers = [*sorted((cxl / "drivers").iterdir()), *sorted((dax / "drivers").iterdir()),
+                   root / "sys/bus/platform/drivers/cxl_acpi"]
+        assert len(drivers) >= 8, profile
+        for drv in drivers:
+            names = BUS_WRITE_ONLY + (("new_id", "remove_id") if drv.parent.parent == dax else ())
+            for name in names:
+                assert stat.S_IMODE(os.stat(drv / name).st_mode) == 0o200, (profile, drv.name, name)
+        for path in (cxl / "flush", cxl / "drivers_probe"):
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o200, (profile, path.name)
+        assert _read(cxl / "drivers_autoprobe") == "1"
+        assert stat.S_IMODE(os.stat(cxl / "drivers_autoprobe").st_mode) == 0o644
+        for module in ("cxl_core", "cxl_acpi", "cxl_port", "cxl_mem", "dax", "kmem"):
+            assert _read(root / f"sys/module/{module}/initstate") == "live", (profile, module)
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "cxl-pool"))
+def test_numa_node_files_relate_as_the_abi_defines(rendered: Rendered, profile: str) -> None:
+    """Documentation/ABI/stable/sysfs-devices-node: ``possible``/``online`` list the nodes, ``has_cpu`` those with
+    CPUs, ``has_memory`` those with memory and ``has_normal_memory`` a subset of it, ``has_generic_initiator``
+    none here (no ACPI generic initiators); each node's ``cpumap`` is its ``cpulist`` as a mask, with a ``cpuN``
+    link per CPU of it, and ``/sys/bus/node/devices/nodeN`` links to it. ``distance`` is the node's SLIT row, 10 to
+    itself and more to others (ACPI 6.5, 5.2.17). Per-node huge page pools have a writable ``nr_hugepages`` and
+    read-only ``free_hugepages``/``surplus_hugepages`` (admin-guide/mm/hugetlbpage.rst). HMAT access classes
+    (admin-guide/mm/numaperf.rst): a target's ``accessN/initiators/nodeX`` and the initiator's
+    ``accessN/targets/nodeY`` come in pairs, and an ``access1`` initiator has CPUs."""
+    for _, _, root in rendered(profile):
+        base = root / NODES
+        ids = sorted(int(d.name[4:]) for d in base.glob("node[0-9]*"))
+        assert _cpulist(_read(base / "possible")) == _cpulist(_read(base / "online")) == set(ids), profile
+        cpus = {i: _cpulist(_read(base / f"node{i}/cpulist")) for i in ids}
+        assert _cpulist(_read(base / "has_cpu")) == {i for i in ids if cpus[i]}, profile
+        with_memory = _cpulist(_read(base / "has_memory"))
+        assert _cpulist(_read(base / "has_normal_memory")) <= with_memory <= set(ids), profile
+        assert _read(base / "has_generic_initiator") == ""
+        for k, i in enumerate(ids):
+            node = base / f"node{i}"
+            assert _cpumask(_read(node / "cpumap")) == cpus[i], (profile, i)
+            assert {int(p.name[3:]) for p in node.glob("cpu[0-9]*")} == cpus[i], (profile, i)
+            assert (root / f"sys/bus/node/devices/node{i}").resolve() == node.resolve(), (profile, i)
+            row = [int(x) for x in _read(node / "distance").split()]
+            assert len(row) == len(ids) and row[k] == 10, (profile, i, row)
+            assert all(d > 10 for j, d in enumerate(row) if j != k), (profile, i, row)
+            for pool in node.glob("hugepages/hugepages-*kB"):
+                for name, mode in (("nr_hugepages", 0o644), ("free_hugepages", 0o444), ("surplus_hugepages", 0o444)):
+                    assert stat.S_IMODE(os.stat(pool / name).st_mode) == mode, (profile, pool, name)
+            for access in ("access0", "access1"):
+                for initiator in node.glob(f"{access}/initiators/node*"):
+                    x = initiator.name
+                    assert (base / x / access / "targets" / node.name).is_symlink(), (profile, node.name, x)
+                    if access == "access1":
+                        assert cpus[int(x[4:])], (profile, node.name, x)
+                for target in node.glob(f"{access}/targets/node*"):
+                    assert (base / target.name / access / "initiators" / node.name).is_symlink(), (profile, target)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str) -> None:
+    """fs/proc/meminfo.c and Documentation/filesystems/proc.rst: ``Cached`` is the page cache less swap cache and
+    ``Buffers`` (NR_FILE_PAGES - swapcache - bufferram), so the page cache is ``Cached + Buffers + SwapCached`` (a
+    node's ``FilePages``); it holds the file LRU lists (``Active(file)``, ``Inactive(file)``) and ``Shmem`` (shmem pages
+    are page cache on the anon LRU), and ``Mapped`` file pages. Without swap (``SwapTotal`` 0) nothing is in the swap
+    cache, ``SwapFree`` is 0 and zswap, which compresses pages on their way to swap, holds nothing
+    (admin-guide/mm/zswap.rst); mlocked pages are unevictable (mm/unevictable-lru.rst); the anon LRU lists hold
+    swap-backed pages: mapped anonymous pages, shmem and the swap cache. ``MemAvailable`` is at most the free pages
+    plus the file LRU and reclaimable kernel memory (mm/page_alloc.c si_mem_available). What is allocated (anon pages,
+    page cache, slab, stacks, page tables) fits in ``MemTotal - MemFree``, ``MemAvailable`` never exceeds ``MemTotal``,
+    ``Committed_AS`` covers the anonymous and shmem pages (they are the private writable and shared memory mm/util.c
+    vm_acct_memory accounts), and with no swap and no huge pages ``CommitLimit`` is ``MemTotal * overcommit_ratio /
+    100`` at the default ratio 50 (mm/util.c vm_commit_limit, admin-guide/sysctl/vm.rst)."""
+    for _, _, root in rendered(profile):
+        machine = _meminfo_kb(root / "proc/meminfo")
+        assert machine["SwapTotal"] == machine["SwapFree"] == machine["SwapCached"] == 0, profile
+        assert machine["Zswap"] == machine["Zswapped"] == 0, profile
+        cache = machine["Cached"] + machine["Buffers"] + machine["SwapCached"]
+        caches = {"proc/meminfo": (machine, cache)}
+        for f in sorted((root / NODES).glob("node[0-9]*/meminfo")):
+            values = _meminfo_kb(f)
+            caches[f.parent.name] = (values, values["FilePages"])
+        for where, (values, page_cache) in caches.items():
+            assert values["Active(file)"] + values["Inactive(file)"] + values["Shmem"] <= page_cache, (profile, where)
+            assert values["Mapped"] <= page_cache, (profile, where)
+            assert values["Mlocked"] <= values["Unevictable"], (profile, where)
+            anon_lru = values["Active(anon)"] + values["Inactive(anon)"]
+            assert anon_lru <= values["AnonPages"] + values["Shmem"] + machine["SwapCached"], (profile, where)
+            allocated = (values["AnonPages"] + page_cache + values["Slab"] + values["KernelStack"]
+                         + values["PageTables"])
+            assert allocated <= values["MemTotal"] - values["MemFree"], (profile, where, allocated)
+        assert machine["MemAvailable"] <= machine["MemTotal"], profile
+        reclaimable = machine["Active(file)"] + machine["Inactive(file)"] + machine["KReclaimable"]
+        assert machine["MemAvailable"] <= machine["MemFree"] + reclaimable, profile
+        assert machine["Committed_AS"] >= machine["AnonPages"] + machine["Shmem"], profile
+        assert machine["CommitLimit"] == machine["MemTotal"] * 50 // 100, profile
+
+
+def test_the_vmalloc_area_and_direct_map_are_the_architectures(rendered: Rendered) -> None:
+    """Documentation/arch/x86/x86_64/mm.rst: the vmalloc/ioremap space is 32 TB with 4-level paging and 12.5 PB with
+    5-level paging, which a CPU with LA57 (``la57`` in /proc/cpuinfo's flags) runs; meminfo prints it as
+    ``VmallocTotal`` (VMALLOC_TOTAL >> 10: 34359738367 and 13743895347199 kB). The direct map covers all RAM, and
+    only x86 reports it (``DirectMap4k/2M/1G``: arch_report_meminfo in arch/x86/mm/pat/set_memory.c); arm64 and
+    RISC-V kernels print no DirectMap lines."""
+    for profile in ("dgx-h100", "t4-cloud", "gh200", "riscv-nvlink-fusion"):
+        (_, _, root), *_ = rendered(profile)
+        values = _meminfo_kb(root / "proc/meminfo")
+        direct = [label for label in values if label.startswith("DirectMap")]
+        if "x86_64" not in (root / "proc/hwloc-nofile-info").read_text():
+            assert direct == [], (profile, direct)
+            continue
+        la57 = "la57" in _flags_of(root)
+        assert values["VmallocTotal"] == (13743895347199 if la57 else 34359738367), (profile, la57)
+        assert sum(values[label] for label in direct) >= values["MemTotal"], profile
+
+
+def _flags_of(root: Path) -> set[str]:
+    for line in (root / "proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    raise AssertionError("no flags in /proc/cpuinfo")
+
+
+def test_every_nvidia_capability_table_names_distinct_minors_its_files_agree_with(rendered: Rendered) -> None:
+    """The driver's capability tables (``/proc/driver/nvidia-caps/{mig,nvlink,sys}-minors``: ``name minor``) share
+    one device region, ``/dev/nvidia-caps/nvidia-capN`` (MIG user guide, "Device Nodes and Capabilities"; IMEX's
+    ``fabric-imex-mgmt`` in ``sys-minors``): every minor is distinct across them and below 2^20 (MINORBITS), and a
+    capability's file under ``/proc/driver/nvidia/capabilities`` shows the same minor as ``DeviceFileMinor`` and
+    its mode in decimal (the guide's mig/config: minor 1, mode 256, 0400; mig/monitor: minor 2, mode 292, 0444)."""
+    for profile in ("dgx-h100", "gb200-nvl72"):
+        (_, _, root), *_ = rendered(profile)
+        tables = sorted((root / "proc/driver/nvidia-caps").glob("*-minors"))
+        assert {t.name for t in tables} >= {"mig-minors", "nvlink-minors", "sys-minors"}, profile
+        minors: dict[str, int] = {}
+        for table in tables:
+            for line in table.read_text().splitlines():
+                name, minor = line.split()
+                minors[name] = int(minor)
+        assert len(set(minors.values())) == len(minors), profile
+        assert all(0 <= m < 1 << 20 for m in minors.values()), profile
+        caps = root / "proc/driver/nvidia/capabilities"
+        files = [f for f in caps.rglob("*") if f.is_file()]
+        assert any(f.name == "fabric-imex-mgmt" for f in files), profile
+        for f in files:
+            fields = dict(line.split(": ", 1) for line in f.read_text().splitlines())
+            name = str(f.relative_to(caps)).replace("mig/", "")  # mig/config: config; gpu0/mig/gi1/...: gpu0/gi1/...
+            assert int(fields["DeviceFileMinor"]) == minors[name], (profile, f)
+        for name, minor, mode in (("config", "1", "256"), ("monitor", "2", "292")):
+            assert dict(line.split(": ", 1) for line in (caps / f"mig/{name}").read_text().splitlines()) == {
+                "DeviceFileMinor": minor, "DeviceFileMode": mode, "DeviceFileModify": "1"}, (profile, name)
+
+
+IORESOURCE = {"MEM": 0x200, "PREFETCH": 0x2000, "READONLY": 0x4000, "SIZEALIGN": 0x40000, "MEM_64": 0x100000}
+"""include/linux/ioport.h's resource flags."""
+
+
+def test_resource_flags_are_what_the_kernel_decodes_from_each_bar(rendered: Rendered) -> None:
+    """drivers/pci/probe.c: decode_bar keeps a memory BAR's own type bits (bits 3:0 of the BAR in config space)
+    and adds IORESOURCE_MEM, IORESOURCE_PREFETCH for a prefetchable BAR and IORESOURCE_MEM_64 for a 64-bit one;
+    __pci_read_base adds IORESOURCE_SIZEALIGN; the expansion ROM is IORESOURCE_MEM | PREFETCH | READONLY |
+    SIZEALIGN (pci_read_bases); a bridge's prefetchable window keeps the Prefetchable Memory Base's type bits and
+    adds IORESOURCE_MEM, PREFETCH and, for a 64-bit window, MEM_64 (pci_read_bridge_mmio_pref), and spans what the
+    base and limit registers decode. ``resource`` prints start, end and flags (resource_show)."""
+    (_, _, root), *_ = rendered("dgx-h100")
+    bars = rom = windows = 0
+    for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+        config = (d / "config").read_bytes()
+        lines = [[int(x, 16) for x in line.split()] for line in (d / "resource").read_text().splitlines()]
+        count = 2 if config[0x0E] & 0x7F == 1 else 6
+        for i in range(count):
+            start, _, flags = lines[i]
+            if not start:
+                continue
+            low = int.from_bytes(config[0x10 + 4 * i:0x14 + 4 * i], "little") & 0xF
+            assert not low & 1, (d.name, i)  # no I/O BARs on these devices
+            want = low | IORESOURCE["MEM"] | IORESOURCE["SIZEALIGN"]
+            want |= IORESOURCE["PREFETCH"] if low & 0x8 else 0
+            want |= IORESOURCE["MEM_64"] if low & 0x6 == 0x4 else 0
+            assert flags == want, (d.name, i, hex(flags), hex(want))
+            bars += 1
+        if lines[6][0]:
+            assert lines[6][2] == (IORESOURCE["MEM"] | IORESOURCE["PREFETCH"] | IORESOURCE["READONLY"]
+                                   | IORESOURCE["SIZEALIGN"]), d.name
+            rom += 1
+        if count == 2 and lines[15][1] >= lines[15][0] and lines[15][1]:
+            low = config[0x24] & 0xF  # Prefetchable Memory Base's type bits: 1 is a 64-bit window
+            want = low | IORESOURCE["MEM"] | IORESOURCE["PREFETCH"] | (IORESOURCE["MEM_64"] if low == 1 else 0)
+            assert lines[15][2] == want, (d.name, hex(lines[15][2]), hex(want))
+            # P2P Bridge spec 3.2.5.9-10: bits 31:20 in Prefetchable Base/Limit, 63:32 in the Upper 32 Bits registers
+            word = [int.from_bytes(config[off:off + size], "little") for off, size in
+                    ((0x24, 2), (0x26, 2), (0x28, 4), (0x2C, 4))]
+            start = ((word[0] & 0xFFF0) << 16) | (word[2] << 32)
+            end = ((word[1] & 0xFFF0) << 16) | 0xFFFFF | (word[3] << 32)
+            assert (lines[15][0], lines[15][1]) == (start, end), d.name
+            windows += 1
+    assert bars >= 16 and rom >= 1 and windows >= 4
+
+
+NODE_COUNTERS = ("Active", "Inactive", "Active(anon)", "Inactive(anon)", "Active(file)", "Inactive(file)",
+                 "Unevictable", "Mlocked", "Dirty", "Writeback", "AnonPages", "Mapped", "Shmem", "KReclaimable",
+                 "Slab", "SReclaimable", "SUnreclaim", "KernelStack", "PageTables", "SecPageTables", "NFS_Unstable",
+                 "Bounce", "WritebackTmp", "AnonHugePages", "ShmemHugePages", "ShmemPmdMapped", "FileHugePages",
+                 "FilePmdMapped")
+"""Counters both fs/proc/meminfo.c and drivers/base/node.c print from the same per-node vmstat items."""
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_machines_meminfo_counters_are_its_nodes_summed(rendered: Rendered, profile: str) -> None:
+    """/proc/meminfo reads the global vmstat counters (global_node_page_state, global_zone_page_state), which are
+    the nodes' counters (node_page_state, as ``nodeN/meminfo`` prints them) added up; and the page cache a node
+    calls ``FilePages`` (NR_FILE_PAGES) is what the machine splits into ``Cached``, ``Buffers`` and ``SwapCached``
+    (fs/proc/meminfo.c: cached = NR_FILE_PAGES - swapcache - bufferram)."""
+    for _, _, root in rendered(profile):
+        machine = _meminfo_kb(root / "proc/meminfo")
+        nodes = [_meminfo_kb(f) for f in sorted((root / NODES).glob("node[0-9]*/meminfo"))]
+        assert nodes, profile
+        for label in NODE_COUNTERS:
+            assert machine[label] == sum(n[label] for n in nodes), (profile, label)
+        assert machine["Cached"] + machine["Buffers"] + machine["SwapCached"] == sum(n["FilePages"] for n in nodes)
+
+
+@pytest.mark.parametrize("profile", ("cxl-test",))
+def test_every_cxl_ports_dports_and_uport_are_registered_devices(rendered: Rendered, profile: str) -> None:
+    """drivers/cxl/core/port.c links a port's ``uport``, ``parent_dport`` and each ``dportN`` to the devices that
+    are its upstream and downstream ports (host bridges, root and switch ports; cxl_test's mock platform devices),
+    and those are registered devices: each has a ``uevent`` attribute (drivers/base/core.c, device_add). A link into
+    a directory that is only a path is no device. (cxl_test's ports link to its mock platform devices; the ACPI
+    and PCI devices of cxl-pool have no ``uevent`` in the fake yet.)"""
+    for _, _, root in rendered(profile):
+        links = 0
+        for port in sorted((root / CXL_DEVICES).glob("*")):
+            if not port.name.startswith(("root", "port", "endpoint")):
+                continue
+            for link in [*sorted(port.glob("dport*")), port / "uport", port / "parent_dport"]:
+                if not link.is_symlink():
+                    continue
+                target = link.resolve()
+                assert (target / "uevent").is_file(), (profile, link, target)
+                links += 1
+        assert links >= 8, profile

@@ -8,8 +8,10 @@ carry. The model's own numbers are never the expectation.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -207,3 +209,95 @@ def test_iommu_groups_isolate_devices_behind_acs_ports(rendered: Rendered) -> No
     devices_ = {a.rsplit(".", 1)[0] for a in groups}
     assert len(set(groups.values())) == len(devices_)
     assert groups["0000:29:00.0"] == groups["0000:29:00.1"] != groups["0000:aa:00.0"] == groups["0000:aa:00.1"]
+
+
+BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
+def _function_dirs(root: Path) -> dict[str, Path]:
+    """Every directory under ``/sys/devices/pciDDDD:BB`` named as a PCI function (domain:bus:device.function)."""
+    out: dict[str, Path] = {}
+    for top in (root / "sys/devices").glob("pci[0-9a-f][0-9a-f][0-9a-f][0-9a-f]:[0-9a-f][0-9a-f]"):
+        for dirpath, dirnames, _ in os.walk(top):
+            for name in dirnames:
+                if BDF.fullmatch(name):
+                    out[name] = Path(dirpath) / name
+    return out
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "gb200-nvl72"))
+def test_every_function_in_the_device_tree_is_on_the_pci_bus(profile: str, rendered: Rendered) -> None:
+    """The driver core puts every PCI device it registers on its bus (drivers/base/bus.c, bus_add_device links it
+    into ``/sys/bus/pci/devices``), and lspci enumerates that directory: so each function directory under
+    ``/sys/devices/pciDDDD:BB`` (bridges and NICs as much as GPUs and CXL ports) is a function lspci lists, with
+    its ids. Below the root bus a function is reached through a PCI-to-PCI bridge (PCI Express Base spec 7.1), so
+    the directory it sits in is its host bridge's or a bridge lspci lists as one."""
+    for _, _, root in rendered(profile):
+        dirs = _function_dirs(root)
+        assert dirs, f"{profile}: no PCI functions under sys/devices"
+        blocks = {line.split()[0]: line for line in lspci(root, "-D", "-nn").splitlines()}
+        assert sorted(blocks) == sorted(dirs), f"{profile}: lspci misses {sorted(set(dirs) - set(blocks))}"
+        for bdf, path in dirs.items():
+            assert re.search(r"\[[0-9a-f]{4}:[0-9a-f]{4}\]", blocks[bdf]), (profile, blocks[bdf])
+            parent = path.parent.name
+            if BDF.fullmatch(parent):
+                assert re.search(r"bridge \[0604\]", blocks[parent]), (profile, bdf, blocks[parent])
+            else:
+                assert parent == f"pci{bdf[:7]}", (profile, bdf, parent)
+
+
+def _kernel_speed(lspci_speed: str) -> str:
+    """lspci's ``16GT/s``/``2.5GT/s`` as the kernel's PCIE_SPEED2STR prints it in sysfs (``16.0 GT/s PCIe``)."""
+    return f"{float(lspci_speed):.1f} GT/s PCIe"
+
+
+def _cpus(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in filter(None, text.strip().split(",")):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gb200-nvl72"))
+def test_sysfs_attributes_say_what_the_config_space_says(profile: str, rendered: Rendered) -> None:
+    """drivers/pci/pci-sysfs.c reads ``max_link_speed``/``max_link_width`` from Link Capabilities and
+    ``current_link_speed``/``current_link_width`` from Link Status (PCIE_SPEED2STR strings), and drivers/pci/iov.c
+    ``sriov_totalvfs``, ``sriov_offset``, ``sriov_stride``, ``sriov_vf_device`` (``%x``) and ``sriov_numvfs`` from
+    the SR-IOV capability; lspci decodes the same registers from ``config``, so both must agree. ``sriov_numvfs``
+    and ``sriov_drivers_autoprobe`` (1 until written: iov.c sets drivers_autoprobe) are RW, the rest RO
+    (Documentation/ABI/testing/sysfs-bus-pci). ``local_cpulist`` is the CPUs of the function's ``numa_node``
+    (cpumask_of_node), every CPU where it has none, and ``local_cpus`` the same set as a mask."""
+    for _, _, root in rendered(profile):
+        blocks = devices(lspci(root, "-vv", "-D"))
+        nodes = root / "sys/devices/system/node"
+        every = _cpus((root / "sys/devices/system/cpu/online").read_text())
+        sriov = 0
+        for bdf, block in blocks.items():
+            d = root / "sys/bus/pci/devices" / bdf
+            attr = {p.name: p.read_text().strip() for p in d.iterdir() if p.is_file() and p.name != "config"
+                    and not p.name.startswith(("resource", "rom"))}
+            cap = re.search(r"LnkCap:\s+Port #\d+, Speed ([0-9.]+)GT/s, Width x(\d+)", block)
+            sta = re.search(r"LnkSta:\s+Speed ([0-9.]+)GT/s[^,]*, Width x(\d+)", block)
+            assert cap and sta, (profile, bdf)
+            assert (attr["max_link_speed"], attr["max_link_width"]) == (_kernel_speed(cap.group(1)), cap.group(2))
+            assert (attr["current_link_speed"], attr["current_link_width"]) == (_kernel_speed(sta.group(1)),
+                                                                                sta.group(2)), (profile, bdf)
+            numa = int(attr["numa_node"])
+            want = _cpus((nodes / f"node{numa}/cpulist").read_text()) if numa >= 0 else every
+            assert _cpus(attr["local_cpulist"]) == want, (profile, bdf)
+            mask = int(attr["local_cpus"].replace(",", ""), 16)
+            assert {b for b in range(mask.bit_length()) if mask >> b & 1} == want, (profile, bdf)
+            iov = re.search(r"Total VFs: (\d+), Number of VFs: (\d+).*?VF offset: (\d+), stride: (\d+), "
+                            r"Device ID: ([0-9a-f]+)", block, re.S)
+            assert (iov is None) == ("sriov_totalvfs" not in attr), (profile, bdf)
+            if iov is None:
+                continue
+            sriov += 1
+            assert (attr["sriov_totalvfs"], attr["sriov_numvfs"], attr["sriov_offset"], attr["sriov_stride"],
+                    attr["sriov_vf_device"]) == iov.groups(), (profile, bdf)
+            assert attr["sriov_drivers_autoprobe"] == "1", (profile, bdf)
+            for name, mode in (("sriov_numvfs", 0o644), ("sriov_drivers_autoprobe", 0o644), ("sriov_totalvfs", 0o444),
+                               ("sriov_offset", 0o444), ("sriov_stride", 0o444), ("sriov_vf_device", 0o444)):
+                assert stat.S_IMODE(os.stat(d / name).st_mode) == mode, (profile, bdf, name)
+        assert sriov, profile

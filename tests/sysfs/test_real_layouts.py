@@ -325,3 +325,24 @@ def test_readers_of_pci_numa_node_find_each_gpu_on_its_socket(profile: str, want
     proc = on_node(root, ["sh", "-c", " ".join(f"cat /sys/bus/pci/devices/{b}/numa_node;" for b in bdfs)])
     assert proc.returncode == 0, proc.stderr
     assert {i: int(v) for i, v in enumerate(proc.stdout.split())} == want
+
+
+def test_dgx_h100_caches_are_sapphire_rapids_caches(rendered: Rendered) -> None:
+    """A Xeon Platinum 8480C core has a 48 KiB 12-way L1d, a 32 KiB 8-way L1i and a 2 MiB 16-way L2, and each
+    56-core socket 105 MiB of 15-way L3, all with 64-byte lines (Intel's 4th Gen Xeon Scalable cache hierarchy
+    article 000027820: 48 KB data, 32 KB instruction, 2 MB MLC per core, 1.875 MB LLC per core; the ways as CPUID
+    leaf 4 reports them on Sapphire Rapids): ``lscpu -C`` of a DGX H100 shows those geometries, 112 instances of
+    the per-core caches and 2 of the L3."""
+    if shutil.which("lscpu") is None:
+        pytest.skip("util-linux lscpu is not installed")
+    ((_, _, root),) = rendered("dgx-h100")
+    proc = _run(["lscpu", "--caches=NAME,ONE-SIZE,ALL-SIZE,WAYS,TYPE,LEVEL,SETS,COHERENCY-SIZE", "-B", "--sysroot",
+                 str(root)])
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    assert rows == [
+        ["L1d", str(48 << 10), str(112 * 48 << 10), "12", "Data", "1", "64", "64"],
+        ["L1i", str(32 << 10), str(112 * 32 << 10), "8", "Instruction", "1", "64", "64"],
+        ["L2", str(2 << 20), str(112 * 2 << 20), "16", "Unified", "2", "2048", "64"],
+        ["L3", str(105 << 20), str(2 * 105 << 20), "15", "Unified", "3", "114688", "64"],
+    ], proc.stdout
