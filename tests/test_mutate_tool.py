@@ -35,15 +35,15 @@ def test_a_missing_engine_is_named_with_the_command_that_installs_it(
 
 # ------------------------------------------------------------------------- the equivalents file (issue 16)
 
-PCI = "fakehw/sysfs/pci.py"
-CONTINUE = 'module = "fakehw/sysfs/pci.py"\nbefore = "continue"\nafter = "break"\nwhy = "w"\n'
+MODULE = "fakehw/sysfs/cxl.py"  # a module of an area with a bare `continue` on several lines
+CONTINUE = 'module = "fakehw/sysfs/cxl.py"\nbefore = "continue"\nafter = "break"\nwhy = "w"\n'
 
 
 def _continue_lines() -> list[int]:
-    """The lines of pci.py with a bare ``continue`` (read here, so the tests follow the code when it moves)."""
-    lines = [n for n, text in enumerate((Path(__file__).resolve().parents[1] / PCI).read_text().splitlines(), 1)
+    """The lines of the module with a bare ``continue`` (read here, so the tests follow the code when it moves)."""
+    lines = [n for n, text in enumerate((Path(__file__).resolve().parents[1] / MODULE).read_text().splitlines(), 1)
              if text.strip() == "continue"]
-    assert len(lines) >= 2, "pci.py no longer has two `continue` lines: pick another module with repeated text"
+    assert len(lines) >= 2, "cxl.py no longer has two `continue` lines: pick another module with repeated text"
     return lines
 
 
@@ -59,16 +59,16 @@ def test_an_entry_with_a_line_matches_only_the_survivor_reported_there(tmp_path:
     anywhere, at_61 = tool.load_equivalents(_equivalents(tmp_path, f"[[equivalent]]\n{CONTINUE}\n"
                                                                    f"[[equivalent]]\n{CONTINUE}line = 61\n"))
     assert at_61.line == 61 and anywhere.line is None
-    assert tool.equivalent(PCI, 61, survivor, [at_61]) == "w"
-    assert tool.equivalent(PCI, 138, survivor, [at_61]) == ""
-    assert tool.equivalent(PCI, 138, survivor, [anywhere]) == "w"
+    assert tool.equivalent(MODULE, 61, survivor, [at_61]) == "w"
+    assert tool.equivalent(MODULE, 138, survivor, [at_61]) == ""
+    assert tool.equivalent(MODULE, 138, survivor, [anywhere]) == "w"
     assert tool.equivalent("fakehw/sysfs/cpu.py", 61, survivor, [at_61]) == ""
 
 
 def test_before_is_the_removed_line_and_after_the_added_one(tmp_path: Path) -> None:
     tool = _load_tool()
     [entry] = tool.load_equivalents(_equivalents(tmp_path, f"[[equivalent]]\n{CONTINUE}"))
-    assert tool.equivalent(PCI, 61, "-            break\n+            continue\n", [entry]) == ""
+    assert tool.equivalent(MODULE, 61, "-            break\n+            continue\n", [entry]) == ""
 
 
 @pytest.mark.parametrize(("entry", "error"), [
@@ -84,7 +84,7 @@ def test_a_malformed_entry_is_named_with_its_key(tmp_path: Path, entry: str, err
     path = _equivalents(tmp_path, f"[[equivalent]]\n{CONTINUE}\n[[equivalent]]\n{entry}")
     with pytest.raises(tool.EquivalentsError) as e:
         tool.load_equivalents(path)
-    assert str(e.value) == (f"{path}: [[equivalent]] number 2 (module 'fakehw/sysfs/pci.py', before 'continue'): "
+    assert str(e.value) == (f"{path}: [[equivalent]] number 2 (module '{MODULE}', before 'continue'): "
                             f"{error}")
 
 
@@ -106,19 +106,19 @@ def test_stale_entries_are_those_no_mutant_matches(tmp_path: Path) -> None:
     pytest.importorskip("cosmic_ray")
     tool = _load_tool()
     first, second = _continue_lines()[:2]
-    gone = next(n for n in range(first + 1, second) if n not in _mutant_lines(tool, PCI))
+    gone = next(n for n in range(first + 1, second) if n not in _mutant_lines(tool, MODULE))
     entries = tool.load_equivalents(_equivalents(tmp_path, "".join(
         f"[[equivalent]]\n{text}\n" for text in (
             CONTINUE, f"{CONTINUE}line = {first}\n", f"{CONTINUE}line = {second}\n",
             f"{CONTINUE}line = {gone}\n",  # no mutant is reported there
             CONTINUE.replace('before = "continue"', 'before = "continue  # gone"'),  # the text is gone
-            CONTINUE.replace(PCI, "fakehw/sysfs/nowhere.py"),  # in no area
-            CONTINUE.replace(PCI, "fakehw/fabric/lint.py"),  # in an area not run: not judged
-            CONTINUE.replace(PCI, "*").replace('"continue"', '"continue  # gone"')))))  # not every area: not judged
-    sysfs = next(a for a in tool.AREAS if PCI in a.modules)
+            CONTINUE.replace(MODULE, "fakehw/sysfs/nowhere.py"),  # in no area
+            CONTINUE.replace(MODULE, "fakehw/fabric/lint.py"),  # in an area not run: not judged
+            CONTINUE.replace(MODULE, "*").replace('"continue"', '"continue  # gone"')))))  # not every area: not judged
+    sysfs = next(a for a in tool.AREAS if MODULE in a.modules)
     stale = tool.stale_equivalents(entries, [sysfs])
     assert [(s.entry.module, s.entry.line, s.entry.before) for s in stale] == [
-        (PCI, gone, "continue"), (PCI, None, "continue  # gone"), ("fakehw/sysfs/nowhere.py", None, "continue")]
+        (MODULE, gone, "continue"), (MODULE, None, "continue  # gone"), ("fakehw/sysfs/nowhere.py", None, "continue")]
     assert "in no area" in stale[2].reason
 
 
@@ -128,11 +128,11 @@ def _mutant_lines(tool: ModuleType, module: str) -> set[int]:
 
 def test_stale_entries_are_a_warning_naming_each(capsys: pytest.CaptureFixture[str]) -> None:
     tool = _load_tool()
-    entry = tool.Equivalent(PCI, "continue", "break", "w", 61)
+    entry = tool.Equivalent(MODULE, "continue", "break", "w", 61)
     tool._warn_stale([tool.Stale(entry, "no mutant of the module has these lines at line 61")])
     out = capsys.readouterr().out
     assert "WARNING: 1 entries of tools/mutation-equivalents.toml match no mutant any more" in out
-    assert "fakehw/sysfs/pci.py:61: 'continue' -> 'break': no mutant of the module has these lines at line 61" in out
+    assert f"{MODULE}:61: 'continue' -> 'break': no mutant of the module has these lines at line 61" in out
     tool._warn_stale([])
     assert capsys.readouterr().out == ""
 
