@@ -5,6 +5,8 @@ not fit), while ``a`` itself still does, and the same pool on another node is st
 
 from __future__ import annotations
 
+import pytest
+
 from fakehw.views.k8s import Holding, PoolPolicy
 from testbed.reference.extender.policy import Flags, Placement, Policy, Refusal
 from tests.scheduler.test_reference_policy import bound, infos, req, snapshot
@@ -138,40 +140,20 @@ def test_evicting_bursts_never_frees_memory_booked_for_a_gang() -> None:
     assert isinstance(never, Refusal) and not never.resolvable, never
 
 
-def test_a_pool_held_by_reservations_frees_nothing_by_eviction() -> None:
+@pytest.mark.parametrize("overdraft", [0, 2**20], ids=["at-its-cap", "1-MiB-past-its-cap"])
+def test_a_pool_held_by_reservations_frees_nothing_by_eviction(overdraft: int) -> None:
     """docs/scheduler.md: bursts may be evicted for a reservation, reservations never. A GB200 tray: reservations
-    hold all of grace-lpddr's admission cap; a burst holds nvl72-peer-hbm's burst cap. A reservation needing P bytes
-    (nvl72-peer-hbm's admission cap) beyond its GPU's HBM fits once the burst is gone (FailedNodes); P + 1 bytes do
-    not fit whatever is evicted, since nothing of grace-lpddr can be freed (unresolvable)."""
+    hold all of grace-lpddr's admission cap (or 1 MiB more, granted before the pool shrank); a burst holds
+    nvl72-peer-hbm's burst cap. A reservation needing P bytes (nvl72-peer-hbm's admission cap) beyond its GPU's HBM
+    fits once the burst is gone (FailedNodes); P + 1 bytes do not fit whatever is evicted, since nothing of
+    grace-lpddr can be freed (unresolvable), and its overdraft is not charged to the next pool."""
     nodes = infos("gb200-nvl72")
     name = sorted(nodes)[0]
     cfg = nodes[name].policy
     lpddr, peer = nodes[name].pool("grace-lpddr"), nodes[name].pool("nvl72-peer-hbm")
     assert lpddr is not None and peer is not None
     pods = [bound("r", "res", name, (0,), priority=1000, kind="reservation",
-                  grants={"grace-lpddr": cfg.admission_cap(lpddr.available)}),
-            bound("b", "burst", name, (1,), grants={"nvl72-peer-hbm": cfg.burst_cap(peer.available)})]
-    policy = Policy(snapshot(nodes, pods, Flags()))
-    hbm = nodes[name].gpus[0].memory
-    p = cfg.admission_cap(peer.available)
-    fits = policy.evaluate(req(ns="n", gpus=1, memory=hbm + p, priority=1000), name)
-    assert isinstance(fits, Refusal) and fits.resolvable, fits
-    never = policy.evaluate(req(ns="n", name="q", gpus=1, memory=hbm + p + 1, priority=1000), name)
-    assert isinstance(never, Refusal) and not never.resolvable, never
-
-
-def test_a_pool_reservations_hold_past_its_cap_frees_nothing_and_costs_nothing_more() -> None:
-    """As the test above, but grace-lpddr's reservations hold 1 MiB more than its admission cap (granted before the
-    pool shrank): that pool still frees nothing by eviction, and its overdraft is not charged to the next pool. A
-    reservation needing nvl72-peer-hbm's admission cap P beyond its GPU's HBM fits once the burst there is evicted
-    (FailedNodes); P + 1 bytes do not (unresolvable)."""
-    nodes = infos("gb200-nvl72")
-    name = sorted(nodes)[0]
-    cfg = nodes[name].policy
-    lpddr, peer = nodes[name].pool("grace-lpddr"), nodes[name].pool("nvl72-peer-hbm")
-    assert lpddr is not None and peer is not None
-    pods = [bound("r", "res", name, (0,), priority=1000, kind="reservation",
-                  grants={"grace-lpddr": cfg.admission_cap(lpddr.available) + 2**20}),
+                  grants={"grace-lpddr": cfg.admission_cap(lpddr.available) + overdraft}),
             bound("b", "burst", name, (1,), grants={"nvl72-peer-hbm": cfg.burst_cap(peer.available)})]
     policy = Policy(snapshot(nodes, pods, Flags()))
     hbm = nodes[name].gpus[0].memory

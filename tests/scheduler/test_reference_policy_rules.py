@@ -21,7 +21,7 @@ from testbed.reference.extender.policy import (
     choose_gpus,
     parse_bound,
 )
-from tests.scheduler.test_reference_policy import bound, infos, req, snapshot
+from tests.scheduler.test_reference_policy import bound, gang_lead_with_plan, infos, req, snapshot
 
 
 def _placement(policy: Policy, node: str, **kw: object) -> Placement:
@@ -209,11 +209,7 @@ def test_a_gang_booking_on_a_node_without_pods_keeps_its_gpus() -> None:
     others. The gang's first member is bound on tray a; its plan books tray b, where nothing runs yet, for the second
     member (4 GPUs, no pool memory): another tenant's pod does not get a GPU of b, the second member does."""
     nodes = infos("gb200-nvl72")
-    a = sorted(nodes)[0]
-    b = next(n for n in sorted(nodes) if n != a and nodes[n].domain == nodes[a].domain)
-    lead = bound("t", "m1", a, (0, 1, 2, 3), gang="g", gang_size=2)
-    lead["metadata"]["annotations"].update(Holding(a, (0, 1, 2, 3), {}, "burst", gang_domain=nodes[a].domain,
-                                                   gang_token="tok", gang_plan=(a, b)).annotations())
+    _, b, lead = gang_lead_with_plan(nodes)
     policy = Policy(snapshot(nodes, [lead], Flags()))
     assert not isinstance(policy.evaluate(req(ns="other", gpus=1), b), Placement)
     member = req(gpus=4, gang="g", gang_size=2, name="m2")

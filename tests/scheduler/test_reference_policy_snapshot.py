@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fakehw.views.k8s import Holding, NodeInfo
 from testbed.reference.extender.policy import Flags, Placement, Policy, Refusal, Snapshot, parse_bound
-from tests.scheduler.test_reference_policy import bound, infos, req
+from tests.scheduler.test_reference_policy import bound, gang_lead_with_plan, infos, req
 
 
 def test_a_deleted_pod_is_no_preemption_victim_and_frees_its_gpu() -> None:
@@ -118,11 +118,7 @@ def test_a_booked_member_passes_the_filter_where_its_booking_is() -> None:
     second member. kube-scheduler asks the extender to filter [a, b] for the second member: b passes (its booking
     is the member's own), a is unresolvable (the plan has no open slot there)."""
     nodes = infos("gb200-nvl72")
-    a = sorted(nodes)[0]
-    b = next(n for n in sorted(nodes) if n != a and nodes[n].domain == nodes[a].domain)
-    lead = bound("t", "m1", a, (0, 1, 2, 3), gang="g", gang_size=2)
-    lead["metadata"]["annotations"].update(Holding(a, (0, 1, 2, 3), {}, "burst", gang_domain=nodes[a].domain,
-                                                   gang_token="tok", gang_plan=(a, b)).annotations())
+    a, b, lead = gang_lead_with_plan(nodes)
     held = parse_bound(lead)
     assert held is not None
     passed, failed, unresolvable = Policy(Snapshot(nodes, [held], Flags())).filter(
