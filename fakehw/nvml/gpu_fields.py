@@ -2,8 +2,9 @@
 
 The values follow the real boards (``../shared/reference/captures``, read through the catalogue): clocks a
 board idles at and supports, T.Limit thresholds and margin, module and memory power, addressing mode, C2C,
-fabric state and health fields, board id. :func:`board_fields` returns them as keyword arguments
-of :class:`fakehw.nvml.layout.GpuRecord`; :mod:`fakehw.nvml.snapshot` adds the rest.
+fabric state and health fields, board id. :func:`board_static_fields` (built once per GPU) and
+:func:`board_state_fields` (on every change) return them as keyword arguments of
+:class:`fakehw.nvml.layout.GpuRecord`; :mod:`fakehw.nvml.snapshot` adds the rest.
 """
 
 from __future__ import annotations
@@ -138,11 +139,6 @@ def gpm(r: GpuReadings) -> dict[str, Any]:
         "gpm_fp16_activity": g.fp16_activity,
         "gpm_graphics_activity": g.graphics_activity,
     }
-
-
-def board_fields(system: System, node: Node, gpu: Gpu, state: GpuState, r: GpuReadings) -> dict[str, Any]:
-    """Every field of this module's concern for one GPU."""
-    return {**board_static_fields(system, node, gpu), **board_state_fields(system, node, gpu, state, r)}
 
 
 def board_static_fields(system: System, node: Node, gpu: Gpu) -> dict[str, Any]:
