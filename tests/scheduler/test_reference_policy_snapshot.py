@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fakehw.views.k8s import Holding, NodeInfo
 from testbed.reference.extender.policy import Flags, Placement, Policy, Refusal, Snapshot, parse_bound
-from tests.scheduler.test_reference_policy import bound, gang_lead_with_plan, infos, req
+from tests.scheduler.test_reference_policy import GANG_TOKEN, bound, gang_lead_with_plan, infos, req
 
 
 def test_a_deleted_pod_is_no_preemption_victim_and_frees_its_gpu() -> None:
@@ -124,8 +124,10 @@ def test_a_booked_member_passes_the_filter_where_its_booking_is() -> None:
     passed, failed, unresolvable = Policy(Snapshot(nodes, [held], Flags())).filter(
         req(gpus=4, gang="g", gang_size=2, name="m2"), [a, b])
     assert passed == [b] and not failed and list(unresolvable) == [a], (passed, failed, unresolvable)
-    # The reason names the booking as the binder wrote it onto the first member (domain and token annotations).
-    assert f"is booked on {nodes[a].domain} (token tok" in unresolvable[a], unresolvable
+    # The reason names the booking as the binder wrote it onto the first member (domain and token annotations), the
+    # token whole: an operator finds the members holding the booking by the annotation's exact value.
+    assert lead["metadata"]["annotations"]["fakehw.io/gang-token"] == GANG_TOKEN
+    assert unresolvable[a] == f"gang t/g is booked on {nodes[a].domain} (token {GANG_TOKEN})", unresolvable
 
 
 def test_priorities_whose_hashes_collide_get_their_own_verdicts() -> None:

@@ -648,7 +648,7 @@ class Policy:
             committed = plan.gang in self.snap.plans
             for n in names:
                 if slots.get(n, 0) <= 0:
-                    unresolvable[n] = f"gang {plan.gang} is booked on {plan.domain} (token {plan.token[:6]}...)"
+                    unresolvable[n] = f"gang {plan.gang} is booked on {plan.domain} (token {plan.token})"
                     continue
                 verdict = self.evaluate(req, n, own_slots=slots[n] if committed else 0)
                 if isinstance(verdict, Placement):
