@@ -208,8 +208,16 @@ class GangPlan:
         return Counter({n: c for n, c in slots.items() if c > 0})
 
 
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+"""Pod phases that hold nothing: kube-scheduler's pod informer leaves such pods out (field selector
+``status.phase!=Succeeded,status.phase!=Failed``) and the kubelet gives their devices back."""
+
+
 def parse_bound(pod: Mapping[str, Any]) -> Bound | None:
-    """A bound pod's request and holding (None for pending or unreadable pods)."""
+    """A bound pod's request and holding (None for pending, finished or unreadable pods)."""
+    status = pod.get("status")
+    if isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES:
+        return None
     try:
         req = PodRequest.from_pod(pod)
         holding = Holding.from_pod(pod)
