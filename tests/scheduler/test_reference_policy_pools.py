@@ -45,6 +45,25 @@ def test_only_pods_of_lower_priority_are_preempted() -> None:
     assert victims is not None and len(victims) == 1, victims
 
 
+def test_a_node_offered_victims_is_never_answered_with_none() -> None:
+    """kube-scheduler's preemption (pkg/scheduler/framework/preemption, callExtenders) hands an extender the victims
+    it found per node; a node the extender answers with an empty victim list fails the whole preemption
+    ("expected at least one victim pod on node") unless the extender is ignorable, and an extender turns a node
+    down by leaving it out of its answer. A DGX H100 (8 GPUs) where a reservation (priority 1000) holds GPU 0: a
+    2-GPU pod of priority 2000 fits on the 7 free GPUs, and kube-scheduler, short of something of its own there,
+    offers the reservation. The extender never evicts reservations (docs/scheduler.md), so it leaves the node out
+    (None), not an empty list. A node offered no victims (an in-tree fit kube-scheduler passes on for the
+    extender's own resources) is answered with the empty list: nothing of the extender's needs evicting."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    pods = [bound("r", "res0", name, (0,), priority=1000, kind="reservation")]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    urgent = req(gpus=2, priority=2000)
+    assert isinstance(policy.evaluate(urgent, name), Placement)
+    assert policy.victims(urgent, name, ["uid-res0"]) is None
+    assert policy.victims(urgent, name, []) == []
+
+
 def test_preemption_is_offered_only_where_evicting_the_bursts_makes_room() -> None:
     """docs/scheduler.md: "A reservation that fits once bursts are evicted is answered in FailedNodes ("preempting
     them makes room")": kube-scheduler then preempts. Kubernetes preempts only where removing lower-priority pods

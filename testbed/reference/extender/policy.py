@@ -710,7 +710,12 @@ class Policy:
         return plan.open_slots().get(node, 0) if plan is not None else 0
 
     def victims(self, req: PodRequest, node: str, offered: Sequence[str]) -> list[str] | None:
-        """UIDs to evict on ``node`` so ``req`` fits there (bursts first, never reservations), or None."""
+        """UIDs to evict on ``node`` so ``req`` fits there (bursts first, never reservations), or None.
+
+        Never an empty list for a node kube-scheduler offered victims on: its preemption (callExtenders) fails as a
+        whole, "expected at least one victim pod on node", when a non-ignorable extender answers such a node with
+        none. Where the pod fits without evicting anything the extender may evict (the offered pods are reservations
+        or hold nothing it counts), the node is left out instead. An empty list answers only a node offered none."""
         snap = self.snap
         use = snap.use_of(node)
         info = snap.nodes.get(node)
@@ -728,7 +733,9 @@ class Policy:
             if self._fits_without(req, node, chosen):
                 break
             chosen.append(b.uid)
-        return chosen if self._fits_without(req, node, chosen) else None
+        if not self._fits_without(req, node, chosen) or (offered and not chosen):
+            return None
+        return chosen
 
     def _fits_without(self, req: PodRequest, node: str, uids: Sequence[str]) -> bool:
         gone = set(uids)
