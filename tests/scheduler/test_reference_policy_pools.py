@@ -64,6 +64,32 @@ def test_a_node_offered_victims_is_never_answered_with_none() -> None:
     assert policy.victims(urgent, name, []) == []
 
 
+def test_gpus_reservations_hold_make_no_node_resolvable() -> None:
+    """docs/scheduler.md: the preempt verb names bursts, never reservations (priority >= reservedPriority, 1000 by
+    default), and a node is answered in FailedNodes, which kube-scheduler's preemption acts on, only where evicting
+    lower-priority pods makes room (kubernetes.io, "Pod Priority and Preemption"); otherwise
+    FailedAndUnresolvableNodes. A DGX H100 (8 GPUs): reservations of priority 1000 hold GPUs 0-6, a burst of
+    priority 0 GPU 7. For a pod of priority 2000, 1 GPU is resolvable (the burst goes), 2 GPUs are not (only one
+    burst GPU can be freed). Where reservations hold all 8, even 1 GPU is unresolvable, and the mutant that evicts
+    reservations calls it resolvable, as its preempt verb names a reservation."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    reservations = [bound("r", f"r{i}", name, (i,), priority=1000, kind="reservation") for i in range(7)]
+    policy = Policy(snapshot(nodes, [*reservations, bound("b", "b7", name, (7,))], Flags()))
+    one = policy.evaluate(req(gpus=1, priority=2000), name)
+    assert isinstance(one, Refusal) and one.resolvable, one
+    assert policy.victims(req(gpus=1, priority=2000), name, []) == ["uid-b7"]
+    two = policy.evaluate(req(name="q", gpus=2, priority=2000), name)
+    assert isinstance(two, Refusal) and not two.resolvable, two
+    full = [*reservations, bound("r", "r7", name, (7,), priority=1000, kind="reservation")]
+    passed, failed, unresolvable = Policy(snapshot(nodes, full, Flags())).filter(req(gpus=1, priority=2000), [name])
+    assert not passed and not failed and list(unresolvable) == [name], (passed, failed, unresolvable)
+    mutant = Policy(snapshot(nodes, full, Flags(preempt_reservations=True)))
+    passed, failed, unresolvable = mutant.filter(req(gpus=1, priority=2000), [name])
+    assert not passed and list(failed) == [name] and not unresolvable, (passed, failed, unresolvable)
+    assert mutant.victims(req(gpus=1, priority=2000), name, []) == ["uid-r0"]
+
+
 def test_preemption_is_offered_only_where_evicting_the_bursts_makes_room() -> None:
     """docs/scheduler.md: "A reservation that fits once bursts are evicted is answered in FailedNodes ("preempting
     them makes room")": kube-scheduler then preempts. Kubernetes preempts only where removing lower-priority pods

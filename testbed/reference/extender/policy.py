@@ -149,7 +149,7 @@ class NodeUse:
             key = Key((tuple(sorted(self.held)), tuple(sorted(self.tenants.items())),
                        tuple(sorted(self.reserved.items())), tuple(sorted(self.burst.items())),
                        tuple(sorted((k, tuple(sorted(v))) for k, v in self.pool_tenants.items())),
-                       tuple(sorted((b.request.priority, len(b.holding.gpus)) for b in self.pods)),
+                       tuple(sorted((b.request.priority, len(b.holding.gpus), b.holding.kind) for b in self.pods)),
                        self.booked, self.booked_bytes))
             if self.keys is not None:  # one object per distinct state: dictionaries then match it by identity
                 if len(self.keys) > INTERNED_KEYS:
@@ -473,7 +473,8 @@ class Policy:
         available = len(free) - booked
         if req.gpus > available:
             unhealthy = len(node.gpus) - len(node.healthy_gpus)
-            lower = sum(len(b.holding.gpus) for b in use.pods if b.request.priority < req.priority)
+            lower = sum(len(b.holding.gpus) for b in use.pods if b.request.priority < req.priority
+                        and (b.holding.kind != "reservation" or flags.preempt_reservations))  # what victims() evicts
             reason = (f"needs {req.gpus} GPUs; {max(0, available)} free and healthy ({unhealthy} unhealthy, "
                       f"{len(use.held)} held, {booked} booked by gangs)")
             return Refusal(node.name, reason, req.gpus <= available + lower)
