@@ -212,3 +212,28 @@ def test_enumeration_skips_signature_markers_but_not_arithmetic(tmp_path: Path,
     # a * b, the default 2 * 3, the default 6 / 3, a / b, the lambda's a * b, the default 2 * 2: one mutant each
     assert sorted(s.line for s in specs) == [5, 8, 12, 13, 25, 29]
     assert len(specs) == len(offered) - len(MARKERS)
+
+
+HINTED = '''from __future__ import annotations
+
+
+def f(label: str = "éééé", size: int | None = None) -> int | None:
+    width: int | None = size
+    return width
+'''
+
+
+def test_type_hint_spans_are_in_characters_as_cosmic_ray_counts(tmp_path: Path) -> None:
+    """A hint after non-ASCII text on its line: ``ast`` counts UTF-8 bytes, Cosmic Ray characters. The expected
+    columns are where ``str.index`` finds the hints in the line (characters), not anything ``ast`` says."""
+    tool = _load_tool()
+    module = tmp_path / "m.py"
+    module.write_text(HINTED)
+    line = HINTED.split("\n")[3]
+    size_hint = line.index("int | None")
+    returns = line.index("int | None", size_hint + 1)
+    expected = [((4, line.index("str")), (4, line.index("str") + 3)),
+                ((4, size_hint), (4, size_hint + len("int | None"))),
+                ((4, returns), (4, returns + len("int | None"))),
+                ((5, 11), (5, 21))]
+    assert sorted(tool.type_hints(module)) == expected
