@@ -5,6 +5,8 @@ not fit), while ``a`` itself still does, and the same pool on another node is st
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fakehw.views.k8s import Holding, PoolPolicy
@@ -43,6 +45,26 @@ def test_only_pods_of_lower_priority_are_preempted() -> None:
     assert policy.victims(req(gpus=1, priority=99), name, []) is None
     victims = policy.victims(req(gpus=1, priority=101), name, [])
     assert victims is not None and len(victims) == 1, victims
+
+
+def test_a_tenant_shut_out_of_a_near_exclusive_pool_gets_a_farther_shared_one() -> None:
+    """docs/scheduler.md: grants come from the nearest pool first, and an exclusive pool serves one tenant at a time
+    per node. A cxl-pool host as its fakehw.io/memory-pools annotation could describe it with the exclusive
+    cxl-pooled nearer (1,000 ns) than the shared cxl-local (2,310 ns): once tenant a holds 1 GiB of cxl-pooled,
+    tenant b's pod needing 1 MiB beyond its GPU's HBM skips cxl-pooled and gets the 1 MiB from cxl-local, while a
+    itself gets it from the nearer cxl-pooled."""
+    nodes = infos("cxl-pool")
+    name = "cxl-host-0"
+    info = nodes[name]
+    near = tuple(dataclasses.replace(p, latency_ns=1000) if p.name == "cxl-pooled" else p for p in info.pools)
+    nodes = {name: dataclasses.replace(info, pools=near)}
+    hbm = info.gpus[0].memory
+    held = [bound("a", "a1", name, (0,), grants={"cxl-pooled": 2**30}, memory=hbm + 2**30)]
+    policy = Policy(snapshot(nodes, held, Flags()))
+    other = policy.evaluate(req(ns="b", gpus=1, memory=hbm + 2**20), name)
+    assert isinstance(other, Placement) and dict(other.grants) == {"cxl-local": 2**20}, other
+    same = policy.evaluate(req(ns="a", gpus=1, memory=hbm + 2**20), name)
+    assert isinstance(same, Placement) and dict(same.grants) == {"cxl-pooled": 2**20}, same
 
 
 def test_a_node_offered_victims_is_never_answered_with_none() -> None:
