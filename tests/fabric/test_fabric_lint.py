@@ -414,3 +414,18 @@ def test_other_traffic_on_a_pcp_trusting_switch_is_told_by_its_pcp(tmp_path: Pat
     found = [(x.line, x.element, x.message, x.ports) for x in lint(load_fabric(f)).findings
              if x.message.startswith("storage")]
     assert found == [(7, "leaf-rail5", f"storage traffic ({how}) is classified into PFC priority {prio}", 4)], found
+
+
+def test_a_cable_that_tags_a_vlan_on_one_end_and_not_the_other_is_named_by_both_modes(tmp_path: Path) -> None:
+    """IEEE 802.1Q: an untagged frame carries no VLAN ID, so the receiving port files it under its own PVID (its
+    untagged VLAN), and a tagged frame is only accepted on a port that is a member of that VLAN. A cable carrying
+    VLAN 201 untagged on one end and tagged on the other therefore does not carry it: gb200-nvl72-spine-leaf's
+    leaf0/up1 faces spine1/p0 and both trunk rails 1 and 3 (VLANs 201, 203) tagged (its header); leaf0/up1 made to
+    send 201 untagged is one FAB-VLAN-001 error on that cable, at the line that changed (6), naming both modes."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: gb200-nvl72-spine-leaf\nname: x\nswitches:\n  - name: leaf0\n    ports:\n"
+                 "      - {name: up1, vlan: {tagged: [203], untagged: 201}}\n")
+    found = [(x.id, x.severity, x.line, x.element, x.message) for x in lint(load_fabric(f)).findings]
+    assert found == [("FAB-VLAN-001", Severity.ERROR, 6, "leaf0/up1<->spine1/p0",
+                      "cable leaf0/up1 <-> spine1/p0: VLAN 201 is untagged on leaf0/up1 but tagged on spine1/p0")], \
+        found
