@@ -185,3 +185,47 @@ def test_report_building_edges() -> None:
     scaled = {**results, "environment": {"scheduler_nodes": 4}}  # the scheduler suite scales one-node profiles
     assert build_report(scaled).manifest.nodes == 4
     assert build_report({**results, "environment": {"nodes": 2}}).manifest.nodes == 2
+
+
+_RESULTS_SHAPES: list[tuple[dict[str, Any], str]] = [
+    ({"environment": "dgx-h100"}, "environment: expected an object, got a string"),
+    ({"environment": [["profile", "dgx-h100"]]}, "environment: expected an object, got a list"),
+    ({"tests": None}, "tests: expected a list, got null"),
+    ({"tests": ["t::a"]}, "tests[0]: expected an object, got a string"),
+    ({"tests": [{"nodeid": ["t::a"]}]}, "tests[0].nodeid: expected a string, got a list"),
+    ({"tests": [{"nodeid": "t::a", "evidence": 3}]}, "tests[0].evidence: expected a list of objects"),
+    ({"requirements": []}, "requirements: expected an object, got a list"),
+    ({"requirements": {"SCHED-FIT-001": "passed"}}, "requirements.SCHED-FIT-001: expected an object, got a string"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "great"}}},
+     "requirements.SCHED-FIT-001.status: 'great' is not one of passed, failed, error, skipped, not-applicable, "
+     "not-run"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "passed", "duration": "1.5"}}},
+     "requirements.SCHED-FIT-001.duration: expected a number of seconds, got a string"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "passed", "tests": [["t::a"]]}}},
+     "requirements.SCHED-FIT-001.tests: expected a list of test ids"),
+]
+
+
+@pytest.mark.parametrize(("change", "expected"), _RESULTS_SHAPES)
+def test_a_results_file_of_the_wrong_shape_is_refused_naming_the_part(change: dict[str, Any], expected: str) -> None:
+    """A results file is the input of ``conformance report``; one with a part of the wrong shape (a hand-written or
+    damaged file) is refused with that part named, not a traceback (the guide's rule for bad input). Before, 5 of
+    these raised AttributeError/TypeError/ValueError out of build_report and one said "results file is missing
+    string indices must be integers"."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import ReportError, build_report
+
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {}, "tests": [],
+               "requirements": {"SCHED-FIT-001": {"status": "passed", "tests": [], "duration": 1.0}}, **change}
+    with pytest.raises(ReportError) as info:
+        build_report(results)
+    assert str(info.value) == f"results file: {expected}"
+
+
+def test_a_results_file_missing_its_parts_names_each() -> None:
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import ReportError, build_report
+
+    with pytest.raises(ReportError, match=r"^results file is missing environment, requirements$"):
+        build_report({"schema": RESULTS_SCHEMA, "complete": True, "tests": []})
+
