@@ -229,3 +229,36 @@ def test_a_results_file_missing_its_parts_names_each() -> None:
     with pytest.raises(ReportError, match=r"^results file is missing environment, requirements$"):
         build_report({"schema": RESULTS_SCHEMA, "complete": True, "tests": []})
 
+
+def test_a_requirement_no_test_ran_took_no_time() -> None:
+    """A requirement's duration is the sum of its tests' durations (docs/certification.md: "duration, the tests that
+    checked it"); an entry that lists no test and no duration (a results file from another writer) took 0 s, the
+    empty sum, and is not-run."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import build_report
+
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {}, "tests": [],
+               "requirements": {"SCHED-FIT-001": {}}}
+    (row,) = build_report(results).results
+    assert (row.status, row.duration, row.tests) == ("not-run", 0.0, [])
+
+
+def test_a_2048_bit_rsa_key_is_strong_enough_and_1024_is_not(tmp_path: Path) -> None:
+    """NIST SP 800-131A rev. 2 (table 2) allows RSA from 2048 bits for digital signatures (112-bit security) and
+    disallows 1024; the key loader says "at least 2048 bits", so 2048 itself signs, and what it signs verifies."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from conformance.provenance.dsse import verify_signature
+
+    for bits in (2048, 1024):
+        private = rsa.generate_private_key(public_exponent=65537, key_size=bits)
+        path = tmp_path / f"rsa{bits}.pem"
+        path.write_bytes(private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        if bits == 1024:
+            with pytest.raises(SignatureError, match=r"RSA keys need at least 2048 bits \(this one has 1024\)"):
+                SigningKey.load(path)
+            continue
+        key = SigningKey.load(path)
+        assert verify_signature(key.public, key.sign(b"DSSEv1 ..."), b"DSSEv1 ...")
