@@ -143,3 +143,20 @@ def test_nearest_gpus_on_a_dgx_h100() -> None:
     assert topo.nearest(5, TopologyLevel.NODE) == (4, 6, 7)
     for level in (TopologyLevel.INTERNAL, TopologyLevel.SINGLE, TopologyLevel.MULTIPLE, TopologyLevel.HOSTBRIDGE):
         assert topo.nearest(0, level) == ()
+
+
+def test_an_nvlink_domain_reports_the_clique_and_cluster_of_its_fabric() -> None:
+    """Every GPU of an NVL72 rack reports its fabric's clique id and cluster UUID (``nvidia-smi -q``'s ``fabric``
+    block: the real GB200 capture shows ``cliqueId`` and ``clusterUuid`` on each GPU; GFD labels a node
+    ``nvidia.com/gpu.clique=<clusterUUID>.<cliqueId>`` from them). The domain's topology carries what the rack's
+    fabric declares: gb200-nvl72.yaml says ``fabric: {cliqueId: 32766}``, and the two racks of a 36-tray system
+    keep that clique with a cluster UUID each."""
+    from pathlib import Path
+
+    from fakehw.model.loader import builtin_dir
+
+    system = load_profile(Path(builtin_dir() / "gb200-nvl72.yaml"), nodes=36)
+    domains = derive_system(system).domains
+    assert [d.clique_id for d in domains] == [32766, 32766]
+    assert [d.cluster_uuid for d in domains] == [d.fabric.cluster_uuid for d in system.nvlink_domains if d.fabric]
+    assert len({d.cluster_uuid for d in domains}) == 2
