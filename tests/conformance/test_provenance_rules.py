@@ -262,3 +262,40 @@ def test_a_2048_bit_rsa_key_is_strong_enough_and_1024_is_not(tmp_path: Path) -> 
             continue
         key = SigningKey.load(path)
         assert verify_signature(key.public, key.sign(b"DSSEv1 ..."), b"DSSEv1 ...")
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl (tools/install-system-deps.sh installs it)")
+@pytest.mark.parametrize("kind", ["ed25519", "p256", "p384", "rsa"])
+def test_each_key_kind_signs_what_openssl_verifies(kind: str, tmp_path: Path) -> None:
+    """openssl is the outside oracle for each supported key kind: it verifies the signature over DSSE's PAE with
+    the digest the key's kind calls for (ECDSA P-256 with SHA-256 and P-384 with SHA-384, RFC 5656 6.2.1 / FIPS
+    186-5; RSA-PSS with SHA-256; Ed25519 over the raw message, RFC 8032), and the key id is the sha256 of the DER
+    SubjectPublicKeyInfo it prints. The verifier accepts that signature and refuses it with one bit flipped."""
+    import hashlib
+    import subprocess
+
+    from conformance.provenance.dsse import PAYLOAD_TYPE, keyid, pae, verify_signature
+
+    path = write_key(tmp_path / f"{kind}.pem", kind)
+    key = SigningKey.load(path)
+    message = pae(PAYLOAD_TYPE, b'{"_type":"https://in-toto.io/Statement/v1"}')
+    signature = key.sign(message)
+    (tmp_path / "msg").write_bytes(message)
+    (tmp_path / "sig").write_bytes(signature)
+    pub = str(path.with_suffix(".pub"))
+    if kind == "ed25519":
+        argv = ["pkeyutl", "-verify", "-pubin", "-inkey", pub, "-rawin", "-in", str(tmp_path / "msg"),
+                "-sigfile", str(tmp_path / "sig")]
+    else:
+        pss = ["-sigopt", "rsa_padding_mode:pss", "-sigopt", "rsa_pss_saltlen:auto"] if kind == "rsa" else []
+        argv = ["dgst", "-sha384" if kind == "p384" else "-sha256", *pss, "-verify", pub, "-signature",
+                str(tmp_path / "sig"), str(tmp_path / "msg")]
+    checked = subprocess.run(["openssl", *argv], capture_output=True, timeout=60, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-in", pub, "-outform", "DER"], capture_output=True,
+                         timeout=60, check=True).stdout
+    assert keyid(key.public) == "sha256:" + hashlib.sha256(der).hexdigest()
+    assert verify_signature(key.public, signature, message)
+    flipped = bytes([signature[0] ^ 1]) + signature[1:]
+    assert not verify_signature(key.public, flipped, message)
+    assert not verify_signature(key.public, signature, message + b" ")
