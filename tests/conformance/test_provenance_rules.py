@@ -203,6 +203,17 @@ _RESULTS_SHAPES: list[tuple[dict[str, Any], str]] = [
      "requirements.SCHED-FIT-001.duration: expected a number of seconds, got a string"),
     ({"requirements": {"SCHED-FIT-001": {"status": "passed", "tests": [["t::a"]]}}},
      "requirements.SCHED-FIT-001.tests: expected a list of test ids"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "passed", "tests": "t::a"}}},
+     "requirements.SCHED-FIT-001.tests: expected a list of test ids"),
+    ({"environment": 4}, "environment: expected an object, got a number"),
+    ({"tests": {"t::a": {}}}, "tests: expected a list, got an object"),
+    ({"tests": [{"outcome": "passed"}]}, "tests[0].nodeid: expected a string, got null"),
+    ({"tests": [{"nodeid": "t::a"}, {"nodeid": 7.5}]}, "tests[1].nodeid: expected a string, got a number"),
+    ({"tests": [{"nodeid": "t::a", "evidence": ["seed"]}]}, "tests[0].evidence: expected a list of objects"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "passed", "duration": True}}},
+     "requirements.SCHED-FIT-001.duration: expected a number of seconds, got a boolean"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "passed"}, "SCHED-FIT-002": None}},
+     "requirements.SCHED-FIT-002: expected an object, got null"),
 ]
 
 
