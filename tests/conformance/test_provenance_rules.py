@@ -310,3 +310,47 @@ def test_each_key_kind_signs_what_openssl_verifies(kind: str, tmp_path: Path) ->
     flipped = bytes([signature[0] ^ 1]) + signature[1:]
     assert not verify_signature(key.public, flipped, message)
     assert not verify_signature(key.public, signature, message + b" ")
+
+
+def test_a_finished_unsigned_run_can_be_signed_afterwards_with_a_key(run: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/certification.md: a key you hold signs at run time or later, ``conformance sign DIR --sign-key
+    key.pem``; the run is checked first, and an unsigned run is not a problem there (no signature was asked for).
+    The signed run then verifies against that key."""
+    forged = _copy(run, tmp_path)
+    key = write_key(tmp_path / "vendor.pem")
+    assert conformance_main(["sign", str(forged), "--sign-key", str(key)]) == 0, capsys.readouterr().err
+    assert "signed (key)" in capsys.readouterr().out
+    assert conformance_main(["verify", str(forged), "--key", str(key.with_suffix(".pub"))]) == 0
+    assert "(as required)" in capsys.readouterr().out
+
+
+def test_a_signed_payload_that_is_not_json_is_refused_by_name(signed: tuple[Path, Path], tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A DSSE envelope of type application/vnd.in-toto+json carries an in-toto statement, a JSON object
+    (in-toto attestation framework, Statement v1). One the trusted key really signed whose payload is not JSON is
+    refused as a statement that differs from the run, named, not a traceback."""
+    from conformance.provenance.dsse import sign_bundle
+
+    run, key = signed
+    forged = _copy(run, tmp_path)
+    (forged / BUNDLE_FILE).write_text(json.dumps(sign_bundle(b"{not json", SigningKey.load(key))))
+    assert conformance_main(["verify", str(forged), "--key", str(key.with_suffix(".pub"))]) == 1
+    err = capsys.readouterr().err
+    assert "the signed statement differs from the run: not JSON" in err and "Traceback" not in err, err
+
+
+def test_a_broken_seal_quotes_both_digests_alike(run: Path) -> None:
+    """The sha256 mismatch quotes what the report says and what its content hashes to as prefixes of the same
+    length of the real hex digests, so a reader can set one against the other (and check either with sha256sum)."""
+    import hashlib
+    import re
+
+    from conformance.report.model import verify
+
+    report = load_report((run / "report.json").read_text())
+    broken = report.model_copy(update={"sha256": "0123456789abcdef" * 4})
+    (problem,) = [p for p in verify(broken) if p.startswith("sha256 mismatch")]
+    said, hashed = re.findall(r"([0-9a-f]+)\.\.\.", problem)
+    assert len(said) == len(hashed) >= 16
+    assert broken.sha256.startswith(said) and hashlib.sha256(report.canonical()).hexdigest().startswith(hashed)
