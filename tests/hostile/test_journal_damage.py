@@ -354,3 +354,21 @@ def test_a_meta_file_that_cannot_be_read_is_damage_named_by_its_file(tmp_path: P
         assert [r["seq"] for r in salvaged.replay()] == [1]
     finally:
         salvaged.close()
+
+
+def test_a_sound_journal_is_never_copied_aside(tmp_path: Path) -> None:
+    """docs/agent.md ("Durability and recovery"): only a journal that was damaged is copied to
+    ``journal.jsonl.damaged-<time>``, and ``GET /v1/health`` then says where (``kept``). A journal that checks out is
+    compacted in place at every start: copying it aside too would leave a "damaged" file per restart (filling the
+    disk, and telling an operator of damage there never was)."""
+    path = tmp_path / "journal.jsonl"
+    first = Journal(path)  # a new state dir: no journal yet
+    first.compact([])
+    first.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    first.close()
+    assert first.recovery.kept is None, first.recovery.to_json()
+    again = Journal(path)  # a restart from a sound journal
+    again.compact(again.replay())
+    again.close()
+    assert again.recovery.kept is None and again.recovery.to_json()["kept"] is None, again.recovery.to_json()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.jsonl", "journal.jsonl.meta"]
