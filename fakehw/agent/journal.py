@@ -171,14 +171,20 @@ class Journal:
     # ------------------------------------------------------------------------------------------ opening
 
     def _read_meta(self) -> tuple[_Meta | None, str | None]:
+        """The meta file, read no further than the largest one it can be (a damaged or foreign file of any size
+        costs the agent at most that much memory)."""
         try:
-            data = self.meta_path.read_bytes()
+            with open(self.meta_path, "rb") as fh:
+                data = fh.read(MAX_META_BYTES + 1)
         except FileNotFoundError:
             return None, None
         except OSError as exc:
             return None, f"{self.meta_path} cannot be read ({exc.strerror})"
+        if len(data) > MAX_META_BYTES:
+            return None, (f"{self.meta_path} is larger than a meta file can be (more than {MAX_META_BYTES} bytes; "
+                          "the agent writes a few hundred)")
         try:
-            return _Meta.parse(data[:MAX_META_BYTES]), None
+            return _Meta.parse(data), None
         except ValueError as exc:
             return None, f"{self.meta_path} does not parse ({exc})"
 

@@ -372,3 +372,68 @@ def test_a_sound_journal_is_never_copied_aside(tmp_path: Path) -> None:
     again.close()
     assert again.recovery.kept is None and again.recovery.to_json()["kept"] is None, again.recovery.to_json()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.jsonl", "journal.jsonl.meta"]
+
+
+_OPEN_UNDER_A_MEMORY_CAP = """
+import resource, sys
+from pathlib import Path
+from fakehw.agent.journal import Journal, JournalDamaged
+size = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+cap = size + (256 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+try:
+    Journal(Path(sys.argv[1]))
+except JournalDamaged as exc:
+    print(exc)
+"""
+
+
+def test_a_huge_meta_file_is_refused_without_being_read_whole(tmp_path: Path) -> None:
+    """The guide: "never ... unbounded memory"; docs/agent.md: damage stops the agent "with a message naming the file
+    ... and the problem", never a traceback. The meta file the agent writes is a few hundred bytes (version, epoch,
+    mark, three counters); one of 4 GiB (a sparse file: no disk used) is not one it wrote, and must be refused by
+    looking at its beginning, not by reading all of it into memory. The journal is opened in a process whose
+    address space is capped at 256 MiB above what it uses (setrlimit(2) RLIMIT_AS: an allocation past it fails
+    whatever the kernel's overcommit setting), so reading the whole file cannot succeed there."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.close()
+    meta = path.with_name("journal.jsonl.meta")
+    with open(meta, "r+b") as fh:
+        fh.truncate(4 << 30)  # the real meta file's bytes first, then 4 GiB of holes (zeros)
+    proc = subprocess.run([sys.executable, "-c", _OPEN_UNDER_A_MEMORY_CAP, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"{meta} is larger than a meta file can be" in proc.stdout, proc.stdout
+
+
+def test_a_meta_file_is_read_up_to_its_bound_and_refused_past_it(tmp_path: Path) -> None:
+    """The refusal above says "more than N bytes": a meta file of exactly N bytes (the agent's own JSON, then
+    spaces, which JSON allows after a value: RFC 8259, section 2) is read and used; one byte more is refused, naming
+    the file, and a salvage then goes on from the journal's own records."""
+    from fakehw.agent.journal import MAX_META_BYTES
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.reserve("fault-id", 3)
+    journal.close()
+    meta = path.with_name("journal.jsonl.meta")
+    written = meta.read_bytes()
+    meta.write_bytes(written + b" " * (MAX_META_BYTES - len(written)))
+    at_bound = Journal(path)
+    try:
+        assert at_bound.recovery.problems == [] and at_bound.floor("fault-id") >= 3, at_bound.recovery.to_json()
+    finally:
+        at_bound.close()
+    meta.write_bytes(written + b" " * (MAX_META_BYTES + 1 - len(written)))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert f"{meta} is larger than a meta file can be (more than {MAX_META_BYTES} bytes" in str(refused.value)
+    salvaged = Journal(path, salvage=True)
+    try:
+        assert [r["seq"] for r in salvaged.replay()] == [1]
+    finally:
+        salvaged.close()
