@@ -296,9 +296,9 @@ class Journal:
                 break
             kept = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{n}")
         if self.path.exists():
-            shutil.copy2(self.path, kept)
+            _copy_durably(self.path, kept)
         if self.meta_path.exists():
-            shutil.copy2(self.meta_path, kept.with_name(kept.name + ".meta"))
+            _copy_durably(self.meta_path, kept.with_name(kept.name + ".meta"))
         fsync_dir(self.path.parent)
         self.recovery.kept = str(kept)
 
@@ -470,6 +470,17 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def _copy_durably(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` and fsync the copy: once the original is replaced, the copy is all there is of
+    it (its directory entry is fsynced by the caller)."""
+    shutil.copy2(source, target)
+    fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _describe(line: bytes, exc: Exception) -> str:

@@ -267,3 +267,33 @@ def test_a_journal_that_is_only_a_torn_line_counts_one_record_lost(tmp_path: Pat
         assert salvaged.recovery.dropped == 1, salvaged.recovery.to_json()
     finally:
         salvaged.close()
+
+
+def test_the_damaged_original_is_on_disk_before_the_compaction_replaces_it(tmp_path: Path, syncs: _SyncLog) -> None:
+    """docs/agent.md: a recovery "copies the damaged file to journal.jsonl.damaged-<time> first" and never
+    overwrites the original. The compaction that follows renames a new journal over the original, so from then on
+    the copy is the only place its records are: by POSIX's rule (above) the copy's data must have been fsynced, and
+    its directory after it, before the new journal is even written. Else a power cut after the compaction's rename
+    leaves neither the original nor a whole copy of it. The same holds for the copy of the meta file."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append(RECORD)
+    journal.close()
+    with open(path, "ab") as fh:
+        fh.write(encode(3, RECORD)[:25])  # torn: recovered without --salvage-journal, the original kept
+    recovered = Journal(path)
+    try:
+        since = len(syncs.synced)
+        recovered.compact(recovered.replay())
+        assert recovered.recovery.kept is not None
+        kept = Path(recovered.recovery.kept)
+        kept_meta = kept.with_name(kept.name + ".meta")
+        assert kept.read_bytes().endswith(encode(3, RECORD)[:25]) and kept_meta.is_file()
+        journal_inode = os.stat(path).st_ino
+        rewritten_at = since + next(i for i, (_, ino) in enumerate(syncs.synced[since:]) if ino == journal_inode)
+        del syncs.synced[rewritten_at:]  # what was on disk when the new journal was written
+        assert syncs.durable(kept, since), syncs.synced[since:]
+        assert syncs.durable(kept_meta, since), syncs.synced[since:]
+    finally:
+        recovered.close()
