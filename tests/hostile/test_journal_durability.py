@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from fakehw.agent.journal import Journal, decode, encode
+from fakehw.agent.journal import Journal, JournalDamaged, decode, encode
 
 RECORD = {"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1}
 
@@ -297,3 +297,24 @@ def test_the_damaged_original_is_on_disk_before_the_compaction_replaces_it(tmp_p
         assert syncs.durable(kept_meta, since), syncs.synced[since:]
     finally:
         recovered.close()
+
+
+def test_a_reservation_never_lowers_the_high_water_mark(tmp_path: Path) -> None:
+    """The meta file's mark says "the journal held at least this many records" (docs/agent.md) and a reservation
+    rewrites the meta file: it may raise the mark to what is durable, never lower it. A journal whose end was lost,
+    salvaged, asked for ids and stopped before it was compacted again must still be refused at the next start (the
+    end is still missing), not taken for a whole journal because the reservation wrote the short journal's count."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    for seq in range(1, 5):
+        journal.append({**RECORD, "seq": seq})
+    journal.close()  # mark: 5 records
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join(lines[:3]) + b"\n")  # the last two records are gone
+    salvaged = Journal(path, salvage=True)
+    salvaged.reserve("fault-id", 1)
+    salvaged.close()
+    assert salvaged.floor("fault-id") >= 1
+    with pytest.raises(JournalDamaged, match=r"ends at record 3 but journal\.jsonl\.meta says it held at least 5"):
+        Journal(path)
