@@ -437,3 +437,29 @@ def test_a_meta_file_is_read_up_to_its_bound_and_refused_past_it(tmp_path: Path)
         assert [r["seq"] for r in salvaged.replay()] == [1]
     finally:
         salvaged.close()
+
+
+@pytest.mark.parametrize("body", [b"[]", b'{"seq":1}', b'{"op":3}', b"NaN", b"{"])
+def test_a_checksummed_line_that_is_no_record_is_damage_named_by_its_line(tmp_path: Path, body: bytes) -> None:
+    """docs/agent.md: a line is ``<number> <crc32> <json>`` and damage "stops the agent with a message naming the
+    file, the line and the problem" (never a traceback). A line whose CRC-32 of number and body checks out (written
+    by something else, or a collision) but whose JSON is not a record object with its ``op`` name is that damage:
+    refused, then skipped by a salvage that keeps the records around it."""
+    import zlib
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.close()
+    line = f"3 {zlib.crc32(b'3 ' + body):08x} ".encode() + body + b"\n"
+    with open(path, "ab") as fh:
+        fh.write(line + encode(4, {"op": "generation", "generations": {}, "fault_counter": 0, "seq": 4}))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert f"journal {path} is damaged: line 3 is not a journal record" in str(refused.value), str(refused.value)
+    salvaged = Journal(path, salvage=True)
+    try:
+        assert [r["seq"] for r in salvaged.replay()] == [1, 4] and salvaged.recovery.dropped == 1
+    finally:
+        salvaged.close()
