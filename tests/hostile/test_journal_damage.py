@@ -463,3 +463,27 @@ def test_a_checksummed_line_that_is_no_record_is_damage_named_by_its_line(tmp_pa
         assert [r["seq"] for r in salvaged.replay()] == [1, 4] and salvaged.recovery.dropped == 1
     finally:
         salvaged.close()
+
+
+@pytest.mark.parametrize(("meta", "why"), [
+    (b'{"version": 2, "epoch": 1, "records": 2, "reserved": {}}', "unknown format"),
+    (b'{"epoch": 1, "records": 2, "reserved": {}}', "unknown format"),
+    (b'{"version": 1, "epoch": 1, "records": 2, "reserved": []}', "bad reservations"),
+    (b'{"version": 1, "epoch": 1, "records": 2, "reserved": {"fault-id": "1025"}}', "bad reservations"),
+    (b'{"version": 1, "epoch": "1", "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
+    (b'{"version": 1, "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
+])
+def test_a_meta_file_of_another_shape_is_refused_saying_what_is_wrong(tmp_path: Path, meta: bytes, why: str) -> None:
+    """The meta file holds ids the agent must never hand out again (docs/agent.md: they "only ever grow, across
+    restarts"); one from a newer format, without its version, or with reservations, epoch or mark that are not
+    numbers is not read as if it were sound (a string "1025" taken as a number, a list taken for reservations), nor
+    does it crash the agent: it is refused naming the file and what is wrong."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.close()
+    path.with_name("journal.jsonl.meta").write_bytes(meta)
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert f"journal.jsonl.meta does not parse ({why})" in str(refused.value), str(refused.value)
