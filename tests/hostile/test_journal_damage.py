@@ -487,3 +487,35 @@ def test_a_meta_file_of_another_shape_is_refused_saying_what_is_wrong(tmp_path: 
     with pytest.raises(JournalDamaged) as refused:
         Journal(path)
     assert f"journal.jsonl.meta does not parse ({why})" in str(refused.value), str(refused.value)
+
+
+def test_two_recoveries_in_one_second_keep_both_originals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agent.md: a salvage "copies the damaged file to journal.jsonl.damaged-<time> first", and recovery never
+    overwrites an original. The time is to the second (ISO 8601's basic format, UTC), so two recoveries within one
+    second (an agent that dies again right after recovering) must both find a name of their own: the first copy is
+    named by the time alone, the second one differently, and the first copy still holds the first original."""
+    import datetime
+    import time
+
+    import fakehw.agent.journal as journal_module
+
+    when = datetime.datetime(2026, 11, 26, 15, 4, 5, tzinfo=datetime.UTC)
+    frozen = time.gmtime(when.timestamp())
+    monkeypatch.setattr(journal_module.time, "gmtime", lambda *_: frozen)
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.close()
+    originals, kept = [], []
+    for seq in (1, 2):
+        with open(path, "ab") as fh:
+            fh.write(encode(2, {"op": "inject", "seq": seq})[:25])  # torn: a recovery keeps the original
+        originals.append(path.read_bytes())
+        recovered = Journal(path)
+        recovered.compact(recovered.replay())
+        recovered.close()
+        assert recovered.recovery.kept is not None
+        kept.append(Path(recovered.recovery.kept))
+    assert kept[0].name == "journal.jsonl.damaged-20261126T150405Z", kept
+    assert kept[1] != kept[0] and kept[1].name.startswith(kept[0].name), kept
+    assert [k.read_bytes() for k in kept] == originals
