@@ -519,3 +519,22 @@ def test_two_recoveries_in_one_second_keep_both_originals(tmp_path: Path, monkey
     assert kept[0].name == "journal.jsonl.damaged-20261126T150405Z", kept
     assert kept[1] != kept[0] and kept[1].name.startswith(kept[0].name), kept
     assert [k.read_bytes() for k in kept] == originals
+
+
+def test_zeroed_bytes_are_counted_and_a_zeroed_line_is_named_so(tmp_path: Path) -> None:
+    """docs/agent.md: damage is refused "with a message naming the file, the line and the problem". Zeros are what
+    a lost or unwritten disk block reads back as (ext4 and XFS after a crash, a sparse hole): a line partly
+    overwritten by 7 zero bytes says so with that count, and a line that is nothing but zeros says it is zeroed."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    for seq in range(1, 4):
+        journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": seq})
+    journal.close()
+    lines = lines_of(path)
+    lines[1] = lines[1][:12] + b"\0" * 7 + lines[1][19:]
+    lines[2] = b"\0" * len(lines[2])
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert "line 2 holds 7 zeroed bytes; line 3 is blank or zeroed" in str(refused.value), str(refused.value)
