@@ -538,3 +538,21 @@ def test_zeroed_bytes_are_counted_and_a_zeroed_line_is_named_so(tmp_path: Path) 
     with pytest.raises(JournalDamaged) as refused:
         Journal(path)
     assert "line 2 holds 7 zeroed bytes; line 3 is blank or zeroed" in str(refused.value), str(refused.value)
+
+
+def test_a_checkpoint_in_the_middle_of_a_journal_is_damage(tmp_path: Path) -> None:
+    """A journal starts with the checkpoint its compaction wrote (docs/agent.md: a journal from another epoch is
+    damage, and the checkpoint names the epoch). A checkpoint further down, even numbered in sequence and with its
+    checksum right (a journal spliced after another), would silently move the journal to another epoch: it is
+    refused naming its line."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.close()
+    with open(path, "ab") as fh:
+        fh.write(encode(3, {"op": "checkpoint", "epoch": 2, "time": 0.0}))
+        fh.write(encode(4, {"op": "generation", "generations": {}, "fault_counter": 0, "seq": 4}))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert "line 3 is a checkpoint in the middle of the journal" in str(refused.value), str(refused.value)
