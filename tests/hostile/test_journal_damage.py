@@ -556,3 +556,33 @@ def test_a_checkpoint_in_the_middle_of_a_journal_is_damage(tmp_path: Path) -> No
     with pytest.raises(JournalDamaged) as refused:
         Journal(path)
     assert "line 3 is a checkpoint in the middle of the journal" in str(refused.value), str(refused.value)
+
+
+def test_a_journal_that_held_only_its_checkpoint_and_is_emptied_is_damage(tmp_path: Path) -> None:
+    """docs/agent.md: "A journal that is empty, missing, shorter than the mark ... is damage, not a fresh start."
+    The smallest journal an agent leaves is its checkpoint alone (a start with no fault since: the mark is 1); that
+    one emptied is damage too, with the mark it held named."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.close()
+    path.write_bytes(b"")
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert "the journal is empty but journal.jsonl.meta says it held at least 1 records" in str(refused.value)
+
+
+def test_ids_reserved_before_the_first_compaction_survive_a_fresh_start(tmp_path: Path) -> None:
+    """A reservation may come before the journal's first compaction (the meta file then marks 0 records: the
+    journal never held one). A start from there finds the empty journal the first open created: no damage (nothing
+    was acknowledged), and the ids reserved are never handed out again (docs/agent.md: ids "only ever grow")."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.reserve("fault-id", 1)
+    journal.close()
+    again = Journal(path)
+    try:
+        assert again.recovery.problems == [] and again.replay() == [], again.recovery.to_json()
+        assert again.floor("fault-id") >= 1
+    finally:
+        again.close()
