@@ -50,6 +50,7 @@ META_VERSION = 1
 RESERVE_BLOCK = 1024
 MAX_FAILED_RANGES = 1024
 MAX_META_BYTES = 1 << 16
+_HEX_DIGITS = frozenset(b"0123456789abcdef")
 
 
 class JournalDamaged(Exception):
@@ -101,13 +102,11 @@ def decode(line: bytes) -> tuple[int, dict[str, Any]]:
     """(number, record) of one line without its newline; ValueError saying what is wrong otherwise."""
     number_text, _, rest = line.partition(b" ")
     crc_text, _, body = rest.partition(b" ")
-    if not number_text.isdigit() or len(crc_text) != 8 or not body:
+    # The checksum as encode() writes it: 8 lower-case hex digits (int(x, 16) alone also takes "0x", a sign,
+    # underscores and upper case, so an edited field of the same value would pass for what was written).
+    if not number_text.isdigit() or len(crc_text) != 8 or not _HEX_DIGITS.issuperset(crc_text) or not body:
         raise ValueError("not a journal record")
-    try:
-        crc = int(crc_text, 16)
-    except ValueError:
-        raise ValueError("not a journal record") from None
-    if zlib.crc32(number_text + b" " + body) != crc:
+    if zlib.crc32(number_text + b" " + body) != int(crc_text, 16):
         raise ValueError("checksum mismatch")
     record = json.loads(body)
     if not isinstance(record, dict) or not isinstance(record.get("op"), str):

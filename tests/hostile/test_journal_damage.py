@@ -586,3 +586,43 @@ def test_ids_reserved_before_the_first_compaction_survive_a_fresh_start(tmp_path
         assert again.floor("fault-id") >= 1
     finally:
         again.close()
+
+
+def _record_whose_crc_starts_with_00(tmp_path: Path) -> tuple[Path, int]:
+    """A journal (checkpoint, then one record) whose second line's CRC-32 is below 0x01000000 (its 8 hex digits
+    start with "00", room for a "0x" prefix of the same value) and has a letter among its digits, and that line's
+    index."""
+    import zlib
+
+    for seq in range(100_000):
+        body = json.dumps({"op": "generation", "generations": {}, "fault_counter": 0, "seq": seq},
+                          separators=(",", ":"), sort_keys=True)
+        crc = zlib.crc32(f"2 {body}".encode())
+        if crc < 1 << 24 and set(f"{crc:08x}") & set("abcdef"):
+            break
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": seq})
+    journal.close()
+    assert lines_of(path)[1].split(b" ")[1].startswith(b"00")
+    return path, 1
+
+
+@pytest.mark.parametrize("edit", ["0x prefix", "+ prefix", "underscore", "upper case"])
+def test_a_checksum_spelled_otherwise_with_the_same_value_is_damage(tmp_path: Path, edit: str) -> None:
+    """A record is ``<number> <crc32 as 8 hex digits> <json>`` (docs/agent.md), and the journal writes those digits
+    in lower case (as zlib's CRC-32 printed ``%08x``). A checksum field edited so that it keeps its value when read
+    as a number the lenient way (Python's int(x, 16) also takes "0x", a sign, underscores and upper case) is still
+    not what the journal wrote: the line is refused as no record, never read as sound."""
+    path, k = _record_whose_crc_starts_with_00(tmp_path)
+    lines = lines_of(path)
+    number, crc, body = lines[k].split(b" ", 2)
+    spelled = {"0x prefix": b"0x" + crc[2:], "+ prefix": b"+" + crc[1:], "underscore": crc[:1] + b"_" + crc[2:],
+               "upper case": crc.upper()}[edit]
+    assert len(spelled) == 8 and spelled != crc and int(spelled, 16) == int(crc, 16)
+    lines[k] = b" ".join([number, spelled, body])
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert f"line {k + 1} is not a journal record" in str(refused.value), str(refused.value)
