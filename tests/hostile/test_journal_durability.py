@@ -318,3 +318,23 @@ def test_a_reservation_never_lowers_the_high_water_mark(tmp_path: Path) -> None:
     assert salvaged.floor("fault-id") >= 1
     with pytest.raises(JournalDamaged, match=r"ends at record 3 but journal\.jsonl\.meta says it held at least 5"):
         Journal(path)
+
+
+def test_closing_again_closes_no_other_descriptor(tmp_path: Path) -> None:
+    """close() may be reached twice (above). Descriptor numbers are reused (POSIX: open(2) returns the lowest one
+    free), so the second call must touch none: not the journal's old number, which may by now be another file's,
+    nor any other (standard output included: a journal that took itself for descriptor 1 after closing would close
+    the agent's stdout). The process's open descriptors (/proc/self/fd) are the same before and after it."""
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.compact([])
+    journal.close()
+    saved = {fd: os.dup(fd) for fd in (0, 1, 2)}  # put back afterwards, whatever happens
+    try:
+        before = sorted(os.listdir("/proc/self/fd"))
+        journal.close()
+        after = sorted(os.listdir("/proc/self/fd"))
+    finally:
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+    assert after == before
