@@ -909,3 +909,53 @@ def test_getters_that_restate_another_agree_with_it(nvml: Nvml, pynvml_module: M
     assert n.nvmlDeviceGetTemperature(hs[3], n.NVML_TEMPERATURE_GPU) == 88
     assert n.nvmlDeviceOnSameBoard(hs[0], hs[0])
     assert not n.nvmlDeviceOnSameBoard(hs[0], hs[1])
+
+
+# --------------------------------------------------------------------------------------------------- C getters' edges
+
+
+def test_a_string_buffer_must_hold_the_terminating_nul(nvml: Nvml, pynvml_module: ModuleType,
+                                                       h100: dict[str, str]) -> None:
+    """nvml.h, for every string getter: NVML_ERROR_INSUFFICIENT_SIZE "if length is too small"; ``length`` is the
+    buffer's size in bytes and the answer is NUL-terminated, so a buffer exactly as long as the text (no byte for
+    the NUL) is too small, one byte more is enough. The name is the real H100's (its capture's product_name);
+    nvidia-ml-py always passes large buffers, so the edge is only reached by calling the library directly."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[0]
+    name = h100["/product_name"].encode()
+    for length in (len(name), len(name) - 1):
+        buf = ctypes.create_string_buffer(b"\xab" * 96, 96)
+        assert lib.nvmlDeviceGetName(h, buf, length) == n.NVML_ERROR_INSUFFICIENT_SIZE, length
+        assert buf.raw[length:] == b"\xab" * (96 - length)  # nothing written past what the caller offered
+    buf = ctypes.create_string_buffer(len(name) + 1)
+    assert lib.nvmlDeviceGetName(h, buf, len(name) + 1) == n.NVML_SUCCESS
+    assert buf.raw == name + b"\0"
+    version = n.nvmlSystemGetDriverVersion().encode()
+    small = ctypes.create_string_buffer(len(version))
+    assert lib.nvmlSystemGetDriverVersion(small, len(version)) == n.NVML_ERROR_INSUFFICIENT_SIZE
+    exact = ctypes.create_string_buffer(len(version) + 1)
+    assert lib.nvmlSystemGetDriverVersion(exact, len(version) + 1) == n.NVML_SUCCESS and exact.value == version
+
+
+def test_nvlink_throughput_fields_count_each_direction_from_its_own_counter(nvml: Nvml,
+                                                                          pynvml_module: ModuleType) -> None:
+    """nvml.h: NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (138) and _RAW_TX (140) are the NVLink TX throughput in KiB,
+    _DATA_RX (139) and _RAW_RX (141) the RX one, summed over the GPU's links: the same traffic
+    nvmlDeviceGetNvLinkUtilizationCounter reports per link as (rx, tx) bytes. The two directions of a GPU carry
+    different amounts here (it sends more than it receives), so a field answering the other direction shows."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    links = [link for link in range(n.NVML_NVLINK_MAX_LINKS)
+             if n.nvmlDeviceGetNvLinkState(h, link) == n.NVML_FEATURE_ENABLED]
+    assert len(links) == 18  # an H100 SXM5 has 18 NVLink4 links
+    counters = [n.nvmlDeviceGetNvLinkUtilizationCounter(h, link, 0) for link in links]
+    rx, tx = sum(c[0] for c in counters), sum(c[1] for c in counters)
+    assert rx != tx
+    ids = [n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+           n.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX, n.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX]
+    values = n.nvmlDeviceGetFieldValues(h, ids)
+    assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 4
+    assert [v.value.ullVal for v in values] == [tx // 1024, rx // 1024, tx // 1024, rx // 1024]
