@@ -959,3 +959,18 @@ def test_nvlink_throughput_fields_count_each_direction_from_its_own_counter(nvml
     values = n.nvmlDeviceGetFieldValues(h, ids)
     assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 4
     assert [v.value.ullVal for v in values] == [tx // 1024, rx // 1024, tx // 1024, rx // 1024]
+
+
+def test_confidential_computing_memory_sizes_are_in_kib(nvml: Nvml, pynvml_module: ModuleType,
+                                                        h100: dict[str, str]) -> None:
+    """nvml.h's nvmlConfComputeMemSizeInfo_t counts in KiB (protectedMemSizeKib, unprotectedMemSizeKib). With
+    confidential computing off, as on the real H100 (its capture's cc_protected_memory_usage total is 0 MiB), no
+    memory is protected and the unprotected share is the whole framebuffer: the capture's fb_memory_usage total,
+    81559 MiB, is 81559 * 1024 KiB, and the KiB of the total nvmlDeviceGetMemoryInfo reports."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    info = n.nvmlDeviceGetConfComputeMemSizeInfo(h)
+    assert number(h100["/cc_protected_memory_usage/total"]) == 0 == info.protectedMemSizeKib
+    assert info.unprotectedMemSizeKib == n.nvmlDeviceGetMemoryInfo(h).total // 1024
+    assert info.unprotectedMemSizeKib // 1024 == number(h100["/fb_memory_usage/total"]) == 81559
