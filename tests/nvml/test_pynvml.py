@@ -974,3 +974,38 @@ def test_confidential_computing_memory_sizes_are_in_kib(nvml: Nvml, pynvml_modul
     assert number(h100["/cc_protected_memory_usage/total"]) == 0 == info.protectedMemSizeKib
     assert info.unprotectedMemSizeKib == n.nvmlDeviceGetMemoryInfo(h).total // 1024
     assert info.unprotectedMemSizeKib // 1024 == number(h100["/fb_memory_usage/total"]) == 81559
+
+
+class GpuInstanceProfileInfoV3(ctypes.Structure):
+    """nvml.h's nvmlGpuInstanceProfileInfo_v3_t (580+): v2 without isP2pSupported, with capabilities at the end
+    (nvidia-ml-py 13 has no binding for it)."""
+
+    _fields_ = [("version", ctypes.c_uint), ("id", ctypes.c_uint), ("sliceCount", ctypes.c_uint),
+                ("instanceCount", ctypes.c_uint), ("multiprocessorCount", ctypes.c_uint),
+                ("copyEngineCount", ctypes.c_uint), ("decoderCount", ctypes.c_uint), ("encoderCount", ctypes.c_uint),
+                ("jpegCount", ctypes.c_uint), ("ofaCount", ctypes.c_uint), ("memorySizeMB", ctypes.c_ulonglong),
+                ("name", ctypes.c_char * 96), ("capabilities", ctypes.c_uint)]
+
+
+def test_gpu_instance_profiles_fill_the_v3_layout(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvmlDeviceGetGpuInstanceProfileInfoV with a v3 struct (version word sizeof | 3 << 24, nvml.h) fills v3's
+    fields where v3 has them: one place earlier than v2's from sliceCount on, since v3 dropped isP2pSupported. The
+    A100 80GB's profiles (dgx-a100's gpu7 is in MIG mode) have the published `nvidia-smi mig -lgip` instance counts
+    and SMs (tests/nvml/migtools.py) and as many GPU slices as their names' "Ng" (NVIDIA's MIG user guide)."""
+    from tests.nvml.migtools import A100_80GB_LGIP
+
+    n = pynvml_module
+    nvml("dgx-a100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[7]
+    index = {"1g.10gb": n.NVML_GPU_INSTANCE_PROFILE_1_SLICE, "1g.10gb+me": n.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
+             "2g.20gb": n.NVML_GPU_INSTANCE_PROFILE_2_SLICE, "3g.40gb": n.NVML_GPU_INSTANCE_PROFILE_3_SLICE}
+    for name, pid, total, _gib, sm, dec, enc, ce, jpeg, ofa in A100_80GB_LGIP:
+        short = name.removeprefix("MIG ")
+        info = GpuInstanceProfileInfoV3(version=ctypes.sizeof(GpuInstanceProfileInfoV3) | 3 << 24)
+        assert lib.nvmlDeviceGetGpuInstanceProfileInfoV(h, index[short], ctypes.byref(info)) == n.NVML_SUCCESS
+        assert (info.id, info.sliceCount, info.instanceCount, info.multiprocessorCount) == \
+            (pid, int(short[0]), total, sm), name
+        assert (info.decoderCount, info.encoderCount, info.copyEngineCount, info.jpegCount, info.ofaCount) == \
+            (dec, enc, ce, jpeg, ofa), name
+        assert info.memorySizeMB == n.nvmlDeviceGetGpuInstanceProfileInfo(h, index[short]).memorySizeMB, name
