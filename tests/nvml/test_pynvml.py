@@ -1009,3 +1009,38 @@ def test_gpu_instance_profiles_fill_the_v3_layout(nvml: Nvml, pynvml_module: Mod
         assert (info.decoderCount, info.encoderCount, info.copyEngineCount, info.jpegCount, info.ofaCount) == \
             (dec, enc, ce, jpeg, ofa), name
         assert info.memorySizeMB == n.nvmlDeviceGetGpuInstanceProfileInfo(h, index[short]).memorySizeMB, name
+
+
+def test_a_mig_devices_parent_is_its_visible_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """With only dgx-a100's gpu7 visible (FAKEHW_VISIBLE_DEVICES=7, as CUDA_VISIBLE_DEVICES would leave it), that
+    GPU is device 0 of the process: its MIG devices' parent (nvmlDeviceGetDeviceHandleFromMigDeviceHandle), and
+    the device of their GPU and compute instances (nvmlGpuInstanceGetInfo, nvmlComputeInstanceGetInfo), is the
+    handle nvmlDeviceGetHandleByIndex(0) gave, the GPU with gpu7's UUID (nvml.h: the handle of the parent
+    device; the node's numbering does not apply to a process that sees one GPU)."""
+    n = pynvml_module
+    snap = nvml("dgx-a100", env={"FAKEHW_VISIBLE_DEVICES": "7"})
+    assert n.nvmlDeviceGetCount() == 1
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    assert n.nvmlDeviceGetUUID(h) == snap.node.gpus[7].uuid
+    for i in range(2):  # the profile's two 3g.40gb instances
+        mig = n.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+        assert addr(n.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)) == addr(h)
+        gi = n.nvmlDeviceGetGpuInstanceById(h, n.nvmlDeviceGetGpuInstanceId(mig))
+        assert addr(n.nvmlGpuInstanceGetInfo(gi).device) == addr(h)
+        ci = n.nvmlGpuInstanceGetComputeInstanceById(gi, n.nvmlDeviceGetComputeInstanceId(mig))
+        assert addr(n.nvmlComputeInstanceGetInfo(ci).device) == addr(h)
+
+
+def test_instance_ids_of_a_whole_gpu_are_not_supported(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetGpuInstanceId and nvmlDeviceGetComputeInstanceId ("for the given MIG device handle"):
+    INVALID_ARGUMENT is for an invalid handle or a NULL id, NOT_SUPPORTED "if this query is not supported by the
+    device". A whole GPU's handle is valid but has no instance: NOT_SUPPORTED, in MIG mode (dgx-a100's gpu7) or
+    not (gpu0). A MIG device of gpu7 answers its ids."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    for h in (handles(n)[0], handles(n)[7]):
+        for getter in (n.nvmlDeviceGetGpuInstanceId, n.nvmlDeviceGetComputeInstanceId):
+            assert error_of(partial(getter, h)) == n.NVML_ERROR_NOT_SUPPORTED
+    mig = n.nvmlDeviceGetMigDeviceHandleByIndex(handles(n)[7], 0)
+    gi = n.nvmlDeviceGetGpuInstanceById(handles(n)[7], n.nvmlDeviceGetGpuInstanceId(mig))
+    assert n.nvmlGpuInstanceGetComputeInstanceById(gi, n.nvmlDeviceGetComputeInstanceId(mig))
