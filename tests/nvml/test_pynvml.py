@@ -1044,3 +1044,18 @@ def test_instance_ids_of_a_whole_gpu_are_not_supported(nvml: Nvml, pynvml_module
     mig = n.nvmlDeviceGetMigDeviceHandleByIndex(handles(n)[7], 0)
     gi = n.nvmlDeviceGetGpuInstanceById(handles(n)[7], n.nvmlDeviceGetGpuInstanceId(mig))
     assert n.nvmlGpuInstanceGetComputeInstanceById(gi, n.nvmlDeviceGetComputeInstanceId(mig))
+
+
+def test_field_values_are_stamped_in_microseconds_of_the_wall_clock(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlFieldValue_t.timestamp: "CPU Timestamp of this value in microseconds since 1970" (DCGM orders
+    its samples by it). A value read now was taken between the start of this test and now, whether the field
+    answered or not."""
+    n = pynvml_module
+    before_us = int(time.time() * 1e6)
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    values = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_ECC_CURRENT, n.NVML_FI_DEV_NVLINK_LINK_COUNT, 9999])
+    after_us = int(time.time() * 1e6)
+    assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS, n.NVML_SUCCESS, n.NVML_ERROR_INVALID_ARGUMENT]
+    for v in values:
+        assert before_us <= v.timestamp <= after_us, v.fieldId
