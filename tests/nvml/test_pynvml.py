@@ -1059,3 +1059,25 @@ def test_field_values_are_stamped_in_microseconds_of_the_wall_clock(nvml: Nvml, 
     assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS, n.NVML_SUCCESS, n.NVML_ERROR_INVALID_ARGUMENT]
     for v in values:
         assert before_us <= v.timestamp <= after_us, v.fieldId
+
+
+def test_byte_count_fields_count_each_direction_from_its_own_counter(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """Siblings of the throughput fields' directions. nvml.h: NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES (202) and
+    _RCV_BYTES (204), with scopeId the link, are Blackwell's (NVLink5) per-link byte counts, the traffic
+    nvmlDeviceGetNvLinkUtilizationCounter reports as (rx, tx) on counter 0; a B200 sends more than it receives
+    here, so the directions differ. NVML_FI_DEV_PCIE_COUNT_TX_BYTES (197) and _RX_BYTES (198) count PCIe bytes
+    over the same span of time, so they stand to each other as the TX and RX rates of nvmlDeviceGetPcieThroughput."""
+    n = pynvml_module
+    nvml("dgx-b200")
+    h = handles(n)[0]
+    for link in (0, 5, 17):
+        rx, tx = n.nvmlDeviceGetNvLinkUtilizationCounter(h, link, 0)
+        assert rx != tx
+        values = n.nvmlDeviceGetFieldValues(h, [(202, link), (204, link)])
+        assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 2
+        assert [v.value.ullVal for v in values] == [tx, rx], link
+    tx_rate = n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_TX_BYTES)
+    rx_rate = n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_RX_BYTES)
+    tx_bytes, rx_bytes = (v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198]))
+    assert tx_rate != rx_rate
+    assert tx_bytes * rx_rate == rx_bytes * tx_rate
