@@ -944,10 +944,12 @@ def test_nvlink_throughput_fields_count_each_direction_from_its_own_counter(nvml
     """nvml.h: NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (138) and _RAW_TX (140) are the NVLink TX throughput in KiB,
     _DATA_RX (139) and _RAW_RX (141) the RX one, summed over the GPU's links: the same traffic
     nvmlDeviceGetNvLinkUtilizationCounter reports per link as (rx, tx) bytes. The two directions of a GPU carry
-    different amounts here (it sends more than it receives), so a field answering the other direction shows."""
+    different amounts here (it sends more than it receives), so a field answering the other direction shows.
+    (gpu5: the counters' resets and freezes are this process's, and test_nvlink_utilization_counters made some on
+    gpu0.)"""
     n = pynvml_module
     nvml("dgx-h100")
-    h = handles(n)[0]
+    h = handles(n)[5]
     links = [link for link in range(n.NVML_NVLINK_MAX_LINKS)
              if n.nvmlDeviceGetNvLinkState(h, link) == n.NVML_FEATURE_ENABLED]
     assert len(links) == 18  # an H100 SXM5 has 18 NVLink4 links
@@ -1069,7 +1071,7 @@ def test_byte_count_fields_count_each_direction_from_its_own_counter(nvml: Nvml,
     over the same span of time, so they stand to each other as the TX and RX rates of nvmlDeviceGetPcieThroughput."""
     n = pynvml_module
     nvml("dgx-b200")
-    h = handles(n)[0]
+    h = handles(n)[5]  # untouched by the tests that reset or freeze utilization counters (this process's)
     for link in (0, 5, 17):
         rx, tx = n.nvmlDeviceGetNvLinkUtilizationCounter(h, link, 0)
         assert rx != tx
