@@ -78,6 +78,7 @@ def test_before_is_the_removed_line_and_after_the_added_one(tmp_path: Path) -> N
     (f"{CONTINUE}lines = 61\n", "unknown key lines (module, before, after, why, line)"),
     (CONTINUE.replace('why = "w"\n', ""), "`why` must be a non-empty string"),
     (CONTINUE.replace('after = "break"', 'after = ""'), "`after` must be a non-empty string"),
+    (CONTINUE.replace('why = "w"', 'why = "another reason"'), "records the same mutant as number 1"),
 ])
 def test_a_malformed_entry_is_named_with_its_key(tmp_path: Path, entry: str, error: str) -> None:
     tool = _load_tool()

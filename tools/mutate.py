@@ -373,7 +373,15 @@ def load_equivalents(path: Path | None = None) -> list[Equivalent]:
         raise EquivalentsError(f"{path}: {e}") from e
     if not isinstance(entries, list):
         raise EquivalentsError(f"{path}: `equivalent` must be an array of tables ([[equivalent]])")
-    return [_equivalent(path, i, entry) for i, entry in enumerate(entries, 1)]
+    known = [_equivalent(path, i, entry) for i, entry in enumerate(entries, 1)]
+    first: dict[tuple[str, str, str, int | None], int] = {}
+    for i, e in enumerate(known, 1):
+        key = (e.module, e.before.strip(), e.after.strip(), e.line)
+        if key in first:  # two reasons for one mutant: a reader cannot tell which one the score relied on
+            raise EquivalentsError(f"{path}: [[equivalent]] number {i} (module {e.module!r}, before {e.before!r}): "
+                                   f"records the same mutant as number {first[key]}")
+        first[key] = i
+    return known
 
 
 def _equivalent(path: Path, index: int, entry: object) -> Equivalent:
