@@ -23,6 +23,8 @@ SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT
          6: "64.0 GT/s PCIe"}
 GPU_KINDS = ("gpu",)
 IOMMU_GROUPS = "sys/kernel/iommu_groups"
+PCI_BUS = "sys/bus/pci"
+"""What every PCI function's ``subsystem`` link points at (the driver core links a device to its bus)."""
 # struct resource flags (include/linux/ioport.h) plus the BAR's own type bits, as the resource file shows them.
 IORESOURCE_MEM, IORESOURCE_PREFETCH, IORESOURCE_READONLY = 0x200, 0x2000, 0x4000
 IORESOURCE_SIZEALIGN, IORESOURCE_MEM_64 = 0x40000, 0x100000
@@ -86,10 +88,11 @@ def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
         sec.link(f"{d}/driver", f"sys/bus/pci/drivers/{fn.driver}")
         sec.link(f"sys/bus/pci/drivers/{fn.driver}/{fn.bdf}", d)
     sec.file(f"{d}/uevent", uevent, 0o644)
+    sec.link(f"{d}/subsystem", PCI_BUS)
     if fn.is_bridge:
         sec.text(f"{d}/secondary_bus_number", fn.secondary)
         sec.text(f"{d}/subordinate_bus_number", fn.subordinate)
-    sec.link(f"sys/bus/pci/devices/{fn.bdf}", d)
+    sec.link(f"{PCI_BUS}/devices/{fn.bdf}", d)
 
 
 def _bar_flags(bar: Bar) -> int:
