@@ -90,6 +90,13 @@ def _access_files(sec: Section, d: str, perf: Initiator) -> None:
         sec.text(f"{base}/write_latency", perf.write_latency_ns)
 
 
+def thread_size(arch: str) -> int:
+    """Bytes of a task's kernel stack (THREAD_SIZE), the unit ``KernelStack`` grows by: 16 KiB on x86-64
+    (asm/page_64_types.h, THREAD_SIZE_ORDER 2) and riscv64 (asm/thread_info.h, THREAD_SIZE_ORDER 2); one page on
+    arm64 with 64 KiB pages (asm/memory.h: a vmapped stack is at least a page, THREAD_SHIFT = PAGE_SHIFT)."""
+    return max(16384, page_size(arch))
+
+
 def _numastat(numa: NumaNode, total: int, page: int) -> str:
     """``nodeN/numastat`` (drivers/base/node.c): page allocation counters; the fake kernel's pages are local."""
     pages = _used(numa, total) // page
@@ -116,6 +123,7 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
     sec.text(f"{NODE_DIR}/has_normal_memory", format_cpulist(normal))
     page = page_size(node.cpu.arch)
     k = page // 1024
+    stack = thread_size(node.cpu.arch) // page  # pages of one kernel stack: KernelStack counts whole stacks
     machine: dict[str, int] = {}
     for n in node.numa:
         total = memory.get(n.id, 0)
@@ -127,8 +135,9 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
             ("Inactive(anon)", used // 16), ("Active(file)", used // 2 - used // 8),
             ("Inactive(file)", used // 4 - used // 16), ("Unevictable", 0), ("Mlocked", 0), ("Dirty", 0),
             ("Writeback", 0), ("FilePages", used // 2 + used // 8 + used // 64), ("Mapped", used // 32),
-            ("AnonPages", used // 8 + used // 16 - used // 64), ("Shmem", used // 64), ("KernelStack", used // 256),
-            ("PageTables", used // 256), ("SecPageTables", 0), ("NFS_Unstable", 0), ("Bounce", 0),
+            ("AnonPages", used // 8 + used // 16 - used // 64), ("Shmem", used // 64),
+            ("KernelStack", used // 256 // stack * stack), ("PageTables", used // 256), ("SecPageTables", 0),
+            ("NFS_Unstable", 0), ("Bounce", 0),
             ("WritebackTmp", 0), ("KReclaimable", used // 16), ("Slab", used // 10),
             ("SReclaimable", used // 16), ("SUnreclaim", used // 10 - used // 16),
             ("AnonHugePages", 0), ("ShmemHugePages", 0), ("ShmemPmdMapped", 0), ("FileHugePages", 0),

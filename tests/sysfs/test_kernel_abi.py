@@ -1162,3 +1162,23 @@ def test_a_memory_only_nodes_initiators_are_its_nearest_cpu_nodes(fast_tmp: Path
             for i in initiators:
                 assert (base / i / access / "targets" / f"node{target}").resolve() == (base / f"node{target}").resolve()
             assert _read(base / f"node{target}/{access}/initiators/read_latency") == "90", (target, access)
+
+
+THREAD_SIZE_KB = {"x86_64": 16, "riscv64": 16, "aarch64": 64}
+"""A task's kernel stack (THREAD_SIZE) in kB: x86-64 PAGE_SIZE << THREAD_SIZE_ORDER 2 (asm/page_64_types.h, no
+KASAN), riscv64 the same order (asm/thread_info.h), arm64 with 64 KiB pages THREAD_SHIFT = PAGE_SHIFT (asm/memory.h:
+a vmapped stack is at least a page)."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "t4-cloud", "gh200", "riscv-nvlink-fusion"))
+def test_kernel_stack_is_whole_stacks(rendered: Rendered, profile: str) -> None:
+    """``KernelStack`` is NR_KERNEL_STACK_KB (fs/proc/meminfo.c, drivers/base/node.c), which account_kernel_stack
+    (kernel/fork.c) moves by THREAD_SIZE / 1024 per task: every machine and node figure is a whole number of
+    stacks."""
+    for _, _, root in rendered(profile):
+        info = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        unit = THREAD_SIZE_KB[info["Architecture"]]
+        files = [root / "proc/meminfo", *sorted((root / NODES).glob("node[0-9]*/meminfo"))]
+        stacks = [_meminfo_kb(f)["KernelStack"] for f in files]
+        assert all(kb % unit == 0 for kb in stacks), (profile, unit, stacks)
+        assert any(stacks), profile
