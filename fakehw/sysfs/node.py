@@ -175,6 +175,12 @@ VMALLOC_END is PAGE_OFFSET itself (arch/riscv/include/asm/pgtable.h), so the siz
 kernel uses the widest mode the hart has, the ``mmu`` line of /proc/cpuinfo."""
 
 
+PERCPU_UNIT = 256 * 1024
+"""Populated per-CPU memory of each possible CPU (``Percpu`` is pcpu_nr_pages: populated pages times units, one
+unit per possible CPU, mm/percpu.c). The first chunk is always populated: distributions' x86 kernels log
+``percpu: Embedded 63 pages/cpu`` at boot (some 256 KiB with what modules add), so never 0."""
+
+
 def vmalloc_total_kb(cpu: Cpu) -> int:
     """``VmallocTotal`` (VMALLOC_TOTAL >> 10, fs/proc/meminfo.c) of the node's kernel."""
     if cpu.arch == "amd64":
@@ -213,7 +219,8 @@ def proc_meminfo(nodes: Mapping[str, int], page: int, cpu: Cpu) -> str:
     x86 = cpu.arch == "amd64"
     text += meminfo_line("VmallocTotal", vmalloc_total_kb(cpu))
     text += "".join(meminfo_line(label, value * k) for label, value in (
-        ("VmallocUsed", 0), ("VmallocChunk", 0), ("Percpu", 0), ("HardwareCorrupted", 0),
+        ("VmallocUsed", 0), ("VmallocChunk", 0), ("Percpu", cpu.logical_cpus * PERCPU_UNIT // page),
+        ("HardwareCorrupted", 0),
         *summed("AnonHugePages", "ShmemHugePages", "ShmemPmdMapped", "FileHugePages", "FilePmdMapped")))
     text += "".join(meminfo_line(label, 0, unit=False)
                     for label in ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "HugePages_Surp"))
