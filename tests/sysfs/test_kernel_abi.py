@@ -261,7 +261,9 @@ def test_nvidia_params_show_the_drivers_registry_defaults(rendered: Rendered) ->
 def test_every_port_between_a_committed_regions_endpoints_and_the_root_decodes_it(rendered: Rendered) -> None:
     """drivers/cxl/core/region.c (cxl_port_setup_targets, commit): a committed region has a decoder programmed for
     it in every port from each target's endpoint up to the host bridge; ``cxl list -D -r`` lists them. On cxl-pool
-    that includes the pooled region's path through the pool's host bridge."""
+    that includes the pooled region's path through the pool's host bridge. Each such decoder routes to the dport the
+    path comes up through: its ``target_list`` holds that dport's id (port.c emit_target_list prints the dports'
+    port ids; the child port's or endpoint's ``parent_dport`` is the port's ``dportN`` with that id)."""
     for _, _, root in rendered("cxl-pool"):
         devices = root / CXL_DEVICES
         committed = [r for r in sorted(devices.glob("region[0-9]*")) if (r / "commit").read_text().strip() == "1"]
@@ -271,12 +273,17 @@ def test_every_port_between_a_committed_regions_endpoints_and_the_root_decodes_i
             assert targets, region.name
             for target in targets:
                 decoder = (devices / target.read_text().strip()).resolve()
-                port = decoder.parent.parent  # decoder -> its endpoint -> the port above
+                child = decoder.parent  # the endpoint; the port above it next
+                port = child.parent
                 assert port.name.startswith("port"), (region.name, decoder)
                 while port.name.startswith("port"):
-                    decoded = {(d / "region").read_text().strip() for d in port.glob("decoder*.*")}
-                    assert region.name in decoded, (region.name, port.name, decoded)
-                    port = port.parent
+                    decoders = [d for d in port.glob("decoder*.*") if _read(d / "region") == region.name]
+                    assert len(decoders) == 1, (region.name, port.name, decoders)
+                    via = (child / "parent_dport").resolve()
+                    ids = {link.name[5:] for link in port.glob("dport*") if link.resolve() == via}
+                    listed = set(_read(decoders[0] / "target_list").split(","))
+                    assert ids and ids <= listed, (region.name, port.name, ids, listed)
+                    child, port = port, port.parent
 
 
 def test_every_cxl_decoders_granularity_is_one_the_spec_encodes(rendered: Rendered) -> None:
@@ -1182,3 +1189,15 @@ def test_kernel_stack_is_whole_stacks(rendered: Rendered, profile: str) -> None:
         stacks = [_meminfo_kb(f)["KernelStack"] for f in files]
         assert all(kb % unit == 0 for kb in stacks), (profile, unit, stacks)
         assert any(stacks), profile
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
+def test_percpu_memory_holds_a_populated_page_for_every_possible_cpu(rendered: Rendered, profile: str) -> None:
+    """``Percpu`` is pcpu_nr_pages() (fs/proc/meminfo.c): the populated pages of the percpu chunks times the number
+    of units, one unit per possible CPU (mm/percpu.c); the first chunk, holding every CPU's static per-CPU data, is
+    populated at boot, so the figure is at least a page per possible CPU, in whole pages per unit."""
+    for _, _, root in rendered(profile):
+        percpu = _meminfo_kb(root / "proc/meminfo")["Percpu"]
+        cpus = len(_cpulist(_read(root / CPUS / "possible")))
+        assert percpu >= cpus * _page_kb(root), (profile, percpu, cpus)
+        assert percpu % (cpus * _page_kb(root)) == 0, (profile, percpu, cpus)
