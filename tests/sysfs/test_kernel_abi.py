@@ -58,6 +58,7 @@ from fakehw.model.system import Node
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
 from fakehw.sysfs import ROOT_DIR, render_tree
+from fakehw.sysfs.pci import SPEED
 from tests.nvml.captures import capture_dir
 
 Rendered = Callable[[str], list[tuple[System, Node, Path]]]
@@ -100,6 +101,13 @@ def test_no_memory_is_hardware_corrupted_without_an_injected_memory_failure(rend
         line = next(line for line in (root / "proc/meminfo").read_text().splitlines()
                     if line.startswith("HardwareCorrupted:"))
         assert line.split()[1:] == ["0", "kB"], line
+
+
+def test_every_pcie_generation_prints_the_kernels_speed_string() -> None:
+    """The built-in profiles have no Gen1 or Gen2 link, so no rendered tree shows those strings; the renderer's table
+    must still be the kernel's for every generation a profile can give (drivers/pci/probe.c, pci_speed_string:
+    what ``max_link_speed`` and ``current_link_speed`` print for PCIE_SPEED_2_5GT .. PCIE_SPEED_64_0GT)."""
+    assert SPEED == PCIE_SPEED2STR
 
 
 @pytest.mark.parametrize("board", sorted(CAPTURED_BOARDS))
@@ -263,7 +271,9 @@ def test_every_port_between_a_committed_regions_endpoints_and_the_root_decodes_i
     it in every port from each target's endpoint up to the host bridge; ``cxl list -D -r`` lists them. On cxl-pool
     that includes the pooled region's path through the pool's host bridge. Each such decoder routes to the dport the
     path comes up through: its ``target_list`` holds that dport's id (port.c emit_target_list prints the dports'
-    port ids; the child port's or endpoint's ``parent_dport`` is the port's ``dportN`` with that id)."""
+    port ids; the child port's or endpoint's ``parent_dport`` is the port's ``dportN`` with that id), and decodes
+    the region's whole host physical range (hdm.c programs each decoder with the region's HPA range: ``start`` is the
+    region's ``resource``, ``size`` its ``size``)."""
     for _, _, root in rendered("cxl-pool"):
         devices = root / CXL_DEVICES
         committed = [r for r in sorted(devices.glob("region[0-9]*")) if (r / "commit").read_text().strip() == "1"]
@@ -279,11 +289,33 @@ def test_every_port_between_a_committed_regions_endpoints_and_the_root_decodes_i
                 while port.name.startswith("port"):
                     decoders = [d for d in port.glob("decoder*.*") if _read(d / "region") == region.name]
                     assert len(decoders) == 1, (region.name, port.name, decoders)
+                    span = (int(_read(decoders[0] / "start"), 16), int(_read(decoders[0] / "size"), 16))
+                    assert span == (int(_read(region / "resource"), 16), int(_read(region / "size"), 16)), (
+                        region.name, decoders[0].name, span)
                     via = (child / "parent_dport").resolve()
                     ids = {link.name[5:] for link in port.glob("dport*") if link.resolve() == via}
                     listed = set(_read(decoders[0] / "target_list").split(","))
                     assert ids and ids <= listed, (region.name, port.name, ids, listed)
                     child, port = port, port.parent
+
+
+def test_a_port_decoder_holds_only_regions_with_a_target_below_the_port(rendered: Rendered) -> None:
+    """drivers/cxl/core/region.c: a switch or host bridge decoder is taken for a region only when one of the
+    region's targets sits below that port (cxl_port_attach_region walks each target's ancestry, cxl_rr_alloc_decoder
+    takes a decoder there), so a port decoder naming a region has an endpoint of one of its targets beneath it.
+    cxl-pool: regions on local devices, on the pooled device's logical devices, and none on the restricted host."""
+    for _, _, root in rendered("cxl-pool"):
+        devices = root / CXL_DEVICES
+        held = 0
+        for decoder in sorted(devices.glob("decoder*.*")):
+            port = decoder.resolve().parent
+            name = _read(decoder / "region") if (decoder / "region").exists() else ""
+            if not name or not port.name.startswith("port"):
+                continue
+            endpoints = [(devices / _read(t)).resolve().parent for t in (devices / name).glob("target[0-9]*")]
+            assert any(port in e.parents for e in endpoints), (decoder.name, port.name, name)
+            held += 1
+        assert held >= 4
 
 
 def test_every_cxl_decoders_granularity_is_one_the_spec_encodes(rendered: Rendered) -> None:
@@ -1201,3 +1233,82 @@ def test_percpu_memory_holds_a_populated_page_for_every_possible_cpu(rendered: R
         cpus = len(_cpulist(_read(root / CPUS / "possible")))
         assert percpu >= cpus * _page_kb(root), (profile, percpu, cpus)
         assert percpu % (cpus * _page_kb(root)) == 0, (profile, percpu, cpus)
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gb200-nvl72", "t4-cloud"))
+def test_a_gpus_dma_mask_and_irq_are_the_ones_its_driver_reports(rendered: Rendered, profile: str) -> None:
+    """``/proc/driver/nvidia/gpus/<bdf>/information`` prints the GPU's pci_dev->dma_mask (``DMA Size: N bits``,
+    nv_count_bits of it, and ``DMA Mask: 0x...``; the open kernel module's nv-procfs.c), whose width the PCI core
+    shows as ``dma_mask_bits`` (drivers/pci/pci-sysfs.c: fls64(dma_mask)); and its IRQ (below)."""
+    for _, node, root in rendered(profile):
+        assert node.gpus, profile
+        for g in node.gpus:
+            info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in
+                    (root / "proc/driver/nvidia/gpus" / str(g.address) / "information").read_text().splitlines())}
+            bits = int(info["DMA Size"].split()[0])
+            assert int(info["DMA Mask"], 16) == (1 << bits) - 1, (profile, g.name, info["DMA Mask"])
+            pci = root / "sys/bus/pci/devices" / str(g.address)
+            assert int(_read(pci / "dma_mask_bits")) == bits, (profile, g.name)
+            # the driver's IRQ is pdev->irq (nv-pci.c; after pci_enable_msi the MSI vector, nv-msi.c), which the
+            # PCI irq attribute shows (pci-sysfs.c irq_show: the first MSI vector when MSI is on, else pdev->irq);
+            # a GPU without one is refused ("No interrupts of any type are available", nv.c)
+            assert int(info["IRQ"]) == int(_read(pci / "irq")) > 0, (profile, g.name, info["IRQ"])
+
+
+MSI_RESERVED = {"x86_64": (0xFEE00000, 0xFEEFFFFF), "aarch64": (0x8000000, 0x8000000 + 0x100000 - 1)}
+"""The MSI window an IOMMU group reserves: x86's interrupt address range (Intel VT-d IOAPIC_RANGE_START/END, AMD-Vi
+MSI_RANGE_START/END: 0xfee00000-0xfeefffff, IOMMU_RESV_MSI); arm64 SMMU's software MSI window (MSI_IOVA_BASE 0x8000000,
+MSI_IOVA_LENGTH 0x100000, IOMMU_RESV_SW_MSI)."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200"))
+def test_every_iommu_group_reserves_the_msi_window(rendered: Rendered, profile: str) -> None:
+    """drivers/iommu/iommu.c (iommu_group_show_resv_regions): ``reserved_regions`` prints each reserved region as
+    ``0x%016llx 0x%016llx <type>``, start and inclusive end, and both MSI kinds are ``msi``; VFIO reads it to keep
+    the window out of a guest's IOVA space."""
+    for _, _, root in rendered(profile):
+        info = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        start, end = MSI_RESERVED[info["Architecture"]]
+        groups = sorted((root / "sys/kernel/iommu_groups").iterdir())
+        assert groups, profile
+        for g in groups:
+            assert f"0x{start:016x} 0x{end:016x} msi" in _read(g / "reserved_regions").splitlines(), (profile, g.name)
+
+
+DMA_BITS_BY_DRIVER = {"pcieport": 32, "mlx5_core": 64, "nvidia-nvswitch": 64}
+"""``dma_mask_bits`` (fls64 of the function's DMA mask, drivers/pci/pci-sysfs.c) by the driver bound: the PCI core
+starts every function at 32 bits (drivers/pci/probe.c, pci_setup_device: "Assume 32-bit PCI") and the port driver
+changes nothing; mlx5_core asks for 64 (set_dma_caps: DMA_BIT_MASK(64)); nvidia-nvswitch for the switch's DMA width,
+64 on the LR10 and LS10 NVSwitches (open-gpu-kernel-modules: DMA_ADDR_WIDTH_LR10/LS10)."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool"))
+def test_dma_mask_bits_are_what_each_functions_driver_set(rendered: Rendered, profile: str) -> None:
+    for _, _, root in rendered(profile):
+        seen = set()
+        for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+            driver = os.path.basename(os.readlink(d / "driver")) if (d / "driver").is_symlink() else ""
+            if driver in DMA_BITS_BY_DRIVER:
+                assert int(_read(d / "dma_mask_bits")) == DMA_BITS_BY_DRIVER[driver], (profile, d.name, driver)
+                seen.add(driver)
+        assert "pcieport" in seen and "mlx5_core" in seen, (profile, seen)
+
+
+DYNAMIC_CHAR_DRIVERS = ("nvidia-uvm", "nvidia-nvswitch", "nvidia-caps", "nvidia-caps-imex-channels", "cxl", "dax")
+"""Drivers that register their character region with a dynamic major (alloc_chrdev_region or register_chrdev with
+major 0): the UVM, NVSwitch, capability and IMEX channel devices of the NVIDIA driver, cxl_core's memdevs and dax."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "gb200-nvl72"))
+def test_every_dynamic_major_is_its_own_and_in_the_dynamic_ranges(rendered: Rendered, profile: str) -> None:
+    """fs/char_dev.c (find_dynamic_major): a dynamic major is a free one from 254 down to 234
+    (CHRDEV_MAJOR_DYN_END), then from 511 down to 384 (CHRDEV_MAJOR_DYN_EXT_START/END), and no other region holds
+    it, so two drivers that asked for one never share it (``/proc/devices`` lists each)."""
+    for _, _, root in rendered(profile):
+        names = {name: major for major, group in _char_majors(root).items() for name in group}
+        dynamic = {n: names[n] for n in DYNAMIC_CHAR_DRIVERS if n in names}
+        assert dynamic, profile
+        assert len(set(dynamic.values())) == len(dynamic), (profile, dynamic)
+        for name, major in dynamic.items():
+            assert 234 <= major <= 254 or 384 <= major <= 511, (profile, name, major)
+            assert all(n == name for n, m in names.items() if m == major), (profile, name, major)
