@@ -1312,3 +1312,16 @@ def test_every_dynamic_major_is_its_own_and_in_the_dynamic_ranges(rendered: Rend
         for name, major in dynamic.items():
             assert 234 <= major <= 254 or 384 <= major <= 511, (profile, name, major)
             assert all(n == name for n, m in names.items() if m == major), (profile, name, major)
+
+
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_a_memdevs_payload_max_is_a_mailbox_payload_size(rendered: Rendered, profile: str) -> None:
+    """``memN/payload_max`` is the mailbox's payload size (drivers/cxl/core/memdev.c, payload_max_show), which the
+    Mailbox Capabilities register gives as 2^n bytes, from 256 (n = 8) to 1 MiB (n = 20) (CXL 2.0 8.2.8.4.3;
+    cxl_pci refuses a smaller one and clamps a larger one to SZ_1M)."""
+    for _, _, root in rendered(profile):
+        memdevs = sorted((root / CXL_DEVICES).glob("mem[0-9]*"))
+        assert memdevs, profile
+        for m in memdevs:
+            size = int(_read(m / "payload_max"))
+            assert 256 <= size <= 1 << 20 and size & (size - 1) == 0, (profile, m.name, size)
