@@ -1271,6 +1271,8 @@ def test_every_iommu_group_reserves_the_msi_window(rendered: Rendered, profile: 
         start, end = MSI_RESERVED[info["Architecture"]]
         groups = sorted((root / "sys/kernel/iommu_groups").iterdir())
         assert groups, profile
+        # iommu_group_alloc takes the lowest free id (ida_alloc) and a booted machine frees none: 0 .. N-1
+        assert sorted(int(g.name) for g in groups) == list(range(len(groups))), profile
         for g in groups:
             assert f"0x{start:016x} 0x{end:016x} msi" in _read(g / "reserved_regions").splitlines(), (profile, g.name)
 
