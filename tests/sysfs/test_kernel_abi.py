@@ -52,7 +52,8 @@ from pathlib import Path
 
 import pytest
 
-from fakehw.agent.state import derive_state
+from fakehw.agent.faults import FallenOffBus
+from fakehw.agent.state import ActiveFault, derive_state
 from fakehw.model import System, load_profile
 from fakehw.model.system import Node
 from fakehw.render import RenderContext
@@ -1327,3 +1328,19 @@ def test_a_memdevs_payload_max_is_a_mailbox_payload_size(rendered: Rendered, pro
         for m in memdevs:
             size = int(_read(m / "payload_max"))
             assert 256 <= size <= 1 << 20 and size & (size - 1) == 0, (profile, m.name, size)
+
+
+def test_a_gpu_falling_off_the_bus_takes_only_its_own_function_away(fast_tmp: Path) -> None:
+    """A GPU that fell off the bus is removed by the PCI core alone (pci_stop_and_remove_bus_device: that device and
+    what is below it), and the NVIDIA driver drops only its ``gpus/<bdf>`` entry (nv-procfs.c, per device): every
+    other GPU keeps its function and its entry, whichever index the lost one had."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    lost = node.gpus[2]
+    state = derive_state(node, [ActiveFault("f-0", node.name, FallenOffBus(device=lost.name), 0.0)])
+    render_tree(RenderContext(system, node, state, True), OutputDir(fast_tmp / node.name))
+    root = fast_tmp / node.name / ROOT_DIR
+    for g in node.gpus:
+        present = g.name != lost.name
+        assert (root / "sys/bus/pci/devices" / str(g.address)).exists() == present, g.name
+        assert (root / "proc/driver/nvidia/gpus" / str(g.address)).exists() == present, g.name
