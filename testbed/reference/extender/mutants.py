@@ -54,5 +54,5 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("reserve-at-filter", "holds GPUs for a pod from its filter call until it is bound",
            frozenset({"SCHED-CHAOS-002"})),
     Mutant("own-binds-only", "counts only the pods it bound itself (an assume cache, no informer for pods)",
-           frozenset({"SCHED-CHAOS-001", "SCHED-FIT-001", "SCHED-ISO-003", "SCHED-TOPO-003"})),
+           frozenset({"SCHED-CHAOS-001", "SCHED-FIT-001", "SCHED-ISO-003", "SCHED-PROTO-004", "SCHED-TOPO-003"})),
 )}
