@@ -78,6 +78,7 @@ def test_before_is_the_removed_line_and_after_the_added_one(tmp_path: Path) -> N
     (f"{CONTINUE}lines = 61\n", "unknown key lines (module, before, after, why, line)"),
     (CONTINUE.replace('why = "w"\n', ""), "`why` must be a non-empty string"),
     (CONTINUE.replace('after = "break"', 'after = ""'), "`after` must be a non-empty string"),
+    (CONTINUE.replace('why = "w"', 'why = "another reason"'), "records the same mutant as number 1"),
 ])
 def test_a_malformed_entry_is_named_with_its_key(tmp_path: Path, entry: str, error: str) -> None:
     tool = _load_tool()
@@ -212,3 +213,40 @@ def test_enumeration_skips_signature_markers_but_not_arithmetic(tmp_path: Path,
     # a * b, the default 2 * 3, the default 6 / 3, a / b, the lambda's a * b, the default 2 * 2: one mutant each
     assert sorted(s.line for s in specs) == [5, 8, 12, 13, 25, 29]
     assert len(specs) == len(offered) - len(MARKERS)
+
+
+HINTED = '''from __future__ import annotations
+
+
+def f(label: str = "éééé", size: int | None = None) -> int | None:
+    width: int | None = size
+    return width
+'''
+
+
+def test_type_hint_spans_are_in_characters_as_cosmic_ray_counts(tmp_path: Path) -> None:
+    """A hint after non-ASCII text on its line: ``ast`` counts UTF-8 bytes, Cosmic Ray characters. The expected
+    columns are where ``str.index`` finds the hints in the line (characters), not anything ``ast`` says."""
+    tool = _load_tool()
+    module = tmp_path / "m.py"
+    module.write_text(HINTED)
+    line = HINTED.split("\n")[3]
+    size_hint = line.index("int | None")
+    returns = line.index("int | None", size_hint + 1)
+    expected = [((4, line.index("str")), (4, line.index("str") + 3)),
+                ((4, size_hint), (4, size_hint + len("int | None"))),
+                ((4, returns), (4, returns + len("int | None"))),
+                ((5, 11), (5, 21))]
+    assert sorted(tool.type_hints(module)) == expected
+
+
+def test_the_recorded_equivalents_all_match_a_mutant_of_todays_code() -> None:
+    """Every entry of tools/mutation-equivalents.toml still names a mutant the tool makes. An entry left behind by
+    a code change hides nothing today but would hide a *different* survivor that comes to match it later, and it
+    tells a reader a reason about code that no longer exists: the file is part of the score a stranger checks, so
+    it is kept exact here rather than by a warning nobody reads."""
+    pytest.importorskip("cosmic_ray")
+    tool = _load_tool()
+    stale = tool.stale_equivalents(tool.load_equivalents(), [*tool.AREAS, tool.NVML_C_AREA])
+    assert not stale, "\n".join(f"{s.entry.module}:{s.entry.line or ''} {s.entry.before!r}: {s.reason}"
+                                for s in stale)

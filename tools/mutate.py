@@ -229,7 +229,8 @@ def type_hints(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     change behaviour. Pydantic models' fields are evaluated, so they stay."""
     import ast
 
-    tree = ast.parse(path.read_text())
+    source = path.read_text()
+    tree = ast.parse(source)
     if not any(isinstance(n, ast.ImportFrom) and n.module == "__future__" and
                any(a.name == "annotations" for a in n.names) for n in tree.body):
         return []
@@ -243,7 +244,16 @@ def type_hints(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
             spans += [n.annotation for n in ast.walk(node) if isinstance(n, ast.AnnAssign)]
         elif isinstance(node, ast.ClassDef) and any("dataclass" in ast.unparse(d) for d in node.decorator_list):
             spans += [n.annotation for n in node.body if isinstance(n, ast.AnnAssign)]
-    return [((e.lineno, e.col_offset), (e.end_lineno or e.lineno, e.end_col_offset or 0)) for e in spans]
+    lines = source.split("\n")
+    return [(char_position(lines, e.lineno, e.col_offset),
+             char_position(lines, e.end_lineno or e.lineno, e.end_col_offset or 0)) for e in spans]
+
+
+def char_position(lines: list[str], line: int, byte_col: int) -> tuple[int, int]:
+    """(line, character column) of ``ast``'s (line, UTF-8 byte offset): Cosmic Ray gives mutants' positions in
+    characters, so a span from ``ast`` on a line with non-ASCII text before it would otherwise end too far right
+    (and filter out a mutant that follows it)."""
+    return line, len(lines[line - 1].encode()[:byte_col].decode(errors="replace"))
 
 
 def signature_markers(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
@@ -264,12 +274,12 @@ def signature_markers(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]
     lines = source.split("\n")
     ops = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.OP]
 
-    def chars(line: int, col: int) -> tuple[int, int]:
-        return line, len(lines[line - 1].encode()[:col].decode(errors="replace"))
-
     def first(op: str, after: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
         token = next(t for t in ops if t.string == op and t.start >= after)
         return token.start, token.end
+
+    def end(e: ast.expr) -> tuple[int, int]:
+        return char_position(lines, e.end_lineno or e.lineno, e.end_col_offset or 0)
 
     spans = []
     for node in ast.walk(ast.parse(source)):
@@ -278,14 +288,13 @@ def signature_markers(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]
         args = node.args
         positional = [*args.posonlyargs, *args.args]
         defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + [*args.defaults]
-        ends = [chars(e.end_lineno or e.lineno, e.end_col_offset or 0)
-                for pair in zip(positional, defaults, strict=True) for e in pair if e is not None]
+        ends = [end(e) for pair in zip(positional, defaults, strict=True) for e in pair if e is not None]
         if args.posonlyargs:  # the "/" follows the last positional-only parameter (and its default)
             last = len(args.posonlyargs) - 1
             pair = [e for e in (positional[last], defaults[last]) if e is not None]
-            spans.append(first("/", max(chars(e.end_lineno or e.lineno, e.end_col_offset or 0) for e in pair)))
+            spans.append(first("/", max(end(e) for e in pair)))
         if args.kwonlyargs and args.vararg is None:  # a bare "*" follows the positional ones, or opens the list
-            spans.append(first("*", max(ends, default=chars(node.lineno, node.col_offset))))
+            spans.append(first("*", max(ends, default=char_position(lines, node.lineno, node.col_offset))))
     return spans
 
 
@@ -364,7 +373,15 @@ def load_equivalents(path: Path | None = None) -> list[Equivalent]:
         raise EquivalentsError(f"{path}: {e}") from e
     if not isinstance(entries, list):
         raise EquivalentsError(f"{path}: `equivalent` must be an array of tables ([[equivalent]])")
-    return [_equivalent(path, i, entry) for i, entry in enumerate(entries, 1)]
+    known = [_equivalent(path, i, entry) for i, entry in enumerate(entries, 1)]
+    first: dict[tuple[str, str, str, int | None], int] = {}
+    for i, e in enumerate(known, 1):
+        key = (e.module, e.before.strip(), e.after.strip(), e.line)
+        if key in first:  # two reasons for one mutant: a reader cannot tell which one the score relied on
+            raise EquivalentsError(f"{path}: [[equivalent]] number {i} (module {e.module!r}, before {e.before!r}): "
+                                   f"records the same mutant as number {first[key]}")
+        first[key] = i
+    return known
 
 
 def _equivalent(path: Path, index: int, entry: object) -> Equivalent:

@@ -251,17 +251,68 @@ def _generated(results: dict[str, Any], now: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
 
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null"}.get(type(value),
+                                                                                        type(value).__name__)
+
+
+def _tests_problem(env: Any, tests: Any) -> str | None:
+    """What is wrong with the shape of ``environment`` and ``tests`` (the pytest plugin writes an object of
+    settings and a list of test objects, each with a string ``nodeid`` and a list of evidence objects), or None."""
+    if not isinstance(env, dict):
+        return f"environment: expected an object, got {_kind(env)}"
+    if not isinstance(tests, list):
+        return f"tests: expected a list, got {_kind(tests)}"
+    for i, t in enumerate(tests):
+        if not isinstance(t, dict):
+            return f"tests[{i}]: expected an object, got {_kind(t)}"
+        if not isinstance(t.get("nodeid"), str):
+            return f"tests[{i}].nodeid: expected a string, got {_kind(t.get('nodeid'))}"
+        evidence = t.get("evidence", [])
+        if not isinstance(evidence, list) or not all(isinstance(e, dict) for e in evidence):
+            return f"tests[{i}].evidence: expected a list of objects"
+    return None
+
+
+def _requirements_problem(requirements: Any) -> str | None:
+    """What is wrong with the shape of the ``requirements`` object (an object per requirement id: a status, a
+    duration in seconds, the ids of its tests), or None."""
+    if not isinstance(requirements, dict):
+        return f"requirements: expected an object, got {_kind(requirements)}"
+    for req_id, entry in requirements.items():
+        where = f"requirements.{req_id}"
+        if not isinstance(entry, dict):
+            return f"{where}: expected an object, got {_kind(entry)}"
+        if entry.get("status", "not-run") not in STATUSES:
+            return f"{where}.status: {entry['status']!r} is not one of {', '.join(STATUSES)}"
+        duration = entry.get("duration", 0.0)
+        if isinstance(duration, bool) or not isinstance(duration, int | float):
+            return f"{where}.duration: expected a number of seconds, got {_kind(duration)}"
+        names = entry.get("tests", [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            return f"{where}.tests: expected a list of test ids"
+    return None
+
+
 def build_report(results: dict[str, Any], now: float | None = None, signing: Signing = UNSIGNED) -> Report:
     """A sealed report from a results document (as written by the conformance pytest plugin)."""
     if not isinstance(results, dict) or results.get("schema") != RESULTS_SCHEMA:
         raise ReportError(f"not a conformance results file (expected schema {RESULTS_SCHEMA!r})")
-    try:
-        env = dict(results["environment"])
-        tests = {t["nodeid"]: t for t in results["tests"]}
-        requirements = results["requirements"]
-        complete = bool(results["complete"])
-    except (KeyError, TypeError) as exc:
-        raise ReportError(f"results file is missing {exc}") from None
+    missing = [k for k in ("environment", "tests", "requirements", "complete") if k not in results]
+    if missing:
+        raise ReportError(f"results file is missing {', '.join(missing)}")
+    problem = _tests_problem(results["environment"], results["tests"]) or _requirements_problem(
+        results["requirements"])
+    if problem is not None:
+        raise ReportError(f"results file: {problem}")
+    env = dict(results["environment"])
+    tests = {t["nodeid"]: t for t in results["tests"]}
+    requirements = results["requirements"]
+    complete = bool(results["complete"])
     try:
         rows = [_row(req_id, entry, tests) for req_id, entry in sorted(requirements.items())]
         manifest = _manifest(env, signing)

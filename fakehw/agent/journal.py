@@ -50,6 +50,7 @@ META_VERSION = 1
 RESERVE_BLOCK = 1024
 MAX_FAILED_RANGES = 1024
 MAX_META_BYTES = 1 << 16
+_HEX_DIGITS = frozenset(b"0123456789abcdef")
 
 
 class JournalDamaged(Exception):
@@ -101,13 +102,11 @@ def decode(line: bytes) -> tuple[int, dict[str, Any]]:
     """(number, record) of one line without its newline; ValueError saying what is wrong otherwise."""
     number_text, _, rest = line.partition(b" ")
     crc_text, _, body = rest.partition(b" ")
-    if not number_text.isdigit() or len(crc_text) != 8 or not body:
+    # The checksum as encode() writes it: 8 lower-case hex digits (int(x, 16) alone also takes "0x", a sign,
+    # underscores and upper case, so an edited field of the same value would pass for what was written).
+    if not number_text.isdigit() or len(crc_text) != 8 or not _HEX_DIGITS.issuperset(crc_text) or not body:
         raise ValueError("not a journal record")
-    try:
-        crc = int(crc_text, 16)
-    except ValueError:
-        raise ValueError("not a journal record") from None
-    if zlib.crc32(number_text + b" " + body) != crc:
+    if zlib.crc32(number_text + b" " + body) != int(crc_text, 16):
         raise ValueError("checksum mismatch")
     record = json.loads(body)
     if not isinstance(record, dict) or not isinstance(record.get("op"), str):
@@ -171,14 +170,20 @@ class Journal:
     # ------------------------------------------------------------------------------------------ opening
 
     def _read_meta(self) -> tuple[_Meta | None, str | None]:
+        """The meta file, read no further than the largest one it can be (a damaged or foreign file of any size
+        costs the agent at most that much memory)."""
         try:
-            data = self.meta_path.read_bytes()
+            with open(self.meta_path, "rb") as fh:
+                data = fh.read(MAX_META_BYTES + 1)
         except FileNotFoundError:
             return None, None
         except OSError as exc:
             return None, f"{self.meta_path} cannot be read ({exc.strerror})"
+        if len(data) > MAX_META_BYTES:
+            return None, (f"{self.meta_path} is larger than a meta file can be (more than {MAX_META_BYTES} bytes; "
+                          "the agent writes a few hundred)")
         try:
-            return _Meta.parse(data[:MAX_META_BYTES]), None
+            return _Meta.parse(data), None
         except ValueError as exc:
             return None, f"{self.meta_path} does not parse ({exc})"
 
@@ -290,9 +295,9 @@ class Journal:
                 break
             kept = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{n}")
         if self.path.exists():
-            shutil.copy2(self.path, kept)
+            _copy_durably(self.path, kept)
         if self.meta_path.exists():
-            shutil.copy2(self.meta_path, kept.with_name(kept.name + ".meta"))
+            _copy_durably(self.meta_path, kept.with_name(kept.name + ".meta"))
         fsync_dir(self.path.parent)
         self.recovery.kept = str(kept)
 
@@ -464,6 +469,17 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def _copy_durably(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` and fsync the copy: once the original is replaced, the copy is all there is of
+    it (its directory entry is fsynced by the caller)."""
+    shutil.copy2(source, target)
+    fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _describe(line: bytes, exc: Exception) -> str:

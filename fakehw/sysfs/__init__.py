@@ -47,7 +47,7 @@ from fakehw.sysfs.procdevices import proc_devices
 from fakehw.sysfs.rdma import rdma_section
 from fakehw.sysfs.tree import Link, RootWriter, Section, SectionSpec, WriteStats
 
-SYSFS_VERSION = "6"
+SYSFS_VERSION = "7"
 """Bump when the renderer's output changes, so existing trees are rebuilt."""
 ROOT_DIR = "root"
 MANIFEST = ".root-manifest"

@@ -23,6 +23,11 @@ def cpumask(cpus: Iterable[int], nbits: int) -> str:
     return ",".join(parts)
 
 
+RISCV_MMU = "sv57"
+"""The paging mode the RISC-V hosts' kernel runs (the widest their harts have): /proc/cpuinfo's ``mmu`` line, and what
+sizes the kernel's vmalloc area."""
+
+
 def kb(size: int) -> int:
     return size // 1024
 

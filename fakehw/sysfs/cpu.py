@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fakehw.model.system import Cpu, Node
 from fakehw.model.units import format_cpulist
-from fakehw.sysfs.common import cpumask, page_size
+from fakehw.sysfs.common import RISCV_MMU, cpumask, page_size
 from fakehw.sysfs.tree import Section
 
 LINE = 64
@@ -19,12 +19,10 @@ CPU_DIR = "sys/devices/system/cpu"
 
 
 def _ways(size: int, preferred: int) -> int:
-    """An associativity that divides the cache into whole sets (kernel data always does)."""
+    """An associativity that divides the cache into whole sets (kernel data always does); the preferences end in 1,
+    which always does."""
     lines = size // LINE
-    for ways in (preferred, *_WAYS_PREFERENCE):
-        if lines % ways == 0:
-            return ways
-    return 1
+    return next(ways for ways in (preferred, *_WAYS_PREFERENCE) if lines % ways == 0)
 
 
 def _l3_groups(node: Node) -> dict[int, tuple[int, ...]]:
@@ -42,6 +40,28 @@ def _l3_groups(node: Node) -> dict[int, tuple[int, ...]]:
     return groups
 
 
+NR_CPUS = {"amd64": 8192, "arm64": 512, "riscv64": 512}
+"""The kernel's CONFIG_NR_CPUS per architecture (``kernel_max`` is NR_CPUS - 1). The fake runs Ubuntu 24.04's 6.8
+kernel (``OSRelease`` 6.8.0): its config annotations (debian.master/config/annotations) build amd64 with 8192
+(MAXSMP) and arm64, the -64k flavour too, with 512. Their riscv64 kernel has 32, too few for the 64-core host the
+RISC-V profile models, so the fake's RISC-V kernel is built with 512, the most arch/riscv/Kconfig allows
+(``range 2 512 if !RISCV_SBI_V01``)."""
+
+
+def kernel_max(arch: str) -> int:
+    """``/sys/devices/system/cpu/kernel_max``: the highest CPU number the kernel could ever have."""
+    return NR_CPUS[arch] - 1
+
+
+def boot_cpu_hotpluggable(arch: str) -> bool:
+    """Whether cpu0 can go offline, and so has an ``online`` attribute (drivers/base/cpu.c sets offline_disabled
+    for a CPU that is not hotpluggable; drivers/base/core.c then shows no ``online``). x86-64 cannot offline its
+    boot CPU (arch_cpu_is_hotpluggable: cpu > 0); arm64 marks every CPU PSCI can turn off hotpluggable
+    (arch/arm64/kernel/setup.c, cpu_can_disable: no trusted OS is resident on it) and RISC-V every CPU SBI HSM
+    can stop (arch/riscv/kernel/setup.c, cpu_has_hotplug), the boot CPU included."""
+    return arch != "amd64"
+
+
 def cpu_section(node: Node) -> Section:
     cpu = node.cpu
     sec = Section("cpu")
@@ -51,7 +71,7 @@ def cpu_section(node: Node) -> Section:
         sec.text(f"{CPU_DIR}/{name}", everything)
     sec.text(f"{CPU_DIR}/offline", "")
     sec.text(f"{CPU_DIR}/isolated", "")
-    sec.text(f"{CPU_DIR}/kernel_max", 8191 if cpu.arch == "amd64" else 4095)
+    sec.text(f"{CPU_DIR}/kernel_max", kernel_max(cpu.arch))
     sec.text(f"{CPU_DIR}/smt/active", 1 if cpu.threads_per_core > 1 else 0)
     sec.text(f"{CPU_DIR}/smt/control", "on" if cpu.threads_per_core > 1 else "notsupported")
     numa_of = {c: nn.id for nn in node.numa for c in nn.cpus}
@@ -77,7 +97,7 @@ def cpu_section(node: Node) -> Section:
                                 ("core_siblings", p_mask, p_list), ("die_cpus", p_mask, p_list)):
             sec.text(f"{topo}/{name}", mask)
             sec.text(f"{topo}/{name}_list", lst)
-        if c:
+        if c or boot_cpu_hotpluggable(cpu.arch):
             sec.text(f"{base}/online", 1, 0o644)
         if c in numa_of:
             sec.link(f"{base}/node{numa_of[c]}", f"sys/devices/system/node/node{numa_of[c]}")
@@ -113,6 +133,9 @@ def _x86_cpuinfo(cpu: Cpu, node: Node) -> str:
     flags = " ".join(cpu.isa)
     bogomips = f"{cpu.frequency_mhz * 2:.2f}"
     l3 = cpu.caches.l3 // 1024
+    # CPUID 0x80000008's linear address width (get_cpu_address_sizes): 57 on a CPU with 5-level paging (LA57,
+    # which a 5-level kernel shows in the flags), 48 on one without
+    virtual_bits = 57 if "la57" in cpu.isa else 48
     out = []
     for c in range(cpu.logical_cpus):
         socket, core = cpu.socket_of(c), cpu.core_of(c)
@@ -142,7 +165,7 @@ def _x86_cpuinfo(cpu: Cpu, node: Node) -> str:
             f"bogomips\t: {bogomips}\n"
             f"clflush size\t: 64\n"
             f"cache_alignment\t: 64\n"
-            f"address sizes\t: 46 bits physical, 57 bits virtual\n"
+            f"address sizes\t: 46 bits physical, {virtual_bits} bits virtual\n"
             f"power management:\n\n"
         )
     return "".join(out)
@@ -172,7 +195,7 @@ def _riscv_cpuinfo(cpu: Cpu, node: Node) -> str:
             f"processor\t: {c}\n"
             f"hart\t\t: {c}\n"
             f"isa\t\t: {isa}\n"
-            f"mmu\t\t: sv57\n"
+            f"mmu\t\t: {RISCV_MMU}\n"
             f"uarch\t\t: {vendor},{cpu.model.split(' ')[0]}\n"
             f"mvendorid\t: 0x{cpu.family:x}\n"
             f"marchid\t\t: 0x{cpu.model_id:x}\n"

@@ -23,7 +23,7 @@ from fakehw.agent.cxlcore import CxlCore, KernelError, PortProgram
 from fakehw.agent.cxlstate import CxlState, EndpointDecoder
 from fakehw.agent.cxltopo import NodeTopology
 from fakehw.model.system import CxlWindow, Node, System
-from fakehw.sysfs.cxldevices import CxlDevices
+from fakehw.sysfs.cxldevices import CXL_HOST_BRIDGE_IDS, CXL_ROOT_ID, CxlDevices
 from fakehw.sysfs.pci import function_files
 from fakehw.sysfs.pcilayout import PciFunction, PciLayout, pool_memdev_function
 from fakehw.sysfs.tree import Section
@@ -178,11 +178,15 @@ class _CxlTree:
         else:
             parent = self.dev.root_parent
             sec.link(f"{parent}/subsystem", "sys/bus/platform")
+            # platform_uevent: an ACPI-enumerated platform device's MODALIAS is its ACPI companion's
+            modalias = f"MODALIAS=acpi:{CXL_ROOT_ID}:"
+            sec.text(f"{parent}/uevent", f"DRIVER=cxl_acpi\n{modalias}" if self.bus_up else modalias, 0o644)
             if self.bus_up:
                 sec.link(f"{parent}/driver", "sys/bus/platform/drivers/cxl_acpi")
                 sec.link("sys/bus/platform/drivers/cxl_acpi/ACPI0017:00", parent)
             for hb in self.cxl.host_bridges:
                 acpi = self.dev.host_bridge(hb)
+                self.dev.acpi_device(sec, acpi, CXL_HOST_BRIDGE_IDS)
                 sec.text(f"{acpi}/uid", hb.uid)
                 sec.text(f"{acpi}/path", f"\\_SB_.CXL{hb.uid}")
                 if hb.name in self.lay.host_bridge_dirs:

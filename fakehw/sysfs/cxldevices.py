@@ -21,6 +21,12 @@ from fakehw.sysfs.tree import Section
 PLATFORM = "sys/devices/platform"
 ACPI = "sys/devices/LNXSYSTM:00/LNXSYBUS:00"
 PLATFORM_BUS = "sys/bus/platform"
+ACPI_BUS = "sys/bus/acpi"
+CXL_HOST_BRIDGE_IDS = ("ACPI0016", "PNP0A08", "PNP0A03")
+"""A CXL host bridge's _HID and _CIDs: CXL 2.0 9.14.1 (ACPI0016, compatible with a PCIe host bridge, PNP0A08, and a
+PCI one, PNP0A03)."""
+CXL_ROOT_ID = "ACPI0017"
+"""The CXL root object's _HID (CXL 2.0 9.14.1); the kernel makes a platform device of it that cxl_acpi binds."""
 
 
 class CxlDevices:
@@ -78,6 +84,19 @@ class CxlDevices:
             return f"{port_dir}/cxl_mem.{m.serial}" if port_dir else None
         fn = self.lay.function(m.name)
         return fn.path if fn else None
+
+    # ------------------------------------------------------------------------------------------ ACPI devices
+
+    def acpi_device(self, sec: Section, path: str, ids: tuple[str, ...]) -> None:
+        """An ACPI namespace device's own attributes (drivers/acpi/device_sysfs.c): ``hid`` (its _HID), ``modalias``
+        and ``uevent`` (``MODALIAS=acpi:`` then _HID and each _CID, each followed by ``:``, create_pnp_modalias;
+        the uevent of an ACPI device carries only that, acpi_device_uevent), ``subsystem`` and the bus link."""
+        modalias = "acpi:" + "".join(f"{i}:" for i in ids)
+        sec.text(f"{path}/hid", ids[0])
+        sec.text(f"{path}/modalias", modalias)
+        sec.text(f"{path}/uevent", f"MODALIAS={modalias}", 0o644)
+        sec.link(f"{path}/subsystem", ACPI_BUS)
+        sec.link(f"{ACPI_BUS}/devices/{path.rsplit('/', 1)[1]}", path)
 
     # ------------------------------------------------------------------------------------------ mock devices
 

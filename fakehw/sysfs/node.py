@@ -2,7 +2,7 @@
 
 Every NUMA node of the model is present (as on GH200, whose reserved nodes show with no memory). Its CPUs,
 distances (row N of the model's SLIT) and firmware HMAT access figures (``accessN/initiators``: MB/s and ns from
-the nearest CPU node, with a link to it) never change, so they are a static section; memory is runtime state (a
+the nearest CPU nodes, with a link to each) never change, so they are a static section; memory is runtime state (a
 CXL memdev going offline takes its regions' memory out of their node, a region created at run time adds it) and
 lives in a dynamic section with what depends on it: ``has_memory``, ``meminfo``, ``numastat``, and a CXL node's
 access figures, which the CXL driver sets when a region's memory comes online and which carry no initiator link
@@ -10,8 +10,8 @@ access figures, which the CXL driver sets when a region's memory comes online an
 
 HMAT figures are shown only where the kernel has them (:func:`fakehw.sysfs.memory.hmat_performance`): CPU nodes
 and coherent GPU memory when the firmware publishes an HMAT, not MIG-reserved nodes nor empty CXL windows (whose
-figures made hwloc 2.12 take the DRAM node for HBM). A CPU-less node's initiator is the CPU node nearest to it:
-the GPU's node for HBM, else the closest by distance.
+figures made hwloc 2.12 take the DRAM node for HBM). A CPU-less node's initiators are the CPU nodes nearest to it:
+the GPU's node for HBM, else the closest by distance (every one of them on a tie).
 """
 from __future__ import annotations
 
@@ -19,33 +19,29 @@ from collections.abc import Mapping
 
 from fakehw.model.system import Cpu, Initiator, Node, NumaNode
 from fakehw.model.units import format_cpulist
-from fakehw.sysfs.common import cpumask, default_hugepage_kb, hugepage_sizes_kb, meminfo_line, page_size
+from fakehw.sysfs.common import RISCV_MMU, cpumask, default_hugepage_kb, hugepage_sizes_kb, meminfo_line, page_size
 from fakehw.sysfs.memory import hmat_performance
 from fakehw.sysfs.tree import Section
 
 NODE_DIR = "sys/devices/system/node"
 
 
-def initiator_of(node: Node, numa: NumaNode) -> int | None:
-    """The CPU node whose CPUs reach ``numa`` best (itself when it has CPUs)."""
+def initiators_of(node: Node, numa: NumaNode) -> tuple[int, ...]:
+    """The CPU nodes whose CPUs reach ``numa`` best: itself when it has CPUs, the GPU's node for its HBM, else the
+    CPU nodes nearest by distance, all of them when several are as near (drivers/acpi/numa/hmat.c,
+    hmat_register_target_initiators, links every initiator with the best figures). CXL nodes get none (their
+    figures come from the CXL driver, without initiator links)."""
     if numa.cpus:
-        return numa.id
+        return (numa.id,)
     if numa.kind == "hbm" and numa.gpu is not None:
         gpu = node.gpu(numa.gpu)
         if gpu is not None:
-            return gpu.numa
-    if numa.kind == "cxl":
-        hbs = {w.targets[0] for w in node.cxl.windows if w.numa == numa.id and w.targets}
-        numas = sorted({hb.numa for hb in node.cxl.host_bridges if hb.name in hbs})
-        if numas:
-            return numas[0]
+            return (gpu.numa,)
     ids = [n.id for n in node.numa]
     row = node.distances[ids.index(numa.id)] if node.distances else ()
-    best: tuple[int, int] | None = None
-    for other, dist in zip(node.numa, row, strict=False):
-        if other.cpus and (best is None or dist < best[0]):
-            best = (dist, other.id)
-    return best[1] if best else None
+    near = [(dist, other.id) for other, dist in zip(node.numa, row, strict=False) if other.cpus]
+    best = min((dist for dist, _ in near), default=None)
+    return tuple(i for dist, i in near if dist == best)
 
 
 def node_static_section(node: Node) -> Section:
@@ -69,12 +65,14 @@ def node_static_section(node: Node) -> Section:
             for name in ("nr_hugepages", "free_hugepages", "surplus_hugepages"):
                 sec.text(f"{d}/hugepages/hugepages-{size}kB/{name}", 0, 0o644 if name == "nr_hugepages" else 0o444)
         sec.link(f"sys/bus/node/devices/node{n.id}", d)
-        init = initiator_of(node, n)
         perf = hmat_performance(node, n, n.memory)
-        if init is None or perf is None or n.kind == "cxl":
+        if perf is None or n.kind == "cxl":
             continue  # CXL nodes get their figures from the CXL driver when memory comes online: dynamic
+        inits = initiators_of(node, n)
+        if not inits:
+            continue
         _access_files(sec, d, perf)
-        for access in ACCESS_CLASSES:
+        for access, init in ((a, i) for a in ACCESS_CLASSES for i in inits):
             sec.link(f"{d}/{access}/initiators/node{init}", f"{NODE_DIR}/node{init}")
             sec.link(f"{NODE_DIR}/node{init}/{access}/targets/node{n.id}", d)
     return sec
@@ -90,6 +88,13 @@ def _access_files(sec: Section, d: str, perf: Initiator) -> None:
         sec.text(f"{base}/write_bandwidth", perf.write_bandwidth_mbs)
         sec.text(f"{base}/read_latency", perf.read_latency_ns)
         sec.text(f"{base}/write_latency", perf.write_latency_ns)
+
+
+def thread_size(arch: str) -> int:
+    """Bytes of a task's kernel stack (THREAD_SIZE), the unit ``KernelStack`` grows by: 16 KiB on x86-64
+    (asm/page_64_types.h, THREAD_SIZE_ORDER 2) and riscv64 (asm/thread_info.h, THREAD_SIZE_ORDER 2); one page on
+    arm64 with 64 KiB pages (asm/memory.h: a vmapped stack is at least a page, THREAD_SHIFT = PAGE_SHIFT)."""
+    return max(16384, page_size(arch))
 
 
 def _numastat(numa: NumaNode, total: int, page: int) -> str:
@@ -118,6 +123,7 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
     sec.text(f"{NODE_DIR}/has_normal_memory", format_cpulist(normal))
     page = page_size(node.cpu.arch)
     k = page // 1024
+    stack = thread_size(node.cpu.arch) // page  # pages of one kernel stack: KernelStack counts whole stacks
     machine: dict[str, int] = {}
     for n in node.numa:
         total = memory.get(n.id, 0)
@@ -129,8 +135,9 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
             ("Inactive(anon)", used // 16), ("Active(file)", used // 2 - used // 8),
             ("Inactive(file)", used // 4 - used // 16), ("Unevictable", 0), ("Mlocked", 0), ("Dirty", 0),
             ("Writeback", 0), ("FilePages", used // 2 + used // 8 + used // 64), ("Mapped", used // 32),
-            ("AnonPages", used // 8 + used // 16 - used // 64), ("Shmem", used // 64), ("KernelStack", used // 256),
-            ("PageTables", used // 256), ("SecPageTables", 0), ("NFS_Unstable", 0), ("Bounce", 0),
+            ("AnonPages", used // 8 + used // 16 - used // 64), ("Shmem", used // 64),
+            ("KernelStack", used // 256 // stack * stack), ("PageTables", used // 256), ("SecPageTables", 0),
+            ("NFS_Unstable", 0), ("Bounce", 0),
             ("WritebackTmp", 0), ("KReclaimable", used // 16), ("Slab", used // 10),
             ("SReclaimable", used // 16), ("SUnreclaim", used // 10 - used // 16),
             ("AnonHugePages", 0), ("ShmemHugePages", 0), ("ShmemPmdMapped", 0), ("FileHugePages", 0),
@@ -155,6 +162,32 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
 X86_VMALLOC_TOTAL_KB = {4: 32 * 2**30 - 1, 5: 12800 * 2**30 - 1}
 """x86-64's ``VmallocTotal`` (VMALLOC_TOTAL >> 10) with 4- and 5-level paging: the vmalloc/ioremap space is 32 TB
 and 12.5 PB (Documentation/arch/x86/x86_64/mm.rst); the kernel pages with 5 levels where the CPU has LA57."""
+ARM64_VMALLOC_TOTAL_KB = (2**64 - 2**38 - 2**28 - (2**64 - 2**47 + 2**31)) >> 10
+"""arm64's ``VmallocTotal`` with 64 KiB pages and 48-bit VAs (Ubuntu 24.04's -64k kernel: ARM64_VA_BITS 48): the
+vmalloc area runs from MODULES_END (the 2 GiB module area above _PAGE_END(48), 6.5 on) to VMEMMAP_START less
+256 MiB, VMEMMAP_START being -(1 << (VA_BITS - (PAGE_SHIFT - STRUCT_PAGE_MAX_SHIFT))) = -(1 << 38)
+(arch/arm64/include/asm/memory.h, pgtable.h): 137168158720 kB. (With 4 KiB pages VMEMMAP_START is -(1 << 42),
+Documentation/arch/arm64/memory.rst's 124 TB vmalloc line, and real 6.x machines print 133141626880 kB.)"""
+RISCV_VMALLOC_TOTAL_KB = {"sv39": 2**26, "sv48": 2**35, "sv57": 2**44}
+"""RISC-V's ``VmallocTotal`` per paging mode: VMALLOC_SIZE is a quarter of the kernel half of the address space and
+VMALLOC_END is PAGE_OFFSET itself (arch/riscv/include/asm/pgtable.h), so the sizes are exact: 64 GB, 32 TB and
+16 PB (Documentation/arch/riscv/vm-layout.rst's vmalloc/ioremap lines; sv39 boards print 67108864 kB). The
+kernel uses the widest mode the hart has, the ``mmu`` line of /proc/cpuinfo."""
+
+
+PERCPU_UNIT = 256 * 1024
+"""Populated per-CPU memory of each possible CPU (``Percpu`` is pcpu_nr_pages: populated pages times units, one
+unit per possible CPU, mm/percpu.c). The first chunk is always populated: distributions' x86 kernels log
+``percpu: Embedded 63 pages/cpu`` at boot (some 256 KiB with what modules add), so never 0."""
+
+
+def vmalloc_total_kb(cpu: Cpu) -> int:
+    """``VmallocTotal`` (VMALLOC_TOTAL >> 10, fs/proc/meminfo.c) of the node's kernel."""
+    if cpu.arch == "amd64":
+        return X86_VMALLOC_TOTAL_KB[5 if "la57" in cpu.isa else 4]
+    if cpu.arch == "arm64":
+        return ARM64_VMALLOC_TOTAL_KB
+    return RISCV_VMALLOC_TOTAL_KB[RISCV_MMU]
 
 
 def proc_meminfo(nodes: Mapping[str, int], page: int, cpu: Cpu) -> str:
@@ -184,9 +217,10 @@ def proc_meminfo(nodes: Mapping[str, int], page: int, cpu: Cpu) -> str:
     k = page // 1024
     text = "".join(meminfo_line(label, value * k) for label, value in lines)
     x86 = cpu.arch == "amd64"
-    text += meminfo_line("VmallocTotal", X86_VMALLOC_TOTAL_KB[5 if x86 and "la57" in cpu.isa else 4])
+    text += meminfo_line("VmallocTotal", vmalloc_total_kb(cpu))
     text += "".join(meminfo_line(label, value * k) for label, value in (
-        ("VmallocUsed", 0), ("VmallocChunk", 0), ("Percpu", 0), ("HardwareCorrupted", 0),
+        ("VmallocUsed", 0), ("VmallocChunk", 0), ("Percpu", cpu.logical_cpus * PERCPU_UNIT // page),
+        ("HardwareCorrupted", 0),
         *summed("AnonHugePages", "ShmemHugePages", "ShmemPmdMapped", "FileHugePages", "FilePmdMapped")))
     text += "".join(meminfo_line(label, 0, unit=False)
                     for label in ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "HugePages_Surp"))

@@ -49,6 +49,9 @@ CAP_FABRIC_MGMT, CAP_MIG_CONFIG, CAP_MIG_MONITOR = 0, 1, 2
 CAP_MIG_GPUS, CAP_MIG_GIS, CAP_MIG_CIS = 32, 15, 8
 CAP_FABRIC_IMEX_MGMT = 3 + CAP_MIG_GPUS * CAP_MIG_GIS * (1 + CAP_MIG_CIS)
 MODE_CONFIG, MODE_READ = 0o400, 0o444
+GPU_IRQ_BASE = 200
+"""Where the GPUs' interrupts are numbered from (the kernel hands them out; any free ones would do). The driver's
+``IRQ`` in ``gpus/<bdf>/information`` is pdev->irq (nv-pci.c, nv-msi.c), which the PCI ``irq`` attribute shows."""
 IMEX_CHANNEL_COUNT = 2048
 """``NVreg_ImexChannelCount``'s default: the minors the channel device region spans."""
 
@@ -194,11 +197,12 @@ def gpu_section(system: System, node: Node, state: NodeState, lay: PciLayout) ->
         fn = lay.function(g.name)
         if fn is None:
             continue
-        function_files(sec, fn, node)
+        irq = GPU_IRQ_BASE + g.index
+        function_files(sec, fn, node, irq)
         d = f"{PROC}/gpus/{g.address}"
         sec.file(f"{d}/information", (
             f"Model: \t\t {g.sku.name}\n"
-            f"IRQ:   \t\t {200 + g.index}\n"
+            f"IRQ:   \t\t {irq}\n"
             f"GPU UUID: \t {g.uuid}\n"
             f"Video BIOS: \t {g.sku.vbios.lower()}\n"
             f"Bus Type: \t PCIe\n"

@@ -23,6 +23,8 @@ SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT
          6: "64.0 GT/s PCIe"}
 GPU_KINDS = ("gpu",)
 IOMMU_GROUPS = "sys/kernel/iommu_groups"
+PCI_BUS = "sys/bus/pci"
+"""What every PCI function's ``subsystem`` link points at (the driver core links a device to its bus)."""
 # struct resource flags (include/linux/ioport.h) plus the BAR's own type bits, as the resource file shows them.
 IORESOURCE_MEM, IORESOURCE_PREFETCH, IORESOURCE_READONLY = 0x200, 0x2000, 0x4000
 IORESOURCE_SIZEALIGN, IORESOURCE_MEM_64 = 0x40000, 0x100000
@@ -31,11 +33,19 @@ PCI_PREF_RANGE_TYPE_64 = 0x1
 config space (fakehw.sysfs.pciconfig) makes every prefetchable window."""
 MSI_WINDOW = {"amd64": "0x00000000fee00000 0x00000000feefffff msi\n",
               "arm64": "0x0000000008000000 0x00000000080fffff msi\n"}
+PCI_DEFAULT_DMA_BITS = 32
+"""The DMA mask the PCI core gives every function (drivers/pci/probe.c, pci_setup_device: 0xffffffff) until its
+driver sets another; ``dma_mask_bits`` is fls64 of it. pcieport sets none, so bridges show 32."""
+DMA_MASK_BITS = {"gpu": 52, "nic": 64, "nvswitch": 64, "cxl-memdev": 52}
+"""Functions whose driver sets a wider mask: mlx5_core DMA_BIT_MASK(64) (set_dma_caps), nvidia-nvswitch the switch's
+DMA width, 64 on LR10/LS10 (open-gpu-kernel-modules, nvswitch_os_set_dma_mask), the GPU what the NVIDIA driver sets
+(its /proc information's ``DMA Size``); the CXL memory devices' 52 is not checked against cxl_pci."""
 CXL_KINDS = ("cxl-root-port", "cxl-switch-upstream", "cxl-switch-downstream", "cxl-memdev")
 
 
-def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
-    """The attributes, config space and links of one PCI function."""
+def function_files(sec: Section, fn: PciFunction, node: Node, irq: int = 0) -> None:
+    """The attributes, config space and links of one PCI function; ``irq`` is the interrupt its driver was given
+    (pdev->irq, what the ``irq`` attribute shows)."""
     d = fn.path
     ncpu = node.cpu.logical_cpus
     numa = node.numa_node(fn.numa)
@@ -54,8 +64,8 @@ def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
     sec.text(f"{d}/current_link_width", fn.link_width)
     sec.text(f"{d}/max_link_width", fn.link_width)
     sec.text(f"{d}/enable", 1, 0o644)
-    sec.text(f"{d}/irq", 0)
-    sec.text(f"{d}/dma_mask_bits", 64 if fn.is_bridge else 52)
+    sec.text(f"{d}/irq", irq)
+    sec.text(f"{d}/dma_mask_bits", DMA_MASK_BITS.get(fn.kind, PCI_DEFAULT_DMA_BITS))
     sec.file(f"{d}/config", config_space(fn), 0o644)
     sec.file(f"{d}/resource", resource_file(fn))
     for bar in fn.bars:
@@ -86,10 +96,11 @@ def function_files(sec: Section, fn: PciFunction, node: Node) -> None:
         sec.link(f"{d}/driver", f"sys/bus/pci/drivers/{fn.driver}")
         sec.link(f"sys/bus/pci/drivers/{fn.driver}/{fn.bdf}", d)
     sec.file(f"{d}/uevent", uevent, 0o644)
+    sec.link(f"{d}/subsystem", PCI_BUS)
     if fn.is_bridge:
         sec.text(f"{d}/secondary_bus_number", fn.secondary)
         sec.text(f"{d}/subordinate_bus_number", fn.subordinate)
-    sec.link(f"sys/bus/pci/devices/{fn.bdf}", d)
+    sec.link(f"{PCI_BUS}/devices/{fn.bdf}", d)
 
 
 def _bar_flags(bar: Bar) -> int:

@@ -10,8 +10,10 @@ What kube-scheduler does and this reproduces (``pkg/scheduler/schedule_one.go``,
    skipped.
 3. If no node is left: preemption. Nodes the extenders failed as resolvable (``FailedNodes``, not
    ``FailedAndUnresolvableNodes``) or that lack only resources are candidates; victims are lower-priority pods
-   there, fewest first; extenders with a preempt verb may trim or change the victims. Victims are evicted and
-   the pod is tried again.
+   there, fewest first; extenders with a preempt verb may trim or change the victims, or leave a node out (a
+   node offered victims and answered with none fails the preemption, "expected at least one victim pod on
+   node", unless the extender is ignorable: then the node is dropped). Victims are evicted and the pod is tried
+   again.
 4. Scores: in-tree plugins score every feasible node equally here (the suites' pods request only extended
    resources, which kube-scheduler's default scoring ignores); each extender's prioritize scores (0..10) are
    multiplied by its weight and by 10 (MaxNodeScore / MaxExtenderPriority). A prioritize error is ignored.
@@ -298,6 +300,10 @@ class Scheduler:
             for node, uids in call.value.victims.items():
                 if node not in candidates:
                     continue
+                if not uids and offered.get(node):  # kube-scheduler: "expected at least one victim pod on node"
+                    if cfg.ignorable:
+                        continue
+                    return []
                 chosen = []
                 for uid in uids:
                     if node_of.get(uid) != node or prio.get(uid, 0) >= request.priority:

@@ -138,3 +138,26 @@ def test_each_pick_counts_its_links_to_every_gpu_already_chosen(limit: int) -> N
     """The greedy search adds, one at a time, the GPU with the most links to the set so far: after 0-4 it must
     count links to 0 and 4 and then to the GPU it just added, or it grows towards the wrong four."""
     assert best_set(GAINS_CHANGE, list(range(6)), 4, exhaustive_limit=limit) == (0, 2, 4, 5)
+
+
+def _dgx_h100() -> TopologyMatrix:
+    """The DGX H100's matrices as the plugin reads them from NVML (the fake's, derived from the profile)."""
+    from fakehw.model import load_profile
+
+    topo = load_profile("dgx-h100").topology.nodes["dgx-h100-0"]
+    return TopologyMatrix(topo.nvlinks, tuple(tuple(int(level) for level in row) for row in topo.levels))
+
+
+@pytest.mark.parametrize("limit", [20_000, 0])
+def test_on_a_dgx_h100_equal_nvlink_leaves_the_socket_to_decide(limit: int) -> None:
+    """reference/hardware.md: a DGX H100's eight GPUs are NV18 to one another (four NVSwitch chips), GPU0-3 on
+    NUMA node 0 and GPU4-7 on node 1 (two Xeon 8480C). With every NVLink count equal, go-gpuallocator's next
+    criterion ranks P2PLinkSameCPU above P2PLinkCrossCPU: four GPUs are one socket's, a pair stays on a socket
+    (lowest indices on ties), and a must-include GPU takes its partner from its own socket."""
+    m = _dgx_h100()
+    assert best_set(m, list(range(8)), 4, exhaustive_limit=limit) == (0, 1, 2, 3)
+    assert best_set(m, [0, 1, 4, 5, 6, 7], 4, exhaustive_limit=limit) == (4, 5, 6, 7)
+    assert best_set(m, [3, 4, 5], 2, exhaustive_limit=limit) == (4, 5)
+    assert best_set(m, list(range(8)), 2, must=[6], exhaustive_limit=limit) == (4, 6)
+    assert best_set(m, [0, 1, 2, 5, 6], 3, must=[7], exhaustive_limit=limit) == (5, 6, 7)
+    assert m.score_parts((0, 1, 2, 3)) == (6 * 18, 6 * NODE)

@@ -185,3 +185,172 @@ def test_report_building_edges() -> None:
     scaled = {**results, "environment": {"scheduler_nodes": 4}}  # the scheduler suite scales one-node profiles
     assert build_report(scaled).manifest.nodes == 4
     assert build_report({**results, "environment": {"nodes": 2}}).manifest.nodes == 2
+
+
+_RESULTS_SHAPES: list[tuple[dict[str, Any], str]] = [
+    ({"environment": "dgx-h100"}, "environment: expected an object, got a string"),
+    ({"environment": [["profile", "dgx-h100"]]}, "environment: expected an object, got a list"),
+    ({"tests": None}, "tests: expected a list, got null"),
+    ({"tests": ["t::a"]}, "tests[0]: expected an object, got a string"),
+    ({"tests": [{"nodeid": ["t::a"]}]}, "tests[0].nodeid: expected a string, got a list"),
+    ({"tests": [{"nodeid": "t::a", "evidence": 3}]}, "tests[0].evidence: expected a list of objects"),
+    ({"requirements": []}, "requirements: expected an object, got a list"),
+    ({"requirements": {"SCHED-FIT-001": "passed"}}, "requirements.SCHED-FIT-001: expected an object, got a string"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "great"}}},
+     "requirements.SCHED-FIT-001.status: 'great' is not one of passed, failed, error, skipped, not-applicable, "
+     "not-run"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "passed", "duration": "1.5"}}},
+     "requirements.SCHED-FIT-001.duration: expected a number of seconds, got a string"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "passed", "tests": [["t::a"]]}}},
+     "requirements.SCHED-FIT-001.tests: expected a list of test ids"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "passed", "tests": "t::a"}}},
+     "requirements.SCHED-FIT-001.tests: expected a list of test ids"),
+    ({"environment": 4}, "environment: expected an object, got a number"),
+    ({"tests": {"t::a": {}}}, "tests: expected a list, got an object"),
+    ({"tests": [{"outcome": "passed"}]}, "tests[0].nodeid: expected a string, got null"),
+    ({"tests": [{"nodeid": "t::a"}, {"nodeid": 7.5}]}, "tests[1].nodeid: expected a string, got a number"),
+    ({"tests": [{"nodeid": "t::a", "evidence": ["seed"]}]}, "tests[0].evidence: expected a list of objects"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "passed", "duration": True}}},
+     "requirements.SCHED-FIT-001.duration: expected a number of seconds, got a boolean"),
+    ({"requirements": {"SCHED-FIT-001": {"status": "passed"}, "SCHED-FIT-002": None}},
+     "requirements.SCHED-FIT-002: expected an object, got null"),
+]
+
+
+@pytest.mark.parametrize(("change", "expected"), _RESULTS_SHAPES)
+def test_a_results_file_of_the_wrong_shape_is_refused_naming_the_part(change: dict[str, Any], expected: str) -> None:
+    """A results file is the input of ``conformance report``; one with a part of the wrong shape (a hand-written or
+    damaged file) is refused with that part named, not a traceback (the guide's rule for bad input). Before, 5 of
+    these raised AttributeError/TypeError/ValueError out of build_report and one said "results file is missing
+    string indices must be integers"."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import ReportError, build_report
+
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {}, "tests": [],
+               "requirements": {"SCHED-FIT-001": {"status": "passed", "tests": [], "duration": 1.0}}, **change}
+    with pytest.raises(ReportError) as info:
+        build_report(results)
+    assert str(info.value) == f"results file: {expected}"
+
+
+def test_a_results_file_missing_its_parts_names_each() -> None:
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import ReportError, build_report
+
+    with pytest.raises(ReportError, match=r"^results file is missing environment, requirements$"):
+        build_report({"schema": RESULTS_SCHEMA, "complete": True, "tests": []})
+
+
+def test_a_requirement_no_test_ran_took_no_time() -> None:
+    """A requirement's duration is the sum of its tests' durations (docs/certification.md: "duration, the tests that
+    checked it"); an entry that lists no test and no duration (a results file from another writer) took 0 s, the
+    empty sum, and is not-run."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import build_report
+
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {}, "tests": [],
+               "requirements": {"SCHED-FIT-001": {}}}
+    (row,) = build_report(results).results
+    assert (row.status, row.duration, row.tests) == ("not-run", 0.0, [])
+
+
+def test_a_2048_bit_rsa_key_is_strong_enough_and_1024_is_not(tmp_path: Path) -> None:
+    """NIST SP 800-131A rev. 2 (table 2) allows RSA from 2048 bits for digital signatures (112-bit security) and
+    disallows 1024; the key loader says "at least 2048 bits", so 2048 itself signs, and what it signs verifies."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from conformance.provenance.dsse import verify_signature
+
+    for bits in (2048, 1024):
+        private = rsa.generate_private_key(public_exponent=65537, key_size=bits)
+        path = tmp_path / f"rsa{bits}.pem"
+        path.write_bytes(private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        if bits == 1024:
+            with pytest.raises(SignatureError, match=r"RSA keys need at least 2048 bits \(this one has 1024\)"):
+                SigningKey.load(path)
+            continue
+        key = SigningKey.load(path)
+        assert verify_signature(key.public, key.sign(b"DSSEv1 ..."), b"DSSEv1 ...")
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl (tools/install-system-deps.sh installs it)")
+@pytest.mark.parametrize("kind", ["ed25519", "p256", "p384", "rsa"])
+def test_each_key_kind_signs_what_openssl_verifies(kind: str, tmp_path: Path) -> None:
+    """openssl is the outside oracle for each supported key kind: it verifies the signature over DSSE's PAE with
+    the digest the key's kind calls for (ECDSA P-256 with SHA-256 and P-384 with SHA-384, RFC 5656 6.2.1 / FIPS
+    186-5; RSA-PSS with SHA-256; Ed25519 over the raw message, RFC 8032), and the key id is the sha256 of the DER
+    SubjectPublicKeyInfo it prints. The verifier accepts that signature and refuses it with one bit flipped."""
+    import hashlib
+    import subprocess
+
+    from conformance.provenance.dsse import PAYLOAD_TYPE, keyid, pae, verify_signature
+
+    path = write_key(tmp_path / f"{kind}.pem", kind)
+    key = SigningKey.load(path)
+    message = pae(PAYLOAD_TYPE, b'{"_type":"https://in-toto.io/Statement/v1"}')
+    signature = key.sign(message)
+    (tmp_path / "msg").write_bytes(message)
+    (tmp_path / "sig").write_bytes(signature)
+    pub = str(path.with_suffix(".pub"))
+    if kind == "ed25519":
+        argv = ["pkeyutl", "-verify", "-pubin", "-inkey", pub, "-rawin", "-in", str(tmp_path / "msg"),
+                "-sigfile", str(tmp_path / "sig")]
+    else:
+        pss = ["-sigopt", "rsa_padding_mode:pss", "-sigopt", "rsa_pss_saltlen:auto"] if kind == "rsa" else []
+        argv = ["dgst", "-sha384" if kind == "p384" else "-sha256", *pss, "-verify", pub, "-signature",
+                str(tmp_path / "sig"), str(tmp_path / "msg")]
+    checked = subprocess.run(["openssl", *argv], capture_output=True, timeout=60, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-in", pub, "-outform", "DER"], capture_output=True,
+                         timeout=60, check=True).stdout
+    assert keyid(key.public) == "sha256:" + hashlib.sha256(der).hexdigest()
+    assert verify_signature(key.public, signature, message)
+    flipped = bytes([signature[0] ^ 1]) + signature[1:]
+    assert not verify_signature(key.public, flipped, message)
+    assert not verify_signature(key.public, signature, message + b" ")
+
+
+def test_a_finished_unsigned_run_can_be_signed_afterwards_with_a_key(run: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/certification.md: a key you hold signs at run time or later, ``conformance sign DIR --sign-key
+    key.pem``; the run is checked first, and an unsigned run is not a problem there (no signature was asked for).
+    The signed run then verifies against that key."""
+    forged = _copy(run, tmp_path)
+    key = write_key(tmp_path / "vendor.pem")
+    assert conformance_main(["sign", str(forged), "--sign-key", str(key)]) == 0, capsys.readouterr().err
+    assert "signed (key)" in capsys.readouterr().out
+    assert conformance_main(["verify", str(forged), "--key", str(key.with_suffix(".pub"))]) == 0
+    assert "(as required)" in capsys.readouterr().out
+
+
+def test_a_signed_payload_that_is_not_json_is_refused_by_name(signed: tuple[Path, Path], tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A DSSE envelope of type application/vnd.in-toto+json carries an in-toto statement, a JSON object
+    (in-toto attestation framework, Statement v1). One the trusted key really signed whose payload is not JSON is
+    refused as a statement that differs from the run, named, not a traceback."""
+    from conformance.provenance.dsse import sign_bundle
+
+    run, key = signed
+    forged = _copy(run, tmp_path)
+    (forged / BUNDLE_FILE).write_text(json.dumps(sign_bundle(b"{not json", SigningKey.load(key))))
+    assert conformance_main(["verify", str(forged), "--key", str(key.with_suffix(".pub"))]) == 1
+    err = capsys.readouterr().err
+    assert "the signed statement differs from the run: not JSON" in err and "Traceback" not in err, err
+
+
+def test_a_broken_seal_quotes_both_digests_alike(run: Path) -> None:
+    """The sha256 mismatch quotes what the report says and what its content hashes to as prefixes of the same
+    length of the real hex digests, so a reader can set one against the other (and check either with sha256sum)."""
+    import hashlib
+    import re
+
+    from conformance.report.model import verify
+
+    report = load_report((run / "report.json").read_text())
+    broken = report.model_copy(update={"sha256": "0123456789abcdef" * 4})
+    (problem,) = [p for p in verify(broken) if p.startswith("sha256 mismatch")]
+    said, hashed = re.findall(r"([0-9a-f]+)\.\.\.", problem)
+    assert len(said) == len(hashed) >= 16
+    assert broken.sha256.startswith(said) and hashlib.sha256(report.canonical()).hexdigest().startswith(hashed)

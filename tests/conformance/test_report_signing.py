@@ -140,6 +140,20 @@ def test_a_keyless_run_verifies_offline_against_the_workflow_identity(
     # Without an identity the signature is checked and who signed is said, but nothing is trusted.
     assert conformance_main(["verify", str(run), "--trust-root", str(root)]) == 0
     assert "not checked against a key or identity you trust" in capsys.readouterr().out
+    # Claiming another harness commit: report.json and the seal are unkeyed, so a forger can reseal both, but the
+    # Fulcio certificate names the commit the signing workflow ran at (Build Signer Digest, OID
+    # 1.3.6.1.4.1.57264.1.10), which docs/certification.md requires to be the report's harness commit.
+    from conformance.provenance.statement import statement
+    from conformance.report.model import load_report
+
+    doc = json.loads((run / "report.json").read_text())
+    doc["manifest"]["harness"]["commit"] = "f" * 40
+    report = load_report(json.dumps(doc)).sealed()
+    (run / "report.json").write_text(report.to_json())
+    (run / STATEMENT_FILE).write_text(json.dumps(statement(report, run)))
+    assert conformance_main(["verify", str(run), *policy]) == 1
+    err = capsys.readouterr().err
+    assert f"the signing workflow ran at commit {wf.sha} but the report's harness commit is {'f' * 40}" in err, err
 
 
 @pytest.mark.parametrize(("case", "expected"), [

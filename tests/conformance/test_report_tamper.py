@@ -412,3 +412,22 @@ def test_a_seal_differing_everywhere_lists_twenty_differences_and_counts_the_res
              if "seal mismatch: " in line]
     more = [] if extra <= 20 else [f"{extra - 20} more not listed"]
     assert lines == [f"predicate.forged{i:02d} is not in the run" for i in range(min(extra, 20))] + more, lines
+
+
+def test_the_statement_names_the_builder_and_invocation_of_the_run(genuine: tuple[Path, Path, Path]) -> None:
+    """SLSA provenance v1 (slsa.dev/spec/v1.0/provenance): ``runDetails.builder.id`` is a URI naming the builder
+    and ``runDetails.metadata.invocationId`` the invocation. docs/certification.md: the builder is "the certify
+    workflow's identity, or ``urn:fakehw:runner:local``". A local run names the local builder and no invocation (its
+    runner id is the word ``local``, not a URI); a GitHub Actions run names its workflow and its run's URL."""
+    run, _, _ = genuine
+    report = load_report((run / "report.json").read_text())
+    assert report.manifest.runner is not None and report.manifest.runner.kind == "local"
+    details = json.loads((run / STATEMENT_FILE).read_text())["predicate"]["runDetails"]
+    assert details["builder"]["id"] == "urn:fakehw:runner:local"
+    assert "invocationId" not in details["metadata"]
+    workflow = "https://github.com/fakehw/fakehw/.github/workflows/certify.yml@refs/heads/main"
+    url = "https://github.com/vendor/plugin/actions/runs/42/attempts/1"
+    actions = report.manifest.runner.model_copy(update={"kind": "github-actions", "id": url, "builder": workflow})
+    ci = report.model_copy(update={"manifest": report.manifest.model_copy(update={"runner": actions})})
+    details = statement(ci, run)["predicate"]["runDetails"]
+    assert (details["builder"]["id"], details["metadata"]["invocationId"]) == (workflow, url)

@@ -414,3 +414,33 @@ def test_other_traffic_on_a_pcp_trusting_switch_is_told_by_its_pcp(tmp_path: Pat
     found = [(x.line, x.element, x.message, x.ports) for x in lint(load_fabric(f)).findings
              if x.message.startswith("storage")]
     assert found == [(7, "leaf-rail5", f"storage traffic ({how}) is classified into PFC priority {prio}", 4)], found
+
+
+def test_a_cable_that_tags_a_vlan_on_one_end_and_not_the_other_is_named_by_both_modes(tmp_path: Path) -> None:
+    """IEEE 802.1Q: an untagged frame carries no VLAN ID, so the receiving port files it under its own PVID (its
+    untagged VLAN), and a tagged frame is only accepted on a port that is a member of that VLAN. A cable carrying
+    VLAN 201 untagged on one end and tagged on the other therefore does not carry it: gb200-nvl72-spine-leaf's
+    leaf0/up1 faces spine1/p0 and both trunk rails 1 and 3 (VLANs 201, 203) tagged (its header); leaf0/up1 made to
+    send 201 untagged is one FAB-VLAN-001 error on that cable, at the line that changed (6), naming both modes."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: gb200-nvl72-spine-leaf\nname: x\nswitches:\n  - name: leaf0\n    ports:\n"
+                 "      - {name: up1, vlan: {tagged: [203], untagged: 201}}\n")
+    found = [(x.id, x.severity, x.line, x.element, x.message) for x in lint(load_fabric(f)).findings]
+    assert found == [("FAB-VLAN-001", Severity.ERROR, 6, "leaf0/up1<->spine1/p0",
+                      "cable leaf0/up1 <-> spine1/p0: VLAN 201 is untagged on leaf0/up1 but tagged on spine1/p0")], \
+        found
+
+
+def test_a_switch_with_no_ecn_block_marks_nothing_and_has_no_thresholds_to_order(tmp_path: Path) -> None:
+    """DCQCN (NVIDIA's RoCE congestion control) only slows a sender when a switch marks its packets Congestion
+    Experienced (RFC 3168's ECN field, set between the WRED/RED min and max thresholds): a leaf with no ECN
+    configuration at all (``ecn: null``, not merely ``enabled: false``) marks nothing, so RoCE on priority 3 through
+    leaf-rail4 is one FAB-ECN-001 error at that line, on the leaf's 4 ports and rail 4's 6 paths; with no
+    thresholds there is nothing for FAB-ECN-002 to order."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: dgx-h100-rail\nname: x\nswitches:\n  - name: leaf-rail4\n    qos: {ecn: null}\n")
+    model = load_fabric(f)
+    assert [model.port(PortRef("leaf-rail4", f"p{n}")).qos.ecn for n in range(4)] == [None] * 4
+    found = [(x.id, x.severity, x.line, x.element, x.message, x.ports, x.paths) for x in lint(model).findings]
+    assert found == [("FAB-ECN-001", Severity.ERROR, 5, "leaf-rail4", "no ECN marking; RoCE runs on priority 3", 4,
+                      6)], found

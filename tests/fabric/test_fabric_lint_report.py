@@ -262,3 +262,20 @@ def test_a_config_element_is_named_from_its_document_path(doc_path: tuple[str | 
     ports p0-p3 (its header), so switches[8] and ports[4] do not exist: those, and paths outside the switches, are
     named by the path as the loader's errors write it (``switches[8]``)."""
     assert _describe(load_fabric("dgx-h100-rail"), doc_path) == name
+
+
+def test_a_nic_value_that_only_the_profile_sets_is_pointed_at_by_the_nics_cable(tmp_path: Path) -> None:
+    """dgx-h100-rail's header: "Switch ports 9216, NICs 9000 (from the profile)". Rail 0's NICs on nodes 1-3 raised
+    to 9216 leave dgx-h100-0/mlx5_0 at the profile's 9000: FAB-MTU-002 blames the smaller end (its 3 rail-0 paths),
+    a warning since both give RoCE MTU 4096 (9000 and 9216 both exceed 4096 plus RoCE's headers; 8192 is no IB
+    MTU). No line of either config states that NIC's MTU, so the finding points at what places the NIC in the
+    fabric: its cable, leaf-rail0/p0's ``connect`` in dgx-h100-rail.yaml, with no operator key."""
+    f = tmp_path / "f.yaml"
+    f.write_text('extends: dgx-h100-rail\nname: x\nhosts:\n  "dgx-h100-[123]/mlx5_0": {mtu: 9216}\n')
+    (finding,) = lint(load_fabric(f)).findings
+    assert (finding.id, finding.severity.value, finding.element, finding.ports, finding.paths, finding.key) == (
+        "FAB-MTU-002", "warning", "dgx-h100-0/mlx5_0", 1, 3, None), str(finding)
+    assert finding.message == "MTU 9000 (active RoCE MTU 4096) differs from its peers' MTU 9216 (RoCE MTU 4096)"
+    base = Path(builtin_fabrics()["dgx-h100-rail"])
+    assert finding.source == str(base) and finding.line is not None, str(finding)
+    assert base.read_text().splitlines()[finding.line - 1].strip() == "- {name: p0, connect: dgx-h100-0/mlx5_0}"

@@ -168,3 +168,36 @@ def test_every_nic_off_the_common_roce_setting_is_named_when_three_settings_meet
     common = "most of its VLAN 100 peers with DSCP 26 / priority 3"
     assert found == [("dgx-h100-2/mlx5_0", f"the NIC sends RoCE with DSCP 24 / priority 3, {common}", 3),
                      ("dgx-h100-3/mlx5_0", f"the NIC sends RoCE with DSCP 34 / priority 3, {common}", 3)], found
+
+
+_ALL_1500 = 'extends: dgx-h100-rail\nname: x\ndefaults:\n  mtu: 1500\nhosts:\n  "*/*": {mtu: 1500}\n'
+"""The seeded FAB-MTU-003 example: 1500 bytes everywhere, so every path runs RoCE at 1024 (NVIDIA's RoCE MTU rule:
+the largest InfiniBand MTU, 256-4096, that fits the Ethernet MTU with RoCE's headers; 2048 plus headers > 1500)."""
+
+
+_MTU_1000_HOP = ("MTU 1000 is below the endpoints' MTU 1500: the path carries at most 956 bytes of RoCE payload "
+                 "(RoCE path MTU 512) but the NICs negotiate 1024: larger frames are dropped silently")
+
+
+@pytest.mark.parametrize(("extra", "cause", "element", "severity", "message"), [
+    ('  "dgx-h100-1/mlx5_5": {mtu: 1400}\n', "FAB-MTU-002", "dgx-h100-1/mlx5_5", "warning",
+     "MTU 1400 (active RoCE MTU 1024) differs from its peers' MTU 1500 (RoCE MTU 1024)"),
+    ("switches:\n  - name: leaf-rail3\n    ports:\n      - {name: p1, mtu: 1000}\n", "FAB-MTU-001", "leaf-rail3/p1",
+     "error", _MTU_1000_HOP),
+], ids=["nic-1400", "port-1000"])
+def test_a_path_whose_mtu_is_already_faulted_is_not_told_again_it_lacks_4096(tmp_path: Path, extra: str, cause: str,
+                                                                                element: str, severity: str,
+                                                                                message: str) -> None:
+    """docs/fabric.md's FAB-MTU-003 is the consistent-but-small case ("not 1024 because everything is 1500"); a path
+    with a smaller hop (FAB-MTU-001) or mismatched ends (FAB-MTU-002) has that finding as its cause, and the module
+    gives the cause, not its echoes. dgx-h100-1's rail-3 NIC (mlx5_5, the DGX H100 User Guide's GPU-3 NIC, on
+    leaf-rail3/p1) at 1400, or its leaf port at 1000: its 3 rail-3 paths (to nodes 0, 2, 3) are the cause's; the
+    other 48 - 3 = 45 of the 4 x 8 rails x 6 paths stay FAB-MTU-003's. 1400 still gives RoCE 1024 (a warning, as
+    FAB-MTU-002-same-roce-mtu); 1000 gives 512 (1024 plus headers > 1000), and RoCE v2's IPv4 + UDP + BTH + ICRC
+    headers (20 + 8 + 12 + 4 = 44 bytes) leave (1000 - 44) rounded down to 4 = 956 bytes of payload: an error."""
+    f = tmp_path / "f.yaml"
+    f.write_text(_ALL_1500 + extra)
+    found = sorted((x.id, x.paths) for x in lint(load_fabric(f)).findings)
+    assert found == sorted([(cause, 3), ("FAB-MTU-003", 45)]), found
+    (faulted,) = [x for x in lint(load_fabric(f)).findings if x.id == cause]
+    assert (faulted.element, faulted.severity.value, faulted.message) == (element, severity, message), faulted

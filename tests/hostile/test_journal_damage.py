@@ -354,3 +354,275 @@ def test_a_meta_file_that_cannot_be_read_is_damage_named_by_its_file(tmp_path: P
         assert [r["seq"] for r in salvaged.replay()] == [1]
     finally:
         salvaged.close()
+
+
+def test_a_sound_journal_is_never_copied_aside(tmp_path: Path) -> None:
+    """docs/agent.md ("Durability and recovery"): only a journal that was damaged is copied to
+    ``journal.jsonl.damaged-<time>``, and ``GET /v1/health`` then says where (``kept``). A journal that checks out is
+    compacted in place at every start: copying it aside too would leave a "damaged" file per restart (filling the
+    disk, and telling an operator of damage there never was)."""
+    path = tmp_path / "journal.jsonl"
+    first = Journal(path)  # a new state dir: no journal yet
+    first.compact([])
+    first.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    first.close()
+    assert first.recovery.kept is None, first.recovery.to_json()
+    again = Journal(path)  # a restart from a sound journal
+    again.compact(again.replay())
+    again.close()
+    assert again.recovery.kept is None and again.recovery.to_json()["kept"] is None, again.recovery.to_json()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.jsonl", "journal.jsonl.meta"]
+
+
+_OPEN_UNDER_A_MEMORY_CAP = """
+import resource, sys
+from pathlib import Path
+from fakehw.agent.journal import Journal, JournalDamaged
+size = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+cap = size + (256 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+try:
+    Journal(Path(sys.argv[1]))
+except JournalDamaged as exc:
+    print(exc)
+"""
+
+
+def test_a_huge_meta_file_is_refused_without_being_read_whole(tmp_path: Path) -> None:
+    """The guide: "never ... unbounded memory"; docs/agent.md: damage stops the agent "with a message naming the file
+    ... and the problem", never a traceback. The meta file the agent writes is a few hundred bytes (version, epoch,
+    mark, three counters); one of 4 GiB (a sparse file: no disk used) is not one it wrote, and must be refused by
+    looking at its beginning, not by reading all of it into memory. The journal is opened in a process whose
+    address space is capped at 256 MiB above what it uses (setrlimit(2) RLIMIT_AS: an allocation past it fails
+    whatever the kernel's overcommit setting), so reading the whole file cannot succeed there."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.close()
+    meta = path.with_name("journal.jsonl.meta")
+    with open(meta, "r+b") as fh:
+        fh.truncate(4 << 30)  # the real meta file's bytes first, then 4 GiB of holes (zeros)
+    proc = subprocess.run([sys.executable, "-c", _OPEN_UNDER_A_MEMORY_CAP, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"{meta} is larger than a meta file can be" in proc.stdout, proc.stdout
+
+
+def test_a_meta_file_is_read_up_to_its_bound_and_refused_past_it(tmp_path: Path) -> None:
+    """The refusal above says "more than N bytes": a meta file of exactly N bytes (the agent's own JSON, then
+    spaces, which JSON allows after a value: RFC 8259, section 2) is read and used; one byte more is refused, naming
+    the file, and a salvage then goes on from the journal's own records."""
+    from fakehw.agent.journal import MAX_META_BYTES
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.reserve("fault-id", 3)
+    journal.close()
+    meta = path.with_name("journal.jsonl.meta")
+    written = meta.read_bytes()
+    meta.write_bytes(written + b" " * (MAX_META_BYTES - len(written)))
+    at_bound = Journal(path)
+    try:
+        assert at_bound.recovery.problems == [] and at_bound.floor("fault-id") >= 3, at_bound.recovery.to_json()
+    finally:
+        at_bound.close()
+    meta.write_bytes(written + b" " * (MAX_META_BYTES + 1 - len(written)))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert f"{meta} is larger than a meta file can be (more than {MAX_META_BYTES} bytes" in str(refused.value)
+    salvaged = Journal(path, salvage=True)
+    try:
+        assert [r["seq"] for r in salvaged.replay()] == [1]
+    finally:
+        salvaged.close()
+
+
+@pytest.mark.parametrize("body", [b"[]", b'{"seq":1}', b'{"op":3}', b"NaN", b"{"])
+def test_a_checksummed_line_that_is_no_record_is_damage_named_by_its_line(tmp_path: Path, body: bytes) -> None:
+    """docs/agent.md: a line is ``<number> <crc32> <json>`` and damage "stops the agent with a message naming the
+    file, the line and the problem" (never a traceback). A line whose CRC-32 of number and body checks out (written
+    by something else, or a collision) but whose JSON is not a record object with its ``op`` name is that damage:
+    refused, then skipped by a salvage that keeps the records around it."""
+    import zlib
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.close()
+    line = f"3 {zlib.crc32(b'3 ' + body):08x} ".encode() + body + b"\n"
+    with open(path, "ab") as fh:
+        fh.write(line + encode(4, {"op": "generation", "generations": {}, "fault_counter": 0, "seq": 4}))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert f"journal {path} is damaged: line 3 is not a journal record" in str(refused.value), str(refused.value)
+    salvaged = Journal(path, salvage=True)
+    try:
+        assert [r["seq"] for r in salvaged.replay()] == [1, 4] and salvaged.recovery.dropped == 1
+    finally:
+        salvaged.close()
+
+
+@pytest.mark.parametrize(("meta", "why"), [
+    (b'{"version": 2, "epoch": 1, "records": 2, "reserved": {}}', "unknown format"),
+    (b'{"epoch": 1, "records": 2, "reserved": {}}', "unknown format"),
+    (b'{"version": 1, "epoch": 1, "records": 2, "reserved": []}', "bad reservations"),
+    (b'{"version": 1, "epoch": 1, "records": 2, "reserved": {"fault-id": "1025"}}', "bad reservations"),
+    (b'{"version": 1, "epoch": "1", "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
+    (b'{"version": 1, "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
+])
+def test_a_meta_file_of_another_shape_is_refused_saying_what_is_wrong(tmp_path: Path, meta: bytes, why: str) -> None:
+    """The meta file holds ids the agent must never hand out again (docs/agent.md: they "only ever grow, across
+    restarts"); one from a newer format, without its version, or with reservations, epoch or mark that are not
+    numbers is not read as if it were sound (a string "1025" taken as a number, a list taken for reservations), nor
+    does it crash the agent: it is refused naming the file and what is wrong."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.close()
+    path.with_name("journal.jsonl.meta").write_bytes(meta)
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert f"journal.jsonl.meta does not parse ({why})" in str(refused.value), str(refused.value)
+
+
+def test_two_recoveries_in_one_second_keep_both_originals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agent.md: a salvage "copies the damaged file to journal.jsonl.damaged-<time> first", and recovery never
+    overwrites an original. The time is to the second (ISO 8601's basic format, UTC), so two recoveries within one
+    second (an agent that dies again right after recovering) must both find a name of their own: the first copy is
+    named by the time alone, the second one differently, and the first copy still holds the first original."""
+    import datetime
+    import time
+
+    import fakehw.agent.journal as journal_module
+
+    when = datetime.datetime(2026, 11, 26, 15, 4, 5, tzinfo=datetime.UTC)
+    frozen = time.gmtime(when.timestamp())
+    monkeypatch.setattr(journal_module.time, "gmtime", lambda *_: frozen)
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.close()
+    originals, kept = [], []
+    for seq in (1, 2):
+        with open(path, "ab") as fh:
+            fh.write(encode(2, {"op": "inject", "seq": seq})[:25])  # torn: a recovery keeps the original
+        originals.append(path.read_bytes())
+        recovered = Journal(path)
+        recovered.compact(recovered.replay())
+        recovered.close()
+        assert recovered.recovery.kept is not None
+        kept.append(Path(recovered.recovery.kept))
+    assert kept[0].name == "journal.jsonl.damaged-20261126T150405Z", kept
+    assert kept[1] != kept[0] and kept[1].name.startswith(kept[0].name), kept
+    assert [k.read_bytes() for k in kept] == originals
+
+
+def test_zeroed_bytes_are_counted_and_a_zeroed_line_is_named_so(tmp_path: Path) -> None:
+    """docs/agent.md: damage is refused "with a message naming the file, the line and the problem". Zeros are what
+    a lost or unwritten disk block reads back as (ext4 and XFS after a crash, a sparse hole): a line partly
+    overwritten by 7 zero bytes says so with that count, and a line that is nothing but zeros says it is zeroed."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    for seq in range(1, 4):
+        journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": seq})
+    journal.close()
+    lines = lines_of(path)
+    lines[1] = lines[1][:12] + b"\0" * 7 + lines[1][19:]
+    lines[2] = b"\0" * len(lines[2])
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert "line 2 holds 7 zeroed bytes; line 3 is blank or zeroed" in str(refused.value), str(refused.value)
+
+
+def test_a_checkpoint_in_the_middle_of_a_journal_is_damage(tmp_path: Path) -> None:
+    """A journal starts with the checkpoint its compaction wrote (docs/agent.md: a journal from another epoch is
+    damage, and the checkpoint names the epoch). A checkpoint further down, even numbered in sequence and with its
+    checksum right (a journal spliced after another), would silently move the journal to another epoch: it is
+    refused naming its line."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
+    journal.close()
+    with open(path, "ab") as fh:
+        fh.write(encode(3, {"op": "checkpoint", "epoch": 2, "time": 0.0}))
+        fh.write(encode(4, {"op": "generation", "generations": {}, "fault_counter": 0, "seq": 4}))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert "line 3 is a checkpoint in the middle of the journal" in str(refused.value), str(refused.value)
+
+
+def test_a_journal_that_held_only_its_checkpoint_and_is_emptied_is_damage(tmp_path: Path) -> None:
+    """docs/agent.md: "A journal that is empty, missing, shorter than the mark ... is damage, not a fresh start."
+    The smallest journal an agent leaves is its checkpoint alone (a start with no fault since: the mark is 1); that
+    one emptied is damage too, with the mark it held named."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.close()
+    path.write_bytes(b"")
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert "the journal is empty but journal.jsonl.meta says it held at least 1 records" in str(refused.value)
+
+
+def test_ids_reserved_before_the_first_compaction_survive_a_fresh_start(tmp_path: Path) -> None:
+    """A reservation may come before the journal's first compaction (the meta file then marks 0 records: the
+    journal never held one). A start from there finds the empty journal the first open created: no damage (nothing
+    was acknowledged), and the ids reserved are never handed out again (docs/agent.md: ids "only ever grow")."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.reserve("fault-id", 1)
+    journal.close()
+    again = Journal(path)
+    try:
+        assert again.recovery.problems == [] and again.replay() == [], again.recovery.to_json()
+        assert again.floor("fault-id") >= 1
+    finally:
+        again.close()
+
+
+def _record_whose_crc_starts_with_00(tmp_path: Path) -> tuple[Path, int]:
+    """A journal (checkpoint, then one record) whose second line's CRC-32 is below 0x01000000 (its 8 hex digits
+    start with "00", room for a "0x" prefix of the same value) and has a letter among its digits, and that line's
+    index."""
+    import zlib
+
+    for seq in range(100_000):
+        body = json.dumps({"op": "generation", "generations": {}, "fault_counter": 0, "seq": seq},
+                          separators=(",", ":"), sort_keys=True)
+        crc = zlib.crc32(f"2 {body}".encode())
+        if crc < 1 << 24 and set(f"{crc:08x}") & set("abcdef"):
+            break
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": seq})
+    journal.close()
+    assert lines_of(path)[1].split(b" ")[1].startswith(b"00")
+    return path, 1
+
+
+@pytest.mark.parametrize("edit", ["0x prefix", "+ prefix", "underscore", "upper case"])
+def test_a_checksum_spelled_otherwise_with_the_same_value_is_damage(tmp_path: Path, edit: str) -> None:
+    """A record is ``<number> <crc32 as 8 hex digits> <json>`` (docs/agent.md), and the journal writes those digits
+    in lower case (as zlib's CRC-32 printed ``%08x``). A checksum field edited so that it keeps its value when read
+    as a number the lenient way (Python's int(x, 16) also takes "0x", a sign, underscores and upper case) is still
+    not what the journal wrote: the line is refused as no record, never read as sound."""
+    path, k = _record_whose_crc_starts_with_00(tmp_path)
+    lines = lines_of(path)
+    number, crc, body = lines[k].split(b" ", 2)
+    spelled = {"0x prefix": b"0x" + crc[2:], "+ prefix": b"+" + crc[1:], "underscore": crc[:1] + b"_" + crc[2:],
+               "upper case": crc.upper()}[edit]
+    assert len(spelled) == 8 and spelled != crc and int(spelled, 16) == int(crc, 16)
+    lines[k] = b" ".join([number, spelled, body])
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert f"line {k + 1} is not a journal record" in str(refused.value), str(refused.value)

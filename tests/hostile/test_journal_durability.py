@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from fakehw.agent.journal import Journal, decode, encode
+from fakehw.agent.journal import Journal, JournalDamaged, decode, encode
 
 RECORD = {"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1}
 
@@ -267,3 +267,74 @@ def test_a_journal_that_is_only_a_torn_line_counts_one_record_lost(tmp_path: Pat
         assert salvaged.recovery.dropped == 1, salvaged.recovery.to_json()
     finally:
         salvaged.close()
+
+
+def test_the_damaged_original_is_on_disk_before_the_compaction_replaces_it(tmp_path: Path, syncs: _SyncLog) -> None:
+    """docs/agent.md: a recovery "copies the damaged file to journal.jsonl.damaged-<time> first" and never
+    overwrites the original. The compaction that follows renames a new journal over the original, so from then on
+    the copy is the only place its records are: by POSIX's rule (above) the copy's data must have been fsynced, and
+    its directory after it, before the new journal is even written. Else a power cut after the compaction's rename
+    leaves neither the original nor a whole copy of it. The same holds for the copy of the meta file."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    journal.append(RECORD)
+    journal.close()
+    with open(path, "ab") as fh:
+        fh.write(encode(3, RECORD)[:25])  # torn: recovered without --salvage-journal, the original kept
+    recovered = Journal(path)
+    try:
+        since = len(syncs.synced)
+        recovered.compact(recovered.replay())
+        assert recovered.recovery.kept is not None
+        kept = Path(recovered.recovery.kept)
+        kept_meta = kept.with_name(kept.name + ".meta")
+        assert kept.read_bytes().endswith(encode(3, RECORD)[:25]) and kept_meta.is_file()
+        journal_inode = os.stat(path).st_ino
+        rewritten_at = since + next(i for i, (_, ino) in enumerate(syncs.synced[since:]) if ino == journal_inode)
+        del syncs.synced[rewritten_at:]  # what was on disk when the new journal was written
+        assert syncs.durable(kept, since), syncs.synced[since:]
+        assert syncs.durable(kept_meta, since), syncs.synced[since:]
+    finally:
+        recovered.close()
+
+
+def test_a_reservation_never_lowers_the_high_water_mark(tmp_path: Path) -> None:
+    """The meta file's mark says "the journal held at least this many records" (docs/agent.md) and a reservation
+    rewrites the meta file: it may raise the mark to what is durable, never lower it. A journal whose end was lost,
+    salvaged, asked for ids and stopped before it was compacted again must still be refused at the next start (the
+    end is still missing), not taken for a whole journal because the reservation wrote the short journal's count."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    for seq in range(1, 5):
+        journal.append({**RECORD, "seq": seq})
+    journal.close()  # mark: 5 records
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join(lines[:3]) + b"\n")  # the last two records are gone
+    salvaged = Journal(path, salvage=True)
+    salvaged.reserve("fault-id", 1)
+    salvaged.close()
+    assert salvaged.floor("fault-id") >= 1
+    with pytest.raises(JournalDamaged, match=r"ends at record 3 but journal\.jsonl\.meta says it held at least 5"):
+        Journal(path)
+
+
+def test_closing_again_closes_no_other_descriptor(tmp_path: Path) -> None:
+    """close() may be reached twice (above). Descriptor numbers are reused (POSIX: open(2) returns the lowest one
+    free), so the second call must touch none: not the journal's old number, which may by now be another file's,
+    nor any other (standard output included: a journal that took itself for descriptor 1 after closing would close
+    the agent's stdout). The process's open descriptors (/proc/self/fd) are the same before and after it."""
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.compact([])
+    journal.close()
+    saved = {fd: os.dup(fd) for fd in (0, 1, 2)}  # put back afterwards, whatever happens
+    try:
+        before = sorted(os.listdir("/proc/self/fd"))
+        journal.close()
+        after = sorted(os.listdir("/proc/self/fd"))
+    finally:
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+    assert after == before

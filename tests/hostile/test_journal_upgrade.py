@@ -384,3 +384,27 @@ def test_a_failed_sync_does_not_take_back_what_an_earlier_one_made_durable(
     finally:
         monkeypatch.undo()
         journal.close()
+
+
+def test_a_state_dir_an_earlier_agent_wrote_is_read_as_it_is(tmp_path: Path) -> None:
+    """State dirs outlive the agent that wrote them: one written by an earlier fakehw (the checked format of
+    docs/agent.md: lines ``<number> <crc32> <json>``, numbered from 1, the CRC-32 of number and body as 8 hex
+    digits; and its meta file, version 1, with the epoch, the high-water mark and the reserved id blocks) is read as
+    it is, without --salvage-journal: the records it holds come back, and ids resume above what it reserved. Every
+    fakehw since the checked journal came in (commit edaa7fa, issue 17) writes meta version 1, keys sorted."""
+    import zlib
+
+    path = tmp_path / "journal.jsonl"
+    bodies = ['{"epoch":3,"op":"checkpoint","time":1764000000.0}',
+              '{"fault_counter":7,"generations":{"n0":4},"op":"generation","seq":9}']
+    path.write_bytes(b"".join(f"{n} {zlib.crc32(f'{n} {b}'.encode()):08x} {b}\n".encode()
+                              for n, b in enumerate(bodies, 1)))
+    path.with_name("journal.jsonl.meta").write_bytes(
+        b'{"epoch": 3, "records": 2, "reserved": {"event-seq": 1033, "fault-id": 1031}, "version": 1}\n')
+    journal = Journal(path)
+    try:
+        assert journal.recovery.problems == [] and journal.recovery.upgraded is False, journal.recovery.to_json()
+        assert journal.replay() == [{"fault_counter": 7, "generations": {"n0": 4}, "op": "generation", "seq": 9}]
+        assert (journal.floor("fault-id"), journal.floor("event-seq"), journal.floor("pool-id")) == (1031, 1033, 0)
+    finally:
+        journal.close()

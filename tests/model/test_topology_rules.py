@@ -143,3 +143,42 @@ def test_nearest_gpus_on_a_dgx_h100() -> None:
     assert topo.nearest(5, TopologyLevel.NODE) == (4, 6, 7)
     for level in (TopologyLevel.INTERNAL, TopologyLevel.SINGLE, TopologyLevel.MULTIPLE, TopologyLevel.HOSTBRIDGE):
         assert topo.nearest(0, level) == ()
+
+
+def test_an_nvlink_domain_reports_the_clique_and_cluster_of_its_fabric() -> None:
+    """Every GPU of an NVL72 rack reports its fabric's clique id and cluster UUID (``nvidia-smi -q``'s ``fabric``
+    block: the real GB200 capture shows ``cliqueId`` and ``clusterUuid`` on each GPU; GFD labels a node
+    ``nvidia.com/gpu.clique=<clusterUUID>.<cliqueId>`` from them). The domain's topology carries what the rack's
+    fabric declares: gb200-nvl72.yaml says ``fabric: {cliqueId: 32766}``, and the two racks of a 36-tray system
+    keep that clique with a cluster UUID each."""
+    from pathlib import Path
+
+    from fakehw.model.loader import builtin_dir
+
+    system = load_profile(Path(builtin_dir() / "gb200-nvl72.yaml"), nodes=36)
+    domains = derive_system(system).domains
+    assert [d.clique_id for d in domains] == [32766, 32766]
+    assert [d.cluster_uuid for d in domains] == [d.fabric.cluster_uuid for d in system.nvlink_domains if d.fabric]
+    assert len({d.cluster_uuid for d in domains}) == 2
+
+
+def test_nic_to_nic_levels_on_a_dgx_h100() -> None:
+    """``nvidia-smi topo -m``'s NIC rows (legend: X = self, NODE = host bridges of one NUMA node, SYS = across the
+    SMP interconnect between NUMA nodes). DGX H100 (reference/hardware.md, DGX H100 User Guide): the compute NICs
+    mlx5_0 and mlx5_3-5 and the slot-2 card (mlx5_1/2) hang off socket 0, mlx5_6, mlx5_9-11 and the slot-1 card
+    (mlx5_7/8) off socket 1, each compute NIC behind its own GPU's PCIe switch on its own host bridge. (The two
+    ports of one dual-port card are left out: they are functions of one device.)"""
+    topo = derive_node(load_profile("dgx-h100").nodes[0])
+    socket0 = {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"}
+    cards = [{"mlx5_1", "mlx5_2"}, {"mlx5_7", "mlx5_8"}]
+    assert len(topo.nics) == 12
+    for i, a in enumerate(topo.nics):
+        for j, b in enumerate(topo.nics):
+            level = topo.nic_levels[i][j]
+            if a == b:
+                assert level == TopologyLevel.INTERNAL, a
+            elif {a, b} not in cards:
+                assert level == (TopologyLevel.NODE if (a in socket0) == (b in socket0) else TopologyLevel.SYSTEM), \
+                    (a, b, level.short)
+    gpu4 = [topo.gpu_nic_levels[4][topo.nics.index(n)].short for n in ("mlx5_6", "mlx5_9", "mlx5_0")]
+    assert gpu4 == ["PIX", "NODE", "SYS"]  # GPU4's own NIC shares its switch (PIX in topo -m's legend)

@@ -42,7 +42,9 @@ def text(fn: Callable[[], Any], fmt: Callable[[Any], str] = str) -> str:
 
 
 def on_off(v: int) -> str:
-    return "Enabled" if v else "Disabled"
+    """An nvmlEnableState_t: NVML_FEATURE_DISABLED (0) or NVML_FEATURE_ENABLED (1), nvml.h's only two values; any
+    other number is a defect of the getter, shown as itself so that it never matches a capture."""
+    return {0: "Disabled", 1: "Enabled"}.get(v, f"not an nvmlEnableState_t: {v}")
 
 
 def yes_no(v: int) -> str:

@@ -909,3 +909,177 @@ def test_getters_that_restate_another_agree_with_it(nvml: Nvml, pynvml_module: M
     assert n.nvmlDeviceGetTemperature(hs[3], n.NVML_TEMPERATURE_GPU) == 88
     assert n.nvmlDeviceOnSameBoard(hs[0], hs[0])
     assert not n.nvmlDeviceOnSameBoard(hs[0], hs[1])
+
+
+# --------------------------------------------------------------------------------------------------- C getters' edges
+
+
+def test_a_string_buffer_must_hold_the_terminating_nul(nvml: Nvml, pynvml_module: ModuleType,
+                                                       h100: dict[str, str]) -> None:
+    """nvml.h, for every string getter: NVML_ERROR_INSUFFICIENT_SIZE "if length is too small"; ``length`` is the
+    buffer's size in bytes and the answer is NUL-terminated, so a buffer exactly as long as the text (no byte for
+    the NUL) is too small, one byte more is enough. The name is the real H100's (its capture's product_name);
+    nvidia-ml-py always passes large buffers, so the edge is only reached by calling the library directly."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[0]
+    name = h100["/product_name"].encode()
+    for length in (len(name), len(name) - 1):
+        buf = ctypes.create_string_buffer(b"\xab" * 96, 96)
+        assert lib.nvmlDeviceGetName(h, buf, length) == n.NVML_ERROR_INSUFFICIENT_SIZE, length
+        assert buf.raw[length:] == b"\xab" * (96 - length)  # nothing written past what the caller offered
+    buf = ctypes.create_string_buffer(len(name) + 1)
+    assert lib.nvmlDeviceGetName(h, buf, len(name) + 1) == n.NVML_SUCCESS
+    assert buf.raw == name + b"\0"
+    version = n.nvmlSystemGetDriverVersion().encode()
+    small = ctypes.create_string_buffer(len(version))
+    assert lib.nvmlSystemGetDriverVersion(small, len(version)) == n.NVML_ERROR_INSUFFICIENT_SIZE
+    exact = ctypes.create_string_buffer(len(version) + 1)
+    assert lib.nvmlSystemGetDriverVersion(exact, len(version) + 1) == n.NVML_SUCCESS and exact.value == version
+
+
+def test_nvlink_throughput_fields_count_each_direction_from_its_own_counter(nvml: Nvml,
+                                                                          pynvml_module: ModuleType) -> None:
+    """nvml.h: NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (138) and _RAW_TX (140) are the NVLink TX throughput in KiB,
+    _DATA_RX (139) and _RAW_RX (141) the RX one, summed over the GPU's links: the same traffic
+    nvmlDeviceGetNvLinkUtilizationCounter reports per link as (rx, tx) bytes. The two directions of a GPU carry
+    different amounts here (it sends more than it receives), so a field answering the other direction shows.
+    (gpu5: the counters' resets and freezes are this process's, and test_nvlink_utilization_counters made some on
+    gpu0.)"""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[5]
+    links = [link for link in range(n.NVML_NVLINK_MAX_LINKS)
+             if n.nvmlDeviceGetNvLinkState(h, link) == n.NVML_FEATURE_ENABLED]
+    assert len(links) == 18  # an H100 SXM5 has 18 NVLink4 links
+    counters = [n.nvmlDeviceGetNvLinkUtilizationCounter(h, link, 0) for link in links]
+    rx, tx = sum(c[0] for c in counters), sum(c[1] for c in counters)
+    assert rx != tx
+    ids = [n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+           n.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX, n.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX]
+    values = n.nvmlDeviceGetFieldValues(h, ids)
+    assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 4
+    assert [v.value.ullVal for v in values] == [tx // 1024, rx // 1024, tx // 1024, rx // 1024]
+
+
+def test_confidential_computing_memory_sizes_are_in_kib(nvml: Nvml, pynvml_module: ModuleType,
+                                                        h100: dict[str, str]) -> None:
+    """nvml.h's nvmlConfComputeMemSizeInfo_t counts in KiB (protectedMemSizeKib, unprotectedMemSizeKib). With
+    confidential computing off, as on the real H100 (its capture's cc_protected_memory_usage total is 0 MiB), no
+    memory is protected and the unprotected share is the whole framebuffer: the capture's fb_memory_usage total,
+    81559 MiB, is 81559 * 1024 KiB, and the KiB of the total nvmlDeviceGetMemoryInfo reports."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    info = n.nvmlDeviceGetConfComputeMemSizeInfo(h)
+    assert number(h100["/cc_protected_memory_usage/total"]) == 0 == info.protectedMemSizeKib
+    assert info.unprotectedMemSizeKib == n.nvmlDeviceGetMemoryInfo(h).total // 1024
+    assert info.unprotectedMemSizeKib // 1024 == number(h100["/fb_memory_usage/total"]) == 81559
+
+
+class GpuInstanceProfileInfoV3(ctypes.Structure):
+    """nvml.h's nvmlGpuInstanceProfileInfo_v3_t (580+): v2 without isP2pSupported, with capabilities at the end
+    (nvidia-ml-py 13 has no binding for it)."""
+
+    _fields_ = [("version", ctypes.c_uint), ("id", ctypes.c_uint), ("sliceCount", ctypes.c_uint),
+                ("instanceCount", ctypes.c_uint), ("multiprocessorCount", ctypes.c_uint),
+                ("copyEngineCount", ctypes.c_uint), ("decoderCount", ctypes.c_uint), ("encoderCount", ctypes.c_uint),
+                ("jpegCount", ctypes.c_uint), ("ofaCount", ctypes.c_uint), ("memorySizeMB", ctypes.c_ulonglong),
+                ("name", ctypes.c_char * 96), ("capabilities", ctypes.c_uint)]
+
+
+def test_gpu_instance_profiles_fill_the_v3_layout(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvmlDeviceGetGpuInstanceProfileInfoV with a v3 struct (version word sizeof | 3 << 24, nvml.h) fills v3's
+    fields where v3 has them: one place earlier than v2's from sliceCount on, since v3 dropped isP2pSupported. The
+    A100 80GB's profiles (dgx-a100's gpu7 is in MIG mode) have the published `nvidia-smi mig -lgip` instance counts
+    and SMs (tests/nvml/migtools.py) and as many GPU slices as their names' "Ng" (NVIDIA's MIG user guide)."""
+    from tests.nvml.migtools import A100_80GB_LGIP
+
+    n = pynvml_module
+    nvml("dgx-a100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[7]
+    index = {"1g.10gb": n.NVML_GPU_INSTANCE_PROFILE_1_SLICE, "1g.10gb+me": n.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
+             "2g.20gb": n.NVML_GPU_INSTANCE_PROFILE_2_SLICE, "3g.40gb": n.NVML_GPU_INSTANCE_PROFILE_3_SLICE}
+    for name, pid, total, _gib, sm, dec, enc, ce, jpeg, ofa in A100_80GB_LGIP:
+        short = name.removeprefix("MIG ")
+        info = GpuInstanceProfileInfoV3(version=ctypes.sizeof(GpuInstanceProfileInfoV3) | 3 << 24)
+        assert lib.nvmlDeviceGetGpuInstanceProfileInfoV(h, index[short], ctypes.byref(info)) == n.NVML_SUCCESS
+        assert (info.id, info.sliceCount, info.instanceCount, info.multiprocessorCount) == \
+            (pid, int(short[0]), total, sm), name
+        assert (info.decoderCount, info.encoderCount, info.copyEngineCount, info.jpegCount, info.ofaCount) == \
+            (dec, enc, ce, jpeg, ofa), name
+        assert info.memorySizeMB == n.nvmlDeviceGetGpuInstanceProfileInfo(h, index[short]).memorySizeMB, name
+
+
+def test_a_mig_devices_parent_is_its_visible_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """With only dgx-a100's gpu7 visible (FAKEHW_VISIBLE_DEVICES=7, as CUDA_VISIBLE_DEVICES would leave it), that
+    GPU is device 0 of the process: its MIG devices' parent (nvmlDeviceGetDeviceHandleFromMigDeviceHandle), and
+    the device of their GPU and compute instances (nvmlGpuInstanceGetInfo, nvmlComputeInstanceGetInfo), is the
+    handle nvmlDeviceGetHandleByIndex(0) gave, the GPU with gpu7's UUID (nvml.h: the handle of the parent
+    device; the node's numbering does not apply to a process that sees one GPU)."""
+    n = pynvml_module
+    snap = nvml("dgx-a100", env={"FAKEHW_VISIBLE_DEVICES": "7"})
+    assert n.nvmlDeviceGetCount() == 1
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    assert n.nvmlDeviceGetUUID(h) == snap.node.gpus[7].uuid
+    for i in range(2):  # the profile's two 3g.40gb instances
+        mig = n.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+        assert addr(n.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)) == addr(h)
+        gi = n.nvmlDeviceGetGpuInstanceById(h, n.nvmlDeviceGetGpuInstanceId(mig))
+        assert addr(n.nvmlGpuInstanceGetInfo(gi).device) == addr(h)
+        ci = n.nvmlGpuInstanceGetComputeInstanceById(gi, n.nvmlDeviceGetComputeInstanceId(mig))
+        assert addr(n.nvmlComputeInstanceGetInfo(ci).device) == addr(h)
+
+
+def test_instance_ids_of_a_whole_gpu_are_not_supported(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetGpuInstanceId and nvmlDeviceGetComputeInstanceId ("for the given MIG device handle"):
+    INVALID_ARGUMENT is for an invalid handle or a NULL id, NOT_SUPPORTED "if this query is not supported by the
+    device". A whole GPU's handle is valid but has no instance: NOT_SUPPORTED, in MIG mode (dgx-a100's gpu7) or
+    not (gpu0). A MIG device of gpu7 answers its ids."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    for h in (handles(n)[0], handles(n)[7]):
+        for getter in (n.nvmlDeviceGetGpuInstanceId, n.nvmlDeviceGetComputeInstanceId):
+            assert error_of(partial(getter, h)) == n.NVML_ERROR_NOT_SUPPORTED
+    mig = n.nvmlDeviceGetMigDeviceHandleByIndex(handles(n)[7], 0)
+    gi = n.nvmlDeviceGetGpuInstanceById(handles(n)[7], n.nvmlDeviceGetGpuInstanceId(mig))
+    assert n.nvmlGpuInstanceGetComputeInstanceById(gi, n.nvmlDeviceGetComputeInstanceId(mig))
+
+
+def test_field_values_are_stamped_in_microseconds_of_the_wall_clock(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlFieldValue_t.timestamp: "CPU Timestamp of this value in microseconds since 1970" (DCGM orders
+    its samples by it). A value read now was taken between the start of this test and now, whether the field
+    answered or not."""
+    n = pynvml_module
+    before_us = int(time.time() * 1e6)
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    values = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_ECC_CURRENT, n.NVML_FI_DEV_NVLINK_LINK_COUNT, 9999])
+    after_us = int(time.time() * 1e6)
+    assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS, n.NVML_SUCCESS, n.NVML_ERROR_INVALID_ARGUMENT]
+    for v in values:
+        assert before_us <= v.timestamp <= after_us, v.fieldId
+
+
+def test_byte_count_fields_count_each_direction_from_its_own_counter(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """Siblings of the throughput fields' directions. nvml.h: NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES (202) and
+    _RCV_BYTES (204), with scopeId the link, are Blackwell's (NVLink5) per-link byte counts, the traffic
+    nvmlDeviceGetNvLinkUtilizationCounter reports as (rx, tx) on counter 0; a B200 sends more than it receives
+    here, so the directions differ. NVML_FI_DEV_PCIE_COUNT_TX_BYTES (197) and _RX_BYTES (198) count PCIe bytes
+    over the same span of time, so they stand to each other as the TX and RX rates of nvmlDeviceGetPcieThroughput."""
+    n = pynvml_module
+    nvml("dgx-b200")
+    h = handles(n)[5]  # untouched by the tests that reset or freeze utilization counters (this process's)
+    for link in (0, 5, 17):
+        rx, tx = n.nvmlDeviceGetNvLinkUtilizationCounter(h, link, 0)
+        assert rx != tx
+        values = n.nvmlDeviceGetFieldValues(h, [(202, link), (204, link)])
+        assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 2
+        assert [v.value.ullVal for v in values] == [tx, rx], link
+    tx_rate = n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_TX_BYTES)
+    rx_rate = n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_RX_BYTES)
+    tx_bytes, rx_bytes = (v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198]))
+    assert tx_rate != rx_rate
+    assert tx_bytes * rx_rate == rx_bytes * tx_rate

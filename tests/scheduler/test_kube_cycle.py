@@ -113,6 +113,30 @@ def test_preemption_with_an_extender(harness: SchedulingHarness, scripted: Scrip
     assert harness.pod("default/urgent") is not None
 
 
+@pytest.mark.parametrize("ignorable", [False, True])
+def test_a_node_offered_victims_and_answered_with_none(harness: SchedulingHarness, scripted: ScriptedExtender,
+                                                       ignorable: bool) -> None:
+    """kube-scheduler's callExtenders (pkg/scheduler/framework/preemption): a node offered victims that an extender
+    answers with none fails the whole preemption ("expected at least one victim pod on node"), unless the extender
+    is ignorable, whose such nodes are dropped. Every node's 8 GPUs are held by a pod of priority 0; the extender
+    answers n[0] with no victim and n[1] with its pod: nothing is evicted, or (ignorable) n[1]'s pod is."""
+    n = names(harness)
+    harness.add_extender(ExtenderConfig(scripted.url, node_cache_capable=True, prioritize_verb="",
+                                        preempt_verb="preempt", ignorable=ignorable))
+    scripted.script.call("filter", pass_all)
+    for node in n:
+        harness.run_one(Workload(f"low-{node}", gpus=8, priority=0))
+    on_n1 = next(h for h in harness.ledger().holds if h.node == n[1])
+    scripted.script.json("preempt", {"NodeNameToMetaVictims": {n[0]: {"Pods": []},
+                                                               n[1]: {"Pods": [{"UID": on_n1.uid}]}}})
+    d = harness.run_one(Workload("urgent", gpus=8, priority=100))
+    assert [c.name for c in d.failed_checks] == ["victims-per-node"], d.failed_checks
+    if ignorable:
+        assert d.victims == (on_n1.key,) and d.status == "bound" and d.node == n[1], d
+    else:
+        assert not d.victims and d.status != "bound" and harness.pod(on_n1.key) is not None, d
+
+
 def test_binder_that_does_not_bind_is_caught(harness: SchedulingHarness, scripted: ScriptedExtender) -> None:
     scripted.script.call("filter", pass_all)
     scripted.script.json("bind", {"Error": ""})

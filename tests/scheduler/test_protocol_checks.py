@@ -217,6 +217,21 @@ def test_bind_and_preempt_answers(scripted: ScriptedExtender) -> None:
     assert "Pods: not an array" in (c.preempt(preemption_args(POD, victims, True), {}).error or "")
 
 
+def test_a_node_offered_victims_answered_with_none_is_a_failed_check(scripted: ScriptedExtender) -> None:
+    """kube-scheduler's preemption (pkg/scheduler/framework/preemption, callExtenders) fails as a whole, "expected at
+    least one victim pod on node", when a non-ignorable extender answers a node it was offered victims on with an
+    empty list (an extender turns a node down by leaving it out). A node offered no victims and answered with none
+    is no such answer."""
+    c = client(scripted)
+    victims = {NAMES[0]: [pod_object("t", "v", "uid-v")], NAMES[1]: []}
+    scripted.script.json("preempt", {"NodeNameToMetaVictims": {NAMES[0]: {"Pods": []}, NAMES[1]: {"Pods": []}}})
+    r = c.preempt(preemption_args(POD, victims, True), {NAMES[0]: ["uid-v"], NAMES[1]: []})
+    assert r.value is not None and failed(r) == {"victims-per-node": failed(r)["victims-per-node"]}, failed(r)
+    assert failed(r)["victims-per-node"].endswith(f"expected at least one victim pod on node): {NAMES[0]}")
+    scripted.script.json("preempt", {"NodeNameToMetaVictims": {NAMES[1]: {"Pods": []}}})
+    assert not c.preempt(preemption_args(POD, victims, True), {NAMES[0]: ["uid-v"], NAMES[1]: []}).failed_checks
+
+
 @pytest.mark.parametrize(("stanza", "problem"), [
     ({"urlPrefix": "ftp://x"}, "not an http(s) URL"),
     ({"urlPrefix": "http://x:1", "prioritizeVerb": "p", "weight": 0}, "weight must be > 0"),

@@ -26,14 +26,18 @@ def snapshot(nodes: dict[str, NodeInfo], pods: list[dict[str, Any]], flags: Flag
     return Snapshot(nodes, [b for p in pods if (b := parse_bound(p)) is not None], flags)
 
 
+GANG_TOKEN = "5f1c0a9e3b7d2486"
+"""A booking token as a binder writes it (``fakehw.io/gang-token``): opaque to every reader."""
+
+
 def gang_lead_with_plan(nodes: dict[str, NodeInfo]) -> tuple[str, str, dict[str, Any]]:
-    """Trays a and b of one NVLink domain, and gang g's first member (4 GPUs) bound on a with the plan (a, b): the
-    booking the extender makes for the second member on b."""
+    """Trays a and b of one NVLink domain, and gang g's first member (4 GPUs) bound on a with the plan (a, b) and
+    :data:`GANG_TOKEN`: the booking the extender makes for the second member on b."""
     a = sorted(nodes)[0]
     b = next(n for n in sorted(nodes) if n != a and nodes[n].domain == nodes[a].domain)
     lead = bound("t", "m1", a, (0, 1, 2, 3), gang="g", gang_size=2)
     lead["metadata"]["annotations"].update(Holding(a, (0, 1, 2, 3), {}, "burst", gang_domain=nodes[a].domain,
-                                                   gang_token="tok", gang_plan=(a, b)).annotations())
+                                                   gang_token=GANG_TOKEN, gang_plan=(a, b)).annotations())
     return a, b, lead
 
 

@@ -250,3 +250,20 @@ def test_no_negative_free_count_when_bookings_outnumber_the_healthy_gpus() -> No
     refusal = policy.evaluate(req(ns="u", gpus=1), name)
     assert isinstance(refusal, Refusal), refusal
     assert "needs 1 GPUs; 0 free and healthy (2 unhealthy, 4 held, 4 booked by gangs)" in refusal.reason, refusal
+
+
+def test_a_booking_on_a_node_that_is_gone_still_holds_the_others() -> None:
+    """docs/scheduler.md (gangs, SCHED-ISO-006): the first member books a node for every member, and GPUs booked for
+    pending members go to no other pod. A gang of three 4-GPU pods planned on (a, gone, b), where node ``gone`` has
+    since left the cluster (the extender no longer sees it): the first member holds 4 GPUs of DGX H100 a, and b's
+    booking for the third member still holds 4 of b's 8 GPUs, so another tenant's 5-GPU pod does not fit on b and a
+    4-GPU one does. (Nothing can be booked on the node that is gone.)"""
+    nodes = infos("dgx-h100", nodes=2)
+    a, b = sorted(nodes)
+    snap = snapshot(nodes, [_gang_lead(a, (0, 1, 2, 3), (a, "gone", b))], Flags())
+    assert snap.use_of(b).booked == 4 and "gone" not in snap.use, (snap.use_of(b), sorted(snap.use))
+    policy = Policy(snap)
+    five = policy.evaluate(req(ns="u", gpus=5), b)
+    assert isinstance(five, Refusal) and "4 free and healthy (0 unhealthy, 0 held, 4 booked by gangs)" in \
+        five.reason, five
+    assert isinstance(policy.evaluate(req(ns="u", name="q", gpus=4), b), Placement)

@@ -5,6 +5,8 @@ not fit), while ``a`` itself still does, and the same pool on another node is st
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fakehw.views.k8s import Holding, PoolPolicy
@@ -43,6 +45,71 @@ def test_only_pods_of_lower_priority_are_preempted() -> None:
     assert policy.victims(req(gpus=1, priority=99), name, []) is None
     victims = policy.victims(req(gpus=1, priority=101), name, [])
     assert victims is not None and len(victims) == 1, victims
+
+
+def test_a_tenant_shut_out_of_a_near_exclusive_pool_gets_a_farther_shared_one() -> None:
+    """docs/scheduler.md: grants come from the nearest pool first, and an exclusive pool serves one tenant at a time
+    per node. A cxl-pool host as its fakehw.io/memory-pools annotation could describe it with the exclusive
+    cxl-pooled nearer (1,000 ns) than the shared cxl-local (2,310 ns): once tenant a holds 1 GiB of cxl-pooled,
+    tenant b's pod needing 1 MiB beyond its GPU's HBM skips cxl-pooled and gets the 1 MiB from cxl-local, while a
+    itself gets it from the nearer cxl-pooled."""
+    nodes = infos("cxl-pool")
+    name = "cxl-host-0"
+    info = nodes[name]
+    near = tuple(dataclasses.replace(p, latency_ns=1000) if p.name == "cxl-pooled" else p for p in info.pools)
+    nodes = {name: dataclasses.replace(info, pools=near)}
+    hbm = info.gpus[0].memory
+    held = [bound("a", "a1", name, (0,), grants={"cxl-pooled": 2**30}, memory=hbm + 2**30)]
+    policy = Policy(snapshot(nodes, held, Flags()))
+    other = policy.evaluate(req(ns="b", gpus=1, memory=hbm + 2**20), name)
+    assert isinstance(other, Placement) and dict(other.grants) == {"cxl-local": 2**20}, other
+    same = policy.evaluate(req(ns="a", gpus=1, memory=hbm + 2**20), name)
+    assert isinstance(same, Placement) and dict(same.grants) == {"cxl-pooled": 2**20}, same
+
+
+def test_a_node_offered_victims_is_never_answered_with_none() -> None:
+    """kube-scheduler's preemption (pkg/scheduler/framework/preemption, callExtenders) hands an extender the victims
+    it found per node; a node the extender answers with an empty victim list fails the whole preemption
+    ("expected at least one victim pod on node") unless the extender is ignorable, and an extender turns a node
+    down by leaving it out of its answer. A DGX H100 (8 GPUs) where a reservation (priority 1000) holds GPU 0: a
+    2-GPU pod of priority 2000 fits on the 7 free GPUs, and kube-scheduler, short of something of its own there,
+    offers the reservation. The extender never evicts reservations (docs/scheduler.md), so it leaves the node out
+    (None), not an empty list. A node offered no victims (an in-tree fit kube-scheduler passes on for the
+    extender's own resources) is answered with the empty list: nothing of the extender's needs evicting."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    pods = [bound("r", "res0", name, (0,), priority=1000, kind="reservation")]
+    policy = Policy(snapshot(nodes, pods, Flags()))
+    urgent = req(gpus=2, priority=2000)
+    assert isinstance(policy.evaluate(urgent, name), Placement)
+    assert policy.victims(urgent, name, ["uid-res0"]) is None
+    assert policy.victims(urgent, name, []) == []
+
+
+def test_gpus_reservations_hold_make_no_node_resolvable() -> None:
+    """docs/scheduler.md: the preempt verb names bursts, never reservations (priority >= reservedPriority, 1000 by
+    default), and a node is answered in FailedNodes, which kube-scheduler's preemption acts on, only where evicting
+    lower-priority pods makes room (kubernetes.io, "Pod Priority and Preemption"); otherwise
+    FailedAndUnresolvableNodes. A DGX H100 (8 GPUs): reservations of priority 1000 hold GPUs 0-6, a burst of
+    priority 0 GPU 7. For a pod of priority 2000, 1 GPU is resolvable (the burst goes), 2 GPUs are not (only one
+    burst GPU can be freed). Where reservations hold all 8, even 1 GPU is unresolvable, and the mutant that evicts
+    reservations calls it resolvable, as its preempt verb names a reservation."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    reservations = [bound("r", f"r{i}", name, (i,), priority=1000, kind="reservation") for i in range(7)]
+    policy = Policy(snapshot(nodes, [*reservations, bound("b", "b7", name, (7,))], Flags()))
+    one = policy.evaluate(req(gpus=1, priority=2000), name)
+    assert isinstance(one, Refusal) and one.resolvable, one
+    assert policy.victims(req(gpus=1, priority=2000), name, []) == ["uid-b7"]
+    two = policy.evaluate(req(name="q", gpus=2, priority=2000), name)
+    assert isinstance(two, Refusal) and not two.resolvable, two
+    full = [*reservations, bound("r", "r7", name, (7,), priority=1000, kind="reservation")]
+    passed, failed, unresolvable = Policy(snapshot(nodes, full, Flags())).filter(req(gpus=1, priority=2000), [name])
+    assert not passed and not failed and list(unresolvable) == [name], (passed, failed, unresolvable)
+    mutant = Policy(snapshot(nodes, full, Flags(preempt_reservations=True)))
+    passed, failed, unresolvable = mutant.filter(req(gpus=1, priority=2000), [name])
+    assert not passed and list(failed) == [name] and not unresolvable, (passed, failed, unresolvable)
+    assert mutant.victims(req(gpus=1, priority=2000), name, []) == ["uid-r0"]
 
 
 def test_preemption_is_offered_only_where_evicting_the_bursts_makes_room() -> None:

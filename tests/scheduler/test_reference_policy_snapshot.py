@@ -4,9 +4,11 @@ Each expected answer is worked out by hand from the profiles' documented hardwar
 
 from __future__ import annotations
 
+from typing import Any
+
 from fakehw.views.k8s import Holding, NodeInfo
 from testbed.reference.extender.policy import Flags, Placement, Policy, Refusal, Snapshot, parse_bound
-from tests.scheduler.test_reference_policy import bound, gang_lead_with_plan, infos, req
+from tests.scheduler.test_reference_policy import GANG_TOKEN, bound, gang_lead_with_plan, infos, req, snapshot
 
 
 def test_a_deleted_pod_is_no_preemption_victim_and_frees_its_gpu() -> None:
@@ -124,8 +126,10 @@ def test_a_booked_member_passes_the_filter_where_its_booking_is() -> None:
     passed, failed, unresolvable = Policy(Snapshot(nodes, [held], Flags())).filter(
         req(gpus=4, gang="g", gang_size=2, name="m2"), [a, b])
     assert passed == [b] and not failed and list(unresolvable) == [a], (passed, failed, unresolvable)
-    # The reason names the booking as the binder wrote it onto the first member (domain and token annotations).
-    assert f"is booked on {nodes[a].domain} (token tok" in unresolvable[a], unresolvable
+    # The reason names the booking as the binder wrote it onto the first member (domain and token annotations), the
+    # token whole: an operator finds the members holding the booking by the annotation's exact value.
+    assert lead["metadata"]["annotations"]["fakehw.io/gang-token"] == GANG_TOKEN
+    assert unresolvable[a] == f"gang t/g is booked on {nodes[a].domain} (token {GANG_TOKEN})", unresolvable
 
 
 def test_priorities_whose_hashes_collide_get_their_own_verdicts() -> None:
@@ -249,3 +253,51 @@ def test_unused_nodes_of_one_template_are_answered_beside_used_ones() -> None:
     policy = Policy(Snapshot(nodes, held, Flags()), dict.fromkeys(nodes, "dgx-h100"), {})
     passed, failed, unresolvable = policy.filter(req(gpus=1), [a, b, c])
     assert sorted(passed) == [a, b, c] and not failed and not unresolvable, (passed, failed, unresolvable)
+
+
+def _finished(pod: dict[str, Any], phase: str) -> dict[str, Any]:
+    pod["status"]["phase"] = phase
+    return pod
+
+
+def test_finished_pods_hold_no_gpu_and_are_no_victims() -> None:
+    """kube-scheduler counts only pods that have not finished: its pod informer lists them with the field selector
+    ``status.phase!=Succeeded,status.phase!=Failed`` (kubernetes pkg/scheduler, newPodInformer), and the kubelet's
+    device manager gives a finished pod's devices back. A DGX H100 (8 GPUs, NVIDIA DGX H100 user guide) whose 8
+    GPUs pods of priority 100 were given, one each: x0 has Succeeded and x1 Failed, x2-x7 are Running. GPUs 0 and 1
+    are free, so a 2-GPU pod fits there (on exactly those two), a 3-GPU pod of priority 100 does not and nothing
+    of lower priority could be evicted for it (unresolvable), and preemption for a pod of priority 101 never names
+    a finished pod: it needs 1 victim besides the 2 free GPUs, a Running one."""
+    nodes = infos("dgx-h100", nodes=1)
+    (name,) = nodes
+    pods = [_finished(bound("x", f"x{i}", name, (i,), priority=100), phase)
+            for i, phase in enumerate(["Succeeded", "Failed"] + ["Running"] * 6)]
+    snap = snapshot(nodes, pods, Flags())
+    assert sorted(snap.use_of(name).held) == [2, 3, 4, 5, 6, 7]
+    assert sorted(snap.pods) == [f"uid-x{i}" for i in range(2, 8)]
+    policy = Policy(snap)
+    two = policy.evaluate(req(gpus=2, priority=100), name)
+    assert isinstance(two, Placement) and two.gpus == (0, 1), two
+    three = policy.evaluate(req(name="q", gpus=3, priority=100), name)
+    assert isinstance(three, Refusal) and not three.resolvable, three
+    victims = policy.victims(req(name="r", gpus=3, priority=101), name, ["uid-x0", "uid-x1"])
+    assert victims is not None and len(victims) == 1 and victims[0] not in ("uid-x0", "uid-x1"), victims
+
+
+def test_a_pod_that_finishes_gives_its_gpus_and_its_gangs_booking_back() -> None:
+    """The informer reports a pod's phase change as a modification (``Snapshot.put`` with the pod as it is now).
+    Gang g's first member (4 GPUs) is bound on GB200 tray a with the plan (a, b) (a tray has 4 GPUs: NVIDIA GB200
+    NVL72, 2 Grace CPUs and 4 Blackwell GPUs per compute tray); tray b's 4 GPUs are booked for the second member.
+    When the member has Succeeded it holds nothing and its gang has no bound member left, so nothing is booked
+    either: a new gang of the same name (a Job run again) books afresh, one member on each tray (docs/scheduler.md:
+    a node for every member in one NVLink domain), and both trays pass its filter."""
+    nodes = infos("gb200-nvl72")
+    a, b, lead = gang_lead_with_plan(nodes)
+    held = parse_bound(lead)
+    assert held is not None
+    snap = Snapshot(nodes, [held], Flags())
+    assert snap.use_of(b).booked == 4 and "t/g" in snap.plans
+    snap.put(held.key, parse_bound(_finished(lead, "Succeeded")))
+    assert snap.use_of(a).held == {} and snap.use_of(b).booked == 0 and not snap.plans, (snap.use_of(a), snap.plans)
+    passed, failed, unresolvable = Policy(snap).filter(req(gpus=4, gang="g", gang_size=2, name="n1"), [a, b])
+    assert passed == [a, b] and not failed and not unresolvable, (passed, failed, unresolvable)

@@ -52,8 +52,14 @@ from pathlib import Path
 
 import pytest
 
-from fakehw.model import System
+from fakehw.agent.faults import FallenOffBus
+from fakehw.agent.state import ActiveFault, derive_state
+from fakehw.model import System, load_profile
 from fakehw.model.system import Node
+from fakehw.render import RenderContext
+from fakehw.render.atomic import OutputDir
+from fakehw.sysfs import ROOT_DIR, render_tree
+from fakehw.sysfs.pci import SPEED
 from tests.nvml.captures import capture_dir
 
 Rendered = Callable[[str], list[tuple[System, Node, Path]]]
@@ -96,6 +102,13 @@ def test_no_memory_is_hardware_corrupted_without_an_injected_memory_failure(rend
         line = next(line for line in (root / "proc/meminfo").read_text().splitlines()
                     if line.startswith("HardwareCorrupted:"))
         assert line.split()[1:] == ["0", "kB"], line
+
+
+def test_every_pcie_generation_prints_the_kernels_speed_string() -> None:
+    """The built-in profiles have no Gen1 or Gen2 link, so no rendered tree shows those strings; the renderer's table
+    must still be the kernel's for every generation a profile can give (drivers/pci/probe.c, pci_speed_string:
+    what ``max_link_speed`` and ``current_link_speed`` print for PCIE_SPEED_2_5GT .. PCIE_SPEED_64_0GT)."""
+    assert SPEED == PCIE_SPEED2STR
 
 
 @pytest.mark.parametrize("board", sorted(CAPTURED_BOARDS))
@@ -257,7 +270,11 @@ def test_nvidia_params_show_the_drivers_registry_defaults(rendered: Rendered) ->
 def test_every_port_between_a_committed_regions_endpoints_and_the_root_decodes_it(rendered: Rendered) -> None:
     """drivers/cxl/core/region.c (cxl_port_setup_targets, commit): a committed region has a decoder programmed for
     it in every port from each target's endpoint up to the host bridge; ``cxl list -D -r`` lists them. On cxl-pool
-    that includes the pooled region's path through the pool's host bridge."""
+    that includes the pooled region's path through the pool's host bridge. Each such decoder routes to the dport the
+    path comes up through: its ``target_list`` holds that dport's id (port.c emit_target_list prints the dports'
+    port ids; the child port's or endpoint's ``parent_dport`` is the port's ``dportN`` with that id), and decodes
+    the region's whole host physical range (hdm.c programs each decoder with the region's HPA range: ``start`` is the
+    region's ``resource``, ``size`` its ``size``)."""
     for _, _, root in rendered("cxl-pool"):
         devices = root / CXL_DEVICES
         committed = [r for r in sorted(devices.glob("region[0-9]*")) if (r / "commit").read_text().strip() == "1"]
@@ -267,12 +284,39 @@ def test_every_port_between_a_committed_regions_endpoints_and_the_root_decodes_i
             assert targets, region.name
             for target in targets:
                 decoder = (devices / target.read_text().strip()).resolve()
-                port = decoder.parent.parent  # decoder -> its endpoint -> the port above
+                child = decoder.parent  # the endpoint; the port above it next
+                port = child.parent
                 assert port.name.startswith("port"), (region.name, decoder)
                 while port.name.startswith("port"):
-                    decoded = {(d / "region").read_text().strip() for d in port.glob("decoder*.*")}
-                    assert region.name in decoded, (region.name, port.name, decoded)
-                    port = port.parent
+                    decoders = [d for d in port.glob("decoder*.*") if _read(d / "region") == region.name]
+                    assert len(decoders) == 1, (region.name, port.name, decoders)
+                    span = (int(_read(decoders[0] / "start"), 16), int(_read(decoders[0] / "size"), 16))
+                    assert span == (int(_read(region / "resource"), 16), int(_read(region / "size"), 16)), (
+                        region.name, decoders[0].name, span)
+                    via = (child / "parent_dport").resolve()
+                    ids = {link.name[5:] for link in port.glob("dport*") if link.resolve() == via}
+                    listed = set(_read(decoders[0] / "target_list").split(","))
+                    assert ids and ids <= listed, (region.name, port.name, ids, listed)
+                    child, port = port, port.parent
+
+
+def test_a_port_decoder_holds_only_regions_with_a_target_below_the_port(rendered: Rendered) -> None:
+    """drivers/cxl/core/region.c: a switch or host bridge decoder is taken for a region only when one of the
+    region's targets sits below that port (cxl_port_attach_region walks each target's ancestry, cxl_rr_alloc_decoder
+    takes a decoder there), so a port decoder naming a region has an endpoint of one of its targets beneath it.
+    cxl-pool: regions on local devices, on the pooled device's logical devices, and none on the restricted host."""
+    for _, _, root in rendered("cxl-pool"):
+        devices = root / CXL_DEVICES
+        held = 0
+        for decoder in sorted(devices.glob("decoder*.*")):
+            port = decoder.resolve().parent
+            name = _read(decoder / "region") if (decoder / "region").exists() else ""
+            if not name or not port.name.startswith("port"):
+                continue
+            endpoints = [(devices / _read(t)).resolve().parent for t in (devices / name).glob("target[0-9]*")]
+            assert any(port in e.parents for e in endpoints), (decoder.name, port.name, name)
+            held += 1
+        assert held >= 4
 
 
 def test_every_cxl_decoders_granularity_is_one_the_spec_encodes(rendered: Rendered) -> None:
@@ -583,6 +627,35 @@ def test_x86_cpu0_cannot_be_taken_offline(rendered: Rendered) -> None:
         assert stat.S_IMODE(os.stat(d / "online").st_mode) == 0o644, d.name
 
 
+@pytest.mark.parametrize("profile", ("gh200", "riscv-nvlink-fusion"))
+def test_arm64_and_riscv_can_take_the_boot_cpu_offline(rendered: Rendered, profile: str) -> None:
+    """arm64 marks every CPU that PSCI can turn off hotpluggable (arch/arm64/kernel/setup.c: cpu_can_disable, false
+    only where a uniprocessor trusted OS is resident) and RISC-V every CPU SBI HSM can stop (arch/riscv/kernel/
+    setup.c: cpu_has_hotplug), the boot CPU included; drivers/base/cpu.c then leaves offline_disabled clear, so
+    cpu0 has the driver core's writable ``online`` attribute (drivers/base/core.c), reading 1, like every CPU."""
+    (_, _, root), *_ = rendered(profile)
+    for d in sorted((root / CPUS).glob("cpu[0-9]*")):
+        assert _read(d / "online") == "1", (profile, d.name)
+        assert stat.S_IMODE(os.stat(d / "online").st_mode) == 0o644, (profile, d.name)
+
+
+NR_CPUS = {"x86_64": 8192, "aarch64": 512, "riscv64": 512}
+"""CONFIG_NR_CPUS of the kernel the fake runs (``kernel_max`` is NR_CPUS - 1, sysfs-devices-system-cpu): Ubuntu
+24.04's 6.8 kernel, debian.master/config/annotations: ``CONFIG_NR_CPUS policy<{'amd64': '8192', 'arm64': '512',
+..., 'riscv64': '32'}>`` (the arm64 -64k flavour inherits 512). Ubuntu's riscv64 32 cannot run the 64-core RISC-V
+host the profile models; its kernel is built with 512, the ceiling of arch/riscv/Kconfig (``range 2 512 if
+!RISCV_SBI_V01``), so no RISC-V kernel can show more than 511."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
+def test_kernel_max_is_the_kernels_nr_cpus_less_one(rendered: Rendered, profile: str) -> None:
+    for _, _, root in rendered(profile):
+        info = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        kernel_max = int(_read(root / CPUS / "kernel_max"))
+        assert kernel_max == NR_CPUS[info["Architecture"]] - 1, (profile, kernel_max)
+        assert max(_cpulist(_read(root / CPUS / "possible"))) <= kernel_max, profile
+
+
 @pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
 def test_every_caches_geometry_multiplies_out_to_its_size(rendered: Rendered, profile: str) -> None:
     """drivers/base/cacheinfo.c: ``size`` (in K) is ``coherency_line_size * number_of_sets *
@@ -616,7 +689,9 @@ def test_x86_cpuinfo_agrees_with_the_topology_in_sysfs(rendered: Rendered) -> No
     ``cpu cores`` its cores, ``initial apicid`` the APIC id, ``cache size`` the last level cache in KB, and
     ``bogomips`` loops_per_jiffy scaled to twice the TSC's MHz (the delay loop runs on the constant TSC, which
     ``cpu MHz`` shows). SMT siblings differ only in the APIC id's lowest (SMT) bits and every CPU has its own
-    (Intel SDM vol. 3A, 9.9.1 hierarchical mapping of APIC ids)."""
+    (Intel SDM vol. 3A, 9.9.1 hierarchical mapping of APIC ids). ``address sizes`` ends with the linear address
+    width of CPUID 0x80000008 (get_cpu_address_sizes): 57 bits where the CPU has 5-level paging (``la57``, SDM
+    vol. 3A 4.5), 48 where it has not."""
     for profile in ("dgx-h100", "t4-cloud"):
         (_, _, root), *_ = rendered(profile)
         cpus = root / CPUS
@@ -635,6 +710,8 @@ def test_x86_cpuinfo_agrees_with_the_topology_in_sysfs(rendered: Rendered) -> No
             apics.add(b["apicid"])
             assert b["cache size"] == f"{_read(cpu / 'cache/index3/size')[:-1]} KB", (profile, b["processor"])
             assert float(b["bogomips"]) == 2 * float(b["cpu MHz"]), (profile, b["processor"])
+            virtual = 57 if "la57" in b["flags"].split() else 48
+            assert b["address sizes"].endswith(f", {virtual} bits virtual"), (profile, b["address sizes"])
         by_cpu = {int(b["processor"]): int(b["apicid"]) for b in blocks}
         for c, apic in by_cpu.items():
             core = _cpulist(_read(cpus / f"cpu{c}/topology/core_cpus_list"))
@@ -821,7 +898,8 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
     cache, ``SwapFree`` is 0 and zswap, which compresses pages on their way to swap, holds nothing
     (admin-guide/mm/zswap.rst); mlocked pages are unevictable (mm/unevictable-lru.rst); the anon LRU lists hold
     swap-backed pages: mapped anonymous pages, shmem and the swap cache. ``MemAvailable`` is at most the free pages
-    plus the file LRU and reclaimable kernel memory (mm/page_alloc.c si_mem_available). What is allocated (anon pages,
+    plus the file LRU and reclaimable kernel memory (mm/page_alloc.c si_mem_available). ``Buffers``
+    (nr_blockdev_pages: the block devices' page cache) is on the file LRU lists. What is allocated (anon pages,
     page cache, slab, stacks, page tables) fits in ``MemTotal - MemFree``, ``MemAvailable`` never exceeds ``MemTotal``,
     ``Committed_AS`` covers the anonymous and shmem pages (they are the private writable and shared memory mm/util.c
     vm_acct_memory accounts), and with no swap and no huge pages ``CommitLimit`` is ``MemTotal * overcommit_ratio /
@@ -841,27 +919,57 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
             assert values["Mlocked"] <= values["Unevictable"], (profile, where)
             anon_lru = values["Active(anon)"] + values["Inactive(anon)"]
             assert anon_lru <= values["AnonPages"] + values["Shmem"] + machine["SwapCached"], (profile, where)
+            # and the other way: a mapped anonymous page is on an anon LRU list, or the unevictable one once
+            # mlocked (mm/mlock.c); only lazily freed (MADV_FREE) pages leave for the file list, and nothing runs
+            # on the fake to free any
+            assert values["AnonPages"] <= anon_lru + values["Unevictable"], (profile, where)
             allocated = (values["AnonPages"] + page_cache + values["Slab"] + values["KernelStack"]
                          + values["PageTables"])
             assert allocated <= values["MemTotal"] - values["MemFree"], (profile, where, allocated)
         assert machine["MemAvailable"] <= machine["MemTotal"], profile
+        # Buffers is the block devices' page cache, whose pages sit on the file LRU lists like any file page's
+        assert machine["Buffers"] <= machine["Active(file)"] + machine["Inactive(file)"], profile
         reclaimable = machine["Active(file)"] + machine["Inactive(file)"] + machine["KReclaimable"]
         assert machine["MemAvailable"] <= machine["MemFree"] + reclaimable, profile
         assert machine["Committed_AS"] >= machine["AnonPages"] + machine["Shmem"], profile
         assert machine["CommitLimit"] == machine["MemTotal"] * 50 // 100, profile
 
 
+VMALLOC_TOTAL_KB = {
+    ("arm64", None): (0xFFFFFFBFF0000000 - 0xFFFF800080000000) >> 10,
+    ("riscv64", "sv39"): (0xFFFFFFD600000000 - 0xFFFFFFC600000000) >> 10,
+    ("riscv64", "sv48"): (0xFFFFAF8000000000 - 0xFFFF8F8000000000) >> 10,
+    ("riscv64", "sv57"): (0xFF60000000000000 - 0xFF20000000000000) >> 10,
+}
+"""``VmallocTotal`` (VMALLOC_END - VMALLOC_START, >> 10) of the arm64 and RISC-V kernels.
+
+arm64, 6.8 with 64 KiB pages and 48-bit VAs (Ubuntu 24.04's -64k flavour: ARM64_VA_BITS 48): vmalloc starts at
+MODULES_END, 2 GiB above _PAGE_END(48) = 0xffff800000000000, and ends 256 MiB below VMEMMAP_START, which is
+-(1 << (VA_BITS - VMEMMAP_SHIFT)) with VMEMMAP_SHIFT = PAGE_SHIFT - STRUCT_PAGE_MAX_SHIFT = 16 - 6 (asm/memory.h,
+asm/pgtable.h); with 4 KiB pages that end is Documentation/arch/arm64/memory.rst's ``fffffbffefffffff`` and real 6.x
+machines print 133141626880 kB; a pre-6.5 64 KiB kernel (128 MiB of modules) printed 137170124800 kB, 1920 MiB more.
+RISC-V: Documentation/arch/riscv/vm-layout.rst's ``vmalloc/ioremap space`` lines, end exclusive (VMALLOC_END is
+PAGE_OFFSET, asm/pgtable.h; sv39 boards print 67108864 kB), for the paging mode /proc/cpuinfo's ``mmu`` names."""
+
+
 def test_the_vmalloc_area_and_direct_map_are_the_architectures(rendered: Rendered) -> None:
     """Documentation/arch/x86/x86_64/mm.rst: the vmalloc/ioremap space is 32 TB with 4-level paging and 12.5 PB with
     5-level paging, which a CPU with LA57 (``la57`` in /proc/cpuinfo's flags) runs; meminfo prints it as
-    ``VmallocTotal`` (VMALLOC_TOTAL >> 10: 34359738367 and 13743895347199 kB). The direct map covers all RAM, and
-    only x86 reports it (``DirectMap4k/2M/1G``: arch_report_meminfo in arch/x86/mm/pat/set_memory.c); arm64 and
-    RISC-V kernels print no DirectMap lines."""
+    ``VmallocTotal`` (VMALLOC_TOTAL >> 10: 34359738367 and 13743895347199 kB). arm64 and RISC-V: VMALLOC_TOTAL_KB
+    (not x86's figure). The direct map covers all RAM, and only x86 reports it (``DirectMap4k/2M/1G``:
+    arch_report_meminfo in arch/x86/mm/pat/set_memory.c); arm64 and RISC-V kernels print no DirectMap lines."""
     for profile in ("dgx-h100", "t4-cloud", "gh200", "riscv-nvlink-fusion"):
         (_, _, root), *_ = rendered(profile)
         values = _meminfo_kb(root / "proc/meminfo")
         direct = [label for label in values if label.startswith("DirectMap")]
-        if "x86_64" not in (root / "proc/hwloc-nofile-info").read_text():
+        arch = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        if arch["Architecture"] == "aarch64":
+            assert _page_kb(root) == 64, profile  # the layout above is the 64 KiB kernel's
+            assert values["VmallocTotal"] == VMALLOC_TOTAL_KB[("arm64", None)] == 137168158720, profile
+        elif arch["Architecture"] == "riscv64":
+            mmu = _cpuinfo(root)[0]["mmu"]
+            assert values["VmallocTotal"] == VMALLOC_TOTAL_KB[("riscv64", mmu)], (profile, mmu)
+        if arch["Architecture"] != "x86_64":
             assert direct == [], (profile, direct)
             continue
         la57 = "la57" in _flags_of(root)
@@ -974,13 +1082,13 @@ def test_the_machines_meminfo_counters_are_its_nodes_summed(rendered: Rendered, 
         assert machine["Cached"] + machine["Buffers"] + machine["SwapCached"] == sum(n["FilePages"] for n in nodes)
 
 
-@pytest.mark.parametrize("profile", ("cxl-test",))
+@pytest.mark.parametrize("profile", ("cxl-test", "cxl-pool"))
 def test_every_cxl_ports_dports_and_uport_are_registered_devices(rendered: Rendered, profile: str) -> None:
     """drivers/cxl/core/port.c links a port's ``uport``, ``parent_dport`` and each ``dportN`` to the devices that
     are its upstream and downstream ports (host bridges, root and switch ports; cxl_test's mock platform devices),
     and those are registered devices: each has a ``uevent`` attribute (drivers/base/core.c, device_add). A link into
-    a directory that is only a path is no device. (cxl_test's ports link to its mock platform devices; the ACPI
-    and PCI devices of cxl-pool have no ``uevent`` in the fake yet.)"""
+    a directory that is only a path is no device. (cxl_test's ports link to its mock platform devices, cxl-pool's
+    to the ACPI0016 host bridges and PCI ports.)"""
     for _, _, root in rendered(profile):
         links = 0
         for port in sorted((root / CXL_DEVICES).glob("*")):
@@ -993,3 +1101,246 @@ def test_every_cxl_ports_dports_and_uport_are_registered_devices(rendered: Rende
                 assert (target / "uevent").is_file(), (profile, link, target)
                 links += 1
         assert links >= 8, profile
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool"))
+def test_every_pci_function_links_to_the_pci_bus_as_its_subsystem(rendered: Rendered, profile: str) -> None:
+    """drivers/base/core.c (device_add_class_symlinks) gives every device on a bus a ``subsystem`` link to
+    ``/sys/bus/<bus>``; libudev takes a device's subsystem from it (udev_device_get_subsystem), so without it udev
+    rules and tools that match ``SUBSYSTEM=="pci"`` see no PCI device. Bridges, GPUs, NICs and the CXL ports and
+    memory devices alike."""
+    for _, _, root in rendered(profile):
+        functions = sorted((root / "sys/bus/pci/devices").iterdir())
+        assert len(functions) >= 8, profile
+        for d in functions:
+            assert (d / "subsystem").resolve() == (root / "sys/bus/pci").resolve(), (profile, d.name)
+
+
+def test_cxl_acpi_devices_carry_the_acpi_ids_in_their_uevent(rendered: Rendered) -> None:
+    """A CXL host bridge is the ACPI device ``ACPI0016`` with _CIDs ``PNP0A08`` and ``PNP0A03`` (CXL 2.0 9.14.1,
+    "CXL Root Device" and host bridge objects; QEMU's CXL host bridges declare the same). drivers/acpi/device_sysfs.c
+    shows its ``hid`` and a ``modalias`` of ``acpi:`` followed by each id and ``:`` (create_pnp_modalias), and its
+    ``uevent`` is that MODALIAS alone (acpi_device_uevent; no driver binds a host bridge, the PCI root scan handler
+    claims it); it sits on the ACPI bus. The CXL root ``ACPI0017`` becomes a platform device bound to cxl_acpi, whose
+    uevent is DRIVER= then its ACPI companion's MODALIAS (drivers/base/platform.c, platform_uevent)."""
+    for _, node, root in rendered("cxl-pool"):
+        bridges = sorted((root / "sys/devices/LNXSYSTM:00/LNXSYBUS:00").glob("ACPI0016:*"))
+        assert len(bridges) == len(node.cxl.host_bridges) >= 1
+        for hb in bridges:
+            assert _read(hb / "hid") == "ACPI0016", hb.name
+            assert _read(hb / "modalias") == "acpi:ACPI0016:PNP0A08:PNP0A03:", hb.name
+            assert (hb / "uevent").read_text() == "MODALIAS=acpi:ACPI0016:PNP0A08:PNP0A03:\n", hb.name
+            assert stat.S_IMODE(os.stat(hb / "uevent").st_mode) == 0o644, hb.name
+            assert (hb / "subsystem").resolve() == (root / "sys/bus/acpi").resolve(), hb.name
+            assert (root / "sys/bus/acpi/devices" / hb.name).resolve() == hb.resolve(), hb.name
+        acpi_root = root / "sys/devices/platform/ACPI0017:00"
+        assert (acpi_root / "uevent").read_text() == "DRIVER=cxl_acpi\nMODALIAS=acpi:ACPI0017:\n"
+
+
+@pytest.mark.parametrize("profile", ("cxl-pool", "dgx-h100"))
+def test_device_nodes_have_the_modes_their_creators_give_them(rendered: Rendered, profile: str) -> None:
+    """devtmpfs makes a node with the mode the driver's devnode callback asks for, else 0600
+    (drivers/base/devtmpfs.c, devtmpfs_create_node): cxl_memdev_devnode names ``cxl/memN`` and asks no mode
+    (drivers/cxl/core/memdev.c), nor do DAX devices, so both are 0600 (``crw-------``, as daxctl's users see).
+    The NVIDIA nodes are made by the driver's helper with the registry's ``DeviceFileMode`` (nv-reg.h, shown in
+    /proc/driver/nvidia/params; nvidia-modprobe, NV_DEVICE_FILE_MODE): ``nvidiaN``, ``nvidiactl``,
+    ``nvidia-modeset``, ``nvidia-uvm``, ``nvidia-uvm-tools`` and the NVSwitch nodes."""
+    for _, _, root in rendered(profile):
+        dev = root / "dev"
+        private = [*sorted(dev.glob("cxl/mem*")), *sorted(dev.glob("dax*"))]
+        params = dict(line.split(": ", 1) for line in (root / "proc/driver/nvidia/params").read_text().splitlines())
+        nvidia_mode = int(params["DeviceFileMode"])
+        nvidia = sorted(p for p in dev.glob("nvidia*") if not p.is_dir())
+        assert nvidia and (private or profile != "cxl-pool"), profile
+        for path in private:
+            assert stat.S_ISCHR(os.lstat(path).st_mode) or os.geteuid() != 0, path
+            assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600, (profile, path.name)
+        for path in nvidia:
+            assert stat.S_IMODE(os.lstat(path).st_mode) == nvidia_mode, (profile, path.name)
+
+
+MEMORY_ONLY_PROFILE = """
+name: memory-only-nodes
+description: two sockets, a CPU-less DRAM node nearer socket 1 and one as near to both sockets
+groups:
+  - name: host
+    count: 1
+    node:
+      cpu: {arch: amd64, vendor: GenuineIntel, model: two sockets, sockets: 2, coresPerSocket: 4, threadsPerCore: 1,
+            frequencyMHz: 2000, family: 6, modelId: 143, stepping: 8,
+            caches: {l1d: 48KiB, l1i: 32KiB, l2: 2MiB, l3: 16MiB}, isa: [fpu, lm]}
+      numa:
+        nodes:
+          - {id: 0, socket: 0, memory: 16GiB}
+          - {id: 1, socket: 1, memory: 16GiB}
+          - {id: 2, memory: 8GiB}
+          - {id: 3, memory: 8GiB}
+        distances: [[10, 21, 31, 17], [21, 10, 14, 17], [31, 14, 10, 28], [17, 17, 28, 10]]
+      pcie:
+        hostBridges:
+          - {name: hb0, numa: 0, bus: 0x00}
+"""
+"""Memory-only NUMA nodes (a socketless DRAM node, as memory expanders and some firmware's NPS/SNC layouts show
+them): node 2 is nearest socket 1's node (SLIT 14 against 31), node 3 as near to both CPU nodes (17 and 17)."""
+
+
+def test_a_memory_only_nodes_initiators_are_its_nearest_cpu_nodes(fast_tmp: Path) -> None:
+    """Documentation/admin-guide/mm/numaperf.rst: a memory target's ``accessN/initiators/`` links the nodes with
+    the best access to it, and each such initiator links the target under its ``accessN/targets/``;
+    drivers/acpi/numa/hmat.c (hmat_register_target_initiators) keeps every initiator whose figures equal the best,
+    so a target as near to two CPU nodes lists both. Without per-initiator HMAT figures in the profile, the nearest
+    is by SLIT distance (ACPI 6.5, 5.2.17: the relative latency between the two domains)."""
+    system = load_profile("memory-only-nodes", text=MEMORY_ONLY_PROFILE)
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    base = fast_tmp / node.name / ROOT_DIR / NODES
+    want = {0: {"node0"}, 1: {"node1"}, 2: {"node1"}, 3: {"node0", "node1"}}
+    for target, initiators in want.items():
+        for access in ("access0", "access1"):
+            got = {p.name for p in (base / f"node{target}/{access}/initiators").glob("node*")}
+            assert got == initiators, (target, access, got)
+            for i in initiators:
+                assert (base / i / access / "targets" / f"node{target}").resolve() == (base / f"node{target}").resolve()
+            assert _read(base / f"node{target}/{access}/initiators/read_latency") == "90", (target, access)
+
+
+THREAD_SIZE_KB = {"x86_64": 16, "riscv64": 16, "aarch64": 64}
+"""A task's kernel stack (THREAD_SIZE) in kB: x86-64 PAGE_SIZE << THREAD_SIZE_ORDER 2 (asm/page_64_types.h, no
+KASAN), riscv64 the same order (asm/thread_info.h), arm64 with 64 KiB pages THREAD_SHIFT = PAGE_SHIFT (asm/memory.h:
+a vmapped stack is at least a page)."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "t4-cloud", "gh200", "riscv-nvlink-fusion"))
+def test_kernel_stack_is_whole_stacks(rendered: Rendered, profile: str) -> None:
+    """``KernelStack`` is NR_KERNEL_STACK_KB (fs/proc/meminfo.c, drivers/base/node.c), which account_kernel_stack
+    (kernel/fork.c) moves by THREAD_SIZE / 1024 per task: every machine and node figure is a whole number of
+    stacks."""
+    for _, _, root in rendered(profile):
+        info = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        unit = THREAD_SIZE_KB[info["Architecture"]]
+        files = [root / "proc/meminfo", *sorted((root / NODES).glob("node[0-9]*/meminfo"))]
+        stacks = [_meminfo_kb(f)["KernelStack"] for f in files]
+        assert all(kb % unit == 0 for kb in stacks), (profile, unit, stacks)
+        assert any(stacks), profile
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
+def test_percpu_memory_holds_a_populated_page_for_every_possible_cpu(rendered: Rendered, profile: str) -> None:
+    """``Percpu`` is pcpu_nr_pages() (fs/proc/meminfo.c): the populated pages of the percpu chunks times the number
+    of units, one unit per possible CPU (mm/percpu.c); the first chunk, holding every CPU's static per-CPU data, is
+    populated at boot, so the figure is at least a page per possible CPU, in whole pages per unit."""
+    for _, _, root in rendered(profile):
+        percpu = _meminfo_kb(root / "proc/meminfo")["Percpu"]
+        cpus = len(_cpulist(_read(root / CPUS / "possible")))
+        assert percpu >= cpus * _page_kb(root), (profile, percpu, cpus)
+        assert percpu % (cpus * _page_kb(root)) == 0, (profile, percpu, cpus)
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gb200-nvl72", "t4-cloud"))
+def test_a_gpus_dma_mask_and_irq_are_the_ones_its_driver_reports(rendered: Rendered, profile: str) -> None:
+    """``/proc/driver/nvidia/gpus/<bdf>/information`` prints the GPU's pci_dev->dma_mask (``DMA Size: N bits``,
+    nv_count_bits of it, and ``DMA Mask: 0x...``; the open kernel module's nv-procfs.c), whose width the PCI core
+    shows as ``dma_mask_bits`` (drivers/pci/pci-sysfs.c: fls64(dma_mask)); and its IRQ (below)."""
+    for _, node, root in rendered(profile):
+        assert node.gpus, profile
+        for g in node.gpus:
+            info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in
+                    (root / "proc/driver/nvidia/gpus" / str(g.address) / "information").read_text().splitlines())}
+            bits = int(info["DMA Size"].split()[0])
+            assert int(info["DMA Mask"], 16) == (1 << bits) - 1, (profile, g.name, info["DMA Mask"])
+            pci = root / "sys/bus/pci/devices" / str(g.address)
+            assert int(_read(pci / "dma_mask_bits")) == bits, (profile, g.name)
+            # the driver's IRQ is pdev->irq (nv-pci.c; after pci_enable_msi the MSI vector, nv-msi.c), which the
+            # PCI irq attribute shows (pci-sysfs.c irq_show: the first MSI vector when MSI is on, else pdev->irq);
+            # a GPU without one is refused ("No interrupts of any type are available", nv.c)
+            assert int(info["IRQ"]) == int(_read(pci / "irq")) > 0, (profile, g.name, info["IRQ"])
+
+
+MSI_RESERVED = {"x86_64": (0xFEE00000, 0xFEEFFFFF), "aarch64": (0x8000000, 0x8000000 + 0x100000 - 1)}
+"""The MSI window an IOMMU group reserves: x86's interrupt address range (Intel VT-d IOAPIC_RANGE_START/END, AMD-Vi
+MSI_RANGE_START/END: 0xfee00000-0xfeefffff, IOMMU_RESV_MSI); arm64 SMMU's software MSI window (MSI_IOVA_BASE 0x8000000,
+MSI_IOVA_LENGTH 0x100000, IOMMU_RESV_SW_MSI)."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200"))
+def test_every_iommu_group_reserves_the_msi_window(rendered: Rendered, profile: str) -> None:
+    """drivers/iommu/iommu.c (iommu_group_show_resv_regions): ``reserved_regions`` prints each reserved region as
+    ``0x%016llx 0x%016llx <type>``, start and inclusive end, and both MSI kinds are ``msi``; VFIO reads it to keep
+    the window out of a guest's IOVA space."""
+    for _, _, root in rendered(profile):
+        info = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        start, end = MSI_RESERVED[info["Architecture"]]
+        groups = sorted((root / "sys/kernel/iommu_groups").iterdir())
+        assert groups, profile
+        # iommu_group_alloc takes the lowest free id (ida_alloc) and a booted machine frees none: 0 .. N-1
+        assert sorted(int(g.name) for g in groups) == list(range(len(groups))), profile
+        for g in groups:
+            assert f"0x{start:016x} 0x{end:016x} msi" in _read(g / "reserved_regions").splitlines(), (profile, g.name)
+
+
+DMA_BITS_BY_DRIVER = {"pcieport": 32, "mlx5_core": 64, "nvidia-nvswitch": 64}
+"""``dma_mask_bits`` (fls64 of the function's DMA mask, drivers/pci/pci-sysfs.c) by the driver bound: the PCI core
+starts every function at 32 bits (drivers/pci/probe.c, pci_setup_device: "Assume 32-bit PCI") and the port driver
+changes nothing; mlx5_core asks for 64 (set_dma_caps: DMA_BIT_MASK(64)); nvidia-nvswitch for the switch's DMA width,
+64 on the LR10 and LS10 NVSwitches (open-gpu-kernel-modules: DMA_ADDR_WIDTH_LR10/LS10)."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool"))
+def test_dma_mask_bits_are_what_each_functions_driver_set(rendered: Rendered, profile: str) -> None:
+    for _, _, root in rendered(profile):
+        seen = set()
+        for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+            driver = os.path.basename(os.readlink(d / "driver")) if (d / "driver").is_symlink() else ""
+            if driver in DMA_BITS_BY_DRIVER:
+                assert int(_read(d / "dma_mask_bits")) == DMA_BITS_BY_DRIVER[driver], (profile, d.name, driver)
+                seen.add(driver)
+        assert "pcieport" in seen and "mlx5_core" in seen, (profile, seen)
+
+
+DYNAMIC_CHAR_DRIVERS = ("nvidia-uvm", "nvidia-nvswitch", "nvidia-caps", "nvidia-caps-imex-channels", "cxl", "dax")
+"""Drivers that register their character region with a dynamic major (alloc_chrdev_region or register_chrdev with
+major 0): the UVM, NVSwitch, capability and IMEX channel devices of the NVIDIA driver, cxl_core's memdevs and dax."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "gb200-nvl72"))
+def test_every_dynamic_major_is_its_own_and_in_the_dynamic_ranges(rendered: Rendered, profile: str) -> None:
+    """fs/char_dev.c (find_dynamic_major): a dynamic major is a free one from 254 down to 234
+    (CHRDEV_MAJOR_DYN_END), then from 511 down to 384 (CHRDEV_MAJOR_DYN_EXT_START/END), and no other region holds
+    it, so two drivers that asked for one never share it (``/proc/devices`` lists each)."""
+    for _, _, root in rendered(profile):
+        names = {name: major for major, group in _char_majors(root).items() for name in group}
+        dynamic = {n: names[n] for n in DYNAMIC_CHAR_DRIVERS if n in names}
+        assert dynamic, profile
+        assert len(set(dynamic.values())) == len(dynamic), (profile, dynamic)
+        for name, major in dynamic.items():
+            assert 234 <= major <= 254 or 384 <= major <= 511, (profile, name, major)
+            assert all(n == name for n, m in names.items() if m == major), (profile, name, major)
+
+
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_a_memdevs_payload_max_is_a_mailbox_payload_size(rendered: Rendered, profile: str) -> None:
+    """``memN/payload_max`` is the mailbox's payload size (drivers/cxl/core/memdev.c, payload_max_show), which the
+    Mailbox Capabilities register gives as 2^n bytes, from 256 (n = 8) to 1 MiB (n = 20) (CXL 2.0 8.2.8.4.3;
+    cxl_pci refuses a smaller one and clamps a larger one to SZ_1M)."""
+    for _, _, root in rendered(profile):
+        memdevs = sorted((root / CXL_DEVICES).glob("mem[0-9]*"))
+        assert memdevs, profile
+        for m in memdevs:
+            size = int(_read(m / "payload_max"))
+            assert 256 <= size <= 1 << 20 and size & (size - 1) == 0, (profile, m.name, size)
+
+
+def test_a_gpu_falling_off_the_bus_takes_only_its_own_function_away(fast_tmp: Path) -> None:
+    """A GPU that fell off the bus is removed by the PCI core alone (pci_stop_and_remove_bus_device: that device and
+    what is below it), and the NVIDIA driver drops only its ``gpus/<bdf>`` entry (nv-procfs.c, per device): every
+    other GPU keeps its function and its entry, whichever index the lost one had."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    lost = node.gpus[2]
+    state = derive_state(node, [ActiveFault("f-0", node.name, FallenOffBus(device=lost.name), 0.0)])
+    render_tree(RenderContext(system, node, state, True), OutputDir(fast_tmp / node.name))
+    root = fast_tmp / node.name / ROOT_DIR
+    for g in node.gpus:
+        present = g.name != lost.name
+        assert (root / "sys/bus/pci/devices" / str(g.address)).exists() == present, g.name
+        assert (root / "proc/driver/nvidia/gpus" / str(g.address)).exists() == present, g.name

@@ -149,7 +149,7 @@ class NodeUse:
             key = Key((tuple(sorted(self.held)), tuple(sorted(self.tenants.items())),
                        tuple(sorted(self.reserved.items())), tuple(sorted(self.burst.items())),
                        tuple(sorted((k, tuple(sorted(v))) for k, v in self.pool_tenants.items())),
-                       tuple(sorted((b.request.priority, len(b.holding.gpus)) for b in self.pods)),
+                       tuple(sorted((b.request.priority, len(b.holding.gpus), b.holding.kind) for b in self.pods)),
                        self.booked, self.booked_bytes))
             if self.keys is not None:  # one object per distinct state: dictionaries then match it by identity
                 if len(self.keys) > INTERNED_KEYS:
@@ -208,8 +208,16 @@ class GangPlan:
         return Counter({n: c for n, c in slots.items() if c > 0})
 
 
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+"""Pod phases that hold nothing: kube-scheduler's pod informer leaves such pods out (field selector
+``status.phase!=Succeeded,status.phase!=Failed``) and the kubelet gives their devices back."""
+
+
 def parse_bound(pod: Mapping[str, Any]) -> Bound | None:
-    """A bound pod's request and holding (None for pending or unreadable pods)."""
+    """A bound pod's request and holding (None for pending, finished or unreadable pods)."""
+    status = pod.get("status")
+    if isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES:
+        return None
     try:
         req = PodRequest.from_pod(pod)
         holding = Holding.from_pod(pod)
@@ -465,7 +473,8 @@ class Policy:
         available = len(free) - booked
         if req.gpus > available:
             unhealthy = len(node.gpus) - len(node.healthy_gpus)
-            lower = sum(len(b.holding.gpus) for b in use.pods if b.request.priority < req.priority)
+            lower = sum(len(b.holding.gpus) for b in use.pods if b.request.priority < req.priority
+                        and (b.holding.kind != "reservation" or flags.preempt_reservations))  # what victims() evicts
             reason = (f"needs {req.gpus} GPUs; {max(0, available)} free and healthy ({unhealthy} unhealthy, "
                       f"{len(use.held)} held, {booked} booked by gangs)")
             return Refusal(node.name, reason, req.gpus <= available + lower)
@@ -648,7 +657,7 @@ class Policy:
             committed = plan.gang in self.snap.plans
             for n in names:
                 if slots.get(n, 0) <= 0:
-                    unresolvable[n] = f"gang {plan.gang} is booked on {plan.domain} (token {plan.token[:6]}...)"
+                    unresolvable[n] = f"gang {plan.gang} is booked on {plan.domain} (token {plan.token})"
                     continue
                 verdict = self.evaluate(req, n, own_slots=slots[n] if committed else 0)
                 if isinstance(verdict, Placement):
@@ -702,7 +711,12 @@ class Policy:
         return plan.open_slots().get(node, 0) if plan is not None else 0
 
     def victims(self, req: PodRequest, node: str, offered: Sequence[str]) -> list[str] | None:
-        """UIDs to evict on ``node`` so ``req`` fits there (bursts first, never reservations), or None."""
+        """UIDs to evict on ``node`` so ``req`` fits there (bursts first, never reservations), or None.
+
+        Never an empty list for a node kube-scheduler offered victims on: its preemption (callExtenders) fails as a
+        whole, "expected at least one victim pod on node", when a non-ignorable extender answers such a node with
+        none. Where the pod fits without evicting anything the extender may evict (the offered pods are reservations
+        or hold nothing it counts), the node is left out instead. An empty list answers only a node offered none."""
         snap = self.snap
         use = snap.use_of(node)
         info = snap.nodes.get(node)
@@ -720,7 +734,9 @@ class Policy:
             if self._fits_without(req, node, chosen):
                 break
             chosen.append(b.uid)
-        return chosen if self._fits_without(req, node, chosen) else None
+        if not self._fits_without(req, node, chosen) or (offered and not chosen):
+            return None
+        return chosen
 
     def _fits_without(self, req: PodRequest, node: str, uids: Sequence[str]) -> bool:
         gone = set(uids)
