@@ -106,9 +106,11 @@ class GpuState:
     xids: tuple[int, ...]
     faults: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        """Built by hand: ``dataclasses.asdict`` deep-copies and this runs on every render."""
-        return {
+    def to_json(self, history: bool = True) -> dict[str, Any]:
+        """Built by hand: ``dataclasses.asdict`` deep-copies and this runs on every render. ``history`` False
+        leaves out the lists that grow with every fault on the GPU, ``xids`` and ``faults`` (``state.json``
+        encodes them from remembered text)."""
+        doc = {
             "name": self.name,
             "index": self.index,
             "uuid": self.uuid,
@@ -123,9 +125,10 @@ class GpuState:
             "retired_pages_dbe": self.retired_pages_dbe,
             "links": [{"link": link.link, "up": link.up, "errors": link.errors} for link in self.links],
             "fabric_health": list(self.fabric_health),
-            "xids": list(self.xids),
-            "faults": list(self.faults),
         }
+        if history:
+            doc["xids"], doc["faults"] = list(self.xids), list(self.faults)
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,10 +262,8 @@ def derive_state(node: Node, faults: Sequence[ActiveFault] | NodeFaults, generat
     :class:`NodeFaults` (the agent keeps one per node) spares grouping them again."""
     grouped = faults if isinstance(faults, NodeFaults) else NodeFaults(faults)
     down = _down_ports(node, grouped.links_down())
-    if memo is None:
-        gpus = tuple(_gpu_state(node, g.name, grouped.on(g.name), down) for g in node.gpus)
-    else:
-        gpus = tuple(_remembered_gpu_state(node, g.name, grouped.on(g.name), down, memo) for g in node.gpus)
+    memo = {} if memo is None else memo  # one path with or without memory: the same states either way
+    gpus = tuple(_gpu_state(node, g.name, grouped.on(g.name), down, memo) for g in node.gpus)
     memdevs = tuple(
         MemdevState(
             m.name,
@@ -283,11 +284,12 @@ def derive_state(node: Node, faults: Sequence[ActiveFault] | NodeFaults, generat
     return NodeState(node.name, generation, seed, gpus, memdevs, pools, grouped.ordered(), down)
 
 
-def _remembered_gpu_state(node: Node, name: str, faults: tuple[ActiveFault, ...], down: frozenset[tuple[str, int]],
-                          memo: dict[str, Any]) -> GpuState:
-    """The GPU's state from the last one remembered: the same when its faults and the down ports are; when faults
-    were only added (an injection), the remembered fold carries on with the new ones instead of walking every
-    active fault of the GPU again (what made an injection slower the more faults the GPU had)."""
+def _gpu_state(node: Node, name: str, faults: tuple[ActiveFault, ...], down: frozenset[tuple[str, int]],
+               memo: dict[str, Any]) -> GpuState:
+    """The GPU's state, from the last one remembered in ``memo`` when there is one: the same when its faults and
+    the down ports are; when faults were only added (an injection), the remembered fold carries on with the new
+    ones instead of walking every active fault of the GPU again (what made an injection slower the more faults the
+    GPU had). Otherwise (nothing remembered, or faults healed) every fault is folded afresh."""
     key = (faults, down)  # faults never change and their ids are never reused: equal tuples, the same faults
     hit = memo.get(name)
     if hit is not None and hit[0] == key:
@@ -309,15 +311,6 @@ def _remembered_gpu_state(node: Node, name: str, faults: tuple[ActiveFault, ...]
     state = fold.state(gpu, down)
     memo[name] = (key, state, fold)
     return state
-
-
-def _gpu_state(node: Node, name: str, faults: Sequence[ActiveFault], down: frozenset[tuple[str, int]]) -> GpuState:
-    gpu = node.gpu(name)
-    assert gpu is not None
-    fold = _GpuFold(gpu)
-    for f in faults:
-        fold.add(f)
-    return fold.state(gpu, down)
 
 
 class _GpuFold:

@@ -40,6 +40,8 @@ class SnapshotCache:
         self._sections: dict[str, tuple[tuple[object, ...], tuple[bytes, ...], bytes]] = {}
         self.built = 0
         """Parts built (not reused) since the cache was made: what tests and benchmarks look at."""
+        self.written: bytes | None = None
+        """The answers of the snapshot last written (see :func:`fakehw.nvml.snapshot.snapshot_answers`)."""
 
     def part(self, name: Hashable, key: Any, make: Callable[[], T]) -> T:
         """The part called ``name`` built from inputs ``key``: the remembered one when ``key`` equals the inputs it

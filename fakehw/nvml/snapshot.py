@@ -605,20 +605,21 @@ def _nic_records(node: Node, topo: NodeTopology) -> tuple[NicRecord, ...]:
 # --------------------------------------------------------------------------------------------------- files
 
 
-def write_snapshot(path: Path, data: bytes, release: Releaser | None = None) -> bool:
+def write_snapshot(path: Path, data: bytes, release: Releaser | None = None, changed: bool = False) -> bool:
     """Replace ``path`` with ``data`` atomically, then flag the replaced file as superseded.
 
     A reader that mapped the old file sees the flag on its next call and re-opens the path, so it never reads
     half a file and needs no system call to notice a new generation. Returns False (nothing written) when the
     file already gives the same answers: a re-render with nothing changed differs only in its render time, and
     keeping the old file keeps sample timestamps at the moment the answers last changed. ``release``: where the
-    replaced file is closed (:class:`~fakehw.render.atomic.Releaser`).
+    replaced file is closed (:class:`~fakehw.render.atomic.Releaser`). ``changed``: the caller knows the answers
+    differ from the file's (it remembers what it wrote last), so the file is not read back to compare.
     """
     old_fd = -1
     with contextlib.suppress(OSError):
         old_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
-        written = atomic_write(path, data, same=_same_answers)
+        written = atomic_write(path, data, same=_same_answers, compare=not changed)
         if written and old_fd >= 0:
             _mark_superseded(old_fd)
     finally:
@@ -631,10 +632,10 @@ def write_snapshot(path: Path, data: bytes, release: Releaser | None = None) -> 
 
 
 def _same_answers(old: bytes, new: bytes) -> bool:
-    return _answers(old) == _answers(new)
+    return snapshot_answers(old) == snapshot_answers(new)
 
 
-def _answers(data: bytes) -> bytes:
+def snapshot_answers(data: bytes) -> bytes:
     """The snapshot without the header fields that change when nothing else does (render time, checksum)."""
     buf = bytearray(data)
     hdr = layout.layout_of(HeaderRecord)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fakehw.model.export import node_to_json
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
 
 if TYPE_CHECKING:
-    from fakehw.agent.state import NodeState
+    from fakehw.agent.state import ActiveFault, GpuState, NodeState
+
+T = TypeVar("T")
 
 
 def render_model(ctx: RenderContext, out: OutputDir) -> None:
@@ -32,40 +35,76 @@ def render_state(ctx: RenderContext, out: OutputDir) -> None:
 
 class StateFragments:
     """JSON text of the parts of ``state.json`` that rarely change (a GPU's state, an active fault), by the object
-    it was made from: a change re-encodes what it changed, not every fault of the node."""
+    it was made from, and of the lists that grow at their end (the node's active faults, a GPU's Xids and fault
+    ids): a change re-encodes what it changed, not every fault of the node or of the GPU."""
 
     def __init__(self) -> None:
         self.gpus: dict[int, tuple[object, str]] = {}
         self.faults: dict[str, str] = {}
-        self.fault_list: tuple[object, ...] = ()
-        """The faults the last ``state.json`` listed, and their JSON text (``fault_text``): an injection appends
-        one fault, so its text is appended to the last one's instead of walking every active fault again."""
-        self.fault_text = ""
+        """The JSON text of each active fault, by id (a heal rebuilds the list from these)."""
+        self.fault_list = ListText()
+        self.lists: dict[tuple[str, str], ListText] = {}
+        """Per (GPU, list): its Xids' and fault ids' text."""
         self.written: bytes | None = None
         """The bytes of the last ``state.json`` written."""
+
+
+class ListText:
+    """The JSON text of a list's items (without the brackets), remembered with the items it was made from. The
+    lists of ``state.json`` grow at their end between renders (an injection adds one fault, one Xid), so when the
+    last items are a prefix of the new ones only the items that joined are encoded; otherwise it is made again."""
+
+    def __init__(self) -> None:
+        self.items: tuple[object, ...] = ()
+        self.text = ""
+
+    def of(self, items: tuple[T, ...], encode: Callable[[T], str],
+           rebuild: Callable[[tuple[T, ...]], str] | None = None) -> str:
+        """The text of ``items``: ``encode`` makes one item's, ``rebuild`` (default: ``encode`` each) the whole
+        list's when it did not only grow."""
+        old = self.items
+        if old and len(items) >= len(old) and items[:len(old)] == old:  # the same objects: compared by identity
+            text = ",".join([self.text, *map(encode, items[len(old):])]) if len(items) > len(old) else self.text
+        else:
+            text = rebuild(items) if rebuild is not None else ",".join(map(encode, items))
+        self.items, self.text = items, text
+        return text
 
 
 def _compact(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def _object_text(doc: dict[str, Any], raw: dict[str, str]) -> str:
+    """``_compact`` of ``doc`` with the members in ``raw`` given as JSON text already."""
+    return "{" + ",".join(f"{_compact(k)}:{raw[k] if k in raw else _compact(doc[k])}"
+                          for k in sorted([*doc, *raw])) + "}"
+
+
 def _faults_text(state: NodeState, memo: StateFragments) -> str:
-    """The active faults as a JSON list's inside: appended to when the last list is a prefix of this one (an
-    injection), else rebuilt from the remembered text of each fault (a heal)."""
-    old, new = memo.fault_list, state.faults
-    if old and len(new) >= len(old) and new[:len(old)] == old:  # the same objects: compared by identity first
-        added = [_compact(f.to_json()) for f in new[len(old):]]
-        memo.faults.update((f.id, t) for f, t in zip(new[len(old):], added, strict=True))
-        text = ",".join([memo.fault_text, *added]) if added else memo.fault_text
-    else:
-        faults: dict[str, str] = {}
-        for f in new:
-            known = memo.faults.get(f.id)
-            faults[f.id] = known if known is not None else _compact(f.to_json())
-        memo.faults = faults
-        text = ",".join(faults.values())
-    memo.fault_list, memo.fault_text = new, text
-    return text
+    """The active faults as a JSON list's inside: appended to on an injection, else rebuilt from the remembered
+    text of each fault (a heal)."""
+
+    def encode(f: ActiveFault) -> str:
+        text = memo.faults[f.id] = _compact(f.to_json())
+        return text
+
+    def rebuild(faults: tuple[ActiveFault, ...]) -> str:
+        known = memo.faults
+        memo.faults = {f.id: known[f.id] if f.id in known else _compact(f.to_json()) for f in faults}
+        return ",".join(memo.faults.values())
+
+    return memo.fault_list.of(state.faults, encode, rebuild)
+
+
+def _gpu_text(gpu: GpuState, memo: StateFragments) -> str:
+    """A GPU's state as JSON: its Xids and fault ids (which grow with every fault on it) from their remembered
+    text."""
+    lists = memo.lists
+    xids = lists.get((gpu.name, "xids")) or lists.setdefault((gpu.name, "xids"), ListText())
+    ids = lists.get((gpu.name, "faults")) or lists.setdefault((gpu.name, "faults"), ListText())
+    return _object_text(gpu.to_json(history=False), {"xids": "[" + xids.of(gpu.xids, str) + "]",
+                                                     "faults": "[" + ids.of(gpu.faults, _compact) + "]"})
 
 
 def state_json(state: NodeState, memo: StateFragments) -> bytes:
@@ -74,10 +113,8 @@ def state_json(state: NodeState, memo: StateFragments) -> bytes:
     for g in state.gpus:
         hit = memo.gpus.get(id(g))
         if hit is None or hit[0] is not g:
-            hit = (g, _compact(g.to_json()))
+            hit = (g, _gpu_text(g, memo))
         gpus[id(g)] = hit
     memo.gpus = gpus
-    doc = state.to_json(gpus=False, faults=False)
     raw = {"gpus": "[" + ",".join(t for _, t in gpus.values()) + "]", "faults": "[" + _faults_text(state, memo) + "]"}
-    parts = [f"{_compact(k)}:{raw[k] if k in raw else _compact(doc[k])}" for k in sorted([*doc, *raw])]
-    return ("{" + ",".join(parts) + "}\n").encode()
+    return (_object_text(state.to_json(gpus=False, faults=False), raw) + "\n").encode()

@@ -296,3 +296,29 @@ def test_the_releaser_closes_what_it_is_given_and_closes_inline_when_full(tmp_pa
         with pytest.raises(OSError):
             os.fstat(fd)  # type: ignore[arg-type]
     assert release.hold(tmp_path / "missing") is None
+
+
+def test_a_snapshot_rendered_with_memory_is_written_when_its_answers_change_and_put_back_when_removed(
+        tmp_path: Path) -> None:
+    """The renderer remembers the answers it wrote last, so a change is written without reading the file back;
+    a render that changes nothing leaves the file alone (its mtime stays) unless the file is gone."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    run = Scenario(system, node)
+    memo = RenderMemo()
+    path = tmp_path / snapshot.SNAPSHOT_FILE
+
+    def render() -> snapshot.Snapshot:
+        render_node(system, node, run.state(), tmp_path, initial=not path.exists(), events=tuple(run.events),
+                    outputs=frozenset({"nvml"}), memo=memo)
+        return snapshot.Snapshot.from_bytes(path.read_bytes())
+
+    assert render().gpus[0].xid_count == 0
+    run.inject({"kind": "xid", "device": node.gpus[0].name, "code": 13})
+    changed = render()
+    assert changed.gpus[0].xid_count == 1 and changed.gpus[0].last_xid == 13 and len(changed.events) == 1
+    before = path.stat().st_mtime_ns
+    assert snapshot.snapshot_answers(render().to_bytes()) == snapshot.snapshot_answers(changed.to_bytes())
+    assert path.stat().st_mtime_ns == before, "nothing changed: the file is left alone"
+    path.unlink()
+    assert render().gpus[0].xid_count == 1, "the same answers again: a removed file is put back"
