@@ -49,7 +49,7 @@ from fakehw.nvml.readings import (
     gpu_readings,
     memory_bus_width,
     reserved_mib,
-    stable_int,
+    unit,
 )
 from fakehw.nvml.snapcache import SnapshotCache
 from fakehw.render.atomic import Releaser, atomic_write
@@ -402,8 +402,7 @@ def _gpu_record(system: System, node: Node, static: _GpuStatic, gpu: Gpu, gstate
             for counter in (0, 1):  # volatile, aggregate
                 ecc[(etype * 2 + counter) * layout.ECC_LOCATIONS + loc] += count
     dbe = gstate.retired_pages_dbe
-    dbe_pages = tuple(0x1000 * (1 + stable_int(seed, gpu.id, "page", i, bits=24)) for i in range(dbe))
-    dbe_pages = dbe_pages[: layout.RETIRED_PAGES_MAX]
+    dbe_pages = retired_pages(seed, gpu.id, dbe, total)
     links: list[LinkRecord] = [_NO_LINK] * layout.MAX_LINKS
     for i, (number, link) in enumerate(static.links):
         link_state = gstate.links[i]
@@ -459,6 +458,25 @@ def _remap_histogram(sku: GpuSku, uncorrectable: int) -> tuple[int, int, int, in
     banks = sku.row_remap_banks or 0
     moved = min(uncorrectable, banks)
     return banks - moved, moved, 0, 0, 0
+
+
+def retired_pages(seed: int, gpu_id: object, count: int, framebuffer: int) -> tuple[int, ...]:
+    """Addresses of ``count`` pages retired for double-bit errors (at most what the record holds). nvml.h calls
+    each "the hardware address of the page that was retired": an address in the board's framebuffer, retired once,
+    so distinct pages below ``framebuffer`` bytes (page 0 left out: nothing to tell it from an empty slot)."""
+    frames = framebuffer // PAGE_BYTES - 1
+    wanted = min(count, layout.RETIRED_PAGES_MAX, max(frames, 0))
+    pages: dict[int, None] = {}
+    draw = 0
+    while len(pages) < wanted:
+        pages.setdefault(PAGE_BYTES * (1 + int(unit(seed, gpu_id, "page", draw) * frames)))
+        draw += 1
+    return tuple(pages)
+
+
+PAGE_BYTES = 4096
+"""The granule the fake retires (its choice: nvml.h gives no page size, only that each is a retired page's
+address)."""
 
 
 def node_topology(system: System, node: Node, state: NodeState) -> NodeTopology:

@@ -481,6 +481,21 @@ def test_a_turing_board_retires_pages(nvml: Nvml, pynvml_module: ModuleType) -> 
     assert error_of(lambda: n.nvmlDeviceGetRemappedRows(h)) == n.NVML_ERROR_NOT_SUPPORTED
 
 
+def test_retired_pages_are_distinct_pages_of_the_framebuffer(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetRetiredPages returns "the hardware address of the page that was retired": an address
+    in the board's framebuffer, so below the real T4's 15360 MiB (its capture's fb_memory_usage total), and no page
+    twice (a page is retired once). The fake drew them from 24 random bits of 4 KiB pages, up to 64 GiB: 14 of 16
+    lay past a T4's memory."""
+    n = pynvml_module
+    nvml("t4-cloud", faults=[{"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 16,
+                              "location": "device-memory"}])
+    framebuffer = number(board_capture("t4")["/fb_memory_usage/total"]) * 2**20
+    pages = n.nvmlDeviceGetRetiredPages(handles(n)[0], n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    assert len(pages) == 16
+    assert all(0 <= page < framebuffer for page in pages), [hex(p) for p in pages]
+    assert len(set(pages)) == len(pages)
+
+
 def test_temperature_thresholds_are_the_real_t4s(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvidia-smi -q prints nvmlDeviceGetTemperatureThreshold as ``gpu_temp_max_threshold`` (SHUTDOWN),
     ``gpu_temp_slow_threshold`` (SLOWDOWN) and ``gpu_temp_max_gpu_threshold`` (GPU_MAX): each must be the real
