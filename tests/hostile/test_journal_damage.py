@@ -234,12 +234,7 @@ def test_a_checksum_field_edited_to_the_same_value_is_still_damage(tmp_path: Pat
     """docs/agent.md: "Anything else [than a torn last line] stops the agent with a message naming the file, the
     line and the problem." A zero put in front of a record's checksum leaves its value, but the line is not what
     the journal wrote (a record is ``<number> <crc32 as 8 hex digits> <json>``): it is refused, not read."""
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    journal.compact([])
-    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
-    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 2})
-    journal.close()
+    path = _closed_journal(tmp_path, 1, 2)
     lines = lines_of(path)
     number, crc, body = lines[1].split(b" ", 2)
     lines[1] = b" ".join([number, b"0" + crc, body])
@@ -253,11 +248,7 @@ def test_what_was_lost_is_logged_once_and_a_sound_journal_logs_nothing(tmp_path:
                                                                       caplog: pytest.LogCaptureFixture) -> None:
     """docs/agent.md: a recovered journal "logs what was lost" (a warning an operator sees once, at the start
     that recovered it); a journal that checked out is no news, and later compactions do not repeat it."""
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    journal.compact([])
-    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
-    journal.close()
+    path = _closed_journal(tmp_path, 1)
     caplog.set_level(logging.WARNING, logger="fakehw.agent.journal")
     sound = Journal(path)
     sound.compact(sound.replay())
@@ -278,11 +269,7 @@ def test_a_meta_file_that_does_not_parse_is_damage_named_by_its_file(tmp_path: P
     """docs/agent.md: the meta file holds the journal's high-water mark and epoch, and damage "stops the agent with a
     message naming the file ... and the problem" (never a traceback). A meta file cut short, of another shape, or
     with a mark that is not a number is that: refused, then salvaged from the journal's own records."""
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    journal.compact([])
-    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
-    journal.close()
+    path = _closed_journal(tmp_path, 1)
     path.with_name("journal.jsonl.meta").write_bytes(garbage)
     with pytest.raises(JournalDamaged) as refused:
         Journal(path)
@@ -338,11 +325,7 @@ def test_a_meta_file_that_cannot_be_read_is_damage_named_by_its_file(tmp_path: P
     A meta file that cannot be read at all (here a directory stands at its name: read(2) fails with EISDIR, which a
     root agent gets where permissions would not stop it) is refused naming it and why, then salvaged from the
     journal's own records."""
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    journal.compact([])
-    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
-    journal.close()
+    path = _closed_journal(tmp_path, 1)
     meta = path.with_name("journal.jsonl.meta")
     meta.unlink()
     meta.mkdir()
@@ -395,10 +378,7 @@ def test_a_huge_meta_file_is_refused_without_being_read_whole(tmp_path: Path) ->
     looking at its beginning, not by reading all of it into memory. The journal is opened in a process whose
     address space is capped at 256 MiB above what it uses (setrlimit(2) RLIMIT_AS: an allocation past it fails
     whatever the kernel's overcommit setting), so reading the whole file cannot succeed there."""
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    journal.compact([])
-    journal.close()
+    path = _closed_journal(tmp_path)
     meta = path.with_name("journal.jsonl.meta")
     with open(meta, "r+b") as fh:
         fh.truncate(4 << 30)  # the real meta file's bytes first, then 4 GiB of holes (zeros)
@@ -447,11 +427,7 @@ def test_a_checksummed_line_that_is_no_record_is_damage_named_by_its_line(tmp_pa
     refused, then skipped by a salvage that keeps the records around it."""
     import zlib
 
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    journal.compact([])
-    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
-    journal.close()
+    path = _closed_journal(tmp_path, 1)
     line = f"3 {zlib.crc32(b'3 ' + body):08x} ".encode() + body + b"\n"
     with open(path, "ab") as fh:
         fh.write(line + encode(4, {"op": "generation", "generations": {}, "fault_counter": 0, "seq": 4}))
@@ -478,11 +454,7 @@ def test_a_meta_file_of_another_shape_is_refused_saying_what_is_wrong(tmp_path: 
     restarts"); one from a newer format, without its version, or with reservations, epoch or mark that are not
     numbers is not read as if it were sound (a string "1025" taken as a number, a list taken for reservations), nor
     does it crash the agent: it is refused naming the file and what is wrong."""
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    journal.compact([])
-    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
-    journal.close()
+    path = _closed_journal(tmp_path, 1)
     path.with_name("journal.jsonl.meta").write_bytes(meta)
     with pytest.raises(JournalDamaged) as refused:
         Journal(path)
@@ -502,10 +474,7 @@ def test_two_recoveries_in_one_second_keep_both_originals(tmp_path: Path, monkey
     when = datetime.datetime(2026, 11, 26, 15, 4, 5, tzinfo=datetime.UTC)
     frozen = time.gmtime(when.timestamp())
     monkeypatch.setattr(journal_module.time, "gmtime", lambda *_: frozen)
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    journal.compact([])
-    journal.close()
+    path = _closed_journal(tmp_path)
     originals, kept = [], []
     for seq in (1, 2):
         with open(path, "ab") as fh:
@@ -545,11 +514,7 @@ def test_a_checkpoint_in_the_middle_of_a_journal_is_damage(tmp_path: Path) -> No
     damage, and the checkpoint names the epoch). A checkpoint further down, even numbered in sequence and with its
     checksum right (a journal spliced after another), would silently move the journal to another epoch: it is
     refused naming its line."""
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    journal.compact([])
-    journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 1})
-    journal.close()
+    path = _closed_journal(tmp_path, 1)
     with open(path, "ab") as fh:
         fh.write(encode(3, {"op": "checkpoint", "epoch": 2, "time": 0.0}))
         fh.write(encode(4, {"op": "generation", "generations": {}, "fault_counter": 0, "seq": 4}))
@@ -562,10 +527,7 @@ def test_a_journal_that_held_only_its_checkpoint_and_is_emptied_is_damage(tmp_pa
     """docs/agent.md: "A journal that is empty, missing, shorter than the mark ... is damage, not a fresh start."
     The smallest journal an agent leaves is its checkpoint alone (a start with no fault since: the mark is 1); that
     one emptied is damage too, with the mark it held named."""
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    journal.compact([])
-    journal.close()
+    path = _closed_journal(tmp_path)
     path.write_bytes(b"")
     with pytest.raises(JournalDamaged) as refused:
         Journal(path)
@@ -587,6 +549,18 @@ def test_ids_reserved_before_the_first_compaction_survive_a_fresh_start(tmp_path
     finally:
         again.close()
 
+
+
+def _closed_journal(tmp_path: Path, *seqs: int) -> Path:
+    """A journal as a cleanly stopped agent leaves it: compacted (so it has its meta file), one generation record
+    per ``seqs``, closed. The path of its journal file."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.compact([])
+    for seq in seqs:
+        journal.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": seq})
+    journal.close()
+    return path
 
 def _record_whose_crc_starts_with_00(tmp_path: Path) -> tuple[Path, int]:
     """A journal (checkpoint, then one record) whose second line's CRC-32 is below 0x01000000 (its 8 hex digits
