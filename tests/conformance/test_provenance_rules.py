@@ -354,3 +354,187 @@ def test_a_broken_seal_quotes_both_digests_alike(run: Path) -> None:
     said, hashed = re.findall(r"([0-9a-f]+)\.\.\.", problem)
     assert len(said) == len(hashed) >= 16
     assert broken.sha256.startswith(said) and hashlib.sha256(report.canonical()).hexdigest().startswith(hashed)
+
+
+def _openssl(*argv: str, stdin: bytes = b"") -> bytes:
+    import subprocess
+
+    return subprocess.run(["openssl", *argv], input=stdin, capture_output=True, timeout=60, check=True).stdout
+
+
+def test_an_encrypted_key_openssl_made_is_opened_with_its_password_only(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/certification.md: an encrypted key takes its password from $FAKEHW_SIGN_KEY_PASSWORD. The key is made
+    and its public half printed by openssl (``genpkey -aes-256-cbc -pass``, ``pkey -pubout -passin``), so the key id
+    of what is loaded must be the sha256 of openssl's DER SubjectPublicKeyInfo. Without the password the loader
+    says which variable to set; with a wrong one it refuses the key (openssl: "bad decrypt"); an unencrypted key
+    loads whatever the variable holds, as ``openssl pkey -passin`` ignores a password a key does not need (before,
+    it was refused as "the key is encrypted" while the variable was set)."""
+    import hashlib
+
+    from conformance.provenance.dsse import PASSWORD_ENV, keyid
+
+    enc = tmp_path / "enc.pem"
+    _openssl("genpkey", "-algorithm", "ed25519", "-aes-256-cbc", "-pass", "pass:s3cret", "-out", str(enc))
+    der = _openssl("pkey", "-in", str(enc), "-passin", "pass:s3cret", "-pubout", "-outform", "DER")
+    monkeypatch.delenv(PASSWORD_ENV, raising=False)
+    with pytest.raises(SignatureError, match=r"the key is encrypted: set \$FAKEHW_SIGN_KEY_PASSWORD"):
+        SigningKey.load(enc)
+    monkeypatch.setenv(PASSWORD_ENV, "wrong")
+    with pytest.raises(SignatureError, match="not a PEM private key this tool can use"):
+        SigningKey.load(enc)
+    monkeypatch.setenv(PASSWORD_ENV, "s3cret")
+    assert keyid(SigningKey.load(enc).public) == "sha256:" + hashlib.sha256(der).hexdigest()
+    plain = tmp_path / "plain.pem"
+    _openssl("genpkey", "-algorithm", "ed25519", "-out", str(plain))
+    _openssl("pkey", "-in", str(plain), "-passin", "pass:s3cret", "-noout")  # openssl: the password is not needed
+    der = _openssl("pkey", "-in", str(plain), "-pubout", "-outform", "DER")
+    assert keyid(SigningKey.load(plain).public) == "sha256:" + hashlib.sha256(der).hexdigest()
+
+
+def _older_harness_results(environment: dict[str, Any]) -> dict[str, Any]:
+    from conformance import RESULTS_SCHEMA
+
+    return {"schema": RESULTS_SCHEMA, "complete": True, "updated": 0.0, "environment": environment, "tests": [],
+            "requirements": {}}
+
+
+def test_results_naming_targets_only_keep_them_unpinned_and_still_owe_their_requirements(tmp_path: Path) -> None:
+    """A harness that did not resolve components (results with ``environment.targets`` only, each as given on the
+    command line, ``--target KIND=SPEC``) still names what was tested: one component per target, of that kind and
+    spec, with its version when recorded, no digest and "not pinned". The report then owes every requirement of
+    those kinds in its catalogue version (the published catalogue lists them), and since nothing could be pinned
+    the statement's subject is report.json itself, by the sha256 of the file (what sha256sum prints; in-toto's
+    DigestSet holds lowercase hex). Without the targets the report names nothing and certifies nothing."""
+    import hashlib
+
+    from conformance.provenance.statement import RUN_FILES, statement
+    from conformance.report.model import build_report
+    from conformance.requirements import catalogue
+
+    env = {"targets": ["device-plugin=cmd:my-plugin --socket /x", "extender=reference"],
+           "component_versions": {"extender": "0.3.1"}}
+    report = build_report(_older_harness_results(env))
+    assert [(c.kind, c.spec, c.version, c.digest, c.hashed) for c in report.manifest.components] == [
+        ("device-plugin", "cmd:my-plugin --socket /x", None, None, "not pinned: not recorded"),
+        ("extender", "reference", "0.3.1", None, "not pinned: not recorded")]
+    owed = sorted(r.id for t in ("device-plugin", "extender") for r in catalogue().for_target(t))
+    (problem,) = completeness(report)
+    assert problem.startswith(f"{len(owed)} requirement(s) of catalogue version {report.manifest.catalogue.version} "
+                              f"for device-plugin, extender are missing from the report: {', '.join(owed[:12])}")
+    for name in RUN_FILES:
+        (tmp_path / name).write_text(report.to_json() if name == "report.json" else name)
+    stmt = statement(report, tmp_path)
+    sha256sum = hashlib.sha256((tmp_path / "report.json").read_bytes()).hexdigest()
+    assert stmt["subject"] == [{"name": "report.json", "digest": {"sha256": sha256sum},
+                                "annotations": {"hashed": "no component could be pinned by digest"}}]
+    assert stmt["predicate"]["buildDefinition"]["externalParameters"]["targets"] == env["targets"]
+    bare = build_report(_older_harness_results({"component_versions": ["not", "an", "object"]}))
+    assert bare.manifest.components == []
+    assert completeness(bare) == ["the report names no component and no result: it certifies nothing"]
+
+
+def test_a_requirement_s_duration_is_kept_to_the_millisecond() -> None:
+    """Durations are seconds to the millisecond, the precision pytest's own JUnit XML gives a test's time
+    (``time="%.3f"``, _pytest/junitxml.py) and the junit.xml of a run repeats: 1.23456 s is 1.235 s, 0.0004 s is
+    0 (a summed total then equals the sum of what each row shows)."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import build_report
+
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {}, "tests": [],
+               "requirements": {"SCHED-FIT-001": {"status": "passed", "duration": 1.23456},
+                                "SCHED-FIT-002": {"status": "passed", "duration": 0.0004}}}
+    assert [r.duration for r in build_report(results).results] == [1.235, 0.0]
+
+
+def _resealed(run: Path, tmp_path: Path, change: Any) -> Path:
+    """A copy of ``run`` whose report.json was edited by ``change`` (a function of the parsed document), then
+    resealed and restated with the project's own code: the forger's best move for an unkeyed seal."""
+    from conformance.provenance.statement import statement
+
+    forged = _copy(run, tmp_path)
+    doc = json.loads((forged / "report.json").read_text())
+    change(doc)
+    report = load_report(json.dumps(doc)).sealed()
+    (forged / "report.json").write_text(report.to_json())
+    (forged / STATEMENT_FILE).write_text(json.dumps(statement(report, forged)))
+    return forged
+
+
+def _problems(run: Path, **policy: Any) -> list[str]:
+    from conformance.provenance.verify import TrustPolicy, verify_run
+
+    return verify_run(run, TrustPolicy(**policy)).problems
+
+
+def test_a_signature_of_one_kind_is_not_accepted_for_the_other(signed: tuple[Path, Path], tmp_path: Path) -> None:
+    """docs/certification.md: --key checks a key signature, --identity/--issuer a Sigstore one; asking for one
+    kind refuses a run signed (or declared signed) the other way, naming both, before any bundle is read as the
+    other kind."""
+    from conformance.provenance.dsse import load_public_key
+
+    run, key = signed
+    recorded = json.loads((run / "report.json").read_text())["manifest"]["signing"]["keyid"]
+    for policy in ({"identity": "https://github.com/o/r/.github/workflows/certify.yml@refs/heads/main"},
+                   {"issuer": "https://token.actions.githubusercontent.com"}):
+        assert f"signature: the run is signed with a key ({recorded}), not by a Sigstore identity" in _problems(
+            run, **policy)
+    keyless = _resealed(run, tmp_path, lambda d: d["manifest"].update(signing={"mode": "sigstore"}))
+    assert ("signature: the run is signed keyless (Sigstore), not with a key: give --identity and --issuer"
+            in _problems(keyless, key=load_public_key(key.with_suffix(".pub"))))
+
+
+def test_the_recorded_public_key_must_be_the_recorded_key_id(signed: tuple[Path, Path], tmp_path: Path) -> None:
+    """A key-signed report records the key id (sha256 of the DER SubjectPublicKeyInfo, as openssl prints it) and
+    the public key; without --key the signature is checked with that public key, so the two must agree: another
+    key's PEM under the vendor's key id is refused naming both ids, and a key id without a public key is refused."""
+    import hashlib
+
+    run, _ = signed
+    other = write_key(tmp_path / "other.pem").with_suffix(".pub")
+    other_id = "sha256:" + hashlib.sha256(_openssl("pkey", "-pubin", "-in", str(other), "-outform", "DER")).hexdigest()
+    recorded = json.loads((run / "report.json").read_text())["manifest"]["signing"]["keyid"]
+    swapped = _resealed(run, tmp_path / "swapped",
+                        lambda d: d["manifest"]["signing"].update(public_key=other.read_text()))
+    assert (f"signature: the recorded public key is {other_id}, the recorded key id {recorded}"
+            in _problems(swapped))
+    for field in ("public_key", "keyid"):
+        dropped = _resealed(run, tmp_path / field, lambda d, f=field: d["manifest"]["signing"].update({f: None}))
+        assert "signature: the report declares a key signature but records no public key" in _problems(dropped)
+
+
+def test_a_dsse_envelope_is_read_as_the_spec_defines_it(signed: tuple[Path, Path], tmp_path: Path) -> None:
+    """DSSE (secure-systems-lab/dsse, envelope.md): an envelope is payload, payloadType and signatures; the in-toto
+    attestation framework's envelope says payloadType "application/vnd.in-toto+json". A bundle without one, with
+    another payload type, or with no signature is refused by name; with several signatures one verifying with the
+    trusted key is enough (DSSE's protocol: accept when a signature verifies with a trusted key), wherever it is in
+    the list."""
+    import base64
+
+    from conformance.provenance.dsse import load_public_key
+
+    run, key = signed
+    pub = load_public_key(key.with_suffix(".pub"))
+    genuine = json.loads((run / BUNDLE_FILE).read_text())
+
+    def with_bundle(name: str, change: Any) -> Path:
+        forged = _copy(run, tmp_path / name)
+        bundle = json.loads(json.dumps(genuine))
+        change(bundle)
+        (forged / BUNDLE_FILE).write_text(json.dumps(bundle))
+        return forged
+
+    stranger = base64.b64encode(SigningKey.load(write_key(tmp_path / "s.pem")).sign(b"x")).decode()
+    cases: dict[str, tuple[Any, str | None]] = {
+        "no-envelope": (lambda b: b.pop("dsseEnvelope"), "signature: the bundle holds no DSSE envelope"),
+        "plain-json": (lambda b: b["dsseEnvelope"].update(payloadType="application/json"),
+                       "signature: the envelope holds 'application/json', not an in-toto statement"),
+        "no-signature": (lambda b: b["dsseEnvelope"].update(signatures=[]),
+                         "signature: the envelope carries no signature"),
+        "stranger-first": (lambda b: b["dsseEnvelope"]["signatures"].insert(0, {"keyid": "x", "sig": stranger}),
+                           None),
+        "stranger-last": (lambda b: b["dsseEnvelope"]["signatures"].append({"keyid": "x", "sig": stranger}), None),
+    }
+    for name, (change, expected) in cases.items():
+        problems = _problems(with_bundle(name, change), key=pub)
+        assert (expected in problems) if expected else problems == [], (name, problems)
