@@ -370,12 +370,18 @@ def verify(report: Report) -> list[str]:
 
 
 def _verdict_difference(stated: Verdicts, derived: Verdicts) -> str:
+    """What the stated verdicts say that the results do not: the overall verdict, a level's verdict, or (the verdict
+    word being right) each count or list of a level that is not, and levels the catalogue does not have."""
     parts = [] if stated.overall == derived.overall else [f"overall {stated.overall} (results give {derived.overall})"]
     for level, v in derived.levels.items():
         said = stated.levels.get(level)
-        if said != v:
+        if said is None or said.verdict != v.verdict:
             parts.append(f"{level} {said.verdict if said else 'missing'} (results give {v.verdict})")
-    return "; ".join(parts) or "level details differ"
+        else:
+            parts += [f"{level} {name} {getattr(said, name)} (results give {getattr(v, name)})"
+                      for name in LevelVerdict.model_fields if getattr(said, name) != getattr(v, name)]
+    parts += [f"{level} is not a level (results give none)" for level in stated.levels if level not in derived.levels]
+    return "; ".join(parts)
 
 
 def completeness(report: Report) -> list[str]:
