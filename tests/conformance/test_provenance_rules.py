@@ -538,3 +538,105 @@ def test_a_dsse_envelope_is_read_as_the_spec_defines_it(signed: tuple[Path, Path
     for name, (change, expected) in cases.items():
         problems = _problems(with_bundle(name, change), key=pub)
         assert (expected in problems) if expected else problems == [], (name, problems)
+
+
+def test_resolved_dependencies_are_in_toto_resource_descriptors(run: Path) -> None:
+    """SLSA provenance v1's ``resolvedDependencies`` are in-toto ResourceDescriptors (in-toto attestation spec,
+    v1/resource_descriptor.md): ``digest`` is a DigestSet, algorithm name to lowercase hex (no "sha256:" prefix),
+    where ``gitCommit`` is the standard name for a git commit; ``uri`` locates the resource, for a git checkout the
+    SPDX/pip VCS form ``git+https://host/repo@commit``. A harness without a commit has neither gitCommit nor uri;
+    one from a non-https source has no uri; the profile is a dependency when its digest is known; each image is
+    one, by platform."""
+    from conformance.provenance.statement import statement
+
+    report = load_report((run / "report.json").read_text())
+    harness = report.manifest.harness
+    assert harness is not None
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    manifest = report.manifest.model_copy(update={
+        "harness": harness.model_copy(update={"commit": commit, "source": "https://github.com/fakehw/fakehw",
+                                              "digest": "sha256:" + "ab" * 32}),
+        "profile": "dgx-h100", "profile_digest": "cd" * 32,
+        "images": {"linux/riscv64": "sha256:" + "ef" * 32, "linux/amd64": "sha256:" + "12" * 32}})
+    deps = statement(report.model_copy(update={"manifest": manifest}), run)[
+        "predicate"]["buildDefinition"]["resolvedDependencies"]
+    assert [d["name"] for d in deps] == ["fakehw", "catalogue", "profile:dgx-h100", "image:linux/amd64",
+                                         "image:linux/riscv64"]
+    assert deps[0]["digest"] == {"sha256": "ab" * 32, "gitCommit": commit}
+    assert deps[0]["uri"] == f"git+https://github.com/fakehw/fakehw@{commit}"
+    assert [d["digest"] for d in deps[2:]] == [{"sha256": "cd" * 32}, {"sha256": "12" * 32}, {"sha256": "ef" * 32}]
+    for source, commit_or_none in (("/home/me/fakehw", commit), ("https://github.com/fakehw/fakehw", None)):
+        local = manifest.model_copy(update={
+            "harness": harness.model_copy(update={"commit": commit_or_none, "source": source}),
+            "profile_digest": None, "images": {}})
+        deps = statement(report.model_copy(update={"manifest": local}), run)[
+            "predicate"]["buildDefinition"]["resolvedDependencies"]
+        assert [d["name"] for d in deps] == ["fakehw", "catalogue"]
+        assert "uri" not in deps[0]
+        assert ("gitCommit" in deps[0]["digest"]) == (commit_or_none is not None)
+
+
+def test_verdicts_and_counts_name_what_the_results_contradict(run: Path) -> None:
+    """docs/certification.md, verify step 1: verdicts and counts follow from the results. A level removed from the
+    verdicts is named as missing with what the results give; a level whose verdict is right but whose counts were
+    edited is refused naming the count (before, it read "core pass (results give pass)"); a level the catalogue does
+    not have is named; a summary status that no result has but is counted (a made-up status) is named; a row
+    for a requirement the recorded catalogue version does not have is named."""
+    from conformance.report.model import RequirementResult, verify
+
+    report = load_report((run / "report.json").read_text())
+    assert verify(report) == []
+    levels = dict(report.verdicts.levels)
+    level, said = next(iter(levels.items()))
+    dropped = report.model_copy(update={"verdicts": report.verdicts.model_copy(
+        update={"levels": {k: v for k, v in levels.items() if k != level}})}).sealed()
+    assert (f"verdicts do not follow from the results (a verdict or a result was edited): {level} missing "
+            f"(results give {said.verdict})") in verify(dropped)
+    recount = report.model_copy(update={"verdicts": report.verdicts.model_copy(
+        update={"levels": {**levels, level: said.model_copy(update={"passed": said.passed + 1})}})}).sealed()
+    assert (f"verdicts do not follow from the results (a verdict or a result was edited): {level} passed "
+            f"{said.passed + 1} (results give {said.passed})") in verify(recount)
+    gold = report.model_copy(update={"verdicts": report.verdicts.model_copy(
+        update={"levels": {**levels, "gold": said}})}).sealed()
+    assert ("verdicts do not follow from the results (a verdict or a result was edited): gold is not a level "
+            "(results give none)") in verify(gold)
+    made_up = report.model_copy(update={"summary": {**report.summary, "flaky": 2}}).sealed()
+    assert "summary counts do not match the results: flaky 2 (results: 0)" in verify(made_up)
+    ghost = RequirementResult(id="DP-GHOST-001", title="t", target="device-plugin", category="allocation",
+                              level="core", required=False, status="passed", duration=0.0, tests=[])
+    extra = report.model_copy(update={"results": [*report.results, ghost],
+                                      "summary": {**report.summary, "passed": report.summary["passed"] + 1}})
+    version = report.manifest.catalogue.version
+    assert verify(extra.sealed()) == [f"DP-GHOST-001 is not in catalogue version {version}"]
+
+
+def test_a_report_of_the_wrong_shape_names_the_field(run: Path, tmp_path: Path) -> None:
+    """A report.json with a field of the wrong type is refused naming the file, the field's path and what was
+    expected, not a traceback (the guide's rule for bad input); a bundle that is JSON but not an object is named
+    as unreadable."""
+    from conformance.report.model import ReportError
+
+    doc = json.loads((run / "report.json").read_text())
+    doc["manifest"]["signing"]["mode"] = "pgp"
+    with pytest.raises(ReportError, match=r"^report.json: manifest\.signing\.mode: Input should be 'unsigned', "):
+        load_report(json.dumps(doc), "report.json")
+    forged = _copy(run, tmp_path)
+    (forged / BUNDLE_FILE).write_text("[]")
+    assert f"{BUNDLE_FILE}: unreadable (not a JSON object)" in _problems(
+        _resealed(forged, tmp_path / "key", lambda d: d["manifest"].update(signing={"mode": "key"})))
+
+
+def test_only_a_failing_test_s_message_is_kept_in_its_row() -> None:
+    """docs/certification.md: a row carries "the failure message"; a passing test's text is not a failure. Each
+    failing, erroring, skipped or not-applicable test's message is kept, named by its test id, one per line."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import build_report
+
+    tests = [{"nodeid": "t::ok", "outcome": "passed", "message": "chatter"},
+             {"nodeid": "t::bad", "outcome": "failed", "message": "gave 3 GPUs"},
+             {"nodeid": "t::na", "outcome": "not-applicable", "message": "no MIG"},
+             {"nodeid": "t::quiet", "outcome": "failed"}]
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {}, "tests": tests,
+               "requirements": {"SCHED-FIT-001": {"status": "failed", "tests": [t["nodeid"] for t in tests]}}}
+    (row,) = build_report(results).results
+    assert row.message == "t::bad: gave 3 GPUs\nt::na: no MIG"
