@@ -246,7 +246,7 @@ def _manifest(env: dict[str, Any], signing: Signing) -> Manifest:
 def _generated(results: dict[str, Any], now: float | None) -> str:
     """When the run last wrote its results (so a report rebuilt from them is the same report), else now."""
     when = now if now is not None else results.get("updated")
-    if not isinstance(when, int | float):
+    if isinstance(when, bool) or not isinstance(when, int | float):  # a boolean is no time (JSON true is not 1 s)
         when = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
