@@ -640,3 +640,45 @@ def test_only_a_failing_test_s_message_is_kept_in_its_row() -> None:
                "requirements": {"SCHED-FIT-001": {"status": "failed", "tests": [t["nodeid"] for t in tests]}}}
     (row,) = build_report(results).results
     assert row.message == "t::bad: gave 3 GPUs\nt::na: no MIG"
+
+
+def test_any_one_thing_asked_of_the_signer_makes_an_unsigned_run_fail(run: Path) -> None:
+    """docs/certification.md: with --key, --identity, --issuer or --require-signature an unsigned run is refused
+    (anyone could have written it); with none of them it verifies as UNSIGNED. Each alone is enough."""
+    from conformance.provenance.dsse import load_public_key
+
+    refused = ("the run is UNSIGNED: a signature is required (--key/--identity/--issuer given), and an unsigned "
+               "report could have been written by anyone")
+    key = load_public_key(write_key(run.parent / "any.pem").with_suffix(".pub"))
+    assert _problems(run) == []
+    for policy in ({"require_signature": True}, {"key": key}, {"identity": "someone@example.com"},
+                   {"issuer": "https://token.actions.githubusercontent.com"}):
+        assert _problems(run, **policy) == [refused], policy
+
+
+def test_differences_between_lists_with_repeated_names_go_by_position() -> None:
+    """Lists of named entries (in-toto subjects, SLSA byproducts) are compared by name so a reordering is no
+    difference; when names repeat (or are not all strings) a name does not identify an entry, so they are compared
+    by position."""
+    sealed = [{"name": "a", "v": 1}, {"name": "a", "v": 2}]
+    assert differences(sealed, [{"name": "a", "v": 1}, {"name": "a", "v": 3}]) == ["[1].v: sealed 2, the run has 3"]
+    assert differences([{"name": 1, "v": 1}, {"name": 2, "v": 2}], [{"name": 1, "v": 1}, {"name": 2, "v": 3}]) == [
+        "[1].v: sealed 2, the run has 3"]
+    assert differences([{"name": "b", "v": 2}, {"name": "a", "v": 1}], [{"name": "a", "v": 1}, {"name": "b", "v": 2}]
+                       ) == []
+
+
+def test_a_report_from_results_without_a_time_is_dated_when_it_is_built() -> None:
+    """A results file without a numeric ``updated`` (another writer's) gives a report dated when it was built, in
+    RFC 3339 UTC like every other time the report carries, not an error."""
+    import calendar
+    import time
+
+    from conformance.report.model import build_report
+
+    before = time.time()
+    for updated in ("yesterday", None, True):  # JSON true is no time (before, it dated the report 1970-01-01T00:00:01Z)
+        results = {**_older_harness_results({}), "updated": updated}
+        generated = build_report(results).generated
+        stamp = calendar.timegm(time.strptime(generated, "%Y-%m-%dT%H:%M:%SZ"))
+        assert int(before) <= stamp <= time.time(), (updated, generated)
