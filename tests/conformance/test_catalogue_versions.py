@@ -51,6 +51,26 @@ def test_a_hand_edited_version_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
         cv._published.cache_clear()
 
 
+@pytest.mark.parametrize("version", ["1a", "v2", "", "\u00b2"])
+def test_a_version_that_is_not_a_number_is_refused(version: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Versions are numbered 1, 2, ... (``--bump`` records max + 1, and a report from an unknown version is told
+    the newest known by number): a hand-edited versions.json with a version that is not a decimal number (even
+    with a valid body; a superscript two is a digit to Python but no number to int()) is refused naming it, not
+    a ValueError later."""
+    data = json.loads(VERSIONS.read_text())
+    data["versions"][version] = data["versions"]["1"]
+    edited = tmp_path / "versions.json"
+    edited.write_text(json.dumps(data))
+    monkeypatch.setattr(cv, "_versions_path", lambda: edited)
+    cv._published.cache_clear()
+    try:
+        with pytest.raises(cv.CatalogueVersionError, match=f"version {version!r} is not a number"):
+            cv.published()
+    finally:
+        cv._published.cache_clear()
+
+
 def test_bump_records_a_new_version_only_when_the_catalogue_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     copy = tmp_path / "versions.json"
