@@ -682,3 +682,20 @@ def test_a_report_from_results_without_a_time_is_dated_when_it_is_built() -> Non
         generated = build_report(results).generated
         stamp = calendar.timegm(time.strptime(generated, "%Y-%m-%dT%H:%M:%SZ"))
         assert int(before) <= stamp <= time.time(), (updated, generated)
+
+
+@pytest.mark.parametrize(("algorithm", "name"), [("ed448", "Ed448"), ("x25519", "X25519"), ("x448", "X448")])
+def test_keys_of_other_kinds_openssl_makes_are_refused_by_kind(algorithm: str, name: str, tmp_path: Path) -> None:
+    """docs/certification.md: signing keys are Ed25519, ECDSA P-256/P-384 or RSA. openssl makes keys of other kinds
+    (Ed448 signs, but no DSSE verifier of ours checks it; X25519/X448 are key agreement keys, RFC 7748, and cannot
+    sign): each is refused naming its kind, as a signing key and as the key to verify with."""
+    from conformance.provenance.dsse import load_public_key
+
+    key = tmp_path / f"{algorithm}.pem"
+    _openssl("genpkey", "-algorithm", algorithm, "-out", str(key))
+    pub = key.with_suffix(".pub")
+    _openssl("pkey", "-in", str(key), "-pubout", "-out", str(pub))
+    with pytest.raises(SignatureError, match=f"{name}PrivateKey keys are not supported \\(Ed25519, ECDSA or RSA\\)"):
+        SigningKey.load(key)
+    with pytest.raises(SignatureError, match=f"{name}PublicKey keys are not supported"):
+        load_public_key(pub)
