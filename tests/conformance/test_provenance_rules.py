@@ -699,3 +699,36 @@ def test_keys_of_other_kinds_openssl_makes_are_refused_by_kind(algorithm: str, n
         SigningKey.load(key)
     with pytest.raises(SignatureError, match=f"{name}PublicKey keys are not supported"):
         load_public_key(pub)
+
+
+def test_the_manifest_names_the_tools_a_run_used_only() -> None:
+    """docs/certification.md: the manifest records "versions of the harness, Python, Docker/kind/Kubernetes when
+    used": the harness and Python always (null when the results did not say), the others only when the results
+    name a version."""
+    from conformance.report.model import build_report
+
+    env = {"harness_version": "0.9.0", "python": "3.11.2", "docker": "27.1.1", "kind": "", "kubernetes": None}
+    assert build_report(_older_harness_results(env)).manifest.versions == {
+        "harness": "0.9.0", "python": "3.11.2", "docker": "27.1.1"}
+    assert build_report(_older_harness_results({"kind": "0.24.0"})).manifest.versions == {
+        "harness": None, "python": None, "kind": "0.24.0"}
+
+
+def test_a_statement_of_a_report_without_runner_or_harness_says_so(run: Path) -> None:
+    """Results of an older harness record no runner and no harness (report.json's schema allows null for both).
+    SLSA provenance v1: ``builder.version`` is optional, ``startedOn``/``finishedOn`` are timestamps of the run.
+    The statement then names the local builder without a version, no invocation, isolation "not recorded", and no
+    harness among the resolved dependencies; both times are the report's."""
+    from conformance.provenance.statement import statement
+
+    report = load_report((run / "report.json").read_text())
+    bare = report.model_copy(update={"manifest": report.manifest.model_copy(update={"runner": None,
+                                                                                     "harness": None})})
+    stmt = statement(bare, run)["predicate"]
+    assert stmt["runDetails"]["builder"] == {"id": "urn:fakehw:runner:local"}
+    assert stmt["runDetails"]["metadata"] == {"startedOn": report.generated, "finishedOn": report.generated}
+    assert stmt["buildDefinition"]["internalParameters"]["componentIsolation"] == "not recorded"
+    assert stmt["buildDefinition"]["resolvedDependencies"][0]["name"] == "catalogue"
+    assert report.manifest.harness is not None
+    assert statement(report, run)["predicate"]["runDetails"]["builder"]["version"] == {
+        "fakehw": report.manifest.harness.version}
