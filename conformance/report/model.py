@@ -33,6 +33,9 @@ from conformance.requirements import LEVELS, Level, catalogue
 REPORT_SCHEMA = "fakehw.conformance.report/v2"
 Status = Literal["passed", "failed", "error", "skipped", "not-applicable", "not-run"]
 STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "skipped", "not-applicable", "not-run")
+MAX_MESSAGE_CHARS = 4000
+"""A row's failure messages are cut at this many characters (docs/certification.md): they quote the component's
+output, which the component controls."""
 
 
 class _Model(BaseModel):
@@ -220,7 +223,8 @@ def _row(req_id: str, entry: dict[str, Any], tests: dict[str, Any]) -> Requireme
     return RequirementResult(
         id=req_id, title=req.title, target=req.target, category=req.category, level=req.level,
         required=req.required, status=entry.get("status", "not-run"), duration=round(entry.get("duration", 0.0), 3),
-        tests=list(entry.get("tests", [])), message="\n".join(messages)[:4000], evidence=evidence, seeds=seeds,
+        tests=list(entry.get("tests", [])), message="\n".join(messages)[:MAX_MESSAGE_CHARS], evidence=evidence,
+        seeds=seeds,
     )
 
 

@@ -62,6 +62,9 @@ def test_differences_name_the_path_and_both_values() -> None:
         "k is missing from the seal"]
     long = "x" * 100
     assert differences({"k": long}, {"k": "y"}) == [f'k: sealed "{long[:76]}..., the run has "y"']
+    # a value is quoted whole up to 80 characters of JSON (78 x's and their quotes), cut to 77 and "..." beyond
+    assert differences({"k": long[:78]}, {"k": "y"}) == [f'k: sealed "{long[:78]}", the run has "y"']
+    assert differences({"k": long[:79]}, {"k": "y"}) == [f'k: sealed "{long[:76]}..., the run has "y"']
 
 
 def test_the_missing_requirements_are_listed_up_to_twelve(run: Path) -> None:
@@ -640,6 +643,22 @@ def test_only_a_failing_test_s_message_is_kept_in_its_row() -> None:
                "requirements": {"SCHED-FIT-001": {"status": "failed", "tests": [t["nodeid"] for t in tests]}}}
     (row,) = build_report(results).results
     assert row.message == "t::bad: gave 3 GPUs\nt::na: no MIG"
+
+
+@pytest.mark.parametrize("length", [3999, 4000, 4001, 9000])
+def test_a_failure_message_is_kept_up_to_4000_characters(length: int) -> None:
+    """docs/certification.md: a row keeps "the failure message (its first 4000 characters)": the message quotes
+    the component's output, which a report must not carry unbounded."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import build_report
+
+    prefix = "t::bad: "
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {},
+               "tests": [{"nodeid": "t::bad", "outcome": "failed", "message": "x" * (length - len(prefix))}],
+               "requirements": {"SCHED-FIT-001": {"status": "failed", "tests": ["t::bad"]}}}
+    (row,) = build_report(results).results
+    assert row.message == (prefix + "x" * (length - len(prefix)))[:4000]
+    assert len(row.message) == min(length, 4000)
 
 
 def test_any_one_thing_asked_of_the_signer_makes_an_unsigned_run_fail(run: Path) -> None:
