@@ -751,3 +751,38 @@ def test_a_statement_of_a_report_without_runner_or_harness_says_so(run: Path) ->
     assert report.manifest.harness is not None
     assert statement(report, run)["predicate"]["runDetails"]["builder"]["version"] == {
         "fakehw": report.manifest.harness.version}
+
+
+def _rows(statuses: dict[str, tuple[str, str, bool]]) -> list[Any]:
+    from conformance.report.model import RequirementResult
+
+    return [RequirementResult(id=i, title=i, target="device-plugin", category="c", level=level, required=required,
+                              status=status, duration=0.0, tests=[])
+            for i, (level, status, required) in statuses.items()]
+
+
+def test_verdicts_follow_the_documented_rules() -> None:
+    """docs/certification.md: "a level passes when every required requirement of it that applies passed — skipped
+    and not-run fail it ...; not-applicable neither passes nor fails it — and the overall verdict (certified,
+    not-certified, or partial for an incomplete run)"; report/model.py: a level where nothing applies is n/a.
+    A recommended (not required) failure fails nothing; a run where nothing passed certifies nothing."""
+    from conformance.report.model import derive_verdicts
+
+    rows = _rows({"A": ("core", "passed", True), "B": ("core", "failed", False),
+                  "C": ("topology", "not-applicable", True), "D": ("isolation", "passed", True),
+                  "E": ("isolation", "not-applicable", True)})
+    verdicts = derive_verdicts(rows, partial=False)
+    assert verdicts.overall == "certified"
+    assert {k: (v.verdict, v.required, v.passed, v.failing, v.not_applicable) for k, v in verdicts.levels.items()} == {
+        "core": ("pass", 1, 1, [], []), "topology": ("n/a", 1, 0, [], ["C"]), "resilience": ("n/a", 0, 0, [], []),
+        "isolation": ("pass", 2, 1, [], ["E"])}
+    partial = derive_verdicts(rows, partial=True)
+    assert partial.overall == "partial"
+    assert {k: v.verdict for k, v in partial.levels.items()} == {
+        "core": "incomplete", "topology": "n/a", "resilience": "n/a", "isolation": "incomplete"}
+    for status in ("failed", "error", "skipped", "not-run"):
+        failing = derive_verdicts([*rows, *_rows({"F": ("core", status, True)})], partial=False)
+        assert (failing.overall, failing.levels["core"].verdict, failing.levels["core"].failing) == (
+            "not-certified", "fail", ["F"]), status
+    nothing = derive_verdicts(_rows({"C": ("topology", "not-applicable", True)}), partial=False)
+    assert nothing.overall == "not-certified" and {v.verdict for v in nothing.levels.values()} == {"n/a"}
