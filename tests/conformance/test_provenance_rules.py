@@ -685,6 +685,12 @@ def test_differences_between_lists_with_repeated_names_go_by_position() -> None:
         "[1].v: sealed 2, the run has 3"]
     assert differences([{"name": "b", "v": 2}, {"name": "a", "v": 1}], [{"name": "a", "v": 1}, {"name": "b", "v": 2}]
                        ) == []
+    # a seal repeating a name (one entry forged over another) against the run's distinct names: by position too,
+    # whichever side repeats
+    unique = [{"name": "a", "v": 1}, {"name": "b", "v": 2}]
+    repeated = [{"name": "a", "v": 1}, {"name": "a", "v": 2}]
+    assert differences(repeated, unique) == ['[1].name: sealed "a", the run has "b"']
+    assert differences(unique, repeated) == ['[1].name: sealed "b", the run has "a"']
 
 
 def test_a_report_from_results_without_a_time_is_dated_when_it_is_built() -> None:
