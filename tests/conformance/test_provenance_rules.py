@@ -691,6 +691,8 @@ def test_differences_between_lists_with_repeated_names_go_by_position() -> None:
     repeated = [{"name": "a", "v": 1}, {"name": "a", "v": 2}]
     assert differences(repeated, unique) == ['[1].name: sealed "a", the run has "b"']
     assert differences(unique, repeated) == ['[1].name: sealed "b", the run has "a"']
+    # ... and when an entry is not an object at all (a seal cannot be trusted to have the run's shape)
+    assert differences([{"name": "a"}, 5], [{"name": "a"}, 6]) == ["[1]: sealed 5, the run has 6"]
 
 
 def test_a_report_from_results_without_a_time_is_dated_when_it_is_built() -> None:
