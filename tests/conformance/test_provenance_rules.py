@@ -794,3 +794,29 @@ def test_verdicts_follow_the_documented_rules() -> None:
             "not-certified", "fail", ["F"]), status
     nothing = derive_verdicts(_rows({"C": ("topology", "not-applicable", True)}), partial=False)
     assert nothing.overall == "not-certified" and {v.verdict for v in nothing.levels.values()} == {"n/a"}
+
+
+@pytest.mark.parametrize("harness", ["none", "no commit"])
+def test_a_keyless_signature_needs_the_harness_commit_it_names(harness: str, run: Path, tmp_path: Path) -> None:
+    """docs/certification.md: the Fulcio certificate names the commit the signing workflow ran at (Build Signer
+    Digest, OID 1.3.6.1.4.1.57264.1.10), which must be the report's harness commit. A report that records no
+    harness, or a harness without a commit, cannot show that: refused, saying the commit is not recorded."""
+    from conformance.provenance.statement import payload
+    from tests.conformance.sigstore_instance import GITHUB_ISSUER, SigstoreInstance, Workflow
+
+    instance, wf = SigstoreInstance(), Workflow()
+    root = tmp_path / "trusted_root.json"
+    root.write_text(json.dumps(instance.trusted_root()))
+
+    def forget(doc: dict[str, Any]) -> None:
+        doc["manifest"]["signing"] = {"mode": "sigstore"}
+        if harness == "none":
+            doc["manifest"]["harness"] = None
+        else:
+            doc["manifest"]["harness"]["commit"] = None
+
+    forged = _resealed(run, tmp_path, forget)
+    (forged / BUNDLE_FILE).write_text(instance.sign_dsse(payload(json.loads((forged / STATEMENT_FILE).read_text())),
+                                                         wf))
+    assert _problems(forged, identity=wf.identity, issuer=GITHUB_ISSUER, trust_root=root) == [
+        f"signature: the signing workflow ran at commit {wf.sha} but the report's harness commit is not recorded"]
