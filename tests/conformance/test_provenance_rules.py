@@ -95,16 +95,19 @@ def test_a_hand_edited_version_entry_is_refused(entry: Any, tmp_path: Path, monk
 
 
 def test_value_types_cannot_change_after_the_fact() -> None:
-    """What a verification is judged by (catalogue entries, the envelope read, the recorded stamp, and the user's
-    trust policy: a check deep in verify_run must not be able to widen what --key/--identity asked for) is
-    immutable."""
+    """What a verification is judged by (catalogue entries, the envelope read, the recorded stamp, the user's
+    trust policy: a check deep in verify_run must not be able to widen what --key/--identity asked for) and the key
+    a run is signed with are immutable."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
     from conformance.provenance.verify import TrustPolicy
 
     entry = cv.Entry("device-plugin", "allocation", "core", True)
     assert {entry: 1}[cv.Entry("device-plugin", "allocation", "core", True)] == 1
     envelope = Envelope(b"{}", "application/vnd.in-toto+json", (("k", b"s"),))
     for value, field in ((entry, "required"), (envelope, "payload"), (cv.CatalogueStamp("1", "d"), "digest"),
-                         (TrustPolicy(identity="someone@example.com"), "identity")):
+                         (TrustPolicy(identity="someone@example.com"), "identity"),
+                         (SigningKey(ed25519.Ed25519PrivateKey.generate()), "private")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(value, field, None)
 
