@@ -829,3 +829,16 @@ def test_a_keyless_signature_needs_the_harness_commit_it_names(harness: str, run
                                                          wf))
     assert _problems(forged, identity=wf.identity, issuer=GITHUB_ISSUER, trust_root=root) == [
         f"signature: the signing workflow ran at commit {wf.sha} but the report's harness commit is not recorded"]
+
+
+def test_a_run_missing_a_file_is_refused_once_for_it(signed: tuple[Path, Path], tmp_path: Path) -> None:
+    """With a file of the run gone the statement cannot be recomputed, so neither the seal nor the (genuine)
+    signed statement can be compared with it: the one problem is the missing file, named with the files a run
+    writes, not a comparison of the signed statement against nothing."""
+    from conformance.provenance.dsse import load_public_key
+
+    run, key = signed
+    forged = _copy(run, tmp_path)
+    (forged / "junit.xml").unlink()
+    assert _problems(forged, key=load_public_key(key.with_suffix(".pub"))) == [
+        f"{forged}: missing junit.xml (a run writes report.json, results.json, junit.xml, summary.md, report.html)"]
