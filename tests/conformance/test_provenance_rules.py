@@ -842,3 +842,35 @@ def test_a_run_missing_a_file_is_refused_once_for_it(signed: tuple[Path, Path], 
     (forged / "junit.xml").unlink()
     assert _problems(forged, key=load_public_key(key.with_suffix(".pub"))) == [
         f"{forged}: missing junit.xml (a run writes report.json, results.json, junit.xml, summary.md, report.html)"]
+
+
+def test_only_components_pinned_by_digest_are_subjects(run: Path) -> None:
+    """in-toto Statement v1: each subject is an artifact by digest (a DigestSet of lowercase hex). A component the
+    harness could not pin has no digest, so it is no subject (it stays in externalParameters.targets); when at
+    least one is pinned, report.json is not made the subject."""
+    from conformance.provenance.statement import statement
+    from conformance.report.model import Component
+
+    report = load_report((run / "report.json").read_text())
+    pinned = Component(kind="device-plugin", spec="cmd:plugin", name="plugin", digest="sha256:" + "ab" * 32,
+                       hashed="the executable")
+    loose = Component(kind="extender", spec="http://localhost:8888", hashed="not pinned: a URL")
+    both = report.model_copy(update={"manifest": report.manifest.model_copy(update={"components": [loose, pinned]})})
+    stmt = statement(both, run)
+    assert stmt["subject"] == [{"name": "device-plugin:plugin", "digest": {"sha256": "ab" * 32},
+                                "annotations": {"spec": "cmd:plugin", "hashed": "the executable"}}]
+    assert stmt["predicate"]["buildDefinition"]["externalParameters"]["targets"] == [
+        "extender=http://localhost:8888", "device-plugin=cmd:plugin"]
+
+
+def test_a_seal_with_another_verdict_names_the_annotation_not_a_changed_file(run: Path, tmp_path: Path) -> None:
+    """A seal whose report.json digest is right but whose verdict annotation was edited is a forged seal, not an
+    edited file: the difference is quoted as it is (path, both values), and no file is said to have changed."""
+    forged = _copy(run, tmp_path)
+    sealed = json.loads((forged / STATEMENT_FILE).read_text())
+    products = sealed["predicate"]["runDetails"]["byproducts"]
+    genuine = products[0]["annotations"]["verdict"]
+    products[0]["annotations"]["verdict"] = "forged"
+    (forged / STATEMENT_FILE).write_text(json.dumps(sealed))
+    assert _problems(forged) == [f'seal mismatch: predicate.runDetails.byproducts.report.json.annotations.verdict: '
+                                 f'sealed "forged", the run has "{genuine}"']
