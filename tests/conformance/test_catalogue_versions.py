@@ -127,3 +127,18 @@ def test_a_report_from_a_newer_catalogue_names_the_newest_version_known() -> Non
         cv.resolve(cv.CatalogueStamp(str(newest + 90), "0" * 64))
     assert f"catalogue version '{newest + 90}' is unknown to this verifier (it knows versions up to {newest})" in \
         str(refused.value), str(refused.value)
+
+
+def test_an_older_version_is_not_its_successors_catalogue() -> None:
+    """A report records the version and digest it was judged against; only the current version may be this
+    installation's own (extended) catalogue. An older version number with the current catalogue's digest is
+    neither that version (its published digest differs) nor this catalogue (whose version is the current one):
+    refused, quoting both digests."""
+    now = cv.stamp()
+    first = cv.published()["1"]
+    assert first.digest != now.digest
+    with pytest.raises(cv.CatalogueVersionError) as refused:
+        cv.resolve(cv.CatalogueStamp("1", now.digest))
+    assert str(refused.value).startswith(f"catalogue digest {now.digest[:16]}... is not that of catalogue version 1 "
+                                         f"({first.digest[:16]}...)")
+    assert cv.resolve(cv.CatalogueStamp("1", first.digest)).requirements == first.requirements
