@@ -874,3 +874,20 @@ def test_a_seal_with_another_verdict_names_the_annotation_not_a_changed_file(run
     (forged / STATEMENT_FILE).write_text(json.dumps(sealed))
     assert _problems(forged) == [f'seal mismatch: predicate.runDetails.byproducts.report.json.annotations.verdict: '
                                  f'sealed "forged", the run has "{genuine}"']
+
+
+def test_resolved_components_carry_the_versions_the_harness_recorded() -> None:
+    """Results of the current harness list the components it resolved (kind, spec, digest, what was hashed) and,
+    separately, the version each kind reported; the report joins them per kind. A kind without a version has
+    none; targets are then not read again as components."""
+    from conformance.report.model import build_report
+
+    resolved = [{"kind": "device-plugin", "spec": "cmd:plugin", "name": "plugin", "digest": "sha256:" + "ab" * 32,
+                 "hashed": "the executable"},
+                {"kind": "extender", "spec": "reference", "name": "ref", "digest": None, "hashed": "not pinned"}]
+    env = {"components": resolved, "component_versions": {"device-plugin": "v0.17.0"},
+           "targets": ["device-plugin=cmd:plugin", "extender=reference"]}
+    components = build_report(_older_harness_results(env)).manifest.components
+    assert [(c.kind, c.spec, c.name, c.version, c.digest, c.hashed) for c in components] == [
+        ("device-plugin", "cmd:plugin", "plugin", "v0.17.0", "sha256:" + "ab" * 32, "the executable"),
+        ("extender", "reference", "ref", None, None, "not pinned")]
