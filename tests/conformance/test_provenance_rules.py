@@ -891,3 +891,28 @@ def test_resolved_components_carry_the_versions_the_harness_recorded() -> None:
     assert [(c.kind, c.spec, c.name, c.version, c.digest, c.hashed) for c in components] == [
         ("device-plugin", "cmd:plugin", "plugin", "v0.17.0", "sha256:" + "ab" * 32, "the executable"),
         ("extender", "reference", "ref", None, None, "not pinned")]
+
+
+def test_pae_is_the_dsse_specification_s() -> None:
+    """DSSE v1 (secure-systems-lab/dsse, protocol.md): PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body)
+    SP body, lengths in ASCII decimal bytes; the specification's example is "DSSEv1 29 http://example.com/HelloWorld
+    11 hello world". Lengths count bytes, not characters."""
+    from conformance.provenance.dsse import pae
+
+    example = b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    assert pae("http://example.com/HelloWorld", b"hello world") == example
+    assert pae("t/\u00e9", "\u00e9".encode()) == b"DSSEv1 4 t/\xc3\xa9 2 \xc3\xa9"
+
+
+def test_an_envelope_payload_that_is_not_base64_is_malformed(signed: tuple[Path, Path], tmp_path: Path) -> None:
+    """DSSE envelopes carry the payload in standard base64 (RFC 4648); characters outside its alphabet make the
+    envelope malformed, named as such, rather than being skipped into another payload."""
+    from conformance.provenance.dsse import load_public_key
+
+    run, key = signed
+    forged = _copy(run, tmp_path)
+    bundle = json.loads((forged / BUNDLE_FILE).read_text())
+    bundle["dsseEnvelope"]["payload"] = "!!" + bundle["dsseEnvelope"]["payload"]
+    (forged / BUNDLE_FILE).write_text(json.dumps(bundle))
+    (problem,) = _problems(forged, key=load_public_key(key.with_suffix(".pub")))
+    assert problem.startswith("signature: malformed DSSE envelope"), problem
