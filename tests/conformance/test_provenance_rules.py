@@ -916,3 +916,29 @@ def test_an_envelope_payload_that_is_not_base64_is_malformed(signed: tuple[Path,
     (forged / BUNDLE_FILE).write_text(json.dumps(bundle))
     (problem,) = _problems(forged, key=load_public_key(key.with_suffix(".pub")))
     assert problem.startswith("signature: malformed DSSE envelope"), problem
+
+
+def test_a_keyless_signature_is_trusted_when_an_identity_or_an_issuer_was_asked_for(run: Path,
+                                                                                   tmp_path: Path) -> None:
+    """docs/certification.md: without --key/--identity/--issuer a signed run is verified and who signed it is said,
+    but nothing is trusted; with --identity, or --issuer alone (any workflow of that issuer), the certificate was
+    checked against what the user asked for. The signer is named from the Fulcio certificate either way."""
+    from conformance.provenance.statement import payload
+    from conformance.provenance.verify import TrustPolicy, verify_run
+    from tests.conformance.sigstore_instance import GITHUB_ISSUER, SigstoreInstance, Workflow
+
+    instance, wf = SigstoreInstance(), Workflow()
+    root = tmp_path / "trusted_root.json"
+    root.write_text(json.dumps(instance.trusted_root()))
+
+    def keyless(doc: dict[str, Any]) -> None:
+        doc["manifest"]["signing"] = {"mode": "sigstore"}
+        doc["manifest"]["harness"]["commit"] = wf.sha
+
+    forged = _resealed(run, tmp_path, keyless)
+    (forged / BUNDLE_FILE).write_text(instance.sign_dsse(payload(json.loads((forged / STATEMENT_FILE).read_text())),
+                                                         wf))
+    for policy, trusted in (({}, False), ({"identity": wf.identity}, True), ({"issuer": GITHUB_ISSUER}, True)):
+        result = verify_run(forged, TrustPolicy(trust_root=root, **policy))
+        assert (result.problems, result.trusted) == ([], trusted), policy
+        assert result.signer == f"sigstore {wf.identity} (issuer {GITHUB_ISSUER})"
