@@ -628,6 +628,12 @@ def test_a_report_of_the_wrong_shape_names_the_field(run: Path, tmp_path: Path) 
     as unreadable."""
     from conformance.report.model import ReportError
 
+    for text in ("[]", '"report"', "null", '{"schema": "fakehw.conformance.results/v1"}'):
+        with pytest.raises(ReportError, match=r"^report.json: not a certification report \(expected schema "
+                                              r"'fakehw.conformance.report/v2'\)$"):
+            load_report(text, "report.json")
+    with pytest.raises(ReportError, match=r"^report.json: not JSON \("):
+        load_report("{", "report.json")
     doc = json.loads((run / "report.json").read_text())
     doc["manifest"]["signing"]["mode"] = "pgp"
     with pytest.raises(ReportError, match=r"^report.json: manifest\.signing\.mode: Input should be 'unsigned', "):
