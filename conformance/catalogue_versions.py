@@ -94,6 +94,9 @@ def _published() -> tuple[str, dict[str, CatalogueVersion]]:
     data = json.loads(_versions_path().read_text())
     out = {}
     for version, body in data["versions"].items():
+        if not version.isdecimal():
+            raise CatalogueVersionError(f"{VERSIONS_FILE}: version {version!r} is not a number (versions are "
+                                        "numbered 1, 2, ... by --bump)")
         reqs = {i: _parse_entry(i, e) for i, e in body["requirements"].items()}
         if digest(reqs) != body["digest"]:
             raise CatalogueVersionError(f"{VERSIONS_FILE}: version {version}: its digest does not match its "
@@ -126,7 +129,7 @@ def resolve(recorded: CatalogueStamp) -> CatalogueVersion:
     if recorded.version == current_version() and digest(local) == recorded.digest:
         return CatalogueVersion(recorded.version, recorded.digest, local)
     if known is None:
-        newest = max(published(), key=lambda v: int(v) if v.isdigit() else -1)
+        newest = max(published(), key=int)
         raise CatalogueVersionError(f"catalogue version {recorded.version!r} is unknown to this verifier (it knows "
                                     f"versions up to {newest}): verify with the fakehw release that made the report")
     raise CatalogueVersionError(

@@ -24,6 +24,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
@@ -66,6 +67,20 @@ def _ec_hash(key: ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey) -> has
     return hashes.SHA384() if key.curve.key_size >= 384 else hashes.SHA256()
 
 
+def _load_private(data: bytes, password: str | None, path: Path) -> PrivateKeyTypes:
+    """The key in PEM ``data``, decrypted with ``password`` when it is encrypted. A password the key does not need
+    is ignored, as ``openssl pkey -passin`` ignores it (``$FAKEHW_SIGN_KEY_PASSWORD`` may be set for every job
+    while one of them signs with an unencrypted key); cryptography refuses both mismatches with a TypeError."""
+    try:
+        return serialization.load_pem_private_key(data, password.encode() if password else None)
+    except TypeError:
+        if not password:
+            raise SignatureError(f"{path}: the key is encrypted: set ${PASSWORD_ENV}") from None
+        return _load_private(data, None, path)
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise SignatureError(f"{path}: not a PEM private key this tool can use ({exc})") from None
+
+
 @dataclass(frozen=True)
 class SigningKey:
     private: PrivateKey
@@ -73,13 +88,7 @@ class SigningKey:
     @classmethod
     def load(cls, path: Path) -> SigningKey:
         data = _read(path, "signing key")
-        password = os.environ.get(PASSWORD_ENV)
-        try:
-            key = serialization.load_pem_private_key(data, password.encode() if password else None)
-        except TypeError:
-            raise SignatureError(f"{path}: the key is encrypted: set ${PASSWORD_ENV}") from None
-        except (ValueError, UnsupportedAlgorithm) as exc:
-            raise SignatureError(f"{path}: not a PEM private key this tool can use ({exc})") from None
+        key = _load_private(data, os.environ.get(PASSWORD_ENV), path)
         if not isinstance(key, ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
             raise SignatureError(f"{path}: {type(key).__name__} keys are not supported (Ed25519, ECDSA or RSA)")
         if isinstance(key, rsa.RSAPrivateKey) and key.key_size < 2048:

@@ -187,9 +187,10 @@ def _check_keyless(text: str, report: Report, policy: TrustPolicy, result: RunVe
     result.signer = f"sigstore {signer.identity} (issuer {signer.issuer})"
     result.trusted = bool(policy.identity or policy.issuer)
     harness = report.manifest.harness
-    if signer.build_signer_digest and (harness is None or harness.commit != signer.build_signer_digest):
+    commit = harness.commit if harness is not None else None
+    if signer.build_signer_digest and commit != signer.build_signer_digest:
         raise SignatureError(f"the signing workflow ran at commit {signer.build_signer_digest} but the report's "
-                             f"harness commit is {harness.commit if harness else 'not recorded'}")
+                             f"harness commit is {commit or 'not recorded'}")
     return checked.payload
 
 

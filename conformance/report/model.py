@@ -33,6 +33,9 @@ from conformance.requirements import LEVELS, Level, catalogue
 REPORT_SCHEMA = "fakehw.conformance.report/v2"
 Status = Literal["passed", "failed", "error", "skipped", "not-applicable", "not-run"]
 STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "skipped", "not-applicable", "not-run")
+MAX_MESSAGE_CHARS = 4000
+"""A row's failure messages are cut at this many characters (docs/certification.md): they quote the component's
+output, which the component controls."""
 
 
 class _Model(BaseModel):
@@ -220,7 +223,8 @@ def _row(req_id: str, entry: dict[str, Any], tests: dict[str, Any]) -> Requireme
     return RequirementResult(
         id=req_id, title=req.title, target=req.target, category=req.category, level=req.level,
         required=req.required, status=entry.get("status", "not-run"), duration=round(entry.get("duration", 0.0), 3),
-        tests=list(entry.get("tests", [])), message="\n".join(messages)[:4000], evidence=evidence, seeds=seeds,
+        tests=list(entry.get("tests", [])), message="\n".join(messages)[:MAX_MESSAGE_CHARS], evidence=evidence,
+        seeds=seeds,
     )
 
 
@@ -246,7 +250,7 @@ def _manifest(env: dict[str, Any], signing: Signing) -> Manifest:
 def _generated(results: dict[str, Any], now: float | None) -> str:
     """When the run last wrote its results (so a report rebuilt from them is the same report), else now."""
     when = now if now is not None else results.get("updated")
-    if not isinstance(when, int | float):
+    if isinstance(when, bool) or not isinstance(when, int | float):  # a boolean is no time (JSON true is not 1 s)
         when = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
@@ -370,12 +374,18 @@ def verify(report: Report) -> list[str]:
 
 
 def _verdict_difference(stated: Verdicts, derived: Verdicts) -> str:
+    """What the stated verdicts say that the results do not: the overall verdict, a level's verdict, or (the verdict
+    word being right) each count or list of a level that is not, and levels the catalogue does not have."""
     parts = [] if stated.overall == derived.overall else [f"overall {stated.overall} (results give {derived.overall})"]
     for level, v in derived.levels.items():
         said = stated.levels.get(level)
-        if said != v:
+        if said is None or said.verdict != v.verdict:
             parts.append(f"{level} {said.verdict if said else 'missing'} (results give {v.verdict})")
-    return "; ".join(parts) or "level details differ"
+        else:
+            parts += [f"{level} {name} {getattr(said, name)} (results give {getattr(v, name)})"
+                      for name in LevelVerdict.model_fields if getattr(said, name) != getattr(v, name)]
+    parts += [f"{level} is not a level (results give none)" for level in stated.levels if level not in derived.levels]
+    return "; ".join(parts)
 
 
 def completeness(report: Report) -> list[str]:

@@ -51,6 +51,26 @@ def test_a_hand_edited_version_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
         cv._published.cache_clear()
 
 
+@pytest.mark.parametrize("version", ["1a", "v2", "", "\u00b2"])
+def test_a_version_that_is_not_a_number_is_refused(version: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Versions are numbered 1, 2, ... (``--bump`` records max + 1, and a report from an unknown version is told
+    the newest known by number): a hand-edited versions.json with a version that is not a decimal number (even
+    with a valid body; a superscript two is a digit to Python but no number to int()) is refused naming it, not
+    a ValueError later."""
+    data = json.loads(VERSIONS.read_text())
+    data["versions"][version] = data["versions"]["1"]
+    edited = tmp_path / "versions.json"
+    edited.write_text(json.dumps(data))
+    monkeypatch.setattr(cv, "_versions_path", lambda: edited)
+    cv._published.cache_clear()
+    try:
+        with pytest.raises(cv.CatalogueVersionError, match=f"version {version!r} is not a number"):
+            cv.published()
+    finally:
+        cv._published.cache_clear()
+
+
 def test_bump_records_a_new_version_only_when_the_catalogue_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     copy = tmp_path / "versions.json"
@@ -107,3 +127,18 @@ def test_a_report_from_a_newer_catalogue_names_the_newest_version_known() -> Non
         cv.resolve(cv.CatalogueStamp(str(newest + 90), "0" * 64))
     assert f"catalogue version '{newest + 90}' is unknown to this verifier (it knows versions up to {newest})" in \
         str(refused.value), str(refused.value)
+
+
+def test_an_older_version_is_not_its_successors_catalogue() -> None:
+    """A report records the version and digest it was judged against; only the current version may be this
+    installation's own (extended) catalogue. An older version number with the current catalogue's digest is
+    neither that version (its published digest differs) nor this catalogue (whose version is the current one):
+    refused, quoting both digests."""
+    now = cv.stamp()
+    first = cv.published()["1"]
+    assert first.digest != now.digest
+    with pytest.raises(cv.CatalogueVersionError) as refused:
+        cv.resolve(cv.CatalogueStamp("1", now.digest))
+    assert str(refused.value).startswith(f"catalogue digest {now.digest[:16]}... is not that of catalogue version 1 "
+                                         f"({first.digest[:16]}...)")
+    assert cv.resolve(cv.CatalogueStamp("1", first.digest)).requirements == first.requirements

@@ -62,6 +62,9 @@ def test_differences_name_the_path_and_both_values() -> None:
         "k is missing from the seal"]
     long = "x" * 100
     assert differences({"k": long}, {"k": "y"}) == [f'k: sealed "{long[:76]}..., the run has "y"']
+    # a value is quoted whole up to 80 characters of JSON (78 x's and their quotes), cut to 77 and "..." beyond
+    assert differences({"k": long[:78]}, {"k": "y"}) == [f'k: sealed "{long[:78]}", the run has "y"']
+    assert differences({"k": long[:79]}, {"k": "y"}) == [f'k: sealed "{long[:76]}..., the run has "y"']
 
 
 def test_the_missing_requirements_are_listed_up_to_twelve(run: Path) -> None:
@@ -92,10 +95,19 @@ def test_a_hand_edited_version_entry_is_refused(entry: Any, tmp_path: Path, monk
 
 
 def test_value_types_cannot_change_after_the_fact() -> None:
+    """What a verification is judged by (catalogue entries, the envelope read, the recorded stamp, the user's
+    trust policy: a check deep in verify_run must not be able to widen what --key/--identity asked for) and the key
+    a run is signed with are immutable."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from conformance.provenance.verify import TrustPolicy
+
     entry = cv.Entry("device-plugin", "allocation", "core", True)
     assert {entry: 1}[cv.Entry("device-plugin", "allocation", "core", True)] == 1
     envelope = Envelope(b"{}", "application/vnd.in-toto+json", (("k", b"s"),))
-    for value, field in ((entry, "required"), (envelope, "payload"), (cv.CatalogueStamp("1", "d"), "digest")):
+    for value, field in ((entry, "required"), (envelope, "payload"), (cv.CatalogueStamp("1", "d"), "digest"),
+                         (TrustPolicy(identity="someone@example.com"), "identity"),
+                         (SigningKey(ed25519.Ed25519PrivateKey.generate()), "private")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(value, field, None)
 
@@ -354,3 +366,585 @@ def test_a_broken_seal_quotes_both_digests_alike(run: Path) -> None:
     said, hashed = re.findall(r"([0-9a-f]+)\.\.\.", problem)
     assert len(said) == len(hashed) >= 16
     assert broken.sha256.startswith(said) and hashlib.sha256(report.canonical()).hexdigest().startswith(hashed)
+
+
+def _openssl(*argv: str, stdin: bytes = b"") -> bytes:
+    import subprocess
+
+    return subprocess.run(["openssl", *argv], input=stdin, capture_output=True, timeout=60, check=True).stdout
+
+
+def test_an_encrypted_key_openssl_made_is_opened_with_its_password_only(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/certification.md: an encrypted key takes its password from $FAKEHW_SIGN_KEY_PASSWORD. The key is made
+    and its public half printed by openssl (``genpkey -aes-256-cbc -pass``, ``pkey -pubout -passin``), so the key id
+    of what is loaded must be the sha256 of openssl's DER SubjectPublicKeyInfo. Without the password the loader
+    says which variable to set; with a wrong one it refuses the key (openssl: "bad decrypt"); an unencrypted key
+    loads whatever the variable holds, as ``openssl pkey -passin`` ignores a password a key does not need (before,
+    it was refused as "the key is encrypted" while the variable was set)."""
+    import hashlib
+
+    from conformance.provenance.dsse import PASSWORD_ENV, keyid
+
+    enc = tmp_path / "enc.pem"
+    _openssl("genpkey", "-algorithm", "ed25519", "-aes-256-cbc", "-pass", "pass:s3cret", "-out", str(enc))
+    der = _openssl("pkey", "-in", str(enc), "-passin", "pass:s3cret", "-pubout", "-outform", "DER")
+    monkeypatch.delenv(PASSWORD_ENV, raising=False)
+    with pytest.raises(SignatureError, match=r"the key is encrypted: set \$FAKEHW_SIGN_KEY_PASSWORD"):
+        SigningKey.load(enc)
+    monkeypatch.setenv(PASSWORD_ENV, "wrong")
+    with pytest.raises(SignatureError, match="not a PEM private key this tool can use"):
+        SigningKey.load(enc)
+    monkeypatch.setenv(PASSWORD_ENV, "s3cret")
+    assert keyid(SigningKey.load(enc).public) == "sha256:" + hashlib.sha256(der).hexdigest()
+    plain = tmp_path / "plain.pem"
+    _openssl("genpkey", "-algorithm", "ed25519", "-out", str(plain))
+    _openssl("pkey", "-in", str(plain), "-passin", "pass:s3cret", "-noout")  # openssl: the password is not needed
+    der = _openssl("pkey", "-in", str(plain), "-pubout", "-outform", "DER")
+    assert keyid(SigningKey.load(plain).public) == "sha256:" + hashlib.sha256(der).hexdigest()
+
+
+def _older_harness_results(environment: dict[str, Any]) -> dict[str, Any]:
+    from conformance import RESULTS_SCHEMA
+
+    return {"schema": RESULTS_SCHEMA, "complete": True, "updated": 0.0, "environment": environment, "tests": [],
+            "requirements": {}}
+
+
+def test_results_naming_targets_only_keep_them_unpinned_and_still_owe_their_requirements(tmp_path: Path) -> None:
+    """A harness that did not resolve components (results with ``environment.targets`` only, each as given on the
+    command line, ``--target KIND=SPEC``) still names what was tested: one component per target, of that kind and
+    spec, with its version when recorded, no digest and "not pinned". The report then owes every requirement of
+    those kinds in its catalogue version (the published catalogue lists them), and since nothing could be pinned
+    the statement's subject is report.json itself, by the sha256 of the file (what sha256sum prints; in-toto's
+    DigestSet holds lowercase hex). Without the targets the report names nothing and certifies nothing."""
+    import hashlib
+
+    from conformance.provenance.statement import RUN_FILES, statement
+    from conformance.report.model import build_report
+    from conformance.requirements import catalogue
+
+    env = {"targets": ["device-plugin=cmd:my-plugin --socket /x", "extender=reference"],
+           "component_versions": {"extender": "0.3.1"}}
+    report = build_report(_older_harness_results(env))
+    assert [(c.kind, c.spec, c.version, c.digest, c.hashed) for c in report.manifest.components] == [
+        ("device-plugin", "cmd:my-plugin --socket /x", None, None, "not pinned: not recorded"),
+        ("extender", "reference", "0.3.1", None, "not pinned: not recorded")]
+    owed = sorted(r.id for t in ("device-plugin", "extender") for r in catalogue().for_target(t))
+    (problem,) = completeness(report)
+    assert problem.startswith(f"{len(owed)} requirement(s) of catalogue version {report.manifest.catalogue.version} "
+                              f"for device-plugin, extender are missing from the report: {', '.join(owed[:12])}")
+    for name in RUN_FILES:
+        (tmp_path / name).write_text(report.to_json() if name == "report.json" else name)
+    stmt = statement(report, tmp_path)
+    sha256sum = hashlib.sha256((tmp_path / "report.json").read_bytes()).hexdigest()
+    assert stmt["subject"] == [{"name": "report.json", "digest": {"sha256": sha256sum},
+                                "annotations": {"hashed": "no component could be pinned by digest"}}]
+    assert stmt["predicate"]["buildDefinition"]["externalParameters"]["targets"] == env["targets"]
+    bare = build_report(_older_harness_results({"component_versions": ["not", "an", "object"]}))
+    assert bare.manifest.components == []
+    assert completeness(bare) == ["the report names no component and no result: it certifies nothing"]
+
+
+def test_a_requirement_s_duration_is_kept_to_the_millisecond() -> None:
+    """Durations are seconds to the millisecond, the precision pytest's own JUnit XML gives a test's time
+    (``time="%.3f"``, _pytest/junitxml.py) and the junit.xml of a run repeats: 1.23456 s is 1.235 s, 0.0004 s is
+    0 (a summed total then equals the sum of what each row shows)."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import build_report
+
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {}, "tests": [],
+               "requirements": {"SCHED-FIT-001": {"status": "passed", "duration": 1.23456},
+                                "SCHED-FIT-002": {"status": "passed", "duration": 0.0004}}}
+    assert [r.duration for r in build_report(results).results] == [1.235, 0.0]
+
+
+def _resealed(run: Path, tmp_path: Path, change: Any) -> Path:
+    """A copy of ``run`` whose report.json was edited by ``change`` (a function of the parsed document), then
+    resealed and restated with the project's own code: the forger's best move for an unkeyed seal."""
+    from conformance.provenance.statement import statement
+
+    forged = _copy(run, tmp_path)
+    doc = json.loads((forged / "report.json").read_text())
+    change(doc)
+    report = load_report(json.dumps(doc)).sealed()
+    (forged / "report.json").write_text(report.to_json())
+    (forged / STATEMENT_FILE).write_text(json.dumps(statement(report, forged)))
+    return forged
+
+
+def _problems(run: Path, **policy: Any) -> list[str]:
+    from conformance.provenance.verify import TrustPolicy, verify_run
+
+    return verify_run(run, TrustPolicy(**policy)).problems
+
+
+def test_a_signature_of_one_kind_is_not_accepted_for_the_other(signed: tuple[Path, Path], tmp_path: Path) -> None:
+    """docs/certification.md: --key checks a key signature, --identity/--issuer a Sigstore one; asking for one
+    kind refuses a run signed (or declared signed) the other way, naming both, before any bundle is read as the
+    other kind."""
+    from conformance.provenance.dsse import load_public_key
+
+    run, key = signed
+    recorded = json.loads((run / "report.json").read_text())["manifest"]["signing"]["keyid"]
+    for policy in ({"identity": "https://github.com/o/r/.github/workflows/certify.yml@refs/heads/main"},
+                   {"issuer": "https://token.actions.githubusercontent.com"}):
+        assert f"signature: the run is signed with a key ({recorded}), not by a Sigstore identity" in _problems(
+            run, **policy)
+    keyless = _resealed(run, tmp_path, lambda d: d["manifest"].update(signing={"mode": "sigstore"}))
+    assert ("signature: the run is signed keyless (Sigstore), not with a key: give --identity and --issuer"
+            in _problems(keyless, key=load_public_key(key.with_suffix(".pub"))))
+
+
+def test_the_recorded_public_key_must_be_the_recorded_key_id(signed: tuple[Path, Path], tmp_path: Path) -> None:
+    """A key-signed report records the key id (sha256 of the DER SubjectPublicKeyInfo, as openssl prints it) and
+    the public key; without --key the signature is checked with that public key, so the two must agree: another
+    key's PEM under the vendor's key id is refused naming both ids, and a key id without a public key is refused."""
+    import hashlib
+
+    run, _ = signed
+    other = write_key(tmp_path / "other.pem").with_suffix(".pub")
+    other_id = "sha256:" + hashlib.sha256(_openssl("pkey", "-pubin", "-in", str(other), "-outform", "DER")).hexdigest()
+    recorded = json.loads((run / "report.json").read_text())["manifest"]["signing"]["keyid"]
+    swapped = _resealed(run, tmp_path / "swapped",
+                        lambda d: d["manifest"]["signing"].update(public_key=other.read_text()))
+    assert (f"signature: the recorded public key is {other_id}, the recorded key id {recorded}"
+            in _problems(swapped))
+    for field in ("public_key", "keyid"):
+        dropped = _resealed(run, tmp_path / field, lambda d, f=field: d["manifest"]["signing"].update({f: None}))
+        assert "signature: the report declares a key signature but records no public key" in _problems(dropped)
+
+
+def test_a_dsse_envelope_is_read_as_the_spec_defines_it(signed: tuple[Path, Path], tmp_path: Path) -> None:
+    """DSSE (secure-systems-lab/dsse, envelope.md): an envelope is payload, payloadType and signatures; the in-toto
+    attestation framework's envelope says payloadType "application/vnd.in-toto+json". A bundle without one, with
+    another payload type, or with no signature is refused by name; with several signatures one verifying with the
+    trusted key is enough (DSSE's protocol: accept when a signature verifies with a trusted key), wherever it is in
+    the list."""
+    import base64
+
+    from conformance.provenance.dsse import load_public_key
+
+    run, key = signed
+    pub = load_public_key(key.with_suffix(".pub"))
+    genuine = json.loads((run / BUNDLE_FILE).read_text())
+
+    def with_bundle(name: str, change: Any) -> Path:
+        forged = _copy(run, tmp_path / name)
+        bundle = json.loads(json.dumps(genuine))
+        change(bundle)
+        (forged / BUNDLE_FILE).write_text(json.dumps(bundle))
+        return forged
+
+    stranger = base64.b64encode(SigningKey.load(write_key(tmp_path / "s.pem")).sign(b"x")).decode()
+    cases: dict[str, tuple[Any, str | None]] = {
+        "no-envelope": (lambda b: b.pop("dsseEnvelope"), "signature: the bundle holds no DSSE envelope"),
+        "plain-json": (lambda b: b["dsseEnvelope"].update(payloadType="application/json"),
+                       "signature: the envelope holds 'application/json', not an in-toto statement"),
+        "no-signature": (lambda b: b["dsseEnvelope"].update(signatures=[]),
+                         "signature: the envelope carries no signature"),
+        "stranger-first": (lambda b: b["dsseEnvelope"]["signatures"].insert(0, {"keyid": "x", "sig": stranger}),
+                           None),
+        "stranger-last": (lambda b: b["dsseEnvelope"]["signatures"].append({"keyid": "x", "sig": stranger}), None),
+    }
+    for name, (change, expected) in cases.items():
+        problems = _problems(with_bundle(name, change), key=pub)
+        assert (expected in problems) if expected else problems == [], (name, problems)
+
+
+def test_resolved_dependencies_are_in_toto_resource_descriptors(run: Path) -> None:
+    """SLSA provenance v1's ``resolvedDependencies`` are in-toto ResourceDescriptors (in-toto attestation spec,
+    v1/resource_descriptor.md): ``digest`` is a DigestSet, algorithm name to lowercase hex (no "sha256:" prefix),
+    where ``gitCommit`` is the standard name for a git commit; ``uri`` locates the resource, for a git checkout the
+    SPDX/pip VCS form ``git+https://host/repo@commit``. A harness without a commit has neither gitCommit nor uri;
+    one from a non-https source has no uri; the profile is a dependency when its digest is known; each image is
+    one, by platform."""
+    from conformance.provenance.statement import statement
+
+    report = load_report((run / "report.json").read_text())
+    harness = report.manifest.harness
+    assert harness is not None
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    manifest = report.manifest.model_copy(update={
+        "harness": harness.model_copy(update={"commit": commit, "source": "https://github.com/fakehw/fakehw",
+                                              "digest": "sha256:" + "ab" * 32}),
+        "profile": "dgx-h100", "profile_digest": "cd" * 32,
+        "images": {"linux/riscv64": "sha256:" + "ef" * 32, "linux/amd64": "sha256:" + "12" * 32}})
+    deps = statement(report.model_copy(update={"manifest": manifest}), run)[
+        "predicate"]["buildDefinition"]["resolvedDependencies"]
+    assert [d["name"] for d in deps] == ["fakehw", "catalogue", "profile:dgx-h100", "image:linux/amd64",
+                                         "image:linux/riscv64"]
+    assert deps[0]["digest"] == {"sha256": "ab" * 32, "gitCommit": commit}
+    assert deps[0]["uri"] == f"git+https://github.com/fakehw/fakehw@{commit}"
+    assert [d["digest"] for d in deps[2:]] == [{"sha256": "cd" * 32}, {"sha256": "12" * 32}, {"sha256": "ef" * 32}]
+    for source, commit_or_none in (("/home/me/fakehw", commit), ("https://github.com/fakehw/fakehw", None)):
+        local = manifest.model_copy(update={
+            "harness": harness.model_copy(update={"commit": commit_or_none, "source": source}),
+            "profile_digest": None, "images": {}})
+        deps = statement(report.model_copy(update={"manifest": local}), run)[
+            "predicate"]["buildDefinition"]["resolvedDependencies"]
+        assert [d["name"] for d in deps] == ["fakehw", "catalogue"]
+        assert "uri" not in deps[0]
+        assert ("gitCommit" in deps[0]["digest"]) == (commit_or_none is not None)
+
+
+def test_verdicts_and_counts_name_what_the_results_contradict(run: Path) -> None:
+    """docs/certification.md, verify step 1: verdicts and counts follow from the results. A level removed from the
+    verdicts is named as missing with what the results give; a level whose verdict is right but whose counts were
+    edited is refused naming the count (before, it read "core pass (results give pass)"); a level the catalogue does
+    not have is named; a summary status that no result has but is counted (a made-up status) is named; a row
+    for a requirement the recorded catalogue version does not have is named."""
+    from conformance.report.model import RequirementResult, verify
+
+    report = load_report((run / "report.json").read_text())
+    assert verify(report) == []
+    levels = dict(report.verdicts.levels)
+    level, said = next(iter(levels.items()))
+    dropped = report.model_copy(update={"verdicts": report.verdicts.model_copy(
+        update={"levels": {k: v for k, v in levels.items() if k != level}})}).sealed()
+    assert (f"verdicts do not follow from the results (a verdict or a result was edited): {level} missing "
+            f"(results give {said.verdict})") in verify(dropped)
+    recount = report.model_copy(update={"verdicts": report.verdicts.model_copy(
+        update={"levels": {**levels, level: said.model_copy(update={"passed": said.passed + 1})}})}).sealed()
+    assert (f"verdicts do not follow from the results (a verdict or a result was edited): {level} passed "
+            f"{said.passed + 1} (results give {said.passed})") in verify(recount)
+    gold = report.model_copy(update={"verdicts": report.verdicts.model_copy(
+        update={"levels": {**levels, "gold": said}})}).sealed()
+    assert ("verdicts do not follow from the results (a verdict or a result was edited): gold is not a level "
+            "(results give none)") in verify(gold)
+    made_up = report.model_copy(update={"summary": {**report.summary, "flaky": 2}}).sealed()
+    assert "summary counts do not match the results: flaky 2 (results: 0)" in verify(made_up)
+    ghost = RequirementResult(id="DP-GHOST-001", title="t", target="device-plugin", category="allocation",
+                              level="core", required=False, status="passed", duration=0.0, tests=[])
+    extra = report.model_copy(update={"results": [*report.results, ghost],
+                                      "summary": {**report.summary, "passed": report.summary["passed"] + 1}})
+    version = report.manifest.catalogue.version
+    assert verify(extra.sealed()) == [f"DP-GHOST-001 is not in catalogue version {version}"]
+
+
+def test_a_report_of_the_wrong_shape_names_the_field(run: Path, tmp_path: Path) -> None:
+    """A report.json with a field of the wrong type is refused naming the file, the field's path and what was
+    expected, not a traceback (the guide's rule for bad input); a bundle that is JSON but not an object is named
+    as unreadable."""
+    from conformance.report.model import ReportError
+
+    for text in ("[]", '"report"', "null", '{"schema": "fakehw.conformance.results/v1"}'):
+        with pytest.raises(ReportError, match=r"^report.json: not a certification report \(expected schema "
+                                              r"'fakehw.conformance.report/v2'\)$"):
+            load_report(text, "report.json")
+    with pytest.raises(ReportError, match=r"^report.json: not JSON \("):
+        load_report("{", "report.json")
+    doc = json.loads((run / "report.json").read_text())
+    doc["manifest"]["signing"]["mode"] = "pgp"
+    with pytest.raises(ReportError, match=r"^report.json: manifest\.signing\.mode: Input should be 'unsigned', "):
+        load_report(json.dumps(doc), "report.json")
+    forged = _copy(run, tmp_path)
+    (forged / BUNDLE_FILE).write_text("[]")
+    assert f"{BUNDLE_FILE}: unreadable (not a JSON object)" in _problems(
+        _resealed(forged, tmp_path / "key", lambda d: d["manifest"].update(signing={"mode": "key"})))
+
+
+def test_only_a_failing_test_s_message_is_kept_in_its_row() -> None:
+    """docs/certification.md: a row carries "the failure message"; a passing test's text is not a failure. Each
+    failing, erroring, skipped or not-applicable test's message is kept, named by its test id, one per line."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import build_report
+
+    tests = [{"nodeid": "t::ok", "outcome": "passed", "message": "chatter"},
+             {"nodeid": "t::bad", "outcome": "failed", "message": "gave 3 GPUs"},
+             {"nodeid": "t::na", "outcome": "not-applicable", "message": "no MIG"},
+             {"nodeid": "t::quiet", "outcome": "failed"}]
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {}, "tests": tests,
+               "requirements": {"SCHED-FIT-001": {"status": "failed", "tests": [t["nodeid"] for t in tests]}}}
+    (row,) = build_report(results).results
+    assert row.message == "t::bad: gave 3 GPUs\nt::na: no MIG"
+
+
+@pytest.mark.parametrize("length", [3999, 4000, 4001, 9000])
+def test_a_failure_message_is_kept_up_to_4000_characters(length: int) -> None:
+    """docs/certification.md: a row keeps "the failure message (its first 4000 characters)": the message quotes
+    the component's output, which a report must not carry unbounded."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import build_report
+
+    prefix = "t::bad: "
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {},
+               "tests": [{"nodeid": "t::bad", "outcome": "failed", "message": "x" * (length - len(prefix))}],
+               "requirements": {"SCHED-FIT-001": {"status": "failed", "tests": ["t::bad"]}}}
+    (row,) = build_report(results).results
+    assert row.message == (prefix + "x" * (length - len(prefix)))[:4000]
+    assert len(row.message) == min(length, 4000)
+
+
+def test_any_one_thing_asked_of_the_signer_makes_an_unsigned_run_fail(run: Path) -> None:
+    """docs/certification.md: with --key, --identity, --issuer or --require-signature an unsigned run is refused
+    (anyone could have written it); with none of them it verifies as UNSIGNED. Each alone is enough."""
+    from conformance.provenance.dsse import load_public_key
+
+    refused = ("the run is UNSIGNED: a signature is required (--key/--identity/--issuer given), and an unsigned "
+               "report could have been written by anyone")
+    key = load_public_key(write_key(run.parent / "any.pem").with_suffix(".pub"))
+    assert _problems(run) == []
+    for policy in ({"require_signature": True}, {"key": key}, {"identity": "someone@example.com"},
+                   {"issuer": "https://token.actions.githubusercontent.com"}):
+        assert _problems(run, **policy) == [refused], policy
+
+
+def test_differences_between_lists_with_repeated_names_go_by_position() -> None:
+    """Lists of named entries (in-toto subjects, SLSA byproducts) are compared by name so a reordering is no
+    difference; when names repeat (or are not all strings) a name does not identify an entry, so they are compared
+    by position."""
+    sealed = [{"name": "a", "v": 1}, {"name": "a", "v": 2}]
+    assert differences(sealed, [{"name": "a", "v": 1}, {"name": "a", "v": 3}]) == ["[1].v: sealed 2, the run has 3"]
+    assert differences([{"name": 1, "v": 1}, {"name": 2, "v": 2}], [{"name": 1, "v": 1}, {"name": 2, "v": 3}]) == [
+        "[1].v: sealed 2, the run has 3"]
+    assert differences([{"name": "b", "v": 2}, {"name": "a", "v": 1}], [{"name": "a", "v": 1}, {"name": "b", "v": 2}]
+                       ) == []
+    # a seal repeating a name (one entry forged over another) against the run's distinct names: by position too,
+    # whichever side repeats
+    unique = [{"name": "a", "v": 1}, {"name": "b", "v": 2}]
+    repeated = [{"name": "a", "v": 1}, {"name": "a", "v": 2}]
+    assert differences(repeated, unique) == ['[1].name: sealed "a", the run has "b"']
+    assert differences(unique, repeated) == ['[1].name: sealed "b", the run has "a"']
+    # ... and when an entry is not an object at all (a seal cannot be trusted to have the run's shape)
+    assert differences([{"name": "a"}, 5], [{"name": "a"}, 6]) == ["[1]: sealed 5, the run has 6"]
+
+
+def test_a_report_from_results_without_a_time_is_dated_when_it_is_built() -> None:
+    """A results file without a numeric ``updated`` (another writer's) gives a report dated when it was built, in
+    RFC 3339 UTC like every other time the report carries, not an error."""
+    import calendar
+    import time
+
+    from conformance.report.model import build_report
+
+    before = time.time()
+    for updated in ("yesterday", None, True):  # JSON true is no time (before, it dated the report 1970-01-01T00:00:01Z)
+        results = {**_older_harness_results({}), "updated": updated}
+        generated = build_report(results).generated
+        stamp = calendar.timegm(time.strptime(generated, "%Y-%m-%dT%H:%M:%SZ"))
+        assert int(before) <= stamp <= time.time(), (updated, generated)
+
+
+@pytest.mark.parametrize(("algorithm", "name"), [("ed448", "Ed448"), ("x25519", "X25519"), ("x448", "X448")])
+def test_keys_of_other_kinds_openssl_makes_are_refused_by_kind(algorithm: str, name: str, tmp_path: Path) -> None:
+    """docs/certification.md: signing keys are Ed25519, ECDSA P-256/P-384 or RSA. openssl makes keys of other kinds
+    (Ed448 signs, but no DSSE verifier of ours checks it; X25519/X448 are key agreement keys, RFC 7748, and cannot
+    sign): each is refused naming its kind, as a signing key and as the key to verify with."""
+    from conformance.provenance.dsse import load_public_key
+
+    key = tmp_path / f"{algorithm}.pem"
+    _openssl("genpkey", "-algorithm", algorithm, "-out", str(key))
+    pub = key.with_suffix(".pub")
+    _openssl("pkey", "-in", str(key), "-pubout", "-out", str(pub))
+    with pytest.raises(SignatureError, match=f"{name}PrivateKey keys are not supported \\(Ed25519, ECDSA or RSA\\)"):
+        SigningKey.load(key)
+    with pytest.raises(SignatureError, match=f"{name}PublicKey keys are not supported"):
+        load_public_key(pub)
+
+
+def test_the_manifest_names_the_tools_a_run_used_only() -> None:
+    """docs/certification.md: the manifest records "versions of the harness, Python, Docker/kind/Kubernetes when
+    used": the harness and Python always (null when the results did not say), the others only when the results
+    name a version."""
+    from conformance.report.model import build_report
+
+    env = {"harness_version": "0.9.0", "python": "3.11.2", "docker": "27.1.1", "kind": "", "kubernetes": None}
+    assert build_report(_older_harness_results(env)).manifest.versions == {
+        "harness": "0.9.0", "python": "3.11.2", "docker": "27.1.1"}
+    assert build_report(_older_harness_results({"kind": "0.24.0"})).manifest.versions == {
+        "harness": None, "python": None, "kind": "0.24.0"}
+
+
+def test_a_statement_of_a_report_without_runner_or_harness_says_so(run: Path) -> None:
+    """Results of an older harness record no runner and no harness (report.json's schema allows null for both).
+    SLSA provenance v1: ``builder.version`` is optional, ``startedOn``/``finishedOn`` are timestamps of the run.
+    The statement then names the local builder without a version, no invocation, isolation "not recorded", and no
+    harness among the resolved dependencies; both times are the report's."""
+    from conformance.provenance.statement import statement
+
+    report = load_report((run / "report.json").read_text())
+    bare = report.model_copy(update={"manifest": report.manifest.model_copy(update={"runner": None,
+                                                                                     "harness": None})})
+    stmt = statement(bare, run)["predicate"]
+    assert stmt["runDetails"]["builder"] == {"id": "urn:fakehw:runner:local"}
+    assert stmt["runDetails"]["metadata"] == {"startedOn": report.generated, "finishedOn": report.generated}
+    assert stmt["buildDefinition"]["internalParameters"]["componentIsolation"] == "not recorded"
+    assert stmt["buildDefinition"]["resolvedDependencies"][0]["name"] == "catalogue"
+    assert report.manifest.harness is not None
+    assert statement(report, run)["predicate"]["runDetails"]["builder"]["version"] == {
+        "fakehw": report.manifest.harness.version}
+
+
+def _rows(statuses: dict[str, tuple[str, str, bool]]) -> list[Any]:
+    from conformance.report.model import RequirementResult
+
+    return [RequirementResult(id=i, title=i, target="device-plugin", category="c", level=level, required=required,
+                              status=status, duration=0.0, tests=[])
+            for i, (level, status, required) in statuses.items()]
+
+
+def test_verdicts_follow_the_documented_rules() -> None:
+    """docs/certification.md: "a level passes when every required requirement of it that applies passed — skipped
+    and not-run fail it ...; not-applicable neither passes nor fails it — and the overall verdict (certified,
+    not-certified, or partial for an incomplete run)"; report/model.py: a level where nothing applies is n/a.
+    A recommended (not required) failure fails nothing; a run where nothing passed certifies nothing."""
+    from conformance.report.model import derive_verdicts
+
+    rows = _rows({"A": ("core", "passed", True), "B": ("core", "failed", False),
+                  "C": ("topology", "not-applicable", True), "D": ("isolation", "passed", True),
+                  "E": ("isolation", "not-applicable", True)})
+    verdicts = derive_verdicts(rows, partial=False)
+    assert verdicts.overall == "certified"
+    assert {k: (v.verdict, v.required, v.passed, v.failing, v.not_applicable) for k, v in verdicts.levels.items()} == {
+        "core": ("pass", 1, 1, [], []), "topology": ("n/a", 1, 0, [], ["C"]), "resilience": ("n/a", 0, 0, [], []),
+        "isolation": ("pass", 2, 1, [], ["E"])}
+    partial = derive_verdicts(rows, partial=True)
+    assert partial.overall == "partial"
+    assert {k: v.verdict for k, v in partial.levels.items()} == {
+        "core": "incomplete", "topology": "n/a", "resilience": "n/a", "isolation": "incomplete"}
+    for status in ("failed", "error", "skipped", "not-run"):
+        failing = derive_verdicts([*rows, *_rows({"F": ("core", status, True)})], partial=False)
+        assert (failing.overall, failing.levels["core"].verdict, failing.levels["core"].failing) == (
+            "not-certified", "fail", ["F"]), status
+    nothing = derive_verdicts(_rows({"C": ("topology", "not-applicable", True)}), partial=False)
+    assert nothing.overall == "not-certified" and {v.verdict for v in nothing.levels.values()} == {"n/a"}
+
+
+@pytest.mark.parametrize("harness", ["none", "no commit"])
+def test_a_keyless_signature_needs_the_harness_commit_it_names(harness: str, run: Path, tmp_path: Path) -> None:
+    """docs/certification.md: the Fulcio certificate names the commit the signing workflow ran at (Build Signer
+    Digest, OID 1.3.6.1.4.1.57264.1.10), which must be the report's harness commit. A report that records no
+    harness, or a harness without a commit, cannot show that: refused, saying the commit is not recorded."""
+    from conformance.provenance.statement import payload
+    from tests.conformance.sigstore_instance import GITHUB_ISSUER, SigstoreInstance, Workflow
+
+    instance, wf = SigstoreInstance(), Workflow()
+    root = tmp_path / "trusted_root.json"
+    root.write_text(json.dumps(instance.trusted_root()))
+
+    def forget(doc: dict[str, Any]) -> None:
+        doc["manifest"]["signing"] = {"mode": "sigstore"}
+        if harness == "none":
+            doc["manifest"]["harness"] = None
+        else:
+            doc["manifest"]["harness"]["commit"] = None
+
+    forged = _resealed(run, tmp_path, forget)
+    (forged / BUNDLE_FILE).write_text(instance.sign_dsse(payload(json.loads((forged / STATEMENT_FILE).read_text())),
+                                                         wf))
+    assert _problems(forged, identity=wf.identity, issuer=GITHUB_ISSUER, trust_root=root) == [
+        f"signature: the signing workflow ran at commit {wf.sha} but the report's harness commit is not recorded"]
+
+
+def test_a_run_missing_a_file_is_refused_once_for_it(signed: tuple[Path, Path], tmp_path: Path) -> None:
+    """With a file of the run gone the statement cannot be recomputed, so neither the seal nor the (genuine)
+    signed statement can be compared with it: the one problem is the missing file, named with the files a run
+    writes, not a comparison of the signed statement against nothing."""
+    from conformance.provenance.dsse import load_public_key
+
+    run, key = signed
+    forged = _copy(run, tmp_path)
+    (forged / "junit.xml").unlink()
+    assert _problems(forged, key=load_public_key(key.with_suffix(".pub"))) == [
+        f"{forged}: missing junit.xml (a run writes report.json, results.json, junit.xml, summary.md, report.html)"]
+
+
+def test_only_components_pinned_by_digest_are_subjects(run: Path) -> None:
+    """in-toto Statement v1: each subject is an artifact by digest (a DigestSet of lowercase hex). A component the
+    harness could not pin has no digest, so it is no subject (it stays in externalParameters.targets); when at
+    least one is pinned, report.json is not made the subject."""
+    from conformance.provenance.statement import statement
+    from conformance.report.model import Component
+
+    report = load_report((run / "report.json").read_text())
+    pinned = Component(kind="device-plugin", spec="cmd:plugin", name="plugin", digest="sha256:" + "ab" * 32,
+                       hashed="the executable")
+    loose = Component(kind="extender", spec="http://localhost:8888", hashed="not pinned: a URL")
+    both = report.model_copy(update={"manifest": report.manifest.model_copy(update={"components": [loose, pinned]})})
+    stmt = statement(both, run)
+    assert stmt["subject"] == [{"name": "device-plugin:plugin", "digest": {"sha256": "ab" * 32},
+                                "annotations": {"spec": "cmd:plugin", "hashed": "the executable"}}]
+    assert stmt["predicate"]["buildDefinition"]["externalParameters"]["targets"] == [
+        "extender=http://localhost:8888", "device-plugin=cmd:plugin"]
+
+
+def test_a_seal_with_another_verdict_names_the_annotation_not_a_changed_file(run: Path, tmp_path: Path) -> None:
+    """A seal whose report.json digest is right but whose verdict annotation was edited is a forged seal, not an
+    edited file: the difference is quoted as it is (path, both values), and no file is said to have changed."""
+    forged = _copy(run, tmp_path)
+    sealed = json.loads((forged / STATEMENT_FILE).read_text())
+    products = sealed["predicate"]["runDetails"]["byproducts"]
+    genuine = products[0]["annotations"]["verdict"]
+    products[0]["annotations"]["verdict"] = "forged"
+    (forged / STATEMENT_FILE).write_text(json.dumps(sealed))
+    assert _problems(forged) == [f'seal mismatch: predicate.runDetails.byproducts.report.json.annotations.verdict: '
+                                 f'sealed "forged", the run has "{genuine}"']
+
+
+def test_resolved_components_carry_the_versions_the_harness_recorded() -> None:
+    """Results of the current harness list the components it resolved (kind, spec, digest, what was hashed) and,
+    separately, the version each kind reported; the report joins them per kind. A kind without a version has
+    none; targets are then not read again as components."""
+    from conformance.report.model import build_report
+
+    resolved = [{"kind": "device-plugin", "spec": "cmd:plugin", "name": "plugin", "digest": "sha256:" + "ab" * 32,
+                 "hashed": "the executable"},
+                {"kind": "extender", "spec": "reference", "name": "ref", "digest": None, "hashed": "not pinned"}]
+    env = {"components": resolved, "component_versions": {"device-plugin": "v0.17.0"},
+           "targets": ["device-plugin=cmd:plugin", "extender=reference"]}
+    components = build_report(_older_harness_results(env)).manifest.components
+    assert [(c.kind, c.spec, c.name, c.version, c.digest, c.hashed) for c in components] == [
+        ("device-plugin", "cmd:plugin", "plugin", "v0.17.0", "sha256:" + "ab" * 32, "the executable"),
+        ("extender", "reference", "ref", None, None, "not pinned")]
+
+
+def test_pae_is_the_dsse_specification_s() -> None:
+    """DSSE v1 (secure-systems-lab/dsse, protocol.md): PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body)
+    SP body, lengths in ASCII decimal bytes; the specification's example is "DSSEv1 29 http://example.com/HelloWorld
+    11 hello world". Lengths count bytes, not characters."""
+    from conformance.provenance.dsse import pae
+
+    example = b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    assert pae("http://example.com/HelloWorld", b"hello world") == example
+    assert pae("t/\u00e9", "\u00e9".encode()) == b"DSSEv1 4 t/\xc3\xa9 2 \xc3\xa9"
+
+
+def test_an_envelope_payload_that_is_not_base64_is_malformed(signed: tuple[Path, Path], tmp_path: Path) -> None:
+    """DSSE envelopes carry the payload in standard base64 (RFC 4648); characters outside its alphabet make the
+    envelope malformed, named as such, rather than being skipped into another payload."""
+    from conformance.provenance.dsse import load_public_key
+
+    run, key = signed
+    forged = _copy(run, tmp_path)
+    bundle = json.loads((forged / BUNDLE_FILE).read_text())
+    bundle["dsseEnvelope"]["payload"] = "!!" + bundle["dsseEnvelope"]["payload"]
+    (forged / BUNDLE_FILE).write_text(json.dumps(bundle))
+    (problem,) = _problems(forged, key=load_public_key(key.with_suffix(".pub")))
+    assert problem.startswith("signature: malformed DSSE envelope"), problem
+
+
+def test_a_keyless_signature_is_trusted_when_an_identity_or_an_issuer_was_asked_for(run: Path,
+                                                                                   tmp_path: Path) -> None:
+    """docs/certification.md: without --key/--identity/--issuer a signed run is verified and who signed it is said,
+    but nothing is trusted; with --identity, or --issuer alone (any workflow of that issuer), the certificate was
+    checked against what the user asked for. The signer is named from the Fulcio certificate either way."""
+    from conformance.provenance.statement import payload
+    from conformance.provenance.verify import TrustPolicy, verify_run
+    from tests.conformance.sigstore_instance import GITHUB_ISSUER, SigstoreInstance, Workflow
+
+    instance, wf = SigstoreInstance(), Workflow()
+    root = tmp_path / "trusted_root.json"
+    root.write_text(json.dumps(instance.trusted_root()))
+
+    def keyless(doc: dict[str, Any]) -> None:
+        doc["manifest"]["signing"] = {"mode": "sigstore"}
+        doc["manifest"]["harness"]["commit"] = wf.sha
+
+    forged = _resealed(run, tmp_path, keyless)
+    (forged / BUNDLE_FILE).write_text(instance.sign_dsse(payload(json.loads((forged / STATEMENT_FILE).read_text())),
+                                                         wf))
+    for policy, trusted in (({}, False), ({"identity": wf.identity}, True), ({"issuer": GITHUB_ISSUER}, True)):
+        result = verify_run(forged, TrustPolicy(trust_root=root, **policy))
+        assert (result.problems, result.trusted) == ([], trusted), policy
+        assert result.signer == f"sigstore {wf.identity} (issuer {GITHUB_ISSUER})"
