@@ -36,10 +36,11 @@ MSI_WINDOW = {"amd64": "0x00000000fee00000 0x00000000feefffff msi\n",
 PCI_DEFAULT_DMA_BITS = 32
 """The DMA mask the PCI core gives every function (drivers/pci/probe.c, pci_setup_device: 0xffffffff) until its
 driver sets another; ``dma_mask_bits`` is fls64 of it. pcieport sets none, so bridges show 32."""
-DMA_MASK_BITS = {"gpu": 52, "nic": 64, "nvswitch": 64, "cxl-memdev": 52}
+DMA_MASK_BITS = {"gpu": 52, "nic": 64, "nvswitch": 64}
 """Functions whose driver sets a wider mask: mlx5_core DMA_BIT_MASK(64) (set_dma_caps), nvidia-nvswitch the switch's
 DMA width, 64 on LR10/LS10 (open-gpu-kernel-modules, nvswitch_os_set_dma_mask), the GPU what the NVIDIA driver sets
-(its /proc information's ``DMA Size``); the CXL memory devices' 52 is not checked against cxl_pci."""
+(its /proc information's ``DMA Size``). cxl_pci sets none (drivers/cxl/pci.c, cxl_pci_probe: the mailbox is MMIO,
+the device does no DMA for the driver), so CXL memory devices keep the core's 32 like the bridges."""
 CXL_KINDS = ("cxl-root-port", "cxl-switch-upstream", "cxl-switch-downstream", "cxl-memdev")
 
 
