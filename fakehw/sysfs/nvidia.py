@@ -133,12 +133,27 @@ def nvidia_static_section(system: System, node: Node) -> Section:
     return sec
 
 
+FRONTEND_LAST_BRANCH = 535
+"""The last driver branch with the ``nvidia-frontend`` module (open-gpu-kernel-modules 535: nv-frontend.c, gone in
+545), which registers major 195 whole as one region of that name (register_chrdev: minors 0-255)."""
+
+
+def nvidia_regions(branch: int) -> list[tuple[int, str]]:
+    """The driver's regions of major 195 in ``/proc/devices`` order. fs/char_dev.c keeps one major's regions sorted
+    by first minor, refuses overlapping ones and lists each by name (chrdev_show). Up to 535 the frontend holds all
+    256 minors; from 545 nvidia.ko registers ``nvidia`` (minors 0-247, NV_MINOR_DEVICE_NUMBER_REGULAR_MAX) and
+    ``nvidiactl`` (255), and ``nvidia-modeset`` (254) is registered by nv.c in 545 and by nvidia-modeset.ko itself
+    from 550 (nv-chardev-numbers.h, nv.c nv_register_chrdev, nvidia-modeset-linux.c nvkms_register_chrdev)."""
+    if branch <= FRONTEND_LAST_BRANCH:
+        return [(NVIDIA_MAJOR, "nvidia-frontend")]
+    return [(NVIDIA_MAJOR, "nvidia"), (NVIDIA_MAJOR, "nvidia-modeset"), (NVIDIA_MAJOR, "nvidiactl")]
+
+
 def nvidia_majors(system: System, node: Node) -> list[tuple[int, str]]:
     """The character majors the driver registers, as ``/proc/devices`` names them (none without GPUs)."""
     if not node.gpus:
         return []
-    chars = [(NVIDIA_MAJOR, "nvidia-frontend"), (NVIDIA_MAJOR, "nvidia"), (NVIDIA_MAJOR, "nvidiactl"),
-             (NVIDIA_MAJOR, "nvidia-modeset"), (UVM_MAJOR, "nvidia-uvm")]
+    chars = [*nvidia_regions(system.driver.branch), (UVM_MAJOR, "nvidia-uvm")]
     if any(s.on_pci for s in node.nvswitches):
         chars.append((NVSWITCH_MAJOR, "nvidia-nvswitch"))
     chars.append((CAPS_MAJOR, "nvidia-caps"))

@@ -44,6 +44,7 @@ here against where the kernel defines it:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import xml.etree.ElementTree as ET
@@ -58,8 +59,9 @@ from fakehw.model import System, load_profile
 from fakehw.model.system import Node
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
-from fakehw.sysfs import ROOT_DIR, render_tree
+from fakehw.sysfs import ROOT_DIR, node_layout, render_tree
 from fakehw.sysfs.pci import SPEED
+from fakehw.sysfs.procdevices import proc_devices
 from tests.nvml.captures import capture_dir
 
 Rendered = Callable[[str], list[tuple[System, Node, Path]]]
@@ -1348,3 +1350,33 @@ def test_a_gpu_falling_off_the_bus_takes_only_its_own_function_away(fast_tmp: Pa
         assert (root / "sys/bus/pci/devices" / str(g.address)).exists() == present, g.name
         assert (root / "proc/driver/nvidia/gpus" / str(g.address)).exists() == present, g.name
 
+
+NVIDIA_195_REGIONS = {535: ["nvidia-frontend"], 545: ["nvidia", "nvidia-modeset", "nvidiactl"],
+                      580: ["nvidia", "nvidia-modeset", "nvidiactl"]}
+"""The names major 195 carries in ``/proc/devices`` per driver branch (NVIDIA/open-gpu-kernel-modules): 535's
+nv-frontend.c takes the whole major with register_chrdev(195, "nvidia-frontend"), so no other region can share it;
+545 dropped the frontend and nv.c registers ``nvidia`` (minors 0-247), ``nvidiactl`` (255) and ``nvidia-modeset``
+(254; from 550 nvidia-modeset.ko registers it, nvkms_register_chrdev). fs/char_dev.c refuses overlapping regions
+and keeps a major's regions in order of first minor, which is the order chrdev_show lists them in."""
+
+
+def _regions_of(devices: str, major: int) -> list[str]:
+    chars = devices.split("Character devices:\n", 1)[1].split("\n\n", 1)[0]
+    return [name for m, name in (line.split() for line in chars.splitlines()) if int(m) == major]
+
+
+@pytest.mark.parametrize("branch", sorted(NVIDIA_195_REGIONS))
+def test_major_195_carries_the_regions_the_drivers_branch_registers(branch: int) -> None:
+    system = load_profile("dgx-h100")
+    version = f"{branch}.104.05"
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=version))
+    node = system.nodes[0]
+    devices = proc_devices(system, node, node_layout(system, node))
+    assert _regions_of(devices, 195) == NVIDIA_195_REGIONS[branch], version
+
+
+def test_the_rendered_proc_devices_names_the_profiles_drivers_regions(rendered: Rendered) -> None:
+    """dgx-h100 runs 580.105.08 (its capture's driver): the three regions of a frontend-less driver, in minor order."""
+    (system, _, root), *_ = rendered("dgx-h100")
+    assert system.driver.branch == 580
+    assert _regions_of((root / "proc/devices").read_text(), 195) == NVIDIA_195_REGIONS[580]
