@@ -60,6 +60,7 @@ from fakehw.model.system import Node
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
 from fakehw.sysfs import ROOT_DIR, node_layout, render_tree
+from fakehw.sysfs.node import RISCV_VMALLOC_TOTAL_KB
 from fakehw.sysfs.pci import SPEED
 from fakehw.sysfs.procdevices import proc_devices
 from tests.nvml.captures import capture_dir
@@ -925,6 +926,10 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
             # mlocked (mm/mlock.c); only lazily freed (MADV_FREE) pages leave for the file list, and nothing runs
             # on the fake to free any
             assert values["AnonPages"] <= anon_lru + values["Unevictable"], (profile, where)
+            # shmem pages are swap-backed too: on the anon lists, or the unevictable one when locked
+            # (mm/shmem.c adds them as swap-backed folios; Documentation/mm/unevictable-lru.rst, SHM_LOCK), so the
+            # anon lists and the unevictable one hold every mapped anonymous page and every shmem page
+            assert values["AnonPages"] + values["Shmem"] <= anon_lru + values["Unevictable"], (profile, where)
             allocated = (values["AnonPages"] + page_cache + values["Slab"] + values["KernelStack"]
                          + values["PageTables"])
             assert allocated <= values["MemTotal"] - values["MemFree"], (profile, where, allocated)
@@ -977,6 +982,15 @@ def test_the_vmalloc_area_and_direct_map_are_the_architectures(rendered: Rendere
         la57 = "la57" in _flags_of(root)
         assert values["VmallocTotal"] == (13743895347199 if la57 else 34359738367), (profile, la57)
         assert sum(values[label] for label in direct) >= values["MemTotal"], profile
+
+
+def test_every_riscv_paging_modes_vmalloc_area_is_the_documented_one() -> None:
+    """The rendered trees run one paging mode (sv57, RISCV_MMU), but the kernel's figure is per mode and the fake
+    keeps a table of them: each entry must be vm-layout.rst's ``vmalloc/ioremap space`` size for its mode (64 GB
+    on sv39, 32 TB on sv48, 16 PB on sv57; VMALLOC_TOTAL_KB above), whichever mode a RISC-V host is given."""
+    assert {("riscv64", mode): kb for mode, kb in RISCV_VMALLOC_TOTAL_KB.items()} == {
+        key: kb for key, kb in VMALLOC_TOTAL_KB.items() if key[0] == "riscv64"}
+    assert RISCV_VMALLOC_TOTAL_KB["sv39"] == 67108864  # what sv39 boards print
 
 
 def _flags_of(root: Path) -> set[str]:
