@@ -24,7 +24,7 @@ from fakehw.agent.cxlstate import CxlState, EndpointDecoder
 from fakehw.agent.cxltopo import NodeTopology
 from fakehw.model.system import CxlWindow, Node, System
 from fakehw.sysfs.cxldevices import CXL_HOST_BRIDGE_IDS, CXL_ROOT_ID, CxlDevices
-from fakehw.sysfs.pci import function_files
+from fakehw.sysfs.pci import function_files, interrupt
 from fakehw.sysfs.pcilayout import PciFunction, PciLayout, pool_memdev_function
 from fakehw.sysfs.tree import Section
 
@@ -158,7 +158,7 @@ class _CxlTree:
             if fn.kind.startswith("cxl-"):
                 if fn.kind == "cxl-memdev" and fn.ref:
                     self.memdev_fn[fn.ref] = fn
-                function_files(self.sec, fn, self.node)
+                function_files(self.sec, fn, self.node, interrupt(self.lay, fn))
         for m in self.view.memdevs:
             if m.pool is not None:
                 pool = self.pool_by_name[m.pool]
@@ -166,7 +166,7 @@ class _CxlTree:
                 fn2 = pool_memdev_function(self.lay, pool, slot, m.numa)
                 if fn2 is not None:
                     self.memdev_fn[m.name] = fn2
-                    function_files(self.sec, fn2, self.node)
+                    function_files(self.sec, fn2, self.node, interrupt(self.lay, fn2))
 
     def root_device(self) -> None:
         """The platform device of the CXL root (bound to cxl_acpi while the bus is up) and, for cxl_test, the mock

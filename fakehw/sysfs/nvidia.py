@@ -29,7 +29,7 @@ from fakehw.agent.mig import NodeMig
 from fakehw.agent.state import NodeState
 from fakehw.model.system import Node, System
 from fakehw.sysfs.cpu import UNAME_MACHINE
-from fakehw.sysfs.pci import function_files
+from fakehw.sysfs.pci import function_files, interrupt
 from fakehw.sysfs.pcilayout import PciLayout
 from fakehw.sysfs.tree import Section
 
@@ -49,9 +49,6 @@ CAP_FABRIC_MGMT, CAP_MIG_CONFIG, CAP_MIG_MONITOR = 0, 1, 2
 CAP_MIG_GPUS, CAP_MIG_GIS, CAP_MIG_CIS = 32, 15, 8
 CAP_FABRIC_IMEX_MGMT = 3 + CAP_MIG_GPUS * CAP_MIG_GIS * (1 + CAP_MIG_CIS)
 MODE_CONFIG, MODE_READ = 0o400, 0o444
-GPU_IRQ_BASE = 200
-"""Where the GPUs' interrupts are numbered from (the kernel hands them out; any free ones would do). The driver's
-``IRQ`` in ``gpus/<bdf>/information`` is pdev->irq (nv-pci.c, nv-msi.c), which the PCI ``irq`` attribute shows."""
 IMEX_CHANNEL_COUNT = 2048
 """``NVreg_ImexChannelCount``'s default: the minors the channel device region spans."""
 
@@ -212,7 +209,7 @@ def gpu_section(system: System, node: Node, state: NodeState, lay: PciLayout) ->
         fn = lay.function(g.name)
         if fn is None:
             continue
-        irq = GPU_IRQ_BASE + g.index
+        irq = interrupt(lay, fn)  # the driver's IRQ is pdev->irq (nv-pci.c, nv-msi.c), what the attribute shows
         function_files(sec, fn, node, irq)
         d = f"{PROC}/gpus/{g.address}"
         sec.file(f"{d}/information", (

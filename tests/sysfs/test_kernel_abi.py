@@ -1394,3 +1394,36 @@ def test_the_rendered_proc_devices_names_the_profiles_drivers_regions(rendered: 
     (system, _, root), *_ = rendered("dgx-h100")
     assert system.driver.branch == 580
     assert _regions_of((root / "proc/devices").read_text(), 195) == NVIDIA_195_REGIONS[580]
+
+
+def _msi_enabled(config: bytes) -> bool:
+    """Whether the MSI capability's Enable bit is set (PCI Local Bus 3.0, 6.8.1: the capability list from 0x34,
+    MSI capability id 0x05, Message Control bit 0)."""
+    at = config[0x34]
+    while at:
+        if config[at] == 0x05:
+            return bool(config[at + 2] & 1)
+        at = config[at + 1]
+    return False
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "gb200-nvl72"))
+def test_every_driven_function_has_an_irq_and_msi_users_have_their_own(rendered: Rendered, profile: str) -> None:
+    """drivers/pci/pci-sysfs.c irq_show prints the first MSI vector's irq while MSI is enabled, else pdev->irq.
+    An MSI vector is an irq of its own (msi_domain_alloc_irqs: one descriptor per vector), never 0 (irq 0 is not
+    handed out), so functions with MSI on show distinct non-zero irqs. A function a driver enabled with an INTx pin
+    (config 0x3D) has the line firmware routes it to (pci_enable_device -> acpi_pci_irq_enable, pci_assign_irq on
+    device-tree hosts), also non-zero; lspci -v prints it as ``IRQ N``."""
+    for _, _, root in rendered(profile):
+        msi: dict[int, str] = {}
+        driven = 0
+        for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+            config = (d / "config").read_bytes()
+            irq = int(_read(d / "irq"))
+            if _msi_enabled(config):
+                assert irq > 0 and irq not in msi, (profile, d.name, irq, msi.get(irq))
+                msi[irq] = d.name
+            if (d / "driver").is_symlink() and config[0x3D]:
+                assert irq > 0, (profile, d.name)
+                driven += 1
+        assert msi and driven > len(msi), (profile, len(msi), driven)
