@@ -23,6 +23,7 @@ from fakehw.agent.cxlcore import CxlCore, KernelError, PortProgram
 from fakehw.agent.cxlstate import CxlState, EndpointDecoder
 from fakehw.agent.cxltopo import NodeTopology
 from fakehw.model.system import CxlWindow, Node, System
+from fakehw.sysfs.common import default_hugepage_kb, page_size
 from fakehw.sysfs.cxldevices import CXL_HOST_BRIDGE_IDS, CXL_ROOT_ID, CxlDevices
 from fakehw.sysfs.pci import function_files, interrupt
 from fakehw.sysfs.pcilayout import PciFunction, PciLayout, pool_memdev_function
@@ -41,11 +42,17 @@ MOCK_MODULES = ("cxl_test", "cxl_mock", "cxl_mock_mem")
 MEMDEV_MAJOR = 250
 """The ``cxl`` memdev character device major (dynamic in the kernel; what fakehw hands out)."""
 DAX_MAJOR = 251
-DAX_ALIGN = 2 * 1024 * 1024
 NO_RESOURCE = 0xFFFF_FFFF_FFFF_FFFF
 """What an attribute without an address shows (-1 as %#llx: ``resource`` of a region with no HPA, an unallocated
 decoder's ``dpa_resource``)."""
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+def dax_align(arch: str) -> int:
+    """A CXL DAX region's ``align`` (and its device's, which starts as the region's): drivers/dax/cxl.c hands
+    alloc_dax_region PMD_SIZE, the kernel's PMD mapping size: 2 MiB with 4 KiB pages (x86-64, riscv64), 512 MiB
+    with the 64 KiB pages of the arm64 hosts (the default huge page size, :func:`default_hugepage_kb`)."""
+    return default_hugepage_kb(page_size(arch)) * 1024
 
 
 def _hex(value: int) -> str:
@@ -540,10 +547,11 @@ class _CxlTree:
         sec = self.sec
         rv = self.view.region(r.name)
         dr = f"{d}/dax_region{r.id}"
+        align = dax_align(self.node.cpu.arch)
         self.device(dr, f"dax_region{r.id}", "cxl_dax_region", "cxl_dax_region")
         sec.text(f"{dr}/dax_region/id", r.id)
         sec.text(f"{dr}/dax_region/size", r.size)
-        sec.text(f"{dr}/dax_region/align", DAX_ALIGN)
+        sec.text(f"{dr}/dax_region/align", align)
         sec.text(f"{dr}/dax_region/available_size", 0)
         sec.text(f"{dr}/dax_region/seed", f"dax{r.id}.1")
         sec.file(f"{dr}/dax_region/create", b"", 0o644)
@@ -558,7 +566,7 @@ class _CxlTree:
         sec.text(f"{dd}/numa_node", _numa_of_region(self.node, r))
         sec.text(f"{dd}/size", r.size, 0o644)
         sec.text(f"{dd}/resource", _hex(start))
-        sec.text(f"{dd}/align", DAX_ALIGN, 0o644)
+        sec.text(f"{dd}/align", align, 0o644)
         sec.text(f"{dd}/dev", f"{DAX_MAJOR}:{r.id}")
         sec.text(f"{dd}/modalias", "dax:t0*")
         sec.text(f"{dd}/mapping0/start", _hex(start))

@@ -52,7 +52,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
+import fakehw.model
 from fakehw.agent.faults import FallenOffBus
 from fakehw.agent.state import ActiveFault, derive_state
 from fakehw.model import System, load_profile
@@ -1427,3 +1429,34 @@ def test_every_driven_function_has_an_irq_and_msi_users_have_their_own(rendered:
                 assert irq > 0, (profile, d.name)
                 driven += 1
         assert msi and driven > len(msi), (profile, len(msi), driven)
+
+
+PMD_SIZE = {"x86_64": 2 << 20, "aarch64": 512 << 20}
+"""The kernel's PMD mapping size: x86-64 PMD_SHIFT 21 (asm/pgtable_64_types.h); arm64 with the 64 KiB granule the
+hosts run, PMD_SHIFT 29 (ARM64_HW_PGTABLE_LEVEL_SHIFT(2) with PAGE_SHIFT 16, asm/pgtable-hwdef.h)."""
+
+
+def _arm64_cxl_pool() -> System:
+    """cxl-pool with Grace-like arm64 hosts (64 KiB pages): the same CXL topology and regions."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/cxl-pool.yaml").read_text())
+    doc["groups"][0]["node"]["cpu"].update(arch="arm64", vendor="ARM", model="Neoverse-V2", family=0x41,
+                                           modelId=0xD4F, stepping=0, isa=["fp", "asimd"], threadsPerCore=1)
+    return load_profile("cxl-pool-arm64", text=yaml.safe_dump(doc))
+
+
+def test_a_cxl_dax_regions_align_is_the_kernels_pmd_size(rendered: Rendered, fast_tmp: Path) -> None:
+    """drivers/dax/cxl.c (cxl_dax_region_probe) creates a CXL region's DAX region with alloc_dax_region(...,
+    PMD_SIZE, ...), and its device starts with the region's alignment (drivers/dax/bus.c); daxctl shows both as
+    ``align``. So it is 2 MiB on x86-64 and 512 MiB on an arm64 kernel with 64 KiB pages, not one figure for all."""
+    arm = _arm64_cxl_pool()
+    node = arm.nodes[0]
+    render_tree(RenderContext(arm, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    (_, _, x86_root), *_ = rendered("cxl-pool")
+    for root in (x86_root, fast_tmp / node.name / ROOT_DIR):
+        machine = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        want = PMD_SIZE[machine["Architecture"]]
+        devices = sorted((root / "sys/bus/dax/devices").iterdir())
+        assert devices, machine["Architecture"]
+        for dev in devices:
+            region = dev.resolve().parent
+            assert int(_read(dev / "align")) == int(_read(region / "dax_region/align")) == want, dev.name
