@@ -117,11 +117,13 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
     ``Buffers``) holds the file LRU lists and ``Shmem``, the anon LRU lists hold the anonymous pages and ``Shmem``,
     and everything allocated fits in what is used."""
     sec = Section("node-memory")
-    with_memory = [n.id for n in node.numa if memory.get(n.id, 0) > 0]
-    normal = [n.id for n in node.numa if memory.get(n.id, 0) > 0 and n.kind in ("dram", "lpddr")]
+    page = page_size(node.cpu.arch)
+    # N_MEMORY is a node with present pages (mm/mm_init.c, free_area_init: node_present_pages), so less than a page
+    # of memory is none, as its MemTotal of 0 kB says
+    with_memory = [n.id for n in node.numa if memory.get(n.id, 0) >= page]
+    normal = [n.id for n in node.numa if n.id in with_memory and n.kind in ("dram", "lpddr")]
     sec.text(f"{NODE_DIR}/has_memory", format_cpulist(with_memory))
     sec.text(f"{NODE_DIR}/has_normal_memory", format_cpulist(normal))
-    page = page_size(node.cpu.arch)
     k = page // 1024
     stack = thread_size(node.cpu.arch) // page  # pages of one kernel stack: KernelStack counts whole stacks
     machine: dict[str, int] = {}

@@ -1460,3 +1460,22 @@ def test_a_cxl_dax_regions_align_is_the_kernels_pmd_size(rendered: Rendered, fas
         for dev in devices:
             region = dev.resolve().parent
             assert int(_read(dev / "align")) == int(_read(region / "dax_region/align")) == want, dev.name
+
+
+@pytest.mark.parametrize(("node1_bytes", "listed"), ((4096, True), (4095, False), (1, False)))
+def test_has_memory_lists_the_nodes_with_a_page_of_memory(fast_tmp: Path, node1_bytes: int, listed: bool) -> None:
+    """A node is in ``has_memory`` (N_MEMORY) when it has present pages (mm/mm_init.c, free_area_init sets the
+    state for a node whose node_present_pages is non-zero), and in ``has_normal_memory`` when some are in
+    ZONE_NORMAL, as a CPU node's DRAM is (Documentation/ABI/stable/sysfs-devices-node). The kernel counts whole
+    pages: one 4 KiB page on x86-64 makes node 1 a memory node (``MemTotal: 4 kB``); less than a page is none, a
+    node whose MemTotal is 0 kB."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/dgx-h100.yaml").read_text())
+    doc["groups"][0]["node"]["numa"]["nodes"][1]["memory"] = node1_bytes
+    system = load_profile("tiny-node", text=yaml.safe_dump(doc))
+    node = system.nodes[0]
+    assert node.cpu.arch == "amd64" and node.numa[1].cpus
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    base = fast_tmp / node.name / ROOT_DIR / NODES
+    want = {0, 1} if listed else {0}
+    assert _cpulist(_read(base / "has_memory")) == _cpulist(_read(base / "has_normal_memory")) == want
+    assert _meminfo_kb(base / "node1/meminfo")["MemTotal"] == (4 if listed else 0)
