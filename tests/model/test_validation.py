@@ -85,6 +85,9 @@ def test_small_profile_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[st
                      "PCIe parent 'hb7' is not a host bridge or switch of this node", id="unknown-pcie-parent"),
         pytest.param("socket: 1, memory", "socket: 3, memory", "socket: 3", "groups[0].node.numa.nodes[1].socket",
                      "socket 3 does not exist", id="numa-socket-missing"),
+        pytest.param("coresPerSocket: 4}", "coresPerSocket: 4, caches: {l2: 1536}}", "caches", "groups[0].node.cpu."
+                     "caches.l2", "a cache size is whole KiB (sysfs shows it as <n>K), not 1536 bytes",
+                     id="cache-not-whole-kib"),
         pytest.param("count: 1\n", "count: many\n", "count: many", "groups[0].count",
                      "Input should be a valid integer", id="wrong-type"),
         pytest.param("      pcie:", "      bogus: 1\n      pcie:", "bogus", "groups[0].node.bogus",
