@@ -62,7 +62,7 @@ from fakehw.model.system import Node
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
 from fakehw.sysfs import ROOT_DIR, node_layout, render_tree
-from fakehw.sysfs.node import RISCV_VMALLOC_TOTAL_KB
+from fakehw.sysfs.node import RISCV_VMALLOC_TOTAL_KB, X86_VMALLOC_TOTAL_KB
 from fakehw.sysfs.pci import SPEED
 from fakehw.sysfs.procdevices import proc_devices
 from tests.nvml.captures import capture_dir
@@ -998,6 +998,13 @@ def test_every_riscv_paging_modes_vmalloc_area_is_the_documented_one() -> None:
     assert {("riscv64", mode): kb for mode, kb in RISCV_VMALLOC_TOTAL_KB.items()} == {
         key: kb for key, kb in VMALLOC_TOTAL_KB.items() if key[0] == "riscv64"}
     assert RISCV_VMALLOC_TOTAL_KB["sv39"] == 67108864  # what sv39 boards print
+
+
+def test_both_x86_paging_modes_vmalloc_area_is_the_documented_one() -> None:
+    """As for RISC-V: Documentation/arch/x86/x86_64/mm.rst's vmalloc/ioremap space is 32 TB with 4-level paging and
+    12.5 PB with 5-level, VMALLOC_TOTAL >> 10 printing 34359738367 and 13743895347199 kB; the table holds both,
+    whichever one the profiles' CPUs (with or without ``la57``) render."""
+    assert X86_VMALLOC_TOTAL_KB == {4: 34359738367, 5: 13743895347199}
 
 
 def _flags_of(root: Path) -> set[str]:
