@@ -87,6 +87,8 @@ class _CxlTree:
         self.memdev_fn: dict[str, PciFunction] = {}
         self.port_dir: dict[str, str] = {}
         self.endpoints: dict[str, _Endpoint] = {}
+        self.committed: dict[str, int] = {}
+        """Bound host bridge and switch ports -> how many of their decoders are committed."""
         self.regions = [rv.region for rv in view.regions]
 
     # ------------------------------------------------------------------------------------------ helpers
@@ -423,6 +425,7 @@ class _CxlTree:
                 else:
                     self.decoder(d, 0, 0, 1, 256, default, holder.name if holder else "")
                 self.device(d, f"decoder{pid}.{i}", None, "cxl_decoder_switch")
+            self.committed[port] = committed
             self.sec.text(f"{pdir}/decoders_committed", committed)
         self.pool_port_decoders()
 
@@ -448,11 +451,12 @@ class _CxlTree:
 
     def pool_host_decoders(self) -> None:
         """A pooled region passes its host bridge through one decoder (its root port), after the slots regions of
-        local devices hold."""
+        local devices hold; the port's ``decoders_committed`` counts them with the local ones (port->commit_end + 1,
+        drivers/cxl/core/port.c)."""
         for p in self.pools:
             hb = self.dev.rp_hb.get(p.host_port)
-            if hb is None or hb.name not in self.port_dir:
-                continue
+            if hb is None or hb.name not in self.committed:
+                continue  # not a bound host bridge port: it has no decoders
             rows = [r for r in self.regions if r.pool == p.name and r.committed]
             if not rows:
                 continue
@@ -465,6 +469,8 @@ class _CxlTree:
                 self.decoder(d, self.base(r), r.size, 1, r.granularity * len(self.window_of(r).targets),
                              str(hb.port_id(p.host_port)), r.name)
                 self.device(d, f"decoder{pid}.{i}", None, "cxl_decoder_switch")
+                self.committed[hb.name] += 1
+            self.sec.text(f"{self.port_dir[hb.name]}/decoders_committed", self.committed[hb.name])
 
     def endpoint_decoders(self) -> None:
         for m in self.view.memdevs:

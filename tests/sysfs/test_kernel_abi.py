@@ -1491,3 +1491,27 @@ def test_has_memory_lists_the_nodes_with_a_page_of_memory(fast_tmp: Path, node1_
     want = {0, 1} if listed else {0}
     assert _cpulist(_read(base / "has_memory")) == _cpulist(_read(base / "has_normal_memory")) == want
     assert _meminfo_kb(base / "node1/meminfo")["MemTotal"] == (4 if listed else 0)
+
+
+def test_a_ports_decoders_committed_counts_its_decoders_of_committed_regions(rendered: Rendered) -> None:
+    """drivers/cxl/core/port.c: ``decoders_committed`` is cxl_num_decoders_committed(port), port->commit_end + 1,
+    and HDM decoders commit in index order (hdm.c, cxl_decoder_commit refuses one past commit_end + 1), so a port
+    with N committed decoders has them at indices 0..N-1. A decoder is committed when the region it holds is
+    (``regionN/commit`` 1): region0 of cxl-pool from boot, and the pooled logical devices' regions."""
+    for _, _, root in rendered("cxl-pool"):
+        devices = root / CXL_DEVICES
+        ports = [p for p in sorted(devices.glob("*")) if (p / "decoders_committed").exists()]
+        assert len(ports) >= 6
+        committed_ports = 0
+        for port in ports:
+            pid = port.name.removeprefix("port").removeprefix("endpoint")
+            decoders = sorted(port.resolve().glob(f"decoder{pid}.*"), key=lambda d: int(d.name.split(".")[1]))
+            assert decoders, port.name
+            flags = []
+            for d in decoders:
+                region = _read(d / "region")
+                flags.append(bool(region) and _read(devices / region / "commit") == "1")
+            n = int(_read(port / "decoders_committed"))
+            assert flags == [True] * n + [False] * (len(flags) - n), (port.name, n, flags)
+            committed_ports += n > 0
+        assert committed_ports >= 4
