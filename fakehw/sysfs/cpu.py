@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fakehw.model.system import Cpu, Node
 from fakehw.model.units import format_cpulist
-from fakehw.sysfs.common import RISCV_MMU, cpumask, page_size
+from fakehw.sysfs.common import RISCV_MMU, cpumask, kb, page_size
 from fakehw.sysfs.tree import Section
 
 LINE = 64
@@ -117,7 +117,7 @@ def cpu_section(node: Node) -> Section:
             w = _ways(size, ways)
             sec.text(f"{d}/level", level)
             sec.text(f"{d}/type", kind)
-            sec.text(f"{d}/size", f"{size // 1024}K")
+            sec.text(f"{d}/size", f"{kb(size)}K")
             sec.text(f"{d}/coherency_line_size", LINE)
             sec.text(f"{d}/ways_of_associativity", w)
             sec.text(f"{d}/number_of_sets", size // (LINE * w))
@@ -132,7 +132,7 @@ def cpu_section(node: Node) -> Section:
 def _x86_cpuinfo(cpu: Cpu, node: Node) -> str:
     flags = " ".join(cpu.isa)
     bogomips = f"{cpu.frequency_mhz * 2:.2f}"
-    l3 = cpu.caches.l3 // 1024
+    l3 = kb(cpu.caches.l3)
     # CPUID 0x80000008's linear address width (get_cpu_address_sizes): 57 on a CPU with 5-level paging (LA57,
     # which a 5-level kernel shows in the flags), 48 on one without
     virtual_bits = 57 if "la57" in cpu.isa else 48
