@@ -62,6 +62,14 @@ def boot_cpu_hotpluggable(arch: str) -> bool:
     return arch != "amd64"
 
 
+def has_die_files(arch: str) -> bool:
+    """Whether ``topology/`` has ``die_id`` and ``die_cpus``: drivers/base/topology.c creates them only under
+    TOPOLOGY_DIE_SYSFS, which include/linux/topology.h defines where the architecture defines topology_die_id and
+    topology_die_cpumask (Documentation/admin-guide/cputopology.rst). x86 does (asm/topology.h; a package without a
+    CPUID die level is die 0); arm64 and riscv64 do not in 6.8."""
+    return arch == "amd64"
+
+
 def cpu_section(node: Node) -> Section:
     cpu = node.cpu
     sec = Section("cpu")
@@ -89,12 +97,15 @@ def cpu_section(node: Node) -> Section:
         p_mask, p_list = pkg_mask[socket]
         topo = f"{base}/topology"
         sec.text(f"{topo}/physical_package_id", socket)
-        sec.text(f"{topo}/die_id", 0)
         sec.text(f"{topo}/core_id", core)
         sec.text(f"{topo}/cluster_id", socket * cpu.cores_per_socket + core)
-        for name, mask, lst in (("core_cpus", sib_mask, sib_list), ("thread_siblings", sib_mask, sib_list),
-                                ("cluster_cpus", sib_mask, sib_list), ("package_cpus", p_mask, p_list),
-                                ("core_siblings", p_mask, p_list), ("die_cpus", p_mask, p_list)):
+        groups = [("core_cpus", sib_mask, sib_list), ("thread_siblings", sib_mask, sib_list),
+                  ("cluster_cpus", sib_mask, sib_list), ("package_cpus", p_mask, p_list),
+                  ("core_siblings", p_mask, p_list)]
+        if has_die_files(cpu.arch):  # one die per package: die 0, the package's CPUs
+            sec.text(f"{topo}/die_id", 0)
+            groups.append(("die_cpus", p_mask, p_list))
+        for name, mask, lst in groups:
             sec.text(f"{topo}/{name}", mask)
             sec.text(f"{topo}/{name}_list", lst)
         if c or boot_cpu_hotpluggable(cpu.arch):

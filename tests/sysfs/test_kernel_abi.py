@@ -602,17 +602,25 @@ def test_cpu_topology_files_relate_as_the_abi_defines(rendered: Rendered, profil
         assert int(_read(cpus / "kernel_max")) >= n - 1
         package_id = {c: _read(cpus / f"cpu{c}/topology/physical_package_id") for c in range(n)}
         core_id = {c: _read(cpus / f"cpu{c}/topology/core_id") for c in range(n)}
+        machine = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        # die_id and die_cpus exist only where the architecture defines topology_die_id and topology_die_cpumask
+        # (include/linux/topology.h, TOPOLOGY_DIE_SYSFS; admin-guide/cputopology.rst): x86, not arm64 or riscv
+        dies = machine["Architecture"] == "x86_64"
         smt = False
         for c in range(n):
             topo = cpus / f"cpu{c}/topology"
             sets = {}
             for name in ("core_cpus", "thread_siblings", "cluster_cpus", "die_cpus", "package_cpus",
                          "core_siblings"):
+                if name == "die_cpus" and not dies:
+                    assert not (topo / name).exists() and not (topo / "die_id").exists(), (profile, c)
+                    continue
                 sets[name] = _cpulist(_read(topo / f"{name}_list"))
                 assert _cpumask(_read(topo / name)) == sets[name], (profile, c, name)
             assert sets["thread_siblings"] == sets["core_cpus"] and sets["core_siblings"] == sets["package_cpus"]
             assert c in sets["core_cpus"] <= sets["cluster_cpus"] <= sets["package_cpus"], (profile, c, sets)
-            assert sets["core_cpus"] <= sets["die_cpus"] <= sets["package_cpus"], (profile, c, sets)
+            if dies:  # these CPUs have no CPUID die level: one die per package, die 0 (x86 detect_extended_topology)
+                assert sets["die_cpus"] == sets["package_cpus"] and _read(topo / "die_id") == "0", (profile, c)
             assert {package_id[o] for o in sets["package_cpus"]} == {package_id[c]}, (profile, c)
             assert {core_id[o] for o in sets["core_cpus"]} == {core_id[c]}, (profile, c)
             smt = smt or len(sets["core_cpus"]) > 1
