@@ -1523,3 +1523,49 @@ def test_a_ports_decoders_committed_counts_its_decoders_of_committed_regions(ren
             assert flags == [True] * n + [False] * (len(flags) - n), (port.name, n, flags)
             committed_ports += n > 0
         assert committed_ports >= 4
+
+
+NVIDIA_NODES = {"nvidiactl": ("nvidia", 255), "nvidia-modeset": ("nvidia", 254), "nvidia-uvm": ("nvidia-uvm", 0),
+                "nvidia-uvm-tools": ("nvidia-uvm", 1), "nvidia-nvswitchctl": ("nvidia-nvswitch", 255)}
+"""The NVIDIA driver's fixed minors (open-gpu-kernel-modules): nv-chardev-numbers.h's
+NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE 255 and _MODESET_DEVICE 254 on major 195; uvm_common.h's
+NVIDIA_UVM_PRIMARY_MINOR_NUMBER 0 and NVIDIA_UVM_TOOLS_MINOR_NUMBER 1 on UVM's region; linux_nvswitch.c's
+NVSWITCH_CTL_MINOR 255 on the NVSwitch region; ``nvidiaN`` and ``nvidia-nvswitchN`` have minor N."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gb200-nvl72"))
+def test_nvidia_device_nodes_have_the_drivers_minors(rendered: Rendered, profile: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("device nodes are regular files without root")
+    for _, _, root in rendered(profile):
+        majors = {name: major for major, names in _char_majors(root).items() for name in names}
+        dev = root / "dev"
+        seen = 0
+        for path in sorted(dev.glob("nvidia*")):
+            if path.is_dir():
+                continue
+            rdev = os.lstat(path).st_rdev
+            name = path.name
+            if name in NVIDIA_NODES:
+                region, minor = NVIDIA_NODES[name]
+            else:
+                stem = name.rstrip("0123456789")
+                assert stem in ("nvidia", "nvidia-nvswitch"), (profile, name)
+                region, minor = stem, int(name[len(stem):])
+            assert (os.major(rdev), os.minor(rdev)) == (majors[region], minor), (profile, name)
+            seen += 1
+        assert seen >= 6, profile
+
+
+def test_imex_channel_count_is_the_registry_default_and_channel0_its_first_minor(rendered: Rendered) -> None:
+    """nv-reg.h: NVreg_ImexChannelCount defaults to 2048 (NV_DEFINE_REG_ENTRY_GLOBAL), the minors of the
+    ``nvidia-caps-imex-channels`` region (nv-caps-imex.c); ``channelN`` is minor N, so ``channel0`` is minor 0 of
+    that major. GB200 NVL72 racks load the driver with NVreg_CreateImexChannel0=1 (the default is 0), which
+    params shows."""
+    (_, _, root), *_ = rendered("gb200-nvl72")
+    params = dict(line.split(": ", 1) for line in (root / "proc/driver/nvidia/params").read_text().splitlines())
+    assert (params["ImexChannelCount"], params["CreateImexChannel0"]) == ("2048", "1")
+    if os.geteuid() == 0:
+        majors = {name: major for major, names in _char_majors(root).items() for name in names}
+        rdev = os.lstat(root / "dev/nvidia-caps-imex-channels/channel0").st_rdev
+        assert (os.major(rdev), os.minor(rdev)) == (majors["nvidia-caps-imex-channels"], 0)
