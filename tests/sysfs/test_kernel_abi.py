@@ -1569,3 +1569,25 @@ def test_imex_channel_count_is_the_registry_default_and_channel0_its_first_minor
         majors = {name: major for major, names in _char_majors(root).items() for name in names}
         rdev = os.lstat(root / "dev/nvidia-caps-imex-channels/channel0").st_rdev
         assert (os.major(rdev), os.minor(rdev)) == (majors["nvidia-caps-imex-channels"], 0)
+
+
+SAPPHIRE_RAPIDS_CACHES = [(1, "Data", "48K", 12, 64), (1, "Instruction", "32K", 8, 64),
+                          (2, "Unified", "2048K", 16, 2048), (3, "Unified", "107520K", 15, 114688)]
+"""A Xeon Platinum 8480C's (Sapphire Rapids, DGX H100) caches as CPUID leaf 4 reports them and the kernel shows
+them in ``cache/indexN`` (arch/x86/kernel/cpu/cacheinfo.c): level, type, size, ways, sets. ``lscpu -C`` on these
+machines prints the same: L1d 48K 12-way 64 sets, L1i 32K 8-way 64 sets, L2 2M 16-way 2048 sets, L3 105M 15-way
+114688 sets, 64-byte lines and one line per tag."""
+
+
+def test_the_dgx_h100_cpus_cache_geometry_is_sapphire_rapids(rendered: Rendered) -> None:
+    (_, _, root), *_ = rendered("dgx-h100")
+    for cpu in ("cpu0", "cpu55", "cpu111"):
+        got = []
+        for i in range(4):
+            index = root / CPUS / cpu / f"cache/index{i}"
+            got.append((int(_read(index / "level")), _read(index / "type"), _read(index / "size"),
+                        int(_read(index / "ways_of_associativity")), int(_read(index / "number_of_sets"))))
+            assert (_read(index / "coherency_line_size"), _read(index / "physical_line_partition")) == ("64", "1")
+        assert got == SAPPHIRE_RAPIDS_CACHES, cpu
+    # /proc/cpuinfo's "cache size" is the last level's in KB (x86_cache_size, from the L3's leaf 4 figures)
+    assert {b["cache size"] for b in _cpuinfo(root)} == {"107520 KB"}
