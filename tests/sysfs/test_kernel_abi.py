@@ -1591,3 +1591,23 @@ def test_the_dgx_h100_cpus_cache_geometry_is_sapphire_rapids(rendered: Rendered)
         assert got == SAPPHIRE_RAPIDS_CACHES, cpu
     # /proc/cpuinfo's "cache size" is the last level's in KB (x86_cache_size, from the L3's leaf 4 figures)
     assert {b["cache size"] for b in _cpuinfo(root)} == {"107520 KB"}
+
+
+def test_cxl_test_memdevs_sit_on_platform_devices_bound_to_the_mock_driver(rendered: Rendered) -> None:
+    """ndctl's cxl_test topology (tools/testing/cxl/test/cxl.c) hangs each mock memory device on a platform device,
+    ``cxl_mem.N`` (``cxl_rcd.N`` behind the restricted host), that the ``cxl_mock_mem`` driver binds (test/mem.c's
+    id table has both); as every platform device it has the platform bus as ``subsystem``, ``modalias``
+    ``platform:<name without its id>`` (drivers/base/platform.c) and a link under ``/sys/bus/platform/devices``,
+    and, bound, a ``driver`` link."""
+    (_, _, root), *_ = rendered("cxl-test")
+    memdevs = sorted((root / CXL_DEVICES).glob("mem[0-9]*"))
+    assert len(memdevs) >= 4
+    platform = (root / "sys/bus/platform").resolve()
+    for m in memdevs:
+        host = m.resolve().parent
+        base, _, index = host.name.partition(".")
+        assert base in ("cxl_mem", "cxl_rcd") and index.isdigit(), (m.name, host.name)
+        assert (host / "subsystem").resolve() == platform, m.name
+        assert (host / "driver").resolve() == (platform / "drivers/cxl_mock_mem").resolve(), m.name
+        assert _read(host / "modalias") == f"platform:{base}", m.name
+        assert (root / "sys/bus/platform/devices" / host.name).resolve() == host, m.name
