@@ -1611,3 +1611,45 @@ def test_cxl_test_memdevs_sit_on_platform_devices_bound_to_the_mock_driver(rende
         assert (host / "driver").resolve() == (platform / "drivers/cxl_mock_mem").resolve(), m.name
         assert _read(host / "modalias") == f"platform:{base}", m.name
         assert (root / "sys/bus/platform/devices" / host.name).resolve() == host, m.name
+
+
+def _pool_behind_a_switch(held: bool) -> System:
+    """cxl-pool plus a second pool, listed first, whose multi-logical device hangs off a switch of its own (no local
+    memory device below it) on a fourth host bridge: each host holds one of its logical devices, or none."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/cxl-pool.yaml").read_text())
+    node = doc["groups"][0]["node"]
+    cxl = node["cxl"]
+    cxl["hostBridges"].append({"name": "cxlhb3", "uid": 3, "numa": 0, "rootPorts": 1})
+    cxl["switches"].append({"name": "cxlsw4", "parent": "cxlhb3.rp0", "downstreamPorts": 1})
+    cxl["windows"].append({"name": "cfmws5", "size": "16GiB", "targets": ["cxlhb3"], "numa": 5})
+    node["numa"]["nodes"].append({"id": 5, "kind": "cxl", "memory": "4GiB" if held else 0})
+    doc["cxlPools"].insert(0, {"name": "pool1", "groups": ["cxl-host"], "hostPort": "cxlsw4.dp0", "window": "cfmws5",
+                               "capacity": "16GiB", "logicalDevices": 4,
+                               "assignments": {"0": "cxl-host-0", "1": "cxl-host-1"} if held else {}})
+    return load_profile("pool-behind-a-switch", text=yaml.safe_dump(doc))
+
+
+@pytest.mark.parametrize("held", (True, False))
+def test_every_bound_cxl_port_and_memdev_has_its_decoders_and_endpoint(fast_tmp: Path, held: bool) -> None:
+    """cxl_mem binds a memory device by adding its endpoint port below the port of its upstream switch
+    (drivers/cxl/mem.c, devm_cxl_add_endpoint after devm_cxl_enumerate_ports adds the switch ports on the way), so
+    a bound memdev, a pooled one too, has an endpoint whose ``uport`` is it, and the switch above a held pooled
+    device exists even with no local device below it. cxl_port binds a port by enumerating its HDM decoders
+    (drivers/cxl/port.c, devm_cxl_enumerate_decoders; switch ports must have the HDM Decoder Capability, CXL 2.0
+    8.2.5.12), so every bound port has ``decoderN.M``. Both hold whether or not this host holds anything of a
+    pool listed before another."""
+    system = _pool_behind_a_switch(held)
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    devices = fast_tmp / node.name / ROOT_DIR / CXL_DEVICES
+    endpoints = {(e / "uport").resolve(): e for e in devices.glob("endpoint*")}
+    memdevs = [m for m in sorted(devices.glob("mem[0-9]*")) if (m / "driver").is_symlink()]
+    assert len(memdevs) >= 8 + held
+    for m in memdevs:
+        assert m.resolve() in endpoints, m.name
+    ports = [p for p in sorted(devices.glob("port*")) if (p / "driver").is_symlink()]
+    for p in ports:
+        pid = p.name.removeprefix("port")
+        assert list(p.resolve().glob(f"decoder{pid}.*")), p.name
+    pooled = [p for p in ports if (p / "uport").resolve().name.startswith("0000:")]
+    assert len(pooled) >= 3 + held, [p.name for p in pooled]
