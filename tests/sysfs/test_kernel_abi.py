@@ -1653,3 +1653,33 @@ def test_every_bound_cxl_port_and_memdev_has_its_decoders_and_endpoint(fast_tmp:
         assert list(p.resolve().glob(f"decoder{pid}.*")), p.name
     pooled = [p for p in ports if (p / "uport").resolve().name.startswith("0000:")]
     assert len(pooled) >= 3 + held, [p.name for p in pooled]
+
+
+ZERO_LINES = ("VmallocChunk", "Bounce", "Hugetlb", "HugePages_Total", "HugePages_Free", "HugePages_Rsvd",
+              "HugePages_Surp")
+
+
+def _meminfo_numbers(path: Path) -> dict[str, int]:
+    """Every meminfo line's number, by label (``Node N`` prefixes dropped, ``kB`` or not)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("Node "):
+            line = line.split(" ", 2)[2]
+        label, _, rest = line.partition(":")
+        out[label.strip()] = int(rest.split()[0])
+    return out
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200"))
+def test_meminfo_lines_the_kernel_prints_as_zero_are_zero(rendered: Rendered, profile: str) -> None:
+    """fs/proc/meminfo.c prints ``VmallocChunk`` as a constant 0 since 5.3 (the vmalloc walk that measured the
+    largest free chunk was removed), like NFS_Unstable above; ``Bounce`` (NR_BOUNCE) counts bounce buffers, which
+    only highmem and ISA DMA need and no 64-bit kernel has; the machine's and each node's ``Hugetlb``/``HugePages_*``
+    are 0 with no huge page reserved (every pool's nr_hugepages is 0)."""
+    (_, _, root), *_ = rendered(profile)
+    machine = _meminfo_numbers(root / "proc/meminfo")
+    assert {k: machine[k] for k in ZERO_LINES} == dict.fromkeys(ZERO_LINES, 0), profile
+    for f in sorted((root / NODES).glob("node[0-9]*/meminfo")):
+        values = _meminfo_numbers(f)
+        assert [values[k] for k in ("Bounce", "HugePages_Total", "HugePages_Free", "HugePages_Surp")] == [0] * 4, f
+    assert {_read(p) for p in (root / "sys/kernel/mm/hugepages").glob("*/nr_hugepages")} <= {"0"}
