@@ -1683,3 +1683,25 @@ def test_meminfo_lines_the_kernel_prints_as_zero_are_zero(rendered: Rendered, pr
         values = _meminfo_numbers(f)
         assert [values[k] for k in ("Bounce", "HugePages_Total", "HugePages_Free", "HugePages_Surp")] == [0] * 4, f
     assert {_read(p) for p in (root / "sys/kernel/mm/hugepages").glob("*/nr_hugepages")} <= {"0"}
+
+
+HDM_DECODER_COUNTS = {1, 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32}
+"""What the HDM Decoder Capability register's Decoder Count field can say (CXL 2.0 8.2.5.12.1: 0h-5h for 1, 2, 4,
+6, 8, 10 decoders; CXL 3.0 adds 6h-Ch for 12, 14, 16, 20, 24, 28, 32); drivers/cxl/core/hdm.c
+(cxl_hdm_decoder_count) decodes it, and a port shows that many ``decoderP.N``."""
+
+
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_every_cxl_port_has_a_decoder_count_the_capability_encodes(rendered: Rendered, profile: str) -> None:
+    for _, _, root in rendered(profile):
+        devices = root / CXL_DEVICES
+        counts = {}
+        for port in sorted(devices.glob("*")):
+            if not (port / "decoders_committed").exists():
+                continue
+            pid = port.name.removeprefix("port").removeprefix("endpoint")
+            indices = sorted(int(d.name.split(".")[1]) for d in port.resolve().glob(f"decoder{pid}.*"))
+            assert indices == list(range(len(indices))), (profile, port.name, indices)
+            counts[port.name] = len(indices)
+        assert len(counts) >= 6, profile
+        assert {n for n in counts.values() if n not in HDM_DECODER_COUNTS} == set(), (profile, counts)
