@@ -1705,3 +1705,15 @@ def test_every_cxl_port_has_a_decoder_count_the_capability_encodes(rendered: Ren
             counts[port.name] = len(indices)
         assert len(counts) >= 6, profile
         assert {n for n in counts.values() if n not in HDM_DECODER_COUNTS} == set(), (profile, counts)
+
+
+@pytest.mark.parametrize(("profile", "kind"), (("dgx-h100", "DMA-FQ"), ("gh200", "DMA")))
+def test_iommu_groups_default_domain_is_the_architectures(rendered: Rendered, profile: str, kind: str) -> None:
+    """drivers/iommu/Kconfig's default domain type is IOMMU_DEFAULT_DMA_LAZY on x86 and IOMMU_DEFAULT_DMA_STRICT
+    elsewhere, and a group's ``type`` (drivers/iommu/iommu.c, iommu_group_show_type) prints a lazy (flush-queue)
+    DMA domain as ``DMA-FQ`` and a strict one as ``DMA``; no distribution kernel overrides it on the command line by
+    default."""
+    for _, _, root in rendered(profile):
+        groups = sorted((root / "sys/kernel/iommu_groups").iterdir())
+        assert groups, profile
+        assert {_read(g / "type") for g in groups} == {kind}, profile
