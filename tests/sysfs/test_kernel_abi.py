@@ -1717,3 +1717,26 @@ def test_iommu_groups_default_domain_is_the_architectures(rendered: Rendered, pr
         groups = sorted((root / "sys/kernel/iommu_groups").iterdir())
         assert groups, profile
         assert {_read(g / "type") for g in groups} == {kind}, profile
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool"))
+def test_a_functions_resource_file_has_the_kernels_line_count(rendered: Rendered, profile: str) -> None:
+    """drivers/pci/pci-sysfs.c resource_show prints ``0x%016llx 0x%016llx 0x%016llx`` for resources 0 up to
+    PCI_BRIDGE_RESOURCES on a function without a subordinate bus (6 BARs, the ROM, 6 SR-IOV BARs with
+    CONFIG_PCI_IOV: 13 lines) and up to DEVICE_COUNT_RESOURCE on a bridge (those and its 4 windows: 17);
+    libpci's sysfs access takes line N as resource N, so a line more or less shifts every BAR lspci shows."""
+    for _, _, root in rendered(profile):
+        seen = set()
+        for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+            lines = (d / "resource").read_text().splitlines()
+            bridge = (d / "secondary_bus_number").exists()
+            assert len(lines) == (17 if bridge else 13), (profile, d.name, len(lines))
+            assert all(len(x) == 3 * 18 + 2 and x.count(" 0x") == 2 and x.startswith("0x") for x in lines), d.name
+            # a resource the function does not have is all zeros (start, end and flags of an unset struct
+            # resource): a BAR or ROM with no resourceN/rom file, and a bridge's closed I/O window (13) and its
+            # unused fourth window slot (16)
+            unset = [i for i in range(7) if not (d / ("rom" if i == 6 else f"resource{i}")).exists()]
+            for i in unset + ([13, 16] if bridge else []):
+                assert lines[i] == " ".join(["0x" + "0" * 16] * 3), (profile, d.name, i, lines[i])
+            seen.add(bridge)
+        assert seen == {True, False}, profile
