@@ -893,10 +893,14 @@ class CxlCore:
     # ------------------------------------------------------------------------------------------ ports and bus
 
     def port_exists(self, state: CxlState, port: str) -> bool:
-        """Host bridge ports exist while the root does; a switch port while a device below it is bound."""
+        """Host bridge ports exist while the root does; a switch port while a device below it is bound: one of its
+        local memdevs, or a pool's device when the pool's switch hangs off one of its downstream ports (every
+        member host always has the pool's dynamic-capacity device, NodeCxlView, and its endpoint is below)."""
         if port in self.topo.hbs:
             return self.bus_enabled(state) and not self.topo.hbs[port].restricted
-        return any((self.node, m.name) in state.endpoints for m in self.topo.under(port))
+        below = self.topo.switches[port].downstream_ports if port in self.topo.switches else ()
+        return any(p.host_port in below for p in self.topo.pools) or any(
+            (self.node, m.name) in state.endpoints for m in self.topo.under(port))
 
     def unbind_port(self, state: CxlState, port: str) -> CxlState:
         """Unbinding a port unbinds every memdev below it (and a switch port then goes with its last endpoint)."""

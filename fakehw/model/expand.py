@@ -1112,8 +1112,12 @@ def _cxl_pools(
             ports = {p for hb in tpl.cxl.host_bridges for p in hb.root_ports}
             ports |= {p for sw in tpl.cxl.switches for p in sw.downstream_ports}
             taken = {m.parent for m in tpl.cxl.memdevs} | {sw.parent for sw in tpl.cxl.switches}
+            restricted = {p for hb in tpl.cxl.host_bridges if hb.restricted for p in hb.root_ports}
             if pool.host_port not in ports:
                 problems.add((*ppath, "hostPort"), f"group {g} has no CXL port {pool.host_port!r}")
+            elif pool.host_port in restricted:
+                problems.add((*ppath, "hostPort"), f"CXL port {pool.host_port} of group {g} is a restricted host "
+                             "bridge's (RCH, CXL 1.1: one device of its own); a pooled device needs a CXL 2.0 port")
             elif pool.host_port in taken:
                 problems.add((*ppath, "hostPort"), f"CXL port {pool.host_port} of group {g} is already in use")
             nodes.extend(n for n, t, _ in members if t.group == g)

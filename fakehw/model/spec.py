@@ -96,6 +96,15 @@ class CacheSpec(Spec):
     l3: Size = 32 * 1024 * 1024
     l3_shared_by: Literal["socket", "numa"] = "socket"
 
+    @field_validator("l1d", "l1i", "l2", "l3")
+    @classmethod
+    def _whole_kib(cls, value: int) -> int:
+        """sysfs shows a cache's size in whole KiB (``cache/indexN/size``: ``48K``, drivers/base/cacheinfo.c prints
+        size >> 10), so anything else would be rendered wrong (1536 bytes as ``1K``, 512 as ``0K``)."""
+        if value % 1024:
+            raise ValueError(f"a cache size is whole KiB (sysfs shows it as <n>K), not {value} bytes")
+        return value
+
 
 class CpuSpec(Spec):
     """The host CPUs: every socket is the same part."""

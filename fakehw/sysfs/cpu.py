@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fakehw.model.system import Cpu, Node
 from fakehw.model.units import format_cpulist
-from fakehw.sysfs.common import RISCV_MMU, cpumask, page_size
+from fakehw.sysfs.common import RISCV_MMU, cpumask, kb, page_size
 from fakehw.sysfs.tree import Section
 
 LINE = 64
@@ -62,6 +62,14 @@ def boot_cpu_hotpluggable(arch: str) -> bool:
     return arch != "amd64"
 
 
+def has_die_files(arch: str) -> bool:
+    """Whether ``topology/`` has ``die_id`` and ``die_cpus``: drivers/base/topology.c creates them only under
+    TOPOLOGY_DIE_SYSFS, which include/linux/topology.h defines where the architecture defines topology_die_id and
+    topology_die_cpumask (Documentation/admin-guide/cputopology.rst). x86 does (asm/topology.h; a package without a
+    CPUID die level is die 0); arm64 and riscv64 do not in 6.8."""
+    return arch == "amd64"
+
+
 def cpu_section(node: Node) -> Section:
     cpu = node.cpu
     sec = Section("cpu")
@@ -89,12 +97,15 @@ def cpu_section(node: Node) -> Section:
         p_mask, p_list = pkg_mask[socket]
         topo = f"{base}/topology"
         sec.text(f"{topo}/physical_package_id", socket)
-        sec.text(f"{topo}/die_id", 0)
         sec.text(f"{topo}/core_id", core)
         sec.text(f"{topo}/cluster_id", socket * cpu.cores_per_socket + core)
-        for name, mask, lst in (("core_cpus", sib_mask, sib_list), ("thread_siblings", sib_mask, sib_list),
-                                ("cluster_cpus", sib_mask, sib_list), ("package_cpus", p_mask, p_list),
-                                ("core_siblings", p_mask, p_list), ("die_cpus", p_mask, p_list)):
+        groups = [("core_cpus", sib_mask, sib_list), ("thread_siblings", sib_mask, sib_list),
+                  ("cluster_cpus", sib_mask, sib_list), ("package_cpus", p_mask, p_list),
+                  ("core_siblings", p_mask, p_list)]
+        if has_die_files(cpu.arch):  # one die per package: die 0, the package's CPUs
+            sec.text(f"{topo}/die_id", 0)
+            groups.append(("die_cpus", p_mask, p_list))
+        for name, mask, lst in groups:
             sec.text(f"{topo}/{name}", mask)
             sec.text(f"{topo}/{name}_list", lst)
         if c or boot_cpu_hotpluggable(cpu.arch):
@@ -117,7 +128,7 @@ def cpu_section(node: Node) -> Section:
             w = _ways(size, ways)
             sec.text(f"{d}/level", level)
             sec.text(f"{d}/type", kind)
-            sec.text(f"{d}/size", f"{size // 1024}K")
+            sec.text(f"{d}/size", f"{kb(size)}K")
             sec.text(f"{d}/coherency_line_size", LINE)
             sec.text(f"{d}/ways_of_associativity", w)
             sec.text(f"{d}/number_of_sets", size // (LINE * w))
@@ -132,7 +143,7 @@ def cpu_section(node: Node) -> Section:
 def _x86_cpuinfo(cpu: Cpu, node: Node) -> str:
     flags = " ".join(cpu.isa)
     bogomips = f"{cpu.frequency_mhz * 2:.2f}"
-    l3 = cpu.caches.l3 // 1024
+    l3 = kb(cpu.caches.l3)
     # CPUID 0x80000008's linear address width (get_cpu_address_sizes): 57 on a CPU with 5-level paging (LA57,
     # which a 5-level kernel shows in the flags), 48 on one without
     virtual_bits = 57 if "la57" in cpu.isa else 48

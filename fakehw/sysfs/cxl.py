@@ -23,8 +23,9 @@ from fakehw.agent.cxlcore import CxlCore, KernelError, PortProgram
 from fakehw.agent.cxlstate import CxlState, EndpointDecoder
 from fakehw.agent.cxltopo import NodeTopology
 from fakehw.model.system import CxlWindow, Node, System
+from fakehw.sysfs.common import default_hugepage_kb, page_size
 from fakehw.sysfs.cxldevices import CXL_HOST_BRIDGE_IDS, CXL_ROOT_ID, CxlDevices
-from fakehw.sysfs.pci import function_files
+from fakehw.sysfs.pci import function_files, interrupt
 from fakehw.sysfs.pcilayout import PciFunction, PciLayout, pool_memdev_function
 from fakehw.sysfs.tree import Section
 
@@ -41,11 +42,17 @@ MOCK_MODULES = ("cxl_test", "cxl_mock", "cxl_mock_mem")
 MEMDEV_MAJOR = 250
 """The ``cxl`` memdev character device major (dynamic in the kernel; what fakehw hands out)."""
 DAX_MAJOR = 251
-DAX_ALIGN = 2 * 1024 * 1024
 NO_RESOURCE = 0xFFFF_FFFF_FFFF_FFFF
 """What an attribute without an address shows (-1 as %#llx: ``resource`` of a region with no HPA, an unallocated
 decoder's ``dpa_resource``)."""
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+def dax_align(arch: str) -> int:
+    """A CXL DAX region's ``align`` (and its device's, which starts as the region's): drivers/dax/cxl.c hands
+    alloc_dax_region PMD_SIZE, the kernel's PMD mapping size: 2 MiB with 4 KiB pages (x86-64, riscv64), 512 MiB
+    with the 64 KiB pages of the arm64 hosts (the default huge page size, :func:`default_hugepage_kb`)."""
+    return default_hugepage_kb(page_size(arch)) * 1024
 
 
 def _hex(value: int) -> str:
@@ -80,6 +87,8 @@ class _CxlTree:
         self.memdev_fn: dict[str, PciFunction] = {}
         self.port_dir: dict[str, str] = {}
         self.endpoints: dict[str, _Endpoint] = {}
+        self.committed: dict[str, int] = {}
+        """Bound host bridge and switch ports -> how many of their decoders are committed."""
         self.regions = [rv.region for rv in view.regions]
 
     # ------------------------------------------------------------------------------------------ helpers
@@ -158,7 +167,7 @@ class _CxlTree:
             if fn.kind.startswith("cxl-"):
                 if fn.kind == "cxl-memdev" and fn.ref:
                     self.memdev_fn[fn.ref] = fn
-                function_files(self.sec, fn, self.node)
+                function_files(self.sec, fn, self.node, interrupt(self.lay, fn))
         for m in self.view.memdevs:
             if m.pool is not None:
                 pool = self.pool_by_name[m.pool]
@@ -166,7 +175,7 @@ class _CxlTree:
                 fn2 = pool_memdev_function(self.lay, pool, slot, m.numa)
                 if fn2 is not None:
                     self.memdev_fn[m.name] = fn2
-                    function_files(self.sec, fn2, self.node)
+                    function_files(self.sec, fn2, self.node, interrupt(self.lay, fn2))
 
     def root_device(self) -> None:
         """The platform device of the CXL root (bound to cxl_acpi while the bus is up) and, for cxl_test, the mock
@@ -416,6 +425,7 @@ class _CxlTree:
                 else:
                     self.decoder(d, 0, 0, 1, 256, default, holder.name if holder else "")
                 self.device(d, f"decoder{pid}.{i}", None, "cxl_decoder_switch")
+            self.committed[port] = committed
             self.sec.text(f"{pdir}/decoders_committed", committed)
         self.pool_port_decoders()
 
@@ -441,11 +451,12 @@ class _CxlTree:
 
     def pool_host_decoders(self) -> None:
         """A pooled region passes its host bridge through one decoder (its root port), after the slots regions of
-        local devices hold."""
+        local devices hold; the port's ``decoders_committed`` counts them with the local ones (port->commit_end + 1,
+        drivers/cxl/core/port.c)."""
         for p in self.pools:
             hb = self.dev.rp_hb.get(p.host_port)
-            if hb is None or hb.name not in self.port_dir:
-                continue
+            if hb is None or hb.name not in self.committed:
+                continue  # not a bound host bridge port: it has no decoders
             rows = [r for r in self.regions if r.pool == p.name and r.committed]
             if not rows:
                 continue
@@ -458,6 +469,8 @@ class _CxlTree:
                 self.decoder(d, self.base(r), r.size, 1, r.granularity * len(self.window_of(r).targets),
                              str(hb.port_id(p.host_port)), r.name)
                 self.device(d, f"decoder{pid}.{i}", None, "cxl_decoder_switch")
+                self.committed[hb.name] += 1
+            self.sec.text(f"{self.port_dir[hb.name]}/decoders_committed", self.committed[hb.name])
 
     def endpoint_decoders(self) -> None:
         for m in self.view.memdevs:
@@ -540,10 +553,11 @@ class _CxlTree:
         sec = self.sec
         rv = self.view.region(r.name)
         dr = f"{d}/dax_region{r.id}"
+        align = dax_align(self.node.cpu.arch)
         self.device(dr, f"dax_region{r.id}", "cxl_dax_region", "cxl_dax_region")
         sec.text(f"{dr}/dax_region/id", r.id)
         sec.text(f"{dr}/dax_region/size", r.size)
-        sec.text(f"{dr}/dax_region/align", DAX_ALIGN)
+        sec.text(f"{dr}/dax_region/align", align)
         sec.text(f"{dr}/dax_region/available_size", 0)
         sec.text(f"{dr}/dax_region/seed", f"dax{r.id}.1")
         sec.file(f"{dr}/dax_region/create", b"", 0o644)
@@ -558,7 +572,7 @@ class _CxlTree:
         sec.text(f"{dd}/numa_node", _numa_of_region(self.node, r))
         sec.text(f"{dd}/size", r.size, 0o644)
         sec.text(f"{dd}/resource", _hex(start))
-        sec.text(f"{dd}/align", DAX_ALIGN, 0o644)
+        sec.text(f"{dd}/align", align, 0o644)
         sec.text(f"{dd}/dev", f"{DAX_MAJOR}:{r.id}")
         sec.text(f"{dd}/modalias", "dax:t0*")
         sec.text(f"{dd}/mapping0/start", _hex(start))

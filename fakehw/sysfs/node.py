@@ -19,7 +19,15 @@ from collections.abc import Mapping
 
 from fakehw.model.system import Cpu, Initiator, Node, NumaNode
 from fakehw.model.units import format_cpulist
-from fakehw.sysfs.common import RISCV_MMU, cpumask, default_hugepage_kb, hugepage_sizes_kb, meminfo_line, page_size
+from fakehw.sysfs.common import (
+    RISCV_MMU,
+    cpumask,
+    default_hugepage_kb,
+    hugepage_sizes_kb,
+    kb,
+    meminfo_line,
+    page_size,
+)
 from fakehw.sysfs.memory import hmat_performance
 from fakehw.sysfs.tree import Section
 
@@ -117,12 +125,14 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
     ``Buffers``) holds the file LRU lists and ``Shmem``, the anon LRU lists hold the anonymous pages and ``Shmem``,
     and everything allocated fits in what is used."""
     sec = Section("node-memory")
-    with_memory = [n.id for n in node.numa if memory.get(n.id, 0) > 0]
-    normal = [n.id for n in node.numa if memory.get(n.id, 0) > 0 and n.kind in ("dram", "lpddr")]
+    page = page_size(node.cpu.arch)
+    # N_MEMORY is a node with present pages (mm/mm_init.c, free_area_init: node_present_pages), so less than a page
+    # of memory is none, as its MemTotal of 0 kB says
+    with_memory = [n.id for n in node.numa if memory.get(n.id, 0) >= page]
+    normal = [n.id for n in node.numa if n.id in with_memory and n.kind in ("dram", "lpddr")]
     sec.text(f"{NODE_DIR}/has_memory", format_cpulist(with_memory))
     sec.text(f"{NODE_DIR}/has_normal_memory", format_cpulist(normal))
-    page = page_size(node.cpu.arch)
-    k = page // 1024
+    k = kb(page)
     stack = thread_size(node.cpu.arch) // page  # pages of one kernel stack: KernelStack counts whole stacks
     machine: dict[str, int] = {}
     for n in node.numa:
@@ -214,7 +224,7 @@ def proc_meminfo(nodes: Mapping[str, int], page: int, cpu: Cpu) -> str:
                 "SUnreclaim", "KernelStack", "PageTables", "SecPageTables", "NFS_Unstable", "Bounce", "WritebackTmp"),
         ("CommitLimit", total // 2), ("Committed_AS", used // 4),
     ]
-    k = page // 1024
+    k = kb(page)
     text = "".join(meminfo_line(label, value * k) for label, value in lines)
     x86 = cpu.arch == "amd64"
     text += meminfo_line("VmallocTotal", vmalloc_total_kb(cpu))

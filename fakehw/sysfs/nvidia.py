@@ -29,7 +29,7 @@ from fakehw.agent.mig import NodeMig
 from fakehw.agent.state import NodeState
 from fakehw.model.system import Node, System
 from fakehw.sysfs.cpu import UNAME_MACHINE
-from fakehw.sysfs.pci import function_files
+from fakehw.sysfs.pci import function_files, interrupt
 from fakehw.sysfs.pcilayout import PciLayout
 from fakehw.sysfs.tree import Section
 
@@ -49,9 +49,6 @@ CAP_FABRIC_MGMT, CAP_MIG_CONFIG, CAP_MIG_MONITOR = 0, 1, 2
 CAP_MIG_GPUS, CAP_MIG_GIS, CAP_MIG_CIS = 32, 15, 8
 CAP_FABRIC_IMEX_MGMT = 3 + CAP_MIG_GPUS * CAP_MIG_GIS * (1 + CAP_MIG_CIS)
 MODE_CONFIG, MODE_READ = 0o400, 0o444
-GPU_IRQ_BASE = 200
-"""Where the GPUs' interrupts are numbered from (the kernel hands them out; any free ones would do). The driver's
-``IRQ`` in ``gpus/<bdf>/information`` is pdev->irq (nv-pci.c, nv-msi.c), which the PCI ``irq`` attribute shows."""
 IMEX_CHANNEL_COUNT = 2048
 """``NVreg_ImexChannelCount``'s default: the minors the channel device region spans."""
 
@@ -133,12 +130,27 @@ def nvidia_static_section(system: System, node: Node) -> Section:
     return sec
 
 
+FRONTEND_LAST_BRANCH = 535
+"""The last driver branch with the ``nvidia-frontend`` module (open-gpu-kernel-modules 535: nv-frontend.c, gone in
+545), which registers major 195 whole as one region of that name (register_chrdev: minors 0-255)."""
+
+
+def nvidia_regions(branch: int) -> list[tuple[int, str]]:
+    """The driver's regions of major 195 in ``/proc/devices`` order. fs/char_dev.c keeps one major's regions sorted
+    by first minor, refuses overlapping ones and lists each by name (chrdev_show). Up to 535 the frontend holds all
+    256 minors; from 545 nvidia.ko registers ``nvidia`` (minors 0-247, NV_MINOR_DEVICE_NUMBER_REGULAR_MAX) and
+    ``nvidiactl`` (255), and ``nvidia-modeset`` (254) is registered by nv.c in 545 and by nvidia-modeset.ko itself
+    from 550 (nv-chardev-numbers.h, nv.c nv_register_chrdev, nvidia-modeset-linux.c nvkms_register_chrdev)."""
+    if branch <= FRONTEND_LAST_BRANCH:
+        return [(NVIDIA_MAJOR, "nvidia-frontend")]
+    return [(NVIDIA_MAJOR, "nvidia"), (NVIDIA_MAJOR, "nvidia-modeset"), (NVIDIA_MAJOR, "nvidiactl")]
+
+
 def nvidia_majors(system: System, node: Node) -> list[tuple[int, str]]:
     """The character majors the driver registers, as ``/proc/devices`` names them (none without GPUs)."""
     if not node.gpus:
         return []
-    chars = [(NVIDIA_MAJOR, "nvidia-frontend"), (NVIDIA_MAJOR, "nvidia"), (NVIDIA_MAJOR, "nvidiactl"),
-             (NVIDIA_MAJOR, "nvidia-modeset"), (UVM_MAJOR, "nvidia-uvm")]
+    chars = [*nvidia_regions(system.driver.branch), (UVM_MAJOR, "nvidia-uvm")]
     if any(s.on_pci for s in node.nvswitches):
         chars.append((NVSWITCH_MAJOR, "nvidia-nvswitch"))
     chars.append((CAPS_MAJOR, "nvidia-caps"))
@@ -197,7 +209,7 @@ def gpu_section(system: System, node: Node, state: NodeState, lay: PciLayout) ->
         fn = lay.function(g.name)
         if fn is None:
             continue
-        irq = GPU_IRQ_BASE + g.index
+        irq = interrupt(lay, fn)  # the driver's IRQ is pdev->irq (nv-pci.c, nv-msi.c), what the attribute shows
         function_files(sec, fn, node, irq)
         d = f"{PROC}/gpus/{g.address}"
         sec.file(f"{d}/information", (

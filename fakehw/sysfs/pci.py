@@ -36,11 +36,30 @@ MSI_WINDOW = {"amd64": "0x00000000fee00000 0x00000000feefffff msi\n",
 PCI_DEFAULT_DMA_BITS = 32
 """The DMA mask the PCI core gives every function (drivers/pci/probe.c, pci_setup_device: 0xffffffff) until its
 driver sets another; ``dma_mask_bits`` is fls64 of it. pcieport sets none, so bridges show 32."""
-DMA_MASK_BITS = {"gpu": 52, "nic": 64, "nvswitch": 64, "cxl-memdev": 52}
+DMA_MASK_BITS = {"gpu": 52, "nic": 64, "nvswitch": 64}
 """Functions whose driver sets a wider mask: mlx5_core DMA_BIT_MASK(64) (set_dma_caps), nvidia-nvswitch the switch's
 DMA width, 64 on LR10/LS10 (open-gpu-kernel-modules, nvswitch_os_set_dma_mask), the GPU what the NVIDIA driver sets
-(its /proc information's ``DMA Size``); the CXL memory devices' 52 is not checked against cxl_pci."""
+(its /proc information's ``DMA Size``). cxl_pci sets none (drivers/cxl/pci.c, cxl_pci_probe: the mailbox is MMIO,
+the device does no DMA for the driver), so CXL memory devices keep the core's 32 like the bridges."""
 CXL_KINDS = ("cxl-root-port", "cxl-switch-upstream", "cxl-switch-downstream", "cxl-memdev")
+MSI_IRQ_BASE = 24
+"""Where MSI irqs are numbered from: above the 24 GSIs of the first I/O APIC (x86 hands out MSI irqs past gsi_top);
+the numbers themselves are the kernel's choice, only that each MSI vector has its own irq matters."""
+INTX_GSI_BASE = 16
+"""PIRQ A-D land on I/O APIC pins 16-19 (the PCI interrupt swizzle of INTx by slot, pci_swizzle_interrupt_pin)."""
+
+
+def interrupt(lay: PciLayout, fn: PciFunction) -> int:
+    """``irq`` of a function (drivers/pci/pci-sysfs.c, irq_show): the first MSI vector's irq while MSI is on, else
+    pdev->irq. Nothing is routed before a driver enables the function (0). Bridges (pcieport) and GPUs (the NVIDIA
+    driver, ``EnableMSI: 1``) use MSI, each vector an irq of its own; the other drivers use MSI-X, which leaves
+    pdev->irq at the INTx line the firmware routes INTA to (acpi_pci_irq_enable at pci_enable_device), non-zero and
+    shared between functions as the wires are."""
+    if not fn.driver:
+        return 0
+    if fn.is_bridge or fn.kind in GPU_KINDS:
+        return MSI_IRQ_BASE + lay.functions.index(fn)
+    return INTX_GSI_BASE + fn.address.device % 4
 
 
 def function_files(sec: Section, fn: PciFunction, node: Node, irq: int = 0) -> None:
@@ -152,7 +171,7 @@ def pci_static_section(node: Node, lay: PciLayout) -> Section:
     for fn in lay.functions:
         if fn.kind in GPU_KINDS or fn.kind in CXL_KINDS:
             continue
-        function_files(sec, fn, node)
+        function_files(sec, fn, node, interrupt(lay, fn))
     for hb, path in lay.host_bridge_dirs.items():
         if any(h.name == hb for h in node.host_bridges):
             sec.text(f"{path}/uevent", "", 0o644)

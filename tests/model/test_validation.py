@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fakehw.cli import main as fakehw_main
 from fakehw.model import ProfileError, load_profile
@@ -85,6 +86,9 @@ def test_small_profile_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[st
                      "PCIe parent 'hb7' is not a host bridge or switch of this node", id="unknown-pcie-parent"),
         pytest.param("socket: 1, memory", "socket: 3, memory", "socket: 3", "groups[0].node.numa.nodes[1].socket",
                      "socket 3 does not exist", id="numa-socket-missing"),
+        pytest.param("coresPerSocket: 4}", "coresPerSocket: 4, caches: {l2: 1536}}", "caches", "groups[0].node.cpu."
+                     "caches.l2", "a cache size is whole KiB (sysfs shows it as <n>K), not 1536 bytes",
+                     id="cache-not-whole-kib"),
         pytest.param("count: 1\n", "count: many\n", "count: many", "groups[0].count",
                      "Input should be a valid integer", id="wrong-type"),
         pytest.param("      pcie:", "      bogus: 1\n      pcie:", "bogus", "groups[0].node.bogus",
@@ -248,3 +252,16 @@ def test_pcie_switches_in_a_loop_are_refused(tmp_path: Path, capsys: pytest.Capt
     text = text.replace("parent: hb1}", "parent: swa}", 1)
     code, err = _validate(tmp_path, text, capsys)
     assert code == 2 and "groups[0].node.pcie.switches: PCIe switches form a loop: swa -> swb" in err, err
+
+
+def test_a_cxl_pool_behind_a_restricted_host_bridge_is_refused() -> None:
+    """A restricted CXL host (RCH) is CXL 1.1: its root port is the link to its one device (an RCD, no switch, no
+    logical devices; CXL 2.0 9.11), so a pooled multi-logical device, which CXL 2.0 brings, cannot sit behind it.
+    The profile is refused at the pool's hostPort instead of rendering a pool no port decodes."""
+    doc = yaml.safe_load((builtin_dir() / "cxl-pool.yaml").read_text())
+    cxl = doc["groups"][0]["node"]["cxl"]
+    cxl["hostBridges"].append({"name": "cxlhb3", "uid": 3, "numa": 0, "rootPorts": 1, "restricted": True})
+    doc["cxlPools"][0]["hostPort"] = "cxlhb3.rp0"
+    with pytest.raises(ProfileError, match=r"cxlPools\[0\]\.hostPort: CXL port cxlhb3\.rp0 of group cxl-host is a "
+                                           r"restricted host bridge's \(RCH"):
+        load_profile("rch-pool", text=yaml.safe_dump(doc))

@@ -44,6 +44,7 @@ here against where the kernel defines it:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import xml.etree.ElementTree as ET
@@ -51,15 +52,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
+import fakehw.model
 from fakehw.agent.faults import FallenOffBus
 from fakehw.agent.state import ActiveFault, derive_state
 from fakehw.model import System, load_profile
 from fakehw.model.system import Node
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
-from fakehw.sysfs import ROOT_DIR, render_tree
+from fakehw.sysfs import ROOT_DIR, node_layout, render_tree
+from fakehw.sysfs.node import RISCV_VMALLOC_TOTAL_KB, X86_VMALLOC_TOTAL_KB
 from fakehw.sysfs.pci import SPEED
+from fakehw.sysfs.procdevices import proc_devices
 from tests.nvml.captures import capture_dir
 
 Rendered = Callable[[str], list[tuple[System, Node, Path]]]
@@ -597,17 +602,25 @@ def test_cpu_topology_files_relate_as_the_abi_defines(rendered: Rendered, profil
         assert int(_read(cpus / "kernel_max")) >= n - 1
         package_id = {c: _read(cpus / f"cpu{c}/topology/physical_package_id") for c in range(n)}
         core_id = {c: _read(cpus / f"cpu{c}/topology/core_id") for c in range(n)}
+        machine = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        # die_id and die_cpus exist only where the architecture defines topology_die_id and topology_die_cpumask
+        # (include/linux/topology.h, TOPOLOGY_DIE_SYSFS; admin-guide/cputopology.rst): x86, not arm64 or riscv
+        dies = machine["Architecture"] == "x86_64"
         smt = False
         for c in range(n):
             topo = cpus / f"cpu{c}/topology"
             sets = {}
             for name in ("core_cpus", "thread_siblings", "cluster_cpus", "die_cpus", "package_cpus",
                          "core_siblings"):
+                if name == "die_cpus" and not dies:
+                    assert not (topo / name).exists() and not (topo / "die_id").exists(), (profile, c)
+                    continue
                 sets[name] = _cpulist(_read(topo / f"{name}_list"))
                 assert _cpumask(_read(topo / name)) == sets[name], (profile, c, name)
             assert sets["thread_siblings"] == sets["core_cpus"] and sets["core_siblings"] == sets["package_cpus"]
             assert c in sets["core_cpus"] <= sets["cluster_cpus"] <= sets["package_cpus"], (profile, c, sets)
-            assert sets["core_cpus"] <= sets["die_cpus"] <= sets["package_cpus"], (profile, c, sets)
+            if dies:  # these CPUs have no CPUID die level: one die per package, die 0 (x86 detect_extended_topology)
+                assert sets["die_cpus"] == sets["package_cpus"] and _read(topo / "die_id") == "0", (profile, c)
             assert {package_id[o] for o in sets["package_cpus"]} == {package_id[c]}, (profile, c)
             assert {core_id[o] for o in sets["core_cpus"]} == {core_id[c]}, (profile, c)
             smt = smt or len(sets["core_cpus"]) > 1
@@ -923,6 +936,10 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
             # mlocked (mm/mlock.c); only lazily freed (MADV_FREE) pages leave for the file list, and nothing runs
             # on the fake to free any
             assert values["AnonPages"] <= anon_lru + values["Unevictable"], (profile, where)
+            # shmem pages are swap-backed too: on the anon lists, or the unevictable one when locked
+            # (mm/shmem.c adds them as swap-backed folios; Documentation/mm/unevictable-lru.rst, SHM_LOCK), so the
+            # anon lists and the unevictable one hold every mapped anonymous page and every shmem page
+            assert values["AnonPages"] + values["Shmem"] <= anon_lru + values["Unevictable"], (profile, where)
             allocated = (values["AnonPages"] + page_cache + values["Slab"] + values["KernelStack"]
                          + values["PageTables"])
             assert allocated <= values["MemTotal"] - values["MemFree"], (profile, where, allocated)
@@ -974,7 +991,28 @@ def test_the_vmalloc_area_and_direct_map_are_the_architectures(rendered: Rendere
             continue
         la57 = "la57" in _flags_of(root)
         assert values["VmallocTotal"] == (13743895347199 if la57 else 34359738367), (profile, la57)
-        assert sum(values[label] for label in direct) >= values["MemTotal"], profile
+        mapped = sum(values[label] for label in direct)
+        assert mapped >= values["MemTotal"], profile
+        # and it maps that RAM once: beyond what MemTotal counts there is only what the kernel reserved before
+        # counting (memblock: the memory map, one 64-byte struct page per 4 KiB page, 1/64 of RAM; the kernel
+        # image, initrd, crashkernel: well under 1 GiB), never a fraction of the machine mapped twice
+        assert mapped - values["MemTotal"] <= values["MemTotal"] // 64 + 1048576, (profile, mapped)
+
+
+def test_every_riscv_paging_modes_vmalloc_area_is_the_documented_one() -> None:
+    """The rendered trees run one paging mode (sv57, RISCV_MMU), but the kernel's figure is per mode and the fake
+    keeps a table of them: each entry must be vm-layout.rst's ``vmalloc/ioremap space`` size for its mode (64 GB
+    on sv39, 32 TB on sv48, 16 PB on sv57; VMALLOC_TOTAL_KB above), whichever mode a RISC-V host is given."""
+    assert {("riscv64", mode): kb for mode, kb in RISCV_VMALLOC_TOTAL_KB.items()} == {
+        key: kb for key, kb in VMALLOC_TOTAL_KB.items() if key[0] == "riscv64"}
+    assert RISCV_VMALLOC_TOTAL_KB["sv39"] == 67108864  # what sv39 boards print
+
+
+def test_both_x86_paging_modes_vmalloc_area_is_the_documented_one() -> None:
+    """As for RISC-V: Documentation/arch/x86/x86_64/mm.rst's vmalloc/ioremap space is 32 TB with 4-level paging and
+    12.5 PB with 5-level, VMALLOC_TOTAL >> 10 printing 34359738367 and 13743895347199 kB; the table holds both,
+    whichever one the profiles' CPUs (with or without ``la57``) render."""
+    assert X86_VMALLOC_TOTAL_KB == {4: 34359738367, 5: 13743895347199}
 
 
 def _flags_of(root: Path) -> set[str]:
@@ -1278,11 +1316,13 @@ def test_every_iommu_group_reserves_the_msi_window(rendered: Rendered, profile: 
             assert f"0x{start:016x} 0x{end:016x} msi" in _read(g / "reserved_regions").splitlines(), (profile, g.name)
 
 
-DMA_BITS_BY_DRIVER = {"pcieport": 32, "mlx5_core": 64, "nvidia-nvswitch": 64}
+DMA_BITS_BY_DRIVER = {"pcieport": 32, "mlx5_core": 64, "nvidia-nvswitch": 64, "cxl_pci": 32}
 """``dma_mask_bits`` (fls64 of the function's DMA mask, drivers/pci/pci-sysfs.c) by the driver bound: the PCI core
 starts every function at 32 bits (drivers/pci/probe.c, pci_setup_device: "Assume 32-bit PCI") and the port driver
 changes nothing; mlx5_core asks for 64 (set_dma_caps: DMA_BIT_MASK(64)); nvidia-nvswitch for the switch's DMA width,
-64 on the LR10 and LS10 NVSwitches (open-gpu-kernel-modules: DMA_ADDR_WIDTH_LR10/LS10)."""
+64 on the LR10 and LS10 NVSwitches (open-gpu-kernel-modules: DMA_ADDR_WIDTH_LR10/LS10); cxl_pci sets no mask at all
+(drivers/cxl/pci.c, cxl_pci_probe: enable, map the register blocks, mailbox and IRQ vectors, no dma_set_mask), so a
+CXL memory device keeps the core's 32."""
 
 
 @pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool"))
@@ -1295,6 +1335,7 @@ def test_dma_mask_bits_are_what_each_functions_driver_set(rendered: Rendered, pr
                 assert int(_read(d / "dma_mask_bits")) == DMA_BITS_BY_DRIVER[driver], (profile, d.name, driver)
                 seen.add(driver)
         assert "pcieport" in seen and "mlx5_core" in seen, (profile, seen)
+        assert "cxl_pci" in seen or profile != "cxl-pool", (profile, seen)
 
 
 DYNAMIC_CHAR_DRIVERS = ("nvidia-uvm", "nvidia-nvswitch", "nvidia-caps", "nvidia-caps-imex-channels", "cxl", "dax")
@@ -1344,3 +1385,358 @@ def test_a_gpu_falling_off_the_bus_takes_only_its_own_function_away(fast_tmp: Pa
         present = g.name != lost.name
         assert (root / "sys/bus/pci/devices" / str(g.address)).exists() == present, g.name
         assert (root / "proc/driver/nvidia/gpus" / str(g.address)).exists() == present, g.name
+
+
+NVIDIA_195_REGIONS = {535: ["nvidia-frontend"], 545: ["nvidia", "nvidia-modeset", "nvidiactl"],
+                      580: ["nvidia", "nvidia-modeset", "nvidiactl"]}
+"""The names major 195 carries in ``/proc/devices`` per driver branch (NVIDIA/open-gpu-kernel-modules): 535's
+nv-frontend.c takes the whole major with register_chrdev(195, "nvidia-frontend"), so no other region can share it;
+545 dropped the frontend and nv.c registers ``nvidia`` (minors 0-247), ``nvidiactl`` (255) and ``nvidia-modeset``
+(254; from 550 nvidia-modeset.ko registers it, nvkms_register_chrdev). fs/char_dev.c refuses overlapping regions
+and keeps a major's regions in order of first minor, which is the order chrdev_show lists them in."""
+
+
+def _regions_of(devices: str, major: int) -> list[str]:
+    chars = devices.split("Character devices:\n", 1)[1].split("\n\n", 1)[0]
+    return [name for m, name in (line.split() for line in chars.splitlines()) if int(m) == major]
+
+
+@pytest.mark.parametrize("branch", sorted(NVIDIA_195_REGIONS))
+def test_major_195_carries_the_regions_the_drivers_branch_registers(branch: int) -> None:
+    system = load_profile("dgx-h100")
+    version = f"{branch}.104.05"
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=version))
+    node = system.nodes[0]
+    devices = proc_devices(system, node, node_layout(system, node))
+    assert _regions_of(devices, 195) == NVIDIA_195_REGIONS[branch], version
+
+
+def test_the_rendered_proc_devices_names_the_profiles_drivers_regions(rendered: Rendered) -> None:
+    """dgx-h100 runs 580.105.08 (its capture's driver): the three regions of a frontend-less driver, in minor order."""
+    (system, _, root), *_ = rendered("dgx-h100")
+    assert system.driver.branch == 580
+    assert _regions_of((root / "proc/devices").read_text(), 195) == NVIDIA_195_REGIONS[580]
+
+
+def _msi_enabled(config: bytes) -> bool:
+    """Whether the MSI capability's Enable bit is set (PCI Local Bus 3.0, 6.8.1: the capability list from 0x34,
+    MSI capability id 0x05, Message Control bit 0)."""
+    at = config[0x34]
+    while at:
+        if config[at] == 0x05:
+            return bool(config[at + 2] & 1)
+        at = config[at + 1]
+    return False
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "gb200-nvl72"))
+def test_every_driven_function_has_an_irq_and_msi_users_have_their_own(rendered: Rendered, profile: str) -> None:
+    """drivers/pci/pci-sysfs.c irq_show prints the first MSI vector's irq while MSI is enabled, else pdev->irq.
+    An MSI vector is an irq of its own (msi_domain_alloc_irqs: one descriptor per vector), never 0 (irq 0 is not
+    handed out), so functions with MSI on show distinct non-zero irqs. A function a driver enabled with an INTx pin
+    (config 0x3D) has the line firmware routes it to (pci_enable_device -> acpi_pci_irq_enable, pci_assign_irq on
+    device-tree hosts), also non-zero; lspci -v prints it as ``IRQ N``."""
+    for _, _, root in rendered(profile):
+        msi: dict[int, str] = {}
+        driven = 0
+        for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+            config = (d / "config").read_bytes()
+            irq = int(_read(d / "irq"))
+            if _msi_enabled(config):
+                assert irq > 0 and irq not in msi, (profile, d.name, irq, msi.get(irq))
+                msi[irq] = d.name
+            if (d / "driver").is_symlink() and config[0x3D]:
+                assert irq > 0, (profile, d.name)
+                driven += 1
+        assert msi and driven > len(msi), (profile, len(msi), driven)
+
+
+PMD_SIZE = {"x86_64": 2 << 20, "aarch64": 512 << 20}
+"""The kernel's PMD mapping size: x86-64 PMD_SHIFT 21 (asm/pgtable_64_types.h); arm64 with the 64 KiB granule the
+hosts run, PMD_SHIFT 29 (ARM64_HW_PGTABLE_LEVEL_SHIFT(2) with PAGE_SHIFT 16, asm/pgtable-hwdef.h)."""
+
+
+def _arm64_cxl_pool() -> System:
+    """cxl-pool with Grace-like arm64 hosts (64 KiB pages): the same CXL topology and regions."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/cxl-pool.yaml").read_text())
+    doc["groups"][0]["node"]["cpu"].update(arch="arm64", vendor="ARM", model="Neoverse-V2", family=0x41,
+                                           modelId=0xD4F, stepping=0, isa=["fp", "asimd"], threadsPerCore=1)
+    return load_profile("cxl-pool-arm64", text=yaml.safe_dump(doc))
+
+
+def test_a_cxl_dax_regions_align_is_the_kernels_pmd_size(rendered: Rendered, fast_tmp: Path) -> None:
+    """drivers/dax/cxl.c (cxl_dax_region_probe) creates a CXL region's DAX region with alloc_dax_region(...,
+    PMD_SIZE, ...), and its device starts with the region's alignment (drivers/dax/bus.c); daxctl shows both as
+    ``align``. So it is 2 MiB on x86-64 and 512 MiB on an arm64 kernel with 64 KiB pages, not one figure for all."""
+    arm = _arm64_cxl_pool()
+    node = arm.nodes[0]
+    render_tree(RenderContext(arm, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    (_, _, x86_root), *_ = rendered("cxl-pool")
+    for root in (x86_root, fast_tmp / node.name / ROOT_DIR):
+        machine = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        want = PMD_SIZE[machine["Architecture"]]
+        devices = sorted((root / "sys/bus/dax/devices").iterdir())
+        assert devices, machine["Architecture"]
+        for dev in devices:
+            region = dev.resolve().parent
+            assert int(_read(dev / "align")) == int(_read(region / "dax_region/align")) == want, dev.name
+
+
+@pytest.mark.parametrize(("node1_bytes", "listed"), ((4096, True), (4095, False), (1, False)))
+def test_has_memory_lists_the_nodes_with_a_page_of_memory(fast_tmp: Path, node1_bytes: int, listed: bool) -> None:
+    """A node is in ``has_memory`` (N_MEMORY) when it has present pages (mm/mm_init.c, free_area_init sets the
+    state for a node whose node_present_pages is non-zero), and in ``has_normal_memory`` when some are in
+    ZONE_NORMAL, as a CPU node's DRAM is (Documentation/ABI/stable/sysfs-devices-node). The kernel counts whole
+    pages: one 4 KiB page on x86-64 makes node 1 a memory node (``MemTotal: 4 kB``); less than a page is none, a
+    node whose MemTotal is 0 kB."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/dgx-h100.yaml").read_text())
+    doc["groups"][0]["node"]["numa"]["nodes"][1]["memory"] = node1_bytes
+    system = load_profile("tiny-node", text=yaml.safe_dump(doc))
+    node = system.nodes[0]
+    assert node.cpu.arch == "amd64" and node.numa[1].cpus
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    base = fast_tmp / node.name / ROOT_DIR / NODES
+    want = {0, 1} if listed else {0}
+    assert _cpulist(_read(base / "has_memory")) == _cpulist(_read(base / "has_normal_memory")) == want
+    assert _meminfo_kb(base / "node1/meminfo")["MemTotal"] == (4 if listed else 0)
+
+
+def test_a_ports_decoders_committed_counts_its_decoders_of_committed_regions(rendered: Rendered) -> None:
+    """drivers/cxl/core/port.c: ``decoders_committed`` is cxl_num_decoders_committed(port), port->commit_end + 1,
+    and HDM decoders commit in index order (hdm.c, cxl_decoder_commit refuses one past commit_end + 1), so a port
+    with N committed decoders has them at indices 0..N-1. A decoder is committed when the region it holds is
+    (``regionN/commit`` 1): region0 of cxl-pool from boot, and the pooled logical devices' regions."""
+    for _, _, root in rendered("cxl-pool"):
+        devices = root / CXL_DEVICES
+        ports = [p for p in sorted(devices.glob("*")) if (p / "decoders_committed").exists()]
+        assert len(ports) >= 6
+        committed_ports = 0
+        for port in ports:
+            pid = port.name.removeprefix("port").removeprefix("endpoint")
+            decoders = sorted(port.resolve().glob(f"decoder{pid}.*"), key=lambda d: int(d.name.split(".")[1]))
+            assert decoders, port.name
+            flags = []
+            for d in decoders:
+                region = _read(d / "region")
+                flags.append(bool(region) and _read(devices / region / "commit") == "1")
+            n = int(_read(port / "decoders_committed"))
+            assert flags == [True] * n + [False] * (len(flags) - n), (port.name, n, flags)
+            committed_ports += n > 0
+        assert committed_ports >= 4
+
+
+NVIDIA_NODES = {"nvidiactl": ("nvidia", 255), "nvidia-modeset": ("nvidia", 254), "nvidia-uvm": ("nvidia-uvm", 0),
+                "nvidia-uvm-tools": ("nvidia-uvm", 1), "nvidia-nvswitchctl": ("nvidia-nvswitch", 255)}
+"""The NVIDIA driver's fixed minors (open-gpu-kernel-modules): nv-chardev-numbers.h's
+NV_MINOR_DEVICE_NUMBER_CONTROL_DEVICE 255 and _MODESET_DEVICE 254 on major 195; uvm_common.h's
+NVIDIA_UVM_PRIMARY_MINOR_NUMBER 0 and NVIDIA_UVM_TOOLS_MINOR_NUMBER 1 on UVM's region; linux_nvswitch.c's
+NVSWITCH_CTL_MINOR 255 on the NVSwitch region; ``nvidiaN`` and ``nvidia-nvswitchN`` have minor N."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gb200-nvl72"))
+def test_nvidia_device_nodes_have_the_drivers_minors(rendered: Rendered, profile: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("device nodes are regular files without root")
+    for _, _, root in rendered(profile):
+        majors = {name: major for major, names in _char_majors(root).items() for name in names}
+        dev = root / "dev"
+        seen = 0
+        for path in sorted(dev.glob("nvidia*")):
+            if path.is_dir():
+                continue
+            rdev = os.lstat(path).st_rdev
+            name = path.name
+            if name in NVIDIA_NODES:
+                region, minor = NVIDIA_NODES[name]
+            else:
+                stem = name.rstrip("0123456789")
+                assert stem in ("nvidia", "nvidia-nvswitch"), (profile, name)
+                region, minor = stem, int(name[len(stem):])
+            assert (os.major(rdev), os.minor(rdev)) == (majors[region], minor), (profile, name)
+            seen += 1
+        assert seen >= 6, profile
+
+
+def test_imex_channel_count_is_the_registry_default_and_channel0_its_first_minor(rendered: Rendered) -> None:
+    """nv-reg.h: NVreg_ImexChannelCount defaults to 2048 (NV_DEFINE_REG_ENTRY_GLOBAL), the minors of the
+    ``nvidia-caps-imex-channels`` region (nv-caps-imex.c); ``channelN`` is minor N, so ``channel0`` is minor 0 of
+    that major. GB200 NVL72 racks load the driver with NVreg_CreateImexChannel0=1 (the default is 0), which
+    params shows."""
+    (_, _, root), *_ = rendered("gb200-nvl72")
+    params = dict(line.split(": ", 1) for line in (root / "proc/driver/nvidia/params").read_text().splitlines())
+    assert (params["ImexChannelCount"], params["CreateImexChannel0"]) == ("2048", "1")
+    if os.geteuid() == 0:
+        majors = {name: major for major, names in _char_majors(root).items() for name in names}
+        rdev = os.lstat(root / "dev/nvidia-caps-imex-channels/channel0").st_rdev
+        assert (os.major(rdev), os.minor(rdev)) == (majors["nvidia-caps-imex-channels"], 0)
+
+
+SAPPHIRE_RAPIDS_CACHES = [(1, "Data", "48K", 12, 64), (1, "Instruction", "32K", 8, 64),
+                          (2, "Unified", "2048K", 16, 2048), (3, "Unified", "107520K", 15, 114688)]
+"""A Xeon Platinum 8480C's (Sapphire Rapids, DGX H100) caches as CPUID leaf 4 reports them and the kernel shows
+them in ``cache/indexN`` (arch/x86/kernel/cpu/cacheinfo.c): level, type, size, ways, sets. ``lscpu -C`` on these
+machines prints the same: L1d 48K 12-way 64 sets, L1i 32K 8-way 64 sets, L2 2M 16-way 2048 sets, L3 105M 15-way
+114688 sets, 64-byte lines and one line per tag."""
+
+
+def test_the_dgx_h100_cpus_cache_geometry_is_sapphire_rapids(rendered: Rendered) -> None:
+    (_, _, root), *_ = rendered("dgx-h100")
+    for cpu in ("cpu0", "cpu55", "cpu111"):
+        got = []
+        for i in range(4):
+            index = root / CPUS / cpu / f"cache/index{i}"
+            got.append((int(_read(index / "level")), _read(index / "type"), _read(index / "size"),
+                        int(_read(index / "ways_of_associativity")), int(_read(index / "number_of_sets"))))
+            assert (_read(index / "coherency_line_size"), _read(index / "physical_line_partition")) == ("64", "1")
+        assert got == SAPPHIRE_RAPIDS_CACHES, cpu
+    # /proc/cpuinfo's "cache size" is the last level's in KB (x86_cache_size, from the L3's leaf 4 figures)
+    assert {b["cache size"] for b in _cpuinfo(root)} == {"107520 KB"}
+
+
+def test_cxl_test_memdevs_sit_on_platform_devices_bound_to_the_mock_driver(rendered: Rendered) -> None:
+    """ndctl's cxl_test topology (tools/testing/cxl/test/cxl.c) hangs each mock memory device on a platform device,
+    ``cxl_mem.N`` (``cxl_rcd.N`` behind the restricted host), that the ``cxl_mock_mem`` driver binds (test/mem.c's
+    id table has both); as every platform device it has the platform bus as ``subsystem``, ``modalias``
+    ``platform:<name without its id>`` (drivers/base/platform.c) and a link under ``/sys/bus/platform/devices``,
+    and, bound, a ``driver`` link."""
+    (_, _, root), *_ = rendered("cxl-test")
+    memdevs = sorted((root / CXL_DEVICES).glob("mem[0-9]*"))
+    assert len(memdevs) >= 4
+    platform = (root / "sys/bus/platform").resolve()
+    for m in memdevs:
+        host = m.resolve().parent
+        base, _, index = host.name.partition(".")
+        assert base in ("cxl_mem", "cxl_rcd") and index.isdigit(), (m.name, host.name)
+        assert (host / "subsystem").resolve() == platform, m.name
+        assert (host / "driver").resolve() == (platform / "drivers/cxl_mock_mem").resolve(), m.name
+        assert _read(host / "modalias") == f"platform:{base}", m.name
+        assert (root / "sys/bus/platform/devices" / host.name).resolve() == host, m.name
+
+
+def _pool_behind_a_switch(held: bool) -> System:
+    """cxl-pool plus a second pool, listed first, whose multi-logical device hangs off a switch of its own (no local
+    memory device below it) on a fourth host bridge: each host holds one of its logical devices, or none."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/cxl-pool.yaml").read_text())
+    node = doc["groups"][0]["node"]
+    cxl = node["cxl"]
+    cxl["hostBridges"].append({"name": "cxlhb3", "uid": 3, "numa": 0, "rootPorts": 1})
+    cxl["switches"].append({"name": "cxlsw4", "parent": "cxlhb3.rp0", "downstreamPorts": 1})
+    cxl["windows"].append({"name": "cfmws5", "size": "16GiB", "targets": ["cxlhb3"], "numa": 5})
+    node["numa"]["nodes"].append({"id": 5, "kind": "cxl", "memory": "4GiB" if held else 0})
+    doc["cxlPools"].insert(0, {"name": "pool1", "groups": ["cxl-host"], "hostPort": "cxlsw4.dp0", "window": "cfmws5",
+                               "capacity": "16GiB", "logicalDevices": 4,
+                               "assignments": {"0": "cxl-host-0", "1": "cxl-host-1"} if held else {}})
+    return load_profile("pool-behind-a-switch", text=yaml.safe_dump(doc))
+
+
+@pytest.mark.parametrize("held", (True, False))
+def test_every_bound_cxl_port_and_memdev_has_its_decoders_and_endpoint(fast_tmp: Path, held: bool) -> None:
+    """cxl_mem binds a memory device by adding its endpoint port below the port of its upstream switch
+    (drivers/cxl/mem.c, devm_cxl_add_endpoint after devm_cxl_enumerate_ports adds the switch ports on the way), so
+    a bound memdev, a pooled one too, has an endpoint whose ``uport`` is it, and the switch above a held pooled
+    device exists even with no local device below it. cxl_port binds a port by enumerating its HDM decoders
+    (drivers/cxl/port.c, devm_cxl_enumerate_decoders; switch ports must have the HDM Decoder Capability, CXL 2.0
+    8.2.5.12), so every bound port has ``decoderN.M``. Both hold whether or not this host holds anything of a
+    pool listed before another."""
+    system = _pool_behind_a_switch(held)
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    devices = fast_tmp / node.name / ROOT_DIR / CXL_DEVICES
+    endpoints = {(e / "uport").resolve(): e for e in devices.glob("endpoint*")}
+    memdevs = [m for m in sorted(devices.glob("mem[0-9]*")) if (m / "driver").is_symlink()]
+    assert len(memdevs) >= 8 + held
+    for m in memdevs:
+        assert m.resolve() in endpoints, m.name
+    ports = [p for p in sorted(devices.glob("port*")) if (p / "driver").is_symlink()]
+    for p in ports:
+        pid = p.name.removeprefix("port")
+        assert list(p.resolve().glob(f"decoder{pid}.*")), p.name
+    pooled = [p for p in ports if (p / "uport").resolve().name.startswith("0000:")]
+    assert len(pooled) >= 3 + held, [p.name for p in pooled]
+
+
+ZERO_LINES = ("VmallocChunk", "Bounce", "Hugetlb", "HugePages_Total", "HugePages_Free", "HugePages_Rsvd",
+              "HugePages_Surp")
+
+
+def _meminfo_numbers(path: Path) -> dict[str, int]:
+    """Every meminfo line's number, by label (``Node N`` prefixes dropped, ``kB`` or not)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("Node "):
+            line = line.split(" ", 2)[2]
+        label, _, rest = line.partition(":")
+        out[label.strip()] = int(rest.split()[0])
+    return out
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200"))
+def test_meminfo_lines_the_kernel_prints_as_zero_are_zero(rendered: Rendered, profile: str) -> None:
+    """fs/proc/meminfo.c prints ``VmallocChunk`` as a constant 0 since 5.3 (the vmalloc walk that measured the
+    largest free chunk was removed), like NFS_Unstable above; ``Bounce`` (NR_BOUNCE) counts bounce buffers, which
+    only highmem and ISA DMA need and no 64-bit kernel has; the machine's and each node's ``Hugetlb``/``HugePages_*``
+    are 0 with no huge page reserved (every pool's nr_hugepages is 0)."""
+    (_, _, root), *_ = rendered(profile)
+    machine = _meminfo_numbers(root / "proc/meminfo")
+    assert {k: machine[k] for k in ZERO_LINES} == dict.fromkeys(ZERO_LINES, 0), profile
+    for f in sorted((root / NODES).glob("node[0-9]*/meminfo")):
+        values = _meminfo_numbers(f)
+        assert [values[k] for k in ("Bounce", "HugePages_Total", "HugePages_Free", "HugePages_Surp")] == [0] * 4, f
+    assert {_read(p) for p in (root / "sys/kernel/mm/hugepages").glob("*/nr_hugepages")} <= {"0"}
+
+
+HDM_DECODER_COUNTS = {1, 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32}
+"""What the HDM Decoder Capability register's Decoder Count field can say (CXL 2.0 8.2.5.12.1: 0h-5h for 1, 2, 4,
+6, 8, 10 decoders; CXL 3.0 adds 6h-Ch for 12, 14, 16, 20, 24, 28, 32); drivers/cxl/core/hdm.c
+(cxl_hdm_decoder_count) decodes it, and a port shows that many ``decoderP.N``."""
+
+
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_every_cxl_port_has_a_decoder_count_the_capability_encodes(rendered: Rendered, profile: str) -> None:
+    for _, _, root in rendered(profile):
+        devices = root / CXL_DEVICES
+        counts = {}
+        for port in sorted(devices.glob("*")):
+            if not (port / "decoders_committed").exists():
+                continue
+            pid = port.name.removeprefix("port").removeprefix("endpoint")
+            indices = sorted(int(d.name.split(".")[1]) for d in port.resolve().glob(f"decoder{pid}.*"))
+            assert indices == list(range(len(indices))), (profile, port.name, indices)
+            counts[port.name] = len(indices)
+        assert len(counts) >= 6, profile
+        assert {n for n in counts.values() if n not in HDM_DECODER_COUNTS} == set(), (profile, counts)
+
+
+@pytest.mark.parametrize(("profile", "kind"), (("dgx-h100", "DMA-FQ"), ("gh200", "DMA")))
+def test_iommu_groups_default_domain_is_the_architectures(rendered: Rendered, profile: str, kind: str) -> None:
+    """drivers/iommu/Kconfig's default domain type is IOMMU_DEFAULT_DMA_LAZY on x86 and IOMMU_DEFAULT_DMA_STRICT
+    elsewhere, and a group's ``type`` (drivers/iommu/iommu.c, iommu_group_show_type) prints a lazy (flush-queue)
+    DMA domain as ``DMA-FQ`` and a strict one as ``DMA``; no distribution kernel overrides it on the command line by
+    default."""
+    for _, _, root in rendered(profile):
+        groups = sorted((root / "sys/kernel/iommu_groups").iterdir())
+        assert groups, profile
+        assert {_read(g / "type") for g in groups} == {kind}, profile
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool"))
+def test_a_functions_resource_file_has_the_kernels_line_count(rendered: Rendered, profile: str) -> None:
+    """drivers/pci/pci-sysfs.c resource_show prints ``0x%016llx 0x%016llx 0x%016llx`` for resources 0 up to
+    PCI_BRIDGE_RESOURCES on a function without a subordinate bus (6 BARs, the ROM, 6 SR-IOV BARs with
+    CONFIG_PCI_IOV: 13 lines) and up to DEVICE_COUNT_RESOURCE on a bridge (those and its 4 windows: 17);
+    libpci's sysfs access takes line N as resource N, so a line more or less shifts every BAR lspci shows."""
+    for _, _, root in rendered(profile):
+        seen = set()
+        for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+            lines = (d / "resource").read_text().splitlines()
+            bridge = (d / "secondary_bus_number").exists()
+            assert len(lines) == (17 if bridge else 13), (profile, d.name, len(lines))
+            assert all(len(x) == 3 * 18 + 2 and x.count(" 0x") == 2 and x.startswith("0x") for x in lines), d.name
+            # a resource the function does not have is all zeros (start, end and flags of an unset struct
+            # resource): a BAR or ROM with no resourceN/rom file, and a bridge's closed I/O window (13) and its
+            # unused fourth window slot (16)
+            unset = [i for i in range(7) if not (d / ("rom" if i == 6 else f"resource{i}")).exists()]
+            for i in unset + ([13, 16] if bridge else []):
+                assert lines[i] == " ".join(["0x" + "0" * 16] * 3), (profile, d.name, i, lines[i])
+            seen.add(bridge)
+        assert seen == {True, False}, profile
