@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from fakehw.render.atomic import atomic_write, fsync_dir
 
@@ -131,12 +131,18 @@ class _Meta:
         if not isinstance(doc, dict) or doc.get("version") != META_VERSION:
             raise ValueError("unknown format")
         reserved = doc.get("reserved", {})
-        if not isinstance(reserved, dict) or not all(isinstance(v, int) for v in reserved.values()):
+        if not isinstance(reserved, dict) or not all(_is_count(v) for v in reserved.values()):
             raise ValueError("bad reservations")
         epoch, records = doc.get("epoch"), doc.get("records")
-        if not isinstance(epoch, int) or not isinstance(records, int):
+        if not _is_count(epoch) or not _is_count(records):
             raise ValueError("bad epoch or high-water mark")
         return cls(epoch, records, {str(k): int(v) for k, v in reserved.items()})
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    """A JSON number that is a whole count (0 or more), as the agent writes epochs, marks and id blocks. Python reads
+    JSON ``true`` and ``false`` as bools, which are ints to isinstance (True == 1): they are not counts."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class Journal:

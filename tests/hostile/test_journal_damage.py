@@ -448,12 +448,21 @@ def test_a_checksummed_line_that_is_no_record_is_damage_named_by_its_line(tmp_pa
     (b'{"version": 1, "epoch": 1, "records": 2, "reserved": {"fault-id": "1025"}}', "bad reservations"),
     (b'{"version": 1, "epoch": "1", "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
     (b'{"version": 1, "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
+    # JSON's true is a literal name, not a number (RFC 8259, sections 3 and 6); Python reads it as a bool, an int
+    # equal to 1, so each of these would pass for epoch 1, a mark of 1 or a reserved block ending at 1.
+    (b'{"version": 1, "epoch": true, "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
+    (b'{"version": 1, "epoch": 1, "records": true, "reserved": {}}', "bad epoch or high-water mark"),
+    (b'{"version": 1, "epoch": 1, "records": 2, "reserved": {"fault-id": true}}', "bad reservations"),
+    # Counts: the agent writes epochs, marks and id blocks of 0 and up; a negative one is not one it wrote.
+    (b'{"version": 1, "epoch": 1, "records": -1, "reserved": {}}', "bad epoch or high-water mark"),
+    (b'{"version": 1, "epoch": -1, "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
+    (b'{"version": 1, "epoch": 1, "records": 2, "reserved": {"fault-id": -1}}', "bad reservations"),
 ])
 def test_a_meta_file_of_another_shape_is_refused_saying_what_is_wrong(tmp_path: Path, meta: bytes, why: str) -> None:
     """The meta file holds ids the agent must never hand out again (docs/agent.md: they "only ever grow, across
     restarts"); one from a newer format, without its version, or with reservations, epoch or mark that are not
-    numbers is not read as if it were sound (a string "1025" taken as a number, a list taken for reservations), nor
-    does it crash the agent: it is refused naming the file and what is wrong."""
+    counts is not read as if it were sound (a string "1025" or ``true`` taken as a number, a list taken for
+    reservations), nor does it crash the agent: it is refused naming the file and what is wrong."""
     path = _closed_journal(tmp_path, 1)
     path.with_name("journal.jsonl.meta").write_bytes(meta)
     with pytest.raises(JournalDamaged) as refused:
