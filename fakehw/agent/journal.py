@@ -50,6 +50,10 @@ META_VERSION = 1
 RESERVE_BLOCK = 1024
 MAX_FAILED_RANGES = 1024
 MAX_META_BYTES = 1 << 16
+PROBLEMS_SHOWN = 5
+"""How many problems a refusal or a recovery's log line names; the rest are counted ("; and N more")."""
+PROBLEMS_REPORTED = 20
+"""How many problems ``GET /v1/health`` lists per journal; ``problems_left_out`` counts the rest."""
 _HEX_DIGITS = frozenset(b"0123456789abcdef")
 
 
@@ -59,10 +63,15 @@ class JournalDamaged(Exception):
     def __init__(self, path: Path, problems: list[str]):
         self.path = path
         self.problems = problems
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        super().__init__(f"journal {path} is damaged: {shown}. Nothing was changed. Start the agent with "
-                         "--salvage-journal to continue from the records that check out (the damaged file is kept "
+        super().__init__(f"journal {path} is damaged: {summarize(problems)}. Nothing was changed. Start the agent "
+                         "with --salvage-journal to continue from the records that check out (the damaged file is kept "
                          "beside it), or remove the state directory to start afresh")
+
+
+def summarize(problems: list[str]) -> str:
+    """The first :data:`PROBLEMS_SHOWN` problems and how many more there are: every problem is named or counted."""
+    left_out = len(problems) - PROBLEMS_SHOWN
+    return "; ".join(problems[:PROBLEMS_SHOWN]) + (f"; and {left_out} more" if left_out > 0 else "")
 
 
 class JournalWriteError(Exception):
@@ -88,8 +97,10 @@ class Recovery:
     """The journal was in the unchecked format of earlier versions."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"records": self.records, "dropped": self.dropped, "problems": self.problems[:20],
-                "kept": self.kept, "upgraded": self.upgraded}
+        """The report, bounded: the first :data:`PROBLEMS_REPORTED` problems, and how many were left out."""
+        return {"records": self.records, "dropped": self.dropped, "problems": self.problems[:PROBLEMS_REPORTED],
+                "problems_left_out": max(0, len(self.problems) - PROBLEMS_REPORTED), "kept": self.kept,
+                "upgraded": self.upgraded}
 
 
 def encode(number: int, record: dict[str, Any]) -> bytes:
@@ -448,7 +459,7 @@ class Journal:
             self._reported = True
             log.warning("journal %s recovered: %d records used, %d records lost (%s); the damaged original is "
                         "kept as %s", self.path, self.recovery.records, self.recovery.dropped,
-                        "; ".join(self.recovery.problems[:5]), self.recovery.kept)
+                        summarize(self.recovery.problems), self.recovery.kept)
 
     def close(self) -> None:
         """Sync what was written and record the high-water mark, so a later loss of the end is noticed."""

@@ -609,3 +609,69 @@ def test_a_checksum_spelled_otherwise_with_the_same_value_is_damage(tmp_path: Pa
     with pytest.raises(JournalDamaged) as refused:
         Journal(path)
     assert f"line {k + 1} is not a journal record" in str(refused.value), str(refused.value)
+
+
+def _journal_with_altered_lines(tmp_path: Path, records: int, altered: range) -> Path:
+    """A cleanly closed journal (checkpoint, then ``records`` records) whose lines ``altered`` (1-based, as an editor
+    counts them) each had one character of their JSON changed after the fact: each fails its checksum."""
+    path = _closed_journal(tmp_path, *range(1, records + 1))
+    lines = lines_of(path)
+    for n in altered:
+        lines[n - 1] = lines[n - 1].replace(b'"seq":', b'"seQ":')
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def test_the_health_report_lists_twenty_problems_and_counts_the_rest(tmp_path: Path) -> None:
+    """docs/agent.md: ``GET /v1/health`` reports a recovered journal's problems (``journals.faults``), the first 20
+    of them and ``problems_left_out``, how many more there were (the report is bounded however damaged the journal;
+    an operator must still learn that there was more than it shows). A hand-damaged journal: lines 2 to 26 altered
+    (25 problems, one per line) and line 27 then the first record read after record 1 (one more: records are
+    missing): 26 problems, so 20 shown, in the order of the file, and 6 left out."""
+    path = _journal_with_altered_lines(tmp_path, 30, range(2, 27))
+    salvaged = Journal(path, salvage=True)
+    try:
+        report = salvaged.recovery.to_json()
+    finally:
+        salvaged.close()
+    assert report["problems"] == [f"line {n} fails its checksum (altered)" for n in range(2, 22)], report
+    assert report["problems_left_out"] == 6, report
+    assert report["dropped"] == 25 and report["records"] == 5, report
+
+
+def test_a_health_report_with_few_problems_leaves_none_out(tmp_path: Path) -> None:
+    """The same report with 20 problems exactly (lines 2 to 20 altered, then the gap at line 21) lists them all and
+    leaves none out; a sound journal reports none at all."""
+    path = _journal_with_altered_lines(tmp_path, 25, range(2, 21))
+    salvaged = Journal(path, salvage=True)
+    try:
+        report = salvaged.recovery.to_json()
+    finally:
+        salvaged.close()
+    assert len(report["problems"]) == 20 and report["problems"][-1] == "line 21 is record 21, expected 2 (records " \
+        "are missing or out of order)", report
+    assert report["problems_left_out"] == 0, report
+    sound = Journal(_closed_journal(tmp_path / "sound", 1))
+    try:
+        assert sound.recovery.to_json()["problems"] == [] and sound.recovery.to_json()["problems_left_out"] == 0
+    finally:
+        sound.close()
+
+
+def test_the_recovery_warning_names_or_counts_every_problem(tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """docs/agent.md: a salvage "logs what was lost". The warning names the first problems and counts the rest, like
+    the refusal does ("; and N more"), so the log never reads as if there were fewer. Lines 2 to 8 of a journal
+    altered by hand (7 problems, plus the gap they leave before line 9): 8 problems, the first 5 named in the
+    file's order and 3 counted."""
+    path = _journal_with_altered_lines(tmp_path, 10, range(2, 9))
+    caplog.set_level(logging.WARNING, logger="fakehw.agent.journal")
+    salvaged = Journal(path, salvage=True)
+    salvaged.compact(salvaged.replay())
+    salvaged.close()
+    said = [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()]
+    assert len(said) == 1, said
+    named = "; ".join(f"line {n} fails its checksum (altered)" for n in range(2, 7))
+    assert f"({named}; and 3 more)" in said[0], said[0]
+    assert "7 records lost" in said[0], said[0]
+
