@@ -675,3 +675,51 @@ def test_the_recovery_warning_names_or_counts_every_problem(tmp_path: Path,
     assert f"({named}; and 3 more)" in said[0], said[0]
     assert "7 records lost" in said[0], said[0]
 
+
+
+def test_an_older_journal_put_back_after_a_salvage_that_lost_the_meta_file_is_refused(tmp_path: Path) -> None:
+    """docs/agent.md: "A journal that is ... of another epoch is damage, not a fresh start". The epoch is in two
+    places, the meta file and the journal's checkpoint; a salvage after the meta file was lost has only the
+    checkpoint left, and its compaction must still move to an epoch past it. Else the journal from before the
+    salvage, put back (a backup restored, a snapshot rolled back), would carry the new epoch and be read as sound,
+    bringing back what the salvaged agent has done since."""
+    path = _closed_journal(tmp_path, 1)
+    again = Journal(path)  # a restart: the journal is now at epoch 2 (the first compaction made epoch 1)
+    again.compact(again.replay())
+    again.close()
+    old = path.read_bytes()
+    path.with_name("journal.jsonl.meta").unlink()
+    salvaged = Journal(path, salvage=True)
+    salvaged.compact(salvaged.replay())
+    salvaged.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 2})
+    salvaged.close()
+    path.write_bytes(old)
+    with pytest.raises(JournalDamaged, match=r"the journal is from epoch 2 but journal\.jsonl\.meta is at epoch 3"):
+        Journal(path)
+
+
+def test_a_new_state_dir_has_handed_out_no_id(tmp_path: Path) -> None:
+    """Journal.floor: "ids of counter name up to this value may have been handed out before". A state dir the agent
+    has never used (no journal, no meta file) has handed out none: every counter's floor is 0, so the first id is 1
+    (tests above: the first fault id is f-000001). The state dir and its parents are made as needed."""
+    journal = Journal(tmp_path / "new" / "state" / "journal.jsonl")
+    try:
+        assert journal.floor("fault-id") == journal.floor("pool-id") == 0
+        assert journal.replay() == [] and journal.recovery.problems == []
+    finally:
+        journal.close()
+
+
+def test_a_salvage_that_knows_of_no_lost_record_counts_none(tmp_path: Path) -> None:
+    """Recovery.dropped counts records lost: torn or damaged lines seen, or records the meta file's mark says were
+    there. With the meta file unreadable (garbage in it) and no journal at all, neither is known: the salvage reports
+    the damage (the meta file named) and 0 records lost, not a count it made up."""
+    path = tmp_path / "journal.jsonl"
+    path.with_name("journal.jsonl.meta").write_bytes(b"\x00garbage")
+    salvaged = Journal(path, salvage=True)
+    try:
+        report = salvaged.recovery.to_json()
+        assert report["dropped"] == 0 and report["records"] == 0, report
+        assert any("journal.jsonl.meta does not parse" in p for p in report["problems"]), report
+    finally:
+        salvaged.close()
