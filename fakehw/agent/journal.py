@@ -150,6 +150,14 @@ class _Meta:
         return cls(epoch, records, {str(k): int(v) for k, v in reserved.items()})
 
 
+_NO_EPOCH = object()
+"""What a checkpoint without an ``epoch`` key is read as: no count, so it is damage."""
+
+
+def _shown(epoch: object) -> str:
+    return "it has none" if epoch is _NO_EPOCH else f"{json.dumps(epoch)} is not a count"
+
+
 def _is_count(value: object) -> TypeGuard[int]:
     """A JSON number that is a whole count (0 or more), as the agent writes epochs, marks and id blocks. Python reads
     JSON ``true`` and ``false`` as bools, which are ints to isinstance (True == 1): they are not counts."""
@@ -251,8 +259,10 @@ class Journal:
             if record["op"] == "checkpoint":
                 if number != 1:
                     problems.append(f"line {index} is a checkpoint in the middle of the journal")
-                epoch = record.get("epoch")
-                self._epoch_seen = epoch if isinstance(epoch, int) else 0
+                epoch = record.get("epoch", _NO_EPOCH)
+                if not _is_count(epoch):  # the checkpoint names its epoch as a count, as the meta file does
+                    problems.append(f"line {index} is a checkpoint without a valid epoch ({_shown(epoch)})")
+                self._epoch_seen = epoch if _is_count(epoch) else 0
                 continue
             records.append(record)
         problems += self._check_against_meta(epoch)
@@ -265,7 +275,7 @@ class Journal:
         if epoch is None:
             return ["the journal does not start with its checkpoint (its beginning is missing)"]
         meta = self._meta
-        if meta is None:
+        if meta is None or not _is_count(epoch):  # no meta file, or no epoch to hold against it (named at its line)
             return []
         if epoch == meta.epoch + 1:
             return []  # compacted, then stopped before the meta file was updated: the journal is the newer one

@@ -723,3 +723,40 @@ def test_a_salvage_that_knows_of_no_lost_record_counts_none(tmp_path: Path) -> N
         assert any("journal.jsonl.meta does not parse" in p for p in report["problems"]), report
     finally:
         salvaged.close()
+
+
+@pytest.mark.parametrize(("epoch", "said"), [
+    (True, "true is not a count"),  # JSON's true (RFC 8259: a literal name, no number) would pass for epoch 1
+    ("1", '"1" is not a count'),
+    (-1, "-1 is not a count"),
+    (None, "it has none"),
+])
+def test_a_checkpoint_without_a_valid_epoch_is_damage_named_by_its_line(tmp_path: Path, epoch: object,
+                                                                        said: str) -> None:
+    """docs/agent.md: the compacted journal starts with a checkpoint naming its epoch, and a journal "of another epoch
+    is damage"; damage "stops the agent with a message naming the file, the line and the problem". A checkpoint whose
+    line checks out (its CRC-32 recomputed: written by something else) but whose epoch is no count, or missing, says
+    nothing the meta file's epoch can be held against: refused naming line 1, then salvaged from the records after
+    it, and the salvaged journal is sound at the next start."""
+    import zlib
+
+    path = _closed_journal(tmp_path, 1)  # epoch 1 in the checkpoint and in the meta file
+    lines = lines_of(path)
+    checkpoint = {"op": "checkpoint", "time": 0.0, **({} if epoch is None else {"epoch": epoch})}
+    body = json.dumps(checkpoint, separators=(",", ":"), sort_keys=True).encode()
+    lines[0] = f"1 {zlib.crc32(b'1 ' + body):08x} ".encode() + body
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert f"journal {path} is damaged: line 1 is a checkpoint without a valid epoch ({said})" in str(refused.value)
+    salvaged = Journal(path, salvage=True)
+    try:
+        assert [r["seq"] for r in salvaged.replay()] == [1]
+        salvaged.compact(salvaged.replay())
+    finally:
+        salvaged.close()
+    again = Journal(path)
+    try:
+        assert again.recovery.problems == [] and [r["seq"] for r in again.replay()] == [1]
+    finally:
+        again.close()
