@@ -260,9 +260,10 @@ class Journal:
                 if number != 1:
                     problems.append(f"line {index} is a checkpoint in the middle of the journal")
                 epoch = record.get("epoch", _NO_EPOCH)
-                if not _is_count(epoch):  # the checkpoint names its epoch as a count, as the meta file does
+                if _is_count(epoch):  # the checkpoint names its epoch as a count, as the meta file does
+                    self._epoch_seen = epoch
+                else:
                     problems.append(f"line {index} is a checkpoint without a valid epoch ({_shown(epoch)})")
-                self._epoch_seen = epoch if _is_count(epoch) else 0
                 continue
             records.append(record)
         problems += self._check_against_meta(epoch)
