@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from fakehw.render.atomic import atomic_write, fsync_dir
 
@@ -50,6 +50,10 @@ META_VERSION = 1
 RESERVE_BLOCK = 1024
 MAX_FAILED_RANGES = 1024
 MAX_META_BYTES = 1 << 16
+PROBLEMS_SHOWN = 5
+"""How many problems a refusal or a recovery's log line names; the rest are counted ("; and N more")."""
+PROBLEMS_REPORTED = 20
+"""How many problems ``GET /v1/health`` lists per journal; ``problems_left_out`` counts the rest."""
 _HEX_DIGITS = frozenset(b"0123456789abcdef")
 
 
@@ -59,10 +63,15 @@ class JournalDamaged(Exception):
     def __init__(self, path: Path, problems: list[str]):
         self.path = path
         self.problems = problems
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        super().__init__(f"journal {path} is damaged: {shown}. Nothing was changed. Start the agent with "
-                         "--salvage-journal to continue from the records that check out (the damaged file is kept "
+        super().__init__(f"journal {path} is damaged: {summarize(problems)}. Nothing was changed. Start the agent "
+                         "with --salvage-journal to continue from the records that check out (the damaged file is kept "
                          "beside it), or remove the state directory to start afresh")
+
+
+def summarize(problems: list[str]) -> str:
+    """The first :data:`PROBLEMS_SHOWN` problems and how many more there are: every problem is named or counted."""
+    left_out = len(problems) - PROBLEMS_SHOWN
+    return "; ".join(problems[:PROBLEMS_SHOWN]) + (f"; and {left_out} more" if left_out > 0 else "")
 
 
 class JournalWriteError(Exception):
@@ -88,8 +97,10 @@ class Recovery:
     """The journal was in the unchecked format of earlier versions."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"records": self.records, "dropped": self.dropped, "problems": self.problems[:20],
-                "kept": self.kept, "upgraded": self.upgraded}
+        """The report, bounded: the first :data:`PROBLEMS_REPORTED` problems, and how many were left out."""
+        return {"records": self.records, "dropped": self.dropped, "problems": self.problems[:PROBLEMS_REPORTED],
+                "problems_left_out": max(0, len(self.problems) - PROBLEMS_REPORTED), "kept": self.kept,
+                "upgraded": self.upgraded}
 
 
 def encode(number: int, record: dict[str, Any]) -> bytes:
@@ -131,12 +142,26 @@ class _Meta:
         if not isinstance(doc, dict) or doc.get("version") != META_VERSION:
             raise ValueError("unknown format")
         reserved = doc.get("reserved", {})
-        if not isinstance(reserved, dict) or not all(isinstance(v, int) for v in reserved.values()):
+        if not isinstance(reserved, dict) or not all(_is_count(v) for v in reserved.values()):
             raise ValueError("bad reservations")
         epoch, records = doc.get("epoch"), doc.get("records")
-        if not isinstance(epoch, int) or not isinstance(records, int):
+        if not _is_count(epoch) or not _is_count(records):
             raise ValueError("bad epoch or high-water mark")
         return cls(epoch, records, {str(k): int(v) for k, v in reserved.items()})
+
+
+_NO_EPOCH = object()
+"""What a checkpoint without an ``epoch`` key is read as: no count, so it is damage."""
+
+
+def _shown(epoch: object) -> str:
+    return "it has none" if epoch is _NO_EPOCH else f"{json.dumps(epoch)} is not a count"
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    """A JSON number that is a whole count (0 or more), as the agent writes epochs, marks and id blocks. Python reads
+    JSON ``true`` and ``false`` as bools, which are ints to isinstance (True == 1): they are not counts."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class Journal:
@@ -234,8 +259,11 @@ class Journal:
             if record["op"] == "checkpoint":
                 if number != 1:
                     problems.append(f"line {index} is a checkpoint in the middle of the journal")
-                epoch = record.get("epoch")
-                self._epoch_seen = epoch if isinstance(epoch, int) else 0
+                epoch = record.get("epoch", _NO_EPOCH)
+                if _is_count(epoch):  # the checkpoint names its epoch as a count, as the meta file does
+                    self._epoch_seen = epoch
+                else:
+                    problems.append(f"line {index} is a checkpoint without a valid epoch ({_shown(epoch)})")
                 continue
             records.append(record)
         problems += self._check_against_meta(epoch)
@@ -248,7 +276,7 @@ class Journal:
         if epoch is None:
             return ["the journal does not start with its checkpoint (its beginning is missing)"]
         meta = self._meta
-        if meta is None:
+        if meta is None or not _is_count(epoch):  # no meta file, or no epoch to hold against it (named at its line)
             return []
         if epoch == meta.epoch + 1:
             return []  # compacted, then stopped before the meta file was updated: the journal is the newer one
@@ -442,7 +470,7 @@ class Journal:
             self._reported = True
             log.warning("journal %s recovered: %d records used, %d records lost (%s); the damaged original is "
                         "kept as %s", self.path, self.recovery.records, self.recovery.dropped,
-                        "; ".join(self.recovery.problems[:5]), self.recovery.kept)
+                        summarize(self.recovery.problems), self.recovery.kept)
 
     def close(self) -> None:
         """Sync what was written and record the high-water mark, so a later loss of the end is noticed."""

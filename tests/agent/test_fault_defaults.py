@@ -62,3 +62,18 @@ def test_the_default_throttles_and_never_shuts_the_gpu_down() -> None:
     check_target(fault, node)
     filled = with_device_defaults(fault, node)
     assert isinstance(filled, Thermal) and filled.temperature_c == 90
+
+
+@pytest.mark.parametrize("body", [
+    {"kind": "xid", "device": "gpu0", "code": 79},
+    {"kind": "ecc", "device": "gpu0", "type": "dbe"},
+    {"kind": "power-cap", "device": "gpu0", "limit_w": 60},
+])
+def test_a_fault_without_device_dependent_parameters_is_left_as_it_was_asked(body: dict[str, object]) -> None:
+    """docs/agent.md (fault kinds): only the thermal kind has a default that depends on the GPU (its SKU's slowdown
+    threshold); every other kind is injected as it was asked. Filling in the defaults leaves such a request equal to
+    itself (60 W is the T4 capture's min_power_limit, so the power cap checks out on t4-cloud)."""
+    node = load_profile("t4-cloud").nodes[0]
+    fault = FAULT_ADAPTER.validate_python({**body, "device": node.gpus[0].name})
+    check_target(fault, node)
+    assert with_device_defaults(fault, node) == fault

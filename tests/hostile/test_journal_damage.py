@@ -448,12 +448,21 @@ def test_a_checksummed_line_that_is_no_record_is_damage_named_by_its_line(tmp_pa
     (b'{"version": 1, "epoch": 1, "records": 2, "reserved": {"fault-id": "1025"}}', "bad reservations"),
     (b'{"version": 1, "epoch": "1", "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
     (b'{"version": 1, "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
+    # JSON's true is a literal name, not a number (RFC 8259, sections 3 and 6); Python reads it as a bool, an int
+    # equal to 1, so each of these would pass for epoch 1, a mark of 1 or a reserved block ending at 1.
+    (b'{"version": 1, "epoch": true, "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
+    (b'{"version": 1, "epoch": 1, "records": true, "reserved": {}}', "bad epoch or high-water mark"),
+    (b'{"version": 1, "epoch": 1, "records": 2, "reserved": {"fault-id": true}}', "bad reservations"),
+    # Counts: the agent writes epochs, marks and id blocks of 0 and up; a negative one is not one it wrote.
+    (b'{"version": 1, "epoch": 1, "records": -1, "reserved": {}}', "bad epoch or high-water mark"),
+    (b'{"version": 1, "epoch": -1, "records": 2, "reserved": {}}', "bad epoch or high-water mark"),
+    (b'{"version": 1, "epoch": 1, "records": 2, "reserved": {"fault-id": -1}}', "bad reservations"),
 ])
 def test_a_meta_file_of_another_shape_is_refused_saying_what_is_wrong(tmp_path: Path, meta: bytes, why: str) -> None:
     """The meta file holds ids the agent must never hand out again (docs/agent.md: they "only ever grow, across
     restarts"); one from a newer format, without its version, or with reservations, epoch or mark that are not
-    numbers is not read as if it were sound (a string "1025" taken as a number, a list taken for reservations), nor
-    does it crash the agent: it is refused naming the file and what is wrong."""
+    counts is not read as if it were sound (a string "1025" or ``true`` taken as a number, a list taken for
+    reservations), nor does it crash the agent: it is refused naming the file and what is wrong."""
     path = _closed_journal(tmp_path, 1)
     path.with_name("journal.jsonl.meta").write_bytes(meta)
     with pytest.raises(JournalDamaged) as refused:
@@ -600,3 +609,154 @@ def test_a_checksum_spelled_otherwise_with_the_same_value_is_damage(tmp_path: Pa
     with pytest.raises(JournalDamaged) as refused:
         Journal(path)
     assert f"line {k + 1} is not a journal record" in str(refused.value), str(refused.value)
+
+
+def _journal_with_altered_lines(tmp_path: Path, records: int, altered: range) -> Path:
+    """A cleanly closed journal (checkpoint, then ``records`` records) whose lines ``altered`` (1-based, as an editor
+    counts them) each had one character of their JSON changed after the fact: each fails its checksum."""
+    path = _closed_journal(tmp_path, *range(1, records + 1))
+    lines = lines_of(path)
+    for n in altered:
+        lines[n - 1] = lines[n - 1].replace(b'"seq":', b'"seQ":')
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def test_the_health_report_lists_twenty_problems_and_counts_the_rest(tmp_path: Path) -> None:
+    """docs/agent.md: ``GET /v1/health`` reports a recovered journal's problems (``journals.faults``), the first 20
+    of them and ``problems_left_out``, how many more there were (the report is bounded however damaged the journal;
+    an operator must still learn that there was more than it shows). A hand-damaged journal: lines 2 to 26 altered
+    (25 problems, one per line) and line 27 then the first record read after record 1 (one more: records are
+    missing): 26 problems, so 20 shown, in the order of the file, and 6 left out."""
+    path = _journal_with_altered_lines(tmp_path, 30, range(2, 27))
+    salvaged = Journal(path, salvage=True)
+    try:
+        report = salvaged.recovery.to_json()
+    finally:
+        salvaged.close()
+    assert report["problems"] == [f"line {n} fails its checksum (altered)" for n in range(2, 22)], report
+    assert report["problems_left_out"] == 6, report
+    assert report["dropped"] == 25 and report["records"] == 5, report
+
+
+def test_a_health_report_with_few_problems_leaves_none_out(tmp_path: Path) -> None:
+    """The same report with 20 problems exactly (lines 2 to 20 altered, then the gap at line 21) lists them all and
+    leaves none out; a sound journal reports none at all."""
+    path = _journal_with_altered_lines(tmp_path, 25, range(2, 21))
+    salvaged = Journal(path, salvage=True)
+    try:
+        report = salvaged.recovery.to_json()
+    finally:
+        salvaged.close()
+    assert len(report["problems"]) == 20 and report["problems"][-1] == "line 21 is record 21, expected 2 (records " \
+        "are missing or out of order)", report
+    assert report["problems_left_out"] == 0, report
+    sound = Journal(_closed_journal(tmp_path / "sound", 1))
+    try:
+        assert sound.recovery.to_json()["problems"] == [] and sound.recovery.to_json()["problems_left_out"] == 0
+    finally:
+        sound.close()
+
+
+def test_the_recovery_warning_names_or_counts_every_problem(tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """docs/agent.md: a salvage "logs what was lost". The warning names the first problems and counts the rest, like
+    the refusal does ("; and N more"), so the log never reads as if there were fewer. Lines 2 to 8 of a journal
+    altered by hand (7 problems, plus the gap they leave before line 9): 8 problems, the first 5 named in the
+    file's order and 3 counted."""
+    path = _journal_with_altered_lines(tmp_path, 10, range(2, 9))
+    caplog.set_level(logging.WARNING, logger="fakehw.agent.journal")
+    salvaged = Journal(path, salvage=True)
+    salvaged.compact(salvaged.replay())
+    salvaged.close()
+    said = [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()]
+    assert len(said) == 1, said
+    named = "; ".join(f"line {n} fails its checksum (altered)" for n in range(2, 7))
+    assert f"({named}; and 3 more)" in said[0], said[0]
+    assert "7 records lost" in said[0], said[0]
+
+
+
+def test_an_older_journal_put_back_after_a_salvage_that_lost_the_meta_file_is_refused(tmp_path: Path) -> None:
+    """docs/agent.md: "A journal that is ... of another epoch is damage, not a fresh start". The epoch is in two
+    places, the meta file and the journal's checkpoint; a salvage after the meta file was lost has only the
+    checkpoint left, and its compaction must still move to an epoch past it. Else the journal from before the
+    salvage, put back (a backup restored, a snapshot rolled back), would carry the new epoch and be read as sound,
+    bringing back what the salvaged agent has done since."""
+    path = _closed_journal(tmp_path, 1)
+    again = Journal(path)  # a restart: the journal is now at epoch 2 (the first compaction made epoch 1)
+    again.compact(again.replay())
+    again.close()
+    old = path.read_bytes()
+    path.with_name("journal.jsonl.meta").unlink()
+    salvaged = Journal(path, salvage=True)
+    salvaged.compact(salvaged.replay())
+    salvaged.append({"op": "generation", "generations": {}, "fault_counter": 0, "seq": 2})
+    salvaged.close()
+    path.write_bytes(old)
+    with pytest.raises(JournalDamaged, match=r"the journal is from epoch 2 but journal\.jsonl\.meta is at epoch 3"):
+        Journal(path)
+
+
+def test_a_new_state_dir_has_handed_out_no_id(tmp_path: Path) -> None:
+    """Journal.floor: "ids of counter name up to this value may have been handed out before". A state dir the agent
+    has never used (no journal, no meta file) has handed out none: every counter's floor is 0, so the first id is 1
+    (tests above: the first fault id is f-000001). The state dir and its parents are made as needed."""
+    journal = Journal(tmp_path / "new" / "state" / "journal.jsonl")
+    try:
+        assert journal.floor("fault-id") == journal.floor("pool-id") == 0
+        assert journal.replay() == [] and journal.recovery.problems == []
+    finally:
+        journal.close()
+
+
+def test_a_salvage_that_knows_of_no_lost_record_counts_none(tmp_path: Path) -> None:
+    """Recovery.dropped counts records lost: torn or damaged lines seen, or records the meta file's mark says were
+    there. With the meta file unreadable (garbage in it) and no journal at all, neither is known: the salvage reports
+    the damage (the meta file named) and 0 records lost, not a count it made up."""
+    path = tmp_path / "journal.jsonl"
+    path.with_name("journal.jsonl.meta").write_bytes(b"\x00garbage")
+    salvaged = Journal(path, salvage=True)
+    try:
+        report = salvaged.recovery.to_json()
+        assert report["dropped"] == 0 and report["records"] == 0, report
+        assert any("journal.jsonl.meta does not parse" in p for p in report["problems"]), report
+    finally:
+        salvaged.close()
+
+
+@pytest.mark.parametrize(("epoch", "said"), [
+    (True, "true is not a count"),  # JSON's true (RFC 8259: a literal name, no number) would pass for epoch 1
+    ("1", '"1" is not a count'),
+    (-1, "-1 is not a count"),
+    (None, "it has none"),
+])
+def test_a_checkpoint_without_a_valid_epoch_is_damage_named_by_its_line(tmp_path: Path, epoch: object,
+                                                                        said: str) -> None:
+    """docs/agent.md: the compacted journal starts with a checkpoint naming its epoch, and a journal "of another epoch
+    is damage"; damage "stops the agent with a message naming the file, the line and the problem". A checkpoint whose
+    line checks out (its CRC-32 recomputed: written by something else) but whose epoch is no count, or missing, says
+    nothing the meta file's epoch can be held against: refused naming line 1, then salvaged from the records after
+    it, and the salvaged journal is sound at the next start."""
+    import zlib
+
+    path = _closed_journal(tmp_path, 1)  # epoch 1 in the checkpoint and in the meta file
+    lines = lines_of(path)
+    checkpoint = {"op": "checkpoint", "time": 0.0, **({} if epoch is None else {"epoch": epoch})}
+    body = json.dumps(checkpoint, separators=(",", ":"), sort_keys=True).encode()
+    lines[0] = f"1 {zlib.crc32(b'1 ' + body):08x} ".encode() + body
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    with pytest.raises(JournalDamaged) as refused:
+        Journal(path)
+    assert f"journal {path} is damaged: line 1 is a checkpoint without a valid epoch ({said})" in str(refused.value)
+    salvaged = Journal(path, salvage=True)
+    try:
+        assert [r["seq"] for r in salvaged.replay()] == [1]
+        salvaged.compact(salvaged.replay())
+    finally:
+        salvaged.close()
+    again = Journal(path)
+    try:
+        assert again.recovery.problems == [] and [r["seq"] for r in again.replay()] == [1]
+    finally:
+        again.close()
