@@ -481,11 +481,18 @@ def test_a_turing_board_retires_pages(nvml: Nvml, pynvml_module: ModuleType) -> 
     assert error_of(lambda: n.nvmlDeviceGetRemappedRows(h)) == n.NVML_ERROR_NOT_SUPPORTED
 
 
+RM_PAGE_SHIFT = 12
+"""NVIDIA's resource manager keeps retired (offlined) framebuffer pages as 4 KiB page numbers and turns them into
+addresses as ``pageAddressWithEccOn << RM_PAGE_SHIFT`` (memmgrGetBlackListPages_GM107 in src/nvidia/src/kernel/gpu/
+mem_mgr/arch/maxwell/mem_mgr_gm107.c of NVIDIA/open-gpu-kernel-modules, whose headers define RM_PAGE_SHIFT 12 and
+RM_PAGE_SIZE 4096): a retired page's address is a multiple of 4096."""
+
+
 def test_retired_pages_are_distinct_pages_of_the_framebuffer(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h: nvmlDeviceGetRetiredPages returns "the hardware address of the page that was retired": an address
     in the board's framebuffer, so below the real T4's 15360 MiB (its capture's fb_memory_usage total), and no page
     twice (a page is retired once). The fake drew them from 24 random bits of 4 KiB pages, up to 64 GiB: 14 of 16
-    lay past a T4's memory."""
+    lay past a T4's memory. Each is a whole 4 KiB page (RM_PAGE_SHIFT)."""
     n = pynvml_module
     nvml("t4-cloud", faults=[{"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 16,
                               "location": "device-memory"}])
@@ -494,6 +501,24 @@ def test_retired_pages_are_distinct_pages_of_the_framebuffer(nvml: Nvml, pynvml_
     assert len(pages) == 16
     assert all(0 <= page < framebuffer for page in pages), [hex(p) for p in pages]
     assert len(set(pages)) == len(pages)
+    assert all(page % (1 << RM_PAGE_SHIFT) == 0 for page in pages), [hex(p) for p in pages]
+
+
+def test_one_double_bit_error_retires_a_page_and_leaves_it_pending(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """NVIDIA's Dynamic Page Retirement guide, use case 1 (DBE detected): the page is retired after a *single* DBE,
+    nvidia-smi's Retired Pages "Double Bit ECC" count goes up and its "Pending Page Blacklist" becomes Yes
+    (nvmlDeviceGetRetiredPagesPendingStatus answers NVML_FEATURE_ENABLED) until the GPU is reattached. The real T4,
+    without errors, reads retired_count 0 and pending No."""
+    n = pynvml_module
+    clean = board_capture("t4")
+    assert clean["/retired_pages/double_bit_retirement/retired_count"] == "0"
+    assert clean["/retired_pages/pending_retirement"] == "No"
+    nvml("t4-cloud", faults=[{"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 1,
+                              "location": "device-memory"}])
+    h = handles(n)[0]
+    pages = n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    assert len(pages) == 1 and pages[0] % (1 << RM_PAGE_SHIFT) == 0, pages
+    assert n.nvmlDeviceGetRetiredPagesPendingStatus(h) == n.NVML_FEATURE_ENABLED
 
 
 def test_temperature_thresholds_are_the_real_t4s(nvml: Nvml, pynvml_module: ModuleType) -> None:
