@@ -124,3 +124,24 @@ def test_a_device_registered_late_gets_none_of_its_earlier_events(nvml: Callable
                first_seq=100)
     n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(1), EVENT_XID, s)
     assert_nothing_delivered(n, s, "gpu1's Xid from before its registration was delivered")
+
+
+def test_the_first_event_of_a_nodes_life_reaches_a_set_registered_before_it(nvml: Callable[..., NodeSnap],
+                                                                           pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceRegisterEvents: "Starts recording of events on a specified device". A set registered on a
+    node that has had no event yet must get the node's very first one, which the agent numbers 1 (its sequence
+    starts at 0 and counts up before each event): an Xid 43 (GPU stopped processing, NVIDIA's Xid catalog) written
+    after the registration comes out of the wait with its code."""
+    n = pynvml_module
+    snap = nvml("edge-pcie")
+    assert snap.snapshot.events == ()
+    s = n.nvmlEventSetCreate()
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(0), EVENT_XID, s)
+    try:
+        later = write_node(snap.path, "edge-pcie", faults=[{"kind": "xid", "device": "gpu0", "code": 43}],
+                           generation=2, first_seq=0)
+        assert [e.seq for e in later.events] == [1]
+        data = n.nvmlEventSetWait(s, 5000)
+        assert (data.eventType, data.eventData) == (EVENT_XID, 43)
+    finally:
+        n.nvmlEventSetFree(s)
