@@ -508,17 +508,22 @@ def test_one_double_bit_error_retires_a_page_and_leaves_it_pending(nvml: Nvml, p
     """NVIDIA's Dynamic Page Retirement guide, use case 1 (DBE detected): the page is retired after a *single* DBE,
     nvidia-smi's Retired Pages "Double Bit ECC" count goes up and its "Pending Page Blacklist" becomes Yes
     (nvmlDeviceGetRetiredPagesPendingStatus answers NVML_FEATURE_ENABLED) until the GPU is reattached. The real T4,
-    without errors, reads retired_count 0 and pending No."""
+    without errors, reads retired_count 0 and pending No. nvmlDeviceGetRetiredPages_v2 adds "the time of each page's
+    retirement" (nvml.h): a page this test made retire was retired while it ran, not at the epoch (0) nor later."""
     n = pynvml_module
     clean = board_capture("t4")
     assert clean["/retired_pages/double_bit_retirement/retired_count"] == "0"
     assert clean["/retired_pages/pending_retirement"] == "No"
+    began = int(time.time())
     nvml("t4-cloud", faults=[{"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 1,
                               "location": "device-memory"}])
     h = handles(n)[0]
     pages = n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
     assert len(pages) == 1 and pages[0] % (1 << RM_PAGE_SHIFT) == 0, pages
     assert n.nvmlDeviceGetRetiredPagesPendingStatus(h) == n.NVML_FEATURE_ENABLED
+    (retired,) = n.nvmlDeviceGetRetiredPages_v2(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    assert retired["address"] == pages[0]
+    assert began <= retired["timestamp"] <= time.time(), retired
 
 
 def test_temperature_thresholds_are_the_real_t4s(nvml: Nvml, pynvml_module: ModuleType) -> None:
