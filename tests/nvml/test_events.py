@@ -145,3 +145,24 @@ def test_the_first_event_of_a_nodes_life_reaches_a_set_registered_before_it(nvml
         assert (data.eventType, data.eventData) == (EVENT_XID, 43)
     finally:
         n.nvmlEventSetFree(s)
+
+
+def test_a_single_bit_error_is_delivered_as_one_and_a_link_going_down_as_its_xid(
+        nvml: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h's event types: a correctable (single-bit) ECC error is nvmlEventTypeSingleBitEccError (0x1); a link
+    going down has no event type of its own and reaches a set as Xid 74 (NVLink error, NVIDIA's Xid catalog). A set
+    registered for both on an H100 gets the SBE with no data (nvml.h: eventData is only the Xid's code) and then
+    the Xid 74, in that order."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    s = n.nvmlEventSetCreate()
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(3), EVENT_SINGLE_BIT_ECC | EVENT_XID, s)
+    try:
+        write_node(snap.path, "dgx-h100", generation=2, first_seq=10,
+                   faults=[{"kind": "ecc", "device": "gpu3", "type": "sbe", "count": 2, "location": "l2-cache"},
+                           {"kind": "nvlink-down", "device": "gpu3", "link": 0}])
+        first, second = n.nvmlEventSetWait(s, 5000), n.nvmlEventSetWait(s, 5000)
+        assert (first.eventType, first.eventData) == (EVENT_SINGLE_BIT_ECC, 0)
+        assert (second.eventType, second.eventData) == (EVENT_XID, 74)
+    finally:
+        n.nvmlEventSetFree(s)
