@@ -310,19 +310,6 @@ def test_affinity(nvml: Nvml, pynvml_module: ModuleType) -> None:
     assert numa.value == snap.node.gpus[1].hbm_numa  # the profile's input: the HBM node it lists for gpu1
 
 
-def test_a_gpu_whose_memory_is_no_numa_node_has_no_numa_node_id(nvml: Nvml, pynvml_module: ModuleType) -> None:
-    """nvml.h, nvmlDeviceGetNumaNodeId: "This only applies to platforms where the GPUs are NUMA nodes", else
-    NVML_ERROR_NOT_SUPPORTED. A DGX H100's GPUs sit behind PCIe on x86 hosts; their HBM is not a NUMA node of the
-    host (only coherent platforms such as Grace's, the GB200 above, online it), so no node number is made up."""
-    n = pynvml_module
-    nvml("dgx-h100")
-    lib = ctypes.CDLL("libnvidia-ml.so.1")
-    numa = ctypes.c_uint(12345)
-    for h in handles(n):
-        assert lib.nvmlDeviceGetNumaNodeId(h, ctypes.byref(numa)) == n.NVML_ERROR_NOT_SUPPORTED
-    assert numa.value == 12345
-
-
 def test_set_cpu_affinity_pins_the_thread(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """edge-pcie's GPU 0 sits on socket 0 (its description): CPUs 0-31 and their hyperthreads 64-95."""
     n = pynvml_module
