@@ -869,6 +869,28 @@ def test_a_process_given_only_its_memory_is_a_compute_process_that_adds_no_load(
     assert n.nvmlDeviceGetUtilizationRates(h).gpu == 0
 
 
+def test_a_process_on_each_mig_device_is_listed_there_and_one_past_the_last_is_refused(
+        nvml: Nvml, node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """dgx-a100's gpu7 is in MIG mode with two 3g.40gb instances: MIG devices 0 and 1 (nvml.h,
+    nvmlDeviceGetMigDeviceHandleByIndex, indices below nvmlDeviceGetMaxMigDeviceCount). A process placed on each
+    is listed by that MIG device's handle and no other, with its GPU instance (nvml.h, nvmlProcessInfo_t: "If MIG
+    is enabled, stores a valid GPU instance ID"). A process placed on MIG device 2, which does not exist, is
+    refused by name, not an IndexError."""
+    from fakehw.nvml.snapshot import SnapshotError
+
+    with pytest.raises(SnapshotError, match=r"process 4003: \S*gpu7 has no MIG device 2"):
+        node_snapshot("dgx-a100", processes=[FakeProcess("gpu7", 4003, 2**30, mig_index=2)])
+    n = pynvml_module
+    nvml("dgx-a100", processes=[FakeProcess("gpu7", 4001, 2**30, mig_index=0),
+                                FakeProcess("gpu7", 4002, 3 * 2**30, mig_index=1)])
+    h = handles(n)[7]
+    for k, (pid, used) in enumerate(((4001, 2**30), (4002, 3 * 2**30))):
+        mig = n.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+        listed = n.nvmlDeviceGetComputeRunningProcesses(mig)
+        assert [(p.pid, p.usedGpuMemory) for p in listed] == [(pid, used)]
+        assert listed[0].gpuInstanceId == n.nvmlDeviceGetGpuInstanceId(mig)
+
+
 def test_an_a100_in_mig_mode_answers_the_published_profile_table(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """dgx-a100's gpu7 (an A100-SXM4-80GB) is in MIG mode with two 3g.40gb instances (the profile says so). Its GPU
     instance profiles answer by nvml.h's profile index as the A100 80GB's published `nvidia-smi mig -lgip`
