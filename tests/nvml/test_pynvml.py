@@ -234,6 +234,29 @@ def test_nvlink_dgx_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
         assert error_of(partial(n.nvmlDeviceGetNvLinkState, h, 18)) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+NVIDIA_VENDOR_ID = 0x10DE
+"""NVIDIA's PCI vendor id (the PCI ID repository's pci.ids, vendor 10de)."""
+
+
+def test_every_nvlink_of_a_gb200_tray_reaches_an_nvidia_switch(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """A GB200 NVL72 tray's GPUs cable each of their 18 NVLinks to a different NVLink switch chip of the rack's
+    switch trays (NVIDIA's GB200 NVL72 description: 18 links per Blackwell GPU, 9 switch trays of 2 chips), far
+    more switches than the tray has GPUs. nvml.h's nvmlPciInfo_t.pciDeviceId is "the combined 16-bit device id and
+    16-bit vendor id": for every link the remote is a switch whose id carries NVIDIA's vendor id and a device id,
+    the same part on every link, and not the zero of a switch left unnamed."""
+    n = pynvml_module
+    snap = nvml("gb200-nvl72")
+    ids = set()
+    for gpu, h in zip(snap.node.gpus, handles(n), strict=True):
+        assert len(gpu.ports) == 18
+        for port in gpu.ports:
+            assert n.nvmlDeviceGetNvLinkRemoteDeviceType(h, port.port) == n.NVML_NVLINK_DEVICE_TYPE_SWITCH
+            ids.add(n.nvmlDeviceGetNvLinkRemotePciInfo(h, port.port).pciDeviceId)
+    assert len(ids) == 1, [hex(i) for i in ids]
+    (switch_id,) = ids
+    assert switch_id & 0xFFFF == NVIDIA_VENDOR_ID and switch_id >> 16 != 0, hex(switch_id)
+
+
 def test_nvlink_between_two_gpus_names_the_peer_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """cxl-pool's two H200 NVL are bridged GPU to GPU (18 links, no NVSwitch). nvml.h: the remote PCI info is "the
     PCI information for the remote node on a NvLink link", so across a bridge it is the peer GPU's own, exactly
