@@ -527,6 +527,19 @@ def test_retired_pages_are_distinct_pages_of_the_framebuffer(nvml: Nvml, pynvml_
     assert all(page % (1 << RM_PAGE_SHIFT) == 0 for page in pages), [hex(p) for p in pages]
 
 
+def test_a_framebuffer_of_four_pages_retires_three_distinct_pages_inside_it() -> None:
+    """The same rules on the smallest framebuffer that shows its edges: four 4 KiB pages (16 KiB) hold three pages
+    past address 0 (an address of 0 is what an empty slot of nvmlDeviceGetRetiredPages' buffer holds), so three
+    retired pages are those three, whatever the seed: none past the framebuffer's end (nvml.h: the hardware address
+    of a page of the board), none twice, none left out while there is room."""
+    from fakehw.nvml.snapshot import retired_pages
+
+    page = 1 << RM_PAGE_SHIFT
+    for seed in range(8):
+        for gpu in ("node-0/gpu0", "node-0/gpu1"):
+            assert sorted(retired_pages(seed, gpu, 3, 4 * page)) == [page, 2 * page, 3 * page], (seed, gpu)
+
+
 def test_one_double_bit_error_retires_a_page_and_leaves_it_pending(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """NVIDIA's Dynamic Page Retirement guide, use case 1 (DBE detected): the page is retired after a *single* DBE,
     nvidia-smi's Retired Pages "Double Bit ECC" count goes up and its "Pending Page Blacklist" becomes Yes
