@@ -166,3 +166,29 @@ def test_a_single_bit_error_is_delivered_as_one_and_a_link_going_down_as_its_xid
         assert (second.eventType, second.eventData) == (EVENT_XID, 74)
     finally:
         n.nvmlEventSetFree(s)
+
+
+def test_events_without_an_nvml_type_take_no_place_in_the_ring(nvml: Callable[..., NodeSnap],
+                                                               pynvml_module: ModuleType) -> None:
+    """A link going down raises an event of the agent's own (``nvlink-down``) with no NVML event type, beside the
+    Xid 74 an NVML client gets (fakehw/agent/state.py). The snapshot's ring holds the node's last 256 events for the
+    event API: 100 Xids followed by 200 events NVML has no type for must still reach a set registered before them,
+    all 100, in order, with none of the others in their place."""
+    from fakehw.agent.state import Event
+    from fakehw.nvml.snapshot import build_snapshot, write_snapshot
+    from tests.nvml.helpers import faults_state
+
+    n = pynvml_module
+    snap = nvml("edge-pcie")
+    s = n.nvmlEventSetCreate()
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(0), EVENT_XID, s)
+    try:
+        node = snap.node.name
+        xids = [Event(seq, 1000.0 + seq, node, "gpu0", "xid", 100 + seq, EVENT_XID) for seq in range(1, 101)]
+        untyped = [Event(seq, 1000.0 + seq, node, "gpu0", "nvlink-down", 0, 0) for seq in range(101, 301)]
+        state, _ = faults_state(snap.node, [], snap.system.seed, generation=2)
+        write_snapshot(snap.path, build_snapshot(snap.system, snap.node, state, (*xids, *untyped)).to_bytes())
+        got = [n.nvmlEventSetWait(s, 5000) for _ in xids]
+        assert [(d.eventType, d.eventData) for d in got] == [(EVENT_XID, 100 + seq) for seq in range(1, 101)]
+    finally:
+        n.nvmlEventSetFree(s)
