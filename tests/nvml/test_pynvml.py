@@ -905,6 +905,33 @@ def test_a_process_given_only_its_memory_is_a_compute_process_that_adds_no_load(
     assert n.nvmlDeviceGetUtilizationRates(h).gpu == 0
 
 
+def test_memory_processes_allocate_comes_out_of_the_free_memory(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlMemory_t's total "is equal to the sum of the amounts of free and used memory", and
+    nvmlMemory_v2_t splits used into reserved and "Allocated device memory". Two processes allocating 3 and 5 GiB
+    on gpu6 are 8 GiB allocated there: free is that much less than on a GPU without processes, and the sums hold
+    on both."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 4242, 3 * 2**30), FakeProcess("gpu6", 4444, 5 * 2**30)])
+    busy, idle = handles(n)[6], handles(n)[5]
+    for h, allocated in ((busy, 8 * 2**30), (idle, 0)):
+        v1, v2 = n.nvmlDeviceGetMemoryInfo(h), n.nvmlDeviceGetMemoryInfo(h, version=n.nvmlMemory_v2)
+        assert v2.used == allocated
+        assert v1.used + v1.free == v1.total == v2.total == v2.reserved + v2.used + v2.free
+    free = [n.nvmlDeviceGetMemoryInfo(h, version=n.nvmlMemory_v2).free for h in (busy, idle)]
+    assert free[1] - free[0] == 8 * 2**30
+
+
+def test_a_process_keeps_only_its_own_gpu_busy(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlUtilization_t.gpu: the "percent of time over the past sample period during which one or more
+    kernels was executing on the GPU", that GPU. A process keeping gpu6 60 % busy (FakeProcess.utilization) makes
+    gpu6 busy, and its neighbours stay at the idle real H100's 0 % (its capture's gpu_util)."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 5150, 2**30, utilization=60)])
+    util = [n.nvmlDeviceGetUtilizationRates(h).gpu for h in handles(n)]
+    assert util[6] >= 60, util
+    assert util[:6] + util[7:] == [0] * 7, util
+
+
 def test_a_process_on_each_mig_device_is_listed_there_and_one_past_the_last_is_refused(
         nvml: Nvml, node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
     """dgx-a100's gpu7 is in MIG mode with two 3g.40gb instances: MIG devices 0 and 1 (nvml.h,
