@@ -869,6 +869,19 @@ def test_nvswitch_connected_links_count_the_ports_that_are_up(nvml: Nvml, pynvml
     assert [c.value.uiVal for c in counts] == [17] + [18] * 7
 
 
+def test_a_board_without_nvlink_counts_no_links(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The Tesla T4 is a PCIe Gen3 x16 card with no NVLink connector (NVIDIA's T4 datasheet; its nvidia-smi
+    capture shows no NVLink at all). NVML_FI_DEV_NVLINK_LINK_COUNT (nvml.h: "Number of NVLinks present on the
+    device") therefore gives no link, as a zero or as NOT_SUPPORTED, never one, and link 0 has no state
+    (NOT_SUPPORTED, nvml.h)."""
+    n = pynvml_module
+    nvml("t4-cloud")
+    h = handles(n)[0]
+    field = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
+    assert field.nvmlReturn == n.NVML_ERROR_NOT_SUPPORTED or (field.nvmlReturn, field.value.uiVal) == (0, 0)
+    assert error_of(partial(n.nvmlDeviceGetNvLinkState, h, 0)) == n.NVML_ERROR_NOT_SUPPORTED
+
+
 def test_gpus_bridged_to_each_other_have_no_nvswitch_links(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """cxl-pool's H200 NVL pair is bridged GPU to GPU: NVLinks, none of them connected to an NVSwitch."""
     n = pynvml_module
