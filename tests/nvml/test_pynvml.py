@@ -934,6 +934,21 @@ def test_memory_processes_allocate_comes_out_of_the_free_memory(nvml: Nvml, pynv
     assert free[1] - free[0] == 8 * 2**30
 
 
+def test_a_gpu_whose_processes_take_all_its_memory_has_none_free(nvml: Nvml, node_snapshot: Callable[..., NodeSnap],
+                                                                  pynvml_module: ModuleType) -> None:
+    """nvml.h's free is the "Unallocated device memory": processes that allocate exactly what an idle GPU has free
+    leave 0 bytes, and the v2 sum reserved + used + free == total still holds; one claiming more than that (bad
+    input) cannot make unallocated memory negative either: 0."""
+    n = pynvml_module
+    idle_free = node_snapshot("dgx-h100").snapshot.gpus[6].mem_free  # the input: what gpu6 has free when idle
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 4242, idle_free - 2**30), FakeProcess("gpu6", 4444, 2**30),
+                                FakeProcess("gpu7", 4545, idle_free + 2**30)])
+    full = n.nvmlDeviceGetMemoryInfo(handles(n)[6], version=n.nvmlMemory_v2)
+    assert (full.used, full.free) == (idle_free, 0)
+    assert full.reserved + full.used + full.free == full.total
+    assert n.nvmlDeviceGetMemoryInfo(handles(n)[7], version=n.nvmlMemory_v2).free == 0
+
+
 def test_a_process_keeps_only_its_own_gpu_busy(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlUtilization_t.gpu: the "percent of time over the past sample period during which one or more
     kernels was executing on the GPU", that GPU. A process keeping gpu6 60 % busy (FakeProcess.utilization) makes
