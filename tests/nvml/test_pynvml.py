@@ -982,6 +982,70 @@ def test_a_process_on_each_mig_device_is_listed_there_and_one_past_the_last_is_r
         assert listed[0].gpuInstanceId == n.nvmlDeviceGetGpuInstanceId(mig)
 
 
+def test_each_gpu_lists_its_own_mig_devices_when_one_gpu_instance_holds_three(nvml: Nvml,
+                                                                              pynvml_module: ModuleType) -> None:
+    """NVIDIA's MIG user guide: a GPU instance can be split into several compute instances, each a MIG device of its
+    own. dgx-a100's gpu6 gets one 3g.40gb GPU instance holding three 1-slice compute instances (three MIG devices,
+    one GPU instance) ahead of gpu7's two booted 3g.40gb instances (one each). nvml.h: a parent's
+    nvmlDeviceGetMigDeviceHandleByIndex walks its own MIG devices, so gpu6 answers the three compute instances
+    created (their UUIDs are the creation's) in one GPU instance, and gpu7 its two booted ones in two, whatever the
+    GPU before it holds."""
+    import dataclasses
+
+    from fakehw.agent import mig as agent_mig
+    from fakehw.agent.state import derive_state
+    from fakehw.nvml.snapshot import build_snapshot, write_snapshot
+
+    n = pynvml_module
+    snap = nvml("dgx-a100")
+    node, gpu6 = snap.node, snap.node.gpu("gpu6")
+    assert gpu6 is not None
+    boot = agent_mig.boot_mig(node)
+    state = boot.gpu("gpu6")
+    assert state is not None
+    for fact in agent_mig.set_mode(gpu6, state, True):
+        state = agent_mig.apply_fact(state, fact)
+    state = dataclasses.replace(state, current=True, pending=False)
+    for fact in agent_mig.create_gpu_instance(gpu6, state, "3g.40gb")[0]:
+        state = agent_mig.apply_fact(state, fact)
+    gid = state.gis[0].id
+    for _ in range(3):
+        for fact in agent_mig.create_compute_instance(gpu6, state, gid, "1c.3g.40gb")[0]:
+            state = agent_mig.apply_fact(state, fact)
+    created = [c.uuid for c in state.gis[0].cis]
+    booted = [c.uuid for gi in boot.gpus["gpu7"].gis for c in gi.cis]
+    assert len(created) == 3 and len(booted) == 2
+    node_state = dataclasses.replace(derive_state(node, [], 2, snap.system.seed),
+                                     mig=agent_mig.NodeMig(node.name, {**boot.gpus, "gpu6": state}))
+    write_snapshot(snap.path, build_snapshot(snap.system, node, node_state).to_bytes())
+    h = handles(n)
+
+    def mig_uuids(parent: object) -> list[str]:
+        return [n.nvmlDeviceGetUUID(n.nvmlDeviceGetMigDeviceHandleByIndex(parent, k))
+                for k in range(n.nvmlDeviceGetMaxMigDeviceCount(parent))
+                if not error_of_or_none(partial(n.nvmlDeviceGetMigDeviceHandleByIndex, parent, k))]
+
+    assert sorted(mig_uuids(h[6])) == sorted(created)
+    assert sorted(mig_uuids(h[7])) == sorted(booted)
+    for parent, instances in ((h[6], 1), (h[7], 2)):
+        migs = [n.nvmlDeviceGetMigDeviceHandleByIndex(parent, k) for k in range(3 if instances == 1 else 2)]
+        gis = {n.nvmlDeviceGetGpuInstanceId(m) for m in migs}
+        assert len(gis) == instances
+        for gi in gis:
+            assert n.nvmlDeviceGetGpuInstanceById(parent, gi)
+
+
+def error_of_or_none(fn: Callable[[], object]) -> int | None:
+    """The NVML error ``fn`` raises, None when it succeeds."""
+    import pynvml
+
+    try:
+        fn()
+    except pynvml.NVMLError as e:
+        return int(e.value)
+    return None
+
+
 def test_an_a100_in_mig_mode_answers_the_published_profile_table(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """dgx-a100's gpu7 (an A100-SXM4-80GB) is in MIG mode with two 3g.40gb instances (the profile says so). Its GPU
     instance profiles answer by nvml.h's profile index as the A100 80GB's published `nvidia-smi mig -lgip`
