@@ -110,3 +110,25 @@ def test_the_replaced_file_is_flagged_superseded_for_readers_that_still_hold_it(
     finally:
         os.close(old)
     assert stdin_before is None or os.fstat(0) == stdin_before
+
+
+def test_the_agents_cached_packing_writes_the_file_a_full_packing_writes() -> None:
+    """The agent packs each new snapshot through its node's cache (fakehw/nvml/render.py: ``to_bytes(cache)``),
+    copying the sections that did not change from the last file. What the shim reads must not depend on that: at
+    every step (a fault, then another and an Xid), the cached bytes are those of the same snapshot packed in full,
+    every section (GPUs, events, NICs, platform) at its place."""
+    from fakehw.nvml.snapcache import SnapshotCache
+
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    cache = SnapshotCache()
+    steps: list[list[dict[str, object]]] = [[], [{"kind": "thermal", "device": "gpu2", "temperature_c": 91}],
+                                            [{"kind": "thermal", "device": "gpu2", "temperature_c": 91},
+                                             {"kind": "xid", "device": "gpu5", "code": 43}]]
+    for generation, faults in enumerate(steps, 1):
+        state, events = faults_state(node, faults, system.seed, generation)
+        cached = build_snapshot(system, node, state, events, render_time=1.0, cache=cache).to_bytes(cache)
+        full = build_snapshot(system, node, state, events, render_time=1.0,
+                              gpu_generations=cache.generations()).to_bytes()
+        assert cached == full, f"step {generation}"
+        assert len(Snapshot.from_bytes(cached).events) == len(events)

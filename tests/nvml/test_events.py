@@ -124,3 +124,71 @@ def test_a_device_registered_late_gets_none_of_its_earlier_events(nvml: Callable
                first_seq=100)
     n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(1), EVENT_XID, s)
     assert_nothing_delivered(n, s, "gpu1's Xid from before its registration was delivered")
+
+
+def test_the_first_event_of_a_nodes_life_reaches_a_set_registered_before_it(nvml: Callable[..., NodeSnap],
+                                                                           pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceRegisterEvents: "Starts recording of events on a specified device". A set registered on a
+    node that has had no event yet must get the node's very first one, which the agent numbers 1 (its sequence
+    starts at 0 and counts up before each event): an Xid 43 (GPU stopped processing, NVIDIA's Xid catalog) written
+    after the registration comes out of the wait with its code."""
+    n = pynvml_module
+    snap = nvml("edge-pcie")
+    assert snap.snapshot.events == ()
+    s = n.nvmlEventSetCreate()
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(0), EVENT_XID, s)
+    try:
+        later = write_node(snap.path, "edge-pcie", faults=[{"kind": "xid", "device": "gpu0", "code": 43}],
+                           generation=2, first_seq=0)
+        assert [e.seq for e in later.events] == [1]
+        data = n.nvmlEventSetWait(s, 5000)
+        assert (data.eventType, data.eventData) == (EVENT_XID, 43)
+    finally:
+        n.nvmlEventSetFree(s)
+
+
+def test_a_single_bit_error_is_delivered_as_one_and_a_link_going_down_as_its_xid(
+        nvml: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h's event types: a correctable (single-bit) ECC error is nvmlEventTypeSingleBitEccError (0x1); a link
+    going down has no event type of its own and reaches a set as Xid 74 (NVLink error, NVIDIA's Xid catalog). A set
+    registered for both on an H100 gets the SBE with no data (nvml.h: eventData is only the Xid's code) and then
+    the Xid 74, in that order."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    s = n.nvmlEventSetCreate()
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(3), EVENT_SINGLE_BIT_ECC | EVENT_XID, s)
+    try:
+        write_node(snap.path, "dgx-h100", generation=2, first_seq=10,
+                   faults=[{"kind": "ecc", "device": "gpu3", "type": "sbe", "count": 2, "location": "l2-cache"},
+                           {"kind": "nvlink-down", "device": "gpu3", "link": 0}])
+        first, second = n.nvmlEventSetWait(s, 5000), n.nvmlEventSetWait(s, 5000)
+        assert (first.eventType, first.eventData) == (EVENT_SINGLE_BIT_ECC, 0)
+        assert (second.eventType, second.eventData) == (EVENT_XID, 74)
+    finally:
+        n.nvmlEventSetFree(s)
+
+
+def test_events_without_an_nvml_type_take_no_place_in_the_ring(nvml: Callable[..., NodeSnap],
+                                                               pynvml_module: ModuleType) -> None:
+    """A link going down raises an event of the agent's own (``nvlink-down``) with no NVML event type, beside the
+    Xid 74 an NVML client gets (fakehw/agent/state.py). The snapshot's ring holds the node's last 256 events for the
+    event API: 100 Xids followed by 200 events NVML has no type for must still reach a set registered before them,
+    all 100, in order, with none of the others in their place."""
+    from fakehw.agent.state import Event
+    from fakehw.nvml.snapshot import build_snapshot, write_snapshot
+    from tests.nvml.helpers import faults_state
+
+    n = pynvml_module
+    snap = nvml("edge-pcie")
+    s = n.nvmlEventSetCreate()
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(0), EVENT_XID, s)
+    try:
+        node = snap.node.name
+        xids = [Event(seq, 1000.0 + seq, node, "gpu0", "xid", 100 + seq, EVENT_XID) for seq in range(1, 101)]
+        untyped = [Event(seq, 1000.0 + seq, node, "gpu0", "nvlink-down", 0, 0) for seq in range(101, 301)]
+        state, _ = faults_state(snap.node, [], snap.system.seed, generation=2)
+        write_snapshot(snap.path, build_snapshot(snap.system, snap.node, state, (*xids, *untyped)).to_bytes())
+        got = [n.nvmlEventSetWait(s, 5000) for _ in xids]
+        assert [(d.eventType, d.eventData) for d in got] == [(EVENT_XID, 100 + seq) for seq in range(1, 101)]
+    finally:
+        n.nvmlEventSetFree(s)

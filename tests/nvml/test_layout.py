@@ -241,3 +241,25 @@ def test_cpus_past_what_the_snapshot_holds_are_refused_not_dropped(tmp_path: Pat
     node = system.nodes[0]
     with pytest.raises(SnapshotError, match=r"gpu0's CPUs reach CPU 1799; .* holds CPUs 0-1023"):
         build_snapshot(system, node, derive_state(node, [], 1, system.seed))
+
+
+def test_a_gpu_whose_cpus_end_one_past_what_the_snapshot_holds_is_refused(tmp_path: Path) -> None:
+    """The boundary of the refusal above: four sockets of 205 cores with two threads each are 1640 CPUs, and Linux
+    numbers the first socket's cores 0-204 and their siblings 820-1024 (every socket's cores first, then the
+    siblings, as on the DGX H100 above). gpu0 sits on that socket, so its affinity reaches CPU 1024: the first CPU
+    past NVML's 16 words of 64 (0-1023), refused rather than dropped."""
+    from fakehw.agent.state import derive_state
+    from fakehw.model import load_profile
+    from fakehw.nvml.snapshot import build_snapshot
+
+    doc: dict[str, Any] = yaml.safe_load((builtin_dir() / "edge-pcie.yaml").read_text())
+    doc["name"] = "edge-4-sockets"
+    node_doc = doc["groups"][0]["node"]
+    node_doc["cpu"].update(sockets=4, coresPerSocket=205, threadsPerCore=2)
+    node_doc["numa"]["nodes"] += [{"id": k, "socket": k, "memory": "256GiB"} for k in (2, 3)]
+    path = tmp_path / "edge-4-sockets.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    system = load_profile(str(path))
+    node = system.nodes[0]
+    with pytest.raises(SnapshotError, match=r"gpu0's CPUs reach CPU 1024; .* holds CPUs 0-1023"):
+        build_snapshot(system, node, derive_state(node, [], 1, system.seed))

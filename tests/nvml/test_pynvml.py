@@ -234,6 +234,29 @@ def test_nvlink_dgx_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
         assert error_of(partial(n.nvmlDeviceGetNvLinkState, h, 18)) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+NVIDIA_VENDOR_ID = 0x10DE
+"""NVIDIA's PCI vendor id (the PCI ID repository's pci.ids, vendor 10de)."""
+
+
+def test_every_nvlink_of_a_gb200_tray_reaches_an_nvidia_switch(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """A GB200 NVL72 tray's GPUs cable each of their 18 NVLinks to a different NVLink switch chip of the rack's
+    switch trays (NVIDIA's GB200 NVL72 description: 18 links per Blackwell GPU, 9 switch trays of 2 chips), far
+    more switches than the tray has GPUs. nvml.h's nvmlPciInfo_t.pciDeviceId is "the combined 16-bit device id and
+    16-bit vendor id": for every link the remote is a switch whose id carries NVIDIA's vendor id and a device id,
+    the same part on every link, and not the zero of a switch left unnamed."""
+    n = pynvml_module
+    snap = nvml("gb200-nvl72")
+    ids = set()
+    for gpu, h in zip(snap.node.gpus, handles(n), strict=True):
+        assert len(gpu.ports) == 18
+        for port in gpu.ports:
+            assert n.nvmlDeviceGetNvLinkRemoteDeviceType(h, port.port) == n.NVML_NVLINK_DEVICE_TYPE_SWITCH
+            ids.add(n.nvmlDeviceGetNvLinkRemotePciInfo(h, port.port).pciDeviceId)
+    assert len(ids) == 1, [hex(i) for i in ids]
+    (switch_id,) = ids
+    assert switch_id & 0xFFFF == NVIDIA_VENDOR_ID and switch_id >> 16 != 0, hex(switch_id)
+
+
 def test_nvlink_between_two_gpus_names_the_peer_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """cxl-pool's two H200 NVL are bridged GPU to GPU (18 links, no NVSwitch). nvml.h: the remote PCI info is "the
     PCI information for the remote node on a NvLink link", so across a bridge it is the peer GPU's own, exactly
@@ -481,11 +504,18 @@ def test_a_turing_board_retires_pages(nvml: Nvml, pynvml_module: ModuleType) -> 
     assert error_of(lambda: n.nvmlDeviceGetRemappedRows(h)) == n.NVML_ERROR_NOT_SUPPORTED
 
 
+RM_PAGE_SHIFT = 12
+"""NVIDIA's resource manager keeps retired (offlined) framebuffer pages as 4 KiB page numbers and turns them into
+addresses as ``pageAddressWithEccOn << RM_PAGE_SHIFT`` (memmgrGetBlackListPages_GM107 in src/nvidia/src/kernel/gpu/
+mem_mgr/arch/maxwell/mem_mgr_gm107.c of NVIDIA/open-gpu-kernel-modules, whose headers define RM_PAGE_SHIFT 12 and
+RM_PAGE_SIZE 4096): a retired page's address is a multiple of 4096."""
+
+
 def test_retired_pages_are_distinct_pages_of_the_framebuffer(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h: nvmlDeviceGetRetiredPages returns "the hardware address of the page that was retired": an address
     in the board's framebuffer, so below the real T4's 15360 MiB (its capture's fb_memory_usage total), and no page
     twice (a page is retired once). The fake drew them from 24 random bits of 4 KiB pages, up to 64 GiB: 14 of 16
-    lay past a T4's memory."""
+    lay past a T4's memory. Each is a whole 4 KiB page (RM_PAGE_SHIFT)."""
     n = pynvml_module
     nvml("t4-cloud", faults=[{"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 16,
                               "location": "device-memory"}])
@@ -494,6 +524,42 @@ def test_retired_pages_are_distinct_pages_of_the_framebuffer(nvml: Nvml, pynvml_
     assert len(pages) == 16
     assert all(0 <= page < framebuffer for page in pages), [hex(p) for p in pages]
     assert len(set(pages)) == len(pages)
+    assert all(page % (1 << RM_PAGE_SHIFT) == 0 for page in pages), [hex(p) for p in pages]
+
+
+def test_a_framebuffer_of_four_pages_retires_three_distinct_pages_inside_it() -> None:
+    """The same rules on the smallest framebuffer that shows its edges: four 4 KiB pages (16 KiB) hold three pages
+    past address 0 (an address of 0 is what an empty slot of nvmlDeviceGetRetiredPages' buffer holds), so three
+    retired pages are those three, whatever the seed: none past the framebuffer's end (nvml.h: the hardware address
+    of a page of the board), none twice, none left out while there is room."""
+    from fakehw.nvml.snapshot import retired_pages
+
+    page = 1 << RM_PAGE_SHIFT
+    for seed in range(8):
+        for gpu in ("node-0/gpu0", "node-0/gpu1"):
+            assert sorted(retired_pages(seed, gpu, 3, 4 * page)) == [page, 2 * page, 3 * page], (seed, gpu)
+
+
+def test_one_double_bit_error_retires_a_page_and_leaves_it_pending(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """NVIDIA's Dynamic Page Retirement guide, use case 1 (DBE detected): the page is retired after a *single* DBE,
+    nvidia-smi's Retired Pages "Double Bit ECC" count goes up and its "Pending Page Blacklist" becomes Yes
+    (nvmlDeviceGetRetiredPagesPendingStatus answers NVML_FEATURE_ENABLED) until the GPU is reattached. The real T4,
+    without errors, reads retired_count 0 and pending No. nvmlDeviceGetRetiredPages_v2 adds "the time of each page's
+    retirement" (nvml.h): a page this test made retire was retired while it ran, not at the epoch (0) nor later."""
+    n = pynvml_module
+    clean = board_capture("t4")
+    assert clean["/retired_pages/double_bit_retirement/retired_count"] == "0"
+    assert clean["/retired_pages/pending_retirement"] == "No"
+    began = int(time.time())
+    nvml("t4-cloud", faults=[{"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 1,
+                              "location": "device-memory"}])
+    h = handles(n)[0]
+    pages = n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    assert len(pages) == 1 and pages[0] % (1 << RM_PAGE_SHIFT) == 0, pages
+    assert n.nvmlDeviceGetRetiredPagesPendingStatus(h) == n.NVML_FEATURE_ENABLED
+    (retired,) = n.nvmlDeviceGetRetiredPages_v2(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    assert retired["address"] == pages[0]
+    assert began <= retired["timestamp"] <= time.time(), retired
 
 
 def test_temperature_thresholds_are_the_real_t4s(nvml: Nvml, pynvml_module: ModuleType) -> None:
@@ -803,6 +869,19 @@ def test_nvswitch_connected_links_count_the_ports_that_are_up(nvml: Nvml, pynvml
     assert [c.value.uiVal for c in counts] == [17] + [18] * 7
 
 
+def test_a_board_without_nvlink_counts_no_links(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The Tesla T4 is a PCIe Gen3 x16 card with no NVLink connector (NVIDIA's T4 datasheet; its nvidia-smi
+    capture shows no NVLink at all). NVML_FI_DEV_NVLINK_LINK_COUNT (nvml.h: "Number of NVLinks present on the
+    device") therefore gives no link, as a zero or as NOT_SUPPORTED, never one, and link 0 has no state
+    (NOT_SUPPORTED, nvml.h)."""
+    n = pynvml_module
+    nvml("t4-cloud")
+    h = handles(n)[0]
+    field = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
+    assert field.nvmlReturn == n.NVML_ERROR_NOT_SUPPORTED or (field.nvmlReturn, field.value.uiVal) == (0, 0)
+    assert error_of(partial(n.nvmlDeviceGetNvLinkState, h, 0)) == n.NVML_ERROR_NOT_SUPPORTED
+
+
 def test_gpus_bridged_to_each_other_have_no_nvswitch_links(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """cxl-pool's H200 NVL pair is bridged GPU to GPU: NVLinks, none of them connected to an NVSwitch."""
     n = pynvml_module
@@ -837,6 +916,134 @@ def test_a_process_given_only_its_memory_is_a_compute_process_that_adds_no_load(
     assert n.nvmlDeviceGetGraphicsRunningProcesses(h) == []
     assert n.nvmlDeviceGetMPSComputeRunningProcesses(h) == []
     assert n.nvmlDeviceGetUtilizationRates(h).gpu == 0
+
+
+def test_memory_processes_allocate_comes_out_of_the_free_memory(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlMemory_t's total "is equal to the sum of the amounts of free and used memory", and
+    nvmlMemory_v2_t splits used into reserved and "Allocated device memory". Two processes allocating 3 and 5 GiB
+    on gpu6 are 8 GiB allocated there: free is that much less than on a GPU without processes, and the sums hold
+    on both."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 4242, 3 * 2**30), FakeProcess("gpu6", 4444, 5 * 2**30)])
+    busy, idle = handles(n)[6], handles(n)[5]
+    for h, allocated in ((busy, 8 * 2**30), (idle, 0)):
+        v1, v2 = n.nvmlDeviceGetMemoryInfo(h), n.nvmlDeviceGetMemoryInfo(h, version=n.nvmlMemory_v2)
+        assert v2.used == allocated
+        assert v1.used + v1.free == v1.total == v2.total == v2.reserved + v2.used + v2.free
+    free = [n.nvmlDeviceGetMemoryInfo(h, version=n.nvmlMemory_v2).free for h in (busy, idle)]
+    assert free[1] - free[0] == 8 * 2**30
+
+
+def test_a_gpu_whose_processes_take_all_its_memory_has_none_free(nvml: Nvml, node_snapshot: Callable[..., NodeSnap],
+                                                                  pynvml_module: ModuleType) -> None:
+    """nvml.h's free is the "Unallocated device memory": processes that allocate exactly what an idle GPU has free
+    leave 0 bytes, and the v2 sum reserved + used + free == total still holds; one claiming more than that (bad
+    input) cannot make unallocated memory negative either: 0."""
+    n = pynvml_module
+    idle_free = node_snapshot("dgx-h100").snapshot.gpus[6].mem_free  # the input: what gpu6 has free when idle
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 4242, idle_free - 2**30), FakeProcess("gpu6", 4444, 2**30),
+                                FakeProcess("gpu7", 4545, idle_free + 2**30)])
+    full = n.nvmlDeviceGetMemoryInfo(handles(n)[6], version=n.nvmlMemory_v2)
+    assert (full.used, full.free) == (idle_free, 0)
+    assert full.reserved + full.used + full.free == full.total
+    assert n.nvmlDeviceGetMemoryInfo(handles(n)[7], version=n.nvmlMemory_v2).free == 0
+
+
+def test_a_process_keeps_only_its_own_gpu_busy(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlUtilization_t.gpu: the "percent of time over the past sample period during which one or more
+    kernels was executing on the GPU", that GPU. A process keeping gpu6 60 % busy (FakeProcess.utilization) makes
+    gpu6 busy, and its neighbours stay at the idle real H100's 0 % (its capture's gpu_util)."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 5150, 2**30, utilization=60)])
+    util = [n.nvmlDeviceGetUtilizationRates(h).gpu for h in handles(n)]
+    assert util[6] >= 60, util
+    assert util[:6] + util[7:] == [0] * 7, util
+
+
+def test_a_process_on_each_mig_device_is_listed_there_and_one_past_the_last_is_refused(
+        nvml: Nvml, node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """dgx-a100's gpu7 is in MIG mode with two 3g.40gb instances: MIG devices 0 and 1 (nvml.h,
+    nvmlDeviceGetMigDeviceHandleByIndex, indices below nvmlDeviceGetMaxMigDeviceCount). A process placed on each
+    is listed by that MIG device's handle and no other, with its GPU instance (nvml.h, nvmlProcessInfo_t: "If MIG
+    is enabled, stores a valid GPU instance ID"). A process placed on MIG device 2, which does not exist, is
+    refused by name, not an IndexError."""
+    from fakehw.nvml.snapshot import SnapshotError
+
+    with pytest.raises(SnapshotError, match=r"process 4003: \S*gpu7 has no MIG device 2"):
+        node_snapshot("dgx-a100", processes=[FakeProcess("gpu7", 4003, 2**30, mig_index=2)])
+    n = pynvml_module
+    nvml("dgx-a100", processes=[FakeProcess("gpu7", 4001, 2**30, mig_index=0),
+                                FakeProcess("gpu7", 4002, 3 * 2**30, mig_index=1)])
+    h = handles(n)[7]
+    for k, (pid, used) in enumerate(((4001, 2**30), (4002, 3 * 2**30))):
+        mig = n.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+        listed = n.nvmlDeviceGetComputeRunningProcesses(mig)
+        assert [(p.pid, p.usedGpuMemory) for p in listed] == [(pid, used)]
+        assert listed[0].gpuInstanceId == n.nvmlDeviceGetGpuInstanceId(mig)
+
+
+def test_each_gpu_lists_its_own_mig_devices_when_one_gpu_instance_holds_three(nvml: Nvml,
+                                                                              pynvml_module: ModuleType) -> None:
+    """NVIDIA's MIG user guide: a GPU instance can be split into several compute instances, each a MIG device of its
+    own. dgx-a100's gpu6 gets one 3g.40gb GPU instance holding three 1-slice compute instances (three MIG devices,
+    one GPU instance) ahead of gpu7's two booted 3g.40gb instances (one each). nvml.h: a parent's
+    nvmlDeviceGetMigDeviceHandleByIndex walks its own MIG devices, so gpu6 answers the three compute instances
+    created (their UUIDs are the creation's) in one GPU instance, and gpu7 its two booted ones in two, whatever the
+    GPU before it holds."""
+    import dataclasses
+
+    from fakehw.agent import mig as agent_mig
+    from fakehw.agent.state import derive_state
+    from fakehw.nvml.snapshot import build_snapshot, write_snapshot
+
+    n = pynvml_module
+    snap = nvml("dgx-a100")
+    node, gpu6 = snap.node, snap.node.gpu("gpu6")
+    assert gpu6 is not None
+    boot = agent_mig.boot_mig(node)
+    state = boot.gpu("gpu6")
+    assert state is not None
+    for fact in agent_mig.set_mode(gpu6, state, True):
+        state = agent_mig.apply_fact(state, fact)
+    state = dataclasses.replace(state, current=True, pending=False)
+    for fact in agent_mig.create_gpu_instance(gpu6, state, "3g.40gb")[0]:
+        state = agent_mig.apply_fact(state, fact)
+    gid = state.gis[0].id
+    for _ in range(3):
+        for fact in agent_mig.create_compute_instance(gpu6, state, gid, "1c.3g.40gb")[0]:
+            state = agent_mig.apply_fact(state, fact)
+    created = [c.uuid for c in state.gis[0].cis]
+    booted = [c.uuid for gi in boot.gpus["gpu7"].gis for c in gi.cis]
+    assert len(created) == 3 and len(booted) == 2
+    node_state = dataclasses.replace(derive_state(node, [], 2, snap.system.seed),
+                                     mig=agent_mig.NodeMig(node.name, {**boot.gpus, "gpu6": state}))
+    write_snapshot(snap.path, build_snapshot(snap.system, node, node_state).to_bytes())
+    h = handles(n)
+
+    def mig_uuids(parent: object) -> list[str]:
+        return [n.nvmlDeviceGetUUID(n.nvmlDeviceGetMigDeviceHandleByIndex(parent, k))
+                for k in range(n.nvmlDeviceGetMaxMigDeviceCount(parent))
+                if not error_of_or_none(partial(n.nvmlDeviceGetMigDeviceHandleByIndex, parent, k))]
+
+    assert sorted(mig_uuids(h[6])) == sorted(created)
+    assert sorted(mig_uuids(h[7])) == sorted(booted)
+    for parent, instances in ((h[6], 1), (h[7], 2)):
+        migs = [n.nvmlDeviceGetMigDeviceHandleByIndex(parent, k) for k in range(3 if instances == 1 else 2)]
+        gis = {n.nvmlDeviceGetGpuInstanceId(m) for m in migs}
+        assert len(gis) == instances
+        for gi in gis:
+            assert n.nvmlDeviceGetGpuInstanceById(parent, gi)
+
+
+def error_of_or_none(fn: Callable[[], object]) -> int | None:
+    """The NVML error ``fn`` raises, None when it succeeds."""
+    import pynvml
+
+    try:
+        fn()
+    except pynvml.NVMLError as e:
+        return int(e.value)
+    return None
 
 
 def test_an_a100_in_mig_mode_answers_the_published_profile_table(nvml: Nvml, pynvml_module: ModuleType) -> None:
