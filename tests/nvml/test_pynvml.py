@@ -1324,3 +1324,46 @@ def test_a_hardware_thermal_slowdown_is_a_thermal_violation(pynvml_module: Modul
         idle = n.nvmlDeviceGetViolationStatus(hs[0], n.NVML_PERF_POLICY_THERMAL).violationTime
     assert thermal > 0
     assert power == idle == 0
+
+
+def test_a_mig_enabled_gpu_reports_no_utilization(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, on nvmlDeviceGetUtilizationRates, the encoder, decoder, JPEG and OFA utilization, nvmlDeviceGetSamples
+    (GPU, memory, encoder and decoder utilization samples) and both process-utilization calls: "On MIG-enabled
+    GPUs, querying ... is not currently supported" (NOT_SUPPORTED); the real nvidia-smi 535 prints N/A as GPU-Util
+    of a MIG-enabled A800 (utkuozdemir/nvidia_gpu_exporter#203). dgx-a100's gpu7 is in MIG mode and runs a
+    process; gpu0 is not and answers, and gpu7's power samples, which the note does not name, still answer."""
+    n = pynvml_module
+    procs = [FakeProcess("gpu0", 6161, 2**30, "trainer", kinds=1), FakeProcess("gpu7", 6262, 2**30, "eval", kinds=1)]
+    nvml("dgx-a100", processes=procs)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    whole, split = handles(n)[0], handles(n)[7]
+    assert n.nvmlDeviceGetMigMode(split)[0] == n.NVML_DEVICE_MIG_ENABLE
+    assert n.nvmlDeviceGetMigMode(whole)[0] == n.NVML_DEVICE_MIG_DISABLE
+    for h, expected in ((whole, n.NVML_SUCCESS), (split, n.NVML_ERROR_NOT_SUPPORTED)):
+        rates = n.c_nvmlUtilization_t()
+        assert lib.nvmlDeviceGetUtilizationRates(h, ctypes.byref(rates)) == expected
+        for name in ("Encoder", "Decoder", "Jpg", "Ofa"):
+            util, period = ctypes.c_uint(), ctypes.c_uint()
+            assert getattr(lib, f"nvmlDeviceGet{name}Utilization")(h, ctypes.byref(util), ctypes.byref(period)) \
+                == expected, name
+        for kind in (n.NVML_GPU_UTILIZATION_SAMPLES, n.NVML_MEMORY_UTILIZATION_SAMPLES,
+                     n.NVML_ENC_UTILIZATION_SAMPLES, n.NVML_DEC_UTILIZATION_SAMPLES):
+            value_type, count = ctypes.c_uint(), ctypes.c_uint(0)
+            assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                            ctypes.byref(count), None) == expected, kind
+        count = ctypes.c_uint(0)
+        assert lib.nvmlDeviceGetProcessUtilization(h, None, ctypes.byref(count), ctypes.c_ulonglong(0)) == expected
+        info = ProcessesUtilizationInfoV1(version=ctypes.sizeof(ProcessesUtilizationInfoV1) | 1 << 24)
+        assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == \
+            (n.NVML_ERROR_INSUFFICIENT_SIZE if expected == n.NVML_SUCCESS else expected)
+    assert n.nvmlDeviceGetSamples(split, n.NVML_TOTAL_POWER_SAMPLES, 0)[1]
+
+
+def test_a_mig_enabled_gpu_reports_no_core_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetNumGpuCores: "On MIG-enabled GPUs, querying the device's core count is currently not
+    supported using this API" (a MIG device's share comes from its GPU instance profile). dgx-a100's gpu7 is in
+    MIG mode: NOT_SUPPORTED; gpu0 answers the A100's 6912 CUDA cores (NVIDIA A100 datasheet: 108 SMs of 64)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    assert n.nvmlDeviceGetNumGpuCores(handles(n)[0]) == 6912
+    assert error_of(partial(n.nvmlDeviceGetNumGpuCores, handles(n)[7])) == n.NVML_ERROR_NOT_SUPPORTED
