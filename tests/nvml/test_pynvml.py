@@ -1367,3 +1367,30 @@ def test_a_mig_enabled_gpu_reports_no_core_count(nvml: Nvml, pynvml_module: Modu
     nvml("dgx-a100")
     assert n.nvmlDeviceGetNumGpuCores(handles(n)[0]) == 6912
     assert error_of(partial(n.nvmlDeviceGetNumGpuCores, handles(n)[7])) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+class PlatformInfoV2(ctypes.Structure):
+    """nvml.h's nvmlPlatformInfo_v2_t (44 bytes; version word sizeof | 2 << 24)."""
+
+    _fields_ = [("version", ctypes.c_uint), ("ibGuid", ctypes.c_ubyte * 16),
+                ("chassisSerialNumber", ctypes.c_ubyte * 16), ("slotNumber", ctypes.c_ubyte),
+                ("trayIndex", ctypes.c_ubyte), ("hostId", ctypes.c_ubyte), ("peerType", ctypes.c_ubyte),
+                ("moduleId", ctypes.c_ubyte)]
+
+
+def test_platform_info_places_the_gpus_in_the_captured_slot_and_tray(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The real GB200's nvidia-smi -q (qx-gb200.xml) puts its GPUs at slot_number 14, tray_index 4, host_id 1 of
+    the rack; gb200-nvl72's node 4 is that tray (tests/nvml/test_captures.py). nvmlDeviceGetPlatformInfo answers
+    each field in its own place (nvml.h's nvmlPlatformInfo_v2_t: slotNumber, trayIndex, hostId): slot and tray
+    are different numbers here, so one answering the other shows."""
+    n = pynvml_module
+    gb200 = board_capture("gb200")
+    expected = (int(gb200["/platformInfo/slot_number"]), int(gb200["/platformInfo/tray_index"]),
+                int(gb200["/platformInfo/host_id"]))
+    assert expected == (14, 4, 1)
+    nvml("gb200-nvl72", node_index=4)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    for h in handles(n):
+        info = PlatformInfoV2(version=ctypes.sizeof(PlatformInfoV2) | 2 << 24)
+        assert lib.nvmlDeviceGetPlatformInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
+        assert (info.slotNumber, info.trayIndex, info.hostId) == expected
