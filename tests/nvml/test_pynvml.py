@@ -1394,3 +1394,120 @@ def test_platform_info_places_the_gpus_in_the_captured_slot_and_tray(nvml: Nvml,
         info = PlatformInfoV2(version=ctypes.sizeof(PlatformInfoV2) | 2 << 24)
         assert lib.nvmlDeviceGetPlatformInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
         assert (info.slotNumber, info.trayIndex, info.hostId) == expected
+
+
+def test_ecc_field_values_count_device_memory_and_register_file_apart(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's ECC field ids: NVML_FI_DEV_ECC_SBE_VOL_DEV (11) and _DBE_VOL_DEV (12) are device memory's,
+    NVML_FI_DEV_ECC_SBE_VOL_REG (13) and _DBE_VOL_REG (14) the register file's, 22-25 their aggregate ones. The
+    counts are the fault requests' own: 5 corrected in device memory, 3 in the register file, 2 uncorrected in the
+    register file, none uncorrected in device memory."""
+    n = pynvml_module
+    faults = [{"kind": "ecc", "device": "gpu2", "type": "sbe", "count": 5, "location": "device-memory"},
+              {"kind": "ecc", "device": "gpu2", "type": "sbe", "count": 3, "location": "register-file"},
+              {"kind": "ecc", "device": "gpu2", "type": "dbe", "count": 2, "location": "register-file"}]
+    nvml("dgx-h100", faults=faults)
+    h = handles(n)[2]
+    ids = [n.NVML_FI_DEV_ECC_SBE_VOL_DEV, n.NVML_FI_DEV_ECC_DBE_VOL_DEV, n.NVML_FI_DEV_ECC_SBE_VOL_REG,
+           n.NVML_FI_DEV_ECC_DBE_VOL_REG, n.NVML_FI_DEV_ECC_SBE_AGG_DEV, n.NVML_FI_DEV_ECC_DBE_AGG_DEV,
+           n.NVML_FI_DEV_ECC_SBE_AGG_REG, n.NVML_FI_DEV_ECC_DBE_AGG_REG]
+    assert ids == [11, 12, 13, 14, 22, 23, 24, 25]
+    values = n.nvmlDeviceGetFieldValues(h, ids)
+    assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 8
+    assert [v.value.ullVal for v in values] == [5, 0, 3, 2, 5, 0, 3, 2]
+
+
+def test_remapped_rows_v2_count_each_kind_in_its_own_field(nvml: Nvml, pynvml_module: ModuleType,
+                                                           tmp_path: Path) -> None:
+    """nvml.h's nvmlRemappedRowsInfo_v2_t (nvmlDeviceGetRemappedRows_v2, of the 595 branch on): corrActiveRemaps,
+    corrInactiveRemaps, uncActiveRemaps, uncInactiveRemaps, bPending, bFailureOccurred. One uncorrectable error on
+    an H100 leaves one uncorrectable remap pending and no correctable one
+    (test_one_uncorrectable_error_leaves_a_row_remap_pending): v2 answers what nvmlDeviceGetRemappedRows (v1)
+    does, each kind in its own field."""
+    n = pynvml_module
+
+    class RemappedRowsInfoV2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_uint) for name in ("corrActiveRemaps", "corrInactiveRemaps", "uncActiveRemaps",
+                                                      "uncInactiveRemaps", "bPending", "bFailureOccurred")]
+
+    nvml(str(with_driver(tmp_path, "dgx-h100", "615.10.01")),
+         faults=[{"kind": "ecc", "device": "gpu2", "type": "dbe", "count": 1}])
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[2]
+    info = RemappedRowsInfoV2()
+    assert lib.nvmlDeviceGetRemappedRows_v2(h, ctypes.byref(info)) == n.NVML_SUCCESS
+    corr, unc, pending, failure = n.nvmlDeviceGetRemappedRows(h)
+    assert (corr, unc, pending, failure) == (0, 1, 1, 0)
+    assert (info.corrActiveRemaps, info.uncActiveRemaps, info.bPending, info.bFailureOccurred) == (0, 1, 1, 0)
+
+
+def test_a_profile_id_no_gpu_has_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetGpuInstanceRemainingCapacity: INVALID_ARGUMENT "if device, profileId or count are
+    invalid". Profile ids are NVML_GPU_INSTANCE_PROFILE_* (0 ... 14 in nvml.h's numbering of the -lgip IDs up to
+    19 and 20 of the +me profiles); 99 is none of them, on dgx-a100's MIG-mode gpu7."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    assert error_of(partial(n.nvmlDeviceGetGpuInstanceRemainingCapacity, h, 99)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_bus_id_of_another_pci_function_is_no_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """A PCI address names one function (domain:bus:device.function, PCI Local Bus spec); an H100 is function 0 of
+    its device and answers its own bus id (the profile's). Function 1 at the same device is another function (a
+    consumer board's HDMI audio controller sits there): nvmlDeviceGetHandleByPciBusId answers NOT_FOUND, "if
+    pciBusId does not match a valid device on the system" (nvml.h)."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    gpu = snap.node.gpus[0]
+    bus_id = gpu.address.nvml_bus_id
+    assert bus_id.endswith(".0")
+    assert addr(n.nvmlDeviceGetHandleByPciBusId(bus_id)) == addr(handles(n)[0])
+    assert error_of(partial(n.nvmlDeviceGetHandleByPciBusId, bus_id[:-1] + "1")) == n.NVML_ERROR_NOT_FOUND
+
+
+def test_resetting_nvlink_utilization_zeroes_both_directions(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceResetNvLinkUtilizationCounter: "Both the receive and transmit counters are operated on by
+    this function". Reset (not frozen), the counter reads (0, 0) until traffic moves them; the link carries
+    different amounts each way before, so a transmit counter reset to the receive count shows. (gpu6, link 2,
+    counter 1: no other test resets or freezes it; the bases are this process's.)"""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[6]
+    rx, tx = n.nvmlDeviceGetNvLinkUtilizationCounter(h, 2, 1)
+    assert rx != tx
+    n.nvmlDeviceResetNvLinkUtilizationCounter(h, 2, 1)
+    assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 2, 1) == (0, 0)
+
+
+def test_p_state_clock_ranges_are_the_captured_boards(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvmlDeviceGetMinMaxClockOfPState for P0 of an H100, against the real H100's nvidia-smi -q (qx-h100.xml): the
+    graphics clock ranges over its supported graphics clocks (345 ... 1980 MHz), the memory clock ends at its max
+    memory clock (2619 MHz) and starts at one of its supported memory clocks (2619 or 1593 MHz), not at a graphics
+    clock."""
+    import xml.etree.ElementTree as ET
+
+    from tests.nvml.captures import capture_dir
+
+    n = pynvml_module
+    where = capture_dir()
+    if where is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    gpu = ET.parse(where / "qx-h100.xml").getroot().find("gpu")
+    assert gpu is not None
+    mem_clocks = {number(v.text or "") for v in gpu.iterfind("supported_clocks/supported_mem_clock/value")}
+    graphics = {number(v.text or "") for v in gpu.iterfind("supported_clocks/supported_mem_clock/"
+                                                            "supported_graphics_clock")}
+    mem_max = number(gpu.findtext("max_clocks/mem_clock") or "")
+    assert (mem_clocks, min(graphics), max(graphics), mem_max) == ({2619, 1593}, 345, 1980, 2619)
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+
+    def p0_range(clock: int) -> tuple[int, int]:
+        lo, hi = ctypes.c_uint(), ctypes.c_uint()
+        assert lib.nvmlDeviceGetMinMaxClockOfPState(h, clock, n.NVML_PSTATE_0, ctypes.byref(lo),
+                                                    ctypes.byref(hi)) == n.NVML_SUCCESS
+        return lo.value, hi.value
+
+    assert p0_range(n.NVML_CLOCK_GRAPHICS) == (min(graphics), max(graphics))
+    lo, hi = p0_range(n.NVML_CLOCK_MEM)
+    assert hi == mem_max and lo in mem_clocks
