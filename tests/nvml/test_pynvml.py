@@ -1352,7 +1352,8 @@ def test_a_mig_enabled_gpu_reports_no_utilization(nvml: Nvml, pynvml_module: Mod
             assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
                                             ctypes.byref(count), None) == expected, kind
         count = ctypes.c_uint(0)
-        assert lib.nvmlDeviceGetProcessUtilization(h, None, ctypes.byref(count), ctypes.c_ulonglong(0)) == expected
+        assert lib.nvmlDeviceGetProcessUtilization(h, None, ctypes.byref(count), ctypes.c_ulonglong(0)) == \
+            (n.NVML_ERROR_INSUFFICIENT_SIZE if expected == n.NVML_SUCCESS else expected)
         info = ProcessesUtilizationInfoV1(version=ctypes.sizeof(ProcessesUtilizationInfoV1) | 1 << 24)
         assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == \
             (n.NVML_ERROR_INSUFFICIENT_SIZE if expected == n.NVML_SUCCESS else expected)
@@ -1511,3 +1512,27 @@ def test_p_state_clock_ranges_are_the_captured_boards(nvml: Nvml, pynvml_module:
     assert p0_range(n.NVML_CLOCK_GRAPHICS) == (min(graphics), max(graphics))
     lo, hi = p0_range(n.NVML_CLOCK_MEM)
     assert hi == mem_max and lo in mem_clocks
+
+
+def test_process_utilization_hands_out_only_samples_newer_than_the_last_seen(nvml: Nvml,
+                                                                             pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetProcessUtilization and nvmlDeviceGetProcessesUtilizationInfo: lastSeenTimeStamp makes
+    them "return only samples with timestamp greater than lastSeenTimeStamp", NOT_FOUND "if sample entries are not
+    found" (nvitop and DCGM poll with the last timestamp they saw). Asked again with the timestamp of the samples
+    just read, before anything new was sampled, both answer NOT_FOUND; asked from 0 they answer again."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu3", 7171, 2**30, "trainer", kinds=1)])
+    h = handles(n)[3]
+    samples = n.nvmlDeviceGetProcessUtilization(h, 0)
+    assert [s.pid for s in samples] == [7171]
+    seen = samples[0].timeStamp
+    assert error_of(partial(n.nvmlDeviceGetProcessUtilization, h, seen)) == n.NVML_ERROR_NOT_FOUND
+    assert [s.pid for s in n.nvmlDeviceGetProcessUtilization(h, seen - 1)] == [7171]
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    entries = (ProcessUtilizationInfoV1 * 1)()
+    info = ProcessesUtilizationInfoV1(version=ctypes.sizeof(ProcessesUtilizationInfoV1) | 1 << 24,
+                                      processSamplesCount=1, lastSeenTimeStamp=seen, procUtilArray=entries)
+    assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == n.NVML_ERROR_NOT_FOUND
+    info.lastSeenTimeStamp = 0
+    assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
+    assert entries[0].pid == 7171 and entries[0].timeStamp == seen

@@ -784,16 +784,17 @@ nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, unsigned int type, unsign
 
 static nvmlReturn_t d_proc_util(fhw_ctx_t *c, nvmlProcessUtilizationSample_t *u, unsigned int *count,
                                 unsigned long long last) {
-    (void)u;
-    (void)last;
     CHECK_PTR(count);
     nvmlReturn_t r = no_mig_utilization(c);
     if (r != NVML_SUCCESS) return r;
     if (c->g->process_count == 0) return NVML_ERROR_NOT_FOUND;
+    /* nvml.h: "Return only samples with timestamp greater than lastSeenTimeStamp"; NOT_FOUND when there are none.
+       The one sample per process is stamped with the snapshot's render time. */
+    if (last >= (unsigned long long)c->s->hdr->render_time_us) return NVML_ERROR_NOT_FOUND;
     unsigned int n = c->g->process_count;
-    if (u == NULL || *count < n) {
+    if (u == NULL || *count < n) { /* the size query: nvidia-ml-py and go-nvml take INSUFFICIENT_SIZE as its answer */
         *count = n;
-        return u == NULL ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     for (unsigned int i = 0; i < n; i++) {
         const fhw_process_t *p = &c->s->processes[c->g->process_first + i];
