@@ -559,11 +559,12 @@ def baseline(areas: list[Area], work: Path) -> dict[str, float]:
     return seconds
 
 
-def plan(areas: list[Area], sample: int, seed: int) -> list[tuple[Area, Spec | CMutant]]:
+def plan(areas: list[Area], sample: int, seed: int, c_last: int = 0) -> list[tuple[Area, Spec | CMutant]]:
     jobs: list[tuple[Area, Spec | CMutant]] = []
     for area in areas:
         if area is NVML_C_AREA:
-            jobs += [(area, m) for m in c_mutants()]
+            written = c_mutants()
+            jobs += [(area, m) for m in (written[-c_last:] if c_last else written)]
             continue
         specs = enumerate_specs(area)
         chosen = random.Random(f"{seed}:{area.name}").sample(specs, min(sample, len(specs))) if sample else specs
@@ -581,7 +582,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once, each in its own copy")
     parser.add_argument("--work", default="/tmp/fhw-mutate", help="where the working copies go")
     parser.add_argument("--json", metavar="PATH", help="also write every outcome here")
+    parser.add_argument("--c-last", type=int, default=0, metavar="N",
+                        help="nvml C getters: only the last N hand-written mutants of tools/nvml-c-mutants.toml (a "
+                             "new round's fresh figure; --sample does not apply to them); default 0: all")
     args = parser.parse_args(argv)
+    if args.c_last < 0:
+        parser.error("--c-last must be 0 (all) or a positive number of mutants")
     if importlib.util.find_spec("cosmic_ray") is None:
         print("tools/mutate.py: Cosmic Ray (the mutation engine) is not installed in this Python; `make mutate` "
               "installs it, or: .venv/bin/pip install -e '.[mutate]'", file=sys.stderr)
@@ -596,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     times = baseline(areas, work)
-    jobs = plan(areas, args.sample, args.seed)
+    jobs = plan(areas, args.sample, args.seed, args.c_last)
     scores = {a.name: Score(a.name) for a in areas}
     print(f"checking the {len(known)} entries of {EQUIVALENTS.relative_to(ROOT)} against the mutants", flush=True)
     stale = stale_equivalents(known, areas)

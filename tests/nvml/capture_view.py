@@ -275,8 +275,9 @@ def memory(h: Any, v: dict[str, str]) -> None:
     for key, value in zip(("total", "used", "free"), parts, strict=True):
         v[f"/cc_protected_memory_usage/{key}"] = value
     v["/compute_mode"] = text(lambda: n.nvmlDeviceGetComputeMode(h), lambda m: {0: "Default"}.get(m, str(m)))
-    u = n.nvmlDeviceGetUtilizationRates(h)
-    v["/utilization/gpu_util"], v["/utilization/memory_util"] = f"{u.gpu} %", f"{u.memory} %"
+    # A GPU in MIG mode has no utilization (nvml.h: NOT_SUPPORTED there; nvidia-smi prints N/A).
+    util = text(lambda: n.nvmlDeviceGetUtilizationRates(h), lambda u: f"{u.gpu} %|{u.memory} %")
+    v["/utilization/gpu_util"], v["/utilization/memory_util"] = util.split("|") if "|" in util else [util] * 2
     for key, fn in (("encoder_util", "Encoder"), ("decoder_util", "Decoder"), ("jpeg_util", "Jpg"),
                     ("ofa_util", "Ofa")):
         v[f"/utilization/{key}"] = text(partial(getattr(n, f"nvmlDeviceGet{fn}Utilization"), h),

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess
+from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess, write_snapshot
+from tests.nvml import references
 from tests.nvml.captures import board_capture, number
-from tests.nvml.helpers import NodeSnap
+from tests.nvml.helpers import NodeSnap, snapshot_env, with_driver
 
 Nvml = Callable[..., NodeSnap]
 
@@ -1305,3 +1310,436 @@ def test_byte_count_fields_count_each_direction_from_its_own_counter(nvml: Nvml,
     tx_bytes, rx_bytes = (v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198]))
     assert tx_rate != rx_rate
     assert tx_bytes * rx_rate == rx_bytes * tx_rate
+
+
+# --------------------------------------------------------------------------------------------------- boards' own states
+
+
+@contextmanager
+def board_state(n: ModuleType, snap: NodeSnap, gpu: int, **fields: object) -> Iterator[list[object]]:
+    """nvmlInit on ``snap`` with GPU ``gpu``'s record given ``fields``: a state a real board can be in that the
+    agent's model does not reach (counts since a driver reload that differ from the lifetime ones, one throttle
+    reason without its usual companion, a distinct figure per GPM pipe). The C getters pass those fields through,
+    so each answer is the test's own input, placed where nvml.h's names put it. Yields the device handles."""
+    gpus = list(snap.snapshot.gpus)
+    gpus[gpu] = replace(gpus[gpu], **fields)  # type: ignore[arg-type]
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            yield handles(n)
+        finally:
+            n.nvmlShutdown()
+
+
+def gpm_request(n: ModuleType, h: object, ids: list[int], capacity: int) -> tuple[int, list[tuple[int, float]]]:
+    """nvmlGpmMetricsGet of ``ids`` over two samples of ``h``, with a metrics[] array of ``capacity`` entries
+    (nvml.h's nvmlGpmMetricsGet_t: version, numMetrics, sample1, sample2, metrics[NVML_GPM_METRIC_MAX]). Returns
+    the call's code and each metric's (nvmlReturn, value)."""
+
+    class Request(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("numMetrics", ctypes.c_uint), ("sample1", ctypes.c_void_p),
+                    ("sample2", ctypes.c_void_p), ("metrics", n.c_nvmlGpmMetric_t * capacity)]
+
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    first, second = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(h, first)
+        n.nvmlGpmSampleGet(h, second)
+        request = Request(version=n.NVML_GPM_METRICS_GET_VERSION, numMetrics=len(ids),
+                          sample1=ctypes.cast(first, ctypes.c_void_p), sample2=ctypes.cast(second, ctypes.c_void_p))
+        for i, metric in enumerate(ids):
+            request.metrics[i].metricId = metric
+        code = lib.nvmlGpmMetricsGet(ctypes.byref(request))
+        return code, [(request.metrics[i].nvmlReturn, request.metrics[i].value) for i in range(len(ids))]
+    finally:
+        n.nvmlGpmSampleFree(first)
+        n.nvmlGpmSampleFree(second)
+
+
+def test_gpm_activity_metrics_answer_their_own_pipes(pynvml_module: ModuleType,
+                                                     node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvml.h's GPM metric ids: GRAPHICS_UTIL 1, SM_UTIL 2, SM_OCCUPANCY 3, ANY_TENSOR_UTIL 5, DRAM_BW_UTIL 10,
+    FP64_UTIL 11, FP32_UTIL 12, FP16_UTIL 13, each a percentage (0.0 - 100.0). The H100's record carries each
+    activity in hundredths of a percent, here a different figure per pipe, so each id must read back its own: a
+    metric that answers another pipe's activity (FP64 for FP32) shows."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    activity = {"gpm_graphics_activity": 1100, "gpm_sm_activity": 2200, "gpm_sm_occupancy": 3300,
+                "gpm_tensor_activity": 4400, "gpm_dram_bw_util": 5500, "gpm_fp64_activity": 6600,
+                "gpm_fp32_activity": 7700, "gpm_fp16_activity": 8800}
+    expected = {n.NVML_GPM_METRIC_GRAPHICS_UTIL: 11.0, n.NVML_GPM_METRIC_SM_UTIL: 22.0,
+                n.NVML_GPM_METRIC_SM_OCCUPANCY: 33.0, n.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 44.0,
+                n.NVML_GPM_METRIC_DRAM_BW_UTIL: 55.0, n.NVML_GPM_METRIC_FP64_UTIL: 66.0,
+                n.NVML_GPM_METRIC_FP32_UTIL: 77.0, n.NVML_GPM_METRIC_FP16_UTIL: 88.0}
+    with board_state(n, snap, 0, **activity) as hs:
+        code, values = gpm_request(n, hs[0], list(expected), n.NVML_GPM_METRIC_MAX)
+    assert code == n.NVML_SUCCESS
+    assert dict(zip(expected, values, strict=True)) == {k: (n.NVML_SUCCESS, v) for k, v in expected.items()}
+
+
+def test_a_gpm_request_may_fill_the_whole_metrics_array(nvml: Nvml, pynvml_module: ModuleType,
+                                                        tmp_path: Path) -> None:
+    """nvml.h (nvidia-nvml-dev 13.4.92, the 615 branch's CUDA 13.4): nvmlGpmMetricsGet_t holds
+    metrics[NVML_GPM_METRIC_MAX] and numMetrics says how many of them to fill, so a request of exactly
+    NVML_GPM_METRIC_MAX metrics is valid and one more is not (INVALID_ARGUMENT, there is no room for it)."""
+    n = pynvml_module
+    header = references.newest_header().read_text()
+    found = re.search(r"NVML_GPM_METRIC_MAX\s*=\s*(\d+)", header)
+    assert found is not None
+    most = int(found.group(1))
+    assert most == 477
+    nvml(str(with_driver(tmp_path, "dgx-h100", "615.10.01")))
+    h = handles(n)[0]
+    code, values = gpm_request(n, h, [n.NVML_GPM_METRIC_SM_UTIL] * most, most + 1)
+    assert code == n.NVML_SUCCESS
+    assert {ret for ret, _ in values} == {n.NVML_SUCCESS}
+    code, _ = gpm_request(n, h, [n.NVML_GPM_METRIC_SM_UTIL] * (most + 1), most + 1)
+    assert code == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_sram_ecc_status_keeps_the_lifetime_and_the_volatile_counts_apart(pynvml_module: ModuleType,
+                                                                          node_snapshot: Callable[..., NodeSnap]
+                                                                          ) -> None:
+    """nvml.h: volatile ECC counts are reset when the driver reloads, aggregate ones "persist indefinitely and
+    thus act as a lifetime counter"; a board that had SRAM errors before its last reboot has fewer volatile than
+    aggregate ones. nvmlDeviceGetSramEccErrorStatus (nvmlEccSramErrorStatus_v1_t) answers the SRAM location's
+    counts of each kind in its own field, the ones nvmlDeviceGetMemoryErrorCounter gives at
+    NVML_MEMORY_LOCATION_SRAM: here corrected 2 volatile / 7 aggregate, uncorrected 1 / 3."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    sram, locations = n.NVML_MEMORY_LOCATION_SRAM, 8  # nvmlMemoryLocation_t: SRAM 7 of 8 (NVML_MEMORY_LOCATION_COUNT)
+    counts = [0] * (2 * 2 * locations)  # [error type][volatile, aggregate][location]
+    for etype, counter, value in ((0, 0, 2), (0, 1, 7), (1, 0, 1), (1, 1, 3)):
+        counts[(etype * 2 + counter) * locations + sram] = value
+    with board_state(n, snap, 2, ecc_counts=tuple(counts)) as hs:
+        h = hs[2]
+        status = n.c_nvmlEccSramErrorStatus_v1_t()
+        status.version = n.nvmlEccSramErrorStatus_v1
+        n.nvmlDeviceGetSramEccErrorStatus(h, ctypes.byref(status))
+        corrected, uncorrected = n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        by_counter = {(t, c): n.nvmlDeviceGetMemoryErrorCounter(h, t, c, sram)
+                      for t in (corrected, uncorrected) for c in (n.NVML_VOLATILE_ECC, n.NVML_AGGREGATE_ECC)}
+    assert (status.volatileCor, status.aggregateCor) == (2, 7)
+    assert (status.volatileUncSecDed, status.aggregateUncSecDed) == (1, 3)
+    assert by_counter == {(corrected, n.NVML_VOLATILE_ECC): 2, (corrected, n.NVML_AGGREGATE_ECC): 7,
+                          (uncorrected, n.NVML_VOLATILE_ECC): 1, (uncorrected, n.NVML_AGGREGATE_ECC): 3}
+
+
+class ProcessUtilizationInfoV1(ctypes.Structure):
+    """nvml.h's nvmlProcessUtilizationInfo_v1_t."""
+
+    _fields_ = [("timeStamp", ctypes.c_ulonglong), ("pid", ctypes.c_uint), ("smUtil", ctypes.c_uint),
+                ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint),
+                ("jpgUtil", ctypes.c_uint), ("ofaUtil", ctypes.c_uint)]
+
+
+class ProcessesUtilizationInfoV1(ctypes.Structure):
+    """nvml.h's nvmlProcessesUtilizationInfo_v1_t (version word sizeof | 1 << 24)."""
+
+    _fields_ = [("version", ctypes.c_uint), ("processSamplesCount", ctypes.c_uint),
+                ("lastSeenTimeStamp", ctypes.c_ulonglong),
+                ("procUtilArray", ctypes.POINTER(ProcessUtilizationInfoV1))]
+
+
+def test_process_utilization_without_an_array_asks_for_one(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetProcessesUtilizationInfo: INSUFFICIENT_SIZE "if procUtilArray is NULL, or the buffer
+    size of procUtilArray is too small", with the count to allocate in processSamplesCount, whatever count the
+    caller passed; then an array of that count is filled, one entry per process (the processes the test runs on
+    gpu1)."""
+    n = pynvml_module
+    procs = [FakeProcess("gpu1", 5151, 2**30, "trainer", kinds=1), FakeProcess("gpu1", 5252, 2**30, "eval", kinds=1)]
+    nvml("dgx-h100", processes=procs)
+    h = handles(n)[1]
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    info = ProcessesUtilizationInfoV1(version=ctypes.sizeof(ProcessesUtilizationInfoV1) | 1 << 24,
+                                      processSamplesCount=8)
+    assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == n.NVML_ERROR_INSUFFICIENT_SIZE
+    assert info.processSamplesCount == 2
+    entries = (ProcessUtilizationInfoV1 * 2)()
+    info.procUtilArray = entries
+    assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
+    assert info.processSamplesCount == 2
+    assert sorted(e.pid for e in entries) == [5151, 5252]
+
+
+def test_the_gpu_instances_of_a_visible_gpu_are_its_own(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """With only dgx-a100's gpu7 visible (FAKEHW_VISIBLE_DEVICES=7, as CUDA_VISIBLE_DEVICES would leave it), its
+    two 3g.40gb GPU instances (the profile's MIG layout) are nvmlDeviceGetGpuInstances' answer for device 0 of the
+    process, and each one's device (nvmlGpuInstanceGetInfo) is that handle: a process that sees one GPU knows
+    nothing of the node's numbering (nvml.h: the handles are the process's own)."""
+    n = pynvml_module
+    nvml("dgx-a100", env={"FAKEHW_VISIBLE_DEVICES": "7"})
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    three = n.nvmlDeviceGetGpuInstanceProfileInfo(h, n.NVML_GPU_INSTANCE_PROFILE_3_SLICE).id
+    found = (n.c_nvmlGpuInstance_t * 7)()
+    count = ctypes.c_uint(0)
+    n.nvmlDeviceGetGpuInstances(h, three, found, ctypes.byref(count))
+    assert count.value == 2
+    for gi in found[:2]:
+        info = n.nvmlGpuInstanceGetInfo(gi)
+        assert addr(info.device) == addr(h) and info.profileId == three
+
+
+def test_gpu_instance_placements_fill_an_array_of_their_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """`nvidia-smi mig -lgipp` (NVIDIA's MIG user guide, tests/nvml/migtools.py LGIPP) lists each A100 profile's
+    possible placements as {starts}:size. nvmlDeviceGetGpuInstancePossiblePlacements_v2 with a NULL array answers
+    their count (nvml.h), and an array of exactly that count is filled with them: SUCCESS, not INSUFFICIENT_SIZE."""
+    from tests.nvml.migtools import A100_80GB_LGIP, LGIPP
+
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    for _name, profile_id, *_ in A100_80GB_LGIP:
+        count = ctypes.c_uint(0)
+        assert lib.nvmlDeviceGetGpuInstancePossiblePlacements_v2(h, profile_id, None, ctypes.byref(count)) == 0
+        placements = (n.c_nvmlGpuInstancePlacement_t * count.value)()
+        assert lib.nvmlDeviceGetGpuInstancePossiblePlacements_v2(h, profile_id, placements,
+                                                                 ctypes.byref(count)) == n.NVML_SUCCESS
+        starts = ",".join(str(p.start) for p in placements)
+        assert f"{{{starts}}}:{placements[0].size}" == LGIPP[profile_id], profile_id
+
+
+def test_supported_performance_states_stay_inside_the_callers_bytes(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetSupportedPerformanceStates: ``size`` is the "Size of the supplied pstates array in
+    bytes". Whatever it answers for a 16-byte array (four entries), nothing past those 16 bytes may be written;
+    nvidia-ml-py's full array (NVML_MAX_GPU_PERF_PSTATES entries, 64 bytes) gets P0, the H100's one state."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    guard = 0xA5A5A5A5
+    buf = (ctypes.c_uint * 32)(*([guard] * 32))
+    code = lib.nvmlDeviceGetSupportedPerformanceStates(h, buf, 4 * ctypes.sizeof(ctypes.c_uint))
+    assert list(buf[4:]) == [guard] * 28
+    assert code in (n.NVML_SUCCESS, n.NVML_ERROR_INSUFFICIENT_SIZE)
+    assert n.nvmlDeviceGetSupportedPerformanceStates(h) == [n.NVML_PSTATE_0]
+
+
+def test_a_hardware_thermal_slowdown_is_a_thermal_violation(pynvml_module: ModuleType,
+                                                            node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvml.h: nvmlClocksEventReasonHwThermalSlowdown (0x40) is the hardware's thermal slowdown, "temperature
+    being too high"; NVML_PERF_POLICY_THERMAL counts how long "thermal violations" held the clocks down. A board
+    whose only reason is the hardware one (the sensor tripped, the driver's software limit not) has thermal
+    violation time and no power violation time; an idle board neither."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    with board_state(n, snap, 4, throttle_reasons=n.nvmlClocksThrottleReasonHwThermalSlowdown) as hs:
+        thermal = n.nvmlDeviceGetViolationStatus(hs[4], n.NVML_PERF_POLICY_THERMAL).violationTime
+        power = n.nvmlDeviceGetViolationStatus(hs[4], n.NVML_PERF_POLICY_POWER).violationTime
+        idle = n.nvmlDeviceGetViolationStatus(hs[0], n.NVML_PERF_POLICY_THERMAL).violationTime
+    assert thermal > 0
+    assert power == idle == 0
+
+
+def test_a_mig_enabled_gpu_reports_no_utilization(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, on nvmlDeviceGetUtilizationRates, the encoder, decoder, JPEG and OFA utilization, nvmlDeviceGetSamples
+    (GPU, memory, encoder and decoder utilization samples) and both process-utilization calls: "On MIG-enabled
+    GPUs, querying ... is not currently supported" (NOT_SUPPORTED); the real nvidia-smi 535 prints N/A as GPU-Util
+    of a MIG-enabled A800 (utkuozdemir/nvidia_gpu_exporter#203). dgx-a100's gpu7 is in MIG mode and runs a
+    process; gpu0 is not and answers, and gpu7's power samples, which the note does not name, still answer."""
+    n = pynvml_module
+    procs = [FakeProcess("gpu0", 6161, 2**30, "trainer", kinds=1), FakeProcess("gpu7", 6262, 2**30, "eval", kinds=1)]
+    nvml("dgx-a100", processes=procs)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    whole, split = handles(n)[0], handles(n)[7]
+    assert n.nvmlDeviceGetMigMode(split)[0] == n.NVML_DEVICE_MIG_ENABLE
+    assert n.nvmlDeviceGetMigMode(whole)[0] == n.NVML_DEVICE_MIG_DISABLE
+    for h, expected in ((whole, n.NVML_SUCCESS), (split, n.NVML_ERROR_NOT_SUPPORTED)):
+        rates = n.c_nvmlUtilization_t()
+        assert lib.nvmlDeviceGetUtilizationRates(h, ctypes.byref(rates)) == expected
+        for name in ("Encoder", "Decoder", "Jpg", "Ofa"):
+            util, period = ctypes.c_uint(), ctypes.c_uint()
+            assert getattr(lib, f"nvmlDeviceGet{name}Utilization")(h, ctypes.byref(util), ctypes.byref(period)) \
+                == expected, name
+        for kind in (n.NVML_GPU_UTILIZATION_SAMPLES, n.NVML_MEMORY_UTILIZATION_SAMPLES,
+                     n.NVML_ENC_UTILIZATION_SAMPLES, n.NVML_DEC_UTILIZATION_SAMPLES):
+            value_type, count = ctypes.c_uint(), ctypes.c_uint(0)
+            assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                            ctypes.byref(count), None) == expected, kind
+        count = ctypes.c_uint(0)
+        assert lib.nvmlDeviceGetProcessUtilization(h, None, ctypes.byref(count), ctypes.c_ulonglong(0)) == \
+            (n.NVML_ERROR_INSUFFICIENT_SIZE if expected == n.NVML_SUCCESS else expected)
+        info = ProcessesUtilizationInfoV1(version=ctypes.sizeof(ProcessesUtilizationInfoV1) | 1 << 24)
+        assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == \
+            (n.NVML_ERROR_INSUFFICIENT_SIZE if expected == n.NVML_SUCCESS else expected)
+    assert n.nvmlDeviceGetSamples(split, n.NVML_TOTAL_POWER_SAMPLES, 0)[1]
+
+
+def test_a_mig_enabled_gpu_reports_no_core_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetNumGpuCores: "On MIG-enabled GPUs, querying the device's core count is currently not
+    supported using this API" (a MIG device's share comes from its GPU instance profile). dgx-a100's gpu7 is in
+    MIG mode: NOT_SUPPORTED; gpu0 answers the A100's 6912 CUDA cores (NVIDIA A100 datasheet: 108 SMs of 64)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    assert n.nvmlDeviceGetNumGpuCores(handles(n)[0]) == 6912
+    assert error_of(partial(n.nvmlDeviceGetNumGpuCores, handles(n)[7])) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+class PlatformInfoV2(ctypes.Structure):
+    """nvml.h's nvmlPlatformInfo_v2_t (44 bytes; version word sizeof | 2 << 24)."""
+
+    _fields_ = [("version", ctypes.c_uint), ("ibGuid", ctypes.c_ubyte * 16),
+                ("chassisSerialNumber", ctypes.c_ubyte * 16), ("slotNumber", ctypes.c_ubyte),
+                ("trayIndex", ctypes.c_ubyte), ("hostId", ctypes.c_ubyte), ("peerType", ctypes.c_ubyte),
+                ("moduleId", ctypes.c_ubyte)]
+
+
+def test_platform_info_places_the_gpus_in_the_captured_slot_and_tray(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The real GB200's nvidia-smi -q (qx-gb200.xml) puts its GPUs at slot_number 14, tray_index 4, host_id 1 of
+    the rack; gb200-nvl72's node 4 is that tray (tests/nvml/test_captures.py). nvmlDeviceGetPlatformInfo answers
+    each field in its own place (nvml.h's nvmlPlatformInfo_v2_t: slotNumber, trayIndex, hostId): slot and tray
+    are different numbers here, so one answering the other shows."""
+    n = pynvml_module
+    gb200 = board_capture("gb200")
+    expected = (int(gb200["/platformInfo/slot_number"]), int(gb200["/platformInfo/tray_index"]),
+                int(gb200["/platformInfo/host_id"]))
+    assert expected == (14, 4, 1)
+    nvml("gb200-nvl72", node_index=4)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    for h in handles(n):
+        info = PlatformInfoV2(version=ctypes.sizeof(PlatformInfoV2) | 2 << 24)
+        assert lib.nvmlDeviceGetPlatformInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
+        assert (info.slotNumber, info.trayIndex, info.hostId) == expected
+
+
+def test_ecc_field_values_count_device_memory_and_register_file_apart(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's ECC field ids: NVML_FI_DEV_ECC_SBE_VOL_DEV (11) and _DBE_VOL_DEV (12) are device memory's,
+    NVML_FI_DEV_ECC_SBE_VOL_REG (13) and _DBE_VOL_REG (14) the register file's, 22-25 their aggregate ones. The
+    counts are the fault requests' own: 5 corrected in device memory, 3 in the register file, 2 uncorrected in the
+    register file, none uncorrected in device memory."""
+    n = pynvml_module
+    faults = [{"kind": "ecc", "device": "gpu2", "type": "sbe", "count": 5, "location": "device-memory"},
+              {"kind": "ecc", "device": "gpu2", "type": "sbe", "count": 3, "location": "register-file"},
+              {"kind": "ecc", "device": "gpu2", "type": "dbe", "count": 2, "location": "register-file"}]
+    nvml("dgx-h100", faults=faults)
+    h = handles(n)[2]
+    ids = [n.NVML_FI_DEV_ECC_SBE_VOL_DEV, n.NVML_FI_DEV_ECC_DBE_VOL_DEV, n.NVML_FI_DEV_ECC_SBE_VOL_REG,
+           n.NVML_FI_DEV_ECC_DBE_VOL_REG, n.NVML_FI_DEV_ECC_SBE_AGG_DEV, n.NVML_FI_DEV_ECC_DBE_AGG_DEV,
+           n.NVML_FI_DEV_ECC_SBE_AGG_REG, n.NVML_FI_DEV_ECC_DBE_AGG_REG]
+    assert ids == [11, 12, 13, 14, 22, 23, 24, 25]
+    values = n.nvmlDeviceGetFieldValues(h, ids)
+    assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 8
+    assert [v.value.ullVal for v in values] == [5, 0, 3, 2, 5, 0, 3, 2]
+
+
+def test_remapped_rows_v2_count_each_kind_in_its_own_field(nvml: Nvml, pynvml_module: ModuleType,
+                                                           tmp_path: Path) -> None:
+    """nvml.h's nvmlRemappedRowsInfo_v2_t (nvmlDeviceGetRemappedRows_v2, of the 595 branch on): corrActiveRemaps,
+    corrInactiveRemaps, uncActiveRemaps, uncInactiveRemaps, bPending, bFailureOccurred. One uncorrectable error on
+    an H100 leaves one uncorrectable remap pending and no correctable one
+    (test_one_uncorrectable_error_leaves_a_row_remap_pending): v2 answers what nvmlDeviceGetRemappedRows (v1)
+    does, each kind in its own field."""
+    n = pynvml_module
+
+    class RemappedRowsInfoV2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_uint) for name in ("corrActiveRemaps", "corrInactiveRemaps", "uncActiveRemaps",
+                                                      "uncInactiveRemaps", "bPending", "bFailureOccurred")]
+
+    nvml(str(with_driver(tmp_path, "dgx-h100", "615.10.01")),
+         faults=[{"kind": "ecc", "device": "gpu2", "type": "dbe", "count": 1}])
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[2]
+    info = RemappedRowsInfoV2()
+    assert lib.nvmlDeviceGetRemappedRows_v2(h, ctypes.byref(info)) == n.NVML_SUCCESS
+    corr, unc, pending, failure = n.nvmlDeviceGetRemappedRows(h)
+    assert (corr, unc, pending, failure) == (0, 1, 1, 0)
+    assert (info.corrActiveRemaps, info.uncActiveRemaps, info.bPending, info.bFailureOccurred) == (0, 1, 1, 0)
+
+
+def test_a_profile_id_no_gpu_has_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetGpuInstanceRemainingCapacity: INVALID_ARGUMENT "if device, profileId or count are
+    invalid". Profile ids are NVML_GPU_INSTANCE_PROFILE_* (0 ... 14 in nvml.h's numbering of the -lgip IDs up to
+    19 and 20 of the +me profiles); 99 is none of them, on dgx-a100's MIG-mode gpu7."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    assert error_of(partial(n.nvmlDeviceGetGpuInstanceRemainingCapacity, h, 99)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_bus_id_of_another_pci_function_is_no_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """A PCI address names one function (domain:bus:device.function, PCI Local Bus spec); an H100 is function 0 of
+    its device and answers its own bus id (the profile's). Function 1 at the same device is another function (a
+    consumer board's HDMI audio controller sits there): nvmlDeviceGetHandleByPciBusId answers NOT_FOUND, "if
+    pciBusId does not match a valid device on the system" (nvml.h)."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    gpu = snap.node.gpus[0]
+    bus_id = gpu.address.nvml_bus_id
+    assert bus_id.endswith(".0")
+    assert addr(n.nvmlDeviceGetHandleByPciBusId(bus_id)) == addr(handles(n)[0])
+    assert error_of(partial(n.nvmlDeviceGetHandleByPciBusId, bus_id[:-1] + "1")) == n.NVML_ERROR_NOT_FOUND
+
+
+def test_resetting_nvlink_utilization_zeroes_both_directions(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceResetNvLinkUtilizationCounter: "Both the receive and transmit counters are operated on by
+    this function". Reset (not frozen), the counter reads (0, 0) until traffic moves them; the link carries
+    different amounts each way before, so a transmit counter reset to the receive count shows. (gpu6, link 2,
+    counter 1: no other test resets or freezes it; the bases are this process's.)"""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[6]
+    rx, tx = n.nvmlDeviceGetNvLinkUtilizationCounter(h, 2, 1)
+    assert rx != tx
+    n.nvmlDeviceResetNvLinkUtilizationCounter(h, 2, 1)
+    assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 2, 1) == (0, 0)
+
+
+def test_p_state_clock_ranges_are_the_captured_boards(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvmlDeviceGetMinMaxClockOfPState for P0 of an H100, against the real H100's nvidia-smi -q (qx-h100.xml): the
+    graphics clock ranges over its supported graphics clocks (345 ... 1980 MHz), the memory clock ends at its max
+    memory clock (2619 MHz) and starts at one of its supported memory clocks (2619 or 1593 MHz), not at a graphics
+    clock."""
+    import xml.etree.ElementTree as ET
+
+    from tests.nvml.captures import capture_dir
+
+    n = pynvml_module
+    where = capture_dir()
+    if where is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    gpu = ET.parse(where / "qx-h100.xml").getroot().find("gpu")
+    assert gpu is not None
+    mem_clocks = {number(v.text or "") for v in gpu.iterfind("supported_clocks/supported_mem_clock/value")}
+    graphics = {number(v.text or "") for v in gpu.iterfind("supported_clocks/supported_mem_clock/"
+                                                            "supported_graphics_clock")}
+    mem_max = number(gpu.findtext("max_clocks/mem_clock") or "")
+    assert (mem_clocks, min(graphics), max(graphics), mem_max) == ({2619, 1593}, 345, 1980, 2619)
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+
+    def p0_range(clock: int) -> tuple[int, int]:
+        lo, hi = ctypes.c_uint(), ctypes.c_uint()
+        assert lib.nvmlDeviceGetMinMaxClockOfPState(h, clock, n.NVML_PSTATE_0, ctypes.byref(lo),
+                                                    ctypes.byref(hi)) == n.NVML_SUCCESS
+        return lo.value, hi.value
+
+    assert p0_range(n.NVML_CLOCK_GRAPHICS) == (min(graphics), max(graphics))
+    lo, hi = p0_range(n.NVML_CLOCK_MEM)
+    assert hi == mem_max and lo in mem_clocks
+
+
+def test_process_utilization_hands_out_only_samples_newer_than_the_last_seen(nvml: Nvml,
+                                                                             pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetProcessUtilization and nvmlDeviceGetProcessesUtilizationInfo: lastSeenTimeStamp makes
+    them "return only samples with timestamp greater than lastSeenTimeStamp", NOT_FOUND "if sample entries are not
+    found" (nvitop and DCGM poll with the last timestamp they saw). Asked again with the timestamp of the samples
+    just read, before anything new was sampled, both answer NOT_FOUND; asked from 0 they answer again."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu3", 7171, 2**30, "trainer", kinds=1)])
+    h = handles(n)[3]
+    samples = n.nvmlDeviceGetProcessUtilization(h, 0)
+    assert [s.pid for s in samples] == [7171]
+    seen = samples[0].timeStamp
+    assert error_of(partial(n.nvmlDeviceGetProcessUtilization, h, seen)) == n.NVML_ERROR_NOT_FOUND
+    assert [s.pid for s in n.nvmlDeviceGetProcessUtilization(h, seen - 1)] == [7171]
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    entries = (ProcessUtilizationInfoV1 * 1)()
+    info = ProcessesUtilizationInfoV1(version=ctypes.sizeof(ProcessesUtilizationInfoV1) | 1 << 24,
+                                      processSamplesCount=1, lastSeenTimeStamp=seen, procUtilArray=entries)
+    assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == n.NVML_ERROR_NOT_FOUND
+    info.lastSeenTimeStamp = 0
+    assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
+    assert entries[0].pid == 7171 and entries[0].timeStamp == seen

@@ -354,8 +354,11 @@ static const fhw_struct_version_t proc_util_versions[] = {{nvmlProcessesUtilizat
 static nvmlReturn_t b_procs_util(fhw_ctx_t *c, nvmlProcessesUtilizationInfo_v1_t *info) {
     nvmlReturn_t r = FHW_VERSIONS(c, info, proc_util_versions, NULL);
     if (r != NVML_SUCCESS) return r;
+    if (c->g->mig_current) return NVML_ERROR_NOT_SUPPORTED; /* nvml.h: not supported on MIG-enabled GPUs */
     unsigned int n = c->g->process_count;
     if (n == 0) return NVML_ERROR_NOT_FOUND;
+    /* nvml.h: samples newer than lastSeenTimeStamp only (each process's one sample has the render time). */
+    if (info->lastSeenTimeStamp >= (unsigned long long)c->s->hdr->render_time_us) return NVML_ERROR_NOT_FOUND;
     if (info->procUtilArray == NULL || info->processSamplesCount < n) {
         info->processSamplesCount = n;
         return NVML_ERROR_INSUFFICIENT_SIZE;

@@ -90,7 +90,16 @@ U32_GETTER(GetPerformanceState, PHYS, pstate)
 U32_ANSWER_GETTER(GetDisplayMode, FHW_ANS_DISPLAY_MODE, display_mode)
 U32_ANSWER_GETTER(GetPowerState, FHW_ANS_POWER_STATE, pstate)
 U32_GETTER(GetNumFans, PHYS, fan_count)
-U32_GETTER(GetNumGpuCores, PHYS, cuda_cores)
+/* nvml.h: "On MIG-enabled GPUs, querying the device's core count is currently not supported using this API". */
+static nvmlReturn_t d_GetNumGpuCores(fhw_ctx_t *c, unsigned int *out) {
+    CHECK_PTR(out);
+    if (c->g->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    *out = c->g->cuda_cores;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCores) {
+    FHW_DEV_CALL(device, PHYS, d_GetNumGpuCores(&C, numCores));
+}
 U32_GETTER(GetIrqNum, PHYS, irq)
 
 static nvmlReturn_t d_module_id(fhw_ctx_t *c, unsigned int *out) {
@@ -675,8 +684,16 @@ nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, unsigned int perf
 
 /* ------------------------------------------------------------------------------------------ utilization */
 
+/* nvml.h, on utilization rates, encoder/decoder/JPEG/OFA utilization, their samples and process utilization: "On
+   MIG-enabled GPUs, querying ... is not currently supported" (nvidia-smi prints N/A for GPU-Util there). */
+static nvmlReturn_t no_mig_utilization(const fhw_ctx_t *c) {
+    return c->g->mig_current ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+}
+
 static nvmlReturn_t d_util(fhw_ctx_t *c, nvmlUtilization_t *u) {
     CHECK_PTR(u);
+    nvmlReturn_t r = no_mig_utilization(c);
+    if (r != NVML_SUCCESS) return r;
     u->gpu = c->g->util_gpu;
     u->memory = c->g->util_memory;
     return NVML_SUCCESS;
@@ -687,6 +704,8 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 
 static nvmlReturn_t d_engine_util(fhw_ctx_t *c, unsigned int which, unsigned int *util, unsigned int *period) {
     if (util == NULL || period == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = no_mig_utilization(c);
+    if (r != NVML_SUCCESS) return r;
     /* Every captured board answers 0 %, boards without encoders (H100, B200, GB200) included. */
     *util = which == 0 ? c->g->util_encoder : which == 1 ? c->g->util_decoder : which == 2 ? c->g->util_jpeg : c->g->util_ofa;
     *period = 167000;
@@ -741,6 +760,10 @@ static nvmlReturn_t d_samples(fhw_ctx_t *c, unsigned int type, unsigned long lon
     case 6: v = c->g->clocks_current[NVML_CLOCK_MEM]; break;
     default: return NVML_ERROR_INVALID_ARGUMENT;
     }
+    if (type >= 1 && type <= 4) { /* GPU, memory, encoder and decoder utilization samples */
+        nvmlReturn_t r = no_mig_utilization(c);
+        if (r != NVML_SUCCESS) return r;
+    }
     *valType = NVML_VALUE_TYPE_UNSIGNED_INT;
     if (last >= ts) return NVML_ERROR_NOT_FOUND;
     if (samples == NULL) {
@@ -761,14 +784,17 @@ nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, unsigned int type, unsign
 
 static nvmlReturn_t d_proc_util(fhw_ctx_t *c, nvmlProcessUtilizationSample_t *u, unsigned int *count,
                                 unsigned long long last) {
-    (void)u;
-    (void)last;
     CHECK_PTR(count);
+    nvmlReturn_t r = no_mig_utilization(c);
+    if (r != NVML_SUCCESS) return r;
     if (c->g->process_count == 0) return NVML_ERROR_NOT_FOUND;
+    /* nvml.h: "Return only samples with timestamp greater than lastSeenTimeStamp"; NOT_FOUND when there are none.
+       The one sample per process is stamped with the snapshot's render time. */
+    if (last >= (unsigned long long)c->s->hdr->render_time_us) return NVML_ERROR_NOT_FOUND;
     unsigned int n = c->g->process_count;
-    if (u == NULL || *count < n) {
+    if (u == NULL || *count < n) { /* the size query: nvidia-ml-py and go-nvml take INSUFFICIENT_SIZE as its answer */
         *count = n;
-        return u == NULL ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     for (unsigned int i = 0; i < n; i++) {
         const fhw_process_t *p = &c->s->processes[c->g->process_first + i];
