@@ -3,15 +3,9 @@
 :class:`AgentService` is thread-safe and has no HTTP in it; the control API (:mod:`fakehw.agent.server`) and
 tests both drive it. A change is decided under the agent's lock (ids, generation and event numbers are handed out
 then), written to the journal, made durable together with the changes of other requests running at the same time
-(group commit: one fsync for all of them, outside the lock), and only then applied, in journal order, and
-rendered. So when ``inject`` returns, the change is on disk and the node's files show it; when it fails with a 5xx,
-nothing was applied, also after a restart; and nobody ever reads a change that might still be lost.
-
-Rendering happens outside the lock, one batch at a time (:meth:`AgentService._flush`): a request whose change is
-applied waits until a render covers it, and the request that finds nobody rendering collects every node that is
-behind at that moment and renders them all. So while one batch renders (a millisecond or more of Python per node),
-other requests journal and apply their changes, and the next batch carries all of them: one render of a node per
-batch, however many changes it had. The API's view of a node (its state, the events) moves on when its files do.
+(group commit: one fsync for all of them, outside the lock), and only then applied and rendered, in journal order.
+So when ``inject`` returns, the change is on disk and the node's files show it; when it fails with a 5xx, nothing
+was applied, also after a restart; and nobody ever reads a change that might still be lost.
 
 The state directory is trusted only when this user owns it (:mod:`fakehw.agent.trust`) and held by one agent at
 a time (:class:`~fakehw.agent.statedir.StateDirLock`). When the disk fills after a change was journaled, the
@@ -101,20 +95,6 @@ class _Pending:
     error: JournalWriteError | None = None
 
 
-@dataclass
-class _Batch:
-    """Nodes whose files are behind, with the state they are to show, collected at one moment under the lock."""
-
-    upto: int
-    """The changes applied (:attr:`AgentService._applied`) when it was collected: its files show all of them."""
-    seq: int
-    """The last event applied when it was collected."""
-    nodes: list[tuple[str, NodeState, tuple[Event, ...], bool]]
-    """(node, state, recent events, first render of the node)."""
-    failed: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Nodes whose files could not be written, and why."""
-
-
 class AgentService:
     def __init__(
         self,
@@ -138,10 +118,7 @@ class AgentService:
         self._nodes: dict[str, Node] = {n: system.node(n) for n in served}  # type: ignore[misc]
         self.lock = threading.RLock()
         """The agent's lock: every change to any state of the agent happens under it."""
-        self._view = threading.Condition()
-        """What readers see (:attr:`_states`, :attr:`_stale`, the events up to :attr:`_visible_seq`) and who renders
-        (:attr:`_busy`). Taken inside :attr:`lock` or alone, never the other way round: whoever holds it never waits
-        for :attr:`lock`, so a thread holding :attr:`lock` may wait on it (see :meth:`_flush`)."""
+        self._changed = threading.Condition(self.lock)
         # Applied (what readers see):
         self._faults: dict[str, ActiveFault] = {}
         self._node_faults: dict[str, NodeFaults] = {n: NodeFaults() for n in self._nodes}
@@ -158,23 +135,12 @@ class AgentService:
         """Per node: GPU states by the faults they were derived from (see :func:`derive_state`)."""
         self._seq = 0
         self._generation: dict[str, int] = dict.fromkeys(self._nodes, 1)
+        self._states: dict[str, NodeState] = {}
         self.files = files
         self._rendered: set[str] = set()
         """Nodes whose files exist and are kept current (all of them unless ``files`` is "on-demand")."""
-        self._applied = 0
-        """Changes applied so far (each fault, heal or other module's change counts one)."""
-        self._dirty: set[str] = set()
-        """Rendered nodes changed since the last batch was collected."""
-        # Shown (under _view): what the files show, and who writes them.
-        self._states: dict[str, NodeState] = {}
         self._stale: dict[str, str] = {}
-        """Nodes whose files are behind (a render failed) and why; rendered again by the next batch."""
-        self._visible_seq = 0
-        """Events up to this one are shown by the API (their nodes' files show them)."""
-        self._rendered_upto = 0
-        """The files show every change up to this count of :attr:`_applied`."""
-        self._busy = False
-        """A batch is being collected or rendered (one at a time, so files only move forward)."""
+        """Nodes whose files are behind (a render failed) and why; rendered again on the next change."""
         self._disk_error: str | None = None
         """The last change refused because the disk was full (cleared by the next change that succeeds)."""
         # Handed out (ahead of the applied state while changes wait for their fsync):
@@ -218,11 +184,8 @@ class AgentService:
             wanted = [n for n in self._nodes if (base / n).is_dir()]
         for i, name in enumerate(wanted):
             step("rendering nodes", i, len(wanted))
-            state = self._state_now(name)
-            self._write(name, state, self._recent_events(name), initial=True)
-            self._states[name] = state
+            self._render(name, initial=True)
             self._rendered.add(name)
-        self._visible_seq = self._seq
         self.platform.started.set()
         step("serving", len(wanted), len(wanted))
 
@@ -244,8 +207,7 @@ class AgentService:
     def state(self, name: str) -> NodeState:
         self.node(name)
         with self.lock:
-            with self._view:
-                state = self._states.get(name)
+            state = self._states.get(name)
             return state if state is not None else self._derive(name)
 
     def rendered(self, name: str) -> bool:
@@ -261,17 +223,14 @@ class AgentService:
         for name in wanted:
             self.node(name)
         with self.lock:
-            new = [name for name in wanted if name not in self._rendered]
-            if new:
+            for name in wanted:
+                if name in self._rendered:
+                    continue
                 self.check_writable()
-                batch = self._render_now(new)
-                self._rendered.update(n for n in new if n not in batch.failed)
-                failed = [n for n in new if n in batch.failed]
-                if failed:  # not kept: nothing is behind, the next call tries again
-                    with self._view:
-                        for n in failed:
-                            self._stale.pop(n, None)
-                    raise AgentError(507, f"cannot render {failed[0]}: {batch.failed[failed[0]]}")
+                self._render_safely(name, initial=True)
+                if name in self._stale:
+                    raise AgentError(507, f"cannot render {name}: {self._stale[name]}")
+                self._rendered.add(name)
         return [self.node_dir(n) for n in wanted]
 
     def faults(self, node: str | None = None) -> list[ActiveFault]:
@@ -293,33 +252,30 @@ class AgentService:
             self.node(node)
         deadline = self._clock() + max(0.0, min(wait, 60.0))
 
-        while True:
-            with self.lock:
-                with self._view:
-                    shown = self._visible_seq
-                found = [e for e in self._events
-                         if since < e.seq <= shown and (node is None or e.node == node)][:limit]
-            remaining = deadline - self._clock()
-            if found or wait <= 0 or remaining <= 0:
-                return found
-            with self._view:
-                if self._visible_seq == shown:  # woken by any render: look again
-                    self._view.wait(remaining)
+        def pick() -> list[Event]:
+            return [e for e in self._events if e.seq > since and (node is None or e.node == node)][:limit]
+
+        with self._changed:
+            found = pick()
+            while not found and wait > 0:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+                found = pick()
+            return found
 
     @property
     def last_seq(self) -> int:
-        """The last event the API shows."""
-        with self._view:
-            return self._visible_seq
+        return self._seq
 
     def health(self) -> dict[str, Any]:
         """What ``GET /v1/health`` adds about the agent's own condition: journal recovery, disk, stale nodes."""
         with self.lock:
             journals = {"faults": self.journal.recovery.to_json(),
                         "platform": self.platform.journal.recovery.to_json()}
-            with self._view:
-                full = (self.reserve.released if self.reserve else None) or self._disk_error
-                return {"journals": journals, "disk_full": full, "stale_nodes": dict(self._stale)}
+            full = (self.reserve.released if self.reserve else None) or self._disk_error
+            return {"journals": journals, "disk_full": full, "stale_nodes": dict(self._stale)}
 
     # ------------------------------------------------------------------------------------------ changes
 
@@ -430,23 +386,24 @@ class AgentService:
         return chosen
 
     def nodes_changed(self, nodes: Iterable[str]) -> None:
-        """Another module changed these nodes (already journaled and applied, under :attr:`lock`, which its caller
-        may still hold): new generation, and the files show it before this returns."""
+        """Another module changed these nodes (already journaled and applied): new generation, re-render."""
         with self.lock:
-            changed = [name for name in nodes if name in self._nodes]
-            for name in changed:
-                self._generation[name] = self._next_generation(name, strict=False)
-            self._changed_nodes(changed)
-            self._render_now()
+            for name in nodes:
+                if name in self._nodes:
+                    self._generation[name] = self._next_generation(name, strict=False)
+                    self._update(name)
+            self._changed.notify_all()
 
     def check_writable(self) -> None:
         """Refuse a change (507, nothing applied) while the disk is full, before anything is journaled."""
         reserve = self.reserve
         if reserve is None or reserve.released is None:
             return
-        with self.lock, self._view:
-            if reserve.make():  # the nodes left stale are rendered by the next batch
+        with self.lock:
+            if reserve.make():
                 log.warning("there is room in %s again: changes are accepted", self.state_dir)
+                for name in list(self._stale):
+                    self._render_safely(name)
                 return
             raise AgentError(507, f"not applied: the disk of {self.state_dir} is full ({reserve.released}); "
                              f"free some space there, changes are accepted again once the agent can set aside its "
@@ -468,8 +425,7 @@ class AgentService:
         return pending
 
     def _finish(self, pending: _Pending) -> None:
-        """Wait (without the lock) until the change is durable, apply every change that is, in order, then wait
-        until the files show it."""
+        """Wait (without the lock) until the change is durable, then apply every change that is, in order."""
         with contextlib.suppress(JournalWriteError):  # the queue below learns it from the journal, in order
             self.journal.wait(pending.ticket)
         with self.lock:
@@ -478,12 +434,9 @@ class AgentService:
                 self._note_failure(pending.error)
                 raise AgentError(507, f"not applied: {pending.error}")
             self._disk_error = None
-            applied = self._applied
-        self._flush(applied)
 
     def _apply_ready(self) -> None:
         touched: set[str] = set()
-        applied = 0
         while self._pending:
             pending = self._pending[0]
             settled, error = self.journal.settled(pending.ticket)
@@ -495,9 +448,10 @@ class AgentService:
                 pending.error = error
                 continue
             touched.update(pending.apply())
-            applied += 1
-        if applied:
-            self._changed_nodes(sorted(touched), applied)
+        for name in sorted(touched | set(self._stale)):
+            self._update(name)
+        if touched:
+            self._changed.notify_all()
 
     def _note_failure(self, error: JournalWriteError) -> None:
         if error.errno in DISK_FULL_ERRNOS:
@@ -574,115 +528,42 @@ class AgentService:
 
     def _derive(self, name: str) -> NodeState:
         """The node's state now, remembered for the API; files are not touched."""
-        state = self._state_now(name)
-        with self._view:
-            self._states[name] = state
+        state = self._states[name] = self._state_now(name)
         return state
 
-    def _changed_nodes(self, names: Iterable[str], changes: int = 1) -> None:
-        """Under the lock, after ``changes`` changes of ``names`` were applied: the files of those that are kept are
-        now behind (the next batch renders them); the others only have their state derived."""
-        for name in names:
-            if name in self._rendered:
-                self._dirty.add(name)
-            else:
-                self._derive(name)
-        self._applied += changes
+    def _update(self, name: str) -> None:
+        """After a change of ``name``: render it if its files are kept, else only derive its state."""
+        if name in self._rendered:
+            self._render_safely(name)
+        else:
+            self._derive(name)
 
-    def _flush(self, applied: int) -> None:
-        """Return once the files show the first ``applied`` changes. Called without the lock.
-
-        If a batch is being rendered, wait for it; if that did not cover the change, the first waiter to find
-        nobody rendering collects and renders the next batch, which holds every change applied meanwhile."""
-        while True:
-            with self._view:
-                self._view.wait_for(lambda: self._rendered_upto >= applied or not self._busy)
-                if self._rendered_upto >= applied:
-                    return
-            with self.lock:
-                with self._view:
-                    if self._busy:  # another waiter came first
-                        continue
-                    self._busy = True
-                batch = self._collect()
-            self._render_batch(batch)
-
-    def _render_now(self, first: Sequence[str] = ()) -> _Batch:
-        """Under the lock: render every node that is behind now (and ``first``, rendered for the first time) after
-        the batch being rendered, if any; returns the batch. No batch collects meanwhile (that needs the lock)."""
-        with self._view:
-            self._view.wait_for(lambda: not self._busy)
-            self._busy = True
-        batch = self._collect(first)
-        self._render_batch(batch)
-        return batch
-
-    def _collect(self, first: Sequence[str] = ()) -> _Batch:
-        """Under the lock, by the thread that set :attr:`_busy`: the nodes that are behind, with their state now."""
-        with self._view:
-            stale = [name for name in self._stale if name in self._rendered]
-        names = sorted({*self._dirty, *stale} - set(first))
-        self._dirty.clear()
-        nodes = [(name, self._state_now(name), self._recent_events(name), False) for name in names]
-        nodes += [(name, self._state_now(name), self._recent_events(name), True) for name in first]
-        return _Batch(self._applied, self._seq, nodes)
-
-    def _render_batch(self, batch: _Batch) -> None:
-        """Write the batch's files (without the lock), then show it: states, events, and the changes it covers."""
-        written: set[str] = set()
-        try:
-            for name, state, events, initial in batch.nodes:
-                problem = self._write_safely(name, state, events, initial)
-                if problem is not None:
-                    batch.failed[name] = problem
-                written.add(name)
-        finally:
-            for name, _state, _events, _initial in batch.nodes:
-                if name not in written:  # interrupted: behind, and said so
-                    batch.failed.setdefault(name, "files behind the journal since rendering was interrupted")
-            with self._view:
-                for name, state, _events, _initial in batch.nodes:
-                    if name in batch.failed:
-                        self._stale[name] = batch.failed[name]
-                    else:
-                        self._stale.pop(name, None)
-                        self._states[name] = state  # only now: the API never reports what the files do not show
-                self._visible_seq = max(self._visible_seq, batch.seq)
-                self._rendered_upto = max(self._rendered_upto, batch.upto)
-                self._busy = False
-                self._view.notify_all()
-
-    def _write_safely(self, name: str, state: NodeState, events: tuple[Event, ...], initial: bool) -> str | None:
-        """Write a node's files for a change that is already durable: if the disk is full, release the reserve and
-        try again; if that fails too, say why (the node is left stale, reported by health, and rendered again by
-        the next batch)."""
-        for attempt in (1, 2):
-            try:
-                self._write(name, state, events, initial)
-            except OSError as exc:
-                if attempt == 1 and is_disk_full(exc) and self._release_reserve(f"rendering {name}: {exc.strerror}"):
-                    continue
-                log.error("cannot render %s: %s (rendered again on the next change)", name, exc)
-                return f"files behind the journal since rendering failed: {exc}"
-            except Exception as exc:  # a renderer's bug: the change is durable and applied all the same
-                log.exception("cannot render %s (rendered again on the next change)", name)
-                return f"files behind the journal since rendering failed: {type(exc).__name__}: {exc}"
-            return None
-        raise AssertionError("unreachable")
-
-    def _release_reserve(self, why: str) -> bool:
-        with self._view:
-            if self.reserve is None or self.reserve.released is not None:
-                return False
-            self.reserve.release(why)
-            return True
-
-    def _write(self, name: str, state: NodeState, events: tuple[Event, ...], initial: bool) -> RenderResult:
+    def _render(self, name: str, initial: bool = False) -> RenderResult:
+        node = self._nodes[name]
+        state = self._state_now(name)
         memo = self._memos.get(name)
         if memo is None:
             memo = self._memos[name] = RenderMemo()
-        return render_node(self.system, self._nodes[name], state, self.node_dir(name), initial=initial,
-                           events=events, memo=memo, release=self._release)
+        result = render_node(self.system, node, state, self.node_dir(name), initial=initial,
+                             events=self._recent_events(name), memo=memo, release=self._release)
+        self._states[name] = state  # only now: the API never reports what the files do not show yet
+        return result
+
+    def _render_safely(self, name: str, initial: bool = False) -> None:
+        """Render a node whose change is already durable: if the disk is full, release the reserve and try again;
+        if that fails too, the node is marked stale (reported by health) and rendered on the next change."""
+        for attempt in (1, 2):
+            try:
+                self._render(name, initial=initial)
+            except OSError as exc:
+                if attempt == 1 and is_disk_full(exc) and self.reserve and self.reserve.released is None:
+                    self.reserve.release(f"rendering {name}: {exc.strerror}")
+                    continue
+                self._stale[name] = f"files behind the journal since rendering failed: {exc}"
+                log.error("cannot render %s: %s (rendered again on the next change)", name, exc)
+                return
+            self._stale.pop(name, None)
+            return
 
     def _recent_events(self, name: str) -> tuple[Event, ...]:
         """The node's latest events, oldest first."""
