@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import operator
 import os
 import struct
 import time
@@ -560,8 +561,8 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
         )
 
     ring = memo.ring(events, event_record)
-    ring.sort(key=lambda r: r.seq)
-    last_seq = max((e.seq for e in events), default=0)
+    ring.sort(key=_SEQ)  # in order already (events are raised in journal order): one pass that checks it
+    last_seq = max(map(_SEQ, events), default=0)
     ring = ring[-layout.MAX_EVENTS:]
     driver = system.driver
     header = HeaderRecord(
@@ -582,6 +583,9 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
                     memo.part("nics", state.down_ports, lambda: _nic_records(node, topo)), tuple(mig.gis),
                     tuple(mig.ci_profiles),
                     memo.part("platform", None, lambda: tuple(_platform_record(system, node, g) for g in node.gpus)))
+
+
+_SEQ = operator.attrgetter("seq")
 
 
 def _mig_part(gpu: Gpu, slot: int, state: GpuMig | None, counts: tuple[int, int, int, int]) -> MigRecords:

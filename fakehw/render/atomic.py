@@ -13,10 +13,11 @@ outputs skip that cost: the agent re-renders every node from its journal when it
 from __future__ import annotations
 
 import contextlib
+import errno
+import itertools
 import json
 import operator
 import os
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,20 +118,20 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644, same: Callable[[byt
         except OSError:
             pass
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        fd, tmp = _temporary(path)
     except FileNotFoundError:  # the directory is made once, not asked for on every write (a syscall each)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        fd, tmp = _temporary(path)
     try:
         try:
             view = memoryview(data)
             while view:  # a raw write loop: a buffered file object costs an ioctl, an lseek and a flush per file
                 view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)
             if durable:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.chmod(tmp, mode)
         held = release.hold(path) if release is not None else None
         try:
             os.replace(tmp, path)
@@ -143,6 +144,25 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644, same: Callable[[byt
     if durable:
         fsync_dir(path.parent)
     return True
+
+
+_TEMPORARY_NUMBERS = itertools.count()
+"""Numbers of this process's temporary files (``next`` on it is atomic under the GIL)."""
+_TEMPORARY_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _temporary(path: Path) -> tuple[int, str]:
+    """A new file beside ``path``, open for writing, mode 0600 until its content is in (what ``mkstemp`` gives,
+    without its random name: ``O_EXCL`` is what makes the name ours, and a name taken by someone else is skipped;
+    the random name cost more than the rest of the write, twice per render of a node)."""
+    prefix = f"{path.parent}/.{path.name}.fakehw-{os.getpid()}-"
+    for _ in range(10_000):
+        tmp = f"{prefix}{next(_TEMPORARY_NUMBERS)}"
+        try:
+            return os.open(tmp, _TEMPORARY_FLAGS, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", prefix)
 
 
 def fsync_dir(path: Path) -> None:

@@ -75,8 +75,27 @@ def _compact(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+_RAW = "\x00raw\x00"
+"""What stands in for a member given as JSON text while the rest is encoded (see :func:`_object_text`)."""
+
+
 def _object_text(doc: dict[str, Any], raw: dict[str, str]) -> str:
-    """``_compact`` of ``doc`` with the members in ``raw`` given as JSON text already."""
+    """``_compact`` of ``doc`` with the members in ``raw`` given as JSON text already.
+
+    One ``json.dumps`` of the whole object with a placeholder string for each raw member, which is then replaced
+    by its text (a dumps per member costs more than the rest of the state's encoding). A placeholder that occurs
+    other than once in the encoding (a value of ``doc`` happens to hold it) falls back to encoding member by
+    member."""
+    tokens = {k: _compact(_RAW + k) for k in raw}
+    text = _compact({**doc, **{k: _RAW + k for k in raw}})
+    if all(text.count(t) == 1 for t in tokens.values()):  # then splice at the placeholders' places in ``text``
+        at = sorted((text.index(token), token, raw[k]) for k, token in tokens.items())
+        parts: list[str] = []
+        pos = 0
+        for start, token, member in at:
+            parts += (text[pos:start], member)
+            pos = start + len(token)
+        return "".join([*parts, text[pos:]])
     return "{" + ",".join(f"{_compact(k)}:{raw[k] if k in raw else _compact(doc[k])}"
                           for k in sorted([*doc, *raw])) + "}"
 

@@ -20,7 +20,8 @@ PROFILE = "gh200"
 NODE = "gh200-0"
 INJECTS = 150
 TEMP_NAME = re.compile(r"^\..+\.(fakehw-\d+-\d+|tmp-\d+|[a-z0-9_]{8})$")
-"""Temporary names of atomic_write (.NAME.XXXXXXXX) and of the tree writer (.NAME.fakehw-PID-TID, .root.tmp-PID)."""
+"""Temporary names of atomic_write (.NAME.fakehw-PID-N), of the tree writer (.NAME.fakehw-PID-TID, .root.tmp-PID) and
+of mkstemp (.NAME.XXXXXXXX)."""
 
 
 def leftovers(root: Path) -> list[str]:

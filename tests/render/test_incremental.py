@@ -7,6 +7,7 @@ against real consumers and captures: a re-render after a change must produce the
 
 from __future__ import annotations
 
+import json
 import os
 import types
 from collections import deque
@@ -26,8 +27,8 @@ from fakehw.nvml import layout, snapshot
 from fakehw.nvml.snapcache import SnapshotCache
 from fakehw.nvml.snapshot import _Peers, build_snapshot
 from fakehw.render import RenderMemo, render_node
-from fakehw.render.atomic import Releaser, dump_json
-from fakehw.render.basic import StateFragments, state_json
+from fakehw.render.atomic import Releaser, _temporary, atomic_write, dump_json
+from fakehw.render.basic import StateFragments, _object_text, state_json
 
 PROFILES = sorted(p.stem for p in (Path(snapshot.__file__).parents[1] / "profiles").glob("*.yaml"))
 
@@ -322,3 +323,33 @@ def test_a_snapshot_rendered_with_memory_is_written_when_its_answers_change_and_
     assert path.stat().st_mtime_ns == before, "nothing changed: the file is left alone"
     path.unlink()
     assert render().gpus[0].xid_count == 1, "the same answers again: a removed file is put back"
+
+
+@pytest.mark.parametrize("value", ["\x00raw\x00xids", "\x00raw\x00faults", "a \x00raw\x00xids and \x00raw\x00faults"])
+def test_a_value_that_holds_a_placeholder_is_still_encoded_as_json_dumps_would(value: str) -> None:
+    """``_object_text`` splices members given as text into one ``json.dumps`` of the object at placeholders; a value
+    of the object that holds a placeholder's own text must not be taken for it (the oracle: ``json.dumps`` of the
+    whole object, the standard library's encoding of the same document)."""
+    doc = {"name": value, "zeta": [value], "index": 3}
+    raw = {"xids": "[13,79]", "faults": '["f-000001"]'}
+    whole = {**doc, "xids": [13, 79], "faults": ["f-000001"]}
+    assert _object_text(doc, raw) == json.dumps(whole, sort_keys=True, separators=(",", ":"))
+
+
+def test_a_temporary_name_someone_else_holds_is_skipped_and_left_alone(tmp_path: Path) -> None:
+    """``atomic_write``'s temporary files are created with ``O_EXCL`` under a per-process numbered name: a name that
+    already exists (another writer's, or a leftover) is neither opened nor truncated; the write goes on under the
+    next free name and the target gets the new content."""
+    target = tmp_path / "state.json"
+    fd, first = _temporary(target)
+    os.close(fd)
+    os.unlink(first)
+    prefix, _, number = first.rpartition("-")
+    squatters = [Path(f"{prefix}-{int(number) + k}") for k in (1, 2, 3)]
+    for path in squatters:
+        path.write_bytes(b"someone else's")
+    atomic_write(target, b"{}\n")
+    assert target.read_bytes() == b"{}\n"
+    assert [p.read_bytes() for p in squatters] == [b"someone else's"] * 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["state.json", *(p.name for p in squatters)])
+    assert oct(target.stat().st_mode & 0o777) == oct(0o644)
