@@ -25,7 +25,9 @@ if [ "$scope" = all ]; then
   # good), numactl and lspci read it when it is mounted.
   PACKAGES+=(numactl pciutils)
   # RDMA: rdma-core's ibverbs-utils (ibv_devices) and infiniband-diags (ibstat) read the NICs' verbs devices.
-  PACKAGES+=(ibverbs-utils infiniband-diags)
+  # ibverbs-providers holds the drivers (mlx5 among them) libibverbs matches the devices against: libibverbs1 only
+  # recommends it, and without it ibv_devices lists no device (--no-install-recommends below).
+  PACKAGES+=(ibverbs-utils ibverbs-providers infiniband-diags)
   command -v lstopo-no-graphics >/dev/null || PACKAGES+=(hwloc-nox)
   # Certification report: the HTML report is rendered in headless Chromium and its screenshot read by tesseract.
   PACKAGES+=(chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core)
