@@ -14,15 +14,17 @@ from fakehw.sysfs.common import RISCV_MMU, cpumask, kb, page_size
 from fakehw.sysfs.tree import Section
 
 LINE = 64
-_WAYS_PREFERENCE = (16, 12, 15, 11, 20, 8, 10, 14, 4, 2, 1)
+FALLBACK_WAYS = 16
+"""The associativity of a cache whose lines its part's usual one does not divide into whole sets. A cache is whole
+KiB (the model refuses anything else: CacheSpec), so 16 lines of 64 bytes divide it: 16 ways always do."""
 CPU_DIR = "sys/devices/system/cpu"
 
 
 def _ways(size: int, preferred: int) -> int:
-    """An associativity that divides the cache into whole sets (kernel data always does); the preferences end in 1,
-    which always does."""
+    """An associativity that divides the cache into whole sets (kernel data always does): the part's usual one, else
+    :data:`FALLBACK_WAYS`."""
     lines = size // LINE
-    return next(ways for ways in (preferred, *_WAYS_PREFERENCE) if lines % ways == 0)
+    return preferred if lines % preferred == 0 else FALLBACK_WAYS
 
 
 def _l3_groups(node: Node) -> dict[int, tuple[int, ...]]:

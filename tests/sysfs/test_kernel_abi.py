@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
+import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -145,6 +146,38 @@ def test_pci_attribute_modes_are_the_kernels(rendered: Rendered) -> None:
             assert stat.S_IMODE(st.st_mode) == mode, (link.name, name, oct(st.st_mode))
 
 
+def test_pci_host_bridge_devices_have_a_writable_uevent(rendered: Rendered) -> None:
+    """Every struct device gets ``uevent`` from device_add (drivers/base/core.c, DEVICE_ATTR_RW(uevent): 0644;
+    writing it replays an event), the host bridge devices ``pciDDDD:BB`` (drivers/pci/probe.c,
+    pci_register_host_bridge) as much as the functions below them."""
+    (_, _, root), *_ = rendered("dgx-h100")
+    bridges = sorted((root / "sys/devices").glob("pci[0-9a-f][0-9a-f][0-9a-f][0-9a-f]:[0-9a-f][0-9a-f]"))
+    assert len(bridges) >= 8, bridges
+    for b in bridges:
+        assert stat.S_IMODE(os.stat(b / "uevent").st_mode) == 0o644, b.name
+
+
+NVSWITCH_DEVICE_ID = "0x22a3"
+"""The DGX H100's NVSwitch PCI device id (../shared/reference/hardware.md, DGX H100 row: "NVSwitch 22A3")."""
+
+
+def test_every_nvswitch_the_driver_binds_has_its_device_node(rendered: Rendered) -> None:
+    """A DGX H100 has four NVSwitch chips on its GPU baseboard (../shared/reference/hardware.md, DGX H100 row:
+    "4 NVSwitch chips"; the DGX H100 User Guide's hardware overview), each a PCI function bound to
+    ``nvidia-nvswitch``; the driver makes one character device per switch it probes, ``/dev/nvidia-nvswitchN`` with
+    minor N counted from 0 (linux_nvswitch.c), plus ``nvidia-nvswitchctl``, and Fabric Manager opens every one."""
+    (_, _, root), *_ = rendered("dgx-h100")
+    switches = [d for d in sorted((root / "sys/bus/pci/devices").iterdir())
+                if (_read(d / "vendor"), _read(d / "device")) == ("0x10de", NVSWITCH_DEVICE_ID)]
+    assert len(switches) == 4, [d.name for d in switches]
+    for d in switches:
+        assert (d / "driver").resolve().name == "nvidia-nvswitch", d.name
+    nodes = sorted(p.name for p in (root / "dev").glob("nvidia-nvswitch[0-9]*"))
+    assert nodes == [f"nvidia-nvswitch{i}" for i in range(4)], nodes
+    if os.geteuid() == 0:
+        assert [os.minor(os.lstat(root / "dev" / n).st_rdev) for n in nodes] == [0, 1, 2, 3]
+
+
 CXL_DEVICES = "sys/bus/cxl/devices"
 
 
@@ -182,6 +215,39 @@ def test_cxl_region_attributes_tools_write_are_writable(rendered: Rendered) -> N
         for link in regions:
             for name in writable:
                 assert stat.S_IMODE(os.stat(link / name).st_mode) == 0o644, (link.name, name)
+
+
+def _cxl_pool_with_a_pmem_region() -> System:
+    """cxl-pool plus a committed 2-way persistent-memory region in its pmem-only window (cfmws3, across cxlhb0 and
+    cxlhb1): mem1 below cxlhb0 gets 1 GiB of pmem like mem6 below cxlhb1 has."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/cxl-pool.yaml").read_text())
+    cxl = doc["groups"][0]["node"]["cxl"]
+    next(m for m in cxl["memdevs"] if m["name"] == "mem1")["pmemSize"] = "1GiB"
+    cxl["regions"].append({"name": "region1", "window": "cfmws3", "targets": ["mem1", "mem6"],
+                           "interleaveGranularity": 256, "mode": "pmem"})
+    return load_profile("cxl-pool-pmem", text=yaml.safe_dump(doc))
+
+
+def test_only_a_pmem_regions_uuid_is_writable(fast_tmp: Path) -> None:
+    """drivers/cxl/core/region.c: ``uuid`` is DEVICE_ATTR_RW (0644) and identifies a persistent-memory region's
+    label set (ndctl's ``cxl create-region -t pmem`` writes it); cxl_region_visible makes it 0444 for any other mode
+    ("support tooling that expects to find a 'uuid' attribute for all regions regardless of mode"), and uuid_show
+    prints an empty line for those, the UUID (``%pUb``) for a pmem region."""
+    system = _cxl_pool_with_a_pmem_region()
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    modes = set()
+    for region in sorted((fast_tmp / node.name / ROOT_DIR / CXL_DEVICES).glob("region[0-9]*")):
+        mode = _read(region / "mode")
+        modes.add(mode)
+        want = 0o644 if mode == "pmem" else 0o444
+        assert stat.S_IMODE(os.stat(region / "uuid").st_mode) == want, (region.name, mode)
+        text = _read(region / "uuid")
+        if mode == "pmem":
+            assert str(uuid.UUID(text)) == text, (region.name, text)
+        else:
+            assert text == "", (region.name, text)
+    assert modes == {"ram", "pmem"}, modes
 
 
 def test_x86_nodes_have_2_mib_and_1_gib_huge_page_pools(rendered: Rendered) -> None:
@@ -739,8 +805,14 @@ def test_an_idle_hdm_decoder_shows_its_registers_reset_values(rendered: Rendered
     values port.c prints: ``start`` 0x0 and ``size`` 0x0 (the empty HPA range), ``interleave_ways`` 1
     (eiw_to_ways(0)) and ``interleave_granularity`` 256 (eig_to_granularity(0): 256 << 0); a type-3 device's
     decoders are ``expander``s (CXL_DECODER_HOSTONLYMEM) and hold no region."""
-    idle = 0
-    for d in sorted(d for _, _, root in rendered("cxl-pool") for d in (root / CXL_DEVICES).glob("decoder*")):
+    assert sum(len(_idle_decoders(root)) for _, _, root in rendered("cxl-pool")) >= 8
+
+
+def _idle_decoders(root: Path) -> list[str]:
+    """Every switch and endpoint decoder of ``root`` that holds no region, each checked to show the HDM decoder
+    registers' reset values (see above); their names."""
+    idle = []
+    for d in sorted((root / CXL_DEVICES).glob("decoder*")):
         owner = d.resolve().parent.name
         if owner == "root0":
             continue  # root decoders are the firmware's windows (CFMWS), never idle
@@ -750,8 +822,32 @@ def test_an_idle_hdm_decoder_shows_its_registers_reset_values(rendered: Rendered
             continue
         values = tuple(_read(d / name) for name in ("start", "size", "interleave_ways", "interleave_granularity"))
         assert values == ("0x0", "0x0", "1", "256"), (d.name, owner, values)
-        idle += 1
-    assert idle >= 8
+        idle.append(d.name)
+    return idle
+
+
+def test_a_pooled_switchs_decoders_nothing_committed_show_reset_values(fast_tmp: Path) -> None:
+    """The virtual switch of a multi-logical device (CXL 2.0 7.2: a VCS binds the LDs to their hosts) is a switch
+    port like any other: its HDM decoders (CXL 2.0 8.2.5.12) that no region of this host committed read the
+    registers' reset values, shown as above (``start``/``size`` 0x0, 1 way, 256 B). In cxl-pool every decoder of
+    the pool's port holds one of the host's four regions; here the host holds one logical device of a pool of
+    four, so three of its pool port's decoders are idle."""
+    system = _pool_behind_a_switch(True)
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    root = fast_tmp / node.name / ROOT_DIR
+    devices = root / CXL_DEVICES
+    pooled = [e for e in sorted(devices.glob("endpoint*")) if _is_dynamic_capacity((e / "uport").resolve())]
+    pool_ports = {e.resolve().parent for e in pooled}  # the ports a pooled device's endpoint hangs off
+    assert len(pool_ports) == 2, sorted(p.name for p in pool_ports)  # pool0's and pool1's virtual switches
+    idle = set(_idle_decoders(root))
+    on_pool_ports = {d.name for p in pool_ports for d in p.glob("decoder*")} & idle
+    assert len(on_pool_ports) == 3, sorted(on_pool_ports)
+
+
+def _is_dynamic_capacity(memdev: Path) -> bool:
+    """A pooled logical device shows no static capacity (its memory is dynamic_ram_a; CXL 3.1 9.13.3)."""
+    return int(_read(memdev / "ram/size"), 16) == 0 and int(_read(memdev / "pmem/size"), 16) == 0
 
 
 def _char_majors(root: Path) -> dict[int, set[str]]:
@@ -950,6 +1046,37 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
         assert machine["MemAvailable"] <= machine["MemFree"] + reclaimable, profile
         assert machine["Committed_AS"] >= machine["AnonPages"] + machine["Shmem"], profile
         assert machine["CommitLimit"] == machine["MemTotal"] * 50 // 100, profile
+
+
+MIN_FREE_KBYTES_MAX = 262144
+"""mm/page_alloc.c init_per_zone_wmark_min: min_free_kbytes is int_sqrt(lowmem_kbytes * 16) clamped to 128..262144
+kB (the sum of every zone's min watermark)."""
+LOW_ZONES_KB = 4 << 20
+"""x86-64's ZONE_DMA and ZONE_DMA32 end at 16 MiB and 4 GiB (arch/x86/mm/init.c zone_sizes_init: MAX_DMA_PFN,
+MAX_DMA32_PFN), so they manage at most 4 GiB: the cap calculate_totalreserve_pages puts on their lowmem reserves
+(``if (max > managed_pages) max = managed_pages``)."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "t4-cloud"))
+def test_mem_available_keeps_at_least_half_the_reclaimable_cache(rendered: Rendered, profile: str) -> None:
+    """mm/show_mem.c si_mem_available: ``MemAvailable`` is the free pages less totalreserve_pages, plus the file LRU
+    lists less min(half of them, the low watermarks), plus reclaimable kernel memory (``KReclaimable``: reclaimable
+    slab and misc) less min(half of it, the low watermarks). So it is at least ``MemFree`` + half the file LRU +
+    half ``KReclaimable`` - totalreserve_pages. totalreserve_pages (mm/page_alloc.c, calculate_totalreserve_pages)
+    is each zone's largest lowmem reserve, capped at the zone's managed pages, plus its high watermark. The
+    reserves keep allocations for a node's higher zones out of its lower ones (setup_per_zone_lowmem_reserve), so
+    with booted DRAM in ZONE_NORMAL (no movable_node or kernelcore=) only x86's low zones have one: at most 4 GiB.
+    The high watermark is min + 2 * max(min / 4, managed * watermark_scale_factor / 10000), the mins summing to
+    min_free_kbytes (at most 256 MiB; a highmem or movable zone's own min is at most 128 pages) and the default
+    scale factor 10 (admin-guide/sysctl/vm.rst): at most 1.5 * 256 MiB + MemTotal / 500 in all, with 128 MiB of
+    room for the movable zones' mins. x86-64 profiles: the zone limits above are x86's."""
+    for _, node, root in rendered(profile):
+        assert node.cpu.arch == "amd64", profile
+        m = _meminfo_kb(root / "proc/meminfo")
+        reserve = LOW_ZONES_KB + MIN_FREE_KBYTES_MAX * 3 // 2 + (128 << 10) + m["MemTotal"] // 500
+        file_lru = m["Active(file)"] + m["Inactive(file)"]
+        floor = m["MemFree"] - reserve + file_lru // 2 + m["KReclaimable"] // 2
+        assert m["MemAvailable"] >= floor, (profile, m["MemAvailable"], floor)
 
 
 VMALLOC_TOTAL_KB = {
