@@ -111,6 +111,29 @@ def test_events_before_registration_are_not_delivered(nvml: Callable[..., NodeSn
     assert_nothing_delivered(n, s, "an event from before the registration was delivered")
 
 
+def test_a_lost_gpu_the_set_never_registered_does_not_end_its_wait(nvml: Callable[..., NodeSnap],
+                                                                  pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlEventSetWait_v2: "If any of the GPUs registered with the event set falls off the bus,
+    NVML_ERROR_GPU_IS_LOST will be returned". A set registered for gpu0 only keeps waiting (and times out) when
+    gpu1, which it never registered, falls off the bus (Xid 79); a set that registered gpu1 gets GPU_IS_LOST."""
+    n = pynvml_module
+    snap = nvml("edge-pcie")
+    only_gpu0, with_gpu1 = n.nvmlEventSetCreate(), n.nvmlEventSetCreate()
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(0), EVENT_XID, only_gpu0)
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(1), EVENT_XID, with_gpu1)
+    write_node(snap.path, "edge-pcie", faults=[{"kind": "xid", "device": "gpu1", "code": 79}], generation=2,
+               first_seq=100)
+    try:
+        n.nvmlEventSetWait(with_gpu1, 1000)  # the Xid 79 itself, then the loss
+        n.nvmlEventSetWait(with_gpu1, 1000)
+        raise AssertionError("the set registered for gpu1 was not told it is lost")
+    except n.NVMLError_GpuIsLost:
+        pass
+    finally:
+        n.nvmlEventSetFree(with_gpu1)
+    assert_nothing_delivered(n, only_gpu0, "gpu1's loss ended the wait of a set that never registered it")
+
+
 def test_a_device_registered_late_gets_none_of_its_earlier_events(nvml: Callable[..., NodeSnap],
                                                                   pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceRegisterEvents: "Starts recording of events on a specified device". A set already waiting

@@ -1743,3 +1743,89 @@ def test_process_utilization_hands_out_only_samples_newer_than_the_last_seen(nvm
     info.lastSeenTimeStamp = 0
     assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
     assert entries[0].pid == 7171 and entries[0].timeStamp == seen
+
+
+# --------------------------------------------------------------------------------------------------- night round
+
+
+def test_per_link_fields_of_links_6_to_11_read_their_own_links(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h numbers the per-link NVLink error fields in two runs: _L0 ... _L5 first (NVML_FI_DEV_NVLINK_CRC_DATA_
+    ERROR_COUNT_L0 = 39 ... L5 = 44), then _L6 ... _L11 much later (L6 = 102 ... L11 = 107), each id naming its
+    link. A fault of 37 CRC data errors on gpu1's link 7 (of 18 on an H100) is what field L7 reads, and link 1
+    (the id's position inside its run) reads 0, as nvmlDeviceGetNvLinkErrorCounter says of both links."""
+    n = pynvml_module
+    nvml("dgx-h100", faults=[{"kind": "nvlink-errors", "device": "gpu1", "link": 7, "counter": "crc-data",
+                              "increment": 37}])
+    h = handles(n)[1]
+    assert n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L7 == 103 and n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L1 == 40
+    assert n.nvmlDeviceGetNvLinkErrorCounter(h, 7, n.NVML_NVLINK_ERROR_DL_CRC_DATA) == 37
+    assert n.nvmlDeviceGetNvLinkErrorCounter(h, 1, n.NVML_NVLINK_ERROR_DL_CRC_DATA) == 0
+    fields = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L7,
+                                            n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L1])
+    assert [(f.nvmlReturn, f.value.ullVal) for f in fields] == [(0, 37), (0, 0)]
+
+
+def test_resetting_a_links_error_counters_resets_all_five(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceResetNvLinkErrorCounters: "Resets all error counters to zero"; the counters are the five
+    of nvmlNvLinkErrorCounter_t (DL_REPLAY 0, DL_RECOVERY 1, DL_CRC_FLIT 2, DL_CRC_DATA 3, DL_ECC_DATA 4). With
+    errors of every kind on gpu2's link 6, each reads what the fault added before the reset and 0 after it."""
+    n = pynvml_module
+    counters = ("replay", "recovery", "crc-flit", "crc-data", "ecc-data")
+    faults = [{"kind": "nvlink-errors", "device": "gpu2", "link": 6, "counter": name, "increment": 10 + i}
+              for i, name in enumerate(counters)]
+    nvml("dgx-h100", faults=faults)
+    h = handles(n)[2]
+    assert n.NVML_NVLINK_ERROR_DL_ECC_DATA == 4
+    assert [n.nvmlDeviceGetNvLinkErrorCounter(h, 6, c) for c in range(5)] == [10, 11, 12, 13, 14]
+    n.nvmlDeviceResetNvLinkErrorCounters(h, 6)
+    assert [n.nvmlDeviceGetNvLinkErrorCounter(h, 6, c) for c in range(5)] == [0, 0, 0, 0, 0]
+
+
+class UuidV1(ctypes.Structure):
+    """nvmlUUID_v1_t (nvml.h, 575 and later): version, type, then the ASCII (41 bytes) or binary (16) UUID."""
+
+    class Value(ctypes.Union):
+        _fields_ = [("str", ctypes.c_char * 41), ("bytes", ctypes.c_ubyte * 16)]
+
+    _fields_ = [("version", ctypes.c_uint), ("type", ctypes.c_uint), ("value", Value)]
+
+
+def test_handle_by_binary_uuid_is_the_gpus_own(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetHandleByUUIDV: the UUID as NVML_UUID_TYPE_ASCII (1) text or NVML_UUID_TYPE_BINARY (2)
+    16 bytes, which name the same GPU. A GPU UUID is "GPU-" and the RFC 4122 text of those 16 bytes, which RFC
+    4122 section 3 writes in lower case (as nvidia-smi prints it in every capture): the binary form of each GPU's
+    UUID finds the handle nvmlDeviceGetHandleByIndex gives, and so does its text."""
+    import uuid as uuidlib
+
+    n = pynvml_module
+    snap = nvml("dgx-h100")  # driver 580: the function is there from 575
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    version = ctypes.sizeof(UuidV1) | 1 << 24
+    for gpu, h in zip(snap.node.gpus, handles(n), strict=True):
+        raw = uuidlib.UUID(gpu.uuid.removeprefix("GPU-")).bytes
+        binary = UuidV1(version=version, type=2)
+        ctypes.memmove(binary.value.bytes, raw, 16)
+        text = UuidV1(version=version, type=1)
+        text.value.str = gpu.uuid.encode()
+        for key in (binary, text):
+            found = ctypes.c_void_p()
+            assert lib.nvmlDeviceGetHandleByUUIDV(ctypes.byref(key), ctypes.byref(found)) == 0, gpu.uuid
+            assert found.value == addr(h)
+
+
+def test_running_process_detail_list_by_mode(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetRunningProcessDetailList: nvmlProcessDetailList_t.mode is NVML_PROCESS_MODE_COMPUTE
+    (0), _GRAPHICS (1) or _MPS (2), and the list holds the processes of that kind, as the older getters
+    nvmlDeviceGet{Compute,Graphics,MPSCompute}RunningProcesses list them. gpu1 runs a compute process, a graphics
+    one and an MPS client (a compute process through the MPS server)."""
+    n = pynvml_module
+    procs = [FakeProcess("gpu1", 4242, 3 * 2**30, "trainer", kinds=1),
+             FakeProcess("gpu1", 4343, 2**30, "viz", kinds=2),
+             FakeProcess("gpu1", 4444, 5 * 2**30, "mps-client", kinds=5)]
+    nvml("dgx-h100", processes=procs)
+    h = handles(n)[1]
+    assert (n.NVML_PROCESS_MODE_COMPUTE, n.NVML_PROCESS_MODE_GRAPHICS, n.NVML_PROCESS_MODE_MPS) == (0, 1, 2)
+    by_mode = {mode: sorted((p.pid, p.usedGpuMemory) for p in
+                            n.nvmlDeviceGetRunningProcessDetailList(h, n.nvmlProcessDetailList_v1, mode))
+               for mode in (0, 1, 2)}
+    assert by_mode == {0: [(4242, 3 * 2**30), (4444, 5 * 2**30)], 1: [(4343, 2**30)], 2: [(4444, 5 * 2**30)]}
