@@ -280,3 +280,38 @@ def test_kills_by_timeout_are_counted_apart(capsys: pytest.CaptureFixture[str]) 
     tool._print(scores, 60.0)
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("a "))
     assert row.split() == ["a", "2", "2", "1", "0", "0", "0", "100%"]
+
+
+# ------------------------------------------------------------------------- runs side by side (issue 16)
+
+
+def test_runs_without_work_get_a_directory_each_removed_at_the_end() -> None:
+    """Two runs on one directory delete each other's copies (a copy of the same name is cleared first, the end of a
+    run clears every ``worker-*``), and a test run whose tree vanishes fails: a kill no test made. Two runs side by
+    side with the old default (/tmp/fhw-mutate) did this on 2026-11-26: one failed its baseline, the other had its
+    baseline copy cleared under it."""
+    tool = _load_tool()
+    with tool.work_dir(None) as first, tool.work_dir(None) as second:
+        assert first != second and first.is_dir() and second.is_dir()
+    assert not first.exists() and not second.exists()
+
+
+def test_a_work_directory_in_use_is_refused_before_anything_starts(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A ``--work`` another run holds is refused, naming it, before a baseline copy is made there; once that run
+    ends the directory can be used again."""
+    tool = _load_tool()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",  # as if the engine were installed
+                        lambda name, *a: real("json") if name == "cosmic_ray" else real(name, *a))
+
+    def no_baseline(areas: object, work: Path) -> dict[str, float]:
+        raise AssertionError(f"a baseline was started in {work}")
+
+    monkeypatch.setattr(tool, "baseline", no_baseline)
+    work = tmp_path / "work"
+    with tool.work_dir(str(work)):
+        assert tool.main(["--area", "fabric lint", "--work", str(work)]) == 2
+    assert f"tools/mutate.py: another tools/mutate.py run is using {work}" in capsys.readouterr().err
+    with tool.work_dir(str(work)) as again:
+        assert again == work

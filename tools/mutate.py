@@ -17,13 +17,15 @@ Runtime: every mutant costs one run of its area's tests (seconds for most areas)
 area takes about 20-40 minutes with ``--jobs 2`` on a 2-core machine; ``--area`` runs one area, ``--sample 0`` all of
 its mutants. It is not part of ``make test``/CI for that reason.
 
-The working copies live under ``--work`` (default /tmp/fhw-mutate) and are deleted afterwards; the tree itself is
+The working copies live under ``--work`` and are deleted afterwards (default: a new directory of its own under
+$TMPDIR; a directory given is locked for the run, so two runs side by side never share one); the tree itself is
 never modified. Results are also written as JSON (``--json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib.util
 import json
 import os
@@ -31,6 +33,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from collections.abc import Iterator
@@ -544,6 +547,38 @@ def _run_c(area: Area, mutant: CMutant, timeout: float) -> Outcome:
 # --------------------------------------------------------------------------------------------------- driver
 
 
+WORK_LOCK = ".mutate.lock"
+
+
+class WorkInUse(RuntimeError):
+    """Another run holds the ``--work`` directory."""
+
+
+@contextmanager
+def work_dir(given: str | None) -> Iterator[Path]:
+    """The directory this run's copies go to, for this run alone. Two runs sharing one delete each other's copies
+    (:func:`make_copy` clears a copy of the same name first, the end of a run clears every ``worker-*``), and a test
+    run whose tree disappears under it fails: a kill no test made (two runs side by side on the default directory
+    did this on 2026-11-26, one failing its baseline). Without ``--work`` each run gets a new directory, removed at
+    the end; a given one is locked (flock(2), released when the run ends however it ends) and a second run refused."""
+    if given is None:
+        path = Path(tempfile.mkdtemp(prefix="fhw-mutate-"))
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+        return
+    path = Path(given)
+    path.mkdir(parents=True, exist_ok=True)
+    with open(path / WORK_LOCK, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise WorkInUse(f"another tools/mutate.py run is using {path} (it would delete its copies): give this "
+                            "one another --work, or none (a directory of its own)") from None
+        yield path
+
+
 def baseline(areas: list[Area], work: Path) -> dict[str, float]:
     """Each area's tests must pass unmutated (else its mutants prove nothing); their time sets the timeouts."""
     copy = make_copy(work, "baseline")
@@ -580,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=30, help="mutants per area (0: all); default 30")
     parser.add_argument("--seed", type=int, default=16, help="sampling seed (default 16: the same sample each run)")
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once, each in its own copy")
-    parser.add_argument("--work", default="/tmp/fhw-mutate", help="where the working copies go")
+    parser.add_argument("--work", help="where the working copies go (default: a new directory under $TMPDIR)")
     parser.add_argument("--json", metavar="PATH", help="also write every outcome here")
     parser.add_argument("--c-last", type=int, default=0, metavar="N",
                         help="nvml C getters: only the last N hand-written mutants of tools/nvml-c-mutants.toml (a "
@@ -598,8 +633,16 @@ def main(argv: list[str] | None = None) -> int:
     except EquivalentsError as e:
         print(f"tools/mutate.py: {e}", file=sys.stderr)
         return 2
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
+    try:
+        with work_dir(args.work) as work:
+            return _run(args, areas, known, work)
+    except WorkInUse as e:
+        print(f"tools/mutate.py: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, areas: list[Area], known: list[Equivalent], work: Path) -> int:
+    """Baseline, sample, mutants, scores: the run itself, its copies under ``work``."""
     started = time.monotonic()
     times = baseline(areas, work)
     jobs = plan(areas, args.sample, args.seed, args.c_last)

@@ -31,7 +31,14 @@ from conformance.provenance.dsse import (
     parse_public_pem,
     verify_key_bundle,
 )
-from conformance.provenance.statement import BUNDLE_FILE, STATEMENT_FILE, StatementError, differences, statement
+from conformance.provenance.statement import (
+    BUNDLE_FILE,
+    RUN_FILES,
+    STATEMENT_FILE,
+    StatementError,
+    differences,
+    statement,
+)
 from conformance.report.model import Report, ReportError, load_report
 from conformance.report.model import verify as verify_report
 
@@ -39,6 +46,8 @@ MAX_FILE_BYTES = 64 << 20
 MAX_LISTED_DIFFERENCES = 20
 """Differences listed per comparison (seal against run, signed statement against run); the rest are counted, so a
 forged seal cannot flood the output and a long list is never mistaken for all of them (docs/certification.md)."""
+_BYPRODUCTS = "predicate.runDetails.byproducts."
+"""Where a difference in the run's files shows (:func:`conformance.provenance.statement.differences` paths)."""
 
 
 @dataclass(frozen=True)
@@ -123,9 +132,11 @@ def _listed(diffs: list[str], what: str) -> list[str]:
 
 
 def _explain(diff: str) -> str:
-    if ".byproducts." in diff and ".digest." in diff:
-        name = diff.split(".byproducts.", 1)[1].split(".digest.", 1)[0]
-        return f"{name} was changed after the run was sealed ({diff})"
+    """A difference in words: a file of the run whose digest differs was changed; anything else is quoted as it is
+    (a byproduct only the seal lists is no file of the run, whatever its name holds)."""
+    for name in RUN_FILES:
+        if diff.startswith(f"{_BYPRODUCTS}{name}.digest."):
+            return f"{name} was changed after the run was sealed ({diff})"
     if diff.startswith("subject"):
         return f"the component under test differs from the sealed one ({diff})"
     return diff

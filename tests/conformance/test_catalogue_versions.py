@@ -3,6 +3,7 @@ and a report is checked for completeness against the version it records."""
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import shutil
@@ -96,6 +97,36 @@ def test_bump_records_a_new_version_only_when_the_catalogue_changed(tmp_path: Pa
         assert cv.main([]) == 0
     finally:
         cv._published.cache_clear()
+
+
+def test_a_bump_adds_lines_to_the_published_file_and_rewrites_none(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Published versions never change, and versions.json is reviewed as a git diff (the module's docstring: one line
+    per requirement, "diffs of a new version stay readable"). So a bump, which rewrites the whole file, must write the
+    published versions byte for byte as they are in the shipped file: the diff of a bump is the new version's lines
+    and the ``current`` line, and no line of an older version. Expected lines: the shipped versions.json itself."""
+    copy = tmp_path / "versions.json"
+    shutil.copyfile(VERSIONS, copy)
+    monkeypatch.setattr(cv, "_versions_path", lambda: copy)
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "vendor.yaml").write_text("target: vendor\nrequirements:\n  - {id: VN-XTRA-001, title: t, "
+                                       "rationale: r, category: c, level: core}\n")
+    monkeypatch.setenv("FAKEHW_EXTRA_REQUIREMENTS", str(extra))
+    cv._published.cache_clear()
+    try:
+        before = cv.current_version()
+        cv.bump()
+    finally:
+        cv._published.cache_clear()
+    shipped = VERSIONS.read_text().splitlines()
+    bumped = copy.read_text().splitlines()
+    opcodes = difflib.SequenceMatcher(None, shipped, bumped, autojunk=False).get_opcodes()
+    removed = [line for tag, i1, i2, _, _ in opcodes if tag in ("replace", "delete") for line in shipped[i1:i2]]
+    # The current version's number goes; at most the closing brace of the last version also changes (JSON now
+    # follows it with a comma), unless the diff matches it to another version's.
+    assert f' "current": "{before}",' in removed and set(removed) <= {f' "current": "{before}",', "  }"}, removed
+    assert any(line.rstrip(",") == '    "VN-XTRA-001": ["vendor", "c", "core", true]' for line in bumped)
 
 
 def test_resolving_a_recorded_catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -948,3 +948,55 @@ def test_a_keyless_signature_is_trusted_when_an_identity_or_an_issuer_was_asked_
         result = verify_run(forged, TrustPolicy(trust_root=root, **policy))
         assert (result.problems, result.trusted) == ([], trusted), policy
         assert result.signer == f"sigstore {wf.identity} (issuer {GITHUB_ISSUER})"
+
+
+def test_a_byproduct_only_the_seal_lists_is_not_called_a_changed_file(run: Path, tmp_path: Path) -> None:
+    """docs/certification.md, verify step 3: an edited ``summary.md`` shows as "summary.md was changed after the run
+    was sealed". A forged seal that lists a byproduct the run does not have (here named ``notes.digest.md``, a name
+    holding the ``.digest.`` of a digest path) names no file of the run that changed: it is quoted as the statement
+    comparison states it, not explained as a change to a file called ``notes``. An edited run file is still named
+    as changed. (Seed 10223: the old explanation split any byproducts path at ``.digest.``.)"""
+    forged = _copy(run, tmp_path)
+    sealed = json.loads((forged / STATEMENT_FILE).read_text())
+    sealed["predicate"]["runDetails"]["byproducts"].append({"name": "notes.digest.md",
+                                                             "digest": {"sha256": "ab" * 32}})
+    (forged / STATEMENT_FILE).write_text(json.dumps(sealed))
+    assert _problems(forged) == ["seal mismatch: predicate.runDetails.byproducts.notes.digest.md is not in the run"]
+    with open(forged / "summary.md", "a") as fh:
+        fh.write("edited\n")
+    assert [p.split(" (")[0] for p in _problems(forged)] == [
+        "seal mismatch: predicate.runDetails.byproducts.notes.digest.md is not in the run",
+        "seal mismatch: summary.md was changed after the run was sealed"]
+
+
+def test_a_target_whose_path_is_not_utf8_is_signed_as_json_that_reads_back() -> None:
+    """Linux paths and argv are bytes; Python hands on a byte that is not UTF-8 as a lone surrogate (PEP 383,
+    surrogateescape), so a target given as ``cmd:/opt/caf\\xe9/plugin`` (a Latin-1 directory) reaches the statement as
+    ``caf\\udce9``. JSON can carry it (RFC 8259, section 7: any code unit as a \\u escape), so the signed payload must
+    be bytes that parse back to the same statement, not an encoding error at signing time."""
+    from conformance.provenance.statement import STATEMENT_TYPE, payload
+
+    stmt = {"_type": STATEMENT_TYPE, "predicate": {"buildDefinition": {"externalParameters": {
+        "targets": ["device-plugin=cmd:/opt/caf\udce9/plugin", "scheduler=cmd:/opt/café/extender"]}}}}
+    assert json.loads(payload(stmt)) == stmt
+
+
+def test_report_json_does_not_depend_on_the_order_of_members_in_the_results() -> None:
+    """RFC 8259, section 4: an object is an unordered collection of members, so two results files that differ only in
+    the order of an object's members are the same results (``jq -S`` or any JSON tool may reorder them). A report
+    rebuilt from them is the same report (model.py: "so a report rebuilt from them is the same report"), to the byte:
+    report.json is a byproduct of the run by sha256 in the statement."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import build_report
+
+    def results(evidence: dict[str, Any], images: dict[str, str]) -> dict[str, Any]:
+        return {"schema": RESULTS_SCHEMA, "complete": True, "updated": 86400.0, "environment": {"images": images},
+                "tests": [{"nodeid": "t::a", "outcome": "passed",
+                           "evidence": [{"label": "allocate", "value": evidence}]}],
+                "requirements": {"SCHED-FIT-001": {"status": "passed", "tests": ["t::a"], "duration": 1.0}}}
+
+    one = build_report(results({"gpus": [0, 1], "node": "n0"}, {"linux/amd64": "sha256:" + "a" * 64,
+                                                                 "linux/arm64": "sha256:" + "b" * 64}))
+    other = build_report(results({"node": "n0", "gpus": [0, 1]}, {"linux/arm64": "sha256:" + "b" * 64,
+                                                                   "linux/amd64": "sha256:" + "a" * 64}))
+    assert one.to_json() == other.to_json()
