@@ -639,12 +639,15 @@ def test_clocks_power_temperature_throttling(nvml: Nvml, pynvml_module: ModuleTy
 # --------------------------------------------------------------------------------------------------- processes
 
 
+GPU1_PROCESSES = (FakeProcess("gpu1", 4242, 3 * 2**30, "trainer", kinds=1),
+                  FakeProcess("gpu1", 4343, 2**30, "viz", kinds=2),
+                  FakeProcess("gpu1", 4444, 5 * 2**30, "mps-client", kinds=5))
+"""gpu1's processes in the process tests: one compute, one graphics, one MPS client (compute through the MPS server)."""
+
+
 def test_running_processes_in_every_layout(nvml: Nvml, pynvml_module: ModuleType) -> None:
     n = pynvml_module
-    procs = [FakeProcess("gpu1", 4242, 3 * 2**30, "trainer", kinds=1),
-             FakeProcess("gpu1", 4343, 2**30, "viz", kinds=2),
-             FakeProcess("gpu1", 4444, 5 * 2**30, "mps-client", kinds=5)]
-    nvml("dgx-h100", processes=procs)
+    nvml("dgx-h100", processes=GPU1_PROCESSES)
     h = handles(n)[1]
     compute = n.nvmlDeviceGetComputeRunningProcesses(h)  # _v3
     assert {(p.pid, p.usedGpuMemory) for p in compute} == {(4242, 3 * 2**30), (4444, 5 * 2**30)}
@@ -1819,10 +1822,7 @@ def test_running_process_detail_list_by_mode(nvml: Nvml, pynvml_module: ModuleTy
     nvmlDeviceGet{Compute,Graphics,MPSCompute}RunningProcesses list them. gpu1 runs a compute process, a graphics
     one and an MPS client (a compute process through the MPS server)."""
     n = pynvml_module
-    procs = [FakeProcess("gpu1", 4242, 3 * 2**30, "trainer", kinds=1),
-             FakeProcess("gpu1", 4343, 2**30, "viz", kinds=2),
-             FakeProcess("gpu1", 4444, 5 * 2**30, "mps-client", kinds=5)]
-    nvml("dgx-h100", processes=procs)
+    nvml("dgx-h100", processes=GPU1_PROCESSES)
     h = handles(n)[1]
     assert (n.NVML_PROCESS_MODE_COMPUTE, n.NVML_PROCESS_MODE_GRAPHICS, n.NVML_PROCESS_MODE_MPS) == (0, 1, 2)
     by_mode = {mode: sorted((p.pid, p.usedGpuMemory) for p in
