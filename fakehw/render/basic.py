@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -79,6 +80,12 @@ _RAW = "\x00raw\x00"
 """What stands in for a member given as JSON text while the rest is encoded (see :func:`_object_text`)."""
 
 
+@functools.cache
+def _token(key: str) -> str:
+    """The JSON text of the placeholder of member ``key`` (a handful of keys: ``gpus``, ``faults``, ``xids``)."""
+    return _compact(_RAW + key)
+
+
 def _object_text(doc: dict[str, Any], raw: dict[str, str]) -> str:
     """``_compact`` of ``doc`` with the members in ``raw`` given as JSON text already.
 
@@ -86,7 +93,7 @@ def _object_text(doc: dict[str, Any], raw: dict[str, str]) -> str:
     by its text (a dumps per member costs more than the rest of the state's encoding). A placeholder that occurs
     other than once in the encoding (a value of ``doc`` happens to hold it) falls back to encoding member by
     member."""
-    tokens = {k: _compact(_RAW + k) for k in raw}
+    tokens = {k: _token(k) for k in raw}
     text = _compact({**doc, **{k: _RAW + k for k in raw}})
     if all(text.count(t) == 1 for t in tokens.values()):  # then splice at the placeholders' places in ``text``
         at = sorted((text.index(token), token, raw[k]) for k, token in tokens.items())

@@ -11,6 +11,7 @@ import ctypes
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -376,7 +377,6 @@ class FabricInfoV3(ctypes.Structure):
 
 
 def test_fabric_nvl72_all_72_gpus(pynvml_module: ModuleType, node_snapshot: Callable[..., NodeSnap]) -> None:
-    import uuid
 
     from tests.nvml.helpers import snapshot_env
 
@@ -1748,7 +1748,7 @@ def test_process_utilization_hands_out_only_samples_newer_than_the_last_seen(nvm
     assert entries[0].pid == 7171 and entries[0].timeStamp == seen
 
 
-# --------------------------------------------------------------------------------------------------- night round
+# ------------------------------------------------------------------ per-link fields, UUID lookup, detail lists
 
 
 def test_per_link_fields_of_links_6_to_11_read_their_own_links(nvml: Nvml, pynvml_module: ModuleType) -> None:
@@ -1798,14 +1798,12 @@ def test_handle_by_binary_uuid_is_the_gpus_own(nvml: Nvml, pynvml_module: Module
     16 bytes, which name the same GPU. A GPU UUID is "GPU-" and the RFC 4122 text of those 16 bytes, which RFC
     4122 section 3 writes in lower case (as nvidia-smi prints it in every capture): the binary form of each GPU's
     UUID finds the handle nvmlDeviceGetHandleByIndex gives, and so does its text."""
-    import uuid as uuidlib
-
     n = pynvml_module
     snap = nvml("dgx-h100")  # driver 580: the function is there from 575
     lib = ctypes.CDLL("libnvidia-ml.so.1")
     version = ctypes.sizeof(UuidV1) | 1 << 24
     for gpu, h in zip(snap.node.gpus, handles(n), strict=True):
-        raw = uuidlib.UUID(gpu.uuid.removeprefix("GPU-")).bytes
+        raw = uuid.UUID(gpu.uuid.removeprefix("GPU-")).bytes
         binary = UuidV1(version=version, type=2)
         ctypes.memmove(binary.value.bytes, raw, 16)
         text = UuidV1(version=version, type=1)
