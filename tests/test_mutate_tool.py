@@ -315,3 +315,13 @@ def test_a_work_directory_in_use_is_refused_before_anything_starts(
     assert f"tools/mutate.py: another tools/mutate.py run is using {work}" in capsys.readouterr().err
     with tool.work_dir(str(work)) as again:
         assert again == work
+
+
+def test_a_negative_c_last_is_refused_with_what_it_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--c-last N`` picks a round of hand-written C mutants by its size; a negative N would silently pick all but
+    the first |N| (a Python slice), so it is refused by argparse (exit 2) with what the option takes."""
+    tool = _load_tool()
+    with pytest.raises(SystemExit) as exit_info:
+        tool.main(["--area", "nvml C getters", "--c-last", "-1"])
+    assert exit_info.value.code == 2
+    assert "--c-last must be 0 (all) or a positive number of mutants" in capsys.readouterr().err
