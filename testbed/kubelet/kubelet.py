@@ -26,7 +26,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -411,7 +410,7 @@ class Kubelet:
 
         try:
             grpc.channel_ready_future(channel).result(timeout=self.timeouts.dial)
-        except FutureTimeout:
+        except grpc.FutureTimeoutError:
             fail("dial-failed", f"could not connect to {path} within {self.timeouts.dial:g} s")
             return
         client = DevicePluginClient(channel)

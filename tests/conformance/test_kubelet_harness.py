@@ -87,6 +87,20 @@ def test_refused_registrations(hostile: Callable[[str], Hostile], behaviour: str
     assert h.calls() == [], "a refused plugin is never called"
 
 
+def test_an_endpoint_nobody_listens_on_fails_the_registration(hostile: Callable[[str], Hostile]) -> None:
+    """The kubelet dials a registered endpoint; when the dial never succeeds the registration fails and says so.
+
+    The socket file exists (so Register is accepted) but nothing listens, so every connect is refused
+    (ECONNREFUSED, unix(7)). Before this test the dial timeout raised ``grpc.FutureTimeoutError``, which is not
+    ``concurrent.futures.TimeoutError``: the connecting thread died with a traceback and the registration stayed
+    "pending" until the start deadline, with no reason given."""
+    h = hostile("dead-endpoint")
+    v = _violation(lambda: h.kubelet.wait_endpoint(GPU), FAST.start)
+    assert v.check == "registration-dial-failed", v.message
+    assert "dead.sock" in v.message and f"within {FAST.dial:g} s" in v.message
+    assert h.calls() == [], "nothing is called on an endpoint that cannot be reached"
+
+
 @pytest.mark.parametrize(("behaviour", "words"), [
     ("options-fail", "UNAVAILABLE: hostile: options are not available"),
     ("options-hang", "did not answer within its deadline"),

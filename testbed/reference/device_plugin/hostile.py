@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import threading
 import time
@@ -27,6 +28,7 @@ BEHAVIOURS = {
     "wrong-version": "registers with API version v1alpha1",
     "bad-resource-name": "registers the resource name 'gpu' (no domain)",
     "missing-endpoint": "registers an endpoint socket that does not exist",
+    "dead-endpoint": "registers an endpoint that is a socket file nobody listens on (bound, never served)",
     "options-fail": "GetDevicePluginOptions fails with UNAVAILABLE",
     "options-hang": "GetDevicePluginOptions never answers",
     "list-hang": "ListAndWatch never sends a device list",
@@ -43,6 +45,7 @@ BEHAVIOURS = {
 }
 DEVICES = tuple(f"hostile-{i}" for i in range(4))
 SOCKET = "hostile.sock"
+DEAD_SOCKET = "dead.sock"
 HANG_S = 3600.0
 
 
@@ -144,10 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     path.unlink(missing_ok=True)
     server.add_insecure_port(api.unix_target(path))
     server.start()
+    dead = _dead_socket(args.plugin_dir / DEAD_SOCKET) if args.behaviour == "dead-endpoint" else None
     if args.behaviour != "never-registers":
         request = pb.RegisterRequest(
             version="v1alpha1" if args.behaviour == "wrong-version" else api.VERSION,
-            endpoint="nope.sock" if args.behaviour == "missing-endpoint" else SOCKET,
+            endpoint=_endpoint(args.behaviour),
             resource_name="gpu" if args.behaviour == "bad-resource-name" else "nvidia.com/gpu",
             options=pb.DevicePluginOptions(get_preferred_allocation_available=True))
         try:
@@ -162,7 +166,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         plugin.stop.set()
         server.stop(0)
+        if dead is not None:
+            dead.close()
     return 0
+
+
+def _endpoint(behaviour: str) -> str:
+    """The endpoint the plugin names in Register."""
+    return {"missing-endpoint": "nope.sock", "dead-endpoint": DEAD_SOCKET}.get(behaviour, SOCKET)
+
+
+def _dead_socket(path: Path) -> socket.socket:
+    """A unix socket bound at ``path`` that never listens: the file exists, every connect is refused."""
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    return sock
 
 
 if __name__ == "__main__":
