@@ -1827,3 +1827,30 @@ def test_running_process_detail_list_by_mode(nvml: Nvml, pynvml_module: ModuleTy
                             n.nvmlDeviceGetRunningProcessDetailList(h, n.nvmlProcessDetailList_v1, mode))
                for mode in (0, 1, 2)}
     assert by_mode == {0: [(4242, 3 * 2**30), (4444, 5 * 2**30)], 1: [(4343, 2**30)], 2: [(4444, 5 * 2**30)]}
+
+
+# ------------------------------------------------ supported memory clocks (the C round of seeds 10301-10302)
+
+
+def test_supported_memory_clocks_refuse_an_array_shorter_than_the_list(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetSupportedMemoryClocks: ``count`` gives the size of the ``clocksMHz`` array and
+    NVML_ERROR_INSUFFICIENT_SIZE answers "if count is too small (count is set to the number of required
+    elements)". The real T4 lists two memory clocks (qx-t4.xml, supported_clocks: 5001 MHz, then 405 MHz): an
+    array of one is too small and must stay untouched past what the caller offered, an array of two gets both.
+    nvidia-ml-py asks with count 0 first, so only a direct call reaches a non-zero count that is too small."""
+    n = pynvml_module
+    t4 = board_capture("t4")
+    listed = [number(m.split(":")[0]) for m in t4["/supported_clocks"].split("; ")]
+    assert listed == [5001, 405]
+    nvml("t4-cloud")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[0]
+    guard = 0xABABABAB
+    clocks = (ctypes.c_uint * 3)(guard, guard, guard)
+    count = ctypes.c_uint(1)
+    assert lib.nvmlDeviceGetSupportedMemoryClocks(h, ctypes.byref(count), clocks) == n.NVML_ERROR_INSUFFICIENT_SIZE
+    assert count.value == 2
+    assert clocks[1] == guard and clocks[2] == guard  # nothing written past the one element offered
+    count = ctypes.c_uint(2)
+    assert lib.nvmlDeviceGetSupportedMemoryClocks(h, ctypes.byref(count), clocks) == n.NVML_SUCCESS
+    assert (count.value, list(clocks)) == (2, [5001, 405, guard])
