@@ -1829,7 +1829,7 @@ def test_running_process_detail_list_by_mode(nvml: Nvml, pynvml_module: ModuleTy
     assert by_mode == {0: [(4242, 3 * 2**30), (4444, 5 * 2**30)], 1: [(4343, 2**30)], 2: [(4444, 5 * 2**30)]}
 
 
-# ------------------------------------------------ supported memory clocks (the C round of seeds 10301-10302)
+# ------------------------------------ memory clocks, process names, ... (the C round of seeds 10301-10302)
 
 
 def test_supported_memory_clocks_refuse_an_array_shorter_than_the_list(nvml: Nvml, pynvml_module: ModuleType) -> None:
@@ -1854,3 +1854,20 @@ def test_supported_memory_clocks_refuse_an_array_shorter_than_the_list(nvml: Nvm
     count = ctypes.c_uint(2)
     assert lib.nvmlDeviceGetSupportedMemoryClocks(h, ctypes.byref(count), clocks) == n.NVML_SUCCESS
     assert (count.value, list(clocks)) == (2, [5001, 405, guard])
+
+
+def test_a_process_name_is_cropped_to_the_callers_length(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSystemGetProcessName: "Returned process name is cropped to provided length", ``length`` being
+    "the maximum allowed length of the string returned in name". This process's name (its argv[0], longer than 8
+    bytes: a path to python) asked into 8 bytes of a larger buffer comes back as a prefix of it, and the bytes past
+    the 8 offered stay as they were; nvidia-ml-py always offers 1024 bytes, so only a direct call can tell."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    with open(f"/proc/{os.getpid()}/cmdline", "rb") as fh:
+        argv0 = fh.read().split(b"\0")[0]
+    assert len(argv0) > 8
+    buf = ctypes.create_string_buffer(b"\xab" * 256, 256)
+    assert lib.nvmlSystemGetProcessName(ctypes.c_uint(os.getpid()), buf, ctypes.c_uint(8)) == n.NVML_SUCCESS
+    assert buf.raw[8:] == b"\xab" * 248
+    assert buf.value and argv0.startswith(buf.value)
