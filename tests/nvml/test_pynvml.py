@@ -1871,3 +1871,31 @@ def test_a_process_name_is_cropped_to_the_callers_length(nvml: Nvml, pynvml_modu
     assert lib.nvmlSystemGetProcessName(ctypes.c_uint(os.getpid()), buf, ctypes.c_uint(8)) == n.NVML_SUCCESS
     assert buf.raw[8:] == b"\xab" * 248
     assert buf.value and argv0.startswith(buf.value)
+
+
+def test_samples_refuse_a_missing_or_zero_sample_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetSamples: NVML_ERROR_INVALID_ARGUMENT "if device is invalid, samplesCount is NULL or
+    reference to sampleCount is 0 for non null samples"; with ``samples`` NULL the call is the size query and
+    answers how many samples there are (one per kind here, the snapshot's reading). nvidia-ml-py always passes a
+    count, first with NULL samples, so only a direct call reaches either refusal."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[0]
+    value_type = ctypes.c_uint()
+    samples = (n.c_nvmlSample_t * 4)()
+    for kind in (n.NVML_TOTAL_POWER_SAMPLES, n.NVML_GPU_UTILIZATION_SAMPLES):
+        assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type), None, None) == \
+            n.NVML_ERROR_INVALID_ARGUMENT, kind
+        assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type), None,
+                                        samples) == n.NVML_ERROR_INVALID_ARGUMENT, kind
+        zero = ctypes.c_uint(0)
+        assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                        ctypes.byref(zero), samples) == n.NVML_ERROR_INVALID_ARGUMENT, kind
+        count = ctypes.c_uint(0)
+        assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                        ctypes.byref(count), None) == n.NVML_SUCCESS, kind
+        assert count.value == 1
+        assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                        ctypes.byref(count), samples) == n.NVML_SUCCESS, kind
+        assert count.value == 1 and value_type.value == n.NVML_VALUE_TYPE_UNSIGNED_INT
