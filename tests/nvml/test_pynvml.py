@@ -968,6 +968,18 @@ def test_a_process_keeps_only_its_own_gpu_busy(nvml: Nvml, pynvml_module: Module
     assert util[:6] + util[7:] == [0] * 7, util
 
 
+def test_a_process_that_declares_no_load_adds_none(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """A GPU's utilization is the sum of what its processes keep it busy (FakeProcess.utilization: percent of the
+    GPU's time, the sum at most 100), and a process listed without a load (a CUDA context holding memory, idle)
+    adds nothing: gpu6 running a 60 % process and an idle one reads 60 %, as with the busy one alone, and a GPU
+    with only idle processes reads the idle real H100's 0 % (its capture's gpu_util)."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 5150, 2**30, utilization=60), FakeProcess("gpu6", 5151, 2**30),
+                                FakeProcess("gpu2", 5152, 2**30), FakeProcess("gpu2", 5153, 2**30)])
+    util = [n.nvmlDeviceGetUtilizationRates(h).gpu for h in handles(n)]
+    assert (util[6], util[2]) == (60, 0), util
+
+
 def test_a_process_on_each_mig_device_is_listed_there_and_one_past_the_last_is_refused(
         nvml: Nvml, node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
     """dgx-a100's gpu7 is in MIG mode with two 3g.40gb instances: MIG devices 0 and 1 (nvml.h,
