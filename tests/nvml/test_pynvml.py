@@ -1911,3 +1911,41 @@ def test_samples_refuse_a_missing_or_zero_sample_count(nvml: Nvml, pynvml_module
         assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
                                         ctypes.byref(count), samples) == n.NVML_SUCCESS, kind
         assert count.value == 1 and value_type.value == n.NVML_VALUE_TYPE_UNSIGNED_INT
+
+
+def test_a_compute_instance_smaller_than_its_gpu_instance_occupies_its_own_slices(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlComputeInstancePlacement_t: ``start`` is the "Index of first occupied compute slice" and ``size``
+    the "Number of compute slices occupied", of the compute instance (nvmlComputeInstanceGetInfo_v2's placement).
+    NVIDIA's MIG user guide splits a 3g.40gb GPU instance into 1c.3g.40gb compute instances of one compute slice
+    each (nvidia-smi mig -cci 0): dgx-a100's gpu7, its GPU instance 2 holding two of them at compute slices 0 and
+    1 (the agent's state after those two creations), reports placements 0:1 and 1:1, each the size
+    nvmlGpuInstanceGetComputeInstanceProfileInfo gives the 1-slice profile, not the GPU instance's 3 slices."""
+    from fakehw.agent.mig import GpuMig, NodeMig, boot_mig
+    from fakehw.nvml.snapshot import build_snapshot
+    from tests.nvml.helpers import faults_state
+
+    n = pynvml_module
+    snap = node_snapshot("dgx-a100")
+    boot = boot_mig(snap.node)
+    gpu7 = boot.gpus["gpu7"].to_json()
+    gi2 = next(g for g in gpu7["gpu_instances"] if g["id"] == 2)
+    gi2["compute_instances"] = [{"id": c, "profile": n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, "start": c,
+                                 "uuid": str(uuid.UUID(int=0x5EED + c)).join(("MIG-", ""))} for c in (0, 1)]
+    state = replace(faults_state(snap.node, [], snap.system.seed)[0],
+                    mig=NodeMig(boot.node, {**boot.gpus, "gpu7": GpuMig.from_json(gpu7)}))
+    write_snapshot(snap.path, build_snapshot(snap.system, snap.node, state).to_bytes(), changed=True)
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            h = handles(n)[7]
+            gi = n.nvmlDeviceGetGpuInstanceById(h, 2)
+            profile = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+                                                                      n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            assert profile.sliceCount == 1
+            assert n.nvmlGpuInstanceGetInfo(gi).placement.size == 4  # 3g.40gb: 4 of the 8 memory slices
+            for c in (0, 1):
+                info = n.nvmlComputeInstanceGetInfo(n.nvmlGpuInstanceGetComputeInstanceById(gi, c))
+                assert (info.id, info.placement.start, info.placement.size) == (c, c, profile.sliceCount)
+        finally:
+            n.nvmlShutdown()
