@@ -1949,3 +1949,41 @@ def test_a_compute_instance_smaller_than_its_gpu_instance_occupies_its_own_slice
                 assert (info.id, info.placement.start, info.placement.size) == (c, c, profile.sliceCount)
         finally:
             n.nvmlShutdown()
+
+
+def test_clock_event_reason_counters_are_in_nanoseconds_as_their_violation_times(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h counts every clocks-event-reason field in ns: NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP (the
+    PERF_POLICY_POWER field) "... in ns", _SW_THERM_SLOWDOWN (269), _HW_THERM_SLOWDOWN (270) and
+    _HW_POWER_BRAKE_SLOWDOWN (271) "... in ns"; and its translation table for the deprecated
+    nvmlDeviceGetViolationStatus (nvmlViolationTime_t.violationTime "in Nanoseconds") maps NVML_PERF_POLICY_THERMAL
+    to field 269 and NVML_PERF_POLICY_POWER to the power-cap field: the same counters. gpu4 held back by the
+    software thermal slowdown alone reads the same time from field 269 as from its THERMAL violation status; held
+    back by all three thermal and brake limiters since the driver loaded, each of 269-271 reads that time too."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    sw_therm, hw_therm, hw_brake = 0x20, 0x40, 0x80  # nvml.h: nvmlClocksEventReasonSwThermalSlowdown, ...
+    with board_state(n, snap, 4, throttle_reasons=sw_therm) as hs:
+        thermal = n.nvmlDeviceGetViolationStatus(hs[4], n.NVML_PERF_POLICY_THERMAL).violationTime
+        field = n.nvmlDeviceGetFieldValues(hs[4], [269])[0]
+    assert thermal > 0
+    assert (field.nvmlReturn, field.value.ullVal) == (n.NVML_SUCCESS, thermal)
+    with board_state(n, snap, 4, throttle_reasons=sw_therm | hw_therm | hw_brake) as hs:
+        thermal = n.nvmlDeviceGetViolationStatus(hs[4], n.NVML_PERF_POLICY_THERMAL).violationTime
+        fields = n.nvmlDeviceGetFieldValues(hs[4], [269, 270, 271])
+    assert [(f.nvmlReturn, f.value.ullVal) for f in fields] == [(n.NVML_SUCCESS, thermal)] * 3
+
+
+def test_encoder_capacity_refuses_a_query_type_nvml_h_does_not_name(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetEncoderCapacity: a capacity "in the range 0-100" for NVML_ENCODER_QUERY_H264 (0), _HEVC
+    (1) and _AV1 (2), NVML_ERROR_INVALID_ARGUMENT "if ... encoderQueryType [is] invalid" (nvmlEncoderType_t has no
+    3), NOT_SUPPORTED only for an encoder the board lacks. The T4 has an NVENC engine (NVIDIA T4 datasheet), so
+    H.264 answers and query type 3 is refused as invalid, not as unsupported."""
+    n = pynvml_module
+    nvml("t4-cloud")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[0]
+    capacity = ctypes.c_uint(0xDEAD)
+    assert lib.nvmlDeviceGetEncoderCapacity(h, n.NVML_ENCODER_QUERY_H264, ctypes.byref(capacity)) == n.NVML_SUCCESS
+    assert 0 <= capacity.value <= 100
+    assert lib.nvmlDeviceGetEncoderCapacity(h, 3, ctypes.byref(capacity)) == n.NVML_ERROR_INVALID_ARGUMENT
