@@ -219,8 +219,9 @@ class LinkRecord:
     """Bit n set = ``nvmlNvLinkCapability_t`` n is supported."""
     remote_link: U32 = 0
     speed_mbps: U32 = 0
-    remote_gpu: I32 = -1
-    """Slot of the GPU at the other end when it is on this node (direct GPU-GPU link), else -1."""
+    reserved1: U32 = 0
+    """Was ``remote_gpu`` (the far GPU's slot on this node), which no getter read: remote identity is the PCI
+    fields below."""
     remote_bus_id: Annotated[str, Char(32)] = ""
     remote_bus_id_legacy: Annotated[str, Char(16)] = ""
     remote_domain: U32 = 0

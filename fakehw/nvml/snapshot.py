@@ -204,7 +204,6 @@ class _Peers:
 
     device_id: dict[str, int] = field(default_factory=dict)
     subsystem_id: dict[str, int] = field(default_factory=dict)
-    gpu_slot: dict[str, int] = field(default_factory=dict)
 
 
 def _peers(system: System, node: Node) -> _Peers:
@@ -216,8 +215,6 @@ def _peers(system: System, node: Node) -> _Peers:
     domain = system.domain_of(node)
     if domain is not None:
         switches.update((sw.id, sw) for sw in domain.switches)
-    for slot, g in enumerate(node.gpus):
-        peers.gpu_slot[g.id] = slot
     for g in node.gpus:
         for port in g.ports:
             rid = port.remote_id
@@ -268,7 +265,6 @@ def _link_static(port: NVLinkPort, gpu: Gpu, peers: _Peers) -> dict[str, Any]:
         "capabilities": (1 << CAP_P2P) | (1 << CAP_P2P_ATOMICS) | (1 << CAP_VALID),
         "remote_link": port.remote_port,
         "speed_mbps": gpu.sku.nvlink.nvml_speed_mbps,
-        "remote_gpu": peers.gpu_slot.get(port.remote_id, -1) if port.remote_kind == "gpu" else -1,
         "remote_bus_id": addr.nvml_bus_id,
         "remote_bus_id_legacy": addr.nvml_bus_id_legacy,
         "remote_domain": addr.domain,

@@ -256,9 +256,9 @@ def performance(h: Any, v: dict[str, str], table: ExportTable) -> None:
                                         lambda t: f"{t.violationTime // 1000} us")
     v[counters + "sync_boost"] = text(lambda: n.nvmlDeviceGetViolationStatus(h, n.NVML_PERF_POLICY_SYNC_BOOST),
                                       lambda t: f"{t.violationTime // 1000} us")
-    v[counters + "sw_therm_slowdown"] = field(h, 269, lambda u: f"{u} us")
-    v[counters + "hw_therm_slowdown"] = field(h, 270, lambda u: f"{u} us")
-    v[counters + "hw_power_brake"] = field(h, 271, lambda u: f"{u} us")
+    v[counters + "sw_therm_slowdown"] = field(h, 269, lambda u: f"{u // 1000} us")
+    v[counters + "hw_therm_slowdown"] = field(h, 270, lambda u: f"{u // 1000} us")
+    v[counters + "hw_power_brake"] = field(h, 271, lambda u: f"{u // 1000} us")
     v["/sparse_operation_mode"] = table.uint(249, h, on_off)
 
 

@@ -112,6 +112,33 @@ def test_the_replaced_file_is_flagged_superseded_for_readers_that_still_hold_it(
     assert stdin_before is None or os.fstat(0) == stdin_before
 
 
+def test_a_file_too_short_to_hold_the_superseded_word_is_not_written_to(tmp_path: Path) -> None:
+    """The writer marks the replaced file "in place" (docs/nvml.md, header table): it overwrites the 4-byte
+    ``superseded`` word at its offset and nothing else. A file at the snapshot path that ends before that word
+    (16 bytes here, 4 short of it: a torn copy, which the shim refuses anyway) has no such word, and POSIX
+    pwrite(2) at an offset past the end of a file extends it (the gap reads as zeros). So a process still holding
+    that file must find it exactly as it was: 16 bytes, its own contents, after a snapshot is renamed over it."""
+    import os
+
+    from fakehw.nvml import layout
+
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    path = tmp_path / "nvml.snapshot"
+    offset = layout.layout_of(layout.HeaderRecord).field("superseded").offset
+    torn = b"FHWNVML\0" + bytes(range(1, offset - 4 - 8 + 1))
+    assert len(torn) == offset - 4
+    path.write_bytes(torn)
+    old = os.open(path, os.O_RDONLY)
+    try:
+        assert write_snapshot(path, build_snapshot(system, node, faults_state(node, [], system.seed, 1)[0],
+                                                   render_time=1.0).to_bytes())
+        assert os.fstat(old).st_size == len(torn)
+        assert os.pread(old, 64, 0) == torn
+    finally:
+        os.close(old)
+
+
 def test_the_agents_cached_packing_writes_the_file_a_full_packing_writes() -> None:
     """The agent packs each new snapshot through its node's cache (fakehw/nvml/render.py: ``to_bytes(cache)``),
     copying the sections that did not change from the last file. What the shim reads must not depend on that: at

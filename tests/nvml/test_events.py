@@ -10,12 +10,13 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from fakehw.agent.state import EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID
-from tests.nvml.helpers import NodeSnap, write_node
+from tests.nvml.helpers import NodeSnap, with_driver, write_node
 
 
 class EventDataV1(ctypes.Structure):
@@ -215,3 +216,45 @@ def test_events_without_an_nvml_type_take_no_place_in_the_ring(nvml: Callable[..
         assert [(d.eventType, d.eventData) for d in got] == [(EVENT_XID, 100 + seq) for seq in range(1, 101)]
     finally:
         n.nvmlEventSetFree(s)
+
+
+class EventSetWaitV3(ctypes.Structure):
+    """nvml.h's nvmlEventSetWait_v3_t (615 and later)."""
+
+    _fields_ = [("timeoutMs", ctypes.c_uint), ("dataType", ctypes.c_uint), ("uuid", ctypes.c_char * 96),
+                ("sourceModule", ctypes.c_char * 16), ("eventType", ctypes.c_ulonglong),
+                ("eventData", ctypes.c_ulonglong), ("groupCursor", ctypes.c_ulonglong),
+                ("instanceId", ctypes.c_ulonglong), ("timestampUsec", ctypes.c_ulonglong),
+                ("traceId", ctypes.c_ulonglong),
+                *((name, ctypes.c_uint) for name in ("gpuInstanceId", "computeInstanceId", "severity", "categoryId",
+                                                     "moduleEventCode", "scope", "originator", "moduleInstance",
+                                                     "chipletId", "logLevel", "attributes", "groupCperSize",
+                                                     "groupAttributes")),
+                ("groupSize", ctypes.c_ubyte), ("groupIndex", ctypes.c_ubyte)]
+
+
+def test_wait_v3_stamps_an_event_in_microseconds_of_the_wall_clock(nvml: Callable[..., NodeSnap],
+                                                                   pynvml_module: ModuleType,
+                                                                   tmp_path: Path) -> None:
+    """nvml.h (615), nvmlEventSetWait_v3_t.timestampUsec: "Event timestamp in microseconds" (of the Unix epoch, as
+    nvmlSample_t's CPU timestamps are), and the GPU is named by its UUID. A double-bit ECC error raised on gpu6
+    during this test reaches a set registered before it, stamped between the start of the test and the end of the
+    wait, with gpu6's UUID (the profile's)."""
+    n = pynvml_module
+    profile = str(with_driver(tmp_path / "profile", "dgx-h100", "615.10.01"))
+    snap = nvml(profile)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    s = ctypes.c_void_p()
+    assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+    assert lib.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(6), ctypes.c_ulonglong(EVENT_DOUBLE_BIT_ECC),
+                                        s) == 0
+    before_us = int(time.time() * 1e6)
+    write_node(snap.path, profile, faults=[{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}],
+               generation=2, first_seq=100)
+    params = EventSetWaitV3(timeoutMs=10000)
+    rc = lib.nvmlEventSetWait_v3(s, ctypes.byref(params))
+    after_us = int(time.time() * 1e6)
+    assert lib.nvmlEventSetFree(s) == 0
+    assert rc == 0
+    assert (params.eventType, params.uuid.decode()) == (EVENT_DOUBLE_BIT_ECC, snap.node.gpus[6].uuid)
+    assert before_us <= params.timestampUsec <= after_us

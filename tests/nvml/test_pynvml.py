@@ -968,6 +968,18 @@ def test_a_process_keeps_only_its_own_gpu_busy(nvml: Nvml, pynvml_module: Module
     assert util[:6] + util[7:] == [0] * 7, util
 
 
+def test_a_process_that_declares_no_load_adds_none(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """A GPU's utilization is the sum of what its processes keep it busy (FakeProcess.utilization: percent of the
+    GPU's time, the sum at most 100), and a process listed without a load (a CUDA context holding memory, idle)
+    adds nothing: gpu6 running a 60 % process and an idle one reads 60 %, as with the busy one alone, and a GPU
+    with only idle processes reads the idle real H100's 0 % (its capture's gpu_util)."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 5150, 2**30, utilization=60), FakeProcess("gpu6", 5151, 2**30),
+                                FakeProcess("gpu2", 5152, 2**30), FakeProcess("gpu2", 5153, 2**30)])
+    util = [n.nvmlDeviceGetUtilizationRates(h).gpu for h in handles(n)]
+    assert (util[6], util[2]) == (60, 0), util
+
+
 def test_a_process_on_each_mig_device_is_listed_there_and_one_past_the_last_is_refused(
         nvml: Nvml, node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
     """dgx-a100's gpu7 is in MIG mode with two 3g.40gb instances: MIG devices 0 and 1 (nvml.h,
@@ -1827,3 +1839,151 @@ def test_running_process_detail_list_by_mode(nvml: Nvml, pynvml_module: ModuleTy
                             n.nvmlDeviceGetRunningProcessDetailList(h, n.nvmlProcessDetailList_v1, mode))
                for mode in (0, 1, 2)}
     assert by_mode == {0: [(4242, 3 * 2**30), (4444, 5 * 2**30)], 1: [(4343, 2**30)], 2: [(4444, 5 * 2**30)]}
+
+
+# ------------------------------------ memory clocks, process names, ... (the C round of seeds 10301-10302)
+
+
+def test_supported_memory_clocks_refuse_an_array_shorter_than_the_list(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetSupportedMemoryClocks: ``count`` gives the size of the ``clocksMHz`` array and
+    NVML_ERROR_INSUFFICIENT_SIZE answers "if count is too small (count is set to the number of required
+    elements)". The real T4 lists two memory clocks (qx-t4.xml, supported_clocks: 5001 MHz, then 405 MHz): an
+    array of one is too small and must stay untouched past what the caller offered, an array of two gets both.
+    nvidia-ml-py asks with count 0 first, so only a direct call reaches a non-zero count that is too small."""
+    n = pynvml_module
+    t4 = board_capture("t4")
+    listed = [number(m.split(":")[0]) for m in t4["/supported_clocks"].split("; ")]
+    assert listed == [5001, 405]
+    nvml("t4-cloud")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[0]
+    guard = 0xABABABAB
+    clocks = (ctypes.c_uint * 3)(guard, guard, guard)
+    count = ctypes.c_uint(1)
+    assert lib.nvmlDeviceGetSupportedMemoryClocks(h, ctypes.byref(count), clocks) == n.NVML_ERROR_INSUFFICIENT_SIZE
+    assert count.value == 2
+    assert clocks[1] == guard and clocks[2] == guard  # nothing written past the one element offered
+    count = ctypes.c_uint(2)
+    assert lib.nvmlDeviceGetSupportedMemoryClocks(h, ctypes.byref(count), clocks) == n.NVML_SUCCESS
+    assert (count.value, list(clocks)) == (2, [5001, 405, guard])
+
+
+def test_a_process_name_is_cropped_to_the_callers_length(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSystemGetProcessName: "Returned process name is cropped to provided length", ``length`` being
+    "the maximum allowed length of the string returned in name". This process's name (its argv[0], longer than 8
+    bytes: a path to python) asked into 8 bytes of a larger buffer comes back as a prefix of it, and the bytes past
+    the 8 offered stay as they were; nvidia-ml-py always offers 1024 bytes, so only a direct call can tell."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    with open(f"/proc/{os.getpid()}/cmdline", "rb") as fh:
+        argv0 = fh.read().split(b"\0")[0]
+    assert len(argv0) > 8
+    buf = ctypes.create_string_buffer(b"\xab" * 256, 256)
+    assert lib.nvmlSystemGetProcessName(ctypes.c_uint(os.getpid()), buf, ctypes.c_uint(8)) == n.NVML_SUCCESS
+    assert buf.raw[8:] == b"\xab" * 248
+    assert buf.value and argv0.startswith(buf.value)
+
+
+def test_samples_refuse_a_missing_or_zero_sample_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetSamples: NVML_ERROR_INVALID_ARGUMENT "if device is invalid, samplesCount is NULL or
+    reference to sampleCount is 0 for non null samples"; with ``samples`` NULL the call is the size query and
+    answers how many samples there are (one per kind here, the snapshot's reading). nvidia-ml-py always passes a
+    count, first with NULL samples, so only a direct call reaches either refusal."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[0]
+    value_type = ctypes.c_uint()
+    samples = (n.c_nvmlSample_t * 4)()
+    for kind in (n.NVML_TOTAL_POWER_SAMPLES, n.NVML_GPU_UTILIZATION_SAMPLES):
+        assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type), None, None) == \
+            n.NVML_ERROR_INVALID_ARGUMENT, kind
+        assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type), None,
+                                        samples) == n.NVML_ERROR_INVALID_ARGUMENT, kind
+        zero = ctypes.c_uint(0)
+        assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                        ctypes.byref(zero), samples) == n.NVML_ERROR_INVALID_ARGUMENT, kind
+        count = ctypes.c_uint(0)
+        assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                        ctypes.byref(count), None) == n.NVML_SUCCESS, kind
+        assert count.value == 1
+        assert lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                        ctypes.byref(count), samples) == n.NVML_SUCCESS, kind
+        assert count.value == 1 and value_type.value == n.NVML_VALUE_TYPE_UNSIGNED_INT
+
+
+def test_a_compute_instance_smaller_than_its_gpu_instance_occupies_its_own_slices(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlComputeInstancePlacement_t: ``start`` is the "Index of first occupied compute slice" and ``size``
+    the "Number of compute slices occupied", of the compute instance (nvmlComputeInstanceGetInfo_v2's placement).
+    NVIDIA's MIG user guide splits a 3g.40gb GPU instance into 1c.3g.40gb compute instances of one compute slice
+    each (nvidia-smi mig -cci 0): dgx-a100's gpu7, its GPU instance 2 holding two of them at compute slices 0 and
+    1 (the agent's state after those two creations), reports placements 0:1 and 1:1, each the size
+    nvmlGpuInstanceGetComputeInstanceProfileInfo gives the 1-slice profile, not the GPU instance's 3 slices."""
+    from fakehw.agent.mig import GpuMig, NodeMig, boot_mig
+    from fakehw.nvml.snapshot import build_snapshot
+    from tests.nvml.helpers import faults_state
+
+    n = pynvml_module
+    snap = node_snapshot("dgx-a100")
+    boot = boot_mig(snap.node)
+    gpu7 = boot.gpus["gpu7"].to_json()
+    gi2 = next(g for g in gpu7["gpu_instances"] if g["id"] == 2)
+    gi2["compute_instances"] = [{"id": c, "profile": n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, "start": c,
+                                 "uuid": str(uuid.UUID(int=0x5EED + c)).join(("MIG-", ""))} for c in (0, 1)]
+    state = replace(faults_state(snap.node, [], snap.system.seed)[0],
+                    mig=NodeMig(boot.node, {**boot.gpus, "gpu7": GpuMig.from_json(gpu7)}))
+    write_snapshot(snap.path, build_snapshot(snap.system, snap.node, state).to_bytes(), changed=True)
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            h = handles(n)[7]
+            gi = n.nvmlDeviceGetGpuInstanceById(h, 2)
+            profile = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+                                                                      n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            assert profile.sliceCount == 1
+            assert n.nvmlGpuInstanceGetInfo(gi).placement.size == 4  # 3g.40gb: 4 of the 8 memory slices
+            for c in (0, 1):
+                info = n.nvmlComputeInstanceGetInfo(n.nvmlGpuInstanceGetComputeInstanceById(gi, c))
+                assert (info.id, info.placement.start, info.placement.size) == (c, c, profile.sliceCount)
+        finally:
+            n.nvmlShutdown()
+
+
+def test_clock_event_reason_counters_are_in_nanoseconds_as_their_violation_times(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h counts every clocks-event-reason field in ns: NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP (the
+    PERF_POLICY_POWER field) "... in ns", _SW_THERM_SLOWDOWN (269), _HW_THERM_SLOWDOWN (270) and
+    _HW_POWER_BRAKE_SLOWDOWN (271) "... in ns"; and its translation table for the deprecated
+    nvmlDeviceGetViolationStatus (nvmlViolationTime_t.violationTime "in Nanoseconds") maps NVML_PERF_POLICY_THERMAL
+    to field 269 and NVML_PERF_POLICY_POWER to the power-cap field: the same counters. gpu4 held back by the
+    software thermal slowdown alone reads the same time from field 269 as from its THERMAL violation status; held
+    back by all three thermal and brake limiters since the driver loaded, each of 269-271 reads that time too."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    sw_therm, hw_therm, hw_brake = 0x20, 0x40, 0x80  # nvml.h: nvmlClocksEventReasonSwThermalSlowdown, ...
+    with board_state(n, snap, 4, throttle_reasons=sw_therm) as hs:
+        thermal = n.nvmlDeviceGetViolationStatus(hs[4], n.NVML_PERF_POLICY_THERMAL).violationTime
+        field = n.nvmlDeviceGetFieldValues(hs[4], [269])[0]
+    assert thermal > 0
+    assert (field.nvmlReturn, field.value.ullVal) == (n.NVML_SUCCESS, thermal)
+    with board_state(n, snap, 4, throttle_reasons=sw_therm | hw_therm | hw_brake) as hs:
+        thermal = n.nvmlDeviceGetViolationStatus(hs[4], n.NVML_PERF_POLICY_THERMAL).violationTime
+        fields = n.nvmlDeviceGetFieldValues(hs[4], [269, 270, 271])
+    assert [(f.nvmlReturn, f.value.ullVal) for f in fields] == [(n.NVML_SUCCESS, thermal)] * 3
+
+
+def test_encoder_capacity_refuses_a_query_type_nvml_h_does_not_name(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetEncoderCapacity: a capacity "in the range 0-100" for NVML_ENCODER_QUERY_H264 (0), _HEVC
+    (1) and _AV1 (2), NVML_ERROR_INVALID_ARGUMENT "if ... encoderQueryType [is] invalid" (nvmlEncoderType_t has no
+    3), NOT_SUPPORTED only for an encoder the board lacks. The T4 has an NVENC engine (NVIDIA T4 datasheet), so
+    H.264 answers and query type 3 is refused as invalid, not as unsupported."""
+    n = pynvml_module
+    nvml("t4-cloud")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[0]
+    capacity = ctypes.c_uint(0xDEAD)
+    assert lib.nvmlDeviceGetEncoderCapacity(h, n.NVML_ENCODER_QUERY_H264, ctypes.byref(capacity)) == n.NVML_SUCCESS
+    assert 0 <= capacity.value <= 100
+    assert lib.nvmlDeviceGetEncoderCapacity(h, 3, ctypes.byref(capacity)) == n.NVML_ERROR_INVALID_ARGUMENT

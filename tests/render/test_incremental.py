@@ -181,8 +181,6 @@ def old_peers(system: System, node: Node) -> _Peers:
     if domain is not None:
         for sw in domain.switches:
             peers.device_id[sw.id] = (sw.sku.pci_device_id << 16) | 0x10DE
-    for slot, g in enumerate(node.gpus):
-        peers.gpu_slot[g.id] = slot
     for g in system.gpus():
         peers.device_id[g.id] = g.sku.pci_device_vendor_id
         peers.subsystem_id[g.id] = g.sku.pci_subsystem_id

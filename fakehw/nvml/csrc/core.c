@@ -193,7 +193,6 @@ static int gpu_ok(const fhw_header_t *h, const fhw_gpu_t *g) {
     for (int l = 0; l < FHW_MAX_LINKS; l++) {
         const fhw_link_t *k = &g->links[l];
         if (!NUL_IN(k->remote_bus_id) || !NUL_IN(k->remote_bus_id_legacy)) return 0;
-        if (k->remote_gpu < -1 || k->remote_gpu >= (int32_t)h->gpu_count) return 0;
     }
     return 1;
 }

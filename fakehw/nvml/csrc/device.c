@@ -770,7 +770,7 @@ static nvmlReturn_t d_samples(fhw_ctx_t *c, unsigned int type, unsigned long lon
         *count = 1;
         return NVML_SUCCESS;
     }
-    if (*count < 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+    if (*count == 0) return NVML_ERROR_INVALID_ARGUMENT; /* nvml.h: "sampleCount is 0 for non null samples" */
     samples[0].timeStamp = ts;
     samples[0].sampleValue.ullVal = 0;
     samples[0].sampleValue.uiVal = v;

@@ -423,7 +423,7 @@ static int f_misc(fhw_ctx_t *c, unsigned int id, fv_answer_t *a) {
     } else if (id >= FI_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN && id <= FI_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN) {
         static const unsigned long long bit[3] = {0x20, 0x40, 0x80}; /* sw thermal, hw thermal, hw power brake */
         int hit = (g->throttle_reasons & bit[id - FI_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN]) != 0;
-        answer_u(a, VT_ULL, hit ? c->s->hdr->generation * 1000000ULL : 0); /* microseconds */
+        answer_u(a, VT_ULL, hit ? c->s->hdr->generation * 1000000000ULL : 0); /* nvml.h: "in ns" */
     } else if ((id >= FI_POWER_SYNC_BALANCING_FREQ && id <= FI_EDPP_MULTIPLIER) ||
                (id >= FI_MMA_STALL_PERCENT && id <= FI_MCLK_MIN_SWITCH_INTERVAL_MILLISECONDS)) {
         answer_code(a, NVML_ERROR_NOT_SUPPORTED); /* EDPP: N/A on the L40S and T4 captures */
