@@ -644,6 +644,34 @@ def test_a_report_of_the_wrong_shape_names_the_field(run: Path, tmp_path: Path) 
         _resealed(forged, tmp_path / "key", lambda d: d["manifest"].update(signing={"mode": "key"})))
 
 
+def test_a_report_with_several_wrong_fields_names_the_first_one_in_the_file(run: Path) -> None:
+    """A refusal names one wrong field; with several, the one a reader of the file meets first (as ``json``'s own
+    errors give the first position in the text). Hand-worked: report.json is written with sorted keys, so
+    ``results`` (r) comes before ``summary`` (s) in the file, while the model declares ``summary`` first; a status
+    no report has in ``results[0]`` and a non-integer count in ``summary`` name ``results.0.status``. The same two
+    errors in a document that writes ``summary`` before ``results`` name ``summary.passed``. A member the document
+    lacks has no place in it: it is named after every member its object does write (here ``verdicts``, written
+    last of the report's members, before the missing ``generated``)."""
+    from conformance.report.model import ReportError
+
+    doc = json.loads((run / "report.json").read_text())
+    assert list(doc).index("results") < list(doc).index("summary")
+    doc["results"][0]["status"] = "maybe"
+    doc["summary"] = {**doc["summary"], "passed": "many"}
+    with pytest.raises(ReportError, match=r"^report.json: results\.0\.status: Input should be 'passed', "):
+        load_report(json.dumps(doc), "report.json")
+    summary_first = {"summary": doc["summary"], **{k: v for k, v in doc.items() if k != "summary"}}
+    with pytest.raises(ReportError, match=r"^report.json: summary\.passed: Input should be a valid integer"):
+        load_report(json.dumps(summary_first), "report.json")
+    missing = json.loads((run / "report.json").read_text())
+    keys = list(missing)
+    assert keys[0] == "generated" and keys[-1] == "verdicts"
+    del missing["generated"]
+    missing["verdicts"] = "pass"
+    with pytest.raises(ReportError, match=r"^report.json: verdicts: Input should be a valid dictionary"):
+        load_report(json.dumps(missing), "report.json")
+
+
 def test_only_a_failing_test_s_message_is_kept_in_its_row() -> None:
     """docs/certification.md: a row carries "the failure message"; a passing test's text is not a failure. Each
     failing, erroring, skipped or not-applicable test's message is kept, named by its test id, one per line."""
