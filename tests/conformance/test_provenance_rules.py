@@ -52,6 +52,20 @@ def test_the_statement_says_how_the_component_was_isolated(run: Path) -> None:
     assert isolation == report["manifest"]["runner"]["isolation"] == "none: the component ran as the harness's user"
 
 
+def test_a_difference_quotes_an_object_the_same_whatever_order_its_members_were_written_in() -> None:
+    """RFC 8259, section 4: an object's members are unordered, and JSON parsed from a seal keeps whatever order its
+    writer chose. Two seals holding the same object where the run has something else are the same seal, so the
+    difference quoted must read the same for both (a reader comparing two verify outputs, or a message cut at 80
+    characters, must not depend on how a forged seal ordered its keys)."""
+    one = differences({"a": {"y": 1, "x": 2}}, {"a": [1]})
+    other = differences({"a": {"x": 2, "y": 1}}, {"a": [1]})
+    assert one == other
+    assert len(one) == 1 and one[0].startswith("a: sealed {") and one[0].endswith("}, the run has [1]")
+    long_one = {f"k{i:02}": "v" * 8 for i in range(12)}
+    long_other = dict(reversed(list(long_one.items())))
+    assert differences({"a": long_one}, {"a": 1}) == differences({"a": long_other}, {"a": 1})
+
+
 def test_differences_name_the_path_and_both_values() -> None:
     assert differences({"a": [1]}, {"a": {"x": 1}}) == ['a: sealed [1], the run has {"x": 1}']
     assert differences({"a": {"x": 1}}, {"a": [1]}) == ['a: sealed {"x": 1}, the run has [1]']
