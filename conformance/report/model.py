@@ -356,8 +356,8 @@ def _position(data: Any, loc: tuple[int | str, ...]) -> tuple[int, ...]:
     """Where a wrong field sits in the document, so that a refusal names the one a reader of the file meets first
     (pydantic lists errors in the order the model declares its fields): at each level the index of the member among
     those its object writes, or the list index. A member the document lacks is placed after every member its object
-    writes; the parts of ``loc`` below a value that is no object or list (pydantic's names of union branches) do not
-    move it."""
+    writes. (The report's models have no tagged unions, so a location ends at the offending value; parts past a value
+    that is no object or list would name no place in the document and do not move it.)"""
     position: list[int] = []
     node = data
     for part in loc:
@@ -367,11 +367,9 @@ def _position(data: Any, loc: tuple[int | str, ...]) -> tuple[int, ...]:
                 return (*position, len(keys))
             position.append(keys.index(part))
             node = node[part]
-        elif isinstance(node, list) and isinstance(part, int):
-            position.append(part)
-            node = node[part]
-        else:
-            break
+        elif isinstance(node, list):
+            position.append(int(part))
+            node = node[int(part)]
     return tuple(position)
 
 
