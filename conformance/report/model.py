@@ -346,9 +346,31 @@ def load_report(text: str, source: str = "report") -> Report:
     try:
         return Report.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
+        errors = exc.errors(include_url=False)
+        first = min(errors, key=lambda error: _position(data, error["loc"]))
         where = ".".join(str(x) for x in first["loc"])
         raise ReportError(f"{source}: {where}: {first['msg']}") from None
+
+
+def _position(data: Any, loc: tuple[int | str, ...]) -> tuple[int, ...]:
+    """Where a wrong field sits in the document, so that a refusal names the one a reader of the file meets first
+    (pydantic lists errors in the order the model declares its fields): at each level the index of the member among
+    those its object writes, or the list index. A member the document lacks is placed after every member its object
+    writes. (The report's models have no tagged unions, so a location ends at the offending value; parts past a value
+    that is no object or list would name no place in the document and do not move it.)"""
+    position: list[int] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict):
+            keys = list(node)
+            if part not in node:
+                return (*position, len(keys))
+            position.append(keys.index(part))
+            node = node[part]
+        elif isinstance(node, list):
+            position.append(int(part))
+            node = node[int(part)]
+    return tuple(position)
 
 
 def verify(report: Report) -> list[str]:

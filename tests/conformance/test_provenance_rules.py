@@ -52,6 +52,20 @@ def test_the_statement_says_how_the_component_was_isolated(run: Path) -> None:
     assert isolation == report["manifest"]["runner"]["isolation"] == "none: the component ran as the harness's user"
 
 
+def test_a_difference_quotes_an_object_the_same_whatever_order_its_members_were_written_in() -> None:
+    """RFC 8259, section 4: an object's members are unordered, and JSON parsed from a seal keeps whatever order its
+    writer chose. Two seals holding the same object where the run has something else are the same seal, so the
+    difference quoted must read the same for both (a reader comparing two verify outputs, or a message cut at 80
+    characters, must not depend on how a forged seal ordered its keys)."""
+    one = differences({"a": {"y": 1, "x": 2}}, {"a": [1]})
+    other = differences({"a": {"x": 2, "y": 1}}, {"a": [1]})
+    assert one == other
+    assert len(one) == 1 and one[0].startswith("a: sealed {") and one[0].endswith("}, the run has [1]")
+    long_one = {f"k{i:02}": "v" * 8 for i in range(12)}
+    long_other = dict(reversed(list(long_one.items())))
+    assert differences({"a": long_one}, {"a": 1}) == differences({"a": long_other}, {"a": 1})
+
+
 def test_differences_name_the_path_and_both_values() -> None:
     assert differences({"a": [1]}, {"a": {"x": 1}}) == ['a: sealed [1], the run has {"x": 1}']
     assert differences({"a": {"x": 1}}, {"a": [1]}) == ['a: sealed {"x": 1}, the run has [1]']
@@ -642,6 +656,34 @@ def test_a_report_of_the_wrong_shape_names_the_field(run: Path, tmp_path: Path) 
     (forged / BUNDLE_FILE).write_text("[]")
     assert f"{BUNDLE_FILE}: unreadable (not a JSON object)" in _problems(
         _resealed(forged, tmp_path / "key", lambda d: d["manifest"].update(signing={"mode": "key"})))
+
+
+def test_a_report_with_several_wrong_fields_names_the_first_one_in_the_file(run: Path) -> None:
+    """A refusal names one wrong field; with several, the one a reader of the file meets first (as ``json``'s own
+    errors give the first position in the text). Hand-worked: report.json is written with sorted keys, so
+    ``results`` (r) comes before ``summary`` (s) in the file, while the model declares ``summary`` first; a status
+    no report has in ``results[0]`` and a non-integer count in ``summary`` name ``results.0.status``. The same two
+    errors in a document that writes ``summary`` before ``results`` name ``summary.passed``. A member the document
+    lacks has no place in it: it is named after every member its object does write (here ``verdicts``, written
+    last of the report's members, before the missing ``generated``)."""
+    from conformance.report.model import ReportError
+
+    doc = json.loads((run / "report.json").read_text())
+    assert list(doc).index("results") < list(doc).index("summary")
+    doc["results"][0]["status"] = "maybe"
+    doc["summary"] = {**doc["summary"], "passed": "many"}
+    with pytest.raises(ReportError, match=r"^report.json: results\.0\.status: Input should be 'passed', "):
+        load_report(json.dumps(doc), "report.json")
+    summary_first = {"summary": doc["summary"], **{k: v for k, v in doc.items() if k != "summary"}}
+    with pytest.raises(ReportError, match=r"^report.json: summary\.passed: Input should be a valid integer"):
+        load_report(json.dumps(summary_first), "report.json")
+    missing = json.loads((run / "report.json").read_text())
+    keys = list(missing)
+    assert keys[0] == "generated" and keys[-1] == "verdicts"
+    del missing["generated"]
+    missing["verdicts"] = "pass"
+    with pytest.raises(ReportError, match=r"^report.json: verdicts: Input should be a valid dictionary"):
+        load_report(json.dumps(missing), "report.json")
 
 
 def test_only_a_failing_test_s_message_is_kept_in_its_row() -> None:

@@ -141,6 +141,21 @@ def test_a_spine_port_finding_counts_every_path_that_crosses_the_spine(tmp_path:
     assert finding.example == "gb200-tray-0/mlx5_1 <-> gb200-tray-9/mlx5_1", finding
 
 
+def test_two_far_leaf_ports_each_count_the_paths_of_their_own_nic_across_the_spine(tmp_path: Path) -> None:
+    """gb200-nvl72-spine-leaf as its header describes it (trays 0-8 on leaf0, 9-17 on leaf1, a VLAN per rail):
+    leaf1/p1 and leaf1/p5 face the rail-1 NICs of gb200-tray-9 and gb200-tray-10. At 1500 bytes each, on lines of
+    their own, each port sits on every rail-1 path of its own NIC: to the 8 other leaf1 trays and, through spine1,
+    to the 9 leaf0 trays, 17 in all (the 9 <-> 10 path crosses both). On the paths from leaf0 each is the far end
+    (leaf0 access port, uplink, spine1, leaf1 uplink, leaf1 access port); a path from leaf0 to tray 10 never
+    crosses p1. The example is the first path in node order, from gb200-tray-0."""
+    f = tmp_path / "f.yaml"
+    f.write_text("extends: gb200-nvl72-spine-leaf\nname: x\nswitches:\n  - name: leaf1\n    ports:\n"
+                 "      - {name: p1, mtu: 1500}\n      - {name: p5, mtu: 1500}\n")
+    found = {(x.id, x.element): (x.paths, x.example) for x in lint(load_fabric(f)).findings}
+    assert found == {("FAB-MTU-001", "leaf1/p1"): (8 + 9, "gb200-tray-0/mlx5_1 <-> gb200-tray-9/mlx5_1"),
+                     ("FAB-MTU-001", "leaf1/p5"): (8 + 9, "gb200-tray-0/mlx5_1 <-> gb200-tray-10/mlx5_1")}, found
+
+
 def test_a_value_shared_by_a_whole_rail_but_written_on_two_lines_is_two_findings(tmp_path: Path) -> None:
     """All four rail-0 NICs lose PFC, nodes 0-1 on one line and nodes 2-3 on another: the NICs look alike (one
     class), but each line is a finding of its own with its 2 NICs. Of rail 0's 6 paths, all but the one between
