@@ -153,6 +153,14 @@ class PreemptResult:
     victims: Mapping[str, tuple[str, ...]]
     """Node -> UIDs of the pods to evict there."""
 
+    def emptied(self, offered: Mapping[str, Sequence[str]]) -> list[str]:
+        """The nodes that were offered victims and answered with none, sorted.
+
+        kube-scheduler's callExtenders fails the whole preemption on such a node ("expected at least one victim pod
+        on node"; an ignorable extender's node is dropped instead). To turn a node down, an extender leaves it out
+        of its answer."""
+        return sorted(n for n, uids in self.victims.items() if not uids and offered.get(n))
+
 
 @dataclass(frozen=True)
 class CallResult(Generic[T]):
@@ -448,16 +456,14 @@ def decode_preempt(data: Any, offered: Mapping[str, Sequence[str]], body: str
     checks.append(Check("known-nodes", not unknown,
                         f"nodes that were not offered for preemption: {', '.join(unknown)}" if unknown
                         else "only offered nodes", {"body": body[:EVIDENCE_BYTES]} if unknown else {}))
-    # kube-scheduler's callExtenders: a node it offered victims on, answered with none, fails the whole preemption
-    # ("expected at least one victim pod on node"; an ignorable extender's node is dropped). To turn a node down, an
-    # extender leaves it out.
-    emptied = sorted(n for n, uids in victims.items() if not uids and offered.get(n))
+    result = PreemptResult(victims)
+    emptied = result.emptied(offered)
     checks.append(Check("victims-per-node", not emptied,
                         f"nodes offered victims and answered with none (kube-scheduler fails the preemption: "
                         f"expected at least one victim pod on node): {', '.join(emptied)}" if emptied
                         else "at least one victim on every node offered some", {"body": body[:EVIDENCE_BYTES]}
                         if emptied else {}))
-    return PreemptResult(victims), None, checks
+    return result, None, checks
 
 
 # --------------------------------------------------------------------------------------------------- client

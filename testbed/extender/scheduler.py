@@ -297,10 +297,11 @@ class Scheduler:
                     continue
                 return []
             trimmed: dict[str, list[dict[str, Any]]] = {}
+            emptied = set(call.value.emptied(offered))
             for node, uids in call.value.victims.items():
                 if node not in candidates:
                     continue
-                if not uids and offered.get(node):  # kube-scheduler: "expected at least one victim pod on node"
+                if node in emptied:
                     if cfg.ignorable:
                         continue
                     return []
