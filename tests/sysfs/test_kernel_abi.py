@@ -64,7 +64,8 @@ from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
 from fakehw.sysfs import ROOT_DIR, node_layout, render_tree
 from fakehw.sysfs.node import RISCV_VMALLOC_TOTAL_KB, X86_VMALLOC_TOTAL_KB
-from fakehw.sysfs.pci import SPEED
+from fakehw.sysfs.pci import SPEED, interrupt
+from fakehw.sysfs.pciconfig import config_space
 from fakehw.sysfs.procdevices import proc_devices
 from tests.nvml.captures import capture_dir
 
@@ -1867,3 +1868,43 @@ def test_a_functions_resource_file_has_the_kernels_line_count(rendered: Rendered
                 assert lines[i] == " ".join(["0x" + "0" * 16] * 3), (profile, d.name, i, lines[i])
             seen.add(bridge)
         assert seen == {True, False}, profile
+
+
+CXL_TEST_MODULES = ("cxl_test", "cxl_mock", "cxl_mock_mem")
+"""The modules of the kernel's CXL emulation (tools/testing/cxl/test/Kbuild: obj-m += cxl_test.o, cxl_mock.o,
+cxl_mock_mem.o). They are built only out of tree from tools/testing/cxl (``make M=tools/testing/cxl``), never by a
+distribution kernel's config."""
+
+
+def test_only_the_cxl_test_host_has_the_cxl_test_modules_loaded(rendered: Rendered) -> None:
+    """A loaded module has ``/sys/module/<name>`` with ``initstate`` reading ``live`` (kernel/module/sysfs.c,
+    mod_sysfs_setup; libkmod's loaded-module test); an unloaded one has no directory. ndctl's cxl-topology.sh
+    starts with ``modprobe cxl_test``: the mock root ``cxl_acpi.0`` and the memdevs the ``cxl_mock_mem`` driver binds
+    exist only while the emulation's modules are loaded, so the cxl-test host has all three live. cxl-pool's CXL is
+    real hardware (its root is the ACPI0017 device), where none of them is loaded."""
+    (_, _, mock), *_ = rendered("cxl-test")
+    (_, _, real), *_ = rendered("cxl-pool")
+    assert (mock / "sys/devices/platform/cxl_acpi.0").is_dir(), "the cxl-test host has no cxl_test root"
+    assert (real / "sys/devices/platform/ACPI0017:00").is_dir(), "cxl-pool has no ACPI CXL root"
+    for module in CXL_TEST_MODULES:
+        assert _read(mock / f"sys/module/{module}/initstate") == "live", module
+        assert not (real / f"sys/module/{module}").exists(), module
+    assert _read(real / "sys/module/cxl_acpi/initstate") == "live"
+
+
+def test_a_function_no_driver_enabled_shows_the_interrupt_line_firmware_left(rendered: Rendered) -> None:
+    """Before a driver enables a function, its ``irq`` attribute (drivers/pci/pci-sysfs.c, irq_show: pdev->irq, MSI
+    being off until a driver turns it on) is what drivers/pci/probe.c, pci_read_irq, read at enumeration: the
+    Interrupt Line register (config 0x3C) when the Interrupt Pin register (0x3D) names a pin, else 0. On x86 with
+    ACPI IRQ routing nothing rewrites it before pci_enable_device (pci_acpi_init makes init_irq a no-op, so
+    pcibios_fixup_irqs does not run); 255 is the PCI Local Bus spec's "unknown or no connection" (6.2.4), what lspci
+    -v prints as "pin A routed to IRQ 255" for an unbound device. Every function of the built-in profiles has a
+    driver, so the rule is checked on each function of dgx-h100 taken without its driver."""
+    (system, node, _), *_ = rendered("dgx-h100")
+    lay = node_layout(system, node)
+    assert lay.functions
+    for fn in lay.functions:
+        bare = dataclasses.replace(fn, driver=None)
+        config = config_space(bare)
+        expected = config[0x3C] if config[0x3D] else 0
+        assert interrupt(lay, bare) == expected, (fn.bdf, config[0x3C], config[0x3D])
