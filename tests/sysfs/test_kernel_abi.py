@@ -1908,3 +1908,39 @@ def test_a_function_no_driver_enabled_shows_the_interrupt_line_firmware_left(ren
         config = config_space(bare)
         expected = config[0x3C] if config[0x3D] else 0
         assert interrupt(lay, bare) == expected, (fn.bdf, config[0x3C], config[0x3D])
+
+
+def _mig_cap_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
+    """nv-caps.c's numbering (MIG user guide, "Device Nodes and Capabilities": its mig-minors table starts ``config
+    1``, ``monitor 2``, ``gpu0/gi0/access 3``, ``gpu0/gi0/ci0/access 4``): per GPU minor 15 GPU instances, each its
+    own access and eight compute instances'."""
+    base = 3 + gpu_minor * 15 * 9 + gi * 9
+    return base if ci is None else base + 1 + ci
+
+
+def test_a_mig_gpus_instances_have_their_capabilities_and_device_nodes(rendered: Rendered) -> None:
+    """The driver creates ``/proc/driver/nvidia/capabilities/gpuN/mig/giX/access`` and ``.../giX/ciY/access`` for
+    each GPU and compute instance that exists, with ``DeviceFileMinor`` naming the ``/dev/nvidia-caps/nvidia-capM``
+    node a process opens to prove access (MIG user guide, "Device Nodes and Capabilities"; NVIDIA's device plugin
+    hands out those nodes). dgx-a100 boots gpu7 (bus 0000:bd:00.0) in MIG mode with two 3g.40gb instances, each with
+    its default full compute instance: on an A100 the two 3g slots are GPU instances 1 and 2 (the guide's
+    ``nvidia-smi mig -cgi 9,9 -C`` creates GPU instance IDs 2 and 1, compute instance 0 in each). The GPUs not in
+    MIG mode have no instance capabilities."""
+    (_, _, root), *_ = rendered("dgx-a100")
+    info = dict(line.split(":", 1) for line in
+                (root / "proc/driver/nvidia/gpus/0000:bd:00.0/information").read_text().splitlines())
+    minor = int(info["Device Minor"])
+    caps = root / "proc/driver/nvidia/capabilities"
+    instance_files = sorted(str(f.relative_to(caps)) for f in caps.glob("gpu*/mig/gi*/**/access"))
+    assert instance_files == [f"gpu{minor}/mig/gi{gi}/{rest}access" for gi in (1, 2) for rest in ("", "ci0/")]
+    majors = {name: major for major, names in _char_majors(root).items() for name in names}
+    for gi in (1, 2):
+        for path, cap in ((f"gi{gi}/access", _mig_cap_minor(minor, gi)),
+                          (f"gi{gi}/ci0/access", _mig_cap_minor(minor, gi, 0))):
+            fields = dict(line.split(": ", 1) for line in (caps / f"gpu{minor}/mig/{path}").read_text().splitlines())
+            assert fields["DeviceFileMinor"] == str(cap), path
+            node = root / f"dev/nvidia-caps/nvidia-cap{cap}"
+            assert node.exists() or node.is_symlink(), node
+            if os.geteuid() == 0:
+                rdev = os.lstat(node).st_rdev
+                assert (os.major(rdev), os.minor(rdev)) == (majors["nvidia-caps"], cap), path
