@@ -1944,3 +1944,32 @@ def test_a_mig_gpus_instances_have_their_capabilities_and_device_nodes(rendered:
             if os.geteuid() == 0:
                 rdev = os.lstat(node).st_rdev
                 assert (os.major(rdev), os.minor(rdev)) == (majors["nvidia-caps"], cap), path
+
+
+def test_a_mock_memdev_on_a_root_port_hangs_below_that_port(fast_tmp: Path) -> None:
+    """cxl_mem's port enumeration (drivers/cxl/core/port.c, devm_cxl_enumerate_ports) finds a memdev's upstream
+    dport as the grandparent of the memdev device (memdev -> its PCI or mock platform device -> the dport), and adds
+    the endpoint below the port that owns that dport, with it as ``parent_dport``. cxl_test hangs its devices off
+    switch downstream ports (tools/testing/cxl/test/cxl.c), but the platform's layout also holds a device cabled
+    straight to a root port, as PCIe hosts do: the cxl-test machine with host bridge 2's switch removed and
+    ``cxl_mem.8`` on its root port ``cxl_root_port.4`` renders, the memdev below that root port, its endpoint below
+    host bridge 2's port with ``cxl_root_port.4`` as parent_dport."""
+    text = (Path(fakehw.model.__file__).parent.parent / "profiles/cxl-test.yaml").read_text()
+    lines = text.splitlines(True)
+    switch4 = next(line for line in lines if line.startswith("          - {name: cxlsw4, parent: cxlhb2.rp0,"))
+    mem9 = next(line for line in lines if line.startswith("          - {name: mem9,"))
+    assert switch4 in text and "parent: cxlsw4.dp0," in text
+    text = text.replace(switch4, "").replace(mem9, "").replace("parent: cxlsw4.dp0,", "parent: cxlhb2.rp0,")
+    system = load_profile("cxl-test-root-port", text=text.replace("name: cxl-test\n", "name: cxl-test-root-port\n", 1))
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp))
+    devices = fast_tmp / ROOT_DIR / "sys/bus/cxl/devices"
+    platform = fast_tmp / ROOT_DIR / "sys/devices/platform"
+    mem8 = (devices / "mem8").resolve()
+    root_port = (platform / "cxl_host_bridge.2/cxl_root_port.4").resolve()
+    assert mem8.parent.parent == root_port, mem8
+    endpoints = [e.resolve() for e in devices.glob("endpoint*") if (e / "uport").resolve() == mem8]
+    assert len(endpoints) == 1, endpoints
+    (endpoint,) = endpoints
+    assert (endpoint / "parent_dport").resolve() == root_port
+    assert (endpoint.parent / "uport").resolve() == (platform / "cxl_host_bridge.2").resolve()
