@@ -1923,9 +1923,9 @@ def test_a_mig_gpus_instances_have_their_capabilities_and_device_nodes(rendered:
     each GPU and compute instance that exists, with ``DeviceFileMinor`` naming the ``/dev/nvidia-caps/nvidia-capM``
     node a process opens to prove access (MIG user guide, "Device Nodes and Capabilities"; NVIDIA's device plugin
     hands out those nodes). dgx-a100 boots gpu7 (bus 0000:bd:00.0) in MIG mode with two 3g.40gb instances, each with
-    its default full compute instance: on an A100 the two 3g slots are GPU instances 1 and 2 (the guide's
-    ``nvidia-smi mig -cgi 9,9 -C`` creates GPU instance IDs 2 and 1, compute instance 0 in each). The GPUs not in
-    MIG mode have no instance capabilities."""
+    its default full compute instance: on an A100 the two 3g slots are GPU instances 1 and 2 (the guide's example
+    creating two 3g instances, profile ID 9, with ``-C`` gets GPU instance IDs 2 and 1, compute instance 0 in each).
+    The GPUs not in MIG mode have no instance capabilities."""
     (_, _, root), *_ = rendered("dgx-a100")
     info = dict(line.split(":", 1) for line in
                 (root / "proc/driver/nvidia/gpus/0000:bd:00.0/information").read_text().splitlines())
