@@ -47,16 +47,21 @@ MSI_IRQ_BASE = 24
 the numbers themselves are the kernel's choice, only that each MSI vector has its own irq matters."""
 INTX_GSI_BASE = 16
 """PIRQ A-D land on I/O APIC pins 16-19 (the PCI interrupt swizzle of INTx by slot, pci_swizzle_interrupt_pin)."""
+PCI_INTERRUPT_LINE, PCI_INTERRUPT_PIN = 0x3C, 0x3D
+"""Config space offsets of the Interrupt Line and Interrupt Pin registers (include/uapi/linux/pci_regs.h)."""
 
 
 def interrupt(lay: PciLayout, fn: PciFunction) -> int:
     """``irq`` of a function (drivers/pci/pci-sysfs.c, irq_show): the first MSI vector's irq while MSI is on, else
-    pdev->irq. Nothing is routed before a driver enables the function (0). Bridges (pcieport) and GPUs (the NVIDIA
+    pdev->irq. Bridges (pcieport) and GPUs (the NVIDIA
     driver, ``EnableMSI: 1``) use MSI, each vector an irq of its own; the other drivers use MSI-X, which leaves
     pdev->irq at the INTx line the firmware routes INTA to (acpi_pci_irq_enable at pci_enable_device), non-zero and
-    shared between functions as the wires are."""
+    shared between functions as the wires are. A function no driver enabled keeps what drivers/pci/probe.c,
+    pci_read_irq, read at enumeration: its Interrupt Line register if it has an interrupt pin, else 0 (255, "no
+    connection", for the fake's functions, which all have INTA)."""
     if not fn.driver:
-        return 0
+        config = config_space(fn)
+        return config[PCI_INTERRUPT_LINE] if config[PCI_INTERRUPT_PIN] else 0
     if fn.is_bridge or fn.kind in GPU_KINDS:
         return MSI_IRQ_BASE + lay.functions.index(fn)
     return INTX_GSI_BASE + fn.address.device % 4

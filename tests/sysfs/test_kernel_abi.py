@@ -64,7 +64,8 @@ from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
 from fakehw.sysfs import ROOT_DIR, node_layout, render_tree
 from fakehw.sysfs.node import RISCV_VMALLOC_TOTAL_KB, X86_VMALLOC_TOTAL_KB
-from fakehw.sysfs.pci import SPEED
+from fakehw.sysfs.pci import SPEED, interrupt
+from fakehw.sysfs.pciconfig import config_space
 from fakehw.sysfs.procdevices import proc_devices
 from tests.nvml.captures import capture_dir
 
@@ -1867,3 +1868,108 @@ def test_a_functions_resource_file_has_the_kernels_line_count(rendered: Rendered
                 assert lines[i] == " ".join(["0x" + "0" * 16] * 3), (profile, d.name, i, lines[i])
             seen.add(bridge)
         assert seen == {True, False}, profile
+
+
+CXL_TEST_MODULES = ("cxl_test", "cxl_mock", "cxl_mock_mem")
+"""The modules of the kernel's CXL emulation (tools/testing/cxl/test/Kbuild: obj-m += cxl_test.o, cxl_mock.o,
+cxl_mock_mem.o). They are built only out of tree from tools/testing/cxl (``make M=tools/testing/cxl``), never by a
+distribution kernel's config."""
+
+
+def test_only_the_cxl_test_host_has_the_cxl_test_modules_loaded(rendered: Rendered) -> None:
+    """A loaded module has ``/sys/module/<name>`` with ``initstate`` reading ``live`` (kernel/module/sysfs.c,
+    mod_sysfs_setup; libkmod's loaded-module test); an unloaded one has no directory. ndctl's cxl-topology.sh
+    starts with ``modprobe cxl_test``: the mock root ``cxl_acpi.0`` and the memdevs the ``cxl_mock_mem`` driver binds
+    exist only while the emulation's modules are loaded, so the cxl-test host has all three live. cxl-pool's CXL is
+    real hardware (its root is the ACPI0017 device), where none of them is loaded."""
+    (_, _, mock), *_ = rendered("cxl-test")
+    (_, _, real), *_ = rendered("cxl-pool")
+    assert (mock / "sys/devices/platform/cxl_acpi.0").is_dir(), "the cxl-test host has no cxl_test root"
+    assert (real / "sys/devices/platform/ACPI0017:00").is_dir(), "cxl-pool has no ACPI CXL root"
+    for module in CXL_TEST_MODULES:
+        assert _read(mock / f"sys/module/{module}/initstate") == "live", module
+        assert not (real / f"sys/module/{module}").exists(), module
+    assert _read(real / "sys/module/cxl_acpi/initstate") == "live"
+
+
+def test_a_function_no_driver_enabled_shows_the_interrupt_line_firmware_left(rendered: Rendered) -> None:
+    """Before a driver enables a function, its ``irq`` attribute (drivers/pci/pci-sysfs.c, irq_show: pdev->irq, MSI
+    being off until a driver turns it on) is what drivers/pci/probe.c, pci_read_irq, read at enumeration: the
+    Interrupt Line register (config 0x3C) when the Interrupt Pin register (0x3D) names a pin, else 0. On x86 with
+    ACPI IRQ routing nothing rewrites it before pci_enable_device (pci_acpi_init makes init_irq a no-op, so
+    pcibios_fixup_irqs does not run); 255 is the PCI Local Bus spec's "unknown or no connection" (6.2.4), what lspci
+    -v prints as "pin A routed to IRQ 255" for an unbound device. Every function of the built-in profiles has a
+    driver, so the rule is checked on each function of dgx-h100 taken without its driver."""
+    (system, node, _), *_ = rendered("dgx-h100")
+    lay = node_layout(system, node)
+    assert lay.functions
+    for fn in lay.functions:
+        bare = dataclasses.replace(fn, driver=None)
+        config = config_space(bare)
+        expected = config[0x3C] if config[0x3D] else 0
+        assert interrupt(lay, bare) == expected, (fn.bdf, config[0x3C], config[0x3D])
+
+
+def _mig_cap_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
+    """nv-caps.c's numbering (MIG user guide, "Device Nodes and Capabilities": its mig-minors table starts ``config
+    1``, ``monitor 2``, ``gpu0/gi0/access 3``, ``gpu0/gi0/ci0/access 4``): per GPU minor 15 GPU instances, each its
+    own access and eight compute instances'."""
+    base = 3 + gpu_minor * 15 * 9 + gi * 9
+    return base if ci is None else base + 1 + ci
+
+
+def test_a_mig_gpus_instances_have_their_capabilities_and_device_nodes(rendered: Rendered) -> None:
+    """The driver creates ``/proc/driver/nvidia/capabilities/gpuN/mig/giX/access`` and ``.../giX/ciY/access`` for
+    each GPU and compute instance that exists, with ``DeviceFileMinor`` naming the ``/dev/nvidia-caps/nvidia-capM``
+    node a process opens to prove access (MIG user guide, "Device Nodes and Capabilities"; NVIDIA's device plugin
+    hands out those nodes). dgx-a100 boots gpu7 (bus 0000:bd:00.0) in MIG mode with two 3g.40gb instances, each with
+    its default full compute instance: on an A100 the two 3g slots are GPU instances 1 and 2 (the guide's example
+    creating two 3g instances, profile ID 9, with ``-C`` gets GPU instance IDs 2 and 1, compute instance 0 in each).
+    The GPUs not in MIG mode have no instance capabilities."""
+    (_, _, root), *_ = rendered("dgx-a100")
+    info = dict(line.split(":", 1) for line in
+                (root / "proc/driver/nvidia/gpus/0000:bd:00.0/information").read_text().splitlines())
+    minor = int(info["Device Minor"])
+    caps = root / "proc/driver/nvidia/capabilities"
+    instance_files = sorted(str(f.relative_to(caps)) for f in caps.glob("gpu*/mig/gi*/**/access"))
+    assert instance_files == [f"gpu{minor}/mig/gi{gi}/{rest}access" for gi in (1, 2) for rest in ("", "ci0/")]
+    majors = {name: major for major, names in _char_majors(root).items() for name in names}
+    for gi in (1, 2):
+        for path, cap in ((f"gi{gi}/access", _mig_cap_minor(minor, gi)),
+                          (f"gi{gi}/ci0/access", _mig_cap_minor(minor, gi, 0))):
+            fields = dict(line.split(": ", 1) for line in (caps / f"gpu{minor}/mig/{path}").read_text().splitlines())
+            assert fields["DeviceFileMinor"] == str(cap), path
+            node = root / f"dev/nvidia-caps/nvidia-cap{cap}"
+            assert node.exists() or node.is_symlink(), node
+            if os.geteuid() == 0:
+                rdev = os.lstat(node).st_rdev
+                assert (os.major(rdev), os.minor(rdev)) == (majors["nvidia-caps"], cap), path
+
+
+def test_a_mock_memdev_on_a_root_port_hangs_below_that_port(fast_tmp: Path) -> None:
+    """cxl_mem's port enumeration (drivers/cxl/core/port.c, devm_cxl_enumerate_ports) finds a memdev's upstream
+    dport as the grandparent of the memdev device (memdev -> its PCI or mock platform device -> the dport), and adds
+    the endpoint below the port that owns that dport, with it as ``parent_dport``. cxl_test hangs its devices off
+    switch downstream ports (tools/testing/cxl/test/cxl.c), but the platform's layout also holds a device cabled
+    straight to a root port, as PCIe hosts do: the cxl-test machine with host bridge 2's switch removed and
+    ``cxl_mem.8`` on its root port ``cxl_root_port.4`` renders, the memdev below that root port, its endpoint below
+    host bridge 2's port with ``cxl_root_port.4`` as parent_dport."""
+    text = (Path(fakehw.model.__file__).parent.parent / "profiles/cxl-test.yaml").read_text()
+    lines = text.splitlines(True)
+    switch4 = next(line for line in lines if line.startswith("          - {name: cxlsw4, parent: cxlhb2.rp0,"))
+    mem9 = next(line for line in lines if line.startswith("          - {name: mem9,"))
+    assert switch4 in text and "parent: cxlsw4.dp0," in text
+    text = text.replace(switch4, "").replace(mem9, "").replace("parent: cxlsw4.dp0,", "parent: cxlhb2.rp0,")
+    system = load_profile("cxl-test-root-port", text=text.replace("name: cxl-test\n", "name: cxl-test-root-port\n", 1))
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp))
+    devices = fast_tmp / ROOT_DIR / "sys/bus/cxl/devices"
+    platform = fast_tmp / ROOT_DIR / "sys/devices/platform"
+    mem8 = (devices / "mem8").resolve()
+    root_port = (platform / "cxl_host_bridge.2/cxl_root_port.4").resolve()
+    assert mem8.parent.parent == root_port, mem8
+    endpoints = [e.resolve() for e in devices.glob("endpoint*") if (e / "uport").resolve() == mem8]
+    assert len(endpoints) == 1, endpoints
+    (endpoint,) = endpoints
+    assert (endpoint / "parent_dport").resolve() == root_port
+    assert (endpoint.parent / "uport").resolve() == (platform / "cxl_host_bridge.2").resolve()
