@@ -332,8 +332,15 @@ class Journal:
     # ------------------------------------------------------------------------------------------ reading
 
     def replay(self) -> list[dict[str, Any]]:
-        """The records that checked out when the journal was opened, in the order they were written."""
+        """The records that checked out when the journal was opened, in the order they were written (until the first
+        compaction, which replaces them and lets them go: the agent does not hold its start's records for life)."""
         return list(self._records)
+
+    @property
+    def records(self) -> int:
+        """Records the file holds now (its checkpoint included): what a compaction would shrink."""
+        with self._lock:
+            return self._number
 
     def floor(self, name: str) -> int:
         """Ids of counter ``name`` up to this value may have been handed out before: resume above it."""
@@ -457,15 +464,20 @@ class Journal:
             lines += [encode(n, r) for n, r in enumerate(records, 2)]
             data = b"".join(lines)
             with self._lock:
+                old_inode = os.fstat(self._fd).st_ino
                 os.close(self._fd)
                 try:
                     atomic_write(self.path, data, 0o600, durable=True)
                 finally:
                     self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-                self._number = len(lines)
-                self._size = len(data)
-                self._durable = (self._number, self._size)
+                    # The new file is in place also when only the fsync of its directory failed: appends then
+                    # number on from it (a running agent goes on after a compaction that failed).
+                    if os.fstat(self._fd).st_ino != old_inode:
+                        self._number = len(lines)
+                        self._size = len(data)
+                        self._durable = (self._number, self._size)
             self._write_meta(_Meta(epoch, len(lines), dict(meta.reserved)))
+            self._records = []
         if self.recovery.problems and not self._reported:
             self._reported = True
             log.warning("journal %s recovered: %d records used, %d records lost (%s); the damaged original is "

@@ -61,6 +61,10 @@ RECENT_EVENTS = 256
 MAX_ACTIVE_FAULTS = 100_000
 MAX_ANSWERS_KEPT = 1024
 """Journaled idempotency answers carried over by compaction."""
+COMPACT_EVERY = 20_000
+"""Records a running agent appends to its journal before compacting it (at least; see
+:meth:`AgentService._compact_if_due`). Without it a long chaos run grew the journal without bound, and the next
+start read all of it into memory before compacting."""
 
 Idempotency = tuple[str, str]
 """(key, request fingerprint) of a request that carried an ``Idempotency-Key``."""
@@ -105,6 +109,7 @@ class AgentService:
         salvage: bool = False,
         files: str = "all",
         progress: Callable[..., None] | None = None,
+        compact_every: int = COMPACT_EVERY,
     ):
         if files not in FILES:
             raise ValueError(f"files must be one of {', '.join(FILES)}, not {files!r}")
@@ -150,6 +155,11 @@ class AgentService:
         self._pending: deque[_Pending] = deque()
         self._pending_injects = 0
         self._healing: set[str] = set()
+        if compact_every < 1:
+            raise ValueError(f"compact_every must be at least 1, not {compact_every}")
+        self._compact_every = compact_every
+        self._compact_at = 0
+        """The journal's record count at which the running agent compacts it next."""
         self.idempotency = IdempotencyCache(clock)
         self.reserve: DiskReserve | None = None
         step = progress or (lambda *_a, **_k: None)
@@ -307,6 +317,7 @@ class AgentService:
             raise AgentError(exc.status, str(exc)) from None
         fault_req = with_device_defaults(fault_req, node)
         with self.lock:
+            self._wait_for_compaction()
             self.check_writable()
             if len(self._faults) + self._pending_injects >= MAX_ACTIVE_FAULTS:
                 raise AgentError(429, f"{MAX_ACTIVE_FAULTS} faults are active; heal some first")
@@ -342,6 +353,7 @@ class AgentService:
         if node is not None:
             self.node(node)
         with self.lock:
+            self._wait_for_compaction()
             self.check_writable()
             if fault_id is not None:
                 if fault_id in self._healing:
@@ -452,6 +464,7 @@ class AgentService:
             self._update(name)
         if touched:
             self._changed.notify_all()
+        self._compact_if_due()
 
     def _note_failure(self, error: JournalWriteError) -> None:
         if error.errno in DISK_FULL_ERRNOS:
@@ -648,6 +661,37 @@ class AgentService:
         self._reserve("fault-id", self._fault_counter)
         self._reserve("event-seq", self._seq)
         self._reserve("generation", max(self._generation.values(), default=0))
+        self._plan_compaction()
+
+    def _plan_compaction(self) -> None:
+        """The next compaction once the journal has grown by as many records as it holds now, and by at least
+        ``compact_every``: a compaction rewrites what is active, so its cost stays a fraction of the appends
+        between two of them however many faults are active."""
+        base = self.journal.records
+        self._compact_at = base + max(self._compact_every, base)
+
+    def _wait_for_compaction(self) -> None:
+        """Under the lock, before a change issues ids: once a compaction is due, let the queued changes drain (their
+        writers apply them and the last one compacts) instead of queueing more. Under steady concurrent changes
+        the queue is never empty otherwise, and the journal would never be compacted."""
+        while self._pending and self.journal.records >= self._compact_at:
+            self._changed.wait()
+
+    def _compact_if_due(self) -> None:
+        """Under the lock, with no change queued (every record written is applied, and no fsync of it runs):
+        compact the journal once it has grown past the planned size. A compaction that fails (a full disk) leaves
+        the journal as it was and is tried again after as many records more."""
+        if self._pending or self.journal.records < self._compact_at:
+            return
+        try:
+            self._compact()
+        except (OSError, JournalWriteError, AgentError) as exc:
+            self._compact_at = self.journal.records + self._compact_every
+            log.warning("journal %s not compacted (%s); tried again after %d more records", self.journal.path,
+                        getattr(exc, "strerror", None) or exc, self._compact_every)
+        else:
+            log.info("journal %s compacted to %d records", self.journal.path, self.journal.records)
+        self._changed.notify_all()  # changes waiting for it go on
 
     def close(self) -> None:
         """Stop: sync and close the journals, let another agent have the state directory. Safe to call twice."""
