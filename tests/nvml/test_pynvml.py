@@ -1987,3 +1987,71 @@ def test_encoder_capacity_refuses_a_query_type_nvml_h_does_not_name(nvml: Nvml, 
     assert lib.nvmlDeviceGetEncoderCapacity(h, n.NVML_ENCODER_QUERY_H264, ctypes.byref(capacity)) == n.NVML_SUCCESS
     assert 0 <= capacity.value <= 100
     assert lib.nvmlDeviceGetEncoderCapacity(h, 3, ctypes.byref(capacity)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_compute_instance_profile_shares_its_gpu_instances_engines(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The compute instances of a GPU instance share its engines (nvml.h, nvmlComputeInstanceProfileInfo_t: the
+    shared copy engine, decoder, encoder, JPEG and OFA counts). dgx-a100's gpu7 boots with two 3g.40gb GPU
+    instances; ``nvidia-smi mig -lgip`` of a real A100-SXM4-80GB (NVIDIA/mig-parted#97, migtools.A100_80GB_LGIP)
+    gives 3g.40gb 2 decoders, 0 encoders (the A100 has no NVENC), 3 copy engines, 0 JPEG and 0 OFA: what every
+    compute instance profile of such a GPU instance shares, in the legacy struct and the versioned one alike."""
+    from tests.nvml.migtools import A100_80GB_LGIP
+
+    n = pynvml_module
+    nvml("dgx-a100")
+    _name, gi_profile, _n, _gib, _sm, dec, enc, ce, jpeg, ofa = next(r for r in A100_80GB_LGIP if r[0] == "MIG 3g.40gb")
+    h = handles(n)[7]
+    gi = n.nvmlDeviceGetGpuInstanceById(h, 2)
+    assert n.nvmlGpuInstanceGetInfo(gi).profileId == gi_profile
+    for version in (1, 2):
+        info = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+                                                               n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, version)
+        assert (info.sharedDecoderCount, info.sharedEncoderCount, info.sharedCopyEngineCount, info.sharedJpegCount,
+                info.sharedOfaCount) == (dec, enc, ce, jpeg, ofa), version
+
+
+def test_dynamic_pstates_utilization_domains_are_nvml_hs(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h numbers nvmlGpuDynamicPstatesInfo_t's utilization domains NVML_GPU_UTILIZATION_DOMAIN_GPU 0
+    (graphics engine), _FB 1 (frame buffer), _VID 2 (video engine), _BUS 3. gpu6 runs a compute process keeping
+    it 60 % busy (FakeProcess.utilization): the graphics domain reads 60, the frame-buffer domain the memory
+    utilization nvmlUtilization_t reports for the same GPU (nvml.h: "global (device) memory was being read or
+    written"), and the video-engine domain what the decoder reports, 0 (a compute process decodes no video)."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 5150, 2**30, utilization=60)])
+    h = handles(n)[6]
+    info = n.c_nvmlGpuDynamicPstatesInfo_t()
+    n.nvmlDeviceGetDynamicPstatesInfo(h, ctypes.byref(info))
+    rates = n.nvmlDeviceGetUtilizationRates(h)
+    decoder, _period = n.nvmlDeviceGetDecoderUtilization(h)
+    assert (rates.gpu, decoder) == (60, 0)
+    assert rates.memory > 0  # a busy GPU moves memory: the domains below differ
+    domains = [info.utilization[d].percentage for d in (n.NVML_GPU_UTILIZATION_DOMAIN_GPU,
+                                                         n.NVML_GPU_UTILIZATION_DOMAIN_FB,
+                                                         n.NVML_GPU_UTILIZATION_DOMAIN_VID)]
+    assert domains == [60, rates.memory, decoder]
+
+
+def test_mig_mode_pending_a_reset_reads_current_and_pending_apart(node_snapshot: Callable[..., NodeSnap],
+                                                                   pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetMigMode: ``currentMode`` and ``pendingMode`` are two answers, and nvmlDeviceSetMigMode
+    "may unbind or reset the device to activate the requested mode": until then the new mode is pending (nvidia-smi
+    -q prints MIG Mode "Current" and "Pending" apart). dgx-h100's gpu0 with MIG enabled but not yet active (the
+    agent state: current off, pending on) reads [DISABLE, ENABLE]; once active, [ENABLE, ENABLE]."""
+    from fakehw.agent.mig import GpuMig, NodeMig, boot_mig
+    from fakehw.nvml.snapshot import build_snapshot
+    from tests.nvml.helpers import faults_state
+
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    boot = boot_mig(snap.node)
+    for current, pending in ((False, True), (True, True)):
+        gpu0 = {**boot.gpus["gpu0"].to_json(), "current": current, "pending": pending}
+        state = replace(faults_state(snap.node, [], snap.system.seed)[0],
+                        mig=NodeMig(boot.node, {**boot.gpus, "gpu0": GpuMig.from_json(gpu0)}))
+        write_snapshot(snap.path, build_snapshot(snap.system, snap.node, state).to_bytes(), changed=True)
+        with snapshot_env(snap.path):
+            n.nvmlInit()
+            try:
+                assert n.nvmlDeviceGetMigMode(handles(n)[0]) == [int(current), int(pending)]
+            finally:
+                n.nvmlShutdown()
