@@ -2055,3 +2055,24 @@ def test_mig_mode_pending_a_reset_reads_current_and_pending_apart(node_snapshot:
                 assert n.nvmlDeviceGetMigMode(handles(n)[0]) == [int(current), int(pending)]
             finally:
                 n.nvmlShutdown()
+
+
+def test_gpus_of_single_gpu_boards_are_never_on_the_same_board(nvml: Nvml, pynvml_module: ModuleType,
+                                                               tmp_path: Path) -> None:
+    """nvml.h: nvmlDeviceGetMultiGpuBoard tells "whether the device is on a multi GPU board", and
+    nvmlDeviceOnSameBoard answers non-zero when two GPUs "are on the same physical board": two distinct GPUs that
+    each say they are on a single-GPU board (every capture prints multigpu_board No) are on two boards. The board id
+    (every capture's: PCI domain, bus and device, 0x1b00 for 0000:1b:00.0) cannot tell functions of one device
+    apart, so the test puts edge-pcie's gpu1 at 0000:1b:00.1 (a profile a user can write) where both read 0x1b00:
+    the ids collide and the answer must still be 0."""
+    n = pynvml_module
+    source = (references.ROOT / "fakehw/profiles/edge-pcie.yaml").read_text()
+    assert source.count('bus: "0000:1c:00.0"') == 1
+    profile = tmp_path / "shared-device.yaml"
+    profile.write_text(source.replace('bus: "0000:1c:00.0"', 'bus: "0000:1b:00.1"'))
+    nvml(str(profile))
+    gpu0, gpu1 = handles(n)[:2]
+    assert [n.nvmlDeviceGetMultiGpuBoard(h) for h in (gpu0, gpu1)] == [0, 0]
+    assert n.nvmlDeviceGetBoardId(gpu0) == n.nvmlDeviceGetBoardId(gpu1) == 0x1B00
+    assert not n.nvmlDeviceOnSameBoard(gpu0, gpu1)
+    assert n.nvmlDeviceOnSameBoard(gpu1, gpu1)
