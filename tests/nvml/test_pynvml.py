@@ -2076,3 +2076,28 @@ def test_gpus_of_single_gpu_boards_are_never_on_the_same_board(nvml: Nvml, pynvm
     assert n.nvmlDeviceGetBoardId(gpu0) == n.nvmlDeviceGetBoardId(gpu1) == 0x1B00
     assert not n.nvmlDeviceOnSameBoard(gpu0, gpu1)
     assert n.nvmlDeviceOnSameBoard(gpu1, gpu1)
+
+
+class _PlatformInfoV2(ctypes.Structure):
+    """nvmlPlatformInfo_v2_t (nvml.h 13.4.92): version, ibGuid[16], chassisSerialNumber[16], slot, tray, host id,
+    peer type, module id."""
+
+    _fields_ = [("version", ctypes.c_uint), ("ibGuid", ctypes.c_ubyte * 16),
+                ("chassisSerialNumber", ctypes.c_ubyte * 16), ("slotNumber", ctypes.c_ubyte),
+                ("trayIndex", ctypes.c_ubyte), ("hostId", ctypes.c_ubyte), ("peerType", ctypes.c_ubyte),
+                ("moduleId", ctypes.c_ubyte)]
+
+
+def test_a_blackwell_platform_ib_guid_is_eight_bytes_then_zeros(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlPlatformInfo_v2_t.ibGuid: "Infiniband GUID reported by platform (for Blackwell, ibGuid is 8 bytes
+    so indices 8-15 are zero)". Every GPU of a GB200 tray (Blackwell) reports a GUID in bytes 0-7 (the real GB200's
+    capture prints one, gpu_fabric_guid, for each GPU) and zeros in bytes 8-15."""
+    n = pynvml_module
+    nvml("gb200-nvl72")
+    assert board_capture("gb200")["/platformInfo/gpu_fabric_guid"].startswith("0x")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    for h in handles(n):
+        info = _PlatformInfoV2(version=ctypes.sizeof(_PlatformInfoV2) | 2 << 24)
+        assert lib.nvmlDeviceGetPlatformInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
+        guid = bytes(info.ibGuid)
+        assert any(guid[:8]) and guid[8:] == bytes(8), guid.hex()
