@@ -1987,3 +1987,117 @@ def test_encoder_capacity_refuses_a_query_type_nvml_h_does_not_name(nvml: Nvml, 
     assert lib.nvmlDeviceGetEncoderCapacity(h, n.NVML_ENCODER_QUERY_H264, ctypes.byref(capacity)) == n.NVML_SUCCESS
     assert 0 <= capacity.value <= 100
     assert lib.nvmlDeviceGetEncoderCapacity(h, 3, ctypes.byref(capacity)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_compute_instance_profile_shares_its_gpu_instances_engines(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The compute instances of a GPU instance share its engines (nvml.h, nvmlComputeInstanceProfileInfo_t: the
+    shared copy engine, decoder, encoder, JPEG and OFA counts). dgx-a100's gpu7 boots with two 3g.40gb GPU
+    instances; ``nvidia-smi mig -lgip`` of a real A100-SXM4-80GB (NVIDIA/mig-parted#97, migtools.A100_80GB_LGIP)
+    gives 3g.40gb 2 decoders, 0 encoders (the A100 has no NVENC), 3 copy engines, 0 JPEG and 0 OFA: what every
+    compute instance profile of such a GPU instance shares, in the legacy struct and the versioned one alike."""
+    from tests.nvml.migtools import A100_80GB_LGIP
+
+    n = pynvml_module
+    nvml("dgx-a100")
+    _name, gi_profile, _n, _gib, _sm, dec, enc, ce, jpeg, ofa = next(r for r in A100_80GB_LGIP if r[0] == "MIG 3g.40gb")
+    h = handles(n)[7]
+    gi = n.nvmlDeviceGetGpuInstanceById(h, 2)
+    assert n.nvmlGpuInstanceGetInfo(gi).profileId == gi_profile
+    for version in (1, 2):
+        info = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE,
+                                                               n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, version)
+        assert (info.sharedDecoderCount, info.sharedEncoderCount, info.sharedCopyEngineCount, info.sharedJpegCount,
+                info.sharedOfaCount) == (dec, enc, ce, jpeg, ofa), version
+
+
+def test_dynamic_pstates_utilization_domains_are_nvml_hs(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h numbers nvmlGpuDynamicPstatesInfo_t's utilization domains NVML_GPU_UTILIZATION_DOMAIN_GPU 0
+    (graphics engine), _FB 1 (frame buffer), _VID 2 (video engine), _BUS 3. gpu6 runs a compute process keeping
+    it 60 % busy (FakeProcess.utilization): the graphics domain reads 60, the frame-buffer domain the memory
+    utilization nvmlUtilization_t reports for the same GPU (nvml.h: "global (device) memory was being read or
+    written"), and the video-engine domain what the decoder reports, 0 (a compute process decodes no video)."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu6", 5150, 2**30, utilization=60)])
+    h = handles(n)[6]
+    info = n.c_nvmlGpuDynamicPstatesInfo_t()
+    n.nvmlDeviceGetDynamicPstatesInfo(h, ctypes.byref(info))
+    rates = n.nvmlDeviceGetUtilizationRates(h)
+    decoder, _period = n.nvmlDeviceGetDecoderUtilization(h)
+    assert (rates.gpu, decoder) == (60, 0)
+    assert rates.memory > 0  # a busy GPU moves memory: the domains below differ
+    domains = [info.utilization[d].percentage for d in (n.NVML_GPU_UTILIZATION_DOMAIN_GPU,
+                                                         n.NVML_GPU_UTILIZATION_DOMAIN_FB,
+                                                         n.NVML_GPU_UTILIZATION_DOMAIN_VID)]
+    assert domains == [60, rates.memory, decoder]
+
+
+def test_mig_mode_pending_a_reset_reads_current_and_pending_apart(node_snapshot: Callable[..., NodeSnap],
+                                                                   pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetMigMode: ``currentMode`` and ``pendingMode`` are two answers, and nvmlDeviceSetMigMode
+    "may unbind or reset the device to activate the requested mode": until then the new mode is pending (nvidia-smi
+    -q prints MIG Mode "Current" and "Pending" apart). dgx-h100's gpu0 with MIG enabled but not yet active (the
+    agent state: current off, pending on) reads [DISABLE, ENABLE]; once active, [ENABLE, ENABLE]."""
+    from fakehw.agent.mig import GpuMig, NodeMig, boot_mig
+    from fakehw.nvml.snapshot import build_snapshot
+    from tests.nvml.helpers import faults_state
+
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    boot = boot_mig(snap.node)
+    for current, pending in ((False, True), (True, True)):
+        gpu0 = {**boot.gpus["gpu0"].to_json(), "current": current, "pending": pending}
+        state = replace(faults_state(snap.node, [], snap.system.seed)[0],
+                        mig=NodeMig(boot.node, {**boot.gpus, "gpu0": GpuMig.from_json(gpu0)}))
+        write_snapshot(snap.path, build_snapshot(snap.system, snap.node, state).to_bytes(), changed=True)
+        with snapshot_env(snap.path):
+            n.nvmlInit()
+            try:
+                assert n.nvmlDeviceGetMigMode(handles(n)[0]) == [int(current), int(pending)]
+            finally:
+                n.nvmlShutdown()
+
+
+def test_gpus_of_single_gpu_boards_are_never_on_the_same_board(nvml: Nvml, pynvml_module: ModuleType,
+                                                               tmp_path: Path) -> None:
+    """nvml.h: nvmlDeviceGetMultiGpuBoard tells "whether the device is on a multi GPU board", and
+    nvmlDeviceOnSameBoard answers non-zero when two GPUs "are on the same physical board": two distinct GPUs that
+    each say they are on a single-GPU board (every capture prints multigpu_board No) are on two boards. The board id
+    (every capture's: PCI domain, bus and device, 0x1b00 for 0000:1b:00.0) cannot tell functions of one device
+    apart, so the test puts edge-pcie's gpu1 at 0000:1b:00.1 (a profile a user can write) where both read 0x1b00:
+    the ids collide and the answer must still be 0."""
+    n = pynvml_module
+    source = (references.ROOT / "fakehw/profiles/edge-pcie.yaml").read_text()
+    assert source.count('bus: "0000:1c:00.0"') == 1
+    profile = tmp_path / "shared-device.yaml"
+    profile.write_text(source.replace('bus: "0000:1c:00.0"', 'bus: "0000:1b:00.1"'))
+    nvml(str(profile))
+    gpu0, gpu1 = handles(n)[:2]
+    assert [n.nvmlDeviceGetMultiGpuBoard(h) for h in (gpu0, gpu1)] == [0, 0]
+    assert n.nvmlDeviceGetBoardId(gpu0) == n.nvmlDeviceGetBoardId(gpu1) == 0x1B00
+    assert not n.nvmlDeviceOnSameBoard(gpu0, gpu1)
+    assert n.nvmlDeviceOnSameBoard(gpu1, gpu1)
+
+
+class _PlatformInfoV2(ctypes.Structure):
+    """nvmlPlatformInfo_v2_t (nvml.h 13.4.92): version, ibGuid[16], chassisSerialNumber[16], slot, tray, host id,
+    peer type, module id."""
+
+    _fields_ = [("version", ctypes.c_uint), ("ibGuid", ctypes.c_ubyte * 16),
+                ("chassisSerialNumber", ctypes.c_ubyte * 16), ("slotNumber", ctypes.c_ubyte),
+                ("trayIndex", ctypes.c_ubyte), ("hostId", ctypes.c_ubyte), ("peerType", ctypes.c_ubyte),
+                ("moduleId", ctypes.c_ubyte)]
+
+
+def test_a_blackwell_platform_ib_guid_is_eight_bytes_then_zeros(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlPlatformInfo_v2_t.ibGuid: "Infiniband GUID reported by platform (for Blackwell, ibGuid is 8 bytes
+    so indices 8-15 are zero)". Every GPU of a GB200 tray (Blackwell) reports a GUID in bytes 0-7 (the real GB200's
+    capture prints one, gpu_fabric_guid, for each GPU) and zeros in bytes 8-15."""
+    n = pynvml_module
+    nvml("gb200-nvl72")
+    assert board_capture("gb200")["/platformInfo/gpu_fabric_guid"].startswith("0x")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    for h in handles(n):
+        info = _PlatformInfoV2(version=ctypes.sizeof(_PlatformInfoV2) | 2 << 24)
+        assert lib.nvmlDeviceGetPlatformInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
+        guid = bytes(info.ibGuid)
+        assert any(guid[:8]) and guid[8:] == bytes(8), guid.hex()
