@@ -116,8 +116,9 @@ static int dev_of_slot(const fhw_snap_t *s, uint32_t slot) {
     return -1;
 }
 
-/* One look at the current snapshot: SUCCESS with an event, GPU_IS_LOST, another error, or TIMEOUT (nothing). */
-static nvmlReturn_t e_poll_once(nvmlEventSet_t set, nvmlEventData_t *out) {
+/* One look at the current snapshot: SUCCESS with an event (and, in *stamp, when the agent raised it: microseconds
+ * of the Unix epoch), GPU_IS_LOST, another error, or TIMEOUT (nothing). */
+static nvmlReturn_t e_poll_once(nvmlEventSet_t set, nvmlEventData_t *out, unsigned long long *stamp) {
     fhw_ctx_t C;
     nvmlReturn_t r = fhw_enter(&C);
     if (r == NVML_ERROR_DRIVER_NOT_LOADED) return NVML_ERROR_GPU_IS_LOST;
@@ -135,6 +136,7 @@ static nvmlReturn_t e_poll_once(nvmlEventSet_t set, nvmlEventData_t *out) {
         out->eventData = e->event_data;
         out->gpuInstanceId = e->gpu_instance_id;
         out->computeInstanceId = e->compute_instance_id;
+        *stamp = e->time_us > 0 ? (unsigned long long)e->time_us : 0;
         set->cursor = e->seq;
         r = NVML_SUCCESS;
         break;
@@ -177,7 +179,8 @@ static int e_watch(nvmlEventSet_t set) {
     return fd;
 }
 
-static nvmlReturn_t e_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+static nvmlReturn_t e_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned long long *stamp,
+                           unsigned int timeoutms) {
     if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
     if (data == NULL || !set_live(set)) return NVML_ERROR_INVALID_ARGUMENT;
     int fd = e_watch(set);
@@ -186,7 +189,7 @@ static nvmlReturn_t e_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned i
     int force = 0;
     for (;;) {
         fhw_refresh(force);
-        nvmlReturn_t r = e_poll_once(set, data);
+        nvmlReturn_t r = e_poll_once(set, data, stamp);
         if (r != NVML_ERROR_TIMEOUT) return r;
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
@@ -211,13 +214,15 @@ static nvmlReturn_t e_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned i
 }
 
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
-    return e_wait(set, data, timeoutms);
+    unsigned long long stamp;
+    return e_wait(set, data, &stamp, timeoutms);
 }
 
 nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, fhwEventDataV1_t *data, unsigned int timeoutms) {
     if (data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlEventData_t full;
-    nvmlReturn_t r = e_wait(set, &full, timeoutms);
+    unsigned long long stamp;
+    nvmlReturn_t r = e_wait(set, &full, &stamp, timeoutms);
     if (r == NVML_SUCCESS) {
         data->device = full.device;
         data->eventType = full.eventType;
@@ -231,7 +236,8 @@ nvmlReturn_t nvmlEventSetWait_v3(nvmlEventSet_t set, nvmlEventSetWait_v3_t *para
     FHW_GATE();
     if (params == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlEventData_t full;
-    nvmlReturn_t r = e_wait(set, &full, params->timeoutMs);
+    unsigned long long stamp = 0;
+    nvmlReturn_t r = e_wait(set, &full, &stamp, params->timeoutMs);
     if (r != NVML_SUCCESS) return r;
     unsigned int timeout = params->timeoutMs;
     memset(params, 0, sizeof *params);
@@ -243,9 +249,7 @@ nvmlReturn_t nvmlEventSetWait_v3(nvmlEventSet_t set, nvmlEventSetWait_v3_t *para
     params->eventData = full.eventData;
     params->gpuInstanceId = full.gpuInstanceId;
     params->computeInstanceId = full.computeInstanceId;
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    params->timestampUsec = (unsigned long long)now.tv_sec * 1000000ULL + (unsigned long long)now.tv_nsec / 1000;
+    params->timestampUsec = stamp; /* when the event happened (nvml.h: "Event timestamp"), not when it was read */
     return NVML_SUCCESS;
 }
 
