@@ -85,6 +85,7 @@ class _CxlTree:
         self.root = f"{self.dev.root_parent}/root0"
         self.pool_by_name = {p.name: p for p in self.pools}
         self.memdev_fn: dict[str, PciFunction] = {}
+        """Pooled memdev name -> the PCI function of its logical device or DCD interface (while its host holds it)."""
         self.port_dir: dict[str, str] = {}
         self.endpoints: dict[str, _Endpoint] = {}
         self.committed: dict[str, int] = {}
@@ -162,11 +163,11 @@ class _CxlTree:
             sec.text(f"sys/module/{mod}/initstate", "live")
 
     def pci_functions(self) -> None:
-        """PCI functions of the CXL hierarchy (pooled memdevs only while a logical device is held)."""
+        """PCI functions of the CXL hierarchy (pooled memdevs only while a logical device is held). ``memdev_fn``
+        maps the pooled memdevs to theirs: a local memdev finds its function by name in the layout
+        (CxlDevices.memdev_parent)."""
         for fn in self.lay.functions:
             if fn.kind.startswith("cxl-"):
-                if fn.kind == "cxl-memdev" and fn.ref:
-                    self.memdev_fn[fn.ref] = fn
                 function_files(self.sec, fn, self.node, interrupt(self.lay, fn))
         for m in self.view.memdevs:
             if m.pool is not None:

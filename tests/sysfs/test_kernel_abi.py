@@ -208,6 +208,20 @@ def test_the_pooled_dynamic_capacity_device_offers_the_whole_pool_as_dynamic_ram
         assert int((dcd[0] / "dynamic_ram_a/size").read_text(), 16) == 64 << 30
 
 
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_every_cxl_bus_device_has_a_writable_uevent(rendered: Rendered, profile: str) -> None:
+    """Every device on the cxl bus (root, ports, endpoints, decoders, memdevs, regions, pmem and DAX regions) is a
+    struct device registered with device_add, which creates ``uevent`` as DEVICE_ATTR_RW(uevent)
+    (drivers/base/core.c: 0644; writing an action to it replays the event, what ``udevadm trigger`` does). The
+    bus's ``devices/`` directory lists each of them (drivers/base/bus.c, bus_add_device)."""
+    for _, _, root in rendered(profile):
+        devices = sorted((root / CXL_DEVICES).iterdir())
+        kinds = {d.name.rstrip("0123456789.") for d in devices}
+        assert {"root", "port", "decoder", "mem"} <= kinds, (profile, kinds)
+        for link in devices:
+            assert stat.S_IMODE(os.stat(link / "uevent").st_mode) == 0o644, (profile, link.name)
+
+
 def test_cxl_region_attributes_tools_write_are_writable(rendered: Rendered) -> None:
     writable = ("size", "commit", "interleave_ways", "interleave_granularity")
     for _, _, root in rendered("cxl-pool"):
