@@ -587,8 +587,11 @@ class _CxlTree:
         sec.link(f"sys/dev/char/{DAX_MAJOR}:{r.id}", dd)
         sec.chardev(f"dev/{dax}", DAX_MAJOR, r.id, 0o600)
         if r.origin == "dcd-extent" and r.extent is not None:
+            # offset is the extent's place in the region (the DCD series' region_extent hpa_range, relative to the
+            # region; drivers/dax/cxl.c adds the DAX region's start to it), not in the device: each extent has a
+            # region of its own here, whose endpoint decoder starts at the extent's DPA, so it starts the region
             ed = f"{dr}/extent{r.id}.0"
-            sec.text(f"{ed}/offset", _hex(r.dpa_offsets[0]))
+            sec.text(f"{ed}/offset", _hex(0))
             sec.text(f"{ed}/length", _hex(r.size))
             sec.text(f"{ed}/tag", r.extent)
 

@@ -56,7 +56,9 @@ import pytest
 import yaml
 
 import fakehw.model
+from fakehw.agent.cxl import CxlEngine, apply_fact
 from fakehw.agent.faults import FallenOffBus
+from fakehw.agent.platform import PlatformView, boot_view, runtime_numa_memory
 from fakehw.agent.state import ActiveFault, derive_state
 from fakehw.model import System, load_profile
 from fakehw.model.system import Node
@@ -220,6 +222,52 @@ def test_every_cxl_bus_device_has_a_writable_uevent(rendered: Rendered, profile:
         assert {"root", "port", "decoder", "mem"} <= kinds, (profile, kinds)
         for link in devices:
             assert stat.S_IMODE(os.stat(link / "uevent").st_mode) == 0o644, (profile, link.name)
+
+
+EXTENT_LENGTH = 512 << 20
+"""Two of the 256 MiB dynamic-capacity blocks (docs/platform.md: extents are whole blocks)."""
+
+
+def _render_holding_an_extent(out: Path) -> Path:
+    """cxl-host-0 of cxl-pool after it was given one dynamic-capacity extent of pool0, rendered as the agent renders
+    it (the CXL engine's state after the extent's facts, the NUMA memory that state puts online); the fake root."""
+    system = load_profile("cxl-pool")
+    node = system.nodes[0]
+    engine = CxlEngine(system, [n.name for n in system.nodes])  # pool0 is shared: one engine serves every host
+    cxl = engine.settle(engine.boot(), node.name, frozenset())
+    facts, _ = engine.add_extent(cxl, "pool0", node.name, EXTENT_LENGTH)
+    for fact in facts:
+        cxl = apply_fact(cxl, fact)
+    view = engine.view(engine.settle(cxl, node.name, frozenset()), node.name)
+    state = derive_state(node, [])
+    platform = PlatformView(node.name, runtime_numa_memory(node, view), view, boot_view(system, node, state).pools)
+    render_tree(RenderContext(system, node, dataclasses.replace(state, platform=platform), True),
+                OutputDir(out / node.name))
+    return out / node.name / ROOT_DIR
+
+
+def test_an_extent_shows_once_in_its_dynamic_capacity_regions_dax_region_at_an_offset_inside_it(
+        fast_tmp: Path) -> None:
+    """The dynamic-capacity series' ABI (Documentation/ABI/testing/sysfs-bus-cxl, ``dax_regionX/extentX.Y``):
+    extent devices exist "for Dynamic Capacity regions only", one per extent the region's memory accepted, with
+    ``length`` its length and ``offset`` the "extent offset within the region": region_extent's hpa_range, which
+    drivers/dax/cxl.c adds to the DAX region's start (dax_region->res.start + hpa_range.start), so offset + length
+    never passes the region's ``size``. The extent's length is the 512 MiB the host was given; a static RAM region
+    (``mode`` ram) has no extent at all."""
+    root = _render_holding_an_extent(fast_tmp)
+    regions = {link.name: link.resolve() for link in (root / CXL_DEVICES).glob("region[0-9]*")}
+    dynamic = [r for r in regions.values() if _read(r / "mode") == "dynamic_ram_a"]
+    assert len(dynamic) == 1, sorted(regions)
+    static = [r for r in regions.values() if _read(r / "mode") == "ram" and any(r.glob("dax_region*"))]
+    assert static, sorted(regions)
+    for region in static:
+        assert not list(region.glob("dax_region*/extent*")), region.name
+    extents = sorted(dynamic[0].glob("dax_region*/extent*"))
+    assert [e.name.split(".")[1] for e in extents] == ["0"], extents
+    size = int(_read(dynamic[0] / "size"), 16)
+    offset, length = int(_read(extents[0] / "offset"), 16), int(_read(extents[0] / "length"), 16)
+    assert length == EXTENT_LENGTH
+    assert offset >= 0 and offset + length <= size, (hex(offset), hex(length), hex(size))
 
 
 def test_cxl_region_attributes_tools_write_are_writable(rendered: Rendered) -> None:
