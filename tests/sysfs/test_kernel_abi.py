@@ -2035,3 +2035,21 @@ def test_a_mock_memdev_on_a_root_port_hangs_below_that_port(fast_tmp: Path) -> N
     (endpoint,) = endpoints
     assert (endpoint / "parent_dport").resolve() == root_port
     assert (endpoint.parent / "uport").resolve() == (platform / "cxl_host_bridge.2").resolve()
+
+
+@pytest.mark.parametrize("profile", ("t4-cloud", "dgx-h100", "dgx-a100"))
+def test_every_gpu_the_driver_attaches_has_its_mig_capability_directory(rendered: Rendered, profile: str) -> None:
+    """The NVIDIA driver registers every GPU it attaches with its capability framework (open-gpu-kernel-modules,
+    gpu_mgr.c: gpumgrAttachGpu -> _gpumgrRegisterRmCapsForGpu -> os.c osRmCapRegisterGpu), which creates
+    ``/proc/driver/nvidia/capabilities/gpu<minor>`` and, below it, ``mig`` whether or not the GPU can do MIG (its
+    comment: "Add MIG directory only if SMC is enabled. For now, always add "mig" directory", Bug 2679591). So a T4,
+    which has no MIG, has ``gpu0/mig`` like an H100 or an A100; the GPU instances' ``giX`` directories go below it
+    only when they exist (osRmCapRegisterSmcPartition)."""
+    (_, node, root), *_ = rendered(profile)
+    caps = root / "proc/driver/nvidia/capabilities"
+    minors = sorted(int(_read(d / "information").split("Device Minor:")[1].split()[0])
+                    for d in (root / "proc/driver/nvidia/gpus").iterdir())
+    assert len(minors) == len(node.gpus), minors
+    assert sorted(d.name for d in caps.glob("gpu*")) == sorted(f"gpu{m}" for m in minors)
+    for m in minors:
+        assert (caps / f"gpu{m}/mig").is_dir(), (profile, m)
