@@ -924,6 +924,18 @@ def _char_majors(root: Path) -> dict[int, set[str]]:
     return out
 
 
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_the_cxl_and_dax_cores_each_have_a_major_of_their_own(rendered: Rendered, profile: str) -> None:
+    """Both register with alloc_chrdev_region (drivers/cxl/core/memdev.c, cxl_memdev_init: ``cxl``;
+    drivers/dax/super.c, dax_core_init: ``dax``, MINORMASK + 1 minors, the whole major), and a dynamic major is one
+    no region holds yet (fs/char_dev.c, find_dynamic_major), so ``/proc/devices`` lists each alone on its major."""
+    for _, _, root in rendered(profile):
+        majors = _char_majors(root)
+        for name in ("cxl", "dax"):
+            owners = [names for names in majors.values() if name in names]
+            assert owners == [{name}], (profile, name, owners)
+
+
 @pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "cxl-test", "gb200-nvl72"))
 def test_every_character_device_has_a_registered_major(rendered: Rendered, profile: str) -> None:
     """A character device node opens only if a driver registered its major (fs/char_dev.c, chrdev_open looks the
