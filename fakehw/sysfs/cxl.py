@@ -85,6 +85,7 @@ class _CxlTree:
         self.root = f"{self.dev.root_parent}/root0"
         self.pool_by_name = {p.name: p for p in self.pools}
         self.memdev_fn: dict[str, PciFunction] = {}
+        """Pooled memdev name -> the PCI function of its logical device or DCD interface (while its host holds it)."""
         self.port_dir: dict[str, str] = {}
         self.endpoints: dict[str, _Endpoint] = {}
         self.committed: dict[str, int] = {}
@@ -162,11 +163,11 @@ class _CxlTree:
             sec.text(f"sys/module/{mod}/initstate", "live")
 
     def pci_functions(self) -> None:
-        """PCI functions of the CXL hierarchy (pooled memdevs only while a logical device is held)."""
+        """PCI functions of the CXL hierarchy (pooled memdevs only while a logical device is held). ``memdev_fn``
+        maps the pooled memdevs to theirs: a local memdev finds its function by name in the layout
+        (CxlDevices.memdev_parent)."""
         for fn in self.lay.functions:
             if fn.kind.startswith("cxl-"):
-                if fn.kind == "cxl-memdev" and fn.ref:
-                    self.memdev_fn[fn.ref] = fn
                 function_files(self.sec, fn, self.node, interrupt(self.lay, fn))
         for m in self.view.memdevs:
             if m.pool is not None:
@@ -586,8 +587,11 @@ class _CxlTree:
         sec.link(f"sys/dev/char/{DAX_MAJOR}:{r.id}", dd)
         sec.chardev(f"dev/{dax}", DAX_MAJOR, r.id, 0o600)
         if r.origin == "dcd-extent" and r.extent is not None:
+            # offset is the extent's place in the region (the DCD series' region_extent hpa_range, relative to the
+            # region; drivers/dax/cxl.c adds the DAX region's start to it), not in the device: each extent has a
+            # region of its own here, whose endpoint decoder starts at the extent's DPA, so it starts the region
             ed = f"{dr}/extent{r.id}.0"
-            sec.text(f"{ed}/offset", _hex(r.dpa_offsets[0]))
+            sec.text(f"{ed}/offset", _hex(0))
             sec.text(f"{ed}/length", _hex(r.size))
             sec.text(f"{ed}/tag", r.extent)
 

@@ -169,8 +169,9 @@ def _caps_static(sec: Section, node: Node, imex: bool, channel0: bool) -> None:
     sec.chardev(f"dev/nvidia-caps/nvidia-cap{CAP_MIG_CONFIG}", CAPS_MAJOR, CAP_MIG_CONFIG, MODE_CONFIG)
     sec.chardev(f"dev/nvidia-caps/nvidia-cap{CAP_MIG_MONITOR}", CAPS_MAJOR, CAP_MIG_MONITOR, MODE_READ)
     for g in node.gpus:
-        if g.sku.mig is not None and g.minor < CAP_MIG_GPUS:
-            sec.dir(f"{CAPS}/gpu{g.minor}/mig")
+        # osRmCapRegisterGpu (open-gpu-kernel-modules os.c) runs for every GPU the driver attaches and adds
+        # ``gpu<minor>/mig`` whether or not the GPU has MIG ("For now, always add "mig" directory", Bug 2679591)
+        sec.dir(f"{CAPS}/gpu{g.minor}/mig")
     if imex:
         sec.file(f"{CAPS}/fabric-imex-mgmt", _cap_file(CAP_FABRIC_IMEX_MGMT, MODE_CONFIG))
         sec.dir("dev/nvidia-caps-imex-channels")

@@ -56,7 +56,9 @@ import pytest
 import yaml
 
 import fakehw.model
+from fakehw.agent.cxl import CxlEngine, apply_fact
 from fakehw.agent.faults import FallenOffBus
+from fakehw.agent.platform import PlatformView, boot_view, runtime_numa_memory
 from fakehw.agent.state import ActiveFault, derive_state
 from fakehw.model import System, load_profile
 from fakehw.model.system import Node
@@ -206,6 +208,66 @@ def test_the_pooled_dynamic_capacity_device_offers_the_whole_pool_as_dynamic_ram
                 dcd.append(mem)
         assert len(dcd) == 1, dcd
         assert int((dcd[0] / "dynamic_ram_a/size").read_text(), 16) == 64 << 30
+
+
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_every_cxl_bus_device_has_a_writable_uevent(rendered: Rendered, profile: str) -> None:
+    """Every device on the cxl bus (root, ports, endpoints, decoders, memdevs, regions, pmem and DAX regions) is a
+    struct device registered with device_add, which creates ``uevent`` as DEVICE_ATTR_RW(uevent)
+    (drivers/base/core.c: 0644; writing an action to it replays the event, what ``udevadm trigger`` does). The
+    bus's ``devices/`` directory lists each of them (drivers/base/bus.c, bus_add_device)."""
+    for _, _, root in rendered(profile):
+        devices = sorted((root / CXL_DEVICES).iterdir())
+        kinds = {d.name.rstrip("0123456789.") for d in devices}
+        assert {"root", "port", "decoder", "mem"} <= kinds, (profile, kinds)
+        for link in devices:
+            assert stat.S_IMODE(os.stat(link / "uevent").st_mode) == 0o644, (profile, link.name)
+
+
+EXTENT_LENGTH = 512 << 20
+"""Two of the 256 MiB dynamic-capacity blocks (docs/platform.md: extents are whole blocks)."""
+
+
+def _render_holding_an_extent(out: Path) -> Path:
+    """cxl-host-0 of cxl-pool after it was given one dynamic-capacity extent of pool0, rendered as the agent renders
+    it (the CXL engine's state after the extent's facts, the NUMA memory that state puts online); the fake root."""
+    system = load_profile("cxl-pool")
+    node = system.nodes[0]
+    engine = CxlEngine(system, [n.name for n in system.nodes])  # pool0 is shared: one engine serves every host
+    cxl = engine.settle(engine.boot(), node.name, frozenset())
+    facts, _ = engine.add_extent(cxl, "pool0", node.name, EXTENT_LENGTH)
+    for fact in facts:
+        cxl = apply_fact(cxl, fact)
+    view = engine.view(engine.settle(cxl, node.name, frozenset()), node.name)
+    state = derive_state(node, [])
+    platform = PlatformView(node.name, runtime_numa_memory(node, view), view, boot_view(system, node, state).pools)
+    render_tree(RenderContext(system, node, dataclasses.replace(state, platform=platform), True),
+                OutputDir(out / node.name))
+    return out / node.name / ROOT_DIR
+
+
+def test_an_extent_shows_once_in_its_dynamic_capacity_regions_dax_region_at_an_offset_inside_it(
+        fast_tmp: Path) -> None:
+    """The dynamic-capacity series' ABI (Documentation/ABI/testing/sysfs-bus-cxl, ``dax_regionX/extentX.Y``):
+    extent devices exist "for Dynamic Capacity regions only", one per extent the region's memory accepted, with
+    ``length`` its length and ``offset`` the "extent offset within the region": region_extent's hpa_range, which
+    drivers/dax/cxl.c adds to the DAX region's start (dax_region->res.start + hpa_range.start), so offset + length
+    never passes the region's ``size``. The extent's length is the 512 MiB the host was given; a static RAM region
+    (``mode`` ram) has no extent at all."""
+    root = _render_holding_an_extent(fast_tmp)
+    regions = {link.name: link.resolve() for link in (root / CXL_DEVICES).glob("region[0-9]*")}
+    dynamic = [r for r in regions.values() if _read(r / "mode") == "dynamic_ram_a"]
+    assert len(dynamic) == 1, sorted(regions)
+    static = [r for r in regions.values() if _read(r / "mode") == "ram" and any(r.glob("dax_region*"))]
+    assert static, sorted(regions)
+    for region in static:
+        assert not list(region.glob("dax_region*/extent*")), region.name
+    extents = sorted(dynamic[0].glob("dax_region*/extent*"))
+    assert [e.name.split(".")[1] for e in extents] == ["0"], extents
+    size = int(_read(dynamic[0] / "size"), 16)
+    offset, length = int(_read(extents[0] / "offset"), 16), int(_read(extents[0] / "length"), 16)
+    assert length == EXTENT_LENGTH
+    assert offset >= 0 and offset + length <= size, (hex(offset), hex(length), hex(size))
 
 
 def test_cxl_region_attributes_tools_write_are_writable(rendered: Rendered) -> None:
@@ -860,6 +922,18 @@ def _char_majors(root: Path) -> dict[int, set[str]]:
         major, name = line.split()
         out.setdefault(int(major), set()).add(name)
     return out
+
+
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_the_cxl_and_dax_cores_each_have_a_major_of_their_own(rendered: Rendered, profile: str) -> None:
+    """Both register with alloc_chrdev_region (drivers/cxl/core/memdev.c, cxl_memdev_init: ``cxl``;
+    drivers/dax/super.c, dax_core_init: ``dax``, MINORMASK + 1 minors, the whole major), and a dynamic major is one
+    no region holds yet (fs/char_dev.c, find_dynamic_major), so ``/proc/devices`` lists each alone on its major."""
+    for _, _, root in rendered(profile):
+        majors = _char_majors(root)
+        for name in ("cxl", "dax"):
+            owners = [names for names in majors.values() if name in names]
+            assert owners == [{name}], (profile, name, owners)
 
 
 @pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "cxl-test", "gb200-nvl72"))
@@ -1973,3 +2047,21 @@ def test_a_mock_memdev_on_a_root_port_hangs_below_that_port(fast_tmp: Path) -> N
     (endpoint,) = endpoints
     assert (endpoint / "parent_dport").resolve() == root_port
     assert (endpoint.parent / "uport").resolve() == (platform / "cxl_host_bridge.2").resolve()
+
+
+@pytest.mark.parametrize("profile", ("t4-cloud", "dgx-h100", "dgx-a100"))
+def test_every_gpu_the_driver_attaches_has_its_mig_capability_directory(rendered: Rendered, profile: str) -> None:
+    """The NVIDIA driver registers every GPU it attaches with its capability framework (open-gpu-kernel-modules,
+    gpu_mgr.c: gpumgrAttachGpu -> _gpumgrRegisterRmCapsForGpu -> os.c osRmCapRegisterGpu), which creates
+    ``/proc/driver/nvidia/capabilities/gpu<minor>`` and, below it, ``mig`` whether or not the GPU can do MIG (its
+    comment: "Add MIG directory only if SMC is enabled. For now, always add "mig" directory", Bug 2679591). So a T4,
+    which has no MIG, has ``gpu0/mig`` like an H100 or an A100; the GPU instances' ``giX`` directories go below it
+    only when they exist (osRmCapRegisterSmcPartition)."""
+    (_, node, root), *_ = rendered(profile)
+    caps = root / "proc/driver/nvidia/capabilities"
+    minors = sorted(int(_read(d / "information").split("Device Minor:")[1].split()[0])
+                    for d in (root / "proc/driver/nvidia/gpus").iterdir())
+    assert len(minors) == len(node.gpus), minors
+    assert sorted(d.name for d in caps.glob("gpu*")) == sorted(f"gpu{m}" for m in minors)
+    for m in minors:
+        assert (caps / f"gpu{m}/mig").is_dir(), (profile, m)
