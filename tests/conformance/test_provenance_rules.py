@@ -1051,7 +1051,7 @@ def test_a_written_report_validates_against_the_schema_the_package_ships(run: Pa
     report.json must pass it, and the shipped file must be the schema the package generates. The models' Python
     field name ``schema_`` is no member of the document; a schema generated under it would forbid the ``schema``
     member every report writes (the models forbid extra members, ``additionalProperties: false``)."""
-    import jsonschema
+    import jsonschema  # type: ignore[import-untyped]  # no stubs installed (as in test_report.py)
 
     from conformance.report.model import REPORT_SCHEMA, report_json_schema
 
