@@ -1042,3 +1042,24 @@ def test_report_json_does_not_depend_on_the_order_of_members_in_the_results() ->
     other = build_report(results({"node": "n0", "gpus": [0, 1]}, {"linux/arm64": "sha256:" + "b" * 64,
                                                                    "linux/amd64": "sha256:" + "a" * 64}))
     assert one.to_json() == other.to_json()
+
+
+def test_a_written_report_validates_against_the_schema_the_package_ships(run: Path) -> None:
+    """docs/certification.md: ``report.json`` has the schema ``fakehw.conformance.report/v2``, shipped as
+    ``conformance/report/report.schema.json``, and the report's own ``schema`` member names it. A consumer checks a
+    report with a JSON Schema 2020-12 validator (the ``$schema`` the file declares), not with our models: a run's
+    report.json must pass it, and the shipped file must be the schema the package generates. The models' Python
+    field name ``schema_`` is no member of the document; a schema generated under it would forbid the ``schema``
+    member every report writes (the models forbid extra members, ``additionalProperties: false``)."""
+    import jsonschema  # type: ignore[import-untyped]  # no stubs installed (as in test_report.py)
+
+    from conformance.report.model import REPORT_SCHEMA, report_json_schema
+
+    shipped = json.loads((Path(cv.__file__).parent / "report" / "report.schema.json").read_text())
+    generated = json.loads(json.dumps(report_json_schema()))
+    assert generated == shipped
+    assert shipped["$schema"] == "https://json-schema.org/draft/2020-12/schema" and shipped["$id"] == REPORT_SCHEMA
+    doc = json.loads((run / "report.json").read_text())
+    assert doc["schema"] == REPORT_SCHEMA
+    jsonschema.Draft202012Validator(generated).validate(doc)
+    assert "schema" in generated["properties"] and "schema_" not in generated["properties"]
