@@ -59,6 +59,30 @@ def _hex(value: int) -> str:
     return f"0x{value:x}"
 
 
+CXL_DEVICE_IDS = {"cxl_port": 3, "cxl_memdev": 5, "cxl_region": 6, "cxl_pmem_region": 7, "cxl_dax_region": 8}
+"""The cxl bus's device type ids by devtype (drivers/cxl/cxl.h, CXL_DEVICE_*: PORT 3, ROOT 4, MEMORY_EXPANDER 5,
+REGION 6, PMEM_REGION 7, DAX_REGION 8); decoders have none (``cxl_device_id`` answers 0)."""
+CXL_DEVICE_ROOT = 4
+
+
+def _uevent(name: str, driver: str | None, devtype: str | None, devnode: tuple[int, int, str] | None) -> str:
+    """A cxl bus device's ``uevent`` as drivers/base/core.c's ``dev_uevent`` writes it: MAJOR, MINOR and DEVNAME
+    when it has a device number (a memdev: ``cxl_memdev_devnode`` names it ``cxl/memN`` and sets no mode), DEVTYPE,
+    DRIVER when one is bound, then the bus's own variable (drivers/cxl/core/port.c, ``cxl_bus_uevent``:
+    ``MODALIAS=cxl:t<id>``, the root port's id being CXL_DEVICE_ROOT)."""
+    lines = []
+    if devnode is not None:
+        major, minor, devname = devnode
+        lines += [f"MAJOR={major}", f"MINOR={minor}", f"DEVNAME={devname}"]
+    if devtype:
+        lines.append(f"DEVTYPE={devtype}")
+    if driver is not None:
+        lines.append(f"DRIVER={driver}")
+    device_id = CXL_DEVICE_ROOT if devtype == "cxl_port" and name == "root0" else CXL_DEVICE_IDS.get(devtype or "", 0)
+    lines.append(f"MODALIAS=cxl:t{device_id}")
+    return "\n".join(lines)
+
+
 @dataclass
 class _Endpoint:
     id: int
@@ -94,11 +118,13 @@ class _CxlTree:
 
     # ------------------------------------------------------------------------------------------ helpers
 
-    def device(self, path: str, name: str, driver: str | None, devtype: str | None = None) -> None:
-        """The attributes every CXL device has: ``subsystem``, ``uevent``, the bus link and, bound, ``driver``."""
+    def device(self, path: str, name: str, driver: str | None, devtype: str | None = None,
+               devnode: tuple[int, int, str] | None = None) -> None:
+        """The attributes every CXL device has: ``subsystem``, ``uevent``, the bus link and, bound, ``driver``.
+        ``devnode``: (major, minor, name under /dev) of a device with a character device (a memdev)."""
         sec = self.sec
         sec.link(f"{path}/subsystem", BUS)
-        sec.text(f"{path}/uevent", f"DEVTYPE={devtype}" if devtype else "", 0o644)
+        sec.text(f"{path}/uevent", _uevent(name, driver, devtype, devnode), 0o644)
         if devtype:
             sec.text(f"{path}/devtype", devtype)
         sec.link(f"{DEVICES}/{name}", path)
@@ -353,7 +379,8 @@ class _CxlTree:
         sec.link(f"sys/dev/char/{MEMDEV_MAJOR}:{m.sysfs_id}", md)
         sec.chardev(f"dev/cxl/{m.sysfs_name}", MEMDEV_MAJOR, m.sysfs_id, 0o600)
         bound = m.online and self.bus_up
-        self.device(md, m.sysfs_name, "cxl_mem" if bound else None, "cxl_memdev")
+        self.device(md, m.sysfs_name, "cxl_mem" if bound else None, "cxl_memdev",
+                    (MEMDEV_MAJOR, m.sysfs_id, f"cxl/{m.sysfs_name}"))
         if bound:
             self.endpoint(m, md)
 

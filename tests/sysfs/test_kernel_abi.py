@@ -224,6 +224,40 @@ def test_every_cxl_bus_device_has_a_writable_uevent(rendered: Rendered, profile:
             assert stat.S_IMODE(os.stat(link / "uevent").st_mode) == 0o644, (profile, link.name)
 
 
+KERNEL_CXL_DEVICE_IDS = {"cxl_port": 3, "cxl_memdev": 5, "cxl_region": 6, "cxl_pmem_region": 7, "cxl_dax_region": 8,
+                         "cxl_decoder_root": 0, "cxl_decoder_switch": 0, "cxl_decoder_endpoint": 0}
+"""drivers/cxl/cxl.h's CXL_DEVICE_* (PORT 3, ROOT 4, MEMORY_EXPANDER 5, REGION 6, PMEM_REGION 7, DAX_REGION 8) as
+drivers/cxl/core/port.c's ``cxl_device_id`` gives them by device type; a decoder matches none of its cases (0)."""
+
+
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_a_cxl_devices_uevent_is_what_dev_uevent_and_the_cxl_bus_write(rendered: Rendered, profile: str) -> None:
+    """drivers/base/core.c ``dev_uevent`` writes MAJOR, MINOR and DEVNAME for a device with a device number (the
+    memdev's name from ``cxl_memdev_devnode``: ``cxl/memN``, no DEVMODE since it sets no mode), DEVTYPE from the
+    device type's name, DRIVER when a driver is bound, then the bus adds its own: ``cxl_bus_uevent`` writes
+    ``MODALIAS=cxl:t<id>`` (CXL_MODALIAS_FMT), the id of the table above, 4 (CXL_DEVICE_ROOT) for the root port.
+    Each line is checked against the device's own attributes (``dev``, ``devtype``, the ``driver`` link) and the
+    kernel's table, so a uevent that says only DEVTYPE (what the fake wrote before) fails."""
+    for _, _, root in rendered(profile):
+        seen = set()
+        for link in sorted((root / CXL_DEVICES).iterdir()):
+            dev = link.resolve()
+            devtype = (dev / "devtype").read_text().strip()
+            expected = []
+            if (dev / "dev").exists():
+                major, minor = (dev / "dev").read_text().strip().split(":")
+                assert (root / "dev/cxl" / link.name).exists(), link.name
+                expected += [f"MAJOR={major}", f"MINOR={minor}", f"DEVNAME=cxl/{link.name}"]
+            expected.append(f"DEVTYPE={devtype}")
+            if (dev / "driver").is_symlink():
+                expected.append(f"DRIVER={os.readlink(dev / 'driver').rsplit('/', 1)[-1]}")
+            device_id = 4 if link.name == "root0" else KERNEL_CXL_DEVICE_IDS[devtype]
+            expected.append(f"MODALIAS=cxl:t{device_id}")
+            assert (dev / "uevent").read_text().splitlines() == expected, (profile, link.name)
+            seen.add(devtype)
+        assert {"cxl_port", "cxl_memdev", "cxl_decoder_root"} <= seen, (profile, seen)
+
+
 EXTENT_LENGTH = 512 << 20
 """Two of the 256 MiB dynamic-capacity blocks (docs/platform.md: extents are whole blocks)."""
 
