@@ -39,6 +39,9 @@ from fakehw.model.units import parse_size
 from fakehw.render.atomic import fsync_dir
 
 log = logging.getLogger(__name__)
+COMPACT_AFTER = 10_000
+"""Facts records appended after which the platform journal is rewritten as one snapshot (the agent passes its
+``compact_every``)."""
 AUDIT_IN_MEMORY = 50_000
 LEDGER_FACTS = frozenset({"grant", "revoke", "map", "unmap"})
 EXPIRY_POLL_S = 1.0
@@ -244,8 +247,12 @@ class Platform:
         lock: threading.RLock,
         on_change: Callable[[Iterable[str]], None],
         salvage: bool = False,
+        compact_after: int = COMPACT_AFTER,
     ):
         self.system = system
+        self._compact_after = compact_after
+        self._since_compact = 0
+        """Facts records appended since the journal was last compacted (see :meth:`_appended`)."""
         self.nodes = dict(nodes)
         self.engine = CxlEngine(system, self.nodes)
         self._clock = clock
@@ -300,6 +307,22 @@ class Platform:
     def _compact(self) -> None:
         self.journal.compact([{"op": "snapshot", "version": SNAPSHOT_VERSION, "digest": self.system.digest,
                                "cxl": self.cxl.to_json(), "pools": self.ledger.to_json()}])
+        self._since_compact = 0
+
+    def _appended(self) -> None:
+        """After a facts record was journaled and applied: rewrite the journal as one snapshot once
+        ``compact_after`` records were appended since the last time (as the MIG journal does), so a long run of
+        pool and CXL changes does not grow it without bound. A compaction that fails leaves the journal as it was
+        and is tried again after as many records more."""
+        self._since_compact += 1
+        if self._since_compact < self._compact_after:
+            return
+        try:
+            self._compact()
+        except (OSError, JournalWriteError) as exc:
+            self._since_compact = 0
+            log.warning("platform journal not compacted (%s); tried again after %d more records",
+                        getattr(exc, "strerror", None) or exc, self._compact_after)
 
     def _cxl_after(self, facts: list[dict[str, Any]]) -> CxlState:
         """The CXL state after the CXL facts among ``facts``, computed on a copy (``self.cxl`` is a value): a
@@ -332,6 +355,7 @@ class Platform:
         self.journal.reserve("pool-id", self.ledger.seq + 1)
         self.journal.append({"op": "facts", "facts": facts, "time": self._clock()})
         self._apply(facts, cxl=cxl)
+        self._appended()
         self._on_change(sorted(set(nodes)))
 
     def close(self) -> None:
@@ -374,6 +398,7 @@ class Platform:
                 log.warning("expiries/preemptions not applied yet: %s", exc)
                 return
             self._apply(facts)
+            self._appended()
 
     def _state(self, node_name: str) -> NodeState:
         state = self._fault_states.get(node_name)

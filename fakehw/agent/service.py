@@ -62,9 +62,9 @@ MAX_ACTIVE_FAULTS = 100_000
 MAX_ANSWERS_KEPT = 1024
 """Journaled idempotency answers carried over by compaction."""
 COMPACT_EVERY = 20_000
-"""Records a running agent appends to its journal before compacting it (at least; see
-:meth:`AgentService._compact_if_due`). Without it a long chaos run grew the journal without bound, and the next
-start read all of it into memory before compacting."""
+"""Records a running agent appends to its fault journal before compacting it (at least; see
+:meth:`AgentService._compact_if_due`), and to its platform journal (pools, CXL) before compacting that. Without
+it a long chaos run grew the journals without bound, and the next start read all of them into memory first."""
 
 Idempotency = tuple[str, str]
 """(key, request fingerprint) of a request that carried an ``Idempotency-Key``."""
@@ -171,7 +171,7 @@ class AgentService:
             self._replay()
             self._compact()
             self.platform = Platform(system, self._nodes, state_dir, clock, self.lock, self.nodes_changed,
-                                     salvage=salvage)
+                                     salvage=salvage, compact_after=compact_every)
             self.mig = MigManager(system, self._nodes, state_dir, self.lock, self.nodes_changed, salvage=salvage)
             self._start(step)
             self.reserve = DiskReserve(state_dir)

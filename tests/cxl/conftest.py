@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fakehw.agent.service import AgentService
+from fakehw.agent.service import COMPACT_EVERY, AgentService
 from fakehw.model import System, load_profile
 from tests.scratch import scratch_base
 
@@ -65,13 +65,14 @@ def make_agent(cxl_system: System, cxl_template: Path) -> Iterator[Callable[...,
     """``make_agent()``: a fresh agent (empty journals) over a hard-linked copy of the rendered trees."""
     made: list[AgentService] = []
 
-    def make(state_dir: Path | None = None, clock: Clock | None = None) -> tuple[AgentService, Clock]:
+    def make(state_dir: Path | None = None, clock: Clock | None = None,
+             compact_every: int = COMPACT_EVERY) -> tuple[AgentService, Clock]:
         clock = clock or Clock()
         if state_dir is None:
             state_dir = Path(tempfile.mkdtemp(prefix="agent-", dir=cxl_template))
             shutil.copytree(cxl_template / "template" / "nodes", state_dir / "nodes", symlinks=True,
                             copy_function=_link_or_copy)
-        svc = AgentService(cxl_system, state_dir, clock=clock)
+        svc = AgentService(cxl_system, state_dir, clock=clock, compact_every=compact_every)
         made.append(svc)
         return svc, clock
 

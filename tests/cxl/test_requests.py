@@ -288,3 +288,27 @@ def test_an_agent_serving_some_hosts_of_a_pool_cannot_arbitrate_it(cxl_system: A
         assert pf.view(H0).numa_memory[2] == next(n.memory for n in cxl_system.node(H0).numa if n.id == 2)
     finally:
         svc.close()
+
+
+def test_a_running_agent_compacts_its_platform_journal_and_a_restart_gets_the_same_pools(make_agent: MakeAgent) -> None:
+    """docs/agent.md ("The journal stays small"): the platform journal (pool grants, mappings, CXL changes) is
+    rewritten as one snapshot once ``compact_every`` records were appended since the last time, so 60 grants and
+    releases with ``compact_every=8`` leave at most the checkpoint, the snapshot and 7 records (without it: 60+).
+    A restart replays the compacted journal to the same CXL state and ledger, and grant ids are never reused."""
+    svc, _ = make_agent(compact_every=8)
+    platform = svc.platform
+    kept = platform.grant(H0, "cxl-local", {"tenant": "keep", "size": "1GiB"}, "reservation")
+    ids = [kept["grant"]["id"]]
+    for _ in range(30):
+        g = platform.grant(H0, "cxl-local", {"tenant": "churn", "size": "1GiB"}, "reservation")
+        ids.append(g["grant"]["id"])
+        platform.release_grant(g["grant"]["id"], {"token": g["token"]})
+    lines = (svc.state_dir / "platform.jsonl").read_bytes().splitlines()
+    assert len(lines) <= 2 + 7, len(lines)
+    before = snapshot(platform)
+    state_dir = svc.state_dir
+    svc.close()
+    again, _ = make_agent(state_dir=state_dir)
+    assert snapshot(again.platform) == before
+    later = again.platform.grant(H0, "cxl-local", {"tenant": "keep", "size": "1GiB"}, "reservation")
+    assert later["grant"]["id"] not in ids
