@@ -709,6 +709,35 @@ def test_ecc_errors_are_counted_at_nvmls_own_memory_locations(nvml: Nvml, pynvml
                             n.NVML_MEMORY_LOCATION_COUNT)) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+def test_ecc_counter_type_past_the_enum_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's nvmlEccCounterType_t has two counter types, NVML_VOLATILE_ECC (0) and NVML_AGGREGATE_ECC (1), then
+    NVML_ECC_COUNTER_TYPE_COUNT (2); nvmlDeviceGetTotalEccErrors, nvmlDeviceGetDetailedEccErrors and
+    nvmlDeviceGetMemoryErrorCounter answer NVML_ERROR_INVALID_ARGUMENT "if ... counterType is invalid" (nvml.h
+    13.4, the three getters' return lists). The H100 has ECC on (the dgx-h100 capture's ecc_mode), so the check is
+    the argument's, not NOT_SUPPORTED's."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    past = 2  # NVML_ECC_COUNTER_TYPE_COUNT in nvml.h
+    corrected = n.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    assert error_of(partial(n.nvmlDeviceGetTotalEccErrors, h, corrected, past)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(partial(n.nvmlDeviceGetDetailedEccErrors, h, corrected, past)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(partial(n.nvmlDeviceGetMemoryErrorCounter, h, corrected, past,
+                            n.NVML_MEMORY_LOCATION_DEVICE_MEMORY)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_thermal_settings_sensor_is_the_gpu_cores(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The one sensor nvmlDeviceGetThermalSettings reports reads the GPU core temperature (nvmlDeviceGetTemperature's
+    NVML_TEMPERATURE_GPU), so nvml.h's nvmlThermalTarget_t labels it NVML_THERMAL_TARGET_GPU (1, "GPU core
+    temperature"), not BOARD (8, the board's ambient) or MEMORY (2), and its controller is the GPU's own
+    (NVML_THERMAL_CONTROLLER_GPU_INTERNAL, the nvmlThermalController_t entry after NONE)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    settings = n.c_nvmlGpuThermalSettings_t()
+    n.nvmlDeviceGetThermalSettings(handles(n)[0], 0, ctypes.byref(settings))
+    assert settings.sensor[0].target == 1  # NVML_THERMAL_TARGET_GPU, nvml.h
+    assert settings.sensor[0].controller == 1  # NVML_THERMAL_CONTROLLER_GPU_INTERNAL, nvml.h
+
 def test_energy_is_in_millijoules_like_its_field_value(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h documents nvmlDeviceGetTotalEnergyConsumption and NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION alike as the
     energy "in millijoules (mJ) since the driver was last reloaded": the two must be the same number."""
