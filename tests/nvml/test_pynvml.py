@@ -2130,3 +2130,25 @@ def test_a_blackwell_platform_ib_guid_is_eight_bytes_then_zeros(nvml: Nvml, pynv
         assert lib.nvmlDeviceGetPlatformInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
         guid = bytes(info.ibGuid)
         assert any(guid[:8]) and guid[8:] == bytes(8), guid.hex()
+
+
+def test_a_max_clock_the_board_does_not_report_is_not_supported(pynvml_module: ModuleType,
+                                                                 node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvml.h, nvmlDeviceGetMaxClockInfo: NVML_ERROR_NOT_SUPPORTED "if the device cannot report the specified
+    clock", never SUCCESS with a clock of 0 MHz (nvidia-smi prints N/A for such a domain). A snapshot whose GPU 0
+    has no video clock maximum (the record's 0, as the layout's default for an unset clock) stands for such a
+    board; its other domains still answer the H100 capture's maxima (qx-h100.xml max_clocks: 1980 MHz graphics)."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    gpu0 = snap.snapshot.gpus[0]
+    no_video = tuple(0 if t == n.NVML_CLOCK_VIDEO else mhz for t, mhz in enumerate(gpu0.clocks_max))
+    shot = replace(snap.snapshot, gpus=(replace(gpu0, clocks_max=no_video), *snap.snapshot.gpus[1:]))
+    write_snapshot(snap.path, shot.to_bytes(), changed=True)
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            h = handles(n)[0]
+            assert error_of(partial(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_VIDEO)) == n.NVML_ERROR_NOT_SUPPORTED
+            assert n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_GRAPHICS) == 1980
+        finally:
+            n.nvmlShutdown()
