@@ -159,3 +159,41 @@ def test_the_agents_cached_packing_writes_the_file_a_full_packing_writes() -> No
                               gpu_generations=cache.generations()).to_bytes()
         assert cached == full, f"step {generation}"
         assert len(Snapshot.from_bytes(cached).events) == len(events)
+
+
+def test_an_old_file_opened_at_descriptor_zero_is_flagged_and_closed(tmp_path: Path) -> None:
+    """POSIX open() returns the lowest-numbered descriptor not open in the process, so a renderer started with its
+    stdin closed (a daemon) opens the old snapshot at descriptor 0: a valid descriptor (POSIX: open returns -1 only
+    on failure). The replaced file must still be flagged superseded and the descriptor closed afterwards, leaving
+    descriptor 0 free again, not leaked once per render."""
+    import errno
+    import os
+    import struct
+
+    import pytest
+
+    from fakehw.nvml import layout
+
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    path = tmp_path / "nvml.snapshot"
+    offset = layout.layout_of(layout.HeaderRecord).field("superseded").offset
+    first = faults_state(node, [], system.seed, 3)[0]
+    assert write_snapshot(path, build_snapshot(system, node, first, render_time=1.0).to_bytes())
+    changed = faults_state(node, [{"kind": "thermal", "device": "gpu2", "temperature_c": 91}], system.seed, 4)[0]
+    data = build_snapshot(system, node, changed, render_time=2.0).to_bytes()
+    old = os.open(path, os.O_RDONLY)
+    saved = os.dup(0)
+    try:
+        os.close(0)
+        assert write_snapshot(path, data)
+        with pytest.raises(OSError) as closed:
+            os.fstat(0)
+        assert closed.value.errno == errno.EBADF, "descriptor 0 left open by the renderer"
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    try:
+        assert struct.unpack("<I", os.pread(old, 4, offset))[0] != 0
+    finally:
+        os.close(old)

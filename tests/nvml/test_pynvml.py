@@ -709,6 +709,35 @@ def test_ecc_errors_are_counted_at_nvmls_own_memory_locations(nvml: Nvml, pynvml
                             n.NVML_MEMORY_LOCATION_COUNT)) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+def test_ecc_counter_type_past_the_enum_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's nvmlEccCounterType_t has two counter types, NVML_VOLATILE_ECC (0) and NVML_AGGREGATE_ECC (1), then
+    NVML_ECC_COUNTER_TYPE_COUNT (2); nvmlDeviceGetTotalEccErrors, nvmlDeviceGetDetailedEccErrors and
+    nvmlDeviceGetMemoryErrorCounter answer NVML_ERROR_INVALID_ARGUMENT "if ... counterType is invalid" (nvml.h
+    13.4, the three getters' return lists). The H100 has ECC on (the dgx-h100 capture's ecc_mode), so the check is
+    the argument's, not NOT_SUPPORTED's."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    past = 2  # NVML_ECC_COUNTER_TYPE_COUNT in nvml.h
+    corrected = n.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    assert error_of(partial(n.nvmlDeviceGetTotalEccErrors, h, corrected, past)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(partial(n.nvmlDeviceGetDetailedEccErrors, h, corrected, past)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(partial(n.nvmlDeviceGetMemoryErrorCounter, h, corrected, past,
+                            n.NVML_MEMORY_LOCATION_DEVICE_MEMORY)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_thermal_settings_sensor_is_the_gpu_cores(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The one sensor nvmlDeviceGetThermalSettings reports reads the GPU core temperature (nvmlDeviceGetTemperature's
+    NVML_TEMPERATURE_GPU), so nvml.h's nvmlThermalTarget_t labels it NVML_THERMAL_TARGET_GPU (1, "GPU core
+    temperature"), not BOARD (8, the board's ambient) or MEMORY (2), and its controller is the GPU's own
+    (NVML_THERMAL_CONTROLLER_GPU_INTERNAL, the nvmlThermalController_t entry after NONE)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    settings = n.c_nvmlGpuThermalSettings_t()
+    n.nvmlDeviceGetThermalSettings(handles(n)[0], 0, ctypes.byref(settings))
+    assert settings.sensor[0].target == 1  # NVML_THERMAL_TARGET_GPU, nvml.h
+    assert settings.sensor[0].controller == 1  # NVML_THERMAL_CONTROLLER_GPU_INTERNAL, nvml.h
+
 def test_energy_is_in_millijoules_like_its_field_value(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h documents nvmlDeviceGetTotalEnergyConsumption and NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION alike as the
     energy "in millijoules (mJ) since the driver was last reloaded": the two must be the same number."""
@@ -2101,3 +2130,25 @@ def test_a_blackwell_platform_ib_guid_is_eight_bytes_then_zeros(nvml: Nvml, pynv
         assert lib.nvmlDeviceGetPlatformInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
         guid = bytes(info.ibGuid)
         assert any(guid[:8]) and guid[8:] == bytes(8), guid.hex()
+
+
+def test_a_max_clock_the_board_does_not_report_is_not_supported(pynvml_module: ModuleType,
+                                                                 node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvml.h, nvmlDeviceGetMaxClockInfo: NVML_ERROR_NOT_SUPPORTED "if the device cannot report the specified
+    clock", never SUCCESS with a clock of 0 MHz (nvidia-smi prints N/A for such a domain). A snapshot whose GPU 0
+    has no video clock maximum (the record's 0, as the layout's default for an unset clock) stands for such a
+    board; its other domains still answer the H100 capture's maxima (qx-h100.xml max_clocks: 1980 MHz graphics)."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    gpu0 = snap.snapshot.gpus[0]
+    no_video = tuple(0 if t == n.NVML_CLOCK_VIDEO else mhz for t, mhz in enumerate(gpu0.clocks_max))
+    shot = replace(snap.snapshot, gpus=(replace(gpu0, clocks_max=no_video), *snap.snapshot.gpus[1:]))
+    write_snapshot(snap.path, shot.to_bytes(), changed=True)
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            h = handles(n)[0]
+            assert error_of(partial(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_VIDEO)) == n.NVML_ERROR_NOT_SUPPORTED
+            assert n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_GRAPHICS) == 1980
+        finally:
+            n.nvmlShutdown()
