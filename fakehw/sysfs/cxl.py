@@ -42,6 +42,15 @@ MOCK_MODULES = ("cxl_test", "cxl_mock", "cxl_mock_mem")
 MEMDEV_MAJOR = 250
 """The ``cxl`` memdev character device major (dynamic in the kernel; what fakehw hands out)."""
 DAX_MAJOR = 251
+DAX_NUMA_NODE = -1
+"""``numa_node`` of a CXL region's DAX device: NUMA_NO_NODE. drivers/dax/bus.c shows ``dev_to_node()`` of the
+``daxN.0`` device, which nothing sets, so device_add (drivers/base/core.c, "use parent numa_node") gives it its
+parent's: ``dax_regionN`` (drivers/cxl/core/region.c, cxl_dax_region_alloc), ``regionN`` (cxl_region_alloc: parent
+the root decoder), ``decoder0.N``, ``root0`` (drivers/cxl/core/port.c: a root port's parent is its host) and the
+``ACPI0017:00`` platform device, whose node is its ACPI _PXM (drivers/acpi/acpi_platform.c, acpi_get_node), which
+the CXL root object has none of; none of the chain sits below a host bridge. hwloc's author saw the same on a
+CXL RAM region ("CXL RAM DAX numa_node is always -1", open-mpi/hwloc#569). The region's memory goes online in
+``target_node`` instead."""
 NO_RESOURCE = 0xFFFF_FFFF_FFFF_FFFF
 """What an attribute without an address shows (-1 as %#llx: ``resource`` of a region with no HPA, an unallocated
 decoder's ``dpa_resource``)."""
@@ -78,9 +87,16 @@ def _uevent(name: str, driver: str | None, devtype: str | None, devnode: tuple[i
         lines.append(f"DEVTYPE={devtype}")
     if driver is not None:
         lines.append(f"DRIVER={driver}")
-    device_id = CXL_DEVICE_ROOT if devtype == "cxl_port" and name == "root0" else CXL_DEVICE_IDS.get(devtype or "", 0)
-    lines.append(f"MODALIAS=cxl:t{device_id}")
+    lines.append(f"MODALIAS={_modalias(name, devtype)}")
     return "\n".join(lines)
+
+
+def _modalias(name: str, devtype: str | None) -> str:
+    """``cxl:t<id>`` (drivers/cxl/cxl.h, CXL_MODALIAS_FMT), the id ``cxl_device_id`` gives the device: what
+    ``cxl_bus_uevent`` puts in MODALIAS and the ``modalias`` attribute shows (libcxl reads a port's and a region's to
+    find the module ``cxl enable-port``/``enable-region`` loads)."""
+    device_id = CXL_DEVICE_ROOT if devtype == "cxl_port" and name == "root0" else CXL_DEVICE_IDS.get(devtype or "", 0)
+    return f"cxl:t{device_id}"
 
 
 @dataclass
@@ -121,12 +137,17 @@ class _CxlTree:
     def device(self, path: str, name: str, driver: str | None, devtype: str | None = None,
                devnode: tuple[int, int, str] | None = None) -> None:
         """The attributes every CXL device has: ``subsystem``, ``uevent``, the bus link and, bound, ``driver``.
-        ``devnode``: (major, minor, name under /dev) of a device with a character device (a memdev)."""
+        ``devnode``: (major, minor, name under /dev) of a device with a character device (a memdev).
+
+        Every device but a memdev also has drivers/cxl/core/port.c's ``cxl_base_attribute_group``, ``devtype`` and
+        ``modalias`` (ports, decoders, regions, pmem and dax regions list it in their groups;
+        ``cxl_memdev_attribute_groups`` does not, so a memdev has neither file, only DEVTYPE in its uevent)."""
         sec = self.sec
         sec.link(f"{path}/subsystem", BUS)
         sec.text(f"{path}/uevent", _uevent(name, driver, devtype, devnode), 0o644)
-        if devtype:
+        if devtype and devtype != "cxl_memdev":
             sec.text(f"{path}/devtype", devtype)
+            sec.text(f"{path}/modalias", _modalias(name, devtype))
         sec.link(f"{DEVICES}/{name}", path)
         if driver is not None:
             sec.link(f"{path}/driver", f"{DRIVERS}/{driver}")
@@ -597,12 +618,12 @@ class _CxlTree:
         assert rv is not None and rv.target_node is not None, r.name
         start = self.base(r)
         sec.text(f"{dd}/target_node", rv.target_node)
-        sec.text(f"{dd}/numa_node", _numa_of_region(self.node, r))
+        sec.text(f"{dd}/numa_node", DAX_NUMA_NODE)
         sec.text(f"{dd}/size", r.size, 0o644)
         sec.text(f"{dd}/resource", _hex(start))
         sec.text(f"{dd}/align", align, 0o644)
         sec.text(f"{dd}/dev", f"{DAX_MAJOR}:{r.id}")
-        sec.text(f"{dd}/modalias", "dax:t0*")
+        sec.text(f"{dd}/modalias", "dax:t0")  # drivers/dax/bus.h DAX_DEVICE_MODALIAS_FMT; the * is MODULE_ALIAS's
         sec.text(f"{dd}/mapping0/start", _hex(start))
         sec.text(f"{dd}/mapping0/end", _hex(start + r.size - 1))
         sec.text(f"{dd}/mapping0/page_offset", _hex(0))
@@ -625,12 +646,3 @@ class _CxlTree:
 
 def cxl_section(system: System, node: Node, lay: PciLayout, view: NodeCxlView) -> Section:
     return _CxlTree(system, node, lay, view).build()
-
-
-def _numa_of_region(node: Node, r: Region) -> int:
-    """The NUMA node of the device side (the host bridge's node), as ``numa_node`` of a DAX device shows."""
-    cxl = node.cxl
-    window = next(w for w in cxl.windows if w.name == r.window)
-    hb = next((h for h in cxl.host_bridges if h.name == window.targets[0]), None)
-    return hb.numa if hb is not None else -1
-

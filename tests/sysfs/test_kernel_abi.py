@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import stat
 import uuid
 import xml.etree.ElementTree as ET
@@ -237,12 +238,19 @@ def test_a_cxl_devices_uevent_is_what_dev_uevent_and_the_cxl_bus_write(rendered:
     device type's name, DRIVER when a driver is bound, then the bus adds its own: ``cxl_bus_uevent`` writes
     ``MODALIAS=cxl:t<id>`` (CXL_MODALIAS_FMT), the id of the table above, 4 (CXL_DEVICE_ROOT) for the root port.
     Each line is checked against the device's own attributes (``dev``, ``devtype``, the ``driver`` link) and the
-    kernel's table, so a uevent that says only DEVTYPE (what the fake wrote before) fails."""
+    kernel's table, so a uevent that says only DEVTYPE (what the fake wrote before) fails.
+
+    The ``devtype`` and ``modalias`` attributes are port.c's ``cxl_base_attribute_group``, which the groups of ports,
+    decoders and regions list and drivers/cxl/core/memdev.c's ``cxl_memdev_attribute_groups`` does not: a memdev has
+    neither file (its DEVTYPE is its device type's name, ``cxl_memdev``); every other device's ``modalias`` is its
+    uevent's MODALIAS (libcxl reads a port's and a region's to find the module to load)."""
     for _, _, root in rendered(profile):
         seen = set()
         for link in sorted((root / CXL_DEVICES).iterdir()):
             dev = link.resolve()
-            devtype = (dev / "devtype").read_text().strip()
+            memdev = re.fullmatch(r"mem\d+", link.name) is not None
+            assert (dev / "devtype").exists() != memdev and (dev / "modalias").exists() != memdev, link.name
+            devtype = "cxl_memdev" if memdev else (dev / "devtype").read_text().strip()
             expected = []
             if (dev / "dev").exists():
                 major, minor = (dev / "dev").read_text().strip().split(":")
@@ -254,6 +262,8 @@ def test_a_cxl_devices_uevent_is_what_dev_uevent_and_the_cxl_bus_write(rendered:
             device_id = 4 if link.name == "root0" else KERNEL_CXL_DEVICE_IDS[devtype]
             expected.append(f"MODALIAS=cxl:t{device_id}")
             assert (dev / "uevent").read_text().splitlines() == expected, (profile, link.name)
+            if not memdev:
+                assert (dev / "modalias").read_text() == f"cxl:t{device_id}\n", (profile, link.name)
             seen.add(devtype)
         assert {"cxl_port", "cxl_memdev", "cxl_decoder_root"} <= seen, (profile, seen)
 
@@ -529,16 +539,25 @@ def test_proc_devices_has_the_documented_character_majors(rendered: Rendered) ->
             (10, "misc"), (195, "nvidia"), (195, "nvidiactl"), (195, "nvidia-modeset")} <= majors, majors
 
 
-def test_a_cxl_dax_device_is_in_its_host_bridges_numa_node_and_targets_the_windows(rendered: Rendered) -> None:
-    """A region's DAX device reports the device side's NUMA node (the host bridge's: 0 on cxl-pool) as
-    ``numa_node`` and the node its memory goes online in as ``target_node`` (daxctl list prints both): the profile
-    gives region0's window cfmws2 NUMA node 1 and the pool's window cfmws4 node 2."""
-    for _, _, root in rendered("cxl-pool"):
-        daxes = sorted((root / "sys/bus/dax/devices").glob("dax*"))
-        assert daxes
+def test_a_cxl_dax_device_has_no_numa_node_of_its_own_and_targets_the_windows(rendered: Rendered) -> None:
+    """A CXL region's DAX device shows ``numa_node`` -1 and the node its memory goes online in as ``target_node``.
+
+    ``numa_node`` is ``dev_to_node()`` of ``daxN.0`` (drivers/dax/bus.c), inherited at device_add from a parent
+    chain (``dax_regionN``, ``regionN``, the root decoder, ``root0``, ``ACPI0017:00``) that no host bridge is part
+    of and whose top, the CXL root's ACPI object, has no _PXM; hwloc's author saw -1 on a CXL RAM region
+    (open-mpi/hwloc#569: "CXL RAM DAX numa_node is always -1"). ``target_node`` is what daxctl list prints
+    (ndctl daxctl/json.c); the profile gives region0's window cfmws2 NUMA node 1 and the pool's window cfmws4 node 2.
+    The cxl-test host's mock root (cxl_test's ``cxl_acpi`` platform device) has no node either. Its ``modalias`` is
+    drivers/dax/bus.c's ``DAX_DEVICE_MODALIAS_FMT`` with type 0, ``dax:t0`` (the trailing ``*`` is only in the
+    module alias, MODULE_ALIAS_DAX_DEVICE)."""
+    for profile in ("cxl-pool", "cxl-test"):
+        daxes = [d for _, _, root in rendered(profile) for d in sorted((root / "sys/bus/dax/devices").glob("dax*"))]
+        assert daxes, profile
         for d in daxes:
-            assert (d / "numa_node").read_text().strip() == "0", d.name
-            assert (d / "target_node").read_text().strip() in ("1", "2"), d.name
+            assert (d / "numa_node").read_text() == "-1\n", d
+            assert (d / "modalias").read_text() == "dax:t0\n", d
+            if profile == "cxl-pool":
+                assert (d / "target_node").read_text().strip() in ("1", "2"), d.name
 
 
 SUMS = {"Slab": ("SReclaimable", "SUnreclaim"), "Active": ("Active(anon)", "Active(file)"),
