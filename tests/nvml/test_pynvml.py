@@ -2152,3 +2152,98 @@ def test_a_max_clock_the_board_does_not_report_is_not_supported(pynvml_module: M
             assert n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_GRAPHICS) == 1980
         finally:
             n.nvmlShutdown()
+
+
+# ------------------------- clock and threshold types, graphics clocks, ... (the fourth C round of 2026-11-27)
+
+
+def test_a_clock_type_past_the_enum_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's nvmlClockType_t has four domains, NVML_CLOCK_GRAPHICS (0), _SM, _MEM and _VIDEO (3), then
+    NVML_CLOCK_COUNT (4); nvmlDeviceGetClock answers NVML_ERROR_INVALID_ARGUMENT "if ... clockType is invalid"
+    (nvml.h 13.4), whichever clock of the domain (clockId) is asked for. The last valid domain still answers: the
+    video clock is the real H100's 765 MHz now (qx-h100.xml, clocks/video_clock)."""
+    n = pynvml_module
+    h100 = board_capture("h100")
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    assert n.NVML_CLOCK_COUNT == 4 and n.NVML_CLOCK_VIDEO == 3
+    for clock_id in (n.NVML_CLOCK_ID_CURRENT, n.NVML_CLOCK_ID_CUSTOMER_BOOST_MAX):
+        assert error_of(partial(n.nvmlDeviceGetClock, h, n.NVML_CLOCK_COUNT, clock_id)) == \
+            n.NVML_ERROR_INVALID_ARGUMENT, clock_id
+    assert n.nvmlDeviceGetClock(h, n.NVML_CLOCK_VIDEO, n.NVML_CLOCK_ID_CURRENT) == number(h100["/clocks/video_clock"])
+
+
+def test_the_threshold_count_is_an_invalid_threshold_type(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4's nvmlTemperatureThresholds_t runs SHUTDOWN (0) ... GPS_CURR (7), then
+    NVML_TEMPERATURE_THRESHOLD_COUNT (8): 8 names no threshold, so nvmlDeviceGetTemperatureThreshold answers
+    NVML_ERROR_INVALID_ARGUMENT ("thresholdType is invalid"), not the NOT_SUPPORTED of a threshold the board lacks.
+    (nvidia-ml-py's own NVML_TEMPERATURE_THRESHOLD_COUNT is 7, from a header before GPS_CURR: the value is the
+    header's.)"""
+    n = pynvml_module
+    nvml("t4-cloud")
+    h = handles(n)[0]
+    count_in_nvml_h = 8
+    assert error_of(partial(n.nvmlDeviceGetTemperatureThreshold, h, count_in_nvml_h)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_graphics_clocks_of_an_unsupported_memory_clock_are_not_found(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetSupportedGraphicsClocks: NVML_ERROR_NOT_FOUND "if the specified memoryClockMHz is not a
+    supported frequency" (INVALID_ARGUMENT is for an invalid device or a NULL count). The real T4 supports memory
+    clocks of 5001 and 405 MHz (qx-t4.xml, supported_clocks), listing 1590 MHz first at 5001; 5000 MHz, one below,
+    is none of them."""
+    n = pynvml_module
+    t4 = board_capture("t4")
+    lists = dict(entry.split(": ") for entry in t4["/supported_clocks"].split("; "))
+    assert list(lists) == ["5001 MHz", "405 MHz"]
+    nvml("t4-cloud")
+    h = handles(n)[0]
+    assert n.nvmlDeviceGetSupportedGraphicsClocks(h, 5001)[0] == int(lists["5001 MHz"].split(",")[0]) == 1590
+    assert error_of(partial(n.nvmlDeviceGetSupportedGraphicsClocks, h, 5000)) == n.NVML_ERROR_NOT_FOUND
+
+
+def test_the_retirement_cause_count_is_an_invalid_cause(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's nvmlPageRetirementCause_t has two causes, MULTIPLE_SINGLE_BIT_ECC_ERRORS (0) and
+    DOUBLE_BIT_ECC_ERROR (1), then NVML_PAGE_RETIREMENT_CAUSE_COUNT (2); nvmlDeviceGetRetiredPages and _v2 answer
+    NVML_ERROR_INVALID_ARGUMENT "if ... cause is invalid". The T4 retires pages (Turing; its capture prints
+    retired_pages), here with three double-bit errors, so a cause of 2 must not answer the double-bit list."""
+    n = pynvml_module
+    nvml("t4-cloud", faults=[{"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 3,
+                              "location": "device-memory"}])
+    h = handles(n)[0]
+    assert n.NVML_PAGE_RETIREMENT_CAUSE_COUNT == 2
+    assert len(n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)) == 3
+    for getter in (n.nvmlDeviceGetRetiredPages, n.nvmlDeviceGetRetiredPages_v2):
+        assert error_of(partial(getter, h, n.NVML_PAGE_RETIREMENT_CAUSE_COUNT)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_the_nvlink_capability_count_is_an_invalid_capability(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's nvmlNvLinkCapability_t runs P2P_SUPPORTED (0) ... VALID (5), then NVML_NVLINK_CAP_COUNT (6);
+    nvmlDeviceGetNvLinkCapability answers NVML_ERROR_INVALID_ARGUMENT "if device, link, or capability is invalid".
+    On an H100's present link 0 the last real capability, VALID ("Link is supported on this device"), reads 1."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    assert n.NVML_NVLINK_CAP_COUNT == 6
+    assert n.nvmlDeviceGetNvLinkCapability(h, 0, n.NVML_NVLINK_CAP_VALID) == 1
+    assert error_of(partial(n.nvmlDeviceGetNvLinkCapability, h, 0, n.NVML_NVLINK_CAP_COUNT)) == \
+        n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_per_link_replay_and_recovery_fields_read_their_own_counters(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h pairs each per-link NVLink error field with one counter of nvmlNvLinkErrorCounter_t:
+    NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L0 (46) ... _L5 and _L6 (108) ... _L11 with NVML_NVLINK_ERROR_DL_REPLAY (0),
+    NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L0 (53) ... and _L6 (114) ... with NVML_NVLINK_ERROR_DL_RECOVERY (1).
+    With 5 replays and 9 recoveries on gpu0's link 2 and 4 replays and 7 recoveries on its link 8, each field reads
+    its own counter, as nvmlDeviceGetNvLinkErrorCounter does."""
+    n = pynvml_module
+    faults = [{"kind": "nvlink-errors", "device": "gpu0", "link": link, "counter": counter, "increment": count}
+              for link, counter, count in ((2, "replay", 5), (2, "recovery", 9), (8, "replay", 4),
+                                           (8, "recovery", 7))]
+    nvml("dgx-h100", faults=faults)
+    h = handles(n)[0]
+    assert (n.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L2, n.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L2) == (48, 55)
+    assert (n.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L8, n.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_L8) == (110, 116)
+    assert [n.nvmlDeviceGetNvLinkErrorCounter(h, link, c) for link in (2, 8)
+            for c in (n.NVML_NVLINK_ERROR_DL_REPLAY, n.NVML_NVLINK_ERROR_DL_RECOVERY)] == [5, 9, 4, 7]
+    fields = n.nvmlDeviceGetFieldValues(h, [48, 55, 110, 116])
+    assert [(f.nvmlReturn, f.value.ullVal) for f in fields] == [(0, 5), (0, 9), (0, 4), (0, 7)]
