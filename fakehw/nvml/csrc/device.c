@@ -1121,7 +1121,10 @@ static nvmlReturn_t d_process_details(fhw_ctx_t *c, fhw_process_detail_list_t *l
     for (unsigned int i = 0; i < c->g->process_count; i++) {
         const fhw_process_t *p = &c->s->processes[c->g->process_first + i];
         if (!(p->kinds & kind)) continue;
-        if (c->m && p->gpu_instance_id != c->m->gpu_instance_id) continue;
+        /* A MIG device is one compute instance (nvml.h, nvmlDeviceIsMigDeviceHandle): its own processes only, as
+         * the v1-v3 lists give them (nvml.h puts the same per-instance note on both). */
+        if (c->m && (p->gpu_instance_id != c->m->gpu_instance_id || p->compute_instance_id != c->m->compute_instance_id))
+            continue;
         if (list->procArray != NULL && n < list->numProcArrayEntries) {
             fhw_process_detail_t *o = &list->procArray[n];
             memset(o, 0, sizeof *o);
