@@ -1923,6 +1923,49 @@ def test_running_process_detail_list_by_mode(nvml: Nvml, pynvml_module: ModuleTy
     assert by_mode == {0: [(4242, 3 * 2**30), (4444, 5 * 2**30)], 1: [(4343, 2**30)], 2: [(4444, 5 * 2**30)]}
 
 
+@pytest.mark.parametrize(("driver", "lists_all"), [("595.91.07", False), ("610.10.01", True), ("615.10.01", True)])
+def test_the_detail_lists_all_mode_comes_with_cuda_13_3s_header(nvml: Nvml, pynvml_module: ModuleType,
+                                                                 tmp_path: Path, driver: str, lists_all: bool) -> None:
+    """nvml.h of CUDA 13.3 (13.3.29, as NVIDIA's go-nvml synced it; the 610 branch's) adds NVML_PROCESS_MODE_ALL = 3,
+    "All processes running on the GPU (compute, graphics, MPS, and other types)", to nvmlProcessMode_t, whose
+    headers up to CUDA 13.2 (the 595 branch's) end at NVML_PROCESS_MODE_MPS = 2; for those,
+    nvmlDeviceGetRunningProcessDetailList answers NVML_ERROR_INVALID_ARGUMENT "if ... plist->mode is invalid". The
+    615 branch's header (nvidia-nvml-dev 13.4.92, read here) still has it. gpu1 runs a compute process, a graphics
+    one and an MPS client: mode 3 lists each of them once from 610 on and is refused before."""
+    header = references.newest_header().read_text()
+    assert re.search(r"NVML_PROCESS_MODE_ALL\s*=\s*3,", header)
+    n = pynvml_module
+    nvml(str(with_driver(tmp_path, "dgx-h100", driver)), processes=GPU1_PROCESSES)
+    h = handles(n)[1]
+    if lists_all:
+        listed = n.nvmlDeviceGetRunningProcessDetailList(h, n.nvmlProcessDetailList_v1, 3)
+        assert sorted((p.pid, p.usedGpuMemory) for p in listed) == [(4242, 3 * 2**30), (4343, 2**30),
+                                                                    (4444, 5 * 2**30)]
+    else:
+        assert error_of(partial(n.nvmlDeviceGetRunningProcessDetailList, h, n.nvmlProcessDetailList_v1, 3)) == \
+            n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(partial(n.nvmlDeviceGetRunningProcessDetailList, h, n.nvmlProcessDetailList_v1, 4)) == \
+        n.NVML_ERROR_INVALID_ARGUMENT  # NVML_PROCESS_MODE_MAX: a bound, not a mode
+
+
+def test_a_detail_list_without_its_version_word_is_a_version_mismatch(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlProcessDetailList_t.version "MUST be nvmlProcessDetailList_v1",
+    NVML_STRUCT_VERSION(ProcessDetailList, 1): the struct's size with 1 in the top byte. nvml.h's list of return
+    codes names INVALID_ARGUMENT for an invalid version, but the real library answers 25,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH ("The provided version is invalid/unsupported"), to a list whose version
+    was left 0: NVIDIA/go-nvml pull request #130 (2024-09), a report of the real call from a binding that forgot to
+    set it. Version 0 and version 2 of the same size are refused so, version 1 is answered (gpu1's processes)."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=GPU1_PROCESSES)
+    h = handles(n)[1]
+    size = ctypes.sizeof(n.c_nvmlProcessDetailList_t)
+    assert n.nvmlProcessDetailList_v1 == size | 1 << 24
+    for version in (0, size | 2 << 24):
+        assert error_of(partial(n.nvmlDeviceGetRunningProcessDetailList, h, version, n.NVML_PROCESS_MODE_COMPUTE)) \
+            == n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH == 25
+    assert len(n.nvmlDeviceGetRunningProcessDetailList(h, n.nvmlProcessDetailList_v1, n.NVML_PROCESS_MODE_COMPUTE)) == 2
+
+
 # ------------------------------------ memory clocks, process names, ... (the C round of seeds 10301-10302)
 
 
