@@ -1102,14 +1102,15 @@ def test_each_gpu_lists_its_own_mig_devices_when_one_gpu_instance_holds_three(nv
 
 def test_a_mig_device_lists_only_its_compute_instances_processes_in_every_getter(nvml: Nvml,
                                                                                   pynvml_module: ModuleType) -> None:
-    """nvml.h: "A MIG device handle is an NVML abstraction which maps to a MIG compute instance"
-    (nvmlDeviceIsMigDeviceHandle), and nvmlDeviceGetComputeRunningProcesses_v3 and
-    nvmlDeviceGetRunningProcessDetailList carry the same note: "In MIG mode, if device handle is provided, the API
-    returns aggregate information ... Per-instance information can be queried by using specific MIG device handles".
-    gpu6 of dgx-a100 gets one GPU instance holding three compute instances (three MIG devices, one GPU instance
-    ID) and one compute process on each: every MIG device lists its own process and not its siblings', in the
-    detail list as in the v3 list, with the compute instance the handle maps to; the parent lists all three. (The
-    detail list filtered by GPU instance only, so each MIG device listed all three processes.)"""
+    """nvml.h (nvidia-nvml-dev 13.4.92, as tests/nvml/references.py fetches it; 13.3.29's says the same): "A MIG device
+    handle is an NVML abstraction which maps to a MIG compute instance" (nvmlDeviceIsMigDeviceHandle), and
+    nvmlDeviceGetComputeRunningProcesses_v3 and nvmlDeviceGetRunningProcessDetailList carry the same note: "In MIG
+    mode, if device handle is provided, the API returns aggregate information ... Per-instance information can be
+    queried by using specific MIG device handles". gpu6 of dgx-a100 gets one GPU instance holding three compute
+    instances (three MIG devices, one GPU instance ID) and one compute process on each: every MIG device lists its
+    own process and not its siblings', in the detail list as in the v3 list, with the compute instance the handle
+    maps to; the parent lists all three. (The detail list filtered by GPU instance only, so each MIG device listed
+    all three processes.)"""
     n = pynvml_module
     placed = tuple(FakeProcess("gpu6", 6100 + k, (k + 1) * 2**30, mig_index=k) for k in range(3))
     gpu6_with_one_gpu_instance_of_three(nvml("dgx-a100"), placed)
