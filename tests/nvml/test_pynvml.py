@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from types import ModuleType
@@ -1031,22 +1031,25 @@ def test_a_process_on_each_mig_device_is_listed_there_and_one_past_the_last_is_r
         assert listed[0].gpuInstanceId == n.nvmlDeviceGetGpuInstanceId(mig)
 
 
-def test_each_gpu_lists_its_own_mig_devices_when_one_gpu_instance_holds_three(nvml: Nvml,
-                                                                              pynvml_module: ModuleType) -> None:
-    """NVIDIA's MIG user guide: a GPU instance can be split into several compute instances, each a MIG device of its
-    own. dgx-a100's gpu6 gets one 3g.40gb GPU instance holding three 1-slice compute instances (three MIG devices,
-    one GPU instance) ahead of gpu7's two booted 3g.40gb instances (one each). nvml.h: a parent's
-    nvmlDeviceGetMigDeviceHandleByIndex walks its own MIG devices, so gpu6 answers the three compute instances
-    created (their UUIDs are the creation's) in one GPU instance, and gpu7 its two booted ones in two, whatever the
-    GPU before it holds."""
+@dataclass(frozen=True)
+class MigSplit:
+    """The MIG device UUIDs of :func:`gpu6_with_one_gpu_instance_of_three`: gpu6's three created compute instances
+    and gpu7's booted ones."""
+
+    created: list[str]
+    booted: list[str]
+
+
+def gpu6_with_one_gpu_instance_of_three(snap: NodeSnap, processes: tuple[FakeProcess, ...] = ()) -> MigSplit:
+    """dgx-a100's gpu6 put in MIG mode (applied, not pending) with one 3g.40gb GPU instance holding three 1-slice
+    compute instances, made through the agent's own MIG calls; gpu7 keeps its two booted 3g.40gb instances. The
+    snapshot at ``snap.path`` is rewritten with that state and ``processes``."""
     import dataclasses
 
     from fakehw.agent import mig as agent_mig
     from fakehw.agent.state import derive_state
-    from fakehw.nvml.snapshot import build_snapshot, write_snapshot
+    from fakehw.nvml.snapshot import build_snapshot
 
-    n = pynvml_module
-    snap = nvml("dgx-a100")
     node, gpu6 = snap.node, snap.node.gpu("gpu6")
     assert gpu6 is not None
     boot = agent_mig.boot_mig(node)
@@ -1061,12 +1064,25 @@ def test_each_gpu_lists_its_own_mig_devices_when_one_gpu_instance_holds_three(nv
     for _ in range(3):
         for fact in agent_mig.create_compute_instance(gpu6, state, gid, "1c.3g.40gb")[0]:
             state = agent_mig.apply_fact(state, fact)
-    created = [c.uuid for c in state.gis[0].cis]
-    booted = [c.uuid for gi in boot.gpus["gpu7"].gis for c in gi.cis]
-    assert len(created) == 3 and len(booted) == 2
     node_state = dataclasses.replace(derive_state(node, [], 2, snap.system.seed),
                                      mig=agent_mig.NodeMig(node.name, {**boot.gpus, "gpu6": state}))
-    write_snapshot(snap.path, build_snapshot(snap.system, node, node_state).to_bytes())
+    write_snapshot(snap.path, build_snapshot(snap.system, node, node_state, processes=processes).to_bytes())
+    return MigSplit(created=[c.uuid for c in state.gis[0].cis],
+                    booted=[c.uuid for gi in boot.gpus["gpu7"].gis for c in gi.cis])
+
+
+def test_each_gpu_lists_its_own_mig_devices_when_one_gpu_instance_holds_three(nvml: Nvml,
+                                                                              pynvml_module: ModuleType) -> None:
+    """NVIDIA's MIG user guide: a GPU instance can be split into several compute instances, each a MIG device of its
+    own. dgx-a100's gpu6 gets one 3g.40gb GPU instance holding three 1-slice compute instances (three MIG devices,
+    one GPU instance) ahead of gpu7's two booted 3g.40gb instances (one each). nvml.h: a parent's
+    nvmlDeviceGetMigDeviceHandleByIndex walks its own MIG devices, so gpu6 answers the three compute instances
+    created (their UUIDs are the creation's) in one GPU instance, and gpu7 its two booted ones in two, whatever the
+    GPU before it holds."""
+    n = pynvml_module
+    split = gpu6_with_one_gpu_instance_of_three(nvml("dgx-a100"))
+    created, booted = split.created, split.booted
+    assert len(created) == 3 and len(booted) == 2
     h = handles(n)
 
     def mig_uuids(parent: object) -> list[str]:
@@ -1082,6 +1098,44 @@ def test_each_gpu_lists_its_own_mig_devices_when_one_gpu_instance_holds_three(nv
         assert len(gis) == instances
         for gi in gis:
             assert n.nvmlDeviceGetGpuInstanceById(parent, gi)
+
+
+def test_a_mig_device_lists_only_its_compute_instances_processes_in_every_getter(nvml: Nvml,
+                                                                                  pynvml_module: ModuleType) -> None:
+    """nvml.h (nvidia-nvml-dev 13.4.92, as tests/nvml/references.py fetches it; 13.3.29's says the same): "A MIG device
+    handle is an NVML abstraction which maps to a MIG compute instance" (nvmlDeviceIsMigDeviceHandle), and
+    nvmlDeviceGetComputeRunningProcesses_v3 and nvmlDeviceGetRunningProcessDetailList carry the same note: "In MIG
+    mode, if device handle is provided, the API returns aggregate information ... Per-instance information can be
+    queried by using specific MIG device handles". gpu6 of dgx-a100 gets one GPU instance holding three compute
+    instances (three MIG devices, one GPU instance ID) and one compute process on each: every MIG device lists its
+    own process and not its siblings', in the detail list as in the v3 list, with the compute instance the handle
+    maps to; the parent lists all three. (The detail list filtered by GPU instance only, so each MIG device listed
+    all three processes.)"""
+    n = pynvml_module
+    placed = tuple(FakeProcess("gpu6", 6100 + k, (k + 1) * 2**30, mig_index=k) for k in range(3))
+    gpu6_with_one_gpu_instance_of_three(nvml("dgx-a100"), placed)
+    parent = handles(n)[6]
+
+    def detail(h: object) -> list[tuple[int, int, int, int]]:
+        listed = n.nvmlDeviceGetRunningProcessDetailList(h, n.nvmlProcessDetailList_v1, n.NVML_PROCESS_MODE_COMPUTE)
+        return sorted((p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId) for p in listed)
+
+    def v3(h: object) -> list[tuple[int, int, int, int]]:
+        return sorted((p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId)
+                      for p in n.nvmlDeviceGetComputeRunningProcesses(h))
+
+    seen: list[tuple[int, int, int, int]] = []
+    for k in range(3):
+        mig = n.nvmlDeviceGetMigDeviceHandleByIndex(parent, k)
+        own = (n.nvmlDeviceGetGpuInstanceId(mig), n.nvmlDeviceGetComputeInstanceId(mig))
+        listed = detail(mig)
+        assert len(listed) == 1, (k, listed)
+        assert listed[0][2:] == own
+        assert v3(mig) == listed
+        seen += listed
+    assert sorted(p for p, *_ in seen) == [6100, 6101, 6102]
+    assert len({gi for _, _, gi, _ in seen}) == 1  # one GPU instance, three compute instances
+    assert detail(parent) == v3(parent) == sorted(seen)
 
 
 def error_of_or_none(fn: Callable[[], object]) -> int | None:
@@ -1868,6 +1922,49 @@ def test_running_process_detail_list_by_mode(nvml: Nvml, pynvml_module: ModuleTy
                             n.nvmlDeviceGetRunningProcessDetailList(h, n.nvmlProcessDetailList_v1, mode))
                for mode in (0, 1, 2)}
     assert by_mode == {0: [(4242, 3 * 2**30), (4444, 5 * 2**30)], 1: [(4343, 2**30)], 2: [(4444, 5 * 2**30)]}
+
+
+@pytest.mark.parametrize(("driver", "lists_all"), [("595.91.07", False), ("610.10.01", True), ("615.10.01", True)])
+def test_the_detail_lists_all_mode_comes_with_cuda_13_3s_header(nvml: Nvml, pynvml_module: ModuleType,
+                                                                 tmp_path: Path, driver: str, lists_all: bool) -> None:
+    """nvml.h of CUDA 13.3 (13.3.29, as NVIDIA's go-nvml synced it; the 610 branch's) adds NVML_PROCESS_MODE_ALL = 3,
+    "All processes running on the GPU (compute, graphics, MPS, and other types)", to nvmlProcessMode_t, whose
+    headers up to CUDA 13.2 (the 595 branch's) end at NVML_PROCESS_MODE_MPS = 2; for those,
+    nvmlDeviceGetRunningProcessDetailList answers NVML_ERROR_INVALID_ARGUMENT "if ... plist->mode is invalid". The
+    615 branch's header (nvidia-nvml-dev 13.4.92, read here) still has it. gpu1 runs a compute process, a graphics
+    one and an MPS client: mode 3 lists each of them once from 610 on and is refused before."""
+    header = references.newest_header().read_text()
+    assert re.search(r"NVML_PROCESS_MODE_ALL\s*=\s*3,", header)
+    n = pynvml_module
+    nvml(str(with_driver(tmp_path, "dgx-h100", driver)), processes=GPU1_PROCESSES)
+    h = handles(n)[1]
+    if lists_all:
+        listed = n.nvmlDeviceGetRunningProcessDetailList(h, n.nvmlProcessDetailList_v1, 3)
+        assert sorted((p.pid, p.usedGpuMemory) for p in listed) == [(4242, 3 * 2**30), (4343, 2**30),
+                                                                    (4444, 5 * 2**30)]
+    else:
+        assert error_of(partial(n.nvmlDeviceGetRunningProcessDetailList, h, n.nvmlProcessDetailList_v1, 3)) == \
+            n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(partial(n.nvmlDeviceGetRunningProcessDetailList, h, n.nvmlProcessDetailList_v1, 4)) == \
+        n.NVML_ERROR_INVALID_ARGUMENT  # NVML_PROCESS_MODE_MAX: a bound, not a mode
+
+
+def test_a_detail_list_without_its_version_word_is_a_version_mismatch(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlProcessDetailList_t.version "MUST be nvmlProcessDetailList_v1",
+    NVML_STRUCT_VERSION(ProcessDetailList, 1): the struct's size with 1 in the top byte. nvml.h's list of return
+    codes names INVALID_ARGUMENT for an invalid version, but the real library answers 25,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH ("The provided version is invalid/unsupported"), to a list whose version
+    was left 0: NVIDIA/go-nvml pull request #130 (2024-09), a report of the real call from a binding that forgot to
+    set it. Version 0 and version 2 of the same size are refused so, version 1 is answered (gpu1's processes)."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=GPU1_PROCESSES)
+    h = handles(n)[1]
+    size = ctypes.sizeof(n.c_nvmlProcessDetailList_t)
+    assert n.nvmlProcessDetailList_v1 == size | 1 << 24
+    for version in (0, size | 2 << 24):
+        assert error_of(partial(n.nvmlDeviceGetRunningProcessDetailList, h, version, n.NVML_PROCESS_MODE_COMPUTE)) \
+            == n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH == 25
+    assert len(n.nvmlDeviceGetRunningProcessDetailList(h, n.nvmlProcessDetailList_v1, n.NVML_PROCESS_MODE_COMPUTE)) == 2
 
 
 # ------------------------------------ memory clocks, process names, ... (the C round of seeds 10301-10302)

@@ -1116,12 +1116,17 @@ typedef struct {
 static nvmlReturn_t d_process_details(fhw_ctx_t *c, fhw_process_detail_list_t *list) {
     CHECK_PTR(list);
     if (list->version != FHW_PROCESS_DETAIL_LIST_V1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    if (list->mode > 2) return NVML_ERROR_INVALID_ARGUMENT;
+    /* NVML_PROCESS_MODE_ALL (3) is in nvml.h from CUDA 13.3 (the 610 branch) on: every process, whatever its kinds. */
+    int has_all = FHW_BRANCH(c) >= 610;
+    if (list->mode > 3 || (list->mode == 3 && !has_all)) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int kind = 1u << list->mode, n = 0;
     for (unsigned int i = 0; i < c->g->process_count; i++) {
         const fhw_process_t *p = &c->s->processes[c->g->process_first + i];
-        if (!(p->kinds & kind)) continue;
-        if (c->m && p->gpu_instance_id != c->m->gpu_instance_id) continue;
+        if (list->mode != 3 && !(p->kinds & kind)) continue;
+        /* A MIG device is one compute instance (nvml.h, nvmlDeviceIsMigDeviceHandle): its own processes only, as
+         * the v1-v3 lists give them (nvml.h puts the same per-instance note on both). */
+        if (c->m && (p->gpu_instance_id != c->m->gpu_instance_id || p->compute_instance_id != c->m->compute_instance_id))
+            continue;
         if (list->procArray != NULL && n < list->numProcArrayEntries) {
             fhw_process_detail_t *o = &list->procArray[n];
             memset(o, 0, sizeof *o);
