@@ -66,9 +66,11 @@ from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
 from fakehw.sysfs import ROOT_DIR, node_layout, render_tree
 from fakehw.sysfs.node import RISCV_VMALLOC_TOTAL_KB, X86_VMALLOC_TOTAL_KB
+from fakehw.sysfs.nvidia import nvidia_static_section
 from fakehw.sysfs.pci import SPEED, interrupt
 from fakehw.sysfs.pciconfig import config_space
 from fakehw.sysfs.procdevices import proc_devices
+from fakehw.sysfs.tree import File
 from tests.nvml.captures import capture_dir
 
 Rendered = Callable[[str], list[tuple[System, Node, Path]]]
@@ -426,13 +428,50 @@ NV_REG_DEFAULTS = {"MemoryPoolSize": "0", "KMallocHeapMaxSize": "0", "VMallocHea
                    "S0ixPowerManagementVideoMemoryThreshold": "256", "DynamicPowerManagement": "3",
                    "DynamicPowerManagementVideoMemoryThreshold": "200"}
 """nv-reg.h's NV_DEFINE_REG_ENTRY(_GLOBAL) defaults (``~0`` prints as 4294967295, ``0666`` as 438); the ones that
-change between driver branches (EnableGpuFirmware, OpenRmEnableUnsupportedGpus) are left out."""
+change between driver branches (EnableGpuFirmware, OpenRmEnableUnsupportedGpus) are left out (the latter is held per
+branch by OPENRM_UNSUPPORTED_GPUS)."""
+
+
+def _params(text: str) -> dict[str, str]:
+    return dict(line.split(": ", 1) for line in text.splitlines())
 
 
 def test_nvidia_params_show_the_drivers_registry_defaults(rendered: Rendered) -> None:
     (_, _, root), *_ = rendered("dgx-h100")
-    params = dict(line.split(": ", 1) for line in (root / "proc/driver/nvidia/params").read_text().splitlines())
+    params = _params((root / "proc/driver/nvidia/params").read_text())
     assert {k: params.get(k) for k in NV_REG_DEFAULTS} == NV_REG_DEFAULTS
+
+
+OPENRM_UNSUPPORTED_GPUS = {535: "0", 550: "1", 580: "1", 595: "1"}
+"""``OpenRmEnableUnsupportedGpus`` per driver branch fakehw knows (NVIDIA/open-gpu-kernel-modules
+kernel-open/nvidia/nv-reg.h): 535.230.02 and every 535 tag define it with NV_REG_OPENRM_ENABLE_UNSUPPORTED_GPUS_DEFAULT,
+which is _DISABLE (0x00000000); 545.23.06 deprecated the opt-in ("no longer required ... ignored, for backwards
+compatibility") and defines it as 1, as every later tag up to 595.45.04 does."""
+
+
+@pytest.mark.parametrize("branch", sorted(OPENRM_UNSUPPORTED_GPUS))
+def test_nvidia_params_show_the_branchs_openrm_unsupported_gpus_default(branch: int) -> None:
+    """The value the real driver of each branch prints for the parameter nothing overrides (OPENRM_UNSUPPORTED_GPUS)."""
+    system = load_profile("dgx-h100")
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=f"{branch}.104.05"))
+    node = system.nodes[0]
+    entry = nvidia_static_section(system, node).entries["proc/driver/nvidia/params"]
+    assert isinstance(entry, File)
+    params = _params(entry.data.decode())
+    assert params["OpenRmEnableUnsupportedGpus"] == OPENRM_UNSUPPORTED_GPUS[branch]
+
+
+def test_nvidia_params_numbers_are_unsigned_32_bit(rendered: Rendered) -> None:
+    """kernel-open/nvidia/nv-procfs.c (nv_procfs_read_params, 535 to 595) prints every numeric parameter of nv_parms
+    as ``"%s: %u\n"`` of its NvU32 (nv-reg.h, NV_DEFINE_REG_ENTRY), so each is a decimal in 0..4294967295; the
+    string parameters after them print quoted (``RegistryDwords: "..."``)."""
+    for profile in ("dgx-h100", "gb200-nvl72"):
+        for _, _, root in rendered(profile):
+            params = _params((root / "proc/driver/nvidia/params").read_text())
+            numbers = {k: v for k, v in params.items() if not v.startswith('"')}
+            assert numbers, profile
+            for key, value in numbers.items():
+                assert value.isdigit() and int(value) < 2**32, (profile, key, value)
 
 
 def test_every_port_between_a_committed_regions_endpoints_and_the_root_decodes_it(rendered: Rendered) -> None:
@@ -1863,6 +1902,38 @@ def _pool_behind_a_switch(held: bool) -> System:
                                "capacity": "16GiB", "logicalDevices": 4,
                                "assignments": {"0": "cxl-host-0", "1": "cxl-host-1"} if held else {}})
     return load_profile("pool-behind-a-switch", text=yaml.safe_dump(doc))
+
+
+def _pool_with_two_lds_per_host() -> System:
+    """cxl-pool with each host holding 2 of pool0's 16 logical devices at boot instead of 4 (NUMA node 2, where
+    pooled memory onlines, declares the 8 GiB that gives)."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/cxl-pool.yaml").read_text())
+    doc["cxlPools"][0]["assignments"] = {"0": "cxl-host-0", "1": "cxl-host-0", "4": "cxl-host-1", "5": "cxl-host-1"}
+    doc["groups"][0]["node"]["numa"]["nodes"][2]["memory"] = "8GiB"
+    return load_profile("two-lds-per-host", text=yaml.safe_dump(doc))
+
+
+def test_a_pools_host_bridge_shows_all_its_decoders_when_the_host_holds_fewer_lds(fast_tmp: Path) -> None:
+    """A host holding 2 of pool0's logical devices has 2 committed pooled regions through the pool's host bridge
+    (cxlhb2, ACPI ``uid`` 2: Documentation/ABI/testing/sysfs-bus-acpi), whose port has the profile's default 4 HDM
+    decoders (the HDM Decoder Capability's Decoder Count, CXL 2.0 8.2.5.12). The kernel gives every decoder a
+    ``decoderN.M`` device whether or not it is committed (drivers/cxl/core/hdm.c, devm_cxl_enumerate_decoders), an
+    uncommitted one with an empty HPA range (``size`` 0, port.c size_show: range_len); decoders commit in id order
+    (hdm.c cxl_decoder_commit refuses an out-of-order commit), and ``decoders_committed`` is port->commit_end + 1
+    (port.c). So the port shows decoders .0-.3, .0 and .1 each decoding one 4 GiB logical device (64 GiB / 16),
+    .2 and .3 empty, and ``decoders_committed`` 2."""
+    system = _pool_with_two_lds_per_host()
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    root = fast_tmp / node.name / ROOT_DIR
+    ports = [p.resolve() for p in (root / CXL_DEVICES).glob("port*")]
+    (port,) = [p for p in ports if p.parent.name == "root0" and _read(p / "uport" / "uid") == "2"]
+    pid = port.name.removeprefix("port")
+    decoders = sorted(d.name for d in port.glob(f"decoder{pid}.*"))
+    assert decoders == [f"decoder{pid}.{i}" for i in range(4)]
+    sizes = [int(_read(port / d / "size"), 0) for d in decoders]
+    assert sizes == [4 << 30, 4 << 30, 0, 0]
+    assert _read(port / "decoders_committed") == "2"
 
 
 @pytest.mark.parametrize("held", (True, False))
