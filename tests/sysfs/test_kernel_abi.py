@@ -282,6 +282,34 @@ def _render_holding_an_extent(out: Path) -> Path:
     return out / node.name / ROOT_DIR
 
 
+def _assert_targets_share_their_regions_mode(root: Path) -> set[str]:
+    """Every target of every region of the tree is an endpoint decoder in the region's mode; the modes seen."""
+    devices = root / CXL_DEVICES
+    modes = set()
+    for region in sorted(devices.glob("region[0-9]*")):
+        mode = _read(region / "mode")
+        targets = [_read(t) for t in sorted(region.glob("target[0-9]*"))]
+        for name in filter(None, targets):
+            assert _read(devices / name / "mode") == mode, (region.name, name, mode)
+            modes.add(mode)
+    return modes
+
+
+def test_a_regions_targets_are_decoders_in_the_regions_mode(rendered: Rendered, fast_tmp: Path) -> None:
+    """drivers/cxl/core/region.c (cxl_region_attach) refuses to attach an endpoint decoder whose mode differs from
+    the region's ("region mode ... mismatch", -EINVAL; the dynamic-capacity series keeps the check, through
+    cxl_modes_compatible, pairing a DC region only with DC decoders), and ``regionN/targetK`` names the attached
+    decoder (show_targetN: its device name). So every target's ``mode`` (port.c mode_show) is its region's
+    (Documentation/ABI/testing/sysfs-bus-cxl gives both attributes the same names): on cxl-pool at boot the static
+    ``ram`` regions of local and pooled devices alike, and after an extent the dynamic-capacity region too."""
+    modes = set()
+    for _, _, root in rendered("cxl-pool"):
+        modes |= _assert_targets_share_their_regions_mode(root)
+    assert modes == {"ram"}, modes
+    modes = _assert_targets_share_their_regions_mode(_render_holding_an_extent(fast_tmp))
+    assert modes == {"ram", "dynamic_ram_a"}, modes
+
+
 def test_an_extent_shows_once_in_its_dynamic_capacity_regions_dax_region_at_an_offset_inside_it(
         fast_tmp: Path) -> None:
     """The dynamic-capacity series' ABI (Documentation/ABI/testing/sysfs-bus-cxl, ``dax_regionX/extentX.Y``):
