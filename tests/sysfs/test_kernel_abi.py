@@ -769,6 +769,24 @@ def test_every_cxl_host_bridge_names_its_pci_root_as_physical_node(rendered: Ren
             assert any(child.name.startswith(physical.name[3:]) for child in physical.iterdir()), physical
 
 
+CXL_TEST_HOST_BRIDGES = {"cxl_host_bridge.0": "physical_node", "cxl_host_bridge.1": "physical_node",
+                         "cxl_host_bridge.2": "physical_node", "cxl_host_bridge.3": "firmware_node"}
+"""The self-link cxl_test gives each mock host bridge (tools/testing/cxl/test/cxl.c): cxl_test_init and
+cxl_single_topo_init link a virtual host's bridge to itself as ``physical_node`` (sysfs_create_link(&pdev->dev.kobj,
+&pdev->dev.kobj, "physical_node")), cxl_rch_topo_init the restricted host's (RCH, cxl_host_bridge.3) as
+``firmware_node``."""
+
+
+def test_cxl_test_host_bridges_link_to_themselves_as_the_mock_does(rendered: Rendered) -> None:
+    """Each of cxl-test's mock host bridges has the one self-link of CXL_TEST_HOST_BRIDGES and not the other."""
+    (_, _, root), *_ = rendered("cxl-test")
+    platform = root / "sys/devices/platform"
+    for bridge, link in CXL_TEST_HOST_BRIDGES.items():
+        other = "firmware_node" if link == "physical_node" else "physical_node"
+        assert (platform / bridge / link).resolve() == (platform / bridge).resolve(), (bridge, link)
+        assert not (platform / bridge / other).is_symlink(), (bridge, other)
+
+
 def test_a_bridges_memory_window_in_resource_is_the_one_its_config_space_decodes(rendered: Rendered) -> None:
     """PCI-to-PCI Bridge Architecture Specification 1.2, 3.2.5.8: the Memory Base/Limit registers (config 0x20,
     0x22) hold address bits 31:20 of the non-prefetchable window, the limit's low 20 bits all ones. The kernel
@@ -926,15 +944,26 @@ def _cpuinfo(root: Path) -> list[dict[str, str]]:
     return blocks
 
 
+def _apic_prefix_is_the_package(apics: dict[int, int], packages: dict[int, int], width: int) -> bool:
+    """Whether the APIC ids' bits above ``width`` tell the CPUs' packages apart and are the same within each."""
+    prefixes: dict[int, set[int]] = {}
+    for cpu, apic in apics.items():
+        prefixes.setdefault(packages[cpu], set()).add(apic >> width)
+    firsts = [next(iter(p)) for p in prefixes.values()]
+    return all(len(p) == 1 for p in prefixes.values()) and len(set(firsts)) == len(firsts)
+
+
 def test_x86_cpuinfo_agrees_with_the_topology_in_sysfs(rendered: Rendered) -> None:
     """arch/x86/kernel/cpu/proc.c (show_cpuinfo, show_cpuinfo_core): ``physical id`` and ``core id`` are the
     package and core ids sysfs shows, ``siblings`` the CPUs of the package (cpumask_weight of its core mask),
     ``cpu cores`` its cores, ``initial apicid`` the APIC id, ``cache size`` the last level cache in KB, and
     ``bogomips`` loops_per_jiffy scaled to twice the TSC's MHz (the delay loop runs on the constant TSC, which
     ``cpu MHz`` shows). SMT siblings differ only in the APIC id's lowest (SMT) bits and every CPU has its own
-    (Intel SDM vol. 3A, 9.9.1 hierarchical mapping of APIC ids). ``address sizes`` ends with the linear address
-    width of CPUID 0x80000008 (get_cpu_address_sizes): 57 bits where the CPU has 5-level paging (``la57``, SDM
-    vol. 3A 4.5), 48 where it has not."""
+    (Intel SDM vol. 3A, 9.9.1 hierarchical mapping of APIC ids), whose highest bits are the package's: the
+    CPUs of one package share them, no two packages do. An APIC id is unsigned (CPUID leaf 0x0B/0x1F EDX, the
+    32-bit x2APIC id; ``u32 apicid`` of arch/x86's struct cpuinfo_topology). ``address sizes`` ends with the
+    linear address width of CPUID 0x80000008 (get_cpu_address_sizes): 57 bits where the CPU has 5-level paging
+    (``la57``, SDM vol. 3A 4.5), 48 where it has not."""
     for profile in ("dgx-h100", "t4-cloud"):
         (_, _, root), *_ = rendered(profile)
         cpus = root / CPUS
@@ -950,6 +979,7 @@ def test_x86_cpuinfo_agrees_with_the_topology_in_sysfs(rendered: Rendered) -> No
             cores = {_read(cpus / f"cpu{c}/topology/core_id") for c in package}
             assert int(b["cpu cores"]) == len(cores), (profile, b["processor"])
             assert b["initial apicid"] == b["apicid"] and b["apicid"] not in apics, (profile, b["processor"])
+            assert b["apicid"].isdigit() and int(b["apicid"]) < 2**32, (profile, b["processor"], b["apicid"])
             apics.add(b["apicid"])
             assert b["cache size"] == f"{_read(cpu / 'cache/index3/size')[:-1]} KB", (profile, b["processor"])
             assert float(b["bogomips"]) == 2 * float(b["cpu MHz"]), (profile, b["processor"])
@@ -961,6 +991,8 @@ def test_x86_cpuinfo_agrees_with_the_topology_in_sysfs(rendered: Rendered) -> No
             width = (len(core) - 1).bit_length()
             assert {by_cpu[s] >> width for s in core} == {apic >> width}, (profile, c)
             assert len({by_cpu[s] for s in core}) == len(core), (profile, c)
+        packages = {int(b["processor"]): int(b["physical id"]) for b in blocks}
+        assert any(_apic_prefix_is_the_package(by_cpu, packages, width) for width in range(32)), profile
 
 
 def test_an_idle_hdm_decoder_shows_its_registers_reset_values(rendered: Rendered) -> None:
