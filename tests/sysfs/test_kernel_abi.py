@@ -787,6 +787,23 @@ def test_cxl_test_host_bridges_link_to_themselves_as_the_mock_does(rendered: Ren
         assert not (platform / bridge / other).is_symlink(), (bridge, other)
 
 
+def test_a_decoders_locked_is_a_flag_and_cxl_tests_windows_are_not_locked(rendered: Rendered) -> None:
+    """``locked`` (drivers/cxl/core/port.c) shows whether the decoder has CXL_DECODER_F_LOCK: 0 or 1. cxl_acpi sets
+    it on a root decoder only for a window whose CFMWS restrictions have ACPI_CEDT_CFMWS_RESTRICT_FIXED
+    (drivers/cxl/acpi.c, cfmws_to_decoder_flags), and none of cxl_test's mock windows has (tools/testing/cxl/test/
+    cxl.c, mock_cedt: cfmws0-8 are HOSTONLYMEM (TYPE3) with VOLATILE or PMEM only), so every root decoder of
+    cxl-test shows 0."""
+    for profile in ("cxl-pool", "cxl-test"):
+        for _, _, root in rendered(profile):
+            decoders = sorted((root / CXL_DEVICES).glob("decoder*.*"))
+            assert decoders, profile
+            for d in decoders:
+                assert _read(d / "locked") in ("0", "1"), (profile, d.name)
+            if profile == "cxl-test":
+                windows = [d for d in decoders if d.name.startswith("decoder0.")]
+                assert windows and all(_read(d / "locked") == "0" for d in windows), profile
+
+
 def test_a_bridges_memory_window_in_resource_is_the_one_its_config_space_decodes(rendered: Rendered) -> None:
     """PCI-to-PCI Bridge Architecture Specification 1.2, 3.2.5.8: the Memory Base/Limit registers (config 0x20,
     0x22) hold address bits 31:20 of the non-prefetchable window, the limit's low 20 bits all ones. The kernel
@@ -1595,6 +1612,20 @@ def test_kernel_stack_is_whole_stacks(rendered: Rendered, profile: str) -> None:
         stacks = [_meminfo_kb(f)["KernelStack"] for f in files]
         assert all(kb % unit == 0 for kb in stacks), (profile, unit, stacks)
         assert any(stacks), profile
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
+def test_vmalloc_used_holds_the_kernel_stacks(rendered: Rendered, profile: str) -> None:
+    """``VmallocUsed`` is vmalloc_nr_pages() in kB (fs/proc/meminfo.c since 5.3, "mm: vmalloc: show number of
+    vmalloc pages in /proc/meminfo"), and with CONFIG_VMAP_STACK (arch/Kconfig: default y where the
+    architecture has HAVE_ARCH_VMAP_STACK, as x86-64, arm64 and riscv64 do) kernel/fork.c allocates every task's
+    stack with __vmalloc_node_range, which that count includes: the vmalloc'd pages hold at least the stacks
+    ``KernelStack`` counts (account_kernel_stack), so a machine with kernel stacks never shows ``VmallocUsed``
+    below them (nor 0)."""
+    for _, _, root in rendered(profile):
+        values = _meminfo_kb(root / "proc/meminfo")
+        assert values["KernelStack"] > 0, profile
+        assert values["VmallocUsed"] >= values["KernelStack"], (profile, values["VmallocUsed"])
 
 
 @pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
