@@ -206,7 +206,11 @@ def proc_meminfo(nodes: Mapping[str, int], page: int, cpu: Cpu) -> str:
     less ``Buffers`` and the swap cache, as fs/proc/meminfo.c computes it. Page counts are printed as
     fs/proc/meminfo.c does (``pages << (PAGE_SHIFT - 10)``: whole pages in kB); VmallocTotal and x86's DirectMap
     lines are in their own units (bytes >> 10; 4 KiB, 2 MiB and 1 GiB mappings). Only x86 reports its direct map
-    (arch_report_meminfo, arch/x86/mm/pat/set_memory.c); arm64 and RISC-V print no DirectMap lines."""
+    (arch_report_meminfo, arch/x86/mm/pat/set_memory.c); arm64 and RISC-V print no DirectMap lines.
+    ``VmallocUsed`` is vmalloc_nr_pages() (since 5.3; mm/vmalloc.c counts every page __vmalloc_area_node maps);
+    with CONFIG_VMAP_STACK, the default on x86-64, arm64 and riscv64, every task's kernel stack is such an
+    allocation (kernel/fork.c alloc_thread_stack_node), so it holds at least ``KernelStack``: the fake has no other
+    vmalloc user and shows exactly that. ``VmallocChunk`` has printed 0 since 4.4."""
     total, free = nodes["MemTotal"], nodes["MemFree"]
     used = total - free
     buffers = used // 64
@@ -229,7 +233,7 @@ def proc_meminfo(nodes: Mapping[str, int], page: int, cpu: Cpu) -> str:
     x86 = cpu.arch == "amd64"
     text += meminfo_line("VmallocTotal", vmalloc_total_kb(cpu))
     text += "".join(meminfo_line(label, value * k) for label, value in (
-        ("VmallocUsed", 0), ("VmallocChunk", 0), ("Percpu", cpu.logical_cpus * PERCPU_UNIT // page),
+        ("VmallocUsed", nodes["KernelStack"]), ("VmallocChunk", 0), ("Percpu", cpu.logical_cpus * PERCPU_UNIT // page),
         ("HardwareCorrupted", 0),
         *summed("AnonHugePages", "ShmemHugePages", "ShmemPmdMapped", "FileHugePages", "FilePmdMapped")))
     text += "".join(meminfo_line(label, 0, unit=False)

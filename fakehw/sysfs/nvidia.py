@@ -81,6 +81,17 @@ def has_imex(system: System, node: Node) -> bool:
     return bool(node.gpus) and (major >= 550 or system.domain_of(node) is not None)
 
 
+OPENRM_OPT_IN_LAST_BRANCH = 535
+"""The last branch whose ``OpenRmEnableUnsupportedGpus`` defaults to 0 (open-gpu-kernel-modules nv-reg.h: every 535
+tag defines it as NV_REG_OPENRM_ENABLE_UNSUPPORTED_GPUS_DEFAULT, which is _DISABLE, 0; 545.23.06 deprecated the
+opt-in, ignores it and defines it as 1, as every later tag does)."""
+
+
+def openrm_unsupported_gpus_default(branch: int) -> int:
+    """``OpenRmEnableUnsupportedGpus`` as ``/proc/driver/nvidia/params`` shows it when nothing overrides it."""
+    return int(branch > OPENRM_OPT_IN_LAST_BRANCH)
+
+
 def nvidia_static_section(system: System, node: Node) -> Section:
     """Driver files and device nodes that do not change at run time (empty on a node without GPUs)."""
     sec = Section("nvidia")
@@ -103,7 +114,8 @@ def nvidia_static_section(system: System, node: Node) -> Section:
               ("DynamicPowerManagement", 3), ("DynamicPowerManagementVideoMemoryThreshold", 200),
               ("RegisterPCIDriver", 1), ("EnablePCIERelaxedOrderingMode", 0), ("EnableResizableBar", 0),
               ("EnableGpuFirmware", 18), ("EnableGpuFirmwareLogs", 2), ("EnableDbgBreakpoint", 0),
-              ("OpenRmEnableUnsupportedGpus", 0), ("DmaRemapPeerMmio", 1), ("RegistryDwords", '""'),
+              ("OpenRmEnableUnsupportedGpus", openrm_unsupported_gpus_default(system.driver.branch)),
+              ("DmaRemapPeerMmio", 1), ("RegistryDwords", '""'),
               ("RegistryDwordsPerDevice", '""'), ("RmMsg", '""'), ("GpuBlacklist", '""'),
               ("TemporaryFilePath", '""'), ("ExcludedGpus", '""')]
     imex = has_imex(system, node)

@@ -67,9 +67,11 @@ from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
 from fakehw.sysfs import ROOT_DIR, node_layout, render_tree
 from fakehw.sysfs.node import RISCV_VMALLOC_TOTAL_KB, X86_VMALLOC_TOTAL_KB
+from fakehw.sysfs.nvidia import nvidia_static_section
 from fakehw.sysfs.pci import SPEED, interrupt
 from fakehw.sysfs.pciconfig import config_space
 from fakehw.sysfs.procdevices import proc_devices
+from fakehw.sysfs.tree import File
 from tests.nvml.captures import capture_dir
 
 Rendered = Callable[[str], list[tuple[System, Node, Path]]]
@@ -290,6 +292,34 @@ def _render_holding_an_extent(out: Path) -> Path:
     return out / node.name / ROOT_DIR
 
 
+def _assert_targets_share_their_regions_mode(root: Path) -> set[str]:
+    """Every target of every region of the tree is an endpoint decoder in the region's mode; the modes seen."""
+    devices = root / CXL_DEVICES
+    modes = set()
+    for region in sorted(devices.glob("region[0-9]*")):
+        mode = _read(region / "mode")
+        targets = [_read(t) for t in sorted(region.glob("target[0-9]*"))]
+        for name in filter(None, targets):
+            assert _read(devices / name / "mode") == mode, (region.name, name, mode)
+            modes.add(mode)
+    return modes
+
+
+def test_a_regions_targets_are_decoders_in_the_regions_mode(rendered: Rendered, fast_tmp: Path) -> None:
+    """drivers/cxl/core/region.c (cxl_region_attach) refuses to attach an endpoint decoder whose mode differs from
+    the region's ("region mode ... mismatch", -EINVAL; the dynamic-capacity series keeps the check, through
+    cxl_modes_compatible, pairing a DC region only with DC decoders), and ``regionN/targetK`` names the attached
+    decoder (show_targetN: its device name). So every target's ``mode`` (port.c mode_show) is its region's
+    (Documentation/ABI/testing/sysfs-bus-cxl gives both attributes the same names): on cxl-pool at boot the static
+    ``ram`` regions of local and pooled devices alike, and after an extent the dynamic-capacity region too."""
+    modes = set()
+    for _, _, root in rendered("cxl-pool"):
+        modes |= _assert_targets_share_their_regions_mode(root)
+    assert modes == {"ram"}, modes
+    modes = _assert_targets_share_their_regions_mode(_render_holding_an_extent(fast_tmp))
+    assert modes == {"ram", "dynamic_ram_a"}, modes
+
+
 def test_an_extent_shows_once_in_its_dynamic_capacity_regions_dax_region_at_an_offset_inside_it(
         fast_tmp: Path) -> None:
     """The dynamic-capacity series' ABI (Documentation/ABI/testing/sysfs-bus-cxl, ``dax_regionX/extentX.Y``):
@@ -436,13 +466,50 @@ NV_REG_DEFAULTS = {"MemoryPoolSize": "0", "KMallocHeapMaxSize": "0", "VMallocHea
                    "S0ixPowerManagementVideoMemoryThreshold": "256", "DynamicPowerManagement": "3",
                    "DynamicPowerManagementVideoMemoryThreshold": "200"}
 """nv-reg.h's NV_DEFINE_REG_ENTRY(_GLOBAL) defaults (``~0`` prints as 4294967295, ``0666`` as 438); the ones that
-change between driver branches (EnableGpuFirmware, OpenRmEnableUnsupportedGpus) are left out."""
+change between driver branches (EnableGpuFirmware, OpenRmEnableUnsupportedGpus) are left out (the latter is held per
+branch by OPENRM_UNSUPPORTED_GPUS)."""
+
+
+def _params(text: str) -> dict[str, str]:
+    return dict(line.split(": ", 1) for line in text.splitlines())
 
 
 def test_nvidia_params_show_the_drivers_registry_defaults(rendered: Rendered) -> None:
     (_, _, root), *_ = rendered("dgx-h100")
-    params = dict(line.split(": ", 1) for line in (root / "proc/driver/nvidia/params").read_text().splitlines())
+    params = _params((root / "proc/driver/nvidia/params").read_text())
     assert {k: params.get(k) for k in NV_REG_DEFAULTS} == NV_REG_DEFAULTS
+
+
+OPENRM_UNSUPPORTED_GPUS = {535: "0", 550: "1", 580: "1", 595: "1"}
+"""``OpenRmEnableUnsupportedGpus`` per driver branch fakehw knows (NVIDIA/open-gpu-kernel-modules
+kernel-open/nvidia/nv-reg.h): 535.230.02 and every 535 tag define it with NV_REG_OPENRM_ENABLE_UNSUPPORTED_GPUS_DEFAULT,
+which is _DISABLE (0x00000000); 545.23.06 deprecated the opt-in ("no longer required ... ignored, for backwards
+compatibility") and defines it as 1, as every later tag up to 595.45.04 does."""
+
+
+@pytest.mark.parametrize("branch", sorted(OPENRM_UNSUPPORTED_GPUS))
+def test_nvidia_params_show_the_branchs_openrm_unsupported_gpus_default(branch: int) -> None:
+    """The value the real driver of each branch prints for the parameter nothing overrides (OPENRM_UNSUPPORTED_GPUS)."""
+    system = load_profile("dgx-h100")
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=f"{branch}.104.05"))
+    node = system.nodes[0]
+    entry = nvidia_static_section(system, node).entries["proc/driver/nvidia/params"]
+    assert isinstance(entry, File)
+    params = _params(entry.data.decode())
+    assert params["OpenRmEnableUnsupportedGpus"] == OPENRM_UNSUPPORTED_GPUS[branch]
+
+
+def test_nvidia_params_numbers_are_unsigned_32_bit(rendered: Rendered) -> None:
+    """kernel-open/nvidia/nv-procfs.c (nv_procfs_read_params, 535 to 595) prints every numeric parameter of nv_parms
+    as ``"%s: %u\n"`` of its NvU32 (nv-reg.h, NV_DEFINE_REG_ENTRY), so each is a decimal in 0..4294967295; the
+    string parameters after them print quoted (``RegistryDwords: "..."``)."""
+    for profile in ("dgx-h100", "gb200-nvl72"):
+        for _, _, root in rendered(profile):
+            params = _params((root / "proc/driver/nvidia/params").read_text())
+            numbers = {k: v for k, v in params.items() if not v.startswith('"')}
+            assert numbers, profile
+            for key, value in numbers.items():
+                assert value.isdigit() and int(value) < 2**32, (profile, key, value)
 
 
 def test_every_port_between_a_committed_regions_endpoints_and_the_root_decodes_it(rendered: Rendered) -> None:
@@ -721,6 +788,41 @@ def test_every_cxl_host_bridge_names_its_pci_root_as_physical_node(rendered: Ren
             assert any(child.name.startswith(physical.name[3:]) for child in physical.iterdir()), physical
 
 
+CXL_TEST_HOST_BRIDGES = {"cxl_host_bridge.0": "physical_node", "cxl_host_bridge.1": "physical_node",
+                         "cxl_host_bridge.2": "physical_node", "cxl_host_bridge.3": "firmware_node"}
+"""The self-link cxl_test gives each mock host bridge (tools/testing/cxl/test/cxl.c): cxl_test_init and
+cxl_single_topo_init link a virtual host's bridge to itself as ``physical_node`` (sysfs_create_link(&pdev->dev.kobj,
+&pdev->dev.kobj, "physical_node")), cxl_rch_topo_init the restricted host's (RCH, cxl_host_bridge.3) as
+``firmware_node``."""
+
+
+def test_cxl_test_host_bridges_link_to_themselves_as_the_mock_does(rendered: Rendered) -> None:
+    """Each of cxl-test's mock host bridges has the one self-link of CXL_TEST_HOST_BRIDGES and not the other."""
+    (_, _, root), *_ = rendered("cxl-test")
+    platform = root / "sys/devices/platform"
+    for bridge, link in CXL_TEST_HOST_BRIDGES.items():
+        other = "firmware_node" if link == "physical_node" else "physical_node"
+        assert (platform / bridge / link).resolve() == (platform / bridge).resolve(), (bridge, link)
+        assert not (platform / bridge / other).is_symlink(), (bridge, other)
+
+
+def test_a_decoders_locked_is_a_flag_and_cxl_tests_windows_are_not_locked(rendered: Rendered) -> None:
+    """``locked`` (drivers/cxl/core/port.c) shows whether the decoder has CXL_DECODER_F_LOCK: 0 or 1. cxl_acpi sets
+    it on a root decoder only for a window whose CFMWS restrictions have ACPI_CEDT_CFMWS_RESTRICT_FIXED
+    (drivers/cxl/acpi.c, cfmws_to_decoder_flags), and none of cxl_test's mock windows has (tools/testing/cxl/test/
+    cxl.c, mock_cedt: cfmws0-8 are HOSTONLYMEM (TYPE3) with VOLATILE or PMEM only), so every root decoder of
+    cxl-test shows 0."""
+    for profile in ("cxl-pool", "cxl-test"):
+        for _, _, root in rendered(profile):
+            decoders = sorted((root / CXL_DEVICES).glob("decoder*.*"))
+            assert decoders, profile
+            for d in decoders:
+                assert _read(d / "locked") in ("0", "1"), (profile, d.name)
+            if profile == "cxl-test":
+                windows = [d for d in decoders if d.name.startswith("decoder0.")]
+                assert windows and all(_read(d / "locked") == "0" for d in windows), profile
+
+
 def test_a_bridges_memory_window_in_resource_is_the_one_its_config_space_decodes(rendered: Rendered) -> None:
     """PCI-to-PCI Bridge Architecture Specification 1.2, 3.2.5.8: the Memory Base/Limit registers (config 0x20,
     0x22) hold address bits 31:20 of the non-prefetchable window, the limit's low 20 bits all ones. The kernel
@@ -878,15 +980,26 @@ def _cpuinfo(root: Path) -> list[dict[str, str]]:
     return blocks
 
 
+def _apic_prefix_is_the_package(apics: dict[int, int], packages: dict[int, int], width: int) -> bool:
+    """Whether the APIC ids' bits above ``width`` tell the CPUs' packages apart and are the same within each."""
+    prefixes: dict[int, set[int]] = {}
+    for cpu, apic in apics.items():
+        prefixes.setdefault(packages[cpu], set()).add(apic >> width)
+    firsts = [next(iter(p)) for p in prefixes.values()]
+    return all(len(p) == 1 for p in prefixes.values()) and len(set(firsts)) == len(firsts)
+
+
 def test_x86_cpuinfo_agrees_with_the_topology_in_sysfs(rendered: Rendered) -> None:
     """arch/x86/kernel/cpu/proc.c (show_cpuinfo, show_cpuinfo_core): ``physical id`` and ``core id`` are the
     package and core ids sysfs shows, ``siblings`` the CPUs of the package (cpumask_weight of its core mask),
     ``cpu cores`` its cores, ``initial apicid`` the APIC id, ``cache size`` the last level cache in KB, and
     ``bogomips`` loops_per_jiffy scaled to twice the TSC's MHz (the delay loop runs on the constant TSC, which
     ``cpu MHz`` shows). SMT siblings differ only in the APIC id's lowest (SMT) bits and every CPU has its own
-    (Intel SDM vol. 3A, 9.9.1 hierarchical mapping of APIC ids). ``address sizes`` ends with the linear address
-    width of CPUID 0x80000008 (get_cpu_address_sizes): 57 bits where the CPU has 5-level paging (``la57``, SDM
-    vol. 3A 4.5), 48 where it has not."""
+    (Intel SDM vol. 3A, 9.9.1 hierarchical mapping of APIC ids), whose highest bits are the package's: the
+    CPUs of one package share them, no two packages do. An APIC id is unsigned (CPUID leaf 0x0B/0x1F EDX, the
+    32-bit x2APIC id; ``u32 apicid`` of arch/x86's struct cpuinfo_topology). ``address sizes`` ends with the
+    linear address width of CPUID 0x80000008 (get_cpu_address_sizes): 57 bits where the CPU has 5-level paging
+    (``la57``, SDM vol. 3A 4.5), 48 where it has not."""
     for profile in ("dgx-h100", "t4-cloud"):
         (_, _, root), *_ = rendered(profile)
         cpus = root / CPUS
@@ -902,6 +1015,7 @@ def test_x86_cpuinfo_agrees_with_the_topology_in_sysfs(rendered: Rendered) -> No
             cores = {_read(cpus / f"cpu{c}/topology/core_id") for c in package}
             assert int(b["cpu cores"]) == len(cores), (profile, b["processor"])
             assert b["initial apicid"] == b["apicid"] and b["apicid"] not in apics, (profile, b["processor"])
+            assert b["apicid"].isdigit() and int(b["apicid"]) < 2**32, (profile, b["processor"], b["apicid"])
             apics.add(b["apicid"])
             assert b["cache size"] == f"{_read(cpu / 'cache/index3/size')[:-1]} KB", (profile, b["processor"])
             assert float(b["bogomips"]) == 2 * float(b["cpu MHz"]), (profile, b["processor"])
@@ -913,6 +1027,8 @@ def test_x86_cpuinfo_agrees_with_the_topology_in_sysfs(rendered: Rendered) -> No
             width = (len(core) - 1).bit_length()
             assert {by_cpu[s] >> width for s in core} == {apic >> width}, (profile, c)
             assert len({by_cpu[s] for s in core}) == len(core), (profile, c)
+        packages = {int(b["processor"]): int(b["physical id"]) for b in blocks}
+        assert any(_apic_prefix_is_the_package(by_cpu, packages, width) for width in range(32)), profile
 
 
 def test_an_idle_hdm_decoder_shows_its_registers_reset_values(rendered: Rendered) -> None:
@@ -1518,6 +1634,20 @@ def test_kernel_stack_is_whole_stacks(rendered: Rendered, profile: str) -> None:
 
 
 @pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
+def test_vmalloc_used_holds_the_kernel_stacks(rendered: Rendered, profile: str) -> None:
+    """``VmallocUsed`` is vmalloc_nr_pages() in kB (fs/proc/meminfo.c since 5.3, "mm: vmalloc: show number of
+    vmalloc pages in /proc/meminfo"), and with CONFIG_VMAP_STACK (arch/Kconfig: default y where the
+    architecture has HAVE_ARCH_VMAP_STACK, as x86-64, arm64 and riscv64 do) kernel/fork.c allocates every task's
+    stack with __vmalloc_node_range, which that count includes: the vmalloc'd pages hold at least the stacks
+    ``KernelStack`` counts (account_kernel_stack), so a machine with kernel stacks never shows ``VmallocUsed``
+    below them (nor 0)."""
+    for _, _, root in rendered(profile):
+        values = _meminfo_kb(root / "proc/meminfo")
+        assert values["KernelStack"] > 0, profile
+        assert values["VmallocUsed"] >= values["KernelStack"], (profile, values["VmallocUsed"])
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
 def test_percpu_memory_holds_a_populated_page_for_every_possible_cpu(rendered: Rendered, profile: str) -> None:
     """``Percpu`` is pcpu_nr_pages() (fs/proc/meminfo.c): the populated pages of the percpu chunks times the number
     of units, one unit per possible CPU (mm/percpu.c); the first chunk, holding every CPU's static per-CPU data, is
@@ -1882,6 +2012,38 @@ def _pool_behind_a_switch(held: bool) -> System:
                                "capacity": "16GiB", "logicalDevices": 4,
                                "assignments": {"0": "cxl-host-0", "1": "cxl-host-1"} if held else {}})
     return load_profile("pool-behind-a-switch", text=yaml.safe_dump(doc))
+
+
+def _pool_with_two_lds_per_host() -> System:
+    """cxl-pool with each host holding 2 of pool0's 16 logical devices at boot instead of 4 (NUMA node 2, where
+    pooled memory onlines, declares the 8 GiB that gives)."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/cxl-pool.yaml").read_text())
+    doc["cxlPools"][0]["assignments"] = {"0": "cxl-host-0", "1": "cxl-host-0", "4": "cxl-host-1", "5": "cxl-host-1"}
+    doc["groups"][0]["node"]["numa"]["nodes"][2]["memory"] = "8GiB"
+    return load_profile("two-lds-per-host", text=yaml.safe_dump(doc))
+
+
+def test_a_pools_host_bridge_shows_all_its_decoders_when_the_host_holds_fewer_lds(fast_tmp: Path) -> None:
+    """A host holding 2 of pool0's logical devices has 2 committed pooled regions through the pool's host bridge
+    (cxlhb2, ACPI ``uid`` 2: Documentation/ABI/testing/sysfs-bus-acpi), whose port has the profile's default 4 HDM
+    decoders (the HDM Decoder Capability's Decoder Count, CXL 2.0 8.2.5.12). The kernel gives every decoder a
+    ``decoderN.M`` device whether or not it is committed (drivers/cxl/core/hdm.c, devm_cxl_enumerate_decoders), an
+    uncommitted one with an empty HPA range (``size`` 0, port.c size_show: range_len); decoders commit in id order
+    (hdm.c cxl_decoder_commit refuses an out-of-order commit), and ``decoders_committed`` is port->commit_end + 1
+    (port.c). So the port shows decoders .0-.3, .0 and .1 each decoding one 4 GiB logical device (64 GiB / 16),
+    .2 and .3 empty, and ``decoders_committed`` 2."""
+    system = _pool_with_two_lds_per_host()
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    root = fast_tmp / node.name / ROOT_DIR
+    ports = [p.resolve() for p in (root / CXL_DEVICES).glob("port*")]
+    (port,) = [p for p in ports if p.parent.name == "root0" and _read(p / "uport" / "uid") == "2"]
+    pid = port.name.removeprefix("port")
+    decoders = sorted(d.name for d in port.glob(f"decoder{pid}.*"))
+    assert decoders == [f"decoder{pid}.{i}" for i in range(4)]
+    sizes = [int(_read(port / d / "size"), 0) for d in decoders]
+    assert sizes == [4 << 30, 4 << 30, 0, 0]
+    assert _read(port / "decoders_committed") == "2"
 
 
 @pytest.mark.parametrize("held", (True, False))
