@@ -11,7 +11,8 @@ NVML_TEMPERATURE_THRESHOLD_COUNT is 7 where nvml.h 13.4's is 8), the enum's last
 ``@return`` list gives for an invalid value of that argument, and that wording. The past-the-end value must answer
 that code; the last valid value must not answer INVALID_ARGUMENT (it may be NOT_SUPPORTED on a board without the
 feature: that is a different, documented answer). The calls go through ctypes to the C symbols nvml.h declares, so
-the binding's own argument checks cannot answer in the shim's place.
+the binding's own argument checks cannot answer in the shim's place. ROWS are device getters (31 rows, 25 getters);
+GI_ROWS are the two compute-instance profile getters, which need a GPU instance and so a node whose agent runs.
 
 Getters with an enum argument that are left out, and why (nvml.h 13.4 documents no error for an invalid value):
 nvmlDeviceGetClockInfo and nvmlDeviceGetMaxClockInfo (type: INVALID_ARGUMENT only "if device is invalid or clock is
@@ -27,14 +28,15 @@ from __future__ import annotations
 
 import ctypes
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
 import pytest
 
+from testbed.api import Testbed
 from tests.nvml import references
-from tests.nvml.helpers import NodeSnap
+from tests.nvml.helpers import NodeSnap, snapshot_env
 from tests.nvml.test_pynvml import handles
 
 Nvml = Callable[..., NodeSnap]
@@ -62,6 +64,12 @@ class _GpuInstanceProfileInfoV2(ctypes.Structure):
 
     _fields_ = [("version", ctypes.c_uint), ("counts", ctypes.c_uint * 10), ("memorySizeMB", ctypes.c_ulonglong),
                 ("name", ctypes.c_char * 96)]
+
+
+class _ComputeInstanceProfileInfoV2(ctypes.Structure):
+    """nvmlComputeInstanceProfileInfo_v2_t: version, nine counts, name[NVML_DEVICE_NAME_V2_BUFFER_SIZE]."""
+
+    _fields_ = [("version", ctypes.c_uint), ("counts", ctypes.c_uint * 9), ("name", ctypes.c_char * 96)]
 
 
 def _struct_version(struct: type[ctypes.Structure], version: int) -> int:
@@ -137,6 +145,11 @@ def clock_offset(field: str) -> Arg:
 def gi_profile_v2(hs: Sequence[object], v: int) -> object:
     """An empty nvmlGpuInstanceProfileInfo_v2_t of the right version (the profile is the separate argument)."""
     return ctypes.byref(_GpuInstanceProfileInfoV2(version=_struct_version(_GpuInstanceProfileInfoV2, 2)))
+
+
+def ci_profile_v2(hs: Sequence[object], v: int) -> object:
+    """An empty nvmlComputeInstanceProfileInfo_v2_t of the right version."""
+    return ctypes.byref(_ComputeInstanceProfileInfoV2(version=_struct_version(_ComputeInstanceProfileInfoV2, 2)))
 
 
 @dataclass(frozen=True)
@@ -256,11 +269,26 @@ ROWS = (
         (dev(), value, gi_profile_v2)),
 )
 
+# The compute-instance profiles of a GPU instance (the first argument is a GPU instance, the 3g.40gb one the
+# gpu_instance fixture makes): NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE 0x0 ... 7_SLICE_NVL 0x8, COUNT 0x9;
+# NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED 0x0, COUNT 0x1.
+_CI_PROFILE = "If \\a gpuInstance, \\a profile, \\a engProfile or \\a info are invalid"
+GI_ROWS = (
+    Row("nvmlGpuInstanceGetComputeInstanceProfileInfo", "profile", 0x9, 0x8, INVALID_ARGUMENT, _CI_PROFILE,
+        (dev(), value, const(0), out_buf)),
+    Row("nvmlGpuInstanceGetComputeInstanceProfileInfo", "engProfile", 0x1, 0x0, INVALID_ARGUMENT, _CI_PROFILE,
+        (dev(), const(0), value, out_buf)),
+    Row("nvmlGpuInstanceGetComputeInstanceProfileInfoV", "profile", 0x9, 0x8, INVALID_ARGUMENT, _CI_PROFILE,
+        (dev(), value, const(0), ci_profile_v2)),
+    Row("nvmlGpuInstanceGetComputeInstanceProfileInfoV", "engProfile", 0x1, 0x0, INVALID_ARGUMENT, _CI_PROFILE,
+        (dev(), const(0), value, ci_profile_v2)),
+)
+
 
 def test_every_row_names_a_getter_nvml_h_declares_and_its_count() -> None:
     """The table's getters and COUNT values are nvml.h 13.4's own (a typo in a row would test nothing)."""
     header = references.newest_header().read_text()
-    for row in ROWS:
+    for row in (*ROWS, *GI_ROWS):
         assert f" {row.getter}(" in header or f" {row.getter} (" in header, row.id
     for name, value in (("NVML_CLOCK_COUNT", 4), ("NVML_TEMPERATURE_THRESHOLD_COUNT", 8),
                         ("NVML_TEMPERATURE_COUNT", 2), ("NVML_PCIE_UTIL_COUNT", 2), ("NVML_RESTRICTED_API_COUNT", 2),
@@ -271,6 +299,8 @@ def test_every_row_names_a_getter_nvml_h_declares_and_its_count() -> None:
     assert "NVML_GPU_INSTANCE_PROFILE_COUNT                 0x12" in header
     assert "NVML_P2P_CAPS_INDEX_UNKNOWN = 5," in header and "NVML_TOPOLOGY_SYSTEM             = 50" in header
     assert "NVML_ENCODER_QUERY_AV1      = 0x02" in header
+    assert "NVML_COMPUTE_INSTANCE_PROFILE_COUNT         0x9" in header
+    assert "NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT  0x1" in header
 
 
 def _enum_count(header: str, name: str) -> int:
@@ -292,3 +322,28 @@ def test_an_enum_value_past_the_end_answers_what_nvml_h_documents(row: Row, nvml
     assert row.call(lib, hs, row.past) == row.expected, f"{row.id} = {row.past}: nvml.h says {row.wording!r}"
     answer = row.call(lib, hs, row.last)
     assert answer not in (INVALID_ARGUMENT, row.expected), f"{row.id} = {row.last} (the last member) answered {answer}"
+
+
+@pytest.fixture
+def gpu_instance(testbed_factory: Callable[..., Testbed], pynvml_module: ModuleType) -> Iterator[object]:
+    """A 3g.40gb GPU instance (profile ID 9) on GPU 0 of a dgx-h100 node whose agent runs, MIG enabled."""
+    n = pynvml_module
+    tb = testbed_factory("dgx-h100")
+    env = tb.node(tb.system.nodes[0].name).env
+    with snapshot_env(env["FAKEHW_NVML_SNAPSHOT"], FAKEHW_AGENT_SOCKET=env["FAKEHW_AGENT_SOCKET"]):  # type: ignore[arg-type]
+        n.nvmlInit()
+        try:
+            h = n.nvmlDeviceGetHandleByIndex(0)
+            n.nvmlDeviceSetMigMode(h, n.NVML_DEVICE_MIG_ENABLE)
+            yield n.nvmlDeviceCreateGpuInstance(h, 9)
+        finally:
+            n.nvmlShutdown()
+
+
+def test_a_compute_profile_past_the_end_answers_what_nvml_h_documents(gpu_instance: object) -> None:
+    """The compute-instance profile getters, as the rows above: nvml.h's wording is in each row of GI_ROWS."""
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    for row in GI_ROWS:
+        assert row.call(lib, [gpu_instance], row.past) == row.expected, f"{row.id} = {row.past}: {row.wording!r}"
+        answer = row.call(lib, [gpu_instance], row.last)
+        assert answer not in (INVALID_ARGUMENT, row.expected), f"{row.id} = {row.last} answered {answer}"
