@@ -768,15 +768,18 @@ def test_pcie_throughput_answers_each_direction_from_its_own_counter(nvml: Nvml,
 
 
 def test_an_unknown_sensor_or_threshold_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
-    """nvml.h: nvmlDeviceGetTemperature returns NVML_ERROR_INVALID_ARGUMENT "if ... sensorType is invalid" (GPU,
-    0, is the only sensor: NVML_TEMPERATURE_COUNT is 1), and nvmlDeviceGetTemperatureThreshold likewise for a
+    """nvml.h: nvmlDeviceGetTemperature(V) returns NVML_ERROR_INVALID_ARGUMENT "if ... sensorType is invalid":
+    nvml.h 13.4's nvmlTemperatureSensors_t is GPU (0), GPU_MAX (1), then NVML_TEMPERATURE_COUNT (2) (nvidia-ml-py
+    12.535's COUNT is 1, from a header before GPU_MAX: the value is the header's), and a valid sensor the board does
+    not have is NOT_SUPPORTED (test_enum_bounds.py covers GPU_MAX). nvmlDeviceGetTemperatureThreshold likewise for a
     threshold type past NVML_TEMPERATURE_THRESHOLD_COUNT; a known threshold the board lacks (acoustic limits) is
     NOT_SUPPORTED."""
     n = pynvml_module
     nvml("t4-cloud")
     h = handles(n)[0]
     assert n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU) > 0
-    for sensor in (n.NVML_TEMPERATURE_COUNT, 7):
+    temperature_count_in_nvml_h = 2
+    for sensor in (temperature_count_in_nvml_h, 7):
         assert error_of(partial(n.nvmlDeviceGetTemperature, h, sensor)) == n.NVML_ERROR_INVALID_ARGUMENT
     assert error_of(partial(n.nvmlDeviceGetTemperatureThreshold, h, n.NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MIN)) == \
         n.NVML_ERROR_NOT_SUPPORTED

@@ -122,6 +122,8 @@ static const fhw_struct_version_t offset_versions[] = {{nvmlClockOffset_v1, 555}
 static nvmlReturn_t b_clock_offsets(fhw_ctx_t *c, nvmlClockOffset_v1_t *o) {
     nvmlReturn_t r = FHW_VERSIONS(c, o, offset_versions, NULL);
     if (r != NVML_SUCCESS) return r;
+    /* nvml.h: INVALID_ARGUMENT "if device, type or pstate are invalid", whether or not the board offers offsets. */
+    if (o->type >= NVML_CLOCK_COUNT || o->pstate > NVML_PSTATE_15) return NVML_ERROR_INVALID_ARGUMENT;
     return FHW_ANSWER(c, FHW_ANS_CLOCK_OFFSETS);
 }
 nvmlReturn_t nvmlDeviceGetClockOffsets(nvmlDevice_t device, nvmlClockOffset_v1_t *info) {
@@ -135,7 +137,8 @@ static const fhw_struct_version_t temperature_versions[] = {{nvmlTemperature_v1,
 static nvmlReturn_t b_temperature_v(fhw_ctx_t *c, nvmlTemperature_v1_t *t) {
     nvmlReturn_t r = FHW_VERSIONS(c, t, temperature_versions, NULL);
     if (r != NVML_SUCCESS) return r;
-    if (t->sensorType != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    r = fhw_temperature_sensor(t->sensorType);
+    if (r != NVML_SUCCESS) return r;
     t->temperature = (int)c->g->temperature;
     return NVML_SUCCESS;
 }

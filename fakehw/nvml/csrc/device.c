@@ -440,9 +440,17 @@ nvmlReturn_t nvmlDeviceGetPowerSource(nvmlDevice_t device, unsigned int *powerSo
 
 /* ------------------------------------------------------------------------------------------ thermal */
 
+/* nvml.h: a sensor past nvmlTemperatureSensors_t is INVALID_ARGUMENT; NVML_TEMPERATURE_GPU_MAX (the hottest part of
+   the die) is a valid sensor these boards do not report: NOT_SUPPORTED ("does not have the specified sensor"). */
+nvmlReturn_t fhw_temperature_sensor(unsigned int sensor) {
+    if (sensor >= NVML_TEMPERATURE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    return sensor == NVML_TEMPERATURE_GPU ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
 static nvmlReturn_t d_temperature(fhw_ctx_t *c, unsigned int sensor, unsigned int *temp) {
     CHECK_PTR(temp);
-    if (sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = fhw_temperature_sensor(sensor);
+    if (r != NVML_SUCCESS) return r;
     *temp = c->g->temperature;
     return NVML_SUCCESS;
 }
@@ -624,8 +632,10 @@ nvmlReturn_t nvmlDeviceGetAdaptiveClockInfoStatus(nvmlDevice_t device, unsigned 
 
 static nvmlReturn_t d_minmax_pstate_clock(fhw_ctx_t *c, unsigned int type, unsigned int pstate, unsigned int *minMHz,
                                           unsigned int *maxMHz) {
-    if (minMHz == NULL || maxMHz == NULL || type >= NVML_CLOCK_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
-    if (pstate != 0) return NVML_ERROR_NOT_SUPPORTED; /* the boards expose P0 only */
+    if (minMHz == NULL || maxMHz == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    /* nvml.h: NVML_ERROR_UNKNOWN "if type or pstate are invalid" (INVALID_ARGUMENT is for the NULL pointers). */
+    if (type >= NVML_CLOCK_COUNT || pstate > NVML_PSTATE_15) return NVML_ERROR_UNKNOWN;
+    if (pstate != NVML_PSTATE_0) return NVML_ERROR_NOT_SUPPORTED; /* the boards expose P0 only */
     *maxMHz = c->g->clocks_max[type];
     *minMHz = type == NVML_CLOCK_MEM ? c->g->clocks_max[type] : c->g->graphics_clock_min;
     return NVML_SUCCESS;

@@ -136,6 +136,8 @@ nvmlDevice_t fhw_mig_device_handle(int id);
 int fhw_mig_id_of(nvmlDevice_t h);     /* MIG handle id or -1 */
 int fhw_device_id_of(nvmlDevice_t h);  /* device id or -1 (not a physical device handle) */
 const char *fhw_snapshot_path(void);
+/* nvmlTemperatureSensors_t: SUCCESS for the GPU die sensor, NOT_SUPPORTED for GPU_MAX, INVALID_ARGUMENT past it. */
+nvmlReturn_t fhw_temperature_sensor(unsigned int sensor);
 /* Re-check the snapshot file now (events: after a wake-up) and reload it when it changed. */
 void fhw_refresh(int force);
 int64_t fhw_now_ms(void);

@@ -321,14 +321,14 @@ typedef enum {
     NVML_CLOCK_ID_CUSTOMER_BOOST_MAX = 3,
     NVML_CLOCK_ID_COUNT = 4
 } nvmlClockId_t;
-typedef enum { NVML_PSTATE_0 = 0, NVML_PSTATE_UNKNOWN = 32 } nvmlPstates_t;
+typedef enum { NVML_PSTATE_0 = 0, NVML_PSTATE_15 = 15, NVML_PSTATE_UNKNOWN = 32 } nvmlPstates_t;
 typedef enum {
     NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0,
     NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1,
     NVML_TEMPERATURE_THRESHOLD_MEM_MAX = 2,
     NVML_TEMPERATURE_THRESHOLD_GPU_MAX = 3
 } nvmlTemperatureThresholds_t;
-typedef enum { NVML_TEMPERATURE_GPU = 0 } nvmlTemperatureSensors_t;
+typedef enum { NVML_TEMPERATURE_GPU = 0, NVML_TEMPERATURE_GPU_MAX = 1, NVML_TEMPERATURE_COUNT = 2 } nvmlTemperatureSensors_t;
 typedef struct {
     unsigned int count;
     struct {
