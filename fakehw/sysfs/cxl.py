@@ -48,9 +48,9 @@ DAX_NUMA_NODE = -1
 parent's: ``dax_regionN`` (drivers/cxl/core/region.c, cxl_dax_region_alloc), ``regionN`` (cxl_region_alloc: parent
 the root decoder), ``decoder0.N``, ``root0`` (drivers/cxl/core/port.c: a root port's parent is its host) and the
 ``ACPI0017:00`` platform device, whose node is its ACPI _PXM (drivers/acpi/acpi_platform.c, acpi_get_node), which
-the CXL root object has none of; none of the chain sits below a host bridge. hwloc's author saw the same on a
-CXL RAM region ("CXL RAM DAX numa_node is always -1", open-mpi/hwloc#569). The region's memory goes online in
-``target_node`` instead."""
+the CXL root object has none of; none of the chain sits below a host bridge. hwloc's author listed the same
+among what Linux showed for a CXL RAM region ("CXL RAM DAX numa_node is always -1 ?", open-mpi/hwloc#569). The
+region's memory goes online in ``target_node`` instead."""
 NO_RESOURCE = 0xFFFF_FFFF_FFFF_FFFF
 """What an attribute without an address shows (-1 as %#llx: ``resource`` of a region with no HPA, an unallocated
 decoder's ``dpa_resource``)."""

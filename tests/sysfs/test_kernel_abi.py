@@ -611,9 +611,10 @@ def test_a_cxl_dax_device_has_no_numa_node_of_its_own_and_targets_the_windows(re
 
     ``numa_node`` is ``dev_to_node()`` of ``daxN.0`` (drivers/dax/bus.c), inherited at device_add from a parent
     chain (``dax_regionN``, ``regionN``, the root decoder, ``root0``, ``ACPI0017:00``) that no host bridge is part
-    of and whose top, the CXL root's ACPI object, has no _PXM; hwloc's author saw -1 on a CXL RAM region
-    (open-mpi/hwloc#569: "CXL RAM DAX numa_node is always -1"). ``target_node`` is what daxctl list prints
-    (ndctl daxctl/json.c); the profile gives region0's window cfmws2 NUMA node 1 and the pool's window cfmws4 node 2.
+    of and whose top, the CXL root's ACPI object, has no _PXM; hwloc's author listed "CXL RAM DAX numa_node is
+    always -1 ?" among what Linux showed for a CXL RAM region (open-mpi/hwloc#569). ``target_node`` is what daxctl
+    list prints (ndctl daxctl/json.c); the profile gives region0's window cfmws2 NUMA node 1 and the pool's window
+    cfmws4 node 2.
     The cxl-test host's mock root (cxl_test's ``cxl_acpi`` platform device) has no node either. Its ``modalias`` is
     drivers/dax/bus.c's ``DAX_DEVICE_MODALIAS_FMT`` with type 0, ``dax:t0`` (the trailing ``*`` is only in the
     module alias, MODULE_ALIAS_DAX_DEVICE)."""
