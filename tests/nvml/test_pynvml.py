@@ -2460,7 +2460,8 @@ def test_a_null_lookup_key_is_an_invalid_argument(nvml: Nvml, pynvml_module: Mod
     nvml("dgx-h100")
     lib = ctypes.CDLL("libnvidia-ml.so.1")
     h = handles(n)[0]
-    keys = {"nvmlDeviceGetHandleBySerial": n.nvmlDeviceGetSerial(h), "nvmlDeviceGetHandleByUUID": n.nvmlDeviceGetUUID(h),
+    keys = {"nvmlDeviceGetHandleBySerial": n.nvmlDeviceGetSerial(h),
+            "nvmlDeviceGetHandleByUUID": n.nvmlDeviceGetUUID(h),
             "nvmlDeviceGetHandleByPciBusId_v2": n.nvmlDeviceGetPciInfo(h).busId}
     found = ctypes.c_void_p()
     for name, key in keys.items():
