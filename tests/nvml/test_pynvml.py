@@ -598,6 +598,19 @@ def test_mig_device_indices_end_below_the_max_mig_device_count(nvml: Nvml, pynvm
         assert error_of(partial(n.nvmlDeviceGetMigDeviceHandleByIndex, h, index)) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+def test_max_mig_device_count_is_zero_while_mig_mode_is_off(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92, nvmlDeviceGetMaxMigDeviceCount: "Returns zero if MIG is not supported or enabled"; NVIDIA's
+    go-nvml maintainers read it the same way (NVIDIA/go-nvml#60: "For a GPU with MIG disabled this is 0"). dgx-a100's
+    gpu0 is an A100 (MIG-capable) whose MIG mode is off, as nvmlDeviceGetMigMode says here; gpu7, in MIG mode, has
+    its seven slots (the test above)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[0]
+    assert n.nvmlDeviceGetMigMode(h) == [n.NVML_DEVICE_MIG_DISABLE, n.NVML_DEVICE_MIG_DISABLE]
+    assert n.nvmlDeviceGetMaxMigDeviceCount(h) == 0
+    assert n.nvmlDeviceGetMaxMigDeviceCount(handles(n)[7]) == 7
+
+
 # --------------------------------------------------------------------------------------------------- readings
 
 
@@ -2347,3 +2360,114 @@ def test_per_link_replay_and_recovery_fields_read_their_own_counters(nvml: Nvml,
             for c in (n.NVML_NVLINK_ERROR_DL_REPLAY, n.NVML_NVLINK_ERROR_DL_RECOVERY)] == [5, 9, 4, 7]
     fields = n.nvmlDeviceGetFieldValues(h, [48, 55, 110, 116])
     assert [(f.nvmlReturn, f.value.ullVal) for f in fields] == [(0, 5), (0, 9), (0, 4), (0, 7)]
+
+
+# ------------------------- MIG handles, clock frequencies, addressing mode, memory power ... (the fifth C round)
+
+
+def test_is_mig_device_handle_answers_for_a_mig_handle_and_its_parent(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92, nvmlDeviceIsMigDeviceHandle: "isMigDevice: True when handle refers to a MIG device" (and a
+    MIG device handle is one nvmlDeviceGetMigDeviceHandleByIndex hands out). dgx-a100's gpu7 holds two 3g.40gb MIG
+    devices: each answers 1, the GPU itself 0."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    parent = handles(n)[7]
+
+    def is_mig(h: object) -> int:
+        answer = n.nvmlDeviceIsMigDeviceHandle(h)  # nvidia-ml-py 12.535 hands back the c_uint itself
+        return int(getattr(answer, "value", answer))
+
+    assert is_mig(parent) == 0
+    assert [is_mig(n.nvmlDeviceGetMigDeviceHandleByIndex(parent, index)) for index in (0, 1)] == [1, 1]
+
+
+class CurrentClockFreqs(ctypes.Structure):
+    """nvml.h's nvmlDeviceCurrentClockFreqs_v1_t: a version word and NVML_PERF_MODES_BUFFER_SIZE (2048) bytes."""
+
+    _fields_ = [("version", ctypes.c_uint), ("str", ctypes.c_char * 2048)]
+
+
+def test_current_clock_freqs_names_the_graphics_and_memory_clocks(nvml: Nvml, pynvml_module: ModuleType,
+                                                                   h100: dict[str, str]) -> None:
+    """nvml.h 13.4.92, nvmlDeviceGetCurrentClockFreqs: "nvclock" is the graphics clock and "memclock" the memory clock
+    of the current performance level, in MHz, "memtransferrate" the memory transfer rate (its example: memclock=324,
+    memtransferrate=648). The idle real H100 runs its graphics clock at 345 MHz and its memory at 2619 MHz
+    (qx-h100.xml, clocks/graphics_clock and clocks/mem_clock), which an idle dgx-h100 GPU reads too."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    freqs = CurrentClockFreqs(version=ctypes.sizeof(CurrentClockFreqs) | 1 << 24)  # NVML_STRUCT_VERSION(.., 1)
+    assert lib.nvmlDeviceGetCurrentClockFreqs(handles(n)[0], ctypes.byref(freqs)) == n.NVML_SUCCESS
+    text = freqs.str.decode()
+    values = dict(item.split("=") for item in re.findall(r"\w+=\d+", text))
+    graphics, mem = number(h100["/clocks/graphics_clock"]), number(h100["/clocks/mem_clock"])
+    assert (values["nvclock"], values["memclock"], values["memtransferrate"]) == \
+        (str(graphics), str(mem), str(2 * mem)), text
+
+
+class AddressingMode(ctypes.Structure):
+    """nvml.h's nvmlDeviceAddressingMode_v1_t: a version word and a nvmlDeviceAddressingModeType_t."""
+
+    _fields_ = [("version", ctypes.c_uint), ("value", ctypes.c_uint)]
+
+
+def test_addressing_mode_takes_its_own_struct_version(nvml: Nvml, pynvml_module: ModuleType,
+                                                      h100: dict[str, str]) -> None:
+    """nvml.h 13.4.92: nvmlDeviceAddressingMode_v1 is NVML_STRUCT_VERSION(DeviceAddressingMode, 1), the struct's size
+    (8) with version 1 in the top byte (0x1000008, the value nvidia-ml-py 13.615 sends), and
+    nvmlDeviceGetAddressingMode answers ARGUMENT_VERSION_MISMATCH only "if the provided version is
+    invalid/unsupported". With that version an H100 answers NVML_DEVICE_ADDRESSING_MODE_HMM (1): the real H100
+    prints "HMM" (qx-h100.xml, addressing_mode)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    assert h100["/addressing_mode"] == "HMM"
+    mode = AddressingMode(version=0x1000008)
+    assert ctypes.sizeof(AddressingMode) | 1 << 24 == mode.version
+    assert lib.nvmlDeviceGetAddressingMode(handles(n)[0], ctypes.byref(mode)) == n.NVML_SUCCESS
+    assert mode.value == 1
+
+
+def test_memory_power_field_is_in_milliwatts(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """NVML's power readings are milliwatts (nvml.h: nvmlDeviceGetPowerUsage "in milliwatts", which points to
+    NVML_FI_DEV_POWER_AVERAGE for the same reading; nvidia-smi divides by 1000 to print watts). The real B200s' GPU
+    memory draw reads 20.29-24.51 W (qx-b200.xml, gpu_memory_power_readings/average_power_draw of its eight GPUs),
+    so field 185 with scopeId NVML_POWER_SCOPE_MEMORY (2) reads 20290-24510 on an idle dgx-b200."""
+    import xml.etree.ElementTree as ET
+
+    from tests.nvml.captures import capture_dir
+
+    n = pynvml_module
+    where = capture_dir()
+    if where is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    real = [float(number_w) for gpu in ET.parse(where / "qx-b200.xml").getroot().iterfind("gpu")
+            for number_w in [(gpu.findtext("gpu_memory_power_readings/average_power_draw") or "").split()[0]]]
+    assert len(real) == 8
+    nvml("dgx-b200")
+    for h in handles(n):
+        (field,) = n.nvmlDeviceGetFieldValues(h, [(n.NVML_FI_DEV_POWER_AVERAGE, 2)])
+        assert field.nvmlReturn == n.NVML_SUCCESS
+        assert min(real) * 1000 <= field.value.uiVal <= max(real) * 1000, field.value.uiVal
+
+
+def test_a_null_lookup_key_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92: nvmlDeviceGetHandleBySerial answers NVML_ERROR_INVALID_ARGUMENT "if serial is invalid, device is
+    NULL ...", nvmlDeviceGetHandleByUUID "if uuid is invalid or device is null", nvmlDeviceGetHandleByPciBusId_v2 "if
+    pciBusId is invalid or device is NULL": a NULL key is the plainest invalid one. The library must answer so, not
+    read through it (which would kill the caller with SIGSEGV); with a real key and a NULL device likewise."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    h = handles(n)[0]
+    keys = {"nvmlDeviceGetHandleBySerial": n.nvmlDeviceGetSerial(h),
+            "nvmlDeviceGetHandleByUUID": n.nvmlDeviceGetUUID(h),
+            "nvmlDeviceGetHandleByPciBusId_v2": n.nvmlDeviceGetPciInfo(h).busId}
+    found = ctypes.c_void_p()
+    for name, key in keys.items():
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+        assert fn(None, ctypes.byref(found)) == n.NVML_ERROR_INVALID_ARGUMENT, name
+        raw = key if isinstance(key, bytes) else key.encode()
+        assert fn(raw, None) == n.NVML_ERROR_INVALID_ARGUMENT, name
+        assert fn(raw, ctypes.byref(found)) == n.NVML_SUCCESS and found.value == addr(h), name

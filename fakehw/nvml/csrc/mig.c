@@ -200,9 +200,11 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
     FHW_DEV_CALL(device, 0, m_mode(&C, currentMode, pendingMode));
 }
 
+/* nvml.h: "Returns zero if MIG is not supported or enabled": a MIG-capable GPU whose MIG mode is off has no MIG device
+   slots (NVIDIA's go-nvml maintainers, NVIDIA/go-nvml#60: "For a GPU with MIG disabled this is 0"). */
 static nvmlReturn_t m_max(fhw_ctx_t *c, unsigned int *count) {
     CHECK_PTR(count);
-    *count = c->g->mig_capable ? c->g->mig_max_devices : 0;
+    *count = c->g->mig_capable && c->g->mig_current ? c->g->mig_max_devices : 0;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
