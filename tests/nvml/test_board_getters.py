@@ -57,8 +57,9 @@ def test_pcie_max_speed_is_the_constant_of_the_captured_max_link_gen(nvml: Nvml,
                                                                        profile: str, board: str) -> None:
     """The captures' <max_link_gen>: 5 on the H100 (qx-h100.xml), 4 on the A100 (qx-a100.xml), 3 on the T4
     (qx-t4.xml). nvml.h defines nvmlDeviceGetPcieLinkMaxSpeed's answer through NVML_PCIE_LINK_MAX_SPEED_*: gen 5
-    (32 GT/s) is _32000MBPS = 0x5, gen 4 _16000MBPS = 0x4, gen 3 _8000MBPS = 0x3. NULL maxSpeed:
-    INVALID_ARGUMENT."""
+    (32 GT/s) is _32000MBPS = 0x5, gen 4 _16000MBPS = 0x4, gen 3 _8000MBPS = 0x3 (its prose says "in MBPS", but a
+    real consumer reads the constant: nvml-wrapper's max_pcie_link_speed converts the answer with TryFrom<u32> into
+    its PcieLinkMaxSpeed enum of exactly these values). NULL maxSpeed: INVALID_ARGUMENT."""
     n = pynvml_module
     gen = int(board_capture(board)["/pci/pci_gpu_link_info/pcie_gen/max_link_gen"])
     nvml(profile)
