@@ -113,3 +113,46 @@ def test_fan_range_and_policy_on_a_board_with_fans(pynvml_module: ModuleType,
             assert lib.nvmlDeviceGetFanControlPolicy_v2(h, 0, None) == n.NVML_ERROR_INVALID_ARGUMENT
         finally:
             n.nvmlShutdown()
+
+
+def test_accounting_queries_are_not_supported_while_accounting_is_disabled(nvml: Nvml,
+                                                                          pynvml_module: ModuleType) -> None:
+    """Every capture prints ``accounting_mode`` Disabled and an empty ``accounted_processes``. nvml.h
+    nvmlDeviceGetAccountingPids and nvmlDeviceGetAccountingStats: NVML_ERROR_NOT_SUPPORTED "if device doesn't
+    support this feature or accounting mode is disabled" (a shim answering success with no pids, or NOT_FOUND
+    for the pid, was the defect this test was written for)."""
+    n = pynvml_module
+    h100 = board_capture("h100")
+    assert (h100["/accounting_mode"], h100["/accounted_processes"]) == ("Disabled", "")
+    nvml(H100_NODE)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    for h in handles(n):
+        assert n.nvmlDeviceGetAccountingMode(h) == n.NVML_FEATURE_DISABLED
+        assert error_of(partial(n.nvmlDeviceGetAccountingPids, h)) == n.NVML_ERROR_NOT_SUPPORTED
+        count = ctypes.c_uint(0)
+        assert lib.nvmlDeviceGetAccountingPids(h, ctypes.byref(count), None) == n.NVML_ERROR_NOT_SUPPORTED
+        assert error_of(partial(n.nvmlDeviceGetAccountingStats, h, 1)) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+def test_accounting_with_the_mode_enabled_and_no_process_accounted(pynvml_module: ModuleType,
+                                                                   node_snapshot: Callable[..., NodeSnap]) -> None:
+    """A record with accounting enabled and no process run since: nvml.h nvmlDeviceGetAccountingPids returns
+    the accounted pids (none: NVML_SUCCESS with a count of 0), a NULL ``count`` is NVML_ERROR_INVALID_ARGUMENT,
+    and nvmlDeviceGetAccountingStats for a pid with no record is NVML_ERROR_NOT_FOUND ("if process stats were
+    not found")."""
+    n = pynvml_module
+    snap = node_snapshot(H100_NODE)
+    gpus = (replace(snap.snapshot.gpus[0], accounting_mode=1), *snap.snapshot.gpus[1:])
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=gpus).to_bytes())
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            enabled, disabled = handles(n)[:2]
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            assert n.nvmlDeviceGetAccountingMode(enabled) == n.NVML_FEATURE_ENABLED
+            assert n.nvmlDeviceGetAccountingPids(enabled) == []
+            assert lib.nvmlDeviceGetAccountingPids(enabled, None, None) == n.NVML_ERROR_INVALID_ARGUMENT
+            assert error_of(partial(n.nvmlDeviceGetAccountingStats, enabled, 1)) == n.NVML_ERROR_NOT_FOUND
+            assert error_of(partial(n.nvmlDeviceGetAccountingPids, disabled)) == n.NVML_ERROR_NOT_SUPPORTED
+        finally:
+            n.nvmlShutdown()
