@@ -156,3 +156,28 @@ def test_accounting_with_the_mode_enabled_and_no_process_accounted(pynvml_module
             assert error_of(partial(n.nvmlDeviceGetAccountingPids, disabled)) == n.NVML_ERROR_NOT_SUPPORTED
         finally:
             n.nvmlShutdown()
+
+
+def _struct_version(size: int) -> int:
+    """nvml.h NVML_STRUCT_VERSION(size, 1): the size in the low bits, the version in bits 24 and up."""
+    return size | 1 << 24
+
+
+def test_fan_rpm_and_cooler_info_are_not_supported_on_a_passively_cooled_board(nvml: Nvml,
+                                                                             pynvml_module: ModuleType) -> None:
+    """qx-h100.xml prints ``fan_speed`` N/A (an SXM board with no fan of its own; its driver_version is
+    580.105.08, a branch that has both functions, 570+). nvml.h nvmlDeviceGetFanSpeedRPM and
+    nvmlDeviceGetCoolerInfo are "for all discrete products with dedicated fans" and answer
+    NVML_ERROR_NOT_SUPPORTED "if the device does not support this feature"; their nvmlFanSpeedInfo_v1_t /
+    nvmlCoolerInfo_v1_t layouts are the header's (3 and 4 unsigned ints, version first)."""
+    n = pynvml_module
+    h100 = board_capture("h100")
+    assert h100["/fan_speed"] == "N/A"
+    nvml(H100_NODE)
+    assert int(n.nvmlSystemGetDriverVersion().split(".")[0]) >= 570  # else FUNCTION_NOT_FOUND is right
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    for h in handles(n):
+        rpm = (ctypes.c_uint * 3)(_struct_version(3 * 4), 0, 0)
+        assert lib.nvmlDeviceGetFanSpeedRPM(h, rpm) == n.NVML_ERROR_NOT_SUPPORTED
+        cooler = (ctypes.c_uint * 4)(_struct_version(4 * 4), 0, 0, 0)
+        assert lib.nvmlDeviceGetCoolerInfo(h, cooler) == n.NVML_ERROR_NOT_SUPPORTED
