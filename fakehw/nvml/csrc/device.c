@@ -1038,9 +1038,17 @@ nvmlReturn_t nvmlDeviceGetFBCSessions(nvmlDevice_t device, unsigned int *session
     (void)sessionInfo;
     FHW_DEV_CALL(device, PHYS, d_zero_sessions(&C, sessionCount));
 }
+/* nvml.h: the accounting queries are NVML_ERROR_NOT_SUPPORTED while accounting mode is disabled (every capture:
+ * Disabled); enabled, no process has been accounted on a fake board. */
+static nvmlReturn_t d_accounting_pids(fhw_ctx_t *c, unsigned int *count) {
+    CHECK_PTR(count);
+    if (!c->g->accounting_mode) return NVML_ERROR_NOT_SUPPORTED;
+    *count = 0;
+    return NVML_SUCCESS;
+}
 nvmlReturn_t nvmlDeviceGetAccountingPids(nvmlDevice_t device, unsigned int *count, unsigned int *pids) {
     (void)pids;
-    FHW_DEV_CALL(device, PHYS, d_zero_sessions(&C, count));
+    FHW_DEV_CALL(device, PHYS, d_accounting_pids(&C, count));
 }
 
 static nvmlReturn_t d_encoder_stats(fhw_ctx_t *c, unsigned int *count, unsigned int *fps, unsigned int *latency) {
@@ -1086,14 +1094,14 @@ nvmlReturn_t nvmlDeviceGetAccountingBufferSize(nvmlDevice_t device, unsigned int
     FHW_DEV_CALL(device, PHYS, d_accounting_buffer(&C, bufferSize));
 }
 
-static nvmlReturn_t d_not_found(fhw_ctx_t *c) {
-    (void)c;
-    return NVML_ERROR_NOT_FOUND;
+static nvmlReturn_t d_accounting_stats(fhw_ctx_t *c, void *stats) {
+    CHECK_PTR(stats);
+    if (!c->g->accounting_mode) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_ERROR_NOT_FOUND; /* no process has been accounted */
 }
 nvmlReturn_t nvmlDeviceGetAccountingStats(nvmlDevice_t device, unsigned int pid, void *stats) {
     (void)pid;
-    (void)stats;
-    FHW_DEV_CALL(device, PHYS, d_not_found(&C));
+    FHW_DEV_CALL(device, PHYS, d_accounting_stats(&C, stats));
 }
 
 /* No on-board bridge chip on these boards: every capture prints N/A for its type and firmware. */
