@@ -16,6 +16,7 @@ is not a test of it and is not used as an oracle.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import subprocess
@@ -46,6 +47,13 @@ class NodeSnap:
     events: tuple[Event, ...]
     snapshot: Snapshot
     path: Path
+
+
+def give_first_gpu_two_fans(snap: NodeSnap, speed: int = 41) -> None:
+    """Rewrite ``snap``'s file with its first GPU as a workstation card's record: two fans at ``speed`` %. None of
+    the captured boards has a fan (every capture prints fan_speed N/A), so fan getters need a record made here."""
+    gpus = (dataclasses.replace(snap.snapshot.gpus[0], fan_count=2, fan_speed=speed), *snap.snapshot.gpus[1:])
+    write_snapshot(snap.path, dataclasses.replace(snap.snapshot, gpus=gpus).to_bytes())
 
 
 def faults_state(node: Node, faults: Sequence[dict[str, Any]], seed: int, generation: int = 1,

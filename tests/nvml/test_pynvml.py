@@ -830,15 +830,11 @@ def test_fans_are_indexed_from_zero_below_the_fan_count(pynvml_module: ModuleTyp
     with two (a workstation card's record, written here) exercises the index rule of nvml.h's
     nvmlDeviceGetFanSpeed_v2: fans are "zero indexed", nvmlDeviceGetNumFans counts them, and an index that is not
     one of them is NVML_ERROR_INVALID_ARGUMENT."""
-    from dataclasses import replace
-
-    from fakehw.nvml.snapshot import write_snapshot
-    from tests.nvml.helpers import snapshot_env
+    from tests.nvml.helpers import give_first_gpu_two_fans, snapshot_env
 
     n = pynvml_module
     snap = node_snapshot("edge-pcie")
-    gpus = (replace(snap.snapshot.gpus[0], fan_count=2, fan_speed=41), *snap.snapshot.gpus[1:])
-    write_snapshot(snap.path, replace(snap.snapshot, gpus=gpus).to_bytes())
+    give_first_gpu_two_fans(snap, speed=41)
     with snapshot_env(snap.path):
         n.nvmlInit()
         try:

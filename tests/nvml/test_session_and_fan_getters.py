@@ -15,7 +15,7 @@ from types import ModuleType
 
 from fakehw.nvml.snapshot import write_snapshot
 from tests.nvml.captures import board_capture, number
-from tests.nvml.helpers import NodeSnap, snapshot_env
+from tests.nvml.helpers import NodeSnap, give_first_gpu_two_fans, snapshot_env
 from tests.nvml.test_pynvml import error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -92,8 +92,7 @@ def test_fan_range_and_policy_on_a_board_with_fans(pynvml_module: ModuleType,
     policy, and the min/max getter is INVALID_ARGUMENT for NULL pointers."""
     n = pynvml_module
     snap = node_snapshot("edge-pcie")
-    gpus = (replace(snap.snapshot.gpus[0], fan_count=2, fan_speed=41), *snap.snapshot.gpus[1:])
-    write_snapshot(snap.path, replace(snap.snapshot, gpus=gpus).to_bytes())
+    give_first_gpu_two_fans(snap)
     with snapshot_env(snap.path):
         n.nvmlInit()
         try:
