@@ -38,7 +38,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -502,6 +502,44 @@ class Journal:
                     self._write_meta(_Meta(self._meta.epoch, self._durable[0], dict(self._meta.reserved)))
                 except JournalWriteError as exc:
                     log.warning("%s", exc)
+
+
+COMPACT_AFTER = 10_000
+"""Records appended to a facts journal (MIG, platform) after which it is rewritten as one snapshot."""
+
+
+class SnapshotCompaction:
+    """Keeps a journal of facts short by rewriting it as one snapshot record: at start, and again once ``every``
+    records were appended since the last rewrite (the MIG and platform journals; the fault journal has its own
+    policy, see fakehw/agent/service.py). ``snapshot`` gives the records that replace the journal's.
+
+    The append an owner reports has already been made durable and applied, so a rewrite that fails after it (a
+    full disk) must not fail the change: it is logged and tried again after as many records more."""
+
+    def __init__(self, journal: Journal, snapshot: Callable[[], list[dict[str, Any]]], every: int) -> None:
+        if every < 1:
+            raise ValueError(f"a journal is compacted after at least 1 record, not {every}")
+        self._journal = journal
+        self._snapshot = snapshot
+        self.every = every
+        self._since = 0
+
+    def now(self) -> None:
+        """Rewrite the journal now (its errors propagate: at start the owner cannot go on without it)."""
+        self._journal.compact(self._snapshot())
+        self._since = 0
+
+    def appended(self) -> None:
+        """One more record was appended: rewrite the journal if ``every`` were since the last time."""
+        self._since += 1
+        if self._since < self.every:
+            return
+        try:
+            self.now()
+        except (OSError, JournalWriteError) as exc:
+            self._since = 0
+            log.warning("%s not compacted (%s); tried again after %d more records", self._journal.path,
+                        getattr(exc, "strerror", None) or exc, self.every)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fakehw.agent.journal import Journal
+from fakehw.agent.journal import COMPACT_AFTER, Journal, SnapshotCompaction
 from fakehw.agent.state import NodeState
 from fakehw.model import mig as geo
 from fakehw.model.catalogue import MigCapability, MigProfile
@@ -31,8 +31,6 @@ from fakehw.model.system import Gpu, Node, System
 
 log = logging.getLogger(__name__)
 SNAPSHOT_VERSION = 1
-COMPACT_AFTER = 10_000
-"""Facts appended since the last compaction after which the journal is rewritten as one snapshot."""
 
 # nvmlReturn_t values (nvml.h) a refusal maps to.
 NVML_RETURN = {"INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3, "NOT_FOUND": 6, "GPU_IS_LOST": 15, "IN_USE": 19,
@@ -359,17 +357,18 @@ class MigManager:
     generations and re-render; ``lock`` is the agent's lock (every change of any agent state happens under it)."""
 
     def __init__(self, system: System, nodes: Mapping[str, Node], state_dir: Path, lock: threading.RLock,
-                 on_change: Callable[[Iterable[str]], None], salvage: bool = False):
+                 on_change: Callable[[Iterable[str]], None], salvage: bool = False,
+                 compact_after: int = COMPACT_AFTER):
         self.system = system
         self.nodes = dict(nodes)
         self._lock = lock
         self._on_change = on_change
         self._state: dict[str, dict[str, GpuMig]] = {n: dict(boot_mig(node).gpus) for n, node in self.nodes.items()}
         self._lost: dict[str, frozenset[str]] = {}
-        self._since_compact = 0
         self.journal = Journal(state_dir / "mig.jsonl", salvage)
         self._replay()
-        self._compact()
+        self._compaction = SnapshotCompaction(self.journal, self._snapshot, compact_after)
+        self._compaction.now()
 
     # ------------------------------------------------------------------------------------------ journal
 
@@ -394,11 +393,10 @@ class MigManager:
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("MIG journal record not replayed: %s", exc)
 
-    def _compact(self) -> None:
-        self.journal.compact([{"op": "snapshot", "version": SNAPSHOT_VERSION, "digest": self.system.digest,
-                               "nodes": {n: {g: s.to_json() for g, s in gpus.items()}
-                                         for n, gpus in self._state.items()}}])
-        self._since_compact = 0
+    def _snapshot(self) -> list[dict[str, Any]]:
+        """The one record a compacted journal holds: every node's MIG state."""
+        return [{"op": "snapshot", "version": SNAPSHOT_VERSION, "digest": self.system.digest,
+                 "nodes": {n: {g: s.to_json() for g, s in gpus.items()} for n, gpus in self._state.items()}}]
 
     def _after(self, node: str, facts: Iterable[Mapping[str, Any]]) -> dict[str, GpuMig]:
         states = dict(self._state[node])
@@ -419,9 +417,7 @@ class MigManager:
         after = self._after(node, facts)  # proves the facts apply before anything is journaled
         self.journal.append({"op": "facts", "node": node, "facts": facts})
         self._state[node] = after
-        self._since_compact += 1
-        if self._since_compact >= COMPACT_AFTER:
-            self._compact()
+        self._compaction.appended()
         self._on_change([node])
 
     def close(self) -> None:

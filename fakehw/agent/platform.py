@@ -31,7 +31,7 @@ from typing import Any
 from fakehw.agent.cxl import CxlEngine, CxlError, CxlState, NodeCxlView, Region, apply_fact, size_text
 from fakehw.agent.cxlcore import CxlCore, KernelError
 from fakehw.agent.cxlstate import state_facts
-from fakehw.agent.journal import Journal, JournalWriteError
+from fakehw.agent.journal import COMPACT_AFTER, Journal, JournalWriteError, SnapshotCompaction
 from fakehw.agent.pools import GrantKind, PoolError, PoolLedger
 from fakehw.agent.state import NodeState, derive_state
 from fakehw.model.system import MemoryPool, Node, System
@@ -39,9 +39,6 @@ from fakehw.model.units import parse_size
 from fakehw.render.atomic import fsync_dir
 
 log = logging.getLogger(__name__)
-COMPACT_AFTER = 10_000
-"""Facts records appended after which the platform journal is rewritten as one snapshot (the agent passes its
-``compact_every``)."""
 AUDIT_IN_MEMORY = 50_000
 LEDGER_FACTS = frozenset({"grant", "revoke", "map", "unmap"})
 EXPIRY_POLL_S = 1.0
@@ -250,9 +247,6 @@ class Platform:
         compact_after: int = COMPACT_AFTER,
     ):
         self.system = system
-        self._compact_after = compact_after
-        self._since_compact = 0
-        """Facts records appended since the journal was last compacted (see :meth:`_appended`)."""
         self.nodes = dict(nodes)
         self.engine = CxlEngine(system, self.nodes)
         self._clock = clock
@@ -268,7 +262,8 @@ class Platform:
         self._replay()
         if self.journal.recovery.problems:  # grant, token and mapping ids handed out before are never reused
             self.ledger.seq = max(self.ledger.seq, self.journal.floor("pool-id"))
-        self._compact()
+        self._compaction = SnapshotCompaction(self.journal, self._snapshot, compact_after)
+        self._compaction.now()
         self._stop = threading.Event()
         self._timer = threading.Thread(target=self._expiry_loop, name="fakehw-token-expiry", daemon=True)
         self._timer.start()
@@ -304,25 +299,10 @@ class Platform:
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("platform journal record not replayed: %s", exc)
 
-    def _compact(self) -> None:
-        self.journal.compact([{"op": "snapshot", "version": SNAPSHOT_VERSION, "digest": self.system.digest,
-                               "cxl": self.cxl.to_json(), "pools": self.ledger.to_json()}])
-        self._since_compact = 0
-
-    def _appended(self) -> None:
-        """After a facts record was journaled and applied: rewrite the journal as one snapshot once
-        ``compact_after`` records were appended since the last time (as the MIG journal does), so a long run of
-        pool and CXL changes does not grow it without bound. A compaction that fails leaves the journal as it was
-        and is tried again after as many records more."""
-        self._since_compact += 1
-        if self._since_compact < self._compact_after:
-            return
-        try:
-            self._compact()
-        except (OSError, JournalWriteError) as exc:
-            self._since_compact = 0
-            log.warning("platform journal not compacted (%s); tried again after %d more records",
-                        getattr(exc, "strerror", None) or exc, self._compact_after)
+    def _snapshot(self) -> list[dict[str, Any]]:
+        """The one record a compacted journal holds: the CXL state and the pool ledger."""
+        return [{"op": "snapshot", "version": SNAPSHOT_VERSION, "digest": self.system.digest,
+                 "cxl": self.cxl.to_json(), "pools": self.ledger.to_json()}]
 
     def _cxl_after(self, facts: list[dict[str, Any]]) -> CxlState:
         """The CXL state after the CXL facts among ``facts``, computed on a copy (``self.cxl`` is a value): a
@@ -355,7 +335,7 @@ class Platform:
         self.journal.reserve("pool-id", self.ledger.seq + 1)
         self.journal.append({"op": "facts", "facts": facts, "time": self._clock()})
         self._apply(facts, cxl=cxl)
-        self._appended()
+        self._compaction.appended()
         self._on_change(sorted(set(nodes)))
 
     def close(self) -> None:
@@ -398,7 +378,7 @@ class Platform:
                 log.warning("expiries/preemptions not applied yet: %s", exc)
                 return
             self._apply(facts)
-            self._appended()
+            self._compaction.appended()
 
     def _state(self, node_name: str) -> NodeState:
         state = self._fault_states.get(node_name)

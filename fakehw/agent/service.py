@@ -63,8 +63,9 @@ MAX_ANSWERS_KEPT = 1024
 """Journaled idempotency answers carried over by compaction."""
 COMPACT_EVERY = 20_000
 """Records a running agent appends to its fault journal before compacting it (at least; see
-:meth:`AgentService._compact_if_due`), and to its platform journal (pools, CXL) before compacting that. Without
-it a long chaos run grew the journals without bound, and the next start read all of them into memory first."""
+:meth:`AgentService._compact_if_due`), and to its platform (pools, CXL) and MIG journals before compacting those
+(:class:`~fakehw.agent.journal.SnapshotCompaction`). Without it a long chaos run grew the journals without bound,
+and the next start read all of them into memory first."""
 
 Idempotency = tuple[str, str]
 """(key, request fingerprint) of a request that carried an ``Idempotency-Key``."""
@@ -172,7 +173,8 @@ class AgentService:
             self._compact()
             self.platform = Platform(system, self._nodes, state_dir, clock, self.lock, self.nodes_changed,
                                      salvage=salvage, compact_after=compact_every)
-            self.mig = MigManager(system, self._nodes, state_dir, self.lock, self.nodes_changed, salvage=salvage)
+            self.mig = MigManager(system, self._nodes, state_dir, self.lock, self.nodes_changed, salvage=salvage,
+                                  compact_after=compact_every)
             self._start(step)
             self.reserve = DiskReserve(state_dir)
         except BaseException:
