@@ -130,7 +130,8 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                    ("tests/nvml/test_pynvml.py", "tests/nvml/test_visibility.py", "tests/nvml/test_determinism.py",
                     "tests/nvml/test_events.py", "tests/nvml/test_live.py", "tests/nvml/test_topology.py",
                     "tests/nvml/test_captures.py", "tests/nvml/test_enum_bounds.py",
-                    "tests/nvml/test_board_getters.py", "tests/nvml/test_session_and_fan_getters.py"))
+                    "tests/nvml/test_board_getters.py", "tests/nvml/test_session_and_fan_getters.py",
+                    "tests/nvml/test_more_board_getters.py"))
 C_MUTANTS_FILE = ROOT / "tools" / "nvml-c-mutants.toml"
 
 

@@ -19,6 +19,7 @@ NO_PERMISSION = 4
 DEPRECATED = 26
 
 _HOPPER_OR_LATER = ("hopper", "blackwell")
+_BLACKWELL_OR_LATER = ("blackwell",)
 
 
 def _unless(supported: bool, code: int = NOT_SUPPORTED) -> int:
@@ -65,7 +66,9 @@ def answers(gpu: Gpu, branch: int, in_fabric: bool) -> tuple[int, ...]:
         Answer.GPM: _unless(arch in _HOPPER_OR_LATER),
         # The infoROM black box flush: H100, GB200, GB300 report it; A100, B200, L40S, T4 print N/A.
         Answer.BBX: _unless(sku.inforom_bbx),
-        Answer.NVLINK_BW_MODE: _unless(in_fabric and arch in _HOPPER_OR_LATER),
+        # NVLink reduced bandwidth modes: nvml.h's nvmlDeviceGetNvlinkSupportedBwModes / GetNvlinkBwMode /
+        # SetNvlinkBwMode are "For Blackwell or newer fully supported devices" (NVSwitch-connected ones).
+        Answer.NVLINK_BW_MODE: _unless(in_fabric and arch in _BLACKWELL_OR_LATER),
         Answer.CLOCK_OFFSETS: NOT_SUPPORTED,  # datacenter boards do not offer clock offsets
         Answer.POWER_PROFILES: NOT_SUPPORTED,  # N/A in every capture
         Answer.PERFORMANCE_MODES: SUCCESS,

@@ -611,6 +611,25 @@ def test_max_mig_device_count_is_zero_while_mig_mode_is_off(nvml: Nvml, pynvml_m
     assert n.nvmlDeviceGetMaxMigDeviceCount(handles(n)[7]) == 7
 
 
+
+def test_a_gpu_instance_id_the_gpu_does_not_hold_is_not_found(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92, nvmlDeviceGetGpuInstanceById: NOT_FOUND "If the GPU instance is not found" (INVALID_ARGUMENT
+    is for an invalid device, id or gpuInstance pointer; NOT_SUPPORTED for a GPU without MIG mode). dgx-a100's gpu7
+    boots in MIG mode with two 3g.40gb GPU instances, ids 1 and 2 (the MIG user guide's ids for the two halves,
+    as test_mig_pynvml.py holds them); id 0 is the id the full 7g.80gb instance takes when it exists (nvidia-smi
+    mig -cgi: "Successfully created GPU instance ID 0 ... using profile MIG 7g.80gb"), so on gpu7 it names a GPU
+    instance that is not there: NOT_FOUND. gpu0, MIG mode off: NOT_SUPPORTED (nvml.h: "If device doesn't have MIG
+    mode enabled")."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    hs = handles(n)
+    gpu7 = hs[7]
+    assert n.nvmlDeviceGetMigMode(gpu7) == [n.NVML_DEVICE_MIG_ENABLE, n.NVML_DEVICE_MIG_ENABLE]
+    for held in (1, 2):
+        assert n.nvmlGpuInstanceGetInfo(n.nvmlDeviceGetGpuInstanceById(gpu7, held)).id == held
+    assert error_of(partial(n.nvmlDeviceGetGpuInstanceById, gpu7, 0)) == n.NVML_ERROR_NOT_FOUND
+    assert error_of(partial(n.nvmlDeviceGetGpuInstanceById, hs[0], 1)) == n.NVML_ERROR_NOT_SUPPORTED
+
 # --------------------------------------------------------------------------------------------------- readings
 
 
