@@ -12,12 +12,13 @@ import ctypes
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from tests.nvml.captures import capture_dir, number
-from tests.nvml.helpers import NodeSnap
+from tests.nvml.helpers import NodeSnap, with_driver
 from tests.nvml.test_pynvml import error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -145,3 +146,149 @@ def test_nvlink_bw_modes_are_not_supported_before_blackwell(nvml: Nvml, pynvml_m
         assert lib.nvmlDeviceGetNvlinkSupportedBwModes(h, ctypes.byref(supported)) == n.NVML_ERROR_NOT_SUPPORTED
         mode = NvlinkGetBwMode(GET_BW_MODE_V1)
         assert lib.nvmlDeviceGetNvlinkBwMode(h, ctypes.byref(mode)) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+# --------------------------------------------------------------------------------------------- MIG by profile id
+
+
+def test_gpu_instance_profiles_answer_by_id_as_the_published_table(nvml: Nvml, pynvml_module: ModuleType,
+                                                                   tmp_path: Path) -> None:
+    """nvmlDeviceGetGpuInstanceProfileInfoByIdV takes the profile ID ``nvidia-smi mig -lgip`` prints (not nvml.h's
+    profile index) and fills nvmlGpuInstanceProfileInfo_v2_t; it is in the 580 library (CUDA 13.0's header), so the
+    DGX A100 is pinned to the H100 capture's 580.105.08. Its gpu7 (an A100-SXM4-80GB in MIG mode) answers
+    each row of the A100 80GB's published table (tests/nvml/migtools.py A100_80GB_LGIP: NVIDIA/mig-parted#97) by its
+    ID: name, instances, SMs, engines, and memory as nvidia-smi prints it (MiB / 1024, two decimals). A version word
+    other than the header's is ARGUMENT_VERSION_MISMATCH."""
+    from tests.nvml.migtools import A100_80GB_LGIP
+
+    n = pynvml_module
+    nvml(str(with_driver(tmp_path, "dgx-a100", "580.105.08")))
+    h = handles(n)[7]
+    lib = library()
+    for name, pid, total, gib, sm, dec, enc, ce, jpeg, ofa in A100_80GB_LGIP:
+        info = n.c_nvmlGpuInstanceProfileInfo_v2_t()
+        info.version = n.nvmlGpuInstanceProfileInfo_v2
+        assert lib.nvmlDeviceGetGpuInstanceProfileInfoByIdV(h, pid, ctypes.byref(info)) == n.NVML_SUCCESS, name
+        assert (info.name.decode() if isinstance(info.name, bytes) else info.name) == name
+        assert (info.id, info.instanceCount, info.multiprocessorCount, info.decoderCount, info.encoderCount,
+                info.copyEngineCount, info.jpegCount, info.ofaCount) == (pid, total, sm, dec, enc, ce, jpeg, ofa), name
+        assert f"{info.memorySizeMB / 1024:.2f}" == gib, name
+    wrong = n.c_nvmlGpuInstanceProfileInfo_v2_t()
+    wrong.version = n.nvmlGpuInstanceProfileInfo_v2 + 1
+    assert lib.nvmlDeviceGetGpuInstanceProfileInfoByIdV(h, 9, ctypes.byref(wrong)) == \
+        NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+
+
+A100_3G_LCIP = {0: (3, 14, 1), 1: (1, 28, 2), 2: (1, 42, 3)}
+"""The MIG user guide's ``nvidia-smi mig -lcip -gi 1`` of an A100 3g GPU instance holding its default compute
+instance: compute profile 0 (1c.3g) 0/3 free, 14 SMs; 1 (2c.3g) 0/1, 28 SMs; 2 (3g, the default) 0/1, 42 SMs; the
+slice counts are the profile names' (1c, 2c, 3g). Index -> (instances, SMs, compute slices)."""
+
+
+def test_a_booted_gpu_instance_holds_its_default_compute_instance_and_no_room(nvml: Nvml,
+                                                                               pynvml_module: ModuleType) -> None:
+    """dgx-a100's gpu7 boots with two 3g.40gb GPU instances (ids 1 and 2), each with the default compute instance
+    ``nvidia-smi mig -cgi ... -C`` creates (the profile's input). The MIG user guide's ``-lcip`` of such a GPU
+    instance (A100_3G_LCIP) fixes the rest: nvmlGpuInstanceGetComputeInstanceRemainingCapacity is 0 for all three
+    compute profiles (0/3, 0/1, 0/1 free); nvmlGpuInstanceGetComputeInstances lists one instance of the 3-slice
+    profile, the one the GPU instance's MIG device names (nvmlDeviceGetComputeInstanceId), and none of the others;
+    the 1-slice profile's possible placements are compute slices 0, 1 and 2 of size 1 (nvml.h: start is the "Index
+    of first occupied compute slice", size the "Number of compute slices occupied"; three 1-slice instances fill
+    three slices) and the 3-slice profile's the whole instance, 0:3."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    mig_ci = {}
+    for k in range(2):
+        mig = n.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+        mig_ci[n.nvmlDeviceGetGpuInstanceId(mig)] = n.nvmlDeviceGetComputeInstanceId(mig)
+    assert sorted(mig_ci) == [1, 2]
+    for gid, ci_id in mig_ci.items():
+        gi = n.nvmlDeviceGetGpuInstanceById(h, gid)
+        for profile, (instances, sms, slices) in A100_3G_LCIP.items():
+            info = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, profile,
+                                                                   n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            assert (info.instanceCount, info.multiprocessorCount, info.sliceCount) == (instances, sms, slices)
+            assert n.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi, profile) == 0
+            listed = (n.c_nvmlComputeInstance_t * 4)()
+            count = ctypes.c_uint(4)
+            n.nvmlGpuInstanceGetComputeInstances(gi, profile, listed, ctypes.byref(count))
+            ids = [n.nvmlComputeInstanceGetInfo(listed[i]).id for i in range(count.value)]
+            assert ids == ([ci_id] if slices == 3 else []), (gid, profile)
+        for profile, expected in ((0, [(0, 1), (1, 1), (2, 1)]), (2, [(0, 3)])):
+            placements = (n.c_nvmlComputeInstancePlacement_t * 8)()
+            count = ctypes.c_uint(8)
+            n.nvmlGpuInstanceGetComputeInstancePossiblePlacements(gi, profile, placements, ctypes.byref(count))
+            assert [(p.start, p.size) for p in placements[:count.value]] == expected, (gid, profile)
+
+
+# --------------------------------------------------------------------------------------------- system-wide
+
+
+def test_no_gpu_is_excluded_and_no_s_class_unit_is_attached(nvml: Nvml, pynvml_module: ModuleType,
+                                                             h100: dict[str, str]) -> None:
+    """The real DGX H100's nvidia-smi lists every one of its <attached_gpus> 8 as a <gpu> and no unit: nothing is
+    excluded from NVML and there is no S-class unit (nvml.h: the unit queries are "For S-class products", as is the
+    HIC version). So nvmlGetExcludedDeviceCount and nvmlUnitGetCount answer 0, and index 0 of either is
+    INVALID_ARGUMENT (nvml.h: the index must be "< deviceCount" / "< unitCount"); nvmlGetBlacklistDevice* are the
+    old names of the excluded-device calls (nvml.h #defines one as the other) and answer the same; NULL counts are
+    INVALID_ARGUMENT. nvmlSystemGetHicVersion answers no entry (nvidia-ml-py asks with a NULL array first and takes
+    SUCCESS as "no HICs")."""
+    d = capture_dir()
+    if d is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    root = ET.parse(d / "qx-h100.xml").getroot()
+    assert int(root.findtext("attached_gpus") or -1) == len(root.findall("gpu")) == 8
+    assert root.find("unit") is None
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    assert n.nvmlGetExcludedDeviceCount() == 0
+    assert error_of(partial(n.nvmlGetExcludedDeviceInfoByIndex, 0)) == n.NVML_ERROR_INVALID_ARGUMENT
+    info = n.c_nvmlExcludedDeviceInfo_t()
+    count = ctypes.c_uint(7)
+    for name in ("nvmlGetExcludedDeviceCount", "nvmlGetBlacklistDeviceCount"):
+        assert getattr(lib, name)(ctypes.byref(count)) == n.NVML_SUCCESS and count.value == 0, name
+        assert getattr(lib, name)(None) == n.NVML_ERROR_INVALID_ARGUMENT, name
+    assert lib.nvmlGetBlacklistDeviceInfoByIndex(0, ctypes.byref(info)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert n.nvmlUnitGetCount() == 0
+    assert lib.nvmlUnitGetCount(None) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(partial(n.nvmlUnitGetHandleByIndex, 0)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert list(n.nvmlSystemGetHicVersion()) == []
+    assert lib.nvmlSystemGetHicVersion(None, None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+# --------------------------------------------------------------------------------------------- process lists
+
+
+def test_graphics_and_mps_lists_hold_only_their_own_kind_of_process(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetGraphicsRunningProcesses(_v2, _v3) return "information only about graphics based
+    processes", nvmlDeviceGetMPSComputeRunningProcesses(_v2, _v3) only compute processes "utilizing MPS" ("Any
+    graphics applications ... won't be listed"), and with *infoCount = 0 the count query answers
+    INSUFFICIENT_SIZE (processes running) or SUCCESS (none). The test puts three processes on gpu0 of a DGX H100, a
+    CUDA one (pid 4101, 1 GiB), an OpenGL one (4102, 2 GiB) and an MPS client (4103, 3 GiB): each list holds its
+    own, with its memory, and the v2/v3 entries (24 bytes: pid, usedGpuMemory, gpuInstanceId, computeInstanceId)
+    name the same pid as the v1 ones; gpu1 lists none."""
+    from fakehw.nvml.snapshot import FakeProcess
+
+    n = pynvml_module
+    gib = 1 << 30
+    procs = (FakeProcess("gpu0", 4101, gib, "train", kinds=1), FakeProcess("gpu0", 4102, 2 * gib, "viz", kinds=2),
+             FakeProcess("gpu0", 4103, 3 * gib, "mps-client", kinds=4))
+    nvml("dgx-h100", processes=procs)
+    h0, h1 = handles(n)[:2]
+    lists = {"Compute": (4101, gib), "Graphics": (4102, 2 * gib), "MPSCompute": (4103, 3 * gib)}
+    lib = library()
+    for kind, (pid, used) in lists.items():
+        listed = getattr(n, f"nvmlDeviceGet{kind}RunningProcesses")(h0)
+        assert [(p.pid, p.usedGpuMemory) for p in listed] == [(pid, used)], kind
+        assert getattr(n, f"nvmlDeviceGet{kind}RunningProcesses")(h1) == [], kind
+        for suffix in ("", "_v2", "_v3"):
+            fn = getattr(lib, f"nvmlDeviceGet{kind}RunningProcesses{suffix}")
+            count = ctypes.c_uint(0)
+            assert fn(h0, ctypes.byref(count), None) == n.NVML_ERROR_INSUFFICIENT_SIZE and count.value == 1
+            assert fn(h1, ctypes.byref(count), None) == n.NVML_SUCCESS and count.value == 0
+            entries = (ctypes.c_uint64 * (3 if suffix else 2))()
+            count = ctypes.c_uint(1)
+            assert fn(h0, ctypes.byref(count), entries) == n.NVML_SUCCESS and count.value == 1
+            assert (entries[0] & 0xFFFFFFFF, entries[1]) == (pid, used), (kind, suffix)
