@@ -292,3 +292,67 @@ def test_graphics_and_mps_lists_hold_only_their_own_kind_of_process(nvml: Nvml, 
             count = ctypes.c_uint(1)
             assert fn(h0, ctypes.byref(count), entries) == n.NVML_SUCCESS and count.value == 1
             assert (entries[0] & 0xFFFFFFFF, entries[1]) == (pid, used), (kind, suffix)
+
+
+# --------------------------------------------------------------------------------------------- infoROM, attributes, GPM
+
+
+def test_an_intact_inforom_validates_and_a_lost_gpu_is_lost(nvml: Nvml, pynvml_module: ModuleType,
+                                                            h100: dict[str, str]) -> None:
+    """nvml.h, nvmlDeviceValidateInforom: SUCCESS "if infoROM is not corrupted", GPU_IS_LOST "if the target GPU has
+    fallen off the bus". The real H100s print their infoROM image and objects (G520.0200.00.05, ECC 7.16): intact,
+    so every GPU of the DGX H100 validates. gpu1 then falls off the bus (Xid 79, the kernel driver's "GPU has fallen
+    off the bus"): its handle answers GPU_IS_LOST, gpu0 still validates."""
+    from tests.nvml.helpers import write_node
+
+    assert h100["/inforom_version/img_version"] == "G520.0200.00.05"
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    hs = handles(n)
+    for h in hs:
+        n.nvmlDeviceValidateInforom(h)
+    write_node(snap.path, "dgx-h100", faults=[{"kind": "xid", "device": "gpu1", "code": 79}], generation=2)
+    assert error_of(partial(n.nvmlDeviceValidateInforom, hs[1])) == n.NVML_ERROR_GPU_IS_LOST
+    n.nvmlDeviceValidateInforom(hs[0])
+
+
+def test_attributes_v2_is_the_attributes_call(nvml: Nvml, pynvml_module: ModuleType, h100: dict[str, str]) -> None:
+    """nvml.h #defines nvmlDeviceGetAttributes as nvmlDeviceGetAttributes_v2: both names fill the same
+    nvmlDeviceAttributes_t. An H100 SXM5 has 132 SMs (NVIDIA H100 datasheet) and the capture's
+    <fb_memory_usage>/<total> of memory in MiB; NULL attributes: INVALID_ARGUMENT."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    for h in handles(n):
+        by_name = {}
+        for name in ("nvmlDeviceGetAttributes", "nvmlDeviceGetAttributes_v2"):
+            attrs = n.c_nvmlDeviceAttributes()
+            assert getattr(lib, name)(h, ctypes.byref(attrs)) == n.NVML_SUCCESS
+            by_name[name] = bytes(attrs)
+            assert (attrs.multiprocessorCount, attrs.memorySizeMB) == (132, number(h100["/fb_memory_usage/total"]))
+        assert by_name["nvmlDeviceGetAttributes"] == by_name["nvmlDeviceGetAttributes_v2"]
+        assert lib.nvmlDeviceGetAttributes_v2(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(("profile", "hopper"), [("dgx-h100", True), ("dgx-a100", False)])
+def test_gpm_streaming_state_is_a_hopper_query(nvml: Nvml, pynvml_module: ModuleType, profile: str,
+                                               hopper: bool) -> None:
+    """nvml.h, nvmlGpmQueryIfStreamingEnabled and nvmlGpmMigSampleGet: "For Hopper or newer fully supported
+    devices"; the state is NVML_FEATURE_DISABLED (0) or _ENABLED (1); NOT_SUPPORTED "if this query is not supported
+    by the device"; INVALID_ARGUMENT for a NULL state. The H100 answers a state, the A100 (Ampere) NOT_SUPPORTED,
+    and so does a GPM sample of the A100 gpu7's GPU instance 1 (MIG on, but no GPM)."""
+    n = pynvml_module
+    nvml(profile)
+    lib = library()
+    for h in handles(n):
+        if hopper:
+            assert n.nvmlGpmQueryIfStreamingEnabled(h) in (0, 1)
+        else:
+            assert error_of(partial(n.nvmlGpmQueryIfStreamingEnabled, h)) == n.NVML_ERROR_NOT_SUPPORTED
+        assert lib.nvmlGpmQueryIfStreamingEnabled(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
+    if not hopper:
+        sample = n.nvmlGpmSampleAlloc()
+        try:
+            assert error_of(partial(n.nvmlGpmMigSampleGet, handles(n)[7], 1, sample)) == n.NVML_ERROR_NOT_SUPPORTED
+        finally:
+            n.nvmlGpmSampleFree(sample)
