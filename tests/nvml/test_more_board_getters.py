@@ -277,21 +277,28 @@ def test_graphics_and_mps_lists_hold_only_their_own_kind_of_process(nvml: Nvml, 
              FakeProcess("gpu0", 4103, 3 * gib, "mps-client", kinds=4))
     nvml("dgx-h100", processes=procs)
     h0, h1 = handles(n)[:2]
-    lists = {"Compute": (4101, gib), "Graphics": (4102, 2 * gib), "MPSCompute": (4103, 3 * gib)}
+    lists = {  # the v1 name (16-byte entries), then _v2 and _v3 (24-byte entries)
+        ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2",
+         "nvmlDeviceGetComputeRunningProcesses_v3"): (4101, gib),
+        ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+         "nvmlDeviceGetGraphicsRunningProcesses_v3"): (4102, 2 * gib),
+        ("nvmlDeviceGetMPSComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+         "nvmlDeviceGetMPSComputeRunningProcesses_v3"): (4103, 3 * gib),
+    }
     lib = library()
-    for kind, (pid, used) in lists.items():
-        listed = getattr(n, f"nvmlDeviceGet{kind}RunningProcesses")(h0)
-        assert [(p.pid, p.usedGpuMemory) for p in listed] == [(pid, used)], kind
-        assert getattr(n, f"nvmlDeviceGet{kind}RunningProcesses")(h1) == [], kind
-        for suffix in ("", "_v2", "_v3"):
-            fn = getattr(lib, f"nvmlDeviceGet{kind}RunningProcesses{suffix}")
+    for names, (pid, used) in lists.items():
+        listed = getattr(n, names[0])(h0)  # nvidia-ml-py: the _v3 call under the plain name
+        assert [(p.pid, p.usedGpuMemory) for p in listed] == [(pid, used)], names[0]
+        assert getattr(n, names[0])(h1) == [], names[0]
+        for name in names:
+            fn = getattr(lib, name)
             count = ctypes.c_uint(0)
             assert fn(h0, ctypes.byref(count), None) == n.NVML_ERROR_INSUFFICIENT_SIZE and count.value == 1
             assert fn(h1, ctypes.byref(count), None) == n.NVML_SUCCESS and count.value == 0
-            entries = (ctypes.c_uint64 * (3 if suffix else 2))()
+            entries = (ctypes.c_uint64 * (2 if name == names[0] else 3))()
             count = ctypes.c_uint(1)
             assert fn(h0, ctypes.byref(count), entries) == n.NVML_SUCCESS and count.value == 1
-            assert (entries[0] & 0xFFFFFFFF, entries[1]) == (pid, used), (kind, suffix)
+            assert (entries[0] & 0xFFFFFFFF, entries[1]) == (pid, used), name
 
 
 # --------------------------------------------------------------------------------------------- infoROM, attributes, GPM
