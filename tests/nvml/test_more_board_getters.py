@@ -363,3 +363,68 @@ def test_gpm_streaming_state_is_a_hopper_query(nvml: Nvml, pynvml_module: Module
             assert error_of(partial(n.nvmlGpmMigSampleGet, handles(n)[7], 1, sample)) == n.NVML_ERROR_NOT_SUPPORTED
         finally:
             n.nvmlGpmSampleFree(sample)
+
+
+# --------------------------------------------------------------------------------------------- system events
+
+
+class SystemEventSetRequest(ctypes.Structure):
+    """nvml.h: nvmlSystemEventSetCreateRequest_v1_t and nvmlSystemEventSetFreeRequest_v1_t {version, set}."""
+
+    _fields_ = [("version", ctypes.c_uint), ("set", ctypes.c_void_p)]
+
+
+class SystemRegisterEventRequest(ctypes.Structure):
+    """nvml.h: nvmlSystemRegisterEventRequest_v1_t {version, eventTypes, set}."""
+
+    _fields_ = [("version", ctypes.c_uint), ("eventTypes", ctypes.c_ulonglong), ("set", ctypes.c_void_p)]
+
+
+class SystemEventData(ctypes.Structure):
+    """nvml.h: nvmlSystemEventData_v1_t {eventType, gpuId}."""
+
+    _fields_ = [("eventType", ctypes.c_ulonglong), ("gpuId", ctypes.c_uint)]
+
+
+class SystemEventSetWaitRequest(ctypes.Structure):
+    """nvml.h: nvmlSystemEventSetWaitRequest_v1_t {version, timeoutms, set, data, dataSize, numEvent}."""
+
+    _fields_ = [("version", ctypes.c_uint), ("timeoutms", ctypes.c_uint), ("set", ctypes.c_void_p),
+                ("data", ctypes.POINTER(SystemEventData)), ("dataSize", ctypes.c_uint), ("numEvent", ctypes.c_uint)]
+
+
+SYSTEM_EVENT_DRIVER_UNBIND, SYSTEM_EVENT_DRIVER_BIND = 0x1, 0x2
+"""nvml.h: nvmlSystemEventTypeGpuDriverUnbind 0x1, nvmlSystemEventTypeGpuDriverBind 0x2."""
+
+
+def test_a_system_event_set_registers_driver_binds_and_waits_out_a_zero_timeout(nvml: Nvml,
+                                                                               pynvml_module: ModuleType) -> None:
+    """nvml.h (575 and later): nvmlSystemEventSetCreate / nvmlSystemRegisterEvents / nvmlSystemEventSetWait /
+    nvmlSystemEventSetFree take versioned requests (NVML_STRUCT_VERSION of each struct: 16, 24, 32 and 16 bytes on
+    LP64), answer INVALID_ARGUMENT "if request is NULL" and ARGUMENT_VERSION_MISMATCH "for unsupported version". A
+    set created and registered for the GPU driver bind and unbind events (the example nvml.h gives) waits with
+    timeoutms 0 ("If timeoutms is zero, skip waiting for event") and, as no driver was bound or unbound meanwhile,
+    answers TIMEOUT ("if no event notification after timeoutms") with numEvent 0; then it is freed."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    create = SystemEventSetRequest(struct_version(ctypes.sizeof(SystemEventSetRequest), 1))
+    assert ctypes.sizeof(SystemEventSetRequest) == 16 and ctypes.sizeof(SystemEventSetWaitRequest) == 32
+    assert lib.nvmlSystemEventSetCreate(ctypes.byref(create)) == n.NVML_SUCCESS and create.set
+    register = SystemRegisterEventRequest(struct_version(ctypes.sizeof(SystemRegisterEventRequest), 1),
+                                          SYSTEM_EVENT_DRIVER_UNBIND | SYSTEM_EVENT_DRIVER_BIND, create.set)
+    assert lib.nvmlSystemRegisterEvents(ctypes.byref(register)) == n.NVML_SUCCESS
+    data = (SystemEventData * 4)()
+    wait = SystemEventSetWaitRequest(struct_version(ctypes.sizeof(SystemEventSetWaitRequest), 1), 0, create.set,
+                                     data, 4, 99)
+    assert lib.nvmlSystemEventSetWait(ctypes.byref(wait)) == n.NVML_ERROR_TIMEOUT and wait.numEvent == 0
+    for fn, request in ((lib.nvmlSystemRegisterEvents, register), (lib.nvmlSystemEventSetWait, wait)):
+        good = request.version
+        request.version = good + 1
+        assert fn(ctypes.byref(request)) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        request.version = good
+    free = SystemEventSetRequest(struct_version(ctypes.sizeof(SystemEventSetRequest), 1), create.set)
+    assert lib.nvmlSystemEventSetFree(ctypes.byref(free)) == n.NVML_SUCCESS
+    for name in ("nvmlSystemEventSetCreate", "nvmlSystemRegisterEvents", "nvmlSystemEventSetWait",
+                 "nvmlSystemEventSetFree"):
+        assert getattr(lib, name)(None) == n.NVML_ERROR_INVALID_ARGUMENT, name
