@@ -428,3 +428,36 @@ def test_a_system_event_set_registers_driver_binds_and_waits_out_a_zero_timeout(
     for name in ("nvmlSystemEventSetCreate", "nvmlSystemRegisterEvents", "nvmlSystemEventSetWait",
                  "nvmlSystemEventSetFree"):
         assert getattr(lib, name)(None) == n.NVML_ERROR_INVALID_ARGUMENT, name
+
+
+# ------------------------------------------------------------------------------------- power profiles, smoothing
+
+
+@pytest.mark.parametrize(("profile", "board"), [("dgx-h100", "h100"), ("dgx-b200", "b200")])
+def test_power_profiles_and_smoothing_answer_as_the_captures_print(nvml: Nvml, pynvml_module: ModuleType,
+                                                                   profile: str, board: str) -> None:
+    """The captures print <power_profiles> requested and enforced as N/A on the H100 and the B200: the workload power
+    profile queries (nvmlDeviceWorkloadPowerProfileGetProfilesInfo, GetCurrentProfiles) answer NOT_SUPPORTED there.
+    <power_smoothing> is N/A on the H100 and "Insufficient Permissions" on the B200 (nvidia-smi's text for
+    NO_PERMISSION, read as a user): the power smoothing preset calls answer NOT_SUPPORTED and NO_PERMISSION. A NULL
+    argument is INVALID_ARGUMENT (nvml.h: "if device is invalid or ... is NULL")."""
+    from tests.nvml.captures import board_capture
+
+    cap = board_capture(board)
+    assert (cap["/power_profiles/power_profile_requested_profiles"],
+            cap["/power_profiles/power_profile_enforced_profiles"]) == ("N/A", "N/A")
+    smoothing = {"N/A": pynvml_module.NVML_ERROR_NOT_SUPPORTED,
+                 "Insufficient Permissions": pynvml_module.NVML_ERROR_NO_PERMISSION}[cap["/power_smoothing"]]
+    n = pynvml_module
+    nvml(profile)
+    lib = library()
+    buffer = ctypes.create_string_buffer(4096)
+    for h in handles(n):
+        for name in ("nvmlDeviceWorkloadPowerProfileGetProfilesInfo",
+                     "nvmlDeviceWorkloadPowerProfileGetCurrentProfiles"):
+            assert getattr(lib, name)(h, buffer) == n.NVML_ERROR_NOT_SUPPORTED, name
+            assert getattr(lib, name)(h, None) == n.NVML_ERROR_INVALID_ARGUMENT, name
+        for name in ("nvmlDevicePowerSmoothingActivatePresetProfile",
+                     "nvmlDevicePowerSmoothingUpdatePresetProfileParam"):
+            assert getattr(lib, name)(h, buffer) == smoothing, name
+            assert getattr(lib, name)(h, None) == n.NVML_ERROR_INVALID_ARGUMENT, name
