@@ -1677,6 +1677,41 @@ def test_kernel_stack_is_whole_stacks(rendered: Rendered, profile: str) -> None:
         assert any(stacks), profile
 
 
+PER_CPU_KTHREADS = 5
+"""Kernel threads a booted kernel runs on every online CPU, each created on that CPU's node: ``cpuhp/N``
+(kernel/cpu.c), ``migration/N`` (kernel/stop_machine.c) and ``ksoftirqd/N`` (kernel/softirq.c) are smpboot threads
+(kernel/smpboot.c: kthread_create_on_cpu, which creates on cpu_to_node(cpu)), and the two per-CPU worker pools
+(normal and high priority) each get an initial worker, ``kworker/N:0`` and ``kworker/N:0H`` (kernel/workqueue.c:
+create_worker at workqueue_init or the CPU's CPUHP_WORKQUEUE_PREP step, kthread_create_on_node(pool->node =
+cpu_to_node(cpu)); an idle pool keeps its workers). Every CPU but the boot CPU also has an idle task, forked by
+fork_idle on cpu_to_node(cpu); the boot CPU's is init_task, whose stack is the static init_stack, never
+accounted."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "t4-cloud", "gh200", "riscv-nvlink-fusion", "cxl-test"))
+def test_each_nodes_kernel_stacks_hold_its_cpus_kernel_threads(rendered: Rendered, profile: str) -> None:
+    """A node's ``KernelStack`` (drivers/base/node.c: the node's NR_KERNEL_STACK_KB) counts the stack pages on that
+    node: kernel/fork.c allocates a task's stack on the node it is forked for (dup_task_struct ->
+    alloc_thread_stack_node, a vmalloc on that node with CONFIG_VMAP_STACK) and account_kernel_stack counts each
+    page on its own node. So a node with CPUs holds at least the stacks of its CPUs' kernel threads
+    (PER_CPU_KTHREADS each, plus an idle task but on CPU 0), THREAD_SIZE each. This bounds the fake's share of
+    used memory for stacks from below; the share itself is the fake's own choice (a real node holds user tasks'
+    stacks too), which no source fixes."""
+    for _, _, root in rendered(profile):
+        info = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        unit = THREAD_SIZE_KB[info["Architecture"]]
+        checked = 0
+        for n in sorted((root / NODES).glob("node[0-9]*")):
+            cpus = _cpulist(_read(n / "cpulist"))
+            if not cpus:
+                continue
+            tasks = (PER_CPU_KTHREADS + 1) * len(cpus) - (0 in cpus)
+            stacks = _meminfo_kb(n / "meminfo")["KernelStack"]
+            assert stacks >= tasks * unit, (profile, n.name, stacks, tasks, unit)
+            checked += 1
+        assert checked, profile
+
+
 @pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
 def test_vmalloc_used_holds_the_kernel_stacks(rendered: Rendered, profile: str) -> None:
     """``VmallocUsed`` is vmalloc_nr_pages() in kB (fs/proc/meminfo.c since 5.3, "mm: vmalloc: show number of
