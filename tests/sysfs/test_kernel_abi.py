@@ -1835,6 +1835,23 @@ def test_a_memdevs_payload_max_is_a_mailbox_payload_size(rendered: Rendered, pro
             assert 256 <= size <= 1 << 20 and size & (size - 1) == 0, (profile, m.name, size)
 
 
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_a_memdevs_label_storage_size_is_the_devices_lsa_size(rendered: Rendered, profile: str) -> None:
+    """``memN/label_storage_size`` prints the device's LSA size with ``%zu`` (drivers/cxl/core/memdev.c,
+    label_storage_size_show), which cxl_dev_state_identify takes from the Identify Memory Device payload's
+    ``__le32 lsa_size`` (drivers/cxl/cxlmem.h, struct cxl_mbox_identify): a decimal from 0 to 2^32 - 1 for every
+    memdev, pooled logical devices included. cxl_test's mock devices all report LSA_SIZE, SZ_128K
+    (tools/testing/cxl/test/mem.c, mock_id)."""
+    for _, _, root in rendered(profile):
+        memdevs = sorted((root / CXL_DEVICES).glob("mem[0-9]*"))
+        assert memdevs, profile
+        for m in memdevs:
+            text = _read(m / "label_storage_size")
+            assert text.isdigit() and int(text) < 2**32, (profile, m.name, text)
+            if profile == "cxl-test":
+                assert int(text) == 128 * 1024, (m.name, text)
+
+
 def test_a_gpu_falling_off_the_bus_takes_only_its_own_function_away(fast_tmp: Path) -> None:
     """A GPU that fell off the bus is removed by the PCI core alone (pci_stop_and_remove_bus_device: that device and
     what is below it), and the NVIDIA driver drops only its ``gpus/<bdf>`` entry (nv-procfs.c, per device): every
