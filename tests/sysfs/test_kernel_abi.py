@@ -39,7 +39,8 @@ here against where the kernel defines it:
 - ``/proc/driver/nvidia/params``: the driver's registry defaults (nv-reg.h, NV_DEFINE_REG_ENTRY_GLOBAL) where
   nothing overrides them: MemoryPoolSize, KMallocHeapMaxSize, VMallocHeapMaxSize, IgnoreMMIOCheck,
   NvLinkDisable, EnableDbgBreakpoint and EnableResizableBar 0, EnableUserNUMAManagement, ModifyDeviceFiles and
-  RegisterPCIDriver 1, DeviceFileMode 0666, and the rest in NV_REG_DEFAULTS.
+  RegisterPCIDriver 1, DmaRemapPeerMmio 1 (NV_DMA_REMAP_PEER_MMIO_ENABLE), DeviceFileMode 0666, and the rest in
+  NV_REG_DEFAULTS.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ import yaml
 
 import fakehw.model
 from fakehw.agent.cxl import CxlEngine, apply_fact
-from fakehw.agent.faults import FallenOffBus
+from fakehw.agent.cxlstate import CxlState
+from fakehw.agent.faults import CxlOffline, FallenOffBus
 from fakehw.agent.platform import PlatformView, boot_view, runtime_numa_memory
 from fakehw.agent.state import ActiveFault, derive_state
 from fakehw.model import System, load_profile
@@ -274,9 +276,21 @@ EXTENT_LENGTH = 512 << 20
 """Two of the 256 MiB dynamic-capacity blocks (docs/platform.md: extents are whole blocks)."""
 
 
+def _render_cxl_state(engine: CxlEngine, node: Node, cxl: CxlState, out: Path) -> Path:
+    """``node`` rendered as the agent renders it with the CXL engine in state ``cxl`` (the NUMA memory that state
+    puts online); the fake root."""
+    view = engine.view(engine.settle(cxl, node.name, frozenset()), node.name)
+    state = derive_state(node, [])
+    platform = PlatformView(node.name, runtime_numa_memory(node, view), view,
+                            boot_view(engine.system, node, state).pools)
+    render_tree(RenderContext(engine.system, node, dataclasses.replace(state, platform=platform), True),
+                OutputDir(out / node.name))
+    return out / node.name / ROOT_DIR
+
+
 def _render_holding_an_extent(out: Path) -> Path:
     """cxl-host-0 of cxl-pool after it was given one dynamic-capacity extent of pool0, rendered as the agent renders
-    it (the CXL engine's state after the extent's facts, the NUMA memory that state puts online); the fake root."""
+    it (the CXL engine's state after the extent's facts); the fake root."""
     system = load_profile("cxl-pool")
     node = system.nodes[0]
     engine = CxlEngine(system, [n.name for n in system.nodes])  # pool0 is shared: one engine serves every host
@@ -284,12 +298,7 @@ def _render_holding_an_extent(out: Path) -> Path:
     facts, _ = engine.add_extent(cxl, "pool0", node.name, EXTENT_LENGTH)
     for fact in facts:
         cxl = apply_fact(cxl, fact)
-    view = engine.view(engine.settle(cxl, node.name, frozenset()), node.name)
-    state = derive_state(node, [])
-    platform = PlatformView(node.name, runtime_numa_memory(node, view), view, boot_view(system, node, state).pools)
-    render_tree(RenderContext(system, node, dataclasses.replace(state, platform=platform), True),
-                OutputDir(out / node.name))
-    return out / node.name / ROOT_DIR
+    return _render_cxl_state(engine, node, cxl, out)
 
 
 def _assert_targets_share_their_regions_mode(root: Path) -> set[str]:
@@ -345,12 +354,21 @@ def test_an_extent_shows_once_in_its_dynamic_capacity_regions_dax_region_at_an_o
 
 
 def test_cxl_region_attributes_tools_write_are_writable(rendered: Rendered) -> None:
+    """drivers/cxl/core/region.c: ``size``, ``commit``, ``interleave_ways`` and ``interleave_granularity`` are
+    DEVICE_ATTR_RW (0644), and so is every ``targetN`` (TARGET_ATTR_RW(0..15) ends in DEVICE_ATTR_RW(target##n):
+    ``cxl create-region`` attaches a decoder by writing its name there); cxl_region_target_visible shows target0 up
+    to target(interleave_ways - 1) and no other."""
     writable = ("size", "commit", "interleave_ways", "interleave_granularity")
     for _, _, root in rendered("cxl-pool"):
         regions = sorted((root / CXL_DEVICES).glob("region[0-9]*"))
         assert regions
         for link in regions:
             for name in writable:
+                assert stat.S_IMODE(os.stat(link / name).st_mode) == 0o644, (link.name, name)
+            ways = int(_read(link / "interleave_ways"))
+            targets = sorted(t.name for t in link.glob("target[0-9]*"))
+            assert targets == sorted(f"target{i}" for i in range(ways)), (link.name, targets)
+            for name in targets:
                 assert stat.S_IMODE(os.stat(link / name).st_mode) == 0o644, (link.name, name)
 
 
@@ -385,6 +403,29 @@ def test_only_a_pmem_regions_uuid_is_writable(fast_tmp: Path) -> None:
         else:
             assert text == "", (region.name, text)
     assert modes == {"ram", "pmem"}, modes
+
+
+def test_a_new_pmem_regions_uuid_is_null_until_one_is_written(fast_tmp: Path) -> None:
+    """drivers/cxl/core/region.c: a region created through ``create_pmem_region`` starts with zeroed parameters
+    (cxl_region_alloc kzallocs it), and uuid_show prints ``p->uuid`` with ``%pUb``, so a new pmem region reads the
+    null UUID; uuid_store copies a written UUID into ``p->uuid`` (refusing the null one), which uuid_show then prints.
+    This is the first step of ``cxl create-region -t pmem`` (ndctl cxl/region.c writes a generated uuid before
+    the size, since alloc_hpa refuses a pmem region's size while its uuid is null)."""
+    system = _cxl_pool_with_a_pmem_region()
+    node = system.nodes[0]
+    engine = CxlEngine(system, [node.name])
+    core = engine.core(node.name)
+    cxl = engine.settle(engine.boot(), node.name, frozenset())
+    window = next(w for w in node.cxl.windows if w.pmem)
+    name = f"region{cxl.root_ids[(node.name, window.name)]}"
+    created = core.create_region(cxl, window.name, "pmem", name)
+    region = _render_cxl_state(engine, node, created, fast_tmp / "created") / CXL_DEVICES / name
+    assert _read(region / "mode") == "pmem"
+    assert _read(region / "uuid") == "00000000-0000-0000-0000-000000000000"
+    written = "2f3b0c1e-5d6a-4f7e-9a8b-1c2d3e4f5a6b"
+    named = core.set_uuid(created, name, len(written) + 1, written)
+    region = _render_cxl_state(engine, node, named, fast_tmp / "named") / CXL_DEVICES / name
+    assert _read(region / "uuid") == written
 
 
 def test_x86_nodes_have_2_mib_and_1_gib_huge_page_pools(rendered: Rendered) -> None:
@@ -464,10 +505,12 @@ NV_REG_DEFAULTS = {"MemoryPoolSize": "0", "KMallocHeapMaxSize": "0", "VMallocHea
                    "EnablePCIeGen3": "0", "EnableMSI": "1", "EnableStreamMemOPs": "0", "RmProfilingAdminOnly": "1",
                    "PreserveVideoMemoryAllocations": "0", "EnableS0ixPowerManagement": "0",
                    "S0ixPowerManagementVideoMemoryThreshold": "256", "DynamicPowerManagement": "3",
-                   "DynamicPowerManagementVideoMemoryThreshold": "200"}
+                   "DynamicPowerManagementVideoMemoryThreshold": "200", "DmaRemapPeerMmio": "1"}
 """nv-reg.h's NV_DEFINE_REG_ENTRY(_GLOBAL) defaults (``~0`` prints as 4294967295, ``0666`` as 438); the ones that
 change between driver branches (EnableGpuFirmware, OpenRmEnableUnsupportedGpus) are left out (the latter is held per
-branch by OPENRM_UNSUPPORTED_GPUS)."""
+branch by OPENRM_UNSUPPORTED_GPUS). ``DmaRemapPeerMmio`` is NV_DEFINE_REG_ENTRY(__NV_DMA_REMAP_PEER_MMIO,
+NV_DMA_REMAP_PEER_MMIO_ENABLE), _ENABLE being 0x00000001 ("1 = enable dynamic DMA remapping of peer MMIO regions
+(default)"), and is in nv_parms, in all 144 tags of NVIDIA/open-gpu-kernel-modules from 535.43.02 to 595.45.04."""
 
 
 def _params(text: str) -> dict[str, str]:
@@ -1634,6 +1677,41 @@ def test_kernel_stack_is_whole_stacks(rendered: Rendered, profile: str) -> None:
         assert any(stacks), profile
 
 
+PER_CPU_KTHREADS = 5
+"""Kernel threads a booted kernel runs on every online CPU, each created on that CPU's node: ``cpuhp/N``
+(kernel/cpu.c), ``migration/N`` (kernel/stop_machine.c) and ``ksoftirqd/N`` (kernel/softirq.c) are smpboot threads
+(kernel/smpboot.c: kthread_create_on_cpu, which creates on cpu_to_node(cpu)), and the two per-CPU worker pools
+(normal and high priority) each get an initial worker, ``kworker/N:0`` and ``kworker/N:0H`` (kernel/workqueue.c:
+create_worker at workqueue_init or the CPU's CPUHP_WORKQUEUE_PREP step, kthread_create_on_node(pool->node =
+cpu_to_node(cpu)); an idle pool keeps its workers). Every CPU but the boot CPU also has an idle task, forked by
+fork_idle on cpu_to_node(cpu); the boot CPU's is init_task, whose stack is the static init_stack, never
+accounted."""
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "t4-cloud", "gh200", "riscv-nvlink-fusion", "cxl-test"))
+def test_each_nodes_kernel_stacks_hold_its_cpus_kernel_threads(rendered: Rendered, profile: str) -> None:
+    """A node's ``KernelStack`` (drivers/base/node.c: the node's NR_KERNEL_STACK_KB) counts the stack pages on that
+    node: kernel/fork.c allocates a task's stack on the node it is forked for (dup_task_struct ->
+    alloc_thread_stack_node, a vmalloc on that node with CONFIG_VMAP_STACK) and account_kernel_stack counts each
+    page on its own node. So a node with CPUs holds at least the stacks of its CPUs' kernel threads
+    (PER_CPU_KTHREADS each, plus an idle task but on CPU 0), THREAD_SIZE each. This bounds the fake's share of
+    used memory for stacks from below; the share itself is the fake's own choice (a real node holds user tasks'
+    stacks too), which no source fixes."""
+    for _, _, root in rendered(profile):
+        info = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+        unit = THREAD_SIZE_KB[info["Architecture"]]
+        checked = 0
+        for n in sorted((root / NODES).glob("node[0-9]*")):
+            cpus = _cpulist(_read(n / "cpulist"))
+            if not cpus:
+                continue
+            tasks = (PER_CPU_KTHREADS + 1) * len(cpus) - (0 in cpus)
+            stacks = _meminfo_kb(n / "meminfo")["KernelStack"]
+            assert stacks >= tasks * unit, (profile, n.name, stacks, tasks, unit)
+            checked += 1
+        assert checked, profile
+
+
 @pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
 def test_vmalloc_used_holds_the_kernel_stacks(rendered: Rendered, profile: str) -> None:
     """``VmallocUsed`` is vmalloc_nr_pages() in kB (fs/proc/meminfo.c since 5.3, "mm: vmalloc: show number of
@@ -1757,6 +1835,23 @@ def test_a_memdevs_payload_max_is_a_mailbox_payload_size(rendered: Rendered, pro
             assert 256 <= size <= 1 << 20 and size & (size - 1) == 0, (profile, m.name, size)
 
 
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_a_memdevs_label_storage_size_is_the_devices_lsa_size(rendered: Rendered, profile: str) -> None:
+    """``memN/label_storage_size`` prints the device's LSA size with ``%zu`` (drivers/cxl/core/memdev.c,
+    label_storage_size_show), which cxl_dev_state_identify takes from the Identify Memory Device payload's
+    ``__le32 lsa_size`` (drivers/cxl/cxlmem.h, struct cxl_mbox_identify): a decimal from 0 to 2^32 - 1 for every
+    memdev, pooled logical devices included. cxl_test's mock devices all report LSA_SIZE, SZ_128K
+    (tools/testing/cxl/test/mem.c, mock_id)."""
+    for _, _, root in rendered(profile):
+        memdevs = sorted((root / CXL_DEVICES).glob("mem[0-9]*"))
+        assert memdevs, profile
+        for m in memdevs:
+            text = _read(m / "label_storage_size")
+            assert text.isdigit() and int(text) < 2**32, (profile, m.name, text)
+            if profile == "cxl-test":
+                assert int(text) == 128 * 1024, (m.name, text)
+
+
 def test_a_gpu_falling_off_the_bus_takes_only_its_own_function_away(fast_tmp: Path) -> None:
     """A GPU that fell off the bus is removed by the PCI core alone (pci_stop_and_remove_bus_device: that device and
     what is below it), and the NVIDIA driver drops only its ``gpus/<bdf>`` entry (nv-procfs.c, per device): every
@@ -1771,6 +1866,35 @@ def test_a_gpu_falling_off_the_bus_takes_only_its_own_function_away(fast_tmp: Pa
         present = g.name != lost.name
         assert (root / "sys/bus/pci/devices" / str(g.address)).exists() == present, g.name
         assert (root / "proc/driver/nvidia/gpus" / str(g.address)).exists() == present, g.name
+
+
+def _endpoint_decoders(root: Path) -> dict[str, list[str]]:
+    """Each bound memdev's endpoint decoders (``decoderE.N`` below the endpoint port whose ``uport`` is it)."""
+    devices = root / CXL_DEVICES
+    out = {}
+    for e in sorted(devices.glob("endpoint[0-9]*")):
+        eid = e.name.removeprefix("endpoint")
+        out[(e / "uport").resolve().name] = sorted(d.name for d in e.resolve().glob(f"decoder{eid}.*"))
+    return out
+
+
+def test_a_memdev_going_offline_takes_only_its_own_endpoint_away(fast_tmp: Path) -> None:
+    """When a memory device's driver goes away (cxl_mem unbound, here by a ``cxl-offline`` fault on mem0, the first
+    memdev), drivers/cxl/core/port.c removes that device's endpoint port, which devm_cxl_add_endpoint registered
+    against it (delete_endpoint), and with it the endpoint's decoders; every other bound memdev keeps its endpoint
+    and the decoders its port's probe enumerated (drivers/cxl/port.c, devm_cxl_enumerate_decoders), whatever
+    sysfs id the lost device had."""
+    system = load_profile("cxl-pool")
+    node = system.nodes[0]
+    booted = fast_tmp / "booted"
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(booted / node.name))
+    before = _endpoint_decoders(booted / node.name / ROOT_DIR)
+    assert "mem0" in before and len(before) >= 3, sorted(before)
+    assert all(before.values()), before
+    state = derive_state(node, [ActiveFault("f-0", node.name, CxlOffline(device="mem0"), 0.0)])
+    render_tree(RenderContext(system, node, state, True), OutputDir(fast_tmp / "offline" / node.name))
+    after = _endpoint_decoders(fast_tmp / "offline" / node.name / ROOT_DIR)
+    assert after == {m: d for m, d in before.items() if m != "mem0"}
 
 
 NVIDIA_195_REGIONS = {535: ["nvidia-frontend"], 545: ["nvidia", "nvidia-modeset", "nvidiactl"],
