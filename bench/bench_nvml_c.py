@@ -25,7 +25,8 @@ from fakehw.model import load_profile
 from fakehw.model.system import System
 from fakehw.nvml import library_dir
 from fakehw.nvml.build import CSRC
-from fakehw.nvml.snapshot import build_snapshot, write_snapshot
+from fakehw.nvml.snapfile import write_snapshot
+from fakehw.nvml.snapshot import build_snapshot
 
 HERE = Path(__file__).resolve().parent
 NOOP_C = "int fhw_noop(void *a, void *b, unsigned int c) { (void)a; (void)b; (void)c; return 0; }\n"

@@ -23,7 +23,8 @@ from fakehw.agent.main import run_agent
 from fakehw.agent.state import derive_state
 from fakehw.model import load_profile
 from fakehw.nvml import library_dir
-from fakehw.nvml.snapshot import build_snapshot, write_snapshot
+from fakehw.nvml.snapfile import write_snapshot
+from fakehw.nvml.snapshot import build_snapshot
 
 
 def _getters(lib: ctypes.CDLL) -> list[tuple[str, Callable[[Callable[..., Any]], Any]]]:

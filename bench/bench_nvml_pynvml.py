@@ -23,7 +23,8 @@ from typing import Any
 from fakehw.agent.state import derive_state
 from fakehw.model import load_profile
 from fakehw.nvml import library_dir
-from fakehw.nvml.snapshot import build_snapshot, write_snapshot
+from fakehw.nvml.snapfile import write_snapshot
+from fakehw.nvml.snapshot import build_snapshot
 
 NOOP_C = "int fhw_noop(void *a, void *b, void *c) { (void)a; (void)b; (void)c; return 0; }\n"
 

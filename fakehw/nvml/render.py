@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fakehw.nvml.snapcache import SnapshotCache
-from fakehw.nvml.snapshot import SNAPSHOT_FILE, build_snapshot, snapshot_answers, write_snapshot
+from fakehw.nvml.snapfile import snapshot_answers, write_snapshot
+from fakehw.nvml.snapshot import SNAPSHOT_FILE, build_snapshot
 from fakehw.render import RenderContext
 from fakehw.render.atomic import OutputDir
 

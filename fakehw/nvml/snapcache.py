@@ -41,7 +41,7 @@ class SnapshotCache:
         self.built = 0
         """Parts built (not reused) since the cache was made: what tests and benchmarks look at."""
         self.written: bytes | None = None
-        """The answers of the snapshot last written (see :func:`fakehw.nvml.snapshot.snapshot_answers`)."""
+        """The answers of the snapshot last written (see :func:`fakehw.nvml.snapfile.snapshot_answers`)."""
 
     def part(self, name: Hashable, key: Any, make: Callable[[], T]) -> T:
         """The part called ``name`` built from inputs ``key``: the remembered one when ``key`` equals the inputs it

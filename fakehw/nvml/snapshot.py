@@ -1,19 +1,15 @@
-"""The NVML snapshot of a node: built from the model and the runtime state, written atomically, read back.
+"""The NVML snapshot of a node: built from the model and the runtime state, laid out, read back.
 
 :func:`build_snapshot` is a pure function of (system, node, state, recent events): it computes every answer
 the shim gives (topology levels, NVLink bonds and P2P status under the current link faults, fabric health,
-MIG placements, readings), so the C side only copies fields. :func:`write_snapshot` replaces the file
-atomically and then marks the replaced file as superseded, which is how a running process notices a new
-generation without a system call per NVML call.
+MIG placements, readings), so the C side only copies fields. How the file is written (in place under a
+sequence word, or replaced) and read whole is :mod:`fakehw.nvml.snapfile`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import functools
 import operator
-import os
 import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,9 +49,13 @@ from fakehw.nvml.readings import (
     unit,
 )
 from fakehw.nvml.snapcache import SnapshotCache
-from fakehw.render.atomic import Releaser, atomic_write
+from fakehw.nvml.snapfile import read_whole
 
 SNAPSHOT_FILE = "nvml.snapshot"
+RESERVED_SECTIONS = frozenset({"event"})
+"""Sections laid out at their capacity whatever their count: the event ring grows with every fault until it is
+full, and a file whose size stays put is updated in place (:mod:`fakehw.nvml.snapfile`) instead of replaced. The
+space past the count is zeros; readers read ``count`` records (12 KiB of 256 48-byte records)."""
 
 BRAND_NVIDIA = 14
 BUS_TYPE_PCIE = 2
@@ -127,7 +127,7 @@ class Snapshot:
             fields[f"{name}_count"] = len(records)
             fields[f"{name}_record_size"] = size
             fields[f"{name}_offset"] = offset
-            offset += size * len(records)
+            offset += size * (limits[name] if name in RESERVED_SECTIONS else len(records))
         total = (offset + 7) // 8 * 8
         header = replace(self.header, header_size=hdr_size, total_size=total, superseded=0, checksum=0, **fields)
         buf = bytearray(total)
@@ -623,60 +623,9 @@ def _nic_records(node: Node, topo: NodeTopology) -> tuple[NicRecord, ...]:
 # --------------------------------------------------------------------------------------------------- files
 
 
-def write_snapshot(path: Path, data: bytes, release: Releaser | None = None, changed: bool = False) -> bool:
-    """Replace ``path`` with ``data`` atomically, then flag the replaced file as superseded.
-
-    A reader that mapped the old file sees the flag on its next call and re-opens the path, so it never reads
-    half a file and needs no system call to notice a new generation. Returns False (nothing written) when the
-    file already gives the same answers: a re-render with nothing changed differs only in its render time, and
-    keeping the old file keeps sample timestamps at the moment the answers last changed. ``release``: where the
-    replaced file is closed (:class:`~fakehw.render.atomic.Releaser`). ``changed``: the caller knows the answers
-    differ from the file's (it remembers what it wrote last), so the file is not read back to compare.
-    """
-    old_fd = -1
-    with contextlib.suppress(OSError):
-        old_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    try:
-        written = atomic_write(path, data, same=_same_answers, compare=not changed)
-        if written and old_fd >= 0:
-            _mark_superseded(old_fd)
-    finally:
-        if old_fd >= 0:
-            if release is not None:
-                release.later(old_fd)
-            else:
-                os.close(old_fd)
-    return written
-
-
-def _same_answers(old: bytes, new: bytes) -> bool:
-    return snapshot_answers(old) == snapshot_answers(new)
-
-
-def snapshot_answers(data: bytes) -> bytes:
-    """The snapshot without the header fields that change when nothing else does (render time, checksum)."""
-    buf = bytearray(data)
-    hdr = layout.layout_of(HeaderRecord)
-    for name in ("render_time_us", "checksum", "superseded"):
-        fld = hdr.field(name)
-        if len(buf) >= fld.offset + fld.size:
-            buf[fld.offset:fld.offset + fld.size] = bytes(fld.size)
-    return bytes(buf)
-
-
-def _mark_superseded(fd: int) -> None:
-    offset = layout.layout_of(HeaderRecord).field("superseded").offset
-    try:
-        if os.fstat(fd).st_size >= offset + 4:
-            os.pwrite(fd, struct.pack("<I", 1), offset)
-    except OSError as exc:  # a read-only mount: readers fall back to noticing by stat()
-        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.EBADF):
-            raise
-
-
 def read_snapshot(path: Path) -> Snapshot:
     try:
-        data = path.read_bytes()
+        data = read_whole(path)
     except OSError as exc:
         raise SnapshotError(f"cannot read snapshot {path}: {exc.strerror}") from None
     return Snapshot.from_bytes(data)

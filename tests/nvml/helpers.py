@@ -32,7 +32,8 @@ from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, even
 from fakehw.model import load_profile
 from fakehw.model.system import Node, System
 from fakehw.nvml import library_dir
-from fakehw.nvml.snapshot import FakeProcess, Snapshot, build_snapshot, write_snapshot
+from fakehw.nvml.snapfile import write_snapshot
+from fakehw.nvml.snapshot import FakeProcess, Snapshot, build_snapshot
 
 LIB_NAME = "libnvidia-ml.so.1"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from fakehw.model import load_profile
 from fakehw.nvml.layout import GpuRecord
-from fakehw.nvml.snapshot import Snapshot, build_snapshot, write_snapshot
+from fakehw.nvml.snapfile import write_snapshot
+from fakehw.nvml.snapshot import FakeProcess, Snapshot, build_snapshot
 from tests.nvml.helpers import NodeSnap, faults_state, run_python
 
 READ = ("import json, pynvml\npynvml.nvmlInit()\nout=[]\nfor i in range(pynvml.nvmlDeviceGetCount()):\n"
@@ -67,12 +68,14 @@ def test_a_rerender_with_nothing_changed_keeps_the_file(tmp_path: Path) -> None:
     assert Snapshot.from_bytes(path.read_bytes()).header.render_time_us == 3_000_000
 
 
-def test_the_replaced_file_is_flagged_superseded_for_readers_that_still_hold_it(tmp_path: Path) -> None:
-    """write_snapshot's contract with the shim: a process that mapped the old file learns of the new one from the
-    old file's ``superseded`` word turning non-zero (csrc/core.c reads it on every call, without a system call).
-    A file written where there was none and a re-render that keeps the file flag nothing, and the renderer closes
-    only what it opened: its own stdin (descriptor 0, what an unset "no old file" descriptor must never be taken
-    for) stays open."""
+def test_a_reader_that_holds_the_file_sees_its_superseded_word_change_on_every_change(tmp_path: Path) -> None:
+    """write_snapshot's contract with the shim (docs/nvml.md, "The snapshot format"): a process that mapped the
+    file learns of a change from its ``superseded`` word (csrc/core.c reads it on every call, without a system
+    call). A re-render that keeps the file leaves it alone; a change of the same size is written into the file in
+    place and moves the word to the next even value (2, then 4); a change of size (a process adds a record)
+    renames a new file over it, whose word is 0, and sets the old file's to 0xFFFFFFFF. The renderer closes only what
+    it opened: its own stdin (descriptor 0, what an unset "no old file" descriptor must never be taken for) stays
+    open."""
     import os
     import struct
 
@@ -87,28 +90,39 @@ def test_the_replaced_file_is_flagged_superseded_for_readers_that_still_hold_it(
         word: int = struct.unpack("<I", os.pread(fd, 4, offset))[0]
         return word
 
+    def render(faults: list[dict[str, object]], generation: int, time: float,
+               processes: tuple[FakeProcess, ...] = ()) -> bytes:
+        state, raised = faults_state(node, faults, system.seed, generation)
+        return build_snapshot(system, node, state, raised, processes, render_time=time).to_bytes()
+
     try:
         stdin_before: os.stat_result | None = os.fstat(0)
     except OSError:  # run with stdin closed: nothing to check there
         stdin_before = None
-    first = faults_state(node, [], system.seed, 3)[0]
-    assert write_snapshot(path, build_snapshot(system, node, first, render_time=1.0).to_bytes())
+    hot = {"kind": "thermal", "device": "gpu2", "temperature_c": 91}
+    assert write_snapshot(path, render([], 3, 1.0))
     assert stdin_before is None or os.fstat(0) == stdin_before
-    old = os.open(path, os.O_RDONLY)
+    held = os.open(path, os.O_RDONLY)
     try:
-        assert flag(old) == 0
-        assert not write_snapshot(path, build_snapshot(system, node, first, render_time=2.0).to_bytes())
-        assert flag(old) == 0, "a kept file is not superseded"
-        changed = faults_state(node, [{"kind": "thermal", "device": "gpu2", "temperature_c": 91}], system.seed, 4)[0]
-        assert write_snapshot(path, build_snapshot(system, node, changed, render_time=3.0).to_bytes())
-        assert flag(old) != 0
+        assert flag(held) == 0
+        assert not write_snapshot(path, render([], 3, 2.0))
+        assert flag(held) == 0, "a kept file is not touched"
+        assert write_snapshot(path, render([hot], 4, 3.0))
+        assert flag(held) == 2, "a change of the same size is written in place"
+        assert write_snapshot(path, render([{**hot, "temperature_c": 92}], 5, 4.0))
+        assert flag(held) == 4
+        assert os.stat(path).st_ino == os.fstat(held).st_ino
+        assert Snapshot.from_bytes(path.read_bytes()).gpus[2].temperature == 92
+        assert write_snapshot(path, render([hot], 6, 5.0, (FakeProcess("gpu1", 4242, 2**30, "trainer"),)))
+        assert flag(held) == 0xFFFFFFFF, "a file of another size is replaced, the old one marked"
+        assert os.stat(path).st_ino != os.fstat(held).st_ino
         new = os.open(path, os.O_RDONLY)
         try:
             assert flag(new) == 0
         finally:
             os.close(new)
     finally:
-        os.close(old)
+        os.close(held)
     assert stdin_before is None or os.fstat(0) == stdin_before
 
 

@@ -199,7 +199,8 @@ def test_events_without_an_nvml_type_take_no_place_in_the_ring(nvml: Callable[..
     event API: 100 Xids followed by 200 events NVML has no type for must still reach a set registered before them,
     all 100, in order, with none of the others in their place."""
     from fakehw.agent.state import Event
-    from fakehw.nvml.snapshot import build_snapshot, write_snapshot
+    from fakehw.nvml.snapfile import write_snapshot
+    from fakehw.nvml.snapshot import build_snapshot
     from tests.nvml.helpers import faults_state
 
     n = pynvml_module

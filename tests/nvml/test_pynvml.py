@@ -21,7 +21,8 @@ from types import ModuleType
 
 import pytest
 
-from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess, write_snapshot
+from fakehw.nvml.snapfile import write_snapshot
+from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess
 from tests.nvml import references
 from tests.nvml.captures import board_capture, number
 from tests.nvml.helpers import NodeSnap, snapshot_env, with_driver

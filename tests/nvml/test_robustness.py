@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 
 from fakehw.nvml import layout
-from fakehw.nvml.snapshot import write_snapshot
+from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml import references
 from tests.nvml.helpers import NodeSnap, lib_path, run_python, snapshot_env, with_driver
 

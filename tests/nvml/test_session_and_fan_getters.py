@@ -13,7 +13,7 @@ from dataclasses import replace
 from functools import partial
 from types import ModuleType
 
-from fakehw.nvml.snapshot import write_snapshot
+from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml.captures import board_capture, number
 from tests.nvml.helpers import NodeSnap, give_first_gpu_two_fans, snapshot_env
 from tests.nvml.test_pynvml import error_of, handles

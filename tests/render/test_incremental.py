@@ -23,7 +23,7 @@ from fakehw.agent.service import RECENT_EVENTS
 from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
 from fakehw.model import System, load_profile
 from fakehw.model.system import Node
-from fakehw.nvml import layout, snapshot
+from fakehw.nvml import layout, snapfile, snapshot
 from fakehw.nvml.snapcache import SnapshotCache
 from fakehw.nvml.snapshot import _Peers, build_snapshot
 from fakehw.render import RenderMemo, render_node
@@ -317,7 +317,7 @@ def test_a_snapshot_rendered_with_memory_is_written_when_its_answers_change_and_
     changed = render()
     assert changed.gpus[0].xid_count == 1 and changed.gpus[0].last_xid == 13 and len(changed.events) == 1
     before = path.stat().st_mtime_ns
-    assert snapshot.snapshot_answers(render().to_bytes()) == snapshot.snapshot_answers(changed.to_bytes())
+    assert snapfile.snapshot_answers(render().to_bytes()) == snapfile.snapshot_answers(changed.to_bytes())
     assert path.stat().st_mtime_ns == before, "nothing changed: the file is left alone"
     path.unlink()
     assert render().gpus[0].xid_count == 1, "the same answers again: a removed file is put back"

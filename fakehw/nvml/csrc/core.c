@@ -302,7 +302,7 @@ static void bus_handler(int sig, siginfo_t *info, void *ctx) {
         void *page = mmap((void *)start, g_guard_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                           -1, 0);
         if (page == MAP_FAILED) break;
-        *(volatile uint32_t *)((uint8_t *)page + FHW_SUPERSEDED_OFFSET) = 1;
+        *(volatile uint32_t *)((uint8_t *)page + FHW_SUPERSEDED_OFFSET) = FHW_REPLACED;
         return; /* the faulting read runs again, on the new page */
     }
     if (g_prev_bus.sa_flags & SA_SIGINFO) {
@@ -376,6 +376,45 @@ static void snap_map_devices(fhw_snap_t *s) {
     fhw_mig_map(s);
 }
 
+static size_t pread_all(int fd, uint8_t *buf, size_t size) {
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    return got;
+}
+
+/* Read the file into s->data, consistently: the writer changes a snapshot in place between two writes of its
+   `superseded` word (odd while it writes, the next even value after), so a copy whose word, and the mapped word
+   before and after the read, are one even value is whole. A writer that stays odd longer than
+   FHW_LOAD_WAITS x 50 us (it died mid-update) is not waited for: the checksum judges what was read. Without the
+   mapping (a file too short for the word) the checksum alone judges. Returns the bytes read. */
+#define FHW_LOAD_WAITS 200
+static size_t read_whole(int fd, fhw_snap_t *s, size_t size) {
+    size_t got = 0;
+    for (int waits = 0;; waits++) {
+        uint32_t before = s->superseded != NULL ? *s->superseded : 0;
+        int settled = waits >= FHW_LOAD_WAITS;
+        if ((before & 1u) && before != FHW_REPLACED && !settled) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        atomic_thread_fence(memory_order_acquire);
+        got = pread_all(fd, s->data, size);
+        atomic_thread_fence(memory_order_acquire);
+        s->seq = before;
+        if (s->superseded == NULL || settled) return got;
+        uint32_t copied = 0;
+        if (got >= FHW_SUPERSEDED_OFFSET + sizeof copied)
+            memcpy(&copied, s->data + FHW_SUPERSEDED_OFFSET, sizeof copied);
+        if (*s->superseded == before && copied == before) return got;
+    }
+}
+
 /* Load the snapshot at `path`; NULL only when out of memory. Errors come back as a broken snapshot. */
 static fhw_snap_t *snap_load(const char *path) {
     fhw_snap_t *s = calloc(1, sizeof *s);
@@ -432,14 +471,7 @@ static fhw_snap_t *snap_load(const char *path) {
         snap_free(s);
         return NULL;
     }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t n = read(fd, s->data + got, size - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        got += (size_t)n;
-    }
-    if (got != size) {
+    if (read_whole(fd, s, size) != size) {
         s->status = NVML_ERROR_UNKNOWN;
         fhw_trace("snapshot %s: short read", path);
         close(fd);
@@ -471,7 +503,7 @@ static fhw_snap_t *snap_load(const char *path) {
 
 /* Has the file behind `s` been replaced (or removed, or has it appeared)? */
 static int snap_stale(fhw_snap_t *s, int force) {
-    if (s->superseded != NULL && *s->superseded != 0) return 1;
+    if (s->superseded != NULL && *s->superseded != s->seq) return 1;
     int64_t now = fhw_now_ms();
     int64_t last = atomic_load_explicit(&s->checked_ms, memory_order_relaxed);
     if (!force && now - last < FHW_RECHECK_MS) return 0;

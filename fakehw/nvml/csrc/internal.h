@@ -35,6 +35,7 @@
 #define FHW_DEFAULT_SNAPSHOT "/var/lib/fakehw/nvml.snapshot"
 #define FHW_MAX_SNAPSHOT_BYTES (64u << 20)
 #define FHW_RECHECK_MS 10
+#define FHW_REPLACED 0xFFFFFFFFu /* the superseded word of a file a newer one was renamed over */
 
 /* An immutable, validated snapshot (or a "broken" one that only carries the error to answer with). */
 typedef struct fhw_snap {
@@ -51,10 +52,12 @@ typedef struct fhw_snap {
     const fhw_gi_t *gis;
     const fhw_ci_profile_t *ci_profiles;
     const fhw_platform_t *platform; /* one per GPU slot, or none (header platform_count 0) */
-    /* The first page of the file, mapped shared, to see the writer's in-place "superseded" flag. */
+    /* The first page of the file, mapped shared, to see the writer's `superseded` word change: the file's update
+       counter (even: whole; odd: being changed in place; FHW_REPLACED: a newer file was renamed over it). */
     void *map;
     size_t map_len;
     const volatile uint32_t *superseded;
+    uint32_t seq; /* the word's value when this copy was read: any other value means the file changed since */
     /* Identity of the file this came from, to notice a replacement by stat(). */
     int have_identity;
     dev_t st_dev;

@@ -4,12 +4,14 @@
  *
  *   shim_test calls SNAPSHOT_A SNAPSHOT_B WORKDIR        every getter on every device, both snapshots
  *   shim_test threads SNAPSHOT_A SNAPSHOT_B WORKDIR      readers in threads while the file is replaced
+ *   shim_test inplace SNAPSHOT_A SNAPSHOT_B WORKDIR      readers in threads while the file is updated in place
  *   shim_test fuzz SNAPSHOT_A SNAPSHOT_B WORKDIR N SEED  N mutated snapshots: never a crash, hang or overread
  *   shim_test events SNAPSHOT_A SNAPSHOT_B WORKDIR       waits, timeouts, frees under a changing file
  *
  * SNAPSHOT_A and SNAPSHOT_B are valid snapshots of the same node that differ in one GPU's temperature; the
- * test writes WORKDIR/nvml.snapshot the way the Python writer does (temporary file, rename, then the in-place
- * superseded flag on the replaced file).
+ * test writes WORKDIR/nvml.snapshot the two ways the Python writer does (fakehw/nvml/snapfile.py): a temporary file,
+ * rename, then the superseded word of the replaced file set to FHW_REPLACED; or in place between an odd and the
+ * next even value of the word.
  */
 #include "internal.h"
 
@@ -93,12 +95,37 @@ static void publish(const unsigned char *data, size_t size) {
     close(fd);
     CHECK(rename(tmp, path) == 0);
     if (old >= 0) {
-        uint32_t one = 1;
+        uint32_t replaced = FHW_REPLACED;
         struct stat st;
         if (fstat(old, &st) == 0 && st.st_size >= FHW_SUPERSEDED_OFFSET + 4)
-            CHECK(pwrite(old, &one, 4, FHW_SUPERSEDED_OFFSET) == 4);
+            CHECK(pwrite(old, &replaced, 4, FHW_SUPERSEDED_OFFSET) == 4);
         close(old);
     }
+}
+
+/* Update the snapshot in place like the Python writer: the superseded word odd, the file's bytes, the word at the
+   next even value. The bytes go in two writes with a pause between, the header (with the checksum) first and the
+   GPU records after, so a reader that copies the file in that pause and ignores the word gets a new checksum over
+   old records: a torn copy the shim must never answer from. */
+static uint32_t seq_word;
+static void update_in_place(const unsigned char *data, size_t size) {
+    const fhw_header_t *h = (const fhw_header_t *)data;
+    CHECK(h->gpu_offset > FHW_SUPERSEDED_OFFSET + 4 && h->gpu_offset < size);
+    unsigned char *copy = malloc(size);
+    CHECK(copy != NULL);
+    memcpy(copy, data, size);
+    uint32_t busy = seq_word + 1, done = seq_word + 2;
+    memcpy(copy + FHW_SUPERSEDED_OFFSET, &busy, 4);
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    CHECK(pwrite(fd, &busy, 4, FHW_SUPERSEDED_OFFSET) == 4);
+    CHECK(pwrite(fd, copy, h->gpu_offset, 0) == (ssize_t)h->gpu_offset);
+    usleep(100);
+    CHECK(pwrite(fd, copy + h->gpu_offset, size - h->gpu_offset, h->gpu_offset) == (ssize_t)(size - h->gpu_offset));
+    CHECK(pwrite(fd, &done, 4, FHW_SUPERSEDED_OFFSET) == 4);
+    close(fd);
+    free(copy);
+    seq_word = done;
 }
 
 /* Call (nearly) everything on every device; results are not checked, only that nothing goes wrong. */
@@ -226,18 +253,21 @@ static unsigned int temperature_of(const unsigned char *snap) {
     return g[0].temperature;
 }
 
-static int cmd_threads(void) {
+static int cmd_threads(int in_place) {
     temp_a = temperature_of(snap_a);
     temp_b = temperature_of(snap_b);
     CHECK(temp_a != temp_b);
+    CHECK(!in_place || size_a == size_b);
     publish(snap_a, size_a);
+    seq_word = 0;
     CHECK(nvmlInit_v2() == NVML_SUCCESS);
     enum { N = 4 };
     pthread_t t[N];
     for (int i = 0; i < N; i++) CHECK(pthread_create(&t[i], NULL, reader, NULL) == 0);
     unsigned int seen_b = 0;
     for (int i = 0; i < 400; i++) {
-        publish(i % 2 ? snap_a : snap_b, i % 2 ? size_a : size_b);
+        if (in_place) update_in_place(i % 2 ? snap_a : snap_b, size_a);
+        else publish(i % 2 ? snap_a : snap_b, i % 2 ? size_a : size_b);
         unsigned int temp;
         CHECK(nvmlDeviceGetTemperature(fhw_device_handle(0), 0, &temp) == NVML_SUCCESS);
         /* The caller that replaced the file sees the new generation on its very next call. */
@@ -249,7 +279,7 @@ static int cmd_threads(void) {
     for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
     CHECK(seen_b == 200);
     CHECK(nvmlShutdown() == NVML_SUCCESS);
-    fprintf(stderr, "threads: %ld reads across 400 replacements\n", atomic_load(&reads));
+    fprintf(stderr, "threads: %ld reads across 400 %s\n", atomic_load(&reads), in_place ? "updates in place" : "replacements");
     return 0;
 }
 
@@ -395,7 +425,7 @@ static int cmd_events(void) {
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: %s calls|threads|fuzz|events SNAPSHOT_A SNAPSHOT_B WORKDIR [N SEED]\n", argv[0]);
+        fprintf(stderr, "usage: %s calls|threads|inplace|fuzz|events SNAPSHOT_A SNAPSHOT_B WORKDIR [N SEED]\n", argv[0]);
         return 2;
     }
     snap_a = slurp(argv[2], &size_a);
@@ -406,7 +436,8 @@ int main(int argc, char **argv) {
     unsetenv("FAKEHW_VISIBLE_DEVICES");
     int rc = 2;
     if (strcmp(argv[1], "calls") == 0) rc = cmd_calls();
-    else if (strcmp(argv[1], "threads") == 0) rc = cmd_threads();
+    else if (strcmp(argv[1], "threads") == 0) rc = cmd_threads(0);
+    else if (strcmp(argv[1], "inplace") == 0) rc = cmd_threads(1);
     else if (strcmp(argv[1], "fuzz") == 0) rc = cmd_fuzz(argc > 5 ? atol(argv[5]) : 1000, argc > 6 ? strtoull(argv[6], NULL, 0) : 1);
     else if (strcmp(argv[1], "events") == 0) rc = cmd_events();
     free(snap_a);

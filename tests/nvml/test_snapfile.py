@@ -1,0 +1,149 @@
+"""The snapshot file's protocol between the agent (the one writer) and its readers (fakehw/nvml/snapfile.py).
+
+What is judged here is the contract docs/nvml.md states for the ``superseded`` word (0 in a file written whole; odd
+while an update in place is under way, then the next even value; 0xFFFFFFFF in a file a newer one was renamed
+over) and issue 19's rule that a change writes only what it changes. The shim's side of the same contract runs
+under sanitizers in tests/nvml/test_sanitizers.py (``inplace``).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fakehw.model import load_profile
+from fakehw.nvml import layout
+from fakehw.nvml.snapfile import REPLACED, write_snapshot
+from fakehw.nvml.snapshot import Snapshot, SnapshotError, build_snapshot, read_snapshot
+from tests.nvml.helpers import faults_state
+
+WORD = layout.layout_of(layout.HeaderRecord).field("superseded").offset
+
+
+def dgx(temperature: int | None, time_s: float = 1.0) -> bytes:
+    """dgx-h100's snapshot with gpu2 at ``temperature`` (None: no fault), without events (so every variant has
+    one size)."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    faults = [] if temperature is None else [{"kind": "thermal", "device": "gpu2", "temperature_c": temperature}]
+    state, _ = faults_state(node, faults, system.seed, 2)
+    return build_snapshot(system, node, state, (), render_time=time_s).to_bytes()
+
+
+def word_of(path: Path) -> int:
+    value: int = struct.unpack_from("<I", path.read_bytes(), WORD)[0]
+    return value
+
+
+def set_word(path: Path, value: int) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, struct.pack("<I", value), WORD)
+    finally:
+        os.close(fd)
+
+
+def test_an_update_in_place_writes_the_header_and_the_changed_gpus_record_only(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thermal fault on gpu2 changes gpu2's record and the header (render time, checksum): every byte written
+    lies there (in 512-byte steps), plus the superseded word before and after, and the file reads back as the new
+    snapshot. Offsets from the header of the file itself."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(None))
+    new = dgx(91, 2.0)
+    header = Snapshot.from_bytes(new).header
+    gpu2 = (header.gpu_offset + 2 * header.gpu_record_size, header.gpu_offset + 3 * header.gpu_record_size)
+    writes: list[tuple[int, int]] = []
+    real = os.pwrite
+
+    def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
+        writes.append((offset, offset + len(data)))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", recording)
+    assert write_snapshot(path, new)
+    monkeypatch.undo()
+    assert writes[0] == writes[-1] == (WORD, WORD + 4)
+    for start, end in writes[1:-1]:
+        in_header = end <= header.header_size + 512
+        in_gpu2 = start >= gpu2[0] - 512 and end <= gpu2[1] + 512
+        assert in_header or in_gpu2, f"wrote [{start}, {end}) outside the header and gpu2's record {gpu2}"
+    assert sum(end - start for start, end in writes[1:-1]) < header.header_size + header.gpu_record_size + 2048
+    assert read_snapshot(path).gpus[2].temperature == 91
+    assert word_of(path) == 2
+
+
+def test_a_reader_waits_out_an_update_under_way_and_gets_the_new_snapshot(tmp_path: Path) -> None:
+    """The word is odd (a writer between its first and last write): read_snapshot must not take the file as it is
+    (the old bytes under an odd word), but wait for the even word and read what the writer finished."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(None))
+    set_word(path, 1)
+    finished = bytearray(dgx(91, 2.0))
+    struct.pack_into("<I", finished, WORD, 1)
+
+    def writer() -> None:
+        time.sleep(0.003)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.pwrite(fd, bytes(finished), 0)
+            os.pwrite(fd, struct.pack("<I", 2), WORD)
+        finally:
+            os.close(fd)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        snap = read_snapshot(path)
+    finally:
+        thread.join()
+    assert snap.gpus[2].temperature == 91
+    assert snap.header.superseded == 2
+
+
+def test_a_word_a_dead_writer_left_odd_is_waited_for_a_bounded_time_then_judged_by_the_checksum(
+        tmp_path: Path) -> None:
+    """A writer that died mid-update leaves the word odd for good: a reader gives up waiting (10 ms) and lets the
+    checksum judge: a whole file reads, a torn one is refused with the checksum named, neither hangs."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80))
+    set_word(path, 7)
+    assert read_snapshot(path).gpus[2].temperature == 80
+    torn = bytearray(path.read_bytes())
+    header = Snapshot.from_bytes(bytes(torn)).header
+    torn[header.gpu_offset + 100] ^= 0xFF
+    path.write_bytes(bytes(torn))
+    with pytest.raises(SnapshotError, match="checksum"):
+        read_snapshot(path)
+
+
+def test_a_file_the_writer_cannot_know_whole_is_replaced_not_written_through(tmp_path: Path) -> None:
+    """Three files the writer must not update in place, each replaced by rename (new inode, word 0) with the old
+    one marked 0xFFFFFFFF: one whose word is odd (a dead writer's), one with a second name (a hard link: writing
+    through it would change the other name's file too), one of another size."""
+    path = tmp_path / "nvml.snapshot"
+    cases = {"odd word": lambda: set_word(path, 5), "second name": lambda: os.link(path, tmp_path / "other"),
+             "other size": lambda: None}
+    for temperature, (case, prepare) in enumerate(cases.items(), 81):
+        write_snapshot(path, dgx(None) if case != "other size" else dgx(None) + bytes(8))
+        if case != "other size":
+            write_snapshot(path, dgx(80))  # same size as the next write (nothing odd yet)
+        prepare()
+        held = os.open(path, os.O_RDONLY)
+        try:
+            before = path.read_bytes()
+            assert write_snapshot(path, dgx(temperature, float(temperature)))
+            assert os.stat(path).st_ino != os.fstat(held).st_ino, case
+            assert struct.unpack("<I", os.pread(held, 4, WORD))[0] == REPLACED, case
+            if case == "second name":
+                assert (tmp_path / "other").read_bytes()[:WORD] == before[:WORD]
+                (tmp_path / "other").unlink()
+        finally:
+            os.close(held)
+        assert word_of(path) == 0
+        assert read_snapshot(path).gpus[2].temperature == temperature
