@@ -12,6 +12,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,7 @@ WORD = layout.layout_of(layout.HeaderRecord).field("superseded").offset
 
 
 def dgx(temperature: int | None, time_s: float = 1.0) -> bytes:
-    """dgx-h100's snapshot with gpu2 at ``temperature`` (None: no fault), without events (so every variant has
-    one size)."""
+    """dgx-h100's snapshot with gpu2 at ``temperature`` (None: no fault): every variant has one size."""
     system = load_profile("dgx-h100")
     node = system.nodes[0]
     faults = [] if temperature is None else [{"kind": "thermal", "device": "gpu2", "temperature_c": temperature}]
@@ -127,8 +127,16 @@ def test_a_file_the_writer_cannot_know_whole_is_replaced_not_written_through(tmp
     one marked 0xFFFFFFFF: one whose word is odd (a dead writer's), one with a second name (a hard link: writing
     through it would change the other name's file too), one of another size."""
     path = tmp_path / "nvml.snapshot"
-    cases = {"odd word": lambda: set_word(path, 5), "second name": lambda: os.link(path, tmp_path / "other"),
-             "other size": lambda: None}
+    def odd_word() -> None:
+        set_word(path, 5)
+
+    def second_name() -> None:
+        os.link(path, tmp_path / "other")
+
+    def nothing() -> None:
+        pass
+
+    cases: dict[str, Callable[[], None]] = {"odd word": odd_word, "second name": second_name, "other size": nothing}
     for temperature, (case, prepare) in enumerate(cases.items(), 81):
         write_snapshot(path, dgx(None) if case != "other size" else dgx(None) + bytes(8))
         if case != "other size":
