@@ -2,7 +2,8 @@
  * Events: the snapshot carries the node's recent events (oldest first, each with the agent's sequence number).
  * An event set remembers, per device, the registered event types and the sequence number at registration,
  * and the last sequence number it delivered; a wait delivers the next matching event, then reports a lost
- * GPU, else sleeps on inotify (the writer renames a new snapshot into the directory) until the timeout.
+ * GPU, else sleeps on inotify (the writer closes the snapshot after an update in place, or renames a new one into
+ * the directory) until the timeout.
  */
 #include "internal.h"
 
@@ -157,7 +158,8 @@ static nvmlReturn_t e_poll_once(nvmlEventSet_t set, nvmlEventData_t *out, unsign
     return r;
 }
 
-/* Watch the snapshot's directory: the writer renames each new snapshot into it. */
+/* Watch the snapshot's directory: the writer closes the file after an update in place (IN_CLOSE_WRITE) or renames
+   a new snapshot into it (IN_MOVED_TO). */
 static int e_watch(nvmlEventSet_t set) {
     pthread_mutex_lock(&set->lock);
     if (set->inotify_fd < 0) {
