@@ -64,7 +64,8 @@ OUTPUTS = ("model", "state", "nvml", "root")
 CHANGE_ORDER = ("nvml", "model", "state", "root")
 """The order of a re-render after a change: the NVML snapshot first, since its writing (the close after an update
 in place, or a rename) is what wakes consumers blocked in nvmlEventSetWait (inotify), so a fault reaches them
-before the agent spends time on the files nobody waits on. A first render keeps :data:`OUTPUTS`' order (node.json exists before anything refers to the node)."""
+before the agent spends time on the files nobody waits on. A first render keeps :data:`OUTPUTS`' order (node.json
+exists before anything refers to the node)."""
 
 
 def _renderers(outputs: frozenset[str] | None, initial: bool = True) -> tuple[Renderer, ...]:
