@@ -503,7 +503,12 @@ static fhw_snap_t *snap_load(const char *path) {
 
 /* Has the file behind `s` been replaced (or removed, or has it appeared)? */
 static int snap_stale(fhw_snap_t *s, int force) {
-    if (s->superseded != NULL && *s->superseded != s->seq) return 1;
+    if (s->superseded != NULL) {
+        /* Changed since this copy was read; or replaced, also when it already was as this copy was read (a reader
+           that opened the path just before a rename copies the old file, word and all): reopen the path. */
+        uint32_t word = *s->superseded;
+        if (word != s->seq || word == FHW_REPLACED) return 1;
+    }
     int64_t now = fhw_now_ms();
     int64_t last = atomic_load_explicit(&s->checked_ms, memory_order_relaxed);
     if (!force && now - last < FHW_RECHECK_MS) return 0;
