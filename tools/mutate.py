@@ -77,10 +77,10 @@ class Area:
 
 AREAS = (
     Area("model/topology", ("fakehw/model/topology.py",), ("tests/model",)),
-    Area("nvml snapshot", ("fakehw/nvml/snapshot.py",),
+    Area("nvml snapshot", ("fakehw/nvml/snapshot.py", "fakehw/nvml/snapfile.py"),
          ("tests/nvml/test_layout.py", "tests/nvml/test_determinism.py", "tests/nvml/test_visibility.py",
           "tests/nvml/test_pynvml.py", "tests/nvml/test_events.py", "tests/nvml/test_live.py",
-          "tests/nvml/test_captures.py")),
+          "tests/nvml/test_captures.py", "tests/nvml/test_snapfile.py")),
     Area("agent faults/journal", ("fakehw/agent/faults.py", "fakehw/agent/journal.py"),
          ("tests/agent/test_fault_requests.py", "tests/agent/test_fault_defaults.py",
           "tests/hostile/test_journal_damage.py", "tests/hostile/test_journal_upgrade.py",

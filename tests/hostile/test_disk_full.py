@@ -91,12 +91,16 @@ def test_a_restart_after_the_disk_filled_replays_exactly_what_was_acknowledged(
     try:
         client = agent.client(retries=0)
         filler = disk.fill(leave=32 * 1024)
-        for i in range(60):
+        # Until a few are refused: a change needs only its journal record and state.json's new copy (the NVML
+        # snapshot is updated in place), so how many fit in the 32 KiB left depends on the records' sizes.
+        for i in range(2000):
             try:
                 acknowledged.append(client.inject(NODE, "thermal", "gpu0", temperature_c=80 + i % 9)["id"])
             except AgentRequestError as exc:
                 assert exc.status == 507, exc.message
                 refused += 1
+                if refused == 5:
+                    break
         assert refused > 0, "the disk never filled up: the test proves nothing"
     finally:
         agent.proc.kill()
