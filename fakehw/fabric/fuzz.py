@@ -199,6 +199,12 @@ class FuzzReport:
     liveness_checks: int = 0
     addresses: dict[str, Any] = field(default_factory=dict)
     """src, dst (Station fields) and partner MAC: what replay needs besides seed and count."""
+    kernel_drops: int = 0
+    """Frames the kernel dropped on this machine during the run, before any socket saw them (the per-CPU input
+    backlog overflowed: /proc/net/softnet_stat's second column). A sender's successful send only says the frame
+    left its socket; a veth hands it to the peer's backlog, which holds netdev_max_backlog frames and drops the
+    rest when the softirq that drains it is starved (a loaded machine). Counts are machine-wide, so this is an
+    upper bound on the run's own losses."""
 
     @property
     def rate(self) -> float:
@@ -210,7 +216,7 @@ class FuzzReport:
             "generator": {"version": GENERATOR_VERSION, "scapy": _scapy_version()},
             "seconds": round(self.seconds, 3), "packetsPerSecond": round(self.rate, 1),
             "outcomes": dict(self.outcomes.most_common()), "livenessChecks": self.liveness_checks,
-            "addresses": self.addresses, "responder": self.responder,
+            "addresses": self.addresses, "responder": self.responder, "kernelDrops": self.kernel_drops,
             "findings": [f.to_json() for f in self.findings],
             "replay": f"fakehw fabric fuzz --replay REPORT (seed {self.seed}, {self.count} packets)",
         }
@@ -306,6 +312,7 @@ def fuzz_responder(fabric: Any, a: Any, b: Any, seed: int, count: int, *, check_
     sock_partner = fabric.socket(PortRef(port.switch, port.port))
     sent_by_hex: dict[str, int] = {}
     h = hashlib.sha256()
+    drops_before = backlog_drops()
     start = time.monotonic()
     try:
         for pkt in gen.packets(count):
@@ -330,6 +337,7 @@ def fuzz_responder(fabric: Any, a: Any, b: Any, seed: int, count: int, *, check_
         report.seconds = time.monotonic() - start
         report.digest = h.hexdigest()
         stats = responder.stats() if responder.alive() else {}
+        report.kernel_drops = backlog_drops() - drops_before
         report.responder = stats
         for err in stats.get("errors", []):
             frame_hex = err.split(":", 1)[0].removeprefix("frame ").strip()
@@ -343,6 +351,15 @@ def fuzz_responder(fabric: Any, a: Any, b: Any, seed: int, count: int, *, check_
         prober.close()
         sock_partner.close()
     return report
+
+
+def backlog_drops(softnet_stat: Path = Path("/proc/net/softnet_stat")) -> int:
+    """Frames dropped so far because a CPU's input backlog was full, summed over CPUs (0 when unreadable)."""
+    try:
+        rows = softnet_stat.read_text().split("\n")
+        return sum(int(row.split()[1], 16) for row in rows if row.strip())
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _addresses(gen: Generator) -> dict[str, Any]:

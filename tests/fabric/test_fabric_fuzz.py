@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fakehw.cli import main as fakehw_main
-from fakehw.fabric.fuzz import KINDS, FuzzReport, Generator, fuzz_parser, fuzz_responder, replay
+from fakehw.fabric.fuzz import KINDS, FuzzReport, Generator, backlog_drops, fuzz_parser, fuzz_responder, replay
 from fakehw.fabric.model import NicRef
 from fakehw.fabric.responder import Responder
 from fakehw.fabric.traffic import LiveFabric
@@ -78,7 +78,11 @@ def test_responder_survives_ten_thousand_packets(healthy: LiveFabric, tmp_path: 
     stats = report.responder
     assert stats["internal_errors"] == 0
     assert stats["stats"]["frames"] >= CI_PACKETS  # everything sent reached the responder's sockets
-    assert stats["stats"]["pfc"] == report.outcomes["pfc: sent"]
+    # Every PFC frame sent is counted, less any the kernel dropped from a full input backlog before the
+    # responder's socket saw it (a loaded machine starves the softirq draining a veth: seen once in CI, 1,999 of
+    # 2,000); a count above what was sent, or a loss the kernel did not report, is the responder's.
+    sent = report.outcomes["pfc: sent"]
+    assert sent - report.kernel_drops <= stats["stats"]["pfc"] <= sent, (sent, report.kernel_drops)
     path = tmp_path / "responder.json"
     report.write(path)
     same, why = replay(path)
@@ -108,6 +112,17 @@ def test_the_fuzzer_finds_a_planted_bug_and_replays_it(monkeypatch: pytest.Monke
     path = tmp_path / "bug.json"
     report.write(path)
     assert replay(path)[0]
+
+
+def test_backlog_drops_sum_the_second_column_of_every_cpu(tmp_path: Path) -> None:
+    """/proc/net/softnet_stat: one row per CPU, hex columns, the second the backlog drops (net/core/net-procfs.c)."""
+    stat = tmp_path / "softnet_stat"
+    stat.write_text("004fd251 00000003 00000000 00000000\n003e6396 0000001a 00000000 00000001\n")
+    assert backlog_drops(stat) == 3 + 26
+    stat.write_text("garbage\n")
+    assert backlog_drops(stat) == 0
+    assert backlog_drops(tmp_path / "absent") == 0
+    assert backlog_drops() >= 0  # this machine's own file parses
 
 
 def test_fuzz_cli(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
