@@ -461,3 +461,53 @@ def test_power_profiles_and_smoothing_answer_as_the_captures_print(nvml: Nvml, p
                      "nvmlDevicePowerSmoothingUpdatePresetProfileParam"):
             assert getattr(lib, name)(h, buffer) == smoothing, name
             assert getattr(lib, name)(h, None) == n.NVML_ERROR_INVALID_ARGUMENT, name
+
+
+# --------------------------------------------------------------------------------------------------- coverage gaps
+# Getters and branches tools/c-coverage.py found no test running (issue 16, the seventh C round): each answer below
+# is fixed by nvml.h, a capture, the MIG user guide's tables or the kernel's proc(5), not by the shim.
+
+
+def test_gpm_engine_metrics_exist_for_each_engine_the_h100_has(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h numbers the GPM engine metrics NVDEC_0..7 (30-37), NVJPG_0..7 (40-47) and NVOFA_0..1 (50-51), one per
+    engine. The H100 80GB's whole-GPU MIG profile (7g.80gb, `nvidia-smi mig -lgip`, migtools.H100_80GB_LGIP) has 7
+    decoders, 7 JPEG engines and 1 optical-flow engine: each of those metrics answers (a percentage, 0.0 - 100.0),
+    and the one past each kind's last engine (NVDEC_7, NVJPG_7, NVOFA_1) has no engine to measure: NOT_SUPPORTED."""
+    from tests.nvml.migtools import H100_80GB_LGIP
+    from tests.nvml.test_pynvml import gpm_request
+
+    whole = next(row for row in H100_80GB_LGIP if row[0] == "MIG 7g.80gb")
+    dec, jpeg, ofa = whole[5], whole[8], whole[9]
+    assert (dec, jpeg, ofa) == (7, 7, 1)
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    present = [30 + i for i in range(dec)] + [40 + i for i in range(jpeg)] + [50 + i for i in range(ofa)]
+    absent = [30 + dec, 40 + jpeg, 50 + ofa]
+    code, values = gpm_request(n, h, present + absent, n.NVML_GPM_METRIC_MAX)
+    assert code == n.NVML_SUCCESS
+    for metric, (ret, value) in zip(present, values[:len(present)], strict=True):
+        assert ret == n.NVML_SUCCESS, metric
+        assert 0.0 <= value <= 100.0, metric
+    assert [ret for ret, _ in values[len(present):]] == [n.NVML_ERROR_NOT_SUPPORTED] * 3
+
+
+def test_a_process_without_a_command_line_is_named_by_its_command(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """proc(5): a zombie's /proc/<pid>/cmdline is empty, and /proc/<pid>/comm holds its command name followed by a
+    newline. nvmlSystemGetProcessName (nvml.h: "Gets name of the process with provided process id") names such a
+    process by its command, `sleep` for a `sleep 0` not yet reaped, without the file's line end."""
+    import subprocess
+    import time
+
+    n = pynvml_module
+    nvml("dgx-h100")
+    child = subprocess.Popen(["sleep", "0"])
+    try:
+        stat = Path(f"/proc/{child.pid}/stat")
+        while stat.read_text().rsplit(") ", 1)[1][0] != "Z":  # exited, not reaped: a zombie
+            time.sleep(0.01)
+        assert Path(f"/proc/{child.pid}/cmdline").read_bytes() == b""
+        assert Path(f"/proc/{child.pid}/comm").read_text() == "sleep\n"
+        assert n.nvmlSystemGetProcessName(child.pid) == "sleep"
+    finally:
+        child.wait()
