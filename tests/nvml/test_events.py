@@ -150,6 +150,28 @@ def test_a_device_registered_late_gets_none_of_its_earlier_events(nvml: Callable
     assert_nothing_delivered(n, s, "gpu1's Xid from before its registration was delivered")
 
 
+def test_registering_a_further_type_keeps_the_events_recorded_since_the_first(nvml: Callable[..., NodeSnap],
+                                                                             pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceRegisterEvents: "Starts recording of events on a specified device"; "eventTypes" is "Bitmask
+    of Event Types to record", and a set collects the types of every call. Recording of gpu0's Xids starts with the
+    first call; an Xid 43 that lands after it is recorded, and a second call adding single-bit ECC errors for the
+    same device does not unrecord it: the wait delivers the Xid 43 (a registration that restarted gpu0's recording
+    would drop it, as the late registration of another device rightly does)."""
+    n = pynvml_module
+    snap = nvml("edge-pcie")
+    s = n.nvmlEventSetCreate()
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    n.nvmlDeviceRegisterEvents(h, EVENT_XID, s)
+    try:
+        write_node(snap.path, "edge-pcie", faults=[{"kind": "xid", "device": "gpu0", "code": 43}], generation=2,
+                   first_seq=100)
+        n.nvmlDeviceRegisterEvents(h, EVENT_SINGLE_BIT_ECC, s)
+        data = n.nvmlEventSetWait(s, 5000)
+        assert (data.eventType, data.eventData) == (EVENT_XID, 43)
+    finally:
+        n.nvmlEventSetFree(s)
+
+
 def test_the_first_event_of_a_nodes_life_reaches_a_set_registered_before_it(nvml: Callable[..., NodeSnap],
                                                                            pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceRegisterEvents: "Starts recording of events on a specified device". A set registered on a
