@@ -313,6 +313,30 @@ def test_nvlink_utilization_counters(nvml: Nvml, pynvml_module: ModuleType) -> N
     assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 3, 0) == (0, 0)
 
 
+def test_an_unfrozen_nvlink_counter_follows_the_traffic_again(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceFreezeNvLinkUtilizationCounter: freeze "NVML_FEATURE_ENABLED = freeze the receive and
+    transmit counters, NVML_FEATURE_DISABLED = unfreeze the receive and transmit counters". gpu6's link 9 (no other
+    test of this process freezes it: the freeze is the process's) is frozen, its traffic moves on (the snapshot
+    rewritten with 1000 more units each way), and the counter holds the frozen figures; unfrozen, it reads the live
+    ones again."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    h = handles(n)[6]
+    rec = snap.snapshot.gpus[6].links[9]
+    n.nvmlDeviceFreezeNvLinkUtilizationCounter(h, 9, 0, n.NVML_FEATURE_ENABLED)
+    frozen = (rec.util_rx[0], rec.util_tx[0])
+    assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 9, 0) == frozen
+    links = list(snap.snapshot.gpus[6].links)
+    links[9] = replace(rec, util_rx=(rec.util_rx[0] + 1000, rec.util_rx[1]),
+                       util_tx=(rec.util_tx[0] + 1000, rec.util_tx[1]))
+    gpus = list(snap.snapshot.gpus)
+    gpus[6] = replace(gpus[6], links=tuple(links))
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+    assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 9, 0) == frozen
+    n.nvmlDeviceFreezeNvLinkUtilizationCounter(h, 9, 0, n.NVML_FEATURE_DISABLED)
+    assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 9, 0) == (frozen[0] + 1000, frozen[1] + 1000)
+
+
 def test_no_nvlink_on_pcie_only_boards(nvml: Nvml, pynvml_module: ModuleType) -> None:
     n = pynvml_module
     nvml("edge-pcie")
