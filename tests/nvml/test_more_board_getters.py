@@ -511,3 +511,43 @@ def test_a_process_without_a_command_line_is_named_by_its_command(nvml: Nvml, py
         assert n.nvmlSystemGetProcessName(child.pid) == "sleep"
     finally:
         child.wait()
+
+
+def test_clock_samples_read_the_clocks_the_h100_capture_prints(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's nvmlSamplingType_t: NVML_PROCESSOR_CLK_SAMPLES (5) "processor clock samples", NVML_MEMORY_CLK_SAMPLES
+    (6) "memory clock samples". The idle H100 of qx-h100.xml prints <graphics_clock> 345 MHz and <mem_clock> 2619 MHz
+    (the fake's idle H100 reads as that capture: test_captures.py): each sample kind of a DGX H100 GPU answers its
+    own clock, unsigned (NVML_VALUE_TYPE_UNSIGNED_INT)."""
+    from tests.nvml.captures import board_capture
+
+    cap = board_capture("h100")
+    expected = {5: number(cap["/clocks/graphics_clock"]), 6: number(cap["/clocks/mem_clock"])}
+    assert expected == {5: 345, 6: 2619}
+    n = pynvml_module
+    nvml("dgx-h100")
+    for h in handles(n):
+        for kind, mhz in expected.items():
+            value_type, samples = n.nvmlDeviceGetSamples(h, kind, 0)
+            assert value_type == n.NVML_VALUE_TYPE_UNSIGNED_INT
+            assert [s.sampleValue.uiVal for s in samples] == [mhz], kind
+
+
+def test_nvlink5_packet_counts_are_fewer_than_the_bytes_they_carry(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's NVLink5 fields, scoped by link: 201 "Total Tx packets", 202 "Total Tx bytes", 203 "Total Rx packets",
+    204 "Total Rx bytes" "on the link in NVLink5". NVLink moves data in 128-bit (16-byte) flits and every packet
+    is at least its header flit (NVIDIA's NVLink descriptions), so a link's packet count is at most a sixteenth
+    of its byte count, direction by direction, and a link that moved bytes moved packets. Checked on every link of a
+    DGX B200 GPU (NVLink5) that carries traffic: a packet field answering the byte counter shows."""
+    n = pynvml_module
+    nvml("dgx-b200")
+    h = handles(n)[4]
+    carrying = 0
+    for link in range(18):
+        values = n.nvmlDeviceGetFieldValues(h, [(f, link) for f in (201, 202, 203, 204)])
+        assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 4, link
+        tx_packets, tx_bytes, rx_packets, rx_bytes = (v.value.ullVal for v in values)
+        for packets, size in ((tx_packets, tx_bytes), (rx_packets, rx_bytes)):
+            assert 16 * packets <= size, link
+            assert (packets > 0) == (size > 0), link
+        carrying += tx_bytes > 0 and rx_bytes > 0
+    assert carrying > 0
