@@ -11,11 +11,12 @@ import ctypes
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from types import ModuleType
 
 from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml.captures import board_capture, number
-from tests.nvml.helpers import NodeSnap, give_first_gpu_two_fans, snapshot_env
+from tests.nvml.helpers import NodeSnap, give_first_gpu_two_fans, snapshot_env, with_driver
 from tests.nvml.test_pynvml import error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -131,6 +132,24 @@ def test_accounting_queries_are_not_supported_while_accounting_is_disabled(nvml:
         count = ctypes.c_uint(0)
         assert lib.nvmlDeviceGetAccountingPids(h, ctypes.byref(count), None) == n.NVML_ERROR_NOT_SUPPORTED
         assert error_of(partial(n.nvmlDeviceGetAccountingStats, h, 1)) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+def test_the_v2_accounting_stats_are_not_supported_while_accounting_is_disabled(nvml: Nvml, pynvml_module: ModuleType,
+                                                                              tmp_path: Path) -> None:
+    """nvmlDeviceGetAccountingStats_v2 (exported from the 610 library on; nvml.h 13.4.92's nvmlAccountingStats_v2_t
+    carries the pid inside the struct) is the v2 of nvmlDeviceGetAccountingStats, whose nvml.h entry says
+    NVML_ERROR_NOT_SUPPORTED "if device doesn't support this feature or accounting mode is disabled" and
+    INVALID_ARGUMENT "if ... stats are NULL". The H100 capture prints accounting_mode Disabled, so on a DGX H100 with
+    a 615 driver the v2 query is NOT_SUPPORTED too, not the NOT_FOUND of a pid without a record."""
+    n = pynvml_module
+    assert board_capture("h100")["/accounting_mode"] == "Disabled"
+    nvml(str(with_driver(tmp_path, H100_NODE, "615.10.01")))
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    stats = ctypes.create_string_buffer(128)
+    for h in handles(n):
+        assert n.nvmlDeviceGetAccountingMode(h) == n.NVML_FEATURE_DISABLED
+        assert lib.nvmlDeviceGetAccountingStats_v2(h, stats) == n.NVML_ERROR_NOT_SUPPORTED
+        assert lib.nvmlDeviceGetAccountingStats_v2(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
 def test_accounting_with_the_mode_enabled_and_no_process_accounted(pynvml_module: ModuleType,

@@ -382,10 +382,12 @@ nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProc
     FHW_DEV_CALL(device, PHYS, b_procs_util(&C, info));
 }
 
+/* nvml.h (nvmlDeviceGetAccountingStats, whose v2 this is): NOT_SUPPORTED while accounting mode is disabled (every
+ * capture), NOT_FOUND for a pid with no record (none is ever accounted here). */
 static nvmlReturn_t b_accounting_v2(fhw_ctx_t *c, const void *stats) {
-    (void)c;
     CHECK_PTR(stats);
-    return NVML_ERROR_NOT_FOUND; /* accounting is off (accounting_mode Disabled in every capture) */
+    if (!c->g->accounting_mode) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_ERROR_NOT_FOUND;
 }
 nvmlReturn_t nvmlDeviceGetAccountingStats_v2(nvmlDevice_t device, void *stats) {
     FHW_DEV_CALL(device, PHYS, b_accounting_v2(&C, stats));
