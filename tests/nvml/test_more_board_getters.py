@@ -551,3 +551,84 @@ def test_nvlink5_packet_counts_are_fewer_than_the_bytes_they_carry(nvml: Nvml, p
             assert (packets > 0) == (size > 0), link
         carrying += tx_bytes > 0 and rx_bytes > 0
     assert carrying > 0
+
+
+def test_handles_by_the_bus_id_forms_nvml_h_accepts(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetHandleByPciBusId_v2: pciBusId accepts "domain:bus:device.function in format
+    %x:%x:%x.%x", "domain:bus:device in format %x:%x:%x" and "bus:device.function in format %x:%x.%x" (all
+    hexadecimal). Every DGX H100 GPU is found by each form of its own address, through _v2 and through the
+    unversioned nvmlDeviceGetHandleByPciBusId, nvmlDeviceGetHandleByIndex and nvmlDeviceGetCount old binaries call
+    (the reference notes: the header maps those names to _v2, so both answer alike)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    count_v1 = ctypes.c_uint()
+    assert lib.nvmlDeviceGetCount(ctypes.byref(count_v1)) == n.NVML_SUCCESS
+    assert count_v1.value == n.nvmlDeviceGetCount() == 8
+    for i, h in enumerate(handles(n)):
+        pci = n.nvmlDeviceGetPciInfo(h)
+        forms = (f"{pci.domain:x}:{pci.bus:x}:{pci.device:x}.0", f"{pci.domain:x}:{pci.bus:x}:{pci.device:x}",
+                 f"{pci.bus:x}:{pci.device:x}.0", f"{pci.domain:08X}:{pci.bus:02X}:{pci.device:02X}.0")
+        for form in forms:
+            for name in ("nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetHandleByPciBusId"):
+                found = ctypes.c_void_p()
+                assert getattr(lib, name)(form.encode(), ctypes.byref(found)) == n.NVML_SUCCESS, (form, name)
+                assert found.value == ctypes.cast(h, ctypes.c_void_p).value, (form, name)
+        by_index = ctypes.c_void_p()
+        assert lib.nvmlDeviceGetHandleByIndex(i, ctypes.byref(by_index)) == n.NVML_SUCCESS
+        assert by_index.value == ctypes.cast(h, ctypes.c_void_p).value
+    assert lib.nvmlDeviceGetHandleByIndex(8, ctypes.byref(ctypes.c_void_p())) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_confidential_computing_is_off_on_the_captured_systems(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The H100 capture prints <cc_protected_memory_usage> total 0 MiB: confidential computing is off. nvml.h's
+    system CC queries then answer the feature as NVML_CC_SYSTEM_FEATURE_DISABLED (0) and the GPUs' ready state as
+    NVML_CC_ACCEPTING_CLIENT_REQUESTS_FALSE (0); nvmlSystemGetConfComputeSettings takes its own version word
+    (NVML_STRUCT_VERSION(SystemConfComputeSettings, 1), 20 bytes) and answers ARGUMENT_VERSION_MISMATCH to another.
+    A NULL argument is INVALID_ARGUMENT for each ("if state is invalid", "if isAcceptingWork is NULL", ...)."""
+    from tests.nvml.captures import board_capture
+
+    assert board_capture("h100")["/cc_protected_memory_usage/total"] == "0 MiB"
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    state = (ctypes.c_uint * 3)(7, 7, 7)  # environment, ccFeature, devToolsMode
+    assert lib.nvmlSystemGetConfComputeState(state) == n.NVML_SUCCESS
+    assert state[1] == 0
+    ready = ctypes.c_uint(7)
+    assert lib.nvmlSystemGetConfComputeGpusReadyState(ctypes.byref(ready)) == n.NVML_SUCCESS
+    assert ready.value == 0
+    settings = (ctypes.c_uint * 5)(struct_version(20, 1), 7, 7, 7, 7)  # version, environment, ccFeature, ...
+    assert lib.nvmlSystemGetConfComputeSettings(settings) == n.NVML_SUCCESS
+    assert (settings[0], settings[2]) == (struct_version(20, 1), 0)
+    settings[0] = struct_version(20, 2)
+    assert lib.nvmlSystemGetConfComputeSettings(settings) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    for name in ("nvmlSystemGetConfComputeState", "nvmlSystemGetConfComputeCapabilities",
+                 "nvmlSystemGetConfComputeGpusReadyState", "nvmlSystemGetConfComputeSettings",
+                 "nvmlSystemGetConfComputeKeyRotationThresholdInfo"):
+        assert getattr(lib, name)(None) == n.NVML_ERROR_INVALID_ARGUMENT, name
+
+
+def test_driver_branch_names_the_drivers_major_version(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSystemGetDriverBranch: the branch "of the NVIDIA driver installed", at most 80 characters, in a
+    nvmlSystemDriverBranchInfo_v1_t (version word, char branch[80]); INVALID_ARGUMENT "if branchInfo is NULL",
+    INSUFFICIENT_SIZE "if length is too small". NVIDIA names a release branch by the driver's major version (the
+    H100 capture's 580.105.08 is of the R580 branch), so the DGX H100's branch names 580; a one-byte buffer holds no
+    name."""
+    d = capture_dir()
+    if d is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    captured = ET.parse(d / "qx-h100.xml").getroot().findtext("driver_version")
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    assert captured == snap.system.driver.version == "580.105.08"
+
+    class Branch(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("branch", ctypes.c_char * 80)]
+
+    lib = library()
+    info = Branch(version=struct_version(ctypes.sizeof(Branch), 1))
+    assert lib.nvmlSystemGetDriverBranch(ctypes.byref(info), 80) == n.NVML_SUCCESS
+    assert "580" in info.branch.decode()
+    assert lib.nvmlSystemGetDriverBranch(ctypes.byref(info), 1) == n.NVML_ERROR_INSUFFICIENT_SIZE
+    assert lib.nvmlSystemGetDriverBranch(None, 80) == n.NVML_ERROR_INVALID_ARGUMENT
