@@ -19,7 +19,7 @@ import pytest
 
 from tests.nvml.captures import capture_dir, number
 from tests.nvml.helpers import NodeSnap, with_driver
-from tests.nvml.test_pynvml import error_of, handles
+from tests.nvml.test_pynvml import addr, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
 
@@ -567,16 +567,17 @@ def test_handles_by_the_bus_id_forms_nvml_h_accepts(nvml: Nvml, pynvml_module: M
     assert count_v1.value == n.nvmlDeviceGetCount() == 8
     for i, h in enumerate(handles(n)):
         pci = n.nvmlDeviceGetPciInfo(h)
+        pointer = addr(h)
         forms = (f"{pci.domain:x}:{pci.bus:x}:{pci.device:x}.0", f"{pci.domain:x}:{pci.bus:x}:{pci.device:x}",
                  f"{pci.bus:x}:{pci.device:x}.0", f"{pci.domain:08X}:{pci.bus:02X}:{pci.device:02X}.0")
         for form in forms:
             for name in ("nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetHandleByPciBusId"):
                 found = ctypes.c_void_p()
                 assert getattr(lib, name)(form.encode(), ctypes.byref(found)) == n.NVML_SUCCESS, (form, name)
-                assert found.value == ctypes.cast(h, ctypes.c_void_p).value, (form, name)
+                assert found.value == pointer, (form, name)
         by_index = ctypes.c_void_p()
         assert lib.nvmlDeviceGetHandleByIndex(i, ctypes.byref(by_index)) == n.NVML_SUCCESS
-        assert by_index.value == ctypes.cast(h, ctypes.c_void_p).value
+        assert by_index.value == pointer
     assert lib.nvmlDeviceGetHandleByIndex(8, ctypes.byref(ctypes.c_void_p())) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
