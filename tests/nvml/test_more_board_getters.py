@@ -633,3 +633,40 @@ def test_driver_branch_names_the_drivers_major_version(nvml: Nvml, pynvml_module
     assert "580" in info.branch.decode()
     assert lib.nvmlSystemGetDriverBranch(ctypes.byref(info), 1) == n.NVML_ERROR_INSUFFICIENT_SIZE
     assert lib.nvmlSystemGetDriverBranch(None, 80) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_link_scoped_nvlink_fields_of_an_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's link-scoped fields ("Link ID needs to be specified in the scopeId field"): 161 DL_REPLAY, 162
+    DL_RECOVERY and 163 DL_CRC error counters, 164 GET_SPEED "in MBps", 165 GET_STATE "one of NVML_NVLINK_STATE_*
+    values" (INACTIVE 0, ACTIVE 1), 166 GET_VERSION (nvmlNvlinkVersion_t: NVML_NVLINK_VERSION_4_0 = 6 for Hopper's
+    NVLink 4). A real H100 reports 26.562 GB/s per link (test_smi.py: `nvidia-smi nvlink -s`), i.e. 26562 MBps.
+    On gpu1 with 5 replays, 3 recoveries and 37 data CRC errors injected on link 4 and link 9 taken down, link 4
+    reads those counts and every other up link none, link 9 is INACTIVE, and all 18 links are NVLink 4.0."""
+    n = pynvml_module
+    faults = [{"kind": "nvlink-errors", "device": "gpu1", "link": 4, "counter": counter, "increment": count}
+              for counter, count in (("replay", 5), ("recovery", 3), ("crc-data", 37))]
+    nvml("dgx-h100", faults=[*faults, {"kind": "nvlink-down", "device": "gpu1", "link": 9}])
+    h = handles(n)[1]
+    for link in range(18):
+        values = n.nvmlDeviceGetFieldValues(h, [(f, link) for f in (161, 162, 163, 164, 165, 166)])
+        assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 6, link
+        replay, recovery, crc = (v.value.ullVal for v in values[:3])
+        speed, state, version = (v.value.uiVal for v in values[3:])
+        assert (replay, recovery, crc) == ((5, 3, 37) if link == 4 else (0, 0, 0)), link
+        assert (state, version) == (0 if link == 9 else 1, 6), link
+        if link != 9:
+            assert speed == 26562, link
+
+
+def test_the_dl_error_fields_are_not_supported_on_blackwell(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92 on fields 161 (NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY), 162 (DL_RECOVERY) and 163 (DL_CRC): "This
+    is unsupported for Blackwell+. Please use NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_*". On every link of a DGX B200
+    GPU they answer NOT_SUPPORTED, while the link's own fields (165 GET_STATE: ACTIVE; 166 GET_VERSION:
+    NVML_NVLINK_VERSION_5_0 = 7, Blackwell's NVLink 5) answer."""
+    n = pynvml_module
+    nvml("dgx-b200")
+    for h in handles(n)[:2]:
+        for link in range(18):
+            values = n.nvmlDeviceGetFieldValues(h, [(f, link) for f in (161, 162, 163, 165, 166)])
+            assert [v.nvmlReturn for v in values] == [n.NVML_ERROR_NOT_SUPPORTED] * 3 + [n.NVML_SUCCESS] * 2, link
+            assert [v.value.uiVal for v in values[3:]] == [1, 7], link

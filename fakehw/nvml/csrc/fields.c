@@ -271,6 +271,10 @@ static int f_nvlink_scoped(fhw_ctx_t *c, unsigned int id, unsigned int scope, fv
         answer_code(a, r);
         return 1;
     }
+    if (nvlink5 && id >= NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY && id <= NVML_FI_DEV_NVLINK_ERROR_DL_CRC) {
+        answer_code(a, NVML_ERROR_NOT_SUPPORTED); /* nvml.h on 161-163: "This is unsupported for Blackwell+" */
+        return 1;
+    }
     switch (id) {
     case NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: answer_u(a, VT_ULL, fhw_link_error(c, k, scope, 0)); break;
     case NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: answer_u(a, VT_ULL, fhw_link_error(c, k, scope, 1)); break;
