@@ -670,3 +670,24 @@ def test_the_dl_error_fields_are_not_supported_on_blackwell(nvml: Nvml, pynvml_m
             values = n.nvmlDeviceGetFieldValues(h, [(f, link) for f in (161, 162, 163, 165, 166)])
             assert [v.nvmlReturn for v in values] == [n.NVML_ERROR_NOT_SUPPORTED] * 3 + [n.NVML_SUCCESS] * 2, link
             assert [v.value.uiVal for v in values[3:]] == [1, 7], link
+
+
+def test_nvlink_speed_and_count_fields_of_an_h100(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: fields 84-89 NVML_FI_DEV_NVLINK_SPEED_MBPS_L0..L5 "NVLink Speed in MBps for Link n", 90
+    SPEED_MBPS_COMMON "Common NVLink Speed in MBps for active links", 91 LINK_COUNT "Number of NVLinks present on the
+    device". An H100 SXM has 18 NVLink 4 links (NVIDIA's H100 datasheet: 18 links, 900 GB/s), each at 26.562 GB/s
+    (test_smi.py: a real H100's `nvidia-smi nvlink -s`). With link 9 down the common speed of the active links is
+    unchanged."""
+    n = pynvml_module
+    nvml("dgx-h100", faults=[{"kind": "nvlink-down", "device": "gpu2", "link": 9}])
+    values = n.nvmlDeviceGetFieldValues(handles(n)[2], [84, 85, 86, 87, 88, 89, 90, 91])
+    assert [(v.nvmlReturn, v.value.uiVal) for v in values] == [(n.NVML_SUCCESS, 26562)] * 7 + [(n.NVML_SUCCESS, 18)]
+
+
+def test_nvlink_speed_and_count_fields_without_nvlink(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The PCIe board of edge-pcie (an L4, no NVLink) answers NOT_SUPPORTED for nvml.h's fields 90
+    (SPEED_MBPS_COMMON) and 91 (LINK_COUNT), as nvmlDeviceGetNvLinkState does for its links."""
+    n = pynvml_module
+    nvml("edge-pcie")
+    values = n.nvmlDeviceGetFieldValues(handles(n)[0], [90, 91])
+    assert [v.nvmlReturn for v in values] == [n.NVML_ERROR_NOT_SUPPORTED] * 2
