@@ -691,3 +691,34 @@ def test_nvlink_speed_and_count_fields_without_nvlink(nvml: Nvml, pynvml_module:
     nvml("edge-pcie")
     values = n.nvmlDeviceGetFieldValues(handles(n)[0], [90, 91])
     assert [v.nvmlReturn for v in values] == [n.NVML_ERROR_NOT_SUPPORTED] * 2
+
+
+def test_the_v1_gpu_instance_profile_and_placement_calls_answer_the_published_tables(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The calls older binaries make: nvmlDeviceGetGpuInstanceProfileInfo takes nvml.h's profile index
+    (NVML_GPU_INSTANCE_PROFILE_1_SLICE 0, 2_SLICE 1, 3_SLICE 2, 1_SLICE_REV1 7) and fills the unversioned
+    nvmlGpuInstanceProfileInfo_t; nvmlDeviceGetGpuInstancePossiblePlacements (the header maps it to _v2) takes the
+    profile ID. dgx-a100's gpu7, an A100-SXM4-80GB in MIG mode, answers the A100 80GB's published `-lgip` rows
+    (migtools.A100_80GB_LGIP: ID, instances, SMs, engines, memory as MiB / 1024 with two decimals) and the MIG user
+    guide's `-lgipp` placements (migtools.LGIPP: "{starts}:size"). A profile of nvml.h the A100 lacks
+    (NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1, 8: no such row) is NOT_SUPPORTED ("profile isn't supported")."""
+    from tests.nvml.migtools import A100_80GB_LGIP, LGIPP
+
+    index = {"MIG 1g.10gb": 0, "MIG 1g.10gb+me": 7, "MIG 2g.20gb": 1, "MIG 3g.40gb": 2}
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    lib = library()
+    for name, pid, total, gib, sm, dec, enc, ce, jpeg, ofa in A100_80GB_LGIP:
+        info = n.c_nvmlGpuInstanceProfileInfo_t()
+        assert lib.nvmlDeviceGetGpuInstanceProfileInfo(h, index[name], ctypes.byref(info)) == n.NVML_SUCCESS, name
+        assert (info.id, info.instanceCount, info.multiprocessorCount, info.decoderCount, info.encoderCount,
+                info.copyEngineCount, info.jpegCount, info.ofaCount) == (pid, total, sm, dec, enc, ce, jpeg, ofa), name
+        assert f"{info.memorySizeMB / 1024:.2f}" == gib, name
+        placements = (n.c_nvmlGpuInstancePlacement_t * 8)()
+        count = ctypes.c_uint(8)
+        assert lib.nvmlDeviceGetGpuInstancePossiblePlacements(h, pid, placements, ctypes.byref(count)) == 0, name
+        got = "{" + ",".join(str(placements[i].start) for i in range(count.value)) + "}"
+        assert {f"{got}:{placements[i].size}" for i in range(count.value)} == {LGIPP[pid]}, name
+    info = n.c_nvmlGpuInstanceProfileInfo_t()
+    assert lib.nvmlDeviceGetGpuInstanceProfileInfo(h, 8, ctypes.byref(info)) == n.NVML_ERROR_NOT_SUPPORTED
