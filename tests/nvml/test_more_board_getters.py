@@ -437,10 +437,11 @@ def test_a_system_event_set_registers_driver_binds_and_waits_out_a_zero_timeout(
 def test_power_profiles_and_smoothing_answer_as_the_captures_print(nvml: Nvml, pynvml_module: ModuleType,
                                                                    profile: str, board: str) -> None:
     """The captures print <power_profiles> requested and enforced as N/A on the H100 and the B200: the workload power
-    profile queries (nvmlDeviceWorkloadPowerProfileGetProfilesInfo, GetCurrentProfiles) answer NOT_SUPPORTED there.
-    <power_smoothing> is N/A on the H100 and "Insufficient Permissions" on the B200 (nvidia-smi's text for
-    NO_PERMISSION, read as a user): the power smoothing preset calls answer NOT_SUPPORTED and NO_PERMISSION. A NULL
-    argument is INVALID_ARGUMENT (nvml.h: "if device is invalid or ... is NULL")."""
+    profile calls (nvmlDeviceWorkloadPowerProfileGetProfilesInfo, GetCurrentProfiles, and the Set/Clear requests
+    of a feature the board lacks) answer NOT_SUPPORTED there. <power_smoothing> is N/A on the H100 and "Insufficient
+    Permissions" on the B200 (nvidia-smi's text for NO_PERMISSION, read as a user): the power smoothing calls (presets
+    and SetState) answer NOT_SUPPORTED and NO_PERMISSION. A NULL argument is INVALID_ARGUMENT (nvml.h: "if device is
+    invalid or ... is NULL")."""
     from tests.nvml.captures import board_capture
 
     cap = board_capture(board)
@@ -454,11 +455,13 @@ def test_power_profiles_and_smoothing_answer_as_the_captures_print(nvml: Nvml, p
     buffer = ctypes.create_string_buffer(4096)
     for h in handles(n):
         for name in ("nvmlDeviceWorkloadPowerProfileGetProfilesInfo",
-                     "nvmlDeviceWorkloadPowerProfileGetCurrentProfiles"):
+                     "nvmlDeviceWorkloadPowerProfileGetCurrentProfiles",
+                     "nvmlDeviceWorkloadPowerProfileSetRequestedProfiles",
+                     "nvmlDeviceWorkloadPowerProfileClearRequestedProfiles"):
             assert getattr(lib, name)(h, buffer) == n.NVML_ERROR_NOT_SUPPORTED, name
             assert getattr(lib, name)(h, None) == n.NVML_ERROR_INVALID_ARGUMENT, name
         for name in ("nvmlDevicePowerSmoothingActivatePresetProfile",
-                     "nvmlDevicePowerSmoothingUpdatePresetProfileParam"):
+                     "nvmlDevicePowerSmoothingUpdatePresetProfileParam", "nvmlDevicePowerSmoothingSetState"):
             assert getattr(lib, name)(h, buffer) == smoothing, name
             assert getattr(lib, name)(h, None) == n.NVML_ERROR_INVALID_ARGUMENT, name
 
@@ -722,3 +725,104 @@ def test_the_v1_gpu_instance_profile_and_placement_calls_answer_the_published_ta
         assert {f"{got}:{placements[i].size}" for i in range(count.value)} == {LGIPP[pid]}, name
     info = n.c_nvmlGpuInstanceProfileInfo_t()
     assert lib.nvmlDeviceGetGpuInstanceProfileInfo(h, 8, ctypes.byref(info)) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+class FabricClique(ctypes.Structure):
+    """nvml.h 13.4.92's nvmlGpuFabricClique_v1_t: unsigned char type; unsigned int id."""
+
+    _fields_ = [("type", ctypes.c_ubyte), ("id", ctypes.c_uint)]
+
+
+class FabricInfoV4(ctypes.Structure):
+    """nvml.h 13.4.92's nvmlGpuFabricInfo_v4_t (no version word): clusterUuid[16], status,
+    cliques[NVML_GPU_FABRIC_CLIQUE_MAX = 64], numCliques, state, healthMask, healthSummary."""
+
+    _fields_ = [("clusterUuid", ctypes.c_ubyte * 16), ("status", ctypes.c_uint), ("cliques", FabricClique * 64),
+                ("numCliques", ctypes.c_uint), ("state", ctypes.c_uint), ("healthMask", ctypes.c_uint),
+                ("healthSummary", ctypes.c_ubyte)]
+
+
+def test_fabric_info_v4_holds_the_v3_clique_as_its_unicast_pointer_entry(nvml: Nvml, pynvml_module: ModuleType,
+                                                                         tmp_path: Path) -> None:
+    """nvml.h 13.4.92, nvmlGpuFabricInfo_v4_t (nvmlDeviceGetGpuFabricInfo_v4, the 615 library): "The legacy v3
+    cliqueId maps to the id of the first NVML_GPU_FABRIC_CLIQUE_TYPE_UNICAST_POINTER (0) entry", the rest as v3. The
+    GB200 capture prints every GPU's fabric as state Completed (NVML_GPU_FABRIC_STATE_COMPLETED 3), status Success,
+    health Healthy (summary 1): a GB200 NVL72 GPU on a 615 driver answers that in v4, with its v3 cluster UUID,
+    health mask and clique id (a unicast-pointer entry). A NULL struct is INVALID_ARGUMENT."""
+    from tests.nvml.capture_view import FabricInfoV3
+    from tests.nvml.captures import board_capture
+
+    cap = board_capture("gb200")
+    assert (cap["/fabric/state"], cap["/fabric/status"], cap["/fabric/health/summary"]) == \
+        ("Completed", "Success", "Healthy")
+    n = pynvml_module
+    nvml(str(with_driver(tmp_path, "gb200-nvl72", "615.10.01")))
+    lib = library()
+    for h in handles(n):
+        v3 = FabricInfoV3(version=ctypes.sizeof(FabricInfoV3) | 3 << 24)
+        assert lib.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(v3)) == n.NVML_SUCCESS
+        v4 = FabricInfoV4()
+        assert lib.nvmlDeviceGetGpuFabricInfo_v4(h, ctypes.byref(v4)) == n.NVML_SUCCESS
+        assert (v4.state, v4.status, v4.healthSummary) == (3, 0, 1)
+        assert (bytes(v4.clusterUuid), v4.healthMask) == (bytes(v3.clusterUuid), v3.healthMask)
+        unicast = [v4.cliques[i].id for i in range(v4.numCliques) if v4.cliques[i].type == 0]
+        assert unicast[:1] == [v3.cliqueId]
+        assert lib.nvmlDeviceGetGpuFabricInfo_v4(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_sram_unique_uncorrected_errors_are_none_as_the_h100_capture_prints(nvml: Nvml,
+                                                                           pynvml_module: ModuleType) -> None:
+    """The H100 capture prints <aggregate_uncorrectable_sram_sources> with 0 for every source (L2, SM,
+    microcontroller, PCIe, other): nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts (580 library; nvml.h's
+    nvmlEccSramUniqueUncorrectedErrorCounts_v1_t: version, entryCount, entries pointer, 16 bytes) answers no
+    entries. Another version word is ARGUMENT_VERSION_MISMATCH; a NULL struct INVALID_ARGUMENT."""
+    from tests.nvml.captures import board_capture
+
+    cap = board_capture("h100")
+    sources = ("sram_l2", "sram_sm", "sram_microcontroller", "sram_pcie", "sram_other")
+    assert {cap[f"/ecc_errors/aggregate_uncorrectable_sram_sources/{s}"] for s in sources} == {"0"}
+
+    class Counts(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("entryCount", ctypes.c_uint), ("entries", ctypes.c_void_p)]
+
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    for h in handles(n):
+        counts = Counts(version=struct_version(16, 1), entryCount=99)
+        assert lib.nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(h, ctypes.byref(counts)) == n.NVML_SUCCESS
+        assert counts.entryCount == 0
+        counts.version = struct_version(16, 2)
+        assert lib.nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(h, ctypes.byref(counts)) == \
+            NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        assert lib.nvmlDeviceGetSramUniqueUncorrectedEccErrorCounts(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_performance_modes_give_the_h100_captures_clock_range(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetPerformanceModes (570 library): a string of "perf=<level>, nvclock=..., nvclockmin=...,
+    nvclockmax=..., ..., memclock=..., memclockmin=..., memclockmax=..., ..." entries (the header's example) in
+    nvmlDevicePerfModes_v1_t (version word, char str[2048]). The idle H100 capture's P0 graphics clock is 345 MHz, its
+    maximum 1980 MHz and its memory clock 2619 MHz (max 2619): the DGX H100's P0 entry says so. A NULL struct is
+    INVALID_ARGUMENT."""
+    from tests.nvml.captures import board_capture
+
+    cap = board_capture("h100")
+    assert cap["/performance_state"] == "P0"
+    expected = {"perf": 0, "nvclock": number(cap["/clocks/graphics_clock"]),
+                "nvclockmax": number(cap["/max_clocks/graphics_clock"]), "memclock": number(cap["/clocks/mem_clock"]),
+                "memclockmax": number(cap["/max_clocks/mem_clock"])}
+    assert expected == {"perf": 0, "nvclock": 345, "nvclockmax": 1980, "memclock": 2619, "memclockmax": 2619}
+
+    class PerfModes(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("str", ctypes.c_char * 2048)]
+
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    for h in handles(n):
+        modes = PerfModes(version=struct_version(ctypes.sizeof(PerfModes), 1))
+        assert lib.nvmlDeviceGetPerformanceModes(h, ctypes.byref(modes)) == n.NVML_SUCCESS
+        first = modes.str.decode().split(";")[0]
+        entry = dict(item.strip().split("=") for item in first.split(",") if item.strip())
+        assert {k: int(entry[k]) for k in expected} == expected, first
+        assert lib.nvmlDeviceGetPerformanceModes(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
