@@ -11,12 +11,14 @@ from __future__ import annotations
 import ctypes
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml.captures import capture_dir, number
 from tests.nvml.helpers import NodeSnap, with_driver
 from tests.nvml.test_pynvml import addr, error_of, handles
@@ -826,3 +828,41 @@ def test_performance_modes_give_the_h100_captures_clock_range(nvml: Nvml, pynvml
         entry = dict(item.strip().split("=") for item in first.split(",") if item.strip())
         assert {k: int(entry[k]) for k in expected} == expected, first
         assert lib.nvmlDeviceGetPerformanceModes(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_gpm_nvlink_rates_follow_the_traffic_of_their_own_link_and_direction(nvml: Nvml,
+                                                                            pynvml_module: ModuleType) -> None:
+    """nvml.h's GPM NVLink metrics: 60 NVLINK_TOTAL_RX_PER_SEC "NvLink read bandwidth for all links", 61 TOTAL_TX
+    (write), and per link 62 + 2 * link (L<link>_RX) and 63 + 2 * link (L<link>_TX), in MiB/sec. Between two samples
+    of an H100, only link 3 receives (its received-bytes counter, nvmlDeviceGetNvLinkUtilizationCounter's RX, grows by
+    64 MiB; nothing else moves): the total read rate is link 3's read rate and positive, and every write rate and
+    every other link's read rate is 0."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    h = handles(n)[3]
+    first, second = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(h, first)
+        rec = snap.snapshot.gpus[3].links[3]
+        links = list(snap.snapshot.gpus[3].links)
+        links[3] = replace(rec, util_rx=(rec.util_rx[0] + 64 * 2**20, rec.util_rx[1]))
+        gpus = list(snap.snapshot.gpus)
+        gpus[3] = replace(gpus[3], links=tuple(links))
+        write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+        n.nvmlGpmSampleGet(h, second)
+        ids = [60, 61, 62 + 2 * 3, 63 + 2 * 3, 62, 63, 62 + 2 * 17]
+        request = n.c_nvmlGpmMetricsGet_t()
+        request.version = n.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(ids)
+        request.sample1, request.sample2 = first, second
+        for i, metric in enumerate(ids):
+            request.metrics[i].metricId = metric
+        n.nvmlGpmMetricsGet(request)
+        got = {ids[i]: request.metrics[i].value for i in range(len(ids))}
+        assert [request.metrics[i].nvmlReturn for i in range(len(ids))] == [n.NVML_SUCCESS] * len(ids)
+    finally:
+        n.nvmlGpmSampleFree(first)
+        n.nvmlGpmSampleFree(second)
+    assert got[60] > 0
+    assert got[68] == got[60]
+    assert [got[m] for m in (61, 69, 62, 63, 96)] == [0.0] * 5
