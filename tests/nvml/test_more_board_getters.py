@@ -866,3 +866,44 @@ def test_gpm_nvlink_rates_follow_the_traffic_of_their_own_link_and_direction(nvm
     assert got[60] > 0
     assert got[68] == got[60]
     assert [got[m] for m in (61, 69, 62, 63, 96)] == [0.0] * 5
+
+
+def test_setting_an_nvlink_counter_control_is_read_back_and_resets_on_request(nvml: Nvml,
+                                                                             pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceSetNvLinkUtilizationControl: sets the counter's control (nvmlNvLinkUtilizationControl_t:
+    units, pktfilter) and "Performs a reset of the counters if the reset parameter is non-zero";
+    INVALID_ARGUMENT "if device, counter, link, or control is invalid" (units NVML_NVLINK_COUNTER_UNIT_RESERVED, 3,
+    is none). On gpu7's link 11, counter 1 (no other test of this process touches it: the control and the reset are
+    the process's), a control counting packets with every packet type is read back by
+    nvmlDeviceGetNvLinkUtilizationControl, and the counter, reset with it, reads 0 both ways."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    h = handles(n)[7]
+    rec = snap.snapshot.gpus[7].links[11]
+    assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 11, 1) == (rec.util_rx[1], rec.util_tx[1]) != (0, 0)
+    control = n.nvmlNvLinkUtilizationControl_t()
+    control.units, control.pktfilter = n.NVML_NVLINK_COUNTER_UNIT_PACKETS, 0xFF
+    n.nvmlDeviceSetNvLinkUtilizationControl(h, 11, 1, control, 1)
+    back = n.nvmlDeviceGetNvLinkUtilizationControl(h, 11, 1)
+    assert (back.units, back.pktfilter) == (n.NVML_NVLINK_COUNTER_UNIT_PACKETS, 0xFF)
+    assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 11, 1) == (0, 0)
+    control.units = n.NVML_NVLINK_COUNTER_UNIT_RESERVED
+    assert error_of(partial(n.nvmlDeviceSetNvLinkUtilizationControl, h, 11, 1, control, 0)) == \
+        n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_mig_device_is_found_by_its_own_uuid(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetHandleByUUID: "uuid: The UUID of the target GPU or MIG instance", "device: Reference in
+    which to return the device handle or MIG device handle". dgx-a100's gpu7 holds two MIG devices: each is found by
+    the UUID nvmlDeviceGetUUID gives it (a MIG-... UUID, not its parent's), as the handle
+    nvmlDeviceGetMigDeviceHandleByIndex gave; a UUID nothing has is NOT_FOUND."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    parent = handles(n)[7]
+    for i in range(2):
+        mig = n.nvmlDeviceGetMigDeviceHandleByIndex(parent, i)
+        uuid = n.nvmlDeviceGetUUID(mig)
+        assert uuid.startswith("MIG-") and uuid != n.nvmlDeviceGetUUID(parent)
+        assert addr(n.nvmlDeviceGetHandleByUUID(uuid)) == addr(mig)
+    assert error_of(partial(n.nvmlDeviceGetHandleByUUID, "MIG-00000000-0000-0000-0000-000000000000")) == \
+        n.NVML_ERROR_NOT_FOUND
