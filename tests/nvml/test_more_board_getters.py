@@ -907,3 +907,29 @@ def test_a_mig_device_is_found_by_its_own_uuid(nvml: Nvml, pynvml_module: Module
         assert addr(n.nvmlDeviceGetHandleByUUID(uuid)) == addr(mig)
     assert error_of(partial(n.nvmlDeviceGetHandleByUUID, "MIG-00000000-0000-0000-0000-000000000000")) == \
         n.NVML_ERROR_NOT_FOUND
+
+
+def test_setting_a_feature_the_h100_capture_prints_as_na_is_not_supported(nvml: Nvml,
+                                                                         pynvml_module: ModuleType) -> None:
+    """The H100 capture prints <dram_encryption_mode> current and pending N/A and <vgpu_heterogeneous_mode> N/A: the
+    board has neither feature, so nvmlDeviceSetDramEncryptionMode and nvmlDeviceSetVgpuHeterogeneousMode (structs
+    nvmlDramEncryptionInfo_v1_t and nvmlVgpuHeterogeneousMode_v1_t: version word and one unsigned int, 8 bytes) answer
+    NOT_SUPPORTED ("if the device does not support" it), like their getters; a struct of another version is
+    ARGUMENT_VERSION_MISMATCH and a NULL one INVALID_ARGUMENT."""
+    from tests.nvml.captures import board_capture
+
+    cap = board_capture("h100")
+    assert {cap["/dram_encryption_mode/current_dram_encryption"], cap["/dram_encryption_mode/pending_dram_encryption"],
+            cap["/gpu_virtualization_mode/vgpu_heterogeneous_mode"]} == {"N/A"}
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    for h in handles(n):
+        for name in ("nvmlDeviceSetDramEncryptionMode", "nvmlDeviceSetVgpuHeterogeneousMode",
+                     "nvmlDeviceGetDramEncryptionMode", "nvmlDeviceGetVgpuHeterogeneousMode"):
+            arg = (ctypes.c_uint * 2)(struct_version(8, 1), 0)
+            extra = (None,) if name == "nvmlDeviceGetDramEncryptionMode" else ()
+            assert getattr(lib, name)(h, arg, *extra) == n.NVML_ERROR_NOT_SUPPORTED, name
+            arg[0] = struct_version(8, 2)
+            assert getattr(lib, name)(h, arg, *extra) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH, name
+            assert getattr(lib, name)(h, None, *extra) == n.NVML_ERROR_INVALID_ARGUMENT, name
