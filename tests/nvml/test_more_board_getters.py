@@ -136,10 +136,11 @@ def test_nvlink_bw_mode_takes_its_own_struct_version(nvml: Nvml, pynvml_module: 
 @pytest.mark.parametrize("profile", ["dgx-h100", "dgx-a100"])
 def test_nvlink_bw_modes_are_not_supported_before_blackwell(nvml: Nvml, pynvml_module: ModuleType,
                                                             profile: str) -> None:
-    """nvml.h puts "For Blackwell or newer fully supported devices" on nvmlDeviceGetNvlinkSupportedBwModes and
-    nvmlDeviceGetNvlinkBwMode, and NOT_SUPPORTED "if this feature is not supported by the device": the Hopper
-    GPUs of a DGX H100 and the Ampere ones of a DGX A100, NVSwitch-connected both, answer NOT_SUPPORTED to the
-    right struct (the shim answered the H100s as if they were Blackwell)."""
+    """nvml.h puts "For Blackwell or newer fully supported devices" on nvmlDeviceGetNvlinkSupportedBwModes,
+    nvmlDeviceGetNvlinkBwMode and nvmlDeviceSetNvlinkBwMode, and NOT_SUPPORTED "if this feature is not supported by
+    the device": the Hopper GPUs of a DGX H100 and the Ampere ones of a DGX A100, NVSwitch-connected both, answer
+    NOT_SUPPORTED to the right struct (the shim answered the H100s as if they were Blackwell), and a NULL request is
+    INVALID_ARGUMENT."""
     n = pynvml_module
     nvml(profile)
     lib = library()
@@ -148,6 +149,9 @@ def test_nvlink_bw_modes_are_not_supported_before_blackwell(nvml: Nvml, pynvml_m
         assert lib.nvmlDeviceGetNvlinkSupportedBwModes(h, ctypes.byref(supported)) == n.NVML_ERROR_NOT_SUPPORTED
         mode = NvlinkGetBwMode(GET_BW_MODE_V1)
         assert lib.nvmlDeviceGetNvlinkBwMode(h, ctypes.byref(mode)) == n.NVML_ERROR_NOT_SUPPORTED
+        request = ctypes.create_string_buffer(64)
+        assert lib.nvmlDeviceSetNvlinkBwMode(h, request) == n.NVML_ERROR_NOT_SUPPORTED
+        assert lib.nvmlDeviceSetNvlinkBwMode(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
 # --------------------------------------------------------------------------------------------- MIG by profile id
