@@ -937,3 +937,23 @@ def test_setting_a_feature_the_h100_capture_prints_as_na_is_not_supported(nvml: 
             arg[0] = struct_version(8, 2)
             assert getattr(lib, name)(h, arg, *extra) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH, name
             assert getattr(lib, name)(h, None, *extra) == n.NVML_ERROR_INVALID_ARGUMENT, name
+
+
+def test_nvlink_encryption_is_off_where_confidential_computing_is(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetNvLinkInfo (580 library): nvmlNvLinkInfo_v1_t (version, isNvleEnabled: "NVLINK encryption
+    enablement", 8 bytes). NVLink encryption is a confidential-computing mode, and the H100 capture prints CC off
+    (<cc_protected_memory_usage> total 0 MiB): every DGX H100 GPU answers isNvleEnabled 0. Another version word is
+    ARGUMENT_VERSION_MISMATCH, a NULL struct INVALID_ARGUMENT."""
+    from tests.nvml.captures import board_capture
+
+    assert board_capture("h100")["/cc_protected_memory_usage/total"] == "0 MiB"
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    for h in handles(n):
+        info = (ctypes.c_uint * 2)(struct_version(8, 1), 7)
+        assert lib.nvmlDeviceGetNvLinkInfo(h, info) == n.NVML_SUCCESS
+        assert list(info) == [struct_version(8, 1), 0]
+        info[0] = struct_version(8, 3)
+        assert lib.nvmlDeviceGetNvLinkInfo(h, info) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        assert lib.nvmlDeviceGetNvLinkInfo(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
