@@ -350,10 +350,11 @@ def test_attributes_v2_is_the_attributes_call(nvml: Nvml, pynvml_module: ModuleT
 @pytest.mark.parametrize(("profile", "hopper"), [("dgx-h100", True), ("dgx-a100", False)])
 def test_gpm_streaming_state_is_a_hopper_query(nvml: Nvml, pynvml_module: ModuleType, profile: str,
                                                hopper: bool) -> None:
-    """nvml.h, nvmlGpmQueryIfStreamingEnabled and nvmlGpmMigSampleGet: "For Hopper or newer fully supported
-    devices"; the state is NVML_FEATURE_DISABLED (0) or _ENABLED (1); NOT_SUPPORTED "if this query is not supported
-    by the device"; INVALID_ARGUMENT for a NULL state. The H100 answers a state, the A100 (Ampere) NOT_SUPPORTED,
-    and so does a GPM sample of the A100 gpu7's GPU instance 1 (MIG on, but no GPM)."""
+    """nvml.h, nvmlGpmQueryIfStreamingEnabled, nvmlGpmSetStreamingEnabled and nvmlGpmMigSampleGet: "For Hopper or
+    newer fully supported devices"; the state is NVML_FEATURE_DISABLED (0) or _ENABLED (1); NOT_SUPPORTED "if this
+    query is not supported by the device"; INVALID_ARGUMENT for a NULL state. The H100 answers a state, the A100
+    (Ampere) NOT_SUPPORTED to the query and to turning streaming off, and so does a GPM sample of the A100 gpu7's
+    GPU instance 1 (MIG on, but no GPM)."""
     n = pynvml_module
     nvml(profile)
     lib = library()
@@ -362,6 +363,7 @@ def test_gpm_streaming_state_is_a_hopper_query(nvml: Nvml, pynvml_module: Module
             assert n.nvmlGpmQueryIfStreamingEnabled(h) in (0, 1)
         else:
             assert error_of(partial(n.nvmlGpmQueryIfStreamingEnabled, h)) == n.NVML_ERROR_NOT_SUPPORTED
+            assert lib.nvmlGpmSetStreamingEnabled(h, 0) == n.NVML_ERROR_NOT_SUPPORTED
         assert lib.nvmlGpmQueryIfStreamingEnabled(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
     if not hopper:
         sample = n.nvmlGpmSampleAlloc()
