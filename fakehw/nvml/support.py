@@ -74,7 +74,8 @@ def answers(gpu: Gpu, branch: int, in_fabric: bool) -> tuple[int, ...]:
         Answer.PERFORMANCE_MODES: SUCCESS,
         Answer.AUTO_BOOST: NOT_SUPPORTED,  # auto boost N/A in every capture
         Answer.SPARSE_OPERATION: _unless(arch == "hopper"),
-        Answer.HOSTNAME: _unless(arch in _HOPPER_OR_LATER),
+        # nvml.h: nvmlDeviceGetHostname_v1 / SetHostname_v1 are "For Blackwell or newer fully supported devices".
+        Answer.HOSTNAME: _unless(arch in _BLACKWELL_OR_LATER),
         Answer.CONF_COMPUTE: SUCCESS,
         Answer.GPU_OPERATION_MODE: NOT_SUPPORTED,  # GOM N/A in every capture
         Answer.VGPU: NOT_SUPPORTED,  # bare metal / pass-through: no vGPU host

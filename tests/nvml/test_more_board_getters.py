@@ -959,3 +959,27 @@ def test_nvlink_encryption_is_off_where_confidential_computing_is(nvml: Nvml, py
         info[0] = struct_version(8, 3)
         assert lib.nvmlDeviceGetNvLinkInfo(h, info) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         assert lib.nvmlDeviceGetNvLinkInfo(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(("profile", "blackwell"), [("dgx-h100", False), ("dgx-b200", True)])
+def test_the_device_hostname_is_a_blackwell_feature(nvml: Nvml, pynvml_module: ModuleType, profile: str,
+                                                    blackwell: bool) -> None:
+    """nvml.h 13.4.92 on nvmlDeviceGetHostname_v1 and nvmlDeviceSetHostname_v1 (580 library): "For Blackwell or newer
+    fully supported devices", NOT_SUPPORTED "if the device does not support this feature", INVALID_ARGUMENT "if
+    hostname is NULL"; setting it "Requires root/admin permissions" (NO_PERMISSION otherwise). A DGX H100's Hopper
+    GPUs answer NOT_SUPPORTED to both; a DGX B200's Blackwell GPUs answer a hostname (nvmlHostname_v1_t: char
+    value[64], NUL-terminated) and refuse a user's change."""
+    n = pynvml_module
+    nvml(profile)
+    lib = library()
+    for h in handles(n):
+        name = ctypes.create_string_buffer(64)
+        if blackwell:
+            assert lib.nvmlDeviceGetHostname_v1(h, name) == n.NVML_SUCCESS
+            assert 0 < len(name.value) < 64
+            assert lib.nvmlDeviceSetHostname_v1(h, name) == n.NVML_ERROR_NO_PERMISSION
+        else:
+            assert lib.nvmlDeviceGetHostname_v1(h, name) == n.NVML_ERROR_NOT_SUPPORTED
+            assert lib.nvmlDeviceSetHostname_v1(h, name) == n.NVML_ERROR_NOT_SUPPORTED
+        for call in (lib.nvmlDeviceGetHostname_v1, lib.nvmlDeviceSetHostname_v1):
+            assert call(h, None) == n.NVML_ERROR_INVALID_ARGUMENT

@@ -59,13 +59,15 @@ nvmlReturn_t nvmlDeviceGetHostname_v1(nvmlDevice_t device, nvmlHostname_v1_t *ho
     FHW_DEV_CALL(device, PHYS, b_hostname(&C, hostname));
 }
 
-/* Setting anything needs root on a real system; this library never writes the snapshot. */
-static nvmlReturn_t b_no_permission(fhw_ctx_t *c, const void *arg) {
-    (void)c;
-    return arg == NULL ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NO_PERMISSION;
+/* Setting it "Requires root/admin permissions" (nvml.h) on a board that has the feature; this library never writes
+ * the snapshot. */
+static nvmlReturn_t b_set_hostname(fhw_ctx_t *c, const nvmlHostname_v1_t *h) {
+    CHECK_PTR(h);
+    FHW_REQUIRE(c, FHW_ANS_HOSTNAME);
+    return NVML_ERROR_NO_PERMISSION;
 }
 nvmlReturn_t nvmlDeviceSetHostname_v1(nvmlDevice_t device, nvmlHostname_v1_t *hostname) {
-    FHW_DEV_CALL(device, PHYS, b_no_permission(&C, hostname));
+    FHW_DEV_CALL(device, PHYS, b_set_hostname(&C, hostname));
 }
 
 static const fhw_struct_version_t caps_versions[] = {{nvmlDeviceCapabilities_v1, 555}};
