@@ -983,3 +983,57 @@ def test_the_device_hostname_is_a_blackwell_feature(nvml: Nvml, pynvml_module: M
             assert lib.nvmlDeviceSetHostname_v1(h, name) == n.NVML_ERROR_NOT_SUPPORTED
         for call in (lib.nvmlDeviceGetHostname_v1, lib.nvmlDeviceSetHostname_v1):
             assert call(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_the_v1_compute_instance_info_fills_only_its_own_layout(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The reference ABI notes: an old binary's unversioned call keeps its own struct layout. nvmlComputeInstanceGetInfo
+    (mapped to _v2 by the header; the unversioned symbol is the old one) fills the pre-placement
+    nvmlComputeInstanceInfo_t: device, gpuInstance (two pointers), id, profileId: 24 bytes on LP64, no placement. For
+    the compute instance of each of dgx-a100 gpu7's two GPU instances it gives the id and profile the _v2 call gives
+    and writes nothing past those 24 bytes (a caller's 32-byte buffer keeps its last 8 bytes)."""
+
+    class InfoV1(ctypes.Structure):
+        _fields_ = [("device", ctypes.c_void_p), ("gpuInstance", ctypes.c_void_p), ("id", ctypes.c_uint),
+                    ("profileId", ctypes.c_uint)]
+
+    assert ctypes.sizeof(InfoV1) == 24
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    lib = library()
+    for k in range(2):
+        mig = n.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+        gi = n.nvmlDeviceGetGpuInstanceById(h, n.nvmlDeviceGetGpuInstanceId(mig))
+        listed = (n.c_nvmlComputeInstance_t * 4)()
+        count = ctypes.c_uint(4)
+        n.nvmlGpuInstanceGetComputeInstances(gi, 2, listed, ctypes.byref(count))  # the 3-slice profile (3g)
+        assert count.value == 1
+        v2 = n.nvmlComputeInstanceGetInfo(listed[0])
+        buffer = (ctypes.c_ubyte * 32)(*([0xAB] * 32))
+        assert lib.nvmlComputeInstanceGetInfo(listed[0], buffer) == n.NVML_SUCCESS
+        v1 = InfoV1.from_buffer_copy(bytes(buffer)[:24])
+        assert (v1.id, v1.profileId) == (v2.id, v2.profileId) == (n.nvmlDeviceGetComputeInstanceId(mig), 2)
+        assert v1.device == addr(h)
+        assert bytes(buffer)[24:] == b"\xab" * 8
+
+
+@pytest.mark.parametrize(("profile", "black_box"), [("dgx-h100", True), ("dgx-b200", False)])
+def test_bbx_time_data_is_answered_where_the_capture_prints_a_black_box(nvml: Nvml, pynvml_module: ModuleType,
+                                                                        tmp_path: Path, profile: str,
+                                                                        black_box: bool) -> None:
+    """nvml.h, nvmlDeviceGetBBXTimeData_v1 (the 610 library): "the cumulative number of seconds the GPU has had the
+    driver loaded. For all products with an inforom" (black box); NOT_SUPPORTED "if the device does not support this
+    feature", INVALID_ARGUMENT "if timeData is NULL". The H100 capture prints an <inforom_bbx_flush>, the B200 one
+    N/A: on a 615 driver the H100s answer (a count of seconds, positive: the driver is loaded) and the B200s do
+    not."""
+    n = pynvml_module
+    nvml(str(with_driver(tmp_path, profile, "615.10.01")))
+    lib = library()
+    for h in handles(n):
+        seconds = ctypes.c_uint(0)
+        if black_box:
+            assert lib.nvmlDeviceGetBBXTimeData_v1(h, ctypes.byref(seconds)) == n.NVML_SUCCESS
+            assert seconds.value > 0
+        else:
+            assert lib.nvmlDeviceGetBBXTimeData_v1(h, ctypes.byref(seconds)) == n.NVML_ERROR_NOT_SUPPORTED
+        assert lib.nvmlDeviceGetBBXTimeData_v1(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
