@@ -1037,3 +1037,21 @@ def test_bbx_time_data_is_answered_where_the_capture_prints_a_black_box(nvml: Nv
         else:
             assert lib.nvmlDeviceGetBBXTimeData_v1(h, ctypes.byref(seconds)) == n.NVML_ERROR_NOT_SUPPORTED
         assert lib.nvmlDeviceGetBBXTimeData_v1(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_healthy_h100_needs_no_recovery_and_never_slowed_down(nvml: Nvml, pynvml_module: ModuleType,
+                                                                h100: dict[str, str]) -> None:
+    """The H100 capture prints <gpu_recovery_action> None and 0 us for <clocks_event_reasons_counters_sw_therm_
+    slowdown>, _hw_therm_slowdown and _hw_power_brake. nvml.h's fields: 230 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+    (nvmlDeviceGpuRecoveryAction_t, NVML_GPU_RECOVERY_ACTION_NONE = 0, "No action needed"), 269 / 270 / 271
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN / HW_THERM_SLOWDOWN / HW_POWER_BRAKE_SLOWDOWN ("in ns"): every
+    GPU of a healthy DGX H100 answers 0 for each."""
+    assert h100["/gpu_recovery_action"] == "None"
+    for reason in ("sw_therm_slowdown", "hw_therm_slowdown", "hw_power_brake"):
+        assert h100[f"/clocks_event_reasons_counters/clocks_event_reasons_counters_{reason}"] == "0 us"
+    n = pynvml_module
+    nvml("dgx-h100")
+    for h in handles(n):
+        values = n.nvmlDeviceGetFieldValues(h, [230, 269, 270, 271])
+        assert [(v.nvmlReturn, v.value.ullVal if v.valueType == n.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                 else v.value.uiVal) for v in values] == [(n.NVML_SUCCESS, 0)] * 4
