@@ -1055,3 +1055,27 @@ def test_a_healthy_h100_needs_no_recovery_and_never_slowed_down(nvml: Nvml, pynv
         values = n.nvmlDeviceGetFieldValues(h, [230, 269, 270, 271])
         assert [(v.nvmlReturn, v.value.ullVal if v.valueType == n.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
                  else v.value.uiVal) for v in values] == [(n.NVML_SUCCESS, 0)] * 4
+
+
+def test_retired_page_fields_of_a_t4_count_what_the_retired_page_calls_list(nvml: Nvml,
+                                                                           pynvml_module: ModuleType) -> None:
+    """Page retirement is the T4's (Turing; the T4 capture prints <retired_pages> with counts and pending flags, all
+    0 on that healthy board; later boards remap rows instead). nvml.h's fields: 29 RETIRED_SBE / 30 RETIRED_DBE
+    "Number of retired pages because of single / double bit errors", 31 RETIRED_PENDING "If any pages are pending
+    retirement. 1=yes", 92 / 93 RETIRED_PENDING_SBE / _DBE "... due to SBE / DBE". After two double-bit errors on
+    the T4 each field answers what nvmlDeviceGetRetiredPages (per cause) and nvmlDeviceGetRetiredPagesPendingStatus
+    answer: DBE pages retired and pending, no SBE page, so no SBE pending either."""
+    from tests.nvml.captures import board_capture
+
+    t4 = board_capture("t4")
+    assert (t4["/retired_pages/double_bit_retirement/retired_count"], t4["/retired_pages/pending_retirement"]) == \
+        ("0", "No")
+    n = pynvml_module
+    nvml("t4-cloud", faults=[{"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 2}])
+    h = handles(n)[0]
+    sbe = len(n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS))
+    dbe = len(n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))
+    pending = n.nvmlDeviceGetRetiredPagesPendingStatus(h)
+    assert (sbe, pending) == (0, 1) and dbe > 0
+    values = n.nvmlDeviceGetFieldValues(h, [29, 30, 31, 92, 93])
+    assert [(v.nvmlReturn, v.value.ullVal) for v in values] == [(n.NVML_SUCCESS, x) for x in (0, dbe, 1, 0, 1)]
