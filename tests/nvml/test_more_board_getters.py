@@ -651,21 +651,22 @@ def test_link_scoped_nvlink_fields_of_an_h100(nvml: Nvml, pynvml_module: ModuleT
     DL_RECOVERY and 163 DL_CRC error counters, 164 GET_SPEED "in MBps", 165 GET_STATE "one of NVML_NVLINK_STATE_*
     values" (INACTIVE 0, ACTIVE 1), 166 GET_VERSION (nvmlNvlinkVersion_t: NVML_NVLINK_VERSION_4_0 = 6 for Hopper's
     NVLink 4). A real H100 reports 26.562 GB/s per link (test_smi.py: `nvidia-smi nvlink -s`), i.e. 26562 MBps.
-    On gpu1 with 5 replays, 3 recoveries and 37 data CRC errors injected on link 4 and link 9 taken down, link 4
-    reads those counts and every other up link none, link 9 is INACTIVE, and all 18 links are NVLink 4.0."""
+    On gpu5 (whose counters no other test of this process resets: a reset is the process's) with 5 replays, 3
+    recoveries and 37 data CRC errors injected on link 13 and link 10 taken down, link 13 reads those counts and
+    every other link none, link 10 is INACTIVE, and all 18 links are NVLink 4.0."""
     n = pynvml_module
-    faults = [{"kind": "nvlink-errors", "device": "gpu1", "link": 4, "counter": counter, "increment": count}
+    faults = [{"kind": "nvlink-errors", "device": "gpu5", "link": 13, "counter": counter, "increment": count}
               for counter, count in (("replay", 5), ("recovery", 3), ("crc-data", 37))]
-    nvml("dgx-h100", faults=[*faults, {"kind": "nvlink-down", "device": "gpu1", "link": 9}])
-    h = handles(n)[1]
+    nvml("dgx-h100", faults=[*faults, {"kind": "nvlink-down", "device": "gpu5", "link": 10}])
+    h = handles(n)[5]
     for link in range(18):
         values = n.nvmlDeviceGetFieldValues(h, [(f, link) for f in (161, 162, 163, 164, 165, 166)])
         assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 6, link
         replay, recovery, crc = (v.value.ullVal for v in values[:3])
         speed, state, version = (v.value.uiVal for v in values[3:])
-        assert (replay, recovery, crc) == ((5, 3, 37) if link == 4 else (0, 0, 0)), link
-        assert (state, version) == (0 if link == 9 else 1, 6), link
-        if link != 9:
+        assert (replay, recovery, crc) == ((5, 3, 37) if link == 13 else (0, 0, 0)), link
+        assert (state, version) == (0 if link == 10 else 1, 6), link
+        if link != 10:
             assert speed == 26562, link
 
 
