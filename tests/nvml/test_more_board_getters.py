@@ -1080,3 +1080,76 @@ def test_retired_page_fields_of_a_t4_count_what_the_retired_page_calls_list(nvml
     assert (sbe, pending) == (0, 1) and dbe > 0
     values = n.nvmlDeviceGetFieldValues(h, [29, 30, 31, 92, 93])
     assert [(v.nvmlReturn, v.value.ullVal) for v in values] == [(n.NVML_SUCCESS, x) for x in (0, dbe, 1, 0, 1)]
+
+
+def test_c2c_link_fields_follow_the_c2c_mode_the_captures_print(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The GB200 capture prints <c2c_mode> Enabled (Grace and Blackwell joined by NVLink-C2C), the H100 capture
+    Disabled. nvml.h's fields: 170 C2C_LINK_COUNT "Number of C2C Links present on the device", and by link (scopeId)
+    171 C2C_LINK_GET_STATUS "0=INACTIVE 1=ACTIVE", 172 C2C_LINK_GET_MAX_BW "C2C Link Speed in MBps for active links",
+    231-233 the link's CRC, replay and back-to-back replay error counters. A GB200 NVL72 GPU has C2C links, each
+    ACTIVE with a speed and, with no fault injected, no errors; a DGX H100 GPU has none."""
+    from tests.nvml.captures import board_capture
+
+    assert (board_capture("gb200")["/c2c_mode"], board_capture("h100")["/c2c_mode"]) == ("Enabled", "Disabled")
+    n = pynvml_module
+    nvml("gb200-nvl72")
+    h = handles(n)[0]
+    (count,) = n.nvmlDeviceGetFieldValues(h, [170])
+    assert count.nvmlReturn == n.NVML_SUCCESS and count.value.uiVal > 0
+    for link in range(count.value.uiVal):
+        values = n.nvmlDeviceGetFieldValues(h, [(f, link) for f in (171, 172, 231, 232, 233)])
+        assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 5, link
+        status, speed, *errors = (v.value.uiVal for v in values)
+        assert (status, errors) == (1, [0, 0, 0]), link
+        assert speed > 0, link
+
+
+def test_c2c_link_count_of_a_board_without_c2c(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The H100 capture prints <c2c_mode> Disabled: nvml.h's field 170 (C2C_LINK_COUNT, "Number of C2C Links present
+    on the device") is 0 on every DGX H100 GPU."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    for h in handles(n):
+        (count,) = n.nvmlDeviceGetFieldValues(h, [170])
+        assert (count.nvmlReturn, count.value.uiVal) == (n.NVML_SUCCESS, 0)
+
+
+def test_setting_a_clock_offset_checks_its_arguments_as_nvml_h_lists(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceSetClockOffsets (nvmlClockOffset_v1_t: version, type, pstate, clockOffsetMHz, min, max: 24
+    bytes): INVALID_ARGUMENT "If device, type or pstate are invalid" (a clock type of NVML_CLOCK_COUNT, 4, or a pstate
+    past NVML_PSTATE_15), ARGUMENT_VERSION_MISMATCH "If the provided version is invalid/unsupported", and, for valid
+    arguments, the answer nvmlDeviceGetClockOffsets gives for the same request (a setter cannot offer what the
+    getter does not)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    h = handles(n)[0]
+
+    def request(version: int, clock: int, pstate: int) -> ctypes.Array[ctypes.c_int]:
+        return (ctypes.c_int * 6)(version, clock, pstate, 0, 0, 0)
+
+    good = struct_version(24, 1)
+    assert lib.nvmlDeviceSetClockOffsets(h, request(good, 4, 0)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert lib.nvmlDeviceSetClockOffsets(h, request(good, 0, 16)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert lib.nvmlDeviceSetClockOffsets(h, request(struct_version(24, 2), 0, 0)) == \
+        NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    assert lib.nvmlDeviceSetClockOffsets(h, request(good, 0, 0)) == \
+        lib.nvmlDeviceGetClockOffsets(h, request(good, 0, 0))
+
+
+def test_clearing_field_values_needs_an_array(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceClearFieldValues: INVALID_ARGUMENT "if device is invalid or values is NULL"; otherwise
+    SUCCESS "if any values in values were cleared. Note that you must check the nvmlReturn field of each value for
+    each individual status": the call answers per field, each field's nvmlReturn an nvmlReturn_t other than the
+    sentinel the caller left there."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    h = handles(n)[0]
+    assert lib.nvmlDeviceClearFieldValues(h, 1, None) == n.NVML_ERROR_INVALID_ARGUMENT
+    values = (n.c_nvmlFieldValue_t * 2)()
+    for v, field in zip(values, (n.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+                                 n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL), strict=True):
+        v.fieldId, v.nvmlReturn = field, 12345
+    assert lib.nvmlDeviceClearFieldValues(h, 2, values) in (n.NVML_SUCCESS, n.NVML_ERROR_NO_PERMISSION)
+    assert all(v.nvmlReturn != 12345 for v in values)
