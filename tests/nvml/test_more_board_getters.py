@@ -1153,3 +1153,25 @@ def test_clearing_field_values_needs_an_array(nvml: Nvml, pynvml_module: ModuleT
         v.fieldId, v.nvmlReturn = field, 12345
     assert lib.nvmlDeviceClearFieldValues(h, 2, values) in (n.NVML_SUCCESS, n.NVML_ERROR_NO_PERMISSION)
     assert all(v.nvmlReturn != 12345 for v in values)
+
+
+def test_nvlink_bandwidth_totals_sum_the_per_link_counters_of_an_a100(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's NVLink bandwidth fields: "NVLink Bandwidth Counter for Counter Set 0 / 1, Lane n" (C0: 60-65 for
+    links 0-5 and 120-125 for 6-11; C1: 67-72 and 126-131) and "NVLink Bandwidth Counter Total for Counter Set 0 / 1,
+    All Lanes" (66, 73). An A100 SXM4 has 12 NVLink 3 links (NVIDIA's A100 datasheet: 12 links, 600 GB/s), all of
+    which those per-link ids name, so each set's total is the sum of its twelve per-link fields; the two counter sets
+    count different things (the model's links carry traffic), so their totals differ."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[0]
+    (links,) = n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_LINK_COUNT])
+    assert links.value.uiVal == 12
+    sets = {66: [*range(60, 66), *range(120, 126)], 73: [*range(67, 73), *range(126, 132)]}
+    totals = {}
+    for total_id, per_link in sets.items():
+        values = n.nvmlDeviceGetFieldValues(h, [total_id, *per_link])
+        assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 13, total_id
+        total, *each = (v.value.ullVal for v in values)
+        assert total == sum(each) > 0, total_id
+        totals[total_id] = total
+    assert totals[66] != totals[73]
