@@ -1175,3 +1175,25 @@ def test_nvlink_bandwidth_totals_sum_the_per_link_counters_of_an_a100(nvml: Nvml
         assert total == sum(each) > 0, total_id
         totals[total_id] = total
     assert totals[66] != totals[73]
+
+
+def test_a_mig_devices_memory_is_its_gpu_instance_profiles(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetMemoryInfo and _v2 on a MIG device handle: the MIG device's own memory. dgx-a100's gpu7
+    holds two 3g.40gb instances, whose profile the A100 80GB's published `-lgip` gives 39.25 GiB (migtools
+    .A100_80GB_LGIP): each MIG device's total is that (MiB / 1024, two decimals, as nvidia-smi prints it) and less
+    than its parent's. nvmlMemory_t's used is the "Sum of Reserved and Allocated device memory", nvmlMemory_v2_t
+    splits it into reserved ("reserved for system use") and used ("Allocated"); free is the same in both."""
+    from tests.nvml.migtools import A100_80GB_LGIP
+
+    gib = next(row[3] for row in A100_80GB_LGIP if row[0] == "MIG 3g.40gb")
+    n = pynvml_module
+    nvml("dgx-a100")
+    parent = handles(n)[7]
+    for i in range(2):
+        mig = n.nvmlDeviceGetMigDeviceHandleByIndex(parent, i)
+        v1 = n.nvmlDeviceGetMemoryInfo(mig)
+        v2 = n.nvmlDeviceGetMemoryInfo(mig, version=n.nvmlMemory_v2)
+        assert f"{v1.total / 2**30:.2f}" == gib
+        assert v1.total == v2.total < n.nvmlDeviceGetMemoryInfo(parent).total
+        assert (v1.used, v1.free) == (v2.used + v2.reserved, v2.free)
+        assert v2.reserved > 0
