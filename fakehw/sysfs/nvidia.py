@@ -87,6 +87,17 @@ tag defines it as NV_REG_OPENRM_ENABLE_UNSUPPORTED_GPUS_DEFAULT, which is _DISAB
 opt-in, ignores it and defines it as 1, as every later tag does)."""
 
 
+TCE_BYPASS_GONE_BRANCH = 570
+"""The first branch without the ``TCEBypassMode`` parameter (open-gpu-kernel-modules nv-reg.h: every tag from
+530.30.02 to 565.77 defines it with NV_TCE_BYPASS_MODE_DEFAULT, 0, and lists it in nv_parms; 570.86.15, the first 570
+tag, and every later one up to 595.45.04 have neither)."""
+
+
+def tce_bypass_mode(branch: int) -> list[tuple[str, int]]:
+    """The ``TCEBypassMode`` line of /proc/driver/nvidia/params: its default on the branches that have it, else none."""
+    return [("TCEBypassMode", 0)] if branch < TCE_BYPASS_GONE_BRANCH else []
+
+
 def openrm_unsupported_gpus_default(branch: int) -> int:
     """``OpenRmEnableUnsupportedGpus`` as ``/proc/driver/nvidia/params`` shows it when nothing overrides it."""
     return int(branch > OPENRM_OPT_IN_LAST_BRANCH)
@@ -108,7 +119,7 @@ def nvidia_static_section(system: System, node: Node) -> Section:
               ("InitializeSystemMemoryAllocations", 1),
               ("UsePageAttributeTable", 4294967295), ("EnableMSI", 1), ("EnablePCIeGen3", 0), ("MemoryPoolSize", 0),
               ("KMallocHeapMaxSize", 0), ("VMallocHeapMaxSize", 0), ("IgnoreMMIOCheck", 0),
-              ("TCEBypassMode", 0), ("EnableStreamMemOPs", 0), ("EnableUserNUMAManagement", 1),
+              *tce_bypass_mode(system.driver.branch), ("EnableStreamMemOPs", 0), ("EnableUserNUMAManagement", 1),
               ("NvLinkDisable", 0), ("RmProfilingAdminOnly", 1), ("PreserveVideoMemoryAllocations", 0),
               ("EnableS0ixPowerManagement", 0), ("S0ixPowerManagementVideoMemoryThreshold", 256),
               ("DynamicPowerManagement", 3), ("DynamicPowerManagementVideoMemoryThreshold", 200),
