@@ -2514,3 +2514,72 @@ def test_nvidia_params_show_tce_bypass_mode_only_on_branches_that_have_it(branch
     entry = nvidia_static_section(system, system.nodes[0]).entries["proc/driver/nvidia/params"]
     assert isinstance(entry, File)
     assert _params(entry.data.decode()).get("TCEBypassMode") == TCE_BYPASS_MODE[branch]
+
+
+_NV_PARMS_535 = ["ResmanDebugLevel", "RmLogonRC", "ModifyDeviceFiles", "DeviceFileUID", "DeviceFileGID",
+                 "DeviceFileMode", "InitializeSystemMemoryAllocations", "UsePageAttributeTable", "EnableMSI",
+                 "EnablePCIeGen3", "MemoryPoolSize", "KMallocHeapMaxSize", "VMallocHeapMaxSize", "IgnoreMMIOCheck",
+                 "TCEBypassMode", "EnableStreamMemOPs", "EnableUserNUMAManagement", "NvLinkDisable",
+                 "RmProfilingAdminOnly", "PreserveVideoMemoryAllocations", "EnableS0ixPowerManagement",
+                 "S0ixPowerManagementVideoMemoryThreshold", "DynamicPowerManagement",
+                 "DynamicPowerManagementVideoMemoryThreshold", "RegisterPCIDriver", "EnablePCIERelaxedOrderingMode",
+                 "EnableResizableBar", "EnableGpuFirmware", "EnableGpuFirmwareLogs", "EnableDbgBreakpoint",
+                 "OpenRmEnableUnsupportedGpus", "DmaRemapPeerMmio"]
+_NV_PARMS_570 = ["ResmanDebugLevel", "RmLogonRC", "ModifyDeviceFiles", "DeviceFileUID", "DeviceFileGID",
+                 "DeviceFileMode", "InitializeSystemMemoryAllocations", "UsePageAttributeTable", "EnableMSI",
+                 "EnablePCIeGen3", "MemoryPoolSize", "KMallocHeapMaxSize", "VMallocHeapMaxSize", "IgnoreMMIOCheck",
+                 "EnableStreamMemOPs", "EnableUserNUMAManagement", "NvLinkDisable", "RmProfilingAdminOnly",
+                 "PreserveVideoMemoryAllocations", "EnableS0ixPowerManagement",
+                 "S0ixPowerManagementVideoMemoryThreshold", "DynamicPowerManagement",
+                 "DynamicPowerManagementVideoMemoryThreshold", "RegisterPCIDriver", "EnablePCIERelaxedOrderingMode",
+                 "EnableResizableBar", "EnableGpuFirmware", "EnableGpuFirmwareLogs", "RmNvlinkBandwidthLinkCount",
+                 "EnableDbgBreakpoint", "OpenRmEnableUnsupportedGpus", "DmaRemapPeerMmio", "ImexChannelCount",
+                 "CreateImexChannel0", "GrdmaPciTopoCheckOverride"]
+_NV_PARMS_595 = ["ResmanDebugLevel", "RmLogonRC", "ModifyDeviceFiles", "DeviceFileUID", "DeviceFileGID",
+                 "DeviceFileMode", "InitializeSystemMemoryAllocations", "UsePageAttributeTable", "EnableMSI",
+                 "EnablePCIeGen3", "MemoryPoolSize", "KMallocHeapMaxSize", "VMallocHeapMaxSize", "IgnoreMMIOCheck",
+                 "EnableStreamMemOPs", "EnableUserNUMAManagement", "NvLinkDisable", "RmProfilingAdminOnly",
+                 "PreserveVideoMemoryAllocations", "UseKernelSuspendNotifiers", "EnableS0ixPowerManagement",
+                 "S0ixPowerManagementVideoMemoryThreshold", "DynamicPowerManagement",
+                 "DynamicPowerManagementVideoMemoryThreshold", "TegraGpuPgMask", "RegisterPCIDriver",
+                 "EnablePCIERelaxedOrderingMode", "EnableResizableBar", "EnableGpuFirmware", "EnableGpuFirmwareLogs",
+                 "RmNvlinkBandwidthLinkCount", "EnableDbgBreakpoint", "OpenRmEnableUnsupportedGpus", "DmaRemapPeerMmio",
+                 "ImexChannelCount", "CreateImexChannel0", "GrdmaPciTopoCheckOverride", "EnableSystemMemoryPools"]
+NV_PARMS_BY_BRANCH = {
+    535: _NV_PARMS_535,
+    550: [*_NV_PARMS_535, "ImexChannelCount"],
+    555: [*_NV_PARMS_535, "ImexChannelCount", "CreateImexChannel0"],
+    560: [*_NV_PARMS_535, "ImexChannelCount", "CreateImexChannel0"],
+    570: _NV_PARMS_570, 575: _NV_PARMS_570, 580: _NV_PARMS_570,
+    590: [n for n in _NV_PARMS_595 if n != "UseKernelSuspendNotifiers"],
+    595: _NV_PARMS_595,
+}
+"""The numeric entries of nv_parms (NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/nv-reg.h; the entry of
+__NV_RM_PROFILING_ADMIN_ONLY prints as ``RmProfilingAdminOnly``), in order, of the newest tag of each branch fakehw
+knows and the repository has: 535.288.01, 550.163.01, 555.58.02, 560.35.03, 570.211.01, 575.64.05, 580.142,
+590.48.01, 595.45.04 (read from each tag, 2026-11-27)."""
+NV_PARMS_NEW_DEFAULTS = {590: {"RmNvlinkBandwidthLinkCount": "0", "GrdmaPciTopoCheckOverride": "0",
+                               "TegraGpuPgMask": "0", "EnableSystemMemoryPools": "529"},
+                         595: {"RmNvlinkBandwidthLinkCount": "0", "GrdmaPciTopoCheckOverride": "0",
+                               "TegraGpuPgMask": "4294967295", "EnableSystemMemoryPools": "529",
+                               "UseKernelSuspendNotifiers": "0", "ImexChannelCount": "2048",
+                               "CreateImexChannel0": "0"}}
+"""NV_DEFINE_REG_ENTRY(_GLOBAL) defaults of the entries the older branches lack (nv-reg.h of 590.48.01 and 595.45.04):
+NV_ENABLE_SYSTEM_MEMORY_POOLS_DEFAULT is 0x00000211; __NV_TEGRA_GPU_PG_MASK is 0 in 590 and ~0 in 595;
+NV_REG_GRDMA_PCI_TOPO_CHECK_OVERRIDE_DEFAULT 0; CreateImexChannel0 0 (a node outside an NVLink rack sets nothing)."""
+
+
+@pytest.mark.parametrize("branch", sorted(NV_PARMS_BY_BRANCH))
+def test_nvidia_params_print_the_branchs_nv_parms_in_order(branch: int) -> None:
+    """kernel-open/nvidia/nv-procfs.c (nv_procfs_read_params) prints every entry of nv_parms in table order as
+    ``Name: %u``, then the string parameters quoted; so the numeric lines of a node of branch N are exactly that
+    branch's nv_parms (a dgx-h100 node, outside any NVLink rack)."""
+    system = load_profile("dgx-h100")
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=f"{branch}.104.05"))
+    entry = nvidia_static_section(system, system.nodes[0]).entries["proc/driver/nvidia/params"]
+    assert isinstance(entry, File)
+    params = _params(entry.data.decode())
+    numeric = [k for k, v in params.items() if not v.startswith('"')]
+    assert numeric == NV_PARMS_BY_BRANCH[branch]
+    for name, value in NV_PARMS_NEW_DEFAULTS.get(branch, {}).items():
+        assert params[name] == value, (branch, name)
