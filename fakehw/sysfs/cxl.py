@@ -460,7 +460,7 @@ class _CxlTree:
                 continue  # an unbound port has no decoders (they are devm on the port)
             slots = self.state.port_slots.get((self.node.name, port), ())
             count = self.topo.port_decoders(port)
-            default = ",".join(str(i) for i in self.topo.port_dports(port))
+            default = ",".join(str(i) for i in self.topo.port_dports(port)[:1])  # an idle decoder: 1 way, 1 target
             committed = 0
             pid = self.topo.port_id[port]
             for i in range(count):

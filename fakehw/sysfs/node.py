@@ -122,8 +122,9 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
     """``has_memory``, each node's ``meminfo``/``numastat`` and ``/proc/meminfo``. Memory is counted in whole
     pages, as the kernel does (a node's managed pages; the machine's totals are its nodes' summed). The used pages
     split so the counters relate as the kernel's do: the page cache (``FilePages``; the machine's ``Cached`` plus
-    ``Buffers``) holds the file LRU lists and ``Shmem``, the anon LRU lists hold the anonymous pages and ``Shmem``,
-    and everything allocated fits in what is used."""
+    ``Buffers``) is the file LRU lists and ``Shmem`` (every page-cache folio goes onto an LRU list, mm/filemap.c
+    filemap_add_folio; on a machine at rest none is in flight), the anon LRU lists hold the anonymous pages and
+    ``Shmem``, and everything allocated fits in what is used."""
     sec = Section("node-memory")
     page = page_size(node.cpu.arch)
     # N_MEMORY is a node with present pages (mm/mm_init.c, free_area_init: node_present_pages), so less than a page
@@ -144,7 +145,8 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
             ("Active", used // 2), ("Inactive", used // 4), ("Active(anon)", used // 8),
             ("Inactive(anon)", used // 16), ("Active(file)", used // 2 - used // 8),
             ("Inactive(file)", used // 4 - used // 16), ("Unevictable", 0), ("Mlocked", 0), ("Dirty", 0),
-            ("Writeback", 0), ("FilePages", used // 2 + used // 8 + used // 64), ("Mapped", used // 32),
+            ("Writeback", 0), ("FilePages", used // 2 - used // 8 + used // 4 - used // 16 + used // 64),
+            ("Mapped", used // 32),
             ("AnonPages", used // 8 + used // 16 - used // 64), ("Shmem", used // 64),
             ("KernelStack", used // 256 // stack * stack), ("PageTables", used // 256), ("SecPageTables", 0),
             ("NFS_Unstable", 0), ("Bounce", 0),

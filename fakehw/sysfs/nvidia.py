@@ -25,6 +25,8 @@ daemon's capability.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fakehw.agent.mig import NodeMig
 from fakehw.agent.state import NodeState
 from fakehw.model.system import Node, System
@@ -87,6 +89,50 @@ tag defines it as NV_REG_OPENRM_ENABLE_UNSUPPORTED_GPUS_DEFAULT, which is _DISAB
 opt-in, ignores it and defines it as 1, as every later tag does)."""
 
 
+@dataclass(frozen=True, slots=True)
+class NvParm:
+    """A numeric entry of nv-reg.h's ``nv_parms`` (open-gpu-kernel-modules kernel-open/nvidia), which nv-procfs.c
+    prints in order to /proc/driver/nvidia/params as ``Name: %u``; ``first`` is the first branch whose table has
+    it and ``gone`` the first that no longer does (each checked against the newest tag of every branch)."""
+
+    name: str
+    default: int
+    first: int = 0
+    gone: int = 1 << 16
+
+
+NV_PARMS = (
+    NvParm("ResmanDebugLevel", 4294967295), NvParm("RmLogonRC", 1), NvParm("ModifyDeviceFiles", 1),
+    NvParm("DeviceFileUID", 0), NvParm("DeviceFileGID", 0), NvParm("DeviceFileMode", 0o666),
+    NvParm("InitializeSystemMemoryAllocations", 1), NvParm("UsePageAttributeTable", 4294967295),
+    NvParm("EnableMSI", 1), NvParm("EnablePCIeGen3", 0), NvParm("MemoryPoolSize", 0), NvParm("KMallocHeapMaxSize", 0),
+    NvParm("VMallocHeapMaxSize", 0), NvParm("IgnoreMMIOCheck", 0),
+    NvParm("TCEBypassMode", 0, gone=570),  # NV_TCE_BYPASS_MODE_DEFAULT; in every tag to 565.77, none from 570.86.15
+    NvParm("EnableStreamMemOPs", 0), NvParm("EnableUserNUMAManagement", 1), NvParm("NvLinkDisable", 0),
+    NvParm("RmProfilingAdminOnly", 1), NvParm("PreserveVideoMemoryAllocations", 0),
+    NvParm("UseKernelSuspendNotifiers", 0, first=595), NvParm("EnableS0ixPowerManagement", 0),
+    NvParm("S0ixPowerManagementVideoMemoryThreshold", 256), NvParm("DynamicPowerManagement", 3),
+    NvParm("DynamicPowerManagementVideoMemoryThreshold", 200),
+    NvParm("TegraGpuPgMask", 0, first=590, gone=595), NvParm("TegraGpuPgMask", 4294967295, first=595),  # 0, then ~0
+    NvParm("RegisterPCIDriver", 1), NvParm("EnablePCIERelaxedOrderingMode", 0), NvParm("EnableResizableBar", 0),
+    NvParm("EnableGpuFirmware", 18), NvParm("EnableGpuFirmwareLogs", 2),
+    NvParm("RmNvlinkBandwidthLinkCount", 0, first=565), NvParm("EnableDbgBreakpoint", 0),
+    NvParm("OpenRmEnableUnsupportedGpus", 1), NvParm("DmaRemapPeerMmio", 1),
+    NvParm("ImexChannelCount", IMEX_CHANNEL_COUNT, first=550), NvParm("CreateImexChannel0", 0, first=555),
+    NvParm("GrdmaPciTopoCheckOverride", 0, first=570),
+    NvParm("EnableSystemMemoryPools", 0x211, first=590),  # NV_ENABLE_SYSTEM_MEMORY_POOLS_DEFAULT
+)
+"""Every numeric parameter of nv_parms from 535 to 595 with its NV_DEFINE_REG_ENTRY default. Where the fake's node
+differs from the default (``OpenRmEnableUnsupportedGpus`` before 545, ``CreateImexChannel0`` on NVL72 racks), the
+renderer says so."""
+
+
+def nv_parms(branch: int, overrides: dict[str, int]) -> list[tuple[str, int]]:
+    """The numeric lines of /proc/driver/nvidia/params for ``branch``: nv_parms' entries of that branch, in its
+    order, at their defaults but for ``overrides``."""
+    return [(p.name, overrides.get(p.name, p.default)) for p in NV_PARMS if p.first <= branch < p.gone]
+
+
 def openrm_unsupported_gpus_default(branch: int) -> int:
     """``OpenRmEnableUnsupportedGpus`` as ``/proc/driver/nvidia/params`` shows it when nothing overrides it."""
     return int(branch > OPENRM_OPT_IN_LAST_BRANCH)
@@ -103,25 +149,14 @@ def nvidia_static_section(system: System, node: Node) -> Section:
     sec.file(f"{PROC}/version",
              f"NVRM version: NVIDIA UNIX {machine} {kind}  {version}  Release Build  (fakehw)\n"
              f"GCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n")
-    params = [("ResmanDebugLevel", 4294967295), ("RmLogonRC", 1), ("ModifyDeviceFiles", 1),
-              ("DeviceFileUID", 0), ("DeviceFileGID", 0), ("DeviceFileMode", 438),
-              ("InitializeSystemMemoryAllocations", 1),
-              ("UsePageAttributeTable", 4294967295), ("EnableMSI", 1), ("EnablePCIeGen3", 0), ("MemoryPoolSize", 0),
-              ("KMallocHeapMaxSize", 0), ("VMallocHeapMaxSize", 0), ("IgnoreMMIOCheck", 0),
-              ("TCEBypassMode", 0), ("EnableStreamMemOPs", 0), ("EnableUserNUMAManagement", 1),
-              ("NvLinkDisable", 0), ("RmProfilingAdminOnly", 1), ("PreserveVideoMemoryAllocations", 0),
-              ("EnableS0ixPowerManagement", 0), ("S0ixPowerManagementVideoMemoryThreshold", 256),
-              ("DynamicPowerManagement", 3), ("DynamicPowerManagementVideoMemoryThreshold", 200),
-              ("RegisterPCIDriver", 1), ("EnablePCIERelaxedOrderingMode", 0), ("EnableResizableBar", 0),
-              ("EnableGpuFirmware", 18), ("EnableGpuFirmwareLogs", 2), ("EnableDbgBreakpoint", 0),
-              ("OpenRmEnableUnsupportedGpus", openrm_unsupported_gpus_default(system.driver.branch)),
-              ("DmaRemapPeerMmio", 1), ("RegistryDwords", '""'),
-              ("RegistryDwordsPerDevice", '""'), ("RmMsg", '""'), ("GpuBlacklist", '""'),
-              ("TemporaryFilePath", '""'), ("ExcludedGpus", '""')]
     imex = has_imex(system, node)
     channel0 = imex and system.domain_of(node) is not None
-    if imex:
-        params += [("ImexChannelCount", IMEX_CHANNEL_COUNT), ("CreateImexChannel0", int(channel0))]
+    branch = system.driver.branch
+    overrides = {"OpenRmEnableUnsupportedGpus": openrm_unsupported_gpus_default(branch),
+                 "CreateImexChannel0": int(channel0)}
+    params: list[tuple[str, int | str]] = [*nv_parms(branch, overrides)]
+    params += [(name, '""') for name in ("RegistryDwords", "RegistryDwordsPerDevice", "RmMsg", "GpuBlacklist",
+                                         "TemporaryFilePath", "ExcludedGpus")]
     sec.file(f"{PROC}/params", "".join(f"{k}: {v}\n" for k, v in params))
     sec.file(f"{PROC}/registry", "Binary: \"\"\n")
     sec.dir(f"{PROC}/warnings")

@@ -41,6 +41,10 @@ DMA_MASK_BITS = {"gpu": 52, "nic": 64, "nvswitch": 64}
 DMA width, 64 on LR10/LS10 (open-gpu-kernel-modules, nvswitch_os_set_dma_mask), the GPU what the NVIDIA driver sets
 (its /proc information's ``DMA Size``). cxl_pci sets none (drivers/cxl/pci.c, cxl_pci_probe: the mailbox is MMIO,
 the device does no DMA for the driver), so CXL memory devices keep the core's 32 like the bridges."""
+WC_MMAP_ARCHES = ("amd64", "arm64")
+"""Where ``arch_can_pci_mmap_wc()`` is true, so a prefetchable BAR also gets ``resourceN_wc`` (drivers/pci/pci-sysfs.c):
+x86 with PAT (arch/x86/include/asm/pci.h; the fake's x86 CPUs have ``pat``) and arm64 (1, arch/arm64/include/asm/pci.h).
+RISC-V's asm/pci.h does not define it, so include/linux/pci.h's fallback, 0, applies there."""
 CXL_KINDS = ("cxl-root-port", "cxl-switch-upstream", "cxl-switch-downstream", "cxl-memdev")
 MSI_IRQ_BASE = 24
 """Where MSI irqs are numbered from: above the 24 GSIs of the first I/O APIC (x86 hands out MSI irqs past gsi_top);
@@ -97,7 +101,7 @@ def function_files(sec: Section, fn: PciFunction, node: Node, irq: int = 0) -> N
             sec.sparse(f"{d}/rom", bar.size)
         else:
             sec.sparse(f"{d}/resource{bar.index}", bar.size)
-            if bar.prefetchable:
+            if bar.prefetchable and node.cpu.arch in WC_MMAP_ARCHES:
                 sec.sparse(f"{d}/resource{bar.index}_wc", bar.size)
     sriov = fn.caps.sriov
     if sriov is not None:

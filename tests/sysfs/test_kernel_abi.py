@@ -2405,3 +2405,181 @@ def test_every_gpu_the_driver_attaches_has_its_mig_capability_directory(rendered
     assert sorted(d.name for d in caps.glob("gpu*")) == sorted(f"gpu{m}" for m in minors)
     for m in minors:
         assert (caps / f"gpu{m}/mig").is_dir(), (profile, m)
+
+
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_a_switch_decoders_target_list_has_one_port_per_interleave_way(rendered: Rendered, profile: str) -> None:
+    """drivers/cxl/core/port.c emit_target_list (``target_list`` of a switch or host bridge decoder) prints the port
+    ids of ``target[0]`` .. ``target[interleave_ways - 1]``, stopping at the first way with no dport, so the list never
+    has more entries than ``interleave_ways``; a committed decoder has a dport for every way (region.c
+    cxl_port_setup_targets fills ``cxlsd->target[]`` for each of the decoder's ways before hdm.c commits it, and the
+    CXL HDM decoder's Target List register holds one Target Port Identifier per interleave way, CXL 3.1 8.2.4.20.11),
+    so its list has exactly ``interleave_ways`` entries. cxl-pool's pooled regions pass their host bridge through
+    one decoder each with a single target (the root port the pool hangs off): 1 way. An idle decoder is 1 way (hdm.c
+    init_hdm_decoder reads the Control register's IW field, 0 = 1 way at reset, and the target map only for
+    i < interleave_ways; ndctl's cxl_test mock sets interleave_ways 1 in default_mock_decoder), so it lists one port
+    at most, never every dport of its port."""
+    for _, _, root in rendered(profile):
+        committed = 0
+        for link in sorted((root / CXL_DEVICES).glob("decoder*.*")):
+            if _read(link / "devtype") != "cxl_decoder_switch":
+                continue
+            ways = int(_read(link / "interleave_ways"))
+            listed = [t for t in _read(link / "target_list").split(",") if t]
+            assert len(listed) <= ways, (profile, link.name, ways, listed)
+            if int(_read(link / "size"), 16) > 0:
+                committed += 1
+                assert len(listed) == ways, (profile, link.name, ways, listed)
+        assert committed >= 2, profile
+
+
+def _possible_cpus(root: Path) -> int:
+    """How many CPUs ``/sys/devices/system/cpu/possible`` lists."""
+    count = 0
+    for part in _read(root / "sys/devices/system/cpu/possible").split(","):
+        first, _, last = part.partition("-")
+        count += int(last or first) - int(first) + 1
+    return count
+
+
+PAGEVEC_SIZE = 31
+"""include/linux/pagevec.h: the folios one folio_batch holds (31 since 6.5, 15 before; the larger bound is used)."""
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_page_cache_is_on_the_lru_lists_of_a_machine_at_rest(rendered: Rendered, profile: str) -> None:
+    """Every folio added to the page cache goes onto an LRU list (mm/filemap.c filemap_add_folio calls folio_add_lru;
+    shmem's are swap-backed, on the anon lists, and a locked one on the unevictable list), and the swap cache's are
+    anon pages on the anon lists. Between the two a folio waits only in its CPU's ``lru_add`` batch (mm/swap.c
+    folio_add_lru: the batch is moved onto the lists when it is full or at once for a large folio), so on a machine
+    at rest, where nothing isolates folios (no reclaim, compaction or migration: the fake runs nothing, its
+    ``Dirty`` and ``Writeback`` are 0), the page cache (``FilePages``, NR_FILE_PAGES) exceeds the file LRU lists plus
+    ``Shmem``, ``SwapCached`` and ``Unevictable`` by at most PAGEVEC_SIZE order-0 folios per possible CPU. The other
+    direction is test_meminfo_counters_fit_inside_each_other's. (The development machine's own node0, kernel 6.18,
+    showed 36 kB between the two on 2026-11-27: 9 pages in flight.)"""
+    for _, _, root in rendered(profile):
+        machine = _meminfo_kb(root / "proc/meminfo")
+        in_flight_kb = _possible_cpus(root) * PAGEVEC_SIZE * _page_kb(root)
+        for f in sorted((root / NODES).glob("node[0-9]*/meminfo")):
+            m = _meminfo_kb(f)
+            on_lists = (m["Active(file)"] + m["Inactive(file)"] + m["Shmem"] + m["Unevictable"]
+                        + machine["SwapCached"])
+            assert m["FilePages"] - on_lists <= in_flight_kb, (profile, f.parent.name, m["FilePages"], on_lists)
+        cache = machine["Cached"] + machine["Buffers"] + machine["SwapCached"]
+        on_lists = machine["Active(file)"] + machine["Inactive(file)"] + machine["Shmem"] + machine["Unevictable"]
+        assert cache - on_lists <= in_flight_kb, (profile, cache, on_lists)
+
+
+ARCH_CAN_PCI_MMAP_WC = {"dgx-h100": True, "gh200": True, "riscv-nvlink-fusion": False}
+"""``arch_can_pci_mmap_wc()`` of each profile's architecture: x86 ``pat_enabled()`` (arch/x86/include/asm/pci.h;
+dgx-h100's CPUs have ``pat`` in /proc/cpuinfo), arm64 1 (arch/arm64/include/asm/pci.h), and RISC-V, whose
+asm/pci.h (through 6.18) does not define it, include/linux/pci.h's fallback 0."""
+
+
+@pytest.mark.parametrize("profile", sorted(ARCH_CAN_PCI_MMAP_WC))
+def test_only_prefetchable_bars_have_a_write_combining_resource_file(rendered: Rendered, profile: str) -> None:
+    """drivers/pci/pci-sysfs.c (pci_create_resource_files): each BAR with a size gets ``resourceN``; a BAR whose
+    resource has IORESOURCE_PREFETCH (0x2000 in the flags column of ``resource``, which lspci and libpciaccess read)
+    also gets ``resourceN_wc``, its write-combining mapping, when the architecture can map one
+    (``arch_can_pci_mmap_wc()``). A non-prefetchable BAR never has one."""
+    (_, _, root), *_ = rendered(profile)
+    functions = sorted((root / "sys/bus/pci/devices").iterdir())
+    prefetchable_seen = 0
+    for link in functions:
+        fn = link.resolve()
+        for n, line in enumerate((fn / "resource").read_text().splitlines()[:6]):
+            start, end, flags = (int(x, 16) for x in line.split())
+            if end <= start:
+                continue
+            prefetchable = bool(flags & 0x2000)
+            prefetchable_seen += prefetchable
+            assert (fn / f"resource{n}").exists(), (profile, link.name, n)
+            assert (fn / f"resource{n}_wc").exists() == (prefetchable and ARCH_CAN_PCI_MMAP_WC[profile]), (
+                profile, link.name, n, hex(flags))
+    assert prefetchable_seen >= 4, profile
+
+
+TCE_BYPASS_MODE = {535: "0", 550: "0", 560: "0", 570: None, 580: None, 595: None}
+"""``TCEBypassMode`` in /proc/driver/nvidia/params per branch (NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/
+nv-reg.h): every tag from 530.30.02 to 565.77 (89 tags) defines NV_DEFINE_REG_ENTRY(__NV_TCE_BYPASS_MODE,
+NV_TCE_BYPASS_MODE_DEFAULT), the default being 0 ("system default TCE mode"), and lists it in nv_parms; from 570.86.15
+to 595.45.04 (57 tags) the option and its nv_parms entry are gone, so nv-procfs.c, which prints nv_parms, has no such
+line. None: no line. (fakehw knows no branch between 560 and 570, nor does the repository have a tag there.)"""
+
+
+@pytest.mark.parametrize("branch", sorted(TCE_BYPASS_MODE))
+def test_nvidia_params_show_tce_bypass_mode_only_on_branches_that_have_it(branch: int) -> None:
+    system = load_profile("dgx-h100")
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=f"{branch}.104.05"))
+    entry = nvidia_static_section(system, system.nodes[0]).entries["proc/driver/nvidia/params"]
+    assert isinstance(entry, File)
+    assert _params(entry.data.decode()).get("TCEBypassMode") == TCE_BYPASS_MODE[branch]
+
+
+_NV_PARMS_535 = ["ResmanDebugLevel", "RmLogonRC", "ModifyDeviceFiles", "DeviceFileUID", "DeviceFileGID",
+                 "DeviceFileMode", "InitializeSystemMemoryAllocations", "UsePageAttributeTable", "EnableMSI",
+                 "EnablePCIeGen3", "MemoryPoolSize", "KMallocHeapMaxSize", "VMallocHeapMaxSize", "IgnoreMMIOCheck",
+                 "TCEBypassMode", "EnableStreamMemOPs", "EnableUserNUMAManagement", "NvLinkDisable",
+                 "RmProfilingAdminOnly", "PreserveVideoMemoryAllocations", "EnableS0ixPowerManagement",
+                 "S0ixPowerManagementVideoMemoryThreshold", "DynamicPowerManagement",
+                 "DynamicPowerManagementVideoMemoryThreshold", "RegisterPCIDriver", "EnablePCIERelaxedOrderingMode",
+                 "EnableResizableBar", "EnableGpuFirmware", "EnableGpuFirmwareLogs", "EnableDbgBreakpoint",
+                 "OpenRmEnableUnsupportedGpus", "DmaRemapPeerMmio"]
+_NV_PARMS_570 = ["ResmanDebugLevel", "RmLogonRC", "ModifyDeviceFiles", "DeviceFileUID", "DeviceFileGID",
+                 "DeviceFileMode", "InitializeSystemMemoryAllocations", "UsePageAttributeTable", "EnableMSI",
+                 "EnablePCIeGen3", "MemoryPoolSize", "KMallocHeapMaxSize", "VMallocHeapMaxSize", "IgnoreMMIOCheck",
+                 "EnableStreamMemOPs", "EnableUserNUMAManagement", "NvLinkDisable", "RmProfilingAdminOnly",
+                 "PreserveVideoMemoryAllocations", "EnableS0ixPowerManagement",
+                 "S0ixPowerManagementVideoMemoryThreshold", "DynamicPowerManagement",
+                 "DynamicPowerManagementVideoMemoryThreshold", "RegisterPCIDriver", "EnablePCIERelaxedOrderingMode",
+                 "EnableResizableBar", "EnableGpuFirmware", "EnableGpuFirmwareLogs", "RmNvlinkBandwidthLinkCount",
+                 "EnableDbgBreakpoint", "OpenRmEnableUnsupportedGpus", "DmaRemapPeerMmio", "ImexChannelCount",
+                 "CreateImexChannel0", "GrdmaPciTopoCheckOverride"]
+_NV_PARMS_595 = ["ResmanDebugLevel", "RmLogonRC", "ModifyDeviceFiles", "DeviceFileUID", "DeviceFileGID",
+                 "DeviceFileMode", "InitializeSystemMemoryAllocations", "UsePageAttributeTable", "EnableMSI",
+                 "EnablePCIeGen3", "MemoryPoolSize", "KMallocHeapMaxSize", "VMallocHeapMaxSize", "IgnoreMMIOCheck",
+                 "EnableStreamMemOPs", "EnableUserNUMAManagement", "NvLinkDisable", "RmProfilingAdminOnly",
+                 "PreserveVideoMemoryAllocations", "UseKernelSuspendNotifiers", "EnableS0ixPowerManagement",
+                 "S0ixPowerManagementVideoMemoryThreshold", "DynamicPowerManagement",
+                 "DynamicPowerManagementVideoMemoryThreshold", "TegraGpuPgMask", "RegisterPCIDriver",
+                 "EnablePCIERelaxedOrderingMode", "EnableResizableBar", "EnableGpuFirmware", "EnableGpuFirmwareLogs",
+                 "RmNvlinkBandwidthLinkCount", "EnableDbgBreakpoint", "OpenRmEnableUnsupportedGpus", "DmaRemapPeerMmio",
+                 "ImexChannelCount", "CreateImexChannel0", "GrdmaPciTopoCheckOverride", "EnableSystemMemoryPools"]
+NV_PARMS_BY_BRANCH = {
+    535: _NV_PARMS_535,
+    550: [*_NV_PARMS_535, "ImexChannelCount"],
+    555: [*_NV_PARMS_535, "ImexChannelCount", "CreateImexChannel0"],
+    560: [*_NV_PARMS_535, "ImexChannelCount", "CreateImexChannel0"],
+    570: _NV_PARMS_570, 575: _NV_PARMS_570, 580: _NV_PARMS_570,
+    590: [n for n in _NV_PARMS_595 if n != "UseKernelSuspendNotifiers"],
+    595: _NV_PARMS_595,
+}
+"""The numeric entries of nv_parms (NVIDIA/open-gpu-kernel-modules kernel-open/nvidia/nv-reg.h; the entry of
+__NV_RM_PROFILING_ADMIN_ONLY prints as ``RmProfilingAdminOnly``), in order, of the newest tag of each branch fakehw
+knows and the repository has: 535.288.01, 550.163.01, 555.58.02, 560.35.03, 570.211.01, 575.64.05, 580.142,
+590.48.01, 595.45.04 (read from each tag, 2026-11-27)."""
+NV_PARMS_NEW_DEFAULTS = {590: {"RmNvlinkBandwidthLinkCount": "0", "GrdmaPciTopoCheckOverride": "0",
+                               "TegraGpuPgMask": "0", "EnableSystemMemoryPools": "529"},
+                         595: {"RmNvlinkBandwidthLinkCount": "0", "GrdmaPciTopoCheckOverride": "0",
+                               "TegraGpuPgMask": "4294967295", "EnableSystemMemoryPools": "529",
+                               "UseKernelSuspendNotifiers": "0", "ImexChannelCount": "2048",
+                               "CreateImexChannel0": "0"}}
+"""NV_DEFINE_REG_ENTRY(_GLOBAL) defaults of the entries the older branches lack (nv-reg.h of 590.48.01 and 595.45.04):
+NV_ENABLE_SYSTEM_MEMORY_POOLS_DEFAULT is 0x00000211; __NV_TEGRA_GPU_PG_MASK is 0 in 590 and ~0 in 595;
+NV_REG_GRDMA_PCI_TOPO_CHECK_OVERRIDE_DEFAULT 0; CreateImexChannel0 0 (a node outside an NVLink rack sets nothing)."""
+
+
+@pytest.mark.parametrize("branch", sorted(NV_PARMS_BY_BRANCH))
+def test_nvidia_params_print_the_branchs_nv_parms_in_order(branch: int) -> None:
+    """kernel-open/nvidia/nv-procfs.c (nv_procfs_read_params) prints every entry of nv_parms in table order as
+    ``Name: %u``, then the string parameters quoted; so the numeric lines of a node of branch N are exactly that
+    branch's nv_parms (a dgx-h100 node, outside any NVLink rack)."""
+    system = load_profile("dgx-h100")
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=f"{branch}.104.05"))
+    entry = nvidia_static_section(system, system.nodes[0]).entries["proc/driver/nvidia/params"]
+    assert isinstance(entry, File)
+    params = _params(entry.data.decode())
+    numeric = [k for k, v in params.items() if not v.startswith('"')]
+    assert numeric == NV_PARMS_BY_BRANCH[branch]
+    for name, value in NV_PARMS_NEW_DEFAULTS.get(branch, {}).items():
+        assert params[name] == value, (branch, name)
