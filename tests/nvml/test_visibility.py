@@ -90,3 +90,19 @@ def test_the_nearest_gpus_are_handed_out_as_visible_devices(node_snapshot: Calla
             "print(json.dumps([pynvml.nvmlDeviceGetUUID(x) for x in pynvml.nvmlDeviceGetTopologyNearestGpus(h, 40)]))"
             "\n")
     assert run_python(code, snap.path, FAKEHW_VISIBLE_DEVICES="1,2") == [snap.node.gpus[2].uuid]
+
+
+def test_a_bus_id_in_the_kernels_lower_case_spelling_selects_its_gpu(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """docs/nvml.md lets FAKEHW_VISIBLE_DEVICES name a GPU by its bus id; a bus id copied from the kernel's view of the
+    node is lower case: the kernel names a PCI function "%04x:%02x:%02x.%d" (drivers/pci/probe.c, pci_setup_device;
+    `ls /sys/bus/pci/devices`, `lspci -D`), while NVML prints "%08X:%02X:%02X.%X" (nvml.h's busId, "0000:1B:00.0"
+    style in nvidia-smi). Hex digits are the same number in either case, so the kernel's spelling of two GPUs'
+    addresses selects those two GPUs, as their NVML spelling does. (The two are the first whose bus number has a hex
+    letter: the test checks their spellings differ, else it would prove nothing.)"""
+    snap = node_snapshot("dgx-h100")
+    g = snap.node.gpus
+    chosen = [x for x in g if str(x.address) != x.address.nvml_bus_id_legacy][:2]
+    assert len(chosen) == 2, [str(x.address) for x in g]
+    spec = ",".join(str(x.address) for x in chosen)
+    assert spec == spec.lower() and spec != spec.upper()
+    assert visible(snap, FAKEHW_VISIBLE_DEVICES=spec) == [[i, x.minor, x.uuid] for i, x in enumerate(chosen)]
