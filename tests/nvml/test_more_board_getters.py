@@ -1197,3 +1197,27 @@ def test_a_mig_devices_memory_is_its_gpu_instance_profiles(nvml: Nvml, pynvml_mo
         assert v1.total == v2.total < n.nvmlDeviceGetMemoryInfo(parent).total
         assert (v1.used, v1.free) == (v2.used + v2.reserved, v2.free)
         assert v2.reserved > 0
+
+
+# --------------------------------------------------------------------------------------------------- eighth C round
+
+
+def test_a_board_without_a_serial_is_not_found_by_an_empty_one(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetSerial: a serial exists "For all products with an inforom", NOT_SUPPORTED "if the device
+    does not support this feature"; nvmlDeviceGetHandleBySerial: the serial "corresponds to the value printed
+    directly on the board, and to the value returned by nvmlDeviceGetSerial()", NOT_FOUND "if serial does not match
+    a valid device on the system". A board whose record has no serial (a product without an inforom) therefore
+    answers NOT_SUPPORTED for its serial and has none to match: an empty serial finds no device, while the other
+    boards are still found by theirs."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    gpus = (replace(snap.snapshot.gpus[0], serial=""), *snap.snapshot.gpus[1:])
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=gpus).to_bytes(), changed=True)
+    hs = handles(n)
+    assert error_of(partial(n.nvmlDeviceGetSerial, hs[0])) == n.NVML_ERROR_NOT_SUPPORTED
+    lib = library()
+    lib.nvmlDeviceGetHandleBySerial.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    found = ctypes.c_void_p()
+    assert lib.nvmlDeviceGetHandleBySerial(b"", ctypes.byref(found)) == n.NVML_ERROR_NOT_FOUND
+    serial = n.nvmlDeviceGetSerial(hs[1])
+    assert addr(n.nvmlDeviceGetHandleBySerial(serial)) == addr(hs[1])
