@@ -1221,3 +1221,30 @@ def test_a_board_without_a_serial_is_not_found_by_an_empty_one(nvml: Nvml, pynvm
     assert lib.nvmlDeviceGetHandleBySerial(b"", ctypes.byref(found)) == n.NVML_ERROR_NOT_FOUND
     serial = n.nvmlDeviceGetSerial(hs[1])
     assert addr(n.nvmlDeviceGetHandleBySerial(serial)) == addr(hs[1])
+
+
+def test_a_serial_two_gpus_of_one_board_share_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetHandleBySerial: "Since more than one GPU can exist on a single board ... For dual GPU
+    boards this function will return NVML_ERROR_INVALID_ARGUMENT" (INVALID_ARGUMENT "if ... more than one device has
+    the same serial"). The real GB200 capture (qx-gb200.xml) is such a board: its four GPUs print two board serials,
+    each twice. A snapshot whose first two GPUs share a serial the same way answers INVALID_ARGUMENT for it (not
+    the first of the two), and a GPU whose serial is its own is still found."""
+    d = capture_dir()
+    if d is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    serials = [gpu.findtext("serial") for gpu in ET.parse(d / "qx-gb200.xml").getroot().iter("gpu")]
+    assert len(serials) == 4 and serials[0] == serials[1] != serials[2] == serials[3], serials
+    n = pynvml_module
+    snap = nvml("gb200-nvl72")
+    first = snap.snapshot.gpus[0]
+    gpus = (first, replace(snap.snapshot.gpus[1], serial=first.serial), *snap.snapshot.gpus[2:])
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=gpus).to_bytes(), changed=True)
+    hs = handles(n)
+    shared = n.nvmlDeviceGetSerial(hs[0])
+    assert n.nvmlDeviceGetSerial(hs[1]) == shared
+    lib = library()
+    lib.nvmlDeviceGetHandleBySerial.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    found = ctypes.c_void_p()
+    raw = shared if isinstance(shared, bytes) else shared.encode()
+    assert lib.nvmlDeviceGetHandleBySerial(raw, ctypes.byref(found)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert addr(n.nvmlDeviceGetHandleBySerial(n.nvmlDeviceGetSerial(hs[2]))) == addr(hs[2])

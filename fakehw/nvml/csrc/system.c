@@ -298,8 +298,17 @@ nvmlReturn_t fhw_device_by_uuid(fhw_ctx_t *c, const char *uuid, nvmlDevice_t *de
 
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) { FHW_SYS_CALL(fhw_device_by_uuid(&C, uuid, device)); }
 
+/* nvml.h: INVALID_ARGUMENT "if ... more than one device has the same serial (dual GPU boards)": the two GPUs of a
+   GB200 compute board print one board serial (qx-gb200.xml), so neither is the device that serial names. */
 static nvmlReturn_t by_serial(fhw_ctx_t *c, const char *serial, nvmlDevice_t *device) {
     if (serial == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    const fhw_visible_t *vis = fhw_visible();
+    int matches = 0;
+    for (int d = 0; d < vis->count; d++) {
+        int slot = c->s->dev_slot[d];
+        if (slot >= 0 && match_serial(&c->s->gpus[slot], serial)) matches++;
+    }
+    if (matches > 1) return NVML_ERROR_INVALID_ARGUMENT;
     return find_device(c, match_serial, serial, device);
 }
 
