@@ -46,6 +46,7 @@ here against where the kernel defines it:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 import stat
@@ -59,6 +60,7 @@ import yaml
 
 import fakehw.model
 from fakehw.agent.cxl import CxlEngine, apply_fact
+from fakehw.agent.cxlcore import KernelError
 from fakehw.agent.cxlstate import CxlState
 from fakehw.agent.faults import CxlOffline, FallenOffBus
 from fakehw.agent.platform import PlatformView, boot_view, runtime_numa_memory
@@ -426,6 +428,31 @@ def test_a_new_pmem_regions_uuid_is_null_until_one_is_written(fast_tmp: Path) ->
     named = core.set_uuid(created, name, len(written) + 1, written)
     region = _render_cxl_state(engine, node, named, fast_tmp / "named") / CXL_DEVICES / name
     assert _read(region / "uuid") == written
+
+
+def test_a_pmem_region_assembled_at_boot_reads_the_null_uuid(fast_tmp: Path) -> None:
+    """drivers/cxl/core/region.c (read at gregkh/linux 53edb6a): a region whose decoders the firmware committed is
+    assembled by cxl_add_to_region -> construct_region, which creates it through __create_region ->
+    devm_cxl_add_region -> cxl_region_alloc (kzalloc: ``params.uuid`` all zero); __construct_region then sets only
+    its resource, interleave ways and granularity and CXL_CONFIG_INTERLEAVE_ACTIVE, and cxl_region_attach ->
+    cxl_region_attach_auto adds the targets and marks it CXL_CONFIG_COMMIT. None of these writes ``p->uuid``: in
+    region.c only uuid_store does (uuid_copy of a written UUID), and no code there reads one from the devices'
+    label storage. So uuid_show (``%pUb`` of ``p->uuid``) prints the null UUID for a pmem region assembled at boot,
+    and uuid_store cannot name it afterwards: it refuses any UUID while ``p->state >= CXL_CONFIG_ACTIVE`` (EBUSY)."""
+    system = _cxl_pool_with_a_pmem_region()
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    devices = fast_tmp / node.name / ROOT_DIR / CXL_DEVICES
+    pmem = [r for r in sorted(devices.glob("region[0-9]*")) if _read(r / "mode") == "pmem"]
+    assert [r.name for r in pmem] == ["region1"]
+    assert _read(pmem[0] / "commit") == "1"
+    assert _read(pmem[0] / "uuid") == "00000000-0000-0000-0000-000000000000"
+    engine = CxlEngine(system, [node.name])
+    booted = engine.settle(engine.boot(), node.name, frozenset())
+    written = "2f3b0c1e-5d6a-4f7e-9a8b-1c2d3e4f5a6b"
+    with pytest.raises(KernelError) as refused:
+        engine.core(node.name).set_uuid(booted, "region1", len(written) + 1, written)
+    assert refused.value.errno == errno.EBUSY
 
 
 def test_x86_nodes_have_2_mib_and_1_gib_huge_page_pools(rendered: Rendered) -> None:
