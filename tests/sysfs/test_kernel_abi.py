@@ -251,27 +251,46 @@ def test_a_cxl_devices_uevent_is_what_dev_uevent_and_the_cxl_bus_write(rendered:
     neither file (its DEVTYPE is its device type's name, ``cxl_memdev``); every other device's ``modalias`` is its
     uevent's MODALIAS (libcxl reads a port's and a region's to find the module to load)."""
     for _, _, root in rendered(profile):
-        seen = set()
-        for link in sorted((root / CXL_DEVICES).iterdir()):
-            dev = link.resolve()
-            memdev = re.fullmatch(r"mem\d+", link.name) is not None
-            assert (dev / "devtype").exists() != memdev and (dev / "modalias").exists() != memdev, link.name
-            devtype = "cxl_memdev" if memdev else (dev / "devtype").read_text().strip()
-            expected = []
-            if (dev / "dev").exists():
-                major, minor = (dev / "dev").read_text().strip().split(":")
-                assert (root / "dev/cxl" / link.name).exists(), link.name
-                expected += [f"MAJOR={major}", f"MINOR={minor}", f"DEVNAME=cxl/{link.name}"]
-            expected.append(f"DEVTYPE={devtype}")
-            if (dev / "driver").is_symlink():
-                expected.append(f"DRIVER={os.readlink(dev / 'driver').rsplit('/', 1)[-1]}")
-            device_id = 4 if link.name == "root0" else KERNEL_CXL_DEVICE_IDS[devtype]
-            expected.append(f"MODALIAS=cxl:t{device_id}")
-            assert (dev / "uevent").read_text().splitlines() == expected, (profile, link.name)
-            if not memdev:
-                assert (dev / "modalias").read_text() == f"cxl:t{device_id}\n", (profile, link.name)
-            seen.add(devtype)
+        seen = _check_cxl_uevents(root, profile)
         assert {"cxl_port", "cxl_memdev", "cxl_decoder_root"} <= seen, (profile, seen)
+
+
+def test_a_pmem_regions_cxl_devices_have_the_pmem_region_device_id(fast_tmp: Path) -> None:
+    """The same uevent and ``modalias`` rules as above on a tree with a committed pmem region, whose
+    ``pmem_regionN`` (drivers/cxl/core/region.c devm_cxl_add_pmem_region, device type ``cxl_pmem_region``) is the
+    one device of the bus the two profiles above do not have: its MODALIAS is ``cxl:t7`` (drivers/cxl/cxl.h
+    CXL_DEVICE_PMEM_REGION 7), the id drivers/cxl/pmem.c's ``cxl_pmem_region_driver`` binds by."""
+    system = _cxl_pool_with_a_pmem_region()
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    seen = _check_cxl_uevents(fast_tmp / node.name / ROOT_DIR, system.name)
+    assert {"cxl_region", "cxl_pmem_region"} <= seen, seen
+
+
+def _check_cxl_uevents(root: Path, label: str) -> set[str]:
+    """Hold every cxl bus device's ``uevent`` and ``modalias`` under ``root`` to the rules of the test above; the
+    device types seen."""
+    seen = set()
+    for link in sorted((root / CXL_DEVICES).iterdir()):
+        dev = link.resolve()
+        memdev = re.fullmatch(r"mem\d+", link.name) is not None
+        assert (dev / "devtype").exists() != memdev and (dev / "modalias").exists() != memdev, link.name
+        devtype = "cxl_memdev" if memdev else (dev / "devtype").read_text().strip()
+        expected = []
+        if (dev / "dev").exists():
+            major, minor = (dev / "dev").read_text().strip().split(":")
+            assert (root / "dev/cxl" / link.name).exists(), link.name
+            expected += [f"MAJOR={major}", f"MINOR={minor}", f"DEVNAME=cxl/{link.name}"]
+        expected.append(f"DEVTYPE={devtype}")
+        if (dev / "driver").is_symlink():
+            expected.append(f"DRIVER={os.readlink(dev / 'driver').rsplit('/', 1)[-1]}")
+        device_id = 4 if link.name == "root0" else KERNEL_CXL_DEVICE_IDS[devtype]
+        expected.append(f"MODALIAS=cxl:t{device_id}")
+        assert (dev / "uevent").read_text().splitlines() == expected, (label, link.name)
+        if not memdev:
+            assert (dev / "modalias").read_text() == f"cxl:t{device_id}\n", (label, link.name)
+        seen.add(devtype)
+    return seen
 
 
 EXTENT_LENGTH = 512 << 20
