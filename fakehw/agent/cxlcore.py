@@ -253,7 +253,9 @@ class CxlCore:
 
     def _construct(self, state: CxlState, window: str, name: str, mode: str, ways: int, granularity: int,
                    size: int, numa: int | None) -> CxlState:
-        """An auto-discovered region: its id (the model's name) taken, the window's HPA the firmware decoded."""
+        """An auto-discovered region: its id (the model's name) taken, the window's HPA the firmware decoded. A pmem
+        one has no uuid (the null UUID in sysfs): region.c construct_region never sets ``p->uuid``, which only
+        uuid_store writes, and no label supplies one."""
         w = self.window(window)
         rid = int(name.removeprefix("region"))
         ids = dict(state.root_ids)
@@ -262,8 +264,7 @@ class CxlCore:
                 ids[(n, win)] = -1
         state = replace(state, root_ids=ids)
         region = Region(self.node, name, w.name, ("",) * ways, granularity, "pmem" if mode == "pmem" else "ram",
-                        0, 0, (0,) * ways, numa if mode == "ram" else None, "boot",
-                        "" if mode == "ram" else str(uuid.uuid5(uuid.NAMESPACE_URL, f"fakehw/{self.node}/{name}")),
+                        0, 0, (0,) * ways, numa if mode == "ram" else None, "boot", "",
                         decoders=(-1,) * ways, state="idle", enabled=False, dax="", online=0)
         state = with_region(state, region)
         offset = self._free_hpa(state, w, size)

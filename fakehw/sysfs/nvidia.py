@@ -117,25 +117,20 @@ NV_PARMS = (
     NvParm("RegisterPCIDriver", 1), NvParm("EnablePCIERelaxedOrderingMode", 0), NvParm("EnableResizableBar", 0),
     NvParm("EnableGpuFirmware", 18), NvParm("EnableGpuFirmwareLogs", 2),
     NvParm("RmNvlinkBandwidthLinkCount", 0, first=565), NvParm("EnableDbgBreakpoint", 0),
-    NvParm("OpenRmEnableUnsupportedGpus", 1), NvParm("DmaRemapPeerMmio", 1),
+    NvParm("OpenRmEnableUnsupportedGpus", 0, gone=OPENRM_OPT_IN_LAST_BRANCH + 1),  # the opt-in's _DISABLE
+    NvParm("OpenRmEnableUnsupportedGpus", 1, first=OPENRM_OPT_IN_LAST_BRANCH + 1), NvParm("DmaRemapPeerMmio", 1),
     NvParm("ImexChannelCount", IMEX_CHANNEL_COUNT, first=550), NvParm("CreateImexChannel0", 0, first=555),
     NvParm("GrdmaPciTopoCheckOverride", 0, first=570),
     NvParm("EnableSystemMemoryPools", 0x211, first=590),  # NV_ENABLE_SYSTEM_MEMORY_POOLS_DEFAULT
 )
-"""Every numeric parameter of nv_parms from 535 to 595 with its NV_DEFINE_REG_ENTRY default. Where the fake's node
-differs from the default (``OpenRmEnableUnsupportedGpus`` before 545, ``CreateImexChannel0`` on NVL72 racks), the
-renderer says so."""
+"""Every numeric parameter of nv_parms from 535 to 595 with its NV_DEFINE_REG_ENTRY default in each branch. Where
+the fake's node differs from the default (``CreateImexChannel0`` on NVL72 racks), the renderer overrides it."""
 
 
 def nv_parms(branch: int, overrides: dict[str, int]) -> list[tuple[str, int]]:
     """The numeric lines of /proc/driver/nvidia/params for ``branch``: nv_parms' entries of that branch, in its
     order, at their defaults but for ``overrides``."""
     return [(p.name, overrides.get(p.name, p.default)) for p in NV_PARMS if p.first <= branch < p.gone]
-
-
-def openrm_unsupported_gpus_default(branch: int) -> int:
-    """``OpenRmEnableUnsupportedGpus`` as ``/proc/driver/nvidia/params`` shows it when nothing overrides it."""
-    return int(branch > OPENRM_OPT_IN_LAST_BRANCH)
 
 
 def nvidia_static_section(system: System, node: Node) -> Section:
@@ -152,8 +147,7 @@ def nvidia_static_section(system: System, node: Node) -> Section:
     imex = has_imex(system, node)
     channel0 = imex and system.domain_of(node) is not None
     branch = system.driver.branch
-    overrides = {"OpenRmEnableUnsupportedGpus": openrm_unsupported_gpus_default(branch),
-                 "CreateImexChannel0": int(channel0)}
+    overrides = {"CreateImexChannel0": 1} if channel0 else {}  # NVreg_CreateImexChannel0=1, as racks are set up
     params: list[tuple[str, int | str]] = [*nv_parms(branch, overrides)]
     params += [(name, '""') for name in ("RegistryDwords", "RegistryDwordsPerDevice", "RmMsg", "GpuBlacklist",
                                          "TemporaryFilePath", "ExcludedGpus")]

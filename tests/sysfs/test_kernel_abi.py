@@ -46,6 +46,7 @@ here against where the kernel defines it:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 import stat
@@ -59,6 +60,7 @@ import yaml
 
 import fakehw.model
 from fakehw.agent.cxl import CxlEngine, apply_fact
+from fakehw.agent.cxlcore import KernelError
 from fakehw.agent.cxlstate import CxlState
 from fakehw.agent.faults import CxlOffline, FallenOffBus
 from fakehw.agent.platform import PlatformView, boot_view, runtime_numa_memory
@@ -249,27 +251,46 @@ def test_a_cxl_devices_uevent_is_what_dev_uevent_and_the_cxl_bus_write(rendered:
     neither file (its DEVTYPE is its device type's name, ``cxl_memdev``); every other device's ``modalias`` is its
     uevent's MODALIAS (libcxl reads a port's and a region's to find the module to load)."""
     for _, _, root in rendered(profile):
-        seen = set()
-        for link in sorted((root / CXL_DEVICES).iterdir()):
-            dev = link.resolve()
-            memdev = re.fullmatch(r"mem\d+", link.name) is not None
-            assert (dev / "devtype").exists() != memdev and (dev / "modalias").exists() != memdev, link.name
-            devtype = "cxl_memdev" if memdev else (dev / "devtype").read_text().strip()
-            expected = []
-            if (dev / "dev").exists():
-                major, minor = (dev / "dev").read_text().strip().split(":")
-                assert (root / "dev/cxl" / link.name).exists(), link.name
-                expected += [f"MAJOR={major}", f"MINOR={minor}", f"DEVNAME=cxl/{link.name}"]
-            expected.append(f"DEVTYPE={devtype}")
-            if (dev / "driver").is_symlink():
-                expected.append(f"DRIVER={os.readlink(dev / 'driver').rsplit('/', 1)[-1]}")
-            device_id = 4 if link.name == "root0" else KERNEL_CXL_DEVICE_IDS[devtype]
-            expected.append(f"MODALIAS=cxl:t{device_id}")
-            assert (dev / "uevent").read_text().splitlines() == expected, (profile, link.name)
-            if not memdev:
-                assert (dev / "modalias").read_text() == f"cxl:t{device_id}\n", (profile, link.name)
-            seen.add(devtype)
+        seen = _check_cxl_uevents(root, profile)
         assert {"cxl_port", "cxl_memdev", "cxl_decoder_root"} <= seen, (profile, seen)
+
+
+def test_a_pmem_regions_cxl_devices_have_the_pmem_region_device_id(fast_tmp: Path) -> None:
+    """The same uevent and ``modalias`` rules as above on a tree with a committed pmem region, whose
+    ``pmem_regionN`` (drivers/cxl/core/region.c devm_cxl_add_pmem_region, device type ``cxl_pmem_region``) is the
+    one device of the bus the two profiles above do not have: its MODALIAS is ``cxl:t7`` (drivers/cxl/cxl.h
+    CXL_DEVICE_PMEM_REGION 7), the id drivers/cxl/pmem.c's ``cxl_pmem_region_driver`` binds by."""
+    system = _cxl_pool_with_a_pmem_region()
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    seen = _check_cxl_uevents(fast_tmp / node.name / ROOT_DIR, system.name)
+    assert {"cxl_region", "cxl_pmem_region"} <= seen, seen
+
+
+def _check_cxl_uevents(root: Path, label: str) -> set[str]:
+    """Hold every cxl bus device's ``uevent`` and ``modalias`` under ``root`` to the rules of the test above; the
+    device types seen."""
+    seen = set()
+    for link in sorted((root / CXL_DEVICES).iterdir()):
+        dev = link.resolve()
+        memdev = re.fullmatch(r"mem\d+", link.name) is not None
+        assert (dev / "devtype").exists() != memdev and (dev / "modalias").exists() != memdev, link.name
+        devtype = "cxl_memdev" if memdev else (dev / "devtype").read_text().strip()
+        expected = []
+        if (dev / "dev").exists():
+            major, minor = (dev / "dev").read_text().strip().split(":")
+            assert (root / "dev/cxl" / link.name).exists(), link.name
+            expected += [f"MAJOR={major}", f"MINOR={minor}", f"DEVNAME=cxl/{link.name}"]
+        expected.append(f"DEVTYPE={devtype}")
+        if (dev / "driver").is_symlink():
+            expected.append(f"DRIVER={os.readlink(dev / 'driver').rsplit('/', 1)[-1]}")
+        device_id = 4 if link.name == "root0" else KERNEL_CXL_DEVICE_IDS[devtype]
+        expected.append(f"MODALIAS=cxl:t{device_id}")
+        assert (dev / "uevent").read_text().splitlines() == expected, (label, link.name)
+        if not memdev:
+            assert (dev / "modalias").read_text() == f"cxl:t{device_id}\n", (label, link.name)
+        seen.add(devtype)
+    return seen
 
 
 EXTENT_LENGTH = 512 << 20
@@ -426,6 +447,31 @@ def test_a_new_pmem_regions_uuid_is_null_until_one_is_written(fast_tmp: Path) ->
     named = core.set_uuid(created, name, len(written) + 1, written)
     region = _render_cxl_state(engine, node, named, fast_tmp / "named") / CXL_DEVICES / name
     assert _read(region / "uuid") == written
+
+
+def test_a_pmem_region_assembled_at_boot_reads_the_null_uuid(fast_tmp: Path) -> None:
+    """drivers/cxl/core/region.c (read at gregkh/linux 53edb6a): a region whose decoders the firmware committed is
+    assembled by cxl_add_to_region -> construct_region, which creates it through __create_region ->
+    devm_cxl_add_region -> cxl_region_alloc (kzalloc: ``params.uuid`` all zero); __construct_region then sets only
+    its resource, interleave ways and granularity and CXL_CONFIG_INTERLEAVE_ACTIVE, and cxl_region_attach ->
+    cxl_region_attach_auto adds the targets and marks it CXL_CONFIG_COMMIT. None of these writes ``p->uuid``: in
+    region.c only uuid_store does (uuid_copy of a written UUID), and no code there reads one from the devices'
+    label storage. So uuid_show (``%pUb`` of ``p->uuid``) prints the null UUID for a pmem region assembled at boot,
+    and uuid_store cannot name it afterwards: it refuses any UUID while ``p->state >= CXL_CONFIG_ACTIVE`` (EBUSY)."""
+    system = _cxl_pool_with_a_pmem_region()
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    devices = fast_tmp / node.name / ROOT_DIR / CXL_DEVICES
+    pmem = [r for r in sorted(devices.glob("region[0-9]*")) if _read(r / "mode") == "pmem"]
+    assert [r.name for r in pmem] == ["region1"]
+    assert _read(pmem[0] / "commit") == "1"
+    assert _read(pmem[0] / "uuid") == "00000000-0000-0000-0000-000000000000"
+    engine = CxlEngine(system, [node.name])
+    booted = engine.settle(engine.boot(), node.name, frozenset())
+    written = "2f3b0c1e-5d6a-4f7e-9a8b-1c2d3e4f5a6b"
+    with pytest.raises(KernelError) as refused:
+        engine.core(node.name).set_uuid(booted, "region1", len(written) + 1, written)
+    assert refused.value.errno == errno.EBUSY
 
 
 def test_x86_nodes_have_2_mib_and_1_gib_huge_page_pools(rendered: Rendered) -> None:
