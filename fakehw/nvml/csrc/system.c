@@ -262,19 +262,22 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device
 
 typedef int (*gpu_match_fn)(const fhw_gpu_t *g, const void *arg);
 
-/* The first visible device whose GPU record matches; GPU_IS_LOST if it is lost, NOT_FOUND if none. */
-static nvmlReturn_t find_device(fhw_ctx_t *c, gpu_match_fn match, const void *arg, nvmlDevice_t *device) {
+/* The visible device whose GPU record matches: the first one, or with `unique` the only one (INVALID_ARGUMENT when
+   two match); GPU_IS_LOST if it is lost, NOT_FOUND if none. */
+static nvmlReturn_t find_device(fhw_ctx_t *c, gpu_match_fn match, const void *arg, int unique, nvmlDevice_t *device) {
     const fhw_visible_t *vis = fhw_visible();
+    int found = -1;
     for (int d = 0; d < vis->count; d++) {
         int slot = c->s->dev_slot[d];
-        if (slot < 0) continue;
-        const fhw_gpu_t *g = &c->s->gpus[slot];
-        if (!match(g, arg)) continue;
-        if (g->lost) return NVML_ERROR_GPU_IS_LOST;
-        *device = fhw_device_handle(d);
-        return NVML_SUCCESS;
+        if (slot < 0 || !match(&c->s->gpus[slot], arg)) continue;
+        if (found >= 0) return NVML_ERROR_INVALID_ARGUMENT;
+        found = d;
+        if (!unique) break;
     }
-    return NVML_ERROR_NOT_FOUND;
+    if (found < 0) return NVML_ERROR_NOT_FOUND;
+    if (c->s->gpus[c->s->dev_slot[found]].lost) return NVML_ERROR_GPU_IS_LOST;
+    *device = fhw_device_handle(found);
+    return NVML_SUCCESS;
 }
 
 static int match_uuid(const fhw_gpu_t *g, const void *arg) { return strcmp(g->uuid, (const char *)arg) == 0; }
@@ -284,7 +287,7 @@ static int match_serial(const fhw_gpu_t *g, const void *arg) {
 
 nvmlReturn_t fhw_device_by_uuid(fhw_ctx_t *c, const char *uuid, nvmlDevice_t *device) {
     if (uuid == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    nvmlReturn_t r = find_device(c, match_uuid, uuid, device);
+    nvmlReturn_t r = find_device(c, match_uuid, uuid, 0, device);
     if (r != NVML_ERROR_NOT_FOUND) return r;
     for (uint32_t i = 0; i < c->s->hdr->mig_count; i++) {
         int m = c->s->mig_handle[i];
@@ -302,14 +305,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
    GB200 compute board print one board serial (qx-gb200.xml), so neither is the device that serial names. */
 static nvmlReturn_t by_serial(fhw_ctx_t *c, const char *serial, nvmlDevice_t *device) {
     if (serial == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    const fhw_visible_t *vis = fhw_visible();
-    int matches = 0;
-    for (int d = 0; d < vis->count; d++) {
-        int slot = c->s->dev_slot[d];
-        if (slot >= 0 && match_serial(&c->s->gpus[slot], serial)) matches++;
-    }
-    if (matches > 1) return NVML_ERROR_INVALID_ARGUMENT;
-    return find_device(c, match_serial, serial, device);
+    return find_device(c, match_serial, serial, 1, device);
 }
 
 nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device) {
@@ -351,7 +347,7 @@ static nvmlReturn_t by_pci(fhw_ctx_t *c, const char *busId, nvmlDevice_t *device
     if (strnlen(busId, 64) >= 64) return NVML_ERROR_INVALID_ARGUMENT;
     fhw_pci_addr_t p;
     if (!fhw_parse_bus_id(busId, &p)) return NVML_ERROR_INVALID_ARGUMENT;
-    return find_device(c, match_pci, &p, device);
+    return find_device(c, match_pci, &p, 0, device);
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device) {
