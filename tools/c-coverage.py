@@ -85,23 +85,21 @@ def _pct(part: int, whole: int) -> str:
     return f"{part:>5} / {whole:<5} ({100.0 * part / whole if whole else 0.0:5.1f} %)"
 
 
-def area_tests() -> tuple[str, ...]:
-    """The per-mutant test files of the "nvml C getters" area, as tools/mutate.py lists them."""
+def mutate_tool() -> Any:
+    """tools/mutate.py, which names the "nvml C getters" area's test files and what a private copy leaves out."""
     spec = importlib.util.spec_from_file_location("fhw_mutate_tool", ROOT / "tools" / "mutate.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
-    return tuple(module.NVML_C_AREA.tests)
+    return module
 
 
-def make_copy(work: Path) -> Path:
-    """A private copy of the tree without the venv, caches and built libraries."""
+def make_copy(work: Path, not_copied: Sequence[str]) -> Path:
+    """A private copy of the tree as the mutation tool makes one, less the built shim (an instrumented one is
+    built in its place)."""
     dest = work / "tree"
-    shutil.copytree(ROOT, dest, symlinks=True,
-                    ignore=shutil.ignore_patterns(".venv", ".git", "out", ".mypy_cache", ".ruff_cache",
-                                                  ".pytest_cache", "__pycache__", ".hypothesis", "*.egg-info",
-                                                  "build", "_lib"))
+    shutil.copytree(ROOT, dest, symlinks=True, ignore=shutil.ignore_patterns(*not_copied, "_lib"))
     return dest
 
 
@@ -243,11 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--uncovered-lines", action="store_true", help="list the missed lines of called functions")
     parser.add_argument("--cc", default=os.environ.get("CC") or "cc", help="C compiler (default: $CC or cc)")
     args = parser.parse_args(argv)
-    tests = tuple(args.tests) or area_tests()
+    tool = mutate_tool()
+    tests = tuple(args.tests) or tuple(tool.NVML_C_AREA.tests)
     work = args.work or Path(tempfile.mkdtemp(prefix="c-coverage-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        copy = make_copy(work)
+        copy = make_copy(work, tool.NOT_COPIED)
         obj = build_instrumented(copy, args.cc)
         status = run_tests(copy, tests, ("-k", args.select) if args.select else ())
         funcs = gcov_functions(copy, obj)
