@@ -533,6 +533,7 @@ def _template(
     if not problems:
         _check_pcie_buses(spec, problems, path)
     cxl = _cxl(spec, set(ids), {n.id: n.kind for n in numa_specs}, problems, path)
+    _check_board_serials(spec.gpus, problems, path)
     order = sorted(spec.gpus, key=lambda g: g.bus)
     return _Template(
         key=key,
@@ -554,6 +555,35 @@ def _template(
         cxl=cxl,
         nic_numa=nic_numa,
     )
+
+
+def _check_board_serials(gpus: Sequence[s.GpuSpec], problems: Problems, path: Path) -> None:
+    """GPUs of one board print one serial (nvml.h: the serial is "printed directly on the board"), so two GPUs
+    naming the same board may not give it different serials."""
+    given: dict[str, tuple[str, str]] = {}
+    for i, g in enumerate(gpus):
+        if g.board is None or g.serial is None:
+            continue
+        first = given.setdefault(g.board, (g.serial, g.name))
+        if first[0] != g.serial:
+            problems.add((*path, "gpus", i, "serial"), f"GPU {g.name} gives board {g.board} serial {g.serial} but "
+                         f"{first[1]} gives it {first[0]}")
+
+
+def _board_serials(gpus: Sequence[s.GpuSpec], uuids: Sequence[str]) -> list[str]:
+    """Each GPU's serial (``gpus`` in NVML order, ``uuids`` theirs): the serial of its board.
+
+    GPUs that name one board share its serial, as the real GB200/GB300 captures' compute boards do (two GPUs each);
+    a GPU naming none is a board of its own. A board's serial is the one a GPU of it gives, else derived from the
+    UUID of its first GPU, so a board of one GPU keeps the serial it always had."""
+    def board(g: s.GpuSpec) -> tuple[str, str]:
+        return ("board", g.board) if g.board is not None else ("gpu", g.name)
+
+    given = {board(g): g.serial for g in gpus if g.serial is not None}
+    serial_of: dict[tuple[str, str], str] = {}
+    for g, uid in zip(gpus, uuids, strict=True):
+        serial_of.setdefault(board(g), given.get(board(g)) or str(1650000000000 + _stable_int(uid, digits=10)))
+    return [serial_of[board(g)] for g in gpus]
 
 
 def _fmt(path: Path) -> str:
@@ -1232,9 +1262,10 @@ def _node(
     nspec = tpl.spec
     c2c = {c.gpu: C2CLink(c.socket, c.bandwidth_gbs, c.links) for c in nspec.c2c}
     gpus = []
-    for i, g in enumerate(tpl.gpu_specs):
+    uuids = [g.uuid or f"GPU-{stable_uuid(spec.name, name, g.name)}" for g in tpl.gpu_specs]
+    serials = _board_serials(tpl.gpu_specs, uuids)
+    for i, (g, uid, serial) in enumerate(zip(tpl.gpu_specs, uuids, serials, strict=True)):
         gid = f"{name}/{g.name}"
-        uid = g.uuid or f"GPU-{stable_uuid(spec.name, name, g.name)}"
         mig = g.mig
         instances: list[MigInstance] = []
         sku = tpl.gpu_skus[g.name]
@@ -1252,7 +1283,7 @@ def _node(
                 parent=g.parent,
                 numa=tpl.gpu_numa[g.name],
                 uuid=uid,
-                serial=g.serial or str(1650000000000 + _stable_int(uid, digits=10)),
+                serial=serial,
                 ports=tuple(book.ports.get(gid, ())),
                 c2c=c2c.get(g.name),
                 mig_enabled=bool(mig and mig.enabled),

@@ -220,7 +220,11 @@ class GpuSpec(Spec):
         pattern=r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
         description="default: derived from system, node and GPU names",
     )
-    serial: str | None = Field(None, pattern=r"^[0-9]{1,29}$")
+    serial: str | None = Field(None, pattern=r"^[0-9]{1,29}$", description="the serial of the GPU's board "
+                               "(nvmlDeviceGetSerial); default: derived from the UUID of the board's first GPU")
+    board: Name | None = Field(None, description="the board the GPU sits on, named within its node: GPUs naming one "
+                               "board print its serial, as the two GPUs of a GB200/GB300 compute board do; "
+                               "default: a board of its own")
     module_id: int | None = Field(None, ge=1, le=255, description="the GPU's position on its baseboard "
                                                                   "(nvmlDeviceGetModuleId); default: index + 1")
     mig: MigSpec | None = None

@@ -80,9 +80,9 @@ def test_every_cpu_in_exactly_one_numa_node_and_affinity_matches(system: System)
         assert sorted(seen) == list(range(node.cpu.logical_cpus))
         topo = system.topology.nodes[node.name]
         for i, gpu in enumerate(node.gpus):
-            numa = node.numa_node(gpu.numa)
-            assert numa is not None and numa.has_cpu
-            assert topo.cpu_affinity[i] == numa.cpus
+            gpu_node = node.numa_node(gpu.numa)
+            assert gpu_node is not None and gpu_node.has_cpu
+            assert topo.cpu_affinity[i] == gpu_node.cpus
             assert topo.numa_affinity[i] == gpu.numa
             assert topo.gpu_numa_id[i] == gpu.hbm_numa
 
@@ -117,7 +117,7 @@ def test_dgx_h100_matches_reference() -> None:
     assert [g.sku.name for g in node.gpus] == ["NVIDIA H100 80GB HBM3"] * 8
     assert all(topo.nvlinks[a][b] == 18 for a in range(8) for b in range(8) if a != b)
     assert topo.numa_affinity == (0, 0, 0, 0, 1, 1, 1, 1)
-    per_switch = defaultdict(int)
+    per_switch: defaultdict[str, int] = defaultdict(int)
     for p in node.gpus[0].ports:
         per_switch[p.remote_id.split("/")[1]] += 1
     assert dict(per_switch) == {"nvsw0": 5, "nvsw1": 4, "nvsw2": 4, "nvsw3": 5}
@@ -176,6 +176,24 @@ def test_gb200_nvl72_is_one_domain_of_72_gpus() -> None:
     assert len(tray3.numa) == 34 and [n.id for n in tray3.numa if n.kind == "hbm"] == [2, 10, 18, 26]
     assert [g.hbm_numa for g in tray3.gpus] == [2, 10, 18, 26]
     assert topo.cpu_affinity[0] == tuple(range(72)) and topo.cpu_affinity[3] == tuple(range(72, 144))
+
+
+@pytest.mark.parametrize(("profile", "board"), [("gb200-nvl72", "gb200"), ("gb300-nvl72", "gb300")])
+def test_a_compute_board_s_two_gpus_share_its_serial(profile: str, board: str) -> None:
+    """The real GB200 and GB300 captures (qx-gb200.xml, qx-gb300.xml): of a tray's four GPUs, those with module ids 1
+    and 2 print one board serial and those with 3 and 4 another (a compute board carries two GPUs; nvml.h: the
+    serial "corresponds to the value printed directly on the board"). Every tray of the rack has its own two
+    boards, so no serial is shared across trays: a rack of N trays prints N x (the capture's serial count)."""
+    from tests.nvml.captures import capture_dir, capture_module_ids, capture_serials, sharing
+
+    if capture_dir() is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    captured = sharing(capture_serials(board), capture_module_ids(board))
+    system = load_profile(profile)
+    for node in system.nodes:
+        serials = [g.serial for g in node.gpus]
+        assert sharing(serials, [g.module_id for g in node.gpus]) == captured, (node.name, serials)
+    assert len({g.serial for g in system.gpus()}) == len(system.nodes) * len(set(capture_serials(board)))
 
 
 def test_two_racks_make_two_domains() -> None:

@@ -123,6 +123,29 @@ def test_a_template_uuid_repeated_on_two_nodes_is_refused(tmp_path: Path, capsys
     assert code == 2 and "is used by box-0/gpu0 and box-1/gpu0" in err
 
 
+def test_one_board_s_gpus_giving_two_serials_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """nvml.h, nvmlDeviceGetSerial: the serial "corresponds to the value printed directly on the board", so a board
+    has one; two GPUs that name one board and give it different serials describe no real board."""
+    text = SMALL.replace('parent: hb0}', 'parent: hb0, board: b0, serial: "1650000000001"}').replace(
+        'parent: hb1}', 'parent: hb1, board: b0, serial: "1650000000002"}')
+    code, err = _validate(tmp_path, text, capsys)
+    assert code == 2
+    assert f":{_line_of(text, 'gpu1, sku')}: groups[0].node.gpus[1].serial: GPU gpu1 gives board b0 serial " \
+           "1650000000002 but gpu0 gives it 1650000000001" in err, err
+
+
+def test_a_serial_one_gpu_gives_its_board_is_the_board_s(tmp_path: Path) -> None:
+    """A board has one serial (nvml.h: "printed directly on the board"): one GPU giving it names it for the board's
+    other GPU too; GPUs naming no board keep serials of their own."""
+    path = tmp_path / "profile.yaml"
+    path.write_text(SMALL.replace('parent: hb0}', 'parent: hb0, board: b0}')
+                    .replace('parent: hb1}', 'parent: hb1, board: b0, serial: "1650000000007"}'))
+    assert [g.serial for g in load_profile(path).gpus()] == ["1650000000007"] * 2
+    path.write_text(SMALL)
+    serials = [g.serial for g in load_profile(path).gpus()]
+    assert len(set(serials)) == 2
+
+
 def test_malformed_yaml_names_the_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = SMALL.replace("      nvlinks:", "      nvlinks: [unclosed", 1)
     code, err = _validate(tmp_path, text, capsys)

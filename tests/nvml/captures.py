@@ -105,6 +105,31 @@ def capture_leaves(board: str) -> dict[str, str]:
     return out
 
 
+def capture_serials(board: str) -> list[str]:
+    """Every GPU's ``<serial>`` in ``qx-<board>.xml``, in the capture's order (nvidia-smi's: PCI bus order)."""
+    d = capture_dir()
+    assert d is not None, "no captures directory"
+    return [gpu.findtext("serial") or "" for gpu in ET.parse(d / f"qx-{board}.xml").getroot().iter("gpu")]
+
+
+def capture_module_ids(board: str) -> list[int]:
+    """Every GPU's ``<platformInfo><module_id>`` in ``qx-<board>.xml``, in the capture's order."""
+    d = capture_dir()
+    assert d is not None, "no captures directory"
+    return [int(gpu.findtext("platformInfo/module_id") or 0)
+            for gpu in ET.parse(d / f"qx-{board}.xml").getroot().iter("gpu")]
+
+
+def sharing(serials: list[str], labels: list[int] | None = None) -> set[frozenset[int]]:
+    """Which GPUs share a serial: the sets of their positions (or of ``labels[position]``, e.g. module ids), one
+    set per distinct serial. Only equality of serials counts, so placeholder serials (the captures') compare."""
+    names = labels if labels is not None else list(range(len(serials)))
+    groups: dict[str, set[int]] = {}
+    for serial, name in zip(serials, names, strict=True):
+        groups.setdefault(serial, set()).add(name)
+    return {frozenset(g) for g in groups.values()}
+
+
 def board_capture(board: str) -> dict[str, str]:
     """:func:`capture_leaves`, or skip the test when the captures are not on this machine."""
     if capture_dir() is None:

@@ -20,7 +20,7 @@ import pytest
 
 from fakehw.nvml import library_dir
 from tests.nvml import references
-from tests.nvml.captures import capture_dir, capture_leaves, compare
+from tests.nvml.captures import capture_dir, capture_leaves, capture_serials, compare, sharing
 from tests.nvml.helpers import NodeSnap
 
 VIEW = Path(__file__).with_name("capture_view.py")
@@ -65,6 +65,31 @@ def test_the_fake_reads_as_the_captured_board(node_snapshot: Callable[..., NodeS
     assert result.diff == [], "\n".join(f"{p}: real {r!r}, fake {f!r}" for p, r, f in result.diff)
     # The comparison has teeth: most of a board is model-describing and must match exactly.
     assert len(result.match) >= 100
+
+
+MULTI_GPU = ("b200", "gb200", "gb300", "h100")
+"""The captures of more than one GPU (the others hold one: nothing to share or not share)."""
+
+
+@pytest.mark.parametrize("board", MULTI_GPU)
+def test_gpus_share_a_serial_as_the_captured_boards_do(node_snapshot: Callable[..., NodeSnap], board: str) -> None:
+    """nvml.h, nvmlDeviceGetSerial: the board serial "corresponds to the value printed directly on the board", so
+    GPUs of one board print one serial. The captures show which do: qx-gb200.xml and qx-gb300.xml print two serials
+    for a tray's four GPUs, the first two GPUs sharing one and the last two the other (a compute board carries two
+    GPUs), while qx-h100.xml and qx-b200.xml print eight serials for eight GPUs (one board each). The captures'
+    serials are placeholders, but the scrub kept equal serials equal (the H100's eight are 1..8, the GB200's four
+    1,1,2,2), so which GPUs share is the real boards'. The fake node matching the capture must group its GPUs
+    (nvidia-smi order) the same way."""
+    if capture_dir() is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    captured = capture_serials(board)
+    assert len(captured) > 1
+    profile, node_index = BOARDS[board]
+    gpus = observe(node_snapshot(profile, node_index).path)["gpus"]
+    assert isinstance(gpus, list)
+    fake = [str(gpu["/serial"]) for gpu in gpus]
+    assert len(fake) == len(captured)
+    assert sharing(fake) == sharing(captured), (fake, captured)
 
 
 def test_a_wrong_model_value_is_a_difference() -> None:

@@ -19,7 +19,7 @@ from types import ModuleType
 import pytest
 
 from fakehw.nvml.snapfile import write_snapshot
-from tests.nvml.captures import capture_dir, number
+from tests.nvml.captures import capture_dir, capture_serials, number, sharing
 from tests.nvml.helpers import NodeSnap, with_driver
 from tests.nvml.test_pynvml import addr, error_of, handles
 
@@ -1228,14 +1228,15 @@ def test_a_serial_two_gpus_of_one_board_share_is_an_invalid_argument(nvml: Nvml,
     boards this function will return NVML_ERROR_INVALID_ARGUMENT" (INVALID_ARGUMENT "if ... more than one device has
     the same serial"). The real GB200 capture (qx-gb200.xml) is such a board: its four GPUs print two board serials,
     each twice. A snapshot whose first two GPUs share a serial the same way answers INVALID_ARGUMENT for it (not
-    the first of the two), and a GPU whose serial is its own is still found."""
+    the first of the two), and a GPU whose serial is its own is still found (the H100 node's: qx-h100.xml prints a
+    serial of its own for each of its eight GPUs)."""
     d = capture_dir()
     if d is None:
         pytest.skip("the captures (../shared/reference/captures) are not here")
     serials = [gpu.findtext("serial") for gpu in ET.parse(d / "qx-gb200.xml").getroot().iter("gpu")]
     assert len(serials) == 4 and serials[0] == serials[1] != serials[2] == serials[3], serials
     n = pynvml_module
-    snap = nvml("gb200-nvl72")
+    snap = nvml("dgx-h100")  # one board per GPU (qx-h100.xml: eight serials), two of them made to share one
     first = snap.snapshot.gpus[0]
     gpus = (first, replace(snap.snapshot.gpus[1], serial=first.serial), *snap.snapshot.gpus[2:])
     write_snapshot(snap.path, replace(snap.snapshot, gpus=gpus).to_bytes(), changed=True)
@@ -1248,3 +1249,23 @@ def test_a_serial_two_gpus_of_one_board_share_is_an_invalid_argument(nvml: Nvml,
     raw = shared if isinstance(shared, bytes) else shared.encode()
     assert lib.nvmlDeviceGetHandleBySerial(raw, ctypes.byref(found)) == n.NVML_ERROR_INVALID_ARGUMENT
     assert addr(n.nvmlDeviceGetHandleBySerial(n.nvmlDeviceGetSerial(hs[2]))) == addr(hs[2])
+
+
+def test_a_gb200_tray_s_board_serials_name_no_single_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The model's own GB200 tray, not a rewritten snapshot: qx-gb200.xml prints each of its two board serials for
+    two GPUs (the first two, the last two), and nvml.h's nvmlDeviceGetHandleBySerial answers
+    NVML_ERROR_INVALID_ARGUMENT "if ... more than one device has the same serial (dual GPU boards)". So the tray's
+    four GPUs print serials paired as the capture's are, and none of them is found by its serial."""
+    if capture_dir() is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    captured = capture_serials("gb200")
+    n = pynvml_module
+    nvml("gb200-nvl72", 4)  # the capture's tray (tray index 4)
+    serials = [n.nvmlDeviceGetSerial(h) for h in handles(n)]
+    assert sharing(serials) == sharing(captured), (serials, captured)
+    lib = library()
+    lib.nvmlDeviceGetHandleBySerial.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    for serial in serials:
+        found = ctypes.c_void_p()
+        raw = serial if isinstance(serial, bytes) else serial.encode()
+        assert lib.nvmlDeviceGetHandleBySerial(raw, ctypes.byref(found)) == n.NVML_ERROR_INVALID_ARGUMENT, serial
