@@ -13,7 +13,11 @@ Every figure is measured from the call that starts the work, in the same run as 
 - concurrent injections: ``--clients`` processes x ``--threads`` threads inject Xids round robin over every node
   and GPU for ``--seconds``: injections/s (group commit lets one fsync carry many clients' records) and the
   agent's own CPU time per injection, against its CPU time per health request under the same concurrency (CPU
-  time does not depend on what else the machine runs; rates and latencies do, so the load is printed).
+  time does not depend on what else the machine runs; rates and latencies do, so the load is printed);
+- the render's share (``--render-floor``, on by default): the same concurrent injections against a second agent that
+  renders nothing after its start (``bench/_agent_without_renders.py``; a measuring instrument, never a way to run
+  the agent): what HTTP, validation, the journal, its fsync and applying a change cost without the files following
+  it, and so how much of an injection's agent CPU is the render.
 
 Issue 19's targets (inject -> consumer p99 < 5 ms, >= 1,000 injections/s) are printed as met or missed.
 
@@ -24,6 +28,7 @@ checkout's agent with the same harness (how the before/after figures in docs/age
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -34,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,17 +147,19 @@ def journal_records(state_dir: Path) -> int:
         return 0
 
 
-def run_profile(profile: str, args: argparse.Namespace) -> None:
-    system = load_profile(profile)
-    targets = [(n.name, g.name) for n in system.nodes for g in n.gpus]
-    with tempfile.TemporaryDirectory(prefix="fhw-bench-agent-", dir=args.dir) as tmp:
-        state_dir = Path(tmp)
-        sock = str(state_dir / "agent.sock")
-        started = time.perf_counter()
-        agent = subprocess.Popen([sys.executable, "-m", "fakehw.cli", "agent", "--profile", profile,
-                                  "--state-dir", str(state_dir)], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
-        client = AgentClient(sock, timeout=30.0, retries=0)
+WITHOUT_RENDERS = str(Path(__file__).parent / "_agent_without_renders.py")
+
+
+@contextlib.contextmanager
+def running_agent(profile: str, state_dir: Path, command: list[str]) -> Iterator[tuple[subprocess.Popen[bytes],
+                                                                                       AgentClient, float]]:
+    """An agent (``command`` + ``agent ...``) for ``profile`` on ``state_dir``, answering: (process, client, seconds
+    it took to answer); stopped on leaving."""
+    started = time.perf_counter()
+    agent = subprocess.Popen([*command, "agent", "--profile", profile, "--state-dir", str(state_dir)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = AgentClient(str(state_dir / "agent.sock"), timeout=30.0, retries=0)
         while True:
             try:
                 client.health()
@@ -160,77 +168,108 @@ def run_profile(profile: str, args: argparse.Namespace) -> None:
                 if agent.poll() is not None:
                     raise SystemExit(f"the agent for {profile} exited with {agent.returncode}") from None
                 time.sleep(0.02)
-        start_s = time.perf_counter() - started
+        yield agent, client, time.perf_counter() - started
+    finally:
+        agent.terminate()
         try:
-            print(f"\n{profile}: {len(system.nodes)} node(s), {len(targets)} GPUs, one agent (up in {start_s:.1f} s)")
-            floor = fsync_floor(state_dir, args.samples // 2)
-            health = []
-            for _ in range(args.samples):
-                t = time.perf_counter()
-                client.health()
-                health.append(time.perf_counter() - t)
-            row("fdatasync of a journal-sized append (floor)", stats(floor))
-            row("GET /v1/health round trip (HTTP floor)", stats(health))
+            agent.wait(30)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait()
 
-            node = system.nodes[0]
-            env = merged_environment(node_environment(node.name, state_dir / "nodes" / node.name, Path(sock)))
-            waiter = subprocess.Popen([sys.executable, "-c", WAITER], stdout=subprocess.PIPE, text=True, env=env)
-            assert waiter.stdout is not None
-            json.loads(waiter.stdout.readline())
-            seen, returned = [], []
-            for i in range(args.samples):
-                gpu = node.gpus[i % len(node.gpus)].name
-                start = time.monotonic()
-                fid = client.inject(node.name, "xid", gpu, code=13)["id"]
-                returned.append(time.monotonic() - start)
-                ready, _, _ = select.select([waiter.stdout], [], [], 10)
-                if not ready:
-                    raise SystemExit(f"event {i} never reached the consumer")
-                event = json.loads(waiter.stdout.readline())
-                seen.append(event["t"] - start)
-                client.heal(fid)
-            waiter.kill()
-            waiter.wait()
-            floor += fsync_floor(state_dir, args.samples // 2)
-            ratio = f"p50 {statistics.median(seen) / statistics.median(health):5.1f}x, p99 " \
-                    f"{percentile(seen, 99) / percentile(health, 99):5.1f}x health's"
-            row("inject -> POST answered", stats(returned),
-                f"p50 {statistics.median(returned) / statistics.median(health):5.1f}x health's")
-            row("inject -> nvmlEventSetWait_v2 returns", stats(seen), ratio)
-            row("  of which fdatasync (same run, both halves)", stats(floor))
 
-            cpu = agent_cpu(agent.pid)
-            health_rate, _ = concurrent(sock, targets, args.clients, args.threads, args.seconds / 2, "health")
-            health_cpu = (agent_cpu(agent.pid) - cpu) / max(health_rate * args.seconds / 2, 1)
-            records = journal_records(state_dir)
-            cpu = agent_cpu(agent.pid)
+def inject_phase(agent: subprocess.Popen[bytes], sock: str, targets: list[tuple[str, str]],
+                 args: argparse.Namespace) -> tuple[float, int, float, float]:
+    """The concurrent injections: (injections/s, errors, agent CPU seconds per injection, wall seconds)."""
+    cpu = agent_cpu(agent.pid)
+    t = time.perf_counter()
+    rate, errors = concurrent(sock, targets, args.clients, args.threads, args.seconds, "inject")
+    wall = time.perf_counter() - t
+    cpu = agent_cpu(agent.pid) - cpu
+    return rate, errors, cpu / max(rate * args.seconds, 1), wall
+
+
+def render_floor(profile: str, targets: list[tuple[str, str]], args: argparse.Namespace, rate: float,
+                 per_injection: float) -> None:
+    """The same concurrent injections against an agent that renders nothing after its start
+    (``_agent_without_renders.py``): what everything but the render costs, and so the render's share."""
+    with tempfile.TemporaryDirectory(prefix="fhw-bench-agent-floor-", dir=args.dir) as tmp, \
+            running_agent(profile, Path(tmp), [sys.executable, WITHOUT_RENDERS]) as (agent, _, _):
+        floor_rate, errors, floor_cpu, _ = inject_phase(agent, str(Path(tmp) / "agent.sock"), targets, args)
+    row("inject, renders skipped (the floor)", f"{floor_rate:8.0f} injections/s",
+        f"agent CPU {floor_cpu * 1e3:.2f} ms per injection", f"errors {errors}")
+    render = per_injection - floor_cpu
+    row("  the render's share", f"{render * 1e3:7.2f} ms of agent CPU per injection",
+        f"{render / max(per_injection, 1e-9):5.0%} of it; the real agent's rate {rate / max(floor_rate, 1):4.2f}x "
+        "the floor's")
+
+
+def run_profile(profile: str, args: argparse.Namespace) -> None:
+    system = load_profile(profile)
+    targets = [(n.name, g.name) for n in system.nodes for g in n.gpus]
+    with tempfile.TemporaryDirectory(prefix="fhw-bench-agent-", dir=args.dir) as tmp, \
+            running_agent(profile, Path(tmp), [sys.executable, "-m", "fakehw.cli"]) as (agent, client, start_s):
+        state_dir = Path(tmp)
+        sock = str(state_dir / "agent.sock")
+        print(f"\n{profile}: {len(system.nodes)} node(s), {len(targets)} GPUs, one agent (up in {start_s:.1f} s)")
+        floor = fsync_floor(state_dir, args.samples // 2)
+        health = []
+        for _ in range(args.samples):
             t = time.perf_counter()
-            rate, errors = concurrent(sock, targets, args.clients, args.threads, args.seconds, "inject")
-            wall = time.perf_counter() - t
-            cpu = agent_cpu(agent.pid) - cpu
-            injected = rate * args.seconds
-            records = journal_records(state_dir) - records
-            per_injection = cpu / max(injected, 1)
-            conc = f"{args.clients}x{args.threads} clients"
-            row(f"GET /v1/health, {conc}", f"{health_rate:8.0f} req/s",
-                f"agent CPU {health_cpu * 1e3:.3f} ms per request")
-            row(f"inject, {conc}, {args.seconds:.0f} s", f"{rate:8.0f} injections/s",
-                f"{rate / health_rate:5.2f}x health's rate", f"errors {errors}")
-            row("  agent CPU per injection", f"{per_injection * 1e3:7.2f} ms",
-                f"{per_injection / max(health_cpu, 1e-9):5.1f}x a health request's",
-                f"({cpu:.1f} s CPU in {wall:.1f} s)")
-            row("  journal records written", f"{records}", f"faults active at the end: {len(client.faults())}")
-            p99 = percentile(seen, 99)
-            row("issue 19 targets", f"inject -> consumer p99 < 5 ms: {'met' if p99 < 0.005 else 'MISSED'} "
-                f"({p99 * 1e3:.1f} ms)", f">= 1,000 injections/s: {'met' if rate >= 1000 else 'MISSED'} ({rate:.0f}/s)",
-                f"at load {os.getloadavg()[0]:.1f}")
-        finally:
-            agent.terminate()
-            try:
-                agent.wait(30)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
+            client.health()
+            health.append(time.perf_counter() - t)
+        row("fdatasync of a journal-sized append (floor)", stats(floor))
+        row("GET /v1/health round trip (HTTP floor)", stats(health))
+
+        node = system.nodes[0]
+        env = merged_environment(node_environment(node.name, state_dir / "nodes" / node.name, Path(sock)))
+        waiter = subprocess.Popen([sys.executable, "-c", WAITER], stdout=subprocess.PIPE, text=True, env=env)
+        assert waiter.stdout is not None
+        json.loads(waiter.stdout.readline())
+        seen, returned = [], []
+        for i in range(args.samples):
+            gpu = node.gpus[i % len(node.gpus)].name
+            start = time.monotonic()
+            fid = client.inject(node.name, "xid", gpu, code=13)["id"]
+            returned.append(time.monotonic() - start)
+            ready, _, _ = select.select([waiter.stdout], [], [], 10)
+            if not ready:
+                raise SystemExit(f"event {i} never reached the consumer")
+            event = json.loads(waiter.stdout.readline())
+            seen.append(event["t"] - start)
+            client.heal(fid)
+        waiter.kill()
+        waiter.wait()
+        floor += fsync_floor(state_dir, args.samples // 2)
+        ratio = f"p50 {statistics.median(seen) / statistics.median(health):5.1f}x, p99 " \
+                f"{percentile(seen, 99) / percentile(health, 99):5.1f}x health's"
+        row("inject -> POST answered", stats(returned),
+            f"p50 {statistics.median(returned) / statistics.median(health):5.1f}x health's")
+        row("inject -> nvmlEventSetWait_v2 returns", stats(seen), ratio)
+        row("  of which fdatasync (same run, both halves)", stats(floor))
+
+        cpu = agent_cpu(agent.pid)
+        health_rate, _ = concurrent(sock, targets, args.clients, args.threads, args.seconds / 2, "health")
+        health_cpu = (agent_cpu(agent.pid) - cpu) / max(health_rate * args.seconds / 2, 1)
+        records = journal_records(state_dir)
+        rate, errors, per_injection, wall = inject_phase(agent, sock, targets, args)
+        cpu = per_injection * rate * args.seconds
+        records = journal_records(state_dir) - records
+        conc = f"{args.clients}x{args.threads} clients"
+        row(f"GET /v1/health, {conc}", f"{health_rate:8.0f} req/s",
+            f"agent CPU {health_cpu * 1e3:.3f} ms per request")
+        row(f"inject, {conc}, {args.seconds:.0f} s", f"{rate:8.0f} injections/s",
+            f"{rate / health_rate:5.2f}x health's rate", f"errors {errors}")
+        row("  agent CPU per injection", f"{per_injection * 1e3:7.2f} ms",
+            f"{per_injection / max(health_cpu, 1e-9):5.1f}x a health request's",
+            f"({cpu:.1f} s CPU in {wall:.1f} s)")
+        row("  journal records written", f"{records}", f"faults active at the end: {len(client.faults())}")
+        p99 = percentile(seen, 99)
+        row("issue 19 targets", f"inject -> consumer p99 < 5 ms: {'met' if p99 < 0.005 else 'MISSED'} "
+            f"({p99 * 1e3:.1f} ms)", f">= 1,000 injections/s: {'met' if rate >= 1000 else 'MISSED'} ({rate:.0f}/s)",
+            f"at load {os.getloadavg()[0]:.1f}")
+    if args.render_floor:
+        render_floor(profile, targets, args, rate, per_injection)
 
 
 def main() -> int:
@@ -240,6 +279,9 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4, help="client processes for the concurrent run")
     parser.add_argument("--threads", type=int, default=8, help="threads per client process")
     parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--render-floor", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the concurrent injections against an agent that renders nothing after its "
+                             "start (bench/_agent_without_renders.py): the render's share of an injection")
     parser.add_argument("--dir", default=os.environ.get("FAKEHW_STATE_DIR", "/tmp"),
                         help="where the agent's state dir is made (the disk matters: fsync)")
     args = parser.parse_args()
