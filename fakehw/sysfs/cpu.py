@@ -118,15 +118,17 @@ def cpu_section(node: Node) -> Section:
         core_index = socket * cpu.cores_per_socket + core
         l3_members = l3.get(c, siblings)
         l3_id = l3_ids.setdefault(l3_members, len(l3_ids))
-        for index, (level, kind, size, ways, shared, cid) in enumerate((
+        index = 0
+        for level, kind, size, ways, shared, cid in (
             (1, "Data", caches.l1d, 12, siblings, core_index),
             (1, "Instruction", caches.l1i, 8, siblings, core_index),
             (2, "Unified", caches.l2, 16, siblings, core_index),
             (3, "Unified", caches.l3, 15, l3_members, l3_id),
-        )):
+        ):
             if not size:
-                continue
+                continue  # no leaf for a cache the CPU lacks; the kernel numbers the leaves it has from 0, no gap
             d = f"{base}/cache/index{index}"
+            index += 1
             w = _ways(size, ways)
             sec.text(f"{d}/level", level)
             sec.text(f"{d}/type", kind)

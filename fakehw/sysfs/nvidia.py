@@ -77,10 +77,15 @@ def mig_minors() -> str:
     return "\n".join(lines) + "\n"
 
 
+IMEX_FIRST_BRANCH = 550
+"""The first branch with IMEX channels: nv-caps-imex.c registers ``nvidia-caps-imex-channels`` for
+NVreg_ImexChannelCount minors, an entry nv-reg.h's nv_parms has from 550 (535.288.01's has none)."""
+
+
 def has_imex(system: System, node: Node) -> bool:
-    """IMEX channels: drivers from 550 on register them; a multi-node NVLink domain (NVL72) uses them."""
-    major = int(system.driver.version.split(".")[0])
-    return bool(node.gpus) and (major >= 550 or system.domain_of(node) is not None)
+    """IMEX channels: every driver from 550 on registers them, in an NVLink rack (NVL72 uses them) or not; an older
+    one has no channel region even in a multi-node NVLink domain."""
+    return bool(node.gpus) and system.driver.branch >= IMEX_FIRST_BRANCH
 
 
 OPENRM_OPT_IN_LAST_BRANCH = 535

@@ -47,9 +47,12 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import os
 import re
+import shutil
 import stat
+import subprocess
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -2629,3 +2632,83 @@ def test_nvidia_params_print_the_branchs_nv_parms_in_order(branch: int) -> None:
     assert numeric == NV_PARMS_BY_BRANCH[branch]
     for name, value in NV_PARMS_NEW_DEFAULTS.get(branch, {}).items():
         assert params[name] == value, (branch, name)
+
+
+def test_the_mig_minors_table_is_nv_caps_c_s_32_gpus_and_fabric_imex_mgmt_follows_it(rendered: Rendered) -> None:
+    """kernel-open/nvidia/nv-caps.c (NVIDIA/open-gpu-kernel-modules) numbers its tables in the order
+    nv_cap_tables_init initialises them, one static counter across all: nvlink's fabric-mgmt 0, mig/config 1,
+    mig/monitor 2, then g_nv_cap_mig_gpu_table, NV_CAP_MIG_GI_ENTRIES of gpu0 to gpu31 (each gi0..gi14: the GPU
+    instance's access, then NV_CAP_MIG_CI_ENTRIES ci0..ci7), then g_nv_cap_sys_table's fabric-imex-mgmt.
+    nv_procfs_read_mig_minors prints config and monitor then the GPU table in order (``gpu%d/%s %d``). So
+    mig-minors has 2 + 32 * 15 * 9 lines, ends with ``gpu31/gi14/ci7/access 4322``, names no gpu32, and
+    sys-minors is ``fabric-imex-mgmt 4323`` (the minor test_gb200_rack.py finds on the GB200 capture's rack)."""
+    (_, _, root), *_ = rendered("gb200-nvl72")
+    caps = root / "proc/driver/nvidia-caps"
+    lines = (caps / "mig-minors").read_text().splitlines()
+    assert len(lines) == 2 + 32 * 15 * 9
+    assert lines[:4] == ["config 1", "monitor 2", "gpu0/gi0/access 3", "gpu0/gi0/ci0/access 4"]
+    assert lines[-1] == "gpu31/gi14/ci7/access 4322"
+    assert lines[-9] == "gpu31/gi14/access 4314"
+    assert not [line for line in lines if line.startswith("gpu32/")]
+    assert (caps / "sys-minors").read_text() == "fabric-imex-mgmt 4323\n"
+
+
+@pytest.mark.parametrize(("branch", "imex"), ((535, False), (550, True), (580, True)))
+def test_the_imex_channel_region_exists_from_branch_550(branch: int, imex: bool) -> None:
+    """kernel-open/nvidia/nv-caps-imex.c registers ``nvidia-caps-imex-channels`` with alloc_chrdev_region for
+    NVreg_ImexChannelCount minors, an entry nv-reg.h's nv_parms has from 550 on and 535.288.01's lacks
+    (NV_PARMS_BY_BRANCH above): a dgx-h100 node (no NVLink rack) of branch 535 lists no such major in
+    ``/proc/devices``, one of 550 or later does."""
+    system = load_profile("dgx-h100")
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=f"{branch}.104.05"))
+    node = system.nodes[0]
+    chars = proc_devices(system, node, node_layout(system, node)).split("Character devices:\n", 1)[1]
+    names = {line.split()[1] for line in chars.split("\n\n", 1)[0].splitlines()}
+    assert ("nvidia-caps-imex-channels" in names) is imex, branch
+    assert "nvidia-caps" in names, branch
+
+
+def test_a_cpu_without_an_l2_numbers_its_cache_leaves_from_index0_without_a_gap(fast_tmp: Path) -> None:
+    """drivers/base/cacheinfo.c (cache_add_dev) creates ``cache/index%u`` for i from 0 to cache_leaves(cpu) - 1,
+    one per cache the CPU has, so the leaves are numbered without a gap whatever level is missing; util-linux lscpu
+    reads ``index0``, ``index1``, ... and stops at the first that is not there (here, given a tree with ``index2``
+    missing, ``lscpu -C`` printed only L1d and L1i). An l40s-server node with its L2 taken out (the model accepts
+    ``l2: 0``) has L1d, L1i and L3 as index0..index2, and lscpu, where installed, lists the L3."""
+    system = load_profile("l40s-server")
+    node = system.nodes[0]
+    cpu = dataclasses.replace(node.cpu, caches=dataclasses.replace(node.cpu.caches, l2=0))
+    node = dataclasses.replace(node, cpu=cpu)
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    root = fast_tmp / node.name / ROOT_DIR
+    for c in ("cpu0", f"cpu{cpu.logical_cpus - 1}"):
+        cache = root / CPUS / c / "cache"
+        assert sorted(p.name for p in cache.iterdir()) == ["index0", "index1", "index2"], c
+        assert [(_read(cache / f"index{i}/level"), _read(cache / f"index{i}/type")) for i in range(3)] == [
+            ("1", "Data"), ("1", "Instruction"), ("3", "Unified")], c
+    if shutil.which("lscpu") is None:
+        return
+    proc = subprocess.run(["lscpu", "-J", "-C", "--sysroot", str(root)], capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert [c["name"] for c in json.loads(proc.stdout)["caches"]] == ["L1d", "L1i", "L3"]
+
+
+def test_a_535_node_in_a_multi_node_nvlink_domain_has_no_imex_channels(fast_tmp: Path) -> None:
+    """IMEX channels are nv-caps-imex.c's region of NVreg_ImexChannelCount minors, and 535's nv_parms has no
+    ImexChannelCount (NV_PARMS_BY_BRANCH[535], read from 535.288.01): a 535 driver registers no
+    ``nvidia-caps-imex-channels`` major and creates no ``/dev/nvidia-caps-imex-channels``, even on a node in a
+    multi-node NVLink domain. Two GH200 nodes (a board the model lets run 535) joined by NVSwitches, driver
+    535.288.01: neither the major, the channel directory, channel0 nor the IMEX daemon's capability is there."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/gh200.yaml").read_text())
+    doc["driver"] = {"version": "535.288.01"}
+    doc["groups"][0]["count"] = 2
+    doc["nvlinkDomains"] = [{"name": "pair", "groups": [doc["groups"][0]["name"]],
+                             "switches": {"sku": "nvswitch-gen3", "count": 2},
+                             "links": [{"from": "gpu*", "to": "sw*", "count": 9}]}]
+    system = load_profile("gh200-pair-535", text=yaml.safe_dump(doc))
+    node = system.nodes[0]
+    assert system.domain_of(node) is not None
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    root = fast_tmp / node.name / ROOT_DIR
+    assert "nvidia-caps-imex-channels" not in {n for names in _char_majors(root).values() for n in names}
+    assert not (root / "dev/nvidia-caps-imex-channels").exists()
+    assert not (root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt").exists()
