@@ -916,6 +916,21 @@ def test_a_mig_device_is_found_by_its_own_uuid(nvml: Nvml, pynvml_module: Module
         n.NVML_ERROR_NOT_FOUND
 
 
+def test_a_uuid_cut_short_names_no_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetHandleByUUID: a device is found by "its globally unique immutable UUID", and the call
+    answers NOT_FOUND "if uuid does not match a valid device on the system" (INVALID_ARGUMENT "if uuid is
+    invalid"). A UUID cut short (the first 12 characters, all but the last one, just the "GPU-" prefix, nothing) is
+    not any GPU's UUID: none of them may hand out a GPU, while the whole UUID does."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[3]
+    uuid = n.nvmlDeviceGetUUID(h)
+    assert addr(n.nvmlDeviceGetHandleByUUID(uuid)) == addr(h)
+    for cut in (uuid[:12], uuid[:-1], "GPU-", ""):
+        assert error_of(partial(n.nvmlDeviceGetHandleByUUID, cut)) in \
+            (n.NVML_ERROR_NOT_FOUND, n.NVML_ERROR_INVALID_ARGUMENT), cut
+
+
 def test_setting_a_feature_the_h100_capture_prints_as_na_is_not_supported(nvml: Nvml,
                                                                          pynvml_module: ModuleType) -> None:
     """The H100 capture prints <dram_encryption_mode> current and pending N/A and <vgpu_heterogeneous_mode> N/A: the
@@ -1102,6 +1117,25 @@ def test_c2c_link_fields_follow_the_c2c_mode_the_captures_print(nvml: Nvml, pynv
         status, speed, *errors = (v.value.uiVal for v in values)
         assert (status, errors) == (1, [0, 0, 0]), link
         assert speed > 0, link
+
+
+def test_no_c2c_link_answers_past_the_link_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's field 170 (C2C_LINK_COUNT) is the "Number of C2C Links present on the device", and the link fields
+    171, 172 and 231-234 take the link in scopeId ("Link ID needs to be specified in the scopeId field"): with n
+    links present they are links 0 .. n-1, so the link numbered n is not there. On a GB200 NVL72 GPU (<c2c_mode>
+    Enabled in the GB200 capture) its status, speed, error counters and power state cannot answer SUCCESS: the
+    last link answers, the one after it does not."""
+    n = pynvml_module
+    nvml("gb200-nvl72")
+    h = handles(n)[0]
+    (count,) = n.nvmlDeviceGetFieldValues(h, [170])
+    links = count.value.uiVal
+    assert count.nvmlReturn == n.NVML_SUCCESS and links > 0
+    fields = (171, 172, 231, 232, 233, 234)
+    last = n.nvmlDeviceGetFieldValues(h, [(f, links - 1) for f in fields])
+    assert [v.nvmlReturn for v in last] == [n.NVML_SUCCESS] * len(fields)
+    past = n.nvmlDeviceGetFieldValues(h, [(f, links) for f in fields])
+    assert [v.nvmlReturn == n.NVML_SUCCESS for v in past] == [False] * len(fields)
 
 
 def test_c2c_link_count_of_a_board_without_c2c(nvml: Nvml, pynvml_module: ModuleType) -> None:
