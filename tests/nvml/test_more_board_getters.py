@@ -154,6 +154,35 @@ def test_nvlink_bw_modes_are_not_supported_before_blackwell(nvml: Nvml, pynvml_m
         assert lib.nvmlDeviceSetNvlinkBwMode(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+@pytest.mark.parametrize(("profile", "board", "architecture"), [
+    ("dgx-a100", "a100", "Ampere"), ("t4-cloud", "t4", "Turing"), ("l40s-server", "l40s", "Ada Lovelace"),
+    ("dgx-h100", "h100", "Hopper"), ("dgx-b200", "b200", "Blackwell")])
+def test_the_system_nvlink_bandwidth_mode_needs_hopper_or_newer(nvml: Nvml, pynvml_module: ModuleType, profile: str,
+                                                                board: str, architecture: str) -> None:
+    """nvml.h (13.4.92), nvmlSystemGetNvlinkBwMode: NOT_SUPPORTED "if GPU is not Hopper or newer architecture",
+    INVALID_ARGUMENT "if an invalid pointer is provided". The captures print each board's <product_architecture>:
+    the A100's Ampere, the T4's Turing and the L40S's Ada Lovelace systems answer NOT_SUPPORTED (the shim answered
+    FULL on every system); the H100's Hopper and the B200's Blackwell systems do not refuse it as unsupported (nvml.h
+    also lists NO_PERMISSION "if not root user": which of the two a user gets no capture shows, so either is taken,
+    and a mode read is one of the NVML_GPU_NVLINK_BW_MODE_* values nvidia-ml-py 13.615.71 lists)."""
+    from tests.nvml.captures import board_capture
+
+    assert board_capture(board)["/product_architecture"] == architecture
+    n = pynvml_module
+    nvml(profile)
+    lib = library()
+    mode = ctypes.c_uint(0xFFFFFFFF)
+    rc = lib.nvmlSystemGetNvlinkBwMode(ctypes.byref(mode))
+    if architecture in ("Hopper", "Blackwell"):
+        assert rc in (n.NVML_SUCCESS, n.NVML_ERROR_NO_PERMISSION)
+        if rc == n.NVML_SUCCESS:
+            # nvidia-ml-py 13.615.71: NVML_GPU_NVLINK_BW_MODE_FULL 0x0, _OFF 0x1, _MIN 0x2, _HALF 0x3, _3QUARTER 0x4
+            assert mode.value in range(5)
+    else:
+        assert rc == n.NVML_ERROR_NOT_SUPPORTED
+    assert lib.nvmlSystemGetNvlinkBwMode(None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
 # --------------------------------------------------------------------------------------------- MIG by profile id
 
 
