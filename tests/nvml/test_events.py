@@ -281,3 +281,32 @@ def test_wait_v3_stamps_an_event_with_the_time_it_happened_in_microseconds(nvml:
     assert (params.eventType, params.uuid.decode()) == (EVENT_DOUBLE_BIT_ECC, snap.node.gpus[6].uuid)
     assert {e.time for e in written.events} == {1000.0}  # the ECC error and its Xid 48
     assert params.timestampUsec == 1_000_000_000
+
+
+def test_wait_v3_keeps_the_callers_timeout_and_answers_in_the_event_bit_format(nvml: Callable[..., NodeSnap],
+                                                                             pynvml_module: ModuleType,
+                                                                             tmp_path: Path) -> None:
+    """nvml.h (615), nvmlEventSetWait_v3: params is "[in,out] Wait parameters and returned event data", and in
+    nvmlEventSetWait_v3_t timeoutMs is the one "[in]" field ("Maximum amount of time to wait"); every other field is
+    "[out]". An event of nvmlDeviceRegisterEvents comes back with dataType NVML_EVENT_DATA_TYPE_NVML_EVENT (0), its
+    event bit, and gpuInstanceId / computeInstanceId NVML_GPU_INSTANCE_ID_ANY / NVML_COMPUTE_INSTANCE_ID_ANY
+    (0xFFFFFFFF) "when not applicable" (a GPU without MIG). After delivering a double-bit ECC error raised on gpu2,
+    the caller's timeout is still the 10000 ms it asked for, so the same request can wait again."""
+    n = pynvml_module
+    profile = str(with_driver(tmp_path / "profile", "dgx-h100", "615.10.01"))
+    snap = nvml(profile)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    s = ctypes.c_void_p()
+    assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+    assert lib.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(2), ctypes.c_ulonglong(EVENT_DOUBLE_BIT_ECC),
+                                        s) == 0
+    write_node(snap.path, profile, faults=[{"kind": "ecc", "device": "gpu2", "type": "dbe", "count": 1}],
+               generation=2, first_seq=100)
+    params = EventSetWaitV3(timeoutMs=10000)
+    rc = lib.nvmlEventSetWait_v3(s, ctypes.byref(params))
+    assert lib.nvmlEventSetFree(s) == 0
+    assert rc == 0
+    assert params.timeoutMs == 10000
+    assert (params.dataType, params.eventType, params.uuid.decode()) == (0, EVENT_DOUBLE_BIT_ECC,
+                                                                         snap.node.gpus[2].uuid)
+    assert (params.gpuInstanceId, params.computeInstanceId) == (0xFFFFFFFF, 0xFFFFFFFF)

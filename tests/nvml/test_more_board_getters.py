@@ -154,6 +154,35 @@ def test_nvlink_bw_modes_are_not_supported_before_blackwell(nvml: Nvml, pynvml_m
         assert lib.nvmlDeviceSetNvlinkBwMode(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+@pytest.mark.parametrize(("profile", "board", "architecture"), [
+    ("dgx-a100", "a100", "Ampere"), ("t4-cloud", "t4", "Turing"), ("l40s-server", "l40s", "Ada Lovelace"),
+    ("dgx-h100", "h100", "Hopper"), ("dgx-b200", "b200", "Blackwell")])
+def test_the_system_nvlink_bandwidth_mode_needs_hopper_or_newer(nvml: Nvml, pynvml_module: ModuleType, profile: str,
+                                                                board: str, architecture: str) -> None:
+    """nvml.h (13.4.92), nvmlSystemGetNvlinkBwMode: NOT_SUPPORTED "if GPU is not Hopper or newer architecture",
+    INVALID_ARGUMENT "if an invalid pointer is provided". The captures print each board's <product_architecture>:
+    the A100's Ampere, the T4's Turing and the L40S's Ada Lovelace systems answer NOT_SUPPORTED (the shim answered
+    FULL on every system); the H100's Hopper and the B200's Blackwell systems do not refuse it as unsupported (nvml.h
+    also lists NO_PERMISSION "if not root user": which of the two a user gets no capture shows, so either is taken,
+    and a mode read is one of the NVML_GPU_NVLINK_BW_MODE_* values nvidia-ml-py 13.615.71 lists)."""
+    from tests.nvml.captures import board_capture
+
+    assert board_capture(board)["/product_architecture"] == architecture
+    n = pynvml_module
+    nvml(profile)
+    lib = library()
+    mode = ctypes.c_uint(0xFFFFFFFF)
+    rc = lib.nvmlSystemGetNvlinkBwMode(ctypes.byref(mode))
+    if architecture in ("Hopper", "Blackwell"):
+        assert rc in (n.NVML_SUCCESS, n.NVML_ERROR_NO_PERMISSION)
+        if rc == n.NVML_SUCCESS:
+            # nvidia-ml-py 13.615.71: NVML_GPU_NVLINK_BW_MODE_FULL 0x0, _OFF 0x1, _MIN 0x2, _HALF 0x3, _3QUARTER 0x4
+            assert mode.value in range(5)
+    else:
+        assert rc == n.NVML_ERROR_NOT_SUPPORTED
+    assert lib.nvmlSystemGetNvlinkBwMode(None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
 # --------------------------------------------------------------------------------------------- MIG by profile id
 
 
@@ -916,6 +945,21 @@ def test_a_mig_device_is_found_by_its_own_uuid(nvml: Nvml, pynvml_module: Module
         n.NVML_ERROR_NOT_FOUND
 
 
+def test_a_uuid_cut_short_names_no_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetHandleByUUID: a device is found by "its globally unique immutable UUID", and the call
+    answers NOT_FOUND "if uuid does not match a valid device on the system" (INVALID_ARGUMENT "if uuid is
+    invalid"). A UUID cut short (the first 12 characters, all but the last one, just the "GPU-" prefix, nothing) is
+    not any GPU's UUID: none of them may hand out a GPU, while the whole UUID does."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[3]
+    uuid = n.nvmlDeviceGetUUID(h)
+    assert addr(n.nvmlDeviceGetHandleByUUID(uuid)) == addr(h)
+    for cut in (uuid[:12], uuid[:-1], "GPU-", ""):
+        assert error_of(partial(n.nvmlDeviceGetHandleByUUID, cut)) in \
+            (n.NVML_ERROR_NOT_FOUND, n.NVML_ERROR_INVALID_ARGUMENT), cut
+
+
 def test_setting_a_feature_the_h100_capture_prints_as_na_is_not_supported(nvml: Nvml,
                                                                          pynvml_module: ModuleType) -> None:
     """The H100 capture prints <dram_encryption_mode> current and pending N/A and <vgpu_heterogeneous_mode> N/A: the
@@ -1102,6 +1146,25 @@ def test_c2c_link_fields_follow_the_c2c_mode_the_captures_print(nvml: Nvml, pynv
         status, speed, *errors = (v.value.uiVal for v in values)
         assert (status, errors) == (1, [0, 0, 0]), link
         assert speed > 0, link
+
+
+def test_no_c2c_link_answers_past_the_link_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's field 170 (C2C_LINK_COUNT) is the "Number of C2C Links present on the device", and the link fields
+    171, 172 and 231-234 take the link in scopeId ("Link ID needs to be specified in the scopeId field"): with n
+    links present they are links 0 .. n-1, so the link numbered n is not there. On a GB200 NVL72 GPU (<c2c_mode>
+    Enabled in the GB200 capture) its status, speed, error counters and power state cannot answer SUCCESS: the
+    last link answers, the one after it does not."""
+    n = pynvml_module
+    nvml("gb200-nvl72")
+    h = handles(n)[0]
+    (count,) = n.nvmlDeviceGetFieldValues(h, [170])
+    links = count.value.uiVal
+    assert count.nvmlReturn == n.NVML_SUCCESS and links > 0
+    fields = (171, 172, 231, 232, 233, 234)
+    last = n.nvmlDeviceGetFieldValues(h, [(f, links - 1) for f in fields])
+    assert [v.nvmlReturn for v in last] == [n.NVML_SUCCESS] * len(fields)
+    past = n.nvmlDeviceGetFieldValues(h, [(f, links) for f in fields])
+    assert [v.nvmlReturn == n.NVML_SUCCESS for v in past] == [False] * len(fields)
 
 
 def test_c2c_link_count_of_a_board_without_c2c(nvml: Nvml, pynvml_module: ModuleType) -> None:

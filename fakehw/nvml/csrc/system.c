@@ -154,10 +154,21 @@ nvmlReturn_t nvmlSystemGetConfComputeKeyRotationThresholdInfo(nvmlConfComputeGet
     FHW_SYS_CALL(sys_key_rotation(&C, info));
 }
 
-/* The system-wide NVLink bandwidth mode: full on a system that boots normally. */
+/* The system-wide NVLink bandwidth mode: full on a system that boots normally. nvml.h: NOT_SUPPORTED "if GPU is not
+   Hopper or newer architecture", so a system with a visible GPU before Hopper, or none, refuses it. GPM's answer is
+   the Hopper-or-later fact (fakehw/nvml/support.py). (Its NO_PERMISSION "if not root user" is not modelled: no
+   capture shows what a user gets.) */
 static nvmlReturn_t sys_bw_mode(fhw_ctx_t *c, unsigned int *mode) {
-    (void)c;
     CHECK_PTR(mode);
+    const fhw_visible_t *vis = fhw_visible();
+    int gpus = 0;
+    for (int d = 0; d < vis->count; d++) {
+        int slot = c->s->dev_slot[d];
+        if (slot < 0) continue;
+        if (c->s->gpus[slot].answers[FHW_ANS_GPM] != NVML_SUCCESS) return NVML_ERROR_NOT_SUPPORTED;
+        gpus++;
+    }
+    if (gpus == 0) return NVML_ERROR_NOT_SUPPORTED;
     *mode = 0; /* NVML_GPU_NVLINK_BW_MODE_FULL */
     return NVML_SUCCESS;
 }
