@@ -256,6 +256,26 @@ class EventSetWaitV3(ctypes.Structure):
                 ("groupSize", ctypes.c_ubyte), ("groupIndex", ctypes.c_ubyte)]
 
 
+def _wait_v3_for_a_dbe(nvml: Callable[..., NodeSnap], n: ModuleType, tmp_path: Path,
+                       gpu: int) -> tuple[int, EventSetWaitV3, NodeSnap, NodeSnap]:
+    """A set registered for double-bit ECC errors on GPU ``gpu`` of a 615 DGX H100, one raised on it afterwards (at
+    1000.0 s of the epoch), and ``nvmlEventSetWait_v3`` asked for it with a 10000 ms timeout: (its return code,
+    the filled parameters, the node as loaded, the node as written with the fault)."""
+    profile = str(with_driver(tmp_path / "profile", "dgx-h100", "615.10.01"))
+    snap = nvml(profile)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    s = ctypes.c_void_p()
+    assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+    assert lib.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(gpu), ctypes.c_ulonglong(EVENT_DOUBLE_BIT_ECC),
+                                        s) == 0
+    written = write_node(snap.path, profile, faults=[{"kind": "ecc", "device": f"gpu{gpu}", "type": "dbe",
+                                                      "count": 1}], generation=2, first_seq=100)
+    params = EventSetWaitV3(timeoutMs=10000)
+    rc = lib.nvmlEventSetWait_v3(s, ctypes.byref(params))
+    assert lib.nvmlEventSetFree(s) == 0
+    return rc, params, snap, written
+
+
 def test_wait_v3_stamps_an_event_with_the_time_it_happened_in_microseconds(nvml: Callable[..., NodeSnap],
                                                                          pynvml_module: ModuleType,
                                                                          tmp_path: Path) -> None:
@@ -264,19 +284,7 @@ def test_wait_v3_stamps_an_event_with_the_time_it_happened_in_microseconds(nvml:
     after the set was registered reaches it stamped with the time the fault was raised, in microseconds (the
     helper raises it at 1000.0 s of the epoch, long before the wait reads it: the shim used to answer the time of
     the wait), with gpu6's UUID (the profile's)."""
-    n = pynvml_module
-    profile = str(with_driver(tmp_path / "profile", "dgx-h100", "615.10.01"))
-    snap = nvml(profile)
-    lib = ctypes.CDLL("libnvidia-ml.so.1")
-    s = ctypes.c_void_p()
-    assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
-    assert lib.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(6), ctypes.c_ulonglong(EVENT_DOUBLE_BIT_ECC),
-                                        s) == 0
-    written = write_node(snap.path, profile, faults=[{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}],
-                         generation=2, first_seq=100)
-    params = EventSetWaitV3(timeoutMs=10000)
-    rc = lib.nvmlEventSetWait_v3(s, ctypes.byref(params))
-    assert lib.nvmlEventSetFree(s) == 0
+    rc, params, snap, written = _wait_v3_for_a_dbe(nvml, pynvml_module, tmp_path, 6)
     assert rc == 0
     assert (params.eventType, params.uuid.decode()) == (EVENT_DOUBLE_BIT_ECC, snap.node.gpus[6].uuid)
     assert {e.time for e in written.events} == {1000.0}  # the ECC error and its Xid 48
@@ -292,19 +300,7 @@ def test_wait_v3_keeps_the_callers_timeout_and_answers_in_the_event_bit_format(n
     event bit, and gpuInstanceId / computeInstanceId NVML_GPU_INSTANCE_ID_ANY / NVML_COMPUTE_INSTANCE_ID_ANY
     (0xFFFFFFFF) "when not applicable" (a GPU without MIG). After delivering a double-bit ECC error raised on gpu2,
     the caller's timeout is still the 10000 ms it asked for, so the same request can wait again."""
-    n = pynvml_module
-    profile = str(with_driver(tmp_path / "profile", "dgx-h100", "615.10.01"))
-    snap = nvml(profile)
-    lib = ctypes.CDLL("libnvidia-ml.so.1")
-    s = ctypes.c_void_p()
-    assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
-    assert lib.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(2), ctypes.c_ulonglong(EVENT_DOUBLE_BIT_ECC),
-                                        s) == 0
-    write_node(snap.path, profile, faults=[{"kind": "ecc", "device": "gpu2", "type": "dbe", "count": 1}],
-               generation=2, first_seq=100)
-    params = EventSetWaitV3(timeoutMs=10000)
-    rc = lib.nvmlEventSetWait_v3(s, ctypes.byref(params))
-    assert lib.nvmlEventSetFree(s) == 0
+    rc, params, snap, _ = _wait_v3_for_a_dbe(nvml, pynvml_module, tmp_path, 2)
     assert rc == 0
     assert params.timeoutMs == 10000
     assert (params.dataType, params.eventType, params.uuid.decode()) == (0, EVENT_DOUBLE_BIT_ECC,
