@@ -8,7 +8,9 @@ under sanitizers in tests/nvml/test_sanitizers.py (``inplace``).
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import struct
 import threading
 import time
@@ -19,7 +21,7 @@ import pytest
 
 from fakehw.model import load_profile
 from fakehw.nvml import layout
-from fakehw.nvml.snapfile import REPLACED, write_snapshot
+from fakehw.nvml.snapfile import REPLACED, read_whole, write_snapshot
 from fakehw.nvml.snapshot import Snapshot, SnapshotError, build_snapshot, read_snapshot
 from tests.nvml.helpers import faults_state
 
@@ -155,3 +157,81 @@ def test_a_file_the_writer_cannot_know_whole_is_replaced_not_written_through(tmp
             os.close(held)
         assert word_of(path) == 0
         assert read_snapshot(path).gpus[2].temperature == temperature
+
+
+CORE_C = Path(__file__).resolve().parents[2] / "fakehw" / "nvml" / "csrc" / "core.c"
+
+
+def shims_wait_for_a_dead_writer() -> tuple[int, float]:
+    """How many times, and for how long each (s), the shim's reader (csrc/core.c ``read_whole``) waits for an odd
+    word before it reads the file as it is: FHW_LOAD_WAITS and the nanosleep's timespec, read from the C source."""
+    source = CORE_C.read_text()
+    waits = re.search(r"#define FHW_LOAD_WAITS (\d+)", source)
+    body = source[source.index("static size_t read_whole("):]
+    pause = re.search(r"struct timespec ts = \{0, (\d+)\};", body[:body.index("\n}\n")])
+    assert waits is not None and pause is not None, "core.c's read_whole changed: read its wait again"
+    return int(waits.group(1)), int(pause.group(1)) / 1e9
+
+
+def test_a_dead_writers_odd_word_is_waited_for_as_long_as_the_shim_waits(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python's reader gives a writer that died mid-update the same grace as the shim's: docs/nvml.md ("Writing and
+    noticing a new generation": a word left odd for 10 ms is no longer waited for) and csrc/core.c's read_whole
+    (FHW_LOAD_WAITS pauses of 50 us, then the checksum judges). Counted, not timed: the pauses are recorded instead
+    of slept, so the file's word (odd for good) must cost exactly the shim's number of pauses, 10 ms in all."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80))
+    set_word(path, 7)
+    pauses: list[float] = []
+    monkeypatch.setattr(time, "sleep", pauses.append)
+    data = read_whole(path)
+    monkeypatch.undo()
+    waits, pause = shims_wait_for_a_dead_writer()
+    assert (len(pauses), set(pauses)) == (waits, {pause})
+    assert sum(pauses) == pytest.approx(0.010)
+    assert data == path.read_bytes()  # then the file as it is (its checksum judges it)
+
+
+def test_a_symlink_at_the_snapshot_path_is_replaced_not_written_through(tmp_path: Path) -> None:
+    """A symbolic link at the snapshot's path (to a copy kept elsewhere, say) is a second name for that file, like a
+    hard link: an update in place would write through it into the other file. The writer replaces it as rename(2)
+    does (POSIX: the link named by ``new`` is removed, not the file it points to): the path becomes a regular file
+    holding the new snapshot and the file the link named keeps every byte, its word included (no 0xFFFFFFFF: it was
+    never the snapshot's file), even though it is of the same size and whole, a file the writer would update."""
+    kept = tmp_path / "kept.snapshot"
+    write_snapshot(kept, dgx(80))
+    before = kept.read_bytes()
+    path = tmp_path / "nvml.snapshot"
+    path.symlink_to(kept)
+    assert write_snapshot(path, dgx(91, 2.0))
+    assert not path.is_symlink() and path.is_file()
+    assert kept.read_bytes() == before
+    assert read_snapshot(path).gpus[2].temperature == 91
+    assert word_of(path) == 0
+
+
+def test_a_replaced_file_that_cannot_be_flagged_still_leaves_the_new_snapshot_in_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 0xFFFFFFFF written into the old file after the rename is a courtesy to readers that mapped it: the shim
+    also stat()s the path (csrc/core.c ``snap_stale``: a new inode at the path is a new file, checked at most every
+    10 ms) and notices the new file without it. So when the old file's filesystem refuses the flag (EROFS, "read-only
+    file system" in POSIX's list of write(2) errors; simulated, as remounting needs root) the write has still
+    succeeded: the new snapshot is at the path and write_snapshot says it wrote, rather than raising after the
+    fact. Only the flag's write fails here (a file of another size, so nothing is updated in place)."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80) + bytes(8))
+    real = os.pwrite
+    refused: list[int] = []
+
+    def read_only(fd: int, data: bytes | memoryview, offset: int) -> int:
+        if offset == WORD and bytes(data) == struct.pack("<I", REPLACED):
+            refused.append(fd)
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", read_only)
+    assert write_snapshot(path, dgx(91, 2.0))
+    monkeypatch.undo()
+    assert len(refused) == 1
+    assert read_snapshot(path).gpus[2].temperature == 91
+    assert word_of(path) == 0
