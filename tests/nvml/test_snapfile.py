@@ -9,9 +9,12 @@ under sanitizers in tests/nvml/test_sanitizers.py (``inplace``).
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -235,3 +238,104 @@ def test_a_replaced_file_that_cannot_be_flagged_still_leaves_the_new_snapshot_in
     assert len(refused) == 1
     assert read_snapshot(path).gpus[2].temperature == 91
     assert word_of(path) == 0
+
+
+@pytest.mark.parametrize("word", [0, 0x7FFFFFFE, 0xFFFFFFFE], ids=["first", "wrap", "highest-even"])
+def test_an_update_marks_the_word_odd_then_even_never_replaced_nor_the_old_value(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, word: int) -> None:
+    """The values an update in place writes into the word, as the shim reads them (csrc/core.c): ``read_whole``
+    waits while the word is odd *and* not 0xFFFFFFFF (that value means "replaced, reopen": it does not wait, so an
+    update showing it would be copied torn), and ``snap_stale`` notices a change only when the mapped word differs
+    from the one its copy was read under. So from any even word (the first update's 0, the count's wrap, the highest
+    even value a file can hold) every write of the word until the last is one odd value other than 0xFFFFFFFF, and
+    the last is even and not the word the update started from (docs/nvml.md: "the next odd value ... then the next
+    even value")."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80))
+    set_word(path, word)
+    seen: list[int] = []
+    real = os.pwrite
+
+    def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
+        if offset <= WORD < offset + len(data):
+            seen.append(struct.unpack_from("<I", bytes(data), WORD - offset)[0])
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", recording)
+    assert write_snapshot(path, dgx(91, 2.0))
+    monkeypatch.undo()
+    *busy, done = seen
+    assert busy and len(set(busy)) == 1, seen
+    assert busy[0] & 1 and busy[0] != REPLACED, [hex(v) for v in seen]
+    assert not done & 1 and done != word, [hex(v) for v in seen]
+    assert word_of(path) == done
+    assert read_snapshot(path).gpus[2].temperature == 91
+
+
+_ON_DESCRIPTOR_0 = """
+import json, os, sys
+from pathlib import Path
+from fakehw.nvml.snapfile import write_snapshot
+path, new = Path(sys.argv[1]), Path(sys.argv[2]).read_bytes()
+os.close(0)
+probe = os.open(path, os.O_RDONLY)
+os.close(probe)
+assert probe == 0, probe
+written = write_snapshot(path, new)
+try:
+    os.fstat(0)
+    still_open = True
+except OSError:
+    still_open = False
+print(json.dumps({"written": written, "descriptor 0 open": still_open}))
+"""
+
+
+@pytest.mark.parametrize("grow", [0, 8], ids=["in place", "replaced"])
+def test_a_snapshot_opened_as_descriptor_0_is_written_like_any_other(tmp_path: Path, grow: int) -> None:
+    """A writer whose standard input is closed (a daemon's) gets descriptor 0 for the snapshot: POSIX open()
+    returns "the lowest file descriptor not currently open", and 0 is a descriptor like any other (only -1 is an
+    error). So a file of the same size is updated in place there too (the same inode, the word 2 after the first
+    update); one of another size is replaced and the old file, which a reader holds here, gets 0xFFFFFFFF (docs/nvml.md,
+    "Writing and noticing a new generation"); and either way the descriptor is closed when the call returns (POSIX
+    rename(): a replaced file's contents stay until its last descriptor is closed). Run in a child process
+    (PYTHONPATH as this one's) that closes its descriptor 0 first and checks that the next open gets it."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80) + bytes(grow))
+    inode = os.stat(path).st_ino
+    new = tmp_path / "new.bytes"
+    new.write_bytes(dgx(91, 2.0))
+    held = os.open(path, os.O_RDONLY)
+    try:
+        proc = subprocess.run([sys.executable, "-c", _ON_DESCRIPTOR_0, str(path), str(new)],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == {"written": True, "descriptor 0 open": False}
+        old_word = struct.unpack("<I", os.pread(held, 4, WORD))[0]
+    finally:
+        os.close(held)
+    if grow:
+        assert (os.stat(path).st_ino != inode, old_word, word_of(path)) == (True, REPLACED, 0)
+    else:
+        assert (os.stat(path).st_ino, word_of(path)) == (inode, 2)
+    assert read_snapshot(path).gpus[2].temperature == 91
+
+
+@pytest.mark.parametrize("word", [0, 2, REPLACED], ids=["written whole", "updated", "replaced"])
+def test_a_file_under_an_even_or_replaced_word_is_read_without_a_pause(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       word: int) -> None:
+    """Only an odd word other than 0xFFFFFFFF is a writer at work: csrc/core.c's read_whole sleeps only for
+    ``(before & 1u) && before != FHW_REPLACED``, and docs/nvml.md's reader "copied the file while the word held one
+    even value" has nothing to wait for. A file written whole (0), one updated in place (2) and one a newer file was
+    renamed over (0xFFFFFFFF: its readers reopen the path, the writer will never finish it) are read at once, as
+    they are. Counted, not timed: pauses are recorded instead of slept."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80))
+    set_word(path, word)
+    pauses: list[float] = []
+    monkeypatch.setattr(time, "sleep", pauses.append)
+    data = read_whole(path)
+    monkeypatch.undo()
+    assert pauses == []
+    assert data == path.read_bytes()
