@@ -339,3 +339,68 @@ def test_a_file_under_an_even_or_replaced_word_is_read_without_a_pause(tmp_path:
     monkeypatch.undo()
     assert pauses == []
     assert data == path.read_bytes()
+
+
+def test_a_change_spanning_two_chunks_after_a_gap_writes_those_chunks_alone(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/nvml.md: an update "writes the 512-byte chunks that differ" (issue 19: a change writes only what it
+    changes). Two changed bytes in adjacent chunks far from the header ([8192, 9216): chunks 16 and 17) are written
+    as that one range, not joined to the header's chunk before the gap: the writes are the word (odd), the chunk
+    holding the word (which differs by it), [8192, 9216), and the word again (even); the file then holds the new
+    bytes. Raw bytes, not a model change: the writer's contract is the bytes, and this way the chunks that differ are
+    known by construction."""
+    path = tmp_path / "nvml.snapshot"
+    old = dgx(80)
+    write_snapshot(path, old)
+    new = bytearray(old)
+    for offset in (8192 + 100, 8192 + 600):
+        new[offset] ^= 0xFF
+    writes: list[tuple[int, int]] = []
+    real = os.pwrite
+
+    def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
+        writes.append((offset, offset + len(data)))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", recording)
+    assert write_snapshot(path, bytes(new), changed=True)
+    monkeypatch.undo()
+    word_chunk = (WORD // 512 * 512, WORD // 512 * 512 + 512)
+    assert writes == [(WORD, WORD + 4), word_chunk, (8192, 9216), (WORD, WORD + 4)]
+    struct.pack_into("<I", new, WORD, 2)
+    assert path.read_bytes() == bytes(new)
+
+
+def test_a_reader_keeps_the_whole_copy_it_verified_when_a_writer_starts_right_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/nvml.md: a reader that copied the file while the word held one even value before and after its copy,
+    and finds that value in its copy, "has a whole file". So once a copy is verified it is the answer, even when a
+    writer starts its next update the moment after (here one that then dies mid-update: the word stays odd and a
+    GPU record is half written): read_whole returns the verified copy, not the torn file it would find if it went on
+    reading. The writer is started from the reader's second read of the word (the check after its copy)."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80))
+    whole = path.read_bytes()
+    header = Snapshot.from_bytes(whole).header
+    word_reads = 0
+    real = os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        nonlocal word_reads
+        data = real(fd, size, offset)
+        if (size, offset) == (4, WORD):
+            word_reads += 1
+            if word_reads == 2:
+                set_word(path, 3)
+                with path.open("r+b") as f:
+                    f.seek(header.gpu_offset + 2 * header.gpu_record_size + 100)
+                    f.write(b"\xff" * 64)
+        return data
+
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
+    data = read_whole(path)
+    monkeypatch.undo()
+    assert word_reads == 2
+    assert data == whole
+    assert path.read_bytes() != whole  # the writer did tear the file
