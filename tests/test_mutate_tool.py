@@ -325,3 +325,34 @@ def test_a_negative_c_last_is_refused_with_what_it_takes(capsys: pytest.CaptureF
         tool.main(["--area", "nvml C getters", "--c-last", "-1"])
     assert exit_info.value.code == 2
     assert "--c-last must be 0 (all) or a positive number of mutants" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------- one module's sample (issue 16)
+
+
+def test_module_draws_the_sample_from_that_module_alone() -> None:
+    """``--module`` measures one module of an area on its own (the nvml snapshot area's pooled samples drew mostly
+    from snapshot.py, never snapfile.py alone): every mutant planned is of that module, all of its mutants are
+    there with ``--sample 0``, and the area keeps its tests (a mutant is still judged by the whole area's suite)."""
+    pytest.importorskip("cosmic_ray")
+    tool = _load_tool()
+    snapshot = next(a for a in tool.AREAS if a.name == "nvml snapshot")
+    [cut] = tool.restrict([*tool.AREAS, tool.NVML_C_AREA], ["fakehw/nvml/snapfile.py"])
+    assert (cut.name, cut.modules, cut.tests, cut.select) == (snapshot.name, ("fakehw/nvml/snapfile.py",),
+                                                            snapshot.tests, snapshot.select)
+    every = tool.plan([cut], 0, 1)
+    assert every and {spec.module for _, spec in every} == {"fakehw/nvml/snapfile.py"}
+    assert len(every) == len(tool.enumerate_specs(tool.Area("m", ("fakehw/nvml/snapfile.py",), ())))
+    sample = tool.plan([cut], 5, 1)
+    assert len(sample) == 5 and {spec.module for _, spec in sample} == {"fakehw/nvml/snapfile.py"}
+
+
+def test_a_module_in_no_area_run_is_refused_naming_the_areas_modules(capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt ``--module`` (or one of an area not run) would otherwise run nothing and print 100 %: it is
+    refused by argparse (exit 2), naming the modules the areas run do hold."""
+    tool = _load_tool()
+    with pytest.raises(SystemExit) as exit_info:
+        tool.main(["--area", "fabric lint", "--module", "fakehw/nvml/snapfile.py"])
+    assert exit_info.value.code == 2
+    assert ("--module fakehw/nvml/snapfile.py: not a module of the areas run (fakehw/fabric/lint.py)"
+            in capsys.readouterr().err)

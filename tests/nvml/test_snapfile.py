@@ -8,8 +8,13 @@ under sanitizers in tests/nvml/test_sanitizers.py (``inplace``).
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import re
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +24,7 @@ import pytest
 
 from fakehw.model import load_profile
 from fakehw.nvml import layout
-from fakehw.nvml.snapfile import REPLACED, write_snapshot
+from fakehw.nvml.snapfile import REPLACED, read_whole, write_snapshot
 from fakehw.nvml.snapshot import Snapshot, SnapshotError, build_snapshot, read_snapshot
 from tests.nvml.helpers import faults_state
 
@@ -155,3 +160,247 @@ def test_a_file_the_writer_cannot_know_whole_is_replaced_not_written_through(tmp
             os.close(held)
         assert word_of(path) == 0
         assert read_snapshot(path).gpus[2].temperature == temperature
+
+
+CORE_C = Path(__file__).resolve().parents[2] / "fakehw" / "nvml" / "csrc" / "core.c"
+
+
+def shims_wait_for_a_dead_writer() -> tuple[int, float]:
+    """How many times, and for how long each (s), the shim's reader (csrc/core.c ``read_whole``) waits for an odd
+    word before it reads the file as it is: FHW_LOAD_WAITS and the nanosleep's timespec, read from the C source."""
+    source = CORE_C.read_text()
+    waits = re.search(r"#define FHW_LOAD_WAITS (\d+)", source)
+    body = source[source.index("static size_t read_whole("):]
+    pause = re.search(r"struct timespec ts = \{0, (\d+)\};", body[:body.index("\n}\n")])
+    assert waits is not None and pause is not None, "core.c's read_whole changed: read its wait again"
+    return int(waits.group(1)), int(pause.group(1)) / 1e9
+
+
+def test_a_dead_writers_odd_word_is_waited_for_as_long_as_the_shim_waits(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python's reader gives a writer that died mid-update the same grace as the shim's: docs/nvml.md ("Writing and
+    noticing a new generation": a word left odd for 10 ms is no longer waited for) and csrc/core.c's read_whole
+    (FHW_LOAD_WAITS pauses of 50 us, then the checksum judges). Counted, not timed: the pauses are recorded instead
+    of slept, so the file's word (odd for good) must cost exactly the shim's number of pauses, 10 ms in all."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80))
+    set_word(path, 7)
+    pauses: list[float] = []
+    monkeypatch.setattr(time, "sleep", pauses.append)
+    data = read_whole(path)
+    monkeypatch.undo()
+    waits, pause = shims_wait_for_a_dead_writer()
+    assert (len(pauses), set(pauses)) == (waits, {pause})
+    assert sum(pauses) == pytest.approx(0.010)
+    assert data == path.read_bytes()  # then the file as it is (its checksum judges it)
+
+
+def test_a_symlink_at_the_snapshot_path_is_replaced_not_written_through(tmp_path: Path) -> None:
+    """A symbolic link at the snapshot's path (to a copy kept elsewhere, say) is a second name for that file, like a
+    hard link: an update in place would write through it into the other file. The writer replaces it as rename(2)
+    does (POSIX: the link named by ``new`` is removed, not the file it points to): the path becomes a regular file
+    holding the new snapshot and the file the link named keeps every byte, its word included (no 0xFFFFFFFF: it was
+    never the snapshot's file), even though it is of the same size and whole, a file the writer would update."""
+    kept = tmp_path / "kept.snapshot"
+    write_snapshot(kept, dgx(80))
+    before = kept.read_bytes()
+    path = tmp_path / "nvml.snapshot"
+    path.symlink_to(kept)
+    assert write_snapshot(path, dgx(91, 2.0))
+    assert not path.is_symlink() and path.is_file()
+    assert kept.read_bytes() == before
+    assert read_snapshot(path).gpus[2].temperature == 91
+    assert word_of(path) == 0
+
+
+def test_a_replaced_file_that_cannot_be_flagged_still_leaves_the_new_snapshot_in_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 0xFFFFFFFF written into the old file after the rename is a courtesy to readers that mapped it: the shim
+    also stat()s the path (csrc/core.c ``snap_stale``: a new inode at the path is a new file, checked at most every
+    10 ms) and notices the new file without it. So when the old file's filesystem refuses the flag (EROFS, "read-only
+    file system" in POSIX's list of write(2) errors; simulated, as remounting needs root) the write has still
+    succeeded: the new snapshot is at the path and write_snapshot says it wrote, rather than raising after the
+    fact. Only the flag's write fails here (a file of another size, so nothing is updated in place)."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80) + bytes(8))
+    real = os.pwrite
+    refused: list[int] = []
+
+    def read_only(fd: int, data: bytes | memoryview, offset: int) -> int:
+        if offset == WORD and bytes(data) == struct.pack("<I", REPLACED):
+            refused.append(fd)
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", read_only)
+    assert write_snapshot(path, dgx(91, 2.0))
+    monkeypatch.undo()
+    assert len(refused) == 1
+    assert read_snapshot(path).gpus[2].temperature == 91
+    assert word_of(path) == 0
+
+
+@pytest.mark.parametrize("word", [0, 0x7FFFFFFE, 0xFFFFFFFE], ids=["first", "wrap", "highest-even"])
+def test_an_update_marks_the_word_odd_then_even_never_replaced_nor_the_old_value(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, word: int) -> None:
+    """The values an update in place writes into the word, as the shim reads them (csrc/core.c): ``read_whole``
+    waits while the word is odd *and* not 0xFFFFFFFF (that value means "replaced, reopen": it does not wait, so an
+    update showing it would be copied torn), and ``snap_stale`` notices a change only when the mapped word differs
+    from the one its copy was read under. So from any even word (the first update's 0, the count's wrap, the highest
+    even value a file can hold) every write of the word until the last is one odd value other than 0xFFFFFFFF, and
+    the last is even and not the word the update started from (docs/nvml.md: "the next odd value ... then the next
+    even value")."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80))
+    set_word(path, word)
+    seen: list[int] = []
+    real = os.pwrite
+
+    def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
+        if offset <= WORD < offset + len(data):
+            seen.append(struct.unpack_from("<I", bytes(data), WORD - offset)[0])
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", recording)
+    assert write_snapshot(path, dgx(91, 2.0))
+    monkeypatch.undo()
+    *busy, done = seen
+    assert busy and len(set(busy)) == 1, seen
+    assert busy[0] & 1 and busy[0] != REPLACED, [hex(v) for v in seen]
+    assert not done & 1 and done != word, [hex(v) for v in seen]
+    assert word_of(path) == done
+    assert read_snapshot(path).gpus[2].temperature == 91
+
+
+_ON_DESCRIPTOR_0 = """
+import json, os, sys
+from pathlib import Path
+from fakehw.nvml.snapfile import write_snapshot
+path, new = Path(sys.argv[1]), Path(sys.argv[2]).read_bytes()
+os.close(0)
+probe = os.open(path, os.O_RDONLY)
+os.close(probe)
+assert probe == 0, probe
+written = write_snapshot(path, new)
+try:
+    os.fstat(0)
+    still_open = True
+except OSError:
+    still_open = False
+print(json.dumps({"written": written, "descriptor 0 open": still_open}))
+"""
+
+
+@pytest.mark.parametrize("grow", [0, 8], ids=["in place", "replaced"])
+def test_a_snapshot_opened_as_descriptor_0_is_written_like_any_other(tmp_path: Path, grow: int) -> None:
+    """A writer whose standard input is closed (a daemon's) gets descriptor 0 for the snapshot: POSIX open()
+    returns "the lowest file descriptor not currently open", and 0 is a descriptor like any other (only -1 is an
+    error). So a file of the same size is updated in place there too (the same inode, the word 2 after the first
+    update); one of another size is replaced and the old file, which a reader holds here, gets 0xFFFFFFFF (docs/nvml.md,
+    "Writing and noticing a new generation"); and either way the descriptor is closed when the call returns (POSIX
+    rename(): a replaced file's contents stay until its last descriptor is closed). Run in a child process
+    (PYTHONPATH as this one's) that closes its descriptor 0 first and checks that the next open gets it."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80) + bytes(grow))
+    inode = os.stat(path).st_ino
+    new = tmp_path / "new.bytes"
+    new.write_bytes(dgx(91, 2.0))
+    held = os.open(path, os.O_RDONLY)
+    try:
+        proc = subprocess.run([sys.executable, "-c", _ON_DESCRIPTOR_0, str(path), str(new)],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == {"written": True, "descriptor 0 open": False}
+        old_word = struct.unpack("<I", os.pread(held, 4, WORD))[0]
+    finally:
+        os.close(held)
+    if grow:
+        assert (os.stat(path).st_ino != inode, old_word, word_of(path)) == (True, REPLACED, 0)
+    else:
+        assert (os.stat(path).st_ino, word_of(path)) == (inode, 2)
+    assert read_snapshot(path).gpus[2].temperature == 91
+
+
+@pytest.mark.parametrize("word", [0, 2, REPLACED], ids=["written whole", "updated", "replaced"])
+def test_a_file_under_an_even_or_replaced_word_is_read_without_a_pause(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       word: int) -> None:
+    """Only an odd word other than 0xFFFFFFFF is a writer at work: csrc/core.c's read_whole sleeps only for
+    ``(before & 1u) && before != FHW_REPLACED``, and docs/nvml.md's reader "copied the file while the word held one
+    even value" has nothing to wait for. A file written whole (0), one updated in place (2) and one a newer file was
+    renamed over (0xFFFFFFFF: its readers reopen the path, the writer will never finish it) are read at once, as
+    they are. Counted, not timed: pauses are recorded instead of slept."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80))
+    set_word(path, word)
+    pauses: list[float] = []
+    monkeypatch.setattr(time, "sleep", pauses.append)
+    data = read_whole(path)
+    monkeypatch.undo()
+    assert pauses == []
+    assert data == path.read_bytes()
+
+
+def test_a_change_spanning_two_chunks_after_a_gap_writes_those_chunks_alone(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/nvml.md: an update "writes the 512-byte chunks that differ" (issue 19: a change writes only what it
+    changes). Two changed bytes in adjacent chunks far from the header ([8192, 9216): chunks 16 and 17) are written
+    as that one range, not joined to the header's chunk before the gap: the writes are the word (odd), the chunk
+    holding the word (which differs by it), [8192, 9216), and the word again (even); the file then holds the new
+    bytes. Raw bytes, not a model change: the writer's contract is the bytes, and this way the chunks that differ are
+    known by construction."""
+    path = tmp_path / "nvml.snapshot"
+    old = dgx(80)
+    write_snapshot(path, old)
+    new = bytearray(old)
+    for offset in (8192 + 100, 8192 + 600):
+        new[offset] ^= 0xFF
+    writes: list[tuple[int, int]] = []
+    real = os.pwrite
+
+    def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
+        writes.append((offset, offset + len(data)))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", recording)
+    assert write_snapshot(path, bytes(new), changed=True)
+    monkeypatch.undo()
+    word_chunk = (WORD // 512 * 512, WORD // 512 * 512 + 512)
+    assert writes == [(WORD, WORD + 4), word_chunk, (8192, 9216), (WORD, WORD + 4)]
+    struct.pack_into("<I", new, WORD, 2)
+    assert path.read_bytes() == bytes(new)
+
+
+def test_a_reader_keeps_the_whole_copy_it_verified_when_a_writer_starts_right_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/nvml.md: a reader that copied the file while the word held one even value before and after its copy,
+    and finds that value in its copy, "has a whole file". So once a copy is verified it is the answer, even when a
+    writer starts its next update the moment after (here one that then dies mid-update: the word stays odd and a
+    GPU record is half written): read_whole returns the verified copy, not the torn file it would find if it went on
+    reading. The writer is started from the reader's second read of the word (the check after its copy)."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80))
+    whole = path.read_bytes()
+    header = Snapshot.from_bytes(whole).header
+    word_reads = 0
+    real = os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        nonlocal word_reads
+        data = real(fd, size, offset)
+        if (size, offset) == (4, WORD):
+            word_reads += 1
+            if word_reads == 2:
+                set_word(path, 3)
+                with path.open("r+b") as f:
+                    f.seek(header.gpu_offset + 2 * header.gpu_record_size + 100)
+                    f.write(b"\xff" * 64)
+        return data
+
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)
+    data = read_whole(path)
+    monkeypatch.undo()
+    assert word_reads == 2
+    assert data == whole
+    assert path.read_bytes() != whole  # the writer did tear the file
