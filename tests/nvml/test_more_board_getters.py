@@ -402,6 +402,44 @@ def test_gpm_streaming_state_is_a_hopper_query(nvml: Nvml, pynvml_module: Module
             n.nvmlGpmSampleFree(sample)
 
 
+def test_a_gpm_sample_of_a_hopper_gpu_instance_is_taken_by_its_gpu_instance_id(nvml: Nvml, pynvml_module: ModuleType,
+                                                                               tmp_path: Path) -> None:
+    """nvml.h, nvmlGpmMigSampleGet: a sample "for a MIG GPU Instance", named by its "MIG GPU Instance ID", "For Hopper
+    or newer fully supported devices". A DGX H100 whose gpu7 runs two 3g.40gb GPU instances (as dgx-a100's gpu7 does)
+    samples each of them by the id nvmlDeviceGetGpuInstanceId gives its MIG device, and two samples of one make
+    metrics (nvmlGpmMetricsGet). Each instance's one compute instance has id 0 (the default one ``nvidia-smi mig -cgi
+    ... -C`` creates), so an instance looked up by a compute instance id is not found. The A100 case of this call
+    (NOT_SUPPORTED) is in test_gpm_streaming_state_is_a_hopper_query."""
+    n = pynvml_module
+    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-h100.yaml").read_text()
+    gpu7 = 'moduleId: 2}'
+    assert text.count(gpu7) == 1
+    profile = tmp_path / "dgx-h100-mig.yaml"
+    profile.write_text(text.replace(gpu7, "moduleId: 2, mig: {enabled: true, instances: [3g.40gb, 3g.40gb]}}"))
+    nvml(profile)
+    h = handles(n)[7]
+    ids: dict[int, int] = {}
+    for k in range(2):
+        mig = n.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+        ids[n.nvmlDeviceGetGpuInstanceId(mig)] = n.nvmlDeviceGetComputeInstanceId(mig)
+    assert len(ids) == 2 and set(ids.values()) == {0} and 0 not in ids
+    first, second = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        for gid in ids:
+            n.nvmlGpmMigSampleGet(h, gid, first)  # raises NVMLError on anything but SUCCESS
+            n.nvmlGpmMigSampleGet(h, gid, second)
+            metrics = n.c_nvmlGpmMetricsGet_t()
+            metrics.version = n.NVML_GPM_METRICS_GET_VERSION
+            metrics.numMetrics = 1
+            metrics.sample1, metrics.sample2 = first, second
+            metrics.metrics[0].metricId = n.NVML_GPM_METRIC_SM_UTIL
+            n.nvmlGpmMetricsGet(metrics)
+            assert metrics.metrics[0].nvmlReturn == n.NVML_SUCCESS
+    finally:
+        n.nvmlGpmSampleFree(first)
+        n.nvmlGpmSampleFree(second)
+
+
 # --------------------------------------------------------------------------------------------- system events
 
 
