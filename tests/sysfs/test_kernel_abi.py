@@ -555,9 +555,10 @@ NV_REG_DEFAULTS = {"MemoryPoolSize": "0", "KMallocHeapMaxSize": "0", "VMallocHea
                    "PreserveVideoMemoryAllocations": "0", "EnableS0ixPowerManagement": "0",
                    "S0ixPowerManagementVideoMemoryThreshold": "256", "DynamicPowerManagement": "3",
                    "DynamicPowerManagementVideoMemoryThreshold": "200", "DmaRemapPeerMmio": "1"}
-"""nv-reg.h's NV_DEFINE_REG_ENTRY(_GLOBAL) defaults (``~0`` prints as 4294967295, ``0666`` as 438); the ones that
-change between driver branches (EnableGpuFirmware, OpenRmEnableUnsupportedGpus) are left out (the latter is held per
-branch by OPENRM_UNSUPPORTED_GPUS). ``DmaRemapPeerMmio`` is NV_DEFINE_REG_ENTRY(__NV_DMA_REMAP_PEER_MMIO,
+"""nv-reg.h's NV_DEFINE_REG_ENTRY(_GLOBAL) defaults (``~0`` prints as 4294967295, ``0666`` as 438); EnableGpuFirmware
+and OpenRmEnableUnsupportedGpus are left out (the former is held on every branch by
+test_nvidia_params_show_the_gsp_firmware_defaults_of_every_branch, the latter, which does change, per branch by
+OPENRM_UNSUPPORTED_GPUS). ``DmaRemapPeerMmio`` is NV_DEFINE_REG_ENTRY(__NV_DMA_REMAP_PEER_MMIO,
 NV_DMA_REMAP_PEER_MMIO_ENABLE), _ENABLE being 0x00000001 ("1 = enable dynamic DMA remapping of peer MMIO regions
 (default)"), and is in nv_parms, in all 144 tags of NVIDIA/open-gpu-kernel-modules from 535.43.02 to 595.45.04."""
 
@@ -2752,3 +2753,19 @@ def test_a_550_node_in_a_multi_node_nvlink_domain_has_the_imex_region_but_no_cha
     assert (root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt").exists()
     assert not (root / "dev/nvidia-caps-imex-channels/channel0").exists()
     assert "CreateImexChannel0" not in (root / "proc/driver/nvidia/params").read_text()
+
+
+@pytest.mark.parametrize("branch", sorted(NV_PARMS_BY_BRANCH))
+def test_nvidia_params_show_the_gsp_firmware_defaults_of_every_branch(branch: int) -> None:
+    """nv-reg.h (NVIDIA/open-gpu-kernel-modules) defines NV_DEFINE_REG_ENTRY(__NV_ENABLE_GPU_FIRMWARE,
+    NV_REG_ENABLE_GPU_FIRMWARE_DEFAULT_VALUE), 0x00000012, and (__NV_ENABLE_GPU_FIRMWARE_LOGS,
+    NV_REG_ENABLE_GPU_FIRMWARE_LOGS_ENABLE_ON_DEBUG), 0x00000002, in every tag read from 535.43.02 to 595.45.04
+    (535.288.01, 545.29.06, 550.163.01, 555.58.02, 560.35.03, 565.77, 570.211.01, 575.64.05, 580.142, 590.48.01);
+    nothing in kernel-open assigns NVreg_EnableGpuFirmware, so nv_procfs_read_params prints 18 and 2 on a node that
+    sets no option (a dgx-h100 node of that branch)."""
+    system = load_profile("dgx-h100")
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=f"{branch}.104.05"))
+    entry = nvidia_static_section(system, system.nodes[0]).entries["proc/driver/nvidia/params"]
+    assert isinstance(entry, File)
+    params = _params(entry.data.decode())
+    assert (params["EnableGpuFirmware"], params["EnableGpuFirmwareLogs"]) == ("18", "2")
