@@ -18,9 +18,9 @@ instance 0..14 one ``access`` for the GPU instance and eight for its compute ins
 is the node a process opens to prove it may use it.
 
 IMEX (multi-node NVLink memory export, GB200/GB300): the driver registers ``nvidia-caps-imex-channels`` in
-``/proc/devices`` and, with ``NVreg_CreateImexChannel0=1`` as NVL72 racks are set up, creates
-``/dev/nvidia-caps-imex-channels/channel0``; ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt`` is the IMEX
-daemon's capability.
+``/proc/devices`` (from 550) and, with ``NVreg_CreateImexChannel0=1`` as NVL72 racks are set up (an option from
+555), creates ``/dev/nvidia-caps-imex-channels/channel0``; ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt`` is
+the IMEX daemon's capability (in ``sys-minors`` from 550; nv-caps.c's sys table is empty before).
 """
 
 from __future__ import annotations
