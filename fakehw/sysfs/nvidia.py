@@ -18,9 +18,9 @@ instance 0..14 one ``access`` for the GPU instance and eight for its compute ins
 is the node a process opens to prove it may use it.
 
 IMEX (multi-node NVLink memory export, GB200/GB300): the driver registers ``nvidia-caps-imex-channels`` in
-``/proc/devices`` and, with ``NVreg_CreateImexChannel0=1`` as NVL72 racks are set up, creates
-``/dev/nvidia-caps-imex-channels/channel0``; ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt`` is the IMEX
-daemon's capability.
+``/proc/devices`` (from 550) and, with ``NVreg_CreateImexChannel0=1`` as NVL72 racks are set up (an option from
+555), creates ``/dev/nvidia-caps-imex-channels/channel0``; ``/proc/driver/nvidia/capabilities/fabric-imex-mgmt`` is
+the IMEX daemon's capability (in ``sys-minors`` from 550; nv-caps.c's sys table is empty before).
 """
 
 from __future__ import annotations
@@ -132,6 +132,11 @@ NV_PARMS = (
 the fake's node differs from the default (``CreateImexChannel0`` on NVL72 racks), the renderer overrides it."""
 
 
+def has_nv_parm(name: str, branch: int) -> bool:
+    """Whether ``branch``'s nv_parms has the option ``name`` (NVreg_<name> is a module parameter of that driver)."""
+    return any(p.name == name and p.first <= branch < p.gone for p in NV_PARMS)
+
+
 def nv_parms(branch: int, overrides: dict[str, int]) -> list[tuple[str, int]]:
     """The numeric lines of /proc/driver/nvidia/params for ``branch``: nv_parms' entries of that branch, in its
     order, at their defaults but for ``overrides``."""
@@ -150,8 +155,10 @@ def nvidia_static_section(system: System, node: Node) -> Section:
              f"NVRM version: NVIDIA UNIX {machine} {kind}  {version}  Release Build  (fakehw)\n"
              f"GCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n")
     imex = has_imex(system, node)
-    channel0 = imex and system.domain_of(node) is not None
     branch = system.driver.branch
+    # NVreg_CreateImexChannel0=1, as racks are set up, needs a driver that has the option (nv-reg.h: from 555; on 550
+    # an administrator makes channel nodes by hand)
+    channel0 = imex and system.domain_of(node) is not None and has_nv_parm("CreateImexChannel0", branch)
     overrides = {"CreateImexChannel0": 1} if channel0 else {}  # NVreg_CreateImexChannel0=1, as racks are set up
     params: list[tuple[str, int | str]] = [*nv_parms(branch, overrides)]
     params += [(name, '""') for name in ("RegistryDwords", "RegistryDwordsPerDevice", "RmMsg", "GpuBlacklist",
@@ -209,7 +216,8 @@ def _caps_static(sec: Section, node: Node, imex: bool, channel0: bool) -> None:
     """Capabilities that exist from driver load: the minors tables, MIG config/monitor, IMEX."""
     sec.file(f"{CAPS_PROC}/mig-minors", mig_minors())
     sec.file(f"{CAPS_PROC}/nvlink-minors", f"fabric-mgmt {CAP_FABRIC_MGMT}\n")
-    sec.file(f"{CAPS_PROC}/sys-minors", f"fabric-imex-mgmt {CAP_FABRIC_IMEX_MGMT}\n")
+    # g_nv_cap_sys_table is empty before 550 (nv-caps.c), so the file is too
+    sec.file(f"{CAPS_PROC}/sys-minors", f"fabric-imex-mgmt {CAP_FABRIC_IMEX_MGMT}\n" if imex else "")
     sec.file(f"{CAPS}/mig/config", _cap_file(CAP_MIG_CONFIG, MODE_CONFIG))
     sec.file(f"{CAPS}/mig/monitor", _cap_file(CAP_MIG_MONITOR, MODE_READ))
     sec.chardev(f"dev/nvidia-caps/nvidia-cap{CAP_MIG_CONFIG}", CAPS_MAJOR, CAP_MIG_CONFIG, MODE_CONFIG)

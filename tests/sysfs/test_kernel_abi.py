@@ -555,9 +555,10 @@ NV_REG_DEFAULTS = {"MemoryPoolSize": "0", "KMallocHeapMaxSize": "0", "VMallocHea
                    "PreserveVideoMemoryAllocations": "0", "EnableS0ixPowerManagement": "0",
                    "S0ixPowerManagementVideoMemoryThreshold": "256", "DynamicPowerManagement": "3",
                    "DynamicPowerManagementVideoMemoryThreshold": "200", "DmaRemapPeerMmio": "1"}
-"""nv-reg.h's NV_DEFINE_REG_ENTRY(_GLOBAL) defaults (``~0`` prints as 4294967295, ``0666`` as 438); the ones that
-change between driver branches (EnableGpuFirmware, OpenRmEnableUnsupportedGpus) are left out (the latter is held per
-branch by OPENRM_UNSUPPORTED_GPUS). ``DmaRemapPeerMmio`` is NV_DEFINE_REG_ENTRY(__NV_DMA_REMAP_PEER_MMIO,
+"""nv-reg.h's NV_DEFINE_REG_ENTRY(_GLOBAL) defaults (``~0`` prints as 4294967295, ``0666`` as 438); EnableGpuFirmware
+and OpenRmEnableUnsupportedGpus are left out (the former is held on every branch by
+test_nvidia_params_show_the_gsp_firmware_defaults_of_every_branch, the latter, which does change, per branch by
+OPENRM_UNSUPPORTED_GPUS). ``DmaRemapPeerMmio`` is NV_DEFINE_REG_ENTRY(__NV_DMA_REMAP_PEER_MMIO,
 NV_DMA_REMAP_PEER_MMIO_ENABLE), _ENABLE being 0x00000001 ("1 = enable dynamic DMA remapping of peer MMIO regions
 (default)"), and is in nv_parms, in all 144 tags of NVIDIA/open-gpu-kernel-modules from 535.43.02 to 595.45.04."""
 
@@ -2698,13 +2699,7 @@ def test_a_535_node_in_a_multi_node_nvlink_domain_has_no_imex_channels(fast_tmp:
     ``nvidia-caps-imex-channels`` major and creates no ``/dev/nvidia-caps-imex-channels``, even on a node in a
     multi-node NVLink domain. Two GH200 nodes (a board the model lets run 535) joined by NVSwitches, driver
     535.288.01: neither the major, the channel directory, channel0 nor the IMEX daemon's capability is there."""
-    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/gh200.yaml").read_text())
-    doc["driver"] = {"version": "535.288.01"}
-    doc["groups"][0]["count"] = 2
-    doc["nvlinkDomains"] = [{"name": "pair", "groups": [doc["groups"][0]["name"]],
-                             "switches": {"sku": "nvswitch-gen3", "count": 2},
-                             "links": [{"from": "gpu*", "to": "sw*", "count": 9}]}]
-    system = load_profile("gh200-pair-535", text=yaml.safe_dump(doc))
+    system = _gh200_pair("535.288.01")
     node = system.nodes[0]
     assert system.domain_of(node) is not None
     render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
@@ -2712,3 +2707,65 @@ def test_a_535_node_in_a_multi_node_nvlink_domain_has_no_imex_channels(fast_tmp:
     assert "nvidia-caps-imex-channels" not in {n for names in _char_majors(root).values() for n in names}
     assert not (root / "dev/nvidia-caps-imex-channels").exists()
     assert not (root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt").exists()
+
+
+def _gh200_pair(version: str) -> System:
+    """Two GH200 nodes joined by NVSwitches (one multi-node NVLink domain) on driver ``version``."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/gh200.yaml").read_text())
+    doc["driver"] = {"version": version}
+    doc["groups"][0]["count"] = 2
+    doc["nvlinkDomains"] = [{"name": "pair", "groups": [doc["groups"][0]["name"]],
+                             "switches": {"sku": "nvswitch-gen3", "count": 2},
+                             "links": [{"from": "gpu*", "to": "sw*", "count": 9}]}]
+    return load_profile(f"gh200-pair-{version}", text=yaml.safe_dump(doc))
+
+
+@pytest.mark.parametrize(("version", "sys_minors"), (("535.288.01", ""), ("550.163.01", "fabric-imex-mgmt 4323\n"),
+                                                     ("580.105.08", "fabric-imex-mgmt 4323\n")))
+def test_sys_minors_lists_fabric_imex_mgmt_from_branch_550(fast_tmp: Path, version: str, sys_minors: str) -> None:
+    """kernel-open/nvidia/nv-caps.c (NVIDIA/open-gpu-kernel-modules) creates ``/proc/driver/nvidia-caps/sys-minors``
+    in every tag (NV_CREATE_PROC_FILE("sys-minors", ...)) and nv_procfs_read_sys_minors prints one ``%s %d`` line
+    per entry of g_nv_cap_sys_table; that table is empty in every 535 and 545 tag (read at 535.288.01 and 545.29.06)
+    and holds only ``/driver/nvidia/capabilities/fabric-imex-mgmt`` from 550.40.07 on (550.163.01, 580.142 read).
+    So on a GH200 node the file is empty under 535 and ``fabric-imex-mgmt 4323`` from 550, where its minor follows
+    the mig table's 4322 (see the mig-minors test above)."""
+    system = _gh200_pair(version)
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    caps = fast_tmp / node.name / ROOT_DIR / "proc/driver/nvidia-caps"
+    assert (caps / "sys-minors").read_text() == sys_minors
+    assert (caps / "nvlink-minors").read_text() == "fabric-mgmt 0\n"
+
+
+def test_a_550_node_in_a_multi_node_nvlink_domain_has_the_imex_region_but_no_channel0(fast_tmp: Path) -> None:
+    """550's nv-caps-imex.c registers the ``nvidia-caps-imex-channels`` region (NVreg_ImexChannelCount, 2048), but
+    NVreg_CreateImexChannel0, the option that has channel 0 created for every user (nv-reg.h: "the channel will be
+    created automatically when an application (e.g. nvidia-smi, nvidia-persistenced) is run"), first appears in
+    555.42.02's nv-reg.h and nv-caps-imex.c (no 550 tag, 550.40.07 to 550.163.01, names it): on 550 an
+    administrator makes channel nodes by hand. Two GH200 nodes in one NVLink domain on 550.163.01: the major and
+    ``fabric-imex-mgmt`` are there, ``channel0`` is not, and params has no CreateImexChannel0 line."""
+    system = _gh200_pair("550.163.01")
+    node = system.nodes[0]
+    assert system.domain_of(node) is not None
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    root = fast_tmp / node.name / ROOT_DIR
+    assert "nvidia-caps-imex-channels" in {n for names in _char_majors(root).values() for n in names}
+    assert (root / "proc/driver/nvidia/capabilities/fabric-imex-mgmt").exists()
+    assert not (root / "dev/nvidia-caps-imex-channels/channel0").exists()
+    assert "CreateImexChannel0" not in (root / "proc/driver/nvidia/params").read_text()
+
+
+@pytest.mark.parametrize("branch", sorted(NV_PARMS_BY_BRANCH))
+def test_nvidia_params_show_the_gsp_firmware_defaults_of_every_branch(branch: int) -> None:
+    """nv-reg.h (NVIDIA/open-gpu-kernel-modules) defines NV_DEFINE_REG_ENTRY(__NV_ENABLE_GPU_FIRMWARE,
+    NV_REG_ENABLE_GPU_FIRMWARE_DEFAULT_VALUE), 0x00000012, and (__NV_ENABLE_GPU_FIRMWARE_LOGS,
+    NV_REG_ENABLE_GPU_FIRMWARE_LOGS_ENABLE_ON_DEBUG), 0x00000002, in every tag read from 535.43.02 to 595.45.04
+    (535.288.01, 545.29.06, 550.163.01, 555.58.02, 560.35.03, 565.77, 570.211.01, 575.64.05, 580.142, 590.48.01);
+    nothing in kernel-open assigns NVreg_EnableGpuFirmware, so nv_procfs_read_params prints 18 and 2 on a node that
+    sets no option (a dgx-h100 node of that branch)."""
+    system = load_profile("dgx-h100")
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=f"{branch}.104.05"))
+    entry = nvidia_static_section(system, system.nodes[0]).entries["proc/driver/nvidia/params"]
+    assert isinstance(entry, File)
+    params = _params(entry.data.decode())
+    assert (params["EnableGpuFirmware"], params["EnableGpuFirmwareLogs"]) == ("18", "2")
