@@ -53,6 +53,19 @@ def set_word(path: Path, value: int) -> None:
         os.close(fd)
 
 
+def _record_pwrites(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The [start, end) ranges every ``os.pwrite`` writes from now on (until ``monkeypatch.undo()``), in order."""
+    writes: list[tuple[int, int]] = []
+    real = os.pwrite
+
+    def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
+        writes.append((offset, offset + len(data)))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", recording)
+    return writes
+
+
 def test_an_update_in_place_writes_the_header_and_the_changed_gpus_record_only(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A thermal fault on gpu2 changes gpu2's record and the header (render time, checksum): every byte written
@@ -63,14 +76,7 @@ def test_an_update_in_place_writes_the_header_and_the_changed_gpus_record_only(t
     new = dgx(91, 2.0)
     header = Snapshot.from_bytes(new).header
     gpu2 = (header.gpu_offset + 2 * header.gpu_record_size, header.gpu_offset + 3 * header.gpu_record_size)
-    writes: list[tuple[int, int]] = []
-    real = os.pwrite
-
-    def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
-        writes.append((offset, offset + len(data)))
-        return real(fd, data, offset)
-
-    monkeypatch.setattr(os, "pwrite", recording)
+    writes = _record_pwrites(monkeypatch)
     assert write_snapshot(path, new)
     monkeypatch.undo()
     assert writes[0] == writes[-1] == (WORD, WORD + 4)
@@ -355,14 +361,7 @@ def test_a_change_spanning_two_chunks_after_a_gap_writes_those_chunks_alone(tmp_
     new = bytearray(old)
     for offset in (8192 + 100, 8192 + 600):
         new[offset] ^= 0xFF
-    writes: list[tuple[int, int]] = []
-    real = os.pwrite
-
-    def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
-        writes.append((offset, offset + len(data)))
-        return real(fd, data, offset)
-
-    monkeypatch.setattr(os, "pwrite", recording)
+    writes = _record_pwrites(monkeypatch)
     assert write_snapshot(path, bytes(new), changed=True)
     monkeypatch.undo()
     word_chunk = (WORD // 512 * 512, WORD // 512 * 512 + 512)
