@@ -77,15 +77,11 @@ def mig_minors() -> str:
     return "\n".join(lines) + "\n"
 
 
-IMEX_FIRST_BRANCH = 550
-"""The first branch with IMEX channels: nv-caps-imex.c registers ``nvidia-caps-imex-channels`` for
-NVreg_ImexChannelCount minors, an entry nv-reg.h's nv_parms has from 550 (535.288.01's has none)."""
-
-
 def has_imex(system: System, node: Node) -> bool:
-    """IMEX channels: every driver from 550 on registers them, in an NVLink rack (NVL72 uses them) or not; an older
-    one has no channel region even in a multi-node NVLink domain."""
-    return bool(node.gpus) and system.driver.branch >= IMEX_FIRST_BRANCH
+    """IMEX channels: nv-caps-imex.c registers ``nvidia-caps-imex-channels`` for NVreg_ImexChannelCount minors, so
+    every driver whose nv_parms has that option (550 on; 535.288.01's has none) has them, in an NVLink rack (NVL72
+    uses them) or not, and an older one has no channel region even in a multi-node NVLink domain."""
+    return bool(node.gpus) and has_nv_parm("ImexChannelCount", system.driver.branch)
 
 
 OPENRM_OPT_IN_LAST_BRANCH = 535
