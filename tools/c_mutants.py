@@ -1,0 +1,232 @@
+"""Mechanical mutants of the NVML shim's C sources, drawn at random like Cosmic Ray's for the Python areas.
+
+The hand-written C mutants (``tools/nvml-c-mutants.toml``) are bugs a person chose, so their score says as much
+about the chooser as about the tests. These are made by rule instead, in every function body of
+``fakehw/nvml/csrc/*.c``, with the C forms of the operators :data:`mutate.OPERATORS` applies to Python: a comparison
+swapped (``==``/``!=``, ``<``/``<=``, ``<``/``>``, ...), an arithmetic or bitwise operator swapped (``+``/``-``,
+``*``/``/``, ``%``/``/``, ``|``/``&``, ``<<``/``>>``), ``&&``/``||`` swapped, a condition negated (``if (!(...))``),
+a ``!`` dropped, a unary minus made plus, ``break``/``continue`` swapped, an integer constant moved by one either way,
+and an NVML error code replaced by ``NVML_ERROR_UNKNOWN`` (the C form of Cosmic Ray's exception replacer: a caller
+that tells errors apart is handed the wrong one).
+
+The tokenizer is small and knows only what it must: comments, string and character literals and preprocessor
+lines are left alone, and a mutant is placed only inside a function body (a brace at file scope after a ``)``), so
+tables and initializers at file scope are not touched. Some mutants are not C (a ``*`` in a declaration read as a
+product): :func:`compiles` asks the compiler, with the shim's own flags and ``-Werror``, before a mutant counts.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+_TOKEN = re.compile(r"""
+    (?P<skip>//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|^[ \t]*\#(?:\\\n|[^\n])*)
+  | (?P<number>0[xX][0-9a-fA-F]+[uUlL]*|\d+[uUlL]*(?![.\w]))
+  | (?P<float>\d+\.\d*(?:[eE][-+]?\d+)?[fFlL]?|\d+[eE][-+]?\d+[fFlL]?)
+  | (?P<name>[A-Za-z_]\w*)
+  | (?P<op>->|\+\+|--|<<=|>>=|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^]=|[-+*/%<>!&|^=?:;,.(){}\[\]~])
+  | (?P<space>\s+)
+""", re.VERBOSE | re.DOTALL | re.MULTILINE)
+
+BINARY_SWAPS = {"+": "-", "-": "+", "*": "/", "/": "*", "%": "/", "|": "&", "&": "|", "<<": ">>"}
+"""Arithmetic and bitwise operators and what each becomes (Cosmic Ray's ReplaceBinaryOperator pairs)."""
+COMPARISON_SWAPS = {"==": ("!=",), "!=": ("==",), "<": ("<=", ">"), "<=": ("<",), ">": (">=", "<"), ">=": (">",)}
+"""Comparisons and what each becomes (Cosmic Ray's ReplaceComparisonOperator pairs)."""
+LOGICAL_SWAPS = {"&&": "||", "||": "&&"}
+JUMP_SWAPS = {"break": "continue", "continue": "break"}
+KEYWORDS = frozenset({"return", "case", "sizeof", "if", "while", "for", "switch", "else", "do", "goto"})
+"""Words after which an operator is unary (``return -1``, ``case -2``), unlike after any other name."""
+UNKNOWN_ERROR = "NVML_ERROR_UNKNOWN"
+
+Add = Callable[[str, int, int, str], None]
+"""How an operator hands over a mutant: (operator, start, end, replacement)."""
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str
+    text: str
+    start: int
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.text)
+
+
+@dataclass(frozen=True)
+class CMutation:
+    """One mechanical mutant: ``file``'s characters ``start:end`` replaced by ``replacement``."""
+
+    file: str
+    """The path inside the repository (``fakehw/nvml/csrc/links.c``)."""
+    operator: str
+    start: int
+    end: int
+    replacement: str
+    line: int
+
+    def apply(self, source: str) -> str:
+        return source[:self.start] + self.replacement + source[self.end:]
+
+
+def tokens(source: str) -> list[Token]:
+    """The tokens of ``source`` that code is made of (comments, literals' insides and preprocessor lines are one
+    ``skip`` token each, whitespace is dropped)."""
+    out = []
+    for m in _TOKEN.finditer(source):
+        kind = m.lastgroup or "op"
+        if kind != "space":
+            out.append(Token(kind, m.group(), m.start()))
+    return out
+
+
+def _body_tokens(toks: list[Token]) -> Iterator[tuple[int, Token]]:
+    """(index, token) of every token inside a function body: a ``{`` at file scope whose previous code token is
+    ``)``, to its matching ``}``."""
+    depth, in_body, prev = 0, False, None
+    for i, t in enumerate(toks):
+        if t.kind == "skip":
+            continue
+        if t.text == "{":
+            if depth == 0:
+                in_body = prev is not None and prev.text == ")"
+            depth += 1
+        elif t.text == "}":
+            depth = max(0, depth - 1)
+            if depth == 0:
+                in_body = False
+        elif in_body:
+            yield i, t
+        prev = t
+
+
+def _operand_before(toks: list[Token], i: int) -> bool:
+    """Whether the code token before ``toks[i]`` ends an operand (so the operator at ``i`` is binary)."""
+    j = i - 1
+    while j >= 0 and toks[j].kind == "skip":
+        j -= 1
+    if j < 0:
+        return False
+    prev = toks[j]
+    return prev.kind in ("number", "float") or (prev.kind == "name" and prev.text not in KEYWORDS) or \
+        prev.text in (")", "]")
+
+
+def _condition_end(toks: list[Token], open_at: int) -> int | None:
+    """The index of the ``)`` that closes the ``(`` at ``open_at``."""
+    depth = 0
+    for k in range(open_at, len(toks)):
+        if toks[k].text == "(":
+            depth += 1
+        elif toks[k].text == ")":
+            depth -= 1
+            if depth == 0:
+                return k
+    return None
+
+
+def mutations(file: str, source: str) -> list[CMutation]:
+    """Every mechanical mutant of ``source`` (the file at ``file``), in the order of the text."""
+    toks = tokens(source)
+    line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
+
+    def line_of(pos: int) -> int:
+        lo, hi = 0, len(line_starts)
+        while lo + 1 < hi:
+            mid = (lo + hi) // 2
+            if line_starts[mid] <= pos:
+                lo = mid
+            else:
+                hi = mid
+        return lo + 1
+
+    out: list[CMutation] = []
+
+    def add(operator: str, start: int, end: int, replacement: str) -> None:
+        out.append(CMutation(file, operator, start, end, replacement, line_of(start)))
+
+    for i, t in _body_tokens(toks):
+        text = t.text
+        binary = _operand_before(toks, i)
+        if text in COMPARISON_SWAPS:
+            for new in COMPARISON_SWAPS[text]:
+                add(f"comparison {text} -> {new}", t.start, t.end, new)
+        elif text in BINARY_SWAPS and binary:
+            add(f"operator {text} -> {BINARY_SWAPS[text]}", t.start, t.end, BINARY_SWAPS[text])
+        elif text in LOGICAL_SWAPS:
+            add(f"logical {text} -> {LOGICAL_SWAPS[text]}", t.start, t.end, LOGICAL_SWAPS[text])
+        elif text == "!" and not binary:
+            add("delete !", t.start, t.end, "")
+        elif text == "-" and not binary:
+            add("unary - -> +", t.start, t.end, "+")
+        elif t.kind == "name" and text in JUMP_SWAPS:
+            add(f"{text} -> {JUMP_SWAPS[text]}", t.start, t.end, JUMP_SWAPS[text])
+        elif t.kind == "name" and text in ("true", "false"):
+            add(f"{text} -> {'false' if text == 'true' else 'true'}", t.start, t.end,
+                "false" if text == "true" else "true")
+        elif t.kind == "name" and text.startswith("NVML_ERROR_") and text != UNKNOWN_ERROR:
+            add(f"{text} -> {UNKNOWN_ERROR}", t.start, t.end, UNKNOWN_ERROR)
+        elif t.kind == "number":
+            _number_mutations(t, add)
+        elif t.kind == "name" and text in ("if", "while"):
+            _negations(source, toks, i, add)
+    return out
+
+
+def _number_mutations(t: Token, add: Add) -> None:
+    """An integer constant plus one and minus one (Cosmic Ray's NumberReplacer), in its own base and suffix."""
+    m = re.fullmatch(r"(0[xX][0-9a-fA-F]+|\d+)([uUlL]*)", t.text)
+    if m is None:
+        return
+    digits, suffix = m.groups()
+    value = int(digits, 16) if digits[:2] in ("0x", "0X") else int(digits, 8) if digits.startswith("0") and \
+        len(digits) > 1 else int(digits)
+    for delta in (1, -1):
+        new = value + delta
+        if new < 0:
+            continue
+        text = (f"{digits[:2]}{new:x}" if digits[:2] in ("0x", "0X") else
+                f"0{new:o}" if digits.startswith("0") and len(digits) > 1 else str(new)) + suffix
+        add(f"number {t.text} -> {text}", t.start, t.end, text)
+
+
+def _negations(source: str, toks: list[Token], i: int, add: Add) -> None:
+    """``if (c)``/``while (c)`` to ``if (!(c))`` (Cosmic Ray's AddNot): the whole parenthesized condition."""
+    j = i + 1
+    while j < len(toks) and toks[j].kind == "skip":
+        j += 1
+    if j >= len(toks) or toks[j].text != "(":
+        return
+    close = _condition_end(toks, j)
+    if close is None or close == j + 1:
+        return
+    start, end = toks[j].start, toks[close].end
+    add(f"negate {toks[i].text} condition", start, end, f"(!{source[start:end]})")
+
+
+def compiles(source: str, cflags: list[str]) -> tuple[bool, str]:
+    """Whether ``source`` (one of the shim's files, mutated) compiles with ``cflags`` and ``-Werror``; and what the
+    compiler said."""
+    with tempfile.NamedTemporaryFile("w", suffix=".c", delete=False) as f:
+        f.write(source)
+        path = Path(f.name)
+    try:
+        proc = subprocess.run([*cflags, "-Werror", "-fsyntax-only", str(path)], capture_output=True, text=True,
+                              check=False, timeout=120)
+    finally:
+        path.unlink(missing_ok=True)
+    return proc.returncode == 0, proc.stderr
+
+
+def shim_cflags(gen: Path, cc: str = "cc") -> list[str]:
+    """The compiler and flags the shim is built with (:mod:`fakehw.nvml.build`), its generated headers in ``gen``
+    (:func:`fakehw.nvml.build.generate`)."""
+    from fakehw.nvml import build
+
+    return [*shlex.split(cc), *build.BASE_CFLAGS, f"-I{gen}", f"-I{build.CSRC}"]
