@@ -4,8 +4,10 @@ For each area (:data:`AREAS`) Cosmic Ray enumerates the mutants of the area's mo
 arithmetic and comparison swaps, negated conditions, flipped booleans and and/or, changed numbers, loops that run
 zero times, swapped exception types, break/continue). A seeded random sample of them (``--sample``, per area) is
 applied one at a time to a private copy of the tree, and the area's tests are run against it: a failing (or
-timed-out) test run kills the mutant, a passing one lets it survive. The NVML shim's C getters have hand-written
-mutants (:data:`C_MUTANTS`) that are applied the same way and rebuilt with the shim's own build.
+timed-out) test run kills the mutant, a passing one lets it survive. The NVML shim's C sources get a seeded sample of
+mechanical mutants (``tools/c_mutants.py``: the C forms of the same operators, each compiled before it counts), or
+with ``--c-last``/``--c-written`` the hand-written ones (``tools/nvml-c-mutants.toml``); either is applied the same
+way and rebuilt with the shim's own build.
 
 The score of an area is killed / (killed + survived), with survivors listed in ``tools/mutation-equivalents.toml``
 (mutants that cannot change behaviour, each with the reason) left out of both. Every survivor is printed with its
@@ -42,6 +44,9 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from c_mutants import CMutation, compiles, mutations, shim_cflags  # tools/ is no package: its directory
 
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tools" / "mutation-equivalents.toml"
@@ -134,6 +139,50 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     "tests/nvml/test_board_getters.py", "tests/nvml/test_session_and_fan_getters.py",
                     "tests/nvml/test_more_board_getters.py"))
 C_MUTANTS_FILE = ROOT / "tools" / "nvml-c-mutants.toml"
+C_SOURCES = "fakehw/nvml/csrc"
+
+
+def is_c(area: Area) -> bool:
+    """Whether ``area`` is the C area (or a cut of it to some of its files, see :func:`restrict`)."""
+    return area.name == NVML_C_AREA.name
+
+
+def c_files(area: Area) -> list[str]:
+    """The C files of the C area ``area``: every ``*.c`` of a directory it names, and the files it names."""
+    files: list[str] = []
+    for module in area.modules:
+        path = ROOT / module
+        files += sorted(str(p.relative_to(ROOT)) for p in path.glob("*.c")) if path.is_dir() else [module]
+    return files
+
+
+def c_generated(area: Area) -> list[CMutation]:
+    """Every mechanical mutant of the C area's files (``tools/c_mutants.py``), compiling or not."""
+    return [m for f in c_files(area) for m in mutations(f, (ROOT / f).read_text())]
+
+
+def sample_c(area: Area, sample: int, seed: int) -> tuple[list[CMutation], int, int]:
+    """A seeded sample of ``sample`` (0: every one) mechanical mutants of the C area that compile with the shim's
+    flags and ``-Werror``, drawn in a random order that depends only on the seed and the sources; with how many
+    there are in all and how many drawn did not compile (drawn again: a mutant that is not C tests nothing)."""
+    from fakehw.nvml import build
+
+    every = c_generated(area)
+    order = random.Random(f"{seed}:{area.name}").sample(every, len(every))
+    want = sample or len(every)
+    chosen: list[CMutation] = []
+    refused = 0
+    with tempfile.TemporaryDirectory(prefix="fakehw-c-mutants-") as tmp:
+        cflags = shim_cflags(build.generate(Path(tmp)), os.environ.get("CC") or "cc")
+        sources = {f: (ROOT / f).read_text() for f in c_files(area)}
+        for m in order:
+            if len(chosen) == want:
+                break
+            if compiles(m.apply(sources[m.file]), cflags)[0]:
+                chosen.append(m)
+            else:
+                refused += 1
+    return sorted(chosen, key=lambda m: (m.file, m.start, m.operator)), len(every), refused
 
 
 def c_mutants() -> list[CMutant]:
@@ -442,7 +491,7 @@ def stale_equivalents(known: list[Equivalent], areas: list[Area]) -> list[Stale]
     module is in no area, or no mutant of it (every one Cosmic Ray enumerates, not only a sample; the hand-written
     ones for C) has their lines (and line number). Judged for the modules of ``areas``; a ``*`` entry only when
     ``areas`` are all the Python areas (then no module of any area has the mutant)."""
-    python = [a for a in areas if a is not NVML_C_AREA]
+    python = [a for a in areas if not is_c(a)]
     modules = {m for a in python for m in a.modules}
     every = set(AREAS) <= set(python)
     mutants = _ModuleMutants()
@@ -451,10 +500,12 @@ def stale_equivalents(known: list[Equivalent], areas: list[Area]) -> list[Stale]
         if entry.module == "*":
             if every and not any(mutants.match(m, entry) for m in sorted(modules)):
                 stale.append(Stale(entry, "no mutant of any area's module has these lines"))
-        elif entry.module.startswith(tuple(f"{m}/" for m in NVML_C_AREA.modules)):
+        elif entry.module.startswith(f"{C_SOURCES}/"):
             diffs = [c_diff(m) for m in c_mutants() if m.file == entry.module]
-            if NVML_C_AREA in areas and not any(entry.matches(entry.module, 0, d) for d in diffs):
-                stale.append(Stale(entry, f"no mutant in {C_MUTANTS_FILE.relative_to(ROOT)} has these lines"))
+            if any(is_c(a) for a in areas) and not any(entry.matches(entry.module, 0, d) for d in diffs) and \
+                    not _c_generated_match(entry):
+                stale.append(Stale(entry, f"neither a mutant in {C_MUTANTS_FILE.relative_to(ROOT)} nor a mechanical "
+                                          "one (tools/c_mutants.py) has these lines"))
         elif entry.module not in {m for a in AREAS for m in a.modules}:
             stale.append(Stale(entry, "its module is in no area of tools/mutate.py"))
         elif entry.module in modules and not mutants.match(entry.module, entry):
@@ -462,6 +513,18 @@ def stale_equivalents(known: list[Equivalent], areas: list[Area]) -> list[Stale]
             stale.append(Stale(entry, f"no mutant of the module has these lines {where} (the code changed or moved, "
                                       "or the tool no longer makes such mutants)"))
     return stale
+
+
+def _c_generated_match(entry: Equivalent) -> bool:
+    """Whether a mechanical mutant of the entry's C file has its lines (at its line, when it gives one)."""
+    path = ROOT / entry.module
+    if not path.is_file():
+        return False
+    source = path.read_text()
+    lines = {entry.line} if entry.line else {n for n, text in enumerate(source.splitlines(), 1)
+                                               if text.strip() == entry.before.strip()}
+    return any(entry.matches(entry.module, m.line, changed_lines(source, m.apply(source)))
+               for m in mutations(entry.module, source) if m.line in lines)
 
 
 class _ModuleMutants:
@@ -524,27 +587,48 @@ def _run_python(area: Area, spec: Spec, timeout: float) -> Outcome:
 
 def _run_c(area: Area, mutant: CMutant, timeout: float) -> Outcome:
     assert _COPY is not None
-    path = _COPY / mutant.file
-    original = path.read_text()
+    original = (_COPY / mutant.file).read_text()
     if original.count(mutant.before) != 1:
         return Outcome(area.name, mutant.file, "hand-written", 0, mutant.before, "error",
                        reason="the mutant's text is not in the file exactly once (update tools/nvml-c-mutants.toml)")
-    path.write_text(original.replace(mutant.before, mutant.after))
+    outcome = _run_c_source(area, mutant.file, original.replace(mutant.before, mutant.after), timeout)
+    diff = mutant.why if outcome.result == "error" else f"{c_diff(mutant)}({mutant.why})"
+    return dataclasses.replace(outcome, operator="hand-written", diff=diff)
+
+
+def _run_c_generated(area: Area, mutation: CMutation, timeout: float) -> Outcome:
+    assert _COPY is not None
+    original = (_COPY / mutation.file).read_text()
+    mutated_source = mutation.apply(original)
+    outcome = _run_c_source(area, mutation.file, mutated_source, timeout)
+    return dataclasses.replace(outcome, operator=mutation.operator, line=mutation.line,
+                               diff=changed_lines(original, mutated_source))
+
+
+def _run_c_source(area: Area, file: str, mutated_source: str, timeout: float) -> Outcome:
+    """The area's tests against the shim built with ``file`` holding ``mutated_source``; the file and the build
+    are put back afterwards."""
+    assert _COPY is not None
+    path = _COPY / file
+    original = path.read_text()
+    path.write_text(mutated_source)
     try:
-        build = subprocess.run([sys.executable, "-m", "fakehw.nvml.build"], cwd=_COPY, capture_output=True,
-                               env={**os.environ, "PYTHONPATH": str(_COPY)}, timeout=600, check=False)
+        build = _build_shim(_COPY)
         if build.returncode != 0:
             # A mutant the compiler refuses shows nothing about the tests: an error to fix in the mutant list.
-            return Outcome(area.name, mutant.file, "hand-written", 0, mutant.why, "error",
+            return Outcome(area.name, file, "", 0, "", "error",
                            reason="does not build: " + build.stderr.decode(errors="replace")[-300:])
         result, seconds = run_tests(_COPY, area, timeout)
     finally:
         path.write_text(original)
-        subprocess.run([sys.executable, "-m", "fakehw.nvml.build"], cwd=_COPY, capture_output=True,
-                       env={**os.environ, "PYTHONPATH": str(_COPY)}, timeout=600, check=False)
+        _build_shim(_COPY)
     verdict = {"failed": "killed", "timeout": "killed", "passed": "survived"}[result]
-    return Outcome(area.name, mutant.file, "hand-written", 0, f"{c_diff(mutant)}({mutant.why})", verdict, seconds,
-                   "timed out" if result == "timeout" else "")
+    return Outcome(area.name, file, "", 0, "", verdict, seconds, "timed out" if result == "timeout" else "")
+
+
+def _build_shim(copy: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "fakehw.nvml.build"], cwd=copy, capture_output=True,
+                          env={**os.environ, "PYTHONPATH": str(copy)}, timeout=600, check=False)
 
 
 # --------------------------------------------------------------------------------------------------- driver
@@ -597,12 +681,26 @@ def baseline(areas: list[Area], work: Path) -> dict[str, float]:
     return seconds
 
 
-def plan(areas: list[Area], sample: int, seed: int, c_last: int = 0) -> list[tuple[Area, Spec | CMutant]]:
-    jobs: list[tuple[Area, Spec | CMutant]] = []
+Job = Spec | CMutant | CMutation
+"""A mutant to run: a Python one (Cosmic Ray's), a hand-written C one, or a mechanical C one."""
+
+
+def plan(areas: list[Area], sample: int, seed: int, c_last: int = 0,
+         c_written: bool = False) -> list[tuple[Area, Job]]:
+    """The mutants to run: per Python area a seeded sample of ``sample`` (0: all); for the C area a seeded sample of
+    mechanical mutants, or the hand-written ones (the last ``c_last``, or all with ``c_written``)."""
+    jobs: list[tuple[Area, Job]] = []
     for area in areas:
-        if area is NVML_C_AREA:
-            written = c_mutants()
+        if is_c(area) and (c_last or c_written):
+            files = set(c_files(area))
+            written = [m for m in c_mutants() if m.file in files]
             jobs += [(area, m) for m in (written[-c_last:] if c_last else written)]
+            continue
+        if is_c(area):
+            drawn, every, refused = sample_c(area, sample, seed)
+            print(f"mutants  {area.name:30} {every:5} in all, {len(drawn)} sampled ({refused} drawn did not "
+                  "compile and were drawn again)", flush=True)
+            jobs += [(area, m) for m in drawn]
             continue
         specs = enumerate_specs(area)
         chosen = random.Random(f"{seed}:{area.name}").sample(specs, min(sample, len(specs))) if sample else specs
@@ -616,13 +714,20 @@ def restrict(areas: list[Area], modules: list[str]) -> list[Area]:
     of one module's mutants, to measure a module on its own (snapfile.py, 142 of the nvml snapshot area's 595
     mutants on 2026-11-27, had no sample of its own). A module no Python area of ``areas`` holds is a ValueError
     naming the ones they do."""
-    python = [a for a in areas if a is not NVML_C_AREA]
+    python = [a for a in areas if not is_c(a)]
     held = [m for a in python for m in a.modules]
-    unknown = [m for m in modules if m not in held]
+    c_area = next((a for a in areas if is_c(a)), None)
+    held_c = c_files(c_area) if c_area is not None else []
+    unknown = [m for m in modules if m not in held and m not in held_c]
     if unknown:
-        raise ValueError(f"--module {', '.join(unknown)}: not a module of the areas run ({', '.join(held)})")
-    return [dataclasses.replace(a, modules=tuple(m for m in a.modules if m in modules))
-            for a in python if any(m in modules for m in a.modules)]
+        raise ValueError(f"--module {', '.join(unknown)}: not a module of the areas run "
+                         f"({', '.join([*held, *(f'{C_SOURCES}/*.c' for _ in held_c[:1])])})")
+    cut = [dataclasses.replace(a, modules=tuple(m for m in a.modules if m in modules))
+           for a in python if any(m in modules for m in a.modules)]
+    chosen_c = tuple(m for m in modules if m in held_c)
+    if c_area is not None and chosen_c:
+        cut.append(dataclasses.replace(c_area, modules=chosen_c))
+    return cut
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -639,8 +744,12 @@ def main(argv: list[str] | None = None) -> int:
                              "fakehw/nvml/snapfile.py): the sample is drawn from their mutants alone and the areas "
                              "holding none of them are left out; the tests run are still the whole area's")
     parser.add_argument("--c-last", type=int, default=0, metavar="N",
-                        help="nvml C getters: only the last N hand-written mutants of tools/nvml-c-mutants.toml (a "
-                             "new round's fresh figure; --sample does not apply to them); default 0: all")
+                        help="nvml C getters: the last N hand-written mutants of tools/nvml-c-mutants.toml (a new "
+                             "round's fresh figure; --sample does not apply to them) instead of a sample of "
+                             "mechanical ones")
+    parser.add_argument("--c-written", action="store_true",
+                        help="nvml C getters: every hand-written mutant of tools/nvml-c-mutants.toml (the bugs "
+                             "earlier rounds chose; all killed or recorded) instead of a sample of mechanical ones")
     args = parser.parse_args(argv)
     if args.c_last < 0:
         parser.error("--c-last must be 0 (all) or a positive number of mutants")
@@ -671,7 +780,7 @@ def _run(args: argparse.Namespace, areas: list[Area], known: list[Equivalent], w
     """Baseline, sample, mutants, scores: the run itself, its copies under ``work``."""
     started = time.monotonic()
     times = baseline(areas, work)
-    jobs = plan(areas, args.sample, args.seed, args.c_last)
+    jobs = plan(areas, args.sample, args.seed, args.c_last, args.c_written)
     scores = {a.name: Score(a.name) for a in areas}
     print(f"checking the {len(known)} entries of {EQUIVALENTS.relative_to(ROOT)} against the mutants", flush=True)
     stale = stale_equivalents(known, areas)
@@ -684,7 +793,8 @@ def _run(args: argparse.Namespace, areas: list[Area], known: list[Equivalent], w
             futures = []
             for area, item in jobs:
                 timeout = max(60.0, 4 * times[area.name])
-                fn = _run_c if isinstance(item, CMutant) else _run_python
+                fn = _run_c if isinstance(item, CMutant) else \
+                    _run_c_generated if isinstance(item, CMutation) else _run_python
                 futures.append(pool.submit(fn, area, item, timeout))  # type: ignore[arg-type]
             for i, future in enumerate(futures, 1):
                 _record(scores, future.result(), known, i, len(futures))
