@@ -485,6 +485,24 @@ def test_one_uncorrectable_error_leaves_a_row_remap_pending(nvml: Nvml, pynvml_m
     assert (unc, pending, failure) == (0, 0, 0)
 
 
+def test_the_remapped_row_fields_answer_in_nvml_h_order(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's remapped-row fields: 142 NVML_FI_DEV_REMAPPED_COR "Number of remapped rows due to correctable
+    errors", 143 REMAPPED_UNC "... due to uncorrectable errors", 144 REMAPPED_PENDING "If any rows are pending
+    remapping. 1=yes 0=no", 145 REMAPPED_FAILURE "If any rows failed to be remapped 1=yes 0=no". NVIDIA's GPU memory
+    error management guide: one uncorrectable error marks its row for remapping, pending until the GPU is reset, and
+    nothing has failed (test_one_uncorrectable_error_leaves_a_row_remap_pending). On an H100 with one such error the
+    four fields read 0, 1, 1, 0, each as an unsigned int; on a clean GPU all four read 0."""
+    n = pynvml_module
+    nvml("dgx-h100", faults=[{"kind": "ecc", "device": "gpu2", "type": "dbe", "count": 1}])
+    ids = [142, 143, 144, 145]
+    assert ids == [n.NVML_FI_DEV_REMAPPED_COR, n.NVML_FI_DEV_REMAPPED_UNC, n.NVML_FI_DEV_REMAPPED_PENDING,
+                   n.NVML_FI_DEV_REMAPPED_FAILURE]
+    for gpu, expected in ((2, [0, 1, 1, 0]), (0, [0, 0, 0, 0])):
+        values = n.nvmlDeviceGetFieldValues(handles(n)[gpu], ids)
+        assert [(v.nvmlReturn, v.valueType) for v in values] == [(n.NVML_SUCCESS, n.NVML_VALUE_TYPE_UNSIGNED_INT)] * 4
+        assert [v.value.uiVal for v in values] == expected, gpu
+
+
 def test_ecc_retired_pages_remapped_rows_field_values(nvml: Nvml, pynvml_module: ModuleType,
                                                       h100: dict[str, str]) -> None:
     """The counts are the fault requests' (5 correctable in L2, 2 uncorrectable in device memory). An H100 remaps

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from fakehw.model.system import TopologyLevel
+from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml.helpers import NodeSnap, run_python
 
 LIST = ("import json, pynvml\npynvml.nvmlInit()\nhs=[pynvml.nvmlDeviceGetHandleByIndex(i) for i in "
@@ -106,3 +108,25 @@ def test_a_bus_id_in_the_kernels_lower_case_spelling_selects_its_gpu(node_snapsh
     spec = ",".join(str(x.address) for x in chosen)
     assert spec == spec.lower() and spec != spec.upper()
     assert visible(snap, FAKEHW_VISIBLE_DEVICES=spec) == [[i, x.minor, x.uuid] for i, x in enumerate(chosen)]
+
+
+def test_a_containers_device_nodes_name_gpus_by_minor_number_not_index(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """nvml.h, nvmlDeviceGetMinorNumber: "The minor number for the device is such that the Nvidia device node file
+    for each GPU will have the form /dev/nvidia[minor number]", and nvmlDeviceGetIndex warns that NVML's enumeration
+    order carries no such guarantee: a GPU's node is named by its minor number, which need not be its index. The
+    edge-pcie node is rewritten with its GPUs' minor numbers in the reverse of their index order (the file records
+    each GPU's minor number on its own); a container given nvidiactl, nvidia<n-1> and nvidia1 sees the GPUs whose
+    minor numbers those are, index 0 and index n-2, in that order, each with the minor number its node has."""
+    snap = node_snapshot("edge-pcie")
+    gpus = snap.snapshot.gpus
+    count = len(gpus)
+    assert count >= 3
+    reversed_minors = tuple(replace(g, minor=count - 1 - g.index) for g in gpus)
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=reversed_minors).to_bytes(), changed=True)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidiactl", f"nvidia{count - 1}", "nvidia1"):
+        (dev / name).touch()
+    uuid = {g.index: g.uuid for g in snap.node.gpus}
+    assert visible(snap, FAKEHW_DEV_ROOT=str(dev)) == [[0, count - 1, uuid[0]], [1, 1, uuid[count - 2]]]
