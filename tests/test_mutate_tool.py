@@ -356,3 +356,89 @@ def test_a_module_in_no_area_run_is_refused_naming_the_areas_modules(capsys: pyt
     assert exit_info.value.code == 2
     assert ("--module fakehw/nvml/snapfile.py: not a module of the areas run (fakehw/fabric/lint.py)"
             in capsys.readouterr().err)
+
+
+# ------------------------------------------------------------------------- mechanical C mutants (issue 16)
+
+C_SNIPPET = """#include <stdio.h>
+#define LIMIT (4 - 1)
+static const int table[] = {1, 2 < 3};
+/* a < b in a comment */
+static int f(int a, int *p) {
+    const char *s = "a < b";
+    if (a < 0x10 && !p) return -1;
+    return a * 2;
+}
+"""
+"""A C file with what a mutant must not touch (a preprocessor line, a table at file scope, a comment, a string) and a
+function body with one of most operators."""
+
+
+def _c_tool() -> ModuleType:
+    _load_tool()  # puts tools/ on sys.path, where c_mutants.py is
+    import c_mutants
+
+    return c_mutants
+
+
+def test_mechanical_c_mutants_are_made_only_in_function_bodies_outside_comments_and_strings() -> None:
+    """Each mutant of the snippet, worked out by hand from C's grammar: the body's operators get the C forms of the
+    Python areas' operators (a comparison swapped, ``&&``/``||``, a condition negated, a ``!`` dropped, a unary
+    minus made plus, a constant moved by one in its own base, a product made a quotient), and nothing else in the
+    file changes: not the ``#define``, not the table at file scope, not the comment or the string. The ``*`` of
+    ``const char *s`` is read as a product (the tokenizer does not know types); the compiler is what refuses it
+    (next test)."""
+    cm = _c_tool()
+    mutated_lines = [(m.operator, m.line, cm.mutations("x.c", C_SNIPPET)[i].apply(C_SNIPPET).splitlines()[m.line - 1])
+                     for i, m in enumerate(cm.mutations("x.c", C_SNIPPET))]
+    assert mutated_lines == [
+        ("operator * -> /", 6, '    const char /s = "a < b";'),
+        ("negate if condition", 7, "    if (!(a < 0x10 && !p)) return -1;"),
+        ("comparison < -> <=", 7, "    if (a <= 0x10 && !p) return -1;"),
+        ("comparison < -> >", 7, "    if (a > 0x10 && !p) return -1;"),
+        ("number 0x10 -> 0x11", 7, "    if (a < 0x11 && !p) return -1;"),
+        ("number 0x10 -> 0xf", 7, "    if (a < 0xf && !p) return -1;"),
+        ("logical && -> ||", 7, "    if (a < 0x10 || !p) return -1;"),
+        ("delete !", 7, "    if (a < 0x10 && p) return -1;"),
+        ("unary - -> +", 7, "    if (a < 0x10 && !p) return +1;"),
+        ("number 1 -> 2", 7, "    if (a < 0x10 && !p) return -2;"),
+        ("number 1 -> 0", 7, "    if (a < 0x10 && !p) return -0;"),
+        ("operator * -> /", 8, "    return a / 2;"),
+        ("number 2 -> 3", 8, "    return a * 3;"),
+        ("number 2 -> 1", 8, "    return a * 1;"),
+    ]
+
+
+def test_a_c_sample_holds_only_mutants_the_compiler_takes_and_is_the_same_for_a_seed() -> None:
+    """A mutant that is not C (a cast's ``*`` made ``/``) tests nothing: the sample is drawn again past it. Every
+    mutant of platform.c is either in its ``--sample 0`` plan or counted as refused, the plan holds the product
+    mutant but not the cast's (both checked with the shim's own flags), and one seed draws one sample."""
+    tool = _load_tool()
+    [cut] = tool.restrict([*tool.AREAS, tool.NVML_C_AREA], ["fakehw/nvml/csrc/platform.c"])
+    assert (cut.name, cut.modules, cut.tests) == (tool.NVML_C_AREA.name, ("fakehw/nvml/csrc/platform.c",),
+                                                  tool.NVML_C_AREA.tests)
+    every, total, refused = tool.sample_c(cut, 0, 1)
+    assert total == len(tool.c_generated(cut)) == len(every) + refused and refused >= 1
+    source = (tool.ROOT / "fakehw/nvml/csrc/platform.c").read_text()
+    texts = {m.apply(source).splitlines()[m.line - 1].strip() for m in every}
+    assert "unsigned int version = *(unsigned int /)out;" not in texts
+    assert "if (version == nvmlPlatformInfo_v1 && version != nvmlPlatformInfo_v2) " \
+           "return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;" in texts
+    assert tool.sample_c(cut, 3, 7) == tool.sample_c(cut, 3, 7)
+    assert len(tool.sample_c(cut, 3, 7)[0]) == 3 and tool.sample_c(cut, 3, 7)[0] != tool.sample_c(cut, 3, 8)[0]
+
+
+def test_an_equivalent_may_name_a_mechanical_c_mutant_and_goes_stale_when_none_has_its_lines(
+        tmp_path: Path) -> None:
+    """A survivor among the mechanical C mutants is recorded like a Python one (file, original and mutated line);
+    the entry is kept while a mutant of today's file has those lines and reported stale when none has."""
+    tool = _load_tool()
+    before = "if (c->s->platform == NULL || !c->s->platform[c->slot].supported) return NVML_ERROR_NOT_SUPPORTED;"
+    entries = tmp_path / "equivalents.toml"
+    entries.write_text(
+        f'[[equivalent]]\nmodule = "fakehw/nvml/csrc/platform.c"\nbefore = "{before}"\n'
+        f'after = "{before.replace("NOT_SUPPORTED", "UNKNOWN")}"\nwhy = "w"\n\n'
+        f'[[equivalent]]\nmodule = "fakehw/nvml/csrc/platform.c"\nbefore = "{before}"\n'
+        f'after = "{before.replace("NOT_SUPPORTED", "IN_USE")}"\nwhy = "no operator makes IN_USE"\n')
+    stale = tool.stale_equivalents(tool.load_equivalents(entries), [tool.NVML_C_AREA])
+    assert [s.entry.why for s in stale] == ["no operator makes IN_USE"]
