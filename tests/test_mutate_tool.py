@@ -375,10 +375,9 @@ function body with one of most operators."""
 
 
 def _c_tool() -> ModuleType:
-    _load_tool()  # puts tools/ on sys.path, where c_mutants.py is
-    import c_mutants
-
-    return c_mutants
+    """tools/c_mutants.py, as tools/mutate.py imports it (from its own directory, which it puts on sys.path)."""
+    _load_tool()
+    return sys.modules["c_mutants"]
 
 
 def test_mechanical_c_mutants_are_made_only_in_function_bodies_outside_comments_and_strings() -> None:
