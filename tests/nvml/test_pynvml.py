@@ -1635,6 +1635,27 @@ def test_process_utilization_without_an_array_asks_for_one(nvml: Nvml, pynvml_mo
     assert sorted(e.pid for e in entries) == [5151, 5252]
 
 
+def test_each_process_s_utilization_is_a_share_of_the_gpu_s(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlProcessUtilizationInfo_v1_t: smUtil and memUtil are a process's SM and frame-buffer utilization,
+    percentages like nvmlDeviceGetUtilizationRates' (nvmlUtilization_t: "percent of time over the past sample
+    period"), and a process's share of the GPU's time cannot be more than the GPU was busy: each is at most 100 and
+    the processes' sum at most the device's reading. Two processes keeping gpu1 busy 45 % and 35 % of the time."""
+    n = pynvml_module
+    procs = [FakeProcess("gpu1", 5151, 2**30, "trainer", kinds=1, utilization=45),
+             FakeProcess("gpu1", 5252, 2**30, "eval", kinds=1, utilization=35)]
+    nvml("dgx-h100", processes=procs)
+    h = handles(n)[1]
+    device = n.nvmlDeviceGetUtilizationRates(h)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    entries = (ProcessUtilizationInfoV1 * 2)()
+    info = ProcessesUtilizationInfoV1(version=ctypes.sizeof(ProcessesUtilizationInfoV1) | 1 << 24,
+                                      processSamplesCount=2, procUtilArray=entries)
+    assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
+    assert device.gpu > 0 and device.memory > 0  # the processes keep it busy: a share can be told from nothing
+    assert all(e.smUtil <= 100 and e.memUtil <= 100 for e in entries)
+    assert sum(e.smUtil for e in entries) <= device.gpu and sum(e.memUtil for e in entries) <= device.memory
+
+
 def test_the_gpu_instances_of_a_visible_gpu_are_its_own(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """With only dgx-a100's gpu7 visible (FAKEHW_VISIBLE_DEVICES=7, as CUDA_VISIBLE_DEVICES would leave it), its
     two 3g.40gb GPU instances (the profile's MIG layout) are nvmlDeviceGetGpuInstances' answer for device 0 of the
