@@ -138,6 +138,13 @@ def changed_ranges(old: bytes | bytearray, new: bytes | bytearray) -> list[tuple
 
 
 def _same_answers(old: bytes, new: bytes) -> bool:
+    """Whether the file at the path (``old``) can be kept for ``new``: the same answers, and a word that is even. An
+    odd word (a writer that died after its last chunk, or :data:`REPLACED` in a file put at the path) is not kept
+    even when every answer matches: the shim's reader pauses 10 ms on each load under a writer's word and reopens
+    the path on every call under :data:`REPLACED` (csrc/core.c ``read_whole``, ``snap_stale``). ``atomic_write``
+    asks only when the file is of ``new``'s size, so it holds the whole header."""
+    if _WORD.unpack_from(old, superseded_offset())[0] & 1:
+        return False
     return snapshot_answers(old) == snapshot_answers(new)
 
 

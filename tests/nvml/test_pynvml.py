@@ -588,6 +588,20 @@ def test_a_framebuffer_of_four_pages_retires_three_distinct_pages_inside_it() ->
             assert sorted(retired_pages(seed, gpu, 3, 4 * page)) == [page, 2 * page, 3 * page], (seed, gpu)
 
 
+def test_a_framebuffer_with_no_page_past_address_0_retires_none() -> None:
+    """The edge below the four-page case: a framebuffer of one 4 KiB page (RM_PAGE_SHIFT) holds only the page at
+    address 0, which an empty slot of nvmlDeviceGetRetiredPages' buffer holds too, and one of half a page or none at
+    all holds no whole page; nvml.h's retired page is "the hardware address of the page that was retired", a page of
+    the board. So however many double-bit errors are asked for, no page is retired there: in particular none at
+    4096, a page past the end of such a framebuffer."""
+    from fakehw.nvml.snapshot import retired_pages
+
+    page = 1 << RM_PAGE_SHIFT
+    for framebuffer in (page, page // 2, 0):
+        for count in (1, 3, 16):
+            assert retired_pages(7, "node-0/gpu0", count, framebuffer) == (), (framebuffer, count)
+
+
 def test_one_double_bit_error_retires_a_page_and_leaves_it_pending(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """NVIDIA's Dynamic Page Retirement guide, use case 1 (DBE detected): the page is retired after a *single* DBE,
     nvidia-smi's Retired Pages "Double Bit ECC" count goes up and its "Pending Page Blacklist" becomes Yes

@@ -66,6 +66,21 @@ def _record_pwrites(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     return writes
 
 
+def _record_words(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The values of the ``superseded`` word in every ``os.pwrite`` that covers it from now on (until
+    ``monkeypatch.undo()``), in order."""
+    seen: list[int] = []
+    real = os.pwrite
+
+    def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
+        if offset <= WORD < offset + len(data):
+            seen.append(struct.unpack_from("<I", bytes(data), WORD - offset)[0])
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", recording)
+    return seen
+
+
 def test_an_update_in_place_writes_the_header_and_the_changed_gpus_record_only(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A thermal fault on gpu2 changes gpu2's record and the header (render time, checksum): every byte written
@@ -259,15 +274,7 @@ def test_an_update_marks_the_word_odd_then_even_never_replaced_nor_the_old_value
     path = tmp_path / "nvml.snapshot"
     write_snapshot(path, dgx(80))
     set_word(path, word)
-    seen: list[int] = []
-    real = os.pwrite
-
-    def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
-        if offset <= WORD < offset + len(data):
-            seen.append(struct.unpack_from("<I", bytes(data), WORD - offset)[0])
-        return real(fd, data, offset)
-
-    monkeypatch.setattr(os, "pwrite", recording)
+    seen = _record_words(monkeypatch)
     assert write_snapshot(path, dgx(91, 2.0))
     monkeypatch.undo()
     *busy, done = seen
@@ -403,3 +410,75 @@ def test_a_reader_keeps_the_whole_copy_it_verified_when_a_writer_starts_right_af
     assert word_reads == 2
     assert data == whole
     assert path.read_bytes() != whole  # the writer did tear the file
+
+
+@pytest.mark.parametrize("word", [5, REPLACED], ids=["dead writer's odd word", "replaced flag"])
+def test_a_rerender_with_nothing_changed_still_replaces_a_file_not_known_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, word: int) -> None:
+    """A writer killed after its last chunk but before its last word leaves every byte of the new snapshot under an
+    odd word; a restarted agent then renders the same answers. docs/nvml.md ("Writing and noticing a new
+    generation"): the file is replaced "when its word is odd", and keeping it costs every reader: csrc/core.c's
+    read_whole pauses FHW_LOAD_WAITS times (10 ms) on each load while the word is odd and not 0xFFFFFFFF, and its
+    snap_stale takes a mapped 0xFFFFFFFF for "replaced, reopen the path" on every call, even when the copy was read
+    under it. So a re-render whose answers equal the file's still replaces a file under either word: it says it
+    wrote, the path holds a new file (another inode) whose word is 0 (written whole), and a reader takes it at once.
+    Pauses are counted, not timed. 5 is the word of an update from 4 (its low bit alone tells it odd)."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80))
+    set_word(path, word)
+    inode = os.stat(path).st_ino
+    assert write_snapshot(path, dgx(80, 5.0))
+    assert (os.stat(path).st_ino != inode, word_of(path)) == (True, 0)
+    pauses: list[float] = []
+    monkeypatch.setattr(time, "sleep", pauses.append)
+    data = read_whole(path)
+    monkeypatch.undo()
+    assert pauses == []
+    assert Snapshot.from_bytes(data).gpus[2].temperature == 80
+
+
+@pytest.mark.parametrize("name", ["hard link", "symbolic link"])
+def test_a_rerender_with_nothing_changed_keeps_a_file_with_a_second_name(tmp_path: Path, name: str) -> None:
+    """A re-render whose answers equal the file's keeps the file (test_determinism.py::
+    test_a_rerender_with_nothing_changed_keeps_the_file: only the render time differs, so the file and the time its
+    samples carry stay), and that holds for a file the writer would not update in place because it has a second
+    name, too: nothing is written, so nothing can be written through the other name, and nothing is renamed. The
+    consumer's view: csrc/core.c's snap_stale reloads when the path's inode, size or mtime changes, and a reloaded
+    copy answers the new render time as every sample's and field value's timestamp (board.c, device.c, fields.c
+    read ``render_time_us``), so a replacement would tell every process of a change that did not happen. Here the
+    path keeps its inode (the hard link) or stays the symbolic link, every byte stays, the first render time
+    included, and write_snapshot says it wrote nothing. The file was updated in place once before (word 2: even,
+    a whole file) so that the word is not the 0 of a file written whole."""
+    kept = tmp_path / "kept.snapshot"
+    write_snapshot(kept, dgx(80))
+    assert write_snapshot(kept, dgx(91, 2.0)) and word_of(kept) == 2
+    path = tmp_path / "nvml.snapshot"
+    if name == "hard link":
+        os.link(kept, path)
+    else:
+        path.symlink_to(kept)
+    before = path.read_bytes()
+    inode = os.lstat(path).st_ino
+    assert not write_snapshot(path, dgx(91, 5.0))
+    assert (os.lstat(path).st_ino, path.is_symlink()) == (inode, name == "symbolic link")
+    assert path.read_bytes() == kept.read_bytes() == before
+    assert Snapshot.from_bytes(before).header.render_time_us == 2_000_000
+
+
+@pytest.mark.parametrize("word", [0, 2], ids=["first update", "second update"])
+def test_an_update_counts_the_word_to_the_next_odd_then_the_next_even_value(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, word: int) -> None:
+    """docs/nvml.md ("Writing and noticing a new generation"): an update in place "sets ``superseded`` to the next
+    odd value, writes the 512-byte chunks that differ, then sets the next even value". From the word a file written
+    whole has (0) and the one the first update leaves (2), every write of the word before the last is that value
+    plus one (1, then 3) and the last that value plus two: the word only counts up, so its odd values name the
+    update under way."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(80))
+    set_word(path, word)
+    seen = _record_words(monkeypatch)
+    assert write_snapshot(path, dgx(91, 2.0))
+    monkeypatch.undo()
+    *busy, done = seen
+    assert (set(busy), done) == ({word + 1}, word + 2), seen
+    assert word_of(path) == word + 2
