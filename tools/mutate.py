@@ -137,7 +137,11 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     "tests/nvml/test_events.py", "tests/nvml/test_live.py", "tests/nvml/test_topology.py",
                     "tests/nvml/test_captures.py", "tests/nvml/test_enum_bounds.py",
                     "tests/nvml/test_board_getters.py", "tests/nvml/test_session_and_fan_getters.py",
-                    "tests/nvml/test_more_board_getters.py"))
+                    "tests/nvml/test_more_board_getters.py",
+                    # The export table (export.c) is read only by the real nvidia-smi: its quick runs of each
+                    # release judge it (the mechanical sample of seed 10601 found a loop that never ran there).
+                    "tests/nvml/test_smi.py::test_each_nvidia_smi_accepts_only_its_own_release",
+                    "tests/nvml/test_smi.py::test_the_runner_picks_the_branch_of_the_snapshot"))
 C_MUTANTS_FILE = ROOT / "tools" / "nvml-c-mutants.toml"
 C_SOURCES = "fakehw/nvml/csrc"
 
