@@ -107,10 +107,20 @@ def test_instances_appear_everywhere_and_vanish(h100: tuple[ModuleType, Testbed]
     n.nvmlGpuInstanceDestroy(gi)
     with nvml_error(n, NVML_ERROR_INVALID_ARGUMENT):
         n.nvmlGpuInstanceGetInfo(gi)
+    destroyed = gi
     gi = n.nvmlDeviceCreateGpuInstance(h, 9)  # the same id again, a new instance
     assert n.nvmlGpuInstanceGetInfo(gi).id == 2
     ci = n.nvmlGpuInstanceCreateComputeInstance(gi, 2)
     assert n.nvmlDeviceGetUUID(n.nvmlDeviceGetMigDeviceHandleByIndex(h, 0)) != uuid  # UUIDs are never reused
+    # A process may still hold the destroyed instances' handles (a monitor that cached them): they stay invalid
+    # (nvml.h: INVALID_ARGUMENT "if gpuInstance is invalid") rather than come to name the new instances, which
+    # would hand it another instance's readings without an error (the shim gives a new instance a free handle
+    # while there is one; seed 10601's mechanical mutant mig.c:86 handed out the destroyed one's).
+    assert ctypes.addressof(gi.contents) != ctypes.addressof(destroyed.contents)
+    with nvml_error(n, NVML_ERROR_INVALID_ARGUMENT):
+        n.nvmlGpuInstanceGetInfo(destroyed)
+    with nvml_error(n, NVML_ERROR_INVALID_ARGUMENT):
+        n.nvmlDeviceGetUUID(mig)
 
 
 def test_refusals_carry_nvml_codes_and_change_nothing(h100: tuple[ModuleType, Testbed]) -> None:
