@@ -19,7 +19,7 @@ from types import ModuleType
 import pytest
 
 from fakehw.nvml.snapfile import write_snapshot
-from tests.nvml.captures import capture_dir, capture_serials, number, sharing
+from tests.nvml.captures import board_capture, capture_dir, capture_serials, number, sharing
 from tests.nvml.helpers import NodeSnap, with_driver
 from tests.nvml.test_pynvml import addr, error_of, handles
 
@@ -1370,3 +1370,30 @@ def test_a_gb200_tray_s_board_serials_name_no_single_gpu(nvml: Nvml, pynvml_modu
         found = ctypes.c_void_p()
         raw = serial if isinstance(serial, bytes) else serial.encode()
         assert lib.nvmlDeviceGetHandleBySerial(raw, ctypes.byref(found)) == n.NVML_ERROR_INVALID_ARGUMENT, serial
+
+
+# --------------------------------------------------------------------------------------------- device capabilities
+
+
+class DeviceCapabilities(ctypes.Structure):
+    """nvml.h: ``nvmlDeviceCapabilities_v1_t`` {version, capMask}."""
+
+    _fields_ = [("version", ctypes.c_uint), ("capMask", ctypes.c_uint)]
+
+
+def test_capabilities_are_written_whatever_the_caller_s_buffer_held(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetCapabilities: ``capMask`` is OUT ("Bit mask of capabilities"; bit 0 NVML_DEV_CAP_EGM),
+    so a caller's buffer that held anything before (here every bit set) reads what the board has after SUCCESS: EGM
+    as qx-b200.xml's ``<capabilities><egm>`` prints it for every B200 (disabled). A version the header does not
+    define (v2) is ARGUMENT_VERSION_MISMATCH ("If the provided version is invalid/unsupported")."""
+    n = pynvml_module
+    board = board_capture("b200")
+    assert board["/capabilities/egm"] == "disabled"
+    nvml("dgx-b200")
+    lib = library()
+    for h in handles(n):
+        caps = DeviceCapabilities(version=struct_version(ctypes.sizeof(DeviceCapabilities), 1), capMask=0xFFFFFFFF)
+        assert lib.nvmlDeviceGetCapabilities(h, ctypes.byref(caps)) == n.NVML_SUCCESS
+        assert caps.capMask & 1 == 0
+        wrong = DeviceCapabilities(version=struct_version(ctypes.sizeof(DeviceCapabilities), 2))
+        assert lib.nvmlDeviceGetCapabilities(h, ctypes.byref(wrong)) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH
