@@ -81,6 +81,18 @@ def _record_words(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seen
 
 
+def _words_of_an_update(path: Path, monkeypatch: pytest.MonkeyPatch, word: int) -> tuple[list[int], int]:
+    """Write a snapshot at ``path`` whose ``superseded`` word is ``word``, update it in place (gpu2 at 91 C): the
+    word's values while the update was under way, and its last value."""
+    write_snapshot(path, dgx(80))
+    set_word(path, word)
+    seen = _record_words(monkeypatch)
+    assert write_snapshot(path, dgx(91, 2.0))
+    monkeypatch.undo()
+    *busy, done = seen
+    return busy, done
+
+
 def test_an_update_in_place_writes_the_header_and_the_changed_gpus_record_only(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A thermal fault on gpu2 changes gpu2's record and the header (render time, checksum): every byte written
@@ -272,12 +284,8 @@ def test_an_update_marks_the_word_odd_then_even_never_replaced_nor_the_old_value
     the last is even and not the word the update started from (docs/nvml.md: "the next odd value ... then the next
     even value")."""
     path = tmp_path / "nvml.snapshot"
-    write_snapshot(path, dgx(80))
-    set_word(path, word)
-    seen = _record_words(monkeypatch)
-    assert write_snapshot(path, dgx(91, 2.0))
-    monkeypatch.undo()
-    *busy, done = seen
+    busy, done = _words_of_an_update(path, monkeypatch, word)
+    seen = [*busy, done]
     assert busy and len(set(busy)) == 1, seen
     assert busy[0] & 1 and busy[0] != REPLACED, [hex(v) for v in seen]
     assert not done & 1 and done != word, [hex(v) for v in seen]
@@ -474,11 +482,6 @@ def test_an_update_counts_the_word_to_the_next_odd_then_the_next_even_value(
     plus one (1, then 3) and the last that value plus two: the word only counts up, so its odd values name the
     update under way."""
     path = tmp_path / "nvml.snapshot"
-    write_snapshot(path, dgx(80))
-    set_word(path, word)
-    seen = _record_words(monkeypatch)
-    assert write_snapshot(path, dgx(91, 2.0))
-    monkeypatch.undo()
-    *busy, done = seen
-    assert (set(busy), done) == ({word + 1}, word + 2), seen
+    busy, done = _words_of_an_update(path, monkeypatch, word)
+    assert (set(busy), done) == ({word + 1}, word + 2), (busy, done)
     assert word_of(path) == word + 2
