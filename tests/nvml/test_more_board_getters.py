@@ -133,6 +133,29 @@ def test_nvlink_bw_mode_takes_its_own_struct_version(nvml: Nvml, pynvml_module: 
         assert lib.nvmlDeviceGetNvlinkBwMode(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+def test_a_gpu_at_its_best_nvlink_bandwidth_mode_is_at_full_the_system_s_mode(nvml: Nvml,
+                                                                            pynvml_module: ModuleType) -> None:
+    """nvml.h: ``nvmlNvlinkGetBwMode_v1_t.bIsBest`` says the device is at its best available Reduced Bandwidth Mode
+    (the mode ``bSetBest`` asks for), and of the modes a DGX B200 lists (nvidia-ml-py 13.615.71:
+    NVML_GPU_NVLINK_BW_MODE_FULL 0x0, _OFF 0x1, _MIN 0x2, _HALF 0x3, _3QUARTER 0x4) FULL gives the most bandwidth,
+    so a GPU that says it is at its best and lists FULL reads FULL. nvmlSystemGetNvlinkBwMode is "the global nvlink
+    bandwidth mode", in the same numbering: every GPU reads the system's mode."""
+    n = pynvml_module
+    nvml("dgx-b200")
+    lib = library()
+    system = ctypes.c_uint(0xFFFFFFFF)
+    assert lib.nvmlSystemGetNvlinkBwMode(ctypes.byref(system)) == n.NVML_SUCCESS
+    full = 0
+    for h in handles(n):
+        supported = NvlinkSupportedBwModes(SUPPORTED_BW_MODES_V1)
+        assert lib.nvmlDeviceGetNvlinkSupportedBwModes(h, ctypes.byref(supported)) == n.NVML_SUCCESS
+        mode = NvlinkGetBwMode(GET_BW_MODE_V1)
+        assert lib.nvmlDeviceGetNvlinkBwMode(h, ctypes.byref(mode)) == n.NVML_SUCCESS
+        if mode.bIsBest and full in supported.bwModes[:supported.totalBwModes]:
+            assert mode.bwMode == full
+        assert mode.bwMode == system.value
+
+
 @pytest.mark.parametrize("profile", ["dgx-h100", "dgx-a100"])
 def test_nvlink_bw_modes_are_not_supported_before_blackwell(nvml: Nvml, pynvml_module: ModuleType,
                                                             profile: str) -> None:
