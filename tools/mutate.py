@@ -742,8 +742,9 @@ def main(argv: list[str] | None = None) -> int:
     names = [a.name for a in (*AREAS, NVML_C_AREA)]
     parser.add_argument("--area", action="append", choices=names, help="only these areas (repeatable)")
     parser.add_argument("--sample", type=int, default=30, help="mutants per area (0: all); default 30")
-    parser.add_argument("--seed", type=int, default=16, help="sampling seed (default 16: the same sample each run while the modules do not "
-                             "change); each seed draws from all of an area's mutants, so two seeds may share some")
+    parser.add_argument("--seed", type=int, default=16,
+                        help="sampling seed (default 16: the same sample each run while the modules do not change); "
+                             "each seed draws from all of an area's mutants, so two seeds may share some")
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once, each in its own copy")
     parser.add_argument("--work", help="where the working copies go (default: a new directory under $TMPDIR)")
     parser.add_argument("--json", metavar="PATH", help="also write every outcome here")
