@@ -46,13 +46,16 @@ def initiators_of(node: Node, numa: NumaNode) -> tuple[int, ...]:
         if gpu is not None:
             return (gpu.numa,)
     ids = [n.id for n in node.numa]
-    row = node.distances[ids.index(numa.id)] if node.distances else ()
+    row = node.distances[ids.index(numa.id)]
     near = [(dist, other.id) for other, dist in zip(node.numa, row, strict=False) if other.cpus]
     best = min((dist for dist, _ in near), default=None)
     return tuple(i for dist, i in near if dist == best)
 
 
 def node_static_section(node: Node) -> Section:
+    """Every NUMA node's CPUs, ``distance`` row and firmware HMAT figures. ``node.distances`` is square over
+    ``node.numa`` (the model synthesizes the rows when a profile gives none and refuses a matrix that is not), so
+    row i is node i's SLIT row."""
     sec = Section("node-static")
     ncpu = node.cpu.logical_cpus
     ids = [n.id for n in node.numa]
@@ -65,7 +68,7 @@ def node_static_section(node: Node) -> Section:
         d = f"{NODE_DIR}/node{n.id}"
         sec.text(f"{d}/cpumap", cpumask(n.cpus, ncpu))
         sec.text(f"{d}/cpulist", format_cpulist(n.cpus))
-        row = node.distances[i] if node.distances else (10,)
+        row = node.distances[i]
         sec.text(f"{d}/distance", " ".join(str(x) for x in row))
         for c in n.cpus:
             sec.link(f"{d}/cpu{c}", f"sys/devices/system/cpu/cpu{c}")
