@@ -1562,12 +1562,14 @@ def test_resource_flags_are_what_the_kernel_decodes_from_each_bar(rendered: Rend
     assert bars >= 16 and rom >= 1 and windows >= 4
 
 
-NODE_COUNTERS = ("Active", "Inactive", "Active(anon)", "Inactive(anon)", "Active(file)", "Inactive(file)",
-                 "Unevictable", "Mlocked", "Dirty", "Writeback", "AnonPages", "Mapped", "Shmem", "KReclaimable",
-                 "Slab", "SReclaimable", "SUnreclaim", "KernelStack", "PageTables", "SecPageTables", "NFS_Unstable",
-                 "Bounce", "WritebackTmp", "AnonHugePages", "ShmemHugePages", "ShmemPmdMapped", "FileHugePages",
-                 "FilePmdMapped")
-"""Counters both fs/proc/meminfo.c and drivers/base/node.c print from the same per-node vmstat items."""
+NODE_COUNTERS = ("SwapCached", "Active", "Inactive", "Active(anon)", "Inactive(anon)", "Active(file)",
+                 "Inactive(file)", "Unevictable", "Mlocked", "Dirty", "Writeback", "AnonPages", "Mapped", "Shmem",
+                 "KReclaimable", "Slab", "SReclaimable", "SUnreclaim", "KernelStack", "PageTables", "SecPageTables",
+                 "NFS_Unstable", "Bounce", "WritebackTmp", "AnonHugePages", "ShmemHugePages", "ShmemPmdMapped",
+                 "FileHugePages", "FilePmdMapped")
+"""Counters both fs/proc/meminfo.c and drivers/base/node.c print from the same per-node vmstat items. ``SwapCached``
+is one of them since 5.14: the machine's is total_swapcache_pages(), which include/linux/swap.h defines as
+global_node_page_state(NR_SWAPCACHE), and a node's is node_page_state(pgdat, NR_SWAPCACHE) (seed 10529)."""
 
 
 @pytest.mark.parametrize("profile", PROFILES)
