@@ -64,7 +64,7 @@ import yaml
 import fakehw.model
 from fakehw.agent.cxl import CxlEngine, apply_fact
 from fakehw.agent.cxlcore import KernelError
-from fakehw.agent.cxlstate import CxlState
+from fakehw.agent.cxlstate import CxlState, Region
 from fakehw.agent.faults import CxlOffline, FallenOffBus
 from fakehw.agent.platform import PlatformView, boot_view, runtime_numa_memory
 from fakehw.agent.state import ActiveFault, derive_state
@@ -2771,3 +2771,31 @@ def test_nvidia_params_show_the_gsp_firmware_defaults_of_every_branch(branch: in
     assert isinstance(entry, File)
     params = _params(entry.data.decode())
     assert (params["EnableGpuFirmware"], params["EnableGpuFirmwareLogs"]) == ("18", "2")
+
+
+def test_a_journaled_region_whose_decode_the_kernel_refuses_leaves_its_port_decoders_unprogrammed(
+        fast_tmp: Path) -> None:
+    """A region the agent replays from its journal is taken as it was recorded (cxlstate.apply_fact does not check
+    it again), so a journal written under other rules can hold an active region whose port programming the kernel
+    refuses: here cxl-test's region0 (mem0 and mem4 below cxlsw0, behind cxlhb0) with a granularity of 32 KiB,
+    past the 16 KiB the HDM decoders encode. drivers/cxl/core/region.c, cxl_port_setup_targets: a decode the port
+    cannot take returns an error before ``cxld->interleave_ways``, ``interleave_granularity`` and ``hpa_range`` are
+    set, so each port decoder the region holds keeps a range of 0 (``start`` and ``size`` 0) and is never committed
+    (``decoders_committed`` counts committed decoders, port->commit_end + 1); the tree still renders (seed 10529)."""
+    system = load_profile("cxl-test")
+    node = system.nodes[0]
+    engine = CxlEngine(system, [node.name])
+    cxl = engine.settle(engine.boot(), node.name, frozenset())
+    booted = cxl.regions[(node.name, "region0")]
+    assert booted.committed and booted.granularity == 4096
+    recorded = {**booted.to_json(), "origin": "runtime", "granularity": 32768}
+    with pytest.raises(KernelError):
+        engine.core(node.name).programming(Region.from_json(recorded))
+    replayed = apply_fact(cxl, {"fact": "region-add", "region": recorded})
+    devices = _render_cxl_state(engine, node, replayed, fast_tmp) / CXL_DEVICES
+    held = [d.resolve() for d in sorted(devices.glob("decoder*"))
+            if not (d / "dpa_size").exists() and (d / "region").exists() and _read(d / "region") == "region0"]
+    assert len(held) == 2, [d.name for d in held]  # cxlhb0's and cxlsw0's
+    for d in held:
+        assert (_read(d / "start"), _read(d / "size")) == ("0x0", "0x0"), d
+        assert _read(d.parent / "decoders_committed") == "0", d.parent
