@@ -1336,6 +1336,23 @@ def test_numa_node_files_relate_as_the_abi_defines(rendered: Rendered, profile: 
                     assert (base / target.name / access / "initiators" / node.name).is_symlink(), (profile, target)
 
 
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
+def test_every_cpu_links_to_the_numa_node_that_lists_it(rendered: Rendered, profile: str) -> None:
+    """Documentation/ABI/testing/sysfs-devices-system-cpu (``/sys/devices/system/cpu/cpuX/nodeY``): with CONFIG_NUMA
+    each CPU has a symbolic link to its NUMA node's directory, e.g. ``cpu42/node2 -> ../../node/node2``;
+    drivers/base/node.c, register_cpu_under_node, makes it together with the node's ``cpuX`` link, so every online
+    CPU has exactly one ``nodeY`` link, to the node whose ``cpulist`` has it (seed 10530)."""
+    for _, _, root in rendered(profile):
+        base = root / NODES
+        cpus = {int(d.name[4:]): _cpulist(_read(d / "cpulist")) for d in base.glob("node[0-9]*")}
+        online = _cpulist(_read(root / "sys/devices/system/cpu/online"))
+        assert online, profile
+        for c in online:
+            links = sorted((root / f"sys/devices/system/cpu/cpu{c}").glob("node[0-9]*"))
+            assert [p.name for p in links] == [f"node{i}" for i in sorted(cpus) if c in cpus[i]], (profile, c)
+            assert links[0].resolve() == (base / links[0].name).resolve(), (profile, c)
+
+
 @pytest.mark.parametrize("profile", PROFILES)
 def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str) -> None:
     """fs/proc/meminfo.c and Documentation/filesystems/proc.rst: ``Cached`` is the page cache less swap cache and
