@@ -38,7 +38,8 @@ def initiators_of(node: Node, numa: NumaNode) -> tuple[int, ...]:
     """The CPU nodes whose CPUs reach ``numa`` best: itself when it has CPUs, the GPU's node for its HBM, else the
     CPU nodes nearest by distance, all of them when several are as near (drivers/acpi/numa/hmat.c,
     hmat_register_target_initiators, links every initiator with the best figures). CXL nodes get none (their
-    figures come from the CXL driver, without initiator links)."""
+    figures come from the CXL driver, without initiator links). Never empty: every CPU is in a NUMA node (the model
+    refuses a CPU in none) and a node's distance row covers every node, so some CPU node is nearest."""
     if numa.cpus:
         return (numa.id,)
     if numa.kind == "hbm" and numa.gpu is not None:
@@ -79,11 +80,8 @@ def node_static_section(node: Node) -> Section:
         perf = hmat_performance(node, n, n.memory)
         if perf is None or n.kind == "cxl":
             continue  # CXL nodes get their figures from the CXL driver when memory comes online: dynamic
-        inits = initiators_of(node, n)
-        if not inits:
-            continue
         _access_files(sec, d, perf)
-        for access, init in ((a, i) for a in ACCESS_CLASSES for i in inits):
+        for access, init in ((a, i) for a in ACCESS_CLASSES for i in initiators_of(node, n)):
             sec.link(f"{d}/{access}/initiators/node{init}", f"{NODE_DIR}/node{init}")
             sec.link(f"{NODE_DIR}/node{init}/{access}/targets/node{n.id}", d)
     return sec
