@@ -170,6 +170,22 @@ def test_pci_host_bridge_devices_have_a_writable_uevent(rendered: Rendered) -> N
         assert stat.S_IMODE(os.stat(b / "uevent").st_mode) == 0o644, b.name
 
 
+@pytest.mark.parametrize("profile", ("cxl-test", "cxl-pool", "dgx-h100"))
+def test_every_device_below_sys_devices_has_a_writable_uevent(rendered: Rendered, profile: str) -> None:
+    """device_add (drivers/base/core.c) gives every struct device its ``uevent`` as DEVICE_ATTR_RW(uevent), 0644,
+    whatever its bus: PCI functions and host bridges, the CXL bus's devices and the platform devices they hang
+    from, the CXL root's parent among them (cxl_acpi's ACPI0017 device, or cxl_test's mock ``cxl_acpi.0``), which
+    no bus's ``devices/`` lists below sys/bus/cxl."""
+    for _, _, root in rendered(profile):
+        events = [p for p in (root / "sys/devices").rglob("uevent") if not p.is_symlink()]
+        assert len(events) > 50, (profile, len(events))
+        for p in events:
+            assert stat.S_IMODE(os.stat(p).st_mode) == 0o644, (profile, str(p.relative_to(root)))
+        if profile.startswith("cxl"):
+            cxl_root = (root / CXL_DEVICES / "root0").resolve()
+            assert cxl_root.parent / "uevent" in events, profile
+
+
 NVSWITCH_DEVICE_ID = "0x22a3"
 """The DGX H100's NVSwitch PCI device id (../shared/reference/hardware.md, DGX H100 row: "NVSwitch 22A3")."""
 
