@@ -2832,3 +2832,24 @@ def test_a_journaled_region_whose_decode_the_kernel_refuses_leaves_its_port_deco
     for d in held:
         assert (_read(d / "start"), _read(d / "size")) == ("0x0", "0x0"), d
         assert _read(d.parent / "decoders_committed") == "0", d.parent
+
+
+def test_a_host_bridge_port_unbound_from_cxl_port_has_no_decoders(fast_tmp: Path) -> None:
+    """A host bridge's port keeps its HDM decoders only while cxl_port is bound to it: drivers/cxl/port.c
+    (cxl_switch_port_probe) enumerates them with devm_cxl_enumerate_decoders, so they are devm resources of the
+    bound port and go when the driver is unbound, the port device itself staying (it belongs to cxl_acpi). cxl-test's
+    cxlhb1 port unbound: no ``decoderP.N`` below that port, while cxlhb0's port keeps its decoders."""
+    system = load_profile("cxl-test")
+    node = system.nodes[0]
+    engine = CxlEngine(system, [node.name])
+    cxl = engine.settle(engine.boot(), node.name, frozenset())
+    devices = _render_cxl_state(engine, node, cxl, fast_tmp / "bound") / CXL_DEVICES
+    ports = {(p / "uport").resolve().name: p.resolve() for p in devices.glob("port[0-9]*")}
+    hb0, hb1 = ports["cxl_host_bridge.0"], ports["cxl_host_bridge.1"]
+    assert list(hb1.glob("decoder*")) and list(hb0.glob("decoder*"))
+    unbound = engine.settle(engine.core(node.name).unbind_port(cxl, "cxlhb1"), node.name, frozenset())
+    devices = _render_cxl_state(engine, node, unbound, fast_tmp / "unbound") / CXL_DEVICES
+    ports = {(p / "uport").resolve().name: p.resolve() for p in devices.glob("port[0-9]*")}
+    assert "cxl_host_bridge.1" in ports
+    assert not list(ports["cxl_host_bridge.1"].glob("decoder*"))
+    assert list(ports["cxl_host_bridge.0"].glob("decoder*"))
