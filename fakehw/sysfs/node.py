@@ -38,7 +38,8 @@ def initiators_of(node: Node, numa: NumaNode) -> tuple[int, ...]:
     """The CPU nodes whose CPUs reach ``numa`` best: itself when it has CPUs, the GPU's node for its HBM, else the
     CPU nodes nearest by distance, all of them when several are as near (drivers/acpi/numa/hmat.c,
     hmat_register_target_initiators, links every initiator with the best figures). CXL nodes get none (their
-    figures come from the CXL driver, without initiator links)."""
+    figures come from the CXL driver, without initiator links). Never empty: every CPU is in a NUMA node (the model
+    refuses a CPU in none) and a node's distance row covers every node, so some CPU node is nearest."""
     if numa.cpus:
         return (numa.id,)
     if numa.kind == "hbm" and numa.gpu is not None:
@@ -46,13 +47,16 @@ def initiators_of(node: Node, numa: NumaNode) -> tuple[int, ...]:
         if gpu is not None:
             return (gpu.numa,)
     ids = [n.id for n in node.numa]
-    row = node.distances[ids.index(numa.id)] if node.distances else ()
+    row = node.distances[ids.index(numa.id)]
     near = [(dist, other.id) for other, dist in zip(node.numa, row, strict=False) if other.cpus]
     best = min((dist for dist, _ in near), default=None)
     return tuple(i for dist, i in near if dist == best)
 
 
 def node_static_section(node: Node) -> Section:
+    """Every NUMA node's CPUs, ``distance`` row and firmware HMAT figures. ``node.distances`` is square over
+    ``node.numa`` (the model synthesizes the rows when a profile gives none and refuses a matrix that is not), so
+    row i is node i's SLIT row."""
     sec = Section("node-static")
     ncpu = node.cpu.logical_cpus
     ids = [n.id for n in node.numa]
@@ -65,7 +69,7 @@ def node_static_section(node: Node) -> Section:
         d = f"{NODE_DIR}/node{n.id}"
         sec.text(f"{d}/cpumap", cpumask(n.cpus, ncpu))
         sec.text(f"{d}/cpulist", format_cpulist(n.cpus))
-        row = node.distances[i] if node.distances else (10,)
+        row = node.distances[i]
         sec.text(f"{d}/distance", " ".join(str(x) for x in row))
         for c in n.cpus:
             sec.link(f"{d}/cpu{c}", f"sys/devices/system/cpu/cpu{c}")
@@ -76,11 +80,8 @@ def node_static_section(node: Node) -> Section:
         perf = hmat_performance(node, n, n.memory)
         if perf is None or n.kind == "cxl":
             continue  # CXL nodes get their figures from the CXL driver when memory comes online: dynamic
-        inits = initiators_of(node, n)
-        if not inits:
-            continue
         _access_files(sec, d, perf)
-        for access, init in ((a, i) for a in ACCESS_CLASSES for i in inits):
+        for access, init in ((a, i) for a in ACCESS_CLASSES for i in initiators_of(node, n)):
             sec.link(f"{d}/{access}/initiators/node{init}", f"{NODE_DIR}/node{init}")
             sec.link(f"{NODE_DIR}/node{init}/{access}/targets/node{n.id}", d)
     return sec

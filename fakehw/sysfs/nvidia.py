@@ -258,8 +258,7 @@ def gpu_section(system: System, node: Node, state: NodeState, lay: PciLayout) ->
         if g.name in lost:
             continue
         fn = lay.function(g.name)
-        if fn is None:
-            continue
+        assert fn is not None, g.name  # layout() puts every GPU below its parent, which the model checks exists
         irq = interrupt(lay, fn)  # the driver's IRQ is pdev->irq (nv-pci.c, nv-msi.c), what the attribute shows
         function_files(sec, fn, node, irq)
         d = f"{PROC}/gpus/{g.address}"

@@ -64,7 +64,7 @@ import yaml
 import fakehw.model
 from fakehw.agent.cxl import CxlEngine, apply_fact
 from fakehw.agent.cxlcore import KernelError
-from fakehw.agent.cxlstate import CxlState
+from fakehw.agent.cxlstate import CxlState, Region
 from fakehw.agent.faults import CxlOffline, FallenOffBus
 from fakehw.agent.platform import PlatformView, boot_view, runtime_numa_memory
 from fakehw.agent.state import ActiveFault, derive_state
@@ -168,6 +168,22 @@ def test_pci_host_bridge_devices_have_a_writable_uevent(rendered: Rendered) -> N
     assert len(bridges) >= 8, bridges
     for b in bridges:
         assert stat.S_IMODE(os.stat(b / "uevent").st_mode) == 0o644, b.name
+
+
+@pytest.mark.parametrize("profile", ("cxl-test", "cxl-pool", "dgx-h100"))
+def test_every_device_below_sys_devices_has_a_writable_uevent(rendered: Rendered, profile: str) -> None:
+    """device_add (drivers/base/core.c) gives every struct device its ``uevent`` as DEVICE_ATTR_RW(uevent), 0644,
+    whatever its bus: PCI functions and host bridges, the CXL bus's devices and the platform devices they hang
+    from, the CXL root's parent among them (cxl_acpi's ACPI0017 device, or cxl_test's mock ``cxl_acpi.0``), which
+    no bus's ``devices/`` lists below sys/bus/cxl."""
+    for _, _, root in rendered(profile):
+        events = [p for p in (root / "sys/devices").rglob("uevent") if not p.is_symlink()]
+        assert len(events) > 50, (profile, len(events))
+        for p in events:
+            assert stat.S_IMODE(os.stat(p).st_mode) == 0o644, (profile, str(p.relative_to(root)))
+        if profile.startswith("cxl"):
+            cxl_root = (root / CXL_DEVICES / "root0").resolve()
+            assert cxl_root.parent / "uevent" in events, profile
 
 
 NVSWITCH_DEVICE_ID = "0x22a3"
@@ -1336,6 +1352,23 @@ def test_numa_node_files_relate_as_the_abi_defines(rendered: Rendered, profile: 
                     assert (base / target.name / access / "initiators" / node.name).is_symlink(), (profile, target)
 
 
+@pytest.mark.parametrize("profile", ("dgx-h100", "gh200", "riscv-nvlink-fusion"))
+def test_every_cpu_links_to_the_numa_node_that_lists_it(rendered: Rendered, profile: str) -> None:
+    """Documentation/ABI/testing/sysfs-devices-system-cpu (``/sys/devices/system/cpu/cpuX/nodeY``): with CONFIG_NUMA
+    each CPU has a symbolic link to its NUMA node's directory, e.g. ``cpu42/node2 -> ../../node/node2``;
+    drivers/base/node.c, register_cpu_under_node, makes it together with the node's ``cpuX`` link, so every online
+    CPU has exactly one ``nodeY`` link, to the node whose ``cpulist`` has it (seed 10530)."""
+    for _, _, root in rendered(profile):
+        base = root / NODES
+        cpus = {int(d.name[4:]): _cpulist(_read(d / "cpulist")) for d in base.glob("node[0-9]*")}
+        online = _cpulist(_read(root / "sys/devices/system/cpu/online"))
+        assert online, profile
+        for c in online:
+            links = sorted((root / f"sys/devices/system/cpu/cpu{c}").glob("node[0-9]*"))
+            assert [p.name for p in links] == [f"node{i}" for i in sorted(cpus) if c in cpus[i]], (profile, c)
+            assert links[0].resolve() == (base / links[0].name).resolve(), (profile, c)
+
+
 @pytest.mark.parametrize("profile", PROFILES)
 def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str) -> None:
     """fs/proc/meminfo.c and Documentation/filesystems/proc.rst: ``Cached`` is the page cache less swap cache and
@@ -1562,12 +1595,14 @@ def test_resource_flags_are_what_the_kernel_decodes_from_each_bar(rendered: Rend
     assert bars >= 16 and rom >= 1 and windows >= 4
 
 
-NODE_COUNTERS = ("Active", "Inactive", "Active(anon)", "Inactive(anon)", "Active(file)", "Inactive(file)",
-                 "Unevictable", "Mlocked", "Dirty", "Writeback", "AnonPages", "Mapped", "Shmem", "KReclaimable",
-                 "Slab", "SReclaimable", "SUnreclaim", "KernelStack", "PageTables", "SecPageTables", "NFS_Unstable",
-                 "Bounce", "WritebackTmp", "AnonHugePages", "ShmemHugePages", "ShmemPmdMapped", "FileHugePages",
-                 "FilePmdMapped")
-"""Counters both fs/proc/meminfo.c and drivers/base/node.c print from the same per-node vmstat items."""
+NODE_COUNTERS = ("SwapCached", "Active", "Inactive", "Active(anon)", "Inactive(anon)", "Active(file)",
+                 "Inactive(file)", "Unevictable", "Mlocked", "Dirty", "Writeback", "AnonPages", "Mapped", "Shmem",
+                 "KReclaimable", "Slab", "SReclaimable", "SUnreclaim", "KernelStack", "PageTables", "SecPageTables",
+                 "NFS_Unstable", "Bounce", "WritebackTmp", "AnonHugePages", "ShmemHugePages", "ShmemPmdMapped",
+                 "FileHugePages", "FilePmdMapped")
+"""Counters both fs/proc/meminfo.c and drivers/base/node.c print from the same per-node vmstat items. ``SwapCached``
+is one of them since 5.14: the machine's is total_swapcache_pages(), which include/linux/swap.h defines as
+global_node_page_state(NR_SWAPCACHE), and a node's is node_page_state(pgdat, NR_SWAPCACHE) (seed 10529)."""
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -2769,3 +2804,52 @@ def test_nvidia_params_show_the_gsp_firmware_defaults_of_every_branch(branch: in
     assert isinstance(entry, File)
     params = _params(entry.data.decode())
     assert (params["EnableGpuFirmware"], params["EnableGpuFirmwareLogs"]) == ("18", "2")
+
+
+def test_a_journaled_region_whose_decode_the_kernel_refuses_leaves_its_port_decoders_unprogrammed(
+        fast_tmp: Path) -> None:
+    """A region the agent replays from its journal is taken as it was recorded (cxlstate.apply_fact does not check
+    it again), so a journal written under other rules can hold an active region whose port programming the kernel
+    refuses: here cxl-test's region0 (mem0 and mem4 below cxlsw0, behind cxlhb0) with a granularity of 32 KiB,
+    past the 16 KiB the HDM decoders encode. drivers/cxl/core/region.c, cxl_port_setup_targets: a decode the port
+    cannot take returns an error before ``cxld->interleave_ways``, ``interleave_granularity`` and ``hpa_range`` are
+    set, so each port decoder the region holds keeps a range of 0 (``start`` and ``size`` 0) and is never committed
+    (``decoders_committed`` counts committed decoders, port->commit_end + 1); the tree still renders (seed 10529)."""
+    system = load_profile("cxl-test")
+    node = system.nodes[0]
+    engine = CxlEngine(system, [node.name])
+    cxl = engine.settle(engine.boot(), node.name, frozenset())
+    booted = cxl.regions[(node.name, "region0")]
+    assert booted.committed and booted.granularity == 4096
+    recorded = {**booted.to_json(), "origin": "runtime", "granularity": 32768}
+    with pytest.raises(KernelError):
+        engine.core(node.name).programming(Region.from_json(recorded))
+    replayed = apply_fact(cxl, {"fact": "region-add", "region": recorded})
+    devices = _render_cxl_state(engine, node, replayed, fast_tmp) / CXL_DEVICES
+    held = [d.resolve() for d in sorted(devices.glob("decoder*"))
+            if not (d / "dpa_size").exists() and (d / "region").exists() and _read(d / "region") == "region0"]
+    assert len(held) == 2, [d.name for d in held]  # cxlhb0's and cxlsw0's
+    for d in held:
+        assert (_read(d / "start"), _read(d / "size")) == ("0x0", "0x0"), d
+        assert _read(d.parent / "decoders_committed") == "0", d.parent
+
+
+def test_a_host_bridge_port_unbound_from_cxl_port_has_no_decoders(fast_tmp: Path) -> None:
+    """A host bridge's port keeps its HDM decoders only while cxl_port is bound to it: drivers/cxl/port.c
+    (cxl_switch_port_probe) enumerates them with devm_cxl_enumerate_decoders, so they are devm resources of the
+    bound port and go when the driver is unbound, the port device itself staying (it belongs to cxl_acpi). cxl-test's
+    cxlhb1 port unbound: no ``decoderP.N`` below that port, while cxlhb0's port keeps its decoders."""
+    system = load_profile("cxl-test")
+    node = system.nodes[0]
+    engine = CxlEngine(system, [node.name])
+    cxl = engine.settle(engine.boot(), node.name, frozenset())
+    devices = _render_cxl_state(engine, node, cxl, fast_tmp / "bound") / CXL_DEVICES
+    ports = {(p / "uport").resolve().name: p.resolve() for p in devices.glob("port[0-9]*")}
+    hb0, hb1 = ports["cxl_host_bridge.0"], ports["cxl_host_bridge.1"]
+    assert list(hb1.glob("decoder*")) and list(hb0.glob("decoder*"))
+    unbound = engine.settle(engine.core(node.name).unbind_port(cxl, "cxlhb1"), node.name, frozenset())
+    devices = _render_cxl_state(engine, node, unbound, fast_tmp / "unbound") / CXL_DEVICES
+    ports = {(p / "uport").resolve().name: p.resolve() for p in devices.glob("port[0-9]*")}
+    assert "cxl_host_bridge.1" in ports
+    assert not list(ports["cxl_host_bridge.1"].glob("decoder*"))
+    assert list(ports["cxl_host_bridge.0"].glob("decoder*"))
