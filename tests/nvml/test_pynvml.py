@@ -1612,6 +1612,24 @@ def test_sram_ecc_status_keeps_the_lifetime_and_the_volatile_counts_apart(pynvml
                           (uncorrected, n.NVML_VOLATILE_ECC): 1, (uncorrected, n.NVML_AGGREGATE_ECC): 3}
 
 
+def test_ecc_error_counts_of_a_board_with_ecc_off_are_not_supported(node_snapshot: Callable[..., NodeSnap],
+                                                                     pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetTotalEccErrors and nvmlDeviceGetMemoryErrorCounter: "Requires ECC Mode to be enabled",
+    NOT_SUPPORTED "if the device does not support this feature". Every captured board runs with ECC on, but ECC is a
+    setting (nvidia-smi -e 0, after a reset): an H100 whose current ECC mode is off answers NOT_SUPPORTED to both,
+    whatever counts its record still holds, and its neighbour with ECC on answers them."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    with board_state(n, snap, 3, ecc_current=0) as hs:
+        assert n.nvmlDeviceGetEccMode(hs[3])[0] == n.NVML_FEATURE_DISABLED
+        corrected, volatile = n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC
+        assert error_of(partial(n.nvmlDeviceGetTotalEccErrors, hs[3], corrected, volatile)) == \
+            n.NVML_ERROR_NOT_SUPPORTED
+        assert error_of(partial(n.nvmlDeviceGetMemoryErrorCounter, hs[3], corrected, volatile,
+                                n.NVML_MEMORY_LOCATION_DEVICE_MEMORY)) == n.NVML_ERROR_NOT_SUPPORTED
+        assert n.nvmlDeviceGetTotalEccErrors(hs[2], corrected, volatile) >= 0
+
+
 class ProcessUtilizationInfoV1(ctypes.Structure):
     """nvml.h's nvmlProcessUtilizationInfo_v1_t."""
 
