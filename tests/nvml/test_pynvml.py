@@ -1630,6 +1630,24 @@ def test_ecc_error_counts_of_a_board_with_ecc_off_are_not_supported(node_snapsho
         assert n.nvmlDeviceGetTotalEccErrors(hs[2], corrected, volatile) >= 0
 
 
+def test_the_l1_cache_s_volatile_single_bit_field_is_its_counter(node_snapshot: Callable[..., NodeSnap],
+                                                                  pynvml_module: ModuleType) -> None:
+    """nvml.h: field 7, NVML_FI_DEV_ECC_SBE_VOL_L1, is the "L1 cache single bit volatile ECC errors", the count
+    nvmlDeviceGetMemoryErrorCounter gives for (CORRECTED, VOLATILE, NVML_MEMORY_LOCATION_L1_CACHE); field 8 is its
+    double-bit sibling. An H100 with 5 corrected and no uncorrected L1 errors since the driver loaded reads 5 and 0
+    there (the first field of the per-location range, the one a range check with the wrong bound loses)."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    locations = 8  # nvmlMemoryLocation_t: L1_CACHE 0 ... SRAM 7 (NVML_MEMORY_LOCATION_COUNT 8)
+    counts = [0] * (2 * 2 * locations)  # [error type][volatile, aggregate][location]
+    counts[n.NVML_MEMORY_LOCATION_L1_CACHE] = 5  # corrected, volatile
+    with board_state(n, snap, 1, ecc_counts=tuple(counts)) as hs:
+        assert n.nvmlDeviceGetMemoryErrorCounter(hs[1], n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC,
+                                                 n.NVML_MEMORY_LOCATION_L1_CACHE) == 5
+        values = n.nvmlDeviceGetFieldValues(hs[1], [7, 8])
+        assert [(v.nvmlReturn, v.value.ullVal) for v in values] == [(n.NVML_SUCCESS, 5), (n.NVML_SUCCESS, 0)]
+
+
 class ProcessUtilizationInfoV1(ctypes.Structure):
     """nvml.h's nvmlProcessUtilizationInfo_v1_t."""
 
