@@ -970,9 +970,9 @@ def test_setting_an_nvlink_counter_control_is_read_back_and_resets_on_request(nv
     """nvml.h, nvmlDeviceSetNvLinkUtilizationControl: sets the counter's control (nvmlNvLinkUtilizationControl_t:
     units, pktfilter) and "Performs a reset of the counters if the reset parameter is non-zero";
     INVALID_ARGUMENT "if device, counter, link, or control is invalid" (units NVML_NVLINK_COUNTER_UNIT_RESERVED, 3,
-    is none). On gpu7's link 11, counter 1 (no other test of this process touches it: the control and the reset are
-    the process's), a control counting packets with every packet type is read back by
-    nvmlDeviceGetNvLinkUtilizationControl, and the counter, reset with it, reads 0 both ways."""
+    is none; the counter is "(0 or 1)", so 2 is none). On gpu7's link 11, counter 1 (no other test of this process
+    touches it: the control and the reset are the process's), a control counting packets with every packet type is
+    read back by nvmlDeviceGetNvLinkUtilizationControl, and the counter, reset with it, reads 0 both ways."""
     n = pynvml_module
     snap = nvml("dgx-h100")
     h = handles(n)[7]
@@ -986,6 +986,9 @@ def test_setting_an_nvlink_counter_control_is_read_back_and_resets_on_request(nv
     assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 11, 1) == (0, 0)
     control.units = n.NVML_NVLINK_COUNTER_UNIT_RESERVED
     assert error_of(partial(n.nvmlDeviceSetNvLinkUtilizationControl, h, 11, 1, control, 0)) == \
+        n.NVML_ERROR_INVALID_ARGUMENT
+    control.units = n.NVML_NVLINK_COUNTER_UNIT_PACKETS  # a valid control, for a counter past "(0 or 1)"
+    assert error_of(partial(n.nvmlDeviceSetNvLinkUtilizationControl, h, 11, 2, control, 0)) == \
         n.NVML_ERROR_INVALID_ARGUMENT
 
 
