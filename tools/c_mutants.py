@@ -17,6 +17,7 @@ product): :func:`compiles` asks the compiler, with the shim's own flags and ``-W
 
 from __future__ import annotations
 
+import bisect
 import re
 import shlex
 import subprocess
@@ -76,14 +77,10 @@ class CMutation:
 
 
 def tokens(source: str) -> list[Token]:
-    """The tokens of ``source`` that code is made of (comments, literals' insides and preprocessor lines are one
-    ``skip`` token each, whitespace is dropped)."""
-    out = []
-    for m in _TOKEN.finditer(source):
-        kind = m.lastgroup or "op"
-        if kind != "space":
-            out.append(Token(kind, m.group(), m.start()))
-    return out
+    """The tokens of ``source`` that code is made of: comments, string and character literals, preprocessor lines
+    and whitespace are matched (so nothing inside them is read as code) and dropped."""
+    return [Token(m.lastgroup or "op", m.group(), m.start()) for m in _TOKEN.finditer(source)
+            if m.lastgroup not in ("skip", "space")]
 
 
 def _body_tokens(toks: list[Token]) -> Iterator[tuple[int, Token]]:
@@ -91,8 +88,6 @@ def _body_tokens(toks: list[Token]) -> Iterator[tuple[int, Token]]:
     ``)``, to its matching ``}``."""
     depth, in_body, prev = 0, False, None
     for i, t in enumerate(toks):
-        if t.kind == "skip":
-            continue
         if t.text == "{":
             if depth == 0:
                 in_body = prev is not None and prev.text == ")"
@@ -108,12 +103,9 @@ def _body_tokens(toks: list[Token]) -> Iterator[tuple[int, Token]]:
 
 def _operand_before(toks: list[Token], i: int) -> bool:
     """Whether the code token before ``toks[i]`` ends an operand (so the operator at ``i`` is binary)."""
-    j = i - 1
-    while j >= 0 and toks[j].kind == "skip":
-        j -= 1
-    if j < 0:
+    if i == 0:
         return False
-    prev = toks[j]
+    prev = toks[i - 1]
     return prev.kind in ("number", "float") or (prev.kind == "name" and prev.text not in KEYWORDS) or \
         prev.text in (")", "]")
 
@@ -134,22 +126,12 @@ def _condition_end(toks: list[Token], open_at: int) -> int | None:
 def mutations(file: str, source: str) -> list[CMutation]:
     """Every mechanical mutant of ``source`` (the file at ``file``), in the order of the text."""
     toks = tokens(source)
-    line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
-
-    def line_of(pos: int) -> int:
-        lo, hi = 0, len(line_starts)
-        while lo + 1 < hi:
-            mid = (lo + hi) // 2
-            if line_starts[mid] <= pos:
-                lo = mid
-            else:
-                hi = mid
-        return lo + 1
-
+    line_starts = [m.end() for m in re.finditer("\n", source)]
     out: list[CMutation] = []
 
     def add(operator: str, start: int, end: int, replacement: str) -> None:
-        out.append(CMutation(file, operator, start, end, replacement, line_of(start)))
+        line = bisect.bisect_right(line_starts, start) + 1  # the newlines before ``start``, plus one
+        out.append(CMutation(file, operator, start, end, replacement, line))
 
     for i, t in _body_tokens(toks):
         text = t.text
@@ -185,22 +167,18 @@ def _number_mutations(t: Token, add: Add) -> None:
     if m is None:
         return
     digits, suffix = m.groups()
-    value = int(digits, 16) if digits[:2] in ("0x", "0X") else int(digits, 8) if digits.startswith("0") and \
-        len(digits) > 1 else int(digits)
-    for delta in (1, -1):
-        new = value + delta
-        if new < 0:
-            continue
-        text = (f"{digits[:2]}{new:x}" if digits[:2] in ("0x", "0X") else
-                f"0{new:o}" if digits.startswith("0") and len(digits) > 1 else str(new)) + suffix
-        add(f"number {t.text} -> {text}", t.start, t.end, text)
+    prefix, base, form = (digits[:2], 16, "x") if digits[:2] in ("0x", "0X") else \
+        ("0", 8, "o") if digits.startswith("0") and len(digits) > 1 else ("", 10, "d")
+    value = int(digits, base)
+    for new in (value + 1, value - 1):
+        if new >= 0:
+            text = f"{prefix}{new:{form}}{suffix}"
+            add(f"number {t.text} -> {text}", t.start, t.end, text)
 
 
 def _negations(source: str, toks: list[Token], i: int, add: Add) -> None:
     """``if (c)``/``while (c)`` to ``if (!(c))`` (Cosmic Ray's AddNot): the whole parenthesized condition."""
     j = i + 1
-    while j < len(toks) and toks[j].kind == "skip":
-        j += 1
     if j >= len(toks) or toks[j].text != "(":
         return
     close = _condition_end(toks, j)
@@ -210,9 +188,8 @@ def _negations(source: str, toks: list[Token], i: int, add: Add) -> None:
     add(f"negate {toks[i].text} condition", start, end, f"(!{source[start:end]})")
 
 
-def compiles(source: str, cflags: list[str]) -> tuple[bool, str]:
-    """Whether ``source`` (one of the shim's files, mutated) compiles with ``cflags`` and ``-Werror``; and what the
-    compiler said."""
+def compiles(source: str, cflags: list[str]) -> bool:
+    """Whether ``source`` (one of the shim's files, mutated) compiles with ``cflags`` and ``-Werror``."""
     with tempfile.NamedTemporaryFile("w", suffix=".c", delete=False) as f:
         f.write(source)
         path = Path(f.name)
@@ -221,7 +198,7 @@ def compiles(source: str, cflags: list[str]) -> tuple[bool, str]:
                               check=False, timeout=120)
     finally:
         path.unlink(missing_ok=True)
-    return proc.returncode == 0, proc.stderr
+    return proc.returncode == 0
 
 
 def shim_cflags(gen: Path, cc: str = "cc") -> list[str]:

@@ -165,9 +165,11 @@ def c_files(area: Area) -> list[str]:
     return files
 
 
-def c_generated(area: Area) -> list[CMutation]:
-    """Every mechanical mutant of the C area's files (``tools/c_mutants.py``), compiling or not."""
-    return [m for f in c_files(area) for m in mutations(f, (ROOT / f).read_text())]
+def c_generated(area: Area, sources: dict[str, str] | None = None) -> list[CMutation]:
+    """Every mechanical mutant of the C area's files (``tools/c_mutants.py``), compiling or not; ``sources``: the
+    files' text when the caller read them already."""
+    sources = sources or {f: (ROOT / f).read_text() for f in c_files(area)}
+    return [m for f, text in sources.items() for m in mutations(f, text)]
 
 
 def sample_c(area: Area, sample: int, seed: int) -> tuple[list[CMutation], int, int]:
@@ -176,18 +178,18 @@ def sample_c(area: Area, sample: int, seed: int) -> tuple[list[CMutation], int, 
     there are in all and how many drawn did not compile (drawn again: a mutant that is not C tests nothing)."""
     from fakehw.nvml import build
 
-    every = c_generated(area)
+    sources = {f: (ROOT / f).read_text() for f in c_files(area)}
+    every = c_generated(area, sources)
     order = random.Random(f"{seed}:{area.name}").sample(every, len(every))
     want = sample or len(every)
     chosen: list[CMutation] = []
     refused = 0
     with tempfile.TemporaryDirectory(prefix="fakehw-c-mutants-") as tmp:
         cflags = shim_cflags(build.generate(Path(tmp)), os.environ.get("CC") or "cc")
-        sources = {f: (ROOT / f).read_text() for f in c_files(area)}
         for m in order:
             if len(chosen) == want:
                 break
-            if compiles(m.apply(sources[m.file]), cflags)[0]:
+            if compiles(m.apply(sources[m.file]), cflags):
                 chosen.append(m)
             else:
                 refused += 1
