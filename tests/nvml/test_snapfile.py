@@ -53,16 +53,21 @@ def set_word(path: Path, value: int) -> None:
         os.close(fd)
 
 
-def _record_pwrites(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """The [start, end) ranges every ``os.pwrite`` writes from now on (until ``monkeypatch.undo()``), in order."""
-    writes: list[tuple[int, int]] = []
+def _on_pwrite(monkeypatch: pytest.MonkeyPatch, note: Callable[[int, bytes], None]) -> None:
+    """Call ``note(offset, data)`` for every ``os.pwrite`` from now on (until ``monkeypatch.undo()``), then write."""
     real = os.pwrite
 
     def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
-        writes.append((offset, offset + len(data)))
+        note(offset, bytes(data))
         return real(fd, data, offset)
 
     monkeypatch.setattr(os, "pwrite", recording)
+
+
+def _record_pwrites(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The [start, end) ranges every ``os.pwrite`` writes from now on (until ``monkeypatch.undo()``), in order."""
+    writes: list[tuple[int, int]] = []
+    _on_pwrite(monkeypatch, lambda offset, data: writes.append((offset, offset + len(data))))
     return writes
 
 
@@ -70,14 +75,12 @@ def _record_words(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The values of the ``superseded`` word in every ``os.pwrite`` that covers it from now on (until
     ``monkeypatch.undo()``), in order."""
     seen: list[int] = []
-    real = os.pwrite
 
-    def recording(fd: int, data: bytes | memoryview, offset: int) -> int:
+    def note(offset: int, data: bytes) -> None:
         if offset <= WORD < offset + len(data):
-            seen.append(struct.unpack_from("<I", bytes(data), WORD - offset)[0])
-        return real(fd, data, offset)
+            seen.append(struct.unpack_from("<I", data, WORD - offset)[0])
 
-    monkeypatch.setattr(os, "pwrite", recording)
+    _on_pwrite(monkeypatch, note)
     return seen
 
 
