@@ -179,7 +179,8 @@ static int gpu_ok(const fhw_header_t *h, const fhw_gpu_t *g) {
     if (!NUL_IN(g->uuid) || !NUL_IN(g->name) || !NUL_IN(g->serial) || !NUL_IN(g->board_part_number) ||
         !NUL_IN(g->vbios_version) || !NUL_IN(g->inforom_image) || !NUL_IN(g->inforom_oem) ||
         !NUL_IN(g->inforom_ecc) || !NUL_IN(g->inforom_power) || !NUL_IN(g->gsp_firmware) ||
-        !NUL_IN(g->bus_id) || !NUL_IN(g->bus_id_legacy) || !NUL_IN(g->model_name))
+        !NUL_IN(g->bus_id) || !NUL_IN(g->bus_id_legacy) || !NUL_IN(g->model_name) ||
+        !NUL_IN(g->gpu_part_number))
         return 0;
     if (g->uuid[0] == '\0') return 0;
     if (g->nvlink_count > FHW_MAX_LINKS) return 0;
