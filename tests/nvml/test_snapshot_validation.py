@@ -252,6 +252,7 @@ def _gpu_cases() -> Iterator[Case]:
                                                       s.set(GpuRecord, 0, "mig_first", 0),
                                                       s.set(GpuRecord, 0, "mig_count", layout.MAX_MIG_PER_GPU + 1)),
                    "bad GPU record")
+    yield _accepted("gpu-mig-count-8", _eight_mig_devices_on_one_gpu)
     yield _refused("gpu-mig-range-past-the-mig-records", lambda s: _past_the_range(s, "mig"), "bad GPU record")
     yield _accepted("gpu-mig-range-ending-at-the-last-mig-record", lambda s: _at_the_range_end(s, "mig"))
     yield _refused("gpu-mig-profile-range-past-its-records", lambda s: _past_the_range(s, "mig_profile"),
@@ -268,6 +269,21 @@ def _gpu_cases() -> Iterator[Case]:
                    "bad GPU record")
     yield _accepted("gpu-p2p-status-unknown-in-its-last-cell",
                     lambda s: s.data.__setitem__(s.record_at(GpuRecord, 0) + p2p, P2P_STATUS_UNKNOWN))
+
+
+def _eight_mig_devices_on_one_gpu(s: Snap) -> None:
+    """The MIG section made eight copies of its first record, at the end of the file, all of them the MIG devices
+    of that record's GPU: as many as a GPU may have (docs/nvml.md: 8 MIG devices per GPU)."""
+    size, offset = s.header("mig_record_size"), s.header("mig_offset")
+    first = bytes(s.data[offset:offset + size])
+    owner = _get(s, MigRecord, 0, "parent")
+    s.data += bytes(-len(s.data) % 8)
+    s.set_header("mig_offset", len(s.data))
+    s.data += first * layout.MAX_MIG_PER_GPU
+    s.set_header("mig_count", layout.MAX_MIG_PER_GPU)
+    s.set_header("total_size", len(s.data))
+    s.set(GpuRecord, owner, "mig_first", 0)
+    s.set(GpuRecord, owner, "mig_count", layout.MAX_MIG_PER_GPU)
 
 
 def _owner(s: Snap, prefix: str) -> int:
