@@ -25,6 +25,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -151,19 +152,30 @@ def _strings() -> Iterator[Case]:
     """Every string field of every record, as the layout declares them, filled to its end without a NUL."""
     header_strings = [f.name for f in layout.layout_of(HeaderRecord).fields if isinstance(f.kind, layout.Char)]
     for name in header_strings:
-        yield _refused(f"header.{name}-unterminated", lambda s, n=name: s.fill(0, HeaderRecord, n),
+        yield _refused(f"header.{name}-unterminated", partial(_unterminated, HeaderRecord, name),
                        "bad magic" if name == "magic" else "unterminated header string")
     for record, reason in RECORD_REASONS.items():
         for f in layout.layout_of(record).fields:
             if isinstance(f.kind, layout.Char):
-                yield _refused(f"{record.__name__}.{f.name}-unterminated",
-                               lambda s, r=record, n=f.name: s.fill(s.record_at(r, 0), r, n), reason)
+                yield _refused(f"{record.__name__}.{f.name}-unterminated", partial(_unterminated, record, f.name),
+                               reason)
     for f in layout.layout_of(LinkRecord).fields:
         if isinstance(f.kind, layout.Char):  # the last link of the last GPU: the loops reach every one
-            yield _refused(f"LinkRecord.{f.name}-unterminated",
-                           lambda s, n=f.name: s.fill(s.link_at(s.header("gpu_count") - 1, layout.MAX_LINKS - 1),
-                                                      LinkRecord, n), "bad GPU record")
+            yield _refused(f"LinkRecord.{f.name}-unterminated", partial(_unterminated, LinkRecord, f.name),
+                           "bad GPU record")
     yield _accepted("GpuRecord.name-its-field-long-but-one", _longest_name)
+
+
+def _unterminated(record: type[Any], name: str, s: Snap) -> None:
+    """The field ``name`` of the first ``record`` (of the header; of the last link of the last GPU, so the loops
+    over links and GPUs must reach their ends) filled without a NUL."""
+    if record is HeaderRecord:
+        base = 0
+    elif record is LinkRecord:
+        base = s.link_at(s.header("gpu_count") - 1, layout.MAX_LINKS - 1)
+    else:
+        base = s.record_at(record, 0)
+    s.fill(base, record, name)
 
 
 def _longest_name(s: Snap) -> None:
@@ -199,26 +211,48 @@ def _flip_in_the_header(s: Snap) -> bytes:
 
 
 def _section_cases() -> Iterator[Case]:
-    for prefix, (reason, record, limit) in SECTIONS.items():
-        yield _refused(f"{prefix}-count-over-its-limit", lambda s, p=prefix, n=limit: s.set_header(f"{p}_count", n + 1),
-                       f"bad {reason}")
-        yield _refused(f"{prefix}-record-size", lambda s, p=prefix: s.set_header(
-            f"{p}_record_size", s.header(f"{p}_record_size") + 8), f"bad {reason}")
-        yield _refused(f"{prefix}-offset-misaligned", lambda s, p=prefix: s.set_header(
-            f"{p}_offset", s.header(f"{p}_offset") + 4), f"bad {reason}")
-        yield _refused(f"{prefix}-offset-in-the-header", lambda s, p=prefix: s.set_header(
-            f"{p}_offset", s.header("header_size") - 8), f"bad {reason}")
-        yield _refused(f"{prefix}-offset-past-the-end", lambda s, p=prefix: s.set_header(
-            f"{p}_offset", len(s.data) + 8), f"bad {reason}")
-        yield _refused(f"{prefix}-records-past-the-end", lambda s, p=prefix: s.set_header(
-            f"{p}_offset", (len(s.data) - s.header(f"{p}_count") * s.header(f"{p}_record_size") + 8) // 8 * 8),
-            f"bad {reason}")
-        yield _accepted(f"{prefix}-records-ending-at-the-end", lambda s, p=prefix: _move_to_the_end(s, p))
+    for prefix, (reason, _, limit) in SECTIONS.items():
+        for damage, edit in SECTION_DAMAGES.items():
+            yield _refused(f"{prefix}-{damage}", partial(edit, prefix, limit), f"bad {reason}")
+        yield _accepted(f"{prefix}-records-ending-at-the-end", partial(_move_to_the_end, prefix))
     yield _accepted("empty-section-of-any-shape", _no_processes_anywhere)
     yield _refused("platform-count-not-the-gpu-count", lambda s: s.set_header("platform_count",
                                                                              s.header("gpu_count") - 1),
                    "bad platform section")
     yield _accepted("no-platform-records", lambda s: s.set_header("platform_count", 0))
+
+
+def _count_over_its_limit(prefix: str, limit: int, s: Snap) -> None:
+    s.set_header(f"{prefix}_count", limit + 1)
+
+
+def _record_size_off(prefix: str, _limit: int, s: Snap) -> None:
+    s.set_header(f"{prefix}_record_size", s.header(f"{prefix}_record_size") + 8)
+
+
+def _offset_misaligned(prefix: str, _limit: int, s: Snap) -> None:
+    s.set_header(f"{prefix}_offset", s.header(f"{prefix}_offset") + 4)
+
+
+def _offset_in_the_header(prefix: str, _limit: int, s: Snap) -> None:
+    s.set_header(f"{prefix}_offset", s.header("header_size") - 8)
+
+
+def _offset_past_the_end(prefix: str, _limit: int, s: Snap) -> None:
+    s.set_header(f"{prefix}_offset", len(s.data) + 8)
+
+
+def _records_past_the_end(prefix: str, _limit: int, s: Snap) -> None:
+    """The section moved so that its last record's last 8 bytes lie past the end of the file."""
+    span = s.header(f"{prefix}_count") * s.header(f"{prefix}_record_size")
+    s.set_header(f"{prefix}_offset", (len(s.data) - span + 8) // 8 * 8)
+
+
+SECTION_DAMAGES: dict[str, Callable[[str, int, Snap], None]] = {
+    "count-over-its-limit": _count_over_its_limit, "record-size": _record_size_off,
+    "offset-misaligned": _offset_misaligned, "offset-in-the-header": _offset_in_the_header,
+    "offset-past-the-end": _offset_past_the_end, "records-past-the-end": _records_past_the_end,
+}
 
 
 def _no_processes_anywhere(s: Snap) -> None:
@@ -232,7 +266,7 @@ def _no_processes_anywhere(s: Snap) -> None:
     s.set_header("process_offset", 3)
 
 
-def _move_to_the_end(s: Snap, prefix: str) -> None:
+def _move_to_the_end(prefix: str, s: Snap) -> None:
     """Copy a section's records to the very end of the file (its last byte the file's last), pointing the header
     at the copy: in bounds, so good."""
     count, size, offset = (s.header(f"{prefix}_{k}") for k in ("count", "record_size", "offset"))
@@ -248,10 +282,7 @@ def _gpu_cases() -> Iterator[Case]:
     yield _refused("gpu-nvlink-count-over-18", lambda s: s.set(GpuRecord, 0, "nvlink_count", last + 1),
                    "bad GPU record")
     yield _accepted("gpu-nvlink-count-18", lambda s: s.set(GpuRecord, 0, "nvlink_count", last))
-    yield _refused("gpu-mig-count-over-8", lambda s: (s.set_header("mig_count", 16),
-                                                      s.set(GpuRecord, 0, "mig_first", 0),
-                                                      s.set(GpuRecord, 0, "mig_count", layout.MAX_MIG_PER_GPU + 1)),
-                   "bad GPU record")
+    yield _refused("gpu-mig-count-over-8", _nine_mig_devices_on_one_gpu, "bad GPU record")
     yield _accepted("gpu-mig-count-8", _eight_mig_devices_on_one_gpu)
     yield _refused("gpu-mig-range-past-the-mig-records", lambda s: _past_the_range(s, "mig"), "bad GPU record")
     yield _accepted("gpu-mig-range-ending-at-the-last-mig-record", lambda s: _at_the_range_end(s, "mig"))
@@ -269,6 +300,13 @@ def _gpu_cases() -> Iterator[Case]:
                    "bad GPU record")
     yield _accepted("gpu-p2p-status-unknown-in-its-last-cell",
                     lambda s: s.data.__setitem__(s.record_at(GpuRecord, 0) + p2p, P2P_STATUS_UNKNOWN))
+
+
+def _nine_mig_devices_on_one_gpu(s: Snap) -> None:
+    """GPU 0 claims 9 MIG devices, within a MIG section that has 16 (only the per-GPU limit is broken)."""
+    s.set_header("mig_count", 16)
+    s.set(GpuRecord, 0, "mig_first", 0)
+    s.set(GpuRecord, 0, "mig_count", layout.MAX_MIG_PER_GPU + 1)
 
 
 def _eight_mig_devices_on_one_gpu(s: Snap) -> None:
@@ -310,10 +348,9 @@ def _at_the_range_end(s: Snap, prefix: str) -> None:
 def _reference_cases() -> Iterator[Case]:
     """Records pointing at records that exist (a parent GPU, a GPU instance, MIG devices)."""
     for record in (MigRecord, MigProfileRecord, GpuInstanceRecord, CiProfileRecord):
-        yield _refused(f"{record.__name__}-parent-past-the-gpus",
-                       lambda s, r=record: s.set(r, 0, "parent", s.header("gpu_count")), RECORD_REASONS[record])
-        yield _accepted(f"{record.__name__}-parent-the-last-gpu",
-                        lambda s, r=record: s.set(r, 0, "parent", s.header("gpu_count") - 1))
+        yield _refused(f"{record.__name__}-parent-past-the-gpus", partial(_parent, record, 0),
+                       RECORD_REASONS[record])
+        yield _accepted(f"{record.__name__}-parent-the-last-gpu", partial(_parent, record, -1))
     yield _refused("ProcessRecord-gpu-past-the-gpus",
                    lambda s: s.set(ProcessRecord, 0, "gpu", s.header("gpu_count")), "bad process record")
     yield _refused("EventRecord-gpu-past-the-gpus",
@@ -326,10 +363,18 @@ def _reference_cases() -> Iterator[Case]:
     yield _refused("GpuInstanceRecord-mig-range-past-the-mig-records",
                    lambda s: s.set(GpuInstanceRecord, 0, "mig_first", s.header("mig_count")), "bad GPU instance record")
     for record in (MigProfileRecord, CiProfileRecord):
-        yield _refused(f"{record.__name__}-placements-over-8", lambda s, r=record: s.set(
-            r, 0, "placement_count", layout.MAX_PLACEMENTS + 1), RECORD_REASONS[record])
-        yield _accepted(f"{record.__name__}-placements-8", lambda s, r=record: s.set(
-            r, 0, "placement_count", layout.MAX_PLACEMENTS))
+        yield _refused(f"{record.__name__}-placements-over-8", partial(_placements, record, layout.MAX_PLACEMENTS + 1),
+                       RECORD_REASONS[record])
+        yield _accepted(f"{record.__name__}-placements-8", partial(_placements, record, layout.MAX_PLACEMENTS))
+
+
+def _parent(record: type[Any], past_the_gpus: int, s: Snap) -> None:
+    """The first ``record``'s parent GPU set ``past_the_gpus`` from the GPU count (0: one past the last GPU)."""
+    s.set(record, 0, "parent", s.header("gpu_count") + past_the_gpus)
+
+
+def _placements(record: type[Any], count: int, s: Snap) -> None:
+    s.set(record, 0, "placement_count", count)
 
 
 def _event_cases() -> Iterator[Case]:

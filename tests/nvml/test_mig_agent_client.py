@@ -1,0 +1,217 @@
+"""The shim as a client of the node agent: what it sends for a MIG change, and what it makes of every answer.
+
+``nvmlDeviceSetMigMode`` (and the other MIG changes) send a request to the agent on ``$FAKEHW_AGENT_SOCKET``
+(csrc/agentc.c) and wait for the snapshot generation it answers with (docs/nvml.md, "MIG"). Here the agent is a
+scripted stand-in on a unix socket, so the answers can be ones the real agent never gives: generation 0, a refusal
+without a code, a peer that is not HTTP or hangs up. Expected values:
+
+- the request: the route and body of docs/agent.md (``POST /v1/nodes/{node}/gpus/{gpu}/mig/mode``,
+  ``{"enabled": true|false}``), HTTP/1.1 with a ``Content-Length`` that is the body's (RFC 9112 6.2) and
+  ``Connection: close`` (agentc.c's documented one request per connection); the node and GPU are the test's input;
+- a refusal carries NVML's own return code in ``detail.nvml_code`` (docs/agent.md), which the caller gets, and
+  disabling MIG while GPU instances exist is ``SUCCESS`` with activation status ``IN_USE`` (docs/nvml.md's table);
+- a refusal without a code NVML has: 4xx is the caller's request (``INVALID_ARGUMENT``), 5xx the agent's
+  (``UNKNOWN``); an answer that is not the API's (no answer, not HTTP, a success without a non-negative
+  ``generation``) is ``UNKNOWN``, nvml.h's "any unexpected error"; no ``$FAKEHW_AGENT_SOCKET`` is
+  ``NO_PERMISSION`` (docs/nvml.md) and a socket nobody listens on ``UNKNOWN``.
+
+Every step runs in one subprocess in turn (one connection each), so the table costs about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakehw.nvml.snapshot import FakeProcess
+from tests.nvml.helpers import NodeSnap, subprocess_env, write_node
+
+SUCCESS, INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION, IN_USE, UNKNOWN = 0, 2, 3, 4, 19, 999
+"""nvmlReturn_t values (nvml.h)."""
+
+
+def http(status: int, body: object, reason: str = "X") -> bytes:
+    data = json.dumps(body).encode()
+    return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        status, reason.encode(), len(data), data)
+
+
+def refusal(status: int, nvml_code: int | None) -> bytes:
+    detail: dict[str, object] = {} if nvml_code is None else {"nvml": "NVML_ERROR_X", "nvml_code": nvml_code}
+    return http(status, {"error": "refused", "detail": detail})
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str
+    answer: bytes | None
+    """What the stand-in agent sends back (None: it closes the connection without a word)."""
+    status: int
+    activation: int | None = None
+    """The activation status written (None: same as ``status``)."""
+    mode: int = 1
+    socket: str = "agent"
+    """"agent": the stand-in's socket; "none": the variable unset; "nobody": a path nobody listens on."""
+
+
+STEPS = [
+    Step("generation-of-the-snapshot", http(200, {"generation": 1}), SUCCESS),
+    Step("generation-0", http(200, {"generation": 0}), SUCCESS),
+    Step("disable", http(200, {"generation": 1}), SUCCESS, mode=0),
+    Step("negative-generation", http(200, {"generation": -1}), UNKNOWN),
+    Step("success-without-a-generation", http(200, {"applied": True}), UNKNOWN),
+    Step("refused-in-use", refusal(409, IN_USE), SUCCESS, activation=IN_USE, mode=0),
+    Step("refused-not-supported", refusal(409, NOT_SUPPORTED), NOT_SUPPORTED),
+    Step("refused-with-a-code-nvml-does-not-have", refusal(409, 1000), INVALID_ARGUMENT),
+    Step("refused-4xx-without-a-code", refusal(422, None), INVALID_ARGUMENT),
+    Step("refused-5xx-without-a-code", refusal(500, None), UNKNOWN),
+    Step("refused-5xx-with-a-code-nvml-does-not-have", refusal(503, 0), UNKNOWN),
+    Step("hangs-up", None, UNKNOWN),
+    Step("not-http", b"SSH-2.0-OpenSSH_9.2\r\n", UNKNOWN),
+    Step("headers-without-an-end", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n", UNKNOWN),
+    Step("no-agent-socket", None, NO_PERMISSION, socket="none"),
+    Step("nobody-listening", None, UNKNOWN, socket="nobody"),
+]
+AGENT_STEPS = [s for s in STEPS if s.socket == "agent"]
+
+
+@dataclass
+class Request:
+    head: str
+    body: bytes
+
+
+class StandInAgent:
+    """Answers one connection per step, in order, with the step's bytes; keeps what each request was."""
+
+    def __init__(self, path: Path, answers: list[bytes | None]):
+        self.requests: list[Request] = []
+        self._answers = answers
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen(4)
+        self._sock.settimeout(60)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        for answer in self._answers:
+            conn, _ = self._sock.accept()
+            with conn:
+                conn.settimeout(30)
+                self.requests.append(_read_request(conn))
+                if answer is not None:
+                    conn.sendall(answer)
+
+    def close(self) -> None:
+        self._thread.join(timeout=60)
+        self._sock.close()
+
+
+def _read_request(conn: socket.socket) -> Request:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        body += chunk
+    return Request(head.decode(), body)
+
+
+CALLER = r"""
+import ctypes, json, os, sys, tempfile
+lib = ctypes.CDLL(sys.argv[1])
+assert lib.nvmlInit_v2() == 0
+device = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
+out = []
+for step in json.loads(sys.stdin.read()):
+    if step["socket"] is None:
+        os.environ.pop("FAKEHW_AGENT_SOCKET", None)
+    else:
+        os.environ["FAKEHW_AGENT_SOCKET"] = step["socket"]
+    activation = ctypes.c_int(-7)
+    with tempfile.TemporaryFile() as trace:
+        saved = os.dup(2)
+        os.dup2(trace.fileno(), 2)
+        try:
+            status = lib.nvmlDeviceSetMigMode(device, step["mode"], ctypes.byref(activation))
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        trace.seek(0)
+        out.append({"status": status, "activation": activation.value, "trace": trace.read().decode()})
+lib.nvmlShutdown()
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class Outcome:
+    results: dict[str, dict[str, Any]]
+    requests: dict[str, Request]
+    snap: NodeSnap
+
+
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory: pytest.TempPathFactory, nvml_library: Path) -> Iterator[Outcome]:
+    tmp = tmp_path_factory.mktemp("agent-client")
+    snap = write_node(tmp / "nvml.snapshot", "dgx-a100", processes=[FakeProcess("gpu1", 7, 1 << 20)])
+    agent = StandInAgent(tmp / "agent.sock", [s.answer for s in AGENT_STEPS])
+    sockets = {"agent": str(tmp / "agent.sock"), "none": None, "nobody": str(tmp / "nobody.sock")}
+    plan = [{"mode": s.mode, "socket": sockets[s.socket]} for s in STEPS]
+    try:
+        proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
+                              env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1"), capture_output=True, text=True,
+                              timeout=120, check=False)
+    finally:
+        agent.close()
+    assert proc.returncode == 0, proc.stderr
+    results = dict(zip((s.id for s in STEPS), json.loads(proc.stdout), strict=True))
+    yield Outcome(results, dict(zip((s.id for s in AGENT_STEPS), agent.requests, strict=True)), snap)
+
+
+@pytest.mark.parametrize("step", STEPS, ids=[s.id for s in STEPS])
+def test_every_answer_of_the_agent_becomes_the_return_code_nvml_documents(step: Step, outcome: Outcome) -> None:
+    result = outcome.results[step.id]
+    assert result["status"] == step.status, result["trace"]
+    expected_activation = step.status if step.activation is None else step.activation
+    if step.status != NO_PERMISSION:  # refused before any request: activationStatus is not written
+        assert result["activation"] == expected_activation, result["trace"]
+
+
+@pytest.mark.parametrize("step", AGENT_STEPS, ids=[s.id for s in AGENT_STEPS])
+def test_a_mig_mode_change_is_one_request_on_the_agent_s_documented_route(step: Step, outcome: Outcome) -> None:
+    request = outcome.requests[step.id]
+    request_line, *header_lines = request.head.split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in header_lines)}
+    node, gpu = outcome.snap.node.name, outcome.snap.node.gpus[0].name
+    assert request_line == f"POST /v1/nodes/{node}/gpus/{gpu}/mig/mode HTTP/1.1"
+    assert headers["connection"] == "close"
+    assert int(headers["content-length"]) == len(request.body)
+    assert json.loads(request.body) == {"enabled": step.mode == 1}
+
+
+def test_a_change_the_agent_could_not_be_asked_for_says_why_in_the_trace(outcome: Outcome) -> None:
+    """FAKEHW_NVML_TRACE=1 logs why a MIG change was not applied (docs/nvml.md: what the trace logs)."""
+    assert "FAKEHW_AGENT_SOCKET is not set" in outcome.results["no-agent-socket"]["trace"]
+    assert "cannot connect to the agent socket" in outcome.results["nobody-listening"]["trace"]
+    assert "no answer from the agent" in outcome.results["hangs-up"]["trace"]
+    assert "not HTTP" in outcome.results["not-http"]["trace"]
