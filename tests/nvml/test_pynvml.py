@@ -2245,6 +2245,40 @@ def test_clock_event_reason_counters_are_in_nanoseconds_as_their_violation_times
     assert [(f.nvmlReturn, f.value.ullVal) for f in fields] == [(n.NVML_SUCCESS, thermal)] * 3
 
 
+PERF_POLICY_FIELDS = {0: (74,), 1: (75, 269), 2: (76,), 3: (77,), 4: (78,), 5: (79,), 10: (80,), 11: (81,)}
+"""nvmlPerfPolicyType_t value -> the field ids that count the same time (nvml.h 13.4: the translation table above
+nvmlDeviceGetViolationStatus, POWER -> NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP (74), THERMAL -> _SW_THERM_SLOWDOWN
+(269), SYNC_BOOST, BOARD_LIMIT, LOW_UTILIZATION, RELIABILITY and TOTAL_BASE_CLOCKS -> NVML_FI_DEV_PERF_POLICY_*
+(76-79, 81); and the fields' own names, NVML_FI_DEV_PERF_POLICY_THERMAL (75) "Perf Policy Counter for Thermal
+Policy", _TOTAL_APP_CLOCKS (80) "... for Total App Clock Policy")."""
+
+
+@pytest.mark.parametrize("reasons", [0x4, 0x20, 0x4 | 0x20 | 0x80, 0x1, 0x0],
+                         ids=["sw-power-cap", "sw-thermal", "power-thermal-and-brake", "idle-only", "none"])
+def test_every_perf_policy_field_counts_what_its_violation_status_counts(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType, reasons: int) -> None:
+    """Each perf policy's time read through nvmlDeviceGetFieldValues is the one nvmlDeviceGetViolationStatus gives
+    for it (:data:`PERF_POLICY_FIELDS`), whatever holds the GPU back (nvml.h's clocks event reasons:
+    SwPowerCap 0x4, SwThermalSlowdown 0x20, HwPowerBrakeSlowdown 0x80, GpuIdle 0x1). A GPU held back by a power cap
+    has spent time below its clocks for POWER and in total (nvml.h: TOTAL_APP_CLOCKS is the time "held below
+    application clocks by any limiter (0 - 5 above)"), one held back by nothing has spent none, and idling is not a
+    limiter: an idle GPU's totals are 0."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    with board_state(n, snap, 2, throttle_reasons=reasons) as hs:
+        statuses = {p: n.nvmlDeviceGetViolationStatus(hs[2], p).violationTime for p in PERF_POLICY_FIELDS}
+        ids = [f for fields in PERF_POLICY_FIELDS.values() for f in fields]
+        values = dict(zip(ids, n.nvmlDeviceGetFieldValues(hs[2], ids), strict=True))
+    for policy, fields in PERF_POLICY_FIELDS.items():
+        for field in fields:
+            assert (values[field].nvmlReturn, values[field].value.ullVal) == (n.NVML_SUCCESS, statuses[policy]), \
+                (policy, field)
+    held_back = reasons & ~0x1
+    assert (statuses[n.NVML_PERF_POLICY_POWER] > 0) == bool(reasons & 0x4)
+    assert (statuses[n.NVML_PERF_POLICY_THERMAL] > 0) == bool(reasons & 0x20)
+    assert (statuses[n.NVML_PERF_POLICY_TOTAL_APP_CLOCKS] > 0) == bool(held_back)
+
+
 def test_encoder_capacity_refuses_a_query_type_nvml_h_does_not_name(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceGetEncoderCapacity: a capacity "in the range 0-100" for NVML_ENCODER_QUERY_H264 (0), _HEVC
     (1) and _AV1 (2), NVML_ERROR_INVALID_ARGUMENT "if ... encoderQueryType [is] invalid" (nvmlEncoderType_t has no

@@ -682,7 +682,9 @@ static nvmlReturn_t d_violation(fhw_ctx_t *c, unsigned int policy, nvmlViolation
     if (policy > 11) return NVML_ERROR_INVALID_ARGUMENT;
     v->referenceTime = (unsigned long long)c->s->hdr->render_time_us;
     /* Time held below clocks: one generation's worth (1 s) per active limiter of this kind. */
-    unsigned long long r = c->g->throttle_reasons, gen = c->s->hdr->generation;
+    /* "GPU idle" (0x1) holds nothing back: TOTAL_APP_CLOCKS is the time "held below application clocks by any
+       limiter (0 - 5 above)" (nvml.h), as the perf policy fields count it (fields.c, f_misc). */
+    unsigned long long r = c->g->throttle_reasons & ~1ULL, gen = c->s->hdr->generation;
     int hit = (policy == 0 && (r & 0x84)) || (policy == 1 && (r & 0x60)) || (policy >= 10 && r);
     v->violationTime = hit ? gen * 1000000000ULL : 0;
     return NVML_SUCCESS;
