@@ -137,7 +137,7 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     "tests/nvml/test_events.py", "tests/nvml/test_live.py", "tests/nvml/test_topology.py",
                     "tests/nvml/test_captures.py", "tests/nvml/test_enum_bounds.py",
                     "tests/nvml/test_board_getters.py", "tests/nvml/test_session_and_fan_getters.py",
-                    "tests/nvml/test_more_board_getters.py",
+                    "tests/nvml/test_more_board_getters.py", "tests/nvml/test_link_fields.py",
                     # The loader (core.c's fhw_validate, gpu_ok, snap_load): every rule of the snapshot format
                     # broken once and each bound met once; bad files, a file going bad and coming back under a
                     # running process, bad arguments (a few seconds together; 7 % of the mechanical mutants are in
