@@ -160,6 +160,7 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     # and 20 without; tools/c-coverage.py, 2026-11-28).
                     "tests/nvml/test_smi.py::test_query_runs_cleanly_with_no_more_na_than_the_real_board",
                     "tests/nvml/test_smi.py::test_list",
+                    "tests/nvml/test_smi.py::test_query_compute_apps_lists_each_gpu_s_compute_processes",
                     "tests/nvml/test_smi.py::test_fakehw_topo_prints_what_nvidia_smi_535_prints"))
 C_MUTANTS_FILE = ROOT / "tools" / "nvml-c-mutants.toml"
 C_SOURCES = "fakehw/nvml/csrc"

@@ -7,6 +7,7 @@ output, the real captures (N/A counts, model values), and the documented DGX H10
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fakehw.nvml.smi import RealNvidia, _namespace_prefix, run_nvidia_smi
+from fakehw.nvml.snapshot import FakeProcess
 from testbed import nodeview
 from tests.nvml import references
 from tests.nvml.captures import board_capture, capture_dir
@@ -64,6 +66,23 @@ def test_list(node_snapshot: Callable[..., NodeSnap], tmp_path: Path, real: Real
         for k, m in enumerate(sorted(g.mig_instances, key=lambda m: m.gpu_instance_id)):
             expected.append(f"  MIG {m.profile.name:<11} Device {k:>2}: (UUID: {m.uuid})")
     assert ok(run_nvidia_smi(["-L"], snap.path, real, sysfs=False)).splitlines() == expected
+
+
+def test_query_compute_apps_lists_each_gpu_s_compute_processes(node_snapshot: Callable[..., NodeSnap],
+                                                                tmp_path: Path, real: RealNvidia) -> None:
+    """``nvidia-smi --query-compute-apps`` prints a line per compute process (nvidia-smi's documentation: "List of
+    currently active compute processes") with the GPU's bus id, the pid and the memory it uses, in MiB: of the test's
+    own processes, the one computing on gpu0 and the one computing and drawing on gpu1 are listed; the one only
+    drawing on gpu0 is not. (Real pids: nvidia-smi looks each one up in /proc.) The export table's process slots
+    are its only source (LD_DEBUG=bindings: no public process call is bound)."""
+    compute, graphics, both = os.getpid(), os.getppid(), 1
+    processes = [FakeProcess("gpu0", compute, 512 << 20, kinds=1), FakeProcess("gpu0", graphics, 256 << 20, kinds=2),
+                 FakeProcess("gpu1", both, 1 << 30, kinds=3)]
+    snap = at_branch(node_snapshot, tmp_path, "dgx-h100", real.branch, processes=processes)
+    out = ok(run_nvidia_smi(["--query-compute-apps=gpu_bus_id,pid,used_memory", "--format=csv,noheader"],
+                            snap.path, real, sysfs=False))
+    gpu0, gpu1 = (g.address.nvml_bus_id for g in snap.node.gpus[:2])
+    assert out.splitlines() == [f"{gpu0}, {compute}, 512 MiB", f"{gpu1}, {both}, 1024 MiB"]
 
 
 def test_each_nvidia_smi_accepts_only_its_own_release(node_snapshot: Callable[..., NodeSnap], tmp_path: Path,
