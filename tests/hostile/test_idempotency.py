@@ -14,6 +14,7 @@ import pytest
 
 from fakehw.agent.client import AgentClient
 from tests.hostile.conftest import AgentProcess, error_of, http_request, raw_http
+from tests.http_message import read_message
 
 NODE = "gh200-0"
 
@@ -56,25 +57,6 @@ def test_a_malformed_key_is_refused(agent: AgentProcess) -> None:
     status, _, raw = raw_http(agent.socket, http_request(
         "POST", "/v1/faults", b"{}", {"Idempotency-Key": "x" * 300}))
     assert status == 400 and "Idempotency-Key must be 1-255 visible ASCII characters" in error_of(raw)
-
-
-def read_message(s: socket.socket) -> bytes:
-    """One HTTP message (headers and a Content-Length body) from ``s``."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = s.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    while len(body) < length:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return head + b"\r\n\r\n" + body
 
 
 class DropFirstAnswer:

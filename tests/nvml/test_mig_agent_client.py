@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from fakehw.nvml.snapshot import FakeProcess
+from tests.http_message import read_message
 from tests.nvml.helpers import NodeSnap, subprocess_env, write_node
 
 SUCCESS, INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION, IN_USE, UNKNOWN = 0, 2, 3, 4, 19, 999
@@ -118,20 +119,7 @@ class StandInAgent:
 
 
 def _read_request(conn: socket.socket) -> Request:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    while len(body) < length:
-        chunk = conn.recv(4096)
-        if not chunk:
-            break
-        body += chunk
+    head, _, body = read_message(conn).partition(b"\r\n\r\n")
     return Request(head.decode(), body)
 
 
