@@ -1742,6 +1742,57 @@ def test_a_memory_only_nodes_initiators_are_its_nearest_cpu_nodes(fast_tmp: Path
             assert _read(base / f"node{target}/{access}/initiators/read_latency") == "90", (target, access)
 
 
+TWO_SUPERCHIP_PROFILE = """
+name: two-superchips-tied-slit
+description: two Grace CPUs, each joined to its own Hopper GPU by NVLink-C2C; firmware's SLIT puts each HBM node
+  as far from both Graces
+groups:
+  - name: host
+    count: 1
+    node:
+      cpu: {arch: arm64, vendor: ARM, model: Neoverse-V2, sockets: 2, coresPerSocket: 4, threadsPerCore: 1,
+            frequencyMHz: 3438, family: 0x41, modelId: 0xd4f, stepping: 0,
+            caches: {l1d: 64KiB, l1i: 64KiB, l2: 1MiB, l3: 114MiB}, isa: [fp, asimd]}
+      numa:
+        nodes:
+          - {id: 0, socket: 0, kind: lpddr, memory: 16GiB}
+          - {id: 1, socket: 1, kind: lpddr, memory: 16GiB}
+          - {id: 2, kind: hbm, gpu: gpu0, memory: 8GiB}
+          - {id: 3, kind: hbm, gpu: gpu1, memory: 8GiB}
+        distances: [[10, 40, 80, 80], [40, 10, 80, 80], [80, 80, 10, 255], [80, 80, 255, 10]]
+      pcie:
+        hostBridges:
+          - {name: hb0, numa: 0, domain: 0x0009, bus: 0x00}
+          - {name: hb1, numa: 1, domain: 0x0019, bus: 0x00}
+      gpus:
+        - {name: gpu0, sku: gh200-96gb, bus: "0009:01:00.0", parent: hb0}
+        - {name: gpu1, sku: gh200-96gb, bus: "0019:01:00.0", parent: hb1}
+      c2c:
+        - {gpu: gpu0, socket: 0, bandwidthGBs: 900}
+        - {gpu: gpu1, socket: 1, bandwidthGBs: 900}
+"""
+"""Two GH200 superchips in one node, as HPE's quad-GH200 blades (Cray EX254n) join four: each Hopper reaches only
+its own Grace over NVLink-C2C. The SLIT here is coarse (each HBM node 80 from both Graces), so distance alone does
+not say which Grace is the HBM's initiator."""
+
+
+def test_a_gpus_hbm_node_has_its_own_graces_node_as_initiator_whatever_the_slit(fast_tmp: Path) -> None:
+    """drivers/acpi/numa/hmat.c (hmat_register_target_initiators) links the initiators with the best HMAT figures
+    for a target, not the nearest by SLIT; a GPU's HBM is reached best over its NVLink-C2C link, which joins it to
+    its own Grace only (GH200 data sheet: one Grace and one Hopper per superchip; the profile's ``c2c``), so each
+    HBM node has exactly that Grace's node as initiator, and that node lists it as a target, even where the SLIT
+    ties both Graces."""
+    system = load_profile("two-superchips-tied-slit", text=TWO_SUPERCHIP_PROFILE)
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    base = fast_tmp / node.name / ROOT_DIR / NODES
+    for target, grace in ((2, "node0"), (3, "node1")):
+        for access in ("access0", "access1"):
+            got = {p.name for p in (base / f"node{target}/{access}/initiators").glob("node*")}
+            assert got == {grace}, (target, access, got)
+            assert (base / grace / access / "targets" / f"node{target}").is_symlink(), (target, access)
+
+
 THREAD_SIZE_KB = {"x86_64": 16, "riscv64": 16, "aarch64": 64}
 """A task's kernel stack (THREAD_SIZE) in kB: x86-64 PAGE_SIZE << THREAD_SIZE_ORDER 2 (asm/page_64_types.h, no
 KASAN), riscv64 the same order (asm/thread_info.h), arm64 with 64 KiB pages THREAD_SHIFT = PAGE_SHIFT (asm/memory.h:
