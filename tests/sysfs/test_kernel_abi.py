@@ -1938,9 +1938,11 @@ def test_dma_mask_bits_are_what_each_functions_driver_set(rendered: Rendered, pr
         assert "cxl_pci" in seen or profile != "cxl-pool", (profile, seen)
 
 
-DYNAMIC_CHAR_DRIVERS = ("nvidia-uvm", "nvidia-nvswitch", "nvidia-caps", "nvidia-caps-imex-channels", "cxl", "dax")
+DYNAMIC_CHAR_DRIVERS = ("nvidia-uvm", "nvidia-nvswitch", "nvidia-nvlink", "nvidia-caps", "nvidia-caps-imex-channels",
+                        "cxl", "dax")
 """Drivers that register their character region with a dynamic major (alloc_chrdev_region or register_chrdev with
-major 0): the UVM, NVSwitch, capability and IMEX channel devices of the NVIDIA driver, cxl_core's memdevs and dax."""
+major 0): the UVM, NVSwitch, NVLink, capability and IMEX channel devices of the NVIDIA driver, cxl_core's memdevs
+and dax."""
 
 
 @pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "gb200-nvl72"))
@@ -2753,6 +2755,32 @@ def test_the_imex_channel_region_exists_from_branch_550(branch: int, imex: bool)
     names = {line.split()[1] for line in chars.split("\n\n", 1)[0].splitlines()}
     assert ("nvidia-caps-imex-channels" in names) is imex, branch
     assert "nvidia-caps" in names, branch
+
+
+NVIDIA_DYNAMIC_REGIONS = ("nvidia-caps-imex-channels", "nvidia-caps", "nvidia-nvlink", "nvidia-nvswitch", "nvidia-uvm")
+"""The NVIDIA driver's dynamic character regions in the order it registers them (NVIDIA/open-gpu-kernel-modules,
+kernel-open/nvidia/nv.c nvidia_init_module: nv_caps_imex_init first (nv-caps-imex.c, from 550), then nv_module_init's
+nv_cap_drv_init (nv-caps.c, ``nvidia-caps``) and nvlink_drivers_init, which calls nvlink_core_init (nvlink_linux.c,
+``nvidia-nvlink``) and, on 64-bit builds, nvswitch_init (linux_nvswitch.c, ``nvidia-nvswitch``, registered whether or
+not an NVSwitch is present); nvidia-uvm.ko, which depends on nvidia.ko, after them."""
+
+
+@pytest.mark.parametrize("profile, branch", (("dgx-h100", 535), ("dgx-h100", 580), ("l40s-server", 550),
+                                             ("gb200-nvl72", 580)))
+def test_the_nvidia_drivers_dynamic_majors_follow_its_registration_order(profile: str, branch: int) -> None:
+    """fs/char_dev.c (find_dynamic_major) gives a dynamic major from 254 down to 234 while one is free, then the
+    first free one from 511 (CHRDEV_MAJOR_DYN_EXT_START) down. The NVIDIA regions the fake shows sit in the extended
+    range, i.e. a host whose low range was taken when the driver loaded; there each registration takes the next
+    major down, so the regions are 511, 510, ... in the driver's order (NVIDIA_DYNAMIC_REGIONS; the IMEX one only
+    from 550), with no gap between them. ``nvidia-nvlink`` and ``nvidia-nvswitch`` are there on a node without
+    NVSwitches too (l40s-server, dgx-h100 of 535)."""
+    system = load_profile(profile)
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=f"{branch}.104.05"))
+    node = system.nodes[0]
+    chars = proc_devices(system, node, node_layout(system, node)).split("Character devices:\n", 1)[1]
+    majors = {line.split()[1]: int(line.split()[0]) for line in chars.split("\n\n", 1)[0].splitlines()}
+    want = [n for n in NVIDIA_DYNAMIC_REGIONS if branch >= 550 or n != "nvidia-caps-imex-channels"]
+    assert {n: majors.get(n) for n in want} == {n: 511 - i for i, n in enumerate(want)}, (profile, branch)
 
 
 def test_a_cpu_without_an_l2_numbers_its_cache_leaves_from_index0_without_a_gap(fast_tmp: Path) -> None:
