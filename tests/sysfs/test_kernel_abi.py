@@ -1396,6 +1396,10 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
         for where, (values, page_cache) in caches.items():
             assert values["Active(file)"] + values["Inactive(file)"] + values["Shmem"] <= page_cache, (profile, where)
             assert values["Mapped"] <= page_cache, (profile, where)
+            # with no swap only page-cache folios are dirty or under writeback: mm/page-writeback.c counts
+            # NR_FILE_DIRTY for a folio of a file mapping (folio_account_dirtied) and NR_WRITEBACK for a folio written
+            # to its backing store (__folio_start_writeback), which an anonymous or shmem folio has only in swap
+            assert values["Dirty"] <= page_cache and values["Writeback"] <= page_cache, (profile, where)
             assert values["Mlocked"] <= values["Unevictable"], (profile, where)
             anon_lru = values["Active(anon)"] + values["Inactive(anon)"]
             assert anon_lru <= values["AnonPages"] + values["Shmem"] + machine["SwapCached"], (profile, where)
