@@ -160,9 +160,11 @@ def nvidia_static_section(system: System, node: Node) -> Section:
         return sec
     version = system.driver.version
     machine = UNAME_MACHINE[node.cpu.arch]
-    kind = "Kernel Module" if node.cpu.arch == "amd64" else f"Open Kernel Module for {machine}"
+    # the proprietary module names itself "NVIDIA UNIX x86_64 Kernel Module", the open one (the only one for arm64 and
+    # riscv64 here) "NVIDIA UNIX Open Kernel Module for aarch64": the machine comes after "for", not before
+    module = f"{machine} Kernel Module" if node.cpu.arch == "amd64" else f"Open Kernel Module for {machine}"
     sec.file(f"{PROC}/version",
-             f"NVRM version: NVIDIA UNIX {machine} {kind}  {version}  Release Build  (fakehw)\n"
+             f"NVRM version: NVIDIA UNIX {module}  {version}  Release Build  (fakehw)\n"
              f"GCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n")
     imex = has_imex(system, node)
     branch = system.driver.branch

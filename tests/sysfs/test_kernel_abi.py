@@ -2787,6 +2787,25 @@ def test_the_nvidia_drivers_dynamic_majors_follow_its_registration_order(profile
     assert {n: majors.get(n) for n in want} == {n: 511 - i for i, n in enumerate(want)}, (profile, branch)
 
 
+NVRM_MODULE = {"dgx-h100": "NVIDIA UNIX x86_64 Kernel Module", "gh200": "NVIDIA UNIX Open Kernel Module for aarch64",
+               "riscv-nvlink-fusion": "NVIDIA UNIX Open Kernel Module for riscv64"}
+"""How the driver names itself in ``/proc/driver/nvidia/version``, as real hosts print it: the proprietary x86-64
+module ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  ...``, the open one ``NVRM version: NVIDIA UNIX
+Open Kernel Module for x86_64  555.58.02  Release Build  ...`` and on arm64 ``NVIDIA UNIX Open Kernel Module for
+aarch64  580.126.09  Release Build  ...`` (a GB10's, quoted in public setup notes); the fake's x86 nodes run the
+proprietary module, its arm64 and RISC-V ones the open module (the only one NVIDIA builds there)."""
+
+
+@pytest.mark.parametrize("profile", sorted(NVRM_MODULE))
+def test_the_driver_names_its_kernel_module_as_real_hosts_print_it(profile: str) -> None:
+    """``/proc/driver/nvidia/version``'s first line is ``NVRM version: `` and the module's name, then the version."""
+    system = load_profile(profile)
+    entry = nvidia_static_section(system, system.nodes[0]).entries["proc/driver/nvidia/version"]
+    assert isinstance(entry, File)
+    first = entry.data.decode().splitlines()[0]
+    assert first.startswith(f"NVRM version: {NVRM_MODULE[profile]}  {system.driver.version}  "), (profile, first)
+
+
 def test_a_cpu_without_an_l2_numbers_its_cache_leaves_from_index0_without_a_gap(fast_tmp: Path) -> None:
     """drivers/base/cacheinfo.c (cache_add_dev) creates ``cache/index%u`` for i from 0 to cache_leaves(cpu) - 1,
     one per cache the CPU has, so the leaves are numbered without a gap whatever level is missing; util-linux lscpu
