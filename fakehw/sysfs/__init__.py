@@ -141,7 +141,7 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("rdma", key, lambda: rdma_section(system, node, lay())),
         SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay()),
                     inputs=frozenset(g.name for g in state.gpus if g.lost)),
-        SectionSpec("mig", None, lambda: mig_section(node, mig), inputs=mig),
+        SectionSpec("mig", None, lambda: mig_section(system, node, mig), inputs=mig),
         SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
         SectionSpec("cxl", None, lambda: cxl_section(system, node, lay(), platform.cxl), inputs=platform.cxl),
         SectionSpec("pools", None, lambda: pools_section(node, pools_json), inputs=pools_json),

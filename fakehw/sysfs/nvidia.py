@@ -2,8 +2,9 @@
 
 ``nvidia-smi`` and container toolkits read ``/proc/driver/nvidia/version`` (the driver version must match the
 NVML library's), ``params``, ``gpus/<bdf>/information`` and open the ``/dev/nvidia*`` character devices (major
-195: minor = GPU minor number, 255 ``nvidiactl``, 254 ``nvidia-modeset``; ``nvidia-uvm``, ``nvidia-caps`` and
-``nvidia-nvswitch`` get dynamic majors, listed in ``/proc/devices`` as the driver registers them). On coherent
+195: minor = GPU minor number, 255 ``nvidiactl``, 254 ``nvidia-modeset``; ``nvidia-uvm``, ``nvidia-caps``,
+``nvidia-nvlink`` and ``nvidia-nvswitch`` get dynamic majors, listed in ``/proc/devices`` as the driver registers
+them). On coherent
 platforms (GH200, GB200) ``gpus/<bdf>/numa_status`` names the GPU memory's NUMA node, as the driver does.
 
 A GPU that fell off the bus loses its ``gpus/<bdf>`` directory and PCI function; its ``/dev/nvidiaN`` node stays
@@ -38,10 +39,23 @@ from fakehw.sysfs.tree import Section
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
 MODESET_MINOR = 254
-UVM_MAJOR = 508          # dynamic on a real host; this is a typical value
-NVSWITCH_MAJOR = 509     # dynamic
-CAPS_MAJOR = 510         # dynamic
-IMEX_MAJOR = 511         # dynamic ("nvidia-caps-imex-channels")
+DYNAMIC_EXT_START = 511
+"""fs/char_dev.c's CHRDEV_MAJOR_DYN_EXT_START: find_dynamic_major hands out a free major from 254 down to 234 first,
+then, once every one of those is taken, from 511 down. The fake lists few of a real host's drivers in
+``/proc/devices``, but a server's (drm, hidraw, watchdog, rtc, ptp, nvme, tpm, ipmi, ...) take the low range before
+the NVIDIA driver loads, so its regions are given as such a host gets them: from 511 down, in the order it asks."""
+IMEX = "nvidia-caps-imex-channels"
+
+
+def dynamic_regions(system: System, node: Node) -> dict[str, int]:
+    """The NVIDIA driver's dynamic majors in the order it registers them (NVIDIA/open-gpu-kernel-modules
+    kernel-open/nvidia/nv.c, nvidia_init_module): nv_caps_imex_init's IMEX channels (550 on), then in nv_module_init
+    nv_cap_drv_init's ``nvidia-caps``, and nvlink_drivers_init's ``nvidia-nvlink`` (nvlink_core_init) and
+    ``nvidia-nvswitch`` (nvswitch_init, on every 64-bit build whether or not an NVSwitch is there); nvidia-uvm.ko,
+    which needs nvidia.ko, registers ``nvidia-uvm`` after them. Each takes the next free major from 511 down."""
+    names = [IMEX] if has_imex(system, node) else []
+    names += ["nvidia-caps", "nvidia-nvlink", "nvidia-nvswitch", "nvidia-uvm"]
+    return {name: DYNAMIC_EXT_START - i for i, name in enumerate(names)}
 PROC = "proc/driver/nvidia"
 CAPS = f"{PROC}/capabilities"
 CAPS_PROC = "proc/driver/nvidia-caps"
@@ -146,9 +160,11 @@ def nvidia_static_section(system: System, node: Node) -> Section:
         return sec
     version = system.driver.version
     machine = UNAME_MACHINE[node.cpu.arch]
-    kind = "Kernel Module" if node.cpu.arch == "amd64" else f"Open Kernel Module for {machine}"
+    # the proprietary module names itself "NVIDIA UNIX x86_64 Kernel Module", the open one (the only one for arm64 and
+    # riscv64 here) "NVIDIA UNIX Open Kernel Module for aarch64": the machine comes after "for", not before
+    module = f"{machine} Kernel Module" if node.cpu.arch == "amd64" else f"Open Kernel Module for {machine}"
     sec.file(f"{PROC}/version",
-             f"NVRM version: NVIDIA UNIX {machine} {kind}  {version}  Release Build  (fakehw)\n"
+             f"NVRM version: NVIDIA UNIX {module}  {version}  Release Build  (fakehw)\n"
              f"GCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n")
     imex = has_imex(system, node)
     branch = system.driver.branch
@@ -168,14 +184,15 @@ def nvidia_static_section(system: System, node: Node) -> Section:
         sec.chardev(f"dev/nvidia{g.minor}", NVIDIA_MAJOR, g.minor)
     sec.chardev("dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR)
     sec.chardev("dev/nvidia-modeset", NVIDIA_MAJOR, MODESET_MINOR)
-    sec.chardev("dev/nvidia-uvm", UVM_MAJOR, 0)
-    sec.chardev("dev/nvidia-uvm-tools", UVM_MAJOR, 1)
-    _caps_static(sec, node, imex, channel0)
+    majors = dynamic_regions(system, node)
+    sec.chardev("dev/nvidia-uvm", majors["nvidia-uvm"], 0)
+    sec.chardev("dev/nvidia-uvm-tools", majors["nvidia-uvm"], 1)
+    _caps_static(sec, node, majors, channel0)
     on_pci = [s for s in node.nvswitches if s.on_pci]
     for i, _ in enumerate(on_pci):
-        sec.chardev(f"dev/nvidia-nvswitch{i}", NVSWITCH_MAJOR, i)
+        sec.chardev(f"dev/nvidia-nvswitch{i}", majors["nvidia-nvswitch"], i)
     if on_pci:
-        sec.chardev("dev/nvidia-nvswitchctl", NVSWITCH_MAJOR, 255)
+        sec.chardev("dev/nvidia-nvswitchctl", majors["nvidia-nvswitch"], 255)
     return sec
 
 
@@ -199,25 +216,21 @@ def nvidia_majors(system: System, node: Node) -> list[tuple[int, str]]:
     """The character majors the driver registers, as ``/proc/devices`` names them (none without GPUs)."""
     if not node.gpus:
         return []
-    chars = [*nvidia_regions(system.driver.branch), (UVM_MAJOR, "nvidia-uvm")]
-    if any(s.on_pci for s in node.nvswitches):
-        chars.append((NVSWITCH_MAJOR, "nvidia-nvswitch"))
-    chars.append((CAPS_MAJOR, "nvidia-caps"))
-    if has_imex(system, node):
-        chars.append((IMEX_MAJOR, "nvidia-caps-imex-channels"))
-    return chars
+    return [*nvidia_regions(system.driver.branch), *((m, n) for n, m in dynamic_regions(system, node).items())]
 
 
-def _caps_static(sec: Section, node: Node, imex: bool, channel0: bool) -> None:
-    """Capabilities that exist from driver load: the minors tables, MIG config/monitor, IMEX."""
+def _caps_static(sec: Section, node: Node, majors: dict[str, int], channel0: bool) -> None:
+    """Capabilities that exist from driver load: the minors tables, MIG config/monitor, IMEX (``majors``: the
+    driver's dynamic majors, :func:`dynamic_regions`, which name IMEX's where the driver has it)."""
+    imex, caps = IMEX in majors, majors["nvidia-caps"]
     sec.file(f"{CAPS_PROC}/mig-minors", mig_minors())
     sec.file(f"{CAPS_PROC}/nvlink-minors", f"fabric-mgmt {CAP_FABRIC_MGMT}\n")
     # g_nv_cap_sys_table is empty before 550 (nv-caps.c), so the file is too
     sec.file(f"{CAPS_PROC}/sys-minors", f"fabric-imex-mgmt {CAP_FABRIC_IMEX_MGMT}\n" if imex else "")
     sec.file(f"{CAPS}/mig/config", _cap_file(CAP_MIG_CONFIG, MODE_CONFIG))
     sec.file(f"{CAPS}/mig/monitor", _cap_file(CAP_MIG_MONITOR, MODE_READ))
-    sec.chardev(f"dev/nvidia-caps/nvidia-cap{CAP_MIG_CONFIG}", CAPS_MAJOR, CAP_MIG_CONFIG, MODE_CONFIG)
-    sec.chardev(f"dev/nvidia-caps/nvidia-cap{CAP_MIG_MONITOR}", CAPS_MAJOR, CAP_MIG_MONITOR, MODE_READ)
+    sec.chardev(f"dev/nvidia-caps/nvidia-cap{CAP_MIG_CONFIG}", caps, CAP_MIG_CONFIG, MODE_CONFIG)
+    sec.chardev(f"dev/nvidia-caps/nvidia-cap{CAP_MIG_MONITOR}", caps, CAP_MIG_MONITOR, MODE_READ)
     for g in node.gpus:
         # osRmCapRegisterGpu (open-gpu-kernel-modules os.c) runs for every GPU the driver attaches and adds
         # ``gpu<minor>/mig`` whether or not the GPU has MIG ("For now, always add "mig" directory", Bug 2679591)
@@ -226,12 +239,13 @@ def _caps_static(sec: Section, node: Node, imex: bool, channel0: bool) -> None:
         sec.file(f"{CAPS}/fabric-imex-mgmt", _cap_file(CAP_FABRIC_IMEX_MGMT, MODE_CONFIG))
         sec.dir("dev/nvidia-caps-imex-channels")
     if channel0:
-        sec.chardev("dev/nvidia-caps-imex-channels/channel0", IMEX_MAJOR, 0)
+        sec.chardev("dev/nvidia-caps-imex-channels/channel0", majors[IMEX], 0)
 
 
-def mig_section(node: Node, mig: NodeMig) -> Section:
+def mig_section(system: System, node: Node, mig: NodeMig) -> Section:
     """The capabilities of the GPU and compute instances that exist now, and their ``/dev/nvidia-caps`` nodes."""
     sec = Section("mig")
+    caps = dynamic_regions(system, node)["nvidia-caps"]
     for g in node.gpus:
         state = mig.gpu(g.name)
         if state is None or not state.current or g.minor >= CAP_MIG_GPUS:
@@ -242,7 +256,7 @@ def mig_section(node: Node, mig: NodeMig) -> Section:
             minors += [(f"{base}/ci{c.id}/access", ci_cap_minor(g.minor, gi.id, c.id)) for c in gi.cis]
             for path, minor in minors:
                 sec.file(path, _cap_file(minor, MODE_READ))
-                sec.chardev(f"dev/nvidia-caps/nvidia-cap{minor}", CAPS_MAJOR, minor, MODE_READ)
+                sec.chardev(f"dev/nvidia-caps/nvidia-cap{minor}", caps, minor, MODE_READ)
     return sec
 
 

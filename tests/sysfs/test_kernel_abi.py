@@ -1396,6 +1396,10 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
         for where, (values, page_cache) in caches.items():
             assert values["Active(file)"] + values["Inactive(file)"] + values["Shmem"] <= page_cache, (profile, where)
             assert values["Mapped"] <= page_cache, (profile, where)
+            # with no swap only page-cache folios are dirty or under writeback: mm/page-writeback.c counts
+            # NR_FILE_DIRTY for a folio of a file mapping (folio_account_dirtied) and NR_WRITEBACK for a folio written
+            # to its backing store (__folio_start_writeback), which an anonymous or shmem folio has only in swap
+            assert values["Dirty"] <= page_cache and values["Writeback"] <= page_cache, (profile, where)
             assert values["Mlocked"] <= values["Unevictable"], (profile, where)
             anon_lru = values["Active(anon)"] + values["Inactive(anon)"]
             assert anon_lru <= values["AnonPages"] + values["Shmem"] + machine["SwapCached"], (profile, where)
@@ -1742,6 +1746,57 @@ def test_a_memory_only_nodes_initiators_are_its_nearest_cpu_nodes(fast_tmp: Path
             assert _read(base / f"node{target}/{access}/initiators/read_latency") == "90", (target, access)
 
 
+TWO_SUPERCHIP_PROFILE = """
+name: two-superchips-tied-slit
+description: two Grace CPUs, each joined to its own Hopper GPU by NVLink-C2C; firmware's SLIT puts each HBM node
+  as far from both Graces
+groups:
+  - name: host
+    count: 1
+    node:
+      cpu: {arch: arm64, vendor: ARM, model: Neoverse-V2, sockets: 2, coresPerSocket: 4, threadsPerCore: 1,
+            frequencyMHz: 3438, family: 0x41, modelId: 0xd4f, stepping: 0,
+            caches: {l1d: 64KiB, l1i: 64KiB, l2: 1MiB, l3: 114MiB}, isa: [fp, asimd]}
+      numa:
+        nodes:
+          - {id: 0, socket: 0, kind: lpddr, memory: 16GiB}
+          - {id: 1, socket: 1, kind: lpddr, memory: 16GiB}
+          - {id: 2, kind: hbm, gpu: gpu0, memory: 8GiB}
+          - {id: 3, kind: hbm, gpu: gpu1, memory: 8GiB}
+        distances: [[10, 40, 80, 80], [40, 10, 80, 80], [80, 80, 10, 255], [80, 80, 255, 10]]
+      pcie:
+        hostBridges:
+          - {name: hb0, numa: 0, domain: 0x0009, bus: 0x00}
+          - {name: hb1, numa: 1, domain: 0x0019, bus: 0x00}
+      gpus:
+        - {name: gpu0, sku: gh200-96gb, bus: "0009:01:00.0", parent: hb0}
+        - {name: gpu1, sku: gh200-96gb, bus: "0019:01:00.0", parent: hb1}
+      c2c:
+        - {gpu: gpu0, socket: 0, bandwidthGBs: 900}
+        - {gpu: gpu1, socket: 1, bandwidthGBs: 900}
+"""
+"""Two GH200 superchips in one node, as HPE's quad-GH200 blades (Cray EX254n) join four: each Hopper reaches only
+its own Grace over NVLink-C2C. The SLIT here is coarse (each HBM node 80 from both Graces), so distance alone does
+not say which Grace is the HBM's initiator."""
+
+
+def test_a_gpus_hbm_node_has_its_own_graces_node_as_initiator_whatever_the_slit(fast_tmp: Path) -> None:
+    """drivers/acpi/numa/hmat.c (hmat_register_target_initiators) links the initiators with the best HMAT figures
+    for a target, not the nearest by SLIT; a GPU's HBM is reached best over its NVLink-C2C link, which joins it to
+    its own Grace only (GH200 data sheet: one Grace and one Hopper per superchip; the profile's ``c2c``), so each
+    HBM node has exactly that Grace's node as initiator, and that node lists it as a target, even where the SLIT
+    ties both Graces."""
+    system = load_profile("two-superchips-tied-slit", text=TWO_SUPERCHIP_PROFILE)
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    base = fast_tmp / node.name / ROOT_DIR / NODES
+    for target, grace in ((2, "node0"), (3, "node1")):
+        for access in ("access0", "access1"):
+            got = {p.name for p in (base / f"node{target}/{access}/initiators").glob("node*")}
+            assert got == {grace}, (target, access, got)
+            assert (base / grace / access / "targets" / f"node{target}").is_symlink(), (target, access)
+
+
 THREAD_SIZE_KB = {"x86_64": 16, "riscv64": 16, "aarch64": 64}
 """A task's kernel stack (THREAD_SIZE) in kB: x86-64 PAGE_SIZE << THREAD_SIZE_ORDER 2 (asm/page_64_types.h, no
 KASAN), riscv64 the same order (asm/thread_info.h), arm64 with 64 KiB pages THREAD_SHIFT = PAGE_SHIFT (asm/memory.h:
@@ -1887,9 +1942,11 @@ def test_dma_mask_bits_are_what_each_functions_driver_set(rendered: Rendered, pr
         assert "cxl_pci" in seen or profile != "cxl-pool", (profile, seen)
 
 
-DYNAMIC_CHAR_DRIVERS = ("nvidia-uvm", "nvidia-nvswitch", "nvidia-caps", "nvidia-caps-imex-channels", "cxl", "dax")
+DYNAMIC_CHAR_DRIVERS = ("nvidia-uvm", "nvidia-nvswitch", "nvidia-nvlink", "nvidia-caps", "nvidia-caps-imex-channels",
+                        "cxl", "dax")
 """Drivers that register their character region with a dynamic major (alloc_chrdev_region or register_chrdev with
-major 0): the UVM, NVSwitch, capability and IMEX channel devices of the NVIDIA driver, cxl_core's memdevs and dax."""
+major 0): the UVM, NVSwitch, NVLink, capability and IMEX channel devices of the NVIDIA driver, cxl_core's memdevs
+and dax."""
 
 
 @pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool", "gb200-nvl72"))
@@ -2702,6 +2759,51 @@ def test_the_imex_channel_region_exists_from_branch_550(branch: int, imex: bool)
     names = {line.split()[1] for line in chars.split("\n\n", 1)[0].splitlines()}
     assert ("nvidia-caps-imex-channels" in names) is imex, branch
     assert "nvidia-caps" in names, branch
+
+
+NVIDIA_DYNAMIC_REGIONS = ("nvidia-caps-imex-channels", "nvidia-caps", "nvidia-nvlink", "nvidia-nvswitch", "nvidia-uvm")
+"""The NVIDIA driver's dynamic character regions in the order it registers them (NVIDIA/open-gpu-kernel-modules,
+kernel-open/nvidia/nv.c nvidia_init_module: nv_caps_imex_init first (nv-caps-imex.c, from 550), then nv_module_init's
+nv_cap_drv_init (nv-caps.c, ``nvidia-caps``) and nvlink_drivers_init, which calls nvlink_core_init (nvlink_linux.c,
+``nvidia-nvlink``) and, on 64-bit builds, nvswitch_init (linux_nvswitch.c, ``nvidia-nvswitch``, registered whether or
+not an NVSwitch is present); nvidia-uvm.ko, which depends on nvidia.ko, after them."""
+
+
+@pytest.mark.parametrize("profile, branch", (("dgx-h100", 535), ("dgx-h100", 580), ("l40s-server", 550),
+                                             ("gb200-nvl72", 580)))
+def test_the_nvidia_drivers_dynamic_majors_follow_its_registration_order(profile: str, branch: int) -> None:
+    """fs/char_dev.c (find_dynamic_major) gives a dynamic major from 254 down to 234 while one is free, then the
+    first free one from 511 (CHRDEV_MAJOR_DYN_EXT_START) down. The NVIDIA regions the fake shows sit in the extended
+    range, i.e. a host whose low range was taken when the driver loaded; there each registration takes the next
+    major down, so the regions are 511, 510, ... in the driver's order (NVIDIA_DYNAMIC_REGIONS; the IMEX one only
+    from 550), with no gap between them. ``nvidia-nvlink`` and ``nvidia-nvswitch`` are there on a node without
+    NVSwitches too (l40s-server, dgx-h100 of 535)."""
+    system = load_profile(profile)
+    system = dataclasses.replace(system, driver=dataclasses.replace(system.driver, version=f"{branch}.104.05"))
+    node = system.nodes[0]
+    chars = proc_devices(system, node, node_layout(system, node)).split("Character devices:\n", 1)[1]
+    majors = {line.split()[1]: int(line.split()[0]) for line in chars.split("\n\n", 1)[0].splitlines()}
+    want = [n for n in NVIDIA_DYNAMIC_REGIONS if branch >= 550 or n != "nvidia-caps-imex-channels"]
+    assert {n: majors.get(n) for n in want} == {n: 511 - i for i, n in enumerate(want)}, (profile, branch)
+
+
+NVRM_MODULE = {"dgx-h100": "NVIDIA UNIX x86_64 Kernel Module", "gh200": "NVIDIA UNIX Open Kernel Module for aarch64",
+               "riscv-nvlink-fusion": "NVIDIA UNIX Open Kernel Module for riscv64"}
+"""How the driver names itself in ``/proc/driver/nvidia/version``, as real hosts print it: the proprietary x86-64
+module ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  ...``, the open one ``NVRM version: NVIDIA UNIX
+Open Kernel Module for x86_64  555.58.02  Release Build  ...`` and on arm64 ``NVIDIA UNIX Open Kernel Module for
+aarch64  580.126.09  Release Build  ...`` (a GB10's, quoted in public setup notes); the fake's x86 nodes run the
+proprietary module, its arm64 and RISC-V ones the open module (the only one NVIDIA builds there)."""
+
+
+@pytest.mark.parametrize("profile", sorted(NVRM_MODULE))
+def test_the_driver_names_its_kernel_module_as_real_hosts_print_it(profile: str) -> None:
+    """``/proc/driver/nvidia/version``'s first line is ``NVRM version: `` and the module's name, then the version."""
+    system = load_profile(profile)
+    entry = nvidia_static_section(system, system.nodes[0]).entries["proc/driver/nvidia/version"]
+    assert isinstance(entry, File)
+    first = entry.data.decode().splitlines()[0]
+    assert first.startswith(f"NVRM version: {NVRM_MODULE[profile]}  {system.driver.version}  "), (profile, first)
 
 
 def test_a_cpu_without_an_l2_numbers_its_cache_leaves_from_index0_without_a_gap(fast_tmp: Path) -> None:
