@@ -190,6 +190,14 @@ static void exercise(void) {
             fv[k].scopeId = (unsigned int)k;
         }
         (void)nvmlDeviceGetFieldValues(d, 8, fv);
+        /* nvml.h's NVLink error totals (CRC flit 38, CRC data 45, replay 52, recovery 59, ECC data 160): a sum over
+           every link of the GPU, up to NVML_NVLINK_MAX_LINKS of them on an H100. */
+        const unsigned int totals[5] = {38, 45, 52, 59, 160};
+        for (int k = 0; k < 5; k++) {
+            memset(&fv[k], 0, sizeof fv[k]);
+            fv[k].fieldId = totals[k];
+        }
+        (void)nvmlDeviceGetFieldValues(d, 5, fv);
         if (nvmlDeviceGetMigMode(d, &u, &v) == NVML_SUCCESS)
             for (unsigned int k = 0; k < 8; k++) {
                 nvmlDevice_t mig;
