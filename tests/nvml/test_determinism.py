@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 from fakehw.model import load_profile
 from fakehw.nvml.layout import GpuRecord
 from fakehw.nvml.snapfile import write_snapshot
 from fakehw.nvml.snapshot import FakeProcess, Snapshot, build_snapshot
-from tests.nvml.helpers import NodeSnap, faults_state, run_python
+from tests.nvml.helpers import NodeSnap, faults_state, run_python, snapshot_env
 
 READ = ("import json, pynvml\npynvml.nvmlInit()\nout=[]\nfor i in range(pynvml.nvmlDeviceGetCount()):\n"
         "    h = pynvml.nvmlDeviceGetHandleByIndex(i)\n    u = pynvml.nvmlDeviceGetUtilizationRates(h)\n"
@@ -184,8 +187,6 @@ def test_an_old_file_opened_at_descriptor_zero_is_flagged_and_closed(tmp_path: P
     import os
     import struct
 
-    import pytest
-
     from fakehw.nvml import layout
 
     system = load_profile("dgx-h100")
@@ -211,3 +212,39 @@ def test_an_old_file_opened_at_descriptor_zero_is_flagged_and_closed(tmp_path: P
         assert struct.unpack("<I", os.pread(old, 4, offset))[0] != 0
     finally:
         os.close(old)
+
+
+def test_a_broken_file_just_long_enough_for_the_word_is_left_at_once_when_replaced(
+        pynvml_module: ModuleType, node_snapshot: Callable[..., NodeSnap]) -> None:
+    """docs/nvml.md ("Writing and noticing a new generation"): a replaced file gets ``0xFFFFFFFF`` in its
+    ``superseded`` word, and every call compares the mapped word with the value it loaded, while the path is
+    stat()ed only at most every 10 ms. The word is bytes 20-23 of the file (the header table there; layout.py), so a
+    file of exactly 24 bytes holds it: no snapshot (it ends before the header, NVML_ERROR_UNKNOWN), but a file
+    whose replacement is announced by that word like any other's. A process that read such a file must take the
+    good snapshot renamed over it on its very next call, not up to 10 ms later when stat() tells it. Each round
+    replaces the file right after the failing call, well inside those 10 ms; five rounds, so that one slow step
+    (a preempted test) cannot hide a reader that waited for stat(). (Seed 10603's open survivor core.c:446: a file
+    of exactly 24 bytes not mapped.)"""
+    import os
+
+    from fakehw.nvml import layout
+
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    good = snap.path.read_bytes()
+    offset = layout.layout_of(layout.HeaderRecord).field("superseded").offset
+    broken = bytes(offset + 4)  # ends with the word, which reads 0 like a file written whole
+    assert len(broken) == 24
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            h = n.nvmlDeviceGetHandleByIndex(0)
+            for round_ in range(5):
+                assert write_snapshot(snap.path, broken)
+                with pytest.raises(n.NVMLError_Unknown):
+                    n.nvmlDeviceGetUUID(h)  # the reader now holds the 24-byte file, checked by stat() just now
+                assert write_snapshot(snap.path, good)
+                assert os.path.getsize(snap.path) == len(good)
+                assert n.nvmlDeviceGetUUID(h) == snap.node.gpus[0].uuid, f"round {round_}"
+        finally:
+            n.nvmlShutdown()

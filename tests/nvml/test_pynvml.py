@@ -2525,6 +2525,27 @@ def test_per_link_replay_and_recovery_fields_read_their_own_counters(nvml: Nvml,
     assert [(f.nvmlReturn, f.value.ullVal) for f in fields] == [(0, 5), (0, 9), (0, 4), (0, 7)]
 
 
+def test_per_link_crc_flit_and_ecc_data_fields_read_their_own_counters(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92 pairs NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L0 (32) ... _L5 (37) and _L6 (96) ... _L11 (101)
+    with NVML_NVLINK_ERROR_DL_CRC_FLIT (2), and NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L0 (148) ... _L11 (159, one
+    run) with NVML_NVLINK_ERROR_DL_ECC_DATA (4). With 6 CRC flit and 2 ECC data errors on gpu3's link 3 and 8 and
+    12 on its link 9, each field reads its own counter, as nvmlDeviceGetNvLinkErrorCounter does. (No test read
+    these two runs of fields: the lane table's loop started at its second entry, skipping the CRC flit run, went
+    unnoticed; seed 10604's survivor on that line was another, equivalent mutant.)"""
+    n = pynvml_module
+    faults = [{"kind": "nvlink-errors", "device": "gpu3", "link": link, "counter": counter, "increment": count}
+              for link, counter, count in ((3, "crc-flit", 6), (3, "ecc-data", 2), (9, "crc-flit", 8),
+                                           (9, "ecc-data", 12))]
+    nvml("dgx-h100", faults=faults)
+    h = handles(n)[3]
+    assert (n.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L3, n.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L9) == (35, 99)
+    assert (n.NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L3, n.NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_L9) == (151, 157)
+    assert [n.nvmlDeviceGetNvLinkErrorCounter(h, link, c) for link in (3, 9)
+            for c in (n.NVML_NVLINK_ERROR_DL_CRC_FLIT, n.NVML_NVLINK_ERROR_DL_ECC_DATA)] == [6, 2, 8, 12]
+    fields = n.nvmlDeviceGetFieldValues(h, [35, 151, 99, 157])
+    assert [(f.nvmlReturn, f.value.ullVal) for f in fields] == [(0, 6), (0, 2), (0, 8), (0, 12)]
+
+
 # ------------------------- MIG handles, clock frequencies, addressing mode, memory power ... (the fifth C round)
 
 

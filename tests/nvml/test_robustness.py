@@ -17,6 +17,7 @@ import pytest
 
 from fakehw.nvml import layout
 from fakehw.nvml.snapfile import write_snapshot
+from fakehw.nvml.snapshot import FakeProcess
 from tests.nvml import references
 from tests.nvml.helpers import NodeSnap, lib_path, run_python, snapshot_env, with_driver
 
@@ -101,6 +102,54 @@ def test_snapshot_going_bad_and_coming_back_under_a_running_process(
             write_snapshot(snap.path, good)
             time.sleep(0.05)  # so is one that appears again (no old file to flag)
             assert n.nvmlDeviceGetUUID(h) == snap.node.gpus[0].uuid
+        finally:
+            n.nvmlShutdown()
+
+
+@pytest.mark.parametrize("change", ["renamed, same size and mtime", "rewritten, mtime a second later",
+                                    "rewritten, mtime 1 ns later", "rewritten, other size, same mtime"])
+def test_a_writer_that_does_not_use_the_word_is_noticed_by_stat(
+        pynvml_module: ModuleType, node_snapshot: Callable[..., NodeSnap], change: str) -> None:
+    """docs/nvml.md ("Writing and noticing a new generation"): besides the ``superseded`` word, the shim "at most
+    every 10 ms, stat()s the path as well, which catches writers that do not use the word". Such a writer leaves the
+    old file's word as it was, so only stat(2)'s answer tells: each change here differs from the file the process
+    read in one thing stat reports (POSIX <sys/stat.h>: st_ino, st_size, st_mtim) and nothing else stat compares: a
+    file renamed over it with the old size and modification time (``cp -p`` then ``mv``), the file rewritten in
+    place (``cp backup nvml.snapshot``) with its time a second later, or 1 ns later, or with another size and the old
+    time. gpu0 reads 85 C in the old snapshot and 95 C (or, with another size, a process) in the new one; 50 ms on,
+    the process reads the new one."""
+    import time
+
+    n = pynvml_module
+    old = node_snapshot("dgx-a100", faults=[{"kind": "thermal", "device": "gpu0", "temperature_c": 85}])
+    other_size = change == "rewritten, other size, same mtime"
+    new = node_snapshot("dgx-a100", faults=[{"kind": "thermal", "device": "gpu0", "temperature_c": 95}],
+                        processes=[FakeProcess("gpu0", 4242, 2**30)] if other_size else [])
+    data = new.path.read_bytes()
+    assert (len(data) == old.path.stat().st_size) is not other_size
+    with snapshot_env(old.path):
+        n.nvmlInit()
+        try:
+            h = n.nvmlDeviceGetHandleByIndex(0)
+            assert n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU) == 85
+            before = os.stat(old.path)
+            if change.startswith("renamed"):
+                os.utime(new.path, ns=(before.st_atime_ns, before.st_mtime_ns))
+                os.rename(new.path, old.path)
+                assert os.stat(old.path).st_ino != before.st_ino
+            else:
+                with open(old.path, "r+b") as fh:  # the same inode, its word left as the new bytes have it (0)
+                    fh.truncate(0)
+                    fh.write(data)
+                later = {"rewritten, mtime a second later": 10**9, "rewritten, mtime 1 ns later": 1}.get(change, 0)
+                os.utime(old.path, ns=(before.st_atime_ns, before.st_mtime_ns + later))
+            after = os.stat(old.path)
+            assert after.st_dev == before.st_dev
+            time.sleep(0.05)
+            if other_size:
+                assert [p.pid for p in n.nvmlDeviceGetComputeRunningProcesses(h)] == [4242]
+            else:
+                assert n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU) == 95
         finally:
             n.nvmlShutdown()
 

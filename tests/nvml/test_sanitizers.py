@@ -70,8 +70,19 @@ def run(harness: Path, command: str, snaps: tuple[Path, Path, Path], *extra: str
     return proc.stderr
 
 
-def test_every_call_under_sanitizers(harness: Path, snapshots: tuple[Path, Path, Path]) -> None:
-    run(harness, "calls", snapshots)
+def test_every_call_under_sanitizers(harness: Path, snapshots: tuple[Path, Path, Path],
+                                     node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """Every call on both snapshots, and the harness's own process name with a command line of more than 5000
+    bytes: proc(5) puts no limit on /proc/PID/cmdline (it holds the whole argument list), so the shim's read of it
+    into a fixed buffer must stop at the buffer's end (seed 10604's system.c:185 wrote one byte past it). Then the
+    same on a DGX H100, whose GPUs have 18 NVLinks, nvml.h's NVML_NVLINK_MAX_LINKS: every table of links is full, so
+    a loop over them that runs one too far reads past it (seed 10605's fields.c:122)."""
+    run(harness, "calls", snapshots, "x" * 5000)
+    work = tmp_path / "h100"
+    work.mkdir()
+    h100 = (node_snapshot("dgx-h100").path,
+            node_snapshot("dgx-h100", faults=[{"kind": "thermal", "device": "gpu0", "temperature_c": 95}]).path, work)
+    run(harness, "calls", h100, "x" * 5000)
 
 
 def test_readers_never_see_a_half_written_snapshot(harness: Path, snapshots: tuple[Path, Path, Path]) -> None:
