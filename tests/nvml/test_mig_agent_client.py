@@ -20,6 +20,7 @@ Every step runs in one subprocess in turn (one connection each), so the table co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -79,6 +80,7 @@ STEPS = [
     Step("hangs-up", None, UNKNOWN),
     Step("not-http", b"SSH-2.0-OpenSSH_9.2\r\n", UNKNOWN),
     Step("headers-without-an-end", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n", UNKNOWN),
+    Step("an-answer-larger-than-the-shim-reads", b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 100_000, UNKNOWN),
     Step("no-agent-socket", None, NO_PERMISSION, socket="none"),
     Step("nobody-listening", None, UNKNOWN, socket="nobody"),
 ]
@@ -111,7 +113,8 @@ class StandInAgent:
                 conn.settimeout(30)
                 self.requests.append(_read_request(conn))
                 if answer is not None:
-                    conn.sendall(answer)
+                    with contextlib.suppress(OSError):  # the shim stops reading at 16 KiB and closes
+                        conn.sendall(answer)
 
     def close(self) -> None:
         self._thread.join(timeout=60)
@@ -162,6 +165,7 @@ class Outcome:
 def outcome(tmp_path_factory: pytest.TempPathFactory, nvml_library: Path) -> Iterator[Outcome]:
     tmp = tmp_path_factory.mktemp("agent-client")
     snap = write_node(tmp / "nvml.snapshot", "dgx-a100", processes=[FakeProcess("gpu1", 7, 1 << 20)])
+    before = snap.path.read_bytes()
     agent = StandInAgent(tmp / "agent.sock", [s.answer for s in AGENT_STEPS])
     sockets = {"agent": str(tmp / "agent.sock"), "none": None, "nobody": str(tmp / "nobody.sock")}
     plan = [{"mode": s.mode, "socket": sockets[s.socket]} for s in STEPS]
@@ -172,6 +176,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory, nvml_library: Path) -> Ite
     finally:
         agent.close()
     assert proc.returncode == 0, proc.stderr
+    assert snap.path.read_bytes() == before, "the shim wrote to the snapshot (docs/nvml.md: it never writes anything)"
     results = dict(zip((s.id for s in STEPS), json.loads(proc.stdout), strict=True))
     yield Outcome(results, dict(zip((s.id for s in AGENT_STEPS), agent.requests, strict=True)), snap)
 

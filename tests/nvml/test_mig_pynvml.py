@@ -8,14 +8,9 @@ GiB column x 1024), NVML's profile constants (nvml.h: ``NVML_GPU_INSTANCE_PROFIL
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -169,90 +164,5 @@ def test_without_an_agent_changes_are_not_permitted(pynvml_module: ModuleType,
                 n.nvmlDeviceCreateGpuInstance(h, 19)
             with nvml_error(n, NVML_ERROR_NO_PERMISSION):
                 n.nvmlDeviceSetMigMode(n.nvmlDeviceGetHandleByIndex(0), n.NVML_DEVICE_MIG_ENABLE)
-        finally:
-            n.nvmlShutdown()
-
-
-@contextmanager
-def stub_agent(sock_path: Path, answer: bytes) -> Iterator[None]:
-    """An agent socket at ``sock_path`` that reads one whole request (its JSON body) and answers ``answer``."""
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(str(sock_path))
-    server.listen(4)
-
-    def serve() -> None:
-        with contextlib.suppress(OSError):
-            conn, _ = server.accept()
-            with conn:
-                conn.settimeout(5)
-                request = b""
-                while not request.endswith(b"}"):  # the whole request (its JSON body) before answering
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    request += chunk
-                conn.sendall(answer)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        server.close()
-
-
-@pytest.mark.parametrize(
-    ("answer", "code"),
-    [
-        pytest.param(b"", 999, id="closes-at-once"),
-        pytest.param(b"garbage\r\n\r\n", 999, id="not-http"),
-        pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", 999, id="no-generation"),
-        pytest.param(b"HTTP/1.1 409 Conflict\r\nContent-Length: 2\r\n\r\n{}", NVML_ERROR_INVALID_ARGUMENT,
-                     id="refusal-without-code"),
-        pytest.param(b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 100_000, 999, id="huge"),
-    ],
-)
-def test_a_broken_agent_gets_a_clear_error_not_a_hang(pynvml_module: ModuleType, node_snapshot: Callable[..., Any],
-                                                      tmp_path: Path, answer: bytes, code: int) -> None:
-    """Whatever answers on the agent socket, the call returns an NVML code (UNKNOWN = 999 when the answer is not the
-    agent's) at once, and the snapshot stays as it was."""
-    n = pynvml_module
-    snap = node_snapshot("dgx-a100")
-    sock_path = tmp_path / "a.sock"
-    before = snap.path.read_bytes()
-    with stub_agent(sock_path, answer), snapshot_env(snap.path, FAKEHW_AGENT_SOCKET=str(sock_path)):
-        n.nvmlInit()
-        try:
-            started = time.monotonic()
-            with nvml_error(n, code):
-                n.nvmlDeviceCreateGpuInstance(n.nvmlDeviceGetHandleByIndex(7), 19)
-            assert time.monotonic() - started < 10
-        finally:
-            n.nvmlShutdown()
-    assert snap.path.read_bytes() == before
-
-
-def test_a_change_answered_with_generation_0_is_already_shown(pynvml_module: ModuleType,
-                                                               node_snapshot: Callable[..., Any],
-                                                               tmp_path: Path) -> None:
-    """docs/nvml.md ("Changes go through the agent"): a change waits "until this process reads the snapshot
-    generation the agent answers with". A generation is the header's unsigned 64-bit counter (docs/nvml.md's header
-    table, layout.py's ``generation: U64``), so 0 is one of its values, and a process reading a snapshot of
-    generation 0 already reads it: enabling MIG on dgx-a100's gpu7 (on at boot), answered 200 with generation 0,
-    is SUCCESS at once with activation status SUCCESS (nvml.h, nvmlDeviceSetMigMode), not a broken agent's UNKNOWN.
-    (Seed 10603's open survivor mig.c:673 took generation 0 for a failure.)"""
-    n = pynvml_module
-    snap = node_snapshot("dgx-a100", generation=0)
-    sock_path = tmp_path / "a.sock"
-    body = b'{"generation": 0}'
-    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-    with stub_agent(sock_path, answer), snapshot_env(snap.path, FAKEHW_AGENT_SOCKET=str(sock_path)):
-        n.nvmlInit()
-        try:
-            h = n.nvmlDeviceGetHandleByIndex(7)
-            started = time.monotonic()
-            assert n.nvmlDeviceSetMigMode(h, n.NVML_DEVICE_MIG_ENABLE) == 0  # the activation status: SUCCESS
-            assert time.monotonic() - started < 10
-            assert n.nvmlDeviceGetMigMode(h) == [1, 1]
         finally:
             n.nvmlShutdown()
