@@ -21,7 +21,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # fixtures are set up once; every file that drives the shared Docker engine (image builds, leftover checks) is
 # one unit of work, run on one worker one file after another. This is a scheduler rather than xdist_group marks:
 # with pytest >= 9.2 (node ids moved to Node._id) pytest-xdist 3.8's loadgroup silently stops grouping.
-DOCKER_USERS = frozenset({"tests/conformance/test_device_plugin_suite.py"})
+# Such files live under tests/docker/ (the device plugin suite's Docker run is tests/docker/
+# test_device_plugin_backend.py: while it was a run of tests/conformance/test_device_plugin_suite.py, that whole
+# file, ~450 s of mostly waiting, was chained onto the Docker worker); DOCKER_USERS names any that cannot.
+DOCKER_USERS: frozenset[str] = frozenset()
 
 
 # The longest units of work in CI, longest first (their tests' setup+call+teardown among `make test`'s slowest 40
@@ -29,8 +32,10 @@ DOCKER_USERS = frozenset({"tests/conformance/test_device_plugin_suite.py"})
 # at once, README tour 99, ...). xdist hands out units with the most tests first, which queued these few-test
 # files late (the tour 110th of 116 units) where one worker may run one alone at the end; longest first is the
 # classic cure (a simulation of two workers over CI's durations: 1,510 -> 1,476 s). A unit not named keeps xdist's
-# order after these; a renamed file only loses its place (tests/test_scheduling.py checks that each exists).
-LONGEST_FIRST = ("docker", "tests/scheduler/test_scheduler_suite.py", "tests/conformance/test_nvidia_device_plugin.py",
+# order after these; a renamed file only loses its place (tests/test_scheduling.py checks that each exists). The
+# device plugin suite (~450 s alone, 2026-11-28) was part of "docker" until its Docker run moved to tests/docker/.
+LONGEST_FIRST = ("docker", "tests/scheduler/test_scheduler_suite.py", "tests/conformance/test_device_plugin_suite.py",
+                 "tests/conformance/test_nvidia_device_plugin.py",
                  "tests/scheduler/test_slurm.py", "tests/test_readme_tour.py", "tests/testbed/test_component_user.py",
                  "tests/conformance/test_fabric_suite.py", "tests/hostile/test_tcp_limits.py",
                  "tests/conformance/test_nvidia_gfd.py", "tests/scheduler/test_ray.py")

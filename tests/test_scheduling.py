@@ -22,5 +22,7 @@ def test_named_units_go_first_in_their_order_and_the_rest_keep_theirs() -> None:
 
 def test_docker_files_are_one_unit() -> None:
     assert scope_of("tests/docker/test_backend.py::test_x[a]") == "docker"
-    assert scope_of("tests/conformance/test_device_plugin_suite.py::test_y") == "docker"
+    assert scope_of("tests/docker/test_device_plugin_backend.py::test_y") == "docker"
+    assert scope_of("tests/conformance/test_device_plugin_suite.py::test_y") == \
+        "tests/conformance/test_device_plugin_suite.py"
     assert scope_of("tests/scheduler/test_slurm.py::test_z") == "tests/scheduler/test_slurm.py"

@@ -1,9 +1,9 @@
 """The device plugin suite, run as a certification would run it (pytest in a child process, results file):
 
 - the reference plugin passes every requirement on dgx-h100, gb200-nvl72, edge-pcie, riscv-nvlink-fusion and cxl-pool
-  (one-device and exclusive pools, a pooled CXL device whose LDs are split between hosts) on the local backend,
-  and on one profile in the Docker backend when Docker and the node image are available; the memory-pool
-  requirements are not applicable (and say why) exactly on the profiles without pools;
+  (one-device and exclusive pools, a pooled CXL device whose LDs are split between hosts) on the local backend
+  (the Docker backend: tests/docker/test_device_plugin_backend.py); the memory-pool requirements are not
+  applicable (and say why) exactly on the profiles without pools;
 - every mutant fails exactly the requirements it breaks and passes all the others;
 - hostile plugins (Allocate hangs, wrong version, failing options, malformed device lists) are reported
   requirement by requirement, with evidence, within a bounded time.
@@ -17,37 +17,26 @@ so each isolation property is exercised from the first step.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from conformance.requirements import catalogue
 from fakehw.model import load_profile
-from testbed.images import MIRROR_FAULT_MESSAGE as MIRROR_FAULT
+from tests.conformance.dp_suite_runs import ALL_IDS, REFERENCE, REFERENCE_BUDGET, Run, execute, suite_argv
 
 pytestmark = pytest.mark.slow
 
-SUITE = Path(__file__).resolve().parents[2] / "conformance" / "suites" / "device_plugin"
 DATA = Path(__file__).resolve().parent / "data"
-REFERENCE = f"{shlex.quote(sys.executable)} -m testbed.reference.device_plugin"
 PROFILES = ("dgx-h100", "gb200-nvl72", "edge-pcie", "riscv-nvlink-fusion", "cxl-pool")
-REFERENCE_BUDGET = ("--dp-fuzz-examples", "2", "--dp-fuzz-steps", "8")
 MUTANT_BUDGET = ("--dp-fuzz-examples", "1", "--dp-fuzz-steps", "6", "--dp-fuzz-no-shrink")
-RUN_TIMEOUT_S = 900.0
-ALL_IDS = frozenset(r.id for r in catalogue().for_target("device-plugin"))
 POOL_IDS = frozenset({"DP-POOL-001", "DP-POOL-002", "DP-ISO-004"})
 FAILED = ("failed", "error")
 
@@ -93,48 +82,6 @@ MUTANTS = (
 )
 
 
-@dataclass
-class Run:
-    label: str
-    argv: list[str]
-    results: Path
-    returncode: int | None = None
-    seconds: float = 0.0
-    output: str = ""
-
-    def doc(self) -> dict[str, Any]:
-        if not self.results.is_file():
-            pytest.fail(f"{self.label}: no results (exit {self.returncode}); output ends:\n{self.output[-3000:]}")
-        data: dict[str, Any] = json.loads(self.results.read_text())
-        return data
-
-    def statuses(self) -> dict[str, str]:
-        return {k: v["status"] for k, v in self.doc()["requirements"].items()}
-
-    def failure_messages(self) -> str:
-        return "\n".join(f"{t['nodeid']}: {t['message'][:600]}" for t in self.doc()["tests"]
-                         if t["outcome"] in ("failed", "error"))
-
-
-def _execute(run: Run) -> Run:
-    started = time.monotonic()
-    env = {**os.environ, "TESTCONTAINERS_RYUK_DISABLED": "true"}
-    try:
-        proc = subprocess.run(run.argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env,
-                              check=False)
-        run.returncode, run.output = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        run.output = f"timed out after {RUN_TIMEOUT_S:g} s: {exc}"
-    run.seconds = time.monotonic() - started
-    return run
-
-
-def suite_argv(profile: str, command: str, results: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", "-q", "--profile", profile,
-            "--target", f"device-plugin=cmd:{command}", "--conformance-results", str(results),
-            "--conformance-complete", *extra]
-
-
 class Runs:
     """Every suite run of this module, started at once and run a few at a time."""
 
@@ -142,11 +89,10 @@ class Runs:
         self.workdir = workdir
         self.pool = ThreadPoolExecutor(max_workers=parallel)
         self.futures: dict[str, Future[Run]] = {}
-        self.docker_problem: str | None = None
 
     def submit(self, label: str, profile: str, command: str, *extra: str) -> None:
         results = self.workdir / f"{label}.json"
-        self.futures[label] = self.pool.submit(_execute, Run(label, suite_argv(profile, command, results, *extra),
+        self.futures[label] = self.pool.submit(execute, Run(label, suite_argv(profile, command, results, *extra),
                                                              results))
 
     def get(self, label: str) -> Run:
@@ -165,11 +111,6 @@ def runs() -> Iterator[Runs]:
         hostile = f"{shlex.quote(sys.executable)} -m testbed.reference.device_plugin.hostile {behaviour}"
         r.submit(f"hostile-{behaviour}", "edge-pcie", hostile, "--dp-rpc-timeout", "1", "--dp-start-timeout", "10",
                  *MUTANT_BUDGET)
-    r.docker_problem = _docker_problem()
-    if r.docker_problem is None:
-        # Inside the node container the reference plugin is the image's own (its venv's python first on PATH).
-        r.submit("docker-edge-pcie", "edge-pcie", "python -m testbed.reference.device_plugin", "--backend", "docker",
-                 *REFERENCE_BUDGET)
     yield r
     r.pool.shutdown(wait=True, cancel_futures=True)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -245,38 +186,3 @@ def test_hostile_plugin_is_reported_timed_out_and_moved_past(runs: Runs) -> None
     assert any(e["label"] == "Allocate-timeout" and e["value"]["request"] for e in alloc["evidence"])
     assert "Traceback" not in alloc["message"]
     assert run.seconds < 400, f"the hostile run took {run.seconds:.0f} s"
-
-
-def test_docker_backend(runs: Runs) -> None:
-    """The reference plugin inside a node container (Docker backend), certified by the harness on the host."""
-    if runs.docker_problem is not None:
-        _unavailable(runs.docker_problem)
-    run = runs.get("docker-edge-pcie")
-    if MIRROR_FAULT in run.output:  # the node image could not be made: Debian's mirror is at fault, not the project
-        line = next(ln for ln in run.output.splitlines() if MIRROR_FAULT in ln)
-        pytest.skip(f"the node image could not be built: {line.strip()}")
-    statuses = run.statuses()
-    bad = {k: v for k, v in statuses.items() if v not in ("passed", "not-applicable")}
-    assert set(statuses) == ALL_IDS and not bad, f"{bad}\n{run.failure_messages()}\n{run.output[-3000:]}"
-    env = run.doc()["environment"]
-    assert env["backend"] == "docker"
-    # The report names what ran: the node image by tag and content digest, and the engine's version.
-    assert re.fullmatch(r"fakehw/node:amd64-[0-9a-f]{12}@sha256:[0-9a-f]{64}", env["images"]["amd64"]), env
-    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", env["docker"]), env
-
-
-def _docker_problem() -> str | None:
-    """Why the Docker backend cannot run here (None: it can), like the docker tests decide it."""
-    if os.environ.get("FAKEHW_DOCKER_TESTS") == "skip":
-        return "FAKEHW_DOCKER_TESTS=skip"
-    from testbed.host import engine_problem
-
-    return engine_problem()
-
-
-def _unavailable(reason: str) -> None:
-    """Skip where the engine cannot run; fail where this machine could have been set up (root with apt-get, as in
-    CI: 'make test' runs 'testbed host setup'), so CI never passes by skipping (the docker tests' rule)."""
-    if reason != "FAKEHW_DOCKER_TESTS=skip" and os.geteuid() == 0 and shutil.which("apt-get"):
-        pytest.fail(f"{reason}; run 'testbed host setup' (make test does) or set FAKEHW_DOCKER_TESTS=skip")
-    pytest.skip(reason)

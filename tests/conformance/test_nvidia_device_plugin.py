@@ -122,7 +122,9 @@ def runs() -> Iterator[dict[str, Future[Run]]]:
     except ToolsMissing as exc:
         pytest.skip(str(exc))
     work = Path(tempfile.mkdtemp(prefix="fhw-nvdp-"))
-    pool = ThreadPoolExecutor(max_workers=int(os.environ.get("FAKEHW_DP_PARALLEL", "2")))
+    # All four runs at once (FAKEHW_DP_PARALLEL): a run mostly waits (fault bounds, restarts, the failing checks'
+    # full timeouts), as the device plugin suite's runs do (tests/conformance/test_device_plugin_suite.py).
+    pool = ThreadPoolExecutor(max_workers=int(os.environ.get("FAKEHW_DP_PARALLEL", str(len(PINNED)))))
     futures = {p.profile: pool.submit(_run, plugin, p, work / p.profile) for p in PINNED}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +51,22 @@ def test_riscv_fusion_and_mixed_arch_answer_and_xid_is_seen_only_where_injected(
 
     engine = docker.from_env()
     volumes_before = {v.name for v in engine.volumes.list()}
-    fusion = docker_testbed("riscv-nvlink-fusion")
-    mixed = docker_testbed("mixed-arch")
-    for tb in (fusion, mixed):
-        assert tb.alive()
-        infos = {n.name: n for n in tb.nodes()}
-        for node in tb.system.nodes:
-            assert infos[node.name].arch == node.cpu.arch
-            answer = _probe(tb, node.name)
-            check_nvml(answer, expected_for(node))
-            assert answer["driver"] == tb.system.driver.version
+    # The two clusters come up at once, and their nodes are probed at once: each riscv64 agent renders its node
+    # and each probe runs Python under QEMU, on one core each (one after the other they took twice as long).
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        fusion_up = pool.submit(docker_testbed, "riscv-nvlink-fusion")
+        mixed_up = pool.submit(docker_testbed, "mixed-arch")
+        fusion, mixed = fusion_up.result(), mixed_up.result()
+        probes = {(tb.name, node.name): pool.submit(_probe, tb, node.name)
+                  for tb in (fusion, mixed) for node in tb.system.nodes}
+        for tb in (fusion, mixed):
+            assert tb.alive()
+            infos = {n.name: n for n in tb.nodes()}
+            for node in tb.system.nodes:
+                assert infos[node.name].arch == node.cpu.arch
+                answer = probes[(tb.name, node.name)].result()
+                check_nvml(answer, expected_for(node))
+                assert answer["driver"] == tb.system.driver.version
     assert {n.cpu.arch for n in mixed.system.nodes} == {"amd64", "riscv64"}
 
     # Xid 79 on the amd64 node of the mixed cluster: its NVML delivers the event and loses the GPU; the riscv64
@@ -92,11 +99,13 @@ def test_riscv_fusion_and_mixed_arch_answer_and_xid_is_seen_only_where_injected(
         if key != f"{mixed.name}/{target.name}":
             assert result == {"error": NVML_ERROR_TIMEOUT}, key
 
-    lost = _probe(mixed, target.name)
-    assert [g.get("error") for g in lost["gpus"]] == [NVML_ERROR_GPU_IS_LOST if g.name == gpu.name else None
-                                                      for g in target.gpus]
     other = next(n for n in mixed.system.nodes if n is not target)
-    check_nvml(_probe(mixed, other.name), expected_for(other))
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the riscv64 node's probe (QEMU) beside the amd64 one's
+        other_answer = pool.submit(_probe, mixed, other.name)
+        lost = _probe(mixed, target.name)
+        assert [g.get("error") for g in lost["gpus"]] == [NVML_ERROR_GPU_IS_LOST if g.name == gpu.name else None
+                                                          for g in target.gpus]
+        check_nvml(other_answer.result(), expected_for(other))
     assert mixed.state(target.name)["faults"] and not mixed.state(other.name)["faults"]
 
     assert [f["id"] for f in mixed.heal(fault["id"])] == [fault["id"]]
