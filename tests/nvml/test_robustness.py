@@ -206,3 +206,88 @@ def test_every_unimplemented_symbol_answers_like_its_branch(driver: str, nvml: C
         absent = driver.startswith("535") and name not in real_535
         expected = 13 if absent else 3  # NVML_ERROR_FUNCTION_NOT_FOUND / NVML_ERROR_NOT_SUPPORTED
         assert getattr(lib, name)(*zeros) == expected, name
+
+
+PREAD_INTERPOSER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* pread as POSIX allows it to behave on a regular file: every other call interrupted by a signal before any data
+   (-1, EINTR), the others returning at most 997 bytes; with FHW_TEST_PREAD=eof the file also seems to end at half
+   its fstat size (a file cut short between the reader's fstat and its read). Counts what the reader asked. */
+static ssize_t (*real_pread)(int, void *, size_t, off_t);
+long fhw_test_calls, fhw_test_interrupted, fhw_test_past_end;
+
+static ssize_t interposed(int fd, void *buf, size_t n, off_t off) {
+    if (real_pread == NULL) real_pread = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+    const char *mode = getenv("FHW_TEST_PREAD");
+    struct stat st;
+    if (mode == NULL || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return real_pread(fd, buf, n, off);
+    fhw_test_calls++;
+    if (off + (off_t)n > st.st_size) fhw_test_past_end++;
+    if (fhw_test_calls % 2 == 1) {
+        fhw_test_interrupted++;
+        errno = EINTR;
+        return -1;
+    }
+    if (strcmp(mode, "eof") == 0 && off >= st.st_size / 2) return 0;
+    return real_pread(fd, buf, n < 997 ? n : 997, off);
+}
+ssize_t pread(int fd, void *buf, size_t n, off_t off) { return interposed(fd, buf, n, off); }
+ssize_t pread64(int fd, void *buf, size_t n, off_t off) { return interposed(fd, buf, n, off); }
+"""
+
+READ_THROUGH_INTERPOSER = (
+    "import ctypes, json, pynvml\nme = ctypes.CDLL(None)\n"
+    "seen = lambda name: ctypes.c_long.in_dll(me, name).value\n"
+    "try:\n    pynvml.nvmlInit()\n"
+    "    out = {'uuids': [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))\n"
+    "                     for i in range(pynvml.nvmlDeviceGetCount())]}\n"
+    "except pynvml.NVMLError as e:\n    out = {'err': e.value}\n"
+    "out.update({k: seen('fhw_test_' + k) for k in ('calls', 'interrupted', 'past_end')})\n"
+    "print(json.dumps(out))\n")
+
+
+@pytest.fixture(scope="module")
+def pread_interposer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp_path_factory.mktemp("interposer") / "pread.c"
+    src.write_text(PREAD_INTERPOSER)
+    lib = src.with_suffix(".so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(lib), "-ldl"], check=True)
+    return lib
+
+
+def test_a_snapshot_read_in_short_and_interrupted_preads_is_read_whole(
+        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path) -> None:
+    """POSIX pread(2): it may read fewer bytes than asked ("the number of bytes actually read"), and a signal before
+    any data makes it fail with EINTR; a reader retries the one and asks for the rest after the other. Through an
+    interposed pread that does both (every other call EINTR, at most 997 bytes a call) the shim reads the same
+    snapshot as it would whole: every GPU the node has, by UUID. It never asks for bytes past the size fstat gave it,
+    which is all its buffer holds (pread writes up to nbyte bytes at buf)."""
+    snap = node_snapshot("dgx-h100")
+    result = run_python(READ_THROUGH_INTERPOSER, snap.path, timeout=30, LD_PRELOAD=str(pread_interposer),
+                        FHW_TEST_PREAD="short")
+    assert result["uuids"] == [g.uuid for g in snap.node.gpus]
+    assert result["interrupted"] >= 1 and result["calls"] > snap.path.stat().st_size // 997
+    assert result["past_end"] == 0
+
+
+def test_a_snapshot_cut_short_between_fstat_and_read_is_refused_not_waited_on(
+        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path) -> None:
+    """A file that ends before the size fstat gave (pread answers 0, end of file, POSIX) while reads are also
+    interrupted (EINTR, errno left set by the failed call before): the shim stops reading and refuses the copy as
+    it refuses a truncated file (NVML_ERROR_UNKNOWN, as `test_bad_snapshots_are_refused`), within the timeout,
+    instead of retrying the end of file forever."""
+    snap = node_snapshot("dgx-h100")
+    result = run_python(READ_THROUGH_INTERPOSER, snap.path, timeout=30, LD_PRELOAD=str(pread_interposer),
+                        FHW_TEST_PREAD="eof")
+    assert result["err"] == 999
+    assert result["interrupted"] >= 1
