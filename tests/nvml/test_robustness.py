@@ -291,3 +291,36 @@ def test_a_snapshot_cut_short_between_fstat_and_read_is_refused_not_waited_on(
                         FHW_TEST_PREAD="eof")
     assert result["err"] == 999
     assert result["interrupted"] >= 1
+
+
+SMI_TABLE_GUID = bytes([0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e, 0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4])
+"""The export table nvidia-smi asks for (tests/nvml/c/shim_test.c asks for it by the same id)."""
+SMI_PROCESS_ENTRY = 4128
+"""The size of one process entry nvidia-smi passes to slots 213-215 (csrc/export.c)."""
+
+
+def test_the_export_table_s_process_slot_writes_no_entry_past_the_capacity_it_is_given(
+        nvml: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """The export table's compute-process slot (213) takes the caller's capacity in `*count`, as
+    nvmlDeviceGetComputeRunningProcesses takes `infoCount` (nvml.h: INSUFFICIENT_SIZE "if infoCount is too small",
+    "infoCount will contain minimal amount of space necessary for the call to complete"). With two compute
+    processes on gpu0 and room for one, it answers INSUFFICIENT_SIZE with a count of 2 and writes nothing past the
+    one entry: the bytes after it, the caller's, keep their fill. (A program without a driver release string, like
+    this interpreter, gets the table: csrc/export.c.)"""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu0", 4242, 1 << 30, kinds=1),
+                                FakeProcess("gpu0", 4343, 2 << 30, kinds=1)])
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    table = ctypes.c_void_p()
+    guid = (ctypes.c_ubyte * 16)(*SMI_TABLE_GUID)
+    assert lib.nvmlInternalGetExportTable(ctypes.byref(table), guid) == n.NVML_SUCCESS
+    slots = ctypes.cast(table, ctypes.POINTER(ctypes.c_void_p))
+    slot = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                            ctypes.c_void_p)(slots[213])
+    device = n.nvmlDeviceGetHandleByIndex(0)
+    entries = (ctypes.c_ubyte * (2 * SMI_PROCESS_ENTRY))(*([0xAB] * (2 * SMI_PROCESS_ENTRY)))
+    count = ctypes.c_uint(1)
+    rc = slot(ctypes.cast(device, ctypes.c_void_p), ctypes.addressof(count), ctypes.addressof(entries), None)
+    assert (rc, count.value) == (n.NVML_ERROR_INSUFFICIENT_SIZE, 2)
+    assert int.from_bytes(bytes(entries[:4]), "little") in (4242, 4343)
+    assert set(entries[SMI_PROCESS_ENTRY:]) == {0xAB}
