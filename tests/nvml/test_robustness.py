@@ -324,3 +324,39 @@ def test_the_export_table_s_process_slot_writes_no_entry_past_the_capacity_it_is
     assert (rc, count.value) == (n.NVML_ERROR_INSUFFICIENT_SIZE, 2)
     assert int.from_bytes(bytes(entries[:4]), "little") in (4242, 4343)
     assert set(entries[SMI_PROCESS_ENTRY:]) == {0xAB}
+
+
+TRUNCATED_UNDER_A_READER = r"""
+import json, os, sys, time, pynvml
+path = os.environ["FAKEHW_NVML_SNAPSHOT"]
+good = open(path, "rb").read()
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+out = {"before": pynvml.nvmlDeviceGetUUID(h)}
+with open(path, "r+b") as f:  # as `cp backup nvml.snapshot` does first: the same file, truncated
+    f.truncate(0)
+try:
+    out["torn"] = pynvml.nvmlDeviceGetUUID(h)
+except pynvml.NVMLError as e:
+    out["torn"] = e.value
+with open(path, "r+b") as f:
+    f.write(good)
+time.sleep(0.05)
+try:
+    out["after"] = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
+except pynvml.NVMLError as e:
+    out["after"] = e.value
+print(json.dumps(out))
+"""
+
+
+def test_a_snapshot_truncated_in_place_under_a_reader_is_unknown_until_written_again(
+        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """docs/nvml.md ("Writing and noticing a new generation"): someone may rewrite a snapshot in place (`cp backup
+    nvml.snapshot` truncates first); touching the mapped page of a truncated file raises SIGBUS (mmap(2)), which
+    the shim takes on its own pages, "answering NVML_ERROR_UNKNOWN while the file is torn", and the file written
+    again is read again. The reader process survives all of it. (c-coverage.py: the SIGBUS handler never ran.)"""
+    snap = node_snapshot("dgx-h100")
+    got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30)
+    uuid = snap.node.gpus[0].uuid
+    assert got == {"before": uuid, "torn": 999, "after": uuid}
