@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -208,3 +209,71 @@ def test_a_change_the_agent_could_not_be_asked_for_says_why_in_the_trace(outcome
     assert "cannot connect to the agent socket" in outcome.results["nobody-listening"]["trace"]
     assert "no answer from the agent" in outcome.results["hangs-up"]["trace"]
     assert "not HTTP" in outcome.results["not-http"]["trace"]
+
+
+SOCKET_INTERPOSER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+/* send and recv as POSIX allows them to behave on a stream socket: every other call interrupted by a signal before
+   any data moved (-1, EINTR; errno stays EINTR through the successful call after it, which need not clear it), the
+   others moving at most 7 bytes. */
+long fhw_test_sends, fhw_test_recvs;
+
+ssize_t send(int fd, const void *buf, size_t n, int flags) {
+    static ssize_t (*real)(int, const void *, size_t, int);
+    if (real == NULL) real = (ssize_t (*)(int, const void *, size_t, int))dlsym(RTLD_NEXT, "send");
+    if (++fhw_test_sends % 2 == 1) {
+        errno = EINTR;
+        return -1;
+    }
+    return real(fd, buf, n < 7 ? n : 7, flags);
+}
+
+ssize_t recv(int fd, void *buf, size_t n, int flags) {
+    static ssize_t (*real)(int, void *, size_t, int);
+    if (real == NULL) real = (ssize_t (*)(int, void *, size_t, int))dlsym(RTLD_NEXT, "recv");
+    if (++fhw_test_recvs % 2 == 1) {
+        errno = EINTR;
+        return -1;
+    }
+    return real(fd, buf, n < 7 ? n : 7, flags);
+}
+"""
+
+
+def test_a_change_sent_and_answered_in_short_interrupted_pieces_is_the_same_request_and_answer(
+        tmp_path: Path, nvml_library: Path) -> None:
+    """POSIX send(2) and recv(2) on a stream socket may move fewer bytes than asked, and fail with EINTR when a
+    signal arrives first; a client sends the rest and retries. Through interposed send and recv that do both (every
+    other call EINTR, at most 7 bytes a call) enabling MIG is still one request on the documented route with the
+    body its Content-Length gives (the same bytes as without the interposer: docs/agent.md's route and body), and
+    the agent's answer, read 7 bytes at a time, still gives SUCCESS (docs/nvml.md: the generation answered)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "sock.c"
+    src.write_text(SOCKET_INTERPOSER)
+    lib = tmp_path / "sock.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(lib), "-ldl"], check=True)
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
+    agent = StandInAgent(tmp_path / "agent.sock", [http(200, {"generation": 1})])
+    plan = [{"mode": 1, "socket": str(tmp_path / "agent.sock")}]
+    try:
+        proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
+                              env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1", LD_PRELOAD=str(lib)),
+                              capture_output=True, text=True, timeout=90, check=False)
+    finally:
+        agent.close()
+    assert proc.returncode == 0, proc.stderr
+    [result] = json.loads(proc.stdout)
+    assert result["status"] == SUCCESS, result["trace"]
+    [request] = agent.requests
+    request_line, *header_lines = request.head.split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in header_lines)}
+    assert request_line == f"POST /v1/nodes/{snap.node.name}/gpus/{snap.node.gpus[0].name}/mig/mode HTTP/1.1"
+    assert int(headers["content-length"]) == len(request.body)
+    assert json.loads(request.body) == {"enabled": True}

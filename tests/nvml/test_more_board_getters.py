@@ -1423,3 +1423,22 @@ def test_capabilities_are_written_whatever_the_caller_s_buffer_held(nvml: Nvml, 
         assert caps.capMask & 1 == 0
         wrong = DeviceCapabilities(version=struct_version(ctypes.sizeof(DeviceCapabilities), 2))
         assert lib.nvmlDeviceGetCapabilities(h, ctypes.byref(wrong)) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+
+
+def test_field_values_asked_for_no_field_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h (13.4.92), nvmlDeviceGetFieldValues and nvmlDeviceClearFieldValues: SUCCESS "if any values in
+    \\a values were populated" (cleared), INVALID_ARGUMENT "if \\a device is invalid or \\a values is NULL", and no
+    other return. A `valuesCount` of 0 populates nothing, so SUCCESS is not its answer and INVALID_ARGUMENT, the one
+    other, is; the entry behind the pointer is not touched (its return code keeps what the caller put there).
+    A count of 1 with the same entry answers SUCCESS, so the refusal is the count's."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    h = handles(n)[0]
+    for call in (lib.nvmlDeviceGetFieldValues, lib.nvmlDeviceClearFieldValues):
+        entry = (n.c_nvmlFieldValue_t * 1)()
+        entry[0].fieldId = 91  # NVML_FI_DEV_NVLINK_LINK_COUNT
+        entry[0].nvmlReturn = 12345
+        assert call(h, ctypes.c_int(0), entry) == n.NVML_ERROR_INVALID_ARGUMENT
+        assert entry[0].nvmlReturn == 12345
+        assert call(h, ctypes.c_int(1), entry) == n.NVML_SUCCESS

@@ -25,7 +25,7 @@ from fakehw.nvml.snapfile import write_snapshot
 from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess
 from tests.nvml import references
 from tests.nvml.captures import board_capture, number
-from tests.nvml.helpers import NodeSnap, snapshot_env, with_driver
+from tests.nvml.helpers import NodeSnap, run_python, snapshot_env, with_driver
 
 Nvml = Callable[..., NodeSnap]
 
@@ -2655,3 +2655,78 @@ def test_a_null_lookup_key_is_an_invalid_argument(nvml: Nvml, pynvml_module: Mod
         raw = key if isinstance(key, bytes) else key.encode()
         assert fn(raw, None) == n.NVML_ERROR_INVALID_ARGUMENT, name
         assert fn(raw, ctypes.byref(found)) == n.NVML_SUCCESS and found.value == addr(h), name
+
+
+# ------------------------------------------- what the area's tests never ran (c-coverage.py, 2026-11-28 C round)
+
+
+NVML_VERSION_BEFORE_INIT = r"""
+import ctypes, json
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+out = {}
+buf = ctypes.create_string_buffer(80)
+out["before"] = lib.nvmlSystemGetNVMLVersion(buf, 80)
+out["before_text"] = buf.value.decode()
+out["before_short"] = lib.nvmlSystemGetNVMLVersion(ctypes.create_string_buffer(80), 1)
+out["before_null"] = lib.nvmlSystemGetNVMLVersion(None, 80)
+count = ctypes.c_uint()
+out["count_without_init"] = lib.nvmlDeviceGetCount_v2(ctypes.byref(count))
+assert lib.nvmlInit_v2() == 0
+after = ctypes.create_string_buffer(80)
+out["after"] = lib.nvmlSystemGetNVMLVersion(after, 80)
+out["after_text"] = after.value.decode()
+lib.nvmlShutdown()
+print(json.dumps(out))
+"""
+
+
+def test_the_nvml_version_answers_before_nvml_init(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvml.h 13.4.92 lists no UNINITIALIZED for nvmlSystemGetNVMLVersion (its neighbour nvmlSystemGetDriverVersion
+    has "if the library has not been successfully initialized"): a process that never called nvmlInit gets SUCCESS
+    and the same version it reads after nvmlInit (the driver's NVML version), INSUFFICIENT_SIZE "if length is too
+    small" and INVALID_ARGUMENT "if version is NULL" just as after it. The answer does not initialise the library
+    for the caller: nvmlDeviceGetCount_v2 right after is still UNINITIALIZED (nvml.h). No test had asked before
+    nvmlInit, so none of that branch ran."""
+    snap = node_snapshot("dgx-h100")
+    got = run_python(NVML_VERSION_BEFORE_INIT, snap.path)
+    assert (got["before"], got["after"]) == (0, 0)  # NVML_SUCCESS
+    assert got["before_text"] == got["after_text"] == snap.system.driver.nvml_version
+    assert (got["before_short"], got["before_null"]) == (7, 2)  # INSUFFICIENT_SIZE, INVALID_ARGUMENT
+    assert got["count_without_init"] == 1  # NVML_ERROR_UNINITIALIZED
+
+
+NVLINK_TOTAL_FIELDS = {38: "crc-flit", 45: "crc-data", 52: "replay", 59: "recovery", 160: "ecc-data"}
+"""nvml.h 13.4.92: NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL 38, _CRC_DATA_ERROR_COUNT_TOTAL 45,
+_REPLAY_ERROR_COUNT_TOTAL 52, _RECOVERY_ERROR_COUNT_TOTAL 59 and _ECC_DATA_ERROR_COUNT_TOTAL 160, each "total for all
+Lanes" of its per-link counter (nvmlNvLinkErrorCounter_t: DL_REPLAY, DL_RECOVERY, DL_CRC_FLIT, DL_CRC_DATA,
+DL_ECC_DATA)."""
+
+
+def test_the_nvlink_error_total_fields_add_up_every_link(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """The five NVLink error total fields (nvml.h, NVLINK_TOTAL_FIELDS) are each the sum over the GPU's links of
+    their counter. gpu3 of a DGX H100 (18 links, NVML_NVLINK_MAX_LINKS) gets errors on its first link, a middle one
+    and its last (17), a different number per counter and link, so a total that leaves out a link, takes another
+    counter or stops short reads another sum; gpu2, without errors, reads 0 in each. The sums are worked out from the
+    test's own faults; no area test read these fields before (c-coverage.py: the summing function never ran)."""
+    n = pynvml_module
+    counts = {(0, "crc-flit"): 3, (9, "crc-flit"): 5, (17, "crc-flit"): 7, (0, "crc-data"): 11, (17, "crc-data"): 13,
+              (9, "replay"): 17, (17, "replay"): 19, (0, "recovery"): 23, (9, "ecc-data"): 29, (17, "ecc-data"): 31}
+    faults = [{"kind": "nvlink-errors", "device": "gpu3", "link": link, "counter": counter, "increment": count}
+              for (link, counter), count in counts.items()]
+    nvml("dgx-h100", faults=faults)
+    expected = {"crc-flit": 15, "crc-data": 24, "replay": 36, "recovery": 23, "ecc-data": 60}
+    values = n.nvmlDeviceGetFieldValues(handles(n)[3], list(NVLINK_TOTAL_FIELDS))
+    assert [(v.nvmlReturn, v.value.ullVal) for v in values] == [
+        (n.NVML_SUCCESS, expected[c]) for c in NVLINK_TOTAL_FIELDS.values()]
+    quiet = n.nvmlDeviceGetFieldValues(handles(n)[2], list(NVLINK_TOTAL_FIELDS))
+    assert [(v.nvmlReturn, v.value.ullVal) for v in quiet] == [(n.NVML_SUCCESS, 0)] * 5
+
+
+def test_the_nvlink_error_total_fields_of_a_gpu_without_nvlink_are_not_supported(nvml: Nvml,
+                                                                                 pynvml_module: ModuleType) -> None:
+    """An L4 (edge-pcie, no NVLink) answers NOT_SUPPORTED for the five total fields (NVLINK_TOTAL_FIELDS), as it
+    does for its NVLink count field 91 and nvmlDeviceGetNvLinkState."""
+    n = pynvml_module
+    nvml("edge-pcie")
+    values = n.nvmlDeviceGetFieldValues(handles(n)[0], list(NVLINK_TOTAL_FIELDS))
+    assert [v.nvmlReturn for v in values] == [n.NVML_ERROR_NOT_SUPPORTED] * 5

@@ -206,3 +206,157 @@ def test_every_unimplemented_symbol_answers_like_its_branch(driver: str, nvml: C
         absent = driver.startswith("535") and name not in real_535
         expected = 13 if absent else 3  # NVML_ERROR_FUNCTION_NOT_FOUND / NVML_ERROR_NOT_SUPPORTED
         assert getattr(lib, name)(*zeros) == expected, name
+
+
+PREAD_INTERPOSER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* pread as POSIX allows it to behave on a regular file: every other call interrupted by a signal before any data
+   (-1, EINTR), the others returning at most 997 bytes; with FHW_TEST_PREAD=eof the file also seems to end at half
+   its fstat size (a file cut short between the reader's fstat and its read). Counts what the reader asked. */
+static ssize_t (*real_pread)(int, void *, size_t, off_t);
+long fhw_test_calls, fhw_test_interrupted, fhw_test_past_end;
+
+static ssize_t interposed(int fd, void *buf, size_t n, off_t off) {
+    if (real_pread == NULL) real_pread = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+    const char *mode = getenv("FHW_TEST_PREAD");
+    struct stat st;
+    if (mode == NULL || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return real_pread(fd, buf, n, off);
+    fhw_test_calls++;
+    if (off + (off_t)n > st.st_size) fhw_test_past_end++;
+    if (fhw_test_calls % 2 == 1) {
+        fhw_test_interrupted++;
+        errno = EINTR;
+        return -1;
+    }
+    if (strcmp(mode, "eof") == 0 && off >= st.st_size / 2) return 0;
+    return real_pread(fd, buf, n < 997 ? n : 997, off);
+}
+ssize_t pread(int fd, void *buf, size_t n, off_t off) { return interposed(fd, buf, n, off); }
+ssize_t pread64(int fd, void *buf, size_t n, off_t off) { return interposed(fd, buf, n, off); }
+"""
+
+READ_THROUGH_INTERPOSER = (
+    "import ctypes, json, pynvml\nme = ctypes.CDLL(None)\n"
+    "seen = lambda name: ctypes.c_long.in_dll(me, name).value\n"
+    "try:\n    pynvml.nvmlInit()\n"
+    "    out = {'uuids': [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))\n"
+    "                     for i in range(pynvml.nvmlDeviceGetCount())]}\n"
+    "except pynvml.NVMLError as e:\n    out = {'err': e.value}\n"
+    "out.update({k: seen('fhw_test_' + k) for k in ('calls', 'interrupted', 'past_end')})\n"
+    "print(json.dumps(out))\n")
+
+
+@pytest.fixture(scope="module")
+def pread_interposer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp_path_factory.mktemp("interposer") / "pread.c"
+    src.write_text(PREAD_INTERPOSER)
+    lib = src.with_suffix(".so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(lib), "-ldl"], check=True)
+    return lib
+
+
+def test_a_snapshot_read_in_short_and_interrupted_preads_is_read_whole(
+        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path) -> None:
+    """POSIX pread(2): it may read fewer bytes than asked ("the number of bytes actually read"), and a signal before
+    any data makes it fail with EINTR; a reader retries the one and asks for the rest after the other. Through an
+    interposed pread that does both (every other call EINTR, at most 997 bytes a call) the shim reads the same
+    snapshot as it would whole: every GPU the node has, by UUID. It never asks for bytes past the size fstat gave it,
+    which is all its buffer holds (pread writes up to nbyte bytes at buf)."""
+    snap = node_snapshot("dgx-h100")
+    result = run_python(READ_THROUGH_INTERPOSER, snap.path, timeout=30, LD_PRELOAD=str(pread_interposer),
+                        FHW_TEST_PREAD="short")
+    assert result["uuids"] == [g.uuid for g in snap.node.gpus]
+    assert result["interrupted"] >= 1 and result["calls"] > snap.path.stat().st_size // 997
+    assert result["past_end"] == 0
+
+
+def test_a_snapshot_cut_short_between_fstat_and_read_is_refused_not_waited_on(
+        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path) -> None:
+    """A file that ends before the size fstat gave (pread answers 0, end of file, POSIX) while reads are also
+    interrupted (EINTR, errno left set by the failed call before): the shim stops reading and refuses the copy as
+    it refuses a truncated file (NVML_ERROR_UNKNOWN, as `test_bad_snapshots_are_refused`), within the timeout,
+    instead of retrying the end of file forever."""
+    snap = node_snapshot("dgx-h100")
+    result = run_python(READ_THROUGH_INTERPOSER, snap.path, timeout=30, LD_PRELOAD=str(pread_interposer),
+                        FHW_TEST_PREAD="eof")
+    assert result["err"] == 999
+    assert result["interrupted"] >= 1
+
+
+SMI_TABLE_GUID = bytes([0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e, 0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4])
+"""The export table nvidia-smi asks for (tests/nvml/c/shim_test.c asks for it by the same id)."""
+SMI_PROCESS_ENTRY = 4128
+"""The size of one process entry nvidia-smi passes to slots 213-215 (csrc/export.c)."""
+
+
+def test_the_export_table_s_process_slot_writes_no_entry_past_the_capacity_it_is_given(
+        nvml: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """The export table's compute-process slot (213) takes the caller's capacity in `*count`, as
+    nvmlDeviceGetComputeRunningProcesses takes `infoCount` (nvml.h: INSUFFICIENT_SIZE "if infoCount is too small",
+    "infoCount will contain minimal amount of space necessary for the call to complete"). With two compute
+    processes on gpu0 and room for one, it answers INSUFFICIENT_SIZE with a count of 2 and writes nothing past the
+    one entry: the bytes after it, the caller's, keep their fill. (A program without a driver release string, like
+    this interpreter, gets the table: csrc/export.c.)"""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu0", 4242, 1 << 30, kinds=1),
+                                FakeProcess("gpu0", 4343, 2 << 30, kinds=1)])
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    table = ctypes.c_void_p()
+    guid = (ctypes.c_ubyte * 16)(*SMI_TABLE_GUID)
+    assert lib.nvmlInternalGetExportTable(ctypes.byref(table), guid) == n.NVML_SUCCESS
+    slots = ctypes.cast(table, ctypes.POINTER(ctypes.c_void_p))
+    slot = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                            ctypes.c_void_p)(slots[213])
+    device = n.nvmlDeviceGetHandleByIndex(0)
+    entries = (ctypes.c_ubyte * (2 * SMI_PROCESS_ENTRY))(*([0xAB] * (2 * SMI_PROCESS_ENTRY)))
+    count = ctypes.c_uint(1)
+    rc = slot(ctypes.cast(device, ctypes.c_void_p), ctypes.addressof(count), ctypes.addressof(entries), None)
+    assert (rc, count.value) == (n.NVML_ERROR_INSUFFICIENT_SIZE, 2)
+    assert int.from_bytes(bytes(entries[:4]), "little") in (4242, 4343)
+    assert set(entries[SMI_PROCESS_ENTRY:]) == {0xAB}
+
+
+TRUNCATED_UNDER_A_READER = r"""
+import json, os, sys, time, pynvml
+path = os.environ["FAKEHW_NVML_SNAPSHOT"]
+good = open(path, "rb").read()
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+out = {"before": pynvml.nvmlDeviceGetUUID(h)}
+with open(path, "r+b") as f:  # as `cp backup nvml.snapshot` does first: the same file, truncated
+    f.truncate(0)
+try:
+    out["torn"] = pynvml.nvmlDeviceGetUUID(h)
+except pynvml.NVMLError as e:
+    out["torn"] = e.value
+with open(path, "r+b") as f:
+    f.write(good)
+time.sleep(0.05)
+try:
+    out["after"] = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
+except pynvml.NVMLError as e:
+    out["after"] = e.value
+print(json.dumps(out))
+"""
+
+
+def test_a_snapshot_truncated_in_place_under_a_reader_is_unknown_until_written_again(
+        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """docs/nvml.md ("Writing and noticing a new generation"): someone may rewrite a snapshot in place (`cp backup
+    nvml.snapshot` truncates first); touching the mapped page of a truncated file raises SIGBUS (mmap(2)), which
+    the shim takes on its own pages, "answering NVML_ERROR_UNKNOWN while the file is torn", and the file written
+    again is read again. The reader process survives all of it. (c-coverage.py: the SIGBUS handler never ran.)"""
+    snap = node_snapshot("dgx-h100")
+    got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30)
+    uuid = snap.node.gpus[0].uuid
+    assert got == {"before": uuid, "torn": 999, "after": uuid}

@@ -677,16 +677,21 @@ nvmlReturn_t nvmlDeviceGetSupportedClocksEventReasons(nvmlDevice_t device, unsig
     FHW_DEV_CALL(device, PHYS, d_throttle(&C, reasons, 1));
 }
 
+/* Time held below clocks by perf policy `policy` (nvmlPerfPolicyType_t), in ns: one generation's worth (1 s) per
+   active limiter of its kind. "GPU idle" (0x1) holds nothing back: TOTAL_APP_CLOCKS is the time "held below
+   application clocks by any limiter (0 - 5 above)" (nvml.h). The violation status and the perf policy fields
+   (fields.c) both answer from here. */
+uint64_t fhw_violation_ns(fhw_ctx_t *c, unsigned int policy) {
+    unsigned long long r = c->g->throttle_reasons & ~1ULL;
+    int hit = (policy == 0 && (r & 0x84)) || (policy == 1 && (r & 0x60)) || (policy >= 10 && r);
+    return hit ? c->s->hdr->generation * 1000000000ULL : 0;
+}
+
 static nvmlReturn_t d_violation(fhw_ctx_t *c, unsigned int policy, nvmlViolationTime_t *v) {
     CHECK_PTR(v);
     if (policy > 11) return NVML_ERROR_INVALID_ARGUMENT;
     v->referenceTime = (unsigned long long)c->s->hdr->render_time_us;
-    /* Time held below clocks: one generation's worth (1 s) per active limiter of this kind. */
-    /* "GPU idle" (0x1) holds nothing back: TOTAL_APP_CLOCKS is the time "held below application clocks by any
-       limiter (0 - 5 above)" (nvml.h), as the perf policy fields count it (fields.c, f_misc). */
-    unsigned long long r = c->g->throttle_reasons & ~1ULL, gen = c->s->hdr->generation;
-    int hit = (policy == 0 && (r & 0x84)) || (policy == 1 && (r & 0x60)) || (policy >= 10 && r);
-    v->violationTime = hit ? gen * 1000000000ULL : 0;
+    v->violationTime = fhw_violation_ns(c, policy);
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, unsigned int perfPolicyType,

@@ -411,9 +411,7 @@ static int f_misc(fhw_ctx_t *c, unsigned int id, fv_answer_t *a) {
     if (id >= NVML_FI_DEV_PERF_POLICY_POWER && id <= NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS) {
         unsigned int policy = id - NVML_FI_DEV_PERF_POLICY_POWER;
         if (policy >= 6) policy += 4; /* 80, 81 -> TOTAL_APP_CLOCKS (10), TOTAL_BASE_CLOCKS (11) */
-        unsigned long long rr = g->throttle_reasons & ~1ULL; /* "GPU idle" holds nothing back */
-        int hit = (policy == 0 && (rr & 0x84)) || (policy == 1 && (rr & 0x60)) || (policy >= 10 && rr);
-        answer_u(a, VT_ULL, hit ? c->s->hdr->generation * 1000000000ULL : 0);
+        answer_u(a, VT_ULL, fhw_violation_ns(c, policy));
     } else if (id == NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION) {
         answer_u(a, VT_ULL, g->energy_mj);
     } else if (id == FI_IS_RESETLESS_MIG_SUPPORTED || id == FI_IS_MIG_MODE_INDEPENDENT_MIG_QUERY_CAPABLE) {
