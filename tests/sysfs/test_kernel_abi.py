@@ -2955,3 +2955,36 @@ def test_a_host_bridge_port_unbound_from_cxl_port_has_no_decoders(fast_tmp: Path
     assert "cxl_host_bridge.1" in ports
     assert not list(ports["cxl_host_bridge.1"].glob("decoder*"))
     assert list(ports["cxl_host_bridge.0"].glob("decoder*"))
+
+
+def test_a_second_region_in_a_window_carves_its_resource_out_of_the_root_decoders_range_after_the_first(
+        fast_tmp: Path) -> None:
+    """drivers/cxl/core/region.c, alloc_hpa: writing a region's ``size`` allocates its host physical range from its
+    root decoder's window (alloc_free_mem_region on cxlrd->res, 256 MiB aligned), and ``resource`` prints the start
+    of that range (region.h: "@res: Resource this region carves out of the platform decode range"); the resource
+    tree gives two regions of one window disjoint ranges. cxl-test's cfmws0 (1 GiB, decoder of region0's 512 MiB)
+    given a second 2-way 512 MiB region: its range lies inside the root decoder's ``start``/``size`` and past
+    region0's (seed 10546: the second region's offset into the window was subtracted from its base)."""
+    system = load_profile("cxl-test")
+    node = system.nodes[0]
+    engine = CxlEngine(system, [node.name])
+    core = engine.core(node.name)
+    cxl = engine.settle(engine.boot(), node.name, frozenset())
+    first = cxl.regions[(node.name, "region0")]
+    name = f"region{cxl.root_ids[(node.name, first.window)]}"
+    state = core.create_region(cxl, first.window, "ram", name)
+    state = core.set_ways(state, name, "2")
+    state = core.set_granularity(state, name, "4096")
+    state = core.set_size(state, name, str(512 << 20))
+    devices = _render_cxl_state(engine, node, state, fast_tmp) / CXL_DEVICES
+    ranges: dict[str, tuple[int, int]] = {}
+    for region in ("region0", name):
+        path = (devices / region).resolve()
+        root = path.parent  # a region is a child of its root decoder (devm_cxl_add_region: dev->parent)
+        window = int(_read(root / "start"), 16), int(_read(root / "size"), 16)
+        start, size = int(_read(path / "resource"), 16), int(_read(path / "size"), 16)
+        assert size == 512 << 20, (region, size)
+        assert window[0] <= start and start + size <= window[0] + window[1], (region, hex(start), window)
+        ranges[region] = (start, start + size)
+    (a0, a1), (b0, b1) = ranges["region0"], ranges[name]
+    assert a1 <= b0 or b1 <= a0, ranges
