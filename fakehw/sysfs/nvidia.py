@@ -56,6 +56,8 @@ def dynamic_regions(system: System, node: Node) -> dict[str, int]:
     names = [IMEX] if has_imex(system, node) else []
     names += ["nvidia-caps", "nvidia-nvlink", "nvidia-nvswitch", "nvidia-uvm"]
     return {name: DYNAMIC_EXT_START - i for i, name in enumerate(names)}
+
+
 PROC = "proc/driver/nvidia"
 CAPS = f"{PROC}/capabilities"
 CAPS_PROC = "proc/driver/nvidia-caps"
