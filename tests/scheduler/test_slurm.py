@@ -114,12 +114,27 @@ def _slurm_ready() -> str | None:
 needs_slurm = pytest.mark.skipif(_slurm_ready() is not None, reason=str(_slurm_ready()))
 
 
+SUITE_TIMEOUT_S = 900
+STUCK_TEST_S = 300
+
+
+def _text(out: str | bytes | None) -> str:
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+
+
 def _suite(profile: str, out: Path) -> tuple[dict[str, Any], str]:
     results = out / "results.json"
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", "-q",
-                           "--import-mode=importlib", "--profile", profile, "--conformance-results", str(results),
-                           "--conformance-complete"], capture_output=True, text=True, timeout=900, check=False,
-                          env={**os.environ, **SCRATCH.env})
+    # Every wait in the suite is bounded (60-180 s), so a test running for minutes is stuck: pytest's faulthandler
+    # then prints every thread's stack to stderr, and a suite killed at the outer timeout shows where it was.
+    argv = [sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", "-q", "-o",
+            f"faulthandler_timeout={STUCK_TEST_S}", "--import-mode=importlib", "--profile", profile,
+            "--conformance-results", str(results), "--conformance-complete"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S, check=False,
+                              env={**os.environ, **SCRATCH.env})
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the Slurm suite on {profile} did not finish within {SUITE_TIMEOUT_S} s; it printed:\n"
+                    f"{_text(exc.stdout)[-3000:]}\n{_text(exc.stderr)[-12000:]}")
     log = proc.stdout[-5000:] + proc.stderr[-2000:]
     assert results.is_file(), log
     return json.loads(results.read_text()), log
