@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +19,30 @@ settings.register_profile(
     "ci", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nested_pytest_temp_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A temp root of their own for the pytest sessions tests start (the conformance suites, ``conformance run``).
+
+    Every pytest session, when it ends, deletes the numbered and ``garbage-*`` directories of earlier sessions in
+    the machine's ``/tmp/pytest-of-<user>`` but the newest three. A suite run by a test is a session, so one of them
+    could end up deleting an earlier CI run's tree: 1.4 million entries, 12 minutes on this machine's ext4 (mounted
+    ``discard``), and a Slurm suite killed at its 900 s limit in CI on 2026-11-28. Under ``PYTEST_DEBUG_TEMPROOT``
+    (pytest's documented root for ``tmp_path``) they clean only among themselves, and this session deletes the
+    root when it ends. This session's own base directory is fixed first, so it stays where it was."""
+    tmp_path_factory.getbasetemp()
+    root = Path(tempfile.mkdtemp(prefix="fhw-nested-"))
+    before = os.environ.get("PYTEST_DEBUG_TEMPROOT")
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(root)
+    try:
+        yield root
+    finally:
+        if before is None:
+            os.environ.pop("PYTEST_DEBUG_TEMPROOT", None)
+        else:
+            os.environ["PYTEST_DEBUG_TEMPROOT"] = before
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # Under pytest-xdist (`make test` runs -n 2 --dist loadfile) each test file runs whole on one worker, so module
