@@ -27,6 +27,9 @@ from fakehw.model.system import System
 PROFILE = "gh200"
 NODE = "gh200-0"
 FAULTS = 35
+FILES = "on-demand"
+"""The agents here make no node files (none is asked for): what is checked is the journal and what the API reports,
+and rendering each agent's node (~14,000 entries) was most of this file's time."""
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +49,7 @@ class Before:
 
 def build(system: System, state_dir: Path, heal_every: int = 3) -> Before:
     """35 faults, every third healed, then a clean stop (the journal holds injects and heals)."""
-    svc = AgentService(system, state_dir)
+    svc = AgentService(system, state_dir, files=FILES)
     ids = [svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 13 + i % 5}).id for i in range(FAULTS)]
     for fid in ids[::heal_every]:
         svc.heal(fid)
@@ -119,11 +122,11 @@ def test_damage_is_refused_then_salvaged_loudly_with_the_original_kept(system: S
     damaged = journal.read_bytes() if journal.exists() else None
 
     with pytest.raises(JournalDamaged) as refused:  # never a silent start (no fault lost or brought back)
-        AgentService(system, tmp_path)
+        AgentService(system, tmp_path, files=FILES)
     assert message in str(refused.value) and "--salvage-journal" in str(refused.value), str(refused.value)
     assert (journal.read_bytes() if journal.exists() else None) == damaged, "a refusal changes nothing"
 
-    svc = AgentService(system, tmp_path, salvage=True)
+    svc = AgentService(system, tmp_path, files=FILES, salvage=True)
     try:
         recovery = svc.journal.recovery
         assert recovery.problems and any(message in p for p in recovery.problems), recovery.problems
@@ -140,7 +143,7 @@ def test_damage_is_refused_then_salvaged_loudly_with_the_original_kept(system: S
     finally:
         svc.close()
     # The salvaged journal is sound: the next start needs no salvage and finds the same faults.
-    again = AgentService(system, tmp_path)
+    again = AgentService(system, tmp_path, files=FILES)
     try:
         assert fresh.id in {f.id for f in again.faults()} and not again.journal.recovery.problems
     finally:
@@ -150,7 +153,7 @@ def test_damage_is_refused_then_salvaged_loudly_with_the_original_kept(system: S
 def test_zeros_in_the_middle_are_counted_and_the_rest_is_kept(system: System, tmp_path: Path) -> None:
     before = build(system, tmp_path, heal_every=FAULTS)
     zeros_in_the_middle(tmp_path)
-    svc = AgentService(system, tmp_path, salvage=True)
+    svc = AgentService(system, tmp_path, files=FILES, salvage=True)
     try:
         kept = {f.id for f in svc.faults()}
         recovery = svc.journal.recovery
@@ -166,7 +169,7 @@ def test_a_torn_last_record_is_dropped_with_a_warning(system: System, tmp_path: 
     whole = len(lines_of(tmp_path / "journal.jsonl"))
     with open(tmp_path / "journal.jsonl", "ab") as fh:
         fh.write(encode(999, {"op": "inject"})[:25])  # the agent died writing it: it was never acknowledged
-    svc = AgentService(system, tmp_path)  # no salvage needed
+    svc = AgentService(system, tmp_path, files=FILES)  # no salvage needed
     try:
         assert {f.id for f in svc.faults()} == before.active
         # Named by its line number in the file as an editor or `sed -n Np` counts it: after the whole lines.
@@ -180,18 +183,18 @@ def test_a_torn_last_record_is_dropped_with_a_warning(system: System, tmp_path: 
 def test_an_older_journal_put_back_is_refused(system: System, tmp_path: Path) -> None:
     build(system, tmp_path)
     old = (tmp_path / "journal.jsonl").read_bytes()
-    AgentService(system, tmp_path).close()  # a restart compacts into a new epoch
+    AgentService(system, tmp_path, files=FILES).close()  # a restart compacts into a new epoch
     (tmp_path / "journal.jsonl").write_bytes(old)
     with pytest.raises(JournalDamaged, match="an older or foreign journal"):
-        AgentService(system, tmp_path)
+        AgentService(system, tmp_path, files=FILES)
 
 
 def test_a_damaged_platform_journal_is_refused_too(tmp_path: Path) -> None:
     system = load_profile("cxl-pool")
-    AgentService(system, tmp_path).close()
+    AgentService(system, tmp_path, files=FILES).close()
     (tmp_path / "platform.jsonl").write_bytes(b"")
     with pytest.raises(JournalDamaged, match=r"platform\.jsonl is damaged: the journal is empty"):
-        AgentService(system, tmp_path)
+        AgentService(system, tmp_path, files=FILES)
 
 
 def test_the_cli_refuses_with_a_clear_message_and_no_traceback(system: System, tmp_path: Path) -> None:
@@ -217,12 +220,12 @@ def test_the_first_fault_id_is_reserved_too(system: System, tmp_path: Path) -> N
     """docs/agent.md: fault ids "only ever grow, across restarts and after a salvage". The first id an agent hands
     out (f-000001, ids start at 1) must be reserved like every later one: with one fault and the journal lost,
     the salvaged agent must not hand f-000001 out again (an old client could heal someone else's fault)."""
-    svc = AgentService(system, tmp_path)
+    svc = AgentService(system, tmp_path, files=FILES)
     first = svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 13}).id
     svc.close()
     assert first == "f-000001"
     deleted(tmp_path)
-    svc = AgentService(system, tmp_path, salvage=True)
+    svc = AgentService(system, tmp_path, files=FILES, salvage=True)
     try:
         fresh = svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 31}).id
         assert int(fresh.split("-")[1]) > 1, f"{fresh} after f-000001 was handed out and the journal lost"
