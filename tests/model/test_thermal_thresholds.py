@@ -57,7 +57,7 @@ def test_thresholds_are_the_captured_boards(capture: str) -> None:
 def test_the_default_thermal_fault_throttles_below_shutdown_and_shutdown_is_unhealthy(tmp_path: Path) -> None:
     system = load_profile("dgx-h100")
     sku = system.nodes[0].gpus[0].sku
-    service = AgentService(system, tmp_path)
+    service = AgentService(system, tmp_path, files="on-demand")  # the state is checked, not the files
     node = system.nodes[0].name
     fault = service.inject(node, {"kind": "thermal", "device": "gpu0"})
     temperature = fault.request.temperature_c  # type: ignore[attr-defined]
