@@ -47,6 +47,7 @@ SOURCE_SUFFIX = ".source"
 """A file in the store naming the root of the tree that holds one share key's files (others hard-link them)."""
 MANIFEST_NAME = ".manifest"
 WRITER_THREADS = 4
+PARALLEL_THRESHOLD = 2000
 _FRESH_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -486,17 +487,16 @@ class RootWriter:
 
     def _write_fresh(self, entries: dict[str, Entry], stats: WriteStats) -> None:
         """Write ``entries`` into a tree this render is building (the first render's temporary directory, which
-        nobody else reads or writes): the same entries :meth:`_write_all` would make, with a fraction of the work.
+        nobody else reads or writes): the same entries :meth:`_write_all` would make, with less work.
 
         Nothing there needs replacing or comparing, so every directory is made once with one ``mkdir`` (parents
-        first: a sorted list), every file with one ``open(O_CREAT | O_EXCL | O_NOFOLLOW)`` (a name that exists,
-        a symlink above all, is an error, never followed), ``write`` and ``close``, and every name is resolved
-        from a descriptor of the tree's root rather than from ``/``. One thread: the cost is the filesystem's
-        inode allocation in the kernel (on the journal-less ext4 of these machines 100-400 us a file, see
-        docs/testbed.md), which threads on one filesystem contend for rather than overlap (four writer threads
-        took 29 s of system time for a riscv-nvlink-fusion tree where one took 21 s, and their GIL hand-offs
-        were 25,000-59,000 context switches). Directories, then files and devices, then links, as
-        :meth:`_write_all` orders them."""
+        before children), every file with one ``open(O_CREAT | O_EXCL | O_NOFOLLOW)`` (a name that exists, a
+        symlink above all, is an error, never followed), ``write`` and ``close``, and every name is resolved
+        from a descriptor of the tree's root rather than from ``/``. Directories, then files and devices, then
+        links, as :meth:`_write_all` orders them. A big section is written by one thread per CPU (at most
+        :data:`WRITER_THREADS`), each owning whole directories: the cost is the kernel's inode allocation (on
+        the journal-less ext4 of these machines 100-400 us a file, docs/testbed.md), which threads overlap when
+        CPUs are free."""
         made = self._made_dirs
         wanted: dict[str, int] = {}
         for rel, entry in entries.items():
@@ -506,35 +506,52 @@ class RootWriter:
             while parent and parent not in made and parent not in wanted:
                 wanted[parent] = 0o777  # as os.makedirs makes a parent (the umask applies)
                 parent = parent.rpartition("/")[0]
+        threads = min(WRITER_THREADS, os.cpu_count() or 1) if len(entries) > PARALLEL_THRESHOLD else 1
         rootfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            for rel in sorted(wanted):
-                if rel in made:
-                    continue
-                with contextlib.suppress(FileExistsError):  # made by a hard-linked section (_link_from)
-                    os.mkdir(rel, wanted[rel], dir_fd=rootfd)
-                made.add(rel)
-            umask, root = self.umask, str(self.root)
-            links: list[tuple[str, str]] = []
+            by_depth: dict[int, list[str]] = {}
+            for rel in wanted:
+                by_depth.setdefault(rel.count("/"), []).append(rel)
+            files: list[tuple[str, Entry]] = []
+            links: list[tuple[str, Entry]] = []
             for rel, entry in entries.items():
-                if isinstance(entry, File):
-                    fd = os.open(rel, _FRESH_FLAGS, entry.mode, dir_fd=rootfd)
-                    try:
-                        if entry.data:
-                            os.write(fd, entry.data)
-                        if entry.mode & umask:  # the umask took bits this file needs
-                            os.fchmod(fd, entry.mode)
-                    finally:
-                        os.close(fd)
-                elif isinstance(entry, Link):
-                    links.append((rel, entry.target))
+                if isinstance(entry, Link):
+                    links.append((rel, entry))
                 elif not isinstance(entry, Dir):
-                    self._direct(os.path.join(root, rel), entry)  # devices and sparse files: a few per tree
-            for rel, target in sorted(links):
-                os.symlink(target, rel, dir_fd=rootfd)
+                    files.append((rel, entry))
+            with ThreadPoolExecutor(threads) as pool:
+                for depth in sorted(by_depth):  # a level's parents exist before it is made
+                    level = sorted(by_depth[depth])
+                    list(pool.map(lambda part: self._fresh_dirs(rootfd, part, wanted), _split(level, threads)))
+                made.update(wanted)
+                for batch in (files, sorted(links, key=_first)):
+                    list(pool.map(lambda part: self._fresh_entries(rootfd, part), _by_directory(batch, threads)))
         finally:
             os.close(rootfd)
         stats.written += len(entries)
+
+    @staticmethod
+    def _fresh_dirs(rootfd: int, paths: list[str], modes: dict[str, int]) -> None:
+        for rel in paths:
+            with contextlib.suppress(FileExistsError):  # made by an earlier section or a linked one
+                os.mkdir(rel, modes[rel], dir_fd=rootfd)
+
+    def _fresh_entries(self, rootfd: int, items: list[tuple[str, Entry]]) -> None:
+        umask, root = self.umask, str(self.root)
+        for rel, entry in items:
+            if isinstance(entry, File):
+                fd = os.open(rel, _FRESH_FLAGS, entry.mode, dir_fd=rootfd)
+                try:
+                    if entry.data:
+                        os.write(fd, entry.data)
+                    if entry.mode & umask:  # the umask took bits this file needs
+                        os.fchmod(fd, entry.mode)
+                finally:
+                    os.close(fd)
+            elif isinstance(entry, Link):
+                os.symlink(entry.target, rel, dir_fd=rootfd)
+            else:
+                self._direct(os.path.join(root, rel), entry)  # devices and sparse files: a few per tree
 
     def _write_list(self, root: str, paths: list[str], entries: dict[str, Entry], atomic: bool) -> int:
         made: set[str] = set()
@@ -639,6 +656,29 @@ class RootWriter:
                 except OSError:
                     break
                 parent = posixpath.dirname(parent)
+
+
+def _first(item: tuple[str, Entry]) -> str:
+    return item[0]
+
+
+def _split(paths: list[str], parts: int) -> list[list[str]]:
+    """``paths`` in ``parts`` interleaved slices (directories of one level: any split works)."""
+    return [paths[i::parts] for i in range(parts)] if parts > 1 else [paths]
+
+
+def _by_directory(items: list[tuple[str, Entry]], parts: int) -> list[list[tuple[str, Entry]]]:
+    """``items`` in ``parts`` lists, each directory's entries in one list and in their order (threads never make
+    entries in the same directory, whose lock they would contend for)."""
+    if parts <= 1:
+        return [items]
+    groups: dict[str, list[tuple[str, Entry]]] = {}
+    for item in items:
+        groups.setdefault(item[0].rpartition("/")[0], []).append(item)
+    buckets: list[list[tuple[str, Entry]]] = [[] for _ in range(parts)]
+    for i, members in enumerate(groups.values()):
+        buckets[i % parts].extend(members)
+    return buckets
 
 
 def _read_sections(manifest: Path) -> dict[str, Any] | None:
