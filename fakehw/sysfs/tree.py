@@ -495,7 +495,7 @@ class RootWriter:
         from a descriptor of the tree's root rather than from ``/``. Directories, then files and devices, then
         links, as :meth:`_write_all` orders them. A big section is written by one thread per CPU (at most
         :data:`WRITER_THREADS`), each owning whole directories: the cost is the kernel's inode allocation (on
-        the journal-less ext4 of these machines 100-400 us a file, docs/testbed.md), which threads overlap when
+        the journal-less ext4 of these machines 30-400 us a file, docs/testbed.md), which threads overlap when
         CPUs are free."""
         made = self._made_dirs
         wanted: dict[str, int] = {}
@@ -519,13 +519,14 @@ class RootWriter:
                     links.append((rel, entry))
                 elif not isinstance(entry, Dir):
                     files.append((rel, entry))
-            with ThreadPoolExecutor(threads) as pool:
+            with ThreadPoolExecutor(threads) if threads > 1 else contextlib.nullcontext() as pool:
+                run = pool.map if pool is not None else map  # a small section: no thread to start
                 for depth in sorted(by_depth):  # a level's parents exist before it is made
                     level = sorted(by_depth[depth])
-                    list(pool.map(lambda part: self._fresh_dirs(rootfd, part, wanted), _split(level, threads)))
+                    list(run(lambda part: self._fresh_dirs(rootfd, part, wanted), _split(level, threads)))
                 made.update(wanted)
                 for batch in (files, sorted(links, key=_first)):
-                    list(pool.map(lambda part: self._fresh_entries(rootfd, part), _by_directory(batch, threads)))
+                    list(run(lambda part: self._fresh_entries(rootfd, part), _by_directory(batch, threads)))
         finally:
             os.close(rootfd)
         stats.written += len(entries)
