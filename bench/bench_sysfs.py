@@ -1,17 +1,26 @@
-"""The fake root tree: full render of one GB200 tray and of a ~1,000-node fleet, and incremental re-renders.
+"""The fake root tree: a node's first render per profile, full render of one GB200 tray and of a ~1,000-node
+fleet, and incremental re-renders.
 
 Figures are printed, nothing is asserted. File counts are entries of the tree (files, symlinks, directories
 declared, device nodes). The fleet is GB200 NVL72 trays: 1,008 of them (56 racks; the profile needs whole
 racks of 18). Trays after the first of a template hard-link their static content (CPU topology and caches, NUMA
 and driver files) from the first tray's tree, so the fleet figure shows what sharing buys.
 
-Usage: ``python bench/bench_sysfs.py [--dir DIR] [--fleet N]`` (DIR defaults to the system temp dir; the
-filesystem matters: ext4 under load is 5-10x slower per file than tmpfs).
+The first-render rows split a node's first render (what ``fakehw render``, an agent's eager start and the first
+``testbed exec`` on a node pay) into wall time, CPU in Python (user) and in the kernel, and time the writing
+thread was runnable but waited for a CPU (other load: ``/proc/thread-self/schedstat``), with the load average
+before it. On these machines the kernel part is mostly ext4's inode allocation (docs/testbed.md).
+
+Usage: ``python bench/bench_sysfs.py [--dir DIR] [--fleet N] [--parts first,tray,incremental,agent,fleet]
+[--profiles P,...]`` (DIR defaults to the system temp dir; the filesystem matters: ext4 under load is 5-10x
+slower per file than tmpfs, and on the journal-less ext4 here 10-40x).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
 import statistics
 import sys
@@ -36,6 +45,31 @@ from fakehw.sysfs.tree import WriteStats
 def render(system: System, node: Node, out: Path, faults: list[ActiveFault] | None = None) -> WriteStats:
     state = derive_state(node, faults or [])
     return render_tree(RenderContext(system, node, state, True), OutputDir(out / node.name))
+
+
+def _cpu_wait() -> float:
+    """Seconds this thread has been runnable without a CPU (the second field of its schedstat); 0 if unknown."""
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def first_render(base: Path, profiles: list[str]) -> None:
+    """One node of each profile rendered into a new directory (its first render, no template sibling to link)."""
+    for name in profiles:
+        system = load_profile(name)
+        node = system.nodes[0]
+        out = base / f"first-{name}"
+        load = os.getloadavg()[0]
+        before, waited, start = resource.getrusage(resource.RUSAGE_SELF), _cpu_wait(), time.perf_counter()
+        stats = render(system, node, out)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        row(f"first render, one {name} node", f"{wall:6.2f} s", f"user {after.ru_utime - before.ru_utime:5.2f} s",
+            f"kernel {after.ru_stime - before.ru_stime:5.2f} s", f"waiting for a CPU {_cpu_wait() - waited:5.2f} s",
+            f"{stats.written:>6} entries", f"load {load:.1f}")
+        shutil.rmtree(out)
 
 
 def tray(base: Path) -> None:
@@ -125,14 +159,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", help="where to render (default: the system temp dir)")
     parser.add_argument("--fleet", type=int, default=1008, help="trays in the fleet (a multiple of 18)")
+    parser.add_argument("--parts", default="first,tray,incremental,agent,fleet", help="which rows, comma-separated")
+    parser.add_argument("--profiles", default="riscv-nvlink-fusion,gb200-nvl72,dgx-h100",
+                        help="profiles of the first-render rows, comma-separated")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     base = Path(tempfile.mkdtemp(prefix="fhw-bench-sysfs-", dir=args.dir))
     try:
         print(f"fake root tree (rendering under {base})")
-        tray(base)
-        incremental(base)
-        agent(base)
-        fleet(base, args.fleet)
+        if "first" in parts:
+            first_render(base, args.profiles.split(","))
+        if "tray" in parts:
+            tray(base)
+        if "incremental" in parts:
+            incremental(base)
+        if "agent" in parts:
+            agent(base)
+        if "fleet" in parts:
+            fleet(base, args.fleet)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -19,7 +19,7 @@ from fakehw.render.atomic import OutputDir
 from fakehw.sysfs import MANIFEST, ROOT_DIR, node_layout, render_tree
 from fakehw.sysfs.hwloc import lstopo, lstopo_path
 from fakehw.sysfs.nvidia import gpu_section
-from fakehw.sysfs.tree import RootWriter, Section, SectionSpec, WriteStats
+from fakehw.sysfs.tree import RootWriter, Section, SectionSpec, WriteStats, _umask
 
 
 def _render(system_name: str, out: Path, lost: tuple[str, ...] = ()) -> tuple[WriteStats, System, Node, NodeState]:
@@ -192,6 +192,39 @@ def test_a_node_linked_from_its_template_sibling_is_the_tree_it_would_write_alon
     assert (linked / rel).stat().st_ino == (fast_tmp / "fleet" / first.name / ROOT_DIR / rel).stat().st_ino
     a, b = _listing(linked), _listing(alone)
     assert len(a) > 1000 and sorted(p for p in a.keys() | b.keys() if a.get(p) != b.get(p)) == []
+
+
+@pytest.mark.parametrize(("profile", "umask"), [("riscv-nvlink-fusion", 0o022), ("dgx-h100", 0o077)])
+def test_a_first_render_writes_what_the_entry_by_entry_writer_writes(fast_tmp: Path, profile: str,
+                                                                    umask: int) -> None:
+    """A first render writes its fresh tree the short way (one mkdir per directory, files created exclusively
+    from a descriptor of the root, links last; RootWriter._write_fresh). Whatever it saves, the tree must be
+    entry for entry (names, kinds, permission bits, contents, link targets, device numbers) what the writer of
+    incremental renders and of trees without a manifest makes of the same sections, one compared, temporary and
+    renamed entry at a time. riscv-nvlink-fusion is the tree that made the short way worth it: its memory blocks
+    are most of it (512 GiB of DRAM and 4 x 179 GiB of coherent GPU memory in 128 MiB blocks, riscv64's
+    SECTION_SIZE_BITS of 27 in arch/riscv/include/asm/sparsemem.h: some 9,800 memoryN directories); dgx-h100 is
+    the x86 tree with the 2 GiB blocks, written under a umask that takes bits the files need (0444 attributes),
+    which both writers must give back."""
+    system = load_profile(profile)
+    node = system.nodes[0]
+    fresh, generic = fast_tmp / "fresh" / node.name, fast_tmp / "generic" / node.name
+    (generic / ROOT_DIR).mkdir(parents=True)  # a tree without a manifest: every entry written on its own
+    modes = []
+    old_umask = os.umask(umask)
+    _umask.cache_clear()  # the writer reads the umask once per process
+    try:
+        for out in (fresh, generic):
+            modes.append(render_tree(RenderContext(system, node, derive_state(node, []), True),
+                                     OutputDir(out)).mode)
+    finally:
+        os.umask(old_umask)
+        _umask.cache_clear()
+    assert modes == ["full", "sync"]
+    a, b = _listing(fresh / ROOT_DIR), _listing(generic / ROOT_DIR)
+    blocks = [p for p in a if p.startswith("sys/devices/system/memory/memory") and p.count("/") == 4]
+    assert len(blocks) > (9000 if profile.startswith("riscv") else 500)
+    assert sorted(p for p in a.keys() | b.keys() if a.get(p) != b.get(p)) == []
 
 
 def test_a_template_source_that_is_gone_is_not_used(fast_tmp: Path) -> None:
