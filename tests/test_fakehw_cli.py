@@ -124,19 +124,19 @@ def test_schema_accepts_every_builtin_and_rejects_typos(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "s.json").read_text()) == schema
 
 
-def test_render_writes_every_node(tmp_path: Path) -> None:
-    out = _run("render", "gb200-nvl72", "--out", str(tmp_path), "--node", "0", "--node", "gb200-tray-17")
+def test_render_writes_every_node(fast_tmp: Path) -> None:
+    out = _run("render", "gb200-nvl72", "--out", str(fast_tmp), "--node", "0", "--node", "gb200-tray-17")
     assert out.returncode == 0, out.stderr
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["gb200-tray-0", "gb200-tray-17"]
-    node = json.loads((tmp_path / "gb200-tray-17" / "node.json").read_text())
+    assert sorted(p.name for p in fast_tmp.iterdir() if not p.name.startswith(".")) == ["gb200-tray-0", "gb200-tray-17"]
+    node = json.loads((fast_tmp / "gb200-tray-17" / "node.json").read_text())
     assert node["nvlink_domain"] == "nvl72" and len(node["gpus"]) == 4
-    state = json.loads((tmp_path / "gb200-tray-17" / "state.json").read_text())
+    state = json.loads((fast_tmp / "gb200-tray-17" / "state.json").read_text())
     assert state["health"] == "healthy" and state["faults"] == []
     mine = ("node.json", "state.json")
-    before = {n: (tmp_path / "gb200-tray-0" / n).stat().st_mtime_ns for n in mine}
-    again = _run("render", "gb200-nvl72", "--out", str(tmp_path), "--node", "0")
+    before = {n: (fast_tmp / "gb200-tray-0" / n).stat().st_mtime_ns for n in mine}
+    again = _run("render", "gb200-nvl72", "--out", str(fast_tmp), "--node", "0")
     assert again.returncode == 0
-    after = {n: (tmp_path / "gb200-tray-0" / n).stat().st_mtime_ns for n in mine}
+    after = {n: (fast_tmp / "gb200-tray-0" / n).stat().st_mtime_ns for n in mine}
     assert before == after, "unchanged files are not rewritten"
 
 

@@ -251,7 +251,7 @@ def tree(root: Path) -> dict[str, tuple[str, bytes | str]]:
     return out
 
 
-def test_a_node_rendered_with_memory_is_the_node_rendered_afresh(tmp_path: Path) -> None:
+def test_a_node_rendered_with_memory_is_the_node_rendered_afresh(fast_tmp: Path) -> None:
     """Every change is rendered with memory; the tree is compared with a fresh render after a GPU fell off the
     bus and once everything is healed (a fresh tree is ~17,000 entries: two comparisons keep this test quick)."""
     system = load_profile("dgx-h100")
@@ -263,21 +263,21 @@ def test_a_node_rendered_with_memory_is_the_node_rendered_afresh(tmp_path: Path)
     compare = {steps.index(next(c for c in steps if isinstance(c, dict) and c["kind"] == "fallen-off-bus")),
                len(steps) - 1}
     try:
-        render_node(system, node, run.state(), tmp_path / "kept", initial=True, memo=memo, release=release)
+        render_node(system, node, run.state(), fast_tmp / "kept", initial=True, memo=memo, release=release)
         for i, change in enumerate(steps):
             if isinstance(change, dict):
                 run.inject(change)
             else:
                 run.heal(change)
             state = run.state()
-            render_node(system, node, state, tmp_path / "kept", events=tuple(run.events), memo=memo, release=release)
+            render_node(system, node, state, fast_tmp / "kept", events=tuple(run.events), memo=memo, release=release)
             if i not in compare:
                 continue
-            fresh = tmp_path / f"fresh-{i}"
+            fresh = fast_tmp / f"fresh-{i}"
             render_node(system, node, state, fresh, initial=True, events=tuple(run.events))
-            kept = tree(tmp_path / "kept" / "root")
+            kept = tree(fast_tmp / "kept" / "root")
             assert kept == tree(fresh / "root"), f"after {change}"
-            assert (tmp_path / "kept" / "state.json").read_bytes() == (fresh / "state.json").read_bytes()
+            assert (fast_tmp / "kept" / "state.json").read_bytes() == (fresh / "state.json").read_bytes()
     finally:
         release.close()
 

@@ -49,11 +49,3 @@ def rendered(scratch: Path) -> Callable[[str], list[RenderedNode]]:
         return cache[profile]
 
     return render
-
-
-@pytest.fixture
-def fast_tmp(scratch: Path) -> Iterator[Path]:
-    """A per-test directory on the session's scratch filesystem (tmpfs when there is one)."""
-    path = Path(tempfile.mkdtemp(dir=scratch))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)

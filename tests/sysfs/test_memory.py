@@ -62,12 +62,12 @@ groups:
 """
 
 
-def test_without_hmat_kmem_memory_sits_in_tier_22_below_dram_in_tier_4(tmp_path: Path) -> None:
+def test_without_hmat_kmem_memory_sits_in_tier_22_below_dram_in_tier_4(fast_tmp: Path) -> None:
     """With no performance data, DRAM gets the default abstract distance 576 (memory_tier4) and memory that dax
     kmem onlines gets 5 x 576 (memory_tier22), as real hosts show: "memory_tier4/nodelist 0-2,
     memory_tier22/nodelist 3" (a QEMU CXL/pmem guest quoted on linux-mm), "memory_tier4 0-1, memory_tier22 2"
     (a native CXL host's topology log). Nodes without memory are in no tier, and nothing carries HMAT files."""
-    _, _, root = render_profile(NO_HMAT, tmp_path)
+    _, _, root = render_profile(NO_HMAT, fast_tmp)
     assert tiers(root) == {"memory_tier22": "1-2", "memory_tier4": "0"}
     assert not list((root / "sys/devices/system/node").glob("node*/access*"))
     assert (root / "sys/kernel/mm/numa/demotion_enabled").read_text() == "false\n"
@@ -98,15 +98,15 @@ def _expand(nodelist: str) -> list[int]:
     return out
 
 
-def test_a_cxl_node_leaves_its_tier_and_its_blocks_go_when_its_region_does(tmp_path: Path) -> None:
+def test_a_cxl_node_leaves_its_tier_and_its_blocks_go_when_its_region_does(fast_tmp: Path) -> None:
     """When mem0 goes offline, region0 (2-way, one target on mem0) is no longer in NUMA node 1: the node drops
     out of memory tiering (clear_node_memory_tier on MEM_OFFLINE) and its memory blocks are removed."""
     text = (Path(__file__).parents[2] / "fakehw/profiles/cxl-pool.yaml").read_text()
-    _, node, root = render_profile(text, tmp_path / "a")
+    _, node, root = render_profile(text, fast_tmp / "a")
     blocks = {p.name for p in (root / "sys/devices/system/node/node1").glob("memory*")}
     assert blocks and 1 in _expand(",".join(tiers(root).values()))
     fault = [ActiveFault("f-1", node.name, CxlOffline(device="mem0"), 0.0)]
-    _, _, after = render_profile(text, tmp_path / "b", fault)
+    _, _, after = render_profile(text, fast_tmp / "b", fault)
     assert 1 not in _expand(",".join(tiers(after).values()))
     assert not list((after / "sys/devices/system/node/node1").glob("memory*"))
     assert not any((after / "sys/devices/system/memory" / b).exists() for b in blocks)
