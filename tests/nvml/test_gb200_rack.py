@@ -154,10 +154,10 @@ def test_imex_channel_is_injected_by_nvidias_device_plugin(tmp_path: Path,
 
 @pytest.mark.parametrize(("profile", "driver", "channel"), [("gb200-nvl72", None, True),
                                                            ("dgx-a100", "535.261.03", False)])
-def test_imex_only_where_a_rack_uses_it(tmp_path: Path, profile: str, driver: str | None, channel: bool) -> None:
+def test_imex_only_where_a_rack_uses_it(fast_tmp: Path, profile: str, driver: str | None, channel: bool) -> None:
     """A 535 driver outside an NVLink rack registers no IMEX channels; an NVL72 tray has channel 0."""
-    root, _ = _rendered(str(with_driver(tmp_path / "profile", profile, driver)) if driver else profile,
-                        tmp_path / "node")
+    root, _ = _rendered(str(with_driver(fast_tmp / "profile", profile, driver)) if driver else profile,
+                        fast_tmp / "node")
     assert ("nvidia-caps-imex-channels" in (root / "proc/devices").read_text()) == channel
     assert (root / "dev/nvidia-caps-imex-channels/channel0").exists() == channel
     params = (root / "proc/driver/nvidia/params").read_text()
