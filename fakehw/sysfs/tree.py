@@ -274,7 +274,7 @@ class RootWriter:
             keep_dirs = {p for spec in new_manifest.values() for p, d in (spec.get("entries") or {}).items()
                          if d.startswith("d")}
             self._remove(removes, stats, keep=writes, keep_dirs=keep_dirs)
-        self._write_all(writes, stats, atomic=True)
+        self._write_all(writes, stats)
         if writes or removes:
             self._save_manifest(new_manifest)
         memo["manifest"] = {"version": MANIFEST_VERSION, "sections": new_manifest}
@@ -444,7 +444,7 @@ class RootWriter:
                                    {p: digest(e) for p, e in section.entries.items()}}
         changed = {p: e for p, e in entries.items() if not self._matches(p, e)}
         stats.unchanged += len(entries) - len(changed)
-        self._write_all(changed, stats, atomic=True)
+        self._write_all(changed, stats)
         self._save_manifest(manifest)
         return stats
 
@@ -477,13 +477,14 @@ class RootWriter:
             return False
         return path.read_bytes() == entry.data
 
-    def _write_all(self, entries: dict[str, Entry], stats: WriteStats, atomic: bool) -> None:
-        """Write ``entries``: directories and files first, links last (a link's target exists when it appears)."""
+    def _write_all(self, entries: dict[str, Entry], stats: WriteStats) -> None:
+        """Write ``entries`` in place of what is there, each through a temporary name: directories and files first,
+        links last (a link's target exists when it appears). A fresh tree is :meth:`_write_fresh`'s."""
         root = str(self.root)
         plain = [p for p, e in entries.items() if not isinstance(e, Link)]
         links = sorted(p for p, e in entries.items() if isinstance(e, Link))
-        stats.written += self._write_list(root, sorted(plain), entries, atomic)
-        stats.written += self._write_list(root, links, entries, atomic)
+        stats.written += self._write_list(root, sorted(plain), entries)
+        stats.written += self._write_list(root, links, entries)
 
     def _write_fresh(self, entries: dict[str, Entry], stats: WriteStats) -> None:
         """Write ``entries`` into a tree this render is building (the first render's temporary directory, which
@@ -554,7 +555,7 @@ class RootWriter:
             else:
                 self._direct(os.path.join(root, rel), entry)  # devices and sparse files: a few per tree
 
-    def _write_list(self, root: str, paths: list[str], entries: dict[str, Entry], atomic: bool) -> int:
+    def _write_list(self, root: str, paths: list[str], entries: dict[str, Entry]) -> int:
         made: set[str] = set()
         for rel in paths:
             entry = entries[rel]
@@ -570,10 +571,7 @@ class RootWriter:
                 while parent and parent not in made:
                     made.add(parent)
                     parent = posixpath.dirname(parent)
-            if atomic:
-                self._atomic(full, entry)
-            else:
-                self._direct(full, entry)
+            self._atomic(full, entry)
         return len(paths)
 
     def _direct(self, full: str, entry: Entry) -> None:
