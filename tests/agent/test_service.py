@@ -27,9 +27,11 @@ def service(tmp_path: Path) -> AgentService:
 
 
 @pytest.fixture
-def with_files(tmp_path: Path) -> AgentService:
-    """An agent that renders every node's files and keeps them current (the default, ``files="all"``)."""
-    return AgentService(load_profile("dgx-h100"), tmp_path)
+def with_files(fast_tmp: Path) -> AgentService:
+    """An agent that renders every node's files and keeps them current (the default, ``files="all"``), in
+    ``fast_tmp``: the agent runs in this process and no node view reads its tree, so tmpfs changes nothing the tests
+    see, and spares the disk's slow inode allocation ~28,000 entries per test (tests/conftest.py)."""
+    return AgentService(load_profile("dgx-h100"), fast_tmp)
 
 
 def _rendered(svc: AgentService, node: str = NODE) -> dict:  # type: ignore[type-arg]
@@ -106,9 +108,9 @@ def test_heal_by_device_and_kind(service: AgentService) -> None:
                                                                                      ("gpu1", "xid")]
 
 
-def test_faults_survive_a_restart_and_generations_only_grow(tmp_path: Path) -> None:
+def test_faults_survive_a_restart_and_generations_only_grow(fast_tmp: Path) -> None:
     system = load_profile("dgx-h100")
-    first = AgentService(system, tmp_path)
+    first = AgentService(system, fast_tmp)
     keep = first.inject(NODE, {"kind": "nvlink-down", "device": "gpu0", "link": 3})
     gone = first.inject(NODE, {"kind": "thermal", "device": "gpu1"})
     first.heal(gone.id)
@@ -116,7 +118,7 @@ def test_faults_survive_a_restart_and_generations_only_grow(tmp_path: Path) -> N
     last_seq = first.last_seq
     first.close()
 
-    second = AgentService(system, tmp_path)
+    second = AgentService(system, fast_tmp)
     assert [f.id for f in second.faults()] == [keep.id]
     state = second.state(NODE)
     assert state.generation > generation
@@ -128,22 +130,22 @@ def test_faults_survive_a_restart_and_generations_only_grow(tmp_path: Path) -> N
     assert second.events()[-1].seq > last_seq
 
 
-def test_a_torn_last_record_is_dropped_and_garbage_is_refused_unless_salvaged(tmp_path: Path) -> None:
+def test_a_torn_last_record_is_dropped_and_garbage_is_refused_unless_salvaged(fast_tmp: Path) -> None:
     system = load_profile("dgx-h100")
-    first = AgentService(system, tmp_path)
+    first = AgentService(system, fast_tmp)
     first.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 43})
     first.close()
-    with open(tmp_path / "journal.jsonl", "ab") as fh:
+    with open(fast_tmp / "journal.jsonl", "ab") as fh:
         fh.write(b'7 0badc0de {"op": "inject", "fau')  # the agent died writing it: never acknowledged
-    second = AgentService(system, tmp_path)
+    second = AgentService(system, fast_tmp)
     assert [f.request.device for f in second.faults()] == ["gpu0"]
     assert second.journal.recovery.dropped == 1 and second.journal.recovery.kept is not None
     second.close()
-    with open(tmp_path / "journal.jsonl", "ab") as fh:
+    with open(fast_tmp / "journal.jsonl", "ab") as fh:
         fh.write(b"not a record at all\n")
     with pytest.raises(JournalDamaged, match="line 4 is not a journal record"):
-        AgentService(system, tmp_path)
-    third = AgentService(system, tmp_path, salvage=True)
+        AgentService(system, fast_tmp)
+    third = AgentService(system, fast_tmp, salvage=True)
     assert [f.request.device for f in third.faults()] == ["gpu0"]
     assert third.journal.recovery.dropped == 1 and Path(str(third.journal.recovery.kept)).exists()
     third.close()
@@ -197,23 +199,23 @@ def test_cxl_and_pool_faults_on_the_cxl_profile(tmp_path: Path) -> None:
         svc.inject("cxl-host-1", {"kind": "pool-shrink", "device": "cxl-local", "bytes": 2**40})
 
 
-def test_a_journal_of_the_unchecked_format_is_taken_over(tmp_path: Path) -> None:
+def test_a_journal_of_the_unchecked_format_is_taken_over(fast_tmp: Path) -> None:
     """State dirs written by earlier versions (plain JSON lines, no meta file) come back, then in the new format."""
     fault = {"id": "f-000007", "node": NODE, "created": 1.0, "kind": "xid", "device": "gpu2", "code": 43}
     lines = [{"op": "generation", "generations": {NODE: 5}, "fault_counter": 9, "seq": 12},
              {"op": "inject", "fault": fault, "generation": 6, "events": []},
              {"op": "inject", "fault": {**fault, "id": "f-000008"}, "generation": 7, "events": []},
              {"op": "heal", "node": NODE, "ids": ["f-000008"], "generation": 8, "events": []}]
-    (tmp_path / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    svc = AgentService(load_profile("dgx-h100"), tmp_path)
+    (fast_tmp / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    svc = AgentService(load_profile("dgx-h100"), fast_tmp)
     try:
         assert [f.id for f in svc.faults()] == ["f-000007"] and svc.journal.recovery.upgraded
         assert svc.state(NODE).generation > 8 and svc.last_seq >= 12
         assert svc.inject(NODE, {"kind": "xid", "device": "gpu0", "code": 13}).id == "f-000010"
     finally:
         svc.close()
-    assert (tmp_path / "journal.jsonl").read_text().startswith("1 "), "rewritten with numbered, checked records"
-    AgentService(load_profile("dgx-h100"), tmp_path).close()
+    assert (fast_tmp / "journal.jsonl").read_text().startswith("1 "), "rewritten with numbered, checked records"
+    AgentService(load_profile("dgx-h100"), fast_tmp).close()
 
 
 def test_state_json_follows_injections_and_heals_in_any_order(with_files: AgentService) -> None:
@@ -329,12 +331,12 @@ def test_compact_every_below_one_is_refused(tmp_path: Path) -> None:
         AgentService(load_profile("dgx-h100"), tmp_path, compact_every=0)
 
 
-def test_compactions_between_concurrent_injections_lose_no_acknowledged_fault(tmp_path: Path) -> None:
+def test_compactions_between_concurrent_injections_lose_no_acknowledged_fault(fast_tmp: Path) -> None:
     """A compaction rewrites the journal while other threads are injecting (group commit queues their records):
     docs/agent.md promises an acknowledged change is durable, so every fault an ``inject`` returned must come back
     after a restart, however the compactions (``compact_every=16``: dozens of them) fell between the writes."""
     system = load_profile("dgx-h100")
-    svc = AgentService(system, tmp_path, compact_every=16)
+    svc = AgentService(system, fast_tmp, compact_every=16)
     acknowledged: list[str] = []
     errors: list[BaseException] = []
 
@@ -358,10 +360,10 @@ def test_compactions_between_concurrent_injections_lose_no_acknowledged_fault(tm
         assert not errors, errors
         # 240 injections and 192 heals were journaled; compacted, what is left is 48 active faults and the records
         # since the last compaction (fewer than 16 + 48 by the documented rule), with the checkpoint and counters
-        assert _journal_lines(tmp_path) < 2 + 48 + 16 + 48
+        assert _journal_lines(fast_tmp) < 2 + 48 + 16 + 48
     finally:
         svc.close()
-    again = AgentService(system, tmp_path)
+    again = AgentService(system, fast_tmp)
     try:
         assert sorted(f.id for f in again.faults()) == sorted(acknowledged) and len(acknowledged) == 48
     finally:
