@@ -145,7 +145,7 @@ def test_the_tcp_listener_is_loopback_only(tmp_path: Path) -> None:
     from fakehw.agent.server import TcpAgentServer
     from fakehw.agent.service import AgentService
 
-    svc = AgentService(load_profile("gh200"), tmp_path)
+    svc = AgentService(load_profile("gh200"), tmp_path, files="on-demand")  # the listener's checks read no file
     with pytest.raises(ValueError, match="loopback only"):
         TcpAgentServer("0.0.0.0", 0, TOKEN, svc)
     with pytest.raises(ValueError, match="at least 16 characters"):
