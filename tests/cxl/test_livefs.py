@@ -222,11 +222,13 @@ def test_the_sysfs_route_refuses_malformed_requests(live: Live) -> None:
     assert ok == {"errno": 0, "written": 2, "changed": False}
 
 
-def test_a_refused_write_does_not_stick_across_an_agent_restart(live: Live, tmp_path: Path) -> None:
+def test_a_refused_write_does_not_stick_across_an_agent_restart(live: Live, fast_tmp: Path) -> None:
+    """The restarted agent runs in this process and only this test reads its tree (no node view), so its state dir
+    (~14,900 entries) is on ``fast_tmp``."""
     target = live.sys / "bus/cxl/devices/mem0/numa_node"
     before = target.read_bytes()
     assert _errno_of(lambda: _write(target, "7\n")) == errno.EACCES
-    state = tmp_path / "state"
+    state = fast_tmp / "state"
     state.mkdir()
     for journal in RUNTIME_FILES:  # what a restarted agent comes back from (journals with their meta files)
         if (live.svc.state_dir / journal).exists():
