@@ -21,8 +21,10 @@ from tests.hostile.conftest import AgentProcess, error_of, http_request, raw_htt
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProcess]:
+    """A cxl-pool agent that renders no node files (``--files on-demand``): every test here speaks HTTP or looks at
+    the agent's own state files (journals, lock, audit), none at a node's tree (~20,000 entries on disk)."""
     d = tmp_path_factory.mktemp("strict")
-    started = start_agent("cxl-pool", d / "state", d / "agent.sock")
+    started = start_agent("cxl-pool", d / "state", d / "agent.sock", "--files", "on-demand")
     yield started
     started.stop()
 
