@@ -17,13 +17,16 @@ from fakehw.model import load_profile
 from tests.hostile.conftest import AgentProcess, start_agent
 
 PROFILE = "gh200"
+ON_DEMAND = ("--files", "on-demand")
+"""The agents here render no node files: what is checked is the state dir's lock, the sockets, the faults the API
+reports and the refused agent's output, none of a node's tree (each eager start wrote ~14,500 entries to disk)."""
 
 
 def test_a_second_agent_is_refused_and_the_first_keeps_serving(agents: Callable[..., AgentProcess],
                                                                 tmp_path: Path) -> None:
-    first = agents(PROFILE, tmp_path, tmp_path / "first.sock")
+    first = agents(PROFILE, tmp_path, tmp_path / "first.sock", *ON_DEMAND)
     fault = first.client().inject("gh200-0", "xid", "gpu0", code=13)
-    second = start_agent(PROFILE, tmp_path, tmp_path / "second.sock", wait=False)
+    second = start_agent(PROFILE, tmp_path, tmp_path / "second.sock", *ON_DEMAND, wait=False)
     try:
         code = second.proc.wait(120)
     finally:
@@ -34,16 +37,16 @@ def test_a_second_agent_is_refused_and_the_first_keeps_serving(agents: Callable[
     assert not (tmp_path / "second.sock").exists(), "the refused agent opened no socket"
     assert [f["id"] for f in first.client().faults()] == [fault["id"]], "the first agent is undisturbed"
     first.stop()
-    third = agents(PROFILE, tmp_path, tmp_path / "third.sock")  # the lock dies with its holder
+    third = agents(PROFILE, tmp_path, tmp_path / "third.sock", *ON_DEMAND)  # the lock dies with its holder
     assert [f["id"] for f in third.client().faults()] == [fault["id"]]
 
 
 def test_two_services_in_one_process_are_refused_too(tmp_path: Path) -> None:
     system = load_profile(PROFILE)
-    first = AgentService(system, tmp_path)
+    first = AgentService(system, tmp_path, files="on-demand")
     try:
         with pytest.raises(StateDirBusy, match="is in use by another agent"):
-            AgentService(system, tmp_path)
+            AgentService(system, tmp_path, files="on-demand")
     finally:
         first.close()
-    AgentService(system, tmp_path).close()
+    AgentService(system, tmp_path, files="on-demand").close()
