@@ -35,13 +35,16 @@ def _free_port() -> int:
 
 @pytest.fixture
 def tcp_agent(agents: Callable[..., AgentProcess], tmp_path: Path) -> Iterator[AgentProcess]:
+    """A gh200 agent on loopback TCP with a token. It renders no node files (``--files on-demand``): the tests that
+    use it are about what the HTTP layer accepts and holds, which reads no file (rendering the node wrote ~14,500
+    entries per test to the disk, whose inode allocation slows after deletes: docs/testbed.md)."""
     token = secrets.token_hex(16)
     token_file = tmp_path / "token"
     token_file.write_text(token)
     token_file.chmod(0o600)
     port = _free_port()
     agent = agents("gh200", tmp_path / "state", tmp_path / "agent.sock", "--listen", f"127.0.0.1:{port}",
-                   "--token-file", str(token_file))
+                   "--token-file", str(token_file), "--files", "on-demand")
     agent.port, agent.token = port, token
     yield agent
 
@@ -121,9 +124,14 @@ def test_unauthenticated_connections_are_capped_and_the_unix_socket_still_serves
     assert client.health()["status"] == "ok", "slots come back when the idle peers go"
 
 
-def test_32_threads_against_one_agent_serving_18_trays_see_no_errors(agents: Callable[..., AgentProcess],
-                                                                     tmp_path: Path) -> None:
-    agent = agents("gb200-nvl72", tmp_path, tmp_path / "agent.sock")
+def test_32_threads_against_one_agent_serving_18_trays_see_no_errors(fast_tmp: Path,
+                                                                     agents: Callable[..., AgentProcess]) -> None:
+    """The agent renders every tray's files (the default) and an injection re-renders its node, so the threads
+    race the rendering too; its state dir (157,000 entries, 575 MB) is on ``fast_tmp``: the agent is a process on
+    the host that no node view reads, and on the disk the test took 37.7 s in CI (2026-11-28). ``fast_tmp`` comes
+    first so that it is removed after ``agents`` has stopped the agent (which writes its journal's meta file as it
+    stops)."""
+    agent = agents("gb200-nvl72", fast_tmp, fast_tmp / "agent.sock")
     nodes = [n["name"] for n in agent.client().nodes()]
     assert len(nodes) == 18
     errors: Counter[str] = Counter()
