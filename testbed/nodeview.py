@@ -16,6 +16,12 @@ mount namespace (and UTS namespace, so ``hostname`` is the node's) in which
 - and any extra binds the caller names (a device plugin's socket directory at
   ``/var/lib/kubelet/device-plugins``, a driver root), with their mount points created when missing.
 
+A tree kept on tmpfs under the host's ``/dev/shm`` (where tests keep them: making files there is many times cheaper
+than on disk) would be hidden by the node's ``/dev``, and with it what the command finds by its host path: the
+snapshot the fake libnvidia-ml reads (``$FAKEHW_NVML_SNAPSHOT``), ``$FAKEHW_ROOT``, the agent socket. So every such
+path (:func:`kept_paths`) is bound again at the same path after ``/dev`` is covered, on a mount point made in the
+view's own fresh ``/dev/shm``: nothing is created in the node's tree or on the host.
+
 Nothing is visible outside the namespace, and the namespace ends with the command. Making one needs
 ``CAP_SYS_ADMIN`` (root); :func:`unavailable` says why it cannot be made, so callers can say what is not presented.
 
@@ -80,6 +86,9 @@ class NodeView:
     """Bind the node's ``dev`` over ``/dev``. False where the caller presents the devices itself: a node container
     whose ``/dev`` holds only the GPUs it was given (the docker backend mirrors the rest, see
     :func:`mirror_devices`)."""
+    keep: tuple[str, ...] = ()
+    """Host paths the command uses by their own path (a cluster's directory, an agent socket's): bound again at the
+    same path when they lie under the host's ``/dev/shm`` (:func:`kept_paths`)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -213,8 +222,55 @@ def command(view: NodeView, argv: Sequence[str], python: str | None = None) -> l
     return [python or sys.executable, "-I", os.path.abspath(__file__), view.to_json(), "--", *argv]
 
 
-def plan(view: NodeView) -> list[Mount]:
-    """The mounts that make ``view``, in order (a pure function of the view and what the tree holds)."""
+HOST_SHM = "/dev/shm"
+"""The host's tmpfs under ``/dev``: what lies below it (resolved) is hidden once the node's ``dev`` covers ``/dev``,
+and the view's own fresh ``/dev/shm`` is where mount points for it can be made without touching anything else."""
+
+PATH_VARIABLES = ("FAKEHW_ROOT", "FAKEHW_NODE_DIR", "FAKEHW_NVML_SNAPSHOT", "FAKEHW_AGENT_SOCKET", "FAKEHW_DEV_ROOT")
+"""Variables whose value is a path the command uses as it is (testbed.environment.node_environment and the fake
+libnvidia-ml's own, fakehw/nvml/csrc/core.c and agentc.c)."""
+PATH_LISTS = ("LD_LIBRARY_PATH", "LD_PRELOAD")
+"""Variables holding a list of such paths (the fake libnvidia-ml's directory, a preloaded library)."""
+
+
+def _hidden_by_dev(path: str) -> str | None:
+    """``path`` resolved, when it lies strictly below the host's ``/dev/shm`` (else None)."""
+    real = os.path.realpath(path)
+    shm = os.path.realpath(HOST_SHM)
+    if not Path(shm).is_relative_to("/dev") or real == shm or not Path(real).is_relative_to(shm):
+        return None
+    return real
+
+
+def kept_paths(view: NodeView, env: Mapping[str, str] | None = None) -> list[str]:
+    """The host paths under ``/dev/shm`` that the command still needs at their own path once the node's ``dev``
+    covers ``/dev``, outermost first and none inside another: the view's root, its binds' sources, ``view.keep``
+    and the paths ``env`` hands the command (:data:`PATH_VARIABLES`, :data:`PATH_LISTS`). A file is kept by its
+    directory, since the testbed replaces snapshots by a rename and makes sockets anew, which a bind of the file
+    itself would not show."""
+    wanted = [view.root, *(b.source for b in view.binds if b.source.startswith("/")), *view.keep]
+    for name in PATH_VARIABLES:
+        if (env or {}).get(name):
+            wanted.append((env or {})[name])
+    for name in PATH_LISTS:
+        wanted.extend(p for p in (env or {}).get(name, "").replace(" ", ":").split(":") if p)
+    found: set[str] = set()
+    for path in wanted:
+        real = _hidden_by_dev(path)
+        if real is not None and not os.path.isdir(real):
+            real = _hidden_by_dev(os.path.dirname(real))
+        if real is not None and os.path.isdir(real):
+            found.add(real)
+    kept: list[str] = []
+    for path in sorted(found):
+        if not any(Path(path).is_relative_to(outer) for outer in kept):
+            kept.append(path)
+    return kept
+
+
+def plan(view: NodeView, env: Mapping[str, str] | None = None) -> list[Mount]:
+    """The mounts that make ``view``, in order (a pure function of the view, the command's environment ``env``
+    and what the tree holds)."""
     root = Path(view.root)
     steps: list[Mount] = []
     sys_dir, dev_dir = root / "sys", root / "dev"
@@ -228,6 +284,9 @@ def plan(view: NodeView) -> list[Mount]:
         steps.append(Mount("/dev/pts", str(dev_dir / "pts"), flags=MS_BIND, make="dir"))
         steps.append(Mount("tmpfs", str(dev_dir / "shm"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", make="dir"))
         steps.append(Mount(str(dev_dir), "/dev", flags=MS_BIND | MS_REC))
+        # What the command finds by its host path under /dev/shm, again at that path: the mount point is made in
+        # the fresh tmpfs just mounted (now the view's /dev/shm), never in the node's tree or on the host.
+        steps.extend(Mount(path, path, flags=MS_BIND | MS_REC, make="dir") for path in kept_paths(view, env))
     driver = root / "proc" / "driver"
     if driver.is_dir() and os.path.isdir("/proc/driver"):
         steps.append(Mount(str(driver), "/proc/driver", flags=MS_BIND | MS_REC))
@@ -293,13 +352,14 @@ def _require_entries(source: str) -> None:
     raise SetupError(f"{source} (for /sys) is empty: the node's live /sys is not mounted there")
 
 
-def enter(view: NodeView) -> None:
-    """Make this process's private namespaces and mount ``view`` (the process then execs the command)."""
+def enter(view: NodeView, env: Mapping[str, str] | None = None) -> None:
+    """Make this process's private namespaces and mount ``view`` for a command run with ``env`` (the process then
+    execs the command)."""
     libc = _libc()
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare(CLONE_NEWNS|CLONE_NEWUTS)")
     # Nothing mounted from here on may propagate back to the host's namespace.
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
-    _mount_all(libc, plan(view))
+    _mount_all(libc, plan(view, env))
     name = view_hostname(view)
     if name:
         raw = name.encode()
@@ -374,7 +434,7 @@ def _main(args: Sequence[str], env: Mapping[str, str]) -> int:
     view = NodeView.from_json(args[0])
     cwd = os.getcwd()
     try:
-        enter(view)
+        enter(view, env)
     except SetupError as exc:
         print(f"testbed: cannot show the node's tree at the real paths: {exc}", file=sys.stderr)
         return EXIT_SETUP

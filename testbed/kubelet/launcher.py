@@ -16,6 +16,7 @@ nothing behind.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 import signal
@@ -147,8 +148,7 @@ class CommandLauncher(PluginLauncher):
         if self.view is None:
             return shell
         binds = (*self.view.binds, nodeview.Bind(str(plugin_dir), KUBELET_PLUGIN_DIR))
-        return nodeview.command(nodeview.NodeView(self.view.root, binds, self.view.writable_sys,
-                                                  self.view.hostname), shell)
+        return nodeview.command(dataclasses.replace(self.view, binds=binds), shell)
 
     def start(self, plugin_dir: Path) -> LocalProcess:
         self._runs += 1

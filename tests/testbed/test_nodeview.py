@@ -11,7 +11,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,83 @@ def test_the_plan_mounts_terminals_before_covering_dev(h100: Path) -> None:
     assert targets[:2] == ["/sys", "/sys"] and steps[1].flags & nodeview.MS_RDONLY
     live = nodeview.plan(nodeview.NodeView(root=str(h100), writable_sys=True))
     assert [s.target for s in live].count("/sys") == 1
+
+
+def test_the_plan_binds_what_lies_under_dev_shm_again_after_covering_dev(tmp_path: Path) -> None:
+    """A tree under the host's /dev/shm is hidden once the node's dev covers /dev: its root, its binds' sources
+    and the paths the command's environment names come back at their own path (a file's by its directory, the
+    outermost only), after /dev and as directories made in the view's own /dev/shm; nothing on disk is added."""
+    if not os.path.isdir(nodeview.HOST_SHM) or not os.access(nodeview.HOST_SHM, os.W_OK):
+        pytest.skip(f"no writable {nodeview.HOST_SHM} here")
+    shm = Path(tempfile.mkdtemp(prefix="fhw-plan-", dir=nodeview.HOST_SHM))
+    try:
+        node = shm / "nodes" / "n0"
+        root, agent, driver = node / "root", shm / "agent", shm / "driver-root"
+        for d in (root / "sys", root / "dev", agent, driver):
+            d.mkdir(parents=True)
+        (node / "nvml.snapshot").write_text("")
+        link = tmp_path / "cluster"
+        link.symlink_to(shm)  # the caller may name it through a link: what counts is where it resolves to
+        view = nodeview.NodeView(root=str(link / "nodes" / "n0" / "root"),
+                                 binds=(nodeview.Bind(str(driver), "/driver-root"),
+                                        nodeview.Bind(str(tmp_path), "/elsewhere")))
+        env = {"FAKEHW_NVML_SNAPSHOT": str(node / "nvml.snapshot"), "FAKEHW_ROOT": str(root),
+               "FAKEHW_AGENT_SOCKET": str(agent / "agent.sock"), "LD_LIBRARY_PATH": f"{tmp_path}:{driver}/lib"}
+        steps = nodeview.plan(view, env)
+        targets = [s.target for s in steps]
+        again = [s for s in steps if s.source == s.target]
+        assert [s.target for s in again] == sorted([str(agent), str(driver), str(node)])
+        assert all(s.make == "dir" and s.flags & nodeview.MS_BIND for s in again)
+        assert all(targets.index(s.target) > targets.index("/dev") for s in again)
+        assert [s.target for s in nodeview.plan(view) if s.source == s.target] == [str(driver), str(root)]
+        assert not any(s.target == str(tmp_path) for s in steps), "a path on disk is never hidden"
+        assert not any(s.source == s.target for s in nodeview.plan(nodeview.NodeView(str(root), dev=False), env)), \
+            "with the host's /dev in place nothing is hidden"
+    finally:
+        shutil.rmtree(shm)
+
+
+@pytest.fixture
+def shm_state_dir() -> Iterator[Path]:
+    """A cluster state directory on the host's /dev/shm tmpfs (where tests keep big trees), removed after."""
+    if not os.path.isdir(nodeview.HOST_SHM) or not os.access(nodeview.HOST_SHM, os.W_OK):
+        pytest.skip(f"no writable {nodeview.HOST_SHM} here")
+    path = Path(tempfile.mkdtemp(prefix="fhw-nv-", dir=nodeview.HOST_SHM))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+PYNVML_AND_SYS = """
+import os, pynvml
+pynvml.nvmlInit()
+print(pynvml.nvmlDeviceGetCount(), pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0)))
+print(' '.join(sorted({open(f'/sys/bus/pci/devices/{d}/numa_node').read().strip()
+                       for d in os.listdir('/sys/bus/pci/devices')})))
+print(' '.join(sorted(d for d in os.listdir('/dev') if d.startswith('nvidia') and d[6:].isdigit())))
+"""
+
+
+def test_a_cluster_kept_under_dev_shm_answers_as_its_node_in_the_view(shm_state_dir: Path) -> None:
+    """pynvml through the fake libnvidia-ml, /sys and /dev, run on a local cluster kept on tmpfs under /dev/shm.
+    Expected: the machine dgx-h100 models, as a real one reports it: 8 x "NVIDIA H100 80GB HBM3"
+    (/work/shared/reference/captures/qx-h100.xml: attached_gpus, product_name), GPUs on NUMA nodes 0 and 1 (the
+    DGX H100 user guide: two sockets), device nodes nvidia0-7. Before the view bound /dev/shm paths again,
+    NVML said "Driver Not Loaded": the snapshot under /dev/shm was hidden by the node's /dev."""
+    tb = Testbed.up("dgx-h100", name="shm", state_dir=shm_state_dir)
+    try:
+        info = tb.nodes()[0]
+        node_dev = info.dir / "root" / "dev"
+        before = sorted(os.listdir(node_dev)), sorted(os.listdir(nodeview.HOST_SHM))
+        out = tb.exec(info.name, [sys.executable, "-c", PYNVML_AND_SYS])
+        assert out.returncode == 0, out.stderr.decode()
+        gpus, numa, devices = out.stdout.decode().splitlines()
+        assert gpus == "8 NVIDIA H100 80GB HBM3"
+        assert {"0", "1"} <= set(numa.split())
+        assert devices.split() == sorted(f"nvidia{i}" for i in range(8))
+        assert (sorted(os.listdir(node_dev)), sorted(os.listdir(nodeview.HOST_SHM))) == before, \
+            "a mount point was made in the node's tree or on the host"
+    finally:
+        tb.down()
 
 
 def test_local_exec_runs_in_the_view(testbed_factory: Callable[..., Testbed]) -> None:

@@ -132,6 +132,7 @@ def local_view(node: NodeInfo, system: System, workdir: Path,
         return None, problem
     binds: list[nodeview.Bind] = list(base.binds) if base is not None else []
     live = base is not None and base.writable_sys
+    keep = base.keep if base is not None else ()
     cdi = workdir / "cdi"
     cdi.mkdir(parents=True, exist_ok=True)
     binds.append(nodeview.Bind(str(cdi), CDI_SPEC_DIR))
@@ -139,8 +140,8 @@ def local_view(node: NodeInfo, system: System, workdir: Path,
         root = build_driver_root(workdir / "driver-root", node.env, system.driver.version, system.driver.cuda_version)
         binds.append(nodeview.Bind(str(root), CONTAINER_DRIVER_ROOT, read_only=True))
     except DriverRootError as exc:
-        return nodeview.NodeView(str(node.dir / "root"), tuple(binds), live), f"no driver root: {exc}"
-    return nodeview.NodeView(str(node.dir / "root"), tuple(binds), live), None
+        return nodeview.NodeView(str(node.dir / "root"), tuple(binds), live, keep=keep), f"no driver root: {exc}"
+    return nodeview.NodeView(str(node.dir / "root"), tuple(binds), live, keep=keep), None
 
 
 class PluginUnderTest:
