@@ -44,19 +44,27 @@ def scratch_dir(prefix: str, base: str | None = None, *, for_node_view: bool = F
     socket paths below it are limited to 107 bytes. The Slurm and scheduler tests put theirs on tmpfs: a node's
     fake root is some 28,000 files, and making and deleting them on a busy ext4 disk mounted with ``discard`` took
     20-40 s per two-node cluster where tmpfs takes 2-3 s (measured on these 2-core machines). ``for_node_view``: the
-    cluster's components run in a node view (the device-plugin suite), which keeps it out of ``/dev``."""
+    cluster's components run in a node view (the device-plugin suite), which needs a base that runs programs and
+    honours device nodes."""
     return Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_base(base, for_node_view=for_node_view)))
 
 
 def scratch_base(base: str | None = None, *, for_node_view: bool = False) -> str:
     """Where :func:`scratch_dir` makes its directory: ``base``, else ``$FAKEHW_SCRATCH_DIR``, else ``/tmp``.
 
-    With ``for_node_view``, ``/tmp`` instead of anything under ``/dev`` (``/dev/shm``, or a link to it): a node
-    view puts the node's own tree at ``/dev``, so everything under the host's ``/dev`` (the node's snapshot among
-    it) is gone for a component run in it, and NVML reports "Driver Not Loaded" there."""
+    With ``for_node_view``, ``/tmp`` instead of a base on a file system mounted ``nodev`` or ``noexec``: a node
+    view puts the node's rendered ``dev`` (real character devices: nvidia0, nvidiactl, cxl/mem0 ...) at ``/dev``,
+    where a ``nodev`` mount makes every open fail, and the cluster's components may be run from it. A base under
+    ``/dev/shm`` is fine otherwise: the view binds what the components use there again at its own path
+    (:func:`testbed.nodeview.kept_paths`), so the node's own ``/dev`` hides none of it."""
     chosen = base or os.environ.get("FAKEHW_SCRATCH_DIR") or "/tmp"
-    if for_node_view and Path(chosen).resolve().is_relative_to("/dev"):
-        return "/tmp"
+    if for_node_view:
+        try:
+            flags = os.statvfs(chosen).f_flag
+        except OSError:
+            return chosen  # mkdtemp says why it cannot be used
+        if flags & (os.ST_NODEV | os.ST_NOEXEC):
+            return "/tmp"
     return chosen
 
 

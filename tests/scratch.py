@@ -22,8 +22,8 @@ def scratch_base() -> str | None:
 
 def cluster_scratch_base() -> str | None:
     """:func:`scratch_base` when it also lets programs run and device nodes work (Slurm's prologs, a node's device
-    files): for clusters whose components run on the host. Never for a node view's components (the device-plugin
-    suite, :func:`testbed.cluster.scratch_base` says why)."""
+    files): for any cluster, including those whose components run in a node view (the device-plugin and Ray
+    suites: the view binds what they use under ``/dev/shm`` again, :func:`testbed.nodeview.kept_paths`)."""
     base = scratch_base()
     if base is None or os.statvfs(base).f_flag & (os.ST_NOEXEC | os.ST_NODEV):
         return None
