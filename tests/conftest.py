@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.scratch import scratch_base
+from tests.scratch import cluster_scratch_base, scratch_base
 
 pytest_plugins = ["testbed.fixtures", "tests.peer.summary"]
 
@@ -26,11 +26,28 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 @pytest.fixture
 def fast_tmp(tmp_path: Path) -> Iterator[Path]:
     """A directory of the test's own on tmpfs when it has room (:func:`tests.scratch.scratch_base`), else
-    ``tmp_path``; removed after the test. For rendered trees that no node view's component reads (a node view hides
-    the host's ``/dev``, ``/dev/shm`` with it). On this machine's disk, whose inode allocation slows after deletes
+    ``tmp_path``; removed after the test. For rendered trees whose device files nothing opens (a node view's
+    trees: :func:`fast_node_tmp`). On this machine's disk, whose inode allocation slows after deletes
     (docs/testbed.md), tests/sysfs/test_memory.py took 51-59 s (19-26 s of it system time) with its trees there,
     and 14-17 s (2.4-2.5 s) on tmpfs, in the same loaded hour of 2026-11-28."""
     base = scratch_base()
+    if base is None:
+        yield tmp_path
+        return
+    path = Path(tempfile.mkdtemp(prefix="fhw-test-", dir=base))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def fast_node_tmp(tmp_path: Path) -> Iterator[Path]:
+    """:func:`fast_tmp` for a tree a node view shows its command (nvidia-smi's ``topo -m``, NVIDIA's device plugin):
+    on tmpfs only when that also lets device nodes open and programs run (:func:`tests.scratch.cluster_scratch_base`),
+    as the view puts the tree's ``dev`` at ``/dev``; what the command uses there by its own path the view binds again
+    (:func:`testbed.nodeview.kept_paths`)."""
+    base = cluster_scratch_base()
     if base is None:
         yield tmp_path
         return

@@ -16,7 +16,7 @@ import os
 import shutil
 import stat
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,9 +56,14 @@ def _caps_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
     return base if ci is None else base + 1 + ci
 
 
-def test_plugin_allocates_a_mig_device_made_at_run_time(testbed_factory: Callable[..., Testbed], kubelet: Kubelet,
+def test_plugin_allocates_a_mig_device_made_at_run_time(fast_node_tmp: Path, kubelet: Kubelet,
                                                         device_plugin: Path) -> None:
-    tb = testbed_factory("dgx-a100")
+    """On tmpfs where it can be (fast_node_tmp): the cluster's node is some 28,000 files."""
+    with Testbed.up("dgx-a100", name="mig", state_dir=fast_node_tmp) as tb:
+        _allocate_a_mig_device_made_at_run_time(tb, kubelet, device_plugin)
+
+
+def _allocate_a_mig_device_made_at_run_time(tb: Testbed, kubelet: Kubelet, device_plugin: Path) -> None:
     node = tb.system.nodes[0]
     agent = tb.agent(node.name)
     agent.set_mig_mode(node.name, "gpu0", True)
@@ -103,7 +108,7 @@ def feature_discovery() -> Path:
         pytest.skip(str(exc))
 
 
-def test_feature_discovery_labels_mig_devices_as_published(tmp_path: Path, feature_discovery: Path) -> None:
+def test_feature_discovery_labels_mig_devices_as_published(fast_node_tmp: Path, feature_discovery: Path) -> None:
     """GFD (mixed strategy) labels dgx-a100's two boot 3g.40gb devices with the published A100-80GB 3g.40gb row
     (NVIDIA/mig-parted#97: SM 42, DEC 2, ENC 0, CE 3, JPEG 0, OFA 0, 39.25 GiB = 40192 MiB)."""
     from fakehw.model import load_profile
@@ -114,11 +119,12 @@ def test_feature_discovery_labels_mig_devices_as_published(tmp_path: Path, featu
     system = load_profile("dgx-a100")
     node = system.nodes[0]
     state, _ = faults_state(node, [], system.seed)
-    render_node(system, node, state, tmp_path / "node", initial=True)
-    env = merged_environment(node_environment(node.name, tmp_path / "node", None))
-    out = tmp_path / "out"
+    render_node(system, node, state, fast_node_tmp / "node", initial=True)
+    env = merged_environment(node_environment(node.name, fast_node_tmp / "node", None))
+    out = fast_node_tmp / "out"
     out.mkdir()
-    view = nodeview.NodeView(root=str(tmp_path / "node" / "root"), binds=(nodeview.Bind(str(out), "/tmp/gfd-out"),))
+    view = nodeview.NodeView(root=str(fast_node_tmp / "node" / "root"),
+                             binds=(nodeview.Bind(str(out), "/tmp/gfd-out"),))
     argv = nodeview.command(view, [str(feature_discovery), "--oneshot", "--output-file=/tmp/gfd-out/labels",
                                    "--use-node-feature-api=false", "--mig-strategy=mixed"])
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)

@@ -181,15 +181,16 @@ def dgx_h100_expected_row(i: int) -> list[str]:
     return [*row, DGX_H100_CPUS[i // 4], str(i // 4), "", "N/A"]
 
 
-def test_topology_matrix_with_nic_columns(node_snapshot: Callable[..., NodeSnap], tmp_path: Path,
+def test_topology_matrix_with_nic_columns(node_snapshot: Callable[..., NodeSnap], fast_node_tmp: Path,
                                           real: RealNvidia) -> None:
     """550 and 555 find NICs with their embedded hwloc over all of /sys: they run in the node's view (its tree at
-    /sys, testbed.nodeview); 535 looks only at /sys/bus/pci, which the runner's own small tree gives it."""
+    /sys, testbed.nodeview); 535 looks only at /sys/bus/pci, which the runner's own small tree gives it. The tree
+    is on tmpfs where it can be (fast_node_tmp): some 28,000 files."""
     why = nodeview.unavailable()
     if why is not None:
         pytest.skip(f"showing nvidia-smi the node's /sys needs a mount namespace: {why}")
-    out = tmp_path / "render"
-    profile = with_driver(tmp_path, "dgx-h100", real.driver_version)
+    out = fast_node_tmp / "render"
+    profile = with_driver(fast_node_tmp, "dgx-h100", real.driver_version)
     subprocess.run([sys.executable, "-m", "fakehw.cli", "render", str(profile), "--out", str(out)], check=True,
                    capture_output=True, timeout=300)
     node = out / "dgx-h100-0"

@@ -24,8 +24,8 @@ CAPTURES = Path(__file__).parent / "captures"
 Rendered = Callable[[str], list[tuple[System, Node, Path]]]
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
 
 
 def _flags(root: Path) -> list[str]:
@@ -50,14 +50,15 @@ def test_dgx_h100_cpus_are_bare_metal_sapphire_rapids(rendered: Rendered) -> Non
     assert "Hypervisor" not in out
 
 
-def on_node(root: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """``argv`` run as on the node: testbed.nodeview puts the tree at /sys, /dev and /proc/driver."""
+def on_node(root: Path, argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``argv`` run as on the node, with ``env`` (default: this process's): testbed.nodeview puts the tree at
+    /sys, /dev and /proc/driver, and the paths ``env`` names stay where they are."""
     from testbed.nodeview import NodeView, command, unavailable
 
     problem = unavailable()
     if problem is not None:
         pytest.skip(f"no node view here: {problem}")
-    return _run(command(NodeView(str(root)), argv))
+    return _run(command(NodeView(str(root)), argv), env)
 
 
 def _numactl_hardware(root: Path) -> str:
@@ -230,7 +231,7 @@ def test_gpudirect_rdma_readiness_checks_pass(rendered: Rendered) -> None:
 
 
 @pytest.mark.root
-def test_nvidia_smi_topo_shows_the_nic_columns_of_the_node(tmp_path: Path) -> None:
+def test_nvidia_smi_topo_shows_the_nic_columns_of_the_node(fast_node_tmp: Path) -> None:
     """The real nvidia-smi (535) against the fake NVML in the node view: its embedded hwloc finds
     the ConnectX ports in sysfs and prints a NIC column for each, and every GPU is PIX to the compute NIC the
     DGX H100 User Guide pairs it with (Table 6: one network-module ConnectX-7 per GPU, same PCIe switch)."""
@@ -243,13 +244,15 @@ def test_nvidia_smi_topo_shows_the_nic_columns_of_the_node(tmp_path: Path) -> No
     except SmiUnavailable as exc:
         pytest.skip(str(exc))
     # The real nvidia-smi accepts only its own driver's NVML: the node runs 535 (dgx-h100 itself runs 580).
-    profile = tmp_path / "dgx-h100-535.yaml"
+    profile = fast_node_tmp / "dgx-h100-535.yaml"
     profile.write_text(f"extends: dgx-h100\ndriver: {{version: {real.driver_version}}}\n")
-    # Not under /dev/shm: the snapshot must stay reachable once the node's /dev is over /dev.
-    assert fakehw_main(["render", str(profile), "--out", str(tmp_path)]) == 0
-    node_dir = tmp_path / "dgx-h100-0"
-    proc = on_node(node_dir / "root", ["env", f"FAKEHW_NVML_SNAPSHOT={node_dir / 'nvml.snapshot'}",
-                                       f"LD_LIBRARY_PATH={library_dir()}", str(real.smi), "topo", "-m"])
+    # On tmpfs where it can be: the view binds the snapshot's directory again when it lies under /dev/shm, as the
+    # environment names it.
+    assert fakehw_main(["render", str(profile), "--out", str(fast_node_tmp)]) == 0
+    node_dir = fast_node_tmp / "dgx-h100-0"
+    proc = on_node(node_dir / "root", [str(real.smi), "topo", "-m"],
+                   {**os.environ, "FAKEHW_NVML_SNAPSHOT": str(node_dir / "nvml.snapshot"),
+                    "LD_LIBRARY_PATH": str(library_dir())})
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     header = lines[0].replace("\x1b[4m", "").replace("\x1b[0m", "").split("\t")
