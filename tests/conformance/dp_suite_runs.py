@@ -13,7 +13,7 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ class Run:
     returncode: int | None = None
     seconds: float = 0.0
     output: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables for the child on top of this process's (where its clusters go: tests.scratch.cluster_scratch)."""
 
     def doc(self) -> dict[str, Any]:
         if not self.results.is_file():
@@ -54,7 +56,7 @@ class Run:
 def execute(run: Run) -> Run:
     """Run the suite's child process to its end (or :data:`RUN_TIMEOUT_S`); ``run`` with its outcome."""
     started = time.monotonic()
-    env = {**os.environ, "TESTCONTAINERS_RYUK_DISABLED": "true"}
+    env = {**os.environ, "TESTCONTAINERS_RYUK_DISABLED": "true", **run.env}
     try:
         proc = subprocess.run(run.argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env,
                               check=False)

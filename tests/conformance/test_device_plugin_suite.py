@@ -31,8 +31,12 @@ import pytest
 
 from fakehw.model import load_profile
 from tests.conformance.dp_suite_runs import ALL_IDS, REFERENCE, REFERENCE_BUDGET, Run, execute, suite_argv
+from tests.scratch import cluster_scratch
 
 pytestmark = pytest.mark.slow
+SCRATCH = cluster_scratch()
+"""The runs' clusters on tmpfs where it has room and lets device nodes open (each node is some 28,000 files); the
+plugin runs in a node view, which binds what it uses under /dev/shm again (testbed.nodeview.kept_paths)."""
 
 DATA = Path(__file__).resolve().parent / "data"
 PROFILES = ("dgx-h100", "gb200-nvl72", "edge-pcie", "riscv-nvlink-fusion", "cxl-pool")
@@ -93,7 +97,7 @@ class Runs:
     def submit(self, label: str, profile: str, command: str, *extra: str) -> None:
         results = self.workdir / f"{label}.json"
         self.futures[label] = self.pool.submit(execute, Run(label, suite_argv(profile, command, results, *extra),
-                                                             results))
+                                                             results, env=SCRATCH.env))
 
     def get(self, label: str) -> Run:
         return self.futures[label].result()
