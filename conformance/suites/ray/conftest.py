@@ -69,8 +69,8 @@ def ray_views(conformance_targets: dict[str, TargetSpec], conformance_profile: s
     if check.returncode != 0:
         pytest.skip(f"ray is not importable by {python}: {check.stderr.strip()[-300:]} (pip install 'fakehw[ray]')")
     conformance_manifest.setdefault("component_versions", {})["ray"] = check.stdout.strip()
-    state = scratch_dir("fhw-ry-")
-    temp = scratch_dir("fhw-ray-")
+    state = scratch_dir("fhw-ry-", for_node_view=True)  # the probe runs in the node's view
+    temp = scratch_dir("fhw-ray-", for_node_view=True)
     tb = Testbed.up(conformance_profile, backend=conformance_backend, name="ry", state_dir=state)
     try:
         nodes: dict[str, Node] = {}
