@@ -18,6 +18,7 @@ from conformance.cli import main as conformance_main
 from conformance.suites.device_plugin.component import component_version
 from testbed import component_user
 from testbed.component_user import COMPONENT_USER_ENV, ComponentUserError, lookup, wrap
+from tests.scratch import cluster_scratch
 
 ROOT = Path(__file__).parents[2]
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
@@ -104,9 +105,11 @@ def test_the_reference_plugin_works_as_another_user(tmp_path: Path) -> None:
     its NVML snapshot, serves its socket in the handed-over directory and answers. The rest of the suite is left
     out to keep the test short (the reference plugin as root certifies fully elsewhere). Health recovery could
     not pass this way: the reference plugin asks the node agent whether an Xid has cleared (its stand-in for
-    DCGM), and the agent's control socket is root's alone, as it must be (it injects and heals faults)."""
+    DCGM), and the agent's control socket is root's alone, as it must be (it injects and heals faults). The cluster
+    is on tmpfs where it can be (tests.scratch.cluster_scratch): nobody then reaches its snapshot through the mount
+    points the node view makes for it in its own /dev/shm (testbed.nodeview.kept_paths)."""
     site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{site}"}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{site}", **cluster_scratch().env}
     out = tmp_path / "out"
     subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--target",
                     f"device-plugin=cmd:{SYSTEM_PYTHON} -m testbed.reference.device_plugin", "--component-user",
