@@ -19,17 +19,24 @@ import pytest
 
 from testbed import Testbed, nodeview
 from testbed.backends.base import BackendInputError
+from tests.scratch import cluster_scratch_base
 
 pytestmark = pytest.mark.skipif(nodeview.unavailable() is not None, reason=f"{nodeview.unavailable()}")
 
 
 @pytest.fixture(scope="module")
-def h100(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A rendered dgx-h100 node root (no agent needed to look at a tree)."""
-    out = tmp_path_factory.mktemp("render")
-    subprocess.run([sys.executable, "-m", "fakehw.cli", "render", "dgx-h100", "--out", str(out), "-q"], check=True,
-                   capture_output=True)
-    return out / "dgx-h100-0" / "root"
+def h100(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A rendered dgx-h100 node root (no agent needed to look at a tree), on tmpfs where device nodes work there
+    (tests.scratch.cluster_scratch_base: some 28,000 files; the view binds its root again under /dev/shm)."""
+    base = cluster_scratch_base()
+    out = Path(tempfile.mkdtemp(prefix="fhw-nvr-", dir=base)) if base else tmp_path_factory.mktemp("render")
+    try:
+        subprocess.run([sys.executable, "-m", "fakehw.cli", "render", "dgx-h100", "--out", str(out), "-q"],
+                       check=True, capture_output=True)
+        yield out / "dgx-h100-0" / "root"
+    finally:
+        if base:
+            shutil.rmtree(out, ignore_errors=True)
 
 
 def run_in(view: nodeview.NodeView, script: str) -> subprocess.CompletedProcess[str]:
