@@ -41,7 +41,7 @@ def tiers(root: Path) -> dict[str, str]:
 
 
 def render_profile(text: str, tmp: Path, faults: list[ActiveFault] | None = None) -> tuple[System, Node, Path]:
-    """A profile written to ``tmp`` and its first node's tree rendered there (not under /dev/shm: node views)."""
+    """A profile written to ``tmp`` and its first node's tree rendered there."""
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "profile.yaml"
     path.write_text(text)
