@@ -122,7 +122,7 @@ def _rendered(profile: str, out: Path) -> tuple[Path, dict[str, str]]:
 
 def test_imex_channel_is_injected_by_nvidias_device_plugin(fast_node_tmp: Path,
                                                            device_plugin: Path) -> None:  # noqa: F811
-    root, env = _rendered("gb200-nvl72", fast_node_tmp)
+    root, env = _rendered("gb200-nvl72", fast_node_tmp / "node")  # a subdirectory: the shared sections go next to it
     devices = (root / "proc/devices").read_text().splitlines()
     major = next(int(line.split()[0]) for line in devices if line.endswith(" nvidia-caps-imex-channels"))
     st = (root / "dev/nvidia-caps-imex-channels/channel0").lstat()
