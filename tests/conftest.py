@@ -23,6 +23,23 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+def _own_dir(base: str | None, fallback: Path) -> Iterator[Path]:
+    """A directory of the test's own under ``base`` (``fallback`` when None), removed afterwards with everything
+    written next to it: it is a child of a private directory, so a renderer that keeps records beside a node's
+    directory (fakehw.sysfs.SHARED_DIR, ``.shared-sysfs``) writes them into that private directory, never into
+    ``/dev/shm`` itself."""
+    if base is None:
+        yield fallback
+        return
+    outer = Path(tempfile.mkdtemp(prefix="fhw-test-", dir=base))
+    try:
+        path = outer / "tmp"
+        path.mkdir()
+        yield path
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+
+
 @pytest.fixture
 def fast_tmp(tmp_path: Path) -> Iterator[Path]:
     """A directory of the test's own on tmpfs when it has room (:func:`tests.scratch.scratch_base`), else
@@ -30,15 +47,7 @@ def fast_tmp(tmp_path: Path) -> Iterator[Path]:
     trees: :func:`fast_node_tmp`). On this machine's disk, whose inode allocation slows after deletes
     (docs/testbed.md), tests/sysfs/test_memory.py took 51-59 s (19-26 s of it system time) with its trees there,
     and 14-17 s (2.4-2.5 s) on tmpfs, in the same loaded hour of 2026-11-28."""
-    base = scratch_base()
-    if base is None:
-        yield tmp_path
-        return
-    path = Path(tempfile.mkdtemp(prefix="fhw-test-", dir=base))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    yield from _own_dir(scratch_base(), tmp_path)
 
 
 @pytest.fixture
@@ -47,15 +56,7 @@ def fast_node_tmp(tmp_path: Path) -> Iterator[Path]:
     on tmpfs only when that also lets device nodes open and programs run (:func:`tests.scratch.cluster_scratch_base`),
     as the view puts the tree's ``dev`` at ``/dev``; what the command uses there by its own path the view binds again
     (:func:`testbed.nodeview.kept_paths`)."""
-    base = cluster_scratch_base()
-    if base is None:
-        yield tmp_path
-        return
-    path = Path(tempfile.mkdtemp(prefix="fhw-test-", dir=base))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    yield from _own_dir(cluster_scratch_base(), tmp_path)
 
 
 @pytest.fixture(scope="session", autouse=True)
