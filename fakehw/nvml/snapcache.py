@@ -5,8 +5,9 @@ GPU record (18 NVLink records each, readings, topology rows), every MIG profile 
 the event ring, all packed into the file: milliseconds per change in Python, most of it for GPUs the change did not
 touch. A :class:`SnapshotCache` (one per node, kept by the agent) remembers each part with the inputs it was built
 from and the bytes it was packed into; :func:`fakehw.nvml.snapshot.build_snapshot` asks it for every part and only
-builds parts whose inputs differ, and :meth:`fakehw.nvml.snapshot.Snapshot.to_bytes` only packs records it has not
-packed before. An injection on one GPU rebuilds that GPU's record and the small header and event parts.
+builds parts whose inputs differ, and :meth:`fakehw.nvml.snapshot.Snapshot.to_bytes` patches the last file's bytes:
+it packs only the records that changed (:meth:`SnapshotCache.file`). An injection on one GPU rebuilds and packs that
+GPU's record, the header and the events that joined the ring.
 
 What a reused GPU record answers: the readings that move with the node's generation (energy, NVLink utilization
 counters, power draw samples) are those of the generation its record was last built at, i.e. a GPU's counters
@@ -37,7 +38,11 @@ class SnapshotCache:
         self._window: tuple[Any, ...] = ()
         self._window_records: list[Any] = []
         """The last :meth:`ring` call's events, and the record (or None) ``make`` gave for each."""
-        self._sections: dict[str, tuple[tuple[object, ...], tuple[bytes, ...], bytes]] = {}
+        self._file: bytes | None = None
+        self._shape: tuple[object, ...] = ()
+        self._placed: dict[str, tuple[object, ...]] = {}
+        """The last file :meth:`file` made (header included: see :meth:`Snapshot.to_bytes`), its shape, and the
+        records at the place of each section."""
         self.built = 0
         """Parts built (not reused) since the cache was made: what tests and benchmarks look at."""
         self.written: bytes | None = None
@@ -91,22 +96,51 @@ class SnapshotCache:
         self._window, self._window_records = tuple(events), records
         return [r for r in records if r is not None]
 
-    def section(self, name: str, records: Sequence[object]) -> bytes:
-        """A section's records packed one after the other. The same record objects as last time give the bytes of
-        last time (a node's MIG profile section is hundreds of records a fault does not touch); otherwise only the
-        records that are new objects are packed."""
-        hit = self._sections.get(name)
-        if hit is not None and len(hit[0]) == len(records) and all(map(operator.is_, hit[0], records)):
-            return hit[2]
-        # The previous records are alive (held by the entry), so no new record can share an id with one of them.
-        before = {id(r): b for r, b in zip(hit[0], hit[1], strict=True)} if hit is not None else {}
-        parts = tuple(before.get(id(r)) or _pack(r) for r in records)
-        blob = b"".join(parts)
-        self._sections[name] = (tuple(records), parts, blob)
-        return blob
+    def file(self, total: int, sections: Sequence[tuple[str, int, int, int, Sequence[object]]]) -> bytearray:
+        """The snapshot file of ``total`` bytes with every section's records at their place (the header is the
+        caller's to pack): ``sections`` gives each one's (name, offset, record size, capacity, records), capacity
+        being the records its place holds (its count, or more for a section laid out at its capacity).
+
+        The file of the last call is patched: in a file of the same shape (every section at the same offset with
+        the same capacity) only records that are not the same objects as last time are packed, into a copy of the
+        last file's bytes. A window of records that moved forward (the event ring: events leave at its front and
+        join at its back) is moved as bytes and only the records that joined are packed. Any other shape is packed
+        whole."""
+        shape = (total, tuple((name, base, size, capacity) for name, base, size, capacity, _ in sections))
+        patch = self._file is not None and shape == self._shape
+        buf = bytearray(self._file) if patch else bytearray(total)  # type: ignore[arg-type]
+        placed: dict[str, tuple[object, ...]] = {}
+        for name, base, size, _, records in sections:
+            before = self._placed.get(name, ()) if patch else ()
+            records = placed[name] = tuple(records)
+            if len(before) != len(records) or not all(map(operator.is_, before, records)):
+                _place(buf, base, size, before, records)
+        # The previous records stay referenced until now, so no new record can be one of them by identity.
+        self._file, self._shape, self._placed = bytes(buf), shape, placed
+        return buf
 
 
-def _pack(record: object) -> bytes:
-    buf = bytearray(layout.layout_of(type(record)).size)
-    layout.pack_into(buf, 0, record)
-    return bytes(buf)
+def _place(buf: bytearray, base: int, size: int, before: tuple[object, ...], records: tuple[object, ...]) -> None:
+    """Make the section at ``base`` of ``buf``, which holds ``before``, hold ``records``: records that are the same
+    objects at the same index are kept; a window that moved forward by ``left`` records is moved by as many bytes
+    first; places past the new count that held records are zeroed."""
+    kept = 0
+    if before and records:
+        last = before[-1]
+        # Where the newest record of before is now: near the back when a window moved (few records join at once).
+        at = next((i for i in range(len(records) - 1, -1, -1) if records[i] is last), -1)
+        left = len(before) - (at + 1)
+        if at >= 0 and left >= 0 and all(map(operator.is_, records[:at + 1], before[left:])):
+            if left:
+                buf[base:base + (at + 1) * size] = buf[base + left * size:base + len(before) * size]
+            kept = at + 1
+    if not kept:  # not a window: the records that are the same objects at the same index stay
+        kept = len(before)
+        for i, (record, was) in enumerate(zip(records, before, strict=False)):
+            if record is not was:
+                layout.pack_into(buf, base + i * size, record)
+    for i in range(kept, len(records)):
+        layout.pack_into(buf, base + i * size, records[i])
+    if len(records) < len(before):
+        start, end = base + len(records) * size, base + len(before) * size
+        buf[start:end] = bytes(end - start)

@@ -98,8 +98,8 @@ class Snapshot:
     platform: tuple[PlatformRecord, ...] = ()
 
     def to_bytes(self, cache: SnapshotCache | None = None) -> bytes:
-        """The file; with ``cache`` (the one :func:`build_snapshot` was given), records packed for an earlier
-        snapshot of the node are not packed again."""
+        """The file; with ``cache`` (the one :func:`build_snapshot` was given), the cache's last file is patched:
+        only records that are not the ones it holds are packed (:meth:`SnapshotCache.file`)."""
         sections: list[tuple[str, Sequence[object], type[object]]] = [
             ("gpu", self.gpus, GpuRecord),
             ("mig", self.migs, MigRecord),
@@ -130,16 +130,18 @@ class Snapshot:
             offset += size * (limits[name] if name in RESERVED_SECTIONS else len(records))
         total = (offset + 7) // 8 * 8
         header = replace(self.header, header_size=hdr_size, total_size=total, superseded=0, checksum=0, **fields)
-        buf = bytearray(total)
+        if cache is not None:
+            buf = cache.file(total, [(name, fields[f"{name}_offset"], fields[f"{name}_record_size"],
+                                      limits[name] if name in RESERVED_SECTIONS else len(records), records)
+                                     for name, records, _ in sections])
+        else:
+            buf = bytearray(total)
+            for name, records, rtype in sections:
+                size = layout.layout_of(rtype).size
+                base = fields[f"{name}_offset"]
+                for i, rec in enumerate(records):
+                    layout.pack_into(buf, base + i * size, rec, f"{name}[{i}]")
         layout.pack_into(buf, 0, header)
-        for name, records, rtype in sections:
-            size = layout.layout_of(rtype).size
-            base = fields[f"{name}_offset"]
-            if cache is not None and records:
-                buf[base:base + size * len(records)] = cache.section(name, records)
-                continue
-            for i, rec in enumerate(records):
-                layout.pack_into(buf, base + i * size, rec, f"{name}[{i}]")
         struct.pack_into("<I", buf, layout.layout_of(HeaderRecord).field("checksum").offset, layout.checksum(buf))
         return bytes(buf)
 

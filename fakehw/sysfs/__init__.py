@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from fakehw.livefs.notify import notify as notify_live
 from fakehw.model.system import CxlPool, Node, System
@@ -129,6 +130,14 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     platform = view
     mig = state.mig if state.mig is not None else boot_mig(node)
     pools_json = [p.to_json() for p in platform.pools]
+    lost = frozenset(g.name for g in state.gpus if g.lost)
+    memo: dict[str, Any] | None = ctx.memo.get("root", dict) if ctx.memo is not None else None
+    # Everything the tree is built from besides the model (each dynamic section's inputs below): a change that
+    # touches none of it (an Xid, a thermal or ECC fault) leaves the tree as the last render made it.
+    inputs = (key, share, dict(platform.numa_memory), platform.cxl, lost, mig, pools_json)
+    if memo is not None and memo.get("last") == inputs and "manifest" in memo and \
+            (root_parent.root / ROOT_DIR).is_dir():
+        return WriteStats(mode="unchanged")
     specs = [
         SectionSpec("cpu", key, lambda: cpu_section(node), share=f"{share}/cpu"),
         SectionSpec("node-static", key, lambda: node_static_section(node), share=f"{share}/node"),
@@ -140,7 +149,7 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
         SectionSpec("pci", key, lambda: pci_static_section(node, lay())),
         SectionSpec("rdma", key, lambda: rdma_section(system, node, lay())),
         SectionSpec("gpus", None, lambda: gpu_section(system, node, state, lay()),
-                    inputs=frozenset(g.name for g in state.gpus if g.lost)),
+                    inputs=lost),
         SectionSpec("mig", None, lambda: mig_section(system, node, mig), inputs=mig),
         SectionSpec("nvidia", key, lambda: nvidia_static_section(system, node), share=f"{share}/nvidia"),
         SectionSpec("cxl", None, lambda: cxl_section(system, node, lay(), platform.cxl), inputs=platform.cxl),
@@ -150,7 +159,11 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
 
     writer = RootWriter(root_parent.root / ROOT_DIR, root_parent.root / MANIFEST, release=root_parent.release,
                         store=root_parent.root.parent / SHARED_DIR)
-    stats = writer.render(specs, ctx.memo.get("root", dict) if ctx.memo is not None else None)
+    if memo is not None:
+        memo.pop("last", None)  # until this render is written whole (a failed one leaves the tree in between)
+    stats = writer.render(specs, memo)
+    if memo is not None:
+        memo["last"] = inputs
     if stats.changed:
         notify_live(root_parent.root, stats.changed)  # a live /sys must stop serving what changed first
     return stats

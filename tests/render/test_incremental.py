@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import types
 from collections import deque
 from collections.abc import Iterator
@@ -165,10 +166,12 @@ def test_the_event_ring_follows_a_moving_window_of_events() -> None:
         assert incremental == full, f"step {step}"
     ring = snapshot.Snapshot.from_bytes(full).events
     assert len(ring) == min(layout.MAX_EVENTS, sum(1 for e in window if e.nvml_type and e.device != "mem0"))
-    # A window that did not move forward (the agent restarted; another window) is made again, whole.
+    # A window that did not move forward (the agent restarted; another window) is made again, whole; the file
+    # patched from the full ring holds only its records (the places the ring no longer fills are zeros again).
     built = cache.built
-    build_snapshot(system, node, state, events[:10], cache=cache)
+    incremental = build_snapshot(system, node, state, events[:10], render_time=5.0, cache=cache).to_bytes(cache)
     assert cache.built - built == 10
+    assert incremental == build_snapshot(system, node, state, events[:10], render_time=5.0).to_bytes()
 
 
 def old_peers(system: System, node: Node) -> _Peers:
@@ -351,3 +354,25 @@ def test_a_temporary_name_someone_else_holds_is_skipped_and_left_alone(tmp_path:
     assert [p.read_bytes() for p in squatters] == [b"someone else's"] * 3
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["state.json", *(p.name for p in squatters)])
     assert oct(target.stat().st_mode & 0o777) == oct(0o644)
+
+
+def test_a_root_tree_removed_is_written_again_by_a_change_that_touches_none_of_it(fast_tmp: Path) -> None:
+    """An Xid changes nothing the fake root is built from, so a re-render with memory leaves the tree alone; a tree
+    someone removed meanwhile must still come back (as a render without memory would make it), not be taken for
+    the one the memory describes."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    run = Scenario(system, node)
+    memo = RenderMemo()
+    release = Releaser()
+    out = fast_tmp / "kept"
+    try:
+        render_node(system, node, run.state(), out, initial=True, memo=memo, release=release)
+        fresh = fast_tmp / "fresh"
+        render_node(system, node, run.state(), fresh, initial=True)
+        shutil.rmtree(out / "root")
+        run.inject({"kind": "xid", "device": node.gpus[0].name, "code": 13})
+        render_node(system, node, run.state(), out, events=tuple(run.events), memo=memo, release=release)
+        assert tree(out / "root") == tree(fresh / "root")
+    finally:
+        release.close()
