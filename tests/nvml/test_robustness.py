@@ -360,3 +360,52 @@ def test_a_snapshot_truncated_in_place_under_a_reader_is_unknown_until_written_a
     got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30)
     uuid = snap.node.gpus[0].uuid
     assert got == {"before": uuid, "torn": 999, "after": uuid}
+
+
+EXPORT_TABLE_CALLER = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+/* The release this program says it was built for, alone between NULs in its read-only data, as nvidia-smi's. */
+__attribute__((used)) static const char release[] = "\0" RELEASE;
+int main(void) {
+    static const unsigned char guid[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                           0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (lib == NULL) return 2;
+    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+    int (*table)(const void **, const unsigned char *) =
+        (int (*)(const void **, const unsigned char *))dlsym(lib, "nvmlInternalGetExportTable");
+    const void *t = NULL;
+    if (init() != 0) return 3;
+    printf("%d\n", table(&t, guid));
+    return 0;
+}
+"""
+
+
+def export_table_answer(tmp: Path, release: str, snapshot: Path) -> int:
+    """nvmlInternalGetExportTable's answer to nvidia-smi's GUID, asked by a C program built with ``release`` in its
+    read-only data (empty: no release string)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp / "caller.c"
+    src.write_text(EXPORT_TABLE_CALLER)
+    exe = tmp / f"caller-{release or 'none'}"
+    subprocess.run(["cc", "-O1", f'-DRELEASE="{release}"', str(src), "-o", str(exe), "-ldl"], check=True)
+    env = dict(os.environ, FAKEHW_NVML_SNAPSHOT=str(snapshot), LD_LIBRARY_PATH=str(lib_path().parent))
+    proc = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout)
+
+
+def test_a_program_of_a_two_part_release_is_refused_the_export_table_of_another(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """NVIDIA's releases are not all three-part: NVIDIA/open-gpu-kernel-modules' CHANGELOG.md lists 535.98, 515.76,
+    525.53 and 515.57 beside 535.104.05 and the like. A driver's nvidia-smi and its libnvidia-ml are one release
+    (Debian's nvidia-smi depends on exactly its libnvidia-ml1; docs/nvml.md), so the library of 535.261.03 refuses
+    the table to a program built for 535.98 (nvidia-smi then prints its mismatch message) as it does to one built
+    for 535.104.05, and gives it to a program of its own release and to one that names no release."""
+    snap = node_snapshot(with_driver(tmp_path, "dgx-h100", "535.261.03"))
+    answers = {release: export_table_answer(tmp_path, release, snap.path)
+               for release in ("535.261.03", "", "535.104.05", "535.98")}
+    assert answers == {"535.261.03": 0, "": 0, "535.104.05": 2, "535.98": 2}

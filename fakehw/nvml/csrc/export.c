@@ -273,7 +273,8 @@ static slot_fn slot_impl(int n) {
  * prints "Mismatch in versions between nvidia-smi and NVML" and exits. The fake plays the library of the
  * snapshot's driver, so it refuses a program built for another driver release: the release an nvidia-smi was
  * built for is the one NUL-delimited "NNN.NN.NN" string in its read-only image (535.261.03, 550.163.01 and
- * 555.58.02 each carry exactly their own). A caller without such a string (a test harness) gets the table.
+ * 555.58.02 each carry exactly their own), or "NNN.NN" for the two-part releases (NVIDIA/open-gpu-kernel-modules'
+ * CHANGELOG.md: 515.57, 515.76, 525.53, 535.98). A caller without such a string (a test harness) gets the table.
  */
 typedef struct {
     char version[32];
@@ -298,7 +299,7 @@ FHW_UNINSTRUMENTED static int version_at(const unsigned char *p, const unsigned 
         if (q - p > 12) return 0;
         q++;
     }
-    if (q >= end || groups != 2 || digits != 2 || p[3] != '.' || (size_t)(q - p) >= cap) return 0;
+    if (q >= end || groups > 2 || digits != 2 || p[3] != '.' || (size_t)(q - p) >= cap) return 0;
     memcpy(out, p, (size_t)(q - p));
     out[q - p] = '\0';
     return 1;
