@@ -1761,6 +1761,22 @@ def test_the_gpu_instances_of_a_profile_nvml_h_does_not_have_are_an_invalid_argu
     assert lib.nvmlDeviceGetGpuInstances(h, 0x12, found, ctypes.byref(count)) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+def test_a_compute_instance_handle_the_library_did_not_give_is_an_invalid_argument(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92, nvmlComputeInstanceGetInfo_v2: INVALID_ARGUMENT "If computeInstance or info are invalid". On
+    dgx-a100, whose gpu7 has compute instances (so the library has handed handles out), a NULL handle and one that
+    points at the caller's own memory are that error, not some compute instance's information."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    handles(n)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    info = n.c_nvmlComputeInstanceInfo_t()
+    own = ctypes.create_string_buffer(64)
+    for bogus in (None, ctypes.addressof(own)):
+        assert lib.nvmlComputeInstanceGetInfo_v2(ctypes.c_void_p(bogus), ctypes.byref(info)) == \
+            n.NVML_ERROR_INVALID_ARGUMENT
+
+
 def test_gpu_instance_placements_fill_an_array_of_their_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """`nvidia-smi mig -lgipp` (NVIDIA's MIG user guide, tests/nvml/migtools.py LGIPP) lists each A100 profile's
     possible placements as {starts}:size. nvmlDeviceGetGpuInstancePossiblePlacements_v2 with a NULL array answers
