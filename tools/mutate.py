@@ -166,6 +166,7 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     "tests/nvml/test_smi.py::test_query_runs_cleanly_with_no_more_na_than_the_real_board",
                     "tests/nvml/test_smi.py::test_list",
                     "tests/nvml/test_smi.py::test_query_compute_apps_lists_each_gpu_s_compute_processes",
+                    "tests/nvml/test_smi.py::test_query_shows_each_process_with_the_type_its_release_documents",
                     "tests/nvml/test_smi.py::test_fakehw_topo_prints_what_nvidia_smi_535_prints"))
 C_MUTANTS_FILE = ROOT / "tools" / "nvml-c-mutants.toml"
 C_SOURCES = "fakehw/nvml/csrc"

@@ -277,3 +277,75 @@ def test_a_change_sent_and_answered_in_short_interrupted_pieces_is_the_same_requ
     assert request_line == f"POST /v1/nodes/{snap.node.name}/gpus/{snap.node.gpus[0].name}/mig/mode HTTP/1.1"
     assert int(headers["content-length"]) == len(request.body)
     assert json.loads(request.body) == {"enabled": True}
+
+
+POLL_INTERPOSER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* poll as POSIX allows it to fail: FHW_TEST_POLL=eintr interrupts every other call by a signal before any
+   descriptor was ready (-1, EINTR); =eagain-on-read fails every wait for input (-1, EAGAIN: "the allocation of
+   internal data structures failed"), the waits to send going through. */
+long fhw_test_polls;
+
+int poll(struct pollfd *fds, nfds_t n, int timeout) {
+    static int (*real)(struct pollfd *, nfds_t, int);
+    if (real == NULL) real = (int (*)(struct pollfd *, nfds_t, int))dlsym(RTLD_NEXT, "poll");
+    const char *how = getenv("FHW_TEST_POLL");
+    if (how != NULL && strcmp(how, "eintr") == 0 && ++fhw_test_polls % 2 == 1) {
+        errno = EINTR;
+        return -1;
+    }
+    if (how != NULL && strcmp(how, "eagain-on-read") == 0 && n == 1 && (fds[0].events & POLLIN)) {
+        errno = EAGAIN;
+        return -1;
+    }
+    return real(fds, n, timeout);
+}
+"""
+
+
+def change_through_poll(tmp_path: Path, nvml_library: Path, how: str) -> dict[str, Any]:
+    """Enable MIG on dgx-a100's gpu0 against a stand-in agent answering generation 1, with poll interposed."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "poll.c"
+    src.write_text(POLL_INTERPOSER)
+    lib = tmp_path / "poll.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(lib), "-ldl"], check=True)
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
+    agent = StandInAgent(tmp_path / "agent.sock", [http(200, {"generation": 1})])
+    plan = [{"mode": 1, "socket": str(tmp_path / "agent.sock")}]
+    try:
+        proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
+                              env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1", LD_PRELOAD=str(lib),
+                                                 FHW_TEST_POLL=how),
+                              capture_output=True, text=True, timeout=90, check=False)
+    finally:
+        agent.close()
+    assert proc.returncode == 0, proc.stderr
+    [result] = json.loads(proc.stdout)
+    assert len(agent.requests) == 1
+    return dict(result)
+
+
+def test_a_change_whose_waits_are_interrupted_by_signals_is_still_made(tmp_path: Path, nvml_library: Path) -> None:
+    """POSIX poll(2): EINTR, "A signal was caught during poll()", is no answer about the socket, and the wait may
+    be made again; a signal in the caller (a timer, a child's exit) is not the agent failing. With every other poll
+    interrupted, enabling MIG is still SUCCESS (docs/nvml.md: the change waits for the generation the agent
+    answers), as with send and recv interrupted above."""
+    result = change_through_poll(tmp_path, nvml_library, "eintr")
+    assert result["status"] == SUCCESS, result["trace"]
+
+
+def test_a_change_whose_wait_for_the_answer_fails_is_no_answer(tmp_path: Path, nvml_library: Path) -> None:
+    """When the wait for the agent's answer fails (POSIX poll(2): EAGAIN, "The allocation of internal data
+    structures failed"), nothing was read: the change is UNKNOWN, and the trace says "no answer from the agent"
+    (docs/nvml.md: no answer is UNKNOWN and the trace says which failure it was), not that an answer was bad."""
+    result = change_through_poll(tmp_path, nvml_library, "eagain-on-read")
+    assert result["status"] == UNKNOWN
+    assert "no answer from the agent" in result["trace"], result["trace"]

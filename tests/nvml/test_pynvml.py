@@ -337,6 +337,29 @@ def test_an_unfrozen_nvlink_counter_follows_the_traffic_again(nvml: Nvml, pynvml
     assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 9, 0) == (frozen[0] + 1000, frozen[1] + 1000)
 
 
+def test_a_freeze_of_a_counter_or_state_nvml_h_does_not_have_is_an_invalid_argument(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92, nvmlDeviceFreezeNvLinkUtilizationCounter: `counter` "(0 or 1)", `freeze` an nvmlEnableState_t
+    (NVML_FEATURE_DISABLED 0, NVML_FEATURE_ENABLED 1), INVALID_ARGUMENT "if device, link, counter, or freeze is
+    invalid"; nvmlDeviceResetNvLinkUtilizationCounter likewise for its counter. A freeze of 2 is refused and leaves
+    the counter live: gpu5's link 2 (no other test freezes it) follows its traffic after it."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    h = handles(n)[5]
+    freeze = n.nvmlDeviceFreezeNvLinkUtilizationCounter
+    assert error_of(lambda: freeze(h, 2, 2, n.NVML_FEATURE_ENABLED)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(lambda: freeze(h, 2, 0, 2)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert error_of(lambda: n.nvmlDeviceResetNvLinkUtilizationCounter(h, 2, 2)) == n.NVML_ERROR_INVALID_ARGUMENT
+    rec = snap.snapshot.gpus[5].links[2]
+    links = list(snap.snapshot.gpus[5].links)
+    links[2] = replace(rec, util_rx=(rec.util_rx[0] + 1000, rec.util_rx[1]),
+                       util_tx=(rec.util_tx[0] + 1000, rec.util_tx[1]))
+    gpus = list(snap.snapshot.gpus)
+    gpus[5] = replace(gpus[5], links=tuple(links))
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+    assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 2, 0) == (rec.util_rx[0] + 1000, rec.util_tx[0] + 1000)
+
+
 def test_no_nvlink_on_pcie_only_boards(nvml: Nvml, pynvml_module: ModuleType) -> None:
     n = pynvml_module
     nvml("edge-pcie")
@@ -1722,6 +1745,36 @@ def test_the_gpu_instances_of_a_visible_gpu_are_its_own(nvml: Nvml, pynvml_modul
     for gi in found[:2]:
         info = n.nvmlGpuInstanceGetInfo(gi)
         assert addr(info.device) == addr(h) and info.profileId == three
+
+
+def test_the_gpu_instances_of_a_profile_nvml_h_does_not_have_are_an_invalid_argument(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92, nvmlDeviceGetGpuInstances: INVALID_ARGUMENT "If device, profileId, gpuInstances or count are
+    invalid", and NVML_GPU_INSTANCE_PROFILE_COUNT (0x12) is one past its last profile. On dgx-a100's gpu7, in MIG mode
+    with two GPU instances, asking for profile 0x12's instances is that error (not a failure of the library)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    found = (n.c_nvmlGpuInstance_t * 7)()
+    count = ctypes.c_uint(0)
+    assert lib.nvmlDeviceGetGpuInstances(h, 0x12, found, ctypes.byref(count)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_compute_instance_handle_the_library_did_not_give_is_an_invalid_argument(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92, nvmlComputeInstanceGetInfo_v2: INVALID_ARGUMENT "If computeInstance or info are invalid". On
+    dgx-a100, whose gpu7 has compute instances (so the library has handed handles out), a NULL handle and one that
+    points at the caller's own memory are that error, not some compute instance's information."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    handles(n)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    info = n.c_nvmlComputeInstanceInfo_t()
+    own = ctypes.create_string_buffer(64)
+    for bogus in (None, ctypes.addressof(own)):
+        assert lib.nvmlComputeInstanceGetInfo_v2(ctypes.c_void_p(bogus), ctypes.byref(info)) == \
+            n.NVML_ERROR_INVALID_ARGUMENT
 
 
 def test_gpu_instance_placements_fill_an_array_of_their_count(nvml: Nvml, pynvml_module: ModuleType) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -360,3 +361,128 @@ def test_a_snapshot_truncated_in_place_under_a_reader_is_unknown_until_written_a
     got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30)
     uuid = snap.node.gpus[0].uuid
     assert got == {"before": uuid, "torn": 999, "after": uuid}
+
+
+EXPORT_TABLE_CALLER = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+/* The release this program says it was built for, alone between NULs in its read-only data, as nvidia-smi's. */
+__attribute__((used)) static const char release[] = "\0" RELEASE;
+int main(void) {
+    static const unsigned char guid[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                           0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (lib == NULL) return 2;
+    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+    int (*table)(const void **, const unsigned char *) =
+        (int (*)(const void **, const unsigned char *))dlsym(lib, "nvmlInternalGetExportTable");
+    const void *t = NULL;
+    if (init() != 0) return 3;
+    printf("%d\n", table(&t, guid));
+    return 0;
+}
+"""
+
+
+def export_table_answer(tmp: Path, release: str, snapshot: Path) -> int:
+    """nvmlInternalGetExportTable's answer to nvidia-smi's GUID, asked by a C program built with ``release`` in its
+    read-only data (empty: no release string)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp / "caller.c"
+    src.write_text(EXPORT_TABLE_CALLER)
+    exe = tmp / f"caller-{release or 'none'}"
+    subprocess.run(["cc", "-O1", f'-DRELEASE="{release}"', str(src), "-o", str(exe), "-ldl"], check=True)
+    env = dict(os.environ, FAKEHW_NVML_SNAPSHOT=str(snapshot), LD_LIBRARY_PATH=str(lib_path().parent))
+    proc = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout)
+
+
+def test_a_program_of_a_two_part_release_is_refused_the_export_table_of_another(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """NVIDIA's releases are not all three-part: NVIDIA/open-gpu-kernel-modules' CHANGELOG.md lists 535.98, 515.76,
+    525.53 and 515.57 beside 535.104.05 and the like. A driver's nvidia-smi and its libnvidia-ml are one release
+    (Debian's nvidia-smi depends on exactly its libnvidia-ml1; docs/nvml.md), so the library of 535.261.03 refuses
+    the table to a program built for 535.98 (nvidia-smi then prints its mismatch message) as it does to one built
+    for 535.104.05, and gives it to a program of its own release and to one that names no release."""
+    snap = node_snapshot(with_driver(tmp_path, "dgx-h100", "535.261.03"))
+    answers = {release: export_table_answer(tmp_path, release, snap.path)
+               for release in ("535.261.03", "", "535.104.05", "535.98")}
+    assert answers == {"535.261.03": 0, "": 0, "535.104.05": 2, "535.98": 2}
+
+
+SIGBUS_CHAIN = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* The program's own SIGBUS disposition, set before the library loads: a handler with SA_SIGINFO (argv[1]
+   "siginfo"), called with the fault's siginfo; one without (argv[1] "plain"), called with the signal number alone;
+   or SIG_IGN (argv[1] "ignored"). A handler exits with 0 when what it was given is its own fault: SIGBUS at the
+   page it touched (si_addr, si_code BUS_ADRERR). argv[2] "library" loads the library and calls nvmlInit first. */
+static volatile char *g_page;
+
+static void with_info(int sig, siginfo_t *info, void *ctx) {
+    (void)ctx;
+    _exit(sig == SIGBUS && info != NULL && info->si_addr == (void *)g_page && info->si_code == BUS_ADRERR ? 0 : 3);
+}
+
+static void plain(int sig) { _exit(sig == SIGBUS ? 0 : 3); }
+
+int main(int argc, char **argv) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    if (argc > 1 && strcmp(argv[1], "siginfo") == 0) {
+        sa.sa_sigaction = with_info;
+        sa.sa_flags = SA_SIGINFO;
+    } else {
+        sa.sa_handler = argc > 1 && strcmp(argv[1], "ignored") == 0 ? SIG_IGN : plain;
+    }
+    sigaction(SIGBUS, &sa, NULL);
+    if (argc > 2 && strcmp(argv[2], "library") == 0) {
+        void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+        if (lib == NULL) return 4;
+        int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+        if (init() != 0) return 5;
+    }
+    char path[] = "/tmp/fhw-sigbus-XXXXXX";
+    int fd = mkstemp(path);
+    long size = sysconf(_SC_PAGESIZE);
+    if (fd < 0 || ftruncate(fd, size) != 0) return 6;
+    g_page = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    unlink(path);
+    if (g_page == MAP_FAILED || ftruncate(fd, 0) != 0) return 7;
+    return g_page[0] == 0 ? 8 : 9; /* the read past the file's end raises SIGBUS: the handler exits first */
+}
+"""
+
+
+@pytest.mark.parametrize("kind", ["siginfo", "plain", "ignored"])
+def test_a_sigbus_of_the_program_s_own_goes_where_it_would_without_the_library(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path, kind: str) -> None:
+    """The shim takes SIGBUS for its own mappings only (csrc/core.c: "Any other SIGBUS goes to the handler installed
+    before"). A program that installed a SIGBUS handler before nvmlInit and reads past the end of a file it mapped
+    (POSIX mmap: "References within the address range starting at pa and continuing for len bytes to whole pages
+    following the end of an object shall result in delivery of a SIGBUS signal") gets its fault in its handler, in
+    the form POSIX sigaction gives a handler of that kind: with SA_SIGINFO, sa_sigaction(sig, info, context) with
+    the fault's si_addr and si_code BUS_ADRERR ("nonexistent physical address"); without, sa_handler(sig). With
+    SIGBUS ignored, the process ends as the same program ends without the library (the kernel's choice for an
+    ignored fault signal, kernel/signal.c force_sig_info_to_task: the action is reset to the default, death by
+    SIGBUS), not some other way."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    snap = node_snapshot("dgx-h100")
+    src = tmp_path / "sigbus.c"
+    src.write_text(SIGBUS_CHAIN)
+    exe = tmp_path / "sigbus"
+    subprocess.run(["cc", "-O1", str(src), "-o", str(exe), "-ldl"], check=True)
+    env = dict(os.environ, FAKEHW_NVML_SNAPSHOT=str(snap.path), LD_LIBRARY_PATH=str(lib_path().parent))
+    ends = {how: subprocess.run([str(exe), kind, how], env=env, capture_output=True, text=True, timeout=30,
+                                check=False).returncode for how in ("alone", "library")}
+    assert ends["library"] == ends["alone"] == (-signal.SIGBUS if kind == "ignored" else 0)

@@ -85,6 +85,22 @@ def test_query_compute_apps_lists_each_gpu_s_compute_processes(node_snapshot: Ca
     assert out.splitlines() == [f"{gpu0}, {compute}, 512 MiB", f"{gpu1}, {both}, 1024 MiB"]
 
 
+def test_query_shows_each_process_with_the_type_its_release_documents(node_snapshot: Callable[..., NodeSnap],
+                                                                     tmp_path: Path, real: RealNvidia) -> None:
+    """The man page each release ships (nvidia-smi.1 of Debian's 535, 550 and 555 packages, "Processes", "Type"):
+    "C" for a compute process, "G" for a graphics process, "C+G" for one with both contexts; 555's adds "M+C" for
+    one with an MPS compute and a compute context. ``nvidia-smi -q -x`` on gpu0 with one process of each kind lists
+    every one of them with that type (the export table's process slots, csrc/export.c, are how it asks)."""
+    kinds = {1001: (1, "C"), 1002: (2, "G"), 1003: (3, "C+G")}
+    if real.branch >= 555:
+        kinds[1005] = (5, "M+C")
+    processes = [FakeProcess("gpu0", pid, 256 << 20, kinds=kind) for pid, (kind, _) in kinds.items()]
+    snap = at_branch(node_snapshot, tmp_path, "dgx-h100", real.branch, processes=processes)
+    root = ET.fromstring(ok(run_nvidia_smi(["-q", "-x", "-i", "0"], snap.path, real, sysfs=False)))
+    shown = {int(p.findtext("pid", "")): p.findtext("type") for p in root.iter("process_info")}
+    assert shown == {pid: type_ for pid, (_, type_) in kinds.items()}
+
+
 def test_each_nvidia_smi_accepts_only_its_own_release(node_snapshot: Callable[..., NodeSnap], tmp_path: Path,
                                                      real: RealNvidia) -> None:
     """A driver's nvidia-smi and its libnvidia-ml come as one release (Debian's nvidia-smi depends on exactly its

@@ -25,7 +25,9 @@ static int64_t left_ms(int64_t deadline) {
 static int send_all(int fd, const char *p, size_t n, int64_t deadline) {
     while (n > 0) {
         struct pollfd pfd = {fd, POLLOUT, 0};
-        if (poll(&pfd, 1, (int)left_ms(deadline)) <= 0) return -1;
+        int ready = poll(&pfd, 1, (int)left_ms(deadline));
+        if (ready < 0 && errno == EINTR) continue; /* a signal, not the socket: wait again (POSIX poll) */
+        if (ready <= 0) return -1;
         ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) return -1;
@@ -41,7 +43,9 @@ static ssize_t recv_all(int fd, char *buf, size_t cap, int64_t deadline) {
     while (got < cap) {
         struct pollfd pfd = {fd, POLLIN, 0};
         int64_t ms = left_ms(deadline);
-        if (ms == 0 || poll(&pfd, 1, (int)ms) <= 0) return -1;
+        int ready = ms == 0 ? 0 : poll(&pfd, 1, (int)ms);
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready <= 0) return -1;
         ssize_t r = recv(fd, buf + got, cap - got, 0);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return -1;

@@ -42,9 +42,11 @@ static nvmlReturn_t slot_handle_by_index(int n, void *a, void *b, void *c, void 
 }
 
 /*
- * Slots 213, 214, 215: compute, graphics and MPS processes of a device (device, unsigned *count, entries).
+ * Slots 213, 214, 215: compute, MPS compute and graphics processes of a device (device, unsigned *count, entries).
  * *count holds the capacity on entry. Each entry is 4128 bytes and begins like nvmlProcessInfo_v2_t (pid,
- * used memory at 8, GPU and compute instance ids at 16 and 20); nvidia-smi asks for names separately.
+ * used memory at 8, GPU and compute instance ids at 16 and 20); nvidia-smi asks for names separately. The order
+ * is nvidia-smi's: with 214 answering graphics processes it printed none of them, a compute-and-graphics process
+ * as "M+C" and an MPS one as "G" (its man page: "C", "G", "C+G", and in 555 "M+C"; test_smi.py).
  */
 #define SMI_PROCESS_ENTRY 4128
 static nvmlReturn_t slot_processes(int n, void *a, void *b, void *c, void *d) {
@@ -52,7 +54,7 @@ static nvmlReturn_t slot_processes(int n, void *a, void *b, void *c, void *d) {
     unsigned int *count = b;
     if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int cap = *count;
-    unsigned int kind = n == 213 ? 1 : n == 214 ? 2 : 4;
+    unsigned int kind = n == 213 ? 1 : n == 214 ? 4 : 2;
     fhw_ctx_t C;
     nvmlReturn_t r = fhw_enter_dev(&C, (nvmlDevice_t)a, FHW_ALLOW_MIG);
     if (r != NVML_SUCCESS) return r;
@@ -273,7 +275,8 @@ static slot_fn slot_impl(int n) {
  * prints "Mismatch in versions between nvidia-smi and NVML" and exits. The fake plays the library of the
  * snapshot's driver, so it refuses a program built for another driver release: the release an nvidia-smi was
  * built for is the one NUL-delimited "NNN.NN.NN" string in its read-only image (535.261.03, 550.163.01 and
- * 555.58.02 each carry exactly their own). A caller without such a string (a test harness) gets the table.
+ * 555.58.02 each carry exactly their own), or "NNN.NN" for the two-part releases (NVIDIA/open-gpu-kernel-modules'
+ * CHANGELOG.md: 515.57, 515.76, 525.53, 535.98). A caller without such a string (a test harness) gets the table.
  */
 typedef struct {
     char version[32];
@@ -298,7 +301,7 @@ FHW_UNINSTRUMENTED static int version_at(const unsigned char *p, const unsigned 
         if (q - p > 12) return 0;
         q++;
     }
-    if (q >= end || groups != 2 || digits != 2 || p[3] != '.' || (size_t)(q - p) >= cap) return 0;
+    if (q >= end || groups > 2 || digits != 2 || p[3] != '.' || (size_t)(q - p) >= cap) return 0;
     memcpy(out, p, (size_t)(q - p));
     out[q - p] = '\0';
     return 1;
