@@ -211,6 +211,30 @@ def test_a_change_the_agent_could_not_be_asked_for_says_why_in_the_trace(outcome
     assert "not HTTP" in outcome.results["not-http"]["trace"]
 
 
+def enable_mig_interposed(tmp_path: Path, nvml_library: Path, interposer: str,
+                          **env: str) -> tuple[subprocess.CompletedProcess[str], StandInAgent, NodeSnap]:
+    """Enable MIG on dgx-a100's gpu0 against a stand-in agent answering generation 1, with ``interposer`` (C
+    source of system calls that fail as POSIX allows) built and preloaded, and ``env`` added: (the caller's exit,
+    the agent with what it was sent, the node's snapshot). The caller exited 0."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "interposer.c"
+    src.write_text(interposer)
+    lib = tmp_path / "interposer.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(lib), "-ldl"], check=True)
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
+    agent = StandInAgent(tmp_path / "agent.sock", [http(200, {"generation": 1})])
+    plan = [{"mode": 1, "socket": str(tmp_path / "agent.sock")}]
+    try:
+        proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
+                              env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1", LD_PRELOAD=str(lib), **env),
+                              capture_output=True, text=True, timeout=90, check=False)
+    finally:
+        agent.close()
+    assert proc.returncode == 0, proc.stderr
+    return proc, agent, snap
+
+
 SOCKET_INTERPOSER = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -253,22 +277,7 @@ def test_a_change_sent_and_answered_in_short_interrupted_pieces_is_the_same_requ
     other call EINTR, at most 7 bytes a call) enabling MIG is still one request on the documented route with the
     body its Content-Length gives (the same bytes as without the interposer: docs/agent.md's route and body), and
     the agent's answer, read 7 bytes at a time, still gives SUCCESS (docs/nvml.md: the generation answered)."""
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
-    src = tmp_path / "sock.c"
-    src.write_text(SOCKET_INTERPOSER)
-    lib = tmp_path / "sock.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(lib), "-ldl"], check=True)
-    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
-    agent = StandInAgent(tmp_path / "agent.sock", [http(200, {"generation": 1})])
-    plan = [{"mode": 1, "socket": str(tmp_path / "agent.sock")}]
-    try:
-        proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
-                              env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1", LD_PRELOAD=str(lib)),
-                              capture_output=True, text=True, timeout=90, check=False)
-    finally:
-        agent.close()
-    assert proc.returncode == 0, proc.stderr
+    proc, agent, snap = enable_mig_interposed(tmp_path, nvml_library, SOCKET_INTERPOSER)
     [result] = json.loads(proc.stdout)
     assert result["status"] == SUCCESS, result["trace"]
     [request] = agent.requests
@@ -311,23 +320,7 @@ int poll(struct pollfd *fds, nfds_t n, int timeout) {
 
 def change_through_poll(tmp_path: Path, nvml_library: Path, how: str) -> dict[str, Any]:
     """Enable MIG on dgx-a100's gpu0 against a stand-in agent answering generation 1, with poll interposed."""
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
-    src = tmp_path / "poll.c"
-    src.write_text(POLL_INTERPOSER)
-    lib = tmp_path / "poll.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(lib), "-ldl"], check=True)
-    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
-    agent = StandInAgent(tmp_path / "agent.sock", [http(200, {"generation": 1})])
-    plan = [{"mode": 1, "socket": str(tmp_path / "agent.sock")}]
-    try:
-        proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
-                              env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1", LD_PRELOAD=str(lib),
-                                                 FHW_TEST_POLL=how),
-                              capture_output=True, text=True, timeout=90, check=False)
-    finally:
-        agent.close()
-    assert proc.returncode == 0, proc.stderr
+    proc, agent, _ = enable_mig_interposed(tmp_path, nvml_library, POLL_INTERPOSER, FHW_TEST_POLL=how)
     [result] = json.loads(proc.stdout)
     assert len(agent.requests) == 1
     return dict(result)

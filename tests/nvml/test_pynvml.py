@@ -21,6 +21,7 @@ from types import ModuleType
 
 import pytest
 
+from fakehw.nvml.layout import LinkRecord
 from fakehw.nvml.snapfile import write_snapshot
 from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess
 from tests.nvml import references
@@ -313,6 +314,19 @@ def test_nvlink_utilization_counters(nvml: Nvml, pynvml_module: ModuleType) -> N
     assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 3, 0) == (0, 0)
 
 
+def _add_link_traffic(snap: NodeSnap, gpu: int, link: int, units: int) -> LinkRecord:
+    """Rewrite the node's snapshot with ``units`` more traffic each way on one GPU's link (as the agent's next
+    render of live counters would); returns the link's record as it was."""
+    rec = snap.snapshot.gpus[gpu].links[link]
+    links = list(snap.snapshot.gpus[gpu].links)
+    links[link] = replace(rec, util_rx=(rec.util_rx[0] + units, rec.util_rx[1]),
+                          util_tx=(rec.util_tx[0] + units, rec.util_tx[1]))
+    gpus = list(snap.snapshot.gpus)
+    gpus[gpu] = replace(gpus[gpu], links=tuple(links))
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+    return rec
+
+
 def test_an_unfrozen_nvlink_counter_follows_the_traffic_again(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceFreezeNvLinkUtilizationCounter: freeze "NVML_FEATURE_ENABLED = freeze the receive and
     transmit counters, NVML_FEATURE_DISABLED = unfreeze the receive and transmit counters". gpu6's link 9 (no other
@@ -326,12 +340,7 @@ def test_an_unfrozen_nvlink_counter_follows_the_traffic_again(nvml: Nvml, pynvml
     n.nvmlDeviceFreezeNvLinkUtilizationCounter(h, 9, 0, n.NVML_FEATURE_ENABLED)
     frozen = (rec.util_rx[0], rec.util_tx[0])
     assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 9, 0) == frozen
-    links = list(snap.snapshot.gpus[6].links)
-    links[9] = replace(rec, util_rx=(rec.util_rx[0] + 1000, rec.util_rx[1]),
-                       util_tx=(rec.util_tx[0] + 1000, rec.util_tx[1]))
-    gpus = list(snap.snapshot.gpus)
-    gpus[6] = replace(gpus[6], links=tuple(links))
-    write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+    _add_link_traffic(snap, 6, 9, 1000)
     assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 9, 0) == frozen
     n.nvmlDeviceFreezeNvLinkUtilizationCounter(h, 9, 0, n.NVML_FEATURE_DISABLED)
     assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 9, 0) == (frozen[0] + 1000, frozen[1] + 1000)
@@ -350,13 +359,7 @@ def test_a_freeze_of_a_counter_or_state_nvml_h_does_not_have_is_an_invalid_argum
     assert error_of(lambda: freeze(h, 2, 2, n.NVML_FEATURE_ENABLED)) == n.NVML_ERROR_INVALID_ARGUMENT
     assert error_of(lambda: freeze(h, 2, 0, 2)) == n.NVML_ERROR_INVALID_ARGUMENT
     assert error_of(lambda: n.nvmlDeviceResetNvLinkUtilizationCounter(h, 2, 2)) == n.NVML_ERROR_INVALID_ARGUMENT
-    rec = snap.snapshot.gpus[5].links[2]
-    links = list(snap.snapshot.gpus[5].links)
-    links[2] = replace(rec, util_rx=(rec.util_rx[0] + 1000, rec.util_rx[1]),
-                       util_tx=(rec.util_tx[0] + 1000, rec.util_tx[1]))
-    gpus = list(snap.snapshot.gpus)
-    gpus[5] = replace(gpus[5], links=tuple(links))
-    write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+    rec = _add_link_traffic(snap, 5, 2, 1000)
     assert n.nvmlDeviceGetNvLinkUtilizationCounter(h, 2, 0) == (rec.util_rx[0] + 1000, rec.util_tx[0] + 1000)
 
 
