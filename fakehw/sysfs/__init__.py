@@ -132,12 +132,6 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     pools_json = [p.to_json() for p in platform.pools]
     lost = frozenset(g.name for g in state.gpus if g.lost)
     memo: dict[str, Any] | None = ctx.memo.get("root", dict) if ctx.memo is not None else None
-    # Everything the tree is built from besides the model (each dynamic section's inputs below): a change that
-    # touches none of it (an Xid, a thermal or ECC fault) leaves the tree as the last render made it.
-    inputs = (key, share, dict(platform.numa_memory), platform.cxl, lost, mig, pools_json)
-    if memo is not None and memo.get("last") == inputs and "manifest" in memo and \
-            (root_parent.root / ROOT_DIR).is_dir():
-        return WriteStats(mode="unchanged")
     specs = [
         SectionSpec("cpu", key, lambda: cpu_section(node), share=f"{share}/cpu"),
         SectionSpec("node-static", key, lambda: node_static_section(node), share=f"{share}/node"),
@@ -159,11 +153,9 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
 
     writer = RootWriter(root_parent.root / ROOT_DIR, root_parent.root / MANIFEST, release=root_parent.release,
                         store=root_parent.root.parent / SHARED_DIR)
-    if memo is not None:
-        memo.pop("last", None)  # until this render is written whole (a failed one leaves the tree in between)
+    # With a memo, a render whose sections' keys and inputs all equal the last written render's (an Xid, a thermal
+    # or ECC fault touches none of them) returns at once: the specs are the one list of what the tree depends on.
     stats = writer.render(specs, memo)
-    if memo is not None:
-        memo["last"] = inputs
     if stats.changed:
         notify_live(root_parent.root, stats.changed)  # a live /sys must stop serving what changed first
     return stats

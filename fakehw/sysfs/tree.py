@@ -228,6 +228,8 @@ class RootWriter:
         manifest and every dynamic section's inputs as last written, so an unchanged section costs a comparison."""
         specs = list(specs)
         memo = {} if memo is None else memo
+        if _unchanged(specs, memo) and self.root.is_dir():
+            return WriteStats(mode="unchanged")
         manifest = memo.get("manifest") if self.root.is_dir() else None
         if manifest is None:
             manifest = self._load_manifest()
@@ -251,6 +253,7 @@ class RootWriter:
             return self._full(specs, stats, memo)
         stats.mode = "incremental"
         new_manifest: dict[str, dict[str, Any]] = {}
+        built: dict[str, object] = {}  # into the memo once written: a failed write leaves the memo as it was
         writes: dict[str, Entry] = {}
         removes: list[str] = []
         for spec in specs:
@@ -260,7 +263,7 @@ class RootWriter:
                 stats.skipped_sections += 1
                 continue
             section = spec.build()
-            inputs[spec.name] = spec.inputs
+            built[spec.name] = spec.inputs
             before: dict[str, str] = old[spec.name].get("entries", {})
             after = {p: digest(e) for p, e in section.entries.items()}
             for path, d in after.items():
@@ -278,6 +281,7 @@ class RootWriter:
         if writes or removes:
             self._save_manifest(new_manifest)
         memo["manifest"] = {"version": MANIFEST_VERSION, "sections": new_manifest}
+        inputs.update(built)
         stats.changed = [*writes, *removes]
         return stats
 
@@ -678,6 +682,28 @@ def _by_directory(items: list[tuple[str, Entry]], parts: int) -> list[list[tuple
     for i, members in enumerate(groups.values()):
         buckets[i % parts].extend(members)
     return buckets
+
+
+def _unchanged(specs: list[SectionSpec], memo: dict[str, Any]) -> bool:
+    """Whether the last render written whole (``memo``) had the same sections, every static one with the same
+    key and every dynamic one with equal inputs: then nothing needs building or comparing. A dynamic section
+    without inputs is built every time, so its presence means "maybe changed"."""
+    manifest, inputs = memo.get("manifest"), memo.get("inputs")
+    if manifest is None or inputs is None:
+        return False
+    old: dict[str, dict[str, Any]] = manifest["sections"]
+    if len(old) != len(specs):
+        return False
+    for spec in specs:
+        last = old.get(spec.name)
+        if last is None:
+            return False
+        if spec.key is not None:
+            if last.get("key") != spec.key:
+                return False
+        elif spec.inputs is None or spec.name not in inputs or inputs[spec.name] != spec.inputs:
+            return False
+    return True
 
 
 def _read_sections(manifest: Path) -> dict[str, Any] | None:

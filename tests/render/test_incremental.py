@@ -7,6 +7,7 @@ against real consumers and captures: a re-render after a change must produce the
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ from fakehw.nvml.snapshot import _Peers, build_snapshot
 from fakehw.render import RenderMemo, render_node
 from fakehw.render.atomic import Releaser, _temporary, atomic_write, dump_json
 from fakehw.render.basic import StateFragments, _object_text, state_json
+from fakehw.sysfs.tree import RootWriter
 
 PROFILES = sorted(p.stem for p in (Path(snapshot.__file__).parents[1] / "profiles").glob("*.yaml"))
 
@@ -373,6 +375,36 @@ def test_a_root_tree_removed_is_written_again_by_a_change_that_touches_none_of_i
         shutil.rmtree(out / "root")
         run.inject({"kind": "xid", "device": node.gpus[0].name, "code": 13})
         render_node(system, node, run.state(), out, events=tuple(run.events), memo=memo, release=release)
+        assert tree(out / "root") == tree(fresh / "root")
+    finally:
+        release.close()
+
+
+def test_a_root_render_that_failed_half_way_is_completed_by_the_next_render_of_the_same_state(
+        fast_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU falling off the bus changes the fake root (its PCI function goes); if writing that change fails (a
+    full disk: ENOSPC, write(2)), the next render of the same state must finish the job, as a render without memory
+    would, rather than take the memory of what it meant to write for what is on disk."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    run = Scenario(system, node)
+    memo = RenderMemo()
+    release = Releaser()
+    out = fast_tmp / "kept"
+    try:
+        render_node(system, node, run.state(), out, initial=True, memo=memo, release=release)
+        run.inject({"kind": "fallen-off-bus", "device": node.gpus[-1].name})
+        state = run.state()
+        with monkeypatch.context() as patch:
+            def full_disk(*_: object, **__: object) -> None:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            patch.setattr(RootWriter, "_write_all", full_disk)
+            patch.setattr(RootWriter, "_remove", full_disk)
+            with pytest.raises(OSError):
+                render_node(system, node, state, out, events=tuple(run.events), memo=memo, release=release)
+        render_node(system, node, state, out, events=tuple(run.events), memo=memo, release=release)
+        fresh = fast_tmp / "fresh"
+        render_node(system, node, state, fresh, initial=True, events=tuple(run.events))
         assert tree(out / "root") == tree(fresh / "root")
     finally:
         release.close()
