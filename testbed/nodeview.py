@@ -111,6 +111,10 @@ class Mount:
     data: str | None = None
     make: str | None = field(default=None)
     """"dir" or "file": create the mount point if it is missing."""
+    owners: tuple[tuple[str, int, int, int], ...] = ()
+    """Directories to make on the way to the mount point, each ``(path, mode, uid, gid)`` as on the host: a kept
+    path's parents made in the view's fresh ``/dev/shm`` show what the host shows (a private 0700 directory stays
+    private), not the 0755 a plain ``makedirs`` gives."""
 
 
 CONTAINER_DEV = frozenset({"console", "core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm",
@@ -268,6 +272,17 @@ def kept_paths(view: NodeView, env: Mapping[str, str] | None = None) -> list[str
     return kept
 
 
+def _host_owners(path: str) -> tuple[tuple[str, int, int, int], ...]:
+    """Mode and owner of every directory from below the host's ``/dev/shm`` down to ``path``, outermost first."""
+    shm = Path(os.path.realpath(HOST_SHM))
+    chain = [p for p in (Path(path), *Path(path).parents) if p.is_relative_to(shm) and p != shm]
+    out = []
+    for p in reversed(chain):
+        st = os.stat(p)
+        out.append((str(p), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid))
+    return tuple(out)
+
+
 def plan(view: NodeView, env: Mapping[str, str] | None = None) -> list[Mount]:
     """The mounts that make ``view``, in order (a pure function of the view, the command's environment ``env``
     and what the tree holds)."""
@@ -286,7 +301,8 @@ def plan(view: NodeView, env: Mapping[str, str] | None = None) -> list[Mount]:
         steps.append(Mount(str(dev_dir), "/dev", flags=MS_BIND | MS_REC))
         # What the command finds by its host path under /dev/shm, again at that path: the mount point is made in
         # the fresh tmpfs just mounted (now the view's /dev/shm), never in the node's tree or on the host.
-        steps.extend(Mount(path, path, flags=MS_BIND | MS_REC, make="dir") for path in kept_paths(view, env))
+        steps.extend(Mount(path, path, flags=MS_BIND | MS_REC, make="dir", owners=_host_owners(path))
+                     for path in kept_paths(view, env))
     driver = root / "proc" / "driver"
     if driver.is_dir() and os.path.isdir("/proc/driver"):
         steps.append(Mount(str(driver), "/proc/driver", flags=MS_BIND | MS_REC))
@@ -327,10 +343,15 @@ def _check(rc: int, what: str) -> None:
         raise SetupError(f"{what}: {os.strerror(err)} ({errno.errorcode.get(err, err)})")
 
 
-def _make_point(target: str, kind: str | None) -> None:
+def _make_point(target: str, kind: str | None, owners: tuple[tuple[str, int, int, int], ...] = ()) -> None:
     if kind is None or os.path.lexists(target):
         return
     try:
+        for path, mode, uid, gid in owners:
+            if not os.path.lexists(path):
+                os.mkdir(path, mode)
+                os.chown(path, uid, gid)
+                os.chmod(path, mode)  # mkdir applies the umask
         if kind == "dir":
             os.makedirs(target, exist_ok=True)
         else:
@@ -409,7 +430,7 @@ def _mount_all(libc: ctypes.CDLL, steps: list[Mount], by_fd: bool = True) -> Non
                 if m.target == "/sys":
                     _require_entries(m.source)
         for m in steps:
-            _make_point(m.target, m.make)
+            _make_point(m.target, m.make, m.owners)
             source = f"/proc/self/fd/{sources[m.source]}" if m.source in sources else m.source
             _check(libc.mount(source.encode(), m.target.encode(), m.fstype.encode() if m.fstype else None,
                               m.flags, m.data.encode() if m.data else None),

@@ -186,6 +186,14 @@ def test_a_cluster_kept_under_dev_shm_answers_as_its_node_in_the_view(shm_state_
         assert {"0", "1"} <= set(numa.split())
         assert devices.split() == sorted(f"nvidia{i}" for i in range(8))
         assert tree_of(node_dev) == before, "a mount point was made in the node's tree"
+        # The directories on the way to what the view binds again show what the host shows (mkdtemp's 0700,
+        # Python's tempfile docs): the view's mount points do not open a private directory to other users.
+        ways = [p for p in (info.dir / "root").parents if p.is_relative_to(shm_state_dir)]
+        shown = tb.exec(info.name, ["stat", "-c", "%n %a %u %g", *map(str, ways)])
+        assert shown.returncode == 0, shown.stderr.decode()
+        host = [f"{p} {os.stat(p).st_mode & 0o7777:o} {os.stat(p).st_uid} {os.stat(p).st_gid}" for p in ways]
+        assert shown.stdout.decode().splitlines() == host
+        assert f"{shm_state_dir} 700 " in shown.stdout.decode()
     finally:
         tb.down()
 
