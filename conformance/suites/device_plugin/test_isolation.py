@@ -24,7 +24,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import hypothesis
 import pytest
@@ -171,348 +171,364 @@ def _gpu_faults(put: PluginUnderTest) -> list[str]:
     return [u for u in put.units if u in listed]
 
 
-def _machine(campaign: Campaign) -> type[RuleBasedStateMachine]:
-    put = campaign.put
-    gpus = _gpu_faults(put)
-    pools = sorted(r for r in put.serving_pools_at_start)
-    device_of = {gpu: dev for dev, gpu in put.baseline_identities().items()}
+_GPUS = st.runner().flatmap(lambda machine: st.sampled_from(machine.gpus))
+"""A device of the machine running the rule (``st.runner()``: the state machine itself, hypothesis's docs)."""
 
-    class Isolation(RuleBasedStateMachine):
-        def __init__(self) -> None:
-            super().__init__()
-            campaign.examples += 1
-            campaign.log = []
-            self.live: dict[str, Live] = {}
-            self.ended: list[Live] = []
-            self.faults: dict[str, Fault] = {}
-            self.n = 0
-            self.step = 0
-            self._guard("reset", put.reset)
 
-        # ------------------------------------------------------------------------------------ plumbing
+class IsolationFuzz(RuleBasedStateMachine):
+    """The fuzz's rules, checks and invariants over one campaign; :func:`_machine` binds a campaign to it."""
 
-        def _on(self, requirement: str) -> bool:
-            return requirement in campaign.active
+    campaign: ClassVar[Campaign]
+    put: ClassVar[PluginUnderTest]
+    gpus: ClassVar[list[str]]
+    """Devices the fuzz allocates and faults (:func:`_gpu_faults`)."""
+    pools: ClassVar[list[str]]
+    """Pool resources the plugin serves at the start."""
+    device_of: ClassVar[dict[str, str]]
+    """The device ID the plugin lists for each of :attr:`gpus`."""
 
-        def _begin(self, text: str) -> None:
-            self.step += 1
-            campaign.steps += 1
-            if campaign.first_failure is not None and time.monotonic() - campaign.first_failure > SHRINK_BUDGET_S:
-                hypothesis.reject()  # shrinking ran out of time: the sequence found so far is reported
-            campaign.note(f"{self.step}. {text}")
+    def __init__(self) -> None:
+        super().__init__()
+        self.campaign.examples += 1
+        self.campaign.log = []
+        self.live: dict[str, Live] = {}
+        self.ended: list[Live] = []
+        self.faults: dict[str, Fault] = {}
+        self.n = 0
+        self.step = 0
+        self._guard("reset", self.put.reset)
 
-        def _guard(self, what: str, action: Callable[[], None]) -> None:
-            """Run a step; a plugin that exits, hangs or fails to come back is recovered from, not judged."""
-            try:
-                action()
-            except Breach as breach:
-                campaign.failed(breach)
-                raise
-            except PluginViolation as exc:
-                self._recover(what, exc)
+    # ------------------------------------------------------------------------------------ plumbing
 
-        def _recover(self, what: str, exc: PluginViolation) -> None:
-            """Bring the plugin back as an operator would: restart it; if it cannot start, heal the GPUs that
-            are off the bus and restart again; if that fails too, discard this run."""
-            put.note_death(f"isolation fuzz: {what}", exc.message)
-            campaign.note(f"   the plugin failed ({exc.message[:160]}); restarting it")
-            campaign.recoveries.append(f"{what}: {exc.message[:200]}")
-            try:
-                put.restart(kill=True, during="restart by the isolation fuzz")
-                self._restarted()
-                return
-            except PluginViolation:
-                pass
-            lost = [fid for fid, f in self.faults.items() if f.label == "off the bus"]
-            for fid in lost:
-                with contextlib.suppress(Exception):
-                    put.heal(fid)
-                campaign.note(f"   healed {self.faults.pop(fid).gpu} (off the bus) so the plugin can start")
-            try:
-                put.restart(kill=True, during="restart by the isolation fuzz after healing")
-                self._restarted()
-            except PluginViolation as again:
-                campaign.discarded.append(f"the plugin could not be brought back: {again.message[:200]}")
-                hypothesis.reject()
+    def _on(self, requirement: str) -> bool:
+        return requirement in self.campaign.active
 
-        def _restarted(self) -> None:
-            for f in self.faults.values():
-                if f.restarted is None:
-                    f.restarted = self.step
+    def _begin(self, text: str) -> None:
+        self.step += 1
+        self.campaign.steps += 1
+        if self.campaign.first_failure is not None and time.monotonic() - self.campaign.first_failure > SHRINK_BUDGET_S:
+            hypothesis.reject()  # shrinking ran out of time: the sequence found so far is reported
+        self.campaign.note(f"{self.step}. {text}")
 
-        def _faulty(self) -> dict[str, Fault]:
-            """Devices whose GPU has a fault."""
-            by_gpu = {f.gpu: f for f in self.faults.values()}
-            return {u: by_gpu[put.gpu_of(u)] for u in gpus if put.gpu_of(u) in by_gpu}
+    def _guard(self, what: str, action: Callable[[], None]) -> None:
+        """Run a step; a plugin that exits, hangs or fails to come back is recovered from, not judged."""
+        try:
+            action()
+        except Breach as breach:
+            self.campaign.failed(breach)
+            raise
+        except PluginViolation as exc:
+            self._recover(what, exc)
 
-        def _admit(self, tenant: str, resource: str, count: int) -> None:
-            self.n += 1
-            pod = f"{tenant}-{self.n}"
-            try:
-                a = put.kubelet.admit(pod, "main", resource, count)
-            except (AdmissionRefused, RpcFailed) as exc:
-                campaign.note(f"   {pod}: {count} x {resource} not admitted ({str(exc)[:120]})")
-                return  # the kubelet would not start this pod; nothing was handed out
-            if resource == put.resource:
-                names = frozenset(put.identify(d) for d in a.device_ids)
-                response = a.response_message()
-                live = Live(tenant, a, names, put.expose(response), None)
-                campaign.note(f"   {pod} ({tenant}) got {', '.join(sorted(names))}")
-                self.live[pod] = live
-                self._check_gpu_allocation(live, response)
-                if self._on(ISO_DISJOINT):
-                    self._check_disjoint()  # at once too: a later step may end one of the pods
-            else:
-                tokens = list(put.expose(a.response_message()).tokens)
-                live = Live(tenant, a, frozenset(), None, tokens[0] if tokens else None)
-                campaign.note(f"   {pod} ({tenant}) got {', '.join(a.device_ids)} of {resource}")
-                self.live[pod] = live
-                self._check_pool_allocation(live, tokens)
-
-        # ------------------------------------------------------------------------------------ checks
-
-        def _check_gpu_allocation(self, live: Live, response: pb.ContainerAllocateResponse) -> None:
-            pod = f"{live.assignment.pod} ({live.tenant})"
-            if self._on(ISO_TOKENS) and live.exposure is not None and live.exposure.tokens:
-                _breach_tokens(f"{pod}: a GPU allocation carries pool tokens {list(live.exposure.tokens)}")
-            if self._on(ISO_NO_UNHEALTHY):
-                faulty = self._faulty()
-                for gpu in sorted(live.gpus & set(faulty)):
-                    f = faulty[gpu]
-                    _breach_unhealthy(f"{pod} was given {gpu}, which has had {f.label} since step {f.step} (at "
-                                      f"least {HEALTH_BOUND_S:g} s before): {f.story()}")
-            if self._on(ISO_EXACT):
-                campaign.outcomes[ISO_EXACT].judged += 1
-                self._check_exact(pod, live, response)
-
-        def _check_exact(self, pod: str, live: Live, response: pb.ContainerAllocateResponse) -> None:
-            ex = live.exposure
-            assert ex is not None
-            for channel, got in ex.channels().items():
-                if got and got != live.gpus:
-                    _breach_exact(f"{pod} was given {sorted(live.gpus)} but its {channel} expose {sorted(got)}")
-            if ex.all != live.gpus:
-                _breach_exact(f"{pod} was given {sorted(live.gpus)} but sees {sorted(ex.all)}")
-            if ex.unknown:
-                _breach_exact(f"{pod}: {list(ex.unknown)}")
-            seen, lost = put.nvml_view(response)
-            physical = put.physical(live.gpus)
-            if not (seen <= physical and len(seen) + lost == len(physical)):
-                _breach_exact(f"{pod} was given {sorted(live.gpus)}; NVML inside its container shows "
-                              f"{sorted(seen)}" + (f" and {lost} GPUs off the bus" if lost else ""))
-
-        def _check_pool_allocation(self, live: Live, tokens: list[str]) -> None:
-            if not self._on(ISO_TOKENS):
-                return
-            campaign.outcomes[ISO_TOKENS].judged += 1
-            pod = f"{live.assignment.pod} ({live.tenant})"
-            if len(set(tokens)) != 1:
-                _breach_tokens(f"{pod}: expected one pool token in the answer, found {len(set(tokens))}")
-            token = tokens[0]
-            others = [o for o in [*self.live.values(), *self.ended] if o.token == token and o is not live]
-            if others:
-                _breach_tokens(f"{pod} got the token already handed to {others[0].assignment.pod} "
-                               f"({others[0].tenant})")
-            pool = put.pools[live.assignment.resource].name
-            agent = put.testbed.agent(put.node.name)
-            try:
-                mapping = agent.map_pool(put.node.name, pool, token, "conformance-fuzz")
-            except Exception as exc:
-                _breach_tokens(f"{pod}: the node refuses its own token for pool {pool}: {exc}")
-            agent.unmap_pool(str(mapping["id"]), token)
-            # Tokens of ended pods whose capacity this pod now holds must no longer open anything.
-            for old in self.ended:
-                if old.assignment.resource != live.assignment.resource or old.token is None:
-                    continue
-                if not set(old.assignment.device_ids) & set(live.assignment.device_ids):
-                    continue
-                try:
-                    m = agent.map_pool(put.node.name, pool, old.token, "conformance-fuzz")
-                except Exception:
-                    continue  # refused, as it must be
-                agent.unmap_pool(str(m["id"]), old.token)
-                _breach_tokens(f"the token of ended pod {old.assignment.pod} ({old.tenant}) still opens pool "
-                               f"{pool} memory although its devices now belong to {pod}")
-
-        def _inject(self, gpu: str, which: int) -> str:
-            label, kind, params = FAULTS[which]
-            fid = put.inject(put.gpu_of(gpu), kind, **params)
-            fault = self.faults[fid] = Fault(put.gpu_of(gpu), label, self.step)
-            device = device_of[gpu]
-            # After the bound the fault is "known" whether or not the plugin reported it.
-            with contextlib.suppress(PluginTimeout):
-                put.kubelet.wait_update(put.resource, lambda u: u.health(device) != HEALTHY, HEALTH_BOUND_S,
-                                        f"{label} on {gpu} reported")
-                fault.reported = True
-            return fid
-
-        # ------------------------------------------------------------------------------------ rules
-
-        @initialize()
-        def opening(self) -> None:
-            """Every run starts from a busy node: tenants a and b hold a GPU (and a slice of every pool); a GPU
-            gets a double-bit ECC error; the plugin restarts while it lasts; tenant c asks for every GPU that
-            is still available. The random steps follow."""
-            self._begin("tenants a and b take a GPU and a slice of every pool each")
-            for tenant in TENANTS[:2]:
-                self._guard("admit", functools.partial(self._admit, tenant, put.resource, 1))
-                for resource in pools:
-                    self._guard("admit", functools.partial(self._admit_pool, tenant, resource, 1))
-            held = {g for live in self.live.values() for g in live.gpus}
-            victim = next((g for g in reversed(gpus) if g not in held), None)
-            if victim is None:  # a small node: tenant b's pod ends, so its GPU is the one that breaks
-                b = max((p for p, live in self.live.items() if live.tenant == TENANTS[1] and live.gpus), default=None)
-                victim = sorted(self.live[b].gpus)[0] if b else gpus[-1]
-                if b:
-                    self._begin(f"{b} ends")
-                    put.kubelet.release(b)
-                    self.ended.append(self.live.pop(b))
-            self._begin(f"{FAULTS[0][0]} on {victim}, then the plugin is killed and restarted")
-            self._guard("fault", lambda: self._fault_and_restart(victim))
-            self._begin("tenant-c asks for every available GPU")
-            self._guard("big job", lambda: self._big_job(TENANTS[2]))
-
-        def _fault_and_restart(self, victim: str) -> None:
-            self._inject(victim, 0)
-            put.restart(kill=True, downtime=0.1, during="restart by the isolation fuzz")
+    def _recover(self, what: str, exc: PluginViolation) -> None:
+        """Bring the plugin back as an operator would: restart it; if it cannot start, heal the GPUs that
+        are off the bus and restart again; if that fails too, discard this run."""
+        self.put.note_death(f"isolation fuzz: {what}", exc.message)
+        self.campaign.note(f"   the plugin failed ({exc.message[:160]}); restarting it")
+        self.campaign.recoveries.append(f"{what}: {exc.message[:200]}")
+        try:
+            self.put.restart(kill=True, during="restart by the isolation fuzz")
             self._restarted()
+            return
+        except PluginViolation:
+            pass
+        lost = [fid for fid, f in self.faults.items() if f.label == "off the bus"]
+        for fid in lost:
+            with contextlib.suppress(Exception):
+                self.put.heal(fid)
+            self.campaign.note(f"   healed {self.faults.pop(fid).gpu} (off the bus) so the plugin can start")
+        try:
+            self.put.restart(kill=True, during="restart by the isolation fuzz after healing")
+            self._restarted()
+        except PluginViolation as again:
+            self.campaign.discarded.append(f"the plugin could not be brought back: {again.message[:200]}")
+            hypothesis.reject()
 
-        def _attempt(self) -> int:
-            """A pod asks for GPUs: how many are available. Asking while a GPU is faulty is a judgement for
-            DP-ISO-002 whatever the answer (none available because the faulty GPU is not offered is right)."""
-            if self._faulty():
-                campaign.outcomes[ISO_NO_UNHEALTHY].judged += 1
-            return len(put.kubelet.available(put.resource))
+    def _restarted(self) -> None:
+        for f in self.faults.values():
+            if f.restarted is None:
+                f.restarted = self.step
 
-        def _big_job(self, tenant: str) -> None:
+    def _faulty(self) -> dict[str, Fault]:
+        """Devices whose GPU has a fault."""
+        by_gpu = {f.gpu: f for f in self.faults.values()}
+        return {u: by_gpu[self.put.gpu_of(u)] for u in self.gpus if self.put.gpu_of(u) in by_gpu}
+
+    def _admit(self, tenant: str, resource: str, count: int) -> None:
+        self.n += 1
+        pod = f"{tenant}-{self.n}"
+        try:
+            a = self.put.kubelet.admit(pod, "main", resource, count)
+        except (AdmissionRefused, RpcFailed) as exc:
+            self.campaign.note(f"   {pod}: {count} x {resource} not admitted ({str(exc)[:120]})")
+            return  # the kubelet would not start this pod; nothing was handed out
+        if resource == self.put.resource:
+            names = frozenset(self.put.identify(d) for d in a.device_ids)
+            response = a.response_message()
+            live = Live(tenant, a, names, self.put.expose(response), None)
+            self.campaign.note(f"   {pod} ({tenant}) got {', '.join(sorted(names))}")
+            self.live[pod] = live
+            self._check_gpu_allocation(live, response)
+            if self._on(ISO_DISJOINT):
+                self._check_disjoint()  # at once too: a later step may end one of the pods
+        else:
+            tokens = list(self.put.expose(a.response_message()).tokens)
+            live = Live(tenant, a, frozenset(), None, tokens[0] if tokens else None)
+            self.campaign.note(f"   {pod} ({tenant}) got {', '.join(a.device_ids)} of {resource}")
+            self.live[pod] = live
+            self._check_pool_allocation(live, tokens)
+
+    # ------------------------------------------------------------------------------------ checks
+
+    def _check_gpu_allocation(self, live: Live, response: pb.ContainerAllocateResponse) -> None:
+        pod = f"{live.assignment.pod} ({live.tenant})"
+        if self._on(ISO_TOKENS) and live.exposure is not None and live.exposure.tokens:
+            _breach_tokens(f"{pod}: a GPU allocation carries pool tokens {list(live.exposure.tokens)}")
+        if self._on(ISO_NO_UNHEALTHY):
+            faulty = self._faulty()
+            for gpu in sorted(live.gpus & set(faulty)):
+                f = faulty[gpu]
+                _breach_unhealthy(f"{pod} was given {gpu}, which has had {f.label} since step {f.step} (at "
+                                  f"least {HEALTH_BOUND_S:g} s before): {f.story()}")
+        if self._on(ISO_EXACT):
+            self.campaign.outcomes[ISO_EXACT].judged += 1
+            self._check_exact(pod, live, response)
+
+    def _check_exact(self, pod: str, live: Live, response: pb.ContainerAllocateResponse) -> None:
+        ex = live.exposure
+        assert ex is not None
+        for channel, got in ex.channels().items():
+            if got and got != live.gpus:
+                _breach_exact(f"{pod} was given {sorted(live.gpus)} but its {channel} expose {sorted(got)}")
+        if ex.all != live.gpus:
+            _breach_exact(f"{pod} was given {sorted(live.gpus)} but sees {sorted(ex.all)}")
+        if ex.unknown:
+            _breach_exact(f"{pod}: {list(ex.unknown)}")
+        seen, lost = self.put.nvml_view(response)
+        physical = self.put.physical(live.gpus)
+        if not (seen <= physical and len(seen) + lost == len(physical)):
+            _breach_exact(f"{pod} was given {sorted(live.gpus)}; NVML inside its container shows "
+                          f"{sorted(seen)}" + (f" and {lost} GPUs off the bus" if lost else ""))
+
+    def _check_pool_allocation(self, live: Live, tokens: list[str]) -> None:
+        if not self._on(ISO_TOKENS):
+            return
+        self.campaign.outcomes[ISO_TOKENS].judged += 1
+        pod = f"{live.assignment.pod} ({live.tenant})"
+        if len(set(tokens)) != 1:
+            _breach_tokens(f"{pod}: expected one pool token in the answer, found {len(set(tokens))}")
+        token = tokens[0]
+        others = [o for o in [*self.live.values(), *self.ended] if o.token == token and o is not live]
+        if others:
+            _breach_tokens(f"{pod} got the token already handed to {others[0].assignment.pod} "
+                           f"({others[0].tenant})")
+        pool = self.put.pools[live.assignment.resource].name
+        agent = self.put.testbed.agent(self.put.node.name)
+        try:
+            mapping = agent.map_pool(self.put.node.name, pool, token, "conformance-fuzz")
+        except Exception as exc:
+            _breach_tokens(f"{pod}: the node refuses its own token for pool {pool}: {exc}")
+        agent.unmap_pool(str(mapping["id"]), token)
+        # Tokens of ended pods whose capacity this pod now holds must no longer open anything.
+        for old in self.ended:
+            if old.assignment.resource != live.assignment.resource or old.token is None:
+                continue
+            if not set(old.assignment.device_ids) & set(live.assignment.device_ids):
+                continue
+            try:
+                m = agent.map_pool(self.put.node.name, pool, old.token, "conformance-fuzz")
+            except Exception:
+                continue  # refused, as it must be
+            agent.unmap_pool(str(m["id"]), old.token)
+            _breach_tokens(f"the token of ended pod {old.assignment.pod} ({old.tenant}) still opens pool "
+                           f"{pool} memory although its devices now belong to {pod}")
+
+    def _inject(self, gpu: str, which: int) -> str:
+        label, kind, params = FAULTS[which]
+        fid = self.put.inject(self.put.gpu_of(gpu), kind, **params)
+        fault = self.faults[fid] = Fault(self.put.gpu_of(gpu), label, self.step)
+        device = self.device_of[gpu]
+        # After the bound the fault is "known" whether or not the plugin reported it.
+        with contextlib.suppress(PluginTimeout):
+            self.put.kubelet.wait_update(self.put.resource, lambda u: u.health(device) != HEALTHY, HEALTH_BOUND_S,
+                                    f"{label} on {gpu} reported")
+            fault.reported = True
+        return fid
+
+    # ------------------------------------------------------------------------------------ rules
+
+    @initialize()
+    def opening(self) -> None:
+        """Every run starts from a busy node: tenants a and b hold a GPU (and a slice of every pool); a GPU
+        gets a double-bit ECC error; the plugin restarts while it lasts; tenant c asks for every GPU that
+        is still available. The random steps follow."""
+        self._begin("tenants a and b take a GPU and a slice of every pool each")
+        for tenant in TENANTS[:2]:
+            self._guard("admit", functools.partial(self._admit, tenant, self.put.resource, 1))
+            for resource in self.pools:
+                self._guard("admit", functools.partial(self._admit_pool, tenant, resource, 1))
+        held = {g for live in self.live.values() for g in live.gpus}
+        victim = next((g for g in reversed(self.gpus) if g not in held), None)
+        if victim is None:  # a small node: tenant b's pod ends, so its GPU is the one that breaks
+            b = max((p for p, live in self.live.items() if live.tenant == TENANTS[1] and live.gpus), default=None)
+            victim = sorted(self.live[b].gpus)[0] if b else self.gpus[-1]
+            if b:
+                self._begin(f"{b} ends")
+                self.put.kubelet.release(b)
+                self.ended.append(self.live.pop(b))
+        self._begin(f"{FAULTS[0][0]} on {victim}, then the plugin is killed and restarted")
+        self._guard("fault", lambda: self._fault_and_restart(victim))
+        self._begin("tenant-c asks for every available GPU")
+        self._guard("big job", lambda: self._big_job(TENANTS[2]))
+
+    def _fault_and_restart(self, victim: str) -> None:
+        self._inject(victim, 0)
+        self.put.restart(kill=True, downtime=0.1, during="restart by the isolation fuzz")
+        self._restarted()
+
+    def _attempt(self) -> int:
+        """A pod asks for GPUs: how many are available. Asking while a GPU is faulty is a judgement for
+        DP-ISO-002 whatever the answer (none available because the faulty GPU is not offered is right)."""
+        if self._faulty():
+            self.campaign.outcomes[ISO_NO_UNHEALTHY].judged += 1
+        return len(self.put.kubelet.available(self.put.resource))
+
+    def _big_job(self, tenant: str) -> None:
+        available = self._attempt()
+        if available:
+            self._admit(tenant, self.put.resource, available)
+
+    def _admit_pool(self, tenant: str, resource: str, count: int) -> None:
+        if resource in self.put.kubelet.endpoints:
+            available = len(self.put.kubelet.available(resource))
+            if available:
+                self._admit(tenant, resource, min(count, available))
+
+    @rule(tenant=st.sampled_from(TENANTS), count=st.integers(1, 4))
+    def allocate_gpus(self, tenant: str, count: int) -> None:
+        self._begin(f"{tenant} asks for {count} GPU(s)")
+
+        def admit() -> None:
             available = self._attempt()
             if available:
-                self._admit(tenant, put.resource, available)
+                self._admit(tenant, self.put.resource, min(count, available))
 
-        def _admit_pool(self, tenant: str, resource: str, count: int) -> None:
-            if resource in put.kubelet.endpoints:
-                available = len(put.kubelet.available(resource))
-                if available:
-                    self._admit(tenant, resource, min(count, available))
+        self._guard("admit", admit)
 
-        @rule(tenant=st.sampled_from(TENANTS), count=st.integers(1, 4))
-        def allocate_gpus(self, tenant: str, count: int) -> None:
-            self._begin(f"{tenant} asks for {count} GPU(s)")
+    @rule(tenant=st.sampled_from(TENANTS), which=st.integers(0, 7), count=st.integers(1, 2))
+    def allocate_pool(self, tenant: str, which: int, count: int) -> None:
+        if not self.pools:
+            return
+        resource = self.pools[which % len(self.pools)]
+        self._begin(f"{tenant} asks for {count} slice(s) of {resource.removeprefix(POOL_PREFIX)}")
+        self._guard("admit", lambda: self._admit_pool(tenant, resource, count))
 
-            def admit() -> None:
-                available = self._attempt()
-                if available:
-                    self._admit(tenant, put.resource, min(count, available))
+    @rule(which=st.integers(0, 63))
+    def free(self, which: int) -> None:
+        if not self.live:
+            return
+        pod = sorted(self.live)[which % len(self.live)]
+        self._begin(f"{pod} ends")
+        self.put.kubelet.release(pod)
+        self.ended.append(self.live.pop(pod))
 
-            self._guard("admit", admit)
+    @rule(gpu=_GPUS, which=st.integers(0, len(FAULTS) - 1))
+    def fault(self, gpu: str, which: int) -> None:
+        if gpu in self._faulty():
+            return
+        self._begin(f"{FAULTS[which][0]} on {gpu}")
 
-        @rule(tenant=st.sampled_from(TENANTS), which=st.integers(0, 7), count=st.integers(1, 2))
-        def allocate_pool(self, tenant: str, which: int, count: int) -> None:
-            if not pools:
-                return
-            resource = pools[which % len(pools)]
-            self._begin(f"{tenant} asks for {count} slice(s) of {resource.removeprefix(POOL_PREFIX)}")
-            self._guard("admit", lambda: self._admit_pool(tenant, resource, count))
+        def inject() -> None:
+            self._inject(gpu, which)
 
-        @rule(which=st.integers(0, 63))
-        def free(self, which: int) -> None:
-            if not self.live:
-                return
-            pod = sorted(self.live)[which % len(self.live)]
-            self._begin(f"{pod} ends")
-            put.kubelet.release(pod)
-            self.ended.append(self.live.pop(pod))
+        self._guard("fault", inject)
 
-        @rule(gpu=st.sampled_from(gpus), which=st.integers(0, len(FAULTS) - 1))
-        def fault(self, gpu: str, which: int) -> None:
-            if gpu in self._faulty():
-                return
-            self._begin(f"{FAULTS[which][0]} on {gpu}")
+    @rule(which=st.integers(0, 63))
+    def heal(self, which: int) -> None:
+        if not self.faults:
+            return
+        fid = sorted(self.faults)[which % len(self.faults)]
+        f = self.faults.pop(fid)
+        self._begin(f"{f.gpu} healed ({f.label})")
+        self.put.heal(fid)
 
-            def inject() -> None:
-                self._inject(gpu, which)
+    @rule(tenant=st.sampled_from(TENANTS), gpu=_GPUS)
+    def fault_then_big_job(self, tenant: str, gpu: str) -> None:
+        self._begin(f"{FAULTS[0][0]} on {gpu}, then {tenant} asks for every available GPU")
 
-            self._guard("fault", inject)
+        def act() -> None:
+            if gpu not in self._faulty():
+                self._inject(gpu, 0)
+            self._big_job(tenant)
 
-        @rule(which=st.integers(0, 63))
-        def heal(self, which: int) -> None:
-            if not self.faults:
-                return
-            fid = sorted(self.faults)[which % len(self.faults)]
-            f = self.faults.pop(fid)
-            self._begin(f"{f.gpu} healed ({f.label})")
-            put.heal(fid)
+        self._guard("fault and big job", act)
 
-        @rule(tenant=st.sampled_from(TENANTS), gpu=st.sampled_from(gpus))
-        def fault_then_big_job(self, tenant: str, gpu: str) -> None:
-            self._begin(f"{FAULTS[0][0]} on {gpu}, then {tenant} asks for every available GPU")
+    @rule(what=st.sampled_from(["plugin", "kubelet"]))
+    def restart(self, what: str) -> None:
+        """Kill and restart the plugin, or restart the kubelet (one rule: restarts are the slow steps)."""
+        self._begin(f"the {what} restarts")
+        self._guard(f"{what} restart", self._restart_plugin if what == "plugin" else self._restart_kubelet)
 
-            def act() -> None:
-                if gpu not in self._faulty():
-                    self._inject(gpu, 0)
-                self._big_job(tenant)
+    def _restart_plugin(self) -> None:
+        self.put.restart(kill=True, downtime=0.1, during="restart by the isolation fuzz")
+        self._restarted()
 
-            self._guard("fault and big job", act)
-
-        @rule(what=st.sampled_from(["plugin", "kubelet"]))
-        def restart(self, what: str) -> None:
-            """Kill and restart the plugin, or restart the kubelet (one rule: restarts are the slow steps)."""
-            self._begin(f"the {what} restarts")
-            self._guard(f"{what} restart", self._restart_plugin if what == "plugin" else self._restart_kubelet)
-
-        def _restart_plugin(self) -> None:
-            put.restart(kill=True, downtime=0.1, during="restart by the isolation fuzz")
-            self._restarted()
-
-        def _restart_kubelet(self) -> None:
-            if put.reregisters is False:
-                # Known not to register again (judged by DP-REG-004): restart it with the kubelet, as an operator
-                # would, instead of waiting for it every time.
-                put.kubelet.restart(0.1)
-                put.restart(kill=True, during="restart by the isolation fuzz")
-            else:
-                try:
-                    put.restart_kubelet(downtime=0.1)
-                    put.reregisters = True
-                except PluginTimeout:
-                    put.reregisters = False
-                    put.restart(kill=True, during="restart by the isolation fuzz")
-            self._restarted()
-
-        # ------------------------------------------------------------------------------------ invariants
-
-        @invariant()
-        def disjoint(self) -> None:
-            if not self._on(ISO_DISJOINT):
-                return
+    def _restart_kubelet(self) -> None:
+        if self.put.reregisters is False:
+            # Known not to register again (judged by DP-REG-004): restart it with the kubelet, as an operator
+            # would, instead of waiting for it every time.
+            self.put.kubelet.restart(0.1)
+            self.put.restart(kill=True, during="restart by the isolation fuzz")
+        else:
             try:
-                self._check_disjoint()
-            except Breach as breach:
-                campaign.failed(breach)
-                raise
+                self.put.restart_kubelet(downtime=0.1)
+                self.put.reregisters = True
+            except PluginTimeout:
+                self.put.reregisters = False
+                self.put.restart(kill=True, during="restart by the isolation fuzz")
+        self._restarted()
 
-        def _check_disjoint(self) -> None:
-            seen: dict[str, str] = {}
-            gpu_pods = [(pod, live) for pod, live in sorted(self.live.items()) if live.exposure is not None]
-            campaign.outcomes[ISO_DISJOINT].judged += len(gpu_pods) >= 2
-            for pod, live in gpu_pods:
-                assert live.exposure is not None
-                for gpu in sorted(live.exposure.all | live.gpus):
-                    if gpu in seen:
-                        _breach_disjoint(f"{gpu} is exposed to {seen[gpu]} and to {pod} ({live.tenant}) at the "
-                                         "same time")
-                    seen[gpu] = f"{pod} ({live.tenant})"
+    # ------------------------------------------------------------------------------------ invariants
 
-        def teardown(self) -> None:
-            if campaign.last_breach is None or campaign.breached_run != campaign.examples:
-                for req in campaign.active:
-                    campaign.outcomes[req].runs += 1
-            for fid in list(self.faults):
-                with contextlib.suppress(Exception):  # the agent may be restarting; reset() heals all anyway
-                    put.heal(fid)
+    @invariant()
+    def disjoint(self) -> None:
+        if not self._on(ISO_DISJOINT):
+            return
+        try:
+            self._check_disjoint()
+        except Breach as breach:
+            self.campaign.failed(breach)
+            raise
 
-    Isolation.__name__ = "Isolation"
-    return Isolation
+    def _check_disjoint(self) -> None:
+        seen: dict[str, str] = {}
+        gpu_pods = [(pod, live) for pod, live in sorted(self.live.items()) if live.exposure is not None]
+        self.campaign.outcomes[ISO_DISJOINT].judged += len(gpu_pods) >= 2
+        for pod, live in gpu_pods:
+            assert live.exposure is not None
+            for gpu in sorted(live.exposure.all | live.gpus):
+                if gpu in seen:
+                    _breach_disjoint(f"{gpu} is exposed to {seen[gpu]} and to {pod} ({live.tenant}) at the "
+                                     "same time")
+                seen[gpu] = f"{pod} ({live.tenant})"
+
+    def teardown(self) -> None:
+        if self.campaign.last_breach is None or self.campaign.breached_run != self.campaign.examples:
+            for req in self.campaign.active:
+                self.campaign.outcomes[req].runs += 1
+        for fid in list(self.faults):
+            with contextlib.suppress(Exception):  # the agent may be restarting; reset() heals all anyway
+                self.put.heal(fid)
+
+
+def _machine(campaign: Campaign) -> type[IsolationFuzz]:
+    """:class:`IsolationFuzz` bound to ``campaign`` (hypothesis runs a class, so the campaign is a class value)."""
+    put = campaign.put
+    return type("Isolation", (IsolationFuzz,), {
+        "campaign": campaign, "put": put, "gpus": _gpu_faults(put),
+        "pools": sorted(put.serving_pools_at_start),
+        "device_of": {gpu: dev for dev, gpu in put.baseline_identities().items()},
+    })
 
 
 def _find_breach(exc: BaseException) -> Breach | None:
