@@ -341,174 +341,23 @@ def _load_system(spec: FabricConfigSpec, loaded: LoadedFabric) -> System:
 
 
 def resolve(loaded: LoadedFabric) -> FabricModel:
-    """The effective fabric of a validated config. Raises :class:`FabricError` for broken cross-references."""
+    """The effective fabric of a validated config. Raises :class:`FabricError` for broken cross-references
+    (every one found, not only the first)."""
     spec = loaded.spec
-    system = _load_system(spec, loaded)
-    problems: list[Problem] = []
-
-    def problem(path: DocPath, message: str) -> None:
-        problems.append(loaded.problem(path, message))
-
-    nodes = {n.name: n for n in system.nodes}
-    switch_names = {s.name for s in spec.switches}
-    clash = switch_names & set(nodes)
-    for name in sorted(clash):
-        i = next(i for i, s in enumerate(spec.switches) if s.name == name)
-        problem(("switches", i, "name"), f"switch {name!r} has the name of a node of profile {system.name}")
-
-    def parse_endpoint(text: str, where: DocPath) -> Ref | None:
-        owner, _, item = text.partition("/")
-        if owner in switch_names:
-            sw = next(s for s in spec.switches if s.name == owner)
-            if not any(p.name == item for p in sw.ports):
-                names = ", ".join(p.name for p in sw.ports[:12]) + (" ..." if len(sw.ports) > 12 else "")
-                problem(where, f"switch {owner} has no port {item!r} (ports: {names})")
-                return None
-            return PortRef(owner, item)
-        node = nodes.get(owner)
-        if node is not None:
-            nic = next((n for n in node.nics if item in (n.name, n.netdev)), None)
-            if nic is None:
-                names = ", ".join(n.name for n in node.nics) or "none"
-                problem(where, f"node {owner} has no NIC {item!r} (NICs: {names})")
-                return None
-            if nic.link_layer != "ethernet":
-                problem(where, f"{owner}/{nic.name} is an InfiniBand port; a RoCE fabric cables Ethernet ports (use "
-                        f"a profile whose ports run Ethernet, such as dgx-h100-roce for dgx-h100)")
-                return None
-            return NicRef(owner, nic.name)
-        shown = sorted(nodes)
-        node_list = ", ".join(shown[:4]) + (f" ... {shown[-1]}" if len(shown) > 4 else "")
-        problem(where, f"{owner!r} is neither a switch of this config nor a node of profile {system.name} "
-                       f"(nodes: {node_list})")
-        return None
-
-    # ---- cabling
-    peers: dict[Ref, tuple[Ref, DocPath]] = {}
-    links: list[Link] = []
-    for si, sw in enumerate(spec.switches):
-        for pi, port in enumerate(sw.ports):
-            if port.connect is None:
-                continue
-            where: DocPath = ("switches", si, "ports", pi, "connect")
-            here = PortRef(sw.name, port.name)
-            there = parse_endpoint(port.connect, where)
-            if there is None:
-                continue
-            if there == here:
-                problem(where, f"port {here} is cabled to itself")
-                continue
-            if isinstance(there, PortRef) and there in peers and peers[there][0] == here:
-                continue  # the other end already declared this cable
-            for end, other in ((here, there), (there, here)):
-                if end in peers and peers[end][0] != other:
-                    first = loaded.origin(peers[end][1])
-                    said = str(first) if first is not None else f"line {loaded.locate(peers[end][1])[1]}"
-                    problem(where, f"{end} is already cabled to {peers[end][0]} ({said})")
-                    break
-            else:
-                peers[here] = (there, where)
-                peers[there] = (here, where)
-                links.append(Link(here, there, where))
-
-    # ---- switches and ports
-    defaults = spec.defaults
-    switches: list[Switch] = []
-    ports: dict[PortRef, Port] = {}
-    for si, sw in enumerate(spec.switches):
-        built: list[Port] = []
-        for pi, port in enumerate(sw.ports):
-            pdoc: DocPath = ("switches", si, "ports", pi)
-            origins: dict[str, DocPath] = {}
-            if port.mtu is not None:
-                mtu, origins["mtu"] = port.mtu, (*pdoc, "mtu")
-            elif sw.mtu is not None:
-                mtu, origins["mtu"] = sw.mtu, ("switches", si, "mtu")
-            else:
-                mtu, origins["mtu"] = defaults.mtu, ("defaults", "mtu")
-            if port.vlan is not None:
-                member, origins["vlan"] = _membership(port.vlan), (*pdoc, "vlan")
-            elif sw.vlan is not None:
-                member, origins["vlan"] = _membership(sw.vlan), ("switches", si, "vlan")
-            elif defaults.vlan is not None:
-                member, origins["vlan"] = _membership(defaults.vlan), ("defaults", "vlan")
-            else:
-                member, origins["vlan"] = VlanMembership(1, frozenset()), pdoc
-            qos, qos_origins = _merge_qos(
-                [(defaults.qos, ("defaults", "qos")), (sw.qos, ("switches", si, "qos")), (port.qos, (*pdoc, "qos"))],
-                ("switches", si),
-            )
-            origins.update(qos_origins)
-            ref = PortRef(sw.name, port.name)
-            peer = peers.get(ref)
-            p = Port(sw.name, port.name, pi, mtu, member, qos, peer[0] if peer else None, port.shutdown, pdoc,
-                     MappingProxyType(origins))
-            built.append(p)
-            ports[ref] = p
-        switches.append(Switch(sw.name, sw.role, sw.rail, tuple(built), ("switches", si)))
-
-    # ---- host overrides
-    used_patterns: set[str] = set()
-    host_nics: list[HostNic] = []
-    for node in system.nodes:
-        for nic in node.nics:
-            nref = NicRef(node.name, nic.name)
-            if nic.link_layer != "ethernet" or (nic.rail is None and nref not in peers):
-                continue  # InfiniBand ports, and Ethernet ports of other networks (in-band, storage), are not in it
-            applied: list[tuple[str, HostSpec]] = []
-            for pattern, hspec in spec.hosts.items():
-                npat, _, cpat = pattern.partition("/")
-                if fnmatch.fnmatchcase(node.name, npat) and (
-                    fnmatch.fnmatchcase(nic.name, cpat) or fnmatch.fnmatchcase(nic.netdev, cpat)
-                ):
-                    applied.append((pattern, hspec))
-                    used_patterns.add(pattern)
-            mtu, roce = nic.mtu, nic.roce
-            vlan_choice: int | Literal["untagged"] | None = None
-            origins = {}
-            for pattern, hspec in applied:
-                hdoc: DocPath = ("hosts", pattern)
-                if hspec.mtu is not None:
-                    mtu, origins["mtu"] = hspec.mtu, (*hdoc, "mtu")
-                if hspec.vlan is not None:
-                    vlan_choice, origins["vlan"] = hspec.vlan, (*hdoc, "vlan")
-                if hspec.roce is not None:
-                    changes = {k: getattr(hspec.roce, k) for k in hspec.roce.model_fields_set}
-                    if "pfc_priorities" in changes:
-                        changes["pfc_priorities"] = tuple(changes["pfc_priorities"] or ())
-                    roce = _replace_roce(roce, changes)
-                    for k in changes:
-                        origins[f"roce.{k}"] = (*hdoc, "roce", _ROCE_KEYS.get(k, k))
-            peer_ref = peers.get(nref)
-            peer_port = ports.get(peer_ref[0]) if peer_ref and isinstance(peer_ref[0], PortRef) else None
-            vlan: int | None
-            if vlan_choice == "untagged":
-                vlan = None
-            elif isinstance(vlan_choice, int):
-                vlan = vlan_choice
-            elif peer_port is not None and peer_port.vlan.untagged is None and len(peer_port.vlan.tagged) == 1:
-                vlan = next(iter(peer_port.vlan.tagged))
-            elif peer_port is not None and peer_port.vlan.untagged is None and len(peer_port.vlan.tagged) > 1:
-                problem((*peer_port.doc, "vlan"), f"port {peer_port.id} trunks several VLANs; say which one {nref} "
-                        f"uses with hosts: {{\"{nref}\": {{vlan: <id>}}}}")
-                vlan = None
-            else:
-                vlan = None
-            host_nics.append(HostNic(node.name, nic, mtu, vlan, roce,
-                                     peer_port.ref if peer_port is not None else None, MappingProxyType(origins)))
-    for pattern in spec.hosts:
-        if pattern not in used_patterns:
-            problem(("hosts", pattern), f"hosts pattern {pattern!r} matches no NIC of profile {system.name}")
-
-    if problems:
-        raise FabricError(problems)
+    r = _Resolution(loaded, _load_system(spec, loaded))
+    r.check_switch_names()
+    peers, links = r.cabling()
+    switches, ports = r.switches(peers)
+    host_nics = r.host_nics(peers, ports)
+    if r.problems:
+        raise FabricError(r.problems)
     vlans = {v.id: Vlan(v.id, v.name, v.rail, v.subnet or default_subnet(v.id)) for v in spec.vlans}
     traffic = tuple(TrafficClass(t.name, t.dscp, t.pcp) for t in spec.traffic)
     return FabricModel(
         name=spec.name,
         description=spec.description,
         loaded=loaded,
-        system=system,
+        system=r.system,
         switches=tuple(switches),
         nics=tuple(host_nics),
         links=tuple(links),
@@ -518,6 +367,192 @@ def resolve(loaded: LoadedFabric) -> FabricModel:
         _nics=MappingProxyType({n.ref: n for n in host_nics}),
         _switches=MappingProxyType({s.name: s for s in switches}),
     )
+
+
+Peers = dict["Ref", tuple["Ref", DocPath]]
+"""Each cabled end and what it is cabled to, with where the config said so."""
+
+
+@dataclass
+class _Resolution:
+    """One :func:`resolve` in progress: the config, the profile's machines and the problems found so far."""
+
+    loaded: LoadedFabric
+    system: System
+    problems: list[Problem] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.spec = self.loaded.spec
+        self.nodes = {n.name: n for n in self.system.nodes}
+        self.switch_names = {s.name for s in self.spec.switches}
+
+    def problem(self, path: DocPath, message: str) -> None:
+        self.problems.append(self.loaded.problem(path, message))
+
+    def check_switch_names(self) -> None:
+        for name in sorted(self.switch_names & set(self.nodes)):
+            i = next(i for i, s in enumerate(self.spec.switches) if s.name == name)
+            self.problem(("switches", i, "name"), f"switch {name!r} has the name of a node of profile "
+                                                  f"{self.system.name}")
+
+    def endpoint(self, text: str, where: DocPath) -> Ref | None:
+        """The port or NIC a ``connect`` names (None, with a problem, when it names none of this fabric)."""
+        owner, _, item = text.partition("/")
+        if owner in self.switch_names:
+            sw = next(s for s in self.spec.switches if s.name == owner)
+            if not any(p.name == item for p in sw.ports):
+                names = ", ".join(p.name for p in sw.ports[:12]) + (" ..." if len(sw.ports) > 12 else "")
+                self.problem(where, f"switch {owner} has no port {item!r} (ports: {names})")
+                return None
+            return PortRef(owner, item)
+        node = self.nodes.get(owner)
+        if node is not None:
+            nic = next((n for n in node.nics if item in (n.name, n.netdev)), None)
+            if nic is None:
+                names = ", ".join(n.name for n in node.nics) or "none"
+                self.problem(where, f"node {owner} has no NIC {item!r} (NICs: {names})")
+                return None
+            if nic.link_layer != "ethernet":
+                self.problem(where, f"{owner}/{nic.name} is an InfiniBand port; a RoCE fabric cables Ethernet ports "
+                             f"(use a profile whose ports run Ethernet, such as dgx-h100-roce for dgx-h100)")
+                return None
+            return NicRef(owner, nic.name)
+        shown = sorted(self.nodes)
+        node_list = ", ".join(shown[:4]) + (f" ... {shown[-1]}" if len(shown) > 4 else "")
+        self.problem(where, f"{owner!r} is neither a switch of this config nor a node of profile {self.system.name} "
+                            f"(nodes: {node_list})")
+        return None
+
+    def cabling(self) -> tuple[Peers, list[Link]]:
+        """Every cable the switches' ports declare, each once (a cable may be declared from both ends)."""
+        peers: Peers = {}
+        links: list[Link] = []
+        for si, sw in enumerate(self.spec.switches):
+            for pi, port in enumerate(sw.ports):
+                if port.connect is None:
+                    continue
+                where: DocPath = ("switches", si, "ports", pi, "connect")
+                here = PortRef(sw.name, port.name)
+                there = self.endpoint(port.connect, where)
+                if there is None:
+                    continue
+                if there == here:
+                    self.problem(where, f"port {here} is cabled to itself")
+                    continue
+                if isinstance(there, PortRef) and there in peers and peers[there][0] == here:
+                    continue  # the other end already declared this cable
+                for end, other in ((here, there), (there, here)):
+                    if end in peers and peers[end][0] != other:
+                        first = self.loaded.origin(peers[end][1])
+                        said = str(first) if first is not None else f"line {self.loaded.locate(peers[end][1])[1]}"
+                        self.problem(where, f"{end} is already cabled to {peers[end][0]} ({said})")
+                        break
+                else:
+                    peers[here] = (there, where)
+                    peers[there] = (here, where)
+                    links.append(Link(here, there, where))
+        return peers, links
+
+    def switches(self, peers: Peers) -> tuple[list[Switch], dict[PortRef, Port]]:
+        """Every switch with its ports' effective settings (port, else switch, else the defaults)."""
+        switches: list[Switch] = []
+        ports: dict[PortRef, Port] = {}
+        for si, sw in enumerate(self.spec.switches):
+            built: list[Port] = []
+            for pi, port in enumerate(sw.ports):
+                p = self._port(si, pi, peers)
+                built.append(p)
+                ports[PortRef(sw.name, port.name)] = p
+            switches.append(Switch(sw.name, sw.role, sw.rail, tuple(built), ("switches", si)))
+        return switches, ports
+
+    def _port(self, si: int, pi: int, peers: Peers) -> Port:
+        defaults, sw = self.spec.defaults, self.spec.switches[si]
+        port = sw.ports[pi]
+        pdoc: DocPath = ("switches", si, "ports", pi)
+        origins: dict[str, DocPath] = {}
+        if port.mtu is not None:
+            mtu, origins["mtu"] = port.mtu, (*pdoc, "mtu")
+        elif sw.mtu is not None:
+            mtu, origins["mtu"] = sw.mtu, ("switches", si, "mtu")
+        else:
+            mtu, origins["mtu"] = defaults.mtu, ("defaults", "mtu")
+        if port.vlan is not None:
+            member, origins["vlan"] = _membership(port.vlan), (*pdoc, "vlan")
+        elif sw.vlan is not None:
+            member, origins["vlan"] = _membership(sw.vlan), ("switches", si, "vlan")
+        elif defaults.vlan is not None:
+            member, origins["vlan"] = _membership(defaults.vlan), ("defaults", "vlan")
+        else:
+            member, origins["vlan"] = VlanMembership(1, frozenset()), pdoc
+        qos, qos_origins = _merge_qos(
+            [(defaults.qos, ("defaults", "qos")), (sw.qos, ("switches", si, "qos")), (port.qos, (*pdoc, "qos"))],
+            ("switches", si),
+        )
+        origins.update(qos_origins)
+        peer = peers.get(PortRef(sw.name, port.name))
+        return Port(sw.name, port.name, pi, mtu, member, qos, peer[0] if peer else None, port.shutdown, pdoc,
+                    MappingProxyType(origins))
+
+    def host_nics(self, peers: Peers, ports: Mapping[PortRef, Port]) -> list[HostNic]:
+        """The fabric's NICs with the ``hosts`` overrides applied; a pattern that matches nothing is a problem."""
+        used_patterns: set[str] = set()
+        host_nics: list[HostNic] = []
+        for node in self.system.nodes:
+            for nic in node.nics:
+                nref = NicRef(node.name, nic.name)
+                if nic.link_layer != "ethernet" or (nic.rail is None and nref not in peers):
+                    continue  # InfiniBand ports, and Ethernet ports of other networks (in-band, storage), are not in it
+                applied = [(pattern, hspec) for pattern, hspec in self.spec.hosts.items()
+                           if _matches(pattern, node.name, nic)]
+                used_patterns.update(pattern for pattern, _ in applied)
+                host_nics.append(self._host_nic(node.name, nic, applied, peers, ports))
+        for pattern in self.spec.hosts:
+            if pattern not in used_patterns:
+                self.problem(("hosts", pattern), f"hosts pattern {pattern!r} matches no NIC of profile "
+                                                 f"{self.system.name}")
+        return host_nics
+
+    def _host_nic(self, node: str, nic: Nic, applied: list[tuple[str, HostSpec]], peers: Peers,
+                  ports: Mapping[PortRef, Port]) -> HostNic:
+        nref = NicRef(node, nic.name)
+        mtu, roce = nic.mtu, nic.roce
+        vlan_choice: int | Literal["untagged"] | None = None
+        origins: dict[str, DocPath] = {}
+        for pattern, hspec in applied:
+            hdoc: DocPath = ("hosts", pattern)
+            if hspec.mtu is not None:
+                mtu, origins["mtu"] = hspec.mtu, (*hdoc, "mtu")
+            if hspec.vlan is not None:
+                vlan_choice, origins["vlan"] = hspec.vlan, (*hdoc, "vlan")
+            if hspec.roce is not None:
+                changes = {k: getattr(hspec.roce, k) for k in hspec.roce.model_fields_set}
+                if "pfc_priorities" in changes:
+                    changes["pfc_priorities"] = tuple(changes["pfc_priorities"] or ())
+                roce = _replace_roce(roce, changes)
+                for k in changes:
+                    origins[f"roce.{k}"] = (*hdoc, "roce", _ROCE_KEYS.get(k, k))
+        peer_ref = peers.get(nref)
+        peer_port = ports.get(peer_ref[0]) if peer_ref and isinstance(peer_ref[0], PortRef) else None
+        vlan: int | None = None
+        if isinstance(vlan_choice, int):
+            vlan = vlan_choice
+        elif vlan_choice is None and peer_port is not None and peer_port.vlan.untagged is None:
+            tagged = peer_port.vlan.tagged
+            if len(tagged) == 1:
+                vlan = next(iter(tagged))
+            elif len(tagged) > 1:
+                self.problem((*peer_port.doc, "vlan"), f"port {peer_port.id} trunks several VLANs; say which one "
+                             f"{nref} uses with hosts: {{\"{nref}\": {{vlan: <id>}}}}")
+        return HostNic(node, nic, mtu, vlan, roce, peer_port.ref if peer_port is not None else None,
+                       MappingProxyType(origins))
+
+
+def _matches(pattern: str, node: str, nic: Nic) -> bool:
+    """A ``hosts`` key ``node-glob/nic-glob`` names this NIC (by its name or its netdev)."""
+    npat, _, cpat = pattern.partition("/")
+    return fnmatch.fnmatchcase(node, npat) and (fnmatch.fnmatchcase(nic.name, cpat) or
+                                                fnmatch.fnmatchcase(nic.netdev, cpat))
 
 
 _ROCE_KEYS = {"pfc_priorities": "pfcPriorities", "cnp_dscp": "cnpDscp", "cnp_priority": "cnpPriority"}
