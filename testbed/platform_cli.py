@@ -23,6 +23,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,44 +50,60 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
     leaf.add_argument("--name", default=argparse.SUPPRESS, help="cluster name (default: default)")
     leaf.add_argument("--state-dir", default=argparse.SUPPRESS, metavar="DIR", help="where clusters live")
     leaf.add_argument("--json", action="store_true", help="print the agent's JSON answer")
+    cli = _Commands(add, state_dir_of, leaf)
+    _register_cxl(cli)
+    _register_pool(cli)
 
-    def client(args: argparse.Namespace) -> AgentApi:
-        return Testbed.attach(args.name, state_dir_of(args)).agent(getattr(args, "node", None))
 
+@dataclass(frozen=True)
+class _Commands:
+    """What every ``cxl``/``pool`` action shares: how it reaches the agent, prints, and is added to its group."""
+
+    add: AddCommand
+    state_dir_of: Callable[[argparse.Namespace], Path]
+    leaf: argparse.ArgumentParser
+    """The options every action takes (cluster, state dir, --json)."""
+
+    def client(self, args: argparse.Namespace) -> AgentApi:
+        return Testbed.attach(args.name, self.state_dir_of(args)).agent(getattr(args, "node", None))
+
+    @staticmethod
     def show(args: argparse.Namespace, value: Any, text: Callable[[Any], str]) -> int:
         print(json.dumps(value, indent=2) if args.json else text(value))
         return 0
 
-    def group(name: str, helptext: str) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    def group(self, name: str, helptext: str) -> argparse._SubParsersAction[argparse.ArgumentParser]:
         def usage(_args: argparse.Namespace) -> int:
             raise CliError(f"say what to do: testbed {name} ACTION ... (see testbed {name} --help)", EXIT_BAD_INPUT)
 
-        parser = add(name, helptext, usage)
+        parser = self.add(name, helptext, usage)
         return parser.add_subparsers(title="actions", metavar="ACTION")
 
-    def action(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, helptext: str,
+    def action(self, sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, helptext: str,
                func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=helptext, parents=[leaf])
+        p = sub.add_parser(name, help=helptext, parents=[self.leaf])
         p.set_defaults(func=func)
         return p
 
-    # cxl ------------------------------------------------------------------------------------------
-    cxl = group("cxl", "CXL at run time: regions, memdevs online/offline, pooled LDs, dynamic capacity")
+
+def _register_cxl(cli: _Commands) -> None:
+    """``testbed cxl ...``: regions, memdevs online/offline, pooled logical devices, dynamic capacity."""
+    cxl = cli.group("cxl", "CXL at run time: regions, memdevs online/offline, pooled LDs, dynamic capacity")
 
     def cxl_show(args: argparse.Namespace) -> int:
-        return show(args, client(args).cxl(args.node), _cxl_text)
+        return cli.show(args, cli.client(args).cxl(args.node), _cxl_text)
 
-    p = action(cxl, "show", "a node's CXL memdevs, regions, extents and NUMA memory", cxl_show)
+    p = cli.action(cxl, "show", "a node's CXL memdevs, regions, extents and NUMA memory", cxl_show)
     p.add_argument("node", help=NODE_HELP)
 
     def create(args: argparse.Namespace) -> int:
         targets = [t for t in args.targets.split(",") if t]
-        r = client(args).create_region(args.node, args.window, targets, args.granularity, args.size, args.mode,
+        r = cli.client(args).create_region(args.node, args.window, targets, args.granularity, args.size, args.mode,
                                        args.region)
-        return show(args, r, lambda r: f"{r['name']}: {_size(r['size'])} {r['mode']} over "
+        return cli.show(args, r, lambda r: f"{r['name']}: {_size(r['size'])} {r['mode']} over "
                     f"{','.join(r['targets'])} in {r['window']} (NUMA node {r['numa']})")
 
-    p = action(cxl, "create-region", "create a region over memory devices through a window", create)
+    p = cli.action(cxl, "create-region", "create a region over memory devices through a window", create)
     p.add_argument("node", help="node the region is created on")
     p.add_argument("--window", required=True, help="root decoder / fixed memory window, e.g. cfmws0")
     p.add_argument("--targets", required=True, help="memory devices, comma separated: mem1,mem2")
@@ -96,85 +113,87 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
     p.add_argument("--region", metavar="regionN", help="name (default: the next free regionN)")
 
     def destroy(args: argparse.Namespace) -> int:
-        r = client(args).destroy_region(args.node, args.region)
-        return show(args, r, lambda r: f"destroyed {r['destroyed']['name']}")
+        r = cli.client(args).destroy_region(args.node, args.region)
+        return cli.show(args, r, lambda r: f"destroyed {r['destroyed']['name']}")
 
-    p = action(cxl, "destroy-region", "destroy a region", destroy)
+    p = cli.action(cxl, "destroy-region", "destroy a region", destroy)
     p.add_argument("node", help="node holding the region")
     p.add_argument("region", help="region name, e.g. region5 ('testbed cxl show NODE' lists them)")
 
     for verb, online in (("online", True), ("offline", False)):
         def toggle(args: argparse.Namespace, online: bool = online) -> int:
-            m = client(args).memdev_online(args.node, args.memdev, online)
-            return show(args, m, lambda m: f"{m['name']} ({m['memdev']}) is "
+            m = cli.client(args).memdev_online(args.node, args.memdev, online)
+            return cli.show(args, m, lambda m: f"{m['name']} ({m['memdev']}) is "
                         f"{'online' if m['online'] else 'offline'}{'' if m['changed'] else ' (unchanged)'}")
 
-        p = action(cxl, verb, f"bring a memory device {verb}", toggle)
+        p = cli.action(cxl, verb, f"bring a memory device {verb}", toggle)
         p.add_argument("node", help="node holding the memory device")
         p.add_argument("memdev", help="memory device, e.g. mem0 ('testbed cxl show NODE' lists them)")
 
     def pools(args: argparse.Namespace) -> int:
-        return show(args, client(args).cxl_pools(), _pools_text)
+        return cli.show(args, cli.client(args).cxl_pools(), _pools_text)
 
-    action(cxl, "pools", "pooled devices: logical device owners, extents, free capacity", pools)
+    cli.action(cxl, "pools", "pooled devices: logical device owners, extents, free capacity", pools)
 
     def assign(args: argparse.Namespace) -> int:
-        r = client(args).assign_ld(args.pool, args.ld, args.node)
-        return show(args, r, lambda r: f"logical device {r['ld']} of {r['pool']} -> {r['node']}"
+        r = cli.client(args).assign_ld(args.pool, args.ld, args.node)
+        return cli.show(args, r, lambda r: f"logical device {r['ld']} of {r['pool']} -> {r['node']}"
                     + ("" if r["changed"] else " (already)"))
 
-    p = action(cxl, "assign", "assign a logical device of a pooled device to a host", assign)
+    p = cli.action(cxl, "assign", "assign a logical device of a pooled device to a host", assign)
     p.add_argument("pool", help=POOLED_HELP)
     p.add_argument("ld", type=int, help=LD_HELP)
     p.add_argument("node", help="host to give the logical device to (one of the hosts the pooled device serves)")
 
     def release(args: argparse.Namespace) -> int:
-        r = client(args).release_ld(args.pool, args.ld, args.holder)
-        return show(args, r, lambda r: f"logical device {r['ld']} of {r['pool']} released from {r['node']}")
+        r = cli.client(args).release_ld(args.pool, args.ld, args.holder)
+        return cli.show(args, r, lambda r: f"logical device {r['ld']} of {r['pool']} released from {r['node']}")
 
-    p = action(cxl, "release", "release a logical device from its host", release)
+    p = cli.action(cxl, "release", "release a logical device from its host", release)
     p.add_argument("pool", help=POOLED_HELP)
     p.add_argument("ld", type=int, help=LD_HELP)
     p.add_argument("--node", dest="holder", help="refuse unless this host holds it")
 
     def add_extent(args: argparse.Namespace) -> int:
-        e = client(args).add_extent(args.pool, args.host, args.size, args.offset)
-        return show(args, e, lambda e: f"{e['id']}: {_size(e['length'])} at offset {e['offset']:#x} of "
+        e = cli.client(args).add_extent(args.pool, args.host, args.size, args.offset)
+        return cli.show(args, e, lambda e: f"{e['id']}: {_size(e['length'])} at offset {e['offset']:#x} of "
                     f"{e['pool']} -> {e['node']}")
 
-    p = action(cxl, "add-extent", "add a dynamic-capacity extent of a pooled device to a host", add_extent)
+    p = cli.action(cxl, "add-extent", "add a dynamic-capacity extent of a pooled device to a host", add_extent)
     p.add_argument("pool", help=POOLED_HELP)
     p.add_argument("host", help="host that gets the extent (one of the hosts the pooled device serves)")
     p.add_argument("size", help="a multiple of 256MiB, e.g. 1GiB")
     p.add_argument("--offset", type=lambda v: int(v, 0), help="device offset (default: first free range)")
 
     def release_extent(args: argparse.Namespace) -> int:
-        e = client(args).release_extent(args.pool, args.extent)
-        return show(args, e, lambda e: f"released {e['released']['id']}")
+        e = cli.client(args).release_extent(args.pool, args.extent)
+        return cli.show(args, e, lambda e: f"released {e['released']['id']}")
 
-    p = action(cxl, "release-extent", "release a dynamic-capacity extent", release_extent)
+    p = cli.action(cxl, "release-extent", "release a dynamic-capacity extent", release_extent)
     p.add_argument("pool", help=POOLED_HELP)
     p.add_argument("extent", help="extent id, e.g. pool0-e000001 ('testbed cxl pools' lists them)")
 
-    # pool -----------------------------------------------------------------------------------------
-    pool = group("pool", "memory pools: list, reserve, burst, map with a token, release, audit log")
+
+def _register_pool(cli: _Commands) -> None:
+    """``testbed pool ...``: memory pools, grants, token-checked mappings, the audit log."""
+    pool = cli.group("pool", "memory pools: list, reserve, burst, map with a token, release, audit log")
 
     def plist(args: argparse.Namespace) -> int:
-        return show(args, client(args).pools(args.node), _memory_pools_text)
+        return cli.show(args, cli.client(args).pools(args.node), _memory_pools_text)
 
-    p = action(pool, "list", "a node's memory pools: capacity, latency, policy, grants", plist)
+    p = cli.action(pool, "list", "a node's memory pools: capacity, latency, policy, grants", plist)
     p.add_argument("node", help=NODE_HELP)
 
     for verb, burst in (("reserve", False), ("burst", True)):
         def grant(args: argparse.Namespace, burst: bool = burst) -> int:
-            r = client(args).reserve(args.node, args.pool, args.tenant, args.size, args.ttl, burst=burst)
+            r = cli.client(args).reserve(args.node, args.pool, args.tenant, args.size, args.ttl, burst=burst)
             g = r["grant"]
-            return show(args, r, lambda r: f"{g['id']}: {g['kind']} of {_size(g['size'])} in {g['pool']} on "
+            return cli.show(args, r, lambda r: f"{g['id']}: {g['kind']} of {_size(g['size'])} in {g['pool']} on "
                         f"{g['node']} for {g['tenant']} until {time.strftime('%H:%M:%S', time.localtime(g['expires']))}"
                         + (f" (preempted {', '.join(r['preempted'])})" if r["preempted"] else "")
                         + f"\ntoken: {r['token']}")
 
-        p = action(pool, verb, "guaranteed reservation" if not burst else "opportunistic, preemptible burst",
+        p = cli.action(pool, verb, "guaranteed reservation" if not burst else "opportunistic, preemptible burst",
                    grant)
         p.add_argument("node", help="node whose memory pool to draw from")
         p.add_argument("pool", help=MEMORY_POOL_HELP)
@@ -183,18 +202,18 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
         p.add_argument("--ttl", type=float, help="seconds until the token expires (default 3600)")
 
     def prelease(args: argparse.Namespace) -> int:
-        r = client(args).release_grant(args.grant, args.token)
-        return show(args, r, lambda r: f"released {r['released']['id']}")
+        r = cli.client(args).release_grant(args.grant, args.token)
+        return cli.show(args, r, lambda r: f"released {r['released']['id']}")
 
-    p = action(pool, "release", "release a grant (needs its token)", prelease)
+    p = cli.action(pool, "release", "release a grant (needs its token)", prelease)
     p.add_argument("grant", help="grant id, e.g. g-000001 (printed by reserve/burst)")
     p.add_argument("--token", required=True, help="the grant's access token, as printed by reserve/burst (required)")
 
     def pmap(args: argparse.Namespace) -> int:
-        m = client(args).map_pool(args.node, args.pool, args.token, args.who, args.offset, args.length)
-        return show(args, m, lambda m: f"{m['id']}: {m['who']} maps {_size(m['length'])} of {m['grant']}")
+        m = cli.client(args).map_pool(args.node, args.pool, args.token, args.who, args.offset, args.length)
+        return cli.show(args, m, lambda m: f"{m['id']}: {m['who']} maps {_size(m['length'])} of {m['grant']}")
 
-    p = action(pool, "map", "map part of a grant (refused and logged without a valid token)", pmap)
+    p = cli.action(pool, "map", "map part of a grant (refused and logged without a valid token)", pmap)
     p.add_argument("node", help="node of the grant")
     p.add_argument("pool", help=MEMORY_POOL_HELP)
     p.add_argument("--token", help="the grant's access token (the grant is found by it); without one the mapping is "
@@ -204,27 +223,27 @@ def register(add: AddCommand, state_dir_of: Callable[[argparse.Namespace], Path]
     p.add_argument("--length", type=int, help="bytes to map (default: from --offset to the end of the grant)")
 
     def punmap(args: argparse.Namespace) -> int:
-        r = client(args).unmap_pool(args.mapping, args.token)
-        return show(args, r, lambda r: f"unmapped {r['unmapped']['id']}")
+        r = cli.client(args).unmap_pool(args.mapping, args.token)
+        return cli.show(args, r, lambda r: f"unmapped {r['unmapped']['id']}")
 
-    p = action(pool, "unmap", "remove a mapping (needs the grant's token)", punmap)
+    p = cli.action(pool, "unmap", "remove a mapping (needs the grant's token)", punmap)
     p.add_argument("mapping", help="mapping id, e.g. m-000001 (printed by map)")
     p.add_argument("--token", required=True, help="access token of the grant the mapping belongs to (required)")
 
     def audit(args: argparse.Namespace) -> int:
-        entries = client(args).audit(args.node, args.pool, args.since)
-        return show(args, entries, _audit_text)
+        entries = cli.client(args).audit(args.node, args.pool, args.since)
+        return cli.show(args, entries, _audit_text)
 
-    p = action(pool, "audit", "the audit log: grants, revocations, mappings, refusals", audit)
+    p = cli.action(pool, "audit", "the audit log: grants, revocations, mappings, refusals", audit)
     p.add_argument("--node", default=None, help="only entries of this node (default: every node)")
     p.add_argument("--pool", help="only entries of this memory pool (default: every pool)")
     p.add_argument("--since", type=int, default=0,
                    help="only entries whose sequence number is above this (default: 0; at most 1000 are shown)")
 
     def tokens(args: argparse.Namespace) -> int:
-        return show(args, client(args).pool_tokens(args.node), _tokens_text)
+        return cli.show(args, cli.client(args).pool_tokens(args.node), _tokens_text)
 
-    p = action(pool, "tokens", "token records (never the secrets): who, range, issued, revoked", tokens)
+    p = cli.action(pool, "tokens", "token records (never the secrets): who, range, issued, revoked", tokens)
     p.add_argument("--node", default=None, help="only tokens of grants on this node (default: every node)")
 
 
