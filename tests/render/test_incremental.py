@@ -358,53 +358,59 @@ def test_a_temporary_name_someone_else_holds_is_skipped_and_left_alone(tmp_path:
     assert oct(target.stat().st_mode & 0o777) == oct(0o644)
 
 
-def test_a_root_tree_removed_is_written_again_by_a_change_that_touches_none_of_it(fast_tmp: Path) -> None:
+@dataclass
+class Kept:
+    """A dgx-h100 node rendered with memory into ``out``, as an agent keeps its node between renders."""
+
+    run: Scenario
+    out: Path
+    memo: RenderMemo = field(default_factory=RenderMemo)
+    release: Releaser = field(default_factory=Releaser)
+
+    def render(self, initial: bool = False) -> None:
+        run = self.run
+        render_node(run.system, run.node, run.state(), self.out, initial=initial, events=tuple(run.events),
+                    memo=self.memo, release=self.release)
+
+    def fresh(self, out: Path) -> dict[str, tuple[str, bytes | str]]:
+        """The tree a render without memory makes of the same state (the oracle)."""
+        run = self.run
+        render_node(run.system, run.node, run.state(), out, initial=True, events=tuple(run.events))
+        return tree(out / "root")
+
+
+@pytest.fixture
+def kept(fast_tmp: Path) -> Iterator[Kept]:
+    system = load_profile("dgx-h100")
+    node = Kept(Scenario(system, system.nodes[0]), fast_tmp / "kept")
+    node.render(initial=True)
+    yield node
+    node.release.close()
+
+
+def test_a_root_tree_removed_is_written_again_by_a_change_that_touches_none_of_it(kept: Kept,
+                                                                                  fast_tmp: Path) -> None:
     """An Xid changes nothing the fake root is built from, so a re-render with memory leaves the tree alone; a tree
     someone removed meanwhile must still come back (as a render without memory would make it), not be taken for
     the one the memory describes."""
-    system = load_profile("dgx-h100")
-    node = system.nodes[0]
-    run = Scenario(system, node)
-    memo = RenderMemo()
-    release = Releaser()
-    out = fast_tmp / "kept"
-    try:
-        render_node(system, node, run.state(), out, initial=True, memo=memo, release=release)
-        fresh = fast_tmp / "fresh"
-        render_node(system, node, run.state(), fresh, initial=True)
-        shutil.rmtree(out / "root")
-        run.inject({"kind": "xid", "device": node.gpus[0].name, "code": 13})
-        render_node(system, node, run.state(), out, events=tuple(run.events), memo=memo, release=release)
-        assert tree(out / "root") == tree(fresh / "root")
-    finally:
-        release.close()
+    shutil.rmtree(kept.out / "root")
+    kept.run.inject({"kind": "xid", "device": kept.run.node.gpus[0].name, "code": 13})
+    kept.render()
+    assert tree(kept.out / "root") == kept.fresh(fast_tmp / "fresh")
 
 
 def test_a_root_render_that_failed_half_way_is_completed_by_the_next_render_of_the_same_state(
-        fast_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        kept: Kept, fast_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A GPU falling off the bus changes the fake root (its PCI function goes); if writing that change fails (a
     full disk: ENOSPC, write(2)), the next render of the same state must finish the job, as a render without memory
     would, rather than take the memory of what it meant to write for what is on disk."""
-    system = load_profile("dgx-h100")
-    node = system.nodes[0]
-    run = Scenario(system, node)
-    memo = RenderMemo()
-    release = Releaser()
-    out = fast_tmp / "kept"
-    try:
-        render_node(system, node, run.state(), out, initial=True, memo=memo, release=release)
-        run.inject({"kind": "fallen-off-bus", "device": node.gpus[-1].name})
-        state = run.state()
-        with monkeypatch.context() as patch:
-            def full_disk(*_: object, **__: object) -> None:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            patch.setattr(RootWriter, "_write_all", full_disk)
-            patch.setattr(RootWriter, "_remove", full_disk)
-            with pytest.raises(OSError):
-                render_node(system, node, state, out, events=tuple(run.events), memo=memo, release=release)
-        render_node(system, node, state, out, events=tuple(run.events), memo=memo, release=release)
-        fresh = fast_tmp / "fresh"
-        render_node(system, node, state, fresh, initial=True, events=tuple(run.events))
-        assert tree(out / "root") == tree(fresh / "root")
-    finally:
-        release.close()
+    kept.run.inject({"kind": "fallen-off-bus", "device": kept.run.node.gpus[-1].name})
+    with monkeypatch.context() as patch:
+        def full_disk(*_: object, **__: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        patch.setattr(RootWriter, "_write_all", full_disk)
+        patch.setattr(RootWriter, "_remove", full_disk)
+        with pytest.raises(OSError):
+            kept.render()
+    kept.render()
+    assert tree(kept.out / "root") == kept.fresh(fast_tmp / "fresh")
