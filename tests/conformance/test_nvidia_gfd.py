@@ -84,7 +84,9 @@ def testbed_of(fast_node_tmp: Path) -> Iterator[list[Testbed]]:
 
 
 def run_gfd(gfd: Path, tb: Testbed, *args: str) -> dict[str, str]:
-    node = next(n for n in tb.nodes() if n.gpus)
+    """GFD's labels of the cluster's first node with GPUs. Only that node's files are made (``tb.node``):
+    ``tb.nodes()`` would render every node, all 18 trays of gb200-nvl72 (some 1.4 million files)."""
+    node = tb.node(next(n.name for n in tb.system.nodes if n.gpus))
     out = Path(tempfile.mkdtemp(prefix="fhw-gfd-")) / "labels"
     argv = nodeview.command(nodeview.NodeView(str(node.dir / "root")),
                             [str(gfd), "--oneshot", f"--output-file={out}", "--use-node-feature-api=false", *args])
