@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from testbed.cluster import remove_tree_in_background, scratch_dir
 from tests.scratch import cluster_scratch_base, scratch_base
 
 pytest_plugins = ["testbed.fixtures", "tests.peer.summary"]
@@ -57,6 +58,19 @@ def fast_node_tmp(tmp_path: Path) -> Iterator[Path]:
     as the view puts the tree's ``dev`` at ``/dev``; what the command uses there by its own path the view binds again
     (:func:`testbed.nodeview.kept_paths`)."""
     yield from _own_dir(cluster_scratch_base(), tmp_path)
+
+
+@pytest.fixture(scope="session")
+def testbed_state_dir() -> Iterator[Path]:
+    """testbed.fixtures' per-session cluster directory (``testbed_factory`` and the tests that stand clusters up
+    themselves), here on tmpfs when that has room and lets a node view open device nodes and run programs
+    (:func:`tests.scratch.cluster_scratch_base`; the view binds what its command uses under ``/dev/shm`` again);
+    else where testbed.fixtures puts it (``$FAKEHW_SCRATCH_DIR``, ``/tmp``). A local node is rendered on first
+    use, some 28,000 files (a gb200 tray 78,000), each costing 30-400 us of kernel CPU on this machine's ext4 and
+    9 us on tmpfs (docs/testbed.md). The Docker tests keep testbed.fixtures' own (tests/docker/conftest.py)."""
+    path = scratch_dir("fhw-", cluster_scratch_base())
+    yield path
+    remove_tree_in_background(path)
 
 
 @pytest.fixture(scope="session", autouse=True)

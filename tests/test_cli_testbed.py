@@ -15,8 +15,13 @@ from pathlib import Path
 import pytest
 
 from fakehw.nvml.smi import SmiUnavailable, find_real_nvidia
+from tests.scratch import cluster_scratch_base
 
 BIN = Path(sys.executable).parent
+STATE_BASE = cluster_scratch_base() or "/tmp"
+"""Where the clusters' state goes: short (the agent's unix socket is inside), and tmpfs when it has room and lets the
+node's device files open (a node view runs nvidia-smi): a node is rendered on its first ``exec``, some 28,000 files,
+30-400 us of kernel CPU each on this machine's ext4 and 9 us on tmpfs (docs/testbed.md)."""
 
 
 def _testbed(state: Path, *args: str, env: dict[str, str] | None = None,
@@ -29,7 +34,7 @@ def _testbed(state: Path, *args: str, env: dict[str, str] | None = None,
 @pytest.fixture(scope="module")
 def one_cluster() -> Iterator[Path]:
     """``testbed up`` with no option at all: dgx-h100, local backend, cluster 'default'."""
-    short = Path(tempfile.mkdtemp(prefix="fhw-cli-", dir="/tmp"))  # the agent's unix socket path must stay short
+    short = Path(tempfile.mkdtemp(prefix="fhw-cli-", dir=STATE_BASE))
     up = _testbed(short, "up")
     assert up.returncode == 0, up.stderr
     assert "profile dgx-h100 on the local backend" in up.stderr and "cluster default is up" in up.stdout
@@ -74,7 +79,7 @@ def test_exec_nvidia_smi_on_a_driver_debian_does_not_ship_says_how_to_pin_one(on
 def test_up_driver_pins_the_driver_and_the_real_nvidia_smi_of_it_runs(tmp_path: Path) -> None:
     """``testbed up --driver 535.261.03``: every node runs 535, which Debian's real nvidia-smi 535 accepts (it
     refuses any other NVML version: 'Failed to initialize NVML: Driver/library version mismatch')."""
-    state = Path(tempfile.mkdtemp(prefix="fhw-drv-", dir="/tmp"))
+    state = Path(tempfile.mkdtemp(prefix="fhw-drv-", dir=STATE_BASE))
     try:
         bad = _testbed(state, "up", "--driver", "536.1.1")
         assert bad.returncode == 2 and "--driver: driver 536.1.1 is of branch 536" in bad.stderr, bad.stderr
@@ -99,7 +104,7 @@ def test_up_driver_pins_the_driver_and_the_real_nvidia_smi_of_it_runs(tmp_path: 
 
 
 def test_names_are_asked_for_only_when_they_are_ambiguous() -> None:
-    state = Path(tempfile.mkdtemp(prefix="fhw-cli2-", dir="/tmp"))
+    state = Path(tempfile.mkdtemp(prefix="fhw-cli2-", dir=STATE_BASE))
     try:
         assert _testbed(state, "status").stderr.strip().endswith(
             "no cluster 'default' (start one with 'testbed up --profile P --name default')")

@@ -3,6 +3,12 @@ every ``$`` line of the tour in order, each checked against what the README says
 
 The clone is of this checkout's HEAD (what CI tests on its own fresh clone; uncommitted edits are not in it).
 pip's cache makes the install quick after the first time; the certification run is most of the time.
+
+Clusters go where the rest of the suite puts them: ``$FAKEHW_STATE_DIR`` (the tour's) and ``$FAKEHW_SCRATCH_DIR``
+(the certification's), both documented in docs/testbed.md, on tmpfs when it has room and lets device nodes open
+(:func:`tests.scratch.cluster_scratch_base`). A node is rendered on its first ``testbed exec``, a gb200 tray some
+78,000 files: on this machine's ext4 that one command took 15-31 s. The clone itself stays on ``/tmp``: a
+checkout under ``/dev/shm`` has its ``.venv/bin/python`` hidden in the node view, whose ``/dev`` is the node's.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.scratch import cluster_scratch_base
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -90,16 +98,19 @@ def clone() -> Iterator[Path]:
 
 
 def _sh(command: str, cwd: Path, state: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    # As in a newcomer's shell: no venv, no FAKEHW_ settings, not inside another make (make test runs this test).
+    # As in a newcomer's shell: no venv, no FAKEHW_ settings but where clusters go, not inside another make (make
+    # test runs this test).
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("VIRTUAL_ENV", "PYTHON", "FAKEHW_", "MAKE", "MFLAGS"))}
     env["FAKEHW_STATE_DIR"] = str(state)
+    if (scratch := cluster_scratch_base()) is not None:
+        env["FAKEHW_SCRATCH_DIR"] = scratch
     env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if ".venv" not in p)  # no venv active
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_quick_start_then_the_tour_on_a_fresh_clone(clone: Path) -> None:
-    state = Path(tempfile.mkdtemp(prefix="fhw-tr-", dir="/tmp"))
+    state = Path(tempfile.mkdtemp(prefix="fhw-tr-", dir=cluster_scratch_base() or "/tmp"))
     try:
         run = _sh(quick_start()[0], clone, state, timeout=1800)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

@@ -72,16 +72,21 @@ def gfd() -> Path:
 
 
 @pytest.fixture
-def testbed_of(tmp_path: Path) -> Iterator[list[Testbed]]:
+def testbed_of(fast_node_tmp: Path) -> Iterator[list[Testbed]]:
+    """The test's clusters, down after it. Their state is under ``fast_node_tmp`` (tmpfs when it lets the node's
+    device files open; tests/conftest.py), removed after this: a gb200 tray's first render is some 78,000 files,
+    each 30-400 us of kernel CPU on this machine's ext4 and 9 us on tmpfs (docs/testbed.md)."""
     made: list[Testbed] = []
     yield made
     for tb in made:
         tb.down()
-    remove_tree_in_background(tmp_path / "state")
+    remove_tree_in_background(fast_node_tmp / "state")
 
 
 def run_gfd(gfd: Path, tb: Testbed, *args: str) -> dict[str, str]:
-    node = next(n for n in tb.nodes() if n.gpus)
+    """GFD's labels of the cluster's first node with GPUs. Only that node's files are made (``tb.node``):
+    ``tb.nodes()`` would render every node, all 18 trays of gb200-nvl72 (some 1.4 million files)."""
+    node = tb.node(next(n.name for n in tb.system.nodes if n.gpus))
     out = Path(tempfile.mkdtemp(prefix="fhw-gfd-")) / "labels"
     argv = nodeview.command(nodeview.NodeView(str(node.dir / "root")),
                             [str(gfd), "--oneshot", f"--output-file={out}", "--use-node-feature-api=false", *args])
@@ -101,8 +106,8 @@ def _check(labels: dict[str, str], expected: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize("profile", list(EXPECTED), ids=lambda p: Path(p).stem)
-def test_gfd_labels_a_fake_node_as_the_real_machine(gfd: Path, profile: str, tmp_path: Path,
+def test_gfd_labels_a_fake_node_as_the_real_machine(gfd: Path, profile: str, fast_node_tmp: Path,
                                                     testbed_of: list[Testbed]) -> None:
-    tb = Testbed.up(profile, name="gfd", state_dir=tmp_path / "state")
+    tb = Testbed.up(profile, name="gfd", state_dir=fast_node_tmp / "state")
     testbed_of.append(tb)
     _check(run_gfd(gfd, tb), EXPECTED[profile])

@@ -23,6 +23,7 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # no registry: th
 
 from fakehw.model import load_profile
 from testbed.api import Testbed
+from testbed.cluster import remove_tree_in_background, scratch_dir
 from testbed.host import NATIVE_ARCH, HostSetup, binfmt_entry, engine_problem
 from testbed.images import ImageBuilder, ImageError, ImageRef, MirrorError
 
@@ -163,6 +164,16 @@ def docker_testbed(testbed_factory: Callable[..., Testbed], node_images: NodeIma
         return testbed_factory(profile, nodes=nodes, backend="docker", **options)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def testbed_state_dir() -> Iterator[Path]:
+    """testbed.fixtures' own (``$FAKEHW_SCRATCH_DIR``, else ``/tmp``), not the tmpfs one of tests/conftest.py:
+    the node containers bind-mount their agents' directories and device files from it, which has not been tried
+    from tmpfs."""
+    path = scratch_dir("fhw-")
+    yield path
+    remove_tree_in_background(path)
 
 
 @pytest.fixture
