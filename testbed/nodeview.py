@@ -36,6 +36,7 @@ import ctypes.util
 import errno
 import json
 import os
+import shutil
 import stat
 import sys
 from collections.abc import Mapping, Sequence
@@ -246,13 +247,31 @@ def _hidden_by_dev(path: str) -> str | None:
     return real
 
 
-def kept_paths(view: NodeView, env: Mapping[str, str] | None = None) -> list[str]:
+def program_trees(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> list[str]:
+    """What a command runs from under ``/dev/shm``, each as the top directory below ``/dev/shm`` that holds it: the
+    working directory, the program (as ``execvp`` finds it on the command's ``PATH``) and ``PATH``'s directories.
+    A program there needs its neighbours too: a virtualenv's ``bin/python`` finds ``pyvenv.cfg`` and ``lib/``
+    beside ``bin/``, a checkout's console script imports the checkout (a clone under /dev/shm could not run
+    ``make run`` in a node view: its ``.venv/bin/python`` was "not found")."""
+    search = env.get("PATH", os.defpath)
+    program = argv[0] if not argv or "/" in argv[0] else shutil.which(argv[0], path=search)
+    found = [cwd, *([program] if program else []), *(p for p in search.split(":") if p)]
+    shm = os.path.realpath(HOST_SHM)
+    tops = set()
+    for path in found:
+        real = _hidden_by_dev(os.path.join(cwd, path))
+        if real is not None:
+            tops.add(os.path.join(shm, Path(real).relative_to(shm).parts[0]))
+    return sorted(tops)
+
+
+def kept_paths(view: NodeView, env: Mapping[str, str] | None = None, also: Sequence[str] = ()) -> list[str]:
     """The host paths under ``/dev/shm`` that the command still needs at their own path once the node's ``dev``
-    covers ``/dev``, outermost first and none inside another: the view's root, its binds' sources, ``view.keep``
-    and the paths ``env`` hands the command (:data:`PATH_VARIABLES`, :data:`PATH_LISTS`). A file is kept by its
-    directory, since the testbed replaces snapshots by a rename and makes sockets anew, which a bind of the file
-    itself would not show."""
-    wanted = [view.root, *(b.source for b in view.binds if b.source.startswith("/")), *view.keep]
+    covers ``/dev``, outermost first and none inside another: the view's root, its binds' sources, ``view.keep``,
+    the paths ``env`` hands the command (:data:`PATH_VARIABLES`, :data:`PATH_LISTS`) and ``also`` (what the command
+    runs from: :func:`program_trees`). A file is kept by its directory, since the testbed replaces snapshots by a
+    rename and makes sockets anew, which a bind of the file itself would not show."""
+    wanted = [view.root, *(b.source for b in view.binds if b.source.startswith("/")), *view.keep, *also]
     for name in PATH_VARIABLES:
         if (env or {}).get(name):
             wanted.append((env or {})[name])
@@ -283,9 +302,9 @@ def _host_owners(path: str) -> tuple[tuple[str, int, int, int], ...]:
     return tuple(out)
 
 
-def plan(view: NodeView, env: Mapping[str, str] | None = None) -> list[Mount]:
-    """The mounts that make ``view``, in order (a pure function of the view, the command's environment ``env``
-    and what the tree holds)."""
+def plan(view: NodeView, env: Mapping[str, str] | None = None, also: Sequence[str] = ()) -> list[Mount]:
+    """The mounts that make ``view``, in order (a pure function of the view, the command's environment ``env``,
+    what it runs from, ``also`` (see :func:`kept_paths`), and what the tree holds)."""
     root = Path(view.root)
     steps: list[Mount] = []
     sys_dir, dev_dir = root / "sys", root / "dev"
@@ -302,7 +321,7 @@ def plan(view: NodeView, env: Mapping[str, str] | None = None) -> list[Mount]:
         # What the command finds by its host path under /dev/shm, again at that path: the mount point is made in
         # the fresh tmpfs just mounted (now the view's /dev/shm), never in the node's tree or on the host.
         steps.extend(Mount(path, path, flags=MS_BIND | MS_REC, make="dir", owners=_host_owners(path))
-                     for path in kept_paths(view, env))
+                     for path in kept_paths(view, env, also))
     driver = root / "proc" / "driver"
     if driver.is_dir() and os.path.isdir("/proc/driver"):
         steps.append(Mount(str(driver), "/proc/driver", flags=MS_BIND | MS_REC))
@@ -373,14 +392,14 @@ def _require_entries(source: str) -> None:
     raise SetupError(f"{source} (for /sys) is empty: the node's live /sys is not mounted there")
 
 
-def enter(view: NodeView, env: Mapping[str, str] | None = None) -> None:
-    """Make this process's private namespaces and mount ``view`` for a command run with ``env`` (the process then
-    execs the command)."""
+def enter(view: NodeView, env: Mapping[str, str] | None = None, also: Sequence[str] = ()) -> None:
+    """Make this process's private namespaces and mount ``view`` for a command run with ``env`` from ``also``
+    (:func:`program_trees`; the process then execs the command)."""
     libc = _libc()
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare(CLONE_NEWNS|CLONE_NEWUTS)")
     # Nothing mounted from here on may propagate back to the host's namespace.
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
-    _mount_all(libc, plan(view, env))
+    _mount_all(libc, plan(view, env, also))
     name = view_hostname(view)
     if name:
         raw = name.encode()
@@ -458,7 +477,7 @@ def _main(args: Sequence[str], env: Mapping[str, str]) -> int:
     view = NodeView.from_json(args[0])
     cwd = os.getcwd()
     try:
-        enter(view, env)
+        enter(view, env, program_trees(args[2:], env, cwd))
     except SetupError as exc:
         print(f"testbed: cannot show the node's tree at the real paths: {exc}", file=sys.stderr)
         return EXIT_SETUP

@@ -198,6 +198,35 @@ def test_a_cluster_kept_under_dev_shm_answers_as_its_node_in_the_view(shm_state_
         tb.down()
 
 
+def test_a_program_kept_under_dev_shm_runs_in_the_view_from_where_it_lies(shm_state_dir: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout cloned under /dev/shm runs its own programs in a node view (``make run``'s certification runs the
+    checkout's ``.venv/bin/python`` there): the program, what lies beside it and the working directory are where
+    the host has them, whether the program is named by its path or found on PATH (execvp, POSIX). Before, the
+    node's dev covered /dev/shm and the view said "command not found" (exit 127)."""
+    checkout = Path(tempfile.mkdtemp(prefix="fhw-prog-", dir=nodeview.HOST_SHM))
+    try:
+        (checkout / "bin").mkdir()
+        (checkout / "share").mkdir()
+        (checkout / "share" / "msg").write_text("beside the program\n")
+        program = checkout / "bin" / "hello"
+        program.write_text('#!/bin/sh\ncat "$(dirname "$0")/../share/msg"\npwd\n')
+        program.chmod(0o755)
+        monkeypatch.chdir(checkout / "share")
+        tb = Testbed.up("dgx-h100", name="prog", state_dir=shm_state_dir)
+        try:
+            node = tb.nodes()[0].name
+            expected = f"beside the program\n{checkout / 'share'}\n"
+            by_path = tb.exec(node, [str(program)])
+            assert (by_path.returncode, by_path.stdout.decode()) == (0, expected), by_path.stderr.decode()
+            by_name = tb.exec(node, ["hello"], env={"PATH": f"{checkout / 'bin'}:{os.defpath}"})
+            assert (by_name.returncode, by_name.stdout.decode()) == (0, expected), by_name.stderr.decode()
+        finally:
+            tb.down()
+    finally:
+        shutil.rmtree(checkout)
+
+
 def test_local_exec_runs_in_the_view(testbed_factory: Callable[..., Testbed]) -> None:
     tb = testbed_factory(profile="dgx-h100")
     node = tb.nodes()[0].name
