@@ -149,9 +149,11 @@ def _faults_text(state: NodeState, memo: StateFragments) -> str:
 
 
 @functools.cache
-def _gpu_members(cls: type) -> tuple[str, ...]:
+def _gpu_members() -> tuple[str, ...]:
     """The fields of a GPU state that ``state.json`` encodes as they are (all but the growing lists)."""
-    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _GPU_LISTS)
+    from fakehw.agent.state import GpuState  # the agent imports this package: imported when first asked
+
+    return tuple(f.name for f in dataclasses.fields(GpuState) if f.name not in _GPU_LISTS)
 
 
 _GPU_LISTS = ("xids", "faults")
@@ -166,7 +168,7 @@ def _gpu_text(gpu: GpuState, memo: StateFragments) -> str:
     xids = lists.get((gpu.name, "xids")) or lists.setdefault((gpu.name, "xids"), ListText())
     ids = lists.get((gpu.name, "faults")) or lists.setdefault((gpu.name, "faults"), ListText())
     raw = {"xids": "[" + xids.of(gpu.xids, str) + "]", "faults": "[" + ids.of(gpu.faults, _compact) + "]"}
-    key = tuple(getattr(gpu, name) for name in _gpu_members(type(gpu)))
+    key = tuple(getattr(gpu, name) for name in _gpu_members())
     hit = memo.gpu_templates.get(gpu.name)
     if hit is None or hit[0] != key:
         hit = memo.gpu_templates[gpu.name] = (key, _Template(gpu.to_json(history=False), _GPU_LISTS))
