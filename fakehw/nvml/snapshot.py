@@ -13,7 +13,7 @@ import operator
 import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +129,8 @@ class Snapshot:
             fields[f"{name}_offset"] = offset
             offset += size * (limits[name] if name in RESERVED_SECTIONS else len(records))
         total = (offset + 7) // 8 * 8
-        header = replace(self.header, header_size=hdr_size, total_size=total, superseded=0, checksum=0, **fields)
+        header = layout.replaced(self.header, header_size=hdr_size, total_size=total, superseded=0, checksum=0,
+                                 **fields)
         if cache is not None:
             buf = cache.file(total, [(name, fields[f"{name}_offset"], fields[f"{name}_record_size"],
                                       limits[name] if name in RESERVED_SECTIONS else len(records), records)
@@ -405,12 +406,14 @@ def _gpu_record(system: System, node: Node, static: _GpuStatic, gpu: Gpu, gstate
     links: list[LinkRecord] = [_NO_LINK] * layout.MAX_LINKS
     for i, (number, link) in enumerate(static.links):
         link_state = gstate.links[i]
-        links[number] = LinkRecord(**link, up=int(link_state.up),
-                                   errors=tuple(link_state.errors.get(c, 0) for c in NVLINK_COUNTER_ORDER),
-                                   util_rx=r.nvlink_rx[i], util_tx=r.nvlink_tx[i])
+        links[number] = layout.make(LinkRecord, link, up=int(link_state.up),
+                                    errors=tuple(link_state.errors.get(c, 0) for c in NVLINK_COUNTER_ORDER),
+                                    util_rx=r.nvlink_rx[i], util_tx=r.nvlink_tx[i])
     nvswitch_links = sum(1 for i, p in enumerate(gpu.ports) if p.remote_kind == "switch" and gstate.links[i].up)
-    return GpuRecord(
-        **static.record,
+    return layout.make(  # not GpuRecord(**...): see layout.make
+        GpuRecord,
+        static.record,
+        board_state_fields(system, node, gpu, gstate, r),
         lost=int(gstate.lost),
         pcie_tx_kbs=r.pcie_tx_kbs,
         pcie_rx_kbs=r.pcie_rx_kbs,
@@ -436,7 +439,6 @@ def _gpu_record(system: System, node: Node, static: _GpuStatic, gpu: Gpu, gstate
         remap_pending=int(dbe > 0),
         remap_histogram=_remap_histogram(gpu.sku, dbe),
         nvswitch_links=nvswitch_links,
-        **board_state_fields(system, node, gpu, gstate, r),
         mig_current=int(mig_state is not None and mig_state.current),
         mig_pending=int(mig_state is not None and mig_state.pending),
         mig_first=first_mig,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fakehw.model.export import node_to_json
@@ -46,6 +47,8 @@ class StateFragments:
         self.fault_list = ListText()
         self.lists: dict[tuple[str, str], ListText] = {}
         """Per (GPU, list): its Xids' and fault ids' text."""
+        self.gpu_templates: dict[str, tuple[tuple[object, ...], _Template]] = {}
+        """Per GPU: the values of its members other than the growing lists, and the text they were encoded to."""
         self.written: bytes | None = None
         """The bytes of the last ``state.json`` written."""
 
@@ -86,6 +89,39 @@ def _token(key: str) -> str:
     return _compact(_RAW + key)
 
 
+class _Template:
+    """The JSON text of an object some of whose members are given as JSON text later (see :func:`_object_text`):
+    the text around those members, kept so an object whose other members did not change is not encoded again."""
+
+    def __init__(self, doc: dict[str, Any], keys: Iterable[str]):
+        tokens = {k: _token(k) for k in keys}
+        text = _compact({**doc, **{k: _RAW + k for k in tokens}})
+        self.doc: dict[str, Any] | None = None
+        """Set when the text could not be split at the placeholders: then filled member by member."""
+        self.parts: list[str] = []
+        self.keys: list[str] = []
+        if all(text.count(t) == 1 for t in tokens.values()):  # then split at the placeholders' places in ``text``
+            pos = 0
+            for start, token, key in sorted((text.index(token), token, k) for k, token in tokens.items()):
+                self.parts.append(text[pos:start])
+                self.keys.append(key)
+                pos = start + len(token)
+            self.parts.append(text[pos:])
+        else:
+            self.doc = doc
+
+    def fill(self, raw: dict[str, str]) -> str:
+        """The object's text with the members of ``raw`` (the template's keys) given as JSON text."""
+        if self.doc is not None:
+            doc = self.doc
+            return "{" + ",".join(f"{_compact(k)}:{raw[k] if k in raw else _compact(doc[k])}"
+                                  for k in sorted([*doc, *raw])) + "}"
+        out = [self.parts[0]]
+        for key, part in zip(self.keys, self.parts[1:], strict=True):
+            out += (raw[key], part)
+        return "".join(out)
+
+
 def _object_text(doc: dict[str, Any], raw: dict[str, str]) -> str:
     """``_compact`` of ``doc`` with the members in ``raw`` given as JSON text already.
 
@@ -93,18 +129,7 @@ def _object_text(doc: dict[str, Any], raw: dict[str, str]) -> str:
     by its text (a dumps per member costs more than the rest of the state's encoding). A placeholder that occurs
     other than once in the encoding (a value of ``doc`` happens to hold it) falls back to encoding member by
     member."""
-    tokens = {k: _token(k) for k in raw}
-    text = _compact({**doc, **{k: _RAW + k for k in raw}})
-    if all(text.count(t) == 1 for t in tokens.values()):  # then splice at the placeholders' places in ``text``
-        at = sorted((text.index(token), token, raw[k]) for k, token in tokens.items())
-        parts: list[str] = []
-        pos = 0
-        for start, token, member in at:
-            parts += (text[pos:start], member)
-            pos = start + len(token)
-        return "".join([*parts, text[pos:]])
-    return "{" + ",".join(f"{_compact(k)}:{raw[k] if k in raw else _compact(doc[k])}"
-                          for k in sorted([*doc, *raw])) + "}"
+    return _Template(doc, raw).fill(raw)
 
 
 def _faults_text(state: NodeState, memo: StateFragments) -> str:
@@ -123,14 +148,31 @@ def _faults_text(state: NodeState, memo: StateFragments) -> str:
     return memo.fault_list.of(state.faults, encode, rebuild)
 
 
+@functools.cache
+def _gpu_members() -> tuple[str, ...]:
+    """The fields of a GPU state that ``state.json`` encodes as they are (all but the growing lists)."""
+    from fakehw.agent.state import GpuState  # the agent imports this package: imported when first asked
+
+    return tuple(f.name for f in dataclasses.fields(GpuState) if f.name not in _GPU_LISTS)
+
+
+_GPU_LISTS = ("xids", "faults")
+
+
 def _gpu_text(gpu: GpuState, memo: StateFragments) -> str:
     """A GPU's state as JSON: its Xids and fault ids (which grow with every fault on it) from their remembered
-    text."""
+    text, the rest from the text it had last time when none of it changed. Most faults only add to the lists (an
+    Xid that is not critical, a second ECC error of a kind already counted...), and encoding the rest (its 18 NVLink
+    links with their counters) cost more than the rest of ``state.json``."""
     lists = memo.lists
     xids = lists.get((gpu.name, "xids")) or lists.setdefault((gpu.name, "xids"), ListText())
     ids = lists.get((gpu.name, "faults")) or lists.setdefault((gpu.name, "faults"), ListText())
-    return _object_text(gpu.to_json(history=False), {"xids": "[" + xids.of(gpu.xids, str) + "]",
-                                                     "faults": "[" + ids.of(gpu.faults, _compact) + "]"})
+    raw = {"xids": "[" + xids.of(gpu.xids, str) + "]", "faults": "[" + ids.of(gpu.faults, _compact) + "]"}
+    key = tuple(getattr(gpu, name) for name in _gpu_members())
+    hit = memo.gpu_templates.get(gpu.name)
+    if hit is None or hit[0] != key:
+        hit = memo.gpu_templates[gpu.name] = (key, _Template(gpu.to_json(history=False), _GPU_LISTS))
+    return hit[1].fill(raw)
 
 
 def state_json(state: NodeState, memo: StateFragments) -> bytes:

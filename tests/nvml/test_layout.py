@@ -263,3 +263,45 @@ def test_a_gpu_whose_cpus_end_one_past_what_the_snapshot_holds_is_refused(tmp_pa
     node = system.nodes[0]
     with pytest.raises(SnapshotError, match=r"gpu0's CPUs reach CPU 1024; .* holds CPUs 0-1023"):
         build_snapshot(system, node, derive_state(node, [], 1, system.seed))
+
+
+@pytest.mark.parametrize("record", layout.RECORDS, ids=lambda r: r.__name__)
+def test_a_record_made_from_mappings_is_the_one_its_class_makes(record: type[Any]) -> None:
+    """``layout.make`` (the snapshot's hot path builds GPU and NVLink records with it) against the standard
+    library's own dataclass ``__init__`` and ``dataclasses.replace``: for every record class, from the defaults, from
+    one mapping, from two mappings and keywords where later values win, the same instance (equal, every field in the
+    same place, still frozen); a name that is not a field is refused as the class refuses it."""
+    import dataclasses
+
+    def other(value: Any) -> Any:  # a value of the field's type that is not its default
+        return value + "x" if isinstance(value, str) else value + 1 if isinstance(value, int) else (*value, 1)
+
+    fields = [f.name for f in dataclasses.fields(record)]
+    first, last = fields[0], fields[-1]
+    default = record()
+    sample = {first: other(getattr(default, first)), last: other(getattr(default, last))}
+    assert layout.make(record) == default and vars(layout.make(record)) == vars(default)
+    made = layout.make(record, sample)
+    assert made == record(**sample) and vars(made) == vars(record(**sample)) and made != default
+    made = layout.make(record, {last: getattr(default, last)}, {first: sample[first]}, **{last: sample[last]})
+    assert vars(made) == vars(record(**sample)) and list(vars(made)) == fields
+    again = layout.replaced(made, **{first: getattr(default, first)})
+    assert again == dataclasses.replace(made, **{first: getattr(default, first)}) and again != made
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(made, first, sample[first])
+    with pytest.raises(TypeError):
+        record(not_a_field=1)
+    with pytest.raises(TypeError, match="not_a_field"):
+        layout.make(record, {"not_a_field": 1})
+
+
+def test_a_gpu_record_made_from_mappings_packs_the_bytes_its_class_does() -> None:
+    """Values that are not the defaults (a GPU record's identity strings, counts, tuples and its NVLink records),
+    through ``layout.make`` and through ``GpuRecord(**...)``: the same bytes from the packer (what the shim reads)."""
+    link = {"present": 1, "up": 1, "version": 4, "remote_bus_id": "00000000:05:00.0", "errors": (1, 2, 3, 4, 5)}
+    gpu = {"uuid": "GPU-0123", "name": "NVIDIA H100 80GB HBM3", "index": 3, "temperature": 71,
+           "ecc_counts": tuple(range(2 * 2 * layout.ECC_LOCATIONS)),
+           "links": (LinkRecord(**link),) * 2}
+    made = layout.make(GpuRecord, {**gpu, "links": (layout.make(LinkRecord, link),) * 2})
+    assert layout.pack(made) == layout.pack(GpuRecord(**gpu))
+    assert layout.unpack(GpuRecord, layout.pack(made)).temperature == 71

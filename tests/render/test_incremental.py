@@ -414,3 +414,37 @@ def test_a_root_render_that_failed_half_way_is_completed_by_the_next_render_of_t
             kept.render()
     kept.render()
     assert tree(kept.out / "root") == kept.fresh(fast_tmp / "fresh")
+
+
+def test_state_json_follows_a_gpu_whose_only_change_besides_its_lists_is_one_value() -> None:
+    """``state.json`` keeps a GPU's text when only its growing lists changed; each fault here changes one more
+    member of the same GPU besides its lists (a temperature below the H100's 89 C slowdown, so no throttle or health
+    change; a replay counter of one link; a power cap), and a heal shrinks the lists back. Every file must be the
+    json module's encoding of the whole state (``dump_json``), the reference that knows nothing of remembered text."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    gpu = node.gpus[2].name
+    run = Scenario(system, node)
+    memo = StateFragments()
+    steps: list[dict[str, Any] | str] = [
+        {"kind": "xid", "device": gpu, "code": 13},
+        {"kind": "xid", "device": gpu, "code": 13},
+        {"kind": "thermal", "device": gpu, "temperature_c": 60},
+        {"kind": "thermal", "device": gpu, "temperature_c": 61},
+        {"kind": "nvlink-errors", "device": gpu, "link": 3, "counter": "replay", "increment": 1},
+        {"kind": "nvlink-errors", "device": gpu, "link": 3, "counter": "replay", "increment": 1},
+        {"kind": "power-cap", "device": gpu, "limit_w": 500},
+        gpu,
+        {"kind": "xid", "device": gpu, "code": 13},
+    ]
+    temperatures = []
+    for step in [None, *steps]:
+        if isinstance(step, dict):
+            run.inject(step)
+        elif isinstance(step, str):
+            run.heal(step)
+        state = run.state()
+        data = state_json(state, memo)
+        assert data == dump_json(state.to_json(), compact=True), step
+        temperatures.append(json.loads(data)["gpus"][2]["temperature_c"])
+    assert temperatures == [29, 29, 29, 60, 61, 61, 61, 61, 29, 29], "idle 29 C, then the hottest fault's"
