@@ -7,8 +7,8 @@ pip's cache makes the install quick after the first time; the certification run 
 Clusters go where the rest of the suite puts them: ``$FAKEHW_STATE_DIR`` (the tour's) and ``$FAKEHW_SCRATCH_DIR``
 (the certification's), both documented in docs/testbed.md, on tmpfs when it has room and lets device nodes open
 (:func:`tests.scratch.cluster_scratch_base`). A node is rendered on its first ``testbed exec``, a gb200 tray some
-78,000 files: on this machine's ext4 that one command took 15-31 s. The clone itself stays on ``/tmp``: a
-checkout under ``/dev/shm`` has its ``.venv/bin/python`` hidden in the node view, whose ``/dev`` is the node's.
+78,000 files: on this machine's ext4 that one command took 15-31 s. The clone itself (with its venv, hundreds of
+MB) stays on ``/tmp``, as a newcomer's would be on disk.
 """
 
 from __future__ import annotations
