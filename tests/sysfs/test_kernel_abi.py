@@ -2313,6 +2313,43 @@ def test_a_pools_host_bridge_shows_all_its_decoders_when_the_host_holds_fewer_ld
     assert _read(port / "decoders_committed") == "2"
 
 
+def _idle_pool_on_a_root_port_first() -> System:
+    """cxl-pool plus a second pool, listed first, whose multi-logical device sits on the root port of a fourth host
+    bridge of its own and of which no host holds a logical device."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/cxl-pool.yaml").read_text())
+    node = doc["groups"][0]["node"]
+    cxl = node["cxl"]
+    cxl["hostBridges"].append({"name": "cxlhb3", "uid": 3, "numa": 0, "rootPorts": 1})
+    cxl["windows"].append({"name": "cfmws5", "size": "16GiB", "targets": ["cxlhb3"], "numa": 5})
+    node["numa"]["nodes"].append({"id": 5, "kind": "cxl", "memory": 0})
+    doc["cxlPools"].insert(0, {"name": "pool1", "groups": ["cxl-host"], "hostPort": "cxlhb3.rp0", "window": "cfmws5",
+                               "capacity": "16GiB", "logicalDevices": 4, "assignments": {}})
+    return load_profile("idle-pool-first", text=yaml.safe_dump(doc))
+
+
+def test_a_pools_host_bridge_decodes_its_regions_when_an_idle_pool_comes_first(fast_tmp: Path) -> None:
+    """A committed region is decoded at every port between its root decoder and its endpoints
+    (drivers/cxl/core/region.c, cxl_port_setup_targets gives the region a switch decoder at each port on the path,
+    a host bridge's among them), whatever other pools the machine has. Here a pool no host holds anything of is
+    listed before pool0, of which this host holds 4 logical devices of 4 GiB (4 committed regions): pool0's host
+    bridge (cxlhb2, ACPI ``uid`` 2: Documentation/ABI/testing/sysfs-bus-acpi) still shows 4 committed decoders
+    (``decoders_committed`` is port->commit_end + 1, port.c, and decoders commit in id order, hdm.c
+    cxl_decoder_commit) of 4 GiB each, naming the pooled regions (seed 10547)."""
+    system = _idle_pool_on_a_root_port_first()
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    root = fast_tmp / node.name / ROOT_DIR
+    devices = root / CXL_DEVICES
+    ports = [p.resolve() for p in devices.glob("port*")]
+    (port,) = [p for p in ports if p.parent.name == "root0" and _read(p / "uport" / "uid") == "2"]
+    pid = port.name.removeprefix("port")
+    assert _read(port / "decoders_committed") == "4"
+    decoders = [port / f"decoder{pid}.{i}" for i in range(4)]
+    assert [int(_read(d / "size"), 0) for d in decoders] == [4 << 30] * 4
+    regions = [_read(d / "region") for d in decoders]
+    assert len(set(regions)) == 4 and all(_read(devices / r / "commit") == "1" for r in regions), regions
+
+
 @pytest.mark.parametrize("held", (True, False))
 def test_every_bound_cxl_port_and_memdev_has_its_decoders_and_endpoint(fast_tmp: Path, held: bool) -> None:
     """cxl_mem binds a memory device by adding its endpoint port below the port of its upstream switch
