@@ -1780,6 +1780,22 @@ def test_a_compute_instance_handle_the_library_did_not_give_is_an_invalid_argume
             n.NVML_ERROR_INVALID_ARGUMENT
 
 
+def test_a_gpu_instance_handle_the_library_did_not_give_is_an_invalid_argument(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92, nvmlGpuInstanceGetInfo: INVALID_ARGUMENT "If gpuInstance or info are invalid". On dgx-a100,
+    whose gpu7 has GPU instances (so the library has handed handles out), a NULL handle and one that points at the
+    caller's own memory are that error, not GPU instance slot 0's information (seed 10610's mig.c:114)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    handles(n)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    info = n.c_nvmlGpuInstanceInfo_t()
+    own = ctypes.create_string_buffer(64)
+    for bogus in (None, ctypes.addressof(own)):
+        assert lib.nvmlGpuInstanceGetInfo(ctypes.c_void_p(bogus), ctypes.byref(info)) == \
+            n.NVML_ERROR_INVALID_ARGUMENT
+
+
 def test_gpu_instance_placements_fill_an_array_of_their_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """`nvidia-smi mig -lgipp` (NVIDIA's MIG user guide, tests/nvml/migtools.py LGIPP) lists each A100 profile's
     possible placements as {starts}:size. nvmlDeviceGetGpuInstancePossiblePlacements_v2 with a NULL array answers
