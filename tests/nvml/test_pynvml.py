@@ -529,6 +529,27 @@ def test_the_remapped_row_fields_answer_in_nvml_h_order(nvml: Nvml, pynvml_modul
         assert [v.value.uiVal for v in values] == expected, gpu
 
 
+def test_ecc_field_values_by_location_read_each_location_and_type(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92 numbers the per-location ECC fields 7-17 (volatile) and 18-28 (aggregate) as L1 cache single
+    bit, double bit, L2 cache single, double, device memory single, double, register file single, double, texture
+    memory single, double, CBU double. dgx-a100's gpu0 is given a different count of each type in each location the
+    fault requests can name (L1 1 single and 2 double bit, L2 3 and 4, device memory 5 and 6, register file 7 and
+    8); each field answers its own location's and type's count in both counters, and texture memory and CBU, which no
+    fault touched, answer 0 (seed 10611's fields.c:140 read a third error type)."""
+    n = pynvml_module
+    faults = [{"kind": "ecc", "device": "gpu0", "type": kind, "count": count, "location": location}
+              for location, counts in (("l1-cache", (1, 2)), ("l2-cache", (3, 4)), ("device-memory", (5, 6)),
+                                       ("register-file", (7, 8)))
+              for kind, count in zip(("sbe", "dbe"), counts, strict=True)]
+    nvml("dgx-a100", faults=faults)
+    h = handles(n)[0]
+    expected = [1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0]
+    for first in (n.NVML_FI_DEV_ECC_SBE_VOL_L1, n.NVML_FI_DEV_ECC_SBE_AGG_L1):
+        values = n.nvmlDeviceGetFieldValues(h, list(range(first, first + 11)))
+        assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 11, first
+        assert [v.value.ullVal for v in values] == expected, first
+
+
 def test_ecc_retired_pages_remapped_rows_field_values(nvml: Nvml, pynvml_module: ModuleType,
                                                       h100: dict[str, str]) -> None:
     """The counts are the fault requests' (5 correctable in L2, 2 uncorrectable in device memory). An H100 remaps
@@ -1778,6 +1799,52 @@ def test_a_compute_instance_handle_the_library_did_not_give_is_an_invalid_argume
     for bogus in (None, ctypes.addressof(own)):
         assert lib.nvmlComputeInstanceGetInfo_v2(ctypes.c_void_p(bogus), ctypes.byref(info)) == \
             n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_gpu_instance_handle_the_library_did_not_give_is_an_invalid_argument(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92, nvmlGpuInstanceGetInfo: INVALID_ARGUMENT "If gpuInstance or info are invalid". On dgx-a100,
+    whose gpu7 has GPU instances (so the library has handed handles out), a NULL handle and one that points at the
+    caller's own memory are that error, not GPU instance slot 0's information (seed 10610's mig.c:114)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    handles(n)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    info = n.c_nvmlGpuInstanceInfo_t()
+    own = ctypes.create_string_buffer(64)
+    for bogus in (None, ctypes.addressof(own)):
+        assert lib.nvmlGpuInstanceGetInfo(ctypes.c_void_p(bogus), ctypes.byref(info)) == \
+            n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_mig_mode_without_somewhere_to_put_either_mode_is_an_invalid_argument(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92, nvmlDeviceGetMigMode: INVALID_ARGUMENT "If device, currentMode or pendingMode are invalid". On
+    dgx-a100's gpu7 (MIG capable, so the refusal is the pointer's, not NOT_SUPPORTED), a NULL currentMode or a NULL
+    pendingMode is that error (seed 10611's mig.c:193 answered UNKNOWN)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    h = handles(n)[7]
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    mode = ctypes.c_uint(0)
+    assert lib.nvmlDeviceGetMigMode(h, ctypes.byref(mode), ctypes.byref(ctypes.c_uint(0))) == n.NVML_SUCCESS
+    assert lib.nvmlDeviceGetMigMode(h, None, ctypes.byref(mode)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert lib.nvmlDeviceGetMigMode(h, ctypes.byref(mode), None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_gpu_instance_placements_of_a_gpu_without_mig_are_not_supported(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92, nvmlDeviceGetGpuInstancePossiblePlacements_v2: NOT_SUPPORTED "If device doesn't support MIG or
+    profileId isn't supported". edge-pcie's gpu0 is an L4, which NVIDIA's MIG user guide does not list among the
+    GPUs that support MIG: for the 1-slice profile (NVML_GPU_INSTANCE_PROFILE_1_SLICE, 0, which every MIG GPU has)
+    the answer is that error (seed 10611's mig.c:388 answered UNKNOWN)."""
+    n = pynvml_module
+    nvml("edge-pcie")
+    h = handles(n)[0]
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    count = ctypes.c_uint(0)
+    assert lib.nvmlDeviceGetGpuInstancePossiblePlacements_v2(h, n.NVML_GPU_INSTANCE_PROFILE_1_SLICE, None,
+                                                             ctypes.byref(count)) == n.NVML_ERROR_NOT_SUPPORTED
 
 
 def test_gpu_instance_placements_fill_an_array_of_their_count(nvml: Nvml, pynvml_module: ModuleType) -> None:

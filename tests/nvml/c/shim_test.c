@@ -198,6 +198,15 @@ static void exercise(void) {
             fv[k].fieldId = totals[k];
         }
         (void)nvmlDeviceGetFieldValues(d, 5, fv);
+        /* nvml.h's per-location ECC fields, 7-17 volatile and 18-28 aggregate: each reads one error type's count in
+           one location, so a table that names a third error type reads past the counts (seed 10611's fields.c:140 at
+           the texture and CBU positions, which no fault can set and whose stray read found 0). */
+        nvmlFieldValue_t ecc[22];
+        for (int k = 0; k < 22; k++) {
+            memset(&ecc[k], 0, sizeof ecc[k]);
+            ecc[k].fieldId = (unsigned int)(7 + k);
+        }
+        (void)nvmlDeviceGetFieldValues(d, 22, ecc);
         if (nvmlDeviceGetMigMode(d, &u, &v) == NVML_SUCCESS)
             for (unsigned int k = 0; k < 8; k++) {
                 nvmlDevice_t mig;
