@@ -1790,15 +1790,8 @@ def test_a_compute_instance_handle_the_library_did_not_give_is_an_invalid_argume
     """nvml.h 13.4.92, nvmlComputeInstanceGetInfo_v2: INVALID_ARGUMENT "If computeInstance or info are invalid". On
     dgx-a100, whose gpu7 has compute instances (so the library has handed handles out), a NULL handle and one that
     points at the caller's own memory are that error, not some compute instance's information."""
-    n = pynvml_module
-    nvml("dgx-a100")
-    handles(n)
-    lib = ctypes.CDLL("libnvidia-ml.so.1")
-    info = n.c_nvmlComputeInstanceInfo_t()
-    own = ctypes.create_string_buffer(64)
-    for bogus in (None, ctypes.addressof(own)):
-        assert lib.nvmlComputeInstanceGetInfo_v2(ctypes.c_void_p(bogus), ctypes.byref(info)) == \
-            n.NVML_ERROR_INVALID_ARGUMENT
+    _assert_foreign_handles_refused(nvml, pynvml_module, "nvmlComputeInstanceGetInfo_v2",
+                                    pynvml_module.c_nvmlComputeInstanceInfo_t)
 
 
 def test_a_gpu_instance_handle_the_library_did_not_give_is_an_invalid_argument(
@@ -1806,15 +1799,20 @@ def test_a_gpu_instance_handle_the_library_did_not_give_is_an_invalid_argument(
     """nvml.h 13.4.92, nvmlGpuInstanceGetInfo: INVALID_ARGUMENT "If gpuInstance or info are invalid". On dgx-a100,
     whose gpu7 has GPU instances (so the library has handed handles out), a NULL handle and one that points at the
     caller's own memory are that error, not GPU instance slot 0's information (seed 10610's mig.c:114)."""
-    n = pynvml_module
+    _assert_foreign_handles_refused(nvml, pynvml_module, "nvmlGpuInstanceGetInfo",
+                                    pynvml_module.c_nvmlGpuInstanceInfo_t)
+
+
+def _assert_foreign_handles_refused(nvml: Nvml, n: ModuleType, getter: str, info_type: type) -> None:
+    """On dgx-a100 (whose gpu7 has GPU and compute instances, so the library has handed handles out), ``getter``
+    called with a NULL handle and with one pointing at the caller's own memory answers INVALID_ARGUMENT."""
     nvml("dgx-a100")
     handles(n)
     lib = ctypes.CDLL("libnvidia-ml.so.1")
-    info = n.c_nvmlGpuInstanceInfo_t()
+    info = info_type()
     own = ctypes.create_string_buffer(64)
     for bogus in (None, ctypes.addressof(own)):
-        assert lib.nvmlGpuInstanceGetInfo(ctypes.c_void_p(bogus), ctypes.byref(info)) == \
-            n.NVML_ERROR_INVALID_ARGUMENT
+        assert getattr(lib, getter)(ctypes.c_void_p(bogus), ctypes.byref(info)) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
 def test_mig_mode_without_somewhere_to_put_either_mode_is_an_invalid_argument(
