@@ -254,7 +254,7 @@ def program_trees(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> list
     beside ``bin/``, a checkout's console script imports the checkout (a clone under /dev/shm could not run
     ``make run`` in a node view: its ``.venv/bin/python`` was "not found")."""
     search = env.get("PATH", os.defpath)
-    program = argv[0] if not argv or "/" in argv[0] else shutil.which(argv[0], path=search)
+    program = None if not argv else argv[0] if "/" in argv[0] else shutil.which(argv[0], path=search)
     found = [cwd, *([program] if program else []), *(p for p in search.split(":") if p)]
     shm = os.path.realpath(HOST_SHM)
     tops = set()
