@@ -83,6 +83,12 @@ MUTANTS = (
     MutantCase("wrong-numa", "riscv-nvlink-fusion", frozenset({"DP-TOPO-001"}), "every GPU claims NUMA node 0"),
     MutantCase("merges-containers", "edge-pcie", frozenset({"DP-ALLOC-001"}),
                "in a pod with several containers, container 2 also gets container 1's GPU (3 GPUs for its 2)"),
+    # The harness's own timing: a plugin that reports faults late (inside the bound) and never recovers, as
+    # NVIDIA's does, fails recovery alone. On the older harness it also failed DP-CHAOS-004 (DP-CHAOS-003's
+    # report landing after the between-checks look; what CI once saw with NVIDIA's plugin) and DP-INV-004 (which
+    # waited for the healed GPU to turn Healthy).
+    MutantCase("late-and-sticky", "edge-pcie", frozenset({"DP-HEALTH-003"}),
+               "a healed GPU never turns Healthy again; its late reports must not be blamed on the next check"),
 )
 
 

@@ -28,8 +28,14 @@ import pytest
 
 from testbed import nodeview
 from tests.conformance.nvidia_tools import REPO, ToolsMissing, binary
+from tests.scratch import cluster_scratch
 
 pytestmark = pytest.mark.slow
+SCRATCH = cluster_scratch()
+"""The runs' clusters on tmpfs where it has room and lets device nodes open, as the device plugin suite's own runs
+(tests/conformance/test_device_plugin_suite.py): each node is some 28,000 files, which this machine's ext4 makes and
+deletes at 30-400 us of kernel CPU each (docs/testbed.md); the plugin runs in a node view, which binds what it uses
+under /dev/shm again (testbed.nodeview.kept_paths)."""
 
 RUN_TIMEOUT_S = 900.0
 DOC = REPO / "docs" / "certifying-nvidia-plugin.md"
@@ -105,7 +111,7 @@ def _run(plugin: Path, pinned: Pinned, out: Path) -> Run:
     started = time.monotonic()
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
-                              env={**os.environ, "FAKEHW_STATE_DIR": str(out.parent / "state")})
+                              env={**os.environ, **SCRATCH.env, "FAKEHW_STATE_DIR": str(out.parent / "state")})
         run.returncode, run.output = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as exc:
         run.output = f"timed out after {RUN_TIMEOUT_S:g} s: {exc}"

@@ -201,6 +201,9 @@ class PluginUnderTest:
         self.recovers: bool | None = None
         """Whether a healed GPU turned Healthy again without a restart (None: not seen yet). Once a plugin is
         known not to recover (judged by DP-HEALTH-003), checks restart it instead of waiting for recovery."""
+        self.faulted = False
+        """Whether a fault was injected since the last :meth:`reset` (a plugin that does not recover is restarted
+        then, whatever its latest list says: a report of that fault may still be on its way)."""
         self.deaths: list[Death] = []
         """Every time the plugin exited on its own or did not come back (judged by DP-CHAOS-005)."""
         self.check = "startup"
@@ -500,6 +503,7 @@ class PluginUnderTest:
     def inject(self, gpu: str, kind: str, **params: Any) -> str:
         """Inject a fault on ``gpu`` (a physical GPU), once the plugin has settled (:meth:`settle`)."""
         self.settle()
+        self.faulted = True
         return str(self.testbed.inject(self.node.name, kind, gpu, **params)["id"])
 
     def heal(self, fault_id: str) -> None:
@@ -538,10 +542,15 @@ class PluginUnderTest:
                     raise PluginViolation("not-serving", "not serving")
                 for resource in self.followers:
                     self.kubelet.wait_endpoint(resource, 0, POOL_SETTLE_S)
-                # A plugin known not to recover healed GPUs is restarted at once instead of waited for.
+                if attempt == 0 and self.faulted and self.recovers is False:
+                    # Known not to recover: restarted after every check that faulted a GPU, not only when its
+                    # latest list shows the fault. A report that comes after this look (NVIDIA's plugin under
+                    # load) would otherwise land in the next check, as a GPU turning Unhealthy for nothing.
+                    raise PluginViolation("no-recovery", "faulted during the check and known not to recover")
                 bound = RECOVERY_BOUND_S if self.recovers is not False else 0.0
                 self.kubelet.wait_update(self.resource, self.all_healthy, bound, "all GPUs healthy")
                 self.kubelet.problems.clear()
+                self.faulted = False
                 return
             except PluginViolation:
                 if attempt == 0:

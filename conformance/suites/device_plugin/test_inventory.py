@@ -11,7 +11,7 @@ import pytest
 from conformance.suites.device_plugin.mig import MIG_RESOURCE_PREFIX
 from conformance.suites.device_plugin.support import RECOVERY_BOUND_S, PluginUnderTest, last_words
 from testbed.kubelet.api import HEALTHY
-from testbed.kubelet.kubelet import PluginViolation
+from testbed.kubelet.kubelet import PluginTimeout, PluginViolation
 
 Evidence = Callable[[str, Any], None]
 STREAM_KEPT_S = 1.0
@@ -116,8 +116,15 @@ def test_device_ids_are_stable_across_plugin_restarts(plugin: PluginUnderTest, e
         f"restarted while {lost} was off the bus, the plugin lists other IDs: gone "
         f"{sorted(set(before) - set(while_lost))}, new {sorted(set(while_lost) - set(before))}")
     device = next(d for d, g in before.items() if g == lost)
-    plugin.kubelet.wait_update(plugin.resource, lambda u: u.health(device) == HEALTHY, RECOVERY_BOUND_S,
-                               f"{lost} back after healing")
+    if plugin.recovers is not False:
+        try:
+            plugin.kubelet.wait_update(plugin.resource, lambda u: u.health(device) == HEALTHY, RECOVERY_BOUND_S,
+                                       f"{lost} back after healing")
+        except PluginTimeout:
+            # Whether a healed GPU turns Healthy again is DP-HEALTH-003's (recommended); this requirement is
+            # about the IDs, which are checked all the same.
+            evidence(f"{lost} after healing", f"still not Healthy {RECOVERY_BOUND_S:g} s after healing "
+                                              "(judged by DP-HEALTH-003, not here)")
     moved = {}
     for dev, gpu in before.items():
         plugin._identity.pop(dev, None)

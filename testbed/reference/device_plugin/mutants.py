@@ -30,4 +30,6 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("wrong-numa", "reports NUMA node 0 for every GPU"),
     Mutant("merges-containers", "in an Allocate call for several containers, each container also gets the devices "
                                 "of the containers before it"),
+    Mutant("late-and-sticky", "reports every health change 1.5 s late (within the suite's 5 s bound) and never "
+                              "clears a fault once seen, as NVIDIA's plugin never marks a device Healthy again"),
 )}

@@ -48,6 +48,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 REGISTER_TIMEOUT_S = 5.0
 WATCH_INTERVAL_S = 0.2
+LATE_REPORT_S = 1.5
+"""How late the ``late-and-sticky`` mutant reports a health change."""
 
 
 @dataclass(frozen=True)
@@ -282,12 +284,22 @@ class ReferencePlugin:
         oracle: RecoveryOracle | None = None
         if self.config.agent_socket and self.config.node:
             oracle = AgentOracle(self.config.agent_socket, self.config.node)
-        if not self.config.is_mutant("ignores-health"):
+        if self.config.is_mutant("late-and-sticky"):
+            self.health = _StickyHealthMonitor(self.nvml, inventory.gpus, self._bump_late, oracle,
+                                               self.config.recheck_s)
+            self.health.start()
+        elif not self.config.is_mutant("ignores-health"):
             self.health = HealthMonitor(self.nvml, inventory.gpus, self.changes.bump, oracle, self.config.recheck_s)
             self.health.start()
         self._add(GpuResource(self, inventory))
         if self.config.agent_socket and self.config.node:
             threading.Thread(target=self._setup_pools, name="pools", daemon=True).start()
+
+    def _bump_late(self) -> None:
+        """The ``late-and-sticky`` mutant: the device list changes :data:`LATE_REPORT_S` after the health did."""
+        timer = threading.Timer(LATE_REPORT_S, self.changes.bump)
+        timer.daemon = True
+        timer.start()
 
     def _setup_pools(self) -> None:
         assert self.config.node
@@ -389,3 +401,10 @@ def main_loop(config: PluginConfig) -> int:
             pynvml.nvmlShutdown()
     log.info("stopped after %.1f s", time.monotonic() - started)
     return 0
+
+
+class _StickyHealthMonitor(HealthMonitor):
+    """The ``late-and-sticky`` mutant's health: a fault once seen stays (healing, a GPU back on the bus)."""
+
+    def _clear(self, uuid: str, reason: str, fetched: float) -> bool:
+        return False
