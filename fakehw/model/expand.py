@@ -413,7 +413,9 @@ def _check_pcie_buses(spec: s.NodeSpec, problems: Problems, path: Path) -> None:
 def _template(
     key: int, group: str, spec: s.NodeSpec, path: Path, problems: Problems
 ) -> _Template:
-    cat = catalogue()
+    """Check a node spec once and derive what every node of its group shares. The checks run in a fixed order
+    (a profile's problems are reported in it): NUMA ids, CPUs, distances, PCIe, devices, HBM nodes, NVLink budgets,
+    C2C, bus numbers, CXL, board serials."""
     cpu = _cpu(spec.cpu)
     numa_specs = spec.numa.nodes
     ids = [n.id for n in numa_specs]
@@ -422,111 +424,17 @@ def _template(
             problems.add((*path, "numa", "nodes", i + 1, "id"), f"NUMA node ids must ascend ({a} then {b})")
     cpus = _numa_cpus(spec, cpu, problems, path)
     distances = _distances(spec.numa, problems, path)
-    roots = _check_pcie(spec, set(ids), problems, path)
-    hb_numa = {hb.name: hb.numa for hb in spec.pcie.host_bridges}
-
-    # PCI devices: SKUs, parents, unique addresses.
-    addresses: dict[PciAddress, Path] = {}
-
-    def claim(addr: PciAddress, where: Path) -> None:
-        if addr in addresses:
-            problems.add(where, f"PCI address {addr} is also used at {_fmt(addresses[addr])}")
-        else:
-            addresses[addr] = where
-
-    for i, sw in enumerate(spec.pcie.switches):
-        claim(sw.bus, (*path, "pcie", "switches", i, "bus"))
-
-    def numa_of(parent: str, where: Path) -> int:
-        if parent not in roots:
-            problems.add(where, f"PCIe parent {parent!r} is not a host bridge or switch of this node")
-            return 0
-        return hb_numa[roots[parent]]
-
-    names: dict[str, Path] = {}
-
-    def claim_name(name: str, where: Path) -> None:
-        if name in names:
-            problems.add(where, f"duplicate device name {name!r} (also at {_fmt(names[name])})")
-        names[name] = where
-
-    gpu_skus: dict[str, GpuSku] = {}
-    gpu_numa: dict[str, int] = {}
-    for i, g in enumerate(spec.gpus):
-        where = (*path, "gpus", i)
-        claim_name(g.name, (*where, "name"))
-        claim(g.bus, (*where, "bus"))
-        gpu_numa[g.name] = numa_of(g.parent, (*where, "parent"))
-        sku = cat.gpus.get(g.sku)
-        if sku is None:
-            problems.add((*where, "sku"), f"unknown GPU SKU {g.sku!r} (known: {', '.join(sorted(cat.gpus))})")
-            continue
-        gpu_skus[g.name] = sku
-        _check_mig(g, sku, problems, where)
-    nvswitch_skus: dict[str, NVSwitchSku] = {}
-    for i, nvsw in enumerate(spec.nvswitches):
-        where = (*path, "nvswitches", i)
-        claim_name(nvsw.name, (*where, "name"))
-        if nvsw.bus is not None and nvsw.parent is not None:
-            claim(nvsw.bus, (*where, "bus"))
-            numa_of(nvsw.parent, (*where, "parent"))
-        nsku = cat.nvswitches.get(nvsw.sku)
-        if nsku is None:
-            problems.add((*where, "sku"), f"unknown NVSwitch SKU {nvsw.sku!r} (known: "
-                         f"{', '.join(sorted(cat.nvswitches))})")
-        else:
-            nvswitch_skus[nvsw.name] = nsku
-    nic_numa: dict[str, int] = {}
-    netdevs: set[str] = set()
-    for i, nic in enumerate(spec.nics):
-        where = (*path, "nics", i)
-        claim_name(nic.name, (*where, "name"))
-        claim(nic.bus, (*where, "bus"))
-        if nic.netdev in netdevs:
-            problems.add((*where, "netdev"), f"duplicate network interface name {nic.netdev!r}")
-        netdevs.add(nic.netdev)
-        nic_numa[nic.name] = numa_of(nic.parent, (*where, "parent"))
-        if nic.sku not in cat.nics:
-            problems.add((*where, "sku"), f"unknown NIC SKU {nic.sku!r} (known: {', '.join(sorted(cat.nics))})")
-
-    # NUMA: HBM nodes name GPUs.
-    hbm_numa: dict[str, int] = {}
-    for i, n in enumerate(numa_specs):
-        if n.kind == "hbm" and n.gpu is not None:
-            if n.gpu not in gpu_numa:
-                problems.add((*path, "numa", "nodes", i, "gpu"), f"GPU {n.gpu!r} does not exist on this node")
-            elif n.gpu in hbm_numa:
-                problems.add((*path, "numa", "nodes", i, "gpu"), f"GPU {n.gpu!r} already has HBM NUMA node "
-                             f"{hbm_numa[n.gpu]}")
-            else:
-                hbm_numa[n.gpu] = n.id
-
+    devices = _Devices(spec, _check_pcie(spec, set(ids), problems, path), problems, path)
+    devices.check()
+    hbm_numa = _hbm_numa(numa_specs, devices.gpu_numa, problems, path)
     numa = tuple(
-        NumaNode(n.id, n.kind, n.socket, cpus.get(n.id, ()), n.memory, n.gpu, _initiator(n, spec, gpu_skus))
+        NumaNode(n.id, n.kind, n.socket, cpus.get(n.id, ()), n.memory, n.gpu, _initiator(n, spec, devices.gpu_skus))
         for n in numa_specs
     )
-    gpu_names = [g.name for g in spec.gpus]
-    wires = _local_wires(spec, gpu_names, gpu_skus, nvswitch_skus, problems, path)
-    local_links: dict[str, int] = defaultdict(int)
-    switch_links: dict[str, int] = defaultdict(int)
-    for w in wires:
-        local_links[w.a] += w.count
-        if w.b_is_gpu:
-            local_links[w.b] += w.count
-        else:
-            switch_links[w.b] += w.count
-    for i, g in enumerate(spec.gpus):
-        sku = gpu_skus.get(g.name)
-        if sku and local_links[g.name] > sku.nvlink.links:
-            problems.add((*path, "gpus", i), f"GPU {g.name} is wired with {local_links[g.name]} NVLinks but "
-                         f"{sku.id} has {sku.nvlink.links}")
-    for i, nvsw in enumerate(spec.nvswitches):
-        nsku = nvswitch_skus.get(nvsw.name)
-        if nsku and switch_links[nvsw.name] > nsku.ports:
-            problems.add((*path, "nvswitches", i), f"NVSwitch {nvsw.name} is wired with {switch_links[nvsw.name]} "
-                         f"links but {nsku.id} has {nsku.ports} ports")
+    wires = _local_wires(spec, [g.name for g in spec.gpus], devices.gpu_skus, devices.nvswitch_skus, problems, path)
+    local_links = _check_link_budgets(spec, wires, devices, problems, path)
     for i, c in enumerate(spec.c2c):
-        if c.gpu not in gpu_numa:
+        if c.gpu not in devices.gpu_numa:
             problems.add((*path, "c2c", i, "gpu"), f"GPU {c.gpu!r} does not exist on this node")
         if c.socket >= cpu.sockets:
             problems.add((*path, "c2c", i, "socket"), f"socket {c.socket} does not exist")
@@ -534,7 +442,6 @@ def _template(
         _check_pcie_buses(spec, problems, path)
     cxl = _cxl(spec, set(ids), {n.id: n.kind for n in numa_specs}, problems, path)
     _check_board_serials(spec.gpus, problems, path)
-    order = sorted(spec.gpus, key=lambda g: g.bus)
     return _Template(
         key=key,
         group=group,
@@ -545,16 +452,144 @@ def _template(
         distances=distances,
         host_bridges=tuple(HostBridge(h.name, h.numa, h.domain, h.bus) for h in spec.pcie.host_bridges),
         switches=tuple(PcieSwitch(w.name, w.parent, w.bus) for w in spec.pcie.switches),
-        gpu_specs=tuple(order),
-        gpu_numa=gpu_numa,
-        gpu_skus=gpu_skus,
+        gpu_specs=tuple(sorted(spec.gpus, key=lambda g: g.bus)),
+        gpu_numa=devices.gpu_numa,
+        gpu_skus=devices.gpu_skus,
         hbm_numa=hbm_numa,
-        nvswitch_skus=nvswitch_skus,
+        nvswitch_skus=devices.nvswitch_skus,
         wires=wires,
-        local_links=dict(local_links),
+        local_links=local_links,
         cxl=cxl,
-        nic_numa=nic_numa,
+        nic_numa=devices.nic_numa,
     )
+
+
+class _Devices:
+    """A node's PCI devices (GPUs, NVSwitches, NICs) checked against the catalogue and each other: known SKUs,
+    unique names and PCI addresses, parents that are this node's host bridges or switches. Keeps what the rest of
+    the template needs: each device's SKU and NUMA node."""
+
+    def __init__(self, spec: s.NodeSpec, roots: dict[str, str], problems: Problems, path: Path):
+        self.spec = spec
+        self.roots = roots
+        """PCIe parent (host bridge or switch) -> its host bridge."""
+        self.problems = problems
+        self.path = path
+        self.hb_numa = {hb.name: hb.numa for hb in spec.pcie.host_bridges}
+        self.addresses: dict[PciAddress, Path] = {}
+        self.names: dict[str, Path] = {}
+        self.gpu_skus: dict[str, GpuSku] = {}
+        self.gpu_numa: dict[str, int] = {}
+        self.nvswitch_skus: dict[str, NVSwitchSku] = {}
+        self.nic_numa: dict[str, int] = {}
+
+    def check(self) -> None:
+        for i, sw in enumerate(self.spec.pcie.switches):
+            self._claim(sw.bus, (*self.path, "pcie", "switches", i, "bus"))
+        self._gpus()
+        self._nvswitches()
+        self._nics()
+
+    def _claim(self, addr: PciAddress, where: Path) -> None:
+        if addr in self.addresses:
+            self.problems.add(where, f"PCI address {addr} is also used at {_fmt(self.addresses[addr])}")
+        else:
+            self.addresses[addr] = where
+
+    def _claim_name(self, name: str, where: Path) -> None:
+        if name in self.names:
+            self.problems.add(where, f"duplicate device name {name!r} (also at {_fmt(self.names[name])})")
+        self.names[name] = where
+
+    def _numa_of(self, parent: str, where: Path) -> int:
+        if parent not in self.roots:
+            self.problems.add(where, f"PCIe parent {parent!r} is not a host bridge or switch of this node")
+            return 0
+        return self.hb_numa[self.roots[parent]]
+
+    def _gpus(self) -> None:
+        known = catalogue().gpus
+        for i, g in enumerate(self.spec.gpus):
+            where = (*self.path, "gpus", i)
+            self._claim_name(g.name, (*where, "name"))
+            self._claim(g.bus, (*where, "bus"))
+            self.gpu_numa[g.name] = self._numa_of(g.parent, (*where, "parent"))
+            sku = known.get(g.sku)
+            if sku is None:
+                self.problems.add((*where, "sku"), f"unknown GPU SKU {g.sku!r} (known: {', '.join(sorted(known))})")
+                continue
+            self.gpu_skus[g.name] = sku
+            _check_mig(g, sku, self.problems, where)
+
+    def _nvswitches(self) -> None:
+        known = catalogue().nvswitches
+        for i, nvsw in enumerate(self.spec.nvswitches):
+            where = (*self.path, "nvswitches", i)
+            self._claim_name(nvsw.name, (*where, "name"))
+            if nvsw.bus is not None and nvsw.parent is not None:
+                self._claim(nvsw.bus, (*where, "bus"))
+                self._numa_of(nvsw.parent, (*where, "parent"))
+            nsku = known.get(nvsw.sku)
+            if nsku is None:
+                self.problems.add((*where, "sku"), f"unknown NVSwitch SKU {nvsw.sku!r} (known: "
+                                  f"{', '.join(sorted(known))})")
+            else:
+                self.nvswitch_skus[nvsw.name] = nsku
+
+    def _nics(self) -> None:
+        known = catalogue().nics
+        netdevs: set[str] = set()
+        for i, nic in enumerate(self.spec.nics):
+            where = (*self.path, "nics", i)
+            self._claim_name(nic.name, (*where, "name"))
+            self._claim(nic.bus, (*where, "bus"))
+            if nic.netdev in netdevs:
+                self.problems.add((*where, "netdev"), f"duplicate network interface name {nic.netdev!r}")
+            netdevs.add(nic.netdev)
+            self.nic_numa[nic.name] = self._numa_of(nic.parent, (*where, "parent"))
+            if nic.sku not in known:
+                self.problems.add((*where, "sku"), f"unknown NIC SKU {nic.sku!r} (known: {', '.join(sorted(known))})")
+
+
+def _hbm_numa(numa_specs: Sequence[s.NumaNodeSpec], gpu_numa: dict[str, int], problems: Problems,
+              path: Path) -> dict[str, int]:
+    """GPU -> its HBM NUMA node: each HBM node names an existing GPU, and a GPU has at most one."""
+    hbm_numa: dict[str, int] = {}
+    for i, n in enumerate(numa_specs):
+        if n.kind == "hbm" and n.gpu is not None:
+            if n.gpu not in gpu_numa:
+                problems.add((*path, "numa", "nodes", i, "gpu"), f"GPU {n.gpu!r} does not exist on this node")
+            elif n.gpu in hbm_numa:
+                problems.add((*path, "numa", "nodes", i, "gpu"), f"GPU {n.gpu!r} already has HBM NUMA node "
+                             f"{hbm_numa[n.gpu]}")
+            else:
+                hbm_numa[n.gpu] = n.id
+    return hbm_numa
+
+
+def _check_link_budgets(spec: s.NodeSpec, wires: Sequence[_Wire], devices: _Devices, problems: Problems,
+                        path: Path) -> dict[str, int]:
+    """No GPU wired with more NVLinks than its SKU has, no NVSwitch with more than its ports; returns each GPU's
+    count of local links."""
+    local_links: dict[str, int] = defaultdict(int)
+    switch_links: dict[str, int] = defaultdict(int)
+    for w in wires:
+        local_links[w.a] += w.count
+        if w.b_is_gpu:
+            local_links[w.b] += w.count
+        else:
+            switch_links[w.b] += w.count
+    for i, g in enumerate(spec.gpus):
+        sku = devices.gpu_skus.get(g.name)
+        if sku and local_links[g.name] > sku.nvlink.links:
+            problems.add((*path, "gpus", i), f"GPU {g.name} is wired with {local_links[g.name]} NVLinks but "
+                         f"{sku.id} has {sku.nvlink.links}")
+    for i, nvsw in enumerate(spec.nvswitches):
+        nsku = devices.nvswitch_skus.get(nvsw.name)
+        if nsku and switch_links[nvsw.name] > nsku.ports:
+            problems.add((*path, "nvswitches", i), f"NVSwitch {nvsw.name} is wired with {switch_links[nvsw.name]} "
+                         f"links but {nsku.id} has {nsku.ports} ports")
+    return dict(local_links)
 
 
 def _check_board_serials(gpus: Sequence[s.GpuSpec], problems: Problems, path: Path) -> None:
