@@ -21,6 +21,7 @@ enable``; off by default). It acts - always by dropping - on a queue paused for 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -41,6 +42,29 @@ WATCHDOG_POLL_MS = 100
 """Cumulus' PFC watchdog polling interval when ``qos pfc-watchdog polling-interval`` is not set (100-5000)."""
 WATCHDOG_ROBUSTNESS = 3
 """Polling intervals a queue stays paused before the watchdog acts, when ``robustness`` is not set (1-1000)."""
+LOSSLESS_MODES = ("lossless", "lossless-single-ipool")
+"""``qos roce mode`` values that make priority 3 lossless (PFC and buffer headroom on it)."""
+
+
+@dataclass
+class _PortQos:
+    """One port's QoS while it is read: the inputs, and what is filled in (``out``, the model's qos keys) with the
+    source of each (``at``)."""
+
+    port: ImportedPort
+    qos: dict[str, Any]
+    mode: str | None
+    """``qos roce mode``; None when RoCE is not configured."""
+    here: SourceKey
+    """Where a default comes from: ``qos roce`` under RoCE, else the port."""
+    out: dict[str, Any] = field(default_factory=dict)
+    at: dict[str, SourceKey] = field(default_factory=dict)
+
+    @property
+    def roce(self) -> bool:
+        return self.mode is not None
+
+
 _RANGE = re.compile(r"^(?P<prefix>.*?)(?P<lo>\d+)-(?P<hi>\d+)$")
 _SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>B|KB|MB|K|M)?\s*$", re.IGNORECASE)
 
@@ -297,47 +321,60 @@ class _Reader:
         return name, self.mapping(table[name], ("qos", feature, name))
 
     def _port_qos(self, port: ImportedPort, qos: dict[str, Any], mode: str | None) -> None:
-        roce = mode is not None
-        path: tuple[PathItem, ...]
-        out: dict[str, Any] = {}
-        at: dict[str, SourceKey] = {}
-        here = self.at("qos", "roce") if roce else port.at
-        # classification
-        mname, mapping = self._profile(qos, "mapping", port.name)
+        """A port's QoS in the model's terms, each setting with the source line it came from (``qos_at``): the
+        RoCE defaults of ``qos roce mode`` (``mode`` None: no RoCE) overridden by the port's profiles."""
+        q = _PortQos(port, qos, mode, self.at("qos", "roce") if mode is not None else port.at)
+        self._classification(q)
+        sp_tc = self._traffic_classes(q)
+        self._pfc(q)
+        self._ecn(q, sp_tc)
+        self._cnp(q, sp_tc)
+        self._headroom(q)
+        self._watchdog(q)
+        port.qos, port.qos_at = q.out, q.at
+
+    def _priority_map(self, mname: str, mapping: dict[str, Any] | None, kind: str, size: int,
+                      label: str) -> dict[int, int]:
+        """DSCP or PCP -> switch priority: identity-like defaults (DSCP d -> d // 8, PCP p -> p) overridden by the
+        mapping profile's ``dscp``/``pcp`` entries."""
+        base = ("qos", "mapping", mname)
+        table = {v: v // 8 if kind == "dscp" else v for v in range(size)}
+        for k, v in self.mapping((mapping or {}).get(kind), (*base, kind)).items():
+            dotted, where = f"qos.mapping.{mname}.{kind}.{k}", (self.set_index, "set", *base, kind, k)
+            sp = as_int(self.src, dotted, where, self.mapping(v, (*base, kind, k)).get("switch-priority"), 0, 7,
+                        "switch-priority")
+            for d in int_list(self.src, dotted, where, str(k), 0, size - 1, label):
+                table[d] = sp
+        return table
+
+    def _classification(self, q: _PortQos) -> None:
+        """Trust, the DSCP and PCP maps and the default priority (the ``mapping`` profile)."""
+        mname, mapping = self._profile(q.qos, "mapping", q.port.name)
         mbase = ("qos", "mapping", mname)
-        trust = str((mapping or {}).get("trust", "both" if roce else "l2"))
+        trust = str((mapping or {}).get("trust", "both" if q.roce else "l2"))
         if trust not in ("l2", "l3", "both", "port"):
             self.fail((*mbase, "trust"), f"trust must be l2, l3, both or port, got {trust!r}")
-        tat = self.at(*mbase, "trust") if mapping and "trust" in mapping else here
-        dscp = {d: d // 8 for d in range(64)}
-        for k, v in self.mapping((mapping or {}).get("dscp"), (*mbase, "dscp")).items():
-            sp = as_int(self.src, f"qos.mapping.{mname}.dscp.{k}", (self.set_index, "set", *mbase, "dscp", k),
-                        self.mapping(v, (*mbase, "dscp", k)).get("switch-priority"), 0, 7, "switch-priority")
-            for d in int_list(self.src, f"qos.mapping.{mname}.dscp.{k}", (self.set_index, "set", *mbase, "dscp", k),
-                              str(k), 0, 63, "DSCP"):
-                dscp[d] = sp
-        pcp = {p: p for p in range(8)}
-        for k, v in self.mapping((mapping or {}).get("pcp"), (*mbase, "pcp")).items():
-            sp = as_int(self.src, f"qos.mapping.{mname}.pcp.{k}", (self.set_index, "set", *mbase, "pcp", k),
-                        self.mapping(v, (*mbase, "pcp", k)).get("switch-priority"), 0, 7, "switch-priority")
-            for p in int_list(self.src, f"qos.mapping.{mname}.pcp.{k}", (self.set_index, "set", *mbase, "pcp", k),
-                              str(k), 0, 7, "PCP"):
-                pcp[p] = sp
+        tat = self.at(*mbase, "trust") if mapping and "trust" in mapping else q.here
+        dscp = self._priority_map(mname, mapping, "dscp", 64, "DSCP")
+        pcp = self._priority_map(mname, mapping, "pcp", 8, "PCP")
         default_sp = (mapping or {}).get("port-default-sp", 0)
-        out["defaultPriority"] = as_int(self.src, f"qos.mapping.{mname}.port-default-sp",
-                                        (self.set_index, "set", *mbase), default_sp, 0, 7, "port-default-sp")
-        at["defaultPriority"] = tat
+        q.out["defaultPriority"] = as_int(self.src, f"qos.mapping.{mname}.port-default-sp",
+                                          (self.set_index, "set", *mbase), default_sp, 0, 7, "port-default-sp")
+        q.at["defaultPriority"] = tat
         if trust == "port":
-            out["trust"], out["dscpToPriority"] = "dscp", {}
+            q.out["trust"], q.out["dscpToPriority"] = "dscp", {}
         else:
-            out["trust"] = "pcp" if trust == "l2" else "dscp"
-            out["dscpToPriority"], out["pcpToPriority"] = dscp, pcp
+            q.out["trust"] = "pcp" if trust == "l2" else "dscp"
+            q.out["dscpToPriority"], q.out["pcpToPriority"] = dscp, pcp
         dat = self.at(*mbase, "dscp") if mapping and "dscp" in mapping else tat
-        at.update(trust=tat, dscpToPriority=dat, pcpToPriority=self.at(*mbase, "pcp") if mapping and "pcp" in mapping
-                  else tat)
-        # switch priority -> traffic class
-        sp_tc = {sp: (sp if sp in (3, 6) else 0) if roce else sp for sp in range(8)}
-        qname, qmap = self._profile(qos, "egress-queue-mapping", port.name)
+        q.at.update(trust=tat, dscpToPriority=dat,
+                    pcpToPriority=self.at(*mbase, "pcp") if mapping and "pcp" in mapping else tat)
+
+    def _traffic_classes(self, q: _PortQos) -> dict[int, int]:
+        """Switch priority -> traffic class (the ``egress-queue-mapping`` profile; RoCE puts 3 and 6 in their own
+        classes and everything else in 0)."""
+        sp_tc = {sp: (sp if sp in (3, 6) else 0) if q.roce else sp for sp in range(8)}
+        qname, qmap = self._profile(q.qos, "egress-queue-mapping", q.port.name)
         for k, v in self.mapping((qmap or {}).get("switch-priority"),
                                  ("qos", "egress-queue-mapping", qname, "switch-priority")).items():
             path = ("qos", "egress-queue-mapping", qname, "switch-priority", k)
@@ -346,22 +383,28 @@ class _Reader:
             for sp in int_list(self.src, ".".join(map(str, path)), (self.set_index, "set", *path), str(k), 0, 7,
                                "switch-priority"):
                 sp_tc[sp] = tc
-        # PFC
-        pname, pfc = self._profile(qos, "pfc", port.name)
+        return sp_tc
+
+    def _pfc(self, q: _PortQos) -> None:
+        """PFC priorities: the ``pfc`` profile's, else priority 3 in a lossless RoCE mode."""
+        pname, pfc = self._profile(q.qos, "pfc", q.port.name)
         if pfc is not None and "switch-priority" in pfc:
             path = ("qos", "pfc", pname, "switch-priority")
             prios = self._vids_any(pfc["switch-priority"], path, 7)
-            at["pfcPriorities"] = self.at(*path)
+            q.at["pfcPriorities"] = self.at(*path)
         else:
-            prios = [3] if mode in ("lossless", "lossless-single-ipool") else []
-            at["pfcPriorities"] = self.at("qos", "pfc", pname) if pfc is not None else (
-                self.at("qos", "roce", "mode") if roce and "mode" in self.mapping(qos.get("roce"), ("qos", "roce"))
-                else here)
-        out["pfcPriorities"] = prios
-        # ECN (per traffic class)
-        cname, cc = self._profile(qos, "congestion-control", port.name)
-        ecn_tc: dict[int, tuple[float, float, int]] = {3: (150_000, 1_500_000, 100)} if roce else {}
-        cat = here if roce else port.at
+            prios = [3] if q.mode in LOSSLESS_MODES else []
+            q.at["pfcPriorities"] = self.at("qos", "pfc", pname) if pfc is not None else (
+                self.at("qos", "roce", "mode")
+                if q.roce and "mode" in self.mapping(q.qos.get("roce"), ("qos", "roce")) else q.here)
+        q.out["pfcPriorities"] = prios
+
+    def _ecn(self, q: _PortQos, sp_tc: dict[int, int]) -> None:
+        """ECN marking per traffic class (the ``congestion-control`` profile; RoCE marks class 3), reported for
+        the switch priorities that land in a marked class."""
+        cname, cc = self._profile(q.qos, "congestion-control", q.port.name)
+        ecn_tc: dict[int, tuple[float, float, int]] = {3: (150_000, 1_500_000, 100)} if q.roce else {}
+        cat = q.here
         for k, v in self.mapping((cc or {}).get("traffic-class"),
                                  ("qos", "congestion-control", cname, "traffic-class")).items():
             path = ("qos", "congestion-control", cname, "traffic-class", k)
@@ -380,14 +423,17 @@ class _Reader:
         marked = sorted(sp for sp in range(8) if sp_tc[sp] in ecn_tc)
         if marked:
             lo, hi, prob = ecn_tc[sp_tc[marked[0]]]
-            out["ecn"] = {"priorities": marked, "minKB": lo / 1024, "maxKB": hi / 1024, "probability": prob}
+            q.out["ecn"] = {"priorities": marked, "minKB": lo / 1024, "maxKB": hi / 1024, "probability": prob}
         else:
-            out["ecn"] = {"enabled": False}
-        at["ecn"] = cat
-        # strict queue -> CNP priority
-        ename, sched = self._profile(qos, "egress-scheduler", port.name)
-        strict_tc = {6} if roce else set()
-        sat = here if roce else port.at
+            q.out["ecn"] = {"enabled": False}
+        q.at["ecn"] = cat
+
+    def _cnp(self, q: _PortQos, sp_tc: dict[int, int]) -> None:
+        """The CNP priority: the highest switch priority in a strict queue (the ``egress-scheduler`` profile;
+        RoCE makes class 6 strict)."""
+        ename, sched = self._profile(q.qos, "egress-scheduler", q.port.name)
+        strict_tc = {6} if q.roce else set()
+        sat = q.here
         for k, v in self.mapping((sched or {}).get("traffic-class"),
                                  ("qos", "egress-scheduler", ename, "traffic-class")).items():
             path = ("qos", "egress-scheduler", ename, "traffic-class", k)
@@ -400,12 +446,14 @@ class _Reader:
                     strict_tc.discard(tc)
             sat = self.at(*path)
         strict_sp = [sp for sp in range(8) if sp_tc[sp] in strict_tc]
-        out["cnpPriority"] = max(strict_sp) if strict_sp else None
-        at["cnpPriority"] = sat
-        # lossless buffers: the RoCE lossless traffic pool
-        pools = self.mapping(qos.get("traffic-pool"), ("qos", "traffic-pool"))
-        headroom = [3] if mode in ("lossless", "lossless-single-ipool") else []
-        hat = here
+        q.out["cnpPriority"] = max(strict_sp) if strict_sp else None
+        q.at["cnpPriority"] = sat
+
+    def _headroom(self, q: _PortQos) -> None:
+        """Lossless buffers: the priorities of the RoCE lossless traffic pool (``traffic-pool``)."""
+        pools = self.mapping(q.qos.get("traffic-pool"), ("qos", "traffic-pool"))
+        headroom = [3] if q.mode in LOSSLESS_MODES else []
+        hat = q.here
         for pool_name, raw in pools.items():
             path = ("qos", "traffic-pool", pool_name)
             body = self.mapping(raw, path)
@@ -417,18 +465,19 @@ class _Reader:
                 hat = self.at(*path, "switch-priority")
             else:
                 headroom = [sp for sp in headroom if sp not in sps]
-        out["headroom"] = headroom
-        at["headroom"] = hat
-        # PFC watchdog (Cumulus always drops)
-        running, wpath = self.watchdogs.get(port.name, (False, ()))
-        at["pfcWatchdog"] = self.at(*wpath) if wpath else port.at
+        q.out["headroom"] = headroom
+        q.at["headroom"] = hat
+
+    def _watchdog(self, q: _PortQos) -> None:
+        """The PFC watchdog (Cumulus always drops)."""
+        running, wpath = self.watchdogs.get(q.port.name, (False, ()))
+        q.at["pfcWatchdog"] = self.at(*wpath) if wpath else q.port.at
         if running:
-            out["pfcWatchdog"] = {"enabled": True, "action": "drop", "detectionMs": self.wd_poll * self.wd_robustness,
-                                  "restorationMs": self.wd_poll}
-            at["pfcWatchdog.detectionMs"] = self.wd_at or at["pfcWatchdog"]
+            q.out["pfcWatchdog"] = {"enabled": True, "action": "drop",
+                                    "detectionMs": self.wd_poll * self.wd_robustness, "restorationMs": self.wd_poll}
+            q.at["pfcWatchdog.detectionMs"] = self.wd_at or q.at["pfcWatchdog"]
         else:
-            out["pfcWatchdog"] = {"enabled": False}
-        port.qos, port.qos_at = out, at
+            q.out["pfcWatchdog"] = {"enabled": False}
 
     def _vids_any(self, value: Any, path: tuple[PathItem, ...], hi: int) -> list[int]:
         keys = list(value) if isinstance(value, dict) else value
