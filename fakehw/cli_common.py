@@ -7,6 +7,10 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
+AddCommand = Callable[[str, str, Callable[[argparse.Namespace], int]], argparse.ArgumentParser]
+"""How a command group adds its commands to a CLI: ``add(name, help, func)`` returns the command's parser, with
+the CLI's common options and ``func`` set as what runs it."""
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2

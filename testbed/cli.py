@@ -20,7 +20,7 @@ from typing import Any
 
 from fakehw import __version__
 from fakehw.agent.client import AgentRequestError
-from fakehw.cli_common import EXIT_BAD_INPUT, CliError, run_cli
+from fakehw.cli_common import EXIT_BAD_INPUT, AddCommand, CliError, run_cli
 from fakehw.model import ProfileError
 from testbed.api import Testbed
 from testbed.backends import BACKENDS, BackendError, BackendInputError
@@ -416,6 +416,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``testbed`` CLI: its own commands in the order ``--help`` lists them, then the Docker, platform and
+    fabric groups."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--name", default=None,
                         help="cluster name (default: the only cluster there is, else 'default'; 'up' names its "
@@ -440,6 +442,29 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
+    _add_up_commands(add)
+    _add_fault_commands(add)
+    _add_node_commands(add)
+
+    from testbed.cli_docker import register as register_docker_commands
+
+    register_docker_commands(add, _state_dir)
+
+    from testbed.platform_cli import register as register_platform_commands
+
+    register_platform_commands(add, _state_dir)
+
+    from testbed.fabric_cli import register as register_fabric_commands
+
+    register_fabric_commands(sub, common)
+    _resolve_names(parser)
+    return parser
+
+
+
+
+def _add_up_commands(add: AddCommand) -> None:
+    """``up`` and ``demo`` (the same options), and ``status``."""
     for name, func, helptext in (("up", cmd_up, "stand up a cluster (default: dgx-h100 on the local backend)"),
                                  ("demo", cmd_demo, "up, show topology and health, inject and heal a fault, down")):
         p = add(name, helptext, func)
@@ -480,6 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print cluster, backend, profile, alive and every node's agent state as JSON")
 
+
+def _add_fault_commands(add: AddCommand) -> None:
+    """``inject``, ``heal``, ``faults`` and ``events``."""
     p = add("inject", "inject a fault: NODE KIND DEVICE [key=value ...] (see 'fakehw kinds')", cmd_inject)
     p.add_argument("node", help="node name, e.g. dgx-h100-0 ('testbed status' lists them)")
     p.add_argument("kind", help="fault kind, e.g. xid, nvlink-down, ecc, cxl-offline ('fakehw kinds' lists them)")
@@ -509,6 +537,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="one JSON object per event (seq, time, node, device, kind, data)")
 
+
+def _add_node_commands(add: AddCommand) -> None:
+    """``exec`` and ``env`` (a node's hardware for a command), then ``down``, ``list`` and ``restart-agent``."""
     p = add("exec", "run a command that sees NODE's fake hardware: exec NODE -- CMD", cmd_exec)
     p.add_argument("node", help="node whose fake hardware the command sees")
     p.add_argument("command", nargs=argparse.REMAINDER,
@@ -531,20 +562,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--salvage-journal", action="store_true",
                    help="the agent refused a damaged journal: start from the records that check out (the damaged "
                         "file is kept beside it; see docs/agent.md)")
-
-    from testbed.cli_docker import register as register_docker_commands
-
-    register_docker_commands(add, _state_dir)
-
-    from testbed.platform_cli import register as register_platform_commands
-
-    register_platform_commands(add, _state_dir)
-
-    from testbed.fabric_cli import register as register_fabric_commands
-
-    register_fabric_commands(sub, common)
-    _resolve_names(parser)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

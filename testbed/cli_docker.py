@@ -12,9 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fakehw.cli_common import EXIT_BAD_INPUT, CliError
-
-AddCommand = Callable[[str, str, Callable[[argparse.Namespace], int]], argparse.ArgumentParser]
+from fakehw.cli_common import EXIT_BAD_INPUT, AddCommand, CliError
 
 PLATFORM_HELP = "linux/amd64, linux/riscv64 or linux/arm64; repeat or comma-separate (default: amd64 and riscv64)"
 

@@ -28,11 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from fakehw.agent.client import AgentApi
-from fakehw.cli_common import EXIT_BAD_INPUT, CliError
+from fakehw.cli_common import EXIT_BAD_INPUT, AddCommand, CliError
 from fakehw.model.units import format_size
 from testbed.api import Testbed
-
-AddCommand = Callable[[str, str, Any], argparse.ArgumentParser]
 
 NODE_HELP = "node name, e.g. cxl-host-0 ('testbed status' lists them)"
 POOLED_HELP = "pooled CXL device, e.g. pool0 ('testbed cxl pools' lists them)"
