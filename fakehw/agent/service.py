@@ -1,11 +1,15 @@
 """The agent's core: runtime state of the nodes it serves, fault injection and healing, events, rendering.
 
 :class:`AgentService` is thread-safe and has no HTTP in it; the control API (:mod:`fakehw.agent.server`) and
-tests both drive it. A change is decided under the agent's lock (ids, generation and event numbers are handed out
-then), written to the journal, made durable together with the changes of other requests running at the same time
-(group commit: one fsync for all of them, outside the lock), and only then applied and rendered, in journal order.
-So when ``inject`` returns, the change is on disk and the node's files show it; when it fails with a 5xx, nothing
-was applied, also after a restart; and nobody ever reads a change that might still be lost.
+tests both drive it. A change is decided under the issue lock (ids, generation and event numbers are handed out
+then; a heal also holds the agent's lock, as it chooses among the applied faults), written to the journal, made
+durable together with the changes of other requests running at the same time (group commit: one fsync for all of
+them, outside any lock), and only then applied and rendered, in journal order, under the agent's lock. A render in
+progress holds only the agent's lock, so the changes arriving meanwhile are journaled and synced, and the next
+holder applies all of them and renders each node they touched once (one render per node and batch). So when
+``inject`` returns, the change is on disk and the node's files show it; when it fails with a 5xx, nothing was
+applied, also after a restart; and nobody ever reads a change that might still be lost, or one the files do not
+show yet (applying and rendering happen in one hold of the agent's lock, which every reader takes).
 
 The state directory is trusted only when this user owns it (:mod:`fakehw.agent.trust`) and held by one agent at
 a time (:class:`~fakehw.agent.statedir.StateDirLock`). When the disk fills after a change was journaled, the
@@ -134,7 +138,7 @@ class AgentService:
         under :attr:`lock`; the next render then carries every change made durable meanwhile (one render per node
         and batch, not per request). Whoever needs both takes :attr:`lock` first."""
         self._drained = threading.Condition(self._issue)
-        """Notified whenever changes leave the queue (see :meth:`_wait_for_compaction`)."""
+        """Notified when a due compaction was made or failed (see :meth:`_wait_for_compaction`)."""
         # Applied (what readers see):
         self._faults: dict[str, ActiveFault] = {}
         self._node_faults: dict[str, NodeFaults] = {n: NodeFaults() for n in self._nodes}
@@ -483,8 +487,6 @@ class AgentService:
                 else:
                     touched.update(pending.apply())
                 pending.settle()
-            if applied:
-                self._drained.notify_all()
         for name in sorted(touched | set(self._stale)):
             self._update(name)
         for pending in applied:  # only now: its request may answer
@@ -699,9 +701,12 @@ class AgentService:
 
     def _wait_for_compaction(self) -> None:
         """Under the issue lock (not the agent's), before a change issues ids: once a compaction is due, let the
-        queued changes drain (their writers apply them and the last one compacts) instead of queueing more. Under
-        steady concurrent changes the queue is never empty otherwise, and the journal would never be compacted."""
-        while self._pending and self.journal.records >= self._compact_at:
+        queued changes drain (their writers apply them and the last one compacts) instead of queueing more, and wait
+        for that compaction (or its failure, which plans the next). Under steady concurrent changes the queue is
+        never empty otherwise, and the journal would never be compacted. It waits while the queue is empty too:
+        between the last change leaving the queue and the compaction (the render of that batch runs between them,
+        without the issue lock) a change that went ahead would put off the compaction again."""
+        while self.journal.records >= self._compact_at:
             self._drained.wait()
 
     def _compact_if_due(self) -> None:

@@ -430,3 +430,46 @@ def test_changes_synced_during_a_render_are_rendered_together_by_the_next(fast_t
     assert len(generations) == 2  # the held render, then one for the 8 changes synced meanwhile
     assert _rendered(svc)["generation"] == generations[1]
     assert len(_rendered(svc)["faults"]) == 9
+
+
+def test_a_due_compaction_is_not_put_off_by_changes_arriving_during_the_last_render(
+        fast_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agent.md ("The journals stay small"): a due compaction happens between changes, and changes arriving
+    meanwhile wait for the queued ones to drain. Changes are journaled while a render runs, so the moment between
+    the last queued change being applied and the compaction after its render must not let a new change in: under
+    steady load one always would, and the journal would never be compacted. Here the compaction falls due while
+    the last queued change is being rendered; an injection arriving then writes nothing until the compaction is
+    made, and its record is the first after the compacted journal's."""
+    import fakehw.agent.service as service_module
+
+    svc = AgentService(load_profile("dgx-h100"), fast_tmp)
+    real = service_module.render_node
+    entered, gate = threading.Event(), threading.Event()
+
+    def held_render(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("initial") and not gate.is_set():
+            entered.set()
+            gate.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(service_module, "render_node", held_render)
+    ids: list[str] = []
+    first = threading.Thread(target=lambda: ids.append(svc.inject(NODE, {"kind": "xid", "device": "gpu0",
+                                                                         "code": 13}).id))
+    second = threading.Thread(target=lambda: ids.append(svc.inject(NODE, {"kind": "xid", "device": "gpu1",
+                                                                          "code": 13}).id))
+    try:
+        first.start()
+        assert entered.wait(30)
+        records = svc.journal.records
+        svc._compact_at = records  # due now, with the queue empty (its last change is being rendered)
+        second.start()
+        time.sleep(0.5)
+        assert svc.journal.records == records, "a change was journaled ahead of the due compaction"
+    finally:
+        gate.set()
+        first.join()
+        second.join()
+    svc.close()
+    ops = [json.loads(line.split(b" ", 2)[2])["op"] for line in (fast_tmp / "journal.jsonl").read_bytes().splitlines()]
+    assert ops == ["checkpoint", "counters", "inject", "inject"] and len(ids) == 2  # compacted: A, then B
