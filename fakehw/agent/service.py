@@ -1,11 +1,15 @@
 """The agent's core: runtime state of the nodes it serves, fault injection and healing, events, rendering.
 
 :class:`AgentService` is thread-safe and has no HTTP in it; the control API (:mod:`fakehw.agent.server`) and
-tests both drive it. A change is decided under the agent's lock (ids, generation and event numbers are handed out
-then), written to the journal, made durable together with the changes of other requests running at the same time
-(group commit: one fsync for all of them, outside the lock), and only then applied and rendered, in journal order.
-So when ``inject`` returns, the change is on disk and the node's files show it; when it fails with a 5xx, nothing
-was applied, also after a restart; and nobody ever reads a change that might still be lost.
+tests both drive it. A change is decided under the issue lock (ids, generation and event numbers are handed out
+then; a heal also holds the agent's lock, as it chooses among the applied faults), written to the journal, made
+durable together with the changes of other requests running at the same time (group commit: one fsync for all of
+them, outside any lock), and only then applied and rendered, in journal order, under the agent's lock. A render in
+progress holds only the agent's lock, so the changes arriving meanwhile are journaled and synced, and the next
+holder applies all of them and renders each node they touched once (one render per node and batch). So when
+``inject`` returns, the change is on disk and the node's files show it; when it fails with a 5xx, nothing was
+applied, also after a restart; and nobody ever reads a change that might still be lost, or one the files do not
+show yet (applying and rendering happen in one hold of the agent's lock, which every reader takes).
 
 The state directory is trusted only when this user owns it (:mod:`fakehw.agent.trust`) and held by one agent at
 a time (:class:`~fakehw.agent.statedir.StateDirLock`). When the disk fills after a change was journaled, the
@@ -98,6 +102,8 @@ class _Pending:
     settle: Callable[[], None]
     """Called once the change is applied or has failed (bookkeeping of what is in flight)."""
     error: JournalWriteError | None = None
+    done: bool = False
+    """Applied (or failed) and its nodes rendered: its request may answer."""
 
 
 class AgentService:
@@ -123,8 +129,16 @@ class AgentService:
             raise AgentError(404, f"profile {system.name} has no node(s) {', '.join(unknown)}")
         self._nodes: dict[str, Node] = {n: system.node(n) for n in served}  # type: ignore[misc]
         self.lock = threading.RLock()
-        """The agent's lock: every change to any state of the agent happens under it."""
+        """The agent's lock: every change to the applied state (what readers see) and every render happen under
+        it."""
         self._changed = threading.Condition(self.lock)
+        self._issue = threading.Lock()
+        """Issuing a fault change: ids, generations, event numbers, its journal record and its place in the queue
+        (``_pending``). An inject takes only this lock, so it is journaled and synced while another request renders
+        under :attr:`lock`; the next render then carries every change made durable meanwhile (one render per node
+        and batch, not per request). Whoever needs both takes :attr:`lock` first."""
+        self._drained = threading.Condition(self._issue)
+        """Notified when a due compaction was made or failed (see :meth:`_wait_for_compaction`)."""
         # Applied (what readers see):
         self._faults: dict[str, ActiveFault] = {}
         self._node_faults: dict[str, NodeFaults] = {n: NodeFaults() for n in self._nodes}
@@ -149,7 +163,7 @@ class AgentService:
         """Nodes whose files are behind (a render failed) and why; rendered again on the next change."""
         self._disk_error: str | None = None
         """The last change refused because the disk was full (cleared by the next change that succeeds)."""
-        # Handed out (ahead of the applied state while changes wait for their fsync):
+        # Handed out (ahead of the applied state while changes wait for their fsync; under ``_issue``):
         self._fault_counter = 0
         self._issued_seq = 0
         self._issued_generation: dict[str, int] = dict.fromkeys(self._nodes, 1)
@@ -318,9 +332,9 @@ class AgentService:
         except FaultTargetError as exc:
             raise AgentError(exc.status, str(exc)) from None
         fault_req = with_device_defaults(fault_req, node)
-        with self.lock:
+        self.check_writable()  # takes the agent's lock, and so comes before the issue lock (the lock order)
+        with self._issue:
             self._wait_for_compaction()
-            self.check_writable()
             if len(self._faults) + self._pending_injects >= MAX_ACTIVE_FAULTS:
                 raise AgentError(429, f"{MAX_ACTIVE_FAULTS} faults are active; heal some first")
             fault = ActiveFault(self._next_fault_id(), node_name, fault_req, self._clock())
@@ -354,9 +368,10 @@ class AgentService:
         """Heal one fault by id, or every fault matching node/device/kind. Returns what was healed."""
         if node is not None:
             self.node(node)
-        with self.lock:
-            self._wait_for_compaction()
-            self.check_writable()
+        self.check_writable()
+        with self._issue:
+            self._wait_for_compaction()  # not under the agent's lock: the queue drains under it
+        with self.lock, self._issue:  # it chooses among the applied faults and issues a change
             if fault_id is not None:
                 if fault_id in self._healing:
                     raise AgentError(404, f"no active fault {fault_id!r} (it is being healed)")
@@ -404,7 +419,8 @@ class AgentService:
         with self.lock:
             for name in nodes:
                 if name in self._nodes:
-                    self._generation[name] = self._next_generation(name, strict=False)
+                    with self._issue:
+                        self._generation[name] = self._next_generation(name, strict=False)
                     self._update(name)
             self._changed.notify_all()
 
@@ -439,31 +455,42 @@ class AgentService:
         return pending
 
     def _finish(self, pending: _Pending) -> None:
-        """Wait (without the lock) until the change is durable, then apply every change that is, in order."""
+        """Wait (without a lock) until the change is durable, then apply every change that is, in order, and render
+        their nodes; or return at once if a request that got the agent's lock first did that for this change (while
+        a render holds the lock, others are journaled and synced, and the next render carries all of them)."""
         with contextlib.suppress(JournalWriteError):  # the queue below learns it from the journal, in order
             self.journal.wait(pending.ticket)
         with self.lock:
-            self._apply_ready()
+            if not pending.done:
+                self._apply_ready()
             if pending.error is not None:
                 self._note_failure(pending.error)
                 raise AgentError(507, f"not applied: {pending.error}")
             self._disk_error = None
 
     def _apply_ready(self) -> None:
+        """Under the agent's lock: apply every queued change that is durable, in journal order, then render each
+        node they touched once (applying and rendering in one hold of the lock: readers never see a change the
+        files do not show yet)."""
         touched: set[str] = set()
-        while self._pending:
-            pending = self._pending[0]
-            settled, error = self.journal.settled(pending.ticket)
-            if not settled:
-                break
-            self._pending.popleft()
-            pending.settle()
-            if error is not None:
-                pending.error = error
-                continue
-            touched.update(pending.apply())
+        applied: list[_Pending] = []
+        with self._issue:
+            while self._pending:
+                pending = self._pending[0]
+                settled, error = self.journal.settled(pending.ticket)
+                if not settled:
+                    break
+                self._pending.popleft()
+                applied.append(pending)
+                if error is not None:
+                    pending.error = error
+                else:
+                    touched.update(pending.apply())
+                pending.settle()
         for name in sorted(touched | set(self._stale)):
             self._update(name)
+        for pending in applied:  # only now: its request may answer
+            pending.done = True
         if touched:
             self._changed.notify_all()
         self._compact_if_due()
@@ -673,27 +700,34 @@ class AgentService:
         self._compact_at = base + max(self._compact_every, base)
 
     def _wait_for_compaction(self) -> None:
-        """Under the lock, before a change issues ids: once a compaction is due, let the queued changes drain (their
-        writers apply them and the last one compacts) instead of queueing more. Under steady concurrent changes
-        the queue is never empty otherwise, and the journal would never be compacted."""
-        while self._pending and self.journal.records >= self._compact_at:
-            self._changed.wait()
+        """Under the issue lock (not the agent's), before a change issues ids: once a compaction is due, let the
+        queued changes drain (their writers apply them and the last one compacts) instead of queueing more, and wait
+        for that compaction (or its failure, which plans the next). Under steady concurrent changes the queue is
+        never empty otherwise, and the journal would never be compacted. It waits while the queue is empty too:
+        between the last change leaving the queue and the compaction (the render of that batch runs between them,
+        without the issue lock) a change that went ahead would put off the compaction again."""
+        while self.journal.records >= self._compact_at:
+            self._drained.wait()
 
     def _compact_if_due(self) -> None:
-        """Under the lock, with no change queued (every record written is applied, and no fsync of it runs):
-        compact the journal once it has grown past the planned size. A compaction that fails (a full disk) leaves
-        the journal as it was and is tried again after as many records more."""
-        if self._pending or self.journal.records < self._compact_at:
+        """Under the agent's lock, with no change queued (every record written is applied, and no fsync of it runs;
+        the issue lock keeps new ones out meanwhile): compact the journal once it has grown past the planned size.
+        A compaction that fails (a full disk) leaves the journal as it was and is tried again after as many records
+        more."""
+        if self._pending or self.journal.records < self._compact_at:  # a cheap look first, then under the lock
             return
-        try:
-            self._compact()
-        except (OSError, JournalWriteError, AgentError) as exc:
-            self._compact_at = self.journal.records + self._compact_every
-            log.warning("journal %s not compacted (%s); tried again after %d more records", self.journal.path,
-                        getattr(exc, "strerror", None) or exc, self._compact_every)
-        else:
-            log.info("journal %s compacted to %d records", self.journal.path, self.journal.records)
-        self._changed.notify_all()  # changes waiting for it go on
+        with self._issue:
+            if self._pending or self.journal.records < self._compact_at:
+                return
+            try:
+                self._compact()
+            except (OSError, JournalWriteError, AgentError) as exc:
+                self._compact_at = self.journal.records + self._compact_every
+                log.warning("journal %s not compacted (%s); tried again after %d more records", self.journal.path,
+                            getattr(exc, "strerror", None) or exc, self._compact_every)
+            else:
+                log.info("journal %s compacted to %d records", self.journal.path, self.journal.records)
+            self._drained.notify_all()  # changes waiting for it go on
 
     def close(self) -> None:
         """Stop: sync and close the journals, let another agent have the state directory. Safe to call twice."""

@@ -678,8 +678,21 @@ RECORDS: tuple[type[Any], ...] = (LinkRecord, GpuRecord, MigRecord, MigProfileRe
 
 @cache
 def _defaults(key: Hashable) -> dict[str, Any]:
-    """Every field of a record class with its default (the record classes give every field one)."""
-    return {f.name: f.default for f in dataclasses.fields(cast(type[Any], key))}
+    """Every field of a record class with its default (the record classes give every field one).
+
+    :func:`make` copies these values and never runs the class's ``__init__``: a class whose ``__init__`` would do
+    more (a ``__post_init__``, a ``default_factory`` that gives each instance a new value, a field without a
+    default) would silently get a different record, so it is refused with a ``TypeError`` instead."""
+    record = cast(type[Any], key)
+    if hasattr(record, "__post_init__"):
+        raise TypeError(f"{record.__name__} has a __post_init__, which layout.make would not run")
+    defaults = {}
+    for f in dataclasses.fields(record):
+        if f.default is dataclasses.MISSING:
+            how = "a default_factory" if f.default_factory is not dataclasses.MISSING else "no default"
+            raise TypeError(f"{record.__name__}.{f.name} has {how}: layout.make fills a record from plain defaults")
+        defaults[f.name] = f.default
+    return defaults
 
 
 def make(record: type[T], *parts: Mapping[str, Any], **fields: Any) -> T:

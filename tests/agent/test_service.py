@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -368,3 +369,107 @@ def test_compactions_between_concurrent_injections_lose_no_acknowledged_fault(fa
         assert sorted(f.id for f in again.faults()) == sorted(acknowledged) and len(acknowledged) == 48
     finally:
         again.close()
+
+
+def test_changes_synced_during_a_render_are_rendered_together_by_the_next(fast_tmp: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19 ("faults at memory speed"): under load a render must carry every change made durable while the
+    previous one ran, not one render per request. docs/agent.md: a change is answered only once it is durable and
+    its node's files show it. So: while one render of the node is held back, 8 more injections on the same node are
+    journaled and synced (they do not queue behind the render for the agent's lock); once it ends, one render
+    carries all 8, and every inject returns with state.json showing its fault."""
+    import fakehw.agent.service as service_module
+
+    svc = AgentService(load_profile("dgx-h100"), fast_tmp)
+    real = service_module.render_node
+    entered, gate = threading.Event(), threading.Event()
+    generations: list[int] = []
+
+    def held_render(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("initial"):
+            generations.append(args[2].generation)
+            if len(generations) == 1:
+                entered.set()
+                gate.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(service_module, "render_node", held_render)
+    synced: list[int] = []
+    real_wait = svc.journal.wait
+
+    def counted_wait(ticket: int) -> None:
+        real_wait(ticket)
+        synced.append(ticket)
+
+    monkeypatch.setattr(svc.journal, "wait", counted_wait)
+    returned: list[str] = []
+
+    def inject(gpu: str) -> None:
+        fault = svc.inject(NODE, {"kind": "xid", "device": gpu, "code": 13})
+        assert fault.id in {f["id"] for f in _rendered(svc)["faults"]}  # its files show it when it returns
+        returned.append(fault.id)
+
+    first = threading.Thread(target=inject, args=("gpu0",))
+    others = [threading.Thread(target=inject, args=(f"gpu{k % 8}",)) for k in range(1, 9)]
+    try:
+        first.start()
+        assert entered.wait(30)
+        for t in others:
+            t.start()
+        deadline = time.monotonic() + 10
+        while len(synced) < 9:
+            assert time.monotonic() < deadline, "the injections were not journaled and synced while a render ran"
+            time.sleep(0.01)
+    finally:
+        gate.set()
+        first.join()
+        for t in others:
+            t.join()
+    svc.close()
+    assert len(returned) == 9
+    assert len(generations) == 2  # the held render, then one for the 8 changes synced meanwhile
+    assert _rendered(svc)["generation"] == generations[1]
+    assert len(_rendered(svc)["faults"]) == 9
+
+
+def test_a_due_compaction_is_not_put_off_by_changes_arriving_during_the_last_render(
+        fast_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agent.md ("The journals stay small"): a due compaction happens between changes, and changes arriving
+    meanwhile wait for the queued ones to drain. Changes are journaled while a render runs, so the moment between
+    the last queued change being applied and the compaction after its render must not let a new change in: under
+    steady load one always would, and the journal would never be compacted. Here the compaction falls due while
+    the last queued change is being rendered; an injection arriving then writes nothing until the compaction is
+    made, and its record is the first after the compacted journal's."""
+    import fakehw.agent.service as service_module
+
+    svc = AgentService(load_profile("dgx-h100"), fast_tmp)
+    real = service_module.render_node
+    entered, gate = threading.Event(), threading.Event()
+
+    def held_render(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("initial") and not gate.is_set():
+            entered.set()
+            gate.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(service_module, "render_node", held_render)
+    ids: list[str] = []
+    first = threading.Thread(target=lambda: ids.append(svc.inject(NODE, {"kind": "xid", "device": "gpu0",
+                                                                         "code": 13}).id))
+    second = threading.Thread(target=lambda: ids.append(svc.inject(NODE, {"kind": "xid", "device": "gpu1",
+                                                                          "code": 13}).id))
+    try:
+        first.start()
+        assert entered.wait(30)
+        records = svc.journal.records
+        svc._compact_at = records  # due now, with the queue empty (its last change is being rendered)
+        second.start()
+        time.sleep(0.5)
+        assert svc.journal.records == records, "a change was journaled ahead of the due compaction"
+    finally:
+        gate.set()
+        first.join()
+        second.join()
+    svc.close()
+    ops = [json.loads(line.split(b" ", 2)[2])["op"] for line in (fast_tmp / "journal.jsonl").read_bytes().splitlines()]
+    assert ops == ["checkpoint", "counters", "inject", "inject"] and len(ids) == 2  # compacted: A, then B

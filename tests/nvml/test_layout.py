@@ -295,6 +295,38 @@ def test_a_record_made_from_mappings_is_the_one_its_class_makes(record: type[Any
         layout.make(record, {"not_a_field": 1})
 
 
+def test_make_refuses_a_class_whose_init_does_more_than_copy_defaults() -> None:
+    """``layout.make`` fills a record from each field's ``default`` and never runs ``__init__``. The dataclasses
+    documentation (https://docs.python.org/3/library/dataclasses.html: ``default_factory`` "will be called when a
+    default value is needed", ``__post_init__`` is called by the generated ``__init__``) says what it would skip:
+    a per-instance value from a factory, a ``__post_init__``'s work, a field without a default. Such a class is
+    refused with a ``TypeError`` rather than made into a record its own ``__init__`` would not make."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Factory:
+        a: int = 0
+        b: tuple[int, ...] = dataclasses.field(default_factory=tuple)
+
+    @dataclasses.dataclass(frozen=True)
+    class PostInit:
+        a: int = 0
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "a", self.a + 1)
+
+    @dataclasses.dataclass(frozen=True)
+    class NoDefault:
+        a: int
+
+    with pytest.raises(TypeError, match=r"Factory\.b has a default_factory"):
+        layout.make(Factory)
+    with pytest.raises(TypeError, match="PostInit has a __post_init__"):
+        layout.make(PostInit, a=1)
+    with pytest.raises(TypeError, match=r"NoDefault\.a has no default"):
+        layout.make(NoDefault, a=1)
+
+
 def test_a_gpu_record_made_from_mappings_packs_the_bytes_its_class_does() -> None:
     """Values that are not the defaults (a GPU record's identity strings, counts, tuples and its NVLink records),
     through ``layout.make`` and through ``GpuRecord(**...)``: the same bytes from the packer (what the shim reads)."""
