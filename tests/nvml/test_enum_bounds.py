@@ -179,6 +179,8 @@ _MEM_ERR = "if \\a device, \\a bitTyp,e \\a counterType or \\a locationType is i
 _CAUSE = "if \\a device is invalid, \\a pageCount is NULL, \\a cause is invalid, or \\a addresses is NULL"
 _LINK_COUNTER = "if \\a device, \\a link, or \\a counter is invalid or \\a counterValue is NULL"
 _UTIL_COUNTER = "counter: (0 or 1); INVALID_ARGUMENT if \\a device, \\a counter, or \\a link is invalid ..."
+_UTIL_FREEZE = "counter: (0 or 1); INVALID_ARGUMENT if \\a device, \\a link, \\a counter, or \\a freeze is invalid"
+_UTIL_RESET = "counter: (0 or 1); INVALID_ARGUMENT if \\a device, \\a link, or \\a counter is invalid"
 _UTIL_CONTROL = "counter: (0 or 1); INVALID_ARGUMENT if \\a device, \\a counter, \\a link, or \\a control is invalid"
 _PSTATE_UNKNOWN = "NVML_ERROR_UNKNOWN if \\a type or \\a pstate are invalid or any unexpected error"
 _OFFSETS = "NVML_ERROR_INVALID_ARGUMENT If \\a device, \\a type or \\a pstate are invalid or both"
@@ -250,6 +252,12 @@ ROWS = (
         (dev(), const(0), value, out_ull, out_ull)),
     Row("nvmlDeviceGetNvLinkUtilizationControl", "counter", 2, 1, INVALID_ARGUMENT, _UTIL_CONTROL,
         (dev(), const(0), value, out_buf)),
+    # The setters of the same counters: "counter ... (0 or 1)"; link 17 (an H100's last) is read by no other test
+    # of this process, and freeze 0 unfreezes (nothing changes).
+    Row("nvmlDeviceFreezeNvLinkUtilizationCounter", "counter", 2, 1, INVALID_ARGUMENT, _UTIL_FREEZE,
+        (dev(), const(17), value, const(0))),
+    Row("nvmlDeviceResetNvLinkUtilizationCounter", "counter", 2, 1, INVALID_ARGUMENT, _UTIL_RESET,
+        (dev(), const(17), value)),
     # nvmlGpuP2PCapsIndex_t: READ 0, WRITE 1, NVLINK 2, ATOMICS 3, PCI 4, UNKNOWN 5 (its last member): 6 is past it.
     Row("nvmlDeviceGetP2PStatus", "p2pIndex", 6, 5, INVALID_ARGUMENT,
         "if \\a device1 or \\a device2 or \\a p2pIndex is invalid or \\a p2pStatus is NULL",

@@ -763,20 +763,6 @@ static void compute_visibility(const fhw_snap_t *s) {
         int d = g_vis.count++;
         snprintf(g_vis.uuid[d], sizeof g_vis.uuid[d], "%s", g->uuid);
     }
-    for (int d = 0; d < FHW_MAX_GPUS; d++) {
-        fhw_devices[d].magic = FHW_DEVICE_MAGIC;
-        fhw_devices[d].id = d;
-    }
-    for (int m = 0; m < FHW_MAX_MIGS; m++) {
-        fhw_migs[m].magic = FHW_MIG_MAGIC;
-        fhw_migs[m].id = m;
-        fhw_cis[m].magic = FHW_CI_MAGIC;
-        fhw_cis[m].id = m;
-    }
-    for (int i = 0; i < FHW_MAX_GIS; i++) {
-        fhw_gis[i].magic = FHW_GI_MAGIC;
-        fhw_gis[i].id = i;
-    }
     fhw_mig_reset();
 }
 

@@ -79,36 +79,30 @@ typedef struct fhw_snap {
     struct fhw_snap *retired_next;
 } fhw_snap_t;
 
-/* Handles handed to callers point into these static tables, so they stay valid across generations. */
+/* Handles handed to callers point into these static tables, so they stay valid across generations. Only a
+ * handle's address is ever read: which table it points into and at which index (fhw_device_id_of, fhw_mig_id_of,
+ * gi_id_of, ci_id_of); what it points at is opaque to callers, as NVML's handles are, and never written. */
 typedef struct nvmlDevice_st {
-    uint32_t magic;
-    int id;
+    int unused;
 } fhw_device_t;
 
 typedef struct fhw_mig_handle {
-    uint32_t magic;
-    int id;
+    int unused;
 } fhw_mig_handle_t;
-
-#define FHW_DEVICE_MAGIC 0x66687764u /* "fhwd" */
-#define FHW_MIG_MAGIC 0x6668776du    /* "fhwm" */
 
 typedef struct fhw_visible {
     int count;
     char uuid[FHW_MAX_GPUS][96];
 } fhw_visible_t;
 
-/* GPU instance and compute instance handles. A compute instance handle has the id of its MIG device's handle. */
+/* GPU instance and compute instance handles (addresses only, as above). A compute instance handle has the index of
+ * its MIG device's handle. */
 struct nvmlGpuInstance_st {
-    uint32_t magic;
-    int id;
+    int unused;
 };
 struct nvmlComputeInstance_st {
-    uint32_t magic;
-    int id;
+    int unused;
 };
-#define FHW_GI_MAGIC 0x66687767u
-#define FHW_CI_MAGIC 0x66687763u
 
 extern fhw_device_t fhw_devices[FHW_MAX_GPUS];
 extern fhw_mig_handle_t fhw_migs[FHW_MAX_MIGS];
