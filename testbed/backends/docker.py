@@ -274,8 +274,10 @@ class DockerBackend(Backend):
         """Mount each node's live ``/sys`` before its container is made, so the container's bind of it holds the
         FUSE mount (the host's mounts are private: one made later would not reach the container). The tree is
         served by path, so it may be filled by the agent after this; its directories are never replaced
-        (:mod:`fakehw.sysfs.tree`). Where this machine cannot (not root, no FUSE), the containers get the rendered
-        tree and ``record.extra["view"]`` says what is not presented."""
+        (:mod:`fakehw.sysfs.tree`), and a root holding only these empty directories is still written as a new tree,
+        not entry by entry (under QEMU that was most of a riscv64 node's start). Where this machine cannot (not
+        root, no FUSE), the containers get the rendered tree and ``record.extra["view"]`` says what is not
+        presented."""
         for node in nodes:
             root = self._node_root(record, node)
             for sub in (*(f"sys/{d}" for d in SYS_MOUNTS), "dev", "proc/driver"):
