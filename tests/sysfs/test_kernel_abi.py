@@ -2103,6 +2103,32 @@ def test_every_driven_function_has_an_irq_and_msi_users_have_their_own(rendered:
         assert msi and driven > len(msi), (profile, len(msi), driven)
 
 
+def _nics_on_a_root_bus(devices: range) -> System:
+    """edge-pcie with one ConnectX-6 on its first host bridge's root bus (bus 0x16) at each of ``devices``: the
+    built-in profiles put every INTx user behind a port at device 0, so they never show the slot rotation."""
+    doc = yaml.safe_load((Path(fakehw.model.__file__).parent.parent / "profiles/edge-pcie.yaml").read_text())
+    doc["groups"][0]["node"]["nics"] += [
+        {"name": f"mlx5_r{d}", "netdev": f"enp22s{d}np0", "sku": "connectx-6", "bus": f"0000:16:{d:02x}.0",
+         "parent": "hb0", "rail": 0} for d in devices]
+    return load_profile("edge-pcie-root-nics", text=yaml.safe_dump(doc))
+
+
+def test_intx_lines_of_one_bus_rotate_with_the_slot_every_four_devices(fast_tmp: Path) -> None:
+    """A function's INTA reaches the interrupt controller on the line its slot rotates it to: drivers/pci/pci.c,
+    pci_swizzle_interrupt_pin, ``(((pin - 1) + slot) % 4) + 1`` (section 9.1 of the PCI-to-PCI bridge
+    specification), four INTx lines (INTA-INTD, PCI Local Bus spec 2.2.6). So the INTA users of one bus at slots
+    d and d + 4 share an ``irq`` (drivers/pci/pci-sysfs.c irq_show: pdev->irq, which MSI-X leaves at the INTx line)
+    and four consecutive slots get four different lines. Six NICs (mlx5_core, MSI-X) at slots 1-6 of one root bus;
+    the rotation, not which line is first (firmware's _PRT), is what the kernel's code fixes."""
+    system = _nics_on_a_root_bus(range(1, 7))
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    devices = fast_tmp / node.name / ROOT_DIR / "sys/bus/pci/devices"
+    irq = {d: int(_read(devices / f"0000:16:{d:02x}.0/irq")) for d in range(1, 7)}
+    assert len({irq[d] for d in range(1, 5)}) == 4, irq
+    assert irq[5] == irq[1] and irq[6] == irq[2], irq
+
+
 PMD_SIZE = {"x86_64": 2 << 20, "aarch64": 512 << 20}
 """The kernel's PMD mapping size: x86-64 PMD_SHIFT 21 (asm/pgtable_64_types.h); arm64 with the 64 KiB granule the
 hosts run, PMD_SHIFT 29 (ARM64_HW_PGTABLE_LEVEL_SHIFT(2) with PAGE_SHIFT 16, asm/pgtable-hwdef.h)."""
