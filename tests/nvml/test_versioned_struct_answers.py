@@ -175,3 +175,55 @@ def test_the_v3_compute_instance_profile_info_matches_the_mig_user_guide_and_v2(
     wrong = ComputeInstanceProfileInfoV3(version=struct_version(ctypes.sizeof(ComputeInstanceProfileInfoV3), 4))
     assert lib.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, 0, shared, ctypes.byref(wrong)) != NVML_SUCCESS
     assert lib.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, 0, shared, None) == NVML_ERROR_INVALID_ARGUMENT
+
+
+# ------------------------------------------------------------------------------------------------ NVLink info
+
+
+class NvlinkFirmwareVersion(ctypes.Structure):
+    """nvml.h: nvmlNvlinkFirmwareVersion_t, ``{unsigned char ucodeType; unsigned int major, minor, subMinor;}``."""
+
+    _fields_ = [("ucodeType", ctypes.c_ubyte), ("major", ctypes.c_uint), ("minor", ctypes.c_uint),
+                ("subMinor", ctypes.c_uint)]
+
+
+class NvLinkInfoV2(ctypes.Structure):
+    """nvml.h: nvmlNvLinkInfo_v2_t: ``version``, ``isNvleEnabled``, then nvmlNvlinkFirmwareInfo_t
+    (``firmwareVersion[NVML_NVLINK_FIRMWARE_VERSION_LENGTH]``, 100, and ``numValidEntries``)."""
+
+    _fields_ = [("version", ctypes.c_uint), ("isNvleEnabled", ctypes.c_uint),
+                ("firmwareVersion", NvlinkFirmwareVersion * 100), ("numValidEntries", ctypes.c_uint)]
+
+
+class NvLinkInfoV1(ctypes.Structure):
+    """nvml.h: nvmlNvLinkInfo_v1_t, ``{unsigned int version; unsigned int isNvleEnabled;}``."""
+
+    _fields_ = [("version", ctypes.c_uint), ("isNvleEnabled", ctypes.c_uint)]
+
+
+def test_the_v2_nvlink_info_answers_encryption_off_and_a_firmware_count_its_array_holds(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvmlDeviceGetNvLinkInfo (580+; the DGX H100 runs the H100 capture's 580.105.08) with nvml.h's v2 struct:
+    SUCCESS on every NVLink GPU, the version kept. NVLink encryption (NVLE) is a confidential-computing multi-GPU
+    mode (nvml.h: NVML_CC_SYSTEM_MULTIGPU_NVLE); CC is off on the captured H100s (0 MiB of protected memory), so
+    isNvleEnabled is 0, as the v1 struct says too. numValidEntries counts entries of firmwareVersion, an array of
+    100 (NVML_NVLINK_FIRMWARE_VERSION_LENGTH): it is at most 100, whatever the struct held before."""
+    n = pynvml_module
+    d = capture_dir()
+    if d is None:
+        pytest.skip("the captures (../shared/reference/captures) are not here")
+    protected = {g.findtext("cc_protected_memory_usage/total")
+                 for g in ET.parse(d / "qx-h100.xml").getroot().iter("gpu")}
+    assert protected == {"0 MiB"}
+    nvml("dgx-h100")
+    lib = library()
+    v2 = struct_version(ctypes.sizeof(NvLinkInfoV2), 2)
+    v1 = struct_version(ctypes.sizeof(NvLinkInfoV1), 1)
+    for h in handles(n):
+        info = NvLinkInfoV2(version=v2, isNvleEnabled=UNWRITTEN, numValidEntries=UNWRITTEN)
+        assert lib.nvmlDeviceGetNvLinkInfo(h, ctypes.byref(info)) == NVML_SUCCESS
+        assert (info.version, info.isNvleEnabled) == (v2, 0)
+        assert info.numValidEntries <= 100
+        old = NvLinkInfoV1(version=v1, isNvleEnabled=UNWRITTEN)
+        assert lib.nvmlDeviceGetNvLinkInfo(h, ctypes.byref(old)) == NVML_SUCCESS
+        assert (old.version, old.isNvleEnabled) == (v1, 0)
