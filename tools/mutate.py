@@ -141,6 +141,8 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     "tests/nvml/test_more_board_getters.py", "tests/nvml/test_link_fields.py",
                     # Every entry point before nvmlInit (NVML_ERROR_UNINITIALIZED, nvml.h; one process, < 1 s).
                     "tests/nvml/test_uninitialized.py",
+                    "tests/nvml/test_versioned_struct_answers.py", "tests/nvml/test_setters_no_board_offers.py",
+                    "tests/nvml/test_fields_no_captured_board_has.py",
                     # The loader (core.c's fhw_validate, gpu_ok, snap_load) and its staleness checks: every rule of
                     # the snapshot format broken once and each bound met once; bad files, a file going bad and
                     # coming back under a running process (seed 10604's core.c:518), bad arguments (a few seconds

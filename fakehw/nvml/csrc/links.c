@@ -495,6 +495,13 @@ static nvmlReturn_t l_set_bw_mode(fhw_ctx_t *c, const void *m) {
 nvmlReturn_t nvmlDeviceSetNvlinkBwMode(nvmlDevice_t device, void *setBwMode) {
     FHW_DEV_CALL(device, 0, l_set_bw_mode(&C, setBwMode));
 }
+/* The asynchronous setter is newer than the mode itself: nvml.h documents it %RUBIN_OR_NEWER% (the synchronous one
+   "For Blackwell or newer"), and no board of the model is a Rubin. */
+static nvmlReturn_t l_set_bw_mode_async(fhw_ctx_t *c, const void *m) {
+    (void)c;
+    CHECK_PTR(m);
+    return NVML_ERROR_NOT_SUPPORTED;
+}
 nvmlReturn_t nvmlDeviceSetNvlinkBwModeAsync_v1(nvmlDevice_t device, void *setBwModeAsync) {
-    FHW_DEV_CALL(device, 0, l_set_bw_mode(&C, setBwModeAsync));
+    FHW_DEV_CALL(device, 0, l_set_bw_mode_async(&C, setBwModeAsync));
 }
