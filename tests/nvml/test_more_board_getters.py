@@ -502,7 +502,10 @@ def test_a_system_event_set_registers_driver_binds_and_waits_out_a_zero_timeout(
     LP64), answer INVALID_ARGUMENT "if request is NULL" and ARGUMENT_VERSION_MISMATCH "for unsupported version". A
     set created and registered for the GPU driver bind and unbind events (the example nvml.h gives) waits with
     timeoutms 0 ("If timeoutms is zero, skip waiting for event") and, as no driver was bound or unbound meanwhile,
-    answers TIMEOUT ("if no event notification after timeoutms") with numEvent 0; then it is freed."""
+    answers TIMEOUT ("if no event notification after timeoutms") with numEvent 0; then it is freed. A register
+    request naming no set (NULL) is INVALID_ARGUMENT, as nvmlDeviceRegisterEvents answers "if set is NULL" (nvml.h;
+    the system call's own list names only a NULL request, and INVALID_ARGUMENT is "A supplied argument is
+    invalid")."""
     n = pynvml_module
     nvml("dgx-h100")
     lib = library()
@@ -512,6 +515,8 @@ def test_a_system_event_set_registers_driver_binds_and_waits_out_a_zero_timeout(
     register = SystemRegisterEventRequest(struct_version(ctypes.sizeof(SystemRegisterEventRequest), 1),
                                           SYSTEM_EVENT_DRIVER_UNBIND | SYSTEM_EVENT_DRIVER_BIND, create.set)
     assert lib.nvmlSystemRegisterEvents(ctypes.byref(register)) == n.NVML_SUCCESS
+    no_set = SystemRegisterEventRequest(register.version, SYSTEM_EVENT_DRIVER_BIND, None)
+    assert lib.nvmlSystemRegisterEvents(ctypes.byref(no_set)) == n.NVML_ERROR_INVALID_ARGUMENT
     data = (SystemEventData * 4)()
     wait = SystemEventSetWaitRequest(struct_version(ctypes.sizeof(SystemEventSetWaitRequest), 1), 0, create.set,
                                      data, 4, 99)

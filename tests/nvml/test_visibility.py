@@ -73,14 +73,17 @@ def test_the_gpus_near_a_cpu_are_handed_out_as_visible_devices(node_snapshot: Ca
     """A DGX H100's second socket is CPUs 56-111 and 168-223 (two 56-core Xeon 8480C with Hyper-Threading, Linux
     numbering: what `nvidia-smi topo -m` prints as the CPU affinity of GPUs 4-7). With gpu5 and gpu6 the visible
     ones, nvmlSystemGetTopologyGpuSet of CPU 56 or 168 hands out both, as devices of this process (the handles its
-    own index 0 and 1 give), and CPU 0 (first socket) none."""
+    own index 0 and 1 give), and CPU 0 (first socket) none. CPUs 63 (second socket) and 127 (first) are the last
+    CPU of the first and second word of the CPU mask nvmlDeviceGetCpuAffinity hands out ("64 CPUs per unsigned long
+    on 64-bit machines", nvml.h): each answers by its own socket."""
     snap = node_snapshot("dgx-h100")
     g = snap.node.gpus
     code = ("import json, pynvml\npynvml.nvmlInit()\n"
             "print(json.dumps({cpu: [pynvml.nvmlDeviceGetUUID(h) for h in pynvml.nvmlSystemGetTopologyGpuSet(cpu)]"
-            " for cpu in (0, 56, 168)}))\n")
+            " for cpu in (0, 56, 63, 127, 168)}))\n")
     out = run_python(code, snap.path, FAKEHW_VISIBLE_DEVICES="5,6")
-    assert out == {"0": [], "56": [g[5].uuid, g[6].uuid], "168": [g[5].uuid, g[6].uuid]}
+    both = [g[5].uuid, g[6].uuid]
+    assert out == {"0": [], "56": both, "63": both, "127": [], "168": both}
 
 
 def test_the_nearest_gpus_are_handed_out_as_visible_devices(node_snapshot: Callable[..., NodeSnap]) -> None:
