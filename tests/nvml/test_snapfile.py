@@ -488,3 +488,31 @@ def test_an_update_counts_the_word_to_the_next_odd_then_the_next_even_value(
     busy, done = _words_of_an_update(path, monkeypatch, word)
     assert (set(busy), done) == ({word + 1}, word + 2), (busy, done)
     assert word_of(path) == word + 2
+
+
+def test_an_update_whose_writes_come_back_short_still_leaves_every_byte_of_the_new_snapshot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """POSIX pwrite(): "shall return the number of bytes actually written", which may be fewer than asked (write():
+    "If write() is interrupted by a signal after it successfully writes some data, it shall return the number of bytes
+    written"); Python's ``os.pwrite`` passes that count on. With every write of the changed chunks cut to 100 bytes,
+    an update in place still leaves the file byte for byte the new snapshot (docs/nvml.md: the file is the snapshot;
+    the ``superseded`` word, 0 in it, is 2 after the first update) and the checksum the shim's reader checks
+    (csrc/core.c) holds. The 4-byte writes of the word are left whole."""
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, dgx(None))
+    new = dgx(91, 2.0)
+    real = os.pwrite
+    calls: list[int] = []
+
+    def short(fd: int, data: bytes | memoryview, offset: int) -> int:
+        calls.append(len(data))
+        return real(fd, data[:100] if len(data) > 4 else data, offset)
+
+    monkeypatch.setattr(os, "pwrite", short)
+    assert write_snapshot(path, new)
+    monkeypatch.undo()
+    assert any(n > 100 for n in calls), "no write was long enough to be cut short"
+    expected = bytearray(new)
+    expected[WORD:WORD + 4] = struct.pack("<I", 2)
+    assert path.read_bytes() == bytes(expected)
+    assert read_snapshot(path).gpus[2].temperature == 91
