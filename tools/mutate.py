@@ -84,7 +84,7 @@ class Area:
 
 AREAS = (
     Area("model/topology", ("fakehw/model/topology.py",), ("tests/model",)),
-    Area("nvml snapshot", ("fakehw/nvml/snapshot.py", "fakehw/nvml/snapfile.py"),
+    Area("nvml snapshot", ("fakehw/nvml/snapshot.py", "fakehw/nvml/snapfile.py", "fakehw/nvml/layout.py"),
          ("tests/nvml/test_layout.py", "tests/nvml/test_determinism.py", "tests/nvml/test_visibility.py",
           "tests/nvml/test_pynvml.py", "tests/nvml/test_events.py", "tests/nvml/test_live.py",
           "tests/nvml/test_captures.py", "tests/nvml/test_snapfile.py")),

@@ -191,11 +191,10 @@ def test_plugin_stays_up(plugin: PluginUnderTest, evidence: Evidence) -> None:
     plugin.require()
     lost = plugin.units[-1]
     device = plugin.id_of(lost)
+    seq = plugin.kubelet.seq
     fault = plugin.inject(plugin.gpu_of(lost), "fallen-off-bus")
     try:
-        with contextlib.suppress(PluginViolation):
-            plugin.kubelet.wait_update(plugin.resource, lambda u: u.health(device) != HEALTHY, HEALTH_BOUND_S,
-                                       f"{lost} off the bus reported")
+        _let_the_report_land(plugin, device, seq)
         plugin.check = f"{plugin.check} (kubelet restart while {lost} is off the bus)"
         with contextlib.suppress(PluginViolation):  # not registering again is DP-REG-004's; exiting is ours
             plugin.restart_kubelet()
