@@ -47,6 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from _util import percentile, row
 
+import fakehw
 from fakehw.agent.client import AgentClient, AgentRequestError
 from fakehw.model import load_profile
 from testbed.environment import merged_environment, node_environment
@@ -152,6 +153,8 @@ AGENT_CPU_FOR_TARGET = 1e-3
 """Agent CPU seconds per injection at which one agent process could sustain issue 19's 1,000 injections/s at all."""
 
 WITHOUT_RENDERS = str(Path(__file__).parent / "_agent_without_renders.py")
+CHECKOUT = Path(fakehw.__file__).resolve().parent.parent
+"""Where the measured agent comes from (``PYTHONPATH=<checkout>`` picks another one)."""
 
 
 @contextlib.contextmanager
@@ -160,8 +163,11 @@ def running_agent(profile: str, state_dir: Path, command: list[str]) -> Iterator
     """An agent (``command`` + ``agent ...``) for ``profile`` on ``state_dir``, answering: (process, client, seconds
     it took to answer); stopped on leaving."""
     started = time.perf_counter()
+    # From the checkout this bench imported fakehw from: ``python -m`` puts the working directory first on
+    # sys.path, so started from inside another checkout the agent would be that checkout's, whatever PYTHONPATH
+    # says (before/after figures taken that way compared one agent with itself).
     agent = subprocess.Popen([*command, "agent", "--profile", profile, "--state-dir", str(state_dir)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=CHECKOUT)
     try:
         client = AgentClient(str(state_dir / "agent.sock"), timeout=30.0, retries=0)
         while True:
@@ -295,9 +301,7 @@ def main() -> int:
                         help="where the agent's state dir is made (the disk matters: fsync)")
     args = parser.parse_args()
     Path(args.dir).mkdir(parents=True, exist_ok=True)
-    import fakehw
-
-    print(f"agent from {Path(fakehw.__file__).parent.parent}; load {os.getloadavg()[0]:.1f} on "
+    print(f"agent from {CHECKOUT}; load {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} CPUs")
     for profile in args.profiles.split(","):
         run_profile(profile, args)
