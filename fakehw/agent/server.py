@@ -35,6 +35,7 @@ be made durable (a full disk) is 507 and was not applied.
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import hmac
 import http.client
 import json
@@ -196,6 +197,89 @@ class _HeaderTooLarge(http.client.HTTPException):
     """The request line and headers exceed :data:`MAX_HEADER_BYTES`."""
 
 
+class _BadHead(Exception):
+    """A request line or header field that RFC 9112 says to refuse: answered ``status`` and the connection closed."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+MAX_HEADERS = 100
+"""Header fields per request (http.server's limit, kept): more is 431."""
+_TCHAR = r"[!#$%&'*+.^_`|~0-9A-Za-z-]"
+REQUEST_LINE = re.compile(rf"({_TCHAR}+) ([^\x00-\x20\x7f]+) HTTP/(\d)\.(\d)")
+"""RFC 9112 3: method SP request-target SP HTTP-version, single spaces, the method a token (RFC 9110 9.1)."""
+FIELD_LINE = re.compile(rf"({_TCHAR}+):[ \t]*([^\x00-\x08\x0a-\x1f\x7f]*?)[ \t]*")
+"""RFC 9112 5: field-name ":" OWS field-value OWS. The name is a token, so whitespace before the colon (5.1) and a
+line starting with whitespace (obs-fold, 5.2) do not match; the value holds no CR, LF, NUL or other control but
+HTAB (RFC 9110 5.5)."""
+
+
+class Headers:
+    """A request's header fields by lower-cased name (names are case-insensitive, RFC 9110 5.1), values in arrival
+    order: the two calls the server makes of ``email.message.Message``, without the email package's parser."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: dict[str, list[str]]):
+        self._fields = fields
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        values = self._fields.get(name.lower())
+        return values[0] if values else default
+
+    def get_all(self, name: str) -> list[str] | None:
+        return self._fields.get(name.lower())
+
+
+def _line(raw: bytes) -> str:
+    """One line of the head without its terminator (CRLF, or a lone LF: RFC 9112 2.2 lets a recipient take it);
+    a line cut short by the peer closing is not a line."""
+    if not raw.endswith(b"\n"):
+        raise _BadHead(400, "the request ended inside its head")
+    return raw[:-2 if raw.endswith(b"\r\n") else -1].decode("latin-1")
+
+
+def parse_request_line(raw: bytes) -> tuple[str, str, tuple[int, int]]:
+    """(method, target, (major, minor)) of a request line (RFC 9112 3); HTTP/2 and later are 505 (a version this
+    server does not speak, RFC 9110 15.6.6), anything else malformed 400."""
+    match = REQUEST_LINE.fullmatch(_line(raw))
+    if match is None:
+        raise _BadHead(400, f"bad request line {raw[:80]!r}")
+    method, target, major, minor = match.groups()
+    if major != "1":
+        raise _BadHead(505 if major > "1" else 400, f"HTTP/{major}.{minor} is not spoken here (HTTP/1.1 is)")
+    return method, target, (1, int(minor))
+
+
+def read_headers(readline: Callable[[], bytes]) -> Headers:
+    """The header fields up to the empty line, from ``readline`` (which enforces the byte budget): at most
+    :data:`MAX_HEADERS` (431), each a strict field line (400), repeated names kept in order."""
+    fields: dict[str, list[str]] = {}
+    for _ in range(MAX_HEADERS + 1):
+        line = _line(readline())
+        if not line:
+            return Headers(fields)
+        match = FIELD_LINE.fullmatch(line)
+        if match is None:
+            raise _BadHead(400, f"bad header field {line[:80]!r} (RFC 9112 5: name, colon, value; no folding)")
+        fields.setdefault(match[1].lower(), []).append(match[2])
+    raise _BadHead(431, f"more than {MAX_HEADERS} header fields")
+
+
+_date_cache: tuple[int, str] = (0, "")
+
+
+def _http_date() -> str:
+    """The Date header's IMF-fixdate (RFC 9110 5.6.7), formatted once a second."""
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, email.utils.formatdate(now, usegmt=True))
+    return _date_cache[1]
+
+
 class _HeaderBudget:
     """The connection's reader with a byte budget for the request line and headers of one request."""
 
@@ -291,6 +375,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     server_version = "fakehw-agent/1"
     timeout = REQUEST_TIMEOUT_S
     server: _AgentServerMixin  # type: ignore[assignment]
+    raw_requestline: bytes  # set by http.server's handle_one_request
 
     def address_string(self) -> str:
         return "unix" if isinstance(self.client_address, str | bytes) or not self.client_address else \
@@ -328,19 +413,39 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 self.close_connection = True
 
     def parse_request(self) -> bool:
-        ok = super().parse_request()
-        if self.server.deadlines.expired(self.connection):  # cut off mid-headers: do not act on a fragment
-            self.close_connection = True
+        """The request line (read by http.server) and the headers, strictly (:func:`parse_request_line`,
+        :func:`read_headers`); False when it was answered with an error or the peer was cut off."""
+        self.command, self.request_version, self.close_connection = "", "HTTP/1.1", True
+        raw = self.raw_requestline
+        self.requestline = raw.rstrip(b"\r\n").decode("latin-1")
+        try:
+            if raw in (b"\r\n", b"\n"):  # RFC 9112 2.2: one empty line before the request line is ignored
+                raw = self.rfile.readline()
+                self.requestline = raw.rstrip(b"\r\n").decode("latin-1")
+            self.command, self.path, version = parse_request_line(raw)
+            self.request_version = f"HTTP/1.{version[1]}"
+            self.headers = read_headers(self.rfile.readline)  # type: ignore[assignment]
+        except _HeaderTooLarge as exc:
+            self.send_error(431, str(exc))
             return False
-        if ok:
-            self.server.deadlines.set(self.connection, REQUEST_TIMEOUT_S)  # the body, within the same bound
-        return ok
+        except _BadHead as exc:
+            if not self.server.deadlines.expired(self.connection):
+                self.send_error(exc.status, str(exc))
+            return False
+        if self.server.deadlines.expired(self.connection):  # cut off mid-headers: do not act on a fragment
+            return False
+        if self.path.startswith("//"):  # as http.server: not a scheme-relative URL
+            self.path = "/" + self.path.lstrip("/")
+        connection = {t.strip().lower() for t in ",".join(self.headers.get_all("Connection") or []).split(",")}
+        self.close_connection = "close" in connection or (version < (1, 1) and "keep-alive" not in connection)
+        if version >= (1, 1) and (self.headers.get("Expect") or "").lower() == "100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.server.deadlines.set(self.connection, REQUEST_TIMEOUT_S)  # the body, within the same bound
+        return True
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """Errors found by the HTTP layer (bad request line, headers too large) in the API's JSON shape."""
+        """Errors found by the HTTP layer (bad request line or headers, headers too large) in the API's shape."""
         self.close_connection = True
-        if code == 431 and explain:  # http.server's own words for it ("Too many headers") say less than ours
-            message, explain = explain, None
         self._send(code, {"error": message or http.client.responses.get(code, "error"), "detail": explain})
 
     def do_GET(self) -> None:
@@ -359,18 +464,16 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self._dispatch("PATCH")
 
     def _send(self, status: int, payload: Any, replayed: bool = False) -> None:
+        """The answer in one write: status line, headers (those http.server would send) and the JSON body."""
         data = (json.dumps(payload, sort_keys=True) + "\n").encode()
         self.server.deadlines.set(self.connection, REQUEST_TIMEOUT_S)  # a peer that does not read is cut off
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if replayed:
-            self.send_header("Idempotent-Replayed", "true")
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
+        self.log_request(status, len(data))
+        reason = self.responses[status][0] if status in self.responses else ""
+        head = (f"HTTP/1.1 {status} {reason}\r\nServer: {self.version_string()}\r\nDate: {_http_date()}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                + ("Idempotent-Replayed: true\r\n" if replayed else "")
+                + ("Connection: close\r\n" if self.close_connection else "") + "\r\n")
+        self.wfile.write(head.encode("latin-1") + data)
         self.server.deadlines.set(self.connection, None)
 
     def _authorized(self) -> bool:
