@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import hmac
 import http.client
 import json
@@ -268,16 +269,15 @@ def read_headers(readline: Callable[[], bytes]) -> Headers:
     raise _BadHead(431, f"more than {MAX_HEADERS} header fields")
 
 
-_date_cache: tuple[int, str] = (0, "")
+@functools.lru_cache(maxsize=1)
+def _imf_fixdate(second: int) -> str:
+    return email.utils.formatdate(second, usegmt=True)
 
 
 def _http_date() -> str:
-    """The Date header's IMF-fixdate (RFC 9110 5.6.7), formatted once a second."""
-    global _date_cache
-    now = int(time.time())
-    if _date_cache[0] != now:
-        _date_cache = (now, email.utils.formatdate(now, usegmt=True))
-    return _date_cache[1]
+    """The Date header's IMF-fixdate (RFC 9110 5.6.7), formatted once a second (a pure function of the second,
+    cached: no state of ours to share between handler threads)."""
+    return _imf_fixdate(int(time.time()))
 
 
 class _HeaderBudget:
