@@ -143,6 +143,9 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     "tests/nvml/test_uninitialized.py",
                     "tests/nvml/test_versioned_struct_answers.py", "tests/nvml/test_setters_no_board_offers.py",
                     "tests/nvml/test_fields_no_captured_board_has.py",
+                    # Every field id nvml.h pairs with a direct getter, on every built-in board with distinct
+                    # non-zero counters: field and getter must agree (one subprocess per board, ~4 s together).
+                    "tests/nvml/test_fields_match_getters.py",
                     # The loader (core.c's fhw_validate, gpu_ok, snap_load) and its staleness checks: every rule of
                     # the snapshot format broken once and each bound met once; bad files, a file going bad and
                     # coming back under a running process (seed 10604's core.c:518), bad arguments (a few seconds
