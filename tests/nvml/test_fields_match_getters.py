@@ -61,6 +61,15 @@ PAIRS: list[tuple[int, int, str, str]] = [
      "192 'Power limit requested by NVML or any other userspace client.'"),
 ]
 
+# nvml.h on nvmlDeviceGetViolationStatus (deprecated 13.0: "Use nvmlDeviceGetFieldValues to query this data.
+# Translations are as follows"): NVML_PERF_POLICY_POWER (0) -> NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP (= 74),
+# THERMAL (1) -> ..._SW_THERM_SLOWDOWN (269), SYNC_BOOST (2) -> ..._SYNC_BOOST (= 76), BOARD_LIMIT (3) -> 77,
+# LOW_UTILIZATION (4) -> 78, RELIABILITY (5) -> 79, TOTAL_BASE_CLOCKS (11) -> 81 (TOTAL_APP_CLOCKS: "DEPRECATED, Do
+# not use").
+for _policy, _fid in ((0, 74), (1, 269), (2, 76), (3, 77), (4, 78), (5, 79), (11, 81)):
+    PAIRS.append((_fid, 0, f"n.nvmlDeviceGetViolationStatus(h, {_policy}).violationTime",
+                  f"{_fid}: nvmlDeviceGetViolationStatus translation of NVML_PERF_POLICY {_policy}"))
+
 # 7-28: '<location> single/double bit volatile/aggregate ECC errors' vs nvmlDeviceGetMemoryErrorCounter(error type,
 # counter type, location); nvml.h's nvmlMemoryLocation_t: L1_CACHE 0, L2_CACHE 1, DEVICE_MEMORY 2, REGISTER_FILE 3,
 # TEXTURE_MEMORY 4, CBU 6; nvmlMemoryErrorType_t CORRECTED 0 (single bit), UNCORRECTED 1 (double bit);
@@ -141,7 +150,8 @@ print(json.dumps(out))
 
 def _faults(profile: str) -> list[dict[str, Any]]:
     """Distinct non-zero counts: ECC of both types at every location the fault kind has, NVLink errors of every
-    counter on several links, Xids. Requests the board cannot take (no NVLink) are left out."""
+    counter on several links, Xids, a hot GPU and a capped one (violation times). Requests the board cannot take (no
+    NVLink, a power limit below its minimum) are left out."""
     wanted: list[dict[str, Any]] = []
     for gpu, scale in (("gpu0", 1), ("gpu1", 100)):
         for i, loc in enumerate(("device-memory", "l1-cache", "l2-cache", "register-file", "dram", "sram")):
@@ -153,6 +163,8 @@ def _faults(profile: str) -> list[dict[str, Any]]:
                                "increment": scale * (5 + 7 * j + link)})
         wanted.append({"kind": "nvlink-down", "device": gpu, "link": 2})
         wanted.append({"kind": "xid", "device": gpu, "code": 48})
+    wanted.append({"kind": "thermal", "device": "gpu0", "temperature_c": 90})  # hot: clocks slow down
+    wanted.append({"kind": "power-cap", "device": "gpu1", "limit_w": 200})  # power violation time accrues
     node = load_profile(profile).nodes[0]
     kept = []
     for body in wanted:
