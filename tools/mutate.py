@@ -143,6 +143,9 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     "tests/nvml/test_uninitialized.py",
                     "tests/nvml/test_versioned_struct_answers.py", "tests/nvml/test_setters_no_board_offers.py",
                     "tests/nvml/test_fields_no_captured_board_has.py",
+                    # Every field id nvml.h pairs with a direct getter, on every built-in board with distinct
+                    # non-zero counters: field and getter must agree (one subprocess per board, ~4 s together).
+                    "tests/nvml/test_fields_match_getters.py",
                     # The loader (core.c's fhw_validate, gpu_ok, snap_load) and its staleness checks: every rule of
                     # the snapshot format broken once and each bound met once; bad files, a file going bad and
                     # coming back under a running process (seed 10604's core.c:518), bad arguments (a few seconds
@@ -155,6 +158,9 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     # MIG reconfiguration through the agent while a process holds handles (mig.c's handle registry;
                     # seed 10601's mutant mig.c:86 reused a destroyed instance's handle): about 40 s.
                     "tests/nvml/test_mig_pynvml.py",
+                    # The GI registry exhausted by one process (280 instances over 6 snapshots, ~5 s): a new
+                    # instance reuses a gone one's slot (mig.c:88's second loop).
+                    "tests/nvml/test_mig_handle_reuse.py",
                     # Every call of the shim's sources under AddressSanitizer and UBSan (a write one past a buffer
                     # changes no answer: seed 10604's system.c:185): one sanitized build, about 30 s.
                     "tests/nvml/test_sanitizers.py::test_every_call_under_sanitizers",

@@ -149,14 +149,19 @@ static int f_ecc(fhw_ctx_t *c, unsigned int id, fv_answer_t *a) {
     return 1;
 }
 
+static unsigned int retired_listed(unsigned int n) {
+    return n > FHW_RETIRED_PAGES_MAX ? FHW_RETIRED_PAGES_MAX : n;
+}
+
 static int f_retired_remapped(fhw_ctx_t *c, unsigned int id, fv_answer_t *a) {
     const fhw_gpu_t *g = c->g;
     if (id == NVML_FI_DEV_RETIRED_SBE || id == NVML_FI_DEV_RETIRED_DBE || id == NVML_FI_DEV_RETIRED_PENDING ||
         id == NVML_FI_DEV_RETIRED_PENDING_SBE || id == NVML_FI_DEV_RETIRED_PENDING_DBE) {
         nvmlReturn_t r = FHW_ANSWER(c, FHW_ANS_RETIRED_PAGES);
         if (r != NVML_SUCCESS) answer_code(a, r);
-        else if (id == NVML_FI_DEV_RETIRED_SBE) answer_u(a, VT_ULL, g->retired_sbe);
-        else if (id == NVML_FI_DEV_RETIRED_DBE) answer_u(a, VT_ULL, g->retired_dbe);
+        /* The count nvmlDeviceGetRetiredPages lists: the record keeps at most FHW_RETIRED_PAGES_MAX addresses. */
+        else if (id == NVML_FI_DEV_RETIRED_SBE) answer_u(a, VT_ULL, retired_listed(g->retired_sbe));
+        else if (id == NVML_FI_DEV_RETIRED_DBE) answer_u(a, VT_ULL, retired_listed(g->retired_dbe));
         else if (id == NVML_FI_DEV_RETIRED_PENDING_SBE) answer_u(a, VT_ULL, g->retired_pending_sbe);
         else answer_u(a, VT_ULL, g->retired_pending);
     } else if ((id >= NVML_FI_DEV_REMAPPED_COR && id <= NVML_FI_DEV_REMAPPED_FAILURE) ||
