@@ -2511,6 +2511,64 @@ def test_only_the_cxl_test_host_has_the_cxl_test_modules_loaded(rendered: Render
     assert _read(real / "sys/module/cxl_acpi/initstate") == "live"
 
 
+def test_the_cxl_test_root_is_bound_to_cxl_acpi_only_while_its_bus_is_enabled(fast_tmp: Path) -> None:
+    """cxl_test registers its mock CXL root as the platform device ``cxl_acpi.0`` (tools/testing/cxl/test/cxl.c,
+    platform_device_alloc("cxl_acpi", 0)), which drivers/cxl/acpi.c binds through its platform id table
+    (cxl_test_ids: ``cxl_acpi``): while bound, the device has a ``driver`` link to
+    ``/sys/bus/platform/drivers/cxl_acpi``, the driver lists it, and its uevent starts with ``DRIVER=cxl_acpi``
+    (drivers/base/platform.c, platform_uevent after dev_uevent's DRIVER=). ndctl's ``cxl disable-bus root0`` unbinds
+    cxl_acpi from that device (cxl/lib/libcxl.c, cxl_bus_disable_invalidate: util_unbind of the bus's uport), and
+    an unbound device has none of the three (drivers/base/dd.c, driver_sysfs_remove). Both states, so neither is
+    shown in the other (seed 10554/10555 round)."""
+    system = load_profile("cxl-test")
+    node = system.nodes[0]
+    engine = CxlEngine(system, [node.name])
+    up = engine.settle(engine.boot(), node.name, frozenset())
+    down = engine.core(node.name).set_bus(up, False)
+    for label, state, bound in (("up", up, True), ("down", down, False)):
+        root = _render_cxl_state(engine, node, state, fast_tmp / label)
+        mock = root / "sys/devices/platform/cxl_acpi.0"
+        listed = root / "sys/bus/platform/drivers/cxl_acpi/cxl_acpi.0"
+        uevent = (mock / "uevent").read_text().splitlines()
+        assert uevent[-1] == "MODALIAS=platform:cxl_acpi", label
+        if bound:
+            assert (mock / "driver").resolve() == (root / "sys/bus/platform/drivers/cxl_acpi").resolve()
+            assert listed.resolve() == mock.resolve()
+            assert uevent == ["DRIVER=cxl_acpi", "MODALIAS=platform:cxl_acpi"]
+        else:
+            assert not (mock / "driver").is_symlink(), "an unbound cxl_acpi.0 still has a driver link"
+            assert not listed.is_symlink(), "cxl_acpi still lists the unbound cxl_acpi.0"
+            assert uevent == ["MODALIAS=platform:cxl_acpi"]
+
+
+def test_a_memdev_shows_each_partitions_qos_class_only_when_it_has_that_capacity(rendered: Rendered) -> None:
+    """drivers/cxl/core/memdev.c: ``ram/size`` and ``pmem/size`` are always present (0x0 for a partition the device
+    lacks), but ``ram/qos_class`` and ``pmem/qos_class`` are hidden by cxl_ram_visible / cxl_pmem_visible while the
+    partition's perf qos_class is CXL_QOS_CLASS_INVALID, which it stays for a partition with no capacity (the QoS
+    class is only set for the DPA ranges the device has); when shown it is ``%d\n`` of the class
+    (Documentation/ABI/testing/sysfs-bus-cxl, memX/ram/qos_class). cxl_test's devices carry FAKE_QTG_ID, 42
+    (tools/testing/cxl/test/cxl.c). The cxl-test host has both kinds: ``cxl_mem`` devices with 1 GiB volatile and
+    1 GiB persistent, and the RCH's ``cxl_rcd.10`` with 2 GiB volatile only (the profile's header, after
+    tools/testing/cxl/test/mem.c's DEV_SIZE split and the RCD's volatile-only capacity); cxl-pool adds a device with no
+static capacity at all, its pooled dynamic-capacity device (whose QoS class is its platform's, so only the
+attributes' presence is held there) (seed 10554/10555 round)."""
+    kinds = set()
+    for profile in ("cxl-test", "cxl-pool"):
+        (_, _, root), *_ = rendered(profile)
+        for link in sorted((root / CXL_DEVICES).glob("mem*")):
+            mem = link.resolve()
+            sizes = {part: int(_read(mem / part / "size"), 16) for part in ("ram", "pmem")}
+            for part, size in sizes.items():
+                if not size:
+                    assert not (mem / part / "qos_class").exists(), (profile, link.name, part)
+                elif profile == "cxl-test":
+                    assert _read(mem / part / "qos_class") == "42", (link.name, part)
+                else:
+                    assert (mem / part / "qos_class").is_file(), (profile, link.name, part)
+            kinds.add(tuple(part for part, size in sizes.items() if size))
+    assert kinds == {("ram", "pmem"), ("ram",), ()}, kinds
+
+
 def test_a_function_no_driver_enabled_shows_the_interrupt_line_firmware_left(rendered: Rendered) -> None:
     """Before a driver enables a function, its ``irq`` attribute (drivers/pci/pci-sysfs.c, irq_show: pdev->irq, MSI
     being off until a driver turns it on) is what drivers/pci/probe.c, pci_read_irq, read at enumeration: the
