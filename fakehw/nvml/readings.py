@@ -12,6 +12,7 @@ of real silicon beyond what the model itself says.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 
@@ -31,6 +32,16 @@ def unit(seed: int, *parts: object) -> float:
 
 def stable_int(seed: int, *parts: object, bits: int = 32) -> int:
     return int(unit(seed, *parts) * 2**bits)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fixed(seed: int, node: str, gpu: str, ports: tuple[int, ...]) -> tuple[tuple[int, ...], int, float]:
+    """What :func:`gpu_readings` takes from :func:`unit` without the generation, which never changes for a GPU:
+    each port's NVLink rate, the energy counter's base and the HBM's temperature offset. A fault re-renders its
+    GPU's record and so these readings (20 hashes on a GB200 board with 18 ports, for the same answers every time);
+    kept once per GPU instead (issue 19). Keyed by strings and numbers only, so a hit costs a tuple's hash."""
+    rates = tuple(int(unit(seed, node, gpu, "nvlink", port) * 4096) + 1 for port in ports)
+    return rates, stable_int(seed, node, gpu, "energy", bits=30), unit(seed, node, gpu, "hbm-temp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +158,8 @@ def gpu_readings(seed: int, gpu: Gpu, state: GpuState, generation: int, load: in
         module_mw = int((power.module.idle_w + (draw_w - power.idle_w) + unit(seed, *key, "module", generation))
                         * 1000)
     # One generation counts as one second at the current draw: monotonic and reproducible.
-    energy = stable_int(seed, *key, "energy", bits=30) + generation * int(draw_w) * 1000
+    rates, energy_base, hbm_temp = _fixed(seed, gpu.node, gpu.name, tuple(p.port for p in gpu.ports))
+    energy = energy_base + generation * int(draw_w) * 1000
     clocks = sku.clocks
     if idle:
         rest = clocks.idle_clocks
@@ -160,8 +172,7 @@ def gpu_readings(seed: int, gpu: Gpu, state: GpuState, generation: int, load: in
         sm = min(sm, clocks.sm_max_mhz * 3 // 5 // 15 * 15)
     rx = []
     tx = []
-    for p in gpu.ports:
-        rate = int(unit(seed, *key, "nvlink", p.port) * 4096) + 1
+    for rate in rates:
         rx.append((generation * rate * 1024, generation * rate * 16))
         tx.append((generation * (rate + 7) * 1024, generation * (rate + 7) * 16))
     return GpuReadings(
@@ -174,7 +185,7 @@ def gpu_readings(seed: int, gpu: Gpu, state: GpuState, generation: int, load: in
         energy_mj=energy,
         clocks_current=(graphics, sm, mem, video),
         idle=idle,
-        mem_temperature=state.temperature_c + int(unit(seed, *key, "hbm-temp") * 4) - 1,
+        mem_temperature=state.temperature_c + int(hbm_temp * 4) - 1,
         pcie_tx_kbs=300 + int(unit(seed, *key, "pcie-tx", generation) * 600),
         pcie_rx_kbs=250 + int(unit(seed, *key, "pcie-rx", generation) * 650),
         bar1_used=2**20,
