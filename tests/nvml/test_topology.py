@@ -194,3 +194,37 @@ def test_the_visible_index_mutant_is_caught(node_snapshot: Callable[..., NodeSna
     with pytest.raises(AssertionError):
         check_edge_pcie(pairs(snap, visible_index_mutant, visible="gpu0,gpu5"), [0, 5])
     check_edge_pcie(pairs(snap, visible_index_mutant), list(range(8)))  # with every GPU visible it cannot tell
+
+
+SHORT_ARRAY = r"""
+import ctypes, json, sys
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+assert lib.nvmlInit_v2() == 0
+CANARY = 0x5A5A5A5A5A5A5A5A
+def short(call):
+    # Room for two handles, then a canary the library must not touch: the array's size is what *count says.
+    arr = (ctypes.c_void_p * 3)(None, None, CANARY)
+    count = ctypes.c_uint(2)
+    ret = call(ctypes.byref(count), arr)
+    return {"ret": ret, "count": count.value, "canary": arr[2] == CANARY, "filled": [a is not None for a in arr[:2]]}
+gpu0 = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(gpu0)) == 0
+print(json.dumps({
+    "set": short(lambda count, arr: lib.nvmlSystemGetTopologyGpuSet(0, count, arr)),
+    "nearest": short(lambda count, arr: lib.nvmlDeviceGetTopologyNearestGpus(gpu0, 50, count, arr)),
+}))
+"""
+
+
+def test_a_short_device_array_is_filled_to_its_size_and_no_further(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvmlSystemGetTopologyGpuSet and nvmlDeviceGetTopologyNearestGpus take the array's size in ``*count`` (nvml.h:
+    "count: When zero, is set to the number of matching GPUs such that deviceArray can be malloc'd. When non-zero,
+    deviceArray will be filled with count number of device handles"). A DGX H100 has four GPUs on each socket
+    (CPU 0's set is GPUs 0-3; gpu0's NVML_TOPOLOGY_SYSTEM (50) GPUs are 4-7: `nvidia-smi topo -m` of the DGX H100
+    user guide), so an array of two is short: both calls answer INSUFFICIENT_SIZE with the count needed, fill the
+    two slots given, and leave the word after them alone (a write one past the caller's array, seed 10616's
+    system.c:385, changed no answer any other test looked at)."""
+    snap = node_snapshot("dgx-h100")
+    got = run_python(SHORT_ARRAY, snap.path)
+    for call in ("set", "nearest"):
+        assert got[call] == {"ret": 7, "count": 4, "canary": True, "filled": [True, True]}, call  # 7: INSUFFICIENT_SIZE
