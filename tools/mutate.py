@@ -158,6 +158,10 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     # The shim as the agent's client (agentc.c, mig.c's agent_change) against a scripted stand-in
                     # agent: answers the real agent never gives (seed 10603's open mig.c:673, generation 0).
                     "tests/nvml/test_mig_agent_client.py",
+                    # The same table with every read/write/recv/send/pread/poll interrupted once, then one byte
+                    # short (POSIX EINTR and short counts), and the client's bounds: an answer filling its buffer
+                    # exactly, a peer that never answers (a clock 1000 times fast): about 10 s.
+                    "tests/nvml/test_interrupted_system_calls.py",
                     # MIG reconfiguration through the agent while a process holds handles (mig.c's handle registry;
                     # seed 10601's mutant mig.c:86 reused a destroyed instance's handle): about 40 s.
                     "tests/nvml/test_mig_pynvml.py",

@@ -1,0 +1,250 @@
+"""Every system call the shim makes to the agent or the snapshot interrupted once and then short: same answers.
+
+POSIX lets read(2), recv(2), write(2), send(2) and pread(2) move fewer bytes than asked ("the number of bytes
+actually read/written"), and lets them and poll(2) fail with EINTR when a signal arrives first; a client retries and
+asks for the rest. Here one LD_PRELOAD interposer (``CHOPPY``, built by the test like test_robustness.py's pread
+one) makes every such call of the process, the shim's included, alternate: -1 with errno EINTR (left set through
+the next, successful call, which need not clear it), then at most ONE byte. Under it the whole MIG agent-client
+table of test_mig_agent_client.py (the snapshot read by pread at init, the request sent and the answer received
+through poll/send/recv) must give the same return codes and the same requests as its documented expectations
+(docs/agent.md's route and body, docs/nvml.md's table of answers): the expected values are that file's, taken from
+docs/agent.md, docs/nvml.md and nvml.h, not recomputed here.
+
+The agent client's bounds (agentc.c reads at most 16383 bytes, "bounded in size and time", docs/nvml.md): an answer
+that fills the buffer exactly is read whole; a peer that takes the request and never answers is UNKNOWN with "no
+answer from the agent" in the trace (docs/nvml.md: "no answer ... UNKNOWN; the trace says which"). The 30 s bound
+is reached in about 30 ms by the same interposer's clock switch (CLOCK_MONOTONIC_COARSE, which the shim's
+deadline reads, running 1000 times fast, and poll's timeouts cut by as much).
+
+Not reached by an interposer: system.c's fread of /proc files (glibc's stdio calls its internal read, which
+LD_PRELOAD does not replace; and fread itself returns short only at end of file or on an error, POSIX fread).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.http_message import read_message
+from tests.nvml.helpers import subprocess_env, write_node
+from tests.nvml.test_mig_agent_client import AGENT_STEPS, CALLER, STEPS, SUCCESS, UNKNOWN, StandInAgent
+
+CHOPPY = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+/* FHW_TEST_CHOPPY=1: every read, write, recv, send, pread, pread64 and poll (reads and writes only of
+   descriptors past the standard three: the caller's json on stdin and stdout is the test's, not the shim's)
+   alternates, each function on its own count (two calls in turn are not always the one interrupted), between
+   failing with EINTR before anything moved and going through, the data calls then moving at most one byte.
+   FHW_TEST_CLOCK=fast: CLOCK_MONOTONIC_COARSE runs 1000 times fast from its first reading, and poll waits a
+   thousandth of its timeout. */
+static int choppy(long *calls) {
+    const char *on = getenv("FHW_TEST_CHOPPY");
+    if (on == NULL || strcmp(on, "1") != 0) return 0;
+    if (++*calls % 2 == 1) {
+        errno = EINTR;
+        return -1;
+    }
+    return 1;
+}
+
+static int fast(void) {
+    const char *how = getenv("FHW_TEST_CLOCK");
+    return how != NULL && strcmp(how, "fast") == 0;
+}
+
+#define REAL(name) \
+    static long calls; \
+    static __typeof__(&name) real; \
+    if (real == NULL) real = (__typeof__(&name))dlsym(RTLD_NEXT, #name)
+#define CHOP(n) \
+    do { \
+        int c = fd > 2 ? choppy(&calls) : 0; \
+        if (c < 0) return -1; \
+        if (c > 0 && n > 1) n = 1; \
+    } while (0)
+
+ssize_t read(int fd, void *buf, size_t n) {
+    REAL(read);
+    CHOP(n);
+    return real(fd, buf, n);
+}
+ssize_t write(int fd, const void *buf, size_t n) {
+    REAL(write);
+    CHOP(n);
+    return real(fd, buf, n);
+}
+ssize_t recv(int fd, void *buf, size_t n, int flags) {
+    REAL(recv);
+    CHOP(n);
+    return real(fd, buf, n, flags);
+}
+ssize_t send(int fd, const void *buf, size_t n, int flags) {
+    REAL(send);
+    CHOP(n);
+    return real(fd, buf, n, flags);
+}
+ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+    REAL(pread);
+    CHOP(n);
+    return real(fd, buf, n, off);
+}
+ssize_t pread64(int fd, void *buf, size_t n, off_t off) {
+    REAL(pread64);
+    CHOP(n);
+    return real(fd, buf, n, off);
+}
+int poll(struct pollfd *fds, nfds_t n, int timeout) {
+    REAL(poll);
+    if (choppy(&calls) < 0) return -1;
+    if (fast() && timeout > 0) timeout = timeout / 1000 + 1;
+    return real(fds, n, timeout);
+}
+int clock_gettime(clockid_t clk, struct timespec *ts) {
+    REAL(clock_gettime);
+    static long long base_ns = -1;
+    int r = real(clk, ts);
+    if (r != 0 || clk != CLOCK_MONOTONIC_COARSE || !fast()) return r;
+    long long t = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec;
+    if (base_ns < 0) base_ns = t;
+    t = base_ns + (t - base_ns) * 1000;
+    ts->tv_sec = t / 1000000000LL;
+    ts->tv_nsec = t % 1000000000LL;
+    return 0;
+}
+"""
+
+BUFFER = 16383
+"""What agentc.c reads of an answer at most (its `raw[16384]`, one byte kept for the terminating NUL)."""
+
+
+@pytest.fixture(scope="module")
+def choppy_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp_path_factory.mktemp("choppy") / "choppy.c"
+    src.write_text(CHOPPY)
+    lib = src.with_suffix(".so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(lib), "-ldl"], check=True)
+    return lib
+
+
+def run_caller(tmp_path: Path, nvml_library: Path, choppy_library: Path, plan: list[dict[str, Any]],
+               **env: str) -> list[dict[str, Any]]:
+    """test_mig_agent_client.py's CALLER (nvmlDeviceSetMigMode on dgx-a100's gpu0, one step per plan entry) with the
+    interposer preloaded and ``env`` added; its results, one per step."""
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
+    proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
+                          env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1", LD_PRELOAD=str(choppy_library), **env),
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return list(json.loads(proc.stdout))
+
+
+def test_the_agent_client_table_answers_the_same_with_every_call_interrupted_then_one_byte_short(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path) -> None:
+    """Every step of test_mig_agent_client.py's STEPS (its return codes from docs/nvml.md and nvml.h) run with every
+    read/write/recv/send/pread/poll interrupted once, then one byte at a time: the same codes, and each request the
+    stand-in agent received is docs/agent.md's route with the body its Content-Length gives."""
+    agent = StandInAgent(tmp_path / "agent.sock", [s.answer for s in AGENT_STEPS])
+    sockets = {"agent": str(tmp_path / "agent.sock"), "none": None, "nobody": str(tmp_path / "nobody.sock")}
+    plan = [{"mode": s.mode, "socket": sockets[s.socket]} for s in STEPS]
+    try:
+        results = run_caller(tmp_path, nvml_library, choppy_library, plan, FHW_TEST_CHOPPY="1")
+    finally:
+        agent.close()
+    got = {s.id: r["status"] for s, r in zip(STEPS, results, strict=True)}
+    assert got == {s.id: s.status for s in STEPS}
+    assert len(agent.requests) == len(AGENT_STEPS)
+    for step, request in zip(AGENT_STEPS, agent.requests, strict=True):
+        request_line, *header_lines = request.head.split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in header_lines)}
+        assert request_line.startswith("POST /v1/nodes/") and request_line.endswith("/mig/mode HTTP/1.1"), step.id
+        assert int(headers["content-length"]) == len(request.body), step.id
+        assert json.loads(request.body) == {"enabled": step.mode == 1}, step.id
+
+
+def exactly_the_buffer() -> bytes:
+    """An HTTP success of exactly BUFFER bytes (a long header makes up the size: the payload the caller keeps is
+    4 KiB) whose last byte is the generation's only digit (0: docs/nvml.md, a non-negative generation is SUCCESS);
+    one byte less read and the generation is gone (UNKNOWN)."""
+    body = b'{"generation": 0'
+    fixed = b"HTTP/1.1 200 OK\r\nX-Pad: \r\n\r\n"
+    answer = fixed[:-4] + b"x" * (BUFFER - len(fixed) - len(body)) + fixed[-4:] + body
+    assert len(answer) == BUFFER
+    return answer
+
+
+@pytest.mark.parametrize("choppy", ["0", "1"])
+def test_an_answer_that_fills_the_client_s_buffer_exactly_is_read_whole(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path, choppy: str) -> None:
+    """agentc.c reads up to its buffer (16383 bytes); an answer of exactly that size, its last byte the generation 0,
+    is SUCCESS (docs/nvml.md), read in one piece or a byte at a time between interruptions."""
+    agent = StandInAgent(tmp_path / "agent.sock", [exactly_the_buffer()])
+    try:
+        [result] = run_caller(tmp_path, nvml_library, choppy_library,
+                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CHOPPY=choppy)
+    finally:
+        agent.close()
+    assert result["status"] == SUCCESS, result["trace"]
+
+
+class SilentAgent:
+    """Takes one request and never answers; holds the connection until the client closes it."""
+
+    def __init__(self, path: Path):
+        self.requests = 0
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen(1)
+        self._sock.settimeout(60)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self._sock.accept()
+        with conn:
+            conn.settimeout(120)
+            read_message(conn)
+            self.requests += 1
+            while conn.recv(4096):
+                pass
+
+    def close(self) -> None:
+        self._thread.join(timeout=120)
+        self._sock.close()
+
+
+@pytest.mark.parametrize("choppy", ["0", "1"])
+def test_an_agent_that_never_answers_is_no_answer_once_the_bound_passes(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path, choppy: str) -> None:
+    """A peer that takes the request and never answers: the client gives up at its bound ("bounded in ... time",
+    agentc.c) and the change is UNKNOWN with "no answer from the agent" in the trace (docs/nvml.md's table: no
+    answer is UNKNOWN, the trace says which). The clock runs 1000 times fast, so the bound passes in milliseconds."""
+    agent = SilentAgent(tmp_path / "agent.sock")
+    try:
+        [result] = run_caller(tmp_path, nvml_library, choppy_library,
+                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CHOPPY=choppy,
+                              FHW_TEST_CLOCK="fast")
+    finally:
+        agent.close()
+    assert agent.requests == 1
+    assert result["status"] == UNKNOWN, result["trace"]
+    assert "no answer from the agent" in result["trace"], result["trace"]
