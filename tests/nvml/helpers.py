@@ -19,6 +19,7 @@ import ctypes
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -188,3 +189,17 @@ class Consumer:
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+def build_preload(directory: Path, name: str, source: str) -> Path:
+    """``source`` (C) built as ``directory/name.so``, a library for ``LD_PRELOAD`` that interposes system calls the
+    shim makes (short or interrupted reads, writes, polls); the test is skipped where no C compiler exists."""
+    import pytest  # only the tests that interpose need it
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = directory / f"{name}.c"
+    src.write_text(source)
+    lib = src.with_suffix(".so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(lib), "-ldl"], check=True)
+    return lib

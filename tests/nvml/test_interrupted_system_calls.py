@@ -23,7 +23,6 @@ LD_PRELOAD does not replace; and fread itself returns short only at end of file 
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 import pytest
 
 from tests.http_message import read_message
-from tests.nvml.helpers import subprocess_env, write_node
+from tests.nvml.helpers import build_preload, subprocess_env, write_node
 from tests.nvml.test_mig_agent_client import AGENT_STEPS, CALLER, STEPS, SUCCESS, UNKNOWN, StandInAgent
 
 CHOPPY = r"""
@@ -137,13 +136,7 @@ BUFFER = 16383
 
 @pytest.fixture(scope="module")
 def choppy_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
-    src = tmp_path_factory.mktemp("choppy") / "choppy.c"
-    src.write_text(CHOPPY)
-    lib = src.with_suffix(".so")
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(lib), "-ldl"], check=True)
-    return lib
+    return build_preload(tmp_path_factory.mktemp("choppy"), "choppy", CHOPPY)
 
 
 def run_caller(tmp_path: Path, nvml_library: Path, choppy_library: Path, plan: list[dict[str, Any]],

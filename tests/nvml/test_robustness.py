@@ -20,7 +20,7 @@ from fakehw.nvml import layout
 from fakehw.nvml.snapfile import write_snapshot
 from fakehw.nvml.snapshot import FakeProcess
 from tests.nvml import references
-from tests.nvml.helpers import NodeSnap, lib_path, run_python, snapshot_env, with_driver
+from tests.nvml.helpers import NodeSnap, build_preload, lib_path, run_python, snapshot_env, with_driver
 
 INIT = ("import json, pynvml\ntry:\n    pynvml.nvmlInit()\n"
         "    print(json.dumps({'ok': pynvml.nvmlDeviceGetCount()}))\n"
@@ -257,13 +257,7 @@ READ_THROUGH_INTERPOSER = (
 
 @pytest.fixture(scope="module")
 def pread_interposer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
-    src = tmp_path_factory.mktemp("interposer") / "pread.c"
-    src.write_text(PREAD_INTERPOSER)
-    lib = src.with_suffix(".so")
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(lib), "-ldl"], check=True)
-    return lib
+    return build_preload(tmp_path_factory.mktemp("interposer"), "pread", PREAD_INTERPOSER)
 
 
 def test_a_snapshot_read_in_short_and_interrupted_preads_is_read_whole(
