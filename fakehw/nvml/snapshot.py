@@ -75,8 +75,9 @@ reading that does is a reserved size half a MiB short."""
 # nvmlMemoryLocation_t of the model's ECC locations.
 ECC_LOCATION = {"l1-cache": 0, "l2-cache": 1, "device-memory": 2, "dram": 2, "register-file": 3, "sram": 7}
 NVLINK_COUNTER_ORDER = ("replay", "recovery", "crc-flit", "crc-data", "ecc-data")
-_NO_LINK_ERRORS = (0,) * len(NVLINK_COUNTER_ORDER)
-"""A link record's counters when its state counts no errors (most links): the changed GPU's record is made on every
+_LINK_COUNTS = operator.itemgetter(*NVLINK_COUNTER_ORDER)
+"""A link state's five error counters in the record's order (every link state holds all five: fakehw/agent/state.py
+starts each port's counters as ``dict.fromkeys(NVLINK_COUNTERS, 0)``). The changed GPU's record is made on every
 injection, and a generator over the five counters per link was its costliest line (issue 19's profile)."""
 
 
@@ -409,10 +410,7 @@ def _gpu_record(system: System, node: Node, static: _GpuStatic, gpu: Gpu, gstate
     links: list[LinkRecord] = [_NO_LINK] * layout.MAX_LINKS
     for i, (number, link) in enumerate(static.links):
         link_state = gstate.links[i]
-        counts = link_state.errors
-        links[number] = layout.make(LinkRecord, link, up=int(link_state.up),
-                                    errors=tuple(map(counts.get, NVLINK_COUNTER_ORDER, _NO_LINK_ERRORS)) if counts
-                                    else _NO_LINK_ERRORS,
+        links[number] = layout.make(LinkRecord, link, up=int(link_state.up), errors=_LINK_COUNTS(link_state.errors),
                                     util_rx=r.nvlink_rx[i], util_tx=r.nvlink_tx[i])
     nvswitch_links = sum(1 for i, p in enumerate(gpu.ports) if p.remote_kind == "switch" and gstate.links[i].up)
     return layout.make(  # not GpuRecord(**...): see layout.make
