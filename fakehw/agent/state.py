@@ -329,6 +329,11 @@ class _GpuFold:
         self.xids: list[int] = []
         self.ids: list[str] = []
         self.lost = False
+        self._links: tuple[frozenset[tuple[str, int]], tuple[LinkState, ...]] | None = None
+        """The link states last handed out and the down ports they were made for: most faults leave every link as
+        it was (an Xid, an ECC error, a thermal event), and a GPU state's links are 18 states with their counters on
+        a GB200 board, made and then compared by every renderer on each injection (issue 19). Dropped when a
+        fault changes a counter."""
 
     def add(self, f: ActiveFault) -> None:
         raised = [data for kind, data, _ in events_for(f) if kind == "xid"]  # events_for decides which Xids
@@ -340,6 +345,7 @@ class _GpuFold:
             (self.sbe if r.type == "sbe" else self.dbe)[r.location] += r.count
         elif isinstance(r, NVLinkErrors):
             self.errors[r.link][r.counter] += r.increment
+            self._links = None
         elif isinstance(r, Thermal) and r.temperature_c is not None:
             self.temperature = max(self.temperature, r.temperature_c)
         elif isinstance(r, PowerCap):
@@ -356,9 +362,7 @@ class _GpuFold:
             throttle |= THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL
         if power_limit < sku.power.default_limit_w:
             throttle |= THROTTLE_SW_POWER_CAP
-        links = tuple(
-            LinkState(p.port, p.up and (gpu.id, p.port) not in down, dict(errors[i])) for i, p in enumerate(gpu.ports)
-        )
+        links = self._link_states(gpu, down)
         reasons: list[str] = []
         if self.lost:
             reasons.append("fallen off the bus (Xid 79)")
@@ -395,6 +399,17 @@ class _GpuFold:
             xids=tuple(self.xids),
             faults=tuple(self.ids),
         )
+
+    def _link_states(self, gpu: Gpu, down: frozenset[tuple[str, int]]) -> tuple[LinkState, ...]:
+        """The GPU's link states: the ones last handed out while no counter moved and the same ports are down (link
+        states are never changed once made, so states share them safely)."""
+        if self._links is not None and self._links[0] == down:
+            return self._links[1]
+        links = tuple(LinkState(p.port, p.up and (gpu.id, p.port) not in down, dict(self.errors[i]))
+                      for i, p in enumerate(gpu.ports))
+        self._links = (down, links)
+        return links
+
 
 
 def events_for(fault: ActiveFault) -> list[tuple[str, int, int]]:

@@ -132,6 +132,12 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     pools_json = [p.to_json() for p in platform.pools]
     lost = frozenset(g.name for g in state.gpus if g.lost)
     memo: dict[str, Any] | None = ctx.memo.get("root", dict) if ctx.memo is not None else None
+    # What the tree depends on beyond the node's static content: one tuple, compared before anything is built. A
+    # fault that touches none of it (an Xid, a thermal or ECC fault) costs this comparison and one stat (issue 19:
+    # building the specs below and the writer cost more than the rest of such a render of the tree).
+    depends = (key, lost, mig, platform.cxl, platform.numa_memory, platform.pools)
+    if memo is not None and memo.get("depends") == depends and (root_parent.root / ROOT_DIR).is_dir():
+        return WriteStats(mode="unchanged")
     specs = [
         SectionSpec("cpu", key, lambda: cpu_section(node), share=f"{share}/cpu"),
         SectionSpec("node-static", key, lambda: node_static_section(node), share=f"{share}/node"),
@@ -155,7 +161,11 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
                         store=root_parent.root.parent / SHARED_DIR)
     # With a memo, a render whose sections' keys and inputs all equal the last written render's (an Xid, a thermal
     # or ECC fault touches none of them) returns at once: the specs are the one list of what the tree depends on.
+    if memo is not None:
+        memo.pop("depends", None)  # a render that fails part-way must not leave an earlier match behind
     stats = writer.render(specs, memo)
+    if memo is not None:
+        memo["depends"] = depends
     if stats.changed:
         notify_live(root_parent.root, stats.changed)  # a live /sys must stop serving what changed first
     return stats
