@@ -262,9 +262,11 @@ def run_profile(profile: str, args: argparse.Namespace) -> None:
         health_rate, _ = concurrent(sock, targets, args.clients, args.threads, args.seconds / 2, "health")
         health_cpu = (agent_cpu(agent.pid) - cpu) / max(health_rate * args.seconds / 2, 1)
         records = journal_records(state_dir)
+        work = client.health().get("work")  # an older agent (PYTHONPATH=<checkout>) has no counters
         rate, errors, per_injection, wall = inject_phase(agent, sock, targets, args)
         cpu = per_injection * rate * args.seconds
         records = journal_records(state_dir) - records
+        after = client.health().get("work")
         conc = f"{args.clients}x{args.threads} clients"
         row(f"GET /v1/health, {conc}", f"{health_rate:8.0f} req/s",
             f"agent CPU {health_cpu * 1e3:.3f} ms per request")
@@ -274,6 +276,13 @@ def run_profile(profile: str, args: argparse.Namespace) -> None:
             f"{per_injection / max(health_cpu, 1e-9):5.1f}x a health request's",
             f"({cpu:.1f} s CPU in {wall:.1f} s)")
         row("  journal records written", f"{records}", f"faults active at the end: {len(client.faults())}")
+        if work and after:
+            changes = after["changes_applied"] - work["changes_applied"]
+            updates = after["node_updates"] - work["node_updates"]
+            # Changes made durable while a batch renders are applied together, one render per node they touch:
+            # the same rate costs a fleet of trays more renders per injection than one node (issue 19's gb200-nvl72).
+            row("  node renders per injection", f"{updates / max(changes, 1):7.2f}",
+                f"({updates} renders for {changes} changes, {changes / max(updates, 1):.1f} changes per render)")
         p99 = percentile(seen, 99)
         row("issue 19 targets", f"inject -> consumer p99 < 5 ms: {'met' if p99 < 0.005 else 'MISSED'} "
             f"({p99 * 1e3:.1f} ms)", f">= 1,000 injections/s: {'met' if rate >= 1000 else 'MISSED'} ({rate:.0f}/s)",

@@ -163,6 +163,10 @@ class AgentService:
         """Nodes whose files are behind (a render failed) and why; rendered again on the next change."""
         self._disk_error: str | None = None
         """The last change refused because the disk was full (cleared by the next change that succeeds)."""
+        self._work = {"changes_applied": 0, "node_updates": 0}
+        """Fault changes applied since the start and node updates (a render, or a state derived for a node without
+        files) they took: changes made durable while another batch held the lock are applied together and each node
+        they touched is updated once, so the ratio says how much batching saved (health reports both)."""
         # Handed out (ahead of the applied state while changes wait for their fsync; under ``_issue``):
         self._fault_counter = 0
         self._issued_seq = 0
@@ -296,12 +300,13 @@ class AgentService:
         return self._seq
 
     def health(self) -> dict[str, Any]:
-        """What ``GET /v1/health`` adds about the agent's own condition: journal recovery, disk, stale nodes."""
+        """What ``GET /v1/health`` adds about the agent's own condition: journal recovery, disk, stale nodes, and
+        the work done since the start (fault changes applied, node updates they took)."""
         with self.lock:
             journals = {"faults": self.journal.recovery.to_json(),
                         "platform": self.platform.journal.recovery.to_json()}
             full = (self.reserve.released if self.reserve else None) or self._disk_error
-            return {"journals": journals, "disk_full": full, "stale_nodes": dict(self._stale)}
+            return {"journals": journals, "disk_full": full, "stale_nodes": dict(self._stale), "work": dict(self._work)}
 
     # ------------------------------------------------------------------------------------------ changes
 
@@ -489,6 +494,8 @@ class AgentService:
                 pending.settle()
         for name in sorted(touched | set(self._stale)):
             self._update(name)
+        self._work["changes_applied"] += len(applied)
+        self._work["node_updates"] += len(touched)
         for pending in applied:  # only now: its request may answer
             pending.done = True
         if touched:

@@ -425,9 +425,11 @@ def test_changes_synced_during_a_render_are_rendered_together_by_the_next(fast_t
         first.join()
         for t in others:
             t.join()
+    work = svc.health()["work"]
     svc.close()
     assert len(returned) == 9
     assert len(generations) == 2  # the held render, then one for the 8 changes synced meanwhile
+    assert work == {"changes_applied": 9, "node_updates": 2}  # what health reports of it (bench_agent.py prints it)
     assert _rendered(svc)["generation"] == generations[1]
     assert len(_rendered(svc)["faults"]) == 9
 
