@@ -1,0 +1,139 @@
+"""Each profile's CPU caches as the real part has them (issue #16: every part was given Sapphire Rapids' ways).
+
+The expected figures are the vendors' (cited at each table), written out here, not read from
+fakehw/model/cpu_parts.py: ``cache/indexN`` (Documentation/ABI/testing/sysfs-devices-system-cpu) shows a cache's
+``size``, ``ways_of_associativity``, ``number_of_sets`` and ``coherency_line_size`` as CPUID leaf 4 (x86) or the
+firmware's cache description (arm64 ACPI PPTT) gives them, ``size = ways * sets * line``, and ``shared_cpu_list``
+the CPUs that share one instance. util-linux ``lscpu -C``, where installed, reads the fake tree (``--sysroot``)
+and must print the same geometry, and ``lscpu`` the same number of L3 instances.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fakehw.model import System, load_profile
+from fakehw.model.cpu_parts import part_of
+from fakehw.model.system import Node
+
+Rendered = Callable[[str], list[tuple[System, Node, Path]]]
+CPUS = "sys/devices/system/cpu"
+Row = tuple[str, int, int, int]
+"""A cache as ``lscpu -C`` names it: name, one instance's size in bytes, ways, sets (64-byte lines throughout)."""
+
+KIB, MIB = 1024, 1024 * 1024
+
+ZEN2_EPYC_7742: list[Row] = [("L1d", 32 * KIB, 8, 64), ("L1i", 32 * KIB, 8, 64), ("L2", 512 * KIB, 8, 1024),
+                             ("L3", 16 * MIB, 16, 16384)]
+"""AMD Software Optimization Guide for Family 17h Models 30h+ (pub. 56305), 2.6: L1I/L1D 32 KB 8-way, L2 512 KB
+8-way, L3 16 MB 16-way per 4-core CCX."""
+ZEN4_EPYC_9354: list[Row] = [("L1d", 32 * KIB, 8, 64), ("L1i", 32 * KIB, 8, 64), ("L2", 1 * MIB, 8, 2048),
+                             ("L3", 32 * MIB, 16, 32768)]
+"""AMD Software Optimization Guide for Zen 4 (pub. 57647): L1I/L1D 32 KB 8-way, L2 1 MB 8-way, L3 32 MB 16-way per
+CCD; the EPYC 9354's 256 MB are 8 CCDs of 4 cores."""
+CASCADE_LAKE_8259CL: list[Row] = [("L1d", 32 * KIB, 8, 64), ("L1i", 32 * KIB, 8, 64), ("L2", 1 * MIB, 16, 1024),
+                                  ("L3", 36608 * KIB, 11, 53248)]
+"""Intel optimization reference manual, Skylake Server cache parameters: L1 32 KB 8-way, L2 1 MB 16-way, L3
+1.375 MB per core 11-way (the 8259CL's 35.75 MB: 26 slices)."""
+NEOVERSE_V2: list[Row] = [("L1d", 64 * KIB, 4, 256), ("L1i", 64 * KIB, 4, 256), ("L2", 1 * MIB, 8, 2048)]
+"""Arm Neoverse V2 Core TRM (102375): L1 I and D 64 KB 4-way, L2 (1 MB on Grace) 8-way."""
+QEMU_ICELAKE_L2_L3: list[Row] = [("L2", 4 * MIB, 16, 4096), ("L3", 16 * MIB, 16, 16384)]
+"""QEMU target/i386/cpu.c, legacy_l2_cache and legacy_l3_cache (a CPU model without cache_info, as Icelake-Server):
+4 MiB 16-way 4096 sets, 16 MiB 16-way 16384 sets."""
+REDWOOD_COVE_L1I: list[Row] = [("L1i", 64 * KIB, 16, 64)]
+"""Intel optimization reference manual, Redwood Cove (Granite Rapids): L1I 64 KB 16-way."""
+
+EXPECTED: dict[str, tuple[list[Row], int | None, str | None]] = {
+    "dgx-a100": (ZEN2_EPYC_7742, 32, "0-3,128-131"),
+    "l40s-server": (ZEN4_EPYC_9354, 16, "0-3,64-67"),
+    "t4-cloud": (CASCADE_LAKE_8259CL, 1, "0-3"),
+    "gh200": (NEOVERSE_V2, 1, "0-71"),
+    "cxl-test": (QEMU_ICELAKE_L2_L3, 2, "0-3"),
+    "cxl-pool": (REDWOOD_COVE_L1I, 1, "0-127"),
+}
+"""Per profile: the caches of its part, its L3 instances on the node, and cpu0's L3 ``shared_cpu_list`` (a CCX is
+4 cores and their SMT siblings, Linux numbering every core's first thread first)."""
+
+
+def _read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def _sysfs_rows(cpu: Path) -> dict[str, Row]:
+    """cpuN's caches as lscpu names them (L1d, L1i, L2, L3), from ``cache/indexN``."""
+    rows = {}
+    for index in sorted(cpu.glob("cache/index[0-9]*")):
+        level, kind = _read(index / "level"), _read(index / "type")
+        name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
+        size = _read(index / "size")
+        assert size.endswith("K") and _read(index / "coherency_line_size") == "64", (index, size)
+        rows[name] = (name, int(size[:-1]) * KIB, int(_read(index / "ways_of_associativity")),
+                      int(_read(index / "number_of_sets")))
+    return rows
+
+
+@pytest.mark.parametrize("profile", sorted(EXPECTED))
+def test_a_profiles_caches_have_its_parts_geometry(rendered: Rendered, profile: str) -> None:
+    """Every CPU's cache leaves have the part's size, ways and sets; cpu0's L3 is shared by the CPUs of its
+    instance (one CCX/CCD on AMD, the socket elsewhere); ``lscpu -C`` prints the same and ``lscpu`` counts the
+    part's L3 instances."""
+    rows, instances, l3_cpus = EXPECTED[profile]
+    (_, node, root), *_ = rendered(profile)
+    for c in (0, node.cpu.logical_cpus - 1):
+        got = _sysfs_rows(root / CPUS / f"cpu{c}")
+        assert [got[name] for name, *_ in rows] == rows, (profile, c)
+    assert _read(root / CPUS / "cpu0/cache/index3/shared_cpu_list") == l3_cpus, profile
+    if shutil.which("lscpu") is None:
+        return
+    proc = subprocess.run(["lscpu", "-J", "-B", "-C", "--sysroot", str(root)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    printed = {c["name"]: (c["name"], int(c["one-size"]), int(c["ways"]), int(c["sets"]))
+               for c in json.loads(proc.stdout)["caches"]}
+    assert [printed[name] for name, *_ in rows] == rows, profile
+    proc = subprocess.run(["lscpu", "-J", "--sysroot", str(root)], capture_output=True, text=True, timeout=60,
+                          check=True)
+    fields = {e["field"].rstrip(":"): e["data"] for e in json.loads(proc.stdout)["lscpu"]}
+    if node.cpu.arch == "amd64":  # lscpu summarises caches from x86 cpuinfo only on an x86 host
+        assert fields["L3 cache"].endswith(f"({instances} instance{'s' if instances != 1 else ''})"), fields
+
+
+def test_the_dgx_a100_l3s_are_one_per_ccx_with_their_own_ids(rendered: Rendered) -> None:
+    """An EPYC 7742 has an L3 per CCX of 4 cores (AMD SOG 56305, 2.6), so cpu0-3 and their SMT siblings 128-131
+    share one, cpu4 is in the next, and socket 1's first CCX (cpu64) is another; the ABI's ``id`` tells them apart
+    (Documentation/ABI/testing/sysfs-devices-system-cpu: unique among the caches of one level and type)."""
+    (_, _, root), *_ = rendered("dgx-a100")
+    index3 = {c: root / CPUS / f"cpu{c}/cache/index3" for c in (0, 3, 4, 64, 131)}
+    lists = {c: _read(p / "shared_cpu_list") for c, p in index3.items()}
+    assert lists == {0: "0-3,128-131", 3: "0-3,128-131", 4: "4-7,132-135", 64: "64-67,192-195",
+                     131: "0-3,128-131"}
+    ids = {c: _read(p / "id") for c, p in index3.items()}
+    assert ids[0] == ids[3] == ids[131] and len({ids[0], ids[4], ids[64]}) == 3, ids
+    assert {_read(p / "size") for p in index3.values()} == {"16384K"}
+
+
+def test_every_known_parts_declared_sizes_are_its_profiles() -> None:
+    """The part table's per-instance sizes and the profiles that name the part agree (the profile's L3 is its
+    socket's or NUMA node's: the instance times the instances in it), and each declared cache divides into whole
+    sets at its ways (the kernel's figures always do), so the renderer shows the part's ways, never its fallback."""
+    seen = set()
+    for profile in ("dgx-a100", "l40s-server", "t4-cloud", "gh200", "gb200-nvl72", "dgx-h100", "edge-pcie",
+                    "dgx-b200", "cxl-test", "cxl-pool", "riscv-nvlink-fusion"):
+        node = load_profile(profile).nodes[0]
+        part = part_of(node.cpu.model)
+        assert part is not None, (profile, node.cpu.model)
+        seen.add(part)
+        caches = node.cpu.caches
+        assert (caches.l1d, caches.l1i, caches.l2) == (part.l1d.size, part.l1i.size, part.l2.size), profile
+        domain_cores = (node.cpu.cores_per_socket if caches.l3_shared_by == "socket"
+                        else len(node.numa[0].cpus) // node.cpu.threads_per_core)
+        per_domain = domain_cores // part.l3.cores if part.l3.cores else 1
+        assert caches.l3 == part.l3.size * per_domain, profile
+        for level in (part.l1d, part.l1i, part.l2, part.l3):
+            assert level.sets * level.ways * level.line == level.size, (profile, level)
+    assert len(seen) == 10
