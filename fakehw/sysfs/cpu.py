@@ -159,7 +159,11 @@ def cpu_section(node: Node) -> Section:
 def _x86_cpuinfo(cpu: Cpu, node: Node) -> str:
     flags = " ".join(cpu.isa)
     bogomips = f"{cpu.frequency_mhz * 2:.2f}"
-    l3 = kb(cpu.caches.l3)
+    # show_cpuinfo's "cache size" is x86_cache_size: init_intel_cacheinfo (arch/x86/kernel/cpu/cacheinfo.c) sets it
+    # to the L3's leaf 4 size (the L2's where there is no L3); on AMD it stays what cpu_detect_cache_sizes read from
+    # CPUID 0x80000006 ECX, the core's L2 (an EPYC 7742 shows 512 KB)
+    amd = cpu.vendor == "AuthenticAMD"
+    cache_size = kb(cpu.caches.l2 if amd or not cpu.caches.l3 else cpu.caches.l3)
     # CPUID 0x80000008's linear address width (get_cpu_address_sizes): 57 on a CPU with 5-level paging (LA57,
     # which a 5-level kernel shows in the flags), 48 on one without
     virtual_bits = 57 if "la57" in cpu.isa else 48
@@ -176,7 +180,7 @@ def _x86_cpuinfo(cpu: Cpu, node: Node) -> str:
             f"stepping\t: {cpu.stepping}\n"
             f"microcode\t: 0x2b000590\n"
             f"cpu MHz\t\t: {cpu.frequency_mhz:.3f}\n"
-            f"cache size\t: {l3} KB\n"
+            f"cache size\t: {cache_size} KB\n"
             f"physical id\t: {socket}\n"
             f"siblings\t: {cpu.cores_per_socket * cpu.threads_per_core}\n"
             f"core id\t\t: {core}\n"

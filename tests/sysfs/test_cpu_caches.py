@@ -10,6 +10,7 @@ and must print the same geometry, and ``lscpu`` the same number of L3 instances.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 from fakehw.model import System, load_profile
 from fakehw.model.cpu_parts import part_of
 from fakehw.model.system import Node
+from fakehw.sysfs.cpu import cpuinfo
 
 Rendered = Callable[[str], list[tuple[System, Node, Path]]]
 CPUS = "sys/devices/system/cpu"
@@ -137,3 +139,26 @@ def test_every_known_parts_declared_sizes_are_its_profiles() -> None:
         for level in (part.l1d, part.l1i, part.l2, part.l3):
             assert level.sets * level.ways * level.line == level.size, (profile, level)
     assert len(seen) == 10
+
+
+@pytest.mark.parametrize(("profile", "size"), (("dgx-a100", "512 KB"), ("l40s-server", "1024 KB"),
+                                               ("t4-cloud", "36608 KB")))
+def test_x86_cpuinfo_cache_size_is_the_l2_on_amd_and_the_l3_on_intel(rendered: Rendered, profile: str,
+                                                                      size: str) -> None:
+    """``/proc/cpuinfo``'s ``cache size`` is x86_cache_size: the L3 on Intel (init_intel_cacheinfo, from leaf 4:
+    the 8259CL's 35.75 MB), but on AMD the core's L2 as CPUID 0x80000006 reports it (cpu_detect_cache_sizes; an
+    EPYC 7742's /proc/cpuinfo reads ``cache size : 512 KB``, a Zen 4's 1024 KB)."""
+    (_, _, root), *_ = rendered(profile)
+    sizes = {line.split(":", 1)[1].strip() for line in (root / "proc/cpuinfo").read_text().splitlines()
+             if line.startswith("cache size")}
+    assert sizes == {size}, profile
+
+
+def test_an_intel_cpu_without_an_l3_shows_its_l2_as_cache_size() -> None:
+    """init_intel_cacheinfo sets x86_cache_size to the L3 if there is one, else the L2 (a t4-cloud node with its
+    L3 taken out, as the model accepts ``l3: 0``: its 1 MB L2)."""
+    node = load_profile("t4-cloud").nodes[0]
+    node = dataclasses.replace(node, cpu=dataclasses.replace(node.cpu, caches=dataclasses.replace(node.cpu.caches,
+                                                                                                  l3=0)))
+    sizes = {line.split(":", 1)[1].strip() for line in cpuinfo(node).splitlines() if line.startswith("cache size")}
+    assert sizes == {"1024 KB"}
