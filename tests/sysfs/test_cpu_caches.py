@@ -162,3 +162,20 @@ def test_an_intel_cpu_without_an_l3_shows_its_l2_as_cache_size() -> None:
                                                                                                   l3=0)))
     sizes = {line.split(":", 1)[1].strip() for line in cpuinfo(node).splitlines() if line.startswith("cache size")}
     assert sizes == {"1024 KB"}
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "dgx-a100", "t4-cloud"))
+def test_an_x86_cluster_is_its_l2_and_its_id_a_number_unique_to_it(rendered: Rendered, profile: str) -> None:
+    """On x86 a CPU's cluster is the CPUs that share its L2 (arch/x86/kernel/smpboot.c: cpu_clustergroup_mask is
+    cpu_l2c_shared_mask) and ``topology/cluster_id`` is that L2's id (topology_cluster_id: topo.l2c_id, the APIC id
+    above the L2's sharing bits, unique in the system), printed as a decimal integer (drivers/base/topology.c,
+    ``%d``). So ``cluster_cpus_list`` is the L2's ``shared_cpu_list``, every CPU of a cluster has its id and no
+    other cluster has it."""
+    (_, node, root), *_ = rendered(profile)
+    owner: dict[str, str] = {}
+    for c in range(node.cpu.logical_cpus):
+        cpu = root / CPUS / f"cpu{c}"
+        cluster, ident = _read(cpu / "topology/cluster_cpus_list"), _read(cpu / "topology/cluster_id")
+        assert ident.isdigit(), (profile, c, ident)
+        assert cluster == _read(cpu / "cache/index2/shared_cpu_list"), (profile, c)
+        assert owner.setdefault(ident, cluster) == cluster, (profile, c, ident)
