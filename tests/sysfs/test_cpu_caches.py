@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -108,7 +109,8 @@ def test_a_profiles_caches_have_its_parts_geometry(rendered: Rendered, profile: 
 def test_the_dgx_a100_l3s_are_one_per_ccx_with_their_own_ids(rendered: Rendered) -> None:
     """An EPYC 7742 has an L3 per CCX of 4 cores (AMD SOG 56305, 2.6), so cpu0-3 and their SMT siblings 128-131
     share one, cpu4 is in the next, and socket 1's first CCX (cpu64) is another; the ABI's ``id`` tells them apart
-    (Documentation/ABI/testing/sysfs-devices-system-cpu: unique among the caches of one level and type)."""
+    (Documentation/ABI/testing/sysfs-devices-system-cpu: unique among the caches of one level and type). hwloc,
+    where installed, reading the tree (HWLOC_FSROOT) counts the 32 L3s."""
     (_, _, root), *_ = rendered("dgx-a100")
     index3 = {c: root / CPUS / f"cpu{c}/cache/index3" for c in (0, 3, 4, 64, 131)}
     lists = {c: _read(p / "shared_cpu_list") for c, p in index3.items()}
@@ -117,6 +119,11 @@ def test_the_dgx_a100_l3s_are_one_per_ccx_with_their_own_ids(rendered: Rendered)
     ids = {c: _read(p / "id") for c, p in index3.items()}
     assert ids[0] == ids[3] == ids[131] and len({ids[0], ids[4], ids[64]}) == 3, ids
     assert {_read(p / "size") for p in index3.values()} == {"16384K"}
+    if shutil.which("hwloc-calc") is None:
+        return
+    proc = subprocess.run(["hwloc-calc", "--number-of", "L3", "all"], capture_output=True, text=True, timeout=60,
+                          check=True, env={**os.environ, "HWLOC_FSROOT": str(root)})
+    assert proc.stdout.strip() == "32", proc.stdout  # hwloc reading the tree: 2 sockets of 16 CCX
 
 
 def test_every_known_parts_declared_sizes_are_its_profiles() -> None:
