@@ -20,9 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from fakehw.agent.state import derive_state
 from fakehw.model import System, load_profile
 from fakehw.model.cpu_parts import part_of
 from fakehw.model.system import Node
+from fakehw.render import RenderContext
+from fakehw.render.atomic import OutputDir
+from fakehw.sysfs import ROOT_DIR, render_tree
 from fakehw.sysfs.cpu import cpuinfo
 
 Rendered = Callable[[str], list[tuple[System, Node, Path]]]
@@ -186,3 +190,18 @@ def test_an_x86_cluster_is_its_l2_and_its_id_a_number_unique_to_it(rendered: Ren
         assert ident.isdigit(), (profile, c, ident)
         assert cluster == _read(cpu / "cache/index2/shared_cpu_list"), (profile, c)
         assert owner.setdefault(ident, cluster) == cluster, (profile, c, ident)
+
+
+def test_a_cache_its_parts_ways_do_not_divide_still_multiplies_out_to_its_size(fast_tmp: Path) -> None:
+    """A profile may give a known part a cache of another size (a t4-cloud node with a 32 MiB L3: 524288 lines,
+    which the Cascade Lake's 11 ways do not divide); what the kernel shows still obeys ``size = ways * sets *
+    coherency_line_size`` (drivers/base/cacheinfo.c; CPUID leaf 4 is whole sets of whole lines), so the leaf
+    shows some associativity that divides it, not the part's 11 with a truncated set count."""
+    system = load_profile("t4-cloud")
+    node = system.nodes[0]
+    node = dataclasses.replace(node, cpu=dataclasses.replace(node.cpu, caches=dataclasses.replace(node.cpu.caches,
+                                                                                                  l3=32 * MIB)))
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / node.name))
+    index = fast_tmp / node.name / ROOT_DIR / CPUS / "cpu0/cache/index3"
+    ways, sets = int(_read(index / "ways_of_associativity")), int(_read(index / "number_of_sets"))
+    assert (_read(index / "size"), ways * sets * int(_read(index / "coherency_line_size"))) == ("32768K", 32 * MIB)
