@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -205,3 +206,14 @@ def test_a_cache_its_parts_ways_do_not_divide_still_multiplies_out_to_its_size(f
     index = fast_tmp / node.name / ROOT_DIR / CPUS / "cpu0/cache/index3"
     ways, sets = int(_read(index / "ways_of_associativity")), int(_read(index / "number_of_sets"))
     assert (_read(index / "size"), ways * sets * int(_read(index / "coherency_line_size"))) == ("32768K", 32 * MIB)
+
+
+def test_a_riscv_harts_uarch_is_a_devicetree_compatible_string(rendered: Rendered) -> None:
+    """arch/riscv/kernel/cpu.c (c_show) prints ``uarch`` as the hart's device-tree node's first ``compatible``
+    string, and the Devicetree Specification (2.3.1, compatible) has it "manufacturer,model", consisting only of
+    lowercase letters, digits and dashes, starting with a letter, the single comma after the vendor prefix."""
+    (_, node, root), *_ = rendered("riscv-nvlink-fusion")
+    values = {line.split(":", 1)[1].strip() for line in (root / "proc/cpuinfo").read_text().splitlines()
+              if line.startswith("uarch")}
+    assert len(values) == 1, values
+    assert re.fullmatch(r"[a-z][a-z0-9-]*,[a-z][a-z0-9-]*", values.pop()), node.cpu.model
