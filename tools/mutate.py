@@ -96,7 +96,7 @@ AREAS = (
                              "fakehw/sysfs/nvidia.py", "fakehw/sysfs/cxl.py"),
          ("tests/sysfs/test_consumers.py", "tests/sysfs/test_hwloc_profiles.py",
           "tests/sysfs/test_pci.py", "tests/sysfs/test_memory.py", "tests/sysfs/test_real_layouts.py",
-          "tests/sysfs/test_kernel_abi.py"),
+          "tests/sysfs/test_kernel_abi.py", "tests/sysfs/test_cpu_caches.py"),
          # Per mutant: the tests whose expected values come from outside the renderers (lspci, lscpu, numactl,
          # hwloc, lsmem, numastat, the kernel's ABI, real machines' layouts), on the profiles that exercise every
          # renderer (x86 DGX, Grace, GB200, RISC-V, CXL pool, ndctl's cxl_test topology). The all-profile sweeps,

@@ -1,45 +1,53 @@
 """CPUs: ``/sys/devices/system/cpu`` (topology and caches per CPU) and ``/proc/cpuinfo`` per architecture.
 
 Linux numbers the first thread of every core first and SMT siblings after them (the model's ``Cpu.cpu_id``);
-caches L1d/L1i/L2 are per core, L3 per socket or per NUMA node (``l3SharedBy``). ``/proc/cpuinfo`` follows the
+caches L1d/L1i/L2 are per core, L3 per socket or per NUMA node (``l3SharedBy``) or, on a part with one per core
+complex (AMD's CCX/CCD), per group of its cores; each cache's associativity, line and sharing are its part's
+(fakehw/model/cpu_parts.py). ``/proc/cpuinfo`` follows the
 node's architecture: the x86 fields hwloc and lscpu read, arm64's implementer/part lines, and riscv64's
 ``isa`` string (base ISA then the extensions joined by ``_``), as the kernel prints them.
 """
 
 from __future__ import annotations
 
+from fakehw.model.cpu_parts import DEFAULT_PART, CacheLevel, part_of
 from fakehw.model.system import Cpu, Node
 from fakehw.model.units import format_cpulist
 from fakehw.sysfs.common import RISCV_MMU, cpumask, kb, page_size
 from fakehw.sysfs.tree import Section
 
-LINE = 64
 FALLBACK_WAYS = 16
 """The associativity of a cache whose lines its part's usual one does not divide into whole sets. A cache is whole
 KiB (the model refuses anything else: CacheSpec), so 16 lines of 64 bytes divide it: 16 ways always do."""
 CPU_DIR = "sys/devices/system/cpu"
 
 
-def _ways(size: int, preferred: int) -> int:
-    """An associativity that divides the cache into whole sets (kernel data always does): the part's usual one, else
-    :data:`FALLBACK_WAYS`."""
-    lines = size // LINE
-    return preferred if lines % preferred == 0 else FALLBACK_WAYS
+def _ways(size: int, level: CacheLevel) -> int:
+    """An associativity that divides the cache into whole sets (kernel data always does): the part's, else
+    :data:`FALLBACK_WAYS` (a profile that gives a known part caches of another size)."""
+    lines = size // level.line
+    return level.ways if lines % level.ways == 0 else FALLBACK_WAYS
 
 
-def _l3_groups(node: Node) -> dict[int, tuple[int, ...]]:
+def _l3_groups(node: Node, cores: int) -> dict[int, tuple[int, ...]]:
+    """The CPUs that share each CPU's L3: its socket's or NUMA node's (the profile's ``l3SharedBy``), split into
+    groups of ``cores`` consecutive cores (with their SMT siblings) where the part has an L3 per core complex."""
     cpu = node.cpu
-    groups: dict[int, tuple[int, ...]] = {}
+    domains: dict[int, tuple[int, ...]] = {}
     if cpu.caches.l3_shared_by == "numa":
         for n in node.numa:
             for c in n.cpus:
-                groups[c] = n.cpus
+                domains[c] = n.cpus
     else:
         for s in range(cpu.sockets):
             members = tuple(sorted(c for c in range(cpu.logical_cpus) if cpu.socket_of(c) == s))
             for c in members:
-                groups[c] = members
-    return groups
+                domains[c] = members
+    if not cores:
+        return domains
+    # a domain is within one socket (a NUMA node holds one socket's cores), so core numbers tell its groups apart
+    return {c: tuple(m for m in members if cpu.core_of(m) // cores == cpu.core_of(c) // cores)
+            for c, members in domains.items()}
 
 
 NR_CPUS = {"amd64": 8192, "arm64": 512, "riscv64": 512}
@@ -85,8 +93,10 @@ def cpu_section(node: Node) -> Section:
     sec.text(f"{CPU_DIR}/smt/active", 1 if cpu.threads_per_core > 1 else 0)
     sec.text(f"{CPU_DIR}/smt/control", "on" if cpu.threads_per_core > 1 else "notsupported")
     numa_of = {c: nn.id for nn in node.numa for c in nn.cpus}
-    l3 = _l3_groups(node)
     caches = cpu.caches
+    part = part_of(cpu.model) or DEFAULT_PART
+    l3 = _l3_groups(node, part.l3.cores)
+    l3_domain = _l3_groups(node, 0)
     l3_ids: dict[tuple[int, ...], int] = {}
     pkg_cpus = {s: tuple(c for c in range(n) if cpu.socket_of(c) == s) for s in range(cpu.sockets)}
     pkg_mask = {s: (cpumask(v, n), format_cpulist(v)) for s, v in pkg_cpus.items()}
@@ -118,24 +128,26 @@ def cpu_section(node: Node) -> Section:
         core_index = socket * cpu.cores_per_socket + core
         l3_members = l3.get(c, siblings)
         l3_id = l3_ids.setdefault(l3_members, len(l3_ids))
+        # the profile's l3 is its socket's or NUMA node's; a part with an L3 per core complex has a share of it
+        l3_size = caches.l3 * len(l3_members) // len(l3_domain.get(c, l3_members))
         index = 0
-        for level, kind, size, ways, shared, cid in (
-            (1, "Data", caches.l1d, 12, siblings, core_index),
-            (1, "Instruction", caches.l1i, 8, siblings, core_index),
-            (2, "Unified", caches.l2, 16, siblings, core_index),
-            (3, "Unified", caches.l3, 15, l3_members, l3_id),
+        for level, kind, size, geometry, shared, cid in (
+            (1, "Data", caches.l1d, part.l1d, siblings, core_index),
+            (1, "Instruction", caches.l1i, part.l1i, siblings, core_index),
+            (2, "Unified", caches.l2, part.l2, siblings, core_index),
+            (3, "Unified", l3_size, part.l3, l3_members, l3_id),
         ):
             if not size:
                 continue  # no leaf for a cache the CPU lacks; the kernel numbers the leaves it has from 0, no gap
             d = f"{base}/cache/index{index}"
             index += 1
-            w = _ways(size, ways)
+            w = _ways(size, geometry)
             sec.text(f"{d}/level", level)
             sec.text(f"{d}/type", kind)
             sec.text(f"{d}/size", f"{kb(size)}K")
-            sec.text(f"{d}/coherency_line_size", LINE)
+            sec.text(f"{d}/coherency_line_size", geometry.line)
             sec.text(f"{d}/ways_of_associativity", w)
-            sec.text(f"{d}/number_of_sets", size // (LINE * w))
+            sec.text(f"{d}/number_of_sets", size // (geometry.line * w))
             sec.text(f"{d}/physical_line_partition", 1)
             sec.text(f"{d}/shared_cpu_map", cpumask(shared, n))
             sec.text(f"{d}/shared_cpu_list", format_cpulist(shared))
@@ -147,7 +159,11 @@ def cpu_section(node: Node) -> Section:
 def _x86_cpuinfo(cpu: Cpu, node: Node) -> str:
     flags = " ".join(cpu.isa)
     bogomips = f"{cpu.frequency_mhz * 2:.2f}"
-    l3 = kb(cpu.caches.l3)
+    # show_cpuinfo's "cache size" is x86_cache_size: init_intel_cacheinfo (arch/x86/kernel/cpu/cacheinfo.c) sets it
+    # to the L3's leaf 4 size (the L2's where there is no L3); on AMD it stays what cpu_detect_cache_sizes read from
+    # CPUID 0x80000006 ECX, the core's L2 (an EPYC 7742 shows 512 KB)
+    amd = cpu.vendor == "AuthenticAMD"
+    cache_size = kb(cpu.caches.l2 if amd or not cpu.caches.l3 else cpu.caches.l3)
     # CPUID 0x80000008's linear address width (get_cpu_address_sizes): 57 on a CPU with 5-level paging (LA57,
     # which a 5-level kernel shows in the flags), 48 on one without
     virtual_bits = 57 if "la57" in cpu.isa else 48
@@ -164,7 +180,7 @@ def _x86_cpuinfo(cpu: Cpu, node: Node) -> str:
             f"stepping\t: {cpu.stepping}\n"
             f"microcode\t: 0x2b000590\n"
             f"cpu MHz\t\t: {cpu.frequency_mhz:.3f}\n"
-            f"cache size\t: {l3} KB\n"
+            f"cache size\t: {cache_size} KB\n"
             f"physical id\t: {socket}\n"
             f"siblings\t: {cpu.cores_per_socket * cpu.threads_per_core}\n"
             f"core id\t\t: {core}\n"

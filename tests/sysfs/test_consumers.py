@@ -65,8 +65,9 @@ def test_lscpu_reads_the_cpu_topology(profile: str, rendered: Rendered) -> None:
             assert int(fields["Socket(s)"]) == cpu.sockets
             assert int(fields["Core(s) per socket"]) == cpu.cores_per_socket
             assert int(fields["Thread(s) per core"]) == cpu.threads_per_core
-            l3_instances = cpu.sockets if cpu.caches.l3_shared_by == "socket" else sum(1 for n in node.numa
-                                                                                       if n.cpus)
+            # one L3 per distinct set of CPUs sharing one (a socket, a NUMA node, an AMD CCX): what lscpu counts
+            l3_instances = len({(root / f"sys/devices/system/cpu/cpu{c}/cache/index3/shared_cpu_list").read_text()
+                                for c in range(cpu.logical_cpus)})
             assert f"({l3_instances} instance" in fields["L3 cache"]
 
 
