@@ -388,7 +388,8 @@ def test_an_array_getter_answers_its_query_form_and_bounds_as_nvml_h_documents(
     number of matching GPUs" with SUCCESS. So: the query form answers the needed count n (INSUFFICIENT_SIZE when n > 0
     except the topology lists' SUCCESS); n - 1 answers INSUFFICIENT_SIZE with count n (the topology lists document no
     short answer: only the count and the bound are judged there); n and n + 2 answer SUCCESS with count n and the
-    same entries; no call writes past the count it was given."""
+    same entries; no call writes past the count it was given, and none answers SUCCESS with a count larger than the
+    array it was given (the caller would read entries never written)."""
     wrong, judged_rows = [], set()
     for i, (name, _, _, query_success) in enumerate(ARRAYS):
         for board, row in judged_on(answers, "arrays", i):
@@ -414,7 +415,11 @@ def test_an_array_getter_answers_its_query_form_and_bounds_as_nvml_h_documents(
                                  f", not SUCCESS with {n}")
             if calls["exact"]["entries"] != calls["larger"]["entries"]:
                 wrong.append(f"{what}: the exact and the larger array hold different entries")
+            given = {"short": n - 1, "exact": n, "larger": n + 2}
             for label, call in calls.items():
+                if call["ret"] == SUCCESS and 0 < given[label] < call["count"]:  # 0: the query form
+                    wrong.append(f"{what} {label}: SUCCESS with count {call['count']}, more than the "
+                                 f"{given[label]} entries the array holds")
                 if not call["intact"]:
                     wrong.append(f"{what} {label}: wrote past the count it was given")
     assert not wrong, "\n".join(wrong)
