@@ -14,6 +14,10 @@ built against the header (never from the shim's own ``nvml_abi.h``), and the doc
   the topology lists' "When zero, is set to the number of matching GPUs" answers SUCCESS); one short answers
   INSUFFICIENT_SIZE and sets the needed count; exact and larger answer SUCCESS with the count written and the same
   entries; nothing is written past the count given.
+* lists inside a versioned struct (nvmlDeviceGetRunningProcessDetailList, nvmlDeviceGetProcessesUtilizationInfo):
+  the same bounds on the count member, the array member NULL in the query form.
+* caller-sized arrays (the CPU and memory affinity masks, the P-state list sized in bytes): size 0 answers the
+  documented error, the documented sizes answer SUCCESS, nothing is written past the size given.
 * versioned structs (a function of a device, plain integers and one pointer to a struct nvml.h gives
   ``NVML_STRUCT_VERSION`` macros): version word 0 and the newest version + 1 answer
   NVML_ERROR_ARGUMENT_VERSION_MISMATCH ("The provided version is invalid/unsupported"); the declared version answers
@@ -98,6 +102,35 @@ ARRAYS: tuple[tuple[str, list[Any], str, bool], ...] = (
 """(function, its arguments: "dev" the first GPU, "count" the count in/out, "array" an array of that count (NULL in
 the query form), "memclock" the board's first supported memory clock, "level" the topology level with the most GPUs;
 the element type; whether nvml.h's query form answers SUCCESS ("When zero, is set to the number of matching GPUs"))."""
+
+INLISTS: tuple[tuple[str, str, str, str, str, dict[str, int]], ...] = (
+    ("nvmlDeviceGetRunningProcessDetailList", "nvmlProcessDetailList_v1_t", "nvmlProcessDetail_v1_t",
+     "numProcArrayEntries", "procArray", {"mode": 0}),
+    ("nvmlDeviceGetRunningProcessDetailList", "nvmlProcessDetailList_v1_t", "nvmlProcessDetail_v1_t",
+     "numProcArrayEntries", "procArray", {"mode": 1}),
+    ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlProcessesUtilizationInfo_v1_t", "nvmlProcessUtilizationInfo_v1_t",
+     "processSamplesCount", "procUtilArray", {}),
+)
+"""Lists whose count and array are members of a versioned struct: (function, struct, element, count member, array
+member, other members set; mode 0 compute, 1 graphics). nvml.h: "call this function with \\a
+plist->numProcArrayEntries set to zero and \\a plist->procArray set to NULL. The return code will be either
+NVML_ERROR_INSUFFICIENT_SIZE ... or NVML_SUCCESS (if no processes ...)"; the utilization list: INSUFFICIENT_SIZE "If
+\\a procesesUtilInfo->procUtilArray is NULL, or the buffer size ... is too small" with the minimal count set."""
+
+FIXED: tuple[tuple[str, list[Any], str, int], ...] = (
+    ("nvmlDeviceGetCpuAffinity", ["dev", "size", "array"], "unsigned long", INVALID_ARGUMENT),
+    ("nvmlDeviceGetCpuAffinityWithinScope", ["dev", "size", "array", 0], "unsigned long", INVALID_ARGUMENT),
+    ("nvmlDeviceGetCpuAffinityWithinScope", ["dev", "size", "array", 1], "unsigned long", INVALID_ARGUMENT),
+    ("nvmlDeviceGetMemoryAffinity", ["dev", "size", "array", 0], "unsigned long", INVALID_ARGUMENT),
+    ("nvmlDeviceGetSupportedPerformanceStates", ["dev", "array", "bytes"], "unsigned int", INSUFFICIENT_SIZE),
+)
+"""Arrays of a size the caller gives and the call fills (no count comes back): (function, arguments, element, the
+answer to size 0). nvml.h: the affinity masks' size is "The size of the cpuSet array that is safe to access",
+INVALID_ARGUMENT if "cpuSetSize == 0" / "nodeSetSize == 0"; the P-states' ``size`` is the array's "Size ... in bytes",
+INSUFFICIENT_SIZE "if the the container supplied was not large enough", and "If the number of supported P-States is
+fewer than the size of the array supplied missing elements would contain NVML_PSTATE_UNKNOWN" (32)."""
+PSTATE_UNKNOWN = 32
+"""nvml.h: ``NVML_PSTATE_UNKNOWN = 32``."""
 
 VERSION_MACRO = re.compile(r"#define\s+(nvml(\w+)_v(\d+))\s+NVML_STRUCT_VERSION\(\s*(\w+)\s*,\s*(\d+)\s*\)")
 TYPEDEF = re.compile(r"typedef\s+(nvml\w+_t)\s+(nvml\w+_t)\s*;")
@@ -200,6 +233,46 @@ for name, spec, elem in job["arrays"]:
             row["calls"][label] = call(count)
     arrays.append(row)
 
+# ---- lists inside a versioned struct
+def struct_call(name, stype, etype, count_field, array_field, extra, count, null=False):
+    off = job["offsets"]
+    size, esize = job["sizes"][stype], job["sizes"][etype]
+    st = ctypes.create_string_buffer(size)
+    ctypes.c_uint.from_buffer(st, 0).value = job["versions"][stype]
+    for field, value in extra.items():
+        ctypes.c_uint.from_buffer(st, off[stype + "." + field]).value = value
+    ctypes.c_uint.from_buffer(st, off[stype + "." + count_field]).value = count
+    arr = None if null else fresh(count * esize)
+    ctypes.c_void_p.from_buffer(st, off[stype + "." + array_field]).value = None if null else ctypes.addressof(arr)
+    ret = getattr(lib, name)(dev, st)
+    got = ctypes.c_uint.from_buffer(st, off[stype + "." + count_field]).value
+    return {"ret": ret, "count": got, "intact": arr is None or intact(arr, count * esize),
+            "entries": [] if arr is None else [arr.raw[:min(count, got) * esize].hex()]}
+
+inlists = []
+for row_args in job["inlists"]:
+    q = struct_call(*row_args, 0, null=True)
+    row = {"name": row_args[0], "query": q, "calls": {}}
+    n = q["count"]
+    if q["ret"] in (0, 7) and n > 0:
+        for label, count in (("short", n - 1), ("exact", n), ("larger", n + 2)):
+            row["calls"][label] = struct_call(*row_args, count)
+    inlists.append(row)
+
+# ---- caller-sized arrays
+fixed = []
+for name, spec, elem, sizes in job["fixed"]:
+    esize = job["sizes"][elem]
+    out = {}
+    for count in sizes:
+        buf = fresh(count * esize)
+        args = [dev if a == "dev" else buf if a == "array" else ctypes.c_uint(count) if a == "size"
+                else ctypes.c_uint(count * esize) if a == "bytes" else ctypes.c_uint(a) for a in spec]
+        ret = getattr(lib, name)(*args)
+        words = [int.from_bytes(buf.raw[i * esize:(i + 1) * esize], "little") for i in range(count)]
+        out[str(count)] = [ret, intact(buf, count * esize), words]
+    fixed.append({"name": name, "answers": out})
+
 # ---- versioned structs
 structs = []
 for name, before, versions in job["structs"]:
@@ -218,7 +291,7 @@ for name, before, versions in job["structs"]:
     structs.append(row)
 
 lib.nvmlShutdown()
-print(json.dumps({"strings": strings, "arrays": arrays, "structs": structs}))
+print(json.dumps({"strings": strings, "arrays": arrays, "structs": structs, "inlists": inlists, "fixed": fixed}))
 """
 
 
@@ -226,17 +299,20 @@ def header_text() -> str:
     return references.newest_header().read_text()
 
 
-def header_facts(header: Path, types: list[str], macros: list[str]) -> dict[str, int]:
+def header_facts(header: Path, types: list[str], macros: list[str], fields: list[str]) -> dict[str, int]:
     """sizeof each of ``types`` and the value of each of ``macros``, as a C compiler reads nvml.h: the ABI the real
     library was built with (a struct's padding, a version word's size half), not the shim's own copy of it."""
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
     lines = [f'printf("%s\\t%llu\\n", "{t}", (unsigned long long)sizeof({t}));' for t in types]
+    lines += [f'printf("%s.%s\\t%llu\\n", "{t}", "{f}", (unsigned long long)offsetof({t}, {f}));'
+              for t, f in (f.split(".") for f in fields)]
     lines += [f'printf("%s\\t%llu\\n", "{m}", (unsigned long long)({m}));' for m in macros]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         body = "\n".join(lines)
-        (out / "facts.c").write_text(f'#include <stdio.h>\n#include "nvml.h"\nint main(void) {{\n{body}return 0; }}\n')
+        head = '#include <stddef.h>\n#include <stdio.h>\n#include "nvml.h"\n'
+        (out / "facts.c").write_text(f"{head}int main(void) {{\n{body}return 0; }}\n")
         subprocess.run(["cc", "-I", str(header.parent), str(out / "facts.c"), "-o", str(out / "facts")], check=True)
         text = subprocess.run([str(out / "facts")], capture_output=True, text=True, check=True).stdout
     return {k: int(v) for k, v in (line.split("\t") for line in text.splitlines())}
@@ -289,9 +365,13 @@ def run_probe(library: Path, snapshot: Path, job: dict[str, Any]) -> dict[str, A
 def facts() -> dict[str, int]:
     """Buffer size constants, element sizes and every version word, from nvml.h."""
     header = header_text()
-    types = sorted({elem for _, _, elem, _ in ARRAYS})
-    macros = sorted({m for row in versioned_rows(header) for m in row[3]})
-    out = header_facts(references.newest_header(), types, [*macros, "nvmlSystemDriverBranchInfo_v1"])
+    types = sorted({elem for _, _, elem, _ in ARRAYS} | {t for row in INLISTS for t in row[1:3]}
+                   | {elem for _, _, elem, _ in FIXED})
+    macros = sorted({m for row in versioned_rows(header) for m in row[3]}
+                    | {"nvmlSystemDriverBranchInfo_v1", "NVML_MAX_GPU_PERF_PSTATES"}
+                    | {row[1].removesuffix("_t") for row in INLISTS})
+    fields = sorted({f"{row[1]}.{f}" for row in INLISTS for f in (row[3], row[4], *row[5])})
+    out = header_facts(references.newest_header(), types, macros, fields)
     out.update({k: int(v) for k, v in BUFFER_SIZE.findall(header)})
     return out
 
@@ -309,8 +389,15 @@ def answers(nvml_library: Path, facts: dict[str, int],
         labelled += [[m, facts[m]] for m in versions if m != declared]
         structs.append([name, before, labelled])
     job = {"strings": [[n, b, facts[c]] for n, b, c in STRINGS], "arrays": [[n, s, e] for n, s, e, _ in ARRAYS],
-           "sizes": {e: facts[e] for _, _, e, _ in ARRAYS}, "structs": structs,
-           "branch_version": facts["nvmlSystemDriverBranchInfo_v1"]}
+           "sizes": {k: v for k, v in facts.items() if k.endswith("_t") or " " in k}, "structs": structs,
+           "branch_version": facts["nvmlSystemDriverBranchInfo_v1"],
+           "inlists": [list(row) for row in INLISTS],
+           "offsets": {k: v for k, v in facts.items() if "." in k},
+           "versions": {row[1]: facts[row[1].removesuffix("_t")] for row in INLISTS},
+           "fixed": [[n, s, e, [0, 1, 2] if "size" in s else [0, 1, facts["NVML_MAX_GPU_PERF_PSTATES"] - 1,
+                                                             facts["NVML_MAX_GPU_PERF_PSTATES"],
+                                                             facts["NVML_MAX_GPU_PERF_PSTATES"] + 4]]
+                     for n, s, e, _ in FIXED]}
     out = {}
     for board in BOARDS:
         faults = [T4_FAULT] if board == "t4-cloud" else []
@@ -378,6 +465,39 @@ def test_a_string_getter_needs_room_for_the_nul_and_never_writes_past_the_length
     assert not unjudged, f"no board answers: {unjudged}"
 
 
+def judge_list(what: str, row: dict[str, Any], query_success: bool) -> tuple[list[str], bool]:
+    """What is wrong with one list's answers on one board, and whether it had entries to bound (see below)."""
+    wrong = []
+    q, n = row["query"], row["query"]["count"]
+    if q["ret"] not in (SUCCESS, INSUFFICIENT_SIZE):
+        return [], False  # the board has no such list (NOT_SUPPORTED, NOT_FOUND): nothing about sizes to judge
+    expected = SUCCESS if query_success or n == 0 else INSUFFICIENT_SIZE
+    if q["ret"] != expected:
+        wrong.append(f"{what} query form: answered {q['ret']} with count {n}, nvml.h {expected}")
+    if n == 0:
+        return wrong, False
+    calls = row["calls"]
+    short = calls["short"]
+    if not query_success and short["ret"] != INSUFFICIENT_SIZE:
+        wrong.append(f"{what} count {n - 1}: answered {short['ret']}, nvml.h INSUFFICIENT_SIZE")
+    if short["ret"] == INSUFFICIENT_SIZE and short["count"] != n:
+        wrong.append(f"{what} count {n - 1}: set the count to {short['count']}, not the {n} needed")
+    for label in ("exact", "larger"):
+        if calls[label]["ret"] != SUCCESS or calls[label]["count"] != n:
+            wrong.append(f"{what} {label}: answered {calls[label]['ret']} with count {calls[label]['count']}"
+                         f", not SUCCESS with {n}")
+    if calls["exact"]["entries"] != calls["larger"]["entries"]:
+        wrong.append(f"{what}: the exact and the larger array hold different entries")
+    given = {"short": n - 1, "exact": n, "larger": n + 2}
+    for label, call in calls.items():
+        if call["ret"] == SUCCESS and 0 < given[label] < call["count"]:  # 0: the query form
+            wrong.append(f"{what} {label}: SUCCESS with count {call['count']}, more than the "
+                         f"{given[label]} entries the array holds")
+        if not call["intact"]:
+            wrong.append(f"{what} {label}: wrote past the count it was given")
+    return wrong, True
+
+
 def test_an_array_getter_answers_its_query_form_and_bounds_as_nvml_h_documents(
         answers: dict[str, dict[str, Any]]) -> None:
     """nvml.h, e.g. nvmlDeviceGetComputeRunningProcesses_v3: "To query the current number of running compute
@@ -389,41 +509,57 @@ def test_an_array_getter_answers_its_query_form_and_bounds_as_nvml_h_documents(
     except the topology lists' SUCCESS); n - 1 answers INSUFFICIENT_SIZE with count n (the topology lists document no
     short answer: only the count and the bound are judged there); n and n + 2 answer SUCCESS with count n and the
     same entries; no call writes past the count it was given, and none answers SUCCESS with a count larger than the
-    array it was given (the caller would read entries never written)."""
-    wrong, judged_rows = [], set()
-    for i, (name, _, _, query_success) in enumerate(ARRAYS):
-        for board, row in judged_on(answers, "arrays", i):
-            q, n = row["query"], row["query"]["count"]
-            what = f"{board} {name}"
-            if q["ret"] not in (SUCCESS, INSUFFICIENT_SIZE):
-                continue  # the board has no such list (NOT_SUPPORTED, NOT_FOUND): nothing about sizes to judge
-            expected = SUCCESS if query_success or n == 0 else INSUFFICIENT_SIZE
-            if q["ret"] != expected:
-                wrong.append(f"{what} query form: answered {q['ret']} with count {n}, nvml.h {expected}")
-            if n == 0:
-                continue
-            judged_rows.add(name)
-            calls = row["calls"]
-            short = calls["short"]
-            if not query_success and short["ret"] != INSUFFICIENT_SIZE:
-                wrong.append(f"{what} count {n - 1}: answered {short['ret']}, nvml.h INSUFFICIENT_SIZE")
-            if short["ret"] == INSUFFICIENT_SIZE and short["count"] != n:
-                wrong.append(f"{what} count {n - 1}: set the count to {short['count']}, not the {n} needed")
-            for label in ("exact", "larger"):
-                if calls[label]["ret"] != SUCCESS or calls[label]["count"] != n:
-                    wrong.append(f"{what} {label}: answered {calls[label]['ret']} with count {calls[label]['count']}"
-                                 f", not SUCCESS with {n}")
-            if calls["exact"]["entries"] != calls["larger"]["entries"]:
-                wrong.append(f"{what}: the exact and the larger array hold different entries")
-            given = {"short": n - 1, "exact": n, "larger": n + 2}
-            for label, call in calls.items():
-                if call["ret"] == SUCCESS and 0 < given[label] < call["count"]:  # 0: the query form
-                    wrong.append(f"{what} {label}: SUCCESS with count {call['count']}, more than the "
-                                 f"{given[label]} entries the array holds")
-                if not call["intact"]:
-                    wrong.append(f"{what} {label}: wrote past the count it was given")
+    array it was given (the caller would read entries never written). The same for the two lists inside a versioned
+    struct (``INLISTS``)."""
+    wrong: list[str] = []
+    judged_rows = set()
+    for board, a in answers.items():
+        for (name, _, _, query_success), row in zip(ARRAYS, a["arrays"], strict=True):
+            found, judged = judge_list(f"{board} {name}", row, query_success)
+            wrong += found
+            if judged:
+                judged_rows.add(name)
+        for (name, *_, extra), row in zip(INLISTS, a["inlists"], strict=True):
+            found, judged = judge_list(f"{board} {name}{extra}", row, False)
+            wrong += found
+            if judged:
+                judged_rows.add(f"{name}{extra}")
     assert not wrong, "\n".join(wrong)
-    assert {name for name, *_ in ARRAYS} - judged_rows == NOTHING_TO_LIST
+    every = {name for name, *_ in ARRAYS} | {f"{name}{extra}" for name, *_, extra in INLISTS}
+    assert every - judged_rows == NOTHING_TO_LIST
+
+
+def test_a_caller_sized_array_is_filled_within_its_size(answers: dict[str, dict[str, Any]],
+                                                        facts: dict[str, int]) -> None:
+    """``FIXED``'s nvml.h text: size 0 answers the documented error; the affinity masks succeed with 1 and with 2
+    words, the first word the same both times (bit i of word w is CPU/node 64 w + i, whatever the size); the
+    P-states succeed with NVML_MAX_GPU_PERF_PSTATES entries' bytes and more, "a contiguous list of valid P-States"
+    then NVML_PSTATE_UNKNOWN; no call writes past the size it was given (1 and NVML_MAX_GPU_PERF_PSTATES - 1 entries
+    are judged by that alone: whether a container that holds the board's one P-state but not the maximum is "large
+    enough" nvml.h leaves open)."""
+    wrong = []
+    for board, a in answers.items():
+        for (name, spec, _, at_zero), row in zip(FIXED, a["fixed"], strict=True):
+            what, got = f"{board} {name}{spec}", row["answers"]
+            for size, (_, intact, _) in got.items():
+                if not intact:
+                    wrong.append(f"{what} size {size}: wrote past it")
+            if got["0"][0] != at_zero:
+                wrong.append(f"{what} size 0: answered {got['0'][0]}, nvml.h {at_zero}")
+            if "size" in spec:
+                if got["1"][0] != SUCCESS or got["2"][0] != SUCCESS:
+                    wrong.append(f"{what}: sizes 1 and 2 answered {got['1'][0]} and {got['2'][0]}, not SUCCESS")
+                elif got["1"][2][0] != got["2"][2][0]:
+                    wrong.append(f"{what}: the first word differs between sizes 1 and 2")
+                continue
+            for size in (facts["NVML_MAX_GPU_PERF_PSTATES"], facts["NVML_MAX_GPU_PERF_PSTATES"] + 4):
+                ret, _, words = got[str(size)]
+                listed = words[:facts["NVML_MAX_GPU_PERF_PSTATES"]]
+                valid = [w for w in listed if w != PSTATE_UNKNOWN]
+                if ret != SUCCESS or not valid or listed != valid + [PSTATE_UNKNOWN] * (len(listed) - len(valid)) \
+                        or any(w > 15 for w in valid):
+                    wrong.append(f"{what} {size} entries: answered {ret} with {listed}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_a_versioned_struct_takes_the_versions_nvml_h_defines_and_no_other(
