@@ -150,7 +150,7 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     # non-zero counters: field and getter must agree (one subprocess per board, ~4 s together).
                     "tests/nvml/test_fields_match_getters.py",
                     # Every caller's length, count and struct version at the bounds nvml.h documents (the header
-                    # compiled for its sizes and version words), a canary past each: one process per board, ~3 s.
+                    # compiled for its sizes and version words), a canary past each: six boards, a process each: 2-9 s.
                     "tests/nvml/test_buffer_sizes_and_versions.py",
                     # The loader (core.c's fhw_validate, gpu_ok, snap_load) and its staleness checks: every rule of
                     # the snapshot format broken once and each bound met once; bad files, a file going bad and
