@@ -149,6 +149,9 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     # Every field id nvml.h pairs with a direct getter, on every built-in board with distinct
                     # non-zero counters: field and getter must agree (one subprocess per board, ~4 s together).
                     "tests/nvml/test_fields_match_getters.py",
+                    # Every caller's length, count and struct version at the bounds nvml.h documents (the header
+                    # compiled for its sizes and version words), a canary past each: six boards, a process each: 2-9 s.
+                    "tests/nvml/test_buffer_sizes_and_versions.py",
                     # The loader (core.c's fhw_validate, gpu_ok, snap_load) and its staleness checks: every rule of
                     # the snapshot format broken once and each bound met once; bad files, a file going bad and
                     # coming back under a running process (seed 10604's core.c:518), bad arguments (a few seconds
