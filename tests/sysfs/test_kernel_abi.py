@@ -1630,12 +1630,17 @@ def test_every_cxl_ports_dports_and_uport_are_registered_devices(rendered: Rende
     are its upstream and downstream ports (host bridges, root and switch ports; cxl_test's mock platform devices),
     and those are registered devices: each has a ``uevent`` attribute (drivers/base/core.c, device_add). A link into
     a directory that is only a path is no device. (cxl_test's ports link to its mock platform devices, cxl-pool's
-    to the ACPI0016 host bridges and PCI ports.)"""
+    to the ACPI0016 host bridges and PCI ports.) Every port below the root has both links: port.c's
+    __devm_cxl_add_port calls devm_cxl_link_uport for every port and devm_cxl_link_parent_dport, which returns
+    early only without a parent dport (the root, the one port cxl_port_alloc makes without one), for every port;
+    so host bridge, switch (a pooled device's virtual switch among them) and endpoint ports all have both."""
     for _, _, root in rendered(profile):
         links = 0
         for port in sorted((root / CXL_DEVICES).glob("*")):
             if not port.name.startswith(("root", "port", "endpoint")):
                 continue
+            if not port.name.startswith("root"):
+                assert (port / "uport").is_symlink() and (port / "parent_dport").is_symlink(), (profile, port.name)
             for link in [*sorted(port.glob("dport*")), port / "uport", port / "parent_dport"]:
                 if not link.is_symlink():
                     continue
