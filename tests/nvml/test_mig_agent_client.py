@@ -167,6 +167,12 @@ print(json.dumps(out))
 """
 
 
+def socket_paths(tmp: Path) -> dict[str, str | None]:
+    """The ``FAKEHW_AGENT_SOCKET`` of each ``Step.socket`` kind, for a stand-in agent listening at tmp/agent.sock."""
+    return {"agent": str(tmp / "agent.sock"), "none": None, "nobody": str(tmp / "nobody.sock"),
+            "too-long": str(tmp / ("a" * TOO_LONG_FOR_SUN_PATH))[:TOO_LONG_FOR_SUN_PATH]}
+
+
 @dataclass
 class Outcome:
     results: dict[str, dict[str, Any]]
@@ -180,9 +186,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory, nvml_library: Path) -> Ite
     snap = write_node(tmp / "nvml.snapshot", "dgx-a100", processes=[FakeProcess("gpu1", 7, 1 << 20)])
     before = snap.path.read_bytes()
     agent = StandInAgent(tmp / "agent.sock", [s.answer for s in AGENT_STEPS])
-    too_long = str(tmp / ("a" * TOO_LONG_FOR_SUN_PATH))[:TOO_LONG_FOR_SUN_PATH]
-    sockets = {"agent": str(tmp / "agent.sock"), "none": None, "nobody": str(tmp / "nobody.sock"),
-               "too-long": too_long}
+    sockets = socket_paths(tmp)
     plan = [{"mode": s.mode, "socket": sockets[s.socket]} for s in STEPS]
     try:
         proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
