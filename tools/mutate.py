@@ -152,6 +152,9 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     # Every caller's length, count and struct version at the bounds nvml.h documents (the header
                     # compiled for its sizes and version words), a canary past each: six boards, a process each: 2-9 s.
                     "tests/nvml/test_buffer_sizes_and_versions.py",
+                    # Every function nvml.h says takes a MIG device handle, given one (dgx-a100's gpu7, one process,
+                    # about 1 s): not refused as an invalid device (2026-11-29: the two GPM ones were).
+                    "tests/nvml/test_mig_handles_nvml_h_takes.py",
                     # The loader (core.c's fhw_validate, gpu_ok, snap_load) and its staleness checks: every rule of
                     # the snapshot format broken once and each bound met once; bad files, a file going bad and
                     # coming back under a running process (seed 10604's core.c:518), bad arguments (a few seconds
@@ -190,6 +193,9 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     "tests/nvml/test_smi.py::test_list",
                     "tests/nvml/test_smi.py::test_query_compute_apps_lists_each_gpu_s_compute_processes",
                     "tests/nvml/test_smi.py::test_query_shows_each_process_with_the_type_its_release_documents",
+                    # A MIG GPU's processes under their own MIG devices' instance ids (-q -x; export.c's filter by
+                    # compute instance, seed 10619's export.c:65): about 3 s for the three releases.
+                    "tests/nvml/test_smi.py::test_query_lists_each_mig_device_s_processes_under_its_own_instances",
                     "tests/nvml/test_smi.py::test_fakehw_topo_prints_what_nvidia_smi_535_prints"))
 C_MUTANTS_FILE = ROOT / "tools" / "nvml-c-mutants.toml"
 C_SOURCES = "fakehw/nvml/csrc"

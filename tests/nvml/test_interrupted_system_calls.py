@@ -34,7 +34,7 @@ import pytest
 
 from tests.http_message import read_message
 from tests.nvml.helpers import build_preload, subprocess_env, write_node
-from tests.nvml.test_mig_agent_client import AGENT_STEPS, CALLER, STEPS, SUCCESS, UNKNOWN, StandInAgent
+from tests.nvml.test_mig_agent_client import AGENT_STEPS, CALLER, STEPS, SUCCESS, UNKNOWN, StandInAgent, socket_paths
 
 CHOPPY = r"""
 #define _GNU_SOURCE
@@ -157,7 +157,7 @@ def test_the_agent_client_table_answers_the_same_with_every_call_interrupted_the
     read/write/recv/send/pread/poll interrupted once, then one byte at a time: the same codes, and each request the
     stand-in agent received is docs/agent.md's route with the body its Content-Length gives."""
     agent = StandInAgent(tmp_path / "agent.sock", [s.answer for s in AGENT_STEPS])
-    sockets = {"agent": str(tmp_path / "agent.sock"), "none": None, "nobody": str(tmp_path / "nobody.sock")}
+    sockets = socket_paths(tmp_path)
     plan = [{"mode": s.mode, "socket": sockets[s.socket]} for s in STEPS]
     try:
         results = run_caller(tmp_path, nvml_library, choppy_library, plan, FHW_TEST_CHOPPY="1")

@@ -63,7 +63,8 @@ class Step:
     """The activation status written (None: same as ``status``)."""
     mode: int = 1
     socket: str = "agent"
-    """"agent": the stand-in's socket; "none": the variable unset; "nobody": a path nobody listens on."""
+    """"agent": the stand-in's socket; "none": the variable unset; "nobody": a path nobody listens on; "too-long": a
+    path longer than any ``sun_path`` (``TOO_LONG_FOR_SUN_PATH``)."""
 
 
 STEPS = [
@@ -84,8 +85,13 @@ STEPS = [
     Step("an-answer-larger-than-the-shim-reads", b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 100_000, UNKNOWN),
     Step("no-agent-socket", None, NO_PERMISSION, socket="none"),
     Step("nobody-listening", None, UNKNOWN, socket="nobody"),
+    Step("socket-path-longer-than-sun-path", None, UNKNOWN, socket="too-long"),
 ]
 AGENT_STEPS = [s for s in STEPS if s.socket == "agent"]
+TOO_LONG_FOR_SUN_PATH = 200
+"""A unix socket's address is ``struct sockaddr_un``, whose ``sun_path`` holds the path and its NUL (POSIX
+<sys/un.h>; 108 bytes on Linux, unix(7), 104 on the BSDs): a 200-character path is no socket address anywhere, so
+there is no agent to ask."""
 
 
 @dataclass
@@ -149,10 +155,22 @@ for step in json.loads(sys.stdin.read()):
             os.dup2(saved, 2)
             os.close(saved)
         trace.seek(0)
-        out.append({"status": status, "activation": activation.value, "trace": trace.read().decode()})
+        try:
+            os.fstat(0)
+            stdin_open = True
+        except OSError:
+            stdin_open = False
+        out.append({"status": status, "activation": activation.value, "trace": trace.read().decode(),
+                    "stdin_open": stdin_open})
 lib.nvmlShutdown()
 print(json.dumps(out))
 """
+
+
+def socket_paths(tmp: Path) -> dict[str, str | None]:
+    """The ``FAKEHW_AGENT_SOCKET`` of each ``Step.socket`` kind, for a stand-in agent listening at tmp/agent.sock."""
+    return {"agent": str(tmp / "agent.sock"), "none": None, "nobody": str(tmp / "nobody.sock"),
+            "too-long": str(tmp / ("a" * TOO_LONG_FOR_SUN_PATH))[:TOO_LONG_FOR_SUN_PATH]}
 
 
 @dataclass
@@ -168,7 +186,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory, nvml_library: Path) -> Ite
     snap = write_node(tmp / "nvml.snapshot", "dgx-a100", processes=[FakeProcess("gpu1", 7, 1 << 20)])
     before = snap.path.read_bytes()
     agent = StandInAgent(tmp / "agent.sock", [s.answer for s in AGENT_STEPS])
-    sockets = {"agent": str(tmp / "agent.sock"), "none": None, "nobody": str(tmp / "nobody.sock")}
+    sockets = socket_paths(tmp)
     plan = [{"mode": s.mode, "socket": sockets[s.socket]} for s in STEPS]
     try:
         proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
@@ -209,6 +227,19 @@ def test_a_change_the_agent_could_not_be_asked_for_says_why_in_the_trace(outcome
     assert "cannot connect to the agent socket" in outcome.results["nobody-listening"]["trace"]
     assert "no answer from the agent" in outcome.results["hangs-up"]["trace"]
     assert "not HTTP" in outcome.results["not-http"]["trace"]
+
+
+def test_a_socket_path_too_long_for_sun_path_asks_no_one_and_leaves_the_callers_files_alone(
+        outcome: Outcome) -> None:
+    """A ``FAKEHW_AGENT_SOCKET`` longer than ``sun_path`` (``TOO_LONG_FOR_SUN_PATH``) names no socket: the change is
+    UNKNOWN like any agent that cannot be reached (docs/nvml.md's table), the trace says that the path is too long
+    (docs/nvml.md: the trace says which failure it was), and the caller's own files are not touched: its stdin
+    (fd 0, the pipe the test's plan came through) is still open after every step. A refusal that returned 0 instead
+    of -1 would take fd 0 for the agent's socket, write the request into the caller's stdin and close it."""
+    result = outcome.results["socket-path-longer-than-sun-path"]
+    assert result["status"] == UNKNOWN, result["trace"]
+    assert "longer than a unix socket path" in result["trace"], result["trace"]
+    assert [r["stdin_open"] for r in outcome.results.values()] == [True] * len(STEPS)
 
 
 def enable_mig_interposed(tmp_path: Path, nvml_library: Path, interposer: str,

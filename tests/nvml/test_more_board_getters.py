@@ -687,6 +687,46 @@ def test_handles_by_the_bus_id_forms_nvml_h_accepts(nvml: Nvml, pynvml_module: M
     assert lib.nvmlDeviceGetHandleByIndex(8, ctypes.byref(ctypes.c_void_p())) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+def test_a_bus_id_in_a_form_nvml_h_does_not_list_is_an_invalid_argument(nvml: Nvml,
+                                                                        pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetHandleByPciBusId_v2 accepts three forms (see the test above) and answers
+    NVML_ERROR_INVALID_ARGUMENT "if pciBusId is invalid", NOT_FOUND only if it "does not match a valid device".
+    Bus and device alone ("1b:00", no domain and no function) is none of the three (nor an address fakehw's own
+    PciAddress.parse takes, tests/model/test_units.py), so each DGX H100 GPU's bus:device is INVALID_ARGUMENT and
+    no handle is written, through _v2 and the unversioned name alike (seed 10618's system.c:345 refused it by
+    accident; the shim accepted it as a fourth form until then)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    for h in handles(n):
+        pci = n.nvmlDeviceGetPciInfo(h)
+        for form in (f"{pci.bus:x}:{pci.device:x}", f"{pci.bus:02X}:{pci.device:02X}"):
+            for name in ("nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetHandleByPciBusId"):
+                found = ctypes.c_void_p(0x5A5A)
+                assert getattr(lib, name)(form.encode(), ctypes.byref(found)) == n.NVML_ERROR_INVALID_ARGUMENT, \
+                    (form, name)
+                assert found.value == 0x5A5A, (form, name)
+
+
+def test_the_core_count_of_a_mig_device_is_not_supported(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetNumGpuCores: "On MIG-enabled GPUs, querying the device's core count is currently not
+    supported using this API" and NVML_ERROR_NOT_SUPPORTED "if this query is not supported by the device or a mig
+    device"; INVALID_ARGUMENT is for a device that "is invalid" or a NULL numCores. dgx-a100's gpu7 holds two MIG
+    devices: each MIG device handle (a valid handle, nvmlDeviceIsMigDeviceHandle) answers NOT_SUPPORTED, as does
+    gpu7 itself, and a NULL numCores with either is still INVALID_ARGUMENT. (The shim refused MIG handles here as
+    invalid until 2026-11-29: found while sweeping what nvml.h says of MIG handles for seed 10619's links.c:486.)"""
+    n = pynvml_module
+    nvml("dgx-a100")
+    lib = library()
+    parent = handles(n)[7]
+    migs = [n.nvmlDeviceGetMigDeviceHandleByIndex(parent, index) for index in (0, 1)]
+    for h in [parent, *migs]:
+        cores = ctypes.c_uint(77)
+        assert lib.nvmlDeviceGetNumGpuCores(h, ctypes.byref(cores)) == n.NVML_ERROR_NOT_SUPPORTED
+        assert cores.value == 77
+        assert lib.nvmlDeviceGetNumGpuCores(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
 def test_confidential_computing_is_off_on_the_captured_systems(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """The H100 capture prints <cc_protected_memory_usage> total 0 MiB: confidential computing is off. nvml.h's
     system CC queries then answer the feature as NVML_CC_SYSTEM_FEATURE_DISABLED (0) and the GPUs' ready state as

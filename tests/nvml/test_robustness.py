@@ -406,6 +406,77 @@ def test_a_program_of_a_two_part_release_is_refused_the_export_table_of_another(
     assert answers == {"535.261.03": 0, "": 0, "535.104.05": 2, "535.98": 2}
 
 
+UNREADABLE_SEGMENT_CALLER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <unistd.h>
+/* Before the library loads, the program turns its own PT_GNU_STACK program header (read by the loader at start-up
+   only) into a PT_LOAD of one page with no permission flags, and maps that page PROT_NONE: a segment the ELF gABI's
+   p_flags say may not be read. The program names no release, so a reader of its read-only segments reads them all. */
+int main(void) {
+    static const unsigned char guid[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                           0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned char *closed = mmap(NULL, (size_t)page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ElfW(Phdr) *ph = (ElfW(Phdr) *)getauxval(AT_PHDR);
+    size_t count = getauxval(AT_PHNUM);
+    uintptr_t base = 0;
+    for (size_t i = 0; i < count; i++)
+        if (ph[i].p_type == PT_PHDR) base = (uintptr_t)ph - ph[i].p_vaddr;
+    uintptr_t first = (uintptr_t)ph & ~(uintptr_t)(page - 1);
+    size_t span = (uintptr_t)(ph + count) - first; /* the table's own pages only: its segment is read-only */
+    if (closed == MAP_FAILED || mprotect((void *)first, span, PROT_READ | PROT_WRITE) != 0) return 6;
+    int changed = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (ph[i].p_type != PT_GNU_STACK) continue;
+        ph[i].p_type = PT_LOAD;
+        ph[i].p_flags = 0;
+        ph[i].p_vaddr = (uintptr_t)closed - base;
+        ph[i].p_offset = 0;
+        ph[i].p_filesz = ph[i].p_memsz = (size_t)page;
+        changed = 1;
+    }
+    mprotect((void *)first, span, PROT_READ);
+    if (!changed) return 7;
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (lib == NULL) return 2;
+    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+    int (*table)(const void **, const unsigned char *) =
+        (int (*)(const void **, const unsigned char *))dlsym(lib, "nvmlInternalGetExportTable");
+    const void *t = NULL;
+    if (init() != 0) return 3;
+    printf("%d\n", table(&t, guid));
+    return 0;
+}
+"""
+
+
+def test_a_program_segment_without_read_permission_is_not_read(node_snapshot: Callable[..., NodeSnap],
+                                                                tmp_path: Path) -> None:
+    """The export table looks for the calling program's release in its read-only PT_LOAD segments. The ELF gABI
+    (Program Header, "Segment Permissions"): ``p_flags`` PF_R, PF_W, PF_X give a segment's permissions, and a
+    segment without PF_R is one the program may not read (the loader maps it without PROT_READ). A program whose
+    program headers hold a PT_LOAD with no flags over a PROT_NONE page, and that names no release, gets the table
+    like any program naming none (SUCCESS, 0: test_a_program_of_a_two_part_release_...'s "" case) instead of a
+    SIGSEGV from a read of that page (seed 10618's export.c:315, ``p_flags & PF_R`` -> ``|``)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    snap = node_snapshot(with_driver(tmp_path, "dgx-h100", "535.261.03"))
+    src = tmp_path / "unreadable.c"
+    src.write_text(UNREADABLE_SEGMENT_CALLER)
+    exe = tmp_path / "unreadable"
+    subprocess.run(["cc", "-O1", str(src), "-o", str(exe), "-ldl"], check=True)
+    env = dict(os.environ, FAKEHW_NVML_SNAPSHOT=str(snap.path), LD_LIBRARY_PATH=str(lib_path().parent))
+    proc = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr
+
+
 SIGBUS_CHAIN = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -101,6 +101,27 @@ def test_query_shows_each_process_with_the_type_its_release_documents(node_snaps
     assert shown == {pid: type_ for pid, (_, type_) in kinds.items()}
 
 
+def test_query_lists_each_mig_device_s_processes_under_its_own_instances(node_snapshot: Callable[..., NodeSnap],
+                                                                        tmp_path: Path, real: RealNvidia) -> None:
+    """``nvidia-smi -q -x`` on a GPU in MIG mode lists, in ``<processes>``, every process of the GPU once with the GPU
+    and compute instance ids of the MIG device it runs on (nvml.h, nvmlProcessInfo_v2_t: "If MIG is enabled, stores
+    a valid GPU instance ID" / "compute instance ID"). dgx-a100's gpu7 holds two MIG devices; the test puts one
+    process on each (its input) and reads each MIG device's ids from the same output's ``<mig_devices>``, nvidia-smi's
+    own account. It asks the export table's process slots once per MIG device handle (csrc/export.c), so a filter
+    that kept another compute instance's processes, or dropped the device's own, shows here (seed 10619's
+    export.c:65: the MIG devices listed nothing)."""
+    placed = {os.getpid(): 0, os.getppid(): 1}
+    processes = [FakeProcess("gpu7", pid, (256 << 20) * (1 + index), mig_index=index) for pid, index in placed.items()]
+    snap = at_branch(node_snapshot, tmp_path, "dgx-a100", real.branch, processes=processes)
+    root = ET.fromstring(ok(run_nvidia_smi(["-q", "-x", "-i", "7"], snap.path, real, sysfs=False)))
+    instances = {int(m.findtext("index", "")): (m.findtext("gpu_instance_id"), m.findtext("compute_instance_id"))
+                 for m in root.iter("mig_device")}
+    assert sorted(instances) == [0, 1]
+    shown = [(int(p.findtext("pid", "")), (p.findtext("gpu_instance_id"), p.findtext("compute_instance_id")))
+             for p in root.iter("process_info")]
+    assert sorted(shown) == sorted((pid, instances[index]) for pid, index in placed.items())
+
+
 def test_each_nvidia_smi_accepts_only_its_own_release(node_snapshot: Callable[..., NodeSnap], tmp_path: Path,
                                                      real: RealNvidia) -> None:
     """A driver's nvidia-smi and its libnvidia-ml come as one release (Debian's nvidia-smi depends on exactly its

@@ -90,15 +90,17 @@ U32_GETTER(GetPerformanceState, PHYS, pstate)
 U32_ANSWER_GETTER(GetDisplayMode, FHW_ANS_DISPLAY_MODE, display_mode)
 U32_ANSWER_GETTER(GetPowerState, FHW_ANS_POWER_STATE, pstate)
 U32_GETTER(GetNumFans, PHYS, fan_count)
-/* nvml.h: "On MIG-enabled GPUs, querying the device's core count is currently not supported using this API". */
+/* nvml.h: "On MIG-enabled GPUs, querying the device's core count is currently not supported using this API", and
+   NOT_SUPPORTED "if this query is not supported by the device or a mig device": a MIG device handle is a valid
+   handle here (its parent is MIG-enabled), answered NOT_SUPPORTED, not refused as an invalid one. */
 static nvmlReturn_t d_GetNumGpuCores(fhw_ctx_t *c, unsigned int *out) {
     CHECK_PTR(out);
-    if (c->g->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    if (c->m || c->g->mig_current) return NVML_ERROR_NOT_SUPPORTED;
     *out = c->g->cuda_cores;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCores) {
-    FHW_DEV_CALL(device, PHYS, d_GetNumGpuCores(&C, numCores));
+    FHW_DEV_CALL(device, FHW_ALLOW_MIG, d_GetNumGpuCores(&C, numCores));
 }
 U32_GETTER(GetIrqNum, PHYS, irq)
 

@@ -71,8 +71,10 @@ static nvmlReturn_t g_sample(fhw_ctx_t *c, nvmlGpmSample_t s) {
     s->ofas = g->ofas;
     return NVML_SUCCESS;
 }
+/* nvml.h: "This API supports the device handle and MIG device handle". A MIG device's sample is its GPU's, as a
+   GPU instance's is (nvmlGpmMigSampleGet below): the snapshot keeps no per-instance activity. */
 nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample) {
-    FHW_DEV_CALL(device, 0, g_sample(&C, gpmSample));
+    FHW_DEV_CALL(device, FHW_ALLOW_MIG, g_sample(&C, gpmSample));
 }
 
 static nvmlReturn_t g_mig_sample(fhw_ctx_t *c, unsigned int gpuInstanceId, nvmlGpmSample_t s) {
@@ -91,8 +93,9 @@ static nvmlReturn_t g_support(fhw_ctx_t *c, nvmlGpmSupport_t *s) {
     s->isSupportedDevice = FHW_ANSWER(c, FHW_ANS_GPM) == NVML_SUCCESS;
     return NVML_SUCCESS;
 }
+/* nvml.h: "This API supports the device handle and MIG device handle": a MIG device answers for its GPU. */
 nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport) {
-    FHW_DEV_CALL(device, 0, g_support(&C, gpmSupport));
+    FHW_DEV_CALL(device, FHW_ALLOW_MIG, g_support(&C, gpmSupport));
 }
 
 /* Streaming (the driver sampling on its own) is off; turning it on needs root. */

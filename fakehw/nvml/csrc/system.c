@@ -323,7 +323,9 @@ nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *devic
     FHW_SYS_CALL(by_serial(&C, serial, device));
 }
 
-/* Accept "00000000:1B:00.0", "0000:1b:00.0", "1b:00.0" and "1b:00" (any case). */
+/* Accept the three forms nvml.h lists for nvmlDeviceGetHandleByPciBusId_v2 (hexadecimal, any case):
+   domain:bus:device.function ("00000000:1B:00.0", "0000:1b:00.0"), domain:bus:device ("0:1b:00") and
+   bus:device.function ("1b:00.0"). Nothing else: "1b:00" is not one of them (nor fakehw's PciAddress). */
 int fhw_parse_bus_id(const char *text, fhw_pci_addr_t *out) {
     unsigned int a = 0, b = 0, d = 0, f = 0;
     int n = 0;
@@ -338,10 +340,6 @@ int fhw_parse_bus_id(const char *text, fhw_pci_addr_t *out) {
     }
     if (sscanf(text, "%x:%x:%x%c", &a, &b, &d, &tail) == 3) {
         *out = (fhw_pci_addr_t){a, b, d, 0};
-        return 1;
-    }
-    if (sscanf(text, "%x:%x%c", &b, &d, &tail) == 2) {
-        *out = (fhw_pci_addr_t){0, b, d, 0};
         return 1;
     }
     return 0;
