@@ -357,14 +357,12 @@ def test_a_snapshot_truncated_in_place_under_a_reader_is_unknown_until_written_a
     assert got == {"before": uuid, "torn": 999, "after": uuid}
 
 
-EXPORT_TABLE_CALLER = r"""
-#include <dlfcn.h>
-#include <stdio.h>
-/* The release this program says it was built for, alone between NULs in its read-only data, as nvidia-smi's. */
-__attribute__((used)) static const char release[] = "\0" RELEASE;
-int main(void) {
+_TABLE_GUID = """
     static const unsigned char guid[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
                                            0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+"""
+"""The GUID of the export table nvidia-smi asks for (the C declaration both programs below use)."""
+_ASK_FOR_THE_TABLE = r"""
     void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
     if (lib == NULL) return 2;
     int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
@@ -376,6 +374,15 @@ int main(void) {
     return 0;
 }
 """
+"""Load the library, initialise it and print what asking for that table answers (both programs end so)."""
+
+EXPORT_TABLE_CALLER = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+/* The release this program says it was built for, alone between NULs in its read-only data, as nvidia-smi's. */
+__attribute__((used)) static const char release[] = "\0" RELEASE;
+int main(void) {
+""" + _TABLE_GUID + _ASK_FOR_THE_TABLE
 
 
 def export_table_answer(tmp: Path, release: str, snapshot: Path) -> int:
@@ -420,8 +427,7 @@ UNREADABLE_SEGMENT_CALLER = r"""
    only) into a PT_LOAD of one page with no permission flags, and maps that page PROT_NONE: a segment the ELF gABI's
    p_flags say may not be read. The program names no release, so a reader of its read-only segments reads them all. */
 int main(void) {
-    static const unsigned char guid[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
-                                           0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+""" + _TABLE_GUID + r"""
     long page = sysconf(_SC_PAGESIZE);
     unsigned char *closed = mmap(NULL, (size_t)page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ElfW(Phdr) *ph = (ElfW(Phdr) *)getauxval(AT_PHDR);
@@ -444,17 +450,7 @@ int main(void) {
     }
     mprotect((void *)first, span, PROT_READ);
     if (!changed) return 7;
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
-    if (lib == NULL) return 2;
-    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
-    int (*table)(const void **, const unsigned char *) =
-        (int (*)(const void **, const unsigned char *))dlsym(lib, "nvmlInternalGetExportTable");
-    const void *t = NULL;
-    if (init() != 0) return 3;
-    printf("%d\n", table(&t, guid));
-    return 0;
-}
-"""
+""" + _ASK_FOR_THE_TABLE
 
 
 def test_a_program_segment_without_read_permission_is_not_read(node_snapshot: Callable[..., NodeSnap],
