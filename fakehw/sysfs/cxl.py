@@ -345,7 +345,8 @@ class _CxlTree:
             sec.text(f"{d}/cap_type2", 0)
             sec.text(f"{d}/cap_type3", 1)
             sec.text(f"{d}/qos_class", w.qos_class)
-            offered = f"region{self.state.root_ids.get((self.node.name, w.name), 0)}"
+            # Every window of the node has its id (boot_root_ids at probe, _fill_root_ids after each change).
+            offered = f"region{self.state.root_ids[(self.node.name, w.name)]}"
             if w.ram:
                 sec.text(f"{d}/create_ram_region", offered, 0o644)
             if w.pmem:
