@@ -12,6 +12,10 @@ Expected values, from outside the shim:
   compute instance of all ``g`` slices, which has all the GPU instance's SMs (the default compute instance
   ``nvidia-smi mig -cgi ... -C`` creates); its ``nvidia-smi mig -lcip`` example of an A100-SXM4-40GB's 3g.20gb
   GPU instance: 1c 14 SMs (3 instances), 2c 28 SMs (1), 3c 42 SMs (1).
+- nvml.h's capability bits: NVML_COMPUTE_INSTANCE_PROFILE_CAPS_GFX (0x1) in a v3 compute instance profile's
+  ``capabilities``; the boards' GPU instance profiles are none of them graphics ones (the published -lgip names a
+  GFX-capable profile ``+gfx``: an RTX PRO 6000's ``MIG 1g.24gb+gfx``, NVIDIA's MIG user guide), so every compute
+  instance profile's capabilities are 0 (seed 10630's surviving mig.c:498 set the bit).
 - The published ``nvidia-smi mig -lgip`` of an H100 80GB and an A100 80GB (``migtools``), and of a B200
   (NVIDIA/mig-parted#187: 1g.23gb 18 SMs CE 2 DEC 1 JPEG 1 OFA 0, 1g.23gb+me the same with OFA 1, 1g.45gb 30 SMs,
   2g.45gb 36 SMs CE 4 DEC 2 JPEG 2): the full compute instance of each has that row's SMs and engines.
@@ -168,6 +172,9 @@ def check_gi(n: ModuleType, board: str, gi_info: Any, gi: Any) -> list[str]:
                     gi_info.multiprocessorCount:
                 bad.append(f"{where} v{version}: {info.instanceCount} x {slices}-slice compute instances of "
                            f"{info.multiprocessorCount} SMs do not fit the GPU instance")
+            if version == 3 and info.capabilities != 0:
+                bad.append(f"{where}: CI profile {index}'s capabilities are {info.capabilities:#x}: not a +gfx "
+                           "profile, so no NVML_COMPUTE_INSTANCE_PROFILE_CAPS_GFX")
             if slices == 1 and info.instanceCount != g:
                 bad.append(f"{where} v{version}: {info.instanceCount} one-slice compute instances, not {g}")
             if slices == g and (info.instanceCount, info.multiprocessorCount) != (1, gi_info.multiprocessorCount):
@@ -216,6 +223,7 @@ def check_round(n: ModuleType, board: str, count: int, seen: set[int]) -> list[s
             assert n._nvmlGetFunctionPointer("nvmlDeviceGetGpuInstanceProfileInfoV")(
                 dev, ctypes.c_uint(gi_index), ctypes.byref(v2)) == 0
             name = text(v2.name)
+            assert "+gfx" not in name  # the premise of check_gi's capabilities check
             row = next((r for r in BOARDS[board] if r[1] == gi_info.id), None)
             if row is not None:
                 assert name == row[0]
