@@ -311,3 +311,29 @@ def test_a_gpu_instance_of_a_lost_gpu_answers_gpu_is_lost(pynvml_module: ModuleT
     assert n.nvmlLib.nvmlGpuInstanceGetInfo(gi, ctypes.byref(info)) == GPU_IS_LOST
     ci = n.c_nvmlComputeInstanceProfileInfo_t()
     assert n.nvmlLib.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 0, SHARED, ctypes.byref(ci)) == GPU_IS_LOST
+
+
+def test_a_hidden_gpu_s_mig_devices_are_not_found(tmp_path: Path, pynvml_module: ModuleType) -> None:
+    """A process that sees only gpu0 (FAKEHW_VISIBLE_DEVICES, as a container given one GPU) does not reach the MIG
+    devices of dgx-a100's gpu7: nvml.h, nvmlDeviceGetHandleByUUID, NOT_FOUND "If uuid does not match a valid device
+    on the system" (it takes a MIG device's UUID too). The same UUIDs are found when gpu7 is visible."""
+    n = pynvml_module
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
+    with snapshot_env(snap.path, FAKEHW_VISIBLE_DEVICES=None):
+        n.nvmlInit()
+        try:
+            gpu7 = n.nvmlDeviceGetHandleByIndex(7)
+            uuids = [n.nvmlDeviceGetUUID(n.nvmlDeviceGetMigDeviceHandleByIndex(gpu7, k)) for k in range(2)]
+            assert all(u.startswith("MIG-") for u in uuids)
+            assert [n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByUUID(u)) for u in uuids] == uuids
+        finally:
+            n.nvmlShutdown()
+    with snapshot_env(snap.path, FAKEHW_VISIBLE_DEVICES="0"):
+        n.nvmlInit()
+        try:
+            assert n.nvmlDeviceGetCount() == 1
+            handle = n.c_nvmlDevice_t()
+            for uuid in uuids:
+                assert n.nvmlLib.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle)) == 6
+        finally:
+            n.nvmlShutdown()
