@@ -12,8 +12,10 @@ without a code, a peer that is not HTTP or hangs up. Expected values:
   disabling MIG while GPU instances exist is ``SUCCESS`` with activation status ``IN_USE`` (docs/nvml.md's table);
 - a refusal without a code NVML has: 4xx is the caller's request (``INVALID_ARGUMENT``), 5xx the agent's
   (``UNKNOWN``); an answer that is not the API's (no answer, not HTTP, a success without a non-negative
-  ``generation``) is ``UNKNOWN``, nvml.h's "any unexpected error"; no ``$FAKEHW_AGENT_SOCKET`` is
-  ``NO_PERMISSION`` (docs/nvml.md) and a socket nobody listens on ``UNKNOWN``.
+  ``generation``, a 1xx or 3xx status: RFC 9110 15, a client treats an unrecognised code as its class's x00 (so
+  299 is a success), and neither class says the request succeeded or was refused) is ``UNKNOWN``, nvml.h's "any
+  unexpected error"; no ``$FAKEHW_AGENT_SOCKET`` is ``NO_PERMISSION`` (docs/nvml.md) and a socket nobody listens
+  on ``UNKNOWN``.
 
 Every step runs in one subprocess in turn (one connection each), so the table costs about a second.
 """
@@ -74,10 +76,15 @@ STEPS = [
     Step("disable", http(200, {"generation": 1}), SUCCESS, mode=0),
     Step("negative-generation", http(200, {"generation": -1}), UNKNOWN),
     Step("success-without-a-generation", http(200, {"applied": True}), UNKNOWN),
+    Step("unassigned-2xx-with-a-generation", http(299, {"generation": 1}), SUCCESS),
+    Step("redirection-with-a-generation", http(300, {"generation": 1}), UNKNOWN),
+    Step("unassigned-3xx-with-a-generation", http(399, {"generation": 1}), UNKNOWN),
+    Step("informational-with-a-generation", http(199, {"generation": 1}), UNKNOWN),
     Step("refused-in-use", refusal(409, IN_USE), SUCCESS, activation=IN_USE, mode=0),
     Step("refused-not-supported", refusal(409, NOT_SUPPORTED), NOT_SUPPORTED),
     Step("refused-with-a-code-nvml-does-not-have", refusal(409, 1000), INVALID_ARGUMENT),
     Step("refused-4xx-without-a-code", refusal(422, None), INVALID_ARGUMENT),
+    Step("refused-400-without-a-code", refusal(400, None), INVALID_ARGUMENT),
     Step("refused-5xx-without-a-code", refusal(500, None), UNKNOWN),
     Step("refused-5xx-with-a-code-nvml-does-not-have", refusal(503, 0), UNKNOWN),
     Step("hangs-up", None, UNKNOWN),
