@@ -337,3 +337,66 @@ def test_a_hidden_gpu_s_mig_devices_are_not_found(tmp_path: Path, pynvml_module:
                 assert n.nvmlLib.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(handle)) == 6
         finally:
             n.nvmlShutdown()
+
+
+def test_gpu_and_compute_instance_calls_refuse_what_nvml_h_calls_invalid(pynvml_module: ModuleType,
+                                                                         nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h's INVALID_ARGUMENT / NOT_FOUND / NOT_SUPPORTED rows of the GPU- and compute-instance calls, on
+    dgx-a100's gpu7 (two 3g.40gb GPU instances, each with compute instance 0 of profile 3_SLICE = 2):
+    NVML_COMPUTE_INSTANCE_PROFILE_COUNT (9) and engine profile 1 (= NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT) are
+    invalid profiles; a NULL output or count and a handle the library never gave are invalid arguments;
+    nvmlDeviceGetMigDeviceHandleByIndex: INVALID_ARGUMENT for an index past nvmlDeviceGetMaxMigDeviceCount (7 on an
+    A100: the MIG user guide's seven instances) and NOT_FOUND "if no valid MIG device was found at index" below it;
+    nvmlDeviceGetDeviceHandleFromMigDeviceHandle: INVALID_ARGUMENT "if migDevice ... is invalid" for a GPU's own
+    handle; nvmlDeviceGetGpuInstanceId on a GPU handle: NOT_SUPPORTED "if this query is not supported by the
+    device"."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    dev, gi = gpu7_instance(n)
+    lib = n.nvmlLib
+    u = ctypes.c_uint
+    count = u(8)
+    cis = (n.c_nvmlComputeInstance_t * 8)()
+    placements = (n.c_nvmlComputeInstancePlacement_t * 8)()
+    bogus = ctypes.create_string_buffer(256)  # no handle of the library's
+    ci = n.c_nvmlComputeInstance_t()
+    assert lib.nvmlGpuInstanceGetComputeInstanceById(gi, u(0), ctypes.byref(ci)) == 0
+    ci_info_v2 = n.c_nvmlComputeInstanceInfo_t()
+    profile = n.c_nvmlComputeInstanceProfileInfo_t()
+    gi_info = n.c_nvmlGpuInstanceInfo_t()
+    answers = {
+        "GetComputeInstances NULL array": lib.nvmlGpuInstanceGetComputeInstances(gi, u(2), None, ctypes.byref(count)),
+        "GetComputeInstances NULL count": lib.nvmlGpuInstanceGetComputeInstances(gi, u(2), cis, None),
+        "GetComputeInstances profile 9": lib.nvmlGpuInstanceGetComputeInstances(gi, u(9), cis, ctypes.byref(count)),
+        "GetComputeInstanceById NULL": lib.nvmlGpuInstanceGetComputeInstanceById(gi, u(0), None),
+        "RemainingCapacity NULL": lib.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gi, u(2), None),
+        "RemainingCapacity profile 9": lib.nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
+            gi, u(9), ctypes.byref(count)),
+        "PossiblePlacements NULL count": lib.nvmlGpuInstanceGetComputeInstancePossiblePlacements(
+            gi, u(2), placements, None),
+        "PossiblePlacements profile 9": lib.nvmlGpuInstanceGetComputeInstancePossiblePlacements(
+            gi, u(9), placements, ctypes.byref(count)),
+        "ProfileInfo engine profile 1": lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gi, u(0), u(1), ctypes.byref(profile)),
+        "ProfileInfo profile 9": lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gi, u(9), u(SHARED), ctypes.byref(profile)),
+        "ProfileInfo NULL": lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, u(0), u(SHARED), None),
+        "GpuInstanceGetInfo NULL": lib.nvmlGpuInstanceGetInfo(gi, None),
+        "GpuInstanceGetInfo foreign handle": lib.nvmlGpuInstanceGetInfo(bogus, ctypes.byref(gi_info)),
+        "ComputeInstanceGetInfo_v2 NULL": lib.nvmlComputeInstanceGetInfo_v2(ci, None),
+        "ComputeInstanceGetInfo_v2 foreign handle": lib.nvmlComputeInstanceGetInfo_v2(
+            bogus, ctypes.byref(ci_info_v2)),
+        "ComputeInstanceGetInfo NULL": lib.nvmlComputeInstanceGetInfo(ci, None),
+        "ComputeInstanceGetInfo foreign handle": lib.nvmlComputeInstanceGetInfo(bogus, ctypes.byref(ci_info_v2)),
+        "DeviceHandleFromMigDeviceHandle of a GPU": lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+            dev, ctypes.byref(n.c_nvmlDevice_t())),
+    }
+    assert {k: v for k, v in answers.items() if v != INVALID_ARGUMENT} == {}
+    maximum = n.nvmlDeviceGetMaxMigDeviceCount(dev)
+    assert maximum == 7
+    handle = n.c_nvmlDevice_t()
+    by_index = [lib.nvmlDeviceGetMigDeviceHandleByIndex(dev, u(k), ctypes.byref(handle)) for k in range(maximum + 2)]
+    assert by_index == [0, 0] + [6] * (maximum - 2) + [INVALID_ARGUMENT] * 2
+    ids = ctypes.c_uint(77)
+    assert lib.nvmlDeviceGetGpuInstanceId(dev, ctypes.byref(ids)) == NOT_SUPPORTED
+    assert lib.nvmlDeviceGetComputeInstanceId(dev, ctypes.byref(ids)) == NOT_SUPPORTED
