@@ -48,8 +48,8 @@ SHARED = 0
 """nvml.h: NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED."""
 GI_PROFILE_COUNT = 0x12
 """nvml.h 13.4.92: NVML_GPU_INSTANCE_PROFILE_COUNT."""
-NOT_SUPPORTED, INVALID_ARGUMENT, GPU_IS_LOST = 3, 2, 15
-"""nvml.h: NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_GPU_IS_LOST."""
+NOT_SUPPORTED, INVALID_ARGUMENT, NO_PERMISSION, GPU_IS_LOST = 3, 2, 4, 15
+"""nvml.h: NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NO_PERMISSION, NVML_ERROR_GPU_IS_LOST."""
 
 
 
@@ -400,3 +400,29 @@ def test_gpu_and_compute_instance_calls_refuse_what_nvml_h_calls_invalid(pynvml_
     ids = ctypes.c_uint(77)
     assert lib.nvmlDeviceGetGpuInstanceId(dev, ctypes.byref(ids)) == NOT_SUPPORTED
     assert lib.nvmlDeviceGetComputeInstanceId(dev, ctypes.byref(ids)) == NOT_SUPPORTED
+
+
+def test_a_compute_instance_with_placement_without_an_agent(pynvml_module: ModuleType,
+                                                            nvml: Callable[..., NodeSnap]) -> None:
+    """nvmlGpuInstanceCreateComputeInstanceWithPlacement on gpu7's 3g.40gb GPU instance, in a process with no
+    agent socket: a NULL placement is INVALID_ARGUMENT (nvml.h lists the placement among the invalid arguments of
+    the GPU-instance form, nvmlDeviceCreateGpuInstanceWithPlacement; a NULL one places nothing); a one-slice compute
+    instance at slice 1 (one of the placements nvmlGpuInstanceGetComputeInstancePossiblePlacements lists) is
+    NO_PERMISSION, "If user doesn't have permission to perform the operation" (docs/nvml.md: no agent socket is a
+    process without the right to change MIG, like a non-root user); nothing is created."""
+    n = pynvml_module
+    nvml("dgx-a100", env={"FAKEHW_AGENT_SOCKET": None})
+    _, gi = gpu7_instance(n)
+    lib = n.nvmlLib
+    ci = n.c_nvmlComputeInstance_t()
+    listed = (n.c_nvmlComputeInstancePlacement_t * 8)()
+    count = ctypes.c_uint(8)
+    assert lib.nvmlGpuInstanceGetComputeInstancePossiblePlacements(gi, 0, listed, ctypes.byref(count)) == 0
+    assert (1, 1) in [(listed[k].start, listed[k].size) for k in range(count.value)]
+    assert lib.nvmlGpuInstanceCreateComputeInstanceWithPlacement(gi, 0, None, ctypes.byref(ci)) == INVALID_ARGUMENT
+    placement = n.c_nvmlComputeInstancePlacement_t()
+    placement.start, placement.size = 1, 1
+    assert lib.nvmlGpuInstanceCreateComputeInstanceWithPlacement(
+        gi, 0, ctypes.byref(placement), ctypes.byref(ci)) == NO_PERMISSION
+    array = (n.c_nvmlComputeInstance_t * 8)()
+    assert lib.nvmlGpuInstanceGetComputeInstances(gi, 0, array, ctypes.byref(count)) == 0 and count.value == 0
