@@ -40,7 +40,7 @@ import yaml
 
 import fakehw
 from tests.nvml.helpers import NodeSnap, snapshot_env, write_node
-from tests.nvml.migtools import A100_80GB_LGIP, H100_80GB_LGIP
+from tests.nvml.migtools import A100_80GB_LGIP, H100_80GB_LGIP, LGIPP
 
 CI_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 """nvml.h: NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE by slice count n."""
@@ -426,3 +426,31 @@ def test_a_compute_instance_with_placement_without_an_agent(pynvml_module: Modul
         gi, 0, ctypes.byref(placement), ctypes.byref(ci)) == NO_PERMISSION
     array = (n.c_nvmlComputeInstance_t * 8)()
     assert lib.nvmlGpuInstanceGetComputeInstances(gi, 0, array, ctypes.byref(count)) == 0 and count.value == 0
+
+
+@pytest.mark.parametrize("function", ["nvmlDeviceGetGpuInstancePossiblePlacements",
+                                      "nvmlDeviceGetGpuInstancePossiblePlacements_v2"])
+def test_gpu_instance_placements_whether_mig_is_on_or_not(function: str, pynvml_module: ModuleType,
+                                                          nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h: the placements call "only returns all the possible placements for the given profile regardless of
+    whether MIG is enabled or not"; placements "Can be NULL to discover number of allowed placements". On a
+    dgx-h100 (MIG off on every GPU) both forms give every profile's placements as the MIG user guide's
+    ``nvidia-smi mig -lgipp`` lists them (migtools.LGIPP), and the count alone for a NULL array; an array of exactly
+    that count is "large enough to accommodate the placements"."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    dev = n.nvmlDeviceGetHandleByIndex(0)
+    fn = getattr(n.nvmlLib, function)
+    got = {}
+    for profile_id in LGIPP:
+        count = ctypes.c_uint(0)
+        assert fn(dev, ctypes.c_uint(profile_id), None, ctypes.byref(count)) == 0
+        array = (n.c_nvmlGpuInstancePlacement_t * 8)()
+        listed = ctypes.c_uint(count.value)  # exactly large enough
+        assert fn(dev, ctypes.c_uint(profile_id), array, ctypes.byref(listed)) == 0
+        assert listed.value == count.value
+        sizes = {array[k].size for k in range(listed.value)}
+        assert len(sizes) == 1
+        starts = ",".join(str(array[k].start) for k in range(listed.value))
+        got[profile_id] = f"{{{starts}}}:{sizes.pop()}"
+    assert got == LGIPP
