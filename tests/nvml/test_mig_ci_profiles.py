@@ -409,7 +409,8 @@ def test_a_compute_instance_with_placement_without_an_agent(pynvml_module: Modul
     the GPU-instance form, nvmlDeviceCreateGpuInstanceWithPlacement; a NULL one places nothing); a one-slice compute
     instance at slice 1 (one of the placements nvmlGpuInstanceGetComputeInstancePossiblePlacements lists) is
     NO_PERMISSION, "If user doesn't have permission to perform the operation" (docs/nvml.md: no agent socket is a
-    process without the right to change MIG, like a non-root user); nothing is created."""
+    process without the right to change MIG, like a non-root user); nothing is created. Destroying either instance
+    is NO_PERMISSION too, a handle the library never gave INVALID_ARGUMENT."""
     n = pynvml_module
     nvml("dgx-a100", env={"FAKEHW_AGENT_SOCKET": None})
     _, gi = gpu7_instance(n)
@@ -426,6 +427,15 @@ def test_a_compute_instance_with_placement_without_an_agent(pynvml_module: Modul
         gi, 0, ctypes.byref(placement), ctypes.byref(ci)) == NO_PERMISSION
     array = (n.c_nvmlComputeInstance_t * 8)()
     assert lib.nvmlGpuInstanceGetComputeInstances(gi, 0, array, ctypes.byref(count)) == 0 and count.value == 0
+    # Destroying: nvml.h, INVALID_ARGUMENT "If computeInstance is invalid" / "If gpuInstance is invalid" (a handle
+    # the library never gave), else NO_PERMISSION without an agent; the instances are still there after.
+    bogus = ctypes.create_string_buffer(256)
+    assert lib.nvmlComputeInstanceDestroy(bogus) == INVALID_ARGUMENT
+    assert lib.nvmlGpuInstanceDestroy(bogus) == INVALID_ARGUMENT
+    assert lib.nvmlGpuInstanceGetComputeInstanceById(gi, 0, ctypes.byref(ci)) == 0
+    assert lib.nvmlComputeInstanceDestroy(ci) == NO_PERMISSION
+    assert lib.nvmlGpuInstanceDestroy(gi) == NO_PERMISSION
+    assert lib.nvmlGpuInstanceGetComputeInstanceById(gi, 0, ctypes.byref(ci)) == 0
 
 
 @pytest.mark.parametrize("function", ["nvmlDeviceGetGpuInstancePossiblePlacements",
