@@ -464,3 +464,30 @@ def test_gpu_instance_placements_whether_mig_is_on_or_not(function: str, pynvml_
         starts = ",".join(str(array[k].start) for k in range(listed.value))
         got[profile_id] = f"{{{starts}}}:{sizes.pop()}"
     assert got == LGIPP
+
+
+def test_mig_handles_outlive_a_new_generation_of_the_snapshot(pynvml_module: ModuleType,
+                                                             nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h: a compute instance handle becomes invalid when the instance is destroyed ("the compute instance
+    handle would become invalid. The compute instance must be recreated"), and GPU instance IDs "remain valid until
+    the GPU instance is destroyed": handles of instances that still exist stay valid. A process holds gpu7's MIG
+    device and compute instance handles while the node's snapshot is re-rendered as generation 2 (gpu0 runs hot;
+    gpu7's instances unchanged): both still name the same instance (seed 10631's surviving mig.c:44, a registry
+    lookup that never matched, gave every instance a new slot each generation)."""
+    n = pynvml_module
+    snap = nvml("dgx-a100")
+    dev, gi = gpu7_instance(n)
+    migs = [n.nvmlDeviceGetMigDeviceHandleByIndex(dev, k) for k in range(2)]
+    uuids = [n.nvmlDeviceGetUUID(m) for m in migs]
+    ci = n.c_nvmlComputeInstance_t()
+    assert n.nvmlLib.nvmlGpuInstanceGetComputeInstanceById(gi, 0, ctypes.byref(ci)) == 0
+    before = n.c_nvmlComputeInstanceInfo_t()
+    assert n.nvmlLib.nvmlComputeInstanceGetInfo_v2(ci, ctypes.byref(before)) == 0
+    write_node(snap.path, "dgx-a100", faults=[{"kind": "thermal", "device": "gpu0", "temperature_c": 91}],
+               generation=2)
+    assert n.nvmlDeviceGetTemperature(n.nvmlDeviceGetHandleByIndex(0), 0) == 91  # generation 2 is read
+    assert [n.nvmlDeviceGetUUID(m) for m in migs] == uuids
+    after = n.c_nvmlComputeInstanceInfo_t()
+    assert n.nvmlLib.nvmlComputeInstanceGetInfo_v2(ci, ctypes.byref(after)) == 0
+    assert (after.id, after.profileId, n.nvmlGpuInstanceGetInfo(after.gpuInstance).id) == \
+        (before.id, before.profileId, n.nvmlGpuInstanceGetInfo(before.gpuInstance).id)
