@@ -174,6 +174,10 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     # The GI registry exhausted by one process (280 instances over 6 snapshots, ~5 s): a new
                     # instance reuses a gone one's slot (mig.c:88's second loop).
                     "tests/nvml/test_mig_handle_reuse.py",
+                    # Every GPU instance profile's compute instance profiles on every MIG board (nvml.h's shared
+                    # engines, the MIG user guide's and published -lgip SMs), NULL arrays, a lost GPU's GPU
+                    # instance (seed 10621's mig.c:183, 406, 142): about 1.5 s.
+                    "tests/nvml/test_mig_ci_profiles.py",
                     # Every call of the shim's sources under AddressSanitizer and UBSan (a write one past a buffer
                     # changes no answer: seed 10604's system.c:185): one sanitized build, about 30 s.
                     "tests/nvml/test_sanitizers.py::test_every_call_under_sanitizers",

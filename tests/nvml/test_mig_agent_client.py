@@ -12,8 +12,10 @@ without a code, a peer that is not HTTP or hangs up. Expected values:
   disabling MIG while GPU instances exist is ``SUCCESS`` with activation status ``IN_USE`` (docs/nvml.md's table);
 - a refusal without a code NVML has: 4xx is the caller's request (``INVALID_ARGUMENT``), 5xx the agent's
   (``UNKNOWN``); an answer that is not the API's (no answer, not HTTP, a success without a non-negative
-  ``generation``) is ``UNKNOWN``, nvml.h's "any unexpected error"; no ``$FAKEHW_AGENT_SOCKET`` is
-  ``NO_PERMISSION`` (docs/nvml.md) and a socket nobody listens on ``UNKNOWN``.
+  ``generation``, a 1xx or 3xx status: RFC 9110 15, a client treats an unrecognised code as its class's x00 (so
+  299 is a success), and neither class says the request succeeded or was refused) is ``UNKNOWN``, nvml.h's "any
+  unexpected error"; no ``$FAKEHW_AGENT_SOCKET`` is ``NO_PERMISSION`` (docs/nvml.md) and a socket nobody listens
+  on ``UNKNOWN``.
 
 Every step runs in one subprocess in turn (one connection each), so the table costs about a second.
 """
@@ -27,6 +29,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,10 +76,15 @@ STEPS = [
     Step("disable", http(200, {"generation": 1}), SUCCESS, mode=0),
     Step("negative-generation", http(200, {"generation": -1}), UNKNOWN),
     Step("success-without-a-generation", http(200, {"applied": True}), UNKNOWN),
+    Step("unassigned-2xx-with-a-generation", http(299, {"generation": 1}), SUCCESS),
+    Step("redirection-with-a-generation", http(300, {"generation": 1}), UNKNOWN),
+    Step("unassigned-3xx-with-a-generation", http(399, {"generation": 1}), UNKNOWN),
+    Step("informational-with-a-generation", http(199, {"generation": 1}), UNKNOWN),
     Step("refused-in-use", refusal(409, IN_USE), SUCCESS, activation=IN_USE, mode=0),
     Step("refused-not-supported", refusal(409, NOT_SUPPORTED), NOT_SUPPORTED),
     Step("refused-with-a-code-nvml-does-not-have", refusal(409, 1000), INVALID_ARGUMENT),
     Step("refused-4xx-without-a-code", refusal(422, None), INVALID_ARGUMENT),
+    Step("refused-400-without-a-code", refusal(400, None), INVALID_ARGUMENT),
     Step("refused-5xx-without-a-code", refusal(500, None), UNKNOWN),
     Step("refused-5xx-with-a-code-nvml-does-not-have", refusal(503, 0), UNKNOWN),
     Step("hangs-up", None, UNKNOWN),
@@ -373,3 +381,60 @@ def test_a_change_whose_wait_for_the_answer_fails_is_no_answer(tmp_path: Path, n
     result = change_through_poll(tmp_path, nvml_library, "eagain-on-read")
     assert result["status"] == UNKNOWN
     assert "no answer from the agent" in result["trace"], result["trace"]
+
+
+LATE_CALLER = r"""
+import ctypes, json, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+assert lib.nvmlInit_v2() == 0
+device = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
+activation = ctypes.c_int(-7)
+start = time.monotonic()
+status = lib.nvmlDeviceSetMigMode(device, 1, ctypes.byref(activation))
+took = time.monotonic() - start
+current, pending = ctypes.c_uint(7), ctypes.c_uint(7)
+mode = lib.nvmlDeviceGetMigMode(device, ctypes.byref(current), ctypes.byref(pending))
+lib.nvmlShutdown()
+print(json.dumps({"status": status, "activation": activation.value, "took": took, "mode": mode,
+                  "current": current.value}))
+"""
+LATE_BY = 0.3
+"""Seconds between the stand-in's answer and the snapshot generation it named appearing (the real agent renders it
+before it answers; a slow disk or another writer's turn is what this stands for)."""
+
+
+def test_a_change_waits_for_a_generation_that_appears_after_the_answer(tmp_path: Path, nvml_library: Path) -> None:
+    """docs/nvml.md ("Changes go through the agent"): the shim waits until this process reads the snapshot
+    generation the agent answers with, so the caller's next call sees the change; only a generation not read
+    within 10 s is TIMEOUT. The stand-in answers generation 2 and the node's gpu0 with MIG on appears as generation
+    2 LATE_BY seconds later: nvmlDeviceSetMigMode answers SUCCESS (activation SUCCESS) no sooner than that, and the
+    next nvmlDeviceGetMigMode reads current mode NVML_DEVICE_MIG_ENABLE (1). Before this test no change ever waited
+    (the stand-in's generations were the snapshot's own): seed 10630's mig.c:638, a deadline 10 s in the past,
+    survived."""
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
+    enabled = tmp_path / "mig-on.yaml"
+    enabled.write_text("extends: dgx-a100\ngroups:\n  - name: dgx-a100\n    node:\n      gpus:\n"
+                       "        - {name: gpu0, mig: {enabled: true, instances: []}}\n")
+    agent = StandInAgent(tmp_path / "agent.sock", [http(200, {"generation": 2})])
+
+    def render_late() -> None:
+        deadline = time.monotonic() + 60
+        while not agent.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(LATE_BY)
+        write_node(snap.path, enabled, generation=2)
+
+    writer = threading.Thread(target=render_late, daemon=True)
+    writer.start()
+    try:
+        proc = subprocess.run([sys.executable, "-c", LATE_CALLER, str(nvml_library)], capture_output=True, text=True,
+                              timeout=60, check=False,
+                              env=subprocess_env(snap.path, FAKEHW_AGENT_SOCKET=str(tmp_path / "agent.sock")))
+    finally:
+        agent.close()
+        writer.join(timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["status"], result["activation"], result["mode"], result["current"]) == (SUCCESS, SUCCESS, SUCCESS, 1)
+    assert result["took"] >= LATE_BY - 0.05

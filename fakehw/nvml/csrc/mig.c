@@ -669,6 +669,10 @@ static nvmlReturn_t agent_change(const char *method, const char *path, const cha
                : status < 500                   ? NVML_ERROR_INVALID_ARGUMENT
                                                 : NVML_ERROR_UNKNOWN;
     }
+    if (status < 200 || status >= 300) { /* 1xx, 3xx (RFC 9110 15): neither a success nor a refusal */
+        fhw_trace("MIG change not confirmed: the agent answered HTTP %d", status);
+        return NVML_ERROR_UNKNOWN;
+    }
     long long generation = fhw_json_int(resp, "generation", &found);
     if (!found || generation < 0) return NVML_ERROR_UNKNOWN;
     if (created != NULL) {
