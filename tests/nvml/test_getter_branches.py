@@ -1,0 +1,185 @@
+"""Branches of device.c, links.c, gpm.c and fields.c that no other test of the C area takes (issue 16, h-cdev).
+
+tools/c-coverage.py on main f0bec36 listed, per getter, the lines never run and the branches never taken; the
+mechanical mutants that survive fresh samples live there. Each test below takes one such branch with an input whose
+answer is fixed outside the shim: nvml.h 13.4.92 (its enums' members, its field ids' comments, its error codes'
+definitions) and the real ``nvidia-smi -q -x`` captures. Where nvml.h says only "Nonzero NVML_ERROR_? enum on
+error" (the GPM calls), the test asks no particular code, only that the call or the metric does not answer
+SUCCESS with a value nvml.h says is "only valid if nvmlReturn is 0".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+
+from tests.nvml import references
+from tests.nvml.helpers import NodeSnap, write_node
+from tests.nvml.test_pynvml import board_state, error_of, handles
+
+Nvml = Callable[..., NodeSnap]
+
+READ = 0
+"""nvml.h: NVML_P2P_CAPS_INDEX_READ = 0 (nvidia-ml-py 12.535 defines it as a one-element tuple)."""
+
+
+def library() -> ctypes.CDLL:
+    """The fake library pynvml is bound to, for calls its bindings do not make (NULL samples, raw structs)."""
+    return ctypes.CDLL("libnvidia-ml.so.1")
+
+
+# --------------------------------------------------------------------------------------------------- ECC fields
+
+
+def test_ecc_fields_of_a_board_with_ecc_off_answer_as_their_getters(node_snapshot: Callable[..., NodeSnap],
+                                                                     pynvml_module: ModuleType) -> None:
+    """nvml.h: fields 3-6 (NVML_FI_DEV_ECC_SBE_VOL_TOTAL .. _DBE_AGG_TOTAL) are the totals
+    nvmlDeviceGetTotalEccErrors gives and 7-28 (..._SBE_VOL_L1 .. _DBE_AGG_CBU) the per-location counts of
+    nvmlDeviceGetMemoryErrorCounter; both getters "Requires ECC Mode to be enabled" and answer NOT_SUPPORTED
+    otherwise. Every captured board runs ECC on, so test_fields_match_getters.py never sees ECC off: an H100 with
+    ECC turned off (nvidia-smi -e 0) and counts still in its record answers NOT_SUPPORTED to every one of those
+    fields, while ECC mode itself (fields 1, 2) still answers, and its neighbour with ECC on answers them all."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    counts = tuple(range(1, 2 * 2 * 8 + 1))  # [error type][volatile, aggregate][location], all non-zero
+    with board_state(n, snap, 3, ecc_current=0, ecc_counts=counts) as hs:
+        off = n.nvmlDeviceGetFieldValues(hs[3], list(range(1, 29)))
+        on = n.nvmlDeviceGetFieldValues(hs[2], list(range(3, 29)))
+    assert [v.nvmlReturn for v in off[:2]] == [n.NVML_SUCCESS] * 2
+    assert off[0].value.uiVal == n.NVML_FEATURE_DISABLED
+    assert {i + 1: v.nvmlReturn for i, v in enumerate(off) if i >= 2} == \
+        dict.fromkeys(range(3, 29), n.NVML_ERROR_NOT_SUPPORTED)
+    assert {v.nvmlReturn for v in on} == {n.NVML_SUCCESS}
+
+
+# --------------------------------------------------------------------------------------------------- pair getters
+
+
+def test_a_pair_with_a_lost_gpu_is_lost_whichever_side_it_is_on(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: NVML_ERROR_GPU_IS_LOST, "The GPU has fallen off the bus or has otherwise become inaccessible". A
+    pair getter (nvmlDeviceGetTopologyCommonAncestor, nvmlDeviceGetP2PStatus) reads both GPUs, so a pair with a
+    lost GPU cannot be answered, and the pair is the same pair in either order: DGX H100's gpu1 falls off the bus
+    (Xid 79) and both getters answer GPU_IS_LOST for (gpu0, gpu1) as for (gpu1, gpu0), while (gpu0, gpu2) is
+    still answered (NVSwitch: NVML_TOPOLOGY_... level and P2P status OK for READ over NVLink)."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    hs = handles(n)
+    assert n.nvmlDeviceGetP2PStatus(hs[0], hs[1], READ) == n.NVML_P2P_STATUS_OK
+    write_node(snap.path, "dgx-h100", faults=[{"kind": "xid", "device": "gpu1", "code": 79}], generation=2)
+    for a, b in ((hs[0], hs[1]), (hs[1], hs[0])):
+        assert error_of(partial(n.nvmlDeviceGetTopologyCommonAncestor, a, b)) == n.NVML_ERROR_GPU_IS_LOST
+        assert error_of(partial(n.nvmlDeviceGetP2PStatus, a, b, READ)) == \
+            n.NVML_ERROR_GPU_IS_LOST
+    n.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[2])
+    assert n.nvmlDeviceGetP2PStatus(hs[0], hs[2], READ) == n.NVML_P2P_STATUS_OK
+
+
+# --------------------------------------------------------------------------------------------------- GPM
+
+
+def _request(n: ModuleType, first: object, second: object, ids: list[int]) -> tuple[int, list[int]]:
+    """nvmlGpmMetricsGet of ``ids`` from ``first`` and ``second`` (either may be None): the call's code and each
+    metric's nvmlReturn."""
+
+    class Request(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("numMetrics", ctypes.c_uint), ("sample1", ctypes.c_void_p),
+                    ("sample2", ctypes.c_void_p), ("metrics", n.c_nvmlGpmMetric_t * n.NVML_GPM_METRIC_MAX)]
+
+    def pointer(sample: object) -> int | None:
+        return None if sample is None else ctypes.cast(sample, ctypes.c_void_p).value  # type: ignore[arg-type]
+
+    request = Request(version=n.NVML_GPM_METRICS_GET_VERSION, numMetrics=len(ids), sample1=pointer(first),
+                      sample2=pointer(second))
+    for i, metric in enumerate(ids):
+        request.metrics[i].metricId = metric
+    code = library().nvmlGpmMetricsGet(ctypes.byref(request))
+    return code, [request.metrics[i].nvmlReturn for i in range(len(ids))]
+
+
+def _answered(n: ModuleType, result: tuple[int, list[int]]) -> bool:
+    """Whether a request gave a value nvml.h calls valid: the call and its metric both SUCCESS."""
+    code, returns = result
+    return code == n.NVML_SUCCESS and returns == [n.NVML_SUCCESS]
+
+
+def test_gpm_metrics_need_two_samples_of_one_gpu_taken_in_order(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlGpmMetricsGet: the user allocates sample1 and sample2 with nvmlGpmSampleAlloc, "then calls the
+    nvmlGpmSampleGet() API twice to obtain 2 samples of counters" of a device, and the metrics are computed from
+    those two; a metric's value "Is only valid if nvmlReturn is 0". So SM utilization (NVML_GPM_METRIC_SM_UTIL) of
+    an H100 is answered from two samples of gpu0 taken one after the other, and not answered when either sample
+    is missing (NULL), was allocated but never taken, belongs to another GPU, or the two were taken in the other
+    order (sample2 before sample1: counters running backwards)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    hs = handles(n)
+    sm = [n.NVML_GPM_METRIC_SM_UTIL]
+    a, b, other, blank = (n.nvmlGpmSampleAlloc() for _ in range(4))
+    try:
+        n.nvmlGpmSampleGet(hs[0], a)
+        n.nvmlGpmSampleGet(hs[1], other)
+        n.nvmlGpmSampleGet(hs[0], b)
+        assert _answered(n, _request(n, a, b, sm))
+        for first, second in ((None, b), (a, None), (blank, b), (a, blank), (a, other), (other, b), (b, a)):
+            assert not _answered(n, _request(n, first, second, sm)), (first, second)
+    finally:
+        for s in (a, b, other, blank):
+            n.nvmlGpmSampleFree(s)
+
+
+def test_gpm_metric_ids_nvml_h_does_not_define_are_not_answered(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's nvmlGpmMetricId_t numbers the metrics with gaps: 1-13, 20-21, NVDEC 30-37, NVJPG 40-47, NVOFA
+    50-51, NVLink totals 60-61 and per link 62-97 (L0_RX .. L17_TX), C2C from 100. An id in a gap (0, 14, 19, 22,
+    29, 52, 59, 98, 99) names no metric, so its nvmlReturn is not SUCCESS; the defined ids at each edge of the gaps
+    that an H100 SXM5 has (18 NVLinks: the capture's <nvlink> count is not printed, NVIDIA's H100 datasheet gives
+    18 fourth-generation links) are answered, link 17's transmit rate (97) included."""
+    n = pynvml_module
+    header = references.newest_header().read_text()
+    defined = {int(v) for v in re.findall(r"NVML_GPM_METRIC_\w+\s*=\s*(\d+),", header)}
+    gaps = [0, 14, 19, 22, 29, 52, 59, 98, 99]
+    edges = [1, 13, 20, 21, 30, 60, 61, 62, 96, 97]
+    assert not defined & set(gaps) and set(edges) <= defined
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    assert n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_LINK_COUNT])[0].value.uiVal == 18
+    a, b = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(h, a)
+        n.nvmlGpmSampleGet(h, b)
+        code, returns = _request(n, a, b, gaps + edges)
+    finally:
+        n.nvmlGpmSampleFree(a)
+        n.nvmlGpmSampleFree(b)
+    assert code == n.NVML_SUCCESS
+    assert [m for m, r in zip(gaps, returns, strict=False) if r == n.NVML_SUCCESS] == []
+    assert dict(zip(edges, returns[len(gaps):], strict=True)) == dict.fromkeys(edges, n.NVML_SUCCESS)
+
+
+def test_a_gpm_sample_of_a_gpu_instance_the_gpu_does_not_have_is_not_taken(nvml: Nvml, pynvml_module: ModuleType,
+                                                                           tmp_path: Path) -> None:
+    """nvml.h, nvmlGpmMigSampleGet: a sample "for a MIG GPU Instance", named by its "MIG GPU Instance ID"; any
+    failure is a "Nonzero NVML_ERROR_? enum". A DGX H100 whose gpu7 runs two 3g.40gb instances samples each by
+    the id its MIG device gives (nvmlDeviceGetGpuInstanceId), but not an id none of its MIG devices has, and its
+    gpu0, MIG off, has no GPU instance to sample at all."""
+    n = pynvml_module
+    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-h100.yaml").read_text()
+    gpu7 = 'moduleId: 2}'
+    assert text.count(gpu7) == 1
+    profile = tmp_path / "dgx-h100-mig.yaml"
+    profile.write_text(text.replace(gpu7, "moduleId: 2, mig: {enabled: true, instances: [3g.40gb, 3g.40gb]}}"))
+    nvml(profile)
+    hs = handles(n)
+    ids = {n.nvmlDeviceGetGpuInstanceId(n.nvmlDeviceGetMigDeviceHandleByIndex(hs[7], k)) for k in range(2)}
+    absent = next(i for i in range(1, 16) if i not in ids)
+    sample = n.nvmlGpmSampleAlloc()
+    try:
+        for gid in ids:
+            n.nvmlGpmMigSampleGet(hs[7], gid, sample)
+        assert error_of(partial(n.nvmlGpmMigSampleGet, hs[7], absent, sample)) != n.NVML_SUCCESS
+        for gid in sorted(ids):
+            assert error_of(partial(n.nvmlGpmMigSampleGet, hs[0], gid, sample)) != n.NVML_SUCCESS
+    finally:
+        n.nvmlGpmSampleFree(sample)
