@@ -183,3 +183,52 @@ def test_a_gpm_sample_of_a_gpu_instance_the_gpu_does_not_have_is_not_taken(nvml:
             assert error_of(partial(n.nvmlGpmMigSampleGet, hs[0], gid, sample)) != n.NVML_SUCCESS
     finally:
         n.nvmlGpmSampleFree(sample)
+
+
+# --------------------------------------------------------------------------------------------------- samples
+
+
+def _field(n: ModuleType, h: object, fid: int, scope: int) -> tuple[int, int]:
+    """(nvmlReturn, value) of one field value with its scopeId."""
+    value = (n.c_nvmlFieldValue_t * 1)()
+    value[0].fieldId, value[0].scopeId = fid, scope
+    assert library().nvmlDeviceGetFieldValues(h, 1, value) == n.NVML_SUCCESS
+    return value[0].nvmlReturn, value[0].value.uiVal
+
+
+def _sample(n: ModuleType, h: object, kind: int) -> tuple[int, int | None]:
+    """(code, the one sample's value or None) of nvmlDeviceGetSamples of ``kind``, from timestamp 0."""
+    value_type, count = ctypes.c_uint(), ctypes.c_uint(4)
+    samples = (n.c_nvmlSample_t * 4)()
+    code = library().nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                          ctypes.byref(count), samples)
+    return code, samples[count.value - 1].sampleValue.uiVal if code == n.NVML_SUCCESS else None
+
+
+def test_every_sampling_type_nvml_h_defines_answers_as_its_own_getter(node_snapshot: Callable[..., NodeSnap],
+                                                                      pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4's nvmlSamplingType_t has ten members: after the clocks (5, 6), NVML_MODULE_POWER_SAMPLES (7)
+    "module power samples for total module starting Grace Hopper", NVML_JPG_UTILIZATION_SAMPLES (8) and
+    NVML_OFA_UTILIZATION_SAMPLES (9), "percent of time during which NVJPG / NVOFA remains busy"; its
+    nvmlDeviceGetSamples lists INVALID_ARGUMENT only for a bad device or count, so a defined type is never refused
+    as one. Each answers what its direct reading answers: JPEG and OFA the figures nvmlDeviceGetJpgUtilization
+    and nvmlDeviceGetOfaUtilization give (here 37 % and 12 %, set apart from every other reading), module power
+    what field NVML_FI_DEV_POWER_INSTANT (186) answers with scopeId NVML_POWER_SCOPE_MODULE (1, "the whole module
+    (e.g. CPU + GPU)"), code and value: a GB200 (Grace + Blackwell) has a module, an H100 on an x86 host does not
+    ("x86 or non-NVIDIA ARM is not supported"). A MIG-enabled A100 (dgx-a100's gpu7) answers JPEG and OFA samples
+as it answers their getters (NOT_SUPPORTED), its gpu6 without MIG answers them. Before 2026-11-29 the shim refused 7-9 as INVALID_ARGUMENT."""
+    n = pynvml_module
+    for profile, module in (("gb200-nvl72", True), ("dgx-h100", False)):
+        snap = node_snapshot(profile)
+        with board_state(n, snap, 1, util_jpeg=37, util_ofa=12) as hs:
+            h = hs[1]
+            assert _sample(n, h, 8) == (n.NVML_SUCCESS, n.nvmlDeviceGetJpgUtilization(h)[0]) == (n.NVML_SUCCESS, 37)
+            assert _sample(n, h, 9) == (n.NVML_SUCCESS, n.nvmlDeviceGetOfaUtilization(h)[0]) == (n.NVML_SUCCESS, 12)
+            code, watts = _field(n, h, 186, 1)
+            assert (code == n.NVML_SUCCESS) is module, profile
+            assert _sample(n, h, 7) == (code, watts if module else None), profile
+    nvml_a100 = node_snapshot("dgx-a100")  # gpu7 runs MIG (the profile's two 3g.40gb instances)
+    with board_state(n, nvml_a100, 7, util_jpeg=37, util_ofa=12) as hs:
+        for kind, getter in ((8, n.nvmlDeviceGetJpgUtilization), (9, n.nvmlDeviceGetOfaUtilization)):
+            assert _sample(n, hs[7], kind) == (error_of(partial(getter, hs[7])), None)
+            assert _sample(n, hs[6], kind)[0] == n.NVML_SUCCESS
