@@ -215,8 +215,9 @@ def test_every_sampling_type_nvml_h_defines_answers_as_its_own_getter(node_snaps
     and nvmlDeviceGetOfaUtilization give (here 37 % and 12 %, set apart from every other reading), module power
     what field NVML_FI_DEV_POWER_INSTANT (186) answers with scopeId NVML_POWER_SCOPE_MODULE (1, "the whole module
     (e.g. CPU + GPU)"), code and value: a GB200 (Grace + Blackwell) has a module, an H100 on an x86 host does not
-    ("x86 or non-NVIDIA ARM is not supported"). A MIG-enabled A100 (dgx-a100's gpu7) answers JPEG and OFA samples
-as it answers their getters (NOT_SUPPORTED), its gpu6 without MIG answers them. Before 2026-11-29 the shim refused 7-9 as INVALID_ARGUMENT."""
+    ("x86 or non-NVIDIA ARM is not supported"). A MIG-enabled A100 (dgx-a100's gpu7) answers JPEG and OFA
+    samples as it answers their getters (NOT_SUPPORTED); its gpu6, MIG off, answers them. Before 2026-11-29 the
+    shim refused 7-9 as INVALID_ARGUMENT."""
     n = pynvml_module
     for profile, module in (("gb200-nvl72", True), ("dgx-h100", False)):
         snap = node_snapshot(profile)
