@@ -233,3 +233,38 @@ def test_every_sampling_type_nvml_h_defines_answers_as_its_own_getter(node_snaps
         for kind, getter in ((8, n.nvmlDeviceGetJpgUtilization), (9, n.nvmlDeviceGetOfaUtilization)):
             assert _sample(n, hs[7], kind) == (error_of(partial(getter, hs[7])), None)
             assert _sample(n, hs[6], kind)[0] == n.NVML_SUCCESS
+
+
+# --------------------------------------------------------------------------------------------------- NVLink counters
+
+
+class _UtilControl(ctypes.Structure):
+    """nvml.h's nvmlNvLinkUtilizationControl_t: units (nvmlNvLinkUtilizationCountUnits_t), pktfilter."""
+
+    _fields_ = [("units", ctypes.c_uint), ("pktfilter", ctypes.c_uint)]
+
+
+def test_nvlink_utilization_counters_are_0_or_1_and_reserved_units_are_refused(nvml: Nvml,
+                                                                                pynvml_module: ModuleType) -> None:
+    """nvml.h (13.4, deprecated but exported): nvmlDeviceGetNvLinkUtilizationControl and
+    nvmlDeviceSetNvLinkUtilizationControl take "the counter ... (0 or 1)" and answer INVALID_ARGUMENT "if device,
+    counter, link, or control is invalid"; nvmlDeviceGetNvLinkUtilizationCounter takes "the counter that should be
+    read (0 or 1)", INVALID_ARGUMENT "if device, counter, or link is invalid or rxcounter or txcounter are NULL".
+    nvmlNvLinkUtilizationCountUnits_t's NVML_NVLINK_COUNTER_UNIT_RESERVED (3) is "reserved for internal use", so a
+    control with those units is invalid. On an H100's link 0, counter 2, a NULL txcounter and RESERVED units are
+    refused; counter 1 with BYTES (2) and PKTFILTER_ALL (0xFF) is not."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    invalid = n.NVML_ERROR_INVALID_ARGUMENT
+    rx, tx = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+    good, reserved, out = _UtilControl(2, 0xFF), _UtilControl(3, 0xFF), _UtilControl()
+    assert lib.nvmlDeviceGetNvLinkUtilizationControl(h, 0, 2, ctypes.byref(out)) == invalid
+    assert lib.nvmlDeviceSetNvLinkUtilizationControl(h, 0, 2, ctypes.byref(good), 0) == invalid
+    assert lib.nvmlDeviceSetNvLinkUtilizationControl(h, 0, 1, ctypes.byref(reserved), 0) == invalid
+    assert lib.nvmlDeviceGetNvLinkUtilizationCounter(h, 0, 2, ctypes.byref(rx), ctypes.byref(tx)) == invalid
+    assert lib.nvmlDeviceGetNvLinkUtilizationCounter(h, 0, 1, ctypes.byref(rx), None) == invalid
+    assert lib.nvmlDeviceSetNvLinkUtilizationControl(h, 0, 1, ctypes.byref(good), 0) != invalid
+    assert lib.nvmlDeviceGetNvLinkUtilizationControl(h, 0, 1, ctypes.byref(out)) != invalid
+    assert lib.nvmlDeviceGetNvLinkUtilizationCounter(h, 0, 1, ctypes.byref(rx), ctypes.byref(tx)) != invalid
