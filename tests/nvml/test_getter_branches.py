@@ -130,6 +130,26 @@ def test_gpm_metrics_need_two_samples_of_one_gpu_taken_in_order(nvml: Nvml, pynv
             n.nvmlGpmSampleFree(s)
 
 
+def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlGpmSampleAlloc and nvmlGpmSampleFree answer NVML_ERROR_INVALID_ARGUMENT "if an invalid pointer is
+    provided" (a wording test_documented_argument_errors.py's NULL sweep does not read): NULL to either is
+    refused, and so is NULL as the buffer nvmlGpmSampleGet reads into (a "Nonzero NVML_ERROR_?" there) and as
+    nvmlGpmMetricsGet's request; a real sample is allocated, filled and freed."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    invalid = n.NVML_ERROR_INVALID_ARGUMENT
+    assert lib.nvmlGpmSampleAlloc(None) == invalid
+    assert lib.nvmlGpmSampleFree(None) == invalid
+    assert lib.nvmlGpmSampleGet(h, None) != n.NVML_SUCCESS
+    assert lib.nvmlGpmMetricsGet(None) == invalid
+    sample = ctypes.c_void_p()
+    assert lib.nvmlGpmSampleAlloc(ctypes.byref(sample)) == n.NVML_SUCCESS
+    assert lib.nvmlGpmSampleGet(h, sample) == n.NVML_SUCCESS
+    assert lib.nvmlGpmSampleFree(sample) == n.NVML_SUCCESS
+
+
 def test_gpm_metric_ids_nvml_h_does_not_define_are_not_answered(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h's nvmlGpmMetricId_t numbers the metrics with gaps: 1-13, 20-21, NVDEC 30-37, NVJPG 40-47, NVOFA
     50-51, NVLink totals 60-61 and per link 62-97 (L0_RX .. L17_TX), C2C from 100. An id in a gap (0, 14, 19, 22,
