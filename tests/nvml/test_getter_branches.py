@@ -288,3 +288,23 @@ def test_nvlink_utilization_counters_are_0_or_1_and_reserved_units_are_refused(n
     assert lib.nvmlDeviceSetNvLinkUtilizationControl(h, 0, 1, ctypes.byref(good), 0) != invalid
     assert lib.nvmlDeviceGetNvLinkUtilizationControl(h, 0, 1, ctypes.byref(out)) != invalid
     assert lib.nvmlDeviceGetNvLinkUtilizationCounter(h, 0, 1, ctypes.byref(rx), ctypes.byref(tx)) != invalid
+
+
+# --------------------------------------------------------------------------------------------------- remapped rows
+
+
+def test_each_remapped_rows_output_left_null_is_refused(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetRemappedRows: NVML_ERROR_INVALID_ARGUMENT "If corrRows, uncRows, isPending or
+    failureOccurred is invalid" (the "is invalid" wording the NULL sweep of test_documented_argument_errors.py
+    does not read as "is NULL"). On an H100 (Hopper remaps rows: the capture's <remapped_rows> has counts), each of
+    the four left NULL, the other three given, is refused; all four given is answered."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    for missing in range(4):
+        outs = [ctypes.c_uint() for _ in range(4)]
+        args = [None if i == missing else ctypes.byref(o) for i, o in enumerate(outs)]
+        assert lib.nvmlDeviceGetRemappedRows(h, *args) == n.NVML_ERROR_INVALID_ARGUMENT, missing
+    outs = [ctypes.c_uint() for _ in range(4)]
+    assert lib.nvmlDeviceGetRemappedRows(h, *(ctypes.byref(o) for o in outs)) == n.NVML_SUCCESS
