@@ -308,3 +308,29 @@ def test_each_remapped_rows_output_left_null_is_refused(nvml: Nvml, pynvml_modul
         assert lib.nvmlDeviceGetRemappedRows(h, *args) == n.NVML_ERROR_INVALID_ARGUMENT, missing
     outs = [ctypes.c_uint() for _ in range(4)]
     assert lib.nvmlDeviceGetRemappedRows(h, *(ctypes.byref(o) for o in outs)) == n.NVML_SUCCESS
+
+
+# --------------------------------------------------------------------------------------------------- fabric
+
+
+def test_fabric_info_v4_is_not_supported_where_the_capture_prints_no_fabric(nvml: Nvml, pynvml_module: ModuleType,
+                                                                            tmp_path: Path) -> None:
+    """qx-l40s.xml prints <fabric><state>N/A</state> (a PCIe L40S has no NVLink fabric), and nvml.h's fabric
+    getters answer NOT_SUPPORTED "if the device does not support this feature": an L40S on a 615 driver answers
+    NOT_SUPPORTED to nvmlDeviceGetGpuFabricInfo_v4 as to nvmlDeviceGetGpuFabricInfoV (v3), and writes nothing
+    into the caller's struct. The GB200 case is test_more_board_getters.py's."""
+    from tests.nvml.capture_view import FabricInfoV3
+    from tests.nvml.captures import board_capture
+    from tests.nvml.helpers import with_driver
+    from tests.nvml.test_more_board_getters import FabricInfoV4
+
+    assert board_capture("l40s")["/fabric/state"] == "N/A"
+    n = pynvml_module
+    nvml(str(with_driver(tmp_path, "l40s-server", "615.10.01")))
+    lib = library()
+    for h in handles(n):
+        v3 = FabricInfoV3(version=ctypes.sizeof(FabricInfoV3) | 3 << 24)
+        assert lib.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(v3)) == n.NVML_ERROR_NOT_SUPPORTED
+        v4 = FabricInfoV4(numCliques=77, state=77)
+        assert lib.nvmlDeviceGetGpuFabricInfo_v4(h, ctypes.byref(v4)) == n.NVML_ERROR_NOT_SUPPORTED
+        assert (v4.numCliques, v4.state) == (77, 77)
