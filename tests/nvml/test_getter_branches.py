@@ -334,3 +334,28 @@ def test_fabric_info_v4_is_not_supported_where_the_capture_prints_no_fabric(nvml
         v4 = FabricInfoV4(numCliques=77, state=77)
         assert lib.nvmlDeviceGetGpuFabricInfo_v4(h, ctypes.byref(v4)) == n.NVML_ERROR_NOT_SUPPORTED
         assert (v4.numCliques, v4.state) == (77, 77)
+
+
+# --------------------------------------------------------------------------------------------------- remote link ids
+
+
+def test_no_two_nvlinks_land_on_one_port_of_a_switch(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: field NVML_FI_DEV_NVLINK_REMOTE_NVLINK_ID (146), "Remote device NVLink ID", the link given "in the
+    scopeId field". A link is one cable with one port at each end, so across a node no two GPU links can name the
+    same port of the same remote device (nvmlDeviceGetNvLinkRemotePciInfo's bus id). A DGX H100's 8 GPUs x 18
+    links (NVIDIA's DGX H100 user guide: four NVSwitch chips, 18 NVLink4 links a GPU) all answer the field, and
+    the 144 (remote bus id, remote link) pairs are distinct."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    ends: list[tuple[str, int]] = []
+    for h in handles(n):
+        values = (n.c_nvmlFieldValue_t * 18)()
+        for link in range(18):
+            values[link].fieldId, values[link].scopeId = 146, link
+        assert lib.nvmlDeviceGetFieldValues(h, 18, values) == n.NVML_SUCCESS
+        assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 18
+        for link in range(18):
+            ends.append((n.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId, values[link].value.uiVal))
+    assert len(ends) == 144
+    assert len(set(ends)) == 144, sorted(e for e in ends if ends.count(e) > 1)[:4]
