@@ -17,6 +17,8 @@ from functools import partial
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from tests.nvml import references
 from tests.nvml.helpers import NodeSnap, write_node
 from tests.nvml.test_pynvml import board_state, error_of, handles
@@ -359,3 +361,46 @@ def test_no_two_nvlinks_land_on_one_port_of_a_switch(nvml: Nvml, pynvml_module: 
             ends.append((n.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId, values[link].value.uiVal))
     assert len(ends) == 144
     assert len(set(ends)) == 144, sorted(e for e in ends if ends.count(e) > 1)[:4]
+
+
+# --------------------------------------------------------------------------------------------------- per-link fields
+
+
+@pytest.mark.parametrize("profile", ["dgx-a100", "l40s-server"])
+def test_per_link_speed_and_bandwidth_fields_answer_for_the_links_the_board_has(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType, profile: str) -> None:
+    """nvml.h numbers the old per-link fields NVML_FI_DEV_NVLINK_SPEED_MBPS_L0..L5 (84-89) and L6..L11 (132-137),
+    NVML_FI_DEV_NVLINK_BANDWIDTH_C0_L0..L5 (60-65), _C1_L0..L5 (67-72), C0_L6..L11 (120-125), C1_L6..L11
+    (126-131): one field per link, so each answers as that link does. For links 0-11 of every GPU of a DGX A100
+    (12 NVLink3 links a GPU) and an L40S server (PCIe only: qx-l40s.xml prints no NVLink and fabric N/A), each of
+    these fields has the return code nvmlDeviceGetNvLinkState gives for its link, and a speed field answers the
+    speed field 164 (NVML_FI_DEV_NVLINK_GET_SPEED, "NVLink Speed in MBps") gives with the link as scopeId (GPU 0's
+    links each given a speed of their own here, so a field reading its neighbour's link shows)."""
+    from dataclasses import replace
+
+    n = pynvml_module
+    lib = library()
+    snap = node_snapshot(profile)
+    links = tuple(replace(k, speed_mbps=k.speed_mbps + i) if k.speed_mbps else k
+                  for i, k in enumerate(snap.snapshot.gpus[0].links))
+    with board_state(n, snap, 0, links=links) as hs:
+        _check_links(n, lib, hs, profile)
+
+
+def _check_links(n: ModuleType, lib: ctypes.CDLL, hs: list[object], profile: str) -> None:
+    """The body of the per-link field test, for each GPU's links 0-11."""
+    for h in hs:
+        for link in range(12):
+            low = link < 6
+            ids = [(84 + link if low else 132 + link - 6, 0), (164, link),
+                   (60 + link if low else 120 + link - 6, 0), (67 + link if low else 126 + link - 6, 0)]
+            values = (n.c_nvmlFieldValue_t * 4)()
+            for v, (fid, scope) in zip(values, ids, strict=True):
+                v.fieldId, v.scopeId = fid, scope
+            assert lib.nvmlDeviceGetFieldValues(h, 4, values) == n.NVML_SUCCESS
+            state = ctypes.c_uint()
+            code = lib.nvmlDeviceGetNvLinkState(h, link, ctypes.byref(state))
+            assert (profile == "dgx-a100") is (code == n.NVML_SUCCESS), link
+            assert [v.nvmlReturn for v in values] == [code] * 4, link
+            if code == n.NVML_SUCCESS:
+                assert values[0].value.uiVal == values[1].value.uiVal > 0, link
