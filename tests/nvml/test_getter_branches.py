@@ -404,3 +404,27 @@ def _check_links(n: ModuleType, lib: ctypes.CDLL, hs: list[object], profile: str
             assert [v.nvmlReturn for v in values] == [code] * 4, link
             if code == n.NVML_SUCCESS:
                 assert values[0].value.uiVal == values[1].value.uiVal > 0, link
+
+
+def test_each_tensor_pipe_is_busy_no_longer_than_any_tensor_pipe(pynvml_module: ModuleType,
+                                                                 node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvml.h's GPM metrics: ANY_TENSOR_UTIL (5) is the "Percentage of time the GPU's SMs were doing ANY tensor
+    operations", DFMA_TENSOR_UTIL (6), HMMA_TENSOR_UTIL (7) and IMMA_TENSOR_UTIL (9) the time doing DFMA, HMMA and
+    IMMA tensor operations, each "0.0 - 100.0". Time doing one kind is time doing some kind, so each of 6, 7, 9 is
+    at most 5, and none is above 100: on an H100 whose tensor activity is 90 % (the record's hundredths) and at 0 %,
+    where every tensor pipe must then be idle too, while every other activity it records is at 100 %."""
+    from tests.nvml.test_pynvml import gpm_request
+
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    for activity in (9000, 0):
+        busy = dict.fromkeys(("gpm_graphics_activity", "gpm_sm_activity", "gpm_sm_occupancy", "gpm_dram_bw_util",
+                              "gpm_fp64_activity", "gpm_fp32_activity", "gpm_fp16_activity"), 10000)
+        with board_state(n, snap, 0, gpm_tensor_activity=activity, **busy) as hs:
+            code, values = gpm_request(n, hs[0], [5, 6, 7, 9], n.NVML_GPM_METRIC_MAX)
+        assert code == n.NVML_SUCCESS
+        assert [ret for ret, _ in values] == [n.NVML_SUCCESS] * 4
+        any_tensor = values[0][1]
+        assert any_tensor == activity / 100
+        for metric, (_, value) in zip((6, 7, 9), values[1:], strict=True):
+            assert 0.0 <= value <= any_tensor <= 100.0, (activity, metric, value)
