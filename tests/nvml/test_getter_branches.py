@@ -80,6 +80,21 @@ def test_a_pair_with_a_lost_gpu_is_lost_whichever_side_it_is_on(nvml: Nvml, pynv
     assert n.nvmlDeviceGetP2PStatus(hs[0], hs[2], READ) == n.NVML_P2P_STATUS_OK
 
 
+def test_a_topology_level_between_nvml_h_s_levels_is_refused(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's nvmlGpuTopologyLevel_t has six members spaced by ten (INTERNAL 0, SINGLE 10, MULTIPLE 20,
+    HOSTBRIDGE 30, NODE 40, SYSTEM 50: "there is purposefully no COUNT here because of the need for spacing"), and
+    nvmlDeviceGetTopologyNearestGpus answers INVALID_ARGUMENT "if device, level, or count is invalid". A value
+    inside the range but between members (5, 15, 45) is no level: refused; each member is not."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    for level, invalid in ((5, True), (15, True), (45, True), (0, False), (10, False), (40, False), (50, False)):
+        count = ctypes.c_uint(0)
+        code = lib.nvmlDeviceGetTopologyNearestGpus(h, level, ctypes.byref(count), None)
+        assert (code == n.NVML_ERROR_INVALID_ARGUMENT) is invalid, (level, code)
+
+
 # --------------------------------------------------------------------------------------------------- GPM
 
 
