@@ -95,6 +95,35 @@ def test_a_topology_level_between_nvml_h_s_levels_is_refused(nvml: Nvml, pynvml_
         assert (code == n.NVML_ERROR_INVALID_ARGUMENT) is invalid, (level, code)
 
 
+def test_cpu_affinity_is_the_node_scope_call_for_every_handle(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetCpuAffinity: "This is equivalent to calling nvmlDeviceGetCpuAffinityWithinScope with
+    NVML_AFFINITY_SCOPE_NODE" (0). So the two answer alike, return code and mask words, for every handle a caller
+    can hold: each GPU of a DGX A100, the MIG device handles of its gpu7 (MIG on), and, after gpu1 falls off the
+    bus (Xid 79), gpu1's handle; for one mask word and for four."""
+    n = pynvml_module
+    snap = nvml("dgx-a100")
+    lib = library()
+    hs = handles(n)
+    migs = [n.nvmlDeviceGetMigDeviceHandleByIndex(hs[7], k) for k in range(2)]
+
+    def both(h: object, size: int) -> tuple[tuple[int, list[int]], tuple[int, list[int]]]:
+        plain, scoped = (ctypes.c_ulong * size)(), (ctypes.c_ulong * size)()
+        a = lib.nvmlDeviceGetCpuAffinity(h, size, plain)
+        b = lib.nvmlDeviceGetCpuAffinityWithinScope(h, size, scoped, 0)
+        return (a, list(plain)), (b, list(scoped))
+
+    answered = 0
+    for h in hs + migs:
+        for size in (1, 4):
+            plain, scoped = both(h, size)
+            assert plain == scoped, (h, size)
+            answered += plain[0] == n.NVML_SUCCESS
+    assert answered >= 2 * len(hs)
+    write_node(snap.path, "dgx-a100", faults=[{"kind": "xid", "device": "gpu1", "code": 79}], generation=2)
+    plain, scoped = both(hs[1], 1)
+    assert plain == scoped and plain[0] == n.NVML_ERROR_GPU_IS_LOST
+
+
 # --------------------------------------------------------------------------------------------------- GPM
 
 
