@@ -777,9 +777,15 @@ static nvmlReturn_t d_samples(fhw_ctx_t *c, unsigned int type, unsigned long lon
     case 4: v = c->g->util_decoder; break;
     case 5: v = c->g->clocks_current[NVML_CLOCK_GRAPHICS]; break;
     case 6: v = c->g->clocks_current[NVML_CLOCK_MEM]; break;
+    case 7: v = c->g->module_power_mw; break; /* nvml.h: "module power samples ... starting Grace Hopper" */
+    case 8: v = c->g->util_jpeg; break;
+    case 9: v = c->g->util_ofa; break;
     default: return NVML_ERROR_INVALID_ARGUMENT;
     }
-    if (type >= 1 && type <= 4) { /* GPU, memory, encoder and decoder utilization samples */
+    if (type == 7) FHW_REQUIRE(c, FHW_ANS_MODULE_POWER); /* the module power getters' own answer */
+    /* GPU, memory, encoder and decoder utilization samples (nvml.h's MIG note), and JPEG and OFA ones as
+       nvmlDeviceGetJpgUtilization and nvmlDeviceGetOfaUtilization answer */
+    if ((type >= 1 && type <= 4) || type >= 8) {
         nvmlReturn_t r = no_mig_utilization(c);
         if (r != NVML_SUCCESS) return r;
     }

@@ -1,0 +1,474 @@
+"""Branches of device.c, links.c, gpm.c and fields.c that no other test of the C area takes (issue 16, h-cdev).
+
+tools/c-coverage.py on main f0bec36 listed, per getter, the lines never run and the branches never taken; the
+mechanical mutants that survive fresh samples live there. Each test below takes one such branch with an input whose
+answer is fixed outside the shim: nvml.h 13.4.92 (its enums' members, its field ids' comments, its error codes'
+definitions) and the real ``nvidia-smi -q -x`` captures. Where nvml.h says only "Nonzero NVML_ERROR_? enum on
+error" (the GPM calls), the test asks no particular code, only that the call or the metric does not answer
+SUCCESS with a value nvml.h says is "only valid if nvmlReturn is 0".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.nvml import references
+from tests.nvml.helpers import NodeSnap, write_node
+from tests.nvml.test_pynvml import board_state, error_of, handles
+
+Nvml = Callable[..., NodeSnap]
+
+READ = 0
+"""nvml.h: NVML_P2P_CAPS_INDEX_READ = 0 (nvidia-ml-py 12.535 defines it as a one-element tuple)."""
+
+
+def library() -> ctypes.CDLL:
+    """The fake library pynvml is bound to, for calls its bindings do not make (NULL samples, raw structs)."""
+    return ctypes.CDLL("libnvidia-ml.so.1")
+
+
+# --------------------------------------------------------------------------------------------------- ECC fields
+
+
+def test_ecc_fields_of_a_board_with_ecc_off_answer_as_their_getters(node_snapshot: Callable[..., NodeSnap],
+                                                                     pynvml_module: ModuleType) -> None:
+    """nvml.h: fields 3-6 (NVML_FI_DEV_ECC_SBE_VOL_TOTAL .. _DBE_AGG_TOTAL) are the totals
+    nvmlDeviceGetTotalEccErrors gives and 7-28 (..._SBE_VOL_L1 .. _DBE_AGG_CBU) the per-location counts of
+    nvmlDeviceGetMemoryErrorCounter; both getters "Requires ECC Mode to be enabled" and answer NOT_SUPPORTED
+    otherwise. Every captured board runs ECC on, so test_fields_match_getters.py never sees ECC off: an H100 with
+    ECC turned off (nvidia-smi -e 0) and counts still in its record answers NOT_SUPPORTED to every one of those
+    fields, while ECC mode itself (fields 1, 2) still answers, and its neighbour with ECC on answers them all."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    counts = tuple(range(1, 2 * 2 * 8 + 1))  # [error type][volatile, aggregate][location], all non-zero
+    with board_state(n, snap, 3, ecc_current=0, ecc_counts=counts) as hs:
+        off = n.nvmlDeviceGetFieldValues(hs[3], list(range(1, 29)))
+        on = n.nvmlDeviceGetFieldValues(hs[2], list(range(3, 29)))
+    assert [v.nvmlReturn for v in off[:2]] == [n.NVML_SUCCESS] * 2
+    assert off[0].value.uiVal == n.NVML_FEATURE_DISABLED
+    assert {i + 1: v.nvmlReturn for i, v in enumerate(off) if i >= 2} == \
+        dict.fromkeys(range(3, 29), n.NVML_ERROR_NOT_SUPPORTED)
+    assert {v.nvmlReturn for v in on} == {n.NVML_SUCCESS}
+
+
+# --------------------------------------------------------------------------------------------------- pair getters
+
+
+def test_a_pair_with_a_lost_gpu_is_lost_whichever_side_it_is_on(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: NVML_ERROR_GPU_IS_LOST, "The GPU has fallen off the bus or has otherwise become inaccessible". A
+    pair getter (nvmlDeviceGetTopologyCommonAncestor, nvmlDeviceGetP2PStatus) reads both GPUs, so a pair with a
+    lost GPU cannot be answered, and the pair is the same pair in either order: DGX H100's gpu1 falls off the bus
+    (Xid 79) and both getters answer GPU_IS_LOST for (gpu0, gpu1) as for (gpu1, gpu0), while (gpu0, gpu2) is
+    still answered (NVSwitch: NVML_TOPOLOGY_... level and P2P status OK for READ over NVLink)."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    hs = handles(n)
+    assert n.nvmlDeviceGetP2PStatus(hs[0], hs[1], READ) == n.NVML_P2P_STATUS_OK
+    write_node(snap.path, "dgx-h100", faults=[{"kind": "xid", "device": "gpu1", "code": 79}], generation=2)
+    for a, b in ((hs[0], hs[1]), (hs[1], hs[0])):
+        assert error_of(partial(n.nvmlDeviceGetTopologyCommonAncestor, a, b)) == n.NVML_ERROR_GPU_IS_LOST
+        assert error_of(partial(n.nvmlDeviceGetP2PStatus, a, b, READ)) == \
+            n.NVML_ERROR_GPU_IS_LOST
+    n.nvmlDeviceGetTopologyCommonAncestor(hs[0], hs[2])
+    assert n.nvmlDeviceGetP2PStatus(hs[0], hs[2], READ) == n.NVML_P2P_STATUS_OK
+
+
+def test_a_topology_level_between_nvml_h_s_levels_is_refused(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's nvmlGpuTopologyLevel_t has six members spaced by ten (INTERNAL 0, SINGLE 10, MULTIPLE 20,
+    HOSTBRIDGE 30, NODE 40, SYSTEM 50: "there is purposefully no COUNT here because of the need for spacing"), and
+    nvmlDeviceGetTopologyNearestGpus answers INVALID_ARGUMENT "if device, level, or count is invalid". A value
+    inside the range but between members (5, 15, 45) is no level: refused; each member is not."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    for level, invalid in ((5, True), (15, True), (45, True), (0, False), (10, False), (40, False), (50, False)):
+        count = ctypes.c_uint(0)
+        code = lib.nvmlDeviceGetTopologyNearestGpus(h, level, ctypes.byref(count), None)
+        assert (code == n.NVML_ERROR_INVALID_ARGUMENT) is invalid, (level, code)
+
+
+def test_cpu_affinity_is_the_node_scope_call_for_every_handle(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetCpuAffinity: "This is equivalent to calling nvmlDeviceGetCpuAffinityWithinScope with
+    NVML_AFFINITY_SCOPE_NODE" (0). So the two answer alike, return code and mask words, for every handle a caller
+    can hold: each GPU of a DGX A100, the MIG device handles of its gpu7 (MIG on), and, after gpu1 falls off the
+    bus (Xid 79), gpu1's handle; for one mask word and for four."""
+    n = pynvml_module
+    snap = nvml("dgx-a100")
+    lib = library()
+    hs = handles(n)
+    migs = [n.nvmlDeviceGetMigDeviceHandleByIndex(hs[7], k) for k in range(2)]
+
+    def both(h: object, size: int) -> tuple[tuple[int, list[int]], tuple[int, list[int]]]:
+        plain, scoped = (ctypes.c_ulong * size)(), (ctypes.c_ulong * size)()
+        a = lib.nvmlDeviceGetCpuAffinity(h, size, plain)
+        b = lib.nvmlDeviceGetCpuAffinityWithinScope(h, size, scoped, 0)
+        return (a, list(plain)), (b, list(scoped))
+
+    answered = 0
+    for h in hs + migs:
+        for size in (1, 4):
+            plain, scoped = both(h, size)
+            assert plain == scoped, (h, size)
+            answered += plain[0] == n.NVML_SUCCESS
+    assert answered >= 2 * len(hs)
+    write_node(snap.path, "dgx-a100", faults=[{"kind": "xid", "device": "gpu1", "code": 79}], generation=2)
+    plain, scoped = both(hs[1], 1)
+    assert plain == scoped and plain[0] == n.NVML_ERROR_GPU_IS_LOST
+
+
+# --------------------------------------------------------------------------------------------------- GPM
+
+
+def _request(n: ModuleType, first: object, second: object, ids: list[int]) -> tuple[int, list[int]]:
+    """nvmlGpmMetricsGet of ``ids`` from ``first`` and ``second`` (either may be None): the call's code and each
+    metric's nvmlReturn."""
+
+    class Request(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("numMetrics", ctypes.c_uint), ("sample1", ctypes.c_void_p),
+                    ("sample2", ctypes.c_void_p), ("metrics", n.c_nvmlGpmMetric_t * n.NVML_GPM_METRIC_MAX)]
+
+    def pointer(sample: object) -> int | None:
+        return None if sample is None else ctypes.cast(sample, ctypes.c_void_p).value  # type: ignore[arg-type]
+
+    request = Request(version=n.NVML_GPM_METRICS_GET_VERSION, numMetrics=len(ids), sample1=pointer(first),
+                      sample2=pointer(second))
+    for i, metric in enumerate(ids):
+        request.metrics[i].metricId = metric
+    code = library().nvmlGpmMetricsGet(ctypes.byref(request))
+    return code, [request.metrics[i].nvmlReturn for i in range(len(ids))]
+
+
+def _answered(n: ModuleType, result: tuple[int, list[int]]) -> bool:
+    """Whether a request gave a value nvml.h calls valid: the call and its metric both SUCCESS."""
+    code, returns = result
+    return code == n.NVML_SUCCESS and returns == [n.NVML_SUCCESS]
+
+
+def test_gpm_metrics_need_two_samples_of_one_gpu_taken_in_order(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlGpmMetricsGet: the user allocates sample1 and sample2 with nvmlGpmSampleAlloc, "then calls the
+    nvmlGpmSampleGet() API twice to obtain 2 samples of counters" of a device, and the metrics are computed from
+    those two; a metric's value "Is only valid if nvmlReturn is 0". So SM utilization (NVML_GPM_METRIC_SM_UTIL) of
+    an H100 is answered from two samples of gpu0 taken one after the other, and not answered when either sample
+    is missing (NULL), was allocated but never taken, belongs to another GPU, or the two were taken in the other
+    order (sample2 before sample1: counters running backwards)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    hs = handles(n)
+    sm = [n.NVML_GPM_METRIC_SM_UTIL]
+    a, b, other, blank = (n.nvmlGpmSampleAlloc() for _ in range(4))
+    try:
+        n.nvmlGpmSampleGet(hs[0], a)
+        n.nvmlGpmSampleGet(hs[1], other)
+        n.nvmlGpmSampleGet(hs[0], b)
+        assert _answered(n, _request(n, a, b, sm))
+        for first, second in ((None, b), (a, None), (blank, b), (a, blank), (a, other), (other, b), (b, a)):
+            assert not _answered(n, _request(n, first, second, sm)), (first, second)
+    finally:
+        for s in (a, b, other, blank):
+            n.nvmlGpmSampleFree(s)
+
+
+def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlGpmSampleAlloc and nvmlGpmSampleFree answer NVML_ERROR_INVALID_ARGUMENT "if an invalid pointer is
+    provided" (a wording test_documented_argument_errors.py's NULL sweep does not read): NULL to either is
+    refused, and so is NULL as the buffer nvmlGpmSampleGet reads into (a "Nonzero NVML_ERROR_?" there) and as
+    nvmlGpmMetricsGet's request; a real sample is allocated, filled and freed."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    invalid = n.NVML_ERROR_INVALID_ARGUMENT
+    assert lib.nvmlGpmSampleAlloc(None) == invalid
+    assert lib.nvmlGpmSampleFree(None) == invalid
+    assert lib.nvmlGpmSampleGet(h, None) != n.NVML_SUCCESS
+    assert lib.nvmlGpmMetricsGet(None) == invalid
+    sample = ctypes.c_void_p()
+    assert lib.nvmlGpmSampleAlloc(ctypes.byref(sample)) == n.NVML_SUCCESS
+    assert lib.nvmlGpmSampleGet(h, sample) == n.NVML_SUCCESS
+    assert lib.nvmlGpmSampleFree(sample) == n.NVML_SUCCESS
+
+
+def test_gpm_metric_ids_nvml_h_does_not_define_are_not_answered(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's nvmlGpmMetricId_t numbers the metrics with gaps: 1-13, 20-21, NVDEC 30-37, NVJPG 40-47, NVOFA
+    50-51, NVLink totals 60-61 and per link 62-97 (L0_RX .. L17_TX), C2C from 100. An id in a gap (0, 14, 19, 22,
+    29, 52, 59, 98, 99) names no metric, so its nvmlReturn is not SUCCESS; the defined ids at each edge of the gaps
+    that an H100 SXM5 has (18 NVLinks: the capture's <nvlink> count is not printed, NVIDIA's H100 datasheet gives
+    18 fourth-generation links) are answered, link 17's transmit rate (97) included."""
+    n = pynvml_module
+    header = references.newest_header().read_text()
+    defined = {int(v) for v in re.findall(r"NVML_GPM_METRIC_\w+\s*=\s*(\d+),", header)}
+    gaps = [0, 14, 19, 22, 29, 52, 59, 98, 99]
+    edges = [1, 13, 20, 21, 30, 60, 61, 62, 96, 97]
+    assert not defined & set(gaps) and set(edges) <= defined
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    assert n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_NVLINK_LINK_COUNT])[0].value.uiVal == 18
+    a, b = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(h, a)
+        n.nvmlGpmSampleGet(h, b)
+        code, returns = _request(n, a, b, gaps + edges)
+    finally:
+        n.nvmlGpmSampleFree(a)
+        n.nvmlGpmSampleFree(b)
+    assert code == n.NVML_SUCCESS
+    assert [m for m, r in zip(gaps, returns, strict=False) if r == n.NVML_SUCCESS] == []
+    assert dict(zip(edges, returns[len(gaps):], strict=True)) == dict.fromkeys(edges, n.NVML_SUCCESS)
+
+
+def test_a_gpm_sample_of_a_gpu_instance_the_gpu_does_not_have_is_not_taken(nvml: Nvml, pynvml_module: ModuleType,
+                                                                           tmp_path: Path) -> None:
+    """nvml.h, nvmlGpmMigSampleGet: a sample "for a MIG GPU Instance", named by its "MIG GPU Instance ID"; any
+    failure is a "Nonzero NVML_ERROR_? enum". A DGX H100 whose gpu7 runs two 3g.40gb instances samples each by
+    the id its MIG device gives (nvmlDeviceGetGpuInstanceId), but not an id none of its MIG devices has, and its
+    gpu0, MIG off, has no GPU instance to sample at all."""
+    n = pynvml_module
+    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-h100.yaml").read_text()
+    gpu7 = 'moduleId: 2}'
+    assert text.count(gpu7) == 1
+    profile = tmp_path / "dgx-h100-mig.yaml"
+    profile.write_text(text.replace(gpu7, "moduleId: 2, mig: {enabled: true, instances: [3g.40gb, 3g.40gb]}}"))
+    nvml(profile)
+    hs = handles(n)
+    ids = {n.nvmlDeviceGetGpuInstanceId(n.nvmlDeviceGetMigDeviceHandleByIndex(hs[7], k)) for k in range(2)}
+    absent = next(i for i in range(1, 16) if i not in ids)
+    sample = n.nvmlGpmSampleAlloc()
+    try:
+        for gid in ids:
+            n.nvmlGpmMigSampleGet(hs[7], gid, sample)
+        assert error_of(partial(n.nvmlGpmMigSampleGet, hs[7], absent, sample)) != n.NVML_SUCCESS
+        for gid in sorted(ids):
+            assert error_of(partial(n.nvmlGpmMigSampleGet, hs[0], gid, sample)) != n.NVML_SUCCESS
+    finally:
+        n.nvmlGpmSampleFree(sample)
+
+
+# --------------------------------------------------------------------------------------------------- samples
+
+
+def _field(n: ModuleType, h: object, fid: int, scope: int) -> tuple[int, int]:
+    """(nvmlReturn, value) of one field value with its scopeId."""
+    value = (n.c_nvmlFieldValue_t * 1)()
+    value[0].fieldId, value[0].scopeId = fid, scope
+    assert library().nvmlDeviceGetFieldValues(h, 1, value) == n.NVML_SUCCESS
+    return value[0].nvmlReturn, value[0].value.uiVal
+
+
+def _sample(n: ModuleType, h: object, kind: int) -> tuple[int, int | None]:
+    """(code, the one sample's value or None) of nvmlDeviceGetSamples of ``kind``, from timestamp 0."""
+    value_type, count = ctypes.c_uint(), ctypes.c_uint(4)
+    samples = (n.c_nvmlSample_t * 4)()
+    code = library().nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                          ctypes.byref(count), samples)
+    return code, samples[count.value - 1].sampleValue.uiVal if code == n.NVML_SUCCESS else None
+
+
+def test_every_sampling_type_nvml_h_defines_answers_as_its_own_getter(node_snapshot: Callable[..., NodeSnap],
+                                                                      pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4's nvmlSamplingType_t has ten members: after the clocks (5, 6), NVML_MODULE_POWER_SAMPLES (7)
+    "module power samples for total module starting Grace Hopper", NVML_JPG_UTILIZATION_SAMPLES (8) and
+    NVML_OFA_UTILIZATION_SAMPLES (9), "percent of time during which NVJPG / NVOFA remains busy"; its
+    nvmlDeviceGetSamples lists INVALID_ARGUMENT only for a bad device or count, so a defined type is never refused
+    as one. Each answers what its direct reading answers: JPEG and OFA the figures nvmlDeviceGetJpgUtilization
+    and nvmlDeviceGetOfaUtilization give (here 37 % and 12 %, set apart from every other reading), module power
+    what field NVML_FI_DEV_POWER_INSTANT (186) answers with scopeId NVML_POWER_SCOPE_MODULE (1, "the whole module
+    (e.g. CPU + GPU)"), code and value: a GB200 (Grace + Blackwell) has a module, an H100 on an x86 host does not
+    ("x86 or non-NVIDIA ARM is not supported"). A MIG-enabled A100 (dgx-a100's gpu7) answers JPEG and OFA
+    samples as it answers their getters (NOT_SUPPORTED); its gpu6, MIG off, answers them. Before 2026-11-29 the
+    shim refused 7-9 as INVALID_ARGUMENT."""
+    n = pynvml_module
+    for profile, module in (("gb200-nvl72", True), ("dgx-h100", False)):
+        snap = node_snapshot(profile)
+        with board_state(n, snap, 1, util_jpeg=37, util_ofa=12) as hs:
+            h = hs[1]
+            assert _sample(n, h, 8) == (n.NVML_SUCCESS, n.nvmlDeviceGetJpgUtilization(h)[0]) == (n.NVML_SUCCESS, 37)
+            assert _sample(n, h, 9) == (n.NVML_SUCCESS, n.nvmlDeviceGetOfaUtilization(h)[0]) == (n.NVML_SUCCESS, 12)
+            code, watts = _field(n, h, 186, 1)
+            assert (code == n.NVML_SUCCESS) is module, profile
+            assert _sample(n, h, 7) == (code, watts if module else None), profile
+    nvml_a100 = node_snapshot("dgx-a100")  # gpu7 runs MIG (the profile's two 3g.40gb instances)
+    with board_state(n, nvml_a100, 7, util_jpeg=37, util_ofa=12) as hs:
+        for kind, getter in ((8, n.nvmlDeviceGetJpgUtilization), (9, n.nvmlDeviceGetOfaUtilization)):
+            assert _sample(n, hs[7], kind) == (error_of(partial(getter, hs[7])), None)
+            assert _sample(n, hs[6], kind)[0] == n.NVML_SUCCESS
+
+
+# --------------------------------------------------------------------------------------------------- NVLink counters
+
+
+class _UtilControl(ctypes.Structure):
+    """nvml.h's nvmlNvLinkUtilizationControl_t: units (nvmlNvLinkUtilizationCountUnits_t), pktfilter."""
+
+    _fields_ = [("units", ctypes.c_uint), ("pktfilter", ctypes.c_uint)]
+
+
+def test_nvlink_utilization_counters_are_0_or_1_and_reserved_units_are_refused(nvml: Nvml,
+                                                                                pynvml_module: ModuleType) -> None:
+    """nvml.h (13.4, deprecated but exported): nvmlDeviceGetNvLinkUtilizationControl and
+    nvmlDeviceSetNvLinkUtilizationControl take "the counter ... (0 or 1)" and answer INVALID_ARGUMENT "if device,
+    counter, link, or control is invalid"; nvmlDeviceGetNvLinkUtilizationCounter takes "the counter that should be
+    read (0 or 1)", INVALID_ARGUMENT "if device, counter, or link is invalid or rxcounter or txcounter are NULL".
+    nvmlNvLinkUtilizationCountUnits_t's NVML_NVLINK_COUNTER_UNIT_RESERVED (3) is "reserved for internal use", so a
+    control with those units is invalid. On an H100's link 0, counter 2, a NULL txcounter and RESERVED units are
+    refused; counter 1 with BYTES (2) and PKTFILTER_ALL (0xFF) is not."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    invalid = n.NVML_ERROR_INVALID_ARGUMENT
+    rx, tx = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+    good, reserved, out = _UtilControl(2, 0xFF), _UtilControl(3, 0xFF), _UtilControl()
+    assert lib.nvmlDeviceGetNvLinkUtilizationControl(h, 0, 2, ctypes.byref(out)) == invalid
+    assert lib.nvmlDeviceSetNvLinkUtilizationControl(h, 0, 2, ctypes.byref(good), 0) == invalid
+    assert lib.nvmlDeviceSetNvLinkUtilizationControl(h, 0, 1, ctypes.byref(reserved), 0) == invalid
+    assert lib.nvmlDeviceGetNvLinkUtilizationCounter(h, 0, 2, ctypes.byref(rx), ctypes.byref(tx)) == invalid
+    assert lib.nvmlDeviceGetNvLinkUtilizationCounter(h, 0, 1, ctypes.byref(rx), None) == invalid
+    assert lib.nvmlDeviceSetNvLinkUtilizationControl(h, 0, 1, ctypes.byref(good), 0) != invalid
+    assert lib.nvmlDeviceGetNvLinkUtilizationControl(h, 0, 1, ctypes.byref(out)) != invalid
+    assert lib.nvmlDeviceGetNvLinkUtilizationCounter(h, 0, 1, ctypes.byref(rx), ctypes.byref(tx)) != invalid
+
+
+# --------------------------------------------------------------------------------------------------- remapped rows
+
+
+def test_each_remapped_rows_output_left_null_is_refused(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetRemappedRows: NVML_ERROR_INVALID_ARGUMENT "If corrRows, uncRows, isPending or
+    failureOccurred is invalid" (the "is invalid" wording the NULL sweep of test_documented_argument_errors.py
+    does not read as "is NULL"). On an H100 (Hopper remaps rows: the capture's <remapped_rows> has counts), each of
+    the four left NULL, the other three given, is refused; all four given is answered."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    for missing in range(4):
+        outs = [ctypes.c_uint() for _ in range(4)]
+        args = [None if i == missing else ctypes.byref(o) for i, o in enumerate(outs)]
+        assert lib.nvmlDeviceGetRemappedRows(h, *args) == n.NVML_ERROR_INVALID_ARGUMENT, missing
+    outs = [ctypes.c_uint() for _ in range(4)]
+    assert lib.nvmlDeviceGetRemappedRows(h, *(ctypes.byref(o) for o in outs)) == n.NVML_SUCCESS
+
+
+# --------------------------------------------------------------------------------------------------- fabric
+
+
+def test_fabric_info_v4_is_not_supported_where_the_capture_prints_no_fabric(nvml: Nvml, pynvml_module: ModuleType,
+                                                                            tmp_path: Path) -> None:
+    """qx-l40s.xml prints <fabric><state>N/A</state> (a PCIe L40S has no NVLink fabric), and nvml.h's fabric
+    getters answer NOT_SUPPORTED "if the device does not support this feature": an L40S on a 615 driver answers
+    NOT_SUPPORTED to nvmlDeviceGetGpuFabricInfo_v4 as to nvmlDeviceGetGpuFabricInfoV (v3), and writes nothing
+    into the caller's struct. The GB200 case is test_more_board_getters.py's."""
+    from tests.nvml.capture_view import FabricInfoV3
+    from tests.nvml.captures import board_capture
+    from tests.nvml.helpers import with_driver
+    from tests.nvml.test_more_board_getters import FabricInfoV4
+
+    assert board_capture("l40s")["/fabric/state"] == "N/A"
+    n = pynvml_module
+    nvml(str(with_driver(tmp_path, "l40s-server", "615.10.01")))
+    lib = library()
+    for h in handles(n):
+        v3 = FabricInfoV3(version=ctypes.sizeof(FabricInfoV3) | 3 << 24)
+        assert lib.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(v3)) == n.NVML_ERROR_NOT_SUPPORTED
+        v4 = FabricInfoV4(numCliques=77, state=77)
+        assert lib.nvmlDeviceGetGpuFabricInfo_v4(h, ctypes.byref(v4)) == n.NVML_ERROR_NOT_SUPPORTED
+        assert (v4.numCliques, v4.state) == (77, 77)
+
+
+# --------------------------------------------------------------------------------------------------- remote link ids
+
+
+def test_no_two_nvlinks_land_on_one_port_of_a_switch(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: field NVML_FI_DEV_NVLINK_REMOTE_NVLINK_ID (146), "Remote device NVLink ID", the link given "in the
+    scopeId field". A link is one cable with one port at each end, so across a node no two GPU links can name the
+    same port of the same remote device (nvmlDeviceGetNvLinkRemotePciInfo's bus id). A DGX H100's 8 GPUs x 18
+    links (NVIDIA's DGX H100 user guide: four NVSwitch chips, 18 NVLink4 links a GPU) all answer the field, and
+    the 144 (remote bus id, remote link) pairs are distinct."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    ends: list[tuple[str, int]] = []
+    for h in handles(n):
+        values = (n.c_nvmlFieldValue_t * 18)()
+        for link in range(18):
+            values[link].fieldId, values[link].scopeId = 146, link
+        assert lib.nvmlDeviceGetFieldValues(h, 18, values) == n.NVML_SUCCESS
+        assert [v.nvmlReturn for v in values] == [n.NVML_SUCCESS] * 18
+        for link in range(18):
+            ends.append((n.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId, values[link].value.uiVal))
+    assert len(ends) == 144
+    assert len(set(ends)) == 144, sorted(e for e in ends if ends.count(e) > 1)[:4]
+
+
+# --------------------------------------------------------------------------------------------------- per-link fields
+
+
+@pytest.mark.parametrize("profile", ["dgx-a100", "l40s-server"])
+def test_per_link_speed_and_bandwidth_fields_answer_for_the_links_the_board_has(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType, profile: str) -> None:
+    """nvml.h numbers the old per-link fields NVML_FI_DEV_NVLINK_SPEED_MBPS_L0..L5 (84-89) and L6..L11 (132-137),
+    NVML_FI_DEV_NVLINK_BANDWIDTH_C0_L0..L5 (60-65), _C1_L0..L5 (67-72), C0_L6..L11 (120-125), C1_L6..L11
+    (126-131): one field per link, so each answers as that link does. For links 0-11 of every GPU of a DGX A100
+    (12 NVLink3 links a GPU) and an L40S server (PCIe only: qx-l40s.xml prints no NVLink and fabric N/A), each of
+    these fields has the return code nvmlDeviceGetNvLinkState gives for its link, and a speed field answers the
+    speed field 164 (NVML_FI_DEV_NVLINK_GET_SPEED, "NVLink Speed in MBps") gives with the link as scopeId (GPU 0's
+    links each given a speed of their own here, so a field reading its neighbour's link shows)."""
+    from dataclasses import replace
+
+    n = pynvml_module
+    lib = library()
+    snap = node_snapshot(profile)
+    links = tuple(replace(k, speed_mbps=k.speed_mbps + i) if k.speed_mbps else k
+                  for i, k in enumerate(snap.snapshot.gpus[0].links))
+    with board_state(n, snap, 0, links=links) as hs:
+        _check_links(n, lib, hs, profile)
+
+
+def _check_links(n: ModuleType, lib: ctypes.CDLL, hs: list[object], profile: str) -> None:
+    """The body of the per-link field test, for each GPU's links 0-11."""
+    for h in hs:
+        for link in range(12):
+            low = link < 6
+            ids = [(84 + link if low else 132 + link - 6, 0), (164, link),
+                   (60 + link if low else 120 + link - 6, 0), (67 + link if low else 126 + link - 6, 0)]
+            values = (n.c_nvmlFieldValue_t * 4)()
+            for v, (fid, scope) in zip(values, ids, strict=True):
+                v.fieldId, v.scopeId = fid, scope
+            assert lib.nvmlDeviceGetFieldValues(h, 4, values) == n.NVML_SUCCESS
+            state = ctypes.c_uint()
+            code = lib.nvmlDeviceGetNvLinkState(h, link, ctypes.byref(state))
+            assert (profile == "dgx-a100") is (code == n.NVML_SUCCESS), link
+            assert [v.nvmlReturn for v in values] == [code] * 4, link
+            if code == n.NVML_SUCCESS:
+                assert values[0].value.uiVal == values[1].value.uiVal > 0, link
+
+
+def test_each_tensor_pipe_is_busy_no_longer_than_any_tensor_pipe(pynvml_module: ModuleType,
+                                                                 node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvml.h's GPM metrics: ANY_TENSOR_UTIL (5) is the "Percentage of time the GPU's SMs were doing ANY tensor
+    operations", DFMA_TENSOR_UTIL (6), HMMA_TENSOR_UTIL (7) and IMMA_TENSOR_UTIL (9) the time doing DFMA, HMMA and
+    IMMA tensor operations, each "0.0 - 100.0". Time doing one kind is time doing some kind, so each of 6, 7, 9 is
+    at most 5, and none is above 100: on an H100 whose tensor activity is 90 % (the record's hundredths) and at 0 %,
+    where every tensor pipe must then be idle too, while every other activity it records is at 100 %."""
+    from tests.nvml.test_pynvml import gpm_request
+
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    for activity in (9000, 0):
+        busy = dict.fromkeys(("gpm_graphics_activity", "gpm_sm_activity", "gpm_sm_occupancy", "gpm_dram_bw_util",
+                              "gpm_fp64_activity", "gpm_fp32_activity", "gpm_fp16_activity"), 10000)
+        with board_state(n, snap, 0, gpm_tensor_activity=activity, **busy) as hs:
+            code, values = gpm_request(n, hs[0], [5, 6, 7, 9], n.NVML_GPM_METRIC_MAX)
+        assert code == n.NVML_SUCCESS
+        assert [ret for ret, _ in values] == [n.NVML_SUCCESS] * 4
+        any_tensor = values[0][1]
+        assert any_tensor == activity / 100
+        for metric, (_, value) in zip((6, 7, 9), values[1:], strict=True):
+            assert 0.0 <= value <= any_tensor <= 100.0, (activity, metric, value)
