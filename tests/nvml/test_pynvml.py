@@ -83,6 +83,45 @@ def test_error_string_for_every_code(nvml: Nvml, pynvml_module: ModuleType) -> N
     assert n.nvmlErrorString(12345) == strings[n.NVML_ERROR_UNKNOWN]
 
 
+
+ERROR_STRINGS = r"""
+import ctypes, json, sys
+lib = ctypes.CDLL(LIBRARY)
+text = lib.nvmlErrorString
+text.restype, text.argtypes = ctypes.c_char_p, [ctypes.c_int]
+codes = list(range(-1, 40)) + [998, 999, 1000, 12345, 2**31 - 1]
+out = {"before": [text(c).decode() for c in codes]}
+if LIBRARY == "libnvidia-ml.so.1":  # the fake: once a snapshot of the branch is loaded too
+    assert lib.nvmlInit_v2() == 0
+    out["after"] = [text(c).decode() for c in codes]
+print(json.dumps(out))
+"""
+
+
+def error_strings(library: str, snapshot: Path) -> dict[str, list[str]]:
+    """nvmlErrorString of every code the script asks, from ``library`` in a process of its own (the real library
+    and the fake share a soname, so one process can hold only one)."""
+    answer: dict[str, list[str]] = run_python(ERROR_STRINGS.replace("LIBRARY", repr(library)), snapshot, timeout=30)
+    return answer
+
+
+@pytest.mark.parametrize("branch", [535, 550, 555])
+def test_error_strings_are_the_real_library_s(node_snapshot: Callable[..., NodeSnap], tmp_path: Path,
+                                              branch: int) -> None:
+    """nvmlErrorString's texts are what the real libnvidia-ml of the branch answers (Debian's 535.261.03,
+    550.163.01, 555.58.02, asked without nvmlInit, which the call does not need), code by code from -1 to 39 and a
+    few past NVML_ERROR_UNKNOWN: programs print them (nvidia-smi's "Failed to initialize NVML: Driver/library
+    version mismatch", pynvml's NVMLError text, device plugins' logs), and a consumer or a person matching them sees
+    the real words only if the fake answers them. The fake answers the newest of those texts before a snapshot is
+    loaded and the branch's own once one is (535 has none for 28 and 29). (The fake answered nvml.h's enum comments
+    before: "RM has detected an NVML/RM version mismatch." for 18, and 11 other codes differently.)"""
+    real = references.real_nvidia(branch)
+    newest = references.real_nvidia(555)
+    snap = node_snapshot(with_driver(tmp_path, "edge-pcie", real.driver_version))
+    fake = error_strings("libnvidia-ml.so.1", snap.path)
+    assert fake["before"] == error_strings(str(newest.library), snap.path)["before"]
+    assert fake["after"] == error_strings(str(real.library), snap.path)["before"]
+
 # --------------------------------------------------------------------------------------------------- system
 
 
