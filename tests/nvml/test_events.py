@@ -306,3 +306,43 @@ def test_wait_v3_keeps_the_callers_timeout_and_answers_in_the_event_bit_format(n
     assert (params.dataType, params.eventType, params.uuid.decode()) == (0, EVENT_DOUBLE_BIT_ECC,
                                                                          snap.node.gpus[2].uuid)
     assert (params.gpuInstanceId, params.computeInstanceId) == (0xFFFFFFFF, 0xFFFFFFFF)
+
+
+def test_a_wait_on_a_snapshot_named_relative_to_the_working_directory_is_woken_by_its_writer(
+        pynvml_module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FAKEHW_NVML_SNAPSHOT may name the file relative to the working directory, as any path (POSIX path
+    resolution: a pathname without a slash names an entry of the current directory); then the directory the wait
+    watches is the working directory (docs/nvml.md: the wait "sleeps on inotify on the snapshot's directory ... until
+    the timeout"). A wait blocked on such a snapshot gets the double-bit error written 0.2 s later, as the absolute
+    path's wait does in test_wait_v1_and_v2_layouts_deliver_a_live_event, with its Xid 48 after it."""
+    n = pynvml_module
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-h100")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FAKEHW_NVML_SNAPSHOT", "nvml.snapshot")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    n.nvmlInit()
+    try:
+        h = n.nvmlDeviceGetHandleByIndex(6)
+        s = ctypes.c_void_p()
+        assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+        assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_XID | EVENT_DOUBLE_BIT_ECC), s) == 0
+        got: dict[str, int] = {}
+
+        def wait() -> None:
+            data = EventDataV2()
+            got["rc"] = lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 10000)
+            got["type"] = data.eventType
+
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.2)
+        write_node(snap.path, "dgx-h100", faults=[{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}],
+                   generation=2, first_seq=100)
+        t.join(15)
+        assert got == {"rc": 0, "type": EVENT_DOUBLE_BIT_ECC}
+        v2 = EventDataV2()
+        assert lib.nvmlEventSetWait_v2(s, ctypes.byref(v2), 1000) == 0
+        assert (v2.eventType, v2.eventData) == (EVENT_XID, 48)
+        assert lib.nvmlEventSetFree(s) == 0
+    finally:
+        n.nvmlShutdown()
