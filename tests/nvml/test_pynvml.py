@@ -2214,6 +2214,38 @@ def test_handle_by_binary_uuid_is_the_gpus_own(nvml: Nvml, pynvml_module: Module
             assert found.value == addr(h)
 
 
+
+def test_handle_by_uuid_v_refuses_a_text_with_no_end_and_a_type_nvml_h_does_not_define(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetHandleByUUIDV: INVALID_ARGUMENT "if uuid is invalid ... or uuid->type is invalid",
+    NOT_FOUND "if uuid does not match a valid device on the system". nvmlUUIDType_t defines NVML_UUID_TYPE_NONE (0),
+    _ASCII (1) and _BINARY (2), and the ASCII value is a C string in a 41-byte field (NVML_DEVICE_UUID_ASCII_LEN):
+    a field of 41 characters without a terminating NUL holds no string, so it is no UUID, even when it begins with
+    gpu0's UUID; types 0 and 3 are not a UUID's type. Sixteen bytes no GPU has are a well-formed UUID of no device.
+    The device reference is left as it was each time."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    version = ctypes.sizeof(UuidV1) | 1 << 24
+    own = snap.node.gpus[0].uuid.encode()
+    unterminated = UuidV1(version=version, type=1)
+    ctypes.memmove(ctypes.addressof(unterminated) + UuidV1.value.offset, own + b"0" * (41 - len(own)), 41)
+    assert ctypes.string_at(ctypes.addressof(unterminated) + UuidV1.value.offset, 41) == own + b"0" * (41 - len(own))
+    keys = {"unterminated": unterminated}
+    for kind in (0, 3):
+        keys[f"type {kind}"] = UuidV1(version=version, type=kind)
+        keys[f"type {kind}"].value.str = own
+    stranger = UuidV1(version=version, type=2)
+    ctypes.memmove(stranger.value.bytes, bytes(range(0xF0, 0x100)), 16)
+    keys["no such GPU"] = stranger
+    got = {}
+    for name, key in keys.items():
+        found = ctypes.c_void_p(0x1234)
+        got[name] = (lib.nvmlDeviceGetHandleByUUIDV(ctypes.byref(key), ctypes.byref(found)), found.value)
+    assert got == {"unterminated": (n.NVML_ERROR_INVALID_ARGUMENT, 0x1234),
+                   "type 0": (n.NVML_ERROR_INVALID_ARGUMENT, 0x1234), "type 3": (n.NVML_ERROR_INVALID_ARGUMENT, 0x1234),
+                   "no such GPU": (n.NVML_ERROR_NOT_FOUND, 0x1234)}
+
 def test_running_process_detail_list_by_mode(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceGetRunningProcessDetailList: nvmlProcessDetailList_t.mode is NVML_PROCESS_MODE_COMPUTE
     (0), _GRAPHICS (1) or _MPS (2), and the list holds the processes of that kind, as the older getters
