@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 
 from fakehw.agent.state import EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID
-from tests.nvml.helpers import NodeSnap, with_driver, write_node
+from tests.nvml.helpers import NodeSnap, run_python, with_driver, write_node
 
 
 class EventDataV1(ctypes.Structure):
@@ -346,3 +346,76 @@ def test_a_wait_on_a_snapshot_named_relative_to_the_working_directory_is_woken_b
         assert lib.nvmlEventSetFree(s) == 0
     finally:
         n.nvmlShutdown()
+
+
+WAIT_WITHOUT_INOTIFY = r"""
+import ctypes, json, os, resource, threading, time
+path = os.environ["FAKEHW_NVML_SNAPSHOT"]
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+assert lib.nvmlInit_v2() == 0
+h, s = ctypes.c_void_p(), ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(6, ctypes.byref(h)) == 0
+assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_TYPES), s) == 0
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+lowest = os.dup(0)
+os.close(lowest)
+got = {}
+
+
+def wait():
+    data = (ctypes.c_ulonglong * 4)()
+    got["rc"] = lib.nvmlEventSetWait_v2(s, data, 10000)
+    got["type"] = data[1]
+    got["at"] = time.monotonic()
+
+
+
+
+def cpu():
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))  # no descriptor is free: inotify_init1 fails (EMFILE)
+t = threading.Thread(target=wait)
+t.start()
+time.sleep(0.05)
+idle = cpu()
+time.sleep(0.2)
+idle = cpu() - idle
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+watching = []
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        watching.append(os.readlink(f"/proc/self/fd/{fd}"))
+    except FileNotFoundError:  # the listing's own descriptor, closed by now
+        pass
+os.replace(path + ".next", path)
+written = time.monotonic()
+t.join(15)
+print(json.dumps({"inotify": [w for w in watching if "inotify" in w], "rc": got["rc"], "type": got["type"],
+                  "after": got["at"] - written, "cpu": idle}))
+"""
+
+
+def test_a_wait_that_cannot_have_inotify_still_wakes_for_an_event_soon_after_it_is_written(
+        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvml.h, nvmlEventSetWait: "If there are no events ready to be delivered, function sleeps till event arrives
+    but not longer than specified timeout". A wait begun when the process has no free file descriptor (its
+    RLIMIT_NOFILE soft limit at the lowest free one, so inotify_init1 fails with EMFILE, inotify_init(2)) watches no
+    directory (no inotify descriptor is open in the process while it waits); it must still wake for a double-bit
+    error renamed into place 0.25 s later (the limit raised again before, so the file can be read): well within
+    0.5 s of the rename, not at the 10 s timeout. And it sleeps meanwhile: over 0.2 s of that wait the process
+    uses less than 0.02 s of CPU (getrusage(2), user and system; about 0.002 s here), where one that polls with
+    zero-length sleeps used 0.045 s."""
+    first = node_snapshot("dgx-h100")
+    nxt = write_node(first.path.with_name("nvml.snapshot.next"), "dgx-h100", generation=2, first_seq=100,
+                     faults=[{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}])
+    assert nxt.path.exists()
+    code = WAIT_WITHOUT_INOTIFY.replace("EVENT_TYPES", str(EVENT_XID | EVENT_DOUBLE_BIT_ECC))
+    got = run_python(code, first.path, timeout=60)
+    assert got["inotify"] == []
+    assert (got["rc"], got["type"]) == (0, EVENT_DOUBLE_BIT_ECC)
+    assert got["after"] < 0.5, got
+    assert got["cpu"] < 0.02, got
