@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 
 from fakehw.agent.state import EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID
-from tests.nvml.helpers import NodeSnap, run_python, with_driver, write_node
+from tests.nvml.helpers import NodeSnap, run_python, snapshot_env, with_driver, write_node
 
 
 class EventDataV1(ctypes.Structure):
@@ -419,3 +419,38 @@ def test_a_wait_that_cannot_have_inotify_still_wakes_for_an_event_soon_after_it_
     assert (got["rc"], got["type"]) == (0, EVENT_DOUBLE_BIT_ECC)
     assert got["after"] < 0.5, got
     assert got["cpu"] < 0.02, got
+
+
+def test_a_process_gets_no_event_of_a_gpu_it_cannot_see(pynvml_module: ModuleType, tmp_path: Path) -> None:
+    """A process shown only gpu0 and gpu1 of the node (FAKEHW_VISIBLE_DEVICES=0,1, as a container given two GPUs
+    sees two) and registered for double-bit errors and Xids on both: nvml.h's nvmlDeviceRegisterEvents starts
+    recording "events on device" for the set, so gpu6's double-bit error, on a GPU the process has no handle for,
+    is delivered to nobody (the wait times out, on neither handle), and gpu0's, written after it, comes on gpu0's
+    handle with its Xid 48, and nothing of gpu6 after them."""
+    n = pynvml_module
+    path = tmp_path / "nvml.snapshot"
+    write_node(path, "dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    with snapshot_env(path, FAKEHW_VISIBLE_DEVICES="0,1"):
+        n.nvmlInit()
+    try:
+        assert n.nvmlDeviceGetCount() == 2
+        hs = [n.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
+        s = ctypes.c_void_p()
+        assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+        for h in hs:
+            assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_XID | EVENT_DOUBLE_BIT_ECC), s) == 0
+        gpu6 = {"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}
+        write_node(path, "dgx-h100", faults=[gpu6], generation=2, first_seq=100)
+        data = EventDataV2()
+        assert lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 300) == n.NVML_ERROR_TIMEOUT
+        write_node(path, "dgx-h100", faults=[gpu6, {"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 1}],
+                   generation=3, first_seq=100)
+        got = []
+        while lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 300) == 0:
+            got.append((data.device, data.eventType, data.eventData))
+        here = ctypes.cast(hs[0], ctypes.c_void_p).value
+        assert got == [(here, EVENT_DOUBLE_BIT_ECC, 0), (here, EVENT_XID, 48)]
+        assert lib.nvmlEventSetFree(s) == 0
+    finally:
+        n.nvmlShutdown()
