@@ -454,3 +454,31 @@ def test_a_process_gets_no_event_of_a_gpu_it_cannot_see(pynvml_module: ModuleTyp
         assert lib.nvmlEventSetFree(s) == 0
     finally:
         n.nvmlShutdown()
+
+
+def test_a_wait_whose_node_went_away_reports_its_gpus_lost(pynvml_module: ModuleType, tmp_path: Path) -> None:
+    """nvml.h, nvmlEventSetWait_v2: NVML_ERROR_GPU_IS_LOST "if a GPU has fallen off the bus or is otherwise
+    inaccessible". When the node's snapshot is removed (the node went away: docs/nvml.md, "GPU_IS_LOST for device
+    calls while the file is missing") every GPU is inaccessible, so a wait of a set registered on gpu0 answers
+    GPU_IS_LOST, as the device calls do, and well before its 5 s timeout, not UNKNOWN or TIMEOUT."""
+    n = pynvml_module
+    path = tmp_path / "nvml.snapshot"
+    write_node(path, "dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    with snapshot_env(path):
+        n.nvmlInit()
+    try:
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        s = ctypes.c_void_p()
+        assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+        assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_XID | EVENT_DOUBLE_BIT_ECC), s) == 0
+        path.unlink()
+        data = EventDataV2()
+        started = time.monotonic()
+        assert lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 5000) == n.NVML_ERROR_GPU_IS_LOST
+        assert time.monotonic() - started < 2.5
+        with pytest.raises(n.NVMLError_GpuIsLost):
+            n.nvmlDeviceGetUUID(h)
+        assert lib.nvmlEventSetFree(s) == 0
+    finally:
+        n.nvmlShutdown()
