@@ -624,3 +624,34 @@ def test_a_reader_waits_out_a_writer_s_odd_word_and_then_lets_the_checksum_judge
     inside = [rc for rc, when in got["released"] if when < 0.009]
     assert len(inside) >= 3, got["released"]
     assert set(inside) == {0}, got["released"]
+
+
+def test_a_handle_whose_gpu_is_gone_from_the_node_is_lost(pynvml_module: ModuleType,
+                                                          node_snapshot: Callable[..., NodeSnap]) -> None:
+    """A running process holds handles of a DGX H100's GPUs; the node's snapshot is then replaced by another
+    machine's (an edge box with other GPUs, other UUIDs): the GPU each handle names is no longer on the node, which
+    nvml.h calls NVML_ERROR_GPU_IS_LOST ("the target GPU has fallen off the bus or is otherwise inaccessible"), for
+    every handle, not INVALID_ARGUMENT (the handle was valid) or UNKNOWN (the new snapshot is good: its own count
+    is readable)."""
+    import time
+
+    n = pynvml_module
+    old = node_snapshot("dgx-h100")
+    new = node_snapshot("edge-pcie")
+    assert not {g.uuid for g in old.node.gpus} & {g.uuid for g in new.node.gpus}
+    with snapshot_env(old.path):
+        n.nvmlInit()
+    try:
+        hs = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+        assert [n.nvmlDeviceGetUUID(h) for h in hs] == [g.uuid for g in old.node.gpus]
+        write_snapshot(old.path, new.path.read_bytes())
+        time.sleep(0.05)
+        lost = []
+        for h in hs:
+            with pytest.raises(n.NVMLError) as err:
+                n.nvmlDeviceGetUUID(h)
+            lost.append(err.value.value)
+        assert lost == [n.NVML_ERROR_GPU_IS_LOST] * len(hs)
+        assert n.nvmlSystemGetDriverVersion() == new.system.driver.version
+    finally:
+        n.nvmlShutdown()
