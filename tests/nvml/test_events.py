@@ -6,7 +6,9 @@ Events reach a running process through the snapshot's event ring; here the test 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -308,13 +310,23 @@ def test_wait_v3_keeps_the_callers_timeout_and_answers_in_the_event_bit_format(n
     assert (params.gpuInstanceId, params.computeInstanceId) == (0xFFFFFFFF, 0xFFFFFFFF)
 
 
+def inotify_descriptors() -> int:
+    """How many inotify instances this process holds (/proc/self/fd links read "anon_inode:inotify")."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor, closed by now
+            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+    return count
+
+
 def test_a_wait_on_a_snapshot_named_relative_to_the_working_directory_is_woken_by_its_writer(
         pynvml_module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """FAKEHW_NVML_SNAPSHOT may name the file relative to the working directory, as any path (POSIX path
     resolution: a pathname without a slash names an entry of the current directory); then the directory the wait
     watches is the working directory (docs/nvml.md: the wait "sleeps on inotify on the snapshot's directory ... until
     the timeout"). A wait blocked on such a snapshot gets the double-bit error written 0.2 s later, as the absolute
-    path's wait does in test_wait_v1_and_v2_layouts_deliver_a_live_event, with its Xid 48 after it."""
+    path's wait does in test_wait_v1_and_v2_layouts_deliver_a_live_event, with its Xid 48 after it; while it waits
+    the process holds one inotify instance more than before (the watch the document names, not a poll)."""
     n = pynvml_module
     snap = write_node(tmp_path / "nvml.snapshot", "dgx-h100")
     monkeypatch.chdir(tmp_path)
@@ -333,13 +345,16 @@ def test_a_wait_on_a_snapshot_named_relative_to_the_working_directory_is_woken_b
             got["rc"] = lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 10000)
             got["type"] = data.eventType
 
+        watches = inotify_descriptors()
         t = threading.Thread(target=wait)
         t.start()
         time.sleep(0.2)
+        watching = inotify_descriptors()
         write_node(snap.path, "dgx-h100", faults=[{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}],
                    generation=2, first_seq=100)
         t.join(15)
         assert got == {"rc": 0, "type": EVENT_DOUBLE_BIT_ECC}
+        assert watching == watches + 1
         v2 = EventDataV2()
         assert lib.nvmlEventSetWait_v2(s, ctypes.byref(v2), 1000) == 0
         assert (v2.eventType, v2.eventData) == (EVENT_XID, 48)
