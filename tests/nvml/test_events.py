@@ -6,7 +6,9 @@ Events reach a running process through the snapshot's event ring; here the test 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +18,7 @@ from types import ModuleType
 import pytest
 
 from fakehw.agent.state import EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID
-from tests.nvml.helpers import NodeSnap, with_driver, write_node
+from tests.nvml.helpers import NodeSnap, run_python, snapshot_env, with_driver, write_node
 
 
 class EventDataV1(ctypes.Structure):
@@ -306,3 +308,192 @@ def test_wait_v3_keeps_the_callers_timeout_and_answers_in_the_event_bit_format(n
     assert (params.dataType, params.eventType, params.uuid.decode()) == (0, EVENT_DOUBLE_BIT_ECC,
                                                                          snap.node.gpus[2].uuid)
     assert (params.gpuInstanceId, params.computeInstanceId) == (0xFFFFFFFF, 0xFFFFFFFF)
+
+
+def inotify_descriptors() -> int:
+    """How many inotify instances this process holds (/proc/self/fd links read "anon_inode:inotify")."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor, closed by now
+            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+    return count
+
+
+def test_a_wait_on_a_snapshot_named_relative_to_the_working_directory_is_woken_by_its_writer(
+        pynvml_module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FAKEHW_NVML_SNAPSHOT may name the file relative to the working directory, as any path (POSIX path
+    resolution: a pathname without a slash names an entry of the current directory); then the directory the wait
+    watches is the working directory (docs/nvml.md: the wait "sleeps on inotify on the snapshot's directory ... until
+    the timeout"). A wait blocked on such a snapshot gets the double-bit error written 0.2 s later, as the absolute
+    path's wait does in test_wait_v1_and_v2_layouts_deliver_a_live_event, with its Xid 48 after it; while it waits
+    the process holds one inotify instance more than before (the watch the document names, not a poll)."""
+    n = pynvml_module
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-h100")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FAKEHW_NVML_SNAPSHOT", "nvml.snapshot")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    n.nvmlInit()
+    try:
+        h = n.nvmlDeviceGetHandleByIndex(6)
+        s = ctypes.c_void_p()
+        assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+        assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_XID | EVENT_DOUBLE_BIT_ECC), s) == 0
+        got: dict[str, int] = {}
+
+        def wait() -> None:
+            data = EventDataV2()
+            got["rc"] = lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 10000)
+            got["type"] = data.eventType
+
+        watches = inotify_descriptors()
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.2)
+        watching = inotify_descriptors()
+        write_node(snap.path, "dgx-h100", faults=[{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}],
+                   generation=2, first_seq=100)
+        t.join(15)
+        assert got == {"rc": 0, "type": EVENT_DOUBLE_BIT_ECC}
+        assert watching == watches + 1
+        v2 = EventDataV2()
+        assert lib.nvmlEventSetWait_v2(s, ctypes.byref(v2), 1000) == 0
+        assert (v2.eventType, v2.eventData) == (EVENT_XID, 48)
+        assert lib.nvmlEventSetFree(s) == 0
+    finally:
+        n.nvmlShutdown()
+
+
+WAIT_WITHOUT_INOTIFY = r"""
+import ctypes, json, os, resource, threading, time
+path = os.environ["FAKEHW_NVML_SNAPSHOT"]
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+assert lib.nvmlInit_v2() == 0
+h, s = ctypes.c_void_p(), ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(6, ctypes.byref(h)) == 0
+assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_TYPES), s) == 0
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+lowest = os.dup(0)
+os.close(lowest)
+got = {}
+
+
+def wait():
+    data = (ctypes.c_ulonglong * 4)()
+    got["rc"] = lib.nvmlEventSetWait_v2(s, data, 10000)
+    got["type"] = data[1]
+    got["at"] = time.monotonic()
+
+
+
+
+def cpu():
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))  # no descriptor is free: inotify_init1 fails (EMFILE)
+t = threading.Thread(target=wait)
+t.start()
+time.sleep(0.05)
+idle = cpu()
+time.sleep(0.2)
+idle = cpu() - idle
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+watching = []
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        watching.append(os.readlink(f"/proc/self/fd/{fd}"))
+    except FileNotFoundError:  # the listing's own descriptor, closed by now
+        pass
+os.replace(path + ".next", path)
+written = time.monotonic()
+t.join(15)
+print(json.dumps({"inotify": [w for w in watching if "inotify" in w], "rc": got["rc"], "type": got["type"],
+                  "after": got["at"] - written, "cpu": idle}))
+"""
+
+
+def test_a_wait_that_cannot_have_inotify_still_wakes_for_an_event_soon_after_it_is_written(
+        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvml.h, nvmlEventSetWait: "If there are no events ready to be delivered, function sleeps till event arrives
+    but not longer than specified timeout". A wait begun when the process has no free file descriptor (its
+    RLIMIT_NOFILE soft limit at the lowest free one, so inotify_init1 fails with EMFILE, inotify_init(2)) watches no
+    directory (no inotify descriptor is open in the process while it waits); it must still wake for a double-bit
+    error renamed into place 0.25 s later (the limit raised again before, so the file can be read): well within
+    0.5 s of the rename, not at the 10 s timeout. And it sleeps meanwhile: over 0.2 s of that wait the process
+    uses less than 0.02 s of CPU (getrusage(2), user and system; about 0.002 s here), where one that polls with
+    zero-length sleeps used 0.045 s."""
+    first = node_snapshot("dgx-h100")
+    nxt = write_node(first.path.with_name("nvml.snapshot.next"), "dgx-h100", generation=2, first_seq=100,
+                     faults=[{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}])
+    assert nxt.path.exists()
+    code = WAIT_WITHOUT_INOTIFY.replace("EVENT_TYPES", str(EVENT_XID | EVENT_DOUBLE_BIT_ECC))
+    got = run_python(code, first.path, timeout=60)
+    assert got["inotify"] == []
+    assert (got["rc"], got["type"]) == (0, EVENT_DOUBLE_BIT_ECC)
+    assert got["after"] < 0.5, got
+    assert got["cpu"] < 0.02, got
+
+
+def test_a_process_gets_no_event_of_a_gpu_it_cannot_see(pynvml_module: ModuleType, tmp_path: Path) -> None:
+    """A process shown only gpu0 and gpu1 of the node (FAKEHW_VISIBLE_DEVICES=0,1, as a container given two GPUs
+    sees two) and registered for double-bit errors and Xids on both: nvml.h's nvmlDeviceRegisterEvents starts
+    recording "events on device" for the set, so gpu6's double-bit error, on a GPU the process has no handle for,
+    is delivered to nobody (the wait times out, on neither handle), and gpu0's, written after it, comes on gpu0's
+    handle with its Xid 48, and nothing of gpu6 after them."""
+    n = pynvml_module
+    path = tmp_path / "nvml.snapshot"
+    write_node(path, "dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    with snapshot_env(path, FAKEHW_VISIBLE_DEVICES="0,1"):
+        n.nvmlInit()
+    try:
+        assert n.nvmlDeviceGetCount() == 2
+        hs = [n.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
+        s = ctypes.c_void_p()
+        assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+        for h in hs:
+            assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_XID | EVENT_DOUBLE_BIT_ECC), s) == 0
+        gpu6 = {"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}
+        write_node(path, "dgx-h100", faults=[gpu6], generation=2, first_seq=100)
+        data = EventDataV2()
+        assert lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 300) == n.NVML_ERROR_TIMEOUT
+        write_node(path, "dgx-h100", faults=[gpu6, {"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 1}],
+                   generation=3, first_seq=100)
+        got = []
+        while lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 300) == 0:
+            got.append((data.device, data.eventType, data.eventData))
+        here = ctypes.cast(hs[0], ctypes.c_void_p).value
+        assert got == [(here, EVENT_DOUBLE_BIT_ECC, 0), (here, EVENT_XID, 48)]
+        assert lib.nvmlEventSetFree(s) == 0
+    finally:
+        n.nvmlShutdown()
+
+
+def test_a_wait_whose_node_went_away_reports_its_gpus_lost(pynvml_module: ModuleType, tmp_path: Path) -> None:
+    """nvml.h, nvmlEventSetWait_v2: NVML_ERROR_GPU_IS_LOST "if a GPU has fallen off the bus or is otherwise
+    inaccessible". When the node's snapshot is removed (the node went away: docs/nvml.md, "GPU_IS_LOST for device
+    calls while the file is missing") every GPU is inaccessible, so a wait of a set registered on gpu0 answers
+    GPU_IS_LOST, as the device calls do, and well before its 5 s timeout, not UNKNOWN or TIMEOUT."""
+    n = pynvml_module
+    path = tmp_path / "nvml.snapshot"
+    write_node(path, "dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    with snapshot_env(path):
+        n.nvmlInit()
+    try:
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        s = ctypes.c_void_p()
+        assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+        assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_XID | EVENT_DOUBLE_BIT_ECC), s) == 0
+        path.unlink()
+        data = EventDataV2()
+        started = time.monotonic()
+        assert lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 5000) == n.NVML_ERROR_GPU_IS_LOST
+        assert time.monotonic() - started < 2.5
+        with pytest.raises(n.NVMLError_GpuIsLost):
+            n.nvmlDeviceGetUUID(h)
+        assert lib.nvmlEventSetFree(s) == 0
+    finally:
+        n.nvmlShutdown()

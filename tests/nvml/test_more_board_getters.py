@@ -9,6 +9,7 @@ never from the snapshot code under test.
 from __future__ import annotations
 
 import ctypes
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import replace
@@ -502,7 +503,9 @@ def test_a_system_event_set_registers_driver_binds_and_waits_out_a_zero_timeout(
     LP64), answer INVALID_ARGUMENT "if request is NULL" and ARGUMENT_VERSION_MISMATCH "for unsupported version". A
     set created and registered for the GPU driver bind and unbind events (the example nvml.h gives) waits with
     timeoutms 0 ("If timeoutms is zero, skip waiting for event") and, as no driver was bound or unbound meanwhile,
-    answers TIMEOUT ("if no event notification after timeoutms") with numEvent 0; then it is freed. A register
+    answers TIMEOUT ("if no event notification after timeoutms") with numEvent 0; with timeoutms 150 it answers so
+    too, and not before 150 ms have passed (it "sleeps till event arrives but not longer than specified timeout";
+    no signal interrupts it here); then it is freed. A register
     request naming no set (NULL) is INVALID_ARGUMENT, as nvmlDeviceRegisterEvents answers "if set is NULL" (nvml.h;
     the system call's own list names only a NULL request, and INVALID_ARGUMENT is "A supplied argument is
     invalid")."""
@@ -521,6 +524,11 @@ def test_a_system_event_set_registers_driver_binds_and_waits_out_a_zero_timeout(
     wait = SystemEventSetWaitRequest(struct_version(ctypes.sizeof(SystemEventSetWaitRequest), 1), 0, create.set,
                                      data, 4, 99)
     assert lib.nvmlSystemEventSetWait(ctypes.byref(wait)) == n.NVML_ERROR_TIMEOUT and wait.numEvent == 0
+    wait.timeoutms, wait.numEvent = 150, 99
+    started = time.monotonic()
+    assert lib.nvmlSystemEventSetWait(ctypes.byref(wait)) == n.NVML_ERROR_TIMEOUT and wait.numEvent == 0
+    assert time.monotonic() - started >= 0.150
+    wait.timeoutms = 0
     for fn, request in ((lib.nvmlSystemRegisterEvents, register), (lib.nvmlSystemEventSetWait, wait)):
         good = request.version
         request.version = good + 1

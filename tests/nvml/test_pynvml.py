@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from types import ModuleType
 
@@ -82,6 +82,50 @@ def test_error_string_for_every_code(nvml: Nvml, pynvml_module: ModuleType) -> N
     assert len(set(named.values())) == len(named), "every code has its own message"
     assert n.nvmlErrorString(12345) == strings[n.NVML_ERROR_UNKNOWN]
 
+
+
+ERROR_STRINGS = r"""
+import ctypes, json, sys
+lib = ctypes.CDLL(LIBRARY)
+text = lib.nvmlErrorString
+text.restype, text.argtypes = ctypes.c_char_p, [ctypes.c_int]
+codes = list(range(-1, 40)) + [998, 999, 1000, 12345, 2**31 - 1]
+out = {"before": [text(c).decode() for c in codes]}
+if LIBRARY == "libnvidia-ml.so.1":  # the fake: once a snapshot of the branch is loaded too
+    assert lib.nvmlInit_v2() == 0
+    out["after"] = [text(c).decode() for c in codes]
+print(json.dumps(out))
+"""
+
+
+def error_strings(library: str, snapshot: Path) -> dict[str, list[str]]:
+    """nvmlErrorString of every code the script asks, from ``library`` in a process of its own (the real library
+    and the fake share a soname, so one process can hold only one)."""
+    answer: dict[str, list[str]] = run_python(ERROR_STRINGS.replace("LIBRARY", repr(library)), snapshot, timeout=30)
+    return answer
+
+
+@cache
+def real_error_strings(branch: int) -> list[str]:
+    """The real library's texts of ``branch`` (asked once a session: three branches' tests ask for 555's)."""
+    return error_strings(str(references.real_nvidia(branch).library), Path("/nonexistent/nvml.snapshot"))["before"]
+
+
+@pytest.mark.parametrize("branch", [535, 550, 555])
+def test_error_strings_are_the_real_library_s(node_snapshot: Callable[..., NodeSnap], tmp_path: Path,
+                                              branch: int) -> None:
+    """nvmlErrorString's texts are what the real libnvidia-ml of the branch answers (Debian's 535.261.03,
+    550.163.01, 555.58.02, asked without nvmlInit, which the call does not need), code by code from -1 to 39 and a
+    few past NVML_ERROR_UNKNOWN: programs print them (nvidia-smi's "Failed to initialize NVML: Driver/library
+    version mismatch", pynvml's NVMLError text, device plugins' logs), and a consumer or a person matching them sees
+    the real words only if the fake answers them. The fake answers the newest of those texts before a snapshot is
+    loaded and the branch's own once one is (535 has none for 28 and 29). (The fake answered nvml.h's enum comments
+    before: "RM has detected an NVML/RM version mismatch." for 18, and 11 other codes differently.)"""
+    real = references.real_nvidia(branch)
+    snap = node_snapshot(with_driver(tmp_path, "edge-pcie", real.driver_version))
+    fake = error_strings("libnvidia-ml.so.1", snap.path)
+    assert fake["before"] == real_error_strings(555)
+    assert fake["after"] == real_error_strings(branch)
 
 # --------------------------------------------------------------------------------------------------- system
 
@@ -2174,6 +2218,38 @@ def test_handle_by_binary_uuid_is_the_gpus_own(nvml: Nvml, pynvml_module: Module
             assert lib.nvmlDeviceGetHandleByUUIDV(ctypes.byref(key), ctypes.byref(found)) == 0, gpu.uuid
             assert found.value == addr(h)
 
+
+
+def test_handle_by_uuid_v_refuses_a_text_with_no_end_and_a_type_nvml_h_does_not_define(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetHandleByUUIDV: INVALID_ARGUMENT "if uuid is invalid ... or uuid->type is invalid",
+    NOT_FOUND "if uuid does not match a valid device on the system". nvmlUUIDType_t defines NVML_UUID_TYPE_NONE (0),
+    _ASCII (1) and _BINARY (2), and the ASCII value is a C string in a 41-byte field (NVML_DEVICE_UUID_ASCII_LEN):
+    a field of 41 characters without a terminating NUL holds no string, so it is no UUID, even when it begins with
+    gpu0's UUID; types 0 and 3 are not a UUID's type. Sixteen bytes no GPU has are a well-formed UUID of no device.
+    The device reference is left as it was each time."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    version = ctypes.sizeof(UuidV1) | 1 << 24
+    own = snap.node.gpus[0].uuid.encode()
+    unterminated = UuidV1(version=version, type=1)
+    ctypes.memmove(ctypes.addressof(unterminated) + UuidV1.value.offset, own + b"0" * (41 - len(own)), 41)
+    assert ctypes.string_at(ctypes.addressof(unterminated) + UuidV1.value.offset, 41) == own + b"0" * (41 - len(own))
+    keys = {"unterminated": unterminated}
+    for kind in (0, 3):
+        keys[f"type {kind}"] = UuidV1(version=version, type=kind)
+        keys[f"type {kind}"].value.str = own
+    stranger = UuidV1(version=version, type=2)
+    ctypes.memmove(stranger.value.bytes, bytes(range(0xF0, 0x100)), 16)
+    keys["no such GPU"] = stranger
+    got = {}
+    for name, key in keys.items():
+        found = ctypes.c_void_p(0x1234)
+        got[name] = (lib.nvmlDeviceGetHandleByUUIDV(ctypes.byref(key), ctypes.byref(found)), found.value)
+    assert got == {"unterminated": (n.NVML_ERROR_INVALID_ARGUMENT, 0x1234),
+                   "type 0": (n.NVML_ERROR_INVALID_ARGUMENT, 0x1234), "type 3": (n.NVML_ERROR_INVALID_ARGUMENT, 0x1234),
+                   "no such GPU": (n.NVML_ERROR_NOT_FOUND, 0x1234)}
 
 def test_running_process_detail_list_by_mode(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceGetRunningProcessDetailList: nvmlProcessDetailList_t.mode is NVML_PROCESS_MODE_COMPUTE

@@ -547,3 +547,111 @@ def test_a_sigbus_of_the_program_s_own_goes_where_it_would_without_the_library(
     ends = {how: subprocess.run([str(exe), kind, how], env=env, capture_output=True, text=True, timeout=30,
                                 check=False).returncode for how in ("alone", "library")}
     assert ends["library"] == ends["alone"] == (-signal.SIGBUS if kind == "ignored" else 0)
+
+
+HELD_ODD = r"""
+import ctypes, json, os, threading, time
+path = os.environ["FAKEHW_NVML_SNAPSHOT"]
+whole = open(path, "rb").read()
+torn = bytearray(whole)
+torn[-100] ^= 0xFF  # a chunk the writer has not finished: the checksum no longer matches
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+
+
+def put(data, word):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, (1).to_bytes(4, "little"), 20)  # the writer's odd word first, then the bytes
+        os.pwrite(fd, bytes(data[:20]) + (1).to_bytes(4, "little") + bytes(data[24:]), 0)
+        os.pwrite(fd, word.to_bytes(4, "little"), 20)
+    finally:
+        os.close(fd)
+
+
+def timed_init():
+    t0 = time.monotonic()
+    rc = lib.nvmlInit_v2()
+    took = time.monotonic() - t0
+    if rc == 0:
+        lib.nvmlShutdown()
+    return t0, rc, took
+
+
+out = {}
+for name, data in (("held, torn", torn), ("held, whole", whole)):
+    put(data, 1)
+    _, rc, took = timed_init()
+    out[name] = [rc, took]
+released = []
+for attempt in range(10):
+    put(torn, 1)
+    at = []
+    def release():
+        time.sleep(0.003)
+        put(whole, 2)
+        at.append(time.monotonic())
+    t = threading.Thread(target=release)
+    t.start()
+    t0, rc, took = timed_init()
+    t.join()
+    released.append([rc, at[0] - t0])
+out["released"] = released
+print(json.dumps(out))
+"""
+
+
+def test_a_reader_waits_out_a_writer_s_odd_word_and_then_lets_the_checksum_judge(
+        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """docs/nvml.md ("Writing and noticing a new generation", the file's protocol): a writer updating in place sets
+    ``superseded`` (header bytes 20-23) to the next odd value, writes its chunks, then sets the next even value; a
+    reader's copy is whole only when the word held one even value around it, and "a word left odd for 10 ms, by a
+    writer that died mid-update, is no longer waited for: the checksum then judges". The file is written here by
+    hand so, with the word held odd:
+
+    - over bytes whose checksum does not match (the writer's chunks half written), nvmlInit answers UNKNOWN (a bad
+      checksum is refused, as ``test_bad_snapshots_are_refused``), but only after waiting the 10 ms out (each of the
+      reader's sleeps lasts at least what it asks, POSIX nanosleep, so no correct reader answers sooner);
+    - over whole bytes (good checksum) it answers SUCCESS, likewise no sooner than 10 ms;
+    - over torn bytes that another thread replaces by the whole ones and an even word 3 ms later, nvmlInit answers
+      SUCCESS whenever the even word was there before 9 ms had passed: a reader that is still waiting then sees it
+      and copies the finished file. A reader that copies without waiting gets the torn bytes (its copy and the
+      mapped word agree on the odd value) and answers UNKNOWN. Attempts whose release came later (a loaded
+      machine) say nothing and are not judged; most land inside."""
+    snap = node_snapshot("edge-pcie")
+    got = run_python(HELD_ODD, snap.path, timeout=60)
+    assert got["held, torn"][0] == 999 and got["held, torn"][1] >= 0.010, got
+    assert got["held, whole"][0] == 0 and got["held, whole"][1] >= 0.010, got
+    inside = [rc for rc, when in got["released"] if when < 0.009]
+    assert len(inside) >= 3, got["released"]
+    assert set(inside) == {0}, got["released"]
+
+
+def test_a_handle_whose_gpu_is_gone_from_the_node_is_lost(pynvml_module: ModuleType,
+                                                          node_snapshot: Callable[..., NodeSnap]) -> None:
+    """A running process holds handles of a DGX H100's GPUs; the node's snapshot is then replaced by another
+    machine's (an edge box with other GPUs, other UUIDs): the GPU each handle names is no longer on the node, which
+    nvml.h calls NVML_ERROR_GPU_IS_LOST ("the target GPU has fallen off the bus or is otherwise inaccessible"), for
+    every handle, not INVALID_ARGUMENT (the handle was valid) or UNKNOWN (the new snapshot is good: its own count
+    is readable)."""
+    import time
+
+    n = pynvml_module
+    old = node_snapshot("dgx-h100")
+    new = node_snapshot("edge-pcie")
+    assert not {g.uuid for g in old.node.gpus} & {g.uuid for g in new.node.gpus}
+    with snapshot_env(old.path):
+        n.nvmlInit()
+    try:
+        hs = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+        assert [n.nvmlDeviceGetUUID(h) for h in hs] == [g.uuid for g in old.node.gpus]
+        write_snapshot(old.path, new.path.read_bytes())
+        time.sleep(0.05)
+        lost = []
+        for h in hs:
+            with pytest.raises(n.NVMLError) as err:
+                n.nvmlDeviceGetUUID(h)
+            lost.append(err.value.value)
+        assert lost == [n.NVML_ERROR_GPU_IS_LOST] * len(hs)
+        assert n.nvmlSystemGetDriverVersion() == new.system.driver.version
+    finally:
+        n.nvmlShutdown()

@@ -9,7 +9,12 @@
 
 /* ------------------------------------------------------------------------------------------ errors */
 
+/* The real library's own texts (libnvidia-ml 535.261.03, 550.163.01 and 555.58.02 from Debian answer these; nvml.h's
+   enum comments are other words): what nvidia-smi prints after "Failed to initialize NVML: ", and pynvml's
+   NVMLError text. 535 has no text for 28 and 29 (it answers "Unknown Error"), so a snapshot of that branch, once
+   loaded, answers as it does. */
 const char *nvmlErrorString(nvmlReturn_t result) {
+    int branch = atomic_load_explicit(&fhw_branch_now, memory_order_relaxed);
     switch (result) {
     case NVML_SUCCESS: return "Success";
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
@@ -22,26 +27,30 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_TIMEOUT: return "Timeout";
-    case NVML_ERROR_IRQ_ISSUE: return "Interrupt request issue";
+    case NVML_ERROR_IRQ_ISSUE: return "Interrupt Request Issue";
     case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
     case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
     case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
-    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
-    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires reset";
+    case NVML_ERROR_OPERATING_SYSTEM: return "GPU access blocked by the operating system";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "Driver/library version mismatch";
     case NVML_ERROR_IN_USE: return "In use by another client";
     case NVML_ERROR_MEMORY: return "Insufficient Memory";
     case NVML_ERROR_NO_DATA: return "No data";
-    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "The requested vgpu operation is not available on target device, because ECC is enabled";
-    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Ran out of critical resources, other than memory";
-    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "The requested frequency is not supported";
-    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "The provided version is invalid/unsupported";
-    case NVML_ERROR_DEPRECATED: return "The requested functionality has been deprecated";
-    case NVML_ERROR_NOT_READY: return "The system is not ready for the request";
-    case NVML_ERROR_GPU_NOT_FOUND: return "No GPUs were found";
-    case NVML_ERROR_INVALID_STATE: return "Resource not in correct state to perform requested operation";
-    case NVML_ERROR_UNKNOWN: return "Unknown Error";
+    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "vGPU ECC not supported";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient Resources";
+    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "Invalid Frequency";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+    case NVML_ERROR_DEPRECATED: return "Requested functionality has been deprecated";
+    case NVML_ERROR_NOT_READY: return "System is not in ready state";
+    case NVML_ERROR_GPU_NOT_FOUND:
+        if (branch == 0 || branch >= 550) return "No supported GPUs were found";
+        break;
+    case NVML_ERROR_INVALID_STATE:
+        if (branch == 0 || branch >= 550) return "Resource not in correct state to perform requested operation";
+        break;
+    default: break;
     }
     return "Unknown Error";
 }
