@@ -94,6 +94,17 @@ def with_driver(tmp: Path, profile: str, version: str) -> Path:
     return path
 
 
+def dgx_h100_with_mig_gpu7(tmp: Path) -> Path:
+    """dgx-h100's profile with its gpu7 (module 2) running two 3g.40gb GPU instances: a Hopper MIG GPU beside seven
+    GPUs with MIG off (dgx-a100's gpu7 is the Ampere one)."""
+    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-h100.yaml").read_text()
+    gpu7 = "moduleId: 2}"
+    assert text.count(gpu7) == 1
+    profile = tmp / "dgx-h100-mig.yaml"
+    profile.write_text(text.replace(gpu7, "moduleId: 2, mig: {enabled: true, instances: [3g.40gb, 3g.40gb]}}"))
+    return profile
+
+
 def lib_path() -> Path:
     return library_dir() / LIB_NAME
 

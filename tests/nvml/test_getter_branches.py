@@ -20,7 +20,7 @@ from types import ModuleType
 import pytest
 
 from tests.nvml import references
-from tests.nvml.helpers import NodeSnap, write_node
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, write_node
 from tests.nvml.test_pynvml import board_state, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -231,12 +231,7 @@ def test_a_gpm_sample_of_a_gpu_instance_the_gpu_does_not_have_is_not_taken(nvml:
     the id its MIG device gives (nvmlDeviceGetGpuInstanceId), but not an id none of its MIG devices has, and its
     gpu0, MIG off, has no GPU instance to sample at all."""
     n = pynvml_module
-    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-h100.yaml").read_text()
-    gpu7 = 'moduleId: 2}'
-    assert text.count(gpu7) == 1
-    profile = tmp_path / "dgx-h100-mig.yaml"
-    profile.write_text(text.replace(gpu7, "moduleId: 2, mig: {enabled: true, instances: [3g.40gb, 3g.40gb]}}"))
-    nvml(profile)
+    nvml(dgx_h100_with_mig_gpu7(tmp_path))
     hs = handles(n)
     ids = {n.nvmlDeviceGetGpuInstanceId(n.nvmlDeviceGetMigDeviceHandleByIndex(hs[7], k)) for k in range(2)}
     absent = next(i for i in range(1, 16) if i not in ids)

@@ -21,7 +21,7 @@ import pytest
 
 from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml.captures import board_capture, capture_dir, capture_serials, number, sharing
-from tests.nvml.helpers import NodeSnap, with_driver
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, with_driver
 from tests.nvml.test_pynvml import addr, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -435,12 +435,7 @@ def test_a_gpm_sample_of_a_hopper_gpu_instance_is_taken_by_its_gpu_instance_id(n
     ... -C`` creates), so an instance looked up by a compute instance id is not found. The A100 case of this call
     (NOT_SUPPORTED) is in test_gpm_streaming_state_is_a_hopper_query."""
     n = pynvml_module
-    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-h100.yaml").read_text()
-    gpu7 = 'moduleId: 2}'
-    assert text.count(gpu7) == 1
-    profile = tmp_path / "dgx-h100-mig.yaml"
-    profile.write_text(text.replace(gpu7, "moduleId: 2, mig: {enabled: true, instances: [3g.40gb, 3g.40gb]}}"))
-    nvml(profile)
+    nvml(dgx_h100_with_mig_gpu7(tmp_path))
     h = handles(n)[7]
     ids: dict[int, int] = {}
     for k in range(2):
