@@ -14,6 +14,7 @@ total). All calls of a board run in one subprocess, so the sweep costs one inter
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 
 from fakehw.agent.faults import FAULT_ADAPTER, check_target
 from fakehw.model import load_profile
+from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml.helpers import run_python, write_node
 
 PROFILES = sorted(p.stem for p in (Path(__file__).parents[2] / "fakehw" / "profiles").glob("*.yaml")
@@ -184,6 +186,30 @@ def test_every_field_answers_what_its_getter_answers(tmp_path: Path, profile: st
                 if field != getter]
     assert not disagree, "\n".join(map(str, disagree[:40]))
     assert any(getter[1] for *_, getter in rows), "every counter is zero: the state does not separate them"
+
+
+def test_volatile_and_aggregate_ecc_fields_answer_their_own_counters(tmp_path: Path) -> None:
+    """nvml.h's nvmlEccCounterType_t: volatile counts are "reset each time the driver loads", aggregate ones
+    "persist across reboots", so a board that had errors before its last driver load has aggregate counts above its
+    volatile ones. The fault model counts both alike, so the snapshot here is edited as such a board's: each aggregate
+    ECC count 1,000 above its volatile one. Fields 3-28 must still answer what nvmlDeviceGetTotalEccErrors and
+    nvmlDeviceGetMemoryErrorCounter answer for the same error type, counter type and location (the pairs above),
+    e.g. field 17 ('CBU double bit volatile') the volatile count and field 28 the aggregate one."""
+    snap = write_node(tmp_path / "snap.bin", "dgx-h100", faults=_faults("dgx-h100"))
+    gpu = snap.snapshot.gpus[0]
+    per_counter = len(gpu.ecc_counts) // 4  # [error type][counter type][location], nvml_abi.h's layout
+    counts = list(gpu.ecc_counts)
+    for etype in (0, 1):
+        start = (etype * 2 + 1) * per_counter
+        counts[start:start + per_counter] = [c + 1000 for c in counts[start:start + per_counter]]
+    gpus = (dataclasses.replace(gpu, ecc_counts=tuple(counts)), *snap.snapshot.gpus[1:])
+    write_snapshot(snap.path, dataclasses.replace(snap.snapshot, gpus=gpus).to_bytes())
+    ecc = [(f, s, expr) for f, s, expr, _ in PAIRS if 3 <= f <= 28]
+    rows = run_python(SCRIPT % (json.dumps(ecc), json.dumps(BLACKWELL_UNSUPPORTED)), snap.path, timeout=120)
+    got = {fid: (field, getter) for gpu_index, fid, _, _, field, getter in rows if gpu_index == 0}
+    assert len(got) == len(ecc), sorted(got)
+    assert all(field == getter for field, getter in got.values()), got
+    assert got[17][1][1] + 1000 == got[28][1][1], (got[17], got[28])  # the edit is seen: the counters differ
 
 
 def _pairs_json() -> str:
