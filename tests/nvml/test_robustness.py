@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +22,16 @@ from fakehw.nvml import layout
 from fakehw.nvml.snapfile import write_snapshot
 from fakehw.nvml.snapshot import FakeProcess
 from tests.nvml import references
-from tests.nvml.helpers import NodeSnap, build_preload, lib_path, run_python, snapshot_env, with_driver
+from tests.nvml.helpers import (
+    NodeSnap,
+    build_preload,
+    lib_path,
+    run_python,
+    snapshot_env,
+    subprocess_env,
+    with_driver,
+    write_node,
+)
 
 INIT = ("import json, pynvml\ntry:\n    pynvml.nvmlInit()\n"
         "    print(json.dumps({'ok': pynvml.nvmlDeviceGetCount()}))\n"
@@ -655,3 +666,32 @@ def test_a_handle_whose_gpu_is_gone_from_the_node_is_lost(pynvml_module: ModuleT
         assert n.nvmlSystemGetDriverVersion() == new.system.driver.version
     finally:
         n.nvmlShutdown()
+
+
+NVML_ERROR_INVALID_ARGUMENT = 2  # nvml.h
+
+_UNKNOWN_GUID_PROGRAM = """
+import ctypes, sys
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+assert lib.nvmlInit_v2() == 0
+guid = (ctypes.c_ubyte * 16)(*bytes.fromhex(sys.argv[1]))
+table = ctypes.c_void_p()
+print(lib.nvmlInternalGetExportTable(ctypes.byref(table), guid), table.value)
+lib.nvmlShutdown()
+"""
+
+
+def test_an_export_table_guid_nobody_offers_is_refused_and_traced_as_given(tmp_path: Path) -> None:
+    """A GUID the library has no table for is INVALID_ARGUMENT with the table left NULL (the export table is only
+    nvidia-smi's, csrc/export.c), and with FAKEHW_NVML_TRACE set (docs/nvml.md) the refusal names the GUID the
+    caller passed: its 16 bytes as 32 hex digits, nothing read past them. The GUID is the caller's 16-byte buffer
+    (nvidia-smi passes a pointer to one), so the expected digits are the input's."""
+    snap = write_node(tmp_path / "snap.bin", "dgx-h100")
+    guid = "00112233445566778899aabbccddeeff"
+    proc = subprocess.run([sys.executable, "-c", _UNKNOWN_GUID_PROGRAM, guid], capture_output=True, text=True,
+                          timeout=60, check=False, env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(NVML_ERROR_INVALID_ARGUMENT), "None"]
+    refused = [line for line in proc.stderr.splitlines() if "unknown GUID" in line]
+    assert len(refused) == 1, proc.stderr
+    assert re.search(r"unknown GUID ([0-9a-f]+) refused", refused[0]).group(1) == guid  # type: ignore[union-attr]
