@@ -232,7 +232,8 @@ PREAD_INTERPOSER = r"""
 
 /* pread as POSIX allows it to behave on a regular file: every other call interrupted by a signal before any data
    (-1, EINTR), the others returning at most 997 bytes; with FHW_TEST_PREAD=eof the file also seems to end at half
-   its fstat size (a file cut short between the reader's fstat and its read). Counts what the reader asked. */
+   its fstat size (a file cut short between the reader's fstat and its read); with FHW_TEST_PREAD=count every call
+   reads as asked. Counts what the reader asked. */
 static ssize_t (*real_pread)(int, void *, size_t, off_t);
 long fhw_test_calls, fhw_test_interrupted, fhw_test_past_end;
 
@@ -243,6 +244,7 @@ static ssize_t interposed(int fd, void *buf, size_t n, off_t off) {
     if (mode == NULL || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return real_pread(fd, buf, n, off);
     fhw_test_calls++;
     if (off + (off_t)n > st.st_size) fhw_test_past_end++;
+    if (strcmp(mode, "count") == 0) return real_pread(fd, buf, n, off);
     if (fhw_test_calls % 2 == 1) {
         fhw_test_interrupted++;
         errno = EINTR;
@@ -284,6 +286,19 @@ def test_a_snapshot_read_in_short_and_interrupted_preads_is_read_whole(
     assert result["uuids"] == [g.uuid for g in snap.node.gpus]
     assert result["interrupted"] >= 1 and result["calls"] > snap.path.stat().st_size // 997
     assert result["past_end"] == 0
+
+
+def test_a_snapshot_no_writer_is_updating_is_read_in_one_pread(
+        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path) -> None:
+    """docs/nvml.md's update protocol: a reader copies the file and keeps the copy when the update word was even
+    and the same before and after the copy (no writer was in the middle of an update). A snapshot nobody writes is
+    therefore read once: one pread of the whole file, which a regular file answers in full (POSIX pread(2)), not
+    read again and again until a retry bound gives up on a word that never moved."""
+    snap = node_snapshot("dgx-h100")
+    result = run_python(READ_THROUGH_INTERPOSER, snap.path, timeout=30, LD_PRELOAD=str(pread_interposer),
+                        FHW_TEST_PREAD="count")
+    assert result["uuids"] == [g.uuid for g in snap.node.gpus]
+    assert (result["calls"], result["interrupted"], result["past_end"]) == (1, 0, 0)
 
 
 def test_a_snapshot_cut_short_between_fstat_and_read_is_refused_not_waited_on(
