@@ -949,8 +949,8 @@ def test_performance_modes_give_the_h100_captures_clock_range(nvml: Nvml, pynvml
     """nvml.h, nvmlDeviceGetPerformanceModes (570 library): a string of "perf=<level>, nvclock=..., nvclockmin=...,
     nvclockmax=..., ..., memclock=..., memclockmin=..., memclockmax=..., ..." entries (the header's example) in
     nvmlDevicePerfModes_v1_t (version word, char str[2048]). The idle H100 capture's P0 graphics clock is 345 MHz, its
-    maximum 1980 MHz and its memory clock 2619 MHz (max 2619): the DGX H100's P0 entry says so. A NULL struct is
-    INVALID_ARGUMENT."""
+    maximum 1980 MHz and its memory clock 2619 MHz (max 2619): the DGX H100's P0 entry says so, with transfer rates
+    twice the memory clocks as in the header's example. A NULL struct is INVALID_ARGUMENT."""
     from tests.nvml.captures import board_capture
 
     cap = board_capture("h100")
@@ -972,6 +972,11 @@ def test_performance_modes_give_the_h100_captures_clock_range(nvml: Nvml, pynvml
         first = modes.str.decode().split(";")[0]
         entry = dict(item.strip().split("=") for item in first.split(",") if item.strip())
         assert {k: int(entry[k]) for k in expected} == expected, first
+        # The header's example: every level's transfer rates are twice its memory clocks (memclock=324,
+        # memtransferrate=648; memclock=810, memtransferrate=1620), the DDR of the memory.
+        for rate, clock in (("memtransferrate", "memclock"), ("memtransferratemin", "memclockmin"),
+                            ("memtransferratemax", "memclockmax")):
+            assert int(entry[rate]) == 2 * int(entry[clock]), first
         assert lib.nvmlDeviceGetPerformanceModes(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
