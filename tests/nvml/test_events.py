@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -57,16 +58,22 @@ def test_supported_types_and_registration(nvml: Callable[..., NodeSnap], pynvml_
     n.nvmlEventSetFree(s)
 
 
+def _event_set(lib: ctypes.CDLL, handles: list[Any], mask: int = EVENT_XID | EVENT_DOUBLE_BIT_ECC) -> ctypes.c_void_p:
+    """A new event set (nvmlEventSetCreate) with ``mask`` registered on each of ``handles``, both calls succeeding."""
+    s = ctypes.c_void_p()
+    assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+    for h in handles:
+        assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(mask), s) == 0
+    return s
+
+
 def test_wait_v1_and_v2_layouts_deliver_a_live_event(nvml: Callable[..., NodeSnap],
                                                     pynvml_module: ModuleType) -> None:
     n = pynvml_module
     snap = nvml("dgx-h100")
     lib = ctypes.CDLL("libnvidia-ml.so.1")
     hs = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
-    s = ctypes.c_void_p()
-    assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
-    for h in hs:
-        assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_XID | EVENT_DOUBLE_BIT_ECC), s) == 0
+    s = _event_set(lib, hs)
     results: dict[str, object] = {}
 
     def wait() -> None:
@@ -266,10 +273,7 @@ def _wait_v3_for_a_dbe(nvml: Callable[..., NodeSnap], n: ModuleType, tmp_path: P
     profile = str(with_driver(tmp_path / "profile", "dgx-h100", "615.10.01"))
     snap = nvml(profile)
     lib = ctypes.CDLL("libnvidia-ml.so.1")
-    s = ctypes.c_void_p()
-    assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
-    assert lib.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(gpu), ctypes.c_ulonglong(EVENT_DOUBLE_BIT_ECC),
-                                        s) == 0
+    s = _event_set(lib, [n.nvmlDeviceGetHandleByIndex(gpu)], EVENT_DOUBLE_BIT_ECC)
     written = write_node(snap.path, profile, faults=[{"kind": "ecc", "device": f"gpu{gpu}", "type": "dbe",
                                                       "count": 1}], generation=2, first_seq=100)
     params = EventSetWaitV3(timeoutMs=10000)
@@ -334,10 +338,7 @@ def test_a_wait_on_a_snapshot_named_relative_to_the_working_directory_is_woken_b
     lib = ctypes.CDLL("libnvidia-ml.so.1")
     n.nvmlInit()
     try:
-        h = n.nvmlDeviceGetHandleByIndex(6)
-        s = ctypes.c_void_p()
-        assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
-        assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_XID | EVENT_DOUBLE_BIT_ECC), s) == 0
+        s = _event_set(lib, [n.nvmlDeviceGetHandleByIndex(6)])
         got: dict[str, int] = {}
 
         def wait() -> None:
@@ -451,10 +452,7 @@ def test_a_process_gets_no_event_of_a_gpu_it_cannot_see(pynvml_module: ModuleTyp
     try:
         assert n.nvmlDeviceGetCount() == 2
         hs = [n.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
-        s = ctypes.c_void_p()
-        assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
-        for h in hs:
-            assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_XID | EVENT_DOUBLE_BIT_ECC), s) == 0
+        s = _event_set(lib, hs)
         gpu6 = {"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}
         write_node(path, "dgx-h100", faults=[gpu6], generation=2, first_seq=100)
         data = EventDataV2()
@@ -484,9 +482,7 @@ def test_a_wait_whose_node_went_away_reports_its_gpus_lost(pynvml_module: Module
         n.nvmlInit()
     try:
         h = n.nvmlDeviceGetHandleByIndex(0)
-        s = ctypes.c_void_p()
-        assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
-        assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_XID | EVENT_DOUBLE_BIT_ECC), s) == 0
+        s = _event_set(lib, [h])
         path.unlink()
         data = EventDataV2()
         started = time.monotonic()
