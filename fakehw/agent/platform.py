@@ -255,6 +255,10 @@ class Platform:
         self.cxl = self.engine.boot()
         self.ledger = PoolLedger()
         self._fault_states: dict[str, NodeState] = {}
+        self._applied = 0
+        """Facts applied so far: the ledger's version (its grants and mappings change only by :meth:`_apply`)."""
+        self._views: dict[str, tuple[tuple[object, ...], PlatformView]] = {}
+        """Per node: the last view :meth:`_build_view` made of the current state, with what it was made from."""
         self.started = threading.Event()
         """Set by the agent once it has reconciled the nodes it starts with (the expiry timer waits for it)."""
         self.audit = AuditLog(state_dir / "audit.jsonl")
@@ -318,6 +322,7 @@ class Platform:
         the caller has it already."""
         now = self._clock()
         self.cxl = self._cxl_after(facts) if cxl is None else cxl
+        self._applied += 1
         for fact in facts:
             if fact["fact"] in LEDGER_FACTS:
                 self.ledger.apply(fact, (lambda e: self._record(e, now)) if audit else None)
@@ -387,13 +392,28 @@ class Platform:
         return state
 
     def _build_view(self, node_name: str, cxl: CxlState | None = None) -> PlatformView:
+        """The node's view with the CXL state ``cxl`` (default: the current one). The current state's view is
+        remembered with what it was made from (the CXL state, the ledger's version, the memdevs faults hold
+        offline, the GPUs lost, the pools' shrink faults), since every render of the node asks for it and most
+        changes (an Xid, a thermal fault) touch none of those."""
         node = self.nodes[node_name]
         state = self._state(node_name)
-        cview = self.engine.view(cxl or self.cxl, node_name, _fault_offline(state))
+        offline = _fault_offline(state)
+        key: tuple[object, ...] = ()
+        if cxl is None:
+            key = (self.cxl, self.ledger, self._applied, offline, frozenset(g.name for g in state.gpus if g.lost),
+                   state.pools)
+            hit = self._views.get(node_name)
+            if hit is not None and hit[0] == key:
+                return hit[1]
+        cview = self.engine.view(cxl or self.cxl, node_name, offline)
         numa = runtime_numa_memory(node, cview)
         pools = tuple(_pool_view(p, pool_available(node, p, state, cview, numa), self.ledger)
                       for p in node.memory_pools)
-        return PlatformView(node_name, numa, cview, pools)
+        view = PlatformView(node_name, numa, cview, pools)
+        if cxl is None:
+            self._views[node_name] = (key, view)
+        return view
 
     def view(self, node_name: str) -> PlatformView:
         self._node(node_name)

@@ -51,6 +51,9 @@ class StateFragments:
         """Per GPU: the values of its members other than the growing lists, and the text they were encoded to."""
         self.written: bytes | None = None
         """The bytes of the last ``state.json`` written."""
+        self.node: tuple[tuple[object, ...], _Template] | None = None
+        """The node's members other than its generation, health, GPUs and faults (memdevs, pools, down ports,
+        platform summary, MIG), and the text around them."""
 
 
 class ListText:
@@ -184,5 +187,14 @@ def state_json(state: NodeState, memo: StateFragments) -> bytes:
             hit = (g, _gpu_text(g, memo))
         gpus[id(g)] = hit
     memo.gpus = gpus
-    raw = {"gpus": "[" + ",".join(t for _, t in gpus.values()) + "]", "faults": "[" + _faults_text(state, memo) + "]"}
-    return (_object_text(state.to_json(gpus=False, faults=False), raw) + "\n").encode()
+    raw = {"gpus": "[" + ",".join(t for _, t in gpus.values()) + "]", "faults": "[" + _faults_text(state, memo) + "]",
+           "generation": _compact(state.generation), "health": _compact(state.health)}
+    # An injection changes the generation, a GPU and the faults; the rest of the node (its platform's 34 NUMA
+    # nodes on a GB200 tray, MIG) is encoded again only when one of the objects it is made from differs.
+    key = (state.node, state.seed, state.memdevs, state.pools, state.down_ports, state.platform, state.mig)
+    if memo.node is None or memo.node[0] != key:
+        memo.node = (key, _Template(state.to_json(gpus=False, faults=False), _NODE_RAW))
+    return (memo.node[1].fill(raw) + "\n").encode()
+
+
+_NODE_RAW = ("gpus", "faults", "generation", "health")

@@ -14,6 +14,8 @@ from fakehw.agent.journal import JournalDamaged
 from fakehw.agent.service import AgentError, AgentService
 from fakehw.agent.state import EVENT_DOUBLE_BIT_ECC, EVENT_XID, THROTTLE_HW_THERMAL, THROTTLE_SW_POWER_CAP
 from fakehw.model import load_profile
+from fakehw.render.atomic import dump_json
+from fakehw.render.basic import StateFragments, state_json
 
 NODE = "dgx-h100-0"
 
@@ -198,6 +200,46 @@ def test_cxl_and_pool_faults_on_the_cxl_profile(tmp_path: Path) -> None:
     assert all(m.online for m in svc.state("cxl-host-0").memdevs)
     with pytest.raises(AgentError, match="cannot shrink by"):
         svc.inject("cxl-host-1", {"kind": "pool-shrink", "device": "cxl-local", "bytes": 2**40})
+
+
+def test_state_json_follows_a_change_of_the_platform_alone(tmp_path: Path) -> None:
+    """``state.json`` keeps the text of a node's members besides its generation, GPUs and faults while the objects
+    they come from are equal (an Xid changes none of them): a pool reservation changes only the platform's summary
+    (no fault, no GPU), and ``state.json`` must say it as the API does (docs/agent.md: ``GET /v1/nodes/{node}`` is
+    the same as ``state.json``). The agent's states through the renderer's encoding, without files (a CXL host's
+    first render takes seconds)."""
+    svc = AgentService(load_profile("cxl-pool"), tmp_path, files="on-demand")
+    node = "cxl-host-0"
+    memo = StateFragments()
+    try:
+        svc.inject(node, {"kind": "xid", "device": svc.node(node).gpus[0].name, "code": 13})
+        before = json.loads(state_json(svc.state(node), memo))["platform"]["pools"]["cxl-local"]["reserved"]
+        svc.platform.grant(node, "cxl-local", {"tenant": "a", "size": "2GiB"}, "reservation")
+        state = svc.state(node)
+        encoded = state_json(state, memo)
+        assert json.loads(encoded)["platform"]["pools"]["cxl-local"]["reserved"] == before + 2**31
+        assert encoded == dump_json(state.to_json(), compact=True)
+    finally:
+        svc.close()
+
+
+def test_state_json_follows_a_change_of_mig_alone(fast_tmp: Path) -> None:
+    """The same for MIG: enabling it on a GPU changes the node's ``mig`` member and nothing ``state.json`` encodes
+    per GPU, and the encoding must say it as the API does."""
+    svc = AgentService(load_profile("dgx-h100"), fast_tmp, files="on-demand")
+    memo = StateFragments()
+    try:
+        svc.inject(NODE, {"kind": "xid", "device": "gpu1", "code": 13})
+        before = json.loads(state_json(svc.state(NODE), memo))["mig"]["gpu0"]
+        assert (before["current"], before["pending"]) == (False, False)
+        svc.mig.set_mode(NODE, "gpu0", True)
+        state = svc.state(NODE)
+        encoded = state_json(state, memo)
+        after = json.loads(encoded)["mig"]["gpu0"]
+        assert True in (after["current"], after["pending"])
+        assert encoded == dump_json(state.to_json(), compact=True)
+    finally:
+        svc.close()
 
 
 def test_a_journal_of_the_unchecked_format_is_taken_over(fast_tmp: Path) -> None:

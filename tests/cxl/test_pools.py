@@ -86,6 +86,26 @@ def test_a_lost_gpu_takes_its_memory_out_of_an_hbm_pool(make_agent: MakeAgent) -
     assert after["available"] == min(model.capacity, left) < model.capacity
 
 
+def test_a_memdev_in_no_region_goes_offline_and_back_with_its_fault(make_agent: MakeAgent) -> None:
+    """A ``cxl-offline`` fault on a memdev that backs no region changes no region, no pool and no grant, only
+    the memdev's state: the node's platform view (what ``state.json`` and the sysfs tree are rendered from) must
+    still show it offline, and online again once healed. (The agent remembers each node's view with what it was
+    made from; the memdevs faults hold offline are one of those inputs.)"""
+    svc, _ = make_agent()
+    view = svc.state(H0).platform
+    assert view is not None
+    in_regions = {t for r in view.cxl.regions for t in r.region.targets}
+    spare = next(m.name for m in view.cxl.memdevs if m.name not in in_regions)
+    assert view.summary()["memdevs_offline"] == []
+    svc.inject(H0, {"kind": "cxl-offline", "device": spare})
+    after = svc.state(H0).platform
+    assert after is not None and after.summary()["memdevs_offline"] == [spare]
+    assert [r.region.name for r in after.cxl.regions] == [r.region.name for r in view.cxl.regions]
+    svc.heal(node=H0, device=spare)
+    healed = svc.state(H0).platform
+    assert healed is not None and healed.summary()["memdevs_offline"] == []
+
+
 def test_grants_tokens_and_cxl_state_survive_an_agent_restart(make_agent: MakeAgent) -> None:
     svc, clock = make_agent()
     pf = svc.platform

@@ -88,6 +88,16 @@ def changes(node: Node) -> Iterator[dict[str, Any] | str]:
         yield linked.name
 
 
+def node_changes(node: Node) -> Iterator[dict[str, Any] | str]:
+    """Faults that change the node's members besides its GPUs (its memdevs, its pools), each healed after."""
+    if node.cxl.memdevs:
+        yield {"kind": "cxl-offline", "device": node.cxl.memdevs[0].name}
+        yield node.cxl.memdevs[0].name
+    for pool in node.memory_pools[:1]:
+        yield {"kind": "pool-shrink", "device": pool.name, "bytes": 2**30}
+        yield pool.name
+
+
 @pytest.fixture
 def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """The snapshot stamps retired pages with the wall clock: freeze it so builds at different times compare."""
@@ -226,7 +236,7 @@ def test_state_json_from_fragments_is_the_full_encoding(profile: str) -> None:
     node = system.nodes[0]
     run = Scenario(system, node)
     memo = StateFragments()
-    for change in [None, *changes(node)]:
+    for change in [None, *changes(node), *node_changes(node)]:
         if isinstance(change, dict):
             run.inject(change)
         elif isinstance(change, str):
