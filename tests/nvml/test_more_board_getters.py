@@ -21,7 +21,7 @@ import pytest
 
 from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml.captures import board_capture, capture_dir, capture_serials, number, sharing
-from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, with_driver
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, run_python, with_driver
 from tests.nvml.test_pynvml import addr, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -535,6 +535,51 @@ def test_a_system_event_set_registers_driver_binds_and_waits_out_a_zero_timeout(
                  "nvmlSystemEventSetFree"):
         assert getattr(lib, name)(None) == n.NVML_ERROR_INVALID_ARGUMENT, name
 
+
+
+SYSTEM_WAIT_UNDER_EINTR = r"""
+import ctypes, errno, json, signal, time, pynvml
+
+class Create(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("set", ctypes.c_void_p)]
+
+class Wait(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("timeoutms", ctypes.c_uint), ("set", ctypes.c_void_p),
+                ("data", ctypes.c_void_p), ("dataSize", ctypes.c_uint), ("numEvent", ctypes.c_uint)]
+
+pynvml.nvmlInit()
+lib = ctypes.CDLL("libnvidia-ml.so.1", use_errno=True)
+create = Create(ctypes.sizeof(Create) | 1 << 24)
+assert lib.nvmlSystemEventSetCreate(ctypes.byref(create)) == 0
+out = {}
+wait = Wait(ctypes.sizeof(Wait) | 1 << 24, 1000, create.set, None, 0, 99)
+ctypes.set_errno(errno.EINTR)  # left over from some earlier failed call of the caller's
+started = time.monotonic()
+out["stale"] = [lib.nvmlSystemEventSetWait(ctypes.byref(wait)), time.monotonic() - started]
+signal.signal(signal.SIGALRM, lambda *_: None)
+signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)  # a signal every 10 ms while the wait sleeps
+wait.numEvent, wait.timeoutms = 99, 100
+started = time.monotonic()
+out["signalled"] = [lib.nvmlSystemEventSetWait(ctypes.byref(wait)), time.monotonic() - started, wait.numEvent]
+signal.setitimer(signal.ITIMER_REAL, 0, 0)
+print(json.dumps(out))
+"""
+
+
+def test_a_system_event_wait_sleeps_its_timeout_once_whatever_errno_held_and_however_often_it_is_interrupted(
+        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvmlSystemEventSetWait "sleeps till event arrives but not longer than specified timeout" (nvml.h); no driver
+    binds or unbinds meanwhile, so it answers TIMEOUT (10) after its timeout: 1000 ms, one second and no more
+    (events.c:350's mutants that split the second off as ``/ 1001`` or ``% 1001``: no sleep, or two). POSIX
+    (errno): "The value of errno should only be examined when it is indicated to be valid by a function's return
+    value" and no function sets it to 0, so a caller's errno left at EINTR by an earlier failed call must not make
+    a completed sleep count as an interrupted one (seed 10651's events.c:351 ``&&`` -> ``||``, which slept again
+    forever); and nanosleep(2) ends early with EINTR and the time left when a signal's handler runs, so a wait
+    under a signal every 10 ms still lasts its 100 ms. (In a child process: the mutant never returns.)"""
+    snap = node_snapshot("dgx-h100")
+    got = run_python(SYSTEM_WAIT_UNDER_EINTR, snap.path, timeout=30)
+    assert got["stale"][0] == 10 and 1.0 <= got["stale"][1] < 1.9
+    assert got["signalled"][0] == 10 and 0.100 <= got["signalled"][1] < 5 and got["signalled"][2] == 0
 
 # ------------------------------------------------------------------------------------- power profiles, smoothing
 

@@ -499,6 +499,81 @@ def test_a_program_segment_without_read_permission_is_not_read(node_snapshot: Ca
     assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr
 
 
+SEGMENT_OF_ITS_OWN_CALLER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <unistd.h>
+/* As the program above, but the new PT_LOAD is readable (PF_R) and holds exactly NUL, argv[1], NUL: its first byte
+   is the NUL before the release and its last the NUL after it. It ends where a page ends and the next page is
+   PROT_NONE, so reading one byte past the segment faults. The program names no release of its own. */
+int main(int argc, char **argv) {
+""" + _TABLE_GUID + r"""
+    if (argc < 2) return 8;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t size = strlen(argv[1]) + 2;
+    unsigned char *pages = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (pages == MAP_FAILED || mprotect(pages + page, (size_t)page, PROT_NONE) != 0) return 6;
+    unsigned char *segment = pages + page - size;
+    memset(segment, 0, size);
+    memcpy(segment + 1, argv[1], size - 2);
+    mprotect(pages, (size_t)page, PROT_READ);
+    ElfW(Phdr) *ph = (ElfW(Phdr) *)getauxval(AT_PHDR);
+    size_t count = getauxval(AT_PHNUM);
+    uintptr_t base = 0;
+    for (size_t i = 0; i < count; i++)
+        if (ph[i].p_type == PT_PHDR) base = (uintptr_t)ph - ph[i].p_vaddr;
+    uintptr_t first = (uintptr_t)ph & ~(uintptr_t)(page - 1);
+    size_t span = (uintptr_t)(ph + count) - first;
+    if (mprotect((void *)first, span, PROT_READ | PROT_WRITE) != 0) return 6;
+    int changed = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (ph[i].p_type != PT_GNU_STACK) continue;
+        ph[i].p_type = PT_LOAD;
+        ph[i].p_flags = PF_R;
+        ph[i].p_vaddr = (uintptr_t)segment - base;
+        ph[i].p_offset = 0;
+        ph[i].p_filesz = ph[i].p_memsz = size;
+        changed = 1;
+    }
+    mprotect((void *)first, span, PROT_READ);
+    if (!changed) return 7;
+""" + _ASK_FOR_THE_TABLE
+
+
+def test_a_release_that_fills_a_read_only_segment_is_found(node_snapshot: Callable[..., NodeSnap],
+                                                            tmp_path: Path) -> None:
+    """csrc/export.c (and docs/nvml.md): the release a program was built for is the NUL-delimited "NNN.NN.NN" or
+    "NNN.NN" string in its read-only image, wherever it lies. A read-only PT_LOAD (ELF gABI: PF_R without PF_W) that
+    is exactly NUL, release, NUL puts the release at the segment's second byte and its NUL at the last: the
+    library of 535.261.03 refuses the table to 535.104.05 and to the two-part 535.98 (NVIDIA/open-gpu-kernel-
+    modules' CHANGELOG.md) and gives it to 535.261.03, as test_a_program_of_a_two_part_release_... does with the
+    release among the program's own constants; a segment of two NULs names no release, so the table is given. A
+    scan that starts a byte late (fresh seed 10680's export.c:318, ``start + 1`` -> ``+ 2``) or stops ten bytes
+    short of the end (the two-part release, 8 bytes with its NULs, was not found: a defect, fixed) gives the table;
+    one that reads past the end faults on the PROT_NONE page."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    snap = node_snapshot(with_driver(tmp_path, "dgx-h100", "535.261.03"))
+    src = tmp_path / "segment.c"
+    src.write_text(SEGMENT_OF_ITS_OWN_CALLER)
+    exe = tmp_path / "segment"
+    subprocess.run(["cc", "-O1", str(src), "-o", str(exe), "-ldl"], check=True)
+    env = dict(os.environ, FAKEHW_NVML_SNAPSHOT=str(snap.path), LD_LIBRARY_PATH=str(lib_path().parent))
+    answers = {}
+    for release in ("535.104.05", "535.98", "535.261.03", ""):
+        proc = subprocess.run([str(exe), release], env=env, capture_output=True, text=True, timeout=30,
+                              check=False)
+        assert proc.returncode == 0, (release, proc.returncode, proc.stderr)
+        answers[release] = int(proc.stdout)
+    assert answers == {"535.104.05": 2, "535.98": 2, "535.261.03": 0, "": 0}
+
 SIGBUS_CHAIN = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -228,3 +228,92 @@ def test_a_short_device_array_is_filled_to_its_size_and_no_further(node_snapshot
     got = run_python(SHORT_ARRAY, snap.path)
     for call in ("set", "nearest"):
         assert got[call] == {"ret": 7, "count": 4, "canary": True, "filled": [True, True]}, call  # 7: INSUFFICIENT_SIZE
+
+
+# ----------------------------------------------------------------------------- the export table's topology cells
+
+CELLS = r"""
+import ctypes, json, mmap, os
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+libc = ctypes.CDLL(None, use_errno=True)
+assert lib.nvmlInit_v2() == 0
+guid = (ctypes.c_ubyte * 16)(0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                             0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4)
+table = ctypes.c_void_p()
+assert lib.nvmlInternalGetExportTable(ctypes.byref(table), guid) == 0
+slot = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+    ctypes.cast(table, ctypes.POINTER(ctypes.c_void_p))[23])
+# Each record is what nvidia-smi passes: it starts with the endpoint's 32-byte PCI bus id.
+page = mmap.PAGESIZE
+pages = mmap.mmap(-1, 4 * page)
+base = ctypes.addressof(ctypes.c_char.from_buffer(pages))
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+assert libc.mprotect(base + page, page, 0) == 0 and libc.mprotect(base + 3 * page, page, 0) == 0
+# the two records sit at the ends of pages 0 and 2: the byte after each is PROT_NONE
+ends = (page - 32, 3 * page - 32)
+
+def cell(a, b):
+    for at, text in zip(ends, (a, b)):
+        pages[at:at + 32] = text.encode().ljust(32, b"\0")[:32]
+    out = ctypes.c_int(-99)
+    rc = slot(base + ends[0], base + ends[1], ctypes.addressof(out), None)
+    return [rc, out.value]
+
+gpus = []
+for i in range(8):
+    h = ctypes.c_void_p()
+    assert lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)) == 0
+    info = ctypes.create_string_buffer(68)  # nvmlPciInfo_t: busIdLegacy[16], 5 unsigned ints, busId[32]
+    assert lib.nvmlDeviceGetPciInfo_v3(h, info) == 0
+    gpus.append(info.raw[36:68].split(b"\0")[0].decode())
+nics = os.environ["FHW_TEST_NICS"].split(",")
+padded = "0" * (31 - len(gpus[0].split(":", 1)[1]) - 1) + ":" + gpus[0].split(":", 1)[1]
+out = {
+    "gpu_nic": [[cell(g, k) for k in nics] for g in gpus],
+    "nic_gpu": [[cell(k, g) for k in nics] for g in gpus],
+    "nic_nic": [[cell(k, m) for m in nics] for k in nics],
+    "gpu_self": [cell(g, g) for g in gpus],
+    "nobody": [cell("00000000:ff:1f.7", nics[0]), cell(gpus[0], "00000000:ff:1f.7")],
+    "unterminated": cell("Z" * 32, nics[0]),
+    "padded": [len(padded), cell(padded, nics[0])],
+}
+print(json.dumps(out))
+"""
+
+PIX, PXB, PHB, NODE_CELL, SYS_CELL = 0, 1, 2, 3, 4
+"""Cells of slot 23 as nvidia-smi 535 prints them (csrc/export.c; test_smi.py's topology tests compare its
+matrix with fakehw's), one per nvmlGpuTopologyLevel_t from SINGLE to SYSTEM."""
+DGX_H100_GPU_NIC = (0, 3, 4, 5, 6, 9, 10, 11)
+"""mlx5_N of each GPU's compute ConnectX-7, on its PCIe switch (DGX H100/H200 User Guide, Table 6)."""
+
+
+def test_the_export_table_s_topology_cells_between_gpus_and_nics_are_the_dgx_h100_s(
+        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """Slot 23 of the export table answers the cell of `nvidia-smi topo -m` between two endpoints (records that
+    start with a 32-byte PCI bus id; nvml.h: NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE 32, the busId's
+    "domain:bus:device.function" in "%x:%x:%x.%x"). The DGX H100 User Guide (Table 6): each GPU shares a PCIe switch
+    with its compute ConnectX-7 (PIX), GPUs 0-3 and mlx5_0-5 are socket 0's, the rest socket 1's: a GPU and a NIC
+    of one socket are NODE, of two sockets SYS, either way round; two compute NICs are each on their own switch,
+    NODE within a socket and SYS across. An endpoint is itself "X" in the matrix's legend, not a PCIe distance: no
+    cell (seed 10680's export.c:150, -1 -> +1, answered PXB). A bus id nobody has, or a record with no NUL in its 32
+    bytes, has no cell (NOT_SUPPORTED); a 31-character bus id (the domain written with leading zeros, which "%x"
+    takes) in a record of exactly 32 bytes before an unreadable page is an endpoint like any."""
+    snap = node_snapshot("dgx-h100")
+    nics = [next(n for n in snap.node.nics if n.name == f"mlx5_{i}") for i in range(12)]
+    cells = run_python(CELLS, snap.path, timeout=60, FHW_TEST_NICS=",".join(str(n.address) for n in nics))
+
+    def gpu_nic(i: int, j: int) -> int:
+        return PIX if j == DGX_H100_GPU_NIC[i] else NODE_CELL if j // 6 == i // 4 else SYS_CELL
+
+    assert cells["gpu_nic"] == [[[0, gpu_nic(i, j)] for j in range(12)] for i in range(8)]
+    assert cells["nic_gpu"] == cells["gpu_nic"]
+    for a in DGX_H100_GPU_NIC:
+        for b in DGX_H100_GPU_NIC:
+            if a != b:
+                assert cells["nic_nic"][a][b] == [0, NODE_CELL if a // 6 == b // 6 else SYS_CELL], (a, b)
+    not_supported = 3
+    assert all(rc == not_supported for rc, _ in cells["gpu_self"])
+    assert [cells["nic_nic"][j][j][0] for j in range(12)] == [not_supported] * 12
+    assert [rc for rc, _ in cells["nobody"]] == [not_supported] * 2
+    assert cells["unterminated"][0] == not_supported
+    assert cells["padded"] == [31, [0, PIX]]

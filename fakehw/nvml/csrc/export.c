@@ -315,7 +315,8 @@ FHW_UNINSTRUMENTED static int scan_main_program(struct dl_phdr_info *info, size_
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_R) || (ph->p_flags & PF_W)) continue;
         const unsigned char *start = (const unsigned char *)(info->dlpi_addr + ph->p_vaddr);
         const unsigned char *end = start + ph->p_filesz;
-        for (const unsigned char *p = start + 1; p + 10 < end; p++) {
+        /* The shortest release, "NNN.NN" and its NUL, is 7 bytes: one may end at the segment's last byte. */
+        for (const unsigned char *p = start + 1; p + 7 <= end; p++) {
             if (p[-1] != 0 || p[0] < '3' || p[0] > '9') continue;
             if (version_at(p, end, found->version, sizeof found->version)) break;
         }
