@@ -1096,11 +1096,36 @@ def test_setting_a_feature_the_h100_capture_prints_as_na_is_not_supported(nvml: 
         for name in ("nvmlDeviceSetDramEncryptionMode", "nvmlDeviceSetVgpuHeterogeneousMode",
                      "nvmlDeviceGetDramEncryptionMode", "nvmlDeviceGetVgpuHeterogeneousMode"):
             arg = (ctypes.c_uint * 2)(struct_version(8, 1), 0)
-            extra = (None,) if name == "nvmlDeviceGetDramEncryptionMode" else ()
+            pending = (ctypes.c_uint * 2)(struct_version(8, 1), 0)
+            extra = (pending,) if name == "nvmlDeviceGetDramEncryptionMode" else ()
             assert getattr(lib, name)(h, arg, *extra) == n.NVML_ERROR_NOT_SUPPORTED, name
             arg[0] = struct_version(8, 2)
             assert getattr(lib, name)(h, arg, *extra) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH, name
             assert getattr(lib, name)(h, None, *extra) == n.NVML_ERROR_INVALID_ARGUMENT, name
+
+
+def test_dram_encryption_mode_needs_both_of_its_outputs(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetDramEncryptionMode: SUCCESS "if current and pending have been set", INVALID_ARGUMENT "if
+    device is invalid or either current or pending is NULL" (where nvmlDeviceGetDriverModel's doc says "both", and one
+    output is enough), ARGUMENT_VERSION_MISMATCH "if the argument version is not supported", of either struct. The
+    H100 has no DRAM encryption (its capture prints N/A), so two good structs answer NOT_SUPPORTED, and a NULL or
+    another version in either place is refused before that, as the test above holds for ``current``. (Fresh seed
+    10670's board.c:182 checked ``pending``'s version only when ``current``'s was wrong; before this test a NULL
+    ``pending`` was taken.)"""
+    n = pynvml_module
+    nvml("dgx-h100")
+    get = library().nvmlDeviceGetDramEncryptionMode
+
+    def info(version: int) -> ctypes.Array[ctypes.c_uint]:
+        """nvmlDramEncryptionInfo_v1_t: the version word and encryptionState (8 bytes)."""
+        return (ctypes.c_uint * 2)(struct_version(8, version), 0)
+
+    for h in handles(n):
+        assert get(h, info(1), info(1)) == n.NVML_ERROR_NOT_SUPPORTED
+        assert get(h, info(1), None) == n.NVML_ERROR_INVALID_ARGUMENT
+        assert get(h, None, info(1)) == n.NVML_ERROR_INVALID_ARGUMENT
+        assert get(h, info(1), info(2)) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        assert get(h, info(2), info(1)) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 
 
 def test_nvlink_encryption_is_off_where_confidential_computing_is(nvml: Nvml, pynvml_module: ModuleType) -> None:
