@@ -1212,7 +1212,9 @@ def test_bbx_time_data_is_answered_where_the_capture_prints_a_black_box(nvml: Nv
     driver loaded. For all products with an inforom" (black box); NOT_SUPPORTED "if the device does not support this
     feature", INVALID_ARGUMENT "if timeData is NULL". The H100 capture prints an <inforom_bbx_flush>, the B200 one
     N/A: on a 615 driver the H100s answer (a count of seconds, positive: the driver is loaded) and the B200s do
-    not."""
+    not. A cumulative time can be no longer than the GPU has existed: NVIDIA announced the H100 on 2022-03-22 (GTC
+    2022), so no H100's count exceeds the seconds since (fresh seed 10670's board.c:349 wrapped it past 4e9)."""
+    h100_announced = 1647907200  # 2022-03-22T00:00:00Z
     n = pynvml_module
     nvml(str(with_driver(tmp_path, profile, "615.10.01")))
     lib = library()
@@ -1220,7 +1222,7 @@ def test_bbx_time_data_is_answered_where_the_capture_prints_a_black_box(nvml: Nv
         seconds = ctypes.c_uint(0)
         if black_box:
             assert lib.nvmlDeviceGetBBXTimeData_v1(h, ctypes.byref(seconds)) == n.NVML_SUCCESS
-            assert seconds.value > 0
+            assert 0 < seconds.value <= time.time() - h100_announced
         else:
             assert lib.nvmlDeviceGetBBXTimeData_v1(h, ctypes.byref(seconds)) == n.NVML_ERROR_NOT_SUPPORTED
         assert lib.nvmlDeviceGetBBXTimeData_v1(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
