@@ -2773,7 +2773,9 @@ def test_current_clock_freqs_names_the_graphics_and_memory_clocks(nvml: Nvml, py
     """nvml.h 13.4.92, nvmlDeviceGetCurrentClockFreqs: "nvclock" is the graphics clock and "memclock" the memory clock
     of the current performance level, in MHz, "memtransferrate" the memory transfer rate (its example: memclock=324,
     memtransferrate=648). The idle real H100 runs its graphics clock at 345 MHz and its memory at 2619 MHz
-    (qx-h100.xml, clocks/graphics_clock and clocks/mem_clock), which an idle dgx-h100 GPU reads too."""
+    (qx-h100.xml, clocks/graphics_clock and clocks/mem_clock), which an idle dgx-h100 GPU reads too. Each domain's
+    "min" and "max" bound its value, and every transfer rate is twice its memory clock, min and max too, as in the
+    header's example (memclockmin=324, memtransferratemin=648)."""
     n = pynvml_module
     nvml("dgx-h100")
     lib = ctypes.CDLL("libnvidia-ml.so.1")
@@ -2784,6 +2786,10 @@ def test_current_clock_freqs_names_the_graphics_and_memory_clocks(nvml: Nvml, py
     graphics, mem = number(h100["/clocks/graphics_clock"]), number(h100["/clocks/mem_clock"])
     assert (values["nvclock"], values["memclock"], values["memtransferrate"]) == \
         (str(graphics), str(mem), str(2 * mem)), text
+    for domain in ("nvclock", "memclock", "memtransferrate"):
+        assert int(values[domain + "min"]) <= int(values[domain]) <= int(values[domain + "max"]), text
+    for bound in ("min", "max"):
+        assert int(values["memtransferrate" + bound]) == 2 * int(values["memclock" + bound]), text
 
 
 class AddressingMode(ctypes.Structure):
