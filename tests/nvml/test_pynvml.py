@@ -2353,6 +2353,22 @@ def test_a_process_name_is_cropped_to_the_callers_length(nvml: Nvml, pynvml_modu
     assert buf.value and argv0.startswith(buf.value)
 
 
+def test_a_process_name_asked_into_no_bytes_is_refused_and_into_one_is_empty(nvml: Nvml,
+                                                                            pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSystemGetProcessName: INVALID_ARGUMENT "if name is NULL or length is 0" (and nothing written), and
+    the name "cropped to provided length" otherwise: a length of 1 is room for the terminator alone, so SUCCESS with
+    an empty string and the bytes past the first left as they were."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    pid = ctypes.c_uint(os.getpid())
+    buf = ctypes.create_string_buffer(b"\xab" * 16, 16)
+    assert lib.nvmlSystemGetProcessName(pid, buf, ctypes.c_uint(0)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert buf.raw == b"\xab" * 16
+    assert lib.nvmlSystemGetProcessName(pid, buf, ctypes.c_uint(1)) == n.NVML_SUCCESS
+    assert buf.raw == b"\0" + b"\xab" * 15
+
+
 def test_samples_refuse_a_missing_or_zero_sample_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceGetSamples: NVML_ERROR_INVALID_ARGUMENT "if device is invalid, samplesCount is NULL or
     reference to sampleCount is 0 for non null samples"; with ``samples`` NULL the call is the size query and
