@@ -9,6 +9,7 @@ never from the snapshot code under test.
 from __future__ import annotations
 
 import ctypes
+import shutil
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -205,6 +206,27 @@ def test_the_system_nvlink_bandwidth_mode_needs_hopper_or_newer(nvml: Nvml, pynv
     else:
         assert rc == n.NVML_ERROR_NOT_SUPPORTED
     assert lib.nvmlSystemGetNvlinkBwMode(None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(("profile", "visible", "hopper_or_newer"),
+                         [("dgx-h100", "0", True), ("dgx-h100", "7", True), ("dgx-a100", "0", False)])
+def test_the_system_nvlink_bandwidth_mode_of_a_process_that_sees_one_gpu(nvml: Nvml, pynvml_module: ModuleType,
+                                                                          profile: str, visible: str,
+                                                                          hopper_or_newer: bool) -> None:
+    """nvml.h, nvmlSystemGetNvlinkBwMode: NOT_SUPPORTED "if GPU is not Hopper or newer architecture". A process
+    that sees one GPU of a DGX H100 (FAKEHW_VISIBLE_DEVICES, as CUDA_VISIBLE_DEVICES would leave it), the first or
+    the last, sees a Hopper GPU, so it is not refused as unsupported (SUCCESS with a mode of
+    NVML_GPU_NVLINK_BW_MODE_*, 0-4, or NO_PERMISSION, as the test above); one A100 (Ampere) is refused."""
+    n = pynvml_module
+    nvml(profile, env={"FAKEHW_VISIBLE_DEVICES": visible})
+    assert n.nvmlDeviceGetCount() == 1
+    mode = ctypes.c_uint(0xFFFFFFFF)
+    rc = library().nvmlSystemGetNvlinkBwMode(ctypes.byref(mode))
+    if hopper_or_newer:
+        assert rc in (n.NVML_SUCCESS, n.NVML_ERROR_NO_PERMISSION)
+        assert rc != n.NVML_SUCCESS or mode.value in range(5)
+    else:
+        assert rc == n.NVML_ERROR_NOT_SUPPORTED
 
 
 # --------------------------------------------------------------------------------------------- MIG by profile id
@@ -620,6 +642,30 @@ def test_a_process_without_a_command_line_is_named_by_its_command(nvml: Nvml, py
         assert n.nvmlSystemGetProcessName(child.pid) == "sleep"
     finally:
         child.wait()
+
+
+def test_a_running_process_is_named_by_its_first_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """proc(5): /proc/<pid>/cmdline holds a live process's arguments, each ended by a NUL; nvmlSystemGetProcessName
+    names a process by the first of them, as test_pynvml holds for this interpreter (its path, not its `python`
+    command). Two children of /bin/sleep: ``sleep 30`` is named "sleep" whole, however long the arguments after it,
+    and one started with the argv[0] "x" (Popen's ``executable``) is named "x", not its command `sleep` (comm)."""
+    import subprocess
+
+    n = pynvml_module
+    nvml("dgx-h100")
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    children = [subprocess.Popen(["sleep", "30"]), subprocess.Popen(["x", "30"], executable=sleep)]
+    try:
+        for child, argv0 in zip(children, ("sleep", "x"), strict=True):
+            cmdline = Path(f"/proc/{child.pid}/cmdline")
+            while not cmdline.read_bytes().endswith(b"30\0"):  # until the exec has replaced the forked copy
+                time.sleep(0.01)
+            assert n.nvmlSystemGetProcessName(child.pid) == argv0
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
 
 
 def test_clock_samples_read_the_clocks_the_h100_capture_prints(nvml: Nvml, pynvml_module: ModuleType) -> None:
