@@ -805,6 +805,23 @@ def test_confidential_computing_is_off_on_the_captured_systems(nvml: Nvml, pynvm
         assert getattr(lib, name)(None) == n.NVML_ERROR_INVALID_ARGUMENT, name
 
 
+@pytest.mark.parametrize(("profile", "hopper_or_newer"), [("dgx-h100", True), ("dgx-a100", False)])
+def test_confidential_computing_capabilities_are_values_nvml_h_defines(nvml: Nvml, pynvml_module: ModuleType,
+                                                                       profile: str, hopper_or_newer: bool) -> None:
+    """nvml.h, nvmlSystemGetConfComputeCapabilities fills nvmlConfComputeSystemCaps_t {cpuCaps, gpusCaps}: cpuCaps
+    one of NVML_CC_SYSTEM_CPU_CAPS_NONE (0), _AMD_SEV, _INTEL_TDX, _AMD_SEV_SNP, _AMD_SNP_VTOM (4), gpusCaps
+    NVML_CC_SYSTEM_GPUS_CC_NOT_CAPABLE (0) or _CAPABLE (1). Confidential computing came with Hopper (NVIDIA: the H100
+    is the first GPU to support it), so a DGX A100's GPUs are NOT_CAPABLE. Both fields are written whatever the
+    caller's buffer held (fresh seed 10671's system.c:126 filled them with 0x01010101)."""
+    n = pynvml_module
+    nvml(profile)
+    caps = (ctypes.c_uint * 2)(7, 7)
+    assert library().nvmlSystemGetConfComputeCapabilities(caps) == n.NVML_SUCCESS
+    assert caps[0] in range(5) and caps[1] in (0, 1), list(caps)
+    if not hopper_or_newer:
+        assert caps[1] == 0
+
+
 def test_driver_branch_names_the_drivers_major_version(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlSystemGetDriverBranch: the branch "of the NVIDIA driver installed", at most 80 characters, in a
     nvmlSystemDriverBranchInfo_v1_t (version word, char branch[80]); INVALID_ARGUMENT "if branchInfo is NULL",
