@@ -757,6 +757,23 @@ def test_a_bus_id_in_a_form_nvml_h_does_not_list_is_an_invalid_argument(nvml: Nv
                 assert found.value == 0x5A5A, (form, name)
 
 
+def test_a_bus_id_with_text_after_its_form_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's three pciBusId forms ("%x:%x:%x.%x", "%x:%x:%x", "%x:%x.%x") end with their last hexadecimal field:
+    each DGX H100 GPU's address in each form followed by a character no form has ("z") is none of them, so
+    INVALID_ARGUMENT ("if pciBusId is invalid") and no handle written, as the form test above holds for "bus:device"."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    for h in handles(n):
+        pci = n.nvmlDeviceGetPciInfo(h)
+        for form in (f"{pci.domain:x}:{pci.bus:x}:{pci.device:x}.0", f"{pci.domain:x}:{pci.bus:x}:{pci.device:x}",
+                     f"{pci.bus:x}:{pci.device:x}.0"):
+            found = ctypes.c_void_p(0x5A5A)
+            assert lib.nvmlDeviceGetHandleByPciBusId_v2(f"{form}z".encode(), ctypes.byref(found)) == \
+                n.NVML_ERROR_INVALID_ARGUMENT, form
+            assert found.value == 0x5A5A, form
+
+
 def test_the_core_count_of_a_mig_device_is_not_supported(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceGetNumGpuCores: "On MIG-enabled GPUs, querying the device's core count is currently not
     supported using this API" and NVML_ERROR_NOT_SUPPORTED "if this query is not supported by the device or a mig
