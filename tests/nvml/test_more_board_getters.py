@@ -1510,6 +1510,21 @@ def test_a_board_without_a_serial_is_not_found_by_an_empty_one(nvml: Nvml, pynvm
     assert addr(n.nvmlDeviceGetHandleBySerial(serial)) == addr(hs[1])
 
 
+def test_a_one_character_serial_finds_its_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetHandleBySerial: the handle of the GPU whose board serial (nvmlDeviceGetSerial, "an
+    alphanumeric string") is the one given; nothing sets a least length. A DGX H100 whose gpu2 reads the serial "7"
+    is found by "7", and no other GPU is."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    gpus = list(snap.snapshot.gpus)
+    gpus[2] = replace(gpus[2], serial="7")
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+    hs = handles(n)
+    assert n.nvmlDeviceGetSerial(hs[2]) == "7"
+    assert addr(n.nvmlDeviceGetHandleBySerial("7")) == addr(hs[2])
+    assert error_of(partial(n.nvmlDeviceGetHandleBySerial, "8")) == n.NVML_ERROR_NOT_FOUND
+
+
 def test_a_serial_two_gpus_of_one_board_share_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceGetHandleBySerial: "Since more than one GPU can exist on a single board ... For dual GPU
     boards this function will return NVML_ERROR_INVALID_ARGUMENT" (INVALID_ARGUMENT "if ... more than one device has
