@@ -839,6 +839,23 @@ def test_confidential_computing_capabilities_are_values_nvml_h_defines(nvml: Nvm
         assert caps[1] == 0
 
 
+def test_a_cpu_number_no_linux_system_has_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSystemGetTopologyGpuSet: INVALID_ARGUMENT "if cpuNumber, or count is invalid". Linux numbers at
+    most NR_CPUS CPUs, and no architecture's Kconfig lets NR_CPUS past 8192 (arch/x86/Kconfig's NR_CPUS_RANGE_END
+    with MAXSMP), so CPU 8192 and CPU 2**32 - 1 are no CPU of any system: refused, the count left as given, while
+    CPU 0 of a DGX H100 has its socket's GPUs (a count, SUCCESS)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    gpu_set = library().nvmlSystemGetTopologyGpuSet
+    count = ctypes.c_uint(0)
+    assert gpu_set(ctypes.c_uint(0), ctypes.byref(count), None) == n.NVML_SUCCESS
+    assert 0 < count.value <= 8
+    for cpu in (8192, 2**32 - 1):
+        count = ctypes.c_uint(0)
+        assert gpu_set(ctypes.c_uint(cpu), ctypes.byref(count), None) == n.NVML_ERROR_INVALID_ARGUMENT, cpu
+        assert count.value == 0, cpu
+
+
 def test_driver_branch_names_the_drivers_major_version(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlSystemGetDriverBranch: the branch "of the NVIDIA driver installed", at most 80 characters, in a
     nvmlSystemDriverBranchInfo_v1_t (version word, char branch[80]); INVALID_ARGUMENT "if branchInfo is NULL",
