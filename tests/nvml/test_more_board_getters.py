@@ -856,6 +856,33 @@ def test_a_cpu_number_no_linux_system_has_is_an_invalid_argument(nvml: Nvml, pyn
         assert count.value == 0, cpu
 
 
+@pytest.mark.parametrize("profile", ["dgx-h100", "dgx-a100"])
+def test_each_cpu_s_gpu_set_is_the_gpus_whose_affinity_holds_it(nvml: Nvml, pynvml_module: ModuleType,
+                                                                profile: str) -> None:
+    """nvml.h: nvmlSystemGetTopologyGpuSet retrieves "the set of GPUs that have a CPU affinity with the given CPU
+    number", and nvmlDeviceGetCpuAffinity gives each GPU's ideal affinity as a bitmask ("bit N" of the array's
+    64-bit words, word N / 64, bit N % 64). So for every CPU number the masks can hold (16 words: 1024 CPUs), the
+    set is exactly the GPUs whose mask has that CPU's bit, in index order; both sockets' CPUs of a two-socket DGX
+    (CPUs above 64 and 128 among them) have GPUs."""
+    n = pynvml_module
+    nvml(profile)
+    lib = library()
+    hs = handles(n)
+    words = 16
+    masks = []
+    for h in hs:
+        mask = (ctypes.c_ulong * words)()
+        assert lib.nvmlDeviceGetCpuAffinity(h, words, mask) == n.NVML_SUCCESS
+        masks.append(list(mask))
+    assert len({tuple(m) for m in masks}) > 1  # two sockets: the GPUs do not all share one mask
+    for cpu in range(words * 64):
+        expected = [addr(h) for h, m in zip(hs, masks, strict=True) if m[cpu // 64] >> (cpu % 64) & 1]
+        array = (ctypes.c_void_p * 8)()
+        count = ctypes.c_uint(8)
+        assert lib.nvmlSystemGetTopologyGpuSet(ctypes.c_uint(cpu), ctypes.byref(count), array) == n.NVML_SUCCESS
+        assert list(array[:count.value]) == expected, cpu
+
+
 def test_driver_branch_names_the_drivers_major_version(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlSystemGetDriverBranch: the branch "of the NVIDIA driver installed", at most 80 characters, in a
     nvmlSystemDriverBranchInfo_v1_t (version word, char branch[80]); INVALID_ARGUMENT "if branchInfo is NULL",
