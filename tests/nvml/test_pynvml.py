@@ -1776,6 +1776,20 @@ def test_process_utilization_without_an_array_asks_for_one(nvml: Nvml, pynvml_mo
     assert sorted(e.pid for e in entries) == [5151, 5252]
 
 
+def test_process_utilization_of_a_gpu_running_nothing_is_not_found(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetProcessesUtilizationInfo: NOT_FOUND "if sample entries are not found". A DGX H100 GPU
+    with no process on it has no process samples, whatever array the caller offers: NOT_FOUND, the count as given."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    for h in handles(n):
+        entries = (ProcessUtilizationInfoV1 * 2)()
+        info = ProcessesUtilizationInfoV1(version=ctypes.sizeof(ProcessesUtilizationInfoV1) | 1 << 24,
+                                          processSamplesCount=2, procUtilArray=entries)
+        assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == n.NVML_ERROR_NOT_FOUND
+        assert info.processSamplesCount == 2
+
+
 def test_each_process_s_utilization_is_a_share_of_the_gpu_s(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlProcessUtilizationInfo_v1_t: smUtil and memUtil are a process's SM and frame-buffer utilization,
     percentages like nvmlDeviceGetUtilizationRates' (nvmlUtilization_t: "percent of time over the past sample
