@@ -301,12 +301,17 @@ def test_a_gpu_instance_of_a_lost_gpu_answers_gpu_is_lost(pynvml_module: ModuleT
     """nvml.h defines NVML_ERROR_GPU_IS_LOST as "The GPU has fallen off the bus or has otherwise become
     inaccessible": a GPU instance is part of its GPU, so once gpu7 falls off the bus (Xid 79, as the agent injects
     it) a handle of one of its GPU instances taken before answers GPU_IS_LOST, not UNKNOWN (seed 10621's surviving
-    mig.c:142) and not a stale success."""
+    mig.c:142) and not a stale success. nvmlDeviceGetHandleByUUID lists GPU_IS_LOST "if any GPU has fallen off the
+    bus": asked for gpu7's UUID or one of its MIG devices', it answers that, not a handle and not NOT_FOUND."""
     n = pynvml_module
     snap = nvml("dgx-a100")
-    _, gi = gpu7_instance(n)
+    dev, gi = gpu7_instance(n)
     assert n.nvmlGpuInstanceGetInfo(gi).profileId == 9
+    uuids = [n.nvmlDeviceGetUUID(dev), n.nvmlDeviceGetUUID(n.nvmlDeviceGetMigDeviceHandleByIndex(dev, 0))]
     write_node(snap.path, "dgx-a100", faults=[{"kind": "xid", "device": "gpu7", "code": 79}], generation=2)
+    for uuid in uuids:
+        found = n.c_nvmlDevice_t()
+        assert n.nvmlLib.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(found)) == GPU_IS_LOST, uuid
     info = n.c_nvmlGpuInstanceInfo_t()
     assert n.nvmlLib.nvmlGpuInstanceGetInfo(gi, ctypes.byref(info)) == GPU_IS_LOST
     ci = n.c_nvmlComputeInstanceProfileInfo_t()

@@ -9,6 +9,7 @@ never from the snapshot code under test.
 from __future__ import annotations
 
 import ctypes
+import shutil
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -205,6 +206,27 @@ def test_the_system_nvlink_bandwidth_mode_needs_hopper_or_newer(nvml: Nvml, pynv
     else:
         assert rc == n.NVML_ERROR_NOT_SUPPORTED
     assert lib.nvmlSystemGetNvlinkBwMode(None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(("profile", "visible", "hopper_or_newer"),
+                         [("dgx-h100", "0", True), ("dgx-h100", "7", True), ("dgx-a100", "0", False)])
+def test_the_system_nvlink_bandwidth_mode_of_a_process_that_sees_one_gpu(nvml: Nvml, pynvml_module: ModuleType,
+                                                                          profile: str, visible: str,
+                                                                          hopper_or_newer: bool) -> None:
+    """nvml.h, nvmlSystemGetNvlinkBwMode: NOT_SUPPORTED "if GPU is not Hopper or newer architecture". A process
+    that sees one GPU of a DGX H100 (FAKEHW_VISIBLE_DEVICES, as CUDA_VISIBLE_DEVICES would leave it), the first or
+    the last, sees a Hopper GPU, so it is not refused as unsupported (SUCCESS with a mode of
+    NVML_GPU_NVLINK_BW_MODE_*, 0-4, or NO_PERMISSION, as the test above); one A100 (Ampere) is refused."""
+    n = pynvml_module
+    nvml(profile, env={"FAKEHW_VISIBLE_DEVICES": visible})
+    assert n.nvmlDeviceGetCount() == 1
+    mode = ctypes.c_uint(0xFFFFFFFF)
+    rc = library().nvmlSystemGetNvlinkBwMode(ctypes.byref(mode))
+    if hopper_or_newer:
+        assert rc in (n.NVML_SUCCESS, n.NVML_ERROR_NO_PERMISSION)
+        assert rc != n.NVML_SUCCESS or mode.value in range(5)
+    else:
+        assert rc == n.NVML_ERROR_NOT_SUPPORTED
 
 
 # --------------------------------------------------------------------------------------------- MIG by profile id
@@ -667,6 +689,30 @@ def test_a_process_without_a_command_line_is_named_by_its_command(nvml: Nvml, py
         child.wait()
 
 
+def test_a_running_process_is_named_by_its_first_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """proc(5): /proc/<pid>/cmdline holds a live process's arguments, each ended by a NUL; nvmlSystemGetProcessName
+    names a process by the first of them, as test_pynvml holds for this interpreter (its path, not its `python`
+    command). Two children of /bin/sleep: ``sleep 30`` is named "sleep" whole, however long the arguments after it,
+    and one started with the argv[0] "x" (Popen's ``executable``) is named "x", not its command `sleep` (comm)."""
+    import subprocess
+
+    n = pynvml_module
+    nvml("dgx-h100")
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    children = [subprocess.Popen(["sleep", "30"]), subprocess.Popen(["x", "30"], executable=sleep)]
+    try:
+        for child, argv0 in zip(children, ("sleep", "x"), strict=True):
+            cmdline = Path(f"/proc/{child.pid}/cmdline")
+            while not cmdline.read_bytes().endswith(b"30\0"):  # until the exec has replaced the forked copy
+                time.sleep(0.01)
+            assert n.nvmlSystemGetProcessName(child.pid) == argv0
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
 def test_clock_samples_read_the_clocks_the_h100_capture_prints(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h's nvmlSamplingType_t: NVML_PROCESSOR_CLK_SAMPLES (5) "processor clock samples", NVML_MEMORY_CLK_SAMPLES
     (6) "memory clock samples". The idle H100 of qx-h100.xml prints <graphics_clock> 345 MHz and <mem_clock> 2619 MHz
@@ -756,6 +802,23 @@ def test_a_bus_id_in_a_form_nvml_h_does_not_list_is_an_invalid_argument(nvml: Nv
                 assert found.value == 0x5A5A, (form, name)
 
 
+def test_a_bus_id_with_text_after_its_form_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's three pciBusId forms ("%x:%x:%x.%x", "%x:%x:%x", "%x:%x.%x") end with their last hexadecimal field:
+    each DGX H100 GPU's address in each form followed by a character no form has ("z") is none of them, so
+    INVALID_ARGUMENT ("if pciBusId is invalid") and no handle written, as the form test above holds for "bus:device"."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    for h in handles(n):
+        pci = n.nvmlDeviceGetPciInfo(h)
+        for form in (f"{pci.domain:x}:{pci.bus:x}:{pci.device:x}.0", f"{pci.domain:x}:{pci.bus:x}:{pci.device:x}",
+                     f"{pci.bus:x}:{pci.device:x}.0"):
+            found = ctypes.c_void_p(0x5A5A)
+            assert lib.nvmlDeviceGetHandleByPciBusId_v2(f"{form}z".encode(), ctypes.byref(found)) == \
+                n.NVML_ERROR_INVALID_ARGUMENT, form
+            assert found.value == 0x5A5A, form
+
+
 def test_the_core_count_of_a_mig_device_is_not_supported(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceGetNumGpuCores: "On MIG-enabled GPUs, querying the device's core count is currently not
     supported using this API" and NVML_ERROR_NOT_SUPPORTED "if this query is not supported by the device or a mig
@@ -802,6 +865,67 @@ def test_confidential_computing_is_off_on_the_captured_systems(nvml: Nvml, pynvm
                  "nvmlSystemGetConfComputeGpusReadyState", "nvmlSystemGetConfComputeSettings",
                  "nvmlSystemGetConfComputeKeyRotationThresholdInfo"):
         assert getattr(lib, name)(None) == n.NVML_ERROR_INVALID_ARGUMENT, name
+
+
+@pytest.mark.parametrize(("profile", "hopper_or_newer"), [("dgx-h100", True), ("dgx-a100", False)])
+def test_confidential_computing_capabilities_are_values_nvml_h_defines(nvml: Nvml, pynvml_module: ModuleType,
+                                                                       profile: str, hopper_or_newer: bool) -> None:
+    """nvml.h, nvmlSystemGetConfComputeCapabilities fills nvmlConfComputeSystemCaps_t {cpuCaps, gpusCaps}: cpuCaps
+    one of NVML_CC_SYSTEM_CPU_CAPS_NONE (0), _AMD_SEV, _INTEL_TDX, _AMD_SEV_SNP, _AMD_SNP_VTOM (4), gpusCaps
+    NVML_CC_SYSTEM_GPUS_CC_NOT_CAPABLE (0) or _CAPABLE (1). Confidential computing came with Hopper (NVIDIA: the H100
+    is the first GPU to support it), so a DGX A100's GPUs are NOT_CAPABLE. Both fields are written whatever the
+    caller's buffer held (fresh seed 10671's system.c:126 filled them with 0x01010101)."""
+    n = pynvml_module
+    nvml(profile)
+    caps = (ctypes.c_uint * 2)(7, 7)
+    assert library().nvmlSystemGetConfComputeCapabilities(caps) == n.NVML_SUCCESS
+    assert caps[0] in range(5) and caps[1] in (0, 1), list(caps)
+    if not hopper_or_newer:
+        assert caps[1] == 0
+
+
+def test_a_cpu_number_no_linux_system_has_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSystemGetTopologyGpuSet: INVALID_ARGUMENT "if cpuNumber, or count is invalid". Linux numbers at
+    most NR_CPUS CPUs, and no architecture's Kconfig lets NR_CPUS past 8192 (arch/x86/Kconfig's NR_CPUS_RANGE_END
+    with MAXSMP), so CPU 8192 and CPU 2**32 - 1 are no CPU of any system: refused, the count left as given, while
+    CPU 0 of a DGX H100 has its socket's GPUs (a count, SUCCESS)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    gpu_set = library().nvmlSystemGetTopologyGpuSet
+    count = ctypes.c_uint(0)
+    assert gpu_set(ctypes.c_uint(0), ctypes.byref(count), None) == n.NVML_SUCCESS
+    assert 0 < count.value <= 8
+    for cpu in (8192, 2**32 - 1):
+        count = ctypes.c_uint(0)
+        assert gpu_set(ctypes.c_uint(cpu), ctypes.byref(count), None) == n.NVML_ERROR_INVALID_ARGUMENT, cpu
+        assert count.value == 0, cpu
+
+
+@pytest.mark.parametrize("profile", ["dgx-h100", "dgx-a100"])
+def test_each_cpu_s_gpu_set_is_the_gpus_whose_affinity_holds_it(nvml: Nvml, pynvml_module: ModuleType,
+                                                                profile: str) -> None:
+    """nvml.h: nvmlSystemGetTopologyGpuSet retrieves "the set of GPUs that have a CPU affinity with the given CPU
+    number", and nvmlDeviceGetCpuAffinity gives each GPU's ideal affinity as a bitmask ("bit N" of the array's
+    64-bit words, word N / 64, bit N % 64). So for every CPU number the masks can hold (16 words: 1024 CPUs), the
+    set is exactly the GPUs whose mask has that CPU's bit, in index order; both sockets' CPUs of a two-socket DGX
+    (CPUs above 64 and 128 among them) have GPUs."""
+    n = pynvml_module
+    nvml(profile)
+    lib = library()
+    hs = handles(n)
+    words = 16
+    masks = []
+    for h in hs:
+        mask = (ctypes.c_ulong * words)()
+        assert lib.nvmlDeviceGetCpuAffinity(h, words, mask) == n.NVML_SUCCESS
+        masks.append(list(mask))
+    assert len({tuple(m) for m in masks}) > 1  # two sockets: the GPUs do not all share one mask
+    for cpu in range(words * 64):
+        expected = [addr(h) for h, m in zip(hs, masks, strict=True) if m[cpu // 64] >> (cpu % 64) & 1]
+        array = (ctypes.c_void_p * 8)()
+        count = ctypes.c_uint(8)
+        assert lib.nvmlSystemGetTopologyGpuSet(ctypes.c_uint(cpu), ctypes.byref(count), array) == n.NVML_SUCCESS
+        assert list(array[:count.value]) == expected, cpu
 
 
 def test_driver_branch_names_the_drivers_major_version(nvml: Nvml, pynvml_module: ModuleType) -> None:
@@ -1141,11 +1265,36 @@ def test_setting_a_feature_the_h100_capture_prints_as_na_is_not_supported(nvml: 
         for name in ("nvmlDeviceSetDramEncryptionMode", "nvmlDeviceSetVgpuHeterogeneousMode",
                      "nvmlDeviceGetDramEncryptionMode", "nvmlDeviceGetVgpuHeterogeneousMode"):
             arg = (ctypes.c_uint * 2)(struct_version(8, 1), 0)
-            extra = (None,) if name == "nvmlDeviceGetDramEncryptionMode" else ()
+            pending = (ctypes.c_uint * 2)(struct_version(8, 1), 0)
+            extra = (pending,) if name == "nvmlDeviceGetDramEncryptionMode" else ()
             assert getattr(lib, name)(h, arg, *extra) == n.NVML_ERROR_NOT_SUPPORTED, name
             arg[0] = struct_version(8, 2)
             assert getattr(lib, name)(h, arg, *extra) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH, name
             assert getattr(lib, name)(h, None, *extra) == n.NVML_ERROR_INVALID_ARGUMENT, name
+
+
+def test_dram_encryption_mode_needs_both_of_its_outputs(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetDramEncryptionMode: SUCCESS "if current and pending have been set", INVALID_ARGUMENT "if
+    device is invalid or either current or pending is NULL" (where nvmlDeviceGetDriverModel's doc says "both", and one
+    output is enough), ARGUMENT_VERSION_MISMATCH "if the argument version is not supported", of either struct. The
+    H100 has no DRAM encryption (its capture prints N/A), so two good structs answer NOT_SUPPORTED, and a NULL or
+    another version in either place is refused before that, as the test above holds for ``current``. (Fresh seed
+    10670's board.c:182 checked ``pending``'s version only when ``current``'s was wrong; before this test a NULL
+    ``pending`` was taken.)"""
+    n = pynvml_module
+    nvml("dgx-h100")
+    get = library().nvmlDeviceGetDramEncryptionMode
+
+    def info(version: int) -> ctypes.Array[ctypes.c_uint]:
+        """nvmlDramEncryptionInfo_v1_t: the version word and encryptionState (8 bytes)."""
+        return (ctypes.c_uint * 2)(struct_version(8, version), 0)
+
+    for h in handles(n):
+        assert get(h, info(1), info(1)) == n.NVML_ERROR_NOT_SUPPORTED
+        assert get(h, info(1), None) == n.NVML_ERROR_INVALID_ARGUMENT
+        assert get(h, None, info(1)) == n.NVML_ERROR_INVALID_ARGUMENT
+        assert get(h, info(1), info(2)) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        assert get(h, info(2), info(1)) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 
 
 def test_nvlink_encryption_is_off_where_confidential_computing_is(nvml: Nvml, pynvml_module: ModuleType) -> None:
@@ -1232,7 +1381,9 @@ def test_bbx_time_data_is_answered_where_the_capture_prints_a_black_box(nvml: Nv
     driver loaded. For all products with an inforom" (black box); NOT_SUPPORTED "if the device does not support this
     feature", INVALID_ARGUMENT "if timeData is NULL". The H100 capture prints an <inforom_bbx_flush>, the B200 one
     N/A: on a 615 driver the H100s answer (a count of seconds, positive: the driver is loaded) and the B200s do
-    not."""
+    not. A cumulative time can be no longer than the GPU has existed: NVIDIA announced the H100 on 2022-03-22 (GTC
+    2022), so no H100's count exceeds the seconds since (fresh seed 10670's board.c:349 wrapped it past 4e9)."""
+    h100_announced = 1647907200  # 2022-03-22T00:00:00Z
     n = pynvml_module
     nvml(str(with_driver(tmp_path, profile, "615.10.01")))
     lib = library()
@@ -1240,7 +1391,7 @@ def test_bbx_time_data_is_answered_where_the_capture_prints_a_black_box(nvml: Nv
         seconds = ctypes.c_uint(0)
         if black_box:
             assert lib.nvmlDeviceGetBBXTimeData_v1(h, ctypes.byref(seconds)) == n.NVML_SUCCESS
-            assert seconds.value > 0
+            assert 0 < seconds.value <= time.time() - h100_announced
         else:
             assert lib.nvmlDeviceGetBBXTimeData_v1(h, ctypes.byref(seconds)) == n.NVML_ERROR_NOT_SUPPORTED
         assert lib.nvmlDeviceGetBBXTimeData_v1(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
@@ -1446,6 +1597,21 @@ def test_a_board_without_a_serial_is_not_found_by_an_empty_one(nvml: Nvml, pynvm
     assert lib.nvmlDeviceGetHandleBySerial(b"", ctypes.byref(found)) == n.NVML_ERROR_NOT_FOUND
     serial = n.nvmlDeviceGetSerial(hs[1])
     assert addr(n.nvmlDeviceGetHandleBySerial(serial)) == addr(hs[1])
+
+
+def test_a_one_character_serial_finds_its_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetHandleBySerial: the handle of the GPU whose board serial (nvmlDeviceGetSerial, "an
+    alphanumeric string") is the one given; nothing sets a least length. A DGX H100 whose gpu2 reads the serial "7"
+    is found by "7", and no other GPU is."""
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    gpus = list(snap.snapshot.gpus)
+    gpus[2] = replace(gpus[2], serial="7")
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+    hs = handles(n)
+    assert n.nvmlDeviceGetSerial(hs[2]) == "7"
+    assert addr(n.nvmlDeviceGetHandleBySerial("7")) == addr(hs[2])
+    assert error_of(partial(n.nvmlDeviceGetHandleBySerial, "8")) == n.NVML_ERROR_NOT_FOUND
 
 
 def test_a_serial_two_gpus_of_one_board_share_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:

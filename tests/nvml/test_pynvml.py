@@ -1776,6 +1776,20 @@ def test_process_utilization_without_an_array_asks_for_one(nvml: Nvml, pynvml_mo
     assert sorted(e.pid for e in entries) == [5151, 5252]
 
 
+def test_process_utilization_of_a_gpu_running_nothing_is_not_found(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetProcessesUtilizationInfo: NOT_FOUND "if sample entries are not found". A DGX H100 GPU
+    with no process on it has no process samples, whatever array the caller offers: NOT_FOUND, the count as given."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    for h in handles(n):
+        entries = (ProcessUtilizationInfoV1 * 2)()
+        info = ProcessesUtilizationInfoV1(version=ctypes.sizeof(ProcessesUtilizationInfoV1) | 1 << 24,
+                                          processSamplesCount=2, procUtilArray=entries)
+        assert lib.nvmlDeviceGetProcessesUtilizationInfo(h, ctypes.byref(info)) == n.NVML_ERROR_NOT_FOUND
+        assert info.processSamplesCount == 2
+
+
 def test_each_process_s_utilization_is_a_share_of_the_gpu_s(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlProcessUtilizationInfo_v1_t: smUtil and memUtil are a process's SM and frame-buffer utilization,
     percentages like nvmlDeviceGetUtilizationRates' (nvmlUtilization_t: "percent of time over the past sample
@@ -2353,6 +2367,22 @@ def test_a_process_name_is_cropped_to_the_callers_length(nvml: Nvml, pynvml_modu
     assert buf.value and argv0.startswith(buf.value)
 
 
+def test_a_process_name_asked_into_no_bytes_is_refused_and_into_one_is_empty(nvml: Nvml,
+                                                                            pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSystemGetProcessName: INVALID_ARGUMENT "if name is NULL or length is 0" (and nothing written), and
+    the name "cropped to provided length" otherwise: a length of 1 is room for the terminator alone, so SUCCESS with
+    an empty string and the bytes past the first left as they were."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    pid = ctypes.c_uint(os.getpid())
+    buf = ctypes.create_string_buffer(b"\xab" * 16, 16)
+    assert lib.nvmlSystemGetProcessName(pid, buf, ctypes.c_uint(0)) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert buf.raw == b"\xab" * 16
+    assert lib.nvmlSystemGetProcessName(pid, buf, ctypes.c_uint(1)) == n.NVML_SUCCESS
+    assert buf.raw == b"\0" + b"\xab" * 15
+
+
 def test_samples_refuse_a_missing_or_zero_sample_count(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceGetSamples: NVML_ERROR_INVALID_ARGUMENT "if device is invalid, samplesCount is NULL or
     reference to sampleCount is 0 for non null samples"; with ``samples`` NULL the call is the size query and
@@ -2773,7 +2803,9 @@ def test_current_clock_freqs_names_the_graphics_and_memory_clocks(nvml: Nvml, py
     """nvml.h 13.4.92, nvmlDeviceGetCurrentClockFreqs: "nvclock" is the graphics clock and "memclock" the memory clock
     of the current performance level, in MHz, "memtransferrate" the memory transfer rate (its example: memclock=324,
     memtransferrate=648). The idle real H100 runs its graphics clock at 345 MHz and its memory at 2619 MHz
-    (qx-h100.xml, clocks/graphics_clock and clocks/mem_clock), which an idle dgx-h100 GPU reads too."""
+    (qx-h100.xml, clocks/graphics_clock and clocks/mem_clock), which an idle dgx-h100 GPU reads too. Each domain's
+    "min" and "max" bound its value, and every transfer rate is twice its memory clock, min and max too, as in the
+    header's example (memclockmin=324, memtransferratemin=648)."""
     n = pynvml_module
     nvml("dgx-h100")
     lib = ctypes.CDLL("libnvidia-ml.so.1")
@@ -2784,6 +2816,10 @@ def test_current_clock_freqs_names_the_graphics_and_memory_clocks(nvml: Nvml, py
     graphics, mem = number(h100["/clocks/graphics_clock"]), number(h100["/clocks/mem_clock"])
     assert (values["nvclock"], values["memclock"], values["memtransferrate"]) == \
         (str(graphics), str(mem), str(2 * mem)), text
+    for domain in ("nvclock", "memclock", "memtransferrate"):
+        assert int(values[domain + "min"]) <= int(values[domain]) <= int(values[domain + "max"]), text
+    for bound in ("min", "max"):
+        assert int(values["memtransferrate" + bound]) == 2 * int(values["memclock" + bound]), text
 
 
 class AddressingMode(ctypes.Structure):

@@ -176,6 +176,29 @@ def test_accounting_with_the_mode_enabled_and_no_process_accounted(pynvml_module
             n.nvmlShutdown()
 
 
+def test_the_v2_accounting_stats_of_a_pid_never_accounted_are_not_found(pynvml_module: ModuleType,
+                                                                       node_snapshot: Callable[..., NodeSnap],
+                                                                       tmp_path: Path) -> None:
+    """nvmlDeviceGetAccountingStats_v2 is nvmlDeviceGetAccountingStats with the pid inside its struct (615 driver),
+    whose nvml.h entry answers NOT_FOUND "if process stats were not found" once accounting mode is enabled. A DGX
+    H100 whose gpu0 has accounting enabled and no process run since: the v2 query for any pid is NOT_FOUND there
+    and NOT_SUPPORTED on gpu1, whose mode stays disabled (the test above)."""
+    n = pynvml_module
+    snap = node_snapshot(str(with_driver(tmp_path, H100_NODE, "615.10.01")))
+    gpus = (replace(snap.snapshot.gpus[0], accounting_mode=1), *snap.snapshot.gpus[1:])
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=gpus).to_bytes())
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            enabled, disabled = handles(n)[:2]
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            stats = ctypes.create_string_buffer(128)
+            assert lib.nvmlDeviceGetAccountingStats_v2(enabled, stats) == n.NVML_ERROR_NOT_FOUND
+            assert lib.nvmlDeviceGetAccountingStats_v2(disabled, stats) == n.NVML_ERROR_NOT_SUPPORTED
+        finally:
+            n.nvmlShutdown()
+
+
 def _struct_version(size: int) -> int:
     """nvml.h NVML_STRUCT_VERSION(size, 1): the size in the low bits, the version in bits 24 and up."""
     return size | 1 << 24

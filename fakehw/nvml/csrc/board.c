@@ -176,14 +176,16 @@ nvmlReturn_t nvmlDeviceGetDriverModel(nvmlDevice_t device, unsigned int *current
 /* ------------------------------------------------------------------------------------------ power, memory */
 
 static const fhw_struct_version_t dram_versions[] = {{nvmlDramEncryptionInfo_v1, 570}};
+/* nvml.h: INVALID_ARGUMENT "if ... either current or pending is NULL" (unlike the driver model's "both"), SUCCESS
+ * "if current and pending have been set". */
 static nvmlReturn_t b_dram_encryption(fhw_ctx_t *c, nvmlDramEncryptionInfo_v1_t *current,
                                       nvmlDramEncryptionInfo_v1_t *pending) {
     nvmlReturn_t r = FHW_VERSIONS(c, current, dram_versions, NULL);
-    if (r == NVML_SUCCESS && pending != NULL) r = FHW_VERSIONS(c, pending, dram_versions, NULL);
+    if (r == NVML_SUCCESS) r = FHW_VERSIONS(c, pending, dram_versions, NULL);
     if (r != NVML_SUCCESS) return r;
     FHW_REQUIRE(c, FHW_ANS_DRAM_ENCRYPTION);
     current->encryptionState = NVML_FEATURE_DISABLED;
-    if (pending) pending->encryptionState = NVML_FEATURE_DISABLED;
+    pending->encryptionState = NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetDramEncryptionMode(nvmlDevice_t device, nvmlDramEncryptionInfo_v1_t *current,
