@@ -296,6 +296,23 @@ def test_every_sampling_type_nvml_h_defines_answers_as_its_own_getter(node_snaps
             assert _sample(n, hs[6], kind)[0] == n.NVML_SUCCESS
 
 
+def test_a_power_scope_past_nvml_h_s_count_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's power fields NVML_FI_DEV_POWER_AVERAGE .. _REQUESTED_LIMIT (185-192) take the power scope in
+    scopeId ("scopeId needs to be specified"), and nvmlPowerScopeType_t ends at NVML_POWER_SCOPE_COUNT (4U,
+    "Maximum number of power scopes"): scope 4 and 0xFFFFFFFF name no scope, a supplied argument that is invalid
+    (NVML_ERROR_INVALID_ARGUMENT, not UNKNOWN's "internal driver error" nor NOT_SUPPORTED's "device doesn't
+    support"), on a GB200 that has a module to meter and an H100 on an x86 host that has none. The same fields
+    with the GPU scope (0) answer on both, so the refusal is the scope's."""
+    n = pynvml_module
+    for profile in ("gb200-nvl72", "dgx-h100"):
+        nvml(profile)
+        h = handles(n)[0]
+        for fid in range(185, 193):
+            assert _field(n, h, fid, 0)[0] == n.NVML_SUCCESS, (profile, fid)
+            for scope in (4, 0xFFFFFFFF):
+                assert _field(n, h, fid, scope)[0] == n.NVML_ERROR_INVALID_ARGUMENT, (profile, fid, scope)
+
+
 # --------------------------------------------------------------------------------------------------- NVLink counters
 
 
