@@ -443,6 +443,44 @@ def test_per_link_speed_and_bandwidth_fields_answer_for_the_links_the_board_has(
         _check_links(n, lib, hs, profile)
 
 
+def test_a_board_with_one_nvlink_totals_that_link(node_snapshot: Callable[..., NodeSnap],
+                                                  pynvml_module: ModuleType) -> None:
+    """nvml.h's all-link fields over a GPU that has one NVLink (a two-board bridge's single link; here an H100's
+    record cut to its link 0): NVML_FI_DEV_NVLINK_LINK_COUNT (91) "Number of NVLinks present on the device" is 1;
+    the totals "for all Lanes" of the error counters (38 flow-control CRC, 45 data CRC, 52 replay, 59 recovery,
+    160 data ECC) and of the bandwidth counter sets (66 C0, 73 C1) are the one link's per-lane fields (32, 39, 46,
+    53, 148, 60, 67); 90 "Common NVLink Speed in MBps for active links" is its speed; 138-141, the TX / RX
+    throughput "in KiB", are its utilization counter 0 (nvmlDeviceGetNvLinkUtilizationCounter, bytes) in KiB. One
+    link is not none: nothing answers NOT_SUPPORTED. Every counter of the link is set to a figure of its own."""
+    from dataclasses import replace
+
+    from fakehw.nvml.layout import LinkRecord
+
+    n = pynvml_module
+    lib = library()
+    snap = node_snapshot("dgx-h100")
+    gpu = snap.snapshot.gpus[0]
+    link = replace(gpu.links[0], errors=(11, 12, 13, 14, 15), util_rx=(5 << 20, 6 << 20), util_tx=(7 << 20, 9 << 20))
+    links = (link,) + (LinkRecord(),) * (len(gpu.links) - 1)
+    totals = {38: 32, 45: 39, 52: 46, 59: 53, 160: 148, 66: 60, 73: 67}
+    ids = [91, 90, 164, 138, 139, 140, 141, *totals, *totals.values()]
+    with board_state(n, snap, 0, nvlink_count=1, links=links) as hs:
+        values = (n.c_nvmlFieldValue_t * len(ids))()
+        for v, fid in zip(values, ids, strict=True):
+            v.fieldId = fid  # scopeId 0: link 0 for 164 (NVML_FI_DEV_NVLINK_GET_SPEED)
+        assert lib.nvmlDeviceGetFieldValues(hs[0], len(ids), values) == n.NVML_SUCCESS
+        rx, tx = n.nvmlDeviceGetNvLinkUtilizationCounter(hs[0], 0, 0)
+    got = {fid: (v.nvmlReturn, v.value.uiVal if fid in (90, 91, 164) else v.value.ullVal)
+           for fid, v in zip(ids, values, strict=True)}
+    assert {fid: code for fid, (code, _) in got.items()} == dict.fromkeys(ids, n.NVML_SUCCESS)
+    assert got[91][1] == 1
+    assert got[90][1] == got[164][1] > 0
+    assert [got[fid][1] for fid in (138, 139, 140, 141)] == [tx // 1024, rx // 1024, tx // 1024, rx // 1024]
+    assert (rx, tx) == (5 << 20, 7 << 20)
+    assert {total: got[total][1] for total in totals} == {total: got[lane][1] for total, lane in totals.items()}
+    assert len({got[total][1] for total in totals}) == len(totals)
+
+
 def _check_links(n: ModuleType, lib: ctypes.CDLL, hs: list[object], profile: str) -> None:
     """The body of the per-link field test, for each GPU's links 0-11."""
     for h in hs:
