@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -174,6 +175,58 @@ def test_gpm_metrics_need_two_samples_of_one_gpu_taken_in_order(nvml: Nvml, pynv
     finally:
         for s in (a, b, other, blank):
             n.nvmlGpmSampleFree(s)
+
+
+def test_pcie_byte_counters_keep_counting_when_a_new_generation_lowers_the_rate(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h: NVML_FI_DEV_PCIE_COUNT_TX_BYTES (197) and _RX_BYTES (198) are "PCIe transmit / receive bytes. Value
+    can be wrapped": counters, which only grow (a wrap is at 2^64, not a few GB down), and grow over a span by the
+    traffic in it, which nvmlDeviceGetPcieThroughput gives as a rate in KB/s. NVML_GPM_METRIC_PCIE_TX_PER_SEC (20)
+    and _RX_PER_SEC (21) are that traffic between two GPM samples in MiB/s, so a mean of the rates in between:
+    no less than the lower, no more than the higher. An H100 moving 900 / 800 KB/s is read, then the agent
+    renders a generation in which it moves 300 / 250 KB/s, and it is read again. Before 2026-11-29 the shim made
+    the counters the current rate times the generation (fields) or the time since boot (GPM), so a lower rate
+    ran them backwards: fields 197, 198 fell by MBs and the GPM rates wrapped round to ~10^13 MiB/s."""
+    from dataclasses import replace
+
+    from fakehw.nvml.snapfile import write_snapshot
+
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    before, after = (900, 800), (300, 250)
+    with board_state(n, snap, 0, pcie_tx_kbs=before[0], pcie_rx_kbs=before[1]) as hs:
+        h = hs[0]
+        assert [n.nvmlDeviceGetPcieThroughput(h, d) for d in (0, 1)] == list(before)  # NVML_PCIE_UTIL_TX/RX_BYTES
+        first, second = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+        try:
+            start = time.monotonic()
+            old = [v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198])]
+            n.nvmlGpmSampleGet(h, first)
+            gpus = list(snap.snapshot.gpus)
+            gpus[0] = replace(gpus[0], pcie_tx_kbs=after[0], pcie_rx_kbs=after[1])
+            header = replace(snap.snapshot.header, generation=snap.snapshot.header.generation + 1)
+            write_snapshot(snap.path, replace(snap.snapshot, header=header, gpus=tuple(gpus)).to_bytes(), changed=True)
+            time.sleep(0.05)
+            assert [n.nvmlDeviceGetPcieThroughput(h, d) for d in (0, 1)] == list(after)
+            n.nvmlGpmSampleGet(h, second)
+            new = [v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198])]
+            elapsed = time.monotonic() - start
+            request = n.c_nvmlGpmMetricsGet_t()
+            request.version = n.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = 2
+            request.sample1, request.sample2 = first, second
+            request.metrics[0].metricId = n.NVML_GPM_METRIC_PCIE_TX_PER_SEC
+            request.metrics[1].metricId = n.NVML_GPM_METRIC_PCIE_RX_PER_SEC
+            n.nvmlGpmMetricsGet(request)
+        finally:
+            n.nvmlGpmSampleFree(first)
+            n.nvmlGpmSampleFree(second)
+    for direction in (0, 1):
+        grown = new[direction] - old[direction]
+        assert 0 < grown <= before[direction] * 1024 * elapsed + 1, (direction, old, new)
+        metric = request.metrics[direction]
+        assert metric.nvmlReturn == n.NVML_SUCCESS
+        assert after[direction] / 1024 * 0.99 <= metric.value <= before[direction] / 1024 * 1.01, direction
 
 
 def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_module: ModuleType) -> None:

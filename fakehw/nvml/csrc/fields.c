@@ -397,11 +397,11 @@ static int f_pcie(fhw_ctx_t *c, unsigned int id, fv_answer_t *a) {
     else if (id == NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER || id == FI_PCIE_L0_TO_RECOVERY_COUNTER ||
              (id >= FI_PCIE_COUNT_CORRECTABLE_ERRORS && id <= FI_PCIE_COUNT_LANE_ERROR))
         answer_u(a, VT_ULL, 0);
-    else if (id == FI_PCIE_COUNT_TX_BYTES || id == FI_PCIE_COUNT_RX_BYTES)
-        /* Bytes since boot: the current rate over one second per generation (monotonic, reproducible). */
-        answer_u(a, VT_ULL, (unsigned long long)(id == FI_PCIE_COUNT_TX_BYTES ? g->pcie_tx_kbs : g->pcie_rx_kbs) *
-                                1024ULL * (c->s->hdr->generation + 1));
-    else if (id == FI_PCIE_OUTBOUND_ATOMICS_MASK || id == FI_PCIE_INBOUND_ATOMICS_MASK) {
+    else if (id == FI_PCIE_COUNT_TX_BYTES || id == FI_PCIE_COUNT_RX_BYTES) {
+        unsigned long long tx, rx; /* bytes since boot, integrated over the throughput (gpm.c) */
+        fhw_pcie_bytes(c, fhw_monotonic_ns(), &tx, &rx);
+        answer_u(a, VT_ULL, id == FI_PCIE_COUNT_TX_BYTES ? tx : rx);
+    } else if (id == FI_PCIE_OUTBOUND_ATOMICS_MASK || id == FI_PCIE_INBOUND_ATOMICS_MASK) {
         unsigned int mask = id == FI_PCIE_OUTBOUND_ATOMICS_MASK ? g->pcie_atomics_outbound : g->pcie_atomics_inbound;
         if (mask) answer_u(a, VT_UINT, mask);
         else answer_code(a, NVML_ERROR_NOT_SUPPORTED);
