@@ -399,7 +399,7 @@ static int f_pcie(fhw_ctx_t *c, unsigned int id, fv_answer_t *a) {
         answer_u(a, VT_ULL, 0);
     else if (id == FI_PCIE_COUNT_TX_BYTES || id == FI_PCIE_COUNT_RX_BYTES) {
         unsigned long long tx, rx; /* bytes since boot, integrated over the throughput (gpm.c) */
-        fhw_pcie_bytes(c, fhw_monotonic_ns(), &tx, &rx);
+        fhw_pcie_bytes(c, &tx, &rx);
         answer_u(a, VT_ULL, id == FI_PCIE_COUNT_TX_BYTES ? tx : rx);
     } else if (id == FI_PCIE_OUTBOUND_ATOMICS_MASK || id == FI_PCIE_INBOUND_ATOMICS_MASK) {
         unsigned int mask = id == FI_PCIE_OUTBOUND_ATOMICS_MASK ? g->pcie_atomics_outbound : g->pcie_atomics_inbound;
