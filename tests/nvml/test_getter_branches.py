@@ -349,6 +349,19 @@ def test_every_sampling_type_nvml_h_defines_answers_as_its_own_getter(node_snaps
             assert _sample(n, hs[6], kind)[0] == n.NVML_SUCCESS
 
 
+def test_field_ids_outside_nvml_h_s_range_are_invalid_arguments(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's field identifiers run from NVML_FI_DEV_ECC_CURRENT (1) to NVML_FI_MAX - 1 (307; NVML_FI_MAX, 308, is
+    "One greater than the largest field ID defined above"): 0 and 308 identify no field, a supplied argument that
+    is invalid (its value's nvmlReturn NVML_ERROR_INVALID_ARGUMENT), while 1 and 307 are fields, answered or not
+    supported but never refused as an argument."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    codes = {fid: _field(n, h, fid, 0)[0] for fid in (0, 1, 307, 308)}
+    assert codes[0] == codes[308] == n.NVML_ERROR_INVALID_ARGUMENT
+    assert n.NVML_ERROR_INVALID_ARGUMENT not in (codes[1], codes[307]), codes
+
+
 def test_a_power_scope_past_nvml_h_s_count_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h's power fields NVML_FI_DEV_POWER_AVERAGE .. _REQUESTED_LIMIT (185-192) take the power scope in
     scopeId ("scopeId needs to be specified"), and nvmlPowerScopeType_t ends at NVML_POWER_SCOPE_COUNT (4U,
