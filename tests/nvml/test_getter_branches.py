@@ -246,6 +246,13 @@ def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_modu
     sample = ctypes.c_void_p()
     assert lib.nvmlGpmSampleAlloc(ctypes.byref(sample)) == n.NVML_SUCCESS
     assert lib.nvmlGpmSampleGet(h, sample) == n.NVML_SUCCESS
+    # Memory that nvmlGpmSampleAlloc did not hand out (a zeroed buffer of the caller's) is no sample either: not
+    # freed (INVALID_ARGUMENT), not read into, and no metric is answered from it.
+    foreign = ctypes.create_string_buffer(4096)
+    assert lib.nvmlGpmSampleFree(foreign) == invalid
+    assert lib.nvmlGpmSampleGet(h, foreign) != n.NVML_SUCCESS
+    assert foreign.raw == bytes(4096)
+    assert not _answered(n, _request(n, sample, ctypes.cast(foreign, ctypes.c_void_p), [n.NVML_GPM_METRIC_SM_UTIL]))
     assert lib.nvmlGpmSampleFree(sample) == n.NVML_SUCCESS
 
 
