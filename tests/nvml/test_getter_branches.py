@@ -131,6 +131,12 @@ def test_cpu_affinity_is_the_node_scope_call_for_every_handle(nvml: Nvml, pynvml
 def _request(n: ModuleType, first: object, second: object, ids: list[int]) -> tuple[int, list[int]]:
     """nvmlGpmMetricsGet of ``ids`` from ``first`` and ``second`` (either may be None): the call's code and each
     metric's nvmlReturn."""
+    code, request = _gpm_call(n, first, second, ids)
+    return code, [request.metrics[i].nvmlReturn for i in range(len(ids))]
+
+
+def _gpm_call(n: ModuleType, first: object, second: object, ids: list[int]) -> tuple[int, ctypes.Structure]:
+    """nvmlGpmMetricsGet of ``ids`` from ``first`` and ``second``: the call's code and the request it filled."""
 
     class Request(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint), ("numMetrics", ctypes.c_uint), ("sample1", ctypes.c_void_p),
@@ -144,7 +150,7 @@ def _request(n: ModuleType, first: object, second: object, ids: list[int]) -> tu
     for i, metric in enumerate(ids):
         request.metrics[i].metricId = metric
     code = library().nvmlGpmMetricsGet(ctypes.byref(request))
-    return code, [request.metrics[i].nvmlReturn for i in range(len(ids))]
+    return code, request
 
 
 def _answered(n: ModuleType, result: tuple[int, list[int]]) -> bool:
@@ -259,9 +265,11 @@ def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_modu
 def test_gpm_metric_ids_nvml_h_does_not_define_are_not_answered(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h's nvmlGpmMetricId_t numbers the metrics with gaps: 1-13, 20-21, NVDEC 30-37, NVJPG 40-47, NVOFA
     50-51, NVLink totals 60-61 and per link 62-97 (L0_RX .. L17_TX), C2C from 100. An id in a gap (0, 14, 19, 22,
-    29, 52, 59, 98, 99) names no metric, so its nvmlReturn is not SUCCESS; the defined ids at each edge of the gaps
-    that an H100 SXM5 has (18 NVLinks: the capture's <nvlink> count is not printed, NVIDIA's H100 datasheet gives
-    18 fourth-generation links) are answered, link 17's transmit rate (97) included."""
+    29, 52, 59, 98, 99) names no metric, so its nvmlReturn is not SUCCESS and its metricInfo (nvml.h: "Metric name
+    and unit. Those can be NULL if not defined") has no name or unit, NULL, rather than some defined metric's; the
+    defined ids at each edge of the gaps that an H100 SXM5 has (18 NVLinks: the capture's <nvlink> count is not
+    printed, NVIDIA's H100 datasheet gives 18 fourth-generation links) are answered, link 17's transmit rate (97)
+    included."""
     n = pynvml_module
     header = references.newest_header().read_text()
     defined = {int(v) for v in re.findall(r"NVML_GPM_METRIC_\w+\s*=\s*(\d+),", header)}
@@ -275,11 +283,15 @@ def test_gpm_metric_ids_nvml_h_does_not_define_are_not_answered(nvml: Nvml, pynv
     try:
         n.nvmlGpmSampleGet(h, a)
         n.nvmlGpmSampleGet(h, b)
-        code, returns = _request(n, a, b, gaps + edges)
+        code, request = _gpm_call(n, a, b, gaps + edges)
     finally:
         n.nvmlGpmSampleFree(a)
         n.nvmlGpmSampleFree(b)
+    returns = [request.metrics[i].nvmlReturn for i in range(len(gaps + edges))]
+    info = [request.metrics[i].metricInfo for i in range(len(gaps))]
     assert code == n.NVML_SUCCESS
+    assert [(m, x.shortName, x.longName, x.unit) for m, x in zip(gaps, info, strict=True)] == \
+        [(m, None, None, None) for m in gaps]
     assert [m for m, r in zip(gaps, returns, strict=False) if r == n.NVML_SUCCESS] == []
     assert dict(zip(edges, returns[len(gaps):], strict=True)) == dict.fromkeys(edges, n.NVML_SUCCESS)
 
