@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -130,6 +131,12 @@ def test_cpu_affinity_is_the_node_scope_call_for_every_handle(nvml: Nvml, pynvml
 def _request(n: ModuleType, first: object, second: object, ids: list[int]) -> tuple[int, list[int]]:
     """nvmlGpmMetricsGet of ``ids`` from ``first`` and ``second`` (either may be None): the call's code and each
     metric's nvmlReturn."""
+    code, request = _gpm_call(n, first, second, ids)
+    return code, [request.metrics[i].nvmlReturn for i in range(len(ids))]
+
+
+def _gpm_call(n: ModuleType, first: object, second: object, ids: list[int]) -> tuple[int, ctypes.Structure]:
+    """nvmlGpmMetricsGet of ``ids`` from ``first`` and ``second``: the call's code and the request it filled."""
 
     class Request(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint), ("numMetrics", ctypes.c_uint), ("sample1", ctypes.c_void_p),
@@ -143,7 +150,7 @@ def _request(n: ModuleType, first: object, second: object, ids: list[int]) -> tu
     for i, metric in enumerate(ids):
         request.metrics[i].metricId = metric
     code = library().nvmlGpmMetricsGet(ctypes.byref(request))
-    return code, [request.metrics[i].nvmlReturn for i in range(len(ids))]
+    return code, request
 
 
 def _answered(n: ModuleType, result: tuple[int, list[int]]) -> bool:
@@ -176,6 +183,58 @@ def test_gpm_metrics_need_two_samples_of_one_gpu_taken_in_order(nvml: Nvml, pynv
             n.nvmlGpmSampleFree(s)
 
 
+def test_pcie_byte_counters_keep_counting_when_a_new_generation_lowers_the_rate(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h: NVML_FI_DEV_PCIE_COUNT_TX_BYTES (197) and _RX_BYTES (198) are "PCIe transmit / receive bytes. Value
+    can be wrapped": counters, which only grow (a wrap is at 2^64, not a few GB down), and grow over a span by the
+    traffic in it, which nvmlDeviceGetPcieThroughput gives as a rate in KB/s. NVML_GPM_METRIC_PCIE_TX_PER_SEC (20)
+    and _RX_PER_SEC (21) are that traffic between two GPM samples in MiB/s, so a mean of the rates in between:
+    no less than the lower, no more than the higher. An H100 moving 900 / 800 KB/s is read, then the agent
+    renders a generation in which it moves 300 / 250 KB/s, and it is read again. Before 2026-11-29 the shim made
+    the counters the current rate times the generation (fields) or the time since boot (GPM), so a lower rate
+    ran them backwards: fields 197, 198 fell by MBs and the GPM rates wrapped round to ~10^13 MiB/s."""
+    from dataclasses import replace
+
+    from fakehw.nvml.snapfile import write_snapshot
+
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    before, after = (900, 800), (300, 250)
+    with board_state(n, snap, 0, pcie_tx_kbs=before[0], pcie_rx_kbs=before[1]) as hs:
+        h = hs[0]
+        assert [n.nvmlDeviceGetPcieThroughput(h, d) for d in (0, 1)] == list(before)  # NVML_PCIE_UTIL_TX/RX_BYTES
+        first, second = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+        try:
+            start = time.monotonic()
+            old = [v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198])]
+            n.nvmlGpmSampleGet(h, first)
+            gpus = list(snap.snapshot.gpus)
+            gpus[0] = replace(gpus[0], pcie_tx_kbs=after[0], pcie_rx_kbs=after[1])
+            header = replace(snap.snapshot.header, generation=snap.snapshot.header.generation + 1)
+            write_snapshot(snap.path, replace(snap.snapshot, header=header, gpus=tuple(gpus)).to_bytes(), changed=True)
+            time.sleep(0.05)
+            assert [n.nvmlDeviceGetPcieThroughput(h, d) for d in (0, 1)] == list(after)
+            n.nvmlGpmSampleGet(h, second)
+            new = [v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198])]
+            elapsed = time.monotonic() - start
+            request = n.c_nvmlGpmMetricsGet_t()
+            request.version = n.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = 2
+            request.sample1, request.sample2 = first, second
+            request.metrics[0].metricId = n.NVML_GPM_METRIC_PCIE_TX_PER_SEC
+            request.metrics[1].metricId = n.NVML_GPM_METRIC_PCIE_RX_PER_SEC
+            n.nvmlGpmMetricsGet(request)
+        finally:
+            n.nvmlGpmSampleFree(first)
+            n.nvmlGpmSampleFree(second)
+    for direction in (0, 1):
+        grown = new[direction] - old[direction]
+        assert 0 < grown <= before[direction] * 1024 * elapsed + 1, (direction, old, new)
+        metric = request.metrics[direction]
+        assert metric.nvmlReturn == n.NVML_SUCCESS
+        assert after[direction] / 1024 * 0.99 <= metric.value <= before[direction] / 1024 * 1.01, direction
+
+
 def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h: nvmlGpmSampleAlloc and nvmlGpmSampleFree answer NVML_ERROR_INVALID_ARGUMENT "if an invalid pointer is
     provided" (a wording test_documented_argument_errors.py's NULL sweep does not read): NULL to either is
@@ -193,15 +252,24 @@ def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_modu
     sample = ctypes.c_void_p()
     assert lib.nvmlGpmSampleAlloc(ctypes.byref(sample)) == n.NVML_SUCCESS
     assert lib.nvmlGpmSampleGet(h, sample) == n.NVML_SUCCESS
+    # Memory that nvmlGpmSampleAlloc did not hand out (a zeroed buffer of the caller's) is no sample either: not
+    # freed (INVALID_ARGUMENT), not read into, and no metric is answered from it.
+    foreign = ctypes.create_string_buffer(4096)
+    assert lib.nvmlGpmSampleFree(foreign) == invalid
+    assert lib.nvmlGpmSampleGet(h, foreign) != n.NVML_SUCCESS
+    assert foreign.raw == bytes(4096)
+    assert not _answered(n, _request(n, sample, ctypes.cast(foreign, ctypes.c_void_p), [n.NVML_GPM_METRIC_SM_UTIL]))
     assert lib.nvmlGpmSampleFree(sample) == n.NVML_SUCCESS
 
 
 def test_gpm_metric_ids_nvml_h_does_not_define_are_not_answered(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h's nvmlGpmMetricId_t numbers the metrics with gaps: 1-13, 20-21, NVDEC 30-37, NVJPG 40-47, NVOFA
     50-51, NVLink totals 60-61 and per link 62-97 (L0_RX .. L17_TX), C2C from 100. An id in a gap (0, 14, 19, 22,
-    29, 52, 59, 98, 99) names no metric, so its nvmlReturn is not SUCCESS; the defined ids at each edge of the gaps
-    that an H100 SXM5 has (18 NVLinks: the capture's <nvlink> count is not printed, NVIDIA's H100 datasheet gives
-    18 fourth-generation links) are answered, link 17's transmit rate (97) included."""
+    29, 52, 59, 98, 99) names no metric, so its nvmlReturn is not SUCCESS and its metricInfo (nvml.h: "Metric name
+    and unit. Those can be NULL if not defined") has no name or unit, NULL, rather than some defined metric's; the
+    defined ids at each edge of the gaps that an H100 SXM5 has (18 NVLinks: the capture's <nvlink> count is not
+    printed, NVIDIA's H100 datasheet gives 18 fourth-generation links) are answered, link 17's transmit rate (97)
+    included."""
     n = pynvml_module
     header = references.newest_header().read_text()
     defined = {int(v) for v in re.findall(r"NVML_GPM_METRIC_\w+\s*=\s*(\d+),", header)}
@@ -215,11 +283,15 @@ def test_gpm_metric_ids_nvml_h_does_not_define_are_not_answered(nvml: Nvml, pynv
     try:
         n.nvmlGpmSampleGet(h, a)
         n.nvmlGpmSampleGet(h, b)
-        code, returns = _request(n, a, b, gaps + edges)
+        code, request = _gpm_call(n, a, b, gaps + edges)
     finally:
         n.nvmlGpmSampleFree(a)
         n.nvmlGpmSampleFree(b)
+    returns = [request.metrics[i].nvmlReturn for i in range(len(gaps + edges))]
+    info = [request.metrics[i].metricInfo for i in range(len(gaps))]
     assert code == n.NVML_SUCCESS
+    assert [(m, x.shortName, x.longName, x.unit) for m, x in zip(gaps, info, strict=True)] == \
+        [(m, None, None, None) for m in gaps]
     assert [m for m, r in zip(gaps, returns, strict=False) if r == n.NVML_SUCCESS] == []
     assert dict(zip(edges, returns[len(gaps):], strict=True)) == dict.fromkeys(edges, n.NVML_SUCCESS)
 
@@ -294,6 +366,36 @@ def test_every_sampling_type_nvml_h_defines_answers_as_its_own_getter(node_snaps
         for kind, getter in ((8, n.nvmlDeviceGetJpgUtilization), (9, n.nvmlDeviceGetOfaUtilization)):
             assert _sample(n, hs[7], kind) == (error_of(partial(getter, hs[7])), None)
             assert _sample(n, hs[6], kind)[0] == n.NVML_SUCCESS
+
+
+def test_field_ids_outside_nvml_h_s_range_are_invalid_arguments(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's field identifiers run from NVML_FI_DEV_ECC_CURRENT (1) to NVML_FI_MAX - 1 (307; NVML_FI_MAX, 308, is
+    "One greater than the largest field ID defined above"): 0 and 308 identify no field, a supplied argument that
+    is invalid (its value's nvmlReturn NVML_ERROR_INVALID_ARGUMENT), while 1 and 307 are fields, answered or not
+    supported but never refused as an argument."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    codes = {fid: _field(n, h, fid, 0)[0] for fid in (0, 1, 307, 308)}
+    assert codes[0] == codes[308] == n.NVML_ERROR_INVALID_ARGUMENT
+    assert n.NVML_ERROR_INVALID_ARGUMENT not in (codes[1], codes[307]), codes
+
+
+def test_a_power_scope_past_nvml_h_s_count_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's power fields NVML_FI_DEV_POWER_AVERAGE .. _REQUESTED_LIMIT (185-192) take the power scope in
+    scopeId ("scopeId needs to be specified"), and nvmlPowerScopeType_t ends at NVML_POWER_SCOPE_COUNT (4U,
+    "Maximum number of power scopes"): scope 4 and 0xFFFFFFFF name no scope, a supplied argument that is invalid
+    (NVML_ERROR_INVALID_ARGUMENT, not UNKNOWN's "internal driver error" nor NOT_SUPPORTED's "device doesn't
+    support"), on a GB200 that has a module to meter and an H100 on an x86 host that has none. The same fields
+    with the GPU scope (0) answer on both, so the refusal is the scope's."""
+    n = pynvml_module
+    for profile in ("gb200-nvl72", "dgx-h100"):
+        nvml(profile)
+        h = handles(n)[0]
+        for fid in range(185, 193):
+            assert _field(n, h, fid, 0)[0] == n.NVML_SUCCESS, (profile, fid)
+            for scope in (4, 0xFFFFFFFF):
+                assert _field(n, h, fid, scope)[0] == n.NVML_ERROR_INVALID_ARGUMENT, (profile, fid, scope)
 
 
 # --------------------------------------------------------------------------------------------------- NVLink counters
@@ -424,6 +526,44 @@ def test_per_link_speed_and_bandwidth_fields_answer_for_the_links_the_board_has(
                   for i, k in enumerate(snap.snapshot.gpus[0].links))
     with board_state(n, snap, 0, links=links) as hs:
         _check_links(n, lib, hs, profile)
+
+
+def test_a_board_with_one_nvlink_totals_that_link(node_snapshot: Callable[..., NodeSnap],
+                                                  pynvml_module: ModuleType) -> None:
+    """nvml.h's all-link fields over a GPU that has one NVLink (a two-board bridge's single link; here an H100's
+    record cut to its link 0): NVML_FI_DEV_NVLINK_LINK_COUNT (91) "Number of NVLinks present on the device" is 1;
+    the totals "for all Lanes" of the error counters (38 flow-control CRC, 45 data CRC, 52 replay, 59 recovery,
+    160 data ECC) and of the bandwidth counter sets (66 C0, 73 C1) are the one link's per-lane fields (32, 39, 46,
+    53, 148, 60, 67); 90 "Common NVLink Speed in MBps for active links" is its speed; 138-141, the TX / RX
+    throughput "in KiB", are its utilization counter 0 (nvmlDeviceGetNvLinkUtilizationCounter, bytes) in KiB. One
+    link is not none: nothing answers NOT_SUPPORTED. Every counter of the link is set to a figure of its own."""
+    from dataclasses import replace
+
+    from fakehw.nvml.layout import LinkRecord
+
+    n = pynvml_module
+    lib = library()
+    snap = node_snapshot("dgx-h100")
+    gpu = snap.snapshot.gpus[0]
+    link = replace(gpu.links[0], errors=(11, 12, 13, 14, 15), util_rx=(5 << 20, 6 << 20), util_tx=(7 << 20, 9 << 20))
+    links = (link,) + (LinkRecord(),) * (len(gpu.links) - 1)
+    totals = {38: 32, 45: 39, 52: 46, 59: 53, 160: 148, 66: 60, 73: 67}
+    ids = [91, 90, 164, 138, 139, 140, 141, *totals, *totals.values()]
+    with board_state(n, snap, 0, nvlink_count=1, links=links) as hs:
+        values = (n.c_nvmlFieldValue_t * len(ids))()
+        for v, fid in zip(values, ids, strict=True):
+            v.fieldId = fid  # scopeId 0: link 0 for 164 (NVML_FI_DEV_NVLINK_GET_SPEED)
+        assert lib.nvmlDeviceGetFieldValues(hs[0], len(ids), values) == n.NVML_SUCCESS
+        rx, tx = n.nvmlDeviceGetNvLinkUtilizationCounter(hs[0], 0, 0)
+    got = {fid: (v.nvmlReturn, v.value.uiVal if fid in (90, 91, 164) else v.value.ullVal)
+           for fid, v in zip(ids, values, strict=True)}
+    assert {fid: code for fid, (code, _) in got.items()} == dict.fromkeys(ids, n.NVML_SUCCESS)
+    assert got[91][1] == 1
+    assert got[90][1] == got[164][1] > 0
+    assert [got[fid][1] for fid in (138, 139, 140, 141)] == [tx // 1024, rx // 1024, tx // 1024, rx // 1024]
+    assert (rx, tx) == (5 << 20, 7 << 20)
+    assert {total: got[total][1] for total in totals} == {total: got[lane][1] for total, lane in totals.items()}
+    assert len({got[total][1] for total in totals}) == len(totals)
 
 
 def _check_links(n: ModuleType, lib: ctypes.CDLL, hs: list[object], profile: str) -> None:

@@ -81,3 +81,27 @@ def test_the_power_threshold_fields_follow_their_supported_flag(nvml: Nvml, pynv
             assert state.value.uiVal == 0, link
         else:
             assert [v.nvmlReturn for v in threshold] == [n.NVML_SUCCESS] * len(THRESHOLD), link
+
+
+NVLINK5_ERROR_COUNTS = (*range(206, 216), 219, 221, 289, 290, 295, *range(235, 251))
+"""nvml.h's NVLink5 per-link error counts: malformed packets (206), buffer overruns (207), Rx errors (208), remote
+(209) and general (210) Rx errors, local link integrity (211), Tx discards (212), recoveries succeeded, failed and
+all (213-215), effective errors (219), symbol errors (221), lane 0 / 1 raw errors (289, 290), PLR transmit
+retry blocks (295), and the FEC error history bins 0-15 (235-250)."""
+
+
+def test_a_link_that_had_no_errors_counts_none(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """A B200 (NVLink 5) with no fault injected: its links had no errors, so every NVLink5 error count of
+    NVLINK5_ERROR_COUNTS is 0 on its first and last links, and the effective data rate (296, "available for
+    transactions after accounting for FEC overhead") is above 0 and no more than the link's speed (164), from which
+    the FEC overhead is taken."""
+    n = pynvml_module
+    nvml("dgx-b200")
+    h = handles(n)[2]
+    for link in (0, MAX_LINKS - 1):
+        values = n.nvmlDeviceGetFieldValues(h, [(f, link) for f in (*NVLINK5_ERROR_COUNTS, 296, 164)])
+        assert {v.fieldId: v.nvmlReturn for v in values} == dict.fromkeys((*NVLINK5_ERROR_COUNTS, 296, 164),
+                                                                          n.NVML_SUCCESS), link
+        assert {v.fieldId: v.value.ullVal for v in values[:-2]} == dict.fromkeys(NVLINK5_ERROR_COUNTS, 0), link
+        rate, speed = values[-2].value.uiVal, values[-1].value.uiVal
+        assert 0 < rate <= speed, link

@@ -614,7 +614,11 @@ def test_power_profiles_and_smoothing_answer_as_the_captures_print(nvml: Nvml, p
     of a feature the board lacks) answer NOT_SUPPORTED there. <power_smoothing> is N/A on the H100 and "Insufficient
     Permissions" on the B200 (nvidia-smi's text for NO_PERMISSION, read as a user): the power smoothing calls (presets
     and SetState) answer NOT_SUPPORTED and NO_PERMISSION. A NULL argument is INVALID_ARGUMENT (nvml.h: "if device is
-    invalid or ... is NULL")."""
+    invalid or ... is NULL"). nvidia-smi prints <power_smoothing> from field NVML_FI_PWR_SMOOTHING_ENABLED (251);
+    the feature's other fields, nvml.h's NVML_FI_PWR_SMOOTHING_* (252-268, 275-288 and 300,
+    _SOC_POWER_SMOOTHING_ENABLED), answer as it does, while their neighbours 250, 269, 274, 289, 299 and 301 are
+    other features' (FEC history, clock event reasons, EDPP, NVLink raw errors, memory clock switch interval,
+    remapped rows) and do not need the B200's permission."""
     from tests.nvml.captures import board_capture
 
     cap = board_capture(board)
@@ -637,6 +641,12 @@ def test_power_profiles_and_smoothing_answer_as_the_captures_print(nvml: Nvml, p
                      "nvmlDevicePowerSmoothingUpdatePresetProfileParam", "nvmlDevicePowerSmoothingSetState"):
             assert getattr(lib, name)(h, buffer) == smoothing, name
             assert getattr(lib, name)(h, None) == n.NVML_ERROR_INVALID_ARGUMENT, name
+    fields = (*range(251, 269), *range(275, 289), 300)
+    neighbours = (250, 269, 274, 289, 299, 301)
+    values = n.nvmlDeviceGetFieldValues(handles(n)[0], [*fields, *neighbours])
+    assert {v.fieldId: v.nvmlReturn for v in values[:len(fields)]} == dict.fromkeys(fields, smoothing)
+    if smoothing != n.NVML_ERROR_NOT_SUPPORTED:  # the B200's NO_PERMISSION is the feature's alone
+        assert all(v.nvmlReturn != smoothing for v in values[len(fields):]), [v.nvmlReturn for v in values]
 
 
 # --------------------------------------------------------------------------------------------------- coverage gaps

@@ -1571,8 +1571,11 @@ def test_byte_count_fields_count_each_direction_from_its_own_counter(nvml: Nvml,
     """Siblings of the throughput fields' directions. nvml.h: NVML_FI_DEV_NVLINK_COUNT_XMIT_BYTES (202) and
     _RCV_BYTES (204), with scopeId the link, are Blackwell's (NVLink5) per-link byte counts, the traffic
     nvmlDeviceGetNvLinkUtilizationCounter reports as (rx, tx) on counter 0; a B200 sends more than it receives
-    here, so the directions differ. NVML_FI_DEV_PCIE_COUNT_TX_BYTES (197) and _RX_BYTES (198) count PCIe bytes
-    over the same span of time, so they stand to each other as the TX and RX rates of nvmlDeviceGetPcieThroughput."""
+    here, so the directions differ. NVML_FI_DEV_PCIE_COUNT_TX_BYTES (197) and _RX_BYTES (198) count PCIe bytes:
+    over the same span of time they grow as the TX and RX rates of nvmlDeviceGetPcieThroughput stand to each
+    other (to within a byte's rounding of some 20 KB)."""
+    import math
+
     n = pynvml_module
     nvml("dgx-b200")
     h = handles(n)[5]  # untouched by the tests that reset or freeze utilization counters (this process's)
@@ -1584,9 +1587,11 @@ def test_byte_count_fields_count_each_direction_from_its_own_counter(nvml: Nvml,
         assert [v.value.ullVal for v in values] == [tx, rx], link
     tx_rate = n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_TX_BYTES)
     rx_rate = n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_RX_BYTES)
-    tx_bytes, rx_bytes = (v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198]))
+    tx_before, rx_before = (v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198]))
+    time.sleep(0.05)
+    tx_after, rx_after = (v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198]))
     assert tx_rate != rx_rate
-    assert tx_bytes * rx_rate == rx_bytes * tx_rate
+    assert math.isclose((tx_after - tx_before) * rx_rate, (rx_after - rx_before) * tx_rate, rel_tol=1e-3)
 
 
 # --------------------------------------------------------------------------------------------------- boards' own states

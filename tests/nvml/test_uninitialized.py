@@ -70,3 +70,42 @@ def test_every_function_answers_uninitialized_before_init(nvml_library: Path) ->
     wrong = {name: code for name, code in answers.items() if code != UNINITIALIZED}
     assert not wrong, f"answered other than NVML_ERROR_UNINITIALIZED before nvmlInit: {wrong}"
 
+
+
+KNOWN_DIFFERENT = {"nvmlSystemGetNVMLVersion": 9}
+"""The fake's answers known to differ from the real library's before nvmlInit (reported, system.c): the real 535,
+550 and 555 libraries give their own NVML version (SUCCESS) without a driver, the fake answers DRIVER_NOT_LOADED."""
+
+
+def _probe(library: Path, functions: dict[str, int]) -> dict[str, int]:
+    """PROBE's answers of ``library`` for the ``functions`` it exports, in a process that never called nvmlInit."""
+    import ctypes
+
+    exported = {name: arity for name, arity in functions.items() if hasattr(ctypes.CDLL(str(library)), name)}
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(library)], input=json.dumps(sorted(exported.items())),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, f"{library}: exit {proc.returncode}: {proc.stderr[-2000:]}"
+    answers: dict[str, int] = json.loads(proc.stdout)
+    return answers
+
+
+def test_functions_nvml_h_is_silent_on_answer_before_init_as_the_real_library(nvml_library: Path) -> None:
+    """The documented functions whose nvml.h comment does not list NVML_ERROR_UNINITIALIZED (GPM sample allocation
+    and freeing, nvmlGpmMetricsGet, field values, vGPU calls, ...) answer, in a process that never called nvmlInit,
+    what the real libnvidia-ml of 535, 550 and 555 answers there (every argument a zeroed buffer, as above; the real
+    libraries run without a GPU or driver here): UNINITIALIZED for all but KNOWN_DIFFERENT. Compared on the
+    functions both libraries export."""
+    header = references.newest_header().read_text()
+    documented = documented_uninitialized(header)
+    silent = {}
+    for _doc, name, params in DECLARATION.findall(header):
+        if name not in documented and not name.startswith("nvmlInit"):
+            silent[name] = 0 if params.strip() in ("", "void") else params.count(",") + 1
+    fake = _probe(nvml_library, silent)
+    assert {"nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmMetricsGet", "nvmlDeviceGetFieldValues"} <= set(fake)
+    for branch in (535, 550, 555):
+        real = _probe(references.real_nvidia(branch).library, silent)
+        both = set(real) & set(fake)
+        assert len(both) > 20, branch
+        differ = {name: fake[name] for name in both if fake[name] != real[name]}
+        assert differ == {name: code for name, code in KNOWN_DIFFERENT.items() if name in both}, (branch, real)

@@ -54,20 +54,14 @@
 #define FI_PWR_SMOOTHING_LAST 268
 #define FI_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN 269
 #define FI_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN 271
-#define FI_POWER_SYNC_BALANCING_FREQ 272
-#define FI_EDPP_MULTIPLIER 274
 #define FI_PWR_SMOOTHING_PRIMARY_POWER_FLOOR 275
 #define FI_PWR_SMOOTHING_ADMIN_LAST 288
 #define FI_NVLINK_COUNT_RAW_ERRORS_LANE0 289
 #define FI_NVLINK_PLR_XMIT_RETRY_BLOCKS 295
 #define FI_NVLINK_GET_DATA_RATE 296
-#define FI_MMA_STALL_PERCENT 297
-#define FI_MCLK_MIN_SWITCH_INTERVAL_MILLISECONDS 299
 #define FI_PWR_SMOOTHING_SOC_ENABLED 300
 #define FI_REMAPPED_ROWS_COR_INACTIVE 301
 #define FI_REMAPPED_ROWS_UNC_INACTIVE 302
-#define FI_ACTIVE_BANK_REMAPPINGS 303
-#define FI_PENDING_BANK_REMAPPING 307
 
 #define FI_MAX 308
 #define VT_DOUBLE NVML_VALUE_TYPE_DOUBLE
@@ -397,11 +391,11 @@ static int f_pcie(fhw_ctx_t *c, unsigned int id, fv_answer_t *a) {
     else if (id == NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER || id == FI_PCIE_L0_TO_RECOVERY_COUNTER ||
              (id >= FI_PCIE_COUNT_CORRECTABLE_ERRORS && id <= FI_PCIE_COUNT_LANE_ERROR))
         answer_u(a, VT_ULL, 0);
-    else if (id == FI_PCIE_COUNT_TX_BYTES || id == FI_PCIE_COUNT_RX_BYTES)
-        /* Bytes since boot: the current rate over one second per generation (monotonic, reproducible). */
-        answer_u(a, VT_ULL, (unsigned long long)(id == FI_PCIE_COUNT_TX_BYTES ? g->pcie_tx_kbs : g->pcie_rx_kbs) *
-                                1024ULL * (c->s->hdr->generation + 1));
-    else if (id == FI_PCIE_OUTBOUND_ATOMICS_MASK || id == FI_PCIE_INBOUND_ATOMICS_MASK) {
+    else if (id == FI_PCIE_COUNT_TX_BYTES || id == FI_PCIE_COUNT_RX_BYTES) {
+        unsigned long long tx, rx; /* bytes since boot, integrated over the throughput (gpm.c) */
+        fhw_pcie_bytes(c, &tx, &rx);
+        answer_u(a, VT_ULL, id == FI_PCIE_COUNT_TX_BYTES ? tx : rx);
+    } else if (id == FI_PCIE_OUTBOUND_ATOMICS_MASK || id == FI_PCIE_INBOUND_ATOMICS_MASK) {
         unsigned int mask = id == FI_PCIE_OUTBOUND_ATOMICS_MASK ? g->pcie_atomics_outbound : g->pcie_atomics_inbound;
         if (mask) answer_u(a, VT_UINT, mask);
         else answer_code(a, NVML_ERROR_NOT_SUPPORTED);
@@ -431,12 +425,10 @@ static int f_misc(fhw_ctx_t *c, unsigned int id, fv_answer_t *a) {
         static const unsigned long long bit[3] = {0x20, 0x40, 0x80}; /* sw thermal, hw thermal, hw power brake */
         int hit = (g->throttle_reasons & bit[id - FI_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN]) != 0;
         answer_u(a, VT_ULL, hit ? c->s->hdr->generation * 1000000000ULL : 0); /* nvml.h: "in ns" */
-    } else if ((id >= FI_POWER_SYNC_BALANCING_FREQ && id <= FI_EDPP_MULTIPLIER) ||
-               (id >= FI_MMA_STALL_PERCENT && id <= FI_MCLK_MIN_SWITCH_INTERVAL_MILLISECONDS)) {
-        answer_code(a, NVML_ERROR_NOT_SUPPORTED); /* EDPP: N/A on the L40S and T4 captures */
-    } else if (id >= FI_ACTIVE_BANK_REMAPPINGS && id <= FI_PENDING_BANK_REMAPPING) {
-        answer_code(a, NVML_ERROR_NOT_SUPPORTED); /* no captured board has a bank remapper */
     } else {
+        /* Left to field_value's NOT_SUPPORTED: 272-274 (power sync balancing, EDPP: N/A on the L40S and T4
+           captures), 297-299 (MMA stall, memory clock switch interval), 303-307 (no captured board has a bank
+           remapper). */
         return 0;
     }
     return 1;

@@ -6,6 +6,7 @@
  */
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #define FHW_GPM_MAGIC 0x66687770u
@@ -48,20 +49,46 @@ nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample) {
     return NVML_SUCCESS;
 }
 
+/* The PCIe byte counters (field values 197, 198 and the GPM samples read these). The snapshot holds the current
+   throughput only (KiB/s, a figure of its generation), so the counters are integrated here: at a GPU's first
+   reading, its current rate over the monotonic clock's time since boot; after that, each reading adds the current
+   rate over the time since the previous one. A counter so never runs backwards when a new generation lowers the
+   rate (rate x time since boot did: the later sample below the earlier one, a GPM difference wrapping round to
+   ~10^13 MiB/s), and its growth between two readings is the rate in between. Per process and GPU slot, like the
+   resets of links.c's counters. */
+typedef struct {
+    int64_t time_ns; /* of the last reading; 0: boot */
+    double tx, rx;   /* bytes */
+} pcie_counter_t;
+static pcie_counter_t pcie[FHW_MAX_GPUS];
+static pthread_mutex_t pcie_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int64_t fhw_pcie_bytes(const fhw_ctx_t *c, unsigned long long *tx, unsigned long long *rx) {
+    const fhw_gpu_t *g = c->g;
+    pthread_mutex_lock(&pcie_lock);
+    pcie_counter_t *p = &pcie[c->slot];
+    int64_t now = now_ns(); /* under the lock: no reading is older than the last one */
+    double seconds = (double)(now - p->time_ns) / 1e9;
+    p->tx += (double)g->pcie_tx_kbs * 1024.0 * seconds;
+    p->rx += (double)g->pcie_rx_kbs * 1024.0 * seconds;
+    p->time_ns = now;
+    *tx = (unsigned long long)p->tx;
+    *rx = (unsigned long long)p->rx;
+    pthread_mutex_unlock(&pcie_lock);
+    return now;
+}
+
 static nvmlReturn_t g_sample(fhw_ctx_t *c, nvmlGpmSample_t s) {
     if (s == NULL || s->magic != FHW_GPM_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
     FHW_REQUIRE(c, FHW_ANS_GPM);
     const fhw_gpu_t *g = c->g;
     s->filled = 1;
     s->dev = c->dev;
-    s->time_ns = now_ns();
     const unsigned int act[8] = {g->gpm_graphics_activity, g->gpm_sm_activity, g->gpm_sm_occupancy,
                                  g->gpm_tensor_activity,   g->gpm_dram_bw_util, g->gpm_fp64_activity,
                                  g->gpm_fp32_activity,     g->gpm_fp16_activity};
     memcpy(s->activity, act, sizeof act);
-    /* PCIe byte counters: the snapshot's throughput (KiB/s) integrated over the monotonic clock. */
-    s->pcie_tx_bytes = (unsigned long long)((double)g->pcie_tx_kbs * 1024.0 * (double)s->time_ns / 1e9);
-    s->pcie_rx_bytes = (unsigned long long)((double)g->pcie_rx_kbs * 1024.0 * (double)s->time_ns / 1e9);
+    s->time_ns = fhw_pcie_bytes(c, &s->pcie_tx_bytes, &s->pcie_rx_bytes);
     for (unsigned int l = 0; l < GPM_LINKS; l++) {
         s->nvlink_rx[l] = g->links[l].present ? g->links[l].util_rx[0] : 0;
         s->nvlink_tx[l] = g->links[l].present ? g->links[l].util_tx[0] : 0;

@@ -168,6 +168,8 @@ int fhw_parse_bus_id(const char *text, fhw_pci_addr_t *out);
 nvmlReturn_t fhw_link_of(fhw_ctx_t *c, unsigned int link, const fhw_link_t **out);
 uint64_t fhw_link_error(fhw_ctx_t *c, const fhw_link_t *k, unsigned int link, unsigned int counter);
 uint64_t fhw_violation_ns(fhw_ctx_t *c, unsigned int policy);
+/* The GPU's PCIe byte counters now (gpm.c: fields 197, 198 and GPM samples); returns the monotonic clock's now. */
+int64_t fhw_pcie_bytes(const fhw_ctx_t *c, unsigned long long *tx, unsigned long long *rx);
 
 /* Copy a NUL-terminated field into a caller buffer of `length` bytes (INSUFFICIENT_SIZE when it won't fit). */
 nvmlReturn_t fhw_copy_str(char *dst, unsigned int length, const char *src, size_t src_cap);
