@@ -58,6 +58,26 @@ def give_first_gpu_two_fans(snap: NodeSnap, speed: int = 41) -> None:
     write_snapshot(snap.path, dataclasses.replace(snap.snapshot, gpus=gpus).to_bytes())
 
 
+def enable_accounting_on_first_gpu(snap: NodeSnap) -> None:
+    """Rewrite ``snap``'s file with accounting mode enabled on its first GPU (and no process accounted since). Every
+    capture prints accounting_mode Disabled, so the enabled state's answers need a record made here."""
+    gpus = (dataclasses.replace(snap.snapshot.gpus[0], accounting_mode=1), *snap.snapshot.gpus[1:])
+    write_snapshot(snap.path, dataclasses.replace(snap.snapshot, gpus=gpus).to_bytes())
+
+
+def pcie_rate_metrics(n: Any, first: Any, second: Any) -> Any:
+    """nvmlGpmMetricsGet of the PCIe TX and RX rates (metrics[0], metrics[1]) between two GPM samples, through
+    pynvml module ``n``: the request, answered."""
+    request = n.c_nvmlGpmMetricsGet_t()
+    request.version = n.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = 2
+    request.sample1, request.sample2 = first, second
+    request.metrics[0].metricId = n.NVML_GPM_METRIC_PCIE_TX_PER_SEC
+    request.metrics[1].metricId = n.NVML_GPM_METRIC_PCIE_RX_PER_SEC
+    n.nvmlGpmMetricsGet(request)
+    return request
+
+
 def faults_state(node: Node, faults: Sequence[dict[str, Any]], seed: int, generation: int = 1,
                  first_seq: int = 0) -> tuple[NodeState, tuple[Event, ...]]:
     """The state and events the agent derives for ``faults`` (dicts like the control API takes)."""

@@ -21,7 +21,7 @@ from types import ModuleType
 import pytest
 
 from tests.nvml import references
-from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, write_node
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, write_node
 from tests.nvml.test_pynvml import board_state, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -217,13 +217,7 @@ def test_pcie_byte_counters_keep_counting_when_a_new_generation_lowers_the_rate(
             n.nvmlGpmSampleGet(h, second)
             new = [v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198])]
             elapsed = time.monotonic() - start
-            request = n.c_nvmlGpmMetricsGet_t()
-            request.version = n.NVML_GPM_METRICS_GET_VERSION
-            request.numMetrics = 2
-            request.sample1, request.sample2 = first, second
-            request.metrics[0].metricId = n.NVML_GPM_METRIC_PCIE_TX_PER_SEC
-            request.metrics[1].metricId = n.NVML_GPM_METRIC_PCIE_RX_PER_SEC
-            n.nvmlGpmMetricsGet(request)
+            request = pcie_rate_metrics(n, first, second)
         finally:
             n.nvmlGpmSampleFree(first)
             n.nvmlGpmSampleFree(second)

@@ -26,7 +26,7 @@ from fakehw.nvml.snapfile import write_snapshot
 from fakehw.nvml.snapshot import ECC_LOCATION, FakeProcess
 from tests.nvml import references
 from tests.nvml.captures import board_capture, number
-from tests.nvml.helpers import NodeSnap, run_python, snapshot_env, with_driver
+from tests.nvml.helpers import NodeSnap, pcie_rate_metrics, run_python, snapshot_env, with_driver
 
 Nvml = Callable[..., NodeSnap]
 
@@ -1371,13 +1371,7 @@ def test_gpm_pcie_rates_agree_with_the_pcie_throughput_getter(nvml: Nvml, pynvml
         n.nvmlGpmSampleGet(h, first)
         time.sleep(0.02)  # let the monotonic clock move on (no assertion on time)
         n.nvmlGpmSampleGet(h, second)
-        request = n.c_nvmlGpmMetricsGet_t()
-        request.version = n.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = 2
-        request.sample1, request.sample2 = first, second
-        request.metrics[0].metricId = n.NVML_GPM_METRIC_PCIE_TX_PER_SEC
-        request.metrics[1].metricId = n.NVML_GPM_METRIC_PCIE_RX_PER_SEC
-        n.nvmlGpmMetricsGet(request)
+        request = pcie_rate_metrics(n, first, second)
         for metric, counter in ((request.metrics[0], n.NVML_PCIE_UTIL_TX_BYTES),
                                 (request.metrics[1], n.NVML_PCIE_UTIL_RX_BYTES)):
             assert metric.nvmlReturn == n.NVML_SUCCESS

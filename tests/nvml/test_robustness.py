@@ -383,6 +383,19 @@ def test_a_snapshot_truncated_in_place_under_a_reader_is_unknown_until_written_a
     assert got == {"before": uuid, "torn": 999, "after": uuid}
 
 
+_WRITABLE_PHDRS = """
+    /* The program's own program headers (found through the auxiliary vector), their load bias, and their pages
+       made writable (the table's own pages only: its segment is read-only). Needs `page`. */
+    ElfW(Phdr) *ph = (ElfW(Phdr) *)getauxval(AT_PHDR);
+    size_t count = getauxval(AT_PHNUM);
+    uintptr_t base = 0;
+    for (size_t i = 0; i < count; i++)
+        if (ph[i].p_type == PT_PHDR) base = (uintptr_t)ph - ph[i].p_vaddr;
+    uintptr_t first = (uintptr_t)ph & ~(uintptr_t)(page - 1);
+    size_t span = (uintptr_t)(ph + count) - first;
+    if (mprotect((void *)first, span, PROT_READ | PROT_WRITE) != 0) return 6;
+"""
+
 _TABLE_GUID = """
     static const unsigned char guid[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
                                            0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
@@ -411,16 +424,22 @@ int main(void) {
 """ + _TABLE_GUID + _ASK_FOR_THE_TABLE
 
 
+def c_caller(tmp: Path, name: str, source: str, snapshot: Path, *defines: str) -> tuple[Path, dict[str, str]]:
+    """A C program built from ``source`` (``-D`` ``defines``) that loads the library, and the environment that runs it
+    against ``snapshot``; skips without a C compiler."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp / f"{name}.c"
+    src.write_text(source)
+    exe = tmp / name
+    subprocess.run(["cc", "-O1", *(f"-D{d}" for d in defines), str(src), "-o", str(exe), "-ldl"], check=True)
+    return exe, dict(os.environ, FAKEHW_NVML_SNAPSHOT=str(snapshot), LD_LIBRARY_PATH=str(lib_path().parent))
+
+
 def export_table_answer(tmp: Path, release: str, snapshot: Path) -> int:
     """nvmlInternalGetExportTable's answer to nvidia-smi's GUID, asked by a C program built with ``release`` in its
     read-only data (empty: no release string)."""
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
-    src = tmp / "caller.c"
-    src.write_text(EXPORT_TABLE_CALLER)
-    exe = tmp / f"caller-{release or 'none'}"
-    subprocess.run(["cc", "-O1", f'-DRELEASE="{release}"', str(src), "-o", str(exe), "-ldl"], check=True)
-    env = dict(os.environ, FAKEHW_NVML_SNAPSHOT=str(snapshot), LD_LIBRARY_PATH=str(lib_path().parent))
+    exe, env = c_caller(tmp, f"caller-{release or 'none'}", EXPORT_TABLE_CALLER, snapshot, f'RELEASE="{release}"')
     proc = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=30, check=False)
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout)
@@ -456,15 +475,8 @@ int main(void) {
 """ + _TABLE_GUID + r"""
     long page = sysconf(_SC_PAGESIZE);
     unsigned char *closed = mmap(NULL, (size_t)page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ElfW(Phdr) *ph = (ElfW(Phdr) *)getauxval(AT_PHDR);
-    size_t count = getauxval(AT_PHNUM);
-    uintptr_t base = 0;
-    for (size_t i = 0; i < count; i++)
-        if (ph[i].p_type == PT_PHDR) base = (uintptr_t)ph - ph[i].p_vaddr;
-    uintptr_t first = (uintptr_t)ph & ~(uintptr_t)(page - 1);
-    size_t span = (uintptr_t)(ph + count) - first; /* the table's own pages only: its segment is read-only */
-    if (closed == MAP_FAILED || mprotect((void *)first, span, PROT_READ | PROT_WRITE) != 0) return 6;
-    int changed = 0;
+    if (closed == MAP_FAILED) return 6;
+""" + _WRITABLE_PHDRS + r"""    int changed = 0;
     for (size_t i = 0; i < count; i++) {
         if (ph[i].p_type != PT_GNU_STACK) continue;
         ph[i].p_type = PT_LOAD;
@@ -487,14 +499,8 @@ def test_a_program_segment_without_read_permission_is_not_read(node_snapshot: Ca
     program headers hold a PT_LOAD with no flags over a PROT_NONE page, and that names no release, gets the table
     like any program naming none (SUCCESS, 0: test_a_program_of_a_two_part_release_...'s "" case) instead of a
     SIGSEGV from a read of that page (seed 10618's export.c:315, ``p_flags & PF_R`` -> ``|``)."""
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
     snap = node_snapshot(with_driver(tmp_path, "dgx-h100", "535.261.03"))
-    src = tmp_path / "unreadable.c"
-    src.write_text(UNREADABLE_SEGMENT_CALLER)
-    exe = tmp_path / "unreadable"
-    subprocess.run(["cc", "-O1", str(src), "-o", str(exe), "-ldl"], check=True)
-    env = dict(os.environ, FAKEHW_NVML_SNAPSHOT=str(snap.path), LD_LIBRARY_PATH=str(lib_path().parent))
+    exe, env = c_caller(tmp_path, "unreadable", UNREADABLE_SEGMENT_CALLER, snap.path)
     proc = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=30, check=False)
     assert (proc.returncode, proc.stdout) == (0, "0\n"), proc.stderr
 
@@ -524,15 +530,7 @@ int main(int argc, char **argv) {
     memset(segment, 0, size);
     memcpy(segment + 1, argv[1], size - 2);
     mprotect(pages, (size_t)page, PROT_READ);
-    ElfW(Phdr) *ph = (ElfW(Phdr) *)getauxval(AT_PHDR);
-    size_t count = getauxval(AT_PHNUM);
-    uintptr_t base = 0;
-    for (size_t i = 0; i < count; i++)
-        if (ph[i].p_type == PT_PHDR) base = (uintptr_t)ph - ph[i].p_vaddr;
-    uintptr_t first = (uintptr_t)ph & ~(uintptr_t)(page - 1);
-    size_t span = (uintptr_t)(ph + count) - first;
-    if (mprotect((void *)first, span, PROT_READ | PROT_WRITE) != 0) return 6;
-    int changed = 0;
+""" + _WRITABLE_PHDRS + r"""    int changed = 0;
     for (size_t i = 0; i < count; i++) {
         if (ph[i].p_type != PT_GNU_STACK) continue;
         ph[i].p_type = PT_LOAD;
@@ -558,14 +556,8 @@ def test_a_release_that_fills_a_read_only_segment_is_found(node_snapshot: Callab
     scan that starts a byte late (fresh seed 10680's export.c:318, ``start + 1`` -> ``+ 2``) or stops ten bytes
     short of the end (the two-part release, 8 bytes with its NULs, was not found: a defect, fixed) gives the table;
     one that reads past the end faults on the PROT_NONE page."""
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
     snap = node_snapshot(with_driver(tmp_path, "dgx-h100", "535.261.03"))
-    src = tmp_path / "segment.c"
-    src.write_text(SEGMENT_OF_ITS_OWN_CALLER)
-    exe = tmp_path / "segment"
-    subprocess.run(["cc", "-O1", str(src), "-o", str(exe), "-ldl"], check=True)
-    env = dict(os.environ, FAKEHW_NVML_SNAPSHOT=str(snap.path), LD_LIBRARY_PATH=str(lib_path().parent))
+    exe, env = c_caller(tmp_path, "segment", SEGMENT_OF_ITS_OWN_CALLER, snap.path)
     answers = {}
     for release in ("535.104.05", "535.98", "535.261.03", ""):
         proc = subprocess.run([str(exe), release], env=env, capture_output=True, text=True, timeout=30,
@@ -637,14 +629,8 @@ def test_a_sigbus_of_the_program_s_own_goes_where_it_would_without_the_library(
     SIGBUS ignored, the process ends as the same program ends without the library (the kernel's choice for an
     ignored fault signal, kernel/signal.c force_sig_info_to_task: the action is reset to the default, death by
     SIGBUS), not some other way."""
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
     snap = node_snapshot("dgx-h100")
-    src = tmp_path / "sigbus.c"
-    src.write_text(SIGBUS_CHAIN)
-    exe = tmp_path / "sigbus"
-    subprocess.run(["cc", "-O1", str(src), "-o", str(exe), "-ldl"], check=True)
-    env = dict(os.environ, FAKEHW_NVML_SNAPSHOT=str(snap.path), LD_LIBRARY_PATH=str(lib_path().parent))
+    exe, env = c_caller(tmp_path, "sigbus", SIGBUS_CHAIN, snap.path)
     ends = {how: subprocess.run([str(exe), kind, how], env=env, capture_output=True, text=True, timeout=30,
                                 check=False).returncode for how in ("alone", "library")}
     assert ends["library"] == ends["alone"] == (-signal.SIGBUS if kind == "ignored" else 0)

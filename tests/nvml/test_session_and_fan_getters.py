@@ -8,15 +8,21 @@ documents for each function, never from the shim's own tables.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml.captures import board_capture, number
-from tests.nvml.helpers import NodeSnap, give_first_gpu_two_fans, snapshot_env, with_driver
+from tests.nvml.helpers import (
+    NodeSnap,
+    enable_accounting_on_first_gpu,
+    give_first_gpu_two_fans,
+    snapshot_env,
+    with_driver,
+)
 from tests.nvml.test_pynvml import error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -160,20 +166,12 @@ def test_accounting_with_the_mode_enabled_and_no_process_accounted(pynvml_module
     not found")."""
     n = pynvml_module
     snap = node_snapshot(H100_NODE)
-    gpus = (replace(snap.snapshot.gpus[0], accounting_mode=1), *snap.snapshot.gpus[1:])
-    write_snapshot(snap.path, replace(snap.snapshot, gpus=gpus).to_bytes())
-    with snapshot_env(snap.path):
-        n.nvmlInit()
-        try:
-            enabled, disabled = handles(n)[:2]
-            lib = ctypes.CDLL("libnvidia-ml.so.1")
-            assert n.nvmlDeviceGetAccountingMode(enabled) == n.NVML_FEATURE_ENABLED
-            assert n.nvmlDeviceGetAccountingPids(enabled) == []
-            assert lib.nvmlDeviceGetAccountingPids(enabled, None, None) == n.NVML_ERROR_INVALID_ARGUMENT
-            assert error_of(partial(n.nvmlDeviceGetAccountingStats, enabled, 1)) == n.NVML_ERROR_NOT_FOUND
-            assert error_of(partial(n.nvmlDeviceGetAccountingPids, disabled)) == n.NVML_ERROR_NOT_SUPPORTED
-        finally:
-            n.nvmlShutdown()
+    with accounting_on_first_gpu(n, snap) as (enabled, disabled, lib):
+        assert n.nvmlDeviceGetAccountingMode(enabled) == n.NVML_FEATURE_ENABLED
+        assert n.nvmlDeviceGetAccountingPids(enabled) == []
+        assert lib.nvmlDeviceGetAccountingPids(enabled, None, None) == n.NVML_ERROR_INVALID_ARGUMENT
+        assert error_of(partial(n.nvmlDeviceGetAccountingStats, enabled, 1)) == n.NVML_ERROR_NOT_FOUND
+        assert error_of(partial(n.nvmlDeviceGetAccountingPids, disabled)) == n.NVML_ERROR_NOT_SUPPORTED
 
 
 def test_the_v2_accounting_stats_of_a_pid_never_accounted_are_not_found(pynvml_module: ModuleType,
@@ -185,16 +183,22 @@ def test_the_v2_accounting_stats_of_a_pid_never_accounted_are_not_found(pynvml_m
     and NOT_SUPPORTED on gpu1, whose mode stays disabled (the test above)."""
     n = pynvml_module
     snap = node_snapshot(str(with_driver(tmp_path, H100_NODE, "615.10.01")))
-    gpus = (replace(snap.snapshot.gpus[0], accounting_mode=1), *snap.snapshot.gpus[1:])
-    write_snapshot(snap.path, replace(snap.snapshot, gpus=gpus).to_bytes())
+    with accounting_on_first_gpu(n, snap) as (enabled, disabled, lib):
+        stats = ctypes.create_string_buffer(128)
+        assert lib.nvmlDeviceGetAccountingStats_v2(enabled, stats) == n.NVML_ERROR_NOT_FOUND
+        assert lib.nvmlDeviceGetAccountingStats_v2(disabled, stats) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+@contextmanager
+def accounting_on_first_gpu(n: ModuleType, snap: NodeSnap) -> Iterator[tuple[Any, Any, ctypes.CDLL]]:
+    """``snap`` with accounting enabled on gpu0 (every capture prints it Disabled, so the record is made here),
+    initialized through pynvml ``n``: gpu0's and gpu1's handles, and the library for calls pynvml does not wrap."""
+    enable_accounting_on_first_gpu(snap)
     with snapshot_env(snap.path):
         n.nvmlInit()
         try:
             enabled, disabled = handles(n)[:2]
-            lib = ctypes.CDLL("libnvidia-ml.so.1")
-            stats = ctypes.create_string_buffer(128)
-            assert lib.nvmlDeviceGetAccountingStats_v2(enabled, stats) == n.NVML_ERROR_NOT_FOUND
-            assert lib.nvmlDeviceGetAccountingStats_v2(disabled, stats) == n.NVML_ERROR_NOT_SUPPORTED
+            yield enabled, disabled, ctypes.CDLL("libnvidia-ml.so.1")
         finally:
             n.nvmlShutdown()
 
