@@ -58,6 +58,32 @@ def test_supported_types_and_registration(nvml: Callable[..., NodeSnap], pynvml_
     n.nvmlEventSetFree(s)
 
 
+def test_a_wait_that_is_not_a_whole_number_of_poll_steps_ends_at_its_timeout(nvml: Callable[..., NodeSnap],
+                                                                             pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlEventSetWait_v2: "waits ... but not longer than specified timeout". The shim waits in steps of at
+    most 100 ms (csrc/events.c POLL_CAP_MS) so that it notices a snapshot replaced under it; its last step must be
+    what is left of the timeout, not a whole step, and no wait answers TIMEOUT before its timeout. A quiet 101 ms
+    wait then ends at 101 ms or a little later, where a step counted from the wrong end ends it at 200 ms or, when the
+    first look took a millisecond, at 100 (fresh seed 10625's events.c:200, ``timeoutms - elapsed`` -> ``+``: seen
+    giving 0.200, 0.100, 0.200 s). It also found the shim counting whole milliseconds of the seconds and of the
+    nanoseconds apart, so a negative nanosecond part rounded up and about one wait in three answered TIMEOUT at
+    100.4 ms (fixed). The fastest of three waits is judged, so a loaded machine's one slow wake does not decide."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    s = n.nvmlEventSetCreate()
+    n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(0), EVENT_XID, s)
+    waits = []
+    try:
+        for _ in range(3):
+            t0 = time.monotonic()
+            with pytest.raises(n.NVMLError_Timeout):
+                n.nvmlEventSetWait_v2(s, 101)
+            waits.append(time.monotonic() - t0)
+    finally:
+        n.nvmlEventSetFree(s)
+    assert 0.101 <= min(waits) < 0.16, waits
+
+
 def _event_set(lib: ctypes.CDLL, handles: list[Any], mask: int = EVENT_XID | EVENT_DOUBLE_BIT_ECC) -> ctypes.c_void_p:
     """A new event set (nvmlEventSetCreate) with ``mask`` registered on each of ``handles``, both calls succeeding."""
     s = ctypes.c_void_p()

@@ -195,7 +195,10 @@ static nvmlReturn_t e_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned l
         if (r != NVML_ERROR_TIMEOUT) return r;
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        long long elapsed = (long long)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        /* whole milliseconds of the whole difference: each part truncated alone counted a wait 0.4 ms short of
+           its timeout as done (a negative nanosecond part rounds toward zero, i.e. up) */
+        long long elapsed = ((long long)(now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec))
+                            / 1000000;
         if (elapsed >= (long long)timeoutms) return NVML_ERROR_TIMEOUT;
         long long left = (long long)timeoutms - elapsed;
         if (fd >= 0) {
