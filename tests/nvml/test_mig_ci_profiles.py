@@ -39,7 +39,7 @@ import pytest
 import yaml
 
 import fakehw
-from tests.nvml.helpers import NodeSnap, snapshot_env, write_node
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, snapshot_env, write_node
 from tests.nvml.migtools import A100_80GB_LGIP, H100_80GB_LGIP, LGIPP
 
 CI_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
@@ -469,6 +469,26 @@ def test_gpu_instance_placements_whether_mig_is_on_or_not(function: str, pynvml_
         starts = ",".join(str(array[k].start) for k in range(listed.value))
         got[profile_id] = f"{{{starts}}}:{sizes.pop()}"
     assert got == LGIPP
+
+
+@pytest.mark.parametrize("function", ["nvmlDeviceGetGpuInstancePossiblePlacements",
+                                      "nvmlDeviceGetGpuInstancePossiblePlacements_v2"])
+def test_gpu_instance_placements_of_a_mig_device_are_refused(function: str, pynvml_module: ModuleType,
+                                                              nvml: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """GPU instances are made on a GPU, never inside a MIG device (the MIG user guide: a GPU instance is a slice of
+    the GPU; a MIG device is a compute instance within one): nvml.h's INVALID_ARGUMENT "if device ... is invalid"
+    for a MIG device handle, from both forms of the placements call alike, while the MIG device's parent GPU
+    answers (fresh seed 10626's mig.c:400: the deprecated form let MIG handles through)."""
+    n = pynvml_module
+    nvml(dgx_h100_with_mig_gpu7(tmp_path))
+    gpu7 = n.nvmlDeviceGetHandleByIndex(7)
+    mig = n.nvmlDeviceGetMigDeviceHandleByIndex(gpu7, 0)
+    fn = getattr(n.nvmlLib, function)
+    profile = n.NVML_GPU_INSTANCE_PROFILE_1_SLICE
+    count = ctypes.c_uint(0)
+    assert fn(gpu7, ctypes.c_uint(profile), None, ctypes.byref(count)) == n.NVML_SUCCESS and count.value > 0
+    count = ctypes.c_uint(0)
+    assert fn(mig, ctypes.c_uint(profile), None, ctypes.byref(count)) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
 def test_mig_handles_outlive_a_new_generation_of_the_snapshot(pynvml_module: ModuleType,

@@ -523,12 +523,12 @@ int main(int argc, char **argv) {
 """ + _TABLE_GUID + r"""
     if (argc < 2) return 8;
     long page = sysconf(_SC_PAGESIZE);
-    size_t size = strlen(argv[1]) + 2;
+    size_t size = strlen(argv[1]) + (argc > 2 ? 1 : 2); /* argv[2]: no NUL after the release */
     unsigned char *pages = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (pages == MAP_FAILED || mprotect(pages + page, (size_t)page, PROT_NONE) != 0) return 6;
     unsigned char *segment = pages + page - size;
     memset(segment, 0, size);
-    memcpy(segment + 1, argv[1], size - 2);
+    memcpy(segment + 1, argv[1], strlen(argv[1]));
     mprotect(pages, (size_t)page, PROT_READ);
 """ + _WRITABLE_PHDRS + r"""    int changed = 0;
     for (size_t i = 0; i < count; i++) {
@@ -565,6 +565,13 @@ def test_a_release_that_fills_a_read_only_segment_is_found(node_snapshot: Callab
         assert proc.returncode == 0, (release, proc.returncode, proc.stderr)
         answers[release] = int(proc.stdout)
     assert answers == {"535.104.05": 2, "535.98": 2, "535.261.03": 0, "": 0}
+    # The same digits with no NUL after them, their last at the segment's last byte: not a NUL-delimited release, so
+    # the program names none and gets the table, and the scan stops at the segment's end instead of reading the
+    # PROT_NONE page after it (fresh seed 10627's export.c:292, ``q < end`` -> ``q <= end``, dies of SIGSEGV).
+    for release in ("535.104.05", "535.98"):
+        proc = subprocess.run([str(exe), release, "open"], env=env, capture_output=True, text=True, timeout=30,
+                              check=False)
+        assert (proc.returncode, proc.stdout) == (0, "0\n"), (release, proc.returncode, proc.stderr)
 
 SIGBUS_CHAIN = r"""
 #define _GNU_SOURCE
