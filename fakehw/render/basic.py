@@ -47,13 +47,11 @@ class StateFragments:
         self.fault_list = ListText()
         self.lists: dict[tuple[str, str], ListText] = {}
         """Per (GPU, list): its Xids' and fault ids' text."""
-        self.gpu_templates: dict[str, tuple[tuple[object, ...], _Template]] = {}
-        """Per GPU: the values of its members other than the growing lists, and the text they were encoded to."""
+        self.templates: dict[str, tuple[tuple[object, ...], _Template]] = {}
+        """Per GPU (by name) and for the node (""): what the object's members other than those given as text were
+        made from, and the text around them (:func:`_filled`)."""
         self.written: bytes | None = None
         """The bytes of the last ``state.json`` written."""
-        self.node: tuple[tuple[object, ...], _Template] | None = None
-        """The node's members other than its generation, health, GPUs and faults (memdevs, pools, down ports,
-        platform summary, MIG), and the text around them."""
 
 
 class ListText:
@@ -83,7 +81,7 @@ def _compact(value: Any) -> str:
 
 
 _RAW = "\x00raw\x00"
-"""What stands in for a member given as JSON text while the rest is encoded (see :func:`_object_text`)."""
+"""What stands in for a member given as JSON text while the rest is encoded (see :class:`_Template`)."""
 
 
 @functools.cache
@@ -93,8 +91,13 @@ def _token(key: str) -> str:
 
 
 class _Template:
-    """The JSON text of an object some of whose members are given as JSON text later (see :func:`_object_text`):
-    the text around those members, kept so an object whose other members did not change is not encoded again."""
+    """The JSON text of an object some of whose members are given as JSON text later: the text around those
+    members, kept so an object whose other members did not change is not encoded again.
+
+    One ``json.dumps`` of the whole object with a placeholder string for each such member, split where the
+    placeholders are (a dumps per member costs more than the rest of the state's encoding). A placeholder that
+    occurs other than once in the encoding (a value of ``doc`` happens to hold it) falls back to encoding member by
+    member."""
 
     def __init__(self, doc: dict[str, Any], keys: Iterable[str]):
         tokens = {k: _token(k) for k in keys}
@@ -123,16 +126,6 @@ class _Template:
         for key, part in zip(self.keys, self.parts[1:], strict=True):
             out += (raw[key], part)
         return "".join(out)
-
-
-def _object_text(doc: dict[str, Any], raw: dict[str, str]) -> str:
-    """``_compact`` of ``doc`` with the members in ``raw`` given as JSON text already.
-
-    One ``json.dumps`` of the whole object with a placeholder string for each raw member, which is then replaced
-    by its text (a dumps per member costs more than the rest of the state's encoding). A placeholder that occurs
-    other than once in the encoding (a value of ``doc`` happens to hold it) falls back to encoding member by
-    member."""
-    return _Template(doc, raw).fill(raw)
 
 
 def _faults_text(state: NodeState, memo: StateFragments) -> str:
@@ -172,10 +165,7 @@ def _gpu_text(gpu: GpuState, memo: StateFragments) -> str:
     ids = lists.get((gpu.name, "faults")) or lists.setdefault((gpu.name, "faults"), ListText())
     raw = {"xids": "[" + xids.of(gpu.xids, str) + "]", "faults": "[" + ids.of(gpu.faults, _compact) + "]"}
     key = tuple(getattr(gpu, name) for name in _gpu_members())
-    hit = memo.gpu_templates.get(gpu.name)
-    if hit is None or hit[0] != key:
-        hit = memo.gpu_templates[gpu.name] = (key, _Template(gpu.to_json(history=False), _GPU_LISTS))
-    return hit[1].fill(raw)
+    return _filled(memo, gpu.name, key, lambda: gpu.to_json(history=False), raw)
 
 
 def state_json(state: NodeState, memo: StateFragments) -> bytes:
@@ -192,9 +182,15 @@ def state_json(state: NodeState, memo: StateFragments) -> bytes:
     # An injection changes the generation, a GPU and the faults; the rest of the node (its platform's 34 NUMA
     # nodes on a GB200 tray, MIG) is encoded again only when one of the objects it is made from differs.
     key = (state.node, state.seed, state.memdevs, state.pools, state.down_ports, state.platform, state.mig)
-    if memo.node is None or memo.node[0] != key:
-        memo.node = (key, _Template(state.to_json(gpus=False, faults=False), _NODE_RAW))
-    return (memo.node[1].fill(raw) + "\n").encode()
+    return (_filled(memo, "", key, lambda: state.to_json(gpus=False, faults=False), raw) + "\n").encode()
 
 
-_NODE_RAW = ("gpus", "faults", "generation", "health")
+def _filled(memo: StateFragments, name: str, key: tuple[object, ...], doc: Callable[[], dict[str, Any]],
+            raw: dict[str, str]) -> str:
+    """The text of object ``name`` (a GPU's name, or "" for the node) with the members of ``raw`` given as text:
+    from its remembered template while ``key`` (what its other members are made from) is the same, else from a
+    template of ``doc()`` made now."""
+    hit = memo.templates.get(name)
+    if hit is None or hit[0] != key:
+        hit = memo.templates[name] = (key, _Template(doc(), raw))
+    return hit[1].fill(raw)

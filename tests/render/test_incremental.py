@@ -30,7 +30,7 @@ from fakehw.nvml.snapcache import SnapshotCache
 from fakehw.nvml.snapshot import _Peers, build_snapshot
 from fakehw.render import RenderMemo, render_node
 from fakehw.render.atomic import Releaser, _temporary, atomic_write, dump_json
-from fakehw.render.basic import StateFragments, _object_text, state_json
+from fakehw.render.basic import StateFragments, _Template, state_json
 from fakehw.sysfs.tree import RootWriter
 
 PROFILES = sorted(p.stem for p in (Path(snapshot.__file__).parents[1] / "profiles").glob("*.yaml"))
@@ -336,6 +336,11 @@ def test_a_snapshot_rendered_with_memory_is_written_when_its_answers_change_and_
     assert path.stat().st_mtime_ns == before, "nothing changed: the file is left alone"
     path.unlink()
     assert render().gpus[0].xid_count == 1, "the same answers again: a removed file is put back"
+
+
+def _object_text(doc: dict[str, Any], raw: dict[str, str]) -> str:
+    """``doc``'s JSON text with the members of ``raw`` given as text, through a template made for them."""
+    return _Template(doc, raw).fill(raw)
 
 
 @pytest.mark.parametrize("value", ["\x00raw\x00xids", "\x00raw\x00faults", "a \x00raw\x00xids and \x00raw\x00faults"])
