@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -416,15 +417,61 @@ def test_a_c_sample_holds_only_mutants_the_compiler_takes_and_is_the_same_for_a_
     [cut] = tool.restrict([*tool.AREAS, tool.NVML_C_AREA], ["fakehw/nvml/csrc/platform.c"])
     assert (cut.name, cut.modules, cut.tests) == (tool.NVML_C_AREA.name, ("fakehw/nvml/csrc/platform.c",),
                                                   tool.NVML_C_AREA.tests)
-    every, total, refused = tool.sample_c(cut, 0, 1)
-    assert total == len(tool.c_generated(cut)) == len(every) + refused and refused >= 1
+    whole = tool.sample_c(cut, 0, 1)
+    assert whole.total == len(tool.c_generated(cut)) == len(whole.drawn) + whole.refused + whole.same_code
+    assert whole.refused >= 1
     source = (tool.ROOT / "fakehw/nvml/csrc/platform.c").read_text()
-    texts = {m.apply(source).splitlines()[m.line - 1].strip() for m in every}
+    texts = {m.apply(source).splitlines()[m.line - 1].strip() for m in whole.drawn}
     assert "unsigned int version = *(unsigned int /)out;" not in texts
     assert "if (version == nvmlPlatformInfo_v1 && version != nvmlPlatformInfo_v2) " \
            "return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;" in texts
     assert tool.sample_c(cut, 3, 7) == tool.sample_c(cut, 3, 7)
-    assert len(tool.sample_c(cut, 3, 7)[0]) == 3 and tool.sample_c(cut, 3, 7)[0] != tool.sample_c(cut, 3, 8)[0]
+    assert len(tool.sample_c(cut, 3, 7).drawn) == 3 and tool.sample_c(cut, 3, 7).drawn != tool.sample_c(cut, 3, 8).drawn
+
+
+DEAD_STORE = """int f(int x) {
+    int y = 1;
+    y = x;
+    return y < 4;
+}
+"""
+"""Six mechanical mutants: the dead store's 1 made 2 or 0 changes nothing C can observe (``y`` is written again before
+it is read), so an optimising compiler emits the original's code; ``<`` made ``<=`` or ``>`` and 4 made 5 or 3 change
+the answer for some ``x``."""
+
+
+def test_a_c_sample_goes_past_mutants_that_compile_to_the_originals_code(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """Trivial Compiler Equivalence: a mutant whose object code is the original's in every build the tests run
+    cannot be killed by any test, so the draw goes on past it and counts it apart (the compiler, not a person, shows
+    it equivalent). Of :data:`DEAD_STORE`'s six mutants the two of the dead store are such (worked out from C's
+    semantics above); the four others are drawn."""
+    tool = _load_tool()
+    (tmp_path / "snippet.c").write_text(DEAD_STORE)
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    cut = dataclasses.replace(tool.NVML_C_AREA, modules=("snippet.c",))
+    c = tool.sample_c(cut, 0, 1)
+    lines = sorted(m.apply(DEAD_STORE).splitlines()[m.line - 1].strip() for m in c.drawn)
+    assert (c.total, c.refused, c.same_code) == (6, 0, 2)
+    assert lines == ["return y < 3;", "return y < 5;", "return y <= 4;", "return y > 4;"]
+
+
+def test_same_code_asks_every_build_the_tests_run(tmp_path: Path) -> None:
+    """A copy one byte longer than its 8-byte destination reads one byte past the source: the shipped build's
+    ``-O2`` keeps only the one byte the function returns, so its code is the original's, but the sanitized harness
+    (tests/nvml/test_sanitizers.py) checks the whole copy and aborts. Such a mutant can be killed (export.c's
+    ``memcpy(text, desc, 32)`` to 33 was the same code at ``-O2``), so it must not be taken for equivalent: only a
+    mutant that is the same code in both builds is."""
+    from fakehw.nvml import build
+
+    cm = _c_tool()
+    gen = build.generate(tmp_path)
+    original = "#include <string.h>\nint f(const char *src) { char buf[8]; memcpy(buf, src, 8); return buf[0]; }\n"
+    longer = original.replace("src, 8)", "src, 9)")
+    assert cm.SameCode([cm.shim_cflags(gen)])("f.c", original, longer)
+    assert not cm.SameCode([cm.shim_cflags(gen), cm.sanitized_cflags(gen)])("f.c", original, longer)
+    assert cm.SameCode([cm.shim_cflags(gen), cm.sanitized_cflags(gen)])("f.c", DEAD_STORE,
+                                                                          DEAD_STORE.replace("y = 1", "y = 2"))
 
 
 def test_an_equivalent_may_name_a_mechanical_c_mutant_and_goes_stale_when_none_has_its_lines(

@@ -201,9 +201,49 @@ def compiles(source: str, cflags: list[str]) -> bool:
     return proc.returncode == 0
 
 
+def object_code(source: str, cflags: list[str]) -> bytes | None:
+    """The object file ``cflags`` compile ``source`` to (None if it does not compile), made comparable: read from
+    standard input, so the file name recorded in it is the same for every source, with no debug information and no
+    ``.comment`` naming the compiler (``-fno-ident``)."""
+    with tempfile.TemporaryDirectory(prefix="fakehw-c-object-") as tmp:
+        out = Path(tmp) / "mutant.o"
+        proc = subprocess.run([*cflags, "-g0", "-fno-ident", "-x", "c", "-c", "-", "-o", str(out)], input=source,
+                              capture_output=True, text=True, check=False, timeout=120)
+        return out.read_bytes() if proc.returncode == 0 else None
+
+
+class SameCode:
+    """Whether a mutant compiles to its original's object code in every build the tests run: Trivial Compiler
+    Equivalence (Papadakis et al., ICSE 2015). The compiler's optimiser proves such a mutant equivalent, since the
+    program the tests run is the same bytes: ``rec < 0 ? -1 : x`` to ``-2`` where the -1 is never read, ``x < 4`` to
+    ``x <= 3``. Each build counts: a one-byte longer ``memcpy`` into a fixed buffer can be the same code at ``-O2``
+    and a different one under AddressSanitizer, which then aborts (so both the shipped build's flags and the
+    sanitized harness's are given). The originals' code is compiled once per file and build."""
+
+    def __init__(self, builds: list[list[str]]) -> None:
+        self.builds = builds
+        self._originals: dict[str, list[bytes | None]] = {}
+
+    def __call__(self, file: str, original: str, mutant: str) -> bool:
+        if file not in self._originals:
+            self._originals[file] = [object_code(original, flags) for flags in self.builds]
+        for flags, before in zip(self.builds, self._originals[file], strict=True):
+            if before is None or object_code(mutant, flags) != before:
+                return False
+        return True
+
+
 def shim_cflags(gen: Path, cc: str = "cc") -> list[str]:
     """The compiler and flags the shim is built with (:mod:`fakehw.nvml.build`), its generated headers in ``gen``
     (:func:`fakehw.nvml.build.generate`)."""
     from fakehw.nvml import build
 
     return [*shlex.split(cc), *build.BASE_CFLAGS, f"-I{gen}", f"-I{build.CSRC}"]
+
+
+def sanitized_cflags(gen: Path, cc: str = "cc") -> list[str]:
+    """The compiler and flags the sanitized C harness builds the shim's sources with
+    (:data:`fakehw.nvml.build.SANITIZER_CFLAGS`), its generated headers in ``gen``."""
+    from fakehw.nvml import build
+
+    return [*shlex.split(cc), *build.SANITIZER_CFLAGS, f"-I{gen}", f"-I{build.CSRC}"]

@@ -5,7 +5,8 @@ arithmetic and comparison swaps, negated conditions, flipped booleans and and/or
 zero times, swapped exception types, break/continue). A seeded random sample of them (``--sample``, per area) is
 applied one at a time to a private copy of the tree, and the area's tests are run against it: a failing (or
 timed-out) test run kills the mutant, a passing one lets it survive. The NVML shim's C sources get a seeded sample of
-mechanical mutants (``tools/c_mutants.py``: the C forms of the same operators, each compiled before it counts), or
+mechanical mutants (``tools/c_mutants.py``: the C forms of the same operators, each compiled before it counts, and
+left out when the compiler turns it into the original's own code in every build the tests run), or
 with ``--c-last``/``--c-written`` the hand-written ones (``tools/nvml-c-mutants.toml``); either is applied the same
 way and rebuilt with the shim's own build.
 
@@ -47,7 +48,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from c_mutants import CMutation, compiles, mutations, shim_cflags  # tools/ is no package: its directory
+# tools/ is no package: its directory is put on sys.path above
+from c_mutants import CMutation, SameCode, compiles, mutations, sanitized_cflags, shim_cflags
 
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tools" / "mutation-equivalents.toml"
@@ -228,10 +230,25 @@ def c_generated(area: Area, sources: dict[str, str] | None = None) -> list[CMuta
     return [m for f, text in sources.items() for m in mutations(f, text)]
 
 
-def sample_c(area: Area, sample: int, seed: int) -> tuple[list[CMutation], int, int]:
+@dataclass(frozen=True)
+class CSample:
+    """A seeded draw of mechanical C mutants, and what the draw went past."""
+
+    drawn: list[CMutation]
+    total: int
+    """How many mechanical mutants the area's files have, compiling or not."""
+    refused: int
+    """Drawn, but not C (the compiler refused them): drawn again."""
+    same_code: int
+    """Drawn, but the same object code as the original in every build the tests run (:class:`c_mutants.SameCode`):
+    equivalent by construction, drawn again."""
+
+
+def sample_c(area: Area, sample: int, seed: int) -> CSample:
     """A seeded sample of ``sample`` (0: every one) mechanical mutants of the C area that compile with the shim's
-    flags and ``-Werror``, drawn in a random order that depends only on the seed and the sources; with how many
-    there are in all and how many drawn did not compile (drawn again: a mutant that is not C tests nothing)."""
+    flags and ``-Werror`` and change the code the tests run, drawn in a random order that depends only on the seed
+    and the sources. A mutant that is not C tests nothing, and one the compiler turns into the original's own
+    object code cannot be killed by any test: neither belongs in a score, so the draw goes on past both."""
     from fakehw.nvml import build
 
     sources = {f: (ROOT / f).read_text() for f in c_files(area)}
@@ -239,17 +256,23 @@ def sample_c(area: Area, sample: int, seed: int) -> tuple[list[CMutation], int, 
     order = random.Random(f"{seed}:{area.name}").sample(every, len(every))
     want = sample or len(every)
     chosen: list[CMutation] = []
-    refused = 0
+    refused = same = 0
     with tempfile.TemporaryDirectory(prefix="fakehw-c-mutants-") as tmp:
-        cflags = shim_cflags(build.generate(Path(tmp)), os.environ.get("CC") or "cc")
+        cc = os.environ.get("CC") or "cc"
+        gen = build.generate(Path(tmp))
+        cflags = shim_cflags(gen, cc)
+        same_code = SameCode([cflags, sanitized_cflags(gen, cc)])
         for m in order:
             if len(chosen) == want:
                 break
-            if compiles(m.apply(sources[m.file]), cflags):
-                chosen.append(m)
-            else:
+            mutant = m.apply(sources[m.file])
+            if not compiles(mutant, cflags):
                 refused += 1
-    return sorted(chosen, key=lambda m: (m.file, m.start, m.operator)), len(every), refused
+            elif same_code(m.file, sources[m.file], mutant):
+                same += 1
+            else:
+                chosen.append(m)
+    return CSample(sorted(chosen, key=lambda m: (m.file, m.start, m.operator)), len(every), refused, same)
 
 
 def c_mutants() -> list[CMutant]:
@@ -778,10 +801,11 @@ def plan(areas: list[Area], sample: int, seed: int, c_last: int = 0,
             jobs += [(area, m) for m in (written[-c_last:] if c_last else written)]
             continue
         if is_c(area):
-            drawn, every, refused = sample_c(area, sample, seed)
-            print(f"mutants  {area.name:30} {every:5} in all, {len(drawn)} sampled ({refused} drawn did not "
-                  "compile and were drawn again)", flush=True)
-            jobs += [(area, m) for m in drawn]
+            c = sample_c(area, sample, seed)
+            print(f"mutants  {area.name:30} {c.total:5} in all, {len(c.drawn)} sampled ({c.refused} drawn did not "
+                  f"compile, {c.same_code} compiled to the original's code in both builds the tests run; both drawn "
+                  "again)", flush=True)
+            jobs += [(area, m) for m in c.drawn]
             continue
         specs = enumerate_specs(area)
         chosen = random.Random(f"{seed}:{area.name}").sample(specs, min(sample, len(specs))) if sample else specs

@@ -51,6 +51,10 @@ SONAME = "libnvidia-ml.so.1"
 EXPORT_SLOTS = 320
 BASE_CFLAGS = ("-std=gnu11", "-O2", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Wno-unused-parameter",
                "-fvisibility=default", "-fno-strict-aliasing")
+SANITIZER_CFLAGS = ("-std=gnu11", "-pthread", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1")
+"""How the sanitized C harness (tests/nvml/test_sanitizers.py) compiles the shim's sources into one executable: the
+other build of them a test runs, so the mutation tool (tools/c_mutants.py) compares a mutant's code in both."""
 BASE_LDFLAGS = ("-shared", "-pthread", f"-Wl,-soname,{SONAME}", "-Wl,--no-undefined", "-Wl,-z,nodelete")
 
 

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from fakehw.nvml.build import CSRC, c_sources, generate, generated_sources
+from fakehw.nvml.build import CSRC, SANITIZER_CFLAGS, c_sources, generate, generated_sources
 from tests.nvml.helpers import NodeSnap
 
 HARNESS = Path(__file__).parent / "c" / "shim_test.c"
-SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1"]
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +29,8 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("harness")
     gen = generate(out)
     exe = out / "shim_test"
-    cmd = [cc, "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror", "-pthread", *SANITIZE,
-           f"-I{gen}", f"-I{CSRC}", str(HARNESS), *map(str, c_sources()), *map(str, generated_sources(gen)), "-o",
-           str(exe)]
+    cmd = [cc, *SANITIZER_CFLAGS, "-Werror", f"-I{gen}", f"-I{CSRC}", str(HARNESS), *map(str, c_sources()),
+           *map(str, generated_sources(gen)), "-o", str(exe)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0 and "libasan" in proc.stderr + proc.stdout:
         pytest.skip(f"the compiler has no AddressSanitizer runtime: {proc.stderr[-300:]}")
