@@ -47,6 +47,13 @@ class SnapshotCache:
         """Parts built (not reused) since the cache was made: what tests and benchmarks look at."""
         self.written: bytes | None = None
         """The answers of the snapshot last written (see :func:`fakehw.nvml.snapfile.snapshot_answers`)."""
+        self.dirty: list[tuple[int, int]] | None = None
+        """Where the last :meth:`file` may differ from the one before it, as ``[start, end)`` byte ranges (None: it
+        was packed whole); :meth:`fakehw.nvml.snapshot.Snapshot.to_bytes` adds the header it packs. What lets the
+        writer skip comparing the whole file (:class:`fakehw.nvml.snapfile.Patch`)."""
+        self.packed: bytes | None = None
+        """The last snapshot :meth:`~fakehw.nvml.snapshot.Snapshot.to_bytes` made with this cache (header included):
+        the one :attr:`dirty` is relative to once the next is made."""
 
     def part(self, name: Hashable, key: Any, make: Callable[[], T]) -> T:
         """The part called ``name`` built from inputs ``key``: the remembered one when ``key`` equals the inputs it
@@ -110,20 +117,24 @@ class SnapshotCache:
         patch = self._file is not None and shape == self._shape
         buf = bytearray(self._file) if patch else bytearray(total)  # type: ignore[arg-type]
         placed: dict[str, tuple[object, ...]] = {}
+        dirty: list[tuple[int, int]] = []
         for name, base, size, _, records in sections:
             before = self._placed.get(name, ()) if patch else ()
             records = placed[name] = tuple(records)
             if len(before) != len(records) or not all(map(operator.is_, before, records)):
-                _place(buf, base, size, before, records)
+                _place(buf, base, size, before, records, dirty)
         # The previous records stay referenced until now, so no new record can be one of them by identity.
         self._file, self._shape, self._placed = bytes(buf), shape, placed
+        self.dirty = dirty if patch else None
         return buf
 
 
-def _place(buf: bytearray, base: int, size: int, before: tuple[object, ...], records: tuple[object, ...]) -> None:
+def _place(buf: bytearray, base: int, size: int, before: tuple[object, ...], records: tuple[object, ...],
+           dirty: list[tuple[int, int]]) -> None:
     """Make the section at ``base`` of ``buf``, which holds ``before``, hold ``records``: records that are the same
     objects at the same index are kept; a window that moved forward by ``left`` records is moved by as many bytes
-    first; places past the new count that held records are zeroed."""
+    first; places past the new count that held records are zeroed. Every range of bytes written is added to
+    ``dirty``."""
     kept = 0
     if before and records:
         last = before[-1]
@@ -133,14 +144,19 @@ def _place(buf: bytearray, base: int, size: int, before: tuple[object, ...], rec
         if at >= 0 and left >= 0 and all(map(operator.is_, records[:at + 1], before[left:])):
             if left:
                 buf[base:base + (at + 1) * size] = buf[base + left * size:base + len(before) * size]
+                dirty.append((base, base + (at + 1) * size))
             kept = at + 1
     if not kept:  # not a window: the records that are the same objects at the same index stay
         kept = len(before)
         for i, (record, was) in enumerate(zip(records, before, strict=False)):
             if record is not was:
                 layout.pack_into(buf, base + i * size, record)
+                dirty.append((base + i * size, base + (i + 1) * size))
     for i in range(kept, len(records)):
         layout.pack_into(buf, base + i * size, records[i])
+    if kept < len(records):
+        dirty.append((base + kept * size, base + len(records) * size))
     if len(records) < len(before):
         start, end = base + len(records) * size, base + len(before) * size
         buf[start:end] = bytes(end - start)
+        dirty.append((start, end))
