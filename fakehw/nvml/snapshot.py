@@ -568,10 +568,10 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
             time_us=int(e.time * 1e6),
         )
 
-    ring = memo.ring(events, event_record)
-    ring.sort(key=_SEQ)  # in order already (events are raised in journal order): one pass that checks it
-    last_seq = max(map(_SEQ, events), default=0)
-    ring = ring[-layout.MAX_EVENTS:]
+    window = memo.ring(events, event_record, _SEQ)
+    # In order already (events are raised in journal order), which the cache checks as events join.
+    ring = (window.records if window.ordered else sorted(window.records, key=_SEQ))[-layout.MAX_EVENTS:]
+    last_seq = window.last_seq
     driver = system.driver
     header = HeaderRecord(
         generation=state.generation,

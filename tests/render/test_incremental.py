@@ -203,6 +203,30 @@ def test_the_event_ring_follows_a_moving_window_of_events() -> None:
     assert incremental == build_snapshot(system, node, state, events[:10], render_time=5.0).to_bytes()
 
 
+@pytest.mark.usefixtures("fixed_clock")
+def test_a_window_whose_events_came_out_of_order_is_put_in_order_whatever_joined_after() -> None:
+    """The snapshot's event ring is in order of the events' numbers and its header names the greatest (the shim
+    hands waiters the events past the last number they saw: docs/nvml.md). The agent raises events in order, and
+    the cache checks only the events that join; a window where one joined out of order (a number below the
+    newest's) must still be put in order, by the incremental build as by the full one, while it stays in the
+    window and after events join behind it, and the greatest number must not be taken from the newest event."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    state = derive_state(node, [], 1, system.seed)
+    cache = SnapshotCache()
+    window: deque[Event] = deque(maxlen=8)
+    numbers = [1, 2, 3, 10, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15]  # 10 joins before 4..9: out of order until it leaves
+    for step, seq in enumerate(numbers):
+        window.append(Event(seq, 1000.0 + seq, node.name, node.gpus[seq % len(node.gpus)].name, "xid", 13, 8))
+        events = tuple(window)
+        incremental = packed_with(cache, build_snapshot(system, node, state, events, render_time=5.0, cache=cache))
+        full = build_snapshot(system, node, state, events, render_time=5.0).to_bytes()
+        assert incremental == full, f"step {step}"
+        parsed = snapshot.Snapshot.from_bytes(incremental)
+        assert [e.seq for e in parsed.events] == sorted(e.seq for e in events), f"step {step}"
+        assert parsed.header.event_last_seq == max(e.seq for e in events), f"step {step}"
+
+
 def old_peers(system: System, node: Node) -> _Peers:
     """The lookup as it was before it was restricted to what the node's ports reach: every switch of the node and
     its domain, every GPU of the fleet (the answers for the node's ports must not change)."""
