@@ -362,8 +362,11 @@ class Platform:
             facts = self.ledger.expire(now)
             self._apply_quietly(facts)
             settled = self.engine.settle(self.cxl, node_name, _fault_offline(state))
-            self._apply_quietly(state_facts(self.cxl, settled))
+            if settled is not self.cxl:  # settle hands back the state it was given when nothing moved
+                self._apply_quietly(state_facts(self.cxl, settled))
             view = self._build_view(node_name)
+            if not self.ledger.grants:  # nothing to revoke or preempt (an Xid fleet's every render)
+                return view
             node = self.nodes[node_name]
             shrink: list[dict[str, Any]] = self.ledger.drop_pool(node_name, [p.name for p in node.memory_pools], now)
             for p in view.pools:

@@ -25,7 +25,6 @@ the same order under :attr:`AgentService.lock`: check, ``journal.append`` (durab
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import threading
 import time
@@ -572,8 +571,7 @@ class AgentService:
         """The node's state from its faults, platform and MIG now (neither remembered nor rendered)."""
         state = derive_state(self._nodes[name], self._node_faults[name], self._generation[name], self.system.seed,
                              memo=self._gpu_memos.setdefault(name, {}))
-        return dataclasses.replace(state, platform=self.platform.attach(name, state),
-                                   mig=self.mig.attach(name, state))
+        return state.with_views(self.platform.attach(name, state), self.mig.attach(name, state))
 
     def _derive(self, name: str) -> NodeState:
         """The node's state now, remembered for the API; files are not touched."""

@@ -21,12 +21,25 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from fakehw.nvml import layout
 
 T = TypeVar("T")
 E = TypeVar("E")
+
+
+@dataclass(frozen=True)
+class Ring(Generic[T]):
+    """A window of events as :meth:`SnapshotCache.ring` gives it."""
+
+    records: list[T]
+    """The records of the events that have one, in the window's order (the cache's own list: not to be changed)."""
+    ordered: bool
+    """Whether the window's events are in order of their numbers (as the agent raises them)."""
+    last_seq: int
+    """The greatest number of the window's events (0 for none)."""
 
 
 class SnapshotCache:
@@ -37,7 +50,8 @@ class SnapshotCache:
         self._generations: dict[str, int] = {}
         self._window: tuple[Any, ...] = ()
         self._window_records: list[Any] = []
-        """The last :meth:`ring` call's events, and the record (or None) ``make`` gave for each."""
+        self._ring: Ring[Any] = Ring([], True, 0)
+        """The last :meth:`ring` call's events, the record (or None) ``make`` gave for each, and its answer."""
         self._file: bytes | None = None
         self._shape: tuple[object, ...] = ()
         self._placed: dict[str, tuple[object, ...]] = {}
@@ -47,6 +61,13 @@ class SnapshotCache:
         """Parts built (not reused) since the cache was made: what tests and benchmarks look at."""
         self.written: bytes | None = None
         """The answers of the snapshot last written (see :func:`fakehw.nvml.snapfile.snapshot_answers`)."""
+        self.dirty: list[tuple[int, int]] | None = None
+        """Where the last :meth:`file` may differ from the one before it, as ``[start, end)`` byte ranges (None: it
+        was packed whole); :meth:`fakehw.nvml.snapshot.Snapshot.to_bytes` adds the header it packs. What lets the
+        writer skip comparing the whole file (:class:`fakehw.nvml.snapfile.Patch`)."""
+        self.packed: bytes | None = None
+        """The last snapshot :meth:`~fakehw.nvml.snapshot.Snapshot.to_bytes` made with this cache (header included):
+        the one :attr:`dirty` is relative to once the next is made."""
 
     def part(self, name: Hashable, key: Any, make: Callable[[], T]) -> T:
         """The part called ``name`` built from inputs ``key``: the remembered one when ``key`` equals the inputs it
@@ -74,15 +95,18 @@ class SnapshotCache:
         """The generation each GPU's record was built at (see the module docstring)."""
         return dict(self._generations)
 
-    def ring(self, events: Sequence[E], make: Callable[[E], T | None]) -> list[T]:
-        """The records ``make`` gives for ``events`` (None: the event has no record), in the order of ``events``.
+    def ring(self, events: Sequence[E], make: Callable[[E], T | None], seq: Callable[[E], int]) -> Ring[T]:
+        """The records ``make`` gives for ``events`` (None: the event has no record), in the order of ``events``,
+        with whether ``events`` are in order of ``seq`` and the greatest ``seq`` among them.
 
         ``events`` is a node's window of recent events: from one call to the next, events leave at its front and
         new ones join at its back (a fault raises one or two; the window holds hundreds). Only the events that
-        joined are made into records; any other change of the window makes every record again. Events never
-        change once raised, so a record made once stays right."""
+        joined are made into records, and looked at for their order; any other change of the window makes every
+        record again. Events never change once raised, so a record made once stays right. (Walking the whole
+        window for its records, its order and its last number cost 60 us of a tray's render once the window was
+        full.)"""
         old = self._window
-        joined, records = len(events), []
+        joined, left, records = len(events), 0, []
         if old and events:
             last = old[-1]
             # Where the last call's newest event is now: near the back, since few events join per change.
@@ -90,11 +114,20 @@ class SnapshotCache:
             left = len(old) - (at + 1)
             if at >= 0 and left >= 0 and all(map(operator.is_, events[:at + 1], old[left:])):
                 joined, records = len(events) - (at + 1), self._window_records[left:]
-        for e in events[len(events) - joined:]:
-            records.append(make(e))
-            self.built += 1
-        self._window, self._window_records = tuple(events), records
-        return [r for r in records if r is not None]
+        new = [make(e) for e in events[len(events) - joined:]]
+        self.built += len(new)
+        added = [r for r in new if r is not None]
+        if joined < len(events) and self._ring.ordered:
+            # The events kept are the end of an ordered window: its newest is still the greatest.
+            seqs = [self._ring.last_seq, *map(seq, events[len(events) - joined:])]
+            gone = sum(1 for r in self._window_records[:left] if r is not None)
+            ring = Ring(self._ring.records[gone:] + added, all(map(operator.le, seqs, seqs[1:])), max(seqs))
+        else:
+            seqs = list(map(seq, events))
+            ring = Ring([r for r in [*records, *new] if r is not None], all(map(operator.le, seqs, seqs[1:])),
+                        max(seqs, default=0))
+        self._window, self._window_records, self._ring = tuple(events), records + new, ring
+        return ring
 
     def file(self, total: int, sections: Sequence[tuple[str, int, int, int, Sequence[object]]]) -> bytearray:
         """The snapshot file of ``total`` bytes with every section's records at their place (the header is the
@@ -110,20 +143,24 @@ class SnapshotCache:
         patch = self._file is not None and shape == self._shape
         buf = bytearray(self._file) if patch else bytearray(total)  # type: ignore[arg-type]
         placed: dict[str, tuple[object, ...]] = {}
+        dirty: list[tuple[int, int]] = []
         for name, base, size, _, records in sections:
             before = self._placed.get(name, ()) if patch else ()
             records = placed[name] = tuple(records)
             if len(before) != len(records) or not all(map(operator.is_, before, records)):
-                _place(buf, base, size, before, records)
+                _place(buf, base, size, before, records, dirty)
         # The previous records stay referenced until now, so no new record can be one of them by identity.
         self._file, self._shape, self._placed = bytes(buf), shape, placed
+        self.dirty = dirty if patch else None
         return buf
 
 
-def _place(buf: bytearray, base: int, size: int, before: tuple[object, ...], records: tuple[object, ...]) -> None:
+def _place(buf: bytearray, base: int, size: int, before: tuple[object, ...], records: tuple[object, ...],
+           dirty: list[tuple[int, int]]) -> None:
     """Make the section at ``base`` of ``buf``, which holds ``before``, hold ``records``: records that are the same
     objects at the same index are kept; a window that moved forward by ``left`` records is moved by as many bytes
-    first; places past the new count that held records are zeroed."""
+    first; places past the new count that held records are zeroed. Every range of bytes written is added to
+    ``dirty``."""
     kept = 0
     if before and records:
         last = before[-1]
@@ -133,14 +170,19 @@ def _place(buf: bytearray, base: int, size: int, before: tuple[object, ...], rec
         if at >= 0 and left >= 0 and all(map(operator.is_, records[:at + 1], before[left:])):
             if left:
                 buf[base:base + (at + 1) * size] = buf[base + left * size:base + len(before) * size]
+                dirty.append((base, base + (at + 1) * size))
             kept = at + 1
     if not kept:  # not a window: the records that are the same objects at the same index stay
         kept = len(before)
         for i, (record, was) in enumerate(zip(records, before, strict=False)):
             if record is not was:
                 layout.pack_into(buf, base + i * size, record)
+                dirty.append((base + i * size, base + (i + 1) * size))
     for i in range(kept, len(records)):
         layout.pack_into(buf, base + i * size, records[i])
+    if kept < len(records):
+        dirty.append((base + kept * size, base + len(records) * size))
     if len(records) < len(before):
         start, end = base + len(records) * size, base + len(before) * size
         buf[start:end] = bytes(end - start)
+        dirty.append((start, end))

@@ -28,6 +28,7 @@ import os
 import stat
 import struct
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from fakehw.nvml import layout
@@ -49,11 +50,24 @@ _CHUNK = 512
 _BLOCK = 8192
 
 
+@dataclass(frozen=True)
+class Patch:
+    """How a new snapshot was made from the one before it (:class:`~fakehw.nvml.snapcache.SnapshotCache` knows):
+    ``base``, the snapshot it was patched from, and ``ranges``, the ``[start, end)`` byte ranges outside which the
+    two are equal. When the file still holds ``base``, an update in place writes those ranges without comparing the
+    whole file to the new snapshot first (what :func:`changed_ranges` costs: 40 us of a tray's 53 KB, a tenth of
+    its render); the file is still read, since only a file that holds ``base`` can be patched so."""
+
+    base: bytes
+    ranges: list[tuple[int, int]]
+
+
 def superseded_offset() -> int:
     return layout.layout_of(HeaderRecord).field("superseded").offset
 
 
-def write_snapshot(path: Path, data: bytes, release: Releaser | None = None, changed: bool = False) -> bool:
+def write_snapshot(path: Path, data: bytes, release: Releaser | None = None, changed: bool = False,
+                   patch: Patch | None = None) -> bool:
     """Make the file at ``path`` hold ``data`` (a snapshot as :meth:`~fakehw.nvml.snapshot.Snapshot.to_bytes`
     makes it); False (nothing written) when it already gives the same answers: a re-render with nothing changed
     differs only in its render time, and keeping the old file keeps sample timestamps at the moment the answers last
@@ -61,13 +75,14 @@ def write_snapshot(path: Path, data: bytes, release: Releaser | None = None, cha
 
     In place when the file is one this protocol can update (a regular file of one link, the same size, whole),
     else replaced atomically. ``release``: where a replaced file is closed (:class:`~fakehw.render.atomic.Releaser`).
+    ``patch``: how ``data`` was made from the snapshot before it (:class:`Patch`).
     """
     fd = -1
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     if fd >= 0:
         try:
-            written = _update_in_place(fd, data, changed)
+            written = _update_in_place(fd, data, changed, patch)
         except BaseException:
             os.close(fd)
             raise
@@ -87,8 +102,9 @@ def write_snapshot(path: Path, data: bytes, release: Releaser | None = None, cha
     return written
 
 
-def _update_in_place(fd: int, data: bytes, changed: bool) -> bool | None:
-    """Write what differs between the file and ``data`` into the file; None when the file cannot be updated so."""
+def _update_in_place(fd: int, data: bytes, changed: bool, patch: Patch | None = None) -> bool | None:
+    """Write what differs between the file and ``data`` into the file; None when the file cannot be updated so.
+    What differs: ``patch``'s ranges when the file holds its base, else what a comparison finds."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size != len(data):
         return None
@@ -104,12 +120,33 @@ def _update_in_place(fd: int, data: bytes, changed: bool) -> bool | None:
     busy = (word + 1) & SEQUENCE_MASK
     new = bytearray(data)
     _WORD.pack_into(new, offset, busy)  # the chunk holding the word leaves it odd until every chunk is in
-    ranges = changed_ranges(old, new)
+    if patch is not None and _holds(old, patch.base, offset):
+        ranges = _merged(patch.ranges)
+    else:
+        ranges = changed_ranges(old, new)
     os.pwrite(fd, _WORD.pack(busy), offset)
     for start, end in ranges:
         _pwrite_all(fd, memoryview(new)[start:end], start)
     os.pwrite(fd, _WORD.pack((word + 2) & SEQUENCE_MASK), offset)
     return True
+
+
+def _holds(old: bytes, base: bytes, offset: int) -> bool:
+    """Whether the file's bytes ``old`` are ``base`` apart from the ``superseded`` word at ``offset`` (which the
+    updates in place count on)."""
+    end = offset + _WORD.size
+    return len(old) == len(base) and old[:offset] == base[:offset] and old[end:] == base[end:]
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` in order, those that overlap or touch made one."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        elif end > start:
+            out.append((start, end))
+    return out
 
 
 def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:

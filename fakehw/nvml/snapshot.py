@@ -148,7 +148,12 @@ class Snapshot:
                     layout.pack_into(buf, base + i * size, rec, f"{name}[{i}]")
         layout.pack_into(buf, 0, header)
         struct.pack_into("<I", buf, layout.layout_of(HeaderRecord).field("checksum").offset, layout.checksum(buf))
-        return bytes(buf)
+        data = bytes(buf)
+        if cache is not None:
+            if cache.dirty is not None:
+                cache.dirty.append((0, hdr_size))
+            cache.packed = data
+        return data
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Snapshot:
@@ -563,10 +568,10 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
             time_us=int(e.time * 1e6),
         )
 
-    ring = memo.ring(events, event_record)
-    ring.sort(key=_SEQ)  # in order already (events are raised in journal order): one pass that checks it
-    last_seq = max(map(_SEQ, events), default=0)
-    ring = ring[-layout.MAX_EVENTS:]
+    window = memo.ring(events, event_record, _SEQ)
+    # In order already (events are raised in journal order), which the cache checks as events join.
+    ring = (window.records if window.ordered else sorted(window.records, key=_SEQ))[-layout.MAX_EVENTS:]
+    last_seq = window.last_seq
     driver = system.driver
     header = HeaderRecord(
         generation=state.generation,

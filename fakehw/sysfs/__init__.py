@@ -129,7 +129,6 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     share = f"{SYSFS_VERSION}/{system.digest}/{len(system.nodes)}/template{node.template}"
     platform = view
     mig = state.mig if state.mig is not None else boot_mig(node)
-    pools_json = [p.to_json() for p in platform.pools]
     lost = frozenset(g.name for g in state.gpus if g.lost)
     memo: dict[str, Any] | None = ctx.memo.get("root", dict) if ctx.memo is not None else None
     # What the tree depends on beyond the node's static content: one tuple, compared before anything is built. A
@@ -138,6 +137,7 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     depends = (key, lost, mig, platform.cxl, platform.numa_memory, platform.pools)
     if memo is not None and memo.get("depends") == depends and (root_parent.root / ROOT_DIR).is_dir():
         return WriteStats(mode="unchanged")
+    pools_json = [p.to_json() for p in platform.pools]
     specs = [
         SectionSpec("cpu", key, lambda: cpu_section(node), share=f"{share}/cpu"),
         SectionSpec("node-static", key, lambda: node_static_section(node), share=f"{share}/node"),

@@ -334,6 +334,23 @@ def test_injections_on_one_gpu_carry_its_state_on_and_leave_earlier_states_alone
     assert final is not None and final.links[1].errors["crc-flit"] == 7 and final.lost  # the +3 was healed
 
 
+def test_a_state_given_the_agents_views_is_what_dataclasses_replace_gives(service: AgentService) -> None:
+    """Every render attaches the platform and MIG views to the fault-derived state with ``NodeState.with_views``,
+    a copy made without the constructor: it must be the state ``dataclasses.replace`` (the standard library's copy
+    with changes) gives, field for field, and leave the state it was made from as it was."""
+    import dataclasses
+
+    service.inject(NODE, {"kind": "thermal", "device": "gpu2", "temperature_c": 91})
+    state = service.state(NODE)
+    assert state.platform is not None and state.mig is not None
+    bare = dataclasses.replace(state, platform=None, mig=None)
+    viewed = bare.with_views(state.platform, state.mig)
+    assert type(viewed) is type(state)
+    assert viewed == dataclasses.replace(bare, platform=state.platform, mig=state.mig) == state
+    assert vars(viewed) == vars(state)
+    assert bare.platform is None and bare.mig is None
+
+
 def _journal_lines(state_dir: Path) -> int:
     return len((state_dir / "journal.jsonl").read_bytes().splitlines())
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from fakehw.model import load_profile
-from fakehw.nvml import layout
-from fakehw.nvml.snapfile import REPLACED, read_whole, write_snapshot
+from fakehw.nvml import layout, snapfile
+from fakehw.nvml.snapfile import REPLACED, Patch, read_whole, write_snapshot
 from fakehw.nvml.snapshot import Snapshot, SnapshotError, build_snapshot, read_snapshot
 from tests.nvml.helpers import faults_state
 
@@ -386,6 +386,57 @@ def test_a_change_spanning_two_chunks_after_a_gap_writes_those_chunks_alone(tmp_
     assert writes == [(WORD, WORD + 4), word_chunk, (8192, 9216), (WORD, WORD + 4)]
     struct.pack_into("<I", new, WORD, 2)
     assert path.read_bytes() == bytes(new)
+
+
+def test_a_patch_onto_the_file_it_was_made_from_writes_its_ranges_and_compares_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that knows how the new snapshot was made from the one in the file (:class:`Patch`: the ranges its
+    cache packed) writes those ranges, merged where they touch or overlap, between the word's odd and even values,
+    without searching the file for what differs; the file then holds the new bytes. Raw bytes with the ranges known
+    by construction: [8192, 8704) and [8600, 9000) overlap, [9000, 9100) touches them, [20000, 20010) stands alone.
+    The file was updated in place twice since it was written whole (its word is 4, the base's 0): still the base."""
+    path = tmp_path / "nvml.snapshot"
+    old = dgx(80)
+    write_snapshot(path, old)
+    set_word(path, 4)
+    new = bytearray(old)
+    ranges = [(20000, 20010), (8600, 9000), (9000, 9100), (8192, 8704)]
+    for start, end in ranges:
+        new[start:end] = bytes(b ^ 0x5A for b in new[start:end])
+
+    def no_search(old: bytes, new: bytes) -> list[tuple[int, int]]:
+        raise AssertionError("the file was searched for changes the patch names")
+
+    monkeypatch.setattr(snapfile, "changed_ranges", no_search)
+    writes = _record_pwrites(monkeypatch)
+    assert write_snapshot(path, bytes(new), changed=True, patch=Patch(old, ranges))
+    monkeypatch.undo()
+    assert writes == [(WORD, WORD + 4), (8192, 9100), (20000, 20010), (WORD, WORD + 4)]
+    struct.pack_into("<I", new, WORD, 6)
+    assert path.read_bytes() == bytes(new)
+
+
+def test_a_patch_is_not_trusted_onto_a_file_that_does_not_hold_its_base(tmp_path: Path) -> None:
+    """A patch's ranges say where the new snapshot differs from its base, not from the file: when the file holds
+    something else (an earlier render's write failed, or someone wrote into it), bytes outside the ranges differ
+    too, and writing the ranges alone would leave them. The writer compares the file with the base and, when they
+    differ, writes what it finds differs: the file ends as the new snapshot, byte for byte. The word differing from
+    the base's is not such a difference (every update in place counts it)."""
+    path = tmp_path / "nvml.snapshot"
+    base = dgx(80)
+    write_snapshot(path, base)
+    set_word(path, 6)  # three updates in place since it was written whole: still the base
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, b"\xff" * 8, 30000)  # outside any range of the patch
+    finally:
+        os.close(fd)
+    new = dgx(91, 2.0)
+    header = Snapshot.from_bytes(new).header
+    assert write_snapshot(path, new, changed=True, patch=Patch(base, [(0, header.header_size)]))
+    expected = bytearray(new)
+    struct.pack_into("<I", expected, WORD, 8)
+    assert path.read_bytes() == bytes(expected)
 
 
 def test_a_reader_keeps_the_whole_copy_it_verified_when_a_writer_starts_right_after(

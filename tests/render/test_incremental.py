@@ -115,6 +115,20 @@ def first_nodes(system: System) -> list[Node]:
     return out
 
 
+def packed_with(cache: SnapshotCache, snap: snapshot.Snapshot) -> bytes:
+    """``snap`` packed with ``cache``, having checked what the cache then says changed: outside its dirty ranges
+    every byte is that of the snapshot it packed before, since the writer writes only those ranges into a file that
+    holds that one (:class:`fakehw.nvml.snapfile.Patch`); a range left out would leave stale bytes in the file."""
+    before = cache.packed
+    data = snap.to_bytes(cache)
+    if before is not None and cache.dirty is not None:
+        outside = bytearray(data)
+        for start, end in cache.dirty:
+            outside[start:end] = before[start:end]
+        assert bytes(outside) == before, "a byte changed outside the ranges the cache gives"
+    return data
+
+
 @pytest.mark.usefixtures("fixed_clock")
 @pytest.mark.parametrize("profile", PROFILES)
 def test_a_snapshot_rebuilt_from_its_cache_is_the_full_build(profile: str) -> None:
@@ -128,10 +142,12 @@ def test_a_snapshot_rebuilt_from_its_cache_is_the_full_build(profile: str) -> No
             elif isinstance(change, str):
                 run.heal(change)
             state, events = run.state(), tuple(run.events)
-            incremental = build_snapshot(system, node, state, events, render_time=5.0, cache=cache).to_bytes(cache)
+            incremental = packed_with(cache, build_snapshot(system, node, state, events, render_time=5.0,
+                                                            cache=cache))
             full = build_snapshot(system, node, state, events, render_time=5.0,
                                   gpu_generations=cache.generations()).to_bytes()
             assert incremental == full, f"{profile} {node.name} after {change}"
+            assert change is None or cache.dirty is not None, "a change of the same shape is patched"
 
 
 @pytest.mark.usefixtures("fixed_clock")
@@ -172,8 +188,9 @@ def test_the_event_ring_follows_a_moving_window_of_events() -> None:
             window.append(Event(seq, 1000.0 + seq, node.name, device, "xid", 13 + seq % 50, 0 if seq % 7 == 0 else 8))
         built = cache.built
         events = tuple(window)
-        incremental = build_snapshot(system, node, state, events, render_time=5.0, cache=cache).to_bytes(cache)
+        incremental = packed_with(cache, build_snapshot(system, node, state, events, render_time=5.0, cache=cache))
         assert cache.built - built == joined, f"step {step}"
+        assert cache.dirty is not None, f"step {step}"
         full = build_snapshot(system, node, state, events, render_time=5.0).to_bytes()
         assert incremental == full, f"step {step}"
     ring = snapshot.Snapshot.from_bytes(full).events
@@ -181,9 +198,33 @@ def test_the_event_ring_follows_a_moving_window_of_events() -> None:
     # A window that did not move forward (the agent restarted; another window) is made again, whole; the file
     # patched from the full ring holds only its records (the places the ring no longer fills are zeros again).
     built = cache.built
-    incremental = build_snapshot(system, node, state, events[:10], render_time=5.0, cache=cache).to_bytes(cache)
+    incremental = packed_with(cache, build_snapshot(system, node, state, events[:10], render_time=5.0, cache=cache))
     assert cache.built - built == 10
     assert incremental == build_snapshot(system, node, state, events[:10], render_time=5.0).to_bytes()
+
+
+@pytest.mark.usefixtures("fixed_clock")
+def test_a_window_whose_events_came_out_of_order_is_put_in_order_whatever_joined_after() -> None:
+    """The snapshot's event ring is in order of the events' numbers and its header names the greatest (the shim
+    hands waiters the events past the last number they saw: docs/nvml.md). The agent raises events in order, and
+    the cache checks only the events that join; a window where one joined out of order (a number below the
+    newest's) must still be put in order, by the incremental build as by the full one, while it stays in the
+    window and after events join behind it, and the greatest number must not be taken from the newest event."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    state = derive_state(node, [], 1, system.seed)
+    cache = SnapshotCache()
+    window: deque[Event] = deque(maxlen=8)
+    numbers = [1, 2, 3, 10, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15]  # 10 joins before 4..9: out of order until it leaves
+    for step, seq in enumerate(numbers):
+        window.append(Event(seq, 1000.0 + seq, node.name, node.gpus[seq % len(node.gpus)].name, "xid", 13, 8))
+        events = tuple(window)
+        incremental = packed_with(cache, build_snapshot(system, node, state, events, render_time=5.0, cache=cache))
+        full = build_snapshot(system, node, state, events, render_time=5.0).to_bytes()
+        assert incremental == full, f"step {step}"
+        parsed = snapshot.Snapshot.from_bytes(incremental)
+        assert [e.seq for e in parsed.events] == sorted(e.seq for e in events), f"step {step}"
+        assert parsed.header.event_last_seq == max(e.seq for e in events), f"step {step}"
 
 
 def old_peers(system: System, node: Node) -> _Peers:
