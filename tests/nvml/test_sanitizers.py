@@ -7,6 +7,7 @@ fixed up, so validation past it is exercised too) both to a fresh nvmlInit and u
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -16,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from fakehw.nvml.build import CSRC, c_sources, generate, generated_sources
-from tests.nvml.helpers import NodeSnap
+from fakehw.nvml.snapfile import write_snapshot
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7
+from tests.nvml.test_mig_agent_client import StandInAgent, http
 
 HARNESS = Path(__file__).parent / "c" / "shim_test.c"
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1"]
@@ -62,8 +65,10 @@ def same_size_snapshots(node_snapshot: Callable[..., NodeSnap], tmp_path: Path) 
     return a.path, b.path, work
 
 
-def run(harness: Path, command: str, snaps: tuple[Path, Path, Path], *extra: str, timeout: float = 600) -> str:
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=1", UBSAN_OPTIONS="print_stacktrace=1")
+def run(harness: Path, command: str, snaps: tuple[Path, Path, Path], *extra: str, timeout: float = 600,
+        env_extra: dict[str, str] | None = None) -> str:
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=1", UBSAN_OPTIONS="print_stacktrace=1",
+               **(env_extra or {}))
     proc = subprocess.run([str(harness), command, *map(str, snaps), *extra], capture_output=True, text=True,
                           env=env, timeout=timeout, check=False)
     assert proc.returncode == 0, f"{command} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"
@@ -106,3 +111,49 @@ def test_fuzzed_snapshots_never_crash_or_overread(harness: Path, snapshots: tupl
 
 def test_events_under_sanitizers(harness: Path, snapshots: tuple[Path, Path, Path]) -> None:
     run(harness, "events", snapshots)
+
+
+def without_platform_records(snap: NodeSnap) -> Path:
+    """``snap``'s file rewritten with no platform records (a header ``platform_count`` of 0, which docs/nvml.md's
+    format and core.c's loader allow: "one per GPU slot, or none"), so its last section is the compute instance
+    profiles and the file's last byte is their last record's."""
+    write_snapshot(snap.path, dataclasses.replace(snap.snapshot, platform=()).to_bytes())
+    return snap.path
+
+
+def test_every_mig_call_under_sanitizers(harness: Path, node_snapshot: Callable[..., NodeSnap],
+                                         tmp_path: Path) -> None:
+    """Every GPU instance and compute instance call (nvml.h's MIG functions: profiles, placements, capacities, the
+    instances and their info, each compute instance profile index NVML_COMPUTE_INSTANCE_PROFILE_COUNT defines and
+    one past it) on dgx-a100's MIG gpu7 and on an H100 with two 3g.40gb instances, from snapshots whose compute
+    instance profiles are the file's last bytes: a lookup of a profile the instance does not have reads every
+    record, and one more would read past the snapshot's bytes (fresh seed 10620's open mig.c:183, `<` to `<=`,
+    which on an ordinary snapshot read the first platform record's bytes as a profile and found no match)."""
+    work = tmp_path / "mig"
+    work.mkdir()
+    a100 = without_platform_records(node_snapshot("dgx-a100"))
+    h100 = without_platform_records(node_snapshot(dgx_h100_with_mig_gpu7(tmp_path)))
+    run(harness, "mig", (a100, h100, work))
+
+
+def test_an_agent_answer_longer_than_the_client_reads_under_sanitizers(harness: Path,
+                                                                       node_snapshot: Callable[..., NodeSnap],
+                                                                       tmp_path: Path) -> None:
+    """Two MIG mode changes asked of a stand-in agent (test_mig_agent_client.py's): an answer of 100 KB that is not
+    the API's, longer than the shim's 16 KiB buffer for it, then generation 1 (the snapshot's own). The first is
+    UNKNOWN (docs/nvml.md: an answer that is not the API's; nvml.h: "any unexpected error") and the second SUCCESS,
+    activation status alike; and the client writes nothing past its buffer while cutting the long answer (its
+    terminating NUL one past the last byte it may read: fresh seed 10625's open agentc.c:113, `sizeof raw - 1` to
+    `- 0`, which only a sanitizer sees)."""
+    work = tmp_path / "agent"
+    work.mkdir()
+    snap = node_snapshot("dgx-a100").path
+    sock = tmp_path / "agent.sock"
+    agent = StandInAgent(sock, [b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 100_000, http(200, {"generation": 1})])
+    try:
+        report = run(harness, "agent", (snap, snap, work), "2", env_extra={"FAKEHW_AGENT_SOCKET": str(sock)})
+    finally:
+        agent.close()
+    unknown, success = 999, 0  # nvmlReturn_t (nvml.h)
+    assert [line for line in report.splitlines() if line.startswith("agent: ")] == [
+        f"agent: {unknown} {unknown}", f"agent: {success} {success}"], report
