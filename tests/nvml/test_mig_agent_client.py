@@ -438,3 +438,49 @@ def test_a_change_waits_for_a_generation_that_appears_after_the_answer(tmp_path:
     result = json.loads(proc.stdout)
     assert (result["status"], result["activation"], result["mode"], result["current"]) == (SUCCESS, SUCCESS, SUCCESS, 1)
     assert result["took"] >= LATE_BY - 0.05
+
+
+STDIN_CLOSED_CALLER = r"""
+import ctypes, json, os, sys
+lib = ctypes.CDLL(sys.argv[1])
+assert lib.nvmlInit_v2() == 0
+device = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
+os.close(0)
+activation = ctypes.c_int(-7)
+status = lib.nvmlDeviceSetMigMode(device, 1, ctypes.byref(activation))
+try:
+    os.fstat(0)
+    zero_open = True
+except OSError:
+    zero_open = False
+lib.nvmlShutdown()
+print(json.dumps({"status": status, "activation": activation.value, "zero_open": zero_open}))
+"""
+
+
+def test_a_change_made_with_descriptor_0_free_uses_it_for_the_agent_and_gives_it_back(
+        tmp_path: Path, nvml_library: Path) -> None:
+    """A caller that closed its standard input (a daemon that detached from its terminal) leaves descriptor 0
+    free, and POSIX socket(2) returns "a non-negative integer" (Linux: the lowest free descriptor, 0 here), which
+    is a socket like any other: enabling MIG through a stand-in agent answering generation 1 (the snapshot's own)
+    is one request on docs/agent.md's route and SUCCESS with activation SUCCESS (docs/nvml.md), and the client
+    closes that descriptor again when the one-request connection is done (agentc.c: "Connection: close"), so
+    descriptor 0 is free afterwards. A client that took 0 for a failure (`fd <= 0`) would ask no one and answer
+    UNKNOWN, and leak the socket on descriptor 0."""
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
+    sock = tmp_path / "agent.sock"
+    agent = StandInAgent(sock, [http(200, {"generation": 1})])
+    try:
+        proc = subprocess.run([sys.executable, "-c", STDIN_CLOSED_CALLER, str(nvml_library)], capture_output=True,
+                              text=True, timeout=60, check=False,
+                              env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1", FAKEHW_AGENT_SOCKET=str(sock)))
+    finally:
+        agent.close()
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["status"], result["activation"]) == (SUCCESS, SUCCESS), proc.stderr
+    assert not result["zero_open"], "the agent's socket was left open on descriptor 0"
+    [request] = agent.requests
+    assert request.head.split("\r\n")[0] == (
+        f"POST /v1/nodes/{snap.node.name}/gpus/{snap.node.gpus[0].name}/mig/mode HTTP/1.1")
