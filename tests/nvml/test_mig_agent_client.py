@@ -23,6 +23,7 @@ Every step runs in one subprocess in turn (one connection each), so the table co
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 import socket
@@ -37,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from fakehw.nvml.snapfile import write_snapshot
 from fakehw.nvml.snapshot import FakeProcess
 from tests.http_message import read_message
 from tests.nvml.helpers import NodeSnap, subprocess_env, write_node
@@ -484,3 +486,60 @@ def test_a_change_made_with_descriptor_0_free_uses_it_for_the_agent_and_gives_it
     [request] = agent.requests
     assert request.head.split("\r\n")[0] == (
         f"POST /v1/nodes/{snap.node.name}/gpus/{snap.node.gpus[0].name}/mig/mode HTTP/1.1")
+
+
+EVERY_DEVICE_CALLER = r"""
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1])
+assert lib.nvmlInit_v2() == 0
+count = ctypes.c_uint(0)
+assert lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+out = []
+for i in range(count.value):
+    device = ctypes.c_void_p()
+    assert lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(device)) == 0
+    activation = ctypes.c_int(-7)
+    out.append(lib.nvmlDeviceSetMigMode(device, 1, ctypes.byref(activation)))
+lib.nvmlShutdown()
+print(json.dumps(out))
+"""
+UNRESERVED_NODE = "aAzZ09-_."
+UNRESERVED_GPU = "zZaA90._-"
+"""Names made of RFC 3986's unreserved characters (2.3: ALPHA, DIGIT, "-", ".", "_"; each letter and digit range
+at both ends), which a URI carries as they are: "URIs that differ in the replacement of an unreserved character
+with its corresponding percent-encoded US-ASCII octet are equivalent"."""
+NOT_IN_A_PATH = ["x`y", "x{y", "x[y", "x/y", "x y", "x%y", ""]
+"""GPU names a request path cannot carry as they are (RFC 3986 3.3: a segment is pchar = unreserved / pct-encoded /
+sub-delims / ":" / "@"; "`", "{", "[" and " " are none of them, "/" ends the segment, "%" starts a percent-encoding
+that "%y" is not; an empty name makes ``/gpus//mig``, a route that names no GPU)."""
+
+
+def test_node_and_gpu_names_go_into_the_route_only_as_a_uri_path_may_carry_them(
+        tmp_path: Path, nvml_library: Path) -> None:
+    """docs/agent.md's route names the node and the GPU as path segments (``/v1/nodes/{node}/gpus/{gpu}/mig/mode``).
+    dgx-a100's snapshot rewritten with node UNRESERVED_NODE, gpu0 UNRESERVED_GPU and gpu1-gpu7 the names of
+    NOT_IN_A_PATH; MIG enabled on each GPU against a stand-in agent answering generation 1 (the snapshot's own): gpu0's
+    change is one request on the route with both names as they are, SUCCESS (docs/nvml.md); no request carries any
+    other GPU's name raw, and none of those changes answers SUCCESS (nothing was asked, so nothing changed)."""
+    node = write_node(tmp_path / "written.snapshot", "dgx-a100")
+    names = [UNRESERVED_GPU, *NOT_IN_A_PATH]
+    assert len(names) == len(node.snapshot.gpus)
+    snapshot = dataclasses.replace(
+        node.snapshot, header=dataclasses.replace(node.snapshot.header, node_name=UNRESERVED_NODE),
+        gpus=tuple(dataclasses.replace(g, model_name=name) for g, name in zip(node.snapshot.gpus, names, strict=True)))
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, snapshot.to_bytes())
+    sock = tmp_path / "agent.sock"
+    agent = StandInAgent(sock, [http(200, {"generation": 1})])
+    try:
+        proc = subprocess.run([sys.executable, "-c", EVERY_DEVICE_CALLER, str(nvml_library)], capture_output=True,
+                              text=True, timeout=60, check=False,
+                              env=subprocess_env(path, FAKEHW_NVML_TRACE="1", FAKEHW_AGENT_SOCKET=str(sock)))
+    finally:
+        agent.close()
+    assert proc.returncode == 0, proc.stderr
+    statuses = json.loads(proc.stdout)
+    assert statuses[0] == SUCCESS, proc.stderr
+    assert [s for s in statuses[1:] if s == SUCCESS] == [], proc.stderr
+    assert [r.head.split("\r\n")[0] for r in agent.requests] == [
+        f"POST /v1/nodes/{UNRESERVED_NODE}/gpus/{UNRESERVED_GPU}/mig/mode HTTP/1.1"]
