@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fakehw.nvml import layout
 from fakehw.nvml.build import CSRC, c_sources, generate, generated_sources
 from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7
@@ -157,3 +158,28 @@ def test_an_agent_answer_longer_than_the_client_reads_under_sanitizers(harness: 
     unknown, success = 999, 0  # nvmlReturn_t (nvml.h)
     assert [line for line in report.splitlines() if line.startswith("agent: ")] == [
         f"agent: {unknown} {unknown}", f"agent: {success} {success}"], report
+
+
+def with_a_full_gpu_instance_table(snap: NodeSnap) -> Path:
+    """``snap``'s file rewritten with as many GPU instance records as the format holds (layout.py: MAX_GPUS x
+    MAX_GI_PER_GPU), its own first and the rest copies of them spread over its GPUs, each with its own creation
+    serial (the registry's key) and no compute instances."""
+    gis = snap.snapshot.gis
+    assert gis
+    full = layout.MAX_GPUS * layout.MAX_GI_PER_GPU
+    extra = tuple(dataclasses.replace(gis[k % len(gis)], parent=k % len(snap.snapshot.gpus), serial=1_000 + k,
+                                      mig_first=0, mig_count=0) for k in range(full - len(gis)))
+    write_snapshot(snap.path, dataclasses.replace(snap.snapshot, gis=gis + extra).to_bytes())
+    return snap.path
+
+
+def test_a_full_gpu_instance_table_under_sanitizers(harness: Path, node_snapshot: Callable[..., NodeSnap],
+                                                    tmp_path: Path) -> None:
+    """A snapshot with every GPU instance record the format allows (dgx-a100, 256 over its 8 GPUs), loaded and every
+    MIG call made on it (as above): each record gets a handle from the registry, whose tables hold exactly that many,
+    and nothing is written past them (fresh seed 10624's open mig.c:71, `i < count` to `<=`: one entry past the
+    records set to -1, which with a full table is the next field of the snapshot's struct)."""
+    work = tmp_path / "full"
+    work.mkdir()
+    full = with_a_full_gpu_instance_table(node_snapshot("dgx-a100"))
+    run(harness, "mig", (full, full, work))
