@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -543,3 +544,44 @@ def test_node_and_gpu_names_go_into_the_route_only_as_a_uri_path_may_carry_them(
     assert [s for s in statuses[1:] if s == SUCCESS] == [], proc.stderr
     assert [r.head.split("\r\n")[0] for r in agent.requests] == [
         f"POST /v1/nodes/{UNRESERVED_NODE}/gpus/{UNRESERVED_GPU}/mig/mode HTTP/1.1"]
+
+
+SUN_PATH = 108
+"""``sizeof(struct sockaddr_un.sun_path)`` on Linux (unix(7)): the path and its terminating NUL."""
+
+
+def test_a_socket_path_that_fills_sun_path_with_its_nul_is_used_and_one_byte_more_is_not(
+        tmp_path: Path, nvml_library: Path) -> None:
+    """POSIX <sys/un.h> and unix(7): ``sun_path`` holds a pathname and its NUL ("portable applications should ensure
+    that sun_path is null-terminated"), so on Linux a path of SUN_PATH - 1 characters is the longest a client can
+    name. Enabling MIG with FAKEHW_AGENT_SOCKET of that length, a stand-in agent answering generation 1 there, is
+    SUCCESS (docs/nvml.md); with a path one character longer, where a socket listens too, no connection is made (the
+    listener has none waiting afterwards) and the change is UNKNOWN (docs/nvml.md: no agent reached)."""
+    fits = str(tmp_path / "f") + "x" * (SUN_PATH - 1 - len(str(tmp_path / "f")))
+    too_long = str(tmp_path / "t") + "x" * (SUN_PATH - len(str(tmp_path / "t")))
+    assert (len(fits), len(too_long)) == (SUN_PATH - 1, SUN_PATH)
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
+    agent = StandInAgent(Path(fits), [http(200, {"generation": 1})])
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    cwd = os.getcwd()  # Python refuses to bind SUN_PATH characters: bind the same file by a relative name
+    os.chdir(tmp_path)
+    try:
+        listener.bind(os.path.basename(too_long))
+    finally:
+        os.chdir(cwd)
+    listener.listen(1)
+    listener.setblocking(False)
+    plan = [{"mode": 1, "socket": fits}, {"mode": 1, "socket": too_long}]
+    try:
+        proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
+                              env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1"), capture_output=True, text=True,
+                              timeout=90, check=False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        agent.close()
+        listener.close()
+    assert proc.returncode == 0, proc.stderr
+    used, refused = json.loads(proc.stdout)
+    assert used["status"] == SUCCESS, used["trace"]
+    assert refused["status"] == UNKNOWN, refused["trace"]
