@@ -15,7 +15,10 @@ without a code, a peer that is not HTTP or hangs up. Expected values:
   ``generation``, a 1xx or 3xx status: RFC 9110 15, a client treats an unrecognised code as its class's x00 (so
   299 is a success), and neither class says the request succeeded or was refused) is ``UNKNOWN``, nvml.h's "any
   unexpected error"; no ``$FAKEHW_AGENT_SOCKET`` is ``NO_PERMISSION`` (docs/nvml.md) and a socket nobody listens
-  on ``UNKNOWN``.
+  on ``UNKNOWN``;
+- the JSON is read as RFC 8259 writes it: whitespace or none around a member's colon (2: "Insignificant whitespace
+  is allowed before or after any of the six structural characters"), and a key's text that is a string value, not a
+  member's name, names nothing.
 
 Every step runs in one subprocess in turn (one connection each), so the table costs about a second.
 """
@@ -54,6 +57,14 @@ def http(status: int, body: object, reason: str = "X") -> bytes:
         status, reason.encode(), len(data), data)
 
 
+def http_text(status: int, text: str) -> bytes:
+    """An answer whose JSON body is ``text`` as written (RFC 8259 lets whitespace stand around any structural
+    character, or none at all)."""
+    data = text.encode()
+    return b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (status, len(data),
+                                                                                                   data)
+
+
 def refusal(status: int, nvml_code: int | None) -> bytes:
     detail: dict[str, object] = {} if nvml_code is None else {"nvml": "NVML_ERROR_X", "nvml_code": nvml_code}
     return http(status, {"error": "refused", "detail": detail})
@@ -90,6 +101,14 @@ STEPS = [
     Step("refused-400-without-a-code", refusal(400, None), INVALID_ARGUMENT),
     Step("refused-5xx-without-a-code", refusal(500, None), UNKNOWN),
     Step("refused-5xx-with-a-code-nvml-does-not-have", refusal(503, 0), UNKNOWN),
+    Step("no-whitespace", http_text(200, '{"generation":1}'), SUCCESS),
+    Step("whitespace-around-the-colon", http_text(200, '{ "generation"\t:\r\n 1 }'), SUCCESS),
+    Step("refused-in-use-without-whitespace", http_text(409, '{"error":"x","detail":{"nvml_code":19}}'), SUCCESS,
+         activation=IN_USE, mode=0),
+    Step("the-key-as-a-string-value-only", http_text(200, '{"applied": "generation", "generation_count": 1}'),
+         UNKNOWN),
+    Step("the-key-as-a-string-value-then-as-a-member", http_text(200, '{"applied": "generation", "generation": 1}'),
+         SUCCESS),
     Step("hangs-up", None, UNKNOWN),
     Step("not-http", b"SSH-2.0-OpenSSH_9.2\r\n", UNKNOWN),
     Step("headers-without-an-end", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n", UNKNOWN),
