@@ -111,6 +111,7 @@ STEPS = [
          SUCCESS),
     Step("hangs-up", None, UNKNOWN),
     Step("not-http", b"SSH-2.0-OpenSSH_9.2\r\n", UNKNOWN),
+    Step("one-byte", b"H", UNKNOWN),
     Step("headers-without-an-end", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n", UNKNOWN),
     Step("an-answer-larger-than-the-shim-reads", b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 100_000, UNKNOWN),
     Step("no-agent-socket", None, NO_PERMISSION, socket="none"),
@@ -257,6 +258,7 @@ def test_a_change_the_agent_could_not_be_asked_for_says_why_in_the_trace(outcome
     assert "cannot connect to the agent socket" in outcome.results["nobody-listening"]["trace"]
     assert "no answer from the agent" in outcome.results["hangs-up"]["trace"]
     assert "not HTTP" in outcome.results["not-http"]["trace"]
+    assert "not HTTP" in outcome.results["one-byte"]["trace"]  # an answer, however short, is not no answer
 
 
 def test_a_socket_path_too_long_for_sun_path_asks_no_one_and_leaves_the_callers_files_alone(
