@@ -408,20 +408,27 @@ def test_a_change_whose_wait_for_the_answer_fails_is_no_answer(tmp_path: Path, n
 
 
 LATE_CALLER = r"""
-import ctypes, json, sys, time
+import ctypes, json, resource, sys, time
 lib = ctypes.CDLL(sys.argv[1])
 assert lib.nvmlInit_v2() == 0
 device = ctypes.c_void_p()
 assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
 activation = ctypes.c_int(-7)
-start = time.monotonic()
+
+
+def cpu():
+    use = resource.getrusage(resource.RUSAGE_THREAD)
+    return use.ru_utime + use.ru_stime
+
+
+start, start_cpu = time.monotonic(), cpu()
 status = lib.nvmlDeviceSetMigMode(device, 1, ctypes.byref(activation))
-took = time.monotonic() - start
+took, cpu_used = time.monotonic() - start, cpu() - start_cpu
 current, pending = ctypes.c_uint(7), ctypes.c_uint(7)
 mode = lib.nvmlDeviceGetMigMode(device, ctypes.byref(current), ctypes.byref(pending))
 lib.nvmlShutdown()
 print(json.dumps({"status": status, "activation": activation.value, "took": took, "mode": mode,
-                  "current": current.value}))
+                  "current": current.value, "cpu": cpu_used}))
 """
 LATE_BY = 0.3
 """Seconds between the stand-in's answer and the snapshot generation it named appearing (the real agent renders it
@@ -433,7 +440,10 @@ def test_a_change_waits_for_a_generation_that_appears_after_the_answer(tmp_path:
     generation the agent answers with, so the caller's next call sees the change; only a generation not read
     within 10 s is TIMEOUT. The stand-in answers generation 2 and the node's gpu0 with MIG on appears as generation
     2 LATE_BY seconds later: nvmlDeviceSetMigMode answers SUCCESS (activation SUCCESS) no sooner than that, and the
-    next nvmlDeviceGetMigMode reads current mode NVML_DEVICE_MIG_ENABLE (1). Before this test no change ever waited
+    next nvmlDeviceGetMigMode reads current mode NVML_DEVICE_MIG_ENABLE (1). And it waits asleep: the calling thread
+    uses less than 0.025 s of CPU over the wait (getrusage(2) RUSAGE_THREAD, user and system; about 0.005 s here),
+    where one that polls without sleeping (fresh seed 10692 rerun's mig.c:638, its 2 ms pause made 0 ns) used
+    0.057 s. Before this test no change ever waited
     (the stand-in's generations were the snapshot's own): seed 10630's mig.c:638, a deadline 10 s in the past,
     survived."""
     snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
@@ -462,6 +472,7 @@ def test_a_change_waits_for_a_generation_that_appears_after_the_answer(tmp_path:
     result = json.loads(proc.stdout)
     assert (result["status"], result["activation"], result["mode"], result["current"]) == (SUCCESS, SUCCESS, SUCCESS, 1)
     assert result["took"] >= LATE_BY - 0.05
+    assert result["cpu"] < 0.025, result
 
 
 STDIN_CLOSED_CALLER = r"""
