@@ -34,7 +34,16 @@ import pytest
 
 from tests.http_message import read_message
 from tests.nvml.helpers import build_preload, subprocess_env, write_node
-from tests.nvml.test_mig_agent_client import AGENT_STEPS, CALLER, STEPS, SUCCESS, UNKNOWN, StandInAgent, socket_paths
+from tests.nvml.test_mig_agent_client import (
+    AGENT_STEPS,
+    CALLER,
+    STEPS,
+    SUCCESS,
+    UNKNOWN,
+    StandInAgent,
+    http,
+    socket_paths,
+)
 
 CHOPPY = r"""
 #define _GNU_SOURCE
@@ -241,3 +250,22 @@ def test_an_agent_that_never_answers_is_no_answer_once_the_bound_passes(
     assert agent.requests == 1
     assert result["status"] == UNKNOWN, result["trace"]
     assert "no answer from the agent" in result["trace"], result["trace"]
+
+
+TIMEOUT = 10
+"""NVML_ERROR_TIMEOUT (nvml.h)."""
+
+
+def test_a_generation_never_read_is_timeout_once_the_bound_passes(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path) -> None:
+    """The agent answers with a generation this process never reads (99; the snapshot stays at 1): docs/nvml.md's
+    table, "the generation answered not read within 10 s", is TIMEOUT, activation status alike, and the trace says
+    what was waited for. The clock runs 1000 times fast, so the 10 s pass in about 10 ms."""
+    agent = StandInAgent(tmp_path / "agent.sock", [http(200, {"generation": 99})])
+    try:
+        [result] = run_caller(tmp_path, nvml_library, choppy_library,
+                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CLOCK="fast")
+    finally:
+        agent.close()
+    assert (result["status"], result["activation"]) == (TIMEOUT, TIMEOUT), result["trace"]
+    assert "generation 99" in result["trace"], result["trace"]

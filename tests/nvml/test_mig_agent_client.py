@@ -15,7 +15,10 @@ without a code, a peer that is not HTTP or hangs up. Expected values:
   ``generation``, a 1xx or 3xx status: RFC 9110 15, a client treats an unrecognised code as its class's x00 (so
   299 is a success), and neither class says the request succeeded or was refused) is ``UNKNOWN``, nvml.h's "any
   unexpected error"; no ``$FAKEHW_AGENT_SOCKET`` is ``NO_PERMISSION`` (docs/nvml.md) and a socket nobody listens
-  on ``UNKNOWN``.
+  on ``UNKNOWN``;
+- the JSON is read as RFC 8259 writes it: whitespace or none around a member's colon (2: "Insignificant whitespace
+  is allowed before or after any of the six structural characters"), and a key's text that is a string value, not a
+  member's name, names nothing.
 
 Every step runs in one subprocess in turn (one connection each), so the table costs about a second.
 """
@@ -23,7 +26,9 @@ Every step runs in one subprocess in turn (one connection each), so the table co
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -37,6 +42,7 @@ from typing import Any
 
 import pytest
 
+from fakehw.nvml.snapfile import write_snapshot
 from fakehw.nvml.snapshot import FakeProcess
 from tests.http_message import read_message
 from tests.nvml.helpers import NodeSnap, subprocess_env, write_node
@@ -49,6 +55,14 @@ def http(status: int, body: object, reason: str = "X") -> bytes:
     data = json.dumps(body).encode()
     return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
         status, reason.encode(), len(data), data)
+
+
+def http_text(status: int, text: str) -> bytes:
+    """An answer whose JSON body is ``text`` as written (RFC 8259 lets whitespace stand around any structural
+    character, or none at all)."""
+    data = text.encode()
+    return b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (status, len(data),
+                                                                                                   data)
 
 
 def refusal(status: int, nvml_code: int | None) -> bytes:
@@ -87,8 +101,17 @@ STEPS = [
     Step("refused-400-without-a-code", refusal(400, None), INVALID_ARGUMENT),
     Step("refused-5xx-without-a-code", refusal(500, None), UNKNOWN),
     Step("refused-5xx-with-a-code-nvml-does-not-have", refusal(503, 0), UNKNOWN),
+    Step("no-whitespace", http_text(200, '{"generation":1}'), SUCCESS),
+    Step("whitespace-around-the-colon", http_text(200, '{ "generation"\t:\r\n 1 }'), SUCCESS),
+    Step("refused-in-use-without-whitespace", http_text(409, '{"error":"x","detail":{"nvml_code":19}}'), SUCCESS,
+         activation=IN_USE, mode=0),
+    Step("the-key-as-a-string-value-only", http_text(200, '{"applied": "generation", "generation_count": 1}'),
+         UNKNOWN),
+    Step("the-key-as-a-string-value-then-as-a-member", http_text(200, '{"applied": "generation", "generation": 1}'),
+         SUCCESS),
     Step("hangs-up", None, UNKNOWN),
     Step("not-http", b"SSH-2.0-OpenSSH_9.2\r\n", UNKNOWN),
+    Step("one-byte", b"H", UNKNOWN),
     Step("headers-without-an-end", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n", UNKNOWN),
     Step("an-answer-larger-than-the-shim-reads", b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 100_000, UNKNOWN),
     Step("no-agent-socket", None, NO_PERMISSION, socket="none"),
@@ -235,6 +258,7 @@ def test_a_change_the_agent_could_not_be_asked_for_says_why_in_the_trace(outcome
     assert "cannot connect to the agent socket" in outcome.results["nobody-listening"]["trace"]
     assert "no answer from the agent" in outcome.results["hangs-up"]["trace"]
     assert "not HTTP" in outcome.results["not-http"]["trace"]
+    assert "not HTTP" in outcome.results["one-byte"]["trace"]  # an answer, however short, is not no answer
 
 
 def test_a_socket_path_too_long_for_sun_path_asks_no_one_and_leaves_the_callers_files_alone(
@@ -384,20 +408,27 @@ def test_a_change_whose_wait_for_the_answer_fails_is_no_answer(tmp_path: Path, n
 
 
 LATE_CALLER = r"""
-import ctypes, json, sys, time
+import ctypes, json, resource, sys, time
 lib = ctypes.CDLL(sys.argv[1])
 assert lib.nvmlInit_v2() == 0
 device = ctypes.c_void_p()
 assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
 activation = ctypes.c_int(-7)
-start = time.monotonic()
+
+
+def cpu():
+    use = resource.getrusage(resource.RUSAGE_THREAD)
+    return use.ru_utime + use.ru_stime
+
+
+start, start_cpu = time.monotonic(), cpu()
 status = lib.nvmlDeviceSetMigMode(device, 1, ctypes.byref(activation))
-took = time.monotonic() - start
+took, cpu_used = time.monotonic() - start, cpu() - start_cpu
 current, pending = ctypes.c_uint(7), ctypes.c_uint(7)
 mode = lib.nvmlDeviceGetMigMode(device, ctypes.byref(current), ctypes.byref(pending))
 lib.nvmlShutdown()
 print(json.dumps({"status": status, "activation": activation.value, "took": took, "mode": mode,
-                  "current": current.value}))
+                  "current": current.value, "cpu": cpu_used}))
 """
 LATE_BY = 0.3
 """Seconds between the stand-in's answer and the snapshot generation it named appearing (the real agent renders it
@@ -409,7 +440,10 @@ def test_a_change_waits_for_a_generation_that_appears_after_the_answer(tmp_path:
     generation the agent answers with, so the caller's next call sees the change; only a generation not read
     within 10 s is TIMEOUT. The stand-in answers generation 2 and the node's gpu0 with MIG on appears as generation
     2 LATE_BY seconds later: nvmlDeviceSetMigMode answers SUCCESS (activation SUCCESS) no sooner than that, and the
-    next nvmlDeviceGetMigMode reads current mode NVML_DEVICE_MIG_ENABLE (1). Before this test no change ever waited
+    next nvmlDeviceGetMigMode reads current mode NVML_DEVICE_MIG_ENABLE (1). And it waits asleep: the calling thread
+    uses less than 0.025 s of CPU over the wait (getrusage(2) RUSAGE_THREAD, user and system; about 0.005 s here),
+    where one that polls without sleeping (fresh seed 10692 rerun's mig.c:638, its 2 ms pause made 0 ns) used
+    0.057 s. Before this test no change ever waited
     (the stand-in's generations were the snapshot's own): seed 10630's mig.c:638, a deadline 10 s in the past,
     survived."""
     snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
@@ -438,3 +472,148 @@ def test_a_change_waits_for_a_generation_that_appears_after_the_answer(tmp_path:
     result = json.loads(proc.stdout)
     assert (result["status"], result["activation"], result["mode"], result["current"]) == (SUCCESS, SUCCESS, SUCCESS, 1)
     assert result["took"] >= LATE_BY - 0.05
+    assert result["cpu"] < 0.025, result
+
+
+STDIN_CLOSED_CALLER = r"""
+import ctypes, json, os, sys
+lib = ctypes.CDLL(sys.argv[1])
+assert lib.nvmlInit_v2() == 0
+device = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
+os.close(0)
+activation = ctypes.c_int(-7)
+status = lib.nvmlDeviceSetMigMode(device, 1, ctypes.byref(activation))
+try:
+    os.fstat(0)
+    zero_open = True
+except OSError:
+    zero_open = False
+lib.nvmlShutdown()
+print(json.dumps({"status": status, "activation": activation.value, "zero_open": zero_open}))
+"""
+
+
+def test_a_change_made_with_descriptor_0_free_uses_it_for_the_agent_and_gives_it_back(
+        tmp_path: Path, nvml_library: Path) -> None:
+    """A caller that closed its standard input (a daemon that detached from its terminal) leaves descriptor 0
+    free, and POSIX socket(2) returns "a non-negative integer" (Linux: the lowest free descriptor, 0 here), which
+    is a socket like any other: enabling MIG through a stand-in agent answering generation 1 (the snapshot's own)
+    is one request on docs/agent.md's route and SUCCESS with activation SUCCESS (docs/nvml.md), and the client
+    closes that descriptor again when the one-request connection is done (agentc.c: "Connection: close"), so
+    descriptor 0 is free afterwards. A client that took 0 for a failure (`fd <= 0`) would ask no one and answer
+    UNKNOWN, and leak the socket on descriptor 0."""
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
+    sock = tmp_path / "agent.sock"
+    agent = StandInAgent(sock, [http(200, {"generation": 1})])
+    try:
+        proc = subprocess.run([sys.executable, "-c", STDIN_CLOSED_CALLER, str(nvml_library)], capture_output=True,
+                              text=True, timeout=60, check=False,
+                              env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1", FAKEHW_AGENT_SOCKET=str(sock)))
+    finally:
+        agent.close()
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["status"], result["activation"]) == (SUCCESS, SUCCESS), proc.stderr
+    assert not result["zero_open"], "the agent's socket was left open on descriptor 0"
+    [request] = agent.requests
+    assert request.head.split("\r\n")[0] == (
+        f"POST /v1/nodes/{snap.node.name}/gpus/{snap.node.gpus[0].name}/mig/mode HTTP/1.1")
+
+
+EVERY_DEVICE_CALLER = r"""
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1])
+assert lib.nvmlInit_v2() == 0
+count = ctypes.c_uint(0)
+assert lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+out = []
+for i in range(count.value):
+    device = ctypes.c_void_p()
+    assert lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(device)) == 0
+    activation = ctypes.c_int(-7)
+    out.append(lib.nvmlDeviceSetMigMode(device, 1, ctypes.byref(activation)))
+lib.nvmlShutdown()
+print(json.dumps(out))
+"""
+UNRESERVED_NODE = "aAzZ09-_."
+UNRESERVED_GPU = "zZaA90._-"
+"""Names made of RFC 3986's unreserved characters (2.3: ALPHA, DIGIT, "-", ".", "_"; each letter and digit range
+at both ends), which a URI carries as they are: "URIs that differ in the replacement of an unreserved character
+with its corresponding percent-encoded US-ASCII octet are equivalent"."""
+NOT_IN_A_PATH = ["x`y", "x{y", "x[y", "x/y", "x y", "x%y", ""]
+"""GPU names a request path cannot carry as they are (RFC 3986 3.3: a segment is pchar = unreserved / pct-encoded /
+sub-delims / ":" / "@"; "`", "{", "[" and " " are none of them, "/" ends the segment, "%" starts a percent-encoding
+that "%y" is not; an empty name makes ``/gpus//mig``, a route that names no GPU)."""
+
+
+def test_node_and_gpu_names_go_into_the_route_only_as_a_uri_path_may_carry_them(
+        tmp_path: Path, nvml_library: Path) -> None:
+    """docs/agent.md's route names the node and the GPU as path segments (``/v1/nodes/{node}/gpus/{gpu}/mig/mode``).
+    dgx-a100's snapshot rewritten with node UNRESERVED_NODE, gpu0 UNRESERVED_GPU and gpu1-gpu7 the names of
+    NOT_IN_A_PATH; MIG enabled on each GPU against a stand-in agent answering generation 1 (the snapshot's own): gpu0's
+    change is one request on the route with both names as they are, SUCCESS (docs/nvml.md); no request carries any
+    other GPU's name raw, and none of those changes answers SUCCESS (nothing was asked, so nothing changed)."""
+    node = write_node(tmp_path / "written.snapshot", "dgx-a100")
+    names = [UNRESERVED_GPU, *NOT_IN_A_PATH]
+    assert len(names) == len(node.snapshot.gpus)
+    snapshot = dataclasses.replace(
+        node.snapshot, header=dataclasses.replace(node.snapshot.header, node_name=UNRESERVED_NODE),
+        gpus=tuple(dataclasses.replace(g, model_name=name) for g, name in zip(node.snapshot.gpus, names, strict=True)))
+    path = tmp_path / "nvml.snapshot"
+    write_snapshot(path, snapshot.to_bytes())
+    sock = tmp_path / "agent.sock"
+    agent = StandInAgent(sock, [http(200, {"generation": 1})])
+    try:
+        proc = subprocess.run([sys.executable, "-c", EVERY_DEVICE_CALLER, str(nvml_library)], capture_output=True,
+                              text=True, timeout=60, check=False,
+                              env=subprocess_env(path, FAKEHW_NVML_TRACE="1", FAKEHW_AGENT_SOCKET=str(sock)))
+    finally:
+        agent.close()
+    assert proc.returncode == 0, proc.stderr
+    statuses = json.loads(proc.stdout)
+    assert statuses[0] == SUCCESS, proc.stderr
+    assert [s for s in statuses[1:] if s == SUCCESS] == [], proc.stderr
+    assert [r.head.split("\r\n")[0] for r in agent.requests] == [
+        f"POST /v1/nodes/{UNRESERVED_NODE}/gpus/{UNRESERVED_GPU}/mig/mode HTTP/1.1"]
+
+
+SUN_PATH = 108
+"""``sizeof(struct sockaddr_un.sun_path)`` on Linux (unix(7)): the path and its terminating NUL."""
+
+
+def test_a_socket_path_that_fills_sun_path_with_its_nul_is_used_and_one_byte_more_is_not(
+        tmp_path: Path, nvml_library: Path) -> None:
+    """POSIX <sys/un.h> and unix(7): ``sun_path`` holds a pathname and its NUL ("portable applications should ensure
+    that sun_path is null-terminated"), so on Linux a path of SUN_PATH - 1 characters is the longest a client can
+    name. Enabling MIG with FAKEHW_AGENT_SOCKET of that length, a stand-in agent answering generation 1 there, is
+    SUCCESS (docs/nvml.md); with a path one character longer, where a socket listens too, no connection is made (the
+    listener has none waiting afterwards) and the change is UNKNOWN (docs/nvml.md: no agent reached)."""
+    fits = str(tmp_path / "f") + "x" * (SUN_PATH - 1 - len(str(tmp_path / "f")))
+    too_long = str(tmp_path / "t") + "x" * (SUN_PATH - len(str(tmp_path / "t")))
+    assert (len(fits), len(too_long)) == (SUN_PATH - 1, SUN_PATH)
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-a100")
+    agent = StandInAgent(Path(fits), [http(200, {"generation": 1})])
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    cwd = os.getcwd()  # Python refuses to bind SUN_PATH characters: bind the same file by a relative name
+    os.chdir(tmp_path)
+    try:
+        listener.bind(os.path.basename(too_long))
+    finally:
+        os.chdir(cwd)
+    listener.listen(1)
+    listener.setblocking(False)
+    plan = [{"mode": 1, "socket": fits}, {"mode": 1, "socket": too_long}]
+    try:
+        proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
+                              env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1"), capture_output=True, text=True,
+                              timeout=90, check=False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        agent.close()
+        listener.close()
+    assert proc.returncode == 0, proc.stderr
+    used, refused = json.loads(proc.stdout)
+    assert used["status"] == SUCCESS, used["trace"]
+    assert refused["status"] == UNKNOWN, refused["trace"]

@@ -516,3 +516,60 @@ def test_mig_handles_outlive_a_new_generation_of_the_snapshot(pynvml_module: Mod
     assert n.nvmlLib.nvmlComputeInstanceGetInfo_v2(ci, ctypes.byref(after)) == 0
     assert (after.id, after.profileId, n.nvmlGpuInstanceGetInfo(after.gpuInstance).id) == \
         (before.id, before.profileId, n.nvmlGpuInstanceGetInfo(before.gpuInstance).id)
+
+
+def device_gi_calls(n: ModuleType, profile_id: int, gi_id: int) -> dict[str, Callable[[Any], int]]:
+    """Each device-level GPU instance call nvml.h 13.4.92 declares (but the placements, above), as a function of
+    the device handle to its return code; the other arguments valid for dgx-h100's gpu7 with two 3g.40gb
+    instances (GPU instance profile index 0 = NVML_GPU_INSTANCE_PROFILE_1_SLICE, ``profile_id`` of 3g.40gb, GPU
+    instance ``gi_id``)."""
+    lib = n.nvmlLib
+    out = ctypes.c_uint(0)
+
+    def info_v(fn: str, version: int, key: int) -> Callable[[Any], int]:
+        def call(dev: Any) -> int:
+            info = n.c_nvmlGpuInstanceProfileInfo_v2_t()
+            info.version = version
+            return int(getattr(lib, fn)(dev, ctypes.c_uint(key), ctypes.byref(info)))
+        return call
+
+    def instances(dev: Any) -> int:
+        array = (n.c_nvmlGpuInstance_t * 8)()
+        return int(lib.nvmlDeviceGetGpuInstances(dev, ctypes.c_uint(profile_id), array, ctypes.byref(out)))
+
+    v2 = n.nvmlGpuInstanceProfileInfo_v2
+    return {
+        "nvmlDeviceGetGpuInstanceProfileInfo": lambda dev: int(lib.nvmlDeviceGetGpuInstanceProfileInfo(
+            dev, ctypes.c_uint(0), ctypes.byref(n.c_nvmlGpuInstanceProfileInfo_t()))),
+        "nvmlDeviceGetGpuInstanceProfileInfoV": info_v("nvmlDeviceGetGpuInstanceProfileInfoV", v2, 0),
+        "nvmlDeviceGetGpuInstanceProfileInfoByIdV": info_v("nvmlDeviceGetGpuInstanceProfileInfoByIdV", v2,
+                                                           profile_id),
+        "nvmlDeviceGetGpuInstanceRemainingCapacity": lambda dev: int(lib.nvmlDeviceGetGpuInstanceRemainingCapacity(
+            dev, ctypes.c_uint(profile_id), ctypes.byref(out))),
+        "nvmlDeviceGetGpuInstances": instances,
+        "nvmlDeviceGetGpuInstanceById": lambda dev: int(lib.nvmlDeviceGetGpuInstanceById(
+            dev, ctypes.c_uint(gi_id), ctypes.byref(n.c_nvmlGpuInstance_t()))),
+    }
+
+
+def test_gpu_instance_calls_refuse_a_mig_device_and_a_gpu_with_mig_off(pynvml_module: ModuleType,
+                                                                        nvml: Callable[..., NodeSnap],
+                                                                        tmp_path: Path) -> None:
+    """Every device-level GPU instance call of nvml.h 13.4.92, on dgx-h100 with gpu7's two 3g.40gb instances:
+    gpu7 answers SUCCESS; a MIG device of gpu7 is INVALID_ARGUMENT ("If device ... [is] invalid": a GPU instance is a
+    slice of a GPU, never of a MIG device, the MIG user guide; as the placements test above; fresh seed 10692's
+    mig.c:349, the by-id profile call taking MIG handles, survived); gpu0, whose MIG mode is off, is NOT_SUPPORTED
+    (each of these calls' doc: "If device doesn't have MIG mode enabled"; fresh seed 10692's mig.c:407,
+    GetGpuInstances listing none with MIG off, survived); the v1 profile call's doc says NOT_SUPPORTED "If device
+    doesn't support MIG", which gpu0 does, so its answer there is not judged."""
+    n = pynvml_module
+    nvml(dgx_h100_with_mig_gpu7(tmp_path))
+    gpu7, gpu0 = n.nvmlDeviceGetHandleByIndex(7), n.nvmlDeviceGetHandleByIndex(0)
+    mig = n.nvmlDeviceGetMigDeviceHandleByIndex(gpu7, 0)
+    three = next(row for row in H100_80GB_LGIP if row[0] == "MIG 3g.40gb")[1]
+    gi_id = n.nvmlDeviceGetGpuInstanceId(mig)
+    calls = device_gi_calls(n, three, gi_id)
+    assert {name: call(gpu7) for name, call in calls.items()} == dict.fromkeys(calls, n.NVML_SUCCESS)
+    assert {name: call(mig) for name, call in calls.items()} == dict.fromkeys(calls, INVALID_ARGUMENT)
+    mig_mode_enabled = [name for name in calls if name != "nvmlDeviceGetGpuInstanceProfileInfo"]
+    assert {name: calls[name](gpu0) for name in mig_mode_enabled} == dict.fromkeys(mig_mode_enabled, NOT_SUPPORTED)

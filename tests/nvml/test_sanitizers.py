@@ -7,6 +7,7 @@ fixed up, so validation past it is exercised too) both to a fresh nvmlInit and u
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -15,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from fakehw.nvml import layout
 from fakehw.nvml.build import CSRC, SANITIZER_CFLAGS, c_sources, generate, generated_sources
-from tests.nvml.helpers import NodeSnap
+from fakehw.nvml.snapfile import write_snapshot
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7
+from tests.nvml.test_mig_agent_client import StandInAgent, http
 
 HARNESS = Path(__file__).parent / "c" / "shim_test.c"
 
@@ -60,8 +64,10 @@ def same_size_snapshots(node_snapshot: Callable[..., NodeSnap], tmp_path: Path) 
     return a.path, b.path, work
 
 
-def run(harness: Path, command: str, snaps: tuple[Path, Path, Path], *extra: str, timeout: float = 600) -> str:
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=1", UBSAN_OPTIONS="print_stacktrace=1")
+def run(harness: Path, command: str, snaps: tuple[Path, Path, Path], *extra: str, timeout: float = 600,
+        env_extra: dict[str, str] | None = None) -> str:
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=1", UBSAN_OPTIONS="print_stacktrace=1",
+               **(env_extra or {}))
     proc = subprocess.run([str(harness), command, *map(str, snaps), *extra], capture_output=True, text=True,
                           env=env, timeout=timeout, check=False)
     assert proc.returncode == 0, f"{command} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"
@@ -104,3 +110,74 @@ def test_fuzzed_snapshots_never_crash_or_overread(harness: Path, snapshots: tupl
 
 def test_events_under_sanitizers(harness: Path, snapshots: tuple[Path, Path, Path]) -> None:
     run(harness, "events", snapshots)
+
+
+def without_platform_records(snap: NodeSnap) -> Path:
+    """``snap``'s file rewritten with no platform records (a header ``platform_count`` of 0, which docs/nvml.md's
+    format and core.c's loader allow: "one per GPU slot, or none"), so its last section is the compute instance
+    profiles and the file's last byte is their last record's."""
+    write_snapshot(snap.path, dataclasses.replace(snap.snapshot, platform=()).to_bytes())
+    return snap.path
+
+
+def test_every_mig_call_under_sanitizers(harness: Path, node_snapshot: Callable[..., NodeSnap],
+                                         tmp_path: Path) -> None:
+    """Every GPU instance and compute instance call (nvml.h's MIG functions: profiles, placements, capacities, the
+    instances and their info, each compute instance profile index NVML_COMPUTE_INSTANCE_PROFILE_COUNT defines and
+    one past it) on dgx-a100's MIG gpu7 and on an H100 with two 3g.40gb instances, from snapshots whose compute
+    instance profiles are the file's last bytes: a lookup of a profile the instance does not have reads every
+    record, and one more would read past the snapshot's bytes (fresh seed 10620's open mig.c:183, `<` to `<=`,
+    which on an ordinary snapshot read the first platform record's bytes as a profile and found no match)."""
+    work = tmp_path / "mig"
+    work.mkdir()
+    a100 = without_platform_records(node_snapshot("dgx-a100"))
+    h100 = without_platform_records(node_snapshot(dgx_h100_with_mig_gpu7(tmp_path)))
+    run(harness, "mig", (a100, h100, work))
+
+
+def test_an_agent_answer_longer_than_the_client_reads_under_sanitizers(harness: Path,
+                                                                       node_snapshot: Callable[..., NodeSnap],
+                                                                       tmp_path: Path) -> None:
+    """Two MIG mode changes asked of a stand-in agent (test_mig_agent_client.py's): an answer of 100 KB that is not
+    the API's, longer than the shim's 16 KiB buffer for it, then generation 1 (the snapshot's own). The first is
+    UNKNOWN (docs/nvml.md: an answer that is not the API's; nvml.h: "any unexpected error") and the second SUCCESS,
+    activation status alike; and the client writes nothing past its buffer while cutting the long answer (its
+    terminating NUL one past the last byte it may read: fresh seed 10625's open agentc.c:113, `sizeof raw - 1` to
+    `- 0`, which only a sanitizer sees)."""
+    work = tmp_path / "agent"
+    work.mkdir()
+    snap = node_snapshot("dgx-a100").path
+    sock = tmp_path / "agent.sock"
+    agent = StandInAgent(sock, [b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 100_000, http(200, {"generation": 1})])
+    try:
+        report = run(harness, "agent", (snap, snap, work), "2", env_extra={"FAKEHW_AGENT_SOCKET": str(sock)})
+    finally:
+        agent.close()
+    unknown, success = 999, 0  # nvmlReturn_t (nvml.h)
+    assert [line for line in report.splitlines() if line.startswith("agent: ")] == [
+        f"agent: {unknown} {unknown}", f"agent: {success} {success}"], report
+
+
+def with_a_full_gpu_instance_table(snap: NodeSnap) -> Path:
+    """``snap``'s file rewritten with as many GPU instance records as the format holds (layout.py: MAX_GPUS x
+    MAX_GI_PER_GPU), its own first and the rest copies of them spread over its GPUs, each with its own creation
+    serial (the registry's key) and no compute instances."""
+    gis = snap.snapshot.gis
+    assert gis
+    full = layout.MAX_GPUS * layout.MAX_GI_PER_GPU
+    extra = tuple(dataclasses.replace(gis[k % len(gis)], parent=k % len(snap.snapshot.gpus), serial=1_000 + k,
+                                      mig_first=0, mig_count=0) for k in range(full - len(gis)))
+    write_snapshot(snap.path, dataclasses.replace(snap.snapshot, gis=gis + extra).to_bytes())
+    return snap.path
+
+
+def test_a_full_gpu_instance_table_under_sanitizers(harness: Path, node_snapshot: Callable[..., NodeSnap],
+                                                    tmp_path: Path) -> None:
+    """A snapshot with every GPU instance record the format allows (dgx-a100, 256 over its 8 GPUs), loaded and every
+    MIG call made on it (as above): each record gets a handle from the registry, whose tables hold exactly that many,
+    and nothing is written past them (fresh seed 10624's open mig.c:71, `i < count` to `<=`: one entry past the
+    records set to -1, which with a full table is the next field of the snapshot's struct)."""
+    work = tmp_path / "full"
+    work.mkdir()
+    full = with_a_full_gpu_instance_table(node_snapshot("dgx-a100"))
+    run(harness, "mig", (full, full, work))

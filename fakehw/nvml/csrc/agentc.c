@@ -130,17 +130,27 @@ int fhw_agent_request(const char *method, const char *path, const char *body, ch
     return status;
 }
 
+/* JSON's insignificant whitespace (RFC 8259 2: space, tab, line feed, carriage return), which may stand on either
+   side of a member's colon. */
+static const char *skip_ws(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
 long long fhw_json_int(const char *json, const char *key, int *found) {
     char pattern[64];
     *found = 0;
-    if (json == NULL || snprintf(pattern, sizeof pattern, "\"%s\":", key) >= (int)sizeof pattern) return 0;
-    const char *p = strstr(json, pattern);
-    if (p == NULL) return 0;
-    p += strlen(pattern);
-    while (*p == ' ') p++;
-    char *end = NULL;
-    long long v = strtoll(p, &end, 10);
-    if (end == p) return 0;
-    *found = 1;
-    return v;
+    if (json == NULL || snprintf(pattern, sizeof pattern, "\"%s\"", key) >= (int)sizeof pattern) return 0;
+    /* The first "key" followed by a colon names the member; one followed by anything else is a string value. */
+    for (const char *k = strstr(json, pattern); k != NULL; k = strstr(k + 1, pattern)) {
+        const char *p = skip_ws(k + strlen(pattern));
+        if (*p != ':') continue;
+        p = skip_ws(p + 1);
+        char *end = NULL;
+        long long v = strtoll(p, &end, 10);
+        if (end == p) return 0;
+        *found = 1;
+        return v;
+    }
+    return 0;
 }

@@ -62,18 +62,24 @@ typedef struct {
     void (*claim)(int, const fhw_snap_t *, uint32_t);
 } registry_t;
 
+/* The tables map_records fills (fhw_snap_t's mig_* and gi_* arrays), passed as arrays of their size rather than
+   as bare pointers, so a build with UBSan's bounds checks sees an index past one (next to each other in fhw_snap_t,
+   a write one past a table lands in the next, which no other sanitizer can tell from a field). */
+_Static_assert(FHW_MAX_MIGS == FHW_MAX_GIS, "both registries' tables are one array type");
+typedef int table_t[FHW_MAX_GIS];
+
 /* Give each of `count` records whose GPU is visible (parent_of) a handle: the registered one, else a free slot,
    else the slot of an instance this snapshot no longer has. */
 static void map_records(const registry_t *r, const fhw_snap_t *s, uint32_t count, uint32_t (*parent_of)(
-                            const fhw_snap_t *, uint32_t), int *slot, int *dev, int *handle) {
-    char seen[FHW_MAX_MIGS > FHW_MAX_GIS ? FHW_MAX_MIGS : FHW_MAX_GIS] = {0};
-    for (int h = 0; h < r->cap; h++) slot[h] = dev[h] = -1;
-    for (uint32_t i = 0; i < count; i++) handle[i] = -1;
+                            const fhw_snap_t *, uint32_t), table_t *slot, table_t *dev, table_t *handle) {
+    char seen[FHW_MAX_GIS] = {0};
+    for (int h = 0; h < r->cap; h++) (*slot)[h] = (*dev)[h] = -1;
+    for (uint32_t i = 0; i < count; i++) (*handle)[i] = -1;
     for (uint32_t i = 0; i < count; i++) {
         if (dev_of_slot(s, parent_of(s, i)) < 0) continue;
         for (int h = 0; h < r->cap; h++)
             if (!r->is_free(h) && r->eq(h, s, i)) {
-                handle[i] = h;
+                (*handle)[i] = h;
                 seen[h] = 1;
                 break;
             }
@@ -81,7 +87,7 @@ static void map_records(const registry_t *r, const fhw_snap_t *s, uint32_t count
     for (uint32_t i = 0; i < count; i++) {
         int d = dev_of_slot(s, parent_of(s, i));
         if (d < 0) continue;
-        if (handle[i] < 0) {
+        if ((*handle)[i] < 0) {
             int h = -1;
             for (int k = 0; k < r->cap && h < 0; k++)
                 if (r->is_free(k)) h = k;
@@ -90,10 +96,10 @@ static void map_records(const registry_t *r, const fhw_snap_t *s, uint32_t count
             if (h < 0) continue; /* more live instances than slots: cannot happen within the format's limits */
             r->claim(h, s, i);
             seen[h] = 1;
-            handle[i] = h;
+            (*handle)[i] = h;
         }
-        slot[handle[i]] = (int)i;
-        dev[handle[i]] = d;
+        (*slot)[(*handle)[i]] = (int)i;
+        (*dev)[(*handle)[i]] = d;
     }
 }
 
@@ -105,8 +111,8 @@ void fhw_mig_map(fhw_snap_t *s) {
     static const registry_t gis = {FHW_MAX_GIS, gi_key_eq, gi_free, gi_claim};
     uint32_t nm = s->status == NVML_SUCCESS ? s->hdr->mig_count : 0;
     uint32_t ng = s->status == NVML_SUCCESS ? s->hdr->gi_count : 0;
-    map_records(&migs, s, nm, mig_parent, s->mig_slot, s->mig_dev, s->mig_handle);
-    map_records(&gis, s, ng, gi_parent, s->gi_slot, s->gi_dev, s->gi_handle);
+    map_records(&migs, s, nm, mig_parent, &s->mig_slot, &s->mig_dev, &s->mig_handle);
+    map_records(&gis, s, ng, gi_parent, &s->gi_slot, &s->gi_dev, &s->gi_handle);
 }
 
 int fhw_gi_id_of(nvmlGpuInstance_t gi) {

@@ -7,6 +7,8 @@
  *   shim_test inplace SNAPSHOT_A SNAPSHOT_B WORKDIR      readers in threads while the file is updated in place
  *   shim_test fuzz SNAPSHOT_A SNAPSHOT_B WORKDIR N SEED  N mutated snapshots: never a crash, hang or overread
  *   shim_test events SNAPSHOT_A SNAPSHOT_B WORKDIR       waits, timeouts, frees under a changing file
+ *   shim_test mig SNAPSHOT_A SNAPSHOT_B WORKDIR          every GPU and compute instance call on every instance
+ *   shim_test agent SNAPSHOT_A SNAPSHOT_B WORKDIR N      N MIG mode changes asked of $FAKEHW_AGENT_SOCKET
  *
  * SNAPSHOT_A and SNAPSHOT_B are valid snapshots of the same node that differ in one GPU's temperature; the
  * test writes WORKDIR/nvml.snapshot the two ways the Python writer does (fakehw/nvml/snapfile.py): a temporary file,
@@ -58,6 +60,27 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t, unsigned long long, nvmlEven
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t, nvmlEventData_t *, unsigned int);
 nvmlReturn_t nvmlInternalGetExportTable(const void **, const unsigned char *);
 const char *nvmlErrorString(nvmlReturn_t);
+nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t, unsigned int, nvmlReturn_t *);
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t, unsigned int, nvmlGpuInstanceProfileInfo_t *);
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t, unsigned int, nvmlGpuInstanceProfileInfo_v2_t *);
+nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t, unsigned int, unsigned int *);
+nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t, unsigned int, nvmlGpuInstancePlacement_t *,
+                                                           unsigned int *);
+nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t, unsigned int, nvmlGpuInstance_t *, unsigned int *);
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t, unsigned int, nvmlGpuInstance_t *);
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t, nvmlGpuInstanceInfo_t *);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t, unsigned int, unsigned int,
+                                                          nvmlComputeInstanceProfileInfo_t *);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t, unsigned int, unsigned int,
+                                                           nvmlComputeInstanceProfileInfo_v2_t *);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t, unsigned int, unsigned int *);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(nvmlGpuInstance_t, unsigned int,
+                                                                 nvmlComputeInstancePlacement_t *, unsigned int *);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t, unsigned int, nvmlComputeInstance_t *,
+                                                unsigned int *);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t, unsigned int, nvmlComputeInstance_t *);
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t, nvmlComputeInstanceInfo_t *);
+nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t, fhwComputeInstanceInfoV1_t *);
 
 static unsigned char *snap_a, *snap_b;
 static size_t size_a, size_b;
@@ -445,9 +468,96 @@ static int cmd_events(void) {
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------- MIG */
+
+/* Every GPU instance profile of `d`, every GPU instance of each, and every compute instance profile index nvml.h
+   defines (and one past) of each instance, in every form; then each compute instance. Results are not checked: the
+   sanitizers are the oracle (test_sanitizers.py gives a snapshot whose compute instance profiles are its last
+   section, so a lookup that reads one record too many reads past the file's bytes). */
+static void exercise_mig(nvmlDevice_t d) {
+    for (unsigned int p = 0; p <= NVML_GPU_INSTANCE_PROFILE_COUNT; p++) {
+        nvmlGpuInstanceProfileInfo_t info;
+        if (nvmlDeviceGetGpuInstanceProfileInfo(d, p, &info) != NVML_SUCCESS) continue;
+        nvmlGpuInstanceProfileInfo_v2_t v2 = {.version = nvmlGpuInstanceProfileInfo_v2};
+        (void)nvmlDeviceGetGpuInstanceProfileInfoV(d, p, &v2);
+        unsigned int n = 0;
+        (void)nvmlDeviceGetGpuInstanceRemainingCapacity(d, info.id, &n);
+        nvmlGpuInstancePlacement_t places[FHW_MAX_PLACEMENTS];
+        n = FHW_MAX_PLACEMENTS;
+        (void)nvmlDeviceGetGpuInstancePossiblePlacements_v2(d, info.id, places, &n);
+        nvmlGpuInstance_t gis[FHW_MAX_GIS];
+        n = FHW_MAX_GIS;
+        if (nvmlDeviceGetGpuInstances(d, info.id, gis, &n) != NVML_SUCCESS) continue;
+        CHECK(n <= FHW_MAX_GIS);
+        for (unsigned int g = 0; g < n; g++) {
+            nvmlGpuInstanceInfo_t gi;
+            if (nvmlGpuInstanceGetInfo(gis[g], &gi) == NVML_SUCCESS) {
+                nvmlGpuInstance_t back;
+                (void)nvmlDeviceGetGpuInstanceById(d, gi.id, &back);
+            }
+            for (unsigned int cp = 0; cp <= NVML_COMPUTE_INSTANCE_PROFILE_COUNT; cp++) {
+                nvmlComputeInstanceProfileInfo_t ci;
+                (void)nvmlGpuInstanceGetComputeInstanceProfileInfo(gis[g], cp, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                                                                   &ci);
+                nvmlComputeInstanceProfileInfo_v2_t c2 = {.version = nvmlComputeInstanceProfileInfo_v2};
+                (void)nvmlGpuInstanceGetComputeInstanceProfileInfoV(gis[g], cp, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                                                                    &c2);
+                nvmlComputeInstanceProfileInfo_v3_t c3 = {.version = nvmlComputeInstanceProfileInfo_v3};
+                (void)nvmlGpuInstanceGetComputeInstanceProfileInfoV(gis[g], cp, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                                                                    (nvmlComputeInstanceProfileInfo_v2_t *)&c3);
+                unsigned int m = 0;
+                (void)nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gis[g], cp, &m);
+                nvmlComputeInstancePlacement_t cplaces[FHW_MAX_PLACEMENTS];
+                m = FHW_MAX_PLACEMENTS;
+                (void)nvmlGpuInstanceGetComputeInstancePossiblePlacements(gis[g], cp, cplaces, &m);
+                nvmlComputeInstance_t cis[FHW_MAX_MIGS];
+                m = FHW_MAX_MIGS;
+                if (nvmlGpuInstanceGetComputeInstances(gis[g], cp, cis, &m) != NVML_SUCCESS) continue;
+                CHECK(m <= FHW_MAX_MIGS);
+                for (unsigned int k = 0; k < m; k++) {
+                    nvmlComputeInstanceInfo_t cinfo;
+                    fhwComputeInstanceInfoV1_t cinfo1;
+                    if (nvmlComputeInstanceGetInfo_v2(cis[k], &cinfo) == NVML_SUCCESS) {
+                        nvmlComputeInstance_t back;
+                        (void)nvmlGpuInstanceGetComputeInstanceById(gis[g], cinfo.id, &back);
+                    }
+                    (void)nvmlComputeInstanceGetInfo(cis[k], &cinfo1);
+                }
+            }
+        }
+    }
+}
+
+static int cmd_mig(void) {
+    for (int round = 0; round < 2; round++) {
+        publish(round ? snap_b : snap_a, round ? size_b : size_a);
+        CHECK(nvmlInit_v2() == NVML_SUCCESS);
+        unsigned int count = 0;
+        CHECK(nvmlDeviceGetCount_v2(&count) == NVML_SUCCESS && count <= FHW_MAX_GPUS);
+        for (unsigned int i = 0; i < count; i++) exercise_mig(fhw_device_handle((int)i));
+        CHECK(nvmlShutdown() == NVML_SUCCESS);
+    }
+    return 0;
+}
+
+/* `changes` MIG mode changes of GPU 0 asked of the agent test_sanitizers.py stands in for at $FAKEHW_AGENT_SOCKET,
+   each answer printed ("agent: RETURN ACTIVATION") for the test to judge; the sanitizers judge the client's buffers
+   (an answer longer than the client reads must not make it write past its own). */
+static int cmd_agent(long changes) {
+    publish(snap_a, size_a);
+    CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    for (long i = 0; i < changes; i++) {
+        nvmlReturn_t activation = (nvmlReturn_t)-7;
+        nvmlReturn_t r = nvmlDeviceSetMigMode(fhw_device_handle(0), NVML_DEVICE_MIG_ENABLE, &activation);
+        fprintf(stderr, "agent: %d %d\n", (int)r, (int)activation);
+    }
+    CHECK(nvmlShutdown() == NVML_SUCCESS);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: %s calls|threads|inplace|fuzz|events SNAPSHOT_A SNAPSHOT_B WORKDIR [N SEED]\n", argv[0]);
+        fprintf(stderr, "usage: %s calls|threads|inplace|fuzz|events|mig|agent SNAPSHOT_A SNAPSHOT_B WORKDIR [N SEED]\n", argv[0]);
         return 2;
     }
     snap_a = slurp(argv[2], &size_a);
@@ -462,6 +572,8 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[1], "inplace") == 0) rc = cmd_threads(1);
     else if (strcmp(argv[1], "fuzz") == 0) rc = cmd_fuzz(argc > 5 ? atol(argv[5]) : 1000, argc > 6 ? strtoull(argv[6], NULL, 0) : 1);
     else if (strcmp(argv[1], "events") == 0) rc = cmd_events();
+    else if (strcmp(argv[1], "mig") == 0) rc = cmd_mig();
+    else if (strcmp(argv[1], "agent") == 0) rc = cmd_agent(argc > 5 ? atol(argv[5]) : 1);
     free(snap_a);
     free(snap_b);
     return rc;
