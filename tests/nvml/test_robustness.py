@@ -233,7 +233,8 @@ PREAD_INTERPOSER = r"""
 /* pread as POSIX allows it to behave on a regular file: every other call interrupted by a signal before any data
    (-1, EINTR), the others returning at most 997 bytes; with FHW_TEST_PREAD=eof the file also seems to end at half
    its fstat size (a file cut short between the reader's fstat and its read); with FHW_TEST_PREAD=count every call
-   reads as asked. Counts what the reader asked. */
+   reads as asked; with FHW_TEST_PREAD=cut the file seems to end at byte FHW_TEST_PREAD_CUT until a read finds that
+   end, and is whole again after it (a file a writer refills in place). Counts what the reader asked. */
 static ssize_t (*real_pread)(int, void *, size_t, off_t);
 long fhw_test_calls, fhw_test_interrupted, fhw_test_past_end;
 
@@ -245,6 +246,17 @@ static ssize_t interposed(int fd, void *buf, size_t n, off_t off) {
     fhw_test_calls++;
     if (off + (off_t)n > st.st_size) fhw_test_past_end++;
     if (strcmp(mode, "count") == 0) return real_pread(fd, buf, n, off);
+    if (strcmp(mode, "cut") == 0) {
+        static int cut_seen;
+        const char *at = getenv("FHW_TEST_PREAD_CUT");
+        off_t cut = at != NULL ? (off_t)atol(at) : 0;
+        if (!cut_seen && off >= cut) {
+            cut_seen = 1;
+            return 0;
+        }
+        if (!cut_seen && off + (off_t)n > cut) n = (size_t)(cut - off);
+        return real_pread(fd, buf, n, off);
+    }
     if (fhw_test_calls % 2 == 1) {
         fhw_test_interrupted++;
         errno = EINTR;
@@ -312,6 +324,28 @@ def test_a_snapshot_cut_short_between_fstat_and_read_is_refused_not_waited_on(
                         FHW_TEST_PREAD="eof")
     assert result["err"] == 999
     assert result["interrupted"] >= 1
+
+
+UPDATE_WORD = layout.layout_of(layout.HeaderRecord).field("superseded").offset
+"""Where the header's update word starts (the format's one declaration, fakehw/nvml/layout.py): 4 bytes."""
+
+
+@pytest.mark.parametrize(("word", "cut"), [(0, 2), (2, 2), (2, 0), (2, 4)])
+def test_a_copy_that_ends_inside_the_update_word_is_read_again(
+        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path, word: int, cut: int) -> None:
+    """docs/nvml.md's update protocol: a reader that "copied the file while the word held one even value before and
+    after its copy, and finds that value in its copy, has a whole file; otherwise it copies again". A first read
+    that ends ``cut`` bytes into the 4-byte word (pread answers 0, end of file, POSIX: a file cut there and being
+    refilled in place) holds no word, so it is not kept, nor one that ends just after the word (no copy of the
+    file fstat measured); the next read finds the file whole and the node's GPUs, for a word of 0 (a file written
+    whole) and of 2 (one update in place done), with no writer odd in between (the word is even)."""
+    snap = node_snapshot("dgx-h100")
+    with snap.path.open("r+b") as f:  # the word is outside the checksum (docs/nvml.md), so the file stays good
+        os.pwrite(f.fileno(), word.to_bytes(4, "little"), UPDATE_WORD)
+    result = run_python(READ_THROUGH_INTERPOSER, snap.path, timeout=30, LD_PRELOAD=str(pread_interposer),
+                        FHW_TEST_PREAD="cut", FHW_TEST_PREAD_CUT=str(UPDATE_WORD + cut))
+    assert result.get("uuids") == [g.uuid for g in snap.node.gpus], result
+    assert result["calls"] >= 3 and result["past_end"] == 0  # the cut copy, its end of file, the whole copy
 
 
 SMI_TABLE_GUID = bytes([0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e, 0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4])

@@ -389,8 +389,8 @@ static size_t pread_all(int fd, uint8_t *buf, size_t size) {
 }
 
 /* Read the file into s->data, consistently: the writer changes a snapshot in place between two writes of its
-   `superseded` word (odd while it writes, the next even value after), so a copy whose word, and the mapped word
-   before and after the read, are one even value is whole. A writer that stays odd longer than
+   `superseded` word (odd while it writes, the next even value after), so a copy as long as the file whose word,
+   and the mapped word before and after the read, are one even value is whole. A writer that stays odd longer than
    FHW_LOAD_WAITS x 50 us (it died mid-update) is not waited for: the checksum judges what was read. Without the
    mapping (a file too short for the word) the checksum alone judges. Returns the bytes read. */
 #define FHW_LOAD_WAITS 200
@@ -409,10 +409,13 @@ static size_t read_whole(int fd, fhw_snap_t *s, size_t size) {
         atomic_thread_fence(memory_order_acquire);
         s->seq = before;
         if (s->superseded == NULL || settled) return got;
-        uint32_t copied = 0;
-        if (got >= FHW_SUPERSEDED_OFFSET + sizeof copied)
+        /* A copy shorter than the file fstat gave (cut under us, perhaps inside the word: then it holds no word,
+           not a word of 0) is no copy of the file: read again. size >= the header, so the word is in a whole one. */
+        if (got == size) {
+            uint32_t copied;
             memcpy(&copied, s->data + FHW_SUPERSEDED_OFFSET, sizeof copied);
-        if (*s->superseded == before && copied == before) return got;
+            if (*s->superseded == before && copied == before) return got;
+        }
     }
 }
 
