@@ -286,7 +286,7 @@ nvmlReturn_t fhw_validate(const uint8_t *data, size_t size, const char **why) {
    page raises SIGBUS. This handler takes exactly those faults: it puts an anonymous page flagged "superseded" in
    place of the lost one and returns, so the read completes, the reader reloads the path and answers from what it
    finds there (NVML_ERROR_UNKNOWN while the file is torn). Any other SIGBUS goes to the handler installed before,
-   or kills the process as it would have. The library is never unloaded (-z nodelete), so neither is the handler. */
+   is ignored when that was SIG_IGN and the signal was sent, or kills the process as it would have. The library is never unloaded (-z nodelete), so neither is the handler. */
 #define FHW_GUARDED_MAPS 64
 
 static _Atomic(uintptr_t) g_guarded[FHW_GUARDED_MAPS];
@@ -311,7 +311,11 @@ static void bus_handler(int sig, siginfo_t *info, void *ctx) {
             g_prev_bus.sa_sigaction(sig, info, ctx);
             return;
         }
-    } else if (g_prev_bus.sa_handler != SIG_DFL && g_prev_bus.sa_handler != SIG_IGN) {
+    } else if (g_prev_bus.sa_handler == SIG_IGN) {
+        /* Ignored and sent by kill, sigqueue or raise (si_code SI_USER or below): no effect, as POSIX has it. An
+           ignored fault (si_code > 0) would only fault again: the default action, as the kernel's choice too. */
+        if (info->si_code <= SI_USER) return;
+    } else if (g_prev_bus.sa_handler != SIG_DFL) {
         g_prev_bus.sa_handler(sig);
         return;
     }
