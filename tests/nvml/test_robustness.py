@@ -224,6 +224,9 @@ PREAD_INTERPOSER = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -234,7 +237,10 @@ PREAD_INTERPOSER = r"""
    (-1, EINTR), the others returning at most 997 bytes; with FHW_TEST_PREAD=eof the file also seems to end at half
    its fstat size (a file cut short between the reader's fstat and its read); with FHW_TEST_PREAD=count every call
    reads as asked; with FHW_TEST_PREAD=cut the file seems to end at byte FHW_TEST_PREAD_CUT until a read finds that
-   end, and is whole again after it (a file a writer refills in place). Counts what the reader asked. */
+   end, and is whole again after it (a file a writer refills in place); with FHW_TEST_PREAD=update the first call
+   reads half of what it was asked and then, before returning, updates the file in place as docs/nvml.md's writer
+   does (the word at FHW_TEST_PREAD_WORD odd, every byte of the file FHW_TEST_PREAD_NEXT, its even word last).
+   Counts what the reader asked. */
 static ssize_t (*real_pread)(int, void *, size_t, off_t);
 long fhw_test_calls, fhw_test_interrupted, fhw_test_past_end;
 
@@ -246,6 +252,30 @@ static ssize_t interposed(int fd, void *buf, size_t n, off_t off) {
     fhw_test_calls++;
     if (off + (off_t)n > st.st_size) fhw_test_past_end++;
     if (strcmp(mode, "count") == 0) return real_pread(fd, buf, n, off);
+    if (strcmp(mode, "update") == 0) {
+        static int updated;
+        if (updated) return real_pread(fd, buf, n, off);
+        updated = 1;
+        ssize_t got = real_pread(fd, buf, n / 2, off);
+        off_t at = (off_t)atol(getenv("FHW_TEST_PREAD_WORD"));
+        char self[64];
+        snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+        int in = open(getenv("FHW_TEST_PREAD_NEXT"), O_RDONLY), out = open(self, O_WRONLY);
+        struct stat next;
+        if (in < 0 || out < 0 || fstat(in, &next) != 0) abort();
+        char *data = malloc((size_t)next.st_size);
+        uint32_t odd = 1, even;
+        if (data == NULL || read(in, data, (size_t)next.st_size) != next.st_size) abort();
+        memcpy(&even, data + at, 4);
+        memcpy(data + at, &odd, 4);
+        if (pwrite(out, &odd, 4, at) != 4 || pwrite(out, data, (size_t)next.st_size, 0) != next.st_size ||
+            pwrite(out, &even, 4, at) != 4)
+            abort();
+        free(data);
+        close(in);
+        close(out);
+        return got;
+    }
     if (strcmp(mode, "cut") == 0) {
         static int cut_seen;
         const char *at = getenv("FHW_TEST_PREAD_CUT");
@@ -280,6 +310,10 @@ READ_THROUGH_INTERPOSER = (
     "print(json.dumps(out))\n")
 
 
+UPDATE_WORD = layout.layout_of(layout.HeaderRecord).field("superseded").offset
+"""Where the header's update word starts (the format's one declaration, fakehw/nvml/layout.py): 4 bytes."""
+
+
 @pytest.fixture(scope="module")
 def pread_interposer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_preload(tmp_path_factory.mktemp("interposer"), "pread", PREAD_INTERPOSER)
@@ -300,13 +334,17 @@ def test_a_snapshot_read_in_short_and_interrupted_preads_is_read_whole(
     assert result["past_end"] == 0
 
 
+@pytest.mark.parametrize("word", [0, 2])
 def test_a_snapshot_no_writer_is_updating_is_read_in_one_pread(
-        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path) -> None:
+        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path, word: int) -> None:
     """docs/nvml.md's update protocol: a reader copies the file and keeps the copy when the update word was even
     and the same before and after the copy (no writer was in the middle of an update). A snapshot nobody writes is
     therefore read once: one pread of the whole file, which a regular file answers in full (POSIX pread(2)), not
-    read again and again until a retry bound gives up on a word that never moved."""
+    read again and again until a retry bound gives up on a word that never moved. So for a file written whole
+    (word 0) and one whose last update in place is done (2, the next even value after the writer's odd 1)."""
     snap = node_snapshot("dgx-h100")
+    with snap.path.open("r+b") as f:  # the word is outside the checksum (docs/nvml.md)
+        os.pwrite(f.fileno(), word.to_bytes(4, "little"), UPDATE_WORD)
     result = run_python(READ_THROUGH_INTERPOSER, snap.path, timeout=30, LD_PRELOAD=str(pread_interposer),
                         FHW_TEST_PREAD="count")
     assert result["uuids"] == [g.uuid for g in snap.node.gpus]
@@ -326,10 +364,6 @@ def test_a_snapshot_cut_short_between_fstat_and_read_is_refused_not_waited_on(
     assert result["interrupted"] >= 1
 
 
-UPDATE_WORD = layout.layout_of(layout.HeaderRecord).field("superseded").offset
-"""Where the header's update word starts (the format's one declaration, fakehw/nvml/layout.py): 4 bytes."""
-
-
 @pytest.mark.parametrize(("word", "cut"), [(0, 2), (2, 2), (2, 0), (2, 4)])
 def test_a_copy_that_ends_inside_the_update_word_is_read_again(
         node_snapshot: Callable[..., NodeSnap], pread_interposer: Path, word: int, cut: int) -> None:
@@ -346,6 +380,30 @@ def test_a_copy_that_ends_inside_the_update_word_is_read_again(
                         FHW_TEST_PREAD="cut", FHW_TEST_PREAD_CUT=str(UPDATE_WORD + cut))
     assert result.get("uuids") == [g.uuid for g in snap.node.gpus], result
     assert result["calls"] >= 3 and result["past_end"] == 0  # the cut copy, its end of file, the whole copy
+
+
+def test_a_file_updated_in_place_during_the_copy_is_copied_again(
+        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path) -> None:
+    """docs/nvml.md's update protocol from the reader's side: the writer sets the word odd, writes the bytes that
+    differ, then sets the next even value; a reader keeps its copy only if the word held one even value before and
+    after the copy and the copy holds it, "otherwise it copies again". Here the whole update happens while the
+    reader's first pread is half done (0 before, 2 after; the second half of the copy is the new file's, the first
+    half, word included, the old one's: a torn copy whose own word still reads 0). The reader copies again and
+    answers the node (a torn copy fails the checksum: UNKNOWN)."""
+    old = node_snapshot("dgx-h100")
+    new = node_snapshot("dgx-h100", faults=[{"kind": "thermal", "device": "gpu7", "temperature_c": 95}],
+                        generation=2)
+    data = bytearray(new.path.read_bytes())
+    data[UPDATE_WORD:UPDATE_WORD + 4] = (2).to_bytes(4, "little")  # one update done: the next even value
+    new.path.write_bytes(data)
+    half = old.path.stat().st_size // 2
+    assert old.path.read_bytes()[half:] != bytes(data[half:])  # the copy's halves come from different files
+    result = run_python(READ_THROUGH_INTERPOSER, old.path, timeout=30, LD_PRELOAD=str(pread_interposer),
+                        FHW_TEST_PREAD="update", FHW_TEST_PREAD_NEXT=str(new.path),
+                        FHW_TEST_PREAD_WORD=str(UPDATE_WORD))
+    assert result.get("uuids") == [g.uuid for g in old.node.gpus], result
+    assert result["calls"] >= 3 and result["past_end"] == 0  # the torn copy (two calls), the whole one
+    assert old.path.read_bytes() == bytes(data)
 
 
 SMI_TABLE_GUID = bytes([0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e, 0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4])
