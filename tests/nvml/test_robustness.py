@@ -446,6 +446,12 @@ good = open(path, "rb").read()
 pynvml.nvmlInit()
 h = pynvml.nvmlDeviceGetHandleByIndex(0)
 out = {"before": pynvml.nvmlDeviceGetUUID(h)}
+if os.environ.get("FHW_TEST_REPLACE_FIRST"):  # a new file renamed over the first, read, then truncated in place
+    with open(path + ".new", "wb") as f:
+        f.write(good)
+    os.replace(path + ".new", path)
+    time.sleep(0.05)
+    out["replaced"] = pynvml.nvmlDeviceGetUUID(h)
 with open(path, "r+b") as f:  # as `cp backup nvml.snapshot` does first: the same file, truncated
     f.truncate(0)
 try:
@@ -473,6 +479,18 @@ def test_a_snapshot_truncated_in_place_under_a_reader_is_unknown_until_written_a
     got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30)
     uuid = snap.node.gpus[0].uuid
     assert got == {"before": uuid, "torn": 999, "after": uuid}
+
+
+def test_a_snapshot_that_replaced_another_and_is_then_truncated_is_unknown_until_written_again(
+        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """The same after a new file was renamed over the first one and read (docs/nvml.md: a replaced file is
+    reloaded): the process now maps the second file, which `cp backup nvml.snapshot` then truncates. Touching its
+    page raises SIGBUS (mmap(2)), which the shim takes as its own as it took the first file's (the first file's
+    mapping is gone by then): UNKNOWN while torn, the node again once written, and the process survives."""
+    snap = node_snapshot("dgx-h100")
+    got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30, FHW_TEST_REPLACE_FIRST="1")
+    uuid = snap.node.gpus[0].uuid
+    assert got == {"before": uuid, "replaced": uuid, "torn": 999, "after": uuid}
 
 
 _WRITABLE_PHDRS = """
@@ -673,13 +691,18 @@ SIGBUS_CHAIN = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* The program's own SIGBUS disposition, set before the library loads: a handler with SA_SIGINFO (argv[1]
    "siginfo"), called with the fault's siginfo; one without (argv[1] "plain"), called with the signal number alone;
    or SIG_IGN (argv[1] "ignored"). A handler exits with 0 when what it was given is its own fault: SIGBUS at the
    page it touched (si_addr, si_code BUS_ADRERR). argv[2] "library" loads the library and calls nvmlInit first.
-   argv[3] "sent": no fault; the program sends itself SIGBUS with kill(2) and, still running, exits with 10. */
+   argv[3] "sent": no fault; the program sends itself SIGBUS with kill(2) and, still running, exits with 10;
+   "queued": the same with the siginfo sigqueue(3) run by init as root would bring (si_code SI_QUEUE, si_pid 1,
+   si_uid 0: the union's first 8 bytes, which si_addr overlays, read 1); "mapped-first": the program maps its page
+   after loading the library and before nvmlInit, so the library's page (mapped by nvmlInit) may end where it
+   starts. */
 static volatile char *g_page;
 
 static void with_info(int sig, siginfo_t *info, void *ctx) {
@@ -699,14 +722,26 @@ int main(int argc, char **argv) {
         sa.sa_handler = argc > 1 && strcmp(argv[1], "ignored") == 0 ? SIG_IGN : plain;
     }
     sigaction(SIGBUS, &sa, NULL);
+    int (*init)(void) = NULL;
+    int mapped_first = argc > 3 && strcmp(argv[3], "mapped-first") == 0;
     if (argc > 2 && strcmp(argv[2], "library") == 0) {
         void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
         if (lib == NULL) return 4;
-        int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
-        if (init() != 0) return 5;
+        init = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+        if (!mapped_first && init() != 0) return 5;
     }
     if (argc > 3 && strcmp(argv[3], "sent") == 0) {
         kill(getpid(), SIGBUS); /* pending and unblocked: delivered before kill returns (POSIX kill) */
+        return 10;
+    }
+    if (argc > 3 && strcmp(argv[3], "queued") == 0) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        si.si_signo = SIGBUS;
+        si.si_code = SI_QUEUE;
+        si.si_pid = 1;
+        si.si_uid = 0;
+        syscall(SYS_rt_tgsigqueueinfo, getpid(), gettid(), SIGBUS, &si); /* to itself: delivered on return */
         return 10;
     }
     char path[] = "/tmp/fhw-sigbus-XXXXXX";
@@ -715,6 +750,7 @@ int main(int argc, char **argv) {
     if (fd < 0 || ftruncate(fd, size) != 0) return 6;
     g_page = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
     unlink(path);
+    if (mapped_first && init != NULL && init() != 0) return 5; /* Linux maps top-down: its page ends at ours */
     if (g_page == MAP_FAILED || ftruncate(fd, 0) != 0) return 7;
     return g_page[0] == 0 ? 8 : 9; /* the read past the file's end raises SIGBUS: the handler exits first */
 }
@@ -752,6 +788,34 @@ def test_a_sigbus_sent_to_a_program_that_ignores_it_is_ignored_with_the_library_
     ends = {how: subprocess.run([str(exe), "ignored", how, "sent"], env=env, capture_output=True, text=True,
                                 timeout=30, check=False).returncode for how in ("alone", "library")}
     assert ends == {"alone": 10, "library": 10}
+
+
+@pytest.mark.parametrize("sent", ["sent", "queued"])
+def test_a_sigbus_sent_to_a_program_with_a_handler_reaches_its_handler(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path, sent: str) -> None:
+    """A SIGBUS that is no fault of the library's mapping (csrc/core.c: "Any other SIGBUS goes to the handler
+    installed before") reaches the program's own handler (it exits 0 from there) as it does without the library:
+    sent with kill(2) by the program itself, and as sigqueue(3) by init (pid 1, uid 0) delivers it, whose siginfo
+    reads as an address in the first page, where nothing of the library's is mapped (POSIX sigaction: si_addr is
+    defined for faults only; a queued signal's union holds the sender's pid and uid)."""
+    snap = node_snapshot("dgx-h100")
+    exe, env = c_caller(tmp_path, "sigbus", SIGBUS_CHAIN, snap.path)
+    ends = {how: subprocess.run([str(exe), "plain", how, sent], env=env, capture_output=True, text=True,
+                                timeout=30, check=False).returncode for how in ("alone", "library")}
+    assert ends == {"alone": 0, "library": 0}
+
+
+def test_a_fault_on_the_page_after_the_library_s_own_reaches_the_program_s_handler(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """The shim's page is one page long (mmap(2): a mapping of len bytes covers [addr, addr + len)); the byte just
+    past it is not its own. A program that maps a file of its own between loading the library and nvmlInit (Linux
+    places the next mapping just below: the library's page ends where the program's begins) and reads past the end
+    of that file gets SIGBUS (POSIX mmap) in its own handler, which exits 0, as in the test above."""
+    snap = node_snapshot("dgx-h100")
+    exe, env = c_caller(tmp_path, "sigbus", SIGBUS_CHAIN, snap.path)
+    ends = {how: subprocess.run([str(exe), "plain", how, "mapped-first"], env=env, capture_output=True, text=True,
+                                timeout=10, check=False).returncode for how in ("alone", "library")}
+    assert ends == {"alone": 0, "library": 0}
 
 
 HELD_ODD = r"""
