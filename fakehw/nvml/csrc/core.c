@@ -722,18 +722,21 @@ nvmlReturn_t fhw_enter_dev(fhw_ctx_t *c, nvmlDevice_t h, int flags) {
 
 /* ------------------------------------------------------------------------------------------ visibility */
 
+/* Is the text s exactly the token tok[0..len), compared by cmp (strncmp, or strncasecmp to ignore case)? */
+static int token_is(const char *tok, size_t len, const char *s, int (*cmp)(const char *, const char *, size_t)) {
+    return strlen(s) == len && cmp(tok, s, len) == 0;
+}
+
+/* Does the token tok[0..len) (followed by a comma, a space or the end) name g? Read in place, however long: an
+   index with any number of leading zeros is that index, as strtoul reads it. */
 static int token_matches(const fhw_gpu_t *g, const char *tok, size_t len) {
-    char buf[128];
-    if (len == 0 || len >= sizeof buf) return 0;
-    memcpy(buf, tok, len);
-    buf[len] = '\0';
+    if (len == 0) return 0; /* after the last comma of "1," or "1, ": no GPU */
     char *end = NULL;
-    unsigned long idx = strtoul(buf, &end, 10);
-    if (end != buf && *end == '\0') return idx == g->index;
-    if (strcmp(buf, g->model_name) == 0) return 1;
-    if (strcasecmp(buf, g->bus_id) == 0 || strcasecmp(buf, g->bus_id_legacy) == 0) return 1;
-    /* A UUID or an unambiguous-enough prefix of one (GPU-1234abcd...). */
-    return len >= 8 && strncmp(buf, g->uuid, len) == 0;
+    unsigned long idx = strtoul(tok, &end, 10);
+    if (end == tok + len) return idx == g->index;
+    return token_is(tok, len, g->model_name, strncmp) || token_is(tok, len, g->bus_id, strncasecmp) ||
+           token_is(tok, len, g->bus_id_legacy, strncasecmp) ||
+           (len >= 8 && strncmp(tok, g->uuid, len) == 0); /* a UUID or an unambiguous-enough prefix of one */
 }
 
 static int env_allows(const fhw_gpu_t *g, const char *spec) {
