@@ -47,6 +47,19 @@ def test_missing_snapshot_is_driver_not_loaded(tmp_path: Path) -> None:
     assert init_result(tmp_path / "nowhere" / "nvml.snapshot") == {"err": 9, "text": "Driver Not Loaded"}
 
 
+def test_a_snapshot_under_a_file_is_missing_and_one_behind_a_symlink_loop_is_unusable(tmp_path: Path) -> None:
+    """docs/nvml.md: a missing snapshot makes nvmlInit answer DRIVER_NOT_LOADED, a snapshot that cannot be used
+    UNKNOWN. A path through a regular file (open(2): ENOTDIR, "a component used as a directory in pathname is not,
+    in fact, a directory") names no file: missing. A symbolic link that points at itself (ELOOP, "too many symbolic
+    links were encountered") names something that is there and cannot be opened: UNKNOWN, not "not loaded" nor
+    NO_PERMISSION (which is for EACCES/EPERM)."""
+    (tmp_path / "plain").write_bytes(b"")
+    assert init_result(tmp_path / "plain" / "nvml.snapshot") == {"err": 9, "text": "Driver Not Loaded"}
+    loop = tmp_path / "loop.snapshot"
+    loop.symlink_to(loop)
+    assert init_result(loop)["err"] == 999
+
+
 def test_default_path_without_the_variable(tmp_path: Path) -> None:
     code = INIT.replace("import json, pynvml", "import json, os, pynvml\nos.environ.pop('FAKEHW_NVML_SNAPSHOT')")
     expected = 9 if not Path("/var/lib/fakehw/nvml.snapshot").exists() else None
