@@ -96,6 +96,26 @@ def test_a_topology_level_between_nvml_h_s_levels_is_refused(nvml: Nvml, pynvml_
         assert (code == n.NVML_ERROR_INVALID_ARGUMENT) is invalid, (level, code)
 
 
+def test_nearest_gpus_refuse_a_null_array_with_a_non_zero_count_at_every_level(nvml: Nvml,
+                                                                               pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetTopologyNearestGpus: INVALID_ARGUMENT "if ... \\a deviceArray is NULL with a non-zero
+    \\a count", whatever GPUs the level holds: on a DGX H100 gpu0 has four GPUs at NVML_TOPOLOGY_SYSTEM (50, the
+    other socket's: `nvidia-smi topo -m` in the DGX H100 user guide) and none at NVML_TOPOLOGY_INTERNAL (0, no GPU
+    shares its board), and a count of 4 with no array is refused at both; with a count of 0 the same calls answer
+    SUCCESS and the count (4, 0)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    for level, found in ((50, 4), (0, 0)):
+        count = ctypes.c_uint(4)
+        assert lib.nvmlDeviceGetTopologyNearestGpus(h, level, ctypes.byref(count), None) == \
+            n.NVML_ERROR_INVALID_ARGUMENT, level
+        count = ctypes.c_uint(0)
+        assert lib.nvmlDeviceGetTopologyNearestGpus(h, level, ctypes.byref(count), None) == n.NVML_SUCCESS, level
+        assert count.value == found, level
+
+
 def test_cpu_affinity_is_the_node_scope_call_for_every_handle(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceGetCpuAffinity: "This is equivalent to calling nvmlDeviceGetCpuAffinityWithinScope with
     NVML_AFFINITY_SCOPE_NODE" (0). So the two answer alike, return code and mask words, for every handle a caller

@@ -47,6 +47,19 @@ def test_missing_snapshot_is_driver_not_loaded(tmp_path: Path) -> None:
     assert init_result(tmp_path / "nowhere" / "nvml.snapshot") == {"err": 9, "text": "Driver Not Loaded"}
 
 
+def test_a_snapshot_under_a_file_is_missing_and_one_behind_a_symlink_loop_is_unusable(tmp_path: Path) -> None:
+    """docs/nvml.md: a missing snapshot makes nvmlInit answer DRIVER_NOT_LOADED, a snapshot that cannot be used
+    UNKNOWN. A path through a regular file (open(2): ENOTDIR, "a component used as a directory in pathname is not,
+    in fact, a directory") names no file: missing. A symbolic link that points at itself (ELOOP, "too many symbolic
+    links were encountered") names something that is there and cannot be opened: UNKNOWN, not "not loaded" nor
+    NO_PERMISSION (which is for EACCES/EPERM)."""
+    (tmp_path / "plain").write_bytes(b"")
+    assert init_result(tmp_path / "plain" / "nvml.snapshot") == {"err": 9, "text": "Driver Not Loaded"}
+    loop = tmp_path / "loop.snapshot"
+    loop.symlink_to(loop)
+    assert init_result(loop)["err"] == 999
+
+
 def test_default_path_without_the_variable(tmp_path: Path) -> None:
     code = INIT.replace("import json, pynvml", "import json, os, pynvml\nos.environ.pop('FAKEHW_NVML_SNAPSHOT')")
     expected = 9 if not Path("/var/lib/fakehw/nvml.snapshot").exists() else None
@@ -224,6 +237,9 @@ PREAD_INTERPOSER = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -233,7 +249,11 @@ PREAD_INTERPOSER = r"""
 /* pread as POSIX allows it to behave on a regular file: every other call interrupted by a signal before any data
    (-1, EINTR), the others returning at most 997 bytes; with FHW_TEST_PREAD=eof the file also seems to end at half
    its fstat size (a file cut short between the reader's fstat and its read); with FHW_TEST_PREAD=count every call
-   reads as asked. Counts what the reader asked. */
+   reads as asked; with FHW_TEST_PREAD=cut the file seems to end at byte FHW_TEST_PREAD_CUT until a read finds that
+   end, and is whole again after it (a file a writer refills in place); with FHW_TEST_PREAD=update the first call
+   reads half of what it was asked and then, before returning, updates the file in place as docs/nvml.md's writer
+   does (the word at FHW_TEST_PREAD_WORD odd, every byte of the file FHW_TEST_PREAD_NEXT, its even word last).
+   Counts what the reader asked. */
 static ssize_t (*real_pread)(int, void *, size_t, off_t);
 long fhw_test_calls, fhw_test_interrupted, fhw_test_past_end;
 
@@ -245,6 +265,41 @@ static ssize_t interposed(int fd, void *buf, size_t n, off_t off) {
     fhw_test_calls++;
     if (off + (off_t)n > st.st_size) fhw_test_past_end++;
     if (strcmp(mode, "count") == 0) return real_pread(fd, buf, n, off);
+    if (strcmp(mode, "update") == 0) {
+        static int updated;
+        if (updated) return real_pread(fd, buf, n, off);
+        updated = 1;
+        ssize_t got = real_pread(fd, buf, n / 2, off);
+        off_t at = (off_t)atol(getenv("FHW_TEST_PREAD_WORD"));
+        char self[64];
+        snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+        int in = open(getenv("FHW_TEST_PREAD_NEXT"), O_RDONLY), out = open(self, O_WRONLY);
+        struct stat next;
+        if (in < 0 || out < 0 || fstat(in, &next) != 0) abort();
+        char *data = malloc((size_t)next.st_size);
+        uint32_t odd = 1, even;
+        if (data == NULL || read(in, data, (size_t)next.st_size) != next.st_size) abort();
+        memcpy(&even, data + at, 4);
+        memcpy(data + at, &odd, 4);
+        if (pwrite(out, &odd, 4, at) != 4 || pwrite(out, data, (size_t)next.st_size, 0) != next.st_size ||
+            pwrite(out, &even, 4, at) != 4)
+            abort();
+        free(data);
+        close(in);
+        close(out);
+        return got;
+    }
+    if (strcmp(mode, "cut") == 0) {
+        static int cut_seen;
+        const char *at = getenv("FHW_TEST_PREAD_CUT");
+        off_t cut = at != NULL ? (off_t)atol(at) : 0;
+        if (!cut_seen && off >= cut) {
+            cut_seen = 1;
+            return 0;
+        }
+        if (!cut_seen && off + (off_t)n > cut) n = (size_t)(cut - off);
+        return real_pread(fd, buf, n, off);
+    }
     if (fhw_test_calls % 2 == 1) {
         fhw_test_interrupted++;
         errno = EINTR;
@@ -268,6 +323,10 @@ READ_THROUGH_INTERPOSER = (
     "print(json.dumps(out))\n")
 
 
+UPDATE_WORD = layout.layout_of(layout.HeaderRecord).field("superseded").offset
+"""Where the header's update word starts (the format's one declaration, fakehw/nvml/layout.py): 4 bytes."""
+
+
 @pytest.fixture(scope="module")
 def pread_interposer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_preload(tmp_path_factory.mktemp("interposer"), "pread", PREAD_INTERPOSER)
@@ -288,13 +347,17 @@ def test_a_snapshot_read_in_short_and_interrupted_preads_is_read_whole(
     assert result["past_end"] == 0
 
 
+@pytest.mark.parametrize("word", [0, 2])
 def test_a_snapshot_no_writer_is_updating_is_read_in_one_pread(
-        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path) -> None:
+        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path, word: int) -> None:
     """docs/nvml.md's update protocol: a reader copies the file and keeps the copy when the update word was even
     and the same before and after the copy (no writer was in the middle of an update). A snapshot nobody writes is
     therefore read once: one pread of the whole file, which a regular file answers in full (POSIX pread(2)), not
-    read again and again until a retry bound gives up on a word that never moved."""
+    read again and again until a retry bound gives up on a word that never moved. So for a file written whole
+    (word 0) and one whose last update in place is done (2, the next even value after the writer's odd 1)."""
     snap = node_snapshot("dgx-h100")
+    with snap.path.open("r+b") as f:  # the word is outside the checksum (docs/nvml.md)
+        os.pwrite(f.fileno(), word.to_bytes(4, "little"), UPDATE_WORD)
     result = run_python(READ_THROUGH_INTERPOSER, snap.path, timeout=30, LD_PRELOAD=str(pread_interposer),
                         FHW_TEST_PREAD="count")
     assert result["uuids"] == [g.uuid for g in snap.node.gpus]
@@ -312,6 +375,48 @@ def test_a_snapshot_cut_short_between_fstat_and_read_is_refused_not_waited_on(
                         FHW_TEST_PREAD="eof")
     assert result["err"] == 999
     assert result["interrupted"] >= 1
+
+
+@pytest.mark.parametrize(("word", "cut"), [(0, 2), (2, 2), (2, 0), (2, 4)])
+def test_a_copy_that_ends_inside_the_update_word_is_read_again(
+        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path, word: int, cut: int) -> None:
+    """docs/nvml.md's update protocol: a reader that "copied the file while the word held one even value before and
+    after its copy, and finds that value in its copy, has a whole file; otherwise it copies again". A first read
+    that ends ``cut`` bytes into the 4-byte word (pread answers 0, end of file, POSIX: a file cut there and being
+    refilled in place) holds no word, so it is not kept, nor one that ends just after the word (no copy of the
+    file fstat measured); the next read finds the file whole and the node's GPUs, for a word of 0 (a file written
+    whole) and of 2 (one update in place done), with no writer odd in between (the word is even)."""
+    snap = node_snapshot("dgx-h100")
+    with snap.path.open("r+b") as f:  # the word is outside the checksum (docs/nvml.md), so the file stays good
+        os.pwrite(f.fileno(), word.to_bytes(4, "little"), UPDATE_WORD)
+    result = run_python(READ_THROUGH_INTERPOSER, snap.path, timeout=30, LD_PRELOAD=str(pread_interposer),
+                        FHW_TEST_PREAD="cut", FHW_TEST_PREAD_CUT=str(UPDATE_WORD + cut))
+    assert result.get("uuids") == [g.uuid for g in snap.node.gpus], result
+    assert result["calls"] >= 3 and result["past_end"] == 0  # the cut copy, its end of file, the whole copy
+
+
+def test_a_file_updated_in_place_during_the_copy_is_copied_again(
+        node_snapshot: Callable[..., NodeSnap], pread_interposer: Path) -> None:
+    """docs/nvml.md's update protocol from the reader's side: the writer sets the word odd, writes the bytes that
+    differ, then sets the next even value; a reader keeps its copy only if the word held one even value before and
+    after the copy and the copy holds it, "otherwise it copies again". Here the whole update happens while the
+    reader's first pread is half done (0 before, 2 after; the second half of the copy is the new file's, the first
+    half, word included, the old one's: a torn copy whose own word still reads 0). The reader copies again and
+    answers the node (a torn copy fails the checksum: UNKNOWN)."""
+    old = node_snapshot("dgx-h100")
+    new = node_snapshot("dgx-h100", faults=[{"kind": "thermal", "device": "gpu7", "temperature_c": 95}],
+                        generation=2)
+    data = bytearray(new.path.read_bytes())
+    data[UPDATE_WORD:UPDATE_WORD + 4] = (2).to_bytes(4, "little")  # one update done: the next even value
+    new.path.write_bytes(data)
+    half = old.path.stat().st_size // 2
+    assert old.path.read_bytes()[half:] != bytes(data[half:])  # the copy's halves come from different files
+    result = run_python(READ_THROUGH_INTERPOSER, old.path, timeout=30, LD_PRELOAD=str(pread_interposer),
+                        FHW_TEST_PREAD="update", FHW_TEST_PREAD_NEXT=str(new.path),
+                        FHW_TEST_PREAD_WORD=str(UPDATE_WORD))
+    assert result.get("uuids") == [g.uuid for g in old.node.gpus], result
+    assert result["calls"] >= 3 and result["past_end"] == 0  # the torn copy (two calls), the whole one
+    assert old.path.read_bytes() == bytes(data)
 
 
 SMI_TABLE_GUID = bytes([0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e, 0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4])
@@ -354,6 +459,12 @@ good = open(path, "rb").read()
 pynvml.nvmlInit()
 h = pynvml.nvmlDeviceGetHandleByIndex(0)
 out = {"before": pynvml.nvmlDeviceGetUUID(h)}
+if os.environ.get("FHW_TEST_REPLACE_FIRST"):  # a new file renamed over the first, read, then truncated in place
+    with open(path + ".new", "wb") as f:
+        f.write(good)
+    os.replace(path + ".new", path)
+    time.sleep(0.05)
+    out["replaced"] = pynvml.nvmlDeviceGetUUID(h)
 with open(path, "r+b") as f:  # as `cp backup nvml.snapshot` does first: the same file, truncated
     f.truncate(0)
 try:
@@ -381,6 +492,18 @@ def test_a_snapshot_truncated_in_place_under_a_reader_is_unknown_until_written_a
     got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30)
     uuid = snap.node.gpus[0].uuid
     assert got == {"before": uuid, "torn": 999, "after": uuid}
+
+
+def test_a_snapshot_that_replaced_another_and_is_then_truncated_is_unknown_until_written_again(
+        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """The same after a new file was renamed over the first one and read (docs/nvml.md: a replaced file is
+    reloaded): the process now maps the second file, which `cp backup nvml.snapshot` then truncates. Touching its
+    page raises SIGBUS (mmap(2)), which the shim takes as its own as it took the first file's (the first file's
+    mapping is gone by then): UNKNOWN while torn, the node again once written, and the process survives."""
+    snap = node_snapshot("dgx-h100")
+    got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30, FHW_TEST_REPLACE_FIRST="1")
+    uuid = snap.node.gpus[0].uuid
+    assert got == {"before": uuid, "replaced": uuid, "torn": 999, "after": uuid}
 
 
 _WRITABLE_PHDRS = """
@@ -581,12 +704,18 @@ SIGBUS_CHAIN = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* The program's own SIGBUS disposition, set before the library loads: a handler with SA_SIGINFO (argv[1]
    "siginfo"), called with the fault's siginfo; one without (argv[1] "plain"), called with the signal number alone;
    or SIG_IGN (argv[1] "ignored"). A handler exits with 0 when what it was given is its own fault: SIGBUS at the
-   page it touched (si_addr, si_code BUS_ADRERR). argv[2] "library" loads the library and calls nvmlInit first. */
+   page it touched (si_addr, si_code BUS_ADRERR). argv[2] "library" loads the library and calls nvmlInit first.
+   argv[3] "sent": no fault; the program sends itself SIGBUS with kill(2) and, still running, exits with 10;
+   "queued": the same with the siginfo sigqueue(3) run by init as root would bring (si_code SI_QUEUE, si_pid 1,
+   si_uid 0: the union's first 8 bytes, which si_addr overlays, read 1); "mapped-first": the program maps its page
+   after loading the library and before nvmlInit, so the library's page (mapped by nvmlInit) may end where it
+   starts. */
 static volatile char *g_page;
 
 static void with_info(int sig, siginfo_t *info, void *ctx) {
@@ -606,11 +735,27 @@ int main(int argc, char **argv) {
         sa.sa_handler = argc > 1 && strcmp(argv[1], "ignored") == 0 ? SIG_IGN : plain;
     }
     sigaction(SIGBUS, &sa, NULL);
+    int (*init)(void) = NULL;
+    int mapped_first = argc > 3 && strcmp(argv[3], "mapped-first") == 0;
     if (argc > 2 && strcmp(argv[2], "library") == 0) {
         void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
         if (lib == NULL) return 4;
-        int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
-        if (init() != 0) return 5;
+        init = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+        if (!mapped_first && init() != 0) return 5;
+    }
+    if (argc > 3 && strcmp(argv[3], "sent") == 0) {
+        kill(getpid(), SIGBUS); /* pending and unblocked: delivered before kill returns (POSIX kill) */
+        return 10;
+    }
+    if (argc > 3 && strcmp(argv[3], "queued") == 0) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        si.si_signo = SIGBUS;
+        si.si_code = SI_QUEUE;
+        si.si_pid = 1;
+        si.si_uid = 0;
+        syscall(SYS_rt_tgsigqueueinfo, getpid(), gettid(), SIGBUS, &si); /* to itself: delivered on return */
+        return 10;
     }
     char path[] = "/tmp/fhw-sigbus-XXXXXX";
     int fd = mkstemp(path);
@@ -618,6 +763,7 @@ int main(int argc, char **argv) {
     if (fd < 0 || ftruncate(fd, size) != 0) return 6;
     g_page = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
     unlink(path);
+    if (mapped_first && init != NULL && init() != 0) return 5; /* Linux maps top-down: its page ends at ours */
     if (g_page == MAP_FAILED || ftruncate(fd, 0) != 0) return 7;
     return g_page[0] == 0 ? 8 : 9; /* the read past the file's end raises SIGBUS: the handler exits first */
 }
@@ -641,6 +787,48 @@ def test_a_sigbus_of_the_program_s_own_goes_where_it_would_without_the_library(
     ends = {how: subprocess.run([str(exe), kind, how], env=env, capture_output=True, text=True, timeout=30,
                                 check=False).returncode for how in ("alone", "library")}
     assert ends["library"] == ends["alone"] == (-signal.SIGBUS if kind == "ignored" else 0)
+
+
+def test_a_sigbus_sent_to_a_program_that_ignores_it_is_ignored_with_the_library_too(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """POSIX sigaction: with SIG_IGN, "delivery of the signal shall have no effect on the process"; only a SIGBUS
+    "that was not generated by kill(), sigqueue(), or raise()" leaves the behaviour undefined when ignored. So a
+    program that ignores SIGBUS and is sent one with kill(2) goes on running (it exits with its own 10 after the
+    call), with the library's handler in place of its SIG_IGN as without the library, instead of being killed by
+    the default action the shim falls back to for faults."""
+    snap = node_snapshot("dgx-h100")
+    exe, env = c_caller(tmp_path, "sigbus", SIGBUS_CHAIN, snap.path)
+    ends = {how: subprocess.run([str(exe), "ignored", how, "sent"], env=env, capture_output=True, text=True,
+                                timeout=30, check=False).returncode for how in ("alone", "library")}
+    assert ends == {"alone": 10, "library": 10}
+
+
+@pytest.mark.parametrize("sent", ["sent", "queued"])
+def test_a_sigbus_sent_to_a_program_with_a_handler_reaches_its_handler(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path, sent: str) -> None:
+    """A SIGBUS that is no fault of the library's mapping (csrc/core.c: "Any other SIGBUS goes to the handler
+    installed before") reaches the program's own handler (it exits 0 from there) as it does without the library:
+    sent with kill(2) by the program itself, and as sigqueue(3) by init (pid 1, uid 0) delivers it, whose siginfo
+    reads as an address in the first page, where nothing of the library's is mapped (POSIX sigaction: si_addr is
+    defined for faults only; a queued signal's union holds the sender's pid and uid)."""
+    snap = node_snapshot("dgx-h100")
+    exe, env = c_caller(tmp_path, "sigbus", SIGBUS_CHAIN, snap.path)
+    ends = {how: subprocess.run([str(exe), "plain", how, sent], env=env, capture_output=True, text=True,
+                                timeout=30, check=False).returncode for how in ("alone", "library")}
+    assert ends == {"alone": 0, "library": 0}
+
+
+def test_a_fault_on_the_page_after_the_library_s_own_reaches_the_program_s_handler(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """The shim's page is one page long (mmap(2): a mapping of len bytes covers [addr, addr + len)); the byte just
+    past it is not its own. A program that maps a file of its own between loading the library and nvmlInit (Linux
+    places the next mapping just below: the library's page ends where the program's begins) and reads past the end
+    of that file gets SIGBUS (POSIX mmap) in its own handler, which exits 0, as in the test above."""
+    snap = node_snapshot("dgx-h100")
+    exe, env = c_caller(tmp_path, "sigbus", SIGBUS_CHAIN, snap.path)
+    ends = {how: subprocess.run([str(exe), "plain", how, "mapped-first"], env=env, capture_output=True, text=True,
+                                timeout=10, check=False).returncode for how in ("alone", "library")}
+    assert ends == {"alone": 0, "library": 0}
 
 
 HELD_ODD = r"""

@@ -38,6 +38,59 @@ def test_explicit_list_by_index_name_uuid_and_bus_id(node_snapshot: Callable[...
     assert visible(snap, FAKEHW_VISIBLE_DEVICES="all") == [[x.index, x.minor, x.uuid] for x in g]
 
 
+def test_an_index_with_leading_zeros_is_that_index_however_long(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """docs/nvml.md: FAKEHW_VISIBLE_DEVICES lists "model indices"; a decimal index may carry leading zeros (POSIX
+    strtoul: optional white space, sign, then "a non-empty sequence of decimal digits"), and nothing bounds its
+    length (a variable's value is as long as the environment allows). "3" zero-padded to 2, 127, 128 and 300
+    characters selects gpu3 each time, beside "1"; the same padding of a name that is no GPU's selects none."""
+    snap = node_snapshot("dgx-h100")
+    g = snap.node.gpus
+    for width in (2, 127, 128, 300):
+        assert visible(snap, FAKEHW_VISIBLE_DEVICES="1," + "3".rjust(width, "0")) == [
+            [0, g[1].minor, g[1].uuid], [1, g[3].minor, g[3].uuid]], width
+        assert visible(snap, FAKEHW_VISIBLE_DEVICES="gpu3".rjust(4 + width, "x")) == [], width
+
+
+def test_a_uuid_prefix_names_its_gpu_from_eight_characters_on(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """docs/nvml.md: FAKEHW_VISIBLE_DEVICES takes "UUIDs (or 8+ character prefixes)". The first 8 characters of
+    gpu5's UUID ("GPU-" and four hex digits; the node's UUIDs differ there) select gpu5, the first 7 select
+    nothing."""
+    snap = node_snapshot("dgx-h100")
+    g = snap.node.gpus
+    assert len({x.uuid[:8] for x in g}) == len(g)
+    assert visible(snap, FAKEHW_VISIBLE_DEVICES=g[5].uuid[:8]) == [[0, g[5].minor, g[5].uuid]]
+    assert visible(snap, FAKEHW_VISIBLE_DEVICES=g[5].uuid[:7]) == []
+
+
+def test_indices_past_nine_are_read_in_decimal(node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """docs/nvml.md: the list holds "model indices", decimal numbers as the model numbers its GPUs (0, 1, ...): on
+    a node of twelve GPUs (the t4-cloud profile's host with twelve T4s on its host bridge) "9" selects gpu9 and "10"
+    gpu10, and "09" is 9 too (strtoul, base 10)."""
+    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "t4-cloud.yaml").read_text()
+    one = '        - {name: gpu0, sku: t4, bus: "0000:00:1e.0", parent: hb0}'
+    assert text.count(one) == 1
+    twelve = "\n".join(f'        - {{name: gpu{i}, sku: t4, bus: "0000:{0x20 + i:02x}:00.0", parent: hb0}}'
+                        for i in range(12))
+    profile = tmp_path / "t4-twelve.yaml"
+    profile.write_text(text.replace(one, twelve))
+    snap = node_snapshot(profile)
+    g = snap.node.gpus
+    assert [x.index for x in g] == list(range(12))
+    for spec, chosen in (("9", [9]), ("10", [10]), ("09,11", [9, 11])):
+        assert visible(snap, FAKEHW_VISIBLE_DEVICES=spec) == [[i, g[k].minor, g[k].uuid]
+                                                              for i, k in enumerate(chosen)], spec
+
+
+def test_separators_after_the_last_device_name_no_device(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """docs/nvml.md: FAKEHW_VISIBLE_DEVICES is "a comma list" of device names; what follows the last comma when
+    nothing does (a trailing comma, a comma and spaces, spaces) names no device: "1," "1, " and " 1 " select gpu1
+    alone, not gpu0 as an empty index would read."""
+    snap = node_snapshot("dgx-h100")
+    g = snap.node.gpus
+    for spec in ("1,", "1, ", " 1 ", ",1,,"):
+        assert visible(snap, FAKEHW_VISIBLE_DEVICES=spec) == [[0, g[1].minor, g[1].uuid]], spec
+
+
 def test_device_nodes_decide_in_containers(node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
     snap = node_snapshot("edge-pcie")
     dev = tmp_path / "dev"

@@ -286,7 +286,7 @@ nvmlReturn_t fhw_validate(const uint8_t *data, size_t size, const char **why) {
    page raises SIGBUS. This handler takes exactly those faults: it puts an anonymous page flagged "superseded" in
    place of the lost one and returns, so the read completes, the reader reloads the path and answers from what it
    finds there (NVML_ERROR_UNKNOWN while the file is torn). Any other SIGBUS goes to the handler installed before,
-   or kills the process as it would have. The library is never unloaded (-z nodelete), so neither is the handler. */
+   is ignored when that was SIG_IGN and the signal was sent, or kills the process as it would have. The library is never unloaded (-z nodelete), so neither is the handler. */
 #define FHW_GUARDED_MAPS 64
 
 static _Atomic(uintptr_t) g_guarded[FHW_GUARDED_MAPS];
@@ -311,7 +311,11 @@ static void bus_handler(int sig, siginfo_t *info, void *ctx) {
             g_prev_bus.sa_sigaction(sig, info, ctx);
             return;
         }
-    } else if (g_prev_bus.sa_handler != SIG_DFL && g_prev_bus.sa_handler != SIG_IGN) {
+    } else if (g_prev_bus.sa_handler == SIG_IGN) {
+        /* Ignored and sent by kill, sigqueue or raise (si_code SI_USER or below): no effect, as POSIX has it. An
+           ignored fault (si_code > 0) would only fault again: the default action, as the kernel's choice too. */
+        if (info->si_code <= SI_USER) return;
+    } else if (g_prev_bus.sa_handler != SIG_DFL) {
         g_prev_bus.sa_handler(sig);
         return;
     }
@@ -389,8 +393,8 @@ static size_t pread_all(int fd, uint8_t *buf, size_t size) {
 }
 
 /* Read the file into s->data, consistently: the writer changes a snapshot in place between two writes of its
-   `superseded` word (odd while it writes, the next even value after), so a copy whose word, and the mapped word
-   before and after the read, are one even value is whole. A writer that stays odd longer than
+   `superseded` word (odd while it writes, the next even value after), so a copy as long as the file whose word,
+   and the mapped word before and after the read, are one even value is whole. A writer that stays odd longer than
    FHW_LOAD_WAITS x 50 us (it died mid-update) is not waited for: the checksum judges what was read. Without the
    mapping (a file too short for the word) the checksum alone judges. Returns the bytes read. */
 #define FHW_LOAD_WAITS 200
@@ -409,10 +413,13 @@ static size_t read_whole(int fd, fhw_snap_t *s, size_t size) {
         atomic_thread_fence(memory_order_acquire);
         s->seq = before;
         if (s->superseded == NULL || settled) return got;
-        uint32_t copied = 0;
-        if (got >= FHW_SUPERSEDED_OFFSET + sizeof copied)
+        /* A copy shorter than the file fstat gave (cut under us, perhaps inside the word: then it holds no word,
+           not a word of 0) is no copy of the file: read again. size >= the header, so the word is in a whole one. */
+        if (got == size) {
+            uint32_t copied;
             memcpy(&copied, s->data + FHW_SUPERSEDED_OFFSET, sizeof copied);
-        if (*s->superseded == before && copied == before) return got;
+            if (*s->superseded == before && copied == before) return got;
+        }
     }
 }
 
@@ -715,18 +722,21 @@ nvmlReturn_t fhw_enter_dev(fhw_ctx_t *c, nvmlDevice_t h, int flags) {
 
 /* ------------------------------------------------------------------------------------------ visibility */
 
+/* Is the text s exactly the token tok[0..len), compared by cmp (strncmp, or strncasecmp to ignore case)? */
+static int token_is(const char *tok, size_t len, const char *s, int (*cmp)(const char *, const char *, size_t)) {
+    return strlen(s) == len && cmp(tok, s, len) == 0;
+}
+
+/* Does the token tok[0..len) (followed by a comma, a space or the end) name g? Read in place, however long: an
+   index with any number of leading zeros is that index, as strtoul reads it. */
 static int token_matches(const fhw_gpu_t *g, const char *tok, size_t len) {
-    char buf[128];
-    if (len == 0 || len >= sizeof buf) return 0;
-    memcpy(buf, tok, len);
-    buf[len] = '\0';
+    if (len == 0) return 0; /* after the last comma of "1," or "1, ": no GPU */
     char *end = NULL;
-    unsigned long idx = strtoul(buf, &end, 10);
-    if (end != buf && *end == '\0') return idx == g->index;
-    if (strcmp(buf, g->model_name) == 0) return 1;
-    if (strcasecmp(buf, g->bus_id) == 0 || strcasecmp(buf, g->bus_id_legacy) == 0) return 1;
-    /* A UUID or an unambiguous-enough prefix of one (GPU-1234abcd...). */
-    return len >= 8 && strncmp(buf, g->uuid, len) == 0;
+    unsigned long idx = strtoul(tok, &end, 10);
+    if (end == tok + len) return idx == g->index;
+    return token_is(tok, len, g->model_name, strncmp) || token_is(tok, len, g->bus_id, strncasecmp) ||
+           token_is(tok, len, g->bus_id_legacy, strncasecmp) ||
+           (len >= 8 && strncmp(tok, g->uuid, len) == 0); /* a UUID or an unambiguous-enough prefix of one */
 }
 
 static int env_allows(const fhw_gpu_t *g, const char *spec) {

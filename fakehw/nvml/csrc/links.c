@@ -272,15 +272,14 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, 
 static nvmlReturn_t t_nearest(fhw_ctx_t *c, unsigned int level, unsigned int *count, nvmlDevice_t *devices) {
     CHECK_PTR(count);
     if (level > NVML_TOPOLOGY_SYSTEM || level % 10 != 0) return NVML_ERROR_INVALID_ARGUMENT;
+    /* nvml.h: "deviceArray is NULL with a non-zero count", whether or not the level holds a GPU */
+    if (*count != 0 && devices == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     const fhw_visible_t *vis = fhw_visible();
     unsigned int n = 0;
     for (int d = 0; d < vis->count; d++) {
         int slot = c->s->dev_slot[d];
         if (d == c->dev || slot < 0 || c->g->topo_level[slot] != level) continue;
-        if (*count != 0) {
-            if (devices == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-            if (n < *count) devices[n] = fhw_device_handle(d);
-        }
+        if (n < *count) devices[n] = fhw_device_handle(d);
         n++;
     }
     if (*count != 0 && n > *count) {
