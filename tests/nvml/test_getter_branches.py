@@ -13,15 +13,18 @@ from __future__ import annotations
 import ctypes
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml import references
-from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, write_node
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, snapshot_env, write_node
 from tests.nvml.test_pynvml import board_state, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -601,3 +604,45 @@ def test_each_tensor_pipe_is_busy_no_longer_than_any_tensor_pipe(pynvml_module: 
         assert any_tensor == activity / 100
         for metric, (_, value) in zip((6, 7, 9), values[1:], strict=True):
             assert 0.0 <= value <= any_tensor <= 100.0, (activity, metric, value)
+
+
+# ------------------------------------------------------------------------------------------------ device.c, third round
+
+
+@contextmanager
+def boards_state(n: ModuleType, snap: NodeSnap, records: dict[int, dict[str, object]]) -> Iterator[list[object]]:
+    """nvmlInit on ``snap`` with each GPU of ``records`` given its fields (board_state for several GPUs at once):
+    a board the built-in profiles do not model. Yields the device handles."""
+    gpus = list(snap.snapshot.gpus)
+    for gpu, fields in records.items():
+        gpus[gpu] = replace(gpus[gpu], **fields)  # type: ignore[arg-type]
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            yield handles(n)
+        finally:
+            n.nvmlShutdown()
+
+
+def test_gpus_of_one_multi_gpu_board_are_on_the_same_board(node_snapshot: Callable[..., NodeSnap],
+                                                           pynvml_module: ModuleType) -> None:
+    """nvidia-smi(1) (Debian's 555 package), "Board ID": "If two or more GPUs have the same board ID and the above
+    "MultiGPU" field is true then the GPUs are on the same board"; nvml.h: nvmlDeviceOnSameBoard answers whether two
+    GPUs "are on the same physical board". Every captured board is a single-GPU one (multigpu_board No), so no
+    other test holds the multi-GPU rule: gpu0 and gpu1 of a DGX H100 made one dual-GPU board (both MultiGPU, one
+    board id) are on the same board in both orders; gpu2, MultiGPU on a board of its own id, is on neither's, and
+    gpu3 (single-GPU, as built) on none of theirs."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    dual, other = 0x1B00, 0x4300
+    records: dict[int, dict[str, object]] = {0: {"multi_gpu_board": 1, "board_id": dual},
+                                             1: {"multi_gpu_board": 1, "board_id": dual},
+                                             2: {"multi_gpu_board": 1, "board_id": other}}
+    with boards_state(n, snap, records) as hs:
+        assert [n.nvmlDeviceGetMultiGpuBoard(h) for h in hs[:3]] == [1, 1, 1]
+        assert [n.nvmlDeviceGetBoardId(h) for h in hs[:3]] == [dual, dual, other]
+        assert n.nvmlDeviceOnSameBoard(hs[0], hs[1]) and n.nvmlDeviceOnSameBoard(hs[1], hs[0])
+        for a, b in ((0, 2), (2, 0), (1, 2), (0, 3)):
+            assert not n.nvmlDeviceOnSameBoard(hs[a], hs[b]), (a, b)
+        assert n.nvmlDeviceOnSameBoard(hs[2], hs[2])
