@@ -646,3 +646,21 @@ def test_gpus_of_one_multi_gpu_board_are_on_the_same_board(node_snapshot: Callab
         for a, b in ((0, 2), (2, 0), (1, 2), (0, 3)):
             assert not n.nvmlDeviceOnSameBoard(hs[a], hs[b]), (a, b)
         assert n.nvmlDeviceOnSameBoard(hs[2], hs[2])
+
+
+def test_thermal_settings_of_all_targets_are_the_one_sensor_s(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetThermalSettings' sensorIndex names a sensor, and nvmlThermalTarget_t's
+    NVML_THERMAL_TARGET_ALL (15) asks for every sensor at once; the call answers INVALID_ARGUMENT only "if device is
+    invalid or pThermalSettings is NULL". A board whose one sensor is the GPU's (count 1, target GPU: what index 0
+    answers) gives the same settings whether that sensor or all of them are asked for. No test asked for ALL."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    answers = []
+    for index in (0, 15):
+        settings = n.c_nvmlGpuThermalSettings_t()
+        assert lib.nvmlDeviceGetThermalSettings(h, index, ctypes.byref(settings)) == n.NVML_SUCCESS, index
+        answers.append(bytes(settings))
+    assert answers[0] == answers[1]
+    assert n.c_nvmlGpuThermalSettings_t.from_buffer_copy(answers[1]).count == 1
