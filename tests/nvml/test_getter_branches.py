@@ -664,3 +664,24 @@ def test_thermal_settings_of_all_targets_are_the_one_sensor_s(nvml: Nvml, pynvml
         answers.append(bytes(settings))
     assert answers[0] == answers[1]
     assert n.c_nvmlGpuThermalSettings_t.from_buffer_copy(answers[1]).count == 1
+
+
+def test_the_dram_encryption_inforom_object_of_a_board_without_it_is_not_supported(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4's nvmlInforomObject_t has four objects, OEM 0, ECC 1, POWER 2 and DEN 3 ("DRAM Encryption
+    object", which nvmlDeviceGetDramEncryptionMode "Requires ... version 1.0 or higher"), and
+    nvmlDeviceGetInforomVersion answers INVALID_ARGUMENT only "if version is NULL": DEN is a valid object. The
+    captured H100 prints DRAM encryption N/A (nvmlDeviceGetDramEncryptionMode NOT_SUPPORTED here too) and its
+    pwr_object N/A, the answer of an object the board does not carry: DEN is NOT_SUPPORTED as POWER is, not
+    INVALID_ARGUMENT (the shim refused object 3 before)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    version = ctypes.create_string_buffer(16)
+    assert lib.nvmlDeviceGetInforomVersion(h, 2, version, 16) == n.NVML_ERROR_NOT_SUPPORTED  # pwr_object N/A
+    assert lib.nvmlDeviceGetInforomVersion(h, 3, version, 16) == n.NVML_ERROR_NOT_SUPPORTED
+    assert lib.nvmlDeviceGetInforomVersion(h, 1, version, 16) == n.NVML_SUCCESS  # ecc_object 7.16
+    assert version.value == b"7.16"
+    modes = (ctypes.c_uint * 2)(8 | 1 << 24), (ctypes.c_uint * 2)(8 | 1 << 24)  # nvmlDramEncryptionInfo_v1
+    assert lib.nvmlDeviceGetDramEncryptionMode(h, modes[0], modes[1]) == n.NVML_ERROR_NOT_SUPPORTED

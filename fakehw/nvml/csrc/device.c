@@ -144,6 +144,9 @@ static nvmlReturn_t d_inforom(fhw_ctx_t *c, unsigned int object, char *out, unsi
     case 0: v = c->g->inforom_oem; break;
     case 1: v = c->g->inforom_ecc; break;
     case 2: v = c->g->inforom_power; break;
+    /* nvml.h 13.4's NVML_INFOROM_DEN, the DRAM encryption object nvmlDeviceGetDramEncryptionMode "Requires": a board
+       whose DRAM encryption is N/A (every capture) has none; nvml.h lists INVALID_ARGUMENT only for a NULL version. */
+    case 3: return NVML_ERROR_NOT_SUPPORTED;
     default: return NVML_ERROR_INVALID_ARGUMENT;
     }
     if (v[0] == '\0') return NVML_ERROR_NOT_SUPPORTED;
