@@ -685,3 +685,32 @@ def test_the_dram_encryption_inforom_object_of_a_board_without_it_is_not_support
     assert version.value == b"7.16"
     modes = (ctypes.c_uint * 2)(8 | 1 << 24), (ctypes.c_uint * 2)(8 | 1 << 24)  # nvmlDramEncryptionInfo_v1
     assert lib.nvmlDeviceGetDramEncryptionMode(h, modes[0], modes[1]) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+def test_a_clock_domain_the_board_does_not_report_is_not_supported_by_any_clock_getter(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetClockInfo answers NOT_SUPPORTED "if the device cannot report the specified clock",
+    nvmlDeviceGetMaxCustomerBoostClock "if the device or the clockType on this device does not support this feature"
+    and nvmlDeviceGetClock "if the device does not support this feature" (nvidia-smi prints N/A): never SUCCESS with
+    0 MHz. An H100 record with no video clock at all (current and maximum 0, the record's encoding of a domain the
+    board does not report, as in test_pynvml's max-clock test) answers NOT_SUPPORTED through every getter and clock
+    id that reads it, while its graphics domain still answers the capture's 1980 MHz (qx-h100.xml max_clocks,
+    max_customer_boost_clocks). Only nvmlDeviceGetMaxClockInfo was asked before."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    gpu0 = snap.snapshot.gpus[0]
+    video = n.NVML_CLOCK_VIDEO
+
+    def without_video(clocks: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(0 if t == video else mhz for t, mhz in enumerate(clocks))
+
+    fields = {"clocks_current": without_video(gpu0.clocks_current), "clocks_max": without_video(gpu0.clocks_max)}
+    with board_state(n, snap, 0, **fields) as hs:
+        h = hs[0]
+        calls = {"current": partial(n.nvmlDeviceGetClockInfo, h, video),
+                 "id current": partial(n.nvmlDeviceGetClock, h, video, n.NVML_CLOCK_ID_CURRENT),
+                 "boost": partial(n.nvmlDeviceGetMaxCustomerBoostClock, h, video),
+                 "id boost": partial(n.nvmlDeviceGetClock, h, video, n.NVML_CLOCK_ID_CUSTOMER_BOOST_MAX)}
+        assert {k: error_of(call) for k, call in calls.items()} == dict.fromkeys(calls, n.NVML_ERROR_NOT_SUPPORTED)
+        assert n.nvmlDeviceGetMaxCustomerBoostClock(h, n.NVML_CLOCK_GRAPHICS) == 1980
+        assert n.nvmlDeviceGetClock(h, n.NVML_CLOCK_GRAPHICS, n.NVML_CLOCK_ID_CUSTOMER_BOOST_MAX) == 1980
