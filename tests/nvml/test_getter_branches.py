@@ -714,3 +714,20 @@ def test_a_clock_domain_the_board_does_not_report_is_not_supported_by_any_clock_
         assert {k: error_of(call) for k, call in calls.items()} == dict.fromkeys(calls, n.NVML_ERROR_NOT_SUPPORTED)
         assert n.nvmlDeviceGetMaxCustomerBoostClock(h, n.NVML_CLOCK_GRAPHICS) == 1980
         assert n.nvmlDeviceGetClock(h, n.NVML_CLOCK_GRAPHICS, n.NVML_CLOCK_ID_CUSTOMER_BOOST_MAX) == 1980
+
+
+def test_a_temperature_threshold_the_board_does_not_report_is_not_supported(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetTemperatureThreshold: NOT_SUPPORTED "if the device does not have a temperature sensor or
+    is unsupported", never SUCCESS with 0 C. The L40S and T4 captures print gpu_temp_max_mem_(tlimit_)threshold N/A,
+    which a GpuRecord holds as 0 (snapshot.py: ``mem_max_c or 0``); an H100 record with its memory and GPU maximum
+    thresholds at 0 (the same N/A) answers NOT_SUPPORTED for both (NVML_TEMPERATURE_THRESHOLD_MEM_MAX 2, _GPU_MAX
+    3), while its shutdown threshold still answers."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    with board_state(n, snap, 0, temp_mem_max=0, temp_gpu_max=0) as hs:
+        for threshold in (2, 3):
+            assert error_of(partial(n.nvmlDeviceGetTemperatureThreshold, hs[0], threshold)) == \
+                n.NVML_ERROR_NOT_SUPPORTED, threshold
+        assert n.nvmlDeviceGetTemperatureThreshold(hs[0], 0) > 0
+        assert n.nvmlDeviceGetTemperatureThreshold(hs[1], 3) > 0
