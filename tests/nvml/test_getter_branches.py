@@ -731,3 +731,16 @@ def test_a_temperature_threshold_the_board_does_not_report_is_not_supported(
                 n.NVML_ERROR_NOT_SUPPORTED, threshold
         assert n.nvmlDeviceGetTemperatureThreshold(hs[0], 0) > 0
         assert n.nvmlDeviceGetTemperatureThreshold(hs[1], 3) > 0
+
+
+def test_encoder_and_decoder_utilization_are_sampled_every_sixth_of_a_second(nvml: Nvml,
+                                                                             pynvml_module: ModuleType) -> None:
+    """nvml.h gives nvmlDeviceGetEncoderUtilization's and nvmlDeviceGetDecoderUtilization's samplingPeriodUs no
+    value; a real Tesla V100-SXM2 (driver 418.67) answers [0, 167000] to both, 167 ms, a sixth of a second
+    (vsoch/watchme, docs/_docs/watcher-tasks/gpu.md, its pynvml dump), the period gpustat's tests mock for every
+    GPU (wookayin/gpustat, gpustat/test_gpustat.py). An idle H100 answers the same period, 0 % busy."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    for h in handles(n)[:2]:
+        assert n.nvmlDeviceGetEncoderUtilization(h) == [0, 167000]
+        assert n.nvmlDeviceGetDecoderUtilization(h) == [0, 167000]
