@@ -744,3 +744,23 @@ def test_encoder_and_decoder_utilization_are_sampled_every_sixth_of_a_second(nvm
     for h in handles(n)[:2]:
         assert n.nvmlDeviceGetEncoderUtilization(h) == [0, 167000]
         assert n.nvmlDeviceGetDecoderUtilization(h) == [0, 167000]
+
+
+def test_dynamic_pstates_present_only_the_utilization_domains_nvml_h_defines(nvml: Nvml,
+                                                                           pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlGpuDynamicPstatesInfo_t holds NVML_MAX_GPU_UTILIZATIONS (8) entries, each with bIsPresent "Set if
+    this utilization domain is present on this GPU", and nvmlGpuUtilizationDomainId_t defines four domains, GPU 0,
+    FB 1, VID 2 and BUS 3. Entries 4-7 name no domain, so none is present on any GPU (and the caller's bytes there,
+    0xab here, are not left as an answer); 0-3 are, each a percentage of "the last 1-second interval" (0-100);
+    flags is "Reserved for future use" (0)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    for h in handles(n)[:2]:
+        info = n.c_nvmlGpuDynamicPstatesInfo_t()
+        ctypes.memset(ctypes.byref(info), 0xAB, ctypes.sizeof(info))
+        assert library().nvmlDeviceGetDynamicPstatesInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
+        assert info.flags == 0
+        assert [info.utilization[d].bIsPresent for d in range(8)] == [1, 1, 1, 1, 0, 0, 0, 0]
+        assert all(0 <= info.utilization[d].percentage <= 100 for d in range(4))
+        absent = [(u.bIsPresent, u.percentage, u.incThreshold, u.decThreshold) for u in info.utilization[4:]]
+        assert absent == [(0, 0, 0, 0)] * 4
