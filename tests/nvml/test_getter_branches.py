@@ -785,3 +785,21 @@ def test_an_idle_encoder_has_its_whole_capacity_for_each_codec_it_encodes(nvml: 
         assert n.nvmlDeviceGetEncoderCapacity(h, 2) == 100
     else:
         assert error_of(partial(n.nvmlDeviceGetEncoderCapacity, h, 2)) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+def test_each_video_engine_utilization_getter_reads_its_own_engine(node_snapshot: Callable[..., NodeSnap],
+                                                                   pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetEncoderUtilization, ...DecoderUtilization, ...JpgUtilization and ...OfaUtilization each
+    answer the "current utilization" of one engine (NVENC, NVDEC, NVJPG, NVOFA), and nvmlDeviceGetSamples'
+    NVML_ENC_UTILIZATION_SAMPLES (3) and NVML_DEC_UTILIZATION_SAMPLES (4) sample the first two. Every built-in
+    board idles its video engines at 0 %, where any getter could read any engine: an L40S record (it has all four
+    engines) with four distinct figures (21, 34, 37, 12 %) answers each through its own getter and sample type."""
+    n = pynvml_module
+    snap = node_snapshot("l40s-server")
+    busy = {"util_encoder": 21, "util_decoder": 34, "util_jpeg": 37, "util_ofa": 12}
+    with board_state(n, snap, 0, **busy) as hs:
+        h = hs[0]
+        answers = [getter(h)[0] for getter in (n.nvmlDeviceGetEncoderUtilization, n.nvmlDeviceGetDecoderUtilization,
+                                               n.nvmlDeviceGetJpgUtilization, n.nvmlDeviceGetOfaUtilization)]
+        assert answers == [21, 34, 37, 12]
+        assert [_sample(n, h, kind) for kind in (3, 4)] == [(n.NVML_SUCCESS, 21), (n.NVML_SUCCESS, 34)]
