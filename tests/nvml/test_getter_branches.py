@@ -803,3 +803,18 @@ def test_each_video_engine_utilization_getter_reads_its_own_engine(node_snapshot
                                                n.nvmlDeviceGetJpgUtilization, n.nvmlDeviceGetOfaUtilization)]
         assert answers == [21, 34, 37, 12]
         assert [_sample(n, h, kind) for kind in (3, 4)] == [(n.NVML_SUCCESS, 21), (n.NVML_SUCCESS, 34)]
+
+
+def test_a_one_fan_card_answers_its_fan_through_the_unindexed_getter(node_snapshot: Callable[..., NodeSnap],
+                                                                      pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetFanSpeed gives "the intended operating speed of the device's fan" (no index: the first,
+    fan 0, of nvmlDeviceGetFanSpeed_v2's "zero indexed" fans), and an index that is not one of the fans is
+    INVALID_ARGUMENT. A single-fan card's record (one fan at 57 %; every capture is passively cooled) answers 57
+    without an index and for fan 0, and refuses fan 1; the two-fan test of test_pynvml cannot tell fan 0 from 1."""
+    n = pynvml_module
+    snap = node_snapshot("edge-pcie")
+    with board_state(n, snap, 0, fan_count=1, fan_speed=57) as hs:
+        h = hs[0]
+        assert n.nvmlDeviceGetNumFans(h) == 1
+        assert n.nvmlDeviceGetFanSpeed(h) == n.nvmlDeviceGetFanSpeed_v2(h, 0) == 57
+        assert error_of(partial(n.nvmlDeviceGetFanSpeed_v2, h, 1)) == n.NVML_ERROR_INVALID_ARGUMENT
