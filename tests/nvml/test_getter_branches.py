@@ -766,19 +766,25 @@ def test_dynamic_pstates_present_only_the_utilization_domains_nvml_h_defines(nvm
         assert absent == [(0, 0, 0, 0)] * 4
 
 
-@pytest.mark.parametrize(("profile", "av1"), [("t4-cloud", False), ("l40s-server", True)])
+@pytest.mark.parametrize(("profile", "av1"), [("t4-cloud", False), ("l40s-server", True), ("dgx-a100", None)])
 def test_an_idle_encoder_has_its_whole_capacity_for_each_codec_it_encodes(nvml: Nvml, pynvml_module: ModuleType,
-                                                                         profile: str, av1: bool) -> None:
+                                                                         profile: str, av1: bool | None) -> None:
     """nvml.h, nvmlDeviceGetEncoderCapacity: "the current capacity of the device's encoder, as a percentage of maximum
     encoder capacity", NOT_SUPPORTED "if device does not support the encoder specified in encodeQueryType". With no
     encoder session (nvmlDeviceGetEncoderStats: 0 sessions) nothing of the maximum is taken: 100 for H.264 (0) and
     HEVC (1) on the T4 (Turing) and the L40S (Ada). AV1 (2): NVIDIA's developer blog "Improving Video Quality and
     Performance with AV1 and NVIDIA Ada Lovelace Architecture": Ampere brought AV1 decoding, "Ada Lovelace
     architecture supports both AV1 encoding and decoding", so the L40S encodes AV1 and the T4 does not (the shim
-    answered 100 for the T4's AV1 before)."""
+    answered 100 for the T4's AV1 before). The A100 (GA100) has no NVENC at all (NVIDIA's Video Encode and Decode
+    GPU Support Matrix lists A100 with 0 NVENC; Wikipedia's NVENC table: GA100 "No NVENC encoders available"):
+    every codec is NOT_SUPPORTED there."""
     n = pynvml_module
     nvml(profile)
     h = handles(n)[0]
+    if av1 is None:
+        for codec in (0, 1, 2):
+            assert error_of(partial(n.nvmlDeviceGetEncoderCapacity, h, codec)) == n.NVML_ERROR_NOT_SUPPORTED, codec
+        return
     assert n.nvmlDeviceGetEncoderStats(h)[0] == 0
     assert [n.nvmlDeviceGetEncoderCapacity(h, codec) for codec in (0, 1)] == [100, 100]
     if av1:
