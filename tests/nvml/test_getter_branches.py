@@ -6,6 +6,10 @@ answer is fixed outside the shim: nvml.h 13.4.92 (its enums' members, its field 
 definitions) and the real ``nvidia-smi -q -x`` captures. Where nvml.h says only "Nonzero NVML_ERROR_? enum on
 error" (the GPM calls), the test asks no particular code, only that the call or the metric does not answer
 SUCCESS with a value nvml.h says is "only valid if nvmlReturn is 0".
+
+The section "device.c, third round" (h-cdev3, main 99d5ade's coverage and fresh seeds 10690-10691's survivors) adds
+nvidia-smi(1)'s Board ID rule, a real V100's pynvml dump (encoder sampling period), NVIDIA's AV1 / Ada Lovelace note
+and the NVENC tables (which boards encode which codec) to those sources.
 """
 
 from __future__ import annotations
