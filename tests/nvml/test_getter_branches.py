@@ -828,3 +828,18 @@ def test_a_one_fan_card_answers_its_fan_through_the_unindexed_getter(node_snapsh
         assert n.nvmlDeviceGetNumFans(h) == 1
         assert n.nvmlDeviceGetFanSpeed(h) == n.nvmlDeviceGetFanSpeed_v2(h, 0) == 57
         assert error_of(partial(n.nvmlDeviceGetFanSpeed_v2, h, 1)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_gpu_running_without_gsp_firmware_has_no_gsp_version(node_snapshot: Callable[..., NodeSnap],
+                                                                 pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetGspFirmwareVersion: NOT_SUPPORTED "if GSP firmware is not enabled for GPU" (nvidia-smi
+    prints GSP Firmware Version N/A then). Every capture runs GSP firmware of its driver's version (qx-*.xml
+    gsp_firmware_version); a record whose GPU 0 has none (the driver loaded with GSP off) answers NOT_SUPPORTED,
+    never a version, while GPU 1 still answers its driver's version."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    with board_state(n, snap, 0, gsp_firmware="") as hs:
+        buf = ctypes.create_string_buffer(b"\xab" * 64, 64)
+        assert library().nvmlDeviceGetGspFirmwareVersion(hs[0], buf) == n.NVML_ERROR_NOT_SUPPORTED
+        assert library().nvmlDeviceGetGspFirmwareVersion(hs[1], buf) == n.NVML_SUCCESS
+        assert buf.value.decode() == n.nvmlSystemGetDriverVersion()
