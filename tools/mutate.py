@@ -157,7 +157,8 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     # Every function nvml.h says takes a MIG device handle, given one (dgx-a100's gpu7, one process,
                     # about 1 s): not refused as an invalid device (2026-11-29: the two GPM ones were).
                     "tests/nvml/test_mig_handles_nvml_h_takes.py",
-                    # Branches of device.c, links.c, gpm.c and fields.c no test above takes (h-cdev; about 2 s).
+                    # Branches of device.c, links.c, gpm.c and fields.c no test above takes (h-cdev, h-cdev3: about
+                    # 3 s).
                     "tests/nvml/test_getter_branches.py",
                     # The loader (core.c's fhw_validate, gpu_ok, snap_load) and its staleness checks: every rule of
                     # the snapshot format broken once and each bound met once; bad files, a file going bad and

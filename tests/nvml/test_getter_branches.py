@@ -6,6 +6,10 @@ answer is fixed outside the shim: nvml.h 13.4.92 (its enums' members, its field 
 definitions) and the real ``nvidia-smi -q -x`` captures. Where nvml.h says only "Nonzero NVML_ERROR_? enum on
 error" (the GPM calls), the test asks no particular code, only that the call or the metric does not answer
 SUCCESS with a value nvml.h says is "only valid if nvmlReturn is 0".
+
+The section "device.c, third round" (h-cdev3, main 99d5ade's coverage and fresh seeds 10690-10691's survivors) adds
+nvidia-smi(1)'s Board ID rule, a real V100's pynvml dump (encoder sampling period), NVIDIA's AV1 / Ada Lovelace note
+and the NVENC tables (which boards encode which codec) to those sources.
 """
 
 from __future__ import annotations
@@ -13,15 +17,18 @@ from __future__ import annotations
 import ctypes
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml import references
-from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, write_node
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, snapshot_env, write_node
 from tests.nvml.test_pynvml import board_state, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -621,3 +628,238 @@ def test_each_tensor_pipe_is_busy_no_longer_than_any_tensor_pipe(pynvml_module: 
         assert any_tensor == activity / 100
         for metric, (_, value) in zip((6, 7, 9), values[1:], strict=True):
             assert 0.0 <= value <= any_tensor <= 100.0, (activity, metric, value)
+
+
+# ------------------------------------------------------------------------------------------------ device.c, third round
+
+
+@contextmanager
+def boards_state(n: ModuleType, snap: NodeSnap, records: dict[int, dict[str, object]]) -> Iterator[list[object]]:
+    """nvmlInit on ``snap`` with each GPU of ``records`` given its fields (board_state for several GPUs at once):
+    a board the built-in profiles do not model. Yields the device handles."""
+    gpus = list(snap.snapshot.gpus)
+    for gpu, fields in records.items():
+        gpus[gpu] = replace(gpus[gpu], **fields)  # type: ignore[arg-type]
+    write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+        try:
+            yield handles(n)
+        finally:
+            n.nvmlShutdown()
+
+
+def test_gpus_of_one_multi_gpu_board_are_on_the_same_board(node_snapshot: Callable[..., NodeSnap],
+                                                           pynvml_module: ModuleType) -> None:
+    """nvidia-smi(1) (Debian's 555 package), "Board ID": "If two or more GPUs have the same board ID and the above
+    "MultiGPU" field is true then the GPUs are on the same board"; nvml.h: nvmlDeviceOnSameBoard answers whether two
+    GPUs "are on the same physical board". Every captured board is a single-GPU one (multigpu_board No), so no
+    other test holds the multi-GPU rule: gpu0 and gpu1 of a DGX H100 made one dual-GPU board (both MultiGPU, one
+    board id) are on the same board in both orders; gpu2, MultiGPU on a board of its own id, is on neither's, and
+    gpu3 (single-GPU, as built) on none of theirs."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    dual, other = 0x1B00, 0x4300
+    records: dict[int, dict[str, object]] = {0: {"multi_gpu_board": 1, "board_id": dual},
+                                             1: {"multi_gpu_board": 1, "board_id": dual},
+                                             2: {"multi_gpu_board": 1, "board_id": other}}
+    with boards_state(n, snap, records) as hs:
+        assert [n.nvmlDeviceGetMultiGpuBoard(h) for h in hs[:3]] == [1, 1, 1]
+        assert [n.nvmlDeviceGetBoardId(h) for h in hs[:3]] == [dual, dual, other]
+        assert n.nvmlDeviceOnSameBoard(hs[0], hs[1]) and n.nvmlDeviceOnSameBoard(hs[1], hs[0])
+        for a, b in ((0, 2), (2, 0), (1, 2), (0, 3)):
+            assert not n.nvmlDeviceOnSameBoard(hs[a], hs[b]), (a, b)
+        assert n.nvmlDeviceOnSameBoard(hs[2], hs[2])
+
+
+def test_thermal_settings_of_all_targets_are_the_one_sensor_s(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetThermalSettings' sensorIndex names a sensor, and nvmlThermalTarget_t's
+    NVML_THERMAL_TARGET_ALL (15) asks for every sensor at once; the call answers INVALID_ARGUMENT only "if device is
+    invalid or pThermalSettings is NULL". A board whose one sensor is the GPU's (count 1, target GPU: what index 0
+    answers) gives the same settings whether that sensor or all of them are asked for. No test asked for ALL."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    answers = []
+    for index in (0, 15):
+        settings = n.c_nvmlGpuThermalSettings_t()
+        assert lib.nvmlDeviceGetThermalSettings(h, index, ctypes.byref(settings)) == n.NVML_SUCCESS, index
+        answers.append(bytes(settings))
+    assert answers[0] == answers[1]
+    assert n.c_nvmlGpuThermalSettings_t.from_buffer_copy(answers[1]).count == 1
+
+
+def test_the_dram_encryption_inforom_object_of_a_board_without_it_is_not_supported(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4's nvmlInforomObject_t has four objects, OEM 0, ECC 1, POWER 2 and DEN 3 ("DRAM Encryption
+    object", which nvmlDeviceGetDramEncryptionMode "Requires ... version 1.0 or higher"), and
+    nvmlDeviceGetInforomVersion answers INVALID_ARGUMENT only "if version is NULL": DEN is a valid object. The
+    captured H100 prints DRAM encryption N/A (nvmlDeviceGetDramEncryptionMode NOT_SUPPORTED here too) and its
+    pwr_object N/A, the answer of an object the board does not carry: DEN is NOT_SUPPORTED as POWER is, not
+    INVALID_ARGUMENT (the shim refused object 3 before)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+    version = ctypes.create_string_buffer(16)
+    assert lib.nvmlDeviceGetInforomVersion(h, 2, version, 16) == n.NVML_ERROR_NOT_SUPPORTED  # pwr_object N/A
+    assert lib.nvmlDeviceGetInforomVersion(h, 3, version, 16) == n.NVML_ERROR_NOT_SUPPORTED
+    assert lib.nvmlDeviceGetInforomVersion(h, 1, version, 16) == n.NVML_SUCCESS  # ecc_object 7.16
+    assert version.value == b"7.16"
+    modes = (ctypes.c_uint * 2)(8 | 1 << 24), (ctypes.c_uint * 2)(8 | 1 << 24)  # nvmlDramEncryptionInfo_v1
+    assert lib.nvmlDeviceGetDramEncryptionMode(h, modes[0], modes[1]) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+def test_a_clock_domain_the_board_does_not_report_is_not_supported_by_any_clock_getter(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetClockInfo answers NOT_SUPPORTED "if the device cannot report the specified clock",
+    nvmlDeviceGetMaxCustomerBoostClock "if the device or the clockType on this device does not support this feature"
+    and nvmlDeviceGetClock "if the device does not support this feature" (nvidia-smi prints N/A): never SUCCESS with
+    0 MHz. An H100 record with no video clock at all (current and maximum 0, the record's encoding of a domain the
+    board does not report, as in test_pynvml's max-clock test) answers NOT_SUPPORTED through every getter and clock
+    id that reads it, while its graphics domain still answers the capture's 1980 MHz (qx-h100.xml max_clocks,
+    max_customer_boost_clocks). Only nvmlDeviceGetMaxClockInfo was asked before."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    gpu0 = snap.snapshot.gpus[0]
+    video = n.NVML_CLOCK_VIDEO
+
+    def without_video(clocks: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(0 if t == video else mhz for t, mhz in enumerate(clocks))
+
+    fields = {"clocks_current": without_video(gpu0.clocks_current), "clocks_max": without_video(gpu0.clocks_max)}
+    with board_state(n, snap, 0, **fields) as hs:
+        h = hs[0]
+        calls = {"current": partial(n.nvmlDeviceGetClockInfo, h, video),
+                 "id current": partial(n.nvmlDeviceGetClock, h, video, n.NVML_CLOCK_ID_CURRENT),
+                 "boost": partial(n.nvmlDeviceGetMaxCustomerBoostClock, h, video),
+                 "id boost": partial(n.nvmlDeviceGetClock, h, video, n.NVML_CLOCK_ID_CUSTOMER_BOOST_MAX)}
+        assert {k: error_of(call) for k, call in calls.items()} == dict.fromkeys(calls, n.NVML_ERROR_NOT_SUPPORTED)
+        assert n.nvmlDeviceGetMaxCustomerBoostClock(h, n.NVML_CLOCK_GRAPHICS) == 1980
+        assert n.nvmlDeviceGetClock(h, n.NVML_CLOCK_GRAPHICS, n.NVML_CLOCK_ID_CUSTOMER_BOOST_MAX) == 1980
+
+
+def test_a_temperature_threshold_the_board_does_not_report_is_not_supported(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetTemperatureThreshold: NOT_SUPPORTED "if the device does not have a temperature sensor or
+    is unsupported", never SUCCESS with 0 C. The L40S and T4 captures print gpu_temp_max_mem_(tlimit_)threshold N/A,
+    which a GpuRecord holds as 0 (snapshot.py: ``mem_max_c or 0``); an H100 record with its memory and GPU maximum
+    thresholds at 0 (the same N/A) answers NOT_SUPPORTED for both (NVML_TEMPERATURE_THRESHOLD_MEM_MAX 2, _GPU_MAX
+    3), while its shutdown threshold still answers."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    with board_state(n, snap, 0, temp_mem_max=0, temp_gpu_max=0) as hs:
+        for threshold in (2, 3):
+            assert error_of(partial(n.nvmlDeviceGetTemperatureThreshold, hs[0], threshold)) == \
+                n.NVML_ERROR_NOT_SUPPORTED, threshold
+        assert n.nvmlDeviceGetTemperatureThreshold(hs[0], 0) > 0
+        assert n.nvmlDeviceGetTemperatureThreshold(hs[1], 3) > 0
+
+
+def test_encoder_and_decoder_utilization_are_sampled_every_sixth_of_a_second(nvml: Nvml,
+                                                                             pynvml_module: ModuleType) -> None:
+    """nvml.h gives nvmlDeviceGetEncoderUtilization's and nvmlDeviceGetDecoderUtilization's samplingPeriodUs no
+    value; a real Tesla V100-SXM2 (driver 418.67) answers [0, 167000] to both, 167 ms, a sixth of a second
+    (vsoch/watchme, docs/_docs/watcher-tasks/gpu.md, its pynvml dump), the period gpustat's tests mock for every
+    GPU (wookayin/gpustat, gpustat/test_gpustat.py). An idle H100 answers the same period, 0 % busy."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    for h in handles(n)[:2]:
+        assert n.nvmlDeviceGetEncoderUtilization(h) == [0, 167000]
+        assert n.nvmlDeviceGetDecoderUtilization(h) == [0, 167000]
+
+
+def test_dynamic_pstates_present_only_the_utilization_domains_nvml_h_defines(nvml: Nvml,
+                                                                           pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlGpuDynamicPstatesInfo_t holds NVML_MAX_GPU_UTILIZATIONS (8) entries, each with bIsPresent "Set if
+    this utilization domain is present on this GPU", and nvmlGpuUtilizationDomainId_t defines four domains, GPU 0,
+    FB 1, VID 2 and BUS 3. Entries 4-7 name no domain, so none is present on any GPU (and the caller's bytes there,
+    0xab here, are not left as an answer); 0-3 are, each a percentage of "the last 1-second interval" (0-100);
+    flags is "Reserved for future use" (0)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    for h in handles(n)[:2]:
+        info = n.c_nvmlGpuDynamicPstatesInfo_t()
+        ctypes.memset(ctypes.byref(info), 0xAB, ctypes.sizeof(info))
+        assert library().nvmlDeviceGetDynamicPstatesInfo(h, ctypes.byref(info)) == n.NVML_SUCCESS
+        assert info.flags == 0
+        assert [info.utilization[d].bIsPresent for d in range(8)] == [1, 1, 1, 1, 0, 0, 0, 0]
+        assert all(0 <= info.utilization[d].percentage <= 100 for d in range(4))
+        absent = [(u.bIsPresent, u.percentage, u.incThreshold, u.decThreshold) for u in info.utilization[4:]]
+        assert absent == [(0, 0, 0, 0)] * 4
+
+
+@pytest.mark.parametrize(("profile", "av1"), [("t4-cloud", False), ("l40s-server", True), ("dgx-a100", None)])
+def test_an_idle_encoder_has_its_whole_capacity_for_each_codec_it_encodes(nvml: Nvml, pynvml_module: ModuleType,
+                                                                         profile: str, av1: bool | None) -> None:
+    """nvml.h, nvmlDeviceGetEncoderCapacity: "the current capacity of the device's encoder, as a percentage of maximum
+    encoder capacity", NOT_SUPPORTED "if device does not support the encoder specified in encodeQueryType". With no
+    encoder session (nvmlDeviceGetEncoderStats: 0 sessions) nothing of the maximum is taken: 100 for H.264 (0) and
+    HEVC (1) on the T4 (Turing) and the L40S (Ada). AV1 (2): NVIDIA's developer blog "Improving Video Quality and
+    Performance with AV1 and NVIDIA Ada Lovelace Architecture": Ampere brought AV1 decoding, "Ada Lovelace
+    architecture supports both AV1 encoding and decoding", so the L40S encodes AV1 and the T4 does not (the shim
+    answered 100 for the T4's AV1 before). The A100 (GA100) has no NVENC at all (NVIDIA's Video Encode and Decode
+    GPU Support Matrix lists A100 with 0 NVENC; Wikipedia's NVENC table: GA100 "No NVENC encoders available"):
+    every codec is NOT_SUPPORTED there."""
+    n = pynvml_module
+    nvml(profile)
+    h = handles(n)[0]
+    if av1 is None:
+        for codec in (0, 1, 2):
+            assert error_of(partial(n.nvmlDeviceGetEncoderCapacity, h, codec)) == n.NVML_ERROR_NOT_SUPPORTED, codec
+        return
+    assert n.nvmlDeviceGetEncoderStats(h)[0] == 0
+    assert [n.nvmlDeviceGetEncoderCapacity(h, codec) for codec in (0, 1)] == [100, 100]
+    if av1:
+        assert n.nvmlDeviceGetEncoderCapacity(h, 2) == 100
+    else:
+        assert error_of(partial(n.nvmlDeviceGetEncoderCapacity, h, 2)) == n.NVML_ERROR_NOT_SUPPORTED
+
+
+def test_each_video_engine_utilization_getter_reads_its_own_engine(node_snapshot: Callable[..., NodeSnap],
+                                                                   pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetEncoderUtilization, ...DecoderUtilization, ...JpgUtilization and ...OfaUtilization each
+    answer the "current utilization" of one engine (NVENC, NVDEC, NVJPG, NVOFA), and nvmlDeviceGetSamples'
+    NVML_ENC_UTILIZATION_SAMPLES (3) and NVML_DEC_UTILIZATION_SAMPLES (4) sample the first two. Every built-in
+    board idles its video engines at 0 %, where any getter could read any engine: an L40S record (it has all four
+    engines) with four distinct figures (21, 34, 37, 12 %) answers each through its own getter and sample type."""
+    n = pynvml_module
+    snap = node_snapshot("l40s-server")
+    busy = {"util_encoder": 21, "util_decoder": 34, "util_jpeg": 37, "util_ofa": 12}
+    with board_state(n, snap, 0, **busy) as hs:
+        h = hs[0]
+        answers = [getter(h)[0] for getter in (n.nvmlDeviceGetEncoderUtilization, n.nvmlDeviceGetDecoderUtilization,
+                                               n.nvmlDeviceGetJpgUtilization, n.nvmlDeviceGetOfaUtilization)]
+        assert answers == [21, 34, 37, 12]
+        assert [_sample(n, h, kind) for kind in (3, 4)] == [(n.NVML_SUCCESS, 21), (n.NVML_SUCCESS, 34)]
+
+
+def test_a_one_fan_card_answers_its_fan_through_the_unindexed_getter(node_snapshot: Callable[..., NodeSnap],
+                                                                      pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlDeviceGetFanSpeed gives "the intended operating speed of the device's fan" (no index: the first,
+    fan 0, of nvmlDeviceGetFanSpeed_v2's "zero indexed" fans), and an index that is not one of the fans is
+    INVALID_ARGUMENT. A single-fan card's record (one fan at 57 %; every capture is passively cooled) answers 57
+    without an index and for fan 0, and refuses fan 1; the two-fan test of test_pynvml cannot tell fan 0 from 1."""
+    n = pynvml_module
+    snap = node_snapshot("edge-pcie")
+    with board_state(n, snap, 0, fan_count=1, fan_speed=57) as hs:
+        h = hs[0]
+        assert n.nvmlDeviceGetNumFans(h) == 1
+        assert n.nvmlDeviceGetFanSpeed(h) == n.nvmlDeviceGetFanSpeed_v2(h, 0) == 57
+        assert error_of(partial(n.nvmlDeviceGetFanSpeed_v2, h, 1)) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_a_gpu_running_without_gsp_firmware_has_no_gsp_version(node_snapshot: Callable[..., NodeSnap],
+                                                                 pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetGspFirmwareVersion: NOT_SUPPORTED "if GSP firmware is not enabled for GPU" (nvidia-smi
+    prints GSP Firmware Version N/A then). Every capture runs GSP firmware of its driver's version (qx-*.xml
+    gsp_firmware_version); a record whose GPU 0 has none (the driver loaded with GSP off) answers NOT_SUPPORTED,
+    never a version, while GPU 1 still answers its driver's version."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    with board_state(n, snap, 0, gsp_firmware="") as hs:
+        buf = ctypes.create_string_buffer(b"\xab" * 64, 64)
+        assert library().nvmlDeviceGetGspFirmwareVersion(hs[0], buf) == n.NVML_ERROR_NOT_SUPPORTED
+        assert library().nvmlDeviceGetGspFirmwareVersion(hs[1], buf) == n.NVML_SUCCESS
+        assert buf.value.decode() == n.nvmlSystemGetDriverVersion()

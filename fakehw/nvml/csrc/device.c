@@ -144,6 +144,9 @@ static nvmlReturn_t d_inforom(fhw_ctx_t *c, unsigned int object, char *out, unsi
     case 0: v = c->g->inforom_oem; break;
     case 1: v = c->g->inforom_ecc; break;
     case 2: v = c->g->inforom_power; break;
+    /* nvml.h 13.4's NVML_INFOROM_DEN, the DRAM encryption object nvmlDeviceGetDramEncryptionMode "Requires": a board
+       whose DRAM encryption is N/A (every capture) has none; nvml.h lists INVALID_ARGUMENT only for a NULL version. */
+    case 3: return NVML_ERROR_NOT_SUPPORTED;
     default: return NVML_ERROR_INVALID_ARGUMENT;
     }
     if (v[0] == '\0') return NVML_ERROR_NOT_SUPPORTED;
@@ -1091,7 +1094,10 @@ static nvmlReturn_t d_encoder_capacity(fhw_ctx_t *c, unsigned int type, unsigned
     CHECK_PTR(capacity);
     if (type > 2) return NVML_ERROR_INVALID_ARGUMENT;
     if (c->g->encoders == 0) return NVML_ERROR_NOT_SUPPORTED;
-    *capacity = 100;
+    /* NVML_ENCODER_QUERY_AV1 (2): NVENC encodes AV1 from Ada (NVML_DEVICE_ARCH_ADA, 8) on (NVIDIA's AV1 / Ada blog);
+       nvml.h: NOT_SUPPORTED "if device does not support the encoder specified". */
+    if (type == 2 && c->g->architecture < 8) return NVML_ERROR_NOT_SUPPORTED;
+    *capacity = 100; /* no encoder session runs: the whole of the maximum capacity is free */
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetEncoderCapacity(nvmlDevice_t device, unsigned int encoderQueryType,
