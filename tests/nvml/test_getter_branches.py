@@ -17,8 +17,7 @@ from __future__ import annotations
 import ctypes
 import re
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -28,8 +27,8 @@ import pytest
 
 from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml import references
-from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, snapshot_env, write_node
-from tests.nvml.test_pynvml import board_state, error_of, handles
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, write_node
+from tests.nvml.test_pynvml import board_state, boards_state, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
 
@@ -220,9 +219,6 @@ def test_pcie_byte_counters_keep_counting_when_a_new_generation_lowers_the_rate(
     renders a generation in which it moves 300 / 250 KB/s, and it is read again. Before 2026-11-29 the shim made
     the counters the current rate times the generation (fields) or the time since boot (GPM), so a lower rate
     ran them backwards: fields 197, 198 fell by MBs and the GPM rates wrapped round to ~10^13 MiB/s."""
-    from dataclasses import replace
-
-    from fakehw.nvml.snapfile import write_snapshot
 
     n = pynvml_module
     snap = node_snapshot("dgx-h100")
@@ -538,8 +534,6 @@ def test_per_link_speed_and_bandwidth_fields_answer_for_the_links_the_board_has(
     these fields has the return code nvmlDeviceGetNvLinkState gives for its link, and a speed field answers the
     speed field 164 (NVML_FI_DEV_NVLINK_GET_SPEED, "NVLink Speed in MBps") gives with the link as scopeId (GPU 0's
     links each given a speed of their own here, so a field reading its neighbour's link shows)."""
-    from dataclasses import replace
-
     n = pynvml_module
     lib = library()
     snap = node_snapshot(profile)
@@ -558,8 +552,6 @@ def test_a_board_with_one_nvlink_totals_that_link(node_snapshot: Callable[..., N
     53, 148, 60, 67); 90 "Common NVLink Speed in MBps for active links" is its speed; 138-141, the TX / RX
     throughput "in KiB", are its utilization counter 0 (nvmlDeviceGetNvLinkUtilizationCounter, bytes) in KiB. One
     link is not none: nothing answers NOT_SUPPORTED. Every counter of the link is set to a figure of its own."""
-    from dataclasses import replace
-
     from fakehw.nvml.layout import LinkRecord
 
     n = pynvml_module
@@ -631,22 +623,6 @@ def test_each_tensor_pipe_is_busy_no_longer_than_any_tensor_pipe(pynvml_module: 
 
 
 # ------------------------------------------------------------------------------------------------ device.c, third round
-
-
-@contextmanager
-def boards_state(n: ModuleType, snap: NodeSnap, records: dict[int, dict[str, object]]) -> Iterator[list[object]]:
-    """nvmlInit on ``snap`` with each GPU of ``records`` given its fields (board_state for several GPUs at once):
-    a board the built-in profiles do not model. Yields the device handles."""
-    gpus = list(snap.snapshot.gpus)
-    for gpu, fields in records.items():
-        gpus[gpu] = replace(gpus[gpu], **fields)  # type: ignore[arg-type]
-    write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
-    with snapshot_env(snap.path):
-        n.nvmlInit()
-        try:
-            yield handles(n)
-        finally:
-            n.nvmlShutdown()
 
 
 def test_gpus_of_one_multi_gpu_board_are_on_the_same_board(node_snapshot: Callable[..., NodeSnap],

@@ -1597,8 +1597,17 @@ def board_state(n: ModuleType, snap: NodeSnap, gpu: int, **fields: object) -> It
     agent's model does not reach (counts since a driver reload that differ from the lifetime ones, one throttle
     reason without its usual companion, a distinct figure per GPM pipe). The C getters pass those fields through,
     so each answer is the test's own input, placed where nvml.h's names put it. Yields the device handles."""
+    with boards_state(n, snap, {gpu: fields}) as hs:
+        yield hs
+
+
+@contextmanager
+def boards_state(n: ModuleType, snap: NodeSnap, records: dict[int, dict[str, object]]) -> Iterator[list[object]]:
+    """:func:`board_state` for several GPUs at once: each GPU of ``records`` given its fields (a board the built-in
+    profiles do not model). Yields the device handles."""
     gpus = list(snap.snapshot.gpus)
-    gpus[gpu] = replace(gpus[gpu], **fields)  # type: ignore[arg-type]
+    for gpu, fields in records.items():
+        gpus[gpu] = replace(gpus[gpu], **fields)  # type: ignore[arg-type]
     write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
     with snapshot_env(snap.path):
         n.nvmlInit()
