@@ -286,7 +286,8 @@ nvmlReturn_t fhw_validate(const uint8_t *data, size_t size, const char **why) {
    page raises SIGBUS. This handler takes exactly those faults: it puts an anonymous page flagged "superseded" in
    place of the lost one and returns, so the read completes, the reader reloads the path and answers from what it
    finds there (NVML_ERROR_UNKNOWN while the file is torn). Any other SIGBUS goes to the handler installed before,
-   is ignored when that was SIG_IGN and the signal was sent, or kills the process as it would have. The library is never unloaded (-z nodelete), so neither is the handler. */
+   is ignored when that was SIG_IGN and the signal was sent, or kills the process as it would have. The library is
+   never unloaded (-z nodelete), so neither is the handler. */
 #define FHW_GUARDED_MAPS 64
 
 static _Atomic(uintptr_t) g_guarded[FHW_GUARDED_MAPS];
