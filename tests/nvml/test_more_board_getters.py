@@ -1407,6 +1407,36 @@ def test_bbx_time_data_is_answered_where_the_capture_prints_a_black_box(nvml: Nv
         assert lib.nvmlDeviceGetBBXTimeData_v1(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+def test_bbx_time_covers_the_run_of_the_last_flush_and_grows_with_the_clock(nvml: Nvml, pynvml_module: ModuleType,
+                                                                             tmp_path: Path) -> None:
+    """nvml.h: nvmlDeviceGetBBXTimeData_v1's ``timeRun`` is the "Cumulative number of seconds the GPU has had the
+    driver loaded", and nvmlDeviceGetLastBBXFlushTime's timestamp is that of "the last flush of the BBX ...
+    during the current run". So the count covers at least the time since that flush (the run it belongs to is still
+    going), and, being a count of seconds loaded, it grows by the seconds that pass while the driver stays loaded:
+    read 1.1 s apart, by at least one and at most the whole seconds the wall clock moved over both reads. (The fake
+    answered an hour plus the snapshot's generation: ten months short of the flush, and the same number however
+    long one waited. Fresh C seed 10628's board.c:351.)"""
+    n = pynvml_module
+    nvml(str(with_driver(tmp_path, "dgx-h100", "615.10.01")))
+    lib = library()
+    seconds = ctypes.c_uint(0)
+
+    def run_time(h: object) -> int:
+        assert lib.nvmlDeviceGetBBXTimeData_v1(h, ctypes.byref(seconds)) == n.NVML_SUCCESS
+        return seconds.value
+
+    gpus = handles(n)
+    before = time.time()
+    first = [run_time(h) for h in gpus]
+    for h, count in zip(gpus, first, strict=True):
+        flushed_us, _ = n.nvmlDeviceGetLastBBXFlushTime(h)
+        assert count >= int(before) - flushed_us // 1_000_000
+    time.sleep(1.1)
+    grown = [run_time(h) - count for h, count in zip(gpus, first, strict=True)]
+    after = time.time()
+    assert all(1 <= d <= int(after) - int(before) for d in grown), grown
+
+
 def test_a_healthy_h100_needs_no_recovery_and_never_slowed_down(nvml: Nvml, pynvml_module: ModuleType,
                                                                 h100: dict[str, str]) -> None:
     """The H100 capture prints <gpu_recovery_action> None and 0 us for <clocks_event_reasons_counters_sw_therm_

@@ -345,10 +345,18 @@ nvmlReturn_t nvmlDeviceGetLastBBXFlushTime(nvmlDevice_t device, unsigned long lo
     FHW_DEV_CALL(device, PHYS, b_bbx_flush(&C, timestamp, durationUs));
 }
 
+/* nvml.h: "Cumulative number of seconds the GPU has had the driver loaded", a count that grows with the wall clock
+   while the driver is loaded. The last black box flush happened "during the current run" (nvmlDeviceGetLastBBXFlush-
+   Time), so the count is at least the seconds since that flush: the fake's boards have had one run, which began at
+   that flush. (It was an hour plus the snapshot's generation: ten months short of the flush, and frozen between
+   changes.) */
 static nvmlReturn_t b_bbx_time(fhw_ctx_t *c, nvmlBBXTimeData_v1_t *t) {
     CHECK_PTR(t);
     FHW_REQUIRE(c, FHW_ANS_BBX);
-    t->timeRun = (unsigned int)(c->s->hdr->generation + 3600); /* seconds the board has run since the driver loaded */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    long long run = (long long)now.tv_sec - (long long)(c->g->bbx_flush_time_us / 1000000u);
+    t->timeRun = run > 0 ? (unsigned int)run : 0;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetBBXTimeData_v1(nvmlDevice_t device, nvmlBBXTimeData_v1_t *timeData) {
