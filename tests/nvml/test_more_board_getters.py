@@ -702,21 +702,33 @@ def test_a_process_without_a_command_line_is_named_by_its_command(nvml: Nvml, py
 def test_a_running_process_is_named_by_its_first_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """proc(5): /proc/<pid>/cmdline holds a live process's arguments, each ended by a NUL; nvmlSystemGetProcessName
     names a process by the first of them, as test_pynvml holds for this interpreter (its path, not its `python`
-    command). Two children of /bin/sleep: ``sleep 30`` is named "sleep" whole, however long the arguments after it,
-    and one started with the argv[0] "x" (Popen's ``executable``) is named "x", not its command `sleep` (comm)."""
+    command). Children of /bin/sleep: ``sleep 30`` is named "sleep" whole, however long the arguments after it,
+    and one started with the argv[0] "x" (Popen's ``executable``) is named "x", not its command `sleep` (comm).
+    proc(5) puts no limit on the command line, and nvml.h crops the name "to provided length" alone: a first
+    argument of 5,000 characters comes back whole into 8,192 bytes, and as its first 99 into 100 (the library read
+    at most 4,095 bytes of it: fresh C seed 10629's system.c:189)."""
     import subprocess
 
     n = pynvml_module
     nvml("dgx-h100")
     sleep = shutil.which("sleep")
     assert sleep is not None
-    children = [subprocess.Popen(["sleep", "30"]), subprocess.Popen(["x", "30"], executable=sleep)]
+    long_name = "x" * 5000
+    argv0s = ("sleep", "x", long_name)
+    children = [subprocess.Popen(["sleep", "30"]), subprocess.Popen(["x", "30"], executable=sleep),
+                subprocess.Popen([long_name, "30"], executable=sleep)]
+    lib = library()
     try:
-        for child, argv0 in zip(children, ("sleep", "x"), strict=True):
+        for child, argv0 in zip(children, argv0s, strict=True):
             cmdline = Path(f"/proc/{child.pid}/cmdline")
             while not cmdline.read_bytes().endswith(b"30\0"):  # until the exec has replaced the forked copy
                 time.sleep(0.01)
-            assert n.nvmlSystemGetProcessName(child.pid) == argv0
+            if len(argv0) < 1024:  # pynvml's own buffer
+                assert n.nvmlSystemGetProcessName(child.pid) == argv0
+        for length in (8192, 100):
+            buf = ctypes.create_string_buffer(length)
+            assert lib.nvmlSystemGetProcessName(ctypes.c_uint(children[2].pid), buf, ctypes.c_uint(length)) == 0
+            assert buf.value.decode() == long_name[:length - 1]
     finally:
         for child in children:
             child.kill()

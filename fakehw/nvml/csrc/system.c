@@ -186,27 +186,37 @@ nvmlReturn_t nvmlSystemGetNvlinkBwMode(unsigned int *nvlinkBwMode) { FHW_SYS_CAL
 nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
     if (!fhw_initialized()) return NVML_ERROR_UNINITIALIZED;
     if (name == NULL || length == 0) return NVML_ERROR_INVALID_ARGUMENT;
-    char path[64], buf[4096];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%u/cmdline", pid);
     FILE *f = fopen(path, "re");
-    size_t n = 0;
+    size_t n = 0; /* characters of the first argument given to name: it is "cropped to provided length" (nvml.h) and
+                     by nothing else, however long (proc(5) puts no limit on the command line) */
     if (f != NULL) {
-        n = fread(buf, 1, sizeof buf - 1, f);
+        char chunk[4096];
+        size_t got;
+        int ended = 0;
+        while (!ended && n < length - 1 && (got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+            size_t k = strnlen(chunk, got); /* up to the NUL that ends the first argument */
+            ended = k < got;
+            if (k > length - 1 - n) k = length - 1 - n;
+            memcpy(name + n, chunk, k);
+            n += k;
+        }
         fclose(f);
     }
-    buf[n] = '\0';
-    if (n == 0 || buf[0] == '\0') {
+    name[n] = '\0';
+    if (n == 0) {
         /* Kernel threads and zombies have no command line: fall back to the short name. */
+        char comm[64];
         snprintf(path, sizeof path, "/proc/%u/comm", pid);
         f = fopen(path, "re");
         if (f == NULL) return NVML_ERROR_NOT_FOUND;
-        n = fread(buf, 1, sizeof buf - 1, f);
+        size_t m = fread(comm, 1, sizeof comm - 1, f);
         fclose(f);
-        buf[n] = '\0';
-        buf[strcspn(buf, "\n")] = '\0';
+        comm[m] = '\0';
+        comm[strcspn(comm, "\n")] = '\0';
+        snprintf(name, length, "%s", comm); /* cropped, as above */
     }
-    /* Truncate rather than fail, as NVML does for process names. */
-    snprintf(name, length, "%s", buf);
     return NVML_SUCCESS;
 }
 
