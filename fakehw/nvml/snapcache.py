@@ -52,7 +52,7 @@ class SnapshotCache:
         self._window_records: list[Any] = []
         self._ring: Ring[Any] = Ring([], True, 0)
         """The last :meth:`ring` call's events, the record (or None) ``make`` gave for each, and its answer."""
-        self._file: bytes | None = None
+        self._file: bytearray | None = None
         self._shape: tuple[object, ...] = ()
         self._placed: dict[str, tuple[object, ...]] = {}
         """The last file :meth:`file` made (header included: see :meth:`Snapshot.to_bytes`), its shape, and the
@@ -65,9 +65,13 @@ class SnapshotCache:
         """Where the last :meth:`file` may differ from the one before it, as ``[start, end)`` byte ranges (None: it
         was packed whole); :meth:`fakehw.nvml.snapshot.Snapshot.to_bytes` adds the header it packs. What lets the
         writer skip comparing the whole file (:class:`fakehw.nvml.snapfile.Patch`)."""
-        self.packed: bytes | None = None
-        """The last snapshot :meth:`~fakehw.nvml.snapshot.Snapshot.to_bytes` made with this cache (header included):
-        the one :attr:`dirty` is relative to once the next is made."""
+
+    @property
+    def packed(self) -> bytearray | None:
+        """The last snapshot packed with this cache: the buffer :meth:`file` gave, into which
+        :meth:`~fakehw.nvml.snapshot.Snapshot.to_bytes` then packed the header. The one :attr:`dirty` is relative to
+        once the next is made (which packs into a copy: this one is not changed again)."""
+        return self._file
 
     def part(self, name: Hashable, key: Any, make: Callable[[], T]) -> T:
         """The part called ``name`` built from inputs ``key``: the remembered one when ``key`` equals the inputs it
@@ -140,8 +144,9 @@ class SnapshotCache:
         join at its back) is moved as bytes and only the records that joined are packed. Any other shape is packed
         whole."""
         shape = (total, tuple((name, base, size, capacity) for name, base, size, capacity, _ in sections))
-        patch = self._file is not None and shape == self._shape
-        buf = bytearray(self._file) if patch else bytearray(total)  # type: ignore[arg-type]
+        last = self._file if shape == self._shape else None
+        patch = last is not None
+        buf = bytearray(last) if last is not None else bytearray(total)
         placed: dict[str, tuple[object, ...]] = {}
         dirty: list[tuple[int, int]] = []
         for name, base, size, _, records in sections:
@@ -150,7 +155,7 @@ class SnapshotCache:
             if len(before) != len(records) or not all(map(operator.is_, before, records)):
                 _place(buf, base, size, before, records, dirty)
         # The previous records stay referenced until now, so no new record can be one of them by identity.
-        self._file, self._shape, self._placed = bytes(buf), shape, placed
+        self._file, self._shape, self._placed = buf, shape, placed  # the caller packs the header into it
         self.dirty = dirty if patch else None
         return buf
 

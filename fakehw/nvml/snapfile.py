@@ -58,7 +58,7 @@ class Patch:
     whole file to the new snapshot first (what :func:`changed_ranges` costs: 40 us of a tray's 53 KB, a tenth of
     its render); the file is still read, since only a file that holds ``base`` can be patched so."""
 
-    base: bytes
+    base: bytes | bytearray
     ranges: list[tuple[int, int]]
 
 
@@ -131,7 +131,7 @@ def _update_in_place(fd: int, data: bytes, changed: bool, patch: Patch | None = 
     return True
 
 
-def _holds(old: bytes, base: bytes, offset: int) -> bool:
+def _holds(old: bytes, base: bytes | bytearray, offset: int) -> bool:
     """Whether the file's bytes ``old`` are ``base`` apart from the ``superseded`` word at ``offset`` (which the
     updates in place count on)."""
     end = offset + _WORD.size

@@ -148,12 +148,9 @@ class Snapshot:
                     layout.pack_into(buf, base + i * size, rec, f"{name}[{i}]")
         layout.pack_into(buf, 0, header)
         struct.pack_into("<I", buf, layout.layout_of(HeaderRecord).field("checksum").offset, layout.checksum(buf))
-        data = bytes(buf)
-        if cache is not None:
-            if cache.dirty is not None:
-                cache.dirty.append((0, hdr_size))
-            cache.packed = data
-        return data
+        if cache is not None and cache.dirty is not None:
+            cache.dirty.append((0, hdr_size))
+        return bytes(buf)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Snapshot:
