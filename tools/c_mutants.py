@@ -233,17 +233,11 @@ class SameCode:
         return True
 
 
-def shim_cflags(gen: Path, cc: str = "cc") -> list[str]:
-    """The compiler and flags the shim is built with (:mod:`fakehw.nvml.build`), its generated headers in ``gen``
-    (:func:`fakehw.nvml.build.generate`)."""
+def shim_cflags(gen: Path, cc: str = "cc", sanitized: bool = False) -> list[str]:
+    """The compiler and flags the shim is built with (:mod:`fakehw.nvml.build`), or with ``sanitized`` those the
+    sanitized C harness builds its sources with (:data:`fakehw.nvml.build.SANITIZER_CFLAGS`), its generated headers
+    in ``gen`` (:func:`fakehw.nvml.build.generate`)."""
     from fakehw.nvml import build
 
-    return [*shlex.split(cc), *build.BASE_CFLAGS, f"-I{gen}", f"-I{build.CSRC}"]
-
-
-def sanitized_cflags(gen: Path, cc: str = "cc") -> list[str]:
-    """The compiler and flags the sanitized C harness builds the shim's sources with
-    (:data:`fakehw.nvml.build.SANITIZER_CFLAGS`), its generated headers in ``gen``."""
-    from fakehw.nvml import build
-
-    return [*shlex.split(cc), *build.SANITIZER_CFLAGS, f"-I{gen}", f"-I{build.CSRC}"]
+    flags = build.SANITIZER_CFLAGS if sanitized else build.BASE_CFLAGS
+    return [*shlex.split(cc), *flags, f"-I{gen}", f"-I{build.CSRC}"]

@@ -49,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # tools/ is no package: its directory is put on sys.path above
-from c_mutants import CMutation, SameCode, compiles, mutations, sanitized_cflags, shim_cflags
+from c_mutants import CMutation, SameCode, compiles, mutations, shim_cflags
 
 ROOT = Path(__file__).resolve().parents[1]
 EQUIVALENTS = ROOT / "tools" / "mutation-equivalents.toml"
@@ -270,7 +270,7 @@ def sample_c(area: Area, sample: int, seed: int) -> CSample:
         cc = os.environ.get("CC") or "cc"
         gen = build.generate(Path(tmp))
         cflags = shim_cflags(gen, cc)
-        same_code = SameCode([cflags, sanitized_cflags(gen, cc)])
+        same_code = SameCode([cflags, shim_cflags(gen, cc, sanitized=True)])
         for m in order:
             if len(chosen) == want:
                 break
