@@ -469,9 +469,9 @@ def test_same_code_asks_every_build_the_tests_run(tmp_path: Path) -> None:
     original = "#include <string.h>\nint f(const char *src) { char buf[8]; memcpy(buf, src, 8); return buf[0]; }\n"
     longer = original.replace("src, 8)", "src, 9)")
     assert cm.SameCode([cm.shim_cflags(gen)])("f.c", original, longer)
-    assert not cm.SameCode([cm.shim_cflags(gen), cm.shim_cflags(gen, sanitized=True)])("f.c", original, longer)
-    assert cm.SameCode([cm.shim_cflags(gen), cm.shim_cflags(gen, sanitized=True)])("f.c", DEAD_STORE,
-                                                                          DEAD_STORE.replace("y = 1", "y = 2"))
+    both = [cm.shim_cflags(gen), cm.shim_cflags(gen, sanitized=True)]
+    assert not cm.SameCode(both)("f.c", original, longer)
+    assert cm.SameCode(both)("f.c", DEAD_STORE, DEAD_STORE.replace("y = 1", "y = 2"))
 
 
 def test_an_equivalent_may_name_a_mechanical_c_mutant_and_goes_stale_when_none_has_its_lines(
