@@ -38,8 +38,8 @@ INIT = ("import json, pynvml\ntry:\n    pynvml.nvmlInit()\n"
         "except pynvml.NVMLError as e:\n    print(json.dumps({'err': e.value, 'text': str(e)}))\n")
 
 
-def init_result(path: Path) -> dict[str, object]:
-    result: dict[str, object] = run_python(INIT, path)
+def init_result(path: Path, code: str = INIT) -> dict[str, object]:
+    result: dict[str, object] = run_python(code, path)
     return result
 
 
@@ -58,6 +58,26 @@ def test_a_snapshot_under_a_file_is_missing_and_one_behind_a_symlink_loop_is_unu
     loop = tmp_path / "loop.snapshot"
     loop.symlink_to(loop)
     assert init_result(loop)["err"] == 999
+
+
+UNPRIVILEGED = 65534
+"""The uid and gid a root test drops to (``nobody`` on Debian): a user the snapshot's mode 0600 shuts out."""
+
+INIT_WITHOUT_PERMISSION = (
+    "import json, os, pynvml\npynvml._LoadNvmlLibrary()\n"  # loaded first: the library is root's to read
+    f"if os.getuid() == 0:\n    os.setgroups([])\n    os.setgid({UNPRIVILEGED})\n    os.setuid({UNPRIVILEGED})\n"
+    + INIT.removeprefix("import json, pynvml\n"))
+
+
+def test_a_snapshot_the_user_may_not_read_is_no_permission(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvml.h's nvmlInit_v2: NVML_ERROR_NO_PERMISSION "if NVML does not have permission to talk to the driver" (on a
+    real machine, /dev/nvidiactl closed to the user; nvidia-smi then prints "Failed to initialize NVML: Insufficient
+    Permissions"). The fake's driver is its snapshot: one the user may not open (open(2): EACCES) is that case, not
+    a missing driver (9) nor an unusable one (999). As root (which reads any file) the process drops to an
+    unprivileged user after loading the library; otherwise the file's mode shuts out its own owner."""
+    snap = node_snapshot("edge-pcie")
+    snap.path.chmod(0o600 if os.getuid() == 0 else 0o000)
+    assert init_result(snap.path, INIT_WITHOUT_PERMISSION) == {"err": 4, "text": "Insufficient Permissions"}
 
 
 def test_default_path_without_the_variable(tmp_path: Path) -> None:
