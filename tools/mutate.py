@@ -213,7 +213,11 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     # A MIG GPU's processes under their own MIG devices' instance ids (-q -x; export.c's filter by
                     # compute instance, seed 10619's export.c:65): about 3 s for the three releases.
                     "tests/nvml/test_smi.py::test_query_lists_each_mig_device_s_processes_under_its_own_instances",
-                    "tests/nvml/test_smi.py::test_fakehw_topo_prints_what_nvidia_smi_535_prints"))
+                    "tests/nvml/test_smi.py::test_fakehw_topo_prints_what_nvidia_smi_535_prints",
+                    # The host's PCIe gen, a GPU's outbound atomics and its memory's NUMA node (export.c slots 230,
+                    # 226, 241: no 535-555 board has them) on an edited snapshot, -q -x and topo -m: about 1 s.
+                    "tests/nvml/test_smi.py::"
+                    "test_query_and_topology_print_the_host_s_pcie_gen_the_gpu_s_atomics_and_its_memory_s_numa_node"))
 C_MUTANTS_FILE = ROOT / "tools" / "nvml-c-mutants.toml"
 C_SOURCES = "fakehw/nvml/csrc"
 

@@ -415,6 +415,30 @@ def test_a_power_scope_past_nvml_h_s_count_is_an_invalid_argument(nvml: Nvml, py
                 assert _field(n, h, fid, scope)[0] == n.NVML_ERROR_INVALID_ARGUMENT, (profile, fid, scope)
 
 
+
+RESETLESS_MIG, MIG_QUERY_CAPABLE = 184, 199
+"""nvml.h: NVML_FI_DEV_IS_RESETLESS_MIG_SUPPORTED ("Device's Restless MIG Capability") and
+NVML_FI_DEV_IS_MIG_MODE_INDEPENDENT_MIG_QUERY_CAPABLE ("MIG mode independent, MIG query capable device. 1=yes.
+0=no.")."""
+
+
+@pytest.mark.parametrize(("profile", "mig"), [("dgx-a100", True), ("l40s-server", False), ("t4-cloud", False)])
+def test_no_board_that_needs_a_reset_for_mig_or_has_no_mig_claims_resetless_mig(nvml: Nvml, pynvml_module: ModuleType,
+                                                                               profile: str, mig: bool) -> None:
+    """The DGX A100 User Guide ("Multi-Instance GPU"): "Enablement of MIG requires a GPU reset", so no A100 has
+    resetless MIG (field 184 is not 1); the L40S and the T4 are not among the MIG user guide's supported GPUs, so
+    they have no MIG, resetless or queryable (184 and 199 are not 1). Whether such a board answers 0 or
+    NOT_SUPPORTED nvml.h does not say, so either passes; where a value is given it is nvml.h's 0 or 1."""
+    n = pynvml_module
+    nvml(profile)
+    for h in handles(n):
+        answers = {fid: _field(n, h, fid, 0) for fid in (RESETLESS_MIG, MIG_QUERY_CAPABLE)}
+        for code, value in answers.values():
+            assert code != n.NVML_SUCCESS or value in (0, 1), answers
+        claims = {fid for fid, (code, value) in answers.items() if code == n.NVML_SUCCESS and value == 1}
+        assert not claims & ({RESETLESS_MIG} if mig else {RESETLESS_MIG, MIG_QUERY_CAPABLE}), answers
+
+
 # --------------------------------------------------------------------------------------------------- NVLink counters
 
 

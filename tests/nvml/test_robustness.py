@@ -716,6 +716,60 @@ def test_a_release_that_fills_a_read_only_segment_is_found(node_snapshot: Callab
                               check=False)
         assert (proc.returncode, proc.stdout) == (0, "0\n"), (release, proc.returncode, proc.stderr)
 
+WRITABLE_RELEASE_CALLER = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+/* A release, NUL-delimited, in writable data only: not the read-only image the library reads (csrc/export.c). */
+__attribute__((used)) char release[] = "\0" "535.104.05";
+int main(void) {
+""" + _TABLE_GUID + _ASK_FOR_THE_TABLE
+"""A program whose one release string is in its writable data."""
+
+PT_LOAD, PF_W, PF_R = 1, 2, 4
+"""The ELF gABI's program header type of a loadable segment and its write and read flags."""
+
+
+def _hide_a_read_only_view_of_the_data_past_the_program_headers(exe: Path) -> None:
+    """Rewrite ``exe`` (ELF64, little-endian) so that the entry just past its program header table reads as a
+    read-only PT_LOAD of its writable data segment: the table's last entry (GNU_RELRO or GNU_STACK, not loadable, so
+    the kernel maps the same segments) is overwritten with that view and e_phnum lowered by one to leave it out."""
+    image = bytearray(exe.read_bytes())
+    assert image[:4] == b"\x7fELF" and image[4] == 2 and image[5] == 1, "an ELF64 little-endian program"
+    phoff = int.from_bytes(image[0x20:0x28], "little")
+    phentsize = int.from_bytes(image[0x36:0x38], "little")
+    phnum = int.from_bytes(image[0x38:0x3A], "little")
+    entries = [phoff + i * phentsize for i in range(phnum)]
+    data = next(e for e in entries if int.from_bytes(image[e:e + 4], "little") == PT_LOAD
+                and int.from_bytes(image[e + 4:e + 8], "little") & PF_W)
+    last = entries[-1]
+    assert int.from_bytes(image[last:last + 4], "little") != PT_LOAD
+    image[last:last + phentsize] = image[data:data + phentsize]
+    image[last + 4:last + 8] = PF_R.to_bytes(4, "little")
+    image[0x38:0x3A] = (phnum - 1).to_bytes(2, "little")
+    exe.write_bytes(bytes(image))
+
+
+def test_the_release_scan_reads_only_the_program_headers_e_phnum_counts(node_snapshot: Callable[..., NodeSnap],
+                                                                      tmp_path: Path) -> None:
+    """The ELF gABI: e_phnum "holds the number of entries in the program header table", and dl_iterate_phdr(3)
+    gives that count as dlpi_phnum; what lies past them is not a program header. A program whose only release string
+    ("535.104.05", NVIDIA/open-gpu-kernel-modules' CHANGELOG.md) is in its writable data names no release in its
+    read-only image (csrc/export.c, docs/nvml.md), so the library of 535.261.03 gives it the table (0), even when
+    the bytes just past its program header table read as a read-only PT_LOAD of that data. A scan that reads one
+    header past dlpi_phnum (fresh seed 10715's export.c:313, ``i < info->dlpi_phnum`` -> ``<=``) finds the release
+    there and refuses the table (NVML_ERROR_INVALID_ARGUMENT, 2). The program unpatched gets the table too."""
+    snap = node_snapshot(with_driver(tmp_path, "dgx-h100", "535.261.03"))
+    exe, env = c_caller(tmp_path, "writable-release", WRITABLE_RELEASE_CALLER, snap.path)
+    answers = []
+    for patched in (False, True):
+        if patched:
+            _hide_a_read_only_view_of_the_data_past_the_program_headers(exe)
+        proc = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=30, check=False)
+        assert proc.returncode == 0, (patched, proc.returncode, proc.stderr)
+        answers.append(int(proc.stdout))
+    assert answers == [0, 0]
+
+
 SIGBUS_CHAIN = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -7,6 +7,7 @@ output, the real captures (N/A counts, model values), and the documented DGX H10
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from fakehw.nvml.smi import RealNvidia, _namespace_prefix, run_nvidia_smi
+from fakehw.nvml.snapfile import write_snapshot
 from fakehw.nvml.snapshot import FakeProcess
 from testbed import nodeview
 from tests.nvml import references
@@ -196,6 +198,46 @@ def test_query_values_of_the_model_are_the_real_boards(node_snapshot: Callable[.
     expected = {535: {"total": "81559 MiB", "reserved": "479 MiB", "free": "81079 MiB"}}.get(
         real.branch, {"total": "81559 MiB", "reserved": "480 MiB", "free": "81080 MiB"})
     assert memory == expected
+
+
+PCIE_ATOMICS_CAP = {"FETCHADD_32": 0x01, "FETCHADD_64": 0x02, "SWAP_32": 0x04, "SWAP_64": 0x08, "CAS_32": 0x10,
+                    "CAS_64": 0x20}
+"""nvml.h's NVML_PCIE_ATOMICS_CAP_* bits (FETCHADD32 0x01 ... CAS64 0x20), under the names nvidia-smi prints for them
+(qx-b200.xml's ``atomic_caps_outbound``: all six, in this order, each followed by a space)."""
+
+
+def test_query_and_topology_print_the_host_s_pcie_gen_the_gpu_s_atomics_and_its_memory_s_numa_node(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path, real: RealNvidia) -> None:
+    """Three values nvidia-smi reads through the export table's own slots (csrc/export.c: 230, 226, 241), none of
+    which the built-in boards of 535-555 have (every capture but GB300's prints ``max_host_link_gen`` N/A, every
+    one but the Blackwells' ``atomic_caps_outbound`` N/A, and none of them a GPU NUMA node), so the snapshot is edited
+    to hold them: a host whose PCIe goes to gen 4 (qx-gb300.xml's ``max_host_link_gen``), gpu0 issuing every atomic
+    of nvml.h's six 32/64-bit capabilities (mask 0x3F: qx-b200.xml prints exactly that ``atomic_caps_outbound``),
+    gpu1 only SWAP_32 and CAS_32 (0x14), and the memory of gpu0 and gpu1 NUMA nodes 5 and 0 (Linux numbers nodes
+    from 0: node 0 is a node). ``-q -x`` prints the host's generation under every GPU, each GPU's capabilities by
+    name (N/A where the mask is 0, as on the H100 capture), and ``topo -m``'s "GPU NUMA ID" column the node of
+    each GPU whose memory is one, N/A for the others."""
+    b200 = board_capture("b200")
+    assert b200["/pci/atomic_caps_outbound"].split() == list(PCIE_ATOMICS_CAP)
+    assert board_capture("gb300")["/pci/pci_gpu_link_info/pcie_gen/max_host_link_gen"] == "4"
+    assert board_capture("h100")["/pci/atomic_caps_outbound"] == "N/A"
+    snap = at_branch(node_snapshot, tmp_path, "dgx-h100", real.branch)
+    s = snap.snapshot
+    masks = {0: sum(PCIE_ATOMICS_CAP.values()), 1: PCIE_ATOMICS_CAP["SWAP_32"] | PCIE_ATOMICS_CAP["CAS_32"]}
+    numa = {0: 5, 1: 0}
+    gpus = [dataclasses.replace(g, pcie_atomics_outbound=masks.get(i, 0), gpu_numa_id=numa.get(i, -1))
+            for i, g in enumerate(s.gpus)]
+    header = dataclasses.replace(s.header, host_pcie_gen_max=4)
+    write_snapshot(snap.path, dataclasses.replace(s, gpus=tuple(gpus), header=header).to_bytes())
+    root = ET.fromstring(ok(run_nvidia_smi(["-q", "-x", "-i", "0,1,2"], snap.path, real, sysfs=False)))
+    shown = [(g.findtext("pci/pci_gpu_link_info/pcie_gen/max_host_link_gen"),
+              (g.findtext("pci/atomic_caps_outbound") or "").split()) for g in root.iter("gpu")]
+    assert shown == [("4", list(PCIE_ATOMICS_CAP)), ("4", ["SWAP_32", "CAS_32"]), ("4", ["N/A"])]
+    text = ANSI.sub("", ok(run_nvidia_smi(["topo", "-m"], snap.path, real, sysfs=False)))
+    lines = text.splitlines()
+    assert lines[0].split("\t")[-1] == "GPU NUMA ID"  # the last column (rows have an empty cell before it)
+    rows = {r.split("\t")[0]: r.split("\t") for r in lines[1:] if r.startswith("GPU")}
+    assert [rows[f"GPU{i}"][-1] for i in range(len(gpus))] == ["5", "0", *["N/A"] * (len(gpus) - 2)]
 
 
 DGX_H100_CPUS = ("0-55,112-167", "56-111,168-223")

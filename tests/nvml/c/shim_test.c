@@ -152,6 +152,64 @@ static void update_in_place(const unsigned char *data, size_t size) {
     seq_word = done;
 }
 
+/* The export table's slots (csrc/export.c) as nvidia-smi calls them, with buffers no larger than each slot's
+   documented arguments: slot 23's two endpoint records are exactly their 32-byte bus ids (a record "starts with
+   its 32-byte PCI bus id"), so a copy or a terminator one byte past either shows (fresh seed 10715's export.c:119,
+   `text[32] = '\0'` made text[33], one past the 33-byte copy); the device slots get one unsigned int, or a string
+   buffer of the size they are told; the process slots entries of 4128 bytes for the capacity they are told. */
+typedef nvmlReturn_t (*export_slot_t)(void *, void *, void *, void *);
+static void exercise_export_table(nvmlDevice_t *devs, unsigned int count) {
+    static const unsigned char guid[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                           0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+    const void *const *table = NULL;
+    CHECK(nvmlInternalGetExportTable((const void **)&table, guid) == NVML_SUCCESS); /* no release in this program */
+    size_t slots = (size_t)(uintptr_t)table[0] / sizeof(void *);
+    export_slot_t slot[256] = {0};
+    for (size_t n = 1; n < slots && n < 256; n++) slot[n] = (export_slot_t)(uintptr_t)table[n];
+    CHECK(slots > 249 && slot[23] != NULL);
+    for (unsigned int i = 0; i < count; i++) {
+        nvmlPciInfo_t pa;
+        if (nvmlDeviceGetPciInfo_v3(devs[i], &pa) != NVML_SUCCESS) continue;
+        char *a = malloc(32);
+        CHECK(a != NULL);
+        memcpy(a, pa.busId, 32);
+        for (unsigned int j = 0; j < count; j++) {
+            nvmlPciInfo_t pb;
+            if (nvmlDeviceGetPciInfo_v3(devs[j], &pb) != NVML_SUCCESS) continue;
+            char *b = malloc(32);
+            CHECK(b != NULL);
+            memcpy(b, pb.busId, 32);
+            int cell = -1;
+            nvmlReturn_t r = slot[23](a, b, &cell, NULL);
+            CHECK(r == NVML_ERROR_NOT_SUPPORTED || (r == NVML_SUCCESS && cell >= 0));
+            free(b);
+        }
+        free(a);
+        const int device_slots[] = {226, 230, 240, 241, 242, 243, 249};
+        for (size_t k = 0; k < sizeof device_slots / sizeof device_slots[0]; k++) {
+            unsigned int *out = malloc(sizeof *out);
+            CHECK(out != NULL);
+            (void)slot[device_slots[k]](devs[i], out, (void *)(uintptr_t)sizeof *out, NULL);
+            free(out);
+        }
+        for (uintptr_t size = 1; size <= 64; size *= 4) {
+            char *part = malloc(size);
+            CHECK(part != NULL);
+            (void)slot[231](devs[i], part, (void *)size, NULL);
+            free(part);
+        }
+        for (int n = 213; n <= 215; n++) {
+            unsigned int cap = 2;
+            unsigned char *entries = malloc((size_t)cap * 4128);
+            CHECK(entries != NULL);
+            (void)slot[n](devs[i], &cap, entries, NULL);
+            free(entries);
+        }
+        nvmlDevice_t back;
+        CHECK(slot[81]((void *)(uintptr_t)i, &back, NULL, NULL) == NVML_SUCCESS);
+    }
+}
+
 /* Call (nearly) everything on every device; results are not checked, only that nothing goes wrong. */
 static void exercise(void) {
     unsigned int count = 0;
@@ -248,6 +306,7 @@ static void exercise(void) {
         n = 256;
         (void)nvmlDeviceGetSupportedGraphicsClocks(d, 0, &n, clocks);
     }
+    exercise_export_table(devs, count);
     /* Garbage handles are refused, never dereferenced. */
     nvmlMemory_t m;
     CHECK(nvmlDeviceGetMemoryInfo((nvmlDevice_t)(uintptr_t)0x1234, &m) == NVML_ERROR_INVALID_ARGUMENT);
