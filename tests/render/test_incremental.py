@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import shutil
+import time
 import types
 from collections import deque
 from collections.abc import Iterator
@@ -351,6 +352,48 @@ def test_the_releaser_closes_what_it_is_given_and_closes_inline_when_full(tmp_pa
         with pytest.raises(OSError):
             os.fstat(fd)  # type: ignore[arg-type]
     assert release.hold(tmp_path / "missing") is None
+
+
+def open_handles(fds: list[int]) -> list[int]:
+    """Those of ``fds`` still open in this process (fstat(2) fails with EBADF on a closed one)."""
+    still = []
+    for fd in fds:
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        still.append(fd)
+    return still
+
+
+def test_a_releaser_that_wakes_at_a_count_leaves_closes_to_drain_until_that_many_wait(tmp_path: Path) -> None:
+    """``wake_at``: below it, handles wait for :meth:`Releaser.drain` on the caller's thread (the agent's moment
+    after an answer is sent); at it, the releaser's thread closes the batch itself (a change no request follows
+    must not keep replaced files open for ever)."""
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    release = Releaser(wake_at=3)
+
+    def handed(count: int) -> list[int]:
+        fds = [fd for fd in (release.hold(path) for _ in range(count)) if fd is not None]
+        assert len(fds) == count
+        for fd in fds:
+            release.later(fd)
+        return fds
+
+    try:
+        waiting = handed(2)
+        time.sleep(0.05)  # a woken thread would have closed them by now
+        assert open_handles(waiting) == waiting, "two of three: nothing woke the thread"
+        release.drain()
+        assert open_handles(waiting) == []
+        batch = handed(3)
+        deadline = time.monotonic() + 5
+        while open_handles(batch) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert open_handles(batch) == [], "the third handle woke the thread"
+    finally:
+        release.close()
 
 
 def test_a_snapshot_rendered_with_memory_is_written_when_its_answers_change_and_put_back_when_removed(
