@@ -23,7 +23,7 @@ import pytest
 
 from fakehw.agent.faults import FAULT_ADAPTER
 from fakehw.agent.service import RECENT_EVENTS
-from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
+from fakehw.agent.state import ActiveFault, Event, NodeFaults, NodeState, derive_state, events_for
 from fakehw.model import System, load_profile
 from fakehw.model.system import Node
 from fakehw.nvml import layout, snapfile, snapshot
@@ -547,3 +547,28 @@ def test_state_json_follows_a_gpu_whose_only_change_besides_its_lists_is_one_val
         assert data == dump_json(state.to_json(), compact=True), step
         temperatures.append(json.loads(data)["gpus"][2]["temperature_c"])
     assert temperatures == [29, 29, 29, 60, 61, 61, 61, 61, 29, 29], "idle 29 C, then the hottest fault's"
+
+
+def test_a_devices_faults_follow_every_add_and_remove_in_injection_order() -> None:
+    """NodeFaults keeps each device's answer until that device's faults change: after any mix of injections and
+    heals, ``on(device)`` is the faults still active on it in the order they were injected (the list a fresh
+    reader would make from the active faults), and an unchanged device keeps its answer."""
+    faults = [ActiveFault(f"f-{i:06d}", "n", FAULT_ADAPTER.validate_python(
+        {"kind": "xid", "device": f"gpu{i % 3}", "code": 13}), float(i)) for i in range(12)]
+    grouped = NodeFaults()
+    active: list[ActiveFault] = []
+    steps: list[tuple[str, int]] = [("add", i) for i in range(6)] + [("remove", 1), ("add", 6), ("remove", 0),
+                                                                      ("add", 7), ("remove", 6), ("add", 8)]
+    for verb, i in steps:
+        before = {d: grouped.on(d) for d in ("gpu0", "gpu1", "gpu2")}
+        if verb == "add":
+            grouped.add(faults[i])
+            active.append(faults[i])
+        else:
+            grouped.remove(faults[i].id)
+            active.remove(faults[i])
+        touched = faults[i].request.device
+        for device in ("gpu0", "gpu1", "gpu2"):
+            assert grouped.on(device) == tuple(f for f in active if f.request.device == device), (verb, i, device)
+            if device != touched:
+                assert grouped.on(device) is before[device], "an unchanged device keeps its answer"
