@@ -411,6 +411,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         finally:
             if self.server.deadlines.expired(self.connection):
                 self.close_connection = True
+            self.server.service.answered()
 
     def parse_request(self) -> bool:
         """The request line (read by http.server) and the headers, strictly (:func:`parse_request_line`,

@@ -213,12 +213,17 @@ class NodeFaults:
         self._all: dict[str, ActiveFault] = {}
         self._by_device: dict[str, dict[str, ActiveFault]] = {}
         self._links_down: dict[str, ActiveFault] = {}
+        self._on: dict[str, tuple[ActiveFault, ...]] = {}
+        """:meth:`on`'s answers until their device's faults change: the same tuple each time, so a render compares
+        an unchanged GPU's faults with what its state was derived from by identity, not fault by fault (a tray's
+        render asks for every device's faults, and a device's list grows with every fault injected into it)."""
         for f in faults:
             self.add(f)
 
     def add(self, fault: ActiveFault) -> None:
         self._all[fault.id] = fault
         self._by_device.setdefault(fault.request.device, {})[fault.id] = fault
+        self._on.pop(fault.request.device, None)
         if isinstance(fault.request, NVLinkDown):
             self._links_down[fault.id] = fault
 
@@ -228,6 +233,7 @@ class NodeFaults:
             return
         on_device = self._by_device[fault.request.device]
         del on_device[fault_id]
+        self._on.pop(fault.request.device, None)
         if not on_device:
             del self._by_device[fault.request.device]
         self._links_down.pop(fault_id, None)
@@ -241,8 +247,11 @@ class NodeFaults:
 
     def on(self, device: str) -> tuple[ActiveFault, ...]:
         """The faults of one device, in injection order."""
-        faults = self._by_device.get(device)
-        return tuple(faults.values()) if faults else ()
+        answer = self._on.get(device)
+        if answer is None:
+            faults = self._by_device.get(device)
+            answer = self._on[device] = tuple(faults.values()) if faults else ()
+        return answer
 
     def links_down(self) -> tuple[ActiveFault, ...]:
         return tuple(self._links_down.values())

@@ -7,6 +7,7 @@ import json
 import socket
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,3 +151,38 @@ def test_the_tcp_listener_is_loopback_only(tmp_path: Path) -> None:
         TcpAgentServer("0.0.0.0", 0, TOKEN, svc)
     with pytest.raises(ValueError, match="at least 16 characters"):
         TcpAgentServer("127.0.0.1", 0, "short", svc)
+
+
+def replaced_files_held(under: Path) -> list[str]:
+    """Files under ``under`` that this process (the agent runs in it) still holds open after they were replaced:
+    proc(5) gives an unlinked file's link target with " (deleted)" appended."""
+    held = []
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = str(fd.readlink())
+            if target.startswith(str(under)) and target.endswith(" (deleted)"):
+                held.append(target)
+    return held
+
+
+def test_files_a_change_replaced_are_closed_once_it_is_answered(tmp_path: Path) -> None:
+    """A render replaces files by rename and closes their last handle off the answer's path (Releaser): the
+    server closes them on the thread that answered, right after the answer, so an agent whose injections are
+    answered holds no replaced file open (their pages stay allocated while it does, and a full disk stays full)."""
+    ready, stop = threading.Event(), threading.Event()
+    thread = threading.Thread(target=run_agent, daemon=True, kwargs={
+        "system": load_profile("edge-pcie"), "state_dir": tmp_path / "state", "socket_path": tmp_path / "agent.sock",
+        "ready": ready, "stop": stop})
+    thread.start()
+    try:
+        assert ready.wait(120), "the agent did not come up"
+        client = AgentClient(tmp_path / "agent.sock")
+        for _ in range(3):
+            client.inject("edge-0", "xid", "gpu1", code=13)
+        deadline = time.monotonic() + 5
+        while replaced_files_held(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert replaced_files_held(tmp_path) == []
+    finally:
+        stop.set()
+        thread.join(10)

@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import shutil
+import time
 import types
 from collections import deque
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import pytest
 
 from fakehw.agent.faults import FAULT_ADAPTER
 from fakehw.agent.service import RECENT_EVENTS
-from fakehw.agent.state import ActiveFault, Event, NodeState, derive_state, events_for
+from fakehw.agent.state import ActiveFault, Event, NodeFaults, NodeState, derive_state, events_for
 from fakehw.model import System, load_profile
 from fakehw.model.system import Node
 from fakehw.nvml import layout, snapfile, snapshot
@@ -353,6 +354,48 @@ def test_the_releaser_closes_what_it_is_given_and_closes_inline_when_full(tmp_pa
     assert release.hold(tmp_path / "missing") is None
 
 
+def open_handles(fds: list[int]) -> list[int]:
+    """Those of ``fds`` still open in this process (fstat(2) fails with EBADF on a closed one)."""
+    still = []
+    for fd in fds:
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        still.append(fd)
+    return still
+
+
+def test_a_releaser_that_wakes_at_a_count_leaves_closes_to_drain_until_that_many_wait(tmp_path: Path) -> None:
+    """``wake_at``: below it, handles wait for :meth:`Releaser.drain` on the caller's thread (the agent's moment
+    after an answer is sent); at it, the releaser's thread closes the batch itself (a change no request follows
+    must not keep replaced files open for ever)."""
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    release = Releaser(wake_at=3)
+
+    def handed(count: int) -> list[int]:
+        fds = [fd for fd in (release.hold(path) for _ in range(count)) if fd is not None]
+        assert len(fds) == count
+        for fd in fds:
+            release.later(fd)
+        return fds
+
+    try:
+        waiting = handed(2)
+        time.sleep(0.05)  # a woken thread would have closed them by now
+        assert open_handles(waiting) == waiting, "two of three: nothing woke the thread"
+        release.drain()
+        assert open_handles(waiting) == []
+        batch = handed(3)
+        deadline = time.monotonic() + 5
+        while open_handles(batch) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert open_handles(batch) == [], "the third handle woke the thread"
+    finally:
+        release.close()
+
+
 def test_a_snapshot_rendered_with_memory_is_written_when_its_answers_change_and_put_back_when_removed(
         tmp_path: Path) -> None:
     """The renderer remembers the answers it wrote last, so a change is written without reading the file back;
@@ -504,3 +547,28 @@ def test_state_json_follows_a_gpu_whose_only_change_besides_its_lists_is_one_val
         assert data == dump_json(state.to_json(), compact=True), step
         temperatures.append(json.loads(data)["gpus"][2]["temperature_c"])
     assert temperatures == [29, 29, 29, 60, 61, 61, 61, 61, 29, 29], "idle 29 C, then the hottest fault's"
+
+
+def test_a_devices_faults_follow_every_add_and_remove_in_injection_order() -> None:
+    """NodeFaults keeps each device's answer until that device's faults change: after any mix of injections and
+    heals, ``on(device)`` is the faults still active on it in the order they were injected (the list a fresh
+    reader would make from the active faults), and an unchanged device keeps its answer."""
+    faults = [ActiveFault(f"f-{i:06d}", "n", FAULT_ADAPTER.validate_python(
+        {"kind": "xid", "device": f"gpu{i % 3}", "code": 13}), float(i)) for i in range(12)]
+    grouped = NodeFaults()
+    active: list[ActiveFault] = []
+    steps: list[tuple[str, int]] = [("add", i) for i in range(6)] + [("remove", 1), ("add", 6), ("remove", 0),
+                                                                      ("add", 7), ("remove", 6), ("add", 8)]
+    for verb, i in steps:
+        before = {d: grouped.on(d) for d in ("gpu0", "gpu1", "gpu2")}
+        if verb == "add":
+            grouped.add(faults[i])
+            active.append(faults[i])
+        else:
+            grouped.remove(faults[i].id)
+            active.remove(faults[i])
+        touched = faults[i].request.device
+        for device in ("gpu0", "gpu1", "gpu2"):
+            assert grouped.on(device) == tuple(f for f in active if f.request.device == device), (verb, i, device)
+            if device != touched:
+                assert grouped.on(device) is before[device], "an unchanged device keeps its answer"
