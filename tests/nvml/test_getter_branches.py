@@ -282,15 +282,16 @@ def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_modu
 def test_gpm_metric_ids_nvml_h_does_not_define_are_not_answered(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h's nvmlGpmMetricId_t numbers the metrics with gaps: 1-13, 20-21, NVDEC 30-37, NVJPG 40-47, NVOFA
     50-51, NVLink totals 60-61 and per link 62-97 (L0_RX .. L17_TX), C2C from 100. An id in a gap (0, 14, 19, 22,
-    29, 52, 59, 98, 99) names no metric, so its nvmlReturn is not SUCCESS and its metricInfo (nvml.h: "Metric name
-    and unit. Those can be NULL if not defined") has no name or unit, NULL, rather than some defined metric's; the
+    29, 38, 39, 48, 49, 52, 59, 98, 99: the ones between the engine kinds too) names no metric, so its nvmlReturn is
+    not SUCCESS and its metricInfo (nvml.h: "Metric name and unit. Those can be NULL if not defined") has no name or
+    unit, NULL, rather than some defined metric's (until 2026-11-29 38, 39, 48 and 49 carried GRAPHICS_UTIL's); the
     defined ids at each edge of the gaps that an H100 SXM5 has (18 NVLinks: the capture's <nvlink> count is not
     printed, NVIDIA's H100 datasheet gives 18 fourth-generation links) are answered, link 17's transmit rate (97)
     included."""
     n = pynvml_module
     header = references.newest_header().read_text()
     defined = {int(v) for v in re.findall(r"NVML_GPM_METRIC_\w+\s*=\s*(\d+),", header)}
-    gaps = [0, 14, 19, 22, 29, 52, 59, 98, 99]
+    gaps = [0, 14, 19, 22, 29, 38, 39, 48, 49, 52, 59, 98, 99]
     edges = [1, 13, 20, 21, 30, 60, 61, 62, 96, 97]
     assert not defined & set(gaps) and set(edges) <= defined
     nvml("dgx-h100")
@@ -311,6 +312,113 @@ def test_gpm_metric_ids_nvml_h_does_not_define_are_not_answered(nvml: Nvml, pynv
         [(m, None, None, None) for m in gaps]
     assert [m for m, r in zip(gaps, returns, strict=False) if r == n.NVML_SUCCESS] == []
     assert dict(zip(edges, returns[len(gaps):], strict=True)) == dict.fromkeys(edges, n.NVML_SUCCESS)
+
+
+def test_each_gpm_metric_an_h100_answers_has_its_own_name_and_nvml_h_s_unit(nvml: Nvml,
+                                                                           pynvml_module: ModuleType) -> None:
+    """nvml.h gives each nvmlGpmMetricId_t its own line of description and with it its unit: "Percentage of ..." /
+    "Percent utilization of ..." with "0.0 - 100.0" (a percentage), or "... in MiB/sec". A metric's metricInfo is
+    its "Metric name and unit": so every metric an H100 answers (nvmlReturn SUCCESS) carries a short and a long name
+    no other metric carries, since no two ids are described alike (NVDEC 0 is not NVDEC 1, link 3's read bandwidth
+    is not its write bandwidth nor link 4's, and none of them is the graphics engine), and the unit its description
+    states: "%" for a percentage, "MiB/sec" for a rate. Until 2026-11-29 every engine metric (30-50) was named as
+    GRAPHICS_UTIL and every per-link NVLink metric (62-97), reads and writes alike, as the total read rate (60)."""
+    n = pynvml_module
+    header = references.newest_header().read_text()
+    # ids 1-97: the metrics of the first GPM headers (525), each a percentage or a rate; C2C (100-143) and the later
+    # counters (cycles, bytes since reboot) are none an H100 answers here
+    described = {int(i): text.strip() for i, text in
+                 re.findall(r"NVML_GPM_METRIC_\w+\s*=\s*(\d+),\s*//!<\s*([^\n]*)", header) if int(i) < 100}
+    assert len(described) == 13 + 2 + 8 + 8 + 2 + 2 + 36 and described[63] == \
+        "NvLink write bandwidth for link 0 in MiB/sec"
+    unit = {}
+    for metric, text in described.items():
+        percent = text.startswith(("Percentage of", "Percent utilization of")) and "0.0 - 100.0" in text
+        rate = text.endswith("in MiB/sec")
+        assert percent != rate, (metric, text)  # each description states exactly one of the two units
+        unit[metric] = "%" if percent else "MiB/sec"
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    ids = sorted(described)
+    a, b = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(h, a)
+        n.nvmlGpmSampleGet(h, b)
+        code, request = _gpm_call(n, a, b, ids)
+    finally:
+        n.nvmlGpmSampleFree(a)
+        n.nvmlGpmSampleFree(b)
+    assert code == n.NVML_SUCCESS
+    answered = {m: request.metrics[i].metricInfo for i, m in enumerate(ids)
+                if request.metrics[i].nvmlReturn == n.NVML_SUCCESS}
+    # the H100's own: the activities, PCIe, its 7 NVDEC and NVJPG and 1 NVOFA engines, its 18 links both ways
+    assert {1, 2, 13, 20, 21, 30, 36, 40, 46, 50, 60, 61, 62, 97} <= set(answered)
+    assert {m: info.unit for m, info in answered.items()} == {m: unit[m].encode() for m in answered}
+    shorts = [info.shortName for info in answered.values()]
+    longs = [info.longName for info in answered.values()]
+    assert None not in shorts and None not in longs
+    assert sorted(m for m in answered if shorts.count(answered[m].shortName) > 1) == []
+    assert sorted(m for m in answered if longs.count(answered[m].longName) > 1) == []
+
+
+def test_the_gpm_nvlink_write_rate_of_all_links_sums_the_first_and_the_last_link(nvml: Nvml,
+                                                                                 pynvml_module: ModuleType) -> None:
+    """nvml.h: NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC (61) is the "NvLink write bandwidth for all links", and
+    NVLINK_L0_TX_PER_SEC (63) and NVLINK_L17_TX_PER_SEC (97) the write bandwidth of link 0 and of link 17, an H100's
+    first and last of its 18 (NVML_FI_DEV_NVLINK_LINK_COUNT). Between two samples only those two links transmit
+    (their transmitted-bytes counters, nvmlDeviceGetNvLinkUtilizationCounter's TX, grow by 32 and 96 MiB): the all-
+    links rate is the sum of theirs, each positive, link 17's three times link 0's, and nothing is read (60)."""
+    import math
+
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    h = handles(n)[5]
+    first, second = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(h, first)
+        links = list(snap.snapshot.gpus[5].links)
+        for link, mib in ((0, 32), (17, 96)):
+            rec = links[link]
+            links[link] = replace(rec, util_tx=(rec.util_tx[0] + mib * 2**20, rec.util_tx[1]))
+        gpus = list(snap.snapshot.gpus)
+        gpus[5] = replace(gpus[5], links=tuple(links))
+        write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+        time.sleep(0.01)
+        n.nvmlGpmSampleGet(h, second)
+        ids = [61, 63, 97, 60]
+        code, request = _gpm_call(n, first, second, ids)
+    finally:
+        n.nvmlGpmSampleFree(first)
+        n.nvmlGpmSampleFree(second)
+    assert code == n.NVML_SUCCESS
+    assert [request.metrics[i].nvmlReturn for i in range(len(ids))] == [n.NVML_SUCCESS] * len(ids)
+    total, link0, link17, read = (request.metrics[i].value for i in range(len(ids)))
+    assert link0 > 0 and link17 > 0
+    assert math.isclose(total, link0 + link17, rel_tol=1e-9)
+    assert math.isclose(link17, 3 * link0, rel_tol=1e-9)
+    assert read == 0.0
+
+
+def test_rates_between_a_gpm_sample_and_itself_are_numbers(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's GPM rates (PCIe 20, 21; NVLink 60-97) are traffic "in MiB/sec", a metric's value "only valid if
+    nvmlReturn is 0". A request whose sample1 and sample2 are one sample spans no time: whatever the library makes of
+    it, a rate it answers with SUCCESS is a number of MiB/sec, not below 0 and not NaN (no traffic over no time is
+    not 0 / 0 handed to the caller as valid)."""
+    import math
+
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    ids = [20, 21, 60, 61, 62, 97]
+    sample = n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(h, sample)
+        code, request = _gpm_call(n, sample, sample, ids)
+    finally:
+        n.nvmlGpmSampleFree(sample)
+    answered = {m: request.metrics[i].value for i, m in enumerate(ids)
+                if code == n.NVML_SUCCESS and request.metrics[i].nvmlReturn == n.NVML_SUCCESS}
+    assert {m: math.isfinite(v) and v >= 0.0 for m, v in answered.items()} == dict.fromkeys(answered, True)
 
 
 def test_a_gpm_sample_of_a_gpu_instance_the_gpu_does_not_have_is_not_taken(nvml: Nvml, pynvml_module: ModuleType,
