@@ -443,6 +443,41 @@ def test_a_gpm_sample_of_a_gpu_instance_the_gpu_does_not_have_is_not_taken(nvml:
         n.nvmlGpmSampleFree(sample)
 
 
+def test_a_gpm_sample_of_another_gpu_s_gpu_instance_is_not_taken(nvml: Nvml, pynvml_module: ModuleType,
+                                                                 tmp_path: Path) -> None:
+    """nvml.h, nvmlGpmMigSampleGet(device, gpuInstanceId, ...): a sample of "a MIG GPU Instance" of ``device``, named
+    by its "MIG GPU Instance ID"; GPU instance ids are the GPU's own (NVIDIA's MIG user guide: `nvidia-smi mig -lgi`
+    lists each instance as a GPU index and a GI ID, and the ids of different GPUs may coincide or differ). A DGX H100
+    whose gpu6 runs two 3g.40gb instances and whose gpu7 (the next GPU) runs a 2g.20gb and three 1g.10gb ones: each
+    GPU samples each of its own instances (the ids its MIG devices give), and gpu6 samples none of the ids only gpu7
+    has, the one of gpu7's first instance included."""
+    n = pynvml_module
+    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-h100.yaml").read_text()
+    for module, instances in (("4", "[3g.40gb, 3g.40gb]"), ("2", "[1g.10gb, 1g.10gb, 1g.10gb, 2g.20gb]")):
+        assert text.count(f"moduleId: {module}}}") == 1
+        mig = f"mig: {{enabled: true, instances: {instances}}}"
+        text = text.replace(f"moduleId: {module}}}", f"moduleId: {module}, {mig}}}")
+    profile = tmp_path / "dgx-h100-mig-gpu6-gpu7.yaml"
+    profile.write_text(text)
+    nvml(str(profile))
+    hs = handles(n)
+
+    def instance_ids(gpu: int, count: int) -> set[int]:
+        return {n.nvmlDeviceGetGpuInstanceId(n.nvmlDeviceGetMigDeviceHandleByIndex(hs[gpu], k)) for k in range(count)}
+
+    six, seven = instance_ids(6, 2), instance_ids(7, 4)
+    assert len(six) == 2 and len(seven) == 4 and seven - six
+    sample = n.nvmlGpmSampleAlloc()
+    try:
+        for gpu, ids in ((6, six), (7, seven)):
+            for gid in sorted(ids):
+                n.nvmlGpmMigSampleGet(hs[gpu], gid, sample)
+        refused = {gid: error_of(partial(n.nvmlGpmMigSampleGet, hs[6], gid, sample)) for gid in sorted(seven - six)}
+    finally:
+        n.nvmlGpmSampleFree(sample)
+    assert [gid for gid, code in refused.items() if code == n.NVML_SUCCESS] == []
+
+
 # --------------------------------------------------------------------------------------------------- samples
 
 
