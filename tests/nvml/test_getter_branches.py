@@ -478,6 +478,31 @@ def test_a_gpm_sample_of_another_gpu_s_gpu_instance_is_not_taken(nvml: Nvml, pyn
     assert [gid for gid, code in refused.items() if code == n.NVML_SUCCESS] == []
 
 
+def test_gpm_streaming_set_on_a_hopper_gpu_is_the_state_it_then_reports(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlGpmSetStreamingEnabled(device, state), "state: GPM stream state, NVML_FEATURE_DISABLED or
+    NVML_FEATURE_ENABLED", answers NVML_SUCCESS "if current GPM stream state is successfully set" and lists no
+    permission error (INVALID_ARGUMENT only "if device is invalid"); nvmlGpmQueryIfStreamingEnabled "Returns GPM
+    stream state NVML_FEATURE_DISABLED or NVML_FEATURE_ENABLED" of "the target device". On an H100 (Hopper: "For
+    Hopper or newer fully supported devices") each of the two states is set and then reported, for that GPU alone
+    (its neighbour keeps its own), and a state that is neither (2), whatever it answers, leaves the report one of the
+    two. Until 2026-11-29 the setter answered NO_PERMISSION to both states."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    hs = handles(n)
+    h, neighbour = hs[2], hs[3]
+    before = n.nvmlGpmQueryIfStreamingEnabled(neighbour)
+    try:
+        for state in (n.NVML_FEATURE_ENABLED, n.NVML_FEATURE_DISABLED, n.NVML_FEATURE_ENABLED):
+            assert lib.nvmlGpmSetStreamingEnabled(h, state) == n.NVML_SUCCESS, state
+            assert n.nvmlGpmQueryIfStreamingEnabled(h) == state
+            assert n.nvmlGpmQueryIfStreamingEnabled(neighbour) == before
+        lib.nvmlGpmSetStreamingEnabled(h, 2)
+        assert n.nvmlGpmQueryIfStreamingEnabled(h) in (n.NVML_FEATURE_DISABLED, n.NVML_FEATURE_ENABLED)
+    finally:
+        lib.nvmlGpmSetStreamingEnabled(h, n.NVML_FEATURE_DISABLED)
+
+
 # --------------------------------------------------------------------------------------------------- samples
 
 

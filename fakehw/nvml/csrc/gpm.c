@@ -125,20 +125,25 @@ nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gp
     FHW_DEV_CALL(device, FHW_ALLOW_MIG, g_support(&C, gpmSupport));
 }
 
-/* Streaming (the driver sampling on its own) is off; turning it on needs root. */
+/* Streaming (the driver sampling on its own): NVML_FEATURE_DISABLED until a process enables it. The state is this
+   process's own, per GPU slot, like links.c's counter controls: the shim never writes the snapshot. nvml.h documents
+   SUCCESS for a state that was set and no permission error (it was NO_PERMISSION, "needs root", until 2026-11-29). */
+static unsigned char streaming[FHW_MAX_GPUS];
+
 static nvmlReturn_t g_streaming(fhw_ctx_t *c, unsigned int *state) {
     CHECK_PTR(state);
     FHW_REQUIRE(c, FHW_ANS_GPM);
-    *state = 0;
+    *state = __atomic_load_n(&streaming[c->slot], __ATOMIC_RELAXED);
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlGpmQueryIfStreamingEnabled(nvmlDevice_t device, unsigned int *state) {
     FHW_DEV_CALL(device, 0, g_streaming(&C, state));
 }
 static nvmlReturn_t g_set_streaming(fhw_ctx_t *c, unsigned int state) {
-    if (state > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    if (state > NVML_FEATURE_ENABLED) return NVML_ERROR_INVALID_ARGUMENT; /* neither DISABLED nor ENABLED */
     FHW_REQUIRE(c, FHW_ANS_GPM);
-    return NVML_ERROR_NO_PERMISSION;
+    __atomic_store_n(&streaming[c->slot], (unsigned char)state, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlGpmSetStreamingEnabled(nvmlDevice_t device, unsigned int state) {
     FHW_DEV_CALL(device, 0, g_set_streaming(&C, state));
