@@ -252,6 +252,30 @@ def test_pcie_byte_counters_keep_counting_when_a_new_generation_lowers_the_rate(
         assert after[direction] / 1024 * 0.99 <= metric.value <= before[direction] / 1024 * 1.01, direction
 
 
+def test_pcie_byte_counters_grow_by_the_rate_over_more_than_a_second(node_snapshot: Callable[..., NodeSnap],
+                                                                    pynvml_module: ModuleType) -> None:
+    """nvml.h: fields 197 / 198 (NVML_FI_DEV_PCIE_COUNT_TX_BYTES / _RX_BYTES) count the PCIe bytes sent and received,
+    and nvmlDeviceGetPcieThroughput gives that traffic's rate in KB/s. An H100 moving a steady 900 KB/s out and
+    800 KB/s in, read 1.2 s apart (no new snapshot in between), has counted at least the rate times the 1.2 s that
+    passed between the two reads and not more than the rate times the time the test saw pass around them (a KB
+    taken as 1000 bytes for the one bound and as 1024 for the other: nvml.h does not say which). A clock that ran
+    backwards or wrapped each second would count less than a second's traffic."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    rates = (900, 800)
+    with board_state(n, snap, 0, pcie_tx_kbs=rates[0], pcie_rx_kbs=rates[1]) as hs:
+        h = hs[0]
+        assert [n.nvmlDeviceGetPcieThroughput(h, d) for d in (0, 1)] == list(rates)  # NVML_PCIE_UTIL_TX/RX_BYTES
+        start = time.monotonic()
+        old = [v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198])]
+        time.sleep(1.2)
+        new = [v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198])]
+        elapsed = time.monotonic() - start
+    for direction, rate in enumerate(rates):
+        grown = new[direction] - old[direction]
+        assert rate * 1000 * 1.2 - 1 <= grown <= rate * 1024 * elapsed + 1, (direction, grown, elapsed)
+
+
 def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h: nvmlGpmSampleAlloc and nvmlGpmSampleFree answer NVML_ERROR_INVALID_ARGUMENT "if an invalid pointer is
     provided" (a wording test_documented_argument_errors.py's NULL sweep does not read): NULL to either is
