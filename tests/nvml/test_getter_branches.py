@@ -27,7 +27,7 @@ import pytest
 
 from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml import references
-from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, write_node
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, run_python, write_node
 from tests.nvml.test_pynvml import board_state, boards_state, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -274,6 +274,51 @@ def test_pcie_byte_counters_grow_by_the_rate_over_more_than_a_second(node_snapsh
     for direction, rate in enumerate(rates):
         grown = new[direction] - old[direction]
         assert rate * 1000 * 1.2 - 1 <= grown <= rate * 1024 * elapsed + 1, (direction, grown, elapsed)
+
+
+_GPM_ALLOC_WITHOUT_MEMORY = """
+import ctypes, json, resource
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+alloc, free = lib.nvmlGpmSampleAlloc, lib.nvmlGpmSampleFree
+alloc.argtypes, free.argtypes = [ctypes.POINTER(ctypes.c_void_p)], [ctypes.c_void_p]
+assert lib.nvmlInit_v2() == 0
+sample = ctypes.c_void_p()
+where = ctypes.pointer(sample)
+# every call made once before the limit, so that none of them needs memory of its own under it
+assert alloc(where) == 0 and free(sample) == 0
+libc.free(libc.malloc(16))
+held = (ctypes.c_void_p * 100_000)()
+sizes = [1 << k for k in range(20, 10, -1)] + list(range(1024, 0, -16))
+with open("/proc/self/statm") as f:
+    mapped = int(f.read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (mapped, resource.RLIM_INFINITY))  # no new mapping, no heap growth
+count = 0
+for size in sizes:  # then every free block the heap still has, largest first, each 16-byte size class down to 16
+    while count < len(held):
+        block = libc.malloc(size)
+        if block is None:
+            break
+        held[count] = block
+        count += 1
+without = alloc(where)
+for i in range(count):
+    libc.free(held[i])
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(json.dumps({"without": without, "with": alloc(where), "blocks": count}))
+"""
+
+
+def test_a_gpm_sample_cannot_be_allocated_without_memory(tmp_path: Path) -> None:
+    """nvml.h, nvmlGpmSampleAlloc: NVML_ERROR_MEMORY (20) "if system memory is insufficient". A process whose address
+    space may not grow (RLIMIT_AS, setrlimit(2), at what it has mapped) and whose heap has handed out every free block
+    asks for a sample: MEMORY; given its memory back, SUCCESS."""
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-h100")
+    answer = run_python(_GPM_ALLOC_WITHOUT_MEMORY, snap.path)
+    assert (answer["without"], answer["with"]) == (20, 0), answer
+    assert answer["blocks"] < 100_000  # the heap ran out before the loop did
 
 
 def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_module: ModuleType) -> None:
