@@ -544,7 +544,12 @@ def test_a_gpm_sample_of_another_gpu_s_gpu_instance_is_not_taken(nvml: Nvml, pyn
         refused = {gid: error_of(partial(n.nvmlGpmMigSampleGet, hs[6], gid, sample)) for gid in sorted(seven - six)}
     finally:
         n.nvmlGpmSampleFree(sample)
-    assert [gid for gid, code in refused.items() if code == n.NVML_SUCCESS] == []
+    # nvml.h's nvmlReturn_t: NOT_FOUND is "A query to find an object was unsuccessful" (UNKNOWN "An internal driver
+    # error occurred"), and nvmlDeviceGetGpuInstanceById answers NOT_FOUND "If the GPU instance is not found": so
+    # does the sample of an instance gpu6 does not have.
+    assert refused == dict.fromkeys(sorted(seven - six), n.NVML_ERROR_NOT_FOUND)
+    assert {gid: error_of(partial(n.nvmlDeviceGetGpuInstanceById, hs[6], gid)) for gid in sorted(seven - six)} == \
+        refused
 
 
 def test_gpm_streaming_set_on_a_hopper_gpu_is_the_state_it_then_reports(nvml: Nvml, pynvml_module: ModuleType) -> None:
@@ -570,6 +575,31 @@ def test_gpm_streaming_set_on_a_hopper_gpu_is_the_state_it_then_reports(nvml: Nv
         assert n.nvmlGpmQueryIfStreamingEnabled(h) in (n.NVML_FEATURE_DISABLED, n.NVML_FEATURE_ENABLED)
     finally:
         lib.nvmlGpmSetStreamingEnabled(h, n.NVML_FEATURE_DISABLED)
+
+
+def test_gpm_support_is_asked_with_the_version_nvml_h_defines(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlGpmSupport_t's ``version`` is "IN: Set to NVML_GPM_SUPPORT_VERSION" (1), and
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH is "The provided version is invalid/unsupported". An H100 (Hopper: "For
+    Hopper or newer fully supported devices") asked with version 1 answers that it supports GPM; asked with 0 or 2,
+    that mismatch, with its answer field left as the caller had it."""
+
+    class Support(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("isSupportedDevice", ctypes.c_uint)]
+
+    n = pynvml_module
+    header = references.newest_header().read_text()
+    found = re.search(r"#define NVML_GPM_SUPPORT_VERSION\s+(\d+)", header)
+    assert found is not None and int(found.group(1)) == 1
+    nvml("dgx-h100")
+    lib = library()
+    h = handles(n)[0]
+    support = Support(version=1, isSupportedDevice=7)
+    assert lib.nvmlGpmQueryDeviceSupport(h, ctypes.byref(support)) == n.NVML_SUCCESS
+    assert support.isSupportedDevice == 1
+    for version in (0, 2):
+        support = Support(version=version, isSupportedDevice=7)
+        assert lib.nvmlGpmQueryDeviceSupport(h, ctypes.byref(support)) == n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        assert support.isSupportedDevice == 7
 
 
 # --------------------------------------------------------------------------------------------------- samples
