@@ -4,8 +4,12 @@ tools/c-coverage.py on main f0bec36 listed, per getter, the lines never run and 
 mechanical mutants that survive fresh samples live there. Each test below takes one such branch with an input whose
 answer is fixed outside the shim: nvml.h 13.4.92 (its enums' members, its field ids' comments, its error codes'
 definitions) and the real ``nvidia-smi -q -x`` captures. Where nvml.h says only "Nonzero NVML_ERROR_? enum on
-error" (the GPM calls), the test asks no particular code, only that the call or the metric does not answer
-SUCCESS with a value nvml.h says is "only valid if nvmlReturn is 0".
+error" (the GPM calls), the tests first asked no particular code, only that the call or the metric does not answer
+SUCCESS with a value nvml.h says is "only valid if nvmlReturn is 0"; since the fourth C round (h-cbrd4) they ask the
+code nvml.h gives the same failure elsewhere (an invalid sample pointer: INVALID_ARGUMENT, as nvmlGpmSampleAlloc and
+Free document it; a GPU instance looked up by id: nvmlDeviceGetGpuInstanceById's NOT_FOUND and NOT_SUPPORTED) or
+that nvmlReturn_t's own definitions name (INVALID_ARGUMENT "A supplied argument is invalid", not UNKNOWN "An
+internal driver error occurred").
 
 The section "device.c, third round" (h-cdev3, main 99d5ade's coverage and fresh seeds 10690-10691's survivors) adds
 nvidia-smi(1)'s Board ID rule, a real V100's pynvml dump (encoder sampling period), NVIDIA's AV1 / Ada Lovelace note
@@ -203,7 +207,8 @@ def test_gpm_metrics_need_two_samples_of_one_gpu_taken_in_order(nvml: Nvml, pynv
         n.nvmlGpmSampleGet(hs[0], b)
         assert _answered(n, _request(n, a, b, sm))
         for first, second in ((None, b), (a, None), (blank, b), (a, blank), (a, other), (other, b), (b, a)):
-            assert not _answered(n, _request(n, first, second, sm)), (first, second)
+            # a supplied argument that is invalid (nvmlReturn_t's INVALID_ARGUMENT), not an internal error (UNKNOWN)
+            assert _request(n, first, second, sm)[0] == n.NVML_ERROR_INVALID_ARGUMENT, (first, second)
     finally:
         for s in (a, b, other, blank):
             n.nvmlGpmSampleFree(s)
@@ -333,7 +338,9 @@ def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_modu
     invalid = n.NVML_ERROR_INVALID_ARGUMENT
     assert lib.nvmlGpmSampleAlloc(None) == invalid
     assert lib.nvmlGpmSampleFree(None) == invalid
-    assert lib.nvmlGpmSampleGet(h, None) != n.NVML_SUCCESS
+    # nvmlGpmSampleGet documents only "Nonzero NVML_ERROR_?": a NULL buffer is the invalid pointer Alloc and Free
+    # call INVALID_ARGUMENT, nvmlReturn_t's "A supplied argument is invalid" (UNKNOWN: "An internal driver error")
+    assert lib.nvmlGpmSampleGet(h, None) == invalid
     assert lib.nvmlGpmMetricsGet(None) == invalid
     sample = ctypes.c_void_p()
     assert lib.nvmlGpmSampleAlloc(ctypes.byref(sample)) == n.NVML_SUCCESS
@@ -342,7 +349,7 @@ def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_modu
     # freed (INVALID_ARGUMENT), not read into, and no metric is answered from it.
     foreign = ctypes.create_string_buffer(4096)
     assert lib.nvmlGpmSampleFree(foreign) == invalid
-    assert lib.nvmlGpmSampleGet(h, foreign) != n.NVML_SUCCESS
+    assert lib.nvmlGpmSampleGet(h, foreign) == invalid
     assert foreign.raw == bytes(4096)
     assert not _answered(n, _request(n, sample, ctypes.cast(foreign, ctypes.c_void_p), [n.NVML_GPM_METRIC_SM_UTIL]))
     assert lib.nvmlGpmSampleFree(sample) == n.NVML_SUCCESS
@@ -494,8 +501,9 @@ def test_a_gpm_sample_of_a_gpu_instance_the_gpu_does_not_have_is_not_taken(nvml:
                                                                            tmp_path: Path) -> None:
     """nvml.h, nvmlGpmMigSampleGet: a sample "for a MIG GPU Instance", named by its "MIG GPU Instance ID"; any
     failure is a "Nonzero NVML_ERROR_? enum". A DGX H100 whose gpu7 runs two 3g.40gb instances samples each by
-    the id its MIG device gives (nvmlDeviceGetGpuInstanceId), but not an id none of its MIG devices has, and its
-    gpu0, MIG off, has no GPU instance to sample at all."""
+    the id its MIG device gives (nvmlDeviceGetGpuInstanceId), but not an id none of its MIG devices has (NOT_FOUND),
+    and its gpu0, MIG off, has no GPU instance to sample at all (NOT_SUPPORTED): the codes nvmlDeviceGetGpuInstanceById
+    documents for the same look-up and answers for the same ids."""
     n = pynvml_module
     nvml(dgx_h100_with_mig_gpu7(tmp_path))
     hs = handles(n)
@@ -505,9 +513,14 @@ def test_a_gpm_sample_of_a_gpu_instance_the_gpu_does_not_have_is_not_taken(nvml:
     try:
         for gid in ids:
             n.nvmlGpmMigSampleGet(hs[7], gid, sample)
-        assert error_of(partial(n.nvmlGpmMigSampleGet, hs[7], absent, sample)) != n.NVML_SUCCESS
+        # nvml.h, nvmlDeviceGetGpuInstanceById (the look-up of a GPU instance by the same id): NOT_FOUND "If the GPU
+        # instance is not found", NOT_SUPPORTED "If device doesn't have MIG mode enabled"; the sample's look-up of
+        # the instance answers as that one does.
+        assert error_of(partial(n.nvmlGpmMigSampleGet, hs[7], absent, sample)) == n.NVML_ERROR_NOT_FOUND == \
+            error_of(partial(n.nvmlDeviceGetGpuInstanceById, hs[7], absent))
         for gid in sorted(ids):
-            assert error_of(partial(n.nvmlGpmMigSampleGet, hs[0], gid, sample)) != n.NVML_SUCCESS
+            assert error_of(partial(n.nvmlGpmMigSampleGet, hs[0], gid, sample)) == n.NVML_ERROR_NOT_SUPPORTED == \
+                error_of(partial(n.nvmlDeviceGetGpuInstanceById, hs[0], gid))
     finally:
         n.nvmlGpmSampleFree(sample)
 
