@@ -446,7 +446,8 @@ def test_the_gpm_nvlink_write_rate_of_all_links_sums_the_first_and_the_last_link
     NVLINK_L0_TX_PER_SEC (63) and NVLINK_L17_TX_PER_SEC (97) the write bandwidth of link 0 and of link 17, an H100's
     first and last of its 18 (NVML_FI_DEV_NVLINK_LINK_COUNT). Between two samples only those two links transmit
     (their transmitted-bytes counters, nvmlDeviceGetNvLinkUtilizationCounter's TX, grow by 32 and 96 MiB): the all-
-    links rate is the sum of theirs, each positive, link 17's three times link 0's, and nothing is read (60)."""
+    links rate is the sum of theirs, each positive, link 17's three times link 0's, link 0's 32 MiB over the time
+    between the samples (at least the 10 ms slept, at most the time the test saw), and nothing is read (60)."""
     import math
 
     n = pynvml_module
@@ -454,6 +455,7 @@ def test_the_gpm_nvlink_write_rate_of_all_links_sums_the_first_and_the_last_link
     h = handles(n)[5]
     first, second = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
     try:
+        start = time.monotonic()
         n.nvmlGpmSampleGet(h, first)
         links = list(snap.snapshot.gpus[5].links)
         for link, mib in ((0, 32), (17, 96)):
@@ -464,6 +466,7 @@ def test_the_gpm_nvlink_write_rate_of_all_links_sums_the_first_and_the_last_link
         write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
         time.sleep(0.01)
         n.nvmlGpmSampleGet(h, second)
+        elapsed = time.monotonic() - start
         ids = [61, 63, 97, 60]
         code, request = _gpm_call(n, first, second, ids)
     finally:
@@ -473,6 +476,7 @@ def test_the_gpm_nvlink_write_rate_of_all_links_sums_the_first_and_the_last_link
     assert [request.metrics[i].nvmlReturn for i in range(len(ids))] == [n.NVML_SUCCESS] * len(ids)
     total, link0, link17, read = (request.metrics[i].value for i in range(len(ids)))
     assert link0 > 0 and link17 > 0
+    assert 32 / elapsed <= link0 <= 32 / 0.01  # 32 MiB over the time between the samples, 10 ms at least
     assert math.isclose(total, link0 + link17, rel_tol=1e-9)
     assert math.isclose(link17, 3 * link0, rel_tol=1e-9)
     assert read == 0.0
