@@ -4,8 +4,12 @@ tools/c-coverage.py on main f0bec36 listed, per getter, the lines never run and 
 mechanical mutants that survive fresh samples live there. Each test below takes one such branch with an input whose
 answer is fixed outside the shim: nvml.h 13.4.92 (its enums' members, its field ids' comments, its error codes'
 definitions) and the real ``nvidia-smi -q -x`` captures. Where nvml.h says only "Nonzero NVML_ERROR_? enum on
-error" (the GPM calls), the test asks no particular code, only that the call or the metric does not answer
-SUCCESS with a value nvml.h says is "only valid if nvmlReturn is 0".
+error" (the GPM calls), the tests first asked no particular code, only that the call or the metric does not answer
+SUCCESS with a value nvml.h says is "only valid if nvmlReturn is 0"; since the fourth C round (h-cbrd4) they ask the
+code nvml.h gives the same failure elsewhere (an invalid sample pointer: INVALID_ARGUMENT, as nvmlGpmSampleAlloc and
+Free document it; a GPU instance looked up by id: nvmlDeviceGetGpuInstanceById's NOT_FOUND and NOT_SUPPORTED) or
+that nvmlReturn_t's own definitions name (INVALID_ARGUMENT "A supplied argument is invalid", not UNKNOWN "An
+internal driver error occurred").
 
 The section "device.c, third round" (h-cdev3, main 99d5ade's coverage and fresh seeds 10690-10691's survivors) adds
 nvidia-smi(1)'s Board ID rule, a real V100's pynvml dump (encoder sampling period), NVIDIA's AV1 / Ada Lovelace note
@@ -27,7 +31,7 @@ import pytest
 
 from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml import references
-from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, write_node
+from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, run_python, write_node
 from tests.nvml.test_pynvml import board_state, boards_state, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -203,7 +207,8 @@ def test_gpm_metrics_need_two_samples_of_one_gpu_taken_in_order(nvml: Nvml, pynv
         n.nvmlGpmSampleGet(hs[0], b)
         assert _answered(n, _request(n, a, b, sm))
         for first, second in ((None, b), (a, None), (blank, b), (a, blank), (a, other), (other, b), (b, a)):
-            assert not _answered(n, _request(n, first, second, sm)), (first, second)
+            # a supplied argument that is invalid (nvmlReturn_t's INVALID_ARGUMENT), not an internal error (UNKNOWN)
+            assert _request(n, first, second, sm)[0] == n.NVML_ERROR_INVALID_ARGUMENT, (first, second)
     finally:
         for s in (a, b, other, blank):
             n.nvmlGpmSampleFree(s)
@@ -252,6 +257,75 @@ def test_pcie_byte_counters_keep_counting_when_a_new_generation_lowers_the_rate(
         assert after[direction] / 1024 * 0.99 <= metric.value <= before[direction] / 1024 * 1.01, direction
 
 
+def test_pcie_byte_counters_grow_by_the_rate_over_more_than_a_second(node_snapshot: Callable[..., NodeSnap],
+                                                                    pynvml_module: ModuleType) -> None:
+    """nvml.h: fields 197 / 198 (NVML_FI_DEV_PCIE_COUNT_TX_BYTES / _RX_BYTES) count the PCIe bytes sent and received,
+    and nvmlDeviceGetPcieThroughput gives that traffic's rate in KB/s. An H100 moving a steady 900 KB/s out and
+    800 KB/s in, read 1.2 s apart (no new snapshot in between), has counted at least the rate times the 1.2 s that
+    passed between the two reads and not more than the rate times the time the test saw pass around them (a KB
+    taken as 1000 bytes for the one bound and as 1024 for the other: nvml.h does not say which). A clock that ran
+    backwards or wrapped each second would count less than a second's traffic."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-h100")
+    rates = (900, 800)
+    with board_state(n, snap, 0, pcie_tx_kbs=rates[0], pcie_rx_kbs=rates[1]) as hs:
+        h = hs[0]
+        assert [n.nvmlDeviceGetPcieThroughput(h, d) for d in (0, 1)] == list(rates)  # NVML_PCIE_UTIL_TX/RX_BYTES
+        start = time.monotonic()
+        old = [v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198])]
+        time.sleep(1.2)
+        new = [v.value.ullVal for v in n.nvmlDeviceGetFieldValues(h, [197, 198])]
+        elapsed = time.monotonic() - start
+    for direction, rate in enumerate(rates):
+        grown = new[direction] - old[direction]
+        assert rate * 1000 * 1.2 - 1 <= grown <= rate * 1024 * elapsed + 1, (direction, grown, elapsed)
+
+
+_GPM_ALLOC_WITHOUT_MEMORY = """
+import ctypes, json, resource
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+alloc, free = lib.nvmlGpmSampleAlloc, lib.nvmlGpmSampleFree
+alloc.argtypes, free.argtypes = [ctypes.POINTER(ctypes.c_void_p)], [ctypes.c_void_p]
+assert lib.nvmlInit_v2() == 0
+sample = ctypes.c_void_p()
+where = ctypes.pointer(sample)
+# every call made once before the limit, so that none of them needs memory of its own under it
+assert alloc(where) == 0 and free(sample) == 0
+libc.free(libc.malloc(16))
+held = (ctypes.c_void_p * 100_000)()
+sizes = [1 << k for k in range(20, 10, -1)] + list(range(1024, 0, -16))
+with open("/proc/self/statm") as f:
+    mapped = int(f.read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (mapped, resource.RLIM_INFINITY))  # no new mapping, no heap growth
+count = 0
+for size in sizes:  # then every free block the heap still has, largest first, each 16-byte size class down to 16
+    while count < len(held):
+        block = libc.malloc(size)
+        if block is None:
+            break
+        held[count] = block
+        count += 1
+without = alloc(where)
+for i in range(count):
+    libc.free(held[i])
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(json.dumps({"without": without, "with": alloc(where), "blocks": count}))
+"""
+
+
+def test_a_gpm_sample_cannot_be_allocated_without_memory(tmp_path: Path) -> None:
+    """nvml.h, nvmlGpmSampleAlloc: NVML_ERROR_MEMORY (20) "if system memory is insufficient". A process whose address
+    space may not grow (RLIMIT_AS, setrlimit(2), at what it has mapped) and whose heap has handed out every free block
+    asks for a sample: MEMORY; given its memory back, SUCCESS."""
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-h100")
+    answer = run_python(_GPM_ALLOC_WITHOUT_MEMORY, snap.path)
+    assert (answer["without"], answer["with"]) == (20, 0), answer
+    assert answer["blocks"] < 100_000  # the heap ran out before the loop did
+
+
 def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h: nvmlGpmSampleAlloc and nvmlGpmSampleFree answer NVML_ERROR_INVALID_ARGUMENT "if an invalid pointer is
     provided" (a wording test_documented_argument_errors.py's NULL sweep does not read): NULL to either is
@@ -264,7 +338,9 @@ def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_modu
     invalid = n.NVML_ERROR_INVALID_ARGUMENT
     assert lib.nvmlGpmSampleAlloc(None) == invalid
     assert lib.nvmlGpmSampleFree(None) == invalid
-    assert lib.nvmlGpmSampleGet(h, None) != n.NVML_SUCCESS
+    # nvmlGpmSampleGet documents only "Nonzero NVML_ERROR_?": a NULL buffer is the invalid pointer Alloc and Free
+    # call INVALID_ARGUMENT, nvmlReturn_t's "A supplied argument is invalid" (UNKNOWN: "An internal driver error")
+    assert lib.nvmlGpmSampleGet(h, None) == invalid
     assert lib.nvmlGpmMetricsGet(None) == invalid
     sample = ctypes.c_void_p()
     assert lib.nvmlGpmSampleAlloc(ctypes.byref(sample)) == n.NVML_SUCCESS
@@ -273,7 +349,7 @@ def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_modu
     # freed (INVALID_ARGUMENT), not read into, and no metric is answered from it.
     foreign = ctypes.create_string_buffer(4096)
     assert lib.nvmlGpmSampleFree(foreign) == invalid
-    assert lib.nvmlGpmSampleGet(h, foreign) != n.NVML_SUCCESS
+    assert lib.nvmlGpmSampleGet(h, foreign) == invalid
     assert foreign.raw == bytes(4096)
     assert not _answered(n, _request(n, sample, ctypes.cast(foreign, ctypes.c_void_p), [n.NVML_GPM_METRIC_SM_UTIL]))
     assert lib.nvmlGpmSampleFree(sample) == n.NVML_SUCCESS
@@ -282,15 +358,16 @@ def test_a_gpm_sample_pointer_that_is_not_one_is_refused(nvml: Nvml, pynvml_modu
 def test_gpm_metric_ids_nvml_h_does_not_define_are_not_answered(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h's nvmlGpmMetricId_t numbers the metrics with gaps: 1-13, 20-21, NVDEC 30-37, NVJPG 40-47, NVOFA
     50-51, NVLink totals 60-61 and per link 62-97 (L0_RX .. L17_TX), C2C from 100. An id in a gap (0, 14, 19, 22,
-    29, 52, 59, 98, 99) names no metric, so its nvmlReturn is not SUCCESS and its metricInfo (nvml.h: "Metric name
-    and unit. Those can be NULL if not defined") has no name or unit, NULL, rather than some defined metric's; the
+    29, 38, 39, 48, 49, 52, 59, 98, 99: the ones between the engine kinds too) names no metric, so its nvmlReturn is
+    not SUCCESS and its metricInfo (nvml.h: "Metric name and unit. Those can be NULL if not defined") has no name or
+    unit, NULL, rather than some defined metric's (until 2026-11-29 38, 39, 48 and 49 carried GRAPHICS_UTIL's); the
     defined ids at each edge of the gaps that an H100 SXM5 has (18 NVLinks: the capture's <nvlink> count is not
     printed, NVIDIA's H100 datasheet gives 18 fourth-generation links) are answered, link 17's transmit rate (97)
     included."""
     n = pynvml_module
     header = references.newest_header().read_text()
     defined = {int(v) for v in re.findall(r"NVML_GPM_METRIC_\w+\s*=\s*(\d+),", header)}
-    gaps = [0, 14, 19, 22, 29, 52, 59, 98, 99]
+    gaps = [0, 14, 19, 22, 29, 38, 39, 48, 49, 52, 59, 98, 99]
     edges = [1, 13, 20, 21, 30, 60, 61, 62, 96, 97]
     assert not defined & set(gaps) and set(edges) <= defined
     nvml("dgx-h100")
@@ -309,16 +386,131 @@ def test_gpm_metric_ids_nvml_h_does_not_define_are_not_answered(nvml: Nvml, pynv
     assert code == n.NVML_SUCCESS
     assert [(m, x.shortName, x.longName, x.unit) for m, x in zip(gaps, info, strict=True)] == \
         [(m, None, None, None) for m in gaps]
-    assert [m for m, r in zip(gaps, returns, strict=False) if r == n.NVML_SUCCESS] == []
+    # an id that is no NVML_GPM_METRIC_? define is the caller's mistake, not "An internal driver error" (nvmlReturn_t's
+    # UNKNOWN): an invalid argument, or a metric not available on the device
+    assert [m for m, r in zip(gaps, returns, strict=False)
+            if r not in (n.NVML_ERROR_INVALID_ARGUMENT, n.NVML_ERROR_NOT_SUPPORTED)] == []
     assert dict(zip(edges, returns[len(gaps):], strict=True)) == dict.fromkeys(edges, n.NVML_SUCCESS)
+
+
+def test_each_gpm_metric_an_h100_answers_has_its_own_name_and_nvml_h_s_unit(nvml: Nvml,
+                                                                           pynvml_module: ModuleType) -> None:
+    """nvml.h gives each nvmlGpmMetricId_t its own line of description and with it its unit: "Percentage of ..." /
+    "Percent utilization of ..." with "0.0 - 100.0" (a percentage), or "... in MiB/sec". A metric's metricInfo is
+    its "Metric name and unit": so every metric an H100 answers (nvmlReturn SUCCESS) carries a short and a long name
+    no other metric carries, since no two ids are described alike (NVDEC 0 is not NVDEC 1, link 3's read bandwidth
+    is not its write bandwidth nor link 4's, and none of them is the graphics engine), and the unit its description
+    states: "%" for a percentage, "MiB/sec" for a rate. Until 2026-11-29 every engine metric (30-50) was named as
+    GRAPHICS_UTIL and every per-link NVLink metric (62-97), reads and writes alike, as the total read rate (60)."""
+    n = pynvml_module
+    header = references.newest_header().read_text()
+    # ids 1-97: the metrics of the first GPM headers (525), each a percentage or a rate; C2C (100-143) and the later
+    # counters (cycles, bytes since reboot) are none an H100 answers here
+    described = {int(i): text.strip() for i, text in
+                 re.findall(r"NVML_GPM_METRIC_\w+\s*=\s*(\d+),\s*//!<\s*([^\n]*)", header) if int(i) < 100}
+    assert len(described) == 13 + 2 + 8 + 8 + 2 + 2 + 36 and described[63] == \
+        "NvLink write bandwidth for link 0 in MiB/sec"
+    unit = {}
+    for metric, text in described.items():
+        percent = text.startswith(("Percentage of", "Percent utilization of")) and "0.0 - 100.0" in text
+        rate = text.endswith("in MiB/sec")
+        assert percent != rate, (metric, text)  # each description states exactly one of the two units
+        unit[metric] = "%" if percent else "MiB/sec"
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    ids = sorted(described)
+    a, b = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(h, a)
+        n.nvmlGpmSampleGet(h, b)
+        code, request = _gpm_call(n, a, b, ids)
+    finally:
+        n.nvmlGpmSampleFree(a)
+        n.nvmlGpmSampleFree(b)
+    assert code == n.NVML_SUCCESS
+    answered = {m: request.metrics[i].metricInfo for i, m in enumerate(ids)
+                if request.metrics[i].nvmlReturn == n.NVML_SUCCESS}
+    # the H100's own: the activities, PCIe, its 7 NVDEC and NVJPG and 1 NVOFA engines, its 18 links both ways
+    assert {1, 2, 13, 20, 21, 30, 36, 40, 46, 50, 60, 61, 62, 97} <= set(answered)
+    assert {m: info.unit for m, info in answered.items()} == {m: unit[m].encode() for m in answered}
+    shorts = [info.shortName for info in answered.values()]
+    longs = [info.longName for info in answered.values()]
+    assert None not in shorts and None not in longs
+    assert sorted(m for m in answered if shorts.count(answered[m].shortName) > 1) == []
+    assert sorted(m for m in answered if longs.count(answered[m].longName) > 1) == []
+
+
+def test_the_gpm_nvlink_write_rate_of_all_links_sums_the_first_and_the_last_link(nvml: Nvml,
+                                                                                 pynvml_module: ModuleType) -> None:
+    """nvml.h: NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC (61) is the "NvLink write bandwidth for all links", and
+    NVLINK_L0_TX_PER_SEC (63) and NVLINK_L17_TX_PER_SEC (97) the write bandwidth of link 0 and of link 17, an H100's
+    first and last of its 18 (NVML_FI_DEV_NVLINK_LINK_COUNT). Between two samples only those two links transmit
+    (their transmitted-bytes counters, nvmlDeviceGetNvLinkUtilizationCounter's TX, grow by 32 and 96 MiB): the all-
+    links rate is the sum of theirs, each positive, link 17's three times link 0's, link 0's 32 MiB over the time
+    between the samples (at least the 10 ms slept, at most the time the test saw), and nothing is read (60)."""
+    import math
+
+    n = pynvml_module
+    snap = nvml("dgx-h100")
+    h = handles(n)[5]
+    first, second = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        start = time.monotonic()
+        n.nvmlGpmSampleGet(h, first)
+        links = list(snap.snapshot.gpus[5].links)
+        for link, mib in ((0, 32), (17, 96)):
+            rec = links[link]
+            links[link] = replace(rec, util_tx=(rec.util_tx[0] + mib * 2**20, rec.util_tx[1]))
+        gpus = list(snap.snapshot.gpus)
+        gpus[5] = replace(gpus[5], links=tuple(links))
+        write_snapshot(snap.path, replace(snap.snapshot, gpus=tuple(gpus)).to_bytes(), changed=True)
+        time.sleep(0.01)
+        n.nvmlGpmSampleGet(h, second)
+        elapsed = time.monotonic() - start
+        ids = [61, 63, 97, 60]
+        code, request = _gpm_call(n, first, second, ids)
+    finally:
+        n.nvmlGpmSampleFree(first)
+        n.nvmlGpmSampleFree(second)
+    assert code == n.NVML_SUCCESS
+    assert [request.metrics[i].nvmlReturn for i in range(len(ids))] == [n.NVML_SUCCESS] * len(ids)
+    total, link0, link17, read = (request.metrics[i].value for i in range(len(ids)))
+    assert link0 > 0 and link17 > 0
+    assert 32 / elapsed <= link0 <= 32 / 0.01  # 32 MiB over the time between the samples, 10 ms at least
+    assert math.isclose(total, link0 + link17, rel_tol=1e-9)
+    assert math.isclose(link17, 3 * link0, rel_tol=1e-9)
+    assert read == 0.0
+
+
+def test_rates_between_a_gpm_sample_and_itself_are_numbers(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h's GPM rates (PCIe 20, 21; NVLink 60-97) are traffic "in MiB/sec", a metric's value "only valid if
+    nvmlReturn is 0". A request whose sample1 and sample2 are one sample spans no time: whatever the library makes of
+    it, a rate it answers with SUCCESS is a number of MiB/sec, not below 0 and not NaN (no traffic over no time is
+    not 0 / 0 handed to the caller as valid)."""
+    import math
+
+    n = pynvml_module
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    ids = [20, 21, 60, 61, 62, 97]
+    sample = n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(h, sample)
+        code, request = _gpm_call(n, sample, sample, ids)
+    finally:
+        n.nvmlGpmSampleFree(sample)
+    answered = {m: request.metrics[i].value for i, m in enumerate(ids)
+                if code == n.NVML_SUCCESS and request.metrics[i].nvmlReturn == n.NVML_SUCCESS}
+    assert {m: math.isfinite(v) and v >= 0.0 for m, v in answered.items()} == dict.fromkeys(answered, True)
 
 
 def test_a_gpm_sample_of_a_gpu_instance_the_gpu_does_not_have_is_not_taken(nvml: Nvml, pynvml_module: ModuleType,
                                                                            tmp_path: Path) -> None:
     """nvml.h, nvmlGpmMigSampleGet: a sample "for a MIG GPU Instance", named by its "MIG GPU Instance ID"; any
     failure is a "Nonzero NVML_ERROR_? enum". A DGX H100 whose gpu7 runs two 3g.40gb instances samples each by
-    the id its MIG device gives (nvmlDeviceGetGpuInstanceId), but not an id none of its MIG devices has, and its
-    gpu0, MIG off, has no GPU instance to sample at all."""
+    the id its MIG device gives (nvmlDeviceGetGpuInstanceId), but not an id none of its MIG devices has (NOT_FOUND),
+    and its gpu0, MIG off, has no GPU instance to sample at all (NOT_SUPPORTED): the codes nvmlDeviceGetGpuInstanceById
+    documents for the same look-up and answers for the same ids."""
     n = pynvml_module
     nvml(dgx_h100_with_mig_gpu7(tmp_path))
     hs = handles(n)
@@ -328,11 +520,108 @@ def test_a_gpm_sample_of_a_gpu_instance_the_gpu_does_not_have_is_not_taken(nvml:
     try:
         for gid in ids:
             n.nvmlGpmMigSampleGet(hs[7], gid, sample)
-        assert error_of(partial(n.nvmlGpmMigSampleGet, hs[7], absent, sample)) != n.NVML_SUCCESS
+        # nvml.h, nvmlDeviceGetGpuInstanceById (the look-up of a GPU instance by the same id): NOT_FOUND "If the GPU
+        # instance is not found", NOT_SUPPORTED "If device doesn't have MIG mode enabled"; the sample's look-up of
+        # the instance answers as that one does.
+        assert error_of(partial(n.nvmlGpmMigSampleGet, hs[7], absent, sample)) == n.NVML_ERROR_NOT_FOUND == \
+            error_of(partial(n.nvmlDeviceGetGpuInstanceById, hs[7], absent))
         for gid in sorted(ids):
-            assert error_of(partial(n.nvmlGpmMigSampleGet, hs[0], gid, sample)) != n.NVML_SUCCESS
+            assert error_of(partial(n.nvmlGpmMigSampleGet, hs[0], gid, sample)) == n.NVML_ERROR_NOT_SUPPORTED == \
+                error_of(partial(n.nvmlDeviceGetGpuInstanceById, hs[0], gid))
     finally:
         n.nvmlGpmSampleFree(sample)
+
+
+def test_a_gpm_sample_of_another_gpu_s_gpu_instance_is_not_taken(nvml: Nvml, pynvml_module: ModuleType,
+                                                                 tmp_path: Path) -> None:
+    """nvml.h, nvmlGpmMigSampleGet(device, gpuInstanceId, ...): a sample of "a MIG GPU Instance" of ``device``, named
+    by its "MIG GPU Instance ID"; GPU instance ids are the GPU's own (NVIDIA's MIG user guide: `nvidia-smi mig -lgi`
+    lists each instance as a GPU index and a GI ID, and the ids of different GPUs may coincide or differ). A DGX H100
+    whose gpu6 runs two 3g.40gb instances and whose gpu7 (the next GPU) runs a 2g.20gb and three 1g.10gb ones: each
+    GPU samples each of its own instances (the ids its MIG devices give), and gpu6 samples none of the ids only gpu7
+    has, the one of gpu7's first instance included."""
+    n = pynvml_module
+    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-h100.yaml").read_text()
+    for module, instances in (("4", "[3g.40gb, 3g.40gb]"), ("2", "[1g.10gb, 1g.10gb, 1g.10gb, 2g.20gb]")):
+        assert text.count(f"moduleId: {module}}}") == 1
+        mig = f"mig: {{enabled: true, instances: {instances}}}"
+        text = text.replace(f"moduleId: {module}}}", f"moduleId: {module}, {mig}}}")
+    profile = tmp_path / "dgx-h100-mig-gpu6-gpu7.yaml"
+    profile.write_text(text)
+    nvml(str(profile))
+    hs = handles(n)
+
+    def instance_ids(gpu: int, count: int) -> set[int]:
+        return {n.nvmlDeviceGetGpuInstanceId(n.nvmlDeviceGetMigDeviceHandleByIndex(hs[gpu], k)) for k in range(count)}
+
+    six, seven = instance_ids(6, 2), instance_ids(7, 4)
+    assert len(six) == 2 and len(seven) == 4 and seven - six
+    sample = n.nvmlGpmSampleAlloc()
+    try:
+        for gpu, ids in ((6, six), (7, seven)):
+            for gid in sorted(ids):
+                n.nvmlGpmMigSampleGet(hs[gpu], gid, sample)
+        refused = {gid: error_of(partial(n.nvmlGpmMigSampleGet, hs[6], gid, sample)) for gid in sorted(seven - six)}
+    finally:
+        n.nvmlGpmSampleFree(sample)
+    # nvml.h's nvmlReturn_t: NOT_FOUND is "A query to find an object was unsuccessful" (UNKNOWN "An internal driver
+    # error occurred"), and nvmlDeviceGetGpuInstanceById answers NOT_FOUND "If the GPU instance is not found": so
+    # does the sample of an instance gpu6 does not have.
+    assert refused == dict.fromkeys(sorted(seven - six), n.NVML_ERROR_NOT_FOUND)
+    assert {gid: error_of(partial(n.nvmlDeviceGetGpuInstanceById, hs[6], gid)) for gid in sorted(seven - six)} == \
+        refused
+
+
+def test_gpm_streaming_set_on_a_hopper_gpu_is_the_state_it_then_reports(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlGpmSetStreamingEnabled(device, state), "state: GPM stream state, NVML_FEATURE_DISABLED or
+    NVML_FEATURE_ENABLED", answers NVML_SUCCESS "if current GPM stream state is successfully set" and lists no
+    permission error (INVALID_ARGUMENT only "if device is invalid"); nvmlGpmQueryIfStreamingEnabled "Returns GPM
+    stream state NVML_FEATURE_DISABLED or NVML_FEATURE_ENABLED" of "the target device". On an H100 (Hopper: "For
+    Hopper or newer fully supported devices") each of the two states is set and then reported, for that GPU alone
+    (its neighbour keeps its own), and a state that is neither (2) is an invalid argument (nvmlReturn_t: "A supplied
+    argument is invalid") that leaves the report one of the two. Until 2026-11-29 the setter answered NO_PERMISSION
+    to both states."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = library()
+    hs = handles(n)
+    h, neighbour = hs[2], hs[3]
+    before = n.nvmlGpmQueryIfStreamingEnabled(neighbour)
+    try:
+        for state in (n.NVML_FEATURE_ENABLED, n.NVML_FEATURE_DISABLED, n.NVML_FEATURE_ENABLED):
+            assert lib.nvmlGpmSetStreamingEnabled(h, state) == n.NVML_SUCCESS, state
+            assert n.nvmlGpmQueryIfStreamingEnabled(h) == state
+            assert n.nvmlGpmQueryIfStreamingEnabled(neighbour) == before
+        # 2 is neither state: nvmlReturn_t's INVALID_ARGUMENT, "A supplied argument is invalid"
+        assert lib.nvmlGpmSetStreamingEnabled(h, 2) == n.NVML_ERROR_INVALID_ARGUMENT
+        assert n.nvmlGpmQueryIfStreamingEnabled(h) in (n.NVML_FEATURE_DISABLED, n.NVML_FEATURE_ENABLED)
+    finally:
+        lib.nvmlGpmSetStreamingEnabled(h, n.NVML_FEATURE_DISABLED)
+
+
+def test_gpm_support_is_asked_with_the_version_nvml_h_defines(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlGpmSupport_t's ``version`` is "IN: Set to NVML_GPM_SUPPORT_VERSION" (1), and
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH is "The provided version is invalid/unsupported". An H100 (Hopper: "For
+    Hopper or newer fully supported devices") asked with version 1 answers that it supports GPM; asked with 0 or 2,
+    that mismatch, with its answer field left as the caller had it."""
+
+    class Support(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("isSupportedDevice", ctypes.c_uint)]
+
+    n = pynvml_module
+    header = references.newest_header().read_text()
+    found = re.search(r"#define NVML_GPM_SUPPORT_VERSION\s+(\d+)", header)
+    assert found is not None and int(found.group(1)) == 1
+    nvml("dgx-h100")
+    lib = library()
+    h = handles(n)[0]
+    support = Support(version=1, isSupportedDevice=7)
+    assert lib.nvmlGpmQueryDeviceSupport(h, ctypes.byref(support)) == n.NVML_SUCCESS
+    assert support.isSupportedDevice == 1
+    for version in (0, 2):
+        support = Support(version=version, isSupportedDevice=7)
+        assert lib.nvmlGpmQueryDeviceSupport(h, ctypes.byref(support)) == n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        assert support.isSupportedDevice == 7
 
 
 # --------------------------------------------------------------------------------------------------- samples

@@ -60,6 +60,28 @@ def real_bbx_flush_durations_us() -> list[int]:
     return out
 
 
+def test_bbx_time_a_second_after_a_flush_counts_that_second(node_snapshot: Callable[..., NodeSnap],
+                                                              pynvml_module: ModuleType, tmp_path: Path) -> None:
+    """nvml.h: the BBX "Cumulative number of seconds the GPU has had the driver loaded" (nvmlDeviceGetBBXTimeData_v1)
+    covers at least the seconds since its last flush, which happened "during the current run"
+    (nvmlDeviceGetLastBBXFlushTime): a GPU whose black box was flushed at the start of the previous wall-clock second
+    has had the driver loaded for at least that one whole second, not 0 (the smallest count the edge allows)."""
+    from tests.nvml.test_pynvml import board_state
+
+    n = pynvml_module
+    snap = node_snapshot(str(with_driver(tmp_path, "dgx-h100", "615.10.01")))
+    lib = library()
+    seconds = ctypes.c_uint(0)
+    for _ in range(3):  # a wall-clock second that turns between the flush and the read is tried again
+        flushed = int(time.time()) - 1
+        with board_state(n, snap, 4, bbx_flush_time_us=flushed * 1_000_000) as hs:
+            assert n.nvmlDeviceGetLastBBXFlushTime(hs[4])[0] == flushed * 1_000_000
+            assert lib.nvmlDeviceGetBBXTimeData_v1(hs[4], ctypes.byref(seconds)) == n.NVML_SUCCESS
+        if int(time.time()) == flushed + 1:
+            break
+    assert seconds.value >= 1
+
+
 def test_bbx_flush_duration_is_in_microseconds_like_the_real_boards(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlDeviceGetLastBBXFlushTime: ``durationUs``, "The duration (us) of the last BBX Flush". The 16 real
     GPUs that print a flush (8 H100, 4 GB200, 4 GB300 in the captures) took 23732-133594 us, and nvidia-smi prints

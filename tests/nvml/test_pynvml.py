@@ -2060,7 +2060,10 @@ def test_remapped_rows_v2_count_each_kind_in_its_own_field(nvml: Nvml, pynvml_mo
     corrInactiveRemaps, uncActiveRemaps, uncInactiveRemaps, bPending, bFailureOccurred. One uncorrectable error on
     an H100 leaves one uncorrectable remap pending and no correctable one
     (test_one_uncorrectable_error_leaves_a_row_remap_pending): v2 answers what nvmlDeviceGetRemappedRows (v1)
-    does, each kind in its own field."""
+    does, each kind in its own field. Its inactive counts are the ones nvml.h's fields 301
+    (NVML_FI_DEV_REMAPPED_ROWS_COR_INACTIVE, "Number of inactive row remappings due to correctable errors") and 302
+    (_UNC_INACTIVE) give, 0 here as on every board the captures print them for (remapped_row_corr_inactive and
+    remapped_row_unc_inactive, 9 GPUs)."""
     n = pynvml_module
 
     class RemappedRowsInfoV2(ctypes.Structure):
@@ -2076,6 +2079,9 @@ def test_remapped_rows_v2_count_each_kind_in_its_own_field(nvml: Nvml, pynvml_mo
     corr, unc, pending, failure = n.nvmlDeviceGetRemappedRows(h)
     assert (corr, unc, pending, failure) == (0, 1, 1, 0)
     assert (info.corrActiveRemaps, info.uncActiveRemaps, info.bPending, info.bFailureOccurred) == (0, 1, 1, 0)
+    inactive = n.nvmlDeviceGetFieldValues(h, [301, 302])
+    assert [v.nvmlReturn for v in inactive] == [n.NVML_SUCCESS] * 2
+    assert (info.corrInactiveRemaps, info.uncInactiveRemaps) == tuple(v.value.uiVal for v in inactive) == (0, 0)
 
 
 def test_a_profile_id_no_gpu_has_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:

@@ -125,20 +125,25 @@ nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gp
     FHW_DEV_CALL(device, FHW_ALLOW_MIG, g_support(&C, gpmSupport));
 }
 
-/* Streaming (the driver sampling on its own) is off; turning it on needs root. */
+/* Streaming (the driver sampling on its own): NVML_FEATURE_DISABLED until a process enables it. The state is this
+   process's own, per GPU slot, like links.c's counter controls: the shim never writes the snapshot. nvml.h documents
+   SUCCESS for a state that was set and no permission error (it was NO_PERMISSION, "needs root", until 2026-11-29). */
+static unsigned char streaming[FHW_MAX_GPUS];
+
 static nvmlReturn_t g_streaming(fhw_ctx_t *c, unsigned int *state) {
     CHECK_PTR(state);
     FHW_REQUIRE(c, FHW_ANS_GPM);
-    *state = 0;
+    *state = __atomic_load_n(&streaming[c->slot], __ATOMIC_RELAXED);
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlGpmQueryIfStreamingEnabled(nvmlDevice_t device, unsigned int *state) {
     FHW_DEV_CALL(device, 0, g_streaming(&C, state));
 }
 static nvmlReturn_t g_set_streaming(fhw_ctx_t *c, unsigned int state) {
-    if (state > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    if (state > NVML_FEATURE_ENABLED) return NVML_ERROR_INVALID_ARGUMENT; /* neither DISABLED nor ENABLED */
     FHW_REQUIRE(c, FHW_ANS_GPM);
-    return NVML_ERROR_NO_PERMISSION;
+    __atomic_store_n(&streaming[c->slot], (unsigned char)state, __ATOMIC_RELAXED);
+    return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlGpmSetStreamingEnabled(nvmlDevice_t device, unsigned int state) {
     FHW_DEV_CALL(device, 0, g_set_streaming(&C, state));
@@ -146,72 +151,89 @@ nvmlReturn_t nvmlGpmSetStreamingEnabled(nvmlDevice_t device, unsigned int state)
 
 /* ------------------------------------------------------------------------------------------ metrics */
 
+/* What a metric is made of: an activity of the later sample (its slot in activity[], over a divisor), a PCIe or NVLink
+   byte rate between the samples (NVLink: one link, or all of them for link -1), or one engine's utilization. */
+typedef enum { M_ACTIVITY, M_PCIE, M_NVLINK, M_ENGINE } metric_kind_t;
+enum { E_NVDEC, E_NVJPG, E_NVOFA };
+
 typedef struct {
     unsigned int id;
     const char *short_name, *long_name, *unit;
+    metric_kind_t kind;
+    int which; /* M_ACTIVITY: slot; M_PCIE: 1 transmitted, 0 received; M_NVLINK: link or -1; M_ENGINE: E_* */
+    int part;  /* M_ACTIVITY: divisor; M_NVLINK: 1 transmitted, 0 received; M_ENGINE: the engine's index */
 } metric_info_t;
 
+#define ACTIVITY(id, s, l, slot, divisor) {id, s, l, "%", M_ACTIVITY, slot, divisor}
+#define ENGINE(id, s, l, kind, i) {id, s, l, "%", M_ENGINE, kind, i}
+#define NVDEC(i) ENGINE(30 + (i), "nvdec" #i "_util", "NVDEC " #i " utilization", E_NVDEC, i)
+#define NVJPG(i) ENGINE(40 + (i), "nvjpg" #i "_util", "NVJPG " #i " utilization", E_NVJPG, i)
+#define NVOFA(i) ENGINE(50 + (i), "nvofa" #i "_util", "NVOFA " #i " utilization", E_NVOFA, i)
+#define LINK(l)                                                                                                       \
+    {62 + 2 * (l), "nvlink_l" #l "_rx", "NvLink link " #l " bytes received", "MiB/sec", M_NVLINK, l, 0},             \
+        {63 + 2 * (l), "nvlink_l" #l "_tx", "NvLink link " #l " bytes transmitted", "MiB/sec", M_NVLINK, l, 1}
+
+/* nvml.h's nvmlGpmMetricId_t, each id with its own name; the activity slots are those of g_sample. DMMA_TENSOR_UTIL
+   (8) and the C2C metrics (100 and up) are not modelled: NOT_SUPPORTED, no name. */
 static const metric_info_t METRICS[] = {
-    {1, "gr_util", "Graphics engine utilization", "%"},
-    {2, "sm_util", "SM utilization", "%"},
-    {3, "sm_occupancy", "SM occupancy", "%"},
-    {4, "integer_util", "Integer pipe utilization", "%"},
-    {5, "any_tensor_util", "Any tensor pipe utilization", "%"},
-    {6, "dfma_tensor_util", "DFMA tensor pipe utilization", "%"},
-    {7, "hmma_tensor_util", "HMMA tensor pipe utilization", "%"},
-    {9, "imma_tensor_util", "IMMA tensor pipe utilization", "%"},
-    {10, "dram_bw_util", "DRAM bandwidth utilization", "%"},
-    {11, "fp64_util", "FP64 pipe utilization", "%"},
-    {12, "fp32_util", "FP32 pipe utilization", "%"},
-    {13, "fp16_util", "FP16 pipe utilization", "%"},
-    {20, "pcie_tx", "PCIe bytes transmitted", "MiB/sec"},
-    {21, "pcie_rx", "PCIe bytes received", "MiB/sec"},
-    {60, "nvlink_rx", "NvLink bytes received", "MiB/sec"},
-    {61, "nvlink_tx", "NvLink bytes transmitted", "MiB/sec"},
+    ACTIVITY(1, "gr_util", "Graphics engine utilization", 0, 1),
+    ACTIVITY(2, "sm_util", "SM utilization", 1, 1),
+    ACTIVITY(3, "sm_occupancy", "SM occupancy", 2, 1),
+    ACTIVITY(4, "integer_util", "Integer pipe utilization", 6, 1),
+    ACTIVITY(5, "any_tensor_util", "Any tensor pipe utilization", 3, 1),
+    /* the tensor activity split over three tensor pipes */
+    ACTIVITY(6, "dfma_tensor_util", "DFMA tensor pipe utilization", 3, 3),
+    ACTIVITY(7, "hmma_tensor_util", "HMMA tensor pipe utilization", 3, 3),
+    ACTIVITY(9, "imma_tensor_util", "IMMA tensor pipe utilization", 3, 3),
+    ACTIVITY(10, "dram_bw_util", "DRAM bandwidth utilization", 4, 1),
+    ACTIVITY(11, "fp64_util", "FP64 pipe utilization", 5, 1),
+    ACTIVITY(12, "fp32_util", "FP32 pipe utilization", 6, 1),
+    ACTIVITY(13, "fp16_util", "FP16 pipe utilization", 7, 1),
+    {20, "pcie_tx", "PCIe bytes transmitted", "MiB/sec", M_PCIE, 1, 0},
+    {21, "pcie_rx", "PCIe bytes received", "MiB/sec", M_PCIE, 0, 0},
+    NVDEC(0), NVDEC(1), NVDEC(2), NVDEC(3), NVDEC(4), NVDEC(5), NVDEC(6), NVDEC(7),
+    NVJPG(0), NVJPG(1), NVJPG(2), NVJPG(3), NVJPG(4), NVJPG(5), NVJPG(6), NVJPG(7),
+    NVOFA(0), NVOFA(1),
+    {60, "nvlink_rx", "NvLink bytes received", "MiB/sec", M_NVLINK, -1, 0},
+    {61, "nvlink_tx", "NvLink bytes transmitted", "MiB/sec", M_NVLINK, -1, 1},
+    LINK(0), LINK(1), LINK(2), LINK(3), LINK(4), LINK(5), LINK(6), LINK(7), LINK(8),
+    LINK(9), LINK(10), LINK(11), LINK(12), LINK(13), LINK(14), LINK(15), LINK(16), LINK(17),
 };
+_Static_assert(GPM_LINKS == 18, "nvml.h's per-link GPM metrics (62-97) are links 0-17");
 
 static const metric_info_t *metric_info(unsigned int id) {
     for (size_t i = 0; i < sizeof METRICS / sizeof METRICS[0]; i++)
         if (METRICS[i].id == id) return &METRICS[i];
-    if (id >= 30 && id <= 50) return &METRICS[0]; /* engine utilizations share the graphics entry's unit */
-    if (id >= 62 && id < 62 + 2 * GPM_LINKS) return &METRICS[14];
     return NULL;
 }
 
 /* One metric from two samples; a - b over dt seconds in MiB/s for the rates. */
-static nvmlReturn_t metric_value(const struct nvmlGpmSample_st *a, const struct nvmlGpmSample_st *b, unsigned int id,
-                                 double *out) {
+static nvmlReturn_t metric_value(const struct nvmlGpmSample_st *a, const struct nvmlGpmSample_st *b,
+                                 const metric_info_t *m, double *out) {
     double dt = (double)(b->time_ns - a->time_ns) / 1e9;
     const double mib = 1024.0 * 1024.0;
-    static const int activity_slot[14] = {-1, 0, 1, 2, 6, 3, 3, 3, -1, 3, 4, 5, 6, 7};
-    if (id >= 1 && id <= 13 && activity_slot[id] >= 0) {
-        *out = b->activity[activity_slot[id]] / 100.0;
-        if (id == 6 || id == 7 || id == 9) *out /= 3.0; /* the tensor activity split over three tensor pipes */
+    unsigned long long d = 0;
+    switch (m->kind) {
+    case M_ACTIVITY:
+        *out = b->activity[m->which] / 100.0 / m->part;
         return NVML_SUCCESS;
-    }
-    if (id == 20 || id == 21) {
-        unsigned long long d = id == 20 ? b->pcie_tx_bytes - a->pcie_tx_bytes : b->pcie_rx_bytes - a->pcie_rx_bytes;
-        *out = dt > 0 ? (double)d / mib / dt : 0.0;
-        return NVML_SUCCESS;
-    }
-    if (id >= 30 && id <= 50) {
-        unsigned int engines = id < 40 ? b->decoders : id < 50 ? b->jpegs : b->ofas;
-        unsigned int index = id < 40 ? id - 30 : id < 50 ? id - 40 : 0;
-        if (index >= engines) return NVML_ERROR_NOT_SUPPORTED;
+    case M_ENGINE: {
+        unsigned int engines = m->which == E_NVDEC ? b->decoders : m->which == E_NVJPG ? b->jpegs : b->ofas;
+        if ((unsigned int)m->part >= engines) return NVML_ERROR_NOT_SUPPORTED;
         *out = 0.0; /* no video, JPEG or optical-flow work in the model */
         return NVML_SUCCESS;
     }
-    if (id == 60 || id == 61 || (id >= 62 && id < 62 + 2 * GPM_LINKS)) {
-        unsigned long long d = 0;
-        for (unsigned int l = 0; l < GPM_LINKS; l++) {
-            if (id >= 62 && l != (id - 62) / 2) continue;
-            int tx = id >= 62 ? (id - 62) % 2 : id == 61;
-            d += tx ? b->nvlink_tx[l] - a->nvlink_tx[l] : b->nvlink_rx[l] - a->nvlink_rx[l];
-        }
-        *out = dt > 0 ? (double)d / mib / dt : 0.0;
-        return NVML_SUCCESS;
+    case M_PCIE:
+        d = m->which ? b->pcie_tx_bytes - a->pcie_tx_bytes : b->pcie_rx_bytes - a->pcie_rx_bytes;
+        break;
+    case M_NVLINK:
+        for (unsigned int l = 0; l < GPM_LINKS; l++)
+            if (m->which < 0 || l == (unsigned int)m->which)
+                d += m->part ? b->nvlink_tx[l] - a->nvlink_tx[l] : b->nvlink_rx[l] - a->nvlink_rx[l];
+        break;
     }
-    return NVML_ERROR_NOT_SUPPORTED;
+    *out = dt > 0 ? (double)d / mib / dt : 0.0;
+    return NVML_SUCCESS;
 }
 
 static nvmlReturn_t g_metrics(fhw_ctx_t *c, nvmlGpmMetricsGet_t *m) {
@@ -227,7 +249,7 @@ static nvmlReturn_t g_metrics(fhw_ctx_t *c, nvmlGpmMetricsGet_t *m) {
         nvmlGpmMetric_t *x = &metrics[i];
         const metric_info_t *info = metric_info(x->metricId);
         x->value = 0.0;
-        x->nvmlReturn = info ? metric_value(a, b, x->metricId, &x->value) : NVML_ERROR_NOT_SUPPORTED;
+        x->nvmlReturn = info ? metric_value(a, b, info, &x->value) : NVML_ERROR_NOT_SUPPORTED;
         x->metricInfo.shortName = info ? (char *)info->short_name : NULL;
         x->metricInfo.longName = info ? (char *)info->long_name : NULL;
         x->metricInfo.unit = info ? (char *)info->unit : NULL;

@@ -54,6 +54,10 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *, nvmlDevice_t *);
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *, nvmlDevice_t *);
 nvmlReturn_t nvmlSystemGetDriverVersion(char *, unsigned int);
 nvmlReturn_t nvmlSystemGetProcessName(unsigned int, char *, unsigned int);
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *);
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t);
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t, nvmlGpmSample_t);
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *);
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *);
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t);
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t, unsigned long long, nvmlEventSet_t);
@@ -211,6 +215,27 @@ static void exercise_export_table(nvmlDevice_t *devs, unsigned int count) {
 }
 
 /* Call (nearly) everything on every device; results are not checked, only that nothing goes wrong. */
+/* GPM: two samples of the device (every NVLink of an H100 read into each), and every metric id from 0 to 127 asked
+   of them one at a time, so the shim's look-up of an id nvml.h does not define goes through its whole metric table
+   and a per-link or all-link rate through every link. */
+static void exercise_gpm(nvmlDevice_t d) {
+    nvmlGpmSample_t a = NULL, b = NULL;
+    CHECK(nvmlGpmSampleAlloc(&a) == NVML_SUCCESS && nvmlGpmSampleAlloc(&b) == NVML_SUCCESS);
+    if (nvmlGpmSampleGet(d, a) == NVML_SUCCESS && nvmlGpmSampleGet(d, b) == NVML_SUCCESS) {
+        static nvmlGpmMetricsGet_t request;
+        for (unsigned int id = 0; id < 128; id++) {
+            memset(&request, 0, sizeof request);
+            request.version = NVML_GPM_METRICS_GET_VERSION;
+            request.numMetrics = 1;
+            request.sample1 = a;
+            request.sample2 = b;
+            request.metrics[0].metricId = id;
+            CHECK(nvmlGpmMetricsGet(&request) == NVML_SUCCESS);
+        }
+    }
+    CHECK(nvmlGpmSampleFree(a) == NVML_SUCCESS && nvmlGpmSampleFree(b) == NVML_SUCCESS);
+}
+
 static void exercise(void) {
     unsigned int count = 0;
     if (nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS) return;
@@ -305,6 +330,7 @@ static void exercise(void) {
         unsigned int clocks[256];
         n = 256;
         (void)nvmlDeviceGetSupportedGraphicsClocks(d, 0, &n, clocks);
+        exercise_gpm(d);
     }
     exercise_export_table(devs, count);
     /* Garbage handles are refused, never dereferenced. */
