@@ -889,6 +889,28 @@ def test_confidential_computing_is_off_on_the_captured_systems(nvml: Nvml, pynvm
         assert getattr(lib, name)(None) == n.NVML_ERROR_INVALID_ARGUMENT, name
 
 
+def test_the_key_rotation_threshold_of_a_system_without_confidential_computing_is_not_supported(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlSystemGetConfComputeKeyRotationThresholdInfo gets the "Conf Computing key rotation threshold",
+    a setting of confidential computing, and answers NOT_SUPPORTED "if this query is not supported by the device";
+    confidential computing is off on the captured H100 (cc_protected_memory_usage total 0 MiB), so a caller with the
+    right struct (nvmlConfComputeGetKeyRotationThresholdInfo_v1: a version word and an unsigned long long, 16
+    bytes) is told NOT_SUPPORTED, not UNKNOWN ("on any unexpected error"), and its attackerAdvantage is left alone
+    (had it answered SUCCESS, the value would be between nvml.h's NVML_CC_KEY_ROTATION_THRESHOLD_ATTACKER_ADVANTAGE
+    _MIN 50 and _MAX 65). No earlier test passed the right version, so the answer itself was never read."""
+    assert board_capture("h100")["/cc_protected_memory_usage/total"] == "0 MiB"
+    n = pynvml_module
+    nvml("dgx-h100")
+
+    class Info(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("attackerAdvantage", ctypes.c_ulonglong)]
+
+    assert ctypes.sizeof(Info) == 16
+    info = Info(struct_version(16, 1), 7)
+    assert library().nvmlSystemGetConfComputeKeyRotationThresholdInfo(ctypes.byref(info)) == n.NVML_ERROR_NOT_SUPPORTED
+    assert info.attackerAdvantage == 7
+
+
 @pytest.mark.parametrize(("profile", "hopper_or_newer"), [("dgx-h100", True), ("dgx-a100", False)])
 def test_confidential_computing_capabilities_are_values_nvml_h_defines(nvml: Nvml, pynvml_module: ModuleType,
                                                                        profile: str, hopper_or_newer: bool) -> None:
