@@ -323,6 +323,37 @@ def test_wait_v3_stamps_an_event_with_the_time_it_happened_in_microseconds(nvml:
     assert params.timestampUsec == 1_000_000_000
 
 
+@pytest.mark.parametrize("time_us", [0, 1])
+def test_wait_v3_answers_0_for_an_event_whose_time_is_unavailable(nvml: Callable[..., NodeSnap],
+                                                                  pynvml_module: ModuleType, tmp_path: Path,
+                                                                  time_us: int) -> None:
+    """nvml.h (615), nvmlEventSetWait_v3_t.timestampUsec: "Event timestamp in microseconds. 0 if unavailable." A
+    snapshot's event record with no time (``time_us`` 0, the format's default: docs/nvml.md) is an event whose time
+    is unavailable, so the wait delivers it stamped 0; one stamped 1 us after the epoch has a time, and is delivered
+    with it, 1. (The agent stamps every event it raises, so only a hand-written ring has an event without a time:
+    seeds 10651 and 10682's open events.c:140.)"""
+    import dataclasses
+
+    from fakehw.nvml.snapfile import write_snapshot
+
+    n = pynvml_module
+    profile = str(with_driver(tmp_path / "profile", "dgx-h100", "615.10.01"))
+    snap = nvml(profile)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    s = _event_set(lib, [n.nvmlDeviceGetHandleByIndex(3)], EVENT_DOUBLE_BIT_ECC)
+    staged = tmp_path / "staged" / "nvml.snapshot"
+    written = write_node(staged, profile, faults=[{"kind": "ecc", "device": "gpu3", "type": "dbe", "count": 1}],
+                         generation=2, first_seq=100)
+    assert written.snapshot.events
+    events = tuple(dataclasses.replace(e, time_us=time_us) for e in written.snapshot.events)
+    write_snapshot(snap.path, dataclasses.replace(written.snapshot, events=events).to_bytes())
+    params = EventSetWaitV3(timeoutMs=10000, timestampUsec=12345)
+    assert lib.nvmlEventSetWait_v3(s, ctypes.byref(params)) == 0
+    assert lib.nvmlEventSetFree(s) == 0
+    assert params.eventType == EVENT_DOUBLE_BIT_ECC
+    assert params.timestampUsec == time_us
+
+
 def test_wait_v3_keeps_the_callers_timeout_and_answers_in_the_event_bit_format(nvml: Callable[..., NodeSnap],
                                                                              pynvml_module: ModuleType,
                                                                              tmp_path: Path) -> None:
