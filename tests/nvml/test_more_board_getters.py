@@ -229,6 +229,19 @@ def test_the_system_nvlink_bandwidth_mode_of_a_process_that_sees_one_gpu(nvml: N
         assert rc == n.NVML_ERROR_NOT_SUPPORTED
 
 
+def test_the_system_nvlink_bandwidth_mode_of_a_process_that_sees_no_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSystemGetNvlinkBwMode: NOT_SUPPORTED "if GPU is not Hopper or newer architecture". A process of a
+    DGX H100 that sees none of its GPUs (FAKEHW_VISIBLE_DEVICES=none, docs/nvml.md; CUDA_VISIBLE_DEVICES alike) has
+    no Hopper GPU: the mode is not supported for it (not UNKNOWN, nvml.h's "any unexpected error"; fresh seed
+    10712's system.c:180), and the caller's variable is left as it was."""
+    n = pynvml_module
+    nvml("dgx-h100", env={"FAKEHW_VISIBLE_DEVICES": "none"})
+    assert n.nvmlDeviceGetCount() == 0
+    mode = ctypes.c_uint(0xFFFFFFFF)
+    assert library().nvmlSystemGetNvlinkBwMode(ctypes.byref(mode)) == n.NVML_ERROR_NOT_SUPPORTED
+    assert mode.value == 0xFFFFFFFF
+
+
 # --------------------------------------------------------------------------------------------- MIG by profile id
 
 
