@@ -748,6 +748,51 @@ def test_a_running_process_is_named_by_its_first_argument(nvml: Nvml, pynvml_mod
             child.wait()
 
 
+def test_a_process_name_is_its_first_argument_cropped_at_every_length(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSystemGetProcessName: the name is "cropped to provided length", ``length`` being "the maximum
+    allowed length of the string returned in name", so into ``length`` bytes it is the first ``length - 1``
+    characters of the name and a terminator, and nothing is written past them. proc(5): the name is the first of
+    the NUL-ended arguments in /proc/<pid>/cmdline, which has no size limit. Asked at every length from 1 to past
+    the whole name, for two children of /bin/sleep: one whose first argument is 9,000 characters (the name crosses
+    however the library reads the file in pieces, so each piece's crop is met at every offset), and one named
+    "sleep" whose later arguments fill 9,000 bytes (GNU sleep sums its arguments: ``sleep 30 000000000 ...``), whose
+    name must stop at its first NUL whatever follows in later pieces. A canary after each ``length`` bytes must
+    stay. And with the largest length an unsigned int allows (no crop at all) each name comes back whole. (An
+    earlier test asked only 8, 100 and 8,192 bytes and a single argument.)"""
+    import subprocess
+
+    nvml("dgx-h100")
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    long_name = "y" * 9000
+    cases = [(long_name, subprocess.Popen([long_name, "30"], executable=sleep)),
+             ("sleep", subprocess.Popen(["sleep", "30", *["0" * 9] * 900]))]
+    get_name = library().nvmlSystemGetProcessName
+    canary = b"\xab" * 16
+    try:
+        for name, child in cases:
+            cmdline = Path(f"/proc/{child.pid}/cmdline")
+            while not cmdline.read_bytes().startswith(name.encode() + b"\0"):  # the exec has replaced the fork
+                time.sleep(0.01)
+            assert len(cmdline.read_bytes()) > 9000
+            pid = ctypes.c_uint(child.pid)
+            buf = ctypes.create_string_buffer(len(name) + 3 + len(canary))
+            for length in range(1, len(name) + 3):
+                ctypes.memset(buf, 0xAB, len(buf))
+                assert get_name(pid, buf, ctypes.c_uint(length)) == pynvml_module.NVML_SUCCESS, length
+                expected = name.encode()[:length - 1]
+                assert buf.raw[:len(expected) + 1] == expected + b"\0", length
+                assert buf.raw[length:length + len(canary)] == canary, length
+            # the most a caller can allow (an unsigned int's 2**32 - 1: no crop), in a buffer the name fits
+            ctypes.memset(buf, 0xAB, len(buf))
+            assert get_name(pid, buf, ctypes.c_uint(2**32 - 1)) == pynvml_module.NVML_SUCCESS
+            assert buf.raw[:len(name) + 1 + len(canary)] == name.encode() + b"\0" + canary
+    finally:
+        for _, child in cases:
+            child.kill()
+            child.wait()
+
+
 def test_clock_samples_read_the_clocks_the_h100_capture_prints(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h's nvmlSamplingType_t: NVML_PROCESSOR_CLK_SAMPLES (5) "processor clock samples", NVML_MEMORY_CLK_SAMPLES
     (6) "memory clock samples". The idle H100 of qx-h100.xml prints <graphics_clock> 345 MHz and <mem_clock> 2619 MHz
