@@ -516,6 +516,57 @@ def test_a_freed_event_set_keeps_no_inotify_instance(nvml: Callable[..., NodeSna
     assert inotify_descriptors() == before
 
 
+WAITS_WITHOUT_STDIN = r"""
+import contextlib, ctypes, json, os
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+assert lib.nvmlInit_v2() == 0
+h, s = ctypes.c_void_p(), ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(6, ctypes.byref(h)) == 0
+assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_TYPES), s) == 0
+with contextlib.suppress(OSError):
+    os.close(0)
+
+
+def instances():
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify":
+                lines = open(f"/proc/self/fdinfo/{fd}").read().splitlines()
+                found[fd] = [int(dict(w.split(":", 1) for w in ln.split()[1:])["ino"], 16)
+                             for ln in lines if ln.startswith("inotify ")]
+        except FileNotFoundError:  # the listing's own descriptor, closed by now
+            pass
+    return found
+
+
+data = (ctypes.c_ulonglong * 4)()
+rcs = [lib.nvmlEventSetWait_v2(s, data, 20) for _ in range(3)]
+during = instances()
+assert lib.nvmlEventSetFree(s) == 0
+print(json.dumps({"rcs": rcs, "during": during, "after": instances(),
+                  "dir": os.stat(os.path.dirname(os.environ["FAKEHW_NVML_SNAPSHOT"])).st_ino}))
+"""
+
+
+def test_a_set_s_inotify_instance_may_be_descriptor_0(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """POSIX: a new file descriptor is "the lowest numbered file descriptor not currently open", so in a process that
+    closed its standard input (a daemon does) the instance a wait opens on the snapshot's directory (docs/nvml.md) is
+    descriptor 0, a descriptor like any other (inotify_init1(2): "a new file descriptor", -1 on error). Three waits
+    of 20 ms (TIMEOUT each) share that one instance, which watches the snapshot's directory, and freeing the set
+    closes it (nvml.h, nvmlEventSetFree: "Releases events in the set"). (Fresh seed 10713's events.c:173 took a
+    descriptor of 0 for no instance and watched nothing; `inotify_fd <= 0` opened another per wait, `> 0` at the
+    free kept it.)"""
+    snap = node_snapshot("dgx-h100")
+    code = WAITS_WITHOUT_STDIN.replace("EVENT_TYPES", str(EVENT_XID | EVENT_DOUBLE_BIT_ECC))
+    got = run_python(code, snap.path, timeout=60)
+    timeout = 10  # nvml.h: NVML_ERROR_TIMEOUT
+    assert got["rcs"] == [timeout] * 3
+    assert got["during"] == {"0": [got["dir"]]}, got
+    assert got["after"] == {}, got
+
+
 WAIT_WITHOUT_INOTIFY = r"""
 import ctypes, json, os, resource, threading, time
 path = os.environ["FAKEHW_NVML_SNAPSHOT"]
