@@ -591,6 +591,9 @@ wait = Wait(ctypes.sizeof(Wait) | 1 << 24, 1000, create.set, None, 0, 99)
 ctypes.set_errno(errno.EINTR)  # left over from some earlier failed call of the caller's
 started = time.monotonic()
 out["stale"] = [lib.nvmlSystemEventSetWait(ctypes.byref(wait)), time.monotonic() - started]
+wait.timeoutms = 1998
+started = time.monotonic()
+out["long"] = [lib.nvmlSystemEventSetWait(ctypes.byref(wait)), time.monotonic() - started]
 signal.signal(signal.SIGALRM, lambda *_: None)
 signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)  # a signal every 10 ms while the wait sleeps
 wait.numEvent, wait.timeoutms = 99, 100
@@ -605,7 +608,8 @@ def test_a_system_event_wait_sleeps_its_timeout_once_whatever_errno_held_and_how
         node_snapshot: Callable[..., NodeSnap]) -> None:
     """nvmlSystemEventSetWait "sleeps till event arrives but not longer than specified timeout" (nvml.h); no driver
     binds or unbinds meanwhile, so it answers TIMEOUT (10) after its timeout: 1000 ms, one second and no more
-    (events.c:350's mutants that split the second off as ``/ 1001`` or ``% 1001``: no sleep, or two). POSIX
+    (events.c:350's mutants that split the second off as ``/ 1001`` or ``% 1001``: no sleep, or two), and 1998 ms
+    one second and 998 ms (``/ 999``: two seconds and 998 ms; ``% 999``: one second; h-csys4). POSIX
     (errno): "The value of errno should only be examined when it is indicated to be valid by a function's return
     value" and no function sets it to 0, so a caller's errno left at EINTR by an earlier failed call must not make
     a completed sleep count as an interrupted one (seed 10651's events.c:351 ``&&`` -> ``||``, which slept again
@@ -614,6 +618,7 @@ def test_a_system_event_wait_sleeps_its_timeout_once_whatever_errno_held_and_how
     snap = node_snapshot("dgx-h100")
     got = run_python(SYSTEM_WAIT_UNDER_EINTR, snap.path, timeout=30)
     assert got["stale"][0] == 10 and 1.0 <= got["stale"][1] < 1.9
+    assert got["long"][0] == 10 and 1.998 <= got["long"][1] < 2.9
     assert got["signalled"][0] == 10 and 0.100 <= got["signalled"][1] < 5 and got["signalled"][2] == 0
 
 # ------------------------------------------------------------------------------------- power profiles, smoothing
