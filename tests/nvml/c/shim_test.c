@@ -55,6 +55,10 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *, nvmlDevice_t *);
 nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *, nvmlDevice_t *);
 nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int, unsigned int *, nvmlDevice_t *);
 nvmlReturn_t nvmlSystemGetNvlinkBwMode(unsigned int *);
+nvmlReturn_t nvmlSystemEventSetCreate(nvmlSystemEventSetCreateRequest_v1_t *);
+nvmlReturn_t nvmlSystemRegisterEvents(nvmlSystemRegisterEventRequest_v1_t *);
+nvmlReturn_t nvmlSystemEventSetWait(nvmlSystemEventSetWaitRequest_v1_t *);
+nvmlReturn_t nvmlSystemEventSetFree(nvmlSystemEventSetFreeRequest_v1_t *);
 nvmlReturn_t nvmlSystemGetDriverVersion(char *, unsigned int);
 nvmlReturn_t nvmlSystemGetProcessName(unsigned int, char *, unsigned int);
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *);
@@ -272,6 +276,20 @@ static void exercise(void) {
         nvmlEventData_t data;
         (void)nvmlEventSetWait_v2(set, &data, 0);
         CHECK(nvmlEventSetFree(set) == NVML_SUCCESS);
+    }
+    /* A system event set (575: driver bind and unbind) made, registered, waited on for 0 ms and freed: every byte
+       of its record is written, so an allocation smaller than the record shows here. */
+    nvmlSystemEventSetCreateRequest_v1_t screate = {.version = nvmlSystemEventSetCreateRequest_v1};
+    if (nvmlSystemEventSetCreate(&screate) == NVML_SUCCESS) {
+        nvmlSystemRegisterEventRequest_v1_t reg = {.version = nvmlSystemRegisterEventRequest_v1, .set = screate.set,
+            .eventTypes = nvmlSystemEventTypeGpuDriverUnbind | nvmlSystemEventTypeGpuDriverBind};
+        (void)nvmlSystemRegisterEvents(&reg);
+        nvmlSystemEventData_v1_t sdata[2];
+        nvmlSystemEventSetWaitRequest_v1_t swait = {.version = nvmlSystemEventSetWaitRequest_v1, .timeoutms = 0,
+                                                    .set = screate.set, .data = sdata, .dataSize = 2};
+        (void)nvmlSystemEventSetWait(&swait);
+        nvmlSystemEventSetFreeRequest_v1_t sfree = {.version = nvmlSystemEventSetFreeRequest_v1, .set = screate.set};
+        CHECK(nvmlSystemEventSetFree(&sfree) == NVML_SUCCESS);
     }
     /* Garbage handles are refused, never dereferenced. */
     nvmlMemory_t m;
