@@ -197,6 +197,11 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     # A snapshot with the format's 256 GPU instance records: nothing written past the registry's
                     # tables (mig.c map_records, seed 10624's open mig.c:71): under 1 s.
                     "tests/nvml/test_sanitizers.py::test_a_full_gpu_instance_table_under_sanitizers",
+                    # Every call, and the system-wide walks over the visible GPUs (GPU sets, NVLink bandwidth mode,
+                    # handles by serial, UUID and bus id, an event set of every GPU), on a node of NV_MAX_DEVICES
+                    # (32) GPUs: a walk one past the last reads past the per-GPU tables (seed 10712's system.c:395;
+                    # kills `d < vis->count` as `<=` at system.c:174, 300, 395, events.c:147, links.c:279): < 1 s.
+                    "tests/nvml/test_sanitizers.py::test_every_call_on_a_node_of_the_most_gpus_under_sanitizers",
                     # The export table (export.c) is read only by the real nvidia-smi: its quick runs of each
                     # release judge it (the mechanical sample of seed 10601 found a loop that never ran there).
                     "tests/nvml/test_smi.py::test_each_nvidia_smi_accepts_only_its_own_release",

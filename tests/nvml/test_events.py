@@ -58,6 +58,18 @@ def test_supported_types_and_registration(nvml: Callable[..., NodeSnap], pynvml_
     n.nvmlEventSetFree(s)
 
 
+def test_supported_event_types_into_null_is_an_invalid_argument(nvml: Callable[..., NodeSnap],
+                                                                pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetSupportedEventTypes: NVML_ERROR_INVALID_ARGUMENT "if \\a eventType is NULL" (the
+    comment names the parameter eventTypes without its s, so the header-driven sweep of NULL outputs,
+    test_documented_argument_errors.py, passes it by; fresh seed 10713's events.c:90 answered UNKNOWN)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    for h in (n.nvmlDeviceGetHandleByIndex(0), n.nvmlDeviceGetHandleByIndex(7)):
+        assert lib.nvmlDeviceGetSupportedEventTypes(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
 def test_a_wait_that_is_not_a_whole_number_of_poll_steps_ends_at_its_timeout(nvml: Callable[..., NodeSnap],
                                                                              pynvml_module: ModuleType) -> None:
     """nvml.h, nvmlEventSetWait_v2: "waits ... but not longer than specified timeout". The shim waits in steps of at
@@ -323,6 +335,38 @@ def test_wait_v3_stamps_an_event_with_the_time_it_happened_in_microseconds(nvml:
     assert params.timestampUsec == 1_000_000_000
 
 
+@pytest.mark.parametrize("time_us", [0, 1])
+def test_wait_v3_answers_0_for_an_event_whose_time_is_unavailable(nvml: Callable[..., NodeSnap],
+                                                                  pynvml_module: ModuleType, tmp_path: Path,
+                                                                  time_us: int) -> None:
+    """nvml.h (615), nvmlEventSetWait_v3_t.timestampUsec: "Event timestamp in microseconds. 0 if unavailable." A
+    snapshot's event record with no time (``time_us`` 0, the format's default: docs/nvml.md) is an event whose time
+    is unavailable, so the wait delivers it stamped 0; one stamped 1 us after the epoch has a time, and is delivered
+    with it, 1. (The agent stamps every event it raises, so only a hand-written ring has an event without a time:
+    seeds 10651 and 10682's open events.c:140.) The event is on gpu0, whose UUID names it as any other GPU's does
+    (the other v3 tests wait on gpu6 and gpu2: visible index 0 was never asked)."""
+    import dataclasses
+
+    from fakehw.nvml.snapfile import write_snapshot
+
+    n = pynvml_module
+    profile = str(with_driver(tmp_path / "profile", "dgx-h100", "615.10.01"))
+    snap = nvml(profile)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    s = _event_set(lib, [n.nvmlDeviceGetHandleByIndex(0)], EVENT_DOUBLE_BIT_ECC)
+    staged = tmp_path / "staged" / "nvml.snapshot"
+    written = write_node(staged, profile, faults=[{"kind": "ecc", "device": "gpu0", "type": "dbe", "count": 1}],
+                         generation=2, first_seq=100)
+    assert written.snapshot.events
+    events = tuple(dataclasses.replace(e, time_us=time_us) for e in written.snapshot.events)
+    write_snapshot(snap.path, dataclasses.replace(written.snapshot, events=events).to_bytes())
+    params = EventSetWaitV3(timeoutMs=10000, timestampUsec=12345)
+    assert lib.nvmlEventSetWait_v3(s, ctypes.byref(params)) == 0
+    assert lib.nvmlEventSetFree(s) == 0
+    assert (params.eventType, params.uuid.decode()) == (EVENT_DOUBLE_BIT_ECC, snap.node.gpus[0].uuid)
+    assert params.timestampUsec == time_us
+
+
 def test_wait_v3_keeps_the_callers_timeout_and_answers_in_the_event_bit_format(nvml: Callable[..., NodeSnap],
                                                                              pynvml_module: ModuleType,
                                                                              tmp_path: Path) -> None:
@@ -388,6 +432,139 @@ def test_a_wait_on_a_snapshot_named_relative_to_the_working_directory_is_woken_b
         assert lib.nvmlEventSetFree(s) == 0
     finally:
         n.nvmlShutdown()
+
+
+IN_CLOSE_WRITE, IN_MOVED_TO = 0x8, 0x80
+"""inotify(7) (<sys/inotify.h>): "File opened for writing was closed", "Generated for the directory containing the new
+filename when a file is renamed"."""
+
+
+def inotify_watches() -> set[tuple[int, int, int, int]]:
+    """Every watch of this process's inotify instances as (inode, major, minor, mask) of the watched object. proc(5),
+    /proc/pid/fdinfo: an inotify descriptor has a line per watch, "inotify wd:%x ino:%lx sdev:%x mask:%x ...", the
+    inode and the kernel's device number (major in the bits above 20, linux/kdev_t.h MINORBITS) in hexadecimal."""
+    watches = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor, closed by now
+            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:inotify":
+                continue
+            for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
+                if line.startswith("inotify "):
+                    field = dict(word.split(":", 1) for word in line.split()[1:])
+                    sdev = int(field["sdev"], 16)
+                    watches.add((int(field["ino"], 16), sdev >> 20, sdev & (1 << 20) - 1, int(field["mask"], 16)))
+    return watches
+
+
+def test_a_wait_watches_the_snapshot_s_own_directory_for_the_writer_s_close_and_rename(
+        pynvml_module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/nvml.md, Events: a wait with nothing to deliver "sleeps on inotify on the snapshot's directory (the
+    writer's close after an update in place, or the rename of a new file, wakes it)". A wait blocked on a snapshot
+    named by an absolute path, from a process whose working directory is another, holds one new watch: on the
+    snapshot's directory (its inode and device, as stat(2) gives them), for IN_CLOSE_WRITE and IN_MOVED_TO at least;
+    and the double-bit error written then reaches it. (A watch of the working directory, or one missing either
+    event, still delivers at the wait's next 100 ms look, so only the watch itself tells.)"""
+    n = pynvml_module
+    snap = write_node(tmp_path / "node" / "nvml.snapshot", "dgx-h100")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    with snapshot_env(snap.path):
+        n.nvmlInit()
+    try:
+        s = _event_set(lib, [n.nvmlDeviceGetHandleByIndex(6)])
+        got: dict[str, int] = {}
+
+        def wait() -> None:
+            data = EventDataV2()
+            got["rc"] = lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 10000)
+            got["type"] = data.eventType
+
+        before = inotify_watches()
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.2)
+        new = inotify_watches() - before
+        write_node(snap.path, "dgx-h100", faults=[{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}],
+                   generation=2, first_seq=100)
+        t.join(15)
+        assert got == {"rc": 0, "type": EVENT_DOUBLE_BIT_ECC}
+        d = snap.path.parent.stat()
+        assert [w[:3] for w in new] == [(d.st_ino, os.major(d.st_dev), os.minor(d.st_dev))], new
+        assert all(w[3] & IN_CLOSE_WRITE and w[3] & IN_MOVED_TO for w in new), new
+        assert lib.nvmlEventSetFree(s) == 0
+    finally:
+        n.nvmlShutdown()
+
+
+def test_a_freed_event_set_keeps_no_inotify_instance(nvml: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlEventSetFree: "Releases events in the set". The inotify instance a set's wait opened on the
+    snapshot's directory (docs/nvml.md: the wait "sleeps on inotify on the snapshot's directory") is the set's own,
+    so freeing the set releases it: after a wait that timed out (50 ms) the process holds one inotify instance more
+    than before the set was made, and after the free as many as before (fresh seed 10713's events.c:82 kept it
+    open: one descriptor lost per set a program frees)."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    before = inotify_descriptors()
+    s = _event_set(lib, [n.nvmlDeviceGetHandleByIndex(0)])
+    data = EventDataV2()
+    assert lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 50) == n.NVML_ERROR_TIMEOUT
+    assert inotify_descriptors() == before + 1
+    assert lib.nvmlEventSetFree(s) == n.NVML_SUCCESS
+    assert inotify_descriptors() == before
+
+
+WAITS_WITHOUT_STDIN = r"""
+import contextlib, ctypes, json, os
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+assert lib.nvmlInit_v2() == 0
+h, s = ctypes.c_void_p(), ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(6, ctypes.byref(h)) == 0
+assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
+assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_TYPES), s) == 0
+with contextlib.suppress(OSError):
+    os.close(0)
+
+
+def instances():
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify":
+                lines = open(f"/proc/self/fdinfo/{fd}").read().splitlines()
+                found[fd] = [int(dict(w.split(":", 1) for w in ln.split()[1:])["ino"], 16)
+                             for ln in lines if ln.startswith("inotify ")]
+        except FileNotFoundError:  # the listing's own descriptor, closed by now
+            pass
+    return found
+
+
+data = (ctypes.c_ulonglong * 4)()
+rcs = [lib.nvmlEventSetWait_v2(s, data, 20) for _ in range(3)]
+during = instances()
+assert lib.nvmlEventSetFree(s) == 0
+print(json.dumps({"rcs": rcs, "during": during, "after": instances(),
+                  "dir": os.stat(os.path.dirname(os.environ["FAKEHW_NVML_SNAPSHOT"])).st_ino}))
+"""
+
+
+def test_a_set_s_inotify_instance_may_be_descriptor_0(node_snapshot: Callable[..., NodeSnap]) -> None:
+    """POSIX: a new file descriptor is "the lowest numbered file descriptor not currently open", so in a process that
+    closed its standard input (a daemon does) the instance a wait opens on the snapshot's directory (docs/nvml.md) is
+    descriptor 0, a descriptor like any other (inotify_init1(2): "a new file descriptor", -1 on error). Three waits
+    of 20 ms (TIMEOUT each) share that one instance, which watches the snapshot's directory, and freeing the set
+    closes it (nvml.h, nvmlEventSetFree: "Releases events in the set"). (Fresh seed 10713's events.c:173 took a
+    descriptor of 0 for no instance and watched nothing; `inotify_fd <= 0` opened another per wait, `> 0` at the
+    free kept it.)"""
+    snap = node_snapshot("dgx-h100")
+    code = WAITS_WITHOUT_STDIN.replace("EVENT_TYPES", str(EVENT_XID | EVENT_DOUBLE_BIT_ECC))
+    got = run_python(code, snap.path, timeout=60)
+    timeout = 10  # nvml.h: NVML_ERROR_TIMEOUT
+    assert got["rcs"] == [timeout] * 3
+    assert got["during"] == {"0": [got["dir"]]}, got
+    assert got["after"] == {}, got
 
 
 WAIT_WITHOUT_INOTIFY = r"""

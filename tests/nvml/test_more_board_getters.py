@@ -251,6 +251,19 @@ def test_the_system_nvlink_bandwidth_mode_of_a_process_that_sees_one_gpu(nvml: N
         assert rc == n.NVML_ERROR_NOT_SUPPORTED
 
 
+def test_the_system_nvlink_bandwidth_mode_of_a_process_that_sees_no_gpu(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSystemGetNvlinkBwMode: NOT_SUPPORTED "if GPU is not Hopper or newer architecture". A process of a
+    DGX H100 that sees none of its GPUs (FAKEHW_VISIBLE_DEVICES=none, docs/nvml.md; CUDA_VISIBLE_DEVICES alike) has
+    no Hopper GPU: the mode is not supported for it (not UNKNOWN, nvml.h's "any unexpected error"; fresh seed
+    10712's system.c:180), and the caller's variable is left as it was."""
+    n = pynvml_module
+    nvml("dgx-h100", env={"FAKEHW_VISIBLE_DEVICES": "none"})
+    assert n.nvmlDeviceGetCount() == 0
+    mode = ctypes.c_uint(0xFFFFFFFF)
+    assert library().nvmlSystemGetNvlinkBwMode(ctypes.byref(mode)) == n.NVML_ERROR_NOT_SUPPORTED
+    assert mode.value == 0xFFFFFFFF
+
+
 # --------------------------------------------------------------------------------------------- MIG by profile id
 
 
@@ -600,6 +613,9 @@ wait = Wait(ctypes.sizeof(Wait) | 1 << 24, 1000, create.set, None, 0, 99)
 ctypes.set_errno(errno.EINTR)  # left over from some earlier failed call of the caller's
 started = time.monotonic()
 out["stale"] = [lib.nvmlSystemEventSetWait(ctypes.byref(wait)), time.monotonic() - started]
+wait.timeoutms = 1998
+started = time.monotonic()
+out["long"] = [lib.nvmlSystemEventSetWait(ctypes.byref(wait)), time.monotonic() - started]
 signal.signal(signal.SIGALRM, lambda *_: None)
 signal.setitimer(signal.ITIMER_REAL, 0.01, 0.01)  # a signal every 10 ms while the wait sleeps
 wait.numEvent, wait.timeoutms = 99, 100
@@ -614,7 +630,8 @@ def test_a_system_event_wait_sleeps_its_timeout_once_whatever_errno_held_and_how
         node_snapshot: Callable[..., NodeSnap]) -> None:
     """nvmlSystemEventSetWait "sleeps till event arrives but not longer than specified timeout" (nvml.h); no driver
     binds or unbinds meanwhile, so it answers TIMEOUT (10) after its timeout: 1000 ms, one second and no more
-    (events.c:350's mutants that split the second off as ``/ 1001`` or ``% 1001``: no sleep, or two). POSIX
+    (events.c:350's mutants that split the second off as ``/ 1001`` or ``% 1001``: no sleep, or two), and 1998 ms
+    one second and 998 ms (``/ 999``: two seconds and 998 ms; ``% 999``: one second; h-csys4). POSIX
     (errno): "The value of errno should only be examined when it is indicated to be valid by a function's return
     value" and no function sets it to 0, so a caller's errno left at EINTR by an earlier failed call must not make
     a completed sleep count as an interrupted one (seed 10651's events.c:351 ``&&`` -> ``||``, which slept again
@@ -623,6 +640,7 @@ def test_a_system_event_wait_sleeps_its_timeout_once_whatever_errno_held_and_how
     snap = node_snapshot("dgx-h100")
     got = run_python(SYSTEM_WAIT_UNDER_EINTR, snap.path, timeout=30)
     assert got["stale"][0] == 10 and 1.0 <= got["stale"][1] < 1.9
+    assert got["long"][0] == 10 and 1.998 <= got["long"][1] < 2.9
     assert got["signalled"][0] == 10 and 0.100 <= got["signalled"][1] < 5 and got["signalled"][2] == 0
 
 # ------------------------------------------------------------------------------------- power profiles, smoothing
@@ -753,6 +771,51 @@ def test_a_running_process_is_named_by_its_first_argument(nvml: Nvml, pynvml_mod
             assert buf.value.decode() == long_name[:length - 1]
     finally:
         for child in children:
+            child.kill()
+            child.wait()
+
+
+def test_a_process_name_is_its_first_argument_cropped_at_every_length(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlSystemGetProcessName: the name is "cropped to provided length", ``length`` being "the maximum
+    allowed length of the string returned in name", so into ``length`` bytes it is the first ``length - 1``
+    characters of the name and a terminator, and nothing is written past them. proc(5): the name is the first of
+    the NUL-ended arguments in /proc/<pid>/cmdline, which has no size limit. Asked at every length from 1 to past
+    the whole name, for two children of /bin/sleep: one whose first argument is 9,000 characters (the name crosses
+    however the library reads the file in pieces, so each piece's crop is met at every offset), and one named
+    "sleep" whose later arguments fill 9,000 bytes (GNU sleep sums its arguments: ``sleep 30 000000000 ...``), whose
+    name must stop at its first NUL whatever follows in later pieces. A canary after each ``length`` bytes must
+    stay. And with the largest length an unsigned int allows (no crop at all) each name comes back whole. (An
+    earlier test asked only 8, 100 and 8,192 bytes and a single argument.)"""
+    import subprocess
+
+    nvml("dgx-h100")
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    long_name = "y" * 9000
+    cases = [(long_name, subprocess.Popen([long_name, "30"], executable=sleep)),
+             ("sleep", subprocess.Popen(["sleep", "30", *["0" * 9] * 900]))]
+    get_name = library().nvmlSystemGetProcessName
+    canary = b"\xab" * 16
+    try:
+        for name, child in cases:
+            cmdline = Path(f"/proc/{child.pid}/cmdline")
+            while not cmdline.read_bytes().startswith(name.encode() + b"\0"):  # the exec has replaced the fork
+                time.sleep(0.01)
+            assert len(cmdline.read_bytes()) > 9000
+            pid = ctypes.c_uint(child.pid)
+            buf = ctypes.create_string_buffer(len(name) + 3 + len(canary))
+            for length in range(1, len(name) + 3):
+                ctypes.memset(buf, 0xAB, len(buf))
+                assert get_name(pid, buf, ctypes.c_uint(length)) == pynvml_module.NVML_SUCCESS, length
+                expected = name.encode()[:length - 1]
+                assert buf.raw[:len(expected) + 1] == expected + b"\0", length
+                assert buf.raw[length:length + len(canary)] == canary, length
+            # the most a caller can allow (an unsigned int's 2**32 - 1: no crop), in a buffer the name fits
+            ctypes.memset(buf, 0xAB, len(buf))
+            assert get_name(pid, buf, ctypes.c_uint(2**32 - 1)) == pynvml_module.NVML_SUCCESS
+            assert buf.raw[:len(name) + 1 + len(canary)] == name.encode() + b"\0" + canary
+    finally:
+        for _, child in cases:
             child.kill()
             child.wait()
 
@@ -909,6 +972,28 @@ def test_confidential_computing_is_off_on_the_captured_systems(nvml: Nvml, pynvm
                  "nvmlSystemGetConfComputeGpusReadyState", "nvmlSystemGetConfComputeSettings",
                  "nvmlSystemGetConfComputeKeyRotationThresholdInfo"):
         assert getattr(lib, name)(None) == n.NVML_ERROR_INVALID_ARGUMENT, name
+
+
+def test_the_key_rotation_threshold_of_a_system_without_confidential_computing_is_not_supported(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlSystemGetConfComputeKeyRotationThresholdInfo gets the "Conf Computing key rotation threshold",
+    a setting of confidential computing, and answers NOT_SUPPORTED "if this query is not supported by the device";
+    confidential computing is off on the captured H100 (cc_protected_memory_usage total 0 MiB), so a caller with the
+    right struct (nvmlConfComputeGetKeyRotationThresholdInfo_v1: a version word and an unsigned long long, 16
+    bytes) is told NOT_SUPPORTED, not UNKNOWN ("on any unexpected error"), and its attackerAdvantage is left alone
+    (had it answered SUCCESS, the value would be between nvml.h's NVML_CC_KEY_ROTATION_THRESHOLD_ATTACKER_ADVANTAGE
+    _MIN 50 and _MAX 65). No earlier test passed the right version, so the answer itself was never read."""
+    assert board_capture("h100")["/cc_protected_memory_usage/total"] == "0 MiB"
+    n = pynvml_module
+    nvml("dgx-h100")
+
+    class Info(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint), ("attackerAdvantage", ctypes.c_ulonglong)]
+
+    assert ctypes.sizeof(Info) == 16
+    info = Info(struct_version(16, 1), 7)
+    assert library().nvmlSystemGetConfComputeKeyRotationThresholdInfo(ctypes.byref(info)) == n.NVML_ERROR_NOT_SUPPORTED
+    assert info.attackerAdvantage == 7
 
 
 @pytest.mark.parametrize(("profile", "hopper_or_newer"), [("dgx-h100", True), ("dgx-a100", False)])

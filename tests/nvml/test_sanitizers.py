@@ -13,9 +13,12 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from fakehw.model.loader import builtin_dir
 from fakehw.nvml import layout
 from fakehw.nvml.build import CSRC, SANITIZER_CFLAGS, c_sources, generate, generated_sources
 from fakehw.nvml.snapfile import write_snapshot
@@ -87,6 +90,34 @@ def test_every_call_under_sanitizers(harness: Path, snapshots: tuple[Path, Path,
     h100 = (node_snapshot("dgx-h100").path,
             node_snapshot("dgx-h100", faults=[{"kind": "thermal", "device": "gpu0", "temperature_c": 95}]).path, work)
     run(harness, "calls", h100, "x" * 5000)
+
+
+def test_every_call_on_a_node_of_the_most_gpus_under_sanitizers(harness: Path, node_snapshot: Callable[..., NodeSnap],
+                                                                tmp_path: Path) -> None:
+    """Every call (as above, with the system-wide walks over every visible GPU: GPU sets per CPU, the NVLink
+    bandwidth mode, handles by a serial, UUID and bus id no GPU has, an event set holding every GPU) on a node of
+    NV_MAX_DEVICES GPUs, the most NVIDIA's driver presents in one system (nv-reg.h; layout.MAX_GPUS, the format's
+    bound, is that number): 32 Hopper PCIe cards (H200 NVL) over four host bridges. Every per-GPU table of the
+    shim is full, so a walk over the visible GPUs that runs one too far (`d < count` as `<=`, which on a smaller
+    node reads the -1 of an unused slot and skips it) reads past its array, which only UBSan's bounds check sees
+    (fresh seed 10712's system.c:395, the GPU set's walk)."""
+    doc: dict[str, Any] = yaml.safe_load((builtin_dir() / "edge-pcie.yaml").read_text())
+    doc["name"] = "pcie-most-gpus"
+    node = doc["groups"][0]["node"]
+    buses = (0x10, 0x50, 0x90, 0xD0)
+    node["pcie"] = {"hostBridges": [{"name": f"hb{i}", "numa": i // 2, "bus": b} for i, b in enumerate(buses)],
+                    "switches": []}
+    node["gpus"] = [{"name": f"gpu{k}", "sku": "h200-nvl-141gb", "bus": f"0000:{buses[k % 4] + 1 + k // 4:02x}:00.0",
+                     "parent": f"hb{k % 4}"} for k in range(layout.MAX_GPUS)]
+    node["nics"] = []
+    profile = tmp_path / "pcie-most-gpus.yaml"
+    profile.write_text(yaml.safe_dump(doc, sort_keys=False))
+    work = tmp_path / "most"
+    work.mkdir()
+    a = node_snapshot(profile)
+    assert len(a.snapshot.gpus) == layout.MAX_GPUS == 32
+    b = node_snapshot(profile, faults=[{"kind": "thermal", "device": "gpu0", "temperature_c": 95}])
+    run(harness, "calls", (a.path, b.path, work), "x")
 
 
 def test_readers_never_see_a_half_written_snapshot(harness: Path, snapshots: tuple[Path, Path, Path]) -> None:

@@ -52,6 +52,13 @@ nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t, unsigned int, unsigned int 
 nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t, unsigned int, unsigned int *, unsigned int *);
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *, nvmlDevice_t *);
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *, nvmlDevice_t *);
+nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *, nvmlDevice_t *);
+nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int, unsigned int *, nvmlDevice_t *);
+nvmlReturn_t nvmlSystemGetNvlinkBwMode(unsigned int *);
+nvmlReturn_t nvmlSystemEventSetCreate(nvmlSystemEventSetCreateRequest_v1_t *);
+nvmlReturn_t nvmlSystemRegisterEvents(nvmlSystemRegisterEventRequest_v1_t *);
+nvmlReturn_t nvmlSystemEventSetWait(nvmlSystemEventSetWaitRequest_v1_t *);
+nvmlReturn_t nvmlSystemEventSetFree(nvmlSystemEventSetFreeRequest_v1_t *);
 nvmlReturn_t nvmlSystemGetDriverVersion(char *, unsigned int);
 nvmlReturn_t nvmlSystemGetProcessName(unsigned int, char *, unsigned int);
 nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *);
@@ -333,6 +340,42 @@ static void exercise(void) {
         exercise_gpm(d);
     }
     exercise_export_table(devs, count);
+    /* The system-wide calls that walk every visible GPU (a GPU set per CPU, the NVLink bandwidth mode, a handle by
+       a serial, UUID or bus id no GPU has, an event set holding every GPU waited on): on a node of FHW_MAX_GPUS
+       GPUs (test_sanitizers.py's NV_MAX_DEVICES node) a walk one past the last reads past the per-GPU tables. */
+    for (unsigned int cpu = 0; cpu < 4; cpu++) {
+        nvmlDevice_t gpus[FHW_MAX_GPUS];
+        unsigned int n = FHW_MAX_GPUS;
+        (void)nvmlSystemGetTopologyGpuSet(cpu, &n, gpus);
+    }
+    unsigned int bw;
+    (void)nvmlSystemGetNvlinkBwMode(&bw);
+    nvmlDevice_t none;
+    (void)nvmlDeviceGetHandleBySerial("no such serial", &none);
+    (void)nvmlDeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000", &none);
+    (void)nvmlDeviceGetHandleByPciBusId_v2("0000:ff:1f.7", &none);
+    nvmlEventSet_t set;
+    if (nvmlEventSetCreate(&set) == NVML_SUCCESS) {
+        for (unsigned int i = 0; i < count; i++)
+            (void)nvmlDeviceRegisterEvents(devs[i], nvmlEventTypeXidCriticalError, set);
+        nvmlEventData_t data;
+        (void)nvmlEventSetWait_v2(set, &data, 0);
+        CHECK(nvmlEventSetFree(set) == NVML_SUCCESS);
+    }
+    /* A system event set (575: driver bind and unbind) made, registered, waited on for 0 ms and freed: every byte
+       of its record is written, so an allocation smaller than the record shows here. */
+    nvmlSystemEventSetCreateRequest_v1_t screate = {.version = nvmlSystemEventSetCreateRequest_v1};
+    if (nvmlSystemEventSetCreate(&screate) == NVML_SUCCESS) {
+        nvmlSystemRegisterEventRequest_v1_t reg = {.version = nvmlSystemRegisterEventRequest_v1, .set = screate.set,
+            .eventTypes = nvmlSystemEventTypeGpuDriverUnbind | nvmlSystemEventTypeGpuDriverBind};
+        (void)nvmlSystemRegisterEvents(&reg);
+        nvmlSystemEventData_v1_t sdata[2];
+        nvmlSystemEventSetWaitRequest_v1_t swait = {.version = nvmlSystemEventSetWaitRequest_v1, .timeoutms = 0,
+                                                    .set = screate.set, .data = sdata, .dataSize = 2};
+        (void)nvmlSystemEventSetWait(&swait);
+        nvmlSystemEventSetFreeRequest_v1_t sfree = {.version = nvmlSystemEventSetFreeRequest_v1, .set = screate.set};
+        CHECK(nvmlSystemEventSetFree(&sfree) == NVML_SUCCESS);
+    }
     /* Garbage handles are refused, never dereferenced. */
     nvmlMemory_t m;
     CHECK(nvmlDeviceGetMemoryInfo((nvmlDevice_t)(uintptr_t)0x1234, &m) == NVML_ERROR_INVALID_ARGUMENT);
