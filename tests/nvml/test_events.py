@@ -11,7 +11,7 @@ import ctypes
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -393,6 +393,27 @@ def inotify_descriptors() -> int:
     return count
 
 
+@contextlib.contextmanager
+def gpu6_dbe_written_during_a_wait(lib: ctypes.CDLL, event_set: ctypes.c_void_p, snapshot: Path) -> Iterator[None]:
+    """A thread waits (up to 10 s) on ``event_set``; the body runs 0.2 s into the wait, while it sleeps; then a
+    double-bit error on gpu6 is written to the dgx-h100 ``snapshot`` and the wait must return it."""
+    got: dict[str, int] = {}
+
+    def wait() -> None:
+        data = EventDataV2()
+        got["rc"] = lib.nvmlEventSetWait_v2(event_set, ctypes.byref(data), 10000)
+        got["type"] = data.eventType
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.2)
+    yield
+    write_node(snapshot, "dgx-h100", faults=[{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}],
+               generation=2, first_seq=100)
+    t.join(15)
+    assert got == {"rc": 0, "type": EVENT_DOUBLE_BIT_ECC}
+
+
 def test_a_wait_on_a_snapshot_named_relative_to_the_working_directory_is_woken_by_its_writer(
         pynvml_module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """FAKEHW_NVML_SNAPSHOT may name the file relative to the working directory, as any path (POSIX path
@@ -409,22 +430,9 @@ def test_a_wait_on_a_snapshot_named_relative_to_the_working_directory_is_woken_b
     n.nvmlInit()
     try:
         s = _event_set(lib, [n.nvmlDeviceGetHandleByIndex(6)])
-        got: dict[str, int] = {}
-
-        def wait() -> None:
-            data = EventDataV2()
-            got["rc"] = lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 10000)
-            got["type"] = data.eventType
-
         watches = inotify_descriptors()
-        t = threading.Thread(target=wait)
-        t.start()
-        time.sleep(0.2)
-        watching = inotify_descriptors()
-        write_node(snap.path, "dgx-h100", faults=[{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}],
-                   generation=2, first_seq=100)
-        t.join(15)
-        assert got == {"rc": 0, "type": EVENT_DOUBLE_BIT_ECC}
+        with gpu6_dbe_written_during_a_wait(lib, s, snap.path):
+            watching = inotify_descriptors()
         assert watching == watches + 1
         v2 = EventDataV2()
         assert lib.nvmlEventSetWait_v2(s, ctypes.byref(v2), 1000) == 0
@@ -474,22 +482,9 @@ def test_a_wait_watches_the_snapshot_s_own_directory_for_the_writer_s_close_and_
         n.nvmlInit()
     try:
         s = _event_set(lib, [n.nvmlDeviceGetHandleByIndex(6)])
-        got: dict[str, int] = {}
-
-        def wait() -> None:
-            data = EventDataV2()
-            got["rc"] = lib.nvmlEventSetWait_v2(s, ctypes.byref(data), 10000)
-            got["type"] = data.eventType
-
         before = inotify_watches()
-        t = threading.Thread(target=wait)
-        t.start()
-        time.sleep(0.2)
-        new = inotify_watches() - before
-        write_node(snap.path, "dgx-h100", faults=[{"kind": "ecc", "device": "gpu6", "type": "dbe", "count": 1}],
-                   generation=2, first_seq=100)
-        t.join(15)
-        assert got == {"rc": 0, "type": EVENT_DOUBLE_BIT_ECC}
+        with gpu6_dbe_written_during_a_wait(lib, s, snap.path):
+            new = inotify_watches() - before
         d = snap.path.parent.stat()
         assert [w[:3] for w in new] == [(d.st_ino, os.major(d.st_dev), os.minor(d.st_dev))], new
         assert all(w[3] & IN_CLOSE_WRITE and w[3] & IN_MOVED_TO for w in new), new
