@@ -117,11 +117,18 @@ def with_driver(tmp: Path, profile: str, version: str) -> Path:
 def dgx_h100_with_mig_gpu7(tmp: Path) -> Path:
     """dgx-h100's profile with its gpu7 (module 2) running two 3g.40gb GPU instances: a Hopper MIG GPU beside seven
     GPUs with MIG off (dgx-a100's gpu7 is the Ampere one)."""
+    return dgx_h100_with_mig(tmp, {"2": "[3g.40gb, 3g.40gb]"})
+
+def dgx_h100_with_mig(tmp: Path, instances_by_module: dict[str, str]) -> Path:
+    """dgx-h100's profile with MIG on in the GPUs of the given module ids (gpu6 is module 4, gpu7 module 2), each
+    running the GPU instances given in the profile's list syntax."""
     text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-h100.yaml").read_text()
-    gpu7 = "moduleId: 2}"
-    assert text.count(gpu7) == 1
+    for module, instances in instances_by_module.items():
+        assert text.count(f"moduleId: {module}}}") == 1
+        mig = f"mig: {{enabled: true, instances: {instances}}}"
+        text = text.replace(f"moduleId: {module}}}", f"moduleId: {module}, {mig}}}")
     profile = tmp / "dgx-h100-mig.yaml"
-    profile.write_text(text.replace(gpu7, "moduleId: 2, mig: {enabled: true, instances: [3g.40gb, 3g.40gb]}}"))
+    profile.write_text(text)
     return profile
 
 

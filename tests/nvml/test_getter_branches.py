@@ -31,7 +31,14 @@ import pytest
 
 from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml import references
-from tests.nvml.helpers import NodeSnap, dgx_h100_with_mig_gpu7, pcie_rate_metrics, run_python, write_node
+from tests.nvml.helpers import (
+    NodeSnap,
+    dgx_h100_with_mig,
+    dgx_h100_with_mig_gpu7,
+    pcie_rate_metrics,
+    run_python,
+    write_node,
+)
 from tests.nvml.test_pynvml import board_state, boards_state, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -532,6 +539,7 @@ def test_a_gpm_sample_of_a_gpu_instance_the_gpu_does_not_have_is_not_taken(nvml:
         n.nvmlGpmSampleFree(sample)
 
 
+
 def test_a_gpm_sample_of_another_gpu_s_gpu_instance_is_not_taken(nvml: Nvml, pynvml_module: ModuleType,
                                                                  tmp_path: Path) -> None:
     """nvml.h, nvmlGpmMigSampleGet(device, gpuInstanceId, ...): a sample of "a MIG GPU Instance" of ``device``, named
@@ -541,14 +549,7 @@ def test_a_gpm_sample_of_another_gpu_s_gpu_instance_is_not_taken(nvml: Nvml, pyn
     GPU samples each of its own instances (the ids its MIG devices give), and gpu6 samples none of the ids only gpu7
     has, the one of gpu7's first instance included."""
     n = pynvml_module
-    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-h100.yaml").read_text()
-    for module, instances in (("4", "[3g.40gb, 3g.40gb]"), ("2", "[1g.10gb, 1g.10gb, 1g.10gb, 2g.20gb]")):
-        assert text.count(f"moduleId: {module}}}") == 1
-        mig = f"mig: {{enabled: true, instances: {instances}}}"
-        text = text.replace(f"moduleId: {module}}}", f"moduleId: {module}, {mig}}}")
-    profile = tmp_path / "dgx-h100-mig-gpu6-gpu7.yaml"
-    profile.write_text(text)
-    nvml(str(profile))
+    nvml(str(dgx_h100_with_mig(tmp_path, {"4": "[3g.40gb, 3g.40gb]", "2": "[1g.10gb, 1g.10gb, 1g.10gb, 2g.20gb]"})))
     hs = handles(n)
 
     def instance_ids(gpu: int, count: int) -> set[int]:
@@ -570,6 +571,21 @@ def test_a_gpm_sample_of_another_gpu_s_gpu_instance_is_not_taken(nvml: Nvml, pyn
     assert refused == dict.fromkeys(sorted(seven - six), n.NVML_ERROR_NOT_FOUND)
     assert {gid: error_of(partial(n.nvmlDeviceGetGpuInstanceById, hs[6], gid)) for gid in sorted(seven - six)} == \
         refused
+
+
+def test_a_mig_gpu_without_mig_devices_finds_none_at_index_0_when_the_next_gpu_has_one(
+        nvml: Nvml, pynvml_module: ModuleType, tmp_path: Path) -> None:
+    """nvml.h, nvmlDeviceGetMigDeviceHandleByIndex: NOT_FOUND "if no valid MIG device was found at index". dgx-h100
+    with MIG on in gpu6 and no GPU instance made there (nvidia-smi mig -lgi: "No GPU instances found"), and gpu7 (the
+    next GPU) running one 7g.80gb: gpu6 has no MIG device at index 0 although gpu7 has one there (a search one record
+    past gpu6's own finds gpu7's)."""
+    n = pynvml_module
+    nvml(str(dgx_h100_with_mig(tmp_path, {"4": "[]", "2": "[7g.80gb]"})))
+    hs = handles(n)
+    assert n.nvmlDeviceGetMigMode(hs[6])[0] == n.NVML_DEVICE_MIG_ENABLE
+    seven = n.nvmlDeviceGetMigDeviceHandleByIndex(hs[7], 0)
+    assert n.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(seven) is not None
+    assert error_of(partial(n.nvmlDeviceGetMigDeviceHandleByIndex, hs[6], 0)) == n.NVML_ERROR_NOT_FOUND
 
 
 def test_gpm_streaming_set_on_a_hopper_gpu_is_the_state_it_then_reports(nvml: Nvml, pynvml_module: ModuleType) -> None:
