@@ -172,8 +172,10 @@ def _request(n: ModuleType, first: object, second: object, ids: list[int]) -> tu
     return code, [request.metrics[i].nvmlReturn for i in range(len(ids))]
 
 
-def _gpm_call(n: ModuleType, first: object, second: object, ids: list[int]) -> tuple[int, ctypes.Structure]:
-    """nvmlGpmMetricsGet of ``ids`` from ``first`` and ``second``: the call's code and the request it filled."""
+def _gpm_call(n: ModuleType, first: object, second: object, ids: list[int],
+              after: int | None = None) -> tuple[int, ctypes.Structure]:
+    """nvmlGpmMetricsGet of ``ids`` from ``first`` and ``second``: the call's code and the request it filled.
+    ``after``: the slot past the ``ids`` asks for this metric id too, with a return code no call gives (0xDEAD)."""
 
     class Request(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint), ("numMetrics", ctypes.c_uint), ("sample1", ctypes.c_void_p),
@@ -186,6 +188,9 @@ def _gpm_call(n: ModuleType, first: object, second: object, ids: list[int]) -> t
                       sample2=pointer(second))
     for i, metric in enumerate(ids):
         request.metrics[i].metricId = metric
+    if after is not None:
+        request.metrics[len(ids)].metricId = after
+        request.metrics[len(ids)].nvmlReturn = 0xDEAD
     code = library().nvmlGpmMetricsGet(ctypes.byref(request))
     return code, request
 
@@ -219,6 +224,28 @@ def test_gpm_metrics_need_two_samples_of_one_gpu_taken_in_order(nvml: Nvml, pynv
     finally:
         for s in (a, b, other, blank):
             n.nvmlGpmSampleFree(s)
+
+
+def test_gpm_metrics_past_num_metrics_are_left_as_the_caller_set_them(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlGpmMetricsGet_t: numMetrics is "How many metrics to retrieve in metrics[]" (IN), of
+    the array's NVML_GPM_METRIC_MAX slots: the slots after them are not the call's to answer. A request for SM
+    utilization alone, with the next slot holding another metric id and a return code no call gives, leaves that
+    slot as it was."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    hs = handles(n)
+    a, b = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    try:
+        n.nvmlGpmSampleGet(hs[0], a)
+        n.nvmlGpmSampleGet(hs[0], b)
+        code, request = _gpm_call(n, a, b, [n.NVML_GPM_METRIC_SM_UTIL], after=n.NVML_GPM_METRIC_GRAPHICS_UTIL)
+    finally:
+        n.nvmlGpmSampleFree(a)
+        n.nvmlGpmSampleFree(b)
+    assert code == n.NVML_SUCCESS and request.metrics[0].nvmlReturn == n.NVML_SUCCESS
+    past = request.metrics[1]
+    graphics = n.NVML_GPM_METRIC_GRAPHICS_UTIL
+    assert (past.metricId, past.nvmlReturn, past.metricInfo.shortName) == (graphics, 0xDEAD, None)
 
 
 def test_pcie_byte_counters_keep_counting_when_a_new_generation_lowers_the_rate(
