@@ -511,14 +511,19 @@ def test_a_freed_event_set_keeps_no_inotify_instance(nvml: Callable[..., NodeSna
     assert inotify_descriptors() == before
 
 
-WAITS_WITHOUT_STDIN = r"""
-import contextlib, ctypes, json, os
+GPU6_EVENT_SET = """
 lib = ctypes.CDLL("libnvidia-ml.so.1")
 assert lib.nvmlInit_v2() == 0
 h, s = ctypes.c_void_p(), ctypes.c_void_p()
 assert lib.nvmlDeviceGetHandleByIndex_v2(6, ctypes.byref(h)) == 0
 assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
 assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_TYPES), s) == 0
+"""
+"""The start of the scripts below (after their imports): the library, and a set holding gpu6 for EVENT_TYPES."""
+
+WAITS_WITHOUT_STDIN = r"""
+import contextlib, ctypes, json, os
+""" + GPU6_EVENT_SET + r"""
 with contextlib.suppress(OSError):
     os.close(0)
 
@@ -564,13 +569,8 @@ def test_a_set_s_inotify_instance_may_be_descriptor_0(node_snapshot: Callable[..
 
 WAIT_WITHOUT_INOTIFY = r"""
 import ctypes, json, os, resource, threading, time
+""" + GPU6_EVENT_SET + r"""
 path = os.environ["FAKEHW_NVML_SNAPSHOT"]
-lib = ctypes.CDLL("libnvidia-ml.so.1")
-assert lib.nvmlInit_v2() == 0
-h, s = ctypes.c_void_p(), ctypes.c_void_p()
-assert lib.nvmlDeviceGetHandleByIndex_v2(6, ctypes.byref(h)) == 0
-assert lib.nvmlEventSetCreate(ctypes.byref(s)) == 0
-assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_TYPES), s) == 0
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 lowest = os.dup(0)
 os.close(lowest)
