@@ -6,7 +6,6 @@ import contextlib
 import json
 import socket
 import stat
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from fakehw.agent.client import AgentClient, AgentRequestError
-from fakehw.agent.main import run_agent
 from fakehw.agent.server import MAX_BODY
 from fakehw.model import load_profile
+from tests.agent_thread import agent_thread
 
 NODE = "dgx-h100-0"
 TOKEN = "s3cret-token-0123456789"
@@ -30,23 +29,13 @@ def _free_port() -> int:
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    ready, stop = threading.Event(), threading.Event()
     port = _free_port()
     sock = tmp_path / "agent.sock"
-    thread = threading.Thread(
-        target=run_agent,
-        kwargs={"system": load_profile("dgx-h100"), "state_dir": tmp_path, "socket_path": sock,
-                "listen": f"127.0.0.1:{port}", "token": TOKEN, "ready": ready, "stop": stop,
-                # These tests speak HTTP and read no node's files: none are made (an eager dgx-h100 tree is ~48,000
-                # entries, seconds of CPU per test).
-                "files": "on-demand"},
-        daemon=True,
-    )
-    thread.start()
-    assert ready.wait(120), "the agent did not come up"
-    yield sock, port
-    stop.set()
-    thread.join(10)
+    # These tests speak HTTP and read no node's files: none are made (an eager dgx-h100 tree is ~48,000 entries,
+    # seconds of CPU per test).
+    with agent_thread(system=load_profile("dgx-h100"), state_dir=tmp_path, socket_path=sock,
+                      listen=f"127.0.0.1:{port}", token=TOKEN, files="on-demand"):
+        yield sock, port
     assert not sock.exists(), "the socket is removed on shutdown"
 
 
@@ -169,13 +158,8 @@ def test_files_a_change_replaced_are_closed_once_it_is_answered(tmp_path: Path) 
     """A render replaces files by rename and closes their last handle off the answer's path (Releaser): the
     server closes them on the thread that answered, right after the answer, so an agent whose injections are
     answered holds no replaced file open (their pages stay allocated while it does, and a full disk stays full)."""
-    ready, stop = threading.Event(), threading.Event()
-    thread = threading.Thread(target=run_agent, daemon=True, kwargs={
-        "system": load_profile("edge-pcie"), "state_dir": tmp_path / "state", "socket_path": tmp_path / "agent.sock",
-        "ready": ready, "stop": stop})
-    thread.start()
-    try:
-        assert ready.wait(120), "the agent did not come up"
+    with agent_thread(system=load_profile("edge-pcie"), state_dir=tmp_path / "state",
+                      socket_path=tmp_path / "agent.sock"):
         client = AgentClient(tmp_path / "agent.sock")
         for _ in range(3):
             client.inject("edge-0", "xid", "gpu1", code=13)
@@ -183,6 +167,3 @@ def test_files_a_change_replaced_are_closed_once_it_is_answered(tmp_path: Path) 
         while replaced_files_held(tmp_path) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert replaced_files_held(tmp_path) == []
-    finally:
-        stop.set()
-        thread.join(10)

@@ -12,7 +12,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from typing import Any
 import pytest
 import yaml
 
-from fakehw.agent.main import run_agent
 from fakehw.model import load_profile
 from fakehw.model.loader import builtin_dir
 from fakehw.views.k8s_topology import node_resource_topology, resource_slice
@@ -36,6 +34,7 @@ from testbed.kubernetes.manifests import (
     kind_config,
     node_env,
 )
+from tests.agent_thread import agent_thread
 
 
 def _plan(tmp_path: Path, profile: str = "dgx-h100", nodes: int | None = None) -> ClusterPlan:
@@ -191,15 +190,8 @@ def test_kind_up_names_what_is_missing(tmp_path: Path, monkeypatch: pytest.Monke
 def agent_socket(tmp_path: Path) -> Iterator[Path]:
     """An agent serving gh200 on a unix socket. It renders no node files (``files="on-demand"``): its test drives
     the API through the kubectl transport and reads no file (the eager render wrote ~14,500 entries to disk)."""
-    ready, stop = threading.Event(), threading.Event()
-    thread = threading.Thread(target=run_agent, kwargs={"system": load_profile("gh200"), "state_dir": tmp_path,
-                                                        "ready": ready, "stop": stop, "files": "on-demand"},
-                              daemon=True)
-    thread.start()
-    assert ready.wait(120), "the agent did not come up"
-    yield tmp_path / "agent.sock"
-    stop.set()
-    thread.join(10)
+    with agent_thread(system=load_profile("gh200"), state_dir=tmp_path, files="on-demand"):
+        yield tmp_path / "agent.sock"
 
 
 def test_the_kubectl_exec_transport_drives_a_real_agent(agent_socket: Path, tmp_path: Path) -> None:
