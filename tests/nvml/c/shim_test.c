@@ -169,6 +169,18 @@ static void update_in_place(const unsigned char *data, size_t size) {
    `text[32] = '\0'` made text[33], one past the 33-byte copy); the device slots get one unsigned int, or a string
    buffer of the size they are told; the process slots entries of 4128 bytes for the capacity they are told. */
 typedef nvmlReturn_t (*export_slot_t)(void *, void *, void *, void *);
+
+/* The device's 32-byte bus id in a heap block of exactly that size (a read past it is AddressSanitizer's), or NULL
+   when the device has none. */
+static char *bus_id_record(nvmlDevice_t device) {
+    nvmlPciInfo_t pci;
+    if (nvmlDeviceGetPciInfo_v3(device, &pci) != NVML_SUCCESS) return NULL;
+    char *record = malloc(32);
+    CHECK(record != NULL);
+    memcpy(record, pci.busId, 32);
+    return record;
+}
+
 static void exercise_export_table(nvmlDevice_t *devs, unsigned int count) {
     static const unsigned char guid[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
                                            0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
@@ -179,17 +191,11 @@ static void exercise_export_table(nvmlDevice_t *devs, unsigned int count) {
     for (size_t n = 1; n < slots && n < 256; n++) slot[n] = (export_slot_t)(uintptr_t)table[n];
     CHECK(slots > 249 && slot[23] != NULL);
     for (unsigned int i = 0; i < count; i++) {
-        nvmlPciInfo_t pa;
-        if (nvmlDeviceGetPciInfo_v3(devs[i], &pa) != NVML_SUCCESS) continue;
-        char *a = malloc(32);
-        CHECK(a != NULL);
-        memcpy(a, pa.busId, 32);
+        char *a = bus_id_record(devs[i]);
+        if (a == NULL) continue;
         for (unsigned int j = 0; j < count; j++) {
-            nvmlPciInfo_t pb;
-            if (nvmlDeviceGetPciInfo_v3(devs[j], &pb) != NVML_SUCCESS) continue;
-            char *b = malloc(32);
-            CHECK(b != NULL);
-            memcpy(b, pb.busId, 32);
+            char *b = bus_id_record(devs[j]);
+            if (b == NULL) continue;
             int cell = -1;
             nvmlReturn_t r = slot[23](a, b, &cell, NULL);
             CHECK(r == NVML_ERROR_NOT_SUPPORTED || (r == NVML_SUCCESS && cell >= 0));
