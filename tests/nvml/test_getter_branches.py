@@ -31,6 +31,7 @@ import pytest
 
 from fakehw.nvml.snapfile import write_snapshot
 from tests.nvml import references
+from tests.nvml.captures import capture_dir
 from tests.nvml.helpers import (
     NodeSnap,
     dgx_h100_with_mig,
@@ -745,6 +746,31 @@ def test_a_power_scope_past_nvml_h_s_count_is_an_invalid_argument(nvml: Nvml, py
             assert _field(n, h, fid, 0)[0] == n.NVML_SUCCESS, (profile, fid)
             for scope in (4, 0xFFFFFFFF):
                 assert _field(n, h, fid, scope)[0] == n.NVML_ERROR_INVALID_ARGUMENT, (profile, fid, scope)
+
+
+def test_the_gpu_base_power_scope_is_a_scope_no_captured_board_supports(nvml: Nvml,
+                                                                       pynvml_module: ModuleType) -> None:
+    """nvml.h 13.4.92 defines NVML_POWER_SCOPE_GPU_BASE (3U, "Targets base GPU power"), below
+    NVML_POWER_SCOPE_COUNT (4U), and the power fields' comment says what it retrieves ("GPU base Power metrics ...
+    Only supports _MIN_LIMIT, _MAX_LIMIT, _DEFAULT_LIMIT, and _CURRENT_LIMIT fields"): scope 3 names a scope, so
+    it is not an invalid argument. None of the seven captured boards' ``nvidia-smi -q -x`` (driver 570-595) has a
+    base power section beside its GPU, module and memory power readings, so no board here meters it: every power
+    field (185-192) with scope 3 is NVML_ERROR_NOT_SUPPORTED ("device doesn't support this feature"), on a GB200
+    and an H100 alike. (Before this test the fake refused scope 3 as INVALID_ARGUMENT, as if nvml.h ended the
+    scopes at MEMORY.)"""
+    captures = capture_dir()
+    assert captures is not None, "../shared/reference/captures is missing"
+    xmls = sorted(captures.glob("qx-*.xml"))
+    assert len(xmls) == 7, xmls
+    for capture in xmls:
+        sections = set(re.findall(r"<([a-z_]*power_readings)>", capture.read_text()))
+        assert sections <= {"gpu_power_readings", "module_power_readings", "gpu_memory_power_readings"}, sections
+    n = pynvml_module
+    for profile in ("gb200-nvl72", "dgx-h100"):
+        nvml(profile)
+        h = handles(n)[0]
+        for fid in range(185, 193):
+            assert _field(n, h, fid, 3)[0] == n.NVML_ERROR_NOT_SUPPORTED, (profile, fid)
 
 
 

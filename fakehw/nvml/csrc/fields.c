@@ -330,6 +330,10 @@ static int f_power(fhw_ctx_t *c, unsigned int id, unsigned int scope, fv_answer_
         if (id == FI_POWER_AVERAGE && FHW_ANSWER(c, FHW_ANS_MEMORY_POWER) == NVML_SUCCESS)
             answer_u(a, VT_UINT, g->memory_power_mw);
         else answer_code(a, NVML_ERROR_NOT_SUPPORTED);
+    } else if (scope < NVML_POWER_SCOPE_COUNT) {
+        /* NVML_POWER_SCOPE_GPU_BASE: a scope nvml.h defines, whose "GPU base Power metrics" no board here reports
+         * (no capture has a base power section): the device does not support it, the scope is not invalid. */
+        answer_code(a, NVML_ERROR_NOT_SUPPORTED);
     } else {
         answer_code(a, NVML_ERROR_INVALID_ARGUMENT);
     }

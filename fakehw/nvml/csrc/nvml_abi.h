@@ -1010,6 +1010,8 @@ typedef struct {
 #define NVML_POWER_SCOPE_GPU 0U
 #define NVML_POWER_SCOPE_MODULE 1U
 #define NVML_POWER_SCOPE_MEMORY 2U
+#define NVML_POWER_SCOPE_GPU_BASE 3U
+#define NVML_POWER_SCOPE_COUNT 4U
 
 /* GPM (535 API). */
 typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
