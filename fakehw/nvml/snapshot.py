@@ -261,8 +261,10 @@ class _GpuStatic:
     (the same record either way: tests/nvml compare snapshots built with and without a cache)."""
 
     record: dict[str, Any]
+    """Every field of the GPU's record (:func:`fakehw.nvml.layout.template`): the static ones, defaults elsewhere."""
     links: tuple[tuple[int, dict[str, Any]], ...]
-    """Per entry of ``gpu.ports``: the NVML link number and the static fields of its :class:`LinkRecord`."""
+    """Per entry of ``gpu.ports``: the NVML link number and every field of its :class:`LinkRecord`, the static ones
+    set."""
 
 
 def _link_static(port: NVLinkPort, gpu: Gpu, peers: _Peers) -> dict[str, Any]:
@@ -384,7 +386,9 @@ def _gpu_static(system: System, node: Node, topo: NodeTopology, gpu: Gpu, slot: 
         nvlink_bond=tuple(min(255, topo.nvlinks[slot][j]) for j in range(n)) + (0,) * (layout.MAX_GPUS - n),
         p2p=tuple(p2p),
     )
-    return _GpuStatic(record, tuple((port.port, _link_static(port, gpu, peers)) for port in gpu.ports))
+    return _GpuStatic(layout.template(GpuRecord, record),
+                      tuple((port.port, layout.template(LinkRecord, _link_static(port, gpu, peers)))
+                            for port in gpu.ports))
 
 
 _NO_LINK = LinkRecord()
@@ -412,10 +416,11 @@ def _gpu_record(system: System, node: Node, static: _GpuStatic, gpu: Gpu, gstate
     links: list[LinkRecord] = [_NO_LINK] * layout.MAX_LINKS
     for i, (number, link) in enumerate(static.links):
         link_state = gstate.links[i]
-        links[number] = layout.make(LinkRecord, link, up=int(link_state.up), errors=_LINK_COUNTS(link_state.errors),
-                                    util_rx=r.nvlink_rx[i], util_tx=r.nvlink_tx[i])
+        links[number] = layout.make_from(LinkRecord, link, up=int(link_state.up),
+                                         errors=_LINK_COUNTS(link_state.errors), util_rx=r.nvlink_rx[i],
+                                         util_tx=r.nvlink_tx[i])
     nvswitch_links = sum(1 for i, p in enumerate(gpu.ports) if p.remote_kind == "switch" and gstate.links[i].up)
-    return layout.make(  # not GpuRecord(**...): see layout.make
+    return layout.make_from(  # not GpuRecord(**...): see layout.make
         GpuRecord,
         static.record,
         board_state_fields(system, node, gpu, gstate, r),

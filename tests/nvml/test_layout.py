@@ -293,6 +293,34 @@ def test_a_record_made_from_mappings_is_the_one_its_class_makes(record: type[Any
         record(not_a_field=1)
     with pytest.raises(TypeError, match="not_a_field"):
         layout.make(record, {"not_a_field": 1})
+    # The same through a template (what the snapshot keeps of a GPU's static fields): made from it, the instance
+    # is the class's own, and the template is left as it was for the next record.
+    fields_of = layout.template(record, {first: sample[first]})
+    kept = dict(fields_of)
+    made = layout.make_from(record, fields_of, **{last: sample[last]})
+    assert made == record(**sample) and vars(made) == vars(record(**sample)) and list(vars(made)) == fields
+    assert fields_of == kept and layout.make_from(record, fields_of) == record(**{first: sample[first]})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(made, first, sample[first])
+    with pytest.raises(TypeError, match="not_a_field"):
+        layout.make_from(record, fields_of, {"not_a_field": 1})
+    with pytest.raises(TypeError, match="not_a_field"):
+        layout.template(record, {"not_a_field": 1})
+
+
+def test_a_string_that_fits_one_field_is_still_refused_by_a_shorter_one() -> None:
+    """The packer remembers the bytes of strings that fit (a GPU's identity strings are the same on every render),
+    per field size: a bus id of 16 characters fits ``remote_bus_id`` (char[32], nvml.h's
+    NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE) but not ``remote_bus_id_legacy`` (char[16],
+    NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE, which holds 15 characters and the NUL), before and after it was packed
+    into the first, twice: the error names the field each time."""
+    bus_id = "00000000:05:00.0"
+    assert len(bus_id) == 16
+    assert layout.pack(LinkRecord(remote_bus_id=bus_id))[32:48] == bus_id.encode()
+    for _ in range(2):
+        with pytest.raises(LayoutError, match="remote_bus_id_legacy"):
+            layout.pack(LinkRecord(remote_bus_id=bus_id, remote_bus_id_legacy=bus_id))
+    assert layout.pack(LinkRecord(remote_bus_id=bus_id))[32:48] == bus_id.encode()
 
 
 def test_make_refuses_a_class_whose_init_does_more_than_copy_defaults() -> None:
