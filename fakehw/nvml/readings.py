@@ -30,6 +30,13 @@ def unit(seed: int, *parts: object) -> float:
     return int.from_bytes(digest, "little") / 2**64
 
 
+def units(count: int, seed: int, *parts: object) -> tuple[float, ...]:
+    """``count`` (at most 8) deterministic numbers in [0, 1) for (seed, parts), from one hash: the readings a GPU's
+    record takes per generation (one hash each cost 2-5 us, six of them per injection for the changed GPU)."""
+    digest = hashlib.blake2b("|".join([str(seed), *map(str, parts)]).encode(), digest_size=8 * count).digest()
+    return tuple(int.from_bytes(digest[8 * i:8 * i + 8], "little") / 2**64 for i in range(count))
+
+
 def stable_int(seed: int, *parts: object, bits: int = 32) -> int:
     return int(unit(seed, *parts) * 2**bits)
 
@@ -147,16 +154,14 @@ def gpu_readings(seed: int, gpu: Gpu, state: GpuState, generation: int, load: in
     util_mem = util_gpu * 2 // 5
     idle = util_gpu == 0
     power = sku.power
-    draw_w = power.idle_w + unit(seed, *key, "power", generation) + util_gpu * (power.default_limit_w -
-                                                                                  power.idle_w) / 100
+    u_power, u_average, u_memory, u_module, u_tx, u_rx = units(6, seed, *key, "readings", generation)
+    draw_w = power.idle_w + u_power + util_gpu * (power.default_limit_w - power.idle_w) / 100
     power_mw = min(int(draw_w * 1000), state.power_limit_w * 1000)
-    average_mw = min(int((draw_w - 0.2 + unit(seed, *key, "power-avg", generation) * 0.4) * 1000),
-                     state.power_limit_w * 1000)
-    memory_mw = int(((power.memory_idle_w or 0) + unit(seed, *key, "mem-power", generation)) * 1000)
+    average_mw = min(int((draw_w - 0.2 + u_average * 0.4) * 1000), state.power_limit_w * 1000)
+    memory_mw = int(((power.memory_idle_w or 0) + u_memory) * 1000)
     module_mw = 0
     if power.module is not None:
-        module_mw = int((power.module.idle_w + (draw_w - power.idle_w) + unit(seed, *key, "module", generation))
-                        * 1000)
+        module_mw = int((power.module.idle_w + (draw_w - power.idle_w) + u_module) * 1000)
     # One generation counts as one second at the current draw: monotonic and reproducible.
     rates, energy_base, hbm_temp = _fixed(seed, gpu.node, gpu.name, tuple(p.port for p in gpu.ports))
     energy = energy_base + generation * int(draw_w) * 1000
@@ -186,8 +191,8 @@ def gpu_readings(seed: int, gpu: Gpu, state: GpuState, generation: int, load: in
         clocks_current=(graphics, sm, mem, video),
         idle=idle,
         mem_temperature=state.temperature_c + int(hbm_temp * 4) - 1,
-        pcie_tx_kbs=300 + int(unit(seed, *key, "pcie-tx", generation) * 600),
-        pcie_rx_kbs=250 + int(unit(seed, *key, "pcie-rx", generation) * 650),
+        pcie_tx_kbs=300 + int(u_tx * 600),
+        pcie_rx_kbs=250 + int(u_rx * 650),
         bar1_used=2**20,
         nvlink_rx=tuple(rx),
         nvlink_tx=tuple(tx),
