@@ -705,45 +705,36 @@ def make(record: type[T], *parts: Mapping[str, Any], **fields: Any) -> T:
     ``__dict__`` from the class's defaults and the given mappings in two or three dict updates (1-2 us), and makes
     the same instance (equal, frozen, packed the same). A name that is not a field is a ``TypeError`` as it is for
     the class's own ``__init__``."""
-    defaults = _defaults(cast(Hashable, record))
-    obj = object.__new__(record)
-    values = obj.__dict__
-    values.update(defaults)
-    for part in parts:
-        values.update(part)
-    values.update(fields)
-    if len(values) != len(defaults):
-        unknown = sorted(set(values) - defaults.keys())
-        raise TypeError(f"{record.__name__} has no field(s) {', '.join(unknown)}")
-    return obj
+    return make_from(record, _defaults(cast(Hashable, record)), *parts, **fields)
 
 
 def template(record: type[Any], *parts: Mapping[str, Any]) -> dict[str, Any]:
     """Every field of ``record``: its defaults, then ``parts`` (the later winning), checked as :func:`make` checks
     them. What :func:`make_from` starts from, for a record made again and again with the same fields but a few."""
-    values = dict(_defaults(cast(Hashable, record)))
-    for part in parts:
-        values.update(part)
-    if len(values) != len(_defaults(cast(Hashable, record))):
-        unknown = sorted(set(values) - _defaults(cast(Hashable, record)).keys())
-        raise TypeError(f"{record.__name__} has no field(s) {', '.join(unknown)}")
-    return values
+    return _filled(record, _defaults(cast(Hashable, record)), parts, {})
 
 
 def make_from(record: type[T], fields_of: dict[str, Any], *parts: Mapping[str, Any], **fields: Any) -> T:
-    """:func:`make` from a :func:`template` of ``record``: the template's copy is the instance's ``__dict__``, so
-    the defaults are not laid down again (an NVLink record of a GB200 GPU is made 18 times per injection, its
-    static fields the same every time)."""
-    values = fields_of.copy()
+    """:func:`make` from a :func:`template` of ``record`` (or its defaults): a copy of it, updated, is the instance's
+    ``__dict__``, so a template's fields are not laid down again (an NVLink record of a GB200 GPU is made 18 times
+    per injection, its static fields the same every time)."""
+    obj = object.__new__(record)
+    object.__setattr__(obj, "__dict__", _filled(record, fields_of, parts, fields))  # frozen: its __setattr__ refuses
+    return obj
+
+
+def _filled(record: type[Any], every: dict[str, Any], parts: tuple[Mapping[str, Any], ...],
+            fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``every`` (a value for each field of ``record``) with ``parts`` and ``fields`` laid over it; a name
+    that is not a field is a ``TypeError``."""
+    values = every.copy()
     for part in parts:
         values.update(part)
     values.update(fields)
-    if len(values) != len(fields_of):
-        unknown = sorted(set(values) - fields_of.keys())
+    if len(values) != len(every):
+        unknown = sorted(set(values) - every.keys())
         raise TypeError(f"{record.__name__} has no field(s) {', '.join(unknown)}")
-    obj = object.__new__(record)
-    object.__setattr__(obj, "__dict__", values)  # a frozen dataclass: its own __setattr__ refuses
-    return obj
+    return values
 
 
 def replaced(record: T, **changes: Any) -> T:

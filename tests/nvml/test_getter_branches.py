@@ -731,33 +731,21 @@ def test_field_ids_outside_nvml_h_s_range_are_invalid_arguments(nvml: Nvml, pynv
     assert n.NVML_ERROR_INVALID_ARGUMENT not in (codes[1], codes[307]), codes
 
 
-def test_a_power_scope_past_nvml_h_s_count_is_an_invalid_argument(nvml: Nvml, pynvml_module: ModuleType) -> None:
+def test_each_power_scope_answers_as_nvml_h_defines_it(nvml: Nvml, pynvml_module: ModuleType) -> None:
     """nvml.h's power fields NVML_FI_DEV_POWER_AVERAGE .. _REQUESTED_LIMIT (185-192) take the power scope in
     scopeId ("scopeId needs to be specified"), and nvmlPowerScopeType_t ends at NVML_POWER_SCOPE_COUNT (4U,
-    "Maximum number of power scopes"): scope 4 and 0xFFFFFFFF name no scope, a supplied argument that is invalid
-    (NVML_ERROR_INVALID_ARGUMENT, not UNKNOWN's "internal driver error" nor NOT_SUPPORTED's "device doesn't
-    support"), on a GB200 that has a module to meter and an H100 on an x86 host that has none. The same fields
-    with the GPU scope (0) answer on both, so the refusal is the scope's."""
-    n = pynvml_module
-    for profile in ("gb200-nvl72", "dgx-h100"):
-        nvml(profile)
-        h = handles(n)[0]
-        for fid in range(185, 193):
-            assert _field(n, h, fid, 0)[0] == n.NVML_SUCCESS, (profile, fid)
-            for scope in (4, 0xFFFFFFFF):
-                assert _field(n, h, fid, scope)[0] == n.NVML_ERROR_INVALID_ARGUMENT, (profile, fid, scope)
+    "Maximum number of power scopes"), on a GB200 that has a module to meter and an H100 on an x86 host that has
+    none:
 
-
-def test_the_gpu_base_power_scope_is_a_scope_no_captured_board_supports(nvml: Nvml,
-                                                                       pynvml_module: ModuleType) -> None:
-    """nvml.h 13.4.92 defines NVML_POWER_SCOPE_GPU_BASE (3U, "Targets base GPU power"), below
-    NVML_POWER_SCOPE_COUNT (4U), and the power fields' comment says what it retrieves ("GPU base Power metrics ...
-    Only supports _MIN_LIMIT, _MAX_LIMIT, _DEFAULT_LIMIT, and _CURRENT_LIMIT fields"): scope 3 names a scope, so
-    it is not an invalid argument. None of the seven captured boards' ``nvidia-smi -q -x`` (driver 570-595) has a
-    base power section beside its GPU, module and memory power readings, so no board here meters it: every power
-    field (185-192) with scope 3 is NVML_ERROR_NOT_SUPPORTED ("device doesn't support this feature"), on a GB200
-    and an H100 alike. (Before this test the fake refused scope 3 as INVALID_ARGUMENT, as if nvml.h ended the
-    scopes at MEMORY.)"""
+    - scope 0 (NVML_POWER_SCOPE_GPU) answers every field on both;
+    - scope 3 (NVML_POWER_SCOPE_GPU_BASE, "Targets base GPU power"; the fields' comment: "GPU base Power metrics
+      ... Only supports _MIN_LIMIT, _MAX_LIMIT, _DEFAULT_LIMIT, and _CURRENT_LIMIT fields") names a scope, so it is
+      not an invalid argument; none of the seven captured boards' ``nvidia-smi -q -x`` (drivers 570-595) has a
+      base power section beside its GPU, module and memory power readings, so no board here meters it:
+      NVML_ERROR_NOT_SUPPORTED ("device doesn't support this feature") for every field (the fake refused it as
+      INVALID_ARGUMENT before, as if the scopes ended at MEMORY);
+    - scope 4 and 0xFFFFFFFF name no scope, a supplied argument that is invalid (NVML_ERROR_INVALID_ARGUMENT, not
+      UNKNOWN's "internal driver error" nor NOT_SUPPORTED's "device doesn't support")."""
     captures = capture_dir()
     assert captures is not None, "../shared/reference/captures is missing"
     xmls = sorted(captures.glob("qx-*.xml"))
@@ -766,12 +754,14 @@ def test_the_gpu_base_power_scope_is_a_scope_no_captured_board_supports(nvml: Nv
         sections = set(re.findall(r"<([a-z_]*power_readings)>", capture.read_text()))
         assert sections <= {"gpu_power_readings", "module_power_readings", "gpu_memory_power_readings"}, sections
     n = pynvml_module
+    expected = {0: n.NVML_SUCCESS, 3: n.NVML_ERROR_NOT_SUPPORTED, 4: n.NVML_ERROR_INVALID_ARGUMENT,
+                0xFFFFFFFF: n.NVML_ERROR_INVALID_ARGUMENT}
     for profile in ("gb200-nvl72", "dgx-h100"):
         nvml(profile)
         h = handles(n)[0]
         for fid in range(185, 193):
-            assert _field(n, h, fid, 3)[0] == n.NVML_ERROR_NOT_SUPPORTED, (profile, fid)
-
+            got = {scope: _field(n, h, fid, scope)[0] for scope in expected}
+            assert got == expected, (profile, fid)
 
 
 RESETLESS_MIG, MIG_QUERY_CAPABLE = 184, 199
