@@ -365,3 +365,39 @@ def test_a_gpu_record_made_from_mappings_packs_the_bytes_its_class_does() -> Non
     made = layout.make(GpuRecord, {**gpu, "links": (layout.make(LinkRecord, link),) * 2})
     assert layout.pack(made) == layout.pack(GpuRecord(**gpu))
     assert layout.unpack(GpuRecord, layout.pack(made)).temperature == 71
+
+
+EMPTY_RECORD_SENTINELS: dict[tuple[str, str], tuple[int | str, str]] = {
+    ("LinkRecord", "remote_type"): (0xFF, "nvml.h: NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF (no link, nothing at the "
+                                          "far end)"),
+    ("GpuRecord", "numa_node"): (-1, "no NUMA node: the shim answers nvmlDeviceGetNumaNodeId NOT_SUPPORTED for a "
+                                     "negative node (nvml.h: 'not supported on the current platform')"),
+    ("GpuRecord", "gpu_numa_id"): (-1, "GPU memory that is no NUMA node (links.c, export.c: NOT_SUPPORTED)"),
+    ("ProcessRecord", "gpu_instance_id"): (0xFFFFFFFF, "nvml.h nvmlProcessInfo_t: 'set to 0xFFFFFFFF otherwise'"),
+    ("ProcessRecord", "compute_instance_id"): (0xFFFFFFFF, "nvml.h nvmlProcessInfo_t: 'set to 0xFFFFFFFF "
+                                                           "otherwise'"),
+    ("EventRecord", "gpu_instance_id"): (0xFFFFFFFF, "nvml.h nvmlEventData_t: 'set to 0xFFFFFFFF otherwise'"),
+    ("EventRecord", "compute_instance_id"): (0xFFFFFFFF, "nvml.h nvmlEventData_t: 'set to 0xFFFFFFFF otherwise'"),
+    ("HeaderRecord", "magic"): ("FHWNVML", "docs/nvml.md's header table: magic FHWNVML"),
+    ("HeaderRecord", "format_version"): (4, "docs/nvml.md's header table: format_version (4)"),
+    ("HeaderRecord", "byte_order"): (0x01020304, "the byte order mark, which reads 04 03 02 01 in a little-endian "
+                                                 "file (docs/nvml.md: little endian)"),
+}
+"""The fields whose "nothing here" is not zero, with where that value comes from."""
+
+
+@pytest.mark.parametrize("record", layout.RECORDS, ids=lambda r: r.__name__)
+def test_a_record_made_without_fields_says_nothing_is_there(record: type[Any]) -> None:
+    """A record's class defaults are what the file holds wherever a construction leaves a field out (an absent
+    NVLink is ``LinkRecord()`` in all 18 places of a GPU with fewer ports), so each default must be the format's
+    "nothing": zero (absent records and unused capacity are zero bytes in the file, docs/nvml.md), except the
+    fields nvml.h or the format give another sentinel (:data:`EMPTY_RECORD_SENTINELS`). Read back from the packed
+    bytes, so a default the packer would write differently is caught too."""
+    raw = layout.pack(record())
+    back = layout.unpack(record, raw)
+    for f in layout.layout_of(record).fields:
+        sentinel = EMPTY_RECORD_SENTINELS.get((record.__name__, f.name))
+        if sentinel is not None:
+            assert getattr(back, f.name) == sentinel[0], (f.name, sentinel[1])
+        else:
+            assert raw[f.offset:f.offset + f.size] == bytes(f.size), f.name
