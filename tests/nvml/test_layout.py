@@ -73,8 +73,11 @@ def test_records_round_trip() -> None:
 
 
 def test_values_that_do_not_fit_are_refused_with_the_field_named() -> None:
-    too_long = "x" * layout.layout_of(GpuRecord).field("name").kind.size
-    with pytest.raises(LayoutError, match=r"GpuRecord\.name"):
+    """The name field is nvml.h's NVML_DEVICE_NAME_V2_BUFFER_SIZE (96) buffer, so it holds 95 characters and the
+    NUL: 96 characters are refused, and the error says how many bytes fit."""
+    too_long = "x" * 96
+    layout.pack(GpuRecord(name=too_long[:95]))
+    with pytest.raises(LayoutError, match=r"GpuRecord\.name: .* does not fit 95 bytes without NUL"):
         layout.pack(GpuRecord(name=too_long))
     with pytest.raises(LayoutError, match="index"):
         layout.pack(GpuRecord(index=-1))
