@@ -39,6 +39,7 @@ from tests.nvml.helpers import (
     run_python,
     write_node,
 )
+from tests.nvml.test_enum_bounds import _enum_count
 from tests.nvml.test_pynvml import board_state, boards_state, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -1195,3 +1196,43 @@ def test_a_gpu_running_without_gsp_firmware_has_no_gsp_version(node_snapshot: Ca
         assert library().nvmlDeviceGetGspFirmwareVersion(hs[0], buf) == n.NVML_ERROR_NOT_SUPPORTED
         assert library().nvmlDeviceGetGspFirmwareVersion(hs[1], buf) == n.NVML_SUCCESS
         assert buf.value.decode() == n.nvmlSystemGetDriverVersion()
+
+
+# ------------------------------------------------------------------------------------------------ device.c, fifth round
+
+
+def test_enum_values_past_nvml_h_s_enums_are_invalid_arguments_where_the_return_list_is_silent(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """Three getters take an enum whose past-the-end value their nvml.h ``@return`` list does not name
+    (test_enum_bounds.py leaves them out for that reason), and no test gave them one: tools/c-coverage.py on main
+    3878acc listed their refusals as the only lines of device.c never run (:150, :555, :786), so each refusal could
+    answer anything. The rule of test_getter_branches.py's docstring applies: the code nvml.h gives the same failure
+    elsewhere, else the one nvmlReturn_t's definitions name. nvmlDeviceGetClock's own list answers
+    INVALID_ARGUMENT "if ... clockType is invalid", so an invalid clockId (NVML_CLOCK_ID_COUNT) is refused alike;
+    an infoROM object past nvmlInforomObject_t (NVML_INFOROM_COUNT) and a sampling type past nvmlSamplingType_t
+    (NVML_SAMPLINGTYPE_COUNT) are "a supplied argument [that] is invalid" (INVALID_ARGUMENT), not "an internal
+    driver error" (UNKNOWN). Each enum's last member is not refused so (the bound is the enum's end)."""
+    n = pynvml_module
+    header = references.newest_header().read_text()
+    counts = {name: _enum_count(header, name)
+              for name in ("NVML_INFOROM_COUNT", "NVML_CLOCK_ID_COUNT", "NVML_SAMPLINGTYPE_COUNT")}
+    assert counts == {"NVML_INFOROM_COUNT": 4, "NVML_CLOCK_ID_COUNT": 4, "NVML_SAMPLINGTYPE_COUNT": 10}
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+
+    def inforom(obj: int) -> int:
+        return int(lib.nvmlDeviceGetInforomVersion(h, obj, ctypes.create_string_buffer(16), 16))
+
+    def clock(clock_id: int) -> int:
+        return int(lib.nvmlDeviceGetClock(h, n.NVML_CLOCK_GRAPHICS, clock_id, ctypes.byref(ctypes.c_uint())))
+
+    def samples(kind: int) -> int:
+        value_type, count = ctypes.c_uint(), ctypes.c_uint(0)
+        return int(lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                            ctypes.byref(count), None))
+
+    for getter, count in ((inforom, counts["NVML_INFOROM_COUNT"]), (clock, counts["NVML_CLOCK_ID_COUNT"]),
+                          (samples, counts["NVML_SAMPLINGTYPE_COUNT"])):
+        assert getter(count) == n.NVML_ERROR_INVALID_ARGUMENT, getter.__name__
+        assert getter(count - 1) != n.NVML_ERROR_INVALID_ARGUMENT, getter.__name__
