@@ -1236,3 +1236,24 @@ def test_enum_values_past_nvml_h_s_enums_are_invalid_arguments_where_the_return_
                           (samples, counts["NVML_SAMPLINGTYPE_COUNT"])):
         assert getter(count) == n.NVML_ERROR_INVALID_ARGUMENT, getter.__name__
         assert getter(count - 1) != n.NVML_ERROR_INVALID_ARGUMENT, getter.__name__
+
+
+def test_a_mig_enabled_gpu_samples_power_and_clocks_but_not_the_utilizations_nvml_h_names(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetSamples: "On MIG-enabled GPUs, querying the following sample types,
+    NVML_GPU_UTILIZATION_SAMPLES, NVML_MEMORY_UTILIZATION_SAMPLES NVML_ENC_UTILIZATION_SAMPLES and
+    NVML_DEC_UTILIZATION_SAMPLES, is not currently supported" (1-4). The note names those four, so the power and
+    clock samples (NVML_TOTAL_POWER_SAMPLES 0, NVML_PROCESSOR_CLK_SAMPLES 5, NVML_MEMORY_CLK_SAMPLES 6) are
+    still answered: dgx-a100's gpu7 (MIG enabled) answers 0, 5 and 6 (the memory clock sample is the memory clock
+    nvmlDeviceGetClockInfo answers) and NOT_SUPPORTED to 1-4; gpu6 (MIG off) answers all seven. Fresh seed 10734's
+    surviving device.c:791 (``type <= 4`` made ``<= 5``) refused the processor clock on the MIG GPU."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-a100")
+    with board_state(n, snap, 7) as hs:
+        mig, whole = hs[7], hs[6]
+        assert n.nvmlDeviceGetMigMode(mig)[0] == n.NVML_DEVICE_MIG_ENABLE
+        assert {kind: _sample(n, mig, kind)[0] for kind in range(7)} == {
+            0: n.NVML_SUCCESS, 1: n.NVML_ERROR_NOT_SUPPORTED, 2: n.NVML_ERROR_NOT_SUPPORTED,
+            3: n.NVML_ERROR_NOT_SUPPORTED, 4: n.NVML_ERROR_NOT_SUPPORTED, 5: n.NVML_SUCCESS, 6: n.NVML_SUCCESS}
+        assert _sample(n, mig, 6)[1] == n.nvmlDeviceGetClockInfo(mig, n.NVML_CLOCK_MEM)
+        assert {_sample(n, whole, kind)[0] for kind in range(7)} == {n.NVML_SUCCESS}
