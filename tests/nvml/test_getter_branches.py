@@ -1257,3 +1257,24 @@ def test_a_mig_enabled_gpu_samples_power_and_clocks_but_not_the_utilizations_nvm
             3: n.NVML_ERROR_NOT_SUPPORTED, 4: n.NVML_ERROR_NOT_SUPPORTED, 5: n.NVML_SUCCESS, 6: n.NVML_SUCCESS}
         assert _sample(n, mig, 6)[1] == n.nvmlDeviceGetClockInfo(mig, n.NVML_CLOCK_MEM)
         assert {_sample(n, whole, kind)[0] for kind in range(7)} == {n.NVML_SUCCESS}
+
+
+def test_the_row_remapper_histogram_classifies_every_bank_once_in_nvml_h_s_order(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType, h100: dict[str, str]) -> None:
+    """nvml.h, nvmlRowRemapperHistogramValues_t: "Possible values that classify the remap availability for each
+    bank", in the order max (all reserved rows available), high, partial, low, none (no reserved row left); so the
+    five are a partition of the GPU's banks. The real H100 (qx-h100.xml, row_remapper_histogram) has 2560 banks,
+    all at max: a clean DGX H100 GPU answers (2560, 0, 0, 0, 0). A record whose banks are spread over all five
+    classes (2550, 4, 3, 2, 1: still 2560 banks) answers each class in its own member; the earlier test read only
+    max and high, so partial, low and none could answer a neighbour's class (device.c d_remap_hist's indices)."""
+    n = pynvml_module
+    path = "/remapped_rows/row_remapper_histogram/row_remapper_histogram_"
+    captured = tuple(int(h100[path + name].split()[0]) for name in ("max", "high", "partial", "low", "none"))
+    assert captured == (2560, 0, 0, 0, 0)
+    spread = (2550, 4, 3, 2, 1)
+    assert sum(spread) == sum(captured)
+    snap = node_snapshot("dgx-h100")
+    with board_state(n, snap, 3, remap_histogram=spread) as hs:
+        for h, expected in ((hs[0], captured), (hs[3], spread)):
+            hist = n.nvmlDeviceGetRowRemapperHistogram(h)
+            assert (hist.max, hist.high, hist.partial, hist.low, hist.none) == expected
