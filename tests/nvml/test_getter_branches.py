@@ -30,6 +30,7 @@ from types import ModuleType
 import pytest
 
 from fakehw.nvml.snapfile import write_snapshot
+from fakehw.nvml.snapshot import FakeProcess
 from tests.nvml import references
 from tests.nvml.helpers import (
     NodeSnap,
@@ -1278,3 +1279,25 @@ def test_the_row_remapper_histogram_classifies_every_bank_once_in_nvml_h_s_order
         for h, expected in ((hs[0], captured), (hs[3], spread)):
             hist = n.nvmlDeviceGetRowRemapperHistogram(h)
             assert (hist.max, hist.high, hist.partial, hist.low, hist.none) == expected
+
+
+def test_processes_sharing_a_gpu_share_its_utilization(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlUtilization_t.gpu is the "percent of time over the past sample period during which one or more
+    kernels was executing on the GPU", and nvmlDeviceGetProcessUtilization's nvmlProcessUtilizationSample_t gives
+    each process's own "SM (3D/Compute) Util Value" and "Frame Buffer Memory Util Value", percentages of that
+    period. Two compute processes time-slicing one GPU (no MPS) are each busy for part of the time the GPU was
+    busy, so each figure is at most 100 and their sum at most the GPU's own (and likewise for memory); the earlier
+    tests ran one process, for which a share of the GPU's utilization multiplied by the process count instead of
+    divided (device.c d_proc_util, ``util / n`` made ``util * n``) reads the same."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu3", 7171, 2**30, "trainer", kinds=1, utilization=40),
+                                FakeProcess("gpu3", 7272, 2**30, "evaluator", kinds=1, utilization=30)])
+    h = handles(n)[3]
+    whole = n.nvmlDeviceGetUtilizationRates(h)
+    samples = n.nvmlDeviceGetProcessUtilization(h, 0)
+    assert sorted(s.pid for s in samples) == [7171, 7272]
+    assert whole.gpu > 50  # so that two shares of it, multiplied, could not both stay at or below 100
+    for s in samples:
+        assert 0 <= s.smUtil <= 100 and 0 <= s.memUtil <= 100, (s.pid, s.smUtil, s.memUtil)
+    assert sum(s.smUtil for s in samples) <= whole.gpu
+    assert sum(s.memUtil for s in samples) <= whole.memory
