@@ -1301,3 +1301,25 @@ def test_processes_sharing_a_gpu_share_its_utilization(nvml: Nvml, pynvml_module
         assert 0 <= s.smUtil <= 100 and 0 <= s.memUtil <= 100, (s.pid, s.smUtil, s.memUtil)
     assert sum(s.smUtil for s in samples) <= whole.gpu
     assert sum(s.memUtil for s in samples) <= whole.memory
+
+
+def test_affinity_masks_longer_than_the_node_s_cpus_and_nodes_are_zero_past_them(nvml: Nvml,
+                                                                                pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetCpuAffinity: "an array of unsigned ints (sized to cpuSetSize) of bitmasks with the ideal
+    CPU affinity for the device" (bit k of word w is CPU 64 w + k), and nvmlDeviceGetMemoryAffinity the same of
+    NUMA nodes. A GB200 compute tray has two Grace CPUs of 72 cores, CPUs 0-143 (reference hardware.md), and a few
+    NUMA nodes, so a caller offering more words than that (20 words: CPUs up to 1279; 8 words: nodes up to 511)
+    gets zeros in every word past CPU 143 and past node 63. The earlier tests offered 1 or 4 words, so the shim
+    could read past its own masks for a longer array (links.c a_mask's ``bit / 64 < words`` made ``<=``: the
+    word after the last one the snapshot holds)."""
+    n = pynvml_module
+    nvml("gb200-nvl72")
+    lib = library()
+    for gpu, h in enumerate(handles(n)):
+        cpus = (ctypes.c_ulong * 20)(*([0xAB] * 20))
+        assert lib.nvmlDeviceGetCpuAffinity(h, 20, cpus) == n.NVML_SUCCESS
+        listed = {w * 64 + b for w, word in enumerate(cpus) for b in range(64) if word >> b & 1}
+        assert listed == (set(range(72)) if gpu < 2 else set(range(72, 144))), gpu
+        nodes = (ctypes.c_ulong * 8)(*([0xAB] * 8))
+        assert lib.nvmlDeviceGetMemoryAffinity(h, 8, nodes, n.NVML_AFFINITY_SCOPE_NODE) == n.NVML_SUCCESS
+        assert nodes[0] != 0 and list(nodes[1:]) == [0] * 7, (gpu, list(nodes))
