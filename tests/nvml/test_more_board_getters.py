@@ -1193,7 +1193,9 @@ def test_fabric_info_v4_holds_the_v3_clique_as_its_unicast_pointer_entry(nvml: N
     cliqueId maps to the id of the first NVML_GPU_FABRIC_CLIQUE_TYPE_UNICAST_POINTER (0) entry", the rest as v3. The
     GB200 capture prints every GPU's fabric as state Completed (NVML_GPU_FABRIC_STATE_COMPLETED 3), status Success,
     health Healthy (summary 1): a GB200 NVL72 GPU on a 615 driver answers that in v4, with its v3 cluster UUID,
-    health mask and clique id (a unicast-pointer entry). A NULL struct is INVALID_ARGUMENT."""
+    health mask and clique id (a unicast-pointer entry). Its numCliques "valid entries" are "sorted by ascending
+    type then ascending id" and each is one (type, id) assignment, so no entry repeats or comes out of order (links.c
+    f_info_v4's numCliques 1 made 2 listed a zeroed entry after the clique). A NULL struct is INVALID_ARGUMENT."""
     from tests.nvml.capture_view import FabricInfoV3
     from tests.nvml.captures import board_capture
 
@@ -1212,6 +1214,8 @@ def test_fabric_info_v4_holds_the_v3_clique_as_its_unicast_pointer_entry(nvml: N
         assert (bytes(v4.clusterUuid), v4.healthMask) == (bytes(v3.clusterUuid), v3.healthMask)
         unicast = [v4.cliques[i].id for i in range(v4.numCliques) if v4.cliques[i].type == 0]
         assert unicast[:1] == [v3.cliqueId]
+        entries = [(v4.cliques[i].type, v4.cliques[i].id) for i in range(v4.numCliques)]
+        assert entries == sorted(set(entries))
         assert lib.nvmlDeviceGetGpuFabricInfo_v4(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
