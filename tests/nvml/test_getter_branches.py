@@ -1323,3 +1323,22 @@ def test_affinity_masks_longer_than_the_node_s_cpus_and_nodes_are_zero_past_them
         nodes = (ctypes.c_ulong * 8)(*([0xAB] * 8))
         assert lib.nvmlDeviceGetMemoryAffinity(h, 8, nodes, n.NVML_AFFINITY_SCOPE_NODE) == n.NVML_SUCCESS
         assert nodes[0] != 0 and list(nodes[1:]) == [0] * 7, (gpu, list(nodes))
+
+
+def test_an_ampere_encoder_encodes_h264_and_hevc_but_not_av1(node_snapshot: Callable[..., NodeSnap],
+                                                              pynvml_module: ModuleType) -> None:
+    """NVIDIA's AV1 / Ada Lovelace developer blog (the source of the test above): Ampere brought AV1 *decoding*, and
+    Ada is the first architecture that "supports both AV1 encoding and decoding". The built-in boards with NVENC
+    are Turing (T4) and Ada (L4, L40S), and Ampere's A100 has none, so no board stood between the two: an Ampere
+    board with NVENC (the A10, A40 and RTX A6000 have one; here the L40S's record as such a board,
+    nvmlDeviceGetArchitecture NVML_DEVICE_ARCH_AMPERE, 7) answers 100 for H.264 and HEVC and NOT_SUPPORTED for AV1
+    (nvml.h: "if device does not support the encoder specified"). device.c d_encoder_capacity's ``architecture <
+    8`` made ``< 7`` answered 100 for it."""
+    n = pynvml_module
+    snap = node_snapshot("l40s-server")
+    with board_state(n, snap, 0, architecture=n.NVML_DEVICE_ARCH_AMPERE) as hs:
+        h = hs[0]
+        assert n.nvmlDeviceGetArchitecture(h) == n.NVML_DEVICE_ARCH_AMPERE == 7
+        assert [n.nvmlDeviceGetEncoderCapacity(h, codec) for codec in (0, 1)] == [100, 100]
+        assert error_of(partial(n.nvmlDeviceGetEncoderCapacity, h, 2)) == n.NVML_ERROR_NOT_SUPPORTED
+        assert n.nvmlDeviceGetEncoderCapacity(hs[1], 2) == 100  # its Ada neighbour still encodes AV1
