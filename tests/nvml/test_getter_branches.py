@@ -1342,3 +1342,30 @@ def test_an_ampere_encoder_encodes_h264_and_hevc_but_not_av1(node_snapshot: Call
         assert [n.nvmlDeviceGetEncoderCapacity(h, codec) for codec in (0, 1)] == [100, 100]
         assert error_of(partial(n.nvmlDeviceGetEncoderCapacity, h, 2)) == n.NVML_ERROR_NOT_SUPPORTED
         assert n.nvmlDeviceGetEncoderCapacity(hs[1], 2) == 100  # its Ada neighbour still encodes AV1
+
+
+def test_a_mig_device_is_given_no_peer_to_peer_access(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """NVIDIA's MIG user guide, application considerations: "GPU to GPU P2P (both PCIe and NVLink) is not
+    supported" on MIG devices. So a MIG device handle (dgx-a100's gpu7 runs two 3g.40gb MIG devices; its GPUs meet
+    over NVSwitch, P2P status OK between whole GPUs) is answered no P2P status OK toward another GPU, for any of
+    nvml.h's capability indices (READ, WRITE, NVLINK, ATOMICS, PROP), and no NVLink of it reports
+    NVML_NVLINK_CAP_P2P_SUPPORTED or _P2P_ATOMICS: whatever the code (the shim refuses the handle as invalid for
+    these physical-GPU calls), never SUCCESS with a P2P answer. links.c's physical-only flag made MIG-allowing (the
+    pair getters' ``fhw_enter_dev(c, a, 0)``, nvmlDeviceGetNvLinkCapability's FHW_DEV_CALL) answered the parent's
+    OK and 1 for the MIG device."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    hs = handles(n)
+    lib = library()
+    migs = [n.nvmlDeviceGetMigDeviceHandleByIndex(hs[7], k) for k in range(2)]
+    assert n.nvmlDeviceGetP2PStatus(hs[6], hs[0], READ) == n.NVML_P2P_STATUS_OK  # whole GPUs: NVSwitch P2P
+    for mig in migs:
+        for index in range(5):  # nvml.h: NVML_P2P_CAPS_INDEX_READ 0 ... _PROP 4 (UNKNOWN 5 is no capability)
+            status = ctypes.c_uint(n.NVML_P2P_STATUS_OK)
+            code = lib.nvmlDeviceGetP2PStatus(mig, hs[0], index, ctypes.byref(status))
+            assert not (code == n.NVML_SUCCESS and status.value == n.NVML_P2P_STATUS_OK), index
+        for link in range(12):  # an A100 has 12 NVLinks
+            for cap in (n.NVML_NVLINK_CAP_P2P_SUPPORTED, n.NVML_NVLINK_CAP_P2P_ATOMICS):
+                result = ctypes.c_uint(1)
+                code = lib.nvmlDeviceGetNvLinkCapability(mig, link, cap, ctypes.byref(result))
+                assert not (code == n.NVML_SUCCESS and result.value == 1), (link, cap)
