@@ -1450,6 +1450,26 @@ def test_nvlink_encryption_is_off_where_confidential_computing_is(nvml: Nvml, py
         assert lib.nvmlDeviceGetNvLinkInfo(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
+def test_nvlink_information_of_a_gpu_without_nvlink_is_not_supported(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetNvLinkInfo: NOT_SUPPORTED "if the device does not support this feature". The L4 of the
+    edge-pcie node is a PCIe card without NVLink (nvmlDeviceGetNvLinkState of its link 0 is NOT_SUPPORTED, as
+    test_pynvml holds), so it answers NOT_SUPPORTED to both struct versions and leaves the caller's words as they
+    were; the earlier test asked only NVLink boards, so the check could test any link count but 0 (fresh seed
+    10735's surviving links.c:446, ``nvlink_count == 0`` made ``== 1``, answered NVLE off for the L4)."""
+    n = pynvml_module
+    nvml("edge-pcie")
+    lib = library()
+    h = handles(n)[0]
+    assert error_of(lambda: n.nvmlDeviceGetNvLinkState(h, 0)) == n.NVML_ERROR_NOT_SUPPORTED
+    from tests.nvml.test_versioned_struct_answers import NvLinkInfoV2
+
+    for version, size in ((1, 8), (2, ctypes.sizeof(NvLinkInfoV2))):  # v2: the firmware info after v1's words
+        assert size % 4 == 0
+        info = (ctypes.c_uint * (size // 4))(struct_version(size, version), *([7] * (size // 4 - 1)))
+        assert lib.nvmlDeviceGetNvLinkInfo(h, info) == n.NVML_ERROR_NOT_SUPPORTED, version
+        assert list(info)[1:] == [7] * (size // 4 - 1), version
+
+
 @pytest.mark.parametrize(("profile", "blackwell"), [("dgx-h100", False), ("dgx-b200", True)])
 def test_the_device_hostname_is_a_blackwell_feature(nvml: Nvml, pynvml_module: ModuleType, profile: str,
                                                     blackwell: bool) -> None:
