@@ -1889,3 +1889,27 @@ def test_field_values_asked_for_no_field_is_an_invalid_argument(nvml: Nvml, pynv
         assert call(h, ctypes.c_int(0), entry) == n.NVML_ERROR_INVALID_ARGUMENT
         assert entry[0].nvmlReturn == 12345
         assert call(h, ctypes.c_int(1), entry) == n.NVML_SUCCESS
+
+
+def test_a_mig_device_of_a_blackwell_gpu_has_no_nvlink_bandwidth_mode(nvml: Nvml, pynvml_module: ModuleType,
+                                                                      tmp_path: Path) -> None:
+    """nvmlDeviceGetNvlinkBwMode reads "the NvLink Reduced Bandwidth Mode for the device" (nvml.h, Blackwell or
+    newer), and NVIDIA's MIG user guide, application considerations: "GPU to GPU P2P (both PCIe and NVLink) is not
+    supported" on MIG devices, so a MIG device has no NVLink bandwidth of its own to be in a mode of. A DGX B200
+    whose gpu0 runs a 1g.23gb GPU instance (the catalogue's B200 MIG profiles, NVIDIA/mig-parted#166): the MIG
+    device's handle is answered no mode (whatever the code, never SUCCESS), while gpu1, MIG off, reads its mode.
+    Open since the first C rounds as links.c:486 (nvml.h says nothing of MIG handles there); fresh seed 10735 drew
+    it again (links.c:485, the physical-only flag made MIG-allowing answered the parent's FULL)."""
+    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-b200.yaml").read_text()
+    assert text.count("moduleId: 6}") == 1
+    profile = tmp_path / "dgx-b200-mig.yaml"
+    profile.write_text(text.replace("moduleId: 6}", "moduleId: 6, mig: {enabled: true, instances: [1g.23gb]}}"))
+    n = pynvml_module
+    nvml(str(profile))
+    lib = library()
+    hs = handles(n)
+    mig = n.nvmlDeviceGetMigDeviceHandleByIndex(hs[0], 0)
+    mode = NvlinkGetBwMode(GET_BW_MODE_V1)
+    assert lib.nvmlDeviceGetNvlinkBwMode(hs[1], ctypes.byref(mode)) == n.NVML_SUCCESS
+    mode = NvlinkGetBwMode(GET_BW_MODE_V1)
+    assert lib.nvmlDeviceGetNvlinkBwMode(mig, ctypes.byref(mode)) != n.NVML_SUCCESS
