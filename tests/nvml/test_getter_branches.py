@@ -13,7 +13,9 @@ internal driver error occurred").
 
 The section "device.c, third round" (h-cdev3, main 99d5ade's coverage and fresh seeds 10690-10691's survivors) adds
 nvidia-smi(1)'s Board ID rule, a real V100's pynvml dump (encoder sampling period), NVIDIA's AV1 / Ada Lovelace note
-and the NVENC tables (which boards encode which codec) to those sources.
+and the NVENC tables (which boards encode which codec) to those sources. The section "device.c, fifth round"
+(h-cdev5, main 3878acc's coverage and fresh seeds 10734-10735's survivors) adds NVIDIA's MIG user guide (no P2P,
+PCIe or NVLink, on MIG devices) and the reference hardware table (a GB200 tray's 144 CPUs).
 """
 
 from __future__ import annotations
