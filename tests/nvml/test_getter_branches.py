@@ -13,7 +13,9 @@ internal driver error occurred").
 
 The section "device.c, third round" (h-cdev3, main 99d5ade's coverage and fresh seeds 10690-10691's survivors) adds
 nvidia-smi(1)'s Board ID rule, a real V100's pynvml dump (encoder sampling period), NVIDIA's AV1 / Ada Lovelace note
-and the NVENC tables (which boards encode which codec) to those sources.
+and the NVENC tables (which boards encode which codec) to those sources. The section "device.c, fifth round"
+(h-cdev5, main 3878acc's coverage and fresh seeds 10734-10735's survivors) adds NVIDIA's MIG user guide (no P2P,
+PCIe or NVLink, on MIG devices) and the reference hardware table (a GB200 tray's 144 CPUs).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from types import ModuleType
 import pytest
 
 from fakehw.nvml.snapfile import write_snapshot
+from fakehw.nvml.snapshot import FakeProcess
 from tests.nvml import references
 from tests.nvml.captures import capture_dir
 from tests.nvml.helpers import (
@@ -40,6 +43,7 @@ from tests.nvml.helpers import (
     run_python,
     write_node,
 )
+from tests.nvml.test_enum_bounds import _enum_count
 from tests.nvml.test_pynvml import board_state, boards_state, error_of, handles
 
 Nvml = Callable[..., NodeSnap]
@@ -1211,3 +1215,175 @@ def test_a_gpu_running_without_gsp_firmware_has_no_gsp_version(node_snapshot: Ca
         assert library().nvmlDeviceGetGspFirmwareVersion(hs[0], buf) == n.NVML_ERROR_NOT_SUPPORTED
         assert library().nvmlDeviceGetGspFirmwareVersion(hs[1], buf) == n.NVML_SUCCESS
         assert buf.value.decode() == n.nvmlSystemGetDriverVersion()
+
+
+# ------------------------------------------------------------------------------------------------ device.c, fifth round
+
+
+def test_enum_values_past_nvml_h_s_enums_are_invalid_arguments_where_the_return_list_is_silent(
+        nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """Three getters take an enum whose past-the-end value their nvml.h ``@return`` list does not name
+    (test_enum_bounds.py leaves them out for that reason), and no test gave them one: tools/c-coverage.py on main
+    3878acc listed their refusals as the only lines of device.c never run (:150, :555, :786), so each refusal could
+    answer anything. The rule of test_getter_branches.py's docstring applies: the code nvml.h gives the same failure
+    elsewhere, else the one nvmlReturn_t's definitions name. nvmlDeviceGetClock's own list answers
+    INVALID_ARGUMENT "if ... clockType is invalid", so an invalid clockId (NVML_CLOCK_ID_COUNT) is refused alike;
+    an infoROM object past nvmlInforomObject_t (NVML_INFOROM_COUNT) and a sampling type past nvmlSamplingType_t
+    (NVML_SAMPLINGTYPE_COUNT) are "a supplied argument [that] is invalid" (INVALID_ARGUMENT), not "an internal
+    driver error" (UNKNOWN). Each enum's last member is not refused so (the bound is the enum's end)."""
+    n = pynvml_module
+    header = references.newest_header().read_text()
+    counts = {name: _enum_count(header, name)
+              for name in ("NVML_INFOROM_COUNT", "NVML_CLOCK_ID_COUNT", "NVML_SAMPLINGTYPE_COUNT")}
+    assert counts == {"NVML_INFOROM_COUNT": 4, "NVML_CLOCK_ID_COUNT": 4, "NVML_SAMPLINGTYPE_COUNT": 10}
+    nvml("dgx-h100")
+    h = handles(n)[0]
+    lib = library()
+
+    def inforom(obj: int) -> int:
+        return int(lib.nvmlDeviceGetInforomVersion(h, obj, ctypes.create_string_buffer(16), 16))
+
+    def clock(clock_id: int) -> int:
+        return int(lib.nvmlDeviceGetClock(h, n.NVML_CLOCK_GRAPHICS, clock_id, ctypes.byref(ctypes.c_uint())))
+
+    def samples(kind: int) -> int:
+        value_type, count = ctypes.c_uint(), ctypes.c_uint(0)
+        return int(lib.nvmlDeviceGetSamples(h, kind, ctypes.c_ulonglong(0), ctypes.byref(value_type),
+                                            ctypes.byref(count), None))
+
+    for getter, count in ((inforom, counts["NVML_INFOROM_COUNT"]), (clock, counts["NVML_CLOCK_ID_COUNT"]),
+                          (samples, counts["NVML_SAMPLINGTYPE_COUNT"])):
+        assert getter(count) == n.NVML_ERROR_INVALID_ARGUMENT, getter.__name__
+        assert getter(count - 1) != n.NVML_ERROR_INVALID_ARGUMENT, getter.__name__
+
+
+def test_a_mig_enabled_gpu_samples_power_and_clocks_but_not_the_utilizations_nvml_h_names(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetSamples: "On MIG-enabled GPUs, querying the following sample types,
+    NVML_GPU_UTILIZATION_SAMPLES, NVML_MEMORY_UTILIZATION_SAMPLES NVML_ENC_UTILIZATION_SAMPLES and
+    NVML_DEC_UTILIZATION_SAMPLES, is not currently supported" (1-4). The note names those four, so the power and
+    clock samples (NVML_TOTAL_POWER_SAMPLES 0, NVML_PROCESSOR_CLK_SAMPLES 5, NVML_MEMORY_CLK_SAMPLES 6) are
+    still answered: dgx-a100's gpu7 (MIG enabled) answers 0, 5 and 6 (the memory clock sample is the memory clock
+    nvmlDeviceGetClockInfo answers) and NOT_SUPPORTED to 1-4; gpu6 (MIG off) answers all seven. Fresh seed 10734's
+    surviving device.c:791 (``type <= 4`` made ``<= 5``) refused the processor clock on the MIG GPU."""
+    n = pynvml_module
+    snap = node_snapshot("dgx-a100")
+    with board_state(n, snap, 7) as hs:
+        mig, whole = hs[7], hs[6]
+        assert n.nvmlDeviceGetMigMode(mig)[0] == n.NVML_DEVICE_MIG_ENABLE
+        assert {kind: _sample(n, mig, kind)[0] for kind in range(7)} == {
+            0: n.NVML_SUCCESS, 1: n.NVML_ERROR_NOT_SUPPORTED, 2: n.NVML_ERROR_NOT_SUPPORTED,
+            3: n.NVML_ERROR_NOT_SUPPORTED, 4: n.NVML_ERROR_NOT_SUPPORTED, 5: n.NVML_SUCCESS, 6: n.NVML_SUCCESS}
+        assert _sample(n, mig, 6)[1] == n.nvmlDeviceGetClockInfo(mig, n.NVML_CLOCK_MEM)
+        assert {_sample(n, whole, kind)[0] for kind in range(7)} == {n.NVML_SUCCESS}
+
+
+def test_the_row_remapper_histogram_classifies_every_bank_once_in_nvml_h_s_order(
+        node_snapshot: Callable[..., NodeSnap], pynvml_module: ModuleType, h100: dict[str, str]) -> None:
+    """nvml.h, nvmlRowRemapperHistogramValues_t: "Possible values that classify the remap availability for each
+    bank", in the order max (all reserved rows available), high, partial, low, none (no reserved row left); so the
+    five are a partition of the GPU's banks. The real H100 (qx-h100.xml, row_remapper_histogram) has 2560 banks,
+    all at max: a clean DGX H100 GPU answers (2560, 0, 0, 0, 0). A record whose banks are spread over all five
+    classes (2550, 4, 3, 2, 1: still 2560 banks) answers each class in its own member; the earlier test read only
+    max and high, so partial, low and none could answer a neighbour's class (device.c d_remap_hist's indices)."""
+    n = pynvml_module
+    path = "/remapped_rows/row_remapper_histogram/row_remapper_histogram_"
+    captured = tuple(int(h100[path + name].split()[0]) for name in ("max", "high", "partial", "low", "none"))
+    assert captured == (2560, 0, 0, 0, 0)
+    spread = (2550, 4, 3, 2, 1)
+    assert sum(spread) == sum(captured)
+    snap = node_snapshot("dgx-h100")
+    with board_state(n, snap, 3, remap_histogram=spread) as hs:
+        for h, expected in ((hs[0], captured), (hs[3], spread)):
+            hist = n.nvmlDeviceGetRowRemapperHistogram(h)
+            assert (hist.max, hist.high, hist.partial, hist.low, hist.none) == expected
+
+
+def test_processes_sharing_a_gpu_share_its_utilization(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h: nvmlUtilization_t.gpu is the "percent of time over the past sample period during which one or more
+    kernels was executing on the GPU", and nvmlDeviceGetProcessUtilization's nvmlProcessUtilizationSample_t gives
+    each process's own "SM (3D/Compute) Util Value" and "Frame Buffer Memory Util Value", percentages of that
+    period. Two compute processes time-slicing one GPU (no MPS) are each busy for part of the time the GPU was
+    busy, so each figure is at most 100 and their sum at most the GPU's own (and likewise for memory); the earlier
+    tests ran one process, for which a share of the GPU's utilization multiplied by the process count instead of
+    divided (device.c d_proc_util, ``util / n`` made ``util * n``) reads the same."""
+    n = pynvml_module
+    nvml("dgx-h100", processes=[FakeProcess("gpu3", 7171, 2**30, "trainer", kinds=1, utilization=40),
+                                FakeProcess("gpu3", 7272, 2**30, "evaluator", kinds=1, utilization=30)])
+    h = handles(n)[3]
+    whole = n.nvmlDeviceGetUtilizationRates(h)
+    samples = n.nvmlDeviceGetProcessUtilization(h, 0)
+    assert sorted(s.pid for s in samples) == [7171, 7272]
+    assert whole.gpu > 50  # so that two shares of it, multiplied, could not both stay at or below 100
+    for s in samples:
+        assert 0 <= s.smUtil <= 100 and 0 <= s.memUtil <= 100, (s.pid, s.smUtil, s.memUtil)
+    assert sum(s.smUtil for s in samples) <= whole.gpu
+    assert sum(s.memUtil for s in samples) <= whole.memory
+
+
+def test_affinity_masks_longer_than_the_node_s_cpus_and_nodes_are_zero_past_them(nvml: Nvml,
+                                                                                pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetCpuAffinity: "an array of unsigned ints (sized to cpuSetSize) of bitmasks with the ideal
+    CPU affinity for the device" (bit k of word w is CPU 64 w + k), and nvmlDeviceGetMemoryAffinity the same of
+    NUMA nodes. A GB200 compute tray has two Grace CPUs of 72 cores, CPUs 0-143 (reference hardware.md), and a few
+    NUMA nodes, so a caller offering more words than that (20 words: CPUs up to 1279; 8 words: nodes up to 511)
+    gets zeros in every word past CPU 143 and past node 63. The earlier tests offered 1 or 4 words, so the shim
+    could read past its own masks for a longer array (links.c a_mask's ``bit / 64 < words`` made ``<=``: the
+    word after the last one the snapshot holds)."""
+    n = pynvml_module
+    nvml("gb200-nvl72")
+    lib = library()
+    for gpu, h in enumerate(handles(n)):
+        cpus = (ctypes.c_ulong * 20)(*([0xAB] * 20))
+        assert lib.nvmlDeviceGetCpuAffinity(h, 20, cpus) == n.NVML_SUCCESS
+        listed = {w * 64 + b for w, word in enumerate(cpus) for b in range(64) if word >> b & 1}
+        assert listed == (set(range(72)) if gpu < 2 else set(range(72, 144))), gpu
+        nodes = (ctypes.c_ulong * 8)(*([0xAB] * 8))
+        assert lib.nvmlDeviceGetMemoryAffinity(h, 8, nodes, n.NVML_AFFINITY_SCOPE_NODE) == n.NVML_SUCCESS
+        assert nodes[0] != 0 and list(nodes[1:]) == [0] * 7, (gpu, list(nodes))
+
+
+def test_an_ampere_encoder_encodes_h264_and_hevc_but_not_av1(node_snapshot: Callable[..., NodeSnap],
+                                                              pynvml_module: ModuleType) -> None:
+    """NVIDIA's AV1 / Ada Lovelace developer blog (the source of the test above): Ampere brought AV1 *decoding*, and
+    Ada is the first architecture that "supports both AV1 encoding and decoding". The built-in boards with NVENC
+    are Turing (T4) and Ada (L4, L40S), and Ampere's A100 has none, so no board stood between the two: an Ampere
+    board with NVENC (the A10, A40 and RTX A6000 have one; here the L40S's record as such a board,
+    nvmlDeviceGetArchitecture NVML_DEVICE_ARCH_AMPERE, 7) answers 100 for H.264 and HEVC and NOT_SUPPORTED for AV1
+    (nvml.h: "if device does not support the encoder specified"). device.c d_encoder_capacity's ``architecture <
+    8`` made ``< 7`` answered 100 for it."""
+    n = pynvml_module
+    snap = node_snapshot("l40s-server")
+    with board_state(n, snap, 0, architecture=n.NVML_DEVICE_ARCH_AMPERE) as hs:
+        h = hs[0]
+        assert n.nvmlDeviceGetArchitecture(h) == n.NVML_DEVICE_ARCH_AMPERE == 7
+        assert [n.nvmlDeviceGetEncoderCapacity(h, codec) for codec in (0, 1)] == [100, 100]
+        assert error_of(partial(n.nvmlDeviceGetEncoderCapacity, h, 2)) == n.NVML_ERROR_NOT_SUPPORTED
+        assert n.nvmlDeviceGetEncoderCapacity(hs[1], 2) == 100  # its Ada neighbour still encodes AV1
+
+
+def test_a_mig_device_is_given_no_peer_to_peer_access(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """NVIDIA's MIG user guide, application considerations: "GPU to GPU P2P (both PCIe and NVLink) is not
+    supported" on MIG devices. So a MIG device handle (dgx-a100's gpu7 runs two 3g.40gb MIG devices; its GPUs meet
+    over NVSwitch, P2P status OK between whole GPUs) is answered no P2P status OK toward another GPU, for any of
+    nvml.h's capability indices (READ, WRITE, NVLINK, ATOMICS, PROP), and no NVLink of it reports
+    NVML_NVLINK_CAP_P2P_SUPPORTED or _P2P_ATOMICS: whatever the code (the shim refuses the handle as invalid for
+    these physical-GPU calls), never SUCCESS with a P2P answer. links.c's physical-only flag made MIG-allowing (the
+    pair getters' ``fhw_enter_dev(c, a, 0)``, nvmlDeviceGetNvLinkCapability's FHW_DEV_CALL) answered the parent's
+    OK and 1 for the MIG device."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    hs = handles(n)
+    lib = library()
+    migs = [n.nvmlDeviceGetMigDeviceHandleByIndex(hs[7], k) for k in range(2)]
+    assert n.nvmlDeviceGetP2PStatus(hs[6], hs[0], READ) == n.NVML_P2P_STATUS_OK  # whole GPUs: NVSwitch P2P
+    for mig in migs:
+        for index in range(5):  # nvml.h: NVML_P2P_CAPS_INDEX_READ 0 ... _PROP 4 (UNKNOWN 5 is no capability)
+            status = ctypes.c_uint(n.NVML_P2P_STATUS_OK)
+            code = lib.nvmlDeviceGetP2PStatus(mig, hs[0], index, ctypes.byref(status))
+            assert not (code == n.NVML_SUCCESS and status.value == n.NVML_P2P_STATUS_OK), index
+        for link in range(12):  # an A100 has 12 NVLinks
+            for cap in (n.NVML_NVLINK_CAP_P2P_SUPPORTED, n.NVML_NVLINK_CAP_P2P_ATOMICS):
+                result = ctypes.c_uint(1)
+                code = lib.nvmlDeviceGetNvLinkCapability(mig, link, cap, ctypes.byref(result))
+                assert not (code == n.NVML_SUCCESS and result.value == 1), (link, cap)

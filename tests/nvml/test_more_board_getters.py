@@ -1193,7 +1193,9 @@ def test_fabric_info_v4_holds_the_v3_clique_as_its_unicast_pointer_entry(nvml: N
     cliqueId maps to the id of the first NVML_GPU_FABRIC_CLIQUE_TYPE_UNICAST_POINTER (0) entry", the rest as v3. The
     GB200 capture prints every GPU's fabric as state Completed (NVML_GPU_FABRIC_STATE_COMPLETED 3), status Success,
     health Healthy (summary 1): a GB200 NVL72 GPU on a 615 driver answers that in v4, with its v3 cluster UUID,
-    health mask and clique id (a unicast-pointer entry). A NULL struct is INVALID_ARGUMENT."""
+    health mask and clique id (a unicast-pointer entry). Its numCliques "valid entries" are "sorted by ascending
+    type then ascending id" and each is one (type, id) assignment, so no entry repeats or comes out of order (links.c
+    f_info_v4's numCliques 1 made 2 listed a zeroed entry after the clique). A NULL struct is INVALID_ARGUMENT."""
     from tests.nvml.capture_view import FabricInfoV3
     from tests.nvml.captures import board_capture
 
@@ -1212,6 +1214,8 @@ def test_fabric_info_v4_holds_the_v3_clique_as_its_unicast_pointer_entry(nvml: N
         assert (bytes(v4.clusterUuid), v4.healthMask) == (bytes(v3.clusterUuid), v3.healthMask)
         unicast = [v4.cliques[i].id for i in range(v4.numCliques) if v4.cliques[i].type == 0]
         assert unicast[:1] == [v3.cliqueId]
+        entries = [(v4.cliques[i].type, v4.cliques[i].id) for i in range(v4.numCliques)]
+        assert entries == sorted(set(entries))
         assert lib.nvmlDeviceGetGpuFabricInfo_v4(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
 
 
@@ -1444,6 +1448,26 @@ def test_nvlink_encryption_is_off_where_confidential_computing_is(nvml: Nvml, py
         info[0] = struct_version(8, 3)
         assert lib.nvmlDeviceGetNvLinkInfo(h, info) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         assert lib.nvmlDeviceGetNvLinkInfo(h, None) == n.NVML_ERROR_INVALID_ARGUMENT
+
+
+def test_nvlink_information_of_a_gpu_without_nvlink_is_not_supported(nvml: Nvml, pynvml_module: ModuleType) -> None:
+    """nvml.h, nvmlDeviceGetNvLinkInfo: NOT_SUPPORTED "if the device does not support this feature". The L4 of the
+    edge-pcie node is a PCIe card without NVLink (nvmlDeviceGetNvLinkState of its link 0 is NOT_SUPPORTED, as
+    test_pynvml holds), so it answers NOT_SUPPORTED to both struct versions and leaves the caller's words as they
+    were; the earlier test asked only NVLink boards, so the check could test any link count but 0 (fresh seed
+    10735's surviving links.c:446, ``nvlink_count == 0`` made ``== 1``, answered NVLE off for the L4)."""
+    n = pynvml_module
+    nvml("edge-pcie")
+    lib = library()
+    h = handles(n)[0]
+    assert error_of(lambda: n.nvmlDeviceGetNvLinkState(h, 0)) == n.NVML_ERROR_NOT_SUPPORTED
+    from tests.nvml.test_versioned_struct_answers import NvLinkInfoV2
+
+    for version, size in ((1, 8), (2, ctypes.sizeof(NvLinkInfoV2))):  # v2: the firmware info after v1's words
+        assert size % 4 == 0
+        info = (ctypes.c_uint * (size // 4))(struct_version(size, version), *([7] * (size // 4 - 1)))
+        assert lib.nvmlDeviceGetNvLinkInfo(h, info) == n.NVML_ERROR_NOT_SUPPORTED, version
+        assert list(info)[1:] == [7] * (size // 4 - 1), version
 
 
 @pytest.mark.parametrize(("profile", "blackwell"), [("dgx-h100", False), ("dgx-b200", True)])
@@ -1865,3 +1889,27 @@ def test_field_values_asked_for_no_field_is_an_invalid_argument(nvml: Nvml, pynv
         assert call(h, ctypes.c_int(0), entry) == n.NVML_ERROR_INVALID_ARGUMENT
         assert entry[0].nvmlReturn == 12345
         assert call(h, ctypes.c_int(1), entry) == n.NVML_SUCCESS
+
+
+def test_a_mig_device_of_a_blackwell_gpu_has_no_nvlink_bandwidth_mode(nvml: Nvml, pynvml_module: ModuleType,
+                                                                      tmp_path: Path) -> None:
+    """nvmlDeviceGetNvlinkBwMode reads "the NvLink Reduced Bandwidth Mode for the device" (nvml.h, Blackwell or
+    newer), and NVIDIA's MIG user guide, application considerations: "GPU to GPU P2P (both PCIe and NVLink) is not
+    supported" on MIG devices, so a MIG device has no NVLink bandwidth of its own to be in a mode of. A DGX B200
+    whose gpu0 runs a 1g.23gb GPU instance (the catalogue's B200 MIG profiles, NVIDIA/mig-parted#166): the MIG
+    device's handle is answered no mode (whatever the code, never SUCCESS), while gpu1, MIG off, reads its mode.
+    Open since the first C rounds as links.c:486 (nvml.h says nothing of MIG handles there); fresh seed 10735 drew
+    it again (links.c:485, the physical-only flag made MIG-allowing answered the parent's FULL)."""
+    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-b200.yaml").read_text()
+    assert text.count("moduleId: 6}") == 1
+    profile = tmp_path / "dgx-b200-mig.yaml"
+    profile.write_text(text.replace("moduleId: 6}", "moduleId: 6, mig: {enabled: true, instances: [1g.23gb]}}"))
+    n = pynvml_module
+    nvml(str(profile))
+    lib = library()
+    hs = handles(n)
+    mig = n.nvmlDeviceGetMigDeviceHandleByIndex(hs[0], 0)
+    mode = NvlinkGetBwMode(GET_BW_MODE_V1)
+    assert lib.nvmlDeviceGetNvlinkBwMode(hs[1], ctypes.byref(mode)) == n.NVML_SUCCESS
+    mode = NvlinkGetBwMode(GET_BW_MODE_V1)
+    assert lib.nvmlDeviceGetNvlinkBwMode(mig, ctypes.byref(mode)) != n.NVML_SUCCESS

@@ -93,7 +93,12 @@ def test_fan_range_and_policy_are_not_supported_without_fans(nvml: Nvml, pynvml_
 def test_fan_range_and_policy_on_a_board_with_fans(pynvml_module: ModuleType,
                                                    node_snapshot: Callable[..., NodeSnap]) -> None:
     """A workstation card's record with two fans (none of the captured boards has one). nvml.h: the speeds of
-    nvmlDeviceGetMinMaxFanSpeed are percentages (nvmlDeviceSetFanSpeed_v2 takes 0-100), so min <= max <= 100;
+    nvmlDeviceGetMinMaxFanSpeed are percentages (nvmlDeviceSetFanSpeed_v2 takes 0-100), and the real driver's
+    are 30 and 100: nvidia-settings takes GPUTargetFanSpeed's valid range from exactly this call
+    (NvCtrlAttributesNvml.c, NV_CTRL_THERMAL_COOLER_LEVEL: range.min/max = minSpeed/maxSpeed), and on 530 drivers
+    it prints "The valid values for 'GPUTargetFanSpeed' are in the range 30 - 100 (inclusive)" for RTX 3060, 3090
+    and 4090 boards (NVIDIA/open-gpu-kernel-modules#395), the floor 0 % zero-RPM cards had before 520 included
+    (device.c's min 29 or 31 and max 99, mechanical mutants, passed the earlier min <= max <= 100);
     nvmlDeviceGetFanControlPolicy_v2 answers NVML_FAN_POLICY_TEMPERATURE_CONTINOUS_SW (0) for a zero-indexed fan:
     a fan is under the driver's temperature control until someone selects NVML_FAN_POLICY_MANUAL (1) with
     nvmlDeviceSetFanControlPolicy (nvidia-settings' GPUFanControlState likewise defaults to 0, the driver's own
@@ -110,7 +115,7 @@ def test_fan_range_and_policy_on_a_board_with_fans(pynvml_module: ModuleType,
             lib = ctypes.CDLL("libnvidia-ml.so.1")
             low, high = ctypes.c_uint(101), ctypes.c_uint(101)
             assert lib.nvmlDeviceGetMinMaxFanSpeed(h, ctypes.byref(low), ctypes.byref(high)) == n.NVML_SUCCESS
-            assert 0 <= low.value <= high.value <= 100
+            assert (low.value, high.value) == (30, 100)
             assert lib.nvmlDeviceGetMinMaxFanSpeed(h, None, ctypes.byref(high)) == n.NVML_ERROR_INVALID_ARGUMENT
             assert lib.nvmlDeviceGetMinMaxFanSpeed(h, ctypes.byref(low), None) == n.NVML_ERROR_INVALID_ARGUMENT
             for fan in (0, 1):
