@@ -11,9 +11,10 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -404,3 +405,33 @@ def test_a_record_made_without_fields_says_nothing_is_there(record: type[Any]) -
             assert getattr(back, f.name) == sentinel[0], (f.name, sentinel[1])
         else:
             assert raw[f.offset:f.offset + f.size] == bytes(f.size), f.name
+
+
+@dataclass(frozen=True)
+class _TailPadded:
+    """A record with C's trailing padding: a uint64_t then a uint32_t is 16 bytes (aligned to 8), 4 of them padding
+    (no record of the format has any: each declares its reserved words; this one shows the packer writes them)."""
+
+    c_name: ClassVar[str] = "tail_padded_t"
+
+    wide: layout.U64 = 0
+    narrow: layout.U32 = 0
+
+
+def test_a_record_s_trailing_padding_is_c_s() -> None:
+    """C's natural alignment (C11 6.7.2.1: a struct may have unnamed padding at its end; x86-64 psABI: aligned to its
+    largest member): ``struct { uint64_t; uint32_t; }`` is 16 bytes."""
+    assert layout.layout_of(_TailPadded).size == 16 and layout.pack(_TailPadded(1, 2)) == bytes([1, *[0] * 7, 2,
+                                                                                                   *[0] * 7])
+
+
+@pytest.mark.parametrize("record", [*layout.RECORDS, _TailPadded], ids=lambda r: r.__name__)
+def test_packing_over_old_bytes_writes_every_byte_of_the_record(record: type[Any]) -> None:
+    """``pack_into`` writes a record's padding (between fields and at its end, C's natural alignment) and its
+    absent nested records as zeros: the snapshot's writer packs a changed record over the last file's bytes, so a
+    byte it left alone would keep whatever was there. Packed over 0xFF bytes, the record's place holds exactly what
+    it holds packed into zeros, and the bytes around it are untouched."""
+    size = layout.layout_of(record).size
+    buf = bytearray(b"\xff" * (size + 16))
+    layout.pack_into(buf, 8, record())
+    assert buf[8:8 + size] == layout.pack(record()) and buf[:8] == buf[8 + size:] == b"\xff" * 8
