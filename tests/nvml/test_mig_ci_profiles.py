@@ -573,3 +573,59 @@ def test_gpu_instance_calls_refuse_a_mig_device_and_a_gpu_with_mig_off(pynvml_mo
     assert {name: call(mig) for name, call in calls.items()} == dict.fromkeys(calls, INVALID_ARGUMENT)
     mig_mode_enabled = [name for name in calls if name != "nvmlDeviceGetGpuInstanceProfileInfo"]
     assert {name: calls[name](gpu0) for name in mig_mode_enabled} == dict.fromkeys(mig_mode_enabled, NOT_SUPPORTED)
+
+
+def address(handle: Any) -> int:
+    """The address a ctypes handle (a pointer to an opaque struct) holds."""
+    value = ctypes.cast(handle, ctypes.c_void_p).value
+    assert value is not None
+    return value
+
+
+def test_addresses_next_to_the_instance_handles_the_library_gave_are_invalid(pynvml_module: ModuleType,
+                                                                             nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h: nvmlGpuInstanceGetInfo, INVALID_ARGUMENT "If gpuInstance or info are invalid";
+    nvmlComputeInstanceGetInfo_v2 "If computeInstance or info are invalid"; nvmlGpuInstanceDestroy and
+    nvmlComputeInstanceDestroy "If gpuInstance / computeInstance is invalid". An instance handle is valid only as the
+    library handed it out. On dgx-a100 (gpu7: two 3g.40gb GPU instances, a compute instance each), with no agent,
+    every address from 64 bytes below the lowest GPU (compute) instance handle the library gave to 4 KiB above the
+    highest, byte by byte, that is not one of those handles (below the first, misaligned, unused, past the end of
+    wherever the handles live, and whatever follows) answers INVALID_ARGUMENT from each call, and so does every GPU
+    and MIG device handle given as an instance handle; the handles themselves answer SUCCESS (info) and
+    NO_PERMISSION (a change with no agent socket, docs/nvml.md). The earlier foreign-handle checks used one buffer
+    of the caller's, far from the handles: a range check one slot too wide (mig.c:120 and :126, `>=` as `>`, `||`
+    as `&&`) took the address just past the handles for an instance."""
+    n = pynvml_module
+    nvml("dgx-a100", env={"FAKEHW_AGENT_SOCKET": None})
+    lib = n.nvmlLib
+    dev, _ = gpu7_instance(n)
+    gis = [gi for _, _, gi in gpu_instances(n, dev)]
+    cis = []
+    for gi in gis:
+        ci = n.c_nvmlComputeInstance_t()
+        assert lib.nvmlGpuInstanceGetComputeInstanceById(gi, 0, ctypes.byref(ci)) == 0
+        cis.append(ci)
+    devices = [n.nvmlDeviceGetHandleByIndex(k) for k in range(n.nvmlDeviceGetCount())]
+    devices += [n.nvmlDeviceGetMigDeviceHandleByIndex(dev, k) for k in range(2)]
+    others = [address(d) for d in devices]
+    gi_info = n.c_nvmlGpuInstanceInfo_t()
+    ci_info_v2 = n.c_nvmlComputeInstanceInfo_t()
+    Call = Callable[[ctypes.c_void_p], int]
+    kinds: dict[str, tuple[list[int], dict[str, tuple[Call, int]]]] = {
+        "GPU instance": ([address(g) for g in gis], {
+            "nvmlGpuInstanceGetInfo": (lambda h: int(lib.nvmlGpuInstanceGetInfo(h, ctypes.byref(gi_info))), 0),
+            "nvmlGpuInstanceDestroy": (lambda h: int(lib.nvmlGpuInstanceDestroy(h)), NO_PERMISSION)}),
+        "compute instance": ([address(c) for c in cis], {
+            "nvmlComputeInstanceGetInfo_v2": (lambda h: int(lib.nvmlComputeInstanceGetInfo_v2(
+                h, ctypes.byref(ci_info_v2))), 0),
+            "nvmlComputeInstanceDestroy": (lambda h: int(lib.nvmlComputeInstanceDestroy(h)), NO_PERMISSION)}),
+    }
+    for kind, (handles, calls) in kinds.items():
+        given = set(handles)
+        assert len(given) == 2, f"two {kind} handles"
+        window = range(min(given) - 64, max(given) + 4096)
+        foreign = [a for a in window if a not in given] + others
+        for name, (call, valid) in calls.items():
+            assert [call(ctypes.c_void_p(a)) for a in sorted(given)] == [valid, valid], name
+            wrong = {hex(a): code for a in foreign if (code := call(ctypes.c_void_p(a))) != INVALID_ARGUMENT}
+            assert wrong == {}, f"{name}: addresses that are no {kind} handle of the library's"
