@@ -629,3 +629,45 @@ def test_addresses_next_to_the_instance_handles_the_library_gave_are_invalid(pyn
             assert [call(ctypes.c_void_p(a)) for a in sorted(given)] == [valid, valid], name
             wrong = {hex(a): code for a in foreign if (code := call(ctypes.c_void_p(a))) != INVALID_ARGUMENT}
             assert wrong == {}, f"{name}: addresses that are no {kind} handle of the library's"
+
+
+def test_a_placement_of_another_size_than_the_profile_s_is_invalid(pynvml_module: ModuleType,
+                                                                    nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h: nvmlDeviceCreateGpuInstanceWithPlacement, INVALID_ARGUMENT "If device, profile, profileId, placement or
+    gpuInstance are invalid"; the placement is one of nvmlDeviceGetGpuInstancePossiblePlacements_v2's, whose size is
+    the "Number of memory slices occupied" (nvmlGpuInstancePlacement_t): the MIG user guide's ``nvidia-smi mig
+    -lgipp`` gives 1g.10gb (profile ID 19) ``{0,...,6}:1`` and 3g.40gb (9) ``{0,4}:4``. A compute instance's
+    placement size is its "Number of compute slices occupied" (nvmlComputeInstancePlacement_t), the slice count
+    nvml.h names its profile by (NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE = 0, _3_SLICE = 2); nvml.h lists no
+    placement row for nvmlGpuInstanceCreateComputeInstanceWithPlacement, so the GPU instance form's code is taken
+    (as the NULL placement above). On dgx-a100's gpu7 with no agent socket, a placement of the profile's size is
+    NO_PERMISSION (docs/nvml.md), one of any other size (0, one less, one more, another profile's) INVALID_ARGUMENT:
+    judged before anyone is asked, as nothing could make it valid. Before this test only placements with a wrong
+    start were refused (by the agent), so a size check that never refused (mig.c:753 and :823, `p != NULL` as `==`)
+    or refused with UNKNOWN survived."""
+    n = pynvml_module
+    nvml("dgx-a100", env={"FAKEHW_AGENT_SOCKET": None})
+    lib = n.nvmlLib
+    dev, gi = gpu7_instance(n)
+    new_gi = n.c_nvmlGpuInstance_t()
+    new_ci = n.c_nvmlComputeInstance_t()
+
+    def gi_code(profile_id: int, start: int, size: int) -> int:
+        placement = n.c_nvmlGpuInstancePlacement_t(start, size)
+        return int(lib.nvmlDeviceCreateGpuInstanceWithPlacement(dev, profile_id, ctypes.byref(placement),
+                                                                ctypes.byref(new_gi)))
+
+    def ci_code(profile: int, start: int, size: int) -> int:
+        placement = n.c_nvmlComputeInstancePlacement_t(start, size)
+        return int(lib.nvmlGpuInstanceCreateComputeInstanceWithPlacement(gi, profile, ctypes.byref(placement),
+                                                                         ctypes.byref(new_ci)))
+
+    assert {size: gi_code(19, 6, size) for size in (0, 1, 2, 4)} == \
+        {0: INVALID_ARGUMENT, 1: NO_PERMISSION, 2: INVALID_ARGUMENT, 4: INVALID_ARGUMENT}
+    assert {size: gi_code(9, 4, size) for size in (1, 3, 4, 5, 8)} == \
+        {1: INVALID_ARGUMENT, 3: INVALID_ARGUMENT, 4: NO_PERMISSION, 5: INVALID_ARGUMENT, 8: INVALID_ARGUMENT}
+    assert {size: ci_code(CI_INDEX[1], 1, size) for size in (0, 1, 2, 3)} == \
+        {0: INVALID_ARGUMENT, 1: NO_PERMISSION, 2: INVALID_ARGUMENT, 3: INVALID_ARGUMENT}
+    assert {size: ci_code(CI_INDEX[3], 0, size) for size in (1, 2, 3, 4)} == \
+        {1: INVALID_ARGUMENT, 2: INVALID_ARGUMENT, 3: NO_PERMISSION, 4: INVALID_ARGUMENT}
+    assert len(gpu_instances(n, dev)) == 2
