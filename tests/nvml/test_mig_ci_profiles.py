@@ -671,3 +671,51 @@ def test_a_placement_of_another_size_than_the_profile_s_is_invalid(pynvml_module
     assert {size: ci_code(CI_INDEX[3], 0, size) for size in (1, 2, 3, 4)} == \
         {1: INVALID_ARGUMENT, 2: INVALID_ARGUMENT, 3: NO_PERMISSION, 4: INVALID_ARGUMENT}
     assert len(gpu_instances(n, dev)) == 2
+
+
+def test_placements_never_go_past_the_caller_s_count(pynvml_module: ModuleType,
+                                                     nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h, both placement calls: ``placements`` "If non-NULL must be large enough to accommodate the placements
+    supported by the profile", ``count`` "Returns number of allowed placemenets for the profile". On dgx-a100's gpu7
+    (A100: the MIG user guide's ``-lgipp``, migtools.LGIPP; its 3g.40gb GPU instance's one-slice compute instances at
+    0, 1, 2 and the three-slice one at 0, nvml.h's NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE / _3_SLICE), each call gets
+    an array one entry longer than the placements, filled with a marker: told the exact count it fills that many and
+    leaves the extra entry alone; told one less, or 0, it writes nothing at all, answers the number of placements in
+    ``count``, and refuses: INSUFFICIENT_SIZE ("An input argument is not large enough", nvmlReturn_t) or the
+    function's own INVALID_ARGUMENT "If ... count [is] invalid", never SUCCESS nor UNKNOWN ("An internal driver
+    error occurred": the caller's count is not one). No test gave a count too small before (mig.c:378 `<` as `>`
+    wrote past it; the answer UNKNOWN survived), nor looked past the count (:382 `<=` wrote one entry more)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    lib = n.nvmlLib
+    dev, gi = gpu7_instance(n)
+    insufficient_size = 7  # nvml.h: NVML_ERROR_INSUFFICIENT_SIZE
+    marker = (0xDEAD, 0xBEEF)
+
+    def call(kind: str, profile: int, array: Any, count: ctypes.c_uint) -> int:
+        if kind == "GPU instance":
+            return int(lib.nvmlDeviceGetGpuInstancePossiblePlacements_v2(dev, profile, array, ctypes.byref(count)))
+        return int(lib.nvmlGpuInstanceGetComputeInstancePossiblePlacements(gi, profile, array, ctypes.byref(count)))
+
+    expected: dict[tuple[str, int], list[tuple[int, int]]] = {
+        ("compute instance", CI_INDEX[1]): [(0, 1), (1, 1), (2, 1)],
+        ("compute instance", CI_INDEX[3]): [(0, 3)],
+    }
+    for profile_id, listed in LGIPP.items():
+        if profile_id in {row[1] for row in A100_80GB_LGIP}:
+            starts, size = listed.strip("{").split("}:")
+            expected["GPU instance", profile_id] = [(int(s), int(size)) for s in starts.split(",")]
+    assert len(expected) == 6
+    bad = []
+    for (kind, profile), places in expected.items():
+        for told in sorted({len(places), len(places) - 1, 0}):
+            array = (n.c_nvmlGpuInstancePlacement_t * (len(places) + 1))(*[marker] * (len(places) + 1))
+            count = ctypes.c_uint(told)
+            code = call(kind, profile, array, count)
+            got = [(p.start, p.size) for p in array]
+            filled = places if told == len(places) else []
+            want = filled + [marker] * (len(places) + 1 - len(filled))
+            ok_codes = {0} if told == len(places) else {insufficient_size, INVALID_ARGUMENT}
+            if code not in ok_codes or got != want or count.value != len(places):
+                bad.append(f"{kind} profile {profile}, told {told}: code {code}, count {count.value}, array {got}")
+    assert bad == []
