@@ -719,3 +719,46 @@ def test_placements_never_go_past_the_caller_s_count(pynvml_module: ModuleType,
             if code not in ok_codes or got != want or count.value != len(places):
                 bad.append(f"{kind} profile {profile}, told {told}: code {code}, count {count.value}, array {got}")
     assert bad == []
+
+
+def test_mig_management_calls_refuse_a_mig_device(pynvml_module: ModuleType, nvml: Callable[..., NodeSnap]) -> None:
+    """MIG mode and GPU instances belong to a GPU (NVIDIA's MIG user guide: MIG mode is enabled per GPU, GPU
+    instances are created on a GPU, and a MIG device, a compute instance of a GPU instance, is not partitioned
+    further); nvml.h names the argument of these calls "The identifier of the target device" / "Reference to the
+    parent GPU device handle" / "a given parent NVML device". Given dgx-a100's gpu7's first MIG device, with no
+    agent socket (docs/nvml.md: a change is then NO_PERMISSION): nvmlDeviceSetMigMode and both
+    nvmlDeviceCreateGpuInstance forms are INVALID_ARGUMENT ("If device ... [is] invalid"), while gpu7 itself gets
+    NO_PERMISSION, so the refusal is the handle's; nvmlDeviceGetMigDeviceHandleByIndex finds nothing under it (any
+    refusal, never a handle); nvmlDeviceGetMaxMigDeviceCount is INVALID_ARGUMENT or 0 ("Returns zero if MIG is not
+    supported or enabled"), never gpu7's 7; nvmlDeviceGetMigMode is INVALID_ARGUMENT or NOT_SUPPORTED ("If device
+    doesn't support MIG mode"), never gpu7's mode. No test gave these calls a MIG device before: each would have let
+    it through to its parent GPU (mig.c:711 and :749 `fhw_enter_dev(..., 0)` as 1, :206, :217, :235 the flags 0
+    as 1, FHW_ALLOW_MIG)."""
+    n = pynvml_module
+    nvml("dgx-a100", env={"FAKEHW_AGENT_SOCKET": None})
+    lib = n.nvmlLib
+    gpu7, _ = gpu7_instance(n)
+    mig = n.nvmlDeviceGetMigDeviceHandleByIndex(gpu7, 0)
+    u = ctypes.c_uint
+    status = ctypes.c_int(-1)
+    new_gi = n.c_nvmlGpuInstance_t()
+    placement = n.c_nvmlGpuInstancePlacement_t(6, 1)  # 1g.10gb (profile ID 19) at slice 6: the -lgipp {0..6}:1
+
+    def changes(dev: Any) -> dict[str, int]:
+        return {
+            "nvmlDeviceSetMigMode": int(lib.nvmlDeviceSetMigMode(dev, u(1), ctypes.byref(status))),
+            "nvmlDeviceCreateGpuInstance": int(lib.nvmlDeviceCreateGpuInstance(dev, u(19), ctypes.byref(new_gi))),
+            "nvmlDeviceCreateGpuInstanceWithPlacement": int(lib.nvmlDeviceCreateGpuInstanceWithPlacement(
+                dev, u(19), ctypes.byref(placement), ctypes.byref(new_gi))),
+        }
+
+    assert changes(gpu7) == dict.fromkeys(changes(gpu7), NO_PERMISSION)
+    assert changes(mig) == dict.fromkeys(changes(mig), INVALID_ARGUMENT)
+    under = n.c_nvmlDevice_t()
+    assert lib.nvmlDeviceGetMigDeviceHandleByIndex(mig, u(0), ctypes.byref(under)) != 0
+    count = u(77)
+    code = lib.nvmlDeviceGetMaxMigDeviceCount(mig, ctypes.byref(count))
+    assert code == INVALID_ARGUMENT or (code, count.value) == (0, 0)
+    current, pending = u(77), u(77)
+    assert lib.nvmlDeviceGetMigMode(mig, ctypes.byref(current), ctypes.byref(pending)) in {INVALID_ARGUMENT,
+                                                                                          NOT_SUPPORTED}
