@@ -762,3 +762,66 @@ def test_mig_management_calls_refuse_a_mig_device(pynvml_module: ModuleType, nvm
     current, pending = u(77), u(77)
     assert lib.nvmlDeviceGetMigMode(mig, ctypes.byref(current), ctypes.byref(pending)) in {INVALID_ARGUMENT,
                                                                                           NOT_SUPPORTED}
+
+
+def test_a_gpu_instance_profile_id_the_gpu_lacks_is_refused_as_nvml_h_says(pynvml_module: ModuleType,
+                                                                            nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h, nvmlDeviceGetGpuInstanceRemainingCapacity and nvmlDeviceGetGpuInstancePossiblePlacements_v2:
+    INVALID_ARGUMENT "If device, profileId or count are invalid", NOT_SUPPORTED "If ... profileId isn't supported".
+    On dgx-a100's gpu7 (MIG on), profile IDs the A100's ``nvidia-smi mig -lgip`` does not list (1, 77, 2^31) get
+    one of those two from the capacity call and from both placement forms (the deprecated one maps to _v2 in
+    nvml.h), with and without an array; never SUCCESS, nor UNKNOWN ("An internal driver error occurred"): no test
+    asked for a profile the GPU lacks before (mig.c:362 and :396 answering UNKNOWN survived)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    lib = n.nvmlLib
+    gpu7, _ = gpu7_instance(n)
+    listed = {row[1] for row in A100_80GB_LGIP} | {5, 0}  # -lgip's rows and -lgipp's 4g.40gb (5) and 7g.80gb (0)
+    absent = [1, 77, 2**31]
+    assert not listed & set(absent)
+    count = ctypes.c_uint(0)
+    array = (n.c_nvmlGpuInstancePlacement_t * 8)()
+    answers = {}
+    for pid in absent:
+        answers[f"RemainingCapacity {pid}"] = lib.nvmlDeviceGetGpuInstanceRemainingCapacity(
+            gpu7, ctypes.c_uint(pid), ctypes.byref(count))
+        for fn in ("nvmlDeviceGetGpuInstancePossiblePlacements", "nvmlDeviceGetGpuInstancePossiblePlacements_v2"):
+            for out in (None, array):
+                count.value = 8
+                answers[f"{fn} {pid} {'array' if out else 'NULL'}"] = getattr(lib, fn)(
+                    gpu7, ctypes.c_uint(pid), out, ctypes.byref(count))
+    assert {k: v for k, v in answers.items() if v not in (INVALID_ARGUMENT, NOT_SUPPORTED)} == {}
+    assert lib.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu7, ctypes.c_uint(9), ctypes.byref(count)) == 0
+
+
+def test_a_compute_instance_profile_version_nvml_h_does_not_define_is_refused(
+        pynvml_module: ModuleType, nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h, nvmlGpuInstanceGetComputeInstanceProfileInfoV: INVALID_ARGUMENT "If ... info->version [is] invalid";
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH is "The provided version is invalid/unsupported" (what the device-level
+    versioned calls answer, test_buffer_sizes_and_versions.py). On gpu7's 3g.40gb GPU instance, the one-slice compute
+    instance profile asked with a version word nvml.h does not define (0, v1's number with v2's size, v4's number
+    with v3's size, v2's number with v3's size) is refused with one of those two codes, never UNKNOWN ("An internal
+    driver error occurred"), and nothing of the caller's struct but the version word is written; v2 and v3
+    (nvmlComputeInstanceProfileInfo_v2 / _v3) answer. The device-level sweep does not reach this GPU instance call:
+    its refusal answering UNKNOWN (fresh seed 10730's mig.c:491) survived."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    _, gi = gpu7_instance(n)
+    fn = n.nvmlLib.nvmlGpuInstanceGetComputeInstanceProfileInfoV
+    v2, v3 = n.nvmlComputeInstanceProfileInfo_v2, CI_PROFILE_INFO_V3
+    size2, size3 = ctypes.sizeof(n.c_nvmlComputeInstanceProfileInfo_v2_t), ctypes.sizeof(CiProfileInfoV3)
+    assert (v2 >> 24, v2 & 0xFFFFFF, v3 >> 24) == (2, size2, 3)
+
+    def answer(version: int) -> tuple[int, bytes]:
+        buffer = ctypes.create_string_buffer(b"\xa5" * (size3 + 16), size3 + 16)
+        ctypes.c_uint.from_buffer(buffer).value = version
+        code = fn(gi, ctypes.c_uint(CI_INDEX[1]), ctypes.c_uint(SHARED), buffer)
+        return int(code), buffer.raw[4:]
+
+    untouched = b"\xa5" * (size3 + 12)
+    for version in (v2, v3):
+        code, raw = answer(version)
+        assert code == 0 and raw != untouched, hex(version)
+    bad = {hex(version): answer(version) for version in (0, size2 | 1 << 24, size3 | 4 << 24, size3 | 2 << 24)}
+    assert {k: code for k, (code, raw) in bad.items()
+            if code not in (n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT) or raw != untouched} == {}
