@@ -181,7 +181,9 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     "tests/nvml/test_mig_handle_reuse.py",
                     # Every GPU instance profile's compute instance profiles on every MIG board (nvml.h's shared
                     # engines, the MIG user guide's and published -lgip SMs), NULL arrays, a lost GPU's GPU
-                    # instance (seed 10621's mig.c:183, 406, 142): about 1.5 s.
+                    # instance (seed 10621's mig.c:183, 406, 142); addresses next to the instance handles, placement
+                    # sizes and counts, MIG devices given to MIG-management calls, undefined CI profile versions
+                    # (h-cmig5, seed 10730's mig.c:206 and :491): about 2 s.
                     "tests/nvml/test_mig_ci_profiles.py",
                     # Every call of the shim's sources under AddressSanitizer and UBSan (a write one past a buffer
                     # changes no answer: seed 10604's system.c:185): one sanitized build, about 30 s.

@@ -573,3 +573,255 @@ def test_gpu_instance_calls_refuse_a_mig_device_and_a_gpu_with_mig_off(pynvml_mo
     assert {name: call(mig) for name, call in calls.items()} == dict.fromkeys(calls, INVALID_ARGUMENT)
     mig_mode_enabled = [name for name in calls if name != "nvmlDeviceGetGpuInstanceProfileInfo"]
     assert {name: calls[name](gpu0) for name in mig_mode_enabled} == dict.fromkeys(mig_mode_enabled, NOT_SUPPORTED)
+
+
+def address(handle: Any) -> int:
+    """The address a ctypes handle (a pointer to an opaque struct) holds."""
+    value = ctypes.cast(handle, ctypes.c_void_p).value
+    assert value is not None
+    return value
+
+
+def test_addresses_next_to_the_instance_handles_the_library_gave_are_invalid(pynvml_module: ModuleType,
+                                                                             nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h: nvmlGpuInstanceGetInfo, INVALID_ARGUMENT "If gpuInstance or info are invalid";
+    nvmlComputeInstanceGetInfo_v2 "If computeInstance or info are invalid"; nvmlGpuInstanceDestroy and
+    nvmlComputeInstanceDestroy "If gpuInstance / computeInstance is invalid". An instance handle is valid only as the
+    library handed it out. On dgx-a100 (gpu7: two 3g.40gb GPU instances, a compute instance each), with no agent,
+    every address from 64 bytes below the lowest GPU (compute) instance handle the library gave to 4 KiB above the
+    highest, byte by byte, that is not one of those handles (below the first, misaligned, unused, past the end of
+    wherever the handles live, and whatever follows) answers INVALID_ARGUMENT from each call, and so does every GPU
+    and MIG device handle given as an instance handle; the handles themselves answer SUCCESS (info) and
+    NO_PERMISSION (a change with no agent socket, docs/nvml.md). The earlier foreign-handle checks used one buffer
+    of the caller's, far from the handles: a range check one slot too wide (mig.c:120 and :126, `>=` as `>`, `||`
+    as `&&`) took the address just past the handles for an instance."""
+    n = pynvml_module
+    nvml("dgx-a100", env={"FAKEHW_AGENT_SOCKET": None})
+    lib = n.nvmlLib
+    dev, _ = gpu7_instance(n)
+    gis = [gi for _, _, gi in gpu_instances(n, dev)]
+    cis = []
+    for gi in gis:
+        ci = n.c_nvmlComputeInstance_t()
+        assert lib.nvmlGpuInstanceGetComputeInstanceById(gi, 0, ctypes.byref(ci)) == 0
+        cis.append(ci)
+    devices = [n.nvmlDeviceGetHandleByIndex(k) for k in range(n.nvmlDeviceGetCount())]
+    devices += [n.nvmlDeviceGetMigDeviceHandleByIndex(dev, k) for k in range(2)]
+    others = [address(d) for d in devices]
+    gi_info = n.c_nvmlGpuInstanceInfo_t()
+    ci_info_v2 = n.c_nvmlComputeInstanceInfo_t()
+    Call = Callable[[ctypes.c_void_p], int]
+    kinds: dict[str, tuple[list[int], dict[str, tuple[Call, int]]]] = {
+        "GPU instance": ([address(g) for g in gis], {
+            "nvmlGpuInstanceGetInfo": (lambda h: int(lib.nvmlGpuInstanceGetInfo(h, ctypes.byref(gi_info))), 0),
+            "nvmlGpuInstanceDestroy": (lambda h: int(lib.nvmlGpuInstanceDestroy(h)), NO_PERMISSION)}),
+        "compute instance": ([address(c) for c in cis], {
+            "nvmlComputeInstanceGetInfo_v2": (lambda h: int(lib.nvmlComputeInstanceGetInfo_v2(
+                h, ctypes.byref(ci_info_v2))), 0),
+            "nvmlComputeInstanceDestroy": (lambda h: int(lib.nvmlComputeInstanceDestroy(h)), NO_PERMISSION)}),
+    }
+    for kind, (handles, calls) in kinds.items():
+        given = set(handles)
+        assert len(given) == 2, f"two {kind} handles"
+        window = range(min(given) - 64, max(given) + 4096)
+        foreign = [a for a in window if a not in given] + others
+        for name, (call, valid) in calls.items():
+            assert [call(ctypes.c_void_p(a)) for a in sorted(given)] == [valid, valid], name
+            wrong = {hex(a): code for a in foreign if (code := call(ctypes.c_void_p(a))) != INVALID_ARGUMENT}
+            assert wrong == {}, f"{name}: addresses that are no {kind} handle of the library's"
+
+
+def test_a_placement_of_another_size_than_the_profile_s_is_invalid(pynvml_module: ModuleType,
+                                                                    nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h: nvmlDeviceCreateGpuInstanceWithPlacement, INVALID_ARGUMENT "If device, profile, profileId, placement or
+    gpuInstance are invalid"; the placement is one of nvmlDeviceGetGpuInstancePossiblePlacements_v2's, whose size is
+    the "Number of memory slices occupied" (nvmlGpuInstancePlacement_t): the MIG user guide's ``nvidia-smi mig
+    -lgipp`` gives 1g.10gb (profile ID 19) ``{0,...,6}:1`` and 3g.40gb (9) ``{0,4}:4``. A compute instance's
+    placement size is its "Number of compute slices occupied" (nvmlComputeInstancePlacement_t), the slice count
+    nvml.h names its profile by (NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE = 0, _3_SLICE = 2); nvml.h lists no
+    placement row for nvmlGpuInstanceCreateComputeInstanceWithPlacement, so the GPU instance form's code is taken
+    (as the NULL placement above). On dgx-a100's gpu7 with no agent socket, a placement of the profile's size is
+    NO_PERMISSION (docs/nvml.md), one of any other size (0, one less, one more, another profile's) INVALID_ARGUMENT:
+    judged before anyone is asked, as nothing could make it valid. Before this test only placements with a wrong
+    start were refused (by the agent), so a size check that never refused (mig.c:753 and :823, `p != NULL` as `==`)
+    or refused with UNKNOWN survived."""
+    n = pynvml_module
+    nvml("dgx-a100", env={"FAKEHW_AGENT_SOCKET": None})
+    lib = n.nvmlLib
+    dev, gi = gpu7_instance(n)
+    new_gi = n.c_nvmlGpuInstance_t()
+    new_ci = n.c_nvmlComputeInstance_t()
+
+    def gi_code(profile_id: int, start: int, size: int) -> int:
+        placement = n.c_nvmlGpuInstancePlacement_t(start, size)
+        return int(lib.nvmlDeviceCreateGpuInstanceWithPlacement(dev, profile_id, ctypes.byref(placement),
+                                                                ctypes.byref(new_gi)))
+
+    def ci_code(profile: int, start: int, size: int) -> int:
+        placement = n.c_nvmlComputeInstancePlacement_t(start, size)
+        return int(lib.nvmlGpuInstanceCreateComputeInstanceWithPlacement(gi, profile, ctypes.byref(placement),
+                                                                         ctypes.byref(new_ci)))
+
+    assert {size: gi_code(19, 6, size) for size in (0, 1, 2, 4)} == \
+        {0: INVALID_ARGUMENT, 1: NO_PERMISSION, 2: INVALID_ARGUMENT, 4: INVALID_ARGUMENT}
+    assert {size: gi_code(9, 4, size) for size in (1, 3, 4, 5, 8)} == \
+        {1: INVALID_ARGUMENT, 3: INVALID_ARGUMENT, 4: NO_PERMISSION, 5: INVALID_ARGUMENT, 8: INVALID_ARGUMENT}
+    assert {size: ci_code(CI_INDEX[1], 1, size) for size in (0, 1, 2, 3)} == \
+        {0: INVALID_ARGUMENT, 1: NO_PERMISSION, 2: INVALID_ARGUMENT, 3: INVALID_ARGUMENT}
+    assert {size: ci_code(CI_INDEX[3], 0, size) for size in (1, 2, 3, 4)} == \
+        {1: INVALID_ARGUMENT, 2: INVALID_ARGUMENT, 3: NO_PERMISSION, 4: INVALID_ARGUMENT}
+    assert len(gpu_instances(n, dev)) == 2
+
+
+def test_placements_never_go_past_the_caller_s_count(pynvml_module: ModuleType,
+                                                     nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h, both placement calls: ``placements`` "If non-NULL must be large enough to accommodate the placements
+    supported by the profile", ``count`` "Returns number of allowed placemenets for the profile". On dgx-a100's gpu7
+    (A100: the MIG user guide's ``-lgipp``, migtools.LGIPP; its 3g.40gb GPU instance's one-slice compute instances at
+    0, 1, 2 and the three-slice one at 0, nvml.h's NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE / _3_SLICE), each call gets
+    an array one entry longer than the placements, filled with a marker: told the exact count it fills that many and
+    leaves the extra entry alone; told one less, or 0, it writes nothing at all, answers the number of placements in
+    ``count``, and refuses: INSUFFICIENT_SIZE ("An input argument is not large enough", nvmlReturn_t) or the
+    function's own INVALID_ARGUMENT "If ... count [is] invalid", never SUCCESS nor UNKNOWN ("An internal driver
+    error occurred": the caller's count is not one). No test gave a count too small before (mig.c:378 `<` as `>`
+    wrote past it; the answer UNKNOWN survived), nor looked past the count (:382 `<=` wrote one entry more)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    lib = n.nvmlLib
+    dev, gi = gpu7_instance(n)
+    insufficient_size = 7  # nvml.h: NVML_ERROR_INSUFFICIENT_SIZE
+    marker = (0xDEAD, 0xBEEF)
+
+    def call(kind: str, profile: int, array: Any, count: ctypes.c_uint) -> int:
+        if kind == "GPU instance":
+            return int(lib.nvmlDeviceGetGpuInstancePossiblePlacements_v2(dev, profile, array, ctypes.byref(count)))
+        return int(lib.nvmlGpuInstanceGetComputeInstancePossiblePlacements(gi, profile, array, ctypes.byref(count)))
+
+    expected: dict[tuple[str, int], list[tuple[int, int]]] = {
+        ("compute instance", CI_INDEX[1]): [(0, 1), (1, 1), (2, 1)],
+        ("compute instance", CI_INDEX[3]): [(0, 3)],
+    }
+    for profile_id, listed in LGIPP.items():
+        if profile_id in {row[1] for row in A100_80GB_LGIP}:
+            starts, size = listed.strip("{").split("}:")
+            expected["GPU instance", profile_id] = [(int(s), int(size)) for s in starts.split(",")]
+    assert len(expected) == 6
+    bad = []
+    for (kind, profile), places in expected.items():
+        for told in sorted({len(places), len(places) - 1, 0}):
+            array = (n.c_nvmlGpuInstancePlacement_t * (len(places) + 1))(*[marker] * (len(places) + 1))
+            count = ctypes.c_uint(told)
+            code = call(kind, profile, array, count)
+            got = [(p.start, p.size) for p in array]
+            filled = places if told == len(places) else []
+            want = filled + [marker] * (len(places) + 1 - len(filled))
+            ok_codes = {0} if told == len(places) else {insufficient_size, INVALID_ARGUMENT}
+            if code not in ok_codes or got != want or count.value != len(places):
+                bad.append(f"{kind} profile {profile}, told {told}: code {code}, count {count.value}, array {got}")
+    assert bad == []
+
+
+def test_mig_management_calls_refuse_a_mig_device(pynvml_module: ModuleType, nvml: Callable[..., NodeSnap]) -> None:
+    """MIG mode and GPU instances belong to a GPU (NVIDIA's MIG user guide: MIG mode is enabled per GPU, GPU
+    instances are created on a GPU, and a MIG device, a compute instance of a GPU instance, is not partitioned
+    further); nvml.h names the argument of these calls "The identifier of the target device" / "Reference to the
+    parent GPU device handle" / "a given parent NVML device". Given dgx-a100's gpu7's first MIG device, with no
+    agent socket (docs/nvml.md: a change is then NO_PERMISSION): nvmlDeviceSetMigMode and both
+    nvmlDeviceCreateGpuInstance forms are INVALID_ARGUMENT ("If device ... [is] invalid"), while gpu7 itself gets
+    NO_PERMISSION, so the refusal is the handle's; nvmlDeviceGetMigDeviceHandleByIndex finds nothing under it (any
+    refusal, never a handle); nvmlDeviceGetMaxMigDeviceCount is INVALID_ARGUMENT or 0 ("Returns zero if MIG is not
+    supported or enabled"), never gpu7's 7; nvmlDeviceGetMigMode is INVALID_ARGUMENT or NOT_SUPPORTED ("If device
+    doesn't support MIG mode"), never gpu7's mode. No test gave these calls a MIG device before: each would have let
+    it through to its parent GPU (mig.c:711 and :749 `fhw_enter_dev(..., 0)` as 1, :206, :217, :235 the flags 0
+    as 1, FHW_ALLOW_MIG)."""
+    n = pynvml_module
+    nvml("dgx-a100", env={"FAKEHW_AGENT_SOCKET": None})
+    lib = n.nvmlLib
+    gpu7, _ = gpu7_instance(n)
+    mig = n.nvmlDeviceGetMigDeviceHandleByIndex(gpu7, 0)
+    u = ctypes.c_uint
+    status = ctypes.c_int(-1)
+    new_gi = n.c_nvmlGpuInstance_t()
+    placement = n.c_nvmlGpuInstancePlacement_t(6, 1)  # 1g.10gb (profile ID 19) at slice 6: the -lgipp {0..6}:1
+
+    def changes(dev: Any) -> dict[str, int]:
+        return {
+            "nvmlDeviceSetMigMode": int(lib.nvmlDeviceSetMigMode(dev, u(1), ctypes.byref(status))),
+            "nvmlDeviceCreateGpuInstance": int(lib.nvmlDeviceCreateGpuInstance(dev, u(19), ctypes.byref(new_gi))),
+            "nvmlDeviceCreateGpuInstanceWithPlacement": int(lib.nvmlDeviceCreateGpuInstanceWithPlacement(
+                dev, u(19), ctypes.byref(placement), ctypes.byref(new_gi))),
+        }
+
+    assert changes(gpu7) == dict.fromkeys(changes(gpu7), NO_PERMISSION)
+    assert changes(mig) == dict.fromkeys(changes(mig), INVALID_ARGUMENT)
+    under = n.c_nvmlDevice_t()
+    assert lib.nvmlDeviceGetMigDeviceHandleByIndex(mig, u(0), ctypes.byref(under)) != 0
+    count = u(77)
+    code = lib.nvmlDeviceGetMaxMigDeviceCount(mig, ctypes.byref(count))
+    assert code == INVALID_ARGUMENT or (code, count.value) == (0, 0)
+    current, pending = u(77), u(77)
+    assert lib.nvmlDeviceGetMigMode(mig, ctypes.byref(current), ctypes.byref(pending)) in {INVALID_ARGUMENT,
+                                                                                          NOT_SUPPORTED}
+
+
+def test_a_gpu_instance_profile_id_the_gpu_lacks_is_refused_as_nvml_h_says(pynvml_module: ModuleType,
+                                                                            nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h, nvmlDeviceGetGpuInstanceRemainingCapacity and nvmlDeviceGetGpuInstancePossiblePlacements_v2:
+    INVALID_ARGUMENT "If device, profileId or count are invalid", NOT_SUPPORTED "If ... profileId isn't supported".
+    On dgx-a100's gpu7 (MIG on), profile IDs the A100's ``nvidia-smi mig -lgip`` does not list (1, 77, 2^31) get
+    one of those two from the capacity call and from both placement forms (the deprecated one maps to _v2 in
+    nvml.h), with and without an array; never SUCCESS, nor UNKNOWN ("An internal driver error occurred"): no test
+    asked for a profile the GPU lacks before (mig.c:362 and :396 answering UNKNOWN survived)."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    lib = n.nvmlLib
+    gpu7, _ = gpu7_instance(n)
+    listed = {row[1] for row in A100_80GB_LGIP} | {5, 0}  # -lgip's rows and -lgipp's 4g.40gb (5) and 7g.80gb (0)
+    absent = [1, 77, 2**31]
+    assert not listed & set(absent)
+    count = ctypes.c_uint(0)
+    array = (n.c_nvmlGpuInstancePlacement_t * 8)()
+    answers = {}
+    for pid in absent:
+        answers[f"RemainingCapacity {pid}"] = lib.nvmlDeviceGetGpuInstanceRemainingCapacity(
+            gpu7, ctypes.c_uint(pid), ctypes.byref(count))
+        for fn in ("nvmlDeviceGetGpuInstancePossiblePlacements", "nvmlDeviceGetGpuInstancePossiblePlacements_v2"):
+            for out in (None, array):
+                count.value = 8
+                answers[f"{fn} {pid} {'array' if out else 'NULL'}"] = getattr(lib, fn)(
+                    gpu7, ctypes.c_uint(pid), out, ctypes.byref(count))
+    assert {k: v for k, v in answers.items() if v not in (INVALID_ARGUMENT, NOT_SUPPORTED)} == {}
+    assert lib.nvmlDeviceGetGpuInstanceRemainingCapacity(gpu7, ctypes.c_uint(9), ctypes.byref(count)) == 0
+
+
+def test_a_compute_instance_profile_version_nvml_h_does_not_define_is_refused(
+        pynvml_module: ModuleType, nvml: Callable[..., NodeSnap]) -> None:
+    """nvml.h, nvmlGpuInstanceGetComputeInstanceProfileInfoV: INVALID_ARGUMENT "If ... info->version [is] invalid";
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH is "The provided version is invalid/unsupported" (what the device-level
+    versioned calls answer, test_buffer_sizes_and_versions.py). On gpu7's 3g.40gb GPU instance, the one-slice compute
+    instance profile asked with a version word nvml.h does not define (0, v1's number with v2's size, v4's number
+    with v3's size, v2's number with v3's size) is refused with one of those two codes, never UNKNOWN ("An internal
+    driver error occurred"), and nothing of the caller's struct but the version word is written; v2 and v3
+    (nvmlComputeInstanceProfileInfo_v2 / _v3) answer. The device-level sweep does not reach this GPU instance call:
+    its refusal answering UNKNOWN (fresh seed 10730's mig.c:491) survived."""
+    n = pynvml_module
+    nvml("dgx-a100")
+    _, gi = gpu7_instance(n)
+    fn = n.nvmlLib.nvmlGpuInstanceGetComputeInstanceProfileInfoV
+    v2, v3 = n.nvmlComputeInstanceProfileInfo_v2, CI_PROFILE_INFO_V3
+    size2, size3 = ctypes.sizeof(n.c_nvmlComputeInstanceProfileInfo_v2_t), ctypes.sizeof(CiProfileInfoV3)
+    assert (v2 >> 24, v2 & 0xFFFFFF, v3 >> 24) == (2, size2, 3)
+
+    def answer(version: int) -> tuple[int, bytes]:
+        buffer = ctypes.create_string_buffer(b"\xa5" * (size3 + 16), size3 + 16)
+        ctypes.c_uint.from_buffer(buffer).value = version
+        code = fn(gi, ctypes.c_uint(CI_INDEX[1]), ctypes.c_uint(SHARED), buffer)
+        return int(code), buffer.raw[4:]
+
+    untouched = b"\xa5" * (size3 + 12)
+    for version in (v2, v3):
+        code, raw = answer(version)
+        assert code == 0 and raw != untouched, hex(version)
+    bad = {hex(version): answer(version) for version in (0, size2 | 1 << 24, size3 | 4 << 24, size3 | 2 << 24)}
+    assert {k: code for k, (code, raw) in bad.items()
+            if code not in (n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT) or raw != untouched} == {}
