@@ -60,6 +60,28 @@ def test_a_snapshot_under_a_file_is_missing_and_one_behind_a_symlink_loop_is_unu
     assert init_result(loop)["err"] == 999
 
 
+PATH_MAX = 4096
+"""Linux's <linux/limits.h> PATH_MAX, "chars in a path name including nul" (``getconf PATH_MAX /``): open(2) takes a
+pathname of at most PATH_MAX - 1 characters and answers ENAMETOOLONG ("pathname was too long") for a longer one."""
+
+
+def test_a_snapshot_path_of_path_max_characters_is_unusable_and_one_shorter_is_used(tmp_path: Path) -> None:
+    """The snapshot is the fake's driver, named by FAKEHW_NVML_SNAPSHOT (docs/nvml.md). The same snapshot named by
+    a path of PATH_MAX - 1 characters (its directory, then slashes, which POSIX reads as one, then the file name) is
+    read: nvmlInit SUCCESS with the node's GPUs. A path of PATH_MAX characters names no file open(2) can open
+    (ENAMETOOLONG); nvml.h's nvmlInit_v2 lists SUCCESS, DRIVER_NOT_LOADED, NO_PERMISSION and UNKNOWN ("an unexpected
+    error") only, and takes no argument that could be INVALID_ARGUMENT: a snapshot that cannot be opened and is not
+    missing is UNKNOWN (docs/nvml.md; ELOOP above). The longer path is the shorter one and an "X": a library that
+    kept only its first PATH_MAX - 1 characters would open the snapshot and answer SUCCESS."""
+    snap = write_node(tmp_path / "nvml.snapshot", "edge-pcie")
+    fits = str(tmp_path) + "/" * (PATH_MAX - 1 - len(str(tmp_path)) - len("nvml.snapshot")) + "nvml.snapshot"
+    assert len(fits) == PATH_MAX - 1
+    # as text: pathlib would fold the slashes
+    assert run_python(INIT, snap.path, FAKEHW_NVML_SNAPSHOT=fits) == {"ok": len(snap.node.gpus)}
+    result = run_python(INIT, snap.path, FAKEHW_NVML_SNAPSHOT=fits + "X")
+    assert result.get("err") == 999, result  # NVML_ERROR_UNKNOWN
+
+
 UNPRIVILEGED = 65534
 """The uid and gid a root test drops to (``nobody`` on Debian): a user the snapshot's mode 0600 shuts out."""
 
