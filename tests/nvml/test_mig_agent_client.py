@@ -81,7 +81,9 @@ class Step:
     mode: int = 1
     socket: str = "agent"
     """"agent": the stand-in's socket; "none": the variable unset; "nobody": a path nobody listens on; "too-long": a
-    path longer than any ``sun_path`` (``TOO_LONG_FOR_SUN_PATH``)."""
+    path longer than any ``sun_path`` (``TOO_LONG_FOR_SUN_PATH``); "no-descriptor": the stand-in's socket, asked by
+    a caller that has every descriptor its RLIMIT_NOFILE allows open (socket(2): EMFILE, "The per-process limit on
+    the number of open file descriptors has been reached"), so no socket can be made and no one is asked."""
 
 
 STEPS = [
@@ -117,6 +119,7 @@ STEPS = [
     Step("no-agent-socket", None, NO_PERMISSION, socket="none"),
     Step("nobody-listening", None, UNKNOWN, socket="nobody"),
     Step("socket-path-longer-than-sun-path", None, UNKNOWN, socket="too-long"),
+    Step("no-descriptor-left", None, UNKNOWN, socket="no-descriptor"),
 ]
 AGENT_STEPS = [s for s in STEPS if s.socket == "agent"]
 TOO_LONG_FOR_SUN_PATH = 200
@@ -165,7 +168,7 @@ def _read_request(conn: socket.socket) -> Request:
 
 
 CALLER = r"""
-import ctypes, json, os, sys, tempfile
+import ctypes, json, os, resource, sys, tempfile
 lib = ctypes.CDLL(sys.argv[1])
 assert lib.nvmlInit_v2() == 0
 device = ctypes.c_void_p()
@@ -180,9 +183,20 @@ for step in json.loads(sys.stdin.read()):
     with tempfile.TemporaryFile() as trace:
         saved = os.dup(2)
         os.dup2(trace.fileno(), 2)
+        limit, fillers = resource.getrlimit(resource.RLIMIT_NOFILE), []
+        if step.get("fill"):  # every descriptor the limit allows taken
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(limit[0], 256), limit[1]))
+            try:
+                while True:
+                    fillers.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                pass
         try:
             status = lib.nvmlDeviceSetMigMode(device, step["mode"], ctypes.byref(activation))
         finally:
+            for fd in fillers:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, limit)
             os.dup2(saved, 2)
             os.close(saved)
         trace.seek(0)
@@ -201,7 +215,15 @@ print(json.dumps(out))
 def socket_paths(tmp: Path) -> dict[str, str | None]:
     """The ``FAKEHW_AGENT_SOCKET`` of each ``Step.socket`` kind, for a stand-in agent listening at tmp/agent.sock."""
     return {"agent": str(tmp / "agent.sock"), "none": None, "nobody": str(tmp / "nobody.sock"),
-            "too-long": str(tmp / ("a" * TOO_LONG_FOR_SUN_PATH))[:TOO_LONG_FOR_SUN_PATH]}
+            "too-long": str(tmp / ("a" * TOO_LONG_FOR_SUN_PATH))[:TOO_LONG_FOR_SUN_PATH],
+            "no-descriptor": str(tmp / "agent.sock")}
+
+
+def steps_plan(tmp: Path) -> list[dict[str, Any]]:
+    """CALLER's plan for STEPS against a stand-in agent at tmp/agent.sock: each step's mode and socket, and whether
+    the caller first takes every descriptor it may have ("no-descriptor")."""
+    sockets = socket_paths(tmp)
+    return [{"mode": s.mode, "socket": sockets[s.socket], "fill": s.socket == "no-descriptor"} for s in STEPS]
 
 
 @dataclass
@@ -217,8 +239,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory, nvml_library: Path) -> Ite
     snap = write_node(tmp / "nvml.snapshot", "dgx-a100", processes=[FakeProcess("gpu1", 7, 1 << 20)])
     before = snap.path.read_bytes()
     agent = StandInAgent(tmp / "agent.sock", [s.answer for s in AGENT_STEPS])
-    sockets = socket_paths(tmp)
-    plan = [{"mode": s.mode, "socket": sockets[s.socket]} for s in STEPS]
+    plan = steps_plan(tmp)
     try:
         proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
                               env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1"), capture_output=True, text=True,
@@ -259,6 +280,7 @@ def test_a_change_the_agent_could_not_be_asked_for_says_why_in_the_trace(outcome
     assert "no answer from the agent" in outcome.results["hangs-up"]["trace"]
     assert "not HTTP" in outcome.results["not-http"]["trace"]
     assert "not HTTP" in outcome.results["one-byte"]["trace"]  # an answer, however short, is not no answer
+    assert "cannot create a socket" in outcome.results["no-descriptor-left"]["trace"]
 
 
 def test_a_socket_path_too_long_for_sun_path_asks_no_one_and_leaves_the_callers_files_alone(
