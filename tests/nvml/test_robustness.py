@@ -509,6 +509,7 @@ if os.environ.get("FHW_TEST_REPLACE_FIRST"):  # a new file renamed over the firs
     out["replaced"] = pynvml.nvmlDeviceGetUUID(h)
 with open(path, "r+b") as f:  # as `cp backup nvml.snapshot` does first: the same file, truncated
     f.truncate(0)
+time.sleep(float(os.environ.get("FHW_TEST_SETTLE", "0")))
 try:
     out["torn"] = pynvml.nvmlDeviceGetUUID(h)
 except pynvml.NVMLError as e:
@@ -546,6 +547,43 @@ def test_a_snapshot_that_replaced_another_and_is_then_truncated_is_unknown_until
     got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30, FHW_TEST_REPLACE_FIRST="1")
     uuid = snap.node.gpus[0].uuid
     assert got == {"before": uuid, "replaced": uuid, "torn": 999, "after": uuid}
+
+
+NO_SIGBUS_HANDLER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stddef.h>
+
+/* sigaction refusing every handler for SIGBUS, as a sandbox's seccomp filter refusing rt_sigaction does
+   (seccomp(2): SECCOMP_RET_ERRNO); every other signal, and every query, as libc does it. */
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    static int (*real)(int, const struct sigaction *, struct sigaction *);
+    if (real == NULL) real = (int (*)(int, const struct sigaction *, struct sigaction *))dlsym(RTLD_NEXT, "sigaction");
+    if (sig == SIGBUS && act != NULL) {
+        errno = EPERM;
+        return -1;
+    }
+    return real(sig, act, old);
+}
+"""
+
+
+def test_a_library_that_may_not_take_sigbus_maps_nothing_and_still_sees_a_truncated_snapshot(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """The same truncation in place, in a process where the SIGBUS handler cannot be installed (sigaction refused,
+    NO_SIGBUS_HANDLER). mmap(2): touching a mapped page past the end of a truncated file raises SIGBUS, whose
+    default action ends the process (signal(7)); so without a handler of its own the shim must not have the page
+    mapped, and notices the change as it notices a writer that does not use the word (docs/nvml.md: it stat()s the
+    path at most every 10 ms; the test waits 50 ms): UNKNOWN while torn, the node again once written, and the
+    process survives. (c-coverage.py: the refusal's branch never ran.)"""
+    snap = node_snapshot("dgx-h100")
+    preload = build_preload(tmp_path, "no_sigbus_handler", NO_SIGBUS_HANDLER)
+    got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30, FHW_TEST_SETTLE="0.05",
+                     LD_PRELOAD=str(preload))
+    uuid = snap.node.gpus[0].uuid
+    assert got == {"before": uuid, "torn": 999, "after": uuid}
 
 
 _WRITABLE_PHDRS = """
