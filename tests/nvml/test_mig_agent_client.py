@@ -16,6 +16,11 @@ without a code, a peer that is not HTTP or hangs up. Expected values:
   299 is a success), and neither class says the request succeeded or was refused) is ``UNKNOWN``, nvml.h's "any
   unexpected error"; no ``$FAKEHW_AGENT_SOCKET`` is ``NO_PERMISSION`` (docs/nvml.md) and a socket nobody listens
   on ``UNKNOWN``;
+- the answer's body is the ``Content-Length`` octets after its head (RFC 9112 6.3: the field "defines the expected
+  message body length in octets"; bytes after them are no part of it), and an answer that ends before them is
+  incomplete ("the recipient MUST consider the message to be incomplete"), as is one whose ``Content-Length`` is
+  not 1*DIGIT (RFC 9110 8.6; 6.3: "the message framing is invalid ... discard the received response"): no answer,
+  ``UNKNOWN``; the field's name in any case (RFC 9110 5.1), whitespace around its value (5.5), in any position;
 - the JSON is read as RFC 8259 writes it: whitespace or none around a member's colon (2: "Insignificant whitespace
   is allowed before or after any of the six structural characters"), and a key's text that is a string value, not a
   member's name, names nothing.
@@ -65,6 +70,12 @@ def http_text(status: int, text: str) -> bytes:
                                                                                                    data)
 
 
+def framed(fields: str, body: bytes) -> bytes:
+    """A 200 answer with the header ``fields`` (CRLF-separated, as sent) and then ``body`` as it is: the stand-in
+    sends both and closes, whatever Content-Length says."""
+    return b"HTTP/1.1 200 OK\r\n" + fields.encode() + b"\r\n\r\n" + body
+
+
 def refusal(status: int, nvml_code: int | None) -> bytes:
     detail: dict[str, object] = {} if nvml_code is None else {"nvml": "NVML_ERROR_X", "nvml_code": nvml_code}
     return http(status, {"error": "refused", "detail": detail})
@@ -111,6 +122,15 @@ STEPS = [
          UNKNOWN),
     Step("the-key-as-a-string-value-then-as-a-member", http_text(200, '{"applied": "generation", "generation": 1}'),
          SUCCESS),
+    Step("cut-inside-the-generation", framed("Content-Length: 18", b'{"generation": 1'), UNKNOWN),
+    Step("one-byte-short-of-its-length", framed("Content-Length: 18", b'{"generation": 1}'), UNKNOWN),
+    Step("length-0-then-more", framed("Content-Length: 0", b'{"generation": 1}'), UNKNOWN),
+    Step("length-in-lower-case-with-whitespace-not-last",
+         framed("content-length:\t95 \r\nConnection: close", b'{"generation": 1}'.ljust(95)), SUCCESS),
+    Step("length-with-a-leading-zero", framed("Content-Length: 017", b'{"generation": 1}'), SUCCESS),
+    Step("length-that-is-not-a-number", framed("Content-Length: 1 7", b'{"generation": 1}'), UNKNOWN),
+    Step("length-with-a-sign", framed("Content-Length: +17", b'{"generation": 1}'), UNKNOWN),
+    Step("length-with-no-value", framed("Content-Length:", b'{"generation": 1}'), UNKNOWN),
     Step("hangs-up", None, UNKNOWN),
     Step("not-http", b"SSH-2.0-OpenSSH_9.2\r\n", UNKNOWN),
     Step("one-byte", b"H", UNKNOWN),
@@ -281,6 +301,8 @@ def test_a_change_the_agent_could_not_be_asked_for_says_why_in_the_trace(outcome
     assert "not HTTP" in outcome.results["not-http"]["trace"]
     assert "not HTTP" in outcome.results["one-byte"]["trace"]  # an answer, however short, is not no answer
     assert "cannot create a socket" in outcome.results["no-descriptor-left"]["trace"]
+    assert "shorter than its Content-Length" in outcome.results["cut-inside-the-generation"]["trace"]
+    assert "Content-Length that is not a length" in outcome.results["length-that-is-not-a-number"]["trace"]
 
 
 def test_a_socket_path_too_long_for_sun_path_asks_no_one_and_leaves_the_callers_files_alone(
