@@ -82,6 +82,76 @@ def test_a_snapshot_path_of_path_max_characters_is_unusable_and_one_shorter_is_u
     assert result.get("err") == 999, result  # NVML_ERROR_UNKNOWN
 
 
+NO_MEMORY = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* posix_memalign of 8-byte alignment (the shim's snapshot copy) failing with ENOMEM, as POSIX allows, on the calls
+   whose numbers FHW_TEST_NOMEM lists ("1", "2"); every other call as libc makes it. */
+static int calls;
+
+int posix_memalign(void **p, size_t align, size_t size) {
+    static int (*real)(void **, size_t, size_t);
+    if (real == NULL) real = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+    const char *fail = getenv("FHW_TEST_NOMEM");
+    if (align == 8 && fail != NULL) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", ++calls);
+        if (strstr(fail, n) != NULL) return ENOMEM;
+    }
+    return real(p, align, size);
+}
+"""
+OUT_OF_MEMORY_CALLER = r"""
+import ctypes, json, os
+from pathlib import Path
+from fakehw.nvml.snapfile import write_snapshot
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+out = {"init": lib.nvmlInit_v2()}
+if out["init"] != 0:
+    out["shutdown"] = lib.nvmlShutdown()
+    out["init"] = [out["init"], lib.nvmlInit_v2()]
+device = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
+count = ctypes.c_uint(0)
+out["before"] = [lib.nvmlDeviceGetComputeRunningProcesses_v3(device, ctypes.byref(count), None), count.value]
+path = os.environ["FAKEHW_NVML_SNAPSHOT"]
+with open(path + ".next", "rb") as f:
+    write_snapshot(Path(path), f.read())
+count = ctypes.c_uint(0)
+out["after"] = [lib.nvmlDeviceGetComputeRunningProcesses_v3(device, ctypes.byref(count), None), count.value]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("failing", ["init", "reload"])
+def test_a_snapshot_copy_that_cannot_be_allocated_once_is_not_the_answer(tmp_path: Path, failing: str) -> None:
+    """posix_memalign may fail with ENOMEM (POSIX); the shim copies each snapshot into such a buffer (docs/nvml.md:
+    it "reads each snapshot into its own memory"). NO_MEMORY makes one such allocation fail.
+    - init: nvmlInit_v2 lists SUCCESS, DRIVER_NOT_LOADED, NO_PERMISSION and UNKNOWN ("an unexpected error") in
+      nvml.h, so the failed first one is UNKNOWN; nothing was initialised (nvmlShutdown: UNINITIALIZED, "if the
+      NVML Library was not previously initialized"), and the next nvmlInit_v2 is SUCCESS.
+    - reload: the process reads dgx-h100 with no process, then the project's writer replaces the file with one
+      listing a compute process on gpu0 and flags the old one (docs/nvml.md: a reader notices at once), and the
+      copy of the new file fails once: the next call still answers the new file (one process, nvml.h's
+      INSUFFICIENT_SIZE for the NULL array of count 0, with the count needed), not the file replaced.
+    (c-coverage.py: the allocation failure's lines never ran.)"""
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-h100")
+    write_node(tmp_path / "nvml.snapshot.next", "dgx-h100", processes=[FakeProcess("gpu0", 4242, 1 << 30)])
+    preload = build_preload(tmp_path, "no_memory", NO_MEMORY)
+    got = run_python(OUT_OF_MEMORY_CALLER, snap.path, timeout=30, LD_PRELOAD=str(preload),
+                     FHW_TEST_NOMEM="1" if failing == "init" else "2")
+    insufficient_size, uninitialized, unknown = 7, 1, 999  # nvml.h
+    if failing == "init":
+        assert (got["init"], got["shutdown"]) == ([unknown, 0], uninitialized)
+    else:
+        assert got["init"] == 0
+    assert (got["before"], got["after"]) == ([0, 0], [insufficient_size, 1])
+
+
 UNPRIVILEGED = 65534
 """The uid and gid a root test drops to (``nobody`` on Debian): a user the snapshot's mode 0600 shuts out."""
 

@@ -798,9 +798,10 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     }
     snprintf(g_path, sizeof g_path, "%s", path);
     fhw_snap_t *s = snap_load(g_path);
-    if (s == NULL) {
+    if (s == NULL) { /* out of memory: not among nvmlInit_v2's codes in nvml.h, an unexpected error */
+        fhw_trace("cannot load snapshot %s: %s", g_path, strerror(ENOMEM));
         pthread_mutex_unlock(&g_init_lock);
-        return NVML_ERROR_MEMORY;
+        return NVML_ERROR_UNKNOWN;
     }
     if (s->status != NVML_SUCCESS) {
         nvmlReturn_t st = s->status;
