@@ -91,9 +91,9 @@ static long long content_length(const char *head) {
     if (field == NULL) return -1;
     const char *v = field + strlen("\r\nContent-Length:");
     while (*v == ' ' || *v == '\t') v++;
+    if (*v < '0' || *v > '9') return -2; /* no digit, or a sign strtoll would take */
     char *end = NULL;
-    long long n = *v >= '0' && *v <= '9' ? strtoll(v, &end, 10) : -2;
-    if (end == NULL) return -2;
+    long long n = strtoll(v, &end, 10);
     while (*end == ' ' || *end == '\t') end++;
     return *end == '\r' || *end == '\0' ? n : -2;
 }
