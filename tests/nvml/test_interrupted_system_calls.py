@@ -42,7 +42,7 @@ from tests.nvml.test_mig_agent_client import (
     UNKNOWN,
     StandInAgent,
     http,
-    socket_paths,
+    steps_plan,
 )
 
 CHOPPY = r"""
@@ -166,8 +166,7 @@ def test_the_agent_client_table_answers_the_same_with_every_call_interrupted_the
     read/write/recv/send/pread/poll interrupted once, then one byte at a time: the same codes, and each request the
     stand-in agent received is docs/agent.md's route with the body its Content-Length gives."""
     agent = StandInAgent(tmp_path / "agent.sock", [s.answer for s in AGENT_STEPS])
-    sockets = socket_paths(tmp_path)
-    plan = [{"mode": s.mode, "socket": sockets[s.socket]} for s in STEPS]
+    plan = steps_plan(tmp_path)
     try:
         results = run_caller(tmp_path, nvml_library, choppy_library, plan, FHW_TEST_CHOPPY="1")
     finally:

@@ -16,6 +16,11 @@ without a code, a peer that is not HTTP or hangs up. Expected values:
   299 is a success), and neither class says the request succeeded or was refused) is ``UNKNOWN``, nvml.h's "any
   unexpected error"; no ``$FAKEHW_AGENT_SOCKET`` is ``NO_PERMISSION`` (docs/nvml.md) and a socket nobody listens
   on ``UNKNOWN``;
+- the answer's body is the ``Content-Length`` octets after its head (RFC 9112 6.3: the field "defines the expected
+  message body length in octets"; bytes after them are no part of it), and an answer that ends before them is
+  incomplete ("the recipient MUST consider the message to be incomplete"), as is one whose ``Content-Length`` is
+  not 1*DIGIT (RFC 9110 8.6; 6.3: "the message framing is invalid ... discard the received response"): no answer,
+  ``UNKNOWN``; the field's name in any case (RFC 9110 5.1), whitespace around its value (5.5), in any position;
 - the JSON is read as RFC 8259 writes it: whitespace or none around a member's colon (2: "Insignificant whitespace
   is allowed before or after any of the six structural characters"), and a key's text that is a string value, not a
   member's name, names nothing.
@@ -65,6 +70,12 @@ def http_text(status: int, text: str) -> bytes:
                                                                                                    data)
 
 
+def framed(fields: str, body: bytes) -> bytes:
+    """A 200 answer with the header ``fields`` (CRLF-separated, as sent) and then ``body`` as it is: the stand-in
+    sends both and closes, whatever Content-Length says."""
+    return b"HTTP/1.1 200 OK\r\n" + fields.encode() + b"\r\n\r\n" + body
+
+
 def refusal(status: int, nvml_code: int | None) -> bytes:
     detail: dict[str, object] = {} if nvml_code is None else {"nvml": "NVML_ERROR_X", "nvml_code": nvml_code}
     return http(status, {"error": "refused", "detail": detail})
@@ -81,7 +92,9 @@ class Step:
     mode: int = 1
     socket: str = "agent"
     """"agent": the stand-in's socket; "none": the variable unset; "nobody": a path nobody listens on; "too-long": a
-    path longer than any ``sun_path`` (``TOO_LONG_FOR_SUN_PATH``)."""
+    path longer than any ``sun_path`` (``TOO_LONG_FOR_SUN_PATH``); "no-descriptor": the stand-in's socket, asked by
+    a caller that has every descriptor its RLIMIT_NOFILE allows open (socket(2): EMFILE, "The per-process limit on
+    the number of open file descriptors has been reached"), so no socket can be made and no one is asked."""
 
 
 STEPS = [
@@ -109,6 +122,15 @@ STEPS = [
          UNKNOWN),
     Step("the-key-as-a-string-value-then-as-a-member", http_text(200, '{"applied": "generation", "generation": 1}'),
          SUCCESS),
+    Step("cut-inside-the-generation", framed("Content-Length: 18", b'{"generation": 1'), UNKNOWN),
+    Step("one-byte-short-of-its-length", framed("Content-Length: 18", b'{"generation": 1}'), UNKNOWN),
+    Step("length-0-then-more", framed("Content-Length: 0", b'{"generation": 1}'), UNKNOWN),
+    Step("length-in-lower-case-with-whitespace-not-last",
+         framed("content-length:\t95 \r\nConnection: close", b'{"generation": 1}'.ljust(95)), SUCCESS),
+    Step("length-with-a-leading-zero", framed("Content-Length: 017", b'{"generation": 1}'), SUCCESS),
+    Step("length-that-is-not-a-number", framed("Content-Length: 1 7", b'{"generation": 1}'), UNKNOWN),
+    Step("length-with-a-sign", framed("Content-Length: +17", b'{"generation": 1}'), UNKNOWN),
+    Step("length-with-no-value", framed("Content-Length:", b'{"generation": 1}'), UNKNOWN),
     Step("hangs-up", None, UNKNOWN),
     Step("not-http", b"SSH-2.0-OpenSSH_9.2\r\n", UNKNOWN),
     Step("one-byte", b"H", UNKNOWN),
@@ -117,6 +139,7 @@ STEPS = [
     Step("no-agent-socket", None, NO_PERMISSION, socket="none"),
     Step("nobody-listening", None, UNKNOWN, socket="nobody"),
     Step("socket-path-longer-than-sun-path", None, UNKNOWN, socket="too-long"),
+    Step("no-descriptor-left", None, UNKNOWN, socket="no-descriptor"),
 ]
 AGENT_STEPS = [s for s in STEPS if s.socket == "agent"]
 TOO_LONG_FOR_SUN_PATH = 200
@@ -165,7 +188,7 @@ def _read_request(conn: socket.socket) -> Request:
 
 
 CALLER = r"""
-import ctypes, json, os, sys, tempfile
+import ctypes, json, os, resource, sys, tempfile
 lib = ctypes.CDLL(sys.argv[1])
 assert lib.nvmlInit_v2() == 0
 device = ctypes.c_void_p()
@@ -180,9 +203,20 @@ for step in json.loads(sys.stdin.read()):
     with tempfile.TemporaryFile() as trace:
         saved = os.dup(2)
         os.dup2(trace.fileno(), 2)
+        limit, fillers = resource.getrlimit(resource.RLIMIT_NOFILE), []
+        if step.get("fill"):  # every descriptor the limit allows taken
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(limit[0], 256), limit[1]))
+            try:
+                while True:
+                    fillers.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                pass
         try:
             status = lib.nvmlDeviceSetMigMode(device, step["mode"], ctypes.byref(activation))
         finally:
+            for fd in fillers:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, limit)
             os.dup2(saved, 2)
             os.close(saved)
         trace.seek(0)
@@ -201,7 +235,15 @@ print(json.dumps(out))
 def socket_paths(tmp: Path) -> dict[str, str | None]:
     """The ``FAKEHW_AGENT_SOCKET`` of each ``Step.socket`` kind, for a stand-in agent listening at tmp/agent.sock."""
     return {"agent": str(tmp / "agent.sock"), "none": None, "nobody": str(tmp / "nobody.sock"),
-            "too-long": str(tmp / ("a" * TOO_LONG_FOR_SUN_PATH))[:TOO_LONG_FOR_SUN_PATH]}
+            "too-long": str(tmp / ("a" * TOO_LONG_FOR_SUN_PATH))[:TOO_LONG_FOR_SUN_PATH],
+            "no-descriptor": str(tmp / "agent.sock")}
+
+
+def steps_plan(tmp: Path) -> list[dict[str, Any]]:
+    """CALLER's plan for STEPS against a stand-in agent at tmp/agent.sock: each step's mode and socket, and whether
+    the caller first takes every descriptor it may have ("no-descriptor")."""
+    sockets = socket_paths(tmp)
+    return [{"mode": s.mode, "socket": sockets[s.socket], "fill": s.socket == "no-descriptor"} for s in STEPS]
 
 
 @dataclass
@@ -217,8 +259,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory, nvml_library: Path) -> Ite
     snap = write_node(tmp / "nvml.snapshot", "dgx-a100", processes=[FakeProcess("gpu1", 7, 1 << 20)])
     before = snap.path.read_bytes()
     agent = StandInAgent(tmp / "agent.sock", [s.answer for s in AGENT_STEPS])
-    sockets = socket_paths(tmp)
-    plan = [{"mode": s.mode, "socket": sockets[s.socket]} for s in STEPS]
+    plan = steps_plan(tmp)
     try:
         proc = subprocess.run([sys.executable, "-c", CALLER, str(nvml_library)], input=json.dumps(plan),
                               env=subprocess_env(snap.path, FAKEHW_NVML_TRACE="1"), capture_output=True, text=True,
@@ -259,6 +300,10 @@ def test_a_change_the_agent_could_not_be_asked_for_says_why_in_the_trace(outcome
     assert "no answer from the agent" in outcome.results["hangs-up"]["trace"]
     assert "not HTTP" in outcome.results["not-http"]["trace"]
     assert "not HTTP" in outcome.results["one-byte"]["trace"]  # an answer, however short, is not no answer
+    assert "cannot create a socket" in outcome.results["no-descriptor-left"]["trace"]
+    assert "shorter than its Content-Length" in outcome.results["cut-inside-the-generation"]["trace"]
+    for step in ("length-that-is-not-a-number", "length-with-a-sign", "length-with-no-value"):
+        assert "Content-Length that is not a length" in outcome.results[step]["trace"], step
 
 
 def test_a_socket_path_too_long_for_sun_path_asks_no_one_and_leaves_the_callers_files_alone(

@@ -60,6 +60,98 @@ def test_a_snapshot_under_a_file_is_missing_and_one_behind_a_symlink_loop_is_unu
     assert init_result(loop)["err"] == 999
 
 
+PATH_MAX = 4096
+"""Linux's <linux/limits.h> PATH_MAX, "chars in a path name including nul" (``getconf PATH_MAX /``): open(2) takes a
+pathname of at most PATH_MAX - 1 characters and answers ENAMETOOLONG ("pathname was too long") for a longer one."""
+
+
+def test_a_snapshot_path_of_path_max_characters_is_unusable_and_one_shorter_is_used(tmp_path: Path) -> None:
+    """The snapshot is the fake's driver, named by FAKEHW_NVML_SNAPSHOT (docs/nvml.md). The same snapshot named by
+    a path of PATH_MAX - 1 characters (its directory, then slashes, which POSIX reads as one, then the file name) is
+    read: nvmlInit SUCCESS with the node's GPUs. A path of PATH_MAX characters names no file open(2) can open
+    (ENAMETOOLONG); nvml.h's nvmlInit_v2 lists SUCCESS, DRIVER_NOT_LOADED, NO_PERMISSION and UNKNOWN ("an unexpected
+    error") only, and takes no argument that could be INVALID_ARGUMENT: a snapshot that cannot be opened and is not
+    missing is UNKNOWN (docs/nvml.md; ELOOP above). The longer path is the shorter one and an "X": a library that
+    kept only its first PATH_MAX - 1 characters would open the snapshot and answer SUCCESS."""
+    snap = write_node(tmp_path / "nvml.snapshot", "edge-pcie")
+    fits = str(tmp_path) + "/" * (PATH_MAX - 1 - len(str(tmp_path)) - len("nvml.snapshot")) + "nvml.snapshot"
+    assert len(fits) == PATH_MAX - 1
+    # as text: pathlib would fold the slashes
+    assert run_python(INIT, snap.path, FAKEHW_NVML_SNAPSHOT=fits) == {"ok": len(snap.node.gpus)}
+    result = run_python(INIT, snap.path, FAKEHW_NVML_SNAPSHOT=fits + "X")
+    assert result.get("err") == 999, result  # NVML_ERROR_UNKNOWN
+
+
+NO_MEMORY = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* posix_memalign of 8-byte alignment (the shim's snapshot copy) failing with ENOMEM, as POSIX allows, on the calls
+   whose numbers FHW_TEST_NOMEM lists ("1", "2"); every other call as libc makes it. */
+static int calls;
+
+int posix_memalign(void **p, size_t align, size_t size) {
+    static int (*real)(void **, size_t, size_t);
+    if (real == NULL) real = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+    const char *fail = getenv("FHW_TEST_NOMEM");
+    if (align == 8 && fail != NULL) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", ++calls);
+        if (strstr(fail, n) != NULL) return ENOMEM;
+    }
+    return real(p, align, size);
+}
+"""
+OUT_OF_MEMORY_CALLER = r"""
+import ctypes, json, os
+from pathlib import Path
+from fakehw.nvml.snapfile import write_snapshot
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+out = {"init": lib.nvmlInit_v2()}
+if out["init"] != 0:
+    out["shutdown"] = lib.nvmlShutdown()
+    out["init"] = [out["init"], lib.nvmlInit_v2()]
+device = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
+count = ctypes.c_uint(0)
+out["before"] = [lib.nvmlDeviceGetComputeRunningProcesses_v3(device, ctypes.byref(count), None), count.value]
+path = os.environ["FAKEHW_NVML_SNAPSHOT"]
+with open(path + ".next", "rb") as f:
+    write_snapshot(Path(path), f.read())
+count = ctypes.c_uint(0)
+out["after"] = [lib.nvmlDeviceGetComputeRunningProcesses_v3(device, ctypes.byref(count), None), count.value]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("failing", ["init", "reload"])
+def test_a_snapshot_copy_that_cannot_be_allocated_once_is_not_the_answer(tmp_path: Path, failing: str) -> None:
+    """posix_memalign may fail with ENOMEM (POSIX); the shim copies each snapshot into such a buffer (docs/nvml.md:
+    it "reads each snapshot into its own memory"). NO_MEMORY makes one such allocation fail.
+    - init: nvmlInit_v2 lists SUCCESS, DRIVER_NOT_LOADED, NO_PERMISSION and UNKNOWN ("an unexpected error") in
+      nvml.h, so the failed first one is UNKNOWN; nothing was initialised (nvmlShutdown: UNINITIALIZED, "if the
+      NVML Library was not previously initialized"), and the next nvmlInit_v2 is SUCCESS.
+    - reload: the process reads dgx-h100 with no process, then the project's writer replaces the file with one
+      listing a compute process on gpu0 and flags the old one (docs/nvml.md: a reader notices at once), and the
+      copy of the new file fails once: the next call still answers the new file (one process, nvml.h's
+      INSUFFICIENT_SIZE for the NULL array of count 0, with the count needed), not the file replaced.
+    (c-coverage.py: the allocation failure's lines never ran.)"""
+    snap = write_node(tmp_path / "nvml.snapshot", "dgx-h100")
+    write_node(tmp_path / "nvml.snapshot.next", "dgx-h100", processes=[FakeProcess("gpu0", 4242, 1 << 30)])
+    preload = build_preload(tmp_path, "no_memory", NO_MEMORY)
+    got = run_python(OUT_OF_MEMORY_CALLER, snap.path, timeout=30, LD_PRELOAD=str(preload),
+                     FHW_TEST_NOMEM="1" if failing == "init" else "2")
+    insufficient_size, uninitialized, unknown = 7, 1, 999  # nvml.h
+    if failing == "init":
+        assert (got["init"], got["shutdown"]) == ([unknown, 0], uninitialized)
+    else:
+        assert got["init"] == 0
+    assert (got["before"], got["after"]) == ([0, 0], [insufficient_size, 1])
+
+
 UNPRIVILEGED = 65534
 """The uid and gid a root test drops to (``nobody`` on Debian): a user the snapshot's mode 0600 shuts out."""
 
@@ -487,6 +579,7 @@ if os.environ.get("FHW_TEST_REPLACE_FIRST"):  # a new file renamed over the firs
     out["replaced"] = pynvml.nvmlDeviceGetUUID(h)
 with open(path, "r+b") as f:  # as `cp backup nvml.snapshot` does first: the same file, truncated
     f.truncate(0)
+time.sleep(float(os.environ.get("FHW_TEST_SETTLE", "0")))
 try:
     out["torn"] = pynvml.nvmlDeviceGetUUID(h)
 except pynvml.NVMLError as e:
@@ -524,6 +617,43 @@ def test_a_snapshot_that_replaced_another_and_is_then_truncated_is_unknown_until
     got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30, FHW_TEST_REPLACE_FIRST="1")
     uuid = snap.node.gpus[0].uuid
     assert got == {"before": uuid, "replaced": uuid, "torn": 999, "after": uuid}
+
+
+NO_SIGBUS_HANDLER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stddef.h>
+
+/* sigaction refusing every handler for SIGBUS, as a sandbox's seccomp filter refusing rt_sigaction does
+   (seccomp(2): SECCOMP_RET_ERRNO); every other signal, and every query, as libc does it. */
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    static int (*real)(int, const struct sigaction *, struct sigaction *);
+    if (real == NULL) real = (int (*)(int, const struct sigaction *, struct sigaction *))dlsym(RTLD_NEXT, "sigaction");
+    if (sig == SIGBUS && act != NULL) {
+        errno = EPERM;
+        return -1;
+    }
+    return real(sig, act, old);
+}
+"""
+
+
+def test_a_library_that_may_not_take_sigbus_maps_nothing_and_still_sees_a_truncated_snapshot(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """The same truncation in place, in a process where the SIGBUS handler cannot be installed (sigaction refused,
+    NO_SIGBUS_HANDLER). mmap(2): touching a mapped page past the end of a truncated file raises SIGBUS, whose
+    default action ends the process (signal(7)); so without a handler of its own the shim must not have the page
+    mapped, and notices the change as it notices a writer that does not use the word (docs/nvml.md: it stat()s the
+    path at most every 10 ms; the test waits 50 ms): UNKNOWN while torn, the node again once written, and the
+    process survives. (c-coverage.py: the refusal's branch never ran.)"""
+    snap = node_snapshot("dgx-h100")
+    preload = build_preload(tmp_path, "no_sigbus_handler", NO_SIGBUS_HANDLER)
+    got = run_python(TRUNCATED_UNDER_A_READER, snap.path, timeout=30, FHW_TEST_SETTLE="0.05",
+                     LD_PRELOAD=str(preload))
+    uuid = snap.node.gpus[0].uuid
+    assert got == {"before": uuid, "torn": 999, "after": uuid}
 
 
 _WRITABLE_PHDRS = """

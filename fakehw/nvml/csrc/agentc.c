@@ -82,6 +82,22 @@ static int connect_agent(const char **why) {
     return fd;
 }
 
+/* The Content-Length of an answer whose head (status line and fields, NUL-terminated) is `head`: -1 when it has
+   none, -2 when its value is not a length. RFC 9112 6.3: the length "defines the expected message body length in
+   octets", and a recipient that gets fewer before the close "MUST consider the message to be incomplete"; RFC 9110
+   5.1 and 8.6: the field's name is case-insensitive, its value 1*DIGIT, optional whitespace around it. */
+static long long content_length(const char *head) {
+    const char *field = strcasestr(head, "\r\nContent-Length:");
+    if (field == NULL) return -1;
+    const char *v = field + strlen("\r\nContent-Length:");
+    while (*v == ' ' || *v == '\t') v++;
+    if (*v < '0' || *v > '9') return -2; /* no digit, or a sign strtoll would take */
+    char *end = NULL;
+    long long n = strtoll(v, &end, 10);
+    while (*end == ' ' || *end == '\t') end++;
+    return *end == '\r' || *end == '\0' ? n : -2;
+}
+
 int fhw_agent_request(const char *method, const char *path, const char *body, char *resp, size_t resp_cap,
                       const char **why) {
     static const char *unused;
@@ -115,12 +131,24 @@ int fhw_agent_request(const char *method, const char *path, const char *body, ch
             *why = "no answer from the agent";
         } else {
             raw[got] = '\0';
-            const char *payload = strstr(raw, "\r\n\r\n");
+            char *payload = strstr(raw, "\r\n\r\n");
             if (strncmp(raw, "HTTP/1.", 7) != 0 || payload == NULL || sscanf(raw + 8, " %d", &status) != 1) {
                 *why = "the agent's answer is not HTTP";
                 status = -1;
             } else {
-                snprintf(resp, resp_cap, "%s", payload + 4);
+                char *body = payload + 4;
+                *payload = '\0'; /* the head alone, for its fields */
+                long long want = content_length(raw);
+                if (want == -2) {
+                    *why = "the agent's answer has a Content-Length that is not a length";
+                    status = -1;
+                } else if (want > raw + got - body) {
+                    *why = "the agent's answer is shorter than its Content-Length";
+                    status = -1;
+                } else {
+                    if (want >= 0) body[want] = '\0';
+                    snprintf(resp, resp_cap, "%s", body);
+                }
             }
         }
     }

@@ -791,15 +791,17 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     g_trace = trace != NULL && *trace != '\0' && strcmp(trace, "0") != 0;
     const char *path = getenv("FAKEHW_NVML_SNAPSHOT");
     if (path == NULL || *path == '\0') path = FHW_DEFAULT_SNAPSHOT;
-    if (strlen(path) >= sizeof g_path) {
+    if (strlen(path) >= sizeof g_path) { /* no file open(2) can open (ENAMETOOLONG): unusable, as in snap_load */
+        fhw_trace("cannot open snapshot %s: %s", path, strerror(ENAMETOOLONG));
         pthread_mutex_unlock(&g_init_lock);
-        return NVML_ERROR_INVALID_ARGUMENT;
+        return NVML_ERROR_UNKNOWN;
     }
     snprintf(g_path, sizeof g_path, "%s", path);
     fhw_snap_t *s = snap_load(g_path);
-    if (s == NULL) {
+    if (s == NULL) { /* out of memory: not among nvmlInit_v2's codes in nvml.h, an unexpected error */
+        fhw_trace("cannot load snapshot %s: %s", g_path, strerror(ENOMEM));
         pthread_mutex_unlock(&g_init_lock);
-        return NVML_ERROR_MEMORY;
+        return NVML_ERROR_UNKNOWN;
     }
     if (s->status != NVML_SUCCESS) {
         nvmlReturn_t st = s->status;
