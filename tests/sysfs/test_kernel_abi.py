@@ -423,6 +423,62 @@ def _cxl_pool_with_a_pmem_region() -> System:
     return load_profile("cxl-pool-pmem", text=yaml.safe_dump(doc))
 
 
+NO_DPA = 0xFFFFFFFFFFFFFFFF
+"""What an endpoint decoder with no device memory shows as ``dpa_resource``: drivers/cxl/core/port.c dpa_resource_show
+prints cxl_dpa_resource_start(), RESOURCE_SIZE_MAX without a ``dpa_res`` (``%#llx``)."""
+
+
+def _assert_dpa_ranges_follow_the_partitions(root: Path) -> set[str]:
+    """Every endpoint decoder of every memdev under ``root`` against the DPA rules of the test below; the modes
+    seen."""
+    devices, modes = root / CXL_DEVICES, set()
+    for md in sorted(devices.glob("mem[0-9]*")):
+        ram = int(_read(md / "ram/size"), 16)
+        pmem = int(_read(md / "pmem/size"), 16)
+        endpoint = next((p for p in devices.glob("endpoint[0-9]*") if (p / "uport").resolve() == md.resolve()),
+                        None)
+        if endpoint is None:
+            continue
+        decoders = sorted(endpoint.resolve().glob("decoder*.*"), key=lambda d: int(d.name.split(".")[1]))
+        assert decoders, md.name
+        end = 0
+        for d in decoders:
+            mode, size, start = _read(d / "mode"), int(_read(d / "dpa_size"), 16), int(_read(d / "dpa_resource"), 16)
+            modes.add(mode)
+            if mode == "none":
+                assert (size, start) == (0, NO_DPA), (md.name, d.name)
+                continue
+            assert size > 0 and start != NO_DPA, (md.name, d.name, mode)
+            lo, hi = {"ram": (0, ram), "pmem": (ram, ram + pmem)}.get(mode, (ram + pmem, NO_DPA))
+            assert lo <= start and start + size <= hi, (md.name, d.name, mode, hex(start), hex(size))
+            assert start >= end, (md.name, d.name, hex(start), hex(end))  # in decoder order, never overlapping
+            end = start + size
+    return modes
+
+
+def test_an_endpoint_decoders_device_memory_lies_in_its_modes_partition_in_decoder_order(
+        rendered: Rendered, fast_tmp: Path) -> None:
+    """Device physical addresses (DPA) of a CXL memory device: the volatile capacity starts at DPA 0 and the
+    persistent capacity follows it (CXL 3.1 8.2.9.9.2.1, Get Partition Info; drivers/cxl/core/mbox.c adds the
+    ``ram`` partition at 0 and ``pmem`` at the ram size, ``ram/size`` and ``pmem/size`` in sysfs), and the
+    dynamic-capacity regions come after the static capacity (CXL 3.1 8.2.9.9.9.2: each DC region's base is past the
+    static partitions). An endpoint decoder's ``dpa_resource``/``dpa_size`` are its allocation (port.c), taken from
+    the partition of its ``mode`` (drivers/cxl/core/hdm.c cxl_dpa_alloc), in decoder id order (hdm.c refuses a
+    decoder allocated out of order, ``port->hdm_end + 1``), as child resources of the device's DPA that never
+    overlap (__request_region). An idle decoder (mode ``none``) has none: size 0, start RESOURCE_SIZE_MAX. ndctl's
+    ``cxl list -D`` reads both. Checked on cxl-pool at boot (ram regions of local and pooled devices), with a
+    committed pmem region, and holding a dynamic-capacity extent."""
+    modes: set[str] = set()
+    for _, _, root in rendered("cxl-pool"):
+        modes |= _assert_dpa_ranges_follow_the_partitions(root)
+    system = _cxl_pool_with_a_pmem_region()
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / "pmem" / node.name))
+    modes |= _assert_dpa_ranges_follow_the_partitions(fast_tmp / "pmem" / node.name / ROOT_DIR)
+    modes |= _assert_dpa_ranges_follow_the_partitions(_render_holding_an_extent(fast_tmp / "extent"))
+    assert modes == {"none", "ram", "pmem", "dynamic_ram_a"}, modes
+
+
 def test_only_a_pmem_regions_uuid_is_writable(fast_tmp: Path) -> None:
     """drivers/cxl/core/region.c: ``uuid`` is DEVICE_ATTR_RW (0644) and identifies a persistent-memory region's
     label set (ndctl's ``cxl create-region -t pmem`` writes it); cxl_region_visible makes it 0444 for any other mode
