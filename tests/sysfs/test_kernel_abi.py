@@ -459,10 +459,11 @@ def _assert_dpa_ranges_follow_the_partitions(root: Path) -> set[str]:
 def test_an_endpoint_decoders_device_memory_lies_in_its_modes_partition_in_decoder_order(
         rendered: Rendered, fast_tmp: Path) -> None:
     """Device physical addresses (DPA) of a CXL memory device: the volatile capacity starts at DPA 0 and the
-    persistent capacity follows it (CXL 3.1 8.2.9.9.2.1, Get Partition Info; drivers/cxl/core/mbox.c adds the
-    ``ram`` partition at 0 and ``pmem`` at the ram size, ``ram/size`` and ``pmem/size`` in sysfs), and the
-    dynamic-capacity regions come after the static capacity (CXL 3.1 8.2.9.9.9.2: each DC region's base is past the
-    static partitions). An endpoint decoder's ``dpa_resource``/``dpa_size`` are its allocation (port.c), taken from
+    persistent capacity follows it (CXL 3.1, Get Partition Info's active volatile and persistent capacities;
+    drivers/cxl/core/mbox.c adds the ``ram`` partition at DPA 0 and ``pmem`` at the ram size, shown as ``ram/size``
+    and ``pmem/size``), and the dynamic-capacity regions come after the static capacity (Get Dynamic Capacity
+    Configuration's region base; QEMU's type 3 device puts DC region 0 at the end of its static memory). An
+    endpoint decoder's ``dpa_resource``/``dpa_size`` are its allocation (port.c), taken from
     the partition of its ``mode`` (drivers/cxl/core/hdm.c cxl_dpa_alloc), in decoder id order (hdm.c refuses a
     decoder allocated out of order, ``port->hdm_end + 1``), as child resources of the device's DPA that never
     overlap (__request_region). An idle decoder (mode ``none``) has none: size 0, start RESOURCE_SIZE_MAX. ndctl's
