@@ -2056,6 +2056,24 @@ def test_a_memdevs_label_storage_size_is_the_devices_lsa_size(rendered: Rendered
                 assert int(text) == 128 * 1024, (m.name, text)
 
 
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_a_memdevs_firmware_version_is_its_identify_fw_revision(rendered: Rendered, profile: str) -> None:
+    """``memN/firmware_version`` is the Identify Memory Device payload's 16-byte FW Revision
+    (drivers/cxl/cxlmem.h struct cxl_mbox_identify ``fw_revision[0x10]``), copied whole and printed with ``%.16s``
+    (drivers/cxl/core/memdev.c firmware_version_show), so at most 16 characters, a trailing blank kept. cxl_test's
+    mock devices answer "mock fw v1 " and a 4 KiB mailbox payload (tools/testing/cxl/test/mem.c: mock_id,
+    ``payload_size = SZ_4K``); QEMU's type 3 device, which cxl-pool's memdevs are, "BWFW VERSION 00"
+    (hw/cxl/cxl-mailbox-utils.c, cmd_identify_memory_device: "BWFW VERSION %02d" of 0)."""
+    want = "mock fw v1 " if profile == "cxl-test" else "BWFW VERSION 00"
+    for _, _, root in rendered(profile):
+        memdevs = sorted((root / CXL_DEVICES).glob("mem[0-9]*"))
+        assert memdevs, profile
+        for m in memdevs:
+            assert (m / "firmware_version").read_text() == want + "\n", (profile, m.name)
+            if profile == "cxl-test":
+                assert _read(m / "payload_max") == "4096", m.name
+
+
 def test_a_gpu_falling_off_the_bus_takes_only_its_own_function_away(fast_tmp: Path) -> None:
     """A GPU that fell off the bus is removed by the PCI core alone (pci_stop_and_remove_bus_device: that device and
     what is below it), and the NVIDIA driver drops only its ``gpus/<bdf>`` entry (nv-procfs.c, per device): every
