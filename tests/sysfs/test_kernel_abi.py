@@ -2167,9 +2167,15 @@ def test_every_driven_function_has_an_irq_and_msi_users_have_their_own(rendered:
     An MSI vector is an irq of its own (msi_domain_alloc_irqs: one descriptor per vector), never 0 (irq 0 is not
     handed out), so functions with MSI on show distinct non-zero irqs. A function a driver enabled with an INTx pin
     (config 0x3D) has the line firmware routes it to (pci_enable_device -> acpi_pci_irq_enable, pci_assign_irq on
-    device-tree hosts), also non-zero; lspci -v prints it as ``IRQ N``."""
+    device-tree hosts), also non-zero; lspci -v prints it as ``IRQ N``.
+
+    On x86 the INTx lines are I/O APIC pins (GSIs) and MSI irqs are handed out above every GSI:
+    arch/x86/kernel/apic/io_apic.c, arch_dynirq_lower_bound answers gsi_top, the GSIs all I/O APICs cover, which
+    is at least the 24 pins of the first (the 82093AA's 24 redirection entries, the PC's standard I/O APIC). So an
+    x86 MSI irq is 24 or more, and no function without MSI shares it."""
     for _, _, root in rendered(profile):
         msi: dict[int, str] = {}
+        intx: set[int] = set()
         driven = 0
         for d in sorted((root / "sys/bus/pci/devices").iterdir()):
             config = (d / "config").read_bytes()
@@ -2180,7 +2186,11 @@ def test_every_driven_function_has_an_irq_and_msi_users_have_their_own(rendered:
             if (d / "driver").is_symlink() and config[0x3D]:
                 assert irq > 0, (profile, d.name)
                 driven += 1
+                if not _msi_enabled(config):
+                    intx.add(irq)
         assert msi and driven > len(msi), (profile, len(msi), driven)
+        if "x86_64" in (root / "proc/hwloc-nofile-info").read_text():
+            assert min(msi) >= 24 and not intx & set(msi), (profile, min(msi), sorted(intx & set(msi)))
 
 
 def _nics_on_a_root_bus(devices: range) -> System:
