@@ -57,16 +57,18 @@ PCI_INTERRUPT_LINE, PCI_INTERRUPT_PIN = 0x3C, 0x3D
 
 def interrupt(lay: PciLayout, fn: PciFunction) -> int:
     """``irq`` of a function (drivers/pci/pci-sysfs.c, irq_show): the first MSI vector's irq while MSI is on, else
-    pdev->irq. Bridges (pcieport) and GPUs (the NVIDIA
-    driver, ``EnableMSI: 1``) use MSI, each vector an irq of its own; the other drivers use MSI-X, which leaves
-    pdev->irq at the INTx line the firmware routes INTA to (acpi_pci_irq_enable at pci_enable_device), non-zero and
-    shared between functions as the wires are. A function no driver enabled keeps what drivers/pci/probe.c,
-    pci_read_irq, read at enumeration: its Interrupt Line register if it has an interrupt pin, else 0 (255, "no
-    connection", for the fake's functions, which all have INTA)."""
+    pdev->irq. Bridges (pcieport) use MSI, each vector an irq of its own, as their config space says
+    (fakehw/sysfs/pciconfig.py enables MSI on bridges only); the endpoint drivers use MSI-X (enabled in their config
+    space; the NVIDIA driver with ``EnableMSI: 1`` takes MSI-X where the GPU has it, nv.c, and nv_init_msix leaves
+    nv->interrupt_line, its /proc IRQ, at pdev->irq), which leaves pdev->irq at the INTx line the firmware routes
+    INTA to (acpi_pci_irq_enable at pci_enable_device), non-zero and shared between functions as the wires are. A
+    function no driver enabled keeps what drivers/pci/probe.c, pci_read_irq, read at enumeration: its Interrupt
+    Line register if it has an interrupt pin, else 0 (255, "no connection", for the fake's functions, which all
+    have INTA)."""
     if not fn.driver:
         config = config_space(fn)
         return config[PCI_INTERRUPT_LINE] if config[PCI_INTERRUPT_PIN] else 0
-    if fn.is_bridge or fn.kind in GPU_KINDS:
+    if fn.is_bridge:
         return MSI_IRQ_BASE + lay.functions.index(fn)
     return INTX_GSI_BASE + fn.address.device % 4
 
