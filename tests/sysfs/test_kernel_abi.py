@@ -1960,6 +1960,35 @@ def test_a_gpus_dma_mask_and_irq_are_the_ones_its_driver_reports(rendered: Rende
             assert int(info["IRQ"]) == int(_read(pci / "irq")) > 0, (profile, g.name, info["IRQ"])
 
 
+CAPTURED_BOARDS = {"dgx-h100": "h100", "gb200-nvl72": "gb200", "t4-cloud": "t4"}
+"""Profiles whose GPUs are a board of ../shared/reference/captures (qx-<board>.xml, ``nvidia-smi -q -x``)."""
+
+
+@pytest.mark.parametrize("profile", sorted(CAPTURED_BOARDS))
+def test_a_gpus_video_bios_and_gsp_firmware_are_the_captured_boards(rendered: Rendered, profile: str) -> None:
+    """``/proc/driver/nvidia/gpus/<bdf>/information`` prints ``Model``, ``Video BIOS`` and ``GPU Firmware``
+    (nv-procfs.c). The VBIOS string is RM's, ``%02x.%02x.%02x.%02x.%02x`` of the BIOS revision and OEM revision
+    (open-gpu-kernel-modules, RM's unix layer osapi.c, rm_get_vbios_version): the captured board's ``vbios_version``
+    in lower case (nvidia-smi prints the same bytes in upper case). The GSP firmware ships with the driver: every
+    capture's ``gsp_firmware_version`` is its ``driver_version``, the release ``/proc/driver/nvidia/version``
+    names."""
+    captures = capture_dir()
+    if captures is None:
+        pytest.skip("no captures directory (../shared/reference/captures)")
+    gpu = ET.parse(captures / f"qx-{CAPTURED_BOARDS[profile]}.xml").getroot().find("gpu")
+    assert gpu is not None
+    vbios, product = gpu.findtext("vbios_version"), gpu.findtext("product_name")
+    assert vbios and product
+    for _, node, root in rendered(profile):
+        release = (root / "proc/driver/nvidia/version").read_text().split("  ")[1]
+        assert re.fullmatch(r"\d+\.\d+(\.\d+)?", release), release
+        for g in node.gpus:
+            info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in
+                    (root / "proc/driver/nvidia/gpus" / str(g.address) / "information").read_text().splitlines())}
+            assert (info["Model"], info["Video BIOS"]) == (product, vbios.lower()), (profile, g.name)
+            assert info["GPU Firmware"] == release, (profile, g.name)
+
+
 MSI_RESERVED = {"x86_64": (0xFEE00000, 0xFEEFFFFF), "aarch64": (0x8000000, 0x8000000 + 0x100000 - 1)}
 """The MSI window an IOMMU group reserves: x86's interrupt address range (Intel VT-d IOAPIC_RANGE_START/END, AMD-Vi
 MSI_RANGE_START/END: 0xfee00000-0xfeefffff, IOMMU_RESV_MSI); arm64 SMMU's software MSI window (MSI_IOVA_BASE 0x8000000,
