@@ -1960,11 +1960,11 @@ def test_a_gpus_dma_mask_and_irq_are_the_ones_its_driver_reports(rendered: Rende
             assert int(info["IRQ"]) == int(_read(pci / "irq")) > 0, (profile, g.name, info["IRQ"])
 
 
-CAPTURED_BOARDS = {"dgx-h100": "h100", "gb200-nvl72": "gb200", "t4-cloud": "t4"}
+VBIOS_BOARDS = {"dgx-h100": "h100", "gb200-nvl72": "gb200", "t4-cloud": "t4"}
 """Profiles whose GPUs are a board of ../shared/reference/captures (qx-<board>.xml, ``nvidia-smi -q -x``)."""
 
 
-@pytest.mark.parametrize("profile", sorted(CAPTURED_BOARDS))
+@pytest.mark.parametrize("profile", sorted(VBIOS_BOARDS))
 def test_a_gpus_video_bios_and_gsp_firmware_are_the_captured_boards(rendered: Rendered, profile: str) -> None:
     """``/proc/driver/nvidia/gpus/<bdf>/information`` prints ``Model``, ``Video BIOS`` and ``GPU Firmware``
     (nv-procfs.c). The VBIOS string is RM's, ``%02x.%02x.%02x.%02x.%02x`` of the BIOS revision and OEM revision
@@ -1975,7 +1975,7 @@ def test_a_gpus_video_bios_and_gsp_firmware_are_the_captured_boards(rendered: Re
     captures = capture_dir()
     if captures is None:
         pytest.skip("no captures directory (../shared/reference/captures)")
-    gpu = ET.parse(captures / f"qx-{CAPTURED_BOARDS[profile]}.xml").getroot().find("gpu")
+    gpu = ET.parse(captures / f"qx-{VBIOS_BOARDS[profile]}.xml").getroot().find("gpu")
     assert gpu is not None
     vbios, product = gpu.findtext("vbios_version"), gpu.findtext("product_name")
     assert vbios and product
@@ -2248,6 +2248,40 @@ def test_intx_lines_of_one_bus_rotate_with_the_slot_every_four_devices(fast_tmp:
     irq = {d: int(_read(devices / f"0000:16:{d:02x}.0/irq")) for d in range(1, 7)}
     assert len({irq[d] for d in range(1, 5)}) == 4, irq
     assert irq[5] == irq[1] and irq[6] == irq[2], irq
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool"))
+def test_intx_is_swizzled_through_every_bridge_up_to_the_root_bus(rendered: Rendered, profile: str) -> None:
+    """Below the root bus the kernel, not firmware, routes INTx: drivers/pci/pci.c pci_common_swizzle rotates the pin
+    by each device's slot (pci_swizzle_interrupt_pin, ``(((pin - 1) + slot) % 4) + 1``, PCI-to-PCI Bridge
+    Architecture Specification 1.2, 9.1) at every bus that is not the root bus, then the root bus's routing (ACPI
+    _PRT, acpi_pci_irq_lookup) maps the root-bus slot and the rotated pin to a line; switch ports are not in ACPI,
+    so nothing routes for them. So INTx users (a driver bound, MSI off: irq_show prints pdev->irq) that arrive at
+    the same root-bus slot on the same pin share an irq, and those that arrive on different pins of one slot do not
+    (four lines per slot, as the rotation test above). On dgx-h100 the four NVSwitches sit below four downstream
+    ports, devices 0-3 of one switch, so they reach their root port's slot on four different pins; the fake gave
+    them all one line, rotating by the function's own slot only."""
+    for _, _, root in rendered(profile):
+        lines: dict[tuple[str, int, int], set[int]] = {}
+        for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+            config = (d / "config").read_bytes()
+            if not (d / "driver").is_symlink() or not config[0x3D] or _msi_enabled(config):
+                continue
+            chain = [p for p in d.resolve().parts if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", p)]
+            pin = config[0x3D]
+            for bdf in reversed(chain[1:]):  # every device not on the root bus, the function first
+                pin = ((pin - 1) + int(bdf[8:10], 16)) % 4 + 1
+            key = (d.resolve().parts[-len(chain) - 1], int(chain[0][8:10], 16), pin)
+            lines.setdefault(key, set()).add(int(_read(d / "irq")))
+        assert lines, profile
+        for key, irqs in lines.items():
+            assert len(irqs) == 1, (profile, key, irqs)
+        by_slot: dict[tuple[str, int], list[int]] = {}
+        for (host, slot, _), irqs in lines.items():
+            by_slot.setdefault((host, slot), []).extend(irqs)
+        for where, shared in by_slot.items():
+            assert len(set(shared)) == len(shared), (profile, where, shared)
+        assert max(len(v) for v in by_slot.values()) >= (4 if profile == "dgx-h100" else 2), (profile, by_slot)
 
 
 PMD_SIZE = {"x86_64": 2 << 20, "aarch64": 512 << 20}
