@@ -12,6 +12,8 @@ network and RDMA class devices are :mod:`fakehw.sysfs.rdma`. Every function also
 
 from __future__ import annotations
 
+import re
+
 from fakehw.model.system import Node
 from fakehw.model.units import format_cpulist
 from fakehw.sysfs.common import cpumask
@@ -50,25 +52,34 @@ MSI_IRQ_BASE = 24
 """Where MSI irqs are numbered from: above the 24 GSIs of the first I/O APIC (x86 hands out MSI irqs past gsi_top);
 the numbers themselves are the kernel's choice, only that each MSI vector has its own irq matters."""
 INTX_GSI_BASE = 16
-"""PIRQ A-D land on I/O APIC pins 16-19 (the PCI interrupt swizzle of INTx by slot, pci_swizzle_interrupt_pin)."""
+"""PIRQ A-D land on I/O APIC pins 16-19 (the firmware's routing of the root bus's INTx lines; below it the PCI
+interrupt swizzle of INTx by slot at every bridge, pci_swizzle_interrupt_pin)."""
+BDF_PART = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+"""A PCI function's directory name in the device hierarchy (domain:bus:device.function)."""
 PCI_INTERRUPT_LINE, PCI_INTERRUPT_PIN = 0x3C, 0x3D
 """Config space offsets of the Interrupt Line and Interrupt Pin registers (include/uapi/linux/pci_regs.h)."""
 
 
 def interrupt(lay: PciLayout, fn: PciFunction) -> int:
     """``irq`` of a function (drivers/pci/pci-sysfs.c, irq_show): the first MSI vector's irq while MSI is on, else
-    pdev->irq. Bridges (pcieport) and GPUs (the NVIDIA
-    driver, ``EnableMSI: 1``) use MSI, each vector an irq of its own; the other drivers use MSI-X, which leaves
-    pdev->irq at the INTx line the firmware routes INTA to (acpi_pci_irq_enable at pci_enable_device), non-zero and
-    shared between functions as the wires are. A function no driver enabled keeps what drivers/pci/probe.c,
-    pci_read_irq, read at enumeration: its Interrupt Line register if it has an interrupt pin, else 0 (255, "no
-    connection", for the fake's functions, which all have INTA)."""
+    pdev->irq. Bridges (pcieport) use MSI, each vector an irq of its own, as their config space says
+    (fakehw/sysfs/pciconfig.py enables MSI on bridges only); the endpoint drivers use MSI-X (enabled in their config
+    space; the NVIDIA driver with ``EnableMSI: 1`` takes MSI-X where the GPU has it, nv.c, and nv_init_msix leaves
+    nv->interrupt_line, its /proc IRQ, at pdev->irq), which leaves pdev->irq at the INTx line the firmware routes
+    INTA to (acpi_pci_irq_enable at pci_enable_device), non-zero and shared between functions as the wires are. A
+    function no driver enabled keeps what drivers/pci/probe.c, pci_read_irq, read at enumeration: its Interrupt
+    Line register if it has an interrupt pin, else 0 (255, "no connection", for the fake's functions, which all
+    have INTA)."""
     if not fn.driver:
         config = config_space(fn)
         return config[PCI_INTERRUPT_LINE] if config[PCI_INTERRUPT_PIN] else 0
-    if fn.is_bridge or fn.kind in GPU_KINDS:
+    if fn.is_bridge:
         return MSI_IRQ_BASE + lay.functions.index(fn)
-    return INTX_GSI_BASE + fn.address.device % 4
+    # INTA (pin 1) rotated by the slot of the function and of every bridge above it up to the root bus
+    # (drivers/pci/pci.c pci_common_swizzle: no bridge between has an ACPI _PRT of its own), then routed by the
+    # root bus's slot rotation
+    slots = sum(int(part[8:10], 16) for part in fn.path.split("/") if BDF_PART.fullmatch(part))
+    return INTX_GSI_BASE + slots % 4
 
 
 def function_files(sec: Section, fn: PciFunction, node: Node, irq: int = 0) -> None:

@@ -201,7 +201,9 @@ def _bridge(address: PciAddress, path: str, kind: Kind, ids: tuple[int, int], nu
             buses: tuple[int, int], ref: str | None, cxl: bool = False) -> PciFunction:
     port = {"root-port": "root-port", "cxl-root-port": "root-port", "switch-upstream": "upstream",
             "cxl-switch-upstream": "upstream"}.get(kind, "downstream")
-    return PciFunction(address, path, kind, *ids, *ids, 0x01, 0x060400, numa, link[0], link[1], PORT_TYPE[port],
+    # subsystem ids 0: drivers/pci/probe.c (pci_setup_device) reads a type 1 header's only from a Bridge Subsystem
+    # Vendor ID capability (PCI_CAP_ID_SSVID), which no port here carries (fakehw/sysfs/pcidevices.py)
+    return PciFunction(address, path, kind, *ids, 0, 0, 0x01, 0x060400, numa, link[0], link[1], PORT_TYPE[port],
                        buses[0], buses[1], "pcieport", ref, caps=devs.port_capabilities(kind, cxl))
 
 

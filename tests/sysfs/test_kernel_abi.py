@@ -423,6 +423,63 @@ def _cxl_pool_with_a_pmem_region() -> System:
     return load_profile("cxl-pool-pmem", text=yaml.safe_dump(doc))
 
 
+NO_DPA = 0xFFFFFFFFFFFFFFFF
+"""What an endpoint decoder with no device memory shows as ``dpa_resource``: drivers/cxl/core/port.c dpa_resource_show
+prints cxl_dpa_resource_start(), RESOURCE_SIZE_MAX without a ``dpa_res`` (``%#llx``)."""
+
+
+def _assert_dpa_ranges_follow_the_partitions(root: Path) -> set[str]:
+    """Every endpoint decoder of every memdev under ``root`` against the DPA rules of the test below; the modes
+    seen."""
+    devices, modes = root / CXL_DEVICES, set()
+    for md in sorted(devices.glob("mem[0-9]*")):
+        ram = int(_read(md / "ram/size"), 16)
+        pmem = int(_read(md / "pmem/size"), 16)
+        endpoint = next((p for p in devices.glob("endpoint[0-9]*") if (p / "uport").resolve() == md.resolve()),
+                        None)
+        if endpoint is None:
+            continue
+        decoders = sorted(endpoint.resolve().glob("decoder*.*"), key=lambda d: int(d.name.split(".")[1]))
+        assert decoders, md.name
+        end = 0
+        for d in decoders:
+            mode, size, start = _read(d / "mode"), int(_read(d / "dpa_size"), 16), int(_read(d / "dpa_resource"), 16)
+            modes.add(mode)
+            if mode == "none":
+                assert (size, start) == (0, NO_DPA), (md.name, d.name)
+                continue
+            assert size > 0 and start != NO_DPA, (md.name, d.name, mode)
+            lo, hi = {"ram": (0, ram), "pmem": (ram, ram + pmem)}.get(mode, (ram + pmem, NO_DPA))
+            assert lo <= start and start + size <= hi, (md.name, d.name, mode, hex(start), hex(size))
+            assert start >= end, (md.name, d.name, hex(start), hex(end))  # in decoder order, never overlapping
+            end = start + size
+    return modes
+
+
+def test_an_endpoint_decoders_device_memory_lies_in_its_modes_partition_in_decoder_order(
+        rendered: Rendered, fast_tmp: Path) -> None:
+    """Device physical addresses (DPA) of a CXL memory device: the volatile capacity starts at DPA 0 and the
+    persistent capacity follows it (CXL 3.1, Get Partition Info's active volatile and persistent capacities;
+    drivers/cxl/core/mbox.c adds the ``ram`` partition at DPA 0 and ``pmem`` at the ram size, shown as ``ram/size``
+    and ``pmem/size``), and the dynamic-capacity regions come after the static capacity (Get Dynamic Capacity
+    Configuration's region base; QEMU's type 3 device puts DC region 0 at the end of its static memory). An
+    endpoint decoder's ``dpa_resource``/``dpa_size`` are its allocation (port.c), taken from
+    the partition of its ``mode`` (drivers/cxl/core/hdm.c cxl_dpa_alloc), in decoder id order (hdm.c refuses a
+    decoder allocated out of order, ``port->hdm_end + 1``), as child resources of the device's DPA that never
+    overlap (__request_region). An idle decoder (mode ``none``) has none: size 0, start RESOURCE_SIZE_MAX. ndctl's
+    ``cxl list -D`` reads both. Checked on cxl-pool at boot (ram regions of local and pooled devices), with a
+    committed pmem region, and holding a dynamic-capacity extent."""
+    modes: set[str] = set()
+    for _, _, root in rendered("cxl-pool"):
+        modes |= _assert_dpa_ranges_follow_the_partitions(root)
+    system = _cxl_pool_with_a_pmem_region()
+    node = system.nodes[0]
+    render_tree(RenderContext(system, node, derive_state(node, []), True), OutputDir(fast_tmp / "pmem" / node.name))
+    modes |= _assert_dpa_ranges_follow_the_partitions(fast_tmp / "pmem" / node.name / ROOT_DIR)
+    modes |= _assert_dpa_ranges_follow_the_partitions(_render_holding_an_extent(fast_tmp / "extent"))
+    assert modes == {"none", "ram", "pmem", "dynamic_ram_a"}, modes
+
+
 def test_only_a_pmem_regions_uuid_is_writable(fast_tmp: Path) -> None:
     """drivers/cxl/core/region.c: ``uuid`` is DEVICE_ATTR_RW (0644) and identifies a persistent-memory region's
     label set (ndctl's ``cxl create-region -t pmem`` writes it); cxl_region_visible makes it 0444 for any other mode
@@ -1903,6 +1960,35 @@ def test_a_gpus_dma_mask_and_irq_are_the_ones_its_driver_reports(rendered: Rende
             assert int(info["IRQ"]) == int(_read(pci / "irq")) > 0, (profile, g.name, info["IRQ"])
 
 
+VBIOS_BOARDS = {"dgx-h100": "h100", "gb200-nvl72": "gb200", "t4-cloud": "t4"}
+"""Profiles whose GPUs are a board of ../shared/reference/captures (qx-<board>.xml, ``nvidia-smi -q -x``)."""
+
+
+@pytest.mark.parametrize("profile", sorted(VBIOS_BOARDS))
+def test_a_gpus_video_bios_and_gsp_firmware_are_the_captured_boards(rendered: Rendered, profile: str) -> None:
+    """``/proc/driver/nvidia/gpus/<bdf>/information`` prints ``Model``, ``Video BIOS`` and ``GPU Firmware``
+    (nv-procfs.c). The VBIOS string is RM's, ``%02x.%02x.%02x.%02x.%02x`` of the BIOS revision and OEM revision
+    (open-gpu-kernel-modules, RM's unix layer osapi.c, rm_get_vbios_version): the captured board's ``vbios_version``
+    in lower case (nvidia-smi prints the same bytes in upper case). The GSP firmware ships with the driver: every
+    capture's ``gsp_firmware_version`` is its ``driver_version``, the release ``/proc/driver/nvidia/version``
+    names."""
+    captures = capture_dir()
+    if captures is None:
+        pytest.skip("no captures directory (../shared/reference/captures)")
+    gpu = ET.parse(captures / f"qx-{VBIOS_BOARDS[profile]}.xml").getroot().find("gpu")
+    assert gpu is not None
+    vbios, product = gpu.findtext("vbios_version"), gpu.findtext("product_name")
+    assert vbios and product
+    for _, node, root in rendered(profile):
+        release = (root / "proc/driver/nvidia/version").read_text().split("  ")[1]
+        assert re.fullmatch(r"\d+\.\d+(\.\d+)?", release), release
+        for g in node.gpus:
+            info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in
+                    (root / "proc/driver/nvidia/gpus" / str(g.address) / "information").read_text().splitlines())}
+            assert (info["Model"], info["Video BIOS"]) == (product, vbios.lower()), (profile, g.name)
+            assert info["GPU Firmware"] == release, (profile, g.name)
+
+
 MSI_RESERVED = {"x86_64": (0xFEE00000, 0xFEEFFFFF), "aarch64": (0x8000000, 0x8000000 + 0x100000 - 1)}
 """The MSI window an IOMMU group reserves: x86's interrupt address range (Intel VT-d IOAPIC_RANGE_START/END, AMD-Vi
 MSI_RANGE_START/END: 0xfee00000-0xfeefffff, IOMMU_RESV_MSI); arm64 SMMU's software MSI window (MSI_IOVA_BASE 0x8000000,
@@ -1999,6 +2085,24 @@ def test_a_memdevs_label_storage_size_is_the_devices_lsa_size(rendered: Rendered
                 assert int(text) == 128 * 1024, (m.name, text)
 
 
+@pytest.mark.parametrize("profile", ("cxl-pool", "cxl-test"))
+def test_a_memdevs_firmware_version_is_its_identify_fw_revision(rendered: Rendered, profile: str) -> None:
+    """``memN/firmware_version`` is the Identify Memory Device payload's 16-byte FW Revision
+    (drivers/cxl/cxlmem.h struct cxl_mbox_identify ``fw_revision[0x10]``), copied whole and printed with ``%.16s``
+    (drivers/cxl/core/memdev.c firmware_version_show), so at most 16 characters, a trailing blank kept. cxl_test's
+    mock devices answer "mock fw v1 " and a 4 KiB mailbox payload (tools/testing/cxl/test/mem.c: mock_id,
+    ``payload_size = SZ_4K``); QEMU's type 3 device, which cxl-pool's memdevs are, "BWFW VERSION 00"
+    (hw/cxl/cxl-mailbox-utils.c, cmd_identify_memory_device: "BWFW VERSION %02d" of 0)."""
+    want = "mock fw v1 " if profile == "cxl-test" else "BWFW VERSION 00"
+    for _, _, root in rendered(profile):
+        memdevs = sorted((root / CXL_DEVICES).glob("mem[0-9]*"))
+        assert memdevs, profile
+        for m in memdevs:
+            assert (m / "firmware_version").read_text() == want + "\n", (profile, m.name)
+            if profile == "cxl-test":
+                assert _read(m / "payload_max") == "4096", m.name
+
+
 def test_a_gpu_falling_off_the_bus_takes_only_its_own_function_away(fast_tmp: Path) -> None:
     """A GPU that fell off the bus is removed by the PCI core alone (pci_stop_and_remove_bus_device: that device and
     what is below it), and the NVIDIA driver drops only its ``gpus/<bdf>`` entry (nv-procfs.c, per device): every
@@ -2092,9 +2196,17 @@ def test_every_driven_function_has_an_irq_and_msi_users_have_their_own(rendered:
     An MSI vector is an irq of its own (msi_domain_alloc_irqs: one descriptor per vector), never 0 (irq 0 is not
     handed out), so functions with MSI on show distinct non-zero irqs. A function a driver enabled with an INTx pin
     (config 0x3D) has the line firmware routes it to (pci_enable_device -> acpi_pci_irq_enable, pci_assign_irq on
-    device-tree hosts), also non-zero; lspci -v prints it as ``IRQ N``."""
+    device-tree hosts), also non-zero; lspci -v prints it as ``IRQ N``.
+
+    On x86 the INTx lines are I/O APIC pins (GSIs) and MSI irqs are handed out above every GSI:
+    arch/x86/kernel/apic/io_apic.c, arch_dynirq_lower_bound answers gsi_top, the GSIs all I/O APICs cover, which
+    is at least the 24 pins of the first (the 82093AA's 24 redirection entries, the PC's standard I/O APIC). So an
+    x86 MSI irq is 24 or more and above the irq of every function without MSI on (irq_show: pdev->irq, its INTx
+    line, for MSI-X users too). The fake showed its GPUs, whose config space enables MSI-X and not MSI, with MSI
+    vectors' irqs instead."""
     for _, _, root in rendered(profile):
         msi: dict[int, str] = {}
+        intx: set[int] = set()
         driven = 0
         for d in sorted((root / "sys/bus/pci/devices").iterdir()):
             config = (d / "config").read_bytes()
@@ -2105,7 +2217,11 @@ def test_every_driven_function_has_an_irq_and_msi_users_have_their_own(rendered:
             if (d / "driver").is_symlink() and config[0x3D]:
                 assert irq > 0, (profile, d.name)
                 driven += 1
+                if not _msi_enabled(config):
+                    intx.add(irq)
         assert msi and driven > len(msi), (profile, len(msi), driven)
+        if "x86_64" in (root / "proc/hwloc-nofile-info").read_text():
+            assert intx and min(msi) >= max(24, max(intx) + 1), (profile, min(msi), sorted(intx))
 
 
 def _nics_on_a_root_bus(devices: range) -> System:
@@ -2132,6 +2248,40 @@ def test_intx_lines_of_one_bus_rotate_with_the_slot_every_four_devices(fast_tmp:
     irq = {d: int(_read(devices / f"0000:16:{d:02x}.0/irq")) for d in range(1, 7)}
     assert len({irq[d] for d in range(1, 5)}) == 4, irq
     assert irq[5] == irq[1] and irq[6] == irq[2], irq
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "cxl-pool"))
+def test_intx_is_swizzled_through_every_bridge_up_to_the_root_bus(rendered: Rendered, profile: str) -> None:
+    """Below the root bus the kernel, not firmware, routes INTx: drivers/pci/pci.c pci_common_swizzle rotates the pin
+    by each device's slot (pci_swizzle_interrupt_pin, ``(((pin - 1) + slot) % 4) + 1``, PCI-to-PCI Bridge
+    Architecture Specification 1.2, 9.1) at every bus that is not the root bus, then the root bus's routing (ACPI
+    _PRT, acpi_pci_irq_lookup) maps the root-bus slot and the rotated pin to a line; switch ports are not in ACPI,
+    so nothing routes for them. So INTx users (a driver bound, MSI off: irq_show prints pdev->irq) that arrive at
+    the same root-bus slot on the same pin share an irq, and those that arrive on different pins of one slot do not
+    (four lines per slot, as the rotation test above). On dgx-h100 the four NVSwitches sit below four downstream
+    ports, devices 0-3 of one switch, so they reach their root port's slot on four different pins; the fake gave
+    them all one line, rotating by the function's own slot only."""
+    for _, _, root in rendered(profile):
+        lines: dict[tuple[str, int, int], set[int]] = {}
+        for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+            config = (d / "config").read_bytes()
+            if not (d / "driver").is_symlink() or not config[0x3D] or _msi_enabled(config):
+                continue
+            chain = [p for p in d.resolve().parts if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", p)]
+            pin = config[0x3D]
+            for bdf in reversed(chain[1:]):  # every device not on the root bus, the function first
+                pin = ((pin - 1) + int(bdf[8:10], 16)) % 4 + 1
+            key = (d.resolve().parts[-len(chain) - 1], int(chain[0][8:10], 16), pin)
+            lines.setdefault(key, set()).add(int(_read(d / "irq")))
+        assert lines, profile
+        for key, irqs in lines.items():
+            assert len(irqs) == 1, (profile, key, irqs)
+        by_slot: dict[tuple[str, int], list[int]] = {}
+        for (host, slot, _), irqs in lines.items():
+            by_slot.setdefault((host, slot), []).extend(irqs)
+        for where, shared in by_slot.items():
+            assert len(set(shared)) == len(shared), (profile, where, shared)
+        assert max(len(v) for v in by_slot.values()) >= (4 if profile == "dgx-h100" else 2), (profile, by_slot)
 
 
 PMD_SIZE = {"x86_64": 2 << 20, "aarch64": 512 << 20}

@@ -301,3 +301,81 @@ def test_sysfs_attributes_say_what_the_config_space_says(profile: str, rendered:
                                ("sriov_offset", 0o444), ("sriov_stride", 0o444), ("sriov_vf_device", 0o444)):
                 assert stat.S_IMODE(os.stat(d / name).st_mode) == mode, (profile, bdf, name)
         assert sriov, profile
+
+
+PCI_CAP_ID_SSVID = 0x0D
+"""The Bridge Subsystem Vendor ID capability (include/uapi/linux/pci_regs.h; PCI-to-PCI Bridge Architecture
+Specification 1.2, 3.2.5.13 names no subsystem registers in the type 1 header, so a bridge carries them here, the
+vendor id at +4 and the device id at +6, PCI_SSVID_VENDOR_ID/PCI_SSVID_DEVICE_ID)."""
+
+
+def _word(config: bytes, offset: int) -> int:
+    return int.from_bytes(config[offset:offset + 2], "little")
+
+
+def _capability(config: bytes, cap_id: int) -> int | None:
+    """Offset of the first standard capability ``cap_id`` in the list the Capabilities Pointer (0x34) starts, as
+    pci_find_capability (drivers/pci/pci.c) walks it; None when the function has none (Status bit 4 clear)."""
+    if not _word(config, 0x06) & 0x10:
+        return None
+    pos, seen = config[0x34] & 0xFC, 0
+    while pos and seen < 48:
+        if config[pos] == cap_id:
+            return pos
+        pos, seen = config[pos + 1] & 0xFC, seen + 1
+    return None
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "gb200-nvl72", "cxl-pool", "riscv-nvlink-fusion"))
+def test_identity_bus_numbers_and_uevent_are_what_the_kernel_reads_from_config_space(profile: str,
+                                                                                    rendered: Rendered) -> None:
+    """drivers/pci/probe.c (pci_setup_device) reads a function's identity from its configuration header (PCI Local
+    Bus Specification 3.0, 6.2.1: Vendor ID 0x00, Device ID 0x02, Revision ID 0x08, Class Code 0x09-0x0B; a type 0
+    header's Subsystem Vendor ID 0x2C and Subsystem ID 0x2E; a bridge's from its SSVID capability, else 0), and
+    drivers/pci/pci-sysfs.c shows them as ``vendor``/``device``/``subsystem_vendor``/``subsystem_device``
+    (``0x%04x``), ``class`` (``0x%06x``) and ``revision`` (``0x%02x``); a bridge's ``secondary_bus_number`` and
+    ``subordinate_bus_number`` are its Secondary and Subordinate Bus Number registers (0x19, 0x1A, as the kernel
+    keeps the firmware's numbering). udev and modprobe read ``uevent``: drivers/base/core.c dev_uevent writes
+    ``DRIVER=`` for a bound device first, then drivers/pci/pci-driver.c pci_uevent ``PCI_CLASS=%04X``,
+    ``PCI_ID=%04X:%04X``, ``PCI_SUBSYS_ID=%04X:%04X``, ``PCI_SLOT_NAME`` (the bdf) and ``MODALIAS``; the
+    ``driver`` link names the same driver, which for every PCIe port is pcieport (drivers/pci/pcie/portdrv.c binds
+    class 0x060400 functions with a PCIe capability). Every other value is read from the function's own ``config``.
+    The fake's bridges showed their own ids as subsystem ids, which no bridge without an SSVID capability can."""
+    kinds = set()
+    for _, _, root in rendered(profile):
+        for d in sorted((root / "sys/bus/pci/devices").iterdir()):
+            config = (d / "config").read_bytes()
+            attr = {p.name: p.read_text().strip() for p in d.iterdir() if p.is_file() and p.name != "config"
+                    and not p.name.startswith(("resource", "rom"))}
+            vendor, device = _word(config, 0x00), _word(config, 0x02)
+            cls, rev = int.from_bytes(config[0x09:0x0C], "little"), config[0x08]
+            bridge = config[0x0E] & 0x7F == 1
+            if bridge:
+                ssvid = _capability(config, PCI_CAP_ID_SSVID)
+                sub = (_word(config, ssvid + 4), _word(config, ssvid + 6)) if ssvid is not None else (0, 0)
+                assert (int(attr["secondary_bus_number"]), int(attr["subordinate_bus_number"])) == \
+                    (config[0x19], config[0x1A]), (profile, d.name)
+                # the functions in the bridge's directory are on its secondary bus, everything below it in the
+                # range up to its subordinate bus (PCI-to-PCI Bridge Architecture Specification 1.2, 3.2.5.3-5)
+                below = [p for p in d.resolve().rglob("*") if BDF.fullmatch(p.name) and not p.is_symlink()]
+                assert all(int(p.name[5:7], 16) == config[0x19] for p in below if p.parent == d.resolve()), d.name
+                assert all(config[0x19] <= int(p.name[5:7], 16) <= config[0x1A] for p in below), (profile, d.name)
+            else:
+                assert config[0x0E] & 0x7F == 0, (profile, d.name, config[0x0E])
+                sub = (_word(config, 0x2C), _word(config, 0x2E))
+                assert "secondary_bus_number" not in attr and "subordinate_bus_number" not in attr, d.name
+            kinds.add(bridge)
+            assert (attr["vendor"], attr["device"]) == (f"0x{vendor:04x}", f"0x{device:04x}"), (profile, d.name)
+            assert (attr["subsystem_vendor"], attr["subsystem_device"]) == (f"0x{sub[0]:04x}", f"0x{sub[1]:04x}"), \
+                (profile, d.name)
+            assert (attr["class"], attr["revision"]) == (f"0x{cls:06x}", f"0x{rev:02x}"), (profile, d.name)
+            driver = (d / "driver").resolve().name if (d / "driver").is_symlink() else None
+            if bridge:  # drivers/pci/pcie/portdrv.c binds every PCIe root and switch port (class 0x060400)
+                assert (driver, cls) == ("pcieport", 0x060400), (profile, d.name)
+            want = [f"DRIVER={driver}"] if driver else []
+            want += [f"PCI_CLASS={cls:04X}", f"PCI_ID={vendor:04X}:{device:04X}",
+                     f"PCI_SUBSYS_ID={sub[0]:04X}:{sub[1]:04X}", f"PCI_SLOT_NAME={d.name}",
+                     f"MODALIAS=pci:v{vendor:08X}d{device:08X}sv{sub[0]:08X}sd{sub[1]:08X}"
+                     f"bc{cls >> 16:02X}sc{cls >> 8 & 0xFF:02X}i{cls & 0xFF:02X}"]
+            assert (d / "uevent").read_text().splitlines() == want, (profile, d.name)
+    assert kinds == {True, False}, profile
