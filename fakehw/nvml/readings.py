@@ -26,8 +26,7 @@ _CLOCK_LOWERING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 def unit(seed: int, *parts: object) -> float:
     """A deterministic number in [0, 1) for (seed, parts)."""
-    digest = hashlib.blake2b("|".join([str(seed), *map(str, parts)]).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") / 2**64
+    return units(1, seed, *parts)[0]
 
 
 def units(count: int, seed: int, *parts: object) -> tuple[float, ...]:
