@@ -106,6 +106,36 @@ def thread_size(arch: str) -> int:
     return max(16384, page_size(arch))
 
 
+PTE_BYTES = 8
+"""Bytes of one page-table entry: 64-bit descriptors on x86-64 (SDM vol. 3A 4.5), arm64 (VMSAv8-64) and RISC-V
+Sv39/Sv48/Sv57 (the privileged spec's 8-byte PTEs), so a one-page table holds ``page // 8`` entries: 512 with 4 KiB
+pages, 8192 with arm64's 64 KiB granule."""
+
+
+def counted_table_levels(cpu: Cpu) -> int:
+    """Levels of user page tables ``PageTables`` counts. It is NR_PAGETABLE, which 6.8 adds in the constructors of
+    the PTE, PMD and PUD levels (include/linux/mm.h: pagetable_pte_ctor, pagetable_pmd_ctor, pagetable_pud_ctor);
+    the top level comes with the mm (pgd_alloc: __get_free_pages on x86 and riscv, a kmem_cache object on arm64
+    64K) and x86's and riscv's P4D from get_zeroed_page (p4d_alloc_one), neither through those. x86-64 walks 4 or
+    5 levels (SDM vol. 3A 4.5) and RISC-V Sv48/Sv57 4 or 5 (the fake's harts run Sv57, RISCV_MMU), so all three
+    are below the top; arm64 with a 64 KiB granule and 48-bit VAs walks 3 (PGD, PMD, PTE: the PUD folded), so
+    two."""
+    return 2 if cpu.arch == "arm64" else 3
+
+
+def page_table_pages(mapped: int, page: int, levels: int) -> int:
+    """Page-table pages ``PageTables`` counts for ``mapped`` pages mapped with base-page entries (the fake has no
+    transparent huge page: ``AnonHugePages``, ``FilePmdMapped`` 0): the fake maps a node's pages as one dense range,
+    so each of the ``levels`` counted levels holds just enough tables for the entries below it (ceil(n / entries)
+    leaves, then ceil of that / entries, ...)."""
+    entries = page // PTE_BYTES
+    total, tables = 0, mapped
+    for _ in range(levels):
+        tables = -(-tables // entries)
+        total += tables
+    return total
+
+
 def _numastat(numa: NumaNode, total: int, page: int) -> str:
     """``nodeN/numastat`` (drivers/base/node.c): page allocation counters; the fake kernel's pages are local."""
     pages = _used(numa, total) // page
@@ -136,10 +166,12 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
     sec.text(f"{NODE_DIR}/has_normal_memory", format_cpulist(normal))
     k = kb(page)
     stack = thread_size(node.cpu.arch) // page  # pages of one kernel stack: KernelStack counts whole stacks
+    levels = counted_table_levels(node.cpu)
     machine: dict[str, int] = {}
     for n in node.numa:
         total = memory.get(n.id, 0)
         pages, used = total // page, _used(n, total) // page
+        anon, mapped = used // 8 + used // 16 - used // 64, used // 32  # the user pages page tables map
         p = f"Node {n.id} "
         lines = [
             ("MemTotal", pages), ("MemFree", pages - used), ("MemUsed", used), ("SwapCached", 0),
@@ -147,9 +179,10 @@ def node_dynamic_section(node: Node, memory: Mapping[int, int]) -> Section:
             ("Inactive(anon)", used // 16), ("Active(file)", used // 2 - used // 8),
             ("Inactive(file)", used // 4 - used // 16), ("Unevictable", 0), ("Mlocked", 0), ("Dirty", 0),
             ("Writeback", 0), ("FilePages", used // 2 - used // 8 + used // 4 - used // 16 + used // 64),
-            ("Mapped", used // 32),
-            ("AnonPages", used // 8 + used // 16 - used // 64), ("Shmem", used // 64),
-            ("KernelStack", used // 256 // stack * stack), ("PageTables", used // 256), ("SecPageTables", 0),
+            ("Mapped", mapped), ("AnonPages", anon), ("Shmem", used // 64),
+            ("KernelStack", used // 256 // stack * stack),
+            ("PageTables", page_table_pages(anon + mapped, page, levels)),
+            ("SecPageTables", 0),
             ("NFS_Unstable", 0), ("Bounce", 0),
             ("WritebackTmp", 0), ("KReclaimable", used // 16), ("Slab", used // 10),
             ("SReclaimable", used // 16), ("SUnreclaim", used // 10 - used // 16),

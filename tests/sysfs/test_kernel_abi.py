@@ -1480,6 +1480,51 @@ def test_meminfo_counters_fit_inside_each_other(rendered: Rendered, profile: str
         assert machine["CommitLimit"] == machine["MemTotal"] * 50 // 100, profile
 
 
+def _paging_levels(root: Path) -> int:
+    """Levels of the user page tables the tree's CPUs run: x86-64 4, or 5 where the CPU has LA57 (SDM vol. 3A 4.5,
+    ``la57`` in /proc/cpuinfo's flags); arm64 with its 64 KiB granule and 48-bit VAs (the -64k kernel) 3, each level
+    resolving PAGE_SHIFT - 3 = 13 bits of the 48 - 16 above the page offset (ARM ARM D8, Documentation/arch/arm64/
+    memory.rst: "64KB pages + 3 levels (48-bit)"); RISC-V by /proc/cpuinfo's ``mmu``: Sv39, Sv48 and Sv57 walk 3, 4
+    and 5 levels (the privileged specification, 4.4-4.6)."""
+    arch = dict(line.split(": ", 1) for line in (root / "proc/hwloc-nofile-info").read_text().splitlines())
+    if arch["Architecture"] == "x86_64":
+        return 5 if "la57" in _flags_of(root) else 4
+    if arch["Architecture"] == "aarch64":
+        assert _page_kb(root) == 64  # the geometry above is the 64 KiB granule's
+        return 3
+    return {"sv39": 3, "sv48": 4, "sv57": 5}[_cpuinfo(root)[0]["mmu"]]
+
+
+@pytest.mark.parametrize("profile", ("dgx-h100", "t4-cloud", "gh200", "riscv-nvlink-fusion", "cxl-pool"))
+def test_page_tables_are_what_the_mapped_pages_need_in_the_paging_geometry(rendered: Rendered, profile: str) -> None:
+    """``PageTables`` (NR_PAGETABLE) counts the pages of user page tables. Every mapped user page (``AnonPages``
+    plus the file pages of ``Mapped``; with no transparent huge page, ``AnonHugePages`` and ``FilePmdMapped`` 0,
+    each is mapped by a base-page entry) needs an entry in a leaf table, and a table is one page of 8-byte entries
+    on all three architectures (x86-64 and RISC-V: 512 with 4 KiB pages; arm64: 8192 with 64 KiB pages), each
+    table in turn an entry of the level above. 6.8 counts the PTE, PMD and PUD levels (include/linux/mm.h's
+    pagetable_pte_ctor, pagetable_pmd_ctor and pagetable_pud_ctor add NR_PAGETABLE), not the top level, which
+    comes with the mm (pgd_alloc), nor x86's and RISC-V's P4D (p4d_alloc_one: get_zeroed_page). So a node's tables
+    are at least the dense tree's: ceil(n / entries) leaves, ceil of that / entries above, ..., over the counted
+    levels below the top. The fake maps each node's pages as that one dense range (a machine at rest with one
+    address space: no sharing, no sparse mappings), so its figure is exactly that minimum."""
+    for _, _, root in rendered(profile):
+        page_kb = _page_kb(root)
+        entries = page_kb * 1024 // 8
+        counted = min(_paging_levels(root) - 1, 3)
+        machine = 0
+        for f in sorted((root / NODES).glob("node[0-9]*/meminfo")):
+            values = _meminfo_kb(f)
+            assert values["AnonHugePages"] == values["FilePmdMapped"] == values["ShmemPmdMapped"] == 0, f
+            tables, expected = (values["AnonPages"] + values["Mapped"]) // page_kb, 0
+            for _ in range(counted):
+                tables = (tables + entries - 1) // entries
+                expected += tables
+            assert values["PageTables"] == expected * page_kb, (profile, f.parent.name, values["PageTables"])
+            machine += expected * page_kb
+        assert machine > 0, profile
+        assert _meminfo_kb(root / "proc/meminfo")["PageTables"] == machine, profile
+
+
 MIN_FREE_KBYTES_MAX = 262144
 """mm/page_alloc.c init_per_zone_wmark_min: min_free_kbytes is int_sqrt(lowmem_kbytes * 16) clamped to 128..262144
 kB (the sum of every zone's min watermark)."""
