@@ -37,6 +37,7 @@ from tests.nvml.helpers import build_preload, subprocess_env, write_node
 from tests.nvml.test_mig_agent_client import (
     AGENT_STEPS,
     CALLER,
+    INVALID_ARGUMENT,
     STEPS,
     SUCCESS,
     UNKNOWN,
@@ -229,6 +230,8 @@ class SilentAgent:
 
     def __init__(self, path: Path, answer: bytes = b""):
         self.requests = 0
+        self.client_hung_up = False
+        """Whether the client closed the connection (rather than this agent giving up after its 120 s hold)."""
         self._answer = answer
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(str(path))
@@ -244,8 +247,12 @@ class SilentAgent:
             read_message(conn)
             self.requests += 1
             conn.sendall(self._answer)
-            while conn.recv(4096):
-                pass
+            try:
+                while conn.recv(4096):
+                    pass
+                self.client_hung_up = True
+            except TimeoutError:
+                pass  # the client did not give up within the hold: client_hung_up stays False
 
     def close(self) -> None:
         self._thread.join(timeout=120)
@@ -266,6 +273,7 @@ def test_an_agent_that_never_answers_is_no_answer_once_the_bound_passes(
     finally:
         agent.close()
     assert agent.requests == 1
+    assert agent.client_hung_up  # at its own bound, not when the agent gave up
     assert result["status"] == UNKNOWN, result["trace"]
     assert "no answer from the agent" in result["trace"], result["trace"]
 
@@ -335,3 +343,62 @@ def test_a_complete_answer_that_fills_the_buffer_is_read_without_waiting_for_the
         agent.close()
     assert agent.requests == 1
     assert result["status"] == SUCCESS, result["trace"]
+
+
+COMPLETE_ANSWERS = {
+    "success": (http(200, {"generation": 0}), SUCCESS),
+    "refusal-without-a-body": (b"HTTP/1.1 422 X\r\nContent-Length: 0\r\n\r\n", INVALID_ARGUMENT),
+}
+"""Whole answers framed by their Content-Length, and what docs/nvml.md's table makes of each: a success with a
+non-negative generation is SUCCESS; a 4xx refusal without an NVML code, INVALID_ARGUMENT (as the table of
+test_mig_agent_client.py, "refused-4xx-without-a-code"), here with an empty body (Content-Length: 0)."""
+
+
+@pytest.mark.parametrize("answer", sorted(COMPLETE_ANSWERS))
+@pytest.mark.parametrize("choppy", ["0", "1"])
+def test_a_complete_answer_is_read_without_waiting_for_the_close(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path, choppy: str, answer: str) -> None:
+    """The agent sends a whole answer, its body the Content-Length's octets (17, or none), and then neither closes
+    nor sends (a server ignoring the request's "Connection: close"). RFC 9112 6.3: the length "defines the expected
+    message body length in octets", so the answer is complete once they are in: the change answers what the
+    answer says (COMPLETE_ANSWERS), read in one piece or a byte at a time, not "no answer" once the bound passes
+    (the clock runs 1000 times fast). The shim read on until the close or the bound before (a defect: the change
+    failed after 30 s though the agent had answered)."""
+    sent, expected = COMPLETE_ANSWERS[answer]
+    agent = SilentAgent(tmp_path / "agent.sock", sent)
+    try:
+        [result] = run_caller(tmp_path, nvml_library, choppy_library,
+                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CHOPPY=choppy,
+                              FHW_TEST_CLOCK="fast")
+    finally:
+        agent.close()
+    assert agent.requests == 1
+    assert result["status"] == expected, result["trace"]
+
+
+def longer_than_the_buffer() -> bytes:
+    """The first BUFFER bytes of an HTTP success whose Content-Length (BUFFER) is more than the client can hold after
+    the head: its body is cut off where the client's buffer ends."""
+    fixed = b"HTTP/1.1 200 OK\r\nContent-Length: 16383\r\n\r\n"
+    answer = fixed + b" " * (BUFFER - len(fixed))
+    assert len(answer) == BUFFER
+    return answer
+
+
+def test_an_answer_longer_than_the_buffer_is_refused_without_waiting_for_more(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path) -> None:
+    """The agent sends the first 16383 bytes of an answer whose Content-Length says more follow than the client's
+    buffer (16383 bytes in all) has room for, and then neither sends nor closes. The client cannot hold the rest, so
+    waiting for it cannot complete the answer: UNKNOWN at once, the trace naming the Content-Length it could not
+    get (docs/nvml.md's table: an answer shorter than its Content-Length is UNKNOWN, the trace says which), not
+    "no answer" after the bound (the clock runs 1000 times fast, so a client that polled again with its buffer
+    full, agentc.c's `got < cap` made `got <= cap`, reaches the bound in milliseconds)."""
+    agent = SilentAgent(tmp_path / "agent.sock", longer_than_the_buffer())
+    try:
+        [result] = run_caller(tmp_path, nvml_library, choppy_library,
+                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CLOCK="fast")
+    finally:
+        agent.close()
+    assert agent.requests == 1
+    assert result["status"] == UNKNOWN, result["trace"]
+    assert "shorter than its Content-Length" in result["trace"], result["trace"]
