@@ -1185,7 +1185,8 @@ AT_A_SHIM_STEP = r"""
    1: the shim's next CLOCK_REALTIME reading (nvmlDeviceGetBBXTimeData_v1's, made while the call holds its
       snapshot, before it reads the GPU's flush time there);
    2: the shim's next pthread_setspecific (a thread's first call, registering its hazard slot, after the call
-      checked the library is initialised and before it takes the current snapshot).
+      checked the library is initialised and before it takes the current snapshot);
+   3: the shim's next pthread_mutex_lock (a call that found its snapshot stale, about to take the reload lock).
    Only calls made from the library itself count (dladdr of the return address), not the interpreter's own. */
 void (*fhw_test_hook)(void);
 int fhw_test_armed;
@@ -1205,6 +1206,13 @@ int clock_gettime(clockid_t clk, struct timespec *ts) {
     if (real == NULL) real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
     if (clk == CLOCK_REALTIME) at_step(1, __builtin_return_address(0));
     return real(clk, ts);
+}
+
+int pthread_mutex_lock(pthread_mutex_t *mutex) {
+    static int (*real)(pthread_mutex_t *);
+    if (real == NULL) real = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_lock");
+    at_step(3, __builtin_return_address(0));
+    return real(mutex);
 }
 
 int pthread_setspecific(pthread_key_t key, const void *value) {
@@ -1255,7 +1263,8 @@ def in_another_thread(work):
 
 
 step = int(sys.argv[1])
-hook = ctypes.CFUNCTYPE(None)(lambda: in_another_thread(replace_and_read if step == 1 else shut_down))
+work = {1: replace_and_read, 2: shut_down, 3: lambda: out.__setitem__("other", processes())}[step]
+hook = ctypes.CFUNCTYPE(None)(lambda: in_another_thread(work))
 ctypes.c_void_p.in_dll(pre, "fhw_test_hook").value = ctypes.cast(hook, ctypes.c_void_p).value
 ctypes.c_int.in_dll(pre, "fhw_test_armed").value = step
 if step == 1:
@@ -1265,8 +1274,12 @@ if step == 1:
     flush, duration = ctypes.c_ulonglong(0), ctypes.c_ulong(0)
     assert lib.nvmlDeviceGetLastBBXFlushTime(device, ctypes.byref(flush), ctypes.byref(duration)) == 0
     out["flush_us"] = flush.value
-else:
+elif step == 2:
     in_another_thread(lambda: out.__setitem__("during", processes()))  # a thread's first call
+else:
+    with open(path + ".next", "rb") as f:
+        write_snapshot(Path(path), f.read())
+    out["during"] = processes()
 out["fired"] = ctypes.c_int.in_dll(pre, "fhw_test_fired").value
 out["after"] = processes()
 out["then"] = processes()
@@ -1329,3 +1342,16 @@ def test_a_thread_s_first_call_racing_nvml_shutdown_is_uninitialized(tmp_path: P
     assert got["shutdown"] == SUCCESS, got
     assert got["during"] == [UNINITIALIZED, 0], got
     assert got["after"] == got["then"] == [UNINITIALIZED, 0], got
+
+
+def test_two_calls_that_find_the_snapshot_replaced_reload_it_once_and_both_answer_the_new_file(tmp_path: Path) -> None:
+    """The project's writer replaces the file; a call finds its snapshot stale and, about to take the reload lock,
+    is overtaken by another thread's call, which finds the same and reloads first. The first call then finds the
+    snapshot already replaced (core.c's reload: not current any more), reclaims what no reader names and answers
+    from the new one. Both calls began after the replace, so both answer the new file (docs/nvml.md: a reader
+    notices a replaced file at once), as every call after them; the process lives. (core.c:633, the overtaken
+    reload's branch, never ran before.)"""
+    got = run_race(tmp_path, 3)
+    assert got["other"] == ONE_PROCESS, got
+    assert got["during"] == ONE_PROCESS, got
+    assert got["after"] == got["then"] == ONE_PROCESS, got
