@@ -171,7 +171,9 @@ NVML_C_AREA = Area("nvml C getters", ("fakehw/nvml/csrc",),
                     "tests/nvml/test_mig_agent_client.py",
                     # The same table with every read/write/recv/send/pread/poll interrupted once, then one byte
                     # short (POSIX EINTR and short counts), and the client's bounds: an answer filling its buffer
-                    # exactly, a peer that never answers (a clock 1000 times fast): about 10 s.
+                    # exactly, a peer that never answers (a clock 1000 times fast), an answer still arriving at the
+                    # bound (a clock that jumps 31 s), complete answers (RFC 9112 6.3) and one longer than the
+                    # buffer from peers that then hold the connection: about 20 s.
                     "tests/nvml/test_interrupted_system_calls.py",
                     # MIG reconfiguration through the agent while a process holds handles (mig.c's handle registry;
                     # seed 10601's mutant mig.c:86 reused a destroyed instance's handle): about 40 s.

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from fakehw.agent.state import EVENT_DOUBLE_BIT_ECC, EVENT_SINGLE_BIT_ECC, EVENT_XID
-from tests.nvml.helpers import NodeSnap, run_python, snapshot_env, with_driver, write_node
+from tests.nvml.helpers import NodeSnap, build_preload, run_python, snapshot_env, with_driver, write_node
 
 
 class EventDataV1(ctypes.Structure):
@@ -691,3 +691,77 @@ def test_a_wait_whose_node_went_away_reports_its_gpus_lost(pynvml_module: Module
         assert lib.nvmlEventSetFree(s) == 0
     finally:
         n.nvmlShutdown()
+
+
+FREE_AT_POLL = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <poll.h>
+#include <time.h>
+
+/* Another thread's nvmlEventSetFree, made at the moment the waiting thread blocks: the test stores the set and
+   the library's nvmlEventSetFree here, and the next poll (or nanosleep, the wait's fallback without inotify) with
+   time to wait frees the set first, once, and keeps what the free answered. */
+void *fhw_test_set;
+int (*fhw_test_set_free)(void *);
+int fhw_test_freed = -1;
+
+static void free_now(void) {
+    void *set = fhw_test_set;
+    if (set == NULL || fhw_test_set_free == NULL) return;
+    fhw_test_set = NULL;
+    fhw_test_freed = fhw_test_set_free(set);
+}
+
+int poll(struct pollfd *fds, nfds_t n, int timeout) {
+    static int (*real)(struct pollfd *, nfds_t, int);
+    if (real == NULL) real = (int (*)(struct pollfd *, nfds_t, int))dlsym(RTLD_NEXT, "poll");
+    if (timeout > 0) free_now();
+    return real(fds, n, timeout);
+}
+
+int nanosleep(const struct timespec *want, struct timespec *left) {
+    static int (*real)(const struct timespec *, struct timespec *);
+    if (real == NULL) real = (int (*)(const struct timespec *, struct timespec *))dlsym(RTLD_NEXT, "nanosleep");
+    free_now();
+    return real(want, left);
+}
+"""
+
+FREED_DURING_AND_BEFORE = r"""
+import ctypes, json, os, time
+""" + GPU6_EVENT_SET + r"""
+pre = ctypes.CDLL(os.environ["LD_PRELOAD"])
+ctypes.c_void_p.in_dll(pre, "fhw_test_set_free").value = ctypes.cast(lib.nvmlEventSetFree, ctypes.c_void_p).value
+data = (ctypes.c_ulonglong * 4)()
+ctypes.c_void_p.in_dll(pre, "fhw_test_set").value = s.value
+t0 = time.monotonic()
+during = lib.nvmlEventSetWait_v2(s, data, 20000)
+waited = time.monotonic() - t0
+freed = ctypes.c_int.in_dll(pre, "fhw_test_freed").value
+other = ctypes.c_void_p()
+assert lib.nvmlEventSetCreate(ctypes.byref(other)) == 0
+assert lib.nvmlDeviceRegisterEvents(h, ctypes.c_ulonglong(EVENT_TYPES), other) == 0
+assert lib.nvmlEventSetFree(other) == 0
+before = lib.nvmlEventSetWait_v2(other, data, 20000)
+print(json.dumps({"during": during, "before": before, "freed": freed, "waited": waited}))
+"""
+
+
+def test_a_wait_whose_set_another_thread_frees_answers_as_a_wait_on_a_freed_set(
+        node_snapshot: Callable[..., NodeSnap], tmp_path: Path) -> None:
+    """A thread blocks in nvmlEventSetWait_v2 (20 s, no event comes) and another frees the set under it
+    (nvmlEventSetFree: "Releases events in the set"). The caller cannot tell a free made just after its wait began
+    from one made just before it (the two orders of the same race), so the wait must answer as a wait on a set
+    already freed does: INVALID_ARGUMENT, nvml.h's code for a wait given no set ("if set ... is NULL"), and at once,
+    not after its 20 s. Deterministic: an LD_PRELOAD interposer makes the free at the wait's first blocking poll (or
+    nanosleep, its fallback). (events.c:217's INVALID_ARGUMENT made UNKNOWN answers the two orders differently.)"""
+    snap = node_snapshot("dgx-h100")
+    preload = build_preload(tmp_path, "free_at_poll", FREE_AT_POLL)
+    code = FREED_DURING_AND_BEFORE.replace("EVENT_TYPES", str(EVENT_XID | EVENT_DOUBLE_BIT_ECC))
+    got = run_python(code, snap.path, timeout=60, LD_PRELOAD=str(preload))
+    invalid_argument = 2  # nvml.h
+    assert got["freed"] == 0, got  # NVML_SUCCESS: the set was freed while the wait held it
+    assert got["before"] == invalid_argument, got
+    assert got["during"] == got["before"], got
+    assert got["waited"] < 10, got

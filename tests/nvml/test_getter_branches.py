@@ -1128,7 +1128,9 @@ def test_dynamic_pstates_present_only_the_utilization_domains_nvml_h_defines(nvm
     this utilization domain is present on this GPU", and nvmlGpuUtilizationDomainId_t defines four domains, GPU 0,
     FB 1, VID 2 and BUS 3. Entries 4-7 name no domain, so none is present on any GPU (and the caller's bytes there,
     0xab here, are not left as an answer); 0-3 are, each a percentage of "the last 1-second interval" (0-100);
-    flags is "Reserved for future use" (0)."""
+    flags is "Reserved for future use" (0). Each present domain's thresholds are utilizations (0-100) that "can
+    trigger a perf-increasing" and "a perf-decreasing P-State change when crossed": the decreasing one lies below
+    the increasing one, or a utilization between them would ask for both changes at once."""
     n = pynvml_module
     nvml("dgx-h100")
     for h in handles(n)[:2]:
@@ -1138,6 +1140,7 @@ def test_dynamic_pstates_present_only_the_utilization_domains_nvml_h_defines(nvm
         assert info.flags == 0
         assert [info.utilization[d].bIsPresent for d in range(8)] == [1, 1, 1, 1, 0, 0, 0, 0]
         assert all(0 <= info.utilization[d].percentage <= 100 for d in range(4))
+        assert all(0 <= info.utilization[d].decThreshold < info.utilization[d].incThreshold <= 100 for d in range(4))
         absent = [(u.bIsPresent, u.percentage, u.incThreshold, u.decThreshold) for u in info.utilization[4:]]
         assert absent == [(0, 0, 0, 0)] * 4
 

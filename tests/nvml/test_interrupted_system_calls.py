@@ -37,6 +37,7 @@ from tests.nvml.helpers import build_preload, subprocess_env, write_node
 from tests.nvml.test_mig_agent_client import (
     AGENT_STEPS,
     CALLER,
+    INVALID_ARGUMENT,
     STEPS,
     SUCCESS,
     UNKNOWN,
@@ -62,7 +63,9 @@ CHOPPY = r"""
    alternates, each function on its own count (two calls in turn are not always the one interrupted), between
    failing with EINTR before anything moved and going through, the data calls then moving at most one byte.
    FHW_TEST_CLOCK=fast: CLOCK_MONOTONIC_COARSE runs 1000 times fast from its first reading, and poll waits a
-   thousandth of its timeout. */
+   thousandth of its timeout. FHW_TEST_CLOCK=late: CLOCK_MONOTONIC_COARSE reads 31 s later from the moment a recv
+   of a descriptor past the standard three first moves a byte (the rest of the answer arriving past a 30 s bound,
+   as from a peer that drips it, without a test waiting 30 s). */
 static int choppy(long *calls) {
     const char *on = getenv("FHW_TEST_CHOPPY");
     if (on == NULL || strcmp(on, "1") != 0) return 0;
@@ -77,6 +80,13 @@ static int fast(void) {
     const char *how = getenv("FHW_TEST_CLOCK");
     return how != NULL && strcmp(how, "fast") == 0;
 }
+
+static int late(void) {
+    const char *how = getenv("FHW_TEST_CLOCK");
+    return how != NULL && strcmp(how, "late") == 0;
+}
+
+static int answer_begun; /* FHW_TEST_CLOCK=late: a recv has moved a byte */
 
 #define REAL(name) \
     static long calls; \
@@ -102,7 +112,9 @@ ssize_t write(int fd, const void *buf, size_t n) {
 ssize_t recv(int fd, void *buf, size_t n, int flags) {
     REAL(recv);
     CHOP(n);
-    return real(fd, buf, n, flags);
+    ssize_t r = real(fd, buf, n, flags);
+    if (r > 0 && fd > 2) answer_begun = 1;
+    return r;
 }
 ssize_t send(int fd, const void *buf, size_t n, int flags) {
     REAL(send);
@@ -129,6 +141,10 @@ int clock_gettime(clockid_t clk, struct timespec *ts) {
     REAL(clock_gettime);
     static long long base_ns = -1;
     int r = real(clk, ts);
+    if (r == 0 && clk == CLOCK_MONOTONIC_COARSE && late() && answer_begun) {
+        ts->tv_sec += 31;
+        return 0;
+    }
     if (r != 0 || clk != CLOCK_MONOTONIC_COARSE || !fast()) return r;
     long long t = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec;
     if (base_ns < 0) base_ns = t;
@@ -208,10 +224,15 @@ def test_an_answer_that_fills_the_client_s_buffer_exactly_is_read_whole(
 
 
 class SilentAgent:
-    """Takes one request and never answers; holds the connection until the client closes it."""
+    """Takes one request and sends ``answer`` (by default nothing), then neither sends nor closes: holds the
+    connection until the client closes it (against RFC 9112 9.6, which has a server close after its answer to a
+    request that says "Connection: close", as the shim's does: a misbehaving peer)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, answer: bytes = b""):
         self.requests = 0
+        self.client_hung_up = False
+        """Whether the client closed the connection (rather than this agent giving up after its 120 s hold)."""
+        self._answer = answer
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(str(path))
         self._sock.listen(1)
@@ -225,8 +246,13 @@ class SilentAgent:
             conn.settimeout(120)
             read_message(conn)
             self.requests += 1
-            while conn.recv(4096):
-                pass
+            conn.sendall(self._answer)
+            try:
+                while conn.recv(4096):
+                    pass
+                self.client_hung_up = True
+            except TimeoutError:
+                pass  # the client did not give up within the hold: client_hung_up stays False
 
     def close(self) -> None:
         self._thread.join(timeout=120)
@@ -247,6 +273,7 @@ def test_an_agent_that_never_answers_is_no_answer_once_the_bound_passes(
     finally:
         agent.close()
     assert agent.requests == 1
+    assert agent.client_hung_up  # at its own bound, not when the agent gave up
     assert result["status"] == UNKNOWN, result["trace"]
     assert "no answer from the agent" in result["trace"], result["trace"]
 
@@ -268,3 +295,110 @@ def test_a_generation_never_read_is_timeout_once_the_bound_passes(
         agent.close()
     assert (result["status"], result["activation"]) == (TIMEOUT, TIMEOUT), result["trace"]
     assert "generation 99" in result["trace"], result["trace"]
+
+
+def test_an_answer_still_arriving_when_the_bound_passes_is_no_answer(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path) -> None:
+    """The agent's answer (a success, generation 0) begins to arrive, and the rest of it arrives 31 s later, past the
+    client's 30 s bound ("bounded in size and time", agentc.c; docs/agent.md's own server cuts off a peer dripping
+    bytes at 30 s): the client stops reading at the bound, and the change is UNKNOWN with "no answer from the agent"
+    in the trace (docs/nvml.md's table: no answer is UNKNOWN, the trace says which), not read on for as long as a
+    peer keeps dripping. Deterministic: one byte a read (the interposer), and the clock reads 31 s later from the
+    first byte on (FHW_TEST_CLOCK=late), the rest of the answer already waiting in the socket. A client that saw no
+    time left yet polled again (agentc.c:22's `: 0` made `: 1`) reads the whole answer: SUCCESS."""
+    agent = StandInAgent(tmp_path / "agent.sock", [http(200, {"generation": 0})])
+    try:
+        [result] = run_caller(tmp_path, nvml_library, choppy_library,
+                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CHOPPY="1",
+                              FHW_TEST_CLOCK="late")
+    finally:
+        agent.close()
+    assert result["status"] == UNKNOWN, result["trace"]
+    assert "no answer from the agent" in result["trace"], result["trace"]
+
+
+def complete_and_exactly_the_buffer() -> bytes:
+    """An HTTP success of exactly BUFFER bytes whose Content-Length (17) covers its body, `{"generation": 0}`, to its
+    last byte: by RFC 9112 6.3 ("its decimal value defines the expected message body length in octets") the message
+    is complete once those octets are in, whether or not the peer then closes."""
+    body = b'{"generation": 0}'
+    fixed = b"HTTP/1.1 200 OK\r\nContent-Length: 17\r\nX-Pad: \r\n\r\n"
+    answer = fixed[:-4] + b"x" * (BUFFER - len(fixed) - len(body)) + fixed[-4:] + body
+    assert len(answer) == BUFFER
+    return answer
+
+
+def test_a_complete_answer_that_fills_the_buffer_is_read_without_waiting_for_the_close(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path) -> None:
+    """The agent sends a complete success of exactly the client's buffer (16383 bytes, its Content-Length met) and
+    then neither closes nor sends: the client has all of the message (RFC 9112 6.3) and no room for more, so the
+    change is SUCCESS (docs/nvml.md: a non-negative generation), not "no answer" once the bound passes. The clock
+    runs 1000 times fast, so a client that waited for more (agentc.c:43's `got < cap` made `<=`: one more poll with
+    the buffer full) fails in milliseconds, not 30 s."""
+    agent = SilentAgent(tmp_path / "agent.sock", complete_and_exactly_the_buffer())
+    try:
+        [result] = run_caller(tmp_path, nvml_library, choppy_library,
+                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CLOCK="fast")
+    finally:
+        agent.close()
+    assert agent.requests == 1
+    assert result["status"] == SUCCESS, result["trace"]
+
+
+COMPLETE_ANSWERS = {
+    "success": (http(200, {"generation": 0}), SUCCESS),
+    "refusal-without-a-body": (b"HTTP/1.1 422 X\r\nContent-Length: 0\r\n\r\n", INVALID_ARGUMENT),
+}
+"""Whole answers framed by their Content-Length, and what docs/nvml.md's table makes of each: a success with a
+non-negative generation is SUCCESS; a 4xx refusal without an NVML code, INVALID_ARGUMENT (as the table of
+test_mig_agent_client.py, "refused-4xx-without-a-code"), here with an empty body (Content-Length: 0)."""
+
+
+@pytest.mark.parametrize("answer", sorted(COMPLETE_ANSWERS))
+@pytest.mark.parametrize("choppy", ["0", "1"])
+def test_a_complete_answer_is_read_without_waiting_for_the_close(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path, choppy: str, answer: str) -> None:
+    """The agent sends a whole answer, its body the Content-Length's octets (17, or none), and then neither closes
+    nor sends (a server ignoring the request's "Connection: close"). RFC 9112 6.3: the length "defines the expected
+    message body length in octets", so the answer is complete once they are in: the change answers what the
+    answer says (COMPLETE_ANSWERS), read in one piece or a byte at a time, not "no answer" once the bound passes
+    (the clock runs 1000 times fast). The shim read on until the close or the bound before (a defect: the change
+    failed after 30 s though the agent had answered)."""
+    sent, expected = COMPLETE_ANSWERS[answer]
+    agent = SilentAgent(tmp_path / "agent.sock", sent)
+    try:
+        [result] = run_caller(tmp_path, nvml_library, choppy_library,
+                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CHOPPY=choppy,
+                              FHW_TEST_CLOCK="fast")
+    finally:
+        agent.close()
+    assert agent.requests == 1
+    assert result["status"] == expected, result["trace"]
+
+
+def longer_than_the_buffer() -> bytes:
+    """The first BUFFER bytes of an HTTP success whose Content-Length (BUFFER) is more than the client can hold after
+    the head: its body is cut off where the client's buffer ends."""
+    fixed = b"HTTP/1.1 200 OK\r\nContent-Length: 16383\r\n\r\n"
+    answer = fixed + b" " * (BUFFER - len(fixed))
+    assert len(answer) == BUFFER
+    return answer
+
+
+def test_an_answer_longer_than_the_buffer_is_refused_without_waiting_for_more(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path) -> None:
+    """The agent sends the first 16383 bytes of an answer whose Content-Length says more follow than the client's
+    buffer (16383 bytes in all) has room for, and then neither sends nor closes. The client cannot hold the rest, so
+    waiting for it cannot complete the answer: UNKNOWN at once, the trace naming the Content-Length it could not
+    get (docs/nvml.md's table: an answer shorter than its Content-Length is UNKNOWN, the trace says which), not
+    "no answer" after the bound (the clock runs 1000 times fast, so a client that polled again with its buffer
+    full, agentc.c's `got < cap` made `got <= cap`, reaches the bound in milliseconds)."""
+    agent = SilentAgent(tmp_path / "agent.sock", longer_than_the_buffer())
+    try:
+        [result] = run_caller(tmp_path, nvml_library, choppy_library,
+                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CLOCK="fast")
+    finally:
+        agent.close()
+    assert agent.requests == 1
+    assert result["status"] == UNKNOWN, result["trace"]
+    assert "shorter than its Content-Length" in result["trace"], result["trace"]

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -1170,3 +1171,187 @@ def test_an_export_table_guid_nobody_offers_is_refused_and_traced_as_given(tmp_p
     refused = [line for line in proc.stderr.splitlines() if "unknown GUID" in line]
     assert len(refused) == 1, proc.stderr
     assert re.search(r"unknown GUID ([0-9a-f]+) refused", refused[0]).group(1) == guid  # type: ignore[union-attr]
+
+
+AT_A_SHIM_STEP = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+/* Another thread's work, done at one chosen step of a call the library is making: the test stores a function in
+   fhw_test_hook and arms a step; the library's next such call runs the hook first (once), then goes on.
+   1: the shim's next CLOCK_REALTIME reading (nvmlDeviceGetBBXTimeData_v1's, made while the call holds its
+      snapshot, before it reads the GPU's flush time there);
+   2: the shim's next pthread_setspecific (a thread's first call, registering its hazard slot, after the call
+      checked the library is initialised and before it takes the current snapshot);
+   3: the shim's next pthread_mutex_lock (a call that found its snapshot stale, about to take the reload lock).
+   Only calls made from the library itself count (dladdr of the return address), not the interpreter's own. */
+void (*fhw_test_hook)(void);
+int fhw_test_armed;
+int fhw_test_fired;
+
+static void at_step(int step, void *caller) {
+    Dl_info info;
+    if (fhw_test_armed != step || fhw_test_hook == NULL) return;
+    if (dladdr(caller, &info) == 0 || info.dli_fname == NULL || strstr(info.dli_fname, "libnvidia-ml") == NULL) return;
+    fhw_test_armed = 0;
+    fhw_test_fired = step;
+    fhw_test_hook();
+}
+
+int clock_gettime(clockid_t clk, struct timespec *ts) {
+    static int (*real)(clockid_t, struct timespec *);
+    if (real == NULL) real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+    if (clk == CLOCK_REALTIME) at_step(1, __builtin_return_address(0));
+    return real(clk, ts);
+}
+
+int pthread_mutex_lock(pthread_mutex_t *mutex) {
+    static int (*real)(pthread_mutex_t *);
+    if (real == NULL) real = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_lock");
+    at_step(3, __builtin_return_address(0));
+    return real(mutex);
+}
+
+int pthread_setspecific(pthread_key_t key, const void *value) {
+    static int (*real)(pthread_key_t, const void *);
+    if (real == NULL) real = (int (*)(pthread_key_t, const void *))dlsym(RTLD_NEXT, "pthread_setspecific");
+    at_step(2, __builtin_return_address(0));
+    return real(key, value);
+}
+"""
+
+RACE_CALLER = r"""
+import ctypes, json, os, sys, threading, time
+from pathlib import Path
+from fakehw.nvml.snapfile import write_snapshot
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+pre = ctypes.CDLL(os.environ["LD_PRELOAD"])
+path = os.environ["FAKEHW_NVML_SNAPSHOT"]
+assert lib.nvmlInit_v2() == 0
+device = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
+out = {}
+
+
+def processes():
+    count = ctypes.c_uint(0)
+    return [lib.nvmlDeviceGetComputeRunningProcesses_v3(device, ctypes.byref(count), None), count.value]
+
+
+def bbx_time():
+    seconds = ctypes.c_uint(0)
+    return [lib.nvmlDeviceGetBBXTimeData_v1(device, ctypes.byref(seconds)), seconds.value]
+
+
+def replace_and_read():
+    with open(path + ".next", "rb") as f:
+        write_snapshot(Path(path), f.read())
+    out["other"] = processes()
+
+
+def shut_down():
+    out["shutdown"] = lib.nvmlShutdown()
+
+
+def in_another_thread(work):
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+
+
+step = int(sys.argv[1])
+work = {1: replace_and_read, 2: shut_down, 3: lambda: out.__setitem__("other", processes())}[step]
+hook = ctypes.CFUNCTYPE(None)(lambda: in_another_thread(work))
+ctypes.c_void_p.in_dll(pre, "fhw_test_hook").value = ctypes.cast(hook, ctypes.c_void_p).value
+ctypes.c_int.in_dll(pre, "fhw_test_armed").value = step
+if step == 1:
+    out["wall"] = [time.time()]
+    out["during"] = bbx_time()
+    out["wall"].append(time.time())
+    flush, duration = ctypes.c_ulonglong(0), ctypes.c_ulong(0)
+    assert lib.nvmlDeviceGetLastBBXFlushTime(device, ctypes.byref(flush), ctypes.byref(duration)) == 0
+    out["flush_us"] = flush.value
+elif step == 2:
+    in_another_thread(lambda: out.__setitem__("during", processes()))  # a thread's first call
+else:
+    with open(path + ".next", "rb") as f:
+        write_snapshot(Path(path), f.read())
+    out["during"] = processes()
+out["fired"] = ctypes.c_int.in_dll(pre, "fhw_test_fired").value
+out["after"] = processes()
+out["then"] = processes()
+print(json.dumps(out))
+"""
+
+
+def run_race(tmp_path: Path, step: int) -> dict[str, Any]:
+    """RACE_CALLER against dgx-h100 on a 615 driver (whose library has nvmlDeviceGetBBXTimeData_v1) with no
+    process, ``.next`` listing one compute process on gpu0."""
+    board = str(with_driver(tmp_path, "dgx-h100", "615.10.01"))
+    snap = write_node(tmp_path / "nvml.snapshot", board)
+    write_node(tmp_path / "nvml.snapshot.next", board, processes=[FakeProcess("gpu0", 4242, 1 << 30)])
+    preload = build_preload(tmp_path, "at_a_shim_step", AT_A_SHIM_STEP)
+    code = RACE_CALLER.replace("sys.argv[1]", repr(str(step)))
+    # mallopt(3)'s M_PERTURB (MALLOC_PERTURB_): glibc fills what free releases with 0x5A, so a snapshot freed under
+    # a reader is garbage to it, not its old bytes; with the per-thread cache off, every free goes through it.
+    got: dict[str, Any] = run_python(code, snap.path, timeout=60, LD_PRELOAD=str(preload), MALLOC_PERTURB_="165",
+                                     GLIBC_TUNABLES="glibc.malloc.tcache_count=0")
+    assert got["fired"] == step, got  # the other thread's work was done inside the call
+    return got
+
+
+SUCCESS, UNINITIALIZED, INSUFFICIENT_SIZE = 0, 1, 7
+"""nvml.h's codes."""
+NO_PROCESS, ONE_PROCESS = [SUCCESS, 0], [INSUFFICIENT_SIZE, 1]
+"""nvmlDeviceGetComputeRunningProcesses_v3 with a NULL array and a count of 0 (nvml.h): SUCCESS with 0 when the GPU
+runs none, INSUFFICIENT_SIZE with the count needed when it runs one."""
+
+
+def test_a_call_holding_the_snapshot_another_thread_replaces_reads_it_whole(tmp_path: Path) -> None:
+    """A call (nvmlDeviceGetBBXTimeData_v1 on gpu0) holds the current snapshot when another thread has the project's
+    writer replace the file and makes a call itself, which reloads and retires the old snapshot (docs/nvml.md: a
+    reader notices at once; snapshots are freed "only when no thread's hazard pointer names them, so a reader never
+    sees a ... freed snapshot"). The other thread's call answers the new file (one compute process: it began after
+    the replace); the first call still reads a snapshot, not freed memory: its count of seconds covers at least the
+    seconds since the GPU's last black-box flush, which was "during the current run" (nvml.h,
+    nvmlDeviceGetLastBBXFlushTime; "Cumulative number of seconds the GPU has had the driver loaded",
+    nvmlDeviceGetBBXTimeData_v1), and no more than the seconds since the H100 was announced (2022-03-22, as
+    test_more_board_getters.py); every call after both answers the new file, and the process lives. glibc fills
+    freed memory (mallopt(3) M_PERTURB), so a snapshot freed under the reader reads as garbage. (core.c:613, the
+    reclaim keeping a snapshot a reader still names, never ran; its test negated freed the snapshot under the
+    reader.)"""
+    h100_announced = 1647907200  # 2022-03-22T00:00:00Z
+    got = run_race(tmp_path, 1)
+    assert got["other"] == ONE_PROCESS, got
+    rc, seconds = got["during"]
+    assert rc == SUCCESS, got
+    assert int(got["wall"][0]) - got["flush_us"] // 1_000_000 <= seconds <= got["wall"][1] - h100_announced, got
+    assert got["after"] == got["then"] == ONE_PROCESS, got
+
+
+def test_a_thread_s_first_call_racing_nvml_shutdown_is_uninitialized(tmp_path: Path) -> None:
+    """A thread's first call has found the library initialised when another thread's nvmlShutdown (the last
+    reference: nvmlInit_v2 was called once) ends it, before the call takes the snapshot. The caller cannot tell that
+    from a shutdown just before its call, so it answers as any call after nvmlShutdown: nvml.h's
+    NVML_ERROR_UNINITIALIZED, "if the library has not been successfully initialized" (as the calls after it do).
+    (core.c:657-658 never ran; its UNINITIALIZED made UNKNOWN answered the race unlike the calls after it.)"""
+    got = run_race(tmp_path, 2)
+    assert got["shutdown"] == SUCCESS, got
+    assert got["during"] == [UNINITIALIZED, 0], got
+    assert got["after"] == got["then"] == [UNINITIALIZED, 0], got
+
+
+def test_two_calls_that_find_the_snapshot_replaced_reload_it_once_and_both_answer_the_new_file(tmp_path: Path) -> None:
+    """The project's writer replaces the file; a call finds its snapshot stale and, about to take the reload lock,
+    is overtaken by another thread's call, which finds the same and reloads first. The first call then finds the
+    snapshot already replaced (core.c's reload: not current any more), reclaims what no reader names and answers
+    from the new one. Both calls began after the replace, so both answer the new file (docs/nvml.md: a reader
+    notices a replaced file at once), as every call after them; the process lives. (core.c:633, the overtaken
+    reload's branch, never ran before.)"""
+    got = run_race(tmp_path, 3)
+    assert got["other"] == ONE_PROCESS, got
+    assert got["during"] == ONE_PROCESS, got
+    assert got["after"] == got["then"] == ONE_PROCESS, got

@@ -37,7 +37,37 @@ static int send_all(int fd, const char *p, size_t n, int64_t deadline) {
     return 0;
 }
 
-/* Read until the peer closes, the buffer is full or the deadline passes; returns bytes read or -1. */
+/* The Content-Length of an answer whose head (status line and fields, NUL-terminated) is `head`: -1 when it has
+   none, -2 when its value is not a length. RFC 9112 6.3: the length "defines the expected message body length in
+   octets", and a recipient that gets fewer before the close "MUST consider the message to be incomplete"; RFC 9110
+   5.1 and 8.6: the field's name is case-insensitive, its value 1*DIGIT, optional whitespace around it. */
+static long long content_length(const char *head) {
+    const char *field = strcasestr(head, "\r\nContent-Length:");
+    if (field == NULL) return -1;
+    const char *v = field + strlen("\r\nContent-Length:");
+    while (*v == ' ' || *v == '\t') v++;
+    if (*v < '0' || *v > '9') return -2; /* no digit, or a sign strtoll would take */
+    char *end = NULL;
+    long long n = strtoll(v, &end, 10);
+    while (*end == ' ' || *end == '\t') end++;
+    return *end == '\r' || *end == '\0' ? n : -2;
+}
+
+/* Whether the `got` bytes at `buf` hold a whole answer framed by its Content-Length: RFC 9112 6.3, the length
+   "defines the expected message body length in octets", so the answer is complete once that many follow the head,
+   whether or not the peer then closes (a peer that ignores "Connection: close" and keeps the connection open has
+   still answered). An answer without a valid length ends only at the close. */
+static int framed_complete(char *buf, size_t got) {
+    char *end = memmem(buf, got, "\r\n\r\n", 4);
+    if (end == NULL) return 0;
+    *end = '\0'; /* the head alone, for its fields */
+    long long want = content_length(buf);
+    *end = '\r';
+    return want >= 0 && buf + got - (end + 4) >= want;
+}
+
+/* Read until the peer closes, the answer is complete by its Content-Length, the buffer is full or the deadline
+   passes; returns bytes read or -1. */
 static ssize_t recv_all(int fd, char *buf, size_t cap, int64_t deadline) {
     size_t got = 0;
     while (got < cap) {
@@ -51,6 +81,7 @@ static ssize_t recv_all(int fd, char *buf, size_t cap, int64_t deadline) {
         if (r < 0) return -1;
         if (r == 0) break;
         got += (size_t)r;
+        if (framed_complete(buf, got)) break;
     }
     return (ssize_t)got;
 }
@@ -80,22 +111,6 @@ static int connect_agent(const char **why) {
         return -1;
     }
     return fd;
-}
-
-/* The Content-Length of an answer whose head (status line and fields, NUL-terminated) is `head`: -1 when it has
-   none, -2 when its value is not a length. RFC 9112 6.3: the length "defines the expected message body length in
-   octets", and a recipient that gets fewer before the close "MUST consider the message to be incomplete"; RFC 9110
-   5.1 and 8.6: the field's name is case-insensitive, its value 1*DIGIT, optional whitespace around it. */
-static long long content_length(const char *head) {
-    const char *field = strcasestr(head, "\r\nContent-Length:");
-    if (field == NULL) return -1;
-    const char *v = field + strlen("\r\nContent-Length:");
-    while (*v == ' ' || *v == '\t') v++;
-    if (*v < '0' || *v > '9') return -2; /* no digit, or a sign strtoll would take */
-    char *end = NULL;
-    long long n = strtoll(v, &end, 10);
-    while (*end == ' ' || *end == '\t') end++;
-    return *end == '\r' || *end == '\0' ? n : -2;
 }
 
 int fhw_agent_request(const char *method, const char *path, const char *body, char *resp, size_t resp_cap,
