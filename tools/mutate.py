@@ -93,7 +93,7 @@ AREAS = (
     Area("agent faults/journal", ("fakehw/agent/faults.py", "fakehw/agent/journal.py"),
          ("tests/agent/test_fault_requests.py", "tests/agent/test_fault_defaults.py",
           "tests/hostile/test_journal_damage.py", "tests/hostile/test_journal_upgrade.py",
-          "tests/hostile/test_journal_durability.py")),
+          "tests/hostile/test_journal_durability.py", "tests/agent/test_snapshot_compaction.py")),
     Area("sysfs renderers", ("fakehw/sysfs/node.py", "fakehw/sysfs/pci.py", "fakehw/sysfs/cpu.py",
                              "fakehw/sysfs/nvidia.py", "fakehw/sysfs/cxl.py"),
          ("tests/sysfs/test_consumers.py", "tests/sysfs/test_hwloc_profiles.py",
