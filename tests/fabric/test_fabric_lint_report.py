@@ -272,9 +272,14 @@ def test_a_nic_value_that_only_the_profile_sets_is_pointed_at_by_the_nics_cable(
     fabric: its cable, leaf-rail0/p0's ``connect`` in dgx-h100-rail.yaml, with no operator key."""
     f = tmp_path / "f.yaml"
     f.write_text('extends: dgx-h100-rail\nname: x\nhosts:\n  "dgx-h100-[123]/mlx5_0": {mtu: 9216}\n')
-    (finding,) = lint(load_fabric(f)).findings
+    report = lint(load_fabric(f))
+    (finding,) = report.findings
     assert (finding.id, finding.severity.value, finding.element, finding.ports, finding.paths, finding.key) == (
         "FAB-MTU-002", "warning", "dgx-h100-0/mlx5_0", 1, 3, None), str(finding)
+    # One warning and no error, as the summaries count it (what `--strict` fails on; fresh seed 10805 counted two).
+    assert report.format().splitlines()[-1] == "summary: 0 error(s), 1 warning(s)"
+    assert {k: v for k, v in report.to_json()["summary"].items() if k in ("errors", "warnings", "findings")} == {
+        "errors": 0, "warnings": 1, "findings": 1}
     assert finding.message == "MTU 9000 (active RoCE MTU 4096) differs from its peers' MTU 9216 (RoCE MTU 4096)"
     base = Path(builtin_fabrics()["dgx-h100-rail"])
     assert finding.source == str(base) and finding.line is not None, str(finding)
