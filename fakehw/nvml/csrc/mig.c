@@ -669,10 +669,12 @@ static nvmlReturn_t agent_change(const char *method, const char *path, const cha
         return getenv("FAKEHW_AGENT_SOCKET") ? NVML_ERROR_UNKNOWN : NVML_ERROR_NO_PERMISSION;
     }
     int found = 0;
-    if (status >= 400) {
+    /* RFC 9110 15: a status outside 100..599 is invalid, and a client "SHOULD process the response as if it had a
+       5xx (Server Error) status code" (600..999 already fall in this branch; 000..099 must too). */
+    if (status >= 400 || status < 100) {
         long long code = fhw_json_int(resp, "nvml_code", &found);
         return found && code > 0 && code < 1000 ? (nvmlReturn_t)code
-               : status < 500                   ? NVML_ERROR_INVALID_ARGUMENT
+               : status / 100 == 4              ? NVML_ERROR_INVALID_ARGUMENT /* 4xx: the request */
                                                 : NVML_ERROR_UNKNOWN;
     }
     if (status < 200 || status >= 300) { /* 1xx, 3xx (RFC 9110 15): neither a success nor a refusal */
