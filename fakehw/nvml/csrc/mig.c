@@ -582,8 +582,9 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance
 static nvmlReturn_t ci_info(fhw_ctx_t *c, void *out, int with_placement) {
     CHECK_PTR(out);
     const fhw_gi_t *gi = &c->s->gis[c->m->gi_record];
+    /* Never NULL: the loader keeps a MIG device's GPU instance on the device's own GPU, which is visible (the
+       device's handle was entered), and every GPU instance of a visible GPU has a handle (fhw_mig_map). */
     nvmlGpuInstance_t gh = gi_handle_of(c, gi);
-    if (gh == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlComputeInstanceInfo_t info;
     memset(&info, 0, sizeof info);
     info.device = fhw_device_handle(c->dev);
