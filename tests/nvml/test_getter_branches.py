@@ -37,6 +37,7 @@ from tests.nvml import references
 from tests.nvml.captures import capture_dir
 from tests.nvml.helpers import (
     NodeSnap,
+    build_preload,
     dgx_h100_with_mig,
     dgx_h100_with_mig_gpu7,
     pcie_rate_metrics,
@@ -1387,3 +1388,80 @@ def test_a_mig_device_is_given_no_peer_to_peer_access(nvml: Nvml, pynvml_module:
                 result = ctypes.c_uint(1)
                 code = lib.nvmlDeviceGetNvLinkCapability(mig, link, cap, ctypes.byref(result))
                 assert not (code == n.NVML_SUCCESS and result.value == 1), (link, cap)
+
+
+AFFINITY_INTERPOSER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* FHW_TEST_ONE_CPU: a host with one configured CPU, CPU 0. FHW_TEST_NO_AFFINITY: every affinity request refused as
+   sched_setaffinity(2) refuses a mask with no CPU the thread is permitted (a cpuset that shuts them out): EINVAL. */
+long sysconf(int name) {
+    static long (*real)(int);
+    if (!real) real = (long (*)(int))dlsym(RTLD_NEXT, "sysconf");
+    if (name == _SC_NPROCESSORS_CONF && getenv("FHW_TEST_ONE_CPU")) return 1;
+    return real(name);
+}
+
+int sched_setaffinity(pid_t pid, size_t size, const cpu_set_t *set) {
+    static int (*real)(pid_t, size_t, const cpu_set_t *);
+    if (!real) real = (int (*)(pid_t, size_t, const cpu_set_t *))dlsym(RTLD_NEXT, "sched_setaffinity");
+    if (getenv("FHW_TEST_NO_AFFINITY")) {
+        errno = EINVAL;
+        return -1;
+    }
+    return real(pid, size, set);
+}
+"""
+
+AFFINITY_CALLER = """
+import ctypes, json, os, pynvml
+pynvml.nvmlInit()
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+out = {}
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    before = sorted(os.sched_getaffinity(0))
+    cpus = pynvml.nvmlDeviceGetCpuAffinity(h, 4)
+    code = lib.nvmlDeviceSetCpuAffinity(h)
+    out[i] = {"cpu0": bool(cpus[0] & 1), "any": any(cpus), "set": code, "before": before,
+              "after": sorted(os.sched_getaffinity(0)), "clear": lib.nvmlDeviceClearCpuAffinity(h),
+              "cleared": sorted(os.sched_getaffinity(0))}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def affinity_interposer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_preload(tmp_path_factory.mktemp("affinity"), "affinity", AFFINITY_INTERPOSER)
+
+
+def test_a_gpu_whose_cpus_the_thread_cannot_run_on_is_an_unexpected_error_not_unsupported(
+        node_snapshot: Callable[..., NodeSnap], affinity_interposer: Path) -> None:
+    """nvml.h, nvmlDeviceSetCpuAffinity: NOT_SUPPORTED "if the device does not support this feature", UNKNOWN "on any
+    unexpected error" (and nvmlDeviceClearCpuAffinity lists UNKNOWN alone, no OPERATING_SYSTEM). A GPU whose
+    nvmlDeviceGetCpuAffinity answers a set supports the feature, so a binding that fails because none of those CPUs
+    is one the thread may run on here (sched_setaffinity(2): EINVAL, "The affinity bit mask mask contains no
+    processors that are currently physically on the system and permitted to the thread") is an unexpected error, as
+    a real NVML answered it in a container ("nvmlDeviceSetCpuAffinity() failed: Unknown Error", NVIDIA/nccl-tests#10),
+    and the thread's affinity is left as it was. Made deterministic by an LD_PRELOAD interposer: a host with CPU 0
+    only, where dgx-h100's GPUs of socket 1 (CPU 0 not among their CPUs) have none of their CPUs, while the binding
+    of a GPU of socket 0 still takes CPU 0; then every sched_setaffinity refused, as a cpuset shutting the GPU's CPUs
+    out refuses it. links.c:351 (the shim's own NOT_SUPPORTED for "the model's CPUs do not exist on this host", open
+    since the fifth C round with its mutant to UNKNOWN) was the fake's choice against nvml.h: the fake is fixed."""
+    snap = node_snapshot("dgx-h100")
+    one = run_python(AFFINITY_CALLER, snap.path, LD_PRELOAD=str(affinity_interposer), FHW_TEST_ONE_CPU="1")
+    unknown = 999  # nvml.h: NVML_ERROR_UNKNOWN
+    assert all(gpu["any"] for gpu in one.values()), one
+    assert {gpu["cpu0"] for gpu in one.values()} == {True, False}, one  # both sockets' GPUs
+    for gpu in one.values():
+        expected = (0, [0]) if gpu["cpu0"] else (unknown, gpu["before"])
+        assert (gpu["set"], gpu["after"]) == expected, one
+    refused = run_python(AFFINITY_CALLER, snap.path, LD_PRELOAD=str(affinity_interposer), FHW_TEST_NO_AFFINITY="1")
+    for gpu in refused.values():
+        assert (gpu["set"], gpu["after"], gpu["clear"], gpu["cleared"]) == \
+            (unknown, gpu["before"], unknown, gpu["before"]), refused
