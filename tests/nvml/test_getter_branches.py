@@ -1395,6 +1395,7 @@ AFFINITY_INTERPOSER = r"""
 #include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -1404,9 +1405,12 @@ long sysconf(int name) {
     static long (*real)(int);
     if (!real) real = (long (*)(int))dlsym(RTLD_NEXT, "sysconf");
     if (name == _SC_NPROCESSORS_CONF && getenv("FHW_TEST_ONE_CPU")) return 1;
+    if (name == _SC_NPROCESSORS_CONF && getenv("FHW_TEST_CPUS")) return atol(getenv("FHW_TEST_CPUS"));
     return real(name);
 }
 
+/* FHW_TEST_RECORD=path: the request is written there (pid, then its CPUs) and not made (a host with the model's
+   CPUs, where it would succeed). */
 int sched_setaffinity(pid_t pid, size_t size, const cpu_set_t *set) {
     static int (*real)(pid_t, size_t, const cpu_set_t *);
     if (!real) real = (int (*)(pid_t, size_t, const cpu_set_t *))dlsym(RTLD_NEXT, "sched_setaffinity");
@@ -1414,8 +1418,40 @@ int sched_setaffinity(pid_t pid, size_t size, const cpu_set_t *set) {
         errno = EINVAL;
         return -1;
     }
+    if (getenv("FHW_TEST_RECORD")) {
+        FILE *f = fopen(getenv("FHW_TEST_RECORD"), "w");
+        if (f == NULL) return -1;
+        fprintf(f, "%d", (int)pid);
+        for (size_t cpu = 0; cpu < size * 8; cpu++)
+            if (CPU_ISSET_S(cpu, size, set)) fprintf(f, " %zu", cpu);
+        fclose(f);
+        return 0;
+    }
     return real(pid, size, set);
 }
+"""
+
+RECORDING_CALLER = """
+import ctypes, json, os, sys, pynvml
+pynvml.nvmlInit()
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+record = os.environ["FHW_TEST_RECORD"]
+
+def requested(call, h):
+    code = call(h)
+    with open(record) as f:
+        pid, *cpus = (int(x) for x in f.read().split())
+    os.remove(record)
+    return [code, pid, cpus]
+
+out = []
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    words = pynvml.nvmlDeviceGetCpuAffinity(h, 4)
+    ideal = [w * 64 + b for w, word in enumerate(words) for b in range(64) if word >> b & 1]
+    out.append({"ideal": ideal, "set": requested(lib.nvmlDeviceSetCpuAffinity, h),
+                "clear": requested(lib.nvmlDeviceClearCpuAffinity, h)})
+print(json.dumps(out))
 """
 
 AFFINITY_CALLER = """
@@ -1465,3 +1501,27 @@ def test_a_gpu_whose_cpus_the_thread_cannot_run_on_is_an_unexpected_error_not_un
     for gpu in refused.values():
         assert (gpu["set"], gpu["after"], gpu["clear"], gpu["cleared"]) == \
             (unknown, gpu["before"], unknown, gpu["before"]), refused
+
+
+def test_set_cpu_affinity_asks_for_exactly_the_cpus_get_cpu_affinity_answers(
+        node_snapshot: Callable[..., NodeSnap], affinity_interposer: Path, tmp_path: Path) -> None:
+    """nvml.h, nvmlDeviceSetCpuAffinity: "Sets the ideal affinity for the calling thread and device using the
+    guidelines given in nvmlDeviceGetCpuAffinity()", and nvmlDeviceClearCpuAffinity: "Clear all affinity bindings
+    for the calling thread". On a host that has the model's CPUs (an LD_PRELOAD interposer: 256 CPUs configured,
+    sched_setaffinity(2) recorded rather than made, as it would succeed there) every dgx-h100 GPU's request is for
+    the calling thread (pid 0) and exactly the CPUs nvmlDeviceGetCpuAffinity answers for it (two sockets of 112
+    CPUs each, so CPUs 63 and 64, 127 and 128 sit inside the sets), and clearing asks for all 256; with 100 CPUs
+    configured, the GPUs' CPUs below 100 and all 100 (the shim pins only to CPUs the host has). This host has 2
+    CPUs, where sched_setaffinity keeps only the CPUs that exist: a set built with the wrong bit for CPU 63 or past
+    a word (fresh C seed 10625's `cpu % 63`, recorded equivalent then, and the loop's bounds) pins the same 2 CPUs, so
+    only the request itself tells them apart."""
+    snap = node_snapshot("dgx-h100")
+    record = tmp_path / "request"
+    for cpus in (256, 100):  # 100: a host with only the CPUs below one the GPUs' sets hold, which keeps those
+        got = run_python(RECORDING_CALLER, snap.path, LD_PRELOAD=str(affinity_interposer), FHW_TEST_CPUS=str(cpus),
+                         FHW_TEST_RECORD=str(record))
+        assert len(got) == 8
+        assert any({63, 64, 99, 100} <= set(gpu["ideal"]) for gpu in got), got
+        for gpu in got:
+            assert gpu["set"] == [0, 0, [cpu for cpu in gpu["ideal"] if cpu < cpus]], (cpus, gpu)
+            assert gpu["clear"] == [0, 0, list(range(cpus))], (cpus, gpu)
