@@ -37,6 +37,7 @@ from tests.nvml import references
 from tests.nvml.captures import capture_dir
 from tests.nvml.helpers import (
     NodeSnap,
+    build_preload,
     dgx_h100_with_mig,
     dgx_h100_with_mig_gpu7,
     pcie_rate_metrics,
@@ -1390,3 +1391,140 @@ def test_a_mig_device_is_given_no_peer_to_peer_access(nvml: Nvml, pynvml_module:
                 result = ctypes.c_uint(1)
                 code = lib.nvmlDeviceGetNvLinkCapability(mig, link, cap, ctypes.byref(result))
                 assert not (code == n.NVML_SUCCESS and result.value == 1), (link, cap)
+
+
+AFFINITY_INTERPOSER = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* FHW_TEST_ONE_CPU: a host with one configured CPU, CPU 0. FHW_TEST_NO_AFFINITY: every affinity request refused as
+   sched_setaffinity(2) refuses a mask with no CPU the thread is permitted (a cpuset that shuts them out): EINVAL. */
+long sysconf(int name) {
+    static long (*real)(int);
+    if (!real) real = (long (*)(int))dlsym(RTLD_NEXT, "sysconf");
+    if (name == _SC_NPROCESSORS_CONF && getenv("FHW_TEST_ONE_CPU")) return 1;
+    if (name == _SC_NPROCESSORS_CONF && getenv("FHW_TEST_CPUS")) return atol(getenv("FHW_TEST_CPUS"));
+    return real(name);
+}
+
+/* FHW_TEST_RECORD=path: the request is written there (pid, then its CPUs) and not made (a host with the model's
+   CPUs, where it would succeed). */
+int sched_setaffinity(pid_t pid, size_t size, const cpu_set_t *set) {
+    static int (*real)(pid_t, size_t, const cpu_set_t *);
+    if (!real) real = (int (*)(pid_t, size_t, const cpu_set_t *))dlsym(RTLD_NEXT, "sched_setaffinity");
+    if (getenv("FHW_TEST_NO_AFFINITY")) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (getenv("FHW_TEST_RECORD")) {
+        FILE *f = fopen(getenv("FHW_TEST_RECORD"), "w");
+        if (f == NULL) return -1;
+        fprintf(f, "%d", (int)pid);
+        for (size_t cpu = 0; cpu < size * 8; cpu++)
+            if (CPU_ISSET_S(cpu, size, set)) fprintf(f, " %zu", cpu);
+        fclose(f);
+        return 0;
+    }
+    return real(pid, size, set);
+}
+"""
+
+RECORDING_CALLER = """
+import ctypes, json, os, sys, pynvml
+pynvml.nvmlInit()
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+record = os.environ["FHW_TEST_RECORD"]
+
+def requested(call, h):
+    code = call(h)
+    with open(record) as f:
+        pid, *cpus = (int(x) for x in f.read().split())
+    os.remove(record)
+    return [code, pid, cpus]
+
+out = []
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    words = pynvml.nvmlDeviceGetCpuAffinity(h, 4)
+    ideal = [w * 64 + b for w, word in enumerate(words) for b in range(64) if word >> b & 1]
+    out.append({"ideal": ideal, "set": requested(lib.nvmlDeviceSetCpuAffinity, h),
+                "clear": requested(lib.nvmlDeviceClearCpuAffinity, h)})
+print(json.dumps(out))
+"""
+
+AFFINITY_CALLER = """
+import ctypes, json, os, pynvml
+pynvml.nvmlInit()
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+out = {}
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    before = sorted(os.sched_getaffinity(0))
+    cpus = pynvml.nvmlDeviceGetCpuAffinity(h, 4)
+    code = lib.nvmlDeviceSetCpuAffinity(h)
+    out[i] = {"cpu0": bool(cpus[0] & 1), "any": any(cpus), "set": code, "before": before,
+              "after": sorted(os.sched_getaffinity(0)), "clear": lib.nvmlDeviceClearCpuAffinity(h),
+              "cleared": sorted(os.sched_getaffinity(0))}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def affinity_interposer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_preload(tmp_path_factory.mktemp("affinity"), "affinity", AFFINITY_INTERPOSER)
+
+
+def test_a_gpu_whose_cpus_the_thread_cannot_run_on_is_an_unexpected_error_not_unsupported(
+        node_snapshot: Callable[..., NodeSnap], affinity_interposer: Path) -> None:
+    """nvml.h, nvmlDeviceSetCpuAffinity: NOT_SUPPORTED "if the device does not support this feature", UNKNOWN "on any
+    unexpected error" (and nvmlDeviceClearCpuAffinity lists UNKNOWN alone, no OPERATING_SYSTEM). A GPU whose
+    nvmlDeviceGetCpuAffinity answers a set supports the feature, so a binding that fails because none of those CPUs
+    is one the thread may run on here (sched_setaffinity(2): EINVAL, "The affinity bit mask mask contains no
+    processors that are currently physically on the system and permitted to the thread") is an unexpected error, as
+    a real NVML answered it in a container ("nvmlDeviceSetCpuAffinity() failed: Unknown Error", NVIDIA/nccl-tests#10),
+    and the thread's affinity is left as it was. Made deterministic by an LD_PRELOAD interposer: a host with CPU 0
+    only, where dgx-h100's GPUs of socket 1 (CPU 0 not among their CPUs) have none of their CPUs, while the binding
+    of a GPU of socket 0 still takes CPU 0; then every sched_setaffinity refused, as a cpuset shutting the GPU's CPUs
+    out refuses it. links.c:351 (the shim's own NOT_SUPPORTED for "the model's CPUs do not exist on this host", open
+    since the fifth C round with its mutant to UNKNOWN) was the fake's choice against nvml.h: the fake is fixed."""
+    snap = node_snapshot("dgx-h100")
+    one = run_python(AFFINITY_CALLER, snap.path, LD_PRELOAD=str(affinity_interposer), FHW_TEST_ONE_CPU="1")
+    unknown = 999  # nvml.h: NVML_ERROR_UNKNOWN
+    assert all(gpu["any"] for gpu in one.values()), one
+    assert {gpu["cpu0"] for gpu in one.values()} == {True, False}, one  # both sockets' GPUs
+    for gpu in one.values():
+        expected = (0, [0]) if gpu["cpu0"] else (unknown, gpu["before"])
+        assert (gpu["set"], gpu["after"]) == expected, one
+    refused = run_python(AFFINITY_CALLER, snap.path, LD_PRELOAD=str(affinity_interposer), FHW_TEST_NO_AFFINITY="1")
+    for gpu in refused.values():
+        assert (gpu["set"], gpu["after"], gpu["clear"], gpu["cleared"]) == \
+            (unknown, gpu["before"], unknown, gpu["before"]), refused
+
+
+def test_set_cpu_affinity_asks_for_exactly_the_cpus_get_cpu_affinity_answers(
+        node_snapshot: Callable[..., NodeSnap], affinity_interposer: Path, tmp_path: Path) -> None:
+    """nvml.h, nvmlDeviceSetCpuAffinity: "Sets the ideal affinity for the calling thread and device using the
+    guidelines given in nvmlDeviceGetCpuAffinity()", and nvmlDeviceClearCpuAffinity: "Clear all affinity bindings
+    for the calling thread". On a host that has the model's CPUs (an LD_PRELOAD interposer: 256 CPUs configured,
+    sched_setaffinity(2) recorded rather than made, as it would succeed there) every dgx-h100 GPU's request is for
+    the calling thread (pid 0) and exactly the CPUs nvmlDeviceGetCpuAffinity answers for it (two sockets of 112
+    CPUs each, so CPUs 63 and 64, 127 and 128 sit inside the sets), and clearing asks for all 256; with 100 CPUs
+    configured, the GPUs' CPUs below 100 and all 100 (the shim pins only to CPUs the host has). This host has 2
+    CPUs, where sched_setaffinity keeps only the CPUs that exist: a set built with the wrong bit for CPU 63 or past
+    a word (fresh C seed 10625's `cpu % 63`, recorded equivalent then, and the loop's bounds) pins the same 2 CPUs, so
+    only the request itself tells them apart."""
+    snap = node_snapshot("dgx-h100")
+    record = tmp_path / "request"
+    for cpus in (256, 100):  # 100: a host with only the CPUs below one the GPUs' sets hold, which keeps those
+        got = run_python(RECORDING_CALLER, snap.path, LD_PRELOAD=str(affinity_interposer), FHW_TEST_CPUS=str(cpus),
+                         FHW_TEST_RECORD=str(record))
+        assert len(got) == 8
+        assert any({63, 64, 99, 100} <= set(gpu["ideal"]) for gpu in got), got
+        for gpu in got:
+            assert gpu["set"] == [0, 0, [cpu for cpu in gpu["ideal"] if cpu < cpus]], (cpus, gpu)
+            assert gpu["clear"] == [0, 0, list(range(cpus))], (cpus, gpu)

@@ -56,10 +56,12 @@ SUCCESS, INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION, IN_USE, UNKNOWN = 0, 2,
 """nvmlReturn_t values (nvml.h)."""
 
 
-def http(status: int, body: object, reason: str = "X") -> bytes:
+def http(status: int, body: object, reason: str = "X", status_text: str | None = None) -> bytes:
+    """An answer with ``status`` written in decimal, or as ``status_text`` (RFC 9112 4's 3DIGIT: ``000``)."""
     data = json.dumps(body).encode()
-    return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
-        status, reason.encode(), len(data), data)
+    code = (str(status) if status_text is None else status_text).encode()
+    return b"HTTP/1.1 %s %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        code, reason.encode(), len(data), data)
 
 
 def http_text(status: int, text: str) -> bytes:
@@ -76,9 +78,9 @@ def framed(fields: str, body: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\n" + fields.encode() + b"\r\n\r\n" + body
 
 
-def refusal(status: int, nvml_code: int | None) -> bytes:
+def refusal(status: int, nvml_code: int | None, status_text: str | None = None) -> bytes:
     detail: dict[str, object] = {} if nvml_code is None else {"nvml": "NVML_ERROR_X", "nvml_code": nvml_code}
-    return http(status, {"error": "refused", "detail": detail})
+    return http(status, {"error": "refused", "detail": detail}, status_text=status_text)
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,17 @@ STEPS = [
     Step("refused-400-without-a-code", refusal(400, None), INVALID_ARGUMENT),
     Step("refused-5xx-without-a-code", refusal(500, None), UNKNOWN),
     Step("refused-5xx-with-a-code-nvml-does-not-have", refusal(503, 0), UNKNOWN),
+    # RFC 9110 15: "Values outside the range 100..599 are invalid. [...] A client that receives a response with an
+    # invalid status code SHOULD process the response as if it had a 5xx (Server Error) status code"; RFC 9112 4:
+    # status-code = 3DIGIT, so 000 and 099 are status lines. A 5xx carrying NVML's code gives that code.
+    Step("invalid-status-000-with-a-code", refusal(0, NOT_SUPPORTED, "000"), NOT_SUPPORTED),
+    Step("invalid-status-099-with-a-code", refusal(99, NOT_SUPPORTED), NOT_SUPPORTED),
+    Step("invalid-status-600-with-a-code", refusal(600, NOT_SUPPORTED), NOT_SUPPORTED),
+    Step("invalid-status-000-without-a-code", refusal(0, None, "000"), UNKNOWN),
+    Step("invalid-status-000-with-a-generation", http(0, {"generation": 1}, status_text="000"), UNKNOWN),
+    Step("informational-100-with-a-code", refusal(100, NOT_SUPPORTED), UNKNOWN),
+    Step("unassigned-3xx-with-a-code", refusal(399, NOT_SUPPORTED), UNKNOWN),
+    Step("refused-499-without-a-code", refusal(499, None), INVALID_ARGUMENT),
     Step("no-whitespace", http_text(200, '{"generation":1}'), SUCCESS),
     Step("whitespace-around-the-colon", http_text(200, '{ "generation"\t:\r\n 1 }'), SUCCESS),
     Step("refused-in-use-without-whitespace", http_text(409, '{"error":"x","detail":{"nvml_code":19}}'), SUCCESS,

@@ -1913,3 +1913,97 @@ def test_a_mig_device_of_a_blackwell_gpu_has_no_nvlink_bandwidth_mode(nvml: Nvml
     assert lib.nvmlDeviceGetNvlinkBwMode(hs[1], ctypes.byref(mode)) == n.NVML_SUCCESS
     mode = NvlinkGetBwMode(GET_BW_MODE_V1)
     assert lib.nvmlDeviceGetNvlinkBwMode(mig, ctypes.byref(mode)) != n.NVML_SUCCESS
+
+
+NvlinkCall = tuple[Callable[[object], int], list[ctypes.Array[ctypes.c_char]]]
+"""One NVLink call bound to its arguments but the device handle, and the output buffers it was given."""
+
+
+def _nvlink_calls(lib: ctypes.CDLL, link: int) -> dict[str, NvlinkCall]:
+    """Every NVLink call of links.c that takes a device handle, each as (call on a handle, its output buffers).
+
+    The buffers are filled with 0xA5 so that a refusal can be seen to have written nothing (nvml.h: an output is
+    set only "if" the call answers SUCCESS). Structs are passed as raw bytes of nvml.h's sizes: nvmlPciInfo_t 68
+    (busIdLegacy[16], domain, bus, device, pciDeviceId, pciSubSystemId, busId[32]), the v1 nvmlPciInfo_t of the
+    unsuffixed nvmlDeviceGetNvLinkRemotePciInfo 36 (busId[16] and the five words), nvmlNvLinkUtilizationControl_t 8
+    (units, pktfilter), nvmlNvLinkInfo_v1_t 8 (version, isNvleEnabled) and the bandwidth-mode structs of
+    :class:`NvlinkGetBwMode` and :class:`NvlinkSupportedBwModes`, each with its version word first."""
+    def out(size: int, version: int | None = None) -> ctypes.Array[ctypes.c_char]:
+        buf = ctypes.create_string_buffer(b"\xa5" * size, size)
+        if version is not None:
+            ctypes.c_uint.from_buffer(buf).value = version
+        return buf
+
+    def entry(name: str, *args: object) -> NvlinkCall:
+        fn = getattr(lib, name)
+        outs = [a for a in args if isinstance(a, ctypes.Array)]
+        return (lambda h: int(fn(h, *args))), outs
+
+    control = out(8)
+    ctypes.memset(control, 0, 8)  # NVML_NVLINK_COUNTER_UNIT_CYCLES, no packet filter: a valid request
+    return {
+        "nvmlDeviceGetNvLinkState": entry("nvmlDeviceGetNvLinkState", link, out(4)),
+        "nvmlDeviceGetNvLinkVersion": entry("nvmlDeviceGetNvLinkVersion", link, out(4)),
+        "nvmlDeviceGetNvLinkCapability": entry("nvmlDeviceGetNvLinkCapability", link, 0, out(4)),
+        "nvmlDeviceGetNvLinkRemotePciInfo_v2": entry("nvmlDeviceGetNvLinkRemotePciInfo_v2", link, out(68)),
+        "nvmlDeviceGetNvLinkRemotePciInfo": entry("nvmlDeviceGetNvLinkRemotePciInfo", link, out(36)),
+        "nvmlDeviceGetNvLinkRemoteDeviceType": entry("nvmlDeviceGetNvLinkRemoteDeviceType", link, out(4)),
+        "nvmlDeviceGetNvLinkErrorCounter": entry("nvmlDeviceGetNvLinkErrorCounter", link, 0, out(8)),
+        "nvmlDeviceResetNvLinkErrorCounters": entry("nvmlDeviceResetNvLinkErrorCounters", link),
+        "nvmlDeviceGetNvLinkUtilizationCounter": entry("nvmlDeviceGetNvLinkUtilizationCounter", link, 0, out(8),
+                                                       out(8)),
+        "nvmlDeviceResetNvLinkUtilizationCounter": entry("nvmlDeviceResetNvLinkUtilizationCounter", link, 0),
+        "nvmlDeviceFreezeNvLinkUtilizationCounter": entry("nvmlDeviceFreezeNvLinkUtilizationCounter", link, 0, 1),
+        "nvmlDeviceGetNvLinkUtilizationControl": entry("nvmlDeviceGetNvLinkUtilizationControl", link, 0, out(8)),
+        "nvmlDeviceSetNvLinkUtilizationControl": entry("nvmlDeviceSetNvLinkUtilizationControl", link, 0, control, 0),
+        "nvmlDeviceGetNvLinkInfo": entry("nvmlDeviceGetNvLinkInfo", out(8, struct_version(8, 1))),
+        "nvmlDeviceGetNvlinkSupportedBwModes": entry("nvmlDeviceGetNvlinkSupportedBwModes",
+                                                     out(ctypes.sizeof(NvlinkSupportedBwModes), SUPPORTED_BW_MODES_V1)),
+        "nvmlDeviceGetNvlinkBwMode": entry("nvmlDeviceGetNvlinkBwMode",
+                                           out(ctypes.sizeof(NvlinkGetBwMode), GET_BW_MODE_V1)),
+        "nvmlDeviceSetNvlinkBwMode": entry("nvmlDeviceSetNvlinkBwMode", out(64, 0)),
+        "nvmlDeviceSetNvlinkBwModeAsync_v1": entry("nvmlDeviceSetNvlinkBwModeAsync_v1", out(64, 0)),
+    }
+
+
+def test_a_mig_device_handle_gets_no_nvlink_answer_from_any_nvlink_call(nvml: Nvml, pynvml_module: ModuleType,
+                                                                         tmp_path: Path) -> None:
+    """A MIG device has no NVLink: NVIDIA's MIG user guide (application considerations: "GPU to GPU P2P (both PCIe
+    and NVLink) is not supported"), DCGM 2.0.15's release notes ("NVLink is not supported when in MIG mode"), and
+    DCGM's own code (NVIDIA/DCGM 4.6.0: DcgmCacheManager::UpdateNvLinkLinkState marks every link of a GPU in MIG
+    mode NotSupported without asking NVML, and its watches resolve a GPU-level field such as the NVLink counters of
+    a GPU- or compute-instance entity to the parent GPU, so no NVIDIA consumer asks a MIG handle for NVLink). nvml.h
+    says MIG handles work "with some restrictions" and gives every NVLink call two codes for a device it cannot
+    serve: INVALID_ARGUMENT ("if device ... is invalid") and NOT_SUPPORTED ("if the device doesn't support this
+    feature"); no source found says which one real NVML picks for a MIG handle, so either is accepted, but never
+    SUCCESS with the parent GPU's links, never another code, and nothing written to the outputs.
+
+    A DGX B200 (NVLink5 through NVSwitch, Blackwell, so the bandwidth-mode calls serve its whole GPUs too) whose gpu0
+    runs a 1g.23gb GPU instance: the parent answers every getter (the refusal is the handle's, not the board's), and
+    the MIG device's handle is refused by each of links.c's NVLink calls. The class of mechanical mutants this holds
+    is links.c's FHW_DEV_CALL flag 0 made 1 (FHW_ALLOW_MIG) call by call, each handing the MIG handle its parent's
+    answer (about 20 left open by the fifth C round; the setters answer the parent's NO_PERMISSION or SUCCESS)."""
+    text = (Path(__file__).parents[2] / "fakehw" / "profiles" / "dgx-b200.yaml").read_text()
+    assert text.count("moduleId: 6}") == 1
+    profile = tmp_path / "dgx-b200-mig.yaml"
+    assert text.count("driver: {version: 580.105.08}") == 1
+    text = text.replace("driver: {version: 580.105.08}", "driver: {version: 615.10.01}")  # the async setter's release
+    profile.write_text(text.replace("moduleId: 6}", "moduleId: 6, mig: {enabled: true, instances: [1g.23gb]}}"))
+    n = pynvml_module
+    nvml(str(profile))
+    lib = library()
+    parent = handles(n)[0]
+    mig = n.nvmlDeviceGetMigDeviceHandleByIndex(parent, 0)
+    parent_codes = {name: call(parent) for name, (call, _) in _nvlink_calls(lib, 0).items()}
+    # nvml.h: the setters need root ("NO_PERMISSION if user does not have permission to change Bandwidth mode") and
+    # the asynchronous one is %RUBIN_OR_NEWER% (NOT_SUPPORTED on a Blackwell); every getter serves the B200 itself.
+    assert parent_codes == {**dict.fromkeys(parent_codes, n.NVML_SUCCESS),
+                            "nvmlDeviceSetNvlinkBwMode": n.NVML_ERROR_NO_PERMISSION,
+                            "nvmlDeviceSetNvlinkBwModeAsync_v1": n.NVML_ERROR_NOT_SUPPORTED}, parent_codes
+    refusals = {n.NVML_ERROR_INVALID_ARGUMENT, n.NVML_ERROR_NOT_SUPPORTED}
+    for link in (0, 17):  # a B200 has 18 NVLinks (NVLink5)
+        for name, (call, outs) in _nvlink_calls(lib, link).items():
+            before = [bytes(b) for b in outs]
+            code = call(mig)
+            assert code in refusals, (name, link, code)
+            assert [bytes(b) for b in outs] == before, (name, link)

@@ -100,6 +100,11 @@ class Snap:
         prefix = SECTION_OF[record]
         return self.header(f"{prefix}_offset") + index * self.header(f"{prefix}_record_size")
 
+    def get(self, record: type[Any], index: int, name: str) -> int:
+        f = layout.layout_of(record).field(name)
+        at = self.record_at(record, index) + f.offset
+        return int.from_bytes(self.data[at:at + f.size], "little")
+
     def set(self, record: type[Any], index: int, name: str, value: int) -> None:
         f = layout.layout_of(record).field(name)
         self._put(self.record_at(record, index) + f.offset, f.size, value)
@@ -360,6 +365,7 @@ def _reference_cases() -> Iterator[Case]:
                    lambda s: s.set(MigRecord, 0, "gi_record", s.header("gi_count")), "bad MIG record")
     yield _accepted("MigRecord-gpu-instance-the-last",
                     lambda s: s.set(MigRecord, 0, "gi_record", s.header("gi_count") - 1))
+    yield _refused("MigRecord-gpu-instance-of-another-gpu", _gpu_instance_on_another_gpu, "bad MIG record")
     yield _refused("GpuInstanceRecord-mig-range-past-the-mig-records",
                    lambda s: s.set(GpuInstanceRecord, 0, "mig_first", s.header("mig_count")), "bad GPU instance record")
     for record in (MigProfileRecord, CiProfileRecord):
@@ -371,6 +377,17 @@ def _reference_cases() -> Iterator[Case]:
 def _parent(record: type[Any], past_the_gpus: int, s: Snap) -> None:
     """The first ``record``'s parent GPU set ``past_the_gpus`` from the GPU count (0: one past the last GPU)."""
     s.set(record, 0, "parent", s.header("gpu_count") + past_the_gpus)
+
+
+def _gpu_instance_on_another_gpu(s: Snap) -> None:
+    """The first MIG device's GPU instance moved to another GPU than the device's own. A MIG device is a compute
+    instance made inside a GPU instance, a partition of one GPU (NVIDIA's MIG user guide, "Concepts"), and nvml.h's
+    nvmlComputeInstanceGetInfo names its device and GPU instance while nvmlGpuInstanceGetInfo names the GPU
+    instance's device: the two must be the same GPU, and a snapshot where they are not describes no machine (the
+    shim answered the compute instance's GPU instance on the other GPU, or, with that GPU hidden, no GPU instance at
+    all). dgx-a100's records: both GPU instances and both MIG devices on gpu7."""
+    mig_gpu = s.get(MigRecord, 0, "parent")
+    s.set(GpuInstanceRecord, s.get(MigRecord, 0, "gi_record"), "parent", (mig_gpu + 1) % s.header("gpu_count"))
 
 
 def _placements(record: type[Any], count: int, s: Snap) -> None:

@@ -246,14 +246,17 @@ nvmlReturn_t fhw_validate(const uint8_t *data, size_t size, const char **why) {
     for (uint32_t i = 0; i < h->gpu_count; i++)
         if (!gpu_ok(h, &gpus[i])) BAD(NVML_ERROR_UNKNOWN, "bad GPU record");
     const fhw_mig_t *migs = (const fhw_mig_t *)(data + h->mig_offset);
-    for (uint32_t i = 0; i < h->mig_count; i++)
-        if (migs[i].parent >= h->gpu_count || !NUL_IN(migs[i].uuid) || !NUL_IN(migs[i].name) ||
-            migs[i].uuid[0] == '\0' || migs[i].gi_record >= h->gi_count)
-            BAD(NVML_ERROR_UNKNOWN, "bad MIG record");
     const fhw_gi_t *gis = (const fhw_gi_t *)(data + h->gi_offset);
     for (uint32_t i = 0; i < h->gi_count; i++)
         if (gis[i].parent >= h->gpu_count || (uint64_t)gis[i].mig_first + gis[i].mig_count > h->mig_count)
             BAD(NVML_ERROR_UNKNOWN, "bad GPU instance record");
+    /* A MIG device is a compute instance inside a GPU instance of its own GPU (MIG user guide, "Concepts"; nvml.h's
+       nvmlComputeInstanceInfo_t names both the device and the GPU instance, whose own info names the device). */
+    for (uint32_t i = 0; i < h->mig_count; i++)
+        if (migs[i].parent >= h->gpu_count || !NUL_IN(migs[i].uuid) || !NUL_IN(migs[i].name) ||
+            migs[i].uuid[0] == '\0' || migs[i].gi_record >= h->gi_count ||
+            gis[migs[i].gi_record].parent != migs[i].parent)
+            BAD(NVML_ERROR_UNKNOWN, "bad MIG record");
     const fhw_ci_profile_t *cips = (const fhw_ci_profile_t *)(data + h->ci_profile_offset);
     for (uint32_t i = 0; i < h->ci_profile_count; i++)
         if (cips[i].parent >= h->gpu_count || cips[i].placement_count > FHW_MAX_PLACEMENTS || !NUL_IN(cips[i].name))

@@ -337,19 +337,18 @@ nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t device, unsigned int nodeS
     FHW_DEV_CALL(device, 0, a_mem(&C, nodeSetSize, nodeSet, scope));
 }
 
-/* Pin the calling thread to the GPU's CPUs (only those this machine has). */
+/* Pin the calling thread to the GPU's CPUs (only those this machine has). When none of them is one the thread may
+   run on here (the model's CPUs do not exist on this host, or a cpuset shuts them out), sched_setaffinity(2) fails
+   with EINVAL: an unexpected error (UNKNOWN, nvml.h's only code for it; a real NVML in a container answered
+   nvmlDeviceSetCpuAffinity "Unknown Error", NVIDIA/nccl-tests#10), not NOT_SUPPORTED: the device supports the
+   feature, as its nvmlDeviceGetCpuAffinity answer shows. */
 static nvmlReturn_t a_set(fhw_ctx_t *c) {
     cpu_set_t set;
     CPU_ZERO(&set);
     long online = sysconf(_SC_NPROCESSORS_CONF);
-    int any = 0;
     for (int cpu = 0; cpu < FHW_CPU_MASK_WORDS * 64 && cpu < CPU_SETSIZE; cpu++)
-        if ((c->g->cpu_affinity[cpu / 64] >> (cpu % 64) & 1) && cpu < online) {
-            CPU_SET(cpu, &set);
-            any = 1;
-        }
-    if (!any) return NVML_ERROR_NOT_SUPPORTED; /* the model's CPUs do not exist on this host */
-    return sched_setaffinity(0, sizeof set, &set) == 0 ? NVML_SUCCESS : NVML_ERROR_OPERATING_SYSTEM;
+        if ((c->g->cpu_affinity[cpu / 64] >> (cpu % 64) & 1) && cpu < online) CPU_SET(cpu, &set);
+    return sched_setaffinity(0, sizeof set, &set) == 0 ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
 }
 nvmlReturn_t nvmlDeviceSetCpuAffinity(nvmlDevice_t device) { FHW_DEV_CALL(device, 0, a_set(&C)); }
 
@@ -359,7 +358,8 @@ static nvmlReturn_t a_clear(fhw_ctx_t *c) {
     CPU_ZERO(&set);
     long online = sysconf(_SC_NPROCESSORS_CONF);
     for (long cpu = 0; cpu < online && cpu < CPU_SETSIZE; cpu++) CPU_SET((int)cpu, &set);
-    return sched_setaffinity(0, sizeof set, &set) == 0 ? NVML_SUCCESS : NVML_ERROR_OPERATING_SYSTEM;
+    /* nvml.h lists UNKNOWN ("any unexpected error") for a failure here, and no OPERATING_SYSTEM */
+    return sched_setaffinity(0, sizeof set, &set) == 0 ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
 }
 nvmlReturn_t nvmlDeviceClearCpuAffinity(nvmlDevice_t device) { FHW_DEV_CALL(device, 0, a_clear(&C)); }
 

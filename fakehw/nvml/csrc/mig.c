@@ -582,8 +582,9 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance
 static nvmlReturn_t ci_info(fhw_ctx_t *c, void *out, int with_placement) {
     CHECK_PTR(out);
     const fhw_gi_t *gi = &c->s->gis[c->m->gi_record];
+    /* Never NULL: the loader keeps a MIG device's GPU instance on the device's own GPU, which is visible (the
+       device's handle was entered), and every GPU instance of a visible GPU has a handle (fhw_mig_map). */
     nvmlGpuInstance_t gh = gi_handle_of(c, gi);
-    if (gh == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlComputeInstanceInfo_t info;
     memset(&info, 0, sizeof info);
     info.device = fhw_device_handle(c->dev);
@@ -669,10 +670,12 @@ static nvmlReturn_t agent_change(const char *method, const char *path, const cha
         return getenv("FAKEHW_AGENT_SOCKET") ? NVML_ERROR_UNKNOWN : NVML_ERROR_NO_PERMISSION;
     }
     int found = 0;
-    if (status >= 400) {
+    /* RFC 9110 15: a status outside 100..599 is invalid, and a client "SHOULD process the response as if it had a
+       5xx (Server Error) status code" (600..999 already fall in this branch; 000..099 must too). */
+    if (status >= 400 || status < 100) {
         long long code = fhw_json_int(resp, "nvml_code", &found);
         return found && code > 0 && code < 1000 ? (nvmlReturn_t)code
-               : status < 500                   ? NVML_ERROR_INVALID_ARGUMENT
+               : status / 100 == 4              ? NVML_ERROR_INVALID_ARGUMENT /* 4xx: the request */
                                                 : NVML_ERROR_UNKNOWN;
     }
     if (status < 200 || status >= 300) { /* 1xx, 3xx (RFC 9110 15): neither a success nor a refusal */
