@@ -409,6 +409,23 @@ def test_mechanical_c_mutants_are_made_only_in_function_bodies_outside_comments_
     ]
 
 
+def test_a_process_argument_of_zero_is_never_moved_to_name_init() -> None:
+    """sched_setaffinity(2), kill(2): pid 0 is the caller (kill: its process group), pid 1 init. A mutant moving
+    that 0 by one, run as root, re-pins or signals the machine's init (h-mlink6 saw `sched_setaffinity(1, ...)`
+    leave pid 1's CPUs changed), so the constant is not mutated; the rest of the call and other calls' first
+    arguments are."""
+    cm = _c_tool()
+    source = "int f(int n) {\n    sched_setaffinity(0, sizeof n, 0);\n    kill(0, 9);\n    return g(0, 2);\n}\n"
+    assert [(m.operator, m.line) for m in cm.mutations("x.c", source)] == [
+        ("number 0 -> 1", 2),  # the mask pointer, not the pid
+        ("number 9 -> 10", 3), ("number 9 -> 8", 3),
+        ("number 0 -> 1", 4), ("number 2 -> 3", 4), ("number 2 -> 1", 4),  # not a call that names a process
+    ]
+    shim = Path(__file__).parent.parent / "fakehw/nvml/csrc/links.c"
+    assert not [m for m in cm.mutations(str(shim), shim.read_text())
+                if "sched_setaffinity(1" in m.apply(shim.read_text()).splitlines()[m.line - 1]]
+
+
 def test_a_c_sample_holds_only_mutants_the_compiler_takes_and_is_the_same_for_a_seed() -> None:
     """A mutant that is not C (a cast's ``*`` made ``/``) tests nothing: the sample is drawn again past it. Every
     mutant of platform.c is either in its ``--sample 0`` plan or counted as refused, the plan holds the product

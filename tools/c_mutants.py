@@ -44,6 +44,10 @@ JUMP_SWAPS = {"break": "continue", "continue": "break"}
 KEYWORDS = frozenset({"return", "case", "sizeof", "if", "while", "for", "switch", "else", "do", "goto"})
 """Words after which an operator is unary (``return -1``, ``case -2``), unlike after any other name."""
 UNKNOWN_ERROR = "NVML_ERROR_UNKNOWN"
+OTHER_PROCESS_CALLS = frozenset({"sched_setaffinity", "sched_setscheduler", "kill", "prlimit"})
+"""Calls whose first argument names a process (0: the caller). Moved by one, that 0 names init, pid 1: a mutant
+run as root would re-pin or signal the machine's init (seen: `sched_setaffinity(1, ...)` drawn for
+nvmlDeviceSetCpuAffinity set pid 1's CPUs), so those constants are not mutated."""
 
 Add = Callable[[str, int, int, str], None]
 """How an operator hands over a mutant: (operator, start, end, replacement)."""
@@ -154,11 +158,17 @@ def mutations(file: str, source: str) -> list[CMutation]:
                 "false" if text == "true" else "true")
         elif t.kind == "name" and text.startswith("NVML_ERROR_") and text != UNKNOWN_ERROR:
             add(f"{text} -> {UNKNOWN_ERROR}", t.start, t.end, UNKNOWN_ERROR)
-        elif t.kind == "number":
+        elif t.kind == "number" and not _names_a_process(toks, i):
             _number_mutations(t, add)
         elif t.kind == "name" and text in ("if", "while"):
             _negations(source, toks, i, add)
     return out
+
+
+def _names_a_process(toks: list[Token], i: int) -> bool:
+    """Whether token ``i`` is the whole first argument of one of :data:`OTHER_PROCESS_CALLS`."""
+    return i >= 2 and i + 1 < len(toks) and toks[i - 1].text == "(" and toks[i - 2].text in OTHER_PROCESS_CALLS \
+        and toks[i + 1].text in (",", ")")
 
 
 def _number_mutations(t: Token, add: Add) -> None:
