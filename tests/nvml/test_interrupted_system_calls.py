@@ -259,13 +259,12 @@ class SilentAgent:
         self._sock.close()
 
 
-@pytest.mark.parametrize("choppy", ["0", "1"])
-def test_an_agent_that_never_answers_is_no_answer_once_the_bound_passes(
-        tmp_path: Path, nvml_library: Path, choppy_library: Path, choppy: str) -> None:
-    """A peer that takes the request and never answers: the client gives up at its bound ("bounded in ... time",
-    agentc.c) and the change is UNKNOWN with "no answer from the agent" in the trace (docs/nvml.md's table: no
-    answer is UNKNOWN, the trace says which). The clock runs 1000 times fast, so the bound passes in milliseconds."""
-    agent = SilentAgent(tmp_path / "agent.sock")
+def change_against_a_silent_agent(tmp_path: Path, nvml_library: Path, choppy_library: Path, answer: bytes = b"",
+                                  choppy: str = "0") -> tuple[SilentAgent, dict[str, Any]]:
+    """One MIG change against a :class:`SilentAgent` that sends ``answer`` (nothing: it never answers) and then
+    holds the connection, read whole or a byte at a time (``choppy``) on a clock 1000 times fast; the agent (once
+    closed: it took exactly one request) and the change's result."""
+    agent = SilentAgent(tmp_path / "agent.sock", answer)
     try:
         [result] = run_caller(tmp_path, nvml_library, choppy_library,
                               [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CHOPPY=choppy,
@@ -273,6 +272,16 @@ def test_an_agent_that_never_answers_is_no_answer_once_the_bound_passes(
     finally:
         agent.close()
     assert agent.requests == 1
+    return agent, result
+
+
+@pytest.mark.parametrize("choppy", ["0", "1"])
+def test_an_agent_that_never_answers_is_no_answer_once_the_bound_passes(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path, choppy: str) -> None:
+    """A peer that takes the request and never answers: the client gives up at its bound ("bounded in ... time",
+    agentc.c) and the change is UNKNOWN with "no answer from the agent" in the trace (docs/nvml.md's table: no
+    answer is UNKNOWN, the trace says which). The clock runs 1000 times fast, so the bound passes in milliseconds."""
+    agent, result = change_against_a_silent_agent(tmp_path, nvml_library, choppy_library, choppy=choppy)
     assert agent.client_hung_up  # at its own bound, not when the agent gave up
     assert result["status"] == UNKNOWN, result["trace"]
     assert "no answer from the agent" in result["trace"], result["trace"]
@@ -335,13 +344,8 @@ def test_a_complete_answer_that_fills_the_buffer_is_read_without_waiting_for_the
     change is SUCCESS (docs/nvml.md: a non-negative generation), not "no answer" once the bound passes. The clock
     runs 1000 times fast, so a client that waited for more (agentc.c:43's `got < cap` made `<=`: one more poll with
     the buffer full) fails in milliseconds, not 30 s."""
-    agent = SilentAgent(tmp_path / "agent.sock", complete_and_exactly_the_buffer())
-    try:
-        [result] = run_caller(tmp_path, nvml_library, choppy_library,
-                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CLOCK="fast")
-    finally:
-        agent.close()
-    assert agent.requests == 1
+    _, result = change_against_a_silent_agent(tmp_path, nvml_library, choppy_library,
+                                              complete_and_exactly_the_buffer())
     assert result["status"] == SUCCESS, result["trace"]
 
 
@@ -365,14 +369,7 @@ def test_a_complete_answer_is_read_without_waiting_for_the_close(
     (the clock runs 1000 times fast). The shim read on until the close or the bound before (a defect: the change
     failed after 30 s though the agent had answered)."""
     sent, expected = COMPLETE_ANSWERS[answer]
-    agent = SilentAgent(tmp_path / "agent.sock", sent)
-    try:
-        [result] = run_caller(tmp_path, nvml_library, choppy_library,
-                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CHOPPY=choppy,
-                              FHW_TEST_CLOCK="fast")
-    finally:
-        agent.close()
-    assert agent.requests == 1
+    _, result = change_against_a_silent_agent(tmp_path, nvml_library, choppy_library, sent, choppy)
     assert result["status"] == expected, result["trace"]
 
 
@@ -393,12 +390,6 @@ def test_an_answer_longer_than_the_buffer_is_refused_without_waiting_for_more(
     get (docs/nvml.md's table: an answer shorter than its Content-Length is UNKNOWN, the trace says which), not
     "no answer" after the bound (the clock runs 1000 times fast, so a client that polled again with its buffer
     full, agentc.c's `got < cap` made `got <= cap`, reaches the bound in milliseconds)."""
-    agent = SilentAgent(tmp_path / "agent.sock", longer_than_the_buffer())
-    try:
-        [result] = run_caller(tmp_path, nvml_library, choppy_library,
-                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CLOCK="fast")
-    finally:
-        agent.close()
-    assert agent.requests == 1
+    _, result = change_against_a_silent_agent(tmp_path, nvml_library, choppy_library, longer_than_the_buffer())
     assert result["status"] == UNKNOWN, result["trace"]
     assert "shorter than its Content-Length" in result["trace"], result["trace"]
