@@ -234,13 +234,12 @@ class _Collector:
             item.counted += counted[0]
             item.examples.add(counted[1])
 
-    def add(self, req: str, origin: DocPath | None, member: str, message: str, *, element: str | None = None,
+    def add(self, req: str, origin: DocPath | None, member: str, message: str, *, element: str,
             doc_path: DocPath | None = None, severity: Severity | None = None) -> None:
         """One occurrence outside any path: ``origin`` is where the offending setting was written (None: the
-        hardware profile; ``element`` names the thing and ``doc_path`` is where to point)."""
-        self._record(req, origin, member, message,
-                     element=element or (_describe(self.model, origin) if origin is not None else member),
-                     doc_path=doc_path or (), severity=severity, hit=None, counted=None)
+        hardware profile; ``element`` names the thing, each check knows it, and ``doc_path`` is where to point)."""
+        self._record(req, origin, member, message, element=element, doc_path=doc_path or (), severity=severity,
+                     hit=None, counted=None)
 
     def _nics(self, nic: HostNic) -> Iterator[tuple[HostNic, tuple[int, str, int] | None]]:
         sc = self._scope
