@@ -276,6 +276,7 @@ out = {
     "nobody": [cell("00000000:ff:1f.7", nics[0]), cell(gpus[0], "00000000:ff:1f.7")],
     "unterminated": cell("Z" * 32, nics[0]),
     "padded": [len(padded), cell(padded, nics[0])],
+    "unterminated_id": [len("0" + padded), cell("0" + padded, nics[0])],
 }
 print(json.dumps(out))
 """
@@ -317,3 +318,6 @@ def test_the_export_table_s_topology_cells_between_gpus_and_nics_are_the_dgx_h10
     assert [rc for rc, _ in cells["nobody"]] == [not_supported] * 2
     assert cells["unterminated"][0] == not_supported
     assert cells["padded"] == [31, [0, PIX]]
+    # 32 characters of a valid id fill the record with no NUL: not nvml.h's busId, so no endpoint either (the shim
+    # read it as one before, though its own rule above refused "Z" * 32)
+    assert cells["unterminated_id"][0] == 32 and cells["unterminated_id"][1][0] == not_supported

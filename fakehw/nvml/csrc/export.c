@@ -114,11 +114,11 @@ typedef struct {
 } endpoint_t;
 
 static int find_endpoint(const fhw_snap_t *s, const char *desc, endpoint_t *out) {
-    char text[33];
-    memcpy(text, desc, 32);
-    text[32] = '\0';
+    /* nvml.h's busId: NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE (32) bytes, its NUL terminator among them. A record without
+       one names no endpoint, and nothing past its 32 bytes is read; with one, the id is parsed where it stands. */
+    if (memchr(desc, '\0', 32) == NULL) return 0;
     fhw_pci_addr_t p;
-    if (!fhw_parse_bus_id(text, &p)) return 0;
+    if (!fhw_parse_bus_id(desc, &p)) return 0;
     for (uint32_t i = 0; i < s->hdr->gpu_count; i++) {
         const fhw_gpu_t *g = &s->gpus[i];
         if (g->pci_domain == p.domain && g->pci_bus == p.bus && g->pci_device == p.device && g->pci_function == p.function) {
