@@ -765,3 +765,60 @@ def test_a_wait_whose_set_another_thread_frees_answers_as_a_wait_on_a_freed_set(
     assert got["before"] == invalid_argument, got
     assert got["during"] == got["before"], got
     assert got["waited"] < 10, got
+
+
+COUNT_WAITS = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <poll.h>
+#include <time.h>
+
+/* Every poll(2) and nanosleep(2) the process makes while the test sets fhw_test_counting: the ways the shim's event
+   wait waits (a poll of its inotify descriptor, or the fallback's sleep). */
+int fhw_test_counting;
+int fhw_test_waits;
+
+int poll(struct pollfd *fds, nfds_t n, int timeout) {
+    static int (*real)(struct pollfd *, nfds_t, int);
+    if (real == NULL) real = (int (*)(struct pollfd *, nfds_t, int))dlsym(RTLD_NEXT, "poll");
+    if (fhw_test_counting) fhw_test_waits++;
+    return real(fds, n, timeout);
+}
+
+int nanosleep(const struct timespec *want, struct timespec *left) {
+    static int (*real)(const struct timespec *, struct timespec *);
+    if (real == NULL) real = (int (*)(const struct timespec *, struct timespec *))dlsym(RTLD_NEXT, "nanosleep");
+    if (fhw_test_counting) fhw_test_waits++;
+    return real(want, left);
+}
+"""
+
+ZERO_TIMEOUT_WAITS = r"""
+import ctypes, json, os
+""" + GPU6_EVENT_SET + r"""
+pre = ctypes.CDLL(os.environ["LD_PRELOAD"])
+data = (ctypes.c_ulonglong * 4)()
+counting = ctypes.c_int.in_dll(pre, "fhw_test_counting")
+counting.value = 1
+rcs = [lib.nvmlEventSetWait_v2(s, data, 0) for _ in range(50)]
+counting.value = 0
+waits = ctypes.c_int.in_dll(pre, "fhw_test_waits").value
+assert lib.nvmlEventSetFree(s) == 0
+print(json.dumps({"rcs": rcs, "waits": waits}))
+"""
+
+
+def test_a_wait_with_a_zero_timeout_looks_once_and_does_not_wait(node_snapshot: Callable[..., NodeSnap],
+                                                                tmp_path: Path) -> None:
+    """nvml.h, nvmlEventSetWait_v2: "If timeoutms is zero, skip waiting for event". With no event pending, fifty
+    zero-timeout waits each answer NVML_ERROR_TIMEOUT having looked once: none polls the set's watch or sleeps (an
+    LD_PRELOAD interposer counts the process's poll(2) and nanosleep(2) calls while the waits run). (Seed 10612's
+    events.c:199, the timeout reached only once `elapsed > timeoutms`, went on polling with 0 ms left until a
+    millisecond had passed: a zero-timeout wait that waited.)"""
+    snap = node_snapshot("dgx-h100")
+    preload = build_preload(tmp_path, "count_waits", COUNT_WAITS)
+    code = ZERO_TIMEOUT_WAITS.replace("EVENT_TYPES", str(EVENT_XID | EVENT_DOUBLE_BIT_ECC))
+    got = run_python(code, snap.path, timeout=60, LD_PRELOAD=str(preload))
+    timeout = 10  # nvml.h: NVML_ERROR_TIMEOUT
+    assert got["rcs"] == [timeout] * 50, got
+    assert got["waits"] == 0, got
