@@ -765,3 +765,80 @@ def test_a_wait_whose_set_another_thread_frees_answers_as_a_wait_on_a_freed_set(
     assert got["before"] == invalid_argument, got
     assert got["during"] == got["before"], got
     assert got["waited"] < 10, got
+
+
+COUNT_WAITS = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* Every poll(2) and nanosleep(2) the process makes while the test sets fhw_test_counting: the ways the shim's event
+   wait waits (a poll of its inotify descriptor, or the fallback's sleep). */
+int fhw_test_counting;
+int fhw_test_waits;
+
+int poll(struct pollfd *fds, nfds_t n, int timeout) {
+    static int (*real)(struct pollfd *, nfds_t, int);
+    if (real == NULL) real = (int (*)(struct pollfd *, nfds_t, int))dlsym(RTLD_NEXT, "poll");
+    if (fhw_test_counting) fhw_test_waits++;
+    return real(fds, n, timeout);
+}
+
+int nanosleep(const struct timespec *want, struct timespec *left) {
+    static int (*real)(const struct timespec *, struct timespec *);
+    if (real == NULL) real = (int (*)(const struct timespec *, struct timespec *))dlsym(RTLD_NEXT, "nanosleep");
+    if (fhw_test_counting) fhw_test_waits++;
+    return real(want, left);
+}
+
+/* And every stat(2) of a path: how the shim looks for a writer that does not use the update word. */
+int fhw_test_stats;
+
+int stat(const char *path, struct stat *st) {
+    static int (*real)(const char *, struct stat *);
+    if (real == NULL) real = (int (*)(const char *, struct stat *))dlsym(RTLD_NEXT, "stat");
+    if (fhw_test_counting) fhw_test_stats++;
+    return real(path, st);
+}
+"""
+
+ZERO_TIMEOUT_WAITS = r"""
+import ctypes, json, os, time
+""" + GPU6_EVENT_SET + r"""
+pre = ctypes.CDLL(os.environ["LD_PRELOAD"])
+data = (ctypes.c_ulonglong * 4)()
+counting = ctypes.c_int.in_dll(pre, "fhw_test_counting")
+counting.value = 1
+t0 = time.monotonic()
+rcs = [lib.nvmlEventSetWait_v2(s, data, 0) for _ in range(50)]
+elapsed = time.monotonic() - t0
+counting.value = 0
+waits = ctypes.c_int.in_dll(pre, "fhw_test_waits").value
+stats = ctypes.c_int.in_dll(pre, "fhw_test_stats").value
+assert lib.nvmlEventSetFree(s) == 0
+print(json.dumps({"rcs": rcs, "waits": waits, "stats": stats, "elapsed": elapsed}))
+"""
+
+
+def test_a_wait_with_a_zero_timeout_looks_once_and_does_not_wait(node_snapshot: Callable[..., NodeSnap],
+                                                                tmp_path: Path) -> None:
+    """nvml.h, nvmlEventSetWait_v2: "If timeoutms is zero, skip waiting for event". With no event pending, fifty
+    zero-timeout waits each answer NVML_ERROR_TIMEOUT having looked once: none polls the set's watch or sleeps (an
+    LD_PRELOAD interposer counts the process's poll(2) and nanosleep(2) calls while the waits run). Nor does each
+    look stat() the snapshot's path: docs/nvml.md has the shim do that "at most every 10 ms". (Seed 10612's
+    events.c:199, the timeout reached only once `elapsed > timeoutms`, went on polling with 0 ms left until a
+    millisecond had passed: a zero-timeout wait that waited; seed 10618's events.c:191, each wait's first look
+    forced, stat()ed fifty times in 0.13 ms.)"""
+    snap = node_snapshot("dgx-h100")
+    preload = build_preload(tmp_path, "count_waits", COUNT_WAITS)
+    code = ZERO_TIMEOUT_WAITS.replace("EVENT_TYPES", str(EVENT_XID | EVENT_DOUBLE_BIT_ECC))
+    got = run_python(code, snap.path, timeout=60, LD_PRELOAD=str(preload))
+    timeout = 10  # nvml.h: NVML_ERROR_TIMEOUT
+    assert got["rcs"] == [timeout] * 50, got
+    assert got["waits"] == 0, got
+    # docs/nvml.md: the shim stat()s the snapshot's path "at most every 10 ms" (a writer not using the update word
+    # is caught that way): fifty looks within a few milliseconds are not fifty stats (seed 10618's events.c:191,
+    # every wait's first look forced, stat()ed at each)
+    assert got["stats"] <= got["elapsed"] * 1000 / 10 + 2, got

@@ -65,7 +65,7 @@ CHOPPY = r"""
    FHW_TEST_CLOCK=fast: CLOCK_MONOTONIC_COARSE runs 1000 times fast from its first reading, and poll waits a
    thousandth of its timeout. FHW_TEST_CLOCK=late: CLOCK_MONOTONIC_COARSE reads 31 s later from the moment a recv
    of a descriptor past the standard three first moves a byte (the rest of the answer arriving past a 30 s bound,
-   as from a peer that drips it, without a test waiting 30 s). */
+   as from a peer that drips it, without a test waiting 30 s); FHW_TEST_LATE_MS=N makes it N ms later instead. */
 static int choppy(long *calls) {
     const char *on = getenv("FHW_TEST_CHOPPY");
     if (on == NULL || strcmp(on, "1") != 0) return 0;
@@ -142,7 +142,10 @@ int clock_gettime(clockid_t clk, struct timespec *ts) {
     static long long base_ns = -1;
     int r = real(clk, ts);
     if (r == 0 && clk == CLOCK_MONOTONIC_COARSE && late() && answer_begun) {
-        ts->tv_sec += 31;
+        const char *ms = getenv("FHW_TEST_LATE_MS"); /* how much later; 31 s unless given */
+        long long add_ns = (ms != NULL ? atoll(ms) : 31000) * 1000000LL + ts->tv_nsec;
+        ts->tv_sec += add_ns / 1000000000LL;
+        ts->tv_nsec = add_ns % 1000000000LL;
         return 0;
     }
     if (r != 0 || clk != CLOCK_MONOTONIC_COARSE || !fast()) return r;
@@ -320,6 +323,24 @@ def test_an_answer_still_arriving_when_the_bound_passes_is_no_answer(
         [result] = run_caller(tmp_path, nvml_library, choppy_library,
                               [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CHOPPY="1",
                               FHW_TEST_CLOCK="late")
+    finally:
+        agent.close()
+    assert result["status"] == UNKNOWN, result["trace"]
+    assert "no answer from the agent" in result["trace"], result["trace"]
+
+
+def test_the_bound_is_thirty_seconds_of_the_monotonic_clock(
+        tmp_path: Path, nvml_library: Path, choppy_library: Path) -> None:
+    """As the test above, with the rest of the answer arriving 30.005 s after its first byte instead of 31 s: still
+    past the client's 30 s bound, so no answer (UNKNOWN, "no answer from the agent"). The bound is counted in the
+    seconds CLOCK_MONOTONIC_COARSE gives (POSIX clock_gettime: `tv_sec` seconds and `tv_nsec` nanoseconds, so a
+    millisecond is 1/1000 of the one and 1,000,000 of the other); a client whose milliseconds were 0.1 % short
+    (core.c:38's `tv_sec * 1000` made `* 999`, seed 10620) would count 30.005 s as 29.975 s and read on: SUCCESS."""
+    agent = StandInAgent(tmp_path / "agent.sock", [http(200, {"generation": 0})])
+    try:
+        [result] = run_caller(tmp_path, nvml_library, choppy_library,
+                              [{"mode": 1, "socket": str(tmp_path / "agent.sock")}], FHW_TEST_CHOPPY="1",
+                              FHW_TEST_CLOCK="late", FHW_TEST_LATE_MS="30005")
     finally:
         agent.close()
     assert result["status"] == UNKNOWN, result["trace"]

@@ -565,6 +565,24 @@ def test_the_export_table_s_process_slot_writes_no_entry_past_the_capacity_it_is
     assert set(entries[SMI_PROCESS_ENTRY:]) == {0xAB}
 
 
+def test_the_export_table_asked_for_without_a_table_or_a_guid_is_an_invalid_argument(
+        nvml: Callable[..., NodeSnap], pynvml_module: ModuleType) -> None:
+    """nvmlInternalGetExportTable with no place for the table, or no GUID, is refused as NVML_ERROR_INVALID_ARGUMENT.
+    nvml.h does not declare the call, so the refusal is the code nvml.h defines for it: INVALID_ARGUMENT "A
+    supplied argument is invalid", not UNKNOWN "An internal driver error occurred" (the rule of
+    test_getter_branches.py's docstring, as for every call whose documented failures are only "nonzero"); a GUID the
+    table does not answer to is INVALID_ARGUMENT too (its test below). The same call with both answers SUCCESS."""
+    n = pynvml_module
+    nvml("dgx-h100")
+    lib = ctypes.CDLL("libnvidia-ml.so.1")
+    table = ctypes.c_void_p()
+    guid = (ctypes.c_ubyte * 16)(*SMI_TABLE_GUID)
+    assert lib.nvmlInternalGetExportTable(None, guid) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert lib.nvmlInternalGetExportTable(ctypes.byref(table), None) == n.NVML_ERROR_INVALID_ARGUMENT
+    assert table.value is None
+    assert lib.nvmlInternalGetExportTable(ctypes.byref(table), guid) == n.NVML_SUCCESS and table.value
+
+
 TRUNCATED_UNDER_A_READER = r"""
 import json, os, sys, time, pynvml
 path = os.environ["FAKEHW_NVML_SNAPSHOT"]
