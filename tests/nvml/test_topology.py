@@ -321,3 +321,37 @@ def test_the_export_table_s_topology_cells_between_gpus_and_nics_are_the_dgx_h10
     # 32 characters of a valid id fill the record with no NUL: not nvml.h's busId, so no endpoint either (the shim
     # read it as one before, though its own rule above refused "Z" * 32)
     assert cells["unterminated_id"][0] == 32 and cells["unterminated_id"][1][0] == not_supported
+
+
+BUS_ID_AT_A_PAGE_END = r"""
+import ctypes, json, mmap
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+libc = ctypes.CDLL(None, use_errno=True)
+assert lib.nvmlInit_v2() == 0
+page = mmap.PAGESIZE
+pages = mmap.mmap(-1, 2 * page)
+base = ctypes.addressof(ctypes.c_char.from_buffer(pages))
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+assert libc.mprotect(base + page, page, 0) == 0  # the byte after the id is unreadable
+
+def by_bus_id(text):
+    pages[page - len(text):page] = text.encode()
+    h = ctypes.c_void_p()
+    return lib.nvmlDeviceGetHandleByPciBusId_v2(ctypes.c_void_p(base + page - len(text)), ctypes.byref(h))
+
+print(json.dumps({"zeros": by_bus_id("0" * 64), "padded": by_bus_id("0" * 56 + ":07:00.0")}))
+"""
+
+
+def test_a_bus_id_with_no_nul_in_its_64_bytes_is_refused_without_reading_past_them(
+        node_snapshot: Callable[..., NodeSnap]) -> None:
+    """nvmlDeviceGetHandleByPciBusId_v2 takes a NUL-terminated "domain:bus:device.function" (nvml.h: the busId of
+    nvmlPciInfo_t, NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE 32 with its terminator); a caller's string with no NUL in the
+    first 64 bytes the shim looks at is INVALID_ARGUMENT ("pciBusId is invalid"), and nothing past them is read: the
+    bytes sit at the end of a page whose next page is unreadable, so a parse that went on (system.c's bound made
+    `>= 65`: sscanf's "%x" takes any number of zeros) would end the process. Both 64 zeros and 64 characters of an
+    id that parses (56 zeros as its domain) are refused."""
+    snap = node_snapshot("dgx-h100")
+    got = run_python(BUS_ID_AT_A_PAGE_END, snap.path)
+    invalid_argument = 2
+    assert got == {"zeros": invalid_argument, "padded": invalid_argument}
