@@ -22,7 +22,7 @@ import hashlib
 import json
 import time
 from collections import Counter
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -241,10 +241,26 @@ def _manifest(env: dict[str, Any], signing: Signing) -> Manifest:
         versions={"harness": env.get("harness_version"), "python": env.get("python"),
                   **{k: env.get(k) for k in ("docker", "kind", "kubernetes") if env.get(k)}},
         catalogue=CatalogueRef(version=cat.version, digest=cat.digest),
-        harness=Harness.model_validate(env["harness"]) if isinstance(env.get("harness"), dict) else None,
-        runner=Runner.model_validate(env["runner"]) if isinstance(env.get("runner"), dict) else None,
+        harness=_environment_part(env, "harness", Harness),
+        runner=_environment_part(env, "runner", Runner),
         signing=signing,
     )
+
+
+_Part = TypeVar("_Part", bound=BaseModel)
+
+
+def _environment_part(env: dict[str, Any], key: str, model: type[_Part]) -> _Part | None:
+    """``environment.<key>`` of a results file as ``model`` (None when it is not an object); a wrong one is refused
+    naming its first wrong field as the file writes them (``environment.harness.commit``), as :func:`load_report`
+    names a report's."""
+    value = env.get(key)
+    if not isinstance(value, dict):
+        return None
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise ReportError(f"results file: {_first_error(exc, value, ('environment', key))}") from None
 
 
 def _generated(results: dict[str, Any], now: float | None) -> str:
@@ -317,12 +333,11 @@ def build_report(results: dict[str, Any], now: float | None = None, signing: Sig
     tests = {t["nodeid"]: t for t in results["tests"]}
     requirements = results["requirements"]
     complete = bool(results["complete"])
+    rows = [_row(req_id, entry, tests) for req_id, entry in sorted(requirements.items())]
     try:
-        rows = [_row(req_id, entry, tests) for req_id, entry in sorted(requirements.items())]
         manifest = _manifest(env, signing)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        raise ReportError(f"results file: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}") from None
+        raise ReportError(f"results file: {_first_error(exc, env, ('environment',))}") from None
     partial = not complete
     summary: Counter[str] = Counter(r.status for r in rows)
     report = Report(
@@ -346,10 +361,14 @@ def load_report(text: str, source: str = "report") -> Report:
     try:
         return Report.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        first = min(errors, key=lambda error: _position(data, error["loc"]))
-        where = ".".join(str(x) for x in first["loc"])
-        raise ReportError(f"{source}: {where}: {first['msg']}") from None
+        raise ReportError(f"{source}: {_first_error(exc, data)}") from None
+
+
+def _first_error(exc: ValidationError, data: Any, prefix: tuple[str, ...] = ()) -> str:
+    """``where: what`` of the wrong field of ``data`` (the document ``exc`` came from, at ``prefix`` in its file) that
+    a reader of the file meets first (:func:`_position`), not the first in the model's order."""
+    first = min(exc.errors(include_url=False), key=lambda error: _position(data, error["loc"]))
+    return f"{'.'.join(str(x) for x in (*prefix, *first['loc']))}: {first['msg']}"
 
 
 def _position(data: Any, loc: tuple[int | str, ...]) -> tuple[int, ...]:

@@ -267,6 +267,41 @@ def test_a_results_file_missing_its_parts_names_each() -> None:
         build_report({"schema": RESULTS_SCHEMA, "complete": True, "tests": []})
 
 
+@pytest.mark.parametrize(("part", "value", "expected"), [
+    # three wrong fields, written in an order that is neither the model's (version, source, ..., digest) nor its
+    # reverse: the message names the one the file shows first
+    ("harness", {"source": 1, "version": 2, "digest": 3, "commit": None, "modified": False},
+     "environment.harness.source: Input should be a valid string"),
+    ("runner", {"builder": 1, "kind": 2, "platform": 3, "id": "r", "environment": "e", "isolation": "i"},
+     "environment.runner.builder: Input should be a valid string"),
+])
+def test_a_wrong_harness_or_runner_in_a_results_file_is_named_where_the_file_writes_it(
+        part: str, value: dict[str, Any], expected: str) -> None:
+    """``conformance report`` refuses a results file whose ``environment.harness`` or ``environment.runner`` has wrong
+    fields, naming the first one a reader of the file meets, with its path in the file, as ``load_report`` names a
+    report's (before: the first in the model's order, and only the field's name, ``source``, not where it is)."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import ReportError, build_report
+
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {part: value}, "tests": [],
+               "requirements": {"SCHED-FIT-001": {"status": "passed", "tests": [], "duration": 1.0}}}
+    with pytest.raises(ReportError) as info:
+        build_report(results)
+    assert str(info.value) == f"results file: {expected}"
+
+
+def test_an_environment_of_wrong_values_is_refused_naming_the_first_the_file_writes() -> None:
+    """The manifest's own fields from ``environment`` (profile, backend, nodes): two wrong, the later one in the
+    model's order written first, is refused naming that one with its path."""
+    from conformance import RESULTS_SCHEMA
+    from conformance.report.model import ReportError, build_report
+
+    results = {"schema": RESULTS_SCHEMA, "complete": True, "environment": {"nodes": "many", "profile": 5},
+               "tests": [], "requirements": {"SCHED-FIT-001": {"status": "passed", "tests": [], "duration": 1.0}}}
+    with pytest.raises(ReportError, match=r"^results file: environment\.nodes: "):
+        build_report(results)
+
+
 def test_a_requirement_no_test_ran_took_no_time() -> None:
     """A requirement's duration is the sum of its tests' durations (docs/certification.md: "duration, the tests that
     checked it"); an entry that lists no test and no duration (a results file from another writer) took 0 s, the
