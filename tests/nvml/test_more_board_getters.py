@@ -1925,9 +1925,11 @@ def _nvlink_calls(lib: ctypes.CDLL, link: int) -> dict[str, NvlinkCall]:
     The buffers are filled with 0xA5 so that a refusal can be seen to have written nothing (nvml.h: an output is
     set only "if" the call answers SUCCESS). Structs are passed as raw bytes of nvml.h's sizes: nvmlPciInfo_t 68
     (busIdLegacy[16], domain, bus, device, pciDeviceId, pciSubSystemId, busId[32]), the v1 nvmlPciInfo_t of the
-    unsuffixed nvmlDeviceGetNvLinkRemotePciInfo 36 (busId[16] and the five words), nvmlNvLinkUtilizationControl_t 8
-    (units, pktfilter), nvmlNvLinkInfo_v1_t 8 (version, isNvleEnabled) and the bandwidth-mode structs of
-    :class:`NvlinkGetBwMode` and :class:`NvlinkSupportedBwModes`, each with its version word first."""
+    unsuffixed nvmlDeviceGetNvLinkRemotePciInfo 52 (busId[16], the five words and reserved0-3; 36 let the parent's
+    answer write 16 bytes past the buffer, a heap corruption that crashed a later call under xdist),
+    nvmlNvLinkUtilizationControl_t 8 (units, pktfilter), nvmlNvLinkInfo_v1_t 8 (version, isNvleEnabled) and the
+    bandwidth-mode structs of :class:`NvlinkGetBwMode` and :class:`NvlinkSupportedBwModes`, each with its version
+    word first."""
     def out(size: int, version: int | None = None) -> ctypes.Array[ctypes.c_char]:
         buf = ctypes.create_string_buffer(b"\xa5" * size, size)
         if version is not None:
@@ -1946,7 +1948,7 @@ def _nvlink_calls(lib: ctypes.CDLL, link: int) -> dict[str, NvlinkCall]:
         "nvmlDeviceGetNvLinkVersion": entry("nvmlDeviceGetNvLinkVersion", link, out(4)),
         "nvmlDeviceGetNvLinkCapability": entry("nvmlDeviceGetNvLinkCapability", link, 0, out(4)),
         "nvmlDeviceGetNvLinkRemotePciInfo_v2": entry("nvmlDeviceGetNvLinkRemotePciInfo_v2", link, out(68)),
-        "nvmlDeviceGetNvLinkRemotePciInfo": entry("nvmlDeviceGetNvLinkRemotePciInfo", link, out(36)),
+        "nvmlDeviceGetNvLinkRemotePciInfo": entry("nvmlDeviceGetNvLinkRemotePciInfo", link, out(52)),
         "nvmlDeviceGetNvLinkRemoteDeviceType": entry("nvmlDeviceGetNvLinkRemoteDeviceType", link, out(4)),
         "nvmlDeviceGetNvLinkErrorCounter": entry("nvmlDeviceGetNvLinkErrorCounter", link, 0, out(8)),
         "nvmlDeviceResetNvLinkErrorCounters": entry("nvmlDeviceResetNvLinkErrorCounters", link),
