@@ -33,6 +33,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import resource
 import select
 import statistics
 import subprocess
@@ -41,6 +42,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -188,15 +190,34 @@ def running_agent(profile: str, state_dir: Path, command: list[str]) -> Iterator
             agent.wait()
 
 
+@dataclass(frozen=True)
+class InjectPhase:
+    rate: float
+    """Injections per second."""
+    errors: int
+    agent_cpu: float
+    """Agent CPU seconds per injection."""
+    client_cpu: float
+    """The client processes' CPU seconds per injection (they share the machine's cores with the agent)."""
+    wall: float
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's children that have been waited for (getrusage(2) RUSAGE_CHILDREN)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def inject_phase(agent: subprocess.Popen[bytes], sock: str, targets: list[tuple[str, str]],
-                 args: argparse.Namespace) -> tuple[float, int, float, float]:
-    """The concurrent injections: (injections/s, errors, agent CPU seconds per injection, wall seconds)."""
-    cpu = agent_cpu(agent.pid)
+                 args: argparse.Namespace) -> InjectPhase:
+    """The concurrent injections, with the agent's and the clients' CPU per injection."""
+    cpu, clients = agent_cpu(agent.pid), children_cpu()
     t = time.perf_counter()
     rate, errors = concurrent(sock, targets, args.clients, args.threads, args.seconds, "inject")
     wall = time.perf_counter() - t
-    cpu = agent_cpu(agent.pid) - cpu
-    return rate, errors, cpu / max(rate * args.seconds, 1), wall
+    cpu, clients = agent_cpu(agent.pid) - cpu, children_cpu() - clients  # the clients were joined: counted
+    done = max(rate * args.seconds, 1)
+    return InjectPhase(rate, errors, cpu / done, clients / done, wall)
 
 
 def render_floor(profile: str, targets: list[tuple[str, str]], args: argparse.Namespace, rate: float,
@@ -205,7 +226,8 @@ def render_floor(profile: str, targets: list[tuple[str, str]], args: argparse.Na
     (``_agent_without_renders.py``): what everything but the render costs, and so the render's share."""
     with tempfile.TemporaryDirectory(prefix="fhw-bench-agent-floor-", dir=args.dir) as tmp, \
             running_agent(profile, Path(tmp), [sys.executable, WITHOUT_RENDERS]) as (agent, _, _):
-        floor_rate, errors, floor_cpu, _ = inject_phase(agent, str(Path(tmp) / "agent.sock"), targets, args)
+        floor = inject_phase(agent, str(Path(tmp) / "agent.sock"), targets, args)
+    floor_rate, errors, floor_cpu = floor.rate, floor.errors, floor.agent_cpu
     row("inject, renders skipped (the floor)", f"{floor_rate:8.0f} injections/s",
         f"agent CPU {floor_cpu * 1e3:.2f} ms per injection", f"errors {errors}")
     render = per_injection - floor_cpu
@@ -263,7 +285,8 @@ def run_profile(profile: str, args: argparse.Namespace) -> None:
         health_cpu = (agent_cpu(agent.pid) - cpu) / max(health_rate * args.seconds / 2, 1)
         records = journal_records(state_dir)
         work = client.health().get("work")  # an older agent (PYTHONPATH=<checkout>) has no counters
-        rate, errors, per_injection, wall = inject_phase(agent, sock, targets, args)
+        phase = inject_phase(agent, sock, targets, args)
+        rate, errors, per_injection, wall = phase.rate, phase.errors, phase.agent_cpu, phase.wall
         cpu = per_injection * rate * args.seconds
         records = journal_records(state_dir) - records
         after = client.health().get("work")
@@ -275,6 +298,11 @@ def run_profile(profile: str, args: argparse.Namespace) -> None:
         row("  agent CPU per injection", f"{per_injection * 1e3:7.2f} ms",
             f"{per_injection / max(health_cpu, 1e-9):5.1f}x a health request's",
             f"({cpu:.1f} s CPU in {wall:.1f} s)")
+        # What the machine has to give at the target: the load generator runs on the same cores.
+        both = per_injection + phase.client_cpu
+        row("  the clients' CPU per injection", f"{phase.client_cpu * 1e3:7.2f} ms",
+            f"agent + clients {both * 1e3:.2f} ms: {both * 1000:.2f} of this machine's "
+            f"{len(os.sched_getaffinity(0))} CPUs at 1,000/s")
         row("  journal records written", f"{records}", f"faults active at the end: {len(client.faults())}")
         if work and after:
             changes = after["changes_applied"] - work["changes_applied"]
