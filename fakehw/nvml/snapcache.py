@@ -11,10 +11,13 @@ GPU's record, the header and the events that joined the ring.
 
 What a reused GPU record answers: the readings that move with the node's generation (energy, NVLink utilization
 counters, power draw samples) are those of the generation its record was last built at, i.e. a GPU's counters
-move on whenever something about that GPU changes (a fault or heal on it, a link of it going down, its MIG state),
-not when another GPU of the node changes. :meth:`SnapshotCache.generations` says which generation each GPU's record
-was built at, and ``build_snapshot(..., gpu_generations=...)`` without a cache builds the same bytes (the test of
-this module compares them).
+move on whenever something about that GPU changes that its state shows besides its Xid history (a fault or heal
+on it, a link of it going down, its MIG state), not when another GPU of the node changes, and not when only its
+Xid history does: an Xid (or the heal of one) that leaves the rest of the GPU's state as it was, its health
+included, revises the two fields that show it, the Xid count and the last Xid, in the last record (an injection
+touches only what it changes). :meth:`SnapshotCache.generations` says which generation each GPU's record was built
+at, and ``build_snapshot(..., gpu_generations=...)`` without a cache builds the same bytes (the test of this
+module compares them).
 """
 
 from __future__ import annotations
@@ -84,11 +87,20 @@ class SnapshotCache:
         self.built += 1
         return value
 
-    def gpu_record(self, gpu: str, key: Any, generation: int, make: Callable[[int], T]) -> T:
-        """A GPU's record: rebuilt (at ``generation``) only when its inputs ``key`` changed."""
+    def gpu_record(self, gpu: str, key: Any, generation: int, make: Callable[[int], T],
+                   revise: Callable[[Any, T], T | None] | None = None) -> T:
+        """A GPU's record: rebuilt (at ``generation``) only when its inputs ``key`` changed; first, when they did,
+        ``revise(old key, old record)`` may make it from the last one (None: it cannot), which keeps the generation
+        its readings are of (see the module docstring)."""
         hit = self._parts.get(("gpu", gpu))
         if hit is not None and hit[0] == key:
             return hit[1]  # type: ignore[no-any-return]
+        if hit is not None and revise is not None:
+            revised = revise(hit[0], hit[1])
+            if revised is not None:
+                self._parts[("gpu", gpu)] = (key, revised)
+                self.built += 1
+                return revised
         value = make(generation)
         self._parts[("gpu", gpu)] = (key, value)
         self._generations[gpu] = generation

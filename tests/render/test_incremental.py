@@ -77,12 +77,22 @@ def changes(node: Node) -> Iterator[dict[str, Any] | str]:
         return
     first, last = gpus[0], gpus[-1]
     yield {"kind": "xid", "device": first.name, "code": 13}
+    # Each kind twice with another value: the second changes one field of the GPU's state and not its health or
+    # reasons, which is where a record revised instead of rebuilt would go stale.
+    yield {"kind": "thermal", "device": last.name, "temperature_c": 60}  # warm: no throttling, only the reading
+    yield {"kind": "thermal", "device": last.name, "temperature_c": 61}
+    yield {"kind": "ecc", "device": last.name, "type": "sbe", "count": 3, "location": "device-memory"}
+    yield {"kind": "ecc", "device": last.name, "type": "sbe", "count": 1, "location": "device-memory"}
+    yield {"kind": "power-cap", "device": last.name, "limit_w": 400}
+    yield {"kind": "power-cap", "device": last.name, "limit_w": 350}
     yield {"kind": "thermal", "device": last.name, "temperature_c": 95}
+    yield {"kind": "xid", "device": last.name, "code": 31}  # an Xid on a GPU whose state is not its boot state
     yield {"kind": "ecc", "device": first.name, "type": "dbe", "count": 2, "location": "device-memory"}
     linked = next((g for g in gpus if g.ports), None)
     if linked is not None:
         yield {"kind": "nvlink-down", "device": linked.name, "link": 0}
         yield {"kind": "nvlink-errors", "device": linked.name, "link": 0, "counter": "replay", "increment": 5}
+        yield {"kind": "nvlink-errors", "device": linked.name, "link": 0, "counter": "replay", "increment": 2}
     yield first.name
     yield {"kind": "fallen-off-bus", "device": last.name}
     if linked is not None:
@@ -160,12 +170,60 @@ def test_a_fault_on_one_gpu_rebuilds_that_gpu_only() -> None:
     build_snapshot(system, node, run.state(), (), cache=cache).to_bytes(cache)
     before = cache.generations()
     built = cache.built
-    run.inject({"kind": "xid", "device": "gpu3", "code": 13})
+    run.inject({"kind": "power-cap", "device": "gpu3", "limit_w": 400})
     build_snapshot(system, node, run.state(), tuple(run.events), cache=cache).to_bytes(cache)
     after = cache.generations()
-    assert cache.built - built == 2  # gpu3's record and the one new event's
+    assert cache.built - built == 1 + len(run.events)  # gpu3's record and the new events' records
     assert {g for g in after if after[g] != before[g]} == {"gpu3"}
     assert after["gpu3"] == run.generation
+
+
+@pytest.mark.usefixtures("fixed_clock")
+def test_an_xid_changes_the_two_fields_that_show_it_and_nothing_else() -> None:
+    """An Xid (or its heal) changes a GPU's Xid history and nothing NVML reads beyond its count and last code
+    (nvmlEventData_t.eventData carries the code through the event ring): the GPU's record is the last one with
+    those two fields changed, its readings still those of the generation they were made at, and the snapshot the
+    same as one built in full at that generation. (Xid 32 is not among the codes the fake counts as critical,
+    ``CRITICAL_XIDS``: the GPU's health, which the record does not show, stays as it is.)"""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    run = Scenario(system, node)
+    cache = SnapshotCache()
+    first = build_snapshot(system, node, run.state(), (), cache=cache)
+    first.to_bytes(cache)
+    before = cache.generations()
+    for code in (32, 32):
+        run.inject({"kind": "xid", "device": "gpu3", "code": code})
+    snap = build_snapshot(system, node, run.state(), tuple(run.events), cache=cache)
+    assert cache.generations() == before
+    was, now = first.gpus[3].__dict__, snap.gpus[3].__dict__
+    assert {name for name in now if now[name] != was[name]} == {"xid_count", "last_xid"}
+    assert (now["xid_count"], now["last_xid"]) == (2, 32)
+    assert packed_with(cache, snap) == build_snapshot(system, node, run.state(), tuple(run.events),
+                                                      gpu_generations=cache.generations()).to_bytes()
+    run.heal("gpu3")
+    healed = build_snapshot(system, node, run.state(), tuple(run.events), cache=cache)
+    assert healed.gpus[3].__dict__ == was  # the two fields back, the readings where they were
+
+
+@pytest.mark.usefixtures("fixed_clock")
+def test_a_critical_xid_rebuilds_the_record_once_and_its_repeats_revise_it() -> None:
+    """The first critical Xid of a GPU changes its health (the state's verdict, which the revision compares though
+    no record field shows it): a record built afresh at the new generation; the same code again changes only the
+    history (the verdict names each code once), so the record is revised and its readings stay."""
+    system = load_profile("dgx-h100")
+    node = system.nodes[0]
+    run = Scenario(system, node)
+    cache = SnapshotCache()
+    build_snapshot(system, node, run.state(), (), cache=cache).to_bytes(cache)
+    run.inject({"kind": "xid", "device": "gpu3", "code": 13})
+    build_snapshot(system, node, run.state(), tuple(run.events), cache=cache).to_bytes(cache)
+    assert run.state().gpus[3].health == "unhealthy" and cache.generations()["gpu3"] == run.generation
+    rebuilt = cache.generations()
+    run.inject({"kind": "xid", "device": "gpu3", "code": 13})
+    snap = build_snapshot(system, node, run.state(), tuple(run.events), cache=cache)
+    assert cache.generations() == rebuilt
+    assert snap.gpus[3].xid_count == 2
 
 
 @pytest.mark.usefixtures("fixed_clock")
