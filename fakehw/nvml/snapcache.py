@@ -88,15 +88,15 @@ class SnapshotCache:
         return value
 
     def gpu_record(self, gpu: str, key: Any, generation: int, make: Callable[[int], T],
-                   revise: Callable[[Any, T], T | None] | None = None) -> T:
+                   revise: Callable[[Any, Any, T], T | None] | None = None) -> T:
         """A GPU's record: rebuilt (at ``generation``) only when its inputs ``key`` changed; first, when they did,
-        ``revise(old key, old record)`` may make it from the last one (None: it cannot), which keeps the generation
-        its readings are of (see the module docstring)."""
+        ``revise(key, old key, old record)`` may make it from the last one (None: it cannot), which keeps the
+        generation its readings are of (see the module docstring)."""
         hit = self._parts.get(("gpu", gpu))
         if hit is not None and hit[0] == key:
             return hit[1]  # type: ignore[no-any-return]
         if hit is not None and revise is not None:
-            revised = revise(hit[0], hit[1])
+            revised = revise(key, hit[0], hit[1])
             if revised is not None:
                 self._parts[("gpu", gpu)] = (key, revised)
                 self.built += 1

@@ -472,14 +472,15 @@ that some day follows them cannot go stale; its repeats (the reasons name each c
 _RECORD_INPUTS = tuple(f.name for f in dataclasses.fields(GpuState) if f.name not in _XID_HISTORY)
 
 
-def _revise_xids(gstate: GpuState, key: tuple[Any, ...], old_key: tuple[Any, ...],
-                 old: GpuRecord) -> GpuRecord | None:
-    """The GPU's last record with the Xid count and last Xid of ``gstate``, when nothing else the record is made
-    from changed since (``key`` against ``old_key``: the GPU's state but its Xid history, its NVLinks, MIG state and
-    processes); None when something did. What a GB200 tray's injection of an Xid costs then is two fields, not a
-    record of 171 fields and 18 NVLink records with readings (0.1 ms of CPU per injection in process)."""
-    was = old_key[0]
-    if old_key[1:] != key[1:] or not isinstance(was, GpuState):
+def _revise_xids(key: tuple[Any, ...], old_key: tuple[Any, ...], old: GpuRecord) -> GpuRecord | None:
+    """The GPU's last record with the Xid count and last Xid of its state now, when nothing else the record is made
+    from changed since (``key`` against ``old_key``, :func:`build_snapshot`'s: the GPU's state first, then its
+    NVLinks, MIG state and processes); None when something did. What a GB200 tray's injection of an Xid costs then
+    is two fields, not a record of 171 fields and 18 NVLink records with readings (0.1 ms of CPU per injection in
+    process)."""
+    gstate: GpuState = key[0]
+    was: GpuState = old_key[0]
+    if old_key[1:] != key[1:]:
         return None
     if any(getattr(was, name) != getattr(gstate, name) for name in _RECORD_INPUTS):
         return None
@@ -580,7 +581,7 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
             return _gpu_record(system, node, static, gpu, gstate, gen, mig_state, first_mig, gpu_migs,
                                first_profile, gpu_profiles, first_process, gpu_procs, load)
 
-        gpus.append(memo.gpu_record(gpu.name, key, generation, make, functools.partial(_revise_xids, gstate, key)))
+        gpus.append(memo.gpu_record(gpu.name, key, generation, make, _revise_xids))
         procs += gpu_procs
 
     def event_record(e: Event) -> EventRecord | None:
