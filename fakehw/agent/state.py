@@ -8,7 +8,6 @@ restarted agent rebuilds the same state from its journal. Events are separate: a
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -58,9 +57,16 @@ class ActiveFault:
     node: str
     request: FaultBase
     created: float
+    body: dict[str, Any] = field(init=False, repr=False, compare=False)
+    """The request's fields as JSON, dumped once: an injection encodes its fault three to four times (journal
+    record, idempotency answer, HTTP answer, ``state.json``) and pydantic's dump was most of each. The request is
+    frozen and its fields are scalars, so the dump cannot go stale; :meth:`to_json` hands out a new dict each time."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "body", self.request.model_dump())
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "node": self.node, "created": self.created, **self.request.model_dump()}
+        return {"id": self.id, "node": self.node, "created": self.created, **self.body}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +83,9 @@ class Event:
     fault: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """By hand: ``dataclasses.asdict`` deep-copies, and every injection encodes its events for the journal."""
+        return {"seq": self.seq, "time": self.time, "node": self.node, "device": self.device, "kind": self.kind,
+                "data": self.data, "nvml_type": self.nvml_type, "fault": self.fault}
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,26 @@ def test_xid79_loses_the_gpu_until_healed(with_files: AgentService) -> None:
     assert restored["generation"] == after["generation"] + 1
 
 
+def test_a_fault_and_its_event_as_the_api_gives_them(service: AgentService) -> None:
+    """Every member of a fault and of its event, with values from the request and from nvml.h (an Xid is
+    ``nvmlEventTypeXidCriticalError`` = 0x8, its data the code): ``to_json`` is written out by hand, so a member left
+    out or taken from the wrong field shows here; the same again after a restart (the journal's copy)."""
+    fault = service.inject(NODE, {"kind": "xid", "device": "gpu2", "code": 43})
+    assert fault.to_json() == {"id": fault.id, "node": NODE, "created": fault.created, "kind": "xid",
+                               "device": "gpu2", "code": 43}
+    [event] = service.events(since=0)
+    assert event.to_json() == {"seq": 1, "time": event.time, "node": NODE, "device": "gpu2", "kind": "xid",
+                               "data": 43, "nvml_type": 0x8, "fault": fault.id}
+    assert isinstance(event.time, float) and event.time == fault.created
+    service.close()
+    again = AgentService(load_profile("dgx-h100"), service.state_dir, files="on-demand")
+    try:
+        assert [f.to_json() for f in again.faults()] == [fault.to_json()]
+        assert [e.to_json() for e in again.events(since=0)] == [event.to_json()]
+    finally:
+        again.close()
+
+
 def test_each_fault_kind_changes_what_it_should(service: AgentService) -> None:
     h100 = load_profile("dgx-h100").nodes[0].gpus[0].sku
     service.inject(NODE, {"kind": "ecc", "device": "gpu1", "type": "dbe", "count": 2})
