@@ -365,9 +365,14 @@ def _no_constant(text: str) -> Any:
     raise ValueError(f"{text} is not JSON")
 
 
+_STRICT_JSON = json.JSONDecoder(parse_int=_strict_int, parse_float=_finite_float, parse_constant=_no_constant)
+"""Made once (``json.loads`` with hooks makes a decoder per call); a decoder holds no state between calls."""
+
+
 def parse_json(raw: bytes) -> Any:
-    """Strict JSON: integers within 64 bits, finite numbers only (no NaN/Infinity)."""
-    return json.loads(raw, parse_int=_strict_int, parse_float=_finite_float, parse_constant=_no_constant)
+    """Strict JSON: integers within 64 bits, finite numbers only (no NaN/Infinity). Bytes are decoded as
+    ``json.loads`` decodes them (UTF-8, -16 or -32 by their first bytes; a UTF-8 byte order mark is dropped)."""
+    return _STRICT_JSON.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
 
 
 class _RequestHandler(BaseHTTPRequestHandler):
