@@ -989,6 +989,39 @@ def _packer(key: Hashable) -> Any:
     return env["pack"]
 
 
+@dataclass(frozen=True)
+class ScalarPacker:
+    """One scalar field of a record and its value packed: what :meth:`pack_into` writes into a record in a buffer."""
+
+    offset: int
+    """The field's offset in its record."""
+    data: bytes
+
+    def pack_into(self, buf: bytearray, base: int) -> tuple[int, int]:
+        """Write the value into the record at ``base`` of ``buf``; the ``[start, end)`` range written."""
+        start = base + self.offset
+        buf[start:start + len(self.data)] = self.data
+        return start, start + len(self.data)
+
+
+def scalar_packer(record: type[Any], name: str, value: int | float) -> ScalarPacker:
+    """Field ``name`` of ``record`` holding ``value``, packed as :func:`pack_into` packs it (:class:`LayoutError`
+    when it does not fit, ``TypeError`` for a field that is not a scalar): a record that differs from the one in a
+    buffer only in some scalars is written as those (the snapshot cache, :mod:`fakehw.nvml.snapcache`)."""
+    f = _field_of(cast(Hashable, record), name)
+    if not isinstance(f.kind, Scalar):
+        raise TypeError(f"{record.__name__}.{name} is not a scalar field")
+    try:
+        return ScalarPacker(f.offset, struct.pack("<" + f.kind.code, value))
+    except struct.error as exc:
+        raise LayoutError(f"{record.__name__}.{name}: {value!r} does not fit {f.kind}: {exc}") from None
+
+
+@cache
+def _field_of(key: Hashable, name: str) -> FieldLayout:
+    return layout_of(cast(type[Any], key)).field(name)
+
+
 def pack(record: Any) -> bytes:
     buf = bytearray(layout_of(type(record)).size)
     pack_into(buf, 0, record)

@@ -60,6 +60,8 @@ class SnapshotCache:
         self._placed: dict[str, tuple[object, ...]] = {}
         """The last file :meth:`file` made (header included: see :meth:`Snapshot.to_bytes`), its shape, and the
         records at the place of each section."""
+        self._revised: dict[int, _Revision] = {}
+        """The records :meth:`gpu_record` revised since the last :meth:`file`, by identity: what changed in each."""
         self.built = 0
         """Parts built (not reused) since the cache was made: what tests and benchmarks look at."""
         self.written: bytes | None = None
@@ -88,17 +90,22 @@ class SnapshotCache:
         return value
 
     def gpu_record(self, gpu: str, key: Any, generation: int, make: Callable[[int], T],
-                   revise: Callable[[Any, Any, T], T | None] | None = None) -> T:
+                   revise: Callable[[Any, Any, T], dict[str, Any] | None] | None = None) -> T:
         """A GPU's record: rebuilt (at ``generation``) only when its inputs ``key`` changed; first, when they did,
-        ``revise(key, old key, old record)`` may make it from the last one (None: it cannot), which keeps the
-        generation its readings are of (see the module docstring)."""
+        ``revise(key, old key, old record)`` may give the scalar fields that differ from the last record (None: it
+        cannot), which keeps the generation its readings are of (see the module docstring), and lets :meth:`file`
+        pack only those fields."""
         hit = self._parts.get(("gpu", gpu))
         if hit is not None and hit[0] == key:
             return hit[1]  # type: ignore[no-any-return]
         if hit is not None and revise is not None:
-            revised = revise(key, hit[0], hit[1])
-            if revised is not None:
+            changes = revise(key, hit[0], hit[1])
+            if changes is not None:
+                old = hit[1]
+                revised: T = layout.replaced(old, **changes)
                 self._parts[("gpu", gpu)] = (key, revised)
+                self._revised[id(revised)] = _Revision(revised, old, tuple(
+                    layout.scalar_packer(type(old), name, value) for name, value in changes.items()))
                 self.built += 1
                 return revised
         value = make(generation)
@@ -165,19 +172,30 @@ class SnapshotCache:
             before = self._placed.get(name, ()) if patch else ()
             records = placed[name] = tuple(records)
             if len(before) != len(records) or not all(map(operator.is_, before, records)):
-                _place(buf, base, size, before, records, dirty)
+                _place(buf, base, size, before, records, dirty, self._revised if patch else {})
         # The previous records stay referenced until now, so no new record can be one of them by identity.
         self._file, self._shape, self._placed = buf, shape, placed  # the caller packs the header into it
+        self._revised = {}
         self.dirty = dirty if patch else None
         return buf
 
 
+@dataclass(frozen=True)
+class _Revision:
+    """A record made from ``old`` with some scalar fields changed, and a packer of each (see
+    :func:`fakehw.nvml.layout.scalar_packer`): where the buffer holds ``old``, packing those is packing ``record``."""
+
+    record: object
+    old: object
+    fields: tuple[layout.ScalarPacker, ...]
+
+
 def _place(buf: bytearray, base: int, size: int, before: tuple[object, ...], records: tuple[object, ...],
-           dirty: list[tuple[int, int]]) -> None:
+           dirty: list[tuple[int, int]], revised: dict[int, _Revision]) -> None:
     """Make the section at ``base`` of ``buf``, which holds ``before``, hold ``records``: records that are the same
-    objects at the same index are kept; a window that moved forward by ``left`` records is moved by as many bytes
-    first; places past the new count that held records are zeroed. Every range of bytes written is added to
-    ``dirty``."""
+    objects at the same index are kept; a record revised from the one at its index (``revised``) has only its
+    changed fields packed; a window that moved forward by ``left`` records is moved by as many bytes first; places
+    past the new count that held records are zeroed. Every range of bytes written is added to ``dirty``."""
     kept = 0
     if before and records:
         last = before[-1]
@@ -193,6 +211,11 @@ def _place(buf: bytearray, base: int, size: int, before: tuple[object, ...], rec
         kept = len(before)
         for i, (record, was) in enumerate(zip(records, before, strict=False)):
             if record is not was:
+                revision = revised.get(id(record))
+                if revision is not None and revision.record is record and revision.old is was:
+                    for packer in revision.fields:
+                        dirty.append(packer.pack_into(buf, base + i * size))
+                    continue
                 layout.pack_into(buf, base + i * size, record)
                 dirty.append((base + i * size, base + (i + 1) * size))
     for i in range(kept, len(records)):

@@ -371,6 +371,22 @@ def test_a_gpu_record_made_from_mappings_packs_the_bytes_its_class_does() -> Non
     assert layout.unpack(GpuRecord, layout.pack(made)).temperature == 71
 
 
+def test_a_scalar_field_packed_alone_is_what_packing_the_record_writes_there() -> None:
+    """``scalar_packer`` (how the snapshot cache writes a revised record's Xid fields): writing it into the bytes
+    of a record gives the bytes of the record with that value; a value that does not fit the field's C type is a
+    ``LayoutError`` naming the field, and a field that is not a scalar is refused."""
+    gpu = layout.make(GpuRecord, {"uuid": "GPU-0123", "xid_count": 1, "last_xid": 13})
+    buf = bytearray(b"\xee" * 8) + bytearray(layout.pack(gpu))
+    written = [layout.scalar_packer(GpuRecord, "xid_count", 2).pack_into(buf, 8),
+               layout.scalar_packer(GpuRecord, "last_xid", 79).pack_into(buf, 8)]
+    assert bytes(buf[8:]) == layout.pack(layout.replaced(gpu, xid_count=2, last_xid=79))
+    assert buf[:8] == b"\xee" * 8 and all(end - start == 4 for start, end in written)  # U32: nvml.h's unsigned int
+    with pytest.raises(LayoutError, match=r"GpuRecord\.xid_count: -1"):
+        layout.scalar_packer(GpuRecord, "xid_count", -1)
+    with pytest.raises(TypeError, match="not a scalar"):
+        layout.scalar_packer(GpuRecord, "uuid", 0)
+
+
 EMPTY_RECORD_SENTINELS: dict[tuple[str, str], tuple[int | str, str]] = {
     ("LinkRecord", "remote_type"): (0xFF, "nvml.h: NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF (no link, nothing at the "
                                           "far end)"),

@@ -199,8 +199,16 @@ def test_an_xid_changes_the_two_fields_that_show_it_and_nothing_else() -> None:
     was, now = first.gpus[3].__dict__, snap.gpus[3].__dict__
     assert {name for name in now if now[name] != was[name]} == {"xid_count", "last_xid"}
     assert (now["xid_count"], now["last_xid"]) == (2, 32)
-    assert packed_with(cache, snap) == build_snapshot(system, node, run.state(), tuple(run.events),
-                                                      gpu_generations=cache.generations()).to_bytes()
+    data = packed_with(cache, snap)
+    assert data == build_snapshot(system, node, run.state(), tuple(run.events),
+                                  gpu_generations=cache.generations()).to_bytes()
+    # Packed as the two fields: of the GPU section, only their bytes in gpu3's record were written.
+    header = layout.unpack(layout.HeaderRecord, data)
+    gpus = (header.gpu_offset, header.gpu_offset + header.gpu_count * header.gpu_record_size)
+    gpu3 = header.gpu_offset + 3 * header.gpu_record_size
+    fields = {(gpu3 + f.offset, gpu3 + f.offset + f.size) for f in layout.layout_of(layout.GpuRecord).fields
+              if f.name in ("xid_count", "last_xid")}
+    assert {r for r in cache.dirty or () if r[0] < gpus[1] and r[1] > gpus[0]} == fields
     run.heal("gpu3")
     healed = build_snapshot(system, node, run.state(), tuple(run.events), cache=cache)
     assert healed.gpus[3].__dict__ == was  # the two fields back, the readings where they were
