@@ -15,12 +15,12 @@ def render_nvml_snapshot(ctx: RenderContext, out: OutputDir) -> None:
     base = cache.packed if cache is not None else None
     data = build_snapshot(ctx.system, ctx.node, ctx.state, ctx.events, cache=cache).to_bytes(cache)
     if cache is None:
-        out.count(write_snapshot(out.root / SNAPSHOT_FILE, data, out.release))
+        out.count(write_snapshot(out.path(SNAPSHOT_FILE), data, out.release))
         return
     # What was written last is remembered: answers that differ are written without reading the file back; the
     # same answers again are compared with the file (which puts it back if someone removed it).
     answers = snapshot_answers(data)
     changed = cache.written is not None and answers != cache.written
     patch = Patch(base, cache.dirty) if base is not None and cache.dirty is not None else None
-    out.count(write_snapshot(out.root / SNAPSHOT_FILE, data, out.release, changed=changed, patch=patch))
+    out.count(write_snapshot(out.path(SNAPSHOT_FILE), data, out.release, changed=changed, patch=patch))
     cache.written = answers

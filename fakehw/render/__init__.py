@@ -88,7 +88,11 @@ def render_node(system: System, node: Node, state: NodeState, out: Path, initial
     if unknown:
         raise ValueError(f"unknown output(s) {', '.join(sorted(unknown))} (outputs: {', '.join(OUTPUTS)})")
     ctx = RenderContext(system, node, state, initial, events, memo)
-    target = OutputDir(out, release=release)
+    paths: dict[str, Path] = memo.get("paths", dict) if memo is not None else {}
+    if paths.get("") != out:  # the paths made under another directory are not this one's
+        paths.clear()
+        paths[""] = out
+    target = OutputDir(out, release=release, paths=paths)
     for renderer in _renderers(outputs, initial):
         renderer(ctx, target)
     return RenderResult(node.name, target.written, target.unchanged)

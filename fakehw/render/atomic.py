@@ -20,7 +20,7 @@ import operator
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -207,11 +207,21 @@ class OutputDir:
     unchanged: int = 0
     release: Releaser | None = None
     """Where replaced files are closed (see :class:`Releaser`; None: inline)."""
+    paths: dict[str, Path] = field(default_factory=dict)
+    """The paths of entries under ``root`` made so far, by relative path (see :meth:`path`)."""
+
+    def path(self, relpath: str) -> Path:
+        """``root / relpath``, made once: the agent hands each node's renders the same dict, and joining paths
+        again cost 2-3 % of an injection's CPU."""
+        known = self.paths.get(relpath)
+        if known is None:
+            known = self.paths[relpath] = self.root / relpath
+        return known
 
     def write(self, relpath: str, data: bytes | str, mode: int = 0o644, changed: bool = False) -> Path:
         """Write ``relpath`` unless it already holds ``data``. ``changed``: the caller knows the content differs
         from what is there (it remembers what it wrote last), so the file is neither stat'ed nor read back."""
-        path = self.root / relpath
+        path = self.path(relpath)
         raw = data.encode() if isinstance(data, str) else data
         self.count(atomic_write(path, raw, mode, release=self.release, compare=not changed))
         return path

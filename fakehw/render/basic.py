@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 
 def render_model(ctx: RenderContext, out: OutputDir) -> None:
-    if ctx.initial or not (out.root / "node.json").exists():
+    if ctx.initial or not out.path("node.json").exists():
         out.write_json("node.json", node_to_json(ctx.system, ctx.node))
 
 

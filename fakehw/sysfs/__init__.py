@@ -135,7 +135,7 @@ def render_tree(ctx: RenderContext, root_parent: OutputDir) -> WriteStats:
     # fault that touches none of it (an Xid, a thermal or ECC fault) costs this comparison and one stat (issue 19:
     # building the specs below and the writer cost more than the rest of such a render of the tree).
     depends = (key, lost, mig, platform.cxl, platform.numa_memory, platform.pools)
-    if memo is not None and memo.get("depends") == depends and (root_parent.root / ROOT_DIR).is_dir():
+    if memo is not None and memo.get("depends") == depends and root_parent.path(ROOT_DIR).is_dir():
         return WriteStats(mode="unchanged")
     pools_json = [p.to_json() for p in platform.pools]
     specs = [
