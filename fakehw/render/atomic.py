@@ -172,7 +172,8 @@ def _temporary(path: Path) -> tuple[int, str]:
     """A new file beside ``path``, open for writing, mode 0600 until its content is in (what ``mkstemp`` gives,
     without its random name: ``O_EXCL`` is what makes the name ours, and a name taken by someone else is skipped;
     the random name cost more than the rest of the write, twice per render of a node)."""
-    prefix = f"{path.parent}/.{path.name}.fakehw-{os.getpid()}-"
+    head, sep, name = str(path).rpartition("/")  # path.parent and path.name without making two Path objects
+    prefix = f"{head if sep else '.'}/.{name}.fakehw-{os.getpid()}-"
     for _ in range(10_000):
         tmp = f"{prefix}{next(_TEMPORARY_NUMBERS)}"
         try:

@@ -523,6 +523,19 @@ def test_a_temporary_name_someone_else_holds_is_skipped_and_left_alone(tmp_path:
     assert oct(target.stat().st_mode & 0o777) == oct(0o644)
 
 
+def test_a_temporary_file_sits_beside_its_target_whatever_its_path(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The temporary must be in the target's directory (a rename does not cross filesystems): for an absolute
+    path, a relative one and a bare name (the working directory)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    for target in (tmp_path / "sub" / "a.json", Path("sub/b.json"), Path("c.json")):
+        fd, tmp = _temporary(target)
+        os.close(fd)
+        assert Path(tmp).resolve().parent == target.resolve().parent and Path(tmp).name.startswith(f".{target.name}.")
+        os.unlink(tmp)
+
+
 @dataclass
 class Kept:
     """A dgx-h100 node rendered with memory into ``out``, as an agent keeps its node between renders."""
