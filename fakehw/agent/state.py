@@ -8,6 +8,7 @@ restarted agent rebuilds the same state from its journal. Events are separate: a
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -178,7 +179,13 @@ class NodeState:
     """MIG mode and instances now (set by the agent; None outside an agent: renderers use the profile's boot state)."""
 
     def gpu(self, name: str) -> GpuState | None:
-        return next((g for g in self.gpus if g.name == name), None)
+        return self._gpus_by_name.get(name)
+
+    @functools.cached_property
+    def _gpus_by_name(self) -> dict[str, GpuState]:
+        """The GPUs by name, made on the first look-up (a snapshot looks up every GPU of the node per render; a walk
+        of ``gpus`` each time was 4 % of an injection in process). The state is immutable, so it cannot go stale."""
+        return {g.name: g for g in self.gpus}
 
     def with_views(self, platform: PlatformView | None, mig: NodeMig | None) -> NodeState:
         """This state with the agent's platform and MIG views: what ``dataclasses.replace`` gives, made by copying
