@@ -610,7 +610,7 @@ def build_snapshot(system: System, node: Node, state: NodeState, events: Sequenc
         profile=system.name[:63],
         cuda_driver_version=driver.cuda_driver_version,
         driver_branch=driver.branch,
-        gpm_metric_max=branch_of(driver.version).gpm_metric_max,
+        gpm_metric_max=memo.part("gpm", driver.version, lambda: branch_of(driver.version).gpm_metric_max),
         event_last_seq=last_seq,
     )
     return Snapshot(header, tuple(gpus), tuple(mig.migs), tuple(mig.profiles), tuple(procs), tuple(ring),
