@@ -186,6 +186,7 @@ class _Revision:
     :func:`fakehw.nvml.layout.scalar_packer`): where the buffer holds ``old``, packing those is packing ``record``."""
 
     record: object
+    """Held so that its ``id``, the key it is found by, names no other object while the entry exists."""
     old: object
     fields: tuple[layout.ScalarPacker, ...]
 
@@ -212,7 +213,7 @@ def _place(buf: bytearray, base: int, size: int, before: tuple[object, ...], rec
         for i, (record, was) in enumerate(zip(records, before, strict=False)):
             if record is not was:
                 revision = revised.get(id(record))
-                if revision is not None and revision.record is record and revision.old is was:
+                if revision is not None and revision.old is was:
                     for packer in revision.fields:
                         dirty.append(packer.pack_into(buf, base + i * size))
                     continue
